@@ -1,0 +1,140 @@
+//! Idle strategies: what an agent does when a duty cycle found no work.
+
+use std::time::Duration;
+
+/// How a polling loop waits when it had nothing to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleStrategy {
+    /// Spin without yielding: lowest latency, burns a core.
+    BusySpin,
+    /// `thread::yield_now` each idle cycle.
+    Yielding,
+    /// Spin, then yield, then park with exponentially growing sleeps up to `max_park`.
+    Backoff {
+        /// Spins before yielding.
+        max_spins: u32,
+        /// Yields before parking.
+        max_yields: u32,
+        /// First park duration.
+        min_park: Duration,
+        /// Longest park duration.
+        max_park: Duration,
+    },
+    /// Sleep a fixed period each idle cycle.
+    Sleeping(Duration),
+}
+
+impl Default for IdleStrategy {
+    fn default() -> Self {
+        IdleStrategy::backoff()
+    }
+}
+
+impl IdleStrategy {
+    /// Aeron's default backoff: 10 spins, 5 yields, park 1 µs → 1 ms.
+    pub fn backoff() -> Self {
+        IdleStrategy::Backoff {
+            max_spins: 10,
+            max_yields: 5,
+            min_park: Duration::from_micros(1),
+            max_park: Duration::from_millis(1),
+        }
+    }
+
+    /// Parses `busy-spin`, `yielding`, `backoff`, `sleeping` or `sleeping:<duration>` (e.g. `sleeping:1ms`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "busy-spin" | "busy_spin" | "spin" => Ok(IdleStrategy::BusySpin),
+            "yielding" | "yield" => Ok(IdleStrategy::Yielding),
+            "backoff" => Ok(IdleStrategy::backoff()),
+            "sleeping" | "sleep" => Ok(IdleStrategy::Sleeping(Duration::from_millis(1))),
+            _ => {
+                if let Some(d) = s.strip_prefix("sleeping:") {
+                    let ns = sulis_protocol::uri::parse_duration_ns(d)
+                        .map_err(|e| format!("idle strategy '{s}': {e}"))?;
+                    return Ok(IdleStrategy::Sleeping(Duration::from_nanos(ns)));
+                }
+                Err(format!(
+                    "unknown idle strategy '{s}' (expected busy-spin, yielding, backoff, sleeping or sleeping:<duration>)"
+                ))
+            }
+        }
+    }
+
+    /// Name as accepted by [`IdleStrategy::parse`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            IdleStrategy::BusySpin => "busy-spin",
+            IdleStrategy::Yielding => "yielding",
+            IdleStrategy::Backoff { .. } => "backoff",
+            IdleStrategy::Sleeping(_) => "sleeping",
+        }
+    }
+
+    /// A stateful idler for one thread.
+    pub fn idler(&self) -> Idler {
+        Idler { strategy: *self, spins: 0, yields: 0, park: Duration::ZERO }
+    }
+}
+
+/// Per-thread state of an idle strategy.
+#[derive(Debug)]
+pub struct Idler {
+    strategy: IdleStrategy,
+    spins: u32,
+    yields: u32,
+    park: Duration,
+}
+
+impl Idler {
+    /// Called after each duty cycle with the amount of work it did.
+    #[inline]
+    pub fn idle(&mut self, work_count: usize) {
+        if work_count > 0 {
+            self.reset();
+            return;
+        }
+        match self.strategy {
+            IdleStrategy::BusySpin => std::hint::spin_loop(),
+            IdleStrategy::Yielding => std::thread::yield_now(),
+            IdleStrategy::Sleeping(d) => std::thread::sleep(d),
+            IdleStrategy::Backoff { max_spins, max_yields, min_park, max_park } => {
+                if self.spins < max_spins {
+                    self.spins += 1;
+                    std::hint::spin_loop();
+                } else if self.yields < max_yields {
+                    self.yields += 1;
+                    std::thread::yield_now();
+                } else {
+                    self.park = if self.park.is_zero() { min_park } else { (self.park * 2).min(max_park) };
+                    std::thread::sleep(self.park);
+                }
+            }
+        }
+    }
+
+    /// Back to the most eager state.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.spins = 0;
+        self.yields = 0;
+        self.park = Duration::ZERO;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_parse_every_strategy() {
+        assert_eq!(IdleStrategy::parse("busy-spin").unwrap(), IdleStrategy::BusySpin);
+        assert_eq!(IdleStrategy::parse("yielding").unwrap(), IdleStrategy::Yielding);
+        assert_eq!(IdleStrategy::parse("backoff").unwrap().name(), "backoff");
+        assert_eq!(
+            IdleStrategy::parse("sleeping:2ms").unwrap(),
+            IdleStrategy::Sleeping(Duration::from_millis(2))
+        );
+        assert!(IdleStrategy::parse("nap").unwrap_err().contains("nap"));
+    }
+}

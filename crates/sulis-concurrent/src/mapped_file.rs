@@ -1,0 +1,97 @@
+//! Memory-mapped files shared between the driver and its clients.
+//!
+//! Files are created owner-only (mode 0600) because anyone who can write a log
+//! buffer or the command-and-control file can corrupt every stream behind it.
+
+use crate::AtomicBuffer;
+use memmap2::{MmapMut, MmapOptions};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A file mapped read-write and shared with other processes.
+pub struct MappedFile {
+    mmap: MmapMut,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedFile({}, {} bytes)", self.path.display(), self.mmap.len())
+    }
+}
+
+fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+impl MappedFile {
+    /// Creates `path` (which must not exist) with `length` bytes and maps it.
+    ///
+    /// Unless `sparse`, the storage is reserved up front with `posix_fallocate`, so
+    /// a full `/dev/shm` is reported here as an error naming the file rather than
+    /// later as a SIGBUS in whichever process first touches the missing page.
+    pub fn create(path: &Path, length: usize, sparse: bool) -> io::Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| with_path(e, "cannot create", path))?;
+        file.set_len(length as u64).map_err(|e| with_path(e, "cannot size", path))?;
+        if !sparse {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: plain syscall on an fd we own.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length as libc::off_t) };
+            if rc != 0 {
+                let _ = std::fs::remove_file(path);
+                let e = io::Error::from_raw_os_error(rc);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("insufficient storage for {} ({length} bytes): {e}", path.display()),
+                ));
+            }
+        }
+        Self::map(file, path)
+    }
+
+    /// Maps an existing file read-write.
+    pub fn open(path: &Path) -> io::Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| with_path(e, "cannot open", path))?;
+        Self::map(file, path)
+    }
+
+    fn map(file: File, path: &Path) -> io::Result<MappedFile> {
+        // SAFETY: the mapping is shared; concurrent modification by other
+        // processes is the point, and all access goes through AtomicBuffer.
+        let mmap = unsafe { MmapOptions::new().map_mut(&file) }.map_err(|e| with_path(e, "cannot map", path))?;
+        Ok(MappedFile { mmap, path: path.to_path_buf() })
+    }
+
+    /// The whole mapping as a buffer; valid while `self` lives.
+    pub fn buffer(&self) -> AtomicBuffer {
+        // SAFETY: the mapping lives as long as self; callers keep self alive.
+        unsafe { AtomicBuffer::new(self.mmap.as_ptr() as *mut u8, self.mmap.len()) }
+    }
+
+    /// Length of the mapping.
+    pub fn len(&self) -> usize {
+        self.mmap.len()
+    }
+
+    /// True if the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.mmap.is_empty()
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

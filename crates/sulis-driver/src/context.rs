@@ -1,0 +1,372 @@
+//! Driver configuration: one table of options drives the defaults, the
+//! `SULIS_*` environment variables, the `sulis driver` flags and
+//! `--print-config`.
+//!
+//! Each option has a name (`term_buffer_length`), an environment variable
+//! (`SULIS_TERM_BUFFER_LENGTH`), a default, a unit and a sentence of doc. Values
+//! are parsed with the same rules as channel URIs: sizes take `k/m/g`,
+//! durations `ns/us/ms/s`.
+
+use sulis_concurrent::idle::IdleStrategy;
+use sulis_protocol::log_buffer_descriptor::{check_page_size, check_term_length};
+use sulis_protocol::uri::{parse_bool, parse_duration_ns, parse_size};
+use std::path::PathBuf;
+
+/// How the driver's agents are placed on threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadingMode {
+    /// Conductor, sender and receiver each on their own thread.
+    Dedicated,
+    /// Conductor on one thread, sender and receiver sharing another.
+    SharedNetwork,
+    /// Everything on one thread.
+    Shared,
+}
+
+impl ThreadingMode {
+    /// Parses `dedicated`, `shared-network` or `shared`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "dedicated" => Ok(ThreadingMode::Dedicated),
+            "shared-network" => Ok(ThreadingMode::SharedNetwork),
+            "shared" => Ok(ThreadingMode::Shared),
+            _ => Err(format!("unknown threading mode '{s}' (expected shared, shared-network or dedicated)")),
+        }
+    }
+
+    /// Name as accepted by [`ThreadingMode::parse`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            ThreadingMode::Dedicated => "dedicated",
+            ThreadingMode::SharedNetwork => "shared-network",
+            ThreadingMode::Shared => "shared",
+        }
+    }
+}
+
+/// Where an effective setting came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Built-in default.
+    Default,
+    /// A `SULIS_*` environment variable.
+    Environment,
+    /// Set explicitly (API argument or command-line flag).
+    Explicit,
+}
+
+impl Source {
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::Environment => "environment",
+            Source::Explicit => "explicit",
+        }
+    }
+}
+
+/// The default driver directory: `/dev/shm/sulis-$USER`, or the temp dir when
+/// there is no `/dev/shm`.
+pub fn default_dir() -> PathBuf {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
+    let base = if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    base.join(format!("sulis-{user}"))
+}
+
+/// Driver configuration.
+#[derive(Clone, Debug)]
+pub struct DriverContext {
+    /// Driver directory.
+    pub dir: PathBuf,
+    /// Threading mode.
+    pub threading_mode: ThreadingMode,
+    /// Idle strategy of every agent thread.
+    pub idle_strategy: IdleStrategy,
+    /// Term length of IPC publications.
+    pub ipc_term_buffer_length: usize,
+    /// Term length of UDP publications.
+    pub term_buffer_length: usize,
+    /// MTU of IPC publications (largest fragment, header included).
+    pub ipc_mtu_length: usize,
+    /// MTU of UDP publications.
+    pub mtu_length: usize,
+    /// Page size of log files.
+    pub file_page_size: usize,
+    /// Reserve log storage up front (false) or use sparse files (true).
+    pub term_buffer_sparse_file: bool,
+    /// Publication window (0 = term length / 2).
+    pub publication_term_window_length: usize,
+    /// A client silent this long is timed out.
+    pub client_liveness_timeout_ns: u64,
+    /// A publication stuck this long is unblocked (must exceed client liveness).
+    pub publication_unblock_timeout_ns: u64,
+    /// Linger of a closed publication's log.
+    pub publication_linger_timeout_ns: u64,
+    /// Period of the conductor's timer checks.
+    pub timer_interval_ns: u64,
+    /// Client-side timeout for the driver's heartbeat (written to the CnC).
+    pub driver_timeout_ns: u64,
+    /// To-driver ring buffer data length (power of two; trailer added).
+    pub conductor_buffer_length: usize,
+    /// To-clients broadcast buffer data length (power of two; trailer added).
+    pub clients_buffer_length: usize,
+    /// Counter values buffer length (metadata is 4×).
+    pub counters_buffer_length: usize,
+    /// Error log length.
+    pub error_buffer_length: usize,
+    /// Freed counter ids are reused only after this long.
+    pub counter_free_to_reuse_timeout_ns: u64,
+    /// Delete a stale directory on start.
+    pub dir_delete_on_start: bool,
+    /// Delete the directory on shutdown.
+    pub dir_delete_on_shutdown: bool,
+    sources: Vec<(&'static str, Source)>,
+}
+
+/// One row of the options table.
+pub struct OptionSpec {
+    /// Field name (also the flag name with `-` for `_`).
+    pub name: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Unit shown to users.
+    pub unit: &'static str,
+    /// One sentence of documentation.
+    pub doc: &'static str,
+    set: fn(&mut DriverContext, &str) -> Result<(), String>,
+    get: fn(&DriverContext) -> String,
+}
+
+fn size_usize(s: &str) -> Result<usize, String> {
+    parse_size(s).map(|v| v as usize)
+}
+
+macro_rules! opt {
+    ($name:ident, $env:literal, $unit:literal, $doc:literal, $parse:expr, $show:expr) => {
+        OptionSpec {
+            name: stringify!($name),
+            env: $env,
+            unit: $unit,
+            doc: $doc,
+            set: |c, s| {
+                c.$name = ($parse)(s)?;
+                Ok(())
+            },
+            get: |c| ($show)(&c.$name),
+        }
+    };
+}
+
+fn show_size(v: &usize) -> String {
+    v.to_string()
+}
+fn show_ns(v: &u64) -> String {
+    format!("{v}ns")
+}
+fn show_bool(v: &bool) -> String {
+    v.to_string()
+}
+
+/// Every driver option.
+pub static OPTIONS: &[OptionSpec] = &[
+    opt!(dir, "SULIS_DIR", "path", "Driver directory holding cnc.dat and the log buffers.",
+        |s: &str| Ok::<_, String>(PathBuf::from(s)), |v: &PathBuf| v.display().to_string()),
+    opt!(threading_mode, "SULIS_THREADING_MODE", "", "Agent threads: shared, shared-network or dedicated.",
+        ThreadingMode::parse, |v: &ThreadingMode| v.name().to_string()),
+    opt!(idle_strategy, "SULIS_IDLE_STRATEGY", "", "Idle strategy: busy-spin, yielding, backoff, sleeping[:duration].",
+        IdleStrategy::parse, |v: &IdleStrategy| v.name().to_string()),
+    opt!(ipc_term_buffer_length, "SULIS_IPC_TERM_BUFFER_LENGTH", "bytes", "Term length of IPC publications (power of two, 64k..1g).",
+        size_usize, show_size),
+    opt!(term_buffer_length, "SULIS_TERM_BUFFER_LENGTH", "bytes", "Term length of UDP publications (power of two, 64k..1g).",
+        size_usize, show_size),
+    opt!(ipc_mtu_length, "SULIS_IPC_MTU_LENGTH", "bytes", "Largest IPC fragment, header included (multiple of 32).",
+        size_usize, show_size),
+    opt!(mtu_length, "SULIS_MTU_LENGTH", "bytes", "Largest UDP datagram payload the sender builds (multiple of 32).",
+        size_usize, show_size),
+    opt!(file_page_size, "SULIS_FILE_PAGE_SIZE", "bytes", "Page size that log files are rounded to.",
+        size_usize, show_size),
+    opt!(term_buffer_sparse_file, "SULIS_TERM_BUFFER_SPARSE_FILE", "bool", "Sparse log files instead of reserving storage up front.",
+        parse_bool, show_bool),
+    opt!(publication_term_window_length, "SULIS_PUBLICATION_TERM_WINDOW_LENGTH", "bytes", "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2).",
+        size_usize, show_size),
+    opt!(client_liveness_timeout_ns, "SULIS_CLIENT_LIVENESS_TIMEOUT", "duration", "A client that stops heartbeating for this long is timed out and its resources released.",
+        parse_duration_ns, show_ns),
+    opt!(publication_unblock_timeout_ns, "SULIS_PUBLICATION_UNBLOCK_TIMEOUT", "duration", "A publication blocked by a writer that died mid-claim is unblocked after this long.",
+        parse_duration_ns, show_ns),
+    opt!(publication_linger_timeout_ns, "SULIS_PUBLICATION_LINGER_TIMEOUT", "duration", "How long a closed publication's log lingers for late readers.",
+        parse_duration_ns, show_ns),
+    opt!(timer_interval_ns, "SULIS_TIMER_INTERVAL", "duration", "Period of the conductor's liveness and timeout checks.",
+        parse_duration_ns, show_ns),
+    opt!(driver_timeout_ns, "SULIS_DRIVER_TIMEOUT", "duration", "Clients declare the driver dead when its heartbeat is older than this.",
+        parse_duration_ns, show_ns),
+    opt!(conductor_buffer_length, "SULIS_CONDUCTOR_BUFFER_LENGTH", "bytes", "Client-to-driver command ring buffer (power of two).",
+        size_usize, show_size),
+    opt!(clients_buffer_length, "SULIS_CLIENTS_BUFFER_LENGTH", "bytes", "Driver-to-clients broadcast buffer (power of two).",
+        size_usize, show_size),
+    opt!(counters_buffer_length, "SULIS_COUNTERS_BUFFER_LENGTH", "bytes", "Counter values buffer (128 bytes per counter).",
+        size_usize, show_size),
+    opt!(error_buffer_length, "SULIS_ERROR_BUFFER_LENGTH", "bytes", "Distinct error log length.",
+        size_usize, show_size),
+    opt!(counter_free_to_reuse_timeout_ns, "SULIS_COUNTER_FREE_TO_REUSE_TIMEOUT", "duration", "A freed counter id is reused only after this cool-down.",
+        parse_duration_ns, show_ns),
+    opt!(dir_delete_on_start, "SULIS_DIR_DELETE_ON_START", "bool", "Delete a stale driver directory on start (a live driver is never touched).",
+        parse_bool, show_bool),
+    opt!(dir_delete_on_shutdown, "SULIS_DIR_DELETE_ON_SHUTDOWN", "bool", "Delete the driver directory on shutdown.",
+        parse_bool, show_bool),
+];
+
+impl Default for DriverContext {
+    fn default() -> Self {
+        DriverContext {
+            dir: default_dir(),
+            threading_mode: ThreadingMode::Dedicated,
+            idle_strategy: IdleStrategy::backoff(),
+            ipc_term_buffer_length: 64 * 1024 * 1024,
+            term_buffer_length: 16 * 1024 * 1024,
+            ipc_mtu_length: 1408,
+            mtu_length: 1408,
+            file_page_size: 4096,
+            term_buffer_sparse_file: false,
+            publication_term_window_length: 0,
+            client_liveness_timeout_ns: 10_000_000_000,
+            publication_unblock_timeout_ns: 15_000_000_000,
+            publication_linger_timeout_ns: 5_000_000_000,
+            timer_interval_ns: 1_000_000_000,
+            driver_timeout_ns: 10_000_000_000,
+            conductor_buffer_length: 1024 * 1024,
+            clients_buffer_length: 1024 * 1024,
+            counters_buffer_length: 1024 * 1024,
+            error_buffer_length: 1024 * 1024,
+            counter_free_to_reuse_timeout_ns: 1_000_000_000,
+            dir_delete_on_start: false,
+            dir_delete_on_shutdown: false,
+            sources: Vec::new(),
+        }
+    }
+}
+
+impl DriverContext {
+    /// Defaults overridden by any `SULIS_*` environment variables.
+    pub fn from_env() -> Result<Self, String> {
+        let mut c = DriverContext::default();
+        for o in OPTIONS {
+            if let Ok(v) = std::env::var(o.env) {
+                (o.set)(&mut c, &v).map_err(|e| format!("{}={v}: {e}", o.env))?;
+                c.mark(o.name, Source::Environment);
+            }
+        }
+        Ok(c)
+    }
+
+    fn mark(&mut self, name: &'static str, source: Source) {
+        self.sources.retain(|(n, _)| *n != name);
+        self.sources.push((name, source));
+    }
+
+    /// Sets an option by name (`term_buffer_length` or `term-buffer-length`) from text.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let key = name.replace('-', "_");
+        let o = OPTIONS
+            .iter()
+            .find(|o| o.name == key)
+            .ok_or_else(|| format!("unknown driver option '{name}'"))?;
+        (o.set)(self, value).map_err(|e| format!("{name}={value}: {e}"))?;
+        self.mark(o.name, Source::Explicit);
+        Ok(())
+    }
+
+    /// Every option with its effective value and where it came from.
+    pub fn describe(&self) -> Vec<(&'static OptionSpec, String, Source)> {
+        OPTIONS
+            .iter()
+            .map(|o| {
+                let src = self.sources.iter().find(|(n, _)| *n == o.name).map(|(_, s)| *s).unwrap_or(Source::Default);
+                (o, (o.get)(self), src)
+            })
+            .collect()
+    }
+
+    /// Validates ranges and relations between options.
+    pub fn conclude(&self) -> Result<(), String> {
+        check_term_length(self.ipc_term_buffer_length).map_err(|e| format!("ipc_term_buffer_length: {e}"))?;
+        check_term_length(self.term_buffer_length).map_err(|e| format!("term_buffer_length: {e}"))?;
+        check_page_size(self.file_page_size).map_err(|e| format!("file_page_size: {e}"))?;
+        for (name, mtu) in [("ipc_mtu_length", self.ipc_mtu_length), ("mtu_length", self.mtu_length)] {
+            if mtu <= 32 || mtu % 32 != 0 || mtu > 65504 {
+                return Err(format!("{name}: {mtu} must be a multiple of 32 between 64 and 65504"));
+            }
+        }
+        for (name, len) in [
+            ("conductor_buffer_length", self.conductor_buffer_length),
+            ("clients_buffer_length", self.clients_buffer_length),
+        ] {
+            if !len.is_power_of_two() || len < 1024 {
+                return Err(format!("{name}: {len} must be a power of two of at least 1024"));
+            }
+        }
+        if self.counters_buffer_length < 128 * 64 || self.counters_buffer_length % 128 != 0 {
+            return Err(format!(
+                "counters_buffer_length: {} must be a multiple of 128 of at least 8192",
+                self.counters_buffer_length
+            ));
+        }
+        if self.error_buffer_length < 1024 || self.error_buffer_length % 8 != 0 {
+            return Err(format!("error_buffer_length: {} must be a multiple of 8, at least 1024", self.error_buffer_length));
+        }
+        if self.publication_unblock_timeout_ns <= self.client_liveness_timeout_ns {
+            return Err(format!(
+                "publication_unblock_timeout ({}ns) must be greater than client_liveness_timeout ({}ns)",
+                self.publication_unblock_timeout_ns, self.client_liveness_timeout_ns
+            ));
+        }
+        if self.timer_interval_ns == 0 {
+            return Err("timer_interval must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_set_options_by_name_and_track_their_source() {
+        let mut c = DriverContext::default();
+        c.set("ipc-term-buffer-length", "1m").unwrap();
+        c.set("client_liveness_timeout_ns", "2s").unwrap();
+        c.set("threading_mode", "shared").unwrap();
+        assert_eq!(c.ipc_term_buffer_length, 1 << 20);
+        assert_eq!(c.client_liveness_timeout_ns, 2_000_000_000);
+        assert_eq!(c.threading_mode, ThreadingMode::Shared);
+        let d = c.describe();
+        let row = d.iter().find(|(o, _, _)| o.name == "ipc_term_buffer_length").unwrap();
+        assert_eq!(row.2, Source::Explicit);
+        let row = d.iter().find(|(o, _, _)| o.name == "mtu_length").unwrap();
+        assert_eq!(row.2, Source::Default);
+        assert!(c.set("nope", "1").unwrap_err().contains("nope"));
+        assert!(c.set("threading_mode", "lots").unwrap_err().contains("lots"));
+    }
+
+    #[test]
+    fn should_reject_bad_values_in_conclude() {
+        let mut c = DriverContext::default();
+        c.ipc_term_buffer_length = 100_000;
+        assert!(c.conclude().unwrap_err().contains("ipc_term_buffer_length"));
+        let mut c = DriverContext::default();
+        c.publication_unblock_timeout_ns = 1;
+        assert!(c.conclude().unwrap_err().contains("unblock"));
+        assert!(DriverContext::default().conclude().is_ok());
+    }
+
+    #[test]
+    fn should_name_every_option_with_an_env_var_of_the_same_shape() {
+        for o in OPTIONS {
+            let expected = format!("SULIS_{}", o.name.trim_end_matches("_ns").to_ascii_uppercase());
+            assert_eq!(o.env, expected, "option {}", o.name);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! IPC publications: a log that publishers append to and subscribers read in
+//! place, with the driver keeping the publisher limit behind the slowest
+//! subscriber, cleaning terms behind it and unblocking dead writers.
+//!
+//! Life cycle: `Active` → (last publisher gone) `Draining` (end-of-stream
+//! position set, subscribers finish reading) → `Lingering` → `Done` (images
+//! withdrawn, counters freed, file deleted).
+
+use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::{self, meta, unblocker, LogBuffers};
+use sulis_protocol::log_buffer_descriptor::*;
+
+/// One subscriber reading the log.
+#[derive(Debug)]
+pub struct IpcSubscriber {
+    /// Registration id of the subscription.
+    pub subscription_id: i64,
+    /// Client owning the subscription.
+    pub client_id: i64,
+    /// Subscriber position counter.
+    pub position: CounterRef,
+    /// Whether this subscriber holds the publisher back.
+    pub tether: bool,
+}
+
+/// State of an IPC publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubState {
+    /// Publishers attached.
+    Active,
+    /// No publisher left; waiting for subscribers to reach the end of stream.
+    Draining {
+        /// When draining began.
+        since_ns: i64,
+    },
+    /// Drained; the log stays mapped for `linger` so late readers are safe.
+    Lingering {
+        /// When lingering ends.
+        until_ns: i64,
+    },
+    /// Ready to be freed.
+    Done,
+}
+
+/// An IPC publication owned by the driver conductor.
+pub struct IpcPublication {
+    /// Registration id (correlation id of the first add).
+    pub registration_id: i64,
+    /// Session id.
+    pub session_id: i32,
+    /// Stream id.
+    pub stream_id: i32,
+    /// Channel as given by the first publisher.
+    pub channel: String,
+    /// Exclusive (single writer, never shared).
+    pub exclusive: bool,
+    /// The log.
+    pub logs: LogBuffers,
+    /// Publisher limit counter.
+    pub pub_limit: CounterRef,
+    /// Publisher position counter (sampled by the driver).
+    pub pub_pos: CounterRef,
+    /// Publisher links holding it open.
+    pub ref_count: usize,
+    /// Subscribers.
+    pub subscribers: Vec<IpcSubscriber>,
+    /// State.
+    pub state: PubState,
+    term_window: i64,
+    clean_position: i64,
+    consumer_position: i64,
+    last_consumer_position: i64,
+    time_of_last_consumer_change_ns: i64,
+    connected: bool,
+}
+
+impl IpcPublication {
+    /// Wraps a freshly created log.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        registration_id: i64,
+        session_id: i32,
+        stream_id: i32,
+        channel: String,
+        exclusive: bool,
+        logs: LogBuffers,
+        pub_limit: CounterRef,
+        pub_pos: CounterRef,
+        term_window: i64,
+        now_ns: i64,
+    ) -> Self {
+        let start = meta::producer_position(&logs.meta(), logs.term_length(), logs.initial_term_id());
+        pub_limit.set_ordered(start);
+        pub_pos.set_ordered(start);
+        IpcPublication {
+            registration_id,
+            session_id,
+            stream_id,
+            channel,
+            exclusive,
+            logs,
+            pub_limit,
+            pub_pos,
+            ref_count: 1,
+            subscribers: Vec::new(),
+            state: PubState::Active,
+            term_window,
+            clean_position: start,
+            consumer_position: start,
+            last_consumer_position: start,
+            time_of_last_consumer_change_ns: now_ns,
+            connected: false,
+        }
+    }
+
+    /// Current producer position, read from the log's tail.
+    pub fn producer_position(&self) -> i64 {
+        meta::producer_position(&self.logs.meta(), self.logs.term_length(), self.logs.initial_term_id())
+    }
+
+    /// Where a new subscriber starts reading.
+    pub fn join_position(&self) -> i64 {
+        self.producer_position()
+    }
+
+    /// True while publishers can attach.
+    pub fn is_active(&self) -> bool {
+        self.state == PubState::Active
+    }
+
+    /// Every duty cycle: move the publisher limit up behind the slowest
+    /// tethered subscriber, cleaning the term the publisher will reuse first.
+    pub fn update_publisher_limit(&mut self) -> usize {
+        let mut work = 0;
+        let producer = self.producer_position();
+        self.pub_pos.set_ordered(producer);
+        let tethered = self.subscribers.iter().filter(|s| s.tether);
+        let (mut min, mut any) = (i64::MAX, false);
+        for s in tethered {
+            min = min.min(s.position.get_volatile());
+            any = true;
+        }
+        if !any {
+            // Only untethered subscribers (or none): follow the fastest reader so
+            // cleaning never overtakes a reader, or stay put if nobody reads.
+            let fastest = self.subscribers.iter().map(|s| s.position.get_volatile()).max();
+            min = fastest.unwrap_or(producer);
+        }
+        self.consumer_position = min;
+        let has_subscribers = !self.subscribers.is_empty();
+        if has_subscribers != self.connected && self.state == PubState::Active {
+            self.connected = has_subscribers;
+            meta::set_connected(&self.logs.meta(), has_subscribers);
+            work += 1;
+        }
+        if has_subscribers && self.state == PubState::Active {
+            let proposed = min + self.term_window;
+            if proposed > self.pub_limit.get() {
+                // Keep one term behind the slowest reader; the term the writer
+                // moves into next is then always clean.
+                let target = min - self.logs.term_length() as i64;
+                while self.clean_position < target {
+                    self.clean_position = logbuffer::clean_to(&self.logs, self.clean_position, target);
+                }
+                self.pub_limit.set_ordered(proposed);
+                work += 1;
+            }
+        } else if self.state == PubState::Active && self.pub_limit.get() != producer {
+            self.pub_limit.set_ordered(producer);
+        }
+        work
+    }
+
+    /// Timer check: a writer that died mid-claim blocks readers; after
+    /// `unblock_timeout_ns` without progress the stuck frame is padded.
+    /// Returns true if it unblocked something.
+    pub fn check_for_blocked_publisher(&mut self, now_ns: i64, unblock_timeout_ns: i64) -> bool {
+        let producer = self.producer_position();
+        let consumer = self.consumer_position;
+        if consumer == self.last_consumer_position && producer > consumer && !self.subscribers.is_empty() {
+            if now_ns > self.time_of_last_consumer_change_ns + unblock_timeout_ns {
+                self.time_of_last_consumer_change_ns = now_ns;
+                return unblocker::unblock_log(&self.logs, consumer);
+            }
+        } else {
+            self.last_consumer_position = consumer;
+            self.time_of_last_consumer_change_ns = now_ns;
+        }
+        false
+    }
+
+    /// The last publisher went away: mark end of stream and start draining.
+    pub fn close(&mut self, now_ns: i64) {
+        if self.state == PubState::Active {
+            let producer = self.producer_position();
+            self.logs.meta().put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, producer);
+            meta::set_connected(&self.logs.meta(), false);
+            self.pub_limit.set_ordered(producer);
+            self.state = PubState::Draining { since_ns: now_ns };
+        }
+    }
+
+    /// Timer step of the close sequence. `linger_ns` bounds both draining and lingering.
+    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) {
+        match self.state {
+            PubState::Active | PubState::Done => {}
+            PubState::Draining { since_ns } => {
+                let producer = self.producer_position();
+                let drained = self.subscribers.iter().all(|s| s.position.get_volatile() >= producer);
+                if drained || now_ns > since_ns + linger_ns {
+                    self.state = PubState::Lingering { until_ns: now_ns + linger_ns };
+                }
+            }
+            PubState::Lingering { until_ns } => {
+                if now_ns >= until_ns {
+                    self.state = PubState::Done;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The sulis media driver.
+//!
+//! The driver owns the command-and-control file and every log buffer in its
+//! directory. Clients (in any process) send commands through the CnC's ring
+//! buffer; the conductor agent creates publications, links subscribers to
+//! them, keeps publisher limits behind the slowest subscriber, and times out
+//! clients that stop heartbeating.
+
+pub mod conductor;
+pub mod context;
+pub mod ipc_publication;
+pub mod media_driver;
+pub mod system_counters;
+
+pub use context::{DriverContext, ThreadingMode};
+pub use media_driver::{active_driver, DriverError, MediaDriver};

@@ -1,0 +1,160 @@
+//! Launching and stopping a media driver, embedded in this process.
+//!
+//! ```no_run
+//! use sulis_driver::{DriverContext, MediaDriver};
+//! let mut ctx = DriverContext::from_env().unwrap();
+//! ctx.dir = "/dev/shm/sulis-example".into();
+//! let driver = MediaDriver::launch(ctx).unwrap();
+//! // ... clients connect to /dev/shm/sulis-example ...
+//! drop(driver); // stops the agents
+//! ```
+
+use crate::conductor::DriverConductor;
+use crate::context::{DriverContext, ThreadingMode};
+use sulis_concurrent::cnc::{epoch_ms, Cnc, CncHeader};
+use sulis_concurrent::{broadcast, mpsc_ring_buffer};
+use sulis_protocol::cnc_descriptor::{CncLayout, CNC_FILE};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Why a driver could not start.
+#[derive(Debug)]
+pub enum DriverError {
+    /// Invalid configuration.
+    Config(String),
+    /// Another live driver owns the directory.
+    ActiveDriver(String),
+    /// A file could not be created or mapped.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverError::Config(m) | DriverError::ActiveDriver(m) => f.write_str(m),
+            DriverError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+impl From<std::io::Error> for DriverError {
+    fn from(e: std::io::Error) -> Self {
+        DriverError::Io(e)
+    }
+}
+
+/// Checks whether a live driver owns `dir`: its CnC is ready and its heartbeat
+/// is younger than `timeout_ms`. Returns a description of the live driver.
+pub fn active_driver(dir: &Path, timeout_ms: i64) -> Option<String> {
+    let cnc = Cnc::open(&dir.join(CNC_FILE)).ok()?;
+    let age = epoch_ms() - cnc.driver_heartbeat_ms();
+    if age <= timeout_ms {
+        Some(format!(
+            "active media driver detected in {} (pid {}, heartbeat {age} ms ago)",
+            dir.display(),
+            cnc.header().pid
+        ))
+    } else {
+        None
+    }
+}
+
+/// A running driver. Dropping it stops the agent threads.
+pub struct MediaDriver {
+    dir: PathBuf,
+    running: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    delete_on_shutdown: bool,
+}
+
+impl MediaDriver {
+    /// Validates `ctx`, prepares the directory, creates the CnC and starts the agents.
+    pub fn launch(ctx: DriverContext) -> Result<MediaDriver, DriverError> {
+        ctx.conclude().map_err(DriverError::Config)?;
+        let dir = ctx.dir.clone();
+        let timeout_ms = (ctx.driver_timeout_ns / 1_000_000) as i64;
+        if let Some(live) = active_driver(&dir, timeout_ms) {
+            return Err(DriverError::ActiveDriver(live));
+        }
+        if dir.exists() {
+            // Stale: the previous driver is gone; its logs are unreachable garbage.
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot clear stale {}: {e}", dir.display())))?;
+        }
+        for d in [dir.clone(), dir.join("publications"), dir.join("images")] {
+            std::fs::create_dir_all(&d)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", d.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))?;
+        }
+        let layout = CncLayout {
+            to_driver_len: ctx.conductor_buffer_length + mpsc_ring_buffer::TRAILER_LENGTH,
+            to_clients_len: ctx.clients_buffer_length + broadcast::TRAILER_LENGTH,
+            counters_metadata_len: ctx.counters_buffer_length * 4,
+            counters_values_len: ctx.counters_buffer_length,
+            error_log_len: ctx.error_buffer_length,
+        };
+        let header = CncHeader {
+            client_liveness_timeout_ns: ctx.client_liveness_timeout_ns as i64,
+            start_timestamp_ms: epoch_ms(),
+            pid: std::process::id() as i64,
+            page_size: ctx.file_page_size,
+        };
+        let cnc = Cnc::create(&dir.join(CNC_FILE), layout, header)?;
+        let mut conductor = DriverConductor::new(ctx.clone(), cnc).map_err(DriverError::Config)?;
+        conductor.cnc().signal_ready();
+
+        let running = Arc::new(AtomicBool::new(true));
+        let idle = ctx.idle_strategy;
+        // Only the conductor exists so far; every threading mode runs it on
+        // one thread. The network agents join it (shared) or get their own.
+        let name = match ctx.threading_mode {
+            ThreadingMode::Shared => "sulis-driver-shared",
+            ThreadingMode::SharedNetwork | ThreadingMode::Dedicated => "sulis-driver-conductor",
+        };
+        let r = running.clone();
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut idler = idle.idler();
+                while r.load(Ordering::Acquire) {
+                    let work = conductor.do_work();
+                    idler.idle(work);
+                }
+                conductor.on_close();
+            })
+            .map_err(DriverError::Io)?;
+        Ok(MediaDriver { dir, running, threads: vec![handle], delete_on_shutdown: ctx.dir_delete_on_shutdown })
+    }
+
+    /// The driver directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops the agents (idempotent).
+    pub fn close(&mut self) {
+        self.running.store(false, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if self.delete_on_shutdown {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// True until [`MediaDriver::close`].
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for MediaDriver {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,11 @@
+//! Aeron-compatible wire frames, shared-memory layouts, channel URIs and the
+//! client ↔ driver control messages of sulis.
+//!
+//! Nothing in this crate performs I/O: it only names offsets, validates and
+//! encodes, so that every other crate agrees on one definition of each layout.
+
+pub mod cnc_descriptor;
+pub mod control;
+pub mod frame;
+pub mod log_buffer_descriptor;
+pub mod uri;

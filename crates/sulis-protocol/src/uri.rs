@@ -1,0 +1,1782 @@
+//! Channel URIs: `aeron:ipc`, `aeron:udp?endpoint=host:port|…` and spies
+//! (`aeron-spy:aeron:udp?…`), parsed, validated and printed back.
+//!
+//! ```
+//! use sulis_protocol::uri::{ChannelUri, Media};
+//!
+//! let uri = ChannelUri::parse("aeron:udp?endpoint=localhost:40123|term-length=64k|linger=2s")?;
+//! assert_eq!(uri.media(), Media::Udp);
+//! assert_eq!(uri.get("endpoint"), Some("localhost:40123"));
+//! assert_eq!(uri.params().term_length, Some(64 * 1024));
+//! assert_eq!(uri.params().linger_ns, Some(2_000_000_000));
+//!
+//! // The printed form is canonical and parses back to the same value.
+//! assert_eq!(ChannelUri::parse(&uri.to_string())?, uri);
+//!
+//! // Every error names the offending piece of the URI and says why.
+//! let err = ChannelUri::parse("aeron:ipc?term-length=100k").unwrap_err();
+//! assert_eq!(err.part, "term-length=100k");
+//! assert_eq!(
+//!     err.to_string(),
+//!     "invalid channel URI 'aeron:ipc?term-length=100k': term-length=100k: \
+//!      must be a power of two between 64k and 1g"
+//! );
+//! # Ok::<(), sulis_protocol::uri::UriError>(())
+//! ```
+//!
+//! The grammar (PROTOCOL.md §6) is
+//!
+//! ```text
+//! aeron-uri = ["aeron-spy:"] "aeron:" media ["?" param *("|" param)]
+//! media     = "udp" | "ipc"
+//! param     = key "=" value        key: non-empty, no '='; value: non-empty, no '|'
+//! ```
+//!
+//! [`ChannelUri::parse`] accepts only the parameter keys listed in §6 and checks
+//! every value, each on its own (ranges, units, address syntax) and in
+//! combination (`init-term-id`/`term-id`/`term-offset` together, `pub-wnd` within
+//! half a term, ...). Later duplicate keys override earlier ones; every occurrence
+//! must still be valid on its own. The raw text of each value is kept, so
+//! [`ChannelUri::get`] and the printed form show what the user wrote (`64k` stays
+//! `64k`), while [`ChannelUri::params`] gives the decoded values.
+//!
+//! The checks here need no I/O: host names are checked for syntax only and are
+//! resolved later by whoever opens the socket.
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// Smallest term length, in bytes (64 KiB).
+pub const TERM_LENGTH_MIN: u32 = 64 * 1024;
+/// Largest term length, in bytes (1 GiB).
+pub const TERM_LENGTH_MAX: u32 = 1 << 30;
+/// Largest MTU, in bytes: the biggest UDP payload Aeron will send (65504, a multiple of 32).
+pub const MAX_UDP_PAYLOAD: u32 = 65504;
+/// Longest channel URI accepted, in bytes.
+pub const MAX_URI_LENGTH: usize = 4095;
+
+/// Frame alignment: MTUs and term offsets are multiples of this.
+const FRAME_ALIGNMENT: u32 = 32;
+/// Upper bound of `max-resend` (concurrent retransmit actions).
+const MAX_RESEND_LIMIT: u32 = 256;
+/// Cap on the maximum message length, whatever the term length.
+const MAX_MESSAGE_LENGTH_CAP: u32 = 16 * 1024 * 1024;
+
+const SPY_PREFIX: &str = "aeron-spy:";
+const AERON_PREFIX: &str = "aeron:";
+
+/// Every parameter key accepted in a channel URI (PROTOCOL.md §6).
+const KNOWN_KEYS: &[&str] = &[
+    "endpoint",
+    "interface",
+    "control",
+    "control-mode",
+    "ttl",
+    "mtu",
+    "term-length",
+    "init-term-id",
+    "term-id",
+    "term-offset",
+    "session-id",
+    "linger",
+    "eos",
+    "sparse",
+    "tether",
+    "rejoin",
+    "reliable",
+    "group",
+    "tags",
+    "alias",
+    "cc",
+    "fc",
+    "gtag",
+    "rcv-wnd",
+    "so-sndbuf",
+    "so-rcvbuf",
+    "ssc",
+    "nak-delay",
+    "max-resend",
+    "pub-wnd",
+    "untethered-window-limit-timeout",
+    "untethered-linger-timeout",
+    "untethered-resting-timeout",
+    "stream-id",
+    "response-endpoint",
+    "response-correlation-id",
+    "media-rcv-ts-offset",
+    "channel-rcv-ts-offset",
+    "channel-snd-ts-offset",
+];
+
+/// The transport a channel uses: the part between `aeron:` and `?`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Media {
+    /// `aeron:ipc` — shared-memory log between processes on one host.
+    Ipc,
+    /// `aeron:udp` — unicast, multicast or multi-destination UDP.
+    Udp,
+}
+
+impl Media {
+    /// The media as written in a URI: `"ipc"` or `"udp"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Media::Ipc => "ipc",
+            Media::Udp => "udp",
+        }
+    }
+}
+
+impl fmt::Display for Media {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Value of the `control-mode` parameter (PROTOCOL.md §5.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControlMode {
+    /// `dynamic`: multi-destination-cast whose destinations are learnt from status messages.
+    Dynamic,
+    /// `manual`: destinations are added and removed explicitly through the API.
+    Manual,
+    /// `response`: response channel (request/response over one server port).
+    Response,
+}
+
+impl ControlMode {
+    /// The mode as written in a URI: `"dynamic"`, `"manual"` or `"response"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlMode::Dynamic => "dynamic",
+            ControlMode::Manual => "manual",
+            ControlMode::Response => "response",
+        }
+    }
+}
+
+impl fmt::Display for ControlMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Value of the `session-id` parameter (PROTOCOL.md §5.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionIdParam {
+    /// A fixed session id (publication) or the only session accepted (subscription).
+    Value(i32),
+    /// `tag:<n>`: take the session id, MTU and term length of the publication tagged `n`.
+    Tag(i64),
+}
+
+impl fmt::Display for SessionIdParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionIdParam::Value(id) => write!(f, "{id}"),
+            SessionIdParam::Tag(tag) => write!(f, "tag:{tag}"),
+        }
+    }
+}
+
+/// Why a channel URI was rejected.
+///
+/// Displays as `invalid channel URI '<uri>': <part>: <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriError {
+    /// The URI as given (cut short, ending in `...`, when it is over [`MAX_URI_LENGTH`]).
+    pub uri: String,
+    /// The offending piece: the whole `key=value`, the prefix or the media
+    /// (`aeron:tcp`), `parameter <n>` for an empty parameter, or `length`.
+    pub part: String,
+    /// What is wrong with `part`, in words meant for the user.
+    pub reason: String,
+}
+
+impl fmt::Display for UriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid channel URI '{}': {}: {}",
+            self.uri, self.part, self.reason
+        )
+    }
+}
+
+impl std::error::Error for UriError {}
+
+/// The decoded, validated parameters of a channel URI.
+///
+/// A field is `None` when its key is absent; defaults are the driver's business.
+/// Fields holding text keep the value exactly as written.
+#[derive(Default, Clone, Debug, PartialEq, Eq)]
+pub struct ChannelParams {
+    /// `endpoint`: `host:port` — destination (publication) or bind address (subscription).
+    pub endpoint: Option<String>,
+    /// `interface`: local interface, `ip[:port][/prefix]` (or `ip/prefix:port`).
+    pub interface: Option<String>,
+    /// `control`: multi-destination-cast control address, `host:port`.
+    pub control: Option<String>,
+    /// `control-mode`: `dynamic`, `manual` or `response`.
+    pub control_mode: Option<ControlMode>,
+    /// `ttl`: multicast time-to-live.
+    pub ttl: Option<u8>,
+    /// `mtu`: MTU in bytes; a multiple of 32, greater than 32, at most [`MAX_UDP_PAYLOAD`].
+    pub mtu: Option<u32>,
+    /// `term-length`: term length in bytes; a power of two in
+    /// [`TERM_LENGTH_MIN`]..=[`TERM_LENGTH_MAX`].
+    pub term_length: Option<u32>,
+    /// `init-term-id`: initial term id (given together with `term-id` and `term-offset`).
+    pub init_term_id: Option<i32>,
+    /// `term-id`: active term id to start at.
+    pub term_id: Option<i32>,
+    /// `term-offset`: offset in the active term to start at, in bytes; 32-aligned.
+    pub term_offset: Option<u32>,
+    /// `session-id`: a fixed id or `tag:<n>`.
+    pub session_id: Option<SessionIdParam>,
+    /// `linger`: how long a closed publication lingers, in nanoseconds.
+    pub linger_ns: Option<u64>,
+    /// `eos`: send end-of-stream when the publication closes.
+    pub eos: Option<bool>,
+    /// `sparse`: create sparse log buffer files.
+    pub sparse: Option<bool>,
+    /// `tether`: whether this local subscriber holds back the publisher.
+    pub tether: Option<bool>,
+    /// `rejoin`: whether a timed-out image may form again.
+    pub rejoin: Option<bool>,
+    /// `reliable`: NAK lost data (`true`) or fill gaps with padding (`false`).
+    pub reliable: Option<bool>,
+    /// `group`: force group semantics on or off; `group=infer` (the default) leaves this `None`.
+    pub group: Option<bool>,
+    /// `tags`: `(channel tag, entity tag)` from `n` or `n,m`.
+    pub tags: Option<(i64, Option<i64>)>,
+    /// `alias`: free-form label.
+    pub alias: Option<String>,
+    /// `cc`: congestion control, `static` or `cubic`.
+    pub cc: Option<String>,
+    /// `fc`: flow control, `max`, `min`, `tagged` or `pref`, with any `,option`s kept as text.
+    pub fc: Option<String>,
+    /// `gtag`: receiver group tag sent in status messages.
+    pub gtag: Option<i64>,
+    /// `rcv-wnd`: initial receiver window, in bytes.
+    pub rcv_wnd: Option<u32>,
+    /// `so-sndbuf`: socket send buffer size, in bytes (0 = OS default).
+    pub so_sndbuf: Option<u32>,
+    /// `so-rcvbuf`: socket receive buffer size, in bytes (0 = OS default).
+    pub so_rcvbuf: Option<u32>,
+    /// `ssc`: spies simulate a connection.
+    pub ssc: Option<bool>,
+    /// `nak-delay`: unicast NAK delay, in nanoseconds.
+    pub nak_delay_ns: Option<u64>,
+    /// `max-resend`: maximum concurrent retransmit actions, 1..=256.
+    pub max_resend: Option<u32>,
+    /// `pub-wnd`: publication window, in bytes; at least `mtu`, at most half of `term-length`.
+    pub pub_wnd: Option<u32>,
+    /// `untethered-window-limit-timeout`, in nanoseconds.
+    pub untethered_window_limit_timeout_ns: Option<u64>,
+    /// `untethered-linger-timeout`, in nanoseconds.
+    pub untethered_linger_timeout_ns: Option<u64>,
+    /// `untethered-resting-timeout`, in nanoseconds.
+    pub untethered_resting_timeout_ns: Option<u64>,
+    /// `stream-id`: must equal the stream id given to the API.
+    pub stream_id: Option<i32>,
+    /// `response-endpoint`: `host:port` for response channels.
+    pub response_endpoint: Option<String>,
+    /// `response-correlation-id`: a 64-bit integer or `prototype`.
+    pub response_correlation_id: Option<String>,
+    /// `media-rcv-ts-offset`: byte offset into the payload, or `reserved`.
+    pub media_rcv_ts_offset: Option<String>,
+    /// `channel-rcv-ts-offset`: byte offset into the payload, or `reserved`.
+    pub channel_rcv_ts_offset: Option<String>,
+    /// `channel-snd-ts-offset`: byte offset into the payload, or `reserved`.
+    pub channel_snd_ts_offset: Option<String>,
+}
+
+/// A parsed and validated channel URI.
+///
+/// Build one with [`ChannelUri::parse`] (or `str::parse`); print it with
+/// `to_string()` to get the canonical form: the prefix, the media and each key
+/// once, in the order first seen, with the value that won.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelUri {
+    spy: bool,
+    media: Media,
+    /// Raw `(key, value)` pairs, one per key, in the order keys first appeared.
+    entries: Vec<(String, String)>,
+    params: ChannelParams,
+}
+
+impl ChannelUri {
+    /// Parses `uri` and validates its syntax and every parameter value.
+    ///
+    /// # Errors
+    /// A [`UriError`] naming the first problem found; see the module docs for the rules.
+    pub fn parse(uri: &str) -> Result<ChannelUri, UriError> {
+        let fail = |part: &str, reason: String| UriError {
+            uri: uri.to_owned(),
+            part: part.to_owned(),
+            reason,
+        };
+
+        if uri.len() > MAX_URI_LENGTH {
+            return Err(UriError {
+                uri: abbreviate(uri),
+                part: "length".to_owned(),
+                reason: format!(
+                    "the URI is {} bytes long; the maximum is {MAX_URI_LENGTH}",
+                    uri.len()
+                ),
+            });
+        }
+        if uri.is_empty() {
+            return Err(fail(
+                "uri",
+                "is empty; expected e.g. 'aeron:ipc' or 'aeron:udp?endpoint=host:port'".to_owned(),
+            ));
+        }
+
+        let (spy, rest) = match uri.strip_prefix(SPY_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, uri),
+        };
+        let Some(body) = rest.strip_prefix(AERON_PREFIX) else {
+            let head = uri.split('?').next().unwrap_or(uri);
+            return Err(fail(
+                head,
+                "must start with 'aeron:' (or 'aeron-spy:aeron:' for a spy)".to_owned(),
+            ));
+        };
+
+        let (media_text, query) = match body.split_once('?') {
+            Some((media, query)) => (media, Some(query)),
+            None => (body, None),
+        };
+        let media = match media_text {
+            "udp" => Media::Udp,
+            "ipc" => Media::Ipc,
+            "" => {
+                return Err(fail(
+                    AERON_PREFIX,
+                    "missing media; expected 'udp' or 'ipc'".to_owned(),
+                ))
+            }
+            other => {
+                return Err(fail(
+                    &format!("{AERON_PREFIX}{other}"),
+                    format!("unknown media '{other}'; expected 'udp' or 'ipc'"),
+                ))
+            }
+        };
+        if spy && media != Media::Udp {
+            return Err(fail(
+                &format!("{SPY_PREFIX}{AERON_PREFIX}{media}"),
+                "a spy can only watch a UDP publication (aeron-spy:aeron:udp?...)".to_owned(),
+            ));
+        }
+
+        let mut entries: Vec<(String, String)> = Vec::new();
+        let mut params = ChannelParams::default();
+        if let Some(query) = query {
+            for (index, segment) in query.split('|').enumerate() {
+                if segment.is_empty() {
+                    return Err(fail(
+                        &format!("parameter {}", index + 1),
+                        "is empty (a stray '|', or '?' with nothing after it)".to_owned(),
+                    ));
+                }
+                let Some((key, value)) = segment.split_once('=') else {
+                    return Err(fail(
+                        segment,
+                        "missing '=' (parameters are written key=value)".to_owned(),
+                    ));
+                };
+                if key.is_empty() {
+                    return Err(fail(
+                        segment,
+                        "missing parameter name before '='".to_owned(),
+                    ));
+                }
+                if !KNOWN_KEYS.contains(&key) {
+                    return Err(fail(segment, unknown_key_reason(key)));
+                }
+                if value.is_empty() {
+                    return Err(fail(segment, "missing value after '='".to_owned()));
+                }
+                apply_param(&mut params, key, value).map_err(|reason| fail(segment, reason))?;
+                match entries.iter_mut().find(|(k, _)| k == key) {
+                    Some(entry) => entry.1 = value.to_owned(),
+                    None => entries.push((key.to_owned(), value.to_owned())),
+                }
+            }
+        }
+
+        check_media_rules(spy, media, &entries, &params)
+            .and_then(|()| check_combinations(&entries, &params))
+            .map_err(|(part, reason)| fail(&part, reason))?;
+
+        Ok(ChannelUri {
+            spy,
+            media,
+            entries,
+            params,
+        })
+    }
+
+    /// The media: [`Media::Udp`] or [`Media::Ipc`].
+    pub fn media(&self) -> Media {
+        self.media
+    }
+
+    /// True when the URI starts with `aeron-spy:`.
+    pub fn is_spy(&self) -> bool {
+        self.spy
+    }
+
+    /// The raw value of parameter `key` as written (the last one when repeated).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The raw `(key, value)` pairs, one per key, in the order keys first appeared.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The decoded parameters, already validated.
+    pub fn params(&self) -> &ChannelParams {
+        &self.params
+    }
+
+    /// The same URI without `aeron-spy:` (the channel of the publication a spy watches).
+    ///
+    /// Note that a spy URI is not required to name an endpoint, control, tags or a
+    /// control mode, so the result may not satisfy the rules for a plain UDP URI.
+    pub fn without_spy_prefix(&self) -> ChannelUri {
+        ChannelUri {
+            spy: false,
+            ..self.clone()
+        }
+    }
+}
+
+impl fmt::Display for ChannelUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.spy {
+            f.write_str(SPY_PREFIX)?;
+        }
+        write!(f, "{AERON_PREFIX}{}", self.media)?;
+        for (index, (key, value)) in self.entries.iter().enumerate() {
+            let separator = if index == 0 { '?' } else { '|' };
+            write!(f, "{separator}{key}={value}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for ChannelUri {
+    type Err = UriError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ChannelUri::parse(s)
+    }
+}
+
+/// Parses a size in bytes: digits with an optional `k`, `m` or `g` suffix
+/// (any case; powers of 1024), e.g. `4096`, `64k`, `16M`, `1g`.
+///
+/// # Errors
+/// A reason when `s` is not of that form or the size does not fit in a `u64`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, multiplier) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1u64 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1u64 << 30),
+        _ => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "'{s}' is not a size; use a number of bytes with an optional k, m or g suffix (e.g. 64k)"
+        ));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| format!("'{s}' is too large a size"))
+}
+
+/// Parses a duration into nanoseconds: digits with an optional `ns`, `us`, `ms`
+/// or `s` suffix (any case); no suffix means nanoseconds. E.g. `5s`, `10ms`, `100us`.
+///
+/// # Errors
+/// A reason when `s` is not of that form or the duration does not fit in a `u64`.
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let lower = s.to_ascii_lowercase();
+    let (digits, multiplier) = if let Some(d) = lower.strip_suffix("ns") {
+        (d, 1u64)
+    } else if let Some(d) = lower.strip_suffix("us") {
+        (d, 1_000)
+    } else if let Some(d) = lower.strip_suffix("ms") {
+        (d, 1_000_000)
+    } else if let Some(d) = lower.strip_suffix('s') {
+        (d, 1_000_000_000)
+    } else {
+        (lower.as_str(), 1)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "'{s}' is not a duration; use a number with an optional ns, us, ms or s suffix (e.g. 5s)"
+        ));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| format!("'{s}' is too long a duration"))
+}
+
+/// Parses a boolean: exactly `true` or `false`.
+///
+/// # Errors
+/// A reason for anything else (`TRUE`, `1`, `yes`, ...).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("'{s}' is not a boolean; use true or false")),
+    }
+}
+
+/// Decodes one `key=value` into `params`; `Err` is the reason it is invalid.
+fn apply_param(p: &mut ChannelParams, key: &str, value: &str) -> Result<(), String> {
+    let text = || Some(value.to_owned());
+    match key {
+        "endpoint" | "control" | "response-endpoint" => {
+            check_socket_address(value)?;
+            match key {
+                "endpoint" => p.endpoint = text(),
+                "control" => p.control = text(),
+                _ => p.response_endpoint = text(),
+            }
+        }
+        "interface" => {
+            check_interface(value)?;
+            p.interface = text();
+        }
+        "control-mode" => {
+            p.control_mode = Some(match value {
+                "dynamic" => ControlMode::Dynamic,
+                "manual" => ControlMode::Manual,
+                "response" => ControlMode::Response,
+                _ => return Err("must be dynamic, manual or response".to_owned()),
+            })
+        }
+        "ttl" => {
+            p.ttl = Some(
+                value
+                    .parse::<u8>()
+                    .map_err(|_| "must be an integer from 0 to 255".to_owned())?,
+            )
+        }
+        "mtu" => p.mtu = Some(parse_mtu(value)?),
+        "term-length" => p.term_length = Some(parse_term_length(value)?),
+        "init-term-id" => p.init_term_id = Some(parse_i32(value)?),
+        "term-id" => p.term_id = Some(parse_i32(value)?),
+        "term-offset" => p.term_offset = Some(parse_term_offset(value)?),
+        "session-id" => p.session_id = Some(parse_session_id(value)?),
+        "linger" => p.linger_ns = Some(parse_duration_ns(value)?),
+        "eos" => p.eos = Some(parse_bool(value)?),
+        "sparse" => p.sparse = Some(parse_bool(value)?),
+        "tether" => p.tether = Some(parse_bool(value)?),
+        "rejoin" => p.rejoin = Some(parse_bool(value)?),
+        "reliable" => p.reliable = Some(parse_bool(value)?),
+        "ssc" => p.ssc = Some(parse_bool(value)?),
+        "group" => {
+            p.group = match value {
+                "true" => Some(true),
+                "false" => Some(false),
+                "infer" => None,
+                _ => return Err(format!("'{value}' is not valid; use true, false or infer")),
+            }
+        }
+        "tags" => p.tags = Some(parse_tags(value)?),
+        "alias" => p.alias = text(),
+        "cc" => match value {
+            "static" | "cubic" => p.cc = text(),
+            _ => return Err("must be static or cubic".to_owned()),
+        },
+        "fc" => {
+            check_flow_control(value)?;
+            p.fc = text();
+        }
+        "gtag" => p.gtag = Some(parse_i64(value)?),
+        "rcv-wnd" => p.rcv_wnd = Some(parse_window(value)?),
+        "pub-wnd" => p.pub_wnd = Some(parse_window(value)?),
+        "so-sndbuf" => p.so_sndbuf = Some(parse_size_u32(value)?),
+        "so-rcvbuf" => p.so_rcvbuf = Some(parse_size_u32(value)?),
+        "nak-delay" => p.nak_delay_ns = Some(parse_duration_ns(value)?),
+        "max-resend" => {
+            p.max_resend = Some(
+                value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_RESEND_LIMIT).contains(n))
+                    .ok_or_else(|| format!("must be an integer from 1 to {MAX_RESEND_LIMIT}"))?,
+            )
+        }
+        "untethered-window-limit-timeout" => {
+            p.untethered_window_limit_timeout_ns = Some(parse_duration_ns(value)?)
+        }
+        "untethered-linger-timeout" => {
+            p.untethered_linger_timeout_ns = Some(parse_duration_ns(value)?)
+        }
+        "untethered-resting-timeout" => {
+            p.untethered_resting_timeout_ns = Some(parse_duration_ns(value)?)
+        }
+        "stream-id" => p.stream_id = Some(parse_i32(value)?),
+        "response-correlation-id" => {
+            if value != "prototype" && value.parse::<i64>().is_err() {
+                return Err("must be a 64-bit integer correlation id or 'prototype'".to_owned());
+            }
+            p.response_correlation_id = text();
+        }
+        "media-rcv-ts-offset" | "channel-rcv-ts-offset" | "channel-snd-ts-offset" => {
+            let valid = value == "reserved" || value.parse::<i32>().is_ok_and(|n| n >= 0);
+            if !valid {
+                return Err(
+                    "must be a byte offset (a non-negative integer) or 'reserved'".to_owned(),
+                );
+            }
+            match key {
+                "media-rcv-ts-offset" => p.media_rcv_ts_offset = text(),
+                "channel-rcv-ts-offset" => p.channel_rcv_ts_offset = text(),
+                _ => p.channel_snd_ts_offset = text(),
+            }
+        }
+        _ => return Err(unknown_key_reason(key)),
+    }
+    Ok(())
+}
+
+/// Rules that depend on the media and the spy prefix; `Err` is `(part, reason)`.
+fn check_media_rules(
+    spy: bool,
+    media: Media,
+    entries: &[(String, String)],
+    p: &ChannelParams,
+) -> Result<(), (String, String)> {
+    match media {
+        Media::Ipc => {
+            for key in ["endpoint", "control", "interface"] {
+                if let Some(raw) = raw_param(entries, key) {
+                    return Err((
+                        raw,
+                        format!("{key} is only for UDP channels, not aeron:ipc"),
+                    ));
+                }
+            }
+        }
+        Media::Udp => {
+            let addressed = p.endpoint.is_some()
+                || p.control.is_some()
+                || p.tags.is_some()
+                || matches!(
+                    p.control_mode,
+                    Some(ControlMode::Manual | ControlMode::Response)
+                );
+            if !spy && !addressed {
+                return Err((
+                    format!("{AERON_PREFIX}udp"),
+                    "a UDP channel needs an endpoint, control, tags, or control-mode=manual|response"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rules between parameters (checked on the values that won); `Err` is `(part, reason)`.
+fn check_combinations(
+    entries: &[(String, String)],
+    p: &ChannelParams,
+) -> Result<(), (String, String)> {
+    // A raw `key=value` for a key known to be present.
+    let raw = |key: &str| raw_param(entries, key).unwrap_or_else(|| key.to_owned());
+
+    let start = [
+        ("init-term-id", p.init_term_id.is_some()),
+        ("term-id", p.term_id.is_some()),
+        ("term-offset", p.term_offset.is_some()),
+    ];
+    let given = start.iter().filter(|(_, present)| *present).count();
+    if given != 0 && given != start.len() {
+        // Name the first of the three as it appears in the URI.
+        let first = entries
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .find(|k| start.iter().any(|(key, _)| key == k))
+            .unwrap_or("init-term-id");
+        let missing: Vec<&str> = start
+            .iter()
+            .filter(|(_, present)| !*present)
+            .map(|(k, _)| *k)
+            .collect();
+        return Err((
+            raw(first),
+            format!(
+                "init-term-id, term-id and term-offset must be given together (missing {})",
+                missing.join(" and ")
+            ),
+        ));
+    }
+    if let (Some(init_term_id), Some(term_id)) = (p.init_term_id, p.term_id) {
+        // Term count is a wrapping 32-bit difference, as in position arithmetic.
+        let term_count = term_id.wrapping_sub(init_term_id);
+        if term_count < 0 {
+            return Err((
+                raw("term-id"),
+                format!(
+                    "term-id is behind init-term-id: term-id - init-term-id is {term_count} \
+                     (32-bit wrapping) and must not be negative"
+                ),
+            ));
+        }
+    }
+
+    if let Some(term_length) = p.term_length {
+        if let Some(term_offset) = p.term_offset {
+            if term_offset >= term_length {
+                return Err((
+                    raw("term-offset"),
+                    format!("must be less than term-length ({term_length} bytes)"),
+                ));
+            }
+        }
+        let max_message_length = (term_length / 8).min(MAX_MESSAGE_LENGTH_CAP);
+        if let Some(mtu) = p.mtu {
+            if mtu > max_message_length {
+                return Err((
+                    raw("mtu"),
+                    format!(
+                        "must not exceed the maximum message length of {max_message_length} bytes \
+                         (term-length / 8)"
+                    ),
+                ));
+            }
+        }
+        if let Some(pub_wnd) = p.pub_wnd {
+            if pub_wnd > term_length / 2 {
+                return Err((
+                    raw("pub-wnd"),
+                    format!(
+                        "must be at most half of term-length ({} bytes)",
+                        term_length / 2
+                    ),
+                ));
+            }
+        }
+    }
+    if let (Some(pub_wnd), Some(mtu)) = (p.pub_wnd, p.mtu) {
+        if pub_wnd < mtu {
+            return Err((
+                raw("pub-wnd"),
+                format!("must be at least mtu ({mtu} bytes)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `key=value` as written, for the value of `key` that won.
+fn raw_param(entries: &[(String, String)], key: &str) -> Option<String> {
+    entries
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(k, v)| format!("{k}={v}"))
+}
+
+fn parse_i32(value: &str) -> Result<i32, String> {
+    value
+        .parse::<i32>()
+        .map_err(|_| format!("'{value}' is not a 32-bit signed integer"))
+}
+
+fn parse_i64(value: &str) -> Result<i64, String> {
+    value
+        .parse::<i64>()
+        .map_err(|_| format!("'{value}' is not a 64-bit signed integer"))
+}
+
+fn parse_size_u32(value: &str) -> Result<u32, String> {
+    let size = parse_size(value)?;
+    u32::try_from(size)
+        .map_err(|_| format!("'{value}' is too large; the maximum is {} bytes", u32::MAX))
+}
+
+fn parse_window(value: &str) -> Result<u32, String> {
+    match parse_size_u32(value)? {
+        0 => Err("must be greater than zero".to_owned()),
+        n => Ok(n),
+    }
+}
+
+fn parse_mtu(value: &str) -> Result<u32, String> {
+    let mtu = parse_size(value)?;
+    let valid = mtu > u64::from(FRAME_ALIGNMENT)
+        && mtu <= u64::from(MAX_UDP_PAYLOAD)
+        && mtu % u64::from(FRAME_ALIGNMENT) == 0;
+    if valid {
+        // Lossless: bounded by MAX_UDP_PAYLOAD above.
+        Ok(mtu as u32)
+    } else {
+        Err(format!(
+            "must be a multiple of {FRAME_ALIGNMENT}, greater than {FRAME_ALIGNMENT} and at most {MAX_UDP_PAYLOAD}"
+        ))
+    }
+}
+
+fn parse_term_length(value: &str) -> Result<u32, String> {
+    let length = parse_size(value)?;
+    let valid = length.is_power_of_two()
+        && (u64::from(TERM_LENGTH_MIN)..=u64::from(TERM_LENGTH_MAX)).contains(&length);
+    if valid {
+        // Lossless: bounded by TERM_LENGTH_MAX above.
+        Ok(length as u32)
+    } else {
+        Err("must be a power of two between 64k and 1g".to_owned())
+    }
+}
+
+fn parse_term_offset(value: &str) -> Result<u32, String> {
+    let offset = value
+        .parse::<u32>()
+        .map_err(|_| format!("'{value}' is not a non-negative integer"))?;
+    if offset % FRAME_ALIGNMENT != 0 {
+        return Err(format!("must be a multiple of {FRAME_ALIGNMENT}"));
+    }
+    if offset >= TERM_LENGTH_MAX {
+        return Err("must be less than the term length (at most 1g)".to_owned());
+    }
+    Ok(offset)
+}
+
+fn parse_session_id(value: &str) -> Result<SessionIdParam, String> {
+    match value.strip_prefix("tag:") {
+        Some(tag) => tag
+            .parse::<i64>()
+            .map(SessionIdParam::Tag)
+            .map_err(|_| "tag:<n> needs a 64-bit integer tag".to_owned()),
+        None => value
+            .parse::<i32>()
+            .map(SessionIdParam::Value)
+            .map_err(|_| "must be a 32-bit signed integer or tag:<n>".to_owned()),
+    }
+}
+
+fn parse_tags(value: &str) -> Result<(i64, Option<i64>), String> {
+    let bad = || "must be <channel-tag> or <channel-tag>,<entity-tag> (64-bit integers)".to_owned();
+    let (channel, entity) = match value.split_once(',') {
+        Some((channel, entity)) => (channel, Some(entity)),
+        None => (value, None),
+    };
+    let channel = channel.parse::<i64>().map_err(|_| bad())?;
+    let entity = match entity {
+        Some(entity) => Some(entity.parse::<i64>().map_err(|_| bad())?),
+        None => None,
+    };
+    Ok((channel, entity))
+}
+
+fn check_flow_control(value: &str) -> Result<(), String> {
+    let mut parts = value.split(',');
+    let strategy = parts.next().unwrap_or("");
+    if !matches!(strategy, "max" | "min" | "tagged" | "pref") {
+        return Err(format!(
+            "'{strategy}' is not a flow control; use max, min, tagged or pref (options follow a comma, e.g. min,t:5s)"
+        ));
+    }
+    if parts.any(str::is_empty) {
+        return Err("has an empty option (a stray ',')".to_owned());
+    }
+    Ok(())
+}
+
+/// The kind of host in an address, which bounds an interface's prefix length.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HostKind {
+    V4,
+    V6,
+    Name,
+}
+
+/// Splits `[v6]rest` or `host rest`, where `rest` starts at the first `:` or `/`
+/// after the host. Bare IPv6 (several colons, no brackets) is refused.
+fn split_host(value: &str) -> Result<(&str, HostKind, &str), String> {
+    if let Some(after_bracket) = value.strip_prefix('[') {
+        let Some(close) = after_bracket.find(']') else {
+            return Err("missing ']' after the IPv6 address".to_owned());
+        };
+        let host = &after_bracket[..close];
+        let address = match host.split_once('%') {
+            // A zone id (`%eth0`) may follow a link-local address.
+            Some((address, zone)) if !zone.is_empty() && zone.bytes().all(is_name_byte) => address,
+            Some(_) => return Err(format!("'[{host}]' has an invalid zone id")),
+            None => host,
+        };
+        if address.parse::<Ipv6Addr>().is_err() {
+            return Err(format!("'{host}' is not a valid IPv6 address"));
+        }
+        return Ok((host, HostKind::V6, &after_bracket[close + 1..]));
+    }
+    if value.bytes().filter(|&b| b == b':').count() > 1 {
+        return Err("IPv6 addresses must be in brackets, e.g. [::1]:40123".to_owned());
+    }
+    let end = value.find([':', '/']).unwrap_or(value.len());
+    let (host, rest) = value.split_at(end);
+    if host.is_empty() {
+        return Err("missing host".to_owned());
+    }
+    let kind = if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        if host.parse::<Ipv4Addr>().is_err() {
+            return Err(format!("'{host}' is not a valid IPv4 address"));
+        }
+        HostKind::V4
+    } else {
+        check_host_name(host)?;
+        HostKind::Name
+    };
+    Ok((host, kind, rest))
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+}
+
+fn check_host_name(host: &str) -> Result<(), String> {
+    let valid = host.len() <= 253
+        && host
+            .split('.')
+            .all(|label| !label.is_empty() && label.bytes().all(is_name_byte));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("'{host}' is not a valid host name or IP address"))
+    }
+}
+
+fn parse_port(port: &str) -> Result<u16, String> {
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("port '{port}' is not a number from 0 to 65535"));
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("port {port} is out of range (0 to 65535)"))
+}
+
+/// `host:port`, with IPv6 hosts in brackets.
+fn check_socket_address(value: &str) -> Result<(), String> {
+    let (_, _, rest) = split_host(value).map_err(|reason| {
+        format!("{reason} (expected host:port, IPv6 in brackets, e.g. [::1]:40123)")
+    })?;
+    match rest.strip_prefix(':') {
+        Some(port) => parse_port(port).map(|_| ()),
+        None => Err("missing port (expected host:port, e.g. localhost:40123)".to_owned()),
+    }
+}
+
+/// `host`, with an optional `:port` and an optional `/prefix`, in either order.
+fn check_interface(value: &str) -> Result<(), String> {
+    let (_, kind, mut rest) = split_host(value)
+        .map_err(|reason| format!("{reason} (expected ip[:port][/prefix], IPv6 in brackets)"))?;
+    let (mut port, mut prefix) = (None, None);
+    while let Some(separator) = rest.chars().next() {
+        let body_end = rest[1..].find([':', '/']).map_or(rest.len(), |i| i + 1);
+        let body = &rest[1..body_end];
+        match separator {
+            ':' if port.is_none() => port = Some(body),
+            '/' if prefix.is_none() => prefix = Some(body),
+            _ => {
+                return Err(format!(
+                    "unexpected '{separator}' (expected ip[:port][/prefix], IPv6 in brackets)"
+                ))
+            }
+        }
+        rest = &rest[body_end..];
+    }
+    if let Some(port) = port {
+        parse_port(port)?;
+    }
+    if let Some(prefix) = prefix {
+        let max = if kind == HostKind::V6 { 128 } else { 32 };
+        let valid = !prefix.is_empty()
+            && prefix.bytes().all(|b| b.is_ascii_digit())
+            && prefix.parse::<u32>().is_ok_and(|n| n <= max);
+        if !valid {
+            return Err(format!(
+                "prefix length '{prefix}' must be a number from 0 to {max}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The reason for an unknown key, suggesting a known key when one is close.
+fn unknown_key_reason(key: &str) -> String {
+    if key == "spies-simulate-connection" {
+        return "unknown parameter (the URI key for spies simulating a connection is 'ssc')"
+            .to_owned();
+    }
+    let lower = key.to_ascii_lowercase();
+    let closest = KNOWN_KEYS
+        .iter()
+        .map(|known| (edit_distance(&lower, known), *known))
+        .min();
+    match closest {
+        Some((distance, known)) if distance <= 2 => {
+            format!("unknown parameter (did you mean '{known}'?)")
+        }
+        _ => "unknown parameter".to_owned(),
+    }
+}
+
+/// Levenshtein distance between two short strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = Vec::with_capacity(b.len() + 1);
+        current.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous[j] + usize::from(ca != *cb);
+            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// The first few characters of an over-long URI, for the error message.
+fn abbreviate(uri: &str) -> String {
+    const SHOWN: usize = 64;
+    match uri.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", &uri[..cut]),
+        None => uri.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(uri: &str) -> UriError {
+        match ChannelUri::parse(uri) {
+            Ok(parsed) => panic!("expected '{uri}' to be rejected, got {parsed:?}"),
+            Err(err) => err,
+        }
+    }
+
+    /// Asserts that `uri` is rejected, naming `part`, with `word` in the reason.
+    fn assert_rejected(uri: &str, part: &str, word: &str) {
+        let err = error(uri);
+        assert_eq!(err.part, part, "part for '{uri}': {err}");
+        assert!(
+            err.reason.contains(word),
+            "reason for '{uri}' should mention '{word}': {err}"
+        );
+    }
+
+    fn params(uri: &str) -> ChannelParams {
+        match ChannelUri::parse(uri) {
+            Ok(parsed) => parsed.params().clone(),
+            Err(err) => panic!("expected '{uri}' to parse: {err}"),
+        }
+    }
+
+    #[test]
+    fn should_round_trip_rich_uri() {
+        let text = "aeron:udp?endpoint=224.10.9.7:40456|interface=192.168.1.0/24|ttl=16|mtu=8k\
+                    |term-length=1m|init-term-id=-5|term-id=7|term-offset=4096|session-id=tag:99\
+                    |linger=250ms|eos=false|sparse=true|tether=false|rejoin=true|reliable=false\
+                    |group=true|tags=1,1001|alias=market data|cc=cubic|fc=min,g:/3,t:5s\
+                    |gtag=-7|rcv-wnd=256k|so-sndbuf=2m|so-rcvbuf=0|ssc=true|nak-delay=100us\
+                    |max-resend=16|pub-wnd=128k|untethered-window-limit-timeout=5s\
+                    |untethered-linger-timeout=5s|untethered-resting-timeout=10s|stream-id=1001\
+                    |channel-rcv-ts-offset=reserved|channel-snd-ts-offset=8|media-rcv-ts-offset=0";
+        let uri = ChannelUri::parse(text).unwrap();
+        assert_eq!(uri.to_string(), text);
+        assert_eq!(ChannelUri::parse(&uri.to_string()).unwrap(), uri);
+
+        let p = uri.params();
+        assert_eq!(p.endpoint.as_deref(), Some("224.10.9.7:40456"));
+        assert_eq!(p.interface.as_deref(), Some("192.168.1.0/24"));
+        assert_eq!(p.ttl, Some(16));
+        assert_eq!(p.mtu, Some(8192));
+        assert_eq!(p.term_length, Some(1 << 20));
+        assert_eq!(
+            (p.init_term_id, p.term_id, p.term_offset),
+            (Some(-5), Some(7), Some(4096))
+        );
+        assert_eq!(p.session_id, Some(SessionIdParam::Tag(99)));
+        assert_eq!(p.linger_ns, Some(250_000_000));
+        assert_eq!(
+            (p.eos, p.sparse, p.tether, p.rejoin, p.reliable, p.group, p.ssc),
+            (
+                Some(false),
+                Some(true),
+                Some(false),
+                Some(true),
+                Some(false),
+                Some(true),
+                Some(true)
+            )
+        );
+        assert_eq!(p.tags, Some((1, Some(1001))));
+        assert_eq!(p.alias.as_deref(), Some("market data"));
+        assert_eq!(p.cc.as_deref(), Some("cubic"));
+        assert_eq!(p.fc.as_deref(), Some("min,g:/3,t:5s"));
+        assert_eq!(p.gtag, Some(-7));
+        assert_eq!(
+            (p.rcv_wnd, p.so_sndbuf, p.so_rcvbuf),
+            (Some(256 * 1024), Some(2 << 20), Some(0))
+        );
+        assert_eq!(p.nak_delay_ns, Some(100_000));
+        assert_eq!((p.max_resend, p.pub_wnd), (Some(16), Some(128 * 1024)));
+        assert_eq!(p.untethered_window_limit_timeout_ns, Some(5_000_000_000));
+        assert_eq!(p.untethered_linger_timeout_ns, Some(5_000_000_000));
+        assert_eq!(p.untethered_resting_timeout_ns, Some(10_000_000_000));
+        assert_eq!(p.stream_id, Some(1001));
+        assert_eq!(p.channel_rcv_ts_offset.as_deref(), Some("reserved"));
+        assert_eq!(p.channel_snd_ts_offset.as_deref(), Some("8"));
+        assert_eq!(p.media_rcv_ts_offset.as_deref(), Some("0"));
+        assert_eq!(uri.get("mtu"), Some("8k"));
+        assert_eq!(uri.get("nope"), None);
+        assert_eq!(uri.iter().count(), 35);
+    }
+
+    #[test]
+    fn should_round_trip_response_and_mdc_uris() {
+        for text in [
+            "aeron:udp?control=localhost:40123|control-mode=dynamic|endpoint=localhost:0",
+            "aeron:udp?control-mode=response|response-correlation-id=prototype",
+            "aeron:udp?control-mode=manual|response-endpoint=[::1]:9000|response-correlation-id=-42",
+            "aeron:ipc?control-mode=response|response-correlation-id=7",
+            "aeron-spy:aeron:udp?endpoint=localhost:40123|session-id=-1",
+        ] {
+            let uri = ChannelUri::parse(text).unwrap();
+            assert_eq!(uri.to_string(), text);
+            assert_eq!(text.parse::<ChannelUri>().unwrap(), uri);
+        }
+    }
+
+    #[test]
+    fn should_parse_plain_ipc() {
+        let uri = ChannelUri::parse("aeron:ipc").unwrap();
+        assert_eq!(uri.media(), Media::Ipc);
+        assert!(!uri.is_spy());
+        assert_eq!(uri.params(), &ChannelParams::default());
+        assert_eq!(uri.to_string(), "aeron:ipc");
+    }
+
+    #[test]
+    fn should_parse_spy_and_strip_prefix() {
+        let uri =
+            ChannelUri::parse("aeron-spy:aeron:udp?endpoint=localhost:40123|tether=false").unwrap();
+        assert!(uri.is_spy());
+        assert_eq!(uri.media(), Media::Udp);
+        let plain = uri.without_spy_prefix();
+        assert!(!plain.is_spy());
+        assert_eq!(
+            plain.to_string(),
+            "aeron:udp?endpoint=localhost:40123|tether=false"
+        );
+        assert_eq!(plain.params(), uri.params());
+        // A spy need not name an address of its own.
+        assert!(ChannelUri::parse("aeron-spy:aeron:udp").unwrap().is_spy());
+    }
+
+    #[test]
+    fn should_let_later_duplicate_keys_override() {
+        let uri = ChannelUri::parse("aeron:ipc?mtu=1408|alias=a|mtu=4096|group=true|group=infer")
+            .unwrap();
+        assert_eq!(uri.get("mtu"), Some("4096"));
+        assert_eq!(uri.params().mtu, Some(4096));
+        assert_eq!(uri.params().group, None);
+        assert_eq!(uri.to_string(), "aeron:ipc?mtu=4096|alias=a|group=infer");
+    }
+
+    #[test]
+    fn should_format_error_with_uri_part_and_reason() {
+        let err = error("aeron:ipc?term-length=100k");
+        assert_eq!(
+            err.to_string(),
+            "invalid channel URI 'aeron:ipc?term-length=100k': term-length=100k: \
+             must be a power of two between 64k and 1g"
+        );
+        let boxed: Box<dyn std::error::Error> = Box::new(err);
+        assert!(boxed.to_string().starts_with("invalid channel URI"));
+    }
+
+    #[test]
+    fn should_reject_too_long_uri() {
+        let long = format!("aeron:ipc?alias={}", "x".repeat(MAX_URI_LENGTH));
+        let err = error(&long);
+        assert_eq!(err.part, "length");
+        assert!(err.reason.contains("maximum"), "{err}");
+        assert!(err.uri.len() < 100 && err.uri.ends_with("..."), "{err}");
+
+        let exact = format!("aeron:ipc?alias={}", "x".repeat(MAX_URI_LENGTH - 16));
+        assert_eq!(exact.len(), MAX_URI_LENGTH);
+        assert!(ChannelUri::parse(&exact).is_ok());
+    }
+
+    #[test]
+    fn should_reject_missing_prefix() {
+        assert_rejected("udp?endpoint=localhost:40123", "udp", "aeron:");
+        assert_rejected(
+            "aeron-spy:udp?endpoint=localhost:1",
+            "aeron-spy:udp",
+            "aeron:",
+        );
+        assert_rejected("Aeron:ipc", "Aeron:ipc", "aeron:");
+        assert_rejected("", "uri", "empty");
+    }
+
+    #[test]
+    fn should_reject_unknown_or_missing_media() {
+        assert_rejected("aeron:tcp?endpoint=localhost:40123", "aeron:tcp", "media");
+        assert_rejected("aeron:UDP?endpoint=localhost:40123", "aeron:UDP", "media");
+        assert_rejected(
+            "aeron:udp:endpoint=localhost:1",
+            "aeron:udp:endpoint=localhost:1",
+            "media",
+        );
+        assert_rejected("aeron:", "aeron:", "media");
+        assert_rejected("aeron:?mtu=1408", "aeron:", "media");
+    }
+
+    #[test]
+    fn should_reject_spy_of_ipc() {
+        assert_rejected("aeron-spy:aeron:ipc", "aeron-spy:aeron:ipc", "UDP");
+    }
+
+    #[test]
+    fn should_reject_malformed_params() {
+        assert_rejected("aeron:ipc?", "parameter 1", "empty");
+        assert_rejected("aeron:ipc?mtu=1408|", "parameter 2", "empty");
+        assert_rejected("aeron:ipc?mtu=1408||sparse=true", "parameter 2", "empty");
+        assert_rejected("aeron:ipc?sparse", "sparse", "'='");
+        assert_rejected("aeron:ipc?=true", "=true", "name");
+        assert_rejected("aeron:ipc?sparse=", "sparse=", "value");
+    }
+
+    #[test]
+    fn should_reject_unknown_params() {
+        assert_rejected("aeron:ipc?colour=blue", "colour=blue", "unknown parameter");
+        let err = error("aeron:ipc?term-lenght=64k");
+        assert!(err.reason.contains("unknown parameter"), "{err}");
+        assert!(err.reason.contains("'term-length'"), "{err}");
+        assert!(err.reason.len() < 80, "reason should be short: {err}");
+        assert_rejected(
+            "aeron:ipc?spies-simulate-connection=true",
+            "spies-simulate-connection=true",
+            "ssc",
+        );
+    }
+
+    #[test]
+    fn should_validate_term_length() {
+        assert_eq!(
+            params("aeron:ipc?term-length=64k").term_length,
+            Some(TERM_LENGTH_MIN)
+        );
+        assert_eq!(
+            params("aeron:ipc?term-length=1g").term_length,
+            Some(TERM_LENGTH_MAX)
+        );
+        assert_eq!(
+            params("aeron:ipc?term-length=65536").term_length,
+            Some(65536)
+        );
+        assert_rejected(
+            "aeron:ipc?term-length=100k",
+            "term-length=100k",
+            "power of two",
+        );
+        assert_rejected("aeron:ipc?term-length=32k", "term-length=32k", "64k");
+        assert_rejected("aeron:ipc?term-length=2g", "term-length=2g", "1g");
+        assert_rejected("aeron:ipc?term-length=big", "term-length=big", "size");
+    }
+
+    #[test]
+    fn should_validate_mtu() {
+        assert_eq!(params("aeron:ipc?mtu=1408").mtu, Some(1408));
+        assert_eq!(params("aeron:ipc?mtu=65504").mtu, Some(MAX_UDP_PAYLOAD));
+        assert_eq!(params("aeron:ipc?mtu=64").mtu, Some(64));
+        assert_rejected("aeron:ipc?mtu=32", "mtu=32", "greater than 32");
+        assert_rejected("aeron:ipc?mtu=1400", "mtu=1400", "multiple of 32");
+        assert_rejected("aeron:ipc?mtu=65536", "mtu=65536", "65504");
+        assert_rejected("aeron:ipc?mtu=-1", "mtu=-1", "size");
+        // 64k term: max message length 8 KiB.
+        assert_rejected(
+            "aeron:ipc?term-length=64k|mtu=9k",
+            "mtu=9k",
+            "maximum message length",
+        );
+        assert!(ChannelUri::parse("aeron:ipc?term-length=64k|mtu=8k").is_ok());
+    }
+
+    #[test]
+    fn should_require_start_position_params_together() {
+        assert_rejected("aeron:ipc?init-term-id=1", "init-term-id=1", "together");
+        assert_rejected(
+            "aeron:ipc?term-id=1|term-offset=0",
+            "term-id=1",
+            "init-term-id",
+        );
+        assert_rejected(
+            "aeron:ipc?term-offset=0|init-term-id=3",
+            "term-offset=0",
+            "term-id",
+        );
+        let p = params("aeron:ipc?init-term-id=3|term-id=5|term-offset=64");
+        assert_eq!(
+            (p.init_term_id, p.term_id, p.term_offset),
+            (Some(3), Some(5), Some(64))
+        );
+    }
+
+    #[test]
+    fn should_check_term_id_against_init_term_id_with_wrapping() {
+        assert_rejected(
+            "aeron:ipc?init-term-id=10|term-id=9|term-offset=0",
+            "term-id=9",
+            "negative",
+        );
+        // i32::MIN - i32::MAX wraps to 1: one term later.
+        let wrapped = format!(
+            "aeron:ipc?init-term-id={}|term-id={}|term-offset=0",
+            i32::MAX,
+            i32::MIN
+        );
+        assert!(ChannelUri::parse(&wrapped).is_ok());
+        // 0 - (-2^31) wraps to -2^31: too far ahead.
+        let too_far = format!(
+            "aeron:ipc?init-term-id={}|term-id=0|term-offset=0",
+            i32::MIN
+        );
+        assert_rejected(&too_far, "term-id=0", "negative");
+        assert_rejected(
+            "aeron:ipc?init-term-id=x|term-id=0|term-offset=0",
+            "init-term-id=x",
+            "integer",
+        );
+        assert_rejected(
+            "aeron:ipc?init-term-id=1|term-id=3000000000|term-offset=0",
+            "term-id=3000000000",
+            "32-bit",
+        );
+    }
+
+    #[test]
+    fn should_validate_term_offset() {
+        let base = "aeron:ipc?init-term-id=0|term-id=0";
+        assert_rejected(
+            &format!("{base}|term-offset=33"),
+            "term-offset=33",
+            "multiple of 32",
+        );
+        assert_rejected(
+            &format!("{base}|term-offset=-32"),
+            "term-offset=-32",
+            "non-negative",
+        );
+        assert_rejected(
+            &format!("{base}|term-offset=1073741824"),
+            "term-offset=1073741824",
+            "less than",
+        );
+        assert_rejected(
+            &format!("{base}|term-offset=65536|term-length=64k"),
+            "term-offset=65536",
+            "term-length",
+        );
+        assert!(ChannelUri::parse(&format!("{base}|term-offset=65504|term-length=64k")).is_ok());
+    }
+
+    #[test]
+    fn should_validate_session_id() {
+        assert_eq!(
+            params("aeron:ipc?session-id=-17").session_id,
+            Some(SessionIdParam::Value(-17))
+        );
+        assert_eq!(
+            params("aeron:ipc?session-id=tag:9000000000").session_id,
+            Some(SessionIdParam::Tag(9_000_000_000))
+        );
+        assert_rejected(
+            "aeron:ipc?session-id=3000000000",
+            "session-id=3000000000",
+            "32-bit",
+        );
+        assert_rejected("aeron:ipc?session-id=tag:", "session-id=tag:", "tag");
+        assert_rejected("aeron:ipc?session-id=tag:x", "session-id=tag:x", "integer");
+        assert_rejected("aeron:ipc?session-id=abc", "session-id=abc", "integer");
+        assert_eq!(SessionIdParam::Tag(5).to_string(), "tag:5");
+        assert_eq!(SessionIdParam::Value(-5).to_string(), "-5");
+    }
+
+    #[test]
+    fn should_accept_only_strict_booleans() {
+        for key in ["eos", "sparse", "tether", "rejoin", "reliable", "ssc"] {
+            assert!(ChannelUri::parse(&format!("aeron:ipc?{key}=true")).is_ok());
+            assert!(ChannelUri::parse(&format!("aeron:ipc?{key}=false")).is_ok());
+            for bad in ["TRUE", "1", "yes", "False"] {
+                assert_rejected(
+                    &format!("aeron:ipc?{key}={bad}"),
+                    &format!("{key}={bad}"),
+                    "true or false",
+                );
+            }
+        }
+        assert_rejected("aeron:ipc?group=maybe", "group=maybe", "infer");
+        assert_eq!(params("aeron:ipc?group=false").group, Some(false));
+    }
+
+    #[test]
+    fn should_validate_durations_in_uri() {
+        assert_eq!(params("aeron:ipc?linger=5s").linger_ns, Some(5_000_000_000));
+        assert_eq!(params("aeron:ipc?linger=1500").linger_ns, Some(1500));
+        assert_eq!(
+            params("aeron:udp?endpoint=h:1|nak-delay=1us").nak_delay_ns,
+            Some(1000)
+        );
+        assert_rejected("aeron:ipc?linger=5 s", "linger=5 s", "duration");
+        assert_rejected("aeron:ipc?linger=5h", "linger=5h", "duration");
+        assert_rejected(
+            "aeron:ipc?untethered-resting-timeout=-1s",
+            "untethered-resting-timeout=-1s",
+            "duration",
+        );
+        assert_rejected(
+            "aeron:ipc?untethered-linger-timeout=99999999999999999999s",
+            "untethered-linger-timeout=99999999999999999999s",
+            "too long",
+        );
+    }
+
+    #[test]
+    fn should_validate_enumerated_values() {
+        assert_eq!(
+            params("aeron:ipc?control-mode=response").control_mode,
+            Some(ControlMode::Response)
+        );
+        assert_rejected(
+            "aeron:udp?control-mode=auto",
+            "control-mode=auto",
+            "dynamic",
+        );
+        assert_eq!(
+            params("aeron:udp?endpoint=h:1|cc=static").cc.as_deref(),
+            Some("static")
+        );
+        assert_rejected("aeron:udp?endpoint=h:1|cc=reno", "cc=reno", "cubic");
+        for fc in ["max", "min", "tagged,g:7/2,t:1s", "pref", "min,rrwm:4"] {
+            assert_eq!(
+                params(&format!("aeron:udp?endpoint=h:1|fc={fc}"))
+                    .fc
+                    .as_deref(),
+                Some(fc)
+            );
+        }
+        assert_rejected("aeron:udp?endpoint=h:1|fc=fastest", "fc=fastest", "tagged");
+        assert_rejected("aeron:udp?endpoint=h:1|fc=min,", "fc=min,", "empty option");
+        assert_eq!(ControlMode::Manual.to_string(), "manual");
+        assert_eq!(Media::Udp.to_string(), "udp");
+    }
+
+    #[test]
+    fn should_validate_numbers_and_sizes() {
+        assert_eq!(params("aeron:udp?endpoint=h:1|ttl=255").ttl, Some(255));
+        assert_rejected("aeron:udp?endpoint=h:1|ttl=256", "ttl=256", "255");
+        assert_rejected("aeron:udp?endpoint=h:1|ttl=-1", "ttl=-1", "255");
+        assert_eq!(
+            params("aeron:udp?endpoint=h:1|rcv-wnd=4194303k").rcv_wnd,
+            Some(u32::MAX - 1023)
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|rcv-wnd=4g",
+            "rcv-wnd=4g",
+            "too large",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|rcv-wnd=0",
+            "rcv-wnd=0",
+            "greater than zero",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|so-sndbuf=5g",
+            "so-sndbuf=5g",
+            "too large",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|so-rcvbuf=lots",
+            "so-rcvbuf=lots",
+            "size",
+        );
+        assert_rejected("aeron:ipc?max-resend=0", "max-resend=0", "1 to 256");
+        assert_rejected("aeron:ipc?max-resend=257", "max-resend=257", "1 to 256");
+        assert_eq!(
+            params("aeron:ipc?gtag=-9000000000").gtag,
+            Some(-9_000_000_000)
+        );
+        assert_rejected("aeron:ipc?gtag=1.5", "gtag=1.5", "64-bit");
+        assert_eq!(params("aeron:ipc?stream-id=-3").stream_id, Some(-3));
+        assert_rejected(
+            "aeron:ipc?stream-id=2147483648",
+            "stream-id=2147483648",
+            "32-bit",
+        );
+        assert_rejected(
+            "aeron:ipc?response-correlation-id=proto",
+            "response-correlation-id=proto",
+            "prototype",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|channel-rcv-ts-offset=-8",
+            "channel-rcv-ts-offset=-8",
+            "reserved",
+        );
+    }
+
+    #[test]
+    fn should_validate_pub_wnd_against_term_length_and_mtu() {
+        assert_eq!(
+            params("aeron:ipc?term-length=64k|pub-wnd=32k").pub_wnd,
+            Some(32 * 1024)
+        );
+        assert_rejected(
+            "aeron:ipc?term-length=64k|pub-wnd=33k",
+            "pub-wnd=33k",
+            "half of term-length",
+        );
+        assert_rejected("aeron:ipc?mtu=8k|pub-wnd=4k", "pub-wnd=4k", "mtu");
+        assert_rejected("aeron:ipc?pub-wnd=0", "pub-wnd=0", "greater than zero");
+    }
+
+    #[test]
+    fn should_validate_tags() {
+        assert_eq!(params("aeron:udp?tags=7").tags, Some((7, None)));
+        assert_eq!(params("aeron:udp?tags=7,-8").tags, Some((7, Some(-8))));
+        assert_rejected("aeron:udp?tags=7,8,9", "tags=7,8,9", "entity-tag");
+        assert_rejected("aeron:udp?tags=,8", "tags=,8", "channel-tag");
+        assert_rejected("aeron:udp?tags=a", "tags=a", "integers");
+    }
+
+    #[test]
+    fn should_validate_addresses() {
+        for ok in [
+            "localhost:40123",
+            "127.0.0.1:0",
+            "[::1]:40123",
+            "[fe80::1%eth0]:65535",
+            "my-host.example.com:9",
+        ] {
+            assert_eq!(
+                params(&format!("aeron:udp?endpoint={ok}"))
+                    .endpoint
+                    .as_deref(),
+                Some(ok)
+            );
+            assert_eq!(
+                params(&format!("aeron:udp?control={ok}"))
+                    .control
+                    .as_deref(),
+                Some(ok)
+            );
+        }
+        assert_rejected("aeron:udp?endpoint=localhost", "endpoint=localhost", "port");
+        assert_rejected(
+            "aeron:udp?endpoint=localhost:",
+            "endpoint=localhost:",
+            "port",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=localhost:65536",
+            "endpoint=localhost:65536",
+            "65535",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=localhost:http",
+            "endpoint=localhost:http",
+            "port",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=::1:40123",
+            "endpoint=::1:40123",
+            "brackets",
+        );
+        assert_rejected(
+            "aeron:udp?endpoint=[::1:40123",
+            "endpoint=[::1:40123",
+            "']'",
+        );
+        assert_rejected("aeron:udp?endpoint=[::g]:1", "endpoint=[::g]:1", "IPv6");
+        assert_rejected(
+            "aeron:udp?endpoint=256.0.0.1:1",
+            "endpoint=256.0.0.1:1",
+            "IPv4",
+        );
+        assert_rejected("aeron:udp?endpoint=:40123", "endpoint=:40123", "host");
+        assert_rejected("aeron:udp?control=bad host:1", "control=bad host:1", "host");
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|response-endpoint=h",
+            "response-endpoint=h",
+            "port",
+        );
+    }
+
+    #[test]
+    fn should_validate_interfaces() {
+        for ok in [
+            "192.168.1.1",
+            "192.168.1.0/24",
+            "192.168.1.1:40123",
+            "192.168.1.0:40123/24",
+            "192.168.1.0/24:40123",
+            "[::1]",
+            "[fe80::]/64",
+            "[::1]:9/128",
+            "eth-host/32",
+        ] {
+            let uri = format!("aeron:udp?endpoint=224.0.1.1:40456|interface={ok}");
+            assert_eq!(params(&uri).interface.as_deref(), Some(ok));
+        }
+        let base = "aeron:udp?endpoint=224.0.1.1:40456";
+        assert_rejected(
+            &format!("{base}|interface=10.0.0.0/33"),
+            "interface=10.0.0.0/33",
+            "0 to 32",
+        );
+        assert_rejected(
+            &format!("{base}|interface=[::]/129"),
+            "interface=[::]/129",
+            "0 to 128",
+        );
+        assert_rejected(
+            &format!("{base}|interface=10.0.0.0/"),
+            "interface=10.0.0.0/",
+            "prefix",
+        );
+        assert_rejected(
+            &format!("{base}|interface=10.0.0.1:1:2"),
+            "interface=10.0.0.1:1:2",
+            "brackets",
+        );
+        assert_rejected(
+            &format!("{base}|interface=10.0.0.1/8/8"),
+            "interface=10.0.0.1/8/8",
+            "unexpected",
+        );
+        assert_rejected(
+            &format!("{base}|interface=10.0.0.1:99999"),
+            "interface=10.0.0.1:99999",
+            "65535",
+        );
+    }
+
+    #[test]
+    fn should_require_an_address_for_udp() {
+        assert_rejected("aeron:udp", "aeron:udp", "endpoint");
+        assert_rejected(
+            "aeron:udp?mtu=1408|control-mode=dynamic",
+            "aeron:udp",
+            "control-mode",
+        );
+        assert!(ChannelUri::parse("aeron:udp?tags=5").is_ok());
+        assert!(ChannelUri::parse("aeron:udp?control-mode=manual").is_ok());
+        assert!(ChannelUri::parse("aeron:udp?control-mode=response").is_ok());
+        assert!(ChannelUri::parse("aeron:udp?control=localhost:1").is_ok());
+    }
+
+    #[test]
+    fn should_reject_udp_addresses_on_ipc() {
+        assert_rejected(
+            "aeron:ipc?endpoint=localhost:1",
+            "endpoint=localhost:1",
+            "UDP",
+        );
+        assert_rejected(
+            "aeron:ipc?mtu=1408|control=localhost:1",
+            "control=localhost:1",
+            "UDP",
+        );
+        assert_rejected("aeron:ipc?interface=10.0.0.1", "interface=10.0.0.1", "UDP");
+    }
+
+    #[test]
+    fn should_parse_sizes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(64 * 1024));
+        assert_eq!(parse_size("64K"), Ok(64 * 1024));
+        assert_eq!(parse_size("16m"), Ok(16 << 20));
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("3G"), Ok(3 << 30));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        for bad in ["", "k", "-1", "+1", "1.5k", "1kb", "1 k", "1t", " 1"] {
+            assert!(parse_size(bad).unwrap_err().contains("not a size"), "{bad}");
+        }
+        assert!(parse_size("18446744073709551616")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_size("17179869184g")
+            .unwrap_err()
+            .contains("too large"));
+        assert_eq!(parse_size("17179869183g"), Ok(17_179_869_183 << 30));
+    }
+
+    #[test]
+    fn should_parse_durations() {
+        assert_eq!(parse_duration_ns("0"), Ok(0));
+        assert_eq!(parse_duration_ns("1ns"), Ok(1));
+        assert_eq!(parse_duration_ns("250"), Ok(250));
+        assert_eq!(parse_duration_ns("100us"), Ok(100_000));
+        assert_eq!(parse_duration_ns("10ms"), Ok(10_000_000));
+        assert_eq!(parse_duration_ns("10MS"), Ok(10_000_000));
+        assert_eq!(parse_duration_ns("5s"), Ok(5_000_000_000));
+        assert_eq!(parse_duration_ns("5S"), Ok(5_000_000_000));
+        for bad in ["", "s", "ms", "5m", "5 s", "-5s", "1.5s", "5sec"] {
+            assert!(
+                parse_duration_ns(bad)
+                    .unwrap_err()
+                    .contains("not a duration"),
+                "{bad}"
+            );
+        }
+        assert!(parse_duration_ns("18446744074s")
+            .unwrap_err()
+            .contains("too long"));
+        assert_eq!(
+            parse_duration_ns("18446744073s"),
+            Ok(18_446_744_073_000_000_000)
+        );
+        assert!(parse_duration_ns("99999999999999999999")
+            .unwrap_err()
+            .contains("too long"));
+    }
+
+    #[test]
+    fn should_parse_booleans() {
+        assert_eq!(parse_bool("true"), Ok(true));
+        assert_eq!(parse_bool("false"), Ok(false));
+        for bad in ["True", "FALSE", "1", "0", "", "yes"] {
+            assert!(parse_bool(bad).is_err(), "{bad}");
+        }
+    }
+}
