@@ -1,0 +1,529 @@
+//! The client conductor: connects to a driver through its CnC file, sends
+//! commands, waits for their responses, keeps the client alive and tracks the
+//! images of every subscription.
+//!
+//! A Rust thread does the housekeeping (driver events, heartbeat, driver
+//! liveness) and never runs user code, so a slow callback cannot get the
+//! client timed out. Image events for user callbacks are queued for whoever
+//! consumes [`Client::take_image_events`].
+
+use crate::image::Image;
+use crate::publication::{ExclusivePublication, Publication};
+use crate::subscription::{Subscription, SubscriptionShared};
+use crate::ClientError;
+use sulis_concurrent::broadcast::{BroadcastReceiver, CopyBroadcastReceiver};
+use sulis_concurrent::cnc::{epoch_ms, Cnc};
+use sulis_concurrent::counters::{CounterRef, CountersReader};
+use sulis_concurrent::logbuffer::LogBuffers;
+use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
+use sulis_protocol::cnc_descriptor::CNC_FILE;
+use sulis_protocol::control::{Command, Event};
+use sulis_protocol::uri::ChannelUri;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Counter type id of client heartbeats.
+const CLIENT_HEARTBEAT_TYPE_ID: i32 = 11;
+/// Heartbeat period.
+const KEEPALIVE_INTERVAL_MS: i64 = 500;
+/// How often the housekeeping thread wakes.
+const CONDUCTOR_PERIOD: Duration = Duration::from_millis(1);
+
+/// Client configuration.
+#[derive(Clone, Debug)]
+pub struct ClientContext {
+    /// Driver directory.
+    pub dir: PathBuf,
+    /// The driver is declared dead when its heartbeat is older than this;
+    /// also the longest a command waits for its response.
+    pub driver_timeout: Duration,
+    /// Name shown in the heartbeat counter label.
+    pub name: String,
+}
+
+impl Default for ClientContext {
+    fn default() -> Self {
+        ClientContext {
+            dir: sulis_default_dir(),
+            driver_timeout: Duration::from_secs(10),
+            name: String::new(),
+        }
+    }
+}
+
+/// Default driver directory (`SULIS_DIR`, else `/dev/shm/sulis-$USER`).
+pub fn sulis_default_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("SULIS_DIR") {
+        return PathBuf::from(d);
+    }
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
+    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    base.join(format!("sulis-{user}"))
+}
+
+/// An image came or went.
+#[derive(Clone, Debug)]
+pub enum ImageEvent {
+    /// A publisher's image joined a subscription.
+    Available {
+        /// Subscription registration id.
+        subscription_id: i64,
+        /// The image.
+        image: Arc<Image>,
+    },
+    /// An image left a subscription.
+    Unavailable {
+        /// Subscription registration id.
+        subscription_id: i64,
+        /// The image.
+        image: Arc<Image>,
+    },
+}
+
+struct State {
+    responses: HashMap<i64, Event>,
+    subscriptions: HashMap<i64, Arc<SubscriptionShared>>,
+    image_events: Vec<ImageEvent>,
+    heartbeat: Option<CounterRef>,
+    failure: Option<ClientError>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    cnc: Cnc,
+    to_driver: ManyToOneRingBuffer,
+    pub(crate) counters: CountersReader,
+    pub(crate) client_id: i64,
+    driver_timeout: Duration,
+    state: Mutex<State>,
+    cond: Condvar,
+    /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
+    pub(crate) failed: AtomicBool,
+    running: AtomicBool,
+}
+
+impl Inner {
+    pub(crate) fn failure(&self) -> ClientError {
+        self.state.lock().unwrap().failure.clone().unwrap_or(ClientError::Closed("client is closed".into()))
+    }
+
+    fn fail(&self, e: ClientError) {
+        let mut s = self.state.lock().unwrap();
+        if s.failure.is_none() {
+            s.failure = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+        for sub in s.subscriptions.values() {
+            sub.mark_closed();
+        }
+        drop(s);
+        self.cond.notify_all();
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ClientError> {
+        if self.failed.load(Ordering::Acquire) {
+            Err(self.failure())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn send(&self, cmd: &Command) -> Result<(), ClientError> {
+        self.check()?;
+        let (t, body) = cmd.encode();
+        let deadline = Instant::now() + self.driver_timeout;
+        loop {
+            match self.to_driver.write(t, &body) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    if Instant::now() > deadline {
+                        return Err(ClientError::DriverTimeout(format!(
+                            "command buffer of the driver in {} stayed full for {:?}",
+                            self.dir.display(),
+                            self.driver_timeout
+                        )));
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(ClientError::Config(format!("command rejected: {e}"))),
+            }
+        }
+    }
+
+    pub(crate) fn next_correlation_id(&self) -> i64 {
+        self.to_driver.next_correlation_id()
+    }
+
+    /// Sends a command and waits for the event answering `correlation_id`.
+    pub(crate) fn request(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
+        self.send(cmd)?;
+        let deadline = Instant::now() + self.driver_timeout;
+        let mut s = self.state.lock().unwrap();
+        loop {
+            if let Some(ev) = s.responses.remove(&correlation_id) {
+                return match ev {
+                    Event::Error { code, message, .. } => Err(ClientError::Registration { code, message }),
+                    other => Ok(other),
+                };
+            }
+            if let Some(f) = &s.failure {
+                return Err(f.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::DriverTimeout(format!(
+                    "no response from the media driver in {} within {:?}",
+                    self.dir.display(),
+                    self.driver_timeout
+                )));
+            }
+            s = self.cond.wait_timeout(s, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Sends a command without waiting (used on close paths).
+    pub(crate) fn send_quietly(&self, cmd: &Command) {
+        let _ = self.send(cmd);
+    }
+
+    fn on_event(&self, type_id: i32, body: &[u8]) {
+        let ev = match Event::decode(type_id, body) {
+            Ok(e) => e,
+            Err(_) => return, // events for newer clients or corrupt: not ours to act on
+        };
+        let mut s = self.state.lock().unwrap();
+        match ev {
+            Event::AvailableImage {
+                correlation_id,
+                session_id,
+                stream_id,
+                subscription_registration_id,
+                subscriber_position_id,
+                ref log_file,
+                ref source_identity,
+            } => {
+                let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() else { return };
+                match LogBuffers::map_existing(Path::new(log_file)) {
+                    Ok(logs) => {
+                        let position = self.counters.counter_ref(subscriber_position_id);
+                        let image = Arc::new(Image::new(
+                            correlation_id,
+                            session_id,
+                            stream_id,
+                            subscription_registration_id,
+                            Arc::new(logs),
+                            position,
+                            source_identity.clone(),
+                        ));
+                        sub.add_image(image.clone());
+                        s.image_events
+                            .push(ImageEvent::Available { subscription_id: subscription_registration_id, image });
+                    }
+                    Err(e) => {
+                        eprintln!("sulis: cannot map image log {log_file}: {e}");
+                    }
+                }
+            }
+            Event::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+                if let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() {
+                    if let Some(image) = sub.remove_image(correlation_id) {
+                        s.image_events
+                            .push(ImageEvent::Unavailable { subscription_id: subscription_registration_id, image });
+                    }
+                }
+            }
+            Event::ClientTimeout { client_id } if client_id == self.client_id => {
+                drop(s);
+                self.fail(ClientError::ClientTimeout(format!(
+                    "client {client_id} was timed out by the media driver in {} (no heartbeat within its liveness timeout)",
+                    self.dir.display()
+                )));
+                return;
+            }
+            Event::CounterReady { correlation_id, counter_id } if correlation_id == self.client_id => {
+                if self.counters.counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID {
+                    let r = self.counters.counter_ref(counter_id);
+                    r.set_ordered(epoch_ms());
+                    s.heartbeat = Some(r);
+                }
+                // The driver also answers nothing else with this id.
+            }
+            Event::Error { correlation_id, .. }
+            | Event::PublicationReady { correlation_id, .. }
+            | Event::SubscriptionReady { correlation_id, .. }
+            | Event::OperationSuccess { correlation_id }
+            | Event::CounterReady { correlation_id, .. } => {
+                s.responses.insert(correlation_id, ev);
+                drop(s);
+                self.cond.notify_all();
+                return;
+            }
+            _ => {}
+        }
+        drop(s);
+        self.cond.notify_all();
+    }
+
+    fn driver_alive(&self) -> Result<(), ClientError> {
+        let age = epoch_ms() - self.cnc.driver_heartbeat_ms();
+        if age > self.driver_timeout.as_millis() as i64 {
+            return Err(ClientError::DriverTimeout(format!(
+                "media driver in {} has not heartbeated for {age} ms (timeout {:?}); is it running?",
+                self.dir.display(),
+                self.driver_timeout
+            )));
+        }
+        // A driver process that has exited is dead now, not after the timeout.
+        let pid = self.cnc.header().pid;
+        if pid > 0 && pid as u32 != std::process::id() && age > 1000 {
+            // SAFETY: kill with signal 0 only checks for existence.
+            let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                return Err(ClientError::DriverTimeout(format!(
+                    "media driver process {pid} for {} has exited",
+                    self.dir.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connection to a media driver.
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Client {
+    /// Connects to the driver in `ctx.dir`, waiting up to the driver timeout
+    /// for it to become ready.
+    pub fn connect(ctx: ClientContext) -> Result<Client, ClientError> {
+        let path = ctx.dir.join(CNC_FILE);
+        let deadline = Instant::now() + ctx.driver_timeout;
+        let cnc = loop {
+            match Cnc::open(&path) {
+                Ok(c) => {
+                    let age = epoch_ms() - c.driver_heartbeat_ms();
+                    if age <= ctx.driver_timeout.as_millis() as i64 {
+                        break c;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(ClientError::DriverTimeout(format!(
+                            "no live media driver in {}: last heartbeat {age} ms ago",
+                            ctx.dir.display()
+                        )));
+                    }
+                }
+                Err(e) => {
+                    if Instant::now() >= deadline {
+                        return Err(ClientError::DriverTimeout(format!(
+                            "no media driver found in {} within {:?}: {e}",
+                            ctx.dir.display(),
+                            ctx.driver_timeout
+                        )));
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let to_driver = ManyToOneRingBuffer::new(cnc.to_driver_buffer()).map_err(ClientError::Config)?;
+        let receiver = BroadcastReceiver::new(cnc.to_clients_buffer()).map_err(ClientError::Config)?;
+        let mut receiver = CopyBroadcastReceiver::new(receiver);
+        let counters = CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
+        let client_id = to_driver.next_correlation_id();
+        let inner = Arc::new(Inner {
+            dir: ctx.dir.clone(),
+            cnc,
+            to_driver,
+            counters,
+            client_id,
+            driver_timeout: ctx.driver_timeout,
+            state: Mutex::new(State {
+                responses: HashMap::new(),
+                subscriptions: HashMap::new(),
+                image_events: Vec::new(),
+                heartbeat: None,
+                failure: None,
+            }),
+            cond: Condvar::new(),
+            failed: AtomicBool::new(false),
+            running: AtomicBool::new(true),
+        });
+        // Announce ourselves: the driver creates our heartbeat counter.
+        inner.send(&Command::ClientKeepalive { client_id })?;
+        let worker = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("sulis-client-{client_id}"))
+            .spawn(move || {
+                let mut last_keepalive = 0i64;
+                while worker.running.load(Ordering::Acquire) {
+                    match receiver.receive_many(|t, b| worker.on_event(t, b), 64) {
+                        Ok(_) => {}
+                        Err(e) => {
+                            worker.fail(ClientError::DriverTimeout(format!("lost driver events: {e}")));
+                            break;
+                        }
+                    }
+                    let now = epoch_ms();
+                    if now - last_keepalive >= KEEPALIVE_INTERVAL_MS / 5 {
+                        if let Err(e) = worker.driver_alive() {
+                            worker.fail(e);
+                            break;
+                        }
+                        if now - last_keepalive >= KEEPALIVE_INTERVAL_MS {
+                            last_keepalive = now;
+                            let hb = worker.state.lock().unwrap().heartbeat.clone();
+                            match hb {
+                                Some(h) => h.set_ordered(now),
+                                None => {
+                                    let id = worker
+                                        .counters
+                                        .find_by_type_id_and_registration_id(CLIENT_HEARTBEAT_TYPE_ID, worker.client_id);
+                                    if id >= 0 {
+                                        let r = worker.counters.counter_ref(id);
+                                        r.set_ordered(now);
+                                        worker.state.lock().unwrap().heartbeat = Some(r);
+                                    } else {
+                                        worker.send_quietly(&Command::ClientKeepalive { client_id: worker.client_id });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    std::thread::sleep(CONDUCTOR_PERIOD);
+                }
+            })
+            .map_err(|e| ClientError::Config(format!("cannot start client thread: {e}")))?;
+        Ok(Client { inner, thread: Some(thread) })
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> i64 {
+        self.inner.client_id
+    }
+
+    /// The driver directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Counters of the driver.
+    pub fn counters(&self) -> CountersReader {
+        self.inner.counters.clone()
+    }
+
+    /// Fails if the client is closed or its driver is gone.
+    pub fn check(&self) -> Result<(), ClientError> {
+        self.inner.check()
+    }
+
+    fn parse_channel(channel: &str, stream_id: i32) -> Result<ChannelUri, ClientError> {
+        let uri = ChannelUri::parse(channel).map_err(|e| ClientError::Config(e.to_string()))?;
+        if let Some(s) = uri.params().stream_id {
+            if s != stream_id {
+                return Err(ClientError::Config(format!(
+                    "invalid channel URI '{channel}': stream-id={s}: does not match the stream id {stream_id} given"
+                )));
+            }
+        }
+        Ok(uri)
+    }
+
+    fn add_publication_inner(&self, channel: &str, stream_id: i32, exclusive: bool) -> Result<(Event, i64), ClientError> {
+        Self::parse_channel(channel, stream_id)?;
+        let correlation_id = self.inner.next_correlation_id();
+        let ev = self.inner.request(
+            correlation_id,
+            &Command::AddPublication {
+                client_id: self.inner.client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+                exclusive,
+            },
+        )?;
+        Ok((ev, correlation_id))
+    }
+
+    /// Adds a concurrent publication (shared with other publishers of the same stream).
+    pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<Publication, ClientError> {
+        let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, false)?;
+        Publication::from_ready(self.inner.clone(), correlation_id, channel, ev)
+    }
+
+    /// Adds an exclusive (single-writer) publication with its own session.
+    pub fn add_exclusive_publication(&self, channel: &str, stream_id: i32) -> Result<ExclusivePublication, ClientError> {
+        let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, true)?;
+        ExclusivePublication::from_ready(self.inner.clone(), correlation_id, channel, ev)
+    }
+
+    /// Adds a subscription. Images join it as publishers appear.
+    pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<Subscription, ClientError> {
+        Self::parse_channel(channel, stream_id)?;
+        let correlation_id = self.inner.next_correlation_id();
+        let shared = Arc::new(SubscriptionShared::new());
+        // Registered before the command so images announced right after the
+        // response are not missed.
+        self.inner.state.lock().unwrap().subscriptions.insert(correlation_id, shared.clone());
+        let result = self.inner.request(
+            correlation_id,
+            &Command::AddSubscription {
+                client_id: self.inner.client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            },
+        );
+        match result {
+            Ok(_) => Ok(Subscription::new(self.inner.clone(), correlation_id, stream_id, channel.to_string(), shared)),
+            Err(e) => {
+                self.inner.state.lock().unwrap().subscriptions.remove(&correlation_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Image events not yet consumed (for callbacks), oldest first.
+    pub fn take_image_events(&self) -> Vec<ImageEvent> {
+        std::mem::take(&mut self.inner.state.lock().unwrap().image_events)
+    }
+
+    /// Waits up to `timeout` for image events; returns those available.
+    pub fn wait_image_events(&self, timeout: Duration) -> Vec<ImageEvent> {
+        let mut s = self.inner.state.lock().unwrap();
+        if s.image_events.is_empty() && s.failure.is_none() {
+            s = self.inner.cond.wait_timeout(s, timeout).unwrap().0;
+        }
+        std::mem::take(&mut s.image_events)
+    }
+
+    pub(crate) fn forget_subscription(inner: &Inner, registration_id: i64) {
+        inner.state.lock().unwrap().subscriptions.remove(&registration_id);
+    }
+
+    /// Closes the client: the driver releases everything it held.
+    pub fn close(&mut self) {
+        if self.inner.running.swap(false, Ordering::AcqRel) {
+            if !self.inner.failed.load(Ordering::Acquire) {
+                self.inner.send_quietly(&Command::ClientClose { client_id: self.inner.client_id });
+            }
+            self.inner.fail(ClientError::Closed("client is closed".into()));
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,348 @@
+//! Images: one publisher's stream as seen by one subscription.
+//!
+//! An image reads the log in place from its subscriber position, hands each
+//! committed fragment to a handler and then store-releases the new position
+//! into its `sub-pos` counter, which is what lets the publisher move on.
+
+use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::{meta, LogBuffers};
+use sulis_concurrent::AtomicBuffer;
+use sulis_protocol::frame::*;
+use sulis_protocol::log_buffer_descriptor::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What a controlled handler wants done with a fragment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlledAction {
+    /// Do not consume this fragment; stop polling.
+    Abort,
+    /// Consume it, then stop polling.
+    Break,
+    /// Consume it and commit the position now.
+    Commit,
+    /// Consume it and go on.
+    Continue,
+}
+
+/// The 32-byte header of the fragment being handled.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    raw: [u8; DATA_HEADER_LENGTH],
+    initial_term_id: i32,
+    bits: u32,
+}
+
+impl Header {
+    #[inline(always)]
+    fn read(term: &AtomicBuffer, offset: usize, initial_term_id: i32, bits: u32) -> Header {
+        let mut raw = [0u8; DATA_HEADER_LENGTH];
+        term.get_bytes(offset, &mut raw);
+        Header { raw, initial_term_id, bits }
+    }
+
+    /// Builds a header from raw bytes (e.g. for assembled messages).
+    pub fn from_raw(raw: [u8; DATA_HEADER_LENGTH], initial_term_id: i32, bits: u32) -> Header {
+        Header { raw, initial_term_id, bits }
+    }
+
+    #[inline(always)]
+    fn i32_at(&self, off: usize) -> i32 {
+        i32::from_le_bytes(self.raw[off..off + 4].try_into().unwrap())
+    }
+
+    /// Frame length (header + payload).
+    pub fn frame_length(&self) -> i32 {
+        self.i32_at(FRAME_LENGTH_FIELD_OFFSET)
+    }
+    /// Flags (BEGIN 0x80, END 0x40, EOS 0x20).
+    pub fn flags(&self) -> u8 {
+        self.raw[FLAGS_FIELD_OFFSET]
+    }
+    /// Frame type.
+    pub fn frame_type(&self) -> u16 {
+        u16::from_le_bytes([self.raw[TYPE_FIELD_OFFSET], self.raw[TYPE_FIELD_OFFSET + 1]])
+    }
+    /// Offset of the frame in its term.
+    pub fn term_offset(&self) -> i32 {
+        self.i32_at(TERM_OFFSET_FIELD_OFFSET)
+    }
+    /// Session id.
+    pub fn session_id(&self) -> i32 {
+        self.i32_at(SESSION_ID_FIELD_OFFSET)
+    }
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.i32_at(STREAM_ID_FIELD_OFFSET)
+    }
+    /// Term id.
+    pub fn term_id(&self) -> i32 {
+        self.i32_at(TERM_ID_FIELD_OFFSET)
+    }
+    /// Reserved value.
+    pub fn reserved_value(&self) -> i64 {
+        i64::from_le_bytes(self.raw[RESERVED_VALUE_FIELD_OFFSET..RESERVED_VALUE_FIELD_OFFSET + 8].try_into().unwrap())
+    }
+    /// Initial term id of the stream.
+    pub fn initial_term_id(&self) -> i32 {
+        self.initial_term_id
+    }
+    /// Stream position just after this fragment.
+    pub fn position(&self) -> i64 {
+        let next = self.term_offset() as i64 + align_frame(self.frame_length().max(0) as usize) as i64;
+        compute_position(self.term_id(), 0, self.bits, self.initial_term_id) + next
+    }
+    /// Raw header bytes.
+    pub fn raw(&self) -> &[u8; DATA_HEADER_LENGTH] {
+        &self.raw
+    }
+    /// Overrides the flags (used by assemblers).
+    pub fn set_flags(&mut self, flags: u8) {
+        self.raw[FLAGS_FIELD_OFFSET] = flags;
+    }
+    /// Overrides the frame length (used by assemblers to report the whole message).
+    pub fn set_frame_length(&mut self, length: i32) {
+        self.raw[0..4].copy_from_slice(&length.to_le_bytes());
+    }
+}
+
+/// A publisher's stream within a subscription.
+pub struct Image {
+    correlation_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    subscription_id: i64,
+    join_position: i64,
+    logs: Arc<LogBuffers>,
+    terms: [AtomicBuffer; PARTITION_COUNT],
+    position: CounterRef,
+    bits: u32,
+    term_mask: i64,
+    initial_term_id: i32,
+    source_identity: String,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image(session={}, stream={}, position={})", self.session_id, self.stream_id, self.position())
+    }
+}
+
+impl Image {
+    pub(crate) fn new(
+        correlation_id: i64,
+        session_id: i32,
+        stream_id: i32,
+        subscription_id: i64,
+        logs: Arc<LogBuffers>,
+        position: CounterRef,
+        source_identity: String,
+    ) -> Image {
+        let term_length = logs.term_length();
+        Image {
+            correlation_id,
+            session_id,
+            stream_id,
+            subscription_id,
+            join_position: position.get_volatile(),
+            terms: logs.terms(),
+            bits: position_bits_to_shift(term_length),
+            term_mask: term_length as i64 - 1,
+            initial_term_id: logs.initial_term_id(),
+            logs,
+            position,
+            source_identity,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Correlation id of the image (the publication's registration id for IPC).
+    pub fn correlation_id(&self) -> i64 {
+        self.correlation_id
+    }
+    /// Session id.
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+    /// Registration id of the owning subscription.
+    pub fn subscription_registration_id(&self) -> i64 {
+        self.subscription_id
+    }
+    /// Where this subscriber joined the stream.
+    pub fn join_position(&self) -> i64 {
+        self.join_position
+    }
+    /// Current subscriber position.
+    pub fn position(&self) -> i64 {
+        self.position.get_volatile()
+    }
+    /// Where the sender is (`aeron:ipc` for IPC).
+    pub fn source_identity(&self) -> &str {
+        &self.source_identity
+    }
+    /// Term length.
+    pub fn term_buffer_length(&self) -> usize {
+        self.logs.term_length()
+    }
+    /// Initial term id.
+    pub fn initial_term_id(&self) -> i32 {
+        self.initial_term_id
+    }
+    /// MTU of the stream.
+    pub fn mtu_length(&self) -> usize {
+        self.logs.mtu()
+    }
+    /// End-of-stream position (`i64::MAX` while the stream is open).
+    pub fn end_of_stream_position(&self) -> i64 {
+        meta::end_of_stream_position(&self.logs.meta())
+    }
+    /// True once the publisher closed and everything it wrote was consumed.
+    pub fn is_end_of_stream(&self) -> bool {
+        self.position() >= self.end_of_stream_position()
+    }
+    /// True once the driver withdrew the image or its subscription closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Polls up to `limit` fragments: `handler(payload, header)`. A handler
+    /// error stops the poll; fragments handled so far (including the failing
+    /// one) count as consumed.
+    #[inline]
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&self, mut handler: F, limit: usize) -> Result<usize, E> {
+        if self.is_closed() || limit == 0 {
+            return Ok(0);
+        }
+        let position = self.position.get();
+        let term = &self.terms[index_by_position(position, self.bits)];
+        let start = (position & self.term_mask) as usize;
+        let capacity = term.capacity();
+        let mut offset = start;
+        let mut fragments = 0;
+        let mut result = Ok(());
+        while fragments < limit && offset < capacity {
+            let frame_length = term.get_i32_volatile(offset);
+            if frame_length <= 0 {
+                break;
+            }
+            let frame_offset = offset;
+            offset += align_frame(frame_length as usize);
+            if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
+                continue;
+            }
+            fragments += 1;
+            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
+            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
+            if let Err(e) = handler(payload, &header) {
+                result = Err(e);
+                break;
+            }
+        }
+        if offset > start {
+            self.position.set_ordered(position + (offset - start) as i64);
+        }
+        result.map(|_| fragments)
+    }
+
+    /// Polls with per-fragment control of consumption (see [`ControlledAction`]).
+    pub fn controlled_poll<E, F: FnMut(&[u8], &Header) -> Result<ControlledAction, E>>(
+        &self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, E> {
+        if self.is_closed() || limit == 0 {
+            return Ok(0);
+        }
+        let mut initial_position = self.position.get();
+        let term = &self.terms[index_by_position(initial_position, self.bits)];
+        let mut initial_offset = (initial_position & self.term_mask) as usize;
+        let capacity = term.capacity();
+        let mut offset = initial_offset;
+        let mut fragments = 0;
+        let mut result = Ok(());
+        while fragments < limit && offset < capacity {
+            let frame_length = term.get_i32_volatile(offset);
+            if frame_length <= 0 {
+                break;
+            }
+            let frame_offset = offset;
+            let aligned = align_frame(frame_length as usize);
+            offset += aligned;
+            if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
+                continue;
+            }
+            fragments += 1;
+            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
+            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
+            match handler(payload, &header) {
+                Ok(ControlledAction::Abort) => {
+                    fragments -= 1;
+                    offset -= aligned;
+                    break;
+                }
+                Ok(ControlledAction::Break) => break,
+                Ok(ControlledAction::Commit) => {
+                    initial_position += (offset - initial_offset) as i64;
+                    initial_offset = offset;
+                    self.position.set_ordered(initial_position);
+                }
+                Ok(ControlledAction::Continue) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let resulting = initial_position + (offset - initial_offset) as i64;
+        if resulting > initial_position {
+            self.position.set_ordered(resulting);
+        }
+        result.map(|_| fragments)
+    }
+
+    /// Copies up to `limit` fragments into `batch` (payloads back to back).
+    pub fn poll_into(&self, batch: &mut crate::subscription::Batch, limit: usize) -> usize {
+        if self.is_closed() || limit == 0 {
+            return 0;
+        }
+        let position = self.position.get();
+        let term = &self.terms[index_by_position(position, self.bits)];
+        let start = (position & self.term_mask) as usize;
+        let capacity = term.capacity();
+        let mut offset = start;
+        let mut fragments = 0;
+        let term_base = position - start as i64;
+        while fragments < limit && offset < capacity {
+            let frame_length = term.get_i32_volatile(offset);
+            if frame_length <= 0 {
+                break;
+            }
+            let frame_offset = offset;
+            offset += align_frame(frame_length as usize);
+            if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
+                continue;
+            }
+            fragments += 1;
+            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
+            batch.push(
+                payload,
+                term_base + offset as i64,
+                self.session_id,
+                term.get_u8(frame_offset + FLAGS_FIELD_OFFSET),
+                term.get_i64(frame_offset + RESERVED_VALUE_FIELD_OFFSET),
+            );
+        }
+        if offset > start {
+            self.position.set_ordered(position + (offset - start) as i64);
+        }
+        fragments
+    }
+}

@@ -1,0 +1,543 @@
+//! Publications: append messages to a stream's log.
+//!
+//! [`Publication`] is concurrent (many threads/processes share one log, space
+//! is reserved with an atomic add); [`ExclusivePublication`] has one writer
+//! and keeps its tail locally. Both refuse to run past the publisher limit the
+//! driver maintains behind the slowest subscriber.
+
+use crate::conductor::Inner;
+use crate::{offer_code, ClientError};
+use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::term_appender::{self, Append, HeaderWriter, TermAppender};
+use sulis_concurrent::logbuffer::{meta, LogBuffers};
+use sulis_concurrent::AtomicBuffer;
+use sulis_protocol::control::{Command, Event};
+use sulis_protocol::frame::DATA_HEADER_LENGTH;
+use sulis_protocol::log_buffer_descriptor::*;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Why an offer did not append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OfferError {
+    /// No subscriber connected.
+    NotConnected,
+    /// Publisher limit reached.
+    BackPressured,
+    /// Term rotation: retry.
+    AdminAction,
+    /// Publication closed.
+    Closed,
+    /// Stream at its maximum position.
+    MaxPositionExceeded,
+    /// Message longer than the maximum message length.
+    MessageTooLong {
+        /// Offered length.
+        length: usize,
+        /// Maximum.
+        max: usize,
+    },
+    /// The client failed (driver gone, timed out).
+    Client(ClientError),
+}
+
+impl OfferError {
+    /// Aeron's negative result code, where there is one.
+    pub fn code(&self) -> Option<i64> {
+        match self {
+            OfferError::NotConnected => Some(offer_code::NOT_CONNECTED),
+            OfferError::BackPressured => Some(offer_code::BACK_PRESSURED),
+            OfferError::AdminAction => Some(offer_code::ADMIN_ACTION),
+            OfferError::Closed => Some(offer_code::CLOSED),
+            OfferError::MaxPositionExceeded => Some(offer_code::MAX_POSITION_EXCEEDED),
+            _ => None,
+        }
+    }
+}
+
+/// What both publication kinds share.
+struct LogState {
+    logs: Arc<LogBuffers>,
+    meta: AtomicBuffer,
+    appenders: [TermAppender; PARTITION_COUNT],
+    header: HeaderWriter,
+    limit: CounterRef,
+    initial_term_id: i32,
+    bits: u32,
+    term_length: usize,
+    max_payload: usize,
+    max_message: usize,
+    max_possible_position: i64,
+}
+
+impl LogState {
+    fn map(inner: &Inner, ev: &Event) -> Result<(LogState, i64, i32, i32), ClientError> {
+        let Event::PublicationReady {
+            registration_id, session_id, stream_id, position_limit_counter_id, log_file, ..
+        } = ev
+        else {
+            return Err(ClientError::Config(format!("unexpected driver response {ev:?}")));
+        };
+        let logs = LogBuffers::map_existing(Path::new(log_file))
+            .map_err(|e| ClientError::Config(format!("cannot map publication log: {e}")))?;
+        let term_length = logs.term_length();
+        let meta = logs.meta();
+        let terms = logs.terms();
+        let appenders = [
+            TermAppender::new(terms[0], meta, 0),
+            TermAppender::new(terms[1], meta, 1),
+            TermAppender::new(terms[2], meta, 2),
+        ];
+        let state = LogState {
+            header: HeaderWriter::new(&logs.default_header()),
+            initial_term_id: logs.initial_term_id(),
+            bits: position_bits_to_shift(term_length),
+            term_length,
+            max_payload: logs.mtu() - DATA_HEADER_LENGTH,
+            max_message: compute_max_message_length(term_length),
+            max_possible_position: max_possible_position(term_length),
+            limit: inner.counters.counter_ref(*position_limit_counter_id),
+            meta,
+            appenders,
+            logs: Arc::new(logs),
+        };
+        Ok((state, *registration_id, *session_id, *stream_id))
+    }
+
+    #[cold]
+    fn back_pressure_status(&self, position: i64, length: usize) -> OfferError {
+        if position + length as i64 >= self.max_possible_position {
+            OfferError::MaxPositionExceeded
+        } else if meta::is_connected(&self.meta) {
+            OfferError::BackPressured
+        } else {
+            OfferError::NotConnected
+        }
+    }
+
+    #[inline]
+    fn check_length(&self, length: usize) -> Result<(), OfferError> {
+        if length > self.max_message {
+            return Err(OfferError::MessageTooLong { length, max: self.max_message });
+        }
+        Ok(())
+    }
+}
+
+macro_rules! common_accessors {
+    () => {
+        /// Session id.
+        pub fn session_id(&self) -> i32 {
+            self.session_id
+        }
+        /// Stream id.
+        pub fn stream_id(&self) -> i32 {
+            self.stream_id
+        }
+        /// Channel.
+        pub fn channel(&self) -> &str {
+            &self.channel
+        }
+        /// Registration id of the log (shared by concurrent publications of one stream).
+        pub fn original_registration_id(&self) -> i64 {
+            self.original_registration_id
+        }
+        /// Registration id of this publication handle.
+        pub fn registration_id(&self) -> i64 {
+            self.registration_id
+        }
+        /// Largest message `offer` accepts.
+        pub fn max_message_length(&self) -> usize {
+            self.log.max_message
+        }
+        /// Largest payload of one fragment (and of a claim).
+        pub fn max_payload_length(&self) -> usize {
+            self.log.max_payload
+        }
+        /// Term length.
+        pub fn term_buffer_length(&self) -> usize {
+            self.log.term_length
+        }
+        /// Initial term id.
+        pub fn initial_term_id(&self) -> i32 {
+            self.log.initial_term_id
+        }
+        /// True when at least one subscriber is connected.
+        pub fn is_connected(&self) -> bool {
+            !self.is_closed() && meta::is_connected(&self.log.meta)
+        }
+        /// Position limit set by the driver.
+        pub fn position_limit(&self) -> i64 {
+            self.log.limit.get_volatile()
+        }
+        /// True once closed (or the client failed).
+        pub fn is_closed(&self) -> bool {
+            self.closed.load(Ordering::Acquire) || self.inner.failed.load(Ordering::Acquire)
+        }
+        /// Closes the publication (idempotent).
+        pub fn close(&self) {
+            if !self.closed.swap(true, Ordering::AcqRel) && !self.inner.failed.load(Ordering::Acquire) {
+                let correlation_id = self.inner.next_correlation_id();
+                let _ = self.inner.request(
+                    correlation_id,
+                    &Command::RemovePublication {
+                        client_id: self.inner.client_id,
+                        correlation_id,
+                        registration_id: self.registration_id,
+                    },
+                );
+            }
+        }
+        #[inline(always)]
+        fn check_open(&self) -> Result<(), OfferError> {
+            if self.closed.load(Ordering::Relaxed) {
+                return Err(OfferError::Closed);
+            }
+            if self.inner.failed.load(Ordering::Relaxed) {
+                return Err(OfferError::Client(self.inner.failure()));
+            }
+            Ok(())
+        }
+    };
+}
+
+/// A concurrent publication: safe to share between threads.
+pub struct Publication {
+    inner: Arc<Inner>,
+    log: LogState,
+    registration_id: i64,
+    original_registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: String,
+    closed: AtomicBool,
+}
+
+impl Publication {
+    pub(crate) fn from_ready(inner: Arc<Inner>, registration_id: i64, channel: &str, ev: Event) -> Result<Self, ClientError> {
+        let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
+        Ok(Publication {
+            inner,
+            log,
+            registration_id,
+            original_registration_id,
+            session_id,
+            stream_id,
+            channel: channel.to_string(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    common_accessors!();
+
+    /// Position of the publisher (the log's tail).
+    pub fn position(&self) -> i64 {
+        meta::producer_position(&self.log.meta, self.log.term_length, self.log.initial_term_id)
+    }
+
+    #[inline(always)]
+    fn new_position(&self, term_count: i32, term_begin: i64, result: Append) -> Result<i64, OfferError> {
+        match result {
+            Append::Done(offset) => Ok(term_begin + offset as i64),
+            Append::Tripped { term_id } => {
+                if term_begin + self.log.term_length as i64 >= self.log.max_possible_position {
+                    return Err(OfferError::MaxPositionExceeded);
+                }
+                meta::rotate_log(&self.log.meta, term_count, term_id);
+                Err(OfferError::AdminAction)
+            }
+        }
+    }
+
+    /// Reads the active term; `None` when a rotation is in progress.
+    #[inline(always)]
+    fn active(&self) -> Option<(i32, usize, i64, i64)> {
+        let l = &self.log;
+        let term_count = meta::active_term_count(&l.meta);
+        let index = index_by_term_count(term_count as i64);
+        let raw = meta::raw_tail_volatile(&l.meta, index);
+        let tid = term_id(raw);
+        let offset = raw & 0xFFFF_FFFF;
+        if term_count != tid.wrapping_sub(l.initial_term_id) {
+            return None;
+        }
+        let term_begin = (term_count as i64) << l.bits;
+        Some((term_count, index, term_begin, term_begin + offset.min(l.term_length as i64)))
+    }
+
+    /// Appends a message; returns the new stream position.
+    #[inline]
+    pub fn offer(&self, src: &[u8]) -> Result<i64, OfferError> {
+        self.offer_with(src, None)
+    }
+
+    /// Appends a message with a reserved value stamped on every fragment.
+    #[inline]
+    pub fn offer_with(&self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
+        self.check_open()?;
+        let l = &self.log;
+        let limit = l.limit.get_volatile();
+        let Some((term_count, index, term_begin, position)) = self.active() else {
+            return Err(OfferError::AdminAction);
+        };
+        if position >= limit {
+            l.check_length(src.len())?;
+            return Err(l.back_pressure_status(position, src.len()));
+        }
+        let appender = &l.appenders[index];
+        let result = if src.len() <= l.max_payload {
+            appender.append_unfragmented(&l.header, src, reserved)
+        } else {
+            l.check_length(src.len())?;
+            appender.append_fragmented(&l.header, src, l.max_payload, reserved)
+        };
+        self.new_position(term_count, term_begin, result)
+    }
+
+    /// Claims space for one unfragmented message of `length` bytes; write it
+    /// through the claim and commit (or abort) it.
+    pub fn try_claim(&self, length: usize) -> Result<BufferClaim, OfferError> {
+        self.check_open()?;
+        let l = &self.log;
+        if length > l.max_payload {
+            return Err(OfferError::MessageTooLong { length, max: l.max_payload });
+        }
+        let limit = l.limit.get_volatile();
+        let Some((term_count, index, term_begin, position)) = self.active() else {
+            return Err(OfferError::AdminAction);
+        };
+        if position >= limit {
+            return Err(l.back_pressure_status(position, length));
+        }
+        match l.appenders[index].claim(&l.header, length) {
+            Ok((frame_offset, resulting)) => Ok(BufferClaim {
+                logs: l.logs.clone(),
+                term: l.appenders[index].term(),
+                frame_offset,
+                length,
+                position: term_begin + resulting as i64,
+                done: false,
+            }),
+            Err(tripped) => Err(self.new_position(term_count, term_begin, tripped).unwrap_err()),
+        }
+    }
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A single-writer publication: faster, never shared, own session id.
+pub struct ExclusivePublication {
+    inner: Arc<Inner>,
+    log: LogState,
+    registration_id: i64,
+    original_registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: String,
+    closed: AtomicBool,
+    term_id: i32,
+    term_offset: i32,
+    term_begin_position: i64,
+    active_index: usize,
+}
+
+impl ExclusivePublication {
+    pub(crate) fn from_ready(inner: Arc<Inner>, registration_id: i64, channel: &str, ev: Event) -> Result<Self, ClientError> {
+        let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
+        let term_count = meta::active_term_count(&log.meta);
+        let index = index_by_term_count(term_count as i64);
+        let raw = meta::raw_tail_volatile(&log.meta, index);
+        let tid = term_id(raw);
+        let offset = term_offset(raw, log.term_length as i64);
+        let term_begin_position = compute_position(tid, 0, log.bits, log.initial_term_id);
+        Ok(ExclusivePublication {
+            inner,
+            log,
+            registration_id,
+            original_registration_id,
+            session_id,
+            stream_id,
+            channel: channel.to_string(),
+            closed: AtomicBool::new(false),
+            term_id: tid,
+            term_offset: offset,
+            term_begin_position,
+            active_index: index,
+        })
+    }
+
+    common_accessors!();
+
+    /// Position of the publisher.
+    pub fn position(&self) -> i64 {
+        self.term_begin_position + self.term_offset as i64
+    }
+
+    #[inline(always)]
+    fn new_position(&mut self, result: Append) -> Result<i64, OfferError> {
+        match result {
+            Append::Done(offset) => {
+                self.term_offset = offset;
+                Ok(self.term_begin_position + offset as i64)
+            }
+            Append::Tripped { .. } => {
+                if self.term_begin_position + self.log.term_length as i64 >= self.log.max_possible_position {
+                    return Err(OfferError::MaxPositionExceeded);
+                }
+                self.rotate_term();
+                Err(OfferError::AdminAction)
+            }
+        }
+    }
+
+    fn rotate_term(&mut self) {
+        let next_term_id = self.term_id.wrapping_add(1);
+        let next_count = next_term_id.wrapping_sub(self.log.initial_term_id);
+        let next_index = index_by_term_count(next_count as i64);
+        self.term_id = next_term_id;
+        self.term_offset = 0;
+        self.term_begin_position += self.log.term_length as i64;
+        self.active_index = next_index;
+        self.log.meta.put_i64_ordered(TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, pack_tail(next_term_id, 0));
+        self.log.meta.put_i32_ordered(LOG_ACTIVE_TERM_COUNT_OFFSET, next_count);
+    }
+
+    /// Appends a message; returns the new stream position.
+    #[inline]
+    pub fn offer(&mut self, src: &[u8]) -> Result<i64, OfferError> {
+        self.offer_with(src, None)
+    }
+
+    /// Appends a message with a reserved value stamped on every fragment.
+    #[inline]
+    pub fn offer_with(&mut self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
+        self.check_open()?;
+        let l = &self.log;
+        let limit = l.limit.get_volatile();
+        let position = self.term_begin_position + self.term_offset as i64;
+        if position >= limit {
+            l.check_length(src.len())?;
+            return Err(l.back_pressure_status(position, src.len()));
+        }
+        let appender = &l.appenders[self.active_index];
+        let result = if src.len() <= l.max_payload {
+            appender.exclusive_append_unfragmented(&l.header, self.term_id, self.term_offset, src, reserved)
+        } else {
+            l.check_length(src.len())?;
+            appender.exclusive_append_fragmented(&l.header, self.term_id, self.term_offset, src, l.max_payload, reserved)
+        };
+        self.new_position(result)
+    }
+
+    /// Claims space for one unfragmented message (see [`Publication::try_claim`]).
+    pub fn try_claim(&mut self, length: usize) -> Result<BufferClaim, OfferError> {
+        self.check_open()?;
+        let l = &self.log;
+        if length > l.max_payload {
+            return Err(OfferError::MessageTooLong { length, max: l.max_payload });
+        }
+        let limit = l.limit.get_volatile();
+        let position = self.term_begin_position + self.term_offset as i64;
+        if position >= limit {
+            return Err(l.back_pressure_status(position, length));
+        }
+        let appender = l.appenders[self.active_index];
+        match appender.exclusive_claim(&l.header, self.term_id, self.term_offset, length) {
+            Ok((frame_offset, resulting)) => {
+                let logs = l.logs.clone();
+                self.term_offset = resulting;
+                Ok(BufferClaim {
+                    logs,
+                    term: appender.term(),
+                    frame_offset,
+                    length,
+                    position: self.term_begin_position + resulting as i64,
+                    done: false,
+                })
+            }
+            Err(tripped) => Err(self.new_position(tripped).unwrap_err()),
+        }
+    }
+}
+
+impl Drop for ExclusivePublication {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Space claimed in a term for one message. Dropping an uncommitted claim aborts it,
+/// so a forgotten claim never blocks the stream.
+pub struct BufferClaim {
+    logs: Arc<LogBuffers>,
+    term: AtomicBuffer,
+    frame_offset: usize,
+    length: usize,
+    position: i64,
+    done: bool,
+}
+
+impl BufferClaim {
+    /// The writable payload.
+    #[allow(clippy::mut_from_ref)]
+    pub fn buffer(&self) -> &mut [u8] {
+        self.term.slice_mut(self.frame_offset + DATA_HEADER_LENGTH, self.length)
+    }
+
+    /// Address and length of the payload (for zero-copy views).
+    pub fn raw_parts(&self) -> (*mut u8, usize) {
+        (unsafe { self.term.as_ptr().add(self.frame_offset + DATA_HEADER_LENGTH) }, self.length)
+    }
+
+    /// Payload length.
+    pub fn length(&self) -> usize {
+        self.length
+    }
+
+    /// Stream position after this message.
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    /// Sets the reserved value of the frame.
+    pub fn set_reserved_value(&self, value: i64) {
+        self.term.put_i64(self.frame_offset + sulis_protocol::frame::RESERVED_VALUE_FIELD_OFFSET, value);
+    }
+
+    /// True once committed or aborted.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Publishes the message.
+    pub fn commit(&mut self) {
+        if !self.done {
+            self.done = true;
+            term_appender::commit(&self.term, self.frame_offset);
+        }
+    }
+
+    /// Withdraws the message: it becomes padding that readers skip.
+    pub fn abort(&mut self) {
+        if !self.done {
+            self.done = true;
+            term_appender::abort(&self.term, self.frame_offset);
+        }
+    }
+
+    /// The log the claim lives in (kept mapped while the claim exists).
+    pub fn logs(&self) -> &Arc<LogBuffers> {
+        &self.logs
+    }
+}
+
+impl Drop for BufferClaim {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}

@@ -1,0 +1,293 @@
+//! Subscriptions: the images of every publisher on a channel and stream.
+//!
+//! The client's housekeeping thread adds and removes images; the polling
+//! thread keeps its own copy of the image list and refreshes it only when the
+//! generation counter moved, so a poll costs one atomic load beyond the reads.
+
+use crate::conductor::{Client, Inner};
+use crate::image::{ControlledAction, Header, Image};
+use crate::ClientError;
+use sulis_protocol::control::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// State shared between the subscription and the client's housekeeping thread.
+pub struct SubscriptionShared {
+    images: Mutex<Vec<Arc<Image>>>,
+    generation: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl SubscriptionShared {
+    pub(crate) fn new() -> Self {
+        SubscriptionShared { images: Mutex::new(Vec::new()), generation: AtomicU64::new(0), closed: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn add_image(&self, image: Arc<Image>) {
+        let mut v = self.images.lock().unwrap();
+        v.push(image);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub(crate) fn remove_image(&self, correlation_id: i64) -> Option<Arc<Image>> {
+        let mut v = self.images.lock().unwrap();
+        let i = v.iter().position(|im| im.correlation_id() == correlation_id)?;
+        let image = v.remove(i);
+        image.mark_closed();
+        self.generation.fetch_add(1, Ordering::Release);
+        Some(image)
+    }
+
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+        for im in self.images.lock().unwrap().iter() {
+            im.mark_closed();
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Fragments copied out of the log in one go: payloads back to back plus
+/// per-fragment columns. `offsets` has `len() + 1` entries (Arrow's layout),
+/// so `data[offsets[i]..offsets[i+1]]` is fragment `i`.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    /// Payload bytes.
+    pub data: Vec<u8>,
+    /// Start of each payload in `data`, plus the end.
+    pub offsets: Vec<i32>,
+    /// Stream position after each fragment.
+    pub positions: Vec<i64>,
+    /// Session id of each fragment.
+    pub session_ids: Vec<i32>,
+    /// Frame flags of each fragment.
+    pub flags: Vec<u8>,
+    /// Reserved value of each fragment.
+    pub reserved_values: Vec<i64>,
+}
+
+impl Batch {
+    /// An empty batch with room for `fragments`.
+    pub fn with_capacity(fragments: usize, bytes: usize) -> Batch {
+        let mut offsets = Vec::with_capacity(fragments + 1);
+        offsets.push(0);
+        Batch {
+            data: Vec::with_capacity(bytes),
+            offsets,
+            positions: Vec::with_capacity(fragments),
+            session_ids: Vec::with_capacity(fragments),
+            flags: Vec::with_capacity(fragments),
+            reserved_values: Vec::with_capacity(fragments),
+        }
+    }
+
+    /// Number of fragments.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    #[inline(always)]
+    pub(crate) fn push(&mut self, payload: &[u8], position: i64, session_id: i32, flags: u8, reserved: i64) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.data.extend_from_slice(payload);
+        self.offsets.push(self.data.len() as i32);
+        self.positions.push(position);
+        self.session_ids.push(session_id);
+        self.flags.push(flags);
+        self.reserved_values.push(reserved);
+    }
+
+    /// Fragment `i`'s payload.
+    pub fn get(&self, i: usize) -> &[u8] {
+        &self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+}
+
+/// A subscription to a channel and stream.
+pub struct Subscription {
+    inner: Arc<Inner>,
+    registration_id: i64,
+    stream_id: i32,
+    channel: String,
+    shared: Arc<SubscriptionShared>,
+    images: Vec<Arc<Image>>,
+    generation: u64,
+    round_robin: usize,
+    closed: bool,
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        registration_id: i64,
+        stream_id: i32,
+        channel: String,
+        shared: Arc<SubscriptionShared>,
+    ) -> Self {
+        Subscription {
+            inner,
+            registration_id,
+            stream_id,
+            channel,
+            shared,
+            images: Vec::new(),
+            generation: u64::MAX,
+            round_robin: 0,
+            closed: false,
+        }
+    }
+
+    #[inline(always)]
+    fn refresh(&mut self) {
+        let g = self.shared.generation.load(Ordering::Acquire);
+        if g != self.generation {
+            self.images = self.shared.images.lock().unwrap().clone();
+            self.generation = g;
+        }
+    }
+
+    /// Registration id.
+    pub fn registration_id(&self) -> i64 {
+        self.registration_id
+    }
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+    /// Channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+    /// True when closed (or the client failed).
+    pub fn is_closed(&self) -> bool {
+        self.closed || self.shared.closed.load(Ordering::Acquire)
+    }
+    /// The current images.
+    pub fn images(&mut self) -> Vec<Arc<Image>> {
+        self.refresh();
+        self.images.clone()
+    }
+    /// True when at least one image is connected.
+    pub fn is_connected(&mut self) -> bool {
+        self.refresh();
+        !self.is_closed() && self.images.iter().any(|i| !i.is_closed())
+    }
+    /// Number of images.
+    pub fn image_count(&mut self) -> usize {
+        self.refresh();
+        self.images.len()
+    }
+
+    /// Fails if closed; distinguishes a closed subscription from a failed client.
+    pub fn check(&self) -> Result<(), ClientError> {
+        self.inner.check()?;
+        if self.is_closed() {
+            return Err(ClientError::Closed("subscription is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Polls up to `limit` fragments across images, round-robin.
+    #[inline]
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&mut self, mut handler: F, limit: usize) -> Result<usize, E> {
+        self.refresh();
+        let n = self.images.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        self.round_robin = (self.round_robin + 1) % n;
+        let mut total = 0;
+        for k in 0..n {
+            if total >= limit {
+                break;
+            }
+            let image = &self.images[(self.round_robin + k) % n];
+            total += image.poll(&mut handler, limit - total)?;
+        }
+        Ok(total)
+    }
+
+    /// Controlled poll across images (see [`ControlledAction`]).
+    pub fn controlled_poll<E, F: FnMut(&[u8], &Header) -> Result<ControlledAction, E>>(
+        &mut self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, E> {
+        self.refresh();
+        let n = self.images.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        self.round_robin = (self.round_robin + 1) % n;
+        let mut total = 0;
+        for k in 0..n {
+            if total >= limit {
+                break;
+            }
+            let image = &self.images[(self.round_robin + k) % n];
+            total += image.controlled_poll(&mut handler, limit - total)?;
+        }
+        Ok(total)
+    }
+
+    /// Copies up to `limit` fragments into `batch`.
+    pub fn poll_batch_into(&mut self, batch: &mut Batch, limit: usize) -> usize {
+        self.refresh();
+        let n = self.images.len();
+        if n == 0 {
+            return 0;
+        }
+        self.round_robin = (self.round_robin + 1) % n;
+        let mut total = 0;
+        for k in 0..n {
+            if total >= limit {
+                break;
+            }
+            let image = &self.images[(self.round_robin + k) % n];
+            // A term boundary ends one image read; read on while there is more.
+            loop {
+                let got = image.poll_into(batch, limit - total);
+                total += got;
+                if got == 0 || total >= limit {
+                    break;
+                }
+            }
+        }
+        total
+    }
+
+    /// Closes the subscription (idempotent).
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.shared.mark_closed();
+        Client::forget_subscription(&self.inner, self.registration_id);
+        if !self.inner.failed.load(Ordering::Acquire) {
+            let correlation_id = self.inner.next_correlation_id();
+            let _ = self.inner.request(
+                correlation_id,
+                &Command::RemoveSubscription {
+                    client_id: self.inner.client_id,
+                    correlation_id,
+                    registration_id: self.registration_id,
+                },
+            );
+        }
+        self.images.clear();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
