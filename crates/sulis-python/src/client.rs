@@ -1,0 +1,228 @@
+//! `sulis.Client`: a connection to a media driver, and the image-callback dispatcher.
+
+use crate::errors::{client_err, ClosedError};
+use crate::publication::{PyExclusivePublication, PyPublication};
+use crate::subscription::{PyImage, PySubscription};
+use pyo3::prelude::*;
+use sulis_client::{Client, ClientContext, ImageEvent};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+type Callbacks = (Option<Py<PyAny>>, Option<Py<PyAny>>);
+
+struct Dispatch {
+    /// Held while a subscription is added and its callbacks registered, and
+    /// while events are dispatched: no event can overtake its callbacks.
+    callbacks: Mutex<HashMap<i64, Callbacks>>,
+    running: AtomicBool,
+}
+
+/// A connection to a media driver (in this or another process).
+///
+/// `Client(dir=None, driver_timeout=10.0)`: `dir` defaults to `$SULIS_DIR` or
+/// `/dev/shm/sulis-$USER`. Image callbacks run on a dispatcher thread of the
+/// client; keep-alive runs on a Rust thread that never needs the GIL, so a
+/// slow callback never gets the client timed out.
+#[pyclass(module = "sulis._native", name = "Client", frozen, subclass)]
+pub struct PyClient {
+    client: Arc<Mutex<Option<Client>>>,
+    dispatch: Arc<Dispatch>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    dir: String,
+}
+
+impl PyClient {
+    pub(crate) fn with_client<T>(&self, f: impl FnOnce(&Client) -> PyResult<T>) -> PyResult<T> {
+        let guard = self.client.lock().unwrap();
+        match guard.as_ref() {
+            Some(c) => f(c),
+            None => Err(ClosedError::new_err("client is closed")),
+        }
+    }
+}
+
+fn dispatch_loop(client: Arc<Mutex<Option<Client>>>, dispatch: Arc<Dispatch>) {
+    while dispatch.running.load(Ordering::Acquire) {
+        let events = {
+            let guard = client.lock().unwrap();
+            match guard.as_ref() {
+                Some(c) => {
+                    // Wait without holding the client lock for long: short slices.
+                    let c_events = c.take_image_events();
+                    if c_events.is_empty() {
+                        drop(guard);
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    c_events
+                }
+                None => return,
+            }
+        };
+        let callbacks = dispatch.callbacks.lock().unwrap();
+        Python::attach(|py| {
+            for ev in events {
+                let (sub_id, image, available) = match ev {
+                    ImageEvent::Available { subscription_id, image } => (subscription_id, image, true),
+                    ImageEvent::Unavailable { subscription_id, image } => (subscription_id, image, false),
+                };
+                let Some((on_avail, on_unavail)) = callbacks.get(&sub_id) else { continue };
+                let cb = if available { on_avail } else { on_unavail };
+                if let Some(cb) = cb {
+                    match Py::new(py, PyImage::new(image)) {
+                        Ok(img) => {
+                            if let Err(e) = cb.call1(py, (img,)) {
+                                e.write_unraisable(py, Some(cb.bind(py)));
+                            }
+                        }
+                        Err(e) => e.write_unraisable(py, None),
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[pymethods]
+impl PyClient {
+    #[new]
+    #[pyo3(signature = (dir=None, driver_timeout=10.0, name=None))]
+    fn new(py: Python<'_>, dir: Option<String>, driver_timeout: f64, name: Option<String>) -> PyResult<Self> {
+        if !(driver_timeout > 0.0) {
+            return Err(crate::errors::ConfigurationError::new_err(format!(
+                "driver_timeout={driver_timeout}: must be a positive number of seconds"
+            )));
+        }
+        let mut ctx = ClientContext::default();
+        if let Some(d) = dir {
+            ctx.dir = PathBuf::from(d);
+        }
+        ctx.driver_timeout = Duration::from_secs_f64(driver_timeout);
+        ctx.name = name.unwrap_or_default();
+        let dir = ctx.dir.display().to_string();
+        let client = py.detach(move || Client::connect(ctx)).map_err(client_err)?;
+        let client = Arc::new(Mutex::new(Some(client)));
+        let dispatch = Arc::new(Dispatch { callbacks: Mutex::new(HashMap::new()), running: AtomicBool::new(true) });
+        let (c, d) = (client.clone(), dispatch.clone());
+        let thread = std::thread::Builder::new()
+            .name("sulis-callbacks".into())
+            .spawn(move || dispatch_loop(c, d))
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+        Ok(PyClient { client, dispatch, thread: Mutex::new(Some(thread)), dir })
+    }
+
+    /// The driver directory.
+    #[getter]
+    fn dir(&self) -> String {
+        self.dir.clone()
+    }
+
+    /// This client's id (as the driver knows it).
+    #[getter]
+    fn client_id(&self) -> PyResult<i64> {
+        self.with_client(|c| Ok(c.client_id()))
+    }
+
+    /// True until closed.
+    #[getter]
+    fn is_closed(&self) -> bool {
+        match self.client.lock().unwrap().as_ref() {
+            Some(c) => c.check().is_err(),
+            None => true,
+        }
+    }
+
+    /// Adds a concurrent publication (thread-safe; shares the session of other
+    /// concurrent publications of the same stream in this driver).
+    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<PyPublication> {
+        let publication = self.with_client(|c| {
+            let ch = channel.to_string();
+            py.detach(|| c.add_publication(&ch, stream_id)).map_err(client_err)
+        })?;
+        Ok(PyPublication::new(publication))
+    }
+
+    /// Adds an exclusive (single-writer) publication with its own session.
+    fn add_exclusive_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<PyExclusivePublication> {
+        let publication = self.with_client(|c| {
+            let ch = channel.to_string();
+            py.detach(|| c.add_exclusive_publication(&ch, stream_id)).map_err(client_err)
+        })?;
+        Ok(PyExclusivePublication::new(publication))
+    }
+
+    /// Adds a subscription; `on_available_image(image)` / `on_unavailable_image(image)`
+    /// are called from the client's dispatcher thread as publishers come and go.
+    #[pyo3(signature = (channel, stream_id, on_available_image=None, on_unavailable_image=None))]
+    fn add_subscription(
+        &self,
+        py: Python<'_>,
+        channel: &str,
+        stream_id: i32,
+        on_available_image: Option<Py<PyAny>>,
+        on_unavailable_image: Option<Py<PyAny>>,
+    ) -> PyResult<PySubscription> {
+        let dispatch = self.dispatch.clone();
+        let subscription = self.with_client(|c| {
+            let ch = channel.to_string();
+            py.detach(|| {
+                let mut callbacks = dispatch.callbacks.lock().unwrap();
+                let s = c.add_subscription(&ch, stream_id)?;
+                callbacks.insert(s.registration_id(), (on_available_image, on_unavailable_image));
+                Ok(s)
+            })
+            .map_err(client_err)
+        })?;
+        Ok(PySubscription::new(subscription))
+    }
+
+    /// Closes the client: the driver releases everything it held (idempotent).
+    fn close(&self, py: Python<'_>) {
+        self.dispatch.running.store(false, Ordering::Release);
+        let thread = self.thread.lock().unwrap().take();
+        let client = self.client.clone();
+        py.detach(move || {
+            if let Some(t) = thread {
+                let _ = t.join();
+            }
+            if let Some(mut c) = client.lock().unwrap().take() {
+                c.close();
+            }
+        });
+        self.dispatch.callbacks.lock().unwrap().clear();
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        if slf.get().is_closed() {
+            return Err(ClosedError::new_err("client is closed"));
+        }
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Client(dir={:?}, closed={})", self.dir, self.is_closed())
+    }
+}
+
+impl Drop for PyClient {
+    fn drop(&mut self) {
+        self.dispatch.running.store(false, Ordering::Release);
+        // The dispatcher may be waiting for the GIL we hold: do not join it here;
+        // it exits on its next wake-up. Closing the native client releases driver resources.
+        if let Ok(mut g) = self.client.lock() {
+            if let Some(mut c) = g.take() {
+                c.close();
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `sulis.CountersReader` and the error-log reader: read-only views of a
+//! driver's CnC file that work for a driver in any process.
+
+use crate::errors::DriverTimeoutError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sulis_concurrent::cnc::Cnc;
+use sulis_concurrent::counters::CountersReader;
+use sulis_concurrent::error_log::read_error_log;
+use sulis_protocol::cnc_descriptor::CNC_FILE;
+use std::path::Path;
+
+fn open_cnc(dir: &str) -> PyResult<Cnc> {
+    Cnc::open(&Path::new(dir).join(CNC_FILE))
+        .map_err(|e| DriverTimeoutError::new_err(format!("no media driver in {dir}: {e}")))
+}
+
+/// Read-only view of a driver's counters.
+#[pyclass(module = "sulis._native", name = "CountersReader", frozen)]
+pub struct PyCountersReader {
+    _cnc: Cnc,
+    reader: CountersReader,
+    dir: String,
+}
+
+#[pymethods]
+impl PyCountersReader {
+    #[new]
+    fn new(dir: &str) -> PyResult<Self> {
+        let cnc = open_cnc(dir)?;
+        let reader = CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
+        Ok(PyCountersReader { _cnc: cnc, reader, dir: dir.to_string() })
+    }
+
+    /// The driver directory.
+    #[getter]
+    fn dir(&self) -> String {
+        self.dir.clone()
+    }
+
+    /// Every allocated counter: dicts with id, type_id, label, value,
+    /// registration_id, owner_id, reference_id and key (bytes).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let mut rows = Vec::new();
+        let r = &self.reader;
+        let mut err = None;
+        r.for_each(|id, type_id, key, label| {
+            let d = PyDict::new(py);
+            let res = (|| -> PyResult<()> {
+                d.set_item("id", id)?;
+                d.set_item("type_id", type_id)?;
+                d.set_item("label", label)?;
+                d.set_item("value", r.counter_value(id))?;
+                d.set_item("registration_id", r.counter_registration_id(id))?;
+                d.set_item("owner_id", r.counter_owner_id(id))?;
+                d.set_item("reference_id", r.counter_reference_id(id))?;
+                d.set_item("key", pyo3::types::PyBytes::new(py, key))?;
+                Ok(())
+            })();
+            match res {
+                Ok(()) => rows.push(d),
+                Err(e) => err = Some(e),
+            }
+        });
+        match err {
+            Some(e) => Err(e),
+            None => Ok(rows),
+        }
+    }
+
+    /// Value of counter `counter_id`.
+    fn value(&self, counter_id: i32) -> PyResult<i64> {
+        if !self.reader.is_valid_id(counter_id) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("no counter id {counter_id}")));
+        }
+        Ok(self.reader.counter_value(counter_id))
+    }
+
+    /// Label of counter `counter_id`.
+    fn label(&self, counter_id: i32) -> PyResult<String> {
+        if !self.reader.is_valid_id(counter_id) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("no counter id {counter_id}")));
+        }
+        Ok(self.reader.counter_label(counter_id))
+    }
+}
+
+/// Distinct errors recorded by the driver in `dir`: a list of
+/// (observation_count, first_ms, last_ms, text).
+#[pyfunction]
+pub fn read_errors(dir: &str) -> PyResult<Vec<(i32, i64, i64, String)>> {
+    let cnc = open_cnc(dir)?;
+    let mut out = Vec::new();
+    read_error_log(cnc.error_log_buffer(), 0, |count, first, last, text| {
+        out.push((count, first, last, text.to_string()))
+    });
+    Ok(out)
+}

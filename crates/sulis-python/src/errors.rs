@@ -1,0 +1,67 @@
+//! Python exceptions of sulis and the mapping from Rust errors.
+//!
+//! One base, `SulisError`, with a subclass per failure kind, so callers can
+//! `except` exactly what they handle. Hot-path outcomes (back pressure, not
+//! connected, admin action) are result codes, not exceptions.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use sulis_client::{ClientError, OfferError};
+use sulis_protocol::control::error_code;
+
+create_exception!(sulis, SulisError, PyException, "Base class of every sulis error.");
+create_exception!(sulis, ConfigurationError, SulisError, "An invalid channel URI, option or argument; the message names the offending part.");
+create_exception!(sulis, DriverTimeoutError, SulisError, "The media driver is not running, not answering, or has stopped heartbeating.");
+create_exception!(sulis, ClientTimeoutError, SulisError, "The media driver timed this client out (it stopped heartbeating).");
+create_exception!(sulis, RegistrationError, SulisError, "The media driver refused a command; `code` carries Aeron's error code.");
+create_exception!(sulis, ClosedError, SulisError, "The object (or its client) is closed.");
+create_exception!(sulis, ActiveDriverError, SulisError, "Another live media driver owns the directory.");
+create_exception!(sulis, MessageTooLongError, ConfigurationError, "The message exceeds the publication's maximum message (or claim) length.");
+
+/// Converts a client error into the matching Python exception.
+pub fn client_err(e: ClientError) -> PyErr {
+    match e {
+        ClientError::DriverTimeout(m) => DriverTimeoutError::new_err(m),
+        ClientError::ClientTimeout(m) => ClientTimeoutError::new_err(m),
+        ClientError::Config(m) => ConfigurationError::new_err(m),
+        ClientError::Closed(m) => ClosedError::new_err(m),
+        ClientError::Registration { code, message } => {
+            if code == error_code::INVALID_CHANNEL {
+                ConfigurationError::new_err(message)
+            } else {
+                let err = RegistrationError::new_err(format!("{message} (error code {code})"));
+                Python::attach(|py| {
+                    let _ = err.value(py).setattr("code", code);
+                });
+                err
+            }
+        }
+    }
+}
+
+/// Converts an offer failure that is not a result code into an exception.
+pub fn offer_err(e: OfferError) -> PyErr {
+    match e {
+        OfferError::MessageTooLong { length, max } => {
+            MessageTooLongError::new_err(format!("message of {length} bytes exceeds the maximum of {max} bytes"))
+        }
+        OfferError::Client(c) => client_err(c),
+        OfferError::Closed => ClosedError::new_err("publication is closed"),
+        other => SulisError::new_err(format!("unexpected offer outcome {other:?}")),
+    }
+}
+
+/// Registers the exceptions on the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("SulisError", py.get_type::<SulisError>())?;
+    m.add("ConfigurationError", py.get_type::<ConfigurationError>())?;
+    m.add("DriverTimeoutError", py.get_type::<DriverTimeoutError>())?;
+    m.add("ClientTimeoutError", py.get_type::<ClientTimeoutError>())?;
+    m.add("RegistrationError", py.get_type::<RegistrationError>())?;
+    m.add("ClosedError", py.get_type::<ClosedError>())?;
+    m.add("ActiveDriverError", py.get_type::<ActiveDriverError>())?;
+    m.add("MessageTooLongError", py.get_type::<MessageTooLongError>())?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! The `sulis._native` extension module: Python classes over the Rust core.
+//!
+//! Every hot path (offer, poll, batch copy) runs in Rust; blocking calls
+//! (connecting, adding resources, closing) release the GIL.
+
+mod client;
+mod counters;
+mod driver;
+mod errors;
+mod guard;
+mod publication;
+mod subscription;
+
+use pyo3::prelude::*;
+use sulis_client::offer_code;
+
+/// Parses and validates a channel URI; returns its canonical form.
+/// Raises ConfigurationError naming the offending part.
+#[pyfunction]
+fn parse_channel(uri: &str) -> PyResult<String> {
+    sulis_protocol::uri::ChannelUri::parse(uri)
+        .map(|u| u.to_string())
+        .map_err(|e| errors::ConfigurationError::new_err(e.to_string()))
+}
+
+/// Parameters of a channel URI as a dict of raw strings.
+#[pyfunction]
+fn channel_params(uri: &str) -> PyResult<Vec<(String, String)>> {
+    let u = sulis_protocol::uri::ChannelUri::parse(uri).map_err(|e| errors::ConfigurationError::new_err(e.to_string()))?;
+    Ok(u.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<driver::PyMediaDriver>()?;
+    m.add_class::<client::PyClient>()?;
+    m.add_class::<publication::PyPublication>()?;
+    m.add_class::<publication::PyExclusivePublication>()?;
+    m.add_class::<publication::PyBufferClaim>()?;
+    m.add_class::<subscription::PySubscription>()?;
+    m.add_class::<subscription::PyImage>()?;
+    m.add_class::<subscription::PyHeader>()?;
+    m.add_class::<subscription::PyBatch>()?;
+    m.add_class::<subscription::PyColumn>()?;
+    m.add_class::<subscription::PyFragmentAssembler>()?;
+    m.add_class::<counters::PyCountersReader>()?;
+    m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
+    m.add_function(wrap_pyfunction!(driver::driver_config, m)?)?;
+    m.add_function(wrap_pyfunction!(driver::active_driver, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(channel_params, m)?)?;
+    m.add("NOT_CONNECTED", offer_code::NOT_CONNECTED)?;
+    m.add("BACK_PRESSURED", offer_code::BACK_PRESSURED)?;
+    m.add("ADMIN_ACTION", offer_code::ADMIN_ACTION)?;
+    m.add("CLOSED", offer_code::CLOSED)?;
+    m.add("MAX_POSITION_EXCEEDED", offer_code::MAX_POSITION_EXCEEDED)?;
+    m.add("build_profile", if cfg!(debug_assertions) { "debug" } else { "release" })?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

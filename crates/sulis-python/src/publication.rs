@@ -1,0 +1,309 @@
+//! `sulis.Publication`, `sulis.ExclusivePublication` and `sulis.BufferClaim`.
+//!
+//! `offer` is the hot path: the payload is read in place (bytes, or any
+//! C-contiguous buffer) and appended by Rust with the GIL held — releasing the
+//! GIL would cost more than the append itself.
+
+use crate::errors::{offer_err, ClosedError, MessageTooLongError};
+use crate::guard::InUse;
+use pyo3::buffer::PyBuffer;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use sulis_client::{BufferClaim, ExclusivePublication, OfferError, Publication};
+use std::cell::UnsafeCell;
+
+/// Calls `f` with the bytes of `data` (bytes fast path, else the buffer protocol).
+#[inline(always)]
+pub(crate) fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(f(b.as_bytes()));
+    }
+    let buf = PyBuffer::<u8>::get(data)?;
+    if !buf.is_c_contiguous() {
+        return Err(pyo3::exceptions::PyBufferError::new_err("offer needs a C-contiguous buffer"));
+    }
+    // SAFETY: the buffer is held (and so kept alive and unmoved) until `buf` drops.
+    let slice = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+    Ok(f(slice))
+}
+
+#[inline(always)]
+fn offer_result(r: Result<i64, OfferError>) -> PyResult<i64> {
+    match r {
+        Ok(p) => Ok(p),
+        Err(OfferError::Closed) => Err(ClosedError::new_err("publication is closed")),
+        Err(e) => match e.code() {
+            Some(code) => Ok(code),
+            None => Err(offer_err(e)),
+        },
+    }
+}
+
+fn claim_result(py: Python<'_>, r: Result<BufferClaim, OfferError>) -> PyResult<Py<PyAny>> {
+    match r {
+        Ok(c) => Ok(Py::new(py, PyBufferClaim { claim: std::sync::Mutex::new(Some(c)), view: std::sync::Mutex::new(None) })?
+            .into_any()),
+        Err(OfferError::MessageTooLong { length, max }) => Err(MessageTooLongError::new_err(format!(
+            "claim of {length} bytes exceeds the maximum payload length of {max} bytes"
+        ))),
+        Err(e) => offer_result(Err(e)).map(|code| code.into_pyobject(py).unwrap().into_any().unbind()),
+    }
+}
+
+macro_rules! publication_methods {
+    ($ty:ty, $kind:literal) => {
+        #[pymethods]
+        impl $ty {
+            /// Appends a message (bytes or any contiguous buffer). Returns the new
+            /// stream position (>= 0) or NOT_CONNECTED, BACK_PRESSURED,
+            /// ADMIN_ACTION or MAX_POSITION_EXCEEDED. Raises MessageTooLongError
+            /// above `max_message_length`, ClosedError after close().
+            #[pyo3(signature = (data, reserved_value=None))]
+            fn offer(&self, data: &Bound<'_, PyAny>, reserved_value: Option<i64>) -> PyResult<i64> {
+                let r = with_bytes(data, |b| self.with_pub(|p| p.offer_with(b, reserved_value)))?;
+                offer_result(r?)
+            }
+
+            /// Claims `length` bytes (at most `max_payload_length`) in the log.
+            /// Returns a BufferClaim to fill and commit, or a result code.
+            fn try_claim(&self, py: Python<'_>, length: usize) -> PyResult<Py<PyAny>> {
+                let r = self.with_pub(|p| p.try_claim(length))?;
+                claim_result(py, r)
+            }
+
+            /// True when a subscriber is connected.
+            #[getter]
+            fn is_connected(&self) -> PyResult<bool> {
+                self.with_pub(|p| p.is_connected())
+            }
+            /// The publisher's stream position.
+            #[getter]
+            fn position(&self) -> PyResult<i64> {
+                self.with_pub(|p| p.position())
+            }
+            /// Limit the driver allows the publisher to reach.
+            #[getter]
+            fn position_limit(&self) -> PyResult<i64> {
+                self.with_pub(|p| p.position_limit())
+            }
+            /// Session id.
+            #[getter]
+            fn session_id(&self) -> PyResult<i32> {
+                self.with_pub(|p| p.session_id())
+            }
+            /// Stream id.
+            #[getter]
+            fn stream_id(&self) -> PyResult<i32> {
+                self.with_pub(|p| p.stream_id())
+            }
+            /// Channel URI.
+            #[getter]
+            fn channel(&self) -> PyResult<String> {
+                self.with_pub(|p| p.channel().to_string())
+            }
+            /// Registration id of this publication.
+            #[getter]
+            fn registration_id(&self) -> PyResult<i64> {
+                self.with_pub(|p| p.registration_id())
+            }
+            /// Largest message `offer` accepts: min(16 MiB, term length / 8).
+            #[getter]
+            fn max_message_length(&self) -> PyResult<usize> {
+                self.with_pub(|p| p.max_message_length())
+            }
+            /// Largest fragment payload, and the largest claim: MTU - 32.
+            #[getter]
+            fn max_payload_length(&self) -> PyResult<usize> {
+                self.with_pub(|p| p.max_payload_length())
+            }
+            /// Term buffer length.
+            #[getter]
+            fn term_buffer_length(&self) -> PyResult<usize> {
+                self.with_pub(|p| p.term_buffer_length())
+            }
+            /// True once closed.
+            #[getter]
+            fn is_closed(&self) -> bool {
+                self.with_pub(|p| p.is_closed()).unwrap_or(true)
+            }
+            /// Closes the publication (idempotent).
+            fn close(&self, py: Python<'_>) -> PyResult<()> {
+                let inner = self.raw();
+                py.detach(|| inner.close());
+                Ok(())
+            }
+            fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+                if slf.get().is_closed() {
+                    return Err(ClosedError::new_err(concat!($kind, " is closed")));
+                }
+                Ok(slf)
+            }
+            #[pyo3(signature = (*_args))]
+            fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+                self.close(py)?;
+                Ok(false)
+            }
+            fn __repr__(&self) -> String {
+                self.with_pub(|p| {
+                    format!(
+                        concat!($kind, "(channel={:?}, stream_id={}, session_id={}, position={})"),
+                        p.channel(),
+                        p.stream_id(),
+                        p.session_id(),
+                        p.position()
+                    )
+                })
+                .unwrap_or_else(|_| concat!($kind, "(in use)").to_string())
+            }
+        }
+    };
+}
+
+/// A concurrent publication: many threads and processes may offer to it.
+#[pyclass(module = "sulis._native", name = "Publication", frozen)]
+pub struct PyPublication {
+    inner: Publication,
+}
+
+impl PyPublication {
+    pub(crate) fn new(inner: Publication) -> Self {
+        PyPublication { inner }
+    }
+    #[inline(always)]
+    fn with_pub<R>(&self, f: impl FnOnce(&Publication) -> R) -> PyResult<R> {
+        Ok(f(&self.inner))
+    }
+    fn raw(&self) -> &Publication {
+        &self.inner
+    }
+}
+
+publication_methods!(PyPublication, "Publication");
+
+/// A single-writer publication: faster, never shared, its own session.
+/// Calls from two threads at once raise an error instead of corrupting the log.
+#[pyclass(module = "sulis._native", name = "ExclusivePublication", frozen)]
+pub struct PyExclusivePublication {
+    inner: UnsafeCell<ExclusivePublication>,
+    in_use: InUse,
+}
+
+// SAFETY: every access to `inner` goes through `with_pub`, which holds the
+// `in_use` flag, so at most one thread touches the publication at a time;
+// `close` and the read-only accessors it shares only use atomics.
+unsafe impl Sync for PyExclusivePublication {}
+
+impl PyExclusivePublication {
+    pub(crate) fn new(inner: ExclusivePublication) -> Self {
+        PyExclusivePublication { inner: UnsafeCell::new(inner), in_use: InUse::default() }
+    }
+    #[inline(always)]
+    fn with_pub<R>(&self, f: impl FnOnce(&mut ExclusivePublication) -> R) -> PyResult<R> {
+        let _g = self.in_use.enter("ExclusivePublication")?;
+        // SAFETY: exclusive access guaranteed by the in-use flag.
+        Ok(f(unsafe { &mut *self.inner.get() }))
+    }
+    fn raw(&self) -> &ExclusivePublication {
+        // SAFETY: close() only touches atomics and the driver connection.
+        unsafe { &*self.inner.get() }
+    }
+}
+
+publication_methods!(PyExclusivePublication, "ExclusivePublication");
+
+/// Space claimed in the log for one message. Write `buffer`, then `commit()`;
+/// or `abort()`. As a context manager it commits on success and aborts on an
+/// exception; a claim that is garbage-collected uncommitted is aborted, so it
+/// never blocks the stream.
+#[pyclass(module = "sulis._native", name = "BufferClaim", frozen)]
+pub struct PyBufferClaim {
+    claim: std::sync::Mutex<Option<BufferClaim>>,
+    view: std::sync::Mutex<Option<Py<PyAny>>>,
+}
+
+impl PyBufferClaim {
+    fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
+        if let Some(v) = self.view.lock().unwrap().take() {
+            // Writes after commit would corrupt the stream: revoke the view.
+            let _ = v.call_method0(py, "release");
+        }
+        match self.claim.lock().unwrap().take() {
+            Some(mut c) => {
+                if commit {
+                    c.commit()
+                } else {
+                    c.abort()
+                }
+                Ok(())
+            }
+            None => Err(ClosedError::new_err("claim already committed or aborted")),
+        }
+    }
+}
+
+#[pymethods]
+impl PyBufferClaim {
+    /// Writable memoryview over the claimed payload (valid until commit/abort).
+    #[getter]
+    fn buffer(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut view = self.view.lock().unwrap();
+        if let Some(v) = view.as_ref() {
+            return Ok(v.clone_ref(py));
+        }
+        let guard = self.claim.lock().unwrap();
+        let c = guard.as_ref().ok_or_else(|| ClosedError::new_err("claim already committed or aborted"))?;
+        let (ptr, len) = c.raw_parts();
+        // SAFETY: the claim keeps the log mapped; the view is released on commit/abort.
+        let mv = unsafe {
+            Bound::from_owned_ptr_or_err(py, ffi::PyMemoryView_FromMemory(ptr as *mut _, len as isize, ffi::PyBUF_WRITE))?
+        };
+        let mv = mv.unbind();
+        *view = Some(mv.clone_ref(py));
+        Ok(mv)
+    }
+    /// Claimed length.
+    #[getter]
+    fn length(&self) -> PyResult<usize> {
+        self.claim.lock().unwrap().as_ref().map(|c| c.length()).ok_or_else(|| ClosedError::new_err("claim is done"))
+    }
+    /// Stream position after this message.
+    #[getter]
+    fn position(&self) -> PyResult<i64> {
+        self.claim.lock().unwrap().as_ref().map(|c| c.position()).ok_or_else(|| ClosedError::new_err("claim is done"))
+    }
+    /// Sets the frame's reserved value.
+    #[setter]
+    fn set_reserved_value(&self, value: i64) -> PyResult<()> {
+        self.claim
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.set_reserved_value(value))
+            .ok_or_else(|| ClosedError::new_err("claim is done"))
+    }
+    /// Publishes the message.
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, true)
+    }
+    /// Withdraws the message (readers skip it).
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, false)
+    }
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+    #[pyo3(signature = (exc_type, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if self.claim.lock().unwrap().is_some() {
+            self.finish(py, exc_type.is_none_or(|t| t.is_none()))?;
+        }
+        Ok(false)
+    }
+}

@@ -1,0 +1,160 @@
+"""sulis: Aeron-class messaging for Python on a Rust core.
+
+A media driver (embedded with ``sulis.MediaDriver`` or standalone with
+``sulis driver``) owns shared-memory log buffers; clients in any process add
+publications and subscriptions through it::
+
+    import sulis
+
+    with sulis.MediaDriver(dir="/dev/shm/sulis-demo") as driver:
+        with sulis.Client(dir=driver.dir) as client:
+            sub = client.add_subscription("aeron:ipc", 10)
+            pub = client.add_publication("aeron:ipc", 10)
+            while pub.offer(b"hello") < 0:
+                pass
+            sub.poll(lambda buffer, header: print(bytes(buffer)), 10)
+
+Channel URIs use Aeron's syntax. ``offer`` returns the new stream position, or
+one of the result codes NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION, CLOSED,
+MAX_POSITION_EXCEEDED (Aeron's -1..-5).
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import weakref
+
+from . import _native
+from ._native import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    CLOSED,
+    MAX_POSITION_EXCEEDED,
+    NOT_CONNECTED,
+    Batch,
+    BatchColumn,
+    BufferClaim,
+    CountersReader,
+    ExclusivePublication,
+    FragmentAssembler,
+    Header,
+    Image,
+    Publication,
+    Subscription,
+    __version__,
+    build_profile,
+    channel_params,
+    parse_channel,
+    read_errors,
+)
+from .errors import (
+    ActiveDriverError,
+    ClientTimeoutError,
+    ClosedError,
+    ConfigurationError,
+    DriverTimeoutError,
+    MessageTooLongError,
+    RegistrationError,
+    SulisError,
+)
+
+__all__ = [
+    "ADMIN_ACTION",
+    "BACK_PRESSURED",
+    "CLOSED",
+    "MAX_POSITION_EXCEEDED",
+    "NOT_CONNECTED",
+    "Action",
+    "ActiveDriverError",
+    "Batch",
+    "BatchColumn",
+    "BufferClaim",
+    "Client",
+    "ClientTimeoutError",
+    "ClosedError",
+    "ConfigurationError",
+    "CountersReader",
+    "DriverTimeoutError",
+    "ExclusivePublication",
+    "FragmentAssembler",
+    "Header",
+    "Image",
+    "MediaDriver",
+    "MessageTooLongError",
+    "Publication",
+    "RegistrationError",
+    "Subscription",
+    "SulisError",
+    "__version__",
+    "build_profile",
+    "channel_params",
+    "parse_channel",
+    "read_errors",
+    "result_name",
+]
+
+
+class Action(enum.IntEnum):
+    """What a ``controlled_poll`` handler wants done with a fragment."""
+
+    ABORT = 1
+    """Do not consume this fragment; stop polling."""
+    BREAK = 2
+    """Consume it, then stop polling."""
+    COMMIT = 3
+    """Consume it and commit the position now."""
+    CONTINUE = 4
+    """Consume it and go on."""
+
+
+_RESULT_NAMES = {
+    NOT_CONNECTED: "NOT_CONNECTED",
+    BACK_PRESSURED: "BACK_PRESSURED",
+    ADMIN_ACTION: "ADMIN_ACTION",
+    CLOSED: "CLOSED",
+    MAX_POSITION_EXCEEDED: "MAX_POSITION_EXCEEDED",
+}
+
+
+def result_name(result: int) -> str:
+    """Names an ``offer`` result: a position, or the result code's name."""
+    return _RESULT_NAMES.get(result, f"position {result}") if result < 0 else f"position {result}"
+
+
+# Clients and drivers still open at interpreter exit are closed first, so no
+# native thread is left waiting for a GIL that is being torn down.
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+class MediaDriver(_native.MediaDriver):
+    """An embedded media driver (conductor and network agents on Rust threads).
+
+    ``MediaDriver(dir=None, threading_mode=None, idle_strategy=None, **options)``:
+    ``dir`` defaults to ``$SULIS_DIR`` or ``/dev/shm/sulis-$USER``;
+    ``threading_mode`` is ``shared``, ``shared-network`` or ``dedicated``;
+    ``idle_strategy`` is ``busy-spin``, ``yielding``, ``backoff`` or ``sleeping``.
+    Other options by name (``ipc_term_buffer_length="1m"``,
+    ``client_liveness_timeout=2.0``...), see ``sulis driver --print-config``.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: D107 - documented on the class
+        _live.add(self)
+
+
+class Client(_native.Client):
+    """A connection to a media driver: ``Client(dir=None, driver_timeout=10.0)``."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: D107
+        _live.add(self)
+
+
+@atexit.register
+def _close_all() -> None:
+    objs = list(_live)
+    for o in objs:
+        if isinstance(o, _native.Client):
+            o.close()
+    for o in objs:
+        if isinstance(o, _native.MediaDriver):
+            o.close()

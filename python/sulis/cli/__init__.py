@@ -1,0 +1,72 @@
+"""The ``sulis`` command: one entry point, a subcommand per tool."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from .. import _native
+
+
+def _driver_options(f):
+    """Adds one ``--name`` flag per driver option, from the driver's own table."""
+    for name, _value, _source, env, doc in reversed(_native.driver_config()):
+        if name == "dir":
+            continue
+        flag = "--" + name.removesuffix("_ns").replace("_", "-")
+        f = click.option(flag, name, default=None, help=f"{doc} [env {env}]")(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_native.__version__, prog_name="sulis")
+def main() -> None:
+    """sulis: Aeron-class messaging for Python."""
+
+
+@main.command()
+@click.option("--dir", "dir_", default=None, help="Driver directory [env SULIS_DIR; default /dev/shm/sulis-$USER].")
+@click.option("--print-config", is_flag=True, help="Print every effective setting and where it came from, then exit.")
+@_driver_options
+def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
+    """Run a media driver in this process until interrupted (Ctrl-C / SIGTERM)."""
+    renamed = {k: v for k, v in options.items() if v is not None}
+    try:
+        if print_config:
+            rows = _native.driver_config(dir=dir_, **renamed)
+            width = max(len(r[0]) for r in rows)
+            for name, value, source, env, _doc in rows:
+                click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
+            return
+        from .. import MediaDriver
+
+        drv = MediaDriver(dir=dir_, **renamed)
+    except _native.SulisError as e:
+        raise click.ClickException(str(e)) from e
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
+    while not stop.wait(0.2):
+        pass
+    drv.close()
+    click.echo("sulis media driver stopped", err=True)
+
+
+@main.command()
+@click.option("--messages", default=2_000_000, show_default=True, help="Messages in the throughput phase.")
+@click.option("--size", default=32, show_default=True, help="Message size in bytes.")
+@click.option("--round-trips", default=100_000, show_default=True, help="Round trips in the latency phase.")
+@click.option("--dir", "dir_", default=None, help="Driver directory (default: a fresh one under /dev/shm).")
+def demo(messages: int, size: int, round_trips: int, dir_: str | None) -> None:
+    """End-to-end IPC demo: an embedded driver, a second process, throughput and latency."""
+    from ..demo import run
+
+    sys.exit(run(messages=messages, size=size, round_trips=round_trips, dir=dir_))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,28 @@
+"""Exceptions raised by sulis.
+
+``SulisError`` is the base of all of them. Hot-path outcomes (back pressure,
+not connected, admin action) are result codes returned by ``offer``, not
+exceptions.
+"""
+
+from ._native import (
+    ActiveDriverError,
+    ClientTimeoutError,
+    ClosedError,
+    ConfigurationError,
+    DriverTimeoutError,
+    MessageTooLongError,
+    RegistrationError,
+    SulisError,
+)
+
+__all__ = [
+    "ActiveDriverError",
+    "ClientTimeoutError",
+    "ClosedError",
+    "ConfigurationError",
+    "DriverTimeoutError",
+    "MessageTooLongError",
+    "RegistrationError",
+    "SulisError",
+]
