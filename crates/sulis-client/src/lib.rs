@@ -17,7 +17,7 @@ pub mod subscription;
 pub use conductor::{Client, ClientContext, ImageEvent};
 pub use image::{ControlledAction, Header, Image};
 pub use publication::{BufferClaim, ExclusivePublication, OfferError, Publication};
-pub use subscription::{Batch, Subscription};
+pub use subscription::{Batch, Subscription, SubscriptionShared};
 
 /// Publication result codes (Aeron's values).
 pub mod offer_code {

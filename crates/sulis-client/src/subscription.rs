@@ -38,6 +38,16 @@ impl SubscriptionShared {
         Some(image)
     }
 
+    /// The current images (a snapshot).
+    pub fn images(&self) -> Vec<Arc<Image>> {
+        self.images.lock().unwrap().clone()
+    }
+
+    /// True once the subscription (or its client) closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
         for im in self.images.lock().unwrap().iter() {
@@ -151,6 +161,11 @@ impl Subscription {
             self.images = self.shared.images.lock().unwrap().clone();
             self.generation = g;
         }
+    }
+
+    /// State shared with the client thread (images, closed flag), usable without `&mut`.
+    pub fn shared(&self) -> Arc<SubscriptionShared> {
+        self.shared.clone()
     }
 
     /// Registration id.
