@@ -1,0 +1,292 @@
+"""Type stubs for the sulis native extension (Rust, PyO3)."""
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Self
+
+__version__: Final[str]
+build_profile: Final[str]
+"""``"release"`` or ``"debug"``; benchmarks refuse debug builds."""
+
+NOT_CONNECTED: Final[int]
+"""-1: no subscriber is connected."""
+BACK_PRESSURED: Final[int]
+"""-2: connected, but the publisher limit was reached; retry later."""
+ADMIN_ACTION: Final[int]
+"""-3: a term rotation happened; retry at once."""
+CLOSED: Final[int]
+"""-4: the publication is closed (sulis raises ClosedError instead)."""
+MAX_POSITION_EXCEEDED: Final[int]
+"""-5: the stream reached its maximum position; create a new publication."""
+
+class SulisError(Exception):
+    """Base class of every sulis error."""
+
+class ConfigurationError(SulisError):
+    """An invalid channel URI, option or argument; the message names the offending part."""
+
+class MessageTooLongError(ConfigurationError):
+    """The message exceeds the maximum message (or claim) length."""
+
+class DriverTimeoutError(SulisError):
+    """The media driver is not running, not answering, or stopped heartbeating."""
+
+class ClientTimeoutError(SulisError):
+    """The media driver timed this client out."""
+
+class RegistrationError(SulisError):
+    """The media driver refused a command; ``code`` is Aeron's error code."""
+
+    code: int
+
+class ClosedError(SulisError):
+    """The object (or its client) is closed."""
+
+class ActiveDriverError(SulisError):
+    """Another live media driver owns the directory."""
+
+class MediaDriver:
+    """An embedded media driver; agents run on Rust threads, never holding the GIL."""
+
+    def __init__(
+        self,
+        dir: str | None = None,
+        threading_mode: str | None = None,
+        idle_strategy: str | None = None,
+        **options: object,
+    ) -> None: ...
+    @property
+    def dir(self) -> str:
+        """The driver directory."""
+    @property
+    def is_running(self) -> bool:
+        """True until closed."""
+    def config(self) -> list[tuple[str, str, str, str, str]]:
+        """(name, value, source, env var, doc) of every effective setting."""
+    def close(self) -> None:
+        """Stops the driver (idempotent)."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class Client:
+    """A connection to a media driver in this or another process."""
+
+    def __init__(self, dir: str | None = None, driver_timeout: float = 10.0, name: str | None = None) -> None: ...
+    @property
+    def dir(self) -> str:
+        """The driver directory."""
+    @property
+    def client_id(self) -> int:
+        """This client's id."""
+    @property
+    def is_closed(self) -> bool:
+        """True once closed or failed."""
+    def add_publication(self, channel: str, stream_id: int) -> Publication:
+        """Adds a concurrent publication."""
+    def add_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
+        """Adds an exclusive (single-writer) publication."""
+    def add_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        on_available_image: Callable[[Image], object] | None = None,
+        on_unavailable_image: Callable[[Image], object] | None = None,
+    ) -> Subscription:
+        """Adds a subscription; callbacks run on the client's dispatcher thread."""
+    def close(self) -> None:
+        """Closes the client; the driver releases its resources."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class _PublicationBase:
+    def offer(self, data: bytes | bytearray | memoryview | Any, reserved_value: int | None = None) -> int:
+        """Appends a message: new position (>= 0) or a negative result code."""
+    def try_claim(self, length: int) -> BufferClaim | int:
+        """Claims space for one message: a BufferClaim, or a negative result code."""
+    @property
+    def is_connected(self) -> bool: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def position_limit(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def registration_id(self) -> int: ...
+    @property
+    def max_message_length(self) -> int: ...
+    @property
+    def max_payload_length(self) -> int: ...
+    @property
+    def term_buffer_length(self) -> int: ...
+    @property
+    def is_closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class Publication(_PublicationBase):
+    """A concurrent publication (thread-safe, shared per stream)."""
+
+class ExclusivePublication(_PublicationBase):
+    """A single-writer publication with its own session."""
+
+class BufferClaim:
+    """Space claimed in the log; fill ``buffer`` then ``commit()`` or ``abort()``."""
+
+    @property
+    def buffer(self) -> memoryview: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def reserved_value(self) -> int: ...
+    @reserved_value.setter
+    def reserved_value(self, value: int) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, _exc: BaseException | None = None, _tb: TracebackType | None = None
+    ) -> bool: ...
+
+class Header:
+    """Header of the fragment being handled (a copy, safe to keep)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def term_id(self) -> int: ...
+    @property
+    def term_offset(self) -> int: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def reserved_value(self) -> int: ...
+    @property
+    def frame_length(self) -> int: ...
+    @property
+    def frame_type(self) -> int: ...
+    @property
+    def initial_term_id(self) -> int: ...
+
+class Image:
+    """One publisher's stream within a subscription."""
+
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def join_position(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def is_end_of_stream(self) -> bool: ...
+    @property
+    def is_closed(self) -> bool: ...
+    @property
+    def source_identity(self) -> str: ...
+    @property
+    def term_buffer_length(self) -> int: ...
+    @property
+    def initial_term_id(self) -> int: ...
+    @property
+    def mtu_length(self) -> int: ...
+
+class BatchColumn:
+    """A read-only buffer over one column of a Batch (buffer protocol)."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class Batch:
+    """Fragments copied out at once; payloads back to back plus columns."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> bytes: ...
+    @property
+    def data(self) -> BatchColumn: ...
+    @property
+    def offsets(self) -> BatchColumn: ...
+    @property
+    def lengths(self) -> BatchColumn: ...
+    @property
+    def positions(self) -> BatchColumn: ...
+    @property
+    def session_ids(self) -> BatchColumn: ...
+    @property
+    def flags(self) -> BatchColumn: ...
+    @property
+    def reserved_values(self) -> BatchColumn: ...
+    @property
+    def nbytes(self) -> int: ...
+    def to_list(self) -> list[bytes]: ...
+
+class FragmentAssembler:
+    """Wraps a handler so it sees whole messages."""
+
+    def __init__(self, handler: Callable[[memoryview, Header], object]) -> None: ...
+    @property
+    def handler(self) -> Callable[[memoryview, Header], object]: ...
+    def __call__(self, buffer: memoryview, header: Header) -> None: ...
+
+class Subscription:
+    """A subscription to a channel and stream (poll from one thread at a time)."""
+
+    def poll(self, handler: Callable[[memoryview, Header], object], fragment_limit: int = 10) -> int: ...
+    def controlled_poll(self, handler: Callable[[memoryview, Header], int], fragment_limit: int = 10) -> int: ...
+    def poll_batch(self, fragment_limit: int = 4096) -> Batch: ...
+    @property
+    def is_connected(self) -> bool: ...
+    @property
+    def images(self) -> list[Image]: ...
+    @property
+    def image_count(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def registration_id(self) -> int: ...
+    @property
+    def is_closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class CountersReader:
+    """Read-only view of a driver's counters (works across processes)."""
+
+    def __init__(self, dir: str) -> None: ...
+    @property
+    def dir(self) -> str: ...
+    def counters(self) -> list[dict[str, Any]]: ...
+    def value(self, counter_id: int) -> int: ...
+    def label(self, counter_id: int) -> str: ...
+
+def read_errors(dir: str) -> list[tuple[int, int, int, str]]:
+    """Distinct errors of the driver in ``dir``: (count, first_ms, last_ms, text)."""
+
+def driver_config(
+    dir: str | None = None, threading_mode: str | None = None, idle_strategy: str | None = None, **options: object
+) -> list[tuple[str, str, str, str, str]]:
+    """Effective driver configuration without starting a driver."""
+
+def active_driver(dir: str, timeout_ms: int = 10000) -> str | None:
+    """Describes a live driver owning ``dir``, or None."""
+
+def parse_channel(uri: str) -> str:
+    """Validates a channel URI and returns its canonical form."""
+
+def channel_params(uri: str) -> list[tuple[str, str]]:
+    """The (key, value) parameters of a channel URI."""

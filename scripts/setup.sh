@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/demo.sh and scripts/test.sh: a virtualenv in .venv
+# with the build and test tools, and sulis built (release) and installed in it.
+# Idempotent: re-running only rebuilds what changed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+python -m pip install -q --disable-pip-version-check \
+  "maturin>=1.7,<2" "pytest>=8" pytest-timeout numpy pyarrow "hdrhistogram>=0.10" "click>=8"
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo (Rust) is required: https://rustup.rs" >&2
+  exit 1
+fi
+maturin develop --release --quiet 2>&1 | grep -v "^\s*$" | tail -n 3 || true
+python -c "import sulis, sys; assert sulis.build_profile == 'release', sulis.build_profile; print('setup: sulis', sulis.__version__, sulis.build_profile, 'in', sys.prefix)"

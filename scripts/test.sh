@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, then the Rust tests, then the Python tests.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=setup.sh
+. "$root/scripts/setup.sh"
+cd "$root"
+echo "== cargo test"
+# The extension crate links against the interpreter only when loaded by
+# Python, so it has no Rust test binary; every other crate is tested.
+cargo test --workspace --exclude sulis-python --release --quiet
+echo "== pytest"
+python -m pytest -q tests "$@"
