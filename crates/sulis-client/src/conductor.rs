@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 const CLIENT_HEARTBEAT_TYPE_ID: i32 = 11;
 /// Heartbeat period.
 const KEEPALIVE_INTERVAL_MS: i64 = 500;
-/// How often the housekeeping thread wakes.
-const CONDUCTOR_PERIOD: Duration = Duration::from_millis(1);
+/// How often the housekeeping thread wakes while a command awaits its response.
+const CONDUCTOR_BUSY_PERIOD: Duration = Duration::from_micros(200);
+/// How often it wakes otherwise: few wake-ups keep it off busy cores.
+const CONDUCTOR_IDLE_PERIOD: Duration = Duration::from_millis(10);
 
 /// Client configuration.
 #[derive(Clone, Debug)]
@@ -106,6 +108,9 @@ pub(crate) struct Inner {
     /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
     pub(crate) failed: AtomicBool,
     running: AtomicBool,
+    /// Commands awaiting a response: the housekeeping thread polls faster meanwhile.
+    pending: std::sync::atomic::AtomicUsize,
+    conductor_thread: Mutex<Option<std::thread::Thread>>,
 }
 
 impl Inner {
@@ -162,7 +167,17 @@ impl Inner {
 
     /// Sends a command and waits for the event answering `correlation_id`.
     pub(crate) fn request(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let r = self.request_inner(correlation_id, cmd);
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    fn request_inner(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
         self.send(cmd)?;
+        if let Some(t) = self.conductor_thread.lock().unwrap().as_ref() {
+            t.unpark();
+        }
         let deadline = Instant::now() + self.driver_timeout;
         let mut s = self.state.lock().unwrap();
         loop {
@@ -295,6 +310,22 @@ impl Inner {
     }
 }
 
+/// Waits for image events (see [`Client::image_events`]).
+#[derive(Clone)]
+pub struct ImageEvents(Arc<Inner>);
+
+impl ImageEvents {
+    /// Waits up to `timeout` for image events; returns those available.
+    pub fn wait(&self, timeout: Duration) -> Vec<ImageEvent> {
+        let inner = &self.0;
+        let mut s = inner.state.lock().unwrap();
+        if s.image_events.is_empty() && s.failure.is_none() {
+            s = inner.cond.wait_timeout(s, timeout).unwrap().0;
+        }
+        std::mem::take(&mut s.image_events)
+    }
+}
+
 /// A connection to a media driver.
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
@@ -355,6 +386,8 @@ impl Client {
             cond: Condvar::new(),
             failed: AtomicBool::new(false),
             running: AtomicBool::new(true),
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            conductor_thread: Mutex::new(None),
         });
         // Announce ourselves: the driver creates our heartbeat counter.
         inner.send(&Command::ClientKeepalive { client_id })?;
@@ -397,10 +430,16 @@ impl Client {
                             }
                         }
                     }
-                    std::thread::sleep(CONDUCTOR_PERIOD);
+                    let period = if worker.pending.load(Ordering::Acquire) > 0 {
+                        CONDUCTOR_BUSY_PERIOD
+                    } else {
+                        CONDUCTOR_IDLE_PERIOD
+                    };
+                    std::thread::park_timeout(period);
                 }
             })
             .map_err(|e| ClientError::Config(format!("cannot start client thread: {e}")))?;
+        *inner.conductor_thread.lock().unwrap() = Some(thread.thread().clone());
         Ok(Client { inner, thread: Some(thread) })
     }
 
@@ -495,13 +534,9 @@ impl Client {
         std::mem::take(&mut self.inner.state.lock().unwrap().image_events)
     }
 
-    /// Waits up to `timeout` for image events; returns those available.
-    pub fn wait_image_events(&self, timeout: Duration) -> Vec<ImageEvent> {
-        let mut s = self.inner.state.lock().unwrap();
-        if s.image_events.is_empty() && s.failure.is_none() {
-            s = self.inner.cond.wait_timeout(s, timeout).unwrap().0;
-        }
-        std::mem::take(&mut s.image_events)
+    /// A handle that waits for image events without borrowing the client.
+    pub fn image_events(&self) -> ImageEvents {
+        ImageEvents(self.inner.clone())
     }
 
     pub(crate) fn forget_subscription(inner: &Inner, registration_id: i64) {
@@ -517,6 +552,7 @@ impl Client {
             self.inner.fail(ClientError::Closed("client is closed".into()));
         }
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }

@@ -14,7 +14,7 @@ pub mod image;
 pub mod publication;
 pub mod subscription;
 
-pub use conductor::{Client, ClientContext, ImageEvent};
+pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents};
 pub use image::{ControlledAction, Header, Image};
 pub use publication::{BufferClaim, ExclusivePublication, OfferError, Publication};
 pub use subscription::{Batch, Subscription, SubscriptionShared};

@@ -80,6 +80,12 @@ impl MappedFile {
         unsafe { AtomicBuffer::new(self.mmap.as_ptr() as *mut u8, self.mmap.len()) }
     }
 
+    /// Maps every page into this process now (`MADV_POPULATE_WRITE`), so the
+    /// hot path never takes a page fault. Best effort: older kernels ignore it.
+    pub fn pre_touch(&self) {
+        let _ = self.mmap.advise(memmap2::Advice::PopulateWrite);
+    }
+
     /// Length of the mapping.
     pub fn len(&self) -> usize {
         self.mmap.len()

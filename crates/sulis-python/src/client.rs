@@ -4,7 +4,7 @@ use crate::errors::{client_err, ClosedError};
 use crate::publication::{PyExclusivePublication, PyPublication};
 use crate::subscription::{PyImage, PySubscription};
 use pyo3::prelude::*;
-use sulis_client::{Client, ClientContext, ImageEvent};
+use sulis_client::{Client, ClientContext, ImageEvent, ImageEvents};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,25 +45,16 @@ impl PyClient {
     }
 }
 
-fn dispatch_loop(client: Arc<Mutex<Option<Client>>>, dispatch: Arc<Dispatch>) {
+fn dispatch_loop(events: ImageEvents, dispatch: Arc<Dispatch>) {
     while dispatch.running.load(Ordering::Acquire) {
-        let events = {
-            let guard = client.lock().unwrap();
-            match guard.as_ref() {
-                Some(c) => {
-                    // Wait without holding the client lock for long: short slices.
-                    let c_events = c.take_image_events();
-                    if c_events.is_empty() {
-                        drop(guard);
-                        std::thread::sleep(Duration::from_millis(2));
-                        continue;
-                    }
-                    c_events
-                }
-                None => return,
-            }
-        };
+        let events = events.wait(Duration::from_millis(100));
+        if events.is_empty() {
+            continue;
+        }
         let callbacks = dispatch.callbacks.lock().unwrap();
+        if !dispatch.running.load(Ordering::Acquire) {
+            return;
+        }
         Python::attach(|py| {
             for ev in events {
                 let (sub_id, image, available) = match ev {
@@ -105,12 +96,13 @@ impl PyClient {
         ctx.name = name.unwrap_or_default();
         let dir = ctx.dir.display().to_string();
         let client = py.detach(move || Client::connect(ctx)).map_err(client_err)?;
+        let events = client.image_events();
         let client = Arc::new(Mutex::new(Some(client)));
         let dispatch = Arc::new(Dispatch { callbacks: Mutex::new(HashMap::new()), running: AtomicBool::new(true) });
-        let (c, d) = (client.clone(), dispatch.clone());
+        let d = dispatch.clone();
         let thread = std::thread::Builder::new()
             .name("sulis-callbacks".into())
-            .spawn(move || dispatch_loop(c, d))
+            .spawn(move || dispatch_loop(events, d))
             .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
         Ok(PyClient { client, dispatch, thread: Mutex::new(Some(thread)), dir })
     }

@@ -19,11 +19,16 @@ impl InUse {
     /// Enters; fails if another thread is inside.
     #[inline(always)]
     pub fn enter(&self, what: &str) -> PyResult<InUseGuard<'_>> {
-        if self.0.swap(true, Ordering::Acquire) {
+        // Every caller holds the GIL (the module is abi3, which free-threaded
+        // builds cannot load), so a load and a store suffice: no atomic swap
+        // on the hot path. The flag still catches re-entry from a callback and
+        // use from a thread that released the GIL inside a call.
+        if self.0.load(Ordering::Relaxed) {
             return Err(SulisError::new_err(format!(
                 "{what} is not thread-safe: it is already in use by another thread (or re-entered from a callback)"
             )));
         }
+        self.0.store(true, Ordering::Relaxed);
         Ok(InUseGuard(&self.0))
     }
 }
@@ -31,6 +36,6 @@ impl InUse {
 impl Drop for InUseGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.store(false, Ordering::Relaxed);
     }
 }

@@ -121,7 +121,12 @@ impl LogBuffers {
                 ),
             ));
         }
-        Self::wrap(file, term_length)
+        let logs = Self::wrap(file, term_length)?;
+        if logs.meta.get_u8(LOG_SPARSE_OFFSET) == 0 {
+            // Storage is reserved already; mapping it now keeps page faults off the hot path.
+            logs.file.pre_touch();
+        }
+        Ok(logs)
     }
 
     fn wrap(file: MappedFile, term_length: usize) -> io::Result<LogBuffers> {

@@ -1,0 +1,232 @@
+//! Shared pieces of the native sulis benchmarks (`ipc-throughput`, `ipc-latency`).
+//!
+//! Each benchmark binary is one command: the parent process runs the embedded
+//! media driver and one side of the exchange, and re-executes itself with
+//! `--role ...` for the other side, so the two sides are two processes that
+//! share only the driver directory under `/dev/shm`. The parent reads the
+//! child's stdout (one line per event) and prints the figures; the last line
+//! it prints is `RESULT {json}` for scripts (bench/ipc_throughput.py,
+//! bench/ipc_latency.py).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+use sulis_client::{Client, ClientContext};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+
+/// Exits with a message when this is not an optimised build.
+pub fn refuse_debug_build(name: &str) {
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "{name}: refusing to benchmark a debug build (debug assertions are on).\n\
+             Build it with: cargo build --release -p sulis-bench"
+        );
+        std::process::exit(2);
+    }
+}
+
+/// `--key value` and `--flag` arguments.
+pub struct Args {
+    values: HashMap<String, String>,
+    flags: Vec<String>,
+    /// Everything, as given (re-passed to the child).
+    pub raw: Vec<String>,
+}
+
+impl Args {
+    /// Parses `std::env::args()`; `flag_names` take no value.
+    pub fn parse(flag_names: &[&str]) -> Args {
+        let raw: Vec<String> = std::env::args().skip(1).collect();
+        let mut values = HashMap::new();
+        let mut flags = Vec::new();
+        let mut i = 0;
+        while i < raw.len() {
+            let a = &raw[i];
+            let Some(key) = a.strip_prefix("--") else {
+                die(&format!("unexpected argument {a:?}"));
+            };
+            if let Some((k, v)) = key.split_once('=') {
+                values.insert(k.to_string(), v.to_string());
+            } else if flag_names.contains(&key) {
+                flags.push(key.to_string());
+            } else {
+                let Some(v) = raw.get(i + 1) else { die(&format!("--{key} needs a value")) };
+                values.insert(key.to_string(), v.clone());
+                i += 1;
+            }
+            i += 1;
+        }
+        Args { values, flags, raw }
+    }
+
+    /// True when `--name` was given.
+    pub fn flag(&self, name: &str) -> bool {
+        self.flags.iter().any(|f| f == name)
+    }
+
+    /// `--name` as a string.
+    pub fn str(&self, name: &str, default: &str) -> String {
+        self.values.get(name).cloned().unwrap_or_else(|| default.to_string())
+    }
+
+    /// `--name` parsed.
+    pub fn get<T: std::str::FromStr>(&self, name: &str, default: T) -> T {
+        match self.values.get(name) {
+            None => default,
+            Some(v) => v.parse().unwrap_or_else(|_| die(&format!("--{name}: cannot parse {v:?}"))),
+        }
+    }
+
+    /// `--name` given at all.
+    pub fn has(&self, name: &str) -> bool {
+        self.values.contains_key(name)
+    }
+}
+
+/// Prints to stderr and exits 2.
+pub fn die(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(2)
+}
+
+/// Pins the calling thread to `cpu` (threads it starts afterwards inherit the mask).
+pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(format!("sched_setaffinity(cpu {cpu}): {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// Number of CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// A fresh driver directory under /dev/shm (or the temp dir).
+pub fn bench_dir(tag: &str, run: usize) -> PathBuf {
+    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    base.join(format!("sulis-bench-{tag}-{}-{run}", std::process::id()))
+}
+
+/// Launches an embedded driver (SHARED threading) in `dir`.
+pub fn launch_driver(dir: &Path, idle: &str, ipc_term_length: &str) -> MediaDriver {
+    let mut ctx = DriverContext::default();
+    ctx.dir = dir.to_path_buf();
+    ctx.threading_mode = ThreadingMode::Shared;
+    ctx.set("idle_strategy", idle).unwrap_or_else(|e| die(&e));
+    ctx.set("ipc_term_buffer_length", ipc_term_length).unwrap_or_else(|e| die(&e));
+    ctx.dir_delete_on_shutdown = true;
+    MediaDriver::launch(ctx).unwrap_or_else(|e| die(&format!("cannot launch the media driver in {}: {e}", dir.display())))
+}
+
+/// Connects a client to the driver in `dir`.
+pub fn connect(dir: &Path, name: &str) -> Client {
+    Client::connect(ClientContext { dir: dir.to_path_buf(), driver_timeout: Duration::from_secs(10), name: name.into() })
+        .unwrap_or_else(|e| die(&format!("cannot connect to the driver in {}: {e}", dir.display())))
+}
+
+/// Re-executes this binary with `args` (stdout piped back, stderr inherited).
+pub fn spawn_self(args: &[String]) -> (Child, BufReader<ChildStdout>) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| die(&format!("current_exe: {e}")));
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| die(&format!("cannot start the child process: {e}")));
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+/// Reads one line from the child; `None` at end of stream.
+pub fn read_line(r: &mut BufReader<ChildStdout>) -> Option<String> {
+    let mut s = String::new();
+    match r.read_line(&mut s) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(s.trim_end().to_string()),
+    }
+}
+
+/// Spins (with a short sleep) until `cond` holds or `timeout` passes.
+pub fn await_cond(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() > deadline {
+            die(&format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Median of `v` (which it sorts); NaN when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A minimal JSON writer for the `RESULT` line.
+#[derive(Default)]
+pub struct Json(Vec<String>);
+
+impl Json {
+    /// Adds a string field.
+    pub fn s(mut self, k: &str, v: &str) -> Self {
+        self.0.push(format!("\"{k}\": \"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")));
+        self
+    }
+    /// Adds a number field.
+    pub fn n(mut self, k: &str, v: f64) -> Self {
+        self.0.push(if v.is_finite() { format!("\"{k}\": {v}") } else { format!("\"{k}\": null") });
+        self
+    }
+    /// Adds an array of numbers.
+    pub fn arr(mut self, k: &str, v: &[f64]) -> Self {
+        let items: Vec<String> = v.iter().map(|x| if x.is_finite() { format!("{x}") } else { "null".into() }).collect();
+        self.0.push(format!("\"{k}\": [{}]", items.join(", ")));
+        self
+    }
+    /// Adds a boolean.
+    pub fn b(mut self, k: &str, v: bool) -> Self {
+        self.0.push(format!("\"{k}\": {v}"));
+        self
+    }
+    /// Adds raw JSON.
+    pub fn raw(mut self, k: &str, v: &str) -> Self {
+        self.0.push(format!("\"{k}\": {v}"));
+        self
+    }
+    /// The object.
+    pub fn build(&self) -> String {
+        format!("{{{}}}", self.0.join(", "))
+    }
+}
+
+/// Groups digits: 12345678 -> "12,345,678".
+pub fn thousands(v: f64) -> String {
+    let s = format!("{:.0}", v);
+    let (sign, digits) = if let Some(d) = s.strip_prefix('-') { ("-", d) } else { ("", s.as_str()) };
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
