@@ -8,6 +8,6 @@ cd "$root"
 echo "== cargo test"
 # The extension crate links against the interpreter only when loaded by
 # Python, so it has no Rust test binary; every other crate is tested.
-cargo test --workspace --exclude sulis-python --release --quiet
+cargo test --workspace --exclude sulis-python --quiet
 echo "== pytest"
 python -m pytest -q tests "$@"

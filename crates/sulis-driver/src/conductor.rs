@@ -147,8 +147,12 @@ impl DriverConductor {
         for (t, body) in commands {
             self.on_command(t, &body, now_ns);
         }
+        // Limit updates are not counted as work: counted, they would keep the
+        // conductor spinning for as long as any stream flows, stealing a core
+        // from the publishers and subscribers. The publication window (half a
+        // term) covers the conductor's idle back-off many times over.
         for p in self.publications.iter_mut() {
-            work += p.update_publisher_limit();
+            p.update_publisher_limit();
         }
         let now_ms = epoch_ms();
         if now_ms - self.last_heartbeat_ms >= DRIVER_HEARTBEAT_INTERVAL_MS {

@@ -23,7 +23,6 @@
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sulis_bench::*;
@@ -137,10 +136,22 @@ fn publisher_main(args: &Args) {
     println!("RESULT {}", j.build());
 }
 
+/// Parses `interval <ns> <messages>` into msgs/s.
+fn interval_rate(line: &str) -> Option<f64> {
+    let mut it = line.split_whitespace();
+    if it.next() != Some("interval") {
+        return None;
+    }
+    let ns: f64 = it.next()?.parse().ok()?;
+    let msgs: f64 = it.next()?.parse().ok()?;
+    (ns > 0.0).then(|| msgs * 1e9 / ns)
+}
+
 /// One run: returns (median msgs/s after warm-up, all interval rates, offers ok, offers refused).
 fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
     let dir = bench_dir("tp", run);
     if cfg.pin {
+        // Before the driver starts: its thread inherits CPU 0 too.
         pin_current_thread(0).unwrap_or_else(|e| die(&e));
     }
     let driver = launch_driver(&dir, &cfg.driver_idle, &cfg.term_length);
@@ -165,68 +176,57 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
         other => die(&format!("subscriber process did not start: {other:?}")),
     }
 
-    // Lines from the child arrive on a channel; "done" (or EOF) stops the publisher.
+    // The child prints one line per second and "done" at the end; a reader
+    // thread (blocked in read, so it costs no CPU) echoes the rates and stops
+    // the publisher on "done" or EOF.
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<String>();
     let stop2 = stop.clone();
     let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut i = 0;
         while let Some(line) = read_line(&mut out) {
+            if let Some(rate) = interval_rate(&line) {
+                i += 1;
+                println!("  interval {i}: {} msgs/s{}", thousands(rate), if i == 1 { "  (warm-up)" } else { "" });
+            }
             let done = line.starts_with("done");
-            let _ = tx.send(line);
+            lines.push(line);
             if done {
                 break;
             }
         }
         stop2.store(true, Ordering::Release);
+        lines
     });
 
-    let buf = vec![0x5au8; cfg.message_length];
     let (sent, refused) = if cfg.publication == "exclusive" {
         let mut publication =
             client.add_exclusive_publication(CHANNEL, STREAM_ID).unwrap_or_else(|e| die(&format!("{e}")));
         await_cond("the subscriber to connect", Duration::from_secs(10), || publication.is_connected());
-        publish_until(&stop, cfg, |b| publication.offer(b).is_ok(), &rx)
+        publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     } else {
         let publication = client.add_publication(CHANNEL, STREAM_ID).unwrap_or_else(|e| die(&format!("{e}")));
         await_cond("the subscriber to connect", Duration::from_secs(10), || publication.is_connected());
-        publish_until(&stop, cfg, |b| publication.offer(b).is_ok(), &rx)
+        publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     };
-    let _ = &buf;
-    let _ = reader.join();
+    let lines = reader.join().unwrap_or_default();
     let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
-    let lines: Vec<String> = rx.try_iter().collect();
     drop(client);
     drop(driver);
     let _ = std::fs::remove_dir_all(&dir);
     if !status.success() {
         die(&format!("subscriber process failed ({status}); output: {lines:?}"));
     }
-    let mut samples = Vec::new();
-    for l in &lines {
-        // interval <ns> <messages>
-        let mut it = l.split_whitespace();
-        if it.next() == Some("interval") {
-            let ns: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            let msgs: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            if ns > 0.0 {
-                samples.push(msgs * 1e9 / ns);
-            }
-        }
-    }
+    let samples: Vec<f64> = lines.iter().filter_map(|l| interval_rate(l)).collect();
     if samples.len() < 2 {
         die(&format!("subscriber reported {} intervals: {lines:?}", samples.len()));
     }
     let mut measured = samples[1..].to_vec();
-    (median(&mut measured), samples, sent.0, sent.1.max(refused))
+    (median(&mut measured), samples, sent, refused)
 }
 
-/// Offers until `stop`; prints each interval line as it arrives. Returns ((ok, refused), refused).
-fn publish_until(
-    stop: &AtomicBool,
-    cfg: &Config,
-    mut offer: impl FnMut(&[u8]) -> bool,
-    rx: &mpsc::Receiver<String>,
-) -> ((u64, u64), u64) {
+/// Offers in a tight loop until `stop`. Returns (offers accepted, offers refused).
+fn publish_until(stop: &AtomicBool, cfg: &Config, mut offer: impl FnMut(&[u8]) -> bool) -> (u64, u64) {
     let buf = vec![0x5au8; cfg.message_length];
     let mut ok = 0u64;
     let mut refused = 0u64;
@@ -244,29 +244,7 @@ fn publish_until(
             die("the subscriber did not finish in time");
         }
     }
-    // Echo the per-second lines (they were queued while we were spinning).
-    let lines: Vec<String> = rx.try_iter().collect();
-    let mut i = 0;
-    for l in &lines {
-        let mut it = l.split_whitespace();
-        if it.next() == Some("interval") {
-            let ns: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            let msgs: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            i += 1;
-            println!(
-                "  interval {i}: {} msgs/s{}",
-                thousands(msgs * 1e9 / ns.max(1.0)),
-                if i == 1 { "  (warm-up, not counted)" } else { "" }
-            );
-        }
-    }
-    // Put them back for the caller to parse.
-    RESEND.with(|r| r.borrow_mut().extend(lines));
-    ((ok, refused), refused)
-}
-
-thread_local! {
-    static RESEND: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    (ok, refused)
 }
 
 fn subscriber(args: &Args) {
@@ -281,18 +259,14 @@ fn subscriber(args: &Args) {
     println!("ready");
     await_cond("the publication's image", Duration::from_secs(10), || sub.image_count() > 0);
 
-    let mut count: u64 = 0;
-    let handler = |_payload: &[u8], _h: &sulis_client::Header| {
-        count += 1;
+    let count = std::cell::Cell::new(0u64);
+    let mut handler = |_payload: &[u8], _h: &sulis_client::Header| {
+        count.set(count.get() + 1);
         Ok::<(), ()>(())
     };
     // Wait for the first message, then report every second.
-    let mut handler = handler;
     let first_deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if sub.poll(&mut handler, limit).unwrap() > 0 {
-            break;
-        }
+    while sub.poll(&mut handler, limit).unwrap() == 0 {
         if Instant::now() > first_deadline {
             die("no message within 10 s");
         }
@@ -302,16 +276,15 @@ fn subscriber(args: &Args) {
     let mut next = start + Duration::from_secs(1);
     let end = start + Duration::from_secs(duration_s);
     let mut last_count = 0u64;
-    let mut lines = Vec::new();
     let mut polls = 0u32;
     loop {
         let _ = sub.poll(&mut handler, limit);
         polls = polls.wrapping_add(1);
-        if polls & 127 == 0 {
+        if polls & 63 == 0 {
             let now = Instant::now();
             if now >= next {
-                let c = count_of(&handler);
-                lines.push(format!("interval {} {}", (now - interval_start).as_nanos(), c - last_count));
+                let c = count.get();
+                println!("interval {} {}", (now - interval_start).as_nanos(), c - last_count);
                 last_count = c;
                 interval_start = now;
                 next += Duration::from_secs(1);
@@ -321,11 +294,7 @@ fn subscriber(args: &Args) {
             }
         }
     }
-    // Printed at the end so that no write to the pipe happens mid-measurement.
-    for l in &lines {
-        println!("{l}");
-    }
-    println!("done {}", count_of(&handler));
+    println!("done {}", count.get());
     drop(sub);
     drop(client);
 }

@@ -1,0 +1,213 @@
+//! `ipc-latency`: native (no Python) sulis IPC round trip, ping and pong in
+//! two processes.
+//!
+//! The parent launches an embedded media driver (SHARED threading) in a fresh
+//! directory under /dev/shm, adds an exclusive publication on `aeron:ipc`
+//! stream 1002 and a subscription on stream 1003, and re-executes itself with
+//! `--role pong`; the child echoes every message from 1002 to 1003. Each round
+//! trip (offer, then poll until the echo arrives) is timed with `Instant` and
+//! recorded in an HdrHistogram (ns, 3 significant digits). Warm-up round trips
+//! are not recorded. Figures are the median over `--runs` runs of each
+//! percentile.
+//!
+//! ```text
+//! cargo run --release -p sulis-bench --bin ipc-latency -- [--runs 3] [--messages 100000]
+//!     [--warmup 10000] [--message-length 32] [--driver-idle backoff] [--pin|--no-pin] [--quick]
+//! ```
+
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+use sulis_bench::*;
+
+const CHANNEL: &str = "aeron:ipc";
+const PING_STREAM: i32 = 1002;
+const PONG_STREAM: i32 = 1003;
+/// First byte of the message that tells the pong process to exit.
+const STOP: u8 = 0xFF;
+
+fn main() {
+    refuse_debug_build("ipc-latency");
+    let args = Args::parse(&["pin", "no-pin", "quick", "help"]);
+    if args.flag("help") {
+        println!(
+            "usage: ipc-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] \
+             [--driver-idle STRATEGY] [--pin|--no-pin] [--quick]"
+        );
+        return;
+    }
+    match args.str("role", "main").as_str() {
+        "pong" => pong(&args),
+        "main" => ping_main(&args),
+        r => die(&format!("unknown --role {r}")),
+    }
+}
+
+const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)];
+
+fn ping_main(args: &Args) {
+    let quick = args.flag("quick");
+    let runs: usize = args.get("runs", if quick { 1 } else { 3 });
+    let n: u64 = args.get("messages", if quick { 20_000 } else { 100_000 });
+    let warmup: u64 = args.get("warmup", if quick { 2_000 } else { 10_000 });
+    let len: usize = args.get("message-length", 32);
+    let idle = args.str("driver-idle", "backoff");
+    // Pinned by default on 2+ CPUs: ping on CPU 0, pong on CPU 1.
+    let pin = !args.flag("no-pin") && available_cpus() >= 2;
+    if len < 1 {
+        die("--message-length must be at least 1");
+    }
+    println!(
+        "sulis native IPC round trip: {len} B, {n} round trips after {warmup} warm-up, {runs} run(s), \
+         driver shared/{idle}, {}",
+        if pin { "ping on CPU 0, pong on CPU 1 (driver thread unpinned)" } else { "no CPU pinning" }
+    );
+    let mut per_run: Vec<[f64; 5]> = Vec::new();
+    for run in 0..runs {
+        let h = one_run(run, n, warmup, len, &idle, pin);
+        let us = |v: u64| v as f64 / 1000.0;
+        let row = [
+            us(h.value_at_quantile(0.50)),
+            us(h.value_at_quantile(0.90)),
+            us(h.value_at_quantile(0.99)),
+            us(h.value_at_quantile(0.999)),
+            us(h.max()),
+        ];
+        println!(
+            "run {}: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs  (mean {:.2} µs, {} samples)",
+            run + 1,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            h.mean() / 1000.0,
+            h.len()
+        );
+        per_run.push(row);
+    }
+    let med: Vec<f64> = (0..5).map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>())).collect();
+    println!(
+        "sulis native IPC RTT, median of {runs} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
+        med[0], med[1], med[2], med[3], med[4]
+    );
+    let mut j = Json::default().s("name", "sulis native Rust ping-pong");
+    for (i, (name, _)) in PCTS.iter().enumerate() {
+        j = j.n(&format!("{}_us", name.replace('.', "_")), med[i]);
+    }
+    j = j
+        .n("max_us", med[4])
+        .n("runs", runs as f64)
+        .n("n", n as f64)
+        .n("warmup", warmup as f64)
+        .n("message_length", len as f64)
+        .s("driver_idle", &idle)
+        .b("pinned", pin);
+    let runs_json: Vec<String> = per_run
+        .iter()
+        .map(|r| format!("[{}]", r.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(", ")))
+        .collect();
+    j = j.raw("runs_p50_p90_p99_p999_max_us", &format!("[{}]", runs_json.join(", ")));
+    println!("RESULT {}", j.build());
+}
+
+fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -> Histogram<u64> {
+    let dir = bench_dir("rtt", run);
+    // The driver thread starts before the pinning, so it may run on either CPU.
+    let driver = launch_driver(&dir, idle, "64m");
+    if pin {
+        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    }
+    let client = connect(&dir, "ipc-latency-ping");
+    let mut child_args: Vec<String> = vec!["--role".into(), "pong".into(), "--dir".into(), dir.display().to_string()];
+    if pin {
+        child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
+    }
+    let (mut child, mut out) = spawn_self(&child_args);
+    match read_line(&mut out) {
+        Some(l) if l == "ready" => {}
+        other => die(&format!("pong process did not start: {other:?}")),
+    }
+    let mut ping = client.add_exclusive_publication(CHANNEL, PING_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
+    let mut pongs = client.add_subscription(CHANNEL, PONG_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
+    await_cond("the pong process", Duration::from_secs(10), || ping.is_connected() && pongs.image_count() > 0);
+
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let mut msg = vec![0u8; len];
+    let mut handler = |_p: &[u8], _h: &sulis_client::Header| Ok::<(), ()>(());
+    for i in 0..warmup + n {
+        msg[len - 1] = i as u8;
+        let t0 = Instant::now();
+        while ping.offer(&msg).is_err() {
+            std::hint::spin_loop();
+        }
+        while pongs.poll(&mut handler, 1).unwrap() == 0 {
+            std::hint::spin_loop();
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        if i >= warmup {
+            hist.saturating_record(ns.max(1));
+        }
+    }
+    msg[0] = STOP;
+    while ping.offer(&msg).is_err() {
+        std::hint::spin_loop();
+    }
+    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    if !status.success() {
+        die(&format!("pong process failed: {status}"));
+    }
+    drop(ping);
+    drop(pongs);
+    drop(client);
+    drop(driver);
+    if pin {
+        // Let the next run's driver thread start unpinned again.
+        unpin_current_thread();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    hist
+}
+
+fn unpin_current_thread() {
+    // SAFETY: as in pin_current_thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..available_cpus() {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn pong(args: &Args) {
+    if args.has("pin-cpu") {
+        pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
+    }
+    let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let client = connect(&dir, "ipc-latency-pong");
+    let mut pings = client.add_subscription(CHANNEL, PING_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
+    let mut publication =
+        client.add_exclusive_publication(CHANNEL, PONG_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
+    println!("ready");
+    let stop = std::cell::Cell::new(false);
+    let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
+        while publication.offer(payload).is_err() {
+            std::hint::spin_loop();
+        }
+        if payload[0] == STOP {
+            stop.set(true);
+        }
+        Ok::<(), ()>(())
+    };
+    loop {
+        if pings.poll(&mut handler, 1).unwrap() == 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        if stop.get() {
+            break;
+        }
+    }
+    drop(pings);
+    drop(client);
+}
