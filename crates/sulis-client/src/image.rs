@@ -213,17 +213,19 @@ impl Image {
         self.closed.store(true, Ordering::Release);
     }
 
-    /// Polls up to `limit` fragments: `handler(payload, header)`. A handler
-    /// error stops the poll; fragments handled so far (including the failing
-    /// one) count as consumed.
-    #[inline]
-    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&self, mut handler: F, limit: usize) -> Result<usize, E> {
+    /// Reads up to `limit` committed DATA frames from the subscriber position,
+    /// calling `f(term, frame_offset, frame_length, position_after)` for each,
+    /// then store-releases the new position. An error from `f` stops the read;
+    /// frames handled so far, the failing one included, count as consumed.
+    #[inline(always)]
+    fn scan<E>(&self, limit: usize, mut f: impl FnMut(&AtomicBuffer, usize, usize, i64) -> Result<(), E>) -> Result<usize, E> {
         if self.is_closed() || limit == 0 {
             return Ok(0);
         }
         let position = self.position.get();
         let term = &self.terms[index_by_position(position, self.bits)];
         let start = (position & self.term_mask) as usize;
+        let term_base = position - start as i64;
         let capacity = term.capacity();
         let mut offset = start;
         let mut fragments = 0;
@@ -239,9 +241,7 @@ impl Image {
                 continue;
             }
             fragments += 1;
-            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
-            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
-            if let Err(e) = handler(payload, &header) {
+            if let Err(e) = f(term, frame_offset, frame_length as usize, term_base + offset as i64) {
                 result = Err(e);
                 break;
             }
@@ -250,6 +250,17 @@ impl Image {
             self.position.set_ordered(position + (offset - start) as i64);
         }
         result.map(|_| fragments)
+    }
+
+    /// Polls up to `limit` fragments: `handler(payload, header)`. A handler
+    /// error stops the poll; fragments handled so far (including the failing
+    /// one) count as consumed.
+    #[inline]
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&self, mut handler: F, limit: usize) -> Result<usize, E> {
+        self.scan(limit, |term, frame_offset, frame_length, _| {
+            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
+            handler(term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length - DATA_HEADER_LENGTH), &header)
+        })
     }
 
     /// Polls with per-fragment control of consumption (see [`ControlledAction`]).
@@ -310,39 +321,19 @@ impl Image {
 
     /// Copies up to `limit` fragments into `batch` (payloads back to back).
     pub fn poll_into(&self, batch: &mut crate::subscription::Batch, limit: usize) -> usize {
-        if self.is_closed() || limit == 0 {
-            return 0;
-        }
-        let position = self.position.get();
-        let term = &self.terms[index_by_position(position, self.bits)];
-        let start = (position & self.term_mask) as usize;
-        let capacity = term.capacity();
-        let mut offset = start;
-        let mut fragments = 0;
-        let term_base = position - start as i64;
-        while fragments < limit && offset < capacity {
-            let frame_length = term.get_i32_volatile(offset);
-            if frame_length <= 0 {
-                break;
-            }
-            let frame_offset = offset;
-            offset += align_frame(frame_length as usize);
-            if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
-                continue;
-            }
-            fragments += 1;
-            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
+        let r: Result<usize, std::convert::Infallible> = self.scan(limit, |term, frame_offset, frame_length, position| {
             batch.push(
-                payload,
-                term_base + offset as i64,
+                term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length - DATA_HEADER_LENGTH),
+                position,
                 self.session_id,
                 term.get_u8(frame_offset + FLAGS_FIELD_OFFSET),
                 term.get_i64(frame_offset + RESERVED_VALUE_FIELD_OFFSET),
             );
+            Ok(())
+        });
+        match r {
+            Ok(n) => n,
+            Err(never) => match never {},
         }
-        if offset > start {
-            self.position.set_ordered(position + (offset - start) as i64);
-        }
-        fragments
     }
 }

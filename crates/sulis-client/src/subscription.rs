@@ -209,9 +209,11 @@ impl Subscription {
         Ok(())
     }
 
-    /// Polls up to `limit` fragments across images, round-robin.
-    #[inline]
-    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&mut self, mut handler: F, limit: usize) -> Result<usize, E> {
+    /// Visits the images round-robin (a different one first each call) while
+    /// fewer than `limit` fragments were read; `f(image, remaining)` returns
+    /// how many it read.
+    #[inline(always)]
+    fn each_image<E>(&mut self, limit: usize, mut f: impl FnMut(&Image, usize) -> Result<usize, E>) -> Result<usize, E> {
         self.refresh();
         let n = self.images.len();
         if n == 0 {
@@ -223,10 +225,15 @@ impl Subscription {
             if total >= limit {
                 break;
             }
-            let image = &self.images[(self.round_robin + k) % n];
-            total += image.poll(&mut handler, limit - total)?;
+            total += f(&self.images[(self.round_robin + k) % n], limit - total)?;
         }
         Ok(total)
+    }
+
+    /// Polls up to `limit` fragments across images, round-robin.
+    #[inline]
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&mut self, mut handler: F, limit: usize) -> Result<usize, E> {
+        self.each_image(limit, |image, remaining| image.poll(&mut handler, remaining))
     }
 
     /// Controlled poll across images (see [`ControlledAction`]).
@@ -235,47 +242,26 @@ impl Subscription {
         mut handler: F,
         limit: usize,
     ) -> Result<usize, E> {
-        self.refresh();
-        let n = self.images.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        self.round_robin = (self.round_robin + 1) % n;
-        let mut total = 0;
-        for k in 0..n {
-            if total >= limit {
-                break;
-            }
-            let image = &self.images[(self.round_robin + k) % n];
-            total += image.controlled_poll(&mut handler, limit - total)?;
-        }
-        Ok(total)
+        self.each_image(limit, |image, remaining| image.controlled_poll(&mut handler, remaining))
     }
 
     /// Copies up to `limit` fragments into `batch`.
     pub fn poll_batch_into(&mut self, batch: &mut Batch, limit: usize) -> usize {
-        self.refresh();
-        let n = self.images.len();
-        if n == 0 {
-            return 0;
-        }
-        self.round_robin = (self.round_robin + 1) % n;
-        let mut total = 0;
-        for k in 0..n {
-            if total >= limit {
-                break;
-            }
-            let image = &self.images[(self.round_robin + k) % n];
+        let r: Result<usize, std::convert::Infallible> = self.each_image(limit, |image, remaining| {
             // A term boundary ends one image read; read on while there is more.
+            let mut got = 0;
             loop {
-                let got = image.poll_into(batch, limit - total);
-                total += got;
-                if got == 0 || total >= limit {
-                    break;
+                let n = image.poll_into(batch, remaining - got);
+                got += n;
+                if n == 0 || got >= remaining {
+                    return Ok(got);
                 }
             }
+        });
+        match r {
+            Ok(n) => n,
+            Err(never) => match never {},
         }
-        total
     }
 
     /// Closes the subscription (idempotent).

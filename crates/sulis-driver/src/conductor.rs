@@ -67,6 +67,36 @@ impl CommandError {
     }
 }
 
+/// Parses a channel for this driver (IPC only so far): validates it, checks
+/// the `stream-id` parameter against the command's stream id and returns the
+/// URI with its fixed session id, if any.
+fn parse_ipc_channel(channel: &str, stream_id: i32, what: &str) -> Result<(ChannelUri, Option<i32>), CommandError> {
+    let uri = ChannelUri::parse(channel).map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
+    if uri.media() != Media::Ipc || uri.is_spy() {
+        return Err(CommandError::new(
+            error_code::NOT_SUPPORTED,
+            format!("channel '{channel}': only aeron:ipc {what} are supported by this driver version"),
+        ));
+    }
+    let p = uri.params();
+    if let Some(s) = p.stream_id {
+        if s != stream_id {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': stream-id={s} does not match the stream id {stream_id} given"),
+            ));
+        }
+    }
+    let session = match &p.session_id {
+        Some(SessionIdParam::Value(v)) => Some(*v),
+        Some(SessionIdParam::Tag(_)) => {
+            return Err(CommandError::new(error_code::NOT_SUPPORTED, "session-id=tag: is not supported yet"))
+        }
+        None => None,
+    };
+    Ok((uri, session))
+}
+
 /// The conductor agent.
 pub struct DriverConductor {
     ctx: DriverContext,
@@ -297,29 +327,8 @@ impl DriverConductor {
         exclusive: bool,
         now_ns: i64,
     ) -> Result<(), CommandError> {
-        let uri = ChannelUri::parse(channel).map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
-        if uri.media() != Media::Ipc || uri.is_spy() {
-            return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                format!("channel '{channel}': only aeron:ipc publications are supported by this driver version"),
-            ));
-        }
+        let (uri, fixed_session) = parse_ipc_channel(channel, stream_id, "publications")?;
         let p = uri.params();
-        if let Some(s) = p.stream_id {
-            if s != stream_id {
-                return Err(CommandError::new(
-                    error_code::INVALID_CHANNEL,
-                    format!("channel '{channel}': stream-id={s} does not match the stream id {stream_id} given"),
-                ));
-            }
-        }
-        let fixed_session = match &p.session_id {
-            Some(SessionIdParam::Value(v)) => Some(*v),
-            Some(SessionIdParam::Tag(_)) => {
-                return Err(CommandError::new(error_code::NOT_SUPPORTED, "session-id=tag: is not supported yet"))
-            }
-            None => None,
-        };
         let has_position = p.init_term_id.is_some();
         if has_position && !exclusive {
             return Err(CommandError::new(
@@ -566,29 +575,8 @@ impl DriverConductor {
         stream_id: i32,
         channel: &str,
     ) -> Result<(), CommandError> {
-        let uri = ChannelUri::parse(channel).map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
-        if uri.media() != Media::Ipc || uri.is_spy() {
-            return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                format!("channel '{channel}': only aeron:ipc subscriptions are supported by this driver version"),
-            ));
-        }
+        let (uri, session_filter) = parse_ipc_channel(channel, stream_id, "subscriptions")?;
         let p = uri.params();
-        if let Some(s) = p.stream_id {
-            if s != stream_id {
-                return Err(CommandError::new(
-                    error_code::INVALID_CHANNEL,
-                    format!("channel '{channel}': stream-id={s} does not match the stream id {stream_id} given"),
-                ));
-            }
-        }
-        let session_filter = match &p.session_id {
-            Some(SessionIdParam::Value(v)) => Some(*v),
-            Some(SessionIdParam::Tag(_)) => {
-                return Err(CommandError::new(error_code::NOT_SUPPORTED, "session-id=tag: is not supported yet"))
-            }
-            None => None,
-        };
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
             client_id,
