@@ -52,7 +52,9 @@ impl Args {
             } else if flag_names.contains(&key) {
                 flags.push(key.to_string());
             } else {
-                let Some(v) = raw.get(i + 1) else { die(&format!("--{key} needs a value")) };
+                let Some(v) = raw.get(i + 1) else {
+                    die(&format!("--{key} needs a value"))
+                };
                 values.insert(key.to_string(), v.clone());
                 i += 1;
             }
@@ -68,14 +70,19 @@ impl Args {
 
     /// `--name` as a string.
     pub fn str(&self, name: &str, default: &str) -> String {
-        self.values.get(name).cloned().unwrap_or_else(|| default.to_string())
+        self.values
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
     }
 
     /// `--name` parsed.
     pub fn get<T: std::str::FromStr>(&self, name: &str, default: T) -> T {
         match self.values.get(name) {
             None => default,
-            Some(v) => v.parse().unwrap_or_else(|_| die(&format!("--{name}: cannot parse {v:?}"))),
+            Some(v) => v
+                .parse()
+                .unwrap_or_else(|_| die(&format!("--{name}: cannot parse {v:?}"))),
         }
     }
 
@@ -98,7 +105,10 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(format!("sched_setaffinity(cpu {cpu}): {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "sched_setaffinity(cpu {cpu}): {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
     Ok(())
@@ -106,12 +116,18 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
 
 /// Number of CPUs this process may run on.
 pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// A fresh driver directory under /dev/shm (or the temp dir).
 pub fn bench_dir(tag: &str, run: usize) -> PathBuf {
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     base.join(format!("sulis-bench-{tag}-{}-{run}", std::process::id()))
 }
 
@@ -121,15 +137,30 @@ pub fn launch_driver(dir: &Path, idle: &str, ipc_term_length: &str) -> MediaDriv
     ctx.dir = dir.to_path_buf();
     ctx.threading_mode = ThreadingMode::Shared;
     ctx.set("idle_strategy", idle).unwrap_or_else(|e| die(&e));
-    ctx.set("ipc_term_buffer_length", ipc_term_length).unwrap_or_else(|e| die(&e));
+    ctx.set("ipc_term_buffer_length", ipc_term_length)
+        .unwrap_or_else(|e| die(&e));
     ctx.dir_delete_on_shutdown = true;
-    MediaDriver::launch(ctx).unwrap_or_else(|e| die(&format!("cannot launch the media driver in {}: {e}", dir.display())))
+    MediaDriver::launch(ctx).unwrap_or_else(|e| {
+        die(&format!(
+            "cannot launch the media driver in {}: {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// Connects a client to the driver in `dir`.
 pub fn connect(dir: &Path, name: &str) -> Client {
-    Client::connect(ClientContext { dir: dir.to_path_buf(), driver_timeout: Duration::from_secs(10), name: name.into() })
-        .unwrap_or_else(|e| die(&format!("cannot connect to the driver in {}: {e}", dir.display())))
+    Client::connect(ClientContext {
+        dir: dir.to_path_buf(),
+        driver_timeout: Duration::from_secs(10),
+        name: name.into(),
+    })
+    .unwrap_or_else(|e| {
+        die(&format!(
+            "cannot connect to the driver in {}: {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// Re-executes this binary with `args` (stdout piped back, stderr inherited).
@@ -187,17 +218,33 @@ pub struct Json(Vec<String>);
 impl Json {
     /// Adds a string field.
     pub fn s(mut self, k: &str, v: &str) -> Self {
-        self.0.push(format!("\"{k}\": \"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")));
+        self.0.push(format!(
+            "\"{k}\": \"{}\"",
+            v.replace('\\', "\\\\").replace('"', "\\\"")
+        ));
         self
     }
     /// Adds a number field.
     pub fn n(mut self, k: &str, v: f64) -> Self {
-        self.0.push(if v.is_finite() { format!("\"{k}\": {v}") } else { format!("\"{k}\": null") });
+        self.0.push(if v.is_finite() {
+            format!("\"{k}\": {v}")
+        } else {
+            format!("\"{k}\": null")
+        });
         self
     }
     /// Adds an array of numbers.
     pub fn arr(mut self, k: &str, v: &[f64]) -> Self {
-        let items: Vec<String> = v.iter().map(|x| if x.is_finite() { format!("{x}") } else { "null".into() }).collect();
+        let items: Vec<String> = v
+            .iter()
+            .map(|x| {
+                if x.is_finite() {
+                    format!("{x}")
+                } else {
+                    "null".into()
+                }
+            })
+            .collect();
         self.0.push(format!("\"{k}\": [{}]", items.join(", ")));
         self
     }
@@ -220,7 +267,11 @@ impl Json {
 /// Groups digits: 12345678 -> "12,345,678".
 pub fn thousands(v: f64) -> String {
     let s = format!("{:.0}", v);
-    let (sign, digits) = if let Some(d) = s.strip_prefix('-') { ("-", d) } else { ("", s.as_str()) };
+    let (sign, digits) = if let Some(d) = s.strip_prefix('-') {
+        ("-", d)
+    } else {
+        ("", s.as_str())
+    };
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {

@@ -11,6 +11,12 @@ use crate::image::Image;
 use crate::publication::{ExclusivePublication, Publication};
 use crate::subscription::{Subscription, SubscriptionShared};
 use crate::ClientError;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use sulis_concurrent::broadcast::{BroadcastReceiver, CopyBroadcastReceiver};
 use sulis_concurrent::cnc::{epoch_ms, Cnc};
 use sulis_concurrent::counters::{CounterRef, CountersReader};
@@ -19,16 +25,10 @@ use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
 use sulis_protocol::control::{Command, Event};
 use sulis_protocol::uri::ChannelUri;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 /// Counter type id of client heartbeats.
 const CLIENT_HEARTBEAT_TYPE_ID: i32 = 11;
-/// Heartbeat period.
+/// Heartbeat period (shorter when the driver's client liveness timeout is short).
 const KEEPALIVE_INTERVAL_MS: i64 = 500;
 /// How often the housekeeping thread wakes while a command awaits its response.
 const CONDUCTOR_BUSY_PERIOD: Duration = Duration::from_micros(200);
@@ -65,7 +65,11 @@ pub fn sulis_default_dir() -> PathBuf {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     base.join(format!("sulis-{user}"))
 }
 
@@ -115,7 +119,12 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub(crate) fn failure(&self) -> ClientError {
-        self.state.lock().unwrap().failure.clone().unwrap_or(ClientError::Closed("client is closed".into()))
+        self.state
+            .lock()
+            .unwrap()
+            .failure
+            .clone()
+            .unwrap_or(ClientError::Closed("client is closed".into()))
     }
 
     fn fail(&self, e: ClientError) {
@@ -183,7 +192,9 @@ impl Inner {
         loop {
             if let Some(ev) = s.responses.remove(&correlation_id) {
                 return match ev {
-                    Event::Error { code, message, .. } => Err(ClientError::Registration { code, message }),
+                    Event::Error { code, message, .. } => {
+                        Err(ClientError::Registration { code, message })
+                    }
                     other => Ok(other),
                 };
             }
@@ -223,7 +234,9 @@ impl Inner {
                 ref log_file,
                 ref source_identity,
             } => {
-                let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() else { return };
+                let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() else {
+                    return;
+                };
                 match LogBuffers::map_existing(Path::new(log_file)) {
                     Ok(logs) => {
                         let position = self.counters.counter_ref(subscriber_position_id);
@@ -237,19 +250,27 @@ impl Inner {
                             source_identity.clone(),
                         ));
                         sub.add_image(image.clone());
-                        s.image_events
-                            .push(ImageEvent::Available { subscription_id: subscription_registration_id, image });
+                        s.image_events.push(ImageEvent::Available {
+                            subscription_id: subscription_registration_id,
+                            image,
+                        });
                     }
                     Err(e) => {
                         eprintln!("sulis: cannot map image log {log_file}: {e}");
                     }
                 }
             }
-            Event::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+            Event::UnavailableImage {
+                correlation_id,
+                subscription_registration_id,
+                ..
+            } => {
                 if let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() {
                     if let Some(image) = sub.remove_image(correlation_id) {
-                        s.image_events
-                            .push(ImageEvent::Unavailable { subscription_id: subscription_registration_id, image });
+                        s.image_events.push(ImageEvent::Unavailable {
+                            subscription_id: subscription_registration_id,
+                            image,
+                        });
                     }
                 }
             }
@@ -261,7 +282,10 @@ impl Inner {
                 )));
                 return;
             }
-            Event::CounterReady { correlation_id, counter_id } if correlation_id == self.client_id => {
+            Event::CounterReady {
+                correlation_id,
+                counter_id,
+            } if correlation_id == self.client_id => {
                 if self.counters.counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID {
                     let r = self.counters.counter_ref(counter_id);
                     r.set_ordered(epoch_ms());
@@ -286,7 +310,14 @@ impl Inner {
     }
 
     fn driver_alive(&self) -> Result<(), ClientError> {
-        let age = epoch_ms() - self.cnc.driver_heartbeat_ms();
+        let heartbeat = self.cnc.driver_heartbeat_ms();
+        if heartbeat == 0 {
+            return Err(ClientError::DriverTimeout(format!(
+                "media driver in {} has shut down",
+                self.dir.display()
+            )));
+        }
+        let age = epoch_ms() - heartbeat;
         if age > self.driver_timeout.as_millis() as i64 {
             return Err(ClientError::DriverTimeout(format!(
                 "media driver in {} has not heartbeated for {age} ms (timeout {:?}); is it running?",
@@ -364,10 +395,13 @@ impl Client {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let to_driver = ManyToOneRingBuffer::new(cnc.to_driver_buffer()).map_err(ClientError::Config)?;
-        let receiver = BroadcastReceiver::new(cnc.to_clients_buffer()).map_err(ClientError::Config)?;
+        let to_driver =
+            ManyToOneRingBuffer::new(cnc.to_driver_buffer()).map_err(ClientError::Config)?;
+        let receiver =
+            BroadcastReceiver::new(cnc.to_clients_buffer()).map_err(ClientError::Config)?;
         let mut receiver = CopyBroadcastReceiver::new(receiver);
-        let counters = CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
+        let counters =
+            CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
         let client_id = to_driver.next_correlation_id();
         let inner = Arc::new(Inner {
             dir: ctx.dir.clone(),
@@ -396,35 +430,45 @@ impl Client {
             .name(format!("sulis-client-{client_id}"))
             .spawn(move || {
                 let mut last_keepalive = 0i64;
+                // Heartbeat well within the driver's liveness timeout, even a short one
+                // (a 500 ms period would get a client timed out by a 500 ms timeout).
+                let liveness_ms = worker.cnc.header().client_liveness_timeout_ns / 1_000_000;
+                let keepalive_ms = (liveness_ms / 4).clamp(1, KEEPALIVE_INTERVAL_MS);
                 while worker.running.load(Ordering::Acquire) {
                     match receiver.receive_many(|t, b| worker.on_event(t, b), 64) {
                         Ok(_) => {}
                         Err(e) => {
-                            worker.fail(ClientError::DriverTimeout(format!("lost driver events: {e}")));
+                            worker.fail(ClientError::DriverTimeout(format!(
+                                "lost events from the media driver in {}: {e}",
+                                worker.dir.display()
+                            )));
                             break;
                         }
                     }
                     let now = epoch_ms();
-                    if now - last_keepalive >= KEEPALIVE_INTERVAL_MS / 5 {
+                    if now - last_keepalive >= keepalive_ms / 5 {
                         if let Err(e) = worker.driver_alive() {
                             worker.fail(e);
                             break;
                         }
-                        if now - last_keepalive >= KEEPALIVE_INTERVAL_MS {
+                        if now - last_keepalive >= keepalive_ms {
                             last_keepalive = now;
                             let hb = worker.state.lock().unwrap().heartbeat.clone();
                             match hb {
                                 Some(h) => h.set_ordered(now),
                                 None => {
-                                    let id = worker
-                                        .counters
-                                        .find_by_type_id_and_registration_id(CLIENT_HEARTBEAT_TYPE_ID, worker.client_id);
+                                    let id = worker.counters.find_by_type_id_and_registration_id(
+                                        CLIENT_HEARTBEAT_TYPE_ID,
+                                        worker.client_id,
+                                    );
                                     if id >= 0 {
                                         let r = worker.counters.counter_ref(id);
                                         r.set_ordered(now);
                                         worker.state.lock().unwrap().heartbeat = Some(r);
                                     } else {
-                                        worker.send_quietly(&Command::ClientKeepalive { client_id: worker.client_id });
+                                        worker.send_quietly(&Command::ClientKeepalive {
+                                            client_id: worker.client_id,
+                                        });
                                     }
                                 }
                             }
@@ -440,7 +484,10 @@ impl Client {
             })
             .map_err(|e| ClientError::Config(format!("cannot start client thread: {e}")))?;
         *inner.conductor_thread.lock().unwrap() = Some(thread.thread().clone());
-        Ok(Client { inner, thread: Some(thread) })
+        Ok(Client {
+            inner,
+            thread: Some(thread),
+        })
     }
 
     /// This client's id.
@@ -475,7 +522,12 @@ impl Client {
         Ok(uri)
     }
 
-    fn add_publication_inner(&self, channel: &str, stream_id: i32, exclusive: bool) -> Result<(Event, i64), ClientError> {
+    fn add_publication_inner(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        exclusive: bool,
+    ) -> Result<(Event, i64), ClientError> {
         Self::parse_channel(channel, stream_id)?;
         let correlation_id = self.inner.next_correlation_id();
         let ev = self.inner.request(
@@ -492,25 +544,42 @@ impl Client {
     }
 
     /// Adds a concurrent publication (shared with other publishers of the same stream).
-    pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<Publication, ClientError> {
+    pub fn add_publication(
+        &self,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<Publication, ClientError> {
         let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, false)?;
         Publication::from_ready(self.inner.clone(), correlation_id, channel, ev)
     }
 
     /// Adds an exclusive (single-writer) publication with its own session.
-    pub fn add_exclusive_publication(&self, channel: &str, stream_id: i32) -> Result<ExclusivePublication, ClientError> {
+    pub fn add_exclusive_publication(
+        &self,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<ExclusivePublication, ClientError> {
         let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, true)?;
         ExclusivePublication::from_ready(self.inner.clone(), correlation_id, channel, ev)
     }
 
     /// Adds a subscription. Images join it as publishers appear.
-    pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<Subscription, ClientError> {
+    pub fn add_subscription(
+        &self,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<Subscription, ClientError> {
         Self::parse_channel(channel, stream_id)?;
         let correlation_id = self.inner.next_correlation_id();
         let shared = Arc::new(SubscriptionShared::new());
         // Registered before the command so images announced right after the
         // response are not missed.
-        self.inner.state.lock().unwrap().subscriptions.insert(correlation_id, shared.clone());
+        self.inner
+            .state
+            .lock()
+            .unwrap()
+            .subscriptions
+            .insert(correlation_id, shared.clone());
         let result = self.inner.request(
             correlation_id,
             &Command::AddSubscription {
@@ -521,9 +590,20 @@ impl Client {
             },
         );
         match result {
-            Ok(_) => Ok(Subscription::new(self.inner.clone(), correlation_id, stream_id, channel.to_string(), shared)),
+            Ok(_) => Ok(Subscription::new(
+                self.inner.clone(),
+                correlation_id,
+                stream_id,
+                channel.to_string(),
+                shared,
+            )),
             Err(e) => {
-                self.inner.state.lock().unwrap().subscriptions.remove(&correlation_id);
+                self.inner
+                    .state
+                    .lock()
+                    .unwrap()
+                    .subscriptions
+                    .remove(&correlation_id);
                 Err(e)
             }
         }
@@ -540,16 +620,24 @@ impl Client {
     }
 
     pub(crate) fn forget_subscription(inner: &Inner, registration_id: i64) {
-        inner.state.lock().unwrap().subscriptions.remove(&registration_id);
+        inner
+            .state
+            .lock()
+            .unwrap()
+            .subscriptions
+            .remove(&registration_id);
     }
 
     /// Closes the client: the driver releases everything it held.
     pub fn close(&mut self) {
         if self.inner.running.swap(false, Ordering::AcqRel) {
             if !self.inner.failed.load(Ordering::Acquire) {
-                self.inner.send_quietly(&Command::ClientClose { client_id: self.inner.client_id });
+                self.inner.send_quietly(&Command::ClientClose {
+                    client_id: self.inner.client_id,
+                });
             }
-            self.inner.fail(ClientError::Closed("client is closed".into()));
+            self.inner
+                .fail(ClientError::Closed("client is closed".into()));
         }
         if let Some(t) = self.thread.take() {
             t.thread().unpark();

@@ -4,13 +4,13 @@
 //! committed fragment to a handler and then store-releases the new position
 //! into its `sub-pos` counter, which is what lets the publisher move on.
 
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{meta, LogBuffers};
 use sulis_concurrent::AtomicBuffer;
 use sulis_protocol::frame::*;
 use sulis_protocol::log_buffer_descriptor::*;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// What a controlled handler wants done with a fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,12 +38,20 @@ impl Header {
     fn read(term: &AtomicBuffer, offset: usize, initial_term_id: i32, bits: u32) -> Header {
         let mut raw = [0u8; DATA_HEADER_LENGTH];
         term.get_bytes(offset, &mut raw);
-        Header { raw, initial_term_id, bits }
+        Header {
+            raw,
+            initial_term_id,
+            bits,
+        }
     }
 
     /// Builds a header from raw bytes (e.g. for assembled messages).
     pub fn from_raw(raw: [u8; DATA_HEADER_LENGTH], initial_term_id: i32, bits: u32) -> Header {
-        Header { raw, initial_term_id, bits }
+        Header {
+            raw,
+            initial_term_id,
+            bits,
+        }
     }
 
     #[inline(always)]
@@ -81,7 +89,11 @@ impl Header {
     }
     /// Reserved value.
     pub fn reserved_value(&self) -> i64 {
-        i64::from_le_bytes(self.raw[RESERVED_VALUE_FIELD_OFFSET..RESERVED_VALUE_FIELD_OFFSET + 8].try_into().unwrap())
+        i64::from_le_bytes(
+            self.raw[RESERVED_VALUE_FIELD_OFFSET..RESERVED_VALUE_FIELD_OFFSET + 8]
+                .try_into()
+                .unwrap(),
+        )
     }
     /// Initial term id of the stream.
     pub fn initial_term_id(&self) -> i32 {
@@ -89,7 +101,8 @@ impl Header {
     }
     /// Stream position just after this fragment.
     pub fn position(&self) -> i64 {
-        let next = self.term_offset() as i64 + align_frame(self.frame_length().max(0) as usize) as i64;
+        let next =
+            self.term_offset() as i64 + align_frame(self.frame_length().max(0) as usize) as i64;
         compute_position(self.term_id(), 0, self.bits, self.initial_term_id) + next
     }
     /// Raw header bytes.
@@ -116,6 +129,10 @@ pub struct Image {
     logs: Arc<LogBuffers>,
     terms: [AtomicBuffer; PARTITION_COUNT],
     position: CounterRef,
+    /// The last position this image stored in `position`: the driver frees
+    /// (zeroes, later reuses) the counter when it withdraws the image, so a
+    /// closed image reports this instead.
+    last_position: AtomicI64,
     bits: u32,
     term_mask: i64,
     initial_term_id: i32,
@@ -125,7 +142,13 @@ pub struct Image {
 
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Image(session={}, stream={}, position={})", self.session_id, self.stream_id, self.position())
+        write!(
+            f,
+            "Image(session={}, stream={}, position={})",
+            self.session_id,
+            self.stream_id,
+            self.position()
+        )
     }
 }
 
@@ -146,6 +169,7 @@ impl Image {
             stream_id,
             subscription_id,
             join_position: position.get_volatile(),
+            last_position: AtomicI64::new(position.get_volatile()),
             terms: logs.terms(),
             bits: position_bits_to_shift(term_length),
             term_mask: term_length as i64 - 1,
@@ -177,9 +201,19 @@ impl Image {
     pub fn join_position(&self) -> i64 {
         self.join_position
     }
-    /// Current subscriber position.
+    /// Current subscriber position (the final one once closed).
     pub fn position(&self) -> i64 {
-        self.position.get_volatile()
+        if self.is_closed() {
+            self.last_position.load(Ordering::Acquire)
+        } else {
+            self.position.get_volatile()
+        }
+    }
+
+    #[inline(always)]
+    fn set_position(&self, position: i64) {
+        self.last_position.store(position, Ordering::Release);
+        self.position.set_ordered(position);
     }
     /// Where the sender is (`aeron:ipc` for IPC).
     pub fn source_identity(&self) -> &str {
@@ -218,7 +252,11 @@ impl Image {
     /// then store-releases the new position. An error from `f` stops the read;
     /// frames handled so far, the failing one included, count as consumed.
     #[inline(always)]
-    fn scan<E>(&self, limit: usize, mut f: impl FnMut(&AtomicBuffer, usize, usize, i64) -> Result<(), E>) -> Result<usize, E> {
+    fn scan<E>(
+        &self,
+        limit: usize,
+        mut f: impl FnMut(&AtomicBuffer, usize, usize, i64) -> Result<(), E>,
+    ) -> Result<usize, E> {
         if self.is_closed() || limit == 0 {
             return Ok(0);
         }
@@ -241,13 +279,18 @@ impl Image {
                 continue;
             }
             fragments += 1;
-            if let Err(e) = f(term, frame_offset, frame_length as usize, term_base + offset as i64) {
+            if let Err(e) = f(
+                term,
+                frame_offset,
+                frame_length as usize,
+                term_base + offset as i64,
+            ) {
                 result = Err(e);
                 break;
             }
         }
         if offset > start {
-            self.position.set_ordered(position + (offset - start) as i64);
+            self.set_position(position + (offset - start) as i64);
         }
         result.map(|_| fragments)
     }
@@ -256,10 +299,20 @@ impl Image {
     /// error stops the poll; fragments handled so far (including the failing
     /// one) count as consumed.
     #[inline]
-    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&self, mut handler: F, limit: usize) -> Result<usize, E> {
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(
+        &self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, E> {
         self.scan(limit, |term, frame_offset, frame_length, _| {
             let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
-            handler(term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length - DATA_HEADER_LENGTH), &header)
+            handler(
+                term.slice(
+                    frame_offset + DATA_HEADER_LENGTH,
+                    frame_length - DATA_HEADER_LENGTH,
+                ),
+                &header,
+            )
         })
     }
 
@@ -292,7 +345,10 @@ impl Image {
             }
             fragments += 1;
             let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
-            let payload = term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length as usize - DATA_HEADER_LENGTH);
+            let payload = term.slice(
+                frame_offset + DATA_HEADER_LENGTH,
+                frame_length as usize - DATA_HEADER_LENGTH,
+            );
             match handler(payload, &header) {
                 Ok(ControlledAction::Abort) => {
                     fragments -= 1;
@@ -303,7 +359,7 @@ impl Image {
                 Ok(ControlledAction::Commit) => {
                     initial_position += (offset - initial_offset) as i64;
                     initial_offset = offset;
-                    self.position.set_ordered(initial_position);
+                    self.set_position(initial_position);
                 }
                 Ok(ControlledAction::Continue) => {}
                 Err(e) => {
@@ -314,23 +370,27 @@ impl Image {
         }
         let resulting = initial_position + (offset - initial_offset) as i64;
         if resulting > initial_position {
-            self.position.set_ordered(resulting);
+            self.set_position(resulting);
         }
         result.map(|_| fragments)
     }
 
     /// Copies up to `limit` fragments into `batch` (payloads back to back).
     pub fn poll_into(&self, batch: &mut crate::subscription::Batch, limit: usize) -> usize {
-        let r: Result<usize, std::convert::Infallible> = self.scan(limit, |term, frame_offset, frame_length, position| {
-            batch.push(
-                term.slice(frame_offset + DATA_HEADER_LENGTH, frame_length - DATA_HEADER_LENGTH),
-                position,
-                self.session_id,
-                term.get_u8(frame_offset + FLAGS_FIELD_OFFSET),
-                term.get_i64(frame_offset + RESERVED_VALUE_FIELD_OFFSET),
-            );
-            Ok(())
-        });
+        let r: Result<usize, std::convert::Infallible> =
+            self.scan(limit, |term, frame_offset, frame_length, position| {
+                batch.push(
+                    term.slice(
+                        frame_offset + DATA_HEADER_LENGTH,
+                        frame_length - DATA_HEADER_LENGTH,
+                    ),
+                    position,
+                    self.session_id,
+                    term.get_u8(frame_offset + FLAGS_FIELD_OFFSET),
+                    term.get_i64(frame_offset + RESERVED_VALUE_FIELD_OFFSET),
+                );
+                Ok(())
+            });
         match r {
             Ok(n) => n,
             Err(never) => match never {},

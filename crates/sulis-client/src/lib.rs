@@ -60,7 +60,9 @@ impl std::fmt::Display for ClientError {
             | ClientError::ClientTimeout(m)
             | ClientError::Config(m)
             | ClientError::Closed(m) => f.write_str(m),
-            ClientError::Registration { code, message } => write!(f, "{message} (error code {code})"),
+            ClientError::Registration { code, message } => {
+                write!(f, "{message} (error code {code})")
+            }
         }
     }
 }

@@ -7,6 +7,9 @@
 
 use crate::conductor::Inner;
 use crate::{offer_code, ClientError};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::term_appender::{self, Append, HeaderWriter, TermAppender};
 use sulis_concurrent::logbuffer::{meta, LogBuffers};
@@ -14,9 +17,6 @@ use sulis_concurrent::AtomicBuffer;
 use sulis_protocol::control::{Command, Event};
 use sulis_protocol::frame::DATA_HEADER_LENGTH;
 use sulis_protocol::log_buffer_descriptor::*;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// Why an offer did not append.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,10 +74,17 @@ struct LogState {
 impl LogState {
     fn map(inner: &Inner, ev: &Event) -> Result<(LogState, i64, i32, i32), ClientError> {
         let Event::PublicationReady {
-            registration_id, session_id, stream_id, position_limit_counter_id, log_file, ..
+            registration_id,
+            session_id,
+            stream_id,
+            position_limit_counter_id,
+            log_file,
+            ..
         } = ev
         else {
-            return Err(ClientError::Config(format!("unexpected driver response {ev:?}")));
+            return Err(ClientError::Config(format!(
+                "unexpected driver response {ev:?}"
+            )));
         };
         let logs = LogBuffers::map_existing(Path::new(log_file))
             .map_err(|e| ClientError::Config(format!("cannot map publication log: {e}")))?;
@@ -119,7 +126,10 @@ impl LogState {
     #[inline]
     fn check_length(&self, length: usize) -> Result<(), OfferError> {
         if length > self.max_message {
-            return Err(OfferError::MessageTooLong { length, max: self.max_message });
+            return Err(OfferError::MessageTooLong {
+                length,
+                max: self.max_message,
+            });
         }
         Ok(())
     }
@@ -177,7 +187,9 @@ macro_rules! common_accessors {
         }
         /// Closes the publication (idempotent).
         pub fn close(&self) {
-            if !self.closed.swap(true, Ordering::AcqRel) && !self.inner.failed.load(Ordering::Acquire) {
+            if !self.closed.swap(true, Ordering::AcqRel)
+                && !self.inner.failed.load(Ordering::Acquire)
+            {
                 let correlation_id = self.inner.next_correlation_id();
                 let _ = self.inner.request(
                     correlation_id,
@@ -215,7 +227,12 @@ pub struct Publication {
 }
 
 impl Publication {
-    pub(crate) fn from_ready(inner: Arc<Inner>, registration_id: i64, channel: &str, ev: Event) -> Result<Self, ClientError> {
+    pub(crate) fn from_ready(
+        inner: Arc<Inner>,
+        registration_id: i64,
+        channel: &str,
+        ev: Event,
+    ) -> Result<Self, ClientError> {
         let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
         Ok(Publication {
             inner,
@@ -233,11 +250,20 @@ impl Publication {
 
     /// Position of the publisher (the log's tail).
     pub fn position(&self) -> i64 {
-        meta::producer_position(&self.log.meta, self.log.term_length, self.log.initial_term_id)
+        meta::producer_position(
+            &self.log.meta,
+            self.log.term_length,
+            self.log.initial_term_id,
+        )
     }
 
     #[inline(always)]
-    fn new_position(&self, term_count: i32, term_begin: i64, result: Append) -> Result<i64, OfferError> {
+    fn new_position(
+        &self,
+        term_count: i32,
+        term_begin: i64,
+        result: Append,
+    ) -> Result<i64, OfferError> {
         match result {
             Append::Done(offset) => Ok(term_begin + offset as i64),
             Append::Tripped { term_id } => {
@@ -263,7 +289,12 @@ impl Publication {
             return None;
         }
         let term_begin = (term_count as i64) << l.bits;
-        Some((term_count, index, term_begin, term_begin + offset.min(l.term_length as i64)))
+        Some((
+            term_count,
+            index,
+            term_begin,
+            term_begin + offset.min(l.term_length as i64),
+        ))
     }
 
     /// Appends a message; returns the new stream position.
@@ -301,7 +332,10 @@ impl Publication {
         self.check_open()?;
         let l = &self.log;
         if length > l.max_payload {
-            return Err(OfferError::MessageTooLong { length, max: l.max_payload });
+            return Err(OfferError::MessageTooLong {
+                length,
+                max: l.max_payload,
+            });
         }
         let limit = l.limit.get_volatile();
         let Some((term_count, index, term_begin, position)) = self.active() else {
@@ -319,7 +353,9 @@ impl Publication {
                 position: term_begin + resulting as i64,
                 done: false,
             }),
-            Err(tripped) => Err(self.new_position(term_count, term_begin, tripped).unwrap_err()),
+            Err(tripped) => Err(self
+                .new_position(term_count, term_begin, tripped)
+                .unwrap_err()),
         }
     }
 }
@@ -347,7 +383,12 @@ pub struct ExclusivePublication {
 }
 
 impl ExclusivePublication {
-    pub(crate) fn from_ready(inner: Arc<Inner>, registration_id: i64, channel: &str, ev: Event) -> Result<Self, ClientError> {
+    pub(crate) fn from_ready(
+        inner: Arc<Inner>,
+        registration_id: i64,
+        channel: &str,
+        ev: Event,
+    ) -> Result<Self, ClientError> {
         let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
         let term_count = meta::active_term_count(&log.meta);
         let index = index_by_term_count(term_count as i64);
@@ -386,7 +427,9 @@ impl ExclusivePublication {
                 Ok(self.term_begin_position + offset as i64)
             }
             Append::Tripped { .. } => {
-                if self.term_begin_position + self.log.term_length as i64 >= self.log.max_possible_position {
+                if self.term_begin_position + self.log.term_length as i64
+                    >= self.log.max_possible_position
+                {
                     return Err(OfferError::MaxPositionExceeded);
                 }
                 self.rotate_term();
@@ -403,8 +446,13 @@ impl ExclusivePublication {
         self.term_offset = 0;
         self.term_begin_position += self.log.term_length as i64;
         self.active_index = next_index;
-        self.log.meta.put_i64_ordered(TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, pack_tail(next_term_id, 0));
-        self.log.meta.put_i32_ordered(LOG_ACTIVE_TERM_COUNT_OFFSET, next_count);
+        self.log.meta.put_i64_ordered(
+            TERM_TAIL_COUNTERS_OFFSET + 8 * next_index,
+            pack_tail(next_term_id, 0),
+        );
+        self.log
+            .meta
+            .put_i32_ordered(LOG_ACTIVE_TERM_COUNT_OFFSET, next_count);
     }
 
     /// Appends a message; returns the new stream position.
@@ -426,10 +474,23 @@ impl ExclusivePublication {
         }
         let appender = &l.appenders[self.active_index];
         let result = if src.len() <= l.max_payload {
-            appender.exclusive_append_unfragmented(&l.header, self.term_id, self.term_offset, src, reserved)
+            appender.exclusive_append_unfragmented(
+                &l.header,
+                self.term_id,
+                self.term_offset,
+                src,
+                reserved,
+            )
         } else {
             l.check_length(src.len())?;
-            appender.exclusive_append_fragmented(&l.header, self.term_id, self.term_offset, src, l.max_payload, reserved)
+            appender.exclusive_append_fragmented(
+                &l.header,
+                self.term_id,
+                self.term_offset,
+                src,
+                l.max_payload,
+                reserved,
+            )
         };
         self.new_position(result)
     }
@@ -439,7 +500,10 @@ impl ExclusivePublication {
         self.check_open()?;
         let l = &self.log;
         if length > l.max_payload {
-            return Err(OfferError::MessageTooLong { length, max: l.max_payload });
+            return Err(OfferError::MessageTooLong {
+                length,
+                max: l.max_payload,
+            });
         }
         let limit = l.limit.get_volatile();
         let position = self.term_begin_position + self.term_offset as i64;
@@ -486,12 +550,20 @@ impl BufferClaim {
     /// The writable payload.
     #[allow(clippy::mut_from_ref)]
     pub fn buffer(&self) -> &mut [u8] {
-        self.term.slice_mut(self.frame_offset + DATA_HEADER_LENGTH, self.length)
+        self.term
+            .slice_mut(self.frame_offset + DATA_HEADER_LENGTH, self.length)
     }
 
     /// Address and length of the payload (for zero-copy views).
     pub fn raw_parts(&self) -> (*mut u8, usize) {
-        (unsafe { self.term.as_ptr().add(self.frame_offset + DATA_HEADER_LENGTH) }, self.length)
+        (
+            unsafe {
+                self.term
+                    .as_ptr()
+                    .add(self.frame_offset + DATA_HEADER_LENGTH)
+            },
+            self.length,
+        )
     }
 
     /// Payload length.
@@ -506,7 +578,10 @@ impl BufferClaim {
 
     /// Sets the reserved value of the frame.
     pub fn set_reserved_value(&self, value: i64) {
-        self.term.put_i64(self.frame_offset + sulis_protocol::frame::RESERVED_VALUE_FIELD_OFFSET, value);
+        self.term.put_i64(
+            self.frame_offset + sulis_protocol::frame::RESERVED_VALUE_FIELD_OFFSET,
+            value,
+        );
     }
 
     /// True once committed or aborted.

@@ -7,9 +7,9 @@
 use crate::conductor::{Client, Inner};
 use crate::image::{ControlledAction, Header, Image};
 use crate::ClientError;
-use sulis_protocol::control::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use sulis_protocol::control::Command;
 
 /// State shared between the subscription and the client's housekeeping thread.
 pub struct SubscriptionShared {
@@ -20,7 +20,11 @@ pub struct SubscriptionShared {
 
 impl SubscriptionShared {
     pub(crate) fn new() -> Self {
-        SubscriptionShared { images: Mutex::new(Vec::new()), generation: AtomicU64::new(0), closed: AtomicBool::new(false) }
+        SubscriptionShared {
+            images: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
     }
 
     pub(crate) fn add_image(&self, image: Arc<Image>) {
@@ -31,7 +35,9 @@ impl SubscriptionShared {
 
     pub(crate) fn remove_image(&self, correlation_id: i64) -> Option<Arc<Image>> {
         let mut v = self.images.lock().unwrap();
-        let i = v.iter().position(|im| im.correlation_id() == correlation_id)?;
+        let i = v
+            .iter()
+            .position(|im| im.correlation_id() == correlation_id)?;
         let image = v.remove(i);
         image.mark_closed();
         self.generation.fetch_add(1, Ordering::Release);
@@ -102,7 +108,14 @@ impl Batch {
     }
 
     #[inline(always)]
-    pub(crate) fn push(&mut self, payload: &[u8], position: i64, session_id: i32, flags: u8, reserved: i64) {
+    pub(crate) fn push(
+        &mut self,
+        payload: &[u8],
+        position: i64,
+        session_id: i32,
+        flags: u8,
+        reserved: i64,
+    ) {
         if self.offsets.is_empty() {
             self.offsets.push(0);
         }
@@ -213,7 +226,11 @@ impl Subscription {
     /// fewer than `limit` fragments were read; `f(image, remaining)` returns
     /// how many it read.
     #[inline(always)]
-    fn each_image<E>(&mut self, limit: usize, mut f: impl FnMut(&Image, usize) -> Result<usize, E>) -> Result<usize, E> {
+    fn each_image<E>(
+        &mut self,
+        limit: usize,
+        mut f: impl FnMut(&Image, usize) -> Result<usize, E>,
+    ) -> Result<usize, E> {
         self.refresh();
         let n = self.images.len();
         if n == 0 {
@@ -232,8 +249,14 @@ impl Subscription {
 
     /// Polls up to `limit` fragments across images, round-robin.
     #[inline]
-    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(&mut self, mut handler: F, limit: usize) -> Result<usize, E> {
-        self.each_image(limit, |image, remaining| image.poll(&mut handler, remaining))
+    pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(
+        &mut self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, E> {
+        self.each_image(limit, |image, remaining| {
+            image.poll(&mut handler, remaining)
+        })
     }
 
     /// Controlled poll across images (see [`ControlledAction`]).
@@ -242,22 +265,25 @@ impl Subscription {
         mut handler: F,
         limit: usize,
     ) -> Result<usize, E> {
-        self.each_image(limit, |image, remaining| image.controlled_poll(&mut handler, remaining))
+        self.each_image(limit, |image, remaining| {
+            image.controlled_poll(&mut handler, remaining)
+        })
     }
 
     /// Copies up to `limit` fragments into `batch`.
     pub fn poll_batch_into(&mut self, batch: &mut Batch, limit: usize) -> usize {
-        let r: Result<usize, std::convert::Infallible> = self.each_image(limit, |image, remaining| {
-            // A term boundary ends one image read; read on while there is more.
-            let mut got = 0;
-            loop {
-                let n = image.poll_into(batch, remaining - got);
-                got += n;
-                if n == 0 || got >= remaining {
-                    return Ok(got);
+        let r: Result<usize, std::convert::Infallible> =
+            self.each_image(limit, |image, remaining| {
+                // A term boundary ends one image read; read on while there is more.
+                let mut got = 0;
+                loop {
+                    let n = image.poll_into(batch, remaining - got);
+                    got += n;
+                    if n == 0 || got >= remaining {
+                        return Ok(got);
+                    }
                 }
-            }
-        });
+            });
         match r {
             Ok(n) => n,
             Err(never) => match never {},

@@ -1,9 +1,9 @@
 //! End-to-end IPC tests: an embedded driver in a temp dir, a client, publications and subscriptions.
 
-use sulis_client::{offer_code, Client, ClientContext, ControlledAction, OfferError};
-use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use sulis_client::{offer_code, Client, ClientContext, ControlledAction, OfferError};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sulis-it-{name}-{}", std::process::id()));
@@ -23,8 +23,12 @@ fn driver(name: &str) -> MediaDriver {
 }
 
 fn client(d: &MediaDriver) -> Client {
-    Client::connect(ClientContext { dir: d.dir().to_path_buf(), driver_timeout: Duration::from_secs(5), name: "t".into() })
-        .unwrap()
+    Client::connect(ClientContext {
+        dir: d.dir().to_path_buf(),
+        driver_timeout: Duration::from_secs(5),
+        name: "t".into(),
+    })
+    .unwrap()
 }
 
 fn await_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -57,7 +61,10 @@ fn should_exchange_messages_across_many_term_rotations() {
         }
         sub.poll(
             |payload, header| {
-                assert_eq!(u32::from_le_bytes(payload[..4].try_into().unwrap()), received);
+                assert_eq!(
+                    u32::from_le_bytes(payload[..4].try_into().unwrap()),
+                    received
+                );
                 assert_eq!(header.stream_id(), 10);
                 received += 1;
                 Ok::<(), ()>(())
@@ -74,8 +81,14 @@ fn should_report_not_connected_then_back_pressure() {
     let d = driver("bp");
     let c = client(&d);
     let mut publication = c.add_exclusive_publication("aeron:ipc", 11).unwrap();
-    assert_eq!(publication.offer(b"x").unwrap_err(), OfferError::NotConnected);
-    assert_eq!(OfferError::NotConnected.code(), Some(offer_code::NOT_CONNECTED));
+    assert_eq!(
+        publication.offer(b"x").unwrap_err(),
+        OfferError::NotConnected
+    );
+    assert_eq!(
+        OfferError::NotConnected.code(),
+        Some(offer_code::NOT_CONNECTED)
+    );
     let _sub = c.add_subscription("aeron:ipc", 11).unwrap();
     await_until("connection", || publication.is_connected());
     let mut accepted = 0;
@@ -109,7 +122,13 @@ fn should_fragment_and_reject_oversized_messages() {
         }
     }
     let err = publication.offer(&vec![0u8; max + 1]).unwrap_err();
-    assert_eq!(err, OfferError::MessageTooLong { length: max + 1, max });
+    assert_eq!(
+        err,
+        OfferError::MessageTooLong {
+            length: max + 1,
+            max
+        }
+    );
     let mut assembled = Vec::new();
     let mut fragments = 0;
     await_until("all fragments", || {
@@ -143,14 +162,34 @@ fn should_honour_controlled_poll_actions() {
     }
     await_until("image", || sub.image_count() == 1);
     // ABORT leaves the fragment in place
-    let n = sub.controlled_poll(|_, _| Ok::<_, ()>(ControlledAction::Abort), 10).unwrap();
+    let n = sub
+        .controlled_poll(|_, _| Ok::<_, ()>(ControlledAction::Abort), 10)
+        .unwrap();
     assert_eq!(n, 0);
     // BREAK consumes one and stops
     let mut seen = vec![];
-    sub.controlled_poll(|p, _| { seen.push(p[0]); Ok::<_, ()>(ControlledAction::Break) }, 10).unwrap();
+    sub.controlled_poll(
+        |p, _| {
+            seen.push(p[0]);
+            Ok::<_, ()>(ControlledAction::Break)
+        },
+        10,
+    )
+    .unwrap();
     assert_eq!(seen, vec![0]);
     // COMMIT/CONTINUE consume the rest
-    sub.controlled_poll(|p, _| { seen.push(p[0]); Ok::<_, ()>(if p[0] % 2 == 0 { ControlledAction::Commit } else { ControlledAction::Continue }) }, 10).unwrap();
+    sub.controlled_poll(
+        |p, _| {
+            seen.push(p[0]);
+            Ok::<_, ()>(if p[0] % 2 == 0 {
+                ControlledAction::Commit
+            } else {
+                ControlledAction::Continue
+            })
+        },
+        10,
+    )
+    .unwrap();
     assert_eq!(seen, vec![0, 1, 2, 3, 4]);
     let image = &sub.images()[0];
     assert_eq!(image.position(), publication.position());
@@ -166,6 +205,9 @@ fn should_share_one_session_between_concurrent_publications() {
     assert_eq!(a.original_registration_id(), b.original_registration_id());
     let x = c.add_exclusive_publication("aeron:ipc", 14).unwrap();
     assert_ne!(x.session_id(), a.session_id());
-    let err = c.add_publication("aeron:ipc?term-length=100", 14).err().unwrap();
+    let err = c
+        .add_publication("aeron:ipc?term-length=100", 14)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("term-length=100"), "{err}");
 }

@@ -69,7 +69,10 @@ impl AtomicBuffer {
 
     /// Wraps a mutable slice; the caller keeps the slice alive (see [`AtomicBuffer::new`]).
     pub fn wrap(slice: &mut [u8]) -> Self {
-        AtomicBuffer { ptr: slice.as_mut_ptr(), len: slice.len() }
+        AtomicBuffer {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+        }
     }
 
     /// Length of the view in bytes.
@@ -94,7 +97,10 @@ impl AtomicBuffer {
     /// A sub-view of `len` bytes starting at `offset`.
     pub fn view(&self, offset: usize, len: usize) -> AtomicBuffer {
         self.check(offset, len);
-        AtomicBuffer { ptr: unsafe { self.ptr.add(offset) }, len }
+        AtomicBuffer {
+            ptr: unsafe { self.ptr.add(offset) },
+            len,
+        }
     }
 
     plain_accessors!(get_u8, put_u8, u8);
@@ -107,7 +113,10 @@ impl AtomicBuffer {
     fn atomic_i32(&self, offset: usize) -> &AtomicI32 {
         self.check(offset, 4);
         let p = unsafe { self.ptr.add(offset) };
-        debug_assert!(p as usize % 4 == 0, "unaligned atomic i32 at offset {offset}");
+        debug_assert!(
+            p as usize % 4 == 0,
+            "unaligned atomic i32 at offset {offset}"
+        );
         // SAFETY: in bounds, aligned (layouts align every atomic field), and the
         // memory is only ever accessed through this buffer's accessors.
         unsafe { &*(p as *const AtomicI32) }
@@ -117,7 +126,10 @@ impl AtomicBuffer {
     fn atomic_i64(&self, offset: usize) -> &AtomicI64 {
         self.check(offset, 8);
         let p = unsafe { self.ptr.add(offset) };
-        debug_assert!(p as usize % 8 == 0, "unaligned atomic i64 at offset {offset}");
+        debug_assert!(
+            p as usize % 8 == 0,
+            "unaligned atomic i64 at offset {offset}"
+        );
         // SAFETY: as for atomic_i32.
         unsafe { &*(p as *const AtomicI64) }
     }

@@ -83,7 +83,9 @@ impl BroadcastTransmitter {
     /// longer than [`max_msg_length`](Self::max_msg_length).
     pub fn transmit(&mut self, msg_type_id: i32, src: &[u8]) -> Result<(), String> {
         if msg_type_id < 1 {
-            return Err(format!("type id must be greater than zero, msgTypeId={msg_type_id}"));
+            return Err(format!(
+                "type id must be greater than zero, msgTypeId={msg_type_id}"
+            ));
         }
         if src.len() > self.max_msg_length {
             return Err(format!(
@@ -123,7 +125,8 @@ impl BroadcastTransmitter {
 
     /// Announces the tail about to be reached before any byte below it is overwritten.
     fn signal_tail_intent(&self, new_tail: i64) {
-        self.buffer.put_i64_ordered(self.tail_intent_index, new_tail);
+        self.buffer
+            .put_i64_ordered(self.tail_intent_index, new_tail);
         // The record writes that follow must not become visible before the intent.
         fence(Ordering::Release);
     }
@@ -309,7 +312,9 @@ impl CopyBroadcastReceiver {
         let msg_type_id = receiver.type_id();
         let length = receiver.length();
         self.scratch.resize(length, 0);
-        receiver.buffer().get_bytes(receiver.offset(), &mut self.scratch);
+        receiver
+            .buffer()
+            .get_bytes(receiver.offset(), &mut self.scratch);
         if !receiver.validate() {
             return Err(LAPPED_ERROR.to_string());
         }
@@ -319,7 +324,11 @@ impl CopyBroadcastReceiver {
 
     /// Hands up to `limit` messages to `handler`, stopping early when none is
     /// available; returns how many.  Errors as for [`receive`](Self::receive).
-    pub fn receive_many<F: FnMut(i32, &[u8])>(&mut self, mut handler: F, limit: usize) -> Result<usize, String> {
+    pub fn receive_many<F: FnMut(i32, &[u8])>(
+        &mut self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, String> {
         let mut count = 0;
         while count < limit {
             if self.receive(&mut handler)? == 0 {
@@ -514,7 +523,10 @@ mod tests {
                         assert_eq!(seq, next_expected, "message lost without a lap report");
                     }
                     assert_eq!(body.len(), 8 + (seq % 33) as usize);
-                    assert!(body[8..].iter().all(|&x| x == (seq % 251) as u8), "torn message");
+                    assert!(
+                        body[8..].iter().all(|&x| x == (seq % 251) as u8),
+                        "torn message"
+                    );
                     next_expected = seq + 1;
                     gap_allowed = false;
                 }) {

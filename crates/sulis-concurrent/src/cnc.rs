@@ -3,9 +3,9 @@
 
 use crate::mapped_file::MappedFile;
 use crate::AtomicBuffer;
-use sulis_protocol::cnc_descriptor::*;
 use std::io;
 use std::path::{Path, PathBuf};
+use sulis_protocol::cnc_descriptor::*;
 
 /// A mapped `cnc.dat`.
 pub struct Cnc {
@@ -33,12 +33,30 @@ impl Cnc {
     pub fn create(path: &Path, layout: CncLayout, header: CncHeader) -> io::Result<Cnc> {
         let file = MappedFile::create(path, layout.file_length(header.page_size), false)?;
         let b = file.buffer();
-        b.put_i32(TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET, layout.to_driver_len as i32);
-        b.put_i32(TO_CLIENTS_BUFFER_LENGTH_FIELD_OFFSET, layout.to_clients_len as i32);
-        b.put_i32(COUNTERS_METADATA_BUFFER_LENGTH_FIELD_OFFSET, layout.counters_metadata_len as i32);
-        b.put_i32(COUNTERS_VALUES_BUFFER_LENGTH_FIELD_OFFSET, layout.counters_values_len as i32);
-        b.put_i32(ERROR_LOG_BUFFER_LENGTH_FIELD_OFFSET, layout.error_log_len as i32);
-        b.put_i64(CLIENT_LIVENESS_TIMEOUT_FIELD_OFFSET, header.client_liveness_timeout_ns);
+        b.put_i32(
+            TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET,
+            layout.to_driver_len as i32,
+        );
+        b.put_i32(
+            TO_CLIENTS_BUFFER_LENGTH_FIELD_OFFSET,
+            layout.to_clients_len as i32,
+        );
+        b.put_i32(
+            COUNTERS_METADATA_BUFFER_LENGTH_FIELD_OFFSET,
+            layout.counters_metadata_len as i32,
+        );
+        b.put_i32(
+            COUNTERS_VALUES_BUFFER_LENGTH_FIELD_OFFSET,
+            layout.counters_values_len as i32,
+        );
+        b.put_i32(
+            ERROR_LOG_BUFFER_LENGTH_FIELD_OFFSET,
+            layout.error_log_len as i32,
+        );
+        b.put_i64(
+            CLIENT_LIVENESS_TIMEOUT_FIELD_OFFSET,
+            header.client_liveness_timeout_ns,
+        );
         b.put_i64(START_TIMESTAMP_FIELD_OFFSET, header.start_timestamp_ms);
         b.put_i64(PID_FIELD_OFFSET, header.pid);
         b.put_i32(FILE_PAGE_SIZE_FIELD_OFFSET, header.page_size as i32);
@@ -47,7 +65,9 @@ impl Cnc {
 
     /// Publishes the version: clients may connect from now on.
     pub fn signal_ready(&self) {
-        self.file.buffer().put_i32_ordered(CNC_VERSION_FIELD_OFFSET, CNC_VERSION);
+        self.file
+            .buffer()
+            .put_i32_ordered(CNC_VERSION_FIELD_OFFSET, CNC_VERSION);
     }
 
     /// Maps an existing file. Fails with a message naming the file when it is
@@ -55,12 +75,19 @@ impl Cnc {
     pub fn open(path: &Path) -> Result<Cnc, String> {
         let file = MappedFile::open(path).map_err(|e| e.to_string())?;
         if file.len() < HEADER_LENGTH {
-            return Err(format!("{} is not a sulis cnc file: only {} bytes", path.display(), file.len()));
+            return Err(format!(
+                "{} is not a sulis cnc file: only {} bytes",
+                path.display(),
+                file.len()
+            ));
         }
         let b = file.buffer();
         let version = b.get_i32_volatile(CNC_VERSION_FIELD_OFFSET);
         if version == 0 {
-            return Err(format!("{} is not ready yet (driver starting)", path.display()));
+            return Err(format!(
+                "{} is not ready yet (driver starting)",
+                path.display()
+            ));
         }
         if major(version) != major(CNC_VERSION) {
             return Err(format!(
@@ -91,7 +118,9 @@ impl Cnc {
 
     /// Version field.
     pub fn version(&self) -> i32 {
-        self.file.buffer().get_i32_volatile(CNC_VERSION_FIELD_OFFSET)
+        self.file
+            .buffer()
+            .get_i32_volatile(CNC_VERSION_FIELD_OFFSET)
     }
 
     /// Header fields.
@@ -117,12 +146,18 @@ impl Cnc {
 
     /// Counter metadata.
     pub fn counters_metadata_buffer(&self) -> AtomicBuffer {
-        self.section(self.layout.counters_metadata_offset(), self.layout.counters_metadata_len)
+        self.section(
+            self.layout.counters_metadata_offset(),
+            self.layout.counters_metadata_len,
+        )
     }
 
     /// Counter values.
     pub fn counters_values_buffer(&self) -> AtomicBuffer {
-        self.section(self.layout.counters_values_offset(), self.layout.counters_values_len)
+        self.section(
+            self.layout.counters_values_offset(),
+            self.layout.counters_values_len,
+        )
     }
 
     /// Error log.

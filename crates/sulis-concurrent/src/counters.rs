@@ -98,7 +98,11 @@ impl CountersReader {
     pub fn new(metadata: AtomicBuffer, values: AtomicBuffer) -> Self {
         let slots = (values.capacity() / COUNTER_LENGTH).min(metadata.capacity() / METADATA_LENGTH);
         let max_counter_id = slots.min(i32::MAX as usize) as i32 - 1;
-        CountersReader { metadata, values, max_counter_id }
+        CountersReader {
+            metadata,
+            values,
+            max_counter_id,
+        }
     }
 
     /// Highest valid counter id (−1 if the buffers hold none).
@@ -128,7 +132,10 @@ impl CountersReader {
     #[inline]
     fn validate(&self, id: i32) {
         if !self.is_valid_id(id) {
-            panic!("counter id {id} out of range: 0 - maxCounterId={}", self.max_counter_id);
+            panic!(
+                "counter id {id} out of range: 0 - maxCounterId={}",
+                self.max_counter_id
+            );
         }
     }
 
@@ -157,25 +164,29 @@ impl CountersReader {
     /// Epoch ms after which a freed id may be reused ([`NOT_FREE_TO_REUSE`] while allocated).
     pub fn free_for_reuse_deadline(&self, id: i32) -> i64 {
         self.validate(id);
-        self.metadata.get_i64_volatile(metadata_offset(id) + FREE_FOR_REUSE_DEADLINE_OFFSET)
+        self.metadata
+            .get_i64_volatile(metadata_offset(id) + FREE_FOR_REUSE_DEADLINE_OFFSET)
     }
 
     /// Registration id of the counter (load-acquire).
     pub fn counter_registration_id(&self, id: i32) -> i64 {
         self.validate(id);
-        self.values.get_i64_volatile(counter_offset(id) + REGISTRATION_ID_OFFSET)
+        self.values
+            .get_i64_volatile(counter_offset(id) + REGISTRATION_ID_OFFSET)
     }
 
     /// Owner id of the counter, e.g. the client id (load-acquire).
     pub fn counter_owner_id(&self, id: i32) -> i64 {
         self.validate(id);
-        self.values.get_i64_volatile(counter_offset(id) + OWNER_ID_OFFSET)
+        self.values
+            .get_i64_volatile(counter_offset(id) + OWNER_ID_OFFSET)
     }
 
     /// Reference id of the counter (load-acquire).
     pub fn counter_reference_id(&self, id: i32) -> i64 {
         self.validate(id);
-        self.values.get_i64_volatile(counter_offset(id) + REFERENCE_ID_OFFSET)
+        self.values
+            .get_i64_volatile(counter_offset(id) + REFERENCE_ID_OFFSET)
     }
 
     /// The label (a length outside 0..=380 read from the buffer is clamped;
@@ -188,7 +199,8 @@ impl CountersReader {
     /// The whole 112-byte key area (keys carry no length; unused bytes are zero).
     pub fn counter_key(&self, id: i32) -> &[u8] {
         self.validate(id);
-        self.metadata.slice(metadata_offset(id) + KEY_OFFSET, MAX_KEY_LENGTH)
+        self.metadata
+            .slice(metadata_offset(id) + KEY_OFFSET, MAX_KEY_LENGTH)
     }
 
     /// Calls `f(id, type_id, key, label)` for every allocated counter, in id
@@ -230,12 +242,17 @@ impl CountersReader {
     /// A handle on counter `id`'s value for hot paths.
     pub fn counter_ref(&self, id: i32) -> CounterRef {
         self.validate(id);
-        CounterRef { values: self.values, offset: counter_offset(id) }
+        CounterRef {
+            values: self.values,
+            offset: counter_offset(id),
+        }
     }
 }
 
 fn label_at(metadata: &AtomicBuffer, record_offset: usize) -> String {
-    let length = metadata.get_i32(record_offset + LABEL_OFFSET).clamp(0, MAX_LABEL_LENGTH as i32) as usize;
+    let length = metadata
+        .get_i32(record_offset + LABEL_OFFSET)
+        .clamp(0, MAX_LABEL_LENGTH as i32) as usize;
     String::from_utf8_lossy(metadata.slice(record_offset + LABEL_OFFSET + 4, length)).into_owned()
 }
 
@@ -257,7 +274,10 @@ impl CounterRef {
             id >= 0 && counter_offset(id) + COUNTER_LENGTH <= values.capacity(),
             "counter id {id} outside the values buffer"
         );
-        CounterRef { values, offset: counter_offset(id) }
+        CounterRef {
+            values,
+            offset: counter_offset(id),
+        }
     }
 
     /// The counter id.
@@ -318,7 +338,11 @@ pub struct CountersManager {
 impl CountersManager {
     /// Manages counters in fresh (zeroed) buffers; freed ids become reusable
     /// `free_to_reuse_timeout_ms` after being freed.
-    pub fn new(metadata: AtomicBuffer, values: AtomicBuffer, free_to_reuse_timeout_ms: i64) -> Self {
+    pub fn new(
+        metadata: AtomicBuffer,
+        values: AtomicBuffer,
+        free_to_reuse_timeout_ms: i64,
+    ) -> Self {
         CountersManager {
             reader: CountersReader::new(metadata, values),
             free_to_reuse_timeout_ms,
@@ -386,7 +410,9 @@ impl CountersManager {
             .free_list
             .iter()
             .enumerate()
-            .filter(|(_, &id)| now_ms >= metadata.get_i64(metadata_offset(id) + FREE_FOR_REUSE_DEADLINE_OFFSET))
+            .filter(|(_, &id)| {
+                now_ms >= metadata.get_i64(metadata_offset(id) + FREE_FOR_REUSE_DEADLINE_OFFSET)
+            })
             .min_by_key(|(_, &id)| id)
             .map(|(i, _)| i);
         if let Some(i) = reusable {
@@ -424,25 +450,33 @@ impl CountersManager {
     /// Store-release of counter `id`'s value.
     pub fn set_counter_value(&self, id: i32, value: i64) {
         self.reader.validate(id);
-        self.reader.values.put_i64_ordered(counter_offset(id), value)
+        self.reader
+            .values
+            .put_i64_ordered(counter_offset(id), value)
     }
 
     /// Store-release of counter `id`'s registration id.
     pub fn set_counter_registration_id(&self, id: i32, registration_id: i64) {
         self.reader.validate(id);
-        self.reader.values.put_i64_ordered(counter_offset(id) + REGISTRATION_ID_OFFSET, registration_id)
+        self.reader
+            .values
+            .put_i64_ordered(counter_offset(id) + REGISTRATION_ID_OFFSET, registration_id)
     }
 
     /// Store-release of counter `id`'s owner id.
     pub fn set_counter_owner_id(&self, id: i32, owner_id: i64) {
         self.reader.validate(id);
-        self.reader.values.put_i64_ordered(counter_offset(id) + OWNER_ID_OFFSET, owner_id)
+        self.reader
+            .values
+            .put_i64_ordered(counter_offset(id) + OWNER_ID_OFFSET, owner_id)
     }
 
     /// Store-release of counter `id`'s reference id.
     pub fn set_counter_reference_id(&self, id: i32, reference_id: i64) {
         self.reader.validate(id);
-        self.reader.values.put_i64_ordered(counter_offset(id) + REFERENCE_ID_OFFSET, reference_id)
+        self.reader
+            .values
+            .put_i64_ordered(counter_offset(id) + REFERENCE_ID_OFFSET, reference_id)
     }
 
     /// Replaces counter `id`'s label (truncated like in [`allocate`](Self::allocate)).
@@ -482,9 +516,16 @@ mod tests {
     fn buffers(counters: usize) -> Buffers {
         let mut m = vec![0u64; counters * METADATA_LENGTH / 8];
         let mut v = vec![0u64; counters * COUNTER_LENGTH / 8];
-        let metadata = unsafe { AtomicBuffer::new(m.as_mut_ptr() as *mut u8, counters * METADATA_LENGTH) };
-        let values = unsafe { AtomicBuffer::new(v.as_mut_ptr() as *mut u8, counters * COUNTER_LENGTH) };
-        Buffers { _metadata: m, _values: v, metadata, values }
+        let metadata =
+            unsafe { AtomicBuffer::new(m.as_mut_ptr() as *mut u8, counters * METADATA_LENGTH) };
+        let values =
+            unsafe { AtomicBuffer::new(v.as_mut_ptr() as *mut u8, counters * COUNTER_LENGTH) };
+        Buffers {
+            _metadata: m,
+            _values: v,
+            metadata,
+            values,
+        }
     }
 
     #[test]
@@ -494,9 +535,21 @@ mod tests {
         let r = cm.reader();
         assert_eq!(r.max_counter_id(), 3);
 
-        let id = cm.allocate(4, &[1, 2, 3], "sub-pos: 1 2 3 udp", 77, 88, 99, 0).unwrap();
+        let id = cm
+            .allocate(4, &[1, 2, 3], "sub-pos: 1 2 3 udp", 77, 88, 99, 0)
+            .unwrap();
         assert_eq!(id, 0);
-        let id2 = cm.allocate(11, &5i64.to_le_bytes(), "client-heartbeat: id=5", 5, 5, 0, 0).unwrap();
+        let id2 = cm
+            .allocate(
+                11,
+                &5i64.to_le_bytes(),
+                "client-heartbeat: id=5",
+                5,
+                5,
+                0,
+                0,
+            )
+            .unwrap();
         assert_eq!(id2, 1);
 
         assert_eq!(b.metadata.get_i32(0), RECORD_ALLOCATED);
@@ -526,7 +579,10 @@ mod tests {
         assert_eq!(r.counter_value(0), 42);
         assert_eq!(b.values.get_i64(0), 42);
         assert_eq!(r.find_by_type_id_and_registration_id(4, 77), 0);
-        assert_eq!(r.find_by_type_id_and_registration_id(4, 78), NULL_COUNTER_ID);
+        assert_eq!(
+            r.find_by_type_id_and_registration_id(4, 78),
+            NULL_COUNTER_ID
+        );
     }
 
     #[test]
@@ -544,7 +600,11 @@ mod tests {
         let mut cm = CountersManager::new(b.metadata, b.values, 1000);
         let r = cm.reader();
         for i in 0..4 {
-            assert_eq!(cm.allocate(1, &[9; 8], &format!("c{i}"), i as i64, 0, 0, 0).unwrap(), i);
+            assert_eq!(
+                cm.allocate(1, &[9; 8], &format!("c{i}"), i as i64, 0, 0, 0)
+                    .unwrap(),
+                i
+            );
             cm.set_counter_value(i, 100 + i as i64);
         }
         cm.free(2, 500);
@@ -582,16 +642,25 @@ mod tests {
         let id = cm.allocate(1, &key, &label, 0, 0, 0, 0).unwrap();
         assert_eq!(r.counter_key(id), &key[..MAX_KEY_LENGTH]);
         assert_eq!(r.counter_label(id), "a".repeat(MAX_LABEL_LENGTH - 1));
-        assert_eq!(b.metadata.get_i32(LABEL_OFFSET), (MAX_LABEL_LENGTH - 1) as i32);
+        assert_eq!(
+            b.metadata.get_i32(LABEL_OFFSET),
+            (MAX_LABEL_LENGTH - 1) as i32
+        );
         // The key area does not spill into the label length.
-        assert_eq!(b.metadata.slice(KEY_OFFSET, MAX_KEY_LENGTH), &key[..MAX_KEY_LENGTH]);
+        assert_eq!(
+            b.metadata.slice(KEY_OFFSET, MAX_KEY_LENGTH),
+            &key[..MAX_KEY_LENGTH]
+        );
 
         let id = cm.allocate(1, &[], "base", 0, 0, 0, 0).unwrap();
         assert_eq!(cm.append_to_label(id, " name=x"), 7);
         assert_eq!(r.counter_label(id), "base name=x");
         cm.set_counter_label(id, "other");
         assert_eq!(r.counter_label(id), "other");
-        assert_eq!(cm.append_to_label(id, &"b".repeat(500)), MAX_LABEL_LENGTH - 5);
+        assert_eq!(
+            cm.append_to_label(id, &"b".repeat(500)),
+            MAX_LABEL_LENGTH - 5
+        );
         assert_eq!(r.counter_label(id).len(), MAX_LABEL_LENGTH);
     }
 
@@ -600,7 +669,8 @@ mod tests {
         let b = buffers(8);
         let mut cm = CountersManager::new(b.metadata, b.values, 0);
         for i in 0..4 {
-            cm.allocate(10 + i, &[i as u8], &format!("label {i}"), 0, 0, 0, 0).unwrap();
+            cm.allocate(10 + i, &[i as u8], &format!("label {i}"), 0, 0, 0, 0)
+                .unwrap();
         }
         cm.free(1, 0);
         let mut seen = Vec::new();

@@ -70,7 +70,11 @@ impl DistinctErrorLog {
             .into_owned();
             observations.entry(text).or_insert(offset);
         });
-        DistinctErrorLog { buffer, next_offset, observations }
+        DistinctErrorLog {
+            buffer,
+            next_offset,
+            observations,
+        }
     }
 
     /// The underlying buffer.
@@ -124,7 +128,10 @@ impl SharedErrorLog {
     pub fn record(&self, error_text: &str, now_ms: i64) -> bool {
         // A panic while holding the lock leaves the log consistent (the length is
         // written last), so a poisoned lock is still usable.
-        let mut log = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut log = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         log.record(error_text, now_ms)
     }
 }
@@ -136,7 +143,11 @@ pub fn has_errors(buffer: AtomicBuffer) -> bool {
 
 /// Calls `f(count, first_ms, last_ms, text)` for each error last observed at or
 /// after `since_ms`, in the order first seen; returns how many were visited.
-pub fn read_error_log<F: FnMut(i32, i64, i64, &str)>(buffer: AtomicBuffer, since_ms: i64, mut f: F) -> usize {
+pub fn read_error_log<F: FnMut(i32, i64, i64, &str)>(
+    buffer: AtomicBuffer,
+    since_ms: i64,
+    mut f: F,
+) -> usize {
     let mut entries = 0;
     for_each_record(&buffer, |offset, length| {
         let last = buffer.get_i64_volatile(offset + LAST_OBSERVATION_TIMESTAMP_OFFSET);
@@ -168,7 +179,9 @@ mod tests {
 
     fn read_all(buffer: AtomicBuffer, since_ms: i64) -> Vec<(i32, i64, i64, String)> {
         let mut out = Vec::new();
-        let n = read_error_log(buffer, since_ms, |c, first, last, text| out.push((c, first, last, text.to_string())));
+        let n = read_error_log(buffer, since_ms, |c, first, last, text| {
+            out.push((c, first, last, text.to_string()))
+        });
         assert_eq!(n, out.len());
         out
     }
@@ -187,7 +200,13 @@ mod tests {
         assert_eq!(b.slice(24, 4), b"boom");
         assert!(log.record("second error", 150));
         assert_eq!(b.get_i32(32), 36); // next record 8-byte aligned
-        assert_eq!(read_all(b, 0), vec![(1, 100, 100, "boom".into()), (1, 150, 150, "second error".into())]);
+        assert_eq!(
+            read_all(b, 0),
+            vec![
+                (1, 100, 100, "boom".into()),
+                (1, 150, 150, "second error".into())
+            ]
+        );
     }
 
     #[test]
@@ -201,10 +220,16 @@ mod tests {
         assert_eq!(log.distinct_count(), 2);
         assert_eq!(
             read_all(b, 0),
-            vec![(3, 10, 40, "io error: refused".into()), (1, 20, 20, "io error: reset".into())]
+            vec![
+                (3, 10, 40, "io error: refused".into()),
+                (1, 20, 20, "io error: reset".into())
+            ]
         );
         // Only errors seen since 25.
-        assert_eq!(read_all(b, 25), vec![(3, 10, 40, "io error: refused".into())]);
+        assert_eq!(
+            read_all(b, 25),
+            vec![(3, 10, 40, "io error: refused".into())]
+        );
         assert_eq!(read_all(b, 41), vec![]);
     }
 
@@ -235,7 +260,11 @@ mod tests {
         again.record("ccc", 4);
         assert_eq!(
             read_all(b, 0),
-            vec![(1, 1, 1, "a".into()), (2, 2, 3, "bb".into()), (1, 4, 4, "ccc".into())]
+            vec![
+                (1, 1, 1, "a".into()),
+                (2, 2, 3, "bb".into()),
+                (1, 4, 4, "ccc".into())
+            ]
         );
     }
 

@@ -73,7 +73,12 @@ impl IdleStrategy {
 
     /// A stateful idler for one thread.
     pub fn idler(&self) -> Idler {
-        Idler { strategy: *self, spins: 0, yields: 0, park: Duration::ZERO }
+        Idler {
+            strategy: *self,
+            spins: 0,
+            yields: 0,
+            park: Duration::ZERO,
+        }
     }
 }
 
@@ -98,7 +103,12 @@ impl Idler {
             IdleStrategy::BusySpin => std::hint::spin_loop(),
             IdleStrategy::Yielding => std::thread::yield_now(),
             IdleStrategy::Sleeping(d) => std::thread::sleep(d),
-            IdleStrategy::Backoff { max_spins, max_yields, min_park, max_park } => {
+            IdleStrategy::Backoff {
+                max_spins,
+                max_yields,
+                min_park,
+                max_park,
+            } => {
                 if self.spins < max_spins {
                     self.spins += 1;
                     std::hint::spin_loop();
@@ -106,7 +116,11 @@ impl Idler {
                     self.yields += 1;
                     std::thread::yield_now();
                 } else {
-                    self.park = if self.park.is_zero() { min_park } else { (self.park * 2).min(max_park) };
+                    self.park = if self.park.is_zero() {
+                        min_park
+                    } else {
+                        (self.park * 2).min(max_park)
+                    };
                     std::thread::sleep(self.park);
                 }
             }
@@ -128,8 +142,14 @@ mod tests {
 
     #[test]
     fn should_parse_every_strategy() {
-        assert_eq!(IdleStrategy::parse("busy-spin").unwrap(), IdleStrategy::BusySpin);
-        assert_eq!(IdleStrategy::parse("yielding").unwrap(), IdleStrategy::Yielding);
+        assert_eq!(
+            IdleStrategy::parse("busy-spin").unwrap(),
+            IdleStrategy::BusySpin
+        );
+        assert_eq!(
+            IdleStrategy::parse("yielding").unwrap(),
+            IdleStrategy::Yielding
+        );
         assert_eq!(IdleStrategy::parse("backoff").unwrap().name(), "backoff");
         assert_eq!(
             IdleStrategy::parse("sleeping:2ms").unwrap(),

@@ -18,7 +18,12 @@ pub struct MappedFile {
 
 impl std::fmt::Debug for MappedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MappedFile({}, {} bytes)", self.path.display(), self.mmap.len())
+        write!(
+            f,
+            "MappedFile({}, {} bytes)",
+            self.path.display(),
+            self.mmap.len()
+        )
     }
 }
 
@@ -40,7 +45,8 @@ impl MappedFile {
             .mode(0o600)
             .open(path)
             .map_err(|e| with_path(e, "cannot create", path))?;
-        file.set_len(length as u64).map_err(|e| with_path(e, "cannot size", path))?;
+        file.set_len(length as u64)
+            .map_err(|e| with_path(e, "cannot size", path))?;
         if !sparse {
             use std::os::unix::io::AsRawFd;
             // SAFETY: plain syscall on an fd we own.
@@ -50,7 +56,10 @@ impl MappedFile {
                 let e = io::Error::from_raw_os_error(rc);
                 return Err(io::Error::new(
                     e.kind(),
-                    format!("insufficient storage for {} ({length} bytes): {e}", path.display()),
+                    format!(
+                        "insufficient storage for {} ({length} bytes): {e}",
+                        path.display()
+                    ),
                 ));
             }
         }
@@ -70,8 +79,12 @@ impl MappedFile {
     fn map(file: File, path: &Path) -> io::Result<MappedFile> {
         // SAFETY: the mapping is shared; concurrent modification by other
         // processes is the point, and all access goes through AtomicBuffer.
-        let mmap = unsafe { MmapOptions::new().map_mut(&file) }.map_err(|e| with_path(e, "cannot map", path))?;
-        Ok(MappedFile { mmap, path: path.to_path_buf() })
+        let mmap = unsafe { MmapOptions::new().map_mut(&file) }
+            .map_err(|e| with_path(e, "cannot map", path))?;
+        Ok(MappedFile {
+            mmap,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The whole mapping as a buffer; valid while `self` lives.

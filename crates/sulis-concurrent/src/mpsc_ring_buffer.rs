@@ -73,7 +73,11 @@ fn body_offset(record_index: usize) -> usize {
 
 /// Checks that `buffer` is a power-of-two data area followed by `trailer` bytes
 /// and returns the data capacity.  Shared with the broadcast buffer.
-pub(crate) fn check_buffer(buffer: &AtomicBuffer, trailer: usize, what: &str) -> Result<usize, String> {
+pub(crate) fn check_buffer(
+    buffer: &AtomicBuffer,
+    trailer: usize,
+    what: &str,
+) -> Result<usize, String> {
     let total = buffer.capacity();
     let capacity = total.checked_sub(trailer).ok_or_else(|| {
         format!("{what}: buffer of {total} bytes is smaller than the {trailer}-byte trailer")
@@ -84,7 +88,9 @@ pub(crate) fn check_buffer(buffer: &AtomicBuffer, trailer: usize, what: &str) ->
         ));
     }
     if buffer.as_ptr() as usize & (RECORD_ALIGNMENT - 1) != 0 {
-        return Err(format!("{what}: buffer address must be {RECORD_ALIGNMENT}-byte aligned"));
+        return Err(format!(
+            "{what}: buffer address must be {RECORD_ALIGNMENT}-byte aligned"
+        ));
     }
     Ok(capacity)
 }
@@ -143,7 +149,9 @@ impl ManyToOneRingBuffer {
 
     fn check_type_id(msg_type_id: i32) -> Result<(), String> {
         if msg_type_id < 1 {
-            return Err(format!("message type id must be greater than zero, msgTypeId={msg_type_id}"));
+            return Err(format!(
+                "message type id must be greater than zero, msgTypeId={msg_type_id}"
+            ));
         }
         Ok(())
     }
@@ -211,7 +219,8 @@ impl ManyToOneRingBuffer {
     pub fn commit(&self, index: usize) {
         let record_index = self.claimed_record_index(index);
         let length = self.verify_claimed_space_not_released(record_index);
-        self.buffer.put_i32_ordered(length_offset(record_index), -length);
+        self.buffer
+            .put_i32_ordered(length_offset(record_index), -length);
     }
 
     /// Turns a record reserved by [`try_claim`](Self::try_claim) into padding.
@@ -221,12 +230,17 @@ impl ManyToOneRingBuffer {
     pub fn abort(&self, index: usize) {
         let record_index = self.claimed_record_index(index);
         let length = self.verify_claimed_space_not_released(record_index);
-        self.buffer.put_i32(type_offset(record_index), PADDING_MSG_TYPE_ID);
-        self.buffer.put_i32_ordered(length_offset(record_index), -length);
+        self.buffer
+            .put_i32(type_offset(record_index), PADDING_MSG_TYPE_ID);
+        self.buffer
+            .put_i32_ordered(length_offset(record_index), -length);
     }
 
     fn claimed_record_index(&self, index: usize) -> usize {
-        if index < RECORD_HEADER_LENGTH || index > self.capacity || index & (RECORD_ALIGNMENT - 1) != 0 {
+        if index < RECORD_HEADER_LENGTH
+            || index > self.capacity
+            || index & (RECORD_ALIGNMENT - 1) != 0
+        {
             panic!("invalid message index {index}");
         }
         index - RECORD_HEADER_LENGTH
@@ -313,7 +327,12 @@ impl ManyToOneRingBuffer {
         let head_index = (head as usize) & (capacity - 1);
         let max_block_length = capacity - head_index;
 
-        let mut guard = ConsumedBlock { ring: self, head, head_index, bytes_read: 0 };
+        let mut guard = ConsumedBlock {
+            ring: self,
+            head,
+            head_index,
+            bytes_read: 0,
+        };
         let mut messages_read = 0;
         while guard.bytes_read < max_block_length && messages_read < limit {
             let record_index = head_index + guard.bytes_read;
@@ -323,7 +342,9 @@ impl ManyToOneRingBuffer {
             }
             let record_length = record_length as usize;
             let aligned_length = align(record_length, RECORD_ALIGNMENT);
-            if record_length < RECORD_HEADER_LENGTH || aligned_length > max_block_length - guard.bytes_read {
+            if record_length < RECORD_HEADER_LENGTH
+                || aligned_length > max_block_length - guard.bytes_read
+            {
                 // Corrupt length (not something a well-behaved producer writes):
                 // refuse to read past it rather than outside the data area.
                 break;
@@ -337,7 +358,10 @@ impl ManyToOneRingBuffer {
             messages_read += 1;
             handler(
                 msg_type_id,
-                buffer.slice(body_offset(record_index), record_length - RECORD_HEADER_LENGTH),
+                buffer.slice(
+                    body_offset(record_index),
+                    record_length - RECORD_HEADER_LENGTH,
+                ),
             );
         }
         messages_read
@@ -378,7 +402,11 @@ impl ManyToOneRingBuffer {
         }
 
         // Zeroed gap: look for the next record start (lengths sit on 8-byte boundaries).
-        let limit = if producer_index > consumer_index { producer_index } else { capacity };
+        let limit = if producer_index > consumer_index {
+            producer_index
+        } else {
+            capacity
+        };
         let mut i = consumer_index + RECORD_ALIGNMENT;
         while i < limit {
             if buffer.get_i32_volatile(length_offset(i)) != 0 {
@@ -413,7 +441,8 @@ impl ManyToOneRingBuffer {
     /// Next value of the system-wide correlation counter (client ids, correlation ids).
     #[inline]
     pub fn next_correlation_id(&self) -> i64 {
-        self.buffer.get_and_add_i64(self.correlation_counter_index, 1)
+        self.buffer
+            .get_and_add_i64(self.correlation_counter_index, 1)
     }
 
     /// Last heartbeat of the consumer (epoch ms); 0 if never set.
@@ -425,7 +454,8 @@ impl ManyToOneRingBuffer {
     /// Consumer: publishes its heartbeat (epoch ms).
     #[inline]
     pub fn set_consumer_heartbeat_time(&self, epoch_ms: i64) {
-        self.buffer.put_i64_ordered(self.consumer_heartbeat_index, epoch_ms)
+        self.buffer
+            .put_i64_ordered(self.consumer_heartbeat_index, epoch_ms)
     }
 
     /// Total bytes claimed by producers so far (the tail position).
@@ -470,7 +500,10 @@ impl Drop for ConsumedBlock<'_> {
         if self.bytes_read > 0 {
             let buffer = &self.ring.buffer;
             buffer.set_memory(self.head_index, self.bytes_read, 0);
-            buffer.put_i64_ordered(self.ring.head_position_index, self.head + self.bytes_read as i64);
+            buffer.put_i64_ordered(
+                self.ring.head_position_index,
+                self.head + self.bytes_read as i64,
+            );
         }
     }
 }

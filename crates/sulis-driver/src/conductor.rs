@@ -6,7 +6,11 @@
 
 use crate::context::DriverContext;
 use crate::ipc_publication::{IpcPublication, IpcSubscriber, PubState};
-use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter, SystemCounters};
+use crate::system_counters::{
+    stream_counter_key, stream_counter_label, type_id, SystemCounter, SystemCounters,
+};
+use std::path::PathBuf;
+use std::time::Instant;
 use sulis_concurrent::broadcast::BroadcastTransmitter;
 use sulis_concurrent::cnc::{epoch_ms, Cnc};
 use sulis_concurrent::counters::{CountersManager, NULL_COUNTER_ID};
@@ -16,8 +20,6 @@ use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::control::{error_code, Command, Event};
 use sulis_protocol::log_buffer_descriptor::*;
 use sulis_protocol::uri::{ChannelUri, Media, SessionIdParam};
-use std::path::PathBuf;
-use std::time::Instant;
 
 /// Session ids in this range are left for users to choose (Aeron's reserved range).
 const RESERVED_SESSION_ID_LOW: i32 = -1;
@@ -63,19 +65,29 @@ struct CommandError {
 
 impl CommandError {
     fn new(code: i32, message: impl Into<String>) -> Self {
-        CommandError { code, message: message.into() }
+        CommandError {
+            code,
+            message: message.into(),
+        }
     }
 }
 
 /// Parses a channel for this driver (IPC only so far): validates it, checks
 /// the `stream-id` parameter against the command's stream id and returns the
 /// URI with its fixed session id, if any.
-fn parse_ipc_channel(channel: &str, stream_id: i32, what: &str) -> Result<(ChannelUri, Option<i32>), CommandError> {
-    let uri = ChannelUri::parse(channel).map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
+fn parse_ipc_channel(
+    channel: &str,
+    stream_id: i32,
+    what: &str,
+) -> Result<(ChannelUri, Option<i32>), CommandError> {
+    let uri = ChannelUri::parse(channel)
+        .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
     if uri.media() != Media::Ipc || uri.is_spy() {
         return Err(CommandError::new(
             error_code::NOT_SUPPORTED,
-            format!("channel '{channel}': only aeron:ipc {what} are supported by this driver version"),
+            format!(
+                "channel '{channel}': only aeron:ipc {what} are supported by this driver version"
+            ),
         ));
     }
     let p = uri.params();
@@ -90,7 +102,10 @@ fn parse_ipc_channel(channel: &str, stream_id: i32, what: &str) -> Result<(Chann
     let session = match &p.session_id {
         Some(SessionIdParam::Value(v)) => Some(*v),
         Some(SessionIdParam::Tag(_)) => {
-            return Err(CommandError::new(error_code::NOT_SUPPORTED, "session-id=tag: is not supported yet"))
+            return Err(CommandError::new(
+                error_code::NOT_SUPPORTED,
+                "session-id=tag: is not supported yet",
+            ))
         }
         None => None,
     };
@@ -173,7 +188,9 @@ impl DriverConductor {
         let now_ns = self.now_ns();
         let mut work = 0;
         let mut commands = Vec::new();
-        work += self.to_driver.read(|t, body| commands.push((t, body.to_vec())), COMMAND_LIMIT);
+        work += self
+            .to_driver
+            .read(|t, body| commands.push((t, body.to_vec())), COMMAND_LIMIT);
         for (t, body) in commands {
             self.on_command(t, &body, now_ns);
         }
@@ -201,6 +218,10 @@ impl DriverConductor {
         for p in self.publications.drain(..) {
             let _ = std::fs::remove_file(p.logs.path());
         }
+        // A clean stop is not a live driver: clients see the driver gone at
+        // once, and a new driver may take the directory without waiting out
+        // the driver timeout.
+        self.to_driver.set_consumer_heartbeat_time(0);
     }
 
     fn record_error(&mut self, text: &str) {
@@ -220,8 +241,11 @@ impl DriverConductor {
             Ok(c) => c,
             Err(e) => {
                 // Without a decodable correlation id nobody can be told; log it.
-                let correlation_id =
-                    if body.len() >= 16 { i64::from_le_bytes(body[8..16].try_into().unwrap()) } else { -1 };
+                let correlation_id = if body.len() >= 16 {
+                    i64::from_le_bytes(body[8..16].try_into().unwrap())
+                } else {
+                    -1
+                };
                 self.record_error(&format!("malformed command type {type_id:#x}: {e}"));
                 if correlation_id >= 0 {
                     self.send(Event::Error {
@@ -238,28 +262,70 @@ impl DriverConductor {
             self.ensure_client(client_id);
         }
         let (correlation_id, result) = match cmd {
-            Command::AddPublication { correlation_id, stream_id, channel, exclusive, .. } => (
+            Command::AddPublication {
                 correlation_id,
-                self.on_add_publication(client_id, correlation_id, stream_id, &channel, exclusive, now_ns),
+                stream_id,
+                channel,
+                exclusive,
+                ..
+            } => (
+                correlation_id,
+                self.on_add_publication(
+                    client_id,
+                    correlation_id,
+                    stream_id,
+                    &channel,
+                    exclusive,
+                    now_ns,
+                ),
             ),
-            Command::RemovePublication { correlation_id, registration_id, .. } => {
-                (correlation_id, self.on_remove_publication(client_id, correlation_id, registration_id, now_ns))
-            }
-            Command::AddSubscription { correlation_id, stream_id, channel, .. } => {
-                (correlation_id, self.on_add_subscription(client_id, correlation_id, stream_id, &channel))
-            }
-            Command::RemoveSubscription { correlation_id, registration_id, .. } => {
-                (correlation_id, self.on_remove_subscription(client_id, correlation_id, registration_id))
-            }
-            Command::AddCounter { correlation_id, type_id, key, label, .. } => {
-                (correlation_id, self.on_add_counter(client_id, correlation_id, type_id, &key, &label))
-            }
-            Command::RemoveCounter { correlation_id, registration_id, .. } => {
-                (correlation_id, self.on_remove_counter(client_id, correlation_id, registration_id))
-            }
+            Command::RemovePublication {
+                correlation_id,
+                registration_id,
+                ..
+            } => (
+                correlation_id,
+                self.on_remove_publication(client_id, correlation_id, registration_id, now_ns),
+            ),
+            Command::AddSubscription {
+                correlation_id,
+                stream_id,
+                channel,
+                ..
+            } => (
+                correlation_id,
+                self.on_add_subscription(client_id, correlation_id, stream_id, &channel),
+            ),
+            Command::RemoveSubscription {
+                correlation_id,
+                registration_id,
+                ..
+            } => (
+                correlation_id,
+                self.on_remove_subscription(client_id, correlation_id, registration_id),
+            ),
+            Command::AddCounter {
+                correlation_id,
+                type_id,
+                key,
+                label,
+                ..
+            } => (
+                correlation_id,
+                self.on_add_counter(client_id, correlation_id, type_id, &key, &label),
+            ),
+            Command::RemoveCounter {
+                correlation_id,
+                registration_id,
+                ..
+            } => (
+                correlation_id,
+                self.on_remove_counter(client_id, correlation_id, registration_id),
+            ),
             Command::ClientKeepalive { .. } => {
                 if let Some(c) = self.clients.iter().find(|c| c.client_id == client_id) {
-                    self.counters.set_counter_value(c.heartbeat_counter_id, epoch_ms());
+                    self.counters
+                        .set_counter_value(c.heartbeat_counter_id, epoch_ms());
                 }
                 return;
             }
@@ -276,8 +342,15 @@ impl DriverConductor {
             ),
         };
         if let Err(e) = result {
-            self.record_error(&format!("client {client_id} command {correlation_id}: {}", e.message));
-            self.send(Event::Error { correlation_id, code: e.code, message: e.message });
+            self.record_error(&format!(
+                "client {client_id} command {correlation_id}: {}",
+                e.message
+            ));
+            self.send(Event::Error {
+                correlation_id,
+                code: e.code,
+                message: e.message,
+            });
         }
     }
 
@@ -298,10 +371,19 @@ impl DriverConductor {
         ) {
             Ok(id) => {
                 self.counters.set_counter_value(id, now_ms);
-                self.clients.push(ClientSession { client_id, heartbeat_counter_id: id, closed: false });
-                self.send(Event::CounterReady { correlation_id: client_id, counter_id: id });
+                self.clients.push(ClientSession {
+                    client_id,
+                    heartbeat_counter_id: id,
+                    closed: false,
+                });
+                self.send(Event::CounterReady {
+                    correlation_id: client_id,
+                    counter_id: id,
+                });
             }
-            Err(e) => self.record_error(&format!("cannot allocate heartbeat counter for client {client_id}: {e}")),
+            Err(e) => self.record_error(&format!(
+                "cannot allocate heartbeat counter for client {client_id}: {e}"
+            )),
         }
     }
 
@@ -312,7 +394,11 @@ impl DriverConductor {
             if (RESERVED_SESSION_ID_LOW..=RESERVED_SESSION_ID_HIGH).contains(&id) {
                 continue;
             }
-            if !self.publications.iter().any(|p| p.stream_id == stream_id && p.session_id == id) {
+            if !self
+                .publications
+                .iter()
+                .any(|p| p.stream_id == stream_id && p.session_id == id)
+            {
                 return id;
             }
         }
@@ -340,7 +426,10 @@ impl DriverConductor {
         if !exclusive {
             // Concurrent publications on the same stream share one log.
             if let Some(existing) = self.publications.iter_mut().find(|x| {
-                !x.exclusive && x.is_active() && x.stream_id == stream_id && fixed_session.is_none_or(|s| s == x.session_id)
+                !x.exclusive
+                    && x.is_active()
+                    && x.stream_id == stream_id
+                    && fixed_session.is_none_or(|s| s == x.session_id)
             }) {
                 let term_length = p.term_length.map(|t| t as usize);
                 if let Some(t) = term_length {
@@ -366,13 +455,21 @@ impl DriverConductor {
                     exclusive: false,
                 };
                 let publication_id = existing.registration_id;
-                self.publication_links.push(PublicationLink { registration_id: correlation_id, client_id, publication_id });
+                self.publication_links.push(PublicationLink {
+                    registration_id: correlation_id,
+                    client_id,
+                    publication_id,
+                });
                 self.send(ev);
                 return Ok(());
             }
         }
         if let Some(s) = fixed_session {
-            if self.publications.iter().any(|x| x.is_active() && x.stream_id == stream_id && x.session_id == s) {
+            if self
+                .publications
+                .iter()
+                .any(|x| x.is_active() && x.stream_id == stream_id && x.session_id == s)
+            {
                 return Err(CommandError::new(
                     error_code::INVALID_CHANNEL,
                     format!("channel '{channel}': session-id={s} is already in use on stream {stream_id}"),
@@ -380,7 +477,10 @@ impl DriverConductor {
             }
         }
 
-        let term_length = p.term_length.map(|t| t as usize).unwrap_or(self.ctx.ipc_term_buffer_length);
+        let term_length = p
+            .term_length
+            .map(|t| t as usize)
+            .unwrap_or(self.ctx.ipc_term_buffer_length);
         let mtu = p.mtu.map(|m| m as usize).unwrap_or(self.ctx.ipc_mtu_length);
         let max_message = compute_max_message_length(term_length);
         if mtu > max_message {
@@ -391,10 +491,15 @@ impl DriverConductor {
         }
         let session_id = fixed_session.unwrap_or_else(|| self.allocate_session_id(stream_id));
         let (initial_term_id, active_term_id, term_offset) = if has_position {
-            (p.init_term_id.unwrap(), p.term_id.unwrap(), p.term_offset.unwrap() as i32)
+            (
+                p.init_term_id.unwrap(),
+                p.term_id.unwrap(),
+                p.term_offset.unwrap() as i32,
+            )
         } else {
-            let r = (self.clock_start.elapsed().as_nanos() as u64 ^ (correlation_id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D))
-                .rotate_left(17) as i32;
+            let r = (self.clock_start.elapsed().as_nanos() as u64
+                ^ (correlation_id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D))
+            .rotate_left(17) as i32;
             (r, r, 0)
         };
         if term_offset as usize >= term_length {
@@ -406,7 +511,9 @@ impl DriverConductor {
         let window = if self.ctx.publication_term_window_length > 0 {
             self.ctx.publication_term_window_length.min(term_length / 2)
         } else {
-            p.pub_wnd.map(|w| (w as usize).min(term_length / 2)).unwrap_or(term_length / 2)
+            p.pub_wnd
+                .map(|w| (w as usize).min(term_length / 2))
+                .unwrap_or(term_length / 2)
         };
         let params = LogParams {
             correlation_id,
@@ -418,16 +525,26 @@ impl DriverConductor {
             term_offset,
             session_id,
             stream_id,
-            log_type: if exclusive { LOG_TYPE_EXCLUSIVE } else { LOG_TYPE_CONCURRENT },
+            log_type: if exclusive {
+                LOG_TYPE_EXCLUSIVE
+            } else {
+                LOG_TYPE_CONCURRENT
+            },
             publication_window: window as i32,
-            linger_ns: p.linger_ns.unwrap_or(self.ctx.publication_linger_timeout_ns) as i64,
+            linger_ns: p
+                .linger_ns
+                .unwrap_or(self.ctx.publication_linger_timeout_ns) as i64,
             sparse: p.sparse.unwrap_or(self.ctx.term_buffer_sparse_file),
             signal_eos: p.eos.unwrap_or(true),
             tether: true,
         };
-        let path = self.publications_dir.join(format!("{correlation_id}.logbuffer"));
+        let path = self
+            .publications_dir
+            .join(format!("{correlation_id}.logbuffer"));
         let logs = LogBuffers::create(&path, &params).map_err(|e| {
-            let code = if e.raw_os_error() == Some(libc::ENOSPC) || e.to_string().contains("insufficient storage") {
+            let code = if e.raw_os_error() == Some(libc::ENOSPC)
+                || e.to_string().contains("insufficient storage")
+            {
                 error_code::STORAGE_SPACE
             } else {
                 error_code::GENERIC_ERROR
@@ -448,7 +565,15 @@ impl DriverConductor {
             )
         };
         let limit_id = alloc(&mut self.counters, type_id::PUBLISHER_LIMIT, "pub-lmt");
-        let pos_id = alloc(&mut self.counters, type_id::PUBLISHER_POSITION, if exclusive { "pub-pos (sampled) exclusive" } else { "pub-pos (sampled) concurrent" });
+        let pos_id = alloc(
+            &mut self.counters,
+            type_id::PUBLISHER_POSITION,
+            if exclusive {
+                "pub-pos (sampled) exclusive"
+            } else {
+                "pub-pos (sampled) concurrent"
+            },
+        );
         let (limit_id, pos_id) = match (limit_id, pos_id) {
             (Ok(a), Ok(b)) => (a, b),
             (a, b) => {
@@ -456,7 +581,10 @@ impl DriverConductor {
                     self.counters.free(id, now_ms);
                 }
                 let _ = std::fs::remove_file(&path);
-                return Err(CommandError::new(error_code::GENERIC_ERROR, "counters buffer is full"));
+                return Err(CommandError::new(
+                    error_code::GENERIC_ERROR,
+                    "counters buffer is full",
+                ));
             }
         };
         let reader = self.counters.reader();
@@ -473,7 +601,11 @@ impl DriverConductor {
             now_ns,
         );
         self.publications.push(publication);
-        self.publication_links.push(PublicationLink { registration_id: correlation_id, client_id, publication_id: correlation_id });
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: correlation_id,
+        });
         self.send(Event::PublicationReady {
             correlation_id,
             registration_id: correlation_id,
@@ -506,9 +638,16 @@ impl DriverConductor {
         let key = stream_counter_key(s.registration_id, p.session_id, p.stream_id, &s.channel);
         let label = format!(
             "{} @{join}",
-            stream_counter_label("sub-pos", s.registration_id, p.session_id, p.stream_id, &s.channel)
+            stream_counter_label(
+                "sub-pos",
+                s.registration_id,
+                p.session_id,
+                p.stream_id,
+                &s.channel
+            )
         );
-        let (sub_id, client_id, tether, channel) = (s.registration_id, s.client_id, s.tether, s.channel.clone());
+        let (sub_id, client_id, tether, channel) =
+            (s.registration_id, s.client_id, s.tether, s.channel.clone());
         let counter_id = match self.counters.allocate(
             type_id::SUBSCRIBER_POSITION,
             &key,
@@ -520,14 +659,21 @@ impl DriverConductor {
         ) {
             Ok(id) => id,
             Err(e) => {
-                self.record_error(&format!("cannot allocate subscriber position for subscription {sub_id}: {e}"));
+                self.record_error(&format!(
+                    "cannot allocate subscriber position for subscription {sub_id}: {e}"
+                ));
                 return;
             }
         };
         let position = self.counters.reader().counter_ref(counter_id);
         position.set_ordered(join);
         let p = &mut self.publications[pub_index];
-        p.subscribers.push(IpcSubscriber { subscription_id: sub_id, client_id, position, tether });
+        p.subscribers.push(IpcSubscriber {
+            subscription_id: sub_id,
+            client_id,
+            position,
+            tether,
+        });
         let ev = Event::AvailableImage {
             correlation_id: p.registration_id,
             session_id: p.session_id,
@@ -552,7 +698,12 @@ impl DriverConductor {
             .publication_links
             .iter()
             .position(|l| l.registration_id == registration_id && l.client_id == client_id)
-            .ok_or_else(|| CommandError::new(error_code::UNKNOWN_PUBLICATION, format!("unknown publication {registration_id}")))?;
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::UNKNOWN_PUBLICATION,
+                    format!("unknown publication {registration_id}"),
+                )
+            })?;
         let link = self.publication_links.swap_remove(i);
         self.release_publication_link(link.publication_id, now_ns);
         self.send(Event::OperationSuccess { correlation_id });
@@ -560,7 +711,11 @@ impl DriverConductor {
     }
 
     fn release_publication_link(&mut self, publication_id: i64, now_ns: i64) {
-        if let Some(p) = self.publications.iter_mut().find(|p| p.registration_id == publication_id) {
+        if let Some(p) = self
+            .publications
+            .iter_mut()
+            .find(|p| p.registration_id == publication_id)
+        {
             p.ref_count = p.ref_count.saturating_sub(1);
             if p.ref_count == 0 {
                 p.close(now_ns);
@@ -585,12 +740,17 @@ impl DriverConductor {
             session_filter,
             tether: p.tether.unwrap_or(true),
         });
-        self.send(Event::SubscriptionReady { correlation_id, channel_status_counter_id: NULL_COUNTER_ID });
+        self.send(Event::SubscriptionReady {
+            correlation_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+        });
         let si = self.subscriptions.len() - 1;
         let pubs: Vec<usize> = (0..self.publications.len())
             .filter(|&i| {
                 let x = &self.publications[i];
-                x.is_active() && x.stream_id == stream_id && session_filter.is_none_or(|f| f == x.session_id)
+                x.is_active()
+                    && x.stream_id == stream_id
+                    && session_filter.is_none_or(|f| f == x.session_id)
             })
             .collect();
         for pi in pubs {
@@ -624,7 +784,10 @@ impl DriverConductor {
             .iter()
             .position(|s| s.registration_id == registration_id && s.client_id == client_id)
             .ok_or_else(|| {
-                CommandError::new(error_code::UNKNOWN_SUBSCRIPTION, format!("unknown subscription {registration_id}"))
+                CommandError::new(
+                    error_code::UNKNOWN_SUBSCRIPTION,
+                    format!("unknown subscription {registration_id}"),
+                )
             })?;
         self.subscriptions.swap_remove(i);
         self.unlink_subscription(registration_id);
@@ -642,10 +805,25 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let id = self
             .counters
-            .allocate(counter_type, key, label, correlation_id, client_id, 0, epoch_ms())
+            .allocate(
+                counter_type,
+                key,
+                label,
+                correlation_id,
+                client_id,
+                0,
+                epoch_ms(),
+            )
             .map_err(|e| CommandError::new(error_code::GENERIC_ERROR, e))?;
-        self.client_counters.push(ClientCounter { registration_id: correlation_id, client_id, counter_id: id });
-        self.send(Event::CounterReady { correlation_id, counter_id: id });
+        self.client_counters.push(ClientCounter {
+            registration_id: correlation_id,
+            client_id,
+            counter_id: id,
+        });
+        self.send(Event::CounterReady {
+            correlation_id,
+            counter_id: id,
+        });
         Ok(())
     }
 
@@ -659,11 +837,19 @@ impl DriverConductor {
             .client_counters
             .iter()
             .position(|c| c.registration_id == registration_id && c.client_id == client_id)
-            .ok_or_else(|| CommandError::new(error_code::UNKNOWN_COUNTER, format!("unknown counter {registration_id}")))?;
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::UNKNOWN_COUNTER,
+                    format!("unknown counter {registration_id}"),
+                )
+            })?;
         let c = self.client_counters.swap_remove(i);
         self.counters.free(c.counter_id, epoch_ms());
         self.send(Event::OperationSuccess { correlation_id });
-        self.send(Event::UnavailableCounter { registration_id, counter_id: c.counter_id });
+        self.send(Event::UnavailableCounter {
+            registration_id,
+            counter_id: c.counter_id,
+        });
         Ok(())
     }
 
@@ -679,21 +865,30 @@ impl DriverConductor {
         for pid in links {
             self.release_publication_link(pid, now_ns);
         }
-        let subs: Vec<i64> =
-            self.subscriptions.iter().filter(|s| s.client_id == client_id).map(|s| s.registration_id).collect();
+        let subs: Vec<i64> = self
+            .subscriptions
+            .iter()
+            .filter(|s| s.client_id == client_id)
+            .map(|s| s.registration_id)
+            .collect();
         self.subscriptions.retain(|s| s.client_id != client_id);
         for s in subs {
             self.unlink_subscription(s);
         }
         let now_ms = epoch_ms();
         let counters: Vec<ClientCounter> = {
-            let (mine, rest) = std::mem::take(&mut self.client_counters).into_iter().partition(|c| c.client_id == client_id);
+            let (mine, rest) = std::mem::take(&mut self.client_counters)
+                .into_iter()
+                .partition(|c| c.client_id == client_id);
             self.client_counters = rest;
             mine
         };
         for c in counters {
             self.counters.free(c.counter_id, now_ms);
-            self.send(Event::UnavailableCounter { registration_id: c.registration_id, counter_id: c.counter_id });
+            self.send(Event::UnavailableCounter {
+                registration_id: c.registration_id,
+                counter_id: c.counter_id,
+            });
         }
         if let Some(i) = self.clients.iter().position(|c| c.client_id == client_id) {
             let c = self.clients.swap_remove(i);
@@ -751,8 +946,12 @@ impl DriverConductor {
     /// stuck record is turned into padding.
     fn check_for_blocked_commands(&mut self, now_ns: i64) -> usize {
         let consumer = self.to_driver.consumer_position();
-        if consumer == self.last_command_consumer_position && self.to_driver.producer_position() > consumer {
-            if now_ns > self.time_of_last_command_progress_ns + self.ctx.client_liveness_timeout_ns as i64 {
+        if consumer == self.last_command_consumer_position
+            && self.to_driver.producer_position() > consumer
+        {
+            if now_ns
+                > self.time_of_last_command_progress_ns + self.ctx.client_liveness_timeout_ns as i64
+            {
                 self.time_of_last_command_progress_ns = now_ns;
                 if self.to_driver.unblock() {
                     self.system.increment(SystemCounter::UnblockedCommands);

@@ -7,10 +7,10 @@
 //! are parsed with the same rules as channel URIs: sizes take `k/m/g`,
 //! durations `ns/us/ms/s`.
 
+use std::path::PathBuf;
 use sulis_concurrent::idle::IdleStrategy;
 use sulis_protocol::log_buffer_descriptor::{check_page_size, check_term_length};
 use sulis_protocol::uri::{parse_bool, parse_duration_ns, parse_size};
-use std::path::PathBuf;
 
 /// How the driver's agents are placed on threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,9 @@ impl ThreadingMode {
             "dedicated" => Ok(ThreadingMode::Dedicated),
             "shared-network" => Ok(ThreadingMode::SharedNetwork),
             "shared" => Ok(ThreadingMode::Shared),
-            _ => Err(format!("unknown threading mode '{s}' (expected shared, shared-network or dedicated)")),
+            _ => Err(format!(
+                "unknown threading mode '{s}' (expected shared, shared-network or dedicated)"
+            )),
         }
     }
 
@@ -72,7 +74,11 @@ pub fn default_dir() -> PathBuf {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
-    let base = if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     base.join(format!("sulis-{user}"))
 }
 
@@ -172,50 +178,182 @@ fn show_bool(v: &bool) -> String {
 
 /// Every driver option.
 pub static OPTIONS: &[OptionSpec] = &[
-    opt!(dir, "SULIS_DIR", "path", "Driver directory holding cnc.dat and the log buffers.",
-        |s: &str| Ok::<_, String>(PathBuf::from(s)), |v: &PathBuf| v.display().to_string()),
-    opt!(threading_mode, "SULIS_THREADING_MODE", "", "Agent threads: shared, shared-network or dedicated.",
-        ThreadingMode::parse, |v: &ThreadingMode| v.name().to_string()),
-    opt!(idle_strategy, "SULIS_IDLE_STRATEGY", "", "Idle strategy: busy-spin, yielding, backoff, sleeping[:duration].",
-        IdleStrategy::parse, |v: &IdleStrategy| v.name().to_string()),
-    opt!(ipc_term_buffer_length, "SULIS_IPC_TERM_BUFFER_LENGTH", "bytes", "Term length of IPC publications (power of two, 64k..1g).",
-        size_usize, show_size),
-    opt!(term_buffer_length, "SULIS_TERM_BUFFER_LENGTH", "bytes", "Term length of UDP publications (power of two, 64k..1g).",
-        size_usize, show_size),
-    opt!(ipc_mtu_length, "SULIS_IPC_MTU_LENGTH", "bytes", "Largest IPC fragment, header included (multiple of 32).",
-        size_usize, show_size),
-    opt!(mtu_length, "SULIS_MTU_LENGTH", "bytes", "Largest UDP datagram payload the sender builds (multiple of 32).",
-        size_usize, show_size),
-    opt!(file_page_size, "SULIS_FILE_PAGE_SIZE", "bytes", "Page size that log files are rounded to.",
-        size_usize, show_size),
-    opt!(term_buffer_sparse_file, "SULIS_TERM_BUFFER_SPARSE_FILE", "bool", "Sparse log files instead of reserving storage up front.",
-        parse_bool, show_bool),
-    opt!(publication_term_window_length, "SULIS_PUBLICATION_TERM_WINDOW_LENGTH", "bytes", "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2).",
-        size_usize, show_size),
-    opt!(client_liveness_timeout_ns, "SULIS_CLIENT_LIVENESS_TIMEOUT", "duration", "A client that stops heartbeating for this long is timed out and its resources released.",
-        parse_duration_ns, show_ns),
-    opt!(publication_unblock_timeout_ns, "SULIS_PUBLICATION_UNBLOCK_TIMEOUT", "duration", "A publication blocked by a writer that died mid-claim is unblocked after this long.",
-        parse_duration_ns, show_ns),
-    opt!(publication_linger_timeout_ns, "SULIS_PUBLICATION_LINGER_TIMEOUT", "duration", "How long a closed publication's log lingers for late readers.",
-        parse_duration_ns, show_ns),
-    opt!(timer_interval_ns, "SULIS_TIMER_INTERVAL", "duration", "Period of the conductor's liveness and timeout checks.",
-        parse_duration_ns, show_ns),
-    opt!(driver_timeout_ns, "SULIS_DRIVER_TIMEOUT", "duration", "Clients declare the driver dead when its heartbeat is older than this.",
-        parse_duration_ns, show_ns),
-    opt!(conductor_buffer_length, "SULIS_CONDUCTOR_BUFFER_LENGTH", "bytes", "Client-to-driver command ring buffer (power of two).",
-        size_usize, show_size),
-    opt!(clients_buffer_length, "SULIS_CLIENTS_BUFFER_LENGTH", "bytes", "Driver-to-clients broadcast buffer (power of two).",
-        size_usize, show_size),
-    opt!(counters_buffer_length, "SULIS_COUNTERS_BUFFER_LENGTH", "bytes", "Counter values buffer (128 bytes per counter).",
-        size_usize, show_size),
-    opt!(error_buffer_length, "SULIS_ERROR_BUFFER_LENGTH", "bytes", "Distinct error log length.",
-        size_usize, show_size),
-    opt!(counter_free_to_reuse_timeout_ns, "SULIS_COUNTER_FREE_TO_REUSE_TIMEOUT", "duration", "A freed counter id is reused only after this cool-down.",
-        parse_duration_ns, show_ns),
-    opt!(dir_delete_on_start, "SULIS_DIR_DELETE_ON_START", "bool", "Delete a stale driver directory on start (a live driver is never touched).",
-        parse_bool, show_bool),
-    opt!(dir_delete_on_shutdown, "SULIS_DIR_DELETE_ON_SHUTDOWN", "bool", "Delete the driver directory on shutdown.",
-        parse_bool, show_bool),
+    opt!(
+        dir,
+        "SULIS_DIR",
+        "path",
+        "Driver directory holding cnc.dat and the log buffers.",
+        |s: &str| Ok::<_, String>(PathBuf::from(s)),
+        |v: &PathBuf| v.display().to_string()
+    ),
+    opt!(
+        threading_mode,
+        "SULIS_THREADING_MODE",
+        "",
+        "Agent threads: shared, shared-network or dedicated.",
+        ThreadingMode::parse,
+        |v: &ThreadingMode| v.name().to_string()
+    ),
+    opt!(
+        idle_strategy,
+        "SULIS_IDLE_STRATEGY",
+        "",
+        "Idle strategy: busy-spin, yielding, backoff, sleeping[:duration].",
+        IdleStrategy::parse,
+        |v: &IdleStrategy| v.name().to_string()
+    ),
+    opt!(
+        ipc_term_buffer_length,
+        "SULIS_IPC_TERM_BUFFER_LENGTH",
+        "bytes",
+        "Term length of IPC publications (power of two, 64k..1g).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        term_buffer_length,
+        "SULIS_TERM_BUFFER_LENGTH",
+        "bytes",
+        "Term length of UDP publications (power of two, 64k..1g).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        ipc_mtu_length,
+        "SULIS_IPC_MTU_LENGTH",
+        "bytes",
+        "Largest IPC fragment, header included (multiple of 32).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        mtu_length,
+        "SULIS_MTU_LENGTH",
+        "bytes",
+        "Largest UDP datagram payload the sender builds (multiple of 32).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        file_page_size,
+        "SULIS_FILE_PAGE_SIZE",
+        "bytes",
+        "Page size that log files are rounded to.",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        term_buffer_sparse_file,
+        "SULIS_TERM_BUFFER_SPARSE_FILE",
+        "bool",
+        "Sparse log files instead of reserving storage up front.",
+        parse_bool,
+        show_bool
+    ),
+    opt!(
+        publication_term_window_length,
+        "SULIS_PUBLICATION_TERM_WINDOW_LENGTH",
+        "bytes",
+        "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        client_liveness_timeout_ns,
+        "SULIS_CLIENT_LIVENESS_TIMEOUT",
+        "duration",
+        "A client that stops heartbeating for this long is timed out and its resources released.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        publication_unblock_timeout_ns,
+        "SULIS_PUBLICATION_UNBLOCK_TIMEOUT",
+        "duration",
+        "A publication blocked by a writer that died mid-claim is unblocked after this long.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        publication_linger_timeout_ns,
+        "SULIS_PUBLICATION_LINGER_TIMEOUT",
+        "duration",
+        "How long a closed publication's log lingers for late readers.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        timer_interval_ns,
+        "SULIS_TIMER_INTERVAL",
+        "duration",
+        "Period of the conductor's liveness and timeout checks.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        driver_timeout_ns,
+        "SULIS_DRIVER_TIMEOUT",
+        "duration",
+        "Clients declare the driver dead when its heartbeat is older than this.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        conductor_buffer_length,
+        "SULIS_CONDUCTOR_BUFFER_LENGTH",
+        "bytes",
+        "Client-to-driver command ring buffer (power of two).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        clients_buffer_length,
+        "SULIS_CLIENTS_BUFFER_LENGTH",
+        "bytes",
+        "Driver-to-clients broadcast buffer (power of two).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        counters_buffer_length,
+        "SULIS_COUNTERS_BUFFER_LENGTH",
+        "bytes",
+        "Counter values buffer (128 bytes per counter).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        error_buffer_length,
+        "SULIS_ERROR_BUFFER_LENGTH",
+        "bytes",
+        "Distinct error log length.",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        counter_free_to_reuse_timeout_ns,
+        "SULIS_COUNTER_FREE_TO_REUSE_TIMEOUT",
+        "duration",
+        "A freed counter id is reused only after this cool-down.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        dir_delete_on_start,
+        "SULIS_DIR_DELETE_ON_START",
+        "bool",
+        "Delete a stale driver directory on start (a live driver is never touched).",
+        parse_bool,
+        show_bool
+    ),
+    opt!(
+        dir_delete_on_shutdown,
+        "SULIS_DIR_DELETE_ON_SHUTDOWN",
+        "bool",
+        "Delete the driver directory on shutdown.",
+        parse_bool,
+        show_bool
+    ),
 ];
 
 impl Default for DriverContext {
@@ -283,7 +421,12 @@ impl DriverContext {
         OPTIONS
             .iter()
             .map(|o| {
-                let src = self.sources.iter().find(|(n, _)| *n == o.name).map(|(_, s)| *s).unwrap_or(Source::Default);
+                let src = self
+                    .sources
+                    .iter()
+                    .find(|(n, _)| *n == o.name)
+                    .map(|(_, s)| *s)
+                    .unwrap_or(Source::Default);
                 (o, (o.get)(self), src)
             })
             .collect()
@@ -291,12 +434,19 @@ impl DriverContext {
 
     /// Validates ranges and relations between options.
     pub fn conclude(&self) -> Result<(), String> {
-        check_term_length(self.ipc_term_buffer_length).map_err(|e| format!("ipc_term_buffer_length: {e}"))?;
-        check_term_length(self.term_buffer_length).map_err(|e| format!("term_buffer_length: {e}"))?;
+        check_term_length(self.ipc_term_buffer_length)
+            .map_err(|e| format!("ipc_term_buffer_length: {e}"))?;
+        check_term_length(self.term_buffer_length)
+            .map_err(|e| format!("term_buffer_length: {e}"))?;
         check_page_size(self.file_page_size).map_err(|e| format!("file_page_size: {e}"))?;
-        for (name, mtu) in [("ipc_mtu_length", self.ipc_mtu_length), ("mtu_length", self.mtu_length)] {
+        for (name, mtu) in [
+            ("ipc_mtu_length", self.ipc_mtu_length),
+            ("mtu_length", self.mtu_length),
+        ] {
             if mtu <= 32 || mtu % 32 != 0 || mtu > 65504 {
-                return Err(format!("{name}: {mtu} must be a multiple of 32 between 64 and 65504"));
+                return Err(format!(
+                    "{name}: {mtu} must be a multiple of 32 between 64 and 65504"
+                ));
             }
         }
         for (name, len) in [
@@ -304,7 +454,9 @@ impl DriverContext {
             ("clients_buffer_length", self.clients_buffer_length),
         ] {
             if !len.is_power_of_two() || len < 1024 {
-                return Err(format!("{name}: {len} must be a power of two of at least 1024"));
+                return Err(format!(
+                    "{name}: {len} must be a power of two of at least 1024"
+                ));
             }
         }
         if self.counters_buffer_length < 128 * 64 || self.counters_buffer_length % 128 != 0 {
@@ -314,12 +466,21 @@ impl DriverContext {
             ));
         }
         if self.error_buffer_length < 1024 || self.error_buffer_length % 8 != 0 {
-            return Err(format!("error_buffer_length: {} must be a multiple of 8, at least 1024", self.error_buffer_length));
+            return Err(format!(
+                "error_buffer_length: {} must be a multiple of 8, at least 1024",
+                self.error_buffer_length
+            ));
         }
         if self.publication_unblock_timeout_ns <= self.client_liveness_timeout_ns {
             return Err(format!(
                 "publication_unblock_timeout ({}ns) must be greater than client_liveness_timeout ({}ns)",
                 self.publication_unblock_timeout_ns, self.client_liveness_timeout_ns
+            ));
+        }
+        if self.client_liveness_timeout_ns < 10_000_000 {
+            return Err(format!(
+                "client_liveness_timeout ({}ns) must be at least 10ms: clients heartbeat within a quarter of it",
+                self.client_liveness_timeout_ns
             ));
         }
         if self.timer_interval_ns == 0 {
@@ -343,12 +504,18 @@ mod tests {
         assert_eq!(c.client_liveness_timeout_ns, 2_000_000_000);
         assert_eq!(c.threading_mode, ThreadingMode::Shared);
         let d = c.describe();
-        let row = d.iter().find(|(o, _, _)| o.name == "ipc_term_buffer_length").unwrap();
+        let row = d
+            .iter()
+            .find(|(o, _, _)| o.name == "ipc_term_buffer_length")
+            .unwrap();
         assert_eq!(row.2, Source::Explicit);
         let row = d.iter().find(|(o, _, _)| o.name == "mtu_length").unwrap();
         assert_eq!(row.2, Source::Default);
         assert!(c.set("nope", "1").unwrap_err().contains("nope"));
-        assert!(c.set("threading_mode", "lots").unwrap_err().contains("lots"));
+        assert!(c
+            .set("threading_mode", "lots")
+            .unwrap_err()
+            .contains("lots"));
     }
 
     #[test]
@@ -365,7 +532,10 @@ mod tests {
     #[test]
     fn should_name_every_option_with_an_env_var_of_the_same_shape() {
         for o in OPTIONS {
-            let expected = format!("SULIS_{}", o.name.trim_end_matches("_ns").to_ascii_uppercase());
+            let expected = format!(
+                "SULIS_{}",
+                o.name.trim_end_matches("_ns").to_ascii_uppercase()
+            );
             assert_eq!(o.env, expected, "option {}", o.name);
         }
     }

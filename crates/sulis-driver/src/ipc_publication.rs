@@ -89,7 +89,8 @@ impl IpcPublication {
         term_window: i64,
         now_ns: i64,
     ) -> Self {
-        let start = meta::producer_position(&logs.meta(), logs.term_length(), logs.initial_term_id());
+        let start =
+            meta::producer_position(&logs.meta(), logs.term_length(), logs.initial_term_id());
         pub_limit.set_ordered(start);
         pub_pos.set_ordered(start);
         IpcPublication {
@@ -115,7 +116,11 @@ impl IpcPublication {
 
     /// Current producer position, read from the log's tail.
     pub fn producer_position(&self) -> i64 {
-        meta::producer_position(&self.logs.meta(), self.logs.term_length(), self.logs.initial_term_id())
+        meta::producer_position(
+            &self.logs.meta(),
+            self.logs.term_length(),
+            self.logs.initial_term_id(),
+        )
     }
 
     /// Where a new subscriber starts reading.
@@ -143,7 +148,11 @@ impl IpcPublication {
         if !any {
             // Only untethered subscribers (or none): follow the fastest reader so
             // cleaning never overtakes a reader, or stay put if nobody reads.
-            let fastest = self.subscribers.iter().map(|s| s.position.get_volatile()).max();
+            let fastest = self
+                .subscribers
+                .iter()
+                .map(|s| s.position.get_volatile())
+                .max();
             min = fastest.unwrap_or(producer);
         }
         self.consumer_position = min;
@@ -160,7 +169,8 @@ impl IpcPublication {
                 // moves into next is then always clean.
                 let target = min - self.logs.term_length() as i64;
                 while self.clean_position < target {
-                    self.clean_position = logbuffer::clean_to(&self.logs, self.clean_position, target);
+                    self.clean_position =
+                        logbuffer::clean_to(&self.logs, self.clean_position, target);
                 }
                 self.pub_limit.set_ordered(proposed);
                 work += 1;
@@ -177,7 +187,10 @@ impl IpcPublication {
     pub fn check_for_blocked_publisher(&mut self, now_ns: i64, unblock_timeout_ns: i64) -> bool {
         let producer = self.producer_position();
         let consumer = self.consumer_position;
-        if consumer == self.last_consumer_position && producer > consumer && !self.subscribers.is_empty() {
+        if consumer == self.last_consumer_position
+            && producer > consumer
+            && !self.subscribers.is_empty()
+        {
             if now_ns > self.time_of_last_consumer_change_ns + unblock_timeout_ns {
                 self.time_of_last_consumer_change_ns = now_ns;
                 return unblocker::unblock_log(&self.logs, consumer);
@@ -193,7 +206,9 @@ impl IpcPublication {
     pub fn close(&mut self, now_ns: i64) {
         if self.state == PubState::Active {
             let producer = self.producer_position();
-            self.logs.meta().put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, producer);
+            self.logs
+                .meta()
+                .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, producer);
             meta::set_connected(&self.logs.meta(), false);
             self.pub_limit.set_ordered(producer);
             self.state = PubState::Draining { since_ns: now_ns };
@@ -206,9 +221,14 @@ impl IpcPublication {
             PubState::Active | PubState::Done => {}
             PubState::Draining { since_ns } => {
                 let producer = self.producer_position();
-                let drained = self.subscribers.iter().all(|s| s.position.get_volatile() >= producer);
+                let drained = self
+                    .subscribers
+                    .iter()
+                    .all(|s| s.position.get_volatile() >= producer);
                 if drained || now_ns > since_ns + linger_ns {
-                    self.state = PubState::Lingering { until_ns: now_ns + linger_ns };
+                    self.state = PubState::Lingering {
+                        until_ns: now_ns + linger_ns,
+                    };
                 }
             }
             PubState::Lingering { until_ns } => {

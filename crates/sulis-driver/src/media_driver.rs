@@ -11,13 +11,13 @@
 
 use crate::conductor::DriverConductor;
 use crate::context::{DriverContext, ThreadingMode};
-use sulis_concurrent::cnc::{epoch_ms, Cnc, CncHeader};
-use sulis_concurrent::{broadcast, mpsc_ring_buffer};
-use sulis_protocol::cnc_descriptor::{CncLayout, CNC_FILE};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use sulis_concurrent::cnc::{epoch_ms, Cnc, CncHeader};
+use sulis_concurrent::{broadcast, mpsc_ring_buffer};
+use sulis_protocol::cnc_descriptor::{CncLayout, CNC_FILE};
 
 /// Why a driver could not start.
 #[derive(Debug)]
@@ -82,12 +82,17 @@ impl MediaDriver {
         }
         if dir.exists() {
             // Stale: the previous driver is gone; its logs are unreachable garbage.
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot clear stale {}: {e}", dir.display())))?;
+            std::fs::remove_dir_all(&dir).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot clear stale {}: {e}", dir.display()),
+                )
+            })?;
         }
         for d in [dir.clone(), dir.join("publications"), dir.join("images")] {
-            std::fs::create_dir_all(&d)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", d.display())))?;
+            std::fs::create_dir_all(&d).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot create {}: {e}", d.display()))
+            })?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))?;
         }
@@ -128,7 +133,12 @@ impl MediaDriver {
                 conductor.on_close();
             })
             .map_err(DriverError::Io)?;
-        Ok(MediaDriver { dir, running, threads: vec![handle], delete_on_shutdown: ctx.dir_delete_on_shutdown })
+        Ok(MediaDriver {
+            dir,
+            running,
+            threads: vec![handle],
+            delete_on_shutdown: ctx.dir_delete_on_shutdown,
+        })
     }
 
     /// The driver directory.

@@ -114,7 +114,15 @@ impl SystemCounters {
             } else {
                 c.label().to_string()
             };
-            let id = counters.allocate(SYSTEM_COUNTER_TYPE_ID, &(c as i32).to_le_bytes(), &label, 0, 0, 0, now_ms)?;
+            let id = counters.allocate(
+                SYSTEM_COUNTER_TYPE_ID,
+                &(c as i32).to_le_bytes(),
+                &label,
+                0,
+                0,
+                0,
+                now_ms,
+            )?;
             debug_assert_eq!(id, c as i32);
             refs.push(reader.counter_ref(id));
         }
@@ -136,7 +144,12 @@ impl SystemCounters {
 }
 
 /// Builds a stream counter key: registration id, session id, stream id, channel.
-pub fn stream_counter_key(registration_id: i64, session_id: i32, stream_id: i32, channel: &str) -> Vec<u8> {
+pub fn stream_counter_key(
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: &str,
+) -> Vec<u8> {
     let mut key = Vec::with_capacity(112);
     key.extend_from_slice(&registration_id.to_le_bytes());
     key.extend_from_slice(&session_id.to_le_bytes());
@@ -149,6 +162,12 @@ pub fn stream_counter_key(registration_id: i64, session_id: i32, stream_id: i32,
 }
 
 /// Builds a stream counter label: `"<name>: <regId> <sessionId> <streamId> <channel>"`.
-pub fn stream_counter_label(name: &str, registration_id: i64, session_id: i32, stream_id: i32, channel: &str) -> String {
+pub fn stream_counter_label(
+    name: &str,
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: &str,
+) -> String {
     format!("{name}: {registration_id} {session_id} {stream_id} {channel}")
 }

@@ -56,7 +56,12 @@ pub const fn major(version: i32) -> i32 {
 
 /// Formats a semantic version as `major.minor.patch`.
 pub fn version_string(version: i32) -> String {
-    format!("{}.{}.{}", (version >> 16) & 0xFF, (version >> 8) & 0xFF, version & 0xFF)
+    format!(
+        "{}.{}.{}",
+        (version >> 16) & 0xFF,
+        (version >> 8) & 0xFF,
+        version & 0xFF
+    )
 }
 
 /// Lengths of the sections, in file order.
@@ -115,7 +120,9 @@ impl CncLayout {
             field(ERROR_LOG_BUFFER_LENGTH_FIELD_OFFSET),
         ];
         if lens.iter().any(|&l| l <= 0) {
-            return Err(format!("cnc file has a non-positive section length: {lens:?}"));
+            return Err(format!(
+                "cnc file has a non-positive section length: {lens:?}"
+            ));
         }
         let layout = CncLayout {
             to_driver_len: lens[0] as usize,

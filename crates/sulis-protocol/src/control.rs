@@ -124,10 +124,14 @@ impl<'a> Reader<'a> {
     fn string(&mut self) -> Result<String, DecodeError> {
         let n = self.i32()?;
         if n < 0 {
-            return Err(DecodeError(format!("{}: negative string length {n}", self.what)));
+            return Err(DecodeError(format!(
+                "{}: negative string length {n}",
+                self.what
+            )));
         }
         let bytes = self.take(n as usize)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError(format!("{}: string is not UTF-8", self.what)))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| DecodeError(format!("{}: string is not UTF-8", self.what)))
     }
     fn align4(&mut self) {
         self.pos = (self.pos + 3) & !3;
@@ -164,23 +168,56 @@ impl Writer {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// ADD_PUBLICATION / ADD_EXCLUSIVE_PUBLICATION.
-    AddPublication { client_id: i64, correlation_id: i64, stream_id: i32, channel: String, exclusive: bool },
+    AddPublication {
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: String,
+        exclusive: bool,
+    },
     /// REMOVE_PUBLICATION.
-    RemovePublication { client_id: i64, correlation_id: i64, registration_id: i64 },
+    RemovePublication {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+    },
     /// ADD_SUBSCRIPTION.
-    AddSubscription { client_id: i64, correlation_id: i64, stream_id: i32, channel: String },
+    AddSubscription {
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: String,
+    },
     /// REMOVE_SUBSCRIPTION.
-    RemoveSubscription { client_id: i64, correlation_id: i64, registration_id: i64 },
+    RemoveSubscription {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+    },
     /// ADD_COUNTER.
-    AddCounter { client_id: i64, correlation_id: i64, type_id: i32, key: Vec<u8>, label: String },
+    AddCounter {
+        client_id: i64,
+        correlation_id: i64,
+        type_id: i32,
+        key: Vec<u8>,
+        label: String,
+    },
     /// REMOVE_COUNTER.
-    RemoveCounter { client_id: i64, correlation_id: i64, registration_id: i64 },
+    RemoveCounter {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+    },
     /// CLIENT_KEEPALIVE.
     ClientKeepalive { client_id: i64 },
     /// CLIENT_CLOSE.
     ClientClose { client_id: i64 },
     /// TERMINATE_DRIVER.
-    TerminateDriver { client_id: i64, correlation_id: i64, token: Vec<u8> },
+    TerminateDriver {
+        client_id: i64,
+        correlation_id: i64,
+        token: Vec<u8>,
+    },
 }
 
 impl Command {
@@ -203,37 +240,107 @@ impl Command {
     pub fn encode(&self) -> (i32, Vec<u8>) {
         use command_type::*;
         match self {
-            Command::AddPublication { client_id, correlation_id, stream_id, channel, exclusive } => (
-                if *exclusive { ADD_EXCLUSIVE_PUBLICATION } else { ADD_PUBLICATION },
-                Writer::default().i64(*client_id).i64(*correlation_id).i32(*stream_id).string(channel).0,
+            Command::AddPublication {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+                exclusive,
+            } => (
+                if *exclusive {
+                    ADD_EXCLUSIVE_PUBLICATION
+                } else {
+                    ADD_PUBLICATION
+                },
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i32(*stream_id)
+                    .string(channel)
+                    .0,
             ),
-            Command::RemovePublication { client_id, correlation_id, registration_id } => (
+            Command::RemovePublication {
+                client_id,
+                correlation_id,
+                registration_id,
+            } => (
                 REMOVE_PUBLICATION,
-                Writer::default().i64(*client_id).i64(*correlation_id).i64(*registration_id).i64(0).0,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i64(*registration_id)
+                    .i64(0)
+                    .0,
             ),
-            Command::AddSubscription { client_id, correlation_id, stream_id, channel } => (
+            Command::AddSubscription {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+            } => (
                 ADD_SUBSCRIPTION,
-                Writer::default().i64(*client_id).i64(*correlation_id).i64(-1).i32(*stream_id).string(channel).0,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i64(-1)
+                    .i32(*stream_id)
+                    .string(channel)
+                    .0,
             ),
-            Command::RemoveSubscription { client_id, correlation_id, registration_id } => (
+            Command::RemoveSubscription {
+                client_id,
+                correlation_id,
+                registration_id,
+            } => (
                 REMOVE_SUBSCRIPTION,
-                Writer::default().i64(*client_id).i64(*correlation_id).i64(*registration_id).0,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i64(*registration_id)
+                    .0,
             ),
-            Command::AddCounter { client_id, correlation_id, type_id, key, label } => {
-                let mut w = Writer::default().i64(*client_id).i64(*correlation_id).i32(*type_id).i32(key.len() as i32);
+            Command::AddCounter {
+                client_id,
+                correlation_id,
+                type_id,
+                key,
+                label,
+            } => {
+                let mut w = Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i32(*type_id)
+                    .i32(key.len() as i32);
                 w.0.extend_from_slice(key);
                 (ADD_COUNTER, w.align4().string(label).0)
             }
-            Command::RemoveCounter { client_id, correlation_id, registration_id } => (
+            Command::RemoveCounter {
+                client_id,
+                correlation_id,
+                registration_id,
+            } => (
                 REMOVE_COUNTER,
-                Writer::default().i64(*client_id).i64(*correlation_id).i64(*registration_id).0,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i64(*registration_id)
+                    .0,
             ),
             Command::ClientKeepalive { client_id } => {
                 (CLIENT_KEEPALIVE, Writer::default().i64(*client_id).i64(0).0)
             }
-            Command::ClientClose { client_id } => (CLIENT_CLOSE, Writer::default().i64(*client_id).i64(-1).0),
-            Command::TerminateDriver { client_id, correlation_id, token } => {
-                let mut w = Writer::default().i64(*client_id).i64(*correlation_id).i32(token.len() as i32);
+            Command::ClientClose { client_id } => {
+                (CLIENT_CLOSE, Writer::default().i64(*client_id).i64(-1).0)
+            }
+            Command::TerminateDriver {
+                client_id,
+                correlation_id,
+                token,
+            } => {
+                let mut w = Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i32(token.len() as i32);
                 w.0.extend_from_slice(token);
                 (TERMINATE_DRIVER, w.0)
             }
@@ -254,25 +361,48 @@ impl Command {
                 channel: r.string()?,
                 exclusive: type_id == ADD_EXCLUSIVE_PUBLICATION,
             },
-            REMOVE_PUBLICATION => Command::RemovePublication { client_id, correlation_id, registration_id: r.i64()? },
+            REMOVE_PUBLICATION => Command::RemovePublication {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+            },
             ADD_SUBSCRIPTION => {
                 let _registration_correlation_id = r.i64()?;
-                Command::AddSubscription { client_id, correlation_id, stream_id: r.i32()?, channel: r.string()? }
+                Command::AddSubscription {
+                    client_id,
+                    correlation_id,
+                    stream_id: r.i32()?,
+                    channel: r.string()?,
+                }
             }
-            REMOVE_SUBSCRIPTION => {
-                Command::RemoveSubscription { client_id, correlation_id, registration_id: r.i64()? }
-            }
+            REMOVE_SUBSCRIPTION => Command::RemoveSubscription {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+            },
             ADD_COUNTER => {
                 let type_id = r.i32()?;
                 let key_len = r.i32()?;
                 if key_len < 0 {
-                    return Err(DecodeError(format!("command: negative counter key length {key_len}")));
+                    return Err(DecodeError(format!(
+                        "command: negative counter key length {key_len}"
+                    )));
                 }
                 let key = r.take(key_len as usize)?.to_vec();
                 r.align4();
-                Command::AddCounter { client_id, correlation_id, type_id, key, label: r.string()? }
+                Command::AddCounter {
+                    client_id,
+                    correlation_id,
+                    type_id,
+                    key,
+                    label: r.string()?,
+                }
             }
-            REMOVE_COUNTER => Command::RemoveCounter { client_id, correlation_id, registration_id: r.i64()? },
+            REMOVE_COUNTER => Command::RemoveCounter {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+            },
             CLIENT_KEEPALIVE => Command::ClientKeepalive { client_id },
             CLIENT_CLOSE => Command::ClientClose { client_id },
             TERMINATE_DRIVER => {
@@ -280,7 +410,11 @@ impl Command {
                 if n < 0 {
                     return Err(DecodeError(format!("command: negative token length {n}")));
                 }
-                Command::TerminateDriver { client_id, correlation_id, token: r.take(n as usize)?.to_vec() }
+                Command::TerminateDriver {
+                    client_id,
+                    correlation_id,
+                    token: r.take(n as usize)?.to_vec(),
+                }
             }
             other => return Err(DecodeError(format!("unknown command type id {other:#x}"))),
         })
@@ -291,7 +425,11 @@ impl Command {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// ON_ERROR.
-    Error { correlation_id: i64, code: i32, message: String },
+    Error {
+        correlation_id: i64,
+        code: i32,
+        message: String,
+    },
     /// ON_PUBLICATION_READY / ON_EXCLUSIVE_PUBLICATION_READY.
     PublicationReady {
         correlation_id: i64,
@@ -304,7 +442,10 @@ pub enum Event {
         exclusive: bool,
     },
     /// ON_SUBSCRIPTION_READY.
-    SubscriptionReady { correlation_id: i64, channel_status_counter_id: i32 },
+    SubscriptionReady {
+        correlation_id: i64,
+        channel_status_counter_id: i32,
+    },
     /// ON_OPERATION_SUCCESS.
     OperationSuccess { correlation_id: i64 },
     /// ON_AVAILABLE_IMAGE.
@@ -318,11 +459,22 @@ pub enum Event {
         source_identity: String,
     },
     /// ON_UNAVAILABLE_IMAGE.
-    UnavailableImage { correlation_id: i64, subscription_registration_id: i64, stream_id: i32, channel: String },
+    UnavailableImage {
+        correlation_id: i64,
+        subscription_registration_id: i64,
+        stream_id: i32,
+        channel: String,
+    },
     /// ON_COUNTER_READY.
-    CounterReady { correlation_id: i64, counter_id: i32 },
+    CounterReady {
+        correlation_id: i64,
+        counter_id: i32,
+    },
     /// ON_UNAVAILABLE_COUNTER.
-    UnavailableCounter { registration_id: i64, counter_id: i32 },
+    UnavailableCounter {
+        registration_id: i64,
+        counter_id: i32,
+    },
     /// ON_CLIENT_TIMEOUT.
     ClientTimeout { client_id: i64 },
 }
@@ -332,9 +484,18 @@ impl Event {
     pub fn encode(&self) -> (i32, Vec<u8>) {
         use event_type::*;
         match self {
-            Event::Error { correlation_id, code, message } => {
-                (ON_ERROR, Writer::default().i64(*correlation_id).i32(*code).string(message).0)
-            }
+            Event::Error {
+                correlation_id,
+                code,
+                message,
+            } => (
+                ON_ERROR,
+                Writer::default()
+                    .i64(*correlation_id)
+                    .i32(*code)
+                    .string(message)
+                    .0,
+            ),
             Event::PublicationReady {
                 correlation_id,
                 registration_id,
@@ -345,7 +506,11 @@ impl Event {
                 log_file,
                 exclusive,
             } => (
-                if *exclusive { ON_EXCLUSIVE_PUBLICATION_READY } else { ON_PUBLICATION_READY },
+                if *exclusive {
+                    ON_EXCLUSIVE_PUBLICATION_READY
+                } else {
+                    ON_PUBLICATION_READY
+                },
                 Writer::default()
                     .i64(*correlation_id)
                     .i64(*registration_id)
@@ -356,13 +521,20 @@ impl Event {
                     .string(log_file)
                     .0,
             ),
-            Event::SubscriptionReady { correlation_id, channel_status_counter_id } => (
+            Event::SubscriptionReady {
+                correlation_id,
+                channel_status_counter_id,
+            } => (
                 ON_SUBSCRIPTION_READY,
-                Writer::default().i64(*correlation_id).i32(*channel_status_counter_id).0,
+                Writer::default()
+                    .i64(*correlation_id)
+                    .i32(*channel_status_counter_id)
+                    .0,
             ),
-            Event::OperationSuccess { correlation_id } => {
-                (ON_OPERATION_SUCCESS, Writer::default().i64(*correlation_id).0)
-            }
+            Event::OperationSuccess { correlation_id } => (
+                ON_OPERATION_SUCCESS,
+                Writer::default().i64(*correlation_id).0,
+            ),
             Event::AvailableImage {
                 correlation_id,
                 session_id,
@@ -384,7 +556,12 @@ impl Event {
                     .string(source_identity)
                     .0,
             ),
-            Event::UnavailableImage { correlation_id, subscription_registration_id, stream_id, channel } => (
+            Event::UnavailableImage {
+                correlation_id,
+                subscription_registration_id,
+                stream_id,
+                channel,
+            } => (
                 ON_UNAVAILABLE_IMAGE,
                 Writer::default()
                     .i64(*correlation_id)
@@ -393,13 +570,23 @@ impl Event {
                     .string(channel)
                     .0,
             ),
-            Event::CounterReady { correlation_id, counter_id } => {
-                (ON_COUNTER_READY, Writer::default().i64(*correlation_id).i32(*counter_id).0)
+            Event::CounterReady {
+                correlation_id,
+                counter_id,
+            } => (
+                ON_COUNTER_READY,
+                Writer::default().i64(*correlation_id).i32(*counter_id).0,
+            ),
+            Event::UnavailableCounter {
+                registration_id,
+                counter_id,
+            } => (
+                ON_UNAVAILABLE_COUNTER,
+                Writer::default().i64(*registration_id).i32(*counter_id).0,
+            ),
+            Event::ClientTimeout { client_id } => {
+                (ON_CLIENT_TIMEOUT, Writer::default().i64(*client_id).0)
             }
-            Event::UnavailableCounter { registration_id, counter_id } => {
-                (ON_UNAVAILABLE_COUNTER, Writer::default().i64(*registration_id).i32(*counter_id).0)
-            }
-            Event::ClientTimeout { client_id } => (ON_CLIENT_TIMEOUT, Writer::default().i64(*client_id).0),
         }
     }
 
@@ -408,7 +595,11 @@ impl Event {
         use event_type::*;
         let mut r = Reader::new(body, "event");
         Ok(match type_id {
-            ON_ERROR => Event::Error { correlation_id: r.i64()?, code: r.i32()?, message: r.string()? },
+            ON_ERROR => Event::Error {
+                correlation_id: r.i64()?,
+                code: r.i32()?,
+                message: r.string()?,
+            },
             ON_PUBLICATION_READY | ON_EXCLUSIVE_PUBLICATION_READY => Event::PublicationReady {
                 correlation_id: r.i64()?,
                 registration_id: r.i64()?,
@@ -419,10 +610,13 @@ impl Event {
                 log_file: r.string()?,
                 exclusive: type_id == ON_EXCLUSIVE_PUBLICATION_READY,
             },
-            ON_SUBSCRIPTION_READY => {
-                Event::SubscriptionReady { correlation_id: r.i64()?, channel_status_counter_id: r.i32()? }
-            }
-            ON_OPERATION_SUCCESS => Event::OperationSuccess { correlation_id: r.i64()? },
+            ON_SUBSCRIPTION_READY => Event::SubscriptionReady {
+                correlation_id: r.i64()?,
+                channel_status_counter_id: r.i32()?,
+            },
+            ON_OPERATION_SUCCESS => Event::OperationSuccess {
+                correlation_id: r.i64()?,
+            },
             ON_AVAILABLE_IMAGE => {
                 let correlation_id = r.i64()?;
                 let session_id = r.i32()?;
@@ -447,11 +641,17 @@ impl Event {
                 stream_id: r.i32()?,
                 channel: r.string()?,
             },
-            ON_COUNTER_READY => Event::CounterReady { correlation_id: r.i64()?, counter_id: r.i32()? },
-            ON_UNAVAILABLE_COUNTER => {
-                Event::UnavailableCounter { registration_id: r.i64()?, counter_id: r.i32()? }
-            }
-            ON_CLIENT_TIMEOUT => Event::ClientTimeout { client_id: r.i64()? },
+            ON_COUNTER_READY => Event::CounterReady {
+                correlation_id: r.i64()?,
+                counter_id: r.i32()?,
+            },
+            ON_UNAVAILABLE_COUNTER => Event::UnavailableCounter {
+                registration_id: r.i64()?,
+                counter_id: r.i32()?,
+            },
+            ON_CLIENT_TIMEOUT => Event::ClientTimeout {
+                client_id: r.i64()?,
+            },
             other => return Err(DecodeError(format!("unknown event type id {other:#x}"))),
         })
     }
@@ -471,14 +671,41 @@ mod tests {
                 channel: "aeron:ipc".into(),
                 exclusive: true,
             },
-            Command::RemovePublication { client_id: 1, correlation_id: 3, registration_id: 2 },
-            Command::AddSubscription { client_id: 1, correlation_id: 4, stream_id: 10, channel: "aeron:ipc".into() },
-            Command::RemoveSubscription { client_id: 1, correlation_id: 5, registration_id: 4 },
-            Command::AddCounter { client_id: 1, correlation_id: 6, type_id: 1001, key: vec![1, 2, 3], label: "x".into() },
-            Command::RemoveCounter { client_id: 1, correlation_id: 7, registration_id: 6 },
+            Command::RemovePublication {
+                client_id: 1,
+                correlation_id: 3,
+                registration_id: 2,
+            },
+            Command::AddSubscription {
+                client_id: 1,
+                correlation_id: 4,
+                stream_id: 10,
+                channel: "aeron:ipc".into(),
+            },
+            Command::RemoveSubscription {
+                client_id: 1,
+                correlation_id: 5,
+                registration_id: 4,
+            },
+            Command::AddCounter {
+                client_id: 1,
+                correlation_id: 6,
+                type_id: 1001,
+                key: vec![1, 2, 3],
+                label: "x".into(),
+            },
+            Command::RemoveCounter {
+                client_id: 1,
+                correlation_id: 7,
+                registration_id: 6,
+            },
             Command::ClientKeepalive { client_id: 1 },
             Command::ClientClose { client_id: 1 },
-            Command::TerminateDriver { client_id: 1, correlation_id: 8, token: b"tok".to_vec() },
+            Command::TerminateDriver {
+                client_id: 1,
+                correlation_id: 8,
+                token: b"tok".to_vec(),
+            },
         ];
         for c in cmds {
             let (t, body) = c.encode();
@@ -489,7 +716,11 @@ mod tests {
     #[test]
     fn should_round_trip_every_event() {
         let events = vec![
-            Event::Error { correlation_id: 1, code: 1, message: "bad".into() },
+            Event::Error {
+                correlation_id: 1,
+                code: 1,
+                message: "bad".into(),
+            },
             Event::PublicationReady {
                 correlation_id: 1,
                 registration_id: 1,
@@ -500,7 +731,10 @@ mod tests {
                 log_file: "/dev/shm/x/1.logbuffer".into(),
                 exclusive: false,
             },
-            Event::SubscriptionReady { correlation_id: 2, channel_status_counter_id: -1 },
+            Event::SubscriptionReady {
+                correlation_id: 2,
+                channel_status_counter_id: -1,
+            },
             Event::OperationSuccess { correlation_id: 3 },
             Event::AvailableImage {
                 correlation_id: 1,
@@ -517,8 +751,14 @@ mod tests {
                 stream_id: 10,
                 channel: "aeron:ipc".into(),
             },
-            Event::CounterReady { correlation_id: 4, counter_id: 7 },
-            Event::UnavailableCounter { registration_id: 4, counter_id: 7 },
+            Event::CounterReady {
+                correlation_id: 4,
+                counter_id: 7,
+            },
+            Event::UnavailableCounter {
+                registration_id: 4,
+                counter_id: 7,
+            },
             Event::ClientTimeout { client_id: 9 },
         ];
         for e in events {
@@ -529,13 +769,20 @@ mod tests {
 
     #[test]
     fn should_reject_truncated_and_unknown_messages() {
-        let (t, body) =
-            Command::AddSubscription { client_id: 1, correlation_id: 4, stream_id: 10, channel: "aeron:ipc".into() }
-                .encode();
+        let (t, body) = Command::AddSubscription {
+            client_id: 1,
+            correlation_id: 4,
+            stream_id: 10,
+            channel: "aeron:ipc".into(),
+        }
+        .encode();
         for cut in 0..body.len() {
             assert!(Command::decode(t, &body[..cut]).is_err(), "cut at {cut}");
         }
-        assert!(Command::decode(0x77, &[0u8; 16]).unwrap_err().0.contains("unknown command"));
+        assert!(Command::decode(0x77, &[0u8; 16])
+            .unwrap_err()
+            .0
+            .contains("unknown command"));
         let mut bad = body.clone();
         bad[28..32].copy_from_slice(&(-5i32).to_le_bytes());
         assert!(Command::decode(t, &bad).is_err());

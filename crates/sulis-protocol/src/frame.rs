@@ -103,14 +103,20 @@ pub const fn pack_header_word(frame_length: i32, flags: u8, frame_type: u16) -> 
 }
 
 /// Builds the 32-byte default data header a publication stamps on each frame.
-pub fn default_data_header(session_id: i32, stream_id: i32, initial_term_id: i32) -> [u8; DATA_HEADER_LENGTH] {
+pub fn default_data_header(
+    session_id: i32,
+    stream_id: i32,
+    initial_term_id: i32,
+) -> [u8; DATA_HEADER_LENGTH] {
     let mut h = [0u8; DATA_HEADER_LENGTH];
     h[VERSION_FIELD_OFFSET] = CURRENT_VERSION;
     h[FLAGS_FIELD_OFFSET] = UNFRAGMENTED;
     h[TYPE_FIELD_OFFSET..TYPE_FIELD_OFFSET + 2].copy_from_slice(&HDR_TYPE_DATA.to_le_bytes());
-    h[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4].copy_from_slice(&session_id.to_le_bytes());
+    h[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4]
+        .copy_from_slice(&session_id.to_le_bytes());
     h[STREAM_ID_FIELD_OFFSET..STREAM_ID_FIELD_OFFSET + 4].copy_from_slice(&stream_id.to_le_bytes());
-    h[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4].copy_from_slice(&initial_term_id.to_le_bytes());
+    h[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4]
+        .copy_from_slice(&initial_term_id.to_le_bytes());
     h
 }
 

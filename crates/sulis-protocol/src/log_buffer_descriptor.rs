@@ -106,7 +106,8 @@ pub const LOG_TYPE_IMAGE: u8 = 2;
 
 /// Checks a term length: a power of two between 64 KiB and 1 GiB.
 pub fn check_term_length(term_length: usize) -> Result<(), String> {
-    if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || !term_length.is_power_of_two() {
+    if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || !term_length.is_power_of_two()
+    {
         return Err(format!(
             "term length {term_length} must be a power of two between {TERM_MIN_LENGTH} and {TERM_MAX_LENGTH}"
         ));

@@ -4,13 +4,13 @@ use crate::errors::{client_err, ClosedError};
 use crate::publication::{PyExclusivePublication, PyPublication};
 use crate::subscription::{PyImage, PySubscription};
 use pyo3::prelude::*;
-use sulis_client::{Client, ClientContext, ImageEvent, ImageEvents};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use sulis_client::{Client, ClientContext, ImageEvent, ImageEvents};
 
 type Callbacks = (Option<Py<PyAny>>, Option<Py<PyAny>>);
 
@@ -58,10 +58,18 @@ fn dispatch_loop(events: ImageEvents, dispatch: Arc<Dispatch>) {
         Python::attach(|py| {
             for ev in events {
                 let (sub_id, image, available) = match ev {
-                    ImageEvent::Available { subscription_id, image } => (subscription_id, image, true),
-                    ImageEvent::Unavailable { subscription_id, image } => (subscription_id, image, false),
+                    ImageEvent::Available {
+                        subscription_id,
+                        image,
+                    } => (subscription_id, image, true),
+                    ImageEvent::Unavailable {
+                        subscription_id,
+                        image,
+                    } => (subscription_id, image, false),
                 };
-                let Some((on_avail, on_unavail)) = callbacks.get(&sub_id) else { continue };
+                let Some((on_avail, on_unavail)) = callbacks.get(&sub_id) else {
+                    continue;
+                };
                 let cb = if available { on_avail } else { on_unavail };
                 if let Some(cb) = cb {
                     match Py::new(py, PyImage::new(image)) {
@@ -82,7 +90,12 @@ fn dispatch_loop(events: ImageEvents, dispatch: Arc<Dispatch>) {
 impl PyClient {
     #[new]
     #[pyo3(signature = (dir=None, driver_timeout=10.0, name=None))]
-    fn new(py: Python<'_>, dir: Option<String>, driver_timeout: f64, name: Option<String>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        dir: Option<String>,
+        driver_timeout: f64,
+        name: Option<String>,
+    ) -> PyResult<Self> {
         if !(driver_timeout > 0.0) {
             return Err(crate::errors::ConfigurationError::new_err(format!(
                 "driver_timeout={driver_timeout}: must be a positive number of seconds"
@@ -95,16 +108,26 @@ impl PyClient {
         ctx.driver_timeout = Duration::from_secs_f64(driver_timeout);
         ctx.name = name.unwrap_or_default();
         let dir = ctx.dir.display().to_string();
-        let client = py.detach(move || Client::connect(ctx)).map_err(client_err)?;
+        let client = py
+            .detach(move || Client::connect(ctx))
+            .map_err(client_err)?;
         let events = client.image_events();
         let client = Arc::new(Mutex::new(Some(client)));
-        let dispatch = Arc::new(Dispatch { callbacks: Mutex::new(HashMap::new()), running: AtomicBool::new(true) });
+        let dispatch = Arc::new(Dispatch {
+            callbacks: Mutex::new(HashMap::new()),
+            running: AtomicBool::new(true),
+        });
         let d = dispatch.clone();
         let thread = std::thread::Builder::new()
             .name("sulis-callbacks".into())
             .spawn(move || dispatch_loop(events, d))
             .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
-        Ok(PyClient { client, dispatch, thread: Mutex::new(Some(thread)), dir })
+        Ok(PyClient {
+            client,
+            dispatch,
+            thread: Mutex::new(Some(thread)),
+            dir,
+        })
     }
 
     /// The driver directory.
@@ -130,19 +153,31 @@ impl PyClient {
 
     /// Adds a concurrent publication (thread-safe; shares the session of other
     /// concurrent publications of the same stream in this driver).
-    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<PyPublication> {
+    fn add_publication(
+        &self,
+        py: Python<'_>,
+        channel: &str,
+        stream_id: i32,
+    ) -> PyResult<PyPublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
-            py.detach(|| c.add_publication(&ch, stream_id)).map_err(client_err)
+            py.detach(|| c.add_publication(&ch, stream_id))
+                .map_err(client_err)
         })?;
         Ok(PyPublication::new(publication))
     }
 
     /// Adds an exclusive (single-writer) publication with its own session.
-    fn add_exclusive_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<PyExclusivePublication> {
+    fn add_exclusive_publication(
+        &self,
+        py: Python<'_>,
+        channel: &str,
+        stream_id: i32,
+    ) -> PyResult<PyExclusivePublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
-            py.detach(|| c.add_exclusive_publication(&ch, stream_id)).map_err(client_err)
+            py.detach(|| c.add_exclusive_publication(&ch, stream_id))
+                .map_err(client_err)
         })?;
         Ok(PyExclusivePublication::new(publication))
     }
@@ -164,7 +199,10 @@ impl PyClient {
             py.detach(|| {
                 let mut callbacks = dispatch.callbacks.lock().unwrap();
                 let s = c.add_subscription(&ch, stream_id)?;
-                callbacks.insert(s.registration_id(), (on_available_image, on_unavailable_image));
+                callbacks.insert(
+                    s.registration_id(),
+                    (on_available_image, on_unavailable_image),
+                );
                 Ok(s)
             })
             .map_err(client_err)

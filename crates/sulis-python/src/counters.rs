@@ -4,11 +4,11 @@
 use crate::errors::DriverTimeoutError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::path::Path;
 use sulis_concurrent::cnc::Cnc;
 use sulis_concurrent::counters::CountersReader;
 use sulis_concurrent::error_log::read_error_log;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
-use std::path::Path;
 
 fn open_cnc(dir: &str) -> PyResult<Cnc> {
     Cnc::open(&Path::new(dir).join(CNC_FILE))
@@ -28,8 +28,13 @@ impl PyCountersReader {
     #[new]
     fn new(dir: &str) -> PyResult<Self> {
         let cnc = open_cnc(dir)?;
-        let reader = CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
-        Ok(PyCountersReader { _cnc: cnc, reader, dir: dir.to_string() })
+        let reader =
+            CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
+        Ok(PyCountersReader {
+            _cnc: cnc,
+            reader,
+            dir: dir.to_string(),
+        })
     }
 
     /// The driver directory.
@@ -71,7 +76,9 @@ impl PyCountersReader {
     /// Value of counter `counter_id`.
     fn value(&self, counter_id: i32) -> PyResult<i64> {
         if !self.reader.is_valid_id(counter_id) {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!("no counter id {counter_id}")));
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "no counter id {counter_id}"
+            )));
         }
         Ok(self.reader.counter_value(counter_id))
     }
@@ -79,7 +86,9 @@ impl PyCountersReader {
     /// Label of counter `counter_id`.
     fn label(&self, counter_id: i32) -> PyResult<String> {
         if !self.reader.is_valid_id(counter_id) {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!("no counter id {counter_id}")));
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "no counter id {counter_id}"
+            )));
         }
         Ok(self.reader.counter_label(counter_id))
     }

@@ -4,16 +4,17 @@ use crate::errors::{ActiveDriverError, ClosedError, ConfigurationError};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sulis_driver::{DriverContext, DriverError, MediaDriver as NativeDriver};
 use std::sync::Mutex;
+use sulis_driver::{DriverContext, DriverError, MediaDriver as NativeDriver};
 
 fn value_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(b) = v.extract::<bool>() {
         return Ok(b.to_string());
     }
     if let Ok(f) = v.extract::<f64>() {
-        if !v.is_instance_of::<pyo3::types::PyInt>() {
-            // Floats are seconds (durations).
+        // Floats are seconds (durations). A negative or non-finite one is
+        // passed on as written, to be refused, not saturated to 0 ns.
+        if !v.is_instance_of::<pyo3::types::PyInt>() && f.is_finite() && f >= 0.0 {
             return Ok(format!("{}ns", (f * 1e9).round() as u64));
         }
     }
@@ -42,7 +43,10 @@ fn build_context(
             let key: String = k.extract()?;
             let mut name = key.clone();
             // Durations may be given without the _ns suffix (seconds as float, or "5s").
-            if sulis_driver::context::OPTIONS.iter().all(|o| o.name != name.replace('-', "_")) {
+            if sulis_driver::context::OPTIONS
+                .iter()
+                .all(|o| o.name != name.replace('-', "_"))
+            {
                 name = format!("{key}_ns");
             }
             set(&name, &value_text(&v)?).map_err(|_| {
@@ -59,11 +63,28 @@ fn build_context(
 }
 
 fn ctx_err_text(key: &str, v: &Bound<'_, PyAny>) -> String {
-    let mut c = DriverContext::default();
     let text = value_text(v).unwrap_or_default();
-    match c.set(key, &text).or_else(|_| c.set(&format!("{key}_ns"), &text)) {
+    let known = |n: &str| {
+        sulis_driver::context::OPTIONS
+            .iter()
+            .any(|o| o.name == n.replace('-', "_"))
+    };
+    // Resolve the name as build_context does: as given, else with the _ns suffix.
+    let name = if known(key) {
+        key.to_string()
+    } else if known(&format!("{key}_ns")) {
+        format!("{key}_ns")
+    } else {
+        return format!("unknown driver option '{key}'");
+    };
+    let mut c = DriverContext::default();
+    match c.set(&name, &text) {
         Ok(()) => "invalid value".to_string(),
-        Err(e) => e,
+        // The caller already names the option as the user wrote it.
+        Err(e) => e
+            .strip_prefix(&format!("{name}={text}: "))
+            .unwrap_or(&e)
+            .to_string(),
     }
 }
 
@@ -94,15 +115,29 @@ impl PyMediaDriver {
         let config = ctx
             .describe()
             .into_iter()
-            .map(|(o, v, s)| (o.name.to_string(), v, s.name().to_string(), o.env.to_string(), o.doc.to_string()))
+            .map(|(o, v, s)| {
+                (
+                    o.name.to_string(),
+                    v,
+                    s.name().to_string(),
+                    o.env.to_string(),
+                    o.doc.to_string(),
+                )
+            })
             .collect();
         let dir = ctx.dir.display().to_string();
-        let driver = py.detach(move || NativeDriver::launch(ctx)).map_err(|e| match e {
-            DriverError::ActiveDriver(m) => ActiveDriverError::new_err(m),
-            DriverError::Config(m) => ConfigurationError::new_err(m),
-            DriverError::Io(e) => PyOSError::new_err(e.to_string()),
-        })?;
-        Ok(PyMediaDriver { driver: Mutex::new(Some(driver)), dir, config })
+        let driver = py
+            .detach(move || NativeDriver::launch(ctx))
+            .map_err(|e| match e {
+                DriverError::ActiveDriver(m) => ActiveDriverError::new_err(m),
+                DriverError::Config(m) => ConfigurationError::new_err(m),
+                DriverError::Io(e) => PyOSError::new_err(e.to_string()),
+            })?;
+        Ok(PyMediaDriver {
+            driver: Mutex::new(Some(driver)),
+            dir,
+            config,
+        })
     }
 
     /// The driver directory.
@@ -144,7 +179,11 @@ impl PyMediaDriver {
     }
 
     fn __repr__(&self) -> String {
-        format!("MediaDriver(dir={:?}, running={})", self.dir, self.is_running())
+        format!(
+            "MediaDriver(dir={:?}, running={})",
+            self.dir,
+            self.is_running()
+        )
     }
 }
 
@@ -161,7 +200,15 @@ pub fn driver_config(
     Ok(ctx
         .describe()
         .into_iter()
-        .map(|(o, v, s)| (o.name.to_string(), v, s.name().to_string(), o.env.to_string(), o.doc.to_string()))
+        .map(|(o, v, s)| {
+            (
+                o.name.to_string(),
+                v,
+                s.name().to_string(),
+                o.env.to_string(),
+                o.doc.to_string(),
+            )
+        })
         .collect())
 }
 

@@ -10,14 +10,54 @@ use pyo3::prelude::*;
 use sulis_client::{ClientError, OfferError};
 use sulis_protocol::control::error_code;
 
-create_exception!(sulis, SulisError, PyException, "Base class of every sulis error.");
-create_exception!(sulis, ConfigurationError, SulisError, "An invalid channel URI, option or argument; the message names the offending part.");
-create_exception!(sulis, DriverTimeoutError, SulisError, "The media driver is not running, not answering, or has stopped heartbeating.");
-create_exception!(sulis, ClientTimeoutError, SulisError, "The media driver timed this client out (it stopped heartbeating).");
-create_exception!(sulis, RegistrationError, SulisError, "The media driver refused a command; `code` carries Aeron's error code.");
-create_exception!(sulis, ClosedError, SulisError, "The object (or its client) is closed.");
-create_exception!(sulis, ActiveDriverError, SulisError, "Another live media driver owns the directory.");
-create_exception!(sulis, MessageTooLongError, ConfigurationError, "The message exceeds the publication's maximum message (or claim) length.");
+create_exception!(
+    sulis,
+    SulisError,
+    PyException,
+    "Base class of every sulis error."
+);
+create_exception!(
+    sulis,
+    ConfigurationError,
+    SulisError,
+    "An invalid channel URI, option or argument; the message names the offending part."
+);
+create_exception!(
+    sulis,
+    DriverTimeoutError,
+    SulisError,
+    "The media driver is not running, not answering, or has stopped heartbeating."
+);
+create_exception!(
+    sulis,
+    ClientTimeoutError,
+    SulisError,
+    "The media driver timed this client out (it stopped heartbeating)."
+);
+create_exception!(
+    sulis,
+    RegistrationError,
+    SulisError,
+    "The media driver refused a command; `code` carries Aeron's error code."
+);
+create_exception!(
+    sulis,
+    ClosedError,
+    SulisError,
+    "The object (or its client) is closed."
+);
+create_exception!(
+    sulis,
+    ActiveDriverError,
+    SulisError,
+    "Another live media driver owns the directory."
+);
+create_exception!(
+    sulis,
+    MessageTooLongError,
+    ConfigurationError,
+    "The message exceeds the publication's maximum message (or claim) length."
+);
 
 /// Converts a client error into the matching Python exception.
 pub fn client_err(e: ClientError) -> PyErr {
@@ -43,9 +83,9 @@ pub fn client_err(e: ClientError) -> PyErr {
 /// Converts an offer failure that is not a result code into an exception.
 pub fn offer_err(e: OfferError) -> PyErr {
     match e {
-        OfferError::MessageTooLong { length, max } => {
-            MessageTooLongError::new_err(format!("message of {length} bytes exceeds the maximum of {max} bytes"))
-        }
+        OfferError::MessageTooLong { length, max } => MessageTooLongError::new_err(format!(
+            "message of {length} bytes exceeds the maximum of {max} bytes"
+        )),
         OfferError::Client(c) => client_err(c),
         OfferError::Closed => ClosedError::new_err("publication is closed"),
         other => SulisError::new_err(format!("unexpected offer outcome {other:?}")),

@@ -26,8 +26,11 @@ fn parse_channel(uri: &str) -> PyResult<String> {
 /// Parameters of a channel URI as a dict of raw strings.
 #[pyfunction]
 fn channel_params(uri: &str) -> PyResult<Vec<(String, String)>> {
-    let u = sulis_protocol::uri::ChannelUri::parse(uri).map_err(|e| errors::ConfigurationError::new_err(e.to_string()))?;
-    Ok(u.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    let u = sulis_protocol::uri::ChannelUri::parse(uri)
+        .map_err(|e| errors::ConfigurationError::new_err(e.to_string()))?;
+    Ok(u.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
 }
 
 #[pymodule]
@@ -55,7 +58,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ADMIN_ACTION", offer_code::ADMIN_ACTION)?;
     m.add("CLOSED", offer_code::CLOSED)?;
     m.add("MAX_POSITION_EXCEEDED", offer_code::MAX_POSITION_EXCEEDED)?;
-    m.add("build_profile", if cfg!(debug_assertions) { "debug" } else { "release" })?;
+    m.add(
+        "build_profile",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

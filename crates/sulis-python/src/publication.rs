@@ -6,26 +6,46 @@
 
 use crate::errors::{offer_err, ClosedError, MessageTooLongError};
 use crate::guard::InUse;
-use pyo3::buffer::PyBuffer;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use sulis_client::{BufferClaim, ExclusivePublication, OfferError, Publication};
 use std::cell::UnsafeCell;
+use sulis_client::{BufferClaim, ExclusivePublication, OfferError, Publication};
 
 /// Calls `f` with the bytes of `data` (bytes fast path, else the buffer protocol).
+///
+/// The buffer is requested without a format, as raw bytes, so any exporter
+/// works whatever its item type (numpy arrays of any dtype, `array.array`,
+/// typed memoryviews), as long as it is C-contiguous.
 #[inline(always)]
 pub(crate) fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(b) = data.cast::<PyBytes>() {
         return Ok(f(b.as_bytes()));
     }
-    let buf = PyBuffer::<u8>::get(data)?;
-    if !buf.is_c_contiguous() {
-        return Err(pyo3::exceptions::PyBufferError::new_err("offer needs a C-contiguous buffer"));
+    let mut raw = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+    // SAFETY: on success the view is filled in place (it is never moved: an
+    // exporter may point its shape and strides into it) and released below.
+    if unsafe { ffi::PyObject_GetBuffer(data.as_ptr(), raw.as_mut_ptr(), ffi::PyBUF_STRIDES) } == -1
+    {
+        return Err(PyErr::fetch(data.py()));
     }
-    // SAFETY: the buffer is held (and so kept alive and unmoved) until `buf` drops.
-    let slice = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
-    Ok(f(slice))
+    let view = raw.as_mut_ptr();
+    let result = if unsafe { ffi::PyBuffer_IsContiguous(view, b'C' as std::ffi::c_char) } == 0 {
+        Err(pyo3::exceptions::PyBufferError::new_err(
+            "offer needs a C-contiguous buffer",
+        ))
+    } else {
+        // SAFETY: the exporter keeps `len` bytes at `buf` alive and unmoved until released.
+        let (ptr, len) = unsafe { ((*view).buf as *const u8, (*view).len as usize) };
+        let slice: &[u8] = if len == 0 {
+            &[]
+        } else {
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        Ok(f(slice))
+    };
+    unsafe { ffi::PyBuffer_Release(view) };
+    result
 }
 
 #[inline(always)]
@@ -42,12 +62,20 @@ fn offer_result(r: Result<i64, OfferError>) -> PyResult<i64> {
 
 fn claim_result(py: Python<'_>, r: Result<BufferClaim, OfferError>) -> PyResult<Py<PyAny>> {
     match r {
-        Ok(c) => Ok(Py::new(py, PyBufferClaim { claim: std::sync::Mutex::new(Some(c)), view: std::sync::Mutex::new(None) })?
-            .into_any()),
-        Err(OfferError::MessageTooLong { length, max }) => Err(MessageTooLongError::new_err(format!(
-            "claim of {length} bytes exceeds the maximum payload length of {max} bytes"
-        ))),
-        Err(e) => offer_result(Err(e)).map(|code| code.into_pyobject(py).unwrap().into_any().unbind()),
+        Ok(c) => Ok(Py::new(
+            py,
+            PyBufferClaim {
+                claim: std::sync::Mutex::new(Some(c)),
+                view: std::sync::Mutex::new(None),
+            },
+        )?
+        .into_any()),
+        Err(OfferError::MessageTooLong { length, max }) => Err(MessageTooLongError::new_err(
+            format!("claim of {length} bytes exceeds the maximum payload length of {max} bytes"),
+        )),
+        Err(e) => {
+            offer_result(Err(e)).map(|code| code.into_pyobject(py).unwrap().into_any().unbind())
+        }
     }
 }
 
@@ -140,14 +168,21 @@ macro_rules! publication_methods {
                 Ok(slf)
             }
             #[pyo3(signature = (*_args))]
-            fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+            fn __exit__(
+                &self,
+                py: Python<'_>,
+                _args: &Bound<'_, pyo3::types::PyTuple>,
+            ) -> PyResult<bool> {
                 self.close(py)?;
                 Ok(false)
             }
             fn __repr__(&self) -> String {
                 self.with_pub(|p| {
                     format!(
-                        concat!($kind, "(channel={:?}, stream_id={}, session_id={}, position={})"),
+                        concat!(
+                            $kind,
+                            "(channel={:?}, stream_id={}, session_id={}, position={})"
+                        ),
                         p.channel(),
                         p.stream_id(),
                         p.session_id(),
@@ -196,7 +231,10 @@ unsafe impl Sync for PyExclusivePublication {}
 
 impl PyExclusivePublication {
     pub(crate) fn new(inner: ExclusivePublication) -> Self {
-        PyExclusivePublication { inner: UnsafeCell::new(inner), in_use: InUse::default() }
+        PyExclusivePublication {
+            inner: UnsafeCell::new(inner),
+            in_use: InUse::default(),
+        }
     }
     #[inline(always)]
     fn with_pub<R>(&self, f: impl FnOnce(&mut ExclusivePublication) -> R) -> PyResult<R> {
@@ -252,11 +290,16 @@ impl PyBufferClaim {
             return Ok(v.clone_ref(py));
         }
         let guard = self.claim.lock().unwrap();
-        let c = guard.as_ref().ok_or_else(|| ClosedError::new_err("claim already committed or aborted"))?;
+        let c = guard
+            .as_ref()
+            .ok_or_else(|| ClosedError::new_err("claim already committed or aborted"))?;
         let (ptr, len) = c.raw_parts();
         // SAFETY: the claim keeps the log mapped; the view is released on commit/abort.
         let mv = unsafe {
-            Bound::from_owned_ptr_or_err(py, ffi::PyMemoryView_FromMemory(ptr as *mut _, len as isize, ffi::PyBUF_WRITE))?
+            Bound::from_owned_ptr_or_err(
+                py,
+                ffi::PyMemoryView_FromMemory(ptr as *mut _, len as isize, ffi::PyBUF_WRITE),
+            )?
         };
         let mv = mv.unbind();
         *view = Some(mv.clone_ref(py));
@@ -265,12 +308,22 @@ impl PyBufferClaim {
     /// Claimed length.
     #[getter]
     fn length(&self) -> PyResult<usize> {
-        self.claim.lock().unwrap().as_ref().map(|c| c.length()).ok_or_else(|| ClosedError::new_err("claim is done"))
+        self.claim
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.length())
+            .ok_or_else(|| ClosedError::new_err("claim is done"))
     }
     /// Stream position after this message.
     #[getter]
     fn position(&self) -> PyResult<i64> {
-        self.claim.lock().unwrap().as_ref().map(|c| c.position()).ok_or_else(|| ClosedError::new_err("claim is done"))
+        self.claim
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.position())
+            .ok_or_else(|| ClosedError::new_err("claim is done"))
     }
     /// Sets the frame's reserved value.
     #[setter]

@@ -9,15 +9,15 @@ use crate::errors::{client_err, ClosedError, ConfigurationError};
 use crate::guard::InUse;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use pyo3::intern;
-use sulis_client::{Batch, ControlledAction, Header, Image, Subscription, SubscriptionShared};
-use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, Mutex};
+use sulis_client::{Batch, ControlledAction, Header, Image, Subscription, SubscriptionShared};
+use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 
 /// Calls `f(view)` with a read-only memoryview over `bytes`, released afterwards.
 #[inline(always)]
@@ -30,7 +30,11 @@ fn with_view<'py, R>(
     let view = unsafe {
         Bound::from_owned_ptr_or_err(
             py,
-            ffi::PyMemoryView_FromMemory(bytes.as_ptr() as *mut _, bytes.len() as isize, ffi::PyBUF_READ),
+            ffi::PyMemoryView_FromMemory(
+                bytes.as_ptr() as *mut _,
+                bytes.len() as isize,
+                ffi::PyBUF_READ,
+            ),
         )?
     };
     let r = f(&view);
@@ -42,14 +46,27 @@ fn with_view<'py, R>(
 #[pyclass(module = "sulis._native", name = "Header", frozen)]
 pub struct PyHeader {
     h: Header,
+    /// A reassembled message's header is its first fragment's; its position
+    /// is the one after the last fragment (the first one's would be wrong).
+    end_position: Option<i64>,
+}
+
+impl PyHeader {
+    fn new(h: Header) -> Self {
+        PyHeader {
+            h,
+            end_position: None,
+        }
+    }
 }
 
 #[pymethods]
 impl PyHeader {
-    /// Stream position just after this fragment.
+    /// Stream position just after this fragment (after the whole message for
+    /// a message reassembled by a FragmentAssembler).
     #[getter]
     fn position(&self) -> i64 {
-        self.h.position()
+        self.end_position.unwrap_or_else(|| self.h.position())
     }
     /// Session id.
     #[getter]
@@ -101,7 +118,7 @@ impl PyHeader {
             "Header(session_id={}, stream_id={}, position={}, flags={:#04x})",
             self.h.session_id(),
             self.h.stream_id(),
-            self.h.position(),
+            self.position(),
             self.h.flags()
         )
     }
@@ -194,7 +211,7 @@ impl PyFragmentAssembler {
     fn on_fragment(&self, py: Python<'_>, payload: &[u8], header: &Header) -> PyResult<()> {
         let flags = header.flags();
         if flags & UNFRAGMENTED == UNFRAGMENTED {
-            let h = Py::new(py, PyHeader { h: *header })?;
+            let h = Py::new(py, PyHeader::new(*header))?;
             return with_view(py, payload, |v| self.handler.call1(py, (v, h)).map(|_| ()));
         }
         let session = header.session_id();
@@ -210,7 +227,7 @@ impl PyFragmentAssembler {
                 if flags & END_FLAG != 0 {
                     let (buf, mut first) = builders.remove(&session).unwrap();
                     first.set_frame_length((buf.len() + 32) as i32);
-                    Some((buf, first))
+                    Some((buf, first, header.position()))
                 } else {
                     None
                 }
@@ -218,8 +235,14 @@ impl PyFragmentAssembler {
                 None // a middle fragment without its beginning (joined mid-message): drop
             }
         };
-        if let Some((buf, h)) = complete {
-            let h = Py::new(py, PyHeader { h })?;
+        if let Some((buf, h, end)) = complete {
+            let h = Py::new(
+                py,
+                PyHeader {
+                    h,
+                    end_position: Some(end),
+                },
+            )?;
             return with_view(py, &buf, |v| self.handler.call1(py, (v, h)).map(|_| ()));
         }
         Ok(())
@@ -230,7 +253,10 @@ impl PyFragmentAssembler {
 impl PyFragmentAssembler {
     #[new]
     fn new(handler: Py<PyAny>) -> Self {
-        PyFragmentAssembler { handler, builders: Mutex::new(HashMap::new()) }
+        PyFragmentAssembler {
+            handler,
+            builders: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The wrapped handler.
@@ -240,7 +266,12 @@ impl PyFragmentAssembler {
     }
 
     /// Handles one fragment (so an assembler can be called like any handler).
-    fn __call__(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, header: &Bound<'_, PyHeader>) -> PyResult<()> {
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        header: &Bound<'_, PyHeader>,
+    ) -> PyResult<()> {
         let h = header.get().h;
         crate::publication::with_bytes(buffer, |b| self.on_fragment(py, b, &h))?
     }
@@ -271,7 +302,11 @@ impl PyColumn {
     fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
         let b = &self.batch;
         fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
-            (v.as_ptr() as *const u8, std::mem::size_of_val(v), std::mem::size_of::<T>())
+            (
+                v.as_ptr() as *const u8,
+                std::mem::size_of_val(v),
+                std::mem::size_of::<T>(),
+            )
         }
         let ((p, len, item), fmt) = match self.which {
             Which::Data => (parts(&b.data), c"B"),
@@ -288,7 +323,11 @@ impl PyColumn {
 
 #[pymethods]
 impl PyColumn {
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
         if view.is_null() {
             return Err(PyBufferError::new_err("view is null"));
         }
@@ -304,9 +343,17 @@ impl PyColumn {
             (*view).len = len as isize;
             (*view).readonly = 1;
             (*view).itemsize = item as isize;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { fmt.as_ptr() as *mut _ } else { std::ptr::null_mut() };
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                fmt.as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
             (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
             // shape must be in items, not bytes: keep a per-view item count in `internal`.
             if !(*view).shape.is_null() {
                 let items = Box::into_raw(Box::new((len / item) as isize));
@@ -315,7 +362,11 @@ impl PyColumn {
             } else {
                 (*view).internal = std::ptr::null_mut();
             }
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { &mut (*view).itemsize } else { std::ptr::null_mut() };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
             (*view).suboffsets = std::ptr::null_mut();
         }
         Ok(())
@@ -347,9 +398,18 @@ pub struct PyBatch {
 
 impl PyBatch {
     fn column(&self, which: Which) -> PyColumn {
-        let lengths = matches!(which, Which::Lengths)
-            .then(|| self.batch.offsets.windows(2).map(|w| w[1] - w[0]).collect::<Vec<i32>>());
-        PyColumn { batch: self.batch.clone(), lengths, which }
+        let lengths = matches!(which, Which::Lengths).then(|| {
+            self.batch
+                .offsets
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .collect::<Vec<i32>>()
+        });
+        PyColumn {
+            batch: self.batch.clone(),
+            lengths,
+            which,
+        }
     }
 }
 
@@ -403,16 +463,25 @@ impl PyBatch {
         let n = self.batch.len() as isize;
         let j = if i < 0 { i + n } else { i };
         if j < 0 || j >= n {
-            return Err(PyIndexError::new_err(format!("batch index {i} out of range for {n} fragments")));
+            return Err(PyIndexError::new_err(format!(
+                "batch index {i} out of range for {n} fragments"
+            )));
         }
         Ok(PyBytes::new(py, self.batch.get(j as usize)))
     }
     /// Every payload as a list of bytes (copies).
     fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, (0..self.batch.len()).map(|i| PyBytes::new(py, self.batch.get(i))))
+        PyList::new(
+            py,
+            (0..self.batch.len()).map(|i| PyBytes::new(py, self.batch.get(i))),
+        )
     }
     fn __repr__(&self) -> String {
-        format!("Batch(fragments={}, bytes={})", self.batch.len(), self.batch.data.len())
+        format!(
+            "Batch(fragments={}, bytes={})",
+            self.batch.len(),
+            self.batch.data.len()
+        )
     }
 }
 
@@ -476,15 +545,25 @@ impl PySubscription {
     /// returns how many. `buffer` is a read-only memoryview valid only during
     /// the call. Wrap the handler in a FragmentAssembler to get whole messages.
     #[pyo3(signature = (handler, fragment_limit=10))]
-    fn poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, fragment_limit: usize) -> PyResult<usize> {
+    fn poll(
+        &self,
+        py: Python<'_>,
+        handler: &Bound<'_, PyAny>,
+        fragment_limit: usize,
+    ) -> PyResult<usize> {
         if let Ok(asm) = handler.cast::<PyFragmentAssembler>() {
             let asm = asm.get();
-            return self.with_sub(|s| s.poll(|payload, header| asm.on_fragment(py, payload, header), fragment_limit));
+            return self.with_sub(|s| {
+                s.poll(
+                    |payload, header| asm.on_fragment(py, payload, header),
+                    fragment_limit,
+                )
+            });
         }
         self.with_sub(|s| {
             s.poll(
                 |payload, header| {
-                    let h = Py::new(py, PyHeader { h: *header })?;
+                    let h = Py::new(py, PyHeader::new(*header))?;
                     with_view(py, payload, |v| handler.call1((v, h)).map(|_| ()))
                 },
                 fragment_limit,
@@ -496,11 +575,16 @@ impl PySubscription {
     /// fragment, stop), BREAK (consume, stop), COMMIT (consume, commit
     /// position now), CONTINUE (consume, go on).
     #[pyo3(signature = (handler, fragment_limit=10))]
-    fn controlled_poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, fragment_limit: usize) -> PyResult<usize> {
+    fn controlled_poll(
+        &self,
+        py: Python<'_>,
+        handler: &Bound<'_, PyAny>,
+        fragment_limit: usize,
+    ) -> PyResult<usize> {
         self.with_sub(|s| {
             s.controlled_poll(
                 |payload, header| {
-                    let h = Py::new(py, PyHeader { h: *header })?;
+                    let h = Py::new(py, PyHeader::new(*header))?;
                     let r = with_view(py, payload, |v| handler.call1((v, h)))?;
                     action_from(&r)
                 },
@@ -514,12 +598,17 @@ impl PySubscription {
     #[pyo3(signature = (fragment_limit=4096))]
     fn poll_batch(&self, fragment_limit: usize) -> PyResult<PyBatch> {
         if fragment_limit == 0 {
-            return Err(ConfigurationError::new_err("poll_batch: fragment_limit must be positive"));
+            return Err(ConfigurationError::new_err(
+                "poll_batch: fragment_limit must be positive",
+            ));
         }
         self.with_sub(|s| {
-            let mut batch = Batch::with_capacity(fragment_limit.min(4096), fragment_limit.min(4096) * 64);
+            let mut batch =
+                Batch::with_capacity(fragment_limit.min(4096), fragment_limit.min(4096) * 64);
             s.poll_batch_into(&mut batch, fragment_limit);
-            Ok(PyBatch { batch: Arc::new(batch) })
+            Ok(PyBatch {
+                batch: Arc::new(batch),
+            })
         })
     }
 

@@ -43,12 +43,14 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
             return
         from .. import MediaDriver
 
+        # Handlers first: a signal that comes as soon as the driver is up
+        # (clients can already see it) must stop it cleanly, not kill it.
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         drv = MediaDriver(dir=dir_, **renamed)
     except _native.SulisError as e:
         raise click.ClickException(str(e)) from e
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
     while not stop.wait(0.2):
         pass

@@ -85,7 +85,9 @@ fn ping_main(args: &Args) {
         );
         per_run.push(row);
     }
-    let med: Vec<f64> = (0..5).map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>())).collect();
+    let med: Vec<f64> = (0..5)
+        .map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>()))
+        .collect();
     println!(
         "sulis native IPC RTT, median of {runs} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
         med[0], med[1], med[2], med[3], med[4]
@@ -104,9 +106,20 @@ fn ping_main(args: &Args) {
         .b("pinned", pin);
     let runs_json: Vec<String> = per_run
         .iter()
-        .map(|r| format!("[{}]", r.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(", ")))
+        .map(|r| {
+            format!(
+                "[{}]",
+                r.iter()
+                    .map(|x| format!("{x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
         .collect();
-    j = j.raw("runs_p50_p90_p99_p999_max_us", &format!("[{}]", runs_json.join(", ")));
+    j = j.raw(
+        "runs_p50_p90_p99_p999_max_us",
+        &format!("[{}]", runs_json.join(", ")),
+    );
     println!("RESULT {}", j.build());
 }
 
@@ -118,7 +131,12 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
         pin_current_thread(0).unwrap_or_else(|e| die(&e));
     }
     let client = connect(&dir, "ipc-latency-ping");
-    let mut child_args: Vec<String> = vec!["--role".into(), "pong".into(), "--dir".into(), dir.display().to_string()];
+    let mut child_args: Vec<String> = vec![
+        "--role".into(),
+        "pong".into(),
+        "--dir".into(),
+        dir.display().to_string(),
+    ];
     if pin {
         child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
     }
@@ -127,9 +145,15 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
         Some(l) if l == "ready" => {}
         other => die(&format!("pong process did not start: {other:?}")),
     }
-    let mut ping = client.add_exclusive_publication(CHANNEL, PING_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
-    let mut pongs = client.add_subscription(CHANNEL, PONG_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
-    await_cond("the pong process", Duration::from_secs(10), || ping.is_connected() && pongs.image_count() > 0);
+    let mut ping = client
+        .add_exclusive_publication(CHANNEL, PING_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    let mut pongs = client
+        .add_subscription(CHANNEL, PONG_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    await_cond("the pong process", Duration::from_secs(10), || {
+        ping.is_connected() && pongs.image_count() > 0
+    });
 
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
     let mut msg = vec![0u8; len];
@@ -185,9 +209,12 @@ fn pong(args: &Args) {
     }
     let dir = std::path::PathBuf::from(args.str("dir", ""));
     let client = connect(&dir, "ipc-latency-pong");
-    let mut pings = client.add_subscription(CHANNEL, PING_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
-    let mut publication =
-        client.add_exclusive_publication(CHANNEL, PONG_STREAM).unwrap_or_else(|e| die(&format!("{e}")));
+    let mut pings = client
+        .add_subscription(CHANNEL, PING_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    let mut publication = client
+        .add_exclusive_publication(CHANNEL, PONG_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
     println!("ready");
     let stop = std::cell::Cell::new(false);
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {

@@ -48,7 +48,7 @@ fn main() {
 
 struct Config {
     runs: usize,
-    duration_s: u64,
+    duration_s: f64,
     publication: String,
     message_length: usize,
     fragment_limit: usize,
@@ -62,7 +62,7 @@ fn publisher_main(args: &Args) {
     let cfg = Config {
         runs: args.get("runs", if quick { 1 } else { 3 }),
         // Seconds per run; the first second is warm-up.
-        duration_s: args.get("duration", if quick { 3 } else { 6 }),
+        duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
         publication: args.str("publication", "exclusive"),
         message_length: args.get("message-length", 32),
         fragment_limit: args.get("fragment-limit", 10),
@@ -70,7 +70,7 @@ fn publisher_main(args: &Args) {
         term_length: args.str("term-length", "64m"),
         pin: args.flag("pin"),
     };
-    if cfg.duration_s < 2 {
+    if cfg.duration_s < 2.0 {
         die("--duration must be at least 2 (one warm-up second plus one measured)");
     }
     if !matches!(cfg.publication.as_str(), "exclusive" | "concurrent") {
@@ -114,19 +114,34 @@ fn publisher_main(args: &Args) {
         cfg.publication,
         cfg.runs,
         thousands(med),
-        run_rates.iter().map(|r| thousands(*r)).collect::<Vec<_>>().join(", ")
+        run_rates
+            .iter()
+            .map(|r| thousands(*r))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let samples_json: Vec<String> = all_samples
         .iter()
-        .map(|s: &Vec<f64>| format!("[{}]", s.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(", ")))
+        .map(|s: &Vec<f64>| {
+            format!(
+                "[{}]",
+                s.iter()
+                    .map(|x| format!("{x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
         .collect();
     let j = Json::default()
-        .s("name", &format!("sulis native Rust {} offer", cfg.publication))
+        .s(
+            "name",
+            &format!("sulis native Rust {} offer", cfg.publication),
+        )
         .n("msgs_per_s", med)
         .arr("runs_msgs_per_s", &run_rates)
         .raw("samples", &format!("[{}]", samples_json.join(", ")))
         .n("runs", cfg.runs as f64)
-        .n("duration_s", cfg.duration_s as f64)
+        .n("duration_s", cfg.duration_s)
         .n("message_length", cfg.message_length as f64)
         .n("fragment_limit", cfg.fragment_limit as f64)
         .s("publication", &cfg.publication)
@@ -187,7 +202,11 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
         while let Some(line) = read_line(&mut out) {
             if let Some(rate) = interval_rate(&line) {
                 i += 1;
-                println!("  interval {i}: {} msgs/s{}", thousands(rate), if i == 1 { "  (warm-up)" } else { "" });
+                println!(
+                    "  interval {i}: {} msgs/s{}",
+                    thousands(rate),
+                    if i == 1 { "  (warm-up)" } else { "" }
+                );
             }
             let done = line.starts_with("done");
             lines.push(line);
@@ -200,13 +219,20 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
     });
 
     let (sent, refused) = if cfg.publication == "exclusive" {
-        let mut publication =
-            client.add_exclusive_publication(CHANNEL, STREAM_ID).unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || publication.is_connected());
+        let mut publication = client
+            .add_exclusive_publication(CHANNEL, STREAM_ID)
+            .unwrap_or_else(|e| die(&format!("{e}")));
+        await_cond("the subscriber to connect", Duration::from_secs(10), || {
+            publication.is_connected()
+        });
         publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     } else {
-        let publication = client.add_publication(CHANNEL, STREAM_ID).unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || publication.is_connected());
+        let publication = client
+            .add_publication(CHANNEL, STREAM_ID)
+            .unwrap_or_else(|e| die(&format!("{e}")));
+        await_cond("the subscriber to connect", Duration::from_secs(10), || {
+            publication.is_connected()
+        });
         publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     };
     let lines = reader.join().unwrap_or_default();
@@ -215,22 +241,31 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
     drop(driver);
     let _ = std::fs::remove_dir_all(&dir);
     if !status.success() {
-        die(&format!("subscriber process failed ({status}); output: {lines:?}"));
+        die(&format!(
+            "subscriber process failed ({status}); output: {lines:?}"
+        ));
     }
     let samples: Vec<f64> = lines.iter().filter_map(|l| interval_rate(l)).collect();
     if samples.len() < 2 {
-        die(&format!("subscriber reported {} intervals: {lines:?}", samples.len()));
+        die(&format!(
+            "subscriber reported {} intervals: {lines:?}",
+            samples.len()
+        ));
     }
     let mut measured = samples[1..].to_vec();
     (median(&mut measured), samples, sent, refused)
 }
 
 /// Offers in a tight loop until `stop`. Returns (offers accepted, offers refused).
-fn publish_until(stop: &AtomicBool, cfg: &Config, mut offer: impl FnMut(&[u8]) -> bool) -> (u64, u64) {
+fn publish_until(
+    stop: &AtomicBool,
+    cfg: &Config,
+    mut offer: impl FnMut(&[u8]) -> bool,
+) -> (u64, u64) {
     let buf = vec![0x5au8; cfg.message_length];
     let mut ok = 0u64;
     let mut refused = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(cfg.duration_s + 60);
+    let deadline = Instant::now() + Duration::from_secs_f64(cfg.duration_s + 60.0);
     let mut n = 0u32;
     while !stop.load(Ordering::Relaxed) {
         if offer(&buf) {
@@ -252,12 +287,16 @@ fn subscriber(args: &Args) {
         pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
     }
     let dir = std::path::PathBuf::from(args.str("dir", ""));
-    let duration_s: u64 = args.get("duration", 6);
+    let duration_s: f64 = args.get("duration", 6.0);
     let limit: usize = args.get("fragment-limit", 10);
     let client = connect(&dir, "ipc-throughput-sub");
-    let mut sub = client.add_subscription(CHANNEL, STREAM_ID).unwrap_or_else(|e| die(&format!("{e}")));
+    let mut sub = client
+        .add_subscription(CHANNEL, STREAM_ID)
+        .unwrap_or_else(|e| die(&format!("{e}")));
     println!("ready");
-    await_cond("the publication's image", Duration::from_secs(10), || sub.image_count() > 0);
+    await_cond("the publication's image", Duration::from_secs(10), || {
+        sub.image_count() > 0
+    });
 
     let count = std::cell::Cell::new(0u64);
     let mut handler = |_payload: &[u8], _h: &sulis_client::Header| {
@@ -274,7 +313,7 @@ fn subscriber(args: &Args) {
     let start = Instant::now();
     let mut interval_start = start;
     let mut next = start + Duration::from_secs(1);
-    let end = start + Duration::from_secs(duration_s);
+    let end = start + Duration::from_secs_f64(duration_s);
     let mut last_count = 0u64;
     let mut polls = 0u32;
     loop {
@@ -284,7 +323,11 @@ fn subscriber(args: &Args) {
             let now = Instant::now();
             if now >= next {
                 let c = count.get();
-                println!("interval {} {}", (now - interval_start).as_nanos(), c - last_count);
+                println!(
+                    "interval {} {}",
+                    (now - interval_start).as_nanos(),
+                    c - last_count
+                );
                 last_count = c;
                 interval_start = now;
                 next += Duration::from_secs(1);

@@ -10,10 +10,10 @@ pub mod unblocker;
 
 use crate::mapped_file::MappedFile;
 use crate::AtomicBuffer;
-use sulis_protocol::frame;
-use sulis_protocol::log_buffer_descriptor::*;
 use std::io;
 use std::path::Path;
+use sulis_protocol::frame;
+use sulis_protocol::log_buffer_descriptor::*;
 
 /// Parameters written into a new log's metadata.
 #[derive(Clone, Debug)]
@@ -60,21 +60,33 @@ pub struct LogBuffers {
 
 impl std::fmt::Debug for LogBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LogBuffers({:?}, term_length={})", self.file, self.term_length)
+        write!(
+            f,
+            "LogBuffers({:?}, term_length={})",
+            self.file, self.term_length
+        )
     }
 }
 
 impl LogBuffers {
     /// Creates and initialises a new log file.
     pub fn create(path: &Path, p: &LogParams) -> io::Result<LogBuffers> {
-        check_term_length(p.term_length).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        check_term_length(p.term_length)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         check_page_size(p.page_size).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let file = MappedFile::create(path, compute_log_length(p.term_length, p.page_size), p.sparse)?;
+        let file = MappedFile::create(
+            path,
+            compute_log_length(p.term_length, p.page_size),
+            p.sparse,
+        )?;
         let logs = Self::wrap(file, p.term_length)?;
         let m = logs.meta;
         m.put_i64(LOG_CORRELATION_ID_OFFSET, p.correlation_id);
         m.put_i32(LOG_INITIAL_TERM_ID_OFFSET, p.initial_term_id);
-        m.put_i32(LOG_DEFAULT_FRAME_HEADER_LENGTH_OFFSET, frame::DATA_HEADER_LENGTH as i32);
+        m.put_i32(
+            LOG_DEFAULT_FRAME_HEADER_LENGTH_OFFSET,
+            frame::DATA_HEADER_LENGTH as i32,
+        );
         m.put_i32(LOG_MTU_LENGTH_OFFSET, p.mtu as i32);
         m.put_i32(LOG_TERM_LENGTH_OFFSET, p.term_length as i32);
         m.put_i32(LOG_PAGE_SIZE_OFFSET, p.page_size as i32);
@@ -107,11 +119,19 @@ impl LogBuffers {
         let probe = file.buffer();
         // The metadata sits at 3 × term length; find the term length from the file length.
         let term_length = (len - LOG_META_DATA_LENGTH) / PARTITION_COUNT;
-        let term_length = if term_length.is_power_of_two() { term_length } else { term_length.next_power_of_two() / 2 };
+        let term_length = if term_length.is_power_of_two() {
+            term_length
+        } else {
+            term_length.next_power_of_two() / 2
+        };
         check_term_length(term_length).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("log buffer {}: {e}", path.display()))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("log buffer {}: {e}", path.display()),
+            )
         })?;
-        let meta_term_length = probe.get_i32(PARTITION_COUNT * term_length + LOG_TERM_LENGTH_OFFSET);
+        let meta_term_length =
+            probe.get_i32(PARTITION_COUNT * term_length + LOG_TERM_LENGTH_OFFSET);
         if meta_term_length as usize != term_length {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -137,7 +157,12 @@ impl LogBuffers {
             b.view(2 * term_length, term_length),
         ];
         let meta = b.view(PARTITION_COUNT * term_length, LOG_META_DATA_LENGTH);
-        Ok(LogBuffers { file, terms, meta, term_length })
+        Ok(LogBuffers {
+            file,
+            terms,
+            meta,
+            term_length,
+        })
     }
 
     fn initialise_tails(&self, initial_term_id: i32, active_term_id: i32, term_offset: i32) {
@@ -149,11 +174,17 @@ impl LogBuffers {
             } else {
                 // The partitions after the active one expect "three terms ago" ids.
                 let distance = (i + PARTITION_COUNT - active_index) % PARTITION_COUNT;
-                pack_tail(active_term_id.wrapping_add(distance as i32).wrapping_sub(PARTITION_COUNT as i32), 0)
+                pack_tail(
+                    active_term_id
+                        .wrapping_add(distance as i32)
+                        .wrapping_sub(PARTITION_COUNT as i32),
+                    0,
+                )
             };
             self.meta.put_i64(TERM_TAIL_COUNTERS_OFFSET + 8 * i, raw);
         }
-        self.meta.put_i32_ordered(LOG_ACTIVE_TERM_COUNT_OFFSET, term_count);
+        self.meta
+            .put_i32_ordered(LOG_ACTIVE_TERM_COUNT_OFFSET, term_count);
     }
 
     /// Term partition `i`.
@@ -296,7 +327,10 @@ pub fn clean_to(logs: &LogBuffers, clean_position: i64, target: i64) -> i64 {
 mod tests {
     use super::*;
 
-    pub(crate) fn temp_log(term_length: usize, initial_term_id: i32) -> (tempdir::TempDir, LogBuffers) {
+    pub(crate) fn temp_log(
+        term_length: usize,
+        initial_term_id: i32,
+    ) -> (tempdir::TempDir, LogBuffers) {
         let dir = tempdir::TempDir::new();
         let p = LogParams {
             correlation_id: 1,
@@ -367,7 +401,10 @@ mod tests {
         let (_d, logs) = temp_log(65536, 5);
         let m = logs.meta();
         assert!(meta::rotate_log(&m, 0, 5));
-        assert!(!meta::rotate_log(&m, 0, 5), "second rotation of the same term must lose");
+        assert!(
+            !meta::rotate_log(&m, 0, 5),
+            "second rotation of the same term must lose"
+        );
         assert_eq!(meta::active_term_count(&m), 1);
         assert_eq!(meta::raw_tail_volatile(&m, 1), pack_tail(6, 0));
     }
@@ -380,7 +417,11 @@ mod tests {
         let p = clean_to(&logs, 1024, 65536 + 4096);
         assert_eq!(p, 65536);
         assert_eq!(logs.term(0).get_u8(1023), 0xAB);
-        assert!(logs.term(0).slice(1024, 65536 - 1024).iter().all(|&b| b == 0));
+        assert!(logs
+            .term(0)
+            .slice(1024, 65536 - 1024)
+            .iter()
+            .all(|&b| b == 0));
         let p = clean_to(&logs, p, 65536 + 4096);
         assert_eq!(p, 65536 + 4096);
         assert!(logs.term(1).slice(0, 4096).iter().all(|&b| b == 0));

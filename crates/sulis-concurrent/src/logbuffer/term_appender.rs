@@ -79,7 +79,13 @@ impl HeaderWriter {
 
 /// Writes a PAD frame of `length` bytes at `offset` and commits it.
 #[inline]
-pub fn write_padding(term: &AtomicBuffer, hw: &HeaderWriter, offset: usize, length: usize, term_id: i32) {
+pub fn write_padding(
+    term: &AtomicBuffer,
+    hw: &HeaderWriter,
+    offset: usize,
+    length: usize,
+    term_id: i32,
+) {
     hw.write(term, offset, length, term_id);
     term.put_u16(offset + TYPE_FIELD_OFFSET, HDR_TYPE_PAD);
     term.put_i32_ordered(offset + FRAME_LENGTH_FIELD_OFFSET, length as i32);
@@ -96,7 +102,11 @@ pub struct TermAppender {
 impl TermAppender {
     /// Appender for partition `index` of a log with metadata `meta`.
     pub fn new(term: AtomicBuffer, meta: AtomicBuffer, index: usize) -> Self {
-        TermAppender { term, meta, tail_offset: TERM_TAIL_COUNTERS_OFFSET + 8 * index }
+        TermAppender {
+            term,
+            meta,
+            tail_offset: TERM_TAIL_COUNTERS_OFFSET + 8 * index,
+        }
     }
 
     /// The term buffer.
@@ -115,13 +125,26 @@ impl TermAppender {
     fn trip(&self, hw: &HeaderWriter, term_offset: i64, term_id: i32) -> Append {
         let cap = self.term.capacity() as i64;
         if term_offset < cap {
-            write_padding(&self.term, hw, term_offset as usize, (cap - term_offset) as usize, term_id);
+            write_padding(
+                &self.term,
+                hw,
+                term_offset as usize,
+                (cap - term_offset) as usize,
+                term_id,
+            );
         }
         Append::Tripped { term_id }
     }
 
     #[inline(always)]
-    fn write_unfragmented(&self, hw: &HeaderWriter, offset: usize, term_id: i32, src: &[u8], reserved: Option<i64>) {
+    fn write_unfragmented(
+        &self,
+        hw: &HeaderWriter,
+        offset: usize,
+        term_id: i32,
+        src: &[u8],
+        reserved: Option<i64>,
+    ) {
         let frame_length = src.len() + DATA_HEADER_LENGTH;
         hw.write(&self.term, offset, frame_length, term_id);
         self.term.put_bytes(offset + DATA_HEADER_LENGTH, src);
@@ -153,7 +176,8 @@ impl TermAppender {
             let frame_length = n + DATA_HEADER_LENGTH;
             hw.write(&self.term, offset, frame_length, term_id);
             self.term.put_u8(offset + FLAGS_FIELD_OFFSET, flags);
-            self.term.put_bytes(offset + DATA_HEADER_LENGTH, &remaining[..n]);
+            self.term
+                .put_bytes(offset + DATA_HEADER_LENGTH, &remaining[..n]);
             if let Some(v) = reserved {
                 self.term.put_i64(offset + RESERVED_VALUE_FIELD_OFFSET, v);
             }
@@ -169,7 +193,12 @@ impl TermAppender {
 
     /// Concurrent append of a message that fits one frame.
     #[inline]
-    pub fn append_unfragmented(&self, hw: &HeaderWriter, src: &[u8], reserved: Option<i64>) -> Append {
+    pub fn append_unfragmented(
+        &self,
+        hw: &HeaderWriter,
+        src: &[u8],
+        reserved: Option<i64>,
+    ) -> Append {
         let aligned = align_frame(src.len() + DATA_HEADER_LENGTH);
         let (term_id, term_offset) = self.reserve_concurrent(aligned);
         let resulting = term_offset + aligned as i64;
@@ -181,14 +210,27 @@ impl TermAppender {
     }
 
     /// Concurrent append of a message split into frames of at most `max_payload` bytes.
-    pub fn append_fragmented(&self, hw: &HeaderWriter, src: &[u8], max_payload: usize, reserved: Option<i64>) -> Append {
+    pub fn append_fragmented(
+        &self,
+        hw: &HeaderWriter,
+        src: &[u8],
+        max_payload: usize,
+        reserved: Option<i64>,
+    ) -> Append {
         let required = fragmented_length(src.len(), max_payload);
         let (term_id, term_offset) = self.reserve_concurrent(required);
         let resulting = term_offset + required as i64;
         if resulting > self.term.capacity() as i64 {
             return self.trip(hw, term_offset, term_id);
         }
-        self.write_fragments(hw, term_offset as usize, term_id, src, max_payload, reserved);
+        self.write_fragments(
+            hw,
+            term_offset as usize,
+            term_id,
+            src,
+            max_payload,
+            reserved,
+        );
         Append::Done(resulting as i32)
     }
 
@@ -216,7 +258,8 @@ impl TermAppender {
         if resulting > self.term.capacity() as i64 {
             return None;
         }
-        self.meta.put_i64_ordered(self.tail_offset, pack_tail(term_id, resulting as i32));
+        self.meta
+            .put_i64_ordered(self.tail_offset, pack_tail(term_id, resulting as i32));
         Some(resulting as i32)
     }
 
@@ -225,7 +268,8 @@ impl TermAppender {
         let cap = self.term.capacity() as i32;
         if term_offset < cap {
             let len = (cap - term_offset) as usize;
-            self.meta.put_i64_ordered(self.tail_offset, pack_tail(term_id, cap));
+            self.meta
+                .put_i64_ordered(self.tail_offset, pack_tail(term_id, cap));
             write_padding(&self.term, hw, term_offset as usize, len, term_id);
         }
         Append::Tripped { term_id }
@@ -265,7 +309,14 @@ impl TermAppender {
         match self.exclusive_reserve(term_id, term_offset, required) {
             None => self.exclusive_trip(hw, term_id, term_offset),
             Some(resulting) => {
-                self.write_fragments(hw, term_offset as usize, term_id, src, max_payload, reserved);
+                self.write_fragments(
+                    hw,
+                    term_offset as usize,
+                    term_id,
+                    src,
+                    max_payload,
+                    reserved,
+                );
                 Append::Done(resulting)
             }
         }
@@ -332,8 +383,14 @@ mod tests {
     fn should_append_and_commit_frames_in_order() {
         let (_d, logs) = temp_log(65536, 0);
         let a = TermAppender::new(logs.term(0), logs.meta(), 0);
-        assert_eq!(a.append_unfragmented(&hw(), b"hello", None), Append::Done(64));
-        assert_eq!(a.append_unfragmented(&hw(), &[1u8; 32], Some(42)), Append::Done(128));
+        assert_eq!(
+            a.append_unfragmented(&hw(), b"hello", None),
+            Append::Done(64)
+        );
+        assert_eq!(
+            a.append_unfragmented(&hw(), &[1u8; 32], Some(42)),
+            Append::Done(128)
+        );
         let t = logs.term(0);
         assert_eq!(t.get_i32(0), 37);
         assert_eq!(t.get_i32(TERM_OFFSET_FIELD_OFFSET), 0);
@@ -343,7 +400,10 @@ mod tests {
         assert_eq!(t.get_i32(64), 64);
         assert_eq!(t.get_i32(64 + TERM_OFFSET_FIELD_OFFSET), 64);
         assert_eq!(t.get_i64(64 + RESERVED_VALUE_FIELD_OFFSET), 42);
-        assert_eq!(term_offset(meta::raw_tail_volatile(&logs.meta(), 0), 65536), 128);
+        assert_eq!(
+            term_offset(meta::raw_tail_volatile(&logs.meta(), 0), 65536),
+            128
+        );
     }
 
     #[test]
@@ -352,13 +412,22 @@ mod tests {
         let a = TermAppender::new(logs.term(0), logs.meta(), 0);
         // fill to 64 bytes before the end
         let big = vec![0u8; 65536 - 64 - 32];
-        assert_eq!(a.append_unfragmented(&hw(), &big, None), Append::Done(65536 - 64));
-        assert_eq!(a.append_unfragmented(&hw(), &[0u8; 40], None), Append::Tripped { term_id: 0 });
+        assert_eq!(
+            a.append_unfragmented(&hw(), &big, None),
+            Append::Done(65536 - 64)
+        );
+        assert_eq!(
+            a.append_unfragmented(&hw(), &[0u8; 40], None),
+            Append::Tripped { term_id: 0 }
+        );
         let t = logs.term(0);
         assert_eq!(t.get_i32(65536 - 64), 64);
         assert_eq!(t.get_u16(65536 - 64 + TYPE_FIELD_OFFSET), HDR_TYPE_PAD);
         // a further racing writer past the end trips without writing
-        assert_eq!(a.append_unfragmented(&hw(), b"x", None), Append::Tripped { term_id: 0 });
+        assert_eq!(
+            a.append_unfragmented(&hw(), b"x", None),
+            Append::Tripped { term_id: 0 }
+        );
     }
 
     #[test]
@@ -394,13 +463,19 @@ mod tests {
     fn should_append_exclusively_and_store_tail() {
         let (_d, logs) = temp_log(65536, 3);
         let a = TermAppender::new(logs.term(0), logs.meta(), 0);
-        assert_eq!(a.exclusive_append_unfragmented(&hw(), 3, 0, b"abc", None), Append::Done(64));
+        assert_eq!(
+            a.exclusive_append_unfragmented(&hw(), 3, 0, b"abc", None),
+            Append::Done(64)
+        );
         assert_eq!(meta::raw_tail_volatile(&logs.meta(), 0), pack_tail(3, 64));
         assert_eq!(
             a.exclusive_append_unfragmented(&hw(), 3, 65536 - 32, b"abc", None),
             Append::Tripped { term_id: 3 }
         );
-        assert_eq!(logs.term(0).get_u16(65536 - 32 + TYPE_FIELD_OFFSET), HDR_TYPE_PAD);
+        assert_eq!(
+            logs.term(0).get_u16(65536 - 32 + TYPE_FIELD_OFFSET),
+            HDR_TYPE_PAD
+        );
     }
 
     #[test]
@@ -417,7 +492,10 @@ mod tests {
                         let mut m = [0u8; 8];
                         m[..4].copy_from_slice(&(t as u32).to_le_bytes());
                         m[4..].copy_from_slice(&i.to_le_bytes());
-                        assert!(matches!(a.append_unfragmented(&hw(), &m, None), Append::Done(_)));
+                        assert!(matches!(
+                            a.append_unfragmented(&hw(), &m, None),
+                            Append::Done(_)
+                        ));
                     }
                 });
             }

@@ -35,12 +35,24 @@ fn all_zero_back_to(term: &AtomicBuffer, from: usize, to: usize) -> bool {
 }
 
 /// Unblocks the frame at `blocked_offset` of one term whose tail is `tail_offset`.
-pub fn unblock_term(term: &AtomicBuffer, hw: &HeaderWriter, blocked_offset: usize, tail_offset: usize, term_id: i32) -> Unblock {
+pub fn unblock_term(
+    term: &AtomicBuffer,
+    hw: &HeaderWriter,
+    blocked_offset: usize,
+    tail_offset: usize,
+    term_id: i32,
+) -> Unblock {
     let frame_length = term.get_i32_volatile(blocked_offset);
     if frame_length < 0 {
         // Claimed but never committed: pad exactly the claimed length.
         let length = (-frame_length) as usize;
-        write_padding(term, hw, blocked_offset, sulis_protocol::frame::align_frame(length), term_id);
+        write_padding(
+            term,
+            hw,
+            blocked_offset,
+            sulis_protocol::frame::align_frame(length),
+            term_id,
+        );
         return Unblock::Unblocked;
     }
     if frame_length > 0 {
@@ -59,7 +71,13 @@ pub fn unblock_term(term: &AtomicBuffer, hw: &HeaderWriter, blocked_offset: usiz
         off += FRAME_ALIGNMENT;
     }
     if off >= term.capacity() && term.get_i32_volatile(blocked_offset) == 0 {
-        write_padding(term, hw, blocked_offset, term.capacity() - blocked_offset, term_id);
+        write_padding(
+            term,
+            hw,
+            blocked_offset,
+            term.capacity() - blocked_offset,
+            term_id,
+        );
         return Unblock::UnblockedToEnd;
     }
     Unblock::NoAction
@@ -104,8 +122,8 @@ pub fn unblock_log(logs: &LogBuffers, blocked_position: i64) -> bool {
 mod tests {
     use super::*;
     use crate::logbuffer::term_appender::{Append, TermAppender};
-    use crate::logbuffer::tests::temp_log;
     use crate::logbuffer::term_reader;
+    use crate::logbuffer::tests::temp_log;
     use sulis_protocol::frame::default_data_header;
 
     #[test]
@@ -114,11 +132,16 @@ mod tests {
         let hw = HeaderWriter::new(&default_data_header(1, 2, 0));
         let a = TermAppender::new(logs.term(0), logs.meta(), 0);
         let _abandoned = a.claim(&hw, 100).unwrap();
-        assert!(matches!(a.append_unfragmented(&hw, b"after", None), Append::Done(_)));
+        assert!(matches!(
+            a.append_unfragmented(&hw, b"after", None),
+            Append::Done(_)
+        ));
         assert_eq!(term_reader::read(&logs.term(0), 0, 10, |_, _| {}).0, 0);
         assert!(unblock_log(&logs, 0));
         let mut got = vec![];
-        term_reader::read(&logs.term(0), 0, 10, |o, l| got.push(logs.term(0).slice(o + 32, l - 32).to_vec()));
+        term_reader::read(&logs.term(0), 0, 10, |o, l| {
+            got.push(logs.term(0).slice(o + 32, l - 32).to_vec())
+        });
         assert_eq!(got, vec![b"after".to_vec()]);
     }
 
@@ -139,7 +162,8 @@ mod tests {
     fn should_rotate_when_the_tripping_writer_died() {
         let (_d, logs) = temp_log(65536, 0);
         // tail advanced past the end but nobody padded or rotated
-        logs.meta().get_and_add_i64(TERM_TAIL_COUNTERS_OFFSET, 65536 + 64);
+        logs.meta()
+            .get_and_add_i64(TERM_TAIL_COUNTERS_OFFSET, 65536 + 64);
         assert!(unblock_log(&logs, 0), "pads the whole term");
         assert_eq!(meta::active_term_count(&logs.meta()), 1);
     }

@@ -1,0 +1,155 @@
+"""Child-process roles for the system tests (run as ``python tests/_child.py ROLE ...``).
+
+Each role prints one JSON object per line on stdout: first a ``ready`` line
+once it is set up, then role-specific lines. The parent reads them through
+``conftest.Child``. Nothing here imports pytest: children start fast.
+
+Roles
+-----
+``driver DIR [OPTIONS_JSON]``
+    Runs an embedded media driver until killed.
+``hold DIR STREAM``
+    A client with a concurrent and an exclusive publication and a subscription
+    on STREAM; waits for commands on stdin (``offer``, ``add_publication``,
+    ``status``, ``exit``), answering each with one line.
+``claim DIR STREAM LENGTH``
+    A client that claims LENGTH bytes on a concurrent publication of STREAM
+    and never commits (the parent kills it).
+``produce DIR STREAM PRODUCER COUNT SEED [MAX_LENGTH [WAIT_GO]]``
+    Offers COUNT messages (see ``make_message``) on a concurrent publication
+    of STREAM, retrying on back pressure, then reports and exits. With
+    WAIT_GO=1 it waits for a ``go`` line on stdin after ``ready``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import sys
+import time
+import zlib
+
+import sulis
+
+HEADER = struct.Struct("<III")  # producer id, sequence number, crc32 of the body
+
+
+def make_message(producer: int, seq: int, body: bytes) -> bytes:
+    """A message that identifies its producer and sequence and checks itself."""
+    return HEADER.pack(producer, seq, zlib.crc32(body)) + body
+
+
+def parse_message(data: bytes) -> tuple[int, int, bytes]:
+    """(producer, seq, body); raises AssertionError if the checksum is wrong."""
+    producer, seq, crc = HEADER.unpack_from(data)
+    body = bytes(data[HEADER.size:])
+    assert zlib.crc32(body) == crc, f"torn or corrupt message from producer {producer} seq {seq}"
+    return producer, seq, body
+
+
+def body_for(rng: random.Random, max_length: int) -> bytes:
+    """A random body of random length (0..max_length)."""
+    n = rng.randint(0, max_length)
+    return rng.randbytes(n)
+
+
+def say(**obj) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def _await(cond, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.001)
+
+
+def role_driver(dir: str, options: str = "{}") -> None:
+    drv = sulis.MediaDriver(dir=dir, **json.loads(options))
+    say(ready=True, pid=os.getpid(), dir=drv.dir)
+    while True:
+        time.sleep(3600)
+
+
+def role_hold(dir: str, stream: str) -> None:
+    s = int(stream)
+    client = sulis.Client(dir=dir, driver_timeout=10.0)
+    pub = client.add_publication("aeron:ipc", s)
+    xpub = client.add_exclusive_publication("aeron:ipc", s)
+    sub = client.add_subscription("aeron:ipc", s)
+    say(
+        ready=True,
+        pid=os.getpid(),
+        client_id=client.client_id,
+        registration_id=pub.registration_id,
+        exclusive_registration_id=xpub.registration_id,
+        session_id=pub.session_id,
+        exclusive_session_id=xpub.session_id,
+        subscription_id=sub.registration_id,
+    )
+    for line in sys.stdin:
+        cmd = line.strip()
+        try:
+            if cmd == "offer":
+                say(result=pub.offer(b"still here"))
+            elif cmd == "add_publication":
+                say(result=client.add_publication("aeron:ipc", s).registration_id)
+            elif cmd == "status":
+                say(is_closed=client.is_closed)
+            elif cmd == "exit":
+                break
+            else:
+                say(error="ValueError", message=f"unknown command {cmd!r}")
+        except sulis.SulisError as e:
+            say(error=type(e).__name__, message=str(e))
+    client.close()
+
+
+def role_claim(dir: str, stream: str, length: str) -> None:
+    client = sulis.Client(dir=dir, driver_timeout=10.0)
+    pub = client.add_publication("aeron:ipc", int(stream))
+    _await(lambda: pub.is_connected)
+    while True:
+        claim = pub.try_claim(int(length))
+        if not isinstance(claim, int):
+            break
+    claim.buffer[:] = b"\xee" * int(length)
+    say(ready=True, pid=os.getpid(), client_id=client.client_id, position=claim.position, session_id=pub.session_id)
+    # Never commit: the parent kills this process mid-claim.
+    while True:
+        time.sleep(3600)
+
+
+def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, max_length: str = "2000",
+                 wait_go: str = "0") -> None:
+    p, n = int(producer), int(count)
+    rng = random.Random(int(seed))
+    with sulis.Client(dir=dir, driver_timeout=10.0) as client:
+        pub = client.add_publication("aeron:ipc", int(stream))
+        _await(lambda: pub.is_connected)
+        say(ready=True, pid=os.getpid(), session_id=pub.session_id)
+        if wait_go == "1":
+            assert sys.stdin.readline().strip() == "go"
+        retries = 0
+        for seq in range(n):
+            msg = make_message(p, seq, body_for(rng, int(max_length)))
+            while True:
+                r = pub.offer(msg)
+                if r >= 0:
+                    break
+                if r not in (sulis.BACK_PRESSURED, sulis.ADMIN_ACTION):
+                    say(error=sulis.result_name(r))
+                    return
+                retries += 1
+                if retries % 64 == 0:
+                    time.sleep(0)
+        say(done=True, sent=n, position=pub.position)
+
+
+ROLES = {"driver": role_driver, "hold": role_hold, "claim": role_claim, "produce": role_produce}
+
+if __name__ == "__main__":
+    ROLES[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,265 @@
+"""Shared fixtures of the sulis test suite.
+
+Fixtures
+--------
+``driver``
+    An embedded ``sulis.MediaDriver`` in a fresh directory under /dev/shm:
+    shared threading, 64 KiB IPC terms, a 10 ms timer and a short publication
+    linger. ``@pytest.mark.driver_options(name=value, ...)`` overrides or adds
+    options. On teardown the driver's error log must be empty unless the test
+    is marked ``@pytest.mark.expect_errors``; the directory is deleted when
+    the test passed and kept (and its path printed) when it failed.
+``make_driver``
+    Factory for further drivers with the same defaults and teardown.
+``client`` / ``make_client``
+    A ``sulis.Client`` on ``driver`` (closed on teardown) / a factory of them.
+``spawn``
+    Starts ``tests/_child.py ROLE ARGS...`` processes (see ``Child``); every
+    child is killed and reaped on teardown.
+
+Helpers (import them with ``from conftest import ...``)
+-------------------------------------------------------
+``await_until(cond, timeout=10.0, what=None)``
+    Polls ``cond()`` until true; fails the test after ``timeout`` seconds.
+    Use it for every wait: no test synchronises with a bare sleep.
+``counter_value(dir, (id, label))``
+    A system counter's value, read through ``sulis.CountersReader``.
+``connected_pair(client, stream_id, exclusive=True, channel=...)``
+    A subscription and a publication, connected (images included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+import sulis
+
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
+CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
+
+#: Options of every test driver unless a test overrides them.
+DRIVER_DEFAULTS = {
+    "threading_mode": "shared",
+    "ipc_term_buffer_length": "64k",
+    "timer_interval": "10ms",
+    "term_buffer_sparse_file": True,
+    "publication_linger_timeout": "100ms",
+}
+
+#: System counters used by the tests: (id, label) as in Aeron's SystemCounterDescriptor
+#: (crates/sulis-driver/src/system_counters.rs).
+UNBLOCKED_PUBLICATIONS_COUNTER = (19, "Unblocked Publications")
+CLIENT_TIMEOUTS_COUNTER = (24, "Client liveness timeouts")
+
+
+def await_until(cond, timeout: float = 10.0, what: str | None = None, interval: float = 0.001):
+    """Polls ``cond()`` until it returns something truthy, which is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or getattr(cond, '__name__', cond)}")
+        time.sleep(interval)
+
+
+def counter_value(dir: str, counter: tuple[int, str]) -> int:
+    """Value of a system counter, checking it is the one labelled as expected."""
+    counter_id, label = counter
+    reader = sulis.CountersReader(dir)
+    assert reader.label(counter_id) == label, f"counter {counter_id} is {reader.label(counter_id)!r}, not {label!r}"
+    return reader.value(counter_id)
+
+
+def make_dir(prefix: str = "sulis-test-") -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=SHM)
+
+
+class Child:
+    """A ``tests/_child.py`` process speaking JSON lines on stdout."""
+
+    def __init__(self, role: str, *args, stdin: bool = False, env: dict | None = None):
+        self.role = role
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD_SCRIPT, role, *map(str, args)],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+        )
+        self._lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def read(self, timeout: float = 30.0) -> dict:
+        """The next JSON line of the child."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"child {self.role} said nothing within {timeout}s; stderr:\n{self.stderr()}") from None
+        if line is None:
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"child {self.role} exited ({self.proc.returncode}); stderr:\n{self.stderr()}")
+        return json.loads(line)
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> int:
+        """SIGKILLs the child and reaps it; returns its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.kill()
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=10)
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                try:
+                    f.close()
+                except BrokenPipeError:
+                    pass
+        self._stderr.close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "expect_errors: the test makes the driver log errors (skips the empty-error-log check)")
+    config.addinivalue_line("markers", "driver_options(**options): options for the `driver` fixture")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.endswith("_system"):
+            item.add_marker(pytest.mark.system)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
+
+
+def _test_failed(request) -> bool:
+    node = request.node
+    return any(getattr(getattr(node, f"rep_{w}", None), "failed", False) for w in ("setup", "call"))
+
+
+@pytest.fixture
+def make_driver(request):
+    """Factory: ``make_driver(**options)`` starts an embedded driver in a fresh directory."""
+    drivers: list = []
+
+    def make(dir: str | None = None, **options):
+        opts = dict(DRIVER_DEFAULTS)
+        opts.update(options)
+        drv = sulis.MediaDriver(dir=dir or make_dir(), **opts)
+        drivers.append(drv)
+        return drv
+
+    yield make
+    expect_errors = request.node.get_closest_marker("expect_errors") is not None
+    problems = []
+    for drv in reversed(drivers):
+        dir = drv.dir
+        drv.close()
+        errors = []
+        if not expect_errors and os.path.exists(os.path.join(dir, "cnc.dat")):
+            errors = sulis.read_errors(dir)
+        if errors:
+            problems.append(f"driver {dir} logged errors:\n" + "\n".join(f"  x{n}: {text}" for n, _, _, text in errors))
+        if _test_failed(request) or errors:
+            print(f"kept driver directory {dir}")
+        else:
+            shutil.rmtree(dir, ignore_errors=True)
+    if problems:
+        pytest.fail("\n".join(problems))
+
+
+@pytest.fixture
+def driver(request, make_driver):
+    marker = request.node.get_closest_marker("driver_options")
+    return make_driver(**(marker.kwargs if marker else {}))
+
+
+@pytest.fixture
+def make_client(driver):
+    """Factory: ``make_client(dir=driver.dir, driver_timeout=10.0)``; every client is closed on teardown."""
+    clients: list = []
+
+    def make(dir: str | None = None, driver_timeout: float = 10.0, **kwargs):
+        c = sulis.Client(dir=dir or driver.dir, driver_timeout=driver_timeout, **kwargs)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in reversed(clients):
+        c.close()
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+@pytest.fixture
+def spawn():
+    """Factory: ``spawn(role, *args, stdin=False)`` starts a ``tests/_child.py`` process."""
+    children: list[Child] = []
+
+    def start(role: str, *args, **kwargs) -> Child:
+        child = Child(role, *args, **kwargs)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.close()
+
+
+def connected_pair(client, stream_id: int, exclusive: bool = True, channel: str = "aeron:ipc",
+                   sub_channel: str = "aeron:ipc", **sub_kwargs):
+    """A subscription (on ``sub_channel``) and a publication (on ``channel``) of ``stream_id``, connected."""
+    sub = client.add_subscription(sub_channel, stream_id, **sub_kwargs)
+    add = client.add_exclusive_publication if exclusive else client.add_publication
+    pub = add(channel, stream_id)
+    await_until(lambda: pub.is_connected and sub.image_count > 0, what="publication and subscription to connect")
+    return sub, pub

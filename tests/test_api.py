@@ -1,0 +1,49 @@
+"""The public surface of the sulis package: names, result codes, actions and
+the exception hierarchy. Pure: no driver."""
+
+from __future__ import annotations
+
+import sulis
+
+
+def test_every_public_name_exists():
+    for name in sulis.__all__:
+        assert hasattr(sulis, name), name
+    assert sulis.build_profile in ("release", "debug")
+    assert isinstance(sulis.__version__, str) and sulis.__version__.count(".") == 2
+
+
+def test_result_codes_are_aerons():
+    assert [sulis.NOT_CONNECTED, sulis.BACK_PRESSURED, sulis.ADMIN_ACTION, sulis.CLOSED,
+            sulis.MAX_POSITION_EXCEEDED] == [-1, -2, -3, -4, -5]
+
+
+def test_result_names():
+    assert sulis.result_name(sulis.NOT_CONNECTED) == "NOT_CONNECTED"
+    assert sulis.result_name(sulis.BACK_PRESSURED) == "BACK_PRESSURED"
+    assert sulis.result_name(sulis.ADMIN_ACTION) == "ADMIN_ACTION"
+    assert sulis.result_name(sulis.CLOSED) == "CLOSED"
+    assert sulis.result_name(sulis.MAX_POSITION_EXCEEDED) == "MAX_POSITION_EXCEEDED"
+    assert sulis.result_name(0) == "position 0"
+    assert sulis.result_name(128) == "position 128"
+    assert sulis.result_name(-99) == "position -99"
+
+
+def test_actions_follow_aerons_order():
+    assert [(a.name, int(a)) for a in sulis.Action] == [("ABORT", 1), ("BREAK", 2), ("COMMIT", 3), ("CONTINUE", 4)]
+
+
+def test_exception_hierarchy():
+    for name in ("ConfigurationError", "DriverTimeoutError", "ClientTimeoutError", "RegistrationError",
+                 "ClosedError", "ActiveDriverError", "MessageTooLongError"):
+        cls = getattr(sulis, name)
+        assert issubclass(cls, sulis.SulisError), name
+        assert getattr(sulis.errors, name) is cls
+    assert issubclass(sulis.MessageTooLongError, sulis.ConfigurationError)
+    assert issubclass(sulis.SulisError, Exception)
+    assert not issubclass(sulis.DriverTimeoutError, TimeoutError)
+
+
+def test_media_driver_and_client_are_native_subclasses():
+    assert issubclass(sulis.MediaDriver, sulis._native.MediaDriver)
+    assert issubclass(sulis.Client, sulis._native.Client)

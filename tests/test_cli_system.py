@@ -1,0 +1,162 @@
+"""The ``sulis`` command (run as ``python -m sulis.cli``): ``driver
+--print-config`` lists every option with its source, and a standalone
+``sulis driver`` serves clients and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import sulis
+from conftest import await_until, make_dir
+
+CLI = [sys.executable, "-m", "sulis.cli"]
+ROW = re.compile(r"^(\w+)\s+(\S*)\s+\((default|environment|explicit); (SULIS_\w+)\)$")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
+    env.update(extra)
+    return env
+
+
+def run(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout)
+
+
+def parse_config(stdout: str) -> dict[str, tuple[str, str, str]]:
+    rows = {}
+    for line in stdout.splitlines():
+        m = ROW.match(line.strip())
+        assert m, f"unexpected line: {line!r}"
+        name, value, source, env = m.groups()
+        assert name not in rows, f"{name} listed twice"
+        rows[name] = (value, source, env)
+    return rows
+
+
+def test_print_config_lists_every_option_with_its_source():
+    dir = "/dev/shm/sulis-cli-config-never-created"
+    env = clean_env(SULIS_TIMER_INTERVAL="20ms", SULIS_IPC_TERM_BUFFER_LENGTH="128k", SULIS_IDLE_STRATEGY="yielding")
+    out = run("driver", "--print-config", "--dir", dir, "--ipc-term-buffer-length", "1m",
+              "--client-liveness-timeout", "3s", "--threading-mode", "shared", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = parse_config(out.stdout)
+    options = sulis._native.driver_config()
+    assert set(rows) == {name for name, *_ in options}, "every option, and only options"
+    for name, _value, _source, env_name, _doc in options:
+        assert rows[name][2] == env_name
+    assert rows["dir"] == (dir, "explicit", "SULIS_DIR")
+    assert rows["ipc_term_buffer_length"][:2] == ("1048576", "explicit"), "a flag beats the environment"
+    assert rows["client_liveness_timeout_ns"][:2] == ("3000000000ns", "explicit")
+    assert rows["threading_mode"][:2] == ("shared", "explicit")
+    assert rows["timer_interval_ns"][:2] == ("20000000ns", "environment")
+    assert rows["idle_strategy"][1] == "environment"
+    assert rows["term_buffer_length"][:2] == ("16777216", "default")
+    explicit_or_env = {"dir", "ipc_term_buffer_length", "client_liveness_timeout_ns", "threading_mode",
+                       "timer_interval_ns", "idle_strategy"}
+    assert all(src == "default" for name, (_, src, _) in rows.items() if name not in explicit_or_env)
+    assert not os.path.exists(dir), "printing the configuration starts nothing"
+
+
+def test_print_config_defaults_match_the_library():
+    out = run("driver", "--print-config", "--dir", "/dev/shm/sulis-cli-x")
+    assert out.returncode == 0, out.stderr
+    rows = parse_config(out.stdout)
+    for name, value, source, _env, _doc in sulis._native.driver_config(dir="/dev/shm/sulis-cli-x"):
+        assert rows[name][:2] == (value, source)
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--ipc-term-buffer-length", "100k"], "ipc_term_buffer_length"),
+        (["--timer-interval", "soon"], "timer"),
+        (["--threading-mode", "triple"], "threading mode"),
+        (["--client-liveness-timeout", "5s", "--publication-unblock-timeout", "2s"], "publication_unblock_timeout"),
+    ],
+)
+def test_bad_option_is_reported(args, words):
+    out = run("driver", "--print-config", "--dir", "/dev/shm/sulis-cli-bad", *args)
+    assert out.returncode != 0
+    assert words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_environment_error_is_reported():
+    out = run("driver", "--print-config", env=clean_env(SULIS_MTU_LENGTH="lots"))
+    assert out.returncode != 0
+    assert "SULIS_MTU_LENGTH=lots" in out.stderr
+
+
+def test_version():
+    out = run("--version")
+    assert out.returncode == 0
+    assert sulis.__version__ in out.stdout
+
+
+def test_standalone_driver_serves_clients_and_stops_on_sigterm():
+    dir = make_dir("sulis-cli-")
+    proc = subprocess.Popen(
+        [*CLI, "driver", "--dir", dir, "--threading-mode", "shared", "--ipc-term-buffer-length", "64k",
+         "--timer-interval", "10ms"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+    )
+    try:
+        await_until(lambda: sulis._native.active_driver(dir) is not None or proc.poll() is not None, 30,
+                    "the standalone driver to start")
+        assert proc.poll() is None, proc.stderr.read()
+        with sulis.Client(dir=dir, driver_timeout=5.0) as client:
+            sub = client.add_subscription("aeron:ipc", 7)
+            pub = client.add_exclusive_publication("aeron:ipc", 7)
+            await_until(lambda: pub.is_connected and sub.image_count == 1)
+            assert pub.term_buffer_length == 64 * 1024
+            assert pub.offer(b"via the standalone driver") > 0
+            got = []
+            await_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and got)
+            assert got == [b"via the standalone driver"]
+
+            # A second driver on the same directory is refused, naming it.
+            second = run("driver", "--dir", dir)
+            assert second.returncode != 0
+            assert dir in second.stderr and "active media driver" in second.stderr
+
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert f"running in {dir}" in err
+        assert "stopped" in err
+        assert sulis.read_errors(dir) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_standalone_driver_stops_cleanly_on_a_signal_right_after_start(sig):
+    """Signalled the moment it is visible to clients, the driver still stops
+    cleanly (the handlers are in place before the driver starts)."""
+    for _ in range(3):
+        dir = make_dir("sulis-cli-")
+        proc = subprocess.Popen([*CLI, "driver", "--dir", dir, "--threading-mode", "shared"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+        try:
+            await_until(lambda: sulis._native.active_driver(dir) is not None or proc.poll() is not None, 30,
+                        interval=0)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            assert "stopped" in err
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+            shutil.rmtree(dir, ignore_errors=True)

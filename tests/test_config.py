@@ -1,0 +1,109 @@
+"""Driver options (sulis._native.driver_config and MediaDriver arguments):
+values, units, sources and validation. Pure: no driver is started."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import sulis
+from sulis._native import driver_config
+
+DIR = "/dev/shm/sulis-config-test-never-created"
+
+
+def config(**kwargs) -> dict[str, tuple[str, str]]:
+    return {name: (value, source) for name, value, source, _env, _doc in driver_config(dir=DIR, **kwargs)}
+
+
+@pytest.fixture(autouse=True)
+def no_sulis_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("SULIS_"):
+            monkeypatch.delenv(k)
+
+
+def test_every_option_has_an_env_var_a_doc_and_a_default():
+    rows = driver_config(dir=DIR)
+    names = [r[0] for r in rows]
+    assert len(names) == len(set(names))
+    for name, value, source, env, doc in rows:
+        assert env == "SULIS_" + name.removesuffix("_ns").upper()
+        assert doc.endswith(".") and len(doc) > 10
+        assert source == ("explicit" if name == "dir" else "default")
+    defaults = config()
+    assert defaults["ipc_term_buffer_length"] == (str(64 << 20), "default")
+    assert defaults["client_liveness_timeout_ns"] == ("10000000000ns", "default")
+    assert defaults["publication_unblock_timeout_ns"] == ("15000000000ns", "default")
+    assert defaults["threading_mode"] == ("dedicated", "default")
+
+
+def test_units_and_spellings():
+    c = config(ipc_term_buffer_length="1m", client_liveness_timeout=2.5, publication_unblock_timeout="5s",
+               timer_interval_ns="250us", term_buffer_sparse_file=True, threading_mode="shared-network")
+    assert c["ipc_term_buffer_length"] == ("1048576", "explicit")
+    assert c["client_liveness_timeout_ns"] == ("2500000000ns", "explicit"), "floats are seconds"
+    assert c["publication_unblock_timeout_ns"] == ("5000000000ns", "explicit")
+    assert c["timer_interval_ns"] == ("250000ns", "explicit")
+    assert c["term_buffer_sparse_file"] == ("true", "explicit")
+    assert c["threading_mode"] == ("shared-network", "explicit")
+    assert config(**{"ipc-term-buffer-length": "128k"})["ipc_term_buffer_length"] == ("131072", "explicit")
+
+
+def test_environment_and_explicit_sources(monkeypatch):
+    monkeypatch.setenv("SULIS_IPC_TERM_BUFFER_LENGTH", "128k")
+    monkeypatch.setenv("SULIS_TIMER_INTERVAL", "5ms")
+    c = config(timer_interval="7ms")
+    assert c["ipc_term_buffer_length"] == ("131072", "environment")
+    assert c["timer_interval_ns"] == ("7000000ns", "explicit"), "explicit beats the environment"
+    monkeypatch.setenv("SULIS_IPC_TERM_BUFFER_LENGTH", "lots")
+    with pytest.raises(sulis.ConfigurationError, match="SULIS_IPC_TERM_BUFFER_LENGTH=lots"):
+        config()
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"bogus": 1}, "unknown driver option 'bogus'"),
+        ({"ipc_term_buffer_length": "100k"}, "ipc_term_buffer_length: term length 102400 must be a power of two"),
+        ({"ipc_term_buffer_length": "32k"}, "ipc_term_buffer_length"),
+        ({"term_buffer_length": "2g"}, "term_buffer_length"),
+        ({"ipc_term_buffer_length": "lots"}, "ipc_term_buffer_length=lots: 'lots' is not a size"),
+        ({"client_liveness_timeout": "soon"}, "client_liveness_timeout=soon: 'soon' is not a duration"),
+        ({"client_liveness_timeout": -1.0}, "client_liveness_timeout=-1.0: '-1.0' is not a duration"),
+        ({"timer_interval": float("nan")}, "timer_interval=nan"),
+        ({"term_buffer_sparse_file": "yes"}, "term_buffer_sparse_file=yes: 'yes' is not a boolean"),
+        ({"ipc_mtu_length": 1400}, "ipc_mtu_length: 1400 must be a multiple of 32"),
+        ({"mtu_length": 32}, "mtu_length"),
+        ({"file_page_size": "3k"}, "file_page_size"),
+        ({"conductor_buffer_length": "1000"}, "conductor_buffer_length: 1000 must be a power of two"),
+        ({"clients_buffer_length": "512"}, "clients_buffer_length"),
+        ({"counters_buffer_length": "4k"}, "counters_buffer_length"),
+        ({"error_buffer_length": "100"}, "error_buffer_length"),
+        ({"timer_interval": "0ms"}, "timer_interval must be positive"),
+        ({"client_liveness_timeout": "5s", "publication_unblock_timeout": "2s"},
+         "publication_unblock_timeout (2000000000ns) must be greater than client_liveness_timeout (5000000000ns)"),
+        ({"client_liveness_timeout": "1s", "publication_unblock_timeout": "1s"}, "must be greater than"),
+        ({"threading_mode": "triple"}, "unknown threading mode 'triple'"),
+        ({"idle_strategy": "lazy"}, "unknown idle strategy 'lazy'"),
+    ],
+    ids=lambda x: str(x)[:50],
+)
+def test_invalid_options_are_refused_naming_the_option(options, message):
+    with pytest.raises(sulis.ConfigurationError) as info:
+        driver_config(dir=DIR, **options)
+    assert message in str(info.value)
+    assert "_ns_ns" not in str(info.value)
+    # MediaDriver validates the same way before touching the directory.
+    with pytest.raises(sulis.ConfigurationError) as again:
+        sulis.MediaDriver(dir=DIR, **options)
+    assert str(again.value) == str(info.value)
+    assert not os.path.exists(DIR)
+
+
+def test_idle_strategies_and_threading_modes_parse():
+    for idle in ("busy-spin", "yielding", "backoff", "sleeping", "sleeping:1ms"):
+        assert config(idle_strategy=idle)["idle_strategy"][1] == "explicit"
+    for mode in ("shared", "shared-network", "dedicated", "SHARED", "shared_network"):
+        config(threading_mode=mode)
