@@ -63,6 +63,8 @@ struct LogState {
     appenders: [TermAppender; PARTITION_COUNT],
     header: HeaderWriter,
     limit: CounterRef,
+    /// Last value read from `limit` (see [`LogState::has_room`]).
+    cached_limit: std::sync::atomic::AtomicI64,
     initial_term_id: i32,
     bits: u32,
     term_length: usize,
@@ -105,11 +107,29 @@ impl LogState {
             max_message: compute_max_message_length(term_length),
             max_possible_position: max_possible_position(term_length),
             limit: inner.counters.counter_ref(*position_limit_counter_id),
+            cached_limit: std::sync::atomic::AtomicI64::new(i64::MIN),
             meta,
             appenders,
             logs: Arc::new(logs),
         };
         Ok((state, *registration_id, *session_id, *stream_id))
+    }
+
+    /// True when `position` is below the publisher limit.
+    ///
+    /// The driver rewrites the limit counter whenever subscribers advance, so
+    /// reading it on every offer would pull its cache line across cores each
+    /// time. A copy is kept instead and the counter re-read only when the copy
+    /// is used up or the log is no longer connected (the driver then pulls the
+    /// limit back to the producer position).
+    #[inline(always)]
+    fn has_room(&self, position: i64) -> bool {
+        if position < self.cached_limit.load(Ordering::Relaxed) && meta::is_connected(&self.meta) {
+            return true;
+        }
+        let limit = self.limit.get_volatile();
+        self.cached_limit.store(limit, Ordering::Relaxed);
+        position < limit
     }
 
     #[cold]
@@ -308,11 +328,10 @@ impl Publication {
     pub fn offer_with(&self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
         self.check_open()?;
         let l = &self.log;
-        let limit = l.limit.get_volatile();
         let Some((term_count, index, term_begin, position)) = self.active() else {
             return Err(OfferError::AdminAction);
         };
-        if position >= limit {
+        if !l.has_room(position) {
             l.check_length(src.len())?;
             return Err(l.back_pressure_status(position, src.len()));
         }
@@ -337,11 +356,10 @@ impl Publication {
                 max: l.max_payload,
             });
         }
-        let limit = l.limit.get_volatile();
         let Some((term_count, index, term_begin, position)) = self.active() else {
             return Err(OfferError::AdminAction);
         };
-        if position >= limit {
+        if !l.has_room(position) {
             return Err(l.back_pressure_status(position, length));
         }
         match l.appenders[index].claim(&l.header, length) {
@@ -466,9 +484,8 @@ impl ExclusivePublication {
     pub fn offer_with(&mut self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
         self.check_open()?;
         let l = &self.log;
-        let limit = l.limit.get_volatile();
         let position = self.term_begin_position + self.term_offset as i64;
-        if position >= limit {
+        if !l.has_room(position) {
             l.check_length(src.len())?;
             return Err(l.back_pressure_status(position, src.len()));
         }
@@ -505,9 +522,8 @@ impl ExclusivePublication {
                 max: l.max_payload,
             });
         }
-        let limit = l.limit.get_volatile();
         let position = self.term_begin_position + self.term_offset as i64;
-        if position >= limit {
+        if !l.has_room(position) {
             return Err(l.back_pressure_status(position, length));
         }
         let appender = l.appenders[self.active_index];
