@@ -155,87 +155,9 @@ impl LogState {
     }
 }
 
-macro_rules! common_accessors {
-    () => {
-        /// Session id.
-        pub fn session_id(&self) -> i32 {
-            self.session_id
-        }
-        /// Stream id.
-        pub fn stream_id(&self) -> i32 {
-            self.stream_id
-        }
-        /// Channel.
-        pub fn channel(&self) -> &str {
-            &self.channel
-        }
-        /// Registration id of the log (shared by concurrent publications of one stream).
-        pub fn original_registration_id(&self) -> i64 {
-            self.original_registration_id
-        }
-        /// Registration id of this publication handle.
-        pub fn registration_id(&self) -> i64 {
-            self.registration_id
-        }
-        /// Largest message `offer` accepts.
-        pub fn max_message_length(&self) -> usize {
-            self.log.max_message
-        }
-        /// Largest payload of one fragment (and of a claim).
-        pub fn max_payload_length(&self) -> usize {
-            self.log.max_payload
-        }
-        /// Term length.
-        pub fn term_buffer_length(&self) -> usize {
-            self.log.term_length
-        }
-        /// Initial term id.
-        pub fn initial_term_id(&self) -> i32 {
-            self.log.initial_term_id
-        }
-        /// True when at least one subscriber is connected.
-        pub fn is_connected(&self) -> bool {
-            !self.is_closed() && meta::is_connected(&self.log.meta)
-        }
-        /// Position limit set by the driver.
-        pub fn position_limit(&self) -> i64 {
-            self.log.limit.get_volatile()
-        }
-        /// True once closed (or the client failed).
-        pub fn is_closed(&self) -> bool {
-            self.closed.load(Ordering::Acquire) || self.inner.failed.load(Ordering::Acquire)
-        }
-        /// Closes the publication (idempotent).
-        pub fn close(&self) {
-            if !self.closed.swap(true, Ordering::AcqRel)
-                && !self.inner.failed.load(Ordering::Acquire)
-            {
-                let correlation_id = self.inner.next_correlation_id();
-                let _ = self.inner.request(
-                    correlation_id,
-                    &Command::RemovePublication {
-                        client_id: self.inner.client_id,
-                        correlation_id,
-                        registration_id: self.registration_id,
-                    },
-                );
-            }
-        }
-        #[inline(always)]
-        fn check_open(&self) -> Result<(), OfferError> {
-            if self.closed.load(Ordering::Relaxed) {
-                return Err(OfferError::Closed);
-            }
-            if self.inner.failed.load(Ordering::Relaxed) {
-                return Err(OfferError::Client(self.inner.failure()));
-            }
-            Ok(())
-        }
-    };
-}
-
-/// A concurrent publication: safe to share between threads.
-pub struct Publication {
+/// What both publication kinds share: the mapped log, identity and life cycle.
+/// Each publication derefs to it, so these accessors are theirs too.
+pub struct PublicationCore {
     inner: Arc<Inner>,
     log: LogState,
     registration_id: i64,
@@ -246,15 +168,15 @@ pub struct Publication {
     closed: AtomicBool,
 }
 
-impl Publication {
-    pub(crate) fn from_ready(
+impl PublicationCore {
+    fn new(
         inner: Arc<Inner>,
         registration_id: i64,
         channel: &str,
         ev: Event,
     ) -> Result<Self, ClientError> {
         let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
-        Ok(Publication {
+        Ok(PublicationCore {
             inner,
             log,
             registration_id,
@@ -266,7 +188,103 @@ impl Publication {
         })
     }
 
-    common_accessors!();
+    /// Session id.
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+    /// Channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+    /// Registration id of the log (shared by concurrent publications of one stream).
+    pub fn original_registration_id(&self) -> i64 {
+        self.original_registration_id
+    }
+    /// Registration id of this publication handle.
+    pub fn registration_id(&self) -> i64 {
+        self.registration_id
+    }
+    /// Largest message `offer` accepts.
+    pub fn max_message_length(&self) -> usize {
+        self.log.max_message
+    }
+    /// Largest payload of one fragment (and of a claim).
+    pub fn max_payload_length(&self) -> usize {
+        self.log.max_payload
+    }
+    /// Term length.
+    pub fn term_buffer_length(&self) -> usize {
+        self.log.term_length
+    }
+    /// Initial term id.
+    pub fn initial_term_id(&self) -> i32 {
+        self.log.initial_term_id
+    }
+    /// True when at least one subscriber is connected.
+    pub fn is_connected(&self) -> bool {
+        !self.is_closed() && meta::is_connected(&self.log.meta)
+    }
+    /// Position limit set by the driver.
+    pub fn position_limit(&self) -> i64 {
+        self.log.limit.get_volatile()
+    }
+    /// True once closed (or the client failed).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.inner.failed.load(Ordering::Acquire)
+    }
+    /// Closes the publication (idempotent).
+    pub fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) && !self.inner.failed.load(Ordering::Acquire) {
+            let correlation_id = self.inner.next_correlation_id();
+            let _ = self.inner.request(
+                correlation_id,
+                &Command::RemovePublication {
+                    client_id: self.inner.client_id,
+                    correlation_id,
+                    registration_id: self.registration_id,
+                },
+            );
+        }
+    }
+    #[inline(always)]
+    fn check_open(&self) -> Result<(), OfferError> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(OfferError::Closed);
+        }
+        if self.inner.failed.load(Ordering::Relaxed) {
+            return Err(OfferError::Client(self.inner.failure()));
+        }
+        Ok(())
+    }
+}
+
+/// A concurrent publication: safe to share between threads.
+pub struct Publication {
+    core: PublicationCore,
+}
+
+impl std::ops::Deref for Publication {
+    type Target = PublicationCore;
+    fn deref(&self) -> &PublicationCore {
+        &self.core
+    }
+}
+
+impl Publication {
+    pub(crate) fn from_ready(
+        inner: Arc<Inner>,
+        registration_id: i64,
+        channel: &str,
+        ev: Event,
+    ) -> Result<Self, ClientError> {
+        Ok(Publication {
+            core: PublicationCore::new(inner, registration_id, channel, ev)?,
+        })
+    }
 
     /// Position of the publisher (the log's tail).
     pub fn position(&self) -> i64 {
@@ -386,18 +404,18 @@ impl Drop for Publication {
 
 /// A single-writer publication: faster, never shared, own session id.
 pub struct ExclusivePublication {
-    inner: Arc<Inner>,
-    log: LogState,
-    registration_id: i64,
-    original_registration_id: i64,
-    session_id: i32,
-    stream_id: i32,
-    channel: String,
-    closed: AtomicBool,
+    core: PublicationCore,
     term_id: i32,
     term_offset: i32,
     term_begin_position: i64,
     active_index: usize,
+}
+
+impl std::ops::Deref for ExclusivePublication {
+    type Target = PublicationCore;
+    fn deref(&self) -> &PublicationCore {
+        &self.core
+    }
 }
 
 impl ExclusivePublication {
@@ -407,7 +425,8 @@ impl ExclusivePublication {
         channel: &str,
         ev: Event,
     ) -> Result<Self, ClientError> {
-        let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
+        let core = PublicationCore::new(inner, registration_id, channel, ev)?;
+        let log = &core.log;
         let term_count = meta::active_term_count(&log.meta);
         let index = index_by_term_count(term_count as i64);
         let raw = meta::raw_tail_volatile(&log.meta, index);
@@ -415,22 +434,13 @@ impl ExclusivePublication {
         let offset = term_offset(raw, log.term_length as i64);
         let term_begin_position = compute_position(tid, 0, log.bits, log.initial_term_id);
         Ok(ExclusivePublication {
-            inner,
-            log,
-            registration_id,
-            original_registration_id,
-            session_id,
-            stream_id,
-            channel: channel.to_string(),
-            closed: AtomicBool::new(false),
+            core,
             term_id: tid,
             term_offset: offset,
             term_begin_position,
             active_index: index,
         })
     }
-
-    common_accessors!();
 
     /// Position of the publisher.
     pub fn position(&self) -> i64 {
