@@ -222,3 +222,41 @@ class Interference:
 
     def note(self) -> str:
         return f"other processes used {self.share * 100:.0f}% of a CPU during this run"
+
+
+def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, describe) -> tuple[dict, dict, dict]:
+    """Runs every variant once per round, round by round, so a slow period of the
+    machine does not hit one system only. A run during which other processes used
+    more than ``max_interference`` of a CPU is repeated up to ``retry_noisy`` times.
+
+    ``variants`` is a list of ``(key, name, fn)``; ``describe(result)`` formats one
+    result line. Returns ``(results, skipped, errors)`` keyed by variant key.
+    """
+    results: dict[str, list[dict]] = {k: [] for k, _, _ in variants}
+    skipped: dict[str, str] = {}
+    errors: dict[str, list[str]] = {}
+    for rnd in range(runs):
+        for key, name, fn in variants:
+            if key in skipped:
+                continue
+            print(f"[round {rnd + 1}/{runs}] {name}", flush=True)
+            try:
+                for attempt in range(retry_noisy + 1):
+                    with Interference() as itf:
+                        r = fn()
+                    r["interference"] = itf.share
+                    if itf.share <= max_interference:
+                        break
+                    print(f"      NOISY: {itf.note()}"
+                          + ("; running it again" if attempt < retry_noisy else "; kept, flagged"), flush=True)
+            except Skip as exc:
+                skipped[key] = str(exc)
+                print(f"      skipped: {exc}")
+                continue
+            except Exception as exc:  # one failed run must not lose the others
+                errors.setdefault(key, []).append(repr(exc))
+                print(f"      FAILED: {exc!r}")
+                continue
+            results[key].append(r)
+            print(f"      -> {describe(r)}", flush=True)
+    return results, skipped, errors

@@ -42,7 +42,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
-    Interference,
     Skip,
     cpu_summary,
     fmt_rate,
@@ -53,6 +52,7 @@ from bench._common import (  # noqa: E402
     require_release_build,
     rm_tree,
     run_native,
+    run_rounds,
     save_results,
     shm_dir,
 )
@@ -336,33 +336,7 @@ def main(argv=None) -> int:
             print(f"[skip] native Rust: {exc}")
             variants = [v for v in variants if not v[0].startswith("native")]
 
-    results: dict[str, list[dict]] = {k: [] for k, _, _ in variants}
-    skipped: dict[str, str] = {}
-    errors: dict[str, list[str]] = {}
-    for rnd in range(runs):
-        for key, name, fn in variants:
-            if key in skipped:
-                continue
-            print(f"[round {rnd + 1}/{runs}] {name}", flush=True)
-            try:
-                for attempt in range(a.retry_noisy + 1):
-                    with Interference() as itf:
-                        r = fn()
-                    r["interference"] = itf.share
-                    if itf.share <= a.max_interference:
-                        break
-                    print(f"      NOISY: {itf.note()}"
-                          + ("; running it again" if attempt < a.retry_noisy else "; kept, flagged"), flush=True)
-            except Skip as exc:
-                skipped[key] = str(exc)
-                print(f"      skipped: {exc}")
-                continue
-            except Exception as exc:  # one failed run must not lose the others
-                errors.setdefault(key, []).append(repr(exc))
-                print(f"      FAILED: {exc!r}")
-                continue
-            results[key].append(r)
-            print(f"      -> {r['msgs_per_s']:,.0f} msgs/s", flush=True)
+    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference, lambda r: f"{r['msgs_per_s']:,.0f} msgs/s")
 
     med = {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
     names = {k: n for k, n, _ in variants}
