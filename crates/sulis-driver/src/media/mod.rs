@@ -1,0 +1,3 @@
+//! Network media: UDP sockets with batched system calls.
+
+pub mod udp_transport;
