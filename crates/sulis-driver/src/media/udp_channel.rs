@@ -1,0 +1,194 @@
+//! A UDP channel URI resolved to socket addresses.
+//!
+//! `aeron:udp?endpoint=host:port` names, for a publication, where data is
+//! sent and, for a subscription, where it is received; `control` names the
+//! publication's control address for multi-destination-cast; `interface`
+//! picks the local interface. Host names are resolved here, once, by the
+//! conductor. Multicast endpoints must have an odd last byte: the control
+//! group is the endpoint + 1, as in Aeron.
+
+use sulis_protocol::uri::{ChannelUri, ControlMode, Media};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+/// A local interface selection: an address, optionally a subnet prefix and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InterfaceSpec {
+    /// The address (or subnet address).
+    pub addr: IpAddr,
+    /// Subnet prefix length (32/128 = exact address).
+    pub prefix: u8,
+    /// Port to bind (0 = ephemeral).
+    pub port: u16,
+}
+
+/// A resolved UDP channel.
+#[derive(Clone, Debug)]
+pub struct UdpChannel {
+    /// The parsed URI.
+    pub uri: ChannelUri,
+    /// Endpoint address (publication: destination; subscription: bind address).
+    pub endpoint: Option<SocketAddr>,
+    /// Control address (MDC).
+    pub control: Option<SocketAddr>,
+    /// Local interface.
+    pub interface: Option<InterfaceSpec>,
+    /// True for a multicast endpoint.
+    pub is_multicast: bool,
+    /// Multicast control group (endpoint + 1) for multicast channels.
+    pub multicast_control: Option<SocketAddr>,
+    /// Canonical form used to share one transport between channels that name
+    /// the same addresses.
+    pub canonical: String,
+}
+
+/// Resolves `host:port` (IPv6 in brackets) to one socket address.
+pub fn resolve(what: &str, host_port: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = host_port.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let mut addrs = host_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{what}={host_port}: cannot resolve host: {e}"))?;
+    // Prefer IPv4, as most Aeron deployments do.
+    let all: Vec<SocketAddr> = addrs.by_ref().collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| all.first())
+        .copied()
+        .ok_or_else(|| format!("{what}={host_port}: host resolved to no address"))
+}
+
+fn parse_interface(text: &str) -> Result<InterfaceSpec, String> {
+    // Forms: ip, ip:port, ip/prefix, ip:port/prefix, ip/prefix:port, [v6]:port/prefix
+    let (addr_port, prefix) = match text.rsplit_once('/') {
+        Some((a, p)) if !p.contains(':') || p.parse::<u8>().is_ok() => (a.to_string(), Some(p.to_string())),
+        Some((a, p)) => {
+            // ip/prefix:port
+            let (pre, port) = p.split_once(':').ok_or_else(|| format!("interface={text}: bad prefix"))?;
+            (format!("{a}:{port}"), Some(pre.to_string()))
+        }
+        None => (text.to_string(), None),
+    };
+    let (addr, port) = if let Ok(sa) = addr_port.parse::<SocketAddr>() {
+        (sa.ip(), sa.port())
+    } else if let Ok(ip) = addr_port.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        (ip, 0)
+    } else {
+        let sa = resolve("interface", &addr_port)?;
+        (sa.ip(), sa.port())
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        Some(p) => p
+            .parse::<u8>()
+            .ok()
+            .filter(|&v| v <= max)
+            .ok_or_else(|| format!("interface={text}: prefix must be 0..={max}"))?,
+        None => max,
+    };
+    Ok(InterfaceSpec { addr, prefix, port })
+}
+
+fn plus_one(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3].wrapping_add(1))), addr.port())
+        }
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[15] = o[15].wrapping_add(1);
+            SocketAddr::new(IpAddr::V6(o.into()), addr.port())
+        }
+    }
+}
+
+impl UdpChannel {
+    /// Parses and resolves a UDP channel; errors name the offending part.
+    pub fn parse(channel: &str) -> Result<UdpChannel, String> {
+        let uri = ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+        Self::from_uri(uri)
+    }
+
+    /// Resolves an already parsed URI.
+    pub fn from_uri(uri: ChannelUri) -> Result<UdpChannel, String> {
+        if uri.media() != Media::Udp {
+            return Err(format!("channel '{uri}' is not a UDP channel"));
+        }
+        let p = uri.params().clone();
+        let endpoint = p.endpoint.as_deref().map(|e| resolve("endpoint", e)).transpose()?;
+        let control = p.control.as_deref().map(|c| resolve("control", c)).transpose()?;
+        let interface = p.interface.as_deref().map(parse_interface).transpose()?;
+        let is_multicast = endpoint.is_some_and(|e| e.ip().is_multicast());
+        let multicast_control = if is_multicast {
+            let e = endpoint.unwrap();
+            let last = match e.ip() {
+                IpAddr::V4(v4) => v4.octets()[3],
+                IpAddr::V6(v6) => v6.octets()[15],
+            };
+            if last % 2 == 0 {
+                return Err(format!(
+                    "invalid channel URI '{uri}': endpoint={}: a multicast data address must end in an odd number (the control group is that + 1)",
+                    p.endpoint.as_deref().unwrap_or_default()
+                ));
+            }
+            Some(plus_one(e))
+        } else {
+            None
+        };
+        if endpoint.is_none()
+            && control.is_none()
+            && !matches!(p.control_mode, Some(ControlMode::Manual) | Some(ControlMode::Response))
+            && p.tags.is_none()
+            && !uri.is_spy()
+        {
+            return Err(format!("invalid channel URI '{uri}': a UDP channel needs an endpoint or a control address"));
+        }
+        let canonical = format!(
+            "UDP-{}-{}",
+            interface.map(|i| format!("{}:{}", i.addr, i.port)).unwrap_or_else(|| "0.0.0.0:0".into()),
+            endpoint.map(|e| e.to_string()).unwrap_or_else(|| "0.0.0.0:0".into())
+        );
+        Ok(UdpChannel { uri, endpoint, control, interface, is_multicast, multicast_control, canonical })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_resolve_unicast_endpoint_and_hostnames() {
+        let c = UdpChannel::parse("aeron:udp?endpoint=localhost:40123").unwrap();
+        assert_eq!(c.endpoint, Some("127.0.0.1:40123".parse().unwrap()));
+        assert!(!c.is_multicast);
+        let c = UdpChannel::parse("aeron:udp?endpoint=[::1]:40124|interface=127.0.0.1").unwrap();
+        assert_eq!(c.endpoint, Some("[::1]:40124".parse().unwrap()));
+        assert_eq!(c.interface.unwrap().prefix, 32);
+    }
+
+    #[test]
+    fn should_derive_the_multicast_control_group() {
+        let c = UdpChannel::parse("aeron:udp?endpoint=224.10.9.7:40456").unwrap();
+        assert!(c.is_multicast);
+        assert_eq!(c.multicast_control, Some("224.10.9.8:40456".parse().unwrap()));
+        let e = UdpChannel::parse("aeron:udp?endpoint=224.10.9.8:40456").unwrap_err();
+        assert!(e.contains("endpoint=224.10.9.8:40456") && e.contains("odd"), "{e}");
+    }
+
+    #[test]
+    fn should_parse_interface_forms() {
+        let i = parse_interface("192.168.1.0/24").unwrap();
+        assert_eq!((i.addr, i.prefix, i.port), ("192.168.1.0".parse().unwrap(), 24, 0));
+        let i = parse_interface("127.0.0.1:40000").unwrap();
+        assert_eq!((i.prefix, i.port), (32, 40000));
+        assert!(parse_interface("10.0.0.1/40").unwrap_err().contains("prefix"));
+    }
+
+    #[test]
+    fn should_name_unresolvable_hosts() {
+        let e = UdpChannel::parse("aeron:udp?endpoint=no-such-host.invalid:40123").unwrap_err();
+        assert!(e.contains("endpoint=no-such-host.invalid:40123"), "{e}");
+        assert!(UdpChannel::parse("aeron:ipc").unwrap_err().contains("not a UDP channel"));
+    }
+}
