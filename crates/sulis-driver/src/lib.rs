@@ -9,6 +9,7 @@
 pub mod conductor;
 pub mod context;
 pub mod ipc_publication;
+pub mod loss;
 pub mod media;
 pub mod media_driver;
 pub mod system_counters;
