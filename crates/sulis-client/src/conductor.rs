@@ -157,11 +157,13 @@ impl Inner {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
                     if Instant::now() > deadline {
-                        return Err(ClientError::DriverTimeout(format!(
+                        let e = ClientError::DriverTimeout(format!(
                             "command buffer of the driver in {} stayed full for {:?}",
                             self.dir.display(),
                             self.driver_timeout
-                        )));
+                        ));
+                        self.fail(e.clone());
+                        return Err(e);
                     }
                     std::thread::yield_now();
                 }
@@ -203,11 +205,18 @@ impl Inner {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(ClientError::DriverTimeout(format!(
-                    "no response from the media driver in {} within {:?}",
-                    self.dir.display(),
-                    self.driver_timeout
-                )));
+                drop(s);
+                // A driver silent for the whole driver timeout is as good as
+                // dead: fail the client so every later call says so at once.
+                let e = self.driver_alive().err().unwrap_or_else(|| {
+                    ClientError::DriverTimeout(format!(
+                        "no response from the media driver in {} within {:?}",
+                        self.dir.display(),
+                        self.driver_timeout
+                    ))
+                });
+                self.fail(e.clone());
+                return Err(e);
             }
             s = self.cond.wait_timeout(s, deadline - now).unwrap().0;
         }
