@@ -16,7 +16,9 @@ pub mod subscription;
 
 pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents};
 pub use image::{ControlledAction, Header, Image};
-pub use publication::{BufferClaim, ExclusivePublication, OfferError, Publication, PublicationCore};
+pub use publication::{
+    BufferClaim, ExclusivePublication, OfferError, Publication, PublicationCore,
+};
 pub use subscription::{Batch, Subscription, SubscriptionShared};
 
 /// Publication result codes (Aeron's values).

@@ -6,6 +6,8 @@
 
 pub mod term_appender;
 pub mod term_reader;
+pub mod term_rebuilder;
+pub mod term_scanner;
 pub mod unblocker;
 
 use crate::mapped_file::MappedFile;

@@ -7,8 +7,8 @@
 //! conductor. Multicast endpoints must have an odd last byte: the control
 //! group is the endpoint + 1, as in Aeron.
 
-use sulis_protocol::uri::{ChannelUri, ControlMode, Media};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use sulis_protocol::uri::{ChannelUri, ControlMode, Media};
 
 /// A local interface selection: an address, optionally a subnet prefix and port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,17 +61,25 @@ pub fn resolve(what: &str, host_port: &str) -> Result<SocketAddr, String> {
 fn parse_interface(text: &str) -> Result<InterfaceSpec, String> {
     // Forms: ip, ip:port, ip/prefix, ip:port/prefix, ip/prefix:port, [v6]:port/prefix
     let (addr_port, prefix) = match text.rsplit_once('/') {
-        Some((a, p)) if !p.contains(':') || p.parse::<u8>().is_ok() => (a.to_string(), Some(p.to_string())),
+        Some((a, p)) if !p.contains(':') || p.parse::<u8>().is_ok() => {
+            (a.to_string(), Some(p.to_string()))
+        }
         Some((a, p)) => {
             // ip/prefix:port
-            let (pre, port) = p.split_once(':').ok_or_else(|| format!("interface={text}: bad prefix"))?;
+            let (pre, port) = p
+                .split_once(':')
+                .ok_or_else(|| format!("interface={text}: bad prefix"))?;
             (format!("{a}:{port}"), Some(pre.to_string()))
         }
         None => (text.to_string(), None),
     };
     let (addr, port) = if let Ok(sa) = addr_port.parse::<SocketAddr>() {
         (sa.ip(), sa.port())
-    } else if let Ok(ip) = addr_port.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+    } else if let Ok(ip) = addr_port
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
         (ip, 0)
     } else {
         let sa = resolve("interface", &addr_port)?;
@@ -93,7 +101,10 @@ fn plus_one(addr: SocketAddr) -> SocketAddr {
     match addr.ip() {
         IpAddr::V4(v4) => {
             let o = v4.octets();
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3].wrapping_add(1))), addr.port())
+            SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3].wrapping_add(1))),
+                addr.port(),
+            )
         }
         IpAddr::V6(v6) => {
             let mut o = v6.octets();
@@ -116,8 +127,16 @@ impl UdpChannel {
             return Err(format!("channel '{uri}' is not a UDP channel"));
         }
         let p = uri.params().clone();
-        let endpoint = p.endpoint.as_deref().map(|e| resolve("endpoint", e)).transpose()?;
-        let control = p.control.as_deref().map(|c| resolve("control", c)).transpose()?;
+        let endpoint = p
+            .endpoint
+            .as_deref()
+            .map(|e| resolve("endpoint", e))
+            .transpose()?;
+        let control = p
+            .control
+            .as_deref()
+            .map(|c| resolve("control", c))
+            .transpose()?;
         let interface = p.interface.as_deref().map(parse_interface).transpose()?;
         let is_multicast = endpoint.is_some_and(|e| e.ip().is_multicast());
         let multicast_control = if is_multicast {
@@ -138,18 +157,35 @@ impl UdpChannel {
         };
         if endpoint.is_none()
             && control.is_none()
-            && !matches!(p.control_mode, Some(ControlMode::Manual) | Some(ControlMode::Response))
+            && !matches!(
+                p.control_mode,
+                Some(ControlMode::Manual) | Some(ControlMode::Response)
+            )
             && p.tags.is_none()
             && !uri.is_spy()
         {
-            return Err(format!("invalid channel URI '{uri}': a UDP channel needs an endpoint or a control address"));
+            return Err(format!(
+                "invalid channel URI '{uri}': a UDP channel needs an endpoint or a control address"
+            ));
         }
         let canonical = format!(
             "UDP-{}-{}",
-            interface.map(|i| format!("{}:{}", i.addr, i.port)).unwrap_or_else(|| "0.0.0.0:0".into()),
-            endpoint.map(|e| e.to_string()).unwrap_or_else(|| "0.0.0.0:0".into())
+            interface
+                .map(|i| format!("{}:{}", i.addr, i.port))
+                .unwrap_or_else(|| "0.0.0.0:0".into()),
+            endpoint
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "0.0.0.0:0".into())
         );
-        Ok(UdpChannel { uri, endpoint, control, interface, is_multicast, multicast_control, canonical })
+        Ok(UdpChannel {
+            uri,
+            endpoint,
+            control,
+            interface,
+            is_multicast,
+            multicast_control,
+            canonical,
+        })
     }
 }
 
@@ -171,24 +207,37 @@ mod tests {
     fn should_derive_the_multicast_control_group() {
         let c = UdpChannel::parse("aeron:udp?endpoint=224.10.9.7:40456").unwrap();
         assert!(c.is_multicast);
-        assert_eq!(c.multicast_control, Some("224.10.9.8:40456".parse().unwrap()));
+        assert_eq!(
+            c.multicast_control,
+            Some("224.10.9.8:40456".parse().unwrap())
+        );
         let e = UdpChannel::parse("aeron:udp?endpoint=224.10.9.8:40456").unwrap_err();
-        assert!(e.contains("endpoint=224.10.9.8:40456") && e.contains("odd"), "{e}");
+        assert!(
+            e.contains("endpoint=224.10.9.8:40456") && e.contains("odd"),
+            "{e}"
+        );
     }
 
     #[test]
     fn should_parse_interface_forms() {
         let i = parse_interface("192.168.1.0/24").unwrap();
-        assert_eq!((i.addr, i.prefix, i.port), ("192.168.1.0".parse().unwrap(), 24, 0));
+        assert_eq!(
+            (i.addr, i.prefix, i.port),
+            ("192.168.1.0".parse().unwrap(), 24, 0)
+        );
         let i = parse_interface("127.0.0.1:40000").unwrap();
         assert_eq!((i.prefix, i.port), (32, 40000));
-        assert!(parse_interface("10.0.0.1/40").unwrap_err().contains("prefix"));
+        assert!(parse_interface("10.0.0.1/40")
+            .unwrap_err()
+            .contains("prefix"));
     }
 
     #[test]
     fn should_name_unresolvable_hosts() {
         let e = UdpChannel::parse("aeron:udp?endpoint=no-such-host.invalid:40123").unwrap_err();
         assert!(e.contains("endpoint=no-such-host.invalid:40123"), "{e}");
-        assert!(UdpChannel::parse("aeron:ipc").unwrap_err().contains("not a UDP channel"));
+        assert!(UdpChannel::parse("aeron:ipc")
+            .unwrap_err()
+            .contains("not a UDP channel"));
     }
 }

@@ -77,7 +77,10 @@ impl RecvBatch {
             hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             hdr.msg_iov = &mut b.iovecs[i];
             hdr.msg_iovlen = 1;
-            b.msgs.push(libc::mmsghdr { msg_hdr: hdr, msg_len: 0 });
+            b.msgs.push(libc::mmsghdr {
+                msg_hdr: hdr,
+                msg_len: 0,
+            });
         }
         b
     }
@@ -147,9 +150,9 @@ impl UdpTransport {
             socket.set_recv_buffer_size(opts.so_rcvbuf)?;
         }
         socket.set_nonblocking(true)?;
-        socket
-            .bind(&addr.into())
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot bind UDP socket to {addr}: {e}")))?;
+        socket.bind(&addr.into()).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot bind UDP socket to {addr}: {e}"))
+        })?;
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
         Ok(UdpTransport { socket, local })
@@ -222,7 +225,10 @@ impl UdpTransport {
         let addr = SockAddr::from(to);
         let mut iovecs: Vec<libc::iovec> = datagrams
             .iter()
-            .map(|d| libc::iovec { iov_base: d.as_ptr() as *mut libc::c_void, iov_len: d.len() })
+            .map(|d| libc::iovec {
+                iov_base: d.as_ptr() as *mut libc::c_void,
+                iov_len: d.len(),
+            })
             .collect();
         let mut msgs: Vec<libc::mmsghdr> = (0..datagrams.len())
             .map(|i| {
@@ -231,12 +237,20 @@ impl UdpTransport {
                 hdr.msg_namelen = addr.len();
                 hdr.msg_iov = &mut iovecs[i];
                 hdr.msg_iovlen = 1;
-                libc::mmsghdr { msg_hdr: hdr, msg_len: 0 }
+                libc::mmsghdr {
+                    msg_hdr: hdr,
+                    msg_len: 0,
+                }
             })
             .collect();
         // SAFETY: every pointer refers to live buffers for the duration of the call.
         let n = unsafe {
-            libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, libc::MSG_DONTWAIT)
+            libc::sendmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -255,8 +269,10 @@ mod tests {
 
     #[test]
     fn should_send_and_receive_batches_on_loopback() {
-        let rx = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
-        let tx = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let rx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let tx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
         let payloads: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 32 + i as usize]).collect();
         let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
         assert_eq!(tx.send_batch(&refs, rx.local_addr()).unwrap(), 20);
@@ -273,21 +289,33 @@ mod tests {
             }
         }
         assert_eq!(got, payloads);
-        assert_eq!(rx.recv_batch(&mut batch).unwrap(), 0, "nothing left: non-blocking");
+        assert_eq!(
+            rx.recv_batch(&mut batch).unwrap(),
+            0,
+            "nothing left: non-blocking"
+        );
     }
 
     #[test]
     fn should_name_the_address_when_bind_fails() {
-        let a = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let a =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
         let err = UdpTransport::bind(a.local_addr(), &SocketOptions::default()).unwrap_err();
-        assert!(err.to_string().contains(&a.local_addr().to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&a.local_addr().to_string()),
+            "{err}"
+        );
     }
 
     #[test]
     fn should_apply_socket_buffer_sizes() {
         let t = UdpTransport::bind(
             "127.0.0.1:0".parse().unwrap(),
-            &SocketOptions { so_rcvbuf: 256 * 1024, so_sndbuf: 128 * 1024, reuse_address: false },
+            &SocketOptions {
+                so_rcvbuf: 256 * 1024,
+                so_sndbuf: 128 * 1024,
+                reuse_address: false,
+            },
         )
         .unwrap();
         // Linux doubles the requested size for bookkeeping.
