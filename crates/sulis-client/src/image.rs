@@ -248,24 +248,26 @@ impl Image {
     }
 
     /// Reads up to `limit` committed DATA frames from the subscriber position,
-    /// calling `f(term, frame_offset, frame_length, position_after)` for each,
-    /// then store-releases the new position. An error from `f` stops the read;
-    /// frames handled so far, the failing one included, count as consumed.
+    /// calling `f(term, frame_offset, frame_length, position_after)` for each;
+    /// what `f` returns decides consumption (see [`ControlledAction`]). The new
+    /// position is store-released at the end (and at each COMMIT). An error
+    /// from `f` stops the read; frames handled so far, the failing one
+    /// included, count as consumed.
     #[inline(always)]
     fn scan<E>(
         &self,
         limit: usize,
-        mut f: impl FnMut(&AtomicBuffer, usize, usize, i64) -> Result<(), E>,
+        mut f: impl FnMut(&AtomicBuffer, usize, usize, i64) -> Result<ControlledAction, E>,
     ) -> Result<usize, E> {
         if self.is_closed() || limit == 0 {
             return Ok(0);
         }
-        let position = self.position.get();
-        let term = &self.terms[index_by_position(position, self.bits)];
-        let start = (position & self.term_mask) as usize;
-        let term_base = position - start as i64;
+        let mut committed = self.position.get();
+        let term = &self.terms[index_by_position(committed, self.bits)];
+        let mut committed_offset = (committed & self.term_mask) as usize;
+        let term_base = committed - committed_offset as i64;
         let capacity = term.capacity();
-        let mut offset = start;
+        let mut offset = committed_offset;
         let mut fragments = 0;
         let mut result = Ok(());
         while fragments < limit && offset < capacity {
@@ -274,23 +276,38 @@ impl Image {
                 break;
             }
             let frame_offset = offset;
-            offset += align_frame(frame_length as usize);
+            let aligned = align_frame(frame_length as usize);
+            offset += aligned;
             if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
                 continue;
             }
             fragments += 1;
-            if let Err(e) = f(
+            match f(
                 term,
                 frame_offset,
                 frame_length as usize,
                 term_base + offset as i64,
             ) {
-                result = Err(e);
-                break;
+                Ok(ControlledAction::Continue) => {}
+                Ok(ControlledAction::Abort) => {
+                    fragments -= 1;
+                    offset -= aligned;
+                    break;
+                }
+                Ok(ControlledAction::Break) => break,
+                Ok(ControlledAction::Commit) => {
+                    committed += (offset - committed_offset) as i64;
+                    committed_offset = offset;
+                    self.set_position(committed);
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
         }
-        if offset > start {
-            self.set_position(position + (offset - start) as i64);
+        if offset > committed_offset {
+            self.set_position(committed + (offset - committed_offset) as i64);
         }
         result.map(|_| fragments)
     }
@@ -300,6 +317,18 @@ impl Image {
     /// one) count as consumed.
     #[inline]
     pub fn poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(
+        &self,
+        mut handler: F,
+        limit: usize,
+    ) -> Result<usize, E> {
+        self.controlled_poll(
+            |payload, header| handler(payload, header).map(|_| ControlledAction::Continue),
+            limit,
+        )
+    }
+
+    /// Polls with per-fragment control of consumption (see [`ControlledAction`]).
+    pub fn controlled_poll<E, F: FnMut(&[u8], &Header) -> Result<ControlledAction, E>>(
         &self,
         mut handler: F,
         limit: usize,
@@ -316,65 +345,6 @@ impl Image {
         })
     }
 
-    /// Polls with per-fragment control of consumption (see [`ControlledAction`]).
-    pub fn controlled_poll<E, F: FnMut(&[u8], &Header) -> Result<ControlledAction, E>>(
-        &self,
-        mut handler: F,
-        limit: usize,
-    ) -> Result<usize, E> {
-        if self.is_closed() || limit == 0 {
-            return Ok(0);
-        }
-        let mut initial_position = self.position.get();
-        let term = &self.terms[index_by_position(initial_position, self.bits)];
-        let mut initial_offset = (initial_position & self.term_mask) as usize;
-        let capacity = term.capacity();
-        let mut offset = initial_offset;
-        let mut fragments = 0;
-        let mut result = Ok(());
-        while fragments < limit && offset < capacity {
-            let frame_length = term.get_i32_volatile(offset);
-            if frame_length <= 0 {
-                break;
-            }
-            let frame_offset = offset;
-            let aligned = align_frame(frame_length as usize);
-            offset += aligned;
-            if term.get_u16(frame_offset + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD {
-                continue;
-            }
-            fragments += 1;
-            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
-            let payload = term.slice(
-                frame_offset + DATA_HEADER_LENGTH,
-                frame_length as usize - DATA_HEADER_LENGTH,
-            );
-            match handler(payload, &header) {
-                Ok(ControlledAction::Abort) => {
-                    fragments -= 1;
-                    offset -= aligned;
-                    break;
-                }
-                Ok(ControlledAction::Break) => break,
-                Ok(ControlledAction::Commit) => {
-                    initial_position += (offset - initial_offset) as i64;
-                    initial_offset = offset;
-                    self.set_position(initial_position);
-                }
-                Ok(ControlledAction::Continue) => {}
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        let resulting = initial_position + (offset - initial_offset) as i64;
-        if resulting > initial_position {
-            self.set_position(resulting);
-        }
-        result.map(|_| fragments)
-    }
-
     /// Copies up to `limit` fragments into `batch` (payloads back to back).
     pub fn poll_into(&self, batch: &mut crate::subscription::Batch, limit: usize) -> usize {
         let r: Result<usize, std::convert::Infallible> =
@@ -389,7 +359,7 @@ impl Image {
                     term.get_u8(frame_offset + FLAGS_FIELD_OFFSET),
                     term.get_i64(frame_offset + RESERVED_VALUE_FIELD_OFFSET),
                 );
-                Ok(())
+                Ok(ControlledAction::Continue)
             });
         match r {
             Ok(n) => n,
