@@ -61,10 +61,14 @@ def test_uris_the_driver_refuses(driver, client):
     # term-offset beyond the driver's default term length
     with pytest.raises(sulis.ConfigurationError, match="term-offset=65536 is not below term length 65536"):
         client.add_exclusive_publication("aeron:ipc?init-term-id=0|term-id=0|term-offset=65536", 5)
-    # valid URIs for what this driver does not support (UDP, spies, session tags)
-    for uri in ("aeron:udp?endpoint=localhost:40123", "aeron-spy:aeron:udp?endpoint=localhost:40123"):
+    # valid URIs for what this driver does not support (spies, multicast, MDC, session tags)
+    for uri, why in (
+        ("aeron-spy:aeron:udp?endpoint=localhost:40123", "spy"),
+        ("aeron:udp?endpoint=224.0.1.1:40123", "only unicast UDP"),
+        ("aeron:udp?control=localhost:40124|control-mode=dynamic", "only unicast UDP"),
+    ):
         for add in (client.add_publication, client.add_subscription):
-            with pytest.raises(sulis.RegistrationError, match="only aeron:ipc") as info:
+            with pytest.raises(sulis.RegistrationError, match=why) as info:
                 add(uri, 6)
             assert isinstance(info.value.code, int)
             assert not isinstance(info.value, sulis.ConfigurationError)
@@ -75,5 +79,5 @@ def test_uris_the_driver_refuses(driver, client):
     assert first.offer(b"x") == sulis.NOT_CONNECTED
     assert holder.session_id == 77
     logged = "\n".join(text for _, _, _, text in sulis.read_errors(driver.dir))
-    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "only aeron:ipc", "tag"):
+    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "only unicast UDP", "spy", "tag"):
         assert fragment in logged

@@ -4,20 +4,30 @@
 //! `do_work` reads the clock once, then adds up small duties (commands, stream
 //! positions, timers) and returns the total so the idle strategy can back off.
 
+use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::DriverContext;
 use crate::ipc_publication::{IpcPublication, IpcSubscriber, PubState};
+use crate::media::udp_channel::UdpChannel;
+use crate::media::udp_transport::{SocketOptions, UdpTransport};
+use crate::network_publication::{NetState, NetworkPublication, NetworkPublicationEntry};
+use crate::publication_image::{ImageSubscriber, PublicationImage};
+use crate::receiver::{ReceiverCommand, ReceiverEvent};
+use crate::sender::SenderCommand;
 use crate::system_counters::{
     stream_counter_key, stream_counter_label, type_id, SystemCounter, SystemCounters,
 };
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use sulis_concurrent::broadcast::BroadcastTransmitter;
 use sulis_concurrent::cnc::{epoch_ms, Cnc};
 use sulis_concurrent::counters::{CountersManager, NULL_COUNTER_ID};
-use sulis_concurrent::error_log::DistinctErrorLog;
+use sulis_concurrent::error_log::SharedErrorLog;
 use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::control::{error_code, Command, Event};
+use sulis_protocol::frame::SetupFrame;
 use sulis_protocol::log_buffer_descriptor::*;
 use sulis_protocol::uri::{ChannelUri, Media, SessionIdParam};
 
@@ -49,6 +59,40 @@ struct SubscriptionLink {
     channel: String,
     session_filter: Option<i32>,
     tether: bool,
+    /// Receive endpoint of a UDP subscription (`None` for IPC).
+    udp_endpoint: Option<u64>,
+}
+
+/// A socket shared by every channel with the same canonical form.
+struct EndpointEntry {
+    id: u64,
+    key: String,
+    ref_count: usize,
+    /// Effective SO_RCVBUF (caps the receiver window).
+    rcvbuf: usize,
+    /// Receiver window from the first subscription's channel, if it set one.
+    rcv_wnd: Option<usize>,
+}
+
+/// Conductor-side state of an image.
+enum ImageState {
+    Active,
+    Lingering { until_ns: i64 },
+}
+
+struct ImageEntry {
+    image: Arc<PublicationImage>,
+    state: ImageState,
+}
+
+/// Channels to and from the network agents.
+pub struct NetworkLinks {
+    /// Commands to the sender.
+    pub sender: mpsc::Sender<SenderCommand>,
+    /// Commands to the receiver.
+    pub receiver: mpsc::Sender<ReceiverCommand>,
+    /// Requests from the receiver.
+    pub receiver_events: mpsc::Receiver<ReceiverEvent>,
 }
 
 struct ClientCounter {
@@ -72,22 +116,20 @@ impl CommandError {
     }
 }
 
-/// Parses a channel for this driver (IPC only so far): validates it, checks
-/// the `stream-id` parameter against the command's stream id and returns the
-/// URI with its fixed session id, if any.
-fn parse_ipc_channel(
+/// Parses a channel: validates it, checks the `stream-id` parameter against
+/// the command's stream id and returns the URI with its fixed session id, if
+/// any.
+fn parse_channel(
     channel: &str,
     stream_id: i32,
     what: &str,
 ) -> Result<(ChannelUri, Option<i32>), CommandError> {
     let uri = ChannelUri::parse(channel)
         .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
-    if uri.media() != Media::Ipc || uri.is_spy() {
+    if uri.is_spy() {
         return Err(CommandError::new(
             error_code::NOT_SUPPORTED,
-            format!(
-                "channel '{channel}': only aeron:ipc {what} are supported by this driver version"
-            ),
+            format!("channel '{channel}': spy {what} are not supported by this driver version"),
         ));
     }
     let p = uri.params();
@@ -115,19 +157,25 @@ fn parse_ipc_channel(
 /// The conductor agent.
 pub struct DriverConductor {
     ctx: DriverContext,
-    cnc: Cnc,
+    cnc: Arc<Cnc>,
     to_driver: ManyToOneRingBuffer,
     to_clients: BroadcastTransmitter,
     counters: CountersManager,
-    errors: DistinctErrorLog,
+    errors: ErrorReporter,
     system: SystemCounters,
+    clock: NanoClock,
+    net: NetworkLinks,
+    net_publications: Vec<NetworkPublicationEntry>,
+    send_endpoints: Vec<EndpointEntry>,
+    receive_endpoints: Vec<EndpointEntry>,
+    images: Vec<ImageEntry>,
+    next_endpoint_id: u64,
     clients: Vec<ClientSession>,
     publications: Vec<IpcPublication>,
     publication_links: Vec<PublicationLink>,
     subscriptions: Vec<SubscriptionLink>,
     client_counters: Vec<ClientCounter>,
     next_session_id: i32,
-    clock_start: Instant,
     next_timer_ns: i64,
     last_heartbeat_ms: i64,
     publications_dir: PathBuf,
@@ -137,7 +185,12 @@ pub struct DriverConductor {
 
 impl DriverConductor {
     /// Builds the conductor over a created (not yet ready) CnC.
-    pub fn new(ctx: DriverContext, cnc: Cnc) -> Result<Self, String> {
+    pub fn new(
+        ctx: DriverContext,
+        cnc: Arc<Cnc>,
+        clock: NanoClock,
+        net: NetworkLinks,
+    ) -> Result<Self, String> {
         let to_driver = ManyToOneRingBuffer::new(cnc.to_driver_buffer())?;
         let to_clients = BroadcastTransmitter::new(cnc.to_clients_buffer())?;
         let mut counters = CountersManager::new(
@@ -147,7 +200,8 @@ impl DriverConductor {
         );
         let now_ms = epoch_ms();
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
-        let errors = DistinctErrorLog::new(cnc.error_log_buffer());
+        let errors =
+            ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system.clone());
         to_driver.set_consumer_heartbeat_time(now_ms);
         let seed = (now_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
         let publications_dir = ctx.dir.join("publications");
@@ -159,13 +213,19 @@ impl DriverConductor {
             counters,
             errors,
             system,
+            clock,
+            net,
+            net_publications: Vec::new(),
+            send_endpoints: Vec::new(),
+            receive_endpoints: Vec::new(),
+            images: Vec::new(),
+            next_endpoint_id: 1,
             clients: Vec::new(),
             publications: Vec::new(),
             publication_links: Vec::new(),
             subscriptions: Vec::new(),
             client_counters: Vec::new(),
             next_session_id: (seed >> 33) as i32,
-            clock_start: Instant::now(),
             next_timer_ns: 0,
             last_heartbeat_ms: now_ms,
             publications_dir,
@@ -179,8 +239,13 @@ impl DriverConductor {
         &self.cnc
     }
 
+    /// The error reporter the network agents share with the conductor.
+    pub fn error_reporter(&self) -> ErrorReporter {
+        self.errors.clone()
+    }
+
     fn now_ns(&self) -> i64 {
-        self.clock_start.elapsed().as_nanos() as i64
+        self.clock.now_ns()
     }
 
     /// One duty cycle.
@@ -201,6 +266,20 @@ impl DriverConductor {
         for p in self.publications.iter_mut() {
             p.update_publisher_limit();
         }
+        let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
+        for p in self.net_publications.iter_mut() {
+            p.update_publisher_limit(now_ns, connection_timeout_ns);
+        }
+        while let Ok(ev) = self.net.receiver_events.try_recv() {
+            match ev {
+                ReceiverEvent::CreateImage {
+                    endpoint_id,
+                    setup,
+                    source,
+                } => self.on_create_image(endpoint_id, &setup, source, now_ns),
+            }
+            work += 1;
+        }
         let now_ms = epoch_ms();
         if now_ms - self.last_heartbeat_ms >= DRIVER_HEARTBEAT_INTERVAL_MS {
             self.to_driver.set_consumer_heartbeat_time(now_ms);
@@ -218,6 +297,12 @@ impl DriverConductor {
         for p in self.publications.drain(..) {
             let _ = std::fs::remove_file(p.logs.path());
         }
+        for p in self.net_publications.drain(..) {
+            let _ = std::fs::remove_file(p.publication.logs.path());
+        }
+        for i in self.images.drain(..) {
+            let _ = std::fs::remove_file(i.image.logs.path());
+        }
         // A clean stop is not a live driver: clients see the driver gone at
         // once, and a new driver may take the directory without waiting out
         // the driver timeout.
@@ -225,8 +310,7 @@ impl DriverConductor {
     }
 
     fn record_error(&mut self, text: &str) {
-        self.system.increment(SystemCounter::Errors);
-        self.errors.record(text, epoch_ms());
+        self.errors.record(text);
     }
 
     fn send(&mut self, event: Event) {
@@ -398,6 +482,10 @@ impl DriverConductor {
                 .publications
                 .iter()
                 .any(|p| p.stream_id == stream_id && p.session_id == id)
+                && !self
+                    .net_publications
+                    .iter()
+                    .any(|p| p.publication.stream_id == stream_id && p.publication.session_id == id)
             {
                 return id;
             }
@@ -413,7 +501,7 @@ impl DriverConductor {
         exclusive: bool,
         now_ns: i64,
     ) -> Result<(), CommandError> {
-        let (uri, fixed_session) = parse_ipc_channel(channel, stream_id, "publications")?;
+        let (uri, fixed_session) = parse_channel(channel, stream_id, "publications")?;
         let p = uri.params();
         let has_position = p.init_term_id.is_some();
         if has_position && !exclusive {
@@ -421,6 +509,17 @@ impl DriverConductor {
                 error_code::INVALID_CHANNEL,
                 format!("channel '{channel}': init-term-id/term-id/term-offset are only valid for exclusive publications"),
             ));
+        }
+        if uri.media() == Media::Udp {
+            return self.on_add_network_publication(
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+                &uri,
+                fixed_session,
+                exclusive,
+            );
         }
 
         if !exclusive {
@@ -477,80 +576,15 @@ impl DriverConductor {
             }
         }
 
-        let term_length = p
-            .term_length
-            .map(|t| t as usize)
-            .unwrap_or(self.ctx.ipc_term_buffer_length);
-        let mtu = p.mtu.map(|m| m as usize).unwrap_or(self.ctx.ipc_mtu_length);
-        let max_message = compute_max_message_length(term_length);
-        if mtu > max_message {
-            return Err(CommandError::new(
-                error_code::INVALID_CHANNEL,
-                format!("channel '{channel}': mtu {mtu} exceeds the max message length {max_message} of term length {term_length}"),
-            ));
-        }
-        let session_id = fixed_session.unwrap_or_else(|| self.allocate_session_id(stream_id));
-        let (initial_term_id, active_term_id, term_offset) = if has_position {
-            (
-                p.init_term_id.unwrap(),
-                p.term_id.unwrap(),
-                p.term_offset.unwrap() as i32,
-            )
-        } else {
-            let r = (self.clock_start.elapsed().as_nanos() as u64
-                ^ (correlation_id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D))
-            .rotate_left(17) as i32;
-            (r, r, 0)
-        };
-        if term_offset as usize >= term_length {
-            return Err(CommandError::new(
-                error_code::INVALID_CHANNEL,
-                format!("channel '{channel}': term-offset={term_offset} is not below term length {term_length}"),
-            ));
-        }
-        let window = if self.ctx.publication_term_window_length > 0 {
-            self.ctx.publication_term_window_length.min(term_length / 2)
-        } else {
-            p.pub_wnd
-                .map(|w| (w as usize).min(term_length / 2))
-                .unwrap_or(term_length / 2)
-        };
-        let params = LogParams {
+        let (logs, path, session_id, window) = self.create_publication_log(
             correlation_id,
-            term_length,
-            page_size: self.ctx.file_page_size,
-            mtu,
-            initial_term_id,
-            active_term_id,
-            term_offset,
-            session_id,
             stream_id,
-            log_type: if exclusive {
-                LOG_TYPE_EXCLUSIVE
-            } else {
-                LOG_TYPE_CONCURRENT
-            },
-            publication_window: window as i32,
-            linger_ns: p
-                .linger_ns
-                .unwrap_or(self.ctx.publication_linger_timeout_ns) as i64,
-            sparse: p.sparse.unwrap_or(self.ctx.term_buffer_sparse_file),
-            signal_eos: p.eos.unwrap_or(true),
-            tether: true,
-        };
-        let path = self
-            .publications_dir
-            .join(format!("{correlation_id}.logbuffer"));
-        let logs = LogBuffers::create(&path, &params).map_err(|e| {
-            let code = if e.raw_os_error() == Some(libc::ENOSPC)
-                || e.to_string().contains("insufficient storage")
-            {
-                error_code::STORAGE_SPACE
-            } else {
-                error_code::GENERIC_ERROR
-            };
-            CommandError::new(code, format!("cannot create log buffer: {e}"))
-        })?;
+            channel,
+            p,
+            fixed_session,
+            exclusive,
+            false,
+        )?;
         let now_ms = epoch_ms();
         let key = stream_counter_key(correlation_id, session_id, stream_id, channel);
         let alloc = |counters: &mut CountersManager, t: i32, name: &str| {
@@ -628,6 +662,102 @@ impl DriverConductor {
             self.link_subscriber(idx, si);
         }
         Ok(())
+    }
+
+    /// Creates a new publication's log file: term length, MTU, session id,
+    /// initial position and window from the channel or the driver defaults.
+    #[allow(clippy::too_many_arguments)]
+    fn create_publication_log(
+        &mut self,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        p: &sulis_protocol::uri::ChannelParams,
+        fixed_session: Option<i32>,
+        exclusive: bool,
+        udp: bool,
+    ) -> Result<(LogBuffers, PathBuf, i32, usize), CommandError> {
+        let has_position = p.init_term_id.is_some();
+        let term_length = p.term_length.map(|t| t as usize).unwrap_or(if udp {
+            self.ctx.term_buffer_length
+        } else {
+            self.ctx.ipc_term_buffer_length
+        });
+        let mtu = p.mtu.map(|m| m as usize).unwrap_or(if udp {
+            self.ctx.mtu_length
+        } else {
+            self.ctx.ipc_mtu_length
+        });
+        let max_message = compute_max_message_length(term_length);
+        if mtu > max_message {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': mtu {mtu} exceeds the max message length {max_message} of term length {term_length}"),
+            ));
+        }
+        let session_id = fixed_session.unwrap_or_else(|| self.allocate_session_id(stream_id));
+        let (initial_term_id, active_term_id, term_offset) = if has_position {
+            (
+                p.init_term_id.unwrap(),
+                p.term_id.unwrap(),
+                p.term_offset.unwrap() as i32,
+            )
+        } else {
+            let r = (self.clock.now_ns() as u64
+                ^ (correlation_id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D))
+            .rotate_left(17) as i32;
+            (r, r, 0)
+        };
+        if term_offset as usize >= term_length {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': term-offset={term_offset} is not below term length {term_length}"),
+            ));
+        }
+        let window = if self.ctx.publication_term_window_length > 0 {
+            self.ctx.publication_term_window_length.min(term_length / 2)
+        } else {
+            p.pub_wnd
+                .map(|w| (w as usize).min(term_length / 2))
+                .unwrap_or(term_length / 2)
+        };
+        let params = LogParams {
+            correlation_id,
+            term_length,
+            page_size: self.ctx.file_page_size,
+            mtu,
+            initial_term_id,
+            active_term_id,
+            term_offset,
+            session_id,
+            stream_id,
+            log_type: if exclusive {
+                LOG_TYPE_EXCLUSIVE
+            } else {
+                LOG_TYPE_CONCURRENT
+            },
+            publication_window: window as i32,
+            linger_ns: p
+                .linger_ns
+                .unwrap_or(self.ctx.publication_linger_timeout_ns) as i64,
+            sparse: p.sparse.unwrap_or(self.ctx.term_buffer_sparse_file),
+            signal_eos: p.eos.unwrap_or(true),
+            tether: true,
+        };
+        let path = self
+            .publications_dir
+            .join(format!("{correlation_id}.logbuffer"));
+        let logs = LogBuffers::create(&path, &params).map_err(|e| {
+            let code = if e.raw_os_error() == Some(libc::ENOSPC)
+                || e.to_string().contains("insufficient storage")
+            {
+                error_code::STORAGE_SPACE
+            } else {
+                error_code::GENERIC_ERROR
+            };
+            CommandError::new(code, format!("cannot create log buffer: {e}"))
+        })?;
+        Ok((logs, path, session_id, window))
     }
 
     fn link_subscriber(&mut self, pub_index: usize, sub_index: usize) {
@@ -721,6 +851,16 @@ impl DriverConductor {
                 p.close(now_ns);
             }
         }
+        if let Some(p) = self
+            .net_publications
+            .iter_mut()
+            .find(|p| p.publication.registration_id == publication_id)
+        {
+            p.ref_count = p.ref_count.saturating_sub(1);
+            if p.ref_count == 0 {
+                p.close(now_ns);
+            }
+        }
     }
 
     fn on_add_subscription(
@@ -730,7 +870,17 @@ impl DriverConductor {
         stream_id: i32,
         channel: &str,
     ) -> Result<(), CommandError> {
-        let (uri, session_filter) = parse_ipc_channel(channel, stream_id, "subscriptions")?;
+        let (uri, session_filter) = parse_channel(channel, stream_id, "subscriptions")?;
+        if uri.media() == Media::Udp {
+            return self.on_add_udp_subscription(
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+                &uri,
+                session_filter,
+            );
+        }
         let p = uri.params();
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
@@ -739,6 +889,7 @@ impl DriverConductor {
             channel: channel.to_string(),
             session_filter,
             tether: p.tether.unwrap_or(true),
+            udp_endpoint: None,
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
@@ -759,7 +910,8 @@ impl DriverConductor {
         Ok(())
     }
 
-    fn unlink_subscription(&mut self, registration_id: i64) {
+    fn unlink_subscription(&mut self, link: &SubscriptionLink) {
+        let registration_id = link.registration_id;
         let now_ms = epoch_ms();
         for p in self.publications.iter_mut() {
             p.subscribers.retain(|s| {
@@ -770,6 +922,41 @@ impl DriverConductor {
                     true
                 }
             });
+        }
+        if let Some(endpoint_id) = link.udp_endpoint {
+            for entry in self.images.iter() {
+                let mut subs = entry
+                    .image
+                    .subscribers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                subs.retain(|s| {
+                    if s.subscription_id == registration_id {
+                        self.counters.free(s.position.id(), now_ms);
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            let _ = self.net.receiver.send(ReceiverCommand::RemoveSubscription {
+                endpoint_id,
+                stream_id: link.stream_id,
+            });
+            if let Some(i) = self
+                .receive_endpoints
+                .iter()
+                .position(|e| e.id == endpoint_id)
+            {
+                self.receive_endpoints[i].ref_count -= 1;
+                if self.receive_endpoints[i].ref_count == 0 {
+                    self.receive_endpoints.swap_remove(i);
+                    let _ = self
+                        .net
+                        .receiver
+                        .send(ReceiverCommand::RemoveEndpoint { id: endpoint_id });
+                }
+            }
         }
     }
 
@@ -789,8 +976,8 @@ impl DriverConductor {
                     format!("unknown subscription {registration_id}"),
                 )
             })?;
-        self.subscriptions.swap_remove(i);
-        self.unlink_subscription(registration_id);
+        let link = self.subscriptions.swap_remove(i);
+        self.unlink_subscription(&link);
         self.send(Event::OperationSuccess { correlation_id });
         Ok(())
     }
@@ -865,14 +1052,12 @@ impl DriverConductor {
         for pid in links {
             self.release_publication_link(pid, now_ns);
         }
-        let subs: Vec<i64> = self
-            .subscriptions
-            .iter()
-            .filter(|s| s.client_id == client_id)
-            .map(|s| s.registration_id)
-            .collect();
-        self.subscriptions.retain(|s| s.client_id != client_id);
-        for s in subs {
+        let (subs, rest): (Vec<SubscriptionLink>, Vec<SubscriptionLink>) =
+            std::mem::take(&mut self.subscriptions)
+                .into_iter()
+                .partition(|s| s.client_id == client_id);
+        self.subscriptions = rest;
+        for s in &subs {
             self.unlink_subscription(s);
         }
         let now_ms = epoch_ms();
@@ -895,6 +1080,657 @@ impl DriverConductor {
             self.counters.free(c.heartbeat_counter_id, now_ms);
             let _ = c.closed;
         }
+    }
+
+    // ----- UDP: publications, subscriptions, images -----
+
+    fn socket_options(&self, p: &sulis_protocol::uri::ChannelParams) -> SocketOptions {
+        SocketOptions {
+            so_sndbuf: p
+                .so_sndbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_sndbuf_length),
+            so_rcvbuf: p
+                .so_rcvbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_rcvbuf_length),
+            reuse_address: false,
+        }
+    }
+
+    fn resolve_udp(channel: &str, uri: &ChannelUri) -> Result<UdpChannel, CommandError> {
+        let udp = UdpChannel::from_uri(uri.clone())
+            .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+        if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
+            return Err(CommandError::new(
+                error_code::NOT_SUPPORTED,
+                format!("channel '{channel}': only unicast UDP with an endpoint is supported by this driver version (no multicast, control or MDC yet)"),
+            ));
+        }
+        Ok(udp)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_add_network_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        uri: &ChannelUri,
+        fixed_session: Option<i32>,
+        exclusive: bool,
+    ) -> Result<(), CommandError> {
+        let udp = Self::resolve_udp(channel, uri)?;
+        let p = uri.params();
+        let destination = udp.endpoint.expect("checked by resolve_udp");
+        let key = udp.canonical.clone();
+        if let Some(mtu) = p.mtu {
+            if mtu as usize > crate::media::udp_transport::MAX_UDP_PAYLOAD_LENGTH {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': mtu={mtu} exceeds the largest UDP payload 65504"),
+                ));
+            }
+        }
+        if !exclusive {
+            if let Some(existing) = self.net_publications.iter_mut().find(|x| {
+                !x.publication.exclusive
+                    && x.is_active()
+                    && x.endpoint_key == key
+                    && x.publication.stream_id == stream_id
+                    && fixed_session.is_none_or(|s| s == x.publication.session_id)
+            }) {
+                let np = &existing.publication;
+                if let Some(t) = p.term_length {
+                    if t as usize != np.term_length {
+                        return Err(CommandError::new(
+                            error_code::INVALID_CHANNEL,
+                            format!(
+                                "channel '{channel}': term-length={t} differs from the existing publication's {}",
+                                np.term_length
+                            ),
+                        ));
+                    }
+                }
+                existing.ref_count += 1;
+                let ev = Event::PublicationReady {
+                    correlation_id,
+                    registration_id: np.registration_id,
+                    session_id: np.session_id,
+                    stream_id,
+                    position_limit_counter_id: np.pub_limit.id(),
+                    channel_status_counter_id: NULL_COUNTER_ID,
+                    log_file: np.logs.path().display().to_string(),
+                    exclusive: false,
+                };
+                let publication_id = np.registration_id;
+                self.publication_links.push(PublicationLink {
+                    registration_id: correlation_id,
+                    client_id,
+                    publication_id,
+                });
+                self.send(ev);
+                return Ok(());
+            }
+        }
+        if let Some(s) = fixed_session {
+            if self.net_publications.iter().any(|x| {
+                x.is_active()
+                    && x.endpoint_key == key
+                    && x.publication.stream_id == stream_id
+                    && x.publication.session_id == s
+            }) {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': session-id={s} is already in use on stream {stream_id}"),
+                ));
+            }
+        }
+
+        // The send endpoint: one socket per canonical channel.
+        let endpoint_id = match self.send_endpoints.iter_mut().find(|e| e.key == key) {
+            Some(e) => {
+                e.ref_count += 1;
+                e.id
+            }
+            None => {
+                let local = match udp.interface {
+                    Some(i) => SocketAddr::new(i.addr, i.port),
+                    None => match destination.ip() {
+                        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                    },
+                };
+                let transport =
+                    UdpTransport::bind(local, &self.socket_options(p)).map_err(|e| {
+                        CommandError::new(
+                            error_code::GENERIC_ERROR,
+                            format!("channel '{channel}': {e}"),
+                        )
+                    })?;
+                let id = self.next_endpoint_id;
+                self.next_endpoint_id += 1;
+                let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+                let _ = self
+                    .net
+                    .sender
+                    .send(SenderCommand::AddEndpoint { id, transport });
+                self.send_endpoints.push(EndpointEntry {
+                    id,
+                    key: key.clone(),
+                    ref_count: 1,
+                    rcvbuf,
+                    rcv_wnd: None,
+                });
+                id
+            }
+        };
+
+        let created = self.create_publication_log(
+            correlation_id,
+            stream_id,
+            channel,
+            p,
+            fixed_session,
+            exclusive,
+            true,
+        );
+        let (logs, path, session_id, window) = match created {
+            Ok(c) => c,
+            Err(e) => {
+                self.release_send_endpoint(endpoint_id);
+                return Err(e);
+            }
+        };
+        let now_ms = epoch_ms();
+        let counter_key = stream_counter_key(correlation_id, session_id, stream_id, channel);
+        let mut ids = Vec::new();
+        for (t, name) in [
+            (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+            (type_id::PUBLISHER_POSITION, "pub-pos (sampled)"),
+            (type_id::SENDER_POSITION, "snd-pos"),
+            (type_id::SENDER_LIMIT, "snd-lmt"),
+        ] {
+            match self.counters.allocate(
+                t,
+                &counter_key,
+                &stream_counter_label(name, correlation_id, session_id, stream_id, channel),
+                correlation_id,
+                client_id,
+                0,
+                now_ms,
+            ) {
+                Ok(id) => ids.push(id),
+                Err(_) => {
+                    for id in ids {
+                        self.counters.free(id, now_ms);
+                    }
+                    let _ = std::fs::remove_file(&path);
+                    self.release_send_endpoint(endpoint_id);
+                    return Err(CommandError::new(
+                        error_code::GENERIC_ERROR,
+                        "counters buffer is full",
+                    ));
+                }
+            }
+        }
+        let reader = self.counters.reader();
+        let term_length = logs.term_length();
+        let publication = Arc::new(NetworkPublication {
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            channel: channel.to_string(),
+            destination,
+            exclusive,
+            bits: position_bits_to_shift(term_length),
+            term_length,
+            initial_term_id: logs.initial_term_id(),
+            mtu: logs.mtu(),
+            ttl: p.ttl.map(|t| t as i32).unwrap_or(0),
+            logs,
+            pub_limit: reader.counter_ref(ids[0]),
+            pub_pos: reader.counter_ref(ids[1]),
+            snd_pos: reader.counter_ref(ids[2]),
+            snd_lmt: reader.counter_ref(ids[3]),
+            time_of_last_sm_ns: AtomicI64::new(i64::MIN),
+            status: AtomicU8::new(crate::network_publication::status::ACTIVE),
+            signal_eos: p.eos.unwrap_or(true),
+        });
+        let entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        self.net_publications.push(entry);
+        let _ = self.net.sender.send(SenderCommand::AddPublication {
+            endpoint_id,
+            publication: publication.clone(),
+        });
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: correlation_id,
+        });
+        self.send(Event::PublicationReady {
+            correlation_id,
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            position_limit_counter_id: ids[0],
+            channel_status_counter_id: NULL_COUNTER_ID,
+            log_file: path.display().to_string(),
+            exclusive,
+        });
+        Ok(())
+    }
+
+    fn release_send_endpoint(&mut self, endpoint_id: u64) {
+        if let Some(i) = self.send_endpoints.iter().position(|e| e.id == endpoint_id) {
+            self.send_endpoints[i].ref_count -= 1;
+            if self.send_endpoints[i].ref_count == 0 {
+                self.send_endpoints.swap_remove(i);
+                let _ = self
+                    .net
+                    .sender
+                    .send(SenderCommand::RemoveEndpoint { id: endpoint_id });
+            }
+        }
+    }
+
+    fn on_add_udp_subscription(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        uri: &ChannelUri,
+        session_filter: Option<i32>,
+    ) -> Result<(), CommandError> {
+        let udp = Self::resolve_udp(channel, uri)?;
+        let p = uri.params();
+        let key = udp.canonical.clone();
+        let endpoint_id = match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
+            Some(e) => {
+                e.ref_count += 1;
+                e.id
+            }
+            None => {
+                let bind = udp.endpoint.expect("checked by resolve_udp");
+                let transport = UdpTransport::bind(bind, &self.socket_options(p)).map_err(|e| {
+                    CommandError::new(
+                        error_code::GENERIC_ERROR,
+                        format!("channel '{channel}': {e}"),
+                    )
+                })?;
+                let id = self.next_endpoint_id;
+                self.next_endpoint_id += 1;
+                let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+                let _ = self
+                    .net
+                    .receiver
+                    .send(ReceiverCommand::AddEndpoint { id, transport });
+                self.receive_endpoints.push(EndpointEntry {
+                    id,
+                    key,
+                    ref_count: 1,
+                    rcvbuf,
+                    rcv_wnd: p.rcv_wnd.map(|w| w as usize),
+                });
+                id
+            }
+        };
+        let _ = self.net.receiver.send(ReceiverCommand::AddSubscription {
+            endpoint_id,
+            stream_id,
+        });
+        self.subscriptions.push(SubscriptionLink {
+            registration_id: correlation_id,
+            client_id,
+            stream_id,
+            channel: channel.to_string(),
+            session_filter,
+            tether: p.tether.unwrap_or(true),
+            udp_endpoint: Some(endpoint_id),
+        });
+        self.send(Event::SubscriptionReady {
+            correlation_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+        });
+        let si = self.subscriptions.len() - 1;
+        let images: Vec<Arc<PublicationImage>> = self
+            .images
+            .iter()
+            .filter(|i| {
+                matches!(i.state, ImageState::Active)
+                    && i.image.endpoint_id == endpoint_id
+                    && i.image.stream_id == stream_id
+                    && session_filter.is_none_or(|f| f == i.image.session_id)
+            })
+            .map(|i| i.image.clone())
+            .collect();
+        for image in images {
+            self.link_image_subscriber(&image, si);
+        }
+        Ok(())
+    }
+
+    /// Gives subscription `sub_index` a position on `image` and tells its client.
+    fn link_image_subscriber(&mut self, image: &Arc<PublicationImage>, sub_index: usize) {
+        let now_ms = epoch_ms();
+        let s = &self.subscriptions[sub_index];
+        let (sub_id, client_id) = (s.registration_id, s.client_id);
+        let join = image
+            .min_subscriber_position()
+            .unwrap_or(image.rcv_pos.get_volatile());
+        let key = stream_counter_key(sub_id, image.session_id, image.stream_id, &s.channel);
+        let label = format!(
+            "{} @{join}",
+            stream_counter_label(
+                "sub-pos",
+                sub_id,
+                image.session_id,
+                image.stream_id,
+                &s.channel
+            )
+        );
+        let counter_id = match self.counters.allocate(
+            type_id::SUBSCRIBER_POSITION,
+            &key,
+            &label,
+            sub_id,
+            client_id,
+            image.correlation_id,
+            now_ms,
+        ) {
+            Ok(id) => id,
+            Err(e) => {
+                self.record_error(&format!(
+                    "cannot allocate subscriber position for subscription {sub_id}: {e}"
+                ));
+                return;
+            }
+        };
+        let position = self.counters.reader().counter_ref(counter_id);
+        position.set_ordered(join);
+        image
+            .subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ImageSubscriber {
+                subscription_id: sub_id,
+                position,
+            });
+        self.send(Event::AvailableImage {
+            correlation_id: image.correlation_id,
+            session_id: image.session_id,
+            stream_id: image.stream_id,
+            subscription_registration_id: sub_id,
+            subscriber_position_id: counter_id,
+            log_file: image.logs.path().display().to_string(),
+            source_identity: image.source.to_string(),
+        });
+    }
+
+    fn on_create_image(
+        &mut self,
+        endpoint_id: u64,
+        setup: &SetupFrame,
+        source: SocketAddr,
+        now_ns: i64,
+    ) {
+        let refuse = |this: &mut Self| {
+            let _ = this.net.receiver.send(ReceiverCommand::ImageRefused {
+                endpoint_id,
+                session_id: setup.session_id,
+                stream_id: setup.stream_id,
+            });
+        };
+        let Some(endpoint) = self.receive_endpoints.iter().find(|e| e.id == endpoint_id) else {
+            return refuse(self);
+        };
+        let (rcvbuf, rcv_wnd) = (endpoint.rcvbuf, endpoint.rcv_wnd);
+        let subs: Vec<usize> = (0..self.subscriptions.len())
+            .filter(|&i| {
+                let s = &self.subscriptions[i];
+                s.udp_endpoint == Some(endpoint_id)
+                    && s.stream_id == setup.stream_id
+                    && s.session_filter.is_none_or(|f| f == setup.session_id)
+            })
+            .collect();
+        let exists = self.images.iter().any(|i| {
+            matches!(i.state, ImageState::Active)
+                && i.image.endpoint_id == endpoint_id
+                && i.image.session_id == setup.session_id
+                && i.image.stream_id == setup.stream_id
+        });
+        if subs.is_empty() || exists {
+            return refuse(self);
+        }
+        let term_length = setup.term_length as usize;
+        let mut window = rcv_wnd
+            .unwrap_or(self.ctx.initial_window_length)
+            .min(term_length / 2);
+        if rcvbuf > 0 {
+            window = window.min(rcvbuf);
+        }
+        let window = window & !31;
+        let correlation_id = self.next_image_id();
+        let params = LogParams {
+            correlation_id,
+            term_length,
+            page_size: self.ctx.file_page_size,
+            mtu: setup.mtu as usize,
+            initial_term_id: setup.initial_term_id,
+            active_term_id: setup.active_term_id,
+            term_offset: setup.term_offset,
+            session_id: setup.session_id,
+            stream_id: setup.stream_id,
+            log_type: LOG_TYPE_IMAGE,
+            publication_window: 0,
+            linger_ns: self.ctx.publication_linger_timeout_ns as i64,
+            sparse: self.ctx.term_buffer_sparse_file,
+            signal_eos: true,
+            tether: true,
+        };
+        let path = self
+            .ctx
+            .dir
+            .join("images")
+            .join(format!("{correlation_id}.logbuffer"));
+        let logs = match LogBuffers::create(&path, &params) {
+            Ok(l) => l,
+            Err(e) => {
+                self.record_error(&format!(
+                    "cannot create image log for session {} stream {} from {source}: {e}",
+                    setup.session_id, setup.stream_id
+                ));
+                return refuse(self);
+            }
+        };
+        let now_ms = epoch_ms();
+        let channel = self.subscriptions[subs[0]].channel.clone();
+        let counter_key =
+            stream_counter_key(correlation_id, setup.session_id, setup.stream_id, &channel);
+        let mut ids = Vec::new();
+        for (t, name) in [
+            (type_id::RECEIVER_HWM, "rcv-hwm"),
+            (type_id::RECEIVER_POSITION, "rcv-pos"),
+        ] {
+            match self.counters.allocate(
+                t,
+                &counter_key,
+                &stream_counter_label(
+                    name,
+                    correlation_id,
+                    setup.session_id,
+                    setup.stream_id,
+                    &channel,
+                ),
+                correlation_id,
+                0,
+                0,
+                now_ms,
+            ) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for id in ids {
+                        self.counters.free(id, now_ms);
+                    }
+                    let _ = std::fs::remove_file(&path);
+                    self.record_error(&format!("cannot allocate image counters: {e}"));
+                    return refuse(self);
+                }
+            }
+        }
+        let bits = position_bits_to_shift(term_length);
+        let join = compute_position(
+            setup.active_term_id,
+            setup.term_offset,
+            bits,
+            setup.initial_term_id,
+        );
+        let reader = self.counters.reader();
+        let image = Arc::new(PublicationImage {
+            correlation_id,
+            session_id: setup.session_id,
+            stream_id: setup.stream_id,
+            endpoint_id,
+            source,
+            logs,
+            bits,
+            term_length,
+            initial_term_id: setup.initial_term_id,
+            join_position: join,
+            window_length: window as i32,
+            hwm: reader.counter_ref(ids[0]),
+            rcv_pos: reader.counter_ref(ids[1]),
+            subscribers: Mutex::new(Vec::new()),
+            time_of_last_packet_ns: AtomicI64::new(now_ns),
+            eos_position: AtomicI64::new(i64::MAX),
+            state: AtomicU8::new(crate::publication_image::state::ACTIVE),
+        });
+        image.hwm.set_ordered(join);
+        image.rcv_pos.set_ordered(join);
+        for si in subs {
+            self.link_image_subscriber(&image, si);
+        }
+        self.images.push(ImageEntry {
+            image: image.clone(),
+            state: ImageState::Active,
+        });
+        let _ = self.net.receiver.send(ReceiverCommand::AddImage { image });
+    }
+
+    fn next_image_id(&mut self) -> i64 {
+        // Image ids share the correlation id space with client commands:
+        // counting down from the top keeps them apart.
+        self.next_endpoint_id += 1;
+        i64::MAX / 2 - self.next_endpoint_id as i64
+    }
+
+    fn on_network_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
+        let mut work = 0;
+        let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
+        for p in self.net_publications.iter_mut() {
+            p.on_time_event(now_ns, linger_ns);
+        }
+        let mut i = 0;
+        while i < self.net_publications.len() {
+            if self.net_publications[i].state == NetState::Done {
+                let entry = self.net_publications.swap_remove(i);
+                let p = entry.publication;
+                let _ = self.net.sender.send(SenderCommand::RemovePublication {
+                    registration_id: p.registration_id,
+                });
+                for c in [&p.pub_limit, &p.pub_pos, &p.snd_pos, &p.snd_lmt] {
+                    self.counters.free(c.id(), now_ms);
+                }
+                if let Some(e) = self
+                    .send_endpoints
+                    .iter()
+                    .find(|e| e.key == entry.endpoint_key)
+                {
+                    let id = e.id;
+                    self.release_send_endpoint(id);
+                }
+                if let Err(e) = std::fs::remove_file(p.logs.path()) {
+                    self.system.increment(SystemCounter::FreeFails);
+                    self.record_error(&format!("cannot delete {}: {e}", p.logs.path().display()));
+                }
+                work += 1;
+            } else {
+                i += 1;
+            }
+        }
+
+        // Images: withdraw the silent, the finished and the unwanted; free after linger.
+        let liveness_ns = self.ctx.image_liveness_timeout_ns as i64;
+        let mut withdrawn = Vec::new();
+        for entry in self.images.iter_mut() {
+            if let ImageState::Active = entry.state {
+                let img = &entry.image;
+                let silent =
+                    now_ns - img.time_of_last_packet_ns.load(Ordering::Acquire) > liveness_ns;
+                let unwanted = img
+                    .subscribers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty();
+                if silent || unwanted || img.is_drained() {
+                    img.state
+                        .store(crate::publication_image::state::INACTIVE, Ordering::Release);
+                    entry.state = ImageState::Lingering {
+                        until_ns: now_ns + linger_ns,
+                    };
+                    withdrawn.push(img.clone());
+                }
+            }
+        }
+        for img in withdrawn {
+            let subs: Vec<i64> = img
+                .subscribers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|s| s.subscription_id)
+                .collect();
+            for sub_id in subs {
+                let channel = self
+                    .subscriptions
+                    .iter()
+                    .find(|s| s.registration_id == sub_id)
+                    .map(|s| s.channel.clone())
+                    .unwrap_or_default();
+                self.send(Event::UnavailableImage {
+                    correlation_id: img.correlation_id,
+                    subscription_registration_id: sub_id,
+                    stream_id: img.stream_id,
+                    channel,
+                });
+            }
+            work += 1;
+        }
+        let mut i = 0;
+        while i < self.images.len() {
+            let done = matches!(self.images[i].state, ImageState::Lingering { until_ns } if now_ns >= until_ns);
+            if done {
+                let entry = self.images.swap_remove(i);
+                let img = entry.image;
+                let subs =
+                    std::mem::take(&mut *img.subscribers.lock().unwrap_or_else(|p| p.into_inner()));
+                for s in subs {
+                    self.counters.free(s.position.id(), now_ms);
+                }
+                self.counters.free(img.hwm.id(), now_ms);
+                self.counters.free(img.rcv_pos.id(), now_ms);
+                if let Err(e) = std::fs::remove_file(img.logs.path()) {
+                    self.system.increment(SystemCounter::FreeFails);
+                    self.record_error(&format!("cannot delete {}: {e}", img.logs.path().display()));
+                }
+                work += 1;
+            } else {
+                i += 1;
+            }
+        }
+        work
     }
 
     fn on_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
@@ -938,6 +1774,7 @@ impl DriverConductor {
             }
         }
         work += self.check_for_blocked_commands(now_ns);
+        work += self.on_network_timer(now_ns, now_ms);
         work
     }
 
@@ -987,5 +1824,15 @@ impl DriverConductor {
             self.system.increment(SystemCounter::FreeFails);
             self.record_error(&format!("cannot delete {}: {e}", p.logs.path().display()));
         }
+    }
+}
+
+impl Agent for DriverConductor {
+    fn do_work(&mut self) -> usize {
+        DriverConductor::do_work(self)
+    }
+
+    fn on_close(&mut self) {
+        DriverConductor::on_close(self)
     }
 }

@@ -7,6 +7,7 @@
 //! are parsed with the same rules as channel URIs: sizes take `k/m/g`,
 //! durations `ns/us/ms/s`.
 
+use crate::loss::LossSpec;
 use std::path::PathBuf;
 use sulis_concurrent::idle::IdleStrategy;
 use sulis_protocol::log_buffer_descriptor::{check_page_size, check_term_length};
@@ -125,6 +126,42 @@ pub struct DriverContext {
     pub error_buffer_length: usize,
     /// Freed counter ids are reused only after this long.
     pub counter_free_to_reuse_timeout_ns: u64,
+    /// SO_SNDBUF of UDP sockets (0 = OS default).
+    pub socket_sndbuf_length: usize,
+    /// SO_RCVBUF of UDP sockets (0 = OS default).
+    pub socket_rcvbuf_length: usize,
+    /// Receiver window (capped at term/2 and the socket receive buffer).
+    pub initial_window_length: usize,
+    /// A receiver sends a status message at least this often.
+    pub status_message_timeout_ns: u64,
+    /// An image whose source is silent this long is withdrawn.
+    pub image_liveness_timeout_ns: u64,
+    /// A publication without status messages this long is not connected.
+    pub publication_connection_timeout_ns: u64,
+    /// SETUP period of a publication waiting for a receiver.
+    pub publication_setup_timeout_ns: u64,
+    /// Heartbeat period of an idle publication.
+    pub publication_heartbeat_timeout_ns: u64,
+    /// Delay before a unicast NAK (0 = immediate).
+    pub nak_unicast_delay_ns: u64,
+    /// Retry period of an unanswered NAK.
+    pub nak_unicast_retry_delay_ns: u64,
+    /// Delay before resending a NAKed range (0 = immediate).
+    pub retransmit_unicast_delay_ns: u64,
+    /// A resent range ignores further NAKs this long.
+    pub retransmit_unicast_linger_ns: u64,
+    /// Gaps a receiver NAKs at once per image.
+    pub loss_max_gaps: usize,
+    /// Test loss: data frames the sender drops.
+    pub send_data_loss: LossSpec,
+    /// Test loss: control frames the sender and receiver drop when sending.
+    pub send_control_loss: LossSpec,
+    /// Test loss: data frames the receiver drops on arrival.
+    pub receive_data_loss: LossSpec,
+    /// Test loss: control frames the sender and receiver drop on arrival.
+    pub receive_control_loss: LossSpec,
+    /// Seed of the test loss generators.
+    pub loss_seed: u64,
     /// Delete a stale directory on start.
     pub dir_delete_on_start: bool,
     /// Delete the directory on shutdown.
@@ -339,6 +376,150 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_ns
     ),
     opt!(
+        socket_sndbuf_length,
+        "SULIS_SOCKET_SNDBUF_LENGTH",
+        "bytes",
+        "SO_SNDBUF of UDP sockets (0 = OS default; the channel's so-sndbuf overrides).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        socket_rcvbuf_length,
+        "SULIS_SOCKET_RCVBUF_LENGTH",
+        "bytes",
+        "SO_RCVBUF of UDP sockets (0 = OS default; the channel's so-rcvbuf overrides).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        initial_window_length,
+        "SULIS_INITIAL_WINDOW_LENGTH",
+        "bytes",
+        "Receiver window, capped at term/2 and the socket receive buffer (the channel's rcv-wnd overrides).",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        status_message_timeout_ns,
+        "SULIS_STATUS_MESSAGE_TIMEOUT",
+        "duration",
+        "A receiver sends each source a status message at least this often.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        image_liveness_timeout_ns,
+        "SULIS_IMAGE_LIVENESS_TIMEOUT",
+        "duration",
+        "An image whose source sends nothing for this long is withdrawn.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        publication_connection_timeout_ns,
+        "SULIS_PUBLICATION_CONNECTION_TIMEOUT",
+        "duration",
+        "A UDP publication with no status message for this long is not connected.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        publication_setup_timeout_ns,
+        "SULIS_PUBLICATION_SETUP_TIMEOUT",
+        "duration",
+        "Period of SETUP frames while a UDP publication waits for a receiver.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        publication_heartbeat_timeout_ns,
+        "SULIS_PUBLICATION_HEARTBEAT_TIMEOUT",
+        "duration",
+        "An idle UDP publication sends a heartbeat this often.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        nak_unicast_delay_ns,
+        "SULIS_NAK_UNICAST_DELAY",
+        "duration",
+        "Delay before a receiver NAKs a gap on a unicast channel (0 = at once).",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        nak_unicast_retry_delay_ns,
+        "SULIS_NAK_UNICAST_RETRY_DELAY",
+        "duration",
+        "A gap still open after this long is NAKed again.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        retransmit_unicast_delay_ns,
+        "SULIS_RETRANSMIT_UNICAST_DELAY",
+        "duration",
+        "Delay before a sender resends a NAKed range (0 = at once).",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        retransmit_unicast_linger_ns,
+        "SULIS_RETRANSMIT_UNICAST_LINGER",
+        "duration",
+        "After a resend, NAKs for the same range are ignored this long.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        loss_max_gaps,
+        "SULIS_LOSS_MAX_GAPS",
+        "",
+        "Gaps a receiver NAKs at once per image (1 = Aeron's one-gap-at-a-time).",
+        |s: &str| s.parse::<usize>().map_err(|e| format!("{e}")),
+        show_size
+    ),
+    opt!(
+        send_data_loss,
+        "SULIS_SEND_DATA_LOSS",
+        "spec",
+        "Testing only: drop data frames on send (off, RATE, random:RATE or every:N[:OFFSET]).",
+        LossSpec::parse,
+        |v: &LossSpec| v.to_string()
+    ),
+    opt!(
+        send_control_loss,
+        "SULIS_SEND_CONTROL_LOSS",
+        "spec",
+        "Testing only: drop control frames (SETUP, SM, NAK, RTTM) on send.",
+        LossSpec::parse,
+        |v: &LossSpec| v.to_string()
+    ),
+    opt!(
+        receive_data_loss,
+        "SULIS_RECEIVE_DATA_LOSS",
+        "spec",
+        "Testing only: drop data frames on arrival.",
+        LossSpec::parse,
+        |v: &LossSpec| v.to_string()
+    ),
+    opt!(
+        receive_control_loss,
+        "SULIS_RECEIVE_CONTROL_LOSS",
+        "spec",
+        "Testing only: drop control frames on arrival.",
+        LossSpec::parse,
+        |v: &LossSpec| v.to_string()
+    ),
+    opt!(
+        loss_seed,
+        "SULIS_LOSS_SEED",
+        "",
+        "Seed of the testing loss generators (the same seed drops the same datagrams).",
+        |s: &str| s.parse::<u64>().map_err(|e| format!("{e}")),
+        |v: &u64| v.to_string()
+    ),
+    opt!(
         dir_delete_on_start,
         "SULIS_DIR_DELETE_ON_START",
         "bool",
@@ -379,6 +560,24 @@ impl Default for DriverContext {
             counters_buffer_length: 1024 * 1024,
             error_buffer_length: 1024 * 1024,
             counter_free_to_reuse_timeout_ns: 1_000_000_000,
+            socket_sndbuf_length: 2 * 1024 * 1024,
+            socket_rcvbuf_length: 2 * 1024 * 1024,
+            initial_window_length: 128 * 1024,
+            status_message_timeout_ns: 200_000_000,
+            image_liveness_timeout_ns: 10_000_000_000,
+            publication_connection_timeout_ns: 5_000_000_000,
+            publication_setup_timeout_ns: 100_000_000,
+            publication_heartbeat_timeout_ns: 100_000_000,
+            nak_unicast_delay_ns: 0,
+            nak_unicast_retry_delay_ns: 1_000_000,
+            retransmit_unicast_delay_ns: 0,
+            retransmit_unicast_linger_ns: 10_000_000,
+            loss_max_gaps: 16,
+            send_data_loss: LossSpec::Off,
+            send_control_loss: LossSpec::Off,
+            receive_data_loss: LossSpec::Off,
+            receive_control_loss: LossSpec::Off,
+            loss_seed: 0,
             dir_delete_on_start: false,
             dir_delete_on_shutdown: false,
             sources: Vec::new(),
@@ -469,6 +668,18 @@ impl DriverContext {
             return Err(format!(
                 "error_buffer_length: {} must be a multiple of 8, at least 1024",
                 self.error_buffer_length
+            ));
+        }
+        if self.loss_max_gaps == 0 || self.loss_max_gaps > 256 {
+            return Err(format!(
+                "loss_max_gaps: {} must be between 1 and 256",
+                self.loss_max_gaps
+            ));
+        }
+        if self.initial_window_length < 4096 {
+            return Err(format!(
+                "initial_window_length: {} must be at least 4096",
+                self.initial_window_length
             ));
         }
         if self.publication_unblock_timeout_ns <= self.client_liveness_timeout_ns {

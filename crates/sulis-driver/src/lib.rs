@@ -6,12 +6,17 @@
 //! them, keeps publisher limits behind the slowest subscriber, and times out
 //! clients that stop heartbeating.
 
+pub mod agent;
 pub mod conductor;
 pub mod context;
 pub mod ipc_publication;
 pub mod loss;
 pub mod media;
 pub mod media_driver;
+pub mod network_publication;
+pub mod publication_image;
+pub mod receiver;
+pub mod sender;
 pub mod system_counters;
 
 pub use context::{DriverContext, ThreadingMode};

@@ -9,8 +9,12 @@
 //! drop(driver); // stops the agents
 //! ```
 
-use crate::conductor::DriverConductor;
+use crate::agent::{run_agents, Agent, NanoClock};
+use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
+use crate::loss::LossGenerator;
+use crate::receiver::{Receiver, ReceiverConfig};
+use crate::sender::{Sender, SenderConfig};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,6 +73,8 @@ pub struct MediaDriver {
     running: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     delete_on_shutdown: bool,
+    /// Kept mapped until every agent thread has stopped.
+    _cnc: Arc<Cnc>,
 }
 
 impl MediaDriver {
@@ -109,35 +115,104 @@ impl MediaDriver {
             pid: std::process::id() as i64,
             page_size: ctx.file_page_size,
         };
-        let cnc = Cnc::create(&dir.join(CNC_FILE), layout, header)?;
-        let mut conductor = DriverConductor::new(ctx.clone(), cnc).map_err(DriverError::Config)?;
-        conductor.cnc().signal_ready();
+        let cnc = Arc::new(Cnc::create(&dir.join(CNC_FILE), layout, header)?);
+        let clock = NanoClock::new();
+        let (sender_tx, sender_rx) = std::sync::mpsc::channel();
+        let (receiver_tx, receiver_rx) = std::sync::mpsc::channel();
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let links = NetworkLinks {
+            sender: sender_tx,
+            receiver: receiver_tx,
+            receiver_events: events_rx,
+        };
+        let conductor = DriverConductor::new(ctx.clone(), cnc.clone(), clock, links)
+            .map_err(DriverError::Config)?;
+        let errors = conductor.error_reporter();
+        let seed = ctx.loss_seed;
+        let loss =
+            |spec, salt: u64| LossGenerator::new(spec, seed ^ salt.wrapping_mul(0x9E37_79B9));
+        let sender = Sender::new(
+            sender_rx,
+            clock,
+            SenderConfig {
+                setup_interval_ns: ctx.publication_setup_timeout_ns as i64,
+                heartbeat_interval_ns: ctx.publication_heartbeat_timeout_ns as i64,
+                connection_timeout_ns: ctx.publication_connection_timeout_ns as i64,
+                retransmit_delay_ns: ctx.retransmit_unicast_delay_ns as i64,
+                retransmit_linger_ns: ctx.retransmit_unicast_linger_ns as i64,
+                data_loss: loss(ctx.send_data_loss, 1),
+                control_send_loss: loss(ctx.send_control_loss, 2),
+                control_receive_loss: loss(ctx.receive_control_loss, 3),
+            },
+            errors.clone(),
+        );
+        let receiver_id = {
+            let t = epoch_ms() as u64 ^ ((std::process::id() as u64) << 32);
+            crate::loss::XorShift64::new(t).next_u64() as i64
+        };
+        let receiver = Receiver::new(
+            receiver_rx,
+            events_tx,
+            clock,
+            ReceiverConfig {
+                status_message_timeout_ns: ctx.status_message_timeout_ns as i64,
+                nak_delay_ns: ctx.nak_unicast_delay_ns as i64,
+                max_gaps: ctx.loss_max_gaps,
+                nak_retry_ns: ctx.nak_unicast_retry_delay_ns as i64,
+                image_cool_down_ns: (ctx.publication_linger_timeout_ns as i64)
+                    .max(ctx.status_message_timeout_ns as i64),
+                receiver_id,
+                data_loss: loss(ctx.receive_data_loss, 4),
+                control_receive_loss: loss(ctx.receive_control_loss, 5),
+                control_send_loss: loss(ctx.send_control_loss, 6),
+            },
+            errors,
+        );
+        cnc.signal_ready();
 
         let running = Arc::new(AtomicBool::new(true));
         let idle = ctx.idle_strategy;
-        // Only the conductor exists so far; every threading mode runs it on
-        // one thread. The network agents join it (shared) or get their own.
-        let name = match ctx.threading_mode {
-            ThreadingMode::Shared => "sulis-driver-shared",
-            ThreadingMode::SharedNetwork | ThreadingMode::Dedicated => "sulis-driver-conductor",
+        let groups: Vec<(&str, Vec<Box<dyn Agent>>)> = match ctx.threading_mode {
+            ThreadingMode::Shared => vec![(
+                "sulis-driver-shared",
+                vec![Box::new(conductor), Box::new(sender), Box::new(receiver)],
+            )],
+            ThreadingMode::SharedNetwork => vec![
+                ("sulis-driver-conductor", vec![Box::new(conductor)]),
+                (
+                    "sulis-driver-network",
+                    vec![Box::new(sender), Box::new(receiver)],
+                ),
+            ],
+            ThreadingMode::Dedicated => vec![
+                ("sulis-driver-conductor", vec![Box::new(conductor)]),
+                ("sulis-driver-sender", vec![Box::new(sender)]),
+                ("sulis-driver-receiver", vec![Box::new(receiver)]),
+            ],
         };
-        let r = running.clone();
-        let handle = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                let mut idler = idle.idler();
-                while r.load(Ordering::Acquire) {
-                    let work = conductor.do_work();
-                    idler.idle(work);
+        let mut threads = Vec::new();
+        for (name, agents) in groups {
+            let r = running.clone();
+            let spawned = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run_agents(agents, idle, r));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    running.store(false, Ordering::Release);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(DriverError::Io(e));
                 }
-                conductor.on_close();
-            })
-            .map_err(DriverError::Io)?;
+            }
+        }
         Ok(MediaDriver {
             dir,
             running,
-            threads: vec![handle],
+            threads,
             delete_on_shutdown: ctx.dir_delete_on_shutdown,
+            _cnc: cnc,
         })
     }
 

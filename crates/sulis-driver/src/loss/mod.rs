@@ -70,6 +70,7 @@
 pub mod feedback_delay;
 pub mod gap_filler;
 pub mod gap_scanner;
+pub mod generator;
 pub mod loss_detector;
 pub mod retransmit;
 pub mod xorshift;
@@ -79,6 +80,7 @@ pub use feedback_delay::{
 };
 pub use gap_filler::{fill_gap, GapFiller};
 pub use gap_scanner::{scan_for_gaps, Gap};
+pub use generator::{LossGenerator, LossSpec};
 pub use loss_detector::{LossDetector, TrackedGap, LOSS_DETECTOR_MAX_GAPS_DEFAULT};
 pub use retransmit::{NakOutcome, RetransmitHandler};
 pub use xorshift::XorShift64;

@@ -1,0 +1,635 @@
+//! The receiver agent: reads data from receive endpoints into images and
+//! feeds back status messages and NAKs.
+//!
+//! A receive endpoint is a socket bound to a subscription channel's
+//! endpoint; it serves every stream subscribed on that channel. For each
+//! datagram:
+//!
+//! * DATA/PAD for a known image is validated against the image's term and
+//!   written into its log if it lies within the receiver window (below it:
+//!   an under-run, above it: an over-run, both counted and dropped);
+//! * DATA for a subscribed stream without an image asks the source for a
+//!   SETUP (a status message with the SEND_SETUP flag);
+//! * SETUP for a subscribed stream asks the conductor to create the image.
+//!
+//! Per image and duty cycle: the rebuild position advances over contiguous
+//! frames and the [`LossDetector`] NAKs up to `max_gaps` gaps at once; a status
+//! message goes out when the slowest subscriber moved a quarter window or the
+//! status-message timeout passed; terms behind the slowest subscriber are
+//! cleaned for reuse.
+
+use crate::agent::{Agent, ErrorReporter, NanoClock};
+use crate::loss::{LossDetector, LossGenerator, StaticDelayGenerator};
+use crate::media::udp_transport::{RecvBatch, UdpTransport, MAX_UDP_PAYLOAD_LENGTH};
+use crate::publication_image::PublicationImage;
+use crate::system_counters::SystemCounter;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use sulis_concurrent::logbuffer::{self, term_rebuilder};
+use sulis_protocol::frame::{
+    decode_datagram, parse_data_datagram, DataDatagram, Frame, FrameHeader, NakFrame, SetupFrame,
+    StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK,
+    HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
+    SESSION_ID_FIELD_OFFSET, STREAM_ID_FIELD_OFFSET,
+};
+use sulis_protocol::log_buffer_descriptor::*;
+
+/// Datagrams read per endpoint and `recvmmsg`.
+const RECV_BATCH: usize = 32;
+/// `recvmmsg` calls per endpoint and duty cycle while datagrams keep coming.
+const RECV_ROUNDS: usize = 4;
+
+/// What the conductor tells the receiver.
+pub enum ReceiverCommand {
+    /// A new receive endpoint (bound socket).
+    AddEndpoint {
+        /// Conductor's id for it.
+        id: u64,
+        /// The bound socket.
+        transport: UdpTransport,
+    },
+    /// Close an endpoint (no subscription uses it any more).
+    RemoveEndpoint {
+        /// Its id.
+        id: u64,
+    },
+    /// A subscription on `stream_id` (counted: one per subscription).
+    AddSubscription {
+        /// Endpoint id.
+        endpoint_id: u64,
+        /// Stream id.
+        stream_id: i32,
+    },
+    /// A subscription went away.
+    RemoveSubscription {
+        /// Endpoint id.
+        endpoint_id: u64,
+        /// Stream id.
+        stream_id: i32,
+    },
+    /// Start filling an image the conductor created.
+    AddImage {
+        /// The image.
+        image: Arc<PublicationImage>,
+    },
+    /// The conductor could not create an image; forget the pending setup.
+    ImageRefused {
+        /// Endpoint id.
+        endpoint_id: u64,
+        /// Session id.
+        session_id: i32,
+        /// Stream id.
+        stream_id: i32,
+    },
+}
+
+/// What the receiver asks of the conductor.
+#[derive(Debug)]
+pub enum ReceiverEvent {
+    /// A SETUP arrived for a subscribed stream without an image.
+    CreateImage {
+        /// Endpoint id.
+        endpoint_id: u64,
+        /// The SETUP.
+        setup: SetupFrame,
+        /// Where it came from.
+        source: SocketAddr,
+    },
+}
+
+/// Receiver timing and loss settings.
+#[derive(Clone, Debug)]
+pub struct ReceiverConfig {
+    /// Status message at least this often per image.
+    pub status_message_timeout_ns: i64,
+    /// NAK delay for unicast (immediate when 0).
+    pub nak_delay_ns: i64,
+    /// Gaps NAKed at once per image.
+    pub max_gaps: usize,
+    /// Retry period of unanswered NAKs.
+    pub nak_retry_ns: i64,
+    /// After an image ends, its session is ignored this long.
+    pub image_cool_down_ns: i64,
+    /// Receiver id put in status messages.
+    pub receiver_id: i64,
+    /// Loss on data frames received.
+    pub data_loss: LossGenerator,
+    /// Loss on control frames received (SETUP).
+    pub control_receive_loss: LossGenerator,
+    /// Loss on control frames sent (SM, NAK).
+    pub control_send_loss: LossGenerator,
+}
+
+struct ReceiverImage {
+    img: Arc<PublicationImage>,
+    loss: LossDetector,
+    rebuild_position: i64,
+    hwm_position: i64,
+    last_sm_position: i64,
+    time_of_last_sm_ns: i64,
+    clean_position: i64,
+}
+
+struct Pending {
+    session_id: i32,
+    stream_id: i32,
+    /// True once the conductor was asked for an image.
+    requested: bool,
+    until_ns: i64,
+}
+
+struct ReceiveEndpoint {
+    id: u64,
+    transport: UdpTransport,
+    streams: Vec<(i32, usize)>,
+    images: Vec<ReceiverImage>,
+    pending: Vec<Pending>,
+    cool_down: Vec<(i32, i32, i64)>,
+}
+
+impl ReceiveEndpoint {
+    fn is_subscribed(&self, stream_id: i32) -> bool {
+        self.streams.iter().any(|&(s, _)| s == stream_id)
+    }
+
+    fn image_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
+        self.images
+            .iter()
+            .position(|i| i.img.session_id == session_id && i.img.stream_id == stream_id)
+    }
+
+    fn pending_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
+        self.pending
+            .iter()
+            .position(|p| p.session_id == session_id && p.stream_id == stream_id)
+    }
+
+    fn cooling(&self, session_id: i32, stream_id: i32) -> bool {
+        self.cool_down
+            .iter()
+            .any(|&(se, st, _)| se == session_id && st == stream_id)
+    }
+}
+
+/// The receiver agent.
+pub struct Receiver {
+    commands: mpsc::Receiver<ReceiverCommand>,
+    events: mpsc::Sender<ReceiverEvent>,
+    endpoints: Vec<ReceiveEndpoint>,
+    clock: NanoClock,
+    cfg: ReceiverConfig,
+    errors: ErrorReporter,
+    recv: RecvBatch,
+    naks: Vec<(i32, i32, i32)>,
+}
+
+impl Receiver {
+    /// A receiver reading commands from `commands` and asking for images on `events`.
+    pub fn new(
+        commands: mpsc::Receiver<ReceiverCommand>,
+        events: mpsc::Sender<ReceiverEvent>,
+        clock: NanoClock,
+        cfg: ReceiverConfig,
+        errors: ErrorReporter,
+    ) -> Self {
+        Receiver {
+            commands,
+            events,
+            endpoints: Vec::new(),
+            clock,
+            cfg,
+            errors,
+            recv: RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32),
+            naks: Vec::new(),
+        }
+    }
+
+    fn endpoint(&mut self, id: u64) -> Option<&mut ReceiveEndpoint> {
+        self.endpoints.iter_mut().find(|e| e.id == id)
+    }
+
+    fn on_command(&mut self, cmd: ReceiverCommand) {
+        match cmd {
+            ReceiverCommand::AddEndpoint { id, transport } => {
+                self.endpoints.push(ReceiveEndpoint {
+                    id,
+                    transport,
+                    streams: Vec::new(),
+                    images: Vec::new(),
+                    pending: Vec::new(),
+                    cool_down: Vec::new(),
+                })
+            }
+            ReceiverCommand::RemoveEndpoint { id } => self.endpoints.retain(|e| e.id != id),
+            ReceiverCommand::AddSubscription {
+                endpoint_id,
+                stream_id,
+            } => {
+                if let Some(e) = self.endpoint(endpoint_id) {
+                    match e.streams.iter_mut().find(|(s, _)| *s == stream_id) {
+                        Some((_, n)) => *n += 1,
+                        None => e.streams.push((stream_id, 1)),
+                    }
+                }
+            }
+            ReceiverCommand::RemoveSubscription {
+                endpoint_id,
+                stream_id,
+            } => {
+                if let Some(e) = self.endpoint(endpoint_id) {
+                    if let Some(i) = e.streams.iter().position(|(s, _)| *s == stream_id) {
+                        e.streams[i].1 -= 1;
+                        if e.streams[i].1 == 0 {
+                            e.streams.swap_remove(i);
+                            e.pending.retain(|p| p.stream_id != stream_id);
+                            e.cool_down.retain(|c| c.1 != stream_id);
+                        }
+                    }
+                }
+            }
+            ReceiverCommand::AddImage { image } => {
+                let delay =
+                    StaticDelayGenerator::new(self.cfg.nak_delay_ns, self.cfg.nak_delay_ns == 0)
+                        .with_retry_delay_ns(self.cfg.nak_retry_ns);
+                let loss = LossDetector::new(Box::new(delay), self.cfg.max_gaps);
+                let join = image.join_position;
+                let Some(e) = self.endpoint(image.endpoint_id) else {
+                    return;
+                };
+                e.pending.retain(|p| {
+                    !(p.session_id == image.session_id && p.stream_id == image.stream_id)
+                });
+                e.images.push(ReceiverImage {
+                    loss,
+                    img: image,
+                    rebuild_position: join,
+                    hwm_position: join,
+                    last_sm_position: join,
+                    time_of_last_sm_ns: i64::MIN / 2,
+                    clean_position: join,
+                });
+            }
+            ReceiverCommand::ImageRefused {
+                endpoint_id,
+                session_id,
+                stream_id,
+            } => {
+                if let Some(e) = self.endpoint(endpoint_id) {
+                    e.pending
+                        .retain(|p| !(p.session_id == session_id && p.stream_id == stream_id));
+                }
+            }
+        }
+    }
+
+    fn invalid(&self, ep: usize, src: SocketAddr, what: &str) {
+        self.errors
+            .system()
+            .increment(SystemCounter::InvalidPackets);
+        self.errors.record(&format!(
+            "invalid datagram from {src} on receive endpoint {}: {what}",
+            self.endpoints[ep].transport.local_addr()
+        ));
+    }
+
+    fn send_control(&mut self, ep: usize, bytes: &[u8], to: SocketAddr) -> bool {
+        if self.cfg.control_send_loss.is_on() && self.cfg.control_send_loss.should_drop() {
+            return true;
+        }
+        match self.endpoints[ep].transport.send_to(bytes, to) {
+            Ok(n) => {
+                self.errors
+                    .system()
+                    .get(SystemCounter::BytesSent)
+                    .get_and_add(n as i64);
+                n > 0
+            }
+            Err(e) => {
+                self.errors
+                    .record(&format!("send of a control frame to {to} failed: {e}"));
+                false
+            }
+        }
+    }
+
+    fn poll(&mut self, ep: usize, now_ns: i64) -> usize {
+        let mut work = 0;
+        for _ in 0..RECV_ROUNDS {
+            let n = match self.endpoints[ep].transport.recv_batch(&mut self.recv) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.errors.record(&format!(
+                        "receive endpoint {}: receive failed: {e}",
+                        self.endpoints[ep].transport.local_addr()
+                    ));
+                    0
+                }
+            };
+            // The batch is moved out while its datagrams are handled.
+            let batch = std::mem::replace(&mut self.recv, RecvBatch::new(0, 0));
+            for i in 0..n {
+                let (bytes, src) = batch.get(i);
+                if let Some(src) = src {
+                    self.errors
+                        .system()
+                        .get(SystemCounter::BytesReceived)
+                        .get_and_add(bytes.len() as i64);
+                    self.on_datagram(ep, bytes, src, now_ns);
+                }
+            }
+            self.recv = batch;
+            work += n;
+            if n < RECV_BATCH {
+                break;
+            }
+        }
+        work
+    }
+
+    fn on_datagram(&mut self, ep: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) {
+        let header = match FrameHeader::decode(bytes) {
+            Ok(h) => h,
+            Err(e) => return self.invalid(ep, src, &e.to_string()),
+        };
+        match header.frame_type {
+            HDR_TYPE_DATA | HDR_TYPE_PAD => {
+                if self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop() {
+                    return;
+                }
+                if bytes.len() < DATA_HEADER_LENGTH {
+                    return self.invalid(
+                        ep,
+                        src,
+                        &format!(
+                            "data datagram of {} bytes is shorter than the 32-byte data header",
+                            bytes.len()
+                        ),
+                    );
+                }
+                let get = |o: usize| i32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+                let (session_id, stream_id) =
+                    (get(SESSION_ID_FIELD_OFFSET), get(STREAM_ID_FIELD_OFFSET));
+                let e = &self.endpoints[ep];
+                if !e.is_subscribed(stream_id) {
+                    return;
+                }
+                if let Some(ii) = e.image_index(session_id, stream_id) {
+                    let term_length = e.images[ii].img.term_length;
+                    match parse_data_datagram(bytes, term_length) {
+                        Ok(d) => self.insert_packet(ep, ii, &d, now_ns),
+                        Err(err) => self.invalid(ep, src, &err.to_string()),
+                    }
+                    return;
+                }
+                let first = match decode_datagram(bytes) {
+                    Ok(Frame::Data { header, .. })
+                    | Ok(Frame::Heartbeat(header))
+                    | Ok(Frame::Pad(header)) => header,
+                    Ok(_) => return,
+                    Err(err) => return self.invalid(ep, src, &err.to_string()),
+                };
+                if first.flags & EOS_FLAG != 0
+                    || e.cooling(session_id, stream_id)
+                    || e.pending_index(session_id, stream_id).is_some()
+                {
+                    return;
+                }
+                // A stream we want from a source we have no image of: ask it
+                // for a SETUP, then wait a status-message period before asking again.
+                let sm = StatusMessageFrame::setup_eliciting(
+                    session_id,
+                    stream_id,
+                    self.cfg.receiver_id,
+                );
+                let until_ns = now_ns + self.cfg.status_message_timeout_ns;
+                self.endpoints[ep].pending.push(Pending {
+                    session_id,
+                    stream_id,
+                    requested: false,
+                    until_ns,
+                });
+                let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
+                let len = sm.encode(&mut buf);
+                self.send_control(ep, &buf[..len], src);
+                self.errors
+                    .system()
+                    .increment(SystemCounter::StatusMessagesSent);
+            }
+            HDR_TYPE_SETUP => {
+                if self.cfg.control_receive_loss.is_on()
+                    && self.cfg.control_receive_loss.should_drop()
+                {
+                    return;
+                }
+                let setup = match SetupFrame::decode(bytes) {
+                    Ok(s) => s,
+                    Err(err) => return self.invalid(ep, src, &err.to_string()),
+                };
+                let e = &mut self.endpoints[ep];
+                if !e.is_subscribed(setup.stream_id)
+                    || e.image_index(setup.session_id, setup.stream_id).is_some()
+                    || e.cooling(setup.session_id, setup.stream_id)
+                {
+                    return;
+                }
+                let until_ns = now_ns + 10 * self.cfg.status_message_timeout_ns;
+                match e.pending_index(setup.session_id, setup.stream_id) {
+                    Some(i) if e.pending[i].requested => return,
+                    Some(i) => {
+                        e.pending[i].requested = true;
+                        e.pending[i].until_ns = until_ns;
+                    }
+                    None => e.pending.push(Pending {
+                        session_id: setup.session_id,
+                        stream_id: setup.stream_id,
+                        requested: true,
+                        until_ns,
+                    }),
+                }
+                let _ = self.events.send(ReceiverEvent::CreateImage {
+                    endpoint_id: e.id,
+                    setup,
+                    source: src,
+                });
+            }
+            HDR_TYPE_RTTM | HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES => {
+                // Control frames for senders, or features this receiver does
+                // not use: checked, then ignored.
+                if let Err(err) = decode_datagram(bytes) {
+                    self.invalid(ep, src, &err.to_string());
+                }
+            }
+            other => self.invalid(
+                ep,
+                src,
+                &format!("frame type {other:#x} is not one a receiver accepts"),
+            ),
+        }
+    }
+
+    fn insert_packet(&mut self, ep: usize, ii: usize, d: &DataDatagram<'_>, now_ns: i64) {
+        let system = self.errors.system().clone();
+        let ri = &mut self.endpoints[ep].images[ii];
+        let img = &ri.img;
+        let h = d.first();
+        let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
+        let window = img.window_length as i64;
+        if d.is_heartbeat() {
+            system.increment(SystemCounter::HeartbeatsReceived);
+            if position < ri.last_sm_position || position > ri.last_sm_position + window {
+                return;
+            }
+            img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
+            if position > ri.hwm_position {
+                ri.hwm_position = position;
+                img.hwm.set_ordered(position);
+            }
+            if h.flags & EOS_FLAG != 0 && img.eos_position.load(Ordering::Relaxed) == i64::MAX {
+                img.eos_position.store(position, Ordering::Release);
+                img.logs
+                    .meta()
+                    .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, position);
+            }
+            return;
+        }
+        let (last_offset, last) = d.frames().last().expect("a data datagram has frames");
+        let end = position + (last_offset + last.aligned_length()) as i64;
+        if position < ri.last_sm_position {
+            system.increment(SystemCounter::FlowControlUnderRuns);
+            return;
+        }
+        if end > ri.last_sm_position + window {
+            system.increment(SystemCounter::FlowControlOverRuns);
+            return;
+        }
+        img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
+        let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
+        term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
+        if end > ri.hwm_position {
+            ri.hwm_position = end;
+            img.hwm.set_ordered(end);
+        }
+    }
+
+    /// Rebuild, NAKs, status message and cleaning for one image.
+    fn image_duties(&mut self, ep: usize, ii: usize, now_ns: i64) -> usize {
+        let mut work = 0;
+        let system = self.errors.system().clone();
+        self.naks.clear();
+        let naks = &mut self.naks;
+        let ri = &mut self.endpoints[ep].images[ii];
+        let img = ri.img.clone();
+        for _ in 0..PARTITION_COUNT {
+            if ri.rebuild_position >= ri.hwm_position {
+                ri.loss.clear();
+                break;
+            }
+            let term = img
+                .logs
+                .term(index_by_position(ri.rebuild_position, img.bits));
+            let (next, w) = ri.loss.scan(
+                &term,
+                ri.rebuild_position,
+                ri.hwm_position,
+                img.initial_term_id,
+                img.bits,
+                now_ns,
+                &mut |t, o, l| naks.push((t, o, l)),
+            );
+            work += w;
+            let advanced = next > ri.rebuild_position;
+            ri.rebuild_position = next;
+            // Moving into the next term: scan it too; otherwise a gap holds us.
+            if !advanced || next & (img.term_length as i64 - 1) != 0 {
+                break;
+            }
+        }
+        img.rcv_pos.set_ordered(ri.rebuild_position);
+
+        let consumed = img.min_subscriber_position().unwrap_or(ri.rebuild_position);
+        let threshold = (img.window_length / 4) as i64;
+        let send_sm = consumed - ri.last_sm_position >= threshold.max(1)
+            || now_ns - ri.time_of_last_sm_ns >= self.cfg.status_message_timeout_ns;
+        let target = consumed - img.term_length as i64;
+        while ri.clean_position < target {
+            ri.clean_position = logbuffer::clean_to(&img.logs, ri.clean_position, target);
+        }
+        if send_sm && consumed >= ri.last_sm_position {
+            ri.last_sm_position = consumed;
+            ri.time_of_last_sm_ns = now_ns;
+        }
+        let sm_position = ri.last_sm_position;
+
+        let naks = std::mem::take(&mut self.naks);
+        for &(term_id, term_offset, length) in &naks {
+            let nak = NakFrame {
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                term_id,
+                term_offset,
+                length,
+            };
+            self.send_control(ep, &nak.to_bytes(), img.source);
+            system.increment(SystemCounter::NakMessagesSent);
+            work += 1;
+        }
+        self.naks = naks;
+        if send_sm {
+            let sm = StatusMessageFrame {
+                flags: 0,
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                consumption_term_id: compute_term_id_from_position(
+                    sm_position,
+                    img.bits,
+                    img.initial_term_id,
+                ),
+                consumption_term_offset: compute_term_offset_from_position(sm_position, img.bits),
+                receiver_window: img.window_length,
+                receiver_id: self.cfg.receiver_id,
+                group_tag: None,
+            };
+            let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
+            let len = sm.encode(&mut buf);
+            self.send_control(ep, &buf[..len], img.source);
+            system.increment(SystemCounter::StatusMessagesSent);
+            work += 1;
+        }
+        work
+    }
+}
+
+impl Agent for Receiver {
+    fn do_work(&mut self) -> usize {
+        let now_ns = self.clock.now_ns();
+        let mut work = 0;
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.on_command(cmd);
+            work += 1;
+        }
+        for ep in 0..self.endpoints.len() {
+            work += self.poll(ep, now_ns);
+            let cool_down_ns = self.cfg.image_cool_down_ns;
+            let e = &mut self.endpoints[ep];
+            // Images the conductor retired: ignore their session for a while.
+            let mut i = 0;
+            while i < e.images.len() {
+                if e.images[i].img.is_inactive() {
+                    let img = e.images.swap_remove(i).img;
+                    e.cool_down
+                        .push((img.session_id, img.stream_id, now_ns + cool_down_ns));
+                } else {
+                    i += 1;
+                }
+            }
+            e.pending.retain(|p| p.until_ns > now_ns);
+            e.cool_down.retain(|c| c.2 > now_ns);
+            for ii in 0..self.endpoints[ep].images.len() {
+                work += self.image_duties(ep, ii, now_ns);
+            }
+        }
+        work
+    }
+}
