@@ -6,6 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
+# nftables for the network tests' random loss (tests/netutil); they skip without it.
+if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && [ ! -x /usr/sbin/nft ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables; } \
+    >/dev/null 2>&1 || echo "setup: could not install nftables; the nft loss tests will skip" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -1,0 +1,23 @@
+"""Utilities for network tests: namespaces, nftables loss, a lossy UDP relay.
+
+``netns``    ``NetnsPair`` (two namespaces on a veth), ``run_in`` / ``popen_in`` /
+             ``call_in_netns`` / ``udp_socket_in``, ``require_netns``.
+``nft``      ``NftLoss``: random UDP drop with counters, ``require_nft``.
+``relay``    ``LossyRelay`` with per-direction ``Impairment`` and ``RelayStats``.
+``fixtures`` pytest fixtures ``netns_pair``, ``make_relay``, ``nft_loss``.
+
+The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
+``from netutil import NetnsPair, NftLoss, LossyRelay, Impairment``.
+"""
+
+from .netns import (NetnsError, NetnsPair, call_in_netns, cleanup_stale, delete_netns, exec_prefix, list_netns,
+                    netns_available, popen_in, require_netns, run_in, udp_socket_in)
+from .nft import NftError, NftLoss, nft_available, require_nft, run_nft
+from .relay import BACKWARD, FORWARD, Impairment, LossyRelay, RelayStats
+
+__all__ = [
+    "BACKWARD", "FORWARD", "Impairment", "LossyRelay", "NetnsError", "NetnsPair", "NftError", "NftLoss",
+    "RelayStats", "call_in_netns", "cleanup_stale", "delete_netns", "exec_prefix", "list_netns",
+    "netns_available", "nft_available", "popen_in", "require_netns", "require_nft", "run_in", "run_nft",
+    "udp_socket_in",
+]

@@ -1,0 +1,364 @@
+"""Pairs of Linux network namespaces joined by a veth link.
+
+``NetnsPair`` creates two namespaces ``<prefix><pid>-<n>a`` / ``...b``, each
+with ``lo`` up and one end of a veth pair (``sv0``) addressed from the /30
+``10.77.<n % 256>.0``: side ``a`` is ``.1`` and side ``b`` is ``.2``. The veth
+is created directly inside the namespaces, so nothing is left in the root
+namespace even if the process dies. Neighbour (ARP) entries are static, so the
+first datagrams are not queued behind address resolution.
+
+Teardown (``close()``, the context manager's exit, the ``netns_pair``
+fixture, and an ``atexit`` hook as the last resort) kills every process still
+inside the namespaces and deletes them. Creating a pair first deletes
+namespaces with the same prefix whose owning pid is no longer alive (left by
+a crashed run).
+
+Two ways to put something inside a namespace:
+
+* a process: ``run_in(ns, *argv)`` / ``popen_in(ns, argv)`` (``ip netns exec``),
+  or ``pair.run("b", ...)`` / ``pair.popen("b", [...])`` / ``pair.python("b", code)``;
+* in-process: ``call_in_netns(ns, fn, *args)`` runs ``fn`` on a fresh thread
+  that has joined the namespace. Sockets created there stay in that namespace
+  whatever thread uses them later, and threads started by ``fn`` inherit it
+  (an embedded media driver started that way binds its UDP sockets there).
+  ``pair.udp_socket("a")`` is the common case.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+DEFAULT_PREFIX = "sulis-nt-"
+NETNS_DIR = "/var/run/netns"
+CLONE_NEWNET = 0x40000000
+VETH = "sv0"
+
+_counter = itertools.count()
+_live: dict[str, "NetnsPair"] = {}
+_live_lock = threading.Lock()
+_available: tuple[bool, str] | None = None
+
+
+class NetnsError(RuntimeError):
+    pass
+
+
+def ip_path() -> str:
+    """The ``ip`` binary (iproute2), also when /usr/sbin is not on PATH."""
+    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if os.access(p, os.X_OK)), "ip")
+
+
+def _ip(*args: str, check: bool = True, timeout: float = 10.0) -> subprocess.CompletedProcess:
+    proc = subprocess.run([ip_path(), *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise NetnsError(f"ip {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def netns_available() -> tuple[bool, str]:
+    """``(True, "")`` when namespaces can be created here, else ``(False, reason)``. Cached."""
+    global _available
+    if _available is None:
+        _available = _probe()
+    return _available
+
+
+def _probe() -> tuple[bool, str]:
+    if not sys.platform.startswith("linux"):
+        return False, "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return False, "network namespaces need root (ip netns add)"
+    probe = f"{DEFAULT_PREFIX}probe-{os.getpid()}"
+    try:
+        proc = _ip("netns", "add", probe, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"cannot run `ip netns add`: {e}"
+    if proc.returncode != 0:
+        return False, f"`ip netns add` failed: {proc.stderr.strip()}"
+    try:
+        proc = _ip("netns", "exec", probe, ip_path(), "link", "set", "lo", "up", check=False)
+        if proc.returncode != 0:
+            return False, f"`ip netns exec` failed: {proc.stderr.strip()}"
+    finally:
+        _ip("netns", "del", probe, check=False)
+    return True, ""
+
+
+def require_netns() -> None:
+    """Skips the calling test when namespaces are unavailable (not root, no ``ip netns``...)."""
+    ok, reason = netns_available()
+    if not ok:
+        import pytest
+
+        pytest.skip(reason)
+
+
+def list_netns() -> list[str]:
+    """Names of all named network namespaces."""
+    out = _ip("netns", "list").stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def netns_pids(ns: str) -> list[int]:
+    proc = _ip("netns", "pids", ns, check=False)
+    return [int(p) for p in proc.stdout.split() if p.isdigit()]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def delete_netns(ns: str) -> None:
+    """Kills every process inside ``ns``, then deletes it. Missing namespaces are ignored."""
+    for _ in range(50):
+        pids = [p for p in netns_pids(ns) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    _ip("netns", "del", ns, check=False)
+
+
+def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Deletes namespaces named ``<prefix><pid>-...`` whose pid is dead; returns their names."""
+    removed = []
+    for ns in list_netns():
+        if not ns.startswith(prefix):
+            continue
+        pid = ns[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and _pid_alive(int(pid)):
+            continue
+        delete_netns(ns)
+        removed.append(ns)
+    return removed
+
+
+def exec_prefix(ns: str) -> list[str]:
+    """``["ip", "netns", "exec", ns]``: prepend it to an argv to run it inside ``ns``."""
+    return [ip_path(), "netns", "exec", ns]
+
+
+def run_in(ns: str, *argv, check: bool = True, timeout: float = 30.0, **kwargs) -> subprocess.CompletedProcess:
+    """Runs ``argv`` inside ``ns`` and waits (text output captured unless overridden)."""
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    return subprocess.run(exec_prefix(ns) + [str(a) for a in argv], check=check, timeout=timeout, **kwargs)
+
+
+def popen_in(ns: str, argv, **kwargs) -> subprocess.Popen:
+    """Starts ``argv`` inside ``ns`` (``subprocess.Popen`` keywords pass through)."""
+    return subprocess.Popen(exec_prefix(ns) + [str(a) for a in argv], **kwargs)
+
+
+_libc = None
+
+
+def _setns(ns: str) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(os.path.join(NETNS_DIR, ns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({ns}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def call_in_netns(ns: str, fn: Callable, *args, **kwargs):
+    """Calls ``fn(*args, **kwargs)`` on a new thread inside network namespace ``ns``; returns its result.
+
+    The calling thread is not affected. Sockets ``fn`` creates belong to ``ns``
+    for their whole life; threads ``fn`` starts are inside ``ns`` too.
+    """
+    result: list = []
+    error: list = []
+
+    def body():
+        try:
+            _setns(ns)
+            result.append(fn(*args, **kwargs))
+        except BaseException as e:  # re-raised in the caller
+            error.append(e)
+
+    t = threading.Thread(target=body, name=f"netns-{ns}", daemon=True)
+    t.start()
+    t.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+def udp_socket_in(ns: str | None, bind: tuple[str, int] | None = None, family: int = socket.AF_INET) -> socket.socket:
+    """A UDP socket created inside ``ns`` (the current namespace when None), optionally bound."""
+
+    def make():
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if bind is not None:
+                s.bind(bind)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    return make() if ns is None else call_in_netns(ns, make)
+
+
+class NetnsPair:
+    """Two namespaces ``ns_a`` / ``ns_b`` linked by veth ``sv0``, with ``addr_a`` / ``addr_b``.
+
+    ``with NetnsPair() as pair: pair.run("a", "ping", "-c1", pair.addr_b)``
+    """
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX, subnet: int | None = None, mtu: int = 1500,
+                 static_neighbours: bool = True):
+        n = next(_counter)
+        self.prefix = prefix
+        self.index = n
+        base = f"{prefix}{os.getpid()}-{n}"
+        self.ns_a = base + "a"
+        self.ns_b = base + "b"
+        octet = (n if subnet is None else subnet) % 256
+        self.addr_a = f"10.77.{octet}.1"
+        self.addr_b = f"10.77.{octet}.2"
+        self.prefixlen = 30
+        self.dev = VETH
+        self.mtu = mtu
+        self._procs: list[subprocess.Popen] = []
+        self._closed = False
+        cleanup_stale(prefix)
+        with _live_lock:
+            _live[base] = self
+        try:
+            self._create(static_neighbours)
+        except BaseException:
+            self.close()
+            raise
+
+    def _create(self, static_neighbours: bool) -> None:
+        _ip("netns", "add", self.ns_a)
+        _ip("netns", "add", self.ns_b)
+        _ip("link", "add", self.dev, "netns", self.ns_a, "type", "veth", "peer", "name", self.dev, "netns", self.ns_b)
+        for ns, addr in ((self.ns_a, self.addr_a), (self.ns_b, self.addr_b)):
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "link", "set", self.dev, "mtu", str(self.mtu))
+            _ip("-n", ns, "addr", "add", f"{addr}/{self.prefixlen}", "dev", self.dev)
+            _ip("-n", ns, "link", "set", self.dev, "up")
+        if static_neighbours:
+            mac_a, mac_b = self.mac("a"), self.mac("b")
+            _ip("-n", self.ns_a, "neigh", "replace", self.addr_b, "lladdr", mac_b, "dev", self.dev, "nud", "permanent")
+            _ip("-n", self.ns_b, "neigh", "replace", self.addr_a, "lladdr", mac_a, "dev", self.dev, "nud", "permanent")
+
+    # -- naming -------------------------------------------------------------
+
+    def ns(self, side: str) -> str:
+        """The namespace of side ``"a"`` or ``"b"``."""
+        if side == "a":
+            return self.ns_a
+        if side == "b":
+            return self.ns_b
+        raise ValueError(f"side must be 'a' or 'b', not {side!r}")
+
+    def addr(self, side: str) -> str:
+        """The veth address of side ``"a"`` or ``"b"``."""
+        return self.addr_a if self.ns(side) == self.ns_a else self.addr_b
+
+    def peer(self, side: str) -> str:
+        """The address of the other side."""
+        return self.addr_b if self.ns(side) == self.ns_a else self.addr_a
+
+    def mac(self, side: str) -> str:
+        info = json.loads(_ip("-n", self.ns(side), "-j", "link", "show", "dev", self.dev).stdout)
+        return info[0]["address"]
+
+    # -- running things inside ----------------------------------------------
+
+    def run(self, side: str, *argv, **kwargs) -> subprocess.CompletedProcess:
+        """``run_in`` on a side: ``pair.run("a", "ip", "addr")``."""
+        return run_in(self.ns(side), *argv, **kwargs)
+
+    def popen(self, side: str, argv, **kwargs) -> subprocess.Popen:
+        """``popen_in`` on a side; the process is killed on ``close()``."""
+        proc = popen_in(self.ns(side), argv, **kwargs)
+        self._procs.append(proc)
+        return proc
+
+    def python(self, side: str, code: str, *args, **kwargs) -> subprocess.Popen:
+        """Starts ``python -c code args...`` (this interpreter) inside a side; killed on ``close()``."""
+        return self.popen(side, [sys.executable, "-c", code, *args], **kwargs)
+
+    def call(self, side: str, fn: Callable, *args, **kwargs):
+        """``call_in_netns`` on a side."""
+        return call_in_netns(self.ns(side), fn, *args, **kwargs)
+
+    def udp_socket(self, side: str, port: int | None = 0) -> socket.socket:
+        """A UDP socket inside a side, bound to its veth address and ``port`` (unbound when None)."""
+        return udp_socket_in(self.ns(side), None if port is None else (self.addr(side), port))
+
+    # -- teardown -------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+        delete_netns(self.ns_a)
+        delete_netns(self.ns_b)
+        with _live_lock:
+            _live.pop(self.ns_a[:-1], None)
+
+    def __enter__(self) -> "NetnsPair":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"NetnsPair({self.ns_a}={self.addr_a}, {self.ns_b}={self.addr_b})"
+
+
+@atexit.register
+def _close_live() -> None:
+    with _live_lock:
+        pairs = list(_live.values())
+    for pair in pairs:
+        try:
+            pair.close()
+        except Exception:
+            pass
