@@ -15,10 +15,11 @@ Roles
 ``claim DIR STREAM LENGTH``
     A client that claims LENGTH bytes on a concurrent publication of STREAM
     and never commits (the parent kills it).
-``produce DIR STREAM PRODUCER COUNT SEED [MAX_LENGTH [WAIT_GO]]``
+``produce DIR STREAM PRODUCER COUNT SEED [MAX_LENGTH [WAIT_GO [CHANNEL]]]``
     Offers COUNT messages (see ``make_message``) on a concurrent publication
-    of STREAM, retrying on back pressure, then reports and exits. With
-    WAIT_GO=1 it waits for a ``go`` line on stdin after ``ready``.
+    of STREAM (on CHANNEL, default ``aeron:ipc``), retrying on back pressure,
+    then reports and exits. With WAIT_GO=1 it waits for a ``go`` line on
+    stdin after ``ready``.
 """
 
 from __future__ import annotations
@@ -124,11 +125,11 @@ def role_claim(dir: str, stream: str, length: str) -> None:
 
 
 def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, max_length: str = "2000",
-                 wait_go: str = "0") -> None:
+                 wait_go: str = "0", channel: str = "aeron:ipc") -> None:
     p, n = int(producer), int(count)
     rng = random.Random(int(seed))
     with sulis.Client(dir=dir, driver_timeout=10.0) as client:
-        pub = client.add_publication("aeron:ipc", int(stream))
+        pub = client.add_publication(channel, int(stream))
         _await(lambda: pub.is_connected)
         say(ready=True, pid=os.getpid(), session_id=pub.session_id)
         if wait_go == "1":

@@ -476,12 +476,13 @@ impl Receiver {
         let h = d.first();
         let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
         let window = img.window_length as i64;
+        // Any well-formed frame of the session shows the source is alive.
+        img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
         if d.is_heartbeat() {
             system.increment(SystemCounter::HeartbeatsReceived);
             if position < ri.last_sm_position || position > ri.last_sm_position + window {
                 return;
             }
-            img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
             if position > ri.hwm_position {
                 ri.hwm_position = position;
                 img.hwm.set_ordered(position);
@@ -494,8 +495,10 @@ impl Receiver {
             }
             return;
         }
-        let (last_offset, last) = d.frames().last().expect("a data datagram has frames");
-        let end = position + (last_offset + last.aligned_length()) as i64;
+        // As in Aeron, a datagram occupies its own length in the window: a PAD
+        // frame's body is not sent, so a padded term end never looks like an
+        // over-run (the sender counted only the PAD header against its limit).
+        let end = position + d.bytes().len() as i64;
         if position < ri.last_sm_position {
             system.increment(SystemCounter::FlowControlUnderRuns);
             return;
@@ -504,7 +507,6 @@ impl Receiver {
             system.increment(SystemCounter::FlowControlOverRuns);
             return;
         }
-        img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
         let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
         term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
         if end > ri.hwm_position {

@@ -1,0 +1,260 @@
+"""sulis ⇄ sulis over UDP on loopback: delivery, loss recovery, image events, bad datagrams.
+
+Two embedded drivers stand for two hosts: the publisher's driver sends to the
+subscriber driver's endpoint on 127.0.0.1. Every stream is checked message by
+message: in order, each once, each intact (the messages carry a CRC).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from _child import make_message, parse_message
+from conftest import await_until
+
+import sulis
+from netutil.relay import Impairment, LossyRelay
+
+# System counters (crates/sulis-driver/src/system_counters.rs, Aeron's ids).
+NAKS_SENT = (5, "NAKs sent")
+NAKS_RECEIVED = (6, "NAKs received")
+STATUS_MESSAGES_RECEIVED = (8, "Status Messages received")
+HEARTBEATS_RECEIVED = (10, "Heartbeats received")
+RETRANSMITS_SENT = (11, "Retransmits sent")
+INVALID_PACKETS = (14, "Invalid packets")
+
+UDP_OPTIONS = {
+    "term_buffer_length": "2m",
+    "publication_connection_timeout": "500ms",
+    "image_liveness_timeout": "1s",
+    "timer_interval": "10ms",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def counter(dir: str, c: tuple[int, str]) -> int:
+    reader = sulis.CountersReader(dir)
+    assert reader.label(c[0]) == c[1]
+    return reader.value(c[0])
+
+
+def stream_of(count: int, seed: int, big_every: int = 0, big: int = 0):
+    """Messages ``make_message(0, seq, body)`` of random length, every ``big_every``-th one ``big`` bytes."""
+    rng = random.Random(seed)
+    for seq in range(count):
+        n = big if big_every and seq % big_every == big_every - 1 else rng.randint(0, 3000)
+        yield make_message(0, seq, rng.randbytes(n))
+
+
+class Checker:
+    """Receives a stream and checks order, uniqueness and integrity."""
+
+    def __init__(self):
+        self.next_seq = 0
+        self.bytes = 0
+        self.assembler = sulis.FragmentAssembler(self.on_message)
+
+    def on_message(self, buffer, header):
+        producer, seq, body = parse_message(bytes(buffer))
+        assert (producer, seq) == (0, self.next_seq), f"expected seq {self.next_seq}, got {seq}"
+        self.next_seq += 1
+        self.bytes += len(body)
+
+
+def run_stream(pub, sub, messages, expected: int, timeout: float = 60.0) -> Checker:
+    """Offers every message while polling; returns once ``expected`` arrived."""
+    check = Checker()
+    pending = list(messages)
+    i = 0
+    deadline = time.monotonic() + timeout
+    while check.next_seq < expected:
+        while i < len(pending):
+            r = pub.offer(pending[i])
+            if r < 0:
+                assert r in (sulis.BACK_PRESSURED, sulis.ADMIN_ACTION, sulis.NOT_CONNECTED), sulis.result_name(r)
+                break
+            i += 1
+        sub.poll(check.assembler, 256)
+        assert time.monotonic() < deadline, f"only {check.next_seq}/{expected} arrived in {timeout}s"
+    # nothing extra arrives afterwards
+    for _ in range(50):
+        sub.poll(check.assembler, 256)
+    assert check.next_seq == expected
+    return check
+
+
+def udp_pair(make_driver, make_client, pub_opts=None, sub_opts=None, stream_id=10, port=None, pub_endpoint=None):
+    port = port or free_port()
+    sub_driver = make_driver(**{**UDP_OPTIONS, **(sub_opts or {})})
+    pub_driver = make_driver(**{**UDP_OPTIONS, **(pub_opts or {})})
+    sub_client, pub_client = make_client(dir=sub_driver.dir), make_client(dir=pub_driver.dir)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    sub = sub_client.add_subscription(channel, stream_id)
+    pub = pub_client.add_exclusive_publication(pub_endpoint or channel, stream_id)
+    await_until(lambda: pub.is_connected and sub.image_count == 1, what="UDP publication to connect")
+    return sub_driver, pub_driver, sub, pub
+
+
+@pytest.mark.parametrize("mode", ["shared", "shared-network", "dedicated"])
+def test_stream_between_two_drivers_arrives_in_order_once_and_intact(make_driver, make_client, mode):
+    sub_driver, pub_driver, sub, pub = udp_pair(
+        make_driver, make_client, pub_opts={"threading_mode": mode}, sub_opts={"threading_mode": mode}
+    )
+    image = sub.images[0]
+    assert image.source_identity.startswith("127.0.0.1:")
+    assert image.session_id == pub.session_id
+    assert image.term_buffer_length == 2 * 1024 * 1024 and image.mtu_length == 1408
+    # 20k messages of 0..3000 bytes, every 500th a 200 KiB message (fragmented over ~150 frames)
+    check = run_stream(pub, sub, stream_of(20_000, seed=1, big_every=500, big=200 * 1024), 20_000)
+    assert check.bytes > 20 * 200 * 1024
+    assert counter(pub_driver.dir, STATUS_MESSAGES_RECEIVED) > 0
+
+
+def test_stream_survives_loss_of_data_and_control_frames_on_both_sides(make_driver, make_client):
+    sub_driver, pub_driver, sub, pub = udp_pair(
+        make_driver,
+        make_client,
+        pub_opts={"send_data_loss": "random:0.1", "receive_control_loss": "random:0.05", "loss_seed": 11},
+        sub_opts={"receive_data_loss": "random:0.1", "send_control_loss": "random:0.05", "loss_seed": 12},
+    )
+    run_stream(pub, sub, stream_of(20_000, seed=2, big_every=1000, big=100 * 1024), 20_000)
+    assert counter(sub_driver.dir, NAKS_SENT) > 0
+    assert counter(pub_driver.dir, NAKS_RECEIVED) > 0
+    assert counter(pub_driver.dir, RETRANSMITS_SENT) > 0
+
+
+def test_fixed_loss_pattern_is_repaired(make_driver, make_client):
+    # every third datagram lost: many gaps open at once, all repaired
+    sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, pub_opts={"send_data_loss": "every:3:1"})
+    run_stream(pub, sub, stream_of(5_000, seed=3), 5_000)
+    assert counter(pub_driver.dir, RETRANSMITS_SENT) > 0
+
+
+def test_reordered_duplicated_and_dropped_datagrams_through_a_relay(make_driver, make_client):
+    port = free_port()
+    impair = Impairment(drop=0.05, duplicate=0.05, reorder=0.1, reorder_after=3)
+    with LossyRelay(("127.0.0.1", port), forward=impair, backward=Impairment(drop=0.05), seed=5) as relay:
+        relay_endpoint = f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}"
+        sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, port=port, pub_endpoint=relay_endpoint)
+        run_stream(pub, sub, stream_of(5_000, seed=4), 5_000)
+        stats = relay.stats()["forward"]
+    assert stats.dropped > 0 and stats.duplicated > 0 and stats.reordered > 0
+
+
+def test_publication_close_ends_the_image_and_a_new_publication_brings_a_new_one(make_driver, make_client):
+    port = free_port()
+    sub_driver = make_driver(**UDP_OPTIONS)
+    pub_driver = make_driver(**UDP_OPTIONS)
+    available, unavailable = [], []
+    sub = make_client(dir=sub_driver.dir).add_subscription(
+        f"aeron:udp?endpoint=127.0.0.1:{port}", 10,
+        on_available_image=lambda img: available.append(img.session_id),
+        on_unavailable_image=lambda img: unavailable.append(img.session_id),
+    )
+    pub_client = make_client(dir=pub_driver.dir)
+    pub = pub_client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 10)
+    await_until(lambda: available == [pub.session_id], what="image")
+    run_stream(pub, sub, stream_of(100, seed=5), 100)
+    first = pub.session_id
+    pub.close()
+    # end of stream: the image goes once the subscriber has read everything
+    await_until(lambda: unavailable == [first], timeout=10, what="unavailable image after close")
+    pub2 = pub_client.add_exclusive_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 10)
+    await_until(lambda: len(available) == 2 and sub.image_count == 1, what="image of the new publication")
+    assert available[1] == pub2.session_id != first
+    run_stream(pub2, sub, stream_of(100, seed=6), 100)
+
+
+def test_subscriber_restart_gets_a_new_image(make_driver, make_client):
+    port = free_port()
+    sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, port=port)
+    run_stream(pub, sub, stream_of(100, seed=7), 100)
+    sub.close()
+    await_until(lambda: not pub.is_connected, timeout=10, what="publication to notice the subscriber left")
+    sub2 = make_client(dir=sub_driver.dir).add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 10)
+    await_until(lambda: pub.is_connected and sub2.image_count == 1, timeout=10, what="reconnection")
+    image = sub2.images[0]
+    assert image.join_position == pub.position
+    check = Checker()
+    msgs = [make_message(0, i, b"again %d" % i) for i in range(100)]
+    for m in msgs:
+        while pub.offer(m) < 0:
+            pass
+    await_until(lambda: sub2.poll(check.assembler, 100) >= 0 and check.next_seq == 100, what="messages after restart")
+
+
+def test_killed_publisher_driver_makes_the_image_unavailable_within_the_liveness_timeout(make_driver, make_client, spawn):
+    port = free_port()
+    sub_driver = make_driver(**UDP_OPTIONS)
+    unavailable = []
+    sub = make_client(dir=sub_driver.dir).add_subscription(
+        f"aeron:udp?endpoint=127.0.0.1:{port}", 10, on_unavailable_image=lambda img: unavailable.append(time.monotonic())
+    )
+    pub_dir = f"/dev/shm/sulis-test-killed-{os.getpid()}"
+    drv = spawn("driver", pub_dir, json.dumps({**UDP_OPTIONS, "threading_mode": "shared", "dir_delete_on_start": True}))
+    drv.read()
+    producer = spawn("produce", pub_dir, 10, 0, 10**9, 1, 100, 0, f"aeron:udp?endpoint=127.0.0.1:{port}")
+    producer.read()
+    await_until(lambda: sub.image_count == 1, what="image of the child's publication")
+    drv.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    producer.kill()
+    await_until(lambda: unavailable, timeout=10, what="unavailable image after the peer was killed")
+    # liveness timeout 1 s, checked every 10 ms
+    assert unavailable[0] - killed < 3.0
+    assert sub.image_count == 0
+    shutil.rmtree(pub_dir, ignore_errors=True)
+
+
+@pytest.mark.expect_errors
+def test_garbage_datagrams_are_counted_logged_and_do_not_disturb_the_stream(make_driver, make_client):
+    port = free_port()
+    sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, port=port)
+    session = pub.session_id
+    stop = threading.Event()
+    rng = random.Random(9)
+    attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def attack():
+        real_header = struct.pack("<iBBHiiiiq", 64, 0, 0xC0, 1, 0, session, 10, 0, 0)
+        while not stop.is_set():
+            kind = rng.randrange(4)
+            if kind == 0:
+                junk = rng.randbytes(rng.randint(0, 200))
+            elif kind == 1:  # a real-looking header, truncated
+                junk = real_header[: rng.randint(1, 31)]
+            elif kind == 2:  # right ids, absurd term offset / length
+                junk = struct.pack("<iBBHiiiiq", rng.randint(-5, 10**6), 0, 0xC0, 1, rng.randint(-100, 10**9),
+                                   session, 10, rng.randint(-10, 10), 0) + rng.randbytes(32)
+            else:  # a SETUP with a bad term length
+                junk = struct.pack("<iBBHiiiiiiii", 40, 0, 0, 5, 0, session + 1, 10, 0, 0, 12345, 1408, 0)
+            attacker.sendto(junk, ("127.0.0.1", port))
+            stop.wait(0.0005)
+
+    t = threading.Thread(target=attack, daemon=True)
+    t.start()
+    try:
+        run_stream(pub, sub, stream_of(10_000, seed=10), 10_000)
+    finally:
+        stop.set()
+        t.join()
+        attacker.close()
+    assert counter(sub_driver.dir, INVALID_PACKETS) > 0
+    logged = [text for _, _, _, text in sulis.read_errors(sub_driver.dir)]
+    assert any("invalid datagram from 127.0.0.1:" in text for text in logged), logged
+    # the image is still there and healthy
+    assert sub.image_count == 1
