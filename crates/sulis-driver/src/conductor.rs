@@ -1629,8 +1629,9 @@ impl DriverConductor {
     fn on_network_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
         let mut work = 0;
         let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
+        let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
         for p in self.net_publications.iter_mut() {
-            p.on_time_event(now_ns, linger_ns);
+            p.on_time_event(now_ns, linger_ns, connection_timeout_ns);
         }
         let mut i = 0;
         while i < self.net_publications.len() {

@@ -210,14 +210,18 @@ impl NetworkPublicationEntry {
         }
     }
 
-    /// Timer step of the close sequence; `linger_ns` bounds draining and lingering.
-    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) {
+    /// Timer step of the close sequence. Draining lasts while receivers are
+    /// connected and data is left to send (a slow receiver still gets
+    /// everything, as with Aeron); lingering lasts `linger_ns`.
+    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64, connection_timeout_ns: i64) {
         match self.state {
             NetState::Active | NetState::Done => {}
             NetState::Draining { since_ns } => {
                 let p = &self.publication;
                 let sent = p.snd_pos.get_volatile() >= p.producer_position();
-                if sent || now_ns > since_ns + linger_ns {
+                let abandoned = !p.has_receivers(now_ns, connection_timeout_ns)
+                    && now_ns > since_ns + connection_timeout_ns.min(linger_ns);
+                if sent || abandoned {
                     p.status.store(status::LINGERING, Ordering::Release);
                     self.state = NetState::Lingering {
                         until_ns: now_ns + linger_ns,
