@@ -258,3 +258,49 @@ def test_garbage_datagrams_are_counted_logged_and_do_not_disturb_the_stream(make
     assert any("invalid datagram from 127.0.0.1:" in text for text in logged), logged
     # the image is still there and healthy
     assert sub.image_count == 1
+
+
+def test_across_network_namespaces_with_kernel_loss(make_driver, make_client):
+    """Each driver in its own network namespace (veth between); nftables drops 10 % of what each receives."""
+    from netutil.netns import NetnsPair, call_in_netns, require_netns
+    from netutil.nft import NftLoss, require_nft
+
+    require_netns()
+    require_nft()
+    with NetnsPair(prefix="sulis-udp-") as pair:
+        losses = [NftLoss(pair.ns_a, 10, hook="input"), NftLoss(pair.ns_b, 10, hook="input")]
+        # Drivers started on a thread inside a namespace keep their sockets (and threads) there.
+        pub_driver = call_in_netns(pair.ns_a, make_driver, **UDP_OPTIONS)
+        sub_driver = call_in_netns(pair.ns_b, make_driver, **UDP_OPTIONS)
+        channel = f"aeron:udp?endpoint={pair.addr_b}:40123"
+        sub = make_client(dir=sub_driver.dir).add_subscription(channel, 10)
+        pub = make_client(dir=pub_driver.dir).add_exclusive_publication(channel, 10)
+        await_until(lambda: pub.is_connected and sub.image_count == 1, what="connection across namespaces")
+        assert sub.images[0].source_identity.startswith(pair.addr_a + ":")
+        run_stream(pub, sub, stream_of(20_000, seed=11, big_every=2000, big=100 * 1024), 20_000)
+        dropped = sum(loss.dropped() for loss in losses)
+        assert dropped > 0.05 * sum(loss.seen() for loss in losses)
+        assert counter(sub_driver.dir, NAKS_SENT) > 0
+        assert counter(pub_driver.dir, RETRANSMITS_SENT) > 0
+        sub.close()
+        pub.close()
+
+
+def test_unreliable_subscription_pads_over_loss_instead_of_nacking(make_driver, make_client):
+    port = free_port()
+    sub_driver = make_driver(**UDP_OPTIONS)
+    pub_driver = make_driver(**UDP_OPTIONS, send_data_loss="every:10:5")
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    sub = make_client(dir=sub_driver.dir).add_subscription(channel + "|reliable=false", 10)
+    pub = make_client(dir=pub_driver.dir).add_exclusive_publication(channel, 10)
+    await_until(lambda: pub.is_connected and sub.image_count == 1, what="connection")
+    got = []
+    for i in range(2000):
+        while pub.offer(struct.pack("<I", i) + b"x" * 1000) < 0:
+            sub.poll(lambda b, h: got.append(struct.unpack_from("<I", b)[0]), 100)
+    await_until(lambda: sub.poll(lambda b, h: got.append(struct.unpack_from("<I", b)[0]), 100) == 0
+                and sub.images[0].position >= pub.position, what="subscriber to reach the end")
+    assert got == sorted(set(got)), "in order, each once"
+    assert 0 < len(got) < 2000, f"some messages lost for good ({len(got)} of 2000)"
+    assert counter(sub_driver.dir, (23, "Loss gap fills")) > 0
+    assert counter(sub_driver.dir, NAKS_SENT) == 0

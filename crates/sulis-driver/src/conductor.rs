@@ -72,6 +72,8 @@ struct EndpointEntry {
     rcvbuf: usize,
     /// Receiver window from the first subscription's channel, if it set one.
     rcv_wnd: Option<usize>,
+    /// `reliable` of the first subscription's channel (images NAK or pad over gaps).
+    reliable: bool,
 }
 
 /// Conductor-side state of an image.
@@ -1222,6 +1224,7 @@ impl DriverConductor {
                     ref_count: 1,
                     rcvbuf,
                     rcv_wnd: None,
+                    reliable: true,
                 });
                 id
             }
@@ -1373,6 +1376,7 @@ impl DriverConductor {
                     ref_count: 1,
                     rcvbuf,
                     rcv_wnd: p.rcv_wnd.map(|w| w as usize),
+                    reliable: p.reliable.unwrap_or(true),
                 });
                 id
             }
@@ -1486,7 +1490,7 @@ impl DriverConductor {
         let Some(endpoint) = self.receive_endpoints.iter().find(|e| e.id == endpoint_id) else {
             return refuse(self);
         };
-        let (rcvbuf, rcv_wnd) = (endpoint.rcvbuf, endpoint.rcv_wnd);
+        let (rcvbuf, rcv_wnd, reliable) = (endpoint.rcvbuf, endpoint.rcv_wnd, endpoint.reliable);
         let subs: Vec<usize> = (0..self.subscriptions.len())
             .filter(|&i| {
                 let s = &self.subscriptions[i];
@@ -1600,6 +1604,7 @@ impl DriverConductor {
             initial_term_id: setup.initial_term_id,
             join_position: join,
             window_length: window as i32,
+            reliable,
             hwm: reader.counter_ref(ids[0]),
             rcv_pos: reader.counter_ref(ids[1]),
             subscribers: Mutex::new(Vec::new()),

@@ -56,6 +56,8 @@ pub struct PublicationImage {
     pub join_position: i64,
     /// Receiver window length.
     pub window_length: i32,
+    /// NAK gaps (true) or pad over them (`reliable=false`).
+    pub reliable: bool,
     /// High-water mark (receiver).
     pub hwm: CounterRef,
     /// Rebuild position: everything before it is received (receiver).

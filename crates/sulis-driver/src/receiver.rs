@@ -19,7 +19,7 @@
 //! cleaned for reuse.
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
-use crate::loss::{LossDetector, LossGenerator, StaticDelayGenerator};
+use crate::loss::{fill_gap, LossDetector, LossGenerator, StaticDelayGenerator};
 use crate::media::udp_transport::{RecvBatch, UdpTransport, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::PublicationImage;
 use crate::system_counters::SystemCounter;
@@ -566,6 +566,22 @@ impl Receiver {
 
         let naks = std::mem::take(&mut self.naks);
         for &(term_id, term_offset, length) in &naks {
+            if !img.reliable {
+                // reliable=false: pad over the gap instead of asking for it.
+                let term = img.logs.term(index_by_term(img.initial_term_id, term_id));
+                if fill_gap(
+                    &term,
+                    term_offset,
+                    length,
+                    term_id,
+                    img.session_id,
+                    img.stream_id,
+                ) {
+                    system.increment(SystemCounter::LossGapFills);
+                    work += 1;
+                }
+                continue;
+            }
             let nak = NakFrame {
                 session_id: img.session_id,
                 stream_id: img.stream_id,
