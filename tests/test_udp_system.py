@@ -304,3 +304,16 @@ def test_unreliable_subscription_pads_over_loss_instead_of_nacking(make_driver, 
     assert 0 < len(got) < 2000, f"some messages lost for good ({len(got)} of 2000)"
     assert counter(sub_driver.dir, (23, "Loss gap fills")) > 0
     assert counter(sub_driver.dir, NAKS_SENT) == 0
+
+
+@pytest.mark.expect_errors  # the unresolvable host is logged
+def test_host_names_in_endpoints_are_resolved(make_driver, make_client):
+    port = free_port()
+    sub_driver = make_driver(**UDP_OPTIONS)
+    pub_driver = make_driver(**UDP_OPTIONS)
+    sub = make_client(dir=sub_driver.dir).add_subscription(f"aeron:udp?endpoint=localhost:{port}", 10)
+    pub = make_client(dir=pub_driver.dir).add_exclusive_publication(f"aeron:udp?endpoint=localhost:{port}", 10)
+    await_until(lambda: pub.is_connected and sub.image_count == 1, what="connection by host name")
+    run_stream(pub, sub, stream_of(100, seed=12), 100)
+    with pytest.raises(sulis.ConfigurationError, match="no-such-host.invalid"):
+        make_client(dir=pub_driver.dir).add_publication("aeron:udp?endpoint=no-such-host.invalid:40000", 10)
