@@ -105,8 +105,11 @@ def test_aeron_client_on_sulis_driver(current_aeron, harness, publisher, subscri
 
 # -- with loss ------------------------------------------------------------------
 
-#: The sulis side's own loss generator drops 10 % of the data frames it sends or receives.
-SULIS_LOSS = {"loss_seed": 42}
+#: The sulis side's own loss generator drops 10 % of the data frames it sends or receives. An Aeron
+#: sender ignores repeated NAKs for a range for 60 ms after resending it, so a lost retransmit
+#: stalls a receiver window for that long: the sulis receiver gets a 2 MiB window (configuration,
+#: as for the Aeron receiver below) so that a 1 GB run under loss takes seconds, not minutes.
+SULIS_LOSS = {"loss_seed": 42, "initial_window_length": "2m", "socket_rcvbuf_length": "4m"}
 #: An Aeron receiver repairs one gap per NAK round (1.15.1 waits 60 ms before each NAK and has
 #: no property to change that), so under 10 % loss its throughput is its window per NAK delay.
 #: A 2 MiB receiver window (Aeron's documented properties) keeps a 1 GB run within minutes.
@@ -160,6 +163,7 @@ def test_across_namespaces_with_kernel_loss(aeron, harness, lossy_path, publishe
     count, timeout = lossy_count(aeron, aeron_receives=subscriber == "aeron")
     res = peers.run_transfer(harness, publisher, subscriber, count, aeron, timeout=timeout,
                              netns={"aeron": pair.ns_a, "sulis": pair.ns_b},
+                             sulis_driver_options=SULIS_LOSS,
                              aeron_driver_props=AERON_LOSSY_RECEIVER,
                              hosts={"aeron": pair.addr_a, "sulis": pair.addr_b})
     check(res, harness, count)

@@ -103,6 +103,31 @@ struct ClientCounter {
     counter_id: i32,
 }
 
+/// An existing concurrent publication a further publisher joins.
+struct SharedPublication {
+    registration_id: i64,
+    session_id: i32,
+    limit_counter_id: i32,
+    term_length: usize,
+    log_file: String,
+}
+
+impl SharedPublication {
+    /// A joining publisher may not ask for another term length.
+    fn check_term_length(&self, channel: &str, requested: Option<u32>) -> Result<(), CommandError> {
+        match requested {
+            Some(t) if t as usize != self.term_length => Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!(
+                    "channel '{channel}': term-length={t} differs from the existing publication's {}",
+                    self.term_length
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A command failed: the code and message go back to the client.
 struct CommandError {
     code: i32,
@@ -532,36 +557,16 @@ impl DriverConductor {
                     && x.stream_id == stream_id
                     && fixed_session.is_none_or(|s| s == x.session_id)
             }) {
-                let term_length = p.term_length.map(|t| t as usize);
-                if let Some(t) = term_length {
-                    if t != existing.logs.term_length() {
-                        return Err(CommandError::new(
-                            error_code::INVALID_CHANNEL,
-                            format!(
-                                "channel '{channel}': term-length={t} differs from the existing publication's {}",
-                                existing.logs.term_length()
-                            ),
-                        ));
-                    }
-                }
-                existing.ref_count += 1;
-                let ev = Event::PublicationReady {
-                    correlation_id,
+                let shared = SharedPublication {
                     registration_id: existing.registration_id,
                     session_id: existing.session_id,
-                    stream_id,
-                    position_limit_counter_id: existing.pub_limit.id(),
-                    channel_status_counter_id: NULL_COUNTER_ID,
+                    limit_counter_id: existing.pub_limit.id(),
+                    term_length: existing.logs.term_length(),
                     log_file: existing.logs.path().display().to_string(),
-                    exclusive: false,
                 };
-                let publication_id = existing.registration_id;
-                self.publication_links.push(PublicationLink {
-                    registration_id: correlation_id,
-                    client_id,
-                    publication_id,
-                });
-                self.send(ev);
+                shared.check_term_length(channel, p.term_length)?;
+                existing.ref_count += 1;
+                self.join_publication(client_id, correlation_id, stream_id, shared);
                 return Ok(());
             }
         }
@@ -664,6 +669,31 @@ impl DriverConductor {
             self.link_subscriber(idx, si);
         }
         Ok(())
+    }
+
+    /// Links a further publisher to an existing concurrent publication.
+    fn join_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        shared: SharedPublication,
+    ) {
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: shared.registration_id,
+        });
+        self.send(Event::PublicationReady {
+            correlation_id,
+            registration_id: shared.registration_id,
+            session_id: shared.session_id,
+            stream_id,
+            position_limit_counter_id: shared.limit_counter_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+            log_file: shared.log_file,
+            exclusive: false,
+        });
     }
 
     /// Creates a new publication's log file: term length, MTU, session id,
@@ -1144,35 +1174,16 @@ impl DriverConductor {
                     && fixed_session.is_none_or(|s| s == x.publication.session_id)
             }) {
                 let np = &existing.publication;
-                if let Some(t) = p.term_length {
-                    if t as usize != np.term_length {
-                        return Err(CommandError::new(
-                            error_code::INVALID_CHANNEL,
-                            format!(
-                                "channel '{channel}': term-length={t} differs from the existing publication's {}",
-                                np.term_length
-                            ),
-                        ));
-                    }
-                }
-                existing.ref_count += 1;
-                let ev = Event::PublicationReady {
-                    correlation_id,
+                let shared = SharedPublication {
                     registration_id: np.registration_id,
                     session_id: np.session_id,
-                    stream_id,
-                    position_limit_counter_id: np.pub_limit.id(),
-                    channel_status_counter_id: NULL_COUNTER_ID,
+                    limit_counter_id: np.pub_limit.id(),
+                    term_length: np.term_length,
                     log_file: np.logs.path().display().to_string(),
-                    exclusive: false,
                 };
-                let publication_id = np.registration_id;
-                self.publication_links.push(PublicationLink {
-                    registration_id: correlation_id,
-                    client_id,
-                    publication_id,
-                });
-                self.send(ev);
+                shared.check_term_length(channel, p.term_length)?;
+                existing.ref_count += 1;
+                self.join_publication(client_id, correlation_id, stream_id, shared);
                 return Ok(());
             }
         }
