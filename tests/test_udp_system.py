@@ -317,3 +317,19 @@ def test_host_names_in_endpoints_are_resolved(make_driver, make_client):
     run_stream(pub, sub, stream_of(100, seed=12), 100)
     with pytest.raises(sulis.ConfigurationError, match="no-such-host.invalid"):
         make_client(dir=pub_driver.dir).add_publication("aeron:udp?endpoint=no-such-host.invalid:40000", 10)
+
+
+def test_channel_linger_keeps_a_closed_publication_for_late_naks(make_driver, make_client):
+    port = free_port()
+    sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, port=port,
+                                                pub_endpoint=f"aeron:udp?endpoint=127.0.0.1:{port}|linger=1s")
+    run_stream(pub, sub, stream_of(10, seed=13), 10)
+    reader = sulis.CountersReader(pub_driver.dir)
+    registration_id = pub.registration_id
+    pub.close()
+    closed = time.monotonic()
+    time.sleep(0.5)  # the driver's own linger (100 ms) has passed, the channel's (1 s) has not
+    assert [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id]
+    await_until(lambda: not [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id],
+                timeout=5, what="publication freed after its linger")
+    assert time.monotonic() - closed >= 0.9

@@ -1647,6 +1647,12 @@ impl DriverConductor {
         let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
         let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
         for p in self.net_publications.iter_mut() {
+            // The channel's linger (written into the log) or the driver's.
+            let linger_ns = p
+                .publication
+                .logs
+                .meta()
+                .get_i64(LOG_LINGER_TIMEOUT_NS_OFFSET);
             p.on_time_event(now_ns, linger_ns, connection_timeout_ns);
         }
         let mut i = 0;
