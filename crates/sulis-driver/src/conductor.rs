@@ -227,8 +227,7 @@ impl DriverConductor {
         );
         let now_ms = epoch_ms();
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
-        let errors =
-            ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system.clone());
+        let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system);
         to_driver.set_consumer_heartbeat_time(now_ms);
         let seed = (now_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
         let publications_dir = ctx.dir.join("publications");
@@ -593,41 +592,26 @@ impl DriverConductor {
             false,
         )?;
         let now_ms = epoch_ms();
-        let key = stream_counter_key(correlation_id, session_id, stream_id, channel);
-        let alloc = |counters: &mut CountersManager, t: i32, name: &str| {
-            counters.allocate(
-                t,
-                &key,
-                &stream_counter_label(name, correlation_id, session_id, stream_id, channel),
-                correlation_id,
+        let pos_name = if exclusive {
+            "pub-pos (sampled) exclusive"
+        } else {
+            "pub-pos (sampled) concurrent"
+        };
+        let ids = self
+            .allocate_stream_counters(
+                &[
+                    (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+                    (type_id::PUBLISHER_POSITION, pos_name),
+                ],
+                (correlation_id, session_id, stream_id, channel),
                 client_id,
-                0,
                 now_ms,
             )
-        };
-        let limit_id = alloc(&mut self.counters, type_id::PUBLISHER_LIMIT, "pub-lmt");
-        let pos_id = alloc(
-            &mut self.counters,
-            type_id::PUBLISHER_POSITION,
-            if exclusive {
-                "pub-pos (sampled) exclusive"
-            } else {
-                "pub-pos (sampled) concurrent"
-            },
-        );
-        let (limit_id, pos_id) = match (limit_id, pos_id) {
-            (Ok(a), Ok(b)) => (a, b),
-            (a, b) => {
-                for id in [a.ok(), b.ok()].into_iter().flatten() {
-                    self.counters.free(id, now_ms);
-                }
+            .map_err(|e| {
                 let _ = std::fs::remove_file(&path);
-                return Err(CommandError::new(
-                    error_code::GENERIC_ERROR,
-                    "counters buffer is full",
-                ));
-            }
-        };
+                CommandError::new(error_code::GENERIC_ERROR, e)
+            })?;
+        let (limit_id, pos_id) = (ids[0], ids[1]);
         let reader = self.counters.reader();
         let publication = IpcPublication::new(
             correlation_id,
@@ -669,6 +653,62 @@ impl DriverConductor {
             self.link_subscriber(idx, si);
         }
         Ok(())
+    }
+
+    /// Allocates one stream counter per `(type id, name)` for the stream
+    /// `(registration id, session id, stream id, channel)`; if one fails, frees
+    /// those already allocated.
+    fn allocate_stream_counters(
+        &mut self,
+        specs: &[(i32, &str)],
+        stream: (i64, i32, i32, &str),
+        owner_id: i64,
+        now_ms: i64,
+    ) -> Result<Vec<i32>, String> {
+        let (registration_id, session_id, stream_id, channel) = stream;
+        let key = stream_counter_key(registration_id, session_id, stream_id, channel);
+        let mut ids = Vec::with_capacity(specs.len());
+        for &(type_id, name) in specs {
+            let label = stream_counter_label(name, registration_id, session_id, stream_id, channel);
+            match self.counters.allocate(
+                type_id,
+                &key,
+                &label,
+                registration_id,
+                owner_id,
+                0,
+                now_ms,
+            ) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for id in ids {
+                        self.counters.free(id, now_ms);
+                    }
+                    return Err(format!("cannot allocate counter '{label}': {e}"));
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Binds a UDP socket for `channel` at `bind`; returns a new endpoint id,
+    /// the socket and its effective SO_RCVBUF.
+    fn bind_endpoint(
+        &mut self,
+        bind: SocketAddr,
+        p: &sulis_protocol::uri::ChannelParams,
+        channel: &str,
+    ) -> Result<(u64, UdpTransport, usize), CommandError> {
+        let transport = UdpTransport::bind(bind, &self.socket_options(p)).map_err(|e| {
+            CommandError::new(
+                error_code::GENERIC_ERROR,
+                format!("channel '{channel}': {e}"),
+            )
+        })?;
+        let id = self.next_endpoint_id;
+        self.next_endpoint_id += 1;
+        let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+        Ok((id, transport, rcvbuf))
     }
 
     /// Links a further publisher to an existing concurrent publication.
@@ -1215,16 +1255,7 @@ impl DriverConductor {
                         IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
                     },
                 };
-                let transport =
-                    UdpTransport::bind(local, &self.socket_options(p)).map_err(|e| {
-                        CommandError::new(
-                            error_code::GENERIC_ERROR,
-                            format!("channel '{channel}': {e}"),
-                        )
-                    })?;
-                let id = self.next_endpoint_id;
-                self.next_endpoint_id += 1;
-                let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+                let (id, transport, rcvbuf) = self.bind_endpoint(local, p, channel)?;
                 let _ = self
                     .net
                     .sender
@@ -1258,37 +1289,24 @@ impl DriverConductor {
             }
         };
         let now_ms = epoch_ms();
-        let counter_key = stream_counter_key(correlation_id, session_id, stream_id, channel);
-        let mut ids = Vec::new();
-        for (t, name) in [
-            (type_id::PUBLISHER_LIMIT, "pub-lmt"),
-            (type_id::PUBLISHER_POSITION, "pub-pos (sampled)"),
-            (type_id::SENDER_POSITION, "snd-pos"),
-            (type_id::SENDER_LIMIT, "snd-lmt"),
-        ] {
-            match self.counters.allocate(
-                t,
-                &counter_key,
-                &stream_counter_label(name, correlation_id, session_id, stream_id, channel),
-                correlation_id,
-                client_id,
-                0,
-                now_ms,
-            ) {
-                Ok(id) => ids.push(id),
-                Err(_) => {
-                    for id in ids {
-                        self.counters.free(id, now_ms);
-                    }
-                    let _ = std::fs::remove_file(&path);
-                    self.release_send_endpoint(endpoint_id);
-                    return Err(CommandError::new(
-                        error_code::GENERIC_ERROR,
-                        "counters buffer is full",
-                    ));
-                }
+        let ids = match self.allocate_stream_counters(
+            &[
+                (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+                (type_id::PUBLISHER_POSITION, "pub-pos (sampled)"),
+                (type_id::SENDER_POSITION, "snd-pos"),
+                (type_id::SENDER_LIMIT, "snd-lmt"),
+            ],
+            (correlation_id, session_id, stream_id, channel),
+            client_id,
+            now_ms,
+        ) {
+            Ok(ids) => ids,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                self.release_send_endpoint(endpoint_id);
+                return Err(CommandError::new(error_code::GENERIC_ERROR, e));
             }
-        }
+        };
         let reader = self.counters.reader();
         let term_length = logs.term_length();
         let publication = Arc::new(NetworkPublication {
@@ -1368,15 +1386,7 @@ impl DriverConductor {
             }
             None => {
                 let bind = udp.endpoint.expect("checked by resolve_udp");
-                let transport = UdpTransport::bind(bind, &self.socket_options(p)).map_err(|e| {
-                    CommandError::new(
-                        error_code::GENERIC_ERROR,
-                        format!("channel '{channel}': {e}"),
-                    )
-                })?;
-                let id = self.next_endpoint_id;
-                self.next_endpoint_id += 1;
-                let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+                let (id, transport, rcvbuf) = self.bind_endpoint(bind, p, channel)?;
                 let _ = self
                     .net
                     .receiver
@@ -1562,39 +1572,22 @@ impl DriverConductor {
         };
         let now_ms = epoch_ms();
         let channel = self.subscriptions[subs[0]].channel.clone();
-        let counter_key =
-            stream_counter_key(correlation_id, setup.session_id, setup.stream_id, &channel);
-        let mut ids = Vec::new();
-        for (t, name) in [
-            (type_id::RECEIVER_HWM, "rcv-hwm"),
-            (type_id::RECEIVER_POSITION, "rcv-pos"),
-        ] {
-            match self.counters.allocate(
-                t,
-                &counter_key,
-                &stream_counter_label(
-                    name,
-                    correlation_id,
-                    setup.session_id,
-                    setup.stream_id,
-                    &channel,
-                ),
-                correlation_id,
-                0,
-                0,
-                now_ms,
-            ) {
-                Ok(id) => ids.push(id),
-                Err(e) => {
-                    for id in ids {
-                        self.counters.free(id, now_ms);
-                    }
-                    let _ = std::fs::remove_file(&path);
-                    self.record_error(&format!("cannot allocate image counters: {e}"));
-                    return refuse(self);
-                }
+        let ids = match self.allocate_stream_counters(
+            &[
+                (type_id::RECEIVER_HWM, "rcv-hwm"),
+                (type_id::RECEIVER_POSITION, "rcv-pos"),
+            ],
+            (correlation_id, setup.session_id, setup.stream_id, &channel),
+            0,
+            now_ms,
+        ) {
+            Ok(ids) => ids,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                self.record_error(&format!("cannot allocate image counters: {e}"));
+                return refuse(self);
             }
-        }
+        };
         let bits = position_bits_to_shift(term_length);
         let join = compute_position(
             setup.active_term_id,

@@ -181,7 +181,8 @@ pub struct Receiver {
     clock: NanoClock,
     cfg: ReceiverConfig,
     errors: ErrorReporter,
-    recv: RecvBatch,
+    /// Receive buffers; taken out (not copied) while their datagrams are handled.
+    recv: Option<RecvBatch>,
     naks: Vec<(i32, i32, i32)>,
 }
 
@@ -201,7 +202,7 @@ impl Receiver {
             clock,
             cfg,
             errors,
-            recv: RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32),
+            recv: Some(RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32)),
             naks: Vec::new(),
         }
     }
@@ -300,10 +301,7 @@ impl Receiver {
         }
         match self.endpoints[ep].transport.send_to(bytes, to) {
             Ok(n) => {
-                self.errors
-                    .system()
-                    .get(SystemCounter::BytesSent)
-                    .get_and_add(n as i64);
+                self.errors.system().add(SystemCounter::BytesSent, n as i64);
                 n > 0
             }
             Err(e) => {
@@ -316,8 +314,12 @@ impl Receiver {
 
     fn poll(&mut self, ep: usize, now_ns: i64) -> usize {
         let mut work = 0;
+        let mut batch = self
+            .recv
+            .take()
+            .expect("receive buffers are put back after use");
         for _ in 0..RECV_ROUNDS {
-            let n = match self.endpoints[ep].transport.recv_batch(&mut self.recv) {
+            let n = match self.endpoints[ep].transport.recv_batch(&mut batch) {
                 Ok(n) => n,
                 Err(e) => {
                     self.errors.record(&format!(
@@ -327,24 +329,21 @@ impl Receiver {
                     0
                 }
             };
-            // The batch is moved out while its datagrams are handled.
-            let batch = std::mem::replace(&mut self.recv, RecvBatch::new(0, 0));
             for i in 0..n {
                 let (bytes, src) = batch.get(i);
                 if let Some(src) = src {
                     self.errors
                         .system()
-                        .get(SystemCounter::BytesReceived)
-                        .get_and_add(bytes.len() as i64);
+                        .add(SystemCounter::BytesReceived, bytes.len() as i64);
                     self.on_datagram(ep, bytes, src, now_ns);
                 }
             }
-            self.recv = batch;
             work += n;
             if n < RECV_BATCH {
                 break;
             }
         }
+        self.recv = Some(batch);
         work
     }
 
@@ -470,7 +469,7 @@ impl Receiver {
     }
 
     fn insert_packet(&mut self, ep: usize, ii: usize, d: &DataDatagram<'_>, now_ns: i64) {
-        let system = self.errors.system().clone();
+        let system = *self.errors.system();
         let ri = &mut self.endpoints[ep].images[ii];
         let img = &ri.img;
         let h = d.first();
@@ -518,7 +517,7 @@ impl Receiver {
     /// Rebuild, NAKs, status message and cleaning for one image.
     fn image_duties(&mut self, ep: usize, ii: usize, now_ns: i64) -> usize {
         let mut work = 0;
-        let system = self.errors.system().clone();
+        let system = *self.errors.system();
         self.naks.clear();
         let naks = &mut self.naks;
         let ri = &mut self.endpoints[ep].images[ii];

@@ -111,7 +111,8 @@ pub struct Sender {
     clock: NanoClock,
     cfg: SenderConfig,
     errors: ErrorReporter,
-    recv: RecvBatch,
+    /// Control receive buffers; taken out (not copied) while their datagrams are handled.
+    recv: Option<RecvBatch>,
     resends: Vec<(i32, i32, i32)>,
     duty_cycles: usize,
 }
@@ -130,7 +131,7 @@ impl Sender {
             clock,
             cfg,
             errors,
-            recv: RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT),
+            recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             resends: Vec::new(),
             duty_cycles: 0,
         }
@@ -181,7 +182,11 @@ impl Sender {
     fn poll_control(&mut self, now_ns: i64) -> usize {
         let mut work = 0;
         for ei in 0..self.endpoints.len() {
-            let n = match self.endpoints[ei].transport.recv_batch(&mut self.recv) {
+            let mut batch = self
+                .recv
+                .take()
+                .expect("receive buffers are put back after use");
+            let n = match self.endpoints[ei].transport.recv_batch(&mut batch) {
                 Ok(n) => n,
                 Err(e) => {
                     self.errors.record(&format!(
@@ -192,21 +197,20 @@ impl Sender {
                 }
             };
             for i in 0..n {
-                let (bytes, src) = self.recv.get(i);
-                let bytes = bytes.to_vec();
+                let (bytes, src) = batch.get(i);
                 let Some(src) = src else { continue };
                 self.errors
                     .system()
-                    .get(SystemCounter::BytesReceived)
-                    .get_and_add(bytes.len() as i64);
+                    .add(SystemCounter::BytesReceived, bytes.len() as i64);
                 if self.cfg.control_receive_loss.is_on()
                     && self.cfg.control_receive_loss.should_drop()
                 {
                     continue;
                 }
-                self.on_control(ei, &bytes, src, now_ns);
+                self.on_control(ei, bytes, src, now_ns);
                 work += 1;
             }
+            self.recv = Some(batch);
         }
         work
     }
@@ -246,15 +250,15 @@ impl Sender {
         match frame {
             Frame::Status(sm) => self.on_status_message(ep, &sm, src, now_ns),
             Frame::Nak(nak) => self.on_nak(ep, &nak, src, now_ns),
-            Frame::Rttm(r) => {
-                if r.is_reply_requested() && self.find(ep, r.session_id, r.stream_id).is_some() {
-                    let reply = RttmFrame {
-                        flags: 0,
-                        reception_delta_ns: 0,
-                        ..r
-                    };
-                    self.send_control(ep, &reply.to_bytes(), src);
-                }
+            Frame::Rttm(r)
+                if r.is_reply_requested() && self.find(ep, r.session_id, r.stream_id).is_some() =>
+            {
+                let reply = RttmFrame {
+                    flags: 0,
+                    reception_delta_ns: 0,
+                    ..r
+                };
+                self.send_control(ep, &reply.to_bytes(), src);
             }
             Frame::Error(err) => {
                 self.errors
@@ -290,7 +294,7 @@ impl Sender {
         let Some(pi) = self.find(ep, sm.session_id, sm.stream_id) else {
             return;
         };
-        let system = self.errors.system().clone();
+        let system = *self.errors.system();
         let sp = &mut self.endpoints[ep].publications[pi];
         let p = sp.p.clone();
         if sm.is_send_setup() {
@@ -384,7 +388,7 @@ impl Sender {
         let term = p.logs.term(index_by_term(p.initial_term_id, term_id));
         let mut offset = term_offset as usize;
         let end_offset = (term_offset as i64 + (end - position)) as usize;
-        let system = self.errors.system().clone();
+        let system = *self.errors.system();
         while offset < end_offset {
             let a = scan_for_availability(&term, offset, p.mtu.min(end_offset - offset).max(32));
             if a.send_length == 0 {
@@ -401,7 +405,7 @@ impl Sender {
                         break;
                     }
                     Ok(n) => {
-                        system.get(SystemCounter::BytesSent).get_and_add(n as i64);
+                        system.add(SystemCounter::BytesSent, n as i64);
                     }
                     Err(e) => {
                         self.errors
@@ -411,9 +415,7 @@ impl Sender {
                 }
             }
             system.increment(SystemCounter::RetransmitsSent);
-            system
-                .get(SystemCounter::RetransmittedBytes)
-                .get_and_add(a.send_length as i64);
+            system.add(SystemCounter::RetransmittedBytes, a.send_length as i64);
             offset += a.send_length + a.padding;
         }
     }
@@ -424,10 +426,7 @@ impl Sender {
         }
         match self.endpoints[ep].transport.send_to(bytes, to) {
             Ok(n) => {
-                self.errors
-                    .system()
-                    .get(SystemCounter::BytesSent)
-                    .get_and_add(n as i64);
+                self.errors.system().add(SystemCounter::BytesSent, n as i64);
             }
             Err(e) => self
                 .errors
@@ -438,7 +437,7 @@ impl Sender {
     /// One publication's turn: setup, data, heartbeat, due retransmits.
     fn send_publication(&mut self, ep: usize, pi: usize, now_ns: i64) -> usize {
         let p = self.endpoints[ep].publications[pi].p.clone();
-        let system = self.errors.system().clone();
+        let system = *self.errors.system();
         let sender_position = p.snd_pos.get();
         let term_offset = compute_term_offset_from_position(sender_position, p.bits);
         let active_term_id =
@@ -502,7 +501,8 @@ impl Sender {
         let mut bytes_sent = 0usize;
         if count > 0 {
             // Datagrams the loss generator drops count as sent.
-            let mut slices: Vec<&[u8]> = Vec::with_capacity(count);
+            let mut slices: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+            let mut kept = 0;
             let mut ends = [0i64; SEND_BATCH];
             let mut cumulative = 0i64;
             for &(index, offset, len, pad) in &datagrams[..count] {
@@ -510,15 +510,17 @@ impl Sender {
                 if self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop() {
                     continue;
                 }
-                ends[slices.len()] = cumulative;
-                slices.push(terms[index].slice(offset, len));
+                ends[kept] = cumulative;
+                slices[kept] = terms[index].slice(offset, len);
+                kept += 1;
             }
+            let slices = &slices[..kept];
             let sent = if slices.is_empty() {
                 0
             } else {
                 match self.endpoints[ep]
                     .transport
-                    .send_batch(&slices, p.destination)
+                    .send_batch(slices, p.destination)
                 {
                     Ok(n) => n,
                     Err(e) => {
@@ -540,9 +542,7 @@ impl Sender {
                 }
             };
             bytes_sent = slices[..sent].iter().map(|s| s.len()).sum();
-            system
-                .get(SystemCounter::BytesSent)
-                .get_and_add(bytes_sent as i64);
+            system.add(SystemCounter::BytesSent, bytes_sent as i64);
             if moved > 0 {
                 p.snd_pos.set_ordered(sender_position + moved);
                 self.endpoints[ep].publications[pi].time_of_last_send_ns = now_ns;
@@ -571,7 +571,7 @@ impl Sender {
             if !(self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop()) {
                 match self.endpoints[ep].transport.send_to(&bytes, p.destination) {
                     Ok(n) => {
-                        system.get(SystemCounter::BytesSent).get_and_add(n as i64);
+                        system.add(SystemCounter::BytesSent, n as i64);
                     }
                     Err(e) => self
                         .errors
@@ -613,7 +613,7 @@ impl Agent for Sender {
         }
         self.duty_cycles += 1;
         // Control frames are read when idle, and every other cycle while busy.
-        if bytes_sent == 0 || self.duty_cycles % 2 == 0 {
+        if bytes_sent == 0 || self.duty_cycles.is_multiple_of(2) {
             work += self.poll_control(now_ns);
         }
         work + bytes_sent

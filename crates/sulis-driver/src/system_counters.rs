@@ -5,6 +5,7 @@
 //! first, in id order, so counter id == system counter id.
 
 use sulis_concurrent::counters::{CounterRef, CountersManager};
+use sulis_concurrent::AtomicBuffer;
 
 /// Counter type id of system counters.
 pub const SYSTEM_COUNTER_TYPE_ID: i32 = 0;
@@ -97,17 +98,16 @@ system_counters! {
     45 NativeResourceAgentProxyFails "Failed offers to NativeResourceAgentProxy",
 }
 
-/// Handles on every system counter.
-#[derive(Clone)]
+/// Handles on every system counter: a view of the counter values (`Copy`, so
+/// every agent holds its own without allocating or sharing a reference count).
+#[derive(Clone, Copy)]
 pub struct SystemCounters {
-    refs: Vec<CounterRef>,
+    values: AtomicBuffer,
 }
 
 impl SystemCounters {
     /// Allocates all system counters; they must be the first counters allocated.
     pub fn allocate(counters: &mut CountersManager, now_ms: i64) -> Result<SystemCounters, String> {
-        let reader = counters.reader();
-        let mut refs = Vec::with_capacity(SystemCounter::ALL.len());
         for &c in SystemCounter::ALL {
             let label = if c == SystemCounter::SulisVersion {
                 format!("{} {}", c.label(), env!("CARGO_PKG_VERSION"))
@@ -123,23 +123,39 @@ impl SystemCounters {
                 0,
                 now_ms,
             )?;
-            debug_assert_eq!(id, c as i32);
-            refs.push(reader.counter_ref(id));
+            if id != c as i32 {
+                return Err(format!(
+                    "system counter '{}' got id {id}, not {}: system counters must be allocated first",
+                    c.label(),
+                    c as i32
+                ));
+            }
         }
-        refs[SystemCounter::ControlProtocolVersion as usize].set_ordered(0x01_00_00);
-        Ok(SystemCounters { refs })
+        let system = SystemCounters {
+            values: counters.reader().values_buffer(),
+        };
+        system
+            .get(SystemCounter::ControlProtocolVersion)
+            .set_ordered(0x01_00_00);
+        Ok(system)
     }
 
     /// The counter's handle.
     #[inline]
-    pub fn get(&self, c: SystemCounter) -> &CounterRef {
-        &self.refs[c as usize]
+    pub fn get(&self, c: SystemCounter) -> CounterRef {
+        CounterRef::new(self.values, c as i32)
     }
 
-    /// Adds one (single writer per counter, so a plain add is enough).
+    /// Adds one (atomically: several agents count into the same counters).
     #[inline]
     pub fn increment(&self, c: SystemCounter) {
-        self.refs[c as usize].get_and_add(1);
+        self.get(c).get_and_add(1);
+    }
+
+    /// Adds `n` (atomically).
+    #[inline]
+    pub fn add(&self, c: SystemCounter, n: i64) {
+        self.get(c).get_and_add(n);
     }
 }
 

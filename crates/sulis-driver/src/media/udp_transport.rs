@@ -14,6 +14,9 @@ use std::os::fd::AsRawFd;
 /// Largest UDP payload a frame may use (Aeron's limit).
 pub const MAX_UDP_PAYLOAD_LENGTH: usize = 65504;
 
+/// Datagrams per `sendmmsg` call in [`UdpTransport::send_batch`].
+pub const SEND_BATCH_MAX: usize = 64;
+
 /// Socket settings of a channel.
 #[derive(Clone, Debug, Default)]
 pub struct SocketOptions {
@@ -216,39 +219,48 @@ impl UdpTransport {
         }
     }
 
-    /// Sends several datagrams to one address with one `sendmmsg`; returns how
-    /// many were sent (fewer when the socket buffer filled up).
+    /// Sends several datagrams to one address with `sendmmsg` (one call per
+    /// [`SEND_BATCH_MAX`] datagrams, headers on the stack); returns how many
+    /// were sent (fewer when the socket buffer filled up).
     pub fn send_batch(&self, datagrams: &[&[u8]], to: SocketAddr) -> io::Result<usize> {
-        if datagrams.is_empty() {
-            return Ok(0);
-        }
         let addr = SockAddr::from(to);
-        let mut iovecs: Vec<libc::iovec> = datagrams
-            .iter()
-            .map(|d| libc::iovec {
+        let mut sent = 0;
+        for chunk in datagrams.chunks(SEND_BATCH_MAX) {
+            let n = self.send_chunk(chunk, &addr)?;
+            sent += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+
+    fn send_chunk(&self, datagrams: &[&[u8]], addr: &SockAddr) -> io::Result<usize> {
+        debug_assert!(datagrams.len() <= SEND_BATCH_MAX);
+        const EMPTY: libc::iovec = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iovecs = [EMPTY; SEND_BATCH_MAX];
+        // SAFETY: an all-zero mmsghdr is a valid empty header.
+        let mut msgs: [libc::mmsghdr; SEND_BATCH_MAX] = unsafe { zeroed() };
+        for (i, d) in datagrams.iter().enumerate() {
+            iovecs[i] = libc::iovec {
                 iov_base: d.as_ptr() as *mut libc::c_void,
                 iov_len: d.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = (0..datagrams.len())
-            .map(|i| {
-                let mut hdr: libc::msghdr = unsafe { zeroed() };
-                hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
-                hdr.msg_namelen = addr.len();
-                hdr.msg_iov = &mut iovecs[i];
-                hdr.msg_iovlen = 1;
-                libc::mmsghdr {
-                    msg_hdr: hdr,
-                    msg_len: 0,
-                }
-            })
-            .collect();
+            };
+            let hdr = &mut msgs[i].msg_hdr;
+            hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+            hdr.msg_namelen = addr.len();
+            hdr.msg_iov = &mut iovecs[i];
+            hdr.msg_iovlen = 1;
+        }
         // SAFETY: every pointer refers to live buffers for the duration of the call.
         let n = unsafe {
             libc::sendmmsg(
                 self.socket.as_raw_fd(),
                 msgs.as_mut_ptr(),
-                msgs.len() as libc::c_uint,
+                datagrams.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
         };
