@@ -236,30 +236,33 @@ impl UdpTransport {
     }
 
     fn send_chunk(&self, datagrams: &[&[u8]], addr: &SockAddr) -> io::Result<usize> {
+        use std::mem::MaybeUninit;
         debug_assert!(datagrams.len() <= SEND_BATCH_MAX);
-        const EMPTY: libc::iovec = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
-        let mut iovecs = [EMPTY; SEND_BATCH_MAX];
-        // SAFETY: an all-zero mmsghdr is a valid empty header.
-        let mut msgs: [libc::mmsghdr; SEND_BATCH_MAX] = unsafe { zeroed() };
+        // Only the headers in use are written: no per-call zeroing of the whole array.
+        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; SEND_BATCH_MAX];
+        let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; SEND_BATCH_MAX];
         for (i, d) in datagrams.iter().enumerate() {
-            iovecs[i] = libc::iovec {
+            let iov = iovecs[i].write(libc::iovec {
                 iov_base: d.as_ptr() as *mut libc::c_void,
                 iov_len: d.len(),
-            };
-            let hdr = &mut msgs[i].msg_hdr;
+            });
+            // SAFETY: an all-zero msghdr is a valid empty header.
+            let mut hdr: libc::msghdr = unsafe { zeroed() };
             hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
             hdr.msg_namelen = addr.len();
-            hdr.msg_iov = &mut iovecs[i];
+            hdr.msg_iov = iov;
             hdr.msg_iovlen = 1;
+            msgs[i].write(libc::mmsghdr {
+                msg_hdr: hdr,
+                msg_len: 0,
+            });
         }
         // SAFETY: every pointer refers to live buffers for the duration of the call.
         let n = unsafe {
             libc::sendmmsg(
                 self.socket.as_raw_fd(),
-                msgs.as_mut_ptr(),
+                // The first datagrams.len() headers were written above.
+                msgs.as_mut_ptr() as *mut libc::mmsghdr,
                 datagrams.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
