@@ -17,8 +17,8 @@ from collections import Counter
 import pytest
 
 from conftest import await_until
-from netutil import (Impairment, LossyRelay, NetnsPair, cleanup_stale, list_netns, netns_available, nft_available,
-                     udp_socket_in)
+from netutil import (Impairment, LossyRelay, NetnsPair, RelayProcess, cleanup_stale, list_netns, netns_available,
+                     nft_available, udp_socket_in)
 from netutil.fixtures import make_relay, netns_pair, nft_loss  # noqa: F401  (fixtures)
 
 SEQ = struct.Struct("<I")
@@ -398,3 +398,39 @@ def test_relay_inside_namespaces(netns_pair, make_relay, sinks):
     assert {src[0] for _, src in target.items} == {pair.addr_a}
     assert client.seqs() == target.seqs() and len(client.items) == 500 - fwd.dropped
     assert fwd.dropped > 0
+
+
+def test_relay_latency_delays_every_datagram_and_keeps_order(make_relay, sinks):
+    target = sinks(loopback_socket())
+    relay = make_relay(target.address, forward=Impairment(latency=0.05))
+    client = loopback_socket()
+    try:
+        start = time.monotonic()
+        for i in range(20):
+            client.sendto(SEQ.pack(i), relay.address)
+        await_until(lambda: len(target.items) == 20, what="delayed datagrams")
+        assert time.monotonic() - start >= 0.045
+        assert target.seqs() == list(range(20))
+    finally:
+        client.close()
+
+
+def test_relay_process_makes_the_same_seeded_decisions_as_the_thread(make_relay, sinks):
+    imp = Impairment(drop=0.1, duplicate=0.1)
+    r1, t1, _ = relay_run(make_relay, sinks, forward=imp, seed=3)
+    procs: list[RelayProcess] = []
+
+    def make_process(*args, **kwargs):
+        procs.append(RelayProcess(*args, **kwargs))
+        return procs[-1]
+
+    try:
+        r2, t2, _ = relay_run(make_process, sinks, forward=imp, seed=3)
+        assert r2.forward_stats == r1.forward_stats
+        assert Counter(t2.seqs()) == Counter(t1.seqs())
+        assert r2.held() == 0
+    finally:
+        for p in procs:
+            p.close()
+    with pytest.raises(ValueError, match="filter"):
+        RelayProcess(t1.address, forward=Impairment(filter=lambda d: True))

@@ -3,7 +3,8 @@
 ``netns``    ``NetnsPair`` (two namespaces on a veth), ``run_in`` / ``popen_in`` /
              ``call_in_netns`` / ``udp_socket_in``, ``require_netns``.
 ``nft``      ``NftLoss``: random UDP drop with counters, ``require_nft``.
-``relay``    ``LossyRelay`` with per-direction ``Impairment`` and ``RelayStats``.
+``relay``    ``LossyRelay`` with per-direction ``Impairment`` and ``RelayStats``; ``RelayProcess``
+             runs one in a child process.
 ``fixtures`` pytest fixtures ``netns_pair``, ``make_relay``, ``nft_loss``.
 
 The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
@@ -13,10 +14,10 @@ The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
 from .netns import (NetnsError, NetnsPair, call_in_netns, cleanup_stale, delete_netns, exec_prefix, list_netns,
                     netns_available, popen_in, require_netns, run_in, udp_socket_in)
 from .nft import NftError, NftLoss, nft_available, require_nft, run_nft
-from .relay import BACKWARD, FORWARD, Impairment, LossyRelay, RelayStats
+from .relay import BACKWARD, FORWARD, Impairment, LossyRelay, RelayProcess, RelayStats
 
 __all__ = [
-    "BACKWARD", "FORWARD", "Impairment", "LossyRelay", "NetnsError", "NetnsPair", "NftError", "NftLoss",
+    "BACKWARD", "FORWARD", "Impairment", "LossyRelay", "RelayProcess", "NetnsError", "NetnsPair", "NftError", "NftLoss",
     "RelayStats", "call_in_netns", "cleanup_stale", "delete_netns", "exec_prefix", "list_netns",
     "netns_available", "nft_available", "popen_in", "require_netns", "require_nft", "run_in", "run_nft",
     "udp_socket_in",

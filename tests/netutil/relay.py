@@ -20,7 +20,9 @@ probability does not change the others' decisions): it is dropped with
 probability ``drop``; otherwise sent twice with probability ``duplicate``;
 and held back with probability ``reorder`` until ``reorder_after`` later
 datagrams of the same direction have been sent, or ``reorder_delay`` seconds
-have passed, whichever comes first. ``Impairment.filter(datagram) -> bool``
+have passed, whichever comes first. With ``latency`` every other datagram
+waits that long before it goes on (held-back ones are then released by
+``reorder_delay`` alone). ``Impairment.filter(datagram) -> bool``
 restricts the impairment to some datagrams (say Aeron DATA frames); the
 others are forwarded untouched and draw nothing.
 
@@ -43,6 +45,7 @@ FORWARD = "forward"
 BACKWARD = "backward"
 BUFFER_BYTES = 4 * 1024 * 1024
 _DRAIN_BATCH = 256
+_NEVER = 1 << 62  # "datagrams still to pass" of one held only for latency
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class Impairment:
     reorder_after: int = 1
     #: ...or after this many seconds, whichever comes first.
     reorder_delay: float = 0.02
+    #: Every datagram that is not held back for reordering is delayed this many seconds (a long path).
+    latency: float = 0.0
     #: Only datagrams for which ``filter(datagram)`` is true are impaired (all when None).
     filter: Callable[[bytes], bool] | None = None
 
@@ -68,6 +73,8 @@ class Impairment:
             raise ValueError("reorder_after must be >= 1")
         if self.reorder_delay < 0:
             raise ValueError("reorder_delay must be >= 0")
+        if self.latency < 0:
+            raise ValueError("latency must be >= 0")
 
 
 @dataclass
@@ -326,6 +333,10 @@ class LossyRelay:
                 d.stats.reordered += 1
                 d.held.append(_Held(cfg.reorder_after, time.monotonic() + cfg.reorder_delay, data, copies, sock, dest))
                 return
+            if cfg.latency > 0:
+                # Released by time only, in arrival order (held-back lists are kept in order).
+                d.held.append(_Held(_NEVER, time.monotonic() + cfg.latency, data, copies, sock, dest))
+                return
             self._send(d, sock, data, dest, copies)
             self._sent_fresh(d)
 
@@ -355,3 +366,119 @@ class LossyRelay:
                     else:
                         keep.append(h)
                 d.held = keep
+
+
+class RelayProcess:
+    """A ``LossyRelay`` in a child process, for tests whose own thread keeps the GIL busy.
+
+    A relay thread in the test's process gets the GIL only at the interpreter's switch
+    interval (5 ms) whenever the test spins in native calls, and each of its socket calls
+    gives it up again: it then moves a few hundred datagrams a second, its socket queues
+    overflow and it drops far more than its ``Impairment`` asks for. In a child process it
+    runs at full speed. Same constructor and read-only API as ``LossyRelay`` (no ``filter``
+    callables and no ``configure``: those do not cross a process boundary).
+    """
+
+    def __init__(self, target: tuple[str, int], listen: tuple[str, int] = ("127.0.0.1", 0),
+                 forward: Impairment | None = None, backward: Impairment | None = None, seed: int = 0,
+                 netns: str | None = None, upstream_host: str | None = None):
+        import json
+        import os
+        import subprocess
+        import sys
+
+        spec = {"target": list(target), "listen": list(listen), "seed": seed, "netns": netns,
+                "upstream_host": upstream_host}
+        for name, imp in (("forward", forward), ("backward", backward)):
+            if imp is not None and imp.filter is not None:
+                raise ValueError(f"RelayProcess cannot take a {name} Impairment with a filter callable")
+            spec[name] = None if imp is None else {k: v for k, v in dataclasses.asdict(imp).items() if k != "filter"}
+        tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {tests_dir!r}); "
+             "from netutil.relay import _serve_child; _serve_child()", json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._proc.stdout.readline()
+        if not line:
+            self._proc.wait()
+            raise RuntimeError(f"relay process exited with {self._proc.returncode} before it started")
+        reply = json.loads(line)
+        if "error" in reply:
+            self._proc.wait()
+            raise OSError(reply["error"])
+        self.address = tuple(reply["address"])
+        self.target = (target[0], int(target[1]))
+        self.seed = seed
+
+    def _ask(self, what: str):
+        import json
+
+        self._proc.stdin.write(what + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError("relay process is gone")
+        return json.loads(line)
+
+    def stats(self) -> dict[str, RelayStats]:
+        return {name: RelayStats(**s) for name, s in self._ask("stats").items()}
+
+    @property
+    def forward_stats(self) -> RelayStats:
+        return self.stats()[FORWARD]
+
+    @property
+    def backward_stats(self) -> RelayStats:
+        return self.stats()[BACKWARD]
+
+    def held(self) -> int:
+        return self._ask("held")
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self._proc.wait(timeout=10)
+            except Exception:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc.stdout.close()
+
+    def __enter__(self) -> "RelayProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RelayProcess({self.address} -> {self.target}, seed={self.seed}, pid={self._proc.pid})"
+
+
+def _serve_child() -> None:
+    """Body of a ``RelayProcess`` child: runs a ``LossyRelay`` and answers on stdin/stdout until EOF."""
+    import json
+    import sys
+
+    spec = json.loads(sys.argv[1])
+    try:
+        relay = LossyRelay(tuple(spec["target"]), tuple(spec["listen"]),
+                           forward=Impairment(**spec["forward"]) if spec["forward"] else None,
+                           backward=Impairment(**spec["backward"]) if spec["backward"] else None,
+                           seed=spec["seed"], netns=spec["netns"], upstream_host=spec["upstream_host"])
+    except OSError as e:
+        print(json.dumps({"error": str(e)}), flush=True)
+        return
+    with relay:
+        print(json.dumps({"address": list(relay.address)}), flush=True)
+        for line in sys.stdin:
+            what = line.strip()
+            if what == "stats":
+                reply = {name: dataclasses.asdict(s) for name, s in relay.stats().items()}
+            elif what == "held":
+                reply = relay.held()
+            else:
+                reply = {"error": f"unknown request {what!r}"}
+            print(json.dumps(reply), flush=True)

@@ -17,10 +17,16 @@
 //! and runs into it is cut short at that range's start, so the part already
 //! being handled is not sent twice.
 //!
-//! * **Unicast** keeps a single action. A NAK for a range it is not handling
-//!   takes that action over at once (an earlier range that was still DELAYED
-//!   is resent first, so no accepted request is dropped). A receiver that
-//!   NAKs several gaps in a row therefore gets every one of them served.
+//! * **Unicast** keeps up to `max_actions` actions too (16 by default), so
+//!   every range a receiver NAKs in a row lingers on its own: a sulis
+//!   receiver NAKs up to 16 gaps at once and retries each every millisecond,
+//!   and with a single action (Aeron's choice, fine for its one-gap-at-a-time
+//!   receivers) every range but the last would be resent again on each retry
+//!   while its first retransmit is still in flight — on a path whose round
+//!   trip exceeds the retry delay that multiplies retransmits by RTT/retry.
+//!   When every action is busy a NAK still never goes unserved: it takes over
+//!   the action closest to its expiry (a displaced DELAYED range is resent
+//!   first, so no accepted request is dropped).
 //! * **Group** semantics (multicast, MDC) keep up to `max_actions` actions
 //!   (16 by default, at most 256); a NAK arriving when all are busy is counted
 //!   as a retransmit overflow and dropped (the receiver will NAK again).
@@ -116,7 +122,7 @@ pub struct RetransmitHandler {
     delay: Box<dyn FeedbackDelayGenerator>,
     linger_ns: i64,
     group: bool,
-    /// Fixed pool: one slot for unicast, `max_actions` for groups.
+    /// Fixed pool of `max_actions` slots.
     actions: Vec<RetransmitAction>,
     rrwm: i32,
     receiver_window_len: i32,
@@ -161,10 +167,21 @@ impl RetransmitHandler {
         }
     }
 
-    /// A handler with unicast semantics: a single action that a NAK for
-    /// another range takes over; `rrwm` defaults to [`RRWM_UNICAST_DEFAULT`].
+    /// A handler with unicast semantics: [`MAX_RESEND_DEFAULT`] actions, a NAK
+    /// finding all busy takes over the one closest to expiry; `rrwm` defaults
+    /// to [`RRWM_UNICAST_DEFAULT`].
     pub fn new_unicast(delay: Box<dyn FeedbackDelayGenerator>, linger_ns: i64) -> Self {
-        let mut handler = Self::new(delay, linger_ns, 1);
+        Self::new_unicast_with(delay, linger_ns, MAX_RESEND_DEFAULT)
+    }
+
+    /// [`Self::new_unicast`] with a pool of `max_actions` (clamped to `1..=256`;
+    /// 1 gives Aeron's single unicast action).
+    pub fn new_unicast_with(
+        delay: Box<dyn FeedbackDelayGenerator>,
+        linger_ns: i64,
+        max_actions: usize,
+    ) -> Self {
+        let mut handler = Self::new(delay, linger_ns, max_actions);
         handler.group = false;
         handler.rrwm = RRWM_UNICAST_DEFAULT;
         handler
@@ -263,21 +280,28 @@ impl RetransmitHandler {
         }
         let length = end - term_offset;
 
-        let slot = if self.group {
-            match self.actions.iter().position(|a| !a.is_active()) {
-                Some(slot) => slot,
-                None => {
-                    self.overflows += 1;
-                    return NakOutcome::Overflow;
+        let slot = match self.actions.iter().position(|a| !a.is_active()) {
+            Some(slot) => slot,
+            None if self.group => {
+                self.overflows += 1;
+                return NakOutcome::Overflow;
+            }
+            None => {
+                // Unicast: never leave a NAK unserved; the action nearest its
+                // expiry gives way (lingering ones first: they are done).
+                let slot = (0..self.actions.len())
+                    .min_by_key(|&i| {
+                        let a = &self.actions[i];
+                        (a.state == ActionState::Delayed, a.expiry_ns)
+                    })
+                    .expect("the pool has at least one slot");
+                let displaced = self.actions[slot];
+                if displaced.state == ActionState::Delayed {
+                    resend(displaced.term_id, displaced.term_offset, displaced.length);
+                    self.retransmits += 1;
                 }
+                slot
             }
-        } else {
-            let displaced = self.actions[0];
-            if displaced.state == ActionState::Delayed {
-                resend(displaced.term_id, displaced.term_offset, displaced.length);
-                self.retransmits += 1;
-            }
-            0
         };
 
         let delay_ns = self.delay.generate_delay_ns();
@@ -472,12 +496,14 @@ mod tests {
             1
         );
         let unicast = RetransmitHandler::new_unicast(immediate(), LINGER_NS);
-        assert_eq!(unicast.max_actions(), 1);
+        assert_eq!(unicast.max_actions(), MAX_RESEND_DEFAULT);
         assert!(!unicast.has_group_semantics());
+        let single = RetransmitHandler::new_unicast_with(immediate(), LINGER_NS, 1);
+        assert_eq!(single.max_actions(), 1);
     }
 
     #[test]
-    fn should_serve_naks_for_several_gaps_in_a_row_with_one_unicast_action() {
+    fn should_serve_naks_for_several_gaps_in_a_row_and_let_each_linger() {
         let mut handler = RetransmitHandler::new_unicast(immediate(), LINGER_NS);
         let mut all = Vec::new();
         for (offset, length) in [(1024, 1024), (3072, 1024), (5120, 3072)] {
@@ -487,13 +513,43 @@ mod tests {
         }
         assert_eq!(all, vec![(7, 1024, 1024), (7, 3072, 1024), (7, 5120, 3072)]);
         assert_eq!(handler.overflow_count(), 0);
-        // The single action guards the last range only.
-        assert_eq!(nak(&mut handler, 5120, 3072, 11).0, NakOutcome::Duplicate);
+        // A receiver retrying every gap before the retransmits land gets no
+        // second copy of any of them while they linger...
+        for (offset, length) in [(1024, 1024), (3072, 1024), (5120, 3072)] {
+            assert_eq!(
+                nak(&mut handler, offset, length, 11).0,
+                NakOutcome::Duplicate
+            );
+        }
+        // ...and all of them again once the linger is over.
+        timeouts(&mut handler, 10 + LINGER_NS);
+        assert_eq!(handler.active_count(), 0);
+        assert_eq!(
+            nak(&mut handler, 1024, 1024, 11 + LINGER_NS).0,
+            NakOutcome::Resent { length: 1024 }
+        );
+    }
+
+    #[test]
+    fn should_displace_the_action_nearest_expiry_when_every_unicast_action_is_busy() {
+        let mut handler = RetransmitHandler::new_unicast_with(immediate(), LINGER_NS, 2);
+        nak(&mut handler, 0, 1024, 0);
+        nak(&mut handler, 4096, 1024, 5);
+        let (outcome, resent) = nak(&mut handler, 8192, 1024, 6);
+        assert_eq!(outcome, NakOutcome::Resent { length: 1024 });
+        assert_eq!(resent, vec![(7, 8192, 1024)]);
+        assert_eq!(handler.overflow_count(), 0, "unicast never drops a NAK");
+        // The oldest range (0) gave way; the other two still linger.
+        assert_eq!(
+            nak(&mut handler, 0, 1024, 7).0,
+            NakOutcome::Resent { length: 1024 }
+        );
+        assert_eq!(nak(&mut handler, 8192, 1024, 8).0, NakOutcome::Duplicate);
     }
 
     #[test]
     fn should_flush_a_delayed_unicast_range_that_a_new_nak_displaces() {
-        let mut handler = RetransmitHandler::new_unicast(delayed(), LINGER_NS);
+        let mut handler = RetransmitHandler::new_unicast_with(delayed(), LINGER_NS, 1);
         assert_eq!(
             nak(&mut handler, 0, 1024, 0).0,
             NakOutcome::Delayed { length: 1024 }
