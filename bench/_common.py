@@ -1,7 +1,8 @@
-"""Helpers shared by bench/ipc_throughput.py and bench/ipc_latency.py.
+"""Helpers shared by the benchmarks in bench/ (ipc_*, udp_*).
 
-Nothing here is timed: process start-up, the native binary's build, result
-tables and the JSON record kept in bench/results/ (git-ignored).
+Nothing here is timed: child-process plumbing (one JSON line per event),
+process start-up, the native binary's build, latency histograms, result tables
+and the JSON record kept in bench/results/ (git-ignored).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -95,6 +97,274 @@ def cpu_summary() -> str:
     return f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}"
 
 
+# ----------------------------------------------------------------- child processes
+
+def json_out(obj: dict) -> None:
+    """A child role's report to the orchestrator: one JSON object per stdout line."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def read_json(proc: subprocess.Popen, what: str) -> dict:
+    """The next JSON line from a child; raises if it exited or reported ``{"error": ...}``."""
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"{what} exited ({proc.wait()}) without output")
+    msg = json.loads(line)
+    if "error" in msg:
+        raise RuntimeError(f"{what}: {msg['error']}")
+    return msg
+
+
+def pin_cpu(cpu: int | None) -> None:
+    """Pins the calling process (threads started later inherit the mask) to ``cpu`` (None/-1: no-op)."""
+    if cpu is not None and cpu >= 0:
+        os.sched_setaffinity(0, {cpu})
+
+
+def kill_all(procs) -> None:
+    """Kills and reaps every child still running (None entries ignored)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port that is free on ``host`` now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------- measured loops (throughput)
+
+def offer_loop(pub, payload: bytes, stop_file: str, max_seconds: float, chunk: int = 8192,
+               idle=None) -> tuple[int, int]:
+    """The measured publisher loop: one ``pub.offer(payload)`` per message, retried while < 0.
+
+    Runs until ``stop_file`` exists (checked every ``chunk`` offers and every
+    100k refused ones) or ``max_seconds`` passed. ``idle`` (e.g.
+    ``os.sched_yield``) is called after each refused offer; None spins.
+    Returns ``(offers accepted, offers refused)``.
+    """
+    offer = pub.offer
+    exists = os.path.exists
+    clock = time.monotonic
+    deadline = clock() + max_seconds
+    rng = range(chunk)
+    chunks = 0
+    refused = [0]
+
+    def retry() -> bool:  # back-pressured: retry, now and then look for the stop file
+        n = 0
+        while offer(payload) < 0:
+            n += 1
+            if idle is not None:
+                idle()
+            if n % 100_000 == 0 and (exists(stop_file) or clock() > deadline):
+                refused[0] += n
+                return False
+        refused[0] += n
+        return True
+
+    while True:
+        for _ in rng:
+            if offer(payload) < 0 and not retry():
+                return chunks * chunk, refused[0]
+        chunks += 1
+        if exists(stop_file) or clock() > deadline:
+            return chunks * chunk, refused[0]
+
+
+def count_intervals(poll, limit: int, duration: float, emit, idle=None, give_up_s: float = 30.0) -> int:
+    """The measured subscriber loop: ``len(poll(limit))`` counted per one-second interval.
+
+    Waits up to ``give_up_s`` for the first message, then calls
+    ``emit({"interval_s", "messages"})`` every second for ``duration`` seconds.
+    ``idle`` is called after an empty poll (None: spin). Returns the count, or
+    -1 when nothing arrived (``emit({"error"})`` was called).
+    """
+    clock = time.perf_counter
+    give_up = clock() + give_up_s
+    n = 0
+    while not n:
+        n = len(poll(limit))
+        if not n and clock() > give_up:
+            emit({"error": f"no message in {give_up_s:g} s"})
+            return -1
+    count = n
+    start = clock()
+    interval_start, last = start, count
+    nxt, end = start + 1.0, start + duration
+    if idle is None:
+        while True:
+            count += len(poll(limit))
+            now = clock()
+            if now >= nxt:
+                emit({"interval_s": now - interval_start, "messages": count - last})
+                interval_start, last = now, count
+                nxt += 1.0
+                if now >= end:
+                    return count
+    while True:
+        n = len(poll(limit))
+        if n:
+            count += n
+        else:
+            idle()
+        now = clock()
+        if now >= nxt:
+            emit({"interval_s": now - interval_start, "messages": count - last})
+            interval_start, last = now, count
+            nxt += 1.0
+            if now >= end:
+                return count
+
+
+# ----------------------------------------------------------------- measured loops (round trip)
+
+def ping_loop(ping, pong_sub, msg: bytes, warmup: int, n: int, poll_mode: str = "handler",
+              idle=None) -> list[int]:
+    """The measured ping loop: ``t0``, ``offer(msg)`` (retried while < 0), poll until the echo is there.
+
+    ``poll_mode`` "handler" polls with ``pong_sub.poll(handler, 1)``, "batch"
+    with ``pong_sub.poll_batch(1)``. ``idle`` (e.g. ``os.sched_yield``) is
+    called in every wait (None: spin). Returns the ``n`` round trips after the
+    ``warmup`` ones, in ns (``time.perf_counter_ns``).
+    """
+    offer = ping.offer
+    clock = time.perf_counter_ns
+    samples = [0] * n
+    if poll_mode == "batch":
+        poll_batch = pong_sub.poll_batch
+
+        def got() -> int:
+            return len(poll_batch(1))
+    else:
+        poll = pong_sub.poll
+
+        def on_pong(_buffer, _header):
+            pass
+
+        def got() -> int:
+            return poll(on_pong, 1)
+
+    if idle is None and poll_mode == "batch":  # the tightest loops: no call but the API's
+        for i in range(warmup + n):
+            t0 = clock()
+            while offer(msg) < 0:
+                pass
+            while not len(poll_batch(1)):
+                pass
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+    elif idle is None:
+        for i in range(warmup + n):
+            t0 = clock()
+            while offer(msg) < 0:
+                pass
+            while not poll(on_pong, 1):
+                pass
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+    else:
+        for i in range(warmup + n):
+            t0 = clock()
+            while offer(msg) < 0:
+                idle()
+            while not got():
+                idle()
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+    return samples
+
+
+def pong_loop(sub, pub, total: int, poll_mode: str = "handler", idle=None) -> int:
+    """Echoes ``total`` messages from ``sub`` to ``pub`` (``sub.poll(echo, 1)`` or ``poll_batch(1)``).
+
+    ``idle`` is called after an empty poll and a refused offer (None: spin). Returns the count.
+    """
+    offer = pub.offer
+    done = 0
+    if poll_mode == "batch":
+        poll_batch = sub.poll_batch
+        while done < total:
+            b = poll_batch(1)
+            if len(b):
+                data = b.data
+                while offer(data) < 0:
+                    if idle is not None:
+                        idle()
+                done += 1
+            elif idle is not None:
+                idle()
+    else:
+        poll = sub.poll
+
+        def echo(buffer, _header):
+            while offer(buffer) < 0:
+                if idle is not None:
+                    idle()
+
+        if idle is None:
+            while done < total:
+                done += poll(echo, 1)
+        else:
+            while done < total:
+                got = poll(echo, 1)
+                if got:
+                    done += got
+                else:
+                    idle()
+    return done
+
+
+# ----------------------------------------------------------------- latency histograms
+
+# Histogram range: 1 ns .. 60 s, 3 significant digits (as the pyzmq peer).
+HIST_LOW, HIST_HIGH, HIST_DIGITS = 1, 60_000_000_000, 3
+#: Keys of a latency result, in print order.
+LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
+
+
+def encode_samples(samples_ns) -> str:
+    """Records round trips (ns) into an HdrHistogram and returns its encoded form."""
+    from hdrh.histogram import HdrHistogram
+
+    hist = HdrHistogram(HIST_LOW, HIST_HIGH, HIST_DIGITS)
+    for ns in samples_ns:
+        hist.record_value(min(max(ns, HIST_LOW), HIST_HIGH))
+    enc = hist.encode()
+    return enc.decode() if isinstance(enc, bytes) else enc
+
+
+def hdr_percentiles(hist) -> dict:
+    """p50/p90/p99/p99.9/max/mean (µs) and count of an HdrHistogram of ns (or its encoded form)."""
+    if isinstance(hist, (str, bytes)):
+        from hdrh.histogram import HdrHistogram
+
+        hist = HdrHistogram.decode(hist)
+    us = lambda ns: ns / 1000.0  # noqa: E731
+    return {
+        "p50_us": us(hist.get_value_at_percentile(50)),
+        "p90_us": us(hist.get_value_at_percentile(90)),
+        "p99_us": us(hist.get_value_at_percentile(99)),
+        "p99_9_us": us(hist.get_value_at_percentile(99.9)),
+        "max_us": us(hist.get_max_value()),
+        "mean_us": us(hist.get_mean_value()),
+        "count": hist.get_total_count(),
+    }
+
+
+def latency_line(r: dict) -> str:
+    """``p50 0.71  p90 ...  max 12.3 µs`` for one latency result."""
+    return "  ".join(f"{k.replace('_us', '').replace('_9', '.9')} {r[k]:.2f}" for k in LATENCY_KEYS) + " µs"
+
+
 # ----------------------------------------------------------------- native binaries
 
 def native_binary(name: str, build: bool = True) -> str:
@@ -112,9 +382,12 @@ def native_binary(name: str, build: bool = True) -> str:
     return str(exe)
 
 
-def run_native(exe: str, args: Sequence[str], timeout_s: float) -> dict:
-    """Runs a sulis-bench binary, echoing its output; returns its `RESULT {json}` line."""
-    proc = subprocess.Popen([exe, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True, bufsize=1)
+def run_native(exe: str, args: Sequence[str], timeout_s: float, prefix: Sequence[str] = ()) -> dict:
+    """Runs a sulis-bench binary, echoing its output; returns its `RESULT {json}` line.
+
+    ``prefix`` goes before the command (e.g. ``ip netns exec NS``).
+    """
+    proc = subprocess.Popen([*prefix, exe, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True, bufsize=1)
     result = None
     try:
         for line in proc.stdout:
@@ -224,10 +497,33 @@ class Interference:
         return f"other processes used {self.share * 100:.0f}% of a CPU during this run"
 
 
-def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, describe) -> tuple[dict, dict, dict]:
+def wait_for_quiet(max_share: float, max_wait_s: float, probe_s: float = 1.0) -> float:
+    """Waits until other processes use at most ``max_share`` of a CPU over ``probe_s``
+    (or ``max_wait_s`` passed); returns the seconds waited. Prints when it has to wait."""
+    t0 = time.monotonic()
+    told = False
+    while True:
+        with Interference() as itf:
+            time.sleep(probe_s)
+        waited = time.monotonic() - t0
+        if itf.share <= max_share or waited >= max_wait_s:
+            if told:
+                print(f"      (waited {waited:.0f} s for other processes to settle; now {itf.share * 100:.0f}% of a CPU)",
+                      flush=True)
+            return waited
+        if not told:
+            print(f"      other processes use {itf.share * 100:.0f}% of a CPU: waiting up to {max_wait_s:g} s",
+                  flush=True)
+            told = True
+
+
+def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, describe,
+               quiet_wait_s: float = 0.0) -> tuple[dict, dict, dict]:
     """Runs every variant once per round, round by round, so a slow period of the
     machine does not hit one system only. A run during which other processes used
     more than ``max_interference`` of a CPU is repeated up to ``retry_noisy`` times.
+    With ``quiet_wait_s`` > 0, each run first waits up to that long for a second in
+    which other processes stay under ``max_interference``.
 
     ``variants`` is a list of ``(key, name, fn)``; ``describe(result)`` formats one
     result line. Returns ``(results, skipped, errors)`` keyed by variant key.
@@ -242,6 +538,8 @@ def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, d
             print(f"[round {rnd + 1}/{runs}] {name}", flush=True)
             try:
                 for attempt in range(retry_noisy + 1):
+                    if quiet_wait_s > 0:
+                        wait_for_quiet(max_interference, quiet_wait_s)
                     with Interference() as itf:
                         r = fn()
                     r["interference"] = itf.share

@@ -31,7 +31,6 @@ Refuses to run on a debug build of sulis.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -41,11 +40,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
+    LATENCY_KEYS as KEYS,
     Skip,
     cpu_summary,
+    encode_samples,
+    hdr_percentiles,
+    json_out,
+    kill_all,
+    latency_line,
     median,
     native_binary,
+    pin_cpu,
+    ping_loop,
+    pong_loop,
     print_table,
+    read_json,
     require_release_build,
     rm_tree,
     run_native,
@@ -61,19 +70,6 @@ MESSAGE_LENGTH = 32
 TARGET_P50_US = 2.0
 TARGET_P99_US = 5.0
 PCTS = [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)]
-KEYS = ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
-# Histogram range: 1 ns .. 60 s, 3 significant digits (as the pyzmq peer).
-HIST_LOW, HIST_HIGH, HIST_DIGITS = 1, 60_000_000_000, 3
-
-
-def _json_out(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _pin(cpu: int | None) -> None:
-    if cpu is not None and cpu >= 0:
-        os.sched_setaffinity(0, {cpu})
 
 
 # =============================================================== child roles
@@ -81,130 +77,45 @@ def _pin(cpu: int | None) -> None:
 def role_ping(a: argparse.Namespace) -> int:
     """Embedded driver + ping: starts the pong process itself, times every round trip."""
     import sulis
-    from hdrh.histogram import HdrHistogram
 
     with sulis.MediaDriver(dir=a.dir, threading_mode="shared", idle_strategy=a.driver_idle,
                            dir_delete_on_shutdown=True) as driver:
         # Pinned after the driver thread started: that thread keeps the full CPU mask.
-        _pin(a.pin_cpu)
+        pin_cpu(a.pin_cpu)
         with sulis.Client(dir=driver.dir) as client:
             ping = client.add_exclusive_publication(CHANNEL, PING_STREAM)
             pong_sub = client.add_subscription(CHANNEL, PONG_STREAM)
-            _json_out({"ready": True, "dir": driver.dir})
+            json_out({"ready": True, "dir": driver.dir})
             deadline = time.monotonic() + 30
             while not (ping.is_connected and pong_sub.image_count > 0):
                 if time.monotonic() > deadline:
-                    _json_out({"error": "pong did not connect in 30 s"})
+                    json_out({"error": "pong did not connect in 30 s"})
                     return 1
                 time.sleep(0.001)
-            samples = _ping_loop(ping, pong_sub, a.warmup, a.n, a.poll_mode)
+            samples = ping_loop(ping, pong_sub, b"\x5a" * MESSAGE_LENGTH, a.warmup, a.n, a.poll_mode)
             # Recorded after the loop so that histogram bookkeeping is not inside the timed path.
-            hist = HdrHistogram(HIST_LOW, HIST_HIGH, HIST_DIGITS)
-            for ns in samples:
-                hist.record_value(min(max(ns, HIST_LOW), HIST_HIGH))
-            enc = hist.encode()
-            _json_out({"hist": enc.decode() if isinstance(enc, bytes) else enc})
+            json_out({"hist": encode_samples(samples)})
             ping.close()
     return 0
-
-
-def _ping_loop(ping, pong_sub, warmup: int, n: int, poll_mode: str) -> list[int]:
-    """The measured loop. Returns the n round trips after the warm-up, in ns."""
-    offer = ping.offer
-    clock = time.perf_counter_ns
-    msg = b"\x5a" * MESSAGE_LENGTH
-    samples = [0] * n
-    if poll_mode == "batch":
-        poll_batch = pong_sub.poll_batch
-        for i in range(warmup + n):
-            t0 = clock()
-            while offer(msg) < 0:
-                pass
-            while not len(poll_batch(1)):
-                pass
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    else:
-        poll = pong_sub.poll
-
-        def on_pong(_buffer, _header):
-            pass
-
-        for i in range(warmup + n):
-            t0 = clock()
-            while offer(msg) < 0:
-                pass
-            while not poll(on_pong, 1):
-                pass
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    return samples
 
 
 def role_pong(a: argparse.Namespace) -> int:
     """Echoes every ping until `total` were echoed."""
     import sulis
 
-    _pin(a.pin_cpu)
+    pin_cpu(a.pin_cpu)
     with sulis.Client(dir=a.dir) as client:
         sub = client.add_subscription(CHANNEL, PING_STREAM)
         pub = client.add_exclusive_publication(CHANNEL, PONG_STREAM)
-        _json_out({"ready": True})
-        offer = pub.offer
-        total = a.warmup + a.n
-        done = 0
-        if a.poll_mode == "batch":
-            poll_batch = sub.poll_batch
-            while done < total:
-                b = poll_batch(1)
-                if len(b):
-                    data = b.data
-                    while offer(data) < 0:
-                        pass
-                    done += 1
-        else:
-            poll = sub.poll
-
-            def echo(buffer, _header):
-                while offer(buffer) < 0:
-                    pass
-
-            while done < total:
-                done += poll(echo, 1)
-        _json_out({"echoed": done})
+        json_out({"ready": True})
+        done = pong_loop(sub, pub, a.warmup + a.n, a.poll_mode)
+        json_out({"echoed": done})
     return 0
 
 
 # =============================================================== orchestration
 
-def _read_json(proc: subprocess.Popen, what: str) -> dict:
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"{what} exited ({proc.wait()}) without output")
-    msg = json.loads(line)
-    if "error" in msg:
-        raise RuntimeError(f"{what}: {msg['error']}")
-    return msg
-
-
-def _percentiles(hist) -> dict:
-    us = lambda ns: ns / 1000.0  # noqa: E731
-    return {
-        "p50_us": us(hist.get_value_at_percentile(50)),
-        "p90_us": us(hist.get_value_at_percentile(90)),
-        "p99_us": us(hist.get_value_at_percentile(99)),
-        "p99_9_us": us(hist.get_value_at_percentile(99.9)),
-        "max_us": us(hist.get_max_value()),
-        "mean_us": us(hist.get_mean_value()),
-        "count": hist.get_total_count(),
-    }
-
-
 def python_run(a: argparse.Namespace) -> dict:
-    from hdrh.histogram import HdrHistogram
-
     base = shm_dir("sulis-bench-pyrtt-")
     me = [sys.executable, os.path.abspath(__file__)]
     common = ["--warmup", str(a.warmup), "--n", str(a.n), "--poll-mode", a.poll_mode]
@@ -214,22 +125,19 @@ def python_run(a: argparse.Namespace) -> dict:
                                       "--driver-idle", a.driver_idle, *common,
                                       *(["--pin-cpu", "0"] if a.pin else [])],
                                 stdout=subprocess.PIPE, text=True)
-        ready = _read_json(ping, "ping")
+        ready = read_json(ping, "ping")
         pong = subprocess.Popen(me + ["--role", "pong", "--dir", ready["dir"], *common,
                                       *(["--pin-cpu", "1"] if a.pin else [])],
                                 stdout=subprocess.PIPE, text=True)
-        _read_json(pong, "pong")
-        res = _read_json(ping, "ping")
-        _read_json(pong, "pong")
+        read_json(pong, "pong")
+        res = read_json(ping, "ping")
+        read_json(pong, "pong")
         if ping.wait(30) != 0 or pong.wait(30) != 0:
             raise RuntimeError(f"ping exited {ping.returncode}, pong {pong.returncode}")
     finally:
-        for p in (ping, pong):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all((ping, pong))
         rm_tree(base)
-    r = _percentiles(HdrHistogram.decode(res["hist"]))
+    r = hdr_percentiles(res["hist"])
     r["hdrh_encoded"] = res["hist"]
     return r
 
@@ -260,10 +168,6 @@ def aeron_run(jar: str, a: argparse.Namespace) -> dict:
                                         warmup_messages=a.warmup)
     except aeron_java.PeerNotFound as exc:
         raise Skip(str(exc)) from None
-
-
-def _line(r: dict) -> str:
-    return "  ".join(f"{k.replace('_us', '').replace('_9', '.9')} {r[k]:.2f}" for k in KEYS) + " µs"
 
 
 # =============================================================== main
@@ -340,7 +244,7 @@ def main(argv=None) -> int:
             print(f"[skip] native Rust: {exc}")
             variants = [v for v in variants if v[0] != "native"]
 
-    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference, _line)
+    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference, latency_line)
 
     med = {k: {q: median(r[q] for r in rs) for q in KEYS} for k, rs in results.items() if rs}
     names = {k: n for k, n, _ in variants}

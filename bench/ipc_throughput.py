@@ -32,7 +32,6 @@ Refuses to run on a debug build of sulis.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -43,12 +42,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
     Skip,
+    count_intervals,
     cpu_summary,
     fmt_rate,
     fmt_ratio,
+    json_out,
+    kill_all,
     median,
     native_binary,
+    offer_loop,
+    pin_cpu,
     print_table,
+    read_json,
     require_release_build,
     rm_tree,
     run_native,
@@ -68,21 +73,11 @@ OFFER_CHUNK = 8192  # offers between two checks of the stop file
 
 # =============================================================== child roles
 
-def _json_out(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _pin(cpu: int | None) -> None:
-    if cpu is not None and cpu >= 0:
-        os.sched_setaffinity(0, {cpu})
-
-
 def role_pub(a: argparse.Namespace) -> int:
     """Embedded driver + publisher: offers until the stop file appears."""
     import sulis
 
-    _pin(a.pin_cpu)
+    pin_cpu(a.pin_cpu)
     with sulis.MediaDriver(dir=a.dir, threading_mode="shared", idle_strategy=a.driver_idle,
                            ipc_term_buffer_length=a.term_length, dir_delete_on_shutdown=True) as driver:
         with sulis.Client(dir=driver.dir) as client:
@@ -90,94 +85,35 @@ def role_pub(a: argparse.Namespace) -> int:
                 pub = client.add_exclusive_publication(CHANNEL, STREAM_ID)
             else:
                 pub = client.add_publication(CHANNEL, STREAM_ID)
-            _json_out({"ready": True, "dir": driver.dir})
+            json_out({"ready": True, "dir": driver.dir})
             deadline = time.monotonic() + 30
             while not pub.is_connected:
                 if time.monotonic() > deadline:
-                    _json_out({"error": "no subscriber connected in 30 s"})
+                    json_out({"error": "no subscriber connected in 30 s"})
                     return 1
                 time.sleep(0.001)
-            sent, refused = _offer_loop(pub, a.stop_file, a.max_seconds)
-            _json_out({"sent": sent, "refused": refused})
+            sent, refused = offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
+                                       chunk=OFFER_CHUNK)
+            json_out({"sent": sent, "refused": refused})
     return 0
-
-
-def _offer_loop(pub, stop_file: str, max_seconds: float) -> tuple[int, int]:
-    """The measured loop: one ``pub.offer(payload)`` per message, retried on < 0."""
-    offer = pub.offer
-    payload = b"\x5a" * MESSAGE_LENGTH
-    exists = os.path.exists
-    clock = time.monotonic
-    deadline = clock() + max_seconds
-    chunk = range(OFFER_CHUNK)
-    chunks = 0
-    refused = [0]
-
-    def retry() -> bool:  # back-pressured: spin on offer, now and then look for the stop file
-        n = 0
-        while offer(payload) < 0:
-            n += 1
-            if n % 100_000 == 0 and (exists(stop_file) or clock() > deadline):
-                refused[0] += n
-                return False
-        refused[0] += n
-        return True
-
-    while True:
-        for _ in chunk:
-            if offer(payload) < 0 and not retry():
-                return chunks * OFFER_CHUNK, refused[0]
-        chunks += 1
-        if exists(stop_file) or clock() > deadline:
-            return chunks * OFFER_CHUNK, refused[0]
 
 
 def role_sub(a: argparse.Namespace) -> int:
     """Subscriber: drains with poll_batch(4096); prints one line per second from the first message."""
     import sulis
 
-    _pin(a.pin_cpu)
+    pin_cpu(a.pin_cpu)
     with sulis.Client(dir=a.dir) as client:
         sub = client.add_subscription(CHANNEL, STREAM_ID)
-        _json_out({"ready": True})
-        poll = sub.poll_batch
-        limit = a.batch
-        clock = time.perf_counter
-        give_up = clock() + 30
-        n = 0
-        while not n:
-            n = len(poll(limit))
-            if not n and clock() > give_up:
-                _json_out({"error": "no message in 30 s"})
-                return 1
-        count = n
-        start = clock()
-        interval_start, last = start, count
-        nxt, end = start + 1.0, start + a.duration
-        while True:
-            count += len(poll(limit))
-            now = clock()
-            if now >= nxt:
-                _json_out({"interval_s": now - interval_start, "messages": count - last})
-                interval_start, last = now, count
-                nxt += 1.0
-                if now >= end:
-                    break
-        _json_out({"done": True, "received": count})
+        json_out({"ready": True})
+        count = count_intervals(sub.poll_batch, a.batch, a.duration, json_out)
+        if count < 0:
+            return 1
+        json_out({"done": True, "received": count})
     return 0
 
 
 # =============================================================== orchestration
-
-def _read_json(proc: subprocess.Popen, what: str) -> dict:
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"{what} exited ({proc.wait()}) without output")
-    msg = json.loads(line)
-    if "error" in msg:
-        raise RuntimeError(f"{what}: {msg['error']}")
-    return msg
-
 
 def python_run(publication: str, a: argparse.Namespace) -> dict:
     """One run of the Python publisher/subscriber pair; msgs/s = median of the post-warm-up intervals."""
@@ -193,14 +129,14 @@ def python_run(publication: str, a: argparse.Namespace) -> dict:
                                      "--max-seconds", str(a.duration + 60), "--driver-idle", a.driver_idle,
                                      "--term-length", a.term_length, *pin_pub],
                                stdout=subprocess.PIPE, text=True)
-        ready = _read_json(pub, "publisher")
+        ready = read_json(pub, "publisher")
         sub = subprocess.Popen(me + ["--role", "sub", "--dir", ready["dir"], "--duration", str(a.duration),
                                      "--batch", str(a.batch), *pin_sub],
                                stdout=subprocess.PIPE, text=True)
-        _read_json(sub, "subscriber")
+        read_json(sub, "subscriber")
         samples = []
         while True:
-            msg = _read_json(sub, "subscriber")
+            msg = read_json(sub, "subscriber")
             if msg.get("done"):
                 break
             rate = msg["messages"] / msg["interval_s"]
@@ -209,14 +145,11 @@ def python_run(publication: str, a: argparse.Namespace) -> dict:
                   flush=True)
         with open(stop_file, "w"):
             pass
-        pub_res = _read_json(pub, "publisher")
+        pub_res = read_json(pub, "publisher")
         if pub.wait(30) != 0 or sub.wait(30) != 0:
             raise RuntimeError(f"publisher exited {pub.returncode}, subscriber {sub.returncode}")
     finally:
-        for p in (pub, sub):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all((pub, sub))
         rm_tree(base)
     if len(samples) < 2:
         raise RuntimeError(f"only {len(samples)} intervals")

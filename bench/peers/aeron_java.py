@@ -14,6 +14,29 @@ Runs the samples that ship inside ``aeron-all`` jars and parses what they print:
   Run here with both channels on ``aeron:ipc`` (the sample defaults to UDP on
   localhost).
 
+Over UDP (``udp_throughput``, ``udp_ping_pong``, ``udp_count``) each side is a
+JVM of its own with its own embedded media driver
+(``aeron.sample.embeddedMediaDriver=true``, a fresh ``aeron.dir`` each), so two
+drivers talk over loopback as two hosts would:
+
+* ``io.aeron.samples.StreamingPublisher`` + ``io.aeron.samples.RateSubscriber``
+  (the subscriber's RateReporter prints one ``... totals N messages ...`` line
+  per second);
+* ``io.aeron.samples.Ping`` + ``io.aeron.samples.Pong`` (Ping prints the
+  HdrHistogram table);
+* ``AeronCount`` (``bench/peers/AeronCount.java``, compiled here against each
+  jar with ``javac --release 11``): a fixed-count publisher and a subscriber that
+  times its first to its N-th message, for the loss-recovery benchmark.
+
+Driver settings go in as Aeron's system properties: ``aeron.threading.mode``,
+the agents' ``aeron.*.idle.strategy``, and the channel tunables as
+``aeron.mtu.length``, ``aeron.term.buffer.length``,
+``aeron.rcv.initial.window.length``, ``aeron.socket.so_rcvbuf``/``so_sndbuf``
+(1.15.1 does not know the ``rcv-wnd``/``so-rcvbuf`` URI parameters, so
+properties serve both versions alike). The samples' own idle strategy is
+``aeron.sample.idleStrategy`` in current Aeron; 1.15.1's samples hard-code
+``BusySpinIdleStrategy``.
+
 Two jars are known:
 
 * ``"1.15.1"``: ``aeron-all-1.15.1.jar`` from the PyPI package
@@ -36,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import glob
 import importlib.metadata
@@ -62,12 +86,23 @@ __all__ = [
     "find_aeron_current_jar",
     "ipc_throughput",
     "ipc_ping_pong",
+    "AeronDriver",
+    "idle_class",
+    "tuning_properties",
+    "udp_throughput",
+    "udp_ping_pong",
+    "udp_count",
 ]
 
 PEERS_DIR = Path(os.environ.get("SULIS_PEERS_DIR", Path(__file__).resolve().parent.parent / ".peers"))
 
 THROUGHPUT_CLASS = "io.aeron.samples.EmbeddedExclusiveIpcThroughput"
 PING_PONG_CLASS = "io.aeron.samples.EmbeddedPingPong"
+STREAMING_PUBLISHER_CLASS = "io.aeron.samples.StreamingPublisher"
+RATE_SUBSCRIBER_CLASS = "io.aeron.samples.RateSubscriber"
+PING_CLASS = "io.aeron.samples.Ping"
+PONG_CLASS = "io.aeron.samples.Pong"
+COUNT_SOURCE = Path(__file__).resolve().parent / "AeronCount.java"
 
 # The flags Aeron's documentation gives for running on Java 16+.
 ADD_OPENS = [
@@ -271,13 +306,14 @@ def _jvm_command(java: str, flags: list[str], jvm_args: Sequence[str], props: di
 class _Jvm:
     """A JVM child whose stdout lines are collected with arrival times."""
 
-    def __init__(self, cmd: list[str], stdin_text: str | None = None):
+    def __init__(self, cmd: list[str], stdin_text: str | None = None, keep_stdin: bool = False):
+        """``stdin_text`` is written and stdin closed; ``keep_stdin`` leaves an open pipe (closed by ``close``)."""
         self.cmd = cmd
         self.lines: list[tuple[float, str]] = []
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
             cmd,
-            stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin_text is not None or keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             preexec_fn=_child_setup,
@@ -315,6 +351,11 @@ class _Jvm:
         return how
 
     def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2.0)
         if self.proc.poll() is None:
             self.stop(grace_s=2.0)
         self._stderr.close()
@@ -479,6 +520,394 @@ def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
         "java_version": _java_version_string(java),
     })
     return result
+
+
+# --------------------------------------------------------------------------- UDP
+
+#: Idle strategies by the names sulis uses (and Aeron's own class names pass through).
+IDLE_CLASSES = {
+    "busy-spin": "org.agrona.concurrent.BusySpinIdleStrategy",
+    "spin": "org.agrona.concurrent.BusySpinIdleStrategy",
+    "noop": "org.agrona.concurrent.NoOpIdleStrategy",
+    "yielding": "org.agrona.concurrent.YieldingIdleStrategy",
+    "yield": "org.agrona.concurrent.YieldingIdleStrategy",
+    "backoff": "org.agrona.concurrent.BackoffIdleStrategy",
+    "sleeping": "org.agrona.concurrent.SleepingIdleStrategy",
+}
+
+#: Channel tunables (URI parameter names, as sulis takes them) -> Aeron driver properties.
+TUNING_PROPERTIES = {
+    "mtu": "aeron.mtu.length",
+    "term-length": "aeron.term.buffer.length",
+    "rcv-wnd": "aeron.rcv.initial.window.length",
+    "so-rcvbuf": "aeron.socket.so_rcvbuf",
+    "so-sndbuf": "aeron.socket.so_sndbuf",
+}
+
+_SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
+
+
+def _size(v: str) -> int:
+    m = _SIZE.match(v.strip())
+    if not m:
+        raise ValueError(f"not a size: {v!r}")
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+
+
+def idle_class(name: str) -> str:
+    """Agrona idle strategy class for ``busy-spin``/``yielding``/``backoff``/``sleeping``/``noop`` (or a class name)."""
+    if "." in name:
+        return name
+    try:
+        return IDLE_CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown idle strategy {name!r} (one of {sorted(IDLE_CLASSES)} or a class name)") from None
+
+
+def tuning_properties(channel_params: str) -> dict:
+    """``mtu=1408|rcv-wnd=2m|...`` -> ``{"aeron.mtu.length": 1408, ...}`` (other parameters are ignored)."""
+    props = {}
+    for kv in filter(None, (channel_params or "").split("|")):
+        k, _, v = kv.partition("=")
+        if k in TUNING_PROPERTIES:
+            props[TUNING_PROPERTIES[k]] = _size(v)
+    return props
+
+
+_THREADING = {"shared": "SHARED", "shared-network": "SHARED_NETWORK", "dedicated": "DEDICATED"}
+
+
+@dataclasses.dataclass
+class AeronDriver:
+    """An embedded media driver's settings: threading mode, the agents' idle strategy, more properties."""
+
+    threading: str = "shared"
+    idle: str = "yielding"
+    props: dict = dataclasses.field(default_factory=dict)
+
+    def properties(self) -> dict:
+        mode = _THREADING.get(self.threading.lower(), self.threading.upper())
+        idle = idle_class(self.idle)
+        props = {"aeron.threading.mode": mode}
+        for agent in ("shared", "sharednetwork", "conductor", "sender", "receiver"):
+            props[f"aeron.{agent}.idle.strategy"] = idle
+        props.update(self.props)
+        return props
+
+    def describe(self) -> str:
+        extra = ",".join(f"{k.replace('aeron.', '')}={v}" for k, v in self.props.items())
+        return f"{self.threading}/{self.idle}" + (f" [{extra}]" if extra else "")
+
+
+def _udp_channel(host: str, port: int, params: str = "") -> str:
+    """``aeron:udp?endpoint=host:port|mtu=...`` with only the parameters every version knows (mtu, term-length)."""
+    kept = [kv for kv in (params or "").split("|") if kv.split("=", 1)[0] in ("mtu", "term-length")]
+    return "|".join([f"aeron:udp?endpoint={host}:{port}", *kept])
+
+
+def _side_props(adir: str, driver: AeronDriver, channel_params: str, sample_idle: str | None) -> dict:
+    props = {
+        "aeron.dir": adir,
+        "aeron.dir.delete.on.start": "true",
+        "aeron.dir.delete.on.shutdown": "true",
+        "aeron.sample.embeddedMediaDriver": "true",
+        **tuning_properties(channel_params),
+        **driver.properties(),
+    }
+    if sample_idle:
+        props["aeron.sample.idleStrategy"] = idle_class(sample_idle)
+    return props
+
+
+def _wait_line(jvm: "_Jvm", pattern, timeout_s: float, what: str, start: int = 0) -> int:
+    """Index of the first line at or after ``start`` matching ``pattern``; raises if the JVM exits or time runs out."""
+    rx = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = jvm.lines
+        for i in range(start, len(lines)):
+            if rx.search(lines[i][1]):
+                return i
+        start = len(lines)
+        if jvm.proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {jvm.proc.returncode}:\n{jvm.stderr_tail()}\n"
+                               + "\n".join(l for _, l in jvm.lines[-10:]))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: nothing matching {pattern!r} in {timeout_s}s; "
+                               f"output: {[l for _, l in jvm.lines[-10:]]} stderr: {jvm.stderr_tail(500)}")
+        time.sleep(0.01)
+
+
+def aeron_counters(adir: str) -> dict | None:
+    """Some system counters of the driver in ``adir`` (Aeron's CnC), read with sulis.CountersReader; None if unreadable."""
+    try:
+        import sulis
+
+        reader = sulis.CountersReader(adir)
+        names = {0: "bytes_sent", 1: "bytes_received", 5: "naks_sent", 6: "naks_received",
+                 7: "status_messages_sent", 8: "status_messages_received", 9: "heartbeats_sent",
+                 11: "retransmits_sent", 13: "flow_control_over_runs", 16: "short_sends",
+                 18: "sender_flow_control_limits"}
+        return {name: reader.value(i) for i, name in names.items()}
+    except Exception:  # an unreadable CnC only loses the diagnostics
+        return None
+
+
+# A RateReporter line: "4.7e+06 msgs/sec, 1.5e+08 payload bytes/sec, totals 23456789 messages 716 MB"
+_RATE_TOTALS = re.compile(r"msgs/sec, .* totals (\d+) messages")
+
+
+def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length: int = 32,
+                   host: str = "127.0.0.1", port: int | None = None, channel_params: str = "mtu=1408",
+                   pub_driver: AeronDriver | None = None, sub_driver: AeronDriver | None = None,
+                   client_idle: str | None = None, exec_prefix: Sequence[str] = (),
+                   jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """StreamingPublisher -> RateSubscriber over UDP, each JVM with its own embedded driver.
+
+    msgs/s per one-second interval at the subscriber, from the difference of the
+    RateReporter's running totals over the lines' arrival times (the printed
+    rate has only 2 significant digits in 1.15.1). The first interval with
+    messages is warm-up and is left out; the figure is the median of the next
+    ``duration_s - 1`` intervals.
+    """
+    if duration_s < 2.5:
+        raise ValueError("duration_s must be at least 2.5")
+    java, jar_path, version, flags = _resolve(jar, java)
+    for cls in (STREAMING_PUBLISHER_CLASS, RATE_SUBSCRIBER_CLASS):
+        _require_class(jar_path, cls)
+    pub_driver = pub_driver or AeronDriver()
+    sub_driver = sub_driver or AeronDriver()
+    port = port or _free_udp_port(host)
+    channel = _udp_channel(host, port, channel_params)
+    sample_idle = client_idle if _version_key(version) >= (1, 30) else None
+    jvms: list[_Jvm] = []
+    counters = {}
+    with _aeron_dir() as base:
+        try:
+            common = {"aeron.sample.channel": channel, PROP_MESSAGE_LENGTH: message_length}
+            sub_dir, pub_dir = base + "-sub", base + "-pub"
+            sub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, {**_side_props(sub_dir, sub_driver, channel_params, sample_idle), **common},
+                jar_path, RATE_SUBSCRIBER_CLASS))
+            jvms.append(sub)
+            _wait_line(sub, r"^Subscribing to", 60, RATE_SUBSCRIBER_CLASS)
+            pub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args,
+                {**_side_props(pub_dir, pub_driver, channel_params, sample_idle), **common,
+                 PROP_MESSAGES: 10 ** 15}, jar_path, STREAMING_PUBLISHER_CLASS), stdin_text="n\n")
+            jvms.append(pub)
+            # First line with messages, then duration_s - 1 more intervals (+1 for the one cut by the stop).
+            first = _wait_line(sub, r"totals [1-9]\d* messages", 90, RATE_SUBSCRIBER_CLASS)
+            wanted = first + int(duration_s) + 1
+            deadline = time.monotonic() + duration_s + 30
+            while len(sub.lines) < wanted and sub.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
+            lines = list(sub.lines)
+        finally:
+            for j in reversed(jvms):
+                j.close()
+    totals = [(t, int(m.group(1))) for t, l in lines if (m := _RATE_TOTALS.search(l))]
+    rates = []
+    for (t0, n0), (t1, n1) in zip(totals, totals[1:]):
+        if n0 > 0 and t1 > t0:
+            rates.append((n1 - n0) / (t1 - t0))
+    # The interval in which the first messages arrived is the first sample (warm-up).
+    first_rate = next((n / 1.0 for _, n in totals if n > 0), None)
+    samples = ([first_rate] if first_rate is not None else []) + rates[: int(duration_s) - 1]
+    if len(samples) < 2:
+        raise RuntimeError(f"{RATE_SUBSCRIBER_CLASS} printed {len(totals)} rate lines: "
+                           f"{[l for _, l in lines][-10:]}")
+    return {
+        "msgs_per_s": statistics.median(samples[1:]),
+        "samples": samples,
+        "peer": f"Aeron Java {version} StreamingPublisher/RateSubscriber UDP",
+        "channel": channel,
+        "publisher_driver": pub_driver.describe(),
+        "subscriber_driver": sub_driver.describe(),
+        "client_idle": (client_idle or "busy-spin") if sample_idle or not client_idle else
+                       "busy-spin (hard-coded in 1.15.1's samples)",
+        "tuning": tuning_properties(channel_params),
+        "counters": counters,
+        "aeron_version": version,
+        "java_version": _java_version_string(java),
+    }
+
+
+def _free_udp_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def udp_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length: int = 32,
+                  warmup_iterations: int = 5, warmup_messages: int = 10_000, host: str = "127.0.0.1",
+                  channel_params: str = "mtu=1408", driver: AeronDriver | None = None,
+                  exec_prefix: Sequence[str] = (), timeout_s: float = 600.0,
+                  jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """Ping and Pong samples over UDP, each JVM with its own embedded driver; percentiles in µs.
+
+    Pong's driver binds the ping channel's endpoint, Ping's the pong channel's.
+    Both samples busy-spin while they wait (hard-coded in both versions).
+    """
+    java, jar_path, version, flags = _resolve(jar, java)
+    for cls in (PING_CLASS, PONG_CLASS):
+        _require_class(jar_path, cls)
+    driver = driver or AeronDriver()
+    ping_port = _free_udp_port(host)
+    pong_port = _free_udp_port(host)
+    while pong_port == ping_port:
+        pong_port = _free_udp_port(host)
+    common = {
+        PROP_MESSAGE_LENGTH: message_length,
+        PROP_MESSAGES: n_messages,
+        PROP_WARMUP_ITERATIONS: warmup_iterations,
+        PROP_WARMUP_MESSAGES: warmup_messages,
+        PROP_PING_CHANNEL: _udp_channel(host, ping_port, channel_params),
+        PROP_PONG_CHANNEL: _udp_channel(host, pong_port, channel_params),
+        PROP_PING_STREAM: 1002,
+        PROP_PONG_STREAM: 1003,
+    }
+    jvms: list[_Jvm] = []
+    with _aeron_dir() as base:
+        try:
+            pong = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, {**_side_props(base + "-pong", driver, channel_params, None), **common},
+                jar_path, PONG_CLASS))
+            jvms.append(pong)
+            _wait_line(pong, r"^Publishing Pong|^Subscribing Ping", 60, PONG_CLASS)
+            ping = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, {**_side_props(base + "-ping", driver, channel_params, None), **common},
+                jar_path, PING_CLASS), stdin_text="n\n")
+            jvms.append(ping)
+            try:
+                rc = ping.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{PING_CLASS} did not finish in {timeout_s}s") from None
+            ping._reader.join(5.0)
+            lines = [l for _, l in ping.lines]
+            try:
+                result = _parse_percentile_table(lines)
+            except RuntimeError:
+                raise RuntimeError(f"{PING_CLASS} exited with {rc}, no histogram:\n{ping.stderr_tail()}\n"
+                                   + "\n".join(lines[-20:])) from None
+        finally:
+            for j in reversed(jvms):
+                j.close()
+    result.update({
+        "peer": f"Aeron Java {version} Ping/Pong UDP RTT",
+        "driver": driver.describe(),
+        "channels": [common[PROP_PING_CHANNEL], common[PROP_PONG_CHANNEL]],
+        "n_messages": n_messages,
+        "message_length": message_length,
+        "aeron_version": version,
+        "java_version": _java_version_string(java),
+    })
+    return result
+
+
+def _javac() -> str:
+    env = os.environ.get("SULIS_JAVAC")
+    if env:
+        return env
+    try:
+        java17 = find_java17()
+        cand = os.path.join(os.path.dirname(os.path.realpath(java17)), "javac")
+        if os.access(cand, os.X_OK):
+            return cand
+    except PeerNotFound:
+        pass
+    found = shutil.which("javac")
+    if not found:
+        raise PeerNotFound("no javac (a JDK 11+) to compile AeronCount.java; set SULIS_JAVAC")
+    return found
+
+
+def count_classes(jar_path: str) -> str:
+    """Directory holding AeronCount.class compiled against ``jar_path`` (cached under bench/.peers/)."""
+    import hashlib
+
+    key = hashlib.sha256(COUNT_SOURCE.read_bytes() + os.path.realpath(jar_path).encode()).hexdigest()[:16]
+    out = PEERS_DIR / f"aeron-count-{_version_of_jar(jar_path)}-{key}"
+    if (out / "AeronCount.class").is_file():
+        return str(out)
+    tmp = Path(tempfile.mkdtemp(prefix="aeron-count-", dir=PEERS_DIR if PEERS_DIR.is_dir() else None))
+    try:
+        r = subprocess.run([_javac(), "--release", "11", "-nowarn", "-cp", jar_path, "-d", str(tmp),
+                            str(COUNT_SOURCE)], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise PeerNotFound(f"javac AeronCount.java against {jar_path} failed:\n{r.stderr[-2000:]}")
+        try:
+            tmp.rename(out)
+        except OSError:  # raced with another compile: theirs is as good
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists() and tmp != out:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(out)
+
+
+def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", message_length: int = 32,
+              host: str = "127.0.0.1",
+              port: int | None = None, channel_params: str = "mtu=1408",
+              pub_driver: AeronDriver | None = None, sub_driver: AeronDriver | None = None,
+              client_idle: str = "yield", exec_prefix: Sequence[str] = (), timeout_s: float = 300.0,
+              jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """Times ``count`` messages over UDP with AeronCount (fixed-count publisher, counting subscriber).
+
+    The publisher sends ``warmup + count`` messages; the clock runs from the
+    first message after the warm-up ones to the last.
+
+    Loss for the recovery benchmark comes from outside (nftables) or from the
+    drivers' debug loss generators through ``pub_driver.props`` /
+    ``sub_driver.props`` (``aeron.SendChannelEndpoint.supplier`` ...).
+    """
+    java, jar_path, version, flags = _resolve(jar, java)
+    classes = count_classes(jar_path)
+    pub_driver = pub_driver or AeronDriver()
+    sub_driver = sub_driver or AeronDriver()
+    port = port or _free_udp_port(host)
+    channel = _udp_channel(host, port, channel_params)
+    cp = f"{classes}{os.pathsep}{jar_path}"
+    jvms: list[_Jvm] = []
+    with _aeron_dir() as base:
+        sub_dir, pub_dir = base + "-sub", base + "-pub"
+        try:
+            sub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, "AeronCount")
+                + ["sub", channel, "1001", str(count), str(warmup), client_idle])
+            jvms.append(sub)
+            _wait_line(sub, r"^ready", 60, "AeronCount sub")
+            pub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, "AeronCount")
+                + ["pub", channel, "1001", str(count), str(warmup), str(message_length), client_idle], stdin_text=None,
+                keep_stdin=True)
+            jvms.append(pub)
+            i = _wait_line(sub, r"^done ", timeout_s, "AeronCount sub")
+            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
+            sent = [l for _, l in pub.lines if l.startswith("sent ")]
+            done = sub.lines[i][1].split()
+        finally:
+            for j in reversed(jvms):
+                j.close()
+    received, ns = int(done[1]), int(done[2])
+    return {
+        "count": received,
+        "warmup": warmup,
+        "elapsed_s": ns / 1e9,
+        "msgs_per_s": (received - 1) / (ns / 1e9),
+        "back_pressured": int(sent[0].split()[2]) if sent else None,
+        "peer": f"Aeron Java {version} AeronCount UDP",
+        "channel": channel,
+        "publisher_driver": pub_driver.describe(),
+        "subscriber_driver": sub_driver.describe(),
+        "client_idle": client_idle,
+        "counters": counters,
+        "aeron_version": version,
+        "java_version": _java_version_string(java),
+    }
 
 
 # --------------------------------------------------------------------------- CLI

@@ -1,12 +1,14 @@
-//! Shared pieces of the native sulis benchmarks (`ipc-throughput`, `ipc-latency`).
+//! Shared pieces of the native sulis benchmarks (`ipc-throughput`,
+//! `ipc-latency`, `udp-throughput`, `udp-latency`).
 //!
-//! Each benchmark binary is one command: the parent process runs the embedded
+//! Each benchmark binary is one command: the parent process runs an embedded
 //! media driver and one side of the exchange, and re-executes itself with
-//! `--role ...` for the other side, so the two sides are two processes that
-//! share only the driver directory under `/dev/shm`. The parent reads the
-//! child's stdout (one line per event) and prints the figures; the last line
-//! it prints is `RESULT {json}` for scripts (bench/ipc_throughput.py,
-//! bench/ipc_latency.py).
+//! `--role ...` for the other side, so the two sides are two processes. Over
+//! IPC they share the parent's driver directory under `/dev/shm`; over UDP the
+//! child launches a driver of its own and the two drivers talk over loopback.
+//! The parent reads the child's stdout (one line per event) and prints the
+//! figures; the last line it prints is `RESULT {json}` for scripts
+//! (bench/ipc_*.py, bench/udp_*.py).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -133,12 +135,30 @@ pub fn bench_dir(tag: &str, run: usize) -> PathBuf {
 
 /// Launches an embedded driver (SHARED threading) in `dir`.
 pub fn launch_driver(dir: &Path, idle: &str, ipc_term_length: &str) -> MediaDriver {
+    launch_driver_with(
+        dir,
+        "shared",
+        idle,
+        &[("ipc_term_buffer_length".into(), ipc_term_length.into())],
+    )
+}
+
+/// Launches an embedded driver in `dir` with a threading mode, an idle
+/// strategy and further driver options by name (as `sulis driver --print-config`
+/// lists them: `term_buffer_length`, `send_data_loss`...).
+pub fn launch_driver_with(
+    dir: &Path,
+    threading: &str,
+    idle: &str,
+    options: &[(String, String)],
+) -> MediaDriver {
     let mut ctx = DriverContext::default();
     ctx.dir = dir.to_path_buf();
-    ctx.threading_mode = ThreadingMode::Shared;
+    ctx.threading_mode = ThreadingMode::parse(threading).unwrap_or_else(|e| die(&e));
     ctx.set("idle_strategy", idle).unwrap_or_else(|e| die(&e));
-    ctx.set("ipc_term_buffer_length", ipc_term_length)
-        .unwrap_or_else(|e| die(&e));
+    for (k, v) in options {
+        ctx.set(k, v).unwrap_or_else(|e| die(&e));
+    }
     ctx.dir_delete_on_shutdown = true;
     MediaDriver::launch(ctx).unwrap_or_else(|e| {
         die(&format!(
@@ -146,6 +166,84 @@ pub fn launch_driver(dir: &Path, idle: &str, ipc_term_length: &str) -> MediaDriv
             dir.display()
         ))
     })
+}
+
+/// Parses `k=v,k=v` (empty: none) into pairs.
+pub fn parse_options(list: &str) -> Vec<(String, String)> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
+            None => die(&format!("driver option {kv:?} is not name=value")),
+        })
+        .collect()
+}
+
+/// A UDP port free on `host` right now (the kernel's pick).
+pub fn free_udp_port(host: &str) -> u16 {
+    let s = std::net::UdpSocket::bind((host, 0))
+        .unwrap_or_else(|e| die(&format!("cannot bind a UDP socket on {host}: {e}")));
+    s.local_addr().map(|a| a.port()).unwrap_or(0)
+}
+
+/// `name=value` of the driver's system counters `ids` (labels shortened), read through `client`.
+pub fn system_counters(client: &Client, ids: &[(i32, &str)]) -> Vec<(String, i64)> {
+    let reader = client.counters();
+    ids.iter()
+        .map(|&(id, name)| (name.to_string(), reader.counter_value(id)))
+        .collect()
+}
+
+/// Counters of a sending driver worth printing after a UDP run (Aeron's system counter ids).
+pub const SENDER_COUNTERS: &[(i32, &str)] = &[
+    (0, "bytes_sent"),
+    (6, "naks_received"),
+    (8, "status_messages_received"),
+    (9, "heartbeats_sent"),
+    (11, "retransmits_sent"),
+    (16, "short_sends"),
+    (18, "sender_flow_control_limits"),
+];
+
+/// Counters of a receiving driver worth printing after a UDP run.
+pub const RECEIVER_COUNTERS: &[(i32, &str)] = &[
+    (1, "bytes_received"),
+    (5, "naks_sent"),
+    (7, "status_messages_sent"),
+    (10, "heartbeats_received"),
+    (12, "flow_control_under_runs"),
+    (13, "flow_control_over_runs"),
+    (14, "invalid_packets"),
+];
+
+/// `name=value name=value` for a log line.
+pub fn counters_text(c: &[(String, i64)]) -> String {
+    c.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `{"name": value, ...}` for the RESULT line.
+pub fn counters_json(c: &[(String, i64)]) -> String {
+    format!(
+        "{{{}}}",
+        c.iter()
+            .map(|(k, v)| format!("\"{k}\": {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Parses `name=value ...` back (the child's counters line).
+pub fn parse_counters_text(s: &str) -> Vec<(String, i64)> {
+    s.split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Connects a client to the driver in `dir`.

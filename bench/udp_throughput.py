@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""UDP throughput of sulis beside its peers, 32-byte messages, one command.
+
+    python bench/udp_throughput.py            # 3 rounds, ~5 minutes
+    python bench/udp_throughput.py --quick    # 1 short round (smoke test)
+    python bench/udp_throughput.py --sweep --only native-exclusive,py-exclusive   # try driver configurations
+
+Publisher and subscriber are two processes, each with its own media driver:
+the subscriber's driver binds the endpoint ``127.0.0.1:PORT`` (a free port per
+run) and the publisher's driver sends to it over loopback, as between two
+hosts. What runs, interleaved round by round:
+
+* sulis Python: the subscriber process (``sulis.MediaDriver`` embedded,
+  ``client.add_subscription("aeron:udp?endpoint=127.0.0.1:PORT|<params>",
+  1001)``) drains with ``sub.poll_batch(4096)``; the publisher process (its own
+  embedded driver, ``client.add_exclusive_publication`` on the same channel)
+  calls ``pub.offer(payload)`` once per message in a Python loop, retried while
+  it returns < 0. msgs/s are counted at the receiver per one-second interval
+  from its first message; the first interval is warm-up and left out; a run's
+  figure is the median of the rest.
+* sulis native Rust (crates/sulis-bench ``udp-throughput``): the same shape
+  without Python (``ExclusivePublication::offer`` in a tight loop,
+  ``Subscription::poll`` with a counting handler, limit 10 as Aeron's sample).
+* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``StreamingPublisher`` and
+  ``RateSubscriber`` in two JVMs, each with its own embedded media driver, same
+  channel; per-second totals at the subscriber, first interval dropped.
+* pyzmq PUSH/PULL over ``tcp://127.0.0.1``: one ``send`` per message in one
+  process, ``recv`` in another; receiver first-to-last.
+
+On this 2-core machine there are 4+ busy threads (two clients, two drivers),
+so the drivers' idle strategy and what a client does when it cannot progress
+(``--client-idle``: spin, or ``sched_yield`` after a refused offer / an empty
+poll) decide the figures; the configuration used is printed beside each one.
+The same driver settings and channel tunables (``--channel-params``: mtu,
+term-length, rcv-wnd, so-rcvbuf as URI parameters for sulis, as the matching
+``aeron.*`` properties for Aeron) go to every system unless overridden with
+``--aeron-*``.
+
+Targets printed beside: (a) sulis Python >= 8 M msgs/s; (b) sulis native
+>= 1.0x Aeron Java. Refuses to run on a debug build of sulis.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (  # noqa: E402
+    Skip,
+    count_intervals,
+    cpu_summary,
+    fmt_rate,
+    fmt_ratio,
+    free_udp_port,
+    json_out,
+    kill_all,
+    median,
+    native_binary,
+    offer_loop,
+    pin_cpu,
+    print_table,
+    read_json,
+    require_release_build,
+    rm_tree,
+    run_native,
+    run_rounds,
+    save_results,
+    shm_dir,
+)
+
+HOST = "127.0.0.1"
+STREAM_ID = 1001
+MESSAGE_LENGTH = 32
+TARGET_PY_MSGS = 8_000_000
+TARGET_VS_AERON = 1.0
+OFFER_CHUNK = 8192  # offers between two checks of the stop file
+DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=2m"
+
+# System counters (Aeron's ids, crates/sulis-driver/src/system_counters.rs).
+PUB_COUNTERS = {0: "bytes_sent", 6: "naks_received", 8: "status_messages_received", 9: "heartbeats_sent",
+                11: "retransmits_sent", 16: "short_sends", 18: "sender_flow_control_limits"}
+SUB_COUNTERS = {1: "bytes_received", 5: "naks_sent", 7: "status_messages_sent", 10: "heartbeats_received",
+                12: "flow_control_under_runs", 13: "flow_control_over_runs", 14: "invalid_packets"}
+
+
+def channel_of(port: int, params: str) -> str:
+    return "|".join([f"aeron:udp?endpoint={HOST}:{port}", *filter(None, params.split("|"))])
+
+
+def driver_options(text: str) -> dict:
+    """``k=v,k=v`` -> dict (driver options by name, e.g. ``term_buffer_length=4m``)."""
+    out = {}
+    for kv in filter(None, (t.strip() for t in (text or "").split(","))):
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"driver option {kv!r} is not name=value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def read_counters(dir_: str, ids: dict) -> dict:
+    import sulis
+
+    reader = sulis.CountersReader(dir_)
+    return {name: reader.value(i) for i, name in ids.items()}
+
+
+# =============================================================== child roles
+
+def _idle(client_idle: str):
+    return os.sched_yield if client_idle == "yield" else None
+
+
+def role_sub(a: argparse.Namespace) -> int:
+    """Own driver (binds the endpoint) + subscription: counts per second from the first message."""
+    import sulis
+
+    pin_cpu(a.pin_cpu)
+    with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
+                           dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
+        with sulis.Client(dir=driver.dir) as client:
+            sub = client.add_subscription(a.channel, STREAM_ID)
+            json_out({"ready": True})
+            count = count_intervals(sub.poll_batch, a.batch, a.duration, json_out, idle=_idle(a.client_idle))
+            if count < 0:
+                return 1
+            json_out({"done": True, "received": count, "counters": read_counters(driver.dir, SUB_COUNTERS)})
+    return 0
+
+
+def role_pub(a: argparse.Namespace) -> int:
+    """Own driver + exclusive publication: offers until the stop file appears."""
+    import sulis
+
+    pin_cpu(a.pin_cpu)
+    with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
+                           dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
+        with sulis.Client(dir=driver.dir) as client:
+            pub = client.add_exclusive_publication(a.channel, STREAM_ID)
+            json_out({"ready": True})
+            deadline = time.monotonic() + 30
+            while not pub.is_connected:
+                if time.monotonic() > deadline:
+                    json_out({"error": "no subscriber connected in 30 s"})
+                    return 1
+                time.sleep(0.001)
+            sent, refused = offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
+                                       chunk=OFFER_CHUNK, idle=_idle(a.client_idle))
+            json_out({"sent": sent, "refused": refused, "counters": read_counters(driver.dir, PUB_COUNTERS)})
+    return 0
+
+
+# =============================================================== orchestration
+
+class Config:
+    """One configuration of the drivers, clients and channel (what a sweep varies)."""
+
+    def __init__(self, threading: str, driver_idle: str, client_idle: str, channel_params: str,
+                 aeron_threading: str | None = None, aeron_driver_idle: str | None = None,
+                 aeron_client_idle: str | None = None):
+        self.threading = threading
+        self.driver_idle = driver_idle
+        self.client_idle = client_idle
+        self.channel_params = channel_params
+        self.aeron_threading = aeron_threading or threading
+        self.aeron_driver_idle = aeron_driver_idle or driver_idle
+        self.aeron_client_idle = aeron_client_idle or client_idle
+
+    def sulis(self) -> str:
+        return f"drivers {self.threading}/{self.driver_idle}, clients {self.client_idle}, {self.channel_params}"
+
+    def aeron(self, version: str) -> str:
+        client = self.aeron_client_idle if version != "1.15.1" else "spin (hard-coded)"
+        return f"drivers {self.aeron_threading}/{self.aeron_driver_idle}, clients {client}, {self.channel_params}"
+
+
+def python_run(cfg: Config, a: argparse.Namespace) -> dict:
+    """One run of the Python pair; msgs/s = median of the post-warm-up intervals."""
+    base = shm_dir("sulis-bench-pyudp-")
+    stop_file = os.path.join(base, "stop")
+    channel = channel_of(free_udp_port(HOST), cfg.channel_params)
+    me = [sys.executable, os.path.abspath(__file__)]
+    common = ["--channel", channel, "--threading", cfg.threading, "--driver-idle", cfg.driver_idle,
+              "--client-idle", cfg.client_idle, "--driver-options", a.driver_options]
+    pub = sub = None
+    try:
+        sub = subprocess.Popen(me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
+                                     "--duration", str(a.duration), "--batch", str(a.batch),
+                                     *(["--pin-cpu", "1"] if a.pin else [])],
+                               stdout=subprocess.PIPE, text=True)
+        read_json(sub, "subscriber")
+        pub = subprocess.Popen(me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
+                                     "--stop-file", stop_file, "--max-seconds", str(a.duration + 60),
+                                     *(["--pin-cpu", "0"] if a.pin else [])],
+                               stdout=subprocess.PIPE, text=True)
+        read_json(pub, "publisher")
+        samples = []
+        while True:
+            msg = read_json(sub, "subscriber")
+            if msg.get("done"):
+                sub_res = msg
+                break
+            rate = msg["messages"] / msg["interval_s"]
+            samples.append(rate)
+            print(f"      interval {len(samples)}: {rate:,.0f} msgs/s{'  (warm-up)' if len(samples) == 1 else ''}",
+                  flush=True)
+        with open(stop_file, "w"):
+            pass
+        pub_res = read_json(pub, "publisher")
+        if pub.wait(30) != 0 or sub.wait(30) != 0:
+            raise RuntimeError(f"publisher exited {pub.returncode}, subscriber {sub.returncode}")
+    finally:
+        kill_all((pub, sub))
+        rm_tree(base)
+    if len(samples) < 2:
+        raise RuntimeError(f"only {len(samples)} intervals")
+    counters = {"publisher": pub_res["counters"], "subscriber": sub_res["counters"]}
+    print(f"      counters: {_counters_line(counters)}", flush=True)
+    return {"msgs_per_s": median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
+            "refused": pub_res["refused"], "counters": counters, "config": cfg.sulis()}
+
+
+def _counters_line(c: dict) -> str:
+    p, s = c.get("publisher") or {}, c.get("subscriber") or {}
+    keys = [("SMs", s.get("status_messages_sent")), ("NAKs", s.get("naks_sent")),
+            ("retransmits", p.get("retransmits_sent")), ("sender flow-control limits", p.get("sender_flow_control_limits")),
+            ("over-runs", s.get("flow_control_over_runs")), ("short sends", p.get("short_sends"))]
+    return ", ".join(f"{k} {v:,}" for k, v in keys if v is not None)
+
+
+def native_run(cfg: Config, a: argparse.Namespace) -> dict:
+    exe = native_binary("udp-throughput", build=False)
+    args = ["--runs", "1", "--duration", str(a.duration), "--message-length", str(MESSAGE_LENGTH),
+            "--threading", cfg.threading, "--driver-idle", cfg.driver_idle, "--client-idle", cfg.client_idle,
+            "--channel-params", cfg.channel_params, "--host", HOST]
+    if a.driver_options:
+        args += ["--driver-options", a.driver_options]
+    if a.pin:
+        args.append("--pin")
+    r = run_native(exe, args, timeout_s=a.duration + 120)
+    return {"msgs_per_s": r["msgs_per_s"], "samples": r["samples"][0], "counters": r["counters"][0],
+            "native": r, "config": cfg.sulis()}
+
+
+def zmq_run(a: argparse.Namespace) -> dict:
+    try:
+        from bench.peers import zmq_peers
+        import zmq  # noqa: F401
+    except ImportError as exc:
+        raise Skip(f"pyzmq not installed ({exc}); run `bash bench/peers/install.sh`") from None
+    r = zmq_peers.push_pull_throughput(n_messages=a.zmq_messages, size=MESSAGE_LENGTH, transport="tcp")
+    print(f"      {r['msgs_per_s']:,.0f} msgs/s over {a.zmq_messages:,} messages", flush=True)
+    r["config"] = "PUSH/PULL tcp://127.0.0.1, default HWM"
+    return r
+
+
+def aeron_run(jar: str, cfg: Config, a: argparse.Namespace) -> dict:
+    from bench.peers import aeron_java
+
+    driver = aeron_java.AeronDriver(cfg.aeron_threading, cfg.aeron_driver_idle)
+    try:
+        r = aeron_java.udp_throughput(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
+                                      channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
+                                      client_idle=cfg.aeron_client_idle)
+    except aeron_java.PeerNotFound as exc:
+        raise Skip(str(exc)) from None
+    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
+          flush=True)
+    print(f"      counters: {_counters_line(r['counters'])}", flush=True)
+    r["config"] = cfg.aeron(r["aeron_version"] if jar != "1.15.1" else "1.15.1")
+    return r
+
+
+def build_variants(cfg: Config, a: argparse.Namespace) -> list:
+    return [
+        ("py-exclusive", "sulis Python ExclusivePublication.offer", lambda: python_run(cfg, a)),
+        ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: native_run(cfg, a)),
+        ("zmq", "pyzmq PUSH/PULL tcp://127.0.0.1", lambda: zmq_run(a)),
+        ("aeron-1.15.1", "Aeron Java 1.15.1 StreamingPublisher/RateSubscriber", lambda: aeron_run("1.15.1", cfg, a)),
+        ("aeron-current", "Aeron Java current StreamingPublisher/RateSubscriber",
+         lambda: aeron_run("current", cfg, a)),
+    ]
+
+
+def select(variants: list, a: argparse.Namespace, ap: argparse.ArgumentParser) -> list:
+    if a.no_aeron_current:
+        variants = [v for v in variants if v[0] != "aeron-current"]
+    if a.only:
+        wanted = set(a.only.split(","))
+        unknown = wanted - {v[0] for v in variants}
+        if unknown:
+            ap.error(f"unknown --only names: {sorted(unknown)}")
+        variants = [v for v in variants if v[0] in wanted]
+    return variants
+
+
+def sweep(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    """One run of the selected variants per configuration of the grid; a table sorted by rate."""
+    grid = list(itertools.product(a.sweep_threading.split(","), a.sweep_driver_idle.split(","),
+                                  a.sweep_client_idle.split(","), a.sweep_channel_params.split(";")))
+    print(f"sweep: {len(grid)} configurations x {len(select(build_variants(Config('shared', 'busy-spin', 'spin', ''), a), a, ap))} "
+          f"variant(s), 1 run of {a.duration:g} s each; {cpu_summary()}")
+    rows, record = [], []
+    for threading, didle, cidle, params in grid:
+        cfg = Config(threading, didle, cidle, params)
+        variants = select(build_variants(cfg, a), a, ap)
+        print(f"== {cfg.sulis()}", flush=True)
+        results, skipped, errors = run_rounds(variants, 1, a.retry_noisy, a.max_interference,
+                                              lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
+        for key, name, _ in variants:
+            for r in results.get(key) or []:
+                rows.append((r["msgs_per_s"], name, threading, didle, cidle, params,
+                             _counters_line(r.get("counters") or {}), r.get("interference", 0)))
+            for e in errors.get(key, []):
+                rows.append((0.0, name, threading, didle, cidle, params, f"FAILED {e[:60]}", 0))
+        record.append({"config": cfg.sulis(), "results": results, "errors": errors, "skipped": skipped})
+    print()
+    print(f"UDP throughput sweep, {MESSAGE_LENGTH} B messages, one run each (msgs/s):")
+    rows.sort(key=lambda r: (r[1], -r[0]))
+    print_table(["name", "msgs/s", "threading", "driver idle", "client idle", "channel params", "counters", "noise"],
+                [[n, fmt_rate(v), t, d, c, p, cnt, f"{i * 100:.0f}%"] for v, n, t, d, c, p, cnt, i in rows],
+                align="lrllllll")
+    path = save_results("udp_throughput_sweep", {"argv": sys.argv, "duration_s": a.duration, "rows": rows,
+                                                 "runs": record, "machine": cpu_summary()})
+    if path:
+        print(f"\n(details: {path.relative_to(Path(__file__).resolve().parent.parent)})")
+    return 0
+
+
+# =============================================================== main
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=None, help="rounds per variant (default 3; --quick: 1)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
+    ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
+    ap.add_argument("--zmq-messages", type=int, default=None, help="messages per pyzmq run (default 2,000,000)")
+    ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
+    ap.add_argument("--threading", default="shared", help="threading mode of every driver (default shared)")
+    ap.add_argument("--driver-idle", default="yielding",
+                    help="idle strategy of every driver's agents (default yielding)")
+    ap.add_argument("--client-idle", choices=["yield", "spin"], default="yield",
+                    help="what a publisher does after a refused offer and a subscriber after an empty poll: "
+                         "sched_yield (default) or spin")
+    ap.add_argument("--channel-params", default=DEFAULT_CHANNEL_PARAMS,
+                    help=f"channel URI parameters for sulis; mtu/term-length/rcv-wnd/so-rcvbuf/so-sndbuf also "
+                         f"become Aeron's driver properties (default {DEFAULT_CHANNEL_PARAMS})")
+    ap.add_argument("--driver-options", default="", help="more sulis driver options, k=v,k=v")
+    ap.add_argument("--aeron-threading", default=None, help="Aeron's threading mode (default: --threading)")
+    ap.add_argument("--aeron-driver-idle", default=None, help="Aeron's driver idle strategy (default: --driver-idle)")
+    ap.add_argument("--aeron-client-idle", default=None,
+                    help="aeron.sample.idleStrategy of current Aeron's samples (default: --client-idle; "
+                         "1.15.1's samples always spin)")
+    ap.add_argument("--pin", action="store_true",
+                    help="publisher process (and its driver threads) on CPU 0, subscriber process on CPU 1 (sulis)")
+    ap.add_argument("--only", default="", help="comma list among: py-exclusive,native-exclusive,zmq,"
+                                               "aeron-1.15.1,aeron-current")
+    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
+    ap.add_argument("--max-interference", type=float, default=0.10,
+                    help="a run during which other processes used more than this share of a CPU is noisy "
+                         "(default 0.10)")
+    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
+    ap.add_argument("--wait-quiet", type=float, default=60.0,
+                    help="before each run, wait up to this many seconds for other processes to stay under "
+                         "--max-interference for a second (default 60; 0: do not wait)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="instead of the comparison: one run per configuration of --sweep-* (cartesian product)")
+    ap.add_argument("--sweep-threading", default="shared,shared-network,dedicated")
+    ap.add_argument("--sweep-driver-idle", default="busy-spin,yielding,backoff")
+    ap.add_argument("--sweep-client-idle", default="yield,spin")
+    ap.add_argument("--sweep-channel-params", default=None,
+                    help="';'-separated list of channel parameter sets (default: --channel-params)")
+    # child roles (internal)
+    ap.add_argument("--role", choices=["main", "pub", "sub"], default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    ap.add_argument("--channel", help=argparse.SUPPRESS)
+    ap.add_argument("--stop-file", help=argparse.SUPPRESS)
+    ap.add_argument("--max-seconds", type=float, default=120, help=argparse.SUPPRESS)
+    ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+
+    if a.role == "pub":
+        return role_pub(a)
+    if a.role == "sub":
+        a.duration = a.duration or 6
+        return role_sub(a)
+
+    profile = require_release_build()
+    runs = a.runs or (1 if a.quick else 3)
+    a.duration = a.duration or (3.0 if a.quick else 6.0)
+    a.zmq_messages = a.zmq_messages or (300_000 if a.quick else 2_000_000)
+    a.sweep_channel_params = a.sweep_channel_params or a.channel_params
+    if a.duration < 2.5:
+        ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
+    if a.pin and (os.cpu_count() or 1) < 2:
+        ap.error("--pin needs 2 CPUs")
+    driver_options(a.driver_options)  # validate
+
+    cfg = Config(a.threading, a.driver_idle, a.client_idle, a.channel_params,
+                 a.aeron_threading, a.aeron_driver_idle, a.aeron_client_idle)
+    variants = select(build_variants(cfg, a), a, ap)
+    if any(k.startswith("native") for k, _, _ in variants):
+        try:
+            native_binary("udp-throughput", build=not a.no_build)
+        except Skip as exc:
+            print(f"[skip] native Rust: {exc}")
+            variants = [v for v in variants if not v[0].startswith("native")]
+    if a.sweep:
+        return sweep(a, ap)
+
+    print(f"sulis UDP throughput, {MESSAGE_LENGTH} B messages over loopback, two drivers: {runs} round(s), "
+          f"{a.duration:g} s per sulis/Aeron run, {a.zmq_messages:,} msgs per pyzmq run; sulis {profile} build; "
+          f"{cpu_summary()}")
+    print(f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); "
+          f"{'pinned pub CPU 0 / sub CPU 1' if a.pin else 'no CPU pinning'}")
+    print(f"Aeron: {cfg.aeron('current')} (1.15.1's sample clients spin)")
+
+    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference,
+                                          lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
+
+    med = {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
+    names = {k: n for k, n, _ in variants}
+    zmq = med.get("zmq")
+    a115 = med.get("aeron-1.15.1")
+    acur = med.get("aeron-current")
+    print()
+    print(f"UDP throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s):")
+    rows = []
+    for key, name, _ in variants:
+        rs = results.get(key) or []
+        if not rs:
+            rows.append([name, skipped.get(key, "failed")[:40] if key in skipped else "failed", "0", "", "", "", "",
+                         "", ""])
+            continue
+        m = med[key]
+        per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
+        rows.append([name, fmt_rate(m), str(len(rs)), per, fmt_ratio(m / TARGET_PY_MSGS),
+                     fmt_ratio(m / zmq) if zmq else "-", fmt_ratio(m / a115) if a115 else "-",
+                     fmt_ratio(m / acur) if acur else "-", rs[0].get("config", "")])
+    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 8M", "vs pyzmq", "vs Aeron 1.15.1",
+                 "vs Aeron current", "configuration"], rows, align="lrrrrrrrl")
+
+    print()
+    print("targets:")
+
+    def verdict(ok: bool) -> str:
+        return "MET" if ok else "MISSED"
+
+    py = med.get("py-exclusive")
+    if py:
+        print(f"  (a) sulis Python exclusive offer >= 8 M msgs/s: {py / 1e6:.2f} M = {py / TARGET_PY_MSGS:.2f}x "
+              f"-> {verdict(py >= TARGET_PY_MSGS)}")
+    nat = med.get("native-exclusive")
+    for label, ref in (("1.15.1", a115), ("current", acur)):
+        if nat and ref:
+            print(f"  (b) sulis native >= 1.0x Aeron Java {label} ({ref / 1e6:.2f} M): {nat / 1e6:.2f} M = "
+                  f"{nat / ref:.2f}x -> {verdict(nat / ref >= TARGET_VS_AERON)}")
+    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
+             if r.get("interference", 0) > a.max_interference]
+    for name, i, share in noisy:
+        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
+    for k, errs in errors.items():
+        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:200]}")
+
+    path = save_results("udp_throughput", {
+        "argv": sys.argv, "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
+        "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron("current"), "pinned": a.pin,
+        "medians": {names[k]: v for k, v in med.items()},
+        "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
+        "machine": cpu_summary(),
+    })
+    if path:
+        print(f"\n(details: {path.relative_to(Path(__file__).resolve().parent.parent)})")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+//! `udp-latency`: native (no Python) sulis round trip over UDP, ping and pong
+//! in two processes, each with its own embedded media driver.
+//!
+//! The parent (ping) picks two free UDP ports and re-executes itself with
+//! `--role pong`. Pong's driver binds the ping channel's endpoint
+//! (`aeron:udp?endpoint=HOST:P1`, stream 1002), ping's driver binds the pong
+//! channel's (`HOST:P2`, stream 1003); pong echoes every message from one to
+//! the other. Each round trip (offer, then poll until the echo arrives) is
+//! timed with `Instant` and recorded in an HdrHistogram (ns, 3 significant
+//! digits); warm-up round trips are not recorded. Figures are the median over
+//! `--runs` runs of each percentile.
+//!
+//! ```text
+//! cargo run --release -p sulis-bench --bin udp-latency -- [--runs 3] [--messages 100000]
+//!     [--warmup 10000] [--message-length 32] [--host 127.0.0.1] [--channel-params mtu=1408]
+//!     [--threading shared] [--driver-idle busy-spin] [--driver-options k=v,...]
+//!     [--pin none|clients|processes] [--client-idle spin|yield] [--quick]
+//! ```
+//!
+//! `--pin clients` puts the ping thread on CPU 0 and the pong thread on CPU 1
+//! after their drivers started (driver threads keep the full mask);
+//! `--pin processes` pins each process, its driver threads included.
+
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+use sulis_bench::*;
+
+const PING_STREAM: i32 = 1002;
+const PONG_STREAM: i32 = 1003;
+/// First byte of the message that tells the pong process to exit.
+const STOP: u8 = 0xFF;
+
+fn main() {
+    refuse_debug_build("udp-latency");
+    let args = Args::parse(&["quick", "help"]);
+    if args.flag("help") {
+        println!(
+            "usage: udp-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] [--host IP] \
+             [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--driver-options k=v,...] \
+             [--pin none|clients|processes] [--client-idle spin|yield] [--quick]"
+        );
+        return;
+    }
+    match args.str("role", "main").as_str() {
+        "pong" => pong(&args),
+        "main" => ping_main(&args),
+        r => die(&format!("unknown --role {r}")),
+    }
+}
+
+struct Config {
+    n: u64,
+    warmup: u64,
+    len: usize,
+    host: String,
+    channel_params: String,
+    threading: String,
+    idle: String,
+    options: String,
+    pin: String,
+    client_idle: String,
+}
+
+fn channel(host: &str, port: u16, params: &str) -> String {
+    if params.is_empty() {
+        format!("aeron:udp?endpoint={host}:{port}")
+    } else {
+        format!("aeron:udp?endpoint={host}:{port}|{params}")
+    }
+}
+
+fn ping_main(args: &Args) {
+    let quick = args.flag("quick");
+    let runs: usize = args.get("runs", if quick { 1 } else { 3 });
+    let cfg = Config {
+        n: args.get("messages", if quick { 20_000 } else { 100_000 }),
+        warmup: args.get("warmup", if quick { 2_000 } else { 10_000 }),
+        len: args.get("message-length", 32),
+        host: args.str("host", "127.0.0.1"),
+        channel_params: args.str("channel-params", "mtu=1408"),
+        threading: args.str("threading", "shared"),
+        idle: args.str("driver-idle", "busy-spin"),
+        options: args.str("driver-options", ""),
+        pin: args.str("pin", "none"),
+        client_idle: args.str("client-idle", "spin"),
+    };
+    if cfg.len < 1 {
+        die("--message-length must be at least 1");
+    }
+    if !matches!(cfg.pin.as_str(), "none" | "clients" | "processes") {
+        die("--pin must be none, clients or processes");
+    }
+    if cfg.pin != "none" && available_cpus() < 2 {
+        die("--pin needs two CPUs");
+    }
+    if !matches!(cfg.client_idle.as_str(), "spin" | "yield") {
+        die("--client-idle must be spin or yield");
+    }
+    parse_options(&cfg.options);
+    println!(
+        "sulis native UDP round trip: {} B, {} round trips after {} warm-up, {runs} run(s), two drivers \
+         {}/{}{}, channel params '{}', pinning: {}, client wait: {}",
+        cfg.len,
+        cfg.n,
+        cfg.warmup,
+        cfg.threading,
+        cfg.idle,
+        if cfg.options.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", cfg.options)
+        },
+        cfg.channel_params,
+        cfg.pin,
+        cfg.client_idle
+    );
+    let mut per_run: Vec<[f64; 5]> = Vec::new();
+    for run in 0..runs {
+        let h = one_run(&cfg, run);
+        let us = |v: u64| v as f64 / 1000.0;
+        let row = [
+            us(h.value_at_quantile(0.50)),
+            us(h.value_at_quantile(0.90)),
+            us(h.value_at_quantile(0.99)),
+            us(h.value_at_quantile(0.999)),
+            us(h.max()),
+        ];
+        println!(
+            "run {}: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs  (mean {:.2} µs, {} samples)",
+            run + 1,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            h.mean() / 1000.0,
+            h.len()
+        );
+        per_run.push(row);
+    }
+    let med: Vec<f64> = (0..5)
+        .map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>()))
+        .collect();
+    println!(
+        "sulis native UDP RTT, median of {runs} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
+        med[0], med[1], med[2], med[3], med[4]
+    );
+    let runs_json: Vec<String> = per_run
+        .iter()
+        .map(|r| {
+            format!(
+                "[{}]",
+                r.iter()
+                    .map(|x| format!("{x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    let j = Json::default()
+        .s("name", "sulis native Rust ping-pong over UDP")
+        .n("p50_us", med[0])
+        .n("p90_us", med[1])
+        .n("p99_us", med[2])
+        .n("p99_9_us", med[3])
+        .n("max_us", med[4])
+        .n("runs", runs as f64)
+        .n("n", cfg.n as f64)
+        .n("warmup", cfg.warmup as f64)
+        .n("message_length", cfg.len as f64)
+        .s("driver", &format!("{}/{}", cfg.threading, cfg.idle))
+        .s("driver_options", &cfg.options)
+        .s("channel_params", &cfg.channel_params)
+        .s("pin", &cfg.pin)
+        .s("client_idle", &cfg.client_idle)
+        .raw(
+            "runs_p50_p90_p99_p999_max_us",
+            &format!("[{}]", runs_json.join(", ")),
+        );
+    println!("RESULT {}", j.build());
+}
+
+fn wait(client_idle: &str) {
+    if client_idle == "yield" {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
+    let ping_port = free_udp_port(&cfg.host);
+    let mut pong_port = free_udp_port(&cfg.host);
+    while pong_port == ping_port {
+        pong_port = free_udp_port(&cfg.host);
+    }
+    let ping_channel = channel(&cfg.host, ping_port, &cfg.channel_params);
+    let pong_channel = channel(&cfg.host, pong_port, &cfg.channel_params);
+    if cfg.pin == "processes" {
+        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    }
+    let child_args: Vec<String> = vec![
+        "--role".into(),
+        "pong".into(),
+        "--dir".into(),
+        bench_dir("udp-pong", run).display().to_string(),
+        "--ping-channel".into(),
+        ping_channel.clone(),
+        "--pong-channel".into(),
+        pong_channel.clone(),
+        "--threading".into(),
+        cfg.threading.clone(),
+        "--driver-idle".into(),
+        cfg.idle.clone(),
+        "--driver-options".into(),
+        cfg.options.clone(),
+        "--pin".into(),
+        cfg.pin.clone(),
+        "--client-idle".into(),
+        cfg.client_idle.clone(),
+    ];
+    let (mut child, mut out) = spawn_self(&child_args);
+    match read_line(&mut out) {
+        Some(l) if l == "ready" => {}
+        other => die(&format!("pong process did not start: {other:?}")),
+    }
+    let dir = bench_dir("udp-ping", run);
+    let driver = launch_driver_with(
+        &dir,
+        &cfg.threading,
+        &cfg.idle,
+        &parse_options(&cfg.options),
+    );
+    if cfg.pin == "clients" {
+        // After the driver's threads started: they keep the full mask.
+        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    }
+    let client = connect(&dir, "udp-latency-ping");
+    let mut ping = client
+        .add_exclusive_publication(&ping_channel, PING_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    let mut pongs = client
+        .add_subscription(&pong_channel, PONG_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    await_cond("the pong process", Duration::from_secs(20), || {
+        ping.is_connected() && pongs.image_count() > 0
+    });
+
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let mut msg = vec![0u8; cfg.len];
+    let mut handler = |_p: &[u8], _h: &sulis_client::Header| Ok::<(), ()>(());
+    let ci = cfg.client_idle.as_str();
+    for i in 0..cfg.warmup + cfg.n {
+        msg[cfg.len - 1] = i as u8;
+        let t0 = Instant::now();
+        while ping.offer(&msg).is_err() {
+            wait(ci);
+        }
+        while pongs.poll(&mut handler, 1).unwrap() == 0 {
+            wait(ci);
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        if i >= cfg.warmup {
+            hist.saturating_record(ns.max(1));
+        }
+    }
+    msg[0] = STOP;
+    while ping.offer(&msg).is_err() {
+        std::hint::spin_loop();
+    }
+    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    if !status.success() {
+        die(&format!("pong process failed: {status}"));
+    }
+    drop(ping);
+    drop(pongs);
+    drop(client);
+    drop(driver);
+    if cfg.pin != "none" {
+        unpin_current_thread();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    hist
+}
+
+fn unpin_current_thread() {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..available_cpus().max(2) {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn pong(args: &Args) {
+    let pin = args.str("pin", "none");
+    if pin == "processes" {
+        pin_current_thread(1).unwrap_or_else(|e| die(&e));
+    }
+    let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let client_idle = args.str("client-idle", "spin");
+    let driver = launch_driver_with(
+        &dir,
+        &args.str("threading", "shared"),
+        &args.str("driver-idle", "busy-spin"),
+        &parse_options(&args.str("driver-options", "")),
+    );
+    if pin == "clients" {
+        pin_current_thread(1).unwrap_or_else(|e| die(&e));
+    }
+    let client = connect(&dir, "udp-latency-pong");
+    let mut pings = client
+        .add_subscription(&args.str("ping-channel", ""), PING_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    let mut publication = client
+        .add_exclusive_publication(&args.str("pong-channel", ""), PONG_STREAM)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    println!("ready");
+    let stop = std::cell::Cell::new(false);
+    let ci = client_idle.as_str();
+    let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
+        while publication.offer(payload).is_err() {
+            wait(ci);
+        }
+        if payload[0] == STOP {
+            stop.set(true);
+        }
+        Ok::<(), ()>(())
+    };
+    loop {
+        if pings.poll(&mut handler, 1).unwrap() == 0 {
+            wait(ci);
+            continue;
+        }
+        if stop.get() {
+            break;
+        }
+    }
+    // Let the last echo leave before the driver goes.
+    std::thread::sleep(Duration::from_millis(50));
+    drop(pings);
+    drop(client);
+    drop(driver);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,649 @@
+//! `udp-throughput`: native (no Python) sulis throughput over UDP, publisher
+//! and subscriber in two processes, each with its own embedded media driver.
+//!
+//! The parent process (publisher side) picks a free UDP port on the endpoint
+//! host and re-executes itself with `--role sub`. The child launches its own
+//! driver in a fresh directory under /dev/shm, subscribes to
+//! `aeron:udp?endpoint=HOST:PORT|<channel params>` (its driver binds the
+//! endpoint) and counts fragments with `Subscription::poll`. The parent
+//! launches its driver, adds a publication on the same channel and offers a
+//! 32-byte message in a tight loop. Datagrams go driver to driver over the
+//! loopback interface, as between two hosts.
+//!
+//! Two modes:
+//!
+//! * rate (default): the child reports its count every second for
+//!   `--duration` seconds; the first interval is warm-up and is left out; a
+//!   run's figure is the median of the remaining intervals (as
+//!   `ipc-throughput` and Aeron's RateSubscriber, one line per second);
+//! * count (`--count N [--warmup-count W]`): the publisher offers exactly
+//!   W + N messages; the child times message W + 1 to message W + N (used by
+//!   bench/udp_recovery.py with and without loss).
+//!
+//! After each run both sides print their driver's system counters (bytes,
+//! status messages, NAKs, retransmits, flow-control events).
+//!
+//! ```text
+//! cargo run --release -p sulis-bench --bin udp-throughput -- [--runs 3] [--duration 6] [--count N [--warmup-count W]]
+//!     [--publication exclusive|concurrent] [--message-length 32] [--fragment-limit 10]
+//!     [--host 127.0.0.1] [--port 0] [--channel-params mtu=1408|term-length=16m|rcv-wnd=...]
+//!     [--threading shared] [--driver-idle busy-spin] [--pub-threading M] [--pub-driver-idle S]
+//!     [--sub-threading M] [--sub-driver-idle S] [--driver-options k=v,k=v]
+//!     [--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield]
+//!     [--pin] [--quick]
+//! ```
+//!
+//! `--client-idle yield`: the publisher calls `sched_yield` after a refused
+//! offer and the subscriber after a poll that found nothing, so that on a
+//! machine with fewer cores than busy threads the drivers' agents get the CPU
+//! when the clients cannot progress (Aeron's samples take the same choice
+//! from `aeron.sample.idleStrategy`). The default spins, as Aeron's
+//! StreamingPublisher and RateSubscriber do by default.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use sulis_bench::*;
+
+const STREAM_ID: i32 = 1001;
+const USAGE: &str = "usage: udp-throughput [--runs N] [--duration SECONDS | --count MESSAGES [--warmup-count MESSAGES]] \
+[--publication exclusive|concurrent] [--message-length BYTES] [--fragment-limit N] [--host IP] [--port N] \
+[--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--pub-threading MODE] \
+[--pub-driver-idle STRATEGY] [--sub-threading MODE] [--sub-driver-idle STRATEGY] [--driver-options k=v,...] \
+[--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield] [--pin] [--quick]";
+
+fn main() {
+    refuse_debug_build("udp-throughput");
+    let args = Args::parse(&["pin", "quick", "help"]);
+    if args.flag("help") {
+        println!("{USAGE}");
+        return;
+    }
+    match args.str("role", "main").as_str() {
+        "sub" => subscriber(&args),
+        "main" => publisher_main(&args),
+        r => die(&format!("unknown --role {r}")),
+    }
+}
+
+/// One side's driver: threading mode, idle strategy, options.
+struct Side {
+    threading: String,
+    idle: String,
+    options: String,
+}
+
+impl Side {
+    fn describe(&self) -> String {
+        if self.options.is_empty() {
+            format!("{}/{}", self.threading, self.idle)
+        } else {
+            format!("{}/{} [{}]", self.threading, self.idle, self.options)
+        }
+    }
+}
+
+struct Config {
+    runs: usize,
+    duration_s: f64,
+    count: u64,
+    warmup_count: u64,
+    publication: String,
+    message_length: usize,
+    fragment_limit: usize,
+    host: String,
+    port: u16,
+    channel_params: String,
+    publisher: Side,
+    subscriber: Side,
+    client_idle: String,
+    pin: bool,
+}
+
+impl Config {
+    /// The channel as printed: `PORT` stands for the free port each run picks.
+    fn channel_shown(&self) -> String {
+        if self.port == 0 {
+            self.channel(0).replace(":0", ":PORT")
+        } else {
+            self.channel(self.port)
+        }
+    }
+
+    fn channel(&self, port: u16) -> String {
+        let mut c = format!("aeron:udp?endpoint={}:{port}", self.host);
+        if !self.channel_params.is_empty() {
+            c.push('|');
+            c.push_str(&self.channel_params);
+        }
+        c
+    }
+}
+
+fn side(args: &Args, prefix: &str) -> Side {
+    let both = args.str("driver-options", "");
+    let own = args.str(&format!("{prefix}-driver-options"), "");
+    let options = match (both.is_empty(), own.is_empty()) {
+        (true, _) => own,
+        (false, true) => both,
+        (false, false) => format!("{both},{own}"),
+    };
+    Side {
+        threading: args.str(
+            &format!("{prefix}-threading"),
+            &args.str("threading", "shared"),
+        ),
+        idle: args.str(
+            &format!("{prefix}-driver-idle"),
+            &args.str("driver-idle", "busy-spin"),
+        ),
+        options,
+    }
+}
+
+fn publisher_main(args: &Args) {
+    let quick = args.flag("quick");
+    let cfg = Config {
+        runs: args.get("runs", if quick { 1 } else { 3 }),
+        duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
+        count: args.get("count", 0u64),
+        warmup_count: args.get("warmup-count", 0u64),
+        publication: args.str("publication", "exclusive"),
+        message_length: args.get("message-length", 32),
+        fragment_limit: args.get("fragment-limit", 10),
+        host: args.str("host", "127.0.0.1"),
+        port: args.get("port", 0u16),
+        channel_params: args.str("channel-params", "mtu=1408"),
+        publisher: side(args, "pub"),
+        subscriber: side(args, "sub"),
+        client_idle: args.str("client-idle", "spin"),
+        pin: args.flag("pin"),
+    };
+    if !matches!(cfg.client_idle.as_str(), "spin" | "yield") {
+        die("--client-idle must be spin or yield");
+    }
+    if cfg.count == 0 && cfg.duration_s < 2.0 {
+        die("--duration must be at least 2 (one warm-up second plus one measured)");
+    }
+    if !matches!(cfg.publication.as_str(), "exclusive" | "concurrent") {
+        die("--publication must be exclusive or concurrent");
+    }
+    if cfg.pin && available_cpus() < 2 {
+        die("--pin needs two CPUs");
+    }
+    // Validated here rather than in the child.
+    parse_options(&cfg.publisher.options);
+    parse_options(&cfg.subscriber.options);
+    let mode = if cfg.count > 0 {
+        format!(
+            "{} messages per run after {} warm-up ones, timed first to last",
+            thousands(cfg.count as f64),
+            thousands(cfg.warmup_count as f64)
+        )
+    } else {
+        format!("{} s per run (first second = warm-up)", cfg.duration_s)
+    };
+    println!(
+        "sulis native UDP throughput: {} B messages, {} publication, channel {}, publisher driver {}, \
+         subscriber driver {}, poll limit {}, clients {} when idle, {} run(s), {mode}{}",
+        cfg.message_length,
+        cfg.publication,
+        cfg.channel_shown(),
+        cfg.publisher.describe(),
+        cfg.subscriber.describe(),
+        cfg.fragment_limit,
+        cfg.client_idle,
+        cfg.runs,
+        if cfg.pin {
+            ", publisher process on CPU 0, subscriber process on CPU 1"
+        } else {
+            ""
+        }
+    );
+
+    let mut run_rates = Vec::new();
+    let mut run_elapsed = Vec::new();
+    let mut all_samples = Vec::new();
+    let mut all_counters = Vec::new();
+    for run in 0..cfg.runs {
+        let r = one_run(&cfg, run);
+        println!(
+            "run {}: {} msgs/s ({:.1} MB/s payload){}; offers ok {}, back-pressured {}",
+            run + 1,
+            thousands(r.rate),
+            r.rate * cfg.message_length as f64 / 1e6,
+            if cfg.count > 0 {
+                format!(
+                    ", {} messages in {:.3} s",
+                    thousands(cfg.count as f64),
+                    r.elapsed_s
+                )
+            } else {
+                " median".into()
+            },
+            thousands(r.sent as f64),
+            thousands(r.refused as f64)
+        );
+        println!("  publisher driver: {}", counters_text(&r.pub_counters));
+        println!("  subscriber driver: {}", counters_text(&r.sub_counters));
+        run_rates.push(r.rate);
+        run_elapsed.push(r.elapsed_s);
+        all_samples.push(r.samples);
+        all_counters.push(format!(
+            "{{\"publisher\": {}, \"subscriber\": {}}}",
+            counters_json(&r.pub_counters),
+            counters_json(&r.sub_counters)
+        ));
+    }
+    let med = median(&mut run_rates.clone());
+    println!(
+        "sulis native {} UDP throughput: median of {} run(s) = {} msgs/s (runs: {})",
+        cfg.publication,
+        cfg.runs,
+        thousands(med),
+        run_rates
+            .iter()
+            .map(|r| thousands(*r))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let samples_json: Vec<String> = all_samples
+        .iter()
+        .map(|s: &Vec<f64>| {
+            format!(
+                "[{}]",
+                s.iter()
+                    .map(|x| format!("{x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    let mut j = Json::default()
+        .s(
+            "name",
+            &format!("sulis native Rust {} offer over UDP", cfg.publication),
+        )
+        .n("msgs_per_s", med)
+        .arr("runs_msgs_per_s", &run_rates)
+        .raw("samples", &format!("[{}]", samples_json.join(", ")))
+        .raw("counters", &format!("[{}]", all_counters.join(", ")))
+        .n("runs", cfg.runs as f64)
+        .n("message_length", cfg.message_length as f64)
+        .n("fragment_limit", cfg.fragment_limit as f64)
+        .s("publication", &cfg.publication)
+        .s("channel", &cfg.channel_shown())
+        .s("publisher_driver", &cfg.publisher.describe())
+        .s("subscriber_driver", &cfg.subscriber.describe())
+        .s("client_idle", &cfg.client_idle)
+        .b("pinned", cfg.pin);
+    if cfg.count > 0 {
+        j = j
+            .n("count", cfg.count as f64)
+            .n("warmup_count", cfg.warmup_count as f64)
+            .n("elapsed_s", median(&mut run_elapsed.clone()))
+            .arr("runs_elapsed_s", &run_elapsed);
+    } else {
+        j = j.n("duration_s", cfg.duration_s);
+    }
+    println!("RESULT {}", j.build());
+}
+
+/// Parses `interval <ns> <messages>` into msgs/s.
+fn interval_rate(line: &str) -> Option<f64> {
+    let mut it = line.split_whitespace();
+    if it.next() != Some("interval") {
+        return None;
+    }
+    let ns: f64 = it.next()?.parse().ok()?;
+    let msgs: f64 = it.next()?.parse().ok()?;
+    (ns > 0.0).then(|| msgs * 1e9 / ns)
+}
+
+struct RunResult {
+    rate: f64,
+    elapsed_s: f64,
+    samples: Vec<f64>,
+    sent: u64,
+    refused: u64,
+    pub_counters: Vec<(String, i64)>,
+    sub_counters: Vec<(String, i64)>,
+}
+
+fn one_run(cfg: &Config, run: usize) -> RunResult {
+    let port = if cfg.port == 0 {
+        free_udp_port(&cfg.host)
+    } else {
+        cfg.port
+    };
+    let channel = cfg.channel(port);
+    if cfg.pin {
+        // Before the driver starts: its threads inherit CPU 0 too.
+        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    }
+    let mut child_args: Vec<String> = vec![
+        "--role".into(),
+        "sub".into(),
+        "--dir".into(),
+        bench_dir("udp-sub", run).display().to_string(),
+        "--channel".into(),
+        channel.clone(),
+        "--duration".into(),
+        cfg.duration_s.to_string(),
+        "--count".into(),
+        cfg.count.to_string(),
+        "--warmup-count".into(),
+        cfg.warmup_count.to_string(),
+        "--fragment-limit".into(),
+        cfg.fragment_limit.to_string(),
+        "--sub-threading".into(),
+        cfg.subscriber.threading.clone(),
+        "--sub-driver-idle".into(),
+        cfg.subscriber.idle.clone(),
+        "--sub-driver-options".into(),
+        cfg.subscriber.options.clone(),
+        "--client-idle".into(),
+        cfg.client_idle.clone(),
+    ];
+    if cfg.pin {
+        child_args.push("--pin-cpu".into());
+        child_args.push("1".into());
+    }
+    // The subscriber first: its driver binds the endpoint.
+    let (mut child, mut out) = spawn_self(&child_args);
+    match read_line(&mut out) {
+        Some(l) if l == "ready" => {}
+        other => die(&format!("subscriber process did not start: {other:?}")),
+    }
+    let dir = bench_dir("udp-pub", run);
+    let driver = launch_driver_with(
+        &dir,
+        &cfg.publisher.threading,
+        &cfg.publisher.idle,
+        &parse_options(&cfg.publisher.options),
+    );
+    let client = connect(&dir, "udp-throughput-pub");
+
+    // The child prints one line per second (rate mode) and "done ..." at the
+    // end; a reader thread (blocked in read, so it costs no CPU) echoes the
+    // rates and stops the publisher on "done" or EOF.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut i = 0;
+        while let Some(line) = read_line(&mut out) {
+            if let Some(rate) = interval_rate(&line) {
+                i += 1;
+                println!(
+                    "  interval {i}: {} msgs/s{}",
+                    thousands(rate),
+                    if i == 1 { "  (warm-up)" } else { "" }
+                );
+            }
+            let done = line.starts_with("done");
+            lines.push(line);
+            if done {
+                stop2.store(true, Ordering::Release);
+            }
+            if line_is_last(lines.last().unwrap()) {
+                break;
+            }
+        }
+        stop2.store(true, Ordering::Release);
+        lines
+    });
+
+    let limit = if cfg.count > 0 {
+        cfg.warmup_count + cfg.count
+    } else {
+        u64::MAX
+    };
+    let (sent, refused) = if cfg.publication == "exclusive" {
+        let mut publication = client
+            .add_exclusive_publication(&channel, STREAM_ID)
+            .unwrap_or_else(|e| die(&format!("{e}")));
+        await_cond("the subscriber to connect", Duration::from_secs(10), || {
+            publication.is_connected()
+        });
+        let r = publish_until(&stop, cfg, limit, |b| publication.offer(b).is_ok());
+        wait_for(&stop, cfg);
+        r
+    } else {
+        let publication = client
+            .add_publication(&channel, STREAM_ID)
+            .unwrap_or_else(|e| die(&format!("{e}")));
+        await_cond("the subscriber to connect", Duration::from_secs(10), || {
+            publication.is_connected()
+        });
+        let r = publish_until(&stop, cfg, limit, |b| publication.offer(b).is_ok());
+        wait_for(&stop, cfg);
+        r
+    };
+    let pub_counters = system_counters(&client, SENDER_COUNTERS);
+    let lines = reader.join().unwrap_or_default();
+    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    drop(client);
+    drop(driver);
+    let _ = std::fs::remove_dir_all(&dir);
+    if cfg.pin {
+        unpin_current_thread();
+    }
+    if !status.success() {
+        die(&format!(
+            "subscriber process failed ({status}); output: {lines:?}"
+        ));
+    }
+    let sub_counters = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("counters "))
+        .map(parse_counters_text)
+        .unwrap_or_default();
+    let samples: Vec<f64> = lines.iter().filter_map(|l| interval_rate(l)).collect();
+    let (rate, elapsed_s) = if cfg.count > 0 {
+        let done = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("done "))
+            .unwrap_or_else(|| die(&format!("no done line from the subscriber: {lines:?}")));
+        let mut it = done.split_whitespace();
+        let received: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let ns: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let elapsed = ns / 1e9;
+        // First to last: N - 1 messages after the first one's arrival.
+        ((received - 1.0) / elapsed, elapsed)
+    } else {
+        if samples.len() < 2 {
+            die(&format!(
+                "subscriber reported {} intervals: {lines:?}",
+                samples.len()
+            ));
+        }
+        (median(&mut samples[1..].to_vec()), f64::NAN)
+    };
+    RunResult {
+        rate,
+        elapsed_s,
+        samples,
+        sent,
+        refused,
+        pub_counters,
+        sub_counters,
+    }
+}
+
+/// The child's last line: its counters, printed after "done".
+fn line_is_last(line: &str) -> bool {
+    line.starts_with("counters ")
+}
+
+/// In count mode the publisher waits for the subscriber's last message
+/// (retransmits still flow meanwhile).
+fn wait_for(stop: &AtomicBool, cfg: &Config) {
+    let deadline = Instant::now() + Duration::from_secs_f64(cfg.duration_s.max(10.0) + 120.0);
+    while !stop.load(Ordering::Acquire) {
+        if Instant::now() > deadline {
+            die("the subscriber did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Offers in a tight loop until `stop` or `limit` accepted offers. Returns (accepted, refused).
+fn publish_until(
+    stop: &AtomicBool,
+    cfg: &Config,
+    limit: u64,
+    mut offer: impl FnMut(&[u8]) -> bool,
+) -> (u64, u64) {
+    let buf = vec![0x5au8; cfg.message_length];
+    let yielding = cfg.client_idle == "yield";
+    let mut ok = 0u64;
+    let mut refused = 0u64;
+    let deadline = Instant::now() + Duration::from_secs_f64(cfg.duration_s.max(10.0) + 120.0);
+    let mut n = 0u32;
+    while ok < limit && !stop.load(Ordering::Relaxed) {
+        if offer(&buf) {
+            ok += 1;
+        } else {
+            refused += 1;
+            idle(yielding);
+        }
+        n = n.wrapping_add(1);
+        if n & 0xF_FFFF == 0 && Instant::now() > deadline {
+            die("the subscriber did not finish in time");
+        }
+    }
+    (ok, refused)
+}
+
+/// What a client does when it could not progress.
+#[inline]
+fn idle(yielding: bool) {
+    if yielding {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+fn unpin_current_thread() {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..available_cpus().max(2) {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn subscriber(args: &Args) {
+    if args.has("pin-cpu") {
+        pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
+    }
+    let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let channel = args.str("channel", "");
+    let duration_s: f64 = args.get("duration", 6.0);
+    let count: u64 = args.get("count", 0);
+    let warmup: u64 = args.get("warmup-count", 0);
+    let limit: usize = args.get("fragment-limit", 10);
+    let yielding = args.str("client-idle", "spin") == "yield";
+    let driver = launch_driver_with(
+        &dir,
+        &args.str("sub-threading", "shared"),
+        &args.str("sub-driver-idle", "busy-spin"),
+        &parse_options(&args.str("sub-driver-options", "")),
+    );
+    let client = connect(&dir, "udp-throughput-sub");
+    let mut sub = client
+        .add_subscription(&channel, STREAM_ID)
+        .unwrap_or_else(|e| die(&format!("{e}")));
+    println!("ready");
+    await_cond("the publication's image", Duration::from_secs(20), || {
+        sub.image_count() > 0
+    });
+
+    let received = std::cell::Cell::new(0u64);
+    let mut handler = |_payload: &[u8], _h: &sulis_client::Header| {
+        received.set(received.get() + 1);
+        Ok::<(), ()>(())
+    };
+    let first_deadline = Instant::now() + Duration::from_secs(20);
+    while sub.poll(&mut handler, limit).unwrap() == 0 {
+        if Instant::now() > first_deadline {
+            die("no message within 20 s");
+        }
+    }
+    let mut start = Instant::now();
+    if count > 0 {
+        // Count mode: message warmup + 1 to message warmup + count.
+        let deadline = start + Duration::from_secs(300);
+        let mut polls = 0u32;
+        let mut first = 0u64;
+        loop {
+            let got = received.get();
+            if first == 0 && got > warmup {
+                start = Instant::now();
+                first = got;
+            }
+            if got >= warmup + count {
+                break;
+            }
+            if sub.poll(&mut handler, limit).unwrap() == 0 {
+                idle(yielding);
+            }
+            polls = polls.wrapping_add(1);
+            if polls & 0xFFFF == 0 && Instant::now() > deadline {
+                die(&format!(
+                    "only {} of {} messages in 300 s",
+                    received.get(),
+                    warmup + count
+                ));
+            }
+        }
+        // Messages from the one that started the clock (included) to the last.
+        println!(
+            "done {} {}",
+            received.get() - first + 1,
+            start.elapsed().as_nanos()
+        );
+    } else {
+        let mut interval_start = start;
+        let mut next = start + Duration::from_secs(1);
+        let end = start + Duration::from_secs_f64(duration_s);
+        let mut last_count = 0u64;
+        let mut polls = 0u32;
+        loop {
+            if sub.poll(&mut handler, limit).unwrap() == 0 {
+                idle(yielding);
+            }
+            polls = polls.wrapping_add(1);
+            if polls & 63 == 0 {
+                let now = Instant::now();
+                if now >= next {
+                    let c = received.get();
+                    println!(
+                        "interval {} {}",
+                        (now - interval_start).as_nanos(),
+                        c - last_count
+                    );
+                    last_count = c;
+                    interval_start = now;
+                    next += Duration::from_secs(1);
+                    if now >= end {
+                        break;
+                    }
+                }
+            }
+        }
+        println!("done {}", received.get());
+    }
+    println!(
+        "counters {}",
+        counters_text(&system_counters(&client, RECEIVER_COUNTERS))
+    );
+    drop(sub);
+    drop(client);
+    drop(driver);
+    let _ = std::fs::remove_dir_all(&dir);
+}
