@@ -17,9 +17,16 @@ one per direction: pong's driver binds the ping channel's endpoint
 * sulis native Rust ping-pong (crates/sulis-bench ``udp-latency``), same shape
   and settings, no Python.
 * pyzmq REQ/REP over ``tcp://127.0.0.1``.
-* Aeron Java 1.15.1 (Java 11) and current (Java 17): the ``Ping`` and ``Pong``
-  samples in two JVMs, each with its own embedded media driver, same two UDP
-  channels. Both samples busy-spin while they wait (hard-coded).
+* raw UDP sockets from Python (no messaging system): the same ping-pong with
+  ``sendto``/``recv`` on non-blocking sockets between two processes, the same
+  wait (``--client-idle``). The floor that the kernel's loopback path and the
+  interpreter put under any UDP round trip from Python on this machine.
+* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``AeronBench ping``/``pong``
+  (bench/peers/AeronBench.java) in two JVMs, each with its own embedded media
+  driver, same two UDP channels, same wait as the sulis clients. Aeron's own
+  ``Ping``/``Pong`` samples always busy-spin while they wait, which on 2 cores
+  starves the drivers (milliseconds per round trip); ``--aeron-samples`` adds
+  them as extra rows with ``--aeron-samples-n`` round trips.
 
 Placement on 2 cores: a round trip crosses four threads that must all be
 running at once (ping, ping's driver, pong's driver, pong), so the drivers'
@@ -82,6 +89,15 @@ def _idle(client_idle: str):
     return os.sched_yield if client_idle == "yield" else None
 
 
+def _udp_socket(bind_port: int = 0):
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((HOST, bind_port))
+    s.setblocking(False)
+    return s
+
+
 # =============================================================== child roles
 
 def _driver(a: argparse.Namespace, cpu: int):
@@ -136,6 +152,51 @@ def role_pong(a: argparse.Namespace) -> int:
     return 0
 
 
+def role_raw_pong(a: argparse.Namespace) -> int:
+    """Plain UDP socket: echoes warm-up + n datagrams to their sender."""
+    pin_cpu(1 if a.pin != "none" else None)
+    s = _udp_socket()
+    json_out({"ready": True, "port": s.getsockname()[1]})
+    idle = _idle(a.client_idle) or (lambda: None)
+    recvfrom, sendto = s.recvfrom, s.sendto
+    for _ in range(a.warmup + a.n):
+        while True:
+            try:
+                data, peer = recvfrom(64)
+                break
+            except BlockingIOError:
+                idle()
+        sendto(data, peer)
+    json_out({"echoed": a.warmup + a.n})
+    return 0
+
+
+def role_raw_ping(a: argparse.Namespace) -> int:
+    """Plain UDP socket: times sendto + recv of the echo, like the sulis ping."""
+    pin_cpu(0 if a.pin != "none" else None)
+    s = _udp_socket()
+    dest = (HOST, a.raw_port)
+    msg = b"\x5a" * MESSAGE_LENGTH
+    idle = _idle(a.client_idle) or (lambda: None)
+    clock = time.perf_counter_ns
+    sendto, recv = s.sendto, s.recv
+    samples = [0] * a.n
+    for i in range(a.warmup + a.n):
+        t0 = clock()
+        sendto(msg, dest)
+        while True:
+            try:
+                recv(64)
+                break
+            except BlockingIOError:
+                idle()
+        t1 = clock()
+        if i >= a.warmup:
+            samples[i - a.warmup] = t1 - t0
+    json_out({"hist": encode_samples(samples)})
+    return 0
+
+
 # =============================================================== orchestration
 
 def describe(a: argparse.Namespace) -> str:
@@ -176,6 +237,26 @@ def python_run(a: argparse.Namespace) -> dict:
     return r
 
 
+def raw_run(a: argparse.Namespace) -> dict:
+    me = [sys.executable, os.path.abspath(__file__)]
+    common = ["--warmup", str(a.warmup), "--n", str(a.n), "--client-idle", a.client_idle, "--pin", a.pin]
+    ping = pong = None
+    try:
+        pong = subprocess.Popen(me + ["--role", "raw-pong", *common], stdout=subprocess.PIPE, text=True)
+        port = read_json(pong, "raw pong")["port"]
+        ping = subprocess.Popen(me + ["--role", "raw-ping", "--raw-port", str(port), *common],
+                                stdout=subprocess.PIPE, text=True)
+        res = read_json(ping, "raw ping")
+        read_json(pong, "raw pong")
+        if ping.wait(30) != 0 or pong.wait(30) != 0:
+            raise RuntimeError(f"raw ping exited {ping.returncode}, pong {pong.returncode}")
+    finally:
+        kill_all((ping, pong))
+    r = hdr_percentiles(res["hist"])
+    r["config"] = f"plain sockets, clients {a.client_idle}, pin {'processes' if a.pin != 'none' else 'none'}"
+    return r
+
+
 def native_run(a: argparse.Namespace) -> dict:
     exe = native_binary("udp-latency", build=False)
     args = ["--runs", "1", "--messages", str(a.n), "--warmup", str(a.warmup),
@@ -199,17 +280,35 @@ def zmq_run(a: argparse.Namespace) -> dict:
 
 
 def aeron_run(jar: str, a: argparse.Namespace) -> dict:
+    """AeronBench ping/pong: the same shape and wait as the sulis clients."""
     from bench.peers import aeron_java
 
     driver = aeron_java.AeronDriver(a.aeron_threading or a.threading, a.aeron_driver_idle or a.driver_idle)
     try:
-        r = aeron_java.udp_ping_pong(n_messages=a.n, jar=jar, message_length=MESSAGE_LENGTH,
-                                     warmup_messages=a.warmup, host=HOST, channel_params=a.channel_params,
-                                     driver=driver)
+        samples = aeron_java.udp_rtt(n_messages=a.n, warmup_messages=a.warmup, jar=jar,
+                                     message_length=MESSAGE_LENGTH, host=HOST, channel_params=a.channel_params,
+                                     driver=driver, client_idle=a.client_idle)
     except aeron_java.PeerNotFound as exc:
         raise Skip(str(exc)) from None
-    r["config"] = (f"drivers {driver.threading}/{driver.idle}, clients spin (hard-coded), no pinning, "
+    r = hdr_percentiles(encode_samples(samples))
+    r["config"] = (f"drivers {driver.threading}/{driver.idle}, clients {a.client_idle}, no pinning, "
                    f"{a.channel_params or 'no channel params'}")
+    return r
+
+
+def aeron_samples_run(jar: str, a: argparse.Namespace) -> dict:
+    """Aeron's Ping/Pong samples (busy-spinning clients), fewer round trips."""
+    from bench.peers import aeron_java
+
+    driver = aeron_java.AeronDriver(a.aeron_threading or a.threading, a.aeron_driver_idle or a.driver_idle)
+    try:
+        r = aeron_java.udp_ping_pong(n_messages=a.aeron_samples_n, jar=jar, message_length=MESSAGE_LENGTH,
+                                     warmup_iterations=1, warmup_messages=max(a.aeron_samples_n // 5, 100),
+                                     host=HOST, channel_params=a.channel_params, driver=driver)
+    except aeron_java.PeerNotFound as exc:
+        raise Skip(str(exc)) from None
+    r["config"] = (f"drivers {driver.threading}/{driver.idle}, clients busy-spin (hard-coded), "
+                   f"{a.aeron_samples_n:,} round trips, {a.channel_params or 'no channel params'}")
     return r
 
 
@@ -223,7 +322,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 10,000)")
     ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
     ap.add_argument("--threading", default="shared", help="threading mode of every driver (default shared)")
-    ap.add_argument("--driver-idle", default="busy-spin", help="idle strategy of every driver (default busy-spin)")
+    ap.add_argument("--driver-idle", default="yielding", help="idle strategy of every driver (default yielding)")
     ap.add_argument("--client-idle", choices=["spin", "yield"], default="yield",
                     help="what ping and pong do while they wait: sched_yield (default) or spin")
     ap.add_argument("--pin", choices=["none", "clients", "processes"], default="none",
@@ -235,7 +334,12 @@ def main(argv=None) -> int:
                     help="how the Python sides poll: sub.poll(handler, 1) (default) or sub.poll_batch(1)")
     ap.add_argument("--aeron-threading", default=None, help="Aeron drivers' threading mode (default: --threading)")
     ap.add_argument("--aeron-driver-idle", default=None, help="Aeron drivers' idle strategy (default: --driver-idle)")
-    ap.add_argument("--only", default="", help="comma list among: python,native,zmq,aeron-1.15.1,aeron-current")
+    ap.add_argument("--aeron-samples", action="store_true",
+                    help="also run Aeron's Ping/Pong samples (busy-spinning clients: ms per round trip on 2 cores)")
+    ap.add_argument("--aeron-samples-n", type=int, default=2_000,
+                    help="timed round trips of the Ping/Pong samples (default 2,000)")
+    ap.add_argument("--only", default="", help="comma list among: python,native,raw,zmq,aeron-1.15.1,aeron-current,"
+                                               "aeron-1.15.1-samples,aeron-current-samples")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
     ap.add_argument("--max-interference", type=float, default=0.10,
@@ -246,7 +350,9 @@ def main(argv=None) -> int:
                     help="before each run, wait up to this many seconds for other processes to stay under "
                          "--max-interference for a second (default 60; 0: do not wait)")
     # child roles (internal)
-    ap.add_argument("--role", choices=["main", "ping", "pong"], default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--role", choices=["main", "ping", "pong", "raw-ping", "raw-pong"], default="main",
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--raw-port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--ping-channel", help=argparse.SUPPRESS)
     ap.add_argument("--pong-channel", help=argparse.SUPPRESS)
@@ -258,6 +364,10 @@ def main(argv=None) -> int:
         return role_ping(a)
     if a.role == "pong":
         return role_pong(a)
+    if a.role == "raw-ping":
+        return role_raw_ping(a)
+    if a.role == "raw-pong":
+        return role_raw_pong(a)
 
     profile = require_release_build()
     runs = a.runs or (1 if a.quick else 3)
@@ -267,12 +377,17 @@ def main(argv=None) -> int:
     variants = [
         ("python", "sulis Python ping-pong", lambda: python_run(a)),
         ("native", "sulis native Rust ping-pong", lambda: native_run(a)),
+        ("raw", "raw UDP sockets from Python (floor)", lambda: raw_run(a)),
         ("zmq", "pyzmq REQ/REP tcp://127.0.0.1", lambda: zmq_run(a)),
-        ("aeron-1.15.1", "Aeron Java 1.15.1 Ping/Pong", lambda: aeron_run("1.15.1", a)),
-        ("aeron-current", "Aeron Java current Ping/Pong", lambda: aeron_run("current", a)),
+        ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench ping/pong", lambda: aeron_run("1.15.1", a)),
+        ("aeron-current", "Aeron Java current AeronBench ping/pong", lambda: aeron_run("current", a)),
+        ("aeron-1.15.1-samples", "Aeron Java 1.15.1 Ping/Pong samples", lambda: aeron_samples_run("1.15.1", a)),
+        ("aeron-current-samples", "Aeron Java current Ping/Pong samples", lambda: aeron_samples_run("current", a)),
     ]
+    if not a.aeron_samples and not a.only:
+        variants = [v for v in variants if not v[0].endswith("-samples")]
     if a.no_aeron_current:
-        variants = [v for v in variants if v[0] != "aeron-current"]
+        variants = [v for v in variants if not v[0].startswith("aeron-current")]
     if a.only:
         wanted = set(a.only.split(","))
         unknown = wanted - {v[0] for v in variants}
@@ -315,7 +430,7 @@ def main(argv=None) -> int:
     if py:
         print(f"  sulis Python p99 <= {TARGET_P99_US:g} µs: {py['p99_us']:.2f} µs -> "
               f"{'MET' if py['p99_us'] <= TARGET_P99_US else 'MISSED'}")
-        for key in ("zmq", "aeron-1.15.1", "aeron-current"):
+        for key in ("raw", "zmq", "aeron-1.15.1", "aeron-current"):
             if key in med:
                 print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
                       f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")

@@ -15,8 +15,8 @@ gaps detected, NAKed and filled, back-pressure while they are open, the tail
 
 * sulis: crates/sulis-bench ``udp-throughput --count N --warmup-count W``
   (native Rust clients on both sides);
-* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``AeronCount``
-  (bench/peers/AeronCount.java), a fixed-count publisher and a counting
+* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``AeronBench``
+  (bench/peers/AeronBench.java), a fixed-count publisher and a counting
   subscriber written for this benchmark, each JVM with its embedded driver.
 
 How loss is made (``--loss-method``):
@@ -61,7 +61,7 @@ from bench._common import (  # noqa: E402
 
 HOST = "127.0.0.1"
 MESSAGE_LENGTH = 32
-DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=2m"
+DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"
 
 
 def netutil():
@@ -154,13 +154,15 @@ class _Applied:
 
 # =============================================================== runs
 
-def sulis_run(lossy: bool, path: LossPath, a: argparse.Namespace) -> dict:
+def sulis_run(lossy: bool, path: LossPath, a: argparse.Namespace, sub_options: str = "") -> dict:
     exe = native_binary("udp-throughput", build=False)
     port = free_udp_port(HOST)
     args = ["--runs", "1", "--count", str(a.count), "--warmup-count", str(a.warmup_count),
             "--message-length", str(MESSAGE_LENGTH), "--threading", a.threading, "--driver-idle", a.driver_idle,
             "--client-idle", a.client_idle, "--channel-params", a.channel_params, "--host", HOST,
             "--port", str(port), *path.sulis_options(lossy)]
+    if sub_options:
+        args += ["--sub-driver-options", sub_options]
     with path.apply(port, lossy) as nft:
         r = run_native(exe, args, timeout_s=600, prefix=path.prefix)
     c = r["counters"][0]
@@ -173,8 +175,9 @@ def aeron_run(jar: str, lossy: bool, path: LossPath, a: argparse.Namespace) -> d
     from bench.peers import aeron_java
 
     port = free_udp_port(HOST)
-    pub = aeron_java.AeronDriver(a.threading, a.driver_idle, path.aeron_props(lossy))
-    sub = aeron_java.AeronDriver(a.threading, a.driver_idle)
+    extra = dict(kv.split("=", 1) for kv in filter(None, a.aeron_props.split(",")))
+    pub = aeron_java.AeronDriver(a.threading, a.driver_idle, {**extra, **path.aeron_props(lossy)})
+    sub = aeron_java.AeronDriver(a.threading, a.driver_idle, extra)
     try:
         with path.apply(port, lossy) as nft:
             r = aeron_java.udp_count(count=a.count, warmup=a.warmup_count, jar=jar, message_length=MESSAGE_LENGTH,
@@ -224,7 +227,12 @@ def main(argv=None) -> int:
                     help="what a client does when it cannot progress (default yield)")
     ap.add_argument("--channel-params", default=DEFAULT_CHANNEL_PARAMS,
                     help=f"channel parameters (sulis URI; Aeron driver properties) (default {DEFAULT_CHANNEL_PARAMS})")
-    ap.add_argument("--only", default="", help="comma list among: sulis,aeron-1.15.1,aeron-current")
+    ap.add_argument("--aeron-props", default="",
+                    help="more Aeron driver properties for both sides, k=v,k=v (e.g. "
+                         "aeron.retransmit.unicast.linger=10000000; 1.15.1 has no NAK/retransmit properties)")
+    ap.add_argument("--only", default="", help="comma list among: sulis,sulis-gaps1,aeron-1.15.1,aeron-current "
+                                               "(sulis-gaps1: sulis with loss_max_gaps=1, Aeron's one gap "
+                                               "at a time; not run unless named)")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
     ap.add_argument("--max-interference", type=float, default=0.10,
@@ -248,22 +256,26 @@ def main(argv=None) -> int:
         ap.error("--loss must be within (0, 100)")
 
     systems = [("sulis", "sulis native Rust", lambda lossy, p: sulis_run(lossy, p, a)),
-               ("aeron-1.15.1", "Aeron Java 1.15.1 AeronCount", lambda lossy, p: aeron_run("1.15.1", lossy, p, a)),
-               ("aeron-current", "Aeron Java current AeronCount", lambda lossy, p: aeron_run("current", lossy, p, a))]
+               ("sulis-gaps1", "sulis native Rust, loss_max_gaps=1",
+                lambda lossy, p: sulis_run(lossy, p, a, sub_options="loss_max_gaps=1")),
+               ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench", lambda lossy, p: aeron_run("1.15.1", lossy, p, a)),
+               ("aeron-current", "Aeron Java current AeronBench", lambda lossy, p: aeron_run("current", lossy, p, a))]
     if a.no_aeron_current:
         systems = [s for s in systems if s[0] != "aeron-current"]
+    if not a.only:
+        systems = [s for s in systems if s[0] != "sulis-gaps1"]
     if a.only:
         wanted = set(a.only.split(","))
         unknown = wanted - {s[0] for s in systems}
         if unknown:
             ap.error(f"unknown --only names: {sorted(unknown)}")
         systems = [s for s in systems if s[0] in wanted]
-    if any(k == "sulis" for k, _, _ in systems):
+    if any(k.startswith("sulis") for k, _, _ in systems):
         try:
             native_binary("udp-throughput", build=not a.no_build)
         except Skip as exc:
             print(f"[skip] sulis native: {exc}")
-            systems = [s for s in systems if s[0] != "sulis"]
+            systems = [s for s in systems if not s[0].startswith("sulis")]
 
     path = LossPath(a.loss_method, a.loss, a.loss_direction, a.seed)
     try:
@@ -274,7 +286,7 @@ def main(argv=None) -> int:
                 variants.append((f"{key}@{pct:g}", f"{name}, {pct:g} % loss",
                                  (lambda fn=fn, lossy=lossy: fn(lossy, path))))
         config = (f"drivers {a.threading}/{a.driver_idle}, clients {a.client_idle}, {a.channel_params}, "
-                  f"each system's default NAK/retransmit timing")
+                  f"each system's default NAK/retransmit timing" + (f", Aeron {a.aeron_props}" if a.aeron_props else ""))
         print(f"UDP loss recovery: {a.count:,} timed messages of {MESSAGE_LENGTH} B after {a.warmup_count:,} "
               f"untimed ones, {runs} round(s); sulis {profile} build; {cpu_summary()}")
         print(f"loss: {path.describe()}")

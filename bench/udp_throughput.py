@@ -80,13 +80,17 @@ MESSAGE_LENGTH = 32
 TARGET_PY_MSGS = 8_000_000
 TARGET_VS_AERON = 1.0
 OFFER_CHUNK = 8192  # offers between two checks of the stop file
-DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=2m"
+DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"
 
 # System counters (Aeron's ids, crates/sulis-driver/src/system_counters.rs).
 PUB_COUNTERS = {0: "bytes_sent", 6: "naks_received", 8: "status_messages_received", 9: "heartbeats_sent",
                 11: "retransmits_sent", 16: "short_sends", 18: "sender_flow_control_limits"}
 SUB_COUNTERS = {1: "bytes_received", 5: "naks_sent", 7: "status_messages_sent", 10: "heartbeats_received",
                 12: "flow_control_under_runs", 13: "flow_control_over_runs", 14: "invalid_packets"}
+
+
+PIN_TEXT = {"none": "no CPU pinning", "sides": "publisher process on CPU 0, subscriber process on CPU 1",
+            "publisher": "publishing thread alone on CPU 0, drivers and subscriber on CPU 1"}
 
 
 def channel_of(port: int, params: str) -> str:
@@ -121,11 +125,13 @@ def role_sub(a: argparse.Namespace) -> int:
     """Own driver (binds the endpoint) + subscription: counts per second from the first message."""
     import sulis
 
-    pin_cpu(a.pin_cpu)
+    # The driver's and the client conductor's threads inherit the mask they start with.
+    pin_cpu(a.driver_cpu if a.driver_cpu is not None else a.pin_cpu)
     with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
                            dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
         with sulis.Client(dir=driver.dir) as client:
             sub = client.add_subscription(a.channel, STREAM_ID)
+            pin_cpu(a.pin_cpu)  # this thread only
             json_out({"ready": True})
             count = count_intervals(sub.poll_batch, a.batch, a.duration, json_out, idle=_idle(a.client_idle))
             if count < 0:
@@ -138,11 +144,12 @@ def role_pub(a: argparse.Namespace) -> int:
     """Own driver + exclusive publication: offers until the stop file appears."""
     import sulis
 
-    pin_cpu(a.pin_cpu)
+    pin_cpu(a.driver_cpu if a.driver_cpu is not None else a.pin_cpu)
     with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
                            dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
         with sulis.Client(dir=driver.dir) as client:
             pub = client.add_exclusive_publication(a.channel, STREAM_ID)
+            pin_cpu(a.pin_cpu)  # this thread only
             json_out({"ready": True})
             deadline = time.monotonic() + 30
             while not pub.is_connected:
@@ -188,16 +195,18 @@ def python_run(cfg: Config, a: argparse.Namespace) -> dict:
     me = [sys.executable, os.path.abspath(__file__)]
     common = ["--channel", channel, "--threading", cfg.threading, "--driver-idle", cfg.driver_idle,
               "--client-idle", cfg.client_idle, "--driver-options", a.driver_options]
+    # --pin sides: publisher process on CPU 0, subscriber process on CPU 1;
+    # --pin publisher: the publishing thread alone on CPU 0, every other thread on CPU 1.
+    pin_pub = {"none": [], "sides": ["--pin-cpu", "0"], "publisher": ["--pin-cpu", "0", "--driver-cpu", "1"]}[a.pin]
+    pin_sub = [] if a.pin == "none" else ["--pin-cpu", "1"]
     pub = sub = None
     try:
         sub = subprocess.Popen(me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
-                                     "--duration", str(a.duration), "--batch", str(a.batch),
-                                     *(["--pin-cpu", "1"] if a.pin else [])],
+                                     "--duration", str(a.duration), "--batch", str(a.batch), *pin_sub],
                                stdout=subprocess.PIPE, text=True)
         read_json(sub, "subscriber")
         pub = subprocess.Popen(me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
-                                     "--stop-file", stop_file, "--max-seconds", str(a.duration + 60),
-                                     *(["--pin-cpu", "0"] if a.pin else [])],
+                                     "--stop-file", stop_file, "--max-seconds", str(a.duration + 60), *pin_pub],
                                stdout=subprocess.PIPE, text=True)
         read_json(pub, "publisher")
         samples = []
@@ -223,7 +232,11 @@ def python_run(cfg: Config, a: argparse.Namespace) -> dict:
     counters = {"publisher": pub_res["counters"], "subscriber": sub_res["counters"]}
     print(f"      counters: {_counters_line(counters)}", flush=True)
     return {"msgs_per_s": median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
-            "refused": pub_res["refused"], "counters": counters, "config": cfg.sulis()}
+            "refused": pub_res["refused"], "counters": counters, "config": cfg.sulis() + _pin_note(a)}
+
+
+def _pin_note(a: argparse.Namespace) -> str:
+    return "" if a.pin == "none" else f", pin {a.pin}"
 
 
 def _counters_line(c: dict) -> str:
@@ -241,11 +254,11 @@ def native_run(cfg: Config, a: argparse.Namespace) -> dict:
             "--channel-params", cfg.channel_params, "--host", HOST]
     if a.driver_options:
         args += ["--driver-options", a.driver_options]
-    if a.pin:
-        args.append("--pin")
+    if a.pin != "none":
+        args += ["--placement", a.pin]
     r = run_native(exe, args, timeout_s=a.duration + 120)
     return {"msgs_per_s": r["msgs_per_s"], "samples": r["samples"][0], "counters": r["counters"][0],
-            "native": r, "config": cfg.sulis()}
+            "native": r, "config": cfg.sulis() + _pin_note(a)}
 
 
 def zmq_run(a: argparse.Namespace) -> dict:
@@ -359,8 +372,10 @@ def main(argv=None) -> int:
     ap.add_argument("--aeron-client-idle", default=None,
                     help="aeron.sample.idleStrategy of current Aeron's samples (default: --client-idle; "
                          "1.15.1's samples always spin)")
-    ap.add_argument("--pin", action="store_true",
-                    help="publisher process (and its driver threads) on CPU 0, subscriber process on CPU 1 (sulis)")
+    ap.add_argument("--pin", choices=["none", "sides", "publisher"], default="none",
+                    help="sulis CPU placement: none (default); sides: publisher process (its driver included) on "
+                         "CPU 0, subscriber process on CPU 1; publisher: the publishing thread alone on CPU 0, "
+                         "both drivers and the subscriber on CPU 1")
     ap.add_argument("--only", default="", help="comma list among: py-exclusive,native-exclusive,zmq,"
                                                "aeron-1.15.1,aeron-current")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
@@ -386,6 +401,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stop-file", help=argparse.SUPPRESS)
     ap.add_argument("--max-seconds", type=float, default=120, help=argparse.SUPPRESS)
     ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--driver-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     if a.role == "pub":
@@ -401,7 +417,7 @@ def main(argv=None) -> int:
     a.sweep_channel_params = a.sweep_channel_params or a.channel_params
     if a.duration < 2.5:
         ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
-    if a.pin and (os.cpu_count() or 1) < 2:
+    if a.pin != "none" and (os.cpu_count() or 1) < 2:
         ap.error("--pin needs 2 CPUs")
     driver_options(a.driver_options)  # validate
 
@@ -421,7 +437,7 @@ def main(argv=None) -> int:
           f"{a.duration:g} s per sulis/Aeron run, {a.zmq_messages:,} msgs per pyzmq run; sulis {profile} build; "
           f"{cpu_summary()}")
     print(f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); "
-          f"{'pinned pub CPU 0 / sub CPU 1' if a.pin else 'no CPU pinning'}")
+          f"CPU placement: {PIN_TEXT[a.pin]}")
     print(f"Aeron: {cfg.aeron('current')} (1.15.1's sample clients spin)")
 
     results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference,
@@ -473,7 +489,7 @@ def main(argv=None) -> int:
 
     path = save_results("udp_throughput", {
         "argv": sys.argv, "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
-        "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron("current"), "pinned": a.pin,
+        "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron("current"), "pin": a.pin,
         "medians": {names[k]: v for k, v in med.items()},
         "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
         "machine": cpu_summary(),

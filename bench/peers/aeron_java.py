@@ -24,9 +24,11 @@ drivers talk over loopback as two hosts would:
   per second);
 * ``io.aeron.samples.Ping`` + ``io.aeron.samples.Pong`` (Ping prints the
   HdrHistogram table);
-* ``AeronCount`` (``bench/peers/AeronCount.java``, compiled here against each
+* ``AeronBench`` (``bench/peers/AeronBench.java``, compiled here against each
   jar with ``javac --release 11``): a fixed-count publisher and a subscriber that
-  times its first to its N-th message, for the loss-recovery benchmark.
+  times its messages, for the loss-recovery benchmark, and a ping/pong whose
+  clients may yield while they wait (the Ping/Pong samples always busy-spin,
+  which on 2 cores leaves the drivers only the scheduler's leftovers).
 
 Driver settings go in as Aeron's system properties: ``aeron.threading.mode``,
 the agents' ``aeron.*.idle.strategy``, and the channel tunables as
@@ -92,6 +94,7 @@ __all__ = [
     "udp_throughput",
     "udp_ping_pong",
     "udp_count",
+    "udp_rtt",
 ]
 
 PEERS_DIR = Path(os.environ.get("SULIS_PEERS_DIR", Path(__file__).resolve().parent.parent / ".peers"))
@@ -102,7 +105,8 @@ STREAMING_PUBLISHER_CLASS = "io.aeron.samples.StreamingPublisher"
 RATE_SUBSCRIBER_CLASS = "io.aeron.samples.RateSubscriber"
 PING_CLASS = "io.aeron.samples.Ping"
 PONG_CLASS = "io.aeron.samples.Pong"
-COUNT_SOURCE = Path(__file__).resolve().parent / "AeronCount.java"
+BENCH_SOURCE = Path(__file__).resolve().parent / "AeronBench.java"
+BENCH_CLASS = "AeronBench"
 
 # The flags Aeron's documentation gives for running on Java 16+.
 ADD_OPENS = [
@@ -821,24 +825,24 @@ def _javac() -> str:
         pass
     found = shutil.which("javac")
     if not found:
-        raise PeerNotFound("no javac (a JDK 11+) to compile AeronCount.java; set SULIS_JAVAC")
+        raise PeerNotFound("no javac (a JDK 11+) to compile AeronBench.java; set SULIS_JAVAC")
     return found
 
 
-def count_classes(jar_path: str) -> str:
-    """Directory holding AeronCount.class compiled against ``jar_path`` (cached under bench/.peers/)."""
+def bench_classes(jar_path: str) -> str:
+    """Directory holding AeronBench.class compiled against ``jar_path`` (cached under bench/.peers/)."""
     import hashlib
 
-    key = hashlib.sha256(COUNT_SOURCE.read_bytes() + os.path.realpath(jar_path).encode()).hexdigest()[:16]
-    out = PEERS_DIR / f"aeron-count-{_version_of_jar(jar_path)}-{key}"
-    if (out / "AeronCount.class").is_file():
+    key = hashlib.sha256(BENCH_SOURCE.read_bytes() + os.path.realpath(jar_path).encode()).hexdigest()[:16]
+    out = PEERS_DIR / f"aeron-bench-{_version_of_jar(jar_path)}-{key}"
+    if (out / f"{BENCH_CLASS}.class").is_file():
         return str(out)
-    tmp = Path(tempfile.mkdtemp(prefix="aeron-count-", dir=PEERS_DIR if PEERS_DIR.is_dir() else None))
+    tmp = Path(tempfile.mkdtemp(prefix="aeron-bench-", dir=PEERS_DIR if PEERS_DIR.is_dir() else None))
     try:
         r = subprocess.run([_javac(), "--release", "11", "-nowarn", "-cp", jar_path, "-d", str(tmp),
-                            str(COUNT_SOURCE)], capture_output=True, text=True, timeout=300)
+                            str(BENCH_SOURCE)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            raise PeerNotFound(f"javac AeronCount.java against {jar_path} failed:\n{r.stderr[-2000:]}")
+            raise PeerNotFound(f"javac AeronBench.java against {jar_path} failed:\n{r.stderr[-2000:]}")
         try:
             tmp.rename(out)
         except OSError:  # raced with another compile: theirs is as good
@@ -855,7 +859,7 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
               pub_driver: AeronDriver | None = None, sub_driver: AeronDriver | None = None,
               client_idle: str = "yield", exec_prefix: Sequence[str] = (), timeout_s: float = 300.0,
               jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
-    """Times ``count`` messages over UDP with AeronCount (fixed-count publisher, counting subscriber).
+    """Times ``count`` messages over UDP with AeronBench (fixed-count publisher, counting subscriber).
 
     The publisher sends ``warmup + count`` messages; the clock runs from the
     first message after the warm-up ones to the last.
@@ -865,7 +869,7 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
     ``sub_driver.props`` (``aeron.SendChannelEndpoint.supplier`` ...).
     """
     java, jar_path, version, flags = _resolve(jar, java)
-    classes = count_classes(jar_path)
+    classes = bench_classes(jar_path)
     pub_driver = pub_driver or AeronDriver()
     sub_driver = sub_driver or AeronDriver()
     port = port or _free_udp_port(host)
@@ -876,16 +880,16 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
         sub_dir, pub_dir = base + "-sub", base + "-pub"
         try:
             sub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, "AeronCount")
+                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, BENCH_CLASS)
                 + ["sub", channel, "1001", str(count), str(warmup), client_idle])
             jvms.append(sub)
-            _wait_line(sub, r"^ready", 60, "AeronCount sub")
+            _wait_line(sub, r"^ready", 60, "AeronBench sub")
             pub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, "AeronCount")
+                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, BENCH_CLASS)
                 + ["pub", channel, "1001", str(count), str(warmup), str(message_length), client_idle], stdin_text=None,
                 keep_stdin=True)
             jvms.append(pub)
-            i = _wait_line(sub, r"^done ", timeout_s, "AeronCount sub")
+            i = _wait_line(sub, r"^done ", timeout_s, "AeronBench sub")
             counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
             sent = [l for _, l in pub.lines if l.startswith("sent ")]
             done = sub.lines[i][1].split()
@@ -899,7 +903,7 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
         "elapsed_s": ns / 1e9,
         "msgs_per_s": (received - 1) / (ns / 1e9),
         "back_pressured": int(sent[0].split()[2]) if sent else None,
-        "peer": f"Aeron Java {version} AeronCount UDP",
+        "peer": f"Aeron Java {version} AeronBench UDP count",
         "channel": channel,
         "publisher_driver": pub_driver.describe(),
         "subscriber_driver": sub_driver.describe(),
@@ -908,6 +912,49 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
         "aeron_version": version,
         "java_version": _java_version_string(java),
     }
+
+
+def udp_rtt(n_messages: int = 100_000, warmup_messages: int = 10_000, jar: str = "1.15.1",
+            message_length: int = 32, host: str = "127.0.0.1", channel_params: str = "mtu=1408",
+            driver: AeronDriver | None = None, client_idle: str = "yield", exec_prefix: Sequence[str] = (),
+            timeout_s: float = 600.0, jvm_args: Sequence[str] = (), java: str | None = None) -> list[int]:
+    """Round trips (ns) of AeronBench ping/pong over UDP, each JVM with its own embedded driver.
+
+    Same shape as sulis' udp-latency: ping on stream 1002 to pong's endpoint,
+    echo on 1003 to ping's; ``client_idle`` "yield" or "spin" while waiting.
+    Returns the ``n_messages`` round trips after ``warmup_messages``.
+    """
+    java, jar_path, version, flags = _resolve(jar, java)
+    classes = bench_classes(jar_path)
+    driver = driver or AeronDriver()
+    ping_port = _free_udp_port(host)
+    pong_port = _free_udp_port(host)
+    while pong_port == ping_port:
+        pong_port = _free_udp_port(host)
+    ping_ch = _udp_channel(host, ping_port, channel_params)
+    pong_ch = _udp_channel(host, pong_port, channel_params)
+    cp = f"{classes}{os.pathsep}{jar_path}"
+    jvms: list[_Jvm] = []
+    with _aeron_dir() as base:
+        try:
+            pong = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(base + "-pong", driver, channel_params, None), cp, BENCH_CLASS)
+                + ["pong", ping_ch, pong_ch, str(n_messages + warmup_messages), client_idle], keep_stdin=True)
+            jvms.append(pong)
+            _wait_line(pong, r"^ready", 60, "AeronBench pong")
+            ping = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(base + "-ping", driver, channel_params, None), cp, BENCH_CLASS)
+                + ["ping", ping_ch, pong_ch, str(n_messages), str(warmup_messages), str(message_length),
+                   client_idle])
+            jvms.append(ping)
+            i = _wait_line(ping, r"^rtt", timeout_s, "AeronBench ping")
+            samples = [int(x) for x in ping.lines[i][1].split()[1:]]
+        finally:
+            for j in reversed(jvms):
+                j.close()
+    if len(samples) != n_messages:
+        raise RuntimeError(f"AeronBench ping reported {len(samples)} round trips, not {n_messages}")
+    return samples
 
 
 # --------------------------------------------------------------------------- CLI

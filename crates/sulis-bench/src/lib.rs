@@ -180,6 +180,51 @@ pub fn parse_options(list: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// What a client thread does when it could not progress (a refused offer,
+/// an empty poll): `spin` (a CPU pause hint), `yield` (`sched_yield`), or
+/// `backoff` (the driver's backoff: 10 spins, 5 yields, then sleeps growing
+/// from 1 µs to 1 ms, reset by progress).
+pub struct ClientIdle {
+    mode: u8,
+    idler: sulis_concurrent::idle::Idler,
+}
+
+impl ClientIdle {
+    /// Parses `spin`, `yield` or `backoff` (exits on anything else).
+    pub fn parse(s: &str) -> ClientIdle {
+        let mode = match s {
+            "spin" => 0,
+            "yield" => 1,
+            "backoff" => 2,
+            _ => die(&format!(
+                "client idle {s:?}: expected spin, yield or backoff"
+            )),
+        };
+        ClientIdle {
+            mode,
+            idler: sulis_concurrent::idle::IdleStrategy::backoff().idler(),
+        }
+    }
+
+    /// Called when nothing could be done.
+    #[inline]
+    pub fn idle(&mut self) {
+        match self.mode {
+            0 => std::hint::spin_loop(),
+            1 => std::thread::yield_now(),
+            _ => self.idler.idle(0),
+        }
+    }
+
+    /// Called after progress.
+    #[inline]
+    pub fn reset(&mut self) {
+        if self.mode == 2 {
+            self.idler.reset();
+        }
+    }
+}
+
 /// A UDP port free on `host` right now (the kernel's pick).
 pub fn free_udp_port(host: &str) -> u16 {
     let s = std::net::UdpSocket::bind((host, 0))

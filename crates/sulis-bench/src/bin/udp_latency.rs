@@ -14,12 +14,17 @@
 //! cargo run --release -p sulis-bench --bin udp-latency -- [--runs 3] [--messages 100000]
 //!     [--warmup 10000] [--message-length 32] [--host 127.0.0.1] [--channel-params mtu=1408]
 //!     [--threading shared] [--driver-idle busy-spin] [--driver-options k=v,...]
-//!     [--pin none|clients|processes] [--client-idle spin|yield] [--quick]
+//!     [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick]
 //! ```
 //!
 //! `--pin clients` puts the ping thread on CPU 0 and the pong thread on CPU 1
 //! after their drivers started (driver threads keep the full mask);
 //! `--pin processes` pins each process, its driver threads included.
+//!
+//! Defaults: drivers shared/yielding, clients yield (`sched_yield` while
+//! waiting), no pinning: on a 2-core machine the round trip needs four
+//! threads (ping, two drivers, pong), and anything that spins starves the
+//! others for a scheduler time slice (see bench/README.md).
 
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
@@ -37,7 +42,7 @@ fn main() {
         println!(
             "usage: udp-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] [--host IP] \
              [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--driver-options k=v,...] \
-             [--pin none|clients|processes] [--client-idle spin|yield] [--quick]"
+             [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick]"
         );
         return;
     }
@@ -79,10 +84,10 @@ fn ping_main(args: &Args) {
         host: args.str("host", "127.0.0.1"),
         channel_params: args.str("channel-params", "mtu=1408"),
         threading: args.str("threading", "shared"),
-        idle: args.str("driver-idle", "busy-spin"),
+        idle: args.str("driver-idle", "yielding"),
         options: args.str("driver-options", ""),
         pin: args.str("pin", "none"),
-        client_idle: args.str("client-idle", "spin"),
+        client_idle: args.str("client-idle", "yield"),
     };
     if cfg.len < 1 {
         die("--message-length must be at least 1");
@@ -93,9 +98,7 @@ fn ping_main(args: &Args) {
     if cfg.pin != "none" && available_cpus() < 2 {
         die("--pin needs two CPUs");
     }
-    if !matches!(cfg.client_idle.as_str(), "spin" | "yield") {
-        die("--client-idle must be spin or yield");
-    }
+    ClientIdle::parse(&cfg.client_idle);
     parse_options(&cfg.options);
     println!(
         "sulis native UDP round trip: {} B, {} round trips after {} warm-up, {runs} run(s), two drivers \
@@ -180,14 +183,6 @@ fn ping_main(args: &Args) {
     println!("RESULT {}", j.build());
 }
 
-fn wait(client_idle: &str) {
-    if client_idle == "yield" {
-        std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
-    }
-}
-
 fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
     let ping_port = free_udp_port(&cfg.host);
     let mut pong_port = free_udp_port(&cfg.host);
@@ -249,16 +244,18 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
     let mut msg = vec![0u8; cfg.len];
     let mut handler = |_p: &[u8], _h: &sulis_client::Header| Ok::<(), ()>(());
-    let ci = cfg.client_idle.as_str();
+    let mut idle = ClientIdle::parse(&cfg.client_idle);
     for i in 0..cfg.warmup + cfg.n {
         msg[cfg.len - 1] = i as u8;
         let t0 = Instant::now();
         while ping.offer(&msg).is_err() {
-            wait(ci);
+            idle.idle();
         }
+        idle.reset();
         while pongs.poll(&mut handler, 1).unwrap() == 0 {
-            wait(ci);
+            idle.idle();
         }
+        idle.reset();
         let ns = t0.elapsed().as_nanos() as u64;
         if i >= cfg.warmup {
             hist.saturating_record(ns.max(1));
@@ -300,11 +297,11 @@ fn pong(args: &Args) {
         pin_current_thread(1).unwrap_or_else(|e| die(&e));
     }
     let dir = std::path::PathBuf::from(args.str("dir", ""));
-    let client_idle = args.str("client-idle", "spin");
+    let client_idle = args.str("client-idle", "yield");
     let driver = launch_driver_with(
         &dir,
         &args.str("threading", "shared"),
-        &args.str("driver-idle", "busy-spin"),
+        &args.str("driver-idle", "yielding"),
         &parse_options(&args.str("driver-options", "")),
     );
     if pin == "clients" {
@@ -319,21 +316,24 @@ fn pong(args: &Args) {
         .unwrap_or_else(|e| die(&format!("{e}")));
     println!("ready");
     let stop = std::cell::Cell::new(false);
-    let ci = client_idle.as_str();
+    let mut offer_idle = ClientIdle::parse(&client_idle);
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
         while publication.offer(payload).is_err() {
-            wait(ci);
+            offer_idle.idle();
         }
+        offer_idle.reset();
         if payload[0] == STOP {
             stop.set(true);
         }
         Ok::<(), ()>(())
     };
+    let mut idle = ClientIdle::parse(&client_idle);
     loop {
         if pings.poll(&mut handler, 1).unwrap() == 0 {
-            wait(ci);
+            idle.idle();
             continue;
         }
+        idle.reset();
         if stop.get() {
             break;
         }

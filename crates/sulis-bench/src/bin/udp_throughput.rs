@@ -29,16 +29,24 @@
 //!     [--host 127.0.0.1] [--port 0] [--channel-params mtu=1408|term-length=16m|rcv-wnd=...]
 //!     [--threading shared] [--driver-idle busy-spin] [--pub-threading M] [--pub-driver-idle S]
 //!     [--sub-threading M] [--sub-driver-idle S] [--driver-options k=v,k=v]
-//!     [--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield]
-//!     [--pin] [--quick]
+//!     [--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield|backoff]
+//!     [--pin | --placement none|sides|publisher] [--quick]
 //! ```
+//!
+//! `--placement sides` (or `--pin`): the publisher process, its driver
+//! included, on CPU 0 and the subscriber process on CPU 1; `--placement
+//! publisher`: the publishing thread alone on CPU 0, every other thread (both
+//! drivers, the subscriber) on CPU 1.
 //!
 //! `--client-idle yield`: the publisher calls `sched_yield` after a refused
 //! offer and the subscriber after a poll that found nothing, so that on a
 //! machine with fewer cores than busy threads the drivers' agents get the CPU
 //! when the clients cannot progress (Aeron's samples take the same choice
-//! from `aeron.sample.idleStrategy`). The default spins, as Aeron's
-//! StreamingPublisher and RateSubscriber do by default.
+//! from `aeron.sample.idleStrategy`); `backoff` spins, yields, then sleeps
+//! (1 µs growing to 1 ms) until progress; `spin` spins, as Aeron's
+//! StreamingPublisher and RateSubscriber do by default. The defaults (drivers
+//! shared/yielding, clients yield, `rcv-wnd=2m|so-rcvbuf=4m`) are the best
+//! configuration found on a 2-core machine (see bench/README.md).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -50,7 +58,7 @@ const USAGE: &str = "usage: udp-throughput [--runs N] [--duration SECONDS | --co
 [--publication exclusive|concurrent] [--message-length BYTES] [--fragment-limit N] [--host IP] [--port N] \
 [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--pub-threading MODE] \
 [--pub-driver-idle STRATEGY] [--sub-threading MODE] [--sub-driver-idle STRATEGY] [--driver-options k=v,...] \
-[--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield] [--pin] [--quick]";
+[--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield|backoff] [--pin | --placement none|sides|publisher] [--quick]";
 
 fn main() {
     refuse_debug_build("udp-throughput");
@@ -97,7 +105,8 @@ struct Config {
     publisher: Side,
     subscriber: Side,
     client_idle: String,
-    pin: bool,
+    /// none, sides or publisher.
+    placement: String,
 }
 
 impl Config {
@@ -135,7 +144,7 @@ fn side(args: &Args, prefix: &str) -> Side {
         ),
         idle: args.str(
             &format!("{prefix}-driver-idle"),
-            &args.str("driver-idle", "busy-spin"),
+            &args.str("driver-idle", "yielding"),
         ),
         options,
     }
@@ -153,23 +162,28 @@ fn publisher_main(args: &Args) {
         fragment_limit: args.get("fragment-limit", 10),
         host: args.str("host", "127.0.0.1"),
         port: args.get("port", 0u16),
-        channel_params: args.str("channel-params", "mtu=1408"),
+        channel_params: args.str("channel-params", "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"),
         publisher: side(args, "pub"),
         subscriber: side(args, "sub"),
-        client_idle: args.str("client-idle", "spin"),
-        pin: args.flag("pin"),
+        client_idle: args.str("client-idle", "yield"),
+        placement: if args.flag("pin") {
+            "sides".into()
+        } else {
+            args.str("placement", "none")
+        },
     };
-    if !matches!(cfg.client_idle.as_str(), "spin" | "yield") {
-        die("--client-idle must be spin or yield");
+    if !matches!(cfg.placement.as_str(), "none" | "sides" | "publisher") {
+        die("--placement must be none, sides or publisher");
     }
+    ClientIdle::parse(&cfg.client_idle);
     if cfg.count == 0 && cfg.duration_s < 2.0 {
         die("--duration must be at least 2 (one warm-up second plus one measured)");
     }
     if !matches!(cfg.publication.as_str(), "exclusive" | "concurrent") {
         die("--publication must be exclusive or concurrent");
     }
-    if cfg.pin && available_cpus() < 2 {
-        die("--pin needs two CPUs");
+    if cfg.placement != "none" && available_cpus() < 2 {
+        die("--pin/--placement needs two CPUs");
     }
     // Validated here rather than in the child.
     parse_options(&cfg.publisher.options);
@@ -194,10 +208,10 @@ fn publisher_main(args: &Args) {
         cfg.fragment_limit,
         cfg.client_idle,
         cfg.runs,
-        if cfg.pin {
-            ", publisher process on CPU 0, subscriber process on CPU 1"
-        } else {
-            ""
+        match cfg.placement.as_str() {
+            "sides" => ", publisher process on CPU 0, subscriber process on CPU 1",
+            "publisher" => ", publishing thread alone on CPU 0, drivers and subscriber on CPU 1",
+            _ => "",
         }
     );
 
@@ -276,7 +290,7 @@ fn publisher_main(args: &Args) {
         .s("publisher_driver", &cfg.publisher.describe())
         .s("subscriber_driver", &cfg.subscriber.describe())
         .s("client_idle", &cfg.client_idle)
-        .b("pinned", cfg.pin);
+        .s("placement", &cfg.placement);
     if cfg.count > 0 {
         j = j
             .n("count", cfg.count as f64)
@@ -317,9 +331,11 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
         cfg.port
     };
     let channel = cfg.channel(port);
-    if cfg.pin {
-        // Before the driver starts: its threads inherit CPU 0 too.
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    match cfg.placement.as_str() {
+        // Before the driver starts: its threads inherit the mask.
+        "sides" => pin_current_thread(0).unwrap_or_else(|e| die(&e)),
+        "publisher" => pin_current_thread(1).unwrap_or_else(|e| die(&e)),
+        _ => {}
     }
     let mut child_args: Vec<String> = vec![
         "--role".into(),
@@ -345,7 +361,7 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
         "--client-idle".into(),
         cfg.client_idle.clone(),
     ];
-    if cfg.pin {
+    if cfg.placement != "none" {
         child_args.push("--pin-cpu".into());
         child_args.push("1".into());
     }
@@ -394,6 +410,10 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
         lines
     });
 
+    if cfg.placement == "publisher" {
+        // The driver, client and reader threads stay on CPU 1; this one moves.
+        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+    }
     let limit = if cfg.count > 0 {
         cfg.warmup_count + cfg.count
     } else {
@@ -426,7 +446,7 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
     drop(client);
     drop(driver);
     let _ = std::fs::remove_dir_all(&dir);
-    if cfg.pin {
+    if cfg.placement != "none" {
         unpin_current_thread();
     }
     if !status.success() {
@@ -496,7 +516,7 @@ fn publish_until(
     mut offer: impl FnMut(&[u8]) -> bool,
 ) -> (u64, u64) {
     let buf = vec![0x5au8; cfg.message_length];
-    let yielding = cfg.client_idle == "yield";
+    let mut idle = ClientIdle::parse(&cfg.client_idle);
     let mut ok = 0u64;
     let mut refused = 0u64;
     let deadline = Instant::now() + Duration::from_secs_f64(cfg.duration_s.max(10.0) + 120.0);
@@ -504,9 +524,10 @@ fn publish_until(
     while ok < limit && !stop.load(Ordering::Relaxed) {
         if offer(&buf) {
             ok += 1;
+            idle.reset();
         } else {
             refused += 1;
-            idle(yielding);
+            idle.idle();
         }
         n = n.wrapping_add(1);
         if n & 0xF_FFFF == 0 && Instant::now() > deadline {
@@ -514,16 +535,6 @@ fn publish_until(
         }
     }
     (ok, refused)
-}
-
-/// What a client does when it could not progress.
-#[inline]
-fn idle(yielding: bool) {
-    if yielding {
-        std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
-    }
 }
 
 fn unpin_current_thread() {
@@ -547,11 +558,11 @@ fn subscriber(args: &Args) {
     let count: u64 = args.get("count", 0);
     let warmup: u64 = args.get("warmup-count", 0);
     let limit: usize = args.get("fragment-limit", 10);
-    let yielding = args.str("client-idle", "spin") == "yield";
+    let mut idle = ClientIdle::parse(&args.str("client-idle", "yield"));
     let driver = launch_driver_with(
         &dir,
         &args.str("sub-threading", "shared"),
-        &args.str("sub-driver-idle", "busy-spin"),
+        &args.str("sub-driver-idle", "yielding"),
         &parse_options(&args.str("sub-driver-options", "")),
     );
     let client = connect(&dir, "udp-throughput-sub");
@@ -590,7 +601,9 @@ fn subscriber(args: &Args) {
                 break;
             }
             if sub.poll(&mut handler, limit).unwrap() == 0 {
-                idle(yielding);
+                idle.idle();
+            } else {
+                idle.reset();
             }
             polls = polls.wrapping_add(1);
             if polls & 0xFFFF == 0 && Instant::now() > deadline {
@@ -615,7 +628,9 @@ fn subscriber(args: &Args) {
         let mut polls = 0u32;
         loop {
             if sub.poll(&mut handler, limit).unwrap() == 0 {
-                idle(yielding);
+                idle.idle();
+            } else {
+                idle.reset();
             }
             polls = polls.wrapping_add(1);
             if polls & 63 == 0 {
