@@ -43,10 +43,13 @@ from ._native import (
     Publication,
     Subscription,
     __version__,
+    active_driver,
     build_profile,
     channel_params,
+    driver_config,
     parse_channel,
     read_errors,
+    read_loss_report,
 )
 from .errors import (
     ActiveDriverError,
@@ -87,10 +90,13 @@ __all__ = [
     "Subscription",
     "SulisError",
     "__version__",
+    "active_driver",
     "build_profile",
     "channel_params",
+    "driver_config",
     "parse_channel",
     "read_errors",
+    "read_loss_report",
     "result_name",
 ]
 

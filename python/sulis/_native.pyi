@@ -274,6 +274,9 @@ class CountersReader:
     def value(self, counter_id: int) -> int: ...
     def label(self, counter_id: int) -> str: ...
 
+def read_loss_report(dir: str) -> list[dict[str, Any]]:
+    """Loss report of the driver in ``dir``: one dict per image that lost data."""
+
 def read_errors(dir: str) -> list[tuple[int, int, int, str]]:
     """Distinct errors of the driver in ``dir``: (count, first_ms, last_ms, text)."""
 

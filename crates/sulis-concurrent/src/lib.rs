@@ -13,6 +13,7 @@ pub mod counters;
 pub mod error_log;
 pub mod idle;
 pub mod logbuffer;
+pub mod loss_report;
 pub mod mapped_file;
 pub mod mpsc_ring_buffer;
 

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use sulis_concurrent::cnc::epoch_ms;
+use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::error_log::SharedErrorLog;
 use sulis_concurrent::idle::IdleStrategy;
 
@@ -22,18 +23,67 @@ pub trait Agent: Send {
     fn on_close(&mut self) {}
 }
 
-/// Runs `agents` in turn on the calling thread until `running` turns false.
-pub fn run_agents(mut agents: Vec<Box<dyn Agent>>, idle: IdleStrategy, running: Arc<AtomicBool>) {
+/// Times an agent's duty cycles (its `do_work`, idling excluded) into two
+/// system counters: the longest so far, and how many took longer than a
+/// threshold (Aeron's "max cycle time" / "cycle time threshold exceeded").
+pub struct DutyCycleTracker {
+    max: CounterRef,
+    exceeded: CounterRef,
+    threshold_ns: i64,
+    max_ns: i64,
+}
+
+impl DutyCycleTracker {
+    /// A tracker writing to the system counters `max` and `exceeded`.
+    pub fn new(
+        system: &SystemCounters,
+        max: SystemCounter,
+        exceeded: SystemCounter,
+        threshold_ns: i64,
+    ) -> Self {
+        DutyCycleTracker {
+            max: system.get(max),
+            exceeded: system.get(exceeded),
+            threshold_ns,
+            max_ns: 0,
+        }
+    }
+
+    /// Records one duty cycle of `cycle_ns`.
+    #[inline]
+    pub fn record(&mut self, cycle_ns: i64) {
+        if cycle_ns > self.max_ns {
+            self.max_ns = cycle_ns;
+            self.max.set_ordered(cycle_ns);
+        }
+        if cycle_ns > self.threshold_ns {
+            self.exceeded.increment_ordered();
+        }
+    }
+}
+
+/// Runs `agents` in turn on the calling thread until `running` turns false,
+/// timing each one's duty cycle with its tracker.
+pub fn run_agents(
+    mut agents: Vec<(Box<dyn Agent>, DutyCycleTracker)>,
+    idle: IdleStrategy,
+    running: Arc<AtomicBool>,
+    clock: NanoClock,
+) {
     let mut idler = idle.idler();
     while running.load(Ordering::Acquire) {
         let mut work = 0;
-        for a in agents.iter_mut() {
-            work += a.do_work();
+        let mut start_ns = clock.now_ns();
+        for (agent, tracker) in agents.iter_mut() {
+            work += agent.do_work();
+            let end_ns = clock.now_ns();
+            tracker.record(end_ns - start_ns);
+            start_ns = end_ns;
         }
         idler.idle(work);
     }
-    for a in agents.iter_mut() {
-        a.on_close();
+    for (agent, _) in agents.iter_mut() {
+        agent.on_close();
     }
 }
 

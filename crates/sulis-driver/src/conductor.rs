@@ -181,6 +181,9 @@ fn parse_channel(
     Ok((uri, session))
 }
 
+/// A name resolution slower than this is counted (Aeron's default, 5 s).
+const NAME_RESOLVER_THRESHOLD_NS: i64 = 5_000_000_000;
+
 /// The conductor agent.
 pub struct DriverConductor {
     ctx: DriverContext,
@@ -1170,9 +1173,21 @@ impl DriverConductor {
         }
     }
 
-    fn resolve_udp(channel: &str, uri: &ChannelUri) -> Result<UdpChannel, CommandError> {
-        let udp = UdpChannel::from_uri(uri.clone())
-            .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+    /// Parses a UDP channel, resolving its host names (timed into the name
+    /// resolver counters: a slow DNS stalls the conductor).
+    fn resolve_udp(&mut self, channel: &str, uri: &ChannelUri) -> Result<UdpChannel, CommandError> {
+        let start = std::time::Instant::now();
+        let resolved = UdpChannel::from_uri(uri.clone());
+        let took_ns = start.elapsed().as_nanos() as i64;
+        let max = self.system.get(SystemCounter::NameResolverMaxTime);
+        if took_ns > max.get() {
+            max.set_ordered(took_ns);
+        }
+        if took_ns > NAME_RESOLVER_THRESHOLD_NS {
+            self.system
+                .increment(SystemCounter::NameResolverTimeThresholdExceeded);
+        }
+        let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
         if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
             return Err(CommandError::new(
                 error_code::NOT_SUPPORTED,
@@ -1193,7 +1208,7 @@ impl DriverConductor {
         fixed_session: Option<i32>,
         exclusive: bool,
     ) -> Result<(), CommandError> {
-        let udp = Self::resolve_udp(channel, uri)?;
+        let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
         let destination = udp.endpoint.expect("checked by resolve_udp");
         let key = udp.canonical.clone();
@@ -1376,7 +1391,7 @@ impl DriverConductor {
         uri: &ChannelUri,
         session_filter: Option<i32>,
     ) -> Result<(), CommandError> {
-        let udp = Self::resolve_udp(channel, uri)?;
+        let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
         let key = udp.canonical.clone();
         let endpoint_id = match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
@@ -1502,6 +1517,7 @@ impl DriverConductor {
         now_ns: i64,
     ) {
         let refuse = |this: &mut Self| {
+            this.system.increment(SystemCounter::ImagesRejected);
             let _ = this.net.receiver.send(ReceiverCommand::ImageRefused {
                 endpoint_id,
                 session_id: setup.session_id,
@@ -1601,6 +1617,7 @@ impl DriverConductor {
             session_id: setup.session_id,
             stream_id: setup.stream_id,
             endpoint_id,
+            channel: channel.clone(),
             source,
             logs,
             bits,
@@ -1751,6 +1768,20 @@ impl DriverConductor {
 
     fn on_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
         let mut work = 0;
+        let mapped: usize = self
+            .publications
+            .iter()
+            .map(|p| p.logs.mapped_length())
+            .chain(
+                self.net_publications
+                    .iter()
+                    .map(|p| p.publication.logs.mapped_length()),
+            )
+            .chain(self.images.iter().map(|i| i.image.logs.mapped_length()))
+            .sum();
+        self.system
+            .get(SystemCounter::BytesCurrentlyMapped)
+            .set_ordered(mapped as i64);
         // Client liveness: the heartbeat counter holds the client's last epoch ms.
         let timeout_ms = (self.ctx.client_liveness_timeout_ns / 1_000_000) as i64;
         let reader = self.counters.reader();

@@ -114,6 +114,12 @@ pub struct DriverContext {
     pub publication_linger_timeout_ns: u64,
     /// Period of the conductor's timer checks.
     pub timer_interval_ns: u64,
+    /// A conductor duty cycle longer than this is counted.
+    pub conductor_cycle_threshold_ns: u64,
+    /// A sender duty cycle longer than this is counted.
+    pub sender_cycle_threshold_ns: u64,
+    /// A receiver duty cycle longer than this is counted.
+    pub receiver_cycle_threshold_ns: u64,
     /// Client-side timeout for the driver's heartbeat (written to the CnC).
     pub driver_timeout_ns: u64,
     /// To-driver ring buffer data length (power of two; trailer added).
@@ -124,6 +130,8 @@ pub struct DriverContext {
     pub counters_buffer_length: usize,
     /// Error log length.
     pub error_buffer_length: usize,
+    /// Loss report (`loss-report.dat`) length.
+    pub loss_report_buffer_length: usize,
     /// Freed counter ids are reused only after this long.
     pub counter_free_to_reuse_timeout_ns: u64,
     /// SO_SNDBUF of UDP sockets (0 = OS default).
@@ -328,6 +336,30 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_ns
     ),
     opt!(
+        conductor_cycle_threshold_ns,
+        "SULIS_CONDUCTOR_CYCLE_THRESHOLD",
+        "duration",
+        "Conductor duty cycles longer than this are counted (system counter 27).",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        sender_cycle_threshold_ns,
+        "SULIS_SENDER_CYCLE_THRESHOLD",
+        "duration",
+        "Sender duty cycles longer than this are counted (system counter 29).",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
+        receiver_cycle_threshold_ns,
+        "SULIS_RECEIVER_CYCLE_THRESHOLD",
+        "duration",
+        "Receiver duty cycles longer than this are counted (system counter 31).",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
         driver_timeout_ns,
         "SULIS_DRIVER_TIMEOUT",
         "duration",
@@ -364,6 +396,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         "SULIS_ERROR_BUFFER_LENGTH",
         "bytes",
         "Distinct error log length.",
+        size_usize,
+        show_size
+    ),
+    opt!(
+        loss_report_buffer_length,
+        "SULIS_LOSS_REPORT_BUFFER_LENGTH",
+        "bytes",
+        "Loss report file (loss-report.dat) length: one entry per image that lost data.",
         size_usize,
         show_size
     ),
@@ -554,11 +594,15 @@ impl Default for DriverContext {
             publication_unblock_timeout_ns: 15_000_000_000,
             publication_linger_timeout_ns: 5_000_000_000,
             timer_interval_ns: 1_000_000_000,
+            conductor_cycle_threshold_ns: 1_000_000_000,
+            sender_cycle_threshold_ns: 1_000_000_000,
+            receiver_cycle_threshold_ns: 1_000_000_000,
             driver_timeout_ns: 10_000_000_000,
             conductor_buffer_length: 1024 * 1024,
             clients_buffer_length: 1024 * 1024,
             counters_buffer_length: 1024 * 1024,
             error_buffer_length: 1024 * 1024,
+            loss_report_buffer_length: 1024 * 1024,
             counter_free_to_reuse_timeout_ns: 1_000_000_000,
             socket_sndbuf_length: 2 * 1024 * 1024,
             socket_rcvbuf_length: 2 * 1024 * 1024,
@@ -668,6 +712,12 @@ impl DriverContext {
             return Err(format!(
                 "error_buffer_length: {} must be a multiple of 8, at least 1024",
                 self.error_buffer_length
+            ));
+        }
+        if self.loss_report_buffer_length < 1024 || self.loss_report_buffer_length % 64 != 0 {
+            return Err(format!(
+                "loss_report_buffer_length: {} must be a multiple of 64, at least 1024",
+                self.loss_report_buffer_length
             ));
         }
         if self.loss_max_gaps == 0 || self.loss_max_gaps > 256 {

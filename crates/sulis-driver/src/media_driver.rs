@@ -9,17 +9,20 @@
 //! drop(driver); // stops the agents
 //! ```
 
-use crate::agent::{run_agents, Agent, NanoClock};
+use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
 use crate::loss::LossGenerator;
 use crate::receiver::{Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
+use crate::system_counters::SystemCounter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use sulis_concurrent::cnc::{epoch_ms, Cnc, CncHeader};
+use sulis_concurrent::loss_report::LOSS_REPORT_FILE;
+use sulis_concurrent::mapped_file::MappedFile;
 use sulis_concurrent::{broadcast, mpsc_ring_buffer};
 use sulis_protocol::cnc_descriptor::{CncLayout, CNC_FILE};
 
@@ -128,6 +131,7 @@ impl MediaDriver {
         let conductor = DriverConductor::new(ctx.clone(), cnc.clone(), clock, links)
             .map_err(DriverError::Config)?;
         let errors = conductor.error_reporter();
+        let errors_for_trackers = errors.clone();
         let seed = ctx.loss_seed;
         let loss =
             |spec, salt: u64| LossGenerator::new(spec, seed ^ salt.wrapping_mul(0x9E37_79B9));
@@ -150,6 +154,11 @@ impl MediaDriver {
             let t = epoch_ms() as u64 ^ ((std::process::id() as u64) << 32);
             crate::loss::XorShift64::new(t).next_u64() as i64
         };
+        let loss_file = MappedFile::create(
+            &dir.join(LOSS_REPORT_FILE),
+            ctx.loss_report_buffer_length,
+            ctx.term_buffer_sparse_file,
+        )?;
         let receiver = Receiver::new(
             receiver_rx,
             events_tx,
@@ -167,27 +176,48 @@ impl MediaDriver {
                 control_send_loss: loss(ctx.send_control_loss, 6),
             },
             errors,
-        );
+        )
+        .with_loss_report(loss_file);
         cnc.signal_ready();
 
         let running = Arc::new(AtomicBool::new(true));
         let idle = ctx.idle_strategy;
-        let groups: Vec<(&str, Vec<Box<dyn Agent>>)> = match ctx.threading_mode {
-            ThreadingMode::Shared => vec![(
-                "sulis-driver-shared",
-                vec![Box::new(conductor), Box::new(sender), Box::new(receiver)],
-            )],
+        let system = *errors_for_trackers.system();
+        let tracked = |agent: Box<dyn Agent>, max, exceeded, threshold_ns: u64| {
+            let tracker = DutyCycleTracker::new(&system, max, exceeded, threshold_ns as i64);
+            (agent, tracker)
+        };
+        let conductor = tracked(
+            Box::new(conductor),
+            SystemCounter::ConductorMaxCycleTime,
+            SystemCounter::ConductorCycleTimeThresholdExceeded,
+            ctx.conductor_cycle_threshold_ns,
+        );
+        let sender = tracked(
+            Box::new(sender),
+            SystemCounter::SenderMaxCycleTime,
+            SystemCounter::SenderCycleTimeThresholdExceeded,
+            ctx.sender_cycle_threshold_ns,
+        );
+        let receiver = tracked(
+            Box::new(receiver),
+            SystemCounter::ReceiverMaxCycleTime,
+            SystemCounter::ReceiverCycleTimeThresholdExceeded,
+            ctx.receiver_cycle_threshold_ns,
+        );
+        let groups: Vec<(&str, Vec<(Box<dyn Agent>, DutyCycleTracker)>)> = match ctx.threading_mode
+        {
+            ThreadingMode::Shared => {
+                vec![("sulis-driver-shared", vec![conductor, sender, receiver])]
+            }
             ThreadingMode::SharedNetwork => vec![
-                ("sulis-driver-conductor", vec![Box::new(conductor)]),
-                (
-                    "sulis-driver-network",
-                    vec![Box::new(sender), Box::new(receiver)],
-                ),
+                ("sulis-driver-conductor", vec![conductor]),
+                ("sulis-driver-network", vec![sender, receiver]),
             ],
             ThreadingMode::Dedicated => vec![
-                ("sulis-driver-conductor", vec![Box::new(conductor)]),
-                ("sulis-driver-sender", vec![Box::new(sender)]),
-                ("sulis-driver-receiver", vec![Box::new(receiver)]),
+                ("sulis-driver-conductor", vec![conductor]),
+                ("sulis-driver-sender", vec![sender]),
+                ("sulis-driver-receiver", vec![receiver]),
             ],
         };
         let mut threads = Vec::new();
@@ -195,7 +225,7 @@ impl MediaDriver {
             let r = running.clone();
             let spawned = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || run_agents(agents, idle, r));
+                .spawn(move || run_agents(agents, idle, r, clock));
             match spawned {
                 Ok(h) => threads.push(h),
                 Err(e) => {

@@ -42,6 +42,8 @@ pub struct PublicationImage {
     pub stream_id: i32,
     /// Conductor's id of the receive endpoint.
     pub endpoint_id: u64,
+    /// Channel of the subscription that asked for it (for reports).
+    pub channel: String,
     /// Where the publication's frames come from; status messages and NAKs go here.
     pub source: SocketAddr,
     /// The log.

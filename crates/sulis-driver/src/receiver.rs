@@ -27,7 +27,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
+use sulis_concurrent::cnc::epoch_ms;
 use sulis_concurrent::logbuffer::{self, term_rebuilder};
+use sulis_concurrent::loss_report::{EntryHandle, LossReport};
+use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::frame::{
     decode_datagram, parse_data_datagram, DataDatagram, Frame, FrameHeader, NakFrame, SetupFrame,
     StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK,
@@ -130,6 +133,8 @@ struct ReceiverImage {
     last_sm_position: i64,
     time_of_last_sm_ns: i64,
     clean_position: i64,
+    /// This image's loss report entry, once it lost something.
+    loss_entry: Option<EntryHandle>,
 }
 
 struct Pending {
@@ -184,6 +189,9 @@ pub struct Receiver {
     /// Receive buffers; taken out (not copied) while their datagrams are handled.
     recv: Option<RecvBatch>,
     naks: Vec<(i32, i32, i32)>,
+    /// The loss report and the file it lives in.
+    loss_report: Option<(LossReport, MappedFile)>,
+    loss_report_full: bool,
 }
 
 impl Receiver {
@@ -204,6 +212,52 @@ impl Receiver {
             errors,
             recv: Some(RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32)),
             naks: Vec::new(),
+            loss_report: None,
+            loss_report_full: false,
+        }
+    }
+
+    /// Records every gap the images detect in the loss report mapped from `file`.
+    pub fn with_loss_report(mut self, file: MappedFile) -> Self {
+        self.loss_report = Some((LossReport::new(file.buffer()), file));
+        self
+    }
+
+    /// Adds `gaps` newly detected gaps of `bytes` in all to the image's entry.
+    fn report_loss(&mut self, ep: usize, ii: usize, gaps: u64, bytes: i64) {
+        let Some((report, _)) = self.loss_report.as_mut() else {
+            return;
+        };
+        let now_ms = epoch_ms();
+        let ri = &mut self.endpoints[ep].images[ii];
+        match ri.loss_entry {
+            Some(entry) => report.record_observation(entry, gaps as i64, bytes, now_ms),
+            None => {
+                let img = &ri.img;
+                match report.create_entry(
+                    bytes,
+                    now_ms,
+                    img.session_id,
+                    img.stream_id,
+                    &img.channel,
+                    &img.source.to_string(),
+                ) {
+                    Some(entry) => {
+                        if gaps > 1 {
+                            report.record_observation(entry, gaps as i64 - 1, 0, now_ms);
+                        }
+                        ri.loss_entry = Some(entry);
+                    }
+                    None if !self.loss_report_full => {
+                        self.loss_report_full = true;
+                        self.errors.record(
+                            "loss report is full: losses of further images are not reported \
+                             (raise loss_report_buffer_length)",
+                        );
+                    }
+                    None => {}
+                }
+            }
         }
     }
 
@@ -270,6 +324,7 @@ impl Receiver {
                     last_sm_position: join,
                     time_of_last_sm_ns: i64::MIN / 2,
                     clean_position: join,
+                    loss_entry: None,
                 });
             }
             ReceiverCommand::ImageRefused {
@@ -548,6 +603,7 @@ impl Receiver {
             }
         }
         img.rcv_pos.set_ordered(ri.rebuild_position);
+        let new_loss = ri.loss.take_new_loss();
 
         let consumed = img.min_subscriber_position().unwrap_or(ri.rebuild_position);
         let threshold = (img.window_length / 4) as i64;
@@ -613,6 +669,9 @@ impl Receiver {
             self.send_control(ep, &buf[..len], img.source);
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
+        }
+        if new_loss.0 > 0 {
+            self.report_loss(ep, ii, new_loss.0, new_loss.1);
         }
         work
     }

@@ -137,6 +137,12 @@ impl SystemCounters {
         system
             .get(SystemCounter::ControlProtocolVersion)
             .set_ordered(0x01_00_00);
+        // As Aeron: major << 16 | minor << 8 | patch.
+        let part = |s: &str| s.parse::<i64>().unwrap_or(0).clamp(0, 255);
+        let version = (part(env!("CARGO_PKG_VERSION_MAJOR")) << 16)
+            | (part(env!("CARGO_PKG_VERSION_MINOR")) << 8)
+            | part(env!("CARGO_PKG_VERSION_PATCH"));
+        system.get(SystemCounter::SulisVersion).set_ordered(version);
         Ok(system)
     }
 

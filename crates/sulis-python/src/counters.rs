@@ -2,12 +2,17 @@
 //! driver's CnC file that work for a driver in any process.
 
 use crate::errors::DriverTimeoutError;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use sulis_concurrent::cnc::Cnc;
 use sulis_concurrent::counters::CountersReader;
 use sulis_concurrent::error_log::read_error_log;
+use sulis_concurrent::loss_report::{
+    read_loss_report as read_loss_report_buffer, LOSS_REPORT_FILE,
+};
+use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
 
 fn open_cnc(dir: &str) -> PyResult<Cnc> {
@@ -104,4 +109,32 @@ pub fn read_errors(dir: &str) -> PyResult<Vec<(i32, i64, i64, String)>> {
         out.push((count, first, last, text.to_string()))
     });
     Ok(out)
+}
+
+/// The loss report of the driver in `dir` (`loss-report.dat`): one dict per
+/// image that lost data (observation_count, total_bytes_lost,
+/// first_observation_ms, last_observation_ms, session_id, stream_id, channel,
+/// source).
+#[pyfunction]
+pub fn read_loss_report<'py>(py: Python<'py>, dir: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let path = Path::new(dir).join(LOSS_REPORT_FILE);
+    let file = MappedFile::open(&path)
+        .map_err(|e| DriverTimeoutError::new_err(format!("no loss report in {dir}: {e}")))?;
+    let entries = read_loss_report_buffer(&file.buffer())
+        .map_err(|e| PyValueError::new_err(format!("{}: {e}", path.display())))?;
+    entries
+        .into_iter()
+        .map(|e| {
+            let d = PyDict::new(py);
+            d.set_item("observation_count", e.observation_count)?;
+            d.set_item("total_bytes_lost", e.total_bytes_lost)?;
+            d.set_item("first_observation_ms", e.first_observation_ms)?;
+            d.set_item("last_observation_ms", e.last_observation_ms)?;
+            d.set_item("session_id", e.session_id)?;
+            d.set_item("stream_id", e.stream_id)?;
+            d.set_item("channel", e.channel)?;
+            d.set_item("source", e.source)?;
+            Ok(d)
+        })
+        .collect()
 }

@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<subscription::PyFragmentAssembler>()?;
     m.add_class::<counters::PyCountersReader>()?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::read_loss_report, m)?)?;
     m.add_function(wrap_pyfunction!(driver::driver_config, m)?)?;
     m.add_function(wrap_pyfunction!(driver::active_driver, m)?)?;
     m.add_function(wrap_pyfunction!(parse_channel, m)?)?;

@@ -218,6 +218,11 @@ impl LogBuffers {
         self.file.path()
     }
 
+    /// Bytes of the mapped file (terms and metadata).
+    pub fn mapped_length(&self) -> usize {
+        self.file.len()
+    }
+
     /// Initial term id from the metadata.
     pub fn initial_term_id(&self) -> i32 {
         self.meta.get_i32(LOG_INITIAL_TERM_ID_OFFSET)

@@ -63,6 +63,9 @@ pub struct LossDetector {
     next: Vec<TrackedGap>,
     naks_sent: u64,
     gaps_detected: u64,
+    /// Gaps detected since the last [`LossDetector::take_new_loss`], and their bytes.
+    new_gaps: u64,
+    new_bytes: i64,
 }
 
 impl std::fmt::Debug for LossDetector {
@@ -89,6 +92,8 @@ impl LossDetector {
             next: Vec::with_capacity(max_gaps),
             naks_sent: 0,
             gaps_detected: 0,
+            new_gaps: 0,
+            new_bytes: 0,
         }
     }
 
@@ -111,6 +116,15 @@ impl LossDetector {
     /// tracked one); the loss report's count.
     pub fn gaps_detected(&self) -> u64 {
         self.gaps_detected
+    }
+
+    /// Gaps newly detected since the last call and their total length at
+    /// detection (for the loss report); resets both.
+    pub fn take_new_loss(&mut self) -> (u64, i64) {
+        let taken = (self.new_gaps, self.new_bytes);
+        self.new_gaps = 0;
+        self.new_bytes = 0;
+        taken
     }
 
     /// Forgets every tracked gap (for example when an image is rejoined).
@@ -187,6 +201,8 @@ impl LossDetector {
                 None => {
                     work += 1;
                     self.gaps_detected += 1;
+                    self.new_gaps += 1;
+                    self.new_bytes += gap.length as i64;
                     let expiry_ns = if self.delay.should_feedback_immediately() {
                         now_ns
                     } else {
@@ -277,6 +293,12 @@ mod tests {
         let (rebuild, work, naks) = scan(&mut detector, &term, 0, hwm, 0);
         assert_eq!((rebuild, work), (1024, 1), "gap detected, timer armed");
         assert!(naks.is_empty());
+        assert_eq!(
+            detector.take_new_loss(),
+            (1, 1024),
+            "one loss for the report"
+        );
+        assert_eq!(detector.take_new_loss(), (0, 0));
         assert!(scan(&mut detector, &term, 1024, hwm, DELAY_NS - 1)
             .2
             .is_empty());
@@ -302,6 +324,11 @@ mod tests {
         assert_eq!(detector.naks_sent(), 4);
         assert_eq!(detector.gaps()[0].naks_sent, 4);
         assert_eq!(detector.gaps_detected(), 1);
+        assert_eq!(
+            detector.take_new_loss(),
+            (0, 0),
+            "retries are not new losses"
+        );
     }
 
     #[test]
