@@ -134,6 +134,8 @@ pub struct DriverContext {
     pub loss_report_buffer_length: usize,
     /// Freed counter ids are reused only after this long.
     pub counter_free_to_reuse_timeout_ns: u64,
+    /// Use UDP segmentation offload (send) and receive coalescing where the kernel has them.
+    pub udp_offload: bool,
     /// SO_SNDBUF of UDP sockets (0 = OS default).
     pub socket_sndbuf_length: usize,
     /// SO_RCVBUF of UDP sockets (0 = OS default).
@@ -416,6 +418,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_ns
     ),
     opt!(
+        udp_offload,
+        "SULIS_UDP_OFFLOAD",
+        "bool",
+        "UDP segmentation offload (GSO) for sends and receive coalescing (GRO) where the kernel has them.",
+        parse_bool,
+        show_bool
+    ),
+    opt!(
         socket_sndbuf_length,
         "SULIS_SOCKET_SNDBUF_LENGTH",
         "bytes",
@@ -604,6 +614,7 @@ impl Default for DriverContext {
             error_buffer_length: 1024 * 1024,
             loss_report_buffer_length: 1024 * 1024,
             counter_free_to_reuse_timeout_ns: 1_000_000_000,
+            udp_offload: true,
             socket_sndbuf_length: 2 * 1024 * 1024,
             socket_rcvbuf_length: 2 * 1024 * 1024,
             initial_window_length: 128 * 1024,

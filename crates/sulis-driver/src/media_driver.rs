@@ -147,6 +147,7 @@ impl MediaDriver {
                 data_loss: loss(ctx.send_data_loss, 1),
                 control_send_loss: loss(ctx.send_control_loss, 2),
                 control_receive_loss: loss(ctx.receive_control_loss, 3),
+                gso: ctx.udp_offload,
             },
             errors.clone(),
         );
@@ -174,6 +175,7 @@ impl MediaDriver {
                 data_loss: loss(ctx.receive_data_loss, 4),
                 control_receive_loss: loss(ctx.receive_control_loss, 5),
                 control_send_loss: loss(ctx.send_control_loss, 6),
+                gro: ctx.udp_offload,
             },
             errors,
         )

@@ -123,6 +123,8 @@ pub struct ReceiverConfig {
     pub control_receive_loss: LossGenerator,
     /// Loss on control frames sent (SM, NAK).
     pub control_send_loss: LossGenerator,
+    /// Let the kernel coalesce received datagrams (UDP GRO).
+    pub gro: bool,
 }
 
 struct ReceiverImage {
@@ -268,6 +270,9 @@ impl Receiver {
     fn on_command(&mut self, cmd: ReceiverCommand) {
         match cmd {
             ReceiverCommand::AddEndpoint { id, transport } => {
+                if self.cfg.gro {
+                    transport.enable_gro();
+                }
                 self.endpoints.push(ReceiveEndpoint {
                     id,
                     transport,
@@ -390,7 +395,10 @@ impl Receiver {
                     self.errors
                         .system()
                         .add(SystemCounter::BytesReceived, bytes.len() as i64);
-                    self.on_datagram(ep, bytes, src, now_ns);
+                    // One datagram, or several the kernel coalesced (GRO).
+                    for datagram in bytes.chunks(batch.segment_size(i).max(1)) {
+                        self.on_datagram(ep, datagram, src, now_ns);
+                    }
                 }
             }
             work += n;

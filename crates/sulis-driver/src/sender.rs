@@ -86,6 +86,8 @@ pub struct SenderConfig {
     pub control_send_loss: LossGenerator,
     /// Loss on control frames received (SM, NAK, RTTM).
     pub control_receive_loss: LossGenerator,
+    /// Send runs of full datagrams as one message for the kernel to split (UDP GSO).
+    pub gso: bool,
 }
 
 struct SenderPublication {
@@ -139,11 +141,14 @@ impl Sender {
 
     fn on_command(&mut self, cmd: SenderCommand, now_ns: i64) {
         match cmd {
-            SenderCommand::AddEndpoint { id, transport } => self.endpoints.push(SendEndpoint {
-                id,
-                transport,
-                publications: Vec::new(),
-            }),
+            SenderCommand::AddEndpoint { id, transport } => {
+                transport.set_gso(self.cfg.gso);
+                self.endpoints.push(SendEndpoint {
+                    id,
+                    transport,
+                    publications: Vec::new(),
+                })
+            }
             SenderCommand::RemoveEndpoint { id } => self.endpoints.retain(|e| e.id != id),
             SenderCommand::AddPublication {
                 endpoint_id,

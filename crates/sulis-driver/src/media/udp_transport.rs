@@ -4,6 +4,19 @@
 //! call sends several, so message rates are not capped by one system call
 //! per datagram. Sockets are made with socket2 so buffer sizes, address reuse
 //! and multicast options are set before binding.
+//!
+//! Where the kernel has them (Linux ≥ 4.18 / 5.0), UDP segmentation offload
+//! and receive coalescing cut the per-datagram cost further:
+//!
+//! * **GSO** (`UDP_SEGMENT`): consecutive datagrams of one batch that have the
+//!   same length and lie back to back in memory (full-MTU datagrams of a term
+//!   do) go to the kernel as one message that it splits into datagrams; on the
+//!   wire nothing changes, so any receiver, Aeron's included, sees ordinary
+//!   datagrams. If the kernel refuses it, the socket falls back to one
+//!   message per datagram for good.
+//! * **GRO** (`UDP_GRO`): the kernel may hand over several datagrams of one
+//!   flow in one buffer with their segment size; [`RecvBatch::get`] returns
+//!   the buffer and [`RecvBatch::segment_size`] how to split it.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -16,6 +29,17 @@ pub const MAX_UDP_PAYLOAD_LENGTH: usize = 65504;
 
 /// Datagrams per `sendmmsg` call in [`UdpTransport::send_batch`].
 pub const SEND_BATCH_MAX: usize = 64;
+
+// <netinet/udp.h>; not in every libc crate target.
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Most segments the kernel takes in one GSO send (UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send (an IP datagram's payload less the UDP header).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Control-message room per received message (one `UDP_GRO` int, aligned).
+const RECV_CONTROL_LEN: usize = 64;
 
 /// Socket settings of a channel.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +56,8 @@ pub struct SocketOptions {
 pub struct UdpTransport {
     socket: UdpSocket,
     local: SocketAddr,
+    /// Send runs of equal datagrams as one GSO message (off once the kernel refuses).
+    gso: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -48,6 +74,9 @@ pub struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     iovecs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    /// `RECV_CONTROL_LEN` bytes per message for the GRO segment size (u64 for alignment).
+    control: Vec<u64>,
+    segment_sizes: Vec<usize>,
     count: usize,
 }
 
@@ -66,6 +95,8 @@ impl RecvBatch {
             addrs: vec![unsafe { zeroed() }; capacity],
             iovecs: Vec::with_capacity(capacity),
             msgs: Vec::with_capacity(capacity),
+            control: vec![0u64; capacity * RECV_CONTROL_LEN / 8],
+            segment_sizes: vec![0; capacity],
             count: 0,
         };
         for i in 0..capacity {
@@ -80,6 +111,9 @@ impl RecvBatch {
             hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             hdr.msg_iov = &mut b.iovecs[i];
             hdr.msg_iovlen = 1;
+            hdr.msg_control = unsafe { b.control.as_mut_ptr().add(i * RECV_CONTROL_LEN / 8) }
+                as *mut libc::c_void;
+            hdr.msg_controllen = RECV_CONTROL_LEN as _;
             b.msgs.push(libc::mmsghdr {
                 msg_hdr: hdr,
                 msg_len: 0,
@@ -98,11 +132,41 @@ impl RecvBatch {
         self.count == 0
     }
 
-    /// Datagram `i` of the last call and its source.
+    /// Buffer `i` of the last call and its source: one datagram, or several
+    /// of [`RecvBatch::segment_size`] bytes each (the last may be shorter)
+    /// when the kernel coalesced them (GRO).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
         let data = &self.data[i * self.slot_len..i * self.slot_len + self.lens[i]];
         (data, socket_addr(&self.addrs[i]))
     }
+}
+
+impl RecvBatch {
+    /// Segment size of buffer `i`: its whole length unless GRO coalesced
+    /// several datagrams into it.
+    pub fn segment_size(&self, i: usize) -> usize {
+        match self.segment_sizes[i] {
+            0 => self.lens[i],
+            n => n,
+        }
+    }
+}
+
+/// The `UDP_GRO` segment size in a received message's control data (0 if none).
+fn gro_segment_size(hdr: &libc::msghdr) -> usize {
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+    // bounded by msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
+                let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
+                return std::ptr::read_unaligned(data).max(0) as usize;
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    0
 }
 
 /// Converts a kernel-filled sockaddr to a `SocketAddr` (IPv4 and IPv6 only).
@@ -158,7 +222,38 @@ impl UdpTransport {
         })?;
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
-        Ok(UdpTransport { socket, local })
+        Ok(UdpTransport {
+            socket,
+            local,
+            gso: std::sync::atomic::AtomicBool::new(true),
+        })
+    }
+
+    /// Stops (or allows again) sending runs of datagrams as one GSO message.
+    pub fn set_gso(&self, on: bool) {
+        self.gso.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// True while runs of datagrams go out as GSO messages.
+    pub fn gso(&self) -> bool {
+        self.gso.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Asks the kernel to coalesce received datagrams (GRO); false where it
+    /// cannot (then every buffer holds one datagram, as before).
+    pub fn enable_gro(&self) -> bool {
+        let on: libc::c_int = 1;
+        // SAFETY: plain setsockopt with a c_int value.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                SOL_UDP,
+                UDP_GRO,
+                &on as *const libc::c_int as *const libc::c_void,
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        rc == 0
     }
 
     /// The bound address (with the real port when bound to port 0).
@@ -181,6 +276,7 @@ impl UdpTransport {
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         for (i, m) in batch.msgs.iter_mut().enumerate() {
             m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_controllen = RECV_CONTROL_LEN as _;
             m.msg_len = 0;
             batch.iovecs[i].iov_len = batch.slot_len;
         }
@@ -205,6 +301,12 @@ impl UdpTransport {
         let n = n as usize;
         for i in 0..n {
             batch.lens[i] = batch.msgs[i].msg_len as usize;
+            let hdr = &batch.msgs[i].msg_hdr;
+            batch.segment_sizes[i] = if hdr.msg_controllen > 0 {
+                gro_segment_size(hdr)
+            } else {
+                0
+            };
         }
         batch.count = n;
         Ok(n)
@@ -220,8 +322,9 @@ impl UdpTransport {
     }
 
     /// Sends several datagrams to one address with `sendmmsg` (one call per
-    /// [`SEND_BATCH_MAX`] datagrams, headers on the stack); returns how many
-    /// were sent (fewer when the socket buffer filled up).
+    /// [`SEND_BATCH_MAX`] datagrams, headers on the stack; runs of equal,
+    /// adjacent datagrams as one GSO message each); returns how many
+    /// datagrams were sent (fewer when the socket buffer filled up).
     pub fn send_batch(&self, datagrams: &[&[u8]], to: SocketAddr) -> io::Result<usize> {
         let addr = SockAddr::from(to);
         let mut sent = 0;
@@ -236,15 +339,53 @@ impl UdpTransport {
     }
 
     fn send_chunk(&self, datagrams: &[&[u8]], addr: &SockAddr) -> io::Result<usize> {
+        let gso = self.gso();
+        match self.send_messages(datagrams, addr, gso) {
+            Err(e) if gso && gso_refused(&e) => {
+                // This kernel or route cannot segment: plain datagrams from now on.
+                self.set_gso(false);
+                self.send_messages(datagrams, addr, false)
+            }
+            other => other,
+        }
+    }
+
+    /// One `sendmmsg`: one message per datagram, or per run of datagrams when
+    /// `gso`. Returns the datagrams sent.
+    fn send_messages(&self, datagrams: &[&[u8]], addr: &SockAddr, gso: bool) -> io::Result<usize> {
         use std::mem::MaybeUninit;
         debug_assert!(datagrams.len() <= SEND_BATCH_MAX);
         // Only the headers in use are written: no per-call zeroing of the whole array.
         let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; SEND_BATCH_MAX];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; SEND_BATCH_MAX];
-        for (i, d) in datagrams.iter().enumerate() {
-            let iov = iovecs[i].write(libc::iovec {
-                iov_base: d.as_ptr() as *mut libc::c_void,
-                iov_len: d.len(),
+        // One UDP_SEGMENT control message per GSO message (u64s for alignment).
+        let mut controls = [[0u64; 4]; SEND_BATCH_MAX];
+        let mut runs = [0usize; SEND_BATCH_MAX];
+        let mut count = 0;
+        let mut i = 0;
+        while i < datagrams.len() {
+            let first = datagrams[i];
+            let seg = first.len();
+            let mut run = 1;
+            let mut len = seg;
+            if gso && seg > 0 {
+                // Equal datagrams back to back in memory; the last may be shorter.
+                while i + run < datagrams.len() && run < GSO_MAX_SEGMENTS {
+                    let next = datagrams[i + run];
+                    let adjacent = next.as_ptr() == first.as_ptr().wrapping_add(len);
+                    if !adjacent || next.len() > seg || len + next.len() > GSO_MAX_BYTES {
+                        break;
+                    }
+                    len += next.len();
+                    run += 1;
+                    if next.len() < seg {
+                        break;
+                    }
+                }
+            }
+            let iov = iovecs[count].write(libc::iovec {
+                iov_base: first.as_ptr() as *mut libc::c_void,
+                iov_len: len,
             });
             // SAFETY: an all-zero msghdr is a valid empty header.
             let mut hdr: libc::msghdr = unsafe { zeroed() };
@@ -252,18 +393,36 @@ impl UdpTransport {
             hdr.msg_namelen = addr.len();
             hdr.msg_iov = iov;
             hdr.msg_iovlen = 1;
-            msgs[i].write(libc::mmsghdr {
+            if run > 1 {
+                let control = &mut controls[count];
+                // SAFETY: the buffer holds CMSG_SPACE(2) bytes, aligned for cmsghdr.
+                unsafe {
+                    let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                    debug_assert!(space <= size_of::<[u64; 4]>());
+                    hdr.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+                    hdr.msg_controllen = space as _;
+                    let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+                    (*cmsg).cmsg_level = SOL_UDP;
+                    (*cmsg).cmsg_type = UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, seg as u16);
+                }
+            }
+            msgs[count].write(libc::mmsghdr {
                 msg_hdr: hdr,
                 msg_len: 0,
             });
+            runs[count] = run;
+            count += 1;
+            i += run;
         }
         // SAFETY: every pointer refers to live buffers for the duration of the call.
         let n = unsafe {
             libc::sendmmsg(
                 self.socket.as_raw_fd(),
-                // The first datagrams.len() headers were written above.
+                // The first `count` headers were written above.
                 msgs.as_mut_ptr() as *mut libc::mmsghdr,
-                datagrams.len() as libc::c_uint,
+                count as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
         };
@@ -274,8 +433,16 @@ impl UdpTransport {
                 _ => Err(e),
             };
         }
-        Ok(n as usize)
+        Ok(runs[..n as usize].iter().sum())
     }
+}
+
+/// Errors with which a kernel or device refuses UDP segmentation offload.
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP)
+    )
 }
 
 #[cfg(test)]
@@ -309,6 +476,78 @@ mod tests {
             0,
             "nothing left: non-blocking"
         );
+    }
+
+    /// Receives until `count` datagrams arrived, splitting coalesced buffers.
+    fn receive(rx: &UdpTransport, count: usize) -> (Vec<Vec<u8>>, usize) {
+        let mut batch = RecvBatch::new(8, 65536);
+        let mut got = Vec::new();
+        let mut buffers = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while got.len() < count && std::time::Instant::now() < deadline {
+            let n = rx.recv_batch(&mut batch).unwrap();
+            for i in 0..n {
+                let (d, _) = batch.get(i);
+                buffers += 1;
+                got.extend(d.chunks(batch.segment_size(i)).map(|c| c.to_vec()));
+            }
+        }
+        (got, buffers)
+    }
+
+    /// A term-like buffer cut into datagrams: runs of full-size ones with shorter ones between.
+    fn term_datagrams(term: &[u8]) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut offset = 0;
+        for len in [1408usize, 1408, 1408, 640, 1408, 1408, 96, 1408] {
+            out.push(&term[offset..offset + len]);
+            offset += len;
+        }
+        out
+    }
+
+    #[test]
+    fn should_send_runs_of_equal_adjacent_datagrams_with_gso_as_ordinary_datagrams() {
+        let rx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let tx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let term: Vec<u8> = (0..16384u32).map(|i| (i * 7 % 251) as u8).collect();
+        let datagrams = term_datagrams(&term);
+        assert!(tx.gso());
+        assert_eq!(tx.send_batch(&datagrams, rx.local_addr()).unwrap(), 8);
+        // Without GRO the receiver sees each datagram on its own, whatever the sender did.
+        let (got, buffers) = receive(&rx, 8);
+        assert_eq!(got, datagrams);
+        assert_eq!(buffers, 8);
+        // The same with GSO off.
+        tx.set_gso(false);
+        assert_eq!(tx.send_batch(&datagrams, rx.local_addr()).unwrap(), 8);
+        assert_eq!(receive(&rx, 8).0, datagrams);
+    }
+
+    #[test]
+    fn should_split_datagrams_the_kernel_coalesced() {
+        let rx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let tx =
+            UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        if !rx.enable_gro() {
+            eprintln!("UDP_GRO not available on this kernel: nothing to test");
+            return;
+        }
+        let term: Vec<u8> = (0..16384u32).map(|i| (i * 13 % 241) as u8).collect();
+        let datagrams = term_datagrams(&term);
+        assert_eq!(tx.send_batch(&datagrams, rx.local_addr()).unwrap(), 8);
+        let (got, buffers) = receive(&rx, 8);
+        assert_eq!(
+            got, datagrams,
+            "same datagrams, same boundaries, same order"
+        );
+        if tx.gso() {
+            // GSO runs arrive as one buffer each: 1408×3+640, 1408×2+96, 1408.
+            assert_eq!(buffers, 3);
+        }
     }
 
     #[test]
