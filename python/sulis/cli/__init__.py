@@ -70,5 +70,17 @@ def demo(messages: int, size: int, round_trips: int, dir_: str | None) -> None:
     sys.exit(run(messages=messages, size=size, round_trips=round_trips, dir=dir_))
 
 
+# Operator tools, each in its own module: sulis stat, streams, errors, loss.
+from .errors import errors as _errors_command  # noqa: E402
+from .loss import loss as _loss_command  # noqa: E402
+from .stat import stat as _stat_command  # noqa: E402
+from .streams import streams as _streams_command  # noqa: E402
+
+main.add_command(_stat_command, "stat")
+main.add_command(_streams_command, "streams")
+main.add_command(_errors_command, "errors")
+main.add_command(_loss_command, "loss")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,162 @@
+"""``sulis stat --prometheus HOST:PORT``: the driver's counters at ``/metrics``
+in Prometheus' text format, read from the CnC file afresh on every scrape.
+
+Metrics:
+
+- ``sulis_driver_up``: 1 while a live driver owns the directory, else 0 (and
+  nothing else is reported). The server keeps running while the driver is
+  away and picks up a restarted driver.
+- ``sulis_driver_start_time_seconds``, ``sulis_driver_build_info{version}``.
+- every system counter, named from its label (``NAKs sent`` ->
+  ``sulis_naks_sent_total``); the few that are levels, not counts (max cycle
+  times, bytes mapped, idle-strategy status, protocol version), as gauges.
+- ``sulis_stream_position{type,channel,stream_id,session_id,registration_id}``:
+  each per-stream counter (type pub-lmt, pub-pos, snd-pos, snd-lmt, rcv-hwm,
+  rcv-pos, sub-pos).
+- ``sulis_stream_backlog_bytes{party,...}``: the backlogs ``sulis streams``
+  shows (party sender, receiver, subscriber).
+- ``sulis_client_heartbeat_timestamp_seconds{client_id}``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import click
+
+from ._common import (
+    CLIENT_HEARTBEAT,
+    STREAM_TYPES,
+    SYSTEM,
+    NoDriverError,
+    open_driver,
+)
+from .streams import collect_streams
+
+#: System counters that hold a level rather than a running count (ids as in Aeron).
+_GAUGE_IDS = frozenset({22, 26, 28, 30, 32, 35, 43})
+_VERSION_ID = 34
+_STREAM_LABELS = ["type", "channel", "stream_id", "session_id", "registration_id"]
+
+
+def metric_name(label: str) -> str:
+    """``"NAKs sent"`` -> ``"sulis_naks_sent"``."""
+    return "sulis_" + (re.sub(r"[^0-9a-zA-Z]+", "_", label).strip("_").lower() or "unnamed")
+
+
+class DriverCollector:
+    """A prometheus_client collector reading the driver in ``dir`` on each collect()."""
+
+    def __init__(self, dir: str):
+        self.dir = dir
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        up = GaugeMetricFamily("sulis_driver_up", f"1 if a live media driver owns {self.dir}, else 0")
+        try:
+            driver = open_driver(self.dir)
+            counters = driver.counters()
+        except NoDriverError:
+            up.add_metric([], 0)
+            yield up
+            return
+        except Exception as e:  # a scrape must never take the server down
+            print(f"sulis stat: reading {self.dir} failed: {e!r}", file=sys.stderr, flush=True)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield GaugeMetricFamily("sulis_driver_start_time_seconds", "When the driver started (epoch seconds)",
+                                value=driver.start_ms / 1000)
+
+        names: set[str] = set()
+        for c in counters:
+            if c["type_id"] != SYSTEM:
+                continue
+            if c["id"] == _VERSION_ID:
+                version = c["label"].rsplit(" ", 1)[-1]
+                yield InfoMetricFamily("sulis_driver_build", "The driver's software version",
+                                       value={"version": version})
+                continue
+            name = metric_name(c["label"])
+            if name in names or name + "_total" in names:
+                name = f"{name}_{c['id']}"
+            if c["id"] in _GAUGE_IDS:
+                names.add(name)
+                yield GaugeMetricFamily(name, c["label"], value=c["value"])
+            else:
+                names.add(name + "_total")
+                yield CounterMetricFamily(name, c["label"], value=c["value"])
+
+        positions = GaugeMetricFamily("sulis_stream_position", "Per-stream position and limit counters (bytes)",
+                                      labels=_STREAM_LABELS)
+        for c in counters:
+            if c["type_id"] in STREAM_TYPES and "channel" in c:
+                positions.add_metric([c["type"], c["channel"], str(c["stream_id"]), str(c["session_id"]),
+                                      str(c["registration_id"])], c["value"])
+        yield positions
+
+        backlog = GaugeMetricFamily("sulis_stream_backlog_bytes",
+                                    "Bytes a party of a stream is behind: sender (pub-pos - snd-pos), receiver "
+                                    "(rcv-hwm - rcv-pos), subscriber (rcv-pos or IPC pub-pos - sub-pos)",
+                                    labels=["party", "channel", "stream_id", "session_id", "registration_id"])
+        for s in collect_streams(counters):
+            ids = [s["channel"], str(s["stream_id"]), str(s["session_id"])]
+            if s["sender"] and s["sender"]["backlog"] is not None:
+                backlog.add_metric(["sender", *ids, str(s["publisher"]["registration_id"])], s["sender"]["backlog"])
+            if s["receiver"] and s["receiver"]["backlog"] is not None:
+                backlog.add_metric(["receiver", *ids, str(s["receiver"]["registration_id"])],
+                                   s["receiver"]["backlog"])
+            for sub in s["subscribers"]:
+                if sub["backlog"] is not None:
+                    backlog.add_metric(["subscriber", *ids, str(sub["registration_id"])], sub["backlog"])
+        yield backlog
+
+        heartbeats = GaugeMetricFamily("sulis_client_heartbeat_timestamp_seconds",
+                                       "Last heartbeat of each client (epoch seconds)", labels=["client_id"])
+        for c in counters:
+            if c["type_id"] == CLIENT_HEARTBEAT:
+                heartbeats.add_metric([str(c.get("client_id", c["registration_id"]))], c["value"] / 1000)
+        yield heartbeats
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[IPV6]:PORT``."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise click.BadParameter(f"{address!r}: expected HOST:PORT", param_hint="--prometheus")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+        if not 0 <= number <= 65535:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{address!r}: {port!r} is not a port number", param_hint="--prometheus") from None
+    return host, number
+
+
+def serve(dir: str, host: str, port: int) -> None:
+    """Serves the driver's metrics until interrupted (KeyboardInterrupt)."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        raise click.ClickException("--prometheus needs the prometheus_client package (pip install prometheus_client)")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DriverCollector(dir))
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise click.ClickException(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
+    bound_host, bound_port = httpd.server_address[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    click.echo(f"serving the counters of {dir} at http://{shown}:{bound_port}/metrics (Ctrl-C to stop)", err=True)
+    try:
+        while thread.is_alive():
+            time.sleep(1.0)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
