@@ -17,7 +17,7 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check \
-  "maturin>=1.7,<2" "pytest>=8" pytest-timeout numpy pyarrow "hdrhistogram>=0.10" "click>=8" "prometheus_client>=0.20"
+  "maturin>=1.7,<2" "pytest>=8" pytest-timeout numpy pyarrow "hdrhistogram>=0.10" "click>=8" "prometheus_client>=0.20" pyzmq matplotlib
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo (Rust) is required: https://rustup.rs" >&2
   exit 1

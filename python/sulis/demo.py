@@ -18,6 +18,7 @@ import tempfile
 import time
 
 from . import Client, MediaDriver, build_profile
+from ._benchkit import Watchdog, await_until, echo, histogram, pct_key, ping, publish, receive, summarize
 
 THROUGHPUT_STREAM = 1001
 PING_STREAM = 1002
@@ -25,108 +26,67 @@ PONG_STREAM = 1003
 CHANNEL = "aeron:ipc"
 
 
-def _await(cond, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.001)
-
-
-def _echo_role(dir: str, messages: int) -> int:
-    """The second process: count the throughput stream, then echo pings."""
+def _echo_role(dir: str, messages: int, pings: int) -> int:
+    """The second process: count the throughput stream, then echo ``pings`` pings."""
     with Client(dir=dir) as client:
         sub = client.add_subscription(CHANNEL, THROUGHPUT_STREAM)
-        ping = client.add_subscription(CHANNEL, PING_STREAM)
+        ping_sub = client.add_subscription(CHANNEL, PING_STREAM)
         pong = client.add_exclusive_publication(CHANNEL, PONG_STREAM)
         print(json.dumps({"ready": True}), flush=True)
-        received = 0
-        first = last = 0
-        while received < messages:
-            batch = sub.poll_batch(4096)
-            n = len(batch)
-            if n:
-                now = time.perf_counter_ns()
-                if received == 0:
-                    first = now
-                received += n
-                last = now
-        secs = max(last - first, 1) / 1e9
-        print(json.dumps({"received": received, "seconds": secs}), flush=True)
-
-        def echo(buffer, _header):
-            while pong.offer(buffer) < 0:
-                pass
-
-        done = False
-        while not done:
-            ping.poll(echo, 10)
-            if ping.images and ping.images[0].is_end_of_stream:
-                done = True
+        result = receive(sub, messages, stalled=Watchdog("receiving the stream"))
+        print(json.dumps(result), flush=True)
+        echo(ping_sub, pong, pings, stalled=Watchdog("echoing pings"))
     return 0
 
 
 def run(messages: int = 2_000_000, size: int = 32, round_trips: int = 100_000, dir: str | None = None) -> int:
     """Runs the demo; prints throughput and a latency histogram. Returns an exit code."""
-    from hdrh.histogram import HdrHistogram
-
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     dir = dir or tempfile.mkdtemp(prefix="sulis-demo-", dir=base)
     print(f"sulis demo: driver dir {dir}, {messages:,} messages of {size} B, {round_trips:,} round trips"
           f" ({build_profile} build)")
+    warmup = min(10_000, round_trips)
     with MediaDriver(dir=dir, threading_mode="shared", idle_strategy="backoff",
                      ipc_term_buffer_length="16m", dir_delete_on_shutdown=True) as driver:
         with Client(dir=driver.dir) as client:
             child = subprocess.Popen(
                 [sys.executable, "-m", "sulis.demo", "--role", "echo", "--dir", driver.dir,
-                 "--messages", str(messages)],
+                 "--messages", str(messages), "--pings", str(warmup + round_trips)],
                 stdout=subprocess.PIPE, text=True,
             )
+
+            def stalled(_progress=None) -> None:
+                if child.poll() is not None:
+                    raise RuntimeError(f"the echo process exited ({child.returncode})")
+
             try:
                 assert json.loads(child.stdout.readline())["ready"]
                 pub = client.add_exclusive_publication(CHANNEL, THROUGHPUT_STREAM)
-                _await(lambda: pub.is_connected, "the subscriber process")
-                payload = bytes(size)
-                offer = pub.offer
+                await_until(lambda: pub.is_connected, "the subscriber process", stalled=stalled)
                 start = time.perf_counter_ns()
-                sent = 0
-                while sent < messages:
-                    if offer(payload) >= 0:
-                        sent += 1
+                sent = publish(pub, bytes(size), messages, stalled=Watchdog("publishing", alive=stalled))
                 elapsed = (time.perf_counter_ns() - start) / 1e9
                 result = json.loads(child.stdout.readline())
-                rx_rate = result["received"] / result["seconds"]
+                rx_rate = result["timed_messages"] / result["seconds"] if result["seconds"] else float("nan")
                 print(f"throughput: sent {sent / elapsed:,.0f} msgs/s; received {rx_rate:,.0f} msgs/s"
                       f" ({rx_rate * size / 1e6:,.1f} MB/s payload) in the other process")
 
-                ping = client.add_exclusive_publication(CHANNEL, PING_STREAM)
+                ping_pub = client.add_exclusive_publication(CHANNEL, PING_STREAM)
                 pong = client.add_subscription(CHANNEL, PONG_STREAM)
-                _await(lambda: ping.is_connected and pong.is_connected, "the echo process")
-                hist = HdrHistogram(1, 10_000_000_000, 3)
-                got = [0]
-
-                def on_pong(_buffer, _header):
-                    got[0] += 1
-
-                warmup = min(10_000, round_trips)
-                msg = bytes(size)
-                for i in range(warmup + round_trips):
-                    t0 = time.perf_counter_ns()
-                    while ping.offer(msg) < 0:
-                        pass
-                    target = got[0] + 1
-                    while got[0] < target:
-                        pong.poll(on_pong, 1)
-                    if i >= warmup:
-                        hist.record_value(time.perf_counter_ns() - t0)
-                ping.close()
+                await_until(lambda: ping_pub.is_connected and pong.is_connected, "the echo process", stalled=stalled)
+                samples = ping(ping_pub, pong, bytes(size), warmup, round_trips,
+                               stalled=Watchdog("waiting for echoes", alive=stalled))
+                ping_pub.close()
+                figures = summarize(histogram(samples))
                 print(f"round trip latency over {round_trips:,} messages (µs):")
-                for p in (50.0, 90.0, 99.0, 99.9, 99.99, 100.0):
-                    print(f"  p{p:<6} {hist.get_value_at_percentile(p) / 1000:10.2f}")
+                for p in (50.0, 90.0, 99.0, 99.9, 99.99):
+                    print(f"  p{p:<6} {figures[pct_key(p)]:10.2f}")
+                print(f"  p{100.0:<6} {figures['max_us']:10.2f}")
                 child.wait(timeout=30)
             finally:
                 if child.poll() is None:
                     child.kill()
+                    child.wait()
     return 0
 
 
@@ -135,7 +95,8 @@ if __name__ == "__main__":
     ap.add_argument("--role", default="main")
     ap.add_argument("--dir")
     ap.add_argument("--messages", type=int, default=2_000_000)
+    ap.add_argument("--pings", type=int, default=110_000)
     a = ap.parse_args()
     if a.role == "echo":
-        sys.exit(_echo_role(a.dir, a.messages))
+        sys.exit(_echo_role(a.dir, a.messages, a.pings))
     sys.exit(run(messages=a.messages, dir=a.dir))

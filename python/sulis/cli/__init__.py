@@ -82,5 +82,11 @@ main.add_command(_errors_command, "errors")
 main.add_command(_loss_command, "loss")
 
 
+# sulis bench: throughput and ping-pong (its own module).
+from .bench import bench as _bench_command  # noqa: E402
+
+main.add_command(_bench_command, "bench")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

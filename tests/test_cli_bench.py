@@ -1,0 +1,389 @@
+"""``sulis bench`` (run as ``python -m sulis.cli bench``): throughput and
+ping-pong over IPC and UDP with small counts, the pyzmq peer, ``--json``,
+``--plot``, progress on a terminal, bad input, and clean-up on interruption.
+No figure is compared with a threshold: only the shape and consistency of the
+results are checked."""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import pty
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from conftest import await_until
+
+CLI = [sys.executable, "-m", "sulis.cli", "bench"]
+PERCENTILE_KEYS = ["min_us", "p50_us", "p90_us", "p99_us", "p99_9_us", "p99_99_us", "max_us"]
+SCRATCH_GLOBS = ["/dev/shm/sulis-clibench-*", "/tmp/sulis-clibench-*", f"{tempfile.gettempdir()}/sulis-clibench-*"]
+
+try:
+    import zmq  # noqa: F401
+
+    HAVE_ZMQ = True
+except ImportError:
+    HAVE_ZMQ = False
+needs_zmq = pytest.mark.skipif(not HAVE_ZMQ, reason="pyzmq is not installed")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
+    env.update(extra)
+    return env
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scratch() -> set[str]:
+    return {p for pattern in SCRATCH_GLOBS for p in glob.glob(pattern)}
+
+
+def bench_processes(marker: str) -> list[int]:
+    """Pids of live processes whose command line mentions ``marker``."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmdline = f.read().decode("utf-8", "replace")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
+@pytest.fixture
+def no_leftovers():
+    """The bench leaves no scratch directory behind."""
+    before = scratch()
+    yield
+    left = scratch() - before
+    assert not left, f"left behind: {sorted(left)}"
+
+
+def bench(*args, timeout=180, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=env or clean_env())
+
+
+def bench_json(*args) -> dict:
+    out = bench(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr, "no progress line when stderr is not a terminal"
+    return json.loads(out.stdout)
+
+
+def result(doc: dict, system: str, size: int) -> dict:
+    (r,) = [r for r in doc["results"] if r["system"] == system and r["size"] == size]
+    return r
+
+
+def check_throughput(doc: dict, messages: int, sizes: list[int], systems: list[str], runs: int) -> None:
+    assert doc["mode"] == "throughput"
+    assert doc["messages"] == messages and doc["runs"] == runs and doc["sizes"] == sizes
+    assert [(r["system"], r["size"]) for r in doc["results"]] == [(s, z) for z in sizes for s in systems]
+    for r in doc["results"]:
+        assert len(r["runs"]) == runs
+        assert [x["run"] for x in r["runs"]] == list(range(1, runs + 1))
+        for x in r["runs"]:
+            assert x["messages"] == messages, "every message asked for was received"
+            assert x["warmup"] == r["warmup"]
+            assert 0 < x["timed_messages"] <= messages + r["warmup"]
+            assert x["seconds"] > 0 and x["msgs_per_s"] > 0
+            assert x["msgs_per_s"] == pytest.approx(x["timed_messages"] / x["seconds"])
+            assert x["mb_per_s"] == pytest.approx(x["msgs_per_s"] * r["size"] / 1e6)
+        assert r["median"]["msgs_per_s"] == pytest.approx(statistics.median(x["msgs_per_s"] for x in r["runs"]))
+        sulis_rate = result(doc, "sulis", r["size"])["median"]["msgs_per_s"]
+        assert r["vs_sulis"] == pytest.approx(r["median"]["msgs_per_s"] / sulis_rate)
+
+
+def check_ping_pong(doc: dict, round_trips: int, sizes: list[int], systems: list[str], runs: int) -> None:
+    assert doc["mode"] == "ping-pong"
+    assert doc["round_trips"] == round_trips and doc["runs"] == runs and doc["sizes"] == sizes
+    assert [(r["system"], r["size"]) for r in doc["results"]] == [(s, z) for z in sizes for s in systems]
+    for r in doc["results"]:
+        assert len(r["runs"]) == runs
+        for x in r["runs"]:
+            assert x["round_trips"] == round_trips
+            assert x["count"] == round_trips, "one histogram entry per timed round trip"
+            figures = [x[k] for k in PERCENTILE_KEYS]
+            assert figures == sorted(figures), f"percentiles not monotonic: {figures}"
+            assert 0 < x["min_us"] <= x["p50_us"] <= x["p99_us"] <= x["max_us"]
+            assert x["min_us"] <= x["mean_us"] <= x["max_us"]
+            hist = HdrHistogram.decode(x["histogram"])
+            assert hist.get_total_count() == round_trips
+            assert hist.get_max_value() / 1000 == pytest.approx(x["max_us"])
+        median = [r["median"][k] for k in PERCENTILE_KEYS]
+        assert median == sorted(median)
+        assert r["median"]["p50_us"] == pytest.approx(statistics.median(x["p50_us"] for x in r["runs"]))
+        sulis_p50 = result(doc, "sulis", r["size"])["median"]["p50_us"]
+        assert r["vs_sulis"] == pytest.approx(r["median"]["p50_us"] / sulis_p50)
+
+
+# ----------------------------------------------------------------- throughput
+
+@needs_zmq
+def test_ipc_throughput_json_with_pyzmq(no_leftovers):
+    doc = bench_json("throughput", "--channel", "ipc", "--messages", 20_000, "--runs", 2, "--size", "32,1k",
+                     "--peer", "pyzmq")
+    check_throughput(doc, 20_000, [32, 1024], ["sulis", "pyzmq"], 2)
+    assert doc["transport"] == "ipc" and doc["channel"] == "aeron:ipc"
+    assert doc["warmup"] == "auto"
+    # A tenth of the count, or what fills the publication window (half of a 16 MiB
+    # term) when that is more: 64-byte frames of 32 B messages, 1056-byte ones of 1 KiB.
+    assert result(doc, "sulis", 32)["warmup"] == 8 * 1024 * 1024 // 64
+    assert result(doc, "pyzmq", 1024)["warmup"] == 8 * 1024 * 1024 // 1056
+    assert doc["driver"]["embedded"] and doc["driver"]["drivers"] == 1
+    assert not os.path.exists(doc["driver"]["dir"]), "the fresh driver directory is removed"
+    assert result(doc, "sulis", 32)["vs_sulis"] == 1.0
+    assert result(doc, "pyzmq", 32)["name"] == "pyzmq PUSH/PULL ipc://"
+
+
+def test_udp_throughput_json_two_drivers_and_fragmented_messages(no_leftovers):
+    """4 KiB messages take three frames each: still counted as messages."""
+    doc = bench_json("throughput", "--channel", "udp", "--messages", 20_000, "--runs", 1, "--size", 32,
+                     "--size", 4096, "--warmup", 500)
+    check_throughput(doc, 20_000, [32, 4096], ["sulis"], 1)
+    assert doc["transport"] == "udp" and doc["warmup"] == 500
+    assert all(r["warmup"] == 500 for r in doc["results"])
+    assert doc["driver"]["drivers"] == 2
+    assert doc["limits"]["max_payload_length"] < 4096
+    assert result(doc, "sulis", 32)["name"].startswith("sulis aeron:udp")
+
+
+@needs_zmq
+def test_udp_throughput_table_with_pyzmq(no_leftovers):
+    out = bench("throughput", "--channel", "udp", "--messages", 20_000, "--runs", 1, "--peer", "pyzmq")
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("system"))
+    assert header.split() == ["system", "size", "msgs/s", "MB/s", "vs", "sulis"]
+    sulis_row = next(line for line in lines if line.startswith("sulis aeron:udp"))
+    zmq_row = next(line for line in lines if line.startswith("pyzmq PUSH/PULL tcp://127.0.0.1"))
+    assert sulis_row.endswith("1.00x")
+    assert zmq_row.split()[-1].endswith("x")
+
+
+def test_throughput_through_a_running_driver(driver, no_leftovers):
+    """``--dir`` of a running driver: both processes use it, over IPC and UDP (one driver)."""
+    for channel in ("ipc", "udp"):
+        doc = bench_json("throughput", "--channel", channel, "--dir", driver.dir, "--messages", 20_000,
+                         "--runs", 1)
+        check_throughput(doc, 20_000, [32], ["sulis"], 1)
+        assert doc["driver"] == {"dir": driver.dir, "embedded": False, "drivers": 1}
+        assert doc["limits"]["term_length"] == (64 * 1024 if channel == "ipc" else 16 * 1024 * 1024)
+    assert os.path.exists(os.path.join(driver.dir, "cnc.dat")), "a running driver is left alone"
+
+
+def test_dir_without_a_driver_is_used_then_removed(no_leftovers):
+    dir = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir(),
+                       f"sulis-clibench-test-{os.getpid()}")
+    doc = bench_json("throughput", "--dir", dir, "--messages", 5_000, "--runs", 1)
+    assert doc["driver"]["dir"] == dir and doc["driver"]["embedded"]
+    assert not os.path.exists(dir)
+
+
+# ----------------------------------------------------------------- ping-pong
+
+@needs_zmq
+def test_ipc_ping_pong_json_with_pyzmq_and_plot(tmp_path, no_leftovers):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "latency.png"
+    doc = bench_json("ping-pong", "--channel", "ipc", "--round-trips", 2_000, "--runs", 2, "--size", "32,2000",
+                     "--peer", "pyzmq", "--plot", png)
+    check_ping_pong(doc, 2_000, [32, 2000], ["sulis", "pyzmq"], 2)
+    assert doc["warmup"] == "auto"
+    assert all(r["warmup"] == 200 and x["warmup"] == 200 for r in doc["results"] for x in r["runs"])
+    assert doc["pong_channel"] == "aeron:ipc"
+    assert result(doc, "pyzmq", 32)["name"] == "pyzmq REQ/REP ipc://"
+    assert doc["plot"] == str(png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+
+
+@needs_zmq
+def test_udp_ping_pong_table_with_pyzmq(no_leftovers):
+    out = bench("ping-pong", "--channel", "udp", "--round-trips", 2_000, "--runs", 1, "--peer", "pyzmq")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("system"))
+    assert header.split() == ["system", "size", "p50", "p90", "p99", "p99.9", "p99.99", "max", "vs", "sulis"]
+    for prefix in ("sulis aeron:udp 127.0.0.1 (2 drivers)", "pyzmq REQ/REP tcp://127.0.0.1"):
+        row = next(line for line in lines if line.startswith(prefix))
+        figures = [float(v.replace(",", "")) for v in row[len(prefix):].split()[2:8]]
+        assert figures == sorted(figures), row
+    assert "µs" in out.stdout
+
+
+def test_udp_ping_pong_json_explicit_channel_fragmented(no_leftovers):
+    """An explicit UDP URI keeps its parameters; the echoes go to the same URI on another port;
+    3000-byte messages are reassembled on both sides."""
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|mtu=1408|term-length=1m"
+    doc = bench_json("ping-pong", "--channel", channel, "--round-trips", 1_000, "--runs", 1, "--size", "64,3000")
+    check_ping_pong(doc, 1_000, [64, 3000], ["sulis"], 1)
+    assert doc["channel"] == channel
+    assert doc["limits"]["term_length"] == 1024 * 1024
+    assert doc["limits"]["max_payload_length"] < 3000
+
+
+# ----------------------------------------------------------------- progress
+
+def test_progress_line_on_a_terminal(no_leftovers):
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        # Over UDP 20k round trips take long enough (~0.5 s and more) for a few updates.
+        proc = subprocess.run([*CLI, "ping-pong", "--channel", "udp", "--round-trips", "20000", "--runs", "1"],
+                              stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120, env=clean_env())
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    assert proc.returncode == 0
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "\r" in shown and "round trips" in shown and "[run 1/1] sulis udp, 32 B" in shown
+    assert "p50" in shown, "each finished run leaves a line"
+    assert "\r" not in proc.stdout, "the table on stdout has no progress"
+
+
+# ----------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["throughput", "--size", "0"], ["--size", "at least 1 byte"]),
+        (["throughput", "--size", "32,-5"], ["--size", "at least 1 byte"]),
+        (["throughput", "--size", "lots"], ["--size", "'lots' is not a size"]),
+        (["throughput", "--size", "3m", "--messages", "10"], ["--size", "3145728", "maximum message length 2,097,152"]),
+        (["ping-pong", "--channel", "aeron:ipc?term-length=64k", "--size", "16k", "--round-trips", "10"],
+         ["--size", "maximum message length 8,192"]),
+        (["throughput", "--channel", "aeron:udp?endpoint=localhost"], ["--channel", "missing port"]),
+        (["throughput", "--channel", "aeron:udp?endpoint=127.0.0.1:4000|mtu=7"], ["--channel", "mtu=7"]),
+        (["throughput", "--channel", "tcp://127.0.0.1:4000"], ["--channel", "expected ipc, udp or a channel URI"]),
+        (["throughput", "--channel", "aeron:udp?mtu=1408"], ["--channel", "endpoint"]),
+        (["ping-pong", "--channel", "udp", "--pong-channel", "aeron:ipc"], ["--pong-channel", "aeron:udp"]),
+        (["throughput", "--messages", "0"], ["--messages", "0"]),
+        (["ping-pong", "--runs", "0"], ["--runs"]),
+        (["throughput", "--peer", "nats"], ["--peer", "nats"]),
+        (["ping-pong", "--plot", "/nonexistent-dir/latency.png"], ["--plot", "/nonexistent-dir does not exist"]),
+        (["throughput", "--driver-idle", "napping"], ["idle"]),
+    ],
+)
+def test_bad_input_is_reported(args, words, no_leftovers):
+    out = bench(*args, timeout=60)
+    assert out.returncode != 0
+    for word in words:
+        assert word in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("mode,role", [("throughput", "subscriber"), ("ping-pong", "pong")])
+def test_failure_in_the_second_process_is_reported(mode, role, no_leftovers):
+    """The endpoint's port is taken: the second process cannot bind it, and says so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        out = bench(mode, "--channel", f"aeron:udp?endpoint=127.0.0.1:{port}", "--runs", 1, timeout=120)
+    assert out.returncode == 1
+    assert f"the {role} process" in out.stderr and f"127.0.0.1:{port}" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path):
+    fake = tmp_path / "matplotlib"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    out = bench("ping-pong", "--plot", tmp_path / "x.png", env=clean_env(PYTHONPATH=str(tmp_path)))
+    assert out.returncode != 0
+    assert "matplotlib" in out.stderr and "pip install" in out.stderr and "sulis[plot]" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_missing_pyzmq_is_reported(tmp_path):
+    fake = tmp_path / "zmq"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no pyzmq here')\n")
+    out = bench("throughput", "--peer", "pyzmq", env=clean_env(PYTHONPATH=str(tmp_path)))
+    assert out.returncode != 0
+    assert "pyzmq is not installed" in out.stderr and "pip install pyzmq" in out.stderr
+
+
+# ----------------------------------------------------------------- interruption
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("channel", ["ipc", "udp"])
+def test_interrupted_run_cleans_up(how, channel, no_leftovers):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or
+    SIGTERM to the bench alone, mid-run: exit status 130, no process and no
+    driver directory left."""
+    dir = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir(),
+                       f"sulis-clibench-interrupt-{os.getpid()}-{how}-{channel}")
+    # Both processes have the marker in their arguments (the subscriber gets the
+    # driver directory over IPC, the channel over UDP, where it has its own driver).
+    uri = "aeron:ipc" if channel == "ipc" else f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    marker = dir if channel == "ipc" else uri
+    proc = subprocess.Popen([*CLI, "throughput", "--channel", uri, "--messages", "500000000", "--runs", "1",
+                             "--dir", dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(), start_new_session=True)
+    try:
+        await_until(lambda: len(bench_processes(marker)) >= 2 or proc.poll() is not None,
+                    timeout=30, what="the subscriber process to start")
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.5)  # into the measured loop
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "interrupted" in err
+        assert "Traceback" not in err
+        await_until(lambda: not bench_processes(marker), timeout=10, what="every bench process to end")
+        assert not os.path.exists(dir)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+        for pid in bench_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(dir, ignore_errors=True)
