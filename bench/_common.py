@@ -1,23 +1,38 @@
 """Helpers shared by the benchmarks in bench/ (ipc_*, udp_*).
 
-Nothing here is timed: child-process plumbing (one JSON line per event),
-process start-up, the native binary's build, latency histograms, result tables
-and the JSON record kept in bench/results/ (git-ignored).
+Nothing here is timed except the measured loops (marked as such):
+child-process plumbing (one JSON line per event, read with time-outs),
+process start-up and clean-up, the native binary's build, latency histograms,
+result tables and the JSON record kept in bench/results/ (git-ignored).
+
+Clean-up: every child is started through :class:`Child` (it gets SIGTERM when
+the orchestrator dies, with ``setpriv --pdeathsig`` where available) and stopped
+with :func:`stop_all` (SIGTERM, a grace period, then SIGKILL); child roles call
+:func:`child_signals` so that SIGTERM unwinds their ``with`` blocks (the
+embedded drivers delete their directories); every driver directory lives under
+a :func:`shm_dir` that the orchestrator removes in a ``finally`` (and at exit);
+native binaries get ``--dir-base`` with such a directory.
 """
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
+import glob
 import json
 import os
+import queue
+import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -48,14 +63,83 @@ def median(xs: Iterable[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+_CREATED_DIRS: set[str] = set()
+
+
 def shm_dir(prefix: str) -> str:
-    """A fresh directory under /dev/shm (or the temp dir) for one run's driver."""
+    """A fresh directory ``<prefix><pid>-<random>`` under /dev/shm (or the temp dir)
+    for one run's driver(s).
+
+    Removed by :func:`rm_tree` after the run, or at the latest when the
+    orchestrator exits (atexit), whatever happened in between; if the
+    orchestrator itself is killed (SIGKILL), the next benchmark removes it
+    (:func:`remove_stale`: the pid in its name is gone).
+    """
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=base)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+    _CREATED_DIRS.add(path)
+    return path
+
+
+# sulis-bench-<what>-<pid>-<suffix without '-'>: the Python benchmarks' run
+# directories (shm_dir), the native binaries' driver directories
+# (sulis-bench-udp-ping-<pid>-<run>) and iceoryx2's files of a run
+# (sulis-bench-iox2-<pid>-<hex>_...).
+_STALE_NAME = re.compile(r"^sulis-bench-(.+)-(\d+)-([^-]+)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale() -> list[str]:
+    """Removes what benchmarks killed with SIGKILL left in /dev/shm and the temp
+    dir: entries named ``sulis-bench-<what>-<pid>-<suffix>`` whose pid no longer
+    runs (a live benchmark's entries are left alone). Returns the paths removed."""
+    removed = []
+    for base in {"/dev/shm", tempfile.gettempdir()}:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            m = _STALE_NAME.match(name)
+            if not m or _pid_alive(int(m.group(2))):
+                continue
+            path = os.path.join(base, name)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def rm_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+    _CREATED_DIRS.discard(path)
+
+
+@atexit.register
+def _remove_created_dirs() -> None:
+    for path in list(_CREATED_DIRS):
+        rm_tree(path)
+
+
+def positive(name: str, value, minimum=1):
+    """Returns ``value`` or exits with a clear message when it is below ``minimum``."""
+    if value is not None and value < minimum:
+        sys.exit(f"error: {name} must be at least {minimum}, not {value}")
+    return value
 
 
 def fmt_rate(v: float | None) -> str:
@@ -105,15 +189,122 @@ def json_out(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def read_json(proc: subprocess.Popen, what: str) -> dict:
-    """The next JSON line from a child; raises if it exited or reported ``{"error": ...}``."""
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"{what} exited ({proc.wait()}) without output")
-    msg = json.loads(line)
-    if "error" in msg:
-        raise RuntimeError(f"{what}: {msg['error']}")
-    return msg
+def _raise_exit(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def child_signals() -> None:
+    """For child roles and orchestrators: SIGTERM and SIGHUP raise SystemExit, so
+    that ``finally`` and ``with`` blocks run (embedded drivers delete their
+    directories, children are stopped) instead of the process vanishing."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_exit)
+
+
+_SETPRIV = shutil.which("setpriv")
+
+
+def _pdeathsig_prefix() -> list[str]:
+    """``setpriv --pdeathsig TERM`` (util-linux): the child gets SIGTERM when we die."""
+    return [_SETPRIV, "--pdeathsig", "TERM"] if _SETPRIV else []
+
+
+class Child:
+    """A child process whose stdout lines a thread collects, so that every read can time out.
+
+    Lines that are not JSON objects are echoed (indented) and skipped by
+    :meth:`read_json`. The child gets SIGTERM if this process dies.
+    """
+
+    def __init__(self, cmd: Sequence[str], what: str, cwd: str | Path | None = None):
+        self.what = what
+        self.cmd = list(cmd)
+        self.proc = subprocess.Popen(_pdeathsig_prefix() + self.cmd, stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True, bufsize=1, cwd=cwd)
+        self._lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.proc.stdout:
+                self._lines.put(line)
+        except (OSError, ValueError):
+            pass
+        self._lines.put(None)
+
+    def read_line(self, timeout_s: float) -> str | None:
+        """The next stdout line (None at EOF); raises RuntimeError after ``timeout_s``."""
+        try:
+            return self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"{self.what}: no report in {timeout_s:g} s") from None
+
+    def read_json(self, timeout_s: float = 120.0, watch: Sequence["Child"] = ()) -> dict:
+        """The next JSON line; raises if the child exited, reported ``{"error": ...}`` or
+        stayed silent for ``timeout_s``, or if one of the ``watch`` children (the other
+        side of the exchange) failed meanwhile (exited with a non-zero status)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._lines.get(timeout=min(max(deadline - time.monotonic(), 0.001), 0.5))
+            except queue.Empty:
+                for other in watch:  # a clean exit (a pong done echoing) is no failure
+                    if other is not None and other.proc.poll() not in (None, 0):
+                        raise RuntimeError(f"{other.what} failed ({other.proc.returncode}) while "
+                                           f"{self.what} was running") from None
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"{self.what}: no report in {timeout_s:g} s") from None
+                continue
+            if line is None:
+                try:
+                    rc = self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    rc = "still running"
+                raise RuntimeError(f"{self.what} exited ({rc}) without a report")
+            text = line.strip()
+            if not text.startswith("{"):
+                if text:
+                    print(f"    | {self.what}: {text}", flush=True)
+                continue
+            try:
+                msg = json.loads(text)
+            except json.JSONDecodeError:
+                print(f"    | {self.what}: {text}", flush=True)
+                continue
+            if "error" in msg:
+                raise RuntimeError(f"{self.what}: {msg['error']}")
+            return msg
+
+    def wait_ok(self, timeout_s: float = 30.0) -> None:
+        """Waits for a clean exit; raises if it failed or did not exit in time."""
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{self.what} did not exit within {timeout_s:g} s") from None
+        if rc != 0:
+            raise RuntimeError(f"{self.what} exited with {rc}")
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+def stop_all(children, grace_s: float = 5.0) -> None:
+    """Stops every child still running: SIGTERM to all, up to ``grace_s`` for them
+    to clean up (drivers delete their directories), then SIGKILL. None entries are ignored."""
+    live = [c for c in children if c is not None and c.proc.poll() is None]
+    for c in live:
+        try:
+            c.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for c in live:
+        try:
+            c.proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+            c.proc.wait()
 
 
 def pin_cpu(cpu: int | None) -> None:
@@ -122,17 +313,16 @@ def pin_cpu(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def kill_all(procs) -> None:
-    """Kills and reaps every child still running (None entries ignored)."""
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
-
-
 def free_udp_port(host: str = "127.0.0.1") -> int:
     """A UDP port that is free on ``host`` now (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -169,9 +359,9 @@ def offer_loop(pub, payload: bytes, stop_file: str, max_seconds: float, chunk: i
         return True
 
     while True:
-        for _ in rng:
+        for i in rng:
             if offer(payload) < 0 and not retry():
-                return chunks * chunk, refused[0]
+                return chunks * chunk + i, refused[0]
         chunks += 1
         if exists(stop_file) or clock() > deadline:
             return chunks * chunk, refused[0]
@@ -222,6 +412,49 @@ def count_intervals(poll, limit: int, duration: float, emit, idle=None, give_up_
                 return count
 
 
+def count_intervals_each(recv, duration: float, emit, chunk: int = 256) -> int:
+    """The measured subscriber loop of per-message APIs (pyzmq ``recv``, zenoh
+    ``recv``, iceoryx2 ``receive`` wrapped to wait): ``recv()`` returns one
+    message. The caller has already received the first message; from then on
+    the count is reported per one-second interval as :func:`count_intervals`
+    does, the clock being read every ``chunk`` messages (each interval's own
+    length is measured, so the rate is exact; only its boundary moves by up to
+    ``chunk`` messages). Returns the count, the first message included.
+    """
+    clock = time.perf_counter
+    count = 1
+    start = clock()
+    interval_start, last = start, count
+    nxt, end = start + 1.0, start + duration
+    rng = range(chunk)
+    while True:
+        for _ in rng:
+            recv()
+        count += chunk
+        now = clock()
+        if now >= nxt:
+            emit({"interval_s": now - interval_start, "messages": count - last})
+            interval_start, last = now, count
+            nxt += 1.0
+            if now >= end:
+                return count
+
+
+def rate_samples(child: "Child", timeout_s: float, watch: Sequence["Child"] = ()) -> tuple[list[float], dict]:
+    """Reads a subscriber child's ``{"interval_s", "messages"}`` lines until its
+    ``{"done": ...}``, printing each rate; returns (msgs/s per interval, the done message).
+    Raises if a ``watch`` child (the publisher) fails meanwhile."""
+    samples = []
+    while True:
+        msg = child.read_json(timeout_s, watch)
+        if msg.get("done"):
+            return samples, msg
+        rate = msg["messages"] / msg["interval_s"]
+        samples.append(rate)
+        print(f"      interval {len(samples)}: {rate:,.0f} msgs/s{'  (warm-up)' if len(samples) == 1 else ''}",
+              flush=True)
+
+
 # ----------------------------------------------------------------- measured loops (round trip)
 
 def ping_loop(ping, pong_sub, msg: bytes, warmup: int, n: int, poll_mode: str = "handler",
@@ -250,6 +483,8 @@ def ping_loop(ping, pong_sub, msg: bytes, warmup: int, n: int, poll_mode: str = 
         def got() -> int:
             return poll(on_pong, 1)
 
+    if poll_mode not in ("handler", "batch"):
+        raise ValueError(f"poll_mode must be handler or batch, not {poll_mode!r}")
     if idle is None and poll_mode == "batch":  # the tightest loops: no call but the API's
         for i in range(warmup + n):
             t0 = clock()
@@ -323,6 +558,34 @@ def pong_loop(sub, pub, total: int, poll_mode: str = "handler", idle=None) -> in
     return done
 
 
+def ping_loop_each(send, try_recv, msg, warmup: int, n: int, idle=None) -> list[int]:
+    """The measured ping loop of per-message APIs (zenoh, iceoryx2): ``t0``,
+    ``send(msg)``, ``try_recv()`` until the echo is there (``idle`` between
+    tries; None spins), as :func:`ping_loop` does for sulis. Returns the ``n``
+    round trips after ``warmup``, in ns."""
+    clock = time.perf_counter_ns
+    samples = [0] * n
+    if idle is None:
+        for i in range(warmup + n):
+            t0 = clock()
+            send(msg)
+            while try_recv() is None:
+                pass
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+    else:
+        for i in range(warmup + n):
+            t0 = clock()
+            send(msg)
+            while try_recv() is None:
+                idle()
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+    return samples
+
+
 # ----------------------------------------------------------------- latency histograms
 
 # Histogram range: 1 ns .. 60 s, 3 significant digits (as the pyzmq peer).
@@ -385,24 +648,36 @@ def native_binary(name: str, build: bool = True) -> str:
 def run_native(exe: str, args: Sequence[str], timeout_s: float, prefix: Sequence[str] = ()) -> dict:
     """Runs a sulis-bench binary, echoing its output; returns its `RESULT {json}` line.
 
-    ``prefix`` goes before the command (e.g. ``ip netns exec NS``).
+    ``prefix`` goes before the command (e.g. ``ip netns exec NS``). The binary's
+    driver directories go under a fresh ``--dir-base`` that is removed
+    afterwards, whatever happened; past ``timeout_s`` the binary is stopped
+    (SIGTERM: it stops its child and removes its directories; then SIGKILL).
     """
-    proc = subprocess.Popen([*prefix, exe, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True, bufsize=1)
+    base = shm_dir("sulis-bench-native-")
+    name = Path(exe).name
+    child = None
     result = None
     try:
-        for line in proc.stdout:
+        child = Child([*prefix, exe, *args, "--dir-base", base], name, cwd=ROOT)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(f"{name} did not finish within {timeout_s:g} s")
+            line = child.read_line(remaining)
+            if line is None:
+                break
             line = line.rstrip("\n")
             if line.startswith("RESULT "):
                 result = json.loads(line[len("RESULT "):])
             else:
                 print(f"    | {line}", flush=True)
-        rc = proc.wait(timeout_s)
+        rc = child.proc.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_all([child])
+        rm_tree(base)
     if rc != 0 or result is None:
-        raise RuntimeError(f"{Path(exe).name} exited with {rc} and no RESULT line")
+        raise RuntimeError(f"{name} exited with {rc}" + ("" if result else " and no RESULT line"))
     return result
 
 
@@ -552,9 +827,61 @@ def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, d
                 print(f"      skipped: {exc}")
                 continue
             except Exception as exc:  # one failed run must not lose the others
-                errors.setdefault(key, []).append(repr(exc))
-                print(f"      FAILED: {exc!r}")
+                errors.setdefault(key, []).append(f"{type(exc).__name__}: {exc}")
+                print(f"      FAILED: {type(exc).__name__}: {exc}")
                 continue
             results[key].append(r)
             print(f"      -> {describe(r)}", flush=True)
     return results, skipped, errors
+
+
+def missing_text(key: str, skipped: dict, errors: dict, width: int = 70) -> str:
+    """What a table shows for a row without results: ``skipped: <reason>`` or ``failed: <error>``."""
+    if key in skipped:
+        text = "skipped: " + " ".join(skipped[key].split())
+    elif key in errors:
+        text = "failed: " + " ".join(errors[key][-1].split())
+    else:
+        text = "no result"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def parse_only(only: str, variants: list, ap) -> list:
+    """Keeps the variants named in ``--only`` (comma list); unknown names are an error."""
+    if not only:
+        return variants
+    wanted = {w.strip() for w in only.split(",") if w.strip()}
+    unknown = wanted - {v[0] for v in variants}
+    if unknown:
+        ap.error(f"unknown --only names: {sorted(unknown)} (known: {', '.join(v[0] for v in variants)})")
+    return [v for v in variants if v[0] in wanted]
+
+
+def main_guard(main: Callable[[], int]) -> int:
+    """Runs an orchestrator's main: SIGTERM/SIGHUP unwind like ^C, and ^C ends with 130
+    after every ``finally`` ran (children stopped, directories removed)."""
+    child_signals()
+    stale = remove_stale()
+    if stale:
+        print(f"(removed {len(stale)} directories/files left by benchmarks that were killed: "
+              f"{', '.join(os.path.basename(p) for p in stale[:6])}{' ...' if len(stale) > 6 else ''})")
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("\ninterrupted: children stopped, driver directories removed", file=sys.stderr)
+        return 130
+
+
+def remove_shm_prefix(prefix: str) -> None:
+    """Removes /dev/shm entries whose names start with ``prefix`` (peers that name
+    their shared memory by a per-run prefix, e.g. iceoryx2)."""
+    if not prefix or "/" in prefix:
+        raise ValueError(f"bad shared-memory prefix {prefix!r}")
+    for path in glob.glob(os.path.join("/dev/shm", glob.escape(prefix) + "*")):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass

@@ -19,10 +19,20 @@ What runs, interleaved round by round (round 1 of every variant, then round 2...
   a tight loop, ``Subscription::poll`` with a counting handler, poll limit 10
   like Aeron's sample), embedded driver busy-spinning like Aeron's sample.
 * pyzmq PUSH/PULL over ``ipc://`` (``bench.peers.zmq_peers``): one ``send``
-  per message in one process, ``recv`` in another; receiver first-to-last.
+  per message in one process, one ``recv`` per message in another.
+* eclipse-zenoh (``bench.peers.zenoh_peer``): ``pub.put`` / ``sub.recv`` per
+  message, two sessions in peer mode over ``unixsock-stream`` (a Unix domain
+  socket; zenoh's shared memory does not apply to 32-byte payloads).
+* iceoryx2 (``bench.peers.iceoryx2_peer``): ``publisher.send_copy`` /
+  ``subscriber.receive`` per message over its shared-memory IPC service, no
+  overflow (the publisher waits for room).
 * Aeron Java 1.15.1 (and the current release unless ``--no-aeron-current``)
   ``EmbeddedExclusiveIpcThroughput``: one JVM, embedded SHARED driver with a
   no-op (spinning) idle strategy, per-second rate lines, first one dropped.
+
+pyzmq, zenoh and iceoryx2 are measured like the sulis rows: msgs/s counted at
+the receiver per one-second interval from its first message, the first interval
+left out as warm-up, a run's figure the median of the rest.
 
 Every figure printed is the median over the rounds. Targets printed beside:
 (a) sulis Python exclusive >= 10 M msgs/s and >= 5x pyzmq;
@@ -33,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,25 +50,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
+    Child,
     Skip,
+    child_signals,
     count_intervals,
     cpu_summary,
     fmt_rate,
     fmt_ratio,
     json_out,
-    kill_all,
+    main_guard,
     median,
+    missing_text,
     native_binary,
     offer_loop,
+    parse_only,
     pin_cpu,
     print_table,
-    read_json,
+    rate_samples,
     require_release_build,
     rm_tree,
     run_native,
     run_rounds,
     save_results,
     shm_dir,
+    stop_all,
 )
 
 CHANNEL = "aeron:ipc"
@@ -124,37 +138,28 @@ def python_run(publication: str, a: argparse.Namespace) -> dict:
     pin_sub = ["--pin-cpu", "1"] if a.pin else []
     pub = sub = None
     try:
-        pub = subprocess.Popen(me + ["--role", "pub", "--dir", os.path.join(base, "driver"),
-                                     "--publication", publication, "--stop-file", stop_file,
-                                     "--max-seconds", str(a.duration + 60), "--driver-idle", a.driver_idle,
-                                     "--term-length", a.term_length, *pin_pub],
-                               stdout=subprocess.PIPE, text=True)
-        ready = read_json(pub, "publisher")
-        sub = subprocess.Popen(me + ["--role", "sub", "--dir", ready["dir"], "--duration", str(a.duration),
-                                     "--batch", str(a.batch), *pin_sub],
-                               stdout=subprocess.PIPE, text=True)
-        read_json(sub, "subscriber")
-        samples = []
-        while True:
-            msg = read_json(sub, "subscriber")
-            if msg.get("done"):
-                break
-            rate = msg["messages"] / msg["interval_s"]
-            samples.append(rate)
-            print(f"      interval {len(samples)}: {rate:,.0f} msgs/s{'  (warm-up)' if len(samples) == 1 else ''}",
-                  flush=True)
+        pub = Child(me + ["--role", "pub", "--dir", os.path.join(base, "driver"),
+                          "--publication", publication, "--stop-file", stop_file,
+                          "--max-seconds", str(a.duration + 60), "--driver-idle", a.driver_idle,
+                          "--term-length", a.term_length, *pin_pub], "publisher")
+        ready = pub.read_json(60)
+        sub = Child(me + ["--role", "sub", "--dir", ready["dir"], "--duration", str(a.duration),
+                          "--batch", str(a.batch), *pin_sub], "subscriber")
+        sub.read_json(60)
+        samples, _done = rate_samples(sub, 60, watch=[pub])
         with open(stop_file, "w"):
             pass
-        pub_res = read_json(pub, "publisher")
-        if pub.wait(30) != 0 or sub.wait(30) != 0:
-            raise RuntimeError(f"publisher exited {pub.returncode}, subscriber {sub.returncode}")
+        pub_res = pub.read_json(60)
+        pub.wait_ok(30)
+        sub.wait_ok(30)
     finally:
-        kill_all((pub, sub))
+        stop_all((pub, sub))
         rm_tree(base)
     if len(samples) < 2:
         raise RuntimeError(f"only {len(samples)} intervals")
     return {"msgs_per_s": median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
-            "refused": pub_res["refused"]}
+            "refused": pub_res["refused"],
+            "config": f"driver shared/{a.driver_idle}, sub poll_batch({a.batch})" + (", pinned" if a.pin else "")}
 
 
 def native_run(publication: str, a: argparse.Namespace) -> dict:
@@ -164,7 +169,8 @@ def native_run(publication: str, a: argparse.Namespace) -> dict:
     if a.pin:
         args.append("--pin")
     r = run_native(exe, args, timeout_s=a.duration + 120)
-    return {"msgs_per_s": r["msgs_per_s"], "samples": r["samples"][0], "native": r}
+    return {"msgs_per_s": r["msgs_per_s"], "samples": r["samples"][0], "native": r,
+            "config": f"driver shared/{a.native_driver_idle}, sub poll(10)" + (", pinned" if a.pin else "")}
 
 
 def zmq_run(a: argparse.Namespace) -> dict:
@@ -173,8 +179,26 @@ def zmq_run(a: argparse.Namespace) -> dict:
         import zmq  # noqa: F401
     except ImportError as exc:
         raise Skip(f"pyzmq not installed ({exc}); run `bash bench/peers/install.sh`") from None
-    r = zmq_peers.push_pull_throughput(n_messages=a.zmq_messages, size=MESSAGE_LENGTH, transport="ipc")
-    print(f"      {r['msgs_per_s']:,.0f} msgs/s over {a.zmq_messages:,} messages", flush=True)
+    r = zmq_peers.push_pull_throughput(duration_s=a.duration, size=MESSAGE_LENGTH, transport="ipc")
+    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
+          flush=True)
+    r["config"] = f"pyzmq {r['pyzmq']}, default HWM"
+    return r
+
+
+def zenoh_run(a: argparse.Namespace) -> dict:
+    from bench.peers import zenoh_peer
+
+    r = zenoh_peer.throughput("unixsock", duration_s=a.duration, size=MESSAGE_LENGTH, pin=a.pin)
+    r["config"] = f"zenoh {r['zenoh']}, Unix socket, BLOCK, no shm" + (", pinned" if a.pin else "")
+    return r
+
+
+def iceoryx2_run(a: argparse.Namespace) -> dict:
+    from bench.peers import iceoryx2_peer
+
+    r = iceoryx2_peer.throughput(duration_s=a.duration, size=MESSAGE_LENGTH, pin=a.pin)
+    r["config"] = f"iceoryx2 {r['iceoryx2']}, buffer 4096, no overflow" + (", pinned" if a.pin else "")
     return r
 
 
@@ -187,6 +211,7 @@ def aeron_run(jar: str, a: argparse.Namespace) -> dict:
         raise Skip(str(exc)) from None
     print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
           flush=True)
+    r["config"] = f"Aeron {r['aeron_version']}, 1 JVM, SHARED driver, no-op idle"
     return r
 
 
@@ -199,7 +224,6 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=None,
                     help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
     ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
-    ap.add_argument("--zmq-messages", type=int, default=None, help="messages per pyzmq run (default 2,000,000)")
     ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
     ap.add_argument("--driver-idle", default="backoff",
                     help="idle strategy of the driver in the Python runs (default backoff: the two Python "
@@ -209,7 +233,7 @@ def main(argv=None) -> int:
     ap.add_argument("--term-length", default="64m", help="IPC term length of the Python runs (default 64m)")
     ap.add_argument("--pin", action="store_true", help="publisher process on CPU 0, subscriber on CPU 1")
     ap.add_argument("--only", default="", help="comma list among: py-exclusive,py-concurrent,native-exclusive,"
-                                               "native-concurrent,zmq,aeron-1.15.1,aeron-current")
+                                               "native-concurrent,zmq,zenoh,iceoryx2,aeron-1.15.1,aeron-current")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
     ap.add_argument("--max-interference", type=float, default=0.10,
@@ -225,19 +249,23 @@ def main(argv=None) -> int:
     ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    if a.role == "pub":
-        return role_pub(a)
-    if a.role == "sub":
+    if a.role != "main":
+        child_signals()
+        if a.role == "pub":
+            return role_pub(a)
         a.duration = a.duration or 6
         return role_sub(a)
 
     profile = require_release_build()
+    if a.runs is not None and a.runs < 1:
+        ap.error("--runs must be at least 1")
+    if a.batch < 1:
+        ap.error("--batch must be at least 1")
     runs = a.runs or (1 if a.quick else 3)
     a.duration = a.duration or (3.0 if a.quick else 6.0)
-    a.zmq_messages = a.zmq_messages or (300_000 if a.quick else 2_000_000)
     if a.duration < 2.5:
         ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
-    if a.pin and (os.cpu_count() or 1) < 2:
+    if a.pin and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs 2 CPUs")
 
     variants = [
@@ -246,22 +274,20 @@ def main(argv=None) -> int:
         ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: native_run("exclusive", a)),
         ("native-concurrent", "sulis native Rust Publication (concurrent)", lambda: native_run("concurrent", a)),
         ("zmq", "pyzmq PUSH/PULL ipc://", lambda: zmq_run(a)),
+        ("zenoh", "zenoh put/recv unixsock-stream", lambda: zenoh_run(a)),
+        ("iceoryx2", "iceoryx2 send_copy/receive (shm)", lambda: iceoryx2_run(a)),
         ("aeron-1.15.1", "Aeron Java 1.15.1 EmbeddedExclusiveIpcThroughput", lambda: aeron_run("1.15.1", a)),
         ("aeron-current", "Aeron Java current EmbeddedExclusiveIpcThroughput", lambda: aeron_run("current", a)),
     ]
     if a.no_aeron_current:
         variants = [v for v in variants if v[0] != "aeron-current"]
-    if a.only:
-        wanted = set(a.only.split(","))
-        unknown = wanted - {v[0] for v in variants}
-        if unknown:
-            ap.error(f"unknown --only names: {sorted(unknown)}")
-        variants = [v for v in variants if v[0] in wanted]
+    variants = parse_only(a.only, variants, ap)
 
-    print(f"sulis IPC throughput, {MESSAGE_LENGTH} B messages: {runs} round(s), {a.duration:g} s per sulis/Aeron run, "
-          f"{a.zmq_messages:,} msgs per pyzmq run; sulis {profile} build; {cpu_summary()}")
+    print(f"sulis IPC throughput, {MESSAGE_LENGTH} B messages: {runs} round(s), {a.duration:g} s per run "
+          f"(every system: per-second counts at the receiver, first second = warm-up); sulis {profile} build; "
+          f"{cpu_summary()}")
     print(f"Python runs: driver shared/{a.driver_idle}, poll_batch({a.batch}); native runs: driver "
-          f"shared/{a.native_driver_idle}; {'pinned pub CPU 0 / sub CPU 1' if a.pin else 'no CPU pinning'}")
+          f"shared/{a.native_driver_idle}; {'pinned pub CPU 0 / sub CPU 1 (sulis, zenoh, iceoryx2)' if a.pin else 'no CPU pinning'}")
     if any(k.startswith("native") for k, _, _ in variants):
         try:
             native_binary("ipc-throughput", build=not a.no_build)
@@ -275,21 +301,26 @@ def main(argv=None) -> int:
     names = {k: n for k, n, _ in variants}
     zmq = med.get("zmq")
     aeron = med.get("aeron-1.15.1")
+    py = med.get("py-exclusive")
     print()
-    print(f"IPC throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s):")
+    print(f"IPC throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s); "
+          "'vs X' = this row's median / X's median:")
     rows = []
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, skipped.get(key, "failed")[:40] if key in skipped else "failed", "0", "", "", "", ""])
+            rows.append([name, missing_text(key, skipped, errors), "0", "", "", "", "", "", ""])
             continue
         m = med[key]
         per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
         rows.append([name, fmt_rate(m), str(len(rs)), per,
                      fmt_ratio(m / TARGET_PY_MSGS),
+                     fmt_ratio(m / py) if py else "-",
                      fmt_ratio(m / zmq) if zmq else "-",
-                     fmt_ratio(m / aeron) if aeron else "-"])
-    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 10M", "vs pyzmq", "vs Aeron 1.15.1"], rows)
+                     fmt_ratio(m / aeron) if aeron else "-",
+                     rs[0].get("config", "")])
+    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 10M", "vs sulis Py", "vs pyzmq",
+                 "vs Aeron 1.15.1", "configuration"], rows, align="lrrrrrrrl")
 
     print()
     print("targets:")
@@ -297,7 +328,6 @@ def main(argv=None) -> int:
     def verdict(ok: bool) -> str:
         return "MET" if ok else "MISSED"
 
-    py = med.get("py-exclusive")
     if py:
         print(f"  (a) sulis Python exclusive offer >= 10 M msgs/s: {py / 1e6:.2f} M = {py / TARGET_PY_MSGS:.2f}x "
               f"-> {verdict(py >= TARGET_PY_MSGS)}")
@@ -313,7 +343,7 @@ def main(argv=None) -> int:
     for name, i, share in noisy:
         print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
     for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:200]}")
+        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
 
     path = save_results("ipc_throughput", {
         "argv": sys.argv, "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
@@ -328,4 +358,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

@@ -16,7 +16,10 @@ one per direction: pong's driver binds the ping channel's endpoint
   significant digits) after the loop; figures in µs.
 * sulis native Rust ping-pong (crates/sulis-bench ``udp-latency``), same shape
   and settings, no Python.
-* pyzmq REQ/REP over ``tcp://127.0.0.1``.
+* pyzmq REQ/REP over ``tcp://127.0.0.1`` (blocking ``recv``: pyzmq's own wait).
+* eclipse-zenoh: ``put`` (express) / ``try_recv`` between two sessions in peer
+  mode over ``tcp/127.0.0.1``, the same wait as the sulis clients
+  (``--client-idle``).
 * raw UDP sockets from Python (no messaging system): the same ping-pong with
   ``sendto``/``recv`` on non-blocking sockets between two processes, the same
   wait (``--client-idle``). The floor that the kernel's loopback path and the
@@ -41,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,27 +52,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
     LATENCY_KEYS as KEYS,
+    Child,
     Skip,
+    child_signals,
     cpu_summary,
     encode_samples,
+    fmt_ratio,
     free_udp_port,
     hdr_percentiles,
     json_out,
-    kill_all,
     latency_line,
+    main_guard,
     median,
+    missing_text,
     native_binary,
+    parse_only,
     pin_cpu,
     ping_loop,
     pong_loop,
     print_table,
-    read_json,
     require_release_build,
     rm_tree,
     run_native,
     run_rounds,
     save_results,
     shm_dir,
+    stop_all,
 )
 
 HOST = "127.0.0.1"
@@ -218,18 +225,16 @@ def python_run(a: argparse.Namespace) -> dict:
               "--pin", a.pin]
     ping = pong = None
     try:
-        pong = subprocess.Popen(me + ["--role", "pong", "--dir", os.path.join(base, "pong"), *common],
-                                stdout=subprocess.PIPE, text=True)
-        read_json(pong, "pong")
-        ping = subprocess.Popen(me + ["--role", "ping", "--dir", os.path.join(base, "ping"), *common],
-                                stdout=subprocess.PIPE, text=True)
-        read_json(ping, "ping")
-        res = read_json(ping, "ping")
-        read_json(pong, "pong")
-        if ping.wait(30) != 0 or pong.wait(30) != 0:
-            raise RuntimeError(f"ping exited {ping.returncode}, pong {pong.returncode}")
+        pong = Child(me + ["--role", "pong", "--dir", os.path.join(base, "pong"), *common], "pong")
+        pong.read_json(60)
+        ping = Child(me + ["--role", "ping", "--dir", os.path.join(base, "ping"), *common], "ping")
+        ping.read_json(60)
+        res = ping.read_json(600, watch=[pong])
+        pong.read_json(60)
+        ping.wait_ok(30)
+        pong.wait_ok(30)
     finally:
-        kill_all((ping, pong))
+        stop_all((ping, pong))
         rm_tree(base)
     r = hdr_percentiles(res["hist"])
     r["hdrh_encoded"] = res["hist"]
@@ -242,16 +247,15 @@ def raw_run(a: argparse.Namespace) -> dict:
     common = ["--warmup", str(a.warmup), "--n", str(a.n), "--client-idle", a.client_idle, "--pin", a.pin]
     ping = pong = None
     try:
-        pong = subprocess.Popen(me + ["--role", "raw-pong", *common], stdout=subprocess.PIPE, text=True)
-        port = read_json(pong, "raw pong")["port"]
-        ping = subprocess.Popen(me + ["--role", "raw-ping", "--raw-port", str(port), *common],
-                                stdout=subprocess.PIPE, text=True)
-        res = read_json(ping, "raw ping")
-        read_json(pong, "raw pong")
-        if ping.wait(30) != 0 or pong.wait(30) != 0:
-            raise RuntimeError(f"raw ping exited {ping.returncode}, pong {pong.returncode}")
+        pong = Child(me + ["--role", "raw-pong", *common], "raw pong")
+        port = pong.read_json(60)["port"]
+        ping = Child(me + ["--role", "raw-ping", "--raw-port", str(port), *common], "raw ping")
+        res = ping.read_json(600, watch=[pong])
+        pong.read_json(60)
+        ping.wait_ok(30)
+        pong.wait_ok(30)
     finally:
-        kill_all((ping, pong))
+        stop_all((ping, pong))
     r = hdr_percentiles(res["hist"])
     r["config"] = f"plain sockets, clients {a.client_idle}, pin {'processes' if a.pin != 'none' else 'none'}"
     return r
@@ -275,7 +279,15 @@ def zmq_run(a: argparse.Namespace) -> dict:
     except ImportError as exc:
         raise Skip(f"pyzmq/hdrhistogram not installed ({exc}); run `bash bench/peers/install.sh`") from None
     r = zmq_peers.req_rep_latency(n=a.n, warmup=a.warmup, size=MESSAGE_LENGTH, transport="tcp")
-    r["config"] = "REQ/REP tcp://127.0.0.1"
+    r["config"] = f"pyzmq {r['pyzmq']}, TCP loopback, blocking recv"
+    return r
+
+
+def zenoh_run(a: argparse.Namespace) -> dict:
+    from bench.peers import zenoh_peer
+
+    r = zenoh_peer.ping_pong("tcp", n=a.n, warmup=a.warmup, size=MESSAGE_LENGTH, client_idle=a.client_idle)
+    r["config"] = f"zenoh {r['zenoh']}, peer mode, TCP loopback, express, clients {a.client_idle}"
     return r
 
 
@@ -338,8 +350,8 @@ def main(argv=None) -> int:
                     help="also run Aeron's Ping/Pong samples (busy-spinning clients: ms per round trip on 2 cores)")
     ap.add_argument("--aeron-samples-n", type=int, default=2_000,
                     help="timed round trips of the Ping/Pong samples (default 2,000)")
-    ap.add_argument("--only", default="", help="comma list among: python,native,raw,zmq,aeron-1.15.1,aeron-current,"
-                                               "aeron-1.15.1-samples,aeron-current-samples")
+    ap.add_argument("--only", default="", help="comma list among: python,native,raw,zmq,zenoh,aeron-1.15.1,"
+                                               "aeron-current,aeron-1.15.1-samples,aeron-current-samples")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
     ap.add_argument("--max-interference", type=float, default=0.10,
@@ -360,16 +372,15 @@ def main(argv=None) -> int:
 
     a.n = a.n or (20_000 if a.quick else 100_000)
     a.warmup = a.warmup if a.warmup is not None else (2_000 if a.quick else 10_000)
-    if a.role == "ping":
-        return role_ping(a)
-    if a.role == "pong":
-        return role_pong(a)
-    if a.role == "raw-ping":
-        return role_raw_ping(a)
-    if a.role == "raw-pong":
-        return role_raw_pong(a)
+    if a.role != "main":
+        child_signals()
+        return {"ping": role_ping, "pong": role_pong, "raw-ping": role_raw_ping, "raw-pong": role_raw_pong}[a.role](a)
 
     profile = require_release_build()
+    if a.runs is not None and a.runs < 1:
+        ap.error("--runs must be at least 1")
+    if a.n < 1 or a.warmup < 0 or a.aeron_samples_n < 1:
+        ap.error("--n and --aeron-samples-n must be at least 1 and --warmup at least 0")
     runs = a.runs or (1 if a.quick else 3)
     if a.pin != "none" and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs 2 CPUs")
@@ -379,6 +390,7 @@ def main(argv=None) -> int:
         ("native", "sulis native Rust ping-pong", lambda: native_run(a)),
         ("raw", "raw UDP sockets from Python (floor)", lambda: raw_run(a)),
         ("zmq", "pyzmq REQ/REP tcp://127.0.0.1", lambda: zmq_run(a)),
+        ("zenoh", "zenoh ping-pong tcp/127.0.0.1", lambda: zenoh_run(a)),
         ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench ping/pong", lambda: aeron_run("1.15.1", a)),
         ("aeron-current", "Aeron Java current AeronBench ping/pong", lambda: aeron_run("current", a)),
         ("aeron-1.15.1-samples", "Aeron Java 1.15.1 Ping/Pong samples", lambda: aeron_samples_run("1.15.1", a)),
@@ -388,12 +400,7 @@ def main(argv=None) -> int:
         variants = [v for v in variants if not v[0].endswith("-samples")]
     if a.no_aeron_current:
         variants = [v for v in variants if not v[0].startswith("aeron-current")]
-    if a.only:
-        wanted = set(a.only.split(","))
-        unknown = wanted - {v[0] for v in variants}
-        if unknown:
-            ap.error(f"unknown --only names: {sorted(unknown)}")
-        variants = [v for v in variants if v[0] in wanted]
+    variants = parse_only(a.only, variants, ap)
 
     print(f"sulis UDP round trip, {MESSAGE_LENGTH} B over loopback, two drivers, two channels: {runs} round(s) of "
           f"{a.n:,} round trips after {a.warmup:,} warm-up; sulis {profile} build; {cpu_summary()}")
@@ -413,16 +420,22 @@ def main(argv=None) -> int:
     names = {k: n for k, n, _ in variants}
     print()
     print(f"UDP round trip, {MESSAGE_LENGTH} B, µs, median of the rounds "
-          f"(target for sulis from Python: p99 <= {TARGET_P99_US:g}):")
+          f"(target for sulis from Python: p99 <= {TARGET_P99_US:g}); "
+          "'x Py' = this row / sulis Python (> 1: slower than sulis Python):")
+    py_med = med.get("python")
     rows = []
     for key, name, _ in variants:
         if key not in med:
-            rows.append([name, "skipped" if key in skipped else "failed", "", "", "", "", "0", ""])
+            rows.append([name, missing_text(key, skipped, errors), "", "", "", "", "", "", "0", ""])
             continue
         m = med[key]
-        rows.append([name, *(f"{m[q]:.2f}" for q in KEYS), str(len(results[key])), results[key][0].get("config", "")])
-    rows.append(["target (sulis Python)", "", "", f"<= {TARGET_P99_US:g}", "", "", "", ""])
-    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "runs", "configuration"], rows, align="lrrrrrrl")
+        rows.append([name, *(f"{m[q]:.2f}" for q in KEYS),
+                     fmt_ratio(m["p50_us"] / py_med["p50_us"]) if py_med else "-",
+                     fmt_ratio(m["p99_us"] / py_med["p99_us"]) if py_med else "-",
+                     str(len(results[key])), results[key][0].get("config", "")])
+    rows.append(["target (sulis Python)", "", "", f"<= {TARGET_P99_US:g}", "", "", "", "", "", ""])
+    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "p50 x Py", "p99 x Py", "runs", "configuration"],
+                rows, align="lrrrrrrrrl")
 
     print()
     print("targets:")
@@ -430,7 +443,7 @@ def main(argv=None) -> int:
     if py:
         print(f"  sulis Python p99 <= {TARGET_P99_US:g} µs: {py['p99_us']:.2f} µs -> "
               f"{'MET' if py['p99_us'] <= TARGET_P99_US else 'MISSED'}")
-        for key in ("raw", "zmq", "aeron-1.15.1", "aeron-current"):
+        for key in ("raw", "zmq", "zenoh", "aeron-1.15.1", "aeron-current"):
             if key in med:
                 print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
                       f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")
@@ -439,7 +452,7 @@ def main(argv=None) -> int:
     for name, i, share in noisy:
         print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
     for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:200]}")
+        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
 
     strip = lambda r: {k: v for k, v in r.items() if k != "hdrh_encoded"}  # noqa: E731
     path = save_results("udp_latency", {
@@ -455,4 +468,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

@@ -50,8 +50,11 @@ from bench._common import (  # noqa: E402
     Skip,
     cpu_summary,
     free_udp_port,
+    main_guard,
     median,
+    missing_text,
     native_binary,
+    parse_only,
     print_table,
     require_release_build,
     run_native,
@@ -244,6 +247,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     profile = require_release_build()
+    if a.runs is not None and a.runs < 1:
+        ap.error("--runs must be at least 1")
+    if (a.count is not None and a.count < 2) or (a.warmup_count is not None and a.warmup_count < 0):
+        ap.error("--count must be at least 2 and --warmup-count at least 0")
+    try:
+        extra_props = dict(kv.split("=", 1) for kv in filter(None, a.aeron_props.split(",")))
+    except ValueError:
+        ap.error(f"--aeron-props must be k=v,k=v, not {a.aeron_props!r}")
+    if any(not k.startswith("aeron.") for k in extra_props):
+        ap.error("--aeron-props: every property must start with 'aeron.'")
     runs = a.runs or (1 if a.quick else 3)
     a.count = a.count or (200_000 if a.quick else 1_000_000)
     a.warmup_count = a.warmup_count if a.warmup_count is not None else (100_000 if a.quick else 500_000)
@@ -264,12 +277,7 @@ def main(argv=None) -> int:
         systems = [s for s in systems if s[0] != "aeron-current"]
     if not a.only:
         systems = [s for s in systems if s[0] != "sulis-gaps1"]
-    if a.only:
-        wanted = set(a.only.split(","))
-        unknown = wanted - {s[0] for s in systems}
-        if unknown:
-            ap.error(f"unknown --only names: {sorted(unknown)}")
-        systems = [s for s in systems if s[0] in wanted]
+    systems = parse_only(a.only, systems, ap)
     if any(k.startswith("sulis") for k, _, _ in systems):
         try:
             native_binary("udp-throughput", build=not a.no_build)
@@ -305,7 +313,7 @@ def main(argv=None) -> int:
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, "skipped" if key in skipped else "failed", "", "0", "", "", "", "", ""])
+            rows.append([name, missing_text(key, skipped, errors), "", "0", "", "", "", "", ""])
             continue
         m = med[key]
         base = med.get(key.split("@")[0] + "@0")
@@ -349,4 +357,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

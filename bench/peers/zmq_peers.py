@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """pyzmq as a benchmark peer for sulis: the same Python-level work a sulis user does.
 
-* ``push_pull_throughput``: a PUSH socket in one process sends *n_messages* messages
-  of *size* bytes, one ``send`` call (one ZeroMQ frame) per message; a PULL socket in
-  another process receives them. Throughput is measured on the receiver from the
-  first message to the last.
+* ``push_pull_throughput``: a PUSH socket in one process sends messages of *size*
+  bytes, one ``send`` call (one ZeroMQ frame) per message, until told to stop; a
+  PULL socket in another process receives them with one ``recv`` call each.
+  Throughput is counted at the receiver per one-second interval from its first
+  message, as for sulis: the first interval is warm-up and left out, the figure is
+  the median of the next ``duration_s - 1`` intervals.
 * ``req_rep_latency``: a REQ client in one process and an echoing REP server in
   another; each round trip (``send`` + ``recv`` of *size* bytes) is timed with
   ``time.perf_counter_ns`` and recorded in an HdrHistogram (ns, 3 significant digits).
@@ -15,22 +17,28 @@ under a fresh temporary directory or ``tcp://127.0.0.1`` on a free port.
 
 CLI::
 
-    python bench/peers/zmq_peers.py pushpull --messages 2000000 --transport ipc --runs 3
+    python bench/peers/zmq_peers.py pushpull --duration 6 --transport ipc --runs 3
     python bench/peers/zmq_peers.py reqrep --n 100000 --transport tcp
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Iterator, Sequence
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 __all__ = ["push_pull_throughput", "req_rep_latency"]
 
@@ -41,17 +49,24 @@ _HIST_LOWEST_NS, _HIST_HIGHEST_NS, _HIST_DIGITS = 1, 60_000_000_000, 3
 
 @contextlib.contextmanager
 def _endpoint_base(transport: str) -> Iterator[str]:
-    """``ipc:///tmp/sulis-zmq-XXXX/`` prefix or ``tcp://127.0.0.1``; removes the directory after."""
+    """``ipc://<tmp>/sulis-bench-zmq-<pid>-XXXX/`` prefix or ``tcp://127.0.0.1``; removes the directory after."""
     if transport not in _TRANSPORTS:
         raise ValueError(f"transport must be one of {_TRANSPORTS}, not {transport!r}")
     if transport == "tcp":
         yield "tcp://127.0.0.1"
         return
-    d = tempfile.mkdtemp(prefix="sulis-zmq-", dir="/tmp")
+    d = tempfile.mkdtemp(prefix=f"sulis-bench-zmq-{os.getpid()}-")
     try:
         yield f"ipc://{d}/"
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In a child: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG), so
+    that no sender is left running if the orchestrator is killed."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
 
 
 def _bind(sock, base: str, name: str) -> str:
@@ -67,27 +82,25 @@ def _bind(sock, base: str, name: str) -> str:
 
 # ----------------------------------------------------------------- PUSH/PULL children
 
-def _pull_main(base: str, n: int, timeout_ms: int, endpoint_q, result_q) -> None:
+def _pull_main(base: str, duration_s: float, timeout_ms: int, endpoint_q, result_q) -> None:
+    _die_with_parent()
     import zmq
+
+    from bench._common import count_intervals_each
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     try:
         endpoint_q.put(_bind(sock, base, "pushpull"))
         sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        recv = sock.recv
-        clock = time.perf_counter
+        intervals = []
         try:
-            first = recv()
-            t0 = clock()
-            nbytes = len(first)
-            for _ in range(n - 1):
-                recv()
-            t1 = clock()
+            first = sock.recv()
+            count = count_intervals_each(sock.recv, duration_s, intervals.append)
         except zmq.Again:
             result_q.put({"error": f"PULL timed out after {timeout_ms} ms without a message"})
             return
-        result_q.put({"t_first_to_last_s": t1 - t0, "size": nbytes})
+        result_q.put({"intervals": intervals, "received": count, "size": len(first)})
     except Exception as exc:  # report, do not hang the parent
         result_q.put({"error": f"PULL: {exc!r}"})
     finally:
@@ -95,25 +108,33 @@ def _pull_main(base: str, n: int, timeout_ms: int, endpoint_q, result_q) -> None
         ctx.term()
 
 
-def _push_main(endpoint: str, n: int, size: int, timeout_ms: int, result_q) -> None:
+def _push_main(endpoint: str, size: int, stop, result_q) -> None:
+    _die_with_parent()
     import zmq
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     try:
-        sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        # A send that waits for room (HWM) gives up after 100 ms so that the stop
+        # event is seen even when the receiver no longer reads.
+        sock.setsockopt(zmq.SNDTIMEO, 100)
         sock.connect(endpoint)
         msg = b"\x5a" * size
         send = sock.send
-        t0 = time.perf_counter()
-        for _ in range(n):  # one frame per message: no batching
-            send(msg)
-        t1 = time.perf_counter()
-        result_q.put({"send_s": t1 - t0})
+        sent = 0
+        rng = range(4096)
+        while not stop.is_set():
+            try:
+                for _ in rng:  # one frame per message: no batching by us
+                    send(msg)
+                    sent += 1
+            except zmq.Again:
+                continue
+        result_q.put({"sent": sent})
     except Exception as exc:
         result_q.put({"error": f"PUSH: {exc!r}"})
     finally:
-        sock.close(linger=timeout_ms)  # let queued messages drain to the receiver
+        sock.close(linger=0)
         ctx.term()
 
 
@@ -134,44 +155,56 @@ def _reap(*procs, timeout_s: float = 10.0) -> None:
     for p in procs:
         p.join(timeout_s)
         if p.is_alive():
+            p.terminate()
+            p.join(3.0)
+        if p.is_alive():
             p.kill()
             p.join(5.0)
 
 
-def push_pull_throughput(n_messages: int = 2_000_000, size: int = 32, transport: str = "ipc",
-                         timeout_s: float = 300.0) -> dict:
-    """pyzmq PUSH -> PULL across two processes; ``msgs_per_s`` measured on the receiver."""
+def push_pull_throughput(duration_s: float = 6.0, size: int = 32, transport: str = "ipc",
+                         timeout_s: float = 60.0) -> dict:
+    """pyzmq PUSH -> PULL across two processes; msgs/s per one-second interval at the receiver.
+
+    ``msgs_per_s`` is the median of the intervals after the first (warm-up), as
+    for sulis and Aeron; ``samples`` holds every interval's rate, warm-up first.
+    """
     import zmq
 
-    if n_messages < 2:
-        raise ValueError("n_messages must be at least 2")
+    if duration_s < 2.5:
+        raise ValueError("duration_s must be at least 2.5 (one warm-up interval plus measured ones)")
     ctx = mp.get_context("spawn")
     endpoint_q, result_q, send_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    stop = ctx.Event()
     timeout_ms = int(timeout_s * 1000)
     with _endpoint_base(transport) as base:
-        pull = ctx.Process(target=_pull_main, name="zmq-PULL", args=(base, n_messages, timeout_ms, endpoint_q, result_q))
+        pull = ctx.Process(target=_pull_main, name="zmq-PULL", args=(base, duration_s, timeout_ms, endpoint_q, result_q))
         pull.start()
         push = None
         try:
             endpoint = _get(endpoint_q, 60.0, "PULL bind", [pull])
-            push = ctx.Process(target=_push_main, name="zmq-PUSH", args=(endpoint, n_messages, size, timeout_ms, send_q))
+            push = ctx.Process(target=_push_main, name="zmq-PUSH", args=(endpoint, size, stop, send_q))
             push.start()
-            recv_res = _get(result_q, timeout_s + 60.0, "PULL", [pull, push])
-            send_res = _get(send_q, 60.0, "PUSH", [push])
+            recv_res = _get(result_q, timeout_s + duration_s + 60.0, "PULL", [pull, push])
+            stop.set()
+            send_res = _get(send_q, 30.0, "PUSH", [push])
         finally:
+            stop.set()
             _reap(*(p for p in (push, pull) if p is not None))
     for r in (recv_res, send_res):
         if "error" in r:
             raise RuntimeError(r["error"])
-    elapsed = recv_res["t_first_to_last_s"]
+    samples = [i["messages"] / i["interval_s"] for i in recv_res["intervals"]]
+    if len(samples) < 2:
+        raise RuntimeError(f"PULL reported {len(samples)} intervals")
     return {
-        "msgs_per_s": (n_messages - 1) / elapsed,
+        "msgs_per_s": statistics.median(samples[1:]),
+        "samples": samples,
         "peer": f"pyzmq PUSH/PULL {transport}",
-        "n_messages": n_messages,
+        "duration_s": duration_s,
         "size": size,
-        "elapsed_s": elapsed,
-        "bytes_per_s": (n_messages - 1) * size / elapsed,
-        "sender_msgs_per_s": n_messages / send_res["send_s"],
+        "received": recv_res["received"],
+        "sent": send_res["sent"],
         "endpoint": endpoint,
         "pyzmq": zmq.__version__,
         "libzmq": zmq.zmq_version(),
@@ -181,6 +214,7 @@ def push_pull_throughput(n_messages: int = 2_000_000, size: int = 32, transport:
 # ----------------------------------------------------------------- REQ/REP children
 
 def _rep_main(base: str, total: int, timeout_ms: int, endpoint_q, result_q) -> None:
+    _die_with_parent()
     import zmq
 
     ctx = zmq.Context()
@@ -200,6 +234,7 @@ def _rep_main(base: str, total: int, timeout_ms: int, endpoint_q, result_q) -> N
 
 
 def _req_main(endpoint: str, n: int, warmup: int, size: int, timeout_ms: int, result_q) -> None:
+    _die_with_parent()
     import zmq
     from hdrh.histogram import HdrHistogram
 
@@ -291,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("pushpull", help="PUSH/PULL throughput")
-    pp.add_argument("--messages", type=int, default=2_000_000)
+    pp.add_argument("--duration", type=float, default=6.0, help="seconds per run, the first is warm-up")
     rr = sub.add_parser("reqrep", help="REQ/REP round-trip latency")
     rr.add_argument("--n", type=int, default=100_000)
     rr.add_argument("--warmup", type=int, default=10_000)
@@ -304,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for _ in range(args.runs):
         if args.cmd == "pushpull":
-            r = push_pull_throughput(args.messages, size=args.size, transport=args.transport)
+            r = push_pull_throughput(args.duration, size=args.size, transport=args.transport)
         else:
             r = req_rep_latency(args.n, warmup=args.warmup, size=args.size, transport=args.transport)
         print(json.dumps({k: v for k, v in r.items() if k != "hdrh_encoded"}), flush=True)

@@ -9,11 +9,20 @@
 //! The parent reads the child's stdout (one line per event) and prints the
 //! figures; the last line it prints is `RESULT {json}` for scripts
 //! (bench/ipc_*.py, bench/udp_*.py).
+//!
+//! Nothing is left behind on any exit path: [`init_process`] (first call of
+//! every `main`) takes SIGINT/SIGTERM/SIGHUP on a thread of its own, and
+//! [`die`] and that thread both run [`cleanup`], which stops the registered
+//! child process and removes the registered driver directories. A child
+//! started by [`spawn_self`] gets SIGTERM when its parent dies
+//! (`PR_SET_PDEATHSIG`), so it cleans up too when the parent is killed.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ClientContext};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
@@ -38,31 +47,62 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses `std::env::args()`; `flag_names` take no value.
-    pub fn parse(flag_names: &[&str]) -> Args {
+    /// Parses `std::env::args()`; `flag_names` take no value, `value_names`
+    /// take one. Anything else is an error (a misspelt option must not be
+    /// silently ignored by a benchmark).
+    pub fn parse(flag_names: &[&str], value_names: &[&str]) -> Args {
         let raw: Vec<String> = std::env::args().skip(1).collect();
         let mut values = HashMap::new();
         let mut flags = Vec::new();
         let mut i = 0;
+        let known_value = |k: &str| value_names.contains(&k) || COMMON_VALUES.contains(&k);
         while i < raw.len() {
             let a = &raw[i];
             let Some(key) = a.strip_prefix("--") else {
-                die(&format!("unexpected argument {a:?}"));
+                die(&format!("unexpected argument {a:?} (see --help)"));
             };
             if let Some((k, v)) = key.split_once('=') {
+                if !known_value(k) {
+                    die(&format!("unknown option --{k} (see --help)"));
+                }
                 values.insert(k.to_string(), v.to_string());
             } else if flag_names.contains(&key) {
                 flags.push(key.to_string());
-            } else {
+            } else if known_value(key) {
                 let Some(v) = raw.get(i + 1) else {
                     die(&format!("--{key} needs a value"))
                 };
                 values.insert(key.to_string(), v.clone());
                 i += 1;
+            } else {
+                die(&format!("unknown option --{key} (see --help)"));
             }
             i += 1;
         }
-        Args { values, flags, raw }
+        let args = Args { values, flags, raw };
+        let base = args.str("dir-base", "");
+        if !base.is_empty() {
+            let base = PathBuf::from(base);
+            if !base.is_dir() {
+                die(&format!("--dir-base {}: not a directory", base.display()));
+            }
+            let _ = DIR_BASE.set(base);
+        }
+        args
+    }
+
+    /// `--name` parsed and at least `min`.
+    pub fn at_least<T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy>(
+        &self,
+        name: &str,
+        default: T,
+        min: T,
+    ) -> T {
+        let v = self.get(name, default);
+        if v < min {
+            die(&format!("--{name} must be at least {min}, not {v}"));
+        }
+        v
     }
 
     /// True when `--name` was given.
@@ -94,10 +134,129 @@ impl Args {
     }
 }
 
-/// Prints to stderr and exits 2.
+/// Options every binary takes: `--role` (internal), `--dir` (a child's driver
+/// directory, internal) and `--dir-base` (where driver directories go; default
+/// /dev/shm; bench/*.py passes a directory it removes afterwards).
+const COMMON_VALUES: &[&str] = &["role", "dir", "dir-base"];
+
+/// Prints to stderr, cleans up (child process, driver directories) and exits 2.
 pub fn die(msg: &str) -> ! {
     eprintln!("error: {msg}");
+    cleanup();
     std::process::exit(2)
+}
+
+// ------------------------------------------------------------------ cleanup
+
+struct Registry {
+    dirs: Vec<PathBuf>,
+    children: Vec<i32>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    dirs: Vec::new(),
+    children: Vec::new(),
+});
+static DIR_BASE: OnceLock<PathBuf> = OnceLock::new();
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// First call of every `main`: SIGINT, SIGTERM and SIGHUP are blocked in this
+/// thread (every thread started later, the driver's included, inherits the
+/// mask) and taken by a dedicated thread with `sigwait`, which runs
+/// [`cleanup`] and exits with 128 + the signal's number.
+pub fn init_process() {
+    // SAFETY: plain libc calls on a local, zero-initialised sigset_t.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is a valid signal set; sigwait writes `sig`.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                return;
+            }
+            eprintln!("signal {sig}: stopping, removing the driver directories");
+            cleanup();
+            // SAFETY: ends the process without running destructors (other
+            // threads may hold locks).
+            unsafe { libc::_exit(128 + sig) }
+        })
+        .unwrap_or_else(|e| {
+            eprintln!("error: cannot start the signal thread: {e}");
+            std::process::exit(2)
+        });
+}
+
+/// Held for the whole of a [`cleanup`]: a second caller (the signal thread
+/// and a [`die`] on another thread at once) waits until the first is done
+/// instead of exiting the process half-way through it.
+static CLEANING: Mutex<()> = Mutex::new(());
+
+/// Stops the registered child process (SIGTERM, then SIGKILL after 3 s) and
+/// removes the registered directories. Idempotent.
+pub fn cleanup() {
+    let _serial = CLEANING.lock().unwrap_or_else(|e| e.into_inner());
+    let (children, dirs) = {
+        let mut r = registry();
+        (std::mem::take(&mut r.children), std::mem::take(&mut r.dirs))
+    };
+    for &pid in &children {
+        // SAFETY: signals a child of ours that has not been reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    for &pid in &children {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let mut status = 0;
+            // SAFETY: waits for our own child without blocking.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r != 0 {
+                break; // reaped, or not ours any more
+            }
+            if Instant::now() > deadline {
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// Registers a directory for [`cleanup`].
+pub fn register_dir(dir: &Path) {
+    registry().dirs.push(dir.to_path_buf());
+}
+
+/// Removes `dir` (after a normal run) and forgets it.
+pub fn remove_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    registry().dirs.retain(|d| d != dir);
+}
+
+/// Waits for `child` (after a normal run) and forgets it.
+pub fn wait_child(child: &mut Child) -> std::process::ExitStatus {
+    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    let pid = child.id() as i32;
+    registry().children.retain(|&p| p != pid);
+    status
 }
 
 /// Pins the calling thread to `cpu` (threads it starts afterwards inherit the mask).
@@ -116,6 +275,27 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Lets the calling thread run on every CPU again (after [`pin_current_thread`]).
+///
+/// Every bit of the set is on: the kernel keeps the CPUs that exist and are
+/// allowed. (Counting the CPUs with `available_parallelism` here would see the
+/// pinned mask, one CPU, and leave the thread pinned.)
+pub fn unpin_current_thread() {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            die(&format!(
+                "sched_setaffinity(all): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+}
+
 /// Number of CPUs this process may run on.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()
@@ -123,14 +303,27 @@ pub fn available_cpus() -> usize {
         .unwrap_or(1)
 }
 
-/// A fresh driver directory under /dev/shm (or the temp dir).
+/// A fresh driver directory under `--dir-base`, /dev/shm or the temp dir,
+/// registered for [`cleanup`].
 pub fn bench_dir(tag: &str, run: usize) -> PathBuf {
-    let base = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
+    let base = match DIR_BASE.get() {
+        Some(b) => b.clone(),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
     };
-    base.join(format!("sulis-bench-{tag}-{}-{run}", std::process::id()))
+    let dir = base.join(format!("sulis-bench-{tag}-{}-{run}", std::process::id()));
+    register_dir(&dir);
+    dir
+}
+
+/// A child role's `--dir` (given by its parent), registered for [`cleanup`].
+pub fn child_dir(args: &Args) -> PathBuf {
+    let dir = PathBuf::from(args.str("dir", ""));
+    if dir.as_os_str().is_empty() {
+        die("--dir is missing (internal option of the child roles)");
+    }
+    register_dir(&dir);
+    dir
 }
 
 /// Launches an embedded driver (SHARED threading) in `dir`.
@@ -307,17 +500,63 @@ pub fn connect(dir: &Path, name: &str) -> Client {
 }
 
 /// Re-executes this binary with `args` (stdout piped back, stderr inherited).
+///
+/// The child is registered for [`cleanup`] and gets SIGTERM when this thread
+/// (the main thread in every binary) ends, so it never outlives a parent that
+/// was killed. `--dir-base` is passed on.
 pub fn spawn_self(args: &[String]) -> (Child, BufReader<ChildStdout>) {
     let exe = std::env::current_exe().unwrap_or_else(|e| die(&format!("current_exe: {e}")));
-    let mut child = Command::new(exe)
-        .args(args)
+    let mut cmd = Command::new(exe);
+    cmd.args(args);
+    if let Some(base) = DIR_BASE.get() {
+        cmd.arg("--dir-base").arg(base);
+    }
+    // SAFETY: getpid is async-signal-safe; read before the fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "the parent exited before the child started",
+                ));
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap_or_else(|e| die(&format!("cannot start the child process: {e}")));
+    registry().children.push(child.id() as i32);
     let out = BufReader::new(child.stdout.take().unwrap());
     (child, out)
+}
+
+/// Watches a child's stdout on a thread of its own (blocked in `read`, no
+/// CPU): when the child exits before `expected_exit` is set, [`die`]s, so a
+/// parent waiting in a hot loop for its echo does not wait forever.
+pub fn watch_child(
+    mut out: BufReader<ChildStdout>,
+    expected_exit: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    what: &'static str,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut last = Vec::new();
+        while let Some(line) = read_line(&mut out) {
+            last.push(line);
+        }
+        if !expected_exit.load(std::sync::atomic::Ordering::Acquire) {
+            die(&format!(
+                "the {what} process exited unexpectedly; its output: {last:?}"
+            ));
+        }
+    })
 }
 
 /// Reads one line from the child; `None` at end of stream.

@@ -4,7 +4,8 @@
 //! The parent launches an embedded media driver (SHARED threading) in a fresh
 //! directory under /dev/shm, adds an exclusive publication on `aeron:ipc`
 //! stream 1002 and a subscription on stream 1003, and re-executes itself with
-//! `--role pong`; the child echoes every message from 1002 to 1003. Each round
+//! `--role pong`; the child echoes warm-up + timed messages from 1002 to 1003
+//! and exits. Each round
 //! trip (offer, then poll until the echo arrives) is timed with `Instant` and
 //! recorded in an HdrHistogram (ns, 3 significant digits). Warm-up round trips
 //! are not recorded. Figures are the median over `--runs` runs of each
@@ -13,6 +14,7 @@
 //! ```text
 //! cargo run --release -p sulis-bench --bin ipc-latency -- [--runs 3] [--messages 100000]
 //!     [--warmup 10000] [--message-length 32] [--driver-idle sleeping:10ms] [--pin|--no-pin] [--quick]
+//!     [--dir-base DIR]
 //! ```
 
 use hdrhistogram::Histogram;
@@ -22,16 +24,26 @@ use sulis_bench::*;
 const CHANNEL: &str = "aeron:ipc";
 const PING_STREAM: i32 = 1002;
 const PONG_STREAM: i32 = 1003;
-/// First byte of the message that tells the pong process to exit.
-const STOP: u8 = 0xFF;
 
 fn main() {
     refuse_debug_build("ipc-latency");
-    let args = Args::parse(&["pin", "no-pin", "quick", "help"]);
+    init_process();
+    let args = Args::parse(
+        &["pin", "no-pin", "quick", "help"],
+        &[
+            "runs",
+            "messages",
+            "warmup",
+            "message-length",
+            "driver-idle",
+            "pin-cpu",
+            "total",
+        ],
+    );
     if args.flag("help") {
         println!(
             "usage: ipc-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] \
-             [--driver-idle STRATEGY] [--pin|--no-pin] [--quick]"
+             [--driver-idle STRATEGY] [--pin|--no-pin] [--quick] [--dir-base DIR]"
         );
         return;
     }
@@ -46,17 +58,17 @@ const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p
 
 fn ping_main(args: &Args) {
     let quick = args.flag("quick");
-    let runs: usize = args.get("runs", if quick { 1 } else { 3 });
-    let n: u64 = args.get("messages", if quick { 20_000 } else { 100_000 });
+    let runs: usize = args.at_least("runs", if quick { 1 } else { 3 }, 1);
+    let n: u64 = args.at_least("messages", if quick { 20_000 } else { 100_000 }, 1);
     let warmup: u64 = args.get("warmup", if quick { 2_000 } else { 10_000 });
-    let len: usize = args.get("message-length", 32);
+    let len: usize = args.at_least("message-length", 32, 1);
     // The driver has nothing to do during the exchange; sleeping 10 ms keeps it
     // off both cores (backoff's 1 ms wake-ups show up at p99.9).
     let idle = args.str("driver-idle", "sleeping:10ms");
     // Pinned by default on 2+ CPUs: ping on CPU 0, pong on CPU 1.
     let pin = !args.flag("no-pin") && available_cpus() >= 2;
-    if len < 1 {
-        die("--message-length must be at least 1");
+    if args.flag("pin") && args.flag("no-pin") {
+        die("--pin and --no-pin exclude each other");
     }
     println!(
         "sulis native IPC round trip: {len} B, {n} round trips after {warmup} warm-up, {runs} run(s), \
@@ -138,6 +150,8 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
         "pong".into(),
         "--dir".into(),
         dir.display().to_string(),
+        "--total".into(),
+        (warmup + n).to_string(),
     ];
     if pin {
         child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
@@ -147,6 +161,9 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
         Some(l) if l == "ready" => {}
         other => die(&format!("pong process did not start: {other:?}")),
     }
+    // Pong exits after the last echo; before that, its exit is a failure.
+    let last_echo = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_child(out, last_echo.clone(), "pong");
     let mut ping = client
         .add_exclusive_publication(CHANNEL, PING_STREAM)
         .unwrap_or_else(|e| die(&format!("{e}")));
@@ -174,11 +191,9 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
             hist.saturating_record(ns.max(1));
         }
     }
-    msg[0] = STOP;
-    while ping.offer(&msg).is_err() {
-        std::hint::spin_loop();
-    }
-    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    last_echo.store(true, std::sync::atomic::Ordering::Release);
+    let status = wait_child(&mut child);
+    let _ = watcher.join();
     if !status.success() {
         die(&format!("pong process failed: {status}"));
     }
@@ -190,26 +205,17 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
         // Let the next run's driver thread start unpinned again.
         unpin_current_thread();
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
     hist
-}
-
-fn unpin_current_thread() {
-    // SAFETY: as in pin_current_thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..available_cpus() {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 fn pong(args: &Args) {
     if args.has("pin-cpu") {
         pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
     }
+    // The parent's driver directory: the parent removes it.
     let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let total: u64 = args.at_least("total", 1, 1);
     let client = connect(&dir, "ipc-latency-pong");
     let mut pings = client
         .add_subscription(CHANNEL, PING_STREAM)
@@ -218,24 +224,19 @@ fn pong(args: &Args) {
         .add_exclusive_publication(CHANNEL, PONG_STREAM)
         .unwrap_or_else(|e| die(&format!("{e}")));
     println!("ready");
-    let stop = std::cell::Cell::new(false);
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
         while publication.offer(payload).is_err() {
             std::hint::spin_loop();
         }
-        if payload[0] == STOP {
-            stop.set(true);
-        }
         Ok::<(), ()>(())
     };
-    loop {
-        if pings.poll(&mut handler, 1).unwrap() == 0 {
+    let mut echoed = 0u64;
+    while echoed < total {
+        let n = pings.poll(&mut handler, 1).unwrap();
+        if n == 0 {
             std::hint::spin_loop();
-            continue;
         }
-        if stop.get() {
-            break;
-        }
+        echoed += n as u64;
     }
     drop(pings);
     drop(client);

@@ -17,10 +17,14 @@
 //! bench/peers/aeron_java.py.
 //!
 //! ```text
-//! cargo run --release -p sulis-bench --bin ipc-throughput -- [--runs 3] [--duration 10]
+//! cargo run --release -p sulis-bench --bin ipc-throughput -- [--runs 3] [--duration 6]
 //!     [--publication exclusive|concurrent] [--message-length 32] [--fragment-limit 10]
 //!     [--driver-idle busy-spin|yielding|backoff|sleeping] [--term-length 64m] [--pin] [--quick]
+//!     [--dir-base DIR]
 //! ```
+//!
+//! The driver directory goes under `--dir-base` (default /dev/shm) and is
+//! removed on every exit path (see `sulis_bench::cleanup`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,11 +34,25 @@ use sulis_bench::*;
 const CHANNEL: &str = "aeron:ipc";
 const STREAM_ID: i32 = 1001;
 const USAGE: &str = "usage: ipc-throughput [--runs N] [--duration SECONDS] [--publication exclusive|concurrent] \
-[--message-length BYTES] [--fragment-limit N] [--driver-idle STRATEGY] [--term-length SIZE] [--pin] [--quick] [--json]";
+[--message-length BYTES] [--fragment-limit N] [--driver-idle STRATEGY] [--term-length SIZE] [--pin] [--quick] \
+[--dir-base DIR]";
 
 fn main() {
     refuse_debug_build("ipc-throughput");
-    let args = Args::parse(&["pin", "quick", "json", "help"]);
+    init_process();
+    let args = Args::parse(
+        &["pin", "quick", "help"],
+        &[
+            "runs",
+            "duration",
+            "publication",
+            "message-length",
+            "fragment-limit",
+            "driver-idle",
+            "term-length",
+            "pin-cpu",
+        ],
+    );
     if args.flag("help") {
         println!("{USAGE}");
         return;
@@ -60,12 +78,12 @@ struct Config {
 fn publisher_main(args: &Args) {
     let quick = args.flag("quick");
     let cfg = Config {
-        runs: args.get("runs", if quick { 1 } else { 3 }),
+        runs: args.at_least("runs", if quick { 1 } else { 3 }, 1),
         // Seconds per run; the first second is warm-up.
         duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
         publication: args.str("publication", "exclusive"),
-        message_length: args.get("message-length", 32),
-        fragment_limit: args.get("fragment-limit", 10),
+        message_length: args.at_least("message-length", 32, 1),
+        fragment_limit: args.at_least("fragment-limit", 10, 1),
         driver_idle: args.str("driver-idle", "busy-spin"),
         term_length: args.str("term-length", "64m"),
         pin: args.flag("pin"),
@@ -236,10 +254,10 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
         publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     };
     let lines = reader.join().unwrap_or_default();
-    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    let status = wait_child(&mut child);
     drop(client);
     drop(driver);
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
     if !status.success() {
         die(&format!(
             "subscriber process failed ({status}); output: {lines:?}"

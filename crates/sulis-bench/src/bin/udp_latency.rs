@@ -5,7 +5,8 @@
 //! `--role pong`. Pong's driver binds the ping channel's endpoint
 //! (`aeron:udp?endpoint=HOST:P1`, stream 1002), ping's driver binds the pong
 //! channel's (`HOST:P2`, stream 1003); pong echoes every message from one to
-//! the other. Each round trip (offer, then poll until the echo arrives) is
+//! the other (warm-up + timed messages, then it exits). Each round trip (offer,
+//! then poll until the echo arrives) is
 //! timed with `Instant` and recorded in an HdrHistogram (ns, 3 significant
 //! digits); warm-up round trips are not recorded. Figures are the median over
 //! `--runs` runs of each percentile.
@@ -13,9 +14,12 @@
 //! ```text
 //! cargo run --release -p sulis-bench --bin udp-latency -- [--runs 3] [--messages 100000]
 //!     [--warmup 10000] [--message-length 32] [--host 127.0.0.1] [--channel-params mtu=1408]
-//!     [--threading shared] [--driver-idle busy-spin] [--driver-options k=v,...]
-//!     [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick]
+//!     [--threading shared] [--driver-idle yielding] [--driver-options k=v,...]
+//!     [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick] [--dir-base DIR]
 //! ```
+//!
+//! Both driver directories go under `--dir-base` (default /dev/shm) and are
+//! removed on every exit path (see `sulis_bench::cleanup`).
 //!
 //! `--pin clients` puts the ping thread on CPU 0 and the pong thread on CPU 1
 //! after their drivers started (driver threads keep the full mask);
@@ -32,17 +36,34 @@ use sulis_bench::*;
 
 const PING_STREAM: i32 = 1002;
 const PONG_STREAM: i32 = 1003;
-/// First byte of the message that tells the pong process to exit.
-const STOP: u8 = 0xFF;
 
 fn main() {
     refuse_debug_build("udp-latency");
-    let args = Args::parse(&["quick", "help"]);
+    init_process();
+    let args = Args::parse(
+        &["quick", "help"],
+        &[
+            "runs",
+            "messages",
+            "warmup",
+            "message-length",
+            "host",
+            "channel-params",
+            "threading",
+            "driver-idle",
+            "driver-options",
+            "pin",
+            "client-idle",
+            "ping-channel",
+            "pong-channel",
+            "total",
+        ],
+    );
     if args.flag("help") {
         println!(
             "usage: udp-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] [--host IP] \
              [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--driver-options k=v,...] \
-             [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick]"
+             [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick] [--dir-base DIR]"
         );
         return;
     }
@@ -76,11 +97,11 @@ fn channel(host: &str, port: u16, params: &str) -> String {
 
 fn ping_main(args: &Args) {
     let quick = args.flag("quick");
-    let runs: usize = args.get("runs", if quick { 1 } else { 3 });
+    let runs: usize = args.at_least("runs", if quick { 1 } else { 3 }, 1);
     let cfg = Config {
-        n: args.get("messages", if quick { 20_000 } else { 100_000 }),
+        n: args.at_least("messages", if quick { 20_000 } else { 100_000 }, 1),
         warmup: args.get("warmup", if quick { 2_000 } else { 10_000 }),
-        len: args.get("message-length", 32),
+        len: args.at_least("message-length", 32, 1),
         host: args.str("host", "127.0.0.1"),
         channel_params: args.str("channel-params", "mtu=1408"),
         threading: args.str("threading", "shared"),
@@ -89,9 +110,6 @@ fn ping_main(args: &Args) {
         pin: args.str("pin", "none"),
         client_idle: args.str("client-idle", "yield"),
     };
-    if cfg.len < 1 {
-        die("--message-length must be at least 1");
-    }
     if !matches!(cfg.pin.as_str(), "none" | "clients" | "processes") {
         die("--pin must be none, clients or processes");
     }
@@ -213,12 +231,17 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
         cfg.pin.clone(),
         "--client-idle".into(),
         cfg.client_idle.clone(),
+        "--total".into(),
+        (cfg.warmup + cfg.n).to_string(),
     ];
     let (mut child, mut out) = spawn_self(&child_args);
     match read_line(&mut out) {
         Some(l) if l == "ready" => {}
         other => die(&format!("pong process did not start: {other:?}")),
     }
+    // Pong exits after the last echo; before that, its exit is a failure.
+    let last_echo = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_child(out, last_echo.clone(), "pong");
     let dir = bench_dir("udp-ping", run);
     let driver = launch_driver_with(
         &dir,
@@ -261,11 +284,9 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
             hist.saturating_record(ns.max(1));
         }
     }
-    msg[0] = STOP;
-    while ping.offer(&msg).is_err() {
-        std::hint::spin_loop();
-    }
-    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    last_echo.store(true, std::sync::atomic::Ordering::Release);
+    let status = wait_child(&mut child);
+    let _ = watcher.join();
     if !status.success() {
         die(&format!("pong process failed: {status}"));
     }
@@ -276,19 +297,8 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
     if cfg.pin != "none" {
         unpin_current_thread();
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
     hist
-}
-
-fn unpin_current_thread() {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..available_cpus().max(2) {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 fn pong(args: &Args) {
@@ -296,7 +306,8 @@ fn pong(args: &Args) {
     if pin == "processes" {
         pin_current_thread(1).unwrap_or_else(|e| die(&e));
     }
-    let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let dir = child_dir(args);
+    let total: u64 = args.at_least("total", 1, 1);
     let client_idle = args.str("client-idle", "yield");
     let driver = launch_driver_with(
         &dir,
@@ -315,33 +326,30 @@ fn pong(args: &Args) {
         .add_exclusive_publication(&args.str("pong-channel", ""), PONG_STREAM)
         .unwrap_or_else(|e| die(&format!("{e}")));
     println!("ready");
-    let stop = std::cell::Cell::new(false);
     let mut offer_idle = ClientIdle::parse(&client_idle);
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
         while publication.offer(payload).is_err() {
             offer_idle.idle();
         }
         offer_idle.reset();
-        if payload[0] == STOP {
-            stop.set(true);
-        }
         Ok::<(), ()>(())
     };
     let mut idle = ClientIdle::parse(&client_idle);
-    loop {
-        if pings.poll(&mut handler, 1).unwrap() == 0 {
+    let mut echoed = 0u64;
+    while echoed < total {
+        let n = pings.poll(&mut handler, 1).unwrap();
+        if n == 0 {
             idle.idle();
             continue;
         }
         idle.reset();
-        if stop.get() {
-            break;
-        }
+        echoed += n as u64;
     }
-    // Let the last echo leave before the driver goes.
+    // Let the last echo leave before the driver goes (a lost last datagram
+    // would be repaired by a NAK only while the publication exists).
     std::thread::sleep(Duration::from_millis(50));
     drop(pings);
     drop(client);
     drop(driver);
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
 }

@@ -27,11 +27,14 @@
 //! cargo run --release -p sulis-bench --bin udp-throughput -- [--runs 3] [--duration 6] [--count N [--warmup-count W]]
 //!     [--publication exclusive|concurrent] [--message-length 32] [--fragment-limit 10]
 //!     [--host 127.0.0.1] [--port 0] [--channel-params mtu=1408|term-length=16m|rcv-wnd=...]
-//!     [--threading shared] [--driver-idle busy-spin] [--pub-threading M] [--pub-driver-idle S]
+//!     [--threading shared] [--driver-idle yielding] [--pub-threading M] [--pub-driver-idle S]
 //!     [--sub-threading M] [--sub-driver-idle S] [--driver-options k=v,k=v]
 //!     [--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield|backoff]
-//!     [--pin | --placement none|sides|publisher] [--quick]
+//!     [--pin | --placement none|sides|publisher] [--quick] [--dir-base DIR]
 //! ```
+//!
+//! Both driver directories go under `--dir-base` (default /dev/shm) and are
+//! removed on every exit path (see `sulis_bench::cleanup`).
 //!
 //! `--placement sides` (or `--pin`): the publisher process, its driver
 //! included, on CPU 0 and the subscriber process on CPU 1; `--placement
@@ -58,11 +61,40 @@ const USAGE: &str = "usage: udp-throughput [--runs N] [--duration SECONDS | --co
 [--publication exclusive|concurrent] [--message-length BYTES] [--fragment-limit N] [--host IP] [--port N] \
 [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--pub-threading MODE] \
 [--pub-driver-idle STRATEGY] [--sub-threading MODE] [--sub-driver-idle STRATEGY] [--driver-options k=v,...] \
-[--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield|backoff] [--pin | --placement none|sides|publisher] [--quick]";
+[--pub-driver-options k=v,...] [--sub-driver-options k=v,...] [--client-idle spin|yield|backoff] [--pin | --placement none|sides|publisher] [--quick] \
+[--dir-base DIR]";
 
 fn main() {
     refuse_debug_build("udp-throughput");
-    let args = Args::parse(&["pin", "quick", "help"]);
+    init_process();
+    let args = Args::parse(
+        &["pin", "quick", "help"],
+        &[
+            "runs",
+            "duration",
+            "count",
+            "warmup-count",
+            "publication",
+            "message-length",
+            "fragment-limit",
+            "host",
+            "port",
+            "channel-params",
+            "threading",
+            "driver-idle",
+            "pub-threading",
+            "pub-driver-idle",
+            "sub-threading",
+            "sub-driver-idle",
+            "driver-options",
+            "pub-driver-options",
+            "sub-driver-options",
+            "client-idle",
+            "placement",
+            "channel",
+            "pin-cpu",
+        ],
+    );
     if args.flag("help") {
         println!("{USAGE}");
         return;
@@ -153,13 +185,13 @@ fn side(args: &Args, prefix: &str) -> Side {
 fn publisher_main(args: &Args) {
     let quick = args.flag("quick");
     let cfg = Config {
-        runs: args.get("runs", if quick { 1 } else { 3 }),
+        runs: args.at_least("runs", if quick { 1 } else { 3 }, 1),
         duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
         count: args.get("count", 0u64),
         warmup_count: args.get("warmup-count", 0u64),
         publication: args.str("publication", "exclusive"),
-        message_length: args.get("message-length", 32),
-        fragment_limit: args.get("fragment-limit", 10),
+        message_length: args.at_least("message-length", 32, 1),
+        fragment_limit: args.at_least("fragment-limit", 10, 1),
         host: args.str("host", "127.0.0.1"),
         port: args.get("port", 0u16),
         channel_params: args.str("channel-params", "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"),
@@ -172,6 +204,12 @@ fn publisher_main(args: &Args) {
             args.str("placement", "none")
         },
     };
+    if args.flag("pin") && args.has("placement") {
+        die("--pin and --placement exclude each other");
+    }
+    if cfg.count == 0 && args.has("warmup-count") {
+        die("--warmup-count needs --count");
+    }
     if !matches!(cfg.placement.as_str(), "none" | "sides" | "publisher") {
         die("--placement must be none, sides or publisher");
     }
@@ -442,10 +480,10 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
     };
     let pub_counters = system_counters(&client, SENDER_COUNTERS);
     let lines = reader.join().unwrap_or_default();
-    let status = child.wait().unwrap_or_else(|e| die(&format!("wait: {e}")));
+    let status = wait_child(&mut child);
     drop(client);
     drop(driver);
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
     if cfg.placement != "none" {
         unpin_current_thread();
     }
@@ -537,22 +575,11 @@ fn publish_until(
     (ok, refused)
 }
 
-fn unpin_current_thread() {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..available_cpus().max(2) {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 fn subscriber(args: &Args) {
     if args.has("pin-cpu") {
         pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
     }
-    let dir = std::path::PathBuf::from(args.str("dir", ""));
+    let dir = child_dir(args);
     let channel = args.str("channel", "");
     let duration_s: f64 = args.get("duration", 6.0);
     let count: u64 = args.get("count", 0);
@@ -660,5 +687,5 @@ fn subscriber(args: &Args) {
     drop(sub);
     drop(client);
     drop(driver);
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_dir(&dir);
 }
