@@ -63,6 +63,23 @@ UNBLOCKED_PUBLICATIONS_COUNTER = (19, "Unblocked Publications")
 CLIENT_TIMEOUTS_COUNTER = (24, "Client liveness timeouts")
 
 
+#: The ``sulis`` command as the tests run it.
+CLI = [sys.executable, "-m", "sulis.cli"]
+
+
+def clean_env(**extra) -> dict:
+    """This process' environment without any ``SULIS_*`` setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
+    env.update(extra)
+    return env
+
+
+def run_cli(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    """Runs ``sulis ARGS`` (in a clean environment unless ``env`` is given) and captures its output."""
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env or clean_env(),
+                          timeout=timeout)
+
+
 def await_until(cond, timeout: float = 10.0, what: str | None = None, interval: float = 0.001):
     """Polls ``cond()`` until it returns something truthy, which is returned."""
     deadline = time.monotonic() + timeout

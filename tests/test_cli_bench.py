@@ -26,7 +26,7 @@ import time
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from conftest import await_until
+from conftest import await_until, clean_env
 
 CLI = [sys.executable, "-m", "sulis.cli", "bench"]
 PERCENTILE_KEYS = ["min_us", "p50_us", "p90_us", "p99_us", "p99_9_us", "p99_99_us", "max_us"]
@@ -39,12 +39,6 @@ try:
 except ImportError:
     HAVE_ZMQ = False
 needs_zmq = pytest.mark.skipif(not HAVE_ZMQ, reason="pyzmq is not installed")
-
-
-def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
-    env.update(extra)
-    return env
 
 
 def free_udp_port() -> int:

@@ -9,25 +9,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 
 import sulis
-from conftest import await_until, make_dir
+from conftest import CLI, await_until, clean_env, make_dir
+from conftest import run_cli as run
 
-CLI = [sys.executable, "-m", "sulis.cli"]
 ROW = re.compile(r"^(\w+)\s+(\S*)\s+\((default|environment|explicit); (SULIS_\w+)\)$")
-
-
-def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
-    env.update(extra)
-    return env
-
-
-def run(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout)
 
 
 def parse_config(stdout: str) -> dict[str, tuple[str, str, str]]:

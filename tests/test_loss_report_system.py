@@ -6,24 +6,18 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import pytest
 from conftest import await_until, make_dir
+from conftest import run_cli as cli
 from test_udp_system import UDP_OPTIONS, free_port, run_stream, stream_of, udp_pair
 
 import sulis
 
-CLI = [sys.executable, "-m", "sulis.cli"]
 NAKS_SENT = 5
 CONDUCTOR_MAX_CYCLE, SENDER_MAX_CYCLE, RECEIVER_MAX_CYCLE = 26, 28, 30
 SULIS_VERSION = 34
 BYTES_MAPPED = 35
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_every_image_that_lost_data_has_one_entry_with_its_gaps(make_driver, make_client):

@@ -14,33 +14,22 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import await_until, connected_pair
+from conftest import CLI, await_until, clean_env, connected_pair
+from conftest import run_cli as run
 
 import sulis
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
-CLI = [sys.executable, "-m", "sulis.cli"]
 TOOLS = ["stat", "streams", "errors"]
 INVALID_PACKETS = 14
 UDP_OPTIONS = {"term_buffer_length": "1m", "publication_connection_timeout": "500ms",
                "image_liveness_timeout": "1s"}
-
-
-def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
-    env.update(extra)
-    return env
-
-
-def run(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout)
 
 
 def run_json(*args, env=None) -> dict:

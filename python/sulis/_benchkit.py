@@ -143,28 +143,24 @@ def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, li
     mask = _check_mask(idle)
     count = 0
     spins = 0
-    while count < start_at:
-        n = len(poll(limit))
-        if n:
-            count += n
-        else:
-            spins += 1
-            if idle is not None:
-                idle()
-            if stalled is not None and not spins & mask:
-                stalled(count)
+
+    def drain_to(target: int) -> None:
+        nonlocal count, spins
+        while count < target:
+            n = len(poll(limit))
+            if n:
+                count += n
+            else:
+                spins += 1
+                if idle is not None:
+                    idle()
+                if stalled is not None and not spins & mask:
+                    stalled(count)
+
+    drain_to(start_at)
     t0 = clock()
     c0 = count
-    while count < want:
-        n = len(poll(limit))
-        if n:
-            count += n
-        else:
-            spins += 1
-            if idle is not None:
-                idle()
-            if stalled is not None and not spins & mask:
-                stalled(count)
+    drain_to(want)
     t1 = clock() if count > c0 else t0
     return {"received": count // fragments_per_message,
             "timed_messages": (count - c0) / fragments_per_message,

@@ -136,7 +136,25 @@ def _source_address(target: tuple) -> str:
         return probe.getsockname()[0]
 
 
-class LossyRelay:
+class _RelayViews:
+    """What both relays derive from ``stats()`` and ``close()``."""
+
+    @property
+    def forward_stats(self) -> RelayStats:
+        return self.stats()[FORWARD]
+
+    @property
+    def backward_stats(self) -> RelayStats:
+        return self.stats()[BACKWARD]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LossyRelay(_RelayViews):
     """Relays UDP between senders and ``target``, impairing each direction; starts at once.
 
     ``with LossyRelay(("127.0.0.1", 40456), forward=Impairment(drop=0.1), seed=7) as relay: send_to(relay.address)``
@@ -189,14 +207,6 @@ class LossyRelay:
             return {name: dataclasses.replace(d.stats) for name, d in self._dirs.items()}
 
     @property
-    def forward_stats(self) -> RelayStats:
-        return self.stats()[FORWARD]
-
-    @property
-    def backward_stats(self) -> RelayStats:
-        return self.stats()[BACKWARD]
-
-    @property
     def clients(self) -> list[tuple]:
         """Sender addresses seen so far."""
         with self._lock:
@@ -224,12 +234,6 @@ class LossyRelay:
             pass
         self._thread.join(timeout=10)
         self._wake_w.close()
-
-    def __enter__(self) -> "LossyRelay":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"LossyRelay({self.address} -> {self.target}, seed={self.seed})"
@@ -368,7 +372,7 @@ class LossyRelay:
                 d.held = keep
 
 
-class RelayProcess:
+class RelayProcess(_RelayViews):
     """A ``LossyRelay`` in a child process, for tests whose own thread keeps the GIL busy.
 
     A relay thread in the test's process gets the GIL only at the interpreter's switch
@@ -423,14 +427,6 @@ class RelayProcess:
     def stats(self) -> dict[str, RelayStats]:
         return {name: RelayStats(**s) for name, s in self._ask("stats").items()}
 
-    @property
-    def forward_stats(self) -> RelayStats:
-        return self.stats()[FORWARD]
-
-    @property
-    def backward_stats(self) -> RelayStats:
-        return self.stats()[BACKWARD]
-
     def held(self) -> int:
         return self._ask("held")
 
@@ -446,12 +442,6 @@ class RelayProcess:
                 self._proc.kill()
                 self._proc.wait()
         self._proc.stdout.close()
-
-    def __enter__(self) -> "RelayProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"RelayProcess({self.address} -> {self.target}, seed={self.seed}, pid={self._proc.pid})"
