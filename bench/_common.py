@@ -15,6 +15,7 @@ native binaries get ``--dir-base`` with such a directory.
 """
 from __future__ import annotations
 
+import argparse
 import atexit
 import datetime as _dt
 import glob
@@ -307,6 +308,121 @@ def stop_all(children, grace_s: float = 5.0) -> None:
             c.proc.wait()
 
 
+class Children:
+    """The child processes of one run, stopped whatever happens::
+
+        with Children(base) as ch:
+            pub = ch.start(cmd, "publisher")
+            ...
+
+    Leaving the block stops every child still running (:func:`stop_all`),
+    then removes the directories given (:func:`rm_tree`) and calls ``after``.
+    """
+
+    def __init__(self, *dirs: str, after: Callable[[], None] | None = None):
+        self._dirs = dirs
+        self._after = after
+        self._children: list[Child] = []
+
+    def __enter__(self) -> "Children":
+        return self
+
+    def start(self, cmd: Sequence[str], what: str, cwd: str | Path | None = None) -> Child:
+        child = Child(cmd, what, cwd=cwd)
+        self._children.append(child)
+        return child
+
+    def __exit__(self, *exc) -> None:
+        try:
+            stop_all(self._children)
+        finally:
+            for d in self._dirs:
+                rm_tree(d)
+            if self._after is not None:
+                self._after()
+
+
+def self_cmd(script: str) -> list[str]:
+    """The command that runs ``script`` (a benchmark's or peer's own file) again, as a child role."""
+    return [sys.executable, os.path.abspath(script)]
+
+
+def pin_args(cpu: int, on: bool) -> list[str]:
+    """``--pin-cpu CPU`` for a child role when pinning is ``on``, else nothing."""
+    return ["--pin-cpu", str(cpu)] if on else []
+
+
+def collect_rates(sub: Child, pub: Child, stop_file: str, timeout_s: float = 60.0,
+                  sub_stop_file: str | None = None) -> tuple[list[float], dict, dict]:
+    """The end of a publisher/subscriber run whose children are ready: reads the
+    subscriber's per-second counts (:func:`rate_samples`), then creates ``stop_file``
+    (the publisher stops), waits for the publisher's report and both clean exits
+    (``sub_stop_file`` is created between the two, for subscribers that keep
+    draining until the publisher is gone). Returns (msgs/s per interval, the
+    subscriber's done message, the publisher's report); raises with fewer than 2 intervals."""
+    samples, done = rate_samples(sub, timeout_s, watch=[pub])
+    Path(stop_file).touch()
+    pub_res = pub.read_json(timeout_s)
+    pub.wait_ok(30)
+    if sub_stop_file:
+        Path(sub_stop_file).touch()
+    sub.wait_ok(30)
+    if len(samples) < 2:
+        raise RuntimeError(f"only {len(samples)} intervals")
+    return samples, done, pub_res
+
+
+def run_pub_sub(sub_cmd: Sequence[str], pub_cmd: Sequence[str], stop_file: str, label: str = "",
+                timeout_s: float = 60.0, sub_stop: bool = False, dirs: Sequence[str] = (),
+                after: Callable[[], None] | None = None) -> tuple[list[float], dict, dict]:
+    """One run of a subscriber child and then a publisher child (each reporting
+    ``{"ready"}`` first), as :func:`collect_rates` returns it; ``sub_stop``: the
+    subscriber drains until ``stop_file + ".sub"`` exists. Children are stopped
+    and ``dirs`` removed afterwards (:class:`Children`)."""
+    with Children(*dirs, after=after) as ch:
+        sub = ch.start(sub_cmd, f"{label}subscriber")
+        sub.read_json(timeout_s)
+        pub = ch.start(pub_cmd, f"{label}publisher")
+        pub.read_json(timeout_s)
+        return collect_rates(sub, pub, stop_file, timeout_s, stop_file + ".sub" if sub_stop else None)
+
+
+def finish_ping_pong(ping: Child, pong: Child, timeout_s: float = 600.0) -> dict:
+    """The end of a ping-pong run whose children are ready: ping's report (its
+    histogram; fails if pong fails meanwhile), pong's, and both clean exits."""
+    res = ping.read_json(timeout_s, watch=[pong])
+    pong.read_json(60)
+    ping.wait_ok(30)
+    pong.wait_ok(30)
+    return res
+
+
+def run_ping_pong(pong_cmd: Sequence[str], ping_cmd: Sequence[str], label: str = "", timeout_s: float = 600.0,
+                  dirs: Sequence[str] = (), after: Callable[[], None] | None = None) -> dict:
+    """One run of a pong child and then a ping child (each reporting ``{"ready"}``
+    first); returns the latency figures of ping's histogram (:func:`hdr_percentiles`,
+    plus ``hdrh_encoded``). Children are stopped and ``dirs`` removed afterwards."""
+    with Children(*dirs, after=after) as ch:
+        pong = ch.start(pong_cmd, f"{label}pong")
+        pong.read_json(60)
+        ping = ch.start(ping_cmd, f"{label}ping")
+        ping.read_json(60)
+        res = finish_ping_pong(ping, pong, timeout_s)
+    return latency_result(res["hist"])
+
+
+def wait_until(cond: Callable[[], bool], error: str, timeout_s: float = 30.0) -> bool:
+    """For child roles: polls ``cond`` every millisecond; after ``timeout_s`` reports
+    ``{"error": error}`` (:func:`json_out`) and returns False."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            json_out({"error": error})
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def pin_cpu(cpu: int | None) -> None:
     """Pins the calling process (threads started later inherit the mask) to ``cpu`` (None/-1: no-op)."""
     if cpu is not None and cpu >= 0:
@@ -318,6 +434,25 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def two_free_udp_ports(host: str = "127.0.0.1") -> tuple[int, int]:
+    """Two different UDP ports free on ``host`` now (a ping and a pong endpoint)."""
+    ping_port = free_udp_port(host)
+    pong_port = free_udp_port(host)
+    while pong_port == ping_port:
+        pong_port = free_udp_port(host)
+    return ping_port, pong_port
+
+
+def udp_channel(host: str, port: int, params: str) -> str:
+    """``aeron:udp?endpoint=HOST:PORT|<params>`` (params ``|``-separated, may be empty)."""
+    return "|".join([f"aeron:udp?endpoint={host}:{port}", *filter(None, params.split("|"))])
+
+
+def idle_fn(client_idle: str):
+    """What a client calls while it waits: ``os.sched_yield`` for "yield", None (spin) otherwise."""
+    return os.sched_yield if client_idle == "yield" else None
 
 
 def free_tcp_port(host: str = "127.0.0.1") -> int:
@@ -605,22 +740,33 @@ def encode_samples(samples_ns) -> str:
     return enc.decode() if isinstance(enc, bytes) else enc
 
 
-def hdr_percentiles(hist) -> dict:
-    """p50/p90/p99/p99.9/max/mean (µs) and count of an HdrHistogram of ns (or its encoded form)."""
+def hdr_percentiles(hist, with_min: bool = False) -> dict:
+    """p50/p90/p99/p99.9/max/mean (and with ``with_min`` min) (µs) and count of an
+    HdrHistogram of ns (or its encoded form)."""
     if isinstance(hist, (str, bytes)):
         from hdrh.histogram import HdrHistogram
 
         hist = HdrHistogram.decode(hist)
     us = lambda ns: ns / 1000.0  # noqa: E731
-    return {
+    r = {
         "p50_us": us(hist.get_value_at_percentile(50)),
         "p90_us": us(hist.get_value_at_percentile(90)),
         "p99_us": us(hist.get_value_at_percentile(99)),
         "p99_9_us": us(hist.get_value_at_percentile(99.9)),
         "max_us": us(hist.get_max_value()),
         "mean_us": us(hist.get_mean_value()),
-        "count": hist.get_total_count(),
     }
+    if with_min:
+        r["min_us"] = us(hist.get_min_value())
+    r["count"] = hist.get_total_count()
+    return r
+
+
+def latency_result(encoded: str) -> dict:
+    """:func:`hdr_percentiles` of an encoded histogram, the encoded form kept as ``hdrh_encoded``."""
+    r = hdr_percentiles(encoded)
+    r["hdrh_encoded"] = encoded
+    return r
 
 
 def latency_line(r: dict) -> str:
@@ -885,3 +1031,237 @@ def remove_shm_prefix(prefix: str) -> None:
                 os.unlink(path)
         except OSError:
             pass
+
+
+# ----------------------------------------------------------------- command line, tables, notes (orchestrators)
+
+RUNS_HELP = "rounds per variant (default 3; --quick: 1)"
+INTERFERENCE_HELP = "a run during which other processes used more than this share of a CPU is noisy (default 0.10)"
+
+
+def bench_parser(doc: str, size_args: Callable[[argparse.ArgumentParser], None] | None = None,
+                 runs_help: str = RUNS_HELP) -> argparse.ArgumentParser:
+    """An orchestrator's parser (described by the first paragraph of ``doc``)
+    with ``--runs``, the options ``size_args`` adds (how long a run is) and ``--quick``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=None, help=runs_help)
+    if size_args is not None:
+        size_args(ap)
+    ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
+    return ap
+
+
+def throughput_parser(doc: str) -> argparse.ArgumentParser:
+    """:func:`bench_parser` of the throughput benchmarks: ``--runs``, ``--duration``, ``--quick``, ``--batch``."""
+    def duration_args(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--duration", type=float, default=None,
+                        help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
+
+    ap = bench_parser(doc, duration_args)
+    ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
+    return ap
+
+
+def round_trip_args(ap: argparse.ArgumentParser) -> None:
+    """``--n`` and ``--warmup`` of the latency benchmarks (for :func:`bench_parser`)."""
+    ap.add_argument("--n", type=int, default=None, help="timed round trips per run (default 100,000)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 10,000)")
+
+
+def selection_args(ap: argparse.ArgumentParser, only_help: str, wait_quiet: bool = False,
+                   interference_help: str = INTERFERENCE_HELP) -> None:
+    """``--only``, ``--no-aeron-current``, ``--no-build``, ``--max-interference``,
+    ``--retry-noisy`` and (``wait_quiet``) ``--wait-quiet``."""
+    ap.add_argument("--only", default="", help=only_help)
+    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
+    ap.add_argument("--max-interference", type=float, default=0.10, help=interference_help)
+    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
+    if wait_quiet:
+        ap.add_argument("--wait-quiet", type=float, default=60.0,
+                        help="before each run, wait up to this many seconds for other processes to stay under "
+                             "--max-interference for a second (default 60; 0: do not wait)")
+
+
+def pub_sub_role_args(ap: argparse.ArgumentParser) -> None:
+    """The internal options of the publisher/subscriber child roles."""
+    ap.add_argument("--role", choices=["main", "pub", "sub"], default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    ap.add_argument("--stop-file", help=argparse.SUPPRESS)
+    ap.add_argument("--max-seconds", type=float, default=120, help=argparse.SUPPRESS)
+    ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def rounds(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    """``--runs`` checked, or its default (3; 1 with ``--quick``)."""
+    if a.runs is not None and a.runs < 1:
+        ap.error("--runs must be at least 1")
+    return a.runs or (1 if a.quick else 3)
+
+
+def throughput_checks(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    """Checks :func:`throughput_parser`'s options and sets their defaults; returns the rounds.
+    ``--duration``: 6 s (3 s with ``--quick``), at least 2.5 s."""
+    runs = rounds(a, ap)
+    if a.batch < 1:
+        ap.error("--batch must be at least 1")
+    a.duration = a.duration or (3.0 if a.quick else 6.0)
+    if a.duration < 2.5:
+        ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
+    return runs
+
+
+def pub_sub_child(a: argparse.Namespace, role_pub: Callable, role_sub: Callable) -> int:
+    """Runs the child role ``--role pub`` or ``sub`` (the subscriber's ``--duration`` defaulting to 6 s)."""
+    child_signals()
+    if a.role == "pub":
+        return role_pub(a)
+    a.duration = a.duration or 6
+    return role_sub(a)
+
+
+def round_trip_defaults(a: argparse.Namespace) -> None:
+    """Sets ``--n`` and ``--warmup``'s defaults (100k / 10k; 20k / 2k with ``--quick``)."""
+    a.n = a.n or (20_000 if a.quick else 100_000)
+    a.warmup = a.warmup if a.warmup is not None else (2_000 if a.quick else 10_000)
+
+
+def select_variants(variants: list, a: argparse.Namespace, ap, optional: Callable[[str], bool] | None = None) -> list:
+    """The variants to run: those ``optional`` accepts only when ``--only`` names
+    them, none of the current Aeron with ``--no-aeron-current``, then ``--only``."""
+    if optional is not None and not a.only:
+        variants = [v for v in variants if not optional(v[0])]
+    if a.no_aeron_current:
+        variants = [v for v in variants if not v[0].startswith("aeron-current")]
+    return parse_only(a.only, variants, ap)
+
+
+def build_native(variants: list, name: str, no_build: bool, prefix: str = "native",
+                 label: str = "native Rust") -> list:
+    """Builds the native binary ``name`` when a variant key starts with ``prefix``;
+    if it cannot be built, says so and drops those variants."""
+    if any(k.startswith(prefix) for k, _, _ in variants):
+        try:
+            native_binary(name, build=not no_build)
+        except Skip as exc:
+            print(f"[skip] {label}: {exc}")
+            variants = [v for v in variants if not v[0].startswith(prefix)]
+    return variants
+
+
+def variant_names(variants: list) -> dict:
+    """``{key: printed name}``."""
+    return {k: n for k, n, _ in variants}
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def rate_medians(results: dict) -> dict:
+    """``{key: median msgs/s over the rounds}`` of the variants with results."""
+    return {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
+
+
+def print_intervals(samples: Sequence[float]) -> None:
+    """A peer's per-second rates, reported all at once after its run."""
+    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in samples) + " msgs/s (first = warm-up)", flush=True)
+
+
+def print_throughput_table(variants: list, results: dict, skipped: dict, errors: dict, med: dict,
+                           ratios: Sequence[tuple[str, float | None]]) -> None:
+    """One row per variant: median msgs/s, runs, per-run M msgs/s, one ``vs X``
+    column per ``(header, reference rate)`` of ``ratios`` ("-" without one), configuration."""
+    rows = []
+    for key, name, _ in variants:
+        rs = results.get(key) or []
+        if not rs:
+            rows.append([name, missing_text(key, skipped, errors), "0", "", *("" for _ in ratios), ""])
+            continue
+        m = med[key]
+        per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
+        rows.append([name, fmt_rate(m), str(len(rs)), per, *(fmt_ratio(m / ref) if ref else "-" for _, ref in ratios),
+                     rs[0].get("config", "")])
+    print_table(["name", "median msgs/s", "runs", "per run (M)", *(h for h, _ in ratios), "configuration"], rows,
+                align="l" + "r" * (3 + len(ratios)) + "l")
+
+
+def latency_medians(results: dict) -> dict:
+    """``{key: {percentile key: median over the rounds}}`` of the variants with results."""
+    return {k: {q: median(r[q] for r in rs) for q in LATENCY_KEYS} for k, rs in results.items() if rs}
+
+
+def print_latency_table(variants: list, results: dict, skipped: dict, errors: dict, med: dict,
+                        targets: dict) -> None:
+    """One row per variant: p50 … max (µs), ``p50 x Py`` / ``p99 x Py`` against the
+    ``python`` row, runs, configuration; then a row with ``targets`` (``{"p99_us": 15}``...)."""
+    py_med = med.get("python")
+    rows = []
+    for key, name, _ in variants:
+        if key not in med:
+            rows.append([name, missing_text(key, skipped, errors), "", "", "", "", "", "", "0", ""])
+            continue
+        m = med[key]
+        rows.append([name, *(f"{m[q]:.2f}" for q in LATENCY_KEYS),
+                     fmt_ratio(m["p50_us"] / py_med["p50_us"]) if py_med else "-",
+                     fmt_ratio(m["p99_us"] / py_med["p99_us"]) if py_med else "-",
+                     str(len(results[key])), results[key][0].get("config", "")])
+    rows.append(["target (sulis Python)", *(f"<= {targets[q]:g}" if q in targets else "" for q in LATENCY_KEYS),
+                 "", "", "", ""])
+    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "p50 x Py", "p99 x Py", "runs", "configuration"],
+                rows, align="lrrrrrrrrl")
+
+
+def latency_report(variants: list, results: dict, skipped: dict, errors: dict, heading: str, targets: dict,
+                   max_interference: float, compare: Callable[[dict, dict, dict], None]) -> dict:
+    """After a latency benchmark's rounds: ``heading``, the table
+    (:func:`print_latency_table`), the targets of sulis from Python (``sulis
+    Python p99 <= 15 µs: 12.34 µs -> MET``), what ``compare(python's medians,
+    all medians, names)`` prints, and the notes. Returns the medians."""
+    med = latency_medians(results)
+    names = variant_names(variants)
+    print()
+    print(heading)
+    print_latency_table(variants, results, skipped, errors, med, targets)
+    print()
+    print("targets:")
+    py = med.get("python")
+    if py:
+        for q, target in targets.items():
+            print(f"  sulis Python {q[:-3]} <= {target:g} µs: {py[q]:.2f} µs -> {verdict(py[q] <= target)}")
+        compare(py, med, names)
+    print_notes(results, errors, names, max_interference)
+    return med
+
+
+def print_notes(results: dict, errors: dict, names: dict, max_interference: float) -> None:
+    """The runs kept although noisy, and the variants that failed."""
+    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
+             if r.get("interference", 0) > max_interference]
+    for name, i, share in noisy:
+        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
+    for k, errs in errors.items():
+        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
+
+
+def save_and_show(name: str, record: dict) -> None:
+    """:func:`save_results`, then where the details went."""
+    path = save_results(name, record)
+    if path:
+        print(f"\n(details: {path.relative_to(ROOT)})")
+
+
+def save_report(name: str, settings: dict, variants: list, med: dict, results: dict, skipped: dict,
+                errors: dict) -> None:
+    """:func:`save_and_show` of a benchmark's record: the command line, its
+    ``settings``, the medians and results by printed name (without the encoded
+    histograms), what was skipped or failed, the machine."""
+    names = variant_names(variants)
+    strip = lambda r: {k: v for k, v in r.items() if k != "hdrh_encoded"}  # noqa: E731
+    save_and_show(name, {
+        "argv": sys.argv, **settings,
+        "medians": {names[k]: v for k, v in med.items()},
+        "results": {names[k]: [strip(r) for r in v] for k, v in results.items()},
+        "skipped": skipped, "errors": errors, "machine": cpu_summary(),
+    })

@@ -45,39 +45,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
-    LATENCY_KEYS as KEYS,
-    Child,
-    Skip,
-    child_signals,
-    cpu_summary,
-    encode_samples,
-    fmt_ratio,
-    hdr_percentiles,
-    json_out,
-    latency_line,
-    main_guard,
-    median,
-    missing_text,
-    native_binary,
-    parse_only,
-    pin_cpu,
-    ping_loop,
-    pong_loop,
-    print_table,
-    require_release_build,
-    rm_tree,
-    run_native,
-    run_rounds,
-    save_results,
-    shm_dir,
-    stop_all,
-)
+from bench import _common as c  # noqa: E402
+from bench._common import json_out, pin_cpu  # noqa: E402
 
 CHANNEL = "aeron:ipc"
 PING_STREAM = 1002
@@ -85,7 +58,7 @@ PONG_STREAM = 1003
 MESSAGE_LENGTH = 32
 TARGET_P50_US = 2.0
 TARGET_P99_US = 5.0
-PCTS = [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)]
+TARGETS = {"p50_us": TARGET_P50_US, "p99_us": TARGET_P99_US}
 
 
 # =============================================================== child roles
@@ -102,15 +75,12 @@ def role_ping(a: argparse.Namespace) -> int:
             ping = client.add_exclusive_publication(CHANNEL, PING_STREAM)
             pong_sub = client.add_subscription(CHANNEL, PONG_STREAM)
             json_out({"ready": True, "dir": driver.dir})
-            deadline = time.monotonic() + 30
-            while not (ping.is_connected and pong_sub.image_count > 0):
-                if time.monotonic() > deadline:
-                    json_out({"error": "pong did not connect in 30 s"})
-                    return 1
-                time.sleep(0.001)
-            samples = ping_loop(ping, pong_sub, b"\x5a" * MESSAGE_LENGTH, a.warmup, a.n, a.poll_mode)
+            if not c.wait_until(lambda: ping.is_connected and pong_sub.image_count > 0,
+                                "pong did not connect in 30 s"):
+                return 1
+            samples = c.ping_loop(ping, pong_sub, b"\x5a" * MESSAGE_LENGTH, a.warmup, a.n, a.poll_mode)
             # Recorded after the loop so that histogram bookkeeping is not inside the timed path.
-            json_out({"hist": encode_samples(samples)})
+            json_out({"hist": c.encode_samples(samples)})
             ping.close()
     return 0
 
@@ -124,7 +94,7 @@ def role_pong(a: argparse.Namespace) -> int:
         sub = client.add_subscription(CHANNEL, PING_STREAM)
         pub = client.add_exclusive_publication(CHANNEL, PONG_STREAM)
         json_out({"ready": True})
-        done = pong_loop(sub, pub, a.warmup + a.n, a.poll_mode)
+        done = c.pong_loop(sub, pub, a.warmup + a.n, a.poll_mode)
         json_out({"echoed": done})
     return 0
 
@@ -132,49 +102,35 @@ def role_pong(a: argparse.Namespace) -> int:
 # =============================================================== orchestration
 
 def python_run(a: argparse.Namespace) -> dict:
-    base = shm_dir("sulis-bench-pyrtt-")
-    me = [sys.executable, os.path.abspath(__file__)]
+    base = c.shm_dir("sulis-bench-pyrtt-")
+    me = c.self_cmd(__file__)
     common = ["--warmup", str(a.warmup), "--n", str(a.n), "--poll-mode", a.poll_mode]
-    ping = pong = None
-    try:
-        ping = Child(me + ["--role", "ping", "--dir", os.path.join(base, "driver"),
-                           "--driver-idle", a.driver_idle, *common,
-                           *(["--pin-cpu", "0"] if a.pin else [])], "ping")
+    with c.Children(base) as ch:  # ping first: its driver's directory is pong's
+        ping = ch.start(me + ["--role", "ping", "--dir", os.path.join(base, "driver"),
+                              "--driver-idle", a.driver_idle, *common, *c.pin_args(0, a.pin)], "ping")
         ready = ping.read_json(60)
-        pong = Child(me + ["--role", "pong", "--dir", ready["dir"], *common,
-                           *(["--pin-cpu", "1"] if a.pin else [])], "pong")
+        pong = ch.start(me + ["--role", "pong", "--dir", ready["dir"], *common, *c.pin_args(1, a.pin)], "pong")
         pong.read_json(60)
-        res = ping.read_json(600, watch=[pong])
-        pong.read_json(60)
-        ping.wait_ok(30)
-        pong.wait_ok(30)
-    finally:
-        stop_all((ping, pong))
-        rm_tree(base)
-    r = hdr_percentiles(res["hist"])
-    r["hdrh_encoded"] = res["hist"]
+        res = c.finish_ping_pong(ping, pong)
+    r = c.latency_result(res["hist"])
     r["config"] = f"driver shared/{a.driver_idle}, clients spin" + (", pinned" if a.pin else "")
     return r
 
 
 def native_run(a: argparse.Namespace) -> dict:
-    exe = native_binary("ipc-latency", build=False)
+    exe = c.native_binary("ipc-latency", build=False)
     args = ["--runs", "1", "--messages", str(a.n), "--warmup", str(a.warmup),
             "--message-length", str(MESSAGE_LENGTH), "--driver-idle", a.driver_idle]
     args.append("--pin" if a.pin else "--no-pin")
-    r = run_native(exe, args, timeout_s=600)
+    r = c.run_native(exe, args, timeout_s=600)
     r["config"] = f"driver shared/{a.driver_idle}, clients spin" + (", pinned" if a.pin else "")
     return r
 
 
 def zmq_run(a: argparse.Namespace) -> dict:
-    try:
-        from bench.peers import zmq_peers
-        import zmq  # noqa: F401
-        import hdrh  # noqa: F401
-    except ImportError as exc:
-        raise Skip(f"pyzmq/hdrhistogram not installed ({exc}); run `bash bench/peers/install.sh`") from None
-    r = zmq_peers.req_rep_latency(n=a.n, warmup=a.warmup, size=MESSAGE_LENGTH, transport="ipc")
+    from bench.peers import zmq_peers
+
+    r = zmq_peers.latency_run(a.n, a.warmup, MESSAGE_LENGTH, "ipc")
     r["config"] = f"pyzmq {r['pyzmq']}, blocking recv"
     return r
 
@@ -199,11 +155,7 @@ def zenoh_run(a: argparse.Namespace) -> dict:
 def aeron_run(jar: str, a: argparse.Namespace) -> dict:
     from bench.peers import aeron_java
 
-    try:
-        r = aeron_java.ipc_ping_pong(n_messages=a.n, jar=jar, message_length=MESSAGE_LENGTH,
-                                     warmup_messages=a.warmup)
-    except aeron_java.PeerNotFound as exc:
-        raise Skip(str(exc)) from None
+    r = aeron_java.ipc_ping_pong(n_messages=a.n, jar=jar, message_length=MESSAGE_LENGTH, warmup_messages=a.warmup)
     r["config"] = f"Aeron {r['aeron_version']}, 1 JVM, DEDICATED driver, clients spin, p99 at 99.06 %"
     return r
 
@@ -211,12 +163,7 @@ def aeron_run(jar: str, a: argparse.Namespace) -> dict:
 # =============================================================== main
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=None, help="rounds per variant (default 3; --quick: 1)")
-    ap.add_argument("--n", type=int, default=None, help="timed round trips per run (default 100,000)")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 10,000)")
-    ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
+    ap = c.bench_parser(__doc__, c.round_trip_args)
     ap.add_argument("--driver-idle", default="sleeping:10ms",
                     help="idle strategy of the embedded driver (default sleeping:10ms: it neither takes one "
                          "of the 2 cores from ping or pong nor preempts them every millisecond as backoff "
@@ -227,38 +174,28 @@ def main(argv=None) -> int:
     pin.add_argument("--no-pin", dest="pin", action="store_false", help="let the scheduler place them")
     ap.add_argument("--poll-mode", choices=["handler", "batch"], default="handler",
                     help="how the Python ping/pong poll: sub.poll(handler, 1) (default) or sub.poll_batch(1)")
-    ap.add_argument("--only", default="", help="comma list among: python,native,zmq,iceoryx2,zenoh,aeron-1.15.1,"
-                                               "aeron-current")
-    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
-    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
-    ap.add_argument("--max-interference", type=float, default=0.10,
-                    help="a run during which other processes used more than this share of a CPU is noisy "
-                         "(default 0.10)")
-    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
+    c.selection_args(ap, "comma list among: python,native,zmq,iceoryx2,zenoh,aeron-1.15.1,aeron-current")
     # child roles (internal)
     ap.add_argument("--role", choices=["main", "ping", "pong"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    a.n = a.n or (20_000 if a.quick else 100_000)
-    a.warmup = a.warmup if a.warmup is not None else (2_000 if a.quick else 10_000)
+    c.round_trip_defaults(a)
     if a.role != "main":
-        child_signals()
+        c.child_signals()
         return role_ping(a) if a.role == "ping" else role_pong(a)
 
-    profile = require_release_build()
-    if a.runs is not None and a.runs < 1:
-        ap.error("--runs must be at least 1")
+    profile = c.require_release_build()
+    runs = c.rounds(a, ap)
     if a.n < 1 or a.warmup < 0:
         ap.error("--n must be at least 1 and --warmup at least 0")
-    runs = a.runs or (1 if a.quick else 3)
     if a.pin is None:
         a.pin = (os.cpu_count() or 1) >= 2
     if a.pin and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs 2 CPUs")
 
-    variants = [
+    variants = c.select_variants([
         ("python", "sulis Python ping-pong", lambda: python_run(a)),
         ("native", "sulis native Rust ping-pong", lambda: native_run(a)),
         ("zmq", "pyzmq REQ/REP ipc://", lambda: zmq_run(a)),
@@ -266,76 +203,34 @@ def main(argv=None) -> int:
         ("zenoh", "zenoh ping-pong unixsock-stream", lambda: zenoh_run(a)),
         ("aeron-1.15.1", "Aeron Java 1.15.1 EmbeddedPingPong ipc", lambda: aeron_run("1.15.1", a)),
         ("aeron-current", "Aeron Java current EmbeddedPingPong ipc", lambda: aeron_run("current", a)),
-    ]
-    if a.no_aeron_current:
-        variants = [v for v in variants if v[0] != "aeron-current"]
-    variants = parse_only(a.only, variants, ap)
+    ], a, ap)
 
     print(f"sulis IPC round trip, {MESSAGE_LENGTH} B: {runs} round(s) of {a.n:,} round trips after {a.warmup:,} "
-          f"warm-up; sulis {profile} build; {cpu_summary()}")
+          f"warm-up; sulis {profile} build; {c.cpu_summary()}")
     print(f"sulis runs: driver shared/{a.driver_idle}, "
           f"{'ping on CPU 0, pong on CPU 1 (driver thread unpinned)' if a.pin else 'no CPU pinning'}, "
           f"Python polling with {'sub.poll(handler, 1)' if a.poll_mode == 'handler' else 'sub.poll_batch(1)'}")
-    if any(k == "native" for k, _, _ in variants):
-        try:
-            native_binary("ipc-latency", build=not a.no_build)
-        except Skip as exc:
-            print(f"[skip] native Rust: {exc}")
-            variants = [v for v in variants if v[0] != "native"]
+    variants = c.build_native(variants, "ipc-latency", a.no_build)
 
-    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference, latency_line)
+    results, skipped, errors = c.run_rounds(variants, runs, a.retry_noisy, a.max_interference, c.latency_line)
 
-    med = {k: {q: median(r[q] for r in rs) for q in KEYS} for k, rs in results.items() if rs}
-    names = {k: n for k, n, _ in variants}
-    print()
-    print(f"IPC round trip, {MESSAGE_LENGTH} B, µs, median of the rounds "
-          f"(targets for sulis from Python: p50 <= {TARGET_P50_US:g}, p99 <= {TARGET_P99_US:g}); "
-          "'x Py' = this row / sulis Python (> 1: slower than sulis Python):")
-    py_med = med.get("python")
-    rows = []
-    for key, name, _ in variants:
-        if key not in med:
-            rows.append([name, missing_text(key, skipped, errors), "", "", "", "", "", "", "0", ""])
-            continue
-        m = med[key]
-        rows.append([name, *(f"{m[q]:.2f}" for q in KEYS),
-                     fmt_ratio(m["p50_us"] / py_med["p50_us"]) if py_med else "-",
-                     fmt_ratio(m["p99_us"] / py_med["p99_us"]) if py_med else "-",
-                     str(len(results[key])), results[key][0].get("config", "")])
-    rows.append(["target (sulis Python)", f"<= {TARGET_P50_US:g}", "", f"<= {TARGET_P99_US:g}", "", "", "", "", "",
-                 ""])
-    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "p50 x Py", "p99 x Py", "runs", "configuration"],
-                rows, align="lrrrrrrrrl")
-
-    print()
-    print("targets:")
-    py = med.get("python")
-    if py:
-        for q, target in (("p50_us", TARGET_P50_US), ("p99_us", TARGET_P99_US)):
-            print(f"  sulis Python {q[:-3]} <= {target:g} µs: {py[q]:.2f} µs -> "
-                  f"{'MET' if py[q] <= target else 'MISSED'}")
+    def compare(py: dict, med: dict, _names: dict) -> None:
         if "zmq" in med:
             print(f"  sulis Python vs pyzmq REQ/REP: p50 {med['zmq']['p50_us'] / py['p50_us']:.1f}x lower, "
                   f"p99 {med['zmq']['p99_us'] / py['p99_us']:.1f}x lower")
-    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
-             if r.get("interference", 0) > a.max_interference]
-    for name, i, share in noisy:
-        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
-    for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
 
-    strip = lambda r: {k: v for k, v in r.items() if k != "hdrh_encoded"}  # noqa: E731
-    path = save_results("ipc_latency", {
-        "argv": sys.argv, "runs": runs, "n": a.n, "warmup": a.warmup, "message_length": MESSAGE_LENGTH,
+    med = c.latency_report(variants, results, skipped, errors,
+                           f"IPC round trip, {MESSAGE_LENGTH} B, µs, median of the rounds "
+                           f"(targets for sulis from Python: p50 <= {TARGET_P50_US:g}, p99 <= {TARGET_P99_US:g}); "
+                           "'x Py' = this row / sulis Python (> 1: slower than sulis Python):",
+                           TARGETS, a.max_interference, compare)
+
+    c.save_report("ipc_latency", {
+        "runs": runs, "n": a.n, "warmup": a.warmup, "message_length": MESSAGE_LENGTH,
         "driver_idle": a.driver_idle, "pinned": a.pin, "poll_mode": a.poll_mode,
-        "medians": {names[k]: v for k, v in med.items()},
-        "results": {names[k]: [strip(r) for r in v] for k, v in results.items()},
-        "skipped": skipped, "errors": errors, "machine": cpu_summary(),
-    })
-    if path:
-        print(f"\n(details: {path.relative_to(Path(__file__).resolve().parent.parent)})")
+    }, variants, med, results, skipped, errors)
     return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main_guard(main))
+    sys.exit(c.main_guard(main))

@@ -46,21 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import (  # noqa: E402
-    Skip,
-    cpu_summary,
-    free_udp_port,
-    main_guard,
-    median,
-    missing_text,
-    native_binary,
-    parse_only,
-    print_table,
-    require_release_build,
-    run_native,
-    run_rounds,
-    save_results,
-)
+from bench import _common as c  # noqa: E402
 
 HOST = "127.0.0.1"
 MESSAGE_LENGTH = 32
@@ -158,8 +144,8 @@ class _Applied:
 # =============================================================== runs
 
 def sulis_run(lossy: bool, path: LossPath, a: argparse.Namespace, sub_options: str = "") -> dict:
-    exe = native_binary("udp-throughput", build=False)
-    port = free_udp_port(HOST)
+    exe = c.native_binary("udp-throughput", build=False)
+    port = c.free_udp_port(HOST)
     args = ["--runs", "1", "--count", str(a.count), "--warmup-count", str(a.warmup_count),
             "--message-length", str(MESSAGE_LENGTH), "--threading", a.threading, "--driver-idle", a.driver_idle,
             "--client-idle", a.client_idle, "--channel-params", a.channel_params, "--host", HOST,
@@ -167,31 +153,28 @@ def sulis_run(lossy: bool, path: LossPath, a: argparse.Namespace, sub_options: s
     if sub_options:
         args += ["--sub-driver-options", sub_options]
     with path.apply(port, lossy) as nft:
-        r = run_native(exe, args, timeout_s=600, prefix=path.prefix)
-    c = r["counters"][0]
+        r = c.run_native(exe, args, timeout_s=600, prefix=path.prefix)
+    counters = r["counters"][0]
     return {"elapsed_s": r["elapsed_s"], "msgs_per_s": r["msgs_per_s"], "nft": nft,
-            "naks_sent": c["subscriber"].get("naks_sent"), "retransmits": c["publisher"].get("retransmits_sent"),
-            "counters": c, "native": r}
+            "naks_sent": counters["subscriber"].get("naks_sent"),
+            "retransmits": counters["publisher"].get("retransmits_sent"), "counters": counters, "native": r}
 
 
 def aeron_run(jar: str, lossy: bool, path: LossPath, a: argparse.Namespace) -> dict:
     from bench.peers import aeron_java
 
-    port = free_udp_port(HOST)
+    port = c.free_udp_port(HOST)
     extra = dict(kv.split("=", 1) for kv in filter(None, a.aeron_props.split(",")))
     pub = aeron_java.AeronDriver(a.threading, a.driver_idle, {**extra, **path.aeron_props(lossy)})
     sub = aeron_java.AeronDriver(a.threading, a.driver_idle, extra)
-    try:
-        with path.apply(port, lossy) as nft:
-            r = aeron_java.udp_count(count=a.count, warmup=a.warmup_count, jar=jar, message_length=MESSAGE_LENGTH,
-                                     host=HOST, port=port, channel_params=a.channel_params, pub_driver=pub,
-                                     sub_driver=sub, client_idle=a.client_idle, exec_prefix=path.prefix,
-                                     timeout_s=300)
-    except aeron_java.PeerNotFound as exc:
-        raise Skip(str(exc)) from None
-    c = r.get("counters") or {}
-    r.update({"nft": nft, "naks_sent": (c.get("subscriber") or {}).get("naks_sent"),
-              "retransmits": (c.get("publisher") or {}).get("retransmits_sent")})
+    with path.apply(port, lossy) as nft:
+        r = aeron_java.udp_count(count=a.count, warmup=a.warmup_count, jar=jar, message_length=MESSAGE_LENGTH,
+                                 host=HOST, port=port, channel_params=a.channel_params, pub_driver=pub,
+                                 sub_driver=sub, client_idle=a.client_idle, exec_prefix=path.prefix,
+                                 timeout_s=300)
+    counters = r.get("counters") or {}
+    r.update({"nft": nft, "naks_sent": (counters.get("subscriber") or {}).get("naks_sent"),
+              "retransmits": (counters.get("publisher") or {}).get("retransmits_sent")})
     print(f"      {r['count']:,} messages in {r['elapsed_s']:.3f} s = {r['msgs_per_s']:,.0f} msgs/s", flush=True)
     return r
 
@@ -209,14 +192,14 @@ def describe(r: dict) -> str:
 
 # =============================================================== main
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=None, help="rounds (default 3; --quick: 1)")
+def count_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--count", type=int, default=None, help="timed messages per run (default 1,000,000)")
     ap.add_argument("--warmup-count", type=int, default=None,
                     help="untimed messages first, so that the JVMs' JIT has compiled (default 500,000)")
-    ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
+
+
+def main(argv=None) -> int:
+    ap = c.bench_parser(__doc__, count_args, runs_help="rounds (default 3; --quick: 1)")
     ap.add_argument("--loss", type=float, default=10.0, help="loss in %% (default 10)")
     ap.add_argument("--loss-method", choices=["nft", "generator"], default=None,
                     help="nft (default as root with nftables) or the systems' own loss generators")
@@ -233,22 +216,14 @@ def main(argv=None) -> int:
     ap.add_argument("--aeron-props", default="",
                     help="more Aeron driver properties for both sides, k=v,k=v (e.g. "
                          "aeron.retransmit.unicast.linger=10000000; 1.15.1 has no NAK/retransmit properties)")
-    ap.add_argument("--only", default="", help="comma list among: sulis,sulis-gaps1,aeron-1.15.1,aeron-current "
-                                               "(sulis-gaps1: sulis with loss_max_gaps=1, Aeron's one gap "
-                                               "at a time; not run unless named)")
-    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
-    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
-    ap.add_argument("--max-interference", type=float, default=0.10,
-                    help="a run during which other processes used more than this share of a CPU is noisy")
-    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
-    ap.add_argument("--wait-quiet", type=float, default=60.0,
-                    help="before each run, wait up to this many seconds for other processes to stay under "
-                         "--max-interference for a second (default 60; 0: do not wait)")
+    c.selection_args(ap, "comma list among: sulis,sulis-gaps1,aeron-1.15.1,aeron-current "
+                         "(sulis-gaps1: sulis with loss_max_gaps=1, Aeron's one gap at a time; not run unless named)",
+                     wait_quiet=True,
+                     interference_help="a run during which other processes used more than this share of a CPU is noisy")
     a = ap.parse_args(argv)
 
-    profile = require_release_build()
-    if a.runs is not None and a.runs < 1:
-        ap.error("--runs must be at least 1")
+    profile = c.require_release_build()
+    runs = c.rounds(a, ap)
     if (a.count is not None and a.count < 2) or (a.warmup_count is not None and a.warmup_count < 0):
         ap.error("--count must be at least 2 and --warmup-count at least 0")
     try:
@@ -257,7 +232,6 @@ def main(argv=None) -> int:
         ap.error(f"--aeron-props must be k=v,k=v, not {a.aeron_props!r}")
     if any(not k.startswith("aeron.") for k in extra_props):
         ap.error("--aeron-props: every property must start with 'aeron.'")
-    runs = a.runs or (1 if a.quick else 3)
     a.count = a.count or (200_000 if a.quick else 1_000_000)
     a.warmup_count = a.warmup_count if a.warmup_count is not None else (100_000 if a.quick else 500_000)
     if a.loss_method is None:
@@ -273,17 +247,8 @@ def main(argv=None) -> int:
                 lambda lossy, p: sulis_run(lossy, p, a, sub_options="loss_max_gaps=1")),
                ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench", lambda lossy, p: aeron_run("1.15.1", lossy, p, a)),
                ("aeron-current", "Aeron Java current AeronBench", lambda lossy, p: aeron_run("current", lossy, p, a))]
-    if a.no_aeron_current:
-        systems = [s for s in systems if s[0] != "aeron-current"]
-    if not a.only:
-        systems = [s for s in systems if s[0] != "sulis-gaps1"]
-    systems = parse_only(a.only, systems, ap)
-    if any(k.startswith("sulis") for k, _, _ in systems):
-        try:
-            native_binary("udp-throughput", build=not a.no_build)
-        except Skip as exc:
-            print(f"[skip] sulis native: {exc}")
-            systems = [s for s in systems if not s[0].startswith("sulis")]
+    systems = c.select_variants(systems, a, ap, lambda k: k == "sulis-gaps1")
+    systems = c.build_native(systems, "udp-throughput", a.no_build, prefix="sulis", label="sulis native")
 
     path = LossPath(a.loss_method, a.loss, a.loss_direction, a.seed)
     try:
@@ -296,16 +261,16 @@ def main(argv=None) -> int:
         config = (f"drivers {a.threading}/{a.driver_idle}, clients {a.client_idle}, {a.channel_params}, "
                   f"each system's default NAK/retransmit timing" + (f", Aeron {a.aeron_props}" if a.aeron_props else ""))
         print(f"UDP loss recovery: {a.count:,} timed messages of {MESSAGE_LENGTH} B after {a.warmup_count:,} "
-              f"untimed ones, {runs} round(s); sulis {profile} build; {cpu_summary()}")
+              f"untimed ones, {runs} round(s); sulis {profile} build; {c.cpu_summary()}")
         print(f"loss: {path.describe()}")
         print(f"configuration (all systems): {config}")
-        results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference, describe,
-                                              quiet_wait_s=a.wait_quiet)
+        results, skipped, errors = c.run_rounds(variants, runs, a.retry_noisy, a.max_interference, describe,
+                                                quiet_wait_s=a.wait_quiet)
     finally:
         path.close()
 
-    names = {k: n for k, n, _ in variants}
-    med = {k: {"elapsed_s": median(r["elapsed_s"] for r in rs), "msgs_per_s": median(r["msgs_per_s"] for r in rs)}
+    names = c.variant_names(variants)
+    med = {k: {"elapsed_s": c.median(r["elapsed_s"] for r in rs), "msgs_per_s": c.median(r["msgs_per_s"] for r in rs)}
            for k, rs in results.items() if rs}
     print()
     print(f"Time to move {a.count:,} x {MESSAGE_LENGTH} B messages, median of the rounds:")
@@ -313,7 +278,7 @@ def main(argv=None) -> int:
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, missing_text(key, skipped, errors), "", "0", "", "", "", "", ""])
+            rows.append([name, c.missing_text(key, skipped, errors), "", "0", "", "", "", "", ""])
             continue
         m = med[key]
         base = med.get(key.split("@")[0] + "@0")
@@ -321,13 +286,13 @@ def main(argv=None) -> int:
         rows.append([name, f"{m['elapsed_s']:.3f}", f"{m['msgs_per_s']:,.0f}", str(len(rs)),
                      " / ".join(f"{r['elapsed_s']:.3f}" for r in rs),
                      f"{m['elapsed_s'] / base['elapsed_s']:.2f}x" if base and not key.endswith("@0") else "",
-                     f"{median(r['naks_sent'] for r in rs if r.get('naks_sent') is not None):,.0f}"
+                     f"{c.median(r['naks_sent'] for r in rs if r.get('naks_sent') is not None):,.0f}"
                      if any(r.get("naks_sent") is not None for r in rs) else "-",
-                     f"{median(r['retransmits'] for r in rs if r.get('retransmits') is not None):,.0f}"
+                     f"{c.median(r['retransmits'] for r in rs if r.get('retransmits') is not None):,.0f}"
                      if any(r.get("retransmits") is not None for r in rs) else "-",
-                     f"{median(drops):.1f} %" if drops else ""])
-    print_table(["name", "time (s)", "msgs/s", "runs", "per run (s)", "vs no loss", "NAKs sent", "retransmits",
-                 "dropped (nft)"], rows)
+                     f"{c.median(drops):.1f} %" if drops else ""])
+    c.print_table(["name", "time (s)", "msgs/s", "runs", "per run (s)", "vs no loss", "NAKs sent", "retransmits",
+                   "dropped (nft)"], rows)
     print()
     lossy_key = f"{a.loss:g}"
     su = med.get(f"sulis@{lossy_key}")
@@ -337,24 +302,14 @@ def main(argv=None) -> int:
             print(f"  under {a.loss:g} % loss: sulis {su['elapsed_s']:.3f} s vs {names[k + '@' + lossy_key]} "
                   f"{ae['elapsed_s']:.3f} s -> sulis takes {su['elapsed_s'] / ae['elapsed_s']:.2f}x the time "
                   f"({ae['elapsed_s'] / su['elapsed_s']:.2f}x {'faster' if su['elapsed_s'] < ae['elapsed_s'] else 'slower'})")
-    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
-             if r.get("interference", 0) > a.max_interference]
-    for name, i, share in noisy:
-        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
-    for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
+    c.print_notes(results, errors, names, a.max_interference)
 
-    out = save_results("udp_recovery", {
-        "argv": sys.argv, "runs": runs, "count": a.count, "warmup_count": a.warmup_count, "loss_percent": a.loss,
+    c.save_report("udp_recovery", {
+        "runs": runs, "count": a.count, "warmup_count": a.warmup_count, "loss_percent": a.loss,
         "loss_method": a.loss_method, "loss_direction": a.loss_direction, "config": config,
-        "medians": {names[k]: v for k, v in med.items()},
-        "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
-        "machine": cpu_summary(),
-    })
-    if out:
-        print(f"\n(details: {out.relative_to(ROOT)})")
+    }, variants, med, results, skipped, errors)
     return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main_guard(main))
+    sys.exit(c.main_guard(main))

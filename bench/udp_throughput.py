@@ -53,41 +53,16 @@ Targets printed beside: (a) sulis Python >= 8 M msgs/s; (b) sulis native
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
-    Child,
-    Skip,
-    child_signals,
-    count_intervals,
-    cpu_summary,
-    fmt_rate,
-    fmt_ratio,
-    free_udp_port,
-    json_out,
-    main_guard,
-    median,
-    missing_text,
-    native_binary,
-    offer_loop,
-    parse_only,
-    pin_cpu,
-    print_table,
-    rate_samples,
-    require_release_build,
-    rm_tree,
-    run_native,
-    run_rounds,
-    save_results,
-    shm_dir,
-    stop_all,
-)
+from bench import _common as c  # noqa: E402
+from bench._common import idle_fn, json_out, pin_cpu  # noqa: E402
 
 HOST = "127.0.0.1"
 STREAM_ID = 1001
@@ -106,10 +81,6 @@ SUB_COUNTERS = {1: "bytes_received", 5: "naks_sent", 7: "status_messages_sent", 
 
 PIN_TEXT = {"none": "no CPU pinning", "sides": "publisher process on CPU 0, subscriber process on CPU 1",
             "publisher": "publishing thread alone on CPU 0, drivers and subscriber on CPU 1"}
-
-
-def channel_of(port: int, params: str) -> str:
-    return "|".join([f"aeron:udp?endpoint={HOST}:{port}", *filter(None, params.split("|"))])
 
 
 def driver_options(text: str) -> dict:
@@ -132,12 +103,9 @@ def read_counters(dir_: str, ids: dict) -> dict:
 
 # =============================================================== child roles
 
-def _idle(client_idle: str):
-    return os.sched_yield if client_idle == "yield" else None
-
-
-def role_sub(a: argparse.Namespace) -> int:
-    """Own driver (binds the endpoint) + subscription: counts per second from the first message."""
+@contextlib.contextmanager
+def _side(a: argparse.Namespace):
+    """This side's own driver and a client of it."""
     import sulis
 
     # The driver's and the client conductor's threads inherit the mask they start with.
@@ -145,36 +113,33 @@ def role_sub(a: argparse.Namespace) -> int:
     with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
                            dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
         with sulis.Client(dir=driver.dir) as client:
-            sub = client.add_subscription(a.channel, STREAM_ID)
-            pin_cpu(a.pin_cpu)  # this thread only
-            json_out({"ready": True})
-            count = count_intervals(sub.poll_batch, a.batch, a.duration, json_out, idle=_idle(a.client_idle))
-            if count < 0:
-                return 1
-            json_out({"done": True, "received": count, "counters": read_counters(driver.dir, SUB_COUNTERS)})
+            yield driver, client
+
+
+def role_sub(a: argparse.Namespace) -> int:
+    """Own driver (binds the endpoint) + subscription: counts per second from the first message."""
+    with _side(a) as (driver, client):
+        sub = client.add_subscription(a.channel, STREAM_ID)
+        pin_cpu(a.pin_cpu)  # this thread only
+        json_out({"ready": True})
+        count = c.count_intervals(sub.poll_batch, a.batch, a.duration, json_out, idle=idle_fn(a.client_idle))
+        if count < 0:
+            return 1
+        json_out({"done": True, "received": count, "counters": read_counters(driver.dir, SUB_COUNTERS)})
     return 0
 
 
 def role_pub(a: argparse.Namespace) -> int:
     """Own driver + exclusive publication: offers until the stop file appears."""
-    import sulis
-
-    pin_cpu(a.driver_cpu if a.driver_cpu is not None else a.pin_cpu)
-    with sulis.MediaDriver(dir=a.dir, threading_mode=a.threading, idle_strategy=a.driver_idle,
-                           dir_delete_on_shutdown=True, **driver_options(a.driver_options)) as driver:
-        with sulis.Client(dir=driver.dir) as client:
-            pub = client.add_exclusive_publication(a.channel, STREAM_ID)
-            pin_cpu(a.pin_cpu)  # this thread only
-            json_out({"ready": True})
-            deadline = time.monotonic() + 30
-            while not pub.is_connected:
-                if time.monotonic() > deadline:
-                    json_out({"error": "no subscriber connected in 30 s"})
-                    return 1
-                time.sleep(0.001)
-            sent, refused = offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
-                                       chunk=OFFER_CHUNK, idle=_idle(a.client_idle))
-            json_out({"sent": sent, "refused": refused, "counters": read_counters(driver.dir, PUB_COUNTERS)})
+    with _side(a) as (driver, client):
+        pub = client.add_exclusive_publication(a.channel, STREAM_ID)
+        pin_cpu(a.pin_cpu)  # this thread only
+        json_out({"ready": True})
+        if not c.wait_until(lambda: pub.is_connected, "no subscriber connected in 30 s"):
+            return 1
+        sent, refused = c.offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
+                                     chunk=OFFER_CHUNK, idle=idle_fn(a.client_idle))
+        json_out({"sent": sent, "refused": refused, "counters": read_counters(driver.dir, PUB_COUNTERS)})
     return 0
 
 
@@ -204,38 +169,25 @@ class Config:
 
 def python_run(cfg: Config, a: argparse.Namespace) -> dict:
     """One run of the Python pair; msgs/s = median of the post-warm-up intervals."""
-    base = shm_dir("sulis-bench-pyudp-")
+    base = c.shm_dir("sulis-bench-pyudp-")
     stop_file = os.path.join(base, "stop")
-    channel = channel_of(free_udp_port(HOST), cfg.channel_params)
-    me = [sys.executable, os.path.abspath(__file__)]
+    channel = c.udp_channel(HOST, c.free_udp_port(HOST), cfg.channel_params)
+    me = c.self_cmd(__file__)
     common = ["--channel", channel, "--threading", cfg.threading, "--driver-idle", cfg.driver_idle,
               "--client-idle", cfg.client_idle, "--driver-options", a.driver_options]
     # --pin sides: publisher process on CPU 0, subscriber process on CPU 1;
     # --pin publisher: the publishing thread alone on CPU 0, every other thread on CPU 1.
     pin_pub = {"none": [], "sides": ["--pin-cpu", "0"], "publisher": ["--pin-cpu", "0", "--driver-cpu", "1"]}[a.pin]
     pin_sub = [] if a.pin == "none" else ["--pin-cpu", "1"]
-    pub = sub = None
-    try:
-        sub = Child(me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
-                          "--duration", str(a.duration), "--batch", str(a.batch), *pin_sub], "subscriber")
-        sub.read_json(60)
-        pub = Child(me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
-                          "--stop-file", stop_file, "--max-seconds", str(a.duration + 60), *pin_pub], "publisher")
-        pub.read_json(60)
-        samples, sub_res = rate_samples(sub, 60, watch=[pub])
-        with open(stop_file, "w"):
-            pass
-        pub_res = pub.read_json(60)
-        pub.wait_ok(30)
-        sub.wait_ok(30)
-    finally:
-        stop_all((pub, sub))
-        rm_tree(base)
-    if len(samples) < 2:
-        raise RuntimeError(f"only {len(samples)} intervals")
+    samples, sub_res, pub_res = c.run_pub_sub(
+        me + ["--role", "sub", "--dir", os.path.join(base, "sub"), *common,
+              "--duration", str(a.duration), "--batch", str(a.batch), *pin_sub],
+        me + ["--role", "pub", "--dir", os.path.join(base, "pub"), *common,
+              "--stop-file", stop_file, "--max-seconds", str(a.duration + 60), *pin_pub],
+        stop_file, dirs=[base])
     counters = {"publisher": pub_res["counters"], "subscriber": sub_res["counters"]}
     print(f"      counters: {_counters_line(counters)}", flush=True)
-    return {"msgs_per_s": median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
+    return {"msgs_per_s": c.median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
             "refused": pub_res["refused"], "counters": counters, "config": cfg.sulis() + _pin_note(a)}
 
 
@@ -243,8 +195,8 @@ def _pin_note(a: argparse.Namespace) -> str:
     return "" if a.pin == "none" else f", pin {a.pin}"
 
 
-def _counters_line(c: dict) -> str:
-    p, s = c.get("publisher") or {}, c.get("subscriber") or {}
+def _counters_line(counters: dict) -> str:
+    p, s = counters.get("publisher") or {}, counters.get("subscriber") or {}
     keys = [("SMs", s.get("status_messages_sent")), ("NAKs", s.get("naks_sent")),
             ("retransmits", p.get("retransmits_sent")), ("sender flow-control limits", p.get("sender_flow_control_limits")),
             ("over-runs", s.get("flow_control_over_runs")), ("short sends", p.get("short_sends"))]
@@ -252,7 +204,7 @@ def _counters_line(c: dict) -> str:
 
 
 def native_run(cfg: Config, a: argparse.Namespace) -> dict:
-    exe = native_binary("udp-throughput", build=False)
+    exe = c.native_binary("udp-throughput", build=False)
     args = ["--runs", "1", "--duration", str(a.duration), "--message-length", str(MESSAGE_LENGTH),
             "--threading", cfg.threading, "--driver-idle", cfg.driver_idle, "--client-idle", cfg.client_idle,
             "--channel-params", cfg.channel_params, "--host", HOST]
@@ -260,20 +212,15 @@ def native_run(cfg: Config, a: argparse.Namespace) -> dict:
         args += ["--driver-options", a.driver_options]
     if a.pin != "none":
         args += ["--placement", a.pin]
-    r = run_native(exe, args, timeout_s=a.duration + 120)
+    r = c.run_native(exe, args, timeout_s=a.duration + 120)
     return {"msgs_per_s": r["msgs_per_s"], "samples": r["samples"][0], "counters": r["counters"][0],
             "native": r, "config": cfg.sulis() + _pin_note(a)}
 
 
 def zmq_run(a: argparse.Namespace) -> dict:
-    try:
-        from bench.peers import zmq_peers
-        import zmq  # noqa: F401
-    except ImportError as exc:
-        raise Skip(f"pyzmq not installed ({exc}); run `bash bench/peers/install.sh`") from None
-    r = zmq_peers.push_pull_throughput(duration_s=a.duration, size=MESSAGE_LENGTH, transport="tcp")
-    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
-          flush=True)
+    from bench.peers import zmq_peers
+
+    r = zmq_peers.throughput_run(a.duration, MESSAGE_LENGTH, "tcp")
     r["config"] = f"pyzmq {r['pyzmq']}, TCP loopback, default HWM"
     return r
 
@@ -291,19 +238,10 @@ def aeron_run(jar: str, cfg: Config, a: argparse.Namespace, samples: bool = Fals
     from bench.peers import aeron_java
 
     driver = aeron_java.AeronDriver(cfg.aeron_threading, cfg.aeron_driver_idle)
-    try:
-        if samples:
-            r = aeron_java.udp_throughput(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
-                                          channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
-                                          client_idle=cfg.aeron_client_idle)
-        else:
-            r = aeron_java.udp_rate(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
-                                    channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver,
-                                    client_idle=cfg.aeron_client_idle)
-    except aeron_java.PeerNotFound as exc:
-        raise Skip(str(exc)) from None
-    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)",
-          flush=True)
+    run = aeron_java.udp_throughput if samples else aeron_java.udp_rate
+    r = run(duration_s=a.duration, jar=jar, message_length=MESSAGE_LENGTH, host=HOST,
+            channel_params=cfg.channel_params, pub_driver=driver, sub_driver=driver, client_idle=cfg.aeron_client_idle)
+    c.print_intervals(r["samples"])
     print(f"      counters: {_counters_line(r['counters'])}", flush=True)
     r["config"] = cfg.aeron(samples, "1.15.1" if jar == "1.15.1" else "current")
     return r
@@ -325,11 +263,7 @@ def build_variants(cfg: Config, a: argparse.Namespace) -> list:
 
 
 def select(variants: list, a: argparse.Namespace, ap: argparse.ArgumentParser) -> list:
-    if not a.aeron_samples and not a.only:
-        variants = [v for v in variants if not v[0].endswith("-samples")]
-    if a.no_aeron_current:
-        variants = [v for v in variants if not v[0].startswith("aeron-current")]
-    return parse_only(a.only, variants, ap)
+    return c.select_variants(variants, a, ap, None if a.aeron_samples else (lambda k: k.endswith("-samples")))
 
 
 def sweep(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
@@ -337,14 +271,14 @@ def sweep(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     grid = list(itertools.product(a.sweep_threading.split(","), a.sweep_driver_idle.split(","),
                                   a.sweep_client_idle.split(","), a.sweep_channel_params.split(";")))
     print(f"sweep: {len(grid)} configurations x {len(select(build_variants(Config('shared', 'busy-spin', 'spin', ''), a), a, ap))} "
-          f"variant(s), 1 run of {a.duration:g} s each; {cpu_summary()}")
+          f"variant(s), 1 run of {a.duration:g} s each; {c.cpu_summary()}")
     rows, record = [], []
     for threading, didle, cidle, params in grid:
         cfg = Config(threading, didle, cidle, params)
         variants = select(build_variants(cfg, a), a, ap)
         print(f"== {cfg.sulis()}", flush=True)
-        results, skipped, errors = run_rounds(variants, 1, a.retry_noisy, a.max_interference,
-                                              lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
+        results, skipped, errors = c.run_rounds(variants, 1, a.retry_noisy, a.max_interference,
+                                                lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
         for key, name, _ in variants:
             for r in results.get(key) or []:
                 rows.append((r["msgs_per_s"], name, threading, didle, cidle, params,
@@ -355,26 +289,18 @@ def sweep(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     print()
     print(f"UDP throughput sweep, {MESSAGE_LENGTH} B messages, one run each (msgs/s):")
     rows.sort(key=lambda r: (r[1], -r[0]))
-    print_table(["name", "msgs/s", "threading", "driver idle", "client idle", "channel params", "counters", "noise"],
-                [[n, fmt_rate(v), t, d, c, p, cnt, f"{i * 100:.0f}%"] for v, n, t, d, c, p, cnt, i in rows],
-                align="lrllllll")
-    path = save_results("udp_throughput_sweep", {"argv": sys.argv, "duration_s": a.duration, "rows": rows,
-                                                 "runs": record, "machine": cpu_summary()})
-    if path:
-        print(f"\n(details: {path.relative_to(Path(__file__).resolve().parent.parent)})")
+    c.print_table(["name", "msgs/s", "threading", "driver idle", "client idle", "channel params", "counters", "noise"],
+                  [[n, c.fmt_rate(v), t, d, ci, p, cnt, f"{i * 100:.0f}%"] for v, n, t, d, ci, p, cnt, i in rows],
+                  align="lrllllll")
+    c.save_and_show("udp_throughput_sweep", {"argv": sys.argv, "duration_s": a.duration, "rows": rows,
+                                             "runs": record, "machine": c.cpu_summary()})
     return 0
 
 
 # =============================================================== main
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=None, help="rounds per variant (default 3; --quick: 1)")
-    ap.add_argument("--duration", type=float, default=None,
-                    help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
-    ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
-    ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
+    ap = c.throughput_parser(__doc__)
     ap.add_argument("--threading", default="shared", help="threading mode of every driver (default shared)")
     ap.add_argument("--driver-idle", default="yielding",
                     help="idle strategy of every driver's agents (default yielding)")
@@ -397,18 +323,9 @@ def main(argv=None) -> int:
                     help="sulis CPU placement: none (default); sides: publisher process (its driver included) on "
                          "CPU 0, subscriber process on CPU 1; publisher: the publishing thread alone on CPU 0, "
                          "both drivers and the subscriber on CPU 1")
-    ap.add_argument("--only", default="", help="comma list among: py-exclusive,native-exclusive,zmq,zenoh,"
-                                               "aeron-1.15.1,aeron-current,aeron-1.15.1-samples,"
-                                               "aeron-current-samples")
-    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
-    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
-    ap.add_argument("--max-interference", type=float, default=0.10,
-                    help="a run during which other processes used more than this share of a CPU is noisy "
-                         "(default 0.10)")
-    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
-    ap.add_argument("--wait-quiet", type=float, default=60.0,
-                    help="before each run, wait up to this many seconds for other processes to stay under "
-                         "--max-interference for a second (default 60; 0: do not wait)")
+    c.selection_args(ap, "comma list among: py-exclusive,native-exclusive,zmq,zenoh,"
+                         "aeron-1.15.1,aeron-current,aeron-1.15.1-samples,"
+                         "aeron-current-samples", wait_quiet=True)
     ap.add_argument("--sweep", action="store_true",
                     help="instead of the comparison: one run per configuration of --sweep-* (cartesian product)")
     ap.add_argument("--sweep-threading", default="shared,shared-network,dedicated")
@@ -417,62 +334,40 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-channel-params", default=None,
                     help="';'-separated list of channel parameter sets (default: --channel-params)")
     # child roles (internal)
-    ap.add_argument("--role", choices=["main", "pub", "sub"], default="main", help=argparse.SUPPRESS)
-    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    c.pub_sub_role_args(ap)
     ap.add_argument("--channel", help=argparse.SUPPRESS)
-    ap.add_argument("--stop-file", help=argparse.SUPPRESS)
-    ap.add_argument("--max-seconds", type=float, default=120, help=argparse.SUPPRESS)
-    ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--driver-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     if a.role != "main":
-        child_signals()
-        if a.role == "pub":
-            return role_pub(a)
-        a.duration = a.duration or 6
-        return role_sub(a)
+        return c.pub_sub_child(a, role_pub, role_sub)
 
-    profile = require_release_build()
-    if a.runs is not None and a.runs < 1:
-        ap.error("--runs must be at least 1")
-    if a.batch < 1:
-        ap.error("--batch must be at least 1")
+    profile = c.require_release_build()
+    runs = c.throughput_checks(a, ap)
     if a.aeron_client_idle not in (None, "yield", "spin"):
         ap.error("--aeron-client-idle must be yield or spin")
-    runs = a.runs or (1 if a.quick else 3)
-    a.duration = a.duration or (3.0 if a.quick else 6.0)
     a.sweep_channel_params = a.sweep_channel_params or a.channel_params
-    if a.duration < 2.5:
-        ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
     if a.pin != "none" and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs 2 CPUs")
     driver_options(a.driver_options)  # validate
 
     cfg = Config(a.threading, a.driver_idle, a.client_idle, a.channel_params,
                  a.aeron_threading, a.aeron_driver_idle, a.aeron_client_idle)
-    variants = select(build_variants(cfg, a), a, ap)
-    if any(k.startswith("native") for k, _, _ in variants):
-        try:
-            native_binary("udp-throughput", build=not a.no_build)
-        except Skip as exc:
-            print(f"[skip] native Rust: {exc}")
-            variants = [v for v in variants if not v[0].startswith("native")]
+    variants = c.build_native(select(build_variants(cfg, a), a, ap), "udp-throughput", a.no_build)
     if a.sweep:
         return sweep(a, ap)
 
     print(f"sulis UDP throughput, {MESSAGE_LENGTH} B messages over loopback, two drivers: {runs} round(s), "
           f"{a.duration:g} s per run (every system: per-second counts at the receiver, first second = warm-up); "
-          f"sulis {profile} build; {cpu_summary()}")
+          f"sulis {profile} build; {c.cpu_summary()}")
     print(f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); "
           f"CPU placement: {PIN_TEXT[a.pin]}")
     print(f"Aeron: {cfg.aeron()}" + (" (1.15.1's sample clients spin)" if a.aeron_samples else ""))
 
-    results, skipped, errors = run_rounds(variants, runs, a.retry_noisy, a.max_interference,
-                                          lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
+    results, skipped, errors = c.run_rounds(variants, runs, a.retry_noisy, a.max_interference,
+                                            lambda r: f"{r['msgs_per_s']:,.0f} msgs/s", quiet_wait_s=a.wait_quiet)
 
-    med = {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
-    names = {k: n for k, n, _ in variants}
+    med = c.rate_medians(results)
     zmq = med.get("zmq")
     a115 = med.get("aeron-1.15.1")
     acur = med.get("aeron-current")
@@ -480,53 +375,28 @@ def main(argv=None) -> int:
     print()
     print(f"UDP throughput, {MESSAGE_LENGTH} B messages, median of the rounds (msgs/s); "
           "'vs X' = this row's median / X's median:")
-    rows = []
-    for key, name, _ in variants:
-        rs = results.get(key) or []
-        if not rs:
-            rows.append([name, missing_text(key, skipped, errors), "0", "", "", "", "", "", "", ""])
-            continue
-        m = med[key]
-        per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
-        rows.append([name, fmt_rate(m), str(len(rs)), per, fmt_ratio(m / TARGET_PY_MSGS),
-                     fmt_ratio(m / py) if py else "-",
-                     fmt_ratio(m / zmq) if zmq else "-", fmt_ratio(m / a115) if a115 else "-",
-                     fmt_ratio(m / acur) if acur else "-", rs[0].get("config", "")])
-    print_table(["name", "median msgs/s", "runs", "per run (M)", "vs 8M", "vs sulis Py", "vs pyzmq",
-                 "vs Aeron 1.15.1", "vs Aeron current", "configuration"], rows, align="lrrrrrrrrl")
+    c.print_throughput_table(variants, results, skipped, errors, med,
+                             [("vs 8M", TARGET_PY_MSGS), ("vs sulis Py", py), ("vs pyzmq", zmq),
+                              ("vs Aeron 1.15.1", a115), ("vs Aeron current", acur)])
 
     print()
     print("targets:")
-
-    def verdict(ok: bool) -> str:
-        return "MET" if ok else "MISSED"
-
     if py:
         print(f"  (a) sulis Python exclusive offer >= 8 M msgs/s: {py / 1e6:.2f} M = {py / TARGET_PY_MSGS:.2f}x "
-              f"-> {verdict(py >= TARGET_PY_MSGS)}")
+              f"-> {c.verdict(py >= TARGET_PY_MSGS)}")
     nat = med.get("native-exclusive")
     for label, ref in (("1.15.1", a115), ("current", acur)):
         if nat and ref:
             print(f"  (b) sulis native >= 1.0x Aeron Java {label} ({ref / 1e6:.2f} M): {nat / 1e6:.2f} M = "
-                  f"{nat / ref:.2f}x -> {verdict(nat / ref >= TARGET_VS_AERON)}")
-    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
-             if r.get("interference", 0) > a.max_interference]
-    for name, i, share in noisy:
-        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
-    for k, errs in errors.items():
-        print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
+                  f"{nat / ref:.2f}x -> {c.verdict(nat / ref >= TARGET_VS_AERON)}")
+    c.print_notes(results, errors, c.variant_names(variants), a.max_interference)
 
-    path = save_results("udp_throughput", {
-        "argv": sys.argv, "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
+    c.save_report("udp_throughput", {
+        "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
         "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron(), "pin": a.pin,
-        "medians": {names[k]: v for k, v in med.items()},
-        "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
-        "machine": cpu_summary(),
-    })
-    if path:
-        print(f"\n(details: {path.relative_to(Path(__file__).resolve().parent.parent)})")
+    }, variants, med, results, skipped, errors)
     return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main_guard(main))
+    sys.exit(c.main_guard(main))

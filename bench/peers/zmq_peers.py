@@ -40,11 +40,14 @@ from typing import Iterator, Sequence
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-__all__ = ["push_pull_throughput", "req_rep_latency"]
+from bench._common import (  # noqa: E402
+    LATENCY_KEYS, Skip, count_intervals_each, encode_samples, hdr_percentiles, print_intervals,
+)
+from bench.peers._shared import print_summary  # noqa: E402
+
+__all__ = ["push_pull_throughput", "req_rep_latency", "throughput_run", "latency_run"]
 
 _TRANSPORTS = ("ipc", "tcp")
-# Recordable range of the latency histogram: 1 ns .. 60 s.
-_HIST_LOWEST_NS, _HIST_HIGHEST_NS, _HIST_DIGITS = 1, 60_000_000_000, 3
 
 
 @contextlib.contextmanager
@@ -69,6 +72,26 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
 
 
+@contextlib.contextmanager
+def _child_socket(kind: str, result_q, linger: int = 0):
+    """In a child process (which gets SIGTERM when its parent dies): a ``kind``
+    socket (``"PULL"``...) in a context of its own, as ``(zmq, socket)``. An
+    exception in the block is reported on ``result_q`` (the parent must not
+    hang); the socket is closed with ``linger`` ms and the context ended."""
+    _die_with_parent()
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(getattr(zmq, kind))
+    try:
+        yield zmq, sock
+    except Exception as exc:  # report, do not hang the parent
+        result_q.put({"error": f"{kind}: {exc!r}"})
+    finally:
+        sock.close(linger=linger)
+        ctx.term()
+
+
 def _bind(sock, base: str, name: str) -> str:
     """Bind to ``base + name`` (ipc) or a free loopback port (tcp); return the real endpoint."""
     import zmq
@@ -83,14 +106,7 @@ def _bind(sock, base: str, name: str) -> str:
 # ----------------------------------------------------------------- PUSH/PULL children
 
 def _pull_main(base: str, duration_s: float, timeout_ms: int, endpoint_q, result_q) -> None:
-    _die_with_parent()
-    import zmq
-
-    from bench._common import count_intervals_each
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    try:
+    with _child_socket("PULL", result_q) as (zmq, sock):
         endpoint_q.put(_bind(sock, base, "pushpull"))
         sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
         intervals = []
@@ -101,20 +117,10 @@ def _pull_main(base: str, duration_s: float, timeout_ms: int, endpoint_q, result
             result_q.put({"error": f"PULL timed out after {timeout_ms} ms without a message"})
             return
         result_q.put({"intervals": intervals, "received": count, "size": len(first)})
-    except Exception as exc:  # report, do not hang the parent
-        result_q.put({"error": f"PULL: {exc!r}"})
-    finally:
-        sock.close(linger=0)
-        ctx.term()
 
 
 def _push_main(endpoint: str, size: int, stop, result_q) -> None:
-    _die_with_parent()
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    try:
+    with _child_socket("PUSH", result_q) as (zmq, sock):
         # A send that waits for room (HWM) gives up after 100 ms so that the stop
         # event is seen even when the receiver no longer reads.
         sock.setsockopt(zmq.SNDTIMEO, 100)
@@ -131,11 +137,6 @@ def _push_main(endpoint: str, size: int, stop, result_q) -> None:
             except zmq.Again:
                 continue
         result_q.put({"sent": sent})
-    except Exception as exc:
-        result_q.put({"error": f"PUSH: {exc!r}"})
-    finally:
-        sock.close(linger=0)
-        ctx.term()
 
 
 def _get(q, timeout_s: float, what: str, procs) -> dict:
@@ -214,33 +215,17 @@ def push_pull_throughput(duration_s: float = 6.0, size: int = 32, transport: str
 # ----------------------------------------------------------------- REQ/REP children
 
 def _rep_main(base: str, total: int, timeout_ms: int, endpoint_q, result_q) -> None:
-    _die_with_parent()
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REP)
-    try:
+    with _child_socket("REP", result_q, linger=1000) as (zmq, sock):
         endpoint_q.put(_bind(sock, base, "reqrep"))
         sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
         recv, send = sock.recv, sock.send
         for _ in range(total):
             send(recv())
         result_q.put({"served": total})
-    except Exception as exc:
-        result_q.put({"error": f"REP: {exc!r}"})
-    finally:
-        sock.close(linger=1000)
-        ctx.term()
 
 
 def _req_main(endpoint: str, n: int, warmup: int, size: int, timeout_ms: int, result_q) -> None:
-    _die_with_parent()
-    import zmq
-    from hdrh.histogram import HdrHistogram
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    try:
+    with _child_socket("REQ", result_q) as (zmq, sock):
         sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
         sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
         sock.connect(endpoint)
@@ -249,8 +234,6 @@ def _req_main(endpoint: str, n: int, warmup: int, size: int, timeout_ms: int, re
         for _ in range(warmup):
             send(msg)
             recv()
-        hist = HdrHistogram(_HIST_LOWEST_NS, _HIST_HIGHEST_NS, _HIST_DIGITS)
-        record = hist.record_value
         clock = time.perf_counter_ns
         samples = [0] * n
         t_start = clock()
@@ -261,21 +244,13 @@ def _req_main(endpoint: str, n: int, warmup: int, size: int, timeout_ms: int, re
             samples[i] = clock() - t0
         t_end = clock()
         # Recorded after the loop so that histogram bookkeeping is not inside the timed path.
-        for ns in samples:
-            record(min(max(ns, _HIST_LOWEST_NS), _HIST_HIGHEST_NS))
-        result_q.put({"hist": hist.encode(), "wall_s": (t_end - t_start) / 1e9})
-    except Exception as exc:
-        result_q.put({"error": f"REQ: {exc!r}"})
-    finally:
-        sock.close(linger=0)
-        ctx.term()
+        result_q.put({"hist": encode_samples(samples), "wall_s": (t_end - t_start) / 1e9})
 
 
 def req_rep_latency(n: int = 100_000, warmup: int = 10_000, size: int = 32, transport: str = "ipc",
                     timeout_s: float = 300.0) -> dict:
     """pyzmq REQ/REP round trips across two processes; percentiles in µs."""
     import zmq
-    from hdrh.histogram import HdrHistogram
 
     if n < 1 or warmup < 0:
         raise ValueError("need n >= 1 and warmup >= 0")
@@ -297,27 +272,44 @@ def req_rep_latency(n: int = 100_000, warmup: int = 10_000, size: int = 32, tran
     for r in (req_res, rep_res):
         if "error" in r:
             raise RuntimeError(r["error"])
-    hist = HdrHistogram.decode(req_res["hist"])
-    us = lambda ns: ns / 1000.0  # noqa: E731
     return {
-        "p50_us": us(hist.get_value_at_percentile(50)),
-        "p90_us": us(hist.get_value_at_percentile(90)),
-        "p99_us": us(hist.get_value_at_percentile(99)),
-        "p99_9_us": us(hist.get_value_at_percentile(99.9)),
-        "max_us": us(hist.get_max_value()),
-        "mean_us": us(hist.get_mean_value()),
-        "min_us": us(hist.get_min_value()),
-        "count": hist.get_total_count(),
+        **hdr_percentiles(req_res["hist"], with_min=True),
         "round_trips_per_s": n / req_res["wall_s"],
         "peer": f"pyzmq REQ/REP {transport} RTT",
         "n": n,
         "warmup": warmup,
         "size": size,
         "endpoint": endpoint,
-        "hdrh_encoded": req_res["hist"].decode() if isinstance(req_res["hist"], bytes) else req_res["hist"],
+        "hdrh_encoded": req_res["hist"],
         "pyzmq": zmq.__version__,
         "libzmq": zmq.zmq_version(),
     }
+
+
+def _require(hdrh: bool = False) -> None:
+    """Raises Skip when pyzmq (and, for ``hdrh``, hdrhistogram) is not installed."""
+    try:
+        import zmq  # noqa: F401
+
+        if hdrh:
+            import hdrh  # noqa: F401
+    except ImportError as exc:
+        what = "pyzmq/hdrhistogram" if hdrh else "pyzmq"
+        raise Skip(f"{what} not installed ({exc}); run `bash bench/peers/install.sh`") from None
+
+
+def throughput_run(duration_s: float, size: int, transport: str) -> dict:
+    """One PUSH/PULL row of a sulis benchmark: :func:`push_pull_throughput`, its intervals printed."""
+    _require()
+    r = push_pull_throughput(duration_s=duration_s, size=size, transport=transport)
+    print_intervals(r["samples"])
+    return r
+
+
+def latency_run(n: int, warmup: int, size: int, transport: str) -> dict:
+    """One REQ/REP row of a sulis benchmark: :func:`req_rep_latency`."""
+    _require(hdrh=True)
+    return req_rep_latency(n=n, warmup=warmup, size=size, transport=transport)
 
 
 # ----------------------------------------------------------------- CLI
@@ -344,11 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             r = req_rep_latency(args.n, warmup=args.warmup, size=args.size, transport=args.transport)
         print(json.dumps({k: v for k, v in r.items() if k != "hdrh_encoded"}), flush=True)
         results.append(r)
-    if args.runs > 1:
-        keys = ["msgs_per_s"] if args.cmd == "pushpull" else ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
-        summary = {"peer": results[0]["peer"], "runs": args.runs}
-        summary.update({f"median_{k}": statistics.median(r[k] for r in results) for k in keys})
-        print(json.dumps(summary))
+    print_summary(results, ["msgs_per_s"] if args.cmd == "pushpull" else LATENCY_KEYS)
     return 0
 
 

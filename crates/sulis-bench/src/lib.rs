@@ -17,12 +17,15 @@
 //! started by [`spawn_self`] gets SIGTERM when its parent dies
 //! (`PR_SET_PDEATHSIG`), so it cleans up too when the parent is killed.
 
+use hdrhistogram::Histogram;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ClientContext};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
@@ -35,6 +38,34 @@ pub fn refuse_debug_build(name: &str) {
              Build it with: cargo build --release -p sulis-bench"
         );
         std::process::exit(2);
+    }
+}
+
+/// A child role (or `main`) by its `--role` name, for [`run_main`].
+pub type Role = (&'static str, fn(&Args));
+
+/// The start of every binary's `main`: refuses a debug build, takes the
+/// signals ([`init_process`]), parses the options ([`Args::parse`]; `--quick`
+/// and `--help` are known to every binary), prints `usage` for `--help` and
+/// runs the function of `--role` (`main` when none is given).
+pub fn run_main(
+    name: &str,
+    usage: &str,
+    flag_names: &[&str],
+    value_names: &[&str],
+    roles: &[Role],
+) {
+    refuse_debug_build(name);
+    init_process();
+    let args = Args::parse(flag_names, value_names);
+    if args.flag("help") {
+        println!("{usage}");
+        return;
+    }
+    let role = args.str("role", "main");
+    match roles.iter().find(|(r, _)| *r == role) {
+        Some((_, f)) => f(&args),
+        None => die(&format!("unknown --role {role}")),
     }
 }
 
@@ -66,7 +97,7 @@ impl Args {
                     die(&format!("unknown option --{k} (see --help)"));
                 }
                 values.insert(k.to_string(), v.to_string());
-            } else if flag_names.contains(&key) {
+            } else if flag_names.contains(&key) || COMMON_FLAGS.contains(&key) {
                 flags.push(key.to_string());
             } else if known_value(key) {
                 let Some(v) = raw.get(i + 1) else {
@@ -105,6 +136,11 @@ impl Args {
         v
     }
 
+    /// `--runs` (at least 1; default 3, 1 with `--quick`).
+    pub fn runs(&self) -> usize {
+        self.at_least("runs", if self.flag("quick") { 1 } else { 3 }, 1)
+    }
+
     /// True when `--name` was given.
     pub fn flag(&self, name: &str) -> bool {
         self.flags.iter().any(|f| f == name)
@@ -139,11 +175,25 @@ impl Args {
 /// /dev/shm; bench/*.py passes a directory it removes afterwards).
 const COMMON_VALUES: &[&str] = &["role", "dir", "dir-base"];
 
+/// Flags every binary takes: `--quick` (a short smoke run) and `--help`.
+const COMMON_FLAGS: &[&str] = &["quick", "help"];
+
 /// Prints to stderr, cleans up (child process, driver directories) and exits 2.
 pub fn die(msg: &str) -> ! {
     eprintln!("error: {msg}");
     cleanup();
     std::process::exit(2)
+}
+
+/// `result.or_die()`: the value, or [`die`] with the error.
+pub trait OrDie<T> {
+    fn or_die(self) -> T;
+}
+
+impl<T, E: std::fmt::Display> OrDie<T> for Result<T, E> {
+    fn or_die(self) -> T {
+        self.unwrap_or_else(|e| die(&format!("{e}")))
+    }
 }
 
 // ------------------------------------------------------------------ cleanup
@@ -273,6 +323,13 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A child role's `--pin-cpu`, if given: pins the calling thread there.
+pub fn pin_from_args(args: &Args) {
+    if args.has("pin-cpu") {
+        pin_current_thread(args.get("pin-cpu", 1)).or_die();
+    }
 }
 
 /// Lets the calling thread run on every CPU again (after [`pin_current_thread`]).
@@ -425,6 +482,16 @@ pub fn free_udp_port(host: &str) -> u16 {
     s.local_addr().map(|a| a.port()).unwrap_or(0)
 }
 
+/// Two different UDP ports free on `host` right now (a ping and a pong endpoint).
+pub fn two_free_udp_ports(host: &str) -> (u16, u16) {
+    let ping_port = free_udp_port(host);
+    let mut pong_port = free_udp_port(host);
+    while pong_port == ping_port {
+        pong_port = free_udp_port(host);
+    }
+    (ping_port, pong_port)
+}
+
 /// `name=value` of the driver's system counters `ids` (labels shortened), read through `client`.
 pub fn system_counters(client: &Client, ids: &[(i32, &str)]) -> Vec<(String, i64)> {
     let reader = client.counters();
@@ -538,6 +605,196 @@ pub fn spawn_self(args: &[String]) -> (Child, BufReader<ChildStdout>) {
     (child, out)
 }
 
+/// `--role ROLE --name value ...` for [`spawn_self`].
+pub fn role_args(role: &str, options: &[(&str, String)]) -> Vec<String> {
+    let mut v = vec!["--role".to_string(), role.to_string()];
+    for (k, val) in options {
+        v.push(format!("--{k}"));
+        v.push(val.clone());
+    }
+    v
+}
+
+/// [`spawn_self`], then waits for the child's `ready` line ([`die`]s with
+/// "`what` process did not start" on anything else).
+pub fn spawn_ready(args: &[String], what: &str) -> (Child, BufReader<ChildStdout>) {
+    let (child, mut out) = spawn_self(args);
+    match read_line(&mut out) {
+        Some(l) if l == "ready" => {}
+        other => die(&format!("{what} process did not start: {other:?}")),
+    }
+    (child, out)
+}
+
+/// A child that must not exit before it is expected to (a pong that exits
+/// after its last echo): its stdout is watched by [`watch_child`].
+pub struct Watched {
+    child: Child,
+    expected_exit: Arc<AtomicBool>,
+    watcher: JoinHandle<()>,
+    what: &'static str,
+}
+
+impl Watched {
+    /// Starts the child ([`spawn_ready`]) and watches it.
+    pub fn spawn(args: &[String], what: &'static str) -> Watched {
+        let (child, out) = spawn_ready(args, what);
+        let expected_exit = Arc::new(AtomicBool::new(false));
+        let watcher = watch_child(out, expected_exit.clone(), what);
+        Watched {
+            child,
+            expected_exit,
+            watcher,
+            what,
+        }
+    }
+
+    /// From now on the child may exit: waits for it, [`die`]s if it failed.
+    pub fn finish(mut self) {
+        self.expected_exit.store(true, Ordering::Release);
+        let status = wait_child(&mut self.child);
+        let _ = self.watcher.join();
+        if !status.success() {
+            die(&format!("{} process failed: {status}", self.what));
+        }
+    }
+}
+
+/// Parses a subscriber child's `interval <ns> <messages>` line into msgs/s.
+pub fn interval_rate(line: &str) -> Option<f64> {
+    let mut it = line.split_whitespace();
+    if it.next() != Some("interval") {
+        return None;
+    }
+    let ns: f64 = it.next()?.parse().ok()?;
+    let msgs: f64 = it.next()?.parse().ok()?;
+    (ns > 0.0).then(|| msgs * 1e9 / ns)
+}
+
+/// Reads a subscriber child's lines on a thread of its own (blocked in read,
+/// so it costs no CPU): echoes each interval's rate, sets `stop` at the
+/// child's "done" line and ends at the line `is_last` accepts (or at EOF,
+/// setting `stop` too). The thread returns every line read.
+pub fn read_rates(
+    mut out: BufReader<ChildStdout>,
+    stop: Arc<AtomicBool>,
+    is_last: fn(&str) -> bool,
+) -> JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut i = 0;
+        while let Some(line) = read_line(&mut out) {
+            if let Some(rate) = interval_rate(&line) {
+                i += 1;
+                println!(
+                    "  interval {i}: {} msgs/s{}",
+                    thousands(rate),
+                    if i == 1 { "  (warm-up)" } else { "" }
+                );
+            }
+            if line.starts_with("done") {
+                stop.store(true, Ordering::Release);
+            }
+            let last = is_last(&line);
+            lines.push(line);
+            if last {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Release);
+        lines
+    })
+}
+
+/// The rates of a subscriber's `interval` lines, warm-up first.
+pub fn interval_rates(lines: &[String]) -> Vec<f64> {
+    lines.iter().filter_map(|l| interval_rate(l)).collect()
+}
+
+/// A run's figure: the median of the intervals after the first (warm-up);
+/// [`die`]s with fewer than two.
+pub fn median_after_warmup(samples: &[f64], lines: &[String]) -> f64 {
+    if samples.len() < 2 {
+        die(&format!(
+            "subscriber reported {} intervals: {lines:?}",
+            samples.len()
+        ));
+    }
+    median(&mut samples[1..].to_vec())
+}
+
+/// The subscriber's wait for its first message: `poll` (which returns the
+/// fragments it found) until one is there; [`die`]s after `timeout`.
+pub fn await_first(timeout: Duration, mut poll: impl FnMut() -> usize) {
+    let deadline = Instant::now() + timeout;
+    while poll() == 0 {
+        if Instant::now() > deadline {
+            die(&format!("no message within {} s", timeout.as_secs()));
+        }
+    }
+}
+
+/// The subscriber's measured loop in rate mode: `poll` (which counts what it
+/// receives into `count()`) in a loop, the clock read every 64th poll; from
+/// `start`, one `interval <ns> <messages>` line per second for `duration_s`.
+#[inline]
+pub fn report_intervals(
+    start: Instant,
+    duration_s: f64,
+    count: impl Fn() -> u64,
+    mut poll: impl FnMut(),
+) {
+    let mut interval_start = start;
+    let mut next = start + Duration::from_secs(1);
+    let end = start + Duration::from_secs_f64(duration_s);
+    let mut last_count = 0u64;
+    let mut polls = 0u32;
+    loop {
+        poll();
+        polls = polls.wrapping_add(1);
+        if polls & 63 == 0 {
+            let now = Instant::now();
+            if now >= next {
+                let c = count();
+                println!(
+                    "interval {} {}",
+                    (now - interval_start).as_nanos(),
+                    c - last_count
+                );
+                last_count = c;
+                interval_start = now;
+                next += Duration::from_secs(1);
+                if now >= end {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The subscriber child's subscription: added, `ready` printed for the
+/// parent, then waits (up to `timeout`) for the publication's image.
+pub fn subscribe_ready(
+    client: &Client,
+    channel: &str,
+    stream_id: i32,
+    timeout: Duration,
+) -> sulis_client::Subscription {
+    let mut sub = client.add_subscription(channel, stream_id).or_die();
+    println!("ready");
+    await_cond("the publication's image", timeout, || sub.image_count() > 0);
+    sub
+}
+
+/// Waits (up to 10 s) for a publication's subscriber.
+pub fn await_subscriber(is_connected: impl FnMut() -> bool) {
+    await_cond(
+        "the subscriber to connect",
+        Duration::from_secs(10),
+        is_connected,
+    );
+}
+
 /// Watches a child's stdout on a thread of its own (blocked in `read`, no
 /// CPU): when the child exits before `expected_exit` is set, [`die`]s, so a
 /// parent waiting in a hot loop for its echo does not wait forever.
@@ -591,6 +848,112 @@ pub fn median(v: &mut [f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// `[[1, 2], [3]]`: rows of numbers as JSON.
+pub fn nested_json<R: AsRef<[f64]>>(rows: &[R]) -> String {
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "[{}]",
+                r.as_ref()
+                    .iter()
+                    .map(|x| format!("{x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    format!("[{}]", rows.join(", "))
+}
+
+/// The median of the runs' rates, printed as `sulis native {what}
+/// throughput: median of ...`.
+pub fn throughput_summary(what: &str, rates: &[f64]) -> f64 {
+    let med = median(&mut rates.to_vec());
+    println!(
+        "sulis native {what} throughput: median of {} run(s) = {} msgs/s (runs: {})",
+        rates.len(),
+        thousands(med),
+        rates
+            .iter()
+            .map(|r| thousands(*r))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    med
+}
+
+/// The first fields of a throughput binary's `RESULT` line.
+pub fn throughput_json(name: &str, med: f64, rates: &[f64], samples: &[Vec<f64>]) -> Json {
+    Json::default()
+        .s("name", name)
+        .n("msgs_per_s", med)
+        .arr("runs_msgs_per_s", rates)
+        .raw("samples", &nested_json(samples))
+}
+
+/// A round-trip histogram: 1 ns .. 60 s, 3 significant digits.
+pub fn rtt_histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap()
+}
+
+/// p50, p90, p99, p99.9 and max (µs) of one run's histogram, printed as `run N: ...`.
+pub fn latency_row(run: usize, h: &Histogram<u64>) -> [f64; 5] {
+    let us = |v: u64| v as f64 / 1000.0;
+    let row = [
+        us(h.value_at_quantile(0.50)),
+        us(h.value_at_quantile(0.90)),
+        us(h.value_at_quantile(0.99)),
+        us(h.value_at_quantile(0.999)),
+        us(h.max()),
+    ];
+    println!(
+        "run {}: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs  (mean {:.2} µs, {} samples)",
+        run + 1,
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        h.mean() / 1000.0,
+        h.len()
+    );
+    row
+}
+
+/// The median over the runs of each of [`latency_row`]'s figures, printed as
+/// `sulis native {what} RTT, median of ...`.
+pub fn latency_summary(what: &str, per_run: &[[f64; 5]]) -> Vec<f64> {
+    let med: Vec<f64> = (0..5)
+        .map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>()))
+        .collect();
+    println!(
+        "sulis native {what} RTT, median of {} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
+        per_run.len(),
+        med[0],
+        med[1],
+        med[2],
+        med[3],
+        med[4]
+    );
+    med
+}
+
+/// The first fields of a latency binary's `RESULT` line.
+pub fn latency_json(name: &str, med: &[f64], runs: usize, n: u64, warmup: u64, len: usize) -> Json {
+    Json::default()
+        .s("name", name)
+        .n("p50_us", med[0])
+        .n("p90_us", med[1])
+        .n("p99_us", med[2])
+        .n("p99_9_us", med[3])
+        .n("max_us", med[4])
+        .n("runs", runs as f64)
+        .n("n", n as f64)
+        .n("warmup", warmup as f64)
+        .n("message_length", len as f64)
 }
 
 /// A minimal JSON writer for the `RESULT` line.

@@ -24,12 +24,15 @@ use sulis_bench::*;
 const CHANNEL: &str = "aeron:ipc";
 const PING_STREAM: i32 = 1002;
 const PONG_STREAM: i32 = 1003;
+const USAGE: &str =
+    "usage: ipc-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] \
+[--driver-idle STRATEGY] [--pin|--no-pin] [--quick] [--dir-base DIR]";
 
 fn main() {
-    refuse_debug_build("ipc-latency");
-    init_process();
-    let args = Args::parse(
-        &["pin", "no-pin", "quick", "help"],
+    run_main(
+        "ipc-latency",
+        USAGE,
+        &["pin", "no-pin"],
         &[
             "runs",
             "messages",
@@ -39,26 +42,13 @@ fn main() {
             "pin-cpu",
             "total",
         ],
+        &[("pong", pong), ("main", ping_main)],
     );
-    if args.flag("help") {
-        println!(
-            "usage: ipc-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] \
-             [--driver-idle STRATEGY] [--pin|--no-pin] [--quick] [--dir-base DIR]"
-        );
-        return;
-    }
-    match args.str("role", "main").as_str() {
-        "pong" => pong(&args),
-        "main" => ping_main(&args),
-        r => die(&format!("unknown --role {r}")),
-    }
 }
-
-const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)];
 
 fn ping_main(args: &Args) {
     let quick = args.flag("quick");
-    let runs: usize = args.at_least("runs", if quick { 1 } else { 3 }, 1);
+    let runs = args.runs();
     let n: u64 = args.at_least("messages", if quick { 20_000 } else { 100_000 }, 1);
     let warmup: u64 = args.get("warmup", if quick { 2_000 } else { 10_000 });
     let len: usize = args.at_least("message-length", 32, 1);
@@ -75,65 +65,14 @@ fn ping_main(args: &Args) {
          driver shared/{idle}, {}",
         if pin { "ping on CPU 0, pong on CPU 1 (driver thread unpinned)" } else { "no CPU pinning" }
     );
-    let mut per_run: Vec<[f64; 5]> = Vec::new();
-    for run in 0..runs {
-        let h = one_run(run, n, warmup, len, &idle, pin);
-        let us = |v: u64| v as f64 / 1000.0;
-        let row = [
-            us(h.value_at_quantile(0.50)),
-            us(h.value_at_quantile(0.90)),
-            us(h.value_at_quantile(0.99)),
-            us(h.value_at_quantile(0.999)),
-            us(h.max()),
-        ];
-        println!(
-            "run {}: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs  (mean {:.2} µs, {} samples)",
-            run + 1,
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            h.mean() / 1000.0,
-            h.len()
-        );
-        per_run.push(row);
-    }
-    let med: Vec<f64> = (0..5)
-        .map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>()))
+    let per_run: Vec<[f64; 5]> = (0..runs)
+        .map(|run| latency_row(run, &one_run(run, n, warmup, len, &idle, pin)))
         .collect();
-    println!(
-        "sulis native IPC RTT, median of {runs} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
-        med[0], med[1], med[2], med[3], med[4]
-    );
-    let mut j = Json::default().s("name", "sulis native Rust ping-pong");
-    for (i, (name, _)) in PCTS.iter().enumerate() {
-        j = j.n(&format!("{}_us", name.replace('.', "_")), med[i]);
-    }
-    j = j
-        .n("max_us", med[4])
-        .n("runs", runs as f64)
-        .n("n", n as f64)
-        .n("warmup", warmup as f64)
-        .n("message_length", len as f64)
+    let med = latency_summary("IPC", &per_run);
+    let j = latency_json("sulis native Rust ping-pong", &med, runs, n, warmup, len)
         .s("driver_idle", &idle)
-        .b("pinned", pin);
-    let runs_json: Vec<String> = per_run
-        .iter()
-        .map(|r| {
-            format!(
-                "[{}]",
-                r.iter()
-                    .map(|x| format!("{x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-        .collect();
-    j = j.raw(
-        "runs_p50_p90_p99_p999_max_us",
-        &format!("[{}]", runs_json.join(", ")),
-    );
+        .b("pinned", pin)
+        .raw("runs_p50_p90_p99_p999_max_us", &nested_json(&per_run));
     println!("RESULT {}", j.build());
 }
 
@@ -142,39 +81,30 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
     // The driver thread starts before the pinning, so it may run on either CPU.
     let driver = launch_driver(&dir, idle, "64m");
     if pin {
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+        pin_current_thread(0).or_die();
     }
     let client = connect(&dir, "ipc-latency-ping");
-    let mut child_args: Vec<String> = vec![
-        "--role".into(),
-        "pong".into(),
-        "--dir".into(),
-        dir.display().to_string(),
-        "--total".into(),
-        (warmup + n).to_string(),
-    ];
+    let mut child_args = role_args(
+        "pong",
+        &[
+            ("dir", dir.display().to_string()),
+            ("total", (warmup + n).to_string()),
+        ],
+    );
     if pin {
         child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
     }
-    let (mut child, mut out) = spawn_self(&child_args);
-    match read_line(&mut out) {
-        Some(l) if l == "ready" => {}
-        other => die(&format!("pong process did not start: {other:?}")),
-    }
     // Pong exits after the last echo; before that, its exit is a failure.
-    let last_echo = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = watch_child(out, last_echo.clone(), "pong");
+    let pong = Watched::spawn(&child_args, "pong");
     let mut ping = client
         .add_exclusive_publication(CHANNEL, PING_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
-    let mut pongs = client
-        .add_subscription(CHANNEL, PONG_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+        .or_die();
+    let mut pongs = client.add_subscription(CHANNEL, PONG_STREAM).or_die();
     await_cond("the pong process", Duration::from_secs(10), || {
         ping.is_connected() && pongs.image_count() > 0
     });
 
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let mut hist = rtt_histogram();
     let mut msg = vec![0u8; len];
     let mut handler = |_p: &[u8], _h: &sulis_client::Header| Ok::<(), ()>(());
     for i in 0..warmup + n {
@@ -191,12 +121,7 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
             hist.saturating_record(ns.max(1));
         }
     }
-    last_echo.store(true, std::sync::atomic::Ordering::Release);
-    let status = wait_child(&mut child);
-    let _ = watcher.join();
-    if !status.success() {
-        die(&format!("pong process failed: {status}"));
-    }
+    pong.finish();
     drop(ping);
     drop(pongs);
     drop(client);
@@ -210,19 +135,15 @@ fn one_run(run: usize, n: u64, warmup: u64, len: usize, idle: &str, pin: bool) -
 }
 
 fn pong(args: &Args) {
-    if args.has("pin-cpu") {
-        pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
-    }
+    pin_from_args(args);
     // The parent's driver directory: the parent removes it.
     let dir = std::path::PathBuf::from(args.str("dir", ""));
     let total: u64 = args.at_least("total", 1, 1);
     let client = connect(&dir, "ipc-latency-pong");
-    let mut pings = client
-        .add_subscription(CHANNEL, PING_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+    let mut pings = client.add_subscription(CHANNEL, PING_STREAM).or_die();
     let mut publication = client
         .add_exclusive_publication(CHANNEL, PONG_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+        .or_die();
     println!("ready");
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {
         while publication.offer(payload).is_err() {

@@ -38,10 +38,10 @@ const USAGE: &str = "usage: ipc-throughput [--runs N] [--duration SECONDS] [--pu
 [--dir-base DIR]";
 
 fn main() {
-    refuse_debug_build("ipc-throughput");
-    init_process();
-    let args = Args::parse(
-        &["pin", "quick", "help"],
+    run_main(
+        "ipc-throughput",
+        USAGE,
+        &["pin"],
         &[
             "runs",
             "duration",
@@ -52,16 +52,8 @@ fn main() {
             "term-length",
             "pin-cpu",
         ],
+        &[("sub", subscriber), ("main", publisher_main)],
     );
-    if args.flag("help") {
-        println!("{USAGE}");
-        return;
-    }
-    match args.str("role", "main").as_str() {
-        "sub" => subscriber(&args),
-        "main" => publisher_main(&args),
-        r => die(&format!("unknown --role {r}")),
-    }
 }
 
 struct Config {
@@ -78,7 +70,7 @@ struct Config {
 fn publisher_main(args: &Args) {
     let quick = args.flag("quick");
     let cfg = Config {
-        runs: args.at_least("runs", if quick { 1 } else { 3 }, 1),
+        runs: args.runs(),
         // Seconds per run; the first second is warm-up.
         duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
         publication: args.str("publication", "exclusive"),
@@ -125,59 +117,22 @@ fn publisher_main(args: &Args) {
         run_rates.push(rate);
         all_samples.push(samples);
     }
-    let mut sorted = run_rates.clone();
-    let med = median(&mut sorted);
-    println!(
-        "sulis native {} IPC throughput: median of {} run(s) = {} msgs/s (runs: {})",
-        cfg.publication,
-        cfg.runs,
-        thousands(med),
-        run_rates
-            .iter()
-            .map(|r| thousands(*r))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let samples_json: Vec<String> = all_samples
-        .iter()
-        .map(|s: &Vec<f64>| {
-            format!(
-                "[{}]",
-                s.iter()
-                    .map(|x| format!("{x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-        .collect();
-    let j = Json::default()
-        .s(
-            "name",
-            &format!("sulis native Rust {} offer", cfg.publication),
-        )
-        .n("msgs_per_s", med)
-        .arr("runs_msgs_per_s", &run_rates)
-        .raw("samples", &format!("[{}]", samples_json.join(", ")))
-        .n("runs", cfg.runs as f64)
-        .n("duration_s", cfg.duration_s)
-        .n("message_length", cfg.message_length as f64)
-        .n("fragment_limit", cfg.fragment_limit as f64)
-        .s("publication", &cfg.publication)
-        .s("driver_idle", &cfg.driver_idle)
-        .s("term_length", &cfg.term_length)
-        .b("pinned", cfg.pin);
+    let med = throughput_summary(&format!("{} IPC", cfg.publication), &run_rates);
+    let j = throughput_json(
+        &format!("sulis native Rust {} offer", cfg.publication),
+        med,
+        &run_rates,
+        &all_samples,
+    )
+    .n("runs", cfg.runs as f64)
+    .n("duration_s", cfg.duration_s)
+    .n("message_length", cfg.message_length as f64)
+    .n("fragment_limit", cfg.fragment_limit as f64)
+    .s("publication", &cfg.publication)
+    .s("driver_idle", &cfg.driver_idle)
+    .s("term_length", &cfg.term_length)
+    .b("pinned", cfg.pin);
     println!("RESULT {}", j.build());
-}
-
-/// Parses `interval <ns> <messages>` into msgs/s.
-fn interval_rate(line: &str) -> Option<f64> {
-    let mut it = line.split_whitespace();
-    if it.next() != Some("interval") {
-        return None;
-    }
-    let ns: f64 = it.next()?.parse().ok()?;
-    let msgs: f64 = it.next()?.parse().ok()?;
-    (ns > 0.0).then(|| msgs * 1e9 / ns)
 }
 
 /// One run: returns (median msgs/s after warm-up, all interval rates, offers ok, offers refused).
@@ -185,72 +140,37 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
     let dir = bench_dir("tp", run);
     if cfg.pin {
         // Before the driver starts: its thread inherits CPU 0 too.
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+        pin_current_thread(0).or_die();
     }
     let driver = launch_driver(&dir, &cfg.driver_idle, &cfg.term_length);
     let client = connect(&dir, "ipc-throughput-pub");
-    let mut child_args: Vec<String> = vec![
-        "--role".into(),
-        "sub".into(),
-        "--dir".into(),
-        dir.display().to_string(),
-        "--duration".into(),
-        cfg.duration_s.to_string(),
-        "--fragment-limit".into(),
-        cfg.fragment_limit.to_string(),
-    ];
+    let mut child_args = role_args(
+        "sub",
+        &[
+            ("dir", dir.display().to_string()),
+            ("duration", cfg.duration_s.to_string()),
+            ("fragment-limit", cfg.fragment_limit.to_string()),
+        ],
+    );
     if cfg.pin {
-        child_args.push("--pin-cpu".into());
-        child_args.push("1".into());
+        child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
     }
-    let (mut child, mut out) = spawn_self(&child_args);
-    match read_line(&mut out) {
-        Some(l) if l == "ready" => {}
-        other => die(&format!("subscriber process did not start: {other:?}")),
-    }
+    let (mut child, out) = spawn_ready(&child_args, "subscriber");
 
     // The child prints one line per second and "done" at the end; a reader
-    // thread (blocked in read, so it costs no CPU) echoes the rates and stops
-    // the publisher on "done" or EOF.
+    // thread echoes the rates and stops the publisher on "done" or EOF.
     let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        let mut i = 0;
-        while let Some(line) = read_line(&mut out) {
-            if let Some(rate) = interval_rate(&line) {
-                i += 1;
-                println!(
-                    "  interval {i}: {} msgs/s{}",
-                    thousands(rate),
-                    if i == 1 { "  (warm-up)" } else { "" }
-                );
-            }
-            let done = line.starts_with("done");
-            lines.push(line);
-            if done {
-                break;
-            }
-        }
-        stop2.store(true, Ordering::Release);
-        lines
-    });
+    let reader = read_rates(out, stop.clone(), |l| l.starts_with("done"));
 
     let (sent, refused) = if cfg.publication == "exclusive" {
         let mut publication = client
             .add_exclusive_publication(CHANNEL, STREAM_ID)
-            .unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || {
-            publication.is_connected()
-        });
+            .or_die();
+        await_subscriber(|| publication.is_connected());
         publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     } else {
-        let publication = client
-            .add_publication(CHANNEL, STREAM_ID)
-            .unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || {
-            publication.is_connected()
-        });
+        let publication = client.add_publication(CHANNEL, STREAM_ID).or_die();
+        await_subscriber(|| publication.is_connected());
         publish_until(&stop, cfg, |b| publication.offer(b).is_ok())
     };
     let lines = reader.join().unwrap_or_default();
@@ -263,15 +183,13 @@ fn one_run(cfg: &Config, run: usize) -> (f64, Vec<f64>, u64, u64) {
             "subscriber process failed ({status}); output: {lines:?}"
         ));
     }
-    let samples: Vec<f64> = lines.iter().filter_map(|l| interval_rate(l)).collect();
-    if samples.len() < 2 {
-        die(&format!(
-            "subscriber reported {} intervals: {lines:?}",
-            samples.len()
-        ));
-    }
-    let mut measured = samples[1..].to_vec();
-    (median(&mut measured), samples, sent, refused)
+    let samples = interval_rates(&lines);
+    (
+        median_after_warmup(&samples, &lines),
+        samples,
+        sent,
+        refused,
+    )
 }
 
 /// Offers in a tight loop until `stop`. Returns (offers accepted, offers refused).
@@ -301,20 +219,12 @@ fn publish_until(
 }
 
 fn subscriber(args: &Args) {
-    if args.has("pin-cpu") {
-        pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
-    }
+    pin_from_args(args);
     let dir = std::path::PathBuf::from(args.str("dir", ""));
     let duration_s: f64 = args.get("duration", 6.0);
     let limit: usize = args.get("fragment-limit", 10);
     let client = connect(&dir, "ipc-throughput-sub");
-    let mut sub = client
-        .add_subscription(CHANNEL, STREAM_ID)
-        .unwrap_or_else(|e| die(&format!("{e}")));
-    println!("ready");
-    await_cond("the publication's image", Duration::from_secs(10), || {
-        sub.image_count() > 0
-    });
+    let mut sub = subscribe_ready(&client, CHANNEL, STREAM_ID, Duration::from_secs(10));
 
     let count = std::cell::Cell::new(0u64);
     let mut handler = |_payload: &[u8], _h: &sulis_client::Header| {
@@ -322,39 +232,17 @@ fn subscriber(args: &Args) {
         Ok::<(), ()>(())
     };
     // Wait for the first message, then report every second.
-    let first_deadline = Instant::now() + Duration::from_secs(10);
-    while sub.poll(&mut handler, limit).unwrap() == 0 {
-        if Instant::now() > first_deadline {
-            die("no message within 10 s");
-        }
-    }
-    let start = Instant::now();
-    let mut interval_start = start;
-    let mut next = start + Duration::from_secs(1);
-    let end = start + Duration::from_secs_f64(duration_s);
-    let mut last_count = 0u64;
-    let mut polls = 0u32;
-    loop {
-        let _ = sub.poll(&mut handler, limit);
-        polls = polls.wrapping_add(1);
-        if polls & 63 == 0 {
-            let now = Instant::now();
-            if now >= next {
-                let c = count.get();
-                println!(
-                    "interval {} {}",
-                    (now - interval_start).as_nanos(),
-                    c - last_count
-                );
-                last_count = c;
-                interval_start = now;
-                next += Duration::from_secs(1);
-                if now >= end {
-                    break;
-                }
-            }
-        }
-    }
+    await_first(Duration::from_secs(10), || {
+        sub.poll(&mut handler, limit).unwrap()
+    });
+    report_intervals(
+        Instant::now(),
+        duration_s,
+        || count.get(),
+        || {
+            let _ = sub.poll(&mut handler, limit);
+        },
+    );
     println!("done {}", count.get());
     drop(sub);
     drop(client);

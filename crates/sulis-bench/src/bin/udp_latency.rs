@@ -37,11 +37,15 @@ use sulis_bench::*;
 const PING_STREAM: i32 = 1002;
 const PONG_STREAM: i32 = 1003;
 
+const USAGE: &str = "usage: udp-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] [--host IP] \
+[--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--driver-options k=v,...] \
+[--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick] [--dir-base DIR]";
+
 fn main() {
-    refuse_debug_build("udp-latency");
-    init_process();
-    let args = Args::parse(
-        &["quick", "help"],
+    run_main(
+        "udp-latency",
+        USAGE,
+        &[],
         &[
             "runs",
             "messages",
@@ -58,20 +62,8 @@ fn main() {
             "pong-channel",
             "total",
         ],
+        &[("pong", pong), ("main", ping_main)],
     );
-    if args.flag("help") {
-        println!(
-            "usage: udp-latency [--runs N] [--messages N] [--warmup N] [--message-length BYTES] [--host IP] \
-             [--channel-params P|P] [--threading MODE] [--driver-idle STRATEGY] [--driver-options k=v,...] \
-             [--pin none|clients|processes] [--client-idle spin|yield|backoff] [--quick] [--dir-base DIR]"
-        );
-        return;
-    }
-    match args.str("role", "main").as_str() {
-        "pong" => pong(&args),
-        "main" => ping_main(&args),
-        r => die(&format!("unknown --role {r}")),
-    }
 }
 
 struct Config {
@@ -97,7 +89,7 @@ fn channel(host: &str, port: u16, params: &str) -> String {
 
 fn ping_main(args: &Args) {
     let quick = args.flag("quick");
-    let runs: usize = args.at_least("runs", if quick { 1 } else { 3 }, 1);
+    let runs = args.runs();
     let cfg = Config {
         n: args.at_least("messages", if quick { 20_000 } else { 100_000 }, 1),
         warmup: args.get("warmup", if quick { 2_000 } else { 10_000 }),
@@ -135,113 +127,50 @@ fn ping_main(args: &Args) {
         cfg.pin,
         cfg.client_idle
     );
-    let mut per_run: Vec<[f64; 5]> = Vec::new();
-    for run in 0..runs {
-        let h = one_run(&cfg, run);
-        let us = |v: u64| v as f64 / 1000.0;
-        let row = [
-            us(h.value_at_quantile(0.50)),
-            us(h.value_at_quantile(0.90)),
-            us(h.value_at_quantile(0.99)),
-            us(h.value_at_quantile(0.999)),
-            us(h.max()),
-        ];
-        println!(
-            "run {}: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs  (mean {:.2} µs, {} samples)",
-            run + 1,
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            h.mean() / 1000.0,
-            h.len()
-        );
-        per_run.push(row);
-    }
-    let med: Vec<f64> = (0..5)
-        .map(|i| median(&mut per_run.iter().map(|r| r[i]).collect::<Vec<_>>()))
+    let per_run: Vec<[f64; 5]> = (0..runs)
+        .map(|run| latency_row(run, &one_run(&cfg, run)))
         .collect();
-    println!(
-        "sulis native UDP RTT, median of {runs} run(s): p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} µs",
-        med[0], med[1], med[2], med[3], med[4]
-    );
-    let runs_json: Vec<String> = per_run
-        .iter()
-        .map(|r| {
-            format!(
-                "[{}]",
-                r.iter()
-                    .map(|x| format!("{x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-        .collect();
-    let j = Json::default()
-        .s("name", "sulis native Rust ping-pong over UDP")
-        .n("p50_us", med[0])
-        .n("p90_us", med[1])
-        .n("p99_us", med[2])
-        .n("p99_9_us", med[3])
-        .n("max_us", med[4])
-        .n("runs", runs as f64)
-        .n("n", cfg.n as f64)
-        .n("warmup", cfg.warmup as f64)
-        .n("message_length", cfg.len as f64)
-        .s("driver", &format!("{}/{}", cfg.threading, cfg.idle))
-        .s("driver_options", &cfg.options)
-        .s("channel_params", &cfg.channel_params)
-        .s("pin", &cfg.pin)
-        .s("client_idle", &cfg.client_idle)
-        .raw(
-            "runs_p50_p90_p99_p999_max_us",
-            &format!("[{}]", runs_json.join(", ")),
-        );
+    let med = latency_summary("UDP", &per_run);
+    let j = latency_json(
+        "sulis native Rust ping-pong over UDP",
+        &med,
+        runs,
+        cfg.n,
+        cfg.warmup,
+        cfg.len,
+    )
+    .s("driver", &format!("{}/{}", cfg.threading, cfg.idle))
+    .s("driver_options", &cfg.options)
+    .s("channel_params", &cfg.channel_params)
+    .s("pin", &cfg.pin)
+    .s("client_idle", &cfg.client_idle)
+    .raw("runs_p50_p90_p99_p999_max_us", &nested_json(&per_run));
     println!("RESULT {}", j.build());
 }
 
 fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
-    let ping_port = free_udp_port(&cfg.host);
-    let mut pong_port = free_udp_port(&cfg.host);
-    while pong_port == ping_port {
-        pong_port = free_udp_port(&cfg.host);
-    }
+    let (ping_port, pong_port) = two_free_udp_ports(&cfg.host);
     let ping_channel = channel(&cfg.host, ping_port, &cfg.channel_params);
     let pong_channel = channel(&cfg.host, pong_port, &cfg.channel_params);
     if cfg.pin == "processes" {
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+        pin_current_thread(0).or_die();
     }
-    let child_args: Vec<String> = vec![
-        "--role".into(),
-        "pong".into(),
-        "--dir".into(),
-        bench_dir("udp-pong", run).display().to_string(),
-        "--ping-channel".into(),
-        ping_channel.clone(),
-        "--pong-channel".into(),
-        pong_channel.clone(),
-        "--threading".into(),
-        cfg.threading.clone(),
-        "--driver-idle".into(),
-        cfg.idle.clone(),
-        "--driver-options".into(),
-        cfg.options.clone(),
-        "--pin".into(),
-        cfg.pin.clone(),
-        "--client-idle".into(),
-        cfg.client_idle.clone(),
-        "--total".into(),
-        (cfg.warmup + cfg.n).to_string(),
-    ];
-    let (mut child, mut out) = spawn_self(&child_args);
-    match read_line(&mut out) {
-        Some(l) if l == "ready" => {}
-        other => die(&format!("pong process did not start: {other:?}")),
-    }
+    let child_args = role_args(
+        "pong",
+        &[
+            ("dir", bench_dir("udp-pong", run).display().to_string()),
+            ("ping-channel", ping_channel.clone()),
+            ("pong-channel", pong_channel.clone()),
+            ("threading", cfg.threading.clone()),
+            ("driver-idle", cfg.idle.clone()),
+            ("driver-options", cfg.options.clone()),
+            ("pin", cfg.pin.clone()),
+            ("client-idle", cfg.client_idle.clone()),
+            ("total", (cfg.warmup + cfg.n).to_string()),
+        ],
+    );
     // Pong exits after the last echo; before that, its exit is a failure.
-    let last_echo = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = watch_child(out, last_echo.clone(), "pong");
+    let pong = Watched::spawn(&child_args, "pong");
     let dir = bench_dir("udp-ping", run);
     let driver = launch_driver_with(
         &dir,
@@ -251,20 +180,18 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
     );
     if cfg.pin == "clients" {
         // After the driver's threads started: they keep the full mask.
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+        pin_current_thread(0).or_die();
     }
     let client = connect(&dir, "udp-latency-ping");
     let mut ping = client
         .add_exclusive_publication(&ping_channel, PING_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
-    let mut pongs = client
-        .add_subscription(&pong_channel, PONG_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+        .or_die();
+    let mut pongs = client.add_subscription(&pong_channel, PONG_STREAM).or_die();
     await_cond("the pong process", Duration::from_secs(20), || {
         ping.is_connected() && pongs.image_count() > 0
     });
 
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let mut hist = rtt_histogram();
     let mut msg = vec![0u8; cfg.len];
     let mut handler = |_p: &[u8], _h: &sulis_client::Header| Ok::<(), ()>(());
     let mut idle = ClientIdle::parse(&cfg.client_idle);
@@ -284,12 +211,7 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
             hist.saturating_record(ns.max(1));
         }
     }
-    last_echo.store(true, std::sync::atomic::Ordering::Release);
-    let status = wait_child(&mut child);
-    let _ = watcher.join();
-    if !status.success() {
-        die(&format!("pong process failed: {status}"));
-    }
+    pong.finish();
     drop(ping);
     drop(pongs);
     drop(client);
@@ -304,7 +226,7 @@ fn one_run(cfg: &Config, run: usize) -> Histogram<u64> {
 fn pong(args: &Args) {
     let pin = args.str("pin", "none");
     if pin == "processes" {
-        pin_current_thread(1).unwrap_or_else(|e| die(&e));
+        pin_current_thread(1).or_die();
     }
     let dir = child_dir(args);
     let total: u64 = args.at_least("total", 1, 1);
@@ -316,15 +238,15 @@ fn pong(args: &Args) {
         &parse_options(&args.str("driver-options", "")),
     );
     if pin == "clients" {
-        pin_current_thread(1).unwrap_or_else(|e| die(&e));
+        pin_current_thread(1).or_die();
     }
     let client = connect(&dir, "udp-latency-pong");
     let mut pings = client
         .add_subscription(&args.str("ping-channel", ""), PING_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+        .or_die();
     let mut publication = client
         .add_exclusive_publication(&args.str("pong-channel", ""), PONG_STREAM)
-        .unwrap_or_else(|e| die(&format!("{e}")));
+        .or_die();
     println!("ready");
     let mut offer_idle = ClientIdle::parse(&client_idle);
     let mut handler = |payload: &[u8], _h: &sulis_client::Header| {

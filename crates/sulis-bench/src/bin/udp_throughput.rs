@@ -65,10 +65,10 @@ const USAGE: &str = "usage: udp-throughput [--runs N] [--duration SECONDS | --co
 [--dir-base DIR]";
 
 fn main() {
-    refuse_debug_build("udp-throughput");
-    init_process();
-    let args = Args::parse(
-        &["pin", "quick", "help"],
+    run_main(
+        "udp-throughput",
+        USAGE,
+        &["pin"],
         &[
             "runs",
             "duration",
@@ -94,16 +94,8 @@ fn main() {
             "channel",
             "pin-cpu",
         ],
+        &[("sub", subscriber), ("main", publisher_main)],
     );
-    if args.flag("help") {
-        println!("{USAGE}");
-        return;
-    }
-    match args.str("role", "main").as_str() {
-        "sub" => subscriber(&args),
-        "main" => publisher_main(&args),
-        r => die(&format!("unknown --role {r}")),
-    }
 }
 
 /// One side's driver: threading mode, idle strategy, options.
@@ -185,7 +177,7 @@ fn side(args: &Args, prefix: &str) -> Side {
 fn publisher_main(args: &Args) {
     let quick = args.flag("quick");
     let cfg = Config {
-        runs: args.at_least("runs", if quick { 1 } else { 3 }, 1),
+        runs: args.runs(),
         duration_s: args.get("duration", if quick { 3.0 } else { 6.0 }),
         count: args.get("count", 0u64),
         warmup_count: args.get("warmup-count", 0u64),
@@ -287,48 +279,23 @@ fn publisher_main(args: &Args) {
             counters_json(&r.sub_counters)
         ));
     }
-    let med = median(&mut run_rates.clone());
-    println!(
-        "sulis native {} UDP throughput: median of {} run(s) = {} msgs/s (runs: {})",
-        cfg.publication,
-        cfg.runs,
-        thousands(med),
-        run_rates
-            .iter()
-            .map(|r| thousands(*r))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let samples_json: Vec<String> = all_samples
-        .iter()
-        .map(|s: &Vec<f64>| {
-            format!(
-                "[{}]",
-                s.iter()
-                    .map(|x| format!("{x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-        .collect();
-    let mut j = Json::default()
-        .s(
-            "name",
-            &format!("sulis native Rust {} offer over UDP", cfg.publication),
-        )
-        .n("msgs_per_s", med)
-        .arr("runs_msgs_per_s", &run_rates)
-        .raw("samples", &format!("[{}]", samples_json.join(", ")))
-        .raw("counters", &format!("[{}]", all_counters.join(", ")))
-        .n("runs", cfg.runs as f64)
-        .n("message_length", cfg.message_length as f64)
-        .n("fragment_limit", cfg.fragment_limit as f64)
-        .s("publication", &cfg.publication)
-        .s("channel", &cfg.channel_shown())
-        .s("publisher_driver", &cfg.publisher.describe())
-        .s("subscriber_driver", &cfg.subscriber.describe())
-        .s("client_idle", &cfg.client_idle)
-        .s("placement", &cfg.placement);
+    let med = throughput_summary(&format!("{} UDP", cfg.publication), &run_rates);
+    let mut j = throughput_json(
+        &format!("sulis native Rust {} offer over UDP", cfg.publication),
+        med,
+        &run_rates,
+        &all_samples,
+    )
+    .raw("counters", &format!("[{}]", all_counters.join(", ")))
+    .n("runs", cfg.runs as f64)
+    .n("message_length", cfg.message_length as f64)
+    .n("fragment_limit", cfg.fragment_limit as f64)
+    .s("publication", &cfg.publication)
+    .s("channel", &cfg.channel_shown())
+    .s("publisher_driver", &cfg.publisher.describe())
+    .s("subscriber_driver", &cfg.subscriber.describe())
+    .s("client_idle", &cfg.client_idle)
+    .s("placement", &cfg.placement);
     if cfg.count > 0 {
         j = j
             .n("count", cfg.count as f64)
@@ -339,17 +306,6 @@ fn publisher_main(args: &Args) {
         j = j.n("duration_s", cfg.duration_s);
     }
     println!("RESULT {}", j.build());
-}
-
-/// Parses `interval <ns> <messages>` into msgs/s.
-fn interval_rate(line: &str) -> Option<f64> {
-    let mut it = line.split_whitespace();
-    if it.next() != Some("interval") {
-        return None;
-    }
-    let ns: f64 = it.next()?.parse().ok()?;
-    let msgs: f64 = it.next()?.parse().ok()?;
-    (ns > 0.0).then(|| msgs * 1e9 / ns)
 }
 
 struct RunResult {
@@ -371,44 +327,30 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
     let channel = cfg.channel(port);
     match cfg.placement.as_str() {
         // Before the driver starts: its threads inherit the mask.
-        "sides" => pin_current_thread(0).unwrap_or_else(|e| die(&e)),
-        "publisher" => pin_current_thread(1).unwrap_or_else(|e| die(&e)),
+        "sides" => pin_current_thread(0).or_die(),
+        "publisher" => pin_current_thread(1).or_die(),
         _ => {}
     }
-    let mut child_args: Vec<String> = vec![
-        "--role".into(),
-        "sub".into(),
-        "--dir".into(),
-        bench_dir("udp-sub", run).display().to_string(),
-        "--channel".into(),
-        channel.clone(),
-        "--duration".into(),
-        cfg.duration_s.to_string(),
-        "--count".into(),
-        cfg.count.to_string(),
-        "--warmup-count".into(),
-        cfg.warmup_count.to_string(),
-        "--fragment-limit".into(),
-        cfg.fragment_limit.to_string(),
-        "--sub-threading".into(),
-        cfg.subscriber.threading.clone(),
-        "--sub-driver-idle".into(),
-        cfg.subscriber.idle.clone(),
-        "--sub-driver-options".into(),
-        cfg.subscriber.options.clone(),
-        "--client-idle".into(),
-        cfg.client_idle.clone(),
-    ];
+    let mut child_args = role_args(
+        "sub",
+        &[
+            ("dir", bench_dir("udp-sub", run).display().to_string()),
+            ("channel", channel.clone()),
+            ("duration", cfg.duration_s.to_string()),
+            ("count", cfg.count.to_string()),
+            ("warmup-count", cfg.warmup_count.to_string()),
+            ("fragment-limit", cfg.fragment_limit.to_string()),
+            ("sub-threading", cfg.subscriber.threading.clone()),
+            ("sub-driver-idle", cfg.subscriber.idle.clone()),
+            ("sub-driver-options", cfg.subscriber.options.clone()),
+            ("client-idle", cfg.client_idle.clone()),
+        ],
+    );
     if cfg.placement != "none" {
-        child_args.push("--pin-cpu".into());
-        child_args.push("1".into());
+        child_args.extend(["--pin-cpu".to_string(), "1".to_string()]);
     }
     // The subscriber first: its driver binds the endpoint.
-    let (mut child, mut out) = spawn_self(&child_args);
-    match read_line(&mut out) {
-        Some(l) if l == "ready" => {}
-        other => die(&format!("subscriber process did not start: {other:?}")),
-    }
+    let (mut child, out) = spawn_ready(&child_args, "subscriber");
     let dir = bench_dir("udp-pub", run);
     let driver = launch_driver_with(
         &dir,
@@ -418,39 +360,15 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
     );
     let client = connect(&dir, "udp-throughput-pub");
 
-    // The child prints one line per second (rate mode) and "done ..." at the
-    // end; a reader thread (blocked in read, so it costs no CPU) echoes the
-    // rates and stops the publisher on "done" or EOF.
+    // The child prints one line per second (rate mode), "done ..." and its
+    // counters at the end; a reader thread echoes the rates and stops the
+    // publisher on "done" or EOF.
     let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        let mut i = 0;
-        while let Some(line) = read_line(&mut out) {
-            if let Some(rate) = interval_rate(&line) {
-                i += 1;
-                println!(
-                    "  interval {i}: {} msgs/s{}",
-                    thousands(rate),
-                    if i == 1 { "  (warm-up)" } else { "" }
-                );
-            }
-            let done = line.starts_with("done");
-            lines.push(line);
-            if done {
-                stop2.store(true, Ordering::Release);
-            }
-            if line_is_last(lines.last().unwrap()) {
-                break;
-            }
-        }
-        stop2.store(true, Ordering::Release);
-        lines
-    });
+    let reader = read_rates(out, stop.clone(), line_is_last);
 
     if cfg.placement == "publisher" {
         // The driver, client and reader threads stay on CPU 1; this one moves.
-        pin_current_thread(0).unwrap_or_else(|e| die(&e));
+        pin_current_thread(0).or_die();
     }
     let limit = if cfg.count > 0 {
         cfg.warmup_count + cfg.count
@@ -460,20 +378,14 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
     let (sent, refused) = if cfg.publication == "exclusive" {
         let mut publication = client
             .add_exclusive_publication(&channel, STREAM_ID)
-            .unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || {
-            publication.is_connected()
-        });
+            .or_die();
+        await_subscriber(|| publication.is_connected());
         let r = publish_until(&stop, cfg, limit, |b| publication.offer(b).is_ok());
         wait_for(&stop, cfg);
         r
     } else {
-        let publication = client
-            .add_publication(&channel, STREAM_ID)
-            .unwrap_or_else(|e| die(&format!("{e}")));
-        await_cond("the subscriber to connect", Duration::from_secs(10), || {
-            publication.is_connected()
-        });
+        let publication = client.add_publication(&channel, STREAM_ID).or_die();
+        await_subscriber(|| publication.is_connected());
         let r = publish_until(&stop, cfg, limit, |b| publication.offer(b).is_ok());
         wait_for(&stop, cfg);
         r
@@ -497,7 +409,7 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
         .find_map(|l| l.strip_prefix("counters "))
         .map(parse_counters_text)
         .unwrap_or_default();
-    let samples: Vec<f64> = lines.iter().filter_map(|l| interval_rate(l)).collect();
+    let samples = interval_rates(&lines);
     let (rate, elapsed_s) = if cfg.count > 0 {
         let done = lines
             .iter()
@@ -510,13 +422,7 @@ fn one_run(cfg: &Config, run: usize) -> RunResult {
         // First to last: N - 1 messages after the first one's arrival.
         ((received - 1.0) / elapsed, elapsed)
     } else {
-        if samples.len() < 2 {
-            die(&format!(
-                "subscriber reported {} intervals: {lines:?}",
-                samples.len()
-            ));
-        }
-        (median(&mut samples[1..].to_vec()), f64::NAN)
+        (median_after_warmup(&samples, &lines), f64::NAN)
     };
     RunResult {
         rate,
@@ -576,9 +482,7 @@ fn publish_until(
 }
 
 fn subscriber(args: &Args) {
-    if args.has("pin-cpu") {
-        pin_current_thread(args.get("pin-cpu", 1)).unwrap_or_else(|e| die(&e));
-    }
+    pin_from_args(args);
     let dir = child_dir(args);
     let channel = args.str("channel", "");
     let duration_s: f64 = args.get("duration", 6.0);
@@ -593,25 +497,16 @@ fn subscriber(args: &Args) {
         &parse_options(&args.str("sub-driver-options", "")),
     );
     let client = connect(&dir, "udp-throughput-sub");
-    let mut sub = client
-        .add_subscription(&channel, STREAM_ID)
-        .unwrap_or_else(|e| die(&format!("{e}")));
-    println!("ready");
-    await_cond("the publication's image", Duration::from_secs(20), || {
-        sub.image_count() > 0
-    });
+    let mut sub = subscribe_ready(&client, &channel, STREAM_ID, Duration::from_secs(20));
 
     let received = std::cell::Cell::new(0u64);
     let mut handler = |_payload: &[u8], _h: &sulis_client::Header| {
         received.set(received.get() + 1);
         Ok::<(), ()>(())
     };
-    let first_deadline = Instant::now() + Duration::from_secs(20);
-    while sub.poll(&mut handler, limit).unwrap() == 0 {
-        if Instant::now() > first_deadline {
-            die("no message within 20 s");
-        }
-    }
+    await_first(Duration::from_secs(20), || {
+        sub.poll(&mut handler, limit).unwrap()
+    });
     let mut start = Instant::now();
     if count > 0 {
         // Count mode: message warmup + 1 to message warmup + count.
@@ -648,36 +543,18 @@ fn subscriber(args: &Args) {
             start.elapsed().as_nanos()
         );
     } else {
-        let mut interval_start = start;
-        let mut next = start + Duration::from_secs(1);
-        let end = start + Duration::from_secs_f64(duration_s);
-        let mut last_count = 0u64;
-        let mut polls = 0u32;
-        loop {
-            if sub.poll(&mut handler, limit).unwrap() == 0 {
-                idle.idle();
-            } else {
-                idle.reset();
-            }
-            polls = polls.wrapping_add(1);
-            if polls & 63 == 0 {
-                let now = Instant::now();
-                if now >= next {
-                    let c = received.get();
-                    println!(
-                        "interval {} {}",
-                        (now - interval_start).as_nanos(),
-                        c - last_count
-                    );
-                    last_count = c;
-                    interval_start = now;
-                    next += Duration::from_secs(1);
-                    if now >= end {
-                        break;
-                    }
+        report_intervals(
+            start,
+            duration_s,
+            || received.get(),
+            || {
+                if sub.poll(&mut handler, limit).unwrap() == 0 {
+                    idle.idle();
+                } else {
+                    idle.reset();
                 }
-            }
-        }
+            },
+        );
         println!("done {}", received.get());
     }
     println!(
