@@ -81,10 +81,12 @@ impl LossReport {
         }
     }
 
-    /// Adds an entry for a first loss of `bytes_lost` at `now_ms`; `None`
-    /// when the report has no room left for it.
+    /// Adds an entry for the first `observations` gaps, `bytes_lost` in all,
+    /// at `now_ms`; `None` when the report has no room left for it.
+    #[allow(clippy::too_many_arguments)]
     pub fn create_entry(
         &mut self,
+        observations: i64,
         bytes_lost: i64,
         now_ms: i64,
         session_id: i32,
@@ -109,7 +111,7 @@ impl LossReport {
         let n = b.put_string(offset + CHANNEL_OFFSET, channel);
         b.put_string(offset + CHANNEL_OFFSET + n, source);
         // Publishes the entry: readers stop at the first count of 0.
-        b.put_i64_ordered(offset + OBSERVATION_COUNT_OFFSET, 1);
+        b.put_i64_ordered(offset + OBSERVATION_COUNT_OFFSET, observations.max(1));
         self.next_offset = offset + length;
         Some(EntryHandle(offset))
     }
@@ -199,6 +201,7 @@ mod tests {
         let mut report = LossReport::new(b);
         let a = report
             .create_entry(
+                1,
                 1408,
                 1000,
                 7,
@@ -208,7 +211,7 @@ mod tests {
             )
             .unwrap();
         let c = report
-            .create_entry(64, 1500, -3, 11, "aeron:udp?endpoint=h:1", "10.0.0.1:1")
+            .create_entry(1, 64, 1500, -3, 11, "aeron:udp?endpoint=h:1", "10.0.0.1:1")
             .unwrap();
         report.record_observation(a, 2, 2816, 2000);
 
@@ -248,9 +251,9 @@ mod tests {
         let b = buffer(&mut mem);
         let mut report = LossReport::new(b);
         assert!(report
-            .create_entry(1, 1, 1, 1, "aeron:udp?endpoint=a:1", "b:2")
+            .create_entry(1, 1, 1, 1, 1, "aeron:udp?endpoint=a:1", "b:2")
             .is_some());
-        assert!(report.create_entry(1, 1, 1, 1, "c", "d").is_none());
+        assert!(report.create_entry(1, 1, 1, 1, 1, "c", "d").is_none());
         assert_eq!(read_loss_report(&b).unwrap().len(), 1);
     }
 
@@ -259,7 +262,7 @@ mod tests {
         let mut mem = vec![0u64; 32];
         let b = buffer(&mut mem);
         let mut report = LossReport::new(b);
-        report.create_entry(1, 1, 1, 1, "x", "y").unwrap();
+        report.create_entry(1, 1, 1, 1, 1, "x", "y").unwrap();
         b.put_i32(64 + CHANNEL_OFFSET, 1 << 20);
         b.put_i64(64, 1);
         let err = read_loss_report(&b).unwrap_err();

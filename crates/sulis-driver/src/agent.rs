@@ -62,10 +62,13 @@ impl DutyCycleTracker {
     }
 }
 
+/// An agent and the tracker timing its duty cycles.
+pub type TrackedAgent = (Box<dyn Agent>, DutyCycleTracker);
+
 /// Runs `agents` in turn on the calling thread until `running` turns false,
 /// timing each one's duty cycle with its tracker.
 pub fn run_agents(
-    mut agents: Vec<(Box<dyn Agent>, DutyCycleTracker)>,
+    mut agents: Vec<TrackedAgent>,
     idle: IdleStrategy,
     running: Arc<AtomicBool>,
     clock: NanoClock,

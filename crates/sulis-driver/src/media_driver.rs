@@ -9,7 +9,7 @@
 //! drop(driver); // stops the agents
 //! ```
 
-use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock};
+use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock, TrackedAgent};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
 use crate::loss::LossGenerator;
@@ -131,7 +131,7 @@ impl MediaDriver {
         let conductor = DriverConductor::new(ctx.clone(), cnc.clone(), clock, links)
             .map_err(DriverError::Config)?;
         let errors = conductor.error_reporter();
-        let errors_for_trackers = errors.clone();
+        let system = *errors.system();
         let seed = ctx.loss_seed;
         let loss =
             |spec, salt: u64| LossGenerator::new(spec, seed ^ salt.wrapping_mul(0x9E37_79B9));
@@ -184,7 +184,6 @@ impl MediaDriver {
 
         let running = Arc::new(AtomicBool::new(true));
         let idle = ctx.idle_strategy;
-        let system = *errors_for_trackers.system();
         let tracked = |agent: Box<dyn Agent>, max, exceeded, threshold_ns: u64| {
             let tracker = DutyCycleTracker::new(&system, max, exceeded, threshold_ns as i64);
             (agent, tracker)
@@ -207,8 +206,7 @@ impl MediaDriver {
             SystemCounter::ReceiverCycleTimeThresholdExceeded,
             ctx.receiver_cycle_threshold_ns,
         );
-        let groups: Vec<(&str, Vec<(Box<dyn Agent>, DutyCycleTracker)>)> = match ctx.threading_mode
-        {
+        let groups: Vec<(&str, Vec<TrackedAgent>)> = match ctx.threading_mode {
             ThreadingMode::Shared => {
                 vec![("sulis-driver-shared", vec![conductor, sender, receiver])]
             }

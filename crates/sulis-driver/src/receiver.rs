@@ -237,6 +237,7 @@ impl Receiver {
             None => {
                 let img = &ri.img;
                 match report.create_entry(
+                    gaps as i64,
                     bytes,
                     now_ms,
                     img.session_id,
@@ -244,12 +245,7 @@ impl Receiver {
                     &img.channel,
                     &img.source.to_string(),
                 ) {
-                    Some(entry) => {
-                        if gaps > 1 {
-                            report.record_observation(entry, gaps as i64 - 1, 0, now_ms);
-                        }
-                        ri.loss_entry = Some(entry);
-                    }
+                    Some(entry) => ri.loss_entry = Some(entry),
                     None if !self.loss_report_full => {
                         self.loss_report_full = true;
                         self.errors.record(

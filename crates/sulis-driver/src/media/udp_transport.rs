@@ -359,7 +359,7 @@ impl UdpTransport {
         let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; SEND_BATCH_MAX];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; SEND_BATCH_MAX];
         // One UDP_SEGMENT control message per GSO message (u64s for alignment).
-        let mut controls = [[0u64; 4]; SEND_BATCH_MAX];
+        let mut controls = [const { MaybeUninit::<[u64; 4]>::uninit() }; SEND_BATCH_MAX];
         let mut runs = [0usize; SEND_BATCH_MAX];
         let mut count = 0;
         let mut i = 0;
@@ -394,7 +394,7 @@ impl UdpTransport {
             hdr.msg_iov = iov;
             hdr.msg_iovlen = 1;
             if run > 1 {
-                let control = &mut controls[count];
+                let control = controls[count].write([0u64; 4]);
                 // SAFETY: the buffer holds CMSG_SPACE(2) bytes, aligned for cmsghdr.
                 unsafe {
                     let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
