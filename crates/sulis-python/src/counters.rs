@@ -13,7 +13,7 @@ use sulis_concurrent::loss_report::{
     read_loss_report as read_loss_report_buffer, LOSS_REPORT_FILE,
 };
 use sulis_concurrent::mapped_file::MappedFile;
-use sulis_protocol::cnc_descriptor::CNC_FILE;
+use sulis_protocol::cnc_descriptor::{version_string, CNC_FILE};
 
 fn open_cnc(dir: &str) -> PyResult<Cnc> {
     Cnc::open(&Path::new(dir).join(CNC_FILE))
@@ -23,7 +23,7 @@ fn open_cnc(dir: &str) -> PyResult<Cnc> {
 /// Read-only view of a driver's counters.
 #[pyclass(module = "sulis._native", name = "CountersReader", frozen)]
 pub struct PyCountersReader {
-    _cnc: Cnc,
+    cnc: Cnc,
     reader: CountersReader,
     dir: String,
 }
@@ -36,7 +36,7 @@ impl PyCountersReader {
         let reader =
             CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
         Ok(PyCountersReader {
-            _cnc: cnc,
+            cnc,
             reader,
             dir: dir.to_string(),
         })
@@ -46,6 +46,30 @@ impl PyCountersReader {
     #[getter]
     fn dir(&self) -> String {
         self.dir.clone()
+    }
+
+    /// Process id of the driver that owns the directory.
+    #[getter]
+    fn pid(&self) -> i64 {
+        self.cnc.header().pid
+    }
+
+    /// When that driver started (epoch ms).
+    #[getter]
+    fn start_time_ms(&self) -> i64 {
+        self.cnc.header().start_timestamp_ms
+    }
+
+    /// CnC layout version as "major.minor.patch".
+    #[getter]
+    fn cnc_version(&self) -> String {
+        version_string(self.cnc.version())
+    }
+
+    /// The driver's last heartbeat (epoch ms); a live driver beats every few ms.
+    #[getter]
+    fn driver_heartbeat_ms(&self) -> i64 {
+        self.cnc.driver_heartbeat_ms()
     }
 
     /// Every allocated counter: dicts with id, type_id, label, value,

@@ -52,11 +52,6 @@ STREAM_TYPES = frozenset({PUBLISHER_LIMIT, SENDER_POSITION, RECEIVER_HWM, SUBSCR
 # Stream counter key (system_counters.rs `stream_counter_key`): registration id
 # i64, session id i32, stream id i32, channel length i32, channel bytes.
 _STREAM_KEY = struct.Struct("<qiii")
-# CnC header fields (crates/sulis-protocol/src/cnc_descriptor.rs).
-_CNC_VERSION = struct.Struct("<i")
-_CNC_START_MS_OFFSET = 32
-_CNC_PID_OFFSET = 40
-_CNC_HEADER_LENGTH = 128
 #: A driver whose heartbeat is older than this is taken as gone (the default driver timeout).
 DRIVER_TIMEOUT_MS = 10_000
 
@@ -146,7 +141,7 @@ class Driver:
     pid: int
     start_ms: int
     cnc_version: str
-    heartbeat_age_ms: int | None
+    heartbeat_age_ms: int
     reader: _native.CountersReader
 
     def header(self) -> dict:
@@ -158,39 +153,24 @@ class Driver:
         return [describe(c) for c in self.reader.counters()]
 
 
-_AGE = re.compile(r"heartbeat (-?\d+) ms ago")
-
-
 def open_driver(dir: str, need_live: bool = True) -> Driver:
     """Finds the driver in ``dir``; raises NoDriverError naming the directory
     when there is none (no CnC file, CnC not ready, or heartbeat stopped).
     ``need_live=False`` accepts the CnC file a stopped driver left behind."""
     cnc = os.path.join(dir, CNC_FILE)
-    try:
-        with open(cnc, "rb") as f:
-            header = f.read(_CNC_HEADER_LENGTH)
-    except FileNotFoundError:
+    if not os.path.exists(cnc):
         why = "the directory does not exist" if not os.path.isdir(dir) else f"there is no {CNC_FILE}"
-        raise NoDriverError(f"no media driver in {dir}: {why}") from None
-    except OSError as e:
-        raise NoDriverError(f"no media driver in {dir}: cannot read {cnc}: {e.strerror}") from None
-    if len(header) < _CNC_HEADER_LENGTH or _CNC_VERSION.unpack_from(header)[0] == 0:
-        raise NoDriverError(f"no media driver in {dir}: {cnc} is not ready (a driver starting, or a broken file)")
-    version = _CNC_VERSION.unpack_from(header)[0]
-    (start_ms,) = struct.unpack_from("<q", header, _CNC_START_MS_OFFSET)
-    (pid,) = struct.unpack_from("<q", header, _CNC_PID_OFFSET)
-    live = _native.active_driver(dir, DRIVER_TIMEOUT_MS)
-    if live is None and need_live:
-        raise NoDriverError(f"no media driver running in {dir}: the driver (pid {pid}) that left {CNC_FILE} "
-                            f"there has stopped (its heartbeat is gone or older than {DRIVER_TIMEOUT_MS // 1000} s)")
-    m = _AGE.search(live or "")
+        raise NoDriverError(f"no media driver in {dir}: {why}")
     try:
         reader = _native.CountersReader(dir)
     except _native.SulisError as e:
-        raise NoDriverError(f"no media driver in {dir}: {e}") from None
-    return Driver(dir=dir, pid=pid, start_ms=start_ms,
-                  cnc_version=f"{(version >> 16) & 0xFF}.{(version >> 8) & 0xFF}.{version & 0xFF}",
-                  heartbeat_age_ms=int(m.group(1)) if m else None, reader=reader)
+        raise NoDriverError(str(e)) from None
+    age_ms = int(time.time() * 1000) - reader.driver_heartbeat_ms
+    if need_live and age_ms > DRIVER_TIMEOUT_MS:
+        raise NoDriverError(f"no media driver running in {dir}: the driver (pid {reader.pid}) that left {CNC_FILE} "
+                            f"there has stopped (its heartbeat is gone or older than {DRIVER_TIMEOUT_MS // 1000} s)")
+    return Driver(dir=dir, pid=reader.pid, start_ms=reader.start_time_ms, cnc_version=reader.cnc_version,
+                  heartbeat_age_ms=age_ms, reader=reader)
 
 
 def resolve_dir(dir_: str | None) -> str:
@@ -217,7 +197,7 @@ def timestamp(ms: int) -> str:
 
 
 def driver_line(driver: Driver) -> str:
-    age = "?" if driver.heartbeat_age_ms is None else f"{driver.heartbeat_age_ms} ms ago"
+    age = f"{driver.heartbeat_age_ms} ms ago"
     return (f"driver {driver.dir}  pid {driver.pid}  CnC {driver.cnc_version}  "
             f"started {timestamp(driver.start_ms)}  heartbeat {age}")
 
