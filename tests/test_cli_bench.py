@@ -69,6 +69,15 @@ def bench_processes(marker: str) -> list[int]:
     return pids
 
 
+def kill_leftovers(proc: subprocess.Popen, marker: str) -> None:
+    """SIGKILL for ``proc``'s process group if it still runs, and for every process naming ``marker``."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    for pid in bench_processes(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture
 def no_leftovers():
     """The bench leaves no scratch directory behind."""
@@ -375,9 +384,5 @@ def test_interrupted_run_cleans_up(how, channel, no_leftovers):
         await_until(lambda: not bench_processes(marker), timeout=10, what="every bench process to end")
         assert not os.path.exists(dir)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
-        for pid in bench_processes(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_leftovers(proc, marker)
         shutil.rmtree(dir, ignore_errors=True)

@@ -18,7 +18,15 @@ import zipfile
 import pytest
 
 from conftest import await_until, clean_env
-from test_cli_bench import CLI, bench_processes, check_ping_pong, check_throughput, no_leftovers, result  # noqa: F401
+from test_cli_bench import (  # noqa: F401 - no_leftovers is a fixture
+    CLI,
+    bench_processes,
+    check_ping_pong,
+    check_throughput,
+    kill_leftovers,
+    no_leftovers,
+    result,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "interop"))
 
@@ -153,8 +161,4 @@ def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory(cache, no_leftover
         assert "interrupted" in err and "Traceback" not in err
         await_until(lambda: not bench_processes(marker), timeout=20, what="every JVM to end")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
-        for pid in bench_processes(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_leftovers(proc, marker)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import json
@@ -232,18 +231,8 @@ def udp_channel(port: int, host: str = "127.0.0.1", **params: object) -> str:
 
 # ----------------------------------------------------------------------------- processes
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - not Linux
-    _libc = None
-
-
-def _child_setup() -> None:
-    """In the child before exec: own session (killable as a group), SIGTERM when the parent dies."""
-    os.setsid()
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+#: In the child before exec: own session (killable as a group), SIGTERM when the parent dies.
+_child_setup = _aeron.child_setup
 
 
 _live: set[Proc] = set()

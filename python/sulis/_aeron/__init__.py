@@ -356,7 +356,7 @@ except OSError:  # pragma: no cover - not Linux
     _libc = None
 
 
-def _child_setup() -> None:
+def child_setup() -> None:
     """In the child before exec: own session (a terminal ^C reaches only us; we stop it), default SIGINT
     (a JVM started with SIGINT ignored would not handle it), SIGTERM when the parent dies."""
     os.setsid()
@@ -383,7 +383,7 @@ class Jvm:
             stdin=subprocess.PIPE if stdin_text is not None or keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            preexec_fn=_child_setup,
+            preexec_fn=child_setup,
             text=True,
             bufsize=1,
         )

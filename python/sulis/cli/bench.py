@@ -130,7 +130,8 @@ def _common_options(f):
                      type=click.Choice(["shared", "shared-network", "dedicated"]),
                      help="Threading mode of the embedded drivers."),
         click.option("--driver-idle", default=None, metavar="STRATEGY",
-                     help="Idle strategy of the embedded drivers (busy-spin, yielding, backoff, sleeping[:PERIOD]) "
+                     help="Idle strategy of the embedded drivers (busy-spin, yielding, backoff, sleeping[:PERIOD]; "
+                          "Aeron's drivers get the Agrona strategy of that name, sleeping with its own period) "
                           "[default: backoff for IPC, yielding for UDP]."),
         click.option("--client-idle", default=None, type=click.Choice(["spin", "yield"]),
                      help="What both processes do on a refused offer or an empty poll: spin, or sched_yield "
