@@ -814,38 +814,44 @@ def _run(plan: Plan) -> dict:
             if plan.mode == "ping-pong" and probe_pong != probe_channel:
                 pong_limits = drivers.limits(probe_pong)
                 limits = {key: min(limits[key], pong_limits[key]) for key in limits}
+        for size in plan.sizes:
+            if size > limits["max_message_length"]:
+                raise click.BadParameter(
+                    f"{size} is above the maximum message length {limits['max_message_length']:,} of "
+                    f"{probe_channel} (term length {limits['term_length']:,} / 8, at most 16 MiB)",
+                    param_hint="'--size'")
+        records: dict[tuple[str, int], list[dict]] = {(s, z): [] for s in systems for z in plan.sizes}
+        warmups = {size: plan.warmup_for(size, limits) for size in plan.sizes}
+        k = 0
+        for run in range(plan.runs):
             for size in plan.sizes:
-                if size > limits["max_message_length"]:
-                    raise click.BadParameter(
-                        f"{size} is above the maximum message length {limits['max_message_length']:,} of "
-                        f"{probe_channel} (term length {limits['term_length']:,} / 8, at most 16 MiB)",
-                        param_hint="'--size'")
-            records: dict[tuple[str, int], list[dict]] = {(s, z): [] for s in systems for z in plan.sizes}
-            warmups = {size: plan.warmup_for(size, limits) for size in plan.sizes}
-            k = 0
-            for run in range(plan.runs):
-                for size in plan.sizes:
-                    for system in systems:
-                        via = plan.kind if system != "pyzmq" else ("tcp" if plan.kind == "udp" else "ipc")
-                        label = f"[run {run + 1}/{plan.runs}] {system} {via}, {size:,} B"
-                        cb = progress.start(label, warmups[size] + plan.count, unit)
-                        try:
-                            rec = _measure(plan, drivers, system, size, warmups[size], k, limits, cb)
-                        except (kit.BenchError, _native.SulisError) as e:
-                            raise click.ClickException(f"{label}: {e}") from None
-                        finally:
-                            progress.clear()
-                        k += 1
-                        rec["run"] = run + 1
-                        records[(system, size)].append(rec)
-                        progress.done(f"{label}: {_run_line(plan.mode, rec)}")
+                for system in systems:
+                    via = plan.kind if system != "pyzmq" else ("tcp" if plan.kind == "udp" else "ipc")
+                    label = f"[run {run + 1}/{plan.runs}] {system} {via}, {size:,} B"
+                    cb = progress.start(label, warmups[size] + plan.count, unit)
+                    try:
+                        if system == "sulis":
+                            # sulis' embedded driver runs only while sulis is measured: idle (yielding, by
+                            # default over UDP) it would still take CPU from the peers on a small machine.
+                            with Drivers(plan) as sulis_drivers:
+                                rec = _measure(plan, sulis_drivers, system, size, warmups[size], k, limits, cb)
+                        else:
+                            rec = _measure(plan, None, system, size, warmups[size], k, limits, cb)
+                    except (kit.BenchError, _native.SulisError) as e:
+                        raise click.ClickException(f"{label}: {e}") from None
+                    finally:
+                        progress.clear()
+                    k += 1
+                    rec["run"] = run + 1
+                    records[(system, size)].append(rec)
+                    progress.done(f"{label}: {_run_line(plan.mode, rec)}")
     except _native.SulisError as e:
         raise click.ClickException(str(e)) from None
     # The drivers are closed (and their directories gone) before the plot is drawn.
     return _document(plan, drivers, labels, systems, records, limits, warmups)
 
 
-def _measure(plan: Plan, drivers: Drivers, system: str, size: int, warmup: int, k: int, limits: dict,
+def _measure(plan: Plan, drivers: Drivers | None, system: str, size: int, warmup: int, k: int, limits: dict,
              progress) -> dict:
     from .. import _benchkit as kit
 
