@@ -216,8 +216,10 @@ def main(argv=None) -> int:
     ap.add_argument("--aeron-props", default="",
                     help="more Aeron driver properties for both sides, k=v,k=v (e.g. "
                          "aeron.retransmit.unicast.linger=10000000; 1.15.1 has no NAK/retransmit properties)")
-    c.selection_args(ap, "comma list among: sulis,sulis-gaps1,aeron-1.15.1,aeron-current "
-                         "(sulis-gaps1: sulis with loss_max_gaps=1, Aeron's one gap at a time; not run unless named)",
+    c.selection_args(ap, "comma list among: sulis,sulis-gaps1,sulis-fixed-nak,aeron-1.15.1,aeron-current "
+                         "(sulis-gaps1: sulis with loss_max_gaps=1, Aeron's one gap at a time; sulis-fixed-nak: "
+                         "sulis retrying NAKs every nak_unicast_retry_delay, not after the measured repair time; "
+                         "neither is run unless named)",
                      wait_quiet=True,
                      interference_help="a run during which other processes used more than this share of a CPU is noisy")
     a = ap.parse_args(argv)
@@ -245,9 +247,11 @@ def main(argv=None) -> int:
     systems = [("sulis", "sulis native Rust", lambda lossy, p: sulis_run(lossy, p, a)),
                ("sulis-gaps1", "sulis native Rust, loss_max_gaps=1",
                 lambda lossy, p: sulis_run(lossy, p, a, sub_options="loss_max_gaps=1")),
+               ("sulis-fixed-nak", "sulis native Rust, fixed NAK retries",
+                lambda lossy, p: sulis_run(lossy, p, a, sub_options="nak_unicast_retry_adaptive=false")),
                ("aeron-1.15.1", "Aeron Java 1.15.1 AeronBench", lambda lossy, p: aeron_run("1.15.1", lossy, p, a)),
                ("aeron-current", "Aeron Java current AeronBench", lambda lossy, p: aeron_run("current", lossy, p, a))]
-    systems = c.select_variants(systems, a, ap, lambda k: k == "sulis-gaps1")
+    systems = c.select_variants(systems, a, ap, lambda k: k in ("sulis-gaps1", "sulis-fixed-nak"))
     systems = c.build_native(systems, "udp-throughput", a.no_build, prefix="sulis", label="sulis native")
 
     path = LossPath(a.loss_method, a.loss, a.loss_direction, a.seed)

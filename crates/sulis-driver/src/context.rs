@@ -154,8 +154,10 @@ pub struct DriverContext {
     pub publication_heartbeat_timeout_ns: u64,
     /// Delay before a unicast NAK (0 = immediate).
     pub nak_unicast_delay_ns: u64,
-    /// Retry period of an unanswered NAK.
+    /// Retry period of an unanswered NAK (the least one when adaptive).
     pub nak_unicast_retry_delay_ns: u64,
+    /// Pace NAK retries by the image's measured repair time.
+    pub nak_unicast_retry_adaptive: bool,
     /// Delay before resending a NAKed range (0 = immediate).
     pub retransmit_unicast_delay_ns: u64,
     /// A resent range ignores further NAKs this long.
@@ -501,9 +503,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         nak_unicast_retry_delay_ns,
         "SULIS_NAK_UNICAST_RETRY_DELAY",
         "duration",
-        "A gap still open after this long is NAKed again.",
+        "A gap still open after this long is NAKed again (with nak_unicast_retry_adaptive: at the soonest).",
         parse_duration_ns,
         show_ns
+    ),
+    opt!(
+        nak_unicast_retry_adaptive,
+        "SULIS_NAK_UNICAST_RETRY_ADAPTIVE",
+        "bool",
+        "Retry a NAK after the image's measured repair time (a round trip) plus four deviations, between \
+         nak_unicast_retry_delay and 200 ms, so a long path gets about one NAK per loss; false: every \
+         nak_unicast_retry_delay.",
+        parse_bool,
+        show_bool
     ),
     opt!(
         retransmit_unicast_delay_ns,
@@ -625,6 +637,7 @@ impl Default for DriverContext {
             publication_heartbeat_timeout_ns: 100_000_000,
             nak_unicast_delay_ns: 0,
             nak_unicast_retry_delay_ns: 1_000_000,
+            nak_unicast_retry_adaptive: true,
             retransmit_unicast_delay_ns: 0,
             retransmit_unicast_linger_ns: 10_000_000,
             loss_max_gaps: 16,

@@ -12,7 +12,7 @@
 use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock, TrackedAgent};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
-use crate::loss::LossGenerator;
+use crate::loss::{LossGenerator, NAK_RETRY_ADAPTIVE_MAX_NS};
 use crate::receiver::{Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
 use crate::system_counters::SystemCounter;
@@ -169,6 +169,9 @@ impl MediaDriver {
                 nak_delay_ns: ctx.nak_unicast_delay_ns as i64,
                 max_gaps: ctx.loss_max_gaps,
                 nak_retry_ns: ctx.nak_unicast_retry_delay_ns as i64,
+                nak_retry_adaptive_max_ns: ctx
+                    .nak_unicast_retry_adaptive
+                    .then_some(NAK_RETRY_ADAPTIVE_MAX_NS),
                 image_cool_down_ns: (ctx.publication_linger_timeout_ns as i64)
                     .max(ctx.status_message_timeout_ns as i64),
                 receiver_id,

@@ -111,8 +111,10 @@ pub struct ReceiverConfig {
     pub nak_delay_ns: i64,
     /// Gaps NAKed at once per image.
     pub max_gaps: usize,
-    /// Retry period of unanswered NAKs.
+    /// Retry period of unanswered NAKs (the least one when adaptive).
     pub nak_retry_ns: i64,
+    /// Pace retries by each image's measured repair time, up to this (None: fixed retries).
+    pub nak_retry_adaptive_max_ns: Option<i64>,
     /// After an image ends, its session is ignored this long.
     pub image_cool_down_ns: i64,
     /// Receiver id put in status messages.
@@ -309,7 +311,10 @@ impl Receiver {
                 let delay =
                     StaticDelayGenerator::new(self.cfg.nak_delay_ns, self.cfg.nak_delay_ns == 0)
                         .with_retry_delay_ns(self.cfg.nak_retry_ns);
-                let loss = LossDetector::new(Box::new(delay), self.cfg.max_gaps);
+                let mut loss = LossDetector::new(Box::new(delay), self.cfg.max_gaps);
+                if let Some(max) = self.cfg.nak_retry_adaptive_max_ns {
+                    loss = loss.with_adaptive_retry(max);
+                }
                 let join = image.join_position;
                 let Some(e) = self.endpoint(image.endpoint_id) else {
                     return;

@@ -81,7 +81,9 @@ pub use feedback_delay::{
 pub use gap_filler::{fill_gap, GapFiller};
 pub use gap_scanner::{scan_for_gaps, Gap};
 pub use generator::{LossGenerator, LossSpec};
-pub use loss_detector::{LossDetector, TrackedGap, LOSS_DETECTOR_MAX_GAPS_DEFAULT};
+pub use loss_detector::{
+    LossDetector, RepairTime, TrackedGap, LOSS_DETECTOR_MAX_GAPS_DEFAULT, NAK_RETRY_ADAPTIVE_MAX_NS,
+};
 pub use retransmit::{NakOutcome, RetransmitHandler};
 pub use xorshift::XorShift64;
 
