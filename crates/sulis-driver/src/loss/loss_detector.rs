@@ -379,6 +379,14 @@ mod tests {
         LossDetector::new(Box::new(delay), max_gaps)
     }
 
+    /// A term with frames at [0, 1024) and [2048, 3072): one gap, [1024, 2048); and its high-water mark.
+    fn one_gap_term() -> (TestTerm, i64) {
+        let term = TestTerm::new(TERM_LENGTH);
+        term.insert(0, 1024, INITIAL_TERM_ID);
+        term.insert(2048, 1024, INITIAL_TERM_ID);
+        (term, position(INITIAL_TERM_ID, 3072))
+    }
+
     /// Runs one scan and returns (new rebuild position, work, NAKs).
     fn scan(
         detector: &mut LossDetector,
@@ -402,11 +410,8 @@ mod tests {
 
     #[test]
     fn should_nak_a_single_gap_after_the_delay_and_retry_every_retry_interval() {
-        let term = TestTerm::new(TERM_LENGTH);
+        let (term, hwm) = one_gap_term();
         let term_id = INITIAL_TERM_ID;
-        term.insert(0, 1024, term_id);
-        term.insert(2048, 1024, term_id);
-        let hwm = position(term_id, 3072);
         let mut detector = delayed_detector(16);
 
         let (rebuild, work, naks) = scan(&mut detector, &term, 0, hwm, 0);
@@ -763,11 +768,8 @@ mod tests {
 
     #[test]
     fn adaptive_retries_wait_for_the_measured_repair_time() {
-        let term = TestTerm::new(TERM_LENGTH);
+        let (term, hwm) = one_gap_term();
         let id = INITIAL_TERM_ID;
-        term.insert(0, 1024, id);
-        term.insert(2048, 1024, id);
-        let hwm = position(id, 3072);
         let mut detector = adaptive_detector();
 
         // A first loss, NAKed at once and repaired 20 ms later: one sample.
@@ -836,11 +838,8 @@ mod tests {
     fn the_first_sample_comes_from_any_repaired_gap() {
         // On a 20 ms path with 1 ms retries every early gap is retried: the first
         // sample is taken all the same, from its first NAK.
-        let term = TestTerm::new(TERM_LENGTH);
+        let (term, hwm) = one_gap_term();
         let id = INITIAL_TERM_ID;
-        term.insert(0, 1024, id);
-        term.insert(2048, 1024, id);
-        let hwm = position(id, 3072);
         let mut detector = adaptive_detector();
         let mut naks = 0;
         for now in (0..20 * RETRY_NS).step_by(100_000) {
@@ -884,11 +883,8 @@ mod tests {
 
     #[test]
     fn fixed_retries_take_no_samples() {
-        let term = TestTerm::new(TERM_LENGTH);
+        let (term, hwm) = one_gap_term();
         let id = INITIAL_TERM_ID;
-        term.insert(0, 1024, id);
-        term.insert(2048, 1024, id);
-        let hwm = position(id, 3072);
         let mut detector = delayed_detector(16);
         scan(&mut detector, &term, 0, hwm, 0);
         assert_eq!(scan(&mut detector, &term, 1024, hwm, DELAY_NS).2.len(), 1);
