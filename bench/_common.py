@@ -6,7 +6,7 @@ process start-up and clean-up, the native binary's build, latency histograms,
 result tables and the JSON record kept in bench/results/ (git-ignored).
 
 Clean-up: every child is started through :class:`Child` (it gets SIGTERM when
-the orchestrator dies, with ``setpriv --pdeathsig`` where available) and stopped
+the orchestrator dies: ``sulis._child.ChildProcess``) and stopped
 with :func:`stop_all` (SIGTERM, a grace period, then SIGKILL); child roles call
 :func:`child_signals` so that SIGTERM unwinds their ``with`` blocks (the
 embedded drivers delete their directories); every driver directory lives under
@@ -21,7 +21,6 @@ import datetime as _dt
 import glob
 import json
 import os
-import queue
 import re
 import shutil
 import signal
@@ -30,10 +29,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
+
+from sulis._child import ChildProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -202,43 +202,22 @@ def child_signals() -> None:
         signal.signal(sig, _raise_exit)
 
 
-_SETPRIV = shutil.which("setpriv")
-
-
-def _pdeathsig_prefix() -> list[str]:
-    """``setpriv --pdeathsig TERM`` (util-linux): the child gets SIGTERM when we die."""
-    return [_SETPRIV, "--pdeathsig", "TERM"] if _SETPRIV else []
-
-
-class Child:
-    """A child process whose stdout lines a thread collects, so that every read can time out.
+class Child(ChildProcess):
+    """A child process whose stdout lines a thread collects, so that every read can time out
+    (:class:`sulis._child.ChildProcess`; stderr goes to ours).
 
     Lines that are not JSON objects are echoed (indented) and skipped by
     :meth:`read_json`. The child gets SIGTERM if this process dies.
     """
 
     def __init__(self, cmd: Sequence[str], what: str, cwd: str | Path | None = None):
-        self.what = what
-        self.cmd = list(cmd)
-        self.proc = subprocess.Popen(_pdeathsig_prefix() + self.cmd, stdout=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, bufsize=1, cwd=cwd)
-        self._lines: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        try:
-            for line in self.proc.stdout:
-                self._lines.put(line)
-        except (OSError, ValueError):
-            pass
-        self._lines.put(None)
+        super().__init__(cmd, what, capture_stderr=False, cwd=cwd)
 
     def read_line(self, timeout_s: float) -> str | None:
         """The next stdout line (None at EOF); raises RuntimeError after ``timeout_s``."""
         try:
-            return self._lines.get(timeout=timeout_s)
-        except queue.Empty:
+            return self.next_line(timeout_s)
+        except TimeoutError:
             raise RuntimeError(f"{self.what}: no report in {timeout_s:g} s") from None
 
     def read_json(self, timeout_s: float = 120.0, watch: Sequence["Child"] = ()) -> dict:
@@ -248,8 +227,8 @@ class Child:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                line = self._lines.get(timeout=min(max(deadline - time.monotonic(), 0.001), 0.5))
-            except queue.Empty:
+                line = self.next_line(min(max(deadline - time.monotonic(), 0.001), 0.5))
+            except TimeoutError:
                 for other in watch:  # a clean exit (a pong done echoing) is no failure
                     if other is not None and other.proc.poll() not in (None, 0):
                         raise RuntimeError(f"{other.what} failed ({other.proc.returncode}) while "
@@ -285,9 +264,6 @@ class Child:
             raise RuntimeError(f"{self.what} did not exit within {timeout_s:g} s") from None
         if rc != 0:
             raise RuntimeError(f"{self.what} exited with {rc}")
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
 
 
 def stop_all(children, grace_s: float = 5.0) -> None:

@@ -18,16 +18,17 @@ closed so that it tears its streams down only when the parent is done.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from ._child import ChildProcess, die_with_parent
 
 #: Histogram range of round-trip times: 1 ns .. 60 s, 3 significant digits.
 HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS = 1, 60_000_000_000, 3
@@ -311,35 +312,14 @@ def decode(text: str):
 
 # ----------------------------------------------------------------- the second process (parent side)
 
-class Child:
+class Child(ChildProcess):
     """A ``python -m sulis._benchkit`` process: JSON lines out, stdin held open until ``finish``."""
 
     def __init__(self, what: str, params: dict) -> None:
-        self.what = what
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sulis._benchkit", json.dumps(params)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-        )
-        self._lines: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        try:
-            for line in self.proc.stdout:
-                self._lines.put(line)
-        except (OSError, ValueError):
-            pass
-        self._lines.put(None)
+        super().__init__([sys.executable, "-m", "sulis._benchkit", json.dumps(params)], what, stdin="pipe")
 
     def _stderr_tail(self) -> str:
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read().strip()
-        except (OSError, ValueError):
-            return ""
-        lines = text.splitlines()[-12:]
+        lines = self.stderr_tail(1 << 20).strip().splitlines()[-12:]
         return ("\n  " + "\n  ".join(lines)) if lines else ""
 
     def alive(self) -> None:
@@ -353,59 +333,31 @@ class Child:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                line = self._lines.get(timeout=0.1)
-                break
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
-        if line is None:
+                line = self.next_line(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
+            if line is None:
+                try:
+                    rc = self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    rc = "?"
+                raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_tail()}")
             try:
-                rc = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                rc = "?"
-            raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_tail()}")
-        try:
-            msg = json.loads(line)
-        except ValueError:  # not ours (a library printing to stdout): skip it
-            return self.read(max(0.1, deadline - time.monotonic()))
-        if "error" in msg:
-            raise BenchError(f"the {self.what} process: {msg['error']}")
-        return msg
+                msg = json.loads(line)
+            except ValueError:  # not ours (a library printing to stdout): skip it
+                continue
+            if "error" in msg:
+                raise BenchError(f"the {self.what} process: {msg['error']}")
+            return msg
 
     def finish(self, timeout: float = 10.0) -> None:
-        """Closes its stdin (its cue to stop) and reaps it; kills it if it does not stop in time."""
-        try:
-            self.proc.stdin.close()
-        except (OSError, ValueError):
-            pass
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        self.close()
+        """Closes its stdin (its cue to stop) and reaps it; stops it if it does not stop in time."""
+        self.close(grace_s=timeout)
 
-    def close(self) -> None:
-        """Stops the process (SIGTERM, then SIGKILL) and releases everything; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=5)
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except (OSError, ValueError):
-                pass
-        self._stderr.close()
-
-    def __enter__(self) -> Child:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def close(self, grace_s: float = 0.0) -> None:
+        """Stops the process (SIGTERM, then SIGKILL) unless it exits within ``grace_s`` of its stdin
+        closing, and releases everything; idempotent."""
+        super().close(grace_s, first=signal.SIGTERM)
 
 
 # ----------------------------------------------------------------- the second process (its side)
@@ -548,24 +500,12 @@ def _stop(*_args) -> None:
     raise KeyboardInterrupt
 
 
-def _die_with_parent() -> None:
-    """Asks Linux for SIGTERM when the parent dies (no-op elsewhere)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def child_main(argv: list[str]) -> int:
     params = json.loads(argv[0])
     parent = os.getppid()
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:  # the parent died before the request above
         return 1
     try:

@@ -64,6 +64,7 @@ if str(HERE) not in sys.path:
 from stream import expected_summary  # noqa: E402
 
 from sulis import _aeron  # noqa: E402
+from sulis._child import child_setup as _child_setup  # noqa: E402 - own session, SIGTERM when we die
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -230,10 +231,6 @@ def udp_channel(port: int, host: str = "127.0.0.1", **params: object) -> str:
 
 
 # ----------------------------------------------------------------------------- processes
-
-#: In the child before exec: own session (killable as a group), SIGTERM when the parent dies.
-_child_setup = _aeron.child_setup
-
 
 _live: set[Proc] = set()
 _live_lock = threading.Lock()

@@ -24,7 +24,6 @@ and the compiler.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import glob
 import hashlib
@@ -32,7 +31,6 @@ import importlib.metadata
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -40,6 +38,8 @@ import time
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
+
+from .._child import ChildProcess
 
 #: ``AeronBench.java``: the benchmark clients (see the comment at its top).
 BENCH_SOURCE = Path(__file__).resolve().with_name("AeronBench.java")
@@ -349,24 +349,8 @@ def jvm_command(java: str, flags: Sequence[str], jvm_args: Sequence[str], props:
 
 # ----------------------------------------------------------------------------- JVM children
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - not Linux
-    _libc = None
-
-
-def child_setup() -> None:
-    """In the child before exec: own session (a terminal ^C reaches only us; we stop it), default SIGINT
-    (a JVM started with SIGINT ignored would not handle it), SIGTERM when the parent dies."""
-    os.setsid()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-class Jvm:
-    """A JVM child; its stdout lines are collected with their arrival times in ``lines``.
+class Jvm(ChildProcess):
+    """A JVM child (:class:`sulis._child.ChildProcess` in its own session).
 
     ``keep_stdin`` gives it an open stdin pipe that :meth:`close` closes (AeronBench's cue to go);
     ``stdin_text`` is written and stdin closed at once; otherwise stdin is /dev/null.
@@ -374,37 +358,12 @@ class Jvm:
 
     def __init__(self, cmd: Sequence[str], what: str = "java", stdin_text: str | None = None,
                  keep_stdin: bool = False) -> None:
-        self.cmd = list(cmd)
-        self.what = what
-        self.lines: list[tuple[float, str]] = []
-        self._stderr = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdin=subprocess.PIPE if stdin_text is not None or keep_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            preexec_fn=child_setup,
-            text=True,
-            bufsize=1,
-        )
-        if stdin_text is not None:
-            self.proc.stdin.write(stdin_text)
-            self.proc.stdin.close()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            for line in self.proc.stdout:
-                self.lines.append((time.monotonic(), line.rstrip("\n")))
+        stdin = stdin_text if stdin_text is not None else ("pipe" if keep_stdin else "devnull")
+        super().__init__(cmd, what, stdin=stdin, own_session=True)
 
     def stderr_tail(self, n: int = 2000) -> str:
         """The end of what it wrote to stderr, without the JVM's ``WARNING:`` lines."""
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read().decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
+        text = super().stderr_tail(1 << 20)
         return "\n".join(line for line in text.splitlines() if not line.startswith("WARNING:"))[-n:]
 
     def failure(self, why: str) -> JvmFailed:
@@ -425,7 +384,8 @@ class Jvm:
     def wait_line(self, pattern: str, timeout_s: float | None, start: int = 0,
                   on_line: Callable[[str], None] | None = None, quiet_timeout_s: float | None = None,
                   watch: Iterable[Jvm] = ()) -> int:
-        """Index of the first line from ``start`` on matching ``pattern``; other lines go to ``on_line``.
+        """Index in ``lines`` of the first line from ``start`` on matching ``pattern``; other lines go
+        to ``on_line``.
 
         Raises JvmFailed when this JVM or one in ``watch`` exits first, when ``timeout_s`` passes, or when
         it prints nothing for ``quiet_timeout_s``."""
@@ -442,7 +402,7 @@ class Jvm:
                 if on_line is not None:
                     on_line(lines[i][1])
             start = len(lines)
-            if self.proc.poll() is not None and not self._reader.is_alive() and start == len(self.lines):
+            if self.eof and start == len(self.lines) and self.proc.poll() is not None:
                 raise self.failure(f"exited with status {self.proc.returncode} before printing {pattern!r}")
             for other in watch:
                 other.check_alive()
@@ -452,37 +412,6 @@ class Jvm:
             if quiet_timeout_s is not None and now - heard > quiet_timeout_s:
                 raise self.failure(f"printed nothing for {quiet_timeout_s:g} s (stalled?)")
             time.sleep(0.005)
-
-    def stop(self, grace_s: float = 10.0) -> str:
-        """SIGINT (a JVM's clean shutdown), then SIGTERM, then SIGKILL; returns the one that worked."""
-        how = "exited"
-        for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            if self.proc.poll() is not None:
-                break
-            how = sig.name
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait)
-        self._reader.join(5.0)
-        return how
-
-    def close(self, grace_s: float = 5.0) -> None:
-        """Closes its stdin (AeronBench's cue to stop), waits ``grace_s``, then stops it; idempotent."""
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(grace_s)
-        if self.proc.poll() is None:
-            self.stop(grace_s=2.0)
-        self._reader.join(5.0)
-        with contextlib.suppress(OSError, ValueError):
-            self.proc.stdout.close()
-        self._stderr.close()
-
-    def __enter__(self) -> Jvm:
-        return self
 
     def __exit__(self, exc_type, *_exc) -> None:
         """Leaving on an exception (^C, a failure) stops it at once; otherwise :meth:`close`."""
