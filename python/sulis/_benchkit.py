@@ -430,12 +430,7 @@ def _role_sulis_pong(p: dict) -> None:
 def _role_zmq_pull(p: dict) -> None:
     import zmq
 
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    try:
-        sock.setsockopt(zmq.RCVTIMEO, int(STALL_TIMEOUT_S * 1000))
-        endpoint = _zmq_bind(sock, p["endpoint"])
-        _say({"ready": True, "endpoint": endpoint})
+    with _zmq_bound(zmq.PULL, p["endpoint"]) as sock:
         recv = sock.recv
         clock = time.perf_counter
         total, start_at = p["total"], max(p["warmup"], 1)
@@ -450,20 +445,12 @@ def _role_zmq_pull(p: dict) -> None:
             raise BenchError(f"no message for {STALL_TIMEOUT_S:g} s") from None
         _say({"received": total, "timed_messages": total - start_at, "seconds": t1 - t0})
         _await_stdin_closed()
-    finally:
-        sock.close(linger=0)
-        ctx.term()
 
 
 def _role_zmq_rep(p: dict) -> None:
     import zmq
 
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REP)
-    try:
-        sock.setsockopt(zmq.RCVTIMEO, int(STALL_TIMEOUT_S * 1000))
-        endpoint = _zmq_bind(sock, p["endpoint"])
-        _say({"ready": True, "endpoint": endpoint})
+    with _zmq_bound(zmq.REP, p["endpoint"], linger_ms=1000) as sock:  # the last reply still goes out
         recv, send = sock.recv, sock.send
         try:
             for _ in range(p["total"]):
@@ -472,20 +459,27 @@ def _role_zmq_rep(p: dict) -> None:
             raise BenchError(f"no request for {STALL_TIMEOUT_S:g} s") from None
         _say({"echoed": p["total"]})
         _await_stdin_closed()
-    finally:
-        sock.close(linger=1000)
-        ctx.term()
 
 
-def _zmq_bind(sock, endpoint: str) -> str:
-    """Binds ``endpoint`` (``tcp://HOST:0`` picks a free port); returns the endpoint bound."""
+@contextlib.contextmanager
+def _zmq_bound(socket_type: int, endpoint: str, linger_ms: int = 0):
+    """A socket of ``socket_type`` bound to ``endpoint`` (``tcp://HOST:0`` picks a free port), receives
+    timing out after STALL_TIMEOUT_S; says ``ready`` with the endpoint bound, then yields the socket."""
     import zmq
 
-    if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
-        sock.bind_to_random_port(endpoint[: -len(":0")])
-    else:
-        sock.bind(endpoint)
-    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    ctx = zmq.Context()
+    sock = ctx.socket(socket_type)
+    try:
+        sock.setsockopt(zmq.RCVTIMEO, int(STALL_TIMEOUT_S * 1000))
+        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
+            sock.bind_to_random_port(endpoint[: -len(":0")])
+        else:
+            sock.bind(endpoint)
+        _say({"ready": True, "endpoint": sock.getsockopt_string(zmq.LAST_ENDPOINT)})
+        yield sock
+    finally:
+        sock.close(linger=linger_ms)
+        ctx.term()
 
 
 _ROLES = {

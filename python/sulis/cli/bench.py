@@ -459,16 +459,8 @@ def _zmq_throughput(plan: Plan, size: int, warmup: int, progress) -> dict:
     from .. import _benchkit as kit
 
     total = warmup + plan.count
-    endpoint, tmp = _zmq_endpoint(plan.kind, "pushpull")
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    child = None
-    try:
-        child = kit.Child("pyzmq PULL", {"role": "zmq-pull", "endpoint": endpoint, "total": total,
-                                         "warmup": warmup})
-        ready = child.read()
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.connect(ready["endpoint"])
+    with _zmq_pair(plan, zmq.PUSH, "pyzmq PULL", {"role": "zmq-pull", "total": total, "warmup": warmup}) \
+            as (sock, child):
         stalled = kit.Watchdog("pyzmq PUSH", alive=child.alive)
         send = sock.send
         msg = bytes(size)
@@ -489,13 +481,34 @@ def _zmq_throughput(plan: Plan, size: int, warmup: int, progress) -> dict:
         sent_s = time.perf_counter() - t0
         result = child.read(timeout=kit.STALL_TIMEOUT_S + 10)
         child.finish()
+    return _throughput_record(result, warmup, size, sender_rate=total / sent_s if sent_s > 0 else None)
+
+
+@contextlib.contextmanager
+def _zmq_pair(plan: Plan, socket_type: int, what: str, params: dict):
+    """(socket of ``socket_type`` here, connected to the ``params["role"]`` child that bound its
+    endpoint); on the way out the socket, the context, the child and a unix socket's directory go."""
+    import zmq
+
+    from .. import _benchkit as kit
+
+    endpoint, tmp = _zmq_endpoint(plan.kind, "pushpull" if socket_type == zmq.PUSH else "reqrep")
+    ctx = zmq.Context()
+    sock = ctx.socket(socket_type)
+    child = None
+    try:
+        child = kit.Child(what, {**params, "endpoint": endpoint})
+        ready = child.read()
+        sock.setsockopt(zmq.SNDTIMEO, 1000)
+        sock.setsockopt(zmq.RCVTIMEO, 1000)
+        sock.connect(ready["endpoint"])
+        yield sock, child
     finally:
         sock.close(linger=0)
         ctx.term()
         if child is not None:
             child.close()
         kit.remove_dir(tmp)
-    return _throughput_record(result, warmup, size, sender_rate=total / sent_s if sent_s > 0 else None)
 
 
 def _throughput_record(result: dict, warmup: int, size: int, sender_rate: float | None) -> dict:
@@ -551,16 +564,7 @@ def _zmq_ping_pong(plan: Plan, size: int, warmup: int, progress) -> list[int]:
     from .. import _benchkit as kit
 
     total = warmup + plan.count
-    endpoint, tmp = _zmq_endpoint(plan.kind, "reqrep")
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    child = None
-    try:
-        child = kit.Child("pyzmq REP", {"role": "zmq-rep", "endpoint": endpoint, "total": total})
-        ready = child.read()
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.setsockopt(zmq.RCVTIMEO, 1000)
-        sock.connect(ready["endpoint"])
+    with _zmq_pair(plan, zmq.REQ, "pyzmq REP", {"role": "zmq-rep", "total": total}) as (sock, child):
         stalled = kit.Watchdog("pyzmq REQ", alive=child.alive)
         send, recv = sock.send, sock.recv
         clock = time.perf_counter_ns
@@ -580,12 +584,6 @@ def _zmq_ping_pong(plan: Plan, size: int, warmup: int, progress) -> list[int]:
                 progress(i)
         child.read()
         child.finish()
-    finally:
-        sock.close(linger=0)
-        ctx.term()
-        if child is not None:
-            child.close()
-        kit.remove_dir(tmp)
     return samples
 
 
