@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -149,3 +151,36 @@ def test_standalone_driver_stops_cleanly_on_a_signal_right_after_start(sig):
                 proc.kill()
                 proc.communicate(timeout=30)
             shutil.rmtree(dir, ignore_errors=True)
+
+
+def _driver_threads(pid: int) -> list[int]:
+    tids = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            if f.read().startswith("sulis-driver"):
+                tids.append(int(tid))
+    return tids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_standalone_driver_stops_on_a_signal_taken_by_one_of_its_agent_threads(sig):
+    """A process-wide signal may be taken by any thread that does not block it;
+    aimed at an agent thread (tgkill) once the driver has settled into its
+    wait, it still stops the driver cleanly and at once."""
+    tgkill = ctypes.CDLL(None, use_errno=True).tgkill
+    dir = make_dir("sulis-cli-")
+    proc = subprocess.Popen([*CLI, "driver", "--dir", dir, "--threading-mode", "shared"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        await_until(lambda: sulis._native.active_driver(dir) is not None and _driver_threads(proc.pid), 30)
+        time.sleep(0.3)  # into the wait loop
+        [agent] = _driver_threads(proc.pid)
+        assert tgkill(proc.pid, agent, sig) == 0, os.strerror(ctypes.get_errno())
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "stopped" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        shutil.rmtree(dir, ignore_errors=True)

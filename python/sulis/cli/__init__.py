@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
+import time
 
 import click
 
@@ -45,15 +45,20 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
 
         # Handlers first: a signal that comes as soon as the driver is up
         # (clients can already see it) must stop it cleanly, not kill it.
-        stop = threading.Event()
+        # The handler only flips a flag: it runs on the main thread between
+        # bytecodes, wherever that thread is, so taking a lock in it (as
+        # Event.set does) can deadlock against the thread it interrupted.
+        stopping: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, lambda signum, _frame: stopping.append(signum))
         drv = MediaDriver(dir=dir_, **renamed)
     except _native.SulisError as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
-    while not stop.wait(0.2):
-        pass
+    while not stopping:
+        # A signal taken by one of the driver's threads rather than this one
+        # does not cut the sleep short; its handler runs when the sleep ends.
+        time.sleep(0.1)
     drv.close()
     click.echo("sulis media driver stopped", err=True)
 
