@@ -107,11 +107,11 @@ def make_dir(prefix: str = "sulis-test-") -> str:
 class Child:
     """A ``tests/_child.py`` process speaking JSON lines on stdout."""
 
-    def __init__(self, role: str, *args, stdin: bool = False, env: dict | None = None):
+    def __init__(self, role: str, *args, stdin: bool = False, env: dict | None = None, prefix: list[str] = ()):
         self.role = role
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [sys.executable, CHILD_SCRIPT, role, *map(str, args)],
+            [*prefix, sys.executable, CHILD_SCRIPT, role, *map(str, args)],
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -259,7 +259,8 @@ def client(make_client):
 
 @pytest.fixture
 def spawn():
-    """Factory: ``spawn(role, *args, stdin=False)`` starts a ``tests/_child.py`` process."""
+    """Factory: ``spawn(role, *args, stdin=False, env=None, prefix=())`` starts a
+    ``tests/_child.py`` process (``prefix``: a command that runs it, e.g. in a namespace)."""
     children: list[Child] = []
 
     def start(role: str, *args, **kwargs) -> Child:

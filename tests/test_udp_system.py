@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -31,6 +32,7 @@ STATUS_MESSAGES_RECEIVED = (8, "Status Messages received")
 HEARTBEATS_RECEIVED = (10, "Heartbeats received")
 RETRANSMITS_SENT = (11, "Retransmits sent")
 INVALID_PACKETS = (14, "Invalid packets")
+RESOLUTION_CHANGES = (25, "Resolution changes")
 
 UDP_OPTIONS = {
     "term_buffer_length": "2m",
@@ -356,6 +358,79 @@ def test_host_names_in_endpoints_are_resolved(make_driver, make_client):
     run_stream(pub, sub, stream_of(100, seed=12), 100)
     with pytest.raises(sulis.ConfigurationError, match="no-such-host.invalid"):
         make_client(dir=pub_driver.dir).add_publication("aeron:udp?endpoint=no-such-host.invalid:40000", 10)
+
+
+def _with_own_hosts_file(hosts: str) -> list[str]:
+    """A command prefix that runs a process in its own mount namespace with
+    ``hosts`` bound over /etc/hosts; rewriting ``hosts`` in place is what its
+    name look-ups see next (glibc reads the file on every look-up)."""
+    return ["unshare", "--mount", "--propagation", "private",
+            "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
+
+
+def _require_own_hosts_file(hosts: str) -> None:
+    try:
+        probe = subprocess.run([*_with_own_hosts_file(hosts), "true"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"cannot run a process with its own /etc/hosts: {e}")
+    if probe.returncode != 0:
+        pytest.skip(f"cannot run a process with its own /etc/hosts (needs root and unshare): {probe.stderr.strip()}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:  # in place: the bind mount holds this inode
+        f.write(text)
+
+
+def test_a_publication_follows_its_endpoint_host_name_to_a_new_address(make_driver, make_client, spawn, tmp_path):
+    """The subscriber's host moves (127.0.0.1 -> 127.0.0.2) and the name is
+    repointed: the publisher's driver, hearing no status messages, looks the
+    name up again, counts one resolution change and reaches the new address.
+    A name that stops resolving is logged and the old address kept."""
+    hosts = str(tmp_path / "hosts")
+    _write(hosts, "127.0.0.1 sulis-mover\n")
+    _require_own_hosts_file(hosts)
+    port = free_port()
+    sub_driver = make_driver(**UDP_OPTIONS)
+    sub_client = make_client(dir=sub_driver.dir)
+    pub_dir = f"/dev/shm/sulis-test-moved-{os.getpid()}"
+    options = {**UDP_OPTIONS, "threading_mode": "shared", "dir_delete_on_start": True,
+               "re_resolution_check_interval": "100ms"}
+    try:
+        spawn("driver", pub_dir, json.dumps(options), prefix=_with_own_hosts_file(hosts)).read()
+        pub = make_client(dir=pub_dir).add_exclusive_publication(f"aeron:udp?endpoint=sulis-mover:{port}", 10)
+
+        def receive_on(address: str) -> list[bytes]:
+            sub = sub_client.add_subscription(f"aeron:udp?endpoint={address}:{port}", 10)
+            got: list[bytes] = []
+
+            def offered_and_received():
+                pub.offer(b"to %s" % address.encode())
+                sub.poll(lambda b, h: got.append(bytes(b)), 10)
+                return len(got) >= 5
+
+            await_until(offered_and_received, timeout=30, what=f"messages at {address}")
+            sub.close()
+            return got
+
+        assert set(receive_on("127.0.0.1")) == {b"to 127.0.0.1"}
+        assert counter(pub_dir, RESOLUTION_CHANGES) == 0
+
+        _write(hosts, "127.0.0.2 sulis-mover\n")
+        assert set(receive_on("127.0.0.2")) == {b"to 127.0.0.2"}
+        assert counter(pub_dir, RESOLUTION_CHANGES) == 1
+        assert sulis.read_errors(pub_dir) == []
+
+        _write(hosts, "")  # the name is gone: logged, the address kept
+        await_until(lambda: any("sulis-mover" in e[3] for e in sulis.read_errors(pub_dir)), timeout=30,
+                    what="the failed look-up in the error log")
+        [(_count, _first, _last, error)] = sulis.read_errors(pub_dir)
+        assert "looking the endpoint up again" in error and f"sulis-mover:{port}" in error
+        _write(hosts, "127.0.0.2 sulis-mover\n")
+        assert set(receive_on("127.0.0.2")) == {b"to 127.0.0.2"}
+        assert counter(pub_dir, RESOLUTION_CHANGES) == 1
+    finally:
+        shutil.rmtree(pub_dir, ignore_errors=True)
 
 
 def test_channel_linger_keeps_a_closed_publication_for_late_naks(make_driver, make_client):

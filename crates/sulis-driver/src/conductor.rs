@@ -9,7 +9,9 @@ use crate::context::DriverContext;
 use crate::ipc_publication::{IpcPublication, IpcSubscriber, PubState};
 use crate::media::udp_channel::UdpChannel;
 use crate::media::udp_transport::{SocketOptions, UdpTransport};
-use crate::network_publication::{NetState, NetworkPublication, NetworkPublicationEntry};
+use crate::network_publication::{
+    NetState, NetworkPublication, NetworkPublicationEntry, ReResolution,
+};
 use crate::publication_image::{ImageSubscriber, PublicationImage};
 use crate::receiver::{ReceiverCommand, ReceiverEvent};
 use crate::sender::SenderCommand;
@@ -207,6 +209,7 @@ pub struct DriverConductor {
     client_counters: Vec<ClientCounter>,
     next_session_id: i32,
     next_timer_ns: i64,
+    next_re_resolution_check_ns: i64,
     last_heartbeat_ms: i64,
     publications_dir: PathBuf,
     last_command_consumer_position: i64,
@@ -256,6 +259,7 @@ impl DriverConductor {
             client_counters: Vec::new(),
             next_session_id: (seed >> 33) as i32,
             next_timer_ns: 0,
+            next_re_resolution_check_ns: 0,
             last_heartbeat_ms: now_ms,
             publications_dir,
             last_command_consumer_position: 0,
@@ -317,6 +321,11 @@ impl DriverConductor {
         if now_ns >= self.next_timer_ns {
             self.next_timer_ns = now_ns + self.ctx.timer_interval_ns as i64;
             work += self.on_timer(now_ns, now_ms);
+        }
+        let re_resolution_interval_ns = self.ctx.re_resolution_check_interval_ns as i64;
+        if re_resolution_interval_ns > 0 && now_ns >= self.next_re_resolution_check_ns {
+            self.next_re_resolution_check_ns = now_ns + re_resolution_interval_ns;
+            work += self.check_for_re_resolutions(now_ns);
         }
         work
     }
@@ -1176,8 +1185,21 @@ impl DriverConductor {
     /// Parses a UDP channel, resolving its host names (timed into the name
     /// resolver counters: a slow DNS stalls the conductor).
     fn resolve_udp(&mut self, channel: &str, uri: &ChannelUri) -> Result<UdpChannel, CommandError> {
+        let resolved = self.timed_name_lookup(|| UdpChannel::from_uri(uri.clone()));
+        let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+        if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
+            return Err(CommandError::new(
+                error_code::NOT_SUPPORTED,
+                format!("channel '{channel}': only unicast UDP with an endpoint is supported by this driver version (no multicast, control or MDC yet)"),
+            ));
+        }
+        Ok(udp)
+    }
+
+    /// Runs a name look-up, timing it into the name resolver counters.
+    fn timed_name_lookup<T>(&self, lookup: impl FnOnce() -> T) -> T {
         let start = std::time::Instant::now();
-        let resolved = UdpChannel::from_uri(uri.clone());
+        let result = lookup();
         let took_ns = start.elapsed().as_nanos() as i64;
         let max = self.system.get(SystemCounter::NameResolverMaxTime);
         if took_ns > max.get() {
@@ -1187,14 +1209,46 @@ impl DriverConductor {
             self.system
                 .increment(SystemCounter::NameResolverTimeThresholdExceeded);
         }
-        let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
-        if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
-            return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                format!("channel '{channel}': only unicast UDP with an endpoint is supported by this driver version (no multicast, control or MDC yet)"),
-            ));
+        result
+    }
+
+    /// Looks up again the endpoint names of publications that have heard no
+    /// status message for the connection timeout: the host may have moved
+    /// (a restarted container, a changed DNS record). A changed address is
+    /// handed to the sender and counted in 'Resolution changes'; a failed
+    /// look-up goes to the error log and the sender keeps the old address.
+    fn check_for_re_resolutions(&mut self, now_ns: i64) -> usize {
+        let timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
+        let mut work = 0;
+        for i in 0..self.net_publications.len() {
+            if !self.net_publications[i].is_due_for_re_resolution(now_ns, timeout_ns) {
+                continue;
+            }
+            let entry = &mut self.net_publications[i];
+            let r = entry.re_resolution.as_mut().expect("due implies a name");
+            r.last_lookup_ns = now_ns;
+            let (name, old) = (r.name.clone(), r.address);
+            let registration_id = entry.publication.registration_id;
+            let channel = entry.publication.channel.clone();
+            work += 1;
+            match self.timed_name_lookup(|| crate::media::udp_channel::resolve("endpoint", &name)) {
+                Ok(new) if new != old => {
+                    if let Some(r) = self.net_publications[i].re_resolution.as_mut() {
+                        r.address = new;
+                    }
+                    let _ = self.net.sender.send(SenderCommand::ChangeDestination {
+                        registration_id,
+                        destination: new,
+                    });
+                    self.system.increment(SystemCounter::ResolutionChanges);
+                }
+                Ok(_) => {}
+                Err(e) => self.record_error(&format!(
+                    "channel '{channel}': looking the endpoint up again: {e}"
+                )),
+            }
         }
-        Ok(udp)
+        work
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1345,7 +1399,18 @@ impl DriverConductor {
             status: AtomicU8::new(crate::network_publication::status::ACTIVE),
             signal_eos: p.eos.unwrap_or(true),
         });
-        let entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        let mut entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        if let Some(name) = p
+            .endpoint
+            .as_deref()
+            .filter(|e| e.parse::<SocketAddr>().is_err())
+        {
+            entry.re_resolution = Some(ReResolution {
+                name: name.to_string(),
+                address: destination,
+                last_lookup_ns: self.clock.now_ns(),
+            });
+        }
         self.net_publications.push(entry);
         let _ = self.net.sender.send(SenderCommand::AddPublication {
             endpoint_id,

@@ -148,6 +148,8 @@ pub struct DriverContext {
     pub image_liveness_timeout_ns: u64,
     /// A publication without status messages this long is not connected.
     pub publication_connection_timeout_ns: u64,
+    /// Period of the look for publications to a host name that has moved (0 = off).
+    pub re_resolution_check_interval_ns: u64,
     /// SETUP period of a publication waiting for a receiver.
     pub publication_setup_timeout_ns: u64,
     /// Heartbeat period of an idle publication.
@@ -476,6 +478,16 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_ns
     ),
     opt!(
+        re_resolution_check_interval_ns,
+        "SULIS_RE_RESOLUTION_CHECK_INTERVAL",
+        "duration",
+        "How often the conductor looks for UDP publications whose endpoint is a host name and which \
+         have had no status message for publication_connection_timeout; it looks the name up again \
+         and, if the address changed, sends there (counted in 'Resolution changes'). 0 = never.",
+        parse_duration_ns,
+        show_ns
+    ),
+    opt!(
         publication_setup_timeout_ns,
         "SULIS_PUBLICATION_SETUP_TIMEOUT",
         "duration",
@@ -633,6 +645,7 @@ impl Default for DriverContext {
             status_message_timeout_ns: 200_000_000,
             image_liveness_timeout_ns: 10_000_000_000,
             publication_connection_timeout_ns: 5_000_000_000,
+            re_resolution_check_interval_ns: 1_000_000_000,
             publication_setup_timeout_ns: 100_000_000,
             publication_heartbeat_timeout_ns: 100_000_000,
             nak_unicast_delay_ns: 0,

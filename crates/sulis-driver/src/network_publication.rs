@@ -106,6 +106,20 @@ pub struct NetworkPublicationEntry {
     term_window: i64,
     clean_position: i64,
     connected: bool,
+    /// Set when the endpoint was given as a host name.
+    pub re_resolution: Option<ReResolution>,
+}
+
+/// A publication's endpoint host name, looked up again when the publication
+/// has heard no status message for a while (the host may have moved).
+#[derive(Clone, Debug)]
+pub struct ReResolution {
+    /// The endpoint as the channel gave it (`host:port`).
+    pub name: String,
+    /// The address the sender sends to now.
+    pub address: SocketAddr,
+    /// When the name was last looked up (the conductor's clock).
+    pub last_lookup_ns: i64,
 }
 
 /// Conductor-side state of a network publication.
@@ -151,7 +165,19 @@ impl NetworkPublicationEntry {
             term_window,
             clean_position: start,
             connected: false,
+            re_resolution: None,
         }
+    }
+
+    /// True if the endpoint is a host name and the publication, still open
+    /// to publishers, has had no status message for `timeout_ns`, nor a
+    /// look-up of its name.
+    pub fn is_due_for_re_resolution(&self, now_ns: i64, timeout_ns: i64) -> bool {
+        let Some(r) = &self.re_resolution else {
+            return false;
+        };
+        let last_sm = self.publication.time_of_last_sm_ns.load(Ordering::Acquire);
+        self.is_active() && now_ns - last_sm.max(r.last_lookup_ns) >= timeout_ns
     }
 
     /// True while publishers can attach.

@@ -65,6 +65,14 @@ pub enum SenderCommand {
         /// Its registration id.
         registration_id: i64,
     },
+    /// The publication's endpoint host name now resolves elsewhere: send
+    /// there from now on, starting with a SETUP.
+    ChangeDestination {
+        /// The publication's registration id.
+        registration_id: i64,
+        /// The new address.
+        destination: SocketAddr,
+    },
 }
 
 /// Sender timing and loss settings.
@@ -92,6 +100,8 @@ pub struct SenderConfig {
 
 struct SenderPublication {
     p: Arc<NetworkPublication>,
+    /// Where its frames go (the publication's, until a re-resolution moves it).
+    destination: SocketAddr,
     should_send_setup: bool,
     time_of_last_setup_ns: i64,
     time_of_last_send_ns: i64,
@@ -166,6 +176,7 @@ impl Sender {
                     self.cfg.retransmit_linger_ns,
                 );
                 e.publications.push(SenderPublication {
+                    destination: publication.destination,
                     p: publication,
                     should_send_setup: true,
                     time_of_last_setup_ns: now_ns - self.cfg.setup_interval_ns,
@@ -179,6 +190,21 @@ impl Sender {
                 for e in self.endpoints.iter_mut() {
                     e.publications
                         .retain(|s| s.p.registration_id != registration_id);
+                }
+            }
+            SenderCommand::ChangeDestination {
+                registration_id,
+                destination,
+            } => {
+                let moved = self
+                    .endpoints
+                    .iter_mut()
+                    .flat_map(|e| e.publications.iter_mut())
+                    .find(|s| s.p.registration_id == registration_id);
+                if let Some(sp) = moved {
+                    sp.destination = destination;
+                    sp.should_send_setup = true;
+                    sp.time_of_last_setup_ns = now_ns - self.cfg.setup_interval_ns;
                 }
             }
         }
@@ -384,6 +410,7 @@ impl Sender {
     /// Resends whole frames from (`term_id`, `term_offset`) for `length` bytes.
     fn resend(&mut self, ep: usize, pi: usize, term_id: i32, term_offset: i32, length: i32) {
         let p = self.endpoints[ep].publications[pi].p.clone();
+        let destination = self.endpoints[ep].publications[pi].destination;
         let position = compute_position(term_id, term_offset, p.bits, p.initial_term_id);
         let sender_position = p.snd_pos.get();
         if position >= sender_position || position < sender_position - p.term_length as i64 {
@@ -401,10 +428,7 @@ impl Sender {
             }
             let datagram = term.slice(offset, a.send_length);
             if !(self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop()) {
-                match self.endpoints[ep]
-                    .transport
-                    .send_to(datagram, p.destination)
-                {
+                match self.endpoints[ep].transport.send_to(datagram, destination) {
                     Ok(0) => {
                         system.increment(SystemCounter::ShortSends);
                         break;
@@ -414,7 +438,7 @@ impl Sender {
                     }
                     Err(e) => {
                         self.errors
-                            .record(&format!("retransmit to {} failed: {e}", p.destination));
+                            .record(&format!("retransmit to {} failed: {e}", destination));
                         break;
                     }
                 }
@@ -442,6 +466,7 @@ impl Sender {
     /// One publication's turn: setup, data, heartbeat, due retransmits.
     fn send_publication(&mut self, ep: usize, pi: usize, now_ns: i64) -> usize {
         let p = self.endpoints[ep].publications[pi].p.clone();
+        let destination = self.endpoints[ep].publications[pi].destination;
         let system = *self.errors.system();
         let sender_position = p.snd_pos.get();
         let term_offset = compute_term_offset_from_position(sender_position, p.bits);
@@ -474,7 +499,7 @@ impl Sender {
                 mtu: p.mtu as i32,
                 ttl: p.ttl,
             };
-            self.send_control(ep, &setup.to_bytes(), p.destination);
+            self.send_control(ep, &setup.to_bytes(), destination);
             self.endpoints[ep].publications[pi].time_of_last_setup_ns = now_ns;
         }
 
@@ -523,15 +548,12 @@ impl Sender {
             let sent = if slices.is_empty() {
                 0
             } else {
-                match self.endpoints[ep]
-                    .transport
-                    .send_batch(slices, p.destination)
-                {
+                match self.endpoints[ep].transport.send_batch(slices, destination) {
                     Ok(n) => n,
                     Err(e) => {
                         // Treated as lost on the way: receivers NAK what they miss.
                         self.errors
-                            .record(&format!("send to {} failed: {e}", p.destination));
+                            .record(&format!("send to {} failed: {e}", destination));
                         slices.len()
                     }
                 }
@@ -574,13 +596,13 @@ impl Sender {
             }
             let bytes = h.to_bytes();
             if !(self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop()) {
-                match self.endpoints[ep].transport.send_to(&bytes, p.destination) {
+                match self.endpoints[ep].transport.send_to(&bytes, destination) {
                     Ok(n) => {
                         system.add(SystemCounter::BytesSent, n as i64);
                     }
                     Err(e) => self
                         .errors
-                        .record(&format!("heartbeat to {} failed: {e}", p.destination)),
+                        .record(&format!("heartbeat to {} failed: {e}", destination)),
                 }
             }
             system.increment(SystemCounter::HeartbeatsSent);
