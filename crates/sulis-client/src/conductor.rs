@@ -294,14 +294,14 @@ impl Inner {
             Event::CounterReady {
                 correlation_id,
                 counter_id,
-            } if correlation_id == self.client_id => {
-                if self.counters.counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID {
-                    let r = self.counters.counter_ref(counter_id);
-                    r.set_ordered(epoch_ms());
-                    s.heartbeat = Some(r);
-                }
-                // The driver also answers nothing else with this id.
+            } if correlation_id == self.client_id
+                && self.counters.counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID =>
+            {
+                let r = self.counters.counter_ref(counter_id);
+                r.set_ordered(epoch_ms());
+                s.heartbeat = Some(r);
             }
+            // The driver also answers nothing else with this id.
             Event::Error { correlation_id, .. }
             | Event::PublicationReady { correlation_id, .. }
             | Event::SubscriptionReady { correlation_id, .. }
@@ -462,7 +462,7 @@ impl Client {
                         }
                         if now - last_keepalive >= keepalive_ms {
                             last_keepalive = now;
-                            let hb = worker.state.lock().unwrap().heartbeat.clone();
+                            let hb = worker.state.lock().unwrap().heartbeat;
                             match hb {
                                 Some(h) => h.set_ordered(now),
                                 None => {
@@ -511,7 +511,7 @@ impl Client {
 
     /// Counters of the driver.
     pub fn counters(&self) -> CountersReader {
-        self.inner.counters.clone()
+        self.inner.counters
     }
 
     /// Fails if the client is closed or its driver is gone.

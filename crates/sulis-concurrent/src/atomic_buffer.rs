@@ -114,7 +114,7 @@ impl AtomicBuffer {
         self.check(offset, 4);
         let p = unsafe { self.ptr.add(offset) };
         debug_assert!(
-            p as usize % 4 == 0,
+            (p as usize).is_multiple_of(4),
             "unaligned atomic i32 at offset {offset}"
         );
         // SAFETY: in bounds, aligned (layouts align every atomic field), and the
@@ -127,7 +127,7 @@ impl AtomicBuffer {
         self.check(offset, 8);
         let p = unsafe { self.ptr.add(offset) };
         debug_assert!(
-            p as usize % 8 == 0,
+            (p as usize).is_multiple_of(8),
             "unaligned atomic i64 at offset {offset}"
         );
         // SAFETY: as for atomic_i32.

@@ -739,19 +739,23 @@ impl DriverContext {
                 ));
             }
         }
-        if self.counters_buffer_length < 128 * 64 || self.counters_buffer_length % 128 != 0 {
+        if self.counters_buffer_length < 128 * 64
+            || !self.counters_buffer_length.is_multiple_of(128)
+        {
             return Err(format!(
                 "counters_buffer_length: {} must be a multiple of 128 of at least 8192",
                 self.counters_buffer_length
             ));
         }
-        if self.error_buffer_length < 1024 || self.error_buffer_length % 8 != 0 {
+        if self.error_buffer_length < 1024 || !self.error_buffer_length.is_multiple_of(8) {
             return Err(format!(
                 "error_buffer_length: {} must be a multiple of 8, at least 1024",
                 self.error_buffer_length
             ));
         }
-        if self.loss_report_buffer_length < 1024 || self.loss_report_buffer_length % 64 != 0 {
+        if self.loss_report_buffer_length < 1024
+            || !self.loss_report_buffer_length.is_multiple_of(64)
+        {
             return Err(format!(
                 "loss_report_buffer_length: {} must be a multiple of 64, at least 1024",
                 self.loss_report_buffer_length

@@ -157,7 +157,7 @@ impl Writer {
         self
     }
     fn align4(mut self) -> Self {
-        while self.0.len() % 4 != 0 {
+        while !self.0.len().is_multiple_of(4) {
             self.0.push(0);
         }
         self

@@ -96,6 +96,8 @@ impl PyClient {
         driver_timeout: f64,
         name: Option<String>,
     ) -> PyResult<Self> {
+        // Written so that NaN is refused too.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         if !(driver_timeout > 0.0) {
             return Err(crate::errors::ConfigurationError::new_err(format!(
                 "driver_timeout={driver_timeout}: must be a positive number of seconds"
