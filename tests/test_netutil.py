@@ -434,3 +434,23 @@ def test_relay_process_makes_the_same_seeded_decisions_as_the_thread(make_relay,
             p.close()
     with pytest.raises(ValueError, match="filter"):
         RelayProcess(t1.address, forward=Impairment(filter=lambda d: True))
+
+
+def test_relay_process_takes_a_new_impairment_while_it_runs(sinks):
+    target = sinks(loopback_socket())
+    client = loopback_socket()
+    with RelayProcess(target.address, forward=Impairment(drop=1.0)) as relay:
+        try:
+            for i in range(10):
+                client.sendto(SEQ.pack(i), relay.address)
+            await_until(lambda: relay.forward_stats.received == 10, what="datagrams at the relay")
+            assert relay.forward_stats.dropped == 10 and target.items == []
+            relay.configure(forward=Impairment(latency=0.2))  # the outage ends; a long path begins
+            sent = time.monotonic()
+            client.sendto(SEQ.pack(10), relay.address)
+            await_until(lambda: target.seqs() == [10], what="a datagram after reconfiguring")
+            assert time.monotonic() - sent >= 0.2
+            with pytest.raises(ValueError, match="filter"):
+                relay.configure(backward=Impairment(filter=lambda d: True))
+        finally:
+            client.close()

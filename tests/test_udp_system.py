@@ -195,6 +195,33 @@ def test_a_long_path_gets_each_lost_datagram_resent_about_once(adaptive, make_dr
     assert retransmits <= 2 * dropped, f"{retransmits} retransmits for {dropped} lost datagrams"
 
 
+def test_adaptive_nak_retries_follow_a_path_that_gets_slower(make_driver, make_client):
+    # First 1 ms each way with 5 % loss: the receiver times its repairs at ~2 ms and retries that
+    # soon. Then the path becomes 15 ms each way. Every repair now takes ~30 ms, longer than the
+    # retry time learnt, so each needs retries and none can be timed (Karn's rule): timed repairs
+    # alone would keep retrying every few ms, several NAKs per loss. The receiver's round-trip
+    # measurements (an RTTM frame to the sender every 100 ms, which it echoes) are timed whatever
+    # happens to the repairs, so the retry time grows with the path and about one NAK per loss
+    # goes out again.
+    port = free_port()
+    slow = {"image_liveness_timeout": "10s", "retransmit_unicast_linger": "60ms"}
+    with RelayProcess(("127.0.0.1", port), forward=Impairment(drop=0.05, latency=0.001),
+                      backward=Impairment(latency=0.001), seed=5) as relay:
+        sub_driver, pub_driver, sub, pub = udp_pair(
+            make_driver, make_client, port=port, pub_endpoint=f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}",
+            pub_opts=slow, sub_opts=slow)
+        run_stream(pub, sub, stream_of(2_000, seed=4), 2_000)
+        assert relay.forward_stats.dropped > 20, "the short path's repairs this test starts from did not happen"
+        relay.configure(forward=Impairment(drop=0.05, latency=0.015), backward=Impairment(latency=0.015))
+        time.sleep(1.0)  # the path has been slow for a moment (about ten measurements)
+        naks_before, dropped_before = counter(sub_driver.dir, NAKS_SENT), relay.forward_stats.dropped
+        run_stream(pub, sub, stream_of(5_000, seed=6), 5_000)
+        naks = counter(sub_driver.dir, NAKS_SENT) - naks_before
+        dropped = relay.forward_stats.dropped - dropped_before
+    assert dropped > 100
+    assert naks <= 1.5 * dropped, f"{naks} NAKs for {dropped} lost datagrams on the slower path"
+
+
 def test_publication_close_ends_the_image_and_a_new_publication_brings_a_new_one(make_driver, make_client):
     port = free_port()
     sub_driver = make_driver(**UDP_OPTIONS)

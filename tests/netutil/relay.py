@@ -379,8 +379,8 @@ class RelayProcess(_RelayViews):
     interval (5 ms) whenever the test spins in native calls, and each of its socket calls
     gives it up again: it then moves a few hundred datagrams a second, its socket queues
     overflow and it drops far more than its ``Impairment`` asks for. In a child process it
-    runs at full speed. Same constructor and read-only API as ``LossyRelay`` (no ``filter``
-    callables and no ``configure``: those do not cross a process boundary).
+    runs at full speed. Same constructor and API as ``LossyRelay``, but no ``filter``
+    callables: those do not cross a process boundary.
     """
 
     def __init__(self, target: tuple[str, int], listen: tuple[str, int] = ("127.0.0.1", 0),
@@ -392,11 +392,7 @@ class RelayProcess(_RelayViews):
         import sys
 
         spec = {"target": list(target), "listen": list(listen), "seed": seed, "netns": netns,
-                "upstream_host": upstream_host}
-        for name, imp in (("forward", forward), ("backward", backward)):
-            if imp is not None and imp.filter is not None:
-                raise ValueError(f"RelayProcess cannot take a {name} Impairment with a filter callable")
-            spec[name] = None if imp is None else {k: v for k, v in dataclasses.asdict(imp).items() if k != "filter"}
+                "upstream_host": upstream_host, **self._impairments(forward, backward)}
         tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self._proc = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {tests_dir!r}); "
@@ -413,6 +409,23 @@ class RelayProcess(_RelayViews):
         self.address = tuple(reply["address"])
         self.target = (target[0], int(target[1]))
         self.seed = seed
+
+    @staticmethod
+    def _impairments(forward: Impairment | None, backward: Impairment | None) -> dict:
+        spec = {}
+        for name, imp in (("forward", forward), ("backward", backward)):
+            if imp is not None and imp.filter is not None:
+                raise ValueError(f"RelayProcess cannot take a {name} Impairment with a filter callable")
+            spec[name] = None if imp is None else {k: v for k, v in dataclasses.asdict(imp).items() if k != "filter"}
+        return spec
+
+    def configure(self, forward: Impairment | None = None, backward: Impairment | None = None) -> None:
+        """Replaces the impairment of a direction, as ``LossyRelay.configure`` does."""
+        import json
+
+        reply = self._ask("configure " + json.dumps(self._impairments(forward, backward)))
+        if reply is not None:
+            raise RuntimeError(f"relay process refused the configuration: {reply}")
 
     def _ask(self, what: str):
         import json
@@ -469,6 +482,10 @@ def _serve_child() -> None:
                 reply = {name: dataclasses.asdict(s) for name, s in relay.stats().items()}
             elif what == "held":
                 reply = relay.held()
+            elif what.startswith("configure "):
+                given = json.loads(what.removeprefix("configure "))
+                relay.configure(**{name: Impairment(**imp) for name, imp in given.items() if imp is not None})
+                reply = None
             else:
                 reply = {"error": f"unknown request {what!r}"}
             print(json.dumps(reply), flush=True)

@@ -32,9 +32,9 @@ use sulis_concurrent::logbuffer::{self, term_rebuilder};
 use sulis_concurrent::loss_report::{EntryHandle, LossReport};
 use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::frame::{
-    decode_datagram, parse_data_datagram, DataDatagram, Frame, FrameHeader, NakFrame, SetupFrame,
-    StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK,
-    HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
+    decode_datagram, parse_data_datagram, DataDatagram, Frame, FrameHeader, NakFrame, RttmFrame,
+    SetupFrame, StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR,
+    HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
     SESSION_ID_FIELD_OFFSET, STREAM_ID_FIELD_OFFSET,
 };
 use sulis_protocol::log_buffer_descriptor::*;
@@ -43,6 +43,13 @@ use sulis_protocol::log_buffer_descriptor::*;
 const RECV_BATCH: usize = 32;
 /// `recvmmsg` calls per endpoint and duty cycle while datagrams keep coming.
 const RECV_ROUNDS: usize = 4;
+/// With adaptive NAK retries, each image asks its sender for a round-trip
+/// measurement this often: a sample the repair time estimate can always use
+/// (a repair that took more than one NAK cannot be timed, so on its own the
+/// estimate could not follow a path that got slower).
+const RTTM_INTERVAL_NS: i64 = 100_000_000;
+/// Round trips longer than this are taken for stale replies, not samples.
+const RTTM_MAX_SAMPLE_NS: i64 = 10_000_000_000;
 
 /// What the conductor tells the receiver.
 pub enum ReceiverCommand {
@@ -136,6 +143,7 @@ struct ReceiverImage {
     hwm_position: i64,
     last_sm_position: i64,
     time_of_last_sm_ns: i64,
+    time_of_last_rttm_ns: i64,
     clean_position: i64,
     /// This image's loss report entry, once it lost something.
     loss_entry: Option<EntryHandle>,
@@ -329,6 +337,7 @@ impl Receiver {
                     hwm_position: join,
                     last_sm_position: join,
                     time_of_last_sm_ns: i64::MIN / 2,
+                    time_of_last_rttm_ns: i64::MIN / 2,
                     clean_position: join,
                     loss_entry: None,
                 });
@@ -517,7 +526,12 @@ impl Receiver {
                     source: src,
                 });
             }
-            HDR_TYPE_RTTM | HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES => {
+            HDR_TYPE_RTTM => match decode_datagram(bytes) {
+                Ok(Frame::Rttm(r)) => self.on_rttm(ep, &r, now_ns),
+                Ok(_) => {}
+                Err(err) => self.invalid(ep, src, &err.to_string()),
+            },
+            HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES => {
                 // Control frames for senders, or features this receiver does
                 // not use: checked, then ignored.
                 if let Err(err) = decode_datagram(bytes) {
@@ -529,6 +543,22 @@ impl Receiver {
                 src,
                 &format!("frame type {other:#x} is not one a receiver accepts"),
             ),
+        }
+    }
+
+    /// A sender's reply to one of our round-trip measurements: a repair time
+    /// sample for the image's loss detector. Requests (a sender measuring
+    /// us) and replies meant for another receiver are ignored.
+    fn on_rttm(&mut self, ep: usize, r: &RttmFrame, now_ns: i64) {
+        if r.is_reply_requested() || r.receiver_id != self.cfg.receiver_id {
+            return;
+        }
+        let e = &mut self.endpoints[ep];
+        if let Some(ii) = e.image_index(r.session_id, r.stream_id) {
+            let rtt_ns = now_ns - r.echo_timestamp_ns - r.reception_delta_ns.max(0);
+            if (0..RTTM_MAX_SAMPLE_NS).contains(&rtt_ns) {
+                e.images[ii].loss.on_round_trip(rtt_ns);
+            }
         }
     }
 
@@ -678,6 +708,21 @@ impl Receiver {
             self.send_control(ep, &buf[..len], img.source);
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
+        }
+        if self.cfg.nak_retry_adaptive_max_ns.is_some() && img.reliable {
+            let ri = &mut self.endpoints[ep].images[ii];
+            if now_ns - ri.time_of_last_rttm_ns >= RTTM_INTERVAL_NS {
+                ri.time_of_last_rttm_ns = now_ns;
+                let rttm = RttmFrame {
+                    flags: RttmFrame::REPLY_FLAG,
+                    session_id: img.session_id,
+                    stream_id: img.stream_id,
+                    echo_timestamp_ns: now_ns,
+                    reception_delta_ns: 0,
+                    receiver_id: self.cfg.receiver_id,
+                };
+                self.send_control(ep, &rttm.to_bytes(), img.source);
+            }
         }
         if new_loss.0 > 0 {
             self.report_loss(ep, ii, new_loss.0, new_loss.1);

@@ -46,8 +46,10 @@
 //! a fast path, where the estimate is a few milliseconds, doubling waits would
 //! let a lost retransmit wait for several of them (recovery at 10 % loss on
 //! loopback took 0.90 s instead of 0.54 s). A path that becomes slower than
-//! the estimate gets no samples then (Karn's rule) and keeps retrying at the
-//! estimate: no more NAKs than with fixed retries.
+//! the estimate gets no repair samples then (Karn's rule); the receiver also
+//! measures the round trip itself (an RTTM frame every 100 ms, echoed by the
+//! sender) and hands each one in as a sample ([`LossDetector::on_round_trip`]),
+//! so the estimate grows with the path all the same.
 //!
 //! On a 20 ms path a fixed 1 ms retry sends some 20 NAKs per loss; the
 //! adaptive one little more than one.
@@ -179,6 +181,16 @@ impl LossDetector {
     /// The repair time measured so far (samples are taken with adaptive retries only).
     pub fn repair_time(&self) -> RepairTime {
         self.repair
+    }
+
+    /// Takes a measured round trip (an RTT measurement frame's reply) as a
+    /// repair time sample, with adaptive retries only. Unlike a timed repair
+    /// it is never ambiguous, so the estimate also follows a path that got
+    /// slower, whose repairs all need a retry and so are never sampled.
+    pub fn on_round_trip(&mut self, rtt_ns: i64) {
+        if self.adaptive_max_ns.is_some() {
+            self.repair.add(rtt_ns);
+        }
     }
 
     /// The delay before the next retry of a NAK sent now.
@@ -882,6 +894,30 @@ mod tests {
     }
 
     #[test]
+    fn measured_round_trips_let_the_retry_time_grow_with_a_slower_path() {
+        // Repairs timed at 2 ms; then the path takes 30 ms, so every repair
+        // needs retries and none is sampled. Round trips still are.
+        let mut detector = adaptive_detector();
+        detector.repair.add(2 * RETRY_NS);
+        let short = detector.retry_delay_ns();
+        assert!(short < 30 * RETRY_NS);
+        for _ in 0..10 {
+            detector.on_round_trip(30 * RETRY_NS);
+        }
+        assert_eq!(detector.repair_time().samples, 11);
+        assert!(
+            detector.retry_delay_ns() > 30 * RETRY_NS,
+            "retry after {} ns on a 30 ms path",
+            detector.retry_delay_ns()
+        );
+        // And shrink again when the path is short once more.
+        for _ in 0..100 {
+            detector.on_round_trip(2 * RETRY_NS);
+        }
+        assert!(detector.retry_delay_ns() < 3 * RETRY_NS);
+    }
+
+    #[test]
     fn fixed_retries_take_no_samples() {
         let (term, hwm) = one_gap_term();
         let id = INITIAL_TERM_ID;
@@ -890,6 +926,7 @@ mod tests {
         assert_eq!(scan(&mut detector, &term, 1024, hwm, DELAY_NS).2.len(), 1);
         term.insert(1024, 1024, id);
         assert_eq!(scan(&mut detector, &term, 1024, hwm, 20 * RETRY_NS).0, hwm);
+        detector.on_round_trip(20 * RETRY_NS);
         assert_eq!(detector.repair_time(), RepairTime::default());
         assert_eq!(detector.retry_delay_ns(), RETRY_NS);
     }
