@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -131,26 +132,38 @@ def test_standalone_driver_serves_clients_and_stops_on_sigterm():
         shutil.rmtree(dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def standalone_driver():
+    """A ``sulis driver`` process (shared threading) in a fresh directory, as
+    ``(dir, proc)``; killed if still running, and its directory removed, after."""
+    dir = make_dir("sulis-cli-")
+    proc = subprocess.Popen([*CLI, "driver", "--dir", dir, "--threading-mode", "shared"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        yield dir, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+def assert_stops_cleanly(proc: subprocess.Popen) -> None:
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped" in err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_standalone_driver_stops_cleanly_on_a_signal_right_after_start(sig):
     """Signalled the moment it is visible to clients, the driver still stops
     cleanly (the handlers are in place before the driver starts)."""
     for _ in range(3):
-        dir = make_dir("sulis-cli-")
-        proc = subprocess.Popen([*CLI, "driver", "--dir", dir, "--threading-mode", "shared"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-        try:
+        with standalone_driver() as (dir, proc):
             await_until(lambda: sulis._native.active_driver(dir) is not None or proc.poll() is not None, 30,
                         interval=0)
             proc.send_signal(sig)
-            _, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err
-            assert "stopped" in err
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=30)
-            shutil.rmtree(dir, ignore_errors=True)
+            assert_stops_cleanly(proc)
 
 
 def _driver_threads(pid: int) -> list[int]:
@@ -168,19 +181,9 @@ def test_standalone_driver_stops_on_a_signal_taken_by_one_of_its_agent_threads(s
     aimed at an agent thread (tgkill) once the driver has settled into its
     wait, it still stops the driver cleanly and at once."""
     tgkill = ctypes.CDLL(None, use_errno=True).tgkill
-    dir = make_dir("sulis-cli-")
-    proc = subprocess.Popen([*CLI, "driver", "--dir", dir, "--threading-mode", "shared"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-    try:
+    with standalone_driver() as (dir, proc):
         await_until(lambda: sulis._native.active_driver(dir) is not None and _driver_threads(proc.pid), 30)
         time.sleep(0.3)  # into the wait loop
         [agent] = _driver_threads(proc.pid)
         assert tgkill(proc.pid, agent, sig) == 0, os.strerror(ctypes.get_errno())
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-        assert "stopped" in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-        shutil.rmtree(dir, ignore_errors=True)
+        assert_stops_cleanly(proc)

@@ -7,6 +7,7 @@ message: in order, each once, each intact (the messages carry a CRC).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -111,6 +112,17 @@ def udp_pair(make_driver, make_client, pub_opts=None, sub_opts=None, stream_id=1
     return sub_driver, pub_driver, sub, pub
 
 
+@contextlib.contextmanager
+def relayed_udp_pair(make_driver, make_client, forward: Impairment, backward: Impairment, seed: int,
+                     pub_opts=None, sub_opts=None):
+    """``udp_pair`` whose publication sends through a ``RelayProcess`` impairing
+    each direction; yields ``(relay, sub_driver, pub_driver, sub, pub)``."""
+    port = free_port()
+    with RelayProcess(("127.0.0.1", port), forward=forward, backward=backward, seed=seed) as relay:
+        yield relay, *udp_pair(make_driver, make_client, port=port, pub_opts=pub_opts, sub_opts=sub_opts,
+                               pub_endpoint=f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}")
+
+
 @pytest.mark.parametrize("mode", ["shared", "shared-network", "dedicated"])
 def test_stream_between_two_drivers_arrives_in_order_once_and_intact(make_driver, make_client, mode):
     sub_driver, pub_driver, sub, pub = udp_pair(
@@ -152,12 +164,9 @@ def test_reordered_duplicated_and_dropped_datagrams_through_a_relay(make_driver,
     # socket queues, dropping most status messages (that starved stream was once taken for a bug).
     # 10 s liveness: a loaded machine can still pause the relay longer than UDP_OPTIONS' 1 s.
     lively = {"image_liveness_timeout": "10s"}
-    port = free_port()
     impair = Impairment(drop=0.05, duplicate=0.05, reorder=0.1, reorder_after=3)
-    with RelayProcess(("127.0.0.1", port), forward=impair, backward=Impairment(drop=0.05), seed=5) as relay:
-        relay_endpoint = f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}"
-        sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, port=port, pub_endpoint=relay_endpoint,
-                                                    pub_opts=lively, sub_opts=lively)
+    with relayed_udp_pair(make_driver, make_client, impair, Impairment(drop=0.05), seed=5,
+                          pub_opts=lively, sub_opts=lively) as (relay, sub_driver, pub_driver, sub, pub):
         run_stream(pub, sub, stream_of(5_000, seed=4), 5_000)
         stats = relay.stats()["forward"]
     assert stats.dropped > 0 and stats.duplicated > 0 and stats.reordered > 0
@@ -172,14 +181,10 @@ def test_a_long_path_gets_each_lost_datagram_resent_about_once(adaptive, make_dr
     # own, not just the last one NAKed (with one action for all, retransmits ran at ~10 per lost
     # datagram). With adaptive retries (the default) the receiver waits for the repair time it
     # measured (~20 ms) before it NAKs again, so about one NAK goes out per loss.
-    port = free_port()
     slow = {"image_liveness_timeout": "10s", "retransmit_unicast_linger": "50ms"}
     sub_opts = {**slow, "nak_unicast_retry_adaptive": "true" if adaptive else "false"}
-    with RelayProcess(("127.0.0.1", port), forward=Impairment(drop=0.05, latency=0.01),
-                      backward=Impairment(latency=0.01), seed=3) as relay:
-        sub_driver, pub_driver, sub, pub = udp_pair(
-            make_driver, make_client, port=port, pub_endpoint=f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}",
-            pub_opts=slow, sub_opts=sub_opts)
+    with relayed_udp_pair(make_driver, make_client, Impairment(drop=0.05, latency=0.01), Impairment(latency=0.01),
+                          seed=3, pub_opts=slow, sub_opts=sub_opts) as (relay, sub_driver, pub_driver, sub, pub):
         run_stream(pub, sub, stream_of(5_000, seed=4), 5_000)
         dropped = relay.forward_stats.dropped
     retransmits = counter(pub_driver.dir, RETRANSMITS_SENT)
@@ -203,13 +208,9 @@ def test_adaptive_nak_retries_follow_a_path_that_gets_slower(make_driver, make_c
     # measurements (an RTTM frame to the sender every 100 ms, which it echoes) are timed whatever
     # happens to the repairs, so the retry time grows with the path and about one NAK per loss
     # goes out again.
-    port = free_port()
     slow = {"image_liveness_timeout": "10s", "retransmit_unicast_linger": "60ms"}
-    with RelayProcess(("127.0.0.1", port), forward=Impairment(drop=0.05, latency=0.001),
-                      backward=Impairment(latency=0.001), seed=5) as relay:
-        sub_driver, pub_driver, sub, pub = udp_pair(
-            make_driver, make_client, port=port, pub_endpoint=f"aeron:udp?endpoint={relay.address[0]}:{relay.address[1]}",
-            pub_opts=slow, sub_opts=slow)
+    with relayed_udp_pair(make_driver, make_client, Impairment(drop=0.05, latency=0.001), Impairment(latency=0.001),
+                          seed=5, pub_opts=slow, sub_opts=slow) as (relay, sub_driver, pub_driver, sub, pub):
         run_stream(pub, sub, stream_of(2_000, seed=4), 2_000)
         assert relay.forward_stats.dropped > 20, "the short path's repairs this test starts from did not happen"
         relay.configure(forward=Impairment(drop=0.05, latency=0.015), backward=Impairment(latency=0.015))
