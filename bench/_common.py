@@ -1190,11 +1190,11 @@ def print_latency_table(variants: list, results: dict, skipped: dict, errors: di
 
 
 def latency_report(variants: list, results: dict, skipped: dict, errors: dict, heading: str, targets: dict,
-                   max_interference: float, compare: Callable[[dict, dict, dict], None]) -> dict:
+                   max_interference: float, compare_with: tuple[str, ...]) -> dict:
     """After a latency benchmark's rounds: ``heading``, the table
     (:func:`print_latency_table`), the targets of sulis from Python (``sulis
-    Python p99 <= 15 µs: 12.34 µs -> MET``), what ``compare(python's medians,
-    all medians, names)`` prints, and the notes. Returns the medians."""
+    Python p99 <= 15 µs: 12.34 µs -> MET``), sulis Python's p50 and p99 against
+    each variant of ``compare_with`` that ran, and the notes. Returns the medians."""
     med = latency_medians(results)
     names = variant_names(variants)
     print()
@@ -1206,7 +1206,10 @@ def latency_report(variants: list, results: dict, skipped: dict, errors: dict, h
     if py:
         for q, target in targets.items():
             print(f"  sulis Python {q[:-3]} <= {target:g} µs: {py[q]:.2f} µs -> {verdict(py[q] <= target)}")
-        compare(py, med, names)
+        for key in compare_with:
+            if key in med:
+                print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
+                      f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")
     print_notes(results, errors, names, max_interference)
     return med
 

@@ -214,16 +214,12 @@ def main(argv=None) -> int:
 
     results, skipped, errors = c.run_rounds(variants, runs, a.retry_noisy, a.max_interference, c.latency_line)
 
-    def compare(py: dict, med: dict, _names: dict) -> None:
-        if "zmq" in med:
-            print(f"  sulis Python vs pyzmq REQ/REP: p50 {med['zmq']['p50_us'] / py['p50_us']:.1f}x lower, "
-                  f"p99 {med['zmq']['p99_us'] / py['p99_us']:.1f}x lower")
-
     med = c.latency_report(variants, results, skipped, errors,
                            f"IPC round trip, {MESSAGE_LENGTH} B, µs, median of the rounds "
                            f"(targets for sulis from Python: p50 <= {TARGET_P50_US:g}, p99 <= {TARGET_P99_US:g}); "
                            "'x Py' = this row / sulis Python (> 1: slower than sulis Python):",
-                           TARGETS, a.max_interference, compare)
+                           TARGETS, a.max_interference,
+                           compare_with=("zmq", "iceoryx2", "zenoh", "aeron-1.15.1", "aeron-current"))
 
     c.save_report("ipc_latency", {
         "runs": runs, "n": a.n, "warmup": a.warmup, "message_length": MESSAGE_LENGTH,

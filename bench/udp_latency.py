@@ -317,17 +317,12 @@ def main(argv=None) -> int:
     results, skipped, errors = c.run_rounds(variants, runs, a.retry_noisy, a.max_interference, c.latency_line,
                                             quiet_wait_s=a.wait_quiet)
 
-    def compare(py: dict, med: dict, names: dict) -> None:
-        for key in ("raw", "zmq", "zenoh", "aeron-1.15.1", "aeron-current"):
-            if key in med:
-                print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
-                      f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")
-
     med = c.latency_report(variants, results, skipped, errors,
                            f"UDP round trip, {MESSAGE_LENGTH} B, µs, median of the rounds "
                            f"(target for sulis from Python: p99 <= {TARGET_P99_US:g}); "
                            "'x Py' = this row / sulis Python (> 1: slower than sulis Python):",
-                           TARGETS, a.max_interference, compare)
+                           TARGETS, a.max_interference,
+                           compare_with=("raw", "zmq", "zenoh", "aeron-1.15.1", "aeron-current"))
 
     c.save_report("udp_latency", {
         "runs": runs, "n": a.n, "warmup": a.warmup, "message_length": MESSAGE_LENGTH,
