@@ -1221,30 +1221,35 @@ impl DriverConductor {
         let timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
         let mut work = 0;
         for i in 0..self.net_publications.len() {
-            if !self.net_publications[i].is_due_for_re_resolution(now_ns, timeout_ns) {
+            let entry = &self.net_publications[i];
+            if !entry.is_due_for_re_resolution(now_ns, timeout_ns) {
                 continue;
             }
+            let name = entry
+                .re_resolution
+                .as_ref()
+                .expect("due: a name")
+                .name
+                .clone();
+            let looked_up =
+                self.timed_name_lookup(|| crate::media::udp_channel::resolve("endpoint", &name));
             let entry = &mut self.net_publications[i];
-            let r = entry.re_resolution.as_mut().expect("due implies a name");
+            let r = entry.re_resolution.as_mut().expect("due: a name");
             r.last_lookup_ns = now_ns;
-            let (name, old) = (r.name.clone(), r.address);
-            let registration_id = entry.publication.registration_id;
-            let channel = entry.publication.channel.clone();
             work += 1;
-            match self.timed_name_lookup(|| crate::media::udp_channel::resolve("endpoint", &name)) {
-                Ok(new) if new != old => {
-                    if let Some(r) = self.net_publications[i].re_resolution.as_mut() {
-                        r.address = new;
-                    }
+            match looked_up {
+                Ok(new) if new != r.address => {
+                    r.address = new;
                     let _ = self.net.sender.send(SenderCommand::ChangeDestination {
-                        registration_id,
+                        registration_id: entry.publication.registration_id,
                         destination: new,
                     });
                     self.system.increment(SystemCounter::ResolutionChanges);
                 }
                 Ok(_) => {}
-                Err(e) => self.record_error(&format!(
-                    "channel '{channel}': looking the endpoint up again: {e}"
+                Err(e) => self.errors.record(&format!(
+                    "channel '{}': looking the endpoint up again: {e}",
+                    entry.publication.channel
                 )),
             }
         }
