@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -44,6 +42,7 @@ from bench._common import (  # noqa: E402
     LATENCY_KEYS, Skip, count_intervals_each, encode_samples, hdr_percentiles, print_intervals,
 )
 from bench.peers._shared import print_summary  # noqa: E402
+from sulis._child import die_with_parent  # noqa: E402
 
 __all__ = ["push_pull_throughput", "req_rep_latency", "throughput_run", "latency_run"]
 
@@ -65,20 +64,13 @@ def _endpoint_base(transport: str) -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _die_with_parent() -> None:
-    """In a child: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG), so
-    that no sender is left running if the orchestrator is killed."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
-
-
 @contextlib.contextmanager
 def _child_socket(kind: str, result_q, linger: int = 0):
     """In a child process (which gets SIGTERM when its parent dies): a ``kind``
     socket (``"PULL"``...) in a context of its own, as ``(zmq, socket)``. An
     exception in the block is reported on ``result_q`` (the parent must not
     hang); the socket is closed with ``linger`` ms and the context ended."""
-    _die_with_parent()
+    die_with_parent()  # no sender left running if the orchestrator is killed
     import zmq
 
     ctx = zmq.Context()

@@ -113,9 +113,6 @@ class ChildProcess:
         except (OSError, ValueError):
             return ""
 
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
     def stop(self, grace_s: float = 10.0, first: signal.Signals = signal.SIGINT) -> str:
         """``first`` (a clean shutdown), then SIGTERM, then SIGKILL, each given time to work;
         returns the one that worked ("exited" if none was needed). Its output is all read then."""
@@ -133,13 +130,14 @@ class ChildProcess:
         return how
 
     def close(self, grace_s: float = 5.0, first: signal.Signals = signal.SIGINT) -> None:
-        """Closes its stdin (its cue to stop), waits ``grace_s``, then :meth:`stop`; releases everything.
-        Idempotent."""
+        """Closes its stdin pipe (its cue to stop) and waits up to ``grace_s`` for it to go, then
+        :meth:`stop`; releases everything. Idempotent. Without a pipe to close there is no cue to
+        wait on: :meth:`stop` comes at once."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(grace_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace_s)
         if self.proc.poll() is None:
             self.stop(grace_s=2.0, first=first)
         self._reader.join(5.0)

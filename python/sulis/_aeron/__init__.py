@@ -395,13 +395,14 @@ class Jvm(ChildProcess):
         heard = now
         while True:
             lines = self.lines
-            for i in range(start, len(lines)):
+            end = len(lines)  # lines the reader adds meanwhile are seen on the next turn
+            for i in range(start, end):
                 heard = time.monotonic()
                 if rx.search(lines[i][1]):
                     return i
                 if on_line is not None:
                     on_line(lines[i][1])
-            start = len(lines)
+            start = end
             if self.eof and start == len(self.lines) and self.proc.poll() is not None:
                 raise self.failure(f"exited with status {self.proc.returncode} before printing {pattern!r}")
             for other in watch:

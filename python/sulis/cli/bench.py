@@ -658,31 +658,21 @@ class AeronPeer:
         return _aeron.Jvm(cmd, what=f"the Aeron {what} JVM", keep_stdin=True)
 
 
-class _Stall:
-    """Feeds AeronBench's ``progress N`` lines to the progress display; raises when N stops moving."""
+def _aeron_progress(progress, what: str):
+    """``on_line`` for AeronBench's output: its ``progress N`` lines go to the progress display, and a
+    Watchdog raises when N stops moving."""
+    from .. import _benchkit as kit
 
-    def __init__(self, progress, what: str) -> None:
-        from .. import _benchkit as kit
+    stalled = kit.Watchdog(what)
 
-        self.progress = progress
-        self.what = what
-        self.timeout = kit.STALL_TIMEOUT_S
-        self.value = None
-        self.since = time.monotonic()
+    def on_line(line: str) -> None:
+        if line.startswith("progress "):
+            value = int(line.split()[1])
+            stalled(value)
+            if progress is not None:
+                progress(value)
 
-    def __call__(self, line: str) -> None:
-        from .. import _benchkit as kit
-
-        if not line.startswith("progress "):
-            return
-        value = int(line.split()[1])
-        now = time.monotonic()
-        if value != self.value:
-            self.value, self.since = value, now
-            if self.progress is not None:
-                self.progress(value)
-        elif now - self.since > self.timeout:
-            raise kit.BenchError(f"{self.what}: no progress for {self.timeout:g} s (stuck at {value:,})")
+    return on_line
 
 
 @contextlib.contextmanager
@@ -715,7 +705,7 @@ def _aeron_throughput(plan: Plan, size: int, warmup: int, k: int, progress) -> d
         pub_dir = sub_dir if shared else os.path.join(base, "aeron-pub")
         pub = jvms.enter_context(peer.start(plan, "pub", [channel, stream, plan.count, warmup, size], pub_dir,
                                             not shared, "publisher"))
-        done = sub.wait_line(r"^done ", None, on_line=_Stall(progress, "Aeron subscriber"),
+        done = sub.wait_line(r"^done ", None, on_line=_aeron_progress(progress, "Aeron subscriber"),
                              quiet_timeout_s=STALL_QUIET_S, watch=[pub])
         sent = pub.wait_line(r"^sent ", 30)
         timed, ns = (int(x) for x in sub.lines[done][1].split()[1:3])
@@ -737,7 +727,7 @@ def _aeron_ping_pong(plan: Plan, size: int, warmup: int, k: int, progress) -> li
         ping_dir = pong_dir if shared else os.path.join(base, "aeron-ping")
         ping = jvms.enter_context(peer.start(plan, "ping", [ping_channel, pong_channel, plan.count, warmup, size],
                                              ping_dir, not shared, "ping", streams))
-        i = ping.wait_line(r"^rtt", None, on_line=_Stall(progress, "Aeron ping"), quiet_timeout_s=STALL_QUIET_S,
+        i = ping.wait_line(r"^rtt", None, on_line=_aeron_progress(progress, "Aeron ping"), quiet_timeout_s=STALL_QUIET_S,
                            watch=[pong])
         samples = [int(x) for x in ping.lines[i][1].split()[1:]]
     if len(samples) != plan.count:
