@@ -200,11 +200,28 @@ impl PyImage {
 
 /// Reassembles fragmented messages for `Subscription.poll`: the wrapped
 /// `handler(buffer, header)` sees whole messages; `header.frame_length` is
-/// the whole message plus 32, flags are BEGIN|END.
+/// the whole message plus 32, flags are BEGIN|END. A message with a missing
+/// fragment (lost on an unreliable channel, or joined mid-message) is
+/// dropped, never handed over with a hole.
 #[pyclass(module = "sulis._native", name = "FragmentAssembler", frozen)]
 pub struct PyFragmentAssembler {
     handler: Py<PyAny>,
-    builders: Mutex<HashMap<i32, (Vec<u8>, Header)>>,
+    builders: Mutex<HashMap<i32, Partial>>,
+}
+
+/// A message being reassembled, per session.
+struct Partial {
+    payload: Vec<u8>,
+    /// The first fragment's header.
+    first: Header,
+    /// Stream position where the next fragment must start.
+    next_position: i64,
+}
+
+/// Stream position where the fragment of `header` starts.
+fn fragment_start(header: &Header) -> i64 {
+    let aligned = (header.frame_length().max(0) as i64 + 31) & !31;
+    header.position() - aligned
 }
 
 impl PyFragmentAssembler {
@@ -218,21 +235,39 @@ impl PyFragmentAssembler {
         let complete = {
             let mut builders = self.builders.lock().unwrap();
             if flags & BEGIN_FLAG != 0 {
+                // A new message; any unfinished one of this session lost its end.
                 let mut first = *header;
                 first.set_flags(UNFRAGMENTED);
-                builders.insert(session, (payload.to_vec(), first));
+                builders.insert(
+                    session,
+                    Partial {
+                        payload: payload.to_vec(),
+                        first,
+                        next_position: header.position(),
+                    },
+                );
                 None
-            } else if let Some((buf, _)) = builders.get_mut(&session) {
-                buf.extend_from_slice(payload);
-                if flags & END_FLAG != 0 {
-                    let (buf, mut first) = builders.remove(&session).unwrap();
-                    first.set_frame_length((buf.len() + 32) as i32);
-                    Some((buf, first, header.position()))
-                } else {
-                    None
-                }
             } else {
-                None // a middle fragment without its beginning (joined mid-message): drop
+                match builders.get_mut(&session) {
+                    Some(m) if m.next_position == fragment_start(header) => {
+                        m.payload.extend_from_slice(payload);
+                        m.next_position = header.position();
+                        if flags & END_FLAG != 0 {
+                            let mut m = builders.remove(&session).unwrap();
+                            m.first.set_frame_length((m.payload.len() + 32) as i32);
+                            Some((m.payload, m.first, header.position()))
+                        } else {
+                            None
+                        }
+                    }
+                    Some(_) => {
+                        // Not the fragment that follows (one in between was
+                        // lost and padded over): the message has a hole.
+                        builders.remove(&session);
+                        None
+                    }
+                    None => None, // no beginning (joined mid-message): drop
+                }
             }
         };
         if let Some((buf, h, end)) = complete {
