@@ -99,6 +99,16 @@ pub struct NetworkLinks {
     pub receiver_events: mpsc::Receiver<ReceiverEvent>,
 }
 
+/// An add-subscription command that waits until the receiver has closed the
+/// socket of a removed endpoint with the same address.
+struct DeferredSubscription {
+    key: String,
+    client_id: i64,
+    correlation_id: i64,
+    stream_id: i32,
+    channel: String,
+}
+
 struct ClientCounter {
     registration_id: i64,
     client_id: i64,
@@ -200,6 +210,11 @@ pub struct DriverConductor {
     net_publications: Vec<NetworkPublicationEntry>,
     send_endpoints: Vec<EndpointEntry>,
     receive_endpoints: Vec<EndpointEntry>,
+    /// Receive endpoints removed whose sockets the receiver has not yet
+    /// closed: (id, canonical key).
+    closing_receive_endpoints: Vec<(u64, String)>,
+    /// Subscriptions waiting for the closing endpoint of their address.
+    deferred_subscriptions: Vec<DeferredSubscription>,
     images: Vec<ImageEntry>,
     next_endpoint_id: u64,
     clients: Vec<ClientSession>,
@@ -250,6 +265,8 @@ impl DriverConductor {
             net_publications: Vec::new(),
             send_endpoints: Vec::new(),
             receive_endpoints: Vec::new(),
+            closing_receive_endpoints: Vec::new(),
+            deferred_subscriptions: Vec::new(),
             images: Vec::new(),
             next_endpoint_id: 1,
             clients: Vec::new(),
@@ -296,8 +313,19 @@ impl DriverConductor {
         // conductor spinning for as long as any stream flows, stealing a core
         // from the publishers and subscribers. The publication window (half a
         // term) covers the conductor's idle back-off many times over.
-        for p in self.publications.iter_mut() {
+        let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
+        let mut drained = Vec::new();
+        for (i, p) in self.publications.iter_mut().enumerate() {
             p.update_publisher_limit();
+            // Checked every cycle, not on the timer: subscribers learn that a
+            // closed stream is over as soon as they have read it to the end.
+            if matches!(p.state, PubState::Draining { .. }) && p.on_time_event(now_ns, linger_ns) {
+                drained.push(i);
+            }
+        }
+        for i in drained {
+            self.withdraw_ipc_images(i);
+            work += 1;
         }
         let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
         for p in self.net_publications.iter_mut() {
@@ -310,6 +338,7 @@ impl DriverConductor {
                     setup,
                     source,
                 } => self.on_create_image(endpoint_id, &setup, source, now_ns),
+                ReceiverEvent::EndpointClosed { id } => self.on_receive_endpoint_closed(id),
             }
             work += 1;
         }
@@ -464,16 +493,21 @@ impl DriverConductor {
             ),
         };
         if let Err(e) = result {
-            self.record_error(&format!(
-                "client {client_id} command {correlation_id}: {}",
-                e.message
-            ));
-            self.send(Event::Error {
-                correlation_id,
-                code: e.code,
-                message: e.message,
-            });
+            self.reply_error(client_id, correlation_id, e);
         }
+    }
+
+    /// A command failed: logged, and its client told.
+    fn reply_error(&mut self, client_id: i64, correlation_id: i64, e: CommandError) {
+        self.record_error(&format!(
+            "client {client_id} command {correlation_id}: {}",
+            e.message
+        ));
+        self.send(Event::Error {
+            correlation_id,
+            code: e.code,
+            message: e.message,
+        });
     }
 
     fn ensure_client(&mut self, client_id: i64) {
@@ -658,7 +692,11 @@ impl DriverConductor {
         let subs: Vec<usize> = (0..self.subscriptions.len())
             .filter(|&i| {
                 let s = &self.subscriptions[i];
-                s.stream_id == stream_id && s.session_filter.is_none_or(|f| f == session_id)
+                // An IPC publication feeds IPC subscriptions only: a network
+                // subscription gets images from its own endpoint.
+                s.udp_endpoint.is_none()
+                    && s.stream_id == stream_id
+                    && s.session_filter.is_none_or(|f| f == session_id)
             })
             .collect();
         for si in subs {
@@ -1027,19 +1065,61 @@ impl DriverConductor {
                 endpoint_id,
                 stream_id: link.stream_id,
             });
-            if let Some(i) = self
+            if let Some(e) = self
                 .receive_endpoints
-                .iter()
-                .position(|e| e.id == endpoint_id)
+                .iter_mut()
+                .find(|e| e.id == endpoint_id)
             {
-                self.receive_endpoints[i].ref_count -= 1;
-                if self.receive_endpoints[i].ref_count == 0 {
-                    self.receive_endpoints.swap_remove(i);
-                    let _ = self
-                        .net
-                        .receiver
-                        .send(ReceiverCommand::RemoveEndpoint { id: endpoint_id });
-                }
+                e.ref_count -= 1;
+            }
+            self.close_receive_endpoint_if_unused(endpoint_id);
+        }
+    }
+
+    /// Closes a receive endpoint once no subscription and no image (active or
+    /// lingering) uses it. Until then a subscription on the same address
+    /// takes it up again rather than trying to bind a second socket there.
+    fn close_receive_endpoint_if_unused(&mut self, endpoint_id: u64) {
+        let Some(i) = self
+            .receive_endpoints
+            .iter()
+            .position(|e| e.id == endpoint_id)
+        else {
+            return;
+        };
+        if self.receive_endpoints[i].ref_count > 0
+            || self.images.iter().any(|m| m.image.endpoint_id == endpoint_id)
+        {
+            return;
+        }
+        let entry = self.receive_endpoints.swap_remove(i);
+        self.closing_receive_endpoints.push((entry.id, entry.key));
+        let _ = self
+            .net
+            .receiver
+            .send(ReceiverCommand::RemoveEndpoint { id: endpoint_id });
+    }
+
+    /// The receiver closed a removed endpoint's socket: subscriptions that
+    /// waited for its address can bind it now.
+    fn on_receive_endpoint_closed(&mut self, id: u64) {
+        let Some(i) = self
+            .closing_receive_endpoints
+            .iter()
+            .position(|(e, _)| *e == id)
+        else {
+            return;
+        };
+        let (_, key) = self.closing_receive_endpoints.swap_remove(i);
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred_subscriptions)
+            .into_iter()
+            .partition(|d| d.key == key);
+        self.deferred_subscriptions = waiting;
+        for d in ready {
+            if let Err(e) =
+                self.on_add_subscription(d.client_id, d.correlation_id, d.stream_id, &d.channel)
+            {
+                self.reply_error(d.client_id, d.correlation_id, e);
             }
         }
     }
@@ -1126,6 +1206,8 @@ impl DriverConductor {
 
     /// Releases everything a client holds (close or time-out).
     fn release_client(&mut self, client_id: i64, now_ns: i64) {
+        self.deferred_subscriptions
+            .retain(|d| d.client_id != client_id);
         let links: Vec<i64> = self
             .publication_links
             .iter()
@@ -1464,8 +1546,26 @@ impl DriverConductor {
         let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
         let key = udp.canonical.clone();
+        if self.closing_receive_endpoints.iter().any(|(_, k)| *k == key) {
+            // The receiver still holds the old socket on this address; bind
+            // once it has closed it (a few microseconds at most).
+            self.deferred_subscriptions.push(DeferredSubscription {
+                key,
+                client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            });
+            return Ok(());
+        }
         let endpoint_id = match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
             Some(e) => {
+                if e.ref_count == 0 {
+                    // Kept open only for lingering images: the new
+                    // subscription's settings apply from now on.
+                    e.rcv_wnd = p.rcv_wnd.map(|w| w as usize);
+                    e.reliable = p.reliable.unwrap_or(true);
+                }
                 e.ref_count += 1;
                 e.id
             }
@@ -1824,6 +1924,7 @@ impl DriverConductor {
                 }
                 self.counters.free(img.hwm.id(), now_ms);
                 self.counters.free(img.rcv_pos.id(), now_ms);
+                self.close_receive_endpoint_if_unused(img.endpoint_id);
                 if let Err(e) = std::fs::remove_file(img.logs.path()) {
                     self.system.increment(SystemCounter::FreeFails);
                     self.record_error(&format!("cannot delete {}: {e}", img.logs.path().display()));
@@ -1871,11 +1972,21 @@ impl DriverConductor {
         let unblock_ns = self.ctx.publication_unblock_timeout_ns as i64;
         let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
         let mut unblocked = 0;
-        for p in self.publications.iter_mut() {
+        let mut drained = Vec::new();
+        for (i, p) in self.publications.iter_mut().enumerate() {
             if p.check_for_blocked_publisher(now_ns, unblock_ns) {
                 unblocked += 1;
             }
-            p.on_time_event(now_ns, linger_ns);
+            if p.on_time_event(now_ns, linger_ns) {
+                drained.push(i);
+            }
+        }
+        // A closed publication its subscribers have read to the end is
+        // unavailable to them now, not after the linger (which only keeps the
+        // log mapped for readers still inside a handler).
+        for i in drained {
+            self.withdraw_ipc_images(i);
+            work += 1;
         }
         for _ in 0..unblocked {
             self.system.increment(SystemCounter::UnblockedPublications);
@@ -1919,20 +2030,32 @@ impl DriverConductor {
         0
     }
 
-    fn free_publication(&mut self, p: IpcPublication, now_ms: i64) {
-        for s in &p.subscribers {
-            let channel = self
-                .subscriptions
-                .iter()
-                .find(|x| x.registration_id == s.subscription_id)
-                .map(|x| x.channel.clone())
-                .unwrap_or_default();
-            self.send(Event::UnavailableImage {
+    /// Tells every subscriber of IPC publication `index` its image is gone.
+    fn withdraw_ipc_images(&mut self, index: usize) {
+        let p = &self.publications[index];
+        let events: Vec<Event> = p
+            .subscribers
+            .iter()
+            .map(|s| Event::UnavailableImage {
                 correlation_id: p.registration_id,
                 subscription_registration_id: s.subscription_id,
                 stream_id: p.stream_id,
-                channel,
-            });
+                channel: self
+                    .subscriptions
+                    .iter()
+                    .find(|x| x.registration_id == s.subscription_id)
+                    .map(|x| x.channel.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        for ev in events {
+            self.send(ev);
+        }
+    }
+
+    fn free_publication(&mut self, p: IpcPublication, now_ms: i64) {
+        // Its subscribers were told at the end of draining (withdraw_ipc_images).
+        for s in &p.subscribers {
             self.counters.free(s.position.id(), now_ms);
         }
         self.counters.free(p.pub_limit.id(), now_ms);

@@ -123,9 +123,20 @@ impl IpcPublication {
         )
     }
 
-    /// Where a new subscriber starts reading.
+    /// Where a new subscriber starts reading: where the existing subscribers
+    /// are (the slowest that holds the publisher back, else the fastest), so
+    /// it gets what is still in the log for them; the producer position when
+    /// there is none.
     pub fn join_position(&self) -> i64 {
-        self.producer_position()
+        let tethered = self
+            .subscribers
+            .iter()
+            .filter(|s| s.tether)
+            .map(|s| s.position.get_volatile())
+            .min();
+        tethered
+            .or_else(|| self.subscribers.iter().map(|s| s.position.get_volatile()).max())
+            .unwrap_or_else(|| self.producer_position())
     }
 
     /// True while publishers can attach.
@@ -215,10 +226,13 @@ impl IpcPublication {
         }
     }
 
-    /// Timer step of the close sequence. `linger_ns` bounds both draining and lingering.
-    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) {
+    /// Timer step of the close sequence. `linger_ns` bounds both draining and
+    /// lingering. Returns true when draining ends: the subscribers have read
+    /// to the end of the stream (or the linger ran out) and are to be told
+    /// the image is gone.
+    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) -> bool {
         match self.state {
-            PubState::Active | PubState::Done => {}
+            PubState::Active | PubState::Done => false,
             PubState::Draining { since_ns } => {
                 let producer = self.producer_position();
                 let drained = self
@@ -229,12 +243,15 @@ impl IpcPublication {
                     self.state = PubState::Lingering {
                         until_ns: now_ns + linger_ns,
                     };
+                    return true;
                 }
+                false
             }
             PubState::Lingering { until_ns } => {
                 if now_ns >= until_ns {
                     self.state = PubState::Done;
                 }
+                false
             }
         }
     }

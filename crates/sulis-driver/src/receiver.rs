@@ -60,7 +60,9 @@ pub enum ReceiverCommand {
         /// The bound socket.
         transport: UdpTransport,
     },
-    /// Close an endpoint (no subscription uses it any more).
+    /// Close an endpoint (no subscription or image uses it any more); the
+    /// receiver answers with [`ReceiverEvent::EndpointClosed`] once its socket
+    /// is closed, so the address can be bound again.
     RemoveEndpoint {
         /// Its id.
         id: u64,
@@ -106,6 +108,11 @@ pub enum ReceiverEvent {
         setup: SetupFrame,
         /// Where it came from.
         source: SocketAddr,
+    },
+    /// The socket of a removed endpoint is closed: its address is free again.
+    EndpointClosed {
+        /// Endpoint id.
+        id: u64,
     },
 }
 
@@ -288,7 +295,12 @@ impl Receiver {
                     cool_down: Vec::new(),
                 })
             }
-            ReceiverCommand::RemoveEndpoint { id } => self.endpoints.retain(|e| e.id != id),
+            ReceiverCommand::RemoveEndpoint { id } => {
+                // Dropping the endpoint closes its socket before the
+                // conductor hears of it.
+                self.endpoints.retain(|e| e.id != id);
+                let _ = self.events.send(ReceiverEvent::EndpointClosed { id });
+            }
             ReceiverCommand::AddSubscription {
                 endpoint_id,
                 stream_id,
@@ -296,7 +308,16 @@ impl Receiver {
                 if let Some(e) = self.endpoint(endpoint_id) {
                     match e.streams.iter_mut().find(|(s, _)| *s == stream_id) {
                         Some((_, n)) => *n += 1,
-                        None => e.streams.push((stream_id, 1)),
+                        None => {
+                            // A stream subscribed again after nobody wanted
+                            // it: the images the conductor withdrew for want
+                            // of subscribers go now, and their sessions may
+                            // join at once instead of after the cool-down.
+                            e.streams.push((stream_id, 1));
+                            e.images
+                                .retain(|i| !(i.img.stream_id == stream_id && i.img.is_inactive()));
+                            e.cool_down.retain(|c| c.1 != stream_id);
+                        }
                     }
                 }
             }
