@@ -100,6 +100,15 @@ def counter_value(dir: str, counter: tuple[int, str]) -> int:
     return reader.value(counter_id)
 
 
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port nobody is bound to on ``host`` right now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=SHM)
 
