@@ -85,13 +85,15 @@ def test_image_fields_and_end_of_stream(client):
     await_until(lambda: pub.is_connected)
     for _ in range(3):
         assert pub.offer(b"before") > 0
-    # A subscriber joining late starts at the publisher's position.
+    # A subscriber joining late starts where the existing subscriber is
+    # (Aeron's IPC join position): at 0, as the first one has read nothing.
     late = client.add_subscription("aeron:ipc", 12)
     await_until(lambda: late.image_count == 1)
     image = late.images[0]
     assert image.session_id == pub.session_id
     assert image.correlation_id == pub.registration_id
-    assert image.join_position == pub.position == 3 * 64
+    assert pub.position == 3 * 64
+    assert image.join_position == first.images[0].position == 0
     assert image.position == image.join_position
     assert image.source_identity == "aeron:ipc"
     assert image.term_buffer_length == pub.term_buffer_length == 64 * 1024
@@ -102,11 +104,11 @@ def test_image_fields_and_end_of_stream(client):
     assert pub.offer(b"after") > 0
     assert pub.offer(b"last") > 0
     pub.close()
-    # Closed, but two messages are unread: not yet the end of the stream.
+    # Closed, but five messages are unread: not yet the end of the stream.
     assert not image.is_end_of_stream
-    got = collect(late, 2)
-    assert [p for p, _ in got] == [b"after", b"last"]
-    assert image.position == 3 * 64 + 64 + 64
+    got = collect(late, 5)
+    assert [p for p, _ in got] == [b"before"] * 3 + [b"after", b"last"]
+    assert image.position == 5 * 64
     assert image.is_end_of_stream
     assert late.poll(lambda b, h: None, 10) == 0
     # The first subscriber drains too; then the driver withdraws both images.
