@@ -20,6 +20,10 @@ Roles
     of STREAM (on CHANNEL, default ``aeron:ipc``), retrying on back pressure,
     then reports and exits. With WAIT_GO=1 it waits for a ``go`` line on
     stdin after ``ready``.
+``consume DIR STREAM PRODUCERS COUNT``
+    Subscribes to STREAM (IPC) and checks every message (``parse_message``):
+    each of PRODUCERS producers' COUNT messages must arrive once, in order,
+    intact. Reports ``done`` with the images it saw, then exits.
 """
 
 from __future__ import annotations
@@ -150,7 +154,31 @@ def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, ma
         say(done=True, sent=n, position=pub.position)
 
 
-ROLES = {"driver": role_driver, "hold": role_hold, "claim": role_claim, "produce": role_produce}
+def role_consume(dir: str, stream: str, producers: str, count: str) -> None:
+    n, expected = int(count), int(producers) * int(count)
+    next_seq: dict[int, int] = {}
+    images: list[int] = []
+    with sulis.Client(dir=dir, driver_timeout=10.0) as client:
+        sub = client.add_subscription("aeron:ipc", int(stream), on_available_image=lambda im: images.append(im.session_id))
+        say(ready=True, pid=os.getpid(), client_id=client.client_id)
+
+        def on_message(buffer, header):
+            producer, seq, _body = parse_message(bytes(buffer))
+            want = next_seq.get(producer, 0)
+            assert seq == want, f"producer {producer}: got seq {seq}, want {want}"
+            assert seq < n, f"producer {producer}: seq {seq} beyond {n}"
+            next_seq[producer] = seq + 1
+
+        assembler = sulis.FragmentAssembler(on_message)
+        while sum(next_seq.values()) < expected:
+            if sub.poll(assembler, 256) == 0:
+                time.sleep(0.0005)
+        say(done=True, received=sum(next_seq.values()), images=sorted(set(images)),
+            image_count=sub.image_count, lapped=client.lapped_count)
+
+
+ROLES = {"driver": role_driver, "hold": role_hold, "claim": role_claim, "produce": role_produce,
+         "consume": role_consume}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](*sys.argv[2:])

@@ -79,6 +79,9 @@ class Client:
     def client_id(self) -> int:
         """This client's id."""
     @property
+    def lapped_count(self) -> int:
+        """Times this client fell more than the driver's broadcast buffer behind and re-synchronised."""
+    @property
     def is_closed(self) -> bool:
         """True once closed or failed."""
     def add_publication(self, channel: str, stream_id: int) -> Publication:
@@ -296,6 +299,16 @@ def driver_config(
 def active_driver(dir: str, timeout_ms: int = 10000) -> str | None:
     """Describes a live driver owning ``dir``, or None."""
 
+def counter_types() -> list[tuple[int, str]]:
+    """Every counter type id with its short name."""
+def system_counters() -> list[tuple[int, str]]:
+    """Every system counter: (id, label)."""
+def parse_stream_counter_key(key: bytes) -> dict[str, Any] | None:
+    """A stream counter key as a dict (registration_id, session_id, stream_id, channel), or None."""
+def is_stream_counter_type(type_id: int) -> bool:
+    """Whether counters of this type carry a stream key."""
+def default_dir() -> str:
+    """The default driver directory: $SULIS_DIR, else sulis-$USER in /dev/shm or the temp dir."""
 def parse_channel(uri: str) -> str:
     """Validates a channel URI and returns its canonical form."""
 

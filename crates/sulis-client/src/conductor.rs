@@ -6,12 +6,20 @@
 //! liveness) and never runs user code, so a slow callback cannot get the
 //! client timed out. Image events for user callbacks are queued for whoever
 //! consumes [`Client::take_image_events`].
+//!
+//! A client that falls more than the broadcast buffer behind the driver
+//! (lapped: the driver answered a flood of commands from others faster than
+//! this client read) does not die. It re-synchronises: requests waiting when
+//! it happened whose answers may be lost fail (an add is undone, so nothing
+//! stays registered in the driver behind the caller's back), and the images
+//! of its subscriptions are reconciled with the driver's subscriber-position
+//! counters, raising the image events it missed.
 
 use crate::image::Image;
 use crate::publication::{ExclusivePublication, Publication};
 use crate::subscription::{Subscription, SubscriptionShared};
 use crate::ClientError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,11 +31,13 @@ use sulis_concurrent::counters::{CounterRef, CountersReader};
 use sulis_concurrent::logbuffer::LogBuffers;
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
-use sulis_protocol::control::{Command, Event};
+use sulis_protocol::control::{error_code, Command, Event};
+use sulis_protocol::counters::type_id;
+use sulis_protocol::driver_dir;
 use sulis_protocol::uri::ChannelUri;
 
 /// Counter type id of client heartbeats.
-const CLIENT_HEARTBEAT_TYPE_ID: i32 = 11;
+const CLIENT_HEARTBEAT_TYPE_ID: i32 = type_id::CLIENT_HEARTBEAT;
 /// Heartbeat period (shorter when the driver's client liveness timeout is short).
 const KEEPALIVE_INTERVAL_MS: i64 = 500;
 /// How often the housekeeping thread wakes while a command awaits its response.
@@ -57,20 +67,10 @@ impl Default for ClientContext {
     }
 }
 
-/// Default driver directory (`SULIS_DIR`, else `/dev/shm/sulis-$USER`).
+/// Default driver directory (`$SULIS_DIR`, else `sulis-$USER` in `/dev/shm`
+/// or the temporary directory; see `sulis_protocol::driver_dir`).
 pub fn sulis_default_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("SULIS_DIR") {
-        return PathBuf::from(d);
-    }
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
-    let base = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    base.join(format!("sulis-{user}"))
+    driver_dir::default_dir()
 }
 
 /// An image came or went.
@@ -93,7 +93,12 @@ pub enum ImageEvent {
 }
 
 struct State {
+    /// Correlation ids of the requests waiting for an answer.
+    awaiting: HashSet<i64>,
+    /// Answers to those (answers to other clients' requests are not kept).
     responses: HashMap<i64, Event>,
+    /// Times this client was lapped by the driver's broadcast and re-synchronised.
+    laps: u64,
     subscriptions: HashMap<i64, Arc<SubscriptionShared>>,
     image_events: Vec<ImageEvent>,
     heartbeat: Option<CounterRef>,
@@ -179,12 +184,27 @@ impl Inner {
     /// Sends a command and waits for the event answering `correlation_id`.
     pub(crate) fn request(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
         self.pending.fetch_add(1, Ordering::AcqRel);
-        let r = self.request_inner(correlation_id, cmd);
+        let laps_at_send = {
+            let mut s = self.state.lock().unwrap();
+            s.awaiting.insert(correlation_id);
+            s.laps
+        };
+        let r = self.request_inner(correlation_id, cmd, laps_at_send);
+        {
+            let mut s = self.state.lock().unwrap();
+            s.awaiting.remove(&correlation_id);
+            s.responses.remove(&correlation_id);
+        }
         self.pending.fetch_sub(1, Ordering::AcqRel);
         r
     }
 
-    fn request_inner(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
+    fn request_inner(
+        &self,
+        correlation_id: i64,
+        cmd: &Command,
+        laps_at_send: u64,
+    ) -> Result<Event, ClientError> {
         self.send(cmd)?;
         if let Some(t) = self.conductor_thread.lock().unwrap().as_ref() {
             t.unpark();
@@ -203,6 +223,10 @@ impl Inner {
             if let Some(f) = &s.failure {
                 return Err(f.clone());
             }
+            if s.laps != laps_at_send {
+                drop(s);
+                return self.on_lost_answer(correlation_id, cmd);
+            }
             let now = Instant::now();
             if now >= deadline {
                 drop(s);
@@ -220,6 +244,134 @@ impl Inner {
             }
             s = self.cond.wait_timeout(s, deadline - now).unwrap().0;
         }
+    }
+
+    /// The answer to `cmd` may have been overwritten before this client read
+    /// it (it was lapped). A remove has been sent and the caller forgets the
+    /// resource either way, so it counts as done; an add fails, and is undone
+    /// in case the driver did carry it out (the driver takes commands in
+    /// order, so the undo comes after it).
+    fn on_lost_answer(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
+        let client_id = self.client_id;
+        let undo = match cmd {
+            Command::RemovePublication { .. }
+            | Command::RemoveSubscription { .. }
+            | Command::RemoveCounter { .. } => {
+                return Ok(Event::OperationSuccess { correlation_id })
+            }
+            Command::AddPublication { .. } => Some(Command::RemovePublication {
+                client_id,
+                correlation_id: self.next_correlation_id(),
+                registration_id: correlation_id,
+            }),
+            Command::AddSubscription { .. } => Some(Command::RemoveSubscription {
+                client_id,
+                correlation_id: self.next_correlation_id(),
+                registration_id: correlation_id,
+            }),
+            Command::AddCounter { .. } => Some(Command::RemoveCounter {
+                client_id,
+                correlation_id: self.next_correlation_id(),
+                registration_id: correlation_id,
+            }),
+            _ => None,
+        };
+        if let Some(undo) = undo {
+            self.send_quietly(&undo);
+        }
+        Err(ClientError::Registration {
+            code: error_code::GENERIC_ERROR,
+            message: format!(
+                "the media driver's answer to command {correlation_id} was lost: this client fell \
+                 behind the driver's event broadcast (lapped) and re-synchronised; the command \
+                 was undone, try it again"
+            ),
+        })
+    }
+
+    /// Re-synchronises after being lapped: requests waiting now fail (see
+    /// [`on_lost_answer`](Self::on_lost_answer)), and the images of every
+    /// subscription are reconciled with the subscriber-position counters the
+    /// driver keeps for this client: an image whose counter is gone is
+    /// withdrawn, a counter without an image becomes one (its log file is at
+    /// the place the driver directory's layout gives), each with the image
+    /// event the client missed.
+    fn on_lapped(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.laps += 1;
+        let subs: Vec<(i64, Arc<SubscriptionShared>)> = s
+            .subscriptions
+            .iter()
+            .map(|(id, sub)| (*id, sub.clone()))
+            .collect();
+        // (subscription id, image correlation id) -> subscriber position counter id
+        let mut live: HashMap<(i64, i64), i32> = HashMap::new();
+        let counters = &self.counters;
+        counters.for_each(|id, t, _key, _label| {
+            if t == type_id::SUBSCRIBER_POSITION && counters.counter_owner_id(id) == self.client_id
+            {
+                live.insert(
+                    (
+                        counters.counter_registration_id(id),
+                        counters.counter_reference_id(id),
+                    ),
+                    id,
+                );
+            }
+        });
+        for (sub_id, sub) in subs {
+            let held = sub.images();
+            for image in &held {
+                if !live.contains_key(&(sub_id, image.correlation_id())) {
+                    if let Some(image) = sub.remove_image(image.correlation_id()) {
+                        s.image_events.push(ImageEvent::Unavailable {
+                            subscription_id: sub_id,
+                            image,
+                        });
+                    }
+                }
+            }
+            for (&(sid, image_id), &counter_id) in live.iter() {
+                if sid != sub_id || held.iter().any(|i| i.correlation_id() == image_id) {
+                    continue;
+                }
+                let Some(key) = sulis_protocol::counters::parse_stream_counter_key(
+                    counters.counter_key(counter_id),
+                ) else {
+                    continue;
+                };
+                let (path, source) = {
+                    let ipc = driver_dir::publication_log_file(&self.dir, image_id);
+                    if ipc.exists() {
+                        (ipc, "aeron:ipc".to_string())
+                    } else {
+                        (
+                            driver_dir::image_log_file(&self.dir, image_id),
+                            String::new(),
+                        )
+                    }
+                };
+                let Ok(logs) = LogBuffers::map_existing(&path) else {
+                    continue; // freed meanwhile: nothing to join
+                };
+                let image = Arc::new(Image::new(
+                    image_id,
+                    key.session_id,
+                    key.stream_id,
+                    sub_id,
+                    Arc::new(logs),
+                    counters.counter_ref(counter_id),
+                    source,
+                ));
+                sub.add_image(image.clone());
+                s.image_events.push(ImageEvent::Available {
+                    subscription_id: sub_id,
+                    image,
+                });
+            }
+        }
+        drop(s);
+        self.cond.notify_all();
     }
 
     /// Sends a command without waiting (used on close paths).
@@ -307,7 +459,9 @@ impl Inner {
             | Event::SubscriptionReady { correlation_id, .. }
             | Event::OperationSuccess { correlation_id }
             | Event::CounterReady { correlation_id, .. } => {
-                s.responses.insert(correlation_id, ev);
+                if s.awaiting.contains(&correlation_id) {
+                    s.responses.insert(correlation_id, ev);
+                }
                 drop(s);
                 self.cond.notify_all();
                 return;
@@ -420,7 +574,9 @@ impl Client {
             client_id,
             driver_timeout: ctx.driver_timeout,
             state: Mutex::new(State {
+                awaiting: HashSet::new(),
                 responses: HashMap::new(),
+                laps: 0,
                 subscriptions: HashMap::new(),
                 image_events: Vec::new(),
                 heartbeat: None,
@@ -444,14 +600,17 @@ impl Client {
                 let liveness_ms = worker.cnc.header().client_liveness_timeout_ns / 1_000_000;
                 let keepalive_ms = (liveness_ms / 4).clamp(1, KEEPALIVE_INTERVAL_MS);
                 while worker.running.load(Ordering::Acquire) {
-                    match receiver.receive_many(|t, b| worker.on_event(t, b), 64) {
-                        Ok(_) => {}
-                        Err(e) => {
-                            worker.fail(ClientError::DriverTimeout(format!(
-                                "lost events from the media driver in {}: {e}",
-                                worker.dir.display()
-                            )));
-                            break;
+                    // Drain what is there (bounded, so liveness checks still
+                    // run during a flood): a client that reads 64 events per
+                    // wake-up is lapped by any burst of a few thousand.
+                    for _ in 0..64 {
+                        match receiver.receive_many(|t, b| worker.on_event(t, b), 256) {
+                            Ok(n) if n < 256 => break,
+                            Ok(_) => {}
+                            Err(_) => {
+                                // Lapped: events were lost, the connection is not.
+                                worker.on_lapped();
+                            }
                         }
                     }
                     let now = epoch_ms();
@@ -497,6 +656,12 @@ impl Client {
             inner,
             thread: Some(thread),
         })
+    }
+
+    /// How many times this client was lapped by the driver's broadcast and
+    /// re-synchronised.
+    pub fn lapped_count(&self) -> u64 {
+        self.inner.state.lock().unwrap().laps
     }
 
     /// This client's id.

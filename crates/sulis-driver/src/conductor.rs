@@ -29,6 +29,7 @@ use sulis_concurrent::error_log::SharedErrorLog;
 use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::control::{error_code, Command, Event};
+use sulis_protocol::driver_dir::{image_log_file, publication_log_file};
 use sulis_protocol::frame::SetupFrame;
 use sulis_protocol::log_buffer_descriptor::*;
 use sulis_protocol::uri::{ChannelUri, Media, SessionIdParam};
@@ -226,7 +227,6 @@ pub struct DriverConductor {
     next_timer_ns: i64,
     next_re_resolution_check_ns: i64,
     last_heartbeat_ms: i64,
-    publications_dir: PathBuf,
     last_command_consumer_position: i64,
     time_of_last_command_progress_ns: i64,
 }
@@ -251,7 +251,6 @@ impl DriverConductor {
         let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system);
         to_driver.set_consumer_heartbeat_time(now_ms);
         let seed = (now_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
-        let publications_dir = ctx.dir.join("publications");
         Ok(DriverConductor {
             ctx,
             cnc,
@@ -278,7 +277,6 @@ impl DriverConductor {
             next_timer_ns: 0,
             next_re_resolution_check_ns: 0,
             last_heartbeat_ms: now_ms,
-            publications_dir,
             last_command_consumer_position: 0,
             time_of_last_command_progress_ns: 0,
         })
@@ -391,25 +389,33 @@ impl DriverConductor {
         let cmd = match Command::decode(type_id, body) {
             Ok(c) => c,
             Err(e) => {
-                // Without a decodable correlation id nobody can be told; log it.
-                let correlation_id = if body.len() >= 16 {
-                    i64::from_le_bytes(body[8..16].try_into().unwrap())
+                // Logged and counted (Errors), not broadcast: the broadcast
+                // goes to every client, and a buggy or hostile writer could
+                // flood it until healthy clients are lapped. Whoever cannot
+                // encode a command cannot be trusted with its correlation id.
+                // Unknown type ids go under one entry: a writer of random
+                // garbage would otherwise fill the distinct-error log and
+                // crowd out every later, real error.
+                let text = if Command::is_known_type(type_id) {
+                    format!("malformed command type {type_id:#x}: {e}")
                 } else {
-                    -1
+                    "malformed command: unknown command type id".to_string()
                 };
-                self.record_error(&format!("malformed command type {type_id:#x}: {e}"));
-                if correlation_id >= 0 {
-                    self.send(Event::Error {
-                        correlation_id,
-                        code: error_code::MALFORMED_COMMAND,
-                        message: format!("malformed command: {e}"),
-                    });
-                }
+                self.record_error(&text);
                 return;
             }
         };
         let client_id = cmd.client_id();
-        if !matches!(cmd, Command::ClientClose { .. }) {
+        // A client exists from its first add or keep-alive (clients send one
+        // as they start); a remove or close from a client the driver does
+        // not know creates nothing.
+        if matches!(
+            cmd,
+            Command::AddPublication { .. }
+                | Command::AddSubscription { .. }
+                | Command::AddCounter { .. }
+                | Command::ClientKeepalive { .. }
+        ) {
             self.ensure_client(client_id);
         }
         let (correlation_id, result) = match cmd {
@@ -499,10 +505,16 @@ impl DriverConductor {
 
     /// A command failed: logged, and its client told.
     fn reply_error(&mut self, client_id: i64, correlation_id: i64, e: CommandError) {
-        self.record_error(&format!(
-            "client {client_id} command {correlation_id}: {}",
-            e.message
-        ));
+        // The log entry leaves out what differs from one command to the next
+        // (the correlation id; the unknown id of a remove), so repeats count
+        // under one entry instead of filling the distinct-error log.
+        let logged = match e.code {
+            error_code::UNKNOWN_PUBLICATION => "remove of an unknown publication".to_string(),
+            error_code::UNKNOWN_SUBSCRIPTION => "remove of an unknown subscription".to_string(),
+            error_code::UNKNOWN_COUNTER => "remove of an unknown counter".to_string(),
+            _ => format!("client {client_id}: {}", e.message),
+        };
+        self.record_error(&logged);
         self.send(Event::Error {
             correlation_id,
             code: e.code,
@@ -866,9 +878,7 @@ impl DriverConductor {
             signal_eos: p.eos.unwrap_or(true),
             tether: true,
         };
-        let path = self
-            .publications_dir
-            .join(format!("{correlation_id}.logbuffer"));
+        let path = publication_log_file(&self.ctx.dir, correlation_id);
         let logs = LogBuffers::create(&path, &params).map_err(|e| {
             let code = if e.raw_os_error() == Some(libc::ENOSPC)
                 || e.to_string().contains("insufficient storage")
@@ -1741,11 +1751,7 @@ impl DriverConductor {
             signal_eos: true,
             tether: true,
         };
-        let path = self
-            .ctx
-            .dir
-            .join("images")
-            .join(format!("{correlation_id}.logbuffer"));
+        let path = image_log_file(&self.ctx.dir, correlation_id);
         let logs = match LogBuffers::create(&path, &params) {
             Ok(l) => l,
             Err(e) => {

@@ -69,18 +69,10 @@ impl Source {
     }
 }
 
-/// The default driver directory: `/dev/shm/sulis-$USER`, or the temp dir when
-/// there is no `/dev/shm`.
+/// The default driver directory (`sulis_protocol::driver_dir`; `$SULIS_DIR`
+/// is read with the other options).
 pub fn default_dir() -> PathBuf {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("{}", unsafe { libc::getuid() }));
-    let base = if std::path::Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    base.join(format!("sulis-{user}"))
+    sulis_protocol::driver_dir::default_dir_ignoring_env()
 }
 
 /// Driver configuration.

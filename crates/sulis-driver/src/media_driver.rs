@@ -98,7 +98,11 @@ impl MediaDriver {
                 )
             })?;
         }
-        for d in [dir.clone(), dir.join("publications"), dir.join("images")] {
+        for d in [
+            dir.clone(),
+            dir.join(sulis_protocol::driver_dir::PUBLICATIONS_DIR),
+            dir.join(sulis_protocol::driver_dir::IMAGES_DIR),
+        ] {
             std::fs::create_dir_all(&d).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot create {}: {e}", d.display()))
             })?;

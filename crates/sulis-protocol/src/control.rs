@@ -221,6 +221,24 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether `type_id` is a command type this protocol knows.
+    pub fn is_known_type(type_id: i32) -> bool {
+        use command_type::*;
+        matches!(
+            type_id,
+            ADD_PUBLICATION
+                | REMOVE_PUBLICATION
+                | ADD_EXCLUSIVE_PUBLICATION
+                | ADD_SUBSCRIPTION
+                | REMOVE_SUBSCRIPTION
+                | CLIENT_KEEPALIVE
+                | ADD_COUNTER
+                | REMOVE_COUNTER
+                | CLIENT_CLOSE
+                | TERMINATE_DRIVER
+        )
+    }
+
     /// The client that sent the command.
     pub fn client_id(&self) -> i64 {
         match self {

@@ -6,6 +6,8 @@
 
 pub mod cnc_descriptor;
 pub mod control;
+pub mod counters;
+pub mod driver_dir;
 pub mod frame;
 pub mod log_buffer_descriptor;
 pub mod uri;

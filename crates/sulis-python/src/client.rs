@@ -144,6 +144,13 @@ impl PyClient {
         self.with_client(|c| Ok(c.client_id()))
     }
 
+    /// How many times this client fell more than the driver's broadcast
+    /// buffer behind (lapped) and re-synchronised.
+    #[getter]
+    fn lapped_count(&self) -> PyResult<u64> {
+        self.with_client(|c| Ok(c.lapped_count()))
+    }
+
     /// True until closed.
     #[getter]
     fn is_closed(&self) -> bool {

@@ -162,3 +162,74 @@ pub fn read_loss_report<'py>(py: Python<'py>, dir: &str) -> PyResult<Vec<Bound<'
         })
         .collect()
 }
+
+/// Every counter type id with its short name (`sulis_protocol::counters`,
+/// the one copy the driver allocates from).
+#[pyfunction]
+pub fn counter_types() -> Vec<(i32, &'static str)> {
+    sulis_protocol::counters::COUNTER_TYPES.to_vec()
+}
+
+/// Every system counter: (id, label).
+#[pyfunction]
+pub fn system_counters() -> Vec<(i32, &'static str)> {
+    sulis_protocol::counters::SystemCounter::ALL
+        .iter()
+        .map(|c| (*c as i32, c.label()))
+        .collect()
+}
+
+/// Decodes the key of a stream counter (publisher, sender, receiver and
+/// subscriber positions and limits): a dict with registration_id,
+/// session_id, stream_id and channel, or None when `key` is not one.
+#[pyfunction]
+pub fn parse_stream_counter_key<'py>(
+    py: Python<'py>,
+    key: &[u8],
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(k) = sulis_protocol::counters::parse_stream_counter_key(key) else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("registration_id", k.registration_id)?;
+    d.set_item("session_id", k.session_id)?;
+    d.set_item("stream_id", k.stream_id)?;
+    d.set_item("channel", k.channel)?;
+    Ok(Some(d))
+}
+
+/// Whether counters of this type carry a stream key.
+#[pyfunction]
+pub fn is_stream_counter_type(type_id: i32) -> bool {
+    sulis_protocol::counters::is_stream_counter_type(type_id)
+}
+
+/// The driver directory clients and tools use by default: `$SULIS_DIR`, else
+/// `sulis-$USER` in /dev/shm (or the temporary directory without /dev/shm).
+#[pyfunction]
+pub fn default_dir() -> String {
+    sulis_protocol::driver_dir::default_dir()
+        .display()
+        .to_string()
+}
+
+/// For tests of the driver's robustness: writes raw `(type_id, body)`
+/// records into the to-driver ring buffer of the driver in `dir` with the
+/// ring's own claim protocol, as a buggy or hostile client could; nothing
+/// checks that they are valid commands. Returns how many were written
+/// (it stops at the first the ring has no room for).
+#[pyfunction]
+pub fn _write_to_driver(py: Python<'_>, dir: &str, records: Vec<(i32, Vec<u8>)>) -> PyResult<usize> {
+    let cnc = open_cnc(dir)?;
+    let ring = sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer::new(cnc.to_driver_buffer())
+        .map_err(PyValueError::new_err)?;
+    py.detach(|| -> Result<usize, String> {
+        for (n, (type_id, body)) in records.iter().enumerate() {
+            if !ring.write(*type_id, body)? {
+                return Ok(n);
+            }
+        }
+        Ok(records.len())
+    })
+    .map_err(PyValueError::new_err)
+}

@@ -50,6 +50,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<counters::PyCountersReader>()?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
     m.add_function(wrap_pyfunction!(counters::read_loss_report, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::counter_types, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::system_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::parse_stream_counter_key, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::is_stream_counter_type, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::default_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(counters::_write_to_driver, m)?)?;
     m.add_function(wrap_pyfunction!(driver::driver_config, m)?)?;
     m.add_function(wrap_pyfunction!(driver::active_driver, m)?)?;
     m.add_function(wrap_pyfunction!(parse_channel, m)?)?;

@@ -1,0 +1,249 @@
+//! The counters contract of the CnC file: counter type ids, system counter
+//! ids and labels, and the layout of stream counter keys and labels.
+//!
+//! This is the one copy. The driver allocates counters from it, the client
+//! finds its heartbeat and subscriber positions with it, and the Python tools
+//! read it through `sulis._native` (`counter_types()`, `system_counters()`,
+//! `parse_stream_counter_key()`). Ids and labels follow Aeron's
+//! `SystemCounterDescriptor` and `AeronCounters`, so dashboards built for
+//! Aeron read sulis the same way. The Archive (recording positions, type
+//! 100 and up) and the Cluster add their types here.
+
+/// Counter type id of system counters.
+pub const SYSTEM_COUNTER_TYPE_ID: i32 = 0;
+
+/// Counter type ids of per-stream and per-client counters (Aeron's values).
+pub mod type_id {
+    /// Publisher limit.
+    pub const PUBLISHER_LIMIT: i32 = 1;
+    /// Sender position.
+    pub const SENDER_POSITION: i32 = 2;
+    /// Receiver high-water mark.
+    pub const RECEIVER_HWM: i32 = 3;
+    /// Subscriber position.
+    pub const SUBSCRIBER_POSITION: i32 = 4;
+    /// Receiver position.
+    pub const RECEIVER_POSITION: i32 = 5;
+    /// Sender limit.
+    pub const SENDER_LIMIT: i32 = 9;
+    /// Client heartbeat (epoch ms).
+    pub const CLIENT_HEARTBEAT: i32 = 11;
+    /// Publisher position (sampled).
+    pub const PUBLISHER_POSITION: i32 = 12;
+}
+
+/// Every counter type id with its short name, as tools print it.
+pub const COUNTER_TYPES: &[(i32, &str)] = &[
+    (SYSTEM_COUNTER_TYPE_ID, "system"),
+    (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+    (type_id::SENDER_POSITION, "snd-pos"),
+    (type_id::RECEIVER_HWM, "rcv-hwm"),
+    (type_id::SUBSCRIBER_POSITION, "sub-pos"),
+    (type_id::RECEIVER_POSITION, "rcv-pos"),
+    (type_id::SENDER_LIMIT, "snd-lmt"),
+    (type_id::CLIENT_HEARTBEAT, "client-heartbeat"),
+    (type_id::PUBLISHER_POSITION, "pub-pos"),
+];
+
+/// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).
+pub fn is_stream_counter_type(type_id: i32) -> bool {
+    matches!(
+        type_id,
+        type_id::PUBLISHER_LIMIT
+            | type_id::SENDER_POSITION
+            | type_id::RECEIVER_HWM
+            | type_id::SUBSCRIBER_POSITION
+            | type_id::RECEIVER_POSITION
+            | type_id::SENDER_LIMIT
+            | type_id::PUBLISHER_POSITION
+    )
+}
+
+macro_rules! system_counters {
+    ($($id:literal $name:ident $label:literal),* $(,)?) => {
+        /// Ids of the system counters (counter id == system counter id).
+        #[allow(missing_docs)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(i32)]
+        pub enum SystemCounter { $($name = $id),* }
+
+        impl SystemCounter {
+            /// Every system counter in id order.
+            pub const ALL: &'static [SystemCounter] = &[$(SystemCounter::$name),*];
+            /// The counter's label.
+            pub fn label(self) -> &'static str {
+                match self { $(SystemCounter::$name => $label),* }
+            }
+        }
+    };
+}
+
+system_counters! {
+    0 BytesSent "Bytes sent",
+    1 BytesReceived "Bytes received",
+    2 ReceiverProxyFails "Failed offers to ReceiverProxy",
+    3 SenderProxyFails "Failed offers to SenderProxy",
+    4 ConductorProxyFails "Failed offers to DriverConductorProxy",
+    5 NakMessagesSent "NAKs sent",
+    6 NakMessagesReceived "NAKs received",
+    7 StatusMessagesSent "Status Messages sent",
+    8 StatusMessagesReceived "Status Messages received",
+    9 HeartbeatsSent "Heartbeats sent",
+    10 HeartbeatsReceived "Heartbeats received",
+    11 RetransmitsSent "Retransmits sent",
+    12 FlowControlUnderRuns "Flow control under runs",
+    13 FlowControlOverRuns "Flow control over runs",
+    14 InvalidPackets "Invalid packets",
+    15 Errors "Errors",
+    16 ShortSends "Short sends",
+    17 FreeFails "Failed attempts to free log buffers",
+    18 SenderFlowControlLimits "Sender flow control limits, i.e. back-pressure events",
+    19 UnblockedPublications "Unblocked Publications",
+    20 UnblockedCommands "Unblocked Control Commands",
+    21 PossibleTtlAsymmetry "Possible TTL Asymmetry",
+    22 ControllableIdleStrategy "ControllableIdleStrategy status",
+    23 LossGapFills "Loss gap fills",
+    24 ClientTimeouts "Client liveness timeouts",
+    25 ResolutionChanges "Resolution changes",
+    26 ConductorMaxCycleTime "Conductor max cycle time doing its work in ns",
+    27 ConductorCycleTimeThresholdExceeded "Conductor work cycle exceeded threshold count",
+    28 SenderMaxCycleTime "Sender max cycle time doing its work in ns",
+    29 SenderCycleTimeThresholdExceeded "Sender work cycle exceeded threshold count",
+    30 ReceiverMaxCycleTime "Receiver max cycle time doing its work in ns",
+    31 ReceiverCycleTimeThresholdExceeded "Receiver work cycle exceeded threshold count",
+    32 NameResolverMaxTime "Name resolver max time in ns",
+    33 NameResolverTimeThresholdExceeded "Name resolver exceeded threshold count",
+    34 SulisVersion "sulis software: version",
+    35 BytesCurrentlyMapped "Bytes currently mapped",
+    36 RetransmittedBytes "Retransmitted bytes",
+    37 RetransmitOverflow "Retransmit Pool Overflow count",
+    38 ErrorFramesReceived "Error Frames received",
+    39 ErrorFramesSent "Error Frames sent",
+    40 PublicationsRevoked "Publications Revoked",
+    41 PublicationImagesRevoked "Publication Images Revoked",
+    42 ImagesRejected "Images Rejected",
+    43 ControlProtocolVersion "Control Protocol Version",
+    44 StatusMessagesRejected "Status Messages rejected",
+    45 NativeResourceAgentProxyFails "Failed offers to NativeResourceAgentProxy",
+}
+
+/// Room for a counter key in a metadata record.
+pub const MAX_KEY_LENGTH: usize = 112;
+/// Fixed part of a stream counter key: registration id, session id, stream
+/// id, channel length.
+const STREAM_KEY_HEADER: usize = 8 + 4 + 4 + 4;
+
+/// Builds a stream counter key: registration id (i64), session id (i32),
+/// stream id (i32), channel length (i32) and as much of the channel as fits,
+/// all little-endian.
+pub fn stream_counter_key(
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: &str,
+) -> Vec<u8> {
+    let mut key = Vec::with_capacity(MAX_KEY_LENGTH);
+    key.extend_from_slice(&registration_id.to_le_bytes());
+    key.extend_from_slice(&session_id.to_le_bytes());
+    key.extend_from_slice(&stream_id.to_le_bytes());
+    let mut end = channel.len().min(MAX_KEY_LENGTH - STREAM_KEY_HEADER);
+    while !channel.is_char_boundary(end) {
+        end -= 1;
+    }
+    let ch = &channel.as_bytes()[..end];
+    key.extend_from_slice(&(ch.len() as i32).to_le_bytes());
+    key.extend_from_slice(ch);
+    key
+}
+
+/// A decoded stream counter key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamCounterKey {
+    /// Registration id of the publication, subscription or image.
+    pub registration_id: i64,
+    /// Session id.
+    pub session_id: i32,
+    /// Stream id.
+    pub stream_id: i32,
+    /// The channel (cut to fit the key).
+    pub channel: String,
+}
+
+/// Decodes a stream counter key; `None` if `key` cannot be one.
+pub fn parse_stream_counter_key(key: &[u8]) -> Option<StreamCounterKey> {
+    if key.len() < STREAM_KEY_HEADER {
+        return None;
+    }
+    let i32_at = |o: usize| i32::from_le_bytes(key[o..o + 4].try_into().unwrap());
+    let length = i32_at(16);
+    if length < 0 || length as usize > key.len() - STREAM_KEY_HEADER {
+        return None;
+    }
+    let channel = &key[STREAM_KEY_HEADER..STREAM_KEY_HEADER + length as usize];
+    Some(StreamCounterKey {
+        registration_id: i64::from_le_bytes(key[0..8].try_into().unwrap()),
+        session_id: i32_at(8),
+        stream_id: i32_at(12),
+        channel: String::from_utf8_lossy(channel).into_owned(),
+    })
+}
+
+/// Builds a stream counter label: `"<name>: <regId> <sessionId> <streamId> <channel>"`.
+pub fn stream_counter_label(
+    name: &str,
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    channel: &str,
+) -> String {
+    format!("{name}: {registration_id} {session_id} {stream_id} {channel}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_key_round_trips_and_cuts_long_channels_on_a_char_boundary() {
+        let k = stream_counter_key(-7, 42, 10, "aeron:ipc");
+        assert_eq!(
+            parse_stream_counter_key(&k),
+            Some(StreamCounterKey {
+                registration_id: -7,
+                session_id: 42,
+                stream_id: 10,
+                channel: "aeron:ipc".into()
+            })
+        );
+        let long = format!("aeron:udp?endpoint=h:1|alias={}", "é".repeat(100));
+        let k = stream_counter_key(1, 2, 3, &long);
+        assert!(k.len() <= MAX_KEY_LENGTH);
+        let parsed = parse_stream_counter_key(&k).unwrap();
+        assert!(long.starts_with(&parsed.channel));
+        assert!(!parsed.channel.contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn malformed_stream_keys_are_refused() {
+        assert_eq!(parse_stream_counter_key(&[0u8; 19]), None);
+        let mut k = stream_counter_key(1, 2, 3, "aeron:ipc");
+        k[16..20].copy_from_slice(&1000i32.to_le_bytes());
+        assert_eq!(parse_stream_counter_key(&k), None);
+        k[16..20].copy_from_slice(&(-1i32).to_le_bytes());
+        assert_eq!(parse_stream_counter_key(&k), None);
+    }
+
+    #[test]
+    fn system_counter_ids_are_dense_and_types_named_once() {
+        for (i, c) in SystemCounter::ALL.iter().enumerate() {
+            assert_eq!(*c as i32, i as i32, "{}", c.label());
+        }
+        let mut ids: Vec<i32> = COUNTER_TYPES.iter().map(|t| t.0).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), COUNTER_TYPES.len());
+        for &(t, _) in COUNTER_TYPES {
+            assert_eq!(is_stream_counter_type(t), t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT);
+        }
+    }
+}
