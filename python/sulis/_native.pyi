@@ -104,6 +104,11 @@ class Client:
 class _PublicationBase:
     def offer(self, data: bytes | bytearray | memoryview | Any, reserved_value: int | None = None) -> int:
         """Appends a message: new position (>= 0) or a negative result code."""
+    def offer_batch(
+        self, messages: Any = None, *, data: Any = None, offsets: Any = None
+    ) -> tuple[int, int]:
+        """Publishes many messages (a pyarrow binary/string Array or ChunkedArray, a sequence of
+        bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code)."""
     def try_claim(self, length: int) -> BufferClaim | int:
         """Claims space for one message: a BufferClaim, or a negative result code."""
     @property

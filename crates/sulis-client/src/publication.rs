@@ -274,6 +274,39 @@ impl std::ops::Deref for Publication {
     }
 }
 
+/// Offers `messages` one after another, each as its own message (fragmented
+/// like any offer), until all are published or one is refused. Returns how
+/// many were published and then the position after the last one (`None`
+/// for no messages), or the refusal (back pressure, not connected, ...) at
+/// which it stopped: the caller offers the rest again later. A term rotation
+/// (ADMIN_ACTION) is not a refusal: the message is offered again at once.
+pub fn offer_each<'a>(
+    messages: impl IntoIterator<Item = &'a [u8]>,
+    mut offer: impl FnMut(&[u8]) -> Result<i64, OfferError>,
+) -> (usize, Result<Option<i64>, OfferError>) {
+    let mut count = 0;
+    let mut last = Ok(None);
+    for m in messages {
+        let mut r = offer(m);
+        // A rotation leaves the next term ready: the retry succeeds or is a
+        // real refusal (a second rotation in a row cannot happen).
+        for _ in 0..2 {
+            if !matches!(r, Err(OfferError::AdminAction)) {
+                break;
+            }
+            r = offer(m);
+        }
+        match r {
+            Ok(p) => {
+                count += 1;
+                last = Ok(Some(p));
+            }
+            Err(e) => return (count, Err(e)),
+        }
+    }
+    (count, last)
+}
+
 impl Publication {
     pub(crate) fn from_ready(
         inner: Arc<Inner>,
@@ -361,6 +394,15 @@ impl Publication {
             appender.append_fragmented(&l.header, src, l.max_payload, reserved)
         };
         self.new_position(term_count, term_begin, result)
+    }
+
+    /// Offers each message in turn (see [`offer_each`]).
+    pub fn offer_batch<'a>(
+        &self,
+        messages: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (usize, Result<i64, OfferError>) {
+        let (n, r) = offer_each(messages, |m| self.offer_with(m, None));
+        (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 
     /// Claims space for one unfragmented message of `length` bytes; write it
@@ -487,6 +529,15 @@ impl ExclusivePublication {
     #[inline]
     pub fn offer(&mut self, src: &[u8]) -> Result<i64, OfferError> {
         self.offer_with(src, None)
+    }
+
+    /// Offers each message in turn (see [`offer_each`]).
+    pub fn offer_batch<'a>(
+        &mut self,
+        messages: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (usize, Result<i64, OfferError>) {
+        let (n, r) = offer_each(messages, |m| self.offer_with(m, None));
+        (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 
     /// Appends a message with a reserved value stamped on every fragment.

@@ -8,6 +8,7 @@ mod counters;
 mod driver;
 mod errors;
 mod guard;
+mod offer_batch;
 mod publication;
 mod subscription;
 

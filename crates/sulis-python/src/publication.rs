@@ -10,6 +10,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::cell::UnsafeCell;
+use crate::offer_batch::BufferBatch;
 use sulis_client::{BufferClaim, ExclusivePublication, OfferError, Publication};
 
 /// Calls `f` with the bytes of `data` (bytes fast path, else the buffer protocol).
@@ -79,6 +80,50 @@ fn claim_result(py: Python<'_>, r: Result<BufferClaim, OfferError>) -> PyResult<
     }
 }
 
+/// The sequence form of `offer_batch`: one Python object per message, so the
+/// GIL stays held; still one call from Python for the whole batch.
+fn offer_sequence(
+    messages: &Bound<'_, PyAny>,
+    mut offer: impl FnMut(&[u8]) -> PyResult<Result<i64, OfferError>>,
+    position: impl Fn() -> PyResult<i64>,
+) -> PyResult<(usize, i64)> {
+    let mut count = 0;
+    let mut last: Option<i64> = None;
+    for item in messages.try_iter().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "offer_batch takes an Arrow array or a sequence of bytes-like objects, not {}",
+            messages.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })? {
+        let item = item?;
+        let (n, r) = with_bytes(&item, |b| {
+            sulis_client::publication::offer_each(std::iter::once(b), |m| {
+                offer(m).unwrap_or(Err(OfferError::Closed))
+            })
+        })?;
+        match r {
+            Ok(p) => {
+                count += n;
+                last = p;
+            }
+            Err(OfferError::MessageTooLong { length, max }) => {
+                return Err(MessageTooLongError::new_err(format!(
+                    "offer_batch: message {count} of {length} bytes exceeds the maximum message \
+                     length of {max} bytes; the {count} before it were published"
+                )))
+            }
+            Err(e) => return Ok((count, offer_result(Err(e))?)),
+        }
+    }
+    Ok((
+        count,
+        match last {
+            Some(p) => p,
+            None => position()?,
+        },
+    ))
+}
+
 macro_rules! publication_methods {
     ($ty:ty, $kind:literal) => {
         #[pymethods]
@@ -91,6 +136,51 @@ macro_rules! publication_methods {
             fn offer(&self, data: &Bound<'_, PyAny>, reserved_value: Option<i64>) -> PyResult<i64> {
                 let r = with_bytes(data, |b| self.with_pub(|p| p.offer_with(b, reserved_value)))?;
                 offer_result(r?)
+            }
+
+            /// Publishes many messages with one call: `messages` is a pyarrow
+            /// binary/large_binary/string/large_string Array or ChunkedArray,
+            /// or a sequence of bytes-like objects; or pass `data=` and
+            /// Arrow-layout `offsets=` buffers (n + 1 int32 or int64 offsets;
+            /// raw bytes are read as int32). Each element is its own message
+            /// (fragmented as by `offer`). Returns `(published, result)`:
+            /// how many went, then the position after the last one, or the
+            /// code (BACK_PRESSURED, NOT_CONNECTED, ...) that stopped it, so
+            /// the caller offers the rest later. Buffer forms are checked
+            /// first (a message over `max_message_length` raises
+            /// MessageTooLongError and nothing is published) and appended
+            /// with the GIL released.
+            #[pyo3(signature = (messages=None, *, data=None, offsets=None))]
+            fn offer_batch(
+                &self,
+                py: Python<'_>,
+                messages: Option<&Bound<'_, PyAny>>,
+                data: Option<&Bound<'_, PyAny>>,
+                offsets: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<(usize, i64)> {
+                let batch = match (messages, data, offsets) {
+                    (None, Some(d), Some(o)) => Some(BufferBatch::from_buffers(d, o)?),
+                    (Some(m), None, None) => BufferBatch::from_arrow(m)?,
+                    _ => {
+                        return Err(pyo3::exceptions::PyTypeError::new_err(
+                            "offer_batch takes messages (an Arrow array or a sequence of bytes-like \
+                             objects), or data= and offsets= buffers",
+                        ))
+                    }
+                };
+                let Some(batch) = batch else {
+                    let m = messages.expect("matched above");
+                    return offer_sequence(
+                        m,
+                        |b| self.with_pub(|p| p.offer_with(b, None)),
+                        || self.with_pub(|p| p.position()),
+                    );
+                };
+                batch.validate(self.with_pub(|p| p.max_message_length())?)?;
+                let msgs = batch.messages();
+                let (n, r) = py.detach(|| self.with_pub(|p| p.offer_batch(msgs.iter())))?;
+                drop(batch);
+                Ok((n, offer_result(r)?))
             }
 
             /// Claims `length` bytes (at most `max_payload_length`) in the log.
