@@ -14,6 +14,11 @@ What runs, interleaved round by round (round 1 of every variant, then round 2...
   ``sub.poll_batch(4096)`` and counts ``len(batch)``. msgs/s are measured at
   the receiver per one-second interval from its first message; the first
   interval is warm-up and left out; a run's figure is the median of the rest.
+* sulis Python offer_batch, exclusive / concurrent: the same publisher
+  process, but ``pub.offer_batch(data=..., offsets=...)`` publishes
+  ``--batch-size`` (1,024) messages per call from one data buffer with
+  Arrow-layout int32 offsets (after back pressure the rest of the batch goes
+  again, the offsets sliced without a copy).
 * sulis native Rust (crates/sulis-bench ``ipc-throughput``): the same shape
   without Python (``ExclusivePublication::offer`` / ``Publication::offer`` in
   a tight loop, ``Subscription::poll`` with a counting handler, poll limit 10
@@ -36,7 +41,9 @@ left out as warm-up, a run's figure the median of the rest.
 
 Every figure printed is the median over the rounds. Targets printed beside:
 (a) sulis Python exclusive >= 10 M msgs/s and >= 5x pyzmq;
-(b) sulis native >= 1.0x Aeron Java 1.15.1.
+(b) sulis native >= 1.0x Aeron Java 1.15.1;
+(c) sulis Python offer_batch (exclusive, batches of 1,024) >= 30 M msgs/s and
+    >= 0.65x sulis native exclusive.
 Refuses to run on a debug build of sulis.
 """
 from __future__ import annotations
@@ -57,6 +64,8 @@ MESSAGE_LENGTH = 32
 TARGET_PY_MSGS = 10_000_000
 TARGET_VS_ZMQ = 5.0
 TARGET_VS_AERON = 1.0
+TARGET_BATCH_MSGS = 30_000_000
+TARGET_BATCH_VS_NATIVE = 0.65
 OFFER_CHUNK = 8192  # offers between two checks of the stop file
 
 
@@ -77,8 +86,12 @@ def role_pub(a: argparse.Namespace) -> int:
             json_out({"ready": True, "dir": driver.dir})
             if not c.wait_until(lambda: pub.is_connected, "no subscriber connected in 30 s"):
                 return 1
-            sent, refused = c.offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
-                                         chunk=OFFER_CHUNK)
+            if a.offer == "batch":
+                sent, refused = c.batch_offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.batch_size, a.stop_file,
+                                                   a.max_seconds)
+            else:
+                sent, refused = c.offer_loop(pub, b"\x5a" * MESSAGE_LENGTH, a.stop_file, a.max_seconds,
+                                             chunk=OFFER_CHUNK)
             json_out({"sent": sent, "refused": refused})
     return 0
 
@@ -100,7 +113,7 @@ def role_sub(a: argparse.Namespace) -> int:
 
 # =============================================================== orchestration
 
-def python_run(publication: str, a: argparse.Namespace) -> dict:
+def python_run(publication: str, a: argparse.Namespace, offer: str = "single") -> dict:
     """One run of the Python publisher/subscriber pair; msgs/s = median of the post-warm-up intervals."""
     base = c.shm_dir("sulis-bench-pytp-")
     stop_file = os.path.join(base, "stop")
@@ -108,6 +121,7 @@ def python_run(publication: str, a: argparse.Namespace) -> dict:
     with c.Children(base) as ch:  # the publisher first: its driver's directory is the subscriber's
         pub = ch.start(me + ["--role", "pub", "--dir", os.path.join(base, "driver"),
                              "--publication", publication, "--stop-file", stop_file,
+                             "--offer", offer, "--batch-size", str(a.batch_size),
                              "--max-seconds", str(a.duration + 60), "--driver-idle", a.driver_idle,
                              "--term-length", a.term_length, *c.pin_args(0, a.pin)], "publisher")
         ready = pub.read_json(60)
@@ -117,7 +131,9 @@ def python_run(publication: str, a: argparse.Namespace) -> dict:
         samples, _done, pub_res = c.collect_rates(sub, pub, stop_file)
     return {"msgs_per_s": c.median(samples[1:]), "samples": samples, "sent": pub_res["sent"],
             "refused": pub_res["refused"],
-            "config": f"driver shared/{a.driver_idle}, sub poll_batch({a.batch})" + (", pinned" if a.pin else "")}
+            "config": f"driver shared/{a.driver_idle}, sub poll_batch({a.batch})"
+                      + (f", offer_batch({a.batch_size})" if offer == "batch" else "")
+                      + (", pinned" if a.pin else "")}
 
 
 def native_run(publication: str, a: argparse.Namespace) -> dict:
@@ -175,11 +191,14 @@ def main(argv=None) -> int:
                     help="idle strategy of the driver in the native runs (default busy-spin, as Aeron's sample)")
     ap.add_argument("--term-length", default="64m", help="IPC term length of the Python runs (default 64m)")
     ap.add_argument("--pin", action="store_true", help="publisher process on CPU 0, subscriber on CPU 1")
-    c.selection_args(ap, "comma list among: py-exclusive,py-concurrent,native-exclusive,"
+    ap.add_argument("--batch-size", type=int, default=1024, help="messages per offer_batch call (default 1024)")
+    c.selection_args(ap, "comma list among: py-exclusive,py-concurrent,py-batch-exclusive,"
+                         "py-batch-concurrent,native-exclusive,"
                          "native-concurrent,zmq,zenoh,iceoryx2,aeron-1.15.1,aeron-current")
     # child roles (internal)
     c.pub_sub_role_args(ap)
     ap.add_argument("--publication", default="exclusive", help=argparse.SUPPRESS)
+    ap.add_argument("--offer", default="single", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     if a.role != "main":
@@ -193,6 +212,10 @@ def main(argv=None) -> int:
     variants = c.select_variants([
         ("py-exclusive", "sulis Python ExclusivePublication.offer", lambda: python_run("exclusive", a)),
         ("py-concurrent", "sulis Python Publication.offer (concurrent)", lambda: python_run("concurrent", a)),
+        ("py-batch-exclusive", "sulis Python ExclusivePublication.offer_batch",
+         lambda: python_run("exclusive", a, "batch")),
+        ("py-batch-concurrent", "sulis Python Publication.offer_batch (concurrent)",
+         lambda: python_run("concurrent", a, "batch")),
         ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: native_run("exclusive", a)),
         ("native-concurrent", "sulis native Rust Publication (concurrent)", lambda: native_run("concurrent", a)),
         ("zmq", "pyzmq PUSH/PULL ipc://", lambda: zmq_run(a)),
@@ -232,6 +255,13 @@ def main(argv=None) -> int:
             print(f"  (a) sulis Python exclusive offer >= 5x pyzmq PUSH/PULL ({zmq / 1e6:.2f} M): "
                   f"{py / zmq:.2f}x -> {c.verdict(py / zmq >= TARGET_VS_ZMQ)}")
     nat = med.get("native-exclusive")
+    batch = med.get("py-batch-exclusive")
+    if batch:
+        print(f"  (c) sulis Python offer_batch({a.batch_size}) exclusive >= 30 M msgs/s: {batch / 1e6:.2f} M = "
+              f"{batch / TARGET_BATCH_MSGS:.2f}x -> {c.verdict(batch >= TARGET_BATCH_MSGS)}")
+        if nat:
+            print(f"  (c) sulis Python offer_batch exclusive >= 0.65x sulis native exclusive ({nat / 1e6:.2f} M): "
+                  f"{batch / nat:.2f}x -> {c.verdict(batch / nat >= TARGET_BATCH_VS_NATIVE)}")
     if nat and aeron:
         print(f"  (b) sulis native exclusive >= 1.0x Aeron Java 1.15.1 ({aeron / 1e6:.2f} M): "
               f"{nat / 1e6:.2f} M = {nat / aeron:.2f}x -> {c.verdict(nat / aeron >= TARGET_VS_AERON)}")
@@ -240,6 +270,7 @@ def main(argv=None) -> int:
     c.save_report("ipc_throughput", {
         "runs": runs, "duration_s": a.duration, "message_length": MESSAGE_LENGTH,
         "driver_idle": a.driver_idle, "native_driver_idle": a.native_driver_idle, "pinned": a.pin,
+        "batch_size": a.batch_size,
     }, variants, med, results, skipped, errors)
     return 1 if errors else 0
 
