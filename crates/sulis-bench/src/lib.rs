@@ -557,6 +557,7 @@ pub fn connect(dir: &Path, name: &str) -> Client {
         dir: dir.to_path_buf(),
         driver_timeout: Duration::from_secs(10),
         name: name.into(),
+        interrupt: None,
     })
     .unwrap_or_else(|e| {
         die(&format!(

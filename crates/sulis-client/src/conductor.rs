@@ -45,6 +45,23 @@ const CONDUCTOR_BUSY_PERIOD: Duration = Duration::from_micros(200);
 /// How often it wakes otherwise: few wake-ups keep it off busy cores.
 const CONDUCTOR_IDLE_PERIOD: Duration = Duration::from_millis(10);
 
+/// A check that blocking calls make every [`INTERRUPT_CHECK_PERIOD`] while
+/// they wait (for the driver, for an answer, for room in the command
+/// buffer): when it returns true the wait ends with
+/// [`ClientError::Interrupted`]. The Python binding checks for signals
+/// (Ctrl-C) here.
+#[derive(Clone)]
+pub struct Interrupt(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt(..)")
+    }
+}
+
+/// How often a waiting call runs the interrupt check.
+pub const INTERRUPT_CHECK_PERIOD: Duration = Duration::from_millis(20);
+
 /// Client configuration.
 #[derive(Clone, Debug)]
 pub struct ClientContext {
@@ -55,6 +72,8 @@ pub struct ClientContext {
     pub driver_timeout: Duration,
     /// Name shown in the heartbeat counter label.
     pub name: String,
+    /// Checked while blocking calls wait (see [`Interrupt`]).
+    pub interrupt: Option<Interrupt>,
 }
 
 impl Default for ClientContext {
@@ -63,6 +82,7 @@ impl Default for ClientContext {
             dir: sulis_default_dir(),
             driver_timeout: Duration::from_secs(10),
             name: String::new(),
+            interrupt: None,
         }
     }
 }
@@ -112,6 +132,7 @@ pub(crate) struct Inner {
     pub(crate) counters: CountersReader,
     pub(crate) client_id: i64,
     driver_timeout: Duration,
+    interrupt: Option<Interrupt>,
     state: Mutex<State>,
     cond: Condvar,
     /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
@@ -145,6 +166,14 @@ impl Inner {
         self.cond.notify_all();
     }
 
+    /// Runs the interrupt check, if any: `Err(Interrupted)` when it fired.
+    fn check_interrupt(&self, what: &str) -> Result<(), ClientError> {
+        match &self.interrupt {
+            Some(i) if (i.0)() => Err(ClientError::Interrupted(format!("interrupted while {what}"))),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn check(&self) -> Result<(), ClientError> {
         if self.failed.load(Ordering::Acquire) {
             Err(self.failure())
@@ -161,6 +190,7 @@ impl Inner {
             match self.to_driver.write(t, &body) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
+                    self.check_interrupt("waiting for room in the driver's command buffer")?;
                     if Instant::now() > deadline {
                         let e = ClientError::DriverTimeout(format!(
                             "command buffer of the driver in {} stayed full for {:?}",
@@ -227,6 +257,18 @@ impl Inner {
                 drop(s);
                 return self.on_lost_answer(correlation_id, cmd);
             }
+            if self.interrupt.is_some() {
+                drop(s);
+                if let Err(e) = self.check_interrupt("waiting for the media driver's answer") {
+                    // Nothing stays half-registered: an add is undone.
+                    let _ = self.undo(correlation_id, cmd);
+                    return Err(e);
+                }
+                s = self.state.lock().unwrap();
+                if s.responses.contains_key(&correlation_id) {
+                    continue;
+                }
+            }
             let now = Instant::now();
             if now >= deadline {
                 drop(s);
@@ -242,7 +284,12 @@ impl Inner {
                 self.fail(e.clone());
                 return Err(e);
             }
-            s = self.cond.wait_timeout(s, deadline - now).unwrap().0;
+            let slice = if self.interrupt.is_some() {
+                (deadline - now).min(INTERRUPT_CHECK_PERIOD)
+            } else {
+                deadline - now
+            };
+            s = self.cond.wait_timeout(s, slice).unwrap().0;
         }
     }
 
@@ -252,6 +299,22 @@ impl Inner {
     /// in case the driver did carry it out (the driver takes commands in
     /// order, so the undo comes after it).
     fn on_lost_answer(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
+        if let Ok(done) = self.undo(correlation_id, cmd) {
+            return Ok(done);
+        }
+        Err(ClientError::Registration {
+            code: error_code::GENERIC_ERROR,
+            message: format!(
+                "the media driver's answer to command {correlation_id} was lost: this client fell \
+                 behind the driver's event broadcast (lapped) and re-synchronised; the command \
+                 was undone, try it again"
+            ),
+        })
+    }
+
+    /// Gives up on the answer to `cmd`: a remove counts as done (`Ok`), an
+    /// add is undone with the matching remove (`Err`).
+    fn undo(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
         let client_id = self.client_id;
         let undo = match cmd {
             Command::RemovePublication { .. }
@@ -279,14 +342,7 @@ impl Inner {
         if let Some(undo) = undo {
             self.send_quietly(&undo);
         }
-        Err(ClientError::Registration {
-            code: error_code::GENERIC_ERROR,
-            message: format!(
-                "the media driver's answer to command {correlation_id} was lost: this client fell \
-                 behind the driver's event broadcast (lapped) and re-synchronised; the command \
-                 was undone, try it again"
-            ),
-        })
+        Err(ClientError::Closed(format!("command {correlation_id} undone")))
     }
 
     /// Re-synchronises after being lapped: requests waiting now fail (see
@@ -556,6 +612,14 @@ impl Client {
                     }
                 }
             }
+            if let Some(i) = &ctx.interrupt {
+                if (i.0)() {
+                    return Err(ClientError::Interrupted(format!(
+                        "interrupted while waiting for a media driver in {}",
+                        ctx.dir.display()
+                    )));
+                }
+            }
             std::thread::sleep(Duration::from_millis(10));
         };
         let to_driver =
@@ -573,6 +637,7 @@ impl Client {
             counters,
             client_id,
             driver_timeout: ctx.driver_timeout,
+            interrupt: ctx.interrupt.clone(),
             state: Mutex::new(State {
                 awaiting: HashSet::new(),
                 responses: HashMap::new(),

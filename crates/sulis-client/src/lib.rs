@@ -14,7 +14,7 @@ pub mod image;
 pub mod publication;
 pub mod subscription;
 
-pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents};
+pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents, Interrupt};
 pub use image::{ControlledAction, Header, Image};
 pub use publication::{
     BufferClaim, ExclusivePublication, OfferError, Publication, PublicationCore,
@@ -53,6 +53,8 @@ pub enum ClientError {
     Config(String),
     /// The resource or client is closed.
     Closed(String),
+    /// A wait was cut short by the context's interrupt check (Ctrl-C).
+    Interrupted(String),
 }
 
 impl std::fmt::Display for ClientError {
@@ -61,7 +63,8 @@ impl std::fmt::Display for ClientError {
             ClientError::DriverTimeout(m)
             | ClientError::ClientTimeout(m)
             | ClientError::Config(m)
-            | ClientError::Closed(m) => f.write_str(m),
+            | ClientError::Closed(m)
+            | ClientError::Interrupted(m) => f.write_str(m),
             ClientError::Registration { code, message } => {
                 write!(f, "{message} (error code {code})")
             }

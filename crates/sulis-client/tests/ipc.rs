@@ -27,6 +27,7 @@ fn client(d: &MediaDriver) -> Client {
         dir: d.dir().to_path_buf(),
         driver_timeout: Duration::from_secs(5),
         name: "t".into(),
+        interrupt: None,
     })
     .unwrap()
 }

@@ -109,6 +109,7 @@ impl PyClient {
         }
         ctx.driver_timeout = Duration::from_secs_f64(driver_timeout);
         ctx.name = name.unwrap_or_default();
+        ctx.interrupt = Some(crate::errors::interrupt_check());
         let dir = ctx.dir.display().to_string();
         let client = py
             .detach(move || Client::connect(ctx))

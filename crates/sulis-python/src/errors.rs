@@ -59,9 +59,36 @@ create_exception!(
     "The message exceeds the publication's maximum message (or claim) length."
 );
 
+thread_local! {
+    /// The exception a signal handler raised while this thread waited in a
+    /// blocking call (see [`interrupt_check`]): raised in place of the wait's
+    /// `Interrupted` error.
+    static PENDING_SIGNAL_ERROR: std::cell::RefCell<Option<PyErr>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The interrupt check of every client: runs Python's signal handlers (the
+/// GIL is taken for it; the wait itself holds no GIL), so Ctrl-C ends a
+/// blocking call with KeyboardInterrupt within one check period. Handlers
+/// run on the main thread only; elsewhere this never fires.
+pub fn interrupt_check() -> sulis_client::Interrupt {
+    sulis_client::Interrupt(std::sync::Arc::new(|| {
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(e) => {
+                PENDING_SIGNAL_ERROR.with(|p| *p.borrow_mut() = Some(e));
+                true
+            }
+        })
+    }))
+}
+
 /// Converts a client error into the matching Python exception.
 pub fn client_err(e: ClientError) -> PyErr {
     match e {
+        ClientError::Interrupted(m) => PENDING_SIGNAL_ERROR
+            .with(|p| p.borrow_mut().take())
+            .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(m)),
         ClientError::DriverTimeout(m) => DriverTimeoutError::new_err(m),
         ClientError::ClientTimeout(m) => ClientTimeoutError::new_err(m),
         ClientError::Config(m) => ConfigurationError::new_err(m),

@@ -1,0 +1,80 @@
+"""Blocking calls answer Ctrl-C: they wait with the GIL released and run
+Python's signal handlers every 20 ms, so KeyboardInterrupt (or whatever a
+handler raises) ends them promptly, and nothing stays half-registered."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from conftest import await_until, make_dir
+
+import sulis
+
+PUBLISHER_LIMIT = 1
+
+
+def _sigint_after(seconds: float) -> threading.Thread:
+    def fire():
+        time.sleep(seconds)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=fire, daemon=True)
+    t.start()
+    return t
+
+
+def test_connecting_to_a_missing_driver_answers_ctrl_c():
+    missing = os.path.join(make_dir(), "no-driver-here")
+    _sigint_after(0.2)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sulis.Client(dir=missing, driver_timeout=30.0)
+    # Far inside the 30 s it would otherwise wait (the check runs every 20 ms).
+    assert time.monotonic() - start < 5.0
+
+
+def test_a_signal_handler_exception_ends_the_wait_as_raised():
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop("stop now")
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        _sigint_after(0.2)
+        with pytest.raises(Stop, match="stop now"):
+            sulis.Client(dir=os.path.join(make_dir(), "none"), driver_timeout=30.0)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _publication_counters(dir: str) -> list[dict]:
+    return [c for c in sulis.CountersReader(dir).counters() if c["type_id"] == PUBLISHER_LIMIT]
+
+
+def test_an_add_interrupted_while_the_driver_is_stopped_is_undone(spawn):
+    dir = make_dir()
+    drv = spawn("driver", dir, '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}')
+    drv.read()
+    with sulis.Client(dir=dir, driver_timeout=30.0) as client:
+        drv.signal(signal.SIGSTOP)
+        try:
+            _sigint_after(0.2)
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                client.add_publication("aeron:ipc", 5)
+            assert time.monotonic() - start < 5.0
+        finally:
+            drv.signal(signal.SIGCONT)
+        # The driver carries the add out when it runs again, then the undo:
+        # no publication is left behind, and the client still works.
+        sub = client.add_subscription("aeron:ipc", 6)
+        await_until(lambda: not _publication_counters(dir), what="the interrupted add to be undone")
+        pub = client.add_publication("aeron:ipc", 6)
+        await_until(lambda: pub.is_connected and sub.image_count == 1)
+        assert [c["registration_id"] for c in _publication_counters(dir)] == [pub.registration_id]
