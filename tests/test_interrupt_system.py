@@ -78,3 +78,25 @@ def test_an_add_interrupted_while_the_driver_is_stopped_is_undone(spawn):
         pub = client.add_publication("aeron:ipc", 6)
         await_until(lambda: pub.is_connected and sub.image_count == 1)
         assert [c["registration_id"] for c in _publication_counters(dir)] == [pub.registration_id]
+
+
+def test_dropping_unclosed_resources_never_waits_for_the_driver(spawn):
+    dir = make_dir()
+    drv = spawn("driver", dir, '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}')
+    drv.read()
+    with sulis.Client(dir=dir, driver_timeout=30.0) as client:
+        pub = client.add_publication("aeron:ipc", 7)
+        xpub = client.add_exclusive_publication("aeron:ipc", 7)
+        sub = client.add_subscription("aeron:ipc", 7)
+        await_until(lambda: sub.image_count == 2)
+        drv.signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            del pub, xpub, sub
+            # A waiting close would block here until the 30 s driver timeout.
+            assert time.monotonic() - start < 5.0
+        finally:
+            drv.signal(signal.SIGCONT)
+        # The removals were sent all the same: the driver drops both publications.
+        await_until(lambda: not _publication_counters(dir), what="the dropped publications to be removed")
+        assert not client.is_closed

@@ -236,18 +236,28 @@ impl PublicationCore {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire) || self.inner.failed.load(Ordering::Acquire)
     }
-    /// Closes the publication (idempotent).
+    /// Closes the publication (idempotent), waiting for the driver's answer.
     pub fn close(&self) {
+        self.close_with(true)
+    }
+    /// Closes it without waiting for the driver's answer: what dropping does,
+    /// so a drop never blocks (in Python it runs holding the GIL).
+    pub fn close_without_waiting(&self) {
+        self.close_with(false)
+    }
+    fn close_with(&self, wait: bool) {
         if !self.closed.swap(true, Ordering::AcqRel) && !self.inner.failed.load(Ordering::Acquire) {
             let correlation_id = self.inner.next_correlation_id();
-            let _ = self.inner.request(
+            let cmd = Command::RemovePublication {
+                client_id: self.inner.client_id,
                 correlation_id,
-                &Command::RemovePublication {
-                    client_id: self.inner.client_id,
-                    correlation_id,
-                    registration_id: self.registration_id,
-                },
-            );
+                registration_id: self.registration_id,
+            };
+            if wait {
+                let _ = self.inner.request(correlation_id, &cmd);
+            } else {
+                self.inner.send_quietly(&cmd);
+            }
         }
     }
     #[inline(always)]
@@ -440,7 +450,7 @@ impl Publication {
 
 impl Drop for Publication {
     fn drop(&mut self) {
-        self.close();
+        self.close_without_waiting();
     }
 }
 
@@ -608,7 +618,7 @@ impl ExclusivePublication {
 
 impl Drop for ExclusivePublication {
     fn drop(&mut self) {
-        self.close();
+        self.close_without_waiting();
     }
 }
 

@@ -290,8 +290,18 @@ impl Subscription {
         }
     }
 
-    /// Closes the subscription (idempotent).
+    /// Closes the subscription (idempotent), waiting for the driver's answer.
     pub fn close(&mut self) {
+        self.close_with(true)
+    }
+
+    /// Closes it without waiting for the driver's answer: what dropping does,
+    /// so a drop never blocks (in Python it runs holding the GIL).
+    pub fn close_without_waiting(&mut self) {
+        self.close_with(false)
+    }
+
+    fn close_with(&mut self, wait: bool) {
         if self.closed {
             return;
         }
@@ -300,14 +310,16 @@ impl Subscription {
         Client::forget_subscription(&self.inner, self.registration_id);
         if !self.inner.failed.load(Ordering::Acquire) {
             let correlation_id = self.inner.next_correlation_id();
-            let _ = self.inner.request(
+            let cmd = Command::RemoveSubscription {
+                client_id: self.inner.client_id,
                 correlation_id,
-                &Command::RemoveSubscription {
-                    client_id: self.inner.client_id,
-                    correlation_id,
-                    registration_id: self.registration_id,
-                },
-            );
+                registration_id: self.registration_id,
+            };
+            if wait {
+                let _ = self.inner.request(correlation_id, &cmd);
+            } else {
+                self.inner.send_quietly(&cmd);
+            }
         }
         self.images.clear();
     }
@@ -315,6 +327,6 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.close();
+        self.close_without_waiting();
     }
 }
