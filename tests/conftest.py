@@ -192,9 +192,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The directory says what a test is: tests/unit (no driver, no process),
+    # tests/system (drivers and processes), tests/interop (Aeron Java peers).
     for item in items:
-        if item.module.__name__.endswith("_system"):
-            item.add_marker(pytest.mark.system)
+        kind = os.path.basename(os.path.dirname(str(item.path)))
+        if kind in ("system", "interop"):
+            item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -18,7 +18,7 @@ import zipfile
 import pytest
 
 from conftest import await_until, clean_env
-from test_cli_bench import (  # noqa: F401 - no_leftovers is a fixture
+from clibench import (  # noqa: F401 - no_leftovers is a fixture
     CLI,
     bench_processes,
     check_ping_pong,
@@ -27,8 +27,6 @@ from test_cli_bench import (  # noqa: F401 - no_leftovers is a fixture
     no_leftovers,
     result,
 )
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "interop"))
 
 import peers  # noqa: E402
 

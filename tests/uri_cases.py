@@ -1,12 +1,9 @@
-"""Channel URI parsing (sulis.parse_channel / sulis.channel_params): every
-malformed URI raises ConfigurationError naming the offending part; good URIs
-come back in canonical form. Pure: no driver."""
+"""Channel URI cases shared by the URI tests (tests/unit/test_uri.py,
+tests/system/test_uri_system.py) and the seeded random-input runner, which
+mutates them: malformed URIs with the part each error must name, and good
+URIs with their canonical form."""
 
 from __future__ import annotations
-
-import pytest
-
-import sulis
 
 # (uri, the part the message must name, a word of the reason)
 BAD_URIS = [
@@ -114,19 +111,6 @@ BAD_URIS = [
 ]
 
 
-@pytest.mark.parametrize("uri,part,reason", BAD_URIS, ids=[u[:60] or "empty" for u, _, _ in BAD_URIS])
-def test_malformed_uri_is_rejected_naming_the_offending_part(uri, part, reason):
-    with pytest.raises(sulis.ConfigurationError) as info:
-        sulis.parse_channel(uri)
-    message = str(info.value)
-    shown = uri if len(uri) <= 4095 else uri[:64] + "..."
-    assert message.startswith(f"invalid channel URI '{shown}': {part}: "), message
-    assert reason in message, message
-    with pytest.raises(sulis.ConfigurationError) as again:
-        sulis.channel_params(uri)
-    assert str(again.value) == message
-
-
 GOOD_URIS = [
     ("aeron:ipc", "aeron:ipc", []),
     ("aeron:ipc?term-length=64k", "aeron:ipc?term-length=64k", [("term-length", "64k")]),
@@ -148,19 +132,3 @@ GOOD_URIS = [
     ("aeron-spy:aeron:udp?endpoint=localhost:40123", None, None),
     ("aeron:ipc?alias=" + "x" * (4095 - 16), None, None),
 ]
-
-
-@pytest.mark.parametrize("uri,canonical,params", GOOD_URIS, ids=[u[:60] for u, _, _ in GOOD_URIS])
-def test_good_uri_parses_to_its_canonical_form(uri, canonical, params):
-    out = sulis.parse_channel(uri)
-    assert out == (canonical or uri)
-    assert sulis.parse_channel(out) == out, "the canonical form parses to itself"
-    if params is not None:
-        assert sulis.channel_params(uri) == params
-
-
-def test_configuration_error_hierarchy():
-    assert issubclass(sulis.ConfigurationError, sulis.SulisError)
-    assert issubclass(sulis.SulisError, Exception)
-    with pytest.raises(sulis.SulisError):
-        sulis.parse_channel("aeron:nope")

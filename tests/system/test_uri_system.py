@@ -9,7 +9,7 @@ import pytest
 
 import sulis
 from conftest import await_until
-from test_uri import BAD_URIS
+from uri_cases import BAD_URIS
 
 
 def test_every_malformed_uri_is_refused_by_the_client(driver, client):

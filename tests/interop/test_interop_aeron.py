@@ -29,8 +29,6 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "interop"))
-
 import peers  # noqa: E402
 
 COUNT = int(os.environ.get("SULIS_INTEROP_COUNT", "1000000").replace("_", ""))

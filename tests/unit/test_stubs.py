@@ -11,7 +11,7 @@ import sulis._native as native
 
 STUB = Path(native.__file__).with_name("_native.pyi")
 if not STUB.exists():  # editable installs keep the stub beside the sources
-    STUB = Path(__file__).resolve().parents[1] / "python" / "sulis" / "_native.pyi"
+    STUB = Path(__file__).resolve().parents[2] / "python" / "sulis" / "_native.pyi"
 
 # Stub-only helpers that have no runtime counterpart.
 STUB_ONLY = {"_PublicationBase"}
