@@ -169,7 +169,9 @@ impl Inner {
     /// Runs the interrupt check, if any: `Err(Interrupted)` when it fired.
     fn check_interrupt(&self, what: &str) -> Result<(), ClientError> {
         match &self.interrupt {
-            Some(i) if (i.0)() => Err(ClientError::Interrupted(format!("interrupted while {what}"))),
+            Some(i) if (i.0)() => Err(ClientError::Interrupted(format!(
+                "interrupted while {what}"
+            ))),
             _ => Ok(()),
         }
     }
@@ -342,7 +344,9 @@ impl Inner {
         if let Some(undo) = undo {
             self.send_quietly(&undo);
         }
-        Err(ClientError::Closed(format!("command {correlation_id} undone")))
+        Err(ClientError::Closed(format!(
+            "command {correlation_id} undone"
+        )))
     }
 
     /// Re-synchronises after being lapped: requests waiting now fail (see

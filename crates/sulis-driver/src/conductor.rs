@@ -1098,7 +1098,10 @@ impl DriverConductor {
             return;
         };
         if self.receive_endpoints[i].ref_count > 0
-            || self.images.iter().any(|m| m.image.endpoint_id == endpoint_id)
+            || self
+                .images
+                .iter()
+                .any(|m| m.image.endpoint_id == endpoint_id)
         {
             return;
         }
@@ -1556,7 +1559,11 @@ impl DriverConductor {
         let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
         let key = udp.canonical.clone();
-        if self.closing_receive_endpoints.iter().any(|(_, k)| *k == key) {
+        if self
+            .closing_receive_endpoints
+            .iter()
+            .any(|(_, k)| *k == key)
+        {
             // The receiver still holds the old socket on this address; bind
             // once it has closed it (a few microseconds at most).
             self.deferred_subscriptions.push(DeferredSubscription {

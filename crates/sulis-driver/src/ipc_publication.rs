@@ -135,7 +135,12 @@ impl IpcPublication {
             .map(|s| s.position.get_volatile())
             .min();
         tethered
-            .or_else(|| self.subscribers.iter().map(|s| s.position.get_volatile()).max())
+            .or_else(|| {
+                self.subscribers
+                    .iter()
+                    .map(|s| s.position.get_volatile())
+                    .max()
+            })
             .unwrap_or_else(|| self.producer_position())
     }
 

@@ -243,7 +243,10 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), COUNTER_TYPES.len());
         for &(t, _) in COUNTER_TYPES {
-            assert_eq!(is_stream_counter_type(t), t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT);
+            assert_eq!(
+                is_stream_counter_type(t),
+                t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT
+            );
         }
     }
 }

@@ -219,7 +219,11 @@ pub fn default_dir() -> String {
 /// checks that they are valid commands. Returns how many were written
 /// (it stops at the first the ring has no room for).
 #[pyfunction]
-pub fn _write_to_driver(py: Python<'_>, dir: &str, records: Vec<(i32, Vec<u8>)>) -> PyResult<usize> {
+pub fn _write_to_driver(
+    py: Python<'_>,
+    dir: &str,
+    records: Vec<(i32, Vec<u8>)>,
+) -> PyResult<usize> {
     let cnc = open_cnc(dir)?;
     let ring = sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer::new(cnc.to_driver_buffer())
         .map_err(PyValueError::new_err)?;

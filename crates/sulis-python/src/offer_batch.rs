@@ -190,7 +190,8 @@ impl BufferBatch {
     pub(crate) fn validate(&self, max_message: usize) -> PyResult<()> {
         let mut first = 0;
         for c in &self.chunks {
-            c.validate(first, max_message).map_err(BatchError::into_py)?;
+            c.validate(first, max_message)
+                .map_err(BatchError::into_py)?;
             first += c.count;
         }
         Ok(())
@@ -247,7 +248,10 @@ impl BufferBatch {
     /// `data` and Arrow-layout `offsets` (n + 1 entries for n messages): an
     /// int32 or int64 buffer (numpy, array.array), or raw bytes read as int32
     /// (the layout of Arrow's binary type).
-    pub(crate) fn from_buffers(data: &Bound<'_, PyAny>, offsets: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub(crate) fn from_buffers(
+        data: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
         let d = View::get(data, ffi::PyBUF_SIMPLE, "data")?;
         let o = View::get(offsets, ffi::PyBUF_FORMAT | ffi::PyBUF_ND, "offsets")?;
         let format = o.format();
@@ -282,17 +286,16 @@ impl BufferBatch {
     /// ChunkedArray; `None` when `obj` is neither.
     pub(crate) fn from_arrow(obj: &Bound<'_, PyAny>) -> PyResult<Option<Self>> {
         let py = obj.py();
-        let arrays: Vec<Bound<'_, PyAny>> = if obj.hasattr(intern!(py, "chunks"))?
-            && obj.hasattr(intern!(py, "num_chunks"))?
-        {
-            obj.getattr(intern!(py, "chunks"))?
-                .try_iter()?
-                .collect::<PyResult<_>>()?
-        } else if obj.hasattr(intern!(py, "buffers"))? && obj.hasattr(intern!(py, "type"))? {
-            vec![obj.clone()]
-        } else {
-            return Ok(None);
-        };
+        let arrays: Vec<Bound<'_, PyAny>> =
+            if obj.hasattr(intern!(py, "chunks"))? && obj.hasattr(intern!(py, "num_chunks"))? {
+                obj.getattr(intern!(py, "chunks"))?
+                    .try_iter()?
+                    .collect::<PyResult<_>>()?
+            } else if obj.hasattr(intern!(py, "buffers"))? && obj.hasattr(intern!(py, "type"))? {
+                vec![obj.clone()]
+            } else {
+                return Ok(None);
+            };
         let mut b = BufferBatch {
             chunks: Vec::new(),
             _views: Vec::new(),

@@ -6,11 +6,11 @@
 
 use crate::errors::{offer_err, ClosedError, MessageTooLongError};
 use crate::guard::InUse;
+use crate::offer_batch::BufferBatch;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::cell::UnsafeCell;
-use crate::offer_batch::BufferBatch;
 use sulis_client::{BufferClaim, ExclusivePublication, OfferError, Publication};
 
 /// Calls `f` with the bytes of `data` (bytes fast path, else the buffer protocol).
@@ -92,7 +92,11 @@ fn offer_sequence(
     for item in messages.try_iter().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "offer_batch takes an Arrow array or a sequence of bytes-like objects, not {}",
-            messages.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            messages
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })? {
         let item = item?;
@@ -161,12 +165,10 @@ macro_rules! publication_methods {
                 let batch = match (messages, data, offsets) {
                     (None, Some(d), Some(o)) => Some(BufferBatch::from_buffers(d, o)?),
                     (Some(m), None, None) => BufferBatch::from_arrow(m)?,
-                    _ => {
-                        return Err(pyo3::exceptions::PyTypeError::new_err(
-                            "offer_batch takes messages (an Arrow array or a sequence of bytes-like \
+                    _ => return Err(pyo3::exceptions::PyTypeError::new_err(
+                        "offer_batch takes messages (an Arrow array or a sequence of bytes-like \
                              objects), or data= and offsets= buffers",
-                        ))
-                    }
+                    )),
                 };
                 let Some(batch) = batch else {
                     let m = messages.expect("matched above");
