@@ -142,6 +142,8 @@ class MediaDriver(_native.MediaDriver):
     ``idle_strategy`` is ``busy-spin``, ``yielding``, ``backoff`` or ``sleeping``.
     Other options by name (``ipc_term_buffer_length="1m"``,
     ``client_liveness_timeout=2.0``...), see ``sulis driver --print-config``.
+    Durations are a float of seconds (``2.0``) or a string with a unit
+    (``"500ms"``, ``"5s"``); a bare int other than 0 is refused as ambiguous.
     """
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: D107 - documented on the class

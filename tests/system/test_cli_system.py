@@ -46,13 +46,13 @@ def test_print_config_lists_every_option_with_its_source():
         assert rows[name][2] == env_name
     assert rows["dir"] == (dir, "explicit", "SULIS_DIR")
     assert rows["ipc_term_buffer_length"][:2] == ("1048576", "explicit"), "a flag beats the environment"
-    assert rows["client_liveness_timeout_ns"][:2] == ("3000000000ns", "explicit")
+    assert rows["client_liveness_timeout"][:2] == ("3s", "explicit")
     assert rows["threading_mode"][:2] == ("shared", "explicit")
-    assert rows["timer_interval_ns"][:2] == ("20000000ns", "environment")
+    assert rows["timer_interval"][:2] == ("20ms", "environment")
     assert rows["idle_strategy"][1] == "environment"
     assert rows["term_buffer_length"][:2] == ("16777216", "default")
-    explicit_or_env = {"dir", "ipc_term_buffer_length", "client_liveness_timeout_ns", "threading_mode",
-                       "timer_interval_ns", "idle_strategy"}
+    explicit_or_env = {"dir", "ipc_term_buffer_length", "client_liveness_timeout", "threading_mode",
+                       "timer_interval", "idle_strategy"}
     assert all(src == "default" for name, (_, src, _) in rows.items() if name not in explicit_or_env)
     assert not os.path.exists(dir), "printing the configuration starts nothing"
 

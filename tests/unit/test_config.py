@@ -29,23 +29,24 @@ def test_every_option_has_an_env_var_a_doc_and_a_default():
     names = [r[0] for r in rows]
     assert len(names) == len(set(names))
     for name, value, source, env, doc in rows:
-        assert env == "SULIS_" + name.removesuffix("_ns").upper()
+        assert env == "SULIS_" + name.upper()
+        assert not name.endswith("_ns"), "durations are named without a unit"
         assert doc.endswith(".") and len(doc) > 10
         assert source == ("explicit" if name == "dir" else "default")
     defaults = config()
     assert defaults["ipc_term_buffer_length"] == (str(64 << 20), "default")
-    assert defaults["client_liveness_timeout_ns"] == ("10000000000ns", "default")
-    assert defaults["publication_unblock_timeout_ns"] == ("15000000000ns", "default")
+    assert defaults["client_liveness_timeout"] == ("10s", "default")
+    assert defaults["publication_unblock_timeout"] == ("15s", "default")
     assert defaults["threading_mode"] == ("dedicated", "default")
 
 
 def test_units_and_spellings():
     c = config(ipc_term_buffer_length="1m", client_liveness_timeout=2.5, publication_unblock_timeout="5s",
-               timer_interval_ns="250us", term_buffer_sparse_file=True, threading_mode="shared-network")
+               timer_interval="250us", term_buffer_sparse_file=True, threading_mode="shared-network")
     assert c["ipc_term_buffer_length"] == ("1048576", "explicit")
-    assert c["client_liveness_timeout_ns"] == ("2500000000ns", "explicit"), "floats are seconds"
-    assert c["publication_unblock_timeout_ns"] == ("5000000000ns", "explicit")
-    assert c["timer_interval_ns"] == ("250000ns", "explicit")
+    assert c["client_liveness_timeout"] == ("2500ms", "explicit"), "floats are seconds"
+    assert c["publication_unblock_timeout"] == ("5s", "explicit")
+    assert c["timer_interval"] == ("250us", "explicit")
     assert c["term_buffer_sparse_file"] == ("true", "explicit")
     assert c["threading_mode"] == ("shared-network", "explicit")
     assert config(**{"ipc-term-buffer-length": "128k"})["ipc_term_buffer_length"] == ("131072", "explicit")
@@ -56,7 +57,7 @@ def test_environment_and_explicit_sources(monkeypatch):
     monkeypatch.setenv("SULIS_TIMER_INTERVAL", "5ms")
     c = config(timer_interval="7ms")
     assert c["ipc_term_buffer_length"] == ("131072", "environment")
-    assert c["timer_interval_ns"] == ("7000000ns", "explicit"), "explicit beats the environment"
+    assert c["timer_interval"] == ("7ms", "explicit"), "explicit beats the environment"
     monkeypatch.setenv("SULIS_IPC_TERM_BUFFER_LENGTH", "lots")
     with pytest.raises(sulis.ConfigurationError, match="SULIS_IPC_TERM_BUFFER_LENGTH=lots"):
         config()
@@ -71,7 +72,11 @@ def test_environment_and_explicit_sources(monkeypatch):
         ({"term_buffer_length": "2g"}, "term_buffer_length"),
         ({"ipc_term_buffer_length": "lots"}, "ipc_term_buffer_length=lots: 'lots' is not a size"),
         ({"client_liveness_timeout": "soon"}, "client_liveness_timeout=soon: 'soon' is not a duration"),
-        ({"client_liveness_timeout": -1.0}, "client_liveness_timeout=-1.0: '-1.0' is not a duration"),
+        ({"client_liveness_timeout": -1.0}, "client_liveness_timeout=-1.0: -1.0 is not a duration"),
+        ({"publication_linger_timeout": 5}, "publication_linger_timeout=5: a bare number is ambiguous"),
+        ({"client_liveness_timeout": "3"}, "client_liveness_timeout=3: '3' is ambiguous: a duration needs a unit"),
+        ({"timer_interval": "1.5ns"}, "timer_interval=1.5ns: '1.5ns' is finer than a nanosecond"),
+        ({"client_liveness_timeout_ns": "5s"}, "durations are named without a unit, use 'client_liveness_timeout'"),
         ({"timer_interval": float("nan")}, "timer_interval=nan"),
         ({"term_buffer_sparse_file": "yes"}, "term_buffer_sparse_file=yes: 'yes' is not a boolean"),
         ({"ipc_mtu_length": 1400}, "ipc_mtu_length: 1400 must be a multiple of 32"),
@@ -83,7 +88,7 @@ def test_environment_and_explicit_sources(monkeypatch):
         ({"error_buffer_length": "100"}, "error_buffer_length"),
         ({"timer_interval": "0ms"}, "timer_interval must be positive"),
         ({"client_liveness_timeout": "5s", "publication_unblock_timeout": "2s"},
-         "publication_unblock_timeout (2000000000ns) must be greater than client_liveness_timeout (5000000000ns)"),
+         "publication_unblock_timeout (2s) must be greater than client_liveness_timeout (5s)"),
         ({"client_liveness_timeout": "1s", "publication_unblock_timeout": "1s"}, "must be greater than"),
         ({"threading_mode": "triple"}, "unknown threading mode 'triple'"),
         ({"idle_strategy": "lazy"}, "unknown idle strategy 'lazy'"),
@@ -100,6 +105,22 @@ def test_invalid_options_are_refused_naming_the_option(options, message):
         sulis.MediaDriver(dir=DIR, **options)
     assert str(again.value) == str(info.value)
     assert not os.path.exists(DIR)
+
+
+def test_durations_take_float_seconds_unit_strings_or_zero(monkeypatch):
+    c = config(publication_linger_timeout=0, timer_interval=0.001, client_liveness_timeout="1.5s",
+               publication_unblock_timeout="20000ms", status_message_timeout=0.0)
+    assert c["publication_linger_timeout"] == ("0", "explicit"), "0 needs no unit"
+    assert c["timer_interval"] == ("1ms", "explicit")
+    assert c["client_liveness_timeout"] == ("1500ms", "explicit")
+    assert c["publication_unblock_timeout"] == ("20s", "explicit")
+    assert c["status_message_timeout"] == ("0", "explicit")
+    # The environment takes the same grammar: a bare number is refused, naming the variable.
+    monkeypatch.setenv("SULIS_CLIENT_LIVENESS_TIMEOUT", "3")
+    with pytest.raises(sulis.ConfigurationError, match="SULIS_CLIENT_LIVENESS_TIMEOUT=3: '3' is ambiguous"):
+        config()
+    monkeypatch.setenv("SULIS_CLIENT_LIVENESS_TIMEOUT", "3s")
+    assert config()["client_liveness_timeout"] == ("3s", "environment")
 
 
 def test_idle_strategies_and_threading_modes_parse():

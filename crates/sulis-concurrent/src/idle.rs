@@ -50,7 +50,7 @@ impl IdleStrategy {
             "sleeping" | "sleep" => Ok(IdleStrategy::Sleeping(Duration::from_millis(1))),
             _ => {
                 if let Some(d) = s.strip_prefix("sleeping:") {
-                    let ns = sulis_protocol::uri::parse_duration_ns(d)
+                    let ns = sulis_protocol::values::parse_duration_option(d)
                         .map_err(|e| format!("idle strategy '{s}': {e}"))?;
                     return Ok(IdleStrategy::Sleeping(Duration::from_nanos(ns)));
                 }

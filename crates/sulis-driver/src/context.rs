@@ -11,7 +11,7 @@ use crate::loss::LossSpec;
 use std::path::PathBuf;
 use sulis_concurrent::idle::IdleStrategy;
 use sulis_protocol::log_buffer_descriptor::{check_page_size, check_term_length};
-use sulis_protocol::uri::{parse_bool, parse_duration_ns, parse_size};
+use sulis_protocol::values::{format_duration_ns, parse_bool, parse_duration_option, parse_size};
 
 /// How the driver's agents are placed on threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,8 +195,12 @@ fn size_usize(s: &str) -> Result<usize, String> {
 
 macro_rules! opt {
     ($name:ident, $env:literal, $unit:literal, $doc:literal, $parse:expr, $show:expr) => {
+        opt!($name as stringify!($name), $env, $unit, $doc, $parse, $show)
+    };
+    // A field whose user-facing name differs (durations: `x_ns` is shown as `x`).
+    ($name:ident as $shown:expr, $env:literal, $unit:literal, $doc:literal, $parse:expr, $show:expr) => {
         OptionSpec {
-            name: stringify!($name),
+            name: $shown,
             env: $env,
             unit: $unit,
             doc: $doc,
@@ -213,7 +217,7 @@ fn show_size(v: &usize) -> String {
     v.to_string()
 }
 fn show_ns(v: &u64) -> String {
-    format!("{v}ns")
+    format_duration_ns(*v)
 }
 fn show_bool(v: &bool) -> String {
     v.to_string()
@@ -302,67 +306,67 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_size
     ),
     opt!(
-        client_liveness_timeout_ns,
+        client_liveness_timeout_ns as "client_liveness_timeout",
         "SULIS_CLIENT_LIVENESS_TIMEOUT",
         "duration",
         "A client that stops heartbeating for this long is timed out and its resources released.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        publication_unblock_timeout_ns,
+        publication_unblock_timeout_ns as "publication_unblock_timeout",
         "SULIS_PUBLICATION_UNBLOCK_TIMEOUT",
         "duration",
         "A publication blocked by a writer that died mid-claim is unblocked after this long.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        publication_linger_timeout_ns,
+        publication_linger_timeout_ns as "publication_linger_timeout",
         "SULIS_PUBLICATION_LINGER_TIMEOUT",
         "duration",
         "How long a closed publication's log lingers for late readers.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        timer_interval_ns,
+        timer_interval_ns as "timer_interval",
         "SULIS_TIMER_INTERVAL",
         "duration",
         "Period of the conductor's liveness and timeout checks.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        conductor_cycle_threshold_ns,
+        conductor_cycle_threshold_ns as "conductor_cycle_threshold",
         "SULIS_CONDUCTOR_CYCLE_THRESHOLD",
         "duration",
         "Conductor duty cycles longer than this are counted (system counter 27).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        sender_cycle_threshold_ns,
+        sender_cycle_threshold_ns as "sender_cycle_threshold",
         "SULIS_SENDER_CYCLE_THRESHOLD",
         "duration",
         "Sender duty cycles longer than this are counted (system counter 29).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        receiver_cycle_threshold_ns,
+        receiver_cycle_threshold_ns as "receiver_cycle_threshold",
         "SULIS_RECEIVER_CYCLE_THRESHOLD",
         "duration",
         "Receiver duty cycles longer than this are counted (system counter 31).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        driver_timeout_ns,
+        driver_timeout_ns as "driver_timeout",
         "SULIS_DRIVER_TIMEOUT",
         "duration",
         "Clients declare the driver dead when its heartbeat is older than this.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
@@ -406,11 +410,11 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_size
     ),
     opt!(
-        counter_free_to_reuse_timeout_ns,
+        counter_free_to_reuse_timeout_ns as "counter_free_to_reuse_timeout",
         "SULIS_COUNTER_FREE_TO_REUSE_TIMEOUT",
         "duration",
         "A freed counter id is reused only after this cool-down.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
@@ -446,69 +450,69 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_size
     ),
     opt!(
-        status_message_timeout_ns,
+        status_message_timeout_ns as "status_message_timeout",
         "SULIS_STATUS_MESSAGE_TIMEOUT",
         "duration",
         "A receiver sends each source a status message at least this often.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        image_liveness_timeout_ns,
+        image_liveness_timeout_ns as "image_liveness_timeout",
         "SULIS_IMAGE_LIVENESS_TIMEOUT",
         "duration",
         "An image whose source sends nothing for this long is withdrawn.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        publication_connection_timeout_ns,
+        publication_connection_timeout_ns as "publication_connection_timeout",
         "SULIS_PUBLICATION_CONNECTION_TIMEOUT",
         "duration",
         "A UDP publication with no status message for this long is not connected.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        re_resolution_check_interval_ns,
+        re_resolution_check_interval_ns as "re_resolution_check_interval",
         "SULIS_RE_RESOLUTION_CHECK_INTERVAL",
         "duration",
         "How often the conductor looks for UDP publications whose endpoint is a host name and which \
          have had no status message for publication_connection_timeout; it looks the name up again \
          and, if the address changed, sends there (counted in 'Resolution changes'). 0 = never.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        publication_setup_timeout_ns,
+        publication_setup_timeout_ns as "publication_setup_timeout",
         "SULIS_PUBLICATION_SETUP_TIMEOUT",
         "duration",
         "Period of SETUP frames while a UDP publication waits for a receiver.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        publication_heartbeat_timeout_ns,
+        publication_heartbeat_timeout_ns as "publication_heartbeat_timeout",
         "SULIS_PUBLICATION_HEARTBEAT_TIMEOUT",
         "duration",
         "An idle UDP publication sends a heartbeat this often.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        nak_unicast_delay_ns,
+        nak_unicast_delay_ns as "nak_unicast_delay",
         "SULIS_NAK_UNICAST_DELAY",
         "duration",
         "Delay before a receiver NAKs a gap on a unicast channel (0 = at once).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        nak_unicast_retry_delay_ns,
+        nak_unicast_retry_delay_ns as "nak_unicast_retry_delay",
         "SULIS_NAK_UNICAST_RETRY_DELAY",
         "duration",
         "A gap still open after this long is NAKed again (with nak_unicast_retry_adaptive: at the soonest).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
@@ -522,19 +526,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_bool
     ),
     opt!(
-        retransmit_unicast_delay_ns,
+        retransmit_unicast_delay_ns as "retransmit_unicast_delay",
         "SULIS_RETRANSMIT_UNICAST_DELAY",
         "duration",
         "Delay before a sender resends a NAKed range (0 = at once).",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
-        retransmit_unicast_linger_ns,
+        retransmit_unicast_linger_ns as "retransmit_unicast_linger",
         "SULIS_RETRANSMIT_UNICAST_LINGER",
         "duration",
         "After a resend, NAKs for the same range are ignored this long.",
-        parse_duration_ns,
+        parse_duration_option,
         show_ns
     ),
     opt!(
@@ -682,7 +686,12 @@ impl DriverContext {
         let o = OPTIONS
             .iter()
             .find(|o| o.name == key)
-            .ok_or_else(|| format!("unknown driver option '{name}'"))?;
+            .ok_or_else(|| match key.strip_suffix("_ns") {
+                Some(base) if OPTIONS.iter().any(|o| o.name == base) => format!(
+                    "unknown driver option '{name}': durations are named without a unit, use '{base}' (e.g. {base}=5s)"
+                ),
+                _ => format!("unknown driver option '{name}'"),
+            })?;
         (o.set)(self, value).map_err(|e| format!("{name}={value}: {e}"))?;
         self.mark(o.name, Source::Explicit);
         Ok(())
@@ -767,14 +776,15 @@ impl DriverContext {
         }
         if self.publication_unblock_timeout_ns <= self.client_liveness_timeout_ns {
             return Err(format!(
-                "publication_unblock_timeout ({}ns) must be greater than client_liveness_timeout ({}ns)",
-                self.publication_unblock_timeout_ns, self.client_liveness_timeout_ns
+                "publication_unblock_timeout ({}) must be greater than client_liveness_timeout ({})",
+                format_duration_ns(self.publication_unblock_timeout_ns),
+                format_duration_ns(self.client_liveness_timeout_ns)
             ));
         }
         if self.client_liveness_timeout_ns < 10_000_000 {
             return Err(format!(
-                "client_liveness_timeout ({}ns) must be at least 10ms: clients heartbeat within a quarter of it",
-                self.client_liveness_timeout_ns
+                "client_liveness_timeout ({}) must be at least 10ms: clients heartbeat within a quarter of it",
+                format_duration_ns(self.client_liveness_timeout_ns)
             ));
         }
         if self.timer_interval_ns == 0 {
@@ -792,7 +802,7 @@ mod tests {
     fn should_set_options_by_name_and_track_their_source() {
         let mut c = DriverContext::default();
         c.set("ipc-term-buffer-length", "1m").unwrap();
-        c.set("client_liveness_timeout_ns", "2s").unwrap();
+        c.set("client_liveness_timeout", "2s").unwrap();
         c.set("threading_mode", "shared").unwrap();
         assert_eq!(c.ipc_term_buffer_length, 1 << 20);
         assert_eq!(c.client_liveness_timeout_ns, 2_000_000_000);
@@ -826,10 +836,12 @@ mod tests {
     #[test]
     fn should_name_every_option_with_an_env_var_of_the_same_shape() {
         for o in OPTIONS {
-            let expected = format!(
-                "SULIS_{}",
-                o.name.trim_end_matches("_ns").to_ascii_uppercase()
+            assert!(
+                !o.name.ends_with("_ns"),
+                "{}: durations are named without a unit",
+                o.name
             );
+            let expected = format!("SULIS_{}", o.name.to_ascii_uppercase());
             assert_eq!(o.env, expected, "option {}", o.name);
         }
     }

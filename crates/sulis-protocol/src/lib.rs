@@ -11,3 +11,4 @@ pub mod driver_dir;
 pub mod frame;
 pub mod log_buffer_descriptor;
 pub mod uri;
+pub mod values;

@@ -48,6 +48,8 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use crate::values::{parse_bool, parse_duration_ns, parse_size};
+
 /// Smallest term length, in bytes (64 KiB).
 pub const TERM_LENGTH_MIN: u32 = 64 * 1024;
 /// Largest term length, in bytes (1 GiB).
@@ -483,72 +485,6 @@ impl FromStr for ChannelUri {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         ChannelUri::parse(s)
-    }
-}
-
-/// Parses a size in bytes: digits with an optional `k`, `m` or `g` suffix
-/// (any case; powers of 1024), e.g. `4096`, `64k`, `16M`, `1g`.
-///
-/// # Errors
-/// A reason when `s` is not of that form or the size does not fit in a `u64`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let (digits, multiplier) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1u64 << 20),
-        Some(b'g' | b'G') => (&s[..s.len() - 1], 1u64 << 30),
-        _ => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "'{s}' is not a size; use a number of bytes with an optional k, m or g suffix (e.g. 64k)"
-        ));
-    }
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .ok_or_else(|| format!("'{s}' is too large a size"))
-}
-
-/// Parses a duration into nanoseconds: digits with an optional `ns`, `us`, `ms`
-/// or `s` suffix (any case); no suffix means nanoseconds. E.g. `5s`, `10ms`, `100us`.
-///
-/// # Errors
-/// A reason when `s` is not of that form or the duration does not fit in a `u64`.
-pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
-    let lower = s.to_ascii_lowercase();
-    let (digits, multiplier) = if let Some(d) = lower.strip_suffix("ns") {
-        (d, 1u64)
-    } else if let Some(d) = lower.strip_suffix("us") {
-        (d, 1_000)
-    } else if let Some(d) = lower.strip_suffix("ms") {
-        (d, 1_000_000)
-    } else if let Some(d) = lower.strip_suffix('s') {
-        (d, 1_000_000_000)
-    } else {
-        (lower.as_str(), 1)
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "'{s}' is not a duration; use a number with an optional ns, us, ms or s suffix (e.g. 5s)"
-        ));
-    }
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .ok_or_else(|| format!("'{s}' is too long a duration"))
-}
-
-/// Parses a boolean: exactly `true` or `false`.
-///
-/// # Errors
-/// A reason for anything else (`TRUE`, `1`, `yes`, ...).
-pub fn parse_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("'{s}' is not a boolean; use true or false")),
     }
 }
 
@@ -1716,67 +1652,5 @@ mod tests {
             "UDP",
         );
         assert_rejected("aeron:ipc?interface=10.0.0.1", "interface=10.0.0.1", "UDP");
-    }
-
-    #[test]
-    fn should_parse_sizes() {
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64k"), Ok(64 * 1024));
-        assert_eq!(parse_size("64K"), Ok(64 * 1024));
-        assert_eq!(parse_size("16m"), Ok(16 << 20));
-        assert_eq!(parse_size("16M"), Ok(16 << 20));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert_eq!(parse_size("3G"), Ok(3 << 30));
-        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
-        for bad in ["", "k", "-1", "+1", "1.5k", "1kb", "1 k", "1t", " 1"] {
-            assert!(parse_size(bad).unwrap_err().contains("not a size"), "{bad}");
-        }
-        assert!(parse_size("18446744073709551616")
-            .unwrap_err()
-            .contains("too large"));
-        assert!(parse_size("17179869184g")
-            .unwrap_err()
-            .contains("too large"));
-        assert_eq!(parse_size("17179869183g"), Ok(17_179_869_183 << 30));
-    }
-
-    #[test]
-    fn should_parse_durations() {
-        assert_eq!(parse_duration_ns("0"), Ok(0));
-        assert_eq!(parse_duration_ns("1ns"), Ok(1));
-        assert_eq!(parse_duration_ns("250"), Ok(250));
-        assert_eq!(parse_duration_ns("100us"), Ok(100_000));
-        assert_eq!(parse_duration_ns("10ms"), Ok(10_000_000));
-        assert_eq!(parse_duration_ns("10MS"), Ok(10_000_000));
-        assert_eq!(parse_duration_ns("5s"), Ok(5_000_000_000));
-        assert_eq!(parse_duration_ns("5S"), Ok(5_000_000_000));
-        for bad in ["", "s", "ms", "5m", "5 s", "-5s", "1.5s", "5sec"] {
-            assert!(
-                parse_duration_ns(bad)
-                    .unwrap_err()
-                    .contains("not a duration"),
-                "{bad}"
-            );
-        }
-        assert!(parse_duration_ns("18446744074s")
-            .unwrap_err()
-            .contains("too long"));
-        assert_eq!(
-            parse_duration_ns("18446744073s"),
-            Ok(18_446_744_073_000_000_000)
-        );
-        assert!(parse_duration_ns("99999999999999999999")
-            .unwrap_err()
-            .contains("too long"));
-    }
-
-    #[test]
-    fn should_parse_booleans() {
-        assert_eq!(parse_bool("true"), Ok(true));
-        assert_eq!(parse_bool("false"), Ok(false));
-        for bad in ["True", "FALSE", "1", "0", "", "yes"] {
-            assert!(parse_bool(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -4,21 +4,42 @@ use crate::errors::{ActiveDriverError, ClosedError, ConfigurationError};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use pyo3::types::PyInt;
 use std::sync::Mutex;
+use sulis_driver::context::{OptionSpec, OPTIONS};
 use sulis_driver::{DriverContext, DriverError, MediaDriver as NativeDriver};
 
-fn value_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
+/// The text an option's Python value stands for. Floats are seconds for
+/// durations; a bare int for a duration is refused (is `5` seconds or
+/// nanoseconds?) unless it is 0; anything else is passed on as `str(v)`.
+fn value_text(spec: Option<&OptionSpec>, v: &Bound<'_, PyAny>) -> Result<String, String> {
     if let Ok(b) = v.extract::<bool>() {
         return Ok(b.to_string());
     }
-    if let Ok(f) = v.extract::<f64>() {
-        // Floats are seconds (durations). A negative or non-finite one is
-        // passed on as written, to be refused, not saturated to 0 ns.
-        if !v.is_instance_of::<pyo3::types::PyInt>() && f.is_finite() && f >= 0.0 {
+    let is_duration = spec.is_some_and(|o| o.unit == "duration");
+    if is_duration && v.is_instance_of::<PyInt>() {
+        return match v.extract::<i64>() {
+            Ok(0) => Ok("0".into()),
+            _ => Err(format!(
+                "a bare number is ambiguous for a duration; give seconds as a float ({v}.0) \
+                 or a string with a unit ('{v}s', '{v}ms', '{v}ns')"
+            )),
+        };
+    }
+    if is_duration {
+        if let Ok(f) = v.extract::<f64>() {
+            if !(f.is_finite() && f >= 0.0) {
+                return Err(format!(
+                    "{v} is not a duration: seconds must be finite and not negative"
+                ));
+            }
+            if f * 1e9 >= u64::MAX as f64 {
+                return Err(format!("{v} seconds is too long a duration"));
+            }
             return Ok(format!("{}ns", (f * 1e9).round() as u64));
         }
     }
-    Ok(v.str()?.to_string())
+    v.str().map(|t| t.to_string()).map_err(|e| e.to_string())
 }
 
 fn build_context(
@@ -41,51 +62,27 @@ fn build_context(
     if let Some(opts) = options {
         for (k, v) in opts.iter() {
             let key: String = k.extract()?;
-            let mut name = key.clone();
-            // Durations may be given without the _ns suffix (seconds as float, or "5s").
-            if sulis_driver::context::OPTIONS
-                .iter()
-                .all(|o| o.name != name.replace('-', "_"))
-            {
-                name = format!("{key}_ns");
-            }
-            set(&name, &value_text(&v)?).map_err(|_| {
-                ConfigurationError::new_err(format!(
-                    "{key}={}: {}",
-                    value_text(&v).unwrap_or_default(),
-                    ctx_err_text(&key, &v)
-                ))
+            let spec = OPTIONS.iter().find(|o| o.name == key.replace('-', "_"));
+            // Errors name the option and the value as the caller wrote them.
+            let shown = v.str().map(|r| r.to_string()).unwrap_or_default();
+            let text = value_text(spec, &v)
+                .map_err(|e| ConfigurationError::new_err(format!("{key}={shown}: {e}")))?;
+            set(&key, &text).map_err(|e| {
+                let msg = e.to_string();
+                let reason = msg
+                    .strip_prefix(&format!("{key}={text}: "))
+                    .unwrap_or(&msg)
+                    .to_string();
+                if spec.is_some() {
+                    ConfigurationError::new_err(format!("{key}={shown}: {reason}"))
+                } else {
+                    ConfigurationError::new_err(reason)
+                }
             })?;
         }
     }
     ctx.conclude().map_err(ConfigurationError::new_err)?;
     Ok(ctx)
-}
-
-fn ctx_err_text(key: &str, v: &Bound<'_, PyAny>) -> String {
-    let text = value_text(v).unwrap_or_default();
-    let known = |n: &str| {
-        sulis_driver::context::OPTIONS
-            .iter()
-            .any(|o| o.name == n.replace('-', "_"))
-    };
-    // Resolve the name as build_context does: as given, else with the _ns suffix.
-    let name = if known(key) {
-        key.to_string()
-    } else if known(&format!("{key}_ns")) {
-        format!("{key}_ns")
-    } else {
-        return format!("unknown driver option '{key}'");
-    };
-    let mut c = DriverContext::default();
-    match c.set(&name, &text) {
-        Ok(()) => "invalid value".to_string(),
-        // The caller already names the option as the user wrote it.
-        Err(e) => e
-            .strip_prefix(&format!("{name}={text}: "))
-            .unwrap_or(&e)
-            .to_string(),
-    }
 }
 
 /// An embedded media driver: conductor (and later sender and receiver) agents
