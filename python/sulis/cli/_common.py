@@ -8,12 +8,9 @@ import datetime
 import functools
 import json
 import os
-import re
 import shutil
 import signal
-import struct
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -23,35 +20,22 @@ from .. import _native
 
 CNC_FILE = "cnc.dat"
 
-#: Counter type ids (crates/sulis-driver/src/system_counters.rs, Aeron's values).
-SYSTEM = 0
-PUBLISHER_LIMIT = 1
-SENDER_POSITION = 2
-RECEIVER_HWM = 3
-SUBSCRIBER_POSITION = 4
-RECEIVER_POSITION = 5
-SENDER_LIMIT = 9
-CLIENT_HEARTBEAT = 11
-PUBLISHER_POSITION = 12
-
-TYPE_NAMES = {
-    SYSTEM: "system",
-    PUBLISHER_LIMIT: "pub-lmt",
-    SENDER_POSITION: "snd-pos",
-    RECEIVER_HWM: "rcv-hwm",
-    SUBSCRIBER_POSITION: "sub-pos",
-    RECEIVER_POSITION: "rcv-pos",
-    SENDER_LIMIT: "snd-lmt",
-    CLIENT_HEARTBEAT: "client-heartbeat",
-    PUBLISHER_POSITION: "pub-pos",
-}
+#: Counter type ids and their short names, from the table the driver
+#: allocates counters from (sulis_protocol::counters, Aeron's ids).
+TYPE_NAMES: dict[int, str] = dict(_native.counter_types())
+_TYPE_IDS = {name: type_id for type_id, name in TYPE_NAMES.items()}
+SYSTEM = _TYPE_IDS["system"]
+PUBLISHER_LIMIT = _TYPE_IDS["pub-lmt"]
+SENDER_POSITION = _TYPE_IDS["snd-pos"]
+RECEIVER_HWM = _TYPE_IDS["rcv-hwm"]
+SUBSCRIBER_POSITION = _TYPE_IDS["sub-pos"]
+RECEIVER_POSITION = _TYPE_IDS["rcv-pos"]
+SENDER_LIMIT = _TYPE_IDS["snd-lmt"]
+CLIENT_HEARTBEAT = _TYPE_IDS["client-heartbeat"]
+PUBLISHER_POSITION = _TYPE_IDS["pub-pos"]
 #: Types whose key is a stream key (registration id, session id, stream id, channel).
-STREAM_TYPES = frozenset({PUBLISHER_LIMIT, SENDER_POSITION, RECEIVER_HWM, SUBSCRIBER_POSITION,
-                          RECEIVER_POSITION, SENDER_LIMIT, PUBLISHER_POSITION})
+STREAM_TYPES = frozenset(t for t in TYPE_NAMES if _native.is_stream_counter_type(t))
 
-# Stream counter key (system_counters.rs `stream_counter_key`): registration id
-# i64, session id i32, stream id i32, channel length i32, channel bytes.
-_STREAM_KEY = struct.Struct("<qiii")
 #: A driver whose heartbeat is older than this is taken as gone (the default driver timeout).
 DRIVER_TIMEOUT_MS = 10_000
 
@@ -61,43 +45,29 @@ def type_name(type_id: int) -> str:
 
 
 def default_dir() -> str:
-    """The driver directory a client would use: ``$SULIS_DIR``, else ``/dev/shm/sulis-$USER``."""
-    env = os.environ.get("SULIS_DIR")
-    if env:
-        return env
-    user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"sulis-{user}")
+    """The driver directory a client would use (``$SULIS_DIR``, else ``sulis-$USER`` in /dev/shm)."""
+    return _native.default_dir()
 
 
-def parse_stream_key(key: bytes) -> dict | None:
-    """Decodes a stream counter key; None if it is not one."""
-    if len(key) < _STREAM_KEY.size:
-        return None
-    registration_id, session_id, stream_id, length = _STREAM_KEY.unpack_from(key)
-    if not 0 <= length <= len(key) - _STREAM_KEY.size:
-        return None
-    channel = key[_STREAM_KEY.size:_STREAM_KEY.size + length].decode("utf-8", "replace")
-    return {"registration_id": registration_id, "session_id": session_id, "stream_id": stream_id,
-            "channel": channel}
-
-
-_JOIN = re.compile(r" @(-?\d+)$")
-#: Room for the channel in a stream key (112 bytes less 20 of ids): longer channels are cut there.
-_KEY_CHANNEL_ROOM = 92
-
-
-def _full_channel(stream: dict, label: str) -> str:
-    """The whole channel of a stream counter whose key holds a cut one: the
-    label (``name: reg session stream channel [@join]``) still has it."""
-    _, sep, rest = label.partition(": ")
+def _from_label(counter: dict, stream: dict) -> tuple[str, int | None]:
+    """The whole channel and (for a subscriber position) the join position,
+    from a stream counter's label: ``name: reg session stream channel``, a
+    subscriber position's followed by `` @join``. A key holds the channel's
+    first 92 bytes only; the label holds all of it."""
+    channel, join = stream["channel"], None
+    _, sep, rest = counter["label"].partition(": ")
     parts = rest.split(" ", 3)
     ids = [str(stream[k]) for k in ("registration_id", "session_id", "stream_id")]
-    if sep and len(parts) == 4 and parts[:3] == ids:
-        channel = _JOIN.sub("", parts[3])
-        if channel.startswith(stream["channel"]):
-            return channel
-    return stream["channel"]
+    if not sep or len(parts) != 4 or parts[:3] != ids:
+        return channel, join
+    in_label = parts[3]
+    if counter["type_id"] == SUBSCRIBER_POSITION:
+        head, at, tail = in_label.rpartition(" @")
+        if at and tail.lstrip("-").isdigit():
+            in_label, join = head, int(tail)
+    if in_label.startswith(channel):
+        channel = in_label
+    return channel, join
 
 
 def describe(counter: dict) -> dict:
@@ -115,17 +85,14 @@ def describe(counter: dict) -> dict:
         "reference_id": counter["reference_id"],
     }
     if type_id in STREAM_TYPES:
-        stream = parse_stream_key(counter["key"])
+        stream = _native.parse_stream_counter_key(counter["key"])
         if stream is not None:
-            if len(stream["channel"].encode()) >= _KEY_CHANNEL_ROOM:
-                stream["channel"] = _full_channel(stream, counter["label"])
+            stream["channel"], join = _from_label(counter, stream)
             out.update(stream)
-        if type_id == SUBSCRIBER_POSITION:
-            m = _JOIN.search(counter["label"])
-            if m:
-                out["join_position"] = int(m.group(1))
+            if join is not None:
+                out["join_position"] = join
     elif type_id == CLIENT_HEARTBEAT and len(counter["key"]) >= 8:
-        out["client_id"] = struct.unpack_from("<q", counter["key"])[0]
+        out["client_id"] = int.from_bytes(counter["key"][:8], "little", signed=True)
     return out
 
 

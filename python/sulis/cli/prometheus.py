@@ -26,6 +26,7 @@ import time
 
 import click
 
+from .. import _native
 from ._common import (
     CLIENT_HEARTBEAT,
     STREAM_TYPES,
@@ -35,9 +36,19 @@ from ._common import (
 )
 from .streams import collect_streams
 
-#: System counters that hold a level rather than a running count (ids as in Aeron).
-_GAUGE_IDS = frozenset({22, 26, 28, 30, 32, 35, 43})
-_VERSION_ID = 34
+_SYSTEM_COUNTER_IDS = {label: counter_id for counter_id, label in _native.system_counters()}
+#: System counters that hold a level rather than a running count.
+_GAUGE_IDS = frozenset(_SYSTEM_COUNTER_IDS[label] for label in (
+    "ControllableIdleStrategy status",
+    "Conductor max cycle time doing its work in ns",
+    "Sender max cycle time doing its work in ns",
+    "Receiver max cycle time doing its work in ns",
+    "Name resolver max time in ns",
+    "Bytes currently mapped",
+    "Control Protocol Version",
+))
+#: Its label ends with the version; reported as an info metric.
+_VERSION_ID = _SYSTEM_COUNTER_IDS["sulis software: version"]
 _STREAM_LABELS = ["type", "channel", "stream_id", "session_id", "registration_id"]
 
 

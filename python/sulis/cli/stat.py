@@ -111,7 +111,7 @@ def frame(driver, counters: list[dict], total: int, with_rate: bool) -> list[str
               help="Exit after N samples [default: run until interrupted].")
 @click.option("--type", "types", multiple=True, metavar="TYPE",
               help="Only counters of this type: system, stream, client, a type name "
-                   "(pub-lmt, pub-pos, snd-pos, snd-lmt, rcv-hwm, rcv-pos, sub-pos, client-heartbeat) or a type id. "
+                   f"({', '.join(n for t, n in sorted(TYPE_NAMES.items()) if t != SYSTEM)}) or a type id. "
                    "Repeatable.")
 @click.option("--stream", "stream_id", type=int, default=None, metavar="STREAM_ID",
               help="Only stream counters of this stream id.")
