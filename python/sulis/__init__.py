@@ -14,9 +14,9 @@ publications and subscriptions through it::
                 pass
             sub.poll(lambda buffer, header: print(bytes(buffer)), 10)
 
-Channel URIs use Aeron's syntax. ``offer`` returns the new stream position, or
-one of the result codes NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION, CLOSED,
-MAX_POSITION_EXCEEDED (Aeron's -1..-5).
+Channel URIs use Aeron's syntax. ``offer`` returns the new stream position (an
+int >= 0), or an ``OfferResult``: NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION,
+CLOSED, MAX_POSITION_EXCEEDED, an IntEnum equal to Aeron's -1..-5.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ._native import (
     MAX_POSITION_EXCEEDED,
     NOT_CONNECTED,
     Batch,
+    OfferResult,
     BatchColumn,
     BufferClaim,
     CountersReader,
@@ -85,6 +86,7 @@ __all__ = [
     "Image",
     "MediaDriver",
     "MessageTooLongError",
+    "OfferResult",
     "Publication",
     "RegistrationError",
     "Subscription",
@@ -114,18 +116,14 @@ class Action(enum.IntEnum):
     """Consume it and go on."""
 
 
-_RESULT_NAMES = {
-    NOT_CONNECTED: "NOT_CONNECTED",
-    BACK_PRESSURED: "BACK_PRESSURED",
-    ADMIN_ACTION: "ADMIN_ACTION",
-    CLOSED: "CLOSED",
-    MAX_POSITION_EXCEEDED: "MAX_POSITION_EXCEEDED",
-}
-
-
 def result_name(result: int) -> str:
-    """Names an ``offer`` result: a position, or the result code's name."""
-    return _RESULT_NAMES.get(result, f"position {result}") if result < 0 else f"position {result}"
+    """Names an ``offer`` result: ``"position N"``, or the OfferResult's name."""
+    if result < 0:
+        try:
+            return OfferResult(result).name
+        except ValueError:
+            pass
+    return f"position {result}"
 
 
 # Clients and drivers still open at interpreter exit are closed first, so no

@@ -1,5 +1,6 @@
 """Type stubs for the sulis native extension (Rust, PyO3)."""
 
+import enum
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final, Self
@@ -8,16 +9,26 @@ __version__: Final[str]
 build_profile: Final[str]
 """``"release"`` or ``"debug"``; benchmarks refuse debug builds."""
 
-NOT_CONNECTED: Final[int]
-"""-1: no subscriber is connected."""
-BACK_PRESSURED: Final[int]
-"""-2: connected, but the publisher limit was reached; retry later."""
-ADMIN_ACTION: Final[int]
-"""-3: a term rotation happened; retry at once."""
-CLOSED: Final[int]
-"""-4: the publication is closed (sulis raises ClosedError instead)."""
-MAX_POSITION_EXCEEDED: Final[int]
-"""-5: the stream reached its maximum position; create a new publication."""
+class OfferResult(enum.IntEnum):
+    """Why an offer or claim did not append: the negative codes returned in place of a
+    position. An IntEnum, so each member equals its Aeron code (-1..-5)."""
+
+    NOT_CONNECTED = -1
+    """No subscriber is connected."""
+    BACK_PRESSURED = -2
+    """Connected, but the publication window is full: retry later."""
+    ADMIN_ACTION = -3
+    """A term rotation happened: retry at once."""
+    CLOSED = -4
+    """The publication is closed."""
+    MAX_POSITION_EXCEEDED = -5
+    """The stream reached its maximum position: no more can be offered."""
+
+NOT_CONNECTED: Final[OfferResult]
+BACK_PRESSURED: Final[OfferResult]
+ADMIN_ACTION: Final[OfferResult]
+CLOSED: Final[OfferResult]
+MAX_POSITION_EXCEEDED: Final[OfferResult]
 
 class SulisError(Exception):
     """Base class of every sulis error."""
@@ -103,14 +114,14 @@ class Client:
 
 class _PublicationBase:
     def offer(self, data: bytes | bytearray | memoryview | Any, reserved_value: int | None = None) -> int:
-        """Appends a message: new position (>= 0) or a negative result code."""
+        """Appends a message: new position (>= 0) or an OfferResult (negative)."""
     def offer_batch(
         self, messages: Any = None, *, data: Any = None, offsets: Any = None
     ) -> tuple[int, int]:
         """Publishes many messages (a pyarrow binary/string Array or ChunkedArray, a sequence of
         bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code)."""
     def try_claim(self, length: int) -> BufferClaim | int:
-        """Claims space for one message: a BufferClaim, or a negative result code."""
+        """Claims space for one message: a BufferClaim, or an OfferResult (negative)."""
     @property
     def is_connected(self) -> bool: ...
     @property

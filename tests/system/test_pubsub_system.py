@@ -329,14 +329,17 @@ def test_not_connected_without_subscriber(client):
     xpub = client.add_exclusive_publication("aeron:ipc", 25)
     for p in (pub, xpub):
         assert not p.is_connected
-        assert p.offer(b"nobody listens") == sulis.NOT_CONNECTED
-        assert p.try_claim(4) == sulis.NOT_CONNECTED
+        assert p.offer(b"nobody listens") is sulis.OfferResult.NOT_CONNECTED
+        assert p.try_claim(4) is sulis.OfferResult.NOT_CONNECTED
+        assert p.offer_batch([b"a", b"b"]) == (0, sulis.NOT_CONNECTED)
+        assert p.offer_batch([b"a", b"b"])[1] is sulis.OfferResult.NOT_CONNECTED
         assert p.position == 0
     assert sulis.result_name(sulis.NOT_CONNECTED) == "NOT_CONNECTED"
 
     sub = client.add_subscription("aeron:ipc", 25)
     await_until(lambda: pub.is_connected and xpub.is_connected)
-    assert pub.offer(b"now") > 0
+    position = pub.offer(b"now")
+    assert position > 0 and type(position) is int, "positions stay plain ints"
     sub.close()
     await_until(lambda: not pub.is_connected and not xpub.is_connected, what="disconnect after the subscription closed")
     await_until(lambda: pub.offer(b"gone") == sulis.NOT_CONNECTED)

@@ -47,3 +47,17 @@ def test_exception_hierarchy():
 def test_media_driver_and_client_are_native_subclasses():
     assert issubclass(sulis.MediaDriver, sulis._native.MediaDriver)
     assert issubclass(sulis.Client, sulis._native.Client)
+
+
+def test_offer_results_are_an_int_enum_equal_to_aerons_codes():
+    import enum
+
+    assert issubclass(sulis.OfferResult, enum.IntEnum)
+    codes = {"NOT_CONNECTED": -1, "BACK_PRESSURED": -2, "ADMIN_ACTION": -3, "CLOSED": -4, "MAX_POSITION_EXCEEDED": -5}
+    assert {m.name: int(m) for m in sulis.OfferResult} == codes
+    for name, code in codes.items():
+        member = getattr(sulis, name)
+        assert member is sulis.OfferResult[name] and member == code and member < 0
+        assert sulis.result_name(code) == name
+    assert repr(sulis.BACK_PRESSURED) == "<OfferResult.BACK_PRESSURED: -2>"
+    assert sulis.result_name(4096) == "position 4096" and sulis.result_name(-99) == "position -99"

@@ -9,11 +9,11 @@ mod driver;
 mod errors;
 mod guard;
 mod offer_batch;
+mod offer_result;
 mod publication;
 mod subscription;
 
 use pyo3::prelude::*;
-use sulis_client::offer_code;
 
 /// Parses and validates a channel URI; returns its canonical form.
 /// Raises ConfigurationError naming the offending part.
@@ -61,11 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(driver::active_driver, m)?)?;
     m.add_function(wrap_pyfunction!(parse_channel, m)?)?;
     m.add_function(wrap_pyfunction!(channel_params, m)?)?;
-    m.add("NOT_CONNECTED", offer_code::NOT_CONNECTED)?;
-    m.add("BACK_PRESSURED", offer_code::BACK_PRESSURED)?;
-    m.add("ADMIN_ACTION", offer_code::ADMIN_ACTION)?;
-    m.add("CLOSED", offer_code::CLOSED)?;
-    m.add("MAX_POSITION_EXCEEDED", offer_code::MAX_POSITION_EXCEEDED)?;
+    offer_result::register(m)?;
     m.add(
         "build_profile",
         if cfg!(debug_assertions) {

@@ -74,9 +74,7 @@ fn claim_result(py: Python<'_>, r: Result<BufferClaim, OfferError>) -> PyResult<
         Err(OfferError::MessageTooLong { length, max }) => Err(MessageTooLongError::new_err(
             format!("claim of {length} bytes exceeds the maximum payload length of {max} bytes"),
         )),
-        Err(e) => {
-            offer_result(Err(e)).map(|code| code.into_pyobject(py).unwrap().into_any().unbind())
-        }
+        Err(e) => offer_result(Err(e)).and_then(|code| crate::offer_result::to_py(py, code)),
     }
 }
 
@@ -133,13 +131,19 @@ macro_rules! publication_methods {
         #[pymethods]
         impl $ty {
             /// Appends a message (bytes or any contiguous buffer). Returns the new
-            /// stream position (>= 0) or NOT_CONNECTED, BACK_PRESSURED,
-            /// ADMIN_ACTION or MAX_POSITION_EXCEEDED. Raises MessageTooLongError
+            /// stream position (an int >= 0) or an OfferResult: NOT_CONNECTED,
+            /// BACK_PRESSURED, ADMIN_ACTION or MAX_POSITION_EXCEEDED (an IntEnum
+            /// equal to Aeron's negative codes). Raises MessageTooLongError
             /// above `max_message_length`, ClosedError after close().
             #[pyo3(signature = (data, reserved_value=None))]
-            fn offer(&self, data: &Bound<'_, PyAny>, reserved_value: Option<i64>) -> PyResult<i64> {
+            fn offer(
+                &self,
+                py: Python<'_>,
+                data: &Bound<'_, PyAny>,
+                reserved_value: Option<i64>,
+            ) -> PyResult<Py<PyAny>> {
                 let r = with_bytes(data, |b| self.with_pub(|p| p.offer_with(b, reserved_value)))?;
-                offer_result(r?)
+                crate::offer_result::to_py(py, offer_result(r?)?)
             }
 
             /// Publishes many messages with one call: `messages` is a pyarrow
@@ -161,7 +165,7 @@ macro_rules! publication_methods {
                 messages: Option<&Bound<'_, PyAny>>,
                 data: Option<&Bound<'_, PyAny>>,
                 offsets: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<(usize, i64)> {
+            ) -> PyResult<(usize, Py<PyAny>)> {
                 let batch = match (messages, data, offsets) {
                     (None, Some(d), Some(o)) => Some(BufferBatch::from_buffers(d, o)?),
                     (Some(m), None, None) => BufferBatch::from_arrow(m)?,
@@ -172,21 +176,22 @@ macro_rules! publication_methods {
                 };
                 let Some(batch) = batch else {
                     let m = messages.expect("matched above");
-                    return offer_sequence(
+                    let (n, r) = offer_sequence(
                         m,
                         |b| self.with_pub(|p| p.offer_with(b, None)),
                         || self.with_pub(|p| p.position()),
-                    );
+                    )?;
+                    return Ok((n, crate::offer_result::to_py(py, r)?));
                 };
                 batch.validate(self.with_pub(|p| p.max_message_length())?)?;
                 let msgs = batch.messages();
                 let (n, r) = py.detach(|| self.with_pub(|p| p.offer_batch(msgs.iter())))?;
                 drop(batch);
-                Ok((n, offer_result(r)?))
+                Ok((n, crate::offer_result::to_py(py, offer_result(r)?)?))
             }
 
             /// Claims `length` bytes (at most `max_payload_length`) in the log.
-            /// Returns a BufferClaim to fill and commit, or a result code.
+            /// Returns a BufferClaim to fill and commit, or an OfferResult.
             fn try_claim(&self, py: Python<'_>, length: usize) -> PyResult<Py<PyAny>> {
                 let r = self.with_pub(|p| p.try_claim(length))?;
                 claim_result(py, r)
