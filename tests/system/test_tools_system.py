@@ -410,6 +410,12 @@ def test_errors_lists_a_repeated_error_once_with_its_count(driver, client):
     assert run("errors", "--dir", driver.dir).returncode != 0
     post = run_json("errors", "--dir", driver.dir, "--allow-stopped")
     assert post["errors"] == doc["errors"]
+    # A driver clears its heartbeat when it shuts down: no age to show, not the epoch.
+    assert (post["alive"], post["heartbeat_age_ms"], doc["alive"]) == (False, None, True)
+    for tool in ("errors", "loss"):
+        text = run(tool, "--dir", driver.dir, "--allow-stopped")
+        assert text.returncode == 0, text.stderr
+        assert "driver stopped; no heartbeat" in text.stdout.splitlines()[0], text.stdout
 
 
 # -- sulis stat --prometheus ---------------------------------------------------------------------

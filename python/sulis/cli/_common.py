@@ -102,22 +102,57 @@ class NoDriverError(click.ClickException):
 
 @dataclass
 class Driver:
-    """A live driver found in ``dir``, with a reader on its counters."""
+    """The driver found in ``dir`` (live, or stopped when asked for), with a reader on its counters."""
 
     dir: str
     pid: int
     start_ms: int
     cnc_version: str
-    heartbeat_age_ms: int
+    #: The driver's last heartbeat (epoch ms); 0 once it has shut down cleanly
+    #: (it clears the heartbeat) or if it never got as far as the first one.
+    heartbeat_ms: int
+    #: When this was read (epoch ms).
+    read_ms: int
     reader: _native.CountersReader
+
+    @property
+    def heartbeat_age_ms(self) -> int | None:
+        """How long ago the driver last beat (ms), or None when there is no heartbeat."""
+        return max(0, self.read_ms - self.heartbeat_ms) if self.heartbeat_ms > 0 else None
+
+    @property
+    def alive(self) -> bool:
+        age = self.heartbeat_age_ms
+        return age is not None and age <= DRIVER_TIMEOUT_MS
 
     def header(self) -> dict:
         return {"dir": self.dir, "pid": self.pid, "cnc_version": self.cnc_version,
-                "start_time_ms": self.start_ms, "heartbeat_age_ms": self.heartbeat_age_ms,
+                "start_time_ms": self.start_ms, "alive": self.alive, "heartbeat_age_ms": self.heartbeat_age_ms,
                 "timestamp_ms": int(time.time() * 1000)}
 
     def counters(self) -> list[dict]:
         return [describe(c) for c in self.reader.counters()]
+
+
+def age(ms: int) -> str:
+    """A duration in ms as a person reads it: ``850 ms``, ``12.3 s``, ``4.0 min``, ``2.5 h``, ``3.1 days``."""
+    for unit, size in (("days", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms >= size * (2 if unit == "days" else 1):
+            return f"{ms / size:.1f} {unit}"
+    return f"{ms} ms"
+
+
+def _stopped(driver: Driver) -> str:
+    hb_age = driver.heartbeat_age_ms
+    if hb_age is None:
+        return "no heartbeat: it shut down cleanly, or never started"
+    return f"last heartbeat {age(hb_age)} ago"
+
+
+def heartbeat_text(driver: Driver) -> str:
+    """``heartbeat 3 ms ago`` for a live driver; for a stopped one, that it
+    stopped and when it last beat, if it left its heartbeat behind."""
+    return f"heartbeat {driver.heartbeat_age_ms} ms ago" if driver.alive else f"driver stopped; {_stopped(driver)}"
 
 
 def open_driver(dir: str, need_live: bool = True) -> Driver:
@@ -132,12 +167,12 @@ def open_driver(dir: str, need_live: bool = True) -> Driver:
         reader = _native.CountersReader(dir)
     except _native.SulisError as e:
         raise NoDriverError(str(e)) from None
-    age_ms = int(time.time() * 1000) - reader.driver_heartbeat_ms
-    if need_live and age_ms > DRIVER_TIMEOUT_MS:
+    driver = Driver(dir=dir, pid=reader.pid, start_ms=reader.start_time_ms, cnc_version=reader.cnc_version,
+                    heartbeat_ms=reader.driver_heartbeat_ms, read_ms=int(time.time() * 1000), reader=reader)
+    if need_live and not driver.alive:
         raise NoDriverError(f"no media driver running in {dir}: the driver (pid {reader.pid}) that left {CNC_FILE} "
-                            f"there has stopped (its heartbeat is gone or older than {DRIVER_TIMEOUT_MS // 1000} s)")
-    return Driver(dir=dir, pid=reader.pid, start_ms=reader.start_time_ms, cnc_version=reader.cnc_version,
-                  heartbeat_age_ms=age_ms, reader=reader)
+                            f"there has stopped ({_stopped(driver)})")
+    return driver
 
 
 def resolve_dir(dir_: str | None) -> str:
@@ -164,9 +199,8 @@ def timestamp(ms: int) -> str:
 
 
 def driver_line(driver: Driver) -> str:
-    age = f"{driver.heartbeat_age_ms} ms ago"
     return (f"driver {driver.dir}  pid {driver.pid}  CnC {driver.cnc_version}  "
-            f"started {timestamp(driver.start_ms)}  heartbeat {age}")
+            f"started {timestamp(driver.start_ms)}  {heartbeat_text(driver)}")
 
 
 def table(rows: list[list[str]], right: set[int] = frozenset(), indent: str = "") -> list[str]:
