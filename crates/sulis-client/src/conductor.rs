@@ -125,18 +125,25 @@ struct State {
     failure: Option<ClientError>,
 }
 
+/// What `Inner::remove` removes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Resource {
+    Publication,
+    Subscription,
+}
+
 pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     cnc: Cnc,
     to_driver: ManyToOneRingBuffer,
-    pub(crate) counters: CountersReader,
-    pub(crate) client_id: i64,
+    counters: CountersReader,
+    client_id: i64,
     driver_timeout: Duration,
     interrupt: Option<Interrupt>,
     state: Mutex<State>,
     cond: Condvar,
     /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
-    pub(crate) failed: AtomicBool,
+    failed: AtomicBool,
     running: AtomicBool,
     /// Commands awaiting a response: the housekeeping thread polls faster meanwhile.
     pending: std::sync::atomic::AtomicUsize,
@@ -435,8 +442,57 @@ impl Inner {
     }
 
     /// Sends a command without waiting (used on close paths).
-    pub(crate) fn send_quietly(&self, cmd: &Command) {
+    fn send_quietly(&self, cmd: &Command) {
         let _ = self.send(cmd);
+    }
+
+    // What resources ask of the client conductor: a few narrow calls, so
+    // publications, subscriptions and images never reach into its state.
+
+    /// True once the client is unusable: one relaxed load, for hot paths.
+    #[inline(always)]
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// A counter of the driver's, for a publication's position limit.
+    pub(crate) fn counter(&self, id: i32) -> sulis_concurrent::counters::CounterRef {
+        self.counters.counter_ref(id)
+    }
+
+    /// Asks the driver to remove a publication or subscription: waiting for
+    /// its answer (`close`) or not (`drop`, which must never block). Nothing
+    /// is sent once the client has failed: the driver already let it go.
+    pub(crate) fn remove(&self, resource: Resource, registration_id: i64, wait: bool) {
+        if let Resource::Subscription = resource {
+            self.state
+                .lock()
+                .unwrap()
+                .subscriptions
+                .remove(&registration_id);
+        }
+        if self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        let correlation_id = self.next_correlation_id();
+        let client_id = self.client_id;
+        let cmd = match resource {
+            Resource::Publication => Command::RemovePublication {
+                client_id,
+                correlation_id,
+                registration_id,
+            },
+            Resource::Subscription => Command::RemoveSubscription {
+                client_id,
+                correlation_id,
+                registration_id,
+            },
+        };
+        if wait {
+            let _ = self.request(correlation_id, &cmd);
+        } else {
+            self.send_quietly(&cmd);
+        }
     }
 
     fn on_event(&self, type_id: i32, body: &[u8]) {
@@ -860,15 +916,6 @@ impl Client {
     /// A handle that waits for image events without borrowing the client.
     pub fn image_events(&self) -> ImageEvents {
         ImageEvents(self.inner.clone())
-    }
-
-    pub(crate) fn forget_subscription(inner: &Inner, registration_id: i64) {
-        inner
-            .state
-            .lock()
-            .unwrap()
-            .subscriptions
-            .remove(&registration_id);
     }
 
     /// Closes the client: the driver releases everything it held.

@@ -346,7 +346,7 @@ impl Image {
     }
 
     /// Copies up to `limit` fragments into `batch` (payloads back to back).
-    pub fn poll_into(&self, batch: &mut crate::subscription::Batch, limit: usize) -> usize {
+    pub fn poll_into(&self, batch: &mut crate::batch::Batch, limit: usize) -> usize {
         let r: Result<usize, std::convert::Infallible> =
             self.scan(limit, |term, frame_offset, frame_length, position| {
                 batch.push(

@@ -9,17 +9,19 @@
 //! subscription.poll(|payload, header| { let _ = (payload, header.session_id()); Ok::<(), ()>(()) }, 10).unwrap();
 //! ```
 
+pub mod batch;
 pub mod conductor;
 pub mod image;
 pub mod publication;
 pub mod subscription;
 
+pub use batch::Batch;
 pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents, Interrupt};
 pub use image::{ControlledAction, Header, Image};
 pub use publication::{
     BufferClaim, ExclusivePublication, OfferError, Publication, PublicationCore,
 };
-pub use subscription::{Batch, Subscription, SubscriptionShared};
+pub use subscription::{Subscription, SubscriptionShared};
 
 /// Publication result codes (Aeron's values).
 pub mod offer_code {

@@ -5,7 +5,7 @@
 //! and keeps its tail locally. Both refuse to run past the publisher limit the
 //! driver maintains behind the slowest subscriber.
 
-use crate::conductor::Inner;
+use crate::conductor::{Inner, Resource};
 use crate::{offer_code, ClientError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,7 @@ use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::term_appender::{self, Append, HeaderWriter, TermAppender};
 use sulis_concurrent::logbuffer::{meta, LogBuffers};
 use sulis_concurrent::AtomicBuffer;
-use sulis_protocol::control::{Command, Event};
+use sulis_protocol::control::Event;
 use sulis_protocol::frame::DATA_HEADER_LENGTH;
 use sulis_protocol::log_buffer_descriptor::*;
 
@@ -106,7 +106,7 @@ impl LogState {
             max_payload: logs.mtu() - DATA_HEADER_LENGTH,
             max_message: compute_max_message_length(term_length),
             max_possible_position: max_possible_position(term_length),
-            limit: inner.counters.counter_ref(*position_limit_counter_id),
+            limit: inner.counter(*position_limit_counter_id),
             cached_limit: std::sync::atomic::AtomicI64::new(i64::MIN),
             meta,
             appenders,
@@ -234,7 +234,7 @@ impl PublicationCore {
     }
     /// True once closed (or the client failed).
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.inner.failed.load(Ordering::Acquire)
+        self.closed.load(Ordering::Acquire) || self.inner.is_failed()
     }
     /// Closes the publication (idempotent), waiting for the driver's answer.
     pub fn close(&self) {
@@ -246,18 +246,9 @@ impl PublicationCore {
         self.close_with(false)
     }
     fn close_with(&self, wait: bool) {
-        if !self.closed.swap(true, Ordering::AcqRel) && !self.inner.failed.load(Ordering::Acquire) {
-            let correlation_id = self.inner.next_correlation_id();
-            let cmd = Command::RemovePublication {
-                client_id: self.inner.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            };
-            if wait {
-                let _ = self.inner.request(correlation_id, &cmd);
-            } else {
-                self.inner.send_quietly(&cmd);
-            }
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.inner
+                .remove(Resource::Publication, self.registration_id, wait);
         }
     }
     #[inline(always)]
@@ -265,7 +256,7 @@ impl PublicationCore {
         if self.closed.load(Ordering::Relaxed) {
             return Err(OfferError::Closed);
         }
-        if self.inner.failed.load(Ordering::Relaxed) {
+        if self.inner.is_failed() {
             return Err(OfferError::Client(self.inner.failure()));
         }
         Ok(())

@@ -4,12 +4,12 @@
 //! thread keeps its own copy of the image list and refreshes it only when the
 //! generation counter moved, so a poll costs one atomic load beyond the reads.
 
-use crate::conductor::{Client, Inner};
+use crate::batch::Batch;
+use crate::conductor::{Inner, Resource};
 use crate::image::{ControlledAction, Header, Image};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use sulis_protocol::control::Command;
 
 /// State shared between the subscription and the client's housekeeping thread.
 pub struct SubscriptionShared {
@@ -60,76 +60,6 @@ impl SubscriptionShared {
             im.mark_closed();
         }
         self.generation.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// Fragments copied out of the log in one go: payloads back to back plus
-/// per-fragment columns. `offsets` has `len() + 1` entries (Arrow's layout),
-/// so `data[offsets[i]..offsets[i+1]]` is fragment `i`.
-#[derive(Debug, Default, Clone)]
-pub struct Batch {
-    /// Payload bytes.
-    pub data: Vec<u8>,
-    /// Start of each payload in `data`, plus the end.
-    pub offsets: Vec<i32>,
-    /// Stream position after each fragment.
-    pub positions: Vec<i64>,
-    /// Session id of each fragment.
-    pub session_ids: Vec<i32>,
-    /// Frame flags of each fragment.
-    pub flags: Vec<u8>,
-    /// Reserved value of each fragment.
-    pub reserved_values: Vec<i64>,
-}
-
-impl Batch {
-    /// An empty batch with room for `fragments`.
-    pub fn with_capacity(fragments: usize, bytes: usize) -> Batch {
-        let mut offsets = Vec::with_capacity(fragments + 1);
-        offsets.push(0);
-        Batch {
-            data: Vec::with_capacity(bytes),
-            offsets,
-            positions: Vec::with_capacity(fragments),
-            session_ids: Vec::with_capacity(fragments),
-            flags: Vec::with_capacity(fragments),
-            reserved_values: Vec::with_capacity(fragments),
-        }
-    }
-
-    /// Number of fragments.
-    pub fn len(&self) -> usize {
-        self.positions.len()
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.positions.is_empty()
-    }
-
-    #[inline(always)]
-    pub(crate) fn push(
-        &mut self,
-        payload: &[u8],
-        position: i64,
-        session_id: i32,
-        flags: u8,
-        reserved: i64,
-    ) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
-        self.data.extend_from_slice(payload);
-        self.offsets.push(self.data.len() as i32);
-        self.positions.push(position);
-        self.session_ids.push(session_id);
-        self.flags.push(flags);
-        self.reserved_values.push(reserved);
-    }
-
-    /// Fragment `i`'s payload.
-    pub fn get(&self, i: usize) -> &[u8] {
-        &self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 }
 
@@ -307,20 +237,8 @@ impl Subscription {
         }
         self.closed = true;
         self.shared.mark_closed();
-        Client::forget_subscription(&self.inner, self.registration_id);
-        if !self.inner.failed.load(Ordering::Acquire) {
-            let correlation_id = self.inner.next_correlation_id();
-            let cmd = Command::RemoveSubscription {
-                client_id: self.inner.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            };
-            if wait {
-                let _ = self.inner.request(correlation_id, &cmd);
-            } else {
-                self.inner.send_quietly(&cmd);
-            }
-        }
+        self.inner
+            .remove(Resource::Subscription, self.registration_id, wait);
         self.images.clear();
     }
 }
