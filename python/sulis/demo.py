@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,12 +43,19 @@ def _echo_role(dir: str, messages: int, pings: int) -> int:
 def run(messages: int = 2_000_000, size: int = 32, round_trips: int = 100_000, dir: str | None = None) -> int:
     """Runs the demo; prints throughput and a latency histogram. Returns an exit code."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fresh = dir is None
     dir = dir or tempfile.mkdtemp(prefix="sulis-demo-", dir=base)
     print(f"sulis demo: driver dir {dir}, {messages:,} messages of {size} B, {round_trips:,} round trips"
           f" ({build_profile} build)")
     warmup = min(10_000, round_trips)
-    with MediaDriver(dir=dir, threading_mode="shared", idle_strategy="backoff",
-                     ipc_term_buffer_length="16m", dir_delete_on_shutdown=True) as driver:
+    try:
+        embedded = MediaDriver(dir=dir, threading_mode="shared", idle_strategy="backoff",
+                               ipc_term_buffer_length="16m", dir_delete_on_shutdown=True)
+    except BaseException:
+        if fresh:  # a bad SULIS_* setting, say: leave no empty directory behind
+            shutil.rmtree(dir, ignore_errors=True)
+        raise
+    with embedded as driver:
         with Client(dir=driver.dir) as client:
             child = subprocess.Popen(
                 [sys.executable, "-m", "sulis.demo", "--role", "echo", "--dir", driver.dir,

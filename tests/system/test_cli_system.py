@@ -81,10 +81,31 @@ def test_bad_option_is_reported(args, words):
     assert "Traceback" not in out.stderr
 
 
-def test_environment_error_is_reported():
-    out = run("driver", "--print-config", env=clean_env(SULIS_MTU_LENGTH="lots"))
-    assert out.returncode != 0
-    assert "SULIS_MTU_LENGTH=lots" in out.stderr
+@pytest.mark.parametrize("args", [["driver", "--print-config"], ["driver", "--dir", "/dev/shm/sulis-cli-bad-env"],
+                                  ["demo", "--messages", "10", "--round-trips", "10"]])
+def test_a_bad_environment_variable_is_one_line_for_the_commands_that_read_it(args):
+    env = clean_env(SULIS_MTU_LENGTH="lots", SULIS_CLIENT_LIVENESS_TIMEOUT="soon")
+    out = run(*args, env=env)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("Error: environment variable SULIS_") and "not a" in line, line
+    assert ("SULIS_MTU_LENGTH=lots" in line) or ("SULIS_CLIENT_LIVENESS_TIMEOUT=soon" in line)
+    assert not os.path.exists("/dev/shm/sulis-cli-bad-env")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["driver", "--help"], ["stat", "--help"], ["errors", "-h"],
+                                  ["--version"]])
+def test_help_works_whatever_the_environment(args):
+    out = run(*args, env=clean_env(SULIS_MTU_LENGTH="lots"))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "Traceback" not in out.stdout
+
+
+def test_a_bad_environment_variable_does_not_concern_the_tools(tmp_path):
+    missing = str(tmp_path / "no-driver")
+    out = run("stat", "--once", "--dir", missing, env=clean_env(SULIS_TERM_BUFFER_LENGTH="huge"))
+    assert out.returncode == 1 and f"no media driver in {missing}" in out.stderr, out.stderr
+    assert "SULIS_TERM_BUFFER_LENGTH" not in out.stderr
 
 
 def test_version():

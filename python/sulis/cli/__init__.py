@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -9,11 +10,28 @@ import time
 import click
 
 from .. import _native
+from ._common import bad_environment, cli_error
+
+
+def _driver_option_table() -> list[tuple[str, str, str, str, str]]:
+    """The driver's options, for the ``sulis driver`` flags. Building the table
+    reads the ``SULIS_*`` variables; a bad one must not break ``sulis --help``
+    or the commands that start no driver, so it is read again with them
+    hidden (the commands that start a driver report the bad one)."""
+    try:
+        return _native.driver_config()
+    except _native.ConfigurationError:
+        pass
+    hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SULIS_")}
+    try:
+        return _native.driver_config()
+    finally:
+        os.environ.update(hidden)
 
 
 def _driver_options(f):
     """Adds one ``--name`` flag per driver option, from the driver's own table."""
-    for name, _value, _source, env, doc in reversed(_native.driver_config()):
+    for name, _value, _source, env, doc in reversed(_driver_option_table()):
         if name == "dir":
             continue
         flag = "--" + name.removesuffix("_ns").replace("_", "-")
@@ -21,7 +39,21 @@ def _driver_options(f):
     return f
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Sulis(click.Group):
+    """The ``sulis`` group: a subcommand failing on a bad ``SULIS_*`` variable
+    reports it in one line (exit status 2) instead of a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except _native.ConfigurationError as e:
+            bad = bad_environment(e)
+            if bad is None:
+                raise
+            raise bad from None
+
+
+@click.group(cls=_Sulis, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_native.__version__, prog_name="sulis")
 def main() -> None:
     """sulis: Aeron-class messaging for Python."""
@@ -53,7 +85,7 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
             signal.signal(sig, lambda signum, _frame: stopping.append(signum))
         drv = MediaDriver(dir=dir_, **renamed)
     except _native.SulisError as e:
-        raise click.ClickException(str(e)) from e
+        raise cli_error(e) from None
     click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
     while not stopping:
         # A signal taken by one of the driver's threads rather than this one

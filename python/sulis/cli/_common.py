@@ -100,6 +100,30 @@ class NoDriverError(click.ClickException):
     """No live media driver in the directory (exit status 1, message on stderr)."""
 
 
+class BadEnvironmentError(click.ClickException):
+    """A ``SULIS_*`` environment variable the command reads is invalid: one
+    line naming it, exit status 2 as for a bad command-line option."""
+
+    exit_code = 2
+
+
+def bad_environment(e: BaseException) -> BadEnvironmentError | None:
+    """The error to report if ``e`` is the driver refusing one of its
+    ``SULIS_*`` environment variables (its message starts ``SULIS_NAME=value:``)."""
+    if not isinstance(e, _native.ConfigurationError):
+        return None
+    name, sep, _ = str(e).partition("=")
+    if not (sep and name.startswith("SULIS_") and name in os.environ):
+        return None
+    return BadEnvironmentError(f"environment variable {e}")
+
+
+def cli_error(e: _native.SulisError) -> click.ClickException:
+    """A sulis error as a command reports it: a bad environment variable as
+    above, anything else as a one-line error with exit status 1."""
+    return bad_environment(e) or click.ClickException(str(e))
+
+
 @dataclass
 class Driver:
     """The driver found in ``dir`` (live, or stopped when asked for), with a reader on its counters."""
