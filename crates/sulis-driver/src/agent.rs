@@ -7,7 +7,7 @@
 //! ([`run_agents`]).
 
 use crate::system_counters::{SystemCounter, SystemCounters};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use sulis_concurrent::cnc::epoch_ms;
@@ -90,26 +90,88 @@ pub fn run_agents(
     }
 }
 
-/// The monotonic clock every agent reads: nanoseconds since the driver
-/// started. Times shared between agents (last status message, last packet)
-/// are on this clock.
+/// The clock every agent reads: monotonic nanoseconds since the driver
+/// started, and the epoch milliseconds written into the CnC (heartbeats,
+/// counter timestamps). Times shared between agents (last status message,
+/// last packet) are on this clock.
+///
+/// A real clock reads the machine's; a manual one ([`NanoClock::manual`])
+/// moves only when a test advances it, so timeouts and retries in the
+/// conductor, sender and receiver can be stepped deterministically in the
+/// invoker threading mode.
 #[derive(Clone, Copy, Debug)]
-pub struct NanoClock {
-    start: Instant,
+pub enum NanoClock {
+    /// The machine's clocks.
+    Real {
+        /// When the driver started.
+        start: Instant,
+    },
+    /// A test's clock: nanoseconds set by [`ManualClock`], epoch derived from them.
+    Manual {
+        /// Current nanoseconds.
+        now_ns: &'static AtomicI64,
+        /// Epoch milliseconds at nanosecond 0.
+        epoch_base_ms: i64,
+    },
+}
+
+/// The handle a test uses to move a manual [`NanoClock`].
+#[derive(Clone, Copy, Debug)]
+pub struct ManualClock {
+    now_ns: &'static AtomicI64,
+}
+
+impl ManualClock {
+    /// Moves the clock forward by `ns`.
+    pub fn advance_ns(&self, ns: i64) {
+        self.now_ns.fetch_add(ns, Ordering::AcqRel);
+    }
+    /// Current nanoseconds.
+    pub fn now_ns(&self) -> i64 {
+        self.now_ns.load(Ordering::Acquire)
+    }
 }
 
 impl NanoClock {
-    /// A clock starting now.
+    /// A real clock starting now.
     pub fn new() -> Self {
-        NanoClock {
+        NanoClock::Real {
             start: Instant::now(),
         }
+    }
+
+    /// A manual clock at 0 ns (epoch: now) and the handle that moves it.
+    /// Each one leaks a word: meant for tests.
+    pub fn manual() -> (NanoClock, ManualClock) {
+        let now_ns: &'static AtomicI64 = Box::leak(Box::new(AtomicI64::new(0)));
+        (
+            NanoClock::Manual {
+                now_ns,
+                epoch_base_ms: epoch_ms(),
+            },
+            ManualClock { now_ns },
+        )
     }
 
     /// Nanoseconds since the clock started.
     #[inline]
     pub fn now_ns(&self) -> i64 {
-        self.start.elapsed().as_nanos() as i64
+        match self {
+            NanoClock::Real { start } => start.elapsed().as_nanos() as i64,
+            NanoClock::Manual { now_ns, .. } => now_ns.load(Ordering::Acquire),
+        }
+    }
+
+    /// Milliseconds since the Unix epoch, as written into the CnC.
+    #[inline]
+    pub fn epoch_ms(&self) -> i64 {
+        match self {
+            NanoClock::Real { .. } => epoch_ms(),
+            NanoClock::Manual {
+                now_ns,
+                epoch_base_ms,
+            } => epoch_base_ms + now_ns.load(Ordering::Acquire) / 1_000_000,
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use sulis_concurrent::broadcast::BroadcastTransmitter;
-use sulis_concurrent::cnc::{epoch_ms, Cnc};
+use sulis_concurrent::cnc::Cnc;
 use sulis_concurrent::counters::{CountersManager, NULL_COUNTER_ID};
 use sulis_concurrent::error_log::SharedErrorLog;
 use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
@@ -246,7 +246,7 @@ impl DriverConductor {
             cnc.counters_values_buffer(),
             (ctx.counter_free_to_reuse_timeout_ns / 1_000_000) as i64,
         );
-        let now_ms = epoch_ms();
+        let now_ms = clock.epoch_ms();
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
         let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system);
         to_driver.set_consumer_heartbeat_time(now_ms);
@@ -340,7 +340,7 @@ impl DriverConductor {
             }
             work += 1;
         }
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         if now_ms - self.last_heartbeat_ms >= DRIVER_HEARTBEAT_INTERVAL_MS {
             self.to_driver.set_consumer_heartbeat_time(now_ms);
             self.last_heartbeat_ms = now_ms;
@@ -482,7 +482,7 @@ impl DriverConductor {
             Command::ClientKeepalive { .. } => {
                 if let Some(c) = self.clients.iter().find(|c| c.client_id == client_id) {
                     self.counters
-                        .set_counter_value(c.heartbeat_counter_id, epoch_ms());
+                        .set_counter_value(c.heartbeat_counter_id, self.clock.epoch_ms());
                 }
                 return;
             }
@@ -526,7 +526,7 @@ impl DriverConductor {
         if self.clients.iter().any(|c| c.client_id == client_id) {
             return;
         }
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let label = format!("client-heartbeat: id={client_id}");
         match self.counters.allocate(
             type_id::CLIENT_HEARTBEAT,
@@ -649,7 +649,7 @@ impl DriverConductor {
             exclusive,
             false,
         )?;
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let pos_name = if exclusive {
             "pub-pos (sampled) exclusive"
         } else {
@@ -893,7 +893,7 @@ impl DriverConductor {
     }
 
     fn link_subscriber(&mut self, pub_index: usize, sub_index: usize) {
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let s = &self.subscriptions[sub_index];
         let p = &self.publications[pub_index];
         let join = p.join_position();
@@ -1044,7 +1044,7 @@ impl DriverConductor {
 
     fn unlink_subscription(&mut self, link: &SubscriptionLink) {
         let registration_id = link.registration_id;
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         for p in self.publications.iter_mut() {
             p.subscribers.retain(|s| {
                 if s.subscription_id == registration_id {
@@ -1176,7 +1176,7 @@ impl DriverConductor {
                 correlation_id,
                 client_id,
                 0,
-                epoch_ms(),
+                self.clock.epoch_ms(),
             )
             .map_err(|e| CommandError::new(error_code::GENERIC_ERROR, e))?;
         self.client_counters.push(ClientCounter {
@@ -1208,7 +1208,7 @@ impl DriverConductor {
                 )
             })?;
         let c = self.client_counters.swap_remove(i);
-        self.counters.free(c.counter_id, epoch_ms());
+        self.counters.free(c.counter_id, self.clock.epoch_ms());
         self.send(Event::OperationSuccess { correlation_id });
         self.send(Event::UnavailableCounter {
             registration_id,
@@ -1239,7 +1239,7 @@ impl DriverConductor {
         for s in &subs {
             self.unlink_subscription(s);
         }
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let counters: Vec<ClientCounter> = {
             let (mine, rest) = std::mem::take(&mut self.client_counters)
                 .into_iter()
@@ -1457,7 +1457,7 @@ impl DriverConductor {
                 return Err(e);
             }
         };
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let ids = match self.allocate_stream_counters(
             &[
                 (type_id::PUBLISHER_LIMIT, "pub-lmt"),
@@ -1641,7 +1641,7 @@ impl DriverConductor {
 
     /// Gives subscription `sub_index` a position on `image` and tells its client.
     fn link_image_subscriber(&mut self, image: &Arc<PublicationImage>, sub_index: usize) {
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let s = &self.subscriptions[sub_index];
         let (sub_id, client_id) = (s.registration_id, s.client_id);
         let join = image
@@ -1769,7 +1769,7 @@ impl DriverConductor {
                 return refuse(self);
             }
         };
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let channel = self.subscriptions[subs[0]].channel.clone();
         let ids = match self.allocate_stream_counters(
             &[

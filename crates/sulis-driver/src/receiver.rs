@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
-use sulis_concurrent::cnc::epoch_ms;
 use sulis_concurrent::logbuffer::{self, term_rebuilder};
 use sulis_concurrent::loss_report::{EntryHandle, LossReport};
 use sulis_concurrent::mapped_file::MappedFile;
@@ -247,7 +246,7 @@ impl Receiver {
         let Some((report, _)) = self.loss_report.as_mut() else {
             return;
         };
-        let now_ms = epoch_ms();
+        let now_ms = self.clock.epoch_ms();
         let ri = &mut self.endpoints[ep].images[ii];
         match ri.loss_entry {
             Some(entry) => report.record_observation(entry, gaps as i64, bytes, now_ms),
