@@ -424,16 +424,17 @@ def test_errors_lists_a_repeated_error_once_with_its_count(driver, client):
 class Exporter:
     """``sulis stat --prometheus 127.0.0.1:0`` in a child process."""
 
-    def __init__(self, dir: str):
-        self.proc = subprocess.Popen([*CLI, "stat", "--dir", dir, "--prometheus", "127.0.0.1:0"],
+    def __init__(self, dir: str, address: str = "127.0.0.1:0"):
+        self.proc = subprocess.Popen([*CLI, "stat", "--dir", dir, "--prometheus", address],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
         self.lines: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        line = self.lines.get(timeout=60)
-        m = re.search(r"at http://127\.0\.0\.1:(\d+)/metrics", line or "")
-        assert m, f"exporter said {line!r}"
-        self.url = f"http://127.0.0.1:{m.group(1)}/metrics"
+        self.said = self.lines.get(timeout=60) or ""
+        m = re.search(r"at http://([0-9.]+):(\d+)/metrics", self.said)
+        assert m, f"exporter said {self.said!r}"
+        self.host, self.port = m.group(1), int(m.group(2))
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
 
     def _read(self):
         for line in self.proc.stderr:
@@ -529,3 +530,36 @@ def test_prometheus_address_errors():
     for address, words in (("nonsense", "HOST:PORT"), ("127.0.0.1:http", "port number")):
         out = run("stat", "--dir", "/dev/shm/x", "--prometheus", address)
         assert out.returncode == 2 and words in out.stderr, out.stderr
+
+
+def this_hosts_address() -> str | None:
+    """An address of this host other than loopback, if it has one (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: only picks the outgoing interface
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_prometheus_listens_on_loopback_unless_given_an_address(driver):
+    assert "loopback" in run("stat", "--help").stdout
+    exporter = Exporter(driver.dir, ":0")
+    try:
+        assert exporter.host == "127.0.0.1", exporter.said
+        assert "loopback only" in exporter.said and "0.0.0.0:PORT" in exporter.said, exporter.said
+        assert samples(exporter.scrape()["sulis_driver_up"])[0].value == 1
+        other = this_hosts_address()
+        if other is not None:  # not reachable from another interface
+            with pytest.raises(OSError), socket.create_connection((other, exporter.port), timeout=5):
+                pass
+    finally:
+        assert exporter.close() == 0
+
+    exporter = Exporter(driver.dir, "0.0.0.0:0")
+    try:
+        assert exporter.host == "0.0.0.0" and "all interfaces" in exporter.said, exporter.said
+        assert samples(exporter.scrape()["sulis_driver_up"])[0].value == 1
+    finally:
+        assert exporter.close() == 0

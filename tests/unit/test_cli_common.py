@@ -72,3 +72,15 @@ def test_a_cut_channel_is_completed_from_the_label_and_a_join_position_read():
     # A label that names another stream is not trusted for the channel.
     c = _common.describe(stream_counter(_common.PUBLISHER_LIMIT, f"pub-lmt: 8 -3 10 {full}", full[:92]))
     assert c["channel"] == full[:92] and "join_position" not in c
+
+
+@pytest.mark.parametrize("address,parsed", [(":9464", ("127.0.0.1", 9464)), ("0.0.0.0:0", ("0.0.0.0", 0)),
+                                            ("[::]:80", ("::", 80)), ("[::1]:1", ("::1", 1)),
+                                            ("example.org:9", ("example.org", 9))])
+def test_prometheus_address_defaults_to_loopback(address, parsed):
+    from sulis.cli.prometheus import parse_address, reach
+
+    assert parse_address(address) == parsed
+    assert reach("127.0.0.1").startswith("loopback only") and reach("::1").startswith("loopback only")
+    assert reach("0.0.0.0").startswith("all interfaces") and reach("::").startswith("all interfaces")
+    assert reach("10.1.2.3") == "interface 10.1.2.3 only"

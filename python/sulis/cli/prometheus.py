@@ -1,5 +1,7 @@
 """``sulis stat --prometheus HOST:PORT``: the driver's counters at ``/metrics``
 in Prometheus' text format, read from the CnC file afresh on every scrape.
+``:PORT`` listens on the loopback interface only; ``0.0.0.0:PORT`` (or
+``[::]:PORT``) on every interface.
 
 Metrics:
 
@@ -20,6 +22,7 @@ Metrics:
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import sys
 import time
@@ -135,12 +138,17 @@ class DriverCollector:
         yield heartbeats
 
 
+#: Where ``--prometheus :PORT`` listens: this host only. Metrics name every
+#: channel and stream, so serving other hosts takes an explicit address.
+DEFAULT_HOST = "127.0.0.1"
+
+
 def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[IPV6]:PORT``."""
+    """``HOST:PORT``, ``[IPV6]:PORT``, or ``:PORT`` for the loopback interface."""
     host, sep, port = address.rpartition(":")
     if not sep:
-        raise click.BadParameter(f"{address!r}: expected HOST:PORT", param_hint="--prometheus")
-    host = host.strip("[]") or "0.0.0.0"
+        raise click.BadParameter(f"{address!r}: expected HOST:PORT or :PORT", param_hint="--prometheus")
+    host = host.strip("[]") or DEFAULT_HOST
     try:
         number = int(port)
         if not 0 <= number <= 65535:
@@ -148,6 +156,19 @@ def parse_address(address: str) -> tuple[str, int]:
     except ValueError:
         raise click.BadParameter(f"{address!r}: {port!r} is not a port number", param_hint="--prometheus") from None
     return host, number
+
+
+def reach(host: str) -> str:
+    """Who can scrape a server bound to ``host`` (a numeric address)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"interface {host}"
+    if ip.is_loopback:
+        return "loopback only; give HOST:PORT, e.g. 0.0.0.0:PORT, to serve other hosts"
+    if ip.is_unspecified:
+        return "all interfaces: reachable from other hosts"
+    return f"interface {host} only"
 
 
 def serve(dir: str, host: str, port: int) -> None:
@@ -162,9 +183,10 @@ def serve(dir: str, host: str, port: int) -> None:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:
         raise click.ClickException(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
-    bound_host, bound_port = httpd.server_address[:2]
+    bound_host, bound_port = str(httpd.server_address[0]), int(httpd.server_address[1])
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    click.echo(f"serving the counters of {dir} at http://{shown}:{bound_port}/metrics (Ctrl-C to stop)", err=True)
+    click.echo(f"serving the counters of {dir} at http://{shown}:{bound_port}/metrics ({reach(bound_host)}); "
+               "Ctrl-C to stop", err=True)
     try:
         while thread.is_alive():
             time.sleep(1.0)

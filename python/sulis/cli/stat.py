@@ -118,9 +118,11 @@ def frame(driver, counters: list[dict], total: int, with_rate: bool) -> list[str
 @click.option("--session", "session_id", type=int, default=None, metavar="SESSION_ID",
               help="Only stream counters of this session id.")
 @click.option("--label", "label_re", default=None, metavar="REGEX", help="Only counters whose label matches REGEX.")
-@click.option("--prometheus", "prometheus", default=None, metavar="HOST:PORT",
+@click.option("--prometheus", "prometheus", default=None, metavar="[HOST]:PORT",
               help="Serve the counters at http://HOST:PORT/metrics for Prometheus (read afresh on every scrape) "
-                   "until interrupted; port 0 picks a free port. The filters do not apply.")
+                   "until interrupted. :PORT listens on the loopback interface (127.0.0.1) only; give an address "
+                   "to serve other hosts (0.0.0.0:PORT for every interface). Port 0 picks a free port. "
+                   "The filters do not apply.")
 @run_until_interrupted
 def stat(dir_, as_json, once, interval, count, types, stream_id, session_id, label_re, prometheus):
     """The driver's counters with their rates, refreshed every --interval (like Aeron's AeronStat).
