@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -208,3 +209,25 @@ def test_standalone_driver_stops_on_a_signal_taken_by_one_of_its_agent_threads(s
         [agent] = _driver_threads(proc.pid)
         assert tgkill(proc.pid, agent, sig) == 0, os.strerror(ctypes.get_errno())
         assert_stops_cleanly(proc)
+
+
+def run_without(module: str, *args) -> subprocess.CompletedProcess:
+    """``sulis ARGS`` in a Python where importing ``module`` fails as if it were not installed."""
+    blocked = f"import sys; sys.modules[{module!r}] = None; from sulis.cli import main; main(prog_name='sulis')"
+    return subprocess.run([sys.executable, "-c", blocked, *args], capture_output=True, text=True, env=clean_env(),
+                          timeout=60)
+
+
+@pytest.mark.parametrize("module,args,extra", [
+    ("prometheus_client", ["stat", "--prometheus", ":0", "--dir", "/dev/shm/sulis-cli-no-driver"], "prometheus"),
+    ("hdrh", ["demo", "--messages", "10", "--round-trips", "10"], "bench"),
+])
+def test_a_missing_optional_package_names_the_extra(module, args, extra):
+    out = run_without(module, *args)
+    assert out.returncode == 1, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert f"pip install 'sulis[{extra}]'" in line and line.startswith("Error: "), line
+    assert out.stdout == "", "it fails before starting anything"
+    # The rest of the CLI does not need it.
+    assert run_without(module, "--help").returncode == 0
+    assert run_without(module, "stat", "--help").returncode == 0

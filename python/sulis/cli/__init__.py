@@ -10,7 +10,7 @@ import time
 import click
 
 from .. import _native
-from ._common import bad_environment, cli_error
+from ._common import bad_environment, cli_error, missing_extra, require
 
 
 def _driver_option_table() -> list[tuple[str, str, str, str, str]]:
@@ -41,7 +41,8 @@ def _driver_options(f):
 
 class _Sulis(click.Group):
     """The ``sulis`` group: a subcommand failing on a bad ``SULIS_*`` variable
-    reports it in one line (exit status 2) instead of a traceback."""
+    (exit status 2) or on an optional package that is not installed reports
+    it in one line instead of a traceback."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -51,6 +52,11 @@ class _Sulis(click.Group):
             if bad is None:
                 raise
             raise bad from None
+        except ImportError as e:
+            missing = missing_extra(e, f"sulis {ctx.invoked_subcommand}")
+            if missing is None:
+                raise
+            raise missing from None
 
 
 @click.group(cls=_Sulis, context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,6 +108,7 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
 @click.option("--dir", "dir_", default=None, help="Driver directory (default: a fresh one under /dev/shm).")
 def demo(messages: int, size: int, round_trips: int, dir_: str | None) -> None:
     """End-to-end IPC demo: an embedded driver, a second process, throughput and latency."""
+    require("hdrh", "sulis demo")
     from ..demo import run
 
     sys.exit(run(messages=messages, size=size, round_trips=round_trips, dir=dir_))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib
 import json
 import os
 import shutil
@@ -116,6 +117,33 @@ def bad_environment(e: BaseException) -> BadEnvironmentError | None:
     if not (sep and name.startswith("SULIS_") and name in os.environ):
         return None
     return BadEnvironmentError(f"environment variable {e}")
+
+
+#: Optional packages some commands need: (the package pip installs, the sulis extra that brings it).
+OPTIONAL = {"prometheus_client": ("prometheus_client", "prometheus"), "hdrh": ("hdrhistogram", "bench"),
+            "zmq": ("pyzmq", "bench"), "matplotlib": ("matplotlib", "plot")}
+
+
+def missing_extra(e: ImportError, what: str = "this command") -> click.ClickException | None:
+    """The one-line error for an optional package that failed to import
+    (naming the extra that installs it), or None for any other import."""
+    module = (e.name or "").partition(".")[0]
+    if module not in OPTIONAL:
+        return None
+    package, extra = OPTIONAL[module]
+    return click.ClickException(f"{what} needs the {package} package, which is not installed: "
+                                f"pip install 'sulis[{extra}]'")
+
+
+def require(module: str, what: str) -> None:
+    """Fails the command at once, naming the extra to install, when ``module`` cannot be imported."""
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        error = missing_extra(e, what)
+        if error is None:
+            raise
+        raise error from None
 
 
 def cli_error(e: _native.SulisError) -> click.ClickException:

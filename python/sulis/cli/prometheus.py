@@ -36,6 +36,7 @@ from ._common import (
     SYSTEM,
     NoDriverError,
     open_driver,
+    require,
 )
 from .streams import collect_streams
 
@@ -173,10 +174,9 @@ def reach(host: str) -> str:
 
 def serve(dir: str, host: str, port: int) -> None:
     """Serves the driver's metrics until interrupted (KeyboardInterrupt)."""
-    try:
-        from prometheus_client import CollectorRegistry, start_http_server
-    except ImportError:
-        raise click.ClickException("--prometheus needs the prometheus_client package (pip install prometheus_client)")
+    require("prometheus_client", "--prometheus")
+    from prometheus_client import CollectorRegistry, start_http_server
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DriverCollector(dir))
     try:

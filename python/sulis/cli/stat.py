@@ -21,6 +21,7 @@ from ._common import (
     num,
     open_driver,
     print_json,
+    require,
     resolve_dir,
     run_until_interrupted,
     table,
@@ -141,6 +142,7 @@ def stat(dir_, as_json, once, interval, count, types, stream_id, session_id, lab
         from .prometheus import parse_address, serve
 
         host, port = parse_address(prometheus)
+        require("prometheus_client", "--prometheus")
         open_driver(dir)
         serve(dir, host, port)
         return
