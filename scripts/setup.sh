@@ -7,7 +7,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
 # nftables for the network tests' random loss (tests/netutil); they skip without it.
+# Everything else goes into .venv; this is the one system-wide install, so say so first.
 if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && [ ! -x /usr/sbin/nft ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: running as root without nft: installing the nftables package system-wide (apt-get) for the network loss tests" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables; } \
     >/dev/null 2>&1 || echo "setup: could not install nftables; the nft loss tests will skip" >&2
 fi
