@@ -74,6 +74,8 @@ class MediaDriver:
         """True until closed."""
     def config(self) -> list[tuple[str, str, str, str, str]]:
         """(name, value, source, env var, doc) of every effective setting."""
+    def do_work(self) -> int:
+        """Invoker mode only: one duty cycle of every agent on this thread (GIL released)."""
     def close(self) -> None:
         """Stops the driver (idempotent)."""
     def __enter__(self) -> Self: ...

@@ -22,17 +22,22 @@ pub enum ThreadingMode {
     SharedNetwork,
     /// Everything on one thread.
     Shared,
+    /// No driver threads: the embedding code runs the agents by calling
+    /// `MediaDriver::do_work` (Aeron's invoker mode). Deterministic tests
+    /// step the driver this way, with a manual clock.
+    Invoker,
 }
 
 impl ThreadingMode {
-    /// Parses `dedicated`, `shared-network` or `shared`.
+    /// Parses `dedicated`, `shared-network`, `shared` or `invoker`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().replace('_', "-").as_str() {
             "dedicated" => Ok(ThreadingMode::Dedicated),
             "shared-network" => Ok(ThreadingMode::SharedNetwork),
             "shared" => Ok(ThreadingMode::Shared),
+            "invoker" => Ok(ThreadingMode::Invoker),
             _ => Err(format!(
-                "unknown threading mode '{s}' (expected shared, shared-network or dedicated)"
+                "unknown threading mode '{s}' (expected shared, shared-network, dedicated or invoker)"
             )),
         }
     }
@@ -43,6 +48,7 @@ impl ThreadingMode {
             ThreadingMode::Dedicated => "dedicated",
             ThreadingMode::SharedNetwork => "shared-network",
             ThreadingMode::Shared => "shared",
+            ThreadingMode::Invoker => "invoker",
         }
     }
 }
@@ -237,7 +243,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         threading_mode,
         "SULIS_THREADING_MODE",
         "",
-        "Agent threads: shared, shared-network or dedicated.",
+        "Agent threads: shared, shared-network, dedicated, or invoker (no threads: the embedding code calls do_work).",
         ThreadingMode::parse,
         |v: &ThreadingMode| v.name().to_string()
     ),

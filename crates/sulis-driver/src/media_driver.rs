@@ -75,14 +75,32 @@ pub struct MediaDriver {
     dir: PathBuf,
     running: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Invoker mode: the agents, run by [`MediaDriver::do_work`].
+    invoker: Option<Invoker>,
     delete_on_shutdown: bool,
     /// Kept mapped until every agent thread has stopped.
     _cnc: Arc<Cnc>,
 }
 
+/// The agents of an invoker-mode driver and the clock timing their cycles.
+struct Invoker {
+    agents: Vec<TrackedAgent>,
+    clock: NanoClock,
+}
+
 impl MediaDriver {
     /// Validates `ctx`, prepares the directory, creates the CnC and starts the agents.
     pub fn launch(ctx: DriverContext) -> Result<MediaDriver, DriverError> {
+        Self::launch_with_clock(ctx, NanoClock::new())
+    }
+
+    /// As [`MediaDriver::launch`], on `clock`: with [`NanoClock::manual`] and
+    /// the invoker threading mode, a test decides when time passes and when
+    /// each duty cycle runs.
+    pub fn launch_with_clock(
+        ctx: DriverContext,
+        clock: NanoClock,
+    ) -> Result<MediaDriver, DriverError> {
         ctx.conclude().map_err(DriverError::Config)?;
         let dir = ctx.dir.clone();
         let timeout_ms = (ctx.driver_timeout_ns / 1_000_000) as i64;
@@ -123,7 +141,6 @@ impl MediaDriver {
             page_size: ctx.file_page_size,
         };
         let cnc = Arc::new(Cnc::create(&dir.join(CNC_FILE), layout, header)?);
-        let clock = NanoClock::new();
         let (sender_tx, sender_rx) = std::sync::mpsc::channel();
         let (receiver_tx, receiver_rx) = std::sync::mpsc::channel();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
@@ -226,6 +243,19 @@ impl MediaDriver {
                 ("sulis-driver-sender", vec![sender]),
                 ("sulis-driver-receiver", vec![receiver]),
             ],
+            ThreadingMode::Invoker => {
+                return Ok(MediaDriver {
+                    dir,
+                    running,
+                    threads: Vec::new(),
+                    invoker: Some(Invoker {
+                        agents: vec![conductor, sender, receiver],
+                        clock,
+                    }),
+                    delete_on_shutdown: ctx.dir_delete_on_shutdown,
+                    _cnc: cnc,
+                });
+            }
         };
         let mut threads = Vec::new();
         for (name, agents) in groups {
@@ -248,6 +278,7 @@ impl MediaDriver {
             dir,
             running,
             threads,
+            invoker: None,
             delete_on_shutdown: ctx.dir_delete_on_shutdown,
             _cnc: cnc,
         })
@@ -258,11 +289,44 @@ impl MediaDriver {
         &self.dir
     }
 
+    /// Invoker mode: runs one duty cycle of the conductor, the sender and
+    /// the receiver, in that order, on the calling thread; returns the work
+    /// done (0 = idle). Without invoker mode, or once closed, it does nothing
+    /// and returns 0: the agents' own threads do the work.
+    pub fn do_work(&mut self) -> usize {
+        if !self.is_running() {
+            return 0;
+        }
+        let Some(inv) = self.invoker.as_mut() else {
+            return 0;
+        };
+        let mut work = 0;
+        let mut start_ns = inv.clock.now_ns();
+        for (agent, tracker) in inv.agents.iter_mut() {
+            work += agent.do_work();
+            let end_ns = inv.clock.now_ns();
+            tracker.record(end_ns - start_ns);
+            start_ns = end_ns;
+        }
+        work
+    }
+
+    /// True when the embedding code runs the agents ([`MediaDriver::do_work`]).
+    pub fn is_invoker(&self) -> bool {
+        self.invoker.is_some()
+    }
+
     /// Stops the agents (idempotent).
     pub fn close(&mut self) {
         self.running.store(false, Ordering::Release);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(inv) = self.invoker.as_mut() {
+            for (agent, _) in inv.agents.drain(..) {
+                let mut agent = agent;
+                agent.on_close();
+            }
         }
         if self.delete_on_shutdown {
             let _ = std::fs::remove_dir_all(&self.dir);

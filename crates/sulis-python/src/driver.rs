@@ -154,6 +154,28 @@ impl PyMediaDriver {
         self.config.clone()
     }
 
+    /// Invoker mode (`threading_mode="invoker"`): runs one duty cycle of
+    /// the conductor, sender and receiver on the calling thread, with the
+    /// GIL released, and returns the work done (0 = idle). Clients of an
+    /// invoker-mode driver need something calling this (a loop, an event
+    /// loop's idle hook) while they wait for it. Raises ConfigurationError
+    /// in the threaded modes; returns 0 once closed.
+    fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| {
+            let mut guard = self.driver.lock().unwrap();
+            match guard.as_mut() {
+                None => Ok(0),
+                Some(d) if !d.is_invoker() => Err(()),
+                Some(d) => Ok(d.do_work()),
+            }
+        })
+        .map_err(|()| {
+            ConfigurationError::new_err(
+                "do_work() runs the agents only in threading_mode='invoker'; this driver has its own threads",
+            )
+        })
+    }
+
     /// Stops the driver's agents (idempotent).
     fn close(&self, py: Python<'_>) {
         let d = self.driver.lock().unwrap().take();
