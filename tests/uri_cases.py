@@ -13,6 +13,7 @@ BAD_URIS = [
     ("Aeron:ipc", "Aeron:ipc", "aeron:"),
     ("aeron-spy:udp", "aeron-spy:udp", "aeron:"),
     ("ipc", "ipc", "must start with 'aeron:'"),
+    ("?aeron:ipc", "?aeron:ipc", "must start with 'aeron:'"),  # found by the random-input runner
     ("aeron:", "aeron:", "missing media"),
     ("aeron:?mtu=1408", "aeron:", "missing media"),
     ("aeron:tcp?endpoint=localhost:1", "aeron:tcp", "unknown media"),

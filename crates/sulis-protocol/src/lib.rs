@@ -12,3 +12,6 @@ pub mod frame;
 pub mod log_buffer_descriptor;
 pub mod uri;
 pub mod values;
+
+#[cfg(test)]
+mod random_input;

@@ -344,7 +344,12 @@ impl ChannelUri {
             None => (false, uri),
         };
         let Some(body) = rest.strip_prefix(AERON_PREFIX) else {
-            let head = uri.split('?').next().unwrap_or(uri);
+            // Name what stands where "aeron:" should be; the whole URI when
+            // nothing comes before the '?' (found by the random-input runner).
+            let head = match uri.split('?').next() {
+                Some(h) if !h.is_empty() => h,
+                _ => uri,
+            };
             return Err(fail(
                 head,
                 "must start with 'aeron:' (or 'aeron-spy:aeron:' for a spy)".to_owned(),

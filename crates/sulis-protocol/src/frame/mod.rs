@@ -75,7 +75,7 @@ pub mod rttm;
 pub mod setup;
 pub mod status;
 #[cfg(test)]
-mod test_util;
+pub(crate) mod test_util;
 
 pub use data::{parse_data_datagram, walk_data_frames, DataDatagram, DataFrames, DataHeader};
 pub use error::ErrorFrame;
