@@ -44,6 +44,7 @@ import time
 import pytest
 
 import sulis
+from netutil.fixtures import make_relay, netns_pair, nft_loss  # noqa: F401 - fixtures, for every test module
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
@@ -149,7 +150,8 @@ class Child:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"child {self.role} said nothing within {timeout}s; stderr:\n{self.stderr()}") from None
+            raise AssertionError(f"child {self.role} said nothing within {timeout}s; "
+                                 f"stderr:\n{self.stderr()}") from None
         if line is None:
             self.proc.wait(timeout=10)
             raise AssertionError(f"child {self.role} exited ({self.proc.returncode}); stderr:\n{self.stderr()}")
@@ -187,7 +189,8 @@ class Child:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "expect_errors: the test makes the driver log errors (skips the empty-error-log check)")
+    config.addinivalue_line("markers",
+                            "expect_errors: the test makes the driver log errors (skips the empty-error-log check)")
     config.addinivalue_line("markers", "driver_options(**options): options for the `driver` fixture")
 
 

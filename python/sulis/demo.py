@@ -62,19 +62,21 @@ def run(messages: int = 2_000_000, size: int = 32, round_trips: int = 100_000, d
                  "--messages", str(messages), "--pings", str(warmup + round_trips)],
                 stdout=subprocess.PIPE, text=True,
             )
+            replies = child.stdout
+            assert replies is not None
 
             def stalled(_progress=None) -> None:
                 if child.poll() is not None:
                     raise RuntimeError(f"the echo process exited ({child.returncode})")
 
             try:
-                assert json.loads(child.stdout.readline())["ready"]
+                assert json.loads(replies.readline())["ready"]
                 pub = client.add_exclusive_publication(CHANNEL, THROUGHPUT_STREAM)
                 await_until(lambda: pub.is_connected, "the subscriber process", stalled=stalled)
                 start = time.perf_counter_ns()
                 sent = publish(pub, bytes(size), messages, stalled=Watchdog("publishing", alive=stalled))
                 elapsed = (time.perf_counter_ns() - start) / 1e9
-                result = json.loads(child.stdout.readline())
+                result = json.loads(replies.readline())
                 rx_rate = result["timed_messages"] / result["seconds"] if result["seconds"] else float("nan")
                 print(f"throughput: sent {sent / elapsed:,.0f} msgs/s; received {rx_rate:,.0f} msgs/s"
                       f" ({rx_rate * size / 1e6:,.1f} MB/s payload) in the other process")

@@ -11,8 +11,20 @@ The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
 ``from netutil import NetnsPair, NftLoss, LossyRelay, Impairment``.
 """
 
-from .netns import (NetnsError, NetnsPair, call_in_netns, cleanup_stale, delete_netns, exec_prefix, list_netns,
-                    netns_available, popen_in, require_netns, run_in, udp_socket_in)
+from .netns import (
+    NetnsError,
+    NetnsPair,
+    call_in_netns,
+    cleanup_stale,
+    delete_netns,
+    exec_prefix,
+    list_netns,
+    netns_available,
+    popen_in,
+    require_netns,
+    run_in,
+    udp_socket_in,
+)
 from .nft import NftError, NftLoss, nft_available, require_nft, run_nft
 from .relay import BACKWARD, FORWARD, Impairment, LossyRelay, RelayProcess, RelayStats
 

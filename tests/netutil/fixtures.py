@@ -1,6 +1,5 @@
-"""Pytest fixtures of ``netutil``. Import the ones a test module uses::
-
-    from netutil.fixtures import netns_pair, make_relay, nft_loss  # noqa: F401
+"""Pytest fixtures of ``netutil``; tests/conftest.py imports them, so any
+test can take them as arguments.
 
 ``netns_pair``
     A fresh ``NetnsPair`` (skips when namespaces are unavailable), deleted on

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_PREFIX = "sulis-nt-"
 NETNS_DIR = "/var/run/netns"
@@ -46,7 +46,7 @@ CLONE_NEWNET = 0x40000000
 VETH = "sv0"
 
 _counter = itertools.count()
-_live: dict[str, "NetnsPair"] = {}
+_live: dict[str, NetnsPair] = {}
 _live_lock = threading.Lock()
 _available: tuple[bool, str] | None = None
 
@@ -57,7 +57,8 @@ class NetnsError(RuntimeError):
 
 def ip_path() -> str:
     """The ``ip`` binary (iproute2), also when /usr/sbin is not on PATH."""
-    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if os.access(p, os.X_OK)), "ip")
+    found = (p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if os.access(p, os.X_OK))
+    return shutil.which("ip") or next(found, "ip")
 
 
 def _ip(*args: str, check: bool = True, timeout: float = 10.0) -> subprocess.CompletedProcess:
@@ -343,7 +344,7 @@ class NetnsPair:
         with _live_lock:
             _live.pop(self.ns_a[:-1], None)
 
-    def __enter__(self) -> "NetnsPair":
+    def __enter__(self) -> NetnsPair:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -160,7 +160,7 @@ class NftLoss:
         except NftError:
             pass  # the namespace (and with it the table) is already gone
 
-    def __enter__(self) -> "NftLoss":
+    def __enter__(self) -> NftLoss:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -38,8 +38,8 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 FORWARD = "forward"
 BACKWARD = "backward"

@@ -179,5 +179,5 @@ def test_batch_from_several_images(client):
     batch = sub.poll_batch()
     assert len(batch) == 3
     sessions = np.frombuffer(batch.session_ids, np.int32).tolist()
-    pairs = sorted(zip(sessions, batch.to_list()))
+    pairs = sorted(zip(sessions, batch.to_list(), strict=True))
     assert pairs == sorted([(a.session_id, b"a1"), (a.session_id, b"a2"), (b.session_id, b"b1")])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import struct
 import time
 
-from conftest import await_until
 from test_udp_system import UDP_OPTIONS, free_port, run_stream, stream_of
 
 import sulis
+from conftest import await_until
 
 PUB_LMT, SND_POS, RCV_HWM, SUB_POS, RCV_POS, SND_LMT, PUB_POS = 1, 2, 3, 4, 5, 9, 12
 

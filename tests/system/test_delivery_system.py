@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import await_until, free_udp_port
 
 import sulis
+from conftest import await_until, free_udp_port
 
 UDP_OPTIONS = {"term_buffer_length": "1m", "timer_interval": "10ms", "publication_linger_timeout": "2s"}
 

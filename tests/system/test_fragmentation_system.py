@@ -4,6 +4,7 @@ and over-long claims raise MessageTooLongError."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -40,7 +41,7 @@ def test_sizes_from_one_byte_to_max_message_length(client, exclusive, via_call):
     rng = random.Random(5)
     payloads = [rng.randbytes(n) for n in sizes]
     got, positions = send_and_assemble(pub, sub, payloads, via_call)
-    for (data, h), p, position in zip(got, payloads, positions):
+    for (data, h), p, position in zip(got, payloads, positions, strict=True):
         assert data == p, f"{len(p)}-byte message corrupted"
         assert h.flags == BEGIN | END
         assert h.frame_length == len(p) + 32
@@ -97,7 +98,7 @@ def test_assembler_keeps_sessions_apart(client):
     # One fragment per poll: the round-robin interleaves the two images' fragments.
     await_until(lambda: sub.poll(asm, 1) >= 0 and len(order) == 10, 20)
     assert got == msgs
-    assert sum(x != y for x, y in zip(order, order[1:])) >= 5, f"sessions did not interleave: {order}"
+    assert sum(x != y for x, y in itertools.pairwise(order)) >= 5, f"sessions did not interleave: {order}"
 
 
 def test_assembler_drops_a_message_it_joined_in_the_middle_of(client):
@@ -121,7 +122,8 @@ def test_too_long_messages_and_claims_raise(client, exclusive):
         pub.offer(bytes(mm + 1))
     with pytest.raises(sulis.MessageTooLongError):
         pub.offer(bytes(10 * mm))
-    with pytest.raises(sulis.MessageTooLongError, match=f"claim of {mp + 1} bytes exceeds the maximum payload length of {mp}"):
+    too_long = f"claim of {mp + 1} bytes exceeds the maximum payload length of {mp}"
+    with pytest.raises(sulis.MessageTooLongError, match=too_long):
         pub.try_claim(mp + 1)
     with pytest.raises(sulis.MessageTooLongError):
         pub.try_claim(mm)

@@ -13,9 +13,9 @@ import struct
 import time
 
 import pytest
-from conftest import await_until, counter_value
 
 import sulis
+from conftest import await_until, counter_value
 from sulis import _native
 
 ERRORS_COUNTER = (15, "Errors")
@@ -123,7 +123,7 @@ def test_garbage_never_creates_clients_or_resources(driver, client):
     # The healthy client is untouched.
     sub = client.add_subscription("aeron:ipc", 3)
     pub = client.add_publication("aeron:ipc", 3)
-    await_until(lambda: pub.is_connected)
+    await_until(lambda: pub.is_connected and sub.image_count == 1)
     after = len(sulis.CountersReader(driver.dir).counters())
     # The client's subscription and publication add a handful; no heartbeat per garbage client.
     assert after - before < 10, (before, after)

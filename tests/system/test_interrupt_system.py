@@ -10,9 +10,11 @@ import threading
 import time
 
 import pytest
-from conftest import await_until, make_dir
 
 import sulis
+from conftest import await_until, make_dir
+
+DRIVER_OPTIONS = '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}'
 
 PUBLISHER_LIMIT = 1
 
@@ -59,7 +61,7 @@ def _publication_counters(dir: str) -> list[dict]:
 
 def test_an_add_interrupted_while_the_driver_is_stopped_is_undone(spawn):
     dir = make_dir()
-    drv = spawn("driver", dir, '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}')
+    drv = spawn("driver", dir, DRIVER_OPTIONS)
     drv.read()
     with sulis.Client(dir=dir, driver_timeout=30.0) as client:
         drv.signal(signal.SIGSTOP)
@@ -82,13 +84,13 @@ def test_an_add_interrupted_while_the_driver_is_stopped_is_undone(spawn):
 
 def test_dropping_unclosed_resources_never_waits_for_the_driver(spawn):
     dir = make_dir()
-    drv = spawn("driver", dir, '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}')
+    drv = spawn("driver", dir, DRIVER_OPTIONS)
     drv.read()
     with sulis.Client(dir=dir, driver_timeout=30.0) as client:
         pub = client.add_publication("aeron:ipc", 7)
         xpub = client.add_exclusive_publication("aeron:ipc", 7)
         sub = client.add_subscription("aeron:ipc", 7)
-        await_until(lambda: sub.image_count == 2)
+        await_until(lambda s=sub: s.image_count == 2)  # no closure: the del below must drop the last reference
         drv.signal(signal.SIGSTOP)
         try:
             start = time.monotonic()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import await_until, make_dir
 
 import sulis
+from conftest import await_until, make_dir
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import os
 import struct
 
 import pytest
-from conftest import await_until, make_dir
-from conftest import run_cli as cli
 from test_udp_system import UDP_OPTIONS, free_port, run_stream, stream_of, udp_pair
 
 import sulis
+from conftest import await_until, make_dir
+from conftest import run_cli as cli
 
 NAKS_SENT = 5
 CONDUCTOR_MAX_CYCLE, SENDER_MAX_CYCLE, RECEIVER_MAX_CYCLE = 26, 28, 30
@@ -90,7 +90,8 @@ def test_driver_describes_itself_in_its_system_counters(make_driver, make_client
         for counter in (CONDUCTOR_MAX_CYCLE, SENDER_MAX_CYCLE, RECEIVER_MAX_CYCLE):
             assert reader.value(counter) > 0, reader.label(counter)
         # The log buffers of the stream are mapped (term 2 MiB, three of them, plus metadata).
-        await_until(lambda: reader.value(BYTES_MAPPED) >= 3 * 2 * 1024 * 1024, what="mapped bytes counted")
+        await_until(lambda reader=reader: reader.value(BYTES_MAPPED) >= 3 * 2 * 1024 * 1024,
+                    what="mapped bytes counted")
         major, minor, patch = (int(p) for p in sulis.__version__.split(".")[:3])
         assert reader.value(SULIS_VERSION) == major << 16 | minor << 8 | patch
         assert sulis.__version__ in reader.label(SULIS_VERSION)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from conftest import await_until, free_udp_port
-
 import sulis
+from conftest import await_until, free_udp_port
 
 STREAMS = (5, 6)
 
@@ -59,7 +58,7 @@ def test_every_publication_kind_reaches_exactly_the_matching_subscriptions(drive
     for r in range(rounds):
         for key, pub in pubs.items():
             msg = tags[key] + b"#%d" % r
-            await_until(lambda: pub.offer(msg) > 0, what=f"offer on {key}")
+            await_until(lambda pub=pub, msg=msg: pub.offer(msg) > 0, what=f"offer on {key}")
     expected_counts = {
         sk: sum(rounds for (m, _e, _w, ps) in pubs if _expected(m, ps, sk[0], sk[1])) for sk in subs
     }

@@ -8,9 +8,9 @@ import array
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import await_until
 
 import sulis
+from conftest import await_until
 
 KINDS = ["concurrent", "exclusive"]
 

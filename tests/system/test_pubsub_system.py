@@ -37,7 +37,7 @@ def test_offer_poll_round_trip_and_header_fields(client, exclusive):
     sub, pub = connected_pair(client, 10, exclusive=exclusive)
     image = sub.images[0]
     positions = []
-    for i, msg in enumerate([b"hello", b"", b"x" * 100, bytes(range(256)) * 5]):
+    for msg in [b"hello", b"", b"x" * 100, bytes(range(256)) * 5]:
         positions.append(pub.offer(msg))
     assert positions == [64, 96, 96 + 160, 256 + align32(32 + 1280)]
     assert pub.position == positions[-1]
@@ -45,7 +45,7 @@ def test_offer_poll_round_trip_and_header_fields(client, exclusive):
     got = collect(sub, 4)
     assert [p for p, _ in got] == [b"hello", b"", b"x" * 100, bytes(range(256)) * 5]
     offsets = [0, 64, 96, 256]
-    for (payload, h), position, offset in zip(got, positions, offsets):
+    for (payload, h), position, offset in zip(got, positions, offsets, strict=True):
         assert h.position == position
         assert h.session_id == pub.session_id == image.session_id
         assert h.stream_id == pub.stream_id == 10
@@ -261,7 +261,7 @@ def test_try_claim_commit_abort_and_context_manager(client, exclusive):
     with pytest.raises(sulis.ClosedError):
         claim.commit()
     with pytest.raises(sulis.ClosedError):
-        claim.buffer
+        _ = claim.buffer
 
     aborted = pub.try_claim(8)
     aborted.buffer[:] = b"withdraw"

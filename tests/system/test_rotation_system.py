@@ -125,7 +125,7 @@ def run_plan(client, pub, sub, plan, rng, reserved=True):
     assert len(received) == len(expected)
     initial_term_id = sub.images[0].initial_term_id
     for (payload, start, end, kind, i), (data, position, term_offset, term_id, flags, rv, frame_length) in zip(
-        expected, received
+        expected, received, strict=True
     ):
         assert data == payload, f"message {i} ({kind}) corrupted"
         assert flags == 0xC0

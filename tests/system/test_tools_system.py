@@ -6,6 +6,7 @@ traffic: their JSON is checked against the driver's own state."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import pty
@@ -19,10 +20,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import CLI, await_until, clean_env, connected_pair
-from conftest import run_cli as run
 
 import sulis
+from conftest import CLI, await_until, clean_env, connected_pair
+from conftest import run_cli as run
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -57,7 +58,7 @@ def free_port() -> int:
 
 def offer_all(pub, count: int, size: int = 100) -> None:
     for i in range(count):
-        await_until(lambda: pub.offer(bytes([i % 256]) * size) > 0, what=f"offer of message {i}")
+        await_until(lambda i=i: pub.offer(bytes([i % 256]) * size) > 0, what=f"offer of message {i}")
 
 
 def drain(sub, expected: int) -> None:
@@ -211,7 +212,7 @@ def test_stat_live_prints_successive_samples_with_rates_when_not_a_terminal(driv
     assert len(samples) == 3, "one JSON document per line, one per sample"
     first = {c["type"]: c for c in samples[0]["counters"]}
     assert all(c["rate_per_second"] is None for c in first.values()), "no rate before a second sample"
-    for prev, cur in zip(samples, samples[1:]):
+    for prev, cur in itertools.pairwise(samples):
         p = {c["type"]: c for c in prev["counters"]}
         c = {c["type"]: c for c in cur["counters"]}
         for name in ("pub-pos", "sub-pos"):
@@ -384,7 +385,7 @@ def test_errors_lists_a_repeated_error_once_with_its_count(driver, client):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
         for i in range(sends):  # one at a time: none can be lost in the socket buffer
             attacker.sendto(b"junk!", ("127.0.0.1", port))
-            await_until(lambda: reader.value(INVALID_PACKETS) == i + 1, what=f"datagram {i + 1} to be rejected")
+            await_until(lambda i=i: reader.value(INVALID_PACKETS) == i + 1, what=f"datagram {i + 1} to be rejected")
         source = f"127.0.0.1:{attacker.getsockname()[1]}"
 
     doc = run_json("errors", "--dir", driver.dir)

@@ -20,10 +20,10 @@ import threading
 import time
 
 import pytest
-from _child import make_message, parse_message
-from conftest import await_until
 
 import sulis
+from _child import make_message, parse_message
+from conftest import await_until
 from netutil.relay import Impairment, RelayProcess
 
 # System counters (crates/sulis-driver/src/system_counters.rs, Aeron's ids).
@@ -265,12 +265,14 @@ def test_subscriber_restart_gets_a_new_image(make_driver, make_client):
     await_until(lambda: sub2.poll(check.assembler, 100) >= 0 and check.next_seq == 100, what="messages after restart")
 
 
-def test_killed_publisher_driver_makes_the_image_unavailable_within_the_liveness_timeout(make_driver, make_client, spawn):
+def test_killed_publisher_driver_makes_the_image_unavailable_within_the_liveness_timeout(make_driver, make_client,
+                                                                                         spawn):
     port = free_port()
     sub_driver = make_driver(**UDP_OPTIONS)
     unavailable = []
     sub = make_client(dir=sub_driver.dir).add_subscription(
-        f"aeron:udp?endpoint=127.0.0.1:{port}", 10, on_unavailable_image=lambda img: unavailable.append(time.monotonic())
+        f"aeron:udp?endpoint=127.0.0.1:{port}", 10,
+        on_unavailable_image=lambda img: unavailable.append(time.monotonic()),
     )
     pub_dir = f"/dev/shm/sulis-test-killed-{os.getpid()}"
     drv = spawn("driver", pub_dir, json.dumps({**UDP_OPTIONS, "threading_mode": "shared", "dir_delete_on_start": True}))
@@ -471,7 +473,9 @@ def test_channel_linger_keeps_a_closed_publication_for_late_naks(make_driver, ma
     pub.close()
     closed = time.monotonic()
     time.sleep(0.5)  # the driver's own linger (100 ms) has passed, the channel's (1 s) has not
-    assert [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id]
-    await_until(lambda: not [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id],
-                timeout=5, what="publication freed after its linger")
+    def sender_position() -> list:
+        return [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id]
+
+    assert sender_position()
+    await_until(lambda: not sender_position(), timeout=5, what="publication freed after its linger")
     assert time.monotonic() - closed >= 0.9

@@ -14,7 +14,7 @@ from uri_cases import BAD_URIS
 
 def test_every_malformed_uri_is_refused_by_the_client(driver, client):
     problems = []
-    for uri, part, reason in BAD_URIS:
+    for uri, part, _reason in BAD_URIS:
         with pytest.raises(sulis.ConfigurationError) as expected:
             sulis.parse_channel(uri)
         for name in ("add_publication", "add_exclusive_publication", "add_subscription"):
@@ -79,5 +79,6 @@ def test_uris_the_driver_refuses(driver, client):
     assert first.offer(b"x") == sulis.NOT_CONNECTED
     assert holder.session_id == 77
     logged = "\n".join(text for _, _, _, text in sulis.read_errors(driver.dir))
-    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "only unicast UDP", "spy", "tag"):
+    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "only unicast UDP", "spy",
+                     "tag"):
         assert fragment in logged

@@ -28,7 +28,7 @@ def test_every_option_has_an_env_var_a_doc_and_a_default():
     rows = driver_config(dir=DIR)
     names = [r[0] for r in rows]
     assert len(names) == len(set(names))
-    for name, value, source, env, doc in rows:
+    for name, _value, source, env, doc in rows:
         assert env == "SULIS_" + name.upper()
         assert not name.endswith("_ns"), "durations are named without a unit"
         assert doc.endswith(".") and len(doc) > 10

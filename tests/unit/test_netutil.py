@@ -17,9 +17,16 @@ from collections import Counter
 import pytest
 
 from conftest import await_until
-from netutil import (Impairment, LossyRelay, NetnsPair, RelayProcess, cleanup_stale, list_netns, netns_available,
-                     nft_available, udp_socket_in)
-from netutil.fixtures import make_relay, netns_pair, nft_loss  # noqa: F401  (fixtures)
+from netutil import (
+    Impairment,
+    LossyRelay,
+    NetnsPair,
+    RelayProcess,
+    cleanup_stale,
+    list_netns,
+    netns_available,
+    udp_socket_in,
+)
 
 SEQ = struct.Struct("<I")
 
@@ -40,7 +47,7 @@ class Sink:
         while not self._stop:
             try:
                 data, src = self.sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -90,7 +97,8 @@ def send_paced(sock, dest, count, progress, burst=50, start=0, payload=b"", time
         last = min(first + burst, start + count)
         for seq in range(first, last):
             sock.sendto(SEQ.pack(seq) + payload, dest)
-        await_until(lambda: progress() >= last - start, timeout=timeout, what=f"{last - start} datagrams through")
+        await_until(lambda last=last: progress() >= last - start, timeout=timeout,
+                    what=f"{last - start} datagrams through")
 
 
 # -- network namespaces -------------------------------------------------------------
@@ -360,7 +368,7 @@ def test_relay_several_clients(make_relay, sinks):
         for j in range(10):
             c.sock.sendto(SEQ.pack(i * 100 + j), relay.address)
     for i, c in enumerate(clients):
-        await_until(lambda: len(c.items) == 10, what=f"replies of client {i}")
+        await_until(lambda c=c: len(c.items) == 10, what=f"replies of client {i}")
         assert c.seqs() == [i * 100 + j for j in range(10)]
     assert sorted(relay.clients) == sorted(c.address for c in clients)
     assert len({relay.upstream_address(c.address) for c in clients}) == 3

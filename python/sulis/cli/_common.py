@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import click
@@ -255,12 +256,12 @@ def driver_line(driver: Driver) -> str:
             f"started {timestamp(driver.start_ms)}  {heartbeat_text(driver)}")
 
 
-def table(rows: list[list[str]], right: set[int] = frozenset(), indent: str = "") -> list[str]:
+def table(rows: list[list[str]], right: Collection[int] = (), indent: str = "") -> list[str]:
     """Aligns ``rows`` (the first is the header) in columns; ``right`` columns are right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         out.append((indent + "  ".join(cells)).rstrip())
     return out
 

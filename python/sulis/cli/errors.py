@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import _native
@@ -30,9 +32,9 @@ def errors(dir_, as_json, allow_stopped):
     driver = open_driver(dir, need_live=not allow_stopped)
     try:
         log = _native.read_errors(dir)
-    except _native.SulisError as e:
-        raise click.ClickException(str(e)) from None
-    entries = [{"count": count, "first_ms": first, "last_ms": last, "first": timestamp(first),
+    except _native.SulisError as failure:
+        raise click.ClickException(str(failure)) from None
+    entries: list[dict[str, Any]] = [{"count": count, "first_ms": first, "last_ms": last, "first": timestamp(first),
                 "last": timestamp(last), "text": text} for count, first, last, text in log]
     if as_json:
         print_json({**driver.header(), "distinct_errors": len(entries),

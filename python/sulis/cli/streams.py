@@ -63,12 +63,12 @@ def collect_streams(counters: list[dict]) -> list[dict]:
         })
         src["counters"][c["type_id"]] = c
 
-    orphans = []
+    orphans: list[dict] = []
     for c in counters:
         if c["type_id"] != SUBSCRIBER_POSITION or "channel" not in c:
             continue
-        src = sources.get(("image", c["reference_id"])) or sources.get(("publication", c["reference_id"]))
-        (src["subscribers"] if src else orphans).append(c)
+        read = sources.get(("image", c["reference_id"])) or sources.get(("publication", c["reference_id"]))
+        (read["subscribers"] if read else orphans).append(c)
 
     streams: dict[tuple, dict] = {}
 
