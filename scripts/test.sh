@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then the Rust tests, then the Python tests.
+# The whole test suite: set up, then lint and type checks, the Rust tests and the Python tests.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=setup.sh
 . "$root/scripts/setup.sh"
 cd "$root"
+# Seconds, so first: a finding fails the run before the long parts start.
+echo "== ruff, mypy, stubtest"
+ruff check python/sulis tests
+mypy
+python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
 echo "== cargo test"
 # The extension crate links against the interpreter only when loaded by
 # Python, so it has no Rust test binary; every other crate is tested.

@@ -3,7 +3,9 @@
 import enum
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, final
+
+from typing_extensions import disjoint_base
 
 __version__: Final[str]
 build_profile: Final[str]
@@ -56,16 +58,17 @@ class ClosedError(SulisError):
 class ActiveDriverError(SulisError):
     """Another live media driver owns the directory."""
 
+@disjoint_base
 class MediaDriver:
     """An embedded media driver; agents run on Rust threads, never holding the GIL."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         dir: str | None = None,
         threading_mode: str | None = None,
         idle_strategy: str | None = None,
         **options: object,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def dir(self) -> str:
         """The driver directory."""
@@ -81,10 +84,11 @@ class MediaDriver:
     def __enter__(self) -> Self: ...
     def __exit__(self, *args: object) -> bool: ...
 
+@disjoint_base
 class Client:
     """A connection to a media driver in this or another process."""
 
-    def __init__(self, dir: str | None = None, driver_timeout: float = 10.0, name: str | None = None) -> None: ...
+    def __new__(cls, dir: str | None = None, driver_timeout: float = 10.0, name: str | None = None) -> Self: ...
     @property
     def dir(self) -> str:
         """The driver directory."""
@@ -150,12 +154,15 @@ class _PublicationBase:
     def __enter__(self) -> Self: ...
     def __exit__(self, *args: object) -> bool: ...
 
+@final
 class Publication(_PublicationBase):
     """A concurrent publication (thread-safe, shared per stream)."""
 
+@final
 class ExclusivePublication(_PublicationBase):
     """A single-writer publication with its own session."""
 
+@final
 class BufferClaim:
     """Space claimed in the log; fill ``buffer`` then ``commit()`` or ``abort()``."""
 
@@ -176,6 +183,7 @@ class BufferClaim:
         self, exc_type: type[BaseException] | None, _exc: BaseException | None = None, _tb: TracebackType | None = None
     ) -> bool: ...
 
+@final
 class Header:
     """Header of the fragment being handled (a copy, safe to keep)."""
 
@@ -200,6 +208,7 @@ class Header:
     @property
     def initial_term_id(self) -> int: ...
 
+@final
 class Image:
     """One publisher's stream within a subscription."""
 
@@ -224,17 +233,19 @@ class Image:
     @property
     def mtu_length(self) -> int: ...
 
+@final
 class BatchColumn:
     """A read-only buffer over one column of a Batch (buffer protocol)."""
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+@final
 class Batch:
     """Fragments copied out at once; payloads back to back plus columns."""
 
     def __len__(self) -> int: ...
-    def __getitem__(self, i: int) -> bytes: ...
+    def __getitem__(self, i: int, /) -> bytes: ...
     @property
     def data(self) -> BatchColumn: ...
     @property
@@ -253,14 +264,16 @@ class Batch:
     def nbytes(self) -> int: ...
     def to_list(self) -> list[bytes]: ...
 
+@final
 class FragmentAssembler:
     """Wraps a handler so it sees whole messages."""
 
-    def __init__(self, handler: Callable[[memoryview, Header], object]) -> None: ...
+    def __new__(cls, handler: Callable[[memoryview, Header], object]) -> Self: ...
     @property
     def handler(self) -> Callable[[memoryview, Header], object]: ...
     def __call__(self, buffer: memoryview, header: Header) -> None: ...
 
+@final
 class Subscription:
     """A subscription to a channel and stream (poll from one thread at a time)."""
 
@@ -285,10 +298,11 @@ class Subscription:
     def __enter__(self) -> Self: ...
     def __exit__(self, *args: object) -> bool: ...
 
+@final
 class CountersReader:
     """Read-only view of a driver's counters (works across processes)."""
 
-    def __init__(self, dir: str) -> None: ...
+    def __new__(cls, dir: str) -> Self: ...
     @property
     def dir(self) -> str: ...
     @property
