@@ -1,0 +1,241 @@
+//! Send and receive endpoints: binding UDP sockets with their socket
+//! options, sharing them per canonical channel, closing them, and name
+//! resolution (timed) and re-resolution of publication endpoints.
+
+use super::{CommandError, DriverConductor};
+use crate::media::udp_channel::UdpChannel;
+use crate::media::udp_transport::{SocketOptions, UdpTransport};
+use crate::receiver::ReceiverCommand;
+use crate::sender::SenderCommand;
+use crate::system_counters::SystemCounter;
+use std::net::SocketAddr;
+use sulis_protocol::control::error_code;
+use sulis_protocol::uri::ChannelUri;
+
+/// A socket shared by every channel with the same canonical form.
+pub(super) struct EndpointEntry {
+    pub(super) id: u64,
+    pub(super) key: String,
+    pub(super) ref_count: usize,
+    /// Effective SO_RCVBUF (caps the receiver window).
+    pub(super) rcvbuf: usize,
+    /// Receiver window from the first subscription's channel, if it set one.
+    pub(super) rcv_wnd: Option<usize>,
+    /// `reliable` of the first subscription's channel (images NAK or pad over gaps).
+    pub(super) reliable: bool,
+}
+
+/// A name resolution slower than this is counted (Aeron's default, 5 s).
+const NAME_RESOLVER_THRESHOLD_NS: i64 = 5_000_000_000;
+
+impl DriverConductor {
+    /// Binds a UDP socket for `channel` at `bind`; returns a new endpoint id,
+    /// the socket and its effective SO_RCVBUF.
+    pub(super) fn bind_endpoint(
+        &mut self,
+        bind: SocketAddr,
+        p: &sulis_protocol::uri::ChannelParams,
+        channel: &str,
+    ) -> Result<(u64, UdpTransport, usize), CommandError> {
+        let transport = UdpTransport::bind(bind, &self.socket_options(p)).map_err(|e| {
+            CommandError::new(
+                error_code::GENERIC_ERROR,
+                format!("channel '{channel}': {e}"),
+            )
+        })?;
+        let id = self.next_endpoint_id;
+        self.next_endpoint_id += 1;
+        let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+        Ok((id, transport, rcvbuf))
+    }
+
+    /// Closes a receive endpoint once no subscription and no image (active or
+    /// lingering) uses it. Until then a subscription on the same address
+    /// takes it up again rather than trying to bind a second socket there.
+    pub(super) fn close_receive_endpoint_if_unused(&mut self, endpoint_id: u64) {
+        let Some(i) = self
+            .receive_endpoints
+            .iter()
+            .position(|e| e.id == endpoint_id)
+        else {
+            return;
+        };
+        if self.receive_endpoints[i].ref_count > 0
+            || self
+                .images
+                .iter()
+                .any(|m| m.image.endpoint_id == endpoint_id)
+        {
+            return;
+        }
+        let entry = self.receive_endpoints.swap_remove(i);
+        self.closing_receive_endpoints.push((entry.id, entry.key));
+        let _ = self
+            .net
+            .receiver
+            .send(ReceiverCommand::RemoveEndpoint { id: endpoint_id });
+    }
+
+    /// The receiver closed a removed endpoint's socket: subscriptions that
+    /// waited for its address can bind it now.
+    pub(super) fn on_receive_endpoint_closed(&mut self, id: u64) {
+        let Some(i) = self
+            .closing_receive_endpoints
+            .iter()
+            .position(|(e, _)| *e == id)
+        else {
+            return;
+        };
+        let (_, key) = self.closing_receive_endpoints.swap_remove(i);
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred_subscriptions)
+            .into_iter()
+            .partition(|d| d.key == key);
+        self.deferred_subscriptions = waiting;
+        for d in ready {
+            if let Err(e) =
+                self.on_add_subscription(d.client_id, d.correlation_id, d.stream_id, &d.channel)
+            {
+                self.reply_error(d.client_id, d.correlation_id, e);
+            }
+        }
+    }
+
+    fn socket_options(&self, p: &sulis_protocol::uri::ChannelParams) -> SocketOptions {
+        SocketOptions {
+            so_sndbuf: p
+                .so_sndbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_sndbuf_length),
+            so_rcvbuf: p
+                .so_rcvbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_rcvbuf_length),
+            reuse_address: false,
+        }
+    }
+
+    /// Parses a UDP channel, resolving its host names (timed into the name
+    /// resolver counters: a slow DNS stalls the conductor).
+    pub(super) fn resolve_udp(
+        &mut self,
+        channel: &str,
+        uri: &ChannelUri,
+    ) -> Result<UdpChannel, CommandError> {
+        let resolved = self.timed_name_lookup(|| UdpChannel::from_uri(uri.clone()));
+        let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+        if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
+            return Err(CommandError::new(
+                error_code::NOT_SUPPORTED,
+                format!("channel '{channel}': only unicast UDP with an endpoint is supported by this driver version (no multicast, control or MDC yet)"),
+            ));
+        }
+        Ok(udp)
+    }
+
+    /// Runs a name look-up, timing it into the name resolver counters.
+    fn timed_name_lookup<T>(&self, lookup: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let result = lookup();
+        let took_ns = start.elapsed().as_nanos() as i64;
+        let max = self.system.get(SystemCounter::NameResolverMaxTime);
+        if took_ns > max.get() {
+            max.set_ordered(took_ns);
+        }
+        if took_ns > NAME_RESOLVER_THRESHOLD_NS {
+            self.system
+                .increment(SystemCounter::NameResolverTimeThresholdExceeded);
+        }
+        result
+    }
+
+    /// Looks up again the endpoint names of publications that have heard no
+    /// status message for the connection timeout: the host may have moved
+    /// (a restarted container, a changed DNS record). A changed address is
+    /// handed to the sender and counted in 'Resolution changes'; a failed
+    /// look-up goes to the error log and the sender keeps the old address.
+    pub(super) fn check_for_re_resolutions(&mut self, now_ns: i64) -> usize {
+        let timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
+        let mut work = 0;
+        for i in 0..self.net_publications.len() {
+            let entry = &self.net_publications[i];
+            if !entry.is_due_for_re_resolution(now_ns, timeout_ns) {
+                continue;
+            }
+            let name = entry
+                .re_resolution
+                .as_ref()
+                .expect("due: a name")
+                .name
+                .clone();
+            let looked_up =
+                self.timed_name_lookup(|| crate::media::udp_channel::resolve("endpoint", &name));
+            let entry = &mut self.net_publications[i];
+            let r = entry.re_resolution.as_mut().expect("due: a name");
+            r.last_lookup_ns = now_ns;
+            work += 1;
+            match looked_up {
+                Ok(new) if new != r.address => {
+                    r.address = new;
+                    let _ = self.net.sender.send(SenderCommand::ChangeDestination {
+                        registration_id: entry.publication.registration_id,
+                        destination: new,
+                    });
+                    self.system.increment(SystemCounter::ResolutionChanges);
+                }
+                Ok(_) => {}
+                Err(e) => self.errors.record(&format!(
+                    "channel '{}': looking the endpoint up again: {e}",
+                    entry.publication.channel
+                )),
+            }
+        }
+        work
+    }
+
+    pub(super) fn release_send_endpoint(&mut self, endpoint_id: u64) {
+        if let Some(i) = self.send_endpoints.iter().position(|e| e.id == endpoint_id) {
+            self.send_endpoints[i].ref_count -= 1;
+            if self.send_endpoints[i].ref_count == 0 {
+                self.send_endpoints.swap_remove(i);
+                let _ = self
+                    .net
+                    .sender
+                    .send(SenderCommand::RemoveEndpoint { id: endpoint_id });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{command_error, TestConductor};
+    use super::*;
+
+    fn resolve(c: &mut DriverConductor, channel: &str) -> Result<UdpChannel, CommandError> {
+        let uri = ChannelUri::parse(channel).unwrap();
+        c.resolve_udp(channel, &uri)
+    }
+
+    #[test]
+    fn should_accept_unicast_udp_with_an_endpoint_only() {
+        let mut t = TestConductor::new("resolve-udp");
+        let c = &mut t.conductor;
+        let udp = resolve(c, "aeron:udp?endpoint=127.0.0.1:40456")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(udp.endpoint, Some("127.0.0.1:40456".parse().unwrap()));
+        for channel in [
+            "aeron:udp?endpoint=224.0.1.1:40456",
+            "aeron:udp?control=127.0.0.1:40457|control-mode=dynamic",
+        ] {
+            let e = command_error(resolve(c, channel));
+            assert_eq!(e.code, error_code::NOT_SUPPORTED, "{channel}");
+            assert!(
+                e.message.starts_with(&format!(
+                    "channel '{channel}': only unicast UDP with an endpoint"
+                )),
+                "{}",
+                e.message
+            );
+        }
+    }
+}

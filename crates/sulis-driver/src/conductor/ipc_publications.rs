@@ -1,0 +1,555 @@
+//! IPC publications: add (joining an existing concurrent publication),
+//! remove, linking subscribers at the join position, withdrawing images
+//! and freeing. Also the parts every publication shares with network ones:
+//! the client links, session ids and creating the publication log.
+
+use super::{parse_channel, CommandError, DriverConductor};
+use crate::ipc_publication::{IpcPublication, IpcSubscriber};
+use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter};
+use std::path::PathBuf;
+use sulis_concurrent::counters::NULL_COUNTER_ID;
+use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
+use sulis_protocol::control::{error_code, Event};
+use sulis_protocol::driver_dir::publication_log_file;
+use sulis_protocol::log_buffer_descriptor::*;
+use sulis_protocol::uri::Media;
+
+/// Session ids in this range are left for users to choose (Aeron's reserved range).
+const RESERVED_SESSION_ID_LOW: i32 = -1;
+const RESERVED_SESSION_ID_HIGH: i32 = 1000;
+
+pub(super) struct PublicationLink {
+    /// Correlation id of the add command: what the client removes by.
+    pub(super) registration_id: i64,
+    pub(super) client_id: i64,
+    pub(super) publication_id: i64,
+}
+
+/// An existing concurrent publication a further publisher joins.
+pub(super) struct SharedPublication {
+    pub(super) registration_id: i64,
+    pub(super) session_id: i32,
+    pub(super) limit_counter_id: i32,
+    pub(super) term_length: usize,
+    pub(super) log_file: String,
+}
+
+impl SharedPublication {
+    /// A joining publisher may not ask for another term length.
+    pub(super) fn check_term_length(
+        &self,
+        channel: &str,
+        requested: Option<u32>,
+    ) -> Result<(), CommandError> {
+        match requested {
+            Some(t) if t as usize != self.term_length => Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!(
+                    "channel '{channel}': term-length={t} differs from the existing publication's {}",
+                    self.term_length
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl DriverConductor {
+    fn allocate_session_id(&mut self, stream_id: i32) -> i32 {
+        loop {
+            let id = self.next_session_id;
+            self.next_session_id = self.next_session_id.wrapping_add(1);
+            if (RESERVED_SESSION_ID_LOW..=RESERVED_SESSION_ID_HIGH).contains(&id) {
+                continue;
+            }
+            if !self
+                .publications
+                .iter()
+                .any(|p| p.stream_id == stream_id && p.session_id == id)
+                && !self
+                    .net_publications
+                    .iter()
+                    .any(|p| p.publication.stream_id == stream_id && p.publication.session_id == id)
+            {
+                return id;
+            }
+        }
+    }
+
+    pub(super) fn on_add_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        exclusive: bool,
+        now_ns: i64,
+    ) -> Result<(), CommandError> {
+        let (uri, fixed_session) = parse_channel(channel, stream_id, "publications")?;
+        let p = uri.params();
+        let has_position = p.init_term_id.is_some();
+        if has_position && !exclusive {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': init-term-id/term-id/term-offset are only valid for exclusive publications"),
+            ));
+        }
+        if uri.media() == Media::Udp {
+            return self.on_add_network_publication(
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+                &uri,
+                fixed_session,
+                exclusive,
+            );
+        }
+
+        if !exclusive {
+            // Concurrent publications on the same stream share one log.
+            if let Some(existing) = self.publications.iter_mut().find(|x| {
+                !x.exclusive
+                    && x.is_active()
+                    && x.stream_id == stream_id
+                    && fixed_session.is_none_or(|s| s == x.session_id)
+            }) {
+                let shared = SharedPublication {
+                    registration_id: existing.registration_id,
+                    session_id: existing.session_id,
+                    limit_counter_id: existing.pub_limit.id(),
+                    term_length: existing.logs.term_length(),
+                    log_file: existing.logs.path().display().to_string(),
+                };
+                shared.check_term_length(channel, p.term_length)?;
+                existing.ref_count += 1;
+                self.join_publication(client_id, correlation_id, stream_id, shared);
+                return Ok(());
+            }
+        }
+        if let Some(s) = fixed_session {
+            if self
+                .publications
+                .iter()
+                .any(|x| x.is_active() && x.stream_id == stream_id && x.session_id == s)
+            {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': session-id={s} is already in use on stream {stream_id}"),
+                ));
+            }
+        }
+
+        let (logs, path, session_id, window) = self.create_publication_log(
+            correlation_id,
+            stream_id,
+            channel,
+            p,
+            fixed_session,
+            exclusive,
+            false,
+        )?;
+        let now_ms = self.clock.epoch_ms();
+        let pos_name = if exclusive {
+            "pub-pos (sampled) exclusive"
+        } else {
+            "pub-pos (sampled) concurrent"
+        };
+        let ids = self
+            .allocate_stream_counters(
+                &[
+                    (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+                    (type_id::PUBLISHER_POSITION, pos_name),
+                ],
+                (correlation_id, session_id, stream_id, channel),
+                client_id,
+                now_ms,
+            )
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&path);
+                CommandError::new(error_code::GENERIC_ERROR, e)
+            })?;
+        let (limit_id, pos_id) = (ids[0], ids[1]);
+        let reader = self.counters.reader();
+        let publication = IpcPublication::new(
+            correlation_id,
+            session_id,
+            stream_id,
+            channel.to_string(),
+            exclusive,
+            logs,
+            reader.counter_ref(limit_id),
+            reader.counter_ref(pos_id),
+            window as i64,
+            now_ns,
+        );
+        self.publications.push(publication);
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: correlation_id,
+        });
+        self.send(Event::PublicationReady {
+            correlation_id,
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            position_limit_counter_id: limit_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+            log_file: path.display().to_string(),
+            exclusive,
+        });
+        // Link every matching subscription.
+        let idx = self.publications.len() - 1;
+        let subs: Vec<usize> = (0..self.subscriptions.len())
+            .filter(|&i| {
+                let s = &self.subscriptions[i];
+                // An IPC publication feeds IPC subscriptions only: a network
+                // subscription gets images from its own endpoint.
+                s.udp_endpoint.is_none()
+                    && s.stream_id == stream_id
+                    && s.session_filter.is_none_or(|f| f == session_id)
+            })
+            .collect();
+        for si in subs {
+            self.link_subscriber(idx, si);
+        }
+        Ok(())
+    }
+
+    /// Links a further publisher to an existing concurrent publication.
+    pub(super) fn join_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        shared: SharedPublication,
+    ) {
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: shared.registration_id,
+        });
+        self.send(Event::PublicationReady {
+            correlation_id,
+            registration_id: shared.registration_id,
+            session_id: shared.session_id,
+            stream_id,
+            position_limit_counter_id: shared.limit_counter_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+            log_file: shared.log_file,
+            exclusive: false,
+        });
+    }
+
+    /// Creates a new publication's log file: term length, MTU, session id,
+    /// initial position and window from the channel or the driver defaults.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_publication_log(
+        &mut self,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        p: &sulis_protocol::uri::ChannelParams,
+        fixed_session: Option<i32>,
+        exclusive: bool,
+        udp: bool,
+    ) -> Result<(LogBuffers, PathBuf, i32, usize), CommandError> {
+        let has_position = p.init_term_id.is_some();
+        let term_length = p.term_length.map(|t| t as usize).unwrap_or(if udp {
+            self.ctx.term_buffer_length
+        } else {
+            self.ctx.ipc_term_buffer_length
+        });
+        let mtu = p.mtu.map(|m| m as usize).unwrap_or(if udp {
+            self.ctx.mtu_length
+        } else {
+            self.ctx.ipc_mtu_length
+        });
+        let max_message = compute_max_message_length(term_length);
+        if mtu > max_message {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': mtu {mtu} exceeds the max message length {max_message} of term length {term_length}"),
+            ));
+        }
+        let session_id = fixed_session.unwrap_or_else(|| self.allocate_session_id(stream_id));
+        let (initial_term_id, active_term_id, term_offset) = if has_position {
+            (
+                p.init_term_id.unwrap(),
+                p.term_id.unwrap(),
+                p.term_offset.unwrap() as i32,
+            )
+        } else {
+            let r = (self.clock.now_ns() as u64
+                ^ (correlation_id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D))
+            .rotate_left(17) as i32;
+            (r, r, 0)
+        };
+        if term_offset as usize >= term_length {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': term-offset={term_offset} is not below term length {term_length}"),
+            ));
+        }
+        let window = if self.ctx.publication_term_window_length > 0 {
+            self.ctx.publication_term_window_length.min(term_length / 2)
+        } else {
+            p.pub_wnd
+                .map(|w| (w as usize).min(term_length / 2))
+                .unwrap_or(term_length / 2)
+        };
+        let params = LogParams {
+            correlation_id,
+            term_length,
+            page_size: self.ctx.file_page_size,
+            mtu,
+            initial_term_id,
+            active_term_id,
+            term_offset,
+            session_id,
+            stream_id,
+            log_type: if exclusive {
+                LOG_TYPE_EXCLUSIVE
+            } else {
+                LOG_TYPE_CONCURRENT
+            },
+            publication_window: window as i32,
+            linger_ns: p
+                .linger_ns
+                .unwrap_or(self.ctx.publication_linger_timeout_ns) as i64,
+            sparse: p.sparse.unwrap_or(self.ctx.term_buffer_sparse_file),
+            signal_eos: p.eos.unwrap_or(true),
+            tether: true,
+        };
+        let path = publication_log_file(&self.ctx.dir, correlation_id);
+        let logs = LogBuffers::create(&path, &params).map_err(|e| {
+            let code = if e.raw_os_error() == Some(libc::ENOSPC)
+                || e.to_string().contains("insufficient storage")
+            {
+                error_code::STORAGE_SPACE
+            } else {
+                error_code::GENERIC_ERROR
+            };
+            CommandError::new(code, format!("cannot create log buffer: {e}"))
+        })?;
+        Ok((logs, path, session_id, window))
+    }
+
+    pub(super) fn link_subscriber(&mut self, pub_index: usize, sub_index: usize) {
+        let now_ms = self.clock.epoch_ms();
+        let s = &self.subscriptions[sub_index];
+        let p = &self.publications[pub_index];
+        let join = p.join_position();
+        let key = stream_counter_key(s.registration_id, p.session_id, p.stream_id, &s.channel);
+        let label = format!(
+            "{} @{join}",
+            stream_counter_label(
+                "sub-pos",
+                s.registration_id,
+                p.session_id,
+                p.stream_id,
+                &s.channel
+            )
+        );
+        let (sub_id, client_id, tether, channel) =
+            (s.registration_id, s.client_id, s.tether, s.channel.clone());
+        let counter_id = match self.counters.allocate(
+            type_id::SUBSCRIBER_POSITION,
+            &key,
+            &label,
+            sub_id,
+            client_id,
+            p.registration_id,
+            now_ms,
+        ) {
+            Ok(id) => id,
+            Err(e) => {
+                self.record_error(&format!(
+                    "cannot allocate subscriber position for subscription {sub_id}: {e}"
+                ));
+                return;
+            }
+        };
+        let position = self.counters.reader().counter_ref(counter_id);
+        position.set_ordered(join);
+        let p = &mut self.publications[pub_index];
+        p.subscribers.push(IpcSubscriber {
+            subscription_id: sub_id,
+            client_id,
+            position,
+            tether,
+        });
+        let ev = Event::AvailableImage {
+            correlation_id: p.registration_id,
+            session_id: p.session_id,
+            stream_id: p.stream_id,
+            subscription_registration_id: sub_id,
+            subscriber_position_id: counter_id,
+            log_file: p.logs.path().display().to_string(),
+            source_identity: "aeron:ipc".to_string(),
+        };
+        let _ = channel;
+        self.send(ev);
+    }
+
+    pub(super) fn on_remove_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        now_ns: i64,
+    ) -> Result<(), CommandError> {
+        let i = self
+            .publication_links
+            .iter()
+            .position(|l| l.registration_id == registration_id && l.client_id == client_id)
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::UNKNOWN_PUBLICATION,
+                    format!("unknown publication {registration_id}"),
+                )
+            })?;
+        let link = self.publication_links.swap_remove(i);
+        self.release_publication_link(link.publication_id, now_ns);
+        self.send(Event::OperationSuccess { correlation_id });
+        Ok(())
+    }
+
+    pub(super) fn release_publication_link(&mut self, publication_id: i64, now_ns: i64) {
+        if let Some(p) = self
+            .publications
+            .iter_mut()
+            .find(|p| p.registration_id == publication_id)
+        {
+            p.ref_count = p.ref_count.saturating_sub(1);
+            if p.ref_count == 0 {
+                p.close(now_ns);
+            }
+        }
+        if let Some(p) = self
+            .net_publications
+            .iter_mut()
+            .find(|p| p.publication.registration_id == publication_id)
+        {
+            p.ref_count = p.ref_count.saturating_sub(1);
+            if p.ref_count == 0 {
+                p.close(now_ns);
+            }
+        }
+    }
+
+    /// Tells every subscriber of IPC publication `index` its image is gone.
+    pub(super) fn withdraw_ipc_images(&mut self, index: usize) {
+        let p = &self.publications[index];
+        let events: Vec<Event> = p
+            .subscribers
+            .iter()
+            .map(|s| Event::UnavailableImage {
+                correlation_id: p.registration_id,
+                subscription_registration_id: s.subscription_id,
+                stream_id: p.stream_id,
+                channel: self
+                    .subscriptions
+                    .iter()
+                    .find(|x| x.registration_id == s.subscription_id)
+                    .map(|x| x.channel.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        for ev in events {
+            self.send(ev);
+        }
+    }
+
+    pub(super) fn free_publication(&mut self, p: IpcPublication, now_ms: i64) {
+        // Its subscribers were told at the end of draining (withdraw_ipc_images).
+        for s in &p.subscribers {
+            self.counters.free(s.position.id(), now_ms);
+        }
+        self.counters.free(p.pub_limit.id(), now_ms);
+        self.counters.free(p.pub_pos.id(), now_ms);
+        if let Err(e) = std::fs::remove_file(p.logs.path()) {
+            self.system.increment(SystemCounter::FreeFails);
+            self.record_error(&format!("cannot delete {}: {e}", p.logs.path().display()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{command_error, TestConductor};
+    use super::*;
+
+    fn shared(term_length: usize) -> SharedPublication {
+        SharedPublication {
+            registration_id: 1,
+            session_id: 2,
+            limit_counter_id: 3,
+            term_length,
+            log_file: "1.logbuffer".to_string(),
+        }
+    }
+
+    #[test]
+    fn should_let_a_joining_publisher_keep_or_omit_the_term_length() {
+        let p = shared(64 * 1024);
+        assert!(p.check_term_length("aeron:ipc", None).is_ok());
+        assert!(p.check_term_length("aeron:ipc", Some(64 * 1024)).is_ok());
+    }
+
+    #[test]
+    fn should_refuse_a_joining_publisher_another_term_length() {
+        let e = command_error(
+            shared(64 * 1024).check_term_length("aeron:ipc?term-length=128k", Some(128 * 1024)),
+        );
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
+        assert_eq!(
+            e.message,
+            "channel 'aeron:ipc?term-length=128k': term-length=131072 differs from the existing publication's 65536"
+        );
+    }
+
+    #[test]
+    fn should_allocate_session_ids_outside_the_reserved_range_and_wrap() {
+        let mut t = TestConductor::new("session-ids-reserved");
+        let c = &mut t.conductor;
+        c.next_session_id = RESERVED_SESSION_ID_LOW - 1;
+        assert_eq!(c.allocate_session_id(1), RESERVED_SESSION_ID_LOW - 1);
+        assert_eq!(c.allocate_session_id(1), RESERVED_SESSION_ID_HIGH + 1);
+        c.next_session_id = i32::MAX;
+        assert_eq!(c.allocate_session_id(1), i32::MAX);
+        assert_eq!(c.allocate_session_id(1), i32::MIN);
+    }
+
+    #[test]
+    fn should_skip_session_ids_in_use_on_the_same_stream_only() {
+        let mut t = TestConductor::new("session-ids-in-use");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        let taken = RESERVED_SESSION_ID_HIGH + 1;
+        let channel = format!("aeron:ipc?session-id={taken}");
+        c.on_add_publication(5, 100, 10, &channel, true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.next_session_id = taken;
+        assert_eq!(c.allocate_session_id(10), taken + 1);
+        c.next_session_id = taken;
+        assert_eq!(c.allocate_session_id(11), taken);
+    }
+
+    #[test]
+    fn should_refuse_a_fixed_session_id_already_in_use_on_the_stream() {
+        let mut t = TestConductor::new("session-id-taken");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_publication(5, 100, 10, "aeron:ipc?session-id=4242", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let e =
+            command_error(c.on_add_publication(5, 101, 10, "aeron:ipc?session-id=4242", true, 0));
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
+        assert_eq!(
+            e.message,
+            "channel 'aeron:ipc?session-id=4242': session-id=4242 is already in use on stream 10"
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! Network (UDP) publications: add (joining an existing concurrent
+//! publication), handing them to the sender, and the timer that frees
+//! those done.
+
+use super::endpoints::EndpointEntry;
+use super::ipc_publications::{PublicationLink, SharedPublication};
+use super::{CommandError, DriverConductor};
+use crate::network_publication::{
+    NetState, NetworkPublication, NetworkPublicationEntry, ReResolution,
+};
+use crate::sender::SenderCommand;
+use crate::system_counters::{type_id, SystemCounter};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicI64, AtomicU8};
+use std::sync::Arc;
+use sulis_concurrent::counters::NULL_COUNTER_ID;
+use sulis_protocol::control::{error_code, Event};
+use sulis_protocol::log_buffer_descriptor::*;
+use sulis_protocol::uri::ChannelUri;
+
+impl DriverConductor {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_add_network_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        uri: &ChannelUri,
+        fixed_session: Option<i32>,
+        exclusive: bool,
+    ) -> Result<(), CommandError> {
+        let udp = self.resolve_udp(channel, uri)?;
+        let p = uri.params();
+        let destination = udp.endpoint.expect("checked by resolve_udp");
+        let key = udp.canonical.clone();
+        if let Some(mtu) = p.mtu {
+            if mtu as usize > crate::media::udp_transport::MAX_UDP_PAYLOAD_LENGTH {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': mtu={mtu} exceeds the largest UDP payload 65504"),
+                ));
+            }
+        }
+        if !exclusive {
+            if let Some(existing) = self.net_publications.iter_mut().find(|x| {
+                !x.publication.exclusive
+                    && x.is_active()
+                    && x.endpoint_key == key
+                    && x.publication.stream_id == stream_id
+                    && fixed_session.is_none_or(|s| s == x.publication.session_id)
+            }) {
+                let np = &existing.publication;
+                let shared = SharedPublication {
+                    registration_id: np.registration_id,
+                    session_id: np.session_id,
+                    limit_counter_id: np.pub_limit.id(),
+                    term_length: np.term_length,
+                    log_file: np.logs.path().display().to_string(),
+                };
+                shared.check_term_length(channel, p.term_length)?;
+                existing.ref_count += 1;
+                self.join_publication(client_id, correlation_id, stream_id, shared);
+                return Ok(());
+            }
+        }
+        if let Some(s) = fixed_session {
+            if self.net_publications.iter().any(|x| {
+                x.is_active()
+                    && x.endpoint_key == key
+                    && x.publication.stream_id == stream_id
+                    && x.publication.session_id == s
+            }) {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': session-id={s} is already in use on stream {stream_id}"),
+                ));
+            }
+        }
+
+        // The send endpoint: one socket per canonical channel.
+        let endpoint_id = match self.send_endpoints.iter_mut().find(|e| e.key == key) {
+            Some(e) => {
+                e.ref_count += 1;
+                e.id
+            }
+            None => {
+                let local = match udp.interface {
+                    Some(i) => SocketAddr::new(i.addr, i.port),
+                    None => match destination.ip() {
+                        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                    },
+                };
+                let (id, transport, rcvbuf) = self.bind_endpoint(local, p, channel)?;
+                let _ = self
+                    .net
+                    .sender
+                    .send(SenderCommand::AddEndpoint { id, transport });
+                self.send_endpoints.push(EndpointEntry {
+                    id,
+                    key: key.clone(),
+                    ref_count: 1,
+                    rcvbuf,
+                    rcv_wnd: None,
+                    reliable: true,
+                });
+                id
+            }
+        };
+
+        let created = self.create_publication_log(
+            correlation_id,
+            stream_id,
+            channel,
+            p,
+            fixed_session,
+            exclusive,
+            true,
+        );
+        let (logs, path, session_id, window) = match created {
+            Ok(c) => c,
+            Err(e) => {
+                self.release_send_endpoint(endpoint_id);
+                return Err(e);
+            }
+        };
+        let now_ms = self.clock.epoch_ms();
+        let ids = match self.allocate_stream_counters(
+            &[
+                (type_id::PUBLISHER_LIMIT, "pub-lmt"),
+                (type_id::PUBLISHER_POSITION, "pub-pos (sampled)"),
+                (type_id::SENDER_POSITION, "snd-pos"),
+                (type_id::SENDER_LIMIT, "snd-lmt"),
+            ],
+            (correlation_id, session_id, stream_id, channel),
+            client_id,
+            now_ms,
+        ) {
+            Ok(ids) => ids,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                self.release_send_endpoint(endpoint_id);
+                return Err(CommandError::new(error_code::GENERIC_ERROR, e));
+            }
+        };
+        let reader = self.counters.reader();
+        let term_length = logs.term_length();
+        let publication = Arc::new(NetworkPublication {
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            channel: channel.to_string(),
+            destination,
+            exclusive,
+            bits: position_bits_to_shift(term_length),
+            term_length,
+            initial_term_id: logs.initial_term_id(),
+            mtu: logs.mtu(),
+            ttl: p.ttl.map(|t| t as i32).unwrap_or(0),
+            logs,
+            pub_limit: reader.counter_ref(ids[0]),
+            pub_pos: reader.counter_ref(ids[1]),
+            snd_pos: reader.counter_ref(ids[2]),
+            snd_lmt: reader.counter_ref(ids[3]),
+            time_of_last_sm_ns: AtomicI64::new(i64::MIN),
+            status: AtomicU8::new(crate::network_publication::status::ACTIVE),
+            signal_eos: p.eos.unwrap_or(true),
+        });
+        let mut entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        if let Some(name) = p
+            .endpoint
+            .as_deref()
+            .filter(|e| e.parse::<SocketAddr>().is_err())
+        {
+            entry.re_resolution = Some(ReResolution {
+                name: name.to_string(),
+                address: destination,
+                last_lookup_ns: self.clock.now_ns(),
+            });
+        }
+        self.net_publications.push(entry);
+        let _ = self.net.sender.send(SenderCommand::AddPublication {
+            endpoint_id,
+            publication: publication.clone(),
+        });
+        self.publication_links.push(PublicationLink {
+            registration_id: correlation_id,
+            client_id,
+            publication_id: correlation_id,
+        });
+        self.send(Event::PublicationReady {
+            correlation_id,
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            position_limit_counter_id: ids[0],
+            channel_status_counter_id: NULL_COUNTER_ID,
+            log_file: path.display().to_string(),
+            exclusive,
+        });
+        Ok(())
+    }
+
+    /// Network publications: steps their state on and frees those done
+    /// (sender, counters, send endpoint, log).
+    pub(super) fn on_network_publications_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
+        let mut work = 0;
+        let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
+        for p in self.net_publications.iter_mut() {
+            // The channel's linger (written into the log) or the driver's.
+            let linger_ns = p
+                .publication
+                .logs
+                .meta()
+                .get_i64(LOG_LINGER_TIMEOUT_NS_OFFSET);
+            p.on_time_event(now_ns, linger_ns, connection_timeout_ns);
+        }
+        let mut i = 0;
+        while i < self.net_publications.len() {
+            if self.net_publications[i].state == NetState::Done {
+                let entry = self.net_publications.swap_remove(i);
+                let p = entry.publication;
+                let _ = self.net.sender.send(SenderCommand::RemovePublication {
+                    registration_id: p.registration_id,
+                });
+                for c in [&p.pub_limit, &p.pub_pos, &p.snd_pos, &p.snd_lmt] {
+                    self.counters.free(c.id(), now_ms);
+                }
+                if let Some(e) = self
+                    .send_endpoints
+                    .iter()
+                    .find(|e| e.key == entry.endpoint_key)
+                {
+                    let id = e.id;
+                    self.release_send_endpoint(id);
+                }
+                if let Err(e) = std::fs::remove_file(p.logs.path()) {
+                    self.system.increment(SystemCounter::FreeFails);
+                    self.record_error(&format!("cannot delete {}: {e}", p.logs.path().display()));
+                }
+                work += 1;
+            } else {
+                i += 1;
+            }
+        }
+        work
+    }
+}
