@@ -1,34 +1,40 @@
-"""What ``sulis demo`` and ``sulis bench`` share: the measured loops, latency
-histograms, scratch driver directories and the second process.
+"""The measured loops of sulis' benchmarks and the processes that run them.
 
-The loops are the ones a sulis user writes: one ``offer`` per message on the
-publisher, ``poll_batch`` on the subscriber; a ping that offers and polls
-until the echo is there, a pong that echoes from its poll handler. Each takes
-an optional ``stalled`` callback that waiting loops call now and then (see
-``Watchdog``), so a peer that died or stopped answering ends the wait with an
-error instead of a spin that never ends; ``idle`` (e.g. ``os.sched_yield``) is
-called on every refused offer or empty poll when given (None spins).
+One library for ``sulis bench``, ``sulis demo`` and the benchmarks in the
+repository's bench/ (bench/README.md, "How the harness is built"):
 
-The second process is ``python -m sulis._benchkit '<json>'`` (``Child`` on the
-parent's side): a role among ``sulis-sub``, ``sulis-pong``, ``zmq-pull`` and
-``zmq-rep``, speaking one JSON object per line on stdout (``{"ready": ...}``,
-then its result, or ``{"error": ...}``), and staying alive until its stdin is
-closed so that it tears its streams down only when the parent is done.
+* loops, the only timed code: ``publish`` / ``publish_batch`` (one ``offer`` /
+  ``offer_batch`` per call, a count or until ``stop()``), ``receive`` (timed
+  from the end of the warm-up to the last message) and ``count_intervals``
+  (counted per second) on ``poll_batch``, ``ping`` / ``echo``; ``send_until``,
+  ``count_each`` and ``ping_each`` do the same with per-message APIs (pyzmq,
+  zenoh, iceoryx2, sockets). ``idle`` (e.g. ``os.sched_yield``) runs on every
+  refused offer or empty poll (None spins); ``stalled(progress)`` (a
+  ``Watchdog``) runs now and then, so that a peer that died ends a wait with
+  an error; without either, the loops are as tight as they can be;
+* HdrHistograms of round trips (``histogram``, ``summarize``);
+* ``ChildProcess``: a child whose stdout lines a thread collects and that gets
+  SIGTERM when we die; ``Child``: one that speaks JSON lines;
+* roles: ``python -m sulis._benchkit '<json>'`` runs one of ``ROLES``; it
+  says ``{"ready": ...}``, then its results (or ``{"error": ...}``), and keeps
+  its streams and driver up until its stdin is closed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-
-from ._child import ChildProcess, die_with_parent
+from collections.abc import Sequence
 
 #: Histogram range of round-trip times: 1 ns .. 60 s, 3 significant digits.
 HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS = 1, 60_000_000_000, 3
@@ -36,20 +42,18 @@ HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS = 1, 60_000_000_000, 3
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 #: A waiting loop that sees no progress for this long gives up.
 STALL_TIMEOUT_S = 30.0
-#: Waiting loops call ``stalled`` once per this many + 1 empty rounds (fewer when each round yields).
-_SPIN_CHECK = 0xFFFF
-_IDLE_CHECK = 0x3FF
 
 
 def _check_mask(idle) -> int:
-    return _SPIN_CHECK if idle is None else _IDLE_CHECK
+    """Waiting loops call ``stalled`` / ``stop`` once per this many + 1 empty rounds (fewer when each yields)."""
+    return 0xFFFF if idle is None else 0x3FF
 
 
 class BenchError(RuntimeError):
     """A run could not complete: a peer died, timed out or reported an error."""
 
 
-# ----------------------------------------------------------------- scratch directories
+# ----------------------------------------------------------------- small helpers
 
 def scratch_dir(prefix: str) -> str:
     """A fresh directory under /dev/shm (or the temporary directory); the caller removes it."""
@@ -60,6 +64,20 @@ def scratch_dir(prefix: str) -> str:
 def remove_dir(path: str | None) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def free_port(host: str = "127.0.0.1", tcp: bool = False) -> int:
+    """A UDP (or TCP) port that is free on ``host`` now (the kernel's pick); raises OSError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def pin(cpu: int | None) -> None:
+    """Pins the calling thread (threads it starts later inherit the mask) to ``cpu``; None: no-op."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
 
 
 def await_until(cond, what: str, timeout: float = 10.0, stalled=None) -> None:
@@ -98,31 +116,71 @@ class Watchdog:
 
 # ----------------------------------------------------------------- throughput loops
 
-def publish(pub, payload, count: int, idle=None, stalled=None, progress=None, chunk: int = 16384) -> int:
-    """Offers ``payload`` ``count`` times, one ``pub.offer`` per message, retrying refused offers.
-    ``progress(sent)`` is called after every ``chunk`` messages. Returns ``count``."""
+def _retry(offer, payload, idle, stalled, stop, where) -> int:
+    """Offers ``payload`` again after a refusal until it is taken; returns the refusals (the first
+    included), negated when ``stop()`` said to give up."""
+    n = 1
+    mask = _check_mask(idle)
+    while offer(payload) < 0:
+        n += 1
+        if idle is not None:
+            idle()
+        if not n & mask:
+            if stalled is not None:
+                stalled(where)
+            if stop is not None and stop():
+                return -n
+    return n
+
+
+def publish(pub, payload, count: int | None = None, stop=None, idle=None, stalled=None, progress=None,
+            chunk: int = 16384) -> tuple[int, int]:
+    """One ``pub.offer(payload)`` per message, a refused one retried, ``count`` times or until ``stop()``
+    (asked after every ``chunk`` messages and now and then while refused). ``progress(sent)`` after
+    every chunk. Returns (messages sent, offers refused)."""
     offer = pub.offer
-    sent = 0
-    while sent < count:
-        k = min(chunk, count - sent)
+    sent = refused = 0
+    while count is None or sent < count:
+        k = chunk if count is None else min(chunk, count - sent)
         for i in range(k):
             if offer(payload) < 0:
-                _retry_offer(offer, payload, idle, stalled, sent + i)
+                n = _retry(offer, payload, idle, stalled, stop, sent + i)
+                refused += abs(n)
+                if n < 0:
+                    return sent + i, refused
         sent += k
         if progress is not None:
             progress(sent)
-    return sent
+        if stop is not None and stop():
+            break
+    return sent, refused
 
 
-def _retry_offer(offer, payload, idle, stalled, where) -> None:
-    spins = 0
-    mask = _check_mask(idle)
-    while offer(payload) < 0:
-        spins += 1
-        if idle is not None:
-            idle()
-        if stalled is not None and not spins & mask:
-            stalled(where)
+def publish_batch(pub, payload: bytes, batch: int, stop, idle=None) -> tuple[int, int]:
+    """``batch`` copies of ``payload`` as one data buffer with Arrow-layout int32 offsets, one
+    ``pub.offer_batch`` call each; after back pressure the rest of the batch goes again (the offsets
+    sliced, no copy). Until ``stop()``; returns (messages sent, refused calls)."""
+    import numpy as np
+
+    data = payload * batch
+    offsets = np.arange(0, len(payload) * (batch + 1), len(payload), dtype=np.int32)
+    offer_batch = pub.offer_batch
+    sent = refused = calls = 0
+    while True:
+        start = 0
+        while start < batch:
+            n, _result = offer_batch(data=data, offsets=offsets[start:])
+            start += n
+            if start < batch:
+                refused += 1
+                if idle is not None:
+                    idle()
+                if not refused % 100_000 and stop():
+                    return sent + start, refused
+        sent += batch
+        calls += 1
+        if not calls % 64 and stop():
+            return sent, refused
 
 
 def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, limit: int = 4096,
@@ -131,10 +189,9 @@ def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, li
 
     The clock starts at the batch that completes the first ``warmup`` messages
     (at the first batch without warm-up) and stops at the batch that completes
-    ``total``; the messages in between are the timed ones. ``limit`` shrinks
-    for short runs so that they still take several batches. Returns
-    ``{"received", "timed_messages", "seconds"}`` (``seconds`` 0.0 when
-    everything came in one batch).
+    ``total``. ``limit`` shrinks for short runs so that they still take several
+    batches. Returns ``{"received", "timed_messages", "seconds"}`` (``seconds``
+    0.0 when everything came in one batch).
     """
     poll = sub.poll_batch
     clock = time.perf_counter
@@ -142,8 +199,7 @@ def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, li
     start_at = max(warmup * fragments_per_message, 1)
     limit = max(1, min(limit, (want - start_at) // 16))
     mask = _check_mask(idle)
-    count = 0
-    spins = 0
+    count = spins = 0
 
     def drain_to(target: int) -> None:
         nonlocal count, spins
@@ -163,62 +219,143 @@ def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, li
     c0 = count
     drain_to(want)
     t1 = clock() if count > c0 else t0
-    return {"received": count // fragments_per_message,
-            "timed_messages": (count - c0) / fragments_per_message,
+    return {"received": count // fragments_per_message, "timed_messages": (count - c0) / fragments_per_message,
             "seconds": t1 - t0}
+
+
+def count_intervals(poll, limit: int, duration: float, emit, idle=None, give_up_s: float = STALL_TIMEOUT_S) -> int:
+    """``len(poll(limit))`` counted per one-second interval: from the first message on,
+    ``emit({"interval_s", "messages"})`` every second for ``duration`` seconds (each interval's
+    own length is measured). Returns the count; raises BenchError when nothing came."""
+    clock = time.perf_counter
+    give_up = clock() + give_up_s
+    count = 0
+    while not count:
+        count = len(poll(limit))
+        if not count and clock() > give_up:
+            raise BenchError(f"no message in {give_up_s:g} s")
+    start = clock()
+    interval_start, last = start, count
+    nxt, end = start + 1.0, start + duration
+    while True:
+        n = len(poll(limit))
+        if n:
+            count += n
+        elif idle is not None:
+            idle()
+        now = clock()
+        if now >= nxt:
+            emit({"interval_s": now - interval_start, "messages": count - last})
+            interval_start, last = now, count
+            nxt += 1.0
+            if now >= end:
+                return count
+
+
+def send_until(send, msg, stop, chunk: int = 4096) -> int:
+    """``send(msg)`` once per message (a per-message API), ``chunk`` messages between two
+    ``stop()`` questions; returns the messages sent."""
+    sent = 0
+    rng = range(chunk)
+    while not stop():
+        for _ in rng:
+            send(msg)
+        sent += chunk
+    return sent
+
+
+def count_each(recv, duration: float, emit, chunk: int = 256) -> int:
+    """``count_intervals`` for per-message APIs: ``recv()`` waits for and takes one message. The
+    first message is already taken; the clock is read every ``chunk`` messages (each interval's
+    length is measured, so its rate is exact). Returns the count, the first included."""
+    clock = time.perf_counter
+    count = 1
+    start = clock()
+    interval_start, last = start, count
+    nxt, end = start + 1.0, start + duration
+    rng = range(chunk)
+    while True:
+        for _ in rng:
+            recv()
+        count += chunk
+        now = clock()
+        if now >= nxt:
+            emit({"interval_s": now - interval_start, "messages": count - last})
+            interval_start, last = now, count
+            nxt += 1.0
+            if now >= end:
+                return count
 
 
 # ----------------------------------------------------------------- round-trip loops
 
-def ping(pub, sub, msg, warmup: int, n: int, assemble: bool = False, idle=None, stalled=None,
-         progress=None) -> list[int]:
+def ping(pub, sub, msg, warmup: int, n: int, assemble: bool = False, batch: bool = False, idle=None,
+         stalled=None, progress=None) -> list[int]:
     """``warmup + n`` round trips: ``t0``, ``offer(msg)`` (retried), poll until the echo is back.
 
-    ``assemble`` reassembles fragmented echoes (messages longer than a
-    frame). ``progress(done)`` is called every 1024 round trips, outside the
+    The echo is polled with ``sub.poll(handler, 1)``, or ``sub.poll_batch(1)``
+    (``batch``), or through a FragmentAssembler (``assemble``: echoes longer than
+    a frame). ``progress(done)`` is called every 1024 round trips, outside the
     timed part. Returns the last ``n`` round-trip times in ns.
     """
     from . import FragmentAssembler
 
     offer = pub.offer
     poll = sub.poll
+    poll_batch = sub.poll_batch
     clock = time.perf_counter_ns
     samples = [0] * n
-    back = [0]
-    mask = _check_mask(idle)
-    if assemble:
+
+    def handler(_buffer, _header):
+        pass
+
+    if batch:
+        def arrived() -> int:
+            return len(poll_batch(1))
+    elif assemble:
+        whole = [0]
+
         def on_whole(_buffer, _header):
-            back[0] += 1
+            whole[0] += 1
 
-        handler = FragmentAssembler(on_whole)
+        assembler = FragmentAssembler(on_whole)
+
+        def arrived() -> int:
+            poll(assembler, 16)
+            got, whole[0] = whole[0], 0
+            return got
     else:
-        def handler(_buffer, _header):
-            pass
+        def arrived() -> int:
+            return poll(handler, 1)
 
+    if idle is None and stalled is None and progress is None and not assemble:
+        # The tightest loops: no call but the API's.
+        for i in range(warmup + n):
+            t0 = clock()
+            while offer(msg) < 0:
+                pass
+            if batch:
+                while not len(poll_batch(1)):
+                    pass
+            else:
+                while not poll(handler, 1):
+                    pass
+            t1 = clock()
+            if i >= warmup:
+                samples[i - warmup] = t1 - t0
+        return samples
+    mask = _check_mask(idle)
     for i in range(warmup + n):
         t0 = clock()
         if offer(msg) < 0:
-            _retry_offer(offer, msg, idle, stalled, i)
+            _retry(offer, msg, idle, stalled, None, i)
         spins = 0
-        if assemble:
-            while back[0] <= i:
-                if not poll(handler, 16):
-                    spins += 1
-                    if idle is not None:
-                        idle()
-                    if stalled is not None and not spins & mask:
-                        stalled(i)
-        elif idle is None:
-            while not poll(handler, 1):
-                spins += 1
-                if stalled is not None and not spins & mask:
-                    stalled(i)
-        else:
-            while not poll(handler, 1):
+        while not arrived():
+            spins += 1
+            if idle is not None:
                 idle()
-                spins += 1
-                if stalled is not None and not spins & mask:
-                    stalled(i)
+            if stalled is not None and not spins & mask:
+                stalled(i)
         t1 = clock()
         if i >= warmup:
             samples[i - warmup] = t1 - t0
@@ -227,30 +364,77 @@ def ping(pub, sub, msg, warmup: int, n: int, assemble: bool = False, idle=None, 
     return samples
 
 
-def echo(sub, pub, total: int, assemble: bool = False, idle=None, stalled=None) -> int:
-    """Offers every message of ``sub`` back on ``pub`` until ``total`` were echoed; returns the count."""
+def echo(sub, pub, total: int, assemble: bool = False, batch: bool = False, idle=None, stalled=None) -> int:
+    """Offers every message of ``sub`` back on ``pub`` until ``total`` were echoed (polled as in
+    ``ping``); returns the count."""
     from . import FragmentAssembler
 
     offer = pub.offer
-    poll = sub.poll
     done = [0]
 
     def echo_one(buffer, _header):
         if offer(buffer) < 0:
-            _retry_offer(offer, buffer, idle, stalled, done[0])
+            _retry(offer, buffer, idle, stalled, None, done[0])
         done[0] += 1
 
-    handler = FragmentAssembler(echo_one) if assemble else echo_one
+    if batch:
+        poll_batch = sub.poll_batch
+
+        def poll_once() -> int:
+            b = poll_batch(1)
+            if len(b):
+                echo_one(b.data, None)
+            return len(b)
+    else:
+        poll = sub.poll
+        handler = FragmentAssembler(echo_one) if assemble else echo_one
+        limit = 16 if assemble else 1
+
+        def poll_once() -> int:
+            return poll(handler, limit)
+
+        if idle is None and stalled is None:
+            while done[0] < total:
+                poll(handler, limit)
+            return done[0]
     mask = _check_mask(idle)
     spins = 0
     while done[0] < total:
-        if not poll(handler, 16 if assemble else 1):
+        if not poll_once():
             spins += 1
             if idle is not None:
                 idle()
             if stalled is not None and not spins & mask:
                 stalled(done[0])
     return done[0]
+
+
+def ping_each(send, try_recv, msg, warmup: int, n: int, idle=None, stalled=None, progress=None) -> list[int]:
+    """``ping`` for per-message APIs: ``t0``, ``send(msg)``, ``try_recv()`` until it returns
+    something other than None; ``idle()`` and ``stalled(i)`` after every empty try (meant for a
+    try that blocks a while), ``progress(i)`` every 1024 round trips. Returns the last ``n`` round
+    trips in ns."""
+    clock = time.perf_counter_ns
+    samples = [0] * n
+    tight = idle is None and stalled is None
+    for i in range(warmup + n):
+        t0 = clock()
+        send(msg)
+        if tight:
+            while try_recv() is None:
+                pass
+        else:
+            while try_recv() is None:
+                if idle is not None:
+                    idle()
+                if stalled is not None:
+                    stalled(i)
+        t1 = clock()
+        if i >= warmup:
+            samples[i - warmup] = t1 - t0
+        if progress is not None and not i & 1023:
+            progress(i)
+    return samples
 
 
 # ----------------------------------------------------------------- latency histograms
@@ -310,15 +494,142 @@ def decode(text: str):
     return HdrHistogram.decode(text)
 
 
-# ----------------------------------------------------------------- the second process (parent side)
+# ----------------------------------------------------------------- child processes
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not Linux
+    _libc = None
+
+
+def die_with_parent() -> None:
+    """Asks Linux for SIGTERM when the parent (thread) dies (no-op elsewhere)."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _own_session() -> None:
+    """In the child before exec: own session (a terminal's ^C reaches only the parent, which stops
+    it), default SIGINT, SIGTERM when the parent dies."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent()
+
+
+class ChildProcess:
+    """A child process; its stdout lines are collected with their arrival times in ``lines``.
+
+    * ``stdin``: ``"devnull"``, ``"pipe"`` (closed by :meth:`close`: the cue to go) or a text written at once;
+    * ``own_session``: its own session, else only :func:`die_with_parent`;
+    * ``capture_stderr``: stderr into a temporary file (:meth:`stderr_tail`), else inherited.
+    """
+
+    def __init__(self, cmd: Sequence[str], what: str, *, stdin: str = "devnull", own_session: bool = False,
+                 capture_stderr: bool = True, cwd: str | None = None, env: dict | None = None) -> None:
+        self.cmd = [str(c) for c in cmd]
+        self.what = what
+        self.lines: list[tuple[float, str]] = []
+        self.eof = False
+        self._cursor = 0
+        self._cv = threading.Condition()
+        self._stderr = tempfile.TemporaryFile(mode="w+b") if capture_stderr else None
+        text = None if stdin in ("devnull", "pipe") else stdin
+        self.proc = subprocess.Popen(
+            self.cmd, stdin=subprocess.DEVNULL if stdin == "devnull" else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr, preexec_fn=_own_session if own_session else die_with_parent,
+            text=True, bufsize=1, cwd=cwd, env=env)
+        if text is not None:
+            self.proc.stdin.write(text)
+            self.proc.stdin.close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.proc.stdout:
+                with self._cv:
+                    self.lines.append((time.monotonic(), line.rstrip("\n")))
+                    self._cv.notify_all()
+        with self._cv:
+            self.eof = True
+            self._cv.notify_all()
+
+    def next_line(self, timeout_s: float) -> str | None:
+        """The next line not yet read this way (None once stdout is closed and all are read);
+        raises TimeoutError after ``timeout_s`` without one."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while self._cursor >= len(self.lines):
+                if self.eof:
+                    return None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.what}: nothing printed in {timeout_s:g} s")
+                self._cv.wait(remaining)
+            line = self.lines[self._cursor][1]
+            self._cursor += 1
+            return line
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        """The end of what it wrote to stderr ("" when not captured), without the JVM's warnings."""
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+        return "\n".join(line for line in text.splitlines() if not line.startswith("WARNING:"))[-n:]
+
+    def stop(self, grace_s: float = 10.0, first: signal.Signals = signal.SIGINT) -> str:
+        """``first`` (a clean shutdown), then SIGTERM, then SIGKILL, each given time to work;
+        returns the one that worked ("exited" if none was needed). Its output is all read then."""
+        how = "exited"
+        steps = [(first, grace_s)] + [(s, 5.0) for s in (signal.SIGTERM, signal.SIGKILL) if s != first]
+        for sig, wait in steps:
+            if self.proc.poll() is not None:
+                break
+            how = sig.name
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait)
+        self._reader.join(5.0)
+        return how
+
+    def close(self, grace_s: float = 5.0, first: signal.Signals = signal.SIGTERM) -> None:
+        """Closes its stdin pipe (its cue to go) and waits up to ``grace_s`` for it to exit, then
+        :meth:`stop`; releases everything. Idempotent. Without a pipe there is no cue to wait on."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace_s)
+        if self.proc.poll() is None:
+            self.stop(grace_s=2.0, first=first)
+        self._reader.join(5.0)
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 class Child(ChildProcess):
-    """A ``python -m sulis._benchkit`` process: JSON lines out, stdin held open until ``finish``."""
+    """A role's process (``cmd``, by default ``python -m sulis._benchkit`` with ``params``): JSON lines
+    out, stdin held open until :meth:`close`."""
 
-    def __init__(self, what: str, params: dict) -> None:
-        super().__init__([sys.executable, "-m", "sulis._benchkit", json.dumps(params)], what, stdin="pipe")
+    def __init__(self, what: str, params: dict | None = None, cmd: Sequence[str] | None = None, **kw) -> None:
+        cmd = cmd or [sys.executable, "-m", "sulis._benchkit", json.dumps(params)]
+        super().__init__(cmd, what, stdin="pipe", **kw)
 
-    def _stderr_tail(self) -> str:
+    def _stderr_lines(self) -> str:
         lines = self.stderr_tail(1 << 20).strip().splitlines()[-12:]
         return ("\n  " + "\n  ".join(lines)) if lines else ""
 
@@ -326,22 +637,31 @@ class Child(ChildProcess):
         """Raises BenchError if the process has exited."""
         rc = self.proc.poll()
         if rc is not None:
-            raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_tail()}")
+            raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_lines()}")
 
-    def read(self, timeout: float = STALL_TIMEOUT_S) -> dict:
-        """The next JSON object; raises BenchError on exit, timeout or a reported error."""
+    def read(self, timeout: float = STALL_TIMEOUT_S, watch: Sequence[ChildProcess] = ()) -> dict:
+        """The next JSON object (other lines are skipped); raises BenchError when the process
+        exits, stays silent for ``timeout`` s or reports ``{"error"}``, or when one of ``watch``
+        (the other side) exits with a failure meanwhile."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                line = self.next_line(max(0.0, deadline - time.monotonic()))
+                line = self.next_line(min(max(deadline - time.monotonic(), 0.0), 0.5))
             except TimeoutError:
-                raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
+                for other in watch:
+                    if other.proc.poll() not in (None, 0):
+                        raise BenchError(f"the {other.what} process failed (status {other.proc.returncode}) "
+                                         f"while the {self.what} ran{getattr(other, '_stderr_lines', str)()}") from None
+                if time.monotonic() >= deadline:
+                    raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
+                continue
             if line is None:
-                try:
-                    rc = self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    rc = "?"
-                raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_tail()}")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=10)
+                raise BenchError(f"the {self.what} process exited (status {self.proc.poll()})"
+                                 f"{self._stderr_lines()}")
+            if not line.startswith("{"):
+                continue
             try:
                 msg = json.loads(line)
             except ValueError:  # not ours (a library printing to stdout): skip it
@@ -354,97 +674,97 @@ class Child(ChildProcess):
         """Closes its stdin (its cue to stop) and reaps it; stops it if it does not stop in time."""
         self.close(grace_s=timeout)
 
-    def close(self, grace_s: float = 0.0) -> None:
-        """Stops the process (SIGTERM, then SIGKILL) unless it exits within ``grace_s`` of its stdin
-        closing, and releases everything; idempotent."""
-        super().close(grace_s, first=signal.SIGTERM)
+
+# ----------------------------------------------------------------- roles (the child's side)
+
+#: Set once the parent closed our stdin: a role keeps its streams up until then.
+STDIN_CLOSED = threading.Event()
 
 
-# ----------------------------------------------------------------- the second process (its side)
-
-def _say(obj: dict) -> None:
+def say(obj: dict) -> None:
+    """A role's report: one JSON object per stdout line."""
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
 
-def _idle_of(name: str | None):
+def idle_of(name: str | None):
+    """What a client calls while it waits: ``os.sched_yield`` for "yield", None (spin) otherwise."""
     return os.sched_yield if name == "yield" else None
 
 
-def _await_stdin_closed() -> None:
-    """Blocks until the parent closes our stdin (or dies)."""
-    try:
-        sys.stdin.read()
-    except (OSError, ValueError):
-        pass
-
-
-def _driver_and_client(p: dict):
-    """The driver to use (an own embedded one when ``p["driver"]`` has options) and a client on it."""
+@contextlib.contextmanager
+def side(p: dict):
+    """A role's client, on an embedded driver of its own when ``p["driver"]`` holds its options
+    (else on the driver in ``p["dir"]``); pinned to ``p["driver_cpu"]`` before the driver starts
+    and ``p["cpu"]`` after. Yields (driver directory, client)."""
     from . import Client, MediaDriver
 
+    pin(p.get("driver_cpu"))
     driver = None
     if p.get("driver") is not None:
         driver = MediaDriver(dir=p["dir"], dir_delete_on_shutdown=True, **p["driver"])
     try:
-        return driver, Client(dir=p["dir"], name=f"sulis bench {p['role']}")
-    except BaseException:
+        with Client(dir=p["dir"], name=f"sulis bench {p['role']}") as client:
+            pin(p.get("cpu"))
+            yield (driver.dir if driver is not None else p["dir"]), client
+    finally:
         if driver is not None:
             driver.close()
-        raise
-
-
-def _close(client, driver) -> None:
-    client.close()
-    if driver is not None:
-        driver.close()
 
 
 def _role_sulis_sub(p: dict) -> None:
-    driver, client = _driver_and_client(p)
-    try:
+    """Subscriber: ``receive`` (``total``, ``warmup``) or, with ``duration``, ``count_intervals``."""
+    with side(p) as (_dir, client):
         sub = client.add_subscription(p["channel"], p["stream"])
-        _say({"ready": True})
-        result = receive(sub, p["total"], p["warmup"], p.get("fragments", 1), idle=_idle_of(p.get("idle")),
-                         stalled=Watchdog("receiving the stream"))
-        _say(result)
-        _await_stdin_closed()
-    finally:
-        _close(client, driver)
+        say({"ready": True})
+        idle = idle_of(p.get("idle"))
+        if "duration" in p:
+            count = count_intervals(sub.poll_batch, p.get("limit", 4096), p["duration"], say, idle)
+            say({"done": True, "received": count})
+        else:
+            say(receive(sub, p["total"], p["warmup"], p.get("fragments", 1), idle=idle,
+                        stalled=Watchdog("receiving the stream")))
+        STDIN_CLOSED.wait()
 
 
 def _role_sulis_pong(p: dict) -> None:
-    driver, client = _driver_and_client(p)
-    try:
+    with side(p) as (_dir, client):
         sub = client.add_subscription(p["ping_channel"], p["ping_stream"])
         pub = client.add_exclusive_publication(p["pong_channel"], p["pong_stream"])
-        _say({"ready": True})
-        done = echo(sub, pub, p["total"], p.get("assemble", False), idle=_idle_of(p.get("idle")),
-                    stalled=Watchdog("echoing pings"))
-        _say({"echoed": done})
-        _await_stdin_closed()
-    finally:
-        _close(client, driver)
+        say({"ready": True})
+        done = echo(sub, pub, p["total"], p.get("assemble", False), p.get("batch", False), idle_of(p.get("idle")),
+                    None if p.get("tight") else Watchdog("echoing pings"))
+        say({"echoed": done})
+        STDIN_CLOSED.wait()
 
 
 def _role_zmq_pull(p: dict) -> None:
+    """PULL: bound, counts ``total`` messages timed after ``warmup``, or per second for ``duration``."""
     import zmq
 
     with _zmq_bound(zmq.PULL, p["endpoint"]) as sock:
         recv = sock.recv
-        clock = time.perf_counter
-        total, start_at = p["total"], max(p["warmup"], 1)
         try:
+            if "duration" in p:
+                recv()
+                say({"done": True, "received": count_each(recv, p["duration"], say)})
+                while not STDIN_CLOSED.is_set():  # drain: the pusher may wait for room
+                    with contextlib.suppress(zmq.Again):
+                        recv(zmq.NOBLOCK)
+                        continue
+                    time.sleep(0.0005)
+                return
+            total, start_at = p["total"], max(p["warmup"], 1)
             for _ in range(start_at):
                 recv()
-            t0 = clock()
+            t0 = time.perf_counter()
             for _ in range(total - start_at):
                 recv()
-            t1 = clock()
+            t1 = time.perf_counter()
         except zmq.Again:
             raise BenchError(f"no message for {STALL_TIMEOUT_S:g} s") from None
-        _say({"received": total, "timed_messages": total - start_at, "seconds": t1 - t0})
-        _await_stdin_closed()
+        say({"received": total, "timed_messages": total - start_at, "seconds": t1 - t0})
+        STDIN_CLOSED.wait()
 
 
 def _role_zmq_rep(p: dict) -> None:
@@ -457,8 +777,8 @@ def _role_zmq_rep(p: dict) -> None:
                 send(recv(copy=False), copy=False)
         except zmq.Again:
             raise BenchError(f"no request for {STALL_TIMEOUT_S:g} s") from None
-        _say({"echoed": p["total"]})
-        _await_stdin_closed()
+        say({"echoed": p["total"]})
+        STDIN_CLOSED.wait()
 
 
 @contextlib.contextmanager
@@ -475,14 +795,14 @@ def _zmq_bound(socket_type: int, endpoint: str, linger_ms: int = 0):
             sock.bind_to_random_port(endpoint[: -len(":0")])
         else:
             sock.bind(endpoint)
-        _say({"ready": True, "endpoint": sock.getsockopt_string(zmq.LAST_ENDPOINT)})
+        say({"ready": True, "endpoint": sock.getsockopt_string(zmq.LAST_ENDPOINT)})
         yield sock
     finally:
         sock.close(linger=linger_ms)
         ctx.term()
 
 
-_ROLES = {
+ROLES = {
     "sulis-sub": _role_sulis_sub,
     "sulis-pong": _role_sulis_pong,
     "zmq-pull": _role_zmq_pull,
@@ -494,7 +814,16 @@ def _stop(*_args) -> None:
     raise KeyboardInterrupt
 
 
-def child_main(argv: list[str]) -> int:
+def _watch_stdin() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdin.read()
+    STDIN_CLOSED.set()
+
+
+def child_main(argv: list[str], roles: dict = ROLES) -> int:
+    """Runs the role ``params["role"]`` of ``roles``, ``params`` being the JSON in ``argv[0]``.
+    SIGTERM and SIGINT unwind it (its driver deletes its directory); an error is reported as
+    ``{"error": ...}`` and exit status 1."""
     params = json.loads(argv[0])
     parent = os.getppid()
     signal.signal(signal.SIGTERM, _stop)
@@ -502,18 +831,17 @@ def child_main(argv: list[str]) -> int:
     die_with_parent()
     if os.getppid() != parent:  # the parent died before the request above
         return 1
+    threading.Thread(target=_watch_stdin, daemon=True).start()
     try:
-        _ROLES[params["role"]](params)
+        roles[params["role"]](params)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # reported to the parent, which names the role
         from .errors import SulisError
 
         text = str(e) if isinstance(e, (BenchError, SulisError)) else f"{type(e).__name__}: {e}"
-        try:
-            _say({"error": text})
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            say({"error": text})
         return 1
     return 0
 

@@ -74,7 +74,7 @@ def run(messages: int = 2_000_000, size: int = 32, round_trips: int = 100_000, d
                 pub = client.add_exclusive_publication(CHANNEL, THROUGHPUT_STREAM)
                 await_until(lambda: pub.is_connected, "the subscriber process", stalled=stalled)
                 start = time.perf_counter_ns()
-                sent = publish(pub, bytes(size), messages, stalled=Watchdog("publishing", alive=stalled))
+                sent, _refused = publish(pub, bytes(size), messages, stalled=Watchdog("publishing", alive=stalled))
                 elapsed = (time.perf_counter_ns() - start) / 1e9
                 result = json.loads(replies.readline())
                 rx_rate = result["timed_messages"] / result["seconds"] if result["seconds"] else float("nan")

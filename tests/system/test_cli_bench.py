@@ -87,6 +87,23 @@ def test_udp_throughput_table_with_pyzmq(no_leftovers):
     assert zmq_row.split()[-1].endswith("x")
 
 
+def test_a_run_too_short_to_mean_anything_is_flagged(no_leftovers):
+    """2,000 messages after a warm-up that fills the window: the receiver times messages that were
+    already buffered (once reported as 47 M msgs/s over UDP). The run is kept, flagged in the JSON
+    and marked in the table; 2 M messages over IPC take well over 0.1 s and are not flagged."""
+    doc = bench_json("throughput", "--channel", "udp", "--messages", 2_000, "--runs", 1)
+    (r,) = doc["results"]
+    assert r["too_short"] is True and r["runs"][0]["too_short"] is True
+    assert r["runs"][0]["seconds"] < 0.1
+    out = bench("throughput", "--channel", "udp", "--messages", 2_000, "--runs", 1)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("sulis aeron:udp"))
+    assert " (!) " in row and row.endswith("1.00x")
+    assert "(!) too short to mean anything" in out.stdout and "use more --messages" in out.stdout
+    doc = bench_json("throughput", "--channel", "ipc", "--messages", 2_000_000, "--runs", 1)
+    assert doc["results"][0]["too_short"] is False
+
+
 def test_throughput_through_a_running_driver(driver, no_leftovers):
     """``--dir`` of a running driver: both processes use it, over IPC and UDP (one driver)."""
     for channel in ("ipc", "udp"):

