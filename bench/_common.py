@@ -1,424 +1,68 @@
-"""Helpers shared by the benchmarks in bench/ (ipc_*, udp_*).
+"""The orchestration of the benchmarks in bench/ (bench/README.md, "How the harness is built").
 
-Nothing here is timed except the measured loops (marked as such):
-child-process plumbing (one JSON line per event, read with time-outs),
-process start-up and clean-up, the native binary's build, latency histograms,
-result tables and the JSON record kept in bench/results/ (git-ignored).
+Every row is a pair of roles (a publisher and a subscriber, or a ping and a pong), each a
+process: Python roles (``py_role``: ``python -m sulis._benchkit`` and bench/roles.py), the native
+ones (``native_role``: crates/sulis-bench) and Aeron's (bench/peers/aeron.py). They all speak the
+same JSON lines, so ``run_stream`` and ``run_ping_pong`` run any of them; the measured loops are
+in ``sulis._benchkit``. Around them: rounds interleaved across rows, the noise of other processes
+(``Interference``), tables, and a JSON record in bench/results/ (git-ignored).
 
-Clean-up: every child is started through :class:`Child` (it gets SIGTERM when
-the orchestrator dies: ``sulis._child.ChildProcess``) and stopped
-with :func:`stop_all` (SIGTERM, a grace period, then SIGKILL); child roles call
-:func:`child_signals` so that SIGTERM unwinds their ``with`` blocks (the
-embedded drivers delete their directories); every driver directory lives under
-a :func:`shm_dir` that the orchestrator removes in a ``finally`` (and at exit);
-native binaries get ``--dir-base`` with such a directory.
+Clean-up: children die with the orchestrator (PR_SET_PDEATHSIG); leaving ``Children`` closes
+their stdin (their cue to go), then SIGTERM, then SIGKILL; every run's files live in a
+``shm_dir`` removed afterwards, and by the next benchmark if the orchestrator was killed.
 """
 from __future__ import annotations
 
 import argparse
 import atexit
 import datetime as _dt
-import glob
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
-
-from sulis._child import ChildProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
-
+NATIVE = ROOT / "target" / "release" / "sulis-bench"
 if str(ROOT) not in sys.path:  # `python bench/x.py` from anywhere: `bench.peers` importable
     sys.path.insert(0, str(ROOT))
 
+from sulis import _benchkit as kit  # noqa: E402
+from sulis._benchkit import free_port  # noqa: E402, F401 - the port helper of bench/
+
+#: Keys of a latency result, in print order.
+LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
+#: Counters of the publishing and receiving drivers worth printing (Aeron's system counter ids).
+COUNTERS = {0: "bytes_sent", 1: "bytes_received", 5: "naks_sent", 6: "naks_received", 7: "status_messages_sent",
+            8: "status_messages_received", 9: "heartbeats_sent", 11: "retransmits_sent",
+            13: "flow_control_over_runs", 16: "short_sends", 18: "sender_flow_control_limits"}
+
 
 class Skip(RuntimeError):
-    """A peer or variant that cannot run here (not installed, no cargo...)."""
+    """A row that cannot run here (not installed, no cargo...): printed as skipped."""
 
 
 def require_release_build() -> str:
     """Exits unless the installed sulis extension is a release build. Returns the profile."""
-    try:
-        import sulis
-    except ImportError as exc:
-        sys.exit(f"cannot import sulis ({exc}); build it with `maturin develop --release` in .venv")
-    profile = getattr(sulis, "build_profile", "?")
-    if profile != "release":
-        sys.exit(f"refusing to benchmark a {profile!r} build of sulis: "
-                 "rebuild with `maturin develop --release` (sulis.build_profile must be 'release')")
-    return profile
+    import sulis
+
+    if sulis.build_profile != "release":
+        sys.exit(f"refusing to benchmark a {sulis.build_profile!r} build of sulis: rebuild with "
+                 "`maturin develop --release` (sulis.build_profile must be 'release')")
+    return sulis.build_profile
 
 
-def median(xs: Iterable[float]) -> float:
+def median(xs) -> float:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")
-
-
-_CREATED_DIRS: set[str] = set()
-
-
-def shm_dir(prefix: str) -> str:
-    """A fresh directory ``<prefix><pid>-<random>`` under /dev/shm (or the temp dir)
-    for one run's driver(s).
-
-    Removed by :func:`rm_tree` after the run, or at the latest when the
-    orchestrator exits (atexit), whatever happened in between; if the
-    orchestrator itself is killed (SIGKILL), the next benchmark removes it
-    (:func:`remove_stale`: the pid in its name is gone).
-    """
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
-    _CREATED_DIRS.add(path)
-    return path
-
-
-# sulis-bench-<what>-<pid>-<suffix without '-'>: the Python benchmarks' run
-# directories (shm_dir), the native binaries' driver directories
-# (sulis-bench-udp-ping-<pid>-<run>) and iceoryx2's files of a run
-# (sulis-bench-iox2-<pid>-<hex>_...).
-_STALE_NAME = re.compile(r"^sulis-bench-(.+)-(\d+)-([^-]+)$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale() -> list[str]:
-    """Removes what benchmarks killed with SIGKILL left in /dev/shm and the temp
-    dir: entries named ``sulis-bench-<what>-<pid>-<suffix>`` whose pid no longer
-    runs (a live benchmark's entries are left alone). Returns the paths removed."""
-    removed = []
-    for base in {"/dev/shm", tempfile.gettempdir()}:
-        try:
-            names = os.listdir(base)
-        except OSError:
-            continue
-        for name in names:
-            m = _STALE_NAME.match(name)
-            if not m or _pid_alive(int(m.group(2))):
-                continue
-            path = os.path.join(base, name)
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
-                removed.append(path)
-            except OSError:
-                pass
-    return removed
-
-
-def rm_tree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    _CREATED_DIRS.discard(path)
-
-
-@atexit.register
-def _remove_created_dirs() -> None:
-    for path in list(_CREATED_DIRS):
-        rm_tree(path)
-
-
-def positive(name: str, value, minimum=1):
-    """Returns ``value`` or exits with a clear message when it is below ``minimum``."""
-    if value is not None and value < minimum:
-        sys.exit(f"error: {name} must be at least {minimum}, not {value}")
-    return value
-
-
-def fmt_rate(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:,.0f}"
-
-
-def fmt_ratio(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:.2f}x"
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> None:
-    """Plain-text table; `align` is one letter per column, 'l' or 'r' (default: first l, rest r)."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(headers)]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align))
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
-
-
-def cpu_summary() -> str:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}"
-
-
-# ----------------------------------------------------------------- child processes
-
-def json_out(obj: dict) -> None:
-    """A child role's report to the orchestrator: one JSON object per stdout line."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _raise_exit(signum, _frame):
-    raise SystemExit(128 + signum)
-
-
-def child_signals() -> None:
-    """For child roles and orchestrators: SIGTERM and SIGHUP raise SystemExit, so
-    that ``finally`` and ``with`` blocks run (embedded drivers delete their
-    directories, children are stopped) instead of the process vanishing."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_exit)
-
-
-class Child(ChildProcess):
-    """A child process whose stdout lines a thread collects, so that every read can time out
-    (:class:`sulis._child.ChildProcess`; stderr goes to ours).
-
-    Lines that are not JSON objects are echoed (indented) and skipped by
-    :meth:`read_json`. The child gets SIGTERM if this process dies.
-    """
-
-    def __init__(self, cmd: Sequence[str], what: str, cwd: str | Path | None = None):
-        super().__init__(cmd, what, capture_stderr=False, cwd=cwd)
-
-    def read_line(self, timeout_s: float) -> str | None:
-        """The next stdout line (None at EOF); raises RuntimeError after ``timeout_s``."""
-        try:
-            return self.next_line(timeout_s)
-        except TimeoutError:
-            raise RuntimeError(f"{self.what}: no report in {timeout_s:g} s") from None
-
-    def read_json(self, timeout_s: float = 120.0, watch: Sequence["Child"] = ()) -> dict:
-        """The next JSON line; raises if the child exited, reported ``{"error": ...}`` or
-        stayed silent for ``timeout_s``, or if one of the ``watch`` children (the other
-        side of the exchange) failed meanwhile (exited with a non-zero status)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                line = self.next_line(min(max(deadline - time.monotonic(), 0.001), 0.5))
-            except TimeoutError:
-                for other in watch:  # a clean exit (a pong done echoing) is no failure
-                    if other is not None and other.proc.poll() not in (None, 0):
-                        raise RuntimeError(f"{other.what} failed ({other.proc.returncode}) while "
-                                           f"{self.what} was running") from None
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(f"{self.what}: no report in {timeout_s:g} s") from None
-                continue
-            if line is None:
-                try:
-                    rc = self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    rc = "still running"
-                raise RuntimeError(f"{self.what} exited ({rc}) without a report")
-            text = line.strip()
-            if not text.startswith("{"):
-                if text:
-                    print(f"    | {self.what}: {text}", flush=True)
-                continue
-            try:
-                msg = json.loads(text)
-            except json.JSONDecodeError:
-                print(f"    | {self.what}: {text}", flush=True)
-                continue
-            if "error" in msg:
-                raise RuntimeError(f"{self.what}: {msg['error']}")
-            return msg
-
-    def wait_ok(self, timeout_s: float = 30.0) -> None:
-        """Waits for a clean exit; raises if it failed or did not exit in time."""
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{self.what} did not exit within {timeout_s:g} s") from None
-        if rc != 0:
-            raise RuntimeError(f"{self.what} exited with {rc}")
-
-
-def stop_all(children, grace_s: float = 5.0) -> None:
-    """Stops every child still running: SIGTERM to all, up to ``grace_s`` for them
-    to clean up (drivers delete their directories), then SIGKILL. None entries are ignored."""
-    live = [c for c in children if c is not None and c.proc.poll() is None]
-    for c in live:
-        try:
-            c.proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace_s
-    for c in live:
-        try:
-            c.proc.wait(max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            c.proc.kill()
-            c.proc.wait()
-
-
-class Children:
-    """The child processes of one run, stopped whatever happens::
-
-        with Children(base) as ch:
-            pub = ch.start(cmd, "publisher")
-            ...
-
-    Leaving the block stops every child still running (:func:`stop_all`),
-    then removes the directories given (:func:`rm_tree`) and calls ``after``.
-    """
-
-    def __init__(self, *dirs: str, after: Callable[[], None] | None = None):
-        self._dirs = dirs
-        self._after = after
-        self._children: list[Child] = []
-
-    def __enter__(self) -> "Children":
-        return self
-
-    def start(self, cmd: Sequence[str], what: str, cwd: str | Path | None = None) -> Child:
-        child = Child(cmd, what, cwd=cwd)
-        self._children.append(child)
-        return child
-
-    def __exit__(self, *exc) -> None:
-        try:
-            stop_all(self._children)
-        finally:
-            for d in self._dirs:
-                rm_tree(d)
-            if self._after is not None:
-                self._after()
-
-
-def self_cmd(script: str) -> list[str]:
-    """The command that runs ``script`` (a benchmark's or peer's own file) again, as a child role."""
-    return [sys.executable, os.path.abspath(script)]
-
-
-def pin_args(cpu: int, on: bool) -> list[str]:
-    """``--pin-cpu CPU`` for a child role when pinning is ``on``, else nothing."""
-    return ["--pin-cpu", str(cpu)] if on else []
-
-
-def collect_rates(sub: Child, pub: Child, stop_file: str, timeout_s: float = 60.0,
-                  sub_stop_file: str | None = None) -> tuple[list[float], dict, dict]:
-    """The end of a publisher/subscriber run whose children are ready: reads the
-    subscriber's per-second counts (:func:`rate_samples`), then creates ``stop_file``
-    (the publisher stops), waits for the publisher's report and both clean exits
-    (``sub_stop_file`` is created between the two, for subscribers that keep
-    draining until the publisher is gone). Returns (msgs/s per interval, the
-    subscriber's done message, the publisher's report); raises with fewer than 2 intervals."""
-    samples, done = rate_samples(sub, timeout_s, watch=[pub])
-    Path(stop_file).touch()
-    pub_res = pub.read_json(timeout_s)
-    pub.wait_ok(30)
-    if sub_stop_file:
-        Path(sub_stop_file).touch()
-    sub.wait_ok(30)
-    if len(samples) < 2:
-        raise RuntimeError(f"only {len(samples)} intervals")
-    return samples, done, pub_res
-
-
-def run_pub_sub(sub_cmd: Sequence[str], pub_cmd: Sequence[str], stop_file: str, label: str = "",
-                timeout_s: float = 60.0, sub_stop: bool = False, dirs: Sequence[str] = (),
-                after: Callable[[], None] | None = None) -> tuple[list[float], dict, dict]:
-    """One run of a subscriber child and then a publisher child (each reporting
-    ``{"ready"}`` first), as :func:`collect_rates` returns it; ``sub_stop``: the
-    subscriber drains until ``stop_file + ".sub"`` exists. Children are stopped
-    and ``dirs`` removed afterwards (:class:`Children`)."""
-    with Children(*dirs, after=after) as ch:
-        sub = ch.start(sub_cmd, f"{label}subscriber")
-        sub.read_json(timeout_s)
-        pub = ch.start(pub_cmd, f"{label}publisher")
-        pub.read_json(timeout_s)
-        return collect_rates(sub, pub, stop_file, timeout_s, stop_file + ".sub" if sub_stop else None)
-
-
-def finish_ping_pong(ping: Child, pong: Child, timeout_s: float = 600.0) -> dict:
-    """The end of a ping-pong run whose children are ready: ping's report (its
-    histogram; fails if pong fails meanwhile), pong's, and both clean exits."""
-    res = ping.read_json(timeout_s, watch=[pong])
-    pong.read_json(60)
-    ping.wait_ok(30)
-    pong.wait_ok(30)
-    return res
-
-
-def run_ping_pong(pong_cmd: Sequence[str], ping_cmd: Sequence[str], label: str = "", timeout_s: float = 600.0,
-                  dirs: Sequence[str] = (), after: Callable[[], None] | None = None) -> dict:
-    """One run of a pong child and then a ping child (each reporting ``{"ready"}``
-    first); returns the latency figures of ping's histogram (:func:`hdr_percentiles`,
-    plus ``hdrh_encoded``). Children are stopped and ``dirs`` removed afterwards."""
-    with Children(*dirs, after=after) as ch:
-        pong = ch.start(pong_cmd, f"{label}pong")
-        pong.read_json(60)
-        ping = ch.start(ping_cmd, f"{label}ping")
-        ping.read_json(60)
-        res = finish_ping_pong(ping, pong, timeout_s)
-    return latency_result(res["hist"])
-
-
-def wait_until(cond: Callable[[], bool], error: str, timeout_s: float = 30.0) -> bool:
-    """For child roles: polls ``cond`` every millisecond; after ``timeout_s`` reports
-    ``{"error": error}`` (:func:`json_out`) and returns False."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            json_out({"error": error})
-            return False
-        time.sleep(0.001)
-    return True
-
-
-def pin_cpu(cpu: int | None) -> None:
-    """Pins the calling process (threads started later inherit the mask) to ``cpu`` (None/-1: no-op)."""
-    if cpu is not None and cpu >= 0:
-        os.sched_setaffinity(0, {cpu})
-
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port that is free on ``host`` now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def two_free_udp_ports(host: str = "127.0.0.1") -> tuple[int, int]:
-    """Two different UDP ports free on ``host`` now (a ping and a pong endpoint)."""
-    ping_port = free_udp_port(host)
-    pong_port = free_udp_port(host)
-    while pong_port == ping_port:
-        pong_port = free_udp_port(host)
-    return ping_port, pong_port
 
 
 def udp_channel(host: str, port: int, params: str) -> str:
@@ -426,558 +70,315 @@ def udp_channel(host: str, port: int, params: str) -> str:
     return "|".join([f"aeron:udp?endpoint={host}:{port}", *filter(None, params.split("|"))])
 
 
-def idle_fn(client_idle: str):
-    """What a client calls while it waits: ``os.sched_yield`` for "yield", None (spin) otherwise."""
-    return os.sched_yield if client_idle == "yield" else None
+def two_free_ports(host: str = "127.0.0.1") -> tuple[int, int]:
+    """Two different UDP ports free on ``host`` now (a ping and a pong endpoint)."""
+    ping, pong = free_port(host), free_port(host)
+    while pong == ping:
+        pong = free_port(host)
+    return ping, pong
 
 
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def cpu_summary() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "?")
+    return f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}"
 
 
-# ----------------------------------------------------------------- measured loops (throughput)
-
-def offer_loop(pub, payload: bytes, stop_file: str, max_seconds: float, chunk: int = 8192,
-               idle=None) -> tuple[int, int]:
-    """The measured publisher loop: one ``pub.offer(payload)`` per message, retried while < 0.
-
-    Runs until ``stop_file`` exists (checked every ``chunk`` offers and every
-    100k refused ones) or ``max_seconds`` passed. ``idle`` (e.g.
-    ``os.sched_yield``) is called after each refused offer; None spins.
-    Returns ``(offers accepted, offers refused)``.
-    """
-    offer = pub.offer
-    exists = os.path.exists
-    clock = time.monotonic
-    deadline = clock() + max_seconds
-    rng = range(chunk)
-    chunks = 0
-    refused = [0]
-
-    def retry() -> bool:  # back-pressured: retry, now and then look for the stop file
-        n = 0
-        while offer(payload) < 0:
-            n += 1
-            if idle is not None:
-                idle()
-            if n % 100_000 == 0 and (exists(stop_file) or clock() > deadline):
-                refused[0] += n
-                return False
-        refused[0] += n
-        return True
-
-    while True:
-        for i in rng:
-            if offer(payload) < 0 and not retry():
-                return chunks * chunk + i, refused[0]
-        chunks += 1
-        if exists(stop_file) or clock() > deadline:
-            return chunks * chunk, refused[0]
+def pins(cpu: int | None, driver: bool = False) -> dict:
+    """Role parameters that pin it to ``cpu`` (None: nothing); ``driver``: its driver's threads too."""
+    return {} if cpu is None else {"cpu": cpu, **({"driver_cpu": cpu} if driver else {})}
 
 
-def batch_offer_loop(pub, payload: bytes, batch: int, stop_file: str, max_seconds: float,
-                     idle=None) -> tuple[int, int]:
-    """The measured publisher loop of ``offer_batch``: ``batch`` copies of
-    ``payload`` as one data buffer with Arrow-layout int32 offsets, offered
-    with one ``pub.offer_batch(data=..., offsets=...)`` call; after back
-    pressure the rest of the batch is offered again (the offsets sliced, no
-    copy). Stops like ``offer_loop``; returns ``(messages accepted, refused calls)``.
-    """
-    import numpy as np
+# ----------------------------------------------------------------- run directories
 
-    data = payload * batch
-    offsets = np.arange(0, len(payload) * (batch + 1), len(payload), dtype=np.int32)
-    offer_batch = pub.offer_batch
-    exists = os.path.exists
-    clock = time.monotonic
-    deadline = clock() + max_seconds
-    sent = refused = calls = 0
-    while True:
-        start = 0
-        while start < batch:
-            n, _result = offer_batch(data=data, offsets=offsets[start:])
-            start += n
-            if start < batch:
-                refused += 1
-                if idle is not None:
-                    idle()
-                if refused % 100_000 == 0 and (exists(stop_file) or clock() > deadline):
-                    return sent + start, refused
-        sent += batch
-        calls += 1
-        if calls % 64 == 0 and (exists(stop_file) or clock() > deadline):
-            return sent, refused
+_CREATED_DIRS: set[str] = set()
+# sulis-bench-<what>-<pid>-<suffix without '-'>: run directories and iceoryx2's files of a run.
+_STALE_NAME = re.compile(r"^sulis-bench-(.+)-(\d+)-([^-]+)$")
 
 
-def count_intervals(poll, limit: int, duration: float, emit, idle=None, give_up_s: float = 30.0) -> int:
-    """The measured subscriber loop: ``len(poll(limit))`` counted per one-second interval.
-
-    Waits up to ``give_up_s`` for the first message, then calls
-    ``emit({"interval_s", "messages"})`` every second for ``duration`` seconds.
-    ``idle`` is called after an empty poll (None: spin). Returns the count, or
-    -1 when nothing arrived (``emit({"error"})`` was called).
-    """
-    clock = time.perf_counter
-    give_up = clock() + give_up_s
-    n = 0
-    while not n:
-        n = len(poll(limit))
-        if not n and clock() > give_up:
-            emit({"error": f"no message in {give_up_s:g} s"})
-            return -1
-    count = n
-    start = clock()
-    interval_start, last = start, count
-    nxt, end = start + 1.0, start + duration
-    if idle is None:
-        while True:
-            count += len(poll(limit))
-            now = clock()
-            if now >= nxt:
-                emit({"interval_s": now - interval_start, "messages": count - last})
-                interval_start, last = now, count
-                nxt += 1.0
-                if now >= end:
-                    return count
-    while True:
-        n = len(poll(limit))
-        if n:
-            count += n
-        else:
-            idle()
-        now = clock()
-        if now >= nxt:
-            emit({"interval_s": now - interval_start, "messages": count - last})
-            interval_start, last = now, count
-            nxt += 1.0
-            if now >= end:
-                return count
+def shm_dir(prefix: str) -> str:
+    """A fresh ``<prefix><pid>-<random>`` directory under /dev/shm (or the temp dir) for one run;
+    removed by ``rm_tree`` afterwards, at the latest at exit, or by ``remove_stale`` of the next
+    benchmark if this one was killed."""
+    path = kit.scratch_dir(f"{prefix}{os.getpid()}-")
+    _CREATED_DIRS.add(path)
+    return path
 
 
-def count_intervals_each(recv, duration: float, emit, chunk: int = 256) -> int:
-    """The measured subscriber loop of per-message APIs (pyzmq ``recv``, zenoh
-    ``recv``, iceoryx2 ``receive`` wrapped to wait): ``recv()`` returns one
-    message. The caller has already received the first message; from then on
-    the count is reported per one-second interval as :func:`count_intervals`
-    does, the clock being read every ``chunk`` messages (each interval's own
-    length is measured, so the rate is exact; only its boundary moves by up to
-    ``chunk`` messages). Returns the count, the first message included.
-    """
-    clock = time.perf_counter
-    count = 1
-    start = clock()
-    interval_start, last = start, count
-    nxt, end = start + 1.0, start + duration
-    rng = range(chunk)
-    while True:
-        for _ in rng:
-            recv()
-        count += chunk
-        now = clock()
-        if now >= nxt:
-            emit({"interval_s": now - interval_start, "messages": count - last})
-            interval_start, last = now, count
-            nxt += 1.0
-            if now >= end:
-                return count
+def rm_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    _CREATED_DIRS.discard(path)
 
 
-def rate_samples(child: "Child", timeout_s: float, watch: Sequence["Child"] = ()) -> tuple[list[float], dict]:
-    """Reads a subscriber child's ``{"interval_s", "messages"}`` lines until its
-    ``{"done": ...}``, printing each rate; returns (msgs/s per interval, the done message).
-    Raises if a ``watch`` child (the publisher) fails meanwhile."""
-    samples = []
-    while True:
-        msg = child.read_json(timeout_s, watch)
-        if msg.get("done"):
-            return samples, msg
-        rate = msg["messages"] / msg["interval_s"]
-        samples.append(rate)
-        print(f"      interval {len(samples)}: {rate:,.0f} msgs/s{'  (warm-up)' if len(samples) == 1 else ''}",
-              flush=True)
+atexit.register(lambda: [rm_tree(p) for p in list(_CREATED_DIRS)])
 
 
-# ----------------------------------------------------------------- measured loops (round trip)
-
-def ping_loop(ping, pong_sub, msg: bytes, warmup: int, n: int, poll_mode: str = "handler",
-              idle=None) -> list[int]:
-    """The measured ping loop: ``t0``, ``offer(msg)`` (retried while < 0), poll until the echo is there.
-
-    ``poll_mode`` "handler" polls with ``pong_sub.poll(handler, 1)``, "batch"
-    with ``pong_sub.poll_batch(1)``. ``idle`` (e.g. ``os.sched_yield``) is
-    called in every wait (None: spin). Returns the ``n`` round trips after the
-    ``warmup`` ones, in ns (``time.perf_counter_ns``).
-    """
-    offer = ping.offer
-    clock = time.perf_counter_ns
-    samples = [0] * n
-    if poll_mode == "batch":
-        poll_batch = pong_sub.poll_batch
-
-        def got() -> int:
-            return len(poll_batch(1))
-    else:
-        poll = pong_sub.poll
-
-        def on_pong(_buffer, _header):
-            pass
-
-        def got() -> int:
-            return poll(on_pong, 1)
-
-    if poll_mode not in ("handler", "batch"):
-        raise ValueError(f"poll_mode must be handler or batch, not {poll_mode!r}")
-    if idle is None and poll_mode == "batch":  # the tightest loops: no call but the API's
-        for i in range(warmup + n):
-            t0 = clock()
-            while offer(msg) < 0:
-                pass
-            while not len(poll_batch(1)):
-                pass
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    elif idle is None:
-        for i in range(warmup + n):
-            t0 = clock()
-            while offer(msg) < 0:
-                pass
-            while not poll(on_pong, 1):
-                pass
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    else:
-        for i in range(warmup + n):
-            t0 = clock()
-            while offer(msg) < 0:
-                idle()
-            while not got():
-                idle()
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    return samples
+def remove_stale() -> list[str]:
+    """Removes what killed benchmarks left in /dev/shm and the temp dir (entries named
+    ``sulis-bench-<what>-<pid>-<suffix>`` whose pid is gone). Returns the paths removed."""
+    removed = []
+    for base in {"/dev/shm", tempfile.gettempdir()}:
+        for name in os.listdir(base) if os.path.isdir(base) else []:
+            m = _STALE_NAME.match(name)
+            if m and not os.path.exists(f"/proc/{m.group(2)}"):
+                path = os.path.join(base, name)
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+                removed.append(path)
+    return removed
 
 
-def pong_loop(sub, pub, total: int, poll_mode: str = "handler", idle=None) -> int:
-    """Echoes ``total`` messages from ``sub`` to ``pub`` (``sub.poll(echo, 1)`` or ``poll_batch(1)``).
-
-    ``idle`` is called after an empty poll and a refused offer (None: spin). Returns the count.
-    """
-    offer = pub.offer
-    done = 0
-    if poll_mode == "batch":
-        poll_batch = sub.poll_batch
-        while done < total:
-            b = poll_batch(1)
-            if len(b):
-                data = b.data
-                while offer(data) < 0:
-                    if idle is not None:
-                        idle()
-                done += 1
-            elif idle is not None:
-                idle()
-    else:
-        poll = sub.poll
-
-        def echo(buffer, _header):
-            while offer(buffer) < 0:
-                if idle is not None:
-                    idle()
-
-        if idle is None:
-            while done < total:
-                done += poll(echo, 1)
-        else:
-            while done < total:
-                got = poll(echo, 1)
-                if got:
-                    done += got
-                else:
-                    idle()
-    return done
+def remove_shm_prefix(prefix: str) -> None:
+    """Removes the /dev/shm entries named ``prefix...`` (a peer's files of one run, e.g. iceoryx2's)."""
+    for name in os.listdir("/dev/shm") if prefix and "/" not in prefix else []:
+        if name.startswith(prefix):
+            path = os.path.join("/dev/shm", name)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
 
 
-def ping_loop_each(send, try_recv, msg, warmup: int, n: int, idle=None) -> list[int]:
-    """The measured ping loop of per-message APIs (zenoh, iceoryx2): ``t0``,
-    ``send(msg)``, ``try_recv()`` until the echo is there (``idle`` between
-    tries; None spins), as :func:`ping_loop` does for sulis. Returns the ``n``
-    round trips after ``warmup``, in ns."""
-    clock = time.perf_counter_ns
-    samples = [0] * n
-    if idle is None:
-        for i in range(warmup + n):
-            t0 = clock()
-            send(msg)
-            while try_recv() is None:
-                pass
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    else:
-        for i in range(warmup + n):
-            t0 = clock()
-            send(msg)
-            while try_recv() is None:
-                idle()
-            t1 = clock()
-            if i >= warmup:
-                samples[i - warmup] = t1 - t0
-    return samples
+# ----------------------------------------------------------------- roles and runs
+
+def py_role(role: str, **params) -> list[str]:
+    """The command of a Python role (bench/roles.py knows those of ``sulis._benchkit`` too)."""
+    return [sys.executable, str(ROOT / "bench" / "roles.py"), json.dumps({"role": role, **params})]
 
 
-# ----------------------------------------------------------------- latency histograms
-
-# Histogram range: 1 ns .. 60 s, 3 significant digits (as the pyzmq peer).
-HIST_LOW, HIST_HIGH, HIST_DIGITS = 1, 60_000_000_000, 3
-#: Keys of a latency result, in print order.
-LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"]
-
-
-def encode_samples(samples_ns) -> str:
-    """Records round trips (ns) into an HdrHistogram and returns its encoded form."""
-    from hdrh.histogram import HdrHistogram
-
-    hist = HdrHistogram(HIST_LOW, HIST_HIGH, HIST_DIGITS)
-    for ns in samples_ns:
-        hist.record_value(min(max(ns, HIST_LOW), HIST_HIGH))
-    enc = hist.encode()
-    return enc.decode() if isinstance(enc, bytes) else enc
+def native_role(role: str, **params) -> list[str]:
+    """The command of a native role (crates/sulis-bench); a ``driver`` dict becomes ``k=v,k=v``."""
+    args = [f"{k}={','.join(f'{dk}={dv}' for dk, dv in v.items()) if isinstance(v, dict) else v}"
+            for k, v in params.items() if v is not None]
+    return [str(NATIVE), role, *args]
 
 
-def hdr_percentiles(hist, with_min: bool = False) -> dict:
-    """p50/p90/p99/p99.9/max/mean (and with ``with_min`` min) (µs) and count of an
-    HdrHistogram of ns (or its encoded form)."""
-    if isinstance(hist, (str, bytes)):
-        from hdrh.histogram import HdrHistogram
-
-        hist = HdrHistogram.decode(hist)
-    us = lambda ns: ns / 1000.0  # noqa: E731
-    r = {
-        "p50_us": us(hist.get_value_at_percentile(50)),
-        "p90_us": us(hist.get_value_at_percentile(90)),
-        "p99_us": us(hist.get_value_at_percentile(99)),
-        "p99_9_us": us(hist.get_value_at_percentile(99.9)),
-        "max_us": us(hist.get_max_value()),
-        "mean_us": us(hist.get_mean_value()),
-    }
-    if with_min:
-        r["min_us"] = us(hist.get_min_value())
-    r["count"] = hist.get_total_count()
-    return r
-
-
-def latency_result(encoded: str) -> dict:
-    """:func:`hdr_percentiles` of an encoded histogram, the encoded form kept as ``hdrh_encoded``."""
-    r = hdr_percentiles(encoded)
-    r["hdrh_encoded"] = encoded
-    return r
-
-
-def latency_line(r: dict) -> str:
-    """``p50 0.71  p90 ...  max 12.3 µs`` for one latency result."""
-    return "  ".join(f"{k.replace('_us', '').replace('_9', '.9')} {r[k]:.2f}" for k in LATENCY_KEYS) + " µs"
-
-
-# ----------------------------------------------------------------- native binaries
-
-def native_binary(name: str, build: bool = True) -> str:
-    """Path of target/release/<name> from crates/sulis-bench, building it first if asked."""
-    exe = ROOT / "target" / "release" / name
+def build_native(variants: list, no_build: bool, prefix: str = "native") -> list:
+    """Builds crates/sulis-bench (a no-op when up to date) when a variant key starts with
+    ``prefix``; if that fails, says so and drops those variants."""
+    if not any(k.startswith(prefix) for k, _, _ in variants):
+        return variants
     cargo = shutil.which("cargo")
-    if build and cargo:
-        print(f"[build] cargo build --release -p sulis-bench --bin {name}", flush=True)
-        r = subprocess.run([cargo, "build", "--release", "-q", "-p", "sulis-bench", "--bin", name],
-                           cwd=ROOT, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise Skip(f"cargo build of {name} failed:\n{r.stderr[-2000:]}")
-    if not exe.is_file():
-        raise Skip(f"{exe} not found (no cargo to build it)")
-    return str(exe)
+    why = None
+    if not no_build and cargo:
+        print("[build] cargo build --release -p sulis-bench", flush=True)
+        r = subprocess.run([cargo, "build", "--release", "-q", "-p", "sulis-bench"], cwd=ROOT, capture_output=True,
+                           text=True)
+        why = f"cargo build failed:\n{r.stderr[-2000:]}" if r.returncode else None
+    if why or not NATIVE.is_file():
+        print(f"[skip] sulis native: {why or f'{NATIVE} not found (no cargo to build it)'}")
+        return [v for v in variants if not v[0].startswith(prefix)]
+    return variants
 
 
-def run_native(exe: str, args: Sequence[str], timeout_s: float, prefix: Sequence[str] = ()) -> dict:
-    """Runs a sulis-bench binary, echoing its output; returns its `RESULT {json}` line.
+class Children:
+    """The role processes of one run, each in its own session and dying with us. ``pair`` starts
+    two: the first, then the second (a command, or a function of the first's ``ready`` message).
+    Leaving the block closes them, the last started first (stdin, then SIGTERM, then SIGKILL),
+    removes the directories given and calls ``after``."""
 
-    ``prefix`` goes before the command (e.g. ``ip netns exec NS``). The binary's
-    driver directories go under a fresh ``--dir-base`` that is removed
-    afterwards, whatever happened; past ``timeout_s`` the binary is stopped
-    (SIGTERM: it stops its child and removes its directories; then SIGKILL).
-    """
-    base = shm_dir("sulis-bench-native-")
-    name = Path(exe).name
-    child = None
-    result = None
+    def __init__(self, *dirs: str, after: Callable[[], None] | None = None):
+        self._dirs, self._after, self.children = dirs, after, []
+
+    def __enter__(self) -> Children:
+        return self
+
+    def pair(self, first: tuple, second: tuple, timeout_s: float) -> tuple[kit.Child, kit.Child]:
+        ready: dict = {}
+        for what, cmd in (first, second):
+            self.children.append(kit.Child(what, cmd=cmd(ready) if callable(cmd) else cmd, own_session=True,
+                                           cwd=str(ROOT)))
+            ready = self.children[-1].read(timeout_s)
+        return self.children[0], self.children[1]
+
+    def __exit__(self, *exc) -> None:
+        try:
+            for child in reversed(self.children):
+                child.close(grace_s=5.0)
+        finally:
+            for d in self._dirs:
+                rm_tree(d)
+            if self._after is not None:
+                self._after()
+
+
+def read_counters(directory: str) -> dict | None:
+    """``COUNTERS`` of the driver (sulis' or Aeron's: same CnC layout) in ``directory``; None if unreadable."""
     try:
-        child = Child([*prefix, exe, *args, "--dir-base", base], name, cwd=ROOT)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeError(f"{name} did not finish within {timeout_s:g} s")
-            line = child.read_line(remaining)
-            if line is None:
-                break
-            line = line.rstrip("\n")
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
-            else:
-                print(f"    | {line}", flush=True)
-        rc = child.proc.wait(30)
-    finally:
-        stop_all([child])
-        rm_tree(base)
-    if rc != 0 or result is None:
-        raise RuntimeError(f"{name} exited with {rc}" + ("" if result else " and no RESULT line"))
-    return result
+        import sulis
 
-
-def save_results(name: str, record: dict) -> Path | None:
-    """Writes bench/results/<name>-<timestamp>.json; returns the path."""
-    try:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = RESULTS_DIR / f"{name}-{stamp}.json"
-        path.write_text(json.dumps(record, indent=1, default=str))
-        return path
-    except OSError as exc:
-        print(f"(could not save results: {exc})")
+        reader = sulis.CountersReader(directory)
+        return {name: reader.value(i) for i, name in COUNTERS.items()}
+    except Exception:  # an unreadable CnC only loses the diagnostics
         return None
+
+
+def run_stream(sub, pub, stop_file: str, pub_first: bool = False, dirs: Sequence[str] = (),
+               counters: dict | None = None, after=None, timeout_s: float = 60.0) -> dict:
+    """One run of a subscriber and a publisher role (the subscriber first, or the publisher hosting
+    the driver with ``pub_first``): reads the subscriber's per-second counts (printed as they come)
+    or its timed count up to its ``done``, creates ``stop_file`` (the publisher stops) and takes the
+    publisher's report; with ``counters`` (``{"publisher": dir, "subscriber": dir}``) the drivers'
+    counters are read before the roles go. Returns ``{"samples", "msgs_per_s" (the median after the
+    warm-up second), "done", "sent", ...}``."""
+    with Children(*dirs, after=after) as ch:
+        if pub_first:
+            pub_c, sub_c = ch.pair(("publisher", pub), ("subscriber", sub), timeout_s)
+        else:
+            sub_c, pub_c = ch.pair(("subscriber", sub), ("publisher", pub), timeout_s)
+        samples = []
+        while not (msg := sub_c.read(timeout_s, watch=[pub_c])).get("done"):
+            samples.append(msg["messages"] / msg["interval_s"])
+            print(f"      interval {len(samples)}: {samples[-1]:,.0f} msgs/s"
+                  + ("  (warm-up)" if len(samples) == 1 else ""), flush=True)
+        Path(stop_file).touch()
+        r = {"samples": samples, "done": msg, **pub_c.read(timeout_s, watch=[sub_c])}
+        if counters:
+            r["counters"] = {side: read_counters(d) for side, d in counters.items()}
+    if "ns" not in msg and len(samples) < 2:  # counted per second, not timed
+        raise RuntimeError(f"the subscriber reported {len(samples)} intervals")
+    r["msgs_per_s"] = median(samples[1:]) if samples else None
+    return r
+
+
+def run_ping_pong(pong, ping, ping_first: bool = False, dirs: Sequence[str] = (), after=None) -> dict:
+    """One run of a pong and a ping role (pong first, or ping hosting the driver with ``ping_first``);
+    returns p50 ... max (µs) of ping's round trips from an HdrHistogram (1 ns .. 60 s, 3 digits)."""
+    with Children(*dirs, after=after) as ch:
+        if ping_first:
+            ping_c, pong_c = ch.pair(("ping", ping), ("pong", pong), 60)
+        else:
+            pong_c, ping_c = ch.pair(("pong", pong), ("ping", ping), 60)
+        rtt = ping_c.read(600, watch=[pong_c])["rtt_ns"]
+        pong_c.read(60)
+    return kit.summarize(kit.histogram(rtt))
+
+
+def available(dist: str, module: str) -> str:
+    """The installed version of ``dist``; raises Skip when ``module`` cannot be imported."""
+    try:
+        import importlib
+        import importlib.metadata
+
+        importlib.import_module(module)
+        return importlib.metadata.version(dist)
+    except Exception as exc:  # ImportError, or a broken wheel
+        raise Skip(f"{dist} not usable ({type(exc).__name__}: {exc}); run `bash bench/peers/install.sh`") from None
+
+
+PEERS = {"zmq": ("pyzmq", "zmq"), "zenoh": ("eclipse-zenoh", "zenoh"), "iceoryx2": ("iceoryx2", "iceoryx2")}
+
+
+def peer_run(peer: str, transport: str, duration: float | None = None, n: int = 0, warmup: int = 0,
+             idle: str = "spin", pin: bool = False) -> dict:
+    """One run of a peer (zmq, zenoh, iceoryx2; bench/roles.py) over ``transport`` (ipc: Unix sockets
+    or shared memory, tcp: loopback): a stream for ``duration`` seconds (pyzmq PUSH/PULL, zenoh
+    put/recv, iceoryx2 send_copy/receive), else ``n`` round trips after ``warmup`` (pyzmq REQ/REP,
+    zenoh put/try_recv, iceoryx2 send_copy/receive); ``pin``: the sender on CPU 0, the other on 1."""
+    version = available(*PEERS[peer])
+    base = shm_dir(f"sulis-bench-{peer}-")
+    prefix = f"sulis-bench-iox2-{os.getpid()}-{os.path.basename(base)[-8:]}_"  # iceoryx2's files of the run
+    if peer == "zmq":  # the PULL or REP side binds, the other connects to what it bound
+        p = {"endpoint": f"ipc://{base}/zmq.sock" if transport == "ipc" else "tcp://127.0.0.1:0"}
+    elif peer == "zenoh":
+        p = {"endpoint": f"unixsock-stream/{base}/zenoh.sock" if transport == "ipc"
+             else f"tcp/127.0.0.1:{free_port(tcp=True)}"}
+    else:
+        p = {"root": base, "prefix": prefix, "buffer": 4096}
+    p.update(size=32, idle=idle, n=n, warmup=warmup, total=n + warmup, stop=os.path.join(base, "stop"))
+    send, recv = ({"zmq": ("zmq-push", "zmq-pull")}.get(peer, (f"{peer}-pub", f"{peer}-sub")) if duration else
+                  {"zmq": ("zmq-req", "zmq-rep")}.get(peer, (f"{peer}-ping", f"{peer}-pong")))
+    first = py_role(recv, **p, **({"duration": duration} if duration else {}), **pins(1 if pin else None))
+    second = lambda ready: py_role(send, **{**p, **ready, **pins(0 if pin else None)})  # noqa: E731
+    after = lambda: remove_shm_prefix(prefix)  # noqa: E731
+    r = (run_stream(first, second, p["stop"], dirs=[base], after=after) if duration
+         else run_ping_pong(first, second, dirs=[base], after=after))
+    r[peer] = version
+    return r
 
 
 # ----------------------------------------------------------------- interference
 
 def _proc_table() -> dict[int, tuple[int, float]]:
-    """{pid: (ppid, cpu seconds)} of every process (clock ticks converted)."""
+    """{pid: (ppid, cpu seconds)} of every process."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{d}/stat", "rb") as f:
-                s = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        rest = s[s.rfind(")") + 2:].split()  # after "pid (comm) "
-        try:
+                rest = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()  # after "pid (comm)"
             out[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick)
-        except (IndexError, ValueError):
+        except (OSError, IndexError, ValueError):
             continue
     return out
 
 
 class Interference:
-    """CPU time that processes outside this benchmark used while it ran.
-
-    On a 2-core machine any other busy process (a build, a test run) takes
-    time from the publisher or subscriber; this measures how much, so a run
-    can be flagged instead of silently reporting a depressed figure::
+    """CPU time that processes outside this benchmark used while it ran (foreign CPU seconds per
+    wall second in ``share``), so that a run a build or a test suite slowed down is flagged::
 
         with Interference() as itf:
             run()
-        itf.share  # foreign CPU seconds per wall second (0.0 .. #CPUs)
     """
 
-    def __init__(self) -> None:
-        self.share = 0.0
-        self.foreign_s = 0.0
-        self.wall_s = 0.0
-
-    def _ours(self, table: dict[int, tuple[int, float]]) -> set[int]:
-        me = os.getpid()
-        ours = {me}
-        changed = True
-        while changed:
-            changed = False
-            for pid, (ppid, _) in table.items():
-                if ppid in ours and pid not in ours:
-                    ours.add(pid)
-                    changed = True
-        return ours
-
-    def __enter__(self) -> "Interference":
-        try:
-            self._before = _proc_table()
-        except OSError:
-            self._before = None
-        self._t0 = time.monotonic()
+    def __enter__(self) -> Interference:
+        self._before, self._t0, self.share = _proc_table(), time.monotonic(), 0.0
         return self
 
+    @staticmethod
+    def _ours(table: dict) -> set[int]:
+        ours, changed = {os.getpid()}, True
+        while changed:
+            new = {pid for pid, (ppid, _) in table.items() if ppid in ours} - ours
+            ours |= new
+            changed = bool(new)
+        return ours
+
     def __exit__(self, *exc) -> None:
-        self.wall_s = time.monotonic() - self._t0
-        if self._before is None:
-            return
+        wall = time.monotonic() - self._t0
         after = _proc_table()
         ours = self._ours(after) | self._ours(self._before)
-        foreign = 0.0
-        for pid, (_, cpu) in after.items():
-            if pid in ours:
-                continue
-            before = self._before.get(pid)
-            foreign += cpu - before[1] if before else cpu  # new process: all of its time
-        self.foreign_s = max(foreign, 0.0)
-        self.share = self.foreign_s / self.wall_s if self.wall_s > 0 else 0.0
-
-    def note(self) -> str:
-        return f"other processes used {self.share * 100:.0f}% of a CPU during this run"
+        foreign = sum(cpu - self._before.get(pid, (0, 0.0))[1] for pid, (_, cpu) in after.items() if pid not in ours)
+        self.share = max(foreign, 0.0) / wall if wall > 0 else 0.0
 
 
-def wait_for_quiet(max_share: float, max_wait_s: float, probe_s: float = 1.0) -> float:
-    """Waits until other processes use at most ``max_share`` of a CPU over ``probe_s``
-    (or ``max_wait_s`` passed); returns the seconds waited. Prints when it has to wait."""
-    t0 = time.monotonic()
-    told = False
+def wait_for_quiet(max_share: float, max_wait_s: float) -> None:
+    """Waits (up to ``max_wait_s``) for a second in which other processes use at most ``max_share`` of a CPU."""
+    t0, told = time.monotonic(), False
     while True:
         with Interference() as itf:
-            time.sleep(probe_s)
-        waited = time.monotonic() - t0
-        if itf.share <= max_share or waited >= max_wait_s:
+            time.sleep(1.0)
+        if itf.share <= max_share or time.monotonic() - t0 >= max_wait_s:
             if told:
-                print(f"      (waited {waited:.0f} s for other processes to settle; now {itf.share * 100:.0f}% of a CPU)",
-                      flush=True)
-            return waited
+                print(f"      (waited {time.monotonic() - t0:.0f} s; others now use {itf.share * 100:.0f}% of a CPU)")
+            return
         if not told:
-            print(f"      other processes use {itf.share * 100:.0f}% of a CPU: waiting up to {max_wait_s:g} s",
-                  flush=True)
-            told = True
+            print(f"      other processes use {itf.share * 100:.0f}% of a CPU: waiting up to {max_wait_s:g} s")
+        told = True
 
 
-def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, describe,
-               quiet_wait_s: float = 0.0) -> tuple[dict, dict, dict]:
-    """Runs every variant once per round, round by round, so a slow period of the
-    machine does not hit one system only. A run during which other processes used
-    more than ``max_interference`` of a CPU is repeated up to ``retry_noisy`` times.
-    With ``quiet_wait_s`` > 0, each run first waits up to that long for a second in
-    which other processes stay under ``max_interference``.
+# ----------------------------------------------------------------- rounds
 
-    ``variants`` is a list of ``(key, name, fn)``; ``describe(result)`` formats one
-    result line. Returns ``(results, skipped, errors)`` keyed by variant key.
-    """
+def run_rounds(variants, a: argparse.Namespace, describe) -> tuple[dict, dict, dict]:
+    """Runs every variant ``(key, name, fn)`` once per round, round by round (a slow period of the
+    machine then hits every system). A run during which other processes used more than
+    ``--max-interference`` of a CPU is repeated up to ``--retry-noisy`` times; with
+    ``--wait-quiet``, each run first waits for a quiet second. Returns ``(results, skipped, errors)``."""
     results: dict[str, list[dict]] = {k: [] for k, _, _ in variants}
     skipped: dict[str, str] = {}
     errors: dict[str, list[str]] = {}
-    for rnd in range(runs):
+    for rnd in range(a.runs):
         for key, name, fn in variants:
             if key in skipped:
                 continue
-            print(f"[round {rnd + 1}/{runs}] {name}", flush=True)
+            print(f"[round {rnd + 1}/{a.runs}] {name}", flush=True)
             try:
-                for attempt in range(retry_noisy + 1):
-                    if quiet_wait_s > 0:
-                        wait_for_quiet(max_interference, quiet_wait_s)
+                for attempt in range(a.retry_noisy + 1):
+                    if a.wait_quiet > 0:
+                        wait_for_quiet(a.max_interference, a.wait_quiet)
                     with Interference() as itf:
                         r = fn()
                     r["interference"] = itf.share
-                    if itf.share <= max_interference:
+                    if itf.share <= a.max_interference:
                         break
-                    print(f"      NOISY: {itf.note()}"
-                          + ("; running it again" if attempt < retry_noisy else "; kept, flagged"), flush=True)
+                    print(f"      NOISY: other processes used {itf.share * 100:.0f}% of a CPU during this run"
+                          + ("; running it again" if attempt < a.retry_noisy else "; kept, flagged"), flush=True)
             except Skip as exc:
                 skipped[key] = str(exc)
                 print(f"      skipped: {exc}")
@@ -991,222 +392,139 @@ def run_rounds(variants, runs: int, retry_noisy: int, max_interference: float, d
     return results, skipped, errors
 
 
-def missing_text(key: str, skipped: dict, errors: dict, width: int = 70) -> str:
-    """What a table shows for a row without results: ``skipped: <reason>`` or ``failed: <error>``."""
-    if key in skipped:
-        text = "skipped: " + " ".join(skipped[key].split())
-    elif key in errors:
-        text = "failed: " + " ".join(errors[key][-1].split())
-    else:
-        text = "no result"
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def parse_only(only: str, variants: list, ap) -> list:
-    """Keeps the variants named in ``--only`` (comma list); unknown names are an error."""
-    if not only:
-        return variants
-    wanted = {w.strip() for w in only.split(",") if w.strip()}
-    unknown = wanted - {v[0] for v in variants}
-    if unknown:
-        ap.error(f"unknown --only names: {sorted(unknown)} (known: {', '.join(v[0] for v in variants)})")
-    return [v for v in variants if v[0] in wanted]
-
-
-def main_guard(main: Callable[[], int]) -> int:
-    """Runs an orchestrator's main: SIGTERM/SIGHUP unwind like ^C, and ^C ends with 130
-    after every ``finally`` ran (children stopped, directories removed)."""
-    child_signals()
-    stale = remove_stale()
-    if stale:
-        print(f"(removed {len(stale)} directories/files left by benchmarks that were killed: "
-              f"{', '.join(os.path.basename(p) for p in stale[:6])}{' ...' if len(stale) > 6 else ''})")
-    try:
-        return main()
-    except KeyboardInterrupt:
-        print("\ninterrupted: children stopped, driver directories removed", file=sys.stderr)
-        return 130
-
-
-def remove_shm_prefix(prefix: str) -> None:
-    """Removes /dev/shm entries whose names start with ``prefix`` (peers that name
-    their shared memory by a per-run prefix, e.g. iceoryx2)."""
-    if not prefix or "/" in prefix:
-        raise ValueError(f"bad shared-memory prefix {prefix!r}")
-    for path in glob.glob(os.path.join("/dev/shm", glob.escape(prefix) + "*")):
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
-
-
-# ----------------------------------------------------------------- command line, tables, notes (orchestrators)
-
-RUNS_HELP = "rounds per variant (default 3; --quick: 1)"
-INTERFERENCE_HELP = "a run during which other processes used more than this share of a CPU is noisy (default 0.10)"
-
-
-def bench_parser(doc: str, size_args: Callable[[argparse.ArgumentParser], None] | None = None,
-                 runs_help: str = RUNS_HELP) -> argparse.ArgumentParser:
-    """An orchestrator's parser (described by the first paragraph of ``doc``)
-    with ``--runs``, the options ``size_args`` adds (how long a run is) and ``--quick``."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=None, help=runs_help)
-    if size_args is not None:
-        size_args(ap)
+def parser(doc: str, duration: bool = False, round_trips: bool = False, wait_quiet: float = 0.0,
+           only: str = "") -> argparse.ArgumentParser:
+    """A benchmark's options: ``--runs``, ``--quick``, ``--only``, ``--no-aeron-current``,
+    ``--no-build``, the noise options, and ``--duration``/``--batch`` or ``--n``/``--warmup``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=None, help="rounds per variant (default 3; --quick: 1)")
     ap.add_argument("--quick", action="store_true", help="one short round: a smoke test, not a measurement")
-    return ap
-
-
-def throughput_parser(doc: str) -> argparse.ArgumentParser:
-    """:func:`bench_parser` of the throughput benchmarks: ``--runs``, ``--duration``, ``--quick``, ``--batch``."""
-    def duration_args(ap: argparse.ArgumentParser) -> None:
+    if duration:
         ap.add_argument("--duration", type=float, default=None,
-                        help="seconds per sulis/Aeron run, the first is warm-up (default 6; --quick: 3)")
-
-    ap = bench_parser(doc, duration_args)
-    ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
+                        help="seconds per run, the first is warm-up (default 6; --quick: 3)")
+        ap.add_argument("--batch", type=int, default=4096, help="poll_batch limit of the Python subscriber")
+    if round_trips:
+        ap.add_argument("--n", type=int, default=None, help="timed round trips per run (default 100,000)")
+        ap.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 10,000)")
+    ap.add_argument("--only", default="", help=f"comma list among: {only}")
+    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native roles")
+    ap.add_argument("--max-interference", type=float, default=0.10,
+                    help="a run during which other processes used more than this share of a CPU is noisy "
+                         "(default 0.10)")
+    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
+    ap.add_argument("--wait-quiet", type=float, default=wait_quiet,
+                    help=f"before each run, wait up to this many seconds for a second in which other processes "
+                         f"stay under --max-interference (default {wait_quiet:g}; 0: do not wait)")
     return ap
 
 
-def round_trip_args(ap: argparse.ArgumentParser) -> None:
-    """``--n`` and ``--warmup`` of the latency benchmarks (for :func:`bench_parser`)."""
-    ap.add_argument("--n", type=int, default=None, help="timed round trips per run (default 100,000)")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 10,000)")
+def udp_args(ap: argparse.ArgumentParser, channel_params: str, aeron: bool = True) -> None:
+    """The UDP benchmarks' settings of every driver, client and channel (and, with ``aeron``, of
+    Aeron's drivers when they should differ from sulis')."""
+    ap.add_argument("--threading", default="shared", help="threading mode of every driver (default shared)")
+    ap.add_argument("--driver-idle", default="yielding", help="idle strategy of every driver (default yielding)")
+    ap.add_argument("--client-idle", choices=["yield", "spin"], default="yield",
+                    help="what a client does after a refused offer or an empty poll: sched_yield (default) or spin")
+    ap.add_argument("--channel-params", default=channel_params,
+                    help=f"channel URI parameters for sulis; mtu/term-length/rcv-wnd/so-rcvbuf/so-sndbuf also become "
+                         f"Aeron's driver properties (default {channel_params})")
+    if aeron:
+        ap.add_argument("--aeron-threading", default=None, help="Aeron's threading mode (default: --threading)")
+        ap.add_argument("--aeron-driver-idle", default=None, help="Aeron's drivers' idle strategy (default: same)")
 
 
-def selection_args(ap: argparse.ArgumentParser, only_help: str, wait_quiet: bool = False,
-                   interference_help: str = INTERFERENCE_HELP) -> None:
-    """``--only``, ``--no-aeron-current``, ``--no-build``, ``--max-interference``,
-    ``--retry-noisy`` and (``wait_quiet``) ``--wait-quiet``."""
-    ap.add_argument("--only", default="", help=only_help)
-    ap.add_argument("--no-aeron-current", action="store_true", help="skip the current Aeron release")
-    ap.add_argument("--no-build", action="store_true", help="do not run cargo build for the native binary")
-    ap.add_argument("--max-interference", type=float, default=0.10, help=interference_help)
-    ap.add_argument("--retry-noisy", type=int, default=2, help="times a noisy run is repeated (default 2)")
-    if wait_quiet:
-        ap.add_argument("--wait-quiet", type=float, default=60.0,
-                        help="before each run, wait up to this many seconds for other processes to stay under "
-                             "--max-interference for a second (default 60; 0: do not wait)")
-
-
-def pub_sub_role_args(ap: argparse.ArgumentParser) -> None:
-    """The internal options of the publisher/subscriber child roles."""
-    ap.add_argument("--role", choices=["main", "pub", "sub"], default="main", help=argparse.SUPPRESS)
-    ap.add_argument("--dir", help=argparse.SUPPRESS)
-    ap.add_argument("--stop-file", help=argparse.SUPPRESS)
-    ap.add_argument("--max-seconds", type=float, default=120, help=argparse.SUPPRESS)
-    ap.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
-
-
-def rounds(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
-    """``--runs`` checked, or its default (3; 1 with ``--quick``)."""
+def settle(a: argparse.Namespace, ap: argparse.ArgumentParser) -> None:
+    """Checks the common options and fills in their defaults."""
     if a.runs is not None and a.runs < 1:
         ap.error("--runs must be at least 1")
-    return a.runs or (1 if a.quick else 3)
+    a.runs = a.runs or (1 if a.quick else 3)
+    if getattr(a, "duration", False) is not False:
+        a.duration = a.duration or (3.0 if a.quick else 6.0)
+        if a.duration < 2.5:
+            ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
+        if a.batch < 1:
+            ap.error("--batch must be at least 1")
+    if getattr(a, "n", False) is not False:
+        a.n = a.n or (20_000 if a.quick else 100_000)
+        a.warmup = a.warmup if a.warmup is not None else (2_000 if a.quick else 10_000)
+        if a.n < 1 or a.warmup < 0:
+            ap.error("--n must be at least 1 and --warmup at least 0")
 
 
-def throughput_checks(a: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
-    """Checks :func:`throughput_parser`'s options and sets their defaults; returns the rounds.
-    ``--duration``: 6 s (3 s with ``--quick``), at least 2.5 s."""
-    runs = rounds(a, ap)
-    if a.batch < 1:
-        ap.error("--batch must be at least 1")
-    a.duration = a.duration or (3.0 if a.quick else 6.0)
-    if a.duration < 2.5:
-        ap.error("--duration must be at least 2.5 s (one warm-up second plus measured ones)")
-    return runs
+def select(variants: list, a: argparse.Namespace, ap: argparse.ArgumentParser, optional=()) -> list:
+    """The variants to run: those named in ``optional`` only when ``--only`` names them, none of
+    the current Aeron with ``--no-aeron-current``, then ``--only`` (unknown names are an error)."""
+    wanted = {w.strip() for w in a.only.split(",") if w.strip()}
+    unknown = wanted - {k for k, _, _ in variants}
+    if unknown:
+        ap.error(f"unknown --only names: {sorted(unknown)} (known: {', '.join(k for k, _, _ in variants)})")
+    return [v for v in variants if (v[0] in wanted if wanted else v[0] not in optional)
+            and not (a.no_aeron_current and v[0].startswith("aeron-current"))]
 
 
-def pub_sub_child(a: argparse.Namespace, role_pub: Callable, role_sub: Callable) -> int:
-    """Runs the child role ``--role pub`` or ``sub`` (the subscriber's ``--duration`` defaulting to 6 s)."""
-    child_signals()
-    if a.role == "pub":
-        return role_pub(a)
-    a.duration = a.duration or 6
-    return role_sub(a)
+# ----------------------------------------------------------------- tables and reports
+
+def fmt_ratio(v: float | None) -> str:
+    return "-" if not v or v != v else f"{v:.2f}x"
 
 
-def round_trip_defaults(a: argparse.Namespace) -> None:
-    """Sets ``--n`` and ``--warmup``'s defaults (100k / 10k; 20k / 2k with ``--quick``)."""
-    a.n = a.n or (20_000 if a.quick else 100_000)
-    a.warmup = a.warmup if a.warmup is not None else (2_000 if a.quick else 10_000)
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> None:
+    """Plain-text table; ``align`` has one letter per column, l or r (default: first l, rest r)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells):
+        cells = zip(cells, widths, align, strict=True)
+        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in cells)
+
+    print(line(headers).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r).rstrip())
 
 
-def select_variants(variants: list, a: argparse.Namespace, ap, optional: Callable[[str], bool] | None = None) -> list:
-    """The variants to run: those ``optional`` accepts only when ``--only`` names
-    them, none of the current Aeron with ``--no-aeron-current``, then ``--only``."""
-    if optional is not None and not a.only:
-        variants = [v for v in variants if not optional(v[0])]
-    if a.no_aeron_current:
-        variants = [v for v in variants if not v[0].startswith("aeron-current")]
-    return parse_only(a.only, variants, ap)
-
-
-def build_native(variants: list, name: str, no_build: bool, prefix: str = "native",
-                 label: str = "native Rust") -> list:
-    """Builds the native binary ``name`` when a variant key starts with ``prefix``;
-    if it cannot be built, says so and drops those variants."""
-    if any(k.startswith(prefix) for k, _, _ in variants):
-        try:
-            native_binary(name, build=not no_build)
-        except Skip as exc:
-            print(f"[skip] {label}: {exc}")
-            variants = [v for v in variants if not v[0].startswith(prefix)]
-    return variants
-
-
-def variant_names(variants: list) -> dict:
-    """``{key: printed name}``."""
-    return {k: n for k, n, _ in variants}
+def missing_text(key: str, skipped: dict, errors: dict, width: int = 70) -> str:
+    """What a row without results shows: ``skipped: <reason>`` or ``failed: <error>``."""
+    text = ("skipped: " + skipped[key]) if key in skipped else ("failed: " + errors[key][-1]) if key in errors \
+        else "no result"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def verdict(ok: bool) -> str:
     return "MET" if ok else "MISSED"
 
 
-def rate_medians(results: dict) -> dict:
-    """``{key: median msgs/s over the rounds}`` of the variants with results."""
-    return {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
-
-
-def print_intervals(samples: Sequence[float]) -> None:
-    """A peer's per-second rates, reported all at once after its run."""
-    print("      intervals: " + ", ".join(f"{s:,.0f}" for s in samples) + " msgs/s (first = warm-up)", flush=True)
-
-
-def print_throughput_table(variants: list, results: dict, skipped: dict, errors: dict, med: dict,
-                           ratios: Sequence[tuple[str, float | None]]) -> None:
-    """One row per variant: median msgs/s, runs, per-run M msgs/s, one ``vs X``
-    column per ``(header, reference rate)`` of ``ratios`` ("-" without one), configuration."""
+def report_throughput(variants: list, results: dict, skipped: dict, errors: dict, heading: str,
+                      ratios: Sequence[tuple[str, str | float]]) -> dict:
+    """The table of a throughput benchmark: per row the median msgs/s, the per-run figures, one
+    ``vs X`` column per ``(header, variant key or a rate)`` and the configuration. Returns the medians."""
+    med = {k: median(r["msgs_per_s"] for r in rs) for k, rs in results.items() if rs}
+    refs = [(h, med.get(ref) if isinstance(ref, str) else ref) for h, ref in ratios]
     rows = []
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, missing_text(key, skipped, errors), "0", "", *("" for _ in ratios), ""])
+            rows.append([name, missing_text(key, skipped, errors), "0", "", *("" for _ in refs), ""])
             continue
-        m = med[key]
-        per = " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs)
-        rows.append([name, fmt_rate(m), str(len(rs)), per, *(fmt_ratio(m / ref) if ref else "-" for _, ref in ratios),
-                     rs[0].get("config", "")])
-    print_table(["name", "median msgs/s", "runs", "per run (M)", *(h for h, _ in ratios), "configuration"], rows,
-                align="l" + "r" * (3 + len(ratios)) + "l")
+        rows.append([name, f"{med[key]:,.0f}", str(len(rs)), " / ".join(f"{r['msgs_per_s'] / 1e6:.2f}" for r in rs),
+                     *(fmt_ratio(med[key] / ref if ref else None) for _, ref in refs), rs[0].get("config", "")])
+    print(f"\n{heading}")
+    print_table(["name", "median msgs/s", "runs", "per run (M)", *(h for h, _ in refs), "configuration"], rows,
+                "l" + "r" * (3 + len(refs)) + "l")
+    print("\ntargets:")
+    return med
 
 
-def latency_medians(results: dict) -> dict:
-    """``{key: {percentile key: median over the rounds}}`` of the variants with results."""
-    return {k: {q: median(r[q] for r in rs) for q in LATENCY_KEYS} for k, rs in results.items() if rs}
-
-
-def print_latency_table(variants: list, results: dict, skipped: dict, errors: dict, med: dict,
-                        targets: dict) -> None:
-    """One row per variant: p50 … max (µs), ``p50 x Py`` / ``p99 x Py`` against the
-    ``python`` row, runs, configuration; then a row with ``targets`` (``{"p99_us": 15}``...)."""
-    py_med = med.get("python")
+def report_latency(variants: list, results: dict, skipped: dict, errors: dict, heading: str, targets: dict,
+                   compare_with: Sequence[str]) -> dict:
+    """The table of a latency benchmark (p50 ... max in µs, ``x Py`` against the sulis Python row,
+    the targets of sulis from Python), the targets met or missed and sulis Python against the rows
+    of ``compare_with``. Returns the medians."""
+    med = {k: {q: median(r[q] for r in rs) for q in LATENCY_KEYS} for k, rs in results.items() if rs}
+    py = med.get("python")
+    names = {k: n for k, n, _ in variants}
     rows = []
     for key, name, _ in variants:
         if key not in med:
@@ -1214,67 +532,66 @@ def print_latency_table(variants: list, results: dict, skipped: dict, errors: di
             continue
         m = med[key]
         rows.append([name, *(f"{m[q]:.2f}" for q in LATENCY_KEYS),
-                     fmt_ratio(m["p50_us"] / py_med["p50_us"]) if py_med else "-",
-                     fmt_ratio(m["p99_us"] / py_med["p99_us"]) if py_med else "-",
+                     *(fmt_ratio(m[q] / py[q] if py else None) for q in ("p50_us", "p99_us")),
                      str(len(results[key])), results[key][0].get("config", "")])
     rows.append(["target (sulis Python)", *(f"<= {targets[q]:g}" if q in targets else "" for q in LATENCY_KEYS),
                  "", "", "", ""])
-    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "p50 x Py", "p99 x Py", "runs", "configuration"],
-                rows, align="lrrrrrrrrl")
-
-
-def latency_report(variants: list, results: dict, skipped: dict, errors: dict, heading: str, targets: dict,
-                   max_interference: float, compare_with: tuple[str, ...]) -> dict:
-    """After a latency benchmark's rounds: ``heading``, the table
-    (:func:`print_latency_table`), the targets of sulis from Python (``sulis
-    Python p99 <= 15 µs: 12.34 µs -> MET``), sulis Python's p50 and p99 against
-    each variant of ``compare_with`` that ran, and the notes. Returns the medians."""
-    med = latency_medians(results)
-    names = variant_names(variants)
-    print()
-    print(heading)
-    print_latency_table(variants, results, skipped, errors, med, targets)
-    print()
-    print("targets:")
-    py = med.get("python")
-    if py:
-        for q, target in targets.items():
-            print(f"  sulis Python {q[:-3]} <= {target:g} µs: {py[q]:.2f} µs -> {verdict(py[q] <= target)}")
-        for key in compare_with:
-            if key in med:
-                print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
-                      f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")
-    print_notes(results, errors, names, max_interference)
+    print(f"\n{heading}")
+    print_table(["name", "p50", "p90", "p99", "p99.9", "max", "p50 x Py", "p99 x Py", "runs", "configuration"], rows,
+                "lrrrrrrrrl")
+    print("\ntargets:")
+    for q, target in targets.items() if py else ():
+        print(f"  sulis Python {q[:-3]} <= {target:g} µs: {py[q]:.2f} µs -> {verdict(py[q] <= target)}")
+    for key in compare_with:
+        if py and key in med:
+            print(f"  sulis Python vs {names[key]}: p50 {med[key]['p50_us'] / py['p50_us']:.2f}x, "
+                  f"p99 {med[key]['p99_us'] / py['p99_us']:.2f}x (>1: sulis lower)")
     return med
 
 
-def print_notes(results: dict, errors: dict, names: dict, max_interference: float) -> None:
-    """The runs kept although noisy, and the variants that failed."""
-    noisy = [(names[k], i + 1, r["interference"]) for k, rs in results.items() for i, r in enumerate(rs)
-             if r.get("interference", 0) > max_interference]
-    for name, i, share in noisy:
-        print(f"  note: {name} run {i} is noisy: other processes used {share * 100:.0f}% of a CPU during it")
+def latency_line(r: dict) -> str:
+    """``p50 0.71  p90 ...  max 12.3 µs`` for one latency result."""
+    return "  ".join(f"{k[:-3].replace('_9', '.9')} {r[k]:.2f}" for k in LATENCY_KEYS) + " µs"
+
+
+def finish(name: str, a: argparse.Namespace, settings: dict, variants: list, med: dict, results: dict,
+           skipped: dict, errors: dict) -> int:
+    """The notes (runs kept although noisy, rows that failed) and the record in
+    bench/results/<name>-<timestamp>.json. Returns the exit status (1 when a run failed)."""
+    names = {k: n for k, n, _ in variants}
+    for k, rs in results.items():
+        for i, r in enumerate(rs):
+            if r.get("interference", 0) > a.max_interference:
+                print(f"  note: {names[k]} run {i + 1} is noisy: other processes used "
+                      f"{r['interference'] * 100:.0f}% of a CPU during it")
     for k, errs in errors.items():
         print(f"  note: {names[k]} failed {len(errs)} time(s): {errs[0][:300]}")
-
-
-def save_and_show(name: str, record: dict) -> None:
-    """:func:`save_results`, then where the details went."""
-    path = save_results(name, record)
-    if path:
+    record = {"argv": sys.argv, **settings, "medians": {names[k]: v for k, v in med.items()},
+              "results": {names[k]: v for k, v in results.items()}, "skipped": skipped, "errors": errors,
+              "machine": cpu_summary()}
+    try:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}.json"
+        path.write_text(json.dumps(record, indent=1, default=str))
         print(f"\n(details: {path.relative_to(ROOT)})")
+    except OSError as exc:
+        print(f"(could not save results: {exc})")
+    return 1 if errors else 0
 
 
-def save_report(name: str, settings: dict, variants: list, med: dict, results: dict, skipped: dict,
-                errors: dict) -> None:
-    """:func:`save_and_show` of a benchmark's record: the command line, its
-    ``settings``, the medians and results by printed name (without the encoded
-    histograms), what was skipped or failed, the machine."""
-    names = variant_names(variants)
-    strip = lambda r: {k: v for k, v in r.items() if k != "hdrh_encoded"}  # noqa: E731
-    save_and_show(name, {
-        "argv": sys.argv, **settings,
-        "medians": {names[k]: v for k, v in med.items()},
-        "results": {names[k]: [strip(r) for r in v] for k, v in results.items()},
-        "skipped": skipped, "errors": errors, "machine": cpu_summary(),
-    })
+def main_guard(main: Callable[[], int]) -> int:
+    """Runs a benchmark's main: SIGTERM/SIGHUP unwind like ^C, and ^C ends with 130 after every
+    ``finally`` ran (children stopped, directories removed)."""
+    def unwind(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, unwind)
+    stale = remove_stale()
+    if stale:
+        print(f"(removed {len(stale)} directories/files left by benchmarks that were killed)")
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("\ninterrupted: children stopped, driver directories removed", file=sys.stderr)
+        return 130

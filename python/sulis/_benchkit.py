@@ -1,23 +1,16 @@
-"""The measured loops of sulis' benchmarks and the processes that run them.
+"""The measured loops of sulis' benchmarks and the processes that run them: one library for
+``sulis bench``, ``sulis demo`` and bench/ (bench/README.md, "How the harness is built").
 
-One library for ``sulis bench``, ``sulis demo`` and the benchmarks in the
-repository's bench/ (bench/README.md, "How the harness is built"):
-
-* loops, the only timed code: ``publish`` / ``publish_batch`` (one ``offer`` /
-  ``offer_batch`` per call, a count or until ``stop()``), ``receive`` (timed
-  from the end of the warm-up to the last message) and ``count_intervals``
-  (counted per second) on ``poll_batch``, ``ping`` / ``echo``; ``send_until``,
-  ``count_each`` and ``ping_each`` do the same with per-message APIs (pyzmq,
-  zenoh, iceoryx2, sockets). ``idle`` (e.g. ``os.sched_yield``) runs on every
-  refused offer or empty poll (None spins); ``stalled(progress)`` (a
-  ``Watchdog``) runs now and then, so that a peer that died ends a wait with
-  an error; without either, the loops are as tight as they can be;
-* HdrHistograms of round trips (``histogram``, ``summarize``);
-* ``ChildProcess``: a child whose stdout lines a thread collects and that gets
-  SIGTERM when we die; ``Child``: one that speaks JSON lines;
-* roles: ``python -m sulis._benchkit '<json>'`` runs one of ``ROLES``; it
-  says ``{"ready": ...}``, then its results (or ``{"error": ...}``), and keeps
-  its streams and driver up until its stdin is closed.
+* loops, the only timed code: ``publish`` / ``publish_batch`` (``offer`` / ``offer_batch``, a count
+  or until ``stop()``), ``receive`` (timed) and ``count_intervals`` (per second) on ``poll_batch``,
+  ``ping`` / ``echo``; ``send_until``, ``count_each`` and ``ping_each`` for per-message APIs (pyzmq,
+  zenoh, iceoryx2, sockets). ``idle`` (e.g. ``os.sched_yield``) runs on every refused offer or empty
+  poll (None spins); ``stalled(progress)`` (a ``Watchdog``) now and then, so that a dead peer ends a
+  wait with an error; without either the loops are as tight as they can be;
+* HdrHistograms of round trips; ``ChildProcess`` / ``Child``: children that die with us, whose
+  stdout (JSON lines) a thread collects;
+* roles: ``python -m sulis._benchkit '<json>'`` runs one of ``ROLES``: it says ``{"ready": ...}``,
+  then its results (or ``{"error": ...}``), and keeps its streams up until its stdin closes.
 """
 
 from __future__ import annotations
@@ -98,11 +91,8 @@ class Watchdog:
     (if given) raises because the peer is gone."""
 
     def __init__(self, what: str, timeout: float = STALL_TIMEOUT_S, alive=None) -> None:
-        self.what = what
-        self.timeout = timeout
-        self.alive = alive
-        self._seen: object = object()
-        self._since = time.monotonic()
+        self.what, self.timeout, self.alive = what, timeout, alive
+        self._seen, self._since = object(), time.monotonic()
 
     def __call__(self, progress: object = None) -> None:
         now = time.monotonic()
@@ -185,14 +175,10 @@ def publish_batch(pub, payload: bytes, batch: int, stop, idle=None) -> tuple[int
 
 def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, limit: int = 4096,
             idle=None, stalled=None) -> dict:
-    """Drains ``total`` messages with ``sub.poll_batch(limit)``, counting fragments.
-
-    The clock starts at the batch that completes the first ``warmup`` messages
-    (at the first batch without warm-up) and stops at the batch that completes
-    ``total``. ``limit`` shrinks for short runs so that they still take several
-    batches. Returns ``{"received", "timed_messages", "seconds"}`` (``seconds``
-    0.0 when everything came in one batch).
-    """
+    """Drains ``total`` messages with ``sub.poll_batch(limit)``, counting fragments; the clock runs
+    from the batch that completes the ``warmup`` (the first batch without) to the one that completes
+    ``total`` (``limit`` shrinks so that short runs still take several batches). Returns
+    ``{"received", "timed_messages", "seconds"}`` (``seconds`` 0.0 when all came in one batch)."""
     poll = sub.poll_batch
     clock = time.perf_counter
     want = total * fragments_per_message
@@ -252,15 +238,23 @@ def count_intervals(poll, limit: int, duration: float, emit, idle=None, give_up_
                 return count
 
 
-def send_until(send, msg, stop, chunk: int = 4096) -> int:
-    """``send(msg)`` once per message (a per-message API), ``chunk`` messages between two
-    ``stop()`` questions; returns the messages sent."""
+def send_until(send, msg, stop=None, count: int | None = None, chunk: int = 4096, again=(), stalled=None,
+               progress=None) -> int:
+    """``send(msg)`` once per message (a per-message API), ``count`` times or until ``stop()`` (asked
+    every ``chunk`` messages); a send that raises one of ``again`` (a time-out) is tried again after
+    ``stalled(sent)``; ``progress(sent)`` after every chunk. Returns the messages sent."""
     sent = 0
-    rng = range(chunk)
-    while not stop():
-        for _ in rng:
-            send(msg)
-        sent += chunk
+    while (count is None or sent < count) and not (stop is not None and stop()):
+        n, i = chunk if count is None else min(chunk, count - sent), 0
+        try:
+            for i in range(n):  # noqa: B007 - how far it got when a send times out
+                send(msg)
+            i = n
+        except again:
+            stalled(sent + i)
+        sent += i
+        if progress is not None:
+            progress(sent)
     return sent
 
 
@@ -291,13 +285,9 @@ def count_each(recv, duration: float, emit, chunk: int = 256) -> int:
 
 def ping(pub, sub, msg, warmup: int, n: int, assemble: bool = False, batch: bool = False, idle=None,
          stalled=None, progress=None) -> list[int]:
-    """``warmup + n`` round trips: ``t0``, ``offer(msg)`` (retried), poll until the echo is back.
-
-    The echo is polled with ``sub.poll(handler, 1)``, or ``sub.poll_batch(1)``
-    (``batch``), or through a FragmentAssembler (``assemble``: echoes longer than
-    a frame). ``progress(done)`` is called every 1024 round trips, outside the
-    timed part. Returns the last ``n`` round-trip times in ns.
-    """
+    """``warmup + n`` round trips: ``t0``, ``offer(msg)`` (retried), poll until the echo is back (with
+    ``sub.poll(handler, 1)``, ``sub.poll_batch(1)`` when ``batch``, through a FragmentAssembler when
+    ``assemble``); ``progress(done)`` every 1024, untimed. Returns the last ``n`` times in ns."""
     from . import FragmentAssembler
 
     offer = pub.offer
@@ -477,7 +467,7 @@ def summarize(hist) -> dict:
     values = values_at_percentiles(hist, PERCENTILES)
     out = {"count": hist.get_total_count(), "min_us": hist.get_min_value() / 1000.0,
            "mean_us": hist.get_mean_value() / 1000.0}
-    for p, v in zip(PERCENTILES, values):
+    for p, v in zip(PERCENTILES, values, strict=True):
         out[pct_key(p)] = v / 1000.0
     out["max_us"] = hist.get_max_value() / 1000.0
     return out
@@ -497,6 +487,7 @@ def decode(text: str):
 # ----------------------------------------------------------------- child processes
 
 _PR_SET_PDEATHSIG = 1
+_libc: ctypes.CDLL | None
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not Linux
@@ -518,36 +509,30 @@ def _own_session() -> None:
 
 
 class ChildProcess:
-    """A child process; its stdout lines are collected with their arrival times in ``lines``.
-
-    * ``stdin``: ``"devnull"``, ``"pipe"`` (closed by :meth:`close`: the cue to go) or a text written at once;
-    * ``own_session``: its own session, else only :func:`die_with_parent`;
-    * ``capture_stderr``: stderr into a temporary file (:meth:`stderr_tail`), else inherited.
-    """
+    """A child process in its own session (or not: ``own_session``) that gets SIGTERM when we die;
+    a thread collects its stdout lines with their arrival times (``lines``), stderr goes to a
+    temporary file (:meth:`stderr_tail`). ``stdin``: ``"devnull"``, ``"pipe"`` (its closing by
+    :meth:`close` is the cue to go) or a text written at once."""
 
     def __init__(self, cmd: Sequence[str], what: str, *, stdin: str = "devnull", own_session: bool = False,
-                 capture_stderr: bool = True, cwd: str | None = None, env: dict | None = None) -> None:
-        self.cmd = [str(c) for c in cmd]
-        self.what = what
+                 cwd: str | None = None) -> None:
+        self.cmd, self.what = [str(c) for c in cmd], what
         self.lines: list[tuple[float, str]] = []
-        self.eof = False
-        self._cursor = 0
-        self._cv = threading.Condition()
-        self._stderr = tempfile.TemporaryFile(mode="w+b") if capture_stderr else None
-        text = None if stdin in ("devnull", "pipe") else stdin
+        self.eof, self._cursor, self._cv = False, 0, threading.Condition()
+        self._stderr = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.DEVNULL if stdin == "devnull" else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._stderr, preexec_fn=_own_session if own_session else die_with_parent,
-            text=True, bufsize=1, cwd=cwd, env=env)
-        if text is not None:
-            self.proc.stdin.write(text)
+            self.cmd, stdin=subprocess.DEVNULL if stdin == "devnull" else subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, preexec_fn=_own_session if own_session else die_with_parent, text=True, bufsize=1,
+            cwd=cwd)
+        if stdin not in ("devnull", "pipe") and self.proc.stdin is not None:
+            self.proc.stdin.write(stdin)
             self.proc.stdin.close()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         with contextlib.suppress(OSError, ValueError):
-            for line in self.proc.stdout:
+            for line in self.proc.stdout or ():
                 with self._cv:
                     self.lines.append((time.monotonic(), line.rstrip("\n")))
                     self._cv.notify_all()
@@ -563,56 +548,43 @@ class ChildProcess:
             while self._cursor >= len(self.lines):
                 if self.eof:
                     return None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if deadline <= time.monotonic():
                     raise TimeoutError(f"{self.what}: nothing printed in {timeout_s:g} s")
-                self._cv.wait(remaining)
-            line = self.lines[self._cursor][1]
+                self._cv.wait(deadline - time.monotonic())
             self._cursor += 1
-            return line
+            return self.lines[self._cursor - 1][1]
 
-    def stderr_tail(self, n: int = 2000) -> str:
-        """The end of what it wrote to stderr ("" when not captured), without the JVM's warnings."""
-        if self._stderr is None:
-            return ""
-        try:
+    def stderr_tail(self, lines: int = 12) -> str:
+        """The last ``lines`` lines it wrote to stderr, without the JVM's warnings."""
+        with contextlib.suppress(OSError, ValueError):
             self._stderr.seek(0)
             text = self._stderr.read().decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
-        return "\n".join(line for line in text.splitlines() if not line.startswith("WARNING:"))[-n:]
+            return "\n".join([line for line in text.splitlines() if not line.startswith("WARNING:")][-lines:])
+        return ""
 
-    def stop(self, grace_s: float = 10.0, first: signal.Signals = signal.SIGINT) -> str:
-        """``first`` (a clean shutdown), then SIGTERM, then SIGKILL, each given time to work;
-        returns the one that worked ("exited" if none was needed). Its output is all read then."""
-        how = "exited"
-        steps = [(first, grace_s)] + [(s, 5.0) for s in (signal.SIGTERM, signal.SIGKILL) if s != first]
-        for sig, wait in steps:
-            if self.proc.poll() is not None:
-                break
-            how = sig.name
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait)
+    def stop(self, grace_s: float = 5.0, first: signal.Signals = signal.SIGTERM) -> None:
+        """``first`` (a clean shutdown), then after ``grace_s`` SIGKILL; its output is all read then."""
+        for sig, wait in ((first, grace_s), (signal.SIGKILL, 10.0)):
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(wait)
         self._reader.join(5.0)
-        return how
 
-    def close(self, grace_s: float = 5.0, first: signal.Signals = signal.SIGTERM) -> None:
-        """Closes its stdin pipe (its cue to go) and waits up to ``grace_s`` for it to exit, then
-        :meth:`stop`; releases everything. Idempotent. Without a pipe there is no cue to wait on."""
+    def close(self, grace_s: float = 5.0) -> None:
+        """Closes its stdin pipe (the cue to go), waits up to ``grace_s`` for it to exit, then
+        :meth:`stop`; releases everything. Idempotent."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(grace_s)
-        if self.proc.poll() is None:
-            self.stop(grace_s=2.0, first=first)
-        self._reader.join(5.0)
+        self.stop(grace_s=2.0)
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        self._stderr.close()
 
     def __enter__(self):
         return self
@@ -623,23 +595,21 @@ class ChildProcess:
 
 class Child(ChildProcess):
     """A role's process (``cmd``, by default ``python -m sulis._benchkit`` with ``params``): JSON lines
-    out, stdin held open until :meth:`close`."""
+    out, stdin held open until :meth:`close` (:meth:`finish`: after ``timeout`` s for it to go)."""
 
     def __init__(self, what: str, params: dict | None = None, cmd: Sequence[str] | None = None, **kw) -> None:
-        cmd = cmd or [sys.executable, "-m", "sulis._benchkit", json.dumps(params)]
-        super().__init__(cmd, what, stdin="pipe", **kw)
+        super().__init__(cmd or [sys.executable, "-m", "sulis._benchkit", json.dumps(params)], what, stdin="pipe", **kw)
 
-    def _stderr_lines(self) -> str:
-        lines = self.stderr_tail(1 << 20).strip().splitlines()[-12:]
-        return ("\n  " + "\n  ".join(lines)) if lines else ""
+    def _failed(self, why: str) -> BenchError:
+        tail = self.stderr_tail()
+        return BenchError(f"the {self.what} process {why}" + ("\n  " + tail.replace("\n", "\n  ") if tail else ""))
 
     def alive(self) -> None:
         """Raises BenchError if the process has exited."""
-        rc = self.proc.poll()
-        if rc is not None:
-            raise BenchError(f"the {self.what} process exited (status {rc}){self._stderr_lines()}")
+        if self.proc.poll() is not None:
+            raise self._failed(f"exited (status {self.proc.returncode})")
 
-    def read(self, timeout: float = STALL_TIMEOUT_S, watch: Sequence[ChildProcess] = ()) -> dict:
+    def read(self, timeout: float = STALL_TIMEOUT_S, watch: Sequence[Child] = ()) -> dict:
         """The next JSON object (other lines are skipped); raises BenchError when the process
         exits, stays silent for ``timeout`` s or reports ``{"error"}``, or when one of ``watch``
         (the other side) exits with a failure meanwhile."""
@@ -650,28 +620,23 @@ class Child(ChildProcess):
             except TimeoutError:
                 for other in watch:
                     if other.proc.poll() not in (None, 0):
-                        raise BenchError(f"the {other.what} process failed (status {other.proc.returncode}) "
-                                         f"while the {self.what} ran{getattr(other, '_stderr_lines', str)()}") from None
+                        raise other._failed(f"failed (status {other.proc.returncode}) while the {self.what} ran") \
+                            from None
                 if time.monotonic() >= deadline:
                     raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
                 continue
             if line is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=10)
-                raise BenchError(f"the {self.what} process exited (status {self.proc.poll()})"
-                                 f"{self._stderr_lines()}")
-            if not line.startswith("{"):
-                continue
-            try:
-                msg = json.loads(line)
-            except ValueError:  # not ours (a library printing to stdout): skip it
-                continue
-            if "error" in msg:
-                raise BenchError(f"the {self.what} process: {msg['error']}")
-            return msg
+                raise self._failed(f"exited (status {self.proc.poll()})")
+            with contextlib.suppress(ValueError):  # a line that is not ours (a library's) is skipped
+                msg = json.loads(line) if line.startswith("{") else None
+                if msg is not None and "error" in msg:
+                    raise BenchError(f"the {self.what} process: {msg['error']}")
+                if msg is not None:
+                    return msg
 
     def finish(self, timeout: float = 10.0) -> None:
-        """Closes its stdin (its cue to stop) and reaps it; stops it if it does not stop in time."""
         self.close(grace_s=timeout)
 
 

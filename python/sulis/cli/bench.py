@@ -25,6 +25,7 @@ import signal
 import statistics
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -267,8 +268,8 @@ class Drivers:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.driver = None
-        self.client = None
+        self.driver: Any = None  # a MediaDriver, once entered
+        self.client: Any = None  # a Client, once entered
         self.created_dir = False
         self.external = False
         self.dir = plan.dir
@@ -309,7 +310,7 @@ class Drivers:
         """2 when the second process runs its own driver (UDP with our own driver), else 1."""
         return 2 if self.plan.kind == "udp" and not self.external else 1
 
-    def for_child(self) -> tuple[str, dict | None]:
+    def for_child(self) -> tuple[str | None, dict | None]:
         """(driver directory, options of its own driver or None) for the second process."""
         if self.drivers_per_run == 2:
             from .._benchkit import scratch_dir
@@ -448,23 +449,9 @@ def _zmq_throughput(plan: Plan, size: int, warmup: int, progress) -> dict:
     total = warmup + plan.count
     with _zmq_pair(plan, zmq.PUSH, "pyzmq PULL", {"role": "zmq-pull", "total": total, "warmup": warmup}) \
             as (sock, child):
-        stalled = kit.Watchdog("pyzmq PUSH", alive=child.alive)
-        send = sock.send
-        msg = bytes(size)
-        sent = 0
         t0 = time.perf_counter()
-        while sent < total:
-            n = min(_chunk(size), total - sent)
-            i = 0
-            try:
-                for i in range(n):  # noqa: B007 - i is how far it got if send times out
-                    send(msg)
-                i = n
-            except zmq.Again:
-                stalled(sent + i)
-            sent += i
-            if progress is not None:
-                progress(sent)
+        kit.send_until(sock.send, bytes(size), count=total, chunk=_chunk(size), again=zmq.Again,
+                       stalled=kit.Watchdog("pyzmq PUSH", alive=child.alive), progress=progress)
         sent_s = time.perf_counter() - t0
         result = child.read(timeout=kit.STALL_TIMEOUT_S + 10)
         child.finish()
@@ -583,7 +570,7 @@ def _zmq_endpoint(kind: str, name: str) -> tuple[str, str | None]:
 # ----------------------------------------------------------------- running everything
 
 def _labels(plan: Plan, drivers: Drivers) -> dict[str, str]:
-    if plan.explicit:
+    if plan.explicit and plan.channel:
         base = plan.channel
     else:
         base = "aeron:ipc" if plan.kind == "ipc" else f"aeron:udp {UDP_HOST}"
@@ -676,12 +663,13 @@ def _measure(plan: Plan, drivers: Drivers | None, system: str, size: int, warmup
              progress) -> dict:
     from .. import _benchkit as kit
 
-    if plan.mode == "throughput":
-        if system == "sulis":
-            return _sulis_throughput(drivers, plan, size, warmup, k, limits, progress)
-        return _zmq_throughput(plan, size, warmup, progress)
     if system == "sulis":
+        assert drivers is not None  # sulis runs on drivers of its own, the peers on none
+        if plan.mode == "throughput":
+            return _sulis_throughput(drivers, plan, size, warmup, k, limits, progress)
         samples = _sulis_ping_pong(drivers, plan, size, warmup, k, limits, progress)
+    elif plan.mode == "throughput":
+        return _zmq_throughput(plan, size, warmup, progress)
     else:
         samples = _zmq_ping_pong(plan, size, warmup, progress)
     hist = kit.histogram(samples)
@@ -722,14 +710,10 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
                 keys = ["min_us", "mean_us", *(key for _, key in _LATENCY_COLUMNS)]
                 median = {key: _median(r[key] for r in runs) for key in keys}
                 figure = median["p50_us"]
-                hist = None
-                for r in runs:
-                    h = kit.decode(r["histogram"])
-                    if hist is None:
-                        hist = h
-                    else:
-                        hist.add(h)
-                merged[(system, size)] = hist
+                hists = [kit.decode(r["histogram"]) for r in runs]
+                for h in hists[1:]:
+                    hists[0].add(h)
+                merged[(system, size)] = hists[0]
             if system == "sulis":
                 base = figure
             ratio = figure / base if figure is not None and base else None
@@ -783,7 +767,7 @@ def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for n, row in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
@@ -810,16 +794,16 @@ def _report(doc: dict) -> list[str]:
         f"per run, {runs} run{'s' if runs > 1 else ''}{', medians' if runs > 1 else ''}",
         f"  sulis {doc['sulis']['version']} ({doc['sulis']['build_profile']}), {drivers}, "
         f"clients {doc['client_idle']} when idle",
+        "",
     ]
-    lines.append("")
     if doc["mode"] == "throughput":
         header = ["system", "size", "msgs/s", "MB/s"] + (["per run (M msgs/s)"] if runs > 1 else []) + ["vs sulis"]
         rows = [header]
         for r in doc["results"]:
             per_run = " / ".join("-" if x["msgs_per_s"] is None else f"{x['msgs_per_s'] / 1e6:.2f}" for x in r["runs"])
-            rows.append([r["name"], f"{r['size']:,} B", _num(r["median"]["msgs_per_s"]) + (" (!)" if r["too_short"] else ""),
-                         _fixed(r["median"]["mb_per_s"], 1)] + ([per_run] if runs > 1 else [])
-                        + [_ratio(r["vs_sulis"])])
+            rate = _num(r["median"]["msgs_per_s"]) + (" (!)" if r["too_short"] else "")
+            rows.append([r["name"], f"{r['size']:,} B", rate, _fixed(r["median"]["mb_per_s"], 1)]
+                        + ([per_run] if runs > 1 else []) + [_ratio(r["vs_sulis"])])
         lines += _table(rows)
         lines += ["", "msgs/s counted and timed by the receiver; MB/s of payload; vs sulis: msgs/s / sulis' msgs/s"]
         if any(r["too_short"] for r in doc["results"]):
@@ -854,7 +838,7 @@ def _plot(path: str, series: list, title: str) -> None:
     from .. import _benchkit as kit
 
     fig, ax = plt.subplots(figsize=(10, 6))
-    top = 10
+    top = 10.0
     lows, highs = [], []
     for label, hist in series:
         total = hist.get_total_count()
