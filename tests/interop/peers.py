@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -30,10 +30,10 @@ for path in (HERE, ROOT, HERE.parent):  # stream.py, bench.peers.aeron, conftest
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from conftest import free_udp_port  # noqa: E402
+from bench.peers import aeron as aeron_java  # noqa: E402
 from stream import expected_summary  # noqa: E402
 
-from bench.peers import aeron as aeron_java  # noqa: E402
+from conftest import free_udp_port  # noqa: E402
 from sulis._benchkit import ChildProcess  # noqa: E402
 
 AeronJava = aeron_java.AeronJava
@@ -46,7 +46,7 @@ class PeerFailed(AssertionError):
     """A peer process failed, timed out or printed no result."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _install_once() -> str:
     """Runs bench/peers/install.sh once per process; "" on success, else why it failed."""
     if os.environ.get("SULIS_INTEROP_NO_INSTALL", "") not in ("", "0"):
@@ -75,13 +75,19 @@ def find_aeron(name: str) -> AeronJava:
                               + f" (first: {first})") from None
 
 
-def compile_peer(aeron: AeronJava) -> str:
-    """The class path of AeronPeer compiled against ``aeron.jar`` (cached)."""
-    return aeron_java.classpath(aeron)
+def usable(name: str) -> AeronJava:
+    """The Aeron install ``name`` with AeronPeer compiled for it; skips the test when it is missing."""
+    import pytest
+
+    try:
+        install = find_aeron(name)
+        compile_peer(install)
+    except PeerMissing as exc:
+        pytest.skip(str(exc))
+    return install
 
 
-def udp_channel(port: int, host: str = "127.0.0.1") -> str:
-    return f"aeron:udp?endpoint={host}:{port}"
+compile_peer = aeron_java.classpath  # AeronPeer compiled against the install's jar (cached): its class path
 
 
 class Harness:
@@ -115,7 +121,7 @@ class Harness:
         return "\n".join(f"--- {p.what} (pid {p.proc.pid}, "
                          f"{'running' if p.proc.poll() is None else f'exit {p.proc.returncode}'}): {' '.join(p.cmd)}\n"
                          f"stdout tail:\n" + "\n".join(line for _, line in p.lines[-5:])
-                         + f"\nstderr tail:\n{p.stderr_tail(2000)}" for p in self.procs)
+                         + f"\nstderr tail:\n{p.stderr_tail()}" for p in self.procs)
 
     def make_dir(self, prefix: str) -> str:
         d = tempfile.mkdtemp(prefix=f"sulis-interop-{prefix}-", dir=SHM)
@@ -130,50 +136,24 @@ class Harness:
         self.procs.append(p)
         return p
 
-    def _await_cnc(self, p: ChildProcess, directory: str, timeout: float = 30.0) -> None:
-        cnc = os.path.join(directory, "cnc.dat")
-        deadline = time.monotonic() + timeout
+    def start_driver(self, kind: str, aeron: AeronJava | None = None, props: dict | None = None,
+                     netns: str | None = None) -> tuple[ChildProcess, str]:
+        """An Aeron ``MediaDriver`` process (one shared agent thread; ``props``: more properties) or a
+        ``sulis driver`` (shared threading); returns (process, its directory) once it runs."""
+        d = self.make_dir(kind)
+        if kind == "aeron":
+            d = os.path.join(d, "aeron")
+            props = {**aeron_java.dir_props(d), "aeron.threading.mode": "SHARED", **(props or {})}
+            cmd = aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver")
+        else:
+            cmd = [sys.executable, "-m", "sulis.cli", "driver", "--dir", d, "--threading-mode", "shared"]
+        p = self.start(f"{kind}-driver", cmd, netns)
+        cnc, deadline = os.path.join(d, "cnc.dat"), time.monotonic() + 30
         while not (os.path.exists(cnc) and os.path.getsize(cnc) > 0):
             if p.proc.poll() is not None or time.monotonic() > deadline:
                 raise PeerFailed(f"{p.what} wrote no {cnc}\n{self.describe()}")
             time.sleep(0.02)
-
-    def start_aeron_driver(self, aeron: AeronJava, props: dict | None = None,
-                           netns: str | None = None) -> tuple[ChildProcess, str]:
-        """An Aeron ``MediaDriver`` process (one shared agent thread); returns (process, aeron.dir) once it runs."""
-        aeron_dir = os.path.join(self.make_dir(f"aeron-{aeron.version}"), "aeron")
-        props = {**aeron_java.dir_props(aeron_dir), "aeron.threading.mode": "SHARED", **(props or {})}
-        p = self.start(f"aeron-{aeron.version}-driver", aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver"),
-                       netns)
-        self._await_cnc(p, aeron_dir)
-        return p, aeron_dir
-
-    def start_sulis_driver(self) -> tuple[ChildProcess, str]:
-        """A standalone ``sulis driver`` process (shared threading); returns (process, dir)."""
-        d = self.make_dir("sulis-driver")
-        p = self.start("sulis-driver", [sys.executable, "-m", "sulis.cli", "driver", "--dir", d,
-                                        "--threading-mode", "shared"])
-        self._await_cnc(p, d)
         return p, d
-
-    def start_aeron_peer(self, aeron: AeronJava, mode: str, aeron_dir: str, channel: str, stream_id: int,
-                         count: int, netns: str | None = None, **options) -> ChildProcess:
-        """``AeronPeer stream-MODE`` on the driver in ``aeron_dir``."""
-        cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": aeron_dir}, channel=channel, stream=stream_id,
-                              count=count, **options)
-        return self.start(f"aeron-{aeron.version}-{mode}", cmd, netns)
-
-    def start_sulis_peer(self, mode: str, channel: str, stream_id: int, count: int, sulis_dir: str | None,
-                         options: Sequence = (), driver_options: dict | None = None,
-                         netns: str | None = None) -> ChildProcess:
-        """``sulis_peer.py MODE ...``: on the driver in ``sulis_dir``, else on an embedded one of its own."""
-        cmd = [sys.executable, str(HERE / "sulis_peer.py"), mode, "--dir", sulis_dir or self.make_dir("sulis"),
-               "--channel", channel, "--stream", stream_id, "--count", count, *options]
-        if sulis_dir is None:
-            cmd.append("--embedded")
-        for k, v in (driver_options or {}).items():
-            cmd += ["--driver-option", f"{k}={v}"]
-        return self.start(f"sulis-{mode}", cmd, netns)
 
     def result(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess] = ()) -> dict:
         """``proc``'s last JSON line once it exited, failing early when a watched process fails:
@@ -235,22 +215,26 @@ def run_transfer(h: Harness, publisher: str, subscriber: str, count: int, aeron:
     watch: list[ChildProcess] = []
     dirs = {"aeron": None, "sulis": None}
     if driver is None:
-        channel = channel or udp_channel(free_udp_port(), host=(hosts or {}).get(subscriber, "127.0.0.1"))
+        channel = channel or f"aeron:udp?endpoint={(hosts or {}).get(subscriber, '127.0.0.1')}:{free_udp_port()}"
         if "aeron" in (publisher, subscriber):
-            drv, dirs["aeron"] = h.start_aeron_driver(aeron, props=aeron_driver_props, netns=netns.get("aeron"))
+            drv, dirs["aeron"] = h.start_driver("aeron", aeron, aeron_driver_props, netns.get("aeron"))
             watch.append(drv)
     else:
         channel = channel or "aeron:ipc"
-        drv, d = h.start_sulis_driver() if driver == "sulis" else h.start_aeron_driver(aeron)
+        drv, d = h.start_driver(driver, aeron)
         watch.append(drv)
         dirs = {"aeron": d, "sulis": d}
 
-    def start(kind: str, mode: str, seconds: float):
-        if kind == "aeron":
-            return h.start_aeron_peer(aeron, mode, dirs["aeron"], channel, stream_id, count, netns.get("aeron"),
-                                      timeout=seconds)
-        return h.start_sulis_peer(mode, channel, stream_id, count, dirs["sulis"], ["--timeout", seconds],
-                                  sulis_driver_options, netns.get("sulis"))
+    def start(kind: str, mode: str, seconds: float) -> ChildProcess:
+        if kind == "aeron":  # AeronPeer's stream role on the driver in dirs["aeron"]
+            cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": dirs["aeron"]}, channel=channel,
+                                  stream=stream_id, count=count, timeout=seconds)
+        else:  # sulis_peer.py on the driver in dirs["sulis"], else on an embedded one of its own
+            cmd = [sys.executable, str(HERE / "sulis_peer.py"), mode, "--dir", dirs["sulis"] or h.make_dir("sulis"),
+                   "--channel", channel, "--stream", stream_id, "--count", count, "--timeout", seconds]
+            cmd += [] if dirs["sulis"] else ["--embedded"]
+            cmd += [f"--driver-option={k}={v}" for k, v in (sulis_driver_options or {}).items()]
+        return h.start(f"{kind}-{mode}", cmd, netns.get(kind))
 
     sub = start(subscriber, "sub", timeout)
     pub = start(publisher, "pub", 60)

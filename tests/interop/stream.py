@@ -1,4 +1,4 @@
-"""The interop message stream, twin of the definition at the top of AeronPeer.java.
+"""The interop message stream, twin of the ``Stream`` class of bench/peers/AeronPeer.java.
 
 Both sides must agree byte for byte; change one only together with the other
 (and bump ``SEED`` so that stale peers cannot agree by accident).
@@ -18,18 +18,13 @@ Message ``i`` (0-based):
 
 The checksum of a stream is CRC-32 (zlib / java.util.zip.CRC32) chained over
 all message bytes in order, i.e. the CRC-32 of their concatenation.
-
-CLI: ``python tests/interop/stream.py COUNT`` prints the expected
-``{"count", "bytes", "checksum"}`` of the first COUNT messages.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
-import sys
 import time
 import zlib
 
@@ -59,10 +54,6 @@ _PERIOD = len(CYCLE) * OFFSET_MODULUS
 _TAILS: tuple[bytes, ...] = tuple(
     PATTERN[k % OFFSET_MODULUS : k % OFFSET_MODULUS + CYCLE[k % len(CYCLE)] - INDEX_LENGTH] for k in range(_PERIOD)
 )
-
-
-def is_big(i: int) -> bool:
-    return i % BIG_EVERY == BIG_PHASE
 
 
 def length(i: int) -> int:
@@ -225,9 +216,3 @@ def expected_summary(count: int) -> dict:
         nbytes += INDEX_LENGTH + len(t)
     return {"count": count, "bytes": nbytes, "checksum": crc}
 
-
-if __name__ == "__main__":
-    t0 = time.perf_counter()
-    summary = expected_summary(int(sys.argv[1].replace("_", "")) if len(sys.argv) > 1 else 1_000_000)
-    summary["seconds"] = round(time.perf_counter() - t0, 3)
-    print(json.dumps(summary))

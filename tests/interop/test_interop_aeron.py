@@ -2,9 +2,9 @@
 
 Every test moves the interop message stream (tests/interop/stream.py: mixed
 lengths from 8 bytes to 1 MiB + 4099, fragmented at MTU 1408) from a publisher
-to a subscriber, each a separate process (tests/interop/AeronPeer.java,
-tests/interop/sulis_peer.py), and checks that none was lost, duplicated,
-reordered or corrupted and that both sides' CRC-32 equals the expected one.
+to a subscriber, each a separate process (the stream roles of
+bench/peers/AeronPeer.java, tests/interop/sulis_peer.py), and checks that none
+was lost, duplicated, reordered or corrupted and that both CRC-32s are right.
 
 * ``test_*_udp``: Aeron Java and sulis, each on its own media driver, over
   ``aeron:udp?endpoint=127.0.0.1:<free port>``, in both directions.
@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-
-import pytest
 
 import peers  # noqa: E402
+import pytest
 
 COUNT = int(os.environ.get("SULIS_INTEROP_COUNT", "1000000").replace("_", ""))
 
@@ -41,23 +39,12 @@ pytestmark = [
 
 @pytest.fixture(params=peers.VERSIONS, ids=lambda v: f"aeron-{v}")
 def aeron(request) -> peers.AeronJava:
-    """An Aeron install with AeronPeer compiled for it; skips when Java or the jar is missing."""
-    try:
-        install = peers.find_aeron(request.param)
-        peers.compile_peer(install)
-    except peers.PeerMissing as exc:
-        pytest.skip(str(exc))
-    return install
+    return peers.usable(request.param)
 
 
 @pytest.fixture
 def current_aeron() -> peers.AeronJava:
-    try:
-        install = peers.find_aeron("current")
-        peers.compile_peer(install)
-    except peers.PeerMissing as exc:
-        pytest.skip(str(exc))
-    return install
+    return peers.usable("current")
 
 
 @pytest.fixture
