@@ -159,7 +159,8 @@ def role_consume(dir: str, stream: str, producers: str, count: str) -> None:
     next_seq: dict[int, int] = {}
     images: list[int] = []
     with sulis.Client(dir=dir, driver_timeout=10.0) as client:
-        sub = client.add_subscription("aeron:ipc", int(stream), on_available_image=lambda im: images.append(im.session_id))
+        sub = client.add_subscription("aeron:ipc", int(stream),
+                                      on_available_image=lambda im: images.append(im.session_id))
         say(ready=True, pid=os.getpid(), client_id=client.client_id)
 
         def on_message(buffer, header):
