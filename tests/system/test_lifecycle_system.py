@@ -178,6 +178,35 @@ def test_image_callbacks_fire_with_images(client):
     assert sub.image_count == 0
 
 
+def test_image_callbacks_run_on_the_clients_dispatcher_thread_and_close_waits_for_them(make_client):
+    client = make_client()
+    threads = []
+    entered, release = threading.Event(), threading.Event()
+
+    def on_available(image):
+        threads.append(threading.get_ident())
+        entered.set()
+        release.wait(10)
+
+    sub = client.add_subscription("aeron:ipc", 122, on_available_image=on_available,
+                                  on_unavailable_image=lambda image: threads.append(threading.get_ident()))
+    pub = client.add_exclusive_publication("aeron:ipc", 122)
+    assert entered.wait(10), "on_available_image"
+    # poll and offer go on while a callback runs: it is not on the caller's thread.
+    assert threads == [threads[0]] and threads[0] != threading.get_ident()
+    assert pub.offer(b"x") > 0
+    await_until(lambda: sub.poll(lambda b, h: None, 10) == 1)
+    pub.close()
+    closer = threading.Thread(target=client.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close waits for the callback that is running"
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    assert set(threads) == {threads[0]}, "every callback of a client on the same thread"
+
+
 def test_callbacks_only_for_their_subscription(client):
     a_events, b_events = [], []
     a = client.add_subscription("aeron:ipc", 118, on_available_image=a_events.append)
