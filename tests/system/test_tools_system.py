@@ -23,6 +23,7 @@ import pytest
 
 import sulis
 from conftest import CLI, await_until, clean_env, connected_pair
+from conftest import free_udp_port as free_port  # the tests' one port helper
 from conftest import run_cli as run
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
@@ -48,12 +49,6 @@ def value_of(dir: str, type_id: int, registration_id: int) -> int | None:
         if c["type_id"] == type_id and c["registration_id"] == registration_id:
             return c["value"]
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def offer_all(pub, count: int, size: int = 100) -> None:

@@ -24,6 +24,7 @@ import pytest
 import sulis
 from _child import make_message, parse_message
 from conftest import await_until
+from conftest import free_udp_port as free_port  # the tests' one port helper
 from netutil.relay import Impairment, RelayProcess
 
 # System counters (crates/sulis-driver/src/system_counters.rs, Aeron's ids).
@@ -41,12 +42,6 @@ UDP_OPTIONS = {
     "image_liveness_timeout": "1s",
     "timer_interval": "10ms",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def counter(dir: str, c: tuple[int, str]) -> int:
