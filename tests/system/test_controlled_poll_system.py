@@ -108,7 +108,8 @@ def test_fragment_limit_is_respected(stream):
     assert [p for p, _ in seen] == MESSAGES
 
 
-@pytest.mark.parametrize("bad", [None, "CONTINUE", 0, 5, -1, 2.5, object()], ids=lambda b: "object" if type(b) is object else repr(b))
+@pytest.mark.parametrize("bad", [None, "CONTINUE", 0, 5, -1, 2.5, object()],
+                         ids=lambda b: "object" if type(b) is object else repr(b))
 def test_bad_handler_result_raises_type_error(stream, bad):
     sub, pub, image = stream
     with pytest.raises(TypeError, match="sulis.Action"):
