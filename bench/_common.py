@@ -85,7 +85,8 @@ def cpu_summary() -> str:
 
 
 def pins(cpu: int | None, driver: bool = False) -> dict:
-    """Role parameters that pin it to ``cpu`` (None: nothing); ``driver``: its driver's threads too."""
+    """Role parameters that pin it (and its client's thread) to ``cpu`` (None: nothing) once its
+    driver runs; ``driver``: the driver's threads too."""
     return {} if cpu is None else {"cpu": cpu, **({"driver_cpu": cpu} if driver else {})}
 
 
@@ -168,10 +169,12 @@ def build_native(variants: list, no_build: bool, prefix: str = "native") -> list
 
 
 class Children:
-    """The role processes of one run, each in its own session and dying with us. ``pair`` starts
-    two: the first, then the second (a command, or a function of the first's ``ready`` message).
-    Leaving the block closes them, the last started first (stdin, then SIGTERM, then SIGKILL),
-    removes the directories given and calls ``after``."""
+    """The role processes of one run, dying with us. ``pair`` starts two: the first, then the second
+    (a command, or a function of the first's ``ready`` message). They stay in our session: with
+    the kernel's autogroup, processes of different sessions share the CPUs per session, not per
+    thread, which would change who gets how much of the 2 cores. Leaving the block closes them, the
+    last started first (stdin, then SIGTERM, then SIGKILL), removes the directories given and calls
+    ``after``."""
 
     def __init__(self, *dirs: str, after: Callable[[], None] | None = None):
         self._dirs, self._after, self.children = dirs, after, []
@@ -182,8 +185,7 @@ class Children:
     def pair(self, first: tuple, second: tuple, timeout_s: float) -> tuple[kit.Child, kit.Child]:
         ready: dict = {}
         for what, cmd in (first, second):
-            self.children.append(kit.Child(what, cmd=cmd(ready) if callable(cmd) else cmd, own_session=True,
-                                           cwd=str(ROOT)))
+            self.children.append(kit.Child(what, cmd=cmd(ready) if callable(cmd) else cmd, cwd=str(ROOT)))
             ready = self.children[-1].read(timeout_s)
         return self.children[0], self.children[1]
 

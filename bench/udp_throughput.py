@@ -75,7 +75,7 @@ def sulis_run(cfg: Config, a, kind: str) -> dict:
     channel = c.udp_channel(HOST, c.free_port(HOST), cfg.channel_params)
     driver = {"threading_mode": cfg.threading, "idle_strategy": cfg.driver_idle, **driver_options(a.driver_options)}
     common = {"channel": channel, "stream": STREAM, "driver": driver, "idle": cfg.client_idle}
-    pin_pub = {"none": {}, "sides": c.pins(0, driver=True), "publisher": {"driver_cpu": 1, "cpu": 0}}[a.pin]
+    pin_pub = {"none": {}, "sides": c.pins(0, driver=True), "publisher": {"driver_cpu": 1, "loop_cpu": 0}}[a.pin]
     pin_sub = {} if a.pin == "none" else c.pins(1, driver=True)
     role = c.py_role if kind == "py" else c.native_role
     sub = role("sulis-sub" if kind == "py" else "sub", dir=f"{base}/sub", duration=a.duration,

@@ -257,7 +257,7 @@ _HIST_MAX = re.compile(r"#\[Max\s*=\s*([\d.]+),\s*Total count\s*=\s*(\d+)\]")
 def _sample(aeron: AeronJava, cls: str, props: dict, stdin: str = "devnull") -> ChildProcess:
     require_class(aeron, SAMPLES + cls)
     return ChildProcess(command(aeron, {"aeron.sample.messageLength": 32, **props}, SAMPLES + cls), cls,
-                        stdin=stdin, own_session=True)
+                        stdin=stdin)
 
 
 def _wait(jvm: ChildProcess, pattern: str, timeout_s: float) -> int:

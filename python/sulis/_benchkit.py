@@ -660,8 +660,9 @@ def idle_of(name: str | None):
 @contextlib.contextmanager
 def side(p: dict):
     """A role's client, on an embedded driver of its own when ``p["driver"]`` holds its options
-    (else on the driver in ``p["dir"]``); pinned to ``p["driver_cpu"]`` before the driver starts
-    and ``p["cpu"]`` after. Yields (driver directory, client)."""
+    (else on the driver in ``p["dir"]``). Pinned (threads inherit the mask they start with) to
+    ``p["driver_cpu"]`` before the driver starts, to ``p["cpu"]`` after it and before the client's
+    thread starts, the role's thread alone to ``p["loop_cpu"]`` last. Yields (driver dir, client)."""
     from . import Client, MediaDriver
 
     pin(p.get("driver_cpu"))
@@ -669,8 +670,9 @@ def side(p: dict):
     if p.get("driver") is not None:
         driver = MediaDriver(dir=p["dir"], dir_delete_on_shutdown=True, **p["driver"])
     try:
+        pin(p.get("cpu"))
         with Client(dir=p["dir"], name=f"sulis bench {p['role']}") as client:
-            pin(p.get("cpu"))
+            pin(p.get("loop_cpu"))
             yield (driver.dir if driver is not None else p["dir"]), client
     finally:
         if driver is not None:

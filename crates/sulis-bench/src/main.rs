@@ -9,13 +9,14 @@
 //! sulis-bench ping dir= [driver=...] ping_channel= pong_channel= [ping_stream=1002] [pong_stream=1003]
 //!                  n= warmup= [length=32] [idle=]
 //! sulis-bench pong dir= [driver=...] ping_channel= pong_channel= [ping_stream=] [pong_stream=] total= [idle=]
-//! every role:      [driver_cpu=N] [cpu=N]
+//! every role:      [driver_cpu=N] [cpu=N] [loop_cpu=N]
 //! ```
 //!
 //! `driver=` launches an embedded media driver in `dir` with those options
 //! (as `sulis driver --print-config` names them), else the client uses the
-//! driver running there. `driver_cpu` pins the process before the driver
-//! starts (its threads inherit the mask), `cpu` the role's thread after.
+//! driver running there. Threads inherit the mask they start with:
+//! `driver_cpu` pins before the driver starts, `cpu` after it and before the
+//! client's thread starts, `loop_cpu` the role's thread alone at the end.
 //! `idle`: what a client does when it could not progress (a refused offer,
 //! an empty poll): `none`, `spin` (a pause hint) or `yield`.
 //!
@@ -36,7 +37,7 @@ use sulis_driver::{DriverContext, MediaDriver};
 
 /// Every key a role takes (a misspelt one is an error, not a default).
 const KEYS: &str =
-    "dir driver driver_cpu cpu idle channel stream publication length total stop limit \
+    "dir driver driver_cpu cpu loop_cpu idle channel stream publication length total stop limit \
      duration warmup n ping_channel pong_channel ping_stream pong_stream";
 
 fn die(msg: &str) -> ! {
@@ -157,6 +158,7 @@ fn main() {
     pin(args.0.get("driver_cpu").map(|_| args.num("driver_cpu", 0)));
     let dir = PathBuf::from(args.req("dir"));
     let driver = args.0.get("driver").map(|options| launch(&dir, options));
+    pin(args.0.get("cpu").map(|_| args.num("cpu", 0)));
     let client = Client::connect(ClientContext {
         dir: dir.clone(),
         driver_timeout: Duration::from_secs(10),
@@ -169,7 +171,7 @@ fn main() {
             dir.display()
         ))
     });
-    pin(args.0.get("cpu").map(|_| args.num("cpu", 0)));
+    pin(args.0.get("loop_cpu").map(|_| args.num("loop_cpu", 0)));
     match role.as_str() {
         "pub" => publisher(&args, &client, &dir),
         "sub" => subscriber(&args, &client),
