@@ -3,12 +3,12 @@
 //! silent, finished or unwanted images and frees them after the linger.
 
 use super::DriverConductor;
-use crate::publication_image::{ImageSubscriber, PublicationImage};
+use crate::publication_image::{ImageParts, ImageSubscriber, PublicationImage};
 use crate::receiver::ReceiverCommand;
 use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
 use sulis_protocol::control::Event;
 use sulis_protocol::driver_dir::image_log_file;
@@ -69,14 +69,10 @@ impl DriverConductor {
         };
         let position = self.counters.reader().counter_ref(counter_id);
         position.set_ordered(join);
-        image
-            .subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ImageSubscriber {
-                subscription_id: sub_id,
-                position,
-            });
+        image.add_subscriber(ImageSubscriber {
+            subscription_id: sub_id,
+            position,
+        });
         self.send(Event::AvailableImage {
             correlation_id: image.correlation_id,
             session_id: image.session_id,
@@ -187,7 +183,7 @@ impl DriverConductor {
             setup.initial_term_id,
         );
         let reader = self.counters.reader();
-        let image = Arc::new(PublicationImage {
+        let image = Arc::new(PublicationImage::new(ImageParts {
             correlation_id,
             session_id: setup.session_id,
             stream_id: setup.stream_id,
@@ -195,21 +191,14 @@ impl DriverConductor {
             channel: channel.clone(),
             source,
             logs,
-            bits,
-            term_length,
             initial_term_id: setup.initial_term_id,
             join_position: join,
             window_length: window as i32,
             reliable,
             hwm: reader.counter_ref(ids[0]),
             rcv_pos: reader.counter_ref(ids[1]),
-            subscribers: Mutex::new(Vec::new()),
-            time_of_last_packet_ns: AtomicI64::new(now_ns),
-            eos_position: AtomicI64::new(i64::MAX),
-            state: AtomicU8::new(crate::publication_image::state::ACTIVE),
-        });
-        image.hwm.set_ordered(join);
-        image.rcv_pos.set_ordered(join);
+            now_ns,
+        }));
         for si in subs {
             self.link_image_subscriber(&image, si);
         }
@@ -238,11 +227,7 @@ impl DriverConductor {
                 let img = &entry.image;
                 let silent =
                     now_ns - img.time_of_last_packet_ns.load(Ordering::Acquire) > liveness_ns;
-                let unwanted = img
-                    .subscribers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_empty();
+                let unwanted = !img.has_subscribers();
                 if silent || unwanted || img.is_drained() {
                     img.state
                         .store(crate::publication_image::state::INACTIVE, Ordering::Release);
@@ -254,14 +239,7 @@ impl DriverConductor {
             }
         }
         for img in withdrawn {
-            let subs: Vec<i64> = img
-                .subscribers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|s| s.subscription_id)
-                .collect();
-            for sub_id in subs {
+            for sub_id in img.subscribers().iter().map(|s| s.subscription_id) {
                 let channel = self
                     .subscriptions
                     .iter()
@@ -283,9 +261,7 @@ impl DriverConductor {
             if done {
                 let entry = self.images.swap_remove(i);
                 let img = entry.image;
-                let subs =
-                    std::mem::take(&mut *img.subscribers.lock().unwrap_or_else(|p| p.into_inner()));
-                for s in subs {
+                for s in img.remove_subscribers(|_| true) {
                     self.counters.free(s.position.id(), now_ms);
                 }
                 self.counters.free(img.hwm.id(), now_ms);

@@ -96,19 +96,12 @@ impl DriverConductor {
         }
         if let Some(endpoint_id) = link.udp_endpoint {
             for entry in self.images.iter() {
-                let mut subs = entry
+                for s in entry
                     .image
-                    .subscribers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                subs.retain(|s| {
-                    if s.subscription_id == registration_id {
-                        self.counters.free(s.position.id(), now_ms);
-                        false
-                    } else {
-                        true
-                    }
-                });
+                    .remove_subscribers(|s| s.subscription_id == registration_id)
+                {
+                    self.counters.free(s.position.id(), now_ms);
+                }
             }
             let _ = self.net.receiver.send(ReceiverCommand::RemoveSubscription {
                 endpoint_id,
