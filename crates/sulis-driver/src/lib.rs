@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod conductor;
 pub mod context;
+pub mod flow_control;
 pub mod ipc_publication;
 pub mod loss;
 pub mod media;

@@ -12,7 +12,8 @@
 use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock, TrackedAgent};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
-use crate::loss::{LossGenerator, NAK_RETRY_ADAPTIVE_MAX_NS};
+use crate::loss::NAK_RETRY_ADAPTIVE_MAX_NS;
+use crate::media::transport::{TransportFactory, UdpTransportFactory};
 use crate::receiver::{Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
 use crate::system_counters::SystemCounter;
@@ -101,6 +102,17 @@ impl MediaDriver {
         ctx: DriverContext,
         clock: NanoClock,
     ) -> Result<MediaDriver, DriverError> {
+        Self::launch_with(ctx, clock, Arc::new(UdpTransportFactory))
+    }
+
+    /// As [`MediaDriver::launch_with_clock`], with the endpoints' transports
+    /// made by `transports`: a [`crate::media::memory::MemoryNetwork`] runs
+    /// drivers over a network in memory, so a test decides what arrives.
+    pub fn launch_with(
+        ctx: DriverContext,
+        clock: NanoClock,
+        transports: Arc<dyn TransportFactory>,
+    ) -> Result<MediaDriver, DriverError> {
         ctx.conclude().map_err(DriverError::Config)?;
         let dir = ctx.dir.clone();
         let timeout_ms = (ctx.driver_timeout_ns / 1_000_000) as i64;
@@ -148,14 +160,12 @@ impl MediaDriver {
             sender: sender_tx,
             receiver: receiver_tx,
             receiver_events: events_rx,
+            transports,
         };
         let conductor = DriverConductor::new(ctx.clone(), cnc.clone(), clock, links)
             .map_err(DriverError::Config)?;
         let errors = conductor.error_reporter();
         let system = *errors.system();
-        let seed = ctx.loss_seed;
-        let loss =
-            |spec, salt: u64| LossGenerator::new(spec, seed ^ salt.wrapping_mul(0x9E37_79B9));
         let sender = Sender::new(
             sender_rx,
             clock,
@@ -165,9 +175,6 @@ impl MediaDriver {
                 connection_timeout_ns: ctx.publication_connection_timeout_ns as i64,
                 retransmit_delay_ns: ctx.retransmit_unicast_delay_ns as i64,
                 retransmit_linger_ns: ctx.retransmit_unicast_linger_ns as i64,
-                data_loss: loss(ctx.send_data_loss, 1),
-                control_send_loss: loss(ctx.send_control_loss, 2),
-                control_receive_loss: loss(ctx.receive_control_loss, 3),
                 gso: ctx.udp_offload,
             },
             errors.clone(),
@@ -196,9 +203,6 @@ impl MediaDriver {
                 image_cool_down_ns: (ctx.publication_linger_timeout_ns as i64)
                     .max(ctx.status_message_timeout_ns as i64),
                 receiver_id,
-                data_loss: loss(ctx.receive_data_loss, 4),
-                control_receive_loss: loss(ctx.receive_control_loss, 5),
-                control_send_loss: loss(ctx.send_control_loss, 6),
                 gro: ctx.udp_offload,
             },
             errors,

@@ -11,10 +11,20 @@
 //! (the sender keeps sending end-of-stream heartbeats and serving NAKs) →
 //! `Done` (the sender drops it, counters are freed, the file is deleted).
 
+use crate::agent::ErrorReporter;
+use crate::flow_control::{FlowControl, UnicastFlowControl};
+use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
+use crate::media::transport::{send_control_frame, Transport};
+use crate::sender::SenderConfig;
+use crate::system_counters::{SystemCounter, SystemCounters};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::term_scanner::scan_for_availability;
 use sulis_concurrent::logbuffer::{self, meta, LogBuffers};
+use sulis_protocol::frame::{
+    DataHeader, NakFrame, RttmFrame, SetupFrame, StatusMessageFrame, BEGIN_FLAG, END_FLAG, EOS_FLAG,
+};
 use sulis_protocol::log_buffer_descriptor::*;
 
 /// Shared status: set by the conductor, read by the sender.
@@ -260,5 +270,370 @@ impl NetworkPublicationEntry {
                 }
             }
         }
+    }
+}
+
+/// Datagrams gathered into one `sendmmsg` per publication and send turn.
+const SEND_BATCH: usize = 32;
+
+/// The sender agent's side of a network publication: the protocol it runs
+/// with its receivers. SETUP until a receiver answers, data within the
+/// flow-control limit, heartbeats while idle (end of stream once closed and
+/// sent), retransmits of what receivers NAK, answers to RTT requests.
+pub struct PublicationSender {
+    /// The shared part.
+    pub publication: std::sync::Arc<NetworkPublication>,
+    /// Where its frames go (the publication's, until a re-resolution moves it).
+    destination: SocketAddr,
+    should_send_setup: bool,
+    time_of_last_setup_ns: i64,
+    time_of_last_send_ns: i64,
+    sender_limit: i64,
+    flow_limited: bool,
+    retransmit: RetransmitHandler,
+    flow_control: Box<dyn FlowControl>,
+    /// Ranges to resend, gathered before sending (no allocation per NAK).
+    resends: Vec<(i32, i32, i32)>,
+}
+
+impl PublicationSender {
+    /// Starts sending `publication`: a SETUP goes out on the first turn.
+    pub fn new(
+        publication: std::sync::Arc<NetworkPublication>,
+        cfg: &SenderConfig,
+        now_ns: i64,
+    ) -> PublicationSender {
+        let retransmit = RetransmitHandler::new_unicast(
+            Box::new(StaticDelayGenerator::new(
+                cfg.retransmit_delay_ns,
+                cfg.retransmit_delay_ns == 0,
+            )),
+            cfg.retransmit_linger_ns,
+        );
+        PublicationSender {
+            destination: publication.destination,
+            sender_limit: publication.snd_pos.get(),
+            publication,
+            should_send_setup: true,
+            time_of_last_setup_ns: now_ns - cfg.setup_interval_ns,
+            time_of_last_send_ns: now_ns,
+            flow_limited: false,
+            retransmit,
+            flow_control: Box::new(UnicastFlowControl),
+            resends: Vec::new(),
+        }
+    }
+
+    /// Session id.
+    pub fn session_id(&self) -> i32 {
+        self.publication.session_id
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.publication.stream_id
+    }
+
+    /// The publication's host moved: send there from now on, SETUP first.
+    pub fn change_destination(&mut self, destination: SocketAddr, cfg: &SenderConfig, now_ns: i64) {
+        self.destination = destination;
+        self.trigger_setup(cfg, now_ns);
+    }
+
+    fn trigger_setup(&mut self, cfg: &SenderConfig, now_ns: i64) {
+        self.should_send_setup = true;
+        self.time_of_last_setup_ns = now_ns - cfg.setup_interval_ns;
+    }
+
+    /// A status message for this publication from `src`. `Err` names what
+    /// was wrong with it (the sender logs and counts it as invalid).
+    pub fn on_status_message(
+        &mut self,
+        sm: &StatusMessageFrame,
+        src: SocketAddr,
+        cfg: &SenderConfig,
+        system: &SystemCounters,
+        now_ns: i64,
+    ) -> Result<(), String> {
+        let p = self.publication.clone();
+        if sm.is_send_setup() {
+            system.increment(SystemCounter::StatusMessagesReceived);
+            self.trigger_setup(cfg, now_ns);
+            return Ok(());
+        }
+        if let Err(e) = sm.validate_against(p.term_length) {
+            system.increment(SystemCounter::StatusMessagesRejected);
+            return Err(e.to_string());
+        }
+        let position = compute_position(
+            sm.consumption_term_id,
+            sm.consumption_term_offset,
+            p.bits,
+            p.initial_term_id,
+        );
+        let sender_position = p.snd_pos.get();
+        let half = (p.term_length / 2) as i64;
+        if (position - sender_position).abs() > half {
+            system.increment(SystemCounter::StatusMessagesRejected);
+            return Err(format!(
+                "status message for session {} stream {}: position {position} is not within \
+                 term_length/2 of the sender position {sender_position}",
+                sm.session_id, sm.stream_id
+            ));
+        }
+        system.increment(SystemCounter::StatusMessagesReceived);
+        let limit =
+            self.flow_control
+                .on_status_message(sm, src, position, self.sender_limit, now_ns);
+        self.set_sender_limit(limit);
+        self.should_send_setup = false;
+        p.time_of_last_sm_ns.store(now_ns, Ordering::Release);
+        Ok(())
+    }
+
+    fn set_sender_limit(&mut self, limit: i64) {
+        if limit != self.sender_limit {
+            self.sender_limit = limit;
+            self.publication.snd_lmt.set_ordered(limit);
+        }
+    }
+
+    /// A NAK for this publication: resends the range now or after the
+    /// retransmit delay. `Err` names what was wrong with it.
+    pub fn on_nak(
+        &mut self,
+        transport: &mut dyn Transport,
+        nak: &NakFrame,
+        errors: &ErrorReporter,
+        now_ns: i64,
+    ) -> Result<(), String> {
+        let p = self.publication.clone();
+        nak.validate_against(p.term_length)
+            .map_err(|e| e.to_string())?;
+        errors
+            .system()
+            .increment(SystemCounter::NakMessagesReceived);
+        let position = compute_position(nak.term_id, nak.term_offset, p.bits, p.initial_term_id);
+        let sender_position = p.snd_pos.get();
+        if position >= sender_position || position < sender_position - p.term_length as i64 {
+            // Not sent yet, or older than the log keeps: nothing to resend.
+            return Ok(());
+        }
+        let mut resends = std::mem::take(&mut self.resends);
+        resends.clear();
+        let outcome = self.retransmit.on_nak(
+            nak.term_id,
+            nak.term_offset,
+            nak.length,
+            p.term_length as i32,
+            now_ns,
+            &mut |t, o, l| resends.push((t, o, l)),
+        );
+        if outcome == NakOutcome::Overflow {
+            errors.system().increment(SystemCounter::RetransmitOverflow);
+        }
+        for &(t, o, l) in &resends {
+            self.resend(transport, t, o, l, errors);
+        }
+        self.resends = resends;
+        Ok(())
+    }
+
+    /// The reply to a receiver's RTT measurement request.
+    pub fn rttm_reply(&self, request: &RttmFrame) -> RttmFrame {
+        RttmFrame {
+            flags: 0,
+            reception_delta_ns: 0,
+            ..*request
+        }
+    }
+
+    /// Resends whole frames from (`term_id`, `term_offset`) for `length` bytes.
+    fn resend(
+        &mut self,
+        transport: &mut dyn Transport,
+        term_id: i32,
+        term_offset: i32,
+        length: i32,
+        errors: &ErrorReporter,
+    ) {
+        let p = &self.publication;
+        let position = compute_position(term_id, term_offset, p.bits, p.initial_term_id);
+        let sender_position = p.snd_pos.get();
+        if position >= sender_position || position < sender_position - p.term_length as i64 {
+            return;
+        }
+        let end = (position + length as i64).min(sender_position);
+        let term = p.logs.term(index_by_term(p.initial_term_id, term_id));
+        let mut offset = term_offset as usize;
+        let end_offset = (term_offset as i64 + (end - position)) as usize;
+        let system = errors.system();
+        while offset < end_offset {
+            let a = scan_for_availability(&term, offset, p.mtu.min(end_offset - offset).max(32));
+            if a.send_length == 0 {
+                break;
+            }
+            match transport.send_to(term.slice(offset, a.send_length), self.destination) {
+                Ok(0) => {
+                    system.increment(SystemCounter::ShortSends);
+                    break;
+                }
+                Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
+                Err(e) => {
+                    errors.record(&format!("retransmit to {} failed: {e}", self.destination));
+                    break;
+                }
+            }
+            system.increment(SystemCounter::RetransmitsSent);
+            system.add(SystemCounter::RetransmittedBytes, a.send_length as i64);
+            offset += a.send_length + a.padding;
+        }
+    }
+
+    /// One send turn: SETUP, data, heartbeat, due retransmits. Returns the
+    /// bytes sent (at least 1 if the sender position moved) plus the
+    /// retransmits done.
+    pub fn send(
+        &mut self,
+        transport: &mut dyn Transport,
+        cfg: &SenderConfig,
+        errors: &ErrorReporter,
+        now_ns: i64,
+    ) -> usize {
+        let p = self.publication.clone();
+        let system = errors.system();
+        let sender_position = p.snd_pos.get();
+        let is_eos = p.status() != status::ACTIVE;
+        let limit = self
+            .flow_control
+            .on_idle(now_ns, self.sender_limit, sender_position, is_eos);
+        self.set_sender_limit(limit);
+
+        // SETUP until a receiver answers (or when one asks for it).
+        if !self.should_send_setup && !is_eos && !p.has_receivers(now_ns, cfg.connection_timeout_ns)
+        {
+            self.should_send_setup = true;
+        }
+        if self.should_send_setup
+            && !is_eos
+            && now_ns - self.time_of_last_setup_ns >= cfg.setup_interval_ns
+        {
+            let setup = SetupFrame {
+                flags: 0,
+                term_offset: compute_term_offset_from_position(sender_position, p.bits),
+                session_id: p.session_id,
+                stream_id: p.stream_id,
+                initial_term_id: p.initial_term_id,
+                active_term_id: compute_term_id_from_position(
+                    sender_position,
+                    p.bits,
+                    p.initial_term_id,
+                ),
+                term_length: p.term_length as i32,
+                mtu: p.mtu as i32,
+                ttl: p.ttl,
+            };
+            send_control_frame(transport, &setup.to_bytes(), self.destination, errors);
+            self.time_of_last_setup_ns = now_ns;
+        }
+
+        let mut bytes_sent = self.send_data(transport, errors, sender_position, now_ns);
+
+        // Heartbeat while idle; end of stream once everything is sent.
+        if bytes_sent == 0 && now_ns - self.time_of_last_send_ns >= cfg.heartbeat_interval_ns {
+            let position = p.snd_pos.get();
+            let mut h = DataHeader::heartbeat(
+                p.session_id,
+                p.stream_id,
+                compute_term_id_from_position(position, p.bits, p.initial_term_id),
+                compute_term_offset_from_position(position, p.bits),
+            );
+            h.flags = BEGIN_FLAG | END_FLAG;
+            if p.signal_eos && is_eos && position >= p.end_of_stream_position() {
+                h.flags |= EOS_FLAG;
+            }
+            match transport.send_to(&h.to_bytes(), self.destination) {
+                Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
+                Err(e) => errors.record(&format!("heartbeat to {} failed: {e}", self.destination)),
+            }
+            system.increment(SystemCounter::HeartbeatsSent);
+            self.time_of_last_send_ns = now_ns;
+        }
+
+        // Delayed retransmits that are due.
+        let mut resends = std::mem::take(&mut self.resends);
+        resends.clear();
+        let w = self
+            .retransmit
+            .process_timeouts(now_ns, &mut |t, o, l| resends.push((t, o, l)));
+        for &(t, o, l) in &resends {
+            self.resend(transport, t, o, l, errors);
+        }
+        self.resends = resends;
+        bytes_sent += w;
+        bytes_sent
+    }
+
+    /// Whole frames up to the MTU per datagram, several datagrams per
+    /// system call, within the sender limit. Returns the bytes sent (at
+    /// least 1 if the sender position moved).
+    fn send_data(
+        &mut self,
+        transport: &mut dyn Transport,
+        errors: &ErrorReporter,
+        sender_position: i64,
+        now_ns: i64,
+    ) -> usize {
+        let p = &self.publication;
+        let system = errors.system();
+        let limit = self.sender_limit;
+        let terms = p.logs.terms();
+        let mut position = sender_position;
+        let mut slices: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+        // Stream bytes up to the end of each datagram (its padding included).
+        let mut ends = [0i64; SEND_BATCH];
+        let mut count = 0;
+        while count < SEND_BATCH && position < limit {
+            let index = index_by_position(position, p.bits);
+            let offset = (position & (p.term_length as i64 - 1)) as usize;
+            let window = (limit - position) as usize;
+            let a = scan_for_availability(&terms[index], offset, p.mtu.min(window));
+            if a.send_length == 0 {
+                break;
+            }
+            slices[count] = terms[index].slice(offset, a.send_length);
+            position += (a.send_length + a.padding) as i64;
+            ends[count] = position - sender_position;
+            count += 1;
+        }
+        if position >= limit && !self.flow_limited && p.producer_position() > position {
+            self.flow_limited = true;
+            system.increment(SystemCounter::SenderFlowControlLimits);
+        } else if position < limit {
+            self.flow_limited = false;
+        }
+        if count == 0 {
+            return 0;
+        }
+        let slices = &slices[..count];
+        let sent = match transport.send_batch(slices, self.destination) {
+            Ok(n) => n,
+            Err(e) => {
+                // Treated as lost on the way: receivers NAK what they miss.
+                errors.record(&format!("send to {} failed: {e}", self.destination));
+                count
+            }
+        };
+        if sent < count {
+            system.increment(SystemCounter::ShortSends);
+        }
+        let mut bytes_sent: usize = slices[..sent].iter().map(|s| s.len()).sum();
+        system.add(SystemCounter::BytesSent, bytes_sent as i64);
+        if sent > 0 {
+            p.snd_pos.set_ordered(sender_position + ends[sent - 1]);
+            self.time_of_last_send_ns = now_ns;
+            bytes_sent = bytes_sent.max(1);
+        }
+        bytes_sent
     }
 }

@@ -9,12 +9,20 @@
 //! conductor retires the image when its source falls silent (image liveness
 //! timeout) or it reaches end of stream and every subscriber has read it.
 
+use crate::agent::ErrorReporter;
+use crate::loss::{fill_gap, LossDetector, StaticDelayGenerator};
+use crate::media::transport::{send_control_frame, Transport};
+use crate::receiver::ReceiverConfig;
+use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
-use sulis_concurrent::logbuffer::LogBuffers;
+use sulis_concurrent::logbuffer::{self, term_rebuilder, LogBuffers};
+use sulis_concurrent::loss_report::EntryHandle;
+use sulis_protocol::frame::{DataDatagram, NakFrame, RttmFrame, StatusMessageFrame, EOS_FLAG};
+use sulis_protocol::log_buffer_descriptor::*;
 
 /// Shared image state.
 pub mod state {
@@ -193,5 +201,239 @@ impl PublicationImage {
         eos != i64::MAX
             && self.rcv_pos.get_volatile() >= eos
             && self.min_subscriber_position().is_none_or(|m| m >= eos)
+    }
+}
+
+/// With adaptive NAK retries, each image asks its sender for a round-trip
+/// measurement this often: a sample the repair time estimate can always use
+/// (a repair that took more than one NAK cannot be timed, so on its own the
+/// estimate could not follow a path that got slower).
+const RTTM_INTERVAL_NS: i64 = 100_000_000;
+/// Round trips longer than this are taken for stale replies, not samples.
+const RTTM_MAX_SAMPLE_NS: i64 = 10_000_000_000;
+
+/// The receiver agent's side of an image: the protocol it runs with the
+/// image's sender. Frames go into the log within the receiver window; the
+/// rebuild position follows contiguous frames; gaps are NAKed (or padded
+/// over when `reliable=false`); status messages report the slowest
+/// subscriber; terms behind it are cleaned for reuse.
+pub struct ImageReceiver {
+    /// The shared part.
+    pub image: Arc<PublicationImage>,
+    loss: LossDetector,
+    rebuild_position: i64,
+    hwm_position: i64,
+    last_sm_position: i64,
+    time_of_last_sm_ns: i64,
+    time_of_last_rttm_ns: i64,
+    clean_position: i64,
+    /// This image's loss report entry, once it lost something.
+    pub loss_entry: Option<EntryHandle>,
+    /// Gaps to NAK, gathered before sending (no allocation per scan).
+    naks: Vec<(i32, i32, i32)>,
+}
+
+impl ImageReceiver {
+    /// Starts receiving `image` at its join position.
+    pub fn new(image: Arc<PublicationImage>, cfg: &ReceiverConfig) -> ImageReceiver {
+        let delay = StaticDelayGenerator::new(cfg.nak_delay_ns, cfg.nak_delay_ns == 0)
+            .with_retry_delay_ns(cfg.nak_retry_ns);
+        let mut loss = LossDetector::new(Box::new(delay), cfg.max_gaps);
+        if let Some(max) = cfg.nak_retry_adaptive_max_ns {
+            loss = loss.with_adaptive_retry(max);
+        }
+        let join = image.join_position;
+        ImageReceiver {
+            image,
+            loss,
+            rebuild_position: join,
+            hwm_position: join,
+            last_sm_position: join,
+            time_of_last_sm_ns: i64::MIN / 2,
+            time_of_last_rttm_ns: i64::MIN / 2,
+            clean_position: join,
+            loss_entry: None,
+            naks: Vec::new(),
+        }
+    }
+
+    /// A sender's reply to one of our round-trip measurements, received at `now_ns`.
+    pub fn on_rttm_reply(&mut self, r: &RttmFrame, now_ns: i64) {
+        let rtt_ns = now_ns - r.echo_timestamp_ns - r.reception_delta_ns.max(0);
+        if (0..RTTM_MAX_SAMPLE_NS).contains(&rtt_ns) {
+            self.loss.on_round_trip(rtt_ns);
+        }
+    }
+
+    /// A DATA, PAD or heartbeat datagram of this image's session.
+    pub fn insert_packet(&mut self, d: &DataDatagram<'_>, system: &SystemCounters, now_ns: i64) {
+        let img = &self.image;
+        let h = d.first();
+        let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
+        let window = img.window_length as i64;
+        // Any well-formed frame of the session shows the source is alive.
+        img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
+        if d.is_heartbeat() {
+            system.increment(SystemCounter::HeartbeatsReceived);
+            if position < self.last_sm_position || position > self.last_sm_position + window {
+                return;
+            }
+            if position > self.hwm_position {
+                self.hwm_position = position;
+                img.hwm.set_ordered(position);
+            }
+            if h.flags & EOS_FLAG != 0 && img.eos_position.load(Ordering::Relaxed) == i64::MAX {
+                img.eos_position.store(position, Ordering::Release);
+                img.logs
+                    .meta()
+                    .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, position);
+            }
+            return;
+        }
+        // As in Aeron, a datagram occupies its own length in the window: a PAD
+        // frame's body is not sent, so a padded term end never looks like an
+        // over-run (the sender counted only the PAD header against its limit).
+        let end = position + d.bytes().len() as i64;
+        if position < self.last_sm_position {
+            system.increment(SystemCounter::FlowControlUnderRuns);
+            return;
+        }
+        if end > self.last_sm_position + window {
+            system.increment(SystemCounter::FlowControlOverRuns);
+            return;
+        }
+        let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
+        term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
+        if end > self.hwm_position {
+            self.hwm_position = end;
+            img.hwm.set_ordered(end);
+        }
+    }
+
+    /// One duty cycle: rebuild, NAKs (or gap fills), status message, RTT
+    /// request, cleaning. Returns the work done and the gaps newly detected
+    /// (count, bytes) for the loss report.
+    pub fn do_duties(
+        &mut self,
+        transport: &mut dyn Transport,
+        cfg: &ReceiverConfig,
+        errors: &ErrorReporter,
+        now_ns: i64,
+    ) -> (usize, (u64, i64)) {
+        let mut work = 0;
+        let system = errors.system();
+        let img = self.image.clone();
+        let mut naks = std::mem::take(&mut self.naks);
+        naks.clear();
+        for _ in 0..PARTITION_COUNT {
+            if self.rebuild_position >= self.hwm_position {
+                self.loss.clear();
+                break;
+            }
+            let term = img
+                .logs
+                .term(index_by_position(self.rebuild_position, img.bits));
+            let (next, w) = self.loss.scan(
+                &term,
+                self.rebuild_position,
+                self.hwm_position,
+                img.initial_term_id,
+                img.bits,
+                now_ns,
+                &mut |t, o, l| naks.push((t, o, l)),
+            );
+            work += w;
+            let advanced = next > self.rebuild_position;
+            self.rebuild_position = next;
+            // Moving into the next term: scan it too; otherwise a gap holds us.
+            if !advanced || next & (img.term_length as i64 - 1) != 0 {
+                break;
+            }
+        }
+        img.rcv_pos.set_ordered(self.rebuild_position);
+        let new_loss = self.loss.take_new_loss();
+
+        let consumed = img
+            .min_subscriber_position()
+            .unwrap_or(self.rebuild_position);
+        let threshold = (img.window_length / 4) as i64;
+        let send_sm = consumed - self.last_sm_position >= threshold.max(1)
+            || now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
+        let target = consumed - img.term_length as i64;
+        while self.clean_position < target {
+            self.clean_position = logbuffer::clean_to(&img.logs, self.clean_position, target);
+        }
+        if send_sm && consumed >= self.last_sm_position {
+            self.last_sm_position = consumed;
+            self.time_of_last_sm_ns = now_ns;
+        }
+        let sm_position = self.last_sm_position;
+
+        for &(term_id, term_offset, length) in &naks {
+            if !img.reliable {
+                // reliable=false: pad over the gap instead of asking for it.
+                let term = img.logs.term(index_by_term(img.initial_term_id, term_id));
+                if fill_gap(
+                    &term,
+                    term_offset,
+                    length,
+                    term_id,
+                    img.session_id,
+                    img.stream_id,
+                ) {
+                    system.increment(SystemCounter::LossGapFills);
+                    work += 1;
+                }
+                continue;
+            }
+            let nak = NakFrame {
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                term_id,
+                term_offset,
+                length,
+            };
+            send_control_frame(transport, &nak.to_bytes(), img.source, errors);
+            system.increment(SystemCounter::NakMessagesSent);
+            work += 1;
+        }
+        self.naks = naks;
+        if send_sm {
+            let sm = StatusMessageFrame {
+                flags: 0,
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                consumption_term_id: compute_term_id_from_position(
+                    sm_position,
+                    img.bits,
+                    img.initial_term_id,
+                ),
+                consumption_term_offset: compute_term_offset_from_position(sm_position, img.bits),
+                receiver_window: img.window_length,
+                receiver_id: cfg.receiver_id,
+                group_tag: None,
+            };
+            let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
+            let len = sm.encode(&mut buf);
+            send_control_frame(transport, &buf[..len], img.source, errors);
+            system.increment(SystemCounter::StatusMessagesSent);
+            work += 1;
+        }
+        if cfg.nak_retry_adaptive_max_ns.is_some()
+            && img.reliable
+            && now_ns - self.time_of_last_rttm_ns >= RTTM_INTERVAL_NS
+        {
+            self.time_of_last_rttm_ns = now_ns;
+            let rttm = RttmFrame {
+                flags: RttmFrame::REPLY_FLAG,
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                echo_timestamp_ns: now_ns,
+                reception_delta_ns: 0,
+                receiver_id: cfg.receiver_id,
+            };
+            send_control_frame(transport, &rttm.to_bytes(), img.source, errors);
+        }
+        (work, new_loss)
     }
 }

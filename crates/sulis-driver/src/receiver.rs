@@ -12,43 +12,33 @@
 //!   SETUP (a status message with the SEND_SETUP flag);
 //! * SETUP for a subscribed stream asks the conductor to create the image.
 //!
-//! Per image and duty cycle: the rebuild position advances over contiguous
-//! frames and the [`LossDetector`] NAKs up to `max_gaps` gaps at once; a status
-//! message goes out when the slowest subscriber moved a quarter window or the
-//! status-message timeout passed; terms behind the slowest subscriber are
-//! cleaned for reuse.
+//! Per image and duty cycle ([`ImageReceiver::do_duties`]): the rebuild
+//! position advances over contiguous frames and the loss detector NAKs up
+//! to `max_gaps` gaps at once; a status message goes out when the slowest
+//! subscriber moved a quarter window or the status-message timeout passed;
+//! terms behind the slowest subscriber are cleaned for reuse.
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
-use crate::loss::{fill_gap, LossDetector, LossGenerator, StaticDelayGenerator};
-use crate::media::udp_transport::{RecvBatch, UdpTransport, MAX_UDP_PAYLOAD_LENGTH};
-use crate::publication_image::PublicationImage;
+use crate::media::transport::{send_control_frame, Transport};
+use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
+use crate::publication_image::{ImageReceiver, PublicationImage};
 use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
-use sulis_concurrent::logbuffer::{self, term_rebuilder};
-use sulis_concurrent::loss_report::{EntryHandle, LossReport};
+use sulis_concurrent::loss_report::LossReport;
 use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::frame::{
-    decode_datagram, parse_data_datagram, DataDatagram, Frame, FrameHeader, NakFrame, RttmFrame,
-    SetupFrame, StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR,
-    HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
+    decode_datagram, parse_data_datagram, Frame, FrameHeader, RttmFrame, SetupFrame,
+    StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK,
+    HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
     SESSION_ID_FIELD_OFFSET, STREAM_ID_FIELD_OFFSET,
 };
-use sulis_protocol::log_buffer_descriptor::*;
 
 /// Datagrams read per endpoint and `recvmmsg`.
 const RECV_BATCH: usize = 32;
 /// `recvmmsg` calls per endpoint and duty cycle while datagrams keep coming.
 const RECV_ROUNDS: usize = 4;
-/// With adaptive NAK retries, each image asks its sender for a round-trip
-/// measurement this often: a sample the repair time estimate can always use
-/// (a repair that took more than one NAK cannot be timed, so on its own the
-/// estimate could not follow a path that got slower).
-const RTTM_INTERVAL_NS: i64 = 100_000_000;
-/// Round trips longer than this are taken for stale replies, not samples.
-const RTTM_MAX_SAMPLE_NS: i64 = 10_000_000_000;
 
 /// What the conductor tells the receiver.
 pub enum ReceiverCommand {
@@ -56,8 +46,8 @@ pub enum ReceiverCommand {
     AddEndpoint {
         /// Conductor's id for it.
         id: u64,
-        /// The bound socket.
-        transport: UdpTransport,
+        /// The bound transport.
+        transport: Box<dyn Transport>,
     },
     /// Close an endpoint (no subscription or image uses it any more); the
     /// receiver answers with [`ReceiverEvent::EndpointClosed`] once its socket
@@ -115,7 +105,7 @@ pub enum ReceiverEvent {
     },
 }
 
-/// Receiver timing and loss settings.
+/// Receiver timing settings.
 #[derive(Clone, Debug)]
 pub struct ReceiverConfig {
     /// Status message at least this often per image.
@@ -132,27 +122,8 @@ pub struct ReceiverConfig {
     pub image_cool_down_ns: i64,
     /// Receiver id put in status messages.
     pub receiver_id: i64,
-    /// Loss on data frames received.
-    pub data_loss: LossGenerator,
-    /// Loss on control frames received (SETUP).
-    pub control_receive_loss: LossGenerator,
-    /// Loss on control frames sent (SM, NAK).
-    pub control_send_loss: LossGenerator,
     /// Let the kernel coalesce received datagrams (UDP GRO).
     pub gro: bool,
-}
-
-struct ReceiverImage {
-    img: Arc<PublicationImage>,
-    loss: LossDetector,
-    rebuild_position: i64,
-    hwm_position: i64,
-    last_sm_position: i64,
-    time_of_last_sm_ns: i64,
-    time_of_last_rttm_ns: i64,
-    clean_position: i64,
-    /// This image's loss report entry, once it lost something.
-    loss_entry: Option<EntryHandle>,
 }
 
 struct Pending {
@@ -165,9 +136,9 @@ struct Pending {
 
 struct ReceiveEndpoint {
     id: u64,
-    transport: UdpTransport,
+    transport: Box<dyn Transport>,
     streams: Vec<(i32, usize)>,
-    images: Vec<ReceiverImage>,
+    images: Vec<ImageReceiver>,
     pending: Vec<Pending>,
     cool_down: Vec<(i32, i32, i64)>,
 }
@@ -180,7 +151,7 @@ impl ReceiveEndpoint {
     fn image_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
         self.images
             .iter()
-            .position(|i| i.img.session_id == session_id && i.img.stream_id == stream_id)
+            .position(|i| i.image.session_id == session_id && i.image.stream_id == stream_id)
     }
 
     fn pending_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
@@ -206,7 +177,6 @@ pub struct Receiver {
     errors: ErrorReporter,
     /// Receive buffers; taken out (not copied) while their datagrams are handled.
     recv: Option<RecvBatch>,
-    naks: Vec<(i32, i32, i32)>,
     /// The loss report and the file it lives in.
     loss_report: Option<(LossReport, MappedFile)>,
     loss_report_full: bool,
@@ -229,7 +199,6 @@ impl Receiver {
             cfg,
             errors,
             recv: Some(RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32)),
-            naks: Vec::new(),
             loss_report: None,
             loss_report_full: false,
         }
@@ -251,7 +220,7 @@ impl Receiver {
         match ri.loss_entry {
             Some(entry) => report.record_observation(entry, gaps as i64, bytes, now_ms),
             None => {
-                let img = &ri.img;
+                let img = &ri.image;
                 match report.create_entry(
                     gaps as i64,
                     bytes,
@@ -281,7 +250,7 @@ impl Receiver {
 
     fn on_command(&mut self, cmd: ReceiverCommand) {
         match cmd {
-            ReceiverCommand::AddEndpoint { id, transport } => {
+            ReceiverCommand::AddEndpoint { id, mut transport } => {
                 if self.cfg.gro {
                     transport.enable_gro();
                 }
@@ -313,8 +282,9 @@ impl Receiver {
                             // of subscribers go now, and their sessions may
                             // join at once instead of after the cool-down.
                             e.streams.push((stream_id, 1));
-                            e.images
-                                .retain(|i| !(i.img.stream_id == stream_id && i.img.is_inactive()));
+                            e.images.retain(|i| {
+                                !(i.image.stream_id == stream_id && i.image.is_inactive())
+                            });
                             e.cool_down.retain(|c| c.1 != stream_id);
                         }
                     }
@@ -336,31 +306,19 @@ impl Receiver {
                 }
             }
             ReceiverCommand::AddImage { image } => {
-                let delay =
-                    StaticDelayGenerator::new(self.cfg.nak_delay_ns, self.cfg.nak_delay_ns == 0)
-                        .with_retry_delay_ns(self.cfg.nak_retry_ns);
-                let mut loss = LossDetector::new(Box::new(delay), self.cfg.max_gaps);
-                if let Some(max) = self.cfg.nak_retry_adaptive_max_ns {
-                    loss = loss.with_adaptive_retry(max);
-                }
-                let join = image.join_position;
-                let Some(e) = self.endpoint(image.endpoint_id) else {
+                let receiver = ImageReceiver::new(image, &self.cfg);
+                let image = &receiver.image;
+                let Some(e) = self
+                    .endpoints
+                    .iter_mut()
+                    .find(|e| e.id == image.endpoint_id)
+                else {
                     return;
                 };
                 e.pending.retain(|p| {
                     !(p.session_id == image.session_id && p.stream_id == image.stream_id)
                 });
-                e.images.push(ReceiverImage {
-                    loss,
-                    img: image,
-                    rebuild_position: join,
-                    hwm_position: join,
-                    last_sm_position: join,
-                    time_of_last_sm_ns: i64::MIN / 2,
-                    time_of_last_rttm_ns: i64::MIN / 2,
-                    clean_position: join,
-                    loss_entry: None,
-                });
+                e.images.push(receiver);
             }
             ReceiverCommand::ImageRefused {
                 endpoint_id,
@@ -386,20 +344,7 @@ impl Receiver {
     }
 
     fn send_control(&mut self, ep: usize, bytes: &[u8], to: SocketAddr) -> bool {
-        if self.cfg.control_send_loss.is_on() && self.cfg.control_send_loss.should_drop() {
-            return true;
-        }
-        match self.endpoints[ep].transport.send_to(bytes, to) {
-            Ok(n) => {
-                self.errors.system().add(SystemCounter::BytesSent, n as i64);
-                n > 0
-            }
-            Err(e) => {
-                self.errors
-                    .record(&format!("send of a control frame to {to} failed: {e}"));
-                false
-            }
-        }
+        send_control_frame(&mut *self.endpoints[ep].transport, bytes, to, &self.errors)
     }
 
     fn poll(&mut self, ep: usize, now_ns: i64) -> usize {
@@ -425,6 +370,10 @@ impl Receiver {
                     self.errors
                         .system()
                         .add(SystemCounter::BytesReceived, bytes.len() as i64);
+                    if bytes.is_empty() {
+                        self.invalid(ep, src, "empty datagram");
+                        continue;
+                    }
                     // One datagram, or several the kernel coalesced (GRO).
                     for datagram in bytes.chunks(batch.segment_size(i).max(1)) {
                         self.on_datagram(ep, datagram, src, now_ns);
@@ -447,9 +396,6 @@ impl Receiver {
         };
         match header.frame_type {
             HDR_TYPE_DATA | HDR_TYPE_PAD => {
-                if self.cfg.data_loss.is_on() && self.cfg.data_loss.should_drop() {
-                    return;
-                }
                 if bytes.len() < DATA_HEADER_LENGTH {
                     return self.invalid(
                         ep,
@@ -468,9 +414,12 @@ impl Receiver {
                     return;
                 }
                 if let Some(ii) = e.image_index(session_id, stream_id) {
-                    let term_length = e.images[ii].img.term_length;
+                    let term_length = e.images[ii].image.term_length;
                     match parse_data_datagram(bytes, term_length) {
-                        Ok(d) => self.insert_packet(ep, ii, &d, now_ns),
+                        Ok(d) => {
+                            let system = *self.errors.system();
+                            self.endpoints[ep].images[ii].insert_packet(&d, &system, now_ns)
+                        }
                         Err(err) => self.invalid(ep, src, &err.to_string()),
                     }
                     return;
@@ -510,11 +459,6 @@ impl Receiver {
                     .increment(SystemCounter::StatusMessagesSent);
             }
             HDR_TYPE_SETUP => {
-                if self.cfg.control_receive_loss.is_on()
-                    && self.cfg.control_receive_loss.should_drop()
-                {
-                    return;
-                }
                 let setup = match SetupFrame::decode(bytes) {
                     Ok(s) => s,
                     Err(err) => return self.invalid(ep, src, &err.to_string()),
@@ -575,175 +519,15 @@ impl Receiver {
         }
         let e = &mut self.endpoints[ep];
         if let Some(ii) = e.image_index(r.session_id, r.stream_id) {
-            let rtt_ns = now_ns - r.echo_timestamp_ns - r.reception_delta_ns.max(0);
-            if (0..RTTM_MAX_SAMPLE_NS).contains(&rtt_ns) {
-                e.images[ii].loss.on_round_trip(rtt_ns);
-            }
-        }
-    }
-
-    fn insert_packet(&mut self, ep: usize, ii: usize, d: &DataDatagram<'_>, now_ns: i64) {
-        let system = *self.errors.system();
-        let ri = &mut self.endpoints[ep].images[ii];
-        let img = &ri.img;
-        let h = d.first();
-        let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
-        let window = img.window_length as i64;
-        // Any well-formed frame of the session shows the source is alive.
-        img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
-        if d.is_heartbeat() {
-            system.increment(SystemCounter::HeartbeatsReceived);
-            if position < ri.last_sm_position || position > ri.last_sm_position + window {
-                return;
-            }
-            if position > ri.hwm_position {
-                ri.hwm_position = position;
-                img.hwm.set_ordered(position);
-            }
-            if h.flags & EOS_FLAG != 0 && img.eos_position.load(Ordering::Relaxed) == i64::MAX {
-                img.eos_position.store(position, Ordering::Release);
-                img.logs
-                    .meta()
-                    .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, position);
-            }
-            return;
-        }
-        // As in Aeron, a datagram occupies its own length in the window: a PAD
-        // frame's body is not sent, so a padded term end never looks like an
-        // over-run (the sender counted only the PAD header against its limit).
-        let end = position + d.bytes().len() as i64;
-        if position < ri.last_sm_position {
-            system.increment(SystemCounter::FlowControlUnderRuns);
-            return;
-        }
-        if end > ri.last_sm_position + window {
-            system.increment(SystemCounter::FlowControlOverRuns);
-            return;
-        }
-        let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
-        term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
-        if end > ri.hwm_position {
-            ri.hwm_position = end;
-            img.hwm.set_ordered(end);
+            e.images[ii].on_rttm_reply(r, now_ns);
         }
     }
 
     /// Rebuild, NAKs, status message and cleaning for one image.
     fn image_duties(&mut self, ep: usize, ii: usize, now_ns: i64) -> usize {
-        let mut work = 0;
-        let system = *self.errors.system();
-        self.naks.clear();
-        let naks = &mut self.naks;
-        let ri = &mut self.endpoints[ep].images[ii];
-        let img = ri.img.clone();
-        for _ in 0..PARTITION_COUNT {
-            if ri.rebuild_position >= ri.hwm_position {
-                ri.loss.clear();
-                break;
-            }
-            let term = img
-                .logs
-                .term(index_by_position(ri.rebuild_position, img.bits));
-            let (next, w) = ri.loss.scan(
-                &term,
-                ri.rebuild_position,
-                ri.hwm_position,
-                img.initial_term_id,
-                img.bits,
-                now_ns,
-                &mut |t, o, l| naks.push((t, o, l)),
-            );
-            work += w;
-            let advanced = next > ri.rebuild_position;
-            ri.rebuild_position = next;
-            // Moving into the next term: scan it too; otherwise a gap holds us.
-            if !advanced || next & (img.term_length as i64 - 1) != 0 {
-                break;
-            }
-        }
-        img.rcv_pos.set_ordered(ri.rebuild_position);
-        let new_loss = ri.loss.take_new_loss();
-
-        let consumed = img.min_subscriber_position().unwrap_or(ri.rebuild_position);
-        let threshold = (img.window_length / 4) as i64;
-        let send_sm = consumed - ri.last_sm_position >= threshold.max(1)
-            || now_ns - ri.time_of_last_sm_ns >= self.cfg.status_message_timeout_ns;
-        let target = consumed - img.term_length as i64;
-        while ri.clean_position < target {
-            ri.clean_position = logbuffer::clean_to(&img.logs, ri.clean_position, target);
-        }
-        if send_sm && consumed >= ri.last_sm_position {
-            ri.last_sm_position = consumed;
-            ri.time_of_last_sm_ns = now_ns;
-        }
-        let sm_position = ri.last_sm_position;
-
-        let naks = std::mem::take(&mut self.naks);
-        for &(term_id, term_offset, length) in &naks {
-            if !img.reliable {
-                // reliable=false: pad over the gap instead of asking for it.
-                let term = img.logs.term(index_by_term(img.initial_term_id, term_id));
-                if fill_gap(
-                    &term,
-                    term_offset,
-                    length,
-                    term_id,
-                    img.session_id,
-                    img.stream_id,
-                ) {
-                    system.increment(SystemCounter::LossGapFills);
-                    work += 1;
-                }
-                continue;
-            }
-            let nak = NakFrame {
-                session_id: img.session_id,
-                stream_id: img.stream_id,
-                term_id,
-                term_offset,
-                length,
-            };
-            self.send_control(ep, &nak.to_bytes(), img.source);
-            system.increment(SystemCounter::NakMessagesSent);
-            work += 1;
-        }
-        self.naks = naks;
-        if send_sm {
-            let sm = StatusMessageFrame {
-                flags: 0,
-                session_id: img.session_id,
-                stream_id: img.stream_id,
-                consumption_term_id: compute_term_id_from_position(
-                    sm_position,
-                    img.bits,
-                    img.initial_term_id,
-                ),
-                consumption_term_offset: compute_term_offset_from_position(sm_position, img.bits),
-                receiver_window: img.window_length,
-                receiver_id: self.cfg.receiver_id,
-                group_tag: None,
-            };
-            let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
-            let len = sm.encode(&mut buf);
-            self.send_control(ep, &buf[..len], img.source);
-            system.increment(SystemCounter::StatusMessagesSent);
-            work += 1;
-        }
-        if self.cfg.nak_retry_adaptive_max_ns.is_some() && img.reliable {
-            let ri = &mut self.endpoints[ep].images[ii];
-            if now_ns - ri.time_of_last_rttm_ns >= RTTM_INTERVAL_NS {
-                ri.time_of_last_rttm_ns = now_ns;
-                let rttm = RttmFrame {
-                    flags: RttmFrame::REPLY_FLAG,
-                    session_id: img.session_id,
-                    stream_id: img.stream_id,
-                    echo_timestamp_ns: now_ns,
-                    reception_delta_ns: 0,
-                    receiver_id: self.cfg.receiver_id,
-                };
-                self.send_control(ep, &rttm.to_bytes(), img.source);
-            }
-        }
+        let e = &mut self.endpoints[ep];
+        let (work, new_loss) =
+            e.images[ii].do_duties(&mut *e.transport, &self.cfg, &self.errors, now_ns);
         if new_loss.0 > 0 {
             self.report_loss(ep, ii, new_loss.0, new_loss.1);
         }
@@ -766,8 +550,8 @@ impl Agent for Receiver {
             // Images the conductor retired: ignore their session for a while.
             let mut i = 0;
             while i < e.images.len() {
-                if e.images[i].img.is_inactive() {
-                    let img = e.images.swap_remove(i).img;
+                if e.images[i].image.is_inactive() {
+                    let img = e.images.swap_remove(i).image;
                     e.cool_down
                         .push((img.session_id, img.stream_id, now_ns + cool_down_ns));
                 } else {

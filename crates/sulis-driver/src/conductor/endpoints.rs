@@ -3,8 +3,9 @@
 //! resolution (timed) and re-resolution of publication endpoints.
 
 use super::{CommandError, DriverConductor};
+use crate::media::transport::{EndpointRole, LossSettings, LossyTransport, Transport};
 use crate::media::udp_channel::UdpChannel;
-use crate::media::udp_transport::{SocketOptions, UdpTransport};
+use crate::media::udp_transport::SocketOptions;
 use crate::receiver::ReceiverCommand;
 use crate::sender::SenderCommand;
 use crate::system_counters::SystemCounter;
@@ -29,23 +30,45 @@ pub(super) struct EndpointEntry {
 const NAME_RESOLVER_THRESHOLD_NS: i64 = 5_000_000_000;
 
 impl DriverConductor {
-    /// Binds a UDP socket for `channel` at `bind`; returns a new endpoint id,
-    /// the socket and its effective SO_RCVBUF.
+    /// Binds a transport for `channel` at `bind` (through the driver's
+    /// transport factory, wrapped to drop datagrams when the test loss
+    /// options are on); returns a new endpoint id, the transport and its
+    /// effective SO_RCVBUF (0 if unknown).
     pub(super) fn bind_endpoint(
         &mut self,
         bind: SocketAddr,
         p: &sulis_protocol::uri::ChannelParams,
         channel: &str,
-    ) -> Result<(u64, UdpTransport, usize), CommandError> {
-        let transport = UdpTransport::bind(bind, &self.socket_options(p)).map_err(|e| {
-            CommandError::new(
-                error_code::GENERIC_ERROR,
-                format!("channel '{channel}': {e}"),
-            )
-        })?;
+        role: EndpointRole,
+    ) -> Result<(u64, Box<dyn Transport>, usize), CommandError> {
+        let transport = self
+            .net
+            .transports
+            .bind(bind, &self.socket_options(p), role)
+            .map_err(|e| {
+                CommandError::new(
+                    error_code::GENERIC_ERROR,
+                    format!("channel '{channel}': {e}"),
+                )
+            })?;
         let id = self.next_endpoint_id;
         self.next_endpoint_id += 1;
         let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
+        let loss = LossSettings::new(
+            [
+                self.ctx.send_data_loss,
+                self.ctx.send_control_loss,
+                self.ctx.receive_data_loss,
+                self.ctx.receive_control_loss,
+            ],
+            self.ctx.loss_seed,
+            id,
+        );
+        let transport: Box<dyn Transport> = if loss.is_on() {
+            Box::new(LossyTransport::new(transport, loss))
+        } else {
+            transport
+        };
         Ok((id, transport, rcvbuf))
     }
 

@@ -24,6 +24,7 @@ use subscriptions::{DeferredSubscription, SubscriptionLink};
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::DriverContext;
 use crate::ipc_publication::{IpcPublication, PubState};
+use crate::media::transport::TransportFactory;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::receiver::{ReceiverCommand, ReceiverEvent};
 use crate::sender::SenderCommand;
@@ -52,6 +53,8 @@ pub struct NetworkLinks {
     pub receiver: mpsc::Sender<ReceiverCommand>,
     /// Requests from the receiver.
     pub receiver_events: mpsc::Receiver<ReceiverEvent>,
+    /// Makes the endpoints' transports (UDP sockets, or a test's network).
+    pub transports: Arc<dyn TransportFactory>,
 }
 
 /// A command failed: the code and message go back to the client.
@@ -619,6 +622,7 @@ mod tests {
                 sender,
                 receiver,
                 receiver_events,
+                transports: Arc::new(crate::media::memory::MemoryNetwork::new()),
             };
             let dir = ctx.dir.clone();
             let (clock, _) = NanoClock::manual();

@@ -5,6 +5,7 @@
 use super::endpoints::EndpointEntry;
 use super::ipc_publications::{PublicationLink, SharedPublication};
 use super::{CommandError, DriverConductor};
+use crate::media::transport::EndpointRole;
 use crate::network_publication::{
     NetState, NetworkPublication, NetworkPublicationEntry, ReResolution,
 };
@@ -92,7 +93,8 @@ impl DriverConductor {
                         IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
                     },
                 };
-                let (id, transport, rcvbuf) = self.bind_endpoint(local, p, channel)?;
+                let (id, transport, rcvbuf) =
+                    self.bind_endpoint(local, p, channel, EndpointRole::Send)?;
                 let _ = self
                     .net
                     .sender

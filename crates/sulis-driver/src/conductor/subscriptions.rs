@@ -5,6 +5,7 @@
 use super::endpoints::EndpointEntry;
 use super::images::ImageState;
 use super::{parse_channel, CommandError, DriverConductor};
+use crate::media::transport::EndpointRole;
 use crate::publication_image::PublicationImage;
 use crate::receiver::ReceiverCommand;
 use std::sync::Arc;
@@ -181,7 +182,8 @@ impl DriverConductor {
             }
             None => {
                 let bind = udp.endpoint.expect("checked by resolve_udp");
-                let (id, transport, rcvbuf) = self.bind_endpoint(bind, p, channel)?;
+                let (id, transport, rcvbuf) =
+                    self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?;
                 let _ = self
                     .net
                     .receiver

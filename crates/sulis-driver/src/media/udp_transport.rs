@@ -150,6 +150,62 @@ impl RecvBatch {
             n => n,
         }
     }
+
+    /// Room for this many buffers.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Empties the batch (for transports that fill it with [`RecvBatch::push`]).
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+
+    /// Appends one datagram from `src` (for transports other than a socket);
+    /// false, and nothing appended, when the batch is full or the datagram
+    /// is longer than a buffer.
+    pub fn push(&mut self, datagram: &[u8], src: SocketAddr) -> bool {
+        let i = self.count;
+        if i >= self.capacity() || datagram.len() > self.slot_len {
+            return false;
+        }
+        self.data[i * self.slot_len..i * self.slot_len + datagram.len()].copy_from_slice(datagram);
+        self.lens[i] = datagram.len();
+        self.segment_sizes[i] = 0;
+        let addr = SockAddr::from(src);
+        // SAFETY: `addr` holds `addr.len()` initialised bytes, at most the
+        // size of a sockaddr_storage, which is what the slot is.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                addr.as_ptr() as *const u8,
+                &mut self.addrs[i] as *mut libc::sockaddr_storage as *mut u8,
+                addr.len() as usize,
+            );
+        }
+        self.count += 1;
+        true
+    }
+
+    /// Keeps the buffers `keep` accepts, in order, and returns how many.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
+        let mut kept = 0;
+        for i in 0..self.count {
+            let start = i * self.slot_len;
+            if !keep(&self.data[start..start + self.lens[i]]) {
+                continue;
+            }
+            if kept != i {
+                let to = kept * self.slot_len;
+                self.data.copy_within(start..start + self.lens[i], to);
+                self.lens[kept] = self.lens[i];
+                self.addrs[kept] = self.addrs[i];
+                self.segment_sizes[kept] = self.segment_sizes[i];
+            }
+            kept += 1;
+        }
+        self.count = kept;
+        kept
+    }
 }
 
 /// The `UDP_GRO` segment size in a received message's control data (0 if none).

@@ -1,0 +1,176 @@
+//! The harness of the driver's deterministic tests: one driver in invoker
+//! mode on a manual clock, and one client's view of its CnC (commands in
+//! through the to-driver ring buffer, events out of the broadcast buffer).
+
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::sync::Arc;
+use sulis_concurrent::broadcast::{BroadcastReceiver, CopyBroadcastReceiver};
+use sulis_concurrent::cnc::Cnc;
+use sulis_concurrent::counters::CountersReader;
+use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
+use sulis_driver::agent::{ManualClock, NanoClock};
+use sulis_driver::media::transport::{TransportFactory, UdpTransportFactory};
+use sulis_driver::system_counters::SystemCounter;
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_protocol::cnc_descriptor::CNC_FILE;
+use sulis_protocol::control::{Command, Event};
+
+pub const MS: i64 = 1_000_000;
+
+/// A driver in invoker mode on a manual clock, and one client's view of its CnC.
+pub struct Harness {
+    pub driver: MediaDriver,
+    pub clock: ManualClock,
+    pub to_driver: ManyToOneRingBuffer,
+    events: CopyBroadcastReceiver,
+    pub counters: CountersReader,
+    pub client_id: i64,
+    _cnc: Cnc,
+}
+
+impl Harness {
+    pub fn new(name: &str, configure: impl FnOnce(&mut DriverContext)) -> Harness {
+        Harness::with_transports(name, configure, Arc::new(UdpTransportFactory))
+    }
+
+    /// As [`Harness::new`], with the endpoints' transports made by `transports`.
+    pub fn with_transports(
+        name: &str,
+        configure: impl FnOnce(&mut DriverContext),
+        transports: Arc<dyn TransportFactory>,
+    ) -> Harness {
+        let mut ctx = DriverContext::default();
+        ctx.dir = std::env::temp_dir().join(format!("sulis-invoker-{name}-{}", std::process::id()));
+        ctx.threading_mode = ThreadingMode::Invoker;
+        ctx.dir_delete_on_shutdown = true;
+        ctx.term_buffer_sparse_file = true;
+        ctx.ipc_term_buffer_length = 64 * 1024;
+        ctx.term_buffer_length = 64 * 1024;
+        ctx.timer_interval_ns = 10 * MS as u64;
+        ctx.client_liveness_timeout_ns = 500 * MS as u64;
+        ctx.publication_unblock_timeout_ns = 1_000 * MS as u64;
+        ctx.publication_linger_timeout_ns = 100 * MS as u64;
+        configure(&mut ctx);
+        let (clock, manual) = NanoClock::manual();
+        let driver =
+            MediaDriver::launch_with(ctx.clone(), clock, transports).expect("driver starts");
+        assert!(driver.is_invoker());
+        let cnc = Cnc::open(&ctx.dir.join(CNC_FILE)).expect("CnC is there at once");
+        let to_driver = ManyToOneRingBuffer::new(cnc.to_driver_buffer()).unwrap();
+        let events =
+            CopyBroadcastReceiver::new(BroadcastReceiver::new(cnc.to_clients_buffer()).unwrap());
+        let counters =
+            CountersReader::new(cnc.counters_metadata_buffer(), cnc.counters_values_buffer());
+        let client_id = to_driver.next_correlation_id();
+        Harness {
+            driver,
+            clock: manual,
+            to_driver,
+            events,
+            counters,
+            client_id,
+            _cnc: cnc,
+        }
+    }
+
+    pub fn send(&self, cmd: Command) {
+        let (t, body) = cmd.encode();
+        assert!(self.to_driver.write(t, &body).unwrap(), "room in the ring");
+    }
+
+    pub fn correlation_id(&self) -> i64 {
+        self.to_driver.next_correlation_id()
+    }
+
+    /// Duty cycles until the agents are idle (bounded), without moving time.
+    pub fn settle(&mut self) {
+        for _ in 0..1_000 {
+            if self.driver.do_work() == 0 {
+                return;
+            }
+        }
+        panic!("the driver never went idle");
+    }
+
+    /// Moves time by `ns` in 1 ms steps, running the agents at each step.
+    pub fn advance(&mut self, ns: i64) {
+        let mut left = ns;
+        while left > 0 {
+            let step = left.min(MS);
+            self.clock.advance_ns(step);
+            left -= step;
+            self.settle();
+        }
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        self.events
+            .receive_many(
+                |t, body| {
+                    out.push(Event::decode(t, body).expect("the driver sends well-formed events"))
+                },
+                usize::MAX,
+            )
+            .unwrap();
+        out
+    }
+
+    pub fn keepalive(&self) {
+        self.send(Command::ClientKeepalive {
+            client_id: self.client_id,
+        });
+    }
+
+    pub fn add_publication(&self, channel: &str, stream_id: i32) -> i64 {
+        let correlation_id = self.correlation_id();
+        self.send(Command::AddPublication {
+            client_id: self.client_id,
+            correlation_id,
+            stream_id,
+            channel: channel.into(),
+            exclusive: false,
+        });
+        correlation_id
+    }
+
+    pub fn add_subscription(&self, channel: &str, stream_id: i32) -> i64 {
+        let correlation_id = self.correlation_id();
+        self.send(Command::AddSubscription {
+            client_id: self.client_id,
+            correlation_id,
+            stream_id,
+            channel: channel.into(),
+        });
+        correlation_id
+    }
+
+    pub fn counters_of_type(&self, wanted: i32) -> Vec<i32> {
+        let mut ids = Vec::new();
+        self.counters.for_each(|id, t, _, _| {
+            if t == wanted {
+                ids.push(id)
+            }
+        });
+        ids
+    }
+
+    pub fn system_counter(&self, c: SystemCounter) -> i64 {
+        self.counters.counter_value(c as i32)
+    }
+}
+
+pub fn available_images(events: &[Event]) -> Vec<(i64, i32)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AvailableImage {
+                subscription_registration_id,
+                stream_id,
+                ..
+            } => Some((*subscription_registration_id, *stream_id)),
+            _ => None,
+        })
+        .collect()
+}

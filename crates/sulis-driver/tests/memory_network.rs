@@ -1,0 +1,286 @@
+//! Deterministic tests of the sender and receiver protocol: a driver in
+//! invoker mode on a manual clock, its UDP endpoints on a network in memory
+//! (`MemoryNetwork`). The test appends to the publication's log as a
+//! publisher would, runs duty cycles, looks at (and takes away) the
+//! datagrams in flight, and reads the image's log as a subscriber would.
+//! Nothing sleeps, races a thread or depends on the kernel.
+
+mod common;
+
+use common::{Harness, MS};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::term_appender::{Append, HeaderWriter, TermAppender};
+use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
+use sulis_driver::media::memory::{Datagram, MemoryNetwork};
+use sulis_driver::system_counters::SystemCounter;
+use sulis_driver::DriverContext;
+use sulis_protocol::control::Event;
+use sulis_protocol::frame::{DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP};
+
+const ENDPOINT: &str = "10.9.0.1:40123";
+
+/// A publication and a subscription on one channel, connected.
+struct Stream {
+    h: Harness,
+    net: MemoryNetwork,
+    publication: LogBuffers,
+    image: LogBuffers,
+    subscriber_position: CounterRef,
+    read_offset: usize,
+}
+
+fn frame_type(d: &Datagram) -> u16 {
+    u16::from_le_bytes([d.bytes[6], d.bytes[7]])
+}
+
+impl Stream {
+    fn connect(name: &str, configure: impl FnOnce(&mut DriverContext)) -> Stream {
+        let net = MemoryNetwork::new();
+        let mut h = Harness::with_transports(name, configure, Arc::new(net.clone()));
+        let channel = format!("aeron:udp?endpoint={ENDPOINT}");
+        h.keepalive();
+        h.add_subscription(&channel, 1);
+        h.add_publication(&channel, 1);
+        h.settle();
+        let mut publication = None;
+        let mut image = None;
+        for _ in 0..100 {
+            for e in h.take_events() {
+                match e {
+                    Event::PublicationReady { log_file, .. } => publication = Some(log_file),
+                    Event::AvailableImage {
+                        log_file,
+                        subscriber_position_id,
+                        ..
+                    } => image = Some((log_file, subscriber_position_id)),
+                    _ => {}
+                }
+            }
+            if image.is_some() {
+                break;
+            }
+            h.advance(MS);
+        }
+        let (image_file, position_id) = image.expect("connected within 100 ms");
+        let publication = LogBuffers::map_existing(Path::new(&publication.unwrap())).unwrap();
+        let image = LogBuffers::map_existing(Path::new(&image_file)).unwrap();
+        let subscriber_position = h.counters.counter_ref(position_id);
+        Stream {
+            h,
+            net,
+            publication,
+            image,
+            subscriber_position,
+            read_offset: 0,
+        }
+    }
+
+    /// Appends messages to the first term, as a publisher would.
+    fn publish(&self, messages: &[Vec<u8>]) {
+        let header = HeaderWriter::new(&self.publication.default_header());
+        let appender = TermAppender::new(self.publication.term(0), self.publication.meta(), 0);
+        for m in messages {
+            assert!(matches!(
+                appender.append_unfragmented(&header, m, None),
+                Append::Done(_)
+            ));
+        }
+    }
+
+    /// Reads what the image holds past what was read, as a subscriber
+    /// would, and moves the subscriber position.
+    fn poll(&mut self) -> Vec<Vec<u8>> {
+        let term = self.image.term(0);
+        let mut out = Vec::new();
+        let (_, next) = term_reader::read(&term, self.read_offset, usize::MAX, |offset, len| {
+            out.push(
+                term.slice(offset + DATA_HEADER_LENGTH, len - DATA_HEADER_LENGTH)
+                    .to_vec(),
+            )
+        });
+        self.read_offset = next;
+        self.subscriber_position.set_ordered(next as i64);
+        out
+    }
+
+    /// The send endpoint's address (the one bound besides the channel's).
+    fn sender_address(&self) -> SocketAddr {
+        let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+        let bound = self.net.bound();
+        assert_eq!(bound.len(), 2, "{bound:?}");
+        bound.into_iter().find(|a| *a != endpoint).unwrap()
+    }
+
+    fn counter(&self, c: SystemCounter) -> i64 {
+        self.h.system_counter(c)
+    }
+}
+
+fn messages(count: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| (0..len).map(|j| (i * 31 + j) as u8).collect())
+        .collect()
+}
+
+#[test]
+fn messages_cross_the_network_in_order() {
+    let mut s = Stream::connect("mem-order", |_| {});
+    let sent = messages(100, 100);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+    assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
+    assert_eq!(s.counter(SystemCounter::InvalidPackets), 0);
+}
+
+#[test]
+fn a_datagram_lost_in_flight_is_naked_resent_and_delivered_in_its_place() {
+    let mut s = Stream::connect("mem-nak", |_| {});
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let sent = messages(20, 100);
+    s.publish(&sent);
+    // One cycle puts the data in flight; the network loses the first data
+    // datagram (each holds whole frames up to the MTU: small messages share).
+    s.net.hold(endpoint, true);
+    s.h.driver.do_work();
+    let in_flight = s.net.take(endpoint);
+    s.net.hold(endpoint, false);
+    let data: Vec<&Datagram> = in_flight
+        .iter()
+        .filter(|d| frame_type(d) == HDR_TYPE_DATA)
+        .collect();
+    assert!(!data.is_empty());
+    let lost = data[0].clone();
+    for d in in_flight.iter().filter(|d| **d != lost) {
+        s.net.inject(endpoint, d.clone());
+    }
+    // Unicast NAKs go at once (no delay) and the sender resends at once:
+    // within the cycles that follow, without time passing.
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+    assert_eq!(s.counter(SystemCounter::NakMessagesSent), 1);
+    assert_eq!(s.counter(SystemCounter::NakMessagesReceived), 1);
+    assert_eq!(s.counter(SystemCounter::RetransmitsSent), 1);
+}
+
+#[test]
+fn loss_options_drop_data_on_the_way_out_and_repair_follows() {
+    let mut s = Stream::connect("mem-loss", |ctx| {
+        ctx.send_data_loss = sulis_driver::loss::LossSpec::parse("every:3").unwrap();
+    });
+    let sent = messages(60, 900); // 960 bytes a frame: 57,600 bytes, most of a term
+    let mut got = Vec::new();
+    for chunk in sent.chunks(10) {
+        s.publish(chunk);
+        for _ in 0..30 {
+            s.h.advance(MS);
+            got.extend(s.poll());
+        }
+    }
+    s.h.advance(50 * MS);
+    got.extend(s.poll());
+    assert_eq!(got.len(), sent.len());
+    assert!(got == sent, "every message once, in order");
+    assert!(s.counter(SystemCounter::RetransmitsSent) > 0);
+    assert!(s.counter(SystemCounter::NakMessagesSent) > 0);
+}
+
+#[test]
+fn the_sender_stops_at_the_receiver_window_until_the_subscriber_moves() {
+    let mut s = Stream::connect("mem-window", |_| {});
+    let sent = messages(240, 200); // 256 bytes a frame: 61,440 bytes, most of a term
+    s.publish(&sent);
+    s.h.advance(20 * MS);
+    // Nobody reads: the image fills up to the window the status messages
+    // granted and stops there.
+    let hwm = |s: &Stream| {
+        let term = s.image.term(0);
+        term_reader::read(&term, 0, usize::MAX, |_, _| {}).1
+    };
+    let held = hwm(&s);
+    assert!(held > 0 && held < 61_440, "stopped at the window: {held}");
+    s.h.advance(20 * MS);
+    assert_eq!(hwm(&s), held, "no further without the subscriber");
+    assert!(s.counter(SystemCounter::SenderFlowControlLimits) >= 1);
+    assert_eq!(s.counter(SystemCounter::FlowControlOverRuns), 0);
+    // The subscriber reads: the window opens and the rest arrives.
+    let mut got = s.poll();
+    for _ in 0..100 {
+        s.h.advance(MS);
+        got.extend(s.poll());
+    }
+    assert_eq!(got, sent);
+}
+
+#[test]
+fn garbage_from_the_network_is_counted_and_the_stream_goes_on() {
+    let mut s = Stream::connect("mem-garbage", |_| {});
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let stranger: SocketAddr = "10.9.0.66:5555".parse().unwrap();
+    let before = s.counter(SystemCounter::InvalidPackets);
+    for bytes in [
+        vec![],
+        vec![0xff; 7],
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+        // A DATA header of the subscribed stream claiming more bytes than
+        // the datagram has.
+        {
+            let mut d = vec![0u8; 40];
+            d[0..4].copy_from_slice(&4000i32.to_le_bytes());
+            d[6..8].copy_from_slice(&HDR_TYPE_DATA.to_le_bytes());
+            d[16..20].copy_from_slice(&1i32.to_le_bytes());
+            d
+        },
+    ] {
+        s.net.inject(
+            endpoint,
+            Datagram {
+                from: stranger,
+                bytes,
+            },
+        );
+    }
+    // And control frames a receiver never accepts, sent to the sender.
+    let mut nak = vec![0u8; 12];
+    nak[6..8].copy_from_slice(&HDR_TYPE_NAK.to_le_bytes());
+    s.net.inject(
+        s.sender_address(),
+        Datagram {
+            from: stranger,
+            bytes: nak,
+        },
+    );
+    s.h.settle();
+    assert_eq!(s.counter(SystemCounter::InvalidPackets) - before, 5);
+    let sent = messages(10, 64);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+}
+
+#[test]
+fn setup_resumes_when_status_messages_stop_arriving() {
+    let mut s = Stream::connect("mem-silent", |ctx| {
+        ctx.publication_connection_timeout_ns = 200 * MS as u64;
+    });
+    let sender = s.sender_address();
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    // Status messages stop arriving (the network eats them).
+    s.net.hold(sender, true);
+    s.net.hold(endpoint, true);
+    let mut setups = 0;
+    for _ in 0..400 {
+        s.net.take(sender);
+        s.h.advance(MS);
+        setups += s
+            .net
+            .take(endpoint)
+            .iter()
+            .filter(|d| frame_type(d) == HDR_TYPE_SETUP)
+            .count();
+    }
+    assert!(setups >= 1, "the sender went back to SETUP");
+}
