@@ -2,13 +2,13 @@
 //! place, with the driver keeping the publisher limit behind the slowest
 //! subscriber, cleaning terms behind it and unblocking dead writers.
 //!
-//! Life cycle: `Active` → (last publisher gone) `Draining` (end-of-stream
-//! position set, subscribers finish reading) → `Lingering` → `Done` (images
-//! withdrawn, counters freed, file deleted).
+//! Life cycle ([`PublicationState`]): draining lasts until the subscribers
+//! read to the end of stream; then the images are withdrawn, and after the
+//! linger the counters are freed and the file deleted.
 
+use crate::lifecycle::PublicationState;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{self, meta, unblocker, LogBuffers};
-use sulis_protocol::log_buffer_descriptor::*;
 
 /// One subscriber reading the log.
 #[derive(Debug)]
@@ -21,25 +21,6 @@ pub struct IpcSubscriber {
     pub position: CounterRef,
     /// Whether this subscriber holds the publisher back.
     pub tether: bool,
-}
-
-/// State of an IPC publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PubState {
-    /// Publishers attached.
-    Active,
-    /// No publisher left; waiting for subscribers to reach the end of stream.
-    Draining {
-        /// When draining began.
-        since_ns: i64,
-    },
-    /// Drained; the log stays mapped for `linger` so late readers are safe.
-    Lingering {
-        /// When lingering ends.
-        until_ns: i64,
-    },
-    /// Ready to be freed.
-    Done,
 }
 
 /// An IPC publication owned by the driver conductor.
@@ -64,8 +45,8 @@ pub struct IpcPublication {
     pub ref_count: usize,
     /// Subscribers.
     pub subscribers: Vec<IpcSubscriber>,
-    /// State.
-    pub state: PubState,
+    /// Where it is in the life cycle.
+    pub state: PublicationState,
     term_window: i64,
     clean_position: i64,
     consumer_position: i64,
@@ -104,7 +85,7 @@ impl IpcPublication {
             pub_pos,
             ref_count: 1,
             subscribers: Vec::new(),
-            state: PubState::Active,
+            state: PublicationState::Active,
             term_window,
             clean_position: start,
             consumer_position: start,
@@ -146,7 +127,7 @@ impl IpcPublication {
 
     /// True while publishers can attach.
     pub fn is_active(&self) -> bool {
-        self.state == PubState::Active
+        self.state.is_active()
     }
 
     /// Every duty cycle: move the publisher limit up behind the slowest
@@ -173,12 +154,12 @@ impl IpcPublication {
         }
         self.consumer_position = min;
         let has_subscribers = !self.subscribers.is_empty();
-        if has_subscribers != self.connected && self.state == PubState::Active {
+        if has_subscribers != self.connected && self.state.is_active() {
             self.connected = has_subscribers;
             meta::set_connected(&self.logs.meta(), has_subscribers);
             work += 1;
         }
-        if has_subscribers && self.state == PubState::Active {
+        if has_subscribers && self.state.is_active() {
             let proposed = min + self.term_window;
             if proposed > self.pub_limit.get() {
                 // Keep one term behind the slowest reader; the term the writer
@@ -191,7 +172,7 @@ impl IpcPublication {
                 self.pub_limit.set_ordered(proposed);
                 work += 1;
             }
-        } else if self.state == PubState::Active && self.pub_limit.get() != producer {
+        } else if self.state.is_active() && self.pub_limit.get() != producer {
             self.pub_limit.set_ordered(producer);
         }
         work
@@ -220,15 +201,9 @@ impl IpcPublication {
 
     /// The last publisher went away: mark end of stream and start draining.
     pub fn close(&mut self, now_ns: i64) {
-        if self.state == PubState::Active {
-            let producer = self.producer_position();
-            self.logs
-                .meta()
-                .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, producer);
-            meta::set_connected(&self.logs.meta(), false);
-            self.pub_limit.set_ordered(producer);
-            self.state = PubState::Draining { since_ns: now_ns };
-        }
+        let producer = self.producer_position();
+        self.state
+            .close(&self.logs, &self.pub_limit, producer, now_ns);
     }
 
     /// Timer step of the close sequence. `linger_ns` bounds both draining and
@@ -236,28 +211,16 @@ impl IpcPublication {
     /// to the end of the stream (or the linger ran out) and are to be told
     /// the image is gone.
     pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) -> bool {
-        match self.state {
-            PubState::Active | PubState::Done => false,
-            PubState::Draining { since_ns } => {
-                let producer = self.producer_position();
-                let drained = self
-                    .subscribers
-                    .iter()
-                    .all(|s| s.position.get_volatile() >= producer);
-                if drained || now_ns > since_ns + linger_ns {
-                    self.state = PubState::Lingering {
-                        until_ns: now_ns + linger_ns,
-                    };
-                    return true;
-                }
-                false
-            }
-            PubState::Lingering { until_ns } => {
-                if now_ns >= until_ns {
-                    self.state = PubState::Done;
-                }
-                false
-            }
+        if let Some(since_ns) = self.state.draining_since() {
+            let producer = self.producer_position();
+            let drained = self
+                .subscribers
+                .iter()
+                .all(|s| s.position.get_volatile() >= producer);
+            return (drained || now_ns > since_ns + linger_ns)
+                && self.state.finish_draining(now_ns, linger_ns);
         }
+        self.state.check_linger(now_ns);
+        false
     }
 }

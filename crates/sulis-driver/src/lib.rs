@@ -11,6 +11,7 @@ pub mod conductor;
 pub mod context;
 pub mod flow_control;
 pub mod ipc_publication;
+pub mod lifecycle;
 pub mod loss;
 pub mod media;
 pub mod media_driver;

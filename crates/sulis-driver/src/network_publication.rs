@@ -6,13 +6,15 @@
 //! of the sender position while a receiver is connected, cleans the term
 //! behind the sender and runs the close sequence.
 //!
-//! Life cycle (conductor): `Active` → (last publisher gone) `Draining`
-//! (end-of-stream position set; the sender finishes sending) → `Lingering`
-//! (the sender keeps sending end-of-stream heartbeats and serving NAKs) →
-//! `Done` (the sender drops it, counters are freed, the file is deleted).
+//! Life cycle ([`PublicationState`], kept by the conductor; the sender sees
+//! it as [`status`]): draining lasts until everything is sent (or no
+//! receiver is left); while lingering the sender keeps sending end-of-stream
+//! heartbeats and serving NAKs; then the sender drops it, counters are
+//! freed and the file is deleted.
 
 use crate::agent::ErrorReporter;
 use crate::flow_control::{FlowControl, UnicastFlowControl};
+use crate::lifecycle::PublicationState;
 use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
 use crate::media::transport::{send_control_frame, Transport};
 use crate::sender::SenderConfig;
@@ -111,8 +113,8 @@ pub struct NetworkPublicationEntry {
     pub endpoint_key: String,
     /// Publisher links holding it open.
     pub ref_count: usize,
-    /// Conductor-side state.
-    pub state: NetState,
+    /// Where it is in the life cycle (conductor).
+    pub state: PublicationState,
     term_window: i64,
     clean_position: i64,
     connected: bool,
@@ -130,25 +132,6 @@ pub struct ReResolution {
     pub address: SocketAddr,
     /// When the name was last looked up (the conductor's clock).
     pub last_lookup_ns: i64,
-}
-
-/// Conductor-side state of a network publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NetState {
-    /// Publishers attached.
-    Active,
-    /// No publisher left; the sender finishes sending.
-    Draining {
-        /// When draining began.
-        since_ns: i64,
-    },
-    /// Sent; lingering for late NAKs.
-    Lingering {
-        /// When lingering ends.
-        until_ns: i64,
-    },
-    /// Ready to be removed from the sender and freed.
-    Done,
 }
 
 impl NetworkPublicationEntry {
@@ -171,7 +154,7 @@ impl NetworkPublicationEntry {
             publication,
             endpoint_key,
             ref_count: 1,
-            state: NetState::Active,
+            state: PublicationState::Active,
             term_window,
             clean_position: start,
             connected: false,
@@ -192,7 +175,7 @@ impl NetworkPublicationEntry {
 
     /// True while publishers can attach.
     pub fn is_active(&self) -> bool {
-        self.state == NetState::Active
+        self.state.is_active()
     }
 
     /// Every conductor duty cycle: connection state and publisher limit.
@@ -200,7 +183,7 @@ impl NetworkPublicationEntry {
         let p = &self.publication;
         let producer = p.producer_position();
         p.pub_pos.set_ordered(producer);
-        if self.state != NetState::Active {
+        if !self.state.is_active() {
             return 0;
         }
         let mut work = 0;
@@ -233,16 +216,12 @@ impl NetworkPublicationEntry {
 
     /// The last publisher went away: mark end of stream and start draining.
     pub fn close(&mut self, now_ns: i64) {
-        if self.state == NetState::Active {
-            let p = &self.publication;
-            let producer = p.producer_position();
-            p.logs
-                .meta()
-                .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, producer);
-            meta::set_connected(&p.logs.meta(), false);
-            p.pub_limit.set_ordered(producer);
+        let p = &self.publication;
+        if self
+            .state
+            .close(&p.logs, &p.pub_limit, p.producer_position(), now_ns)
+        {
             p.status.store(status::DRAINING, Ordering::Release);
-            self.state = NetState::Draining { since_ns: now_ns };
         }
     }
 
@@ -250,26 +229,17 @@ impl NetworkPublicationEntry {
     /// connected and data is left to send (a slow receiver still gets
     /// everything, as with Aeron); lingering lasts `linger_ns`.
     pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64, connection_timeout_ns: i64) {
-        match self.state {
-            NetState::Active | NetState::Done => {}
-            NetState::Draining { since_ns } => {
-                let p = &self.publication;
-                let sent = p.snd_pos.get_volatile() >= p.producer_position();
-                let abandoned = !p.has_receivers(now_ns, connection_timeout_ns)
-                    && now_ns > since_ns + connection_timeout_ns.min(linger_ns);
-                if sent || abandoned {
-                    p.status.store(status::LINGERING, Ordering::Release);
-                    self.state = NetState::Lingering {
-                        until_ns: now_ns + linger_ns,
-                    };
-                }
+        if let Some(since_ns) = self.state.draining_since() {
+            let p = &self.publication;
+            let sent = p.snd_pos.get_volatile() >= p.producer_position();
+            let abandoned = !p.has_receivers(now_ns, connection_timeout_ns)
+                && now_ns > since_ns + connection_timeout_ns.min(linger_ns);
+            if (sent || abandoned) && self.state.finish_draining(now_ns, linger_ns) {
+                p.status.store(status::LINGERING, Ordering::Release);
             }
-            NetState::Lingering { until_ns } => {
-                if now_ns >= until_ns {
-                    self.state = NetState::Done;
-                }
-            }
+            return;
         }
+        self.state.check_linger(now_ns);
     }
 }
 

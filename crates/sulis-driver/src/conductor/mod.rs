@@ -23,7 +23,8 @@ use subscriptions::{DeferredSubscription, SubscriptionLink};
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::DriverContext;
-use crate::ipc_publication::{IpcPublication, PubState};
+use crate::ipc_publication::IpcPublication;
+use crate::lifecycle::PublicationState;
 use crate::media::transport::TransportFactory;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::receiver::{ReceiverCommand, ReceiverEvent};
@@ -230,7 +231,7 @@ impl DriverConductor {
             p.update_publisher_limit();
             // Checked every cycle, not on the timer: subscribers learn that a
             // closed stream is over as soon as they have read it to the end.
-            if matches!(p.state, PubState::Draining { .. }) && p.on_time_event(now_ns, linger_ns) {
+            if p.state.draining_since().is_some() && p.on_time_event(now_ns, linger_ns) {
                 drained.push(i);
             }
         }
@@ -527,7 +528,7 @@ impl DriverConductor {
         }
         let mut i = 0;
         while i < self.publications.len() {
-            if self.publications[i].state == PubState::Done {
+            if self.publications[i].state == PublicationState::Done {
                 let p = self.publications.swap_remove(i);
                 self.free_publication(p, now_ms);
                 work += 1;

@@ -6,8 +6,9 @@ use super::endpoints::EndpointEntry;
 use super::ipc_publications::{PublicationLink, SharedPublication};
 use super::{CommandError, DriverConductor};
 use crate::media::transport::EndpointRole;
+use crate::lifecycle::PublicationState;
 use crate::network_publication::{
-    NetState, NetworkPublication, NetworkPublicationEntry, ReResolution,
+    NetworkPublication, NetworkPublicationEntry, ReResolution,
 };
 use crate::sender::SenderCommand;
 use crate::system_counters::{type_id, SystemCounter};
@@ -220,7 +221,7 @@ impl DriverConductor {
         }
         let mut i = 0;
         while i < self.net_publications.len() {
-            if self.net_publications[i].state == NetState::Done {
+            if self.net_publications[i].state == PublicationState::Done {
                 let entry = self.net_publications.swap_remove(i);
                 let p = entry.publication;
                 let _ = self.net.sender.send(SenderCommand::RemovePublication {
