@@ -38,9 +38,14 @@ fn frame_type(d: &Datagram) -> u16 {
 
 impl Stream {
     fn connect(name: &str, configure: impl FnOnce(&mut DriverContext)) -> Stream {
+        Stream::connect_on(name, "", configure)
+    }
+
+    /// As [`Stream::connect`], with `params` appended to the channel URI.
+    fn connect_on(name: &str, params: &str, configure: impl FnOnce(&mut DriverContext)) -> Stream {
         let net = MemoryNetwork::new();
         let mut h = Harness::with_transports(name, configure, Arc::new(net.clone()));
-        let channel = format!("aeron:udp?endpoint={ENDPOINT}");
+        let channel = format!("aeron:udp?endpoint={ENDPOINT}{params}");
         h.keepalive();
         h.add_subscription(&channel, 1);
         h.add_publication(&channel, 1);
@@ -164,6 +169,32 @@ fn a_datagram_lost_in_flight_is_naked_resent_and_delivered_in_its_place() {
     assert_eq!(s.counter(SystemCounter::NakMessagesSent), 1);
     assert_eq!(s.counter(SystemCounter::NakMessagesReceived), 1);
     assert_eq!(s.counter(SystemCounter::RetransmitsSent), 1);
+}
+
+#[test]
+fn with_reliable_false_a_lost_datagram_is_padded_over_not_naked() {
+    let mut s = Stream::connect_on("mem-unreliable", "|reliable=false", |_| {});
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let sent = messages(20, 100);
+    s.publish(&sent);
+    s.net.hold(endpoint, true);
+    s.h.driver.do_work();
+    let in_flight = s.net.take(endpoint);
+    s.net.hold(endpoint, false);
+    // Lose the first data datagram (8 messages of 160 bytes: 1,280 bytes).
+    let lost = in_flight
+        .iter()
+        .find(|d| frame_type(d) == HDR_TYPE_DATA)
+        .unwrap()
+        .clone();
+    assert_eq!(lost.bytes.len(), 1280);
+    for d in in_flight.iter().filter(|d| **d != lost) {
+        s.net.inject(endpoint, d.clone());
+    }
+    s.h.advance(5 * MS);
+    assert_eq!(s.poll(), sent[8..], "the rest, after a gap fill");
+    assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
+    assert_eq!(s.counter(SystemCounter::LossGapFills), 1);
 }
 
 #[test]
