@@ -4,6 +4,7 @@
 //! Nothing in this crate performs I/O: it only names offsets, validates and
 //! encodes, so that every other crate agrees on one definition of each layout.
 
+pub mod archive;
 pub mod cnc_descriptor;
 pub mod control;
 pub mod counters;
