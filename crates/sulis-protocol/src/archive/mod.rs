@@ -1,5 +1,8 @@
 //! The archive's shared contracts: its control protocol (Aeron Archive's
-//! SBE schema 101) and, as they come, its file layouts.
+//! SBE schema 101) and its file layouts (the catalog, segment files), as
+//! Aeron's archive and tools read them.
 
+pub mod catalog;
 pub mod messages;
 pub mod sbe;
+pub mod segment;
