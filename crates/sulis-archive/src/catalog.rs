@@ -1,0 +1,455 @@
+//! The catalog file, `archive.catalog`: one entry per recording, in Aeron
+//! Archive's 3.1.0 layout (`sulis_protocol::archive::catalog`), memory
+//! mapped, grown by half again when full.
+//!
+//! Opening it rebuilds an index from recording id to entry. An entry that
+//! cannot be read (a bad state, strings that run past it) is reported in
+//! [`Catalog::problems`] and left out; the others stay usable. An entry
+//! whose length runs past the end of the file ends the list there, as a
+//! torn append would.
+//!
+//! Sync levels, as Aeron's `catalog.file.sync.level`: 0 leaves writes to
+//! the page cache; 1 flushes the changed bytes after every change; 2 also
+//! syncs the file's metadata.
+
+use memmap2::MmapMut;
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use sulis_protocol::archive::catalog::{
+    decode_entry, descriptor, encode_entry, entry, entry_length, CatalogEntry, CatalogError,
+    CatalogHeader, CATALOG_FILE, CATALOG_HEADER_LENGTH,
+};
+use sulis_protocol::archive::messages::{recording_state, RecordingDescriptor};
+
+/// An open catalog.
+pub struct Catalog {
+    path: PathBuf,
+    file: File,
+    map: MmapMut,
+    header: CatalogHeader,
+    /// Recording id → entry offset, for every entry that could be read.
+    index: BTreeMap<i64, usize>,
+    /// First free byte (after the last entry).
+    end: usize,
+    sync_level: u8,
+    problems: Vec<String>,
+}
+
+fn io_error(path: &Path, what: &str, e: io::Error) -> CatalogError {
+    CatalogError {
+        message: format!("{}: {what}: {e}", path.display()),
+    }
+}
+
+impl Catalog {
+    /// Opens `dir/archive.catalog`, creating it with `capacity` bytes if it
+    /// does not exist.
+    pub fn open(dir: &Path, capacity: usize, sync_level: u8) -> Result<Catalog, CatalogError> {
+        let path = dir.join(CATALOG_FILE);
+        let exists = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_error(&path, "cannot open", e))?;
+        set_private(&path);
+        let len = file
+            .metadata()
+            .map_err(|e| io_error(&path, "cannot stat", e))?
+            .len() as usize;
+        if !exists || len == 0 {
+            file.set_len(capacity.max(4096) as u64)
+                .map_err(|e| io_error(&path, "cannot size", e))?;
+        }
+        // SAFETY: the archive is the only writer of its catalog (its mark
+        // file keeps a second archive out of the directory); readers in
+        // other processes only read.
+        let mut map =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_error(&path, "cannot map", e))?;
+        let header = if !exists || len == 0 {
+            let h = CatalogHeader::new();
+            h.write(&mut map);
+            h
+        } else {
+            CatalogHeader::read(&map).map_err(|e| CatalogError {
+                message: format!("{}: {}", path.display(), e.message),
+            })?
+        };
+        let mut catalog = Catalog {
+            path,
+            file,
+            map,
+            header,
+            index: BTreeMap::new(),
+            end: CATALOG_HEADER_LENGTH,
+            sync_level,
+            problems: Vec::new(),
+        };
+        catalog.load();
+        catalog.sync(0, CATALOG_HEADER_LENGTH);
+        Ok(catalog)
+    }
+
+    fn load(&mut self) {
+        let mut offset = CATALOG_HEADER_LENGTH;
+        loop {
+            match decode_entry(&self.map, offset) {
+                Ok(None) => break,
+                Ok(Some(e)) => {
+                    let id = e.descriptor.recording_id;
+                    if id < 0 || self.index.insert(id, offset).is_some() {
+                        self.problems.push(format!(
+                            "catalog entry at offset {offset}: recording id {id} is negative or repeated; left out"
+                        ));
+                        self.index.retain(|_, o| *o != offset);
+                    }
+                    offset += e.frame_length;
+                }
+                Err(err) => {
+                    let length = read_i32(&self.map, offset + entry::LENGTH);
+                    let next = offset
+                        + sulis_protocol::archive::catalog::DESCRIPTOR_HEADER_LENGTH
+                        + length.max(0) as usize;
+                    if length > 0 && next <= self.map.len() {
+                        // The frame is whole but its contents are not: skip it.
+                        self.problems.push(format!("{}; left out", err.message));
+                        offset = next;
+                    } else {
+                        self.problems
+                            .push(format!("{}; the catalog ends there", err.message));
+                        break;
+                    }
+                }
+            }
+        }
+        self.end = offset;
+        if let Some((&last, _)) = self.index.iter().next_back() {
+            if self.header.next_recording_id <= last {
+                self.header.next_recording_id = last + 1;
+                self.write_header();
+            }
+        }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What could not be read when it was opened.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    /// Id the next recording gets.
+    pub fn next_recording_id(&self) -> i64 {
+        self.header.next_recording_id
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Every readable entry, in recording id order.
+    pub fn entries(&self) -> Vec<CatalogEntry> {
+        self.index.keys().filter_map(|&id| self.entry(id)).collect()
+    }
+
+    /// The entry of recording `id` (any state).
+    pub fn entry(&self, id: i64) -> Option<CatalogEntry> {
+        let &offset = self.index.get(&id)?;
+        decode_entry(&self.map, offset).ok().flatten()
+    }
+
+    /// The descriptor of a VALID recording `id`.
+    pub fn recording(&self, id: i64) -> Option<RecordingDescriptor> {
+        self.entry(id)
+            .filter(|e| e.state == recording_state::VALID)
+            .map(|e| e.descriptor)
+    }
+
+    /// Ids of the VALID recordings from `from_id` on.
+    pub fn valid_ids_from(&self, from_id: i64) -> Vec<i64> {
+        self.index
+            .range(from_id.max(0)..)
+            .filter(|(_, &o)| read_i32(&self.map, o + entry::STATE) == recording_state::VALID)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Adds a VALID recording described by `d` (its `recording_id` is
+    /// ignored: the next id is given) and returns its id.
+    pub fn add_recording(&mut self, mut d: RecordingDescriptor) -> Result<i64, CatalogError> {
+        let id = self.header.next_recording_id;
+        d.recording_id = id;
+        let bytes = encode_entry(&d, recording_state::VALID, self.header.alignment);
+        self.ensure_room(bytes.len())?;
+        let offset = self.end;
+        // The body first, the length last: a reader never sees a length
+        // whose entry is not there yet.
+        self.map[offset + 4..offset + bytes.len()].copy_from_slice(&bytes[4..]);
+        self.map[offset..offset + 4].copy_from_slice(&bytes[..4]);
+        self.end += bytes.len();
+        self.index.insert(id, offset);
+        self.header.next_recording_id = id + 1;
+        self.write_header();
+        self.sync(offset, bytes.len());
+        self.sync(0, CATALOG_HEADER_LENGTH);
+        Ok(id)
+    }
+
+    fn ensure_room(&mut self, needed: usize) -> Result<(), CatalogError> {
+        if self.end + needed <= self.map.len() {
+            return Ok(());
+        }
+        let mut capacity = self.map.len();
+        while self.end + needed > capacity {
+            capacity += capacity / 2;
+        }
+        if capacity > i32::MAX as usize {
+            return Err(CatalogError {
+                message: format!(
+                    "{}: the catalog cannot grow past 2 GiB",
+                    self.path.display()
+                ),
+            });
+        }
+        self.map
+            .flush()
+            .map_err(|e| io_error(&self.path, "cannot flush", e))?;
+        self.file
+            .set_len(capacity as u64)
+            .map_err(|e| io_error(&self.path, "cannot grow", e))?;
+        // SAFETY: as in `open`.
+        self.map = unsafe { MmapMut::map_mut(&self.file) }
+            .map_err(|e| io_error(&self.path, "cannot map", e))?;
+        Ok(())
+    }
+
+    fn write_header(&mut self) {
+        let h = self.header;
+        h.write(&mut self.map);
+    }
+
+    fn offset_of(&self, id: i64) -> Result<usize, CatalogError> {
+        self.index.get(&id).copied().ok_or_else(|| CatalogError {
+            message: format!("unknown recording id {id}"),
+        })
+    }
+
+    fn put_i64(&mut self, id: i64, field: usize, value: i64) -> Result<(), CatalogError> {
+        let o = self.offset_of(id)? + field;
+        self.map[o..o + 8].copy_from_slice(&value.to_le_bytes());
+        self.sync(o, 8);
+        Ok(())
+    }
+
+    /// A recording stopped at `position`, at `timestamp_ms`.
+    pub fn record_stop(
+        &mut self,
+        id: i64,
+        position: i64,
+        timestamp_ms: i64,
+    ) -> Result<(), CatalogError> {
+        self.put_i64(id, descriptor::STOP_TIMESTAMP, timestamp_ms)?;
+        self.put_i64(id, descriptor::STOP_POSITION, position)
+    }
+
+    /// A recording is extended by a new session: it is active again.
+    pub fn record_extend(
+        &mut self,
+        id: i64,
+        control_session_id: i64,
+        correlation_id: i64,
+    ) -> Result<(), CatalogError> {
+        self.put_i64(id, descriptor::CONTROL_SESSION_ID, control_session_id)?;
+        self.put_i64(id, descriptor::CORRELATION_ID, correlation_id)?;
+        self.put_i64(id, descriptor::STOP_TIMESTAMP, -1)?;
+        self.put_i64(id, descriptor::STOP_POSITION, -1)
+    }
+
+    /// Sets the stop position (truncation, recovery).
+    pub fn set_stop_position(&mut self, id: i64, position: i64) -> Result<(), CatalogError> {
+        self.put_i64(id, descriptor::STOP_POSITION, position)
+    }
+
+    /// Sets the start position (segments detached or purged).
+    pub fn set_start_position(&mut self, id: i64, position: i64) -> Result<(), CatalogError> {
+        self.put_i64(id, descriptor::START_POSITION, position)
+    }
+
+    /// Sets an entry's state (INVALID, VALID, DELETED).
+    pub fn set_state(&mut self, id: i64, state: i32) -> Result<(), CatalogError> {
+        let o = self.offset_of(id)? + entry::STATE;
+        self.map[o..o + 4].copy_from_slice(&state.to_le_bytes());
+        self.sync(o, 4);
+        Ok(())
+    }
+
+    /// The whole length an entry for `d` would take.
+    pub fn entry_length(&self, d: &RecordingDescriptor) -> usize {
+        entry_length(d, self.header.alignment)
+    }
+
+    fn sync(&self, offset: usize, len: usize) {
+        if self.sync_level == 0 {
+            return;
+        }
+        let _ = self.map.flush_range(offset, len);
+        if self.sync_level >= 2 {
+            let _ = self.file.sync_all();
+        }
+    }
+
+    /// Flushes everything to the file.
+    pub fn flush(&self) -> io::Result<()> {
+        self.map.flush()
+    }
+}
+
+fn read_i32(b: &[u8], o: usize) -> i32 {
+    if o + 4 > b.len() {
+        return 0;
+    }
+    i32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+/// Archive files are the archive's own: owner read/write only.
+fn set_private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let p =
+                std::env::temp_dir().join(format!("sulis-catalog-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn descriptor(stream_id: i32, channel: &str) -> RecordingDescriptor {
+        RecordingDescriptor {
+            start_timestamp: 1000,
+            stop_timestamp: -1,
+            start_position: 0,
+            stop_position: -1,
+            initial_term_id: 5,
+            segment_file_length: 1 << 20,
+            term_buffer_length: 64 * 1024,
+            mtu_length: 1408,
+            session_id: 77,
+            stream_id,
+            stripped_channel: channel.into(),
+            original_channel: channel.into(),
+            source_identity: "aeron:ipc".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn should_add_update_and_find_recordings_again_after_reopening() {
+        let dir = TempDir::new("reopen");
+        {
+            let mut c = Catalog::open(&dir.0, 4096, 1).unwrap();
+            assert_eq!(c.add_recording(descriptor(1, "aeron:ipc")).unwrap(), 0);
+            assert_eq!(
+                c.add_recording(descriptor(2, "aeron:ipc?alias=two"))
+                    .unwrap(),
+                1
+            );
+            c.record_stop(0, 4096, 2000).unwrap();
+            c.set_state(1, recording_state::DELETED).unwrap();
+        }
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!(c.next_recording_id(), 2);
+        let r = c.recording(0).unwrap();
+        assert_eq!(
+            (r.stop_position, r.stop_timestamp, r.stream_id),
+            (4096, 2000, 1)
+        );
+        assert_eq!(c.recording(1), None, "deleted");
+        assert_eq!(c.entry(1).unwrap().state, recording_state::DELETED);
+        assert_eq!(c.valid_ids_from(0), vec![0]);
+        let mode = std::fs::metadata(c.path()).unwrap().permissions();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn should_grow_when_full() {
+        let dir = TempDir::new("grow");
+        let mut c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        let long = format!(
+            "aeron:udp?endpoint=localhost:40123|alias={}",
+            "x".repeat(300)
+        );
+        for i in 0..100 {
+            assert_eq!(c.add_recording(descriptor(i, &long)).unwrap(), i as i64);
+        }
+        assert!(c.bytes().len() > 4096);
+        drop(c);
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert_eq!(c.valid_ids_from(0).len(), 100);
+        assert_eq!(c.recording(99).unwrap().stripped_channel, long);
+    }
+
+    #[test]
+    fn should_leave_out_a_corrupt_entry_and_keep_the_others() {
+        let dir = TempDir::new("corrupt");
+        let offset_of_1;
+        {
+            let mut c = Catalog::open(&dir.0, 8192, 0).unwrap();
+            for i in 0..3 {
+                c.add_recording(descriptor(i, "aeron:ipc")).unwrap();
+            }
+            offset_of_1 = c.index[&1];
+            c.flush().unwrap();
+        }
+        // Recording 1's state becomes garbage.
+        let path = dir.0.join(CATALOG_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[offset_of_1 + 4..offset_of_1 + 8].copy_from_slice(&77i32.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let mut c = Catalog::open(&dir.0, 8192, 0).unwrap();
+        assert_eq!(c.valid_ids_from(0), vec![0, 2]);
+        assert_eq!(c.problems().len(), 1);
+        assert!(
+            c.problems()[0].contains(&format!("offset {offset_of_1}")),
+            "{:?}",
+            c.problems()
+        );
+        assert!(c.problems()[0].contains("state 77"));
+        // New recordings still go after the last entry, with fresh ids.
+        assert_eq!(c.add_recording(descriptor(9, "aeron:ipc")).unwrap(), 3);
+    }
+
+    #[test]
+    fn should_refuse_a_file_that_is_not_a_catalog() {
+        let dir = TempDir::new("foreign");
+        std::fs::write(dir.0.join(CATALOG_FILE), vec![0x55u8; 4096]).unwrap();
+        let err = Catalog::open(&dir.0, 4096, 0).err().unwrap();
+        assert!(err.message.contains("archive.catalog"), "{err}");
+        assert!(err.message.contains("catalog version"), "{err}");
+    }
+}
