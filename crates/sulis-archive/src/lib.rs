@@ -4,3 +4,4 @@
 //! (the contracts are in `sulis_protocol::archive`).
 
 pub mod catalog;
+pub mod segment;

@@ -147,7 +147,7 @@ pub fn format_duration_ns(ns: u64) -> String {
     let (suffix, multiplier) = DURATION_UNITS
         .iter()
         .rev()
-        .find(|(_, m)| ns % m == 0)
+        .find(|(_, m)| ns.is_multiple_of(*m))
         .copied()
         .unwrap_or(("ns", 1));
     format!("{}{suffix}", ns / multiplier)

@@ -1,0 +1,569 @@
+//! Writing, reading and recovering a recording's segment files
+//! (`<recordingId>-<basePosition>.rec`, laid out as
+//! `sulis_protocol::archive::segment` describes).
+//!
+//! * [`RecordingWriter`] appends blocks of whole frames, as an image hands
+//!   them over, at their stream position, rolling to a new file at each
+//!   segment boundary. A padding frame is written as its header alone, the
+//!   position moving past its whole length (as Aeron's recorder does).
+//! * [`SegmentReader`] reads whole frames from a position, checking each
+//!   frame header against where it lies (length, type, term offset, term
+//!   id): a replay that meets a torn or corrupt segment gets an error
+//!   naming the file and offset instead of stalling or sending garbage.
+//! * [`recover_stop_position`] finds where an interrupted recording really
+//!   ends: the end of the last whole, consistent frame.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use sulis_protocol::archive::segment::{segment_file_base_position, segment_file_name};
+use sulis_protocol::frame::{
+    align_frame, DATA_HEADER_LENGTH, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD,
+    TERM_ID_FIELD_OFFSET, TERM_OFFSET_FIELD_OFFSET, TYPE_FIELD_OFFSET,
+};
+
+/// A recording's geometry: what positions map to which file and offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Recording id.
+    pub recording_id: i64,
+    /// Position the recording started at.
+    pub start_position: i64,
+    /// Term length of the recorded stream.
+    pub term_length: i64,
+    /// Segment file length.
+    pub segment_length: i64,
+    /// Initial term id of the recorded stream.
+    pub initial_term_id: i32,
+}
+
+impl Geometry {
+    /// Base position of the file holding `position`.
+    pub fn base_of(&self, position: i64) -> i64 {
+        segment_file_base_position(
+            self.start_position,
+            position,
+            self.term_length,
+            self.segment_length,
+        )
+    }
+
+    /// Path of the file with `base` in `dir`.
+    pub fn path(&self, dir: &Path, base: i64) -> PathBuf {
+        dir.join(segment_file_name(self.recording_id, base))
+    }
+
+    /// Term id at `position`.
+    pub fn term_id_at(&self, position: i64) -> i32 {
+        self.initial_term_id
+            .wrapping_add((position / self.term_length) as i32)
+    }
+}
+
+fn create_segment(path: &Path, length: i64) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.set_len(length as u64)?;
+    Ok(file)
+}
+
+/// Appends a recording's frames to its segment files.
+pub struct RecordingWriter {
+    dir: PathBuf,
+    g: Geometry,
+    position: i64,
+    file: Option<(i64, File)>,
+    sync_level: u8,
+}
+
+impl RecordingWriter {
+    /// A writer continuing at `position` (the start position for a new
+    /// recording, the stop position when extending).
+    pub fn new(dir: &Path, g: Geometry, position: i64, sync_level: u8) -> RecordingWriter {
+        RecordingWriter {
+            dir: dir.to_path_buf(),
+            g,
+            position,
+            file: None,
+            sync_level,
+        }
+    }
+
+    /// Where the next block goes.
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    fn file_for(&mut self, position: i64) -> io::Result<(i64, &File)> {
+        let base = self.g.base_of(position);
+        if self.file.as_ref().map(|(b, _)| *b) != Some(base) {
+            let path = self.g.path(&self.dir, base);
+            let file = match OpenOptions::new().read(true).write(true).open(&path) {
+                // Extending into the segment a stopped recording ended in.
+                Ok(f) if position > base => f,
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!(
+                            "segment file {} already exists where a new segment should start",
+                            path.display()
+                        ),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let f = create_segment(&path, self.g.segment_length)?;
+                    if self.sync_level > 0 {
+                        sync_dir(&self.dir);
+                    }
+                    f
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot open {}: {e}", path.display()),
+                    ))
+                }
+            };
+            self.file = Some((base, file));
+        }
+        let (base, file) = self.file.as_ref().expect("just set");
+        Ok((*base, file))
+    }
+
+    /// Writes `block`, whole frames of one term starting at the writer's
+    /// position (a padding frame comes alone).
+    pub fn write_block(&mut self, block: &[u8]) -> io::Result<()> {
+        if block.is_empty() {
+            return Ok(());
+        }
+        if !block.len().is_multiple_of(FRAME_ALIGNMENT) || block.len() < DATA_HEADER_LENGTH {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "block of {} bytes is not whole 32-byte aligned frames",
+                    block.len()
+                ),
+            ));
+        }
+        let is_padding =
+            u16::from_le_bytes([block[TYPE_FIELD_OFFSET], block[TYPE_FIELD_OFFSET + 1]])
+                == HDR_TYPE_PAD;
+        let position = self.position;
+        let sync_level = self.sync_level;
+        let (base, file) = self.file_for(position)?;
+        let offset = (position - base) as u64;
+        let bytes = if is_padding {
+            &block[..DATA_HEADER_LENGTH]
+        } else {
+            block
+        };
+        file.write_all_at(bytes, offset)?;
+        match sync_level {
+            0 => {}
+            1 => file.sync_data()?,
+            _ => file.sync_all()?,
+        }
+        self.position += block.len() as i64;
+        if self.position - base >= self.g.segment_length {
+            self.file = None;
+        }
+        Ok(())
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Why a segment could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file is missing or unreadable.
+    Io(io::Error),
+    /// A frame is torn or does not belong where it lies.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Offset in it.
+        offset: u64,
+        /// Stream position.
+        position: i64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Corrupt {
+                path,
+                offset,
+                position,
+                reason,
+            } => write!(
+                f,
+                "corrupt recording data in {} at offset {offset} (position {position}): {reason}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+/// Reads a recording's frames in order from a position.
+pub struct SegmentReader {
+    dir: PathBuf,
+    g: Geometry,
+    position: i64,
+    file: Option<(i64, PathBuf, File)>,
+}
+
+impl SegmentReader {
+    /// A reader at `position` (a frame boundary).
+    pub fn new(dir: &Path, g: Geometry, position: i64) -> SegmentReader {
+        SegmentReader {
+            dir: dir.to_path_buf(),
+            g,
+            position,
+            file: None,
+        }
+    }
+
+    /// The position of the next frame.
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    /// Reads whole frames into `buf` up to `limit` (a position known to be
+    /// recorded), never across a term boundary; returns the bytes read (0
+    /// at `limit`). Padding frames come back with their full length, their
+    /// body zero, so a caller can skip or send them as the log has them.
+    pub fn read(&mut self, buf: &mut [u8], limit: i64) -> Result<usize, ReadError> {
+        let mut filled = 0usize;
+        while self.position < limit {
+            let term_offset = (self.position % self.g.term_length) as usize;
+            let base = self.g.base_of(self.position);
+            if self.file.as_ref().map(|f| f.0) != Some(base) {
+                let path = self.g.path(&self.dir, base);
+                let file = File::open(&path).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+                })?;
+                self.file = Some((base, path, file));
+            }
+            let (_, path, file) = self.file.as_ref().expect("just set");
+            let offset = (self.position - base) as u64;
+            let mut header = [0u8; DATA_HEADER_LENGTH];
+            file.read_exact_at(&mut header, offset)?;
+            let corrupt = |reason: String| ReadError::Corrupt {
+                path: path.clone(),
+                offset,
+                position: self.position,
+                reason,
+            };
+            let frame_length = i32::from_le_bytes(header[0..4].try_into().unwrap());
+            let frame_type =
+                u16::from_le_bytes([header[TYPE_FIELD_OFFSET], header[TYPE_FIELD_OFFSET + 1]]);
+            let header_offset = i32::from_le_bytes(
+                header[TERM_OFFSET_FIELD_OFFSET..TERM_OFFSET_FIELD_OFFSET + 4]
+                    .try_into()
+                    .unwrap(),
+            );
+            let header_term_id = i32::from_le_bytes(
+                header[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4]
+                    .try_into()
+                    .unwrap(),
+            );
+            let aligned = align_frame(frame_length.max(0) as usize);
+            let problem = if frame_length <= 0 {
+                Some(format!(
+                    "no frame where the recording says there is one (length {frame_length}): the segment is torn"
+                ))
+            } else if frame_length < DATA_HEADER_LENGTH as i32
+                || term_offset + aligned > self.g.term_length as usize
+            {
+                Some(format!(
+                    "frame length {frame_length} does not fit the term at offset {term_offset}"
+                ))
+            } else if frame_type != HDR_TYPE_DATA && frame_type != HDR_TYPE_PAD {
+                Some(format!("frame type {frame_type:#x} is not DATA or PAD"))
+            } else if header_offset as usize != term_offset
+                || header_term_id != self.g.term_id_at(self.position)
+            {
+                Some(format!(
+                    "frame header says term {header_term_id} offset {header_offset}, \
+                     it lies at term {} offset {term_offset}",
+                    self.g.term_id_at(self.position)
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = problem {
+                if filled > 0 {
+                    // Hand over the good frames first; the next call reports it.
+                    break;
+                }
+                return Err(corrupt(reason));
+            }
+            if self.position + aligned as i64 > limit {
+                break;
+            }
+            if filled + aligned > buf.len() {
+                if filled == 0 {
+                    return Err(corrupt(format!(
+                        "frame of {aligned} bytes is longer than the read buffer ({})",
+                        buf.len()
+                    )));
+                }
+                break;
+            }
+            let dst = &mut buf[filled..filled + aligned];
+            if frame_type == HDR_TYPE_PAD {
+                dst.fill(0);
+                dst[..DATA_HEADER_LENGTH].copy_from_slice(&header);
+            } else {
+                file.read_exact_at(dst, offset)?;
+            }
+            filled += aligned;
+            self.position += aligned as i64;
+            if self.position % self.g.term_length == 0 {
+                break;
+            }
+        }
+        Ok(filled)
+    }
+}
+
+/// Where a recording that was not stopped cleanly ends: the end of its last
+/// whole frame whose header is consistent with where it lies, found from
+/// the highest segment file on. `stop_hint` is where the search may start
+/// (the start position, or a position known to be recorded).
+pub fn recover_stop_position(dir: &Path, g: Geometry, stop_hint: i64) -> io::Result<i64> {
+    // The last segment file of the recording.
+    let prefix = format!("{}-", g.recording_id);
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let (id, base) = sulis_protocol::archive::segment::parse_segment_file_name(&name)?;
+            (id == g.recording_id && name.starts_with(&prefix)).then_some(base)
+        })
+        .collect();
+    bases.sort_unstable();
+    let Some(&last) = bases.last() else {
+        return Ok(stop_hint.max(g.start_position));
+    };
+    let mut position = stop_hint.max(g.start_position).max(last);
+    let mut reader = SegmentReader::new(dir, g, position);
+    let mut buf = vec![0u8; g.term_length as usize];
+    let end = last + g.segment_length;
+    loop {
+        match reader.read(&mut buf, end) {
+            Ok(0) => break,
+            Ok(_) => position = reader.position(),
+            Err(_) => break,
+        }
+    }
+    Ok(position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG};
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let p =
+                std::env::temp_dir().join(format!("sulis-segment-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const TERM: i64 = 64 * 1024;
+
+    fn geometry(start: i64) -> Geometry {
+        Geometry {
+            recording_id: 4,
+            start_position: start,
+            term_length: TERM,
+            segment_length: 2 * TERM,
+            initial_term_id: 100,
+        }
+    }
+
+    /// One DATA frame of `payload` bytes at `position`, as a log holds it.
+    fn frame(g: &Geometry, position: i64, payload: usize, fill: u8) -> Vec<u8> {
+        let len = DATA_HEADER_LENGTH + payload;
+        let mut f = vec![0u8; align_frame(len)];
+        f[0..4].copy_from_slice(&(len as i32).to_le_bytes());
+        f[5] = BEGIN_FLAG | END_FLAG;
+        f[6..8].copy_from_slice(&HDR_TYPE_DATA.to_le_bytes());
+        f[8..12].copy_from_slice(&((position % TERM) as i32).to_le_bytes());
+        f[20..24].copy_from_slice(&g.term_id_at(position).to_le_bytes());
+        f[DATA_HEADER_LENGTH..len].fill(fill);
+        f
+    }
+
+    fn padding(g: &Geometry, position: i64) -> Vec<u8> {
+        let len = (TERM - position % TERM) as usize;
+        let mut f = vec![0xeeu8; len]; // a log's padding body is whatever was there
+        f[0..4].copy_from_slice(&(len as i32).to_le_bytes());
+        f[6..8].copy_from_slice(&HDR_TYPE_PAD.to_le_bytes());
+        f[8..12].copy_from_slice(&((position % TERM) as i32).to_le_bytes());
+        f[20..24].copy_from_slice(&g.term_id_at(position).to_le_bytes());
+        f
+    }
+
+    /// Writes frames of `payload` bytes from `start` until `until`, padding
+    /// each term's end; returns every frame written with its position.
+    fn record(
+        dir: &Path,
+        g: Geometry,
+        start: i64,
+        until: i64,
+        payload: usize,
+    ) -> Vec<(i64, Vec<u8>)> {
+        let mut w = RecordingWriter::new(dir, g, start, 0);
+        let mut frames = Vec::new();
+        let mut i = 0u8;
+        while w.position() < until {
+            let p = w.position();
+            let f = frame(&g, p, payload, i);
+            let f = if (p % TERM) as usize + f.len() > TERM as usize {
+                padding(&g, p)
+            } else {
+                f
+            };
+            w.write_block(&f).unwrap();
+            frames.push((p, f));
+            i = i.wrapping_add(1);
+        }
+        frames
+    }
+
+    #[test]
+    fn should_write_across_terms_and_segments_and_read_back_the_same_frames() {
+        let dir = TempDir::new("roundtrip");
+        let start = TERM + 640; // joined mid-term
+        let g = geometry(start);
+        let frames = record(&dir.0, g, start, start + 5 * TERM, 1000);
+        let end = frames.last().map(|(p, f)| p + f.len() as i64).unwrap();
+        // Files at the segment bases counted from the starting term.
+        for base in [TERM, 3 * TERM, 5 * TERM] {
+            let md = std::fs::metadata(g.path(&dir.0, base)).unwrap();
+            assert_eq!(md.len(), 2 * TERM as u64);
+        }
+        let mut r = SegmentReader::new(&dir.0, g, start);
+        let mut buf = vec![0u8; 8192];
+        let mut got = Vec::new();
+        loop {
+            let n = r.read(&mut buf, end).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let expect: Vec<u8> = frames
+            .iter()
+            .flat_map(|(_, f)| {
+                let mut f = f.clone();
+                if u16::from_le_bytes([f[6], f[7]]) == HDR_TYPE_PAD {
+                    f[DATA_HEADER_LENGTH..].fill(0); // only the header was written
+                }
+                f
+            })
+            .collect();
+        assert_eq!(got.len(), expect.len());
+        assert!(got == expect, "the same bytes back");
+        assert_eq!(r.position(), end);
+    }
+
+    #[test]
+    fn should_name_the_file_and_offset_of_a_torn_or_corrupt_frame() {
+        let dir = TempDir::new("corrupt");
+        let g = geometry(0);
+        record(&dir.0, g, 0, 4096, 100);
+        let path = g.path(&dir.0, 0);
+        // The recording claims more than was written: a hole.
+        let mut r = SegmentReader::new(&dir.0, g, 0);
+        let mut buf = vec![0u8; 64 * 1024];
+        assert!(r.read(&mut buf, 4096).unwrap() > 0);
+        // The frames before the hole come first; the next read names the hole.
+        assert_eq!(r.read(&mut buf, 8192).unwrap(), 160);
+        let err = r.read(&mut buf, 8192).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("the segment is torn"), "{err}");
+        // A frame that says it is elsewhere.
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&999i32.to_le_bytes(), 160 + 8).unwrap();
+        let mut r = SegmentReader::new(&dir.0, g, 160);
+        let err = r.read(&mut buf, 4096).unwrap_err().to_string();
+        assert!(err.contains("offset 160 (position 160)"), "{err}");
+        assert!(err.contains("term 100 offset 999"), "{err}");
+    }
+
+    #[test]
+    fn should_recover_the_end_of_the_last_whole_frame() {
+        let dir = TempDir::new("recover");
+        let g = geometry(0);
+        let frames = record(&dir.0, g, 0, 3 * TERM + 3000, 500);
+        let end = frames.last().map(|(p, f)| p + f.len() as i64).unwrap();
+        assert_eq!(recover_stop_position(&dir.0, g, 0).unwrap(), end);
+        // A torn last frame: its header is there, its length is not (zeroed).
+        let (p, _) = frames.last().unwrap();
+        let base = g.base_of(*p);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(g.path(&dir.0, base))
+            .unwrap();
+        file.write_all_at(&[0u8; 4], (*p - base) as u64).unwrap();
+        assert_eq!(recover_stop_position(&dir.0, g, 0).unwrap(), *p);
+        // No files at all: nothing was recorded.
+        let empty = Geometry {
+            recording_id: 9,
+            ..g
+        };
+        assert_eq!(recover_stop_position(&dir.0, empty, 0).unwrap(), 0);
+    }
+
+    #[test]
+    fn should_extend_into_the_segment_where_a_recording_stopped() {
+        let dir = TempDir::new("extend");
+        let g = geometry(0);
+        let first = record(&dir.0, g, 0, 2000, 200);
+        let stop = first.last().map(|(p, f)| p + f.len() as i64).unwrap();
+        let second = record(&dir.0, g, stop, stop + 2000, 300);
+        let end = second.last().map(|(p, f)| p + f.len() as i64).unwrap();
+        assert_eq!(recover_stop_position(&dir.0, g, 0).unwrap(), end);
+        // A new segment where a file already exists is refused.
+        let mut w = RecordingWriter::new(&dir.0, g, 0, 0);
+        let err = w.write_block(&frame(&g, 0, 10, 1)).unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+    }
+}
