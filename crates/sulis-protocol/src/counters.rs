@@ -30,6 +30,34 @@ pub mod type_id {
     pub const CLIENT_HEARTBEAT: i32 = 11;
     /// Publisher position (sampled).
     pub const PUBLISHER_POSITION: i32 = 12;
+    /// Archive: a recording's recorded position ([`super::recording_position_key`]).
+    pub const ARCHIVE_RECORDING_POSITION: i32 = 100;
+    /// Archive: errors.
+    pub const ARCHIVE_ERROR_COUNT: i32 = 101;
+    /// Archive: control sessions open.
+    pub const ARCHIVE_CONTROL_SESSIONS: i32 = 102;
+    /// Archive: an agent's longest duty cycle (ns).
+    pub const ARCHIVE_MAX_CYCLE_TIME: i32 = 103;
+    /// Archive: duty cycles over the threshold.
+    pub const ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED: i32 = 104;
+    /// Archive: the recorder's longest write (ns).
+    pub const ARCHIVE_RECORDER_MAX_WRITE_TIME: i32 = 105;
+    /// Archive: bytes the recorder wrote.
+    pub const ARCHIVE_RECORDER_TOTAL_WRITE_BYTES: i32 = 106;
+    /// Archive: time the recorder spent writing (ns).
+    pub const ARCHIVE_RECORDER_TOTAL_WRITE_TIME: i32 = 107;
+    /// Archive: the replayer's longest read (ns).
+    pub const ARCHIVE_REPLAYER_MAX_READ_TIME: i32 = 108;
+    /// Archive: bytes the replayer read.
+    pub const ARCHIVE_REPLAYER_TOTAL_READ_BYTES: i32 = 109;
+    /// Archive: time the replayer spent reading (ns).
+    pub const ARCHIVE_REPLAYER_TOTAL_READ_TIME: i32 = 110;
+    /// Archive: recording sessions running.
+    pub const ARCHIVE_RECORDING_SESSIONS: i32 = 111;
+    /// Archive: replay sessions running.
+    pub const ARCHIVE_REPLAY_SESSIONS: i32 = 112;
+    /// Archive: one control session (value: its id).
+    pub const ARCHIVE_CONTROL_SESSION: i32 = 113;
 }
 
 /// Every counter type id with its short name, as tools print it.
@@ -43,6 +71,47 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::SENDER_LIMIT, "snd-lmt"),
     (type_id::CLIENT_HEARTBEAT, "client-heartbeat"),
     (type_id::PUBLISHER_POSITION, "pub-pos"),
+    (type_id::ARCHIVE_RECORDING_POSITION, "rec-pos"),
+    (type_id::ARCHIVE_ERROR_COUNT, "archive-errors"),
+    (
+        type_id::ARCHIVE_CONTROL_SESSIONS,
+        "archive-control-sessions",
+    ),
+    (type_id::ARCHIVE_MAX_CYCLE_TIME, "archive-max-cycle-time"),
+    (
+        type_id::ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED,
+        "archive-cycle-time-exceeded",
+    ),
+    (
+        type_id::ARCHIVE_RECORDER_MAX_WRITE_TIME,
+        "archive-recorder-max-write-time",
+    ),
+    (
+        type_id::ARCHIVE_RECORDER_TOTAL_WRITE_BYTES,
+        "archive-recorder-write-bytes",
+    ),
+    (
+        type_id::ARCHIVE_RECORDER_TOTAL_WRITE_TIME,
+        "archive-recorder-write-time",
+    ),
+    (
+        type_id::ARCHIVE_REPLAYER_MAX_READ_TIME,
+        "archive-replayer-max-read-time",
+    ),
+    (
+        type_id::ARCHIVE_REPLAYER_TOTAL_READ_BYTES,
+        "archive-replayer-read-bytes",
+    ),
+    (
+        type_id::ARCHIVE_REPLAYER_TOTAL_READ_TIME,
+        "archive-replayer-read-time",
+    ),
+    (
+        type_id::ARCHIVE_RECORDING_SESSIONS,
+        "archive-recording-sessions",
+    ),
+    (type_id::ARCHIVE_REPLAY_SESSIONS, "archive-replay-sessions"),
+    (type_id::ARCHIVE_CONTROL_SESSION, "archive-control-session"),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).
@@ -188,6 +257,76 @@ pub fn parse_stream_counter_key(key: &[u8]) -> Option<StreamCounterKey> {
     })
 }
 
+/// Room for the source identity in a recording position key (Aeron's: the
+/// key's 112 bytes less the fixed fields and the archive id).
+pub const RECORDING_KEY_SOURCE_IDENTITY_MAX: usize = MAX_KEY_LENGTH - 16 - 8;
+
+/// Builds the key of a recording position counter (type 100), laid out as
+/// Aeron's `RecordingPos`: recording id (i64), session id (i32), source
+/// identity length (i32), the source identity (cut to fit), then the
+/// archive id (i64, right after the identity: not aligned).
+pub fn recording_position_key(
+    recording_id: i64,
+    session_id: i32,
+    source_identity: &str,
+    archive_id: i64,
+) -> Vec<u8> {
+    let mut end = source_identity.len().min(RECORDING_KEY_SOURCE_IDENTITY_MAX);
+    while !source_identity.is_char_boundary(end) {
+        end -= 1;
+    }
+    let identity = &source_identity.as_bytes()[..end];
+    let mut key = Vec::with_capacity(24 + identity.len());
+    key.extend_from_slice(&recording_id.to_le_bytes());
+    key.extend_from_slice(&session_id.to_le_bytes());
+    key.extend_from_slice(&(identity.len() as i32).to_le_bytes());
+    key.extend_from_slice(identity);
+    key.extend_from_slice(&archive_id.to_le_bytes());
+    key
+}
+
+/// A decoded recording position key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordingPositionKey {
+    /// Recording id.
+    pub recording_id: i64,
+    /// Session id of the recorded image.
+    pub session_id: i32,
+    /// Source identity of the recorded image (cut to fit the key).
+    pub source_identity: String,
+    /// Id of the archive recording it.
+    pub archive_id: i64,
+}
+
+/// Decodes a recording position key; `None` if `key` cannot be one.
+pub fn parse_recording_position_key(key: &[u8]) -> Option<RecordingPositionKey> {
+    if key.len() < 16 {
+        return None;
+    }
+    let length = i32::from_le_bytes(key[12..16].try_into().unwrap());
+    if length < 0 || 16 + length as usize + 8 > key.len() {
+        return None;
+    }
+    let end = 16 + length as usize;
+    Some(RecordingPositionKey {
+        recording_id: i64::from_le_bytes(key[0..8].try_into().unwrap()),
+        session_id: i32::from_le_bytes(key[8..12].try_into().unwrap()),
+        source_identity: String::from_utf8_lossy(&key[16..end]).into_owned(),
+        archive_id: i64::from_le_bytes(key[end..end + 8].try_into().unwrap()),
+    })
+}
+
+/// The label of a recording position counter, as Aeron's archive writes it.
+pub fn recording_position_label(
+    recording_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    stripped_channel: &str,
+    archive_id: i64,
+) -> String {
+    format!("rec-pos: {recording_id} {session_id} {stream_id} {stripped_channel} - archiveId={archive_id}")
+}
+
 /// Builds a stream counter label: `"<name>: <regId> <sessionId> <streamId> <channel>"`.
 pub fn stream_counter_label(
     name: &str,
@@ -202,6 +341,41 @@ pub fn stream_counter_label(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recording_position_key_is_laid_out_as_aerons_and_round_trips() {
+        let k = recording_position_key(3, -9, "127.0.0.1:40123", 77);
+        assert_eq!(k.len(), 24 + 15);
+        assert_eq!(&k[12..16], &15i32.to_le_bytes());
+        assert_eq!(
+            &k[31..39],
+            &77i64.to_le_bytes(),
+            "archive id right after the identity"
+        );
+        assert_eq!(
+            parse_recording_position_key(&k),
+            Some(RecordingPositionKey {
+                recording_id: 3,
+                session_id: -9,
+                source_identity: "127.0.0.1:40123".into(),
+                archive_id: 77,
+            })
+        );
+        let long = recording_position_key(1, 1, &"é".repeat(100), -1);
+        assert!(long.len() <= MAX_KEY_LENGTH);
+        let parsed = parse_recording_position_key(&long).unwrap();
+        assert_eq!(
+            parsed.source_identity,
+            "é".repeat(44),
+            "cut on a char boundary"
+        );
+        assert_eq!(parsed.archive_id, -1);
+        assert_eq!(parse_recording_position_key(&long[..20]), None);
+        assert_eq!(
+            recording_position_label(3, -9, 10, "aeron:ipc", 77),
+            "rec-pos: 3 -9 10 aeron:ipc - archiveId=77"
+        );
+    }
 
     #[test]
     fn stream_key_round_trips_and_cuts_long_channels_on_a_char_boundary() {
@@ -245,7 +419,8 @@ mod tests {
         for &(t, _) in COUNTER_TYPES {
             assert_eq!(
                 is_stream_counter_type(t),
-                t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT
+                t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT && t < 100,
+                "type {t}: stream counters are the driver's (archive types start at 100)"
             );
         }
     }
