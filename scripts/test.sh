@@ -15,4 +15,6 @@ echo "== cargo test"
 # Python, so it has no Rust test binary; every other crate is tested.
 cargo test --workspace --exclude sulis-python --quiet
 echo "== pytest"
-python -m pytest -q tests "$@"
+# Two workers (the machine has two cores): the interop transfers stay on one
+# of them, one at a time (their xdist group, tests/conftest.py).
+python -m pytest -q -n 2 --dist loadgroup tests "$@"

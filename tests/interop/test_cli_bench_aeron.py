@@ -30,13 +30,20 @@ QUIET = ["--quick", "--runs", "1", "--no-build", "--wait-quiet", "0", "--retry-n
 
 def bench(script: str, *args, timeout: float = 360, **env) -> str:
     """Runs ``bench/<script>.py ARGS`` (quick, one round); returns its output; no run directory is left."""
-    proc = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *QUIET, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=clean_env(**env))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = subprocess.Popen([sys.executable, str(BENCH / f"{script}.py"), *QUIET, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(**env))
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    # Run directories carry the bench's pid: only this run's count.
     left = [p for base in {"/dev/shm", tempfile.gettempdir()} for p in glob.glob(f"{base}/sulis-bench-*-*")
             if f"-{proc.pid}-" in p]
     assert not left, f"left behind: {left}"
-    return proc.stdout
+    return stdout
 
 
 def row(out: str, name: str) -> list[str]:

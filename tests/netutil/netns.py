@@ -149,7 +149,10 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
         if not ns.startswith(prefix):
             continue
         pid = ns[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and _pid_alive(int(pid)):
+        # Only ``<prefix><pid>-...`` names are ours to judge: a longer prefix
+        # (``sulis-nt-selftest-``) belongs to another owner, perhaps a test
+        # running beside this one under pytest-xdist.
+        if not pid.isdigit() or _pid_alive(int(pid)):
             continue
         delete_netns(ns)
         removed.append(ns)
