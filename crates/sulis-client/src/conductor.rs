@@ -220,6 +220,10 @@ impl Inner {
         self.to_driver.next_correlation_id()
     }
 
+    pub(crate) fn client_id(&self) -> i64 {
+        self.client_id
+    }
+
     /// Sends a command and waits for the event answering `correlation_id`.
     pub(crate) fn request(&self, correlation_id: i64, cmd: &Command) -> Result<Event, ClientError> {
         self.pending.fetch_add(1, Ordering::AcqRel);
@@ -442,7 +446,7 @@ impl Inner {
     }
 
     /// Sends a command without waiting (used on close paths).
-    fn send_quietly(&self, cmd: &Command) {
+    pub(crate) fn send_quietly(&self, cmd: &Command) {
         let _ = self.send(cmd);
     }
 
@@ -906,6 +910,17 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// Adds a counter to the driver's CnC with this type, key and label
+    /// (freed when the [`crate::Counter`] is closed or dropped).
+    pub fn add_counter(
+        &self,
+        type_id: i32,
+        key: &[u8],
+        label: &str,
+    ) -> Result<crate::Counter, ClientError> {
+        crate::Counter::add(self.inner.clone(), type_id, key, label)
     }
 
     /// Image events not yet consumed (for callbacks), oldest first.

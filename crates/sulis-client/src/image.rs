@@ -367,3 +367,49 @@ impl Image {
         }
     }
 }
+
+impl Image {
+    /// Hands over the committed frames from the subscriber position as one
+    /// block of the term, up to `max_length` bytes and never past the
+    /// term's end, then moves the position past them: what an archive's
+    /// recorder writes to disk with one call. A padding frame comes as a
+    /// block of its own (its whole length; only its header is meaningful).
+    /// `f(block, position)` gets the bytes and the stream position of their
+    /// start. Returns the bytes consumed (0: nothing new, or closed).
+    pub fn block_poll(&self, max_length: usize, mut f: impl FnMut(&[u8], i64)) -> usize {
+        if self.is_closed() {
+            return 0;
+        }
+        let position = self.position.get_volatile();
+        let offset = (position & self.term_mask) as usize;
+        let term = &self.terms[index_by_position(position, self.bits)];
+        let capacity = term.capacity();
+        let limit = capacity.min(offset.saturating_add(max_length.max(32)));
+        let mut end = offset;
+        while end < limit {
+            let frame_length = term.get_i32_volatile(end);
+            if frame_length <= 0 {
+                break;
+            }
+            let aligned = align_frame(frame_length as usize);
+            let is_padding = term.get_u16(end + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD;
+            if is_padding {
+                if end == offset {
+                    end += aligned;
+                }
+                break;
+            }
+            // At least one frame, even one longer than `max_length`.
+            if end + aligned > limit && end > offset {
+                break;
+            }
+            end += aligned;
+        }
+        if end == offset {
+            return 0;
+        }
+        f(term.slice(offset, end - offset), position);
+        self.set_position(position + (end - offset) as i64);
+        end - offset
+    }
+}

@@ -11,12 +11,14 @@
 
 pub mod batch;
 pub mod conductor;
+pub mod counter;
 pub mod image;
 pub mod publication;
 pub mod subscription;
 
 pub use batch::Batch;
 pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents, Interrupt};
+pub use counter::Counter;
 pub use image::{ControlledAction, Header, Image};
 pub use publication::{
     BufferClaim, ExclusivePublication, OfferError, Publication, PublicationCore,

@@ -694,3 +694,60 @@ impl Drop for BufferClaim {
         self.abort();
     }
 }
+
+impl ExclusivePublication {
+    /// Appends a block of whole, 32-byte aligned frames at the current
+    /// position, as an archive replays a recording: each frame keeps its
+    /// length, flags, type and reserved value (so fragmented messages stay
+    /// fragmented as published), and takes this publication's session id,
+    /// stream id, term id and term offset. The block must lie within the
+    /// current term; a block that would cross the term's end is refused
+    /// with [`OfferError::MessageTooLong`] naming the room left (read
+    /// blocks up to the term boundary, as a recording's reader does).
+    pub fn offer_block(&mut self, block: &[u8]) -> Result<i64, OfferError> {
+        self.check_open()?;
+        if block.is_empty() {
+            return Ok(self.position());
+        }
+        let l = &self.log;
+        let room = l.term_length - self.term_offset as usize;
+        if block.len() > room || !block.len().is_multiple_of(32) {
+            return Err(OfferError::MessageTooLong {
+                length: block.len(),
+                max: room,
+            });
+        }
+        let position = self.term_begin_position + self.term_offset as i64;
+        if !l.has_room(position + block.len() as i64 - 1) {
+            return Err(l.back_pressure_status(position, block.len()));
+        }
+        let appender = l.appenders[self.active_index];
+        let term_length = l.term_length;
+        let max_possible_position = l.max_possible_position;
+        let session_id = self.session_id();
+        let stream_id = self.stream_id();
+        match appender.exclusive_append_block(
+            self.term_id,
+            self.term_offset,
+            block,
+            session_id,
+            stream_id,
+        ) {
+            Some(resulting) => {
+                self.term_offset = resulting;
+                // A block that fills the term moves the publication on to
+                // the next one, as a padding frame would.
+                if resulting as usize == term_length
+                    && self.term_begin_position + (term_length as i64) < max_possible_position
+                {
+                    self.rotate_term();
+                }
+                Ok(self.position())
+            }
+            None => Err(OfferError::MessageTooLong {
+                length: block.len(),
+                max: room,
+            }),
+        }
+    }
+}

@@ -342,6 +342,58 @@ impl TermAppender {
     }
 }
 
+impl TermAppender {
+    /// Single-writer append of a block of whole frames (a replay's frames,
+    /// as a recording holds them) at `term_offset`: each frame keeps its
+    /// length, flags, type and reserved value; its term offset, session id,
+    /// stream id and term id become this log's. The first frame's length is
+    /// written last, so a reader sees the block whole or not at all. Returns
+    /// the resulting term offset, or `None` if the block does not fit the
+    /// term (blocks never cross a term boundary).
+    pub fn exclusive_append_block(
+        &self,
+        term_id: i32,
+        term_offset: i32,
+        block: &[u8],
+        session_id: i32,
+        stream_id: i32,
+    ) -> Option<i32> {
+        let start = term_offset as usize;
+        let resulting = start + block.len();
+        if resulting > self.term.capacity() {
+            return None;
+        }
+        if block.len() < DATA_HEADER_LENGTH {
+            return Some(term_offset);
+        }
+        // The first frame's length stays zero (a clean term) until the end:
+        // readers stop there, so nothing of the block shows half written.
+        self.term.put_bytes(start + 4, &block[4..]);
+        let mut offset = 0usize;
+        let mut first_length = 0i32;
+        while offset + DATA_HEADER_LENGTH <= block.len() {
+            let frame_length = i32::from_le_bytes(block[offset..offset + 4].try_into().unwrap());
+            let at = start + offset;
+            self.term
+                .put_i32(at + TERM_OFFSET_FIELD_OFFSET, (start + offset) as i32);
+            self.term.put_i32(at + SESSION_ID_FIELD_OFFSET, session_id);
+            self.term.put_i32(at + STREAM_ID_FIELD_OFFSET, stream_id);
+            self.term.put_i32(at + TERM_ID_FIELD_OFFSET, term_id);
+            if offset == 0 {
+                first_length = frame_length;
+            }
+            if frame_length <= 0 {
+                break;
+            }
+            offset += align_frame(frame_length as usize);
+        }
+        self.meta
+            .put_i64_ordered(self.tail_offset, pack_tail(term_id, resulting as i32));
+        self.term.put_i32_ordered(start, first_length);
+        Some(resulting as i32)
+    }
+}
+
 /// Bytes a fragmented message occupies in a term.
 pub fn fragmented_length(length: usize, max_payload: usize) -> usize {
     let full = length / max_payload;
