@@ -3,6 +3,7 @@
 //! Aeron's archive and tools read them.
 
 pub mod catalog;
+pub mod channel;
 pub mod messages;
 pub mod sbe;
 pub mod segment;
