@@ -4,4 +4,14 @@
 //! (the contracts are in `sulis_protocol::archive`).
 
 pub mod catalog;
+pub mod conductor;
+pub mod context;
 pub mod segment;
+
+pub use conductor::ArchiveConductor;
+pub use context::ArchiveContext;
+pub mod archive;
+pub mod client;
+
+pub use archive::Archive;
+pub use client::{ArchiveClient, ArchiveClientContext, ArchiveError};

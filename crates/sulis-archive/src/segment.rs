@@ -189,6 +189,9 @@ fn sync_dir(dir: &Path) {
 pub enum ReadError {
     /// The file is missing or unreadable.
     Io(io::Error),
+    /// The next frame is longer than the buffer given (nothing read):
+    /// read again with at least this many bytes.
+    BufferTooSmall(usize),
     /// A frame is torn or does not belong where it lies.
     Corrupt {
         /// The file.
@@ -206,6 +209,7 @@ impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::BufferTooSmall(n) => write!(f, "the next frame needs a {n}-byte buffer"),
             ReadError::Corrupt {
                 path,
                 offset,
@@ -327,10 +331,7 @@ impl SegmentReader {
             }
             if filled + aligned > buf.len() {
                 if filled == 0 {
-                    return Err(corrupt(format!(
-                        "frame of {aligned} bytes is longer than the read buffer ({})",
-                        buf.len()
-                    )));
+                    return Err(ReadError::BufferTooSmall(aligned));
                 }
                 break;
             }

@@ -9,6 +9,7 @@
 //! subscription.poll(|payload, header| { let _ = (payload, header.session_id()); Ok::<(), ()>(()) }, 10).unwrap();
 //! ```
 
+pub mod assembler;
 pub mod batch;
 pub mod conductor;
 pub mod counter;
@@ -16,6 +17,7 @@ pub mod image;
 pub mod publication;
 pub mod subscription;
 
+pub use assembler::{Assembled, FragmentAssembler};
 pub use batch::Batch;
 pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents, Interrupt};
 pub use counter::Counter;

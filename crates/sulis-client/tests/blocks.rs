@@ -3,15 +3,13 @@
 //! (`ExclusivePublication::offer_block`), and counters of its own
 //! (`Client::add_counter`).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ClientContext, OfferError};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 
 fn driver(name: &str) -> MediaDriver {
     let mut ctx = DriverContext::default();
-    ctx.dir = PathBuf::from(std::env::temp_dir())
-        .join(format!("sulis-blocks-{name}-{}", std::process::id()));
+    ctx.dir = std::env::temp_dir().join(format!("sulis-blocks-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&ctx.dir);
     ctx.threading_mode = ThreadingMode::Shared;
     ctx.ipc_term_buffer_length = 64 * 1024;

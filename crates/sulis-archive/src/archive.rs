@@ -1,0 +1,112 @@
+//! A running archive: the conductor on its own thread.
+
+use crate::conductor::ArchiveConductor;
+use crate::context::ArchiveContext;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the archive thread shares with its owner.
+#[derive(Default)]
+struct Shared {
+    errors: Mutex<Vec<String>>,
+    error_count: AtomicU64,
+    archive_id: AtomicI64,
+}
+
+/// An archive running on its own thread until closed or dropped.
+pub struct Archive {
+    running: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    ctx: ArchiveContext,
+}
+
+impl Archive {
+    /// Opens the archive directory, connects to the driver and starts serving.
+    pub fn launch(ctx: ArchiveContext) -> Result<Archive, String> {
+        let mut conductor = ArchiveConductor::new(ctx.clone())?;
+        let shared = Arc::new(Shared::default());
+        shared
+            .archive_id
+            .store(conductor.archive_id(), Ordering::Release);
+        let running = Arc::new(AtomicBool::new(true));
+        let (r, s) = (running.clone(), shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("sulis-archive".into())
+            .spawn(move || {
+                let mut idle = 0u32;
+                let mut seen = 0u64;
+                while r.load(Ordering::Acquire) {
+                    let work = conductor.do_work();
+                    if conductor.error_count() != seen {
+                        seen = conductor.error_count();
+                        s.error_count.store(seen, Ordering::Release);
+                        *s.errors.lock().unwrap() = conductor.errors().to_vec();
+                    }
+                    if work > 0 {
+                        idle = 0;
+                    } else {
+                        // Spin briefly, then yield, then sleep a little.
+                        idle = idle.saturating_add(1);
+                        if idle < 100 {
+                            std::hint::spin_loop();
+                        } else if idle < 200 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(Duration::from_micros(500));
+                        }
+                    }
+                }
+                conductor.close();
+                *s.errors.lock().unwrap() = conductor.errors().to_vec();
+            })
+            .map_err(|e| format!("cannot start the archive thread: {e}"))?;
+        Ok(Archive {
+            running,
+            thread: Some(thread),
+            shared,
+            ctx,
+        })
+    }
+
+    /// The archive's id.
+    pub fn archive_id(&self) -> i64 {
+        self.shared.archive_id.load(Ordering::Acquire)
+    }
+
+    /// The settings it runs with.
+    pub fn context(&self) -> &ArchiveContext {
+        &self.ctx
+    }
+
+    /// Errors recorded (most recent last).
+    pub fn errors(&self) -> Vec<String> {
+        self.shared.errors.lock().unwrap().clone()
+    }
+
+    /// Number of errors recorded.
+    pub fn error_count(&self) -> u64 {
+        self.shared.error_count.load(Ordering::Acquire)
+    }
+
+    /// True until closed.
+    pub fn is_running(&self) -> bool {
+        self.thread.is_some()
+    }
+
+    /// Stops the archive: recordings end with their stop positions written.
+    pub fn close(&mut self) {
+        self.running.store(false, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Archive {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,701 @@
+//! A client of an archive (sulis's or Aeron's): Aeron's `AeronArchive` in
+//! Rust. It connects a control session over the request and response
+//! channels, sends requests and waits for their answers; recording signals
+//! that arrive meanwhile are kept for [`ArchiveClient::poll_signals`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use sulis_client::{
+    Client, ClientError, ExclusivePublication, FragmentAssembler, Interrupt, OfferError,
+    Subscription,
+};
+use sulis_protocol::archive::messages::*;
+use sulis_protocol::archive::sbe::Header;
+
+/// Where and how to reach an archive.
+#[derive(Clone, Debug)]
+pub struct ArchiveClientContext {
+    /// The archive's control channel (`aeron:ipc` for a local archive).
+    pub control_request_channel: String,
+    /// Its stream.
+    pub control_request_stream_id: i32,
+    /// Where answers come back (a port of this machine for UDP, or `aeron:ipc`).
+    pub control_response_channel: String,
+    /// Its stream.
+    pub control_response_stream_id: i32,
+    /// How long to wait for an answer.
+    pub message_timeout: Duration,
+    /// Checked while waiting (Ctrl-C).
+    pub interrupt: Option<Interrupt>,
+}
+
+impl Default for ArchiveClientContext {
+    fn default() -> Self {
+        ArchiveClientContext {
+            control_request_channel: "aeron:ipc".into(),
+            control_request_stream_id: 10,
+            control_response_channel: "aeron:ipc".into(),
+            control_response_stream_id: 20,
+            message_timeout: Duration::from_secs(10),
+            interrupt: None,
+        }
+    }
+}
+
+/// Why an archive request failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArchiveError {
+    /// The archive answered with an error (`code`: [`error_code`]).
+    Archive {
+        /// The archive's error code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// No answer in time.
+    Timeout(String),
+    /// The media driver or a publication failed.
+    Client(String),
+    /// Waiting was interrupted (Ctrl-C).
+    Interrupted(String),
+    /// An answer could not be decoded.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ArchiveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArchiveError::Archive { code, message } => {
+                write!(f, "{message} (archive error code {code})")
+            }
+            ArchiveError::Timeout(m)
+            | ArchiveError::Client(m)
+            | ArchiveError::Interrupted(m)
+            | ArchiveError::Protocol(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ArchiveError {}
+
+impl From<ClientError> for ArchiveError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Interrupted(m) => ArchiveError::Interrupted(m),
+            other => ArchiveError::Client(other.to_string()),
+        }
+    }
+}
+
+/// A recording signal (start, stop, extend, ...).
+pub type RecordingSignal = RecordingSignalEvent;
+
+/// A connected control session.
+pub struct ArchiveClient {
+    ctx: ArchiveClientContext,
+    requests: ExclusivePublication,
+    responses: Subscription,
+    assembler: FragmentAssembler,
+    control_session_id: i64,
+    next_correlation_id: i64,
+    archive_id: i64,
+    signals: VecDeque<RecordingSignalEvent>,
+    /// Messages for this session read while waiting for something else.
+    backlog: VecDeque<Vec<u8>>,
+}
+
+/// One answer of the archive.
+enum Answer {
+    Response(ControlResponse),
+    Descriptor(RecordingDescriptor),
+    /// A recording signal arrived (queued in `signals`).
+    Signal,
+}
+
+impl ArchiveClient {
+    /// Connects a control session.
+    pub fn connect(
+        client: &Client,
+        ctx: ArchiveClientContext,
+    ) -> Result<ArchiveClient, ArchiveError> {
+        let responses = client.add_subscription(
+            &ctx.control_response_channel,
+            ctx.control_response_stream_id,
+        )?;
+        let requests = client.add_exclusive_publication(
+            &ctx.control_request_channel,
+            ctx.control_request_stream_id,
+        )?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as i64)
+            & 0x0fff_ffff_ffff;
+        let mut c = ArchiveClient {
+            ctx,
+            requests,
+            responses,
+            assembler: FragmentAssembler::new(),
+            control_session_id: NULL_VALUE,
+            next_correlation_id: seed,
+            archive_id: NULL_VALUE,
+            signals: VecDeque::new(),
+            backlog: VecDeque::new(),
+        };
+        let deadline = Instant::now() + c.ctx.message_timeout;
+        c.wait_until(deadline, "the archive's control channel to connect", |c| {
+            c.requests.is_connected()
+        })?;
+        let k = c.correlation_id();
+        let request = AuthConnectRequest {
+            correlation_id: k,
+            response_stream_id: c.ctx.control_response_stream_id,
+            version: PROTOCOL_VERSION,
+            response_channel: c.ctx.control_response_channel.clone(),
+            encoded_credentials: Vec::new(),
+            client_info: format!("name=sulis version={}", env!("CARGO_PKG_VERSION")),
+        };
+        c.send(&request.encode())?;
+        // The answer names the session: match on the correlation id alone.
+        let r = loop {
+            let m = c.next_message(deadline, "the archive to accept the connection")?;
+            if let Ok(h) = Header::decode(&m) {
+                if h.template_id == ControlResponse::TEMPLATE_ID {
+                    let r = ControlResponse::decode(&m)
+                        .map_err(|e| ArchiveError::Protocol(e.message))?;
+                    if r.correlation_id == k {
+                        break r;
+                    }
+                }
+            }
+        };
+        if r.code != response_code::OK {
+            return Err(ArchiveError::Archive {
+                code: r.relevant_id,
+                message: format!("archive refused the connection: {}", r.error_message),
+            });
+        }
+        c.control_session_id = r.control_session_id;
+        if r.version >= ARCHIVE_ID_MIN_VERSION {
+            let k = c.correlation_id();
+            c.send(
+                &ArchiveIdRequest {
+                    control_session_id: c.control_session_id,
+                    correlation_id: k,
+                }
+                .encode(),
+            )?;
+            c.archive_id = c.await_ok(k)?;
+        }
+        Ok(c)
+    }
+
+    /// The control session id.
+    pub fn control_session_id(&self) -> i64 {
+        self.control_session_id
+    }
+
+    /// The archive's id (−1 if it is too old to say).
+    pub fn archive_id(&self) -> i64 {
+        self.archive_id
+    }
+
+    fn correlation_id(&mut self) -> i64 {
+        self.next_correlation_id += 1;
+        self.next_correlation_id
+    }
+
+    fn check_interrupt(&self) -> Result<(), ArchiveError> {
+        if let Some(i) = &self.ctx.interrupt {
+            if (i.0)() {
+                return Err(ArchiveError::Interrupted(
+                    "interrupted while waiting for the archive".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_until(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> Result<(), ArchiveError> {
+        let mut spins = 0u32;
+        while !done(self) {
+            if Instant::now() >= deadline {
+                return Err(ArchiveError::Timeout(format!(
+                    "timed out after {:?} waiting for {what}",
+                    self.ctx.message_timeout
+                )));
+            }
+            self.check_interrupt()?;
+            spins += 1;
+            if spins > 100 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, message: &[u8]) -> Result<(), ArchiveError> {
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        loop {
+            match self.requests.offer(message) {
+                Ok(_) => return Ok(()),
+                Err(OfferError::BackPressured | OfferError::AdminAction) => {}
+                Err(OfferError::NotConnected) => {}
+                Err(e) => {
+                    return Err(ArchiveError::Client(format!(
+                        "cannot send to the archive: {e:?}"
+                    )))
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ArchiveError::Timeout(
+                    "timed out sending a request to the archive".into(),
+                ));
+            }
+            self.check_interrupt()?;
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// The next whole message on the response channel.
+    fn next_message(&mut self, deadline: Instant, what: &str) -> Result<Vec<u8>, ArchiveError> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(m) = self.backlog.pop_front() {
+                return Ok(m);
+            }
+            let backlog = &mut self.backlog;
+            let assembler = &mut self.assembler;
+            let n = self.responses.poll(
+                |payload, header| {
+                    if FragmentAssembler::is_unfragmented(header) {
+                        backlog.push_back(payload.to_vec());
+                    } else if let Some(m) = assembler.on_fragment(payload, header) {
+                        backlog.push_back(m.payload);
+                    }
+                    Ok::<(), ()>(())
+                },
+                10,
+            );
+            if matches!(n, Ok(0)) || n.is_err() {
+                if Instant::now() >= deadline {
+                    return Err(ArchiveError::Timeout(format!(
+                        "timed out after {:?} waiting for {what}",
+                        self.ctx.message_timeout
+                    )));
+                }
+                self.check_interrupt()?;
+                spins += 1;
+                if spins > 100 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+
+    /// The next answer to request `k` of this session; signals are kept aside.
+    fn next_answer(&mut self, k: i64, deadline: Instant) -> Result<Answer, ArchiveError> {
+        loop {
+            let m = self.next_message(deadline, "the archive's answer")?;
+            let Ok(h) = Header::decode(&m) else { continue };
+            if h.schema_id != SCHEMA_ID {
+                continue;
+            }
+            let protocol =
+                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+            match h.template_id {
+                ControlResponse::TEMPLATE_ID => {
+                    let r = ControlResponse::decode(&m).map_err(protocol)?;
+                    if r.control_session_id == self.control_session_id && r.correlation_id == k {
+                        return Ok(Answer::Response(r));
+                    }
+                }
+                RecordingDescriptor::TEMPLATE_ID => {
+                    let d = RecordingDescriptor::decode(&m).map_err(protocol)?;
+                    if d.control_session_id == self.control_session_id && d.correlation_id == k {
+                        return Ok(Answer::Descriptor(d));
+                    }
+                }
+                RecordingSignalEvent::TEMPLATE_ID => {
+                    let s = RecordingSignalEvent::decode(&m).map_err(protocol)?;
+                    if s.control_session_id == self.control_session_id {
+                        self.signals.push_back(s);
+                        return Ok(Answer::Signal);
+                    }
+                }
+                _ => {} // pings, other sessions' messages
+            }
+        }
+    }
+
+    fn await_ok(&mut self, k: i64) -> Result<i64, ArchiveError> {
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        loop {
+            match self.next_answer(k, deadline)? {
+                Answer::Response(r) if r.code == response_code::OK => return Ok(r.relevant_id),
+                Answer::Response(r) if r.code == response_code::ERROR => {
+                    return Err(ArchiveError::Archive {
+                        code: r.relevant_id,
+                        message: r.error_message,
+                    })
+                }
+                Answer::Response(r) => {
+                    return Err(ArchiveError::Archive {
+                        code: error_code::GENERIC,
+                        message: format!("unexpected answer code {} ({})", r.code, r.error_message),
+                    })
+                }
+                Answer::Descriptor(_) | Answer::Signal => {}
+            }
+        }
+    }
+
+    fn request(&mut self, build: impl FnOnce(i64, i64) -> Vec<u8>) -> Result<i64, ArchiveError> {
+        let k = self.correlation_id();
+        let m = build(self.control_session_id, k);
+        self.send(&m)?;
+        Ok(k)
+    }
+
+    fn call(&mut self, build: impl FnOnce(i64, i64) -> Vec<u8>) -> Result<i64, ArchiveError> {
+        let k = self.request(build)?;
+        self.await_ok(k)
+    }
+
+    /// Records `channel`/`stream_id`; returns the recording subscription's id.
+    pub fn start_recording(
+        &mut self,
+        channel: &str,
+        stream_id: i32,
+        source_location: i32,
+        auto_stop: bool,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            StartRecordingRequest2 {
+                control_session_id: c,
+                correlation_id: k,
+                stream_id,
+                source_location,
+                auto_stop: auto_stop as i32,
+                channel: channel.into(),
+            }
+            .encode()
+        })
+    }
+
+    /// Records `channel`/`stream_id` onto the end of `recording_id`.
+    pub fn extend_recording(
+        &mut self,
+        recording_id: i64,
+        channel: &str,
+        stream_id: i32,
+        source_location: i32,
+        auto_stop: bool,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            ExtendRecordingRequest2 {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                stream_id,
+                source_location,
+                auto_stop: auto_stop as i32,
+                channel: channel.into(),
+            }
+            .encode()
+        })
+    }
+
+    /// Stops recording `channel`/`stream_id`.
+    pub fn stop_recording(&mut self, channel: &str, stream_id: i32) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            StopRecordingRequest {
+                control_session_id: c,
+                correlation_id: k,
+                stream_id,
+                channel: channel.into(),
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Stops a recording subscription by its id.
+    pub fn stop_recording_subscription(
+        &mut self,
+        subscription_id: i64,
+    ) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            StopRecordingSubscriptionRequest {
+                control_session_id: c,
+                correlation_id: k,
+                subscription_id,
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Stops the recording subscription recording `recording_id`; true if one was.
+    pub fn stop_recording_by_identity(&mut self, recording_id: i64) -> Result<bool, ArchiveError> {
+        self.call(|c, k| {
+            StopRecordingByIdentityRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })
+        .map(|n| n != 0)
+    }
+
+    fn collect_descriptors(
+        &mut self,
+        k: i64,
+        count: i32,
+    ) -> Result<Vec<RecordingDescriptor>, ArchiveError> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        while (out.len() as i64) < count as i64 {
+            match self.next_answer(k, deadline)? {
+                Answer::Descriptor(d) => out.push(d),
+                Answer::Signal => {}
+                Answer::Response(r) if r.code == response_code::RECORDING_UNKNOWN => break,
+                Answer::Response(r) => {
+                    return Err(ArchiveError::Archive {
+                        code: r.relevant_id,
+                        message: r.error_message,
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `count` recordings from `from_recording_id` on.
+    pub fn list_recordings(
+        &mut self,
+        from_recording_id: i64,
+        count: i32,
+    ) -> Result<Vec<RecordingDescriptor>, ArchiveError> {
+        let k = self.request(|c, k| {
+            ListRecordingsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                from_recording_id,
+                record_count: count,
+            }
+            .encode()
+        })?;
+        self.collect_descriptors(k, count)
+    }
+
+    /// Up to `count` recordings of `stream_id` whose channel contains `channel`.
+    pub fn list_recordings_for_uri(
+        &mut self,
+        from_recording_id: i64,
+        count: i32,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<Vec<RecordingDescriptor>, ArchiveError> {
+        let k = self.request(|c, k| {
+            ListRecordingsForUriRequest {
+                control_session_id: c,
+                correlation_id: k,
+                from_recording_id,
+                record_count: count,
+                stream_id,
+                channel: channel.into(),
+            }
+            .encode()
+        })?;
+        self.collect_descriptors(k, count)
+    }
+
+    /// One recording (`None` if unknown).
+    pub fn list_recording(
+        &mut self,
+        recording_id: i64,
+    ) -> Result<Option<RecordingDescriptor>, ArchiveError> {
+        let k = self.request(|c, k| {
+            ListRecordingRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })?;
+        Ok(self.collect_descriptors(k, 1)?.pop())
+    }
+
+    fn position_request(&mut self, template: u16, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            let mut m = RecordingPositionRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode();
+            // These requests share one layout: only the template id differs.
+            m[2..4].copy_from_slice(&template.to_le_bytes());
+            m
+        })
+    }
+
+    /// The live position of an active recording (−1 if not recording).
+    pub fn get_recording_position(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.position_request(RecordingPositionRequest::TEMPLATE_ID, recording_id)
+    }
+
+    /// Where a recording stopped (−1 while it records).
+    pub fn get_stop_position(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.position_request(StopPositionRequest::TEMPLATE_ID, recording_id)
+    }
+
+    /// Where a recording starts.
+    pub fn get_start_position(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.position_request(StartPositionRequest::TEMPLATE_ID, recording_id)
+    }
+
+    /// The live position if recording, else the stop position.
+    pub fn get_max_recorded_position(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.position_request(MaxRecordedPositionRequest::TEMPLATE_ID, recording_id)
+    }
+
+    /// Replays `length` bytes of a recording from `position` (−1: its start)
+    /// on `channel`/`stream_id`; returns the replay session id, whose low
+    /// 32 bits are the session id of the replay's image.
+    pub fn start_replay(
+        &mut self,
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            ReplayRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                position,
+                length,
+                replay_stream_id: stream_id,
+                file_io_max_length: NULL_VALUE as i32,
+                replay_token: NULL_VALUE,
+                replay_channel: channel.into(),
+            }
+            .encode()
+        })
+    }
+
+    /// Stops a replay.
+    pub fn stop_replay(&mut self, replay_session_id: i64) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            StopReplayRequest {
+                control_session_id: c,
+                correlation_id: k,
+                replay_session_id,
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Cuts a stopped recording at `position`.
+    pub fn truncate_recording(
+        &mut self,
+        recording_id: i64,
+        position: i64,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            TruncateRecordingRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                position,
+            }
+            .encode()
+        })
+    }
+
+    /// Deletes a stopped recording and its files.
+    pub fn purge_recording(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            PurgeRecordingRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })
+    }
+
+    /// Reads what is waiting and returns the recording signals received so far.
+    pub fn poll_signals(&mut self) -> Vec<RecordingSignalEvent> {
+        // A harmless read: anything for this session joins the backlog or signals.
+        let deadline = Instant::now();
+        while let Ok(m) = self.next_message(deadline, "signals") {
+            if let Ok(h) = Header::decode(&m) {
+                if h.template_id == RecordingSignalEvent::TEMPLATE_ID {
+                    if let Ok(s) = RecordingSignalEvent::decode(&m) {
+                        if s.control_session_id == self.control_session_id {
+                            self.signals.push_back(s);
+                        }
+                    }
+                }
+            }
+        }
+        self.signals.drain(..).collect()
+    }
+
+    /// Waits until a signal `signal` for `recording_id` (any if −1) arrives;
+    /// returns it. Other signals stay queued.
+    pub fn await_signal(
+        &mut self,
+        recording_id: i64,
+        signal: i32,
+    ) -> Result<RecordingSignalEvent, ArchiveError> {
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        loop {
+            let hit = self.signals.iter().position(|s| {
+                s.signal == signal && (recording_id == NULL_VALUE || s.recording_id == recording_id)
+            });
+            if let Some(i) = hit {
+                return Ok(self.signals.remove(i).expect("found"));
+            }
+            // Reading with an answer nobody waits for collects signals.
+            match self.next_answer(i64::MIN, deadline) {
+                Ok(_) => {}
+                Err(ArchiveError::Timeout(_)) => {
+                    return Err(ArchiveError::Timeout(format!(
+                        "timed out waiting for signal {signal} of recording {recording_id}"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Closes the control session.
+    pub fn close(&mut self) {
+        if self.control_session_id != NULL_VALUE {
+            let m = CloseSessionRequest {
+                control_session_id: self.control_session_id,
+            }
+            .encode();
+            let _ = self.requests.offer(&m);
+            self.control_session_id = NULL_VALUE;
+        }
+    }
+}
+
+impl Drop for ArchiveClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

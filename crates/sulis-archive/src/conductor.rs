@@ -1,0 +1,1721 @@
+//! The archive conductor: control sessions, recordings and replays, run
+//! from one duty cycle ([`ArchiveConductor::do_work`]).
+//!
+//! The archive is an ordinary client of a media driver. Control requests
+//! arrive on its control subscriptions (UDP for remote clients, IPC for
+//! local ones) as Aeron Archive's SBE messages; each client has a control
+//! session answering on the response channel it named. A recording is a
+//! subscription whose images are written block by block into segment files
+//! listed in the catalog; a replay is an exclusive publication placed at
+//! the recording's position and fed with the recorded frames as they are.
+
+use crate::catalog::Catalog;
+use crate::context::ArchiveContext;
+use crate::segment::{recover_stop_position, Geometry, ReadError, RecordingWriter, SegmentReader};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use sulis_client::{
+    Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler, Image, ImageEvent,
+    OfferError, Subscription,
+};
+use sulis_protocol::archive::channel::{recording_key, strip_channel};
+use sulis_protocol::archive::messages::*;
+use sulis_protocol::archive::sbe::SbeError;
+use sulis_protocol::counters::{
+    recording_position_key, recording_position_label, type_id as counter_type,
+};
+
+/// Interval at which an authenticated session's connect answer is resent.
+const RESEND_INTERVAL: Duration = Duration::from_millis(200);
+/// Control fragments read per subscription and duty cycle.
+const CONTROL_FRAGMENT_LIMIT: usize = 10;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionState {
+    /// Waiting for the response publication to connect.
+    Connecting,
+    /// Told the client it is connected; waiting for its first request.
+    Authenticated,
+    /// Serving requests.
+    Active,
+    /// To be closed.
+    Done,
+}
+
+struct ControlSession {
+    id: i64,
+    connect_correlation_id: i64,
+    publication: ExclusivePublication,
+    state: SessionState,
+    deadline: Instant,
+    last_send: Instant,
+    /// Which control subscription and image session the requests come from.
+    control_subscription: usize,
+    request_session_id: i32,
+    invalid_version: Option<String>,
+    outbox: VecDeque<Vec<u8>>,
+    /// When offers started failing (back pressure or not connected).
+    send_failing_since: Option<Instant>,
+    _counter: Option<Counter>,
+}
+
+impl ControlSession {
+    fn queue(&mut self, message: Vec<u8>) {
+        self.outbox.push_back(message);
+    }
+
+    fn respond(&mut self, correlation_id: i64, relevant_id: i64, code: i32, error: &str) {
+        let m = ControlResponse {
+            control_session_id: self.id,
+            correlation_id,
+            relevant_id,
+            code,
+            version: PROTOCOL_VERSION,
+            error_message: error.to_string(),
+        };
+        self.queue(m.encode());
+    }
+
+    fn ok(&mut self, correlation_id: i64, relevant_id: i64) {
+        self.respond(correlation_id, relevant_id, response_code::OK, "");
+    }
+
+    fn error(&mut self, correlation_id: i64, code: i64, message: &str) {
+        self.respond(correlation_id, code, response_code::ERROR, message);
+    }
+
+    /// Offers what is queued; false once the session should end (the
+    /// client stopped reading or went away).
+    fn flush(&mut self, now: Instant, timeout: Duration) -> bool {
+        while let Some(m) = self.outbox.front() {
+            match self.publication.offer(m) {
+                Ok(_) => {
+                    self.outbox.pop_front();
+                    self.send_failing_since = None;
+                }
+                Err(OfferError::AdminAction) => continue,
+                Err(OfferError::BackPressured) | Err(OfferError::NotConnected) => {
+                    let since = *self.send_failing_since.get_or_insert(now);
+                    return now - since < timeout;
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+struct RecordingSubscription {
+    subscription: Subscription,
+    key: String,
+    original_channel: String,
+    stripped_channel: String,
+    stream_id: i32,
+    auto_stop: bool,
+    control_session_id: i64,
+    correlation_id: i64,
+    /// Extending this recording (else each image is a new recording).
+    extend: Option<i64>,
+    /// Recording sessions running on its images.
+    active: usize,
+    /// Stop once its recordings end (auto stop, or stopped by request).
+    closing: bool,
+}
+
+struct RecordingSession {
+    recording_id: i64,
+    subscription_id: i64,
+    image: Arc<Image>,
+    writer: RecordingWriter,
+    counter: Counter,
+    control_session_id: i64,
+    correlation_id: i64,
+    /// Stopped by request: end at once.
+    aborted: bool,
+}
+
+enum ReplayState {
+    Connecting { deadline: Instant },
+    Replaying,
+}
+
+struct ReplaySession {
+    id: i64,
+    recording_id: i64,
+    control_session_id: i64,
+    correlation_id: i64,
+    publication: ExclusivePublication,
+    reader: SegmentReader,
+    /// Where the replay stops (`None`: follow the live recording).
+    end: Option<i64>,
+    state: ReplayState,
+    buf: Vec<u8>,
+    /// A block read but not yet published (back pressure).
+    pending: usize,
+    done: bool,
+}
+
+/// A recording request's parameters.
+struct StartRecording {
+    control_session_id: i64,
+    correlation_id: i64,
+    stream_id: i32,
+    channel: String,
+    auto_stop: bool,
+    extend: Option<i64>,
+}
+
+/// The archive's state and duty cycle.
+pub struct ArchiveConductor {
+    ctx: ArchiveContext,
+    client: Client,
+    archive_id: i64,
+    catalog: Catalog,
+    control: Vec<Subscription>,
+    assemblers: Vec<FragmentAssembler>,
+    sessions: BTreeMap<i64, ControlSession>,
+    next_session_id: i64,
+    recording_subscriptions: Vec<RecordingSubscription>,
+    recordings: Vec<RecordingSession>,
+    replays: Vec<ReplaySession>,
+    next_replay_id: i64,
+    errors: Vec<String>,
+    error_count: u64,
+}
+
+impl ArchiveConductor {
+    /// Opens the archive directory (recovering recordings an earlier run
+    /// left unfinished) and subscribes to the control channels.
+    pub fn new(ctx: ArchiveContext) -> Result<ArchiveConductor, String> {
+        ctx.conclude()?;
+        std::fs::create_dir_all(&ctx.archive_dir)
+            .map_err(|e| format!("cannot create {}: {e}", ctx.archive_dir.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ =
+                std::fs::set_permissions(&ctx.archive_dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let mut catalog = Catalog::open(
+            &ctx.archive_dir,
+            ctx.catalog_capacity,
+            ctx.catalog_file_sync_level,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut errors: Vec<String> = catalog.problems().to_vec();
+        recover(&ctx.archive_dir, &mut catalog, &mut errors);
+        let client = Client::connect(ClientContext {
+            dir: ctx.driver_dir.clone(),
+            driver_timeout: ctx.driver_timeout,
+            name: "sulis-archive".into(),
+            interrupt: None,
+        })
+        .map_err(|e| {
+            format!(
+                "archive cannot connect to the driver in {}: {e}",
+                ctx.driver_dir.display()
+            )
+        })?;
+        let archive_id = ctx.archive_id.unwrap_or_else(|| client.client_id());
+        let mut control = Vec::new();
+        if let Some(channel) = &ctx.control_channel {
+            control.push(
+                client
+                    .add_subscription(channel, ctx.control_stream_id)
+                    .map_err(|e| format!("control channel '{channel}': {e}"))?,
+            );
+        }
+        control.push(
+            client
+                .add_subscription(&ctx.local_control_channel, ctx.local_control_stream_id)
+                .map_err(|e| {
+                    format!("local control channel '{}': {e}", ctx.local_control_channel)
+                })?,
+        );
+        let assemblers = control.iter().map(|_| FragmentAssembler::new()).collect();
+        let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
+        Ok(ArchiveConductor {
+            ctx,
+            client,
+            archive_id,
+            catalog,
+            control,
+            assemblers,
+            sessions: BTreeMap::new(),
+            next_session_id: seed as i64,
+            recording_subscriptions: Vec::new(),
+            recordings: Vec::new(),
+            replays: Vec::new(),
+            next_replay_id: 1,
+            error_count: errors.len() as u64,
+            errors,
+        })
+    }
+
+    /// The archive's id.
+    pub fn archive_id(&self) -> i64 {
+        self.archive_id
+    }
+
+    /// Errors recorded so far (most recent last; the oldest are dropped past 1000).
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+
+    /// How many errors were recorded.
+    pub fn error_count(&self) -> u64 {
+        self.error_count
+    }
+
+    fn record_error(&mut self, message: String) {
+        self.error_count += 1;
+        if self.errors.len() >= 1000 {
+            self.errors.remove(0);
+        }
+        self.errors.push(message);
+    }
+
+    /// One duty cycle; returns the work done (0: idle).
+    pub fn do_work(&mut self) -> usize {
+        let now = Instant::now();
+        let mut work = 0;
+        work += self.on_image_events();
+        work += self.poll_control(now);
+        work += self.run_sessions(now);
+        work += self.run_recordings();
+        work += self.run_replays(now);
+        work
+    }
+
+    /// Stops everything: recordings end (stop positions written), replays
+    /// and sessions close.
+    pub fn close(&mut self) {
+        for i in 0..self.recordings.len() {
+            self.recordings[i].aborted = true;
+        }
+        self.run_recordings();
+        self.replays.clear();
+        self.sessions.clear();
+        self.recording_subscriptions.clear();
+        let _ = self.catalog.flush();
+        self.client.close();
+    }
+
+    // -- control ------------------------------------------------------------
+
+    fn poll_control(&mut self, now: Instant) -> usize {
+        let mut messages: Vec<(usize, i32, Vec<u8>)> = Vec::new();
+        for (i, sub) in self.control.iter_mut().enumerate() {
+            let assembler = &mut self.assemblers[i];
+            let _ = sub.poll(
+                |payload, header| {
+                    if FragmentAssembler::is_unfragmented(header) {
+                        messages.push((i, header.session_id(), payload.to_vec()));
+                    } else if let Some(m) = assembler.on_fragment(payload, header) {
+                        messages.push((i, header.session_id(), m.payload));
+                    }
+                    Ok::<(), ()>(())
+                },
+                CONTROL_FRAGMENT_LIMIT,
+            );
+        }
+        let work = messages.len();
+        for (sub, image_session, m) in messages {
+            self.on_control_message(sub, image_session, &m, now);
+        }
+        work
+    }
+
+    fn on_control_message(&mut self, sub: usize, image_session: i32, m: &[u8], now: Instant) {
+        let header = match control_header(m) {
+            Ok(h) => h,
+            Err(e) => return self.record_error(format!("control message dropped: {e}")),
+        };
+        match header.template_id {
+            AuthConnectRequest::TEMPLATE_ID => match AuthConnectRequest::decode(m) {
+                Ok(r) => self.on_connect(
+                    sub,
+                    image_session,
+                    r.correlation_id,
+                    r.response_stream_id,
+                    r.version,
+                    &r.response_channel,
+                    now,
+                ),
+                Err(e) => self.record_error(format!("connect request dropped: {e}")),
+            },
+            ConnectRequest::TEMPLATE_ID => match ConnectRequest::decode(m) {
+                Ok(r) => self.on_connect(
+                    sub,
+                    image_session,
+                    r.correlation_id,
+                    r.response_stream_id,
+                    r.version,
+                    &r.response_channel,
+                    now,
+                ),
+                Err(e) => self.record_error(format!("connect request dropped: {e}")),
+            },
+            _ => self.on_request(header.template_id, m, now),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_connect(
+        &mut self,
+        sub: usize,
+        image_session: i32,
+        correlation_id: i64,
+        response_stream_id: i32,
+        version: i32,
+        response_channel: &str,
+        now: Instant,
+    ) {
+        let channel = match response_publication_channel(response_channel, &self.ctx) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.record_error(format!(
+                    "connect request {correlation_id}: response channel '{response_channel}': {e}"
+                ))
+            }
+        };
+        let publication = match self.client.add_exclusive_publication(&channel, response_stream_id) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.record_error(format!(
+                    "connect request {correlation_id}: cannot publish responses on '{channel}' stream {response_stream_id}: {e}"
+                ))
+            }
+        };
+        let id = self.next_session_id;
+        self.next_session_id += 1;
+        let invalid_version = (version >> 16 != 1).then(|| {
+            format!(
+                "invalid client version {}, archive is {}",
+                version_string(version),
+                version_string(PROTOCOL_VERSION)
+            )
+        });
+        let counter = self
+            .client
+            .add_counter(
+                counter_type::ARCHIVE_CONTROL_SESSION,
+                &[self.archive_id.to_le_bytes(), id.to_le_bytes()].concat(),
+                &format!(
+                    "control-session: sessionId={image_session} - archiveId={}",
+                    self.archive_id
+                ),
+            )
+            .ok();
+        if let Some(c) = &counter {
+            c.set(id);
+        }
+        self.sessions.insert(
+            id,
+            ControlSession {
+                id,
+                connect_correlation_id: correlation_id,
+                publication,
+                state: SessionState::Connecting,
+                deadline: now + self.ctx.connect_timeout,
+                last_send: now - RESEND_INTERVAL,
+                control_subscription: sub,
+                request_session_id: image_session,
+                invalid_version,
+                outbox: VecDeque::new(),
+                send_failing_since: None,
+                _counter: counter,
+            },
+        );
+    }
+
+    fn run_sessions(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        let timeout = self.ctx.connect_timeout;
+        let ping_interval = self.ctx.session_liveness_check_interval;
+        for s in self.sessions.values_mut() {
+            match s.state {
+                SessionState::Connecting => {
+                    if s.publication.is_connected() {
+                        s.state = SessionState::Authenticated;
+                        s.deadline = now + timeout;
+                        work += 1;
+                    } else if now >= s.deadline {
+                        s.state = SessionState::Done;
+                    }
+                }
+                SessionState::Authenticated => {
+                    if now - s.last_send >= RESEND_INTERVAL && s.outbox.is_empty() {
+                        s.last_send = now;
+                        match s.invalid_version.clone() {
+                            Some(message) => s.respond(
+                                s.connect_correlation_id,
+                                s.id,
+                                response_code::ERROR,
+                                &message,
+                            ),
+                            None => s.ok(s.connect_correlation_id, s.id),
+                        }
+                        work += 1;
+                    }
+                    if now >= s.deadline {
+                        s.state = SessionState::Done;
+                    }
+                }
+                SessionState::Active => {
+                    if now - s.last_send >= ping_interval && s.outbox.is_empty() {
+                        s.last_send = now;
+                        s.queue(
+                            Ping {
+                                control_session_id: s.id,
+                            }
+                            .encode(),
+                        );
+                    }
+                }
+                SessionState::Done => {}
+            }
+            if s.state != SessionState::Done && !s.outbox.is_empty() {
+                work += 1;
+                if !s.flush(now, timeout) {
+                    s.state = SessionState::Done;
+                }
+            }
+        }
+        let before = self.sessions.len();
+        self.sessions.retain(|_, s| s.state != SessionState::Done);
+        work + before - self.sessions.len()
+    }
+
+    fn on_request(&mut self, template_id: u16, m: &[u8], now: Instant) {
+        // Every request starts with the control session id and correlation id.
+        let ids = (m.len() >= 8 + 16).then(|| {
+            (
+                i64::from_le_bytes(m[8..16].try_into().unwrap()),
+                i64::from_le_bytes(m[16..24].try_into().unwrap()),
+            )
+        });
+        let Some((session_id, correlation_id)) = ids else {
+            return self.record_error(format!(
+                "control message (template {template_id}) of {} bytes dropped: too short for a request",
+                m.len()
+            ));
+        };
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return self.record_error(format!(
+                "request (template {template_id}, correlation {correlation_id}) for unknown control session {session_id} dropped"
+            ));
+        };
+        match session.state {
+            SessionState::Authenticated if session.invalid_version.is_none() => {
+                session.state = SessionState::Active;
+                session.last_send = now;
+            }
+            SessionState::Active => {}
+            // Requests before the session is connected are dropped, as Aeron's.
+            _ => return,
+        }
+        if let Err(e) = self.dispatch(template_id, m, session_id, correlation_id) {
+            let message = format!("malformed request: {e}");
+            if let Some(s) = self.sessions.get_mut(&session_id) {
+                s.error(correlation_id, error_code::GENERIC, &message);
+            }
+            self.record_error(format!("control session {session_id}: {message}"));
+        }
+    }
+
+    fn session(&mut self, id: i64) -> &mut ControlSession {
+        self.sessions
+            .get_mut(&id)
+            .expect("request from a live session")
+    }
+
+    fn dispatch(&mut self, template_id: u16, m: &[u8], sid: i64, k: i64) -> Result<(), SbeError> {
+        match template_id {
+            KeepAliveRequest::TEMPLATE_ID => {
+                KeepAliveRequest::decode(m)?;
+            }
+            CloseSessionRequest::TEMPLATE_ID => {
+                self.session(sid).state = SessionState::Done;
+            }
+            ArchiveIdRequest::TEMPLATE_ID => {
+                ArchiveIdRequest::decode(m)?;
+                let id = self.archive_id;
+                self.session(sid).ok(k, id);
+            }
+            StartRecordingRequest::TEMPLATE_ID => {
+                let r = StartRecordingRequest::decode(m)?;
+                self.start_recording(StartRecording {
+                    control_session_id: sid,
+                    correlation_id: k,
+                    stream_id: r.stream_id,
+                    channel: r.channel,
+                    auto_stop: false,
+                    extend: None,
+                });
+            }
+            StartRecordingRequest2::TEMPLATE_ID => {
+                let r = StartRecordingRequest2::decode(m)?;
+                self.start_recording(StartRecording {
+                    control_session_id: sid,
+                    correlation_id: k,
+                    stream_id: r.stream_id,
+                    channel: r.channel,
+                    auto_stop: r.auto_stop == boolean_type::TRUE,
+                    extend: None,
+                });
+            }
+            ExtendRecordingRequest::TEMPLATE_ID => {
+                let r = ExtendRecordingRequest::decode(m)?;
+                self.extend_recording(sid, k, r.recording_id, r.stream_id, r.channel, false);
+            }
+            ExtendRecordingRequest2::TEMPLATE_ID => {
+                let r = ExtendRecordingRequest2::decode(m)?;
+                let auto_stop = r.auto_stop == boolean_type::TRUE;
+                self.extend_recording(sid, k, r.recording_id, r.stream_id, r.channel, auto_stop);
+            }
+            StopRecordingRequest::TEMPLATE_ID => {
+                let r = StopRecordingRequest::decode(m)?;
+                let key = recording_key(&r.channel, r.stream_id).ok();
+                let found = key.and_then(|key| {
+                    self.recording_subscriptions
+                        .iter()
+                        .position(|s| s.key == key && !s.closing)
+                });
+                match found {
+                    Some(i) => {
+                        self.stop_recording_subscription(i);
+                        self.session(sid).ok(k, 0);
+                    }
+                    None => self.session(sid).error(
+                        k,
+                        error_code::UNKNOWN_SUBSCRIPTION,
+                        &format!(
+                            "no recording subscription for stream {} on '{}'",
+                            r.stream_id, r.channel
+                        ),
+                    ),
+                }
+            }
+            StopRecordingSubscriptionRequest::TEMPLATE_ID => {
+                let r = StopRecordingSubscriptionRequest::decode(m)?;
+                match self.recording_subscriptions.iter().position(|s| {
+                    s.subscription.registration_id() == r.subscription_id && !s.closing
+                }) {
+                    Some(i) => {
+                        self.stop_recording_subscription(i);
+                        self.session(sid).ok(k, 0);
+                    }
+                    None => self.session(sid).error(
+                        k,
+                        error_code::UNKNOWN_SUBSCRIPTION,
+                        &format!("unknown recording subscription {}", r.subscription_id),
+                    ),
+                }
+            }
+            StopRecordingByIdentityRequest::TEMPLATE_ID => {
+                let r = StopRecordingByIdentityRequest::decode(m)?;
+                if self.catalog.recording(r.recording_id).is_none() {
+                    self.unknown_recording(sid, k, r.recording_id);
+                    return Ok(());
+                }
+                let sub = self
+                    .recordings
+                    .iter()
+                    .find(|s| s.recording_id == r.recording_id)
+                    .map(|s| s.subscription_id);
+                let stopped = match sub.and_then(|id| {
+                    self.recording_subscriptions
+                        .iter()
+                        .position(|s| s.subscription.registration_id() == id)
+                }) {
+                    Some(i) => {
+                        self.stop_recording_subscription(i);
+                        1
+                    }
+                    None => 0,
+                };
+                self.session(sid).ok(k, stopped);
+            }
+            ListRecordingsRequest::TEMPLATE_ID => {
+                let r = ListRecordingsRequest::decode(m)?;
+                self.list(sid, k, r.from_recording_id, r.record_count, |_| true);
+            }
+            ListRecordingsForUriRequest::TEMPLATE_ID => {
+                let r = ListRecordingsForUriRequest::decode(m)?;
+                let fragment = strip_channel(&r.channel).unwrap_or(r.channel.clone());
+                let stream_id = r.stream_id;
+                self.list(sid, k, r.from_recording_id, r.record_count, move |d| {
+                    d.stream_id == stream_id && d.stripped_channel.contains(&fragment)
+                });
+            }
+            ListRecordingRequest::TEMPLATE_ID => {
+                let r = ListRecordingRequest::decode(m)?;
+                match self
+                    .catalog
+                    .entry(r.recording_id)
+                    .filter(|e| e.state == recording_state::VALID)
+                {
+                    Some(e) => {
+                        let bytes = sulis_protocol::archive::catalog::descriptor_message(
+                            self.catalog.bytes(),
+                            &e,
+                            sid,
+                            k,
+                        );
+                        self.session(sid).queue(bytes);
+                    }
+                    None => self.session(sid).respond(
+                        k,
+                        r.recording_id,
+                        response_code::RECORDING_UNKNOWN,
+                        "",
+                    ),
+                }
+            }
+            FindLastMatchingRecordingRequest::TEMPLATE_ID => {
+                let r = FindLastMatchingRecordingRequest::decode(m)?;
+                if r.min_recording_id < 0 {
+                    self.session(sid).error(
+                        k,
+                        error_code::UNKNOWN_RECORDING,
+                        &format!("min recording id {} is negative", r.min_recording_id),
+                    );
+                    return Ok(());
+                }
+                let fragment = strip_channel(&r.channel).unwrap_or(r.channel.clone());
+                let found = self
+                    .catalog
+                    .valid_ids_from(r.min_recording_id)
+                    .into_iter()
+                    .rev()
+                    .find(|&id| {
+                        self.catalog.recording(id).is_some_and(|d| {
+                            d.session_id == r.session_id
+                                && d.stream_id == r.stream_id
+                                && d.stripped_channel.contains(&fragment)
+                        })
+                    })
+                    .unwrap_or(NULL_VALUE);
+                self.session(sid).ok(k, found);
+            }
+            RecordingPositionRequest::TEMPLATE_ID => {
+                let r = RecordingPositionRequest::decode(m)?;
+                if self.catalog.recording(r.recording_id).is_none() {
+                    self.unknown_recording(sid, k, r.recording_id);
+                    return Ok(());
+                }
+                let live = self.live_position(r.recording_id).unwrap_or(NULL_VALUE);
+                self.session(sid).ok(k, live);
+            }
+            StopPositionRequest::TEMPLATE_ID => {
+                let r = StopPositionRequest::decode(m)?;
+                match self.catalog.recording(r.recording_id) {
+                    Some(d) => self.session(sid).ok(k, d.stop_position),
+                    None => self.unknown_recording(sid, k, r.recording_id),
+                }
+            }
+            StartPositionRequest::TEMPLATE_ID => {
+                let r = StartPositionRequest::decode(m)?;
+                match self.catalog.recording(r.recording_id) {
+                    Some(d) => self.session(sid).ok(k, d.start_position),
+                    None => self.unknown_recording(sid, k, r.recording_id),
+                }
+            }
+            MaxRecordedPositionRequest::TEMPLATE_ID => {
+                let r = MaxRecordedPositionRequest::decode(m)?;
+                match self.catalog.recording(r.recording_id) {
+                    Some(d) => {
+                        let p = self
+                            .live_position(r.recording_id)
+                            .unwrap_or(d.stop_position);
+                        self.session(sid).ok(k, p);
+                    }
+                    None => self.unknown_recording(sid, k, r.recording_id),
+                }
+            }
+            ReplayRequest::TEMPLATE_ID => {
+                let r = ReplayRequest::decode(m)?;
+                self.start_replay(
+                    sid,
+                    k,
+                    r.recording_id,
+                    r.position,
+                    r.length,
+                    &r.replay_channel,
+                    r.replay_stream_id,
+                );
+            }
+            BoundedReplayRequest::TEMPLATE_ID => {
+                let r = BoundedReplayRequest::decode(m)?;
+                // Bounding by a counter needs a counter of this archive's
+                // driver; without one the replay is bounded by its length.
+                self.start_replay(
+                    sid,
+                    k,
+                    r.recording_id,
+                    r.position,
+                    r.length,
+                    &r.replay_channel,
+                    r.replay_stream_id,
+                );
+            }
+            StopReplayRequest::TEMPLATE_ID => {
+                let r = StopReplayRequest::decode(m)?;
+                for p in self
+                    .replays
+                    .iter_mut()
+                    .filter(|p| p.id == r.replay_session_id)
+                {
+                    p.done = true;
+                }
+                self.session(sid).ok(k, 0);
+            }
+            StopAllReplaysRequest::TEMPLATE_ID => {
+                let r = StopAllReplaysRequest::decode(m)?;
+                for p in self
+                    .replays
+                    .iter_mut()
+                    .filter(|p| r.recording_id == NULL_VALUE || p.recording_id == r.recording_id)
+                {
+                    p.done = true;
+                }
+                self.session(sid).ok(k, 0);
+            }
+            TruncateRecordingRequest::TEMPLATE_ID => {
+                let r = TruncateRecordingRequest::decode(m)?;
+                self.truncate(sid, k, r.recording_id, r.position);
+            }
+            PurgeRecordingRequest::TEMPLATE_ID => {
+                let r = PurgeRecordingRequest::decode(m)?;
+                self.purge(sid, k, r.recording_id);
+            }
+            other => {
+                // An unknown request of a newer client: say so rather than
+                // leave it waiting for its timeout.
+                self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("request template id {other} is not supported by this archive"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn unknown_recording(&mut self, sid: i64, k: i64, recording_id: i64) {
+        self.session(sid).error(
+            k,
+            error_code::UNKNOWN_RECORDING,
+            &format!("unknown recording id: {recording_id}"),
+        );
+    }
+
+    fn list(
+        &mut self,
+        sid: i64,
+        k: i64,
+        from: i64,
+        count: i32,
+        matches: impl Fn(&RecordingDescriptor) -> bool,
+    ) {
+        let mut sent = 0;
+        let mut next = from.max(0);
+        let ids = self.catalog.valid_ids_from(from.max(0));
+        let mut messages = Vec::new();
+        for id in ids {
+            if sent >= count {
+                break;
+            }
+            next = id + 1;
+            let Some(e) = self.catalog.entry(id) else {
+                continue;
+            };
+            if matches(&e.descriptor) {
+                messages.push(sulis_protocol::archive::catalog::descriptor_message(
+                    self.catalog.bytes(),
+                    &e,
+                    sid,
+                    k,
+                ));
+                sent += 1;
+            }
+        }
+        let next = next.max(self.catalog.next_recording_id());
+        let s = self.session(sid);
+        for m in messages {
+            s.queue(m);
+        }
+        if sent < count {
+            s.respond(k, next, response_code::RECORDING_UNKNOWN, "");
+        }
+    }
+
+    fn signal(
+        &mut self,
+        sid: i64,
+        k: i64,
+        recording_id: i64,
+        subscription_id: i64,
+        position: i64,
+        signal: i32,
+    ) {
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            s.queue(
+                RecordingSignalEvent {
+                    control_session_id: sid,
+                    correlation_id: k,
+                    recording_id,
+                    subscription_id,
+                    position,
+                    signal,
+                }
+                .encode(),
+            );
+        }
+    }
+
+    // -- recording ----------------------------------------------------------
+
+    fn start_recording(&mut self, r: StartRecording) {
+        let (sid, k) = (r.control_session_id, r.correlation_id);
+        if self.recordings.len() >= self.ctx.max_concurrent_recordings {
+            let message = format!(
+                "max concurrent recordings reached: {}",
+                self.ctx.max_concurrent_recordings
+            );
+            return self
+                .session(sid)
+                .error(k, error_code::MAX_RECORDINGS, &message);
+        }
+        let (key, stripped) = match (
+            recording_key(&r.channel, r.stream_id),
+            strip_channel(&r.channel),
+        ) {
+            (Ok(key), Ok(stripped)) => (key, stripped),
+            (Err(e), _) | (_, Err(e)) => {
+                return self
+                    .session(sid)
+                    .error(k, error_code::GENERIC, &e.to_string());
+            }
+        };
+        if self
+            .recording_subscriptions
+            .iter()
+            .any(|s| s.key == key && !s.closing)
+        {
+            return self.session(sid).error(
+                k,
+                error_code::ACTIVE_SUBSCRIPTION,
+                &format!(
+                    "recording exists for streamId={} channel={}",
+                    r.stream_id, r.channel
+                ),
+            );
+        }
+        // A UDP publication of this machine is recorded as its receivers see
+        // it: this driver has no spy subscriptions yet.
+        let subscription = match self.client.add_subscription(&stripped, r.stream_id) {
+            Ok(s) => s,
+            Err(e) => {
+                return self
+                    .session(sid)
+                    .error(k, error_code::GENERIC, &e.to_string());
+            }
+        };
+        let subscription_id = subscription.registration_id();
+        self.recording_subscriptions.push(RecordingSubscription {
+            subscription,
+            key,
+            original_channel: r.channel,
+            stripped_channel: stripped,
+            stream_id: r.stream_id,
+            auto_stop: r.auto_stop,
+            control_session_id: sid,
+            correlation_id: k,
+            extend: r.extend,
+            active: 0,
+            closing: false,
+        });
+        self.session(sid).ok(k, subscription_id);
+    }
+
+    fn extend_recording(
+        &mut self,
+        sid: i64,
+        k: i64,
+        recording_id: i64,
+        stream_id: i32,
+        channel: String,
+        auto_stop: bool,
+    ) {
+        let Some(d) = self.catalog.recording(recording_id) else {
+            return self.unknown_recording(sid, k, recording_id);
+        };
+        if d.stream_id != stream_id {
+            return self.session(sid).error(
+                k,
+                error_code::UNKNOWN_RECORDING,
+                &format!(
+                    "cannot extend recording {recording_id}: its stream id is {}, not {stream_id}",
+                    d.stream_id
+                ),
+            );
+        }
+        if self
+            .recordings
+            .iter()
+            .any(|s| s.recording_id == recording_id)
+            || self
+                .recording_subscriptions
+                .iter()
+                .any(|s| s.extend == Some(recording_id) && !s.closing)
+        {
+            return self.session(sid).error(
+                k,
+                error_code::ACTIVE_RECORDING,
+                &format!("cannot extend active recording {recording_id}"),
+            );
+        }
+        self.start_recording(StartRecording {
+            control_session_id: sid,
+            correlation_id: k,
+            stream_id,
+            channel,
+            auto_stop,
+            extend: Some(recording_id),
+        });
+    }
+
+    fn stop_recording_subscription(&mut self, i: usize) {
+        let id = self.recording_subscriptions[i]
+            .subscription
+            .registration_id();
+        self.recording_subscriptions[i].closing = true;
+        for r in self
+            .recordings
+            .iter_mut()
+            .filter(|r| r.subscription_id == id)
+        {
+            r.aborted = true;
+        }
+    }
+
+    fn on_image_events(&mut self) -> usize {
+        let events = self.client.take_image_events();
+        let work = events.len();
+        for ev in events {
+            match ev {
+                ImageEvent::Available {
+                    subscription_id,
+                    image,
+                } => {
+                    if let Some(i) = self
+                        .recording_subscriptions
+                        .iter()
+                        .position(|s| s.subscription.registration_id() == subscription_id)
+                    {
+                        self.on_recorded_image(i, image);
+                    }
+                }
+                ImageEvent::Unavailable {
+                    subscription_id,
+                    image,
+                } => {
+                    // A client whose request stream went away: its sessions end.
+                    if let Some(c) = self
+                        .control
+                        .iter()
+                        .position(|s| s.registration_id() == subscription_id)
+                    {
+                        self.assemblers[c].forget_session(image.session_id());
+                        for s in self.sessions.values_mut().filter(|s| {
+                            s.control_subscription == c
+                                && s.request_session_id == image.session_id()
+                        }) {
+                            s.state = SessionState::Done;
+                        }
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    fn on_recorded_image(&mut self, i: usize, image: Arc<Image>) {
+        let rs = &self.recording_subscriptions[i];
+        let (sid, k, subscription_id) = (
+            rs.control_session_id,
+            rs.correlation_id,
+            rs.subscription.registration_id(),
+        );
+        if rs.closing {
+            return;
+        }
+        let extend = rs.extend;
+        let stream_id = rs.stream_id;
+        let stripped = rs.stripped_channel.clone();
+        let original = rs.original_channel.clone();
+        let term_length = image.term_buffer_length() as i64;
+        let join = image.join_position();
+        let (recording_id, geometry, signal) = match extend {
+            Some(id) => {
+                let Some(d) = self.catalog.recording(id) else {
+                    return;
+                };
+                let fits = d.stop_position == join
+                    && d.initial_term_id == image.initial_term_id()
+                    && d.term_buffer_length as i64 == term_length
+                    && d.mtu_length as usize == image.mtu_length();
+                if !fits {
+                    let message = format!(
+                        "cannot extend recording {id}: the stream joins at {join} with initial term id {}, term length {term_length}, mtu {}; \
+                         the recording stopped at {} with {}, {}, {}",
+                        image.initial_term_id(),
+                        image.mtu_length(),
+                        d.stop_position,
+                        d.initial_term_id,
+                        d.term_buffer_length,
+                        d.mtu_length
+                    );
+                    if let Some(s) = self.sessions.get_mut(&sid) {
+                        s.error(k, error_code::INVALID_EXTENSION, &message);
+                    }
+                    self.record_error(message);
+                    return;
+                }
+                if let Err(e) = self.catalog.record_extend(id, sid, k) {
+                    return self.record_error(e.to_string());
+                }
+                let g = Geometry {
+                    recording_id: id,
+                    start_position: d.start_position,
+                    term_length,
+                    segment_length: d.segment_file_length as i64,
+                    initial_term_id: d.initial_term_id,
+                };
+                (id, g, recording_signal::EXTEND)
+            }
+            None => {
+                let segment_length = (self.ctx.segment_file_length as i64).max(term_length);
+                let d = RecordingDescriptor {
+                    control_session_id: sid,
+                    correlation_id: k,
+                    recording_id: 0,
+                    start_timestamp: now_ms(),
+                    stop_timestamp: NULL_VALUE,
+                    start_position: join,
+                    stop_position: NULL_VALUE,
+                    initial_term_id: image.initial_term_id(),
+                    segment_file_length: segment_length as i32,
+                    term_buffer_length: term_length as i32,
+                    mtu_length: image.mtu_length() as i32,
+                    session_id: image.session_id(),
+                    stream_id,
+                    stripped_channel: stripped.clone(),
+                    original_channel: original,
+                    source_identity: image.source_identity().to_string(),
+                };
+                let id = match self.catalog.add_recording(d) {
+                    Ok(id) => id,
+                    Err(e) => return self.record_error(e.to_string()),
+                };
+                let g = Geometry {
+                    recording_id: id,
+                    start_position: join,
+                    term_length,
+                    segment_length,
+                    initial_term_id: image.initial_term_id(),
+                };
+                (id, g, recording_signal::START)
+            }
+        };
+        let counter = match self.client.add_counter(
+            counter_type::ARCHIVE_RECORDING_POSITION,
+            &recording_position_key(
+                recording_id,
+                image.session_id(),
+                image.source_identity(),
+                self.archive_id,
+            ),
+            &recording_position_label(
+                recording_id,
+                image.session_id(),
+                stream_id,
+                &stripped,
+                self.archive_id,
+            ),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.record_error(format!(
+                    "recording {recording_id}: cannot add its position counter: {e}"
+                ))
+            }
+        };
+        counter.set(join);
+        self.recording_subscriptions[i].active += 1;
+        self.recordings.push(RecordingSession {
+            recording_id,
+            subscription_id,
+            writer: RecordingWriter::new(
+                &self.ctx.archive_dir,
+                geometry,
+                join,
+                self.ctx.file_sync_level,
+            ),
+            image,
+            counter,
+            control_session_id: sid,
+            correlation_id: k,
+            aborted: false,
+        });
+        self.signal(sid, k, recording_id, subscription_id, join, signal);
+    }
+
+    fn run_recordings(&mut self) -> usize {
+        let mut work = 0;
+        let max = self.ctx.file_io_max_length;
+        let mut ended = Vec::new();
+        for (i, r) in self.recordings.iter_mut().enumerate() {
+            let mut failure = None;
+            if !r.aborted {
+                let writer = &mut r.writer;
+                let n = r.image.block_poll(max, |block, _| {
+                    if failure.is_none() {
+                        if let Err(e) = writer.write_block(block) {
+                            failure = Some(e);
+                        }
+                    }
+                });
+                if n > 0 {
+                    r.counter.set(r.writer.position());
+                    work += 1;
+                }
+            }
+            if failure.is_some() || r.aborted || r.image.is_end_of_stream() || r.image.is_closed() {
+                ended.push((i, failure));
+            }
+        }
+        for (i, failure) in ended.into_iter().rev() {
+            let r = self.recordings.swap_remove(i);
+            self.end_recording(r, failure);
+            work += 1;
+        }
+        work
+    }
+
+    fn end_recording(&mut self, r: RecordingSession, failure: Option<std::io::Error>) {
+        let position = r.writer.position();
+        if let Err(e) = self.catalog.record_stop(r.recording_id, position, now_ms()) {
+            self.record_error(e.to_string());
+        }
+        if let Some(e) = failure {
+            let message = format!("recording {} stopped at {position}: {e}", r.recording_id);
+            if let Some(s) = self.sessions.get_mut(&r.control_session_id) {
+                let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+                    error_code::STORAGE_SPACE
+                } else {
+                    error_code::GENERIC
+                };
+                s.error(r.correlation_id, code, &message);
+            }
+            self.record_error(message);
+        }
+        r.counter.close();
+        self.signal(
+            r.control_session_id,
+            r.correlation_id,
+            r.recording_id,
+            r.subscription_id,
+            position,
+            recording_signal::STOP,
+        );
+        if let Some(i) = self
+            .recording_subscriptions
+            .iter()
+            .position(|s| s.subscription.registration_id() == r.subscription_id)
+        {
+            let s = &mut self.recording_subscriptions[i];
+            s.active = s.active.saturating_sub(1);
+            if s.auto_stop || s.extend.is_some() {
+                s.closing = true;
+            }
+            if s.closing && s.active == 0 {
+                self.recording_subscriptions.swap_remove(i);
+            }
+        }
+    }
+
+    fn live_position(&self, recording_id: i64) -> Option<i64> {
+        self.recordings
+            .iter()
+            .find(|r| r.recording_id == recording_id)
+            .map(|r| r.writer.position())
+    }
+
+    // -- replay -------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_replay(
+        &mut self,
+        sid: i64,
+        k: i64,
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        replay_channel: &str,
+        replay_stream_id: i32,
+    ) {
+        if self.replays.len() >= self.ctx.max_concurrent_replays {
+            let message = format!(
+                "max concurrent replays reached: {}",
+                self.ctx.max_concurrent_replays
+            );
+            return self
+                .session(sid)
+                .error(k, error_code::MAX_REPLAYS, &message);
+        }
+        let Some(d) = self.catalog.recording(recording_id) else {
+            return self.unknown_recording(sid, k, recording_id);
+        };
+        let live = self.live_position(recording_id);
+        let recorded_end = live.unwrap_or(d.stop_position);
+        let start = if position == NULL_VALUE {
+            d.start_position
+        } else {
+            position
+        };
+        if start & 31 != 0 || start < d.start_position || start > recorded_end {
+            return self.session(sid).error(
+                k,
+                error_code::INVALID_POSITION,
+                &format!(
+                    "requested replay start position {start} is not a frame position within the recording {recording_id} \
+                     [{}, {recorded_end}]",
+                    d.start_position
+                ),
+            );
+        }
+        let end = match length {
+            REPLAY_ALL_AND_FOLLOW if live.is_some() => None,
+            REPLAY_ALL_AND_FOLLOW | REPLAY_ALL_AND_STOP => Some(recorded_end),
+            l if l >= 0 && l != i64::MAX => Some(match live {
+                Some(_) => start.saturating_add(l),
+                None => start.saturating_add(l).min(recorded_end),
+            }),
+            i64::MAX => {
+                if live.is_some() {
+                    None
+                } else {
+                    Some(recorded_end)
+                }
+            }
+            l => {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!(
+                        "replay length {l} is neither a length, -1 (follow) nor -2 (to the end)"
+                    ),
+                );
+            }
+        };
+        let term_length = d.term_buffer_length as i64;
+        let g = Geometry {
+            recording_id,
+            start_position: d.start_position,
+            term_length,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        };
+        let channel = match replay_publication_channel(replay_channel, &d, start) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("replay channel: {e}"),
+                )
+            }
+        };
+        let publication = match self
+            .client
+            .add_exclusive_publication(&channel, replay_stream_id)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .session(sid)
+                    .error(k, error_code::GENERIC, &e.to_string())
+            }
+        };
+        let replay_id = self.next_replay_id;
+        self.next_replay_id += 1;
+        let id = (replay_id << 32) | (publication.session_id() as u32 as i64);
+        let buf = vec![
+            0u8;
+            (self.ctx.file_io_max_length)
+                .min(term_length as usize)
+                .max(4096)
+        ];
+        self.replays.push(ReplaySession {
+            id,
+            recording_id,
+            control_session_id: sid,
+            correlation_id: k,
+            publication,
+            reader: SegmentReader::new(&self.ctx.archive_dir, g, start),
+            end,
+            state: ReplayState::Connecting {
+                deadline: Instant::now() + self.ctx.connect_timeout,
+            },
+            buf,
+            pending: 0,
+            done: false,
+        });
+        self.session(sid).ok(k, id);
+    }
+
+    fn run_replays(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        let mut failures: Vec<(i64, i64, String)> = Vec::new();
+        for i in 0..self.replays.len() {
+            let live = self.live_position(self.replays[i].recording_id);
+            let stopped_at = if live.is_none() {
+                self.catalog
+                    .recording(self.replays[i].recording_id)
+                    .map(|d| d.stop_position)
+            } else {
+                None
+            };
+            let p = &mut self.replays[i];
+            if p.done {
+                continue;
+            }
+            match p.state {
+                ReplayState::Connecting { deadline } => {
+                    if p.publication.is_connected() {
+                        p.state = ReplayState::Replaying;
+                        work += 1;
+                    } else if now >= deadline {
+                        failures.push((p.control_session_id, p.correlation_id, format!(
+                            "replay {} of recording {}: no subscriber connected within the connect timeout",
+                            p.id, p.recording_id
+                        )));
+                        p.done = true;
+                        continue;
+                    } else {
+                        continue;
+                    }
+                }
+                ReplayState::Replaying => {}
+            }
+            // What may be sent: to the end asked for, never past what is recorded.
+            let recorded = live.or(stopped_at).unwrap_or(NULL_VALUE);
+            let limit = match p.end {
+                Some(end) => end.min(recorded),
+                None => recorded,
+            };
+            // Read no more than the publication can take now (its window).
+            // (a frame that does not fit waits for the window to open).
+            let window =
+                (p.publication.position_limit() - p.publication.position()).max(0) as usize;
+            let room = window.min(p.buf.len());
+            if p.pending == 0 && p.reader.position() < limit && room >= 32 {
+                match p.reader.read(&mut p.buf[..room], limit) {
+                    Ok(n) => p.pending = n,
+                    Err(ReadError::BufferTooSmall(_)) => {}
+                    Err(e) => {
+                        failures.push((p.control_session_id, p.correlation_id, e.to_string()));
+                        p.done = true;
+                        continue;
+                    }
+                }
+            }
+            if p.pending > 0 {
+                match p.publication.offer_block(&p.buf[..p.pending]) {
+                    Ok(_) => {
+                        p.pending = 0;
+                        work += 1;
+                    }
+                    Err(OfferError::BackPressured) | Err(OfferError::AdminAction) => {}
+                    Err(OfferError::NotConnected) => {
+                        // The replay's subscriber went away: the replay ends
+                        // (logged: a replay nobody reads is worth knowing of).
+                        failures.push((
+                            p.control_session_id,
+                            p.correlation_id,
+                            format!(
+                                "replay {} of recording {} stopped at {}: its subscriber is gone",
+                                p.id,
+                                p.recording_id,
+                                p.reader.position() - p.pending as i64
+                            ),
+                        ));
+                        p.done = true;
+                    }
+                    Err(e) => {
+                        failures.push((
+                            p.control_session_id,
+                            p.correlation_id,
+                            format!("replay {} of recording {}: {e:?}", p.id, p.recording_id),
+                        ));
+                        p.done = true;
+                    }
+                }
+            }
+            let finished = p.pending == 0
+                && match p.end {
+                    Some(end) => {
+                        p.reader.position() >= end.min(recorded)
+                            && (live.is_none() || p.reader.position() >= end)
+                    }
+                    None => live.is_none() && p.reader.position() >= recorded,
+                };
+            if finished {
+                p.done = true;
+            }
+        }
+        for (sid, k, message) in failures {
+            if let Some(s) = self.sessions.get_mut(&sid) {
+                s.error(k, error_code::GENERIC, &message);
+            }
+            self.record_error(message);
+        }
+        let before = self.replays.len();
+        self.replays.retain(|p| !p.done);
+        work + before - self.replays.len()
+    }
+
+    // -- truncate and purge -------------------------------------------------
+
+    fn check_idle(
+        &mut self,
+        sid: i64,
+        k: i64,
+        recording_id: i64,
+        what: &str,
+    ) -> Option<RecordingDescriptor> {
+        let Some(d) = self.catalog.recording(recording_id) else {
+            self.unknown_recording(sid, k, recording_id);
+            return None;
+        };
+        if d.stop_position == NULL_VALUE
+            || self
+                .recordings
+                .iter()
+                .any(|r| r.recording_id == recording_id)
+        {
+            self.session(sid).error(
+                k,
+                error_code::ACTIVE_RECORDING,
+                &format!("cannot {what} recording {recording_id}: it is recording"),
+            );
+            return None;
+        }
+        Some(d)
+    }
+
+    fn segment_files(&self, recording_id: i64) -> Vec<(i64, std::path::PathBuf)> {
+        let mut files: Vec<(i64, std::path::PathBuf)> = std::fs::read_dir(&self.ctx.archive_dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (id, base) = sulis_protocol::archive::segment::parse_segment_file_name(&name)?;
+                (id == recording_id).then(|| (base, e.path()))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn truncate(&mut self, sid: i64, k: i64, recording_id: i64, position: i64) {
+        let Some(d) = self.check_idle(sid, k, recording_id, "truncate") else {
+            return;
+        };
+        if position & 31 != 0 || position < d.start_position || position > d.stop_position {
+            return self.session(sid).error(
+                k,
+                error_code::INVALID_POSITION,
+                &format!(
+                    "invalid truncate position {position}: not a frame position within [{}, {}]",
+                    d.start_position, d.stop_position
+                ),
+            );
+        }
+        for p in self
+            .replays
+            .iter_mut()
+            .filter(|p| p.recording_id == recording_id)
+        {
+            p.done = true;
+        }
+        let g = Geometry {
+            recording_id,
+            start_position: d.start_position,
+            term_length: d.term_buffer_length as i64,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        };
+        let keep_base = g.base_of(position);
+        let mut deleted = 0;
+        for (base, path) in self.segment_files(recording_id) {
+            if base > keep_base
+                || (base == keep_base && position == base && position > d.start_position)
+            {
+                if std::fs::remove_file(&path).is_ok() {
+                    deleted += 1;
+                }
+            } else if base == keep_base {
+                // Zero what lies past the new end, so nothing reads as a frame there.
+                if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                    let from = (position - base) as u64;
+                    let _ = f
+                        .set_len(from)
+                        .and_then(|_| f.set_len(d.segment_file_length as u64));
+                }
+            }
+        }
+        if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
+            self.record_error(e.to_string());
+        }
+        self.session(sid).ok(k, deleted);
+        self.signal(
+            sid,
+            k,
+            recording_id,
+            NULL_VALUE,
+            NULL_VALUE,
+            recording_signal::DELETE,
+        );
+    }
+
+    fn purge(&mut self, sid: i64, k: i64, recording_id: i64) {
+        let Some(_) = self.check_idle(sid, k, recording_id, "purge") else {
+            return;
+        };
+        if self
+            .replays
+            .iter()
+            .any(|p| p.recording_id == recording_id && !p.done)
+        {
+            return self.session(sid).error(
+                k,
+                error_code::ACTIVE_RECORDING,
+                &format!("cannot purge recording {recording_id}: it is being replayed"),
+            );
+        }
+        if let Err(e) = self
+            .catalog
+            .set_state(recording_id, recording_state::DELETED)
+        {
+            return self
+                .session(sid)
+                .error(k, error_code::GENERIC, &e.to_string());
+        }
+        let mut deleted = 0;
+        for (_, path) in self.segment_files(recording_id) {
+            if std::fs::remove_file(&path).is_ok() {
+                deleted += 1;
+            }
+        }
+        self.session(sid).ok(k, deleted);
+        self.signal(
+            sid,
+            k,
+            recording_id,
+            NULL_VALUE,
+            NULL_VALUE,
+            recording_signal::DELETE,
+        );
+    }
+}
+
+/// Recordings an earlier run did not stop (killed mid-recording): their
+/// stop position becomes the end of their last whole frame.
+fn recover(dir: &Path, catalog: &mut Catalog, errors: &mut Vec<String>) {
+    for e in catalog.entries() {
+        let d = e.descriptor;
+        if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
+            continue;
+        }
+        let g = Geometry {
+            recording_id: d.recording_id,
+            start_position: d.start_position,
+            term_length: d.term_buffer_length as i64,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        };
+        match recover_stop_position(dir, g, d.start_position) {
+            Ok(stop) => {
+                let _ = catalog.record_stop(d.recording_id, stop, now_ms());
+            }
+            Err(err) => errors.push(format!(
+                "recording {}: cannot recover its stop position: {err}",
+                d.recording_id
+            )),
+        }
+    }
+}
+
+/// The response publication's channel: the client's channel with the
+/// archive's control term length (unless the client set one) and sparse files.
+fn response_publication_channel(channel: &str, ctx: &ArchiveContext) -> Result<String, String> {
+    let uri = sulis_protocol::uri::ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+    let mut out = channel.to_string();
+    let mut add = |k: &str, v: String| {
+        if uri.get(k).is_none() {
+            out.push(if out.contains('?') { '|' } else { '?' });
+            out.push_str(&format!("{k}={v}"));
+        }
+    };
+    add("term-length", ctx.control_term_buffer_length.to_string());
+    add("sparse", "true".into());
+    Ok(out)
+}
+
+/// The replay publication's channel: the client's channel placed at the
+/// recording's position, with its term length, initial term id and MTU, so
+/// positions in the replay are the recording's.
+fn replay_publication_channel(
+    channel: &str,
+    d: &RecordingDescriptor,
+    position: i64,
+) -> Result<String, String> {
+    let uri = sulis_protocol::uri::ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+    for k in [
+        "init-term-id",
+        "term-id",
+        "term-offset",
+        "term-length",
+        "mtu",
+    ] {
+        if uri.get(k).is_some() {
+            return Err(format!(
+                "'{k}' is set by the archive; leave it out of the replay channel '{channel}'"
+            ));
+        }
+    }
+    let term_length = d.term_buffer_length as i64;
+    let term_id = d
+        .initial_term_id
+        .wrapping_add((position / term_length) as i32);
+    let term_offset = position % term_length;
+    let mut out = channel.to_string();
+    out.push(if out.contains('?') { '|' } else { '?' });
+    out.push_str(&format!(
+        "init-term-id={}|term-id={term_id}|term-offset={term_offset}|term-length={term_length}|mtu={}",
+        d.initial_term_id, d.mtu_length
+    ));
+    Ok(out)
+}

@@ -1,0 +1,118 @@
+//! The archive's settings, with Aeron Archive's defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+use sulis_protocol::archive::segment::{check_segment_file_length, DEFAULT_SEGMENT_FILE_LENGTH};
+
+/// How an archive runs.
+#[derive(Clone, Debug)]
+pub struct ArchiveContext {
+    /// Where the catalog and segment files live.
+    pub archive_dir: PathBuf,
+    /// The media driver's directory (the archive is one of its clients).
+    pub driver_dir: PathBuf,
+    /// Control requests over the network (`None`: local control only).
+    pub control_channel: Option<String>,
+    /// Stream of the control channel.
+    pub control_stream_id: i32,
+    /// Control requests from this machine.
+    pub local_control_channel: String,
+    /// Stream of the local control channel.
+    pub local_control_stream_id: i32,
+    /// Term length of the response publications.
+    pub control_term_buffer_length: usize,
+    /// The archive's id (`None`: its client id, as Aeron's).
+    pub archive_id: Option<i64>,
+    /// Segment file length (raised to the term length of a stream with longer terms).
+    pub segment_file_length: usize,
+    /// Segment files: 0 page cache, 1 data synced per write, 2 data and metadata.
+    pub file_sync_level: u8,
+    /// Catalog: 0, 1 or 2 as above; at least `file_sync_level`.
+    pub catalog_file_sync_level: u8,
+    /// Initial catalog capacity (it grows).
+    pub catalog_capacity: usize,
+    /// Most bytes written or read per call.
+    pub file_io_max_length: usize,
+    /// Recordings at once.
+    pub max_concurrent_recordings: usize,
+    /// Replays at once.
+    pub max_concurrent_replays: usize,
+    /// How long a new session or replay may take to connect.
+    pub connect_timeout: Duration,
+    /// How often an active control session is pinged.
+    pub session_liveness_check_interval: Duration,
+    /// How long the driver may stay silent (client setting).
+    pub driver_timeout: Duration,
+    /// Channel a replicating archive receives on.
+    pub replication_channel: Option<String>,
+}
+
+impl Default for ArchiveContext {
+    fn default() -> Self {
+        ArchiveContext {
+            archive_dir: PathBuf::from("archive"),
+            driver_dir: sulis_protocol::driver_dir::default_dir(),
+            control_channel: None,
+            control_stream_id: 10,
+            local_control_channel: "aeron:ipc".into(),
+            local_control_stream_id: 10,
+            control_term_buffer_length: 64 * 1024,
+            archive_id: None,
+            segment_file_length: DEFAULT_SEGMENT_FILE_LENGTH,
+            file_sync_level: 0,
+            catalog_file_sync_level: 0,
+            catalog_capacity: sulis_protocol::archive::catalog::DEFAULT_CATALOG_CAPACITY,
+            file_io_max_length: 1024 * 1024,
+            max_concurrent_recordings: 20,
+            max_concurrent_replays: 20,
+            connect_timeout: Duration::from_secs(5),
+            session_liveness_check_interval: Duration::from_secs(1),
+            driver_timeout: Duration::from_secs(10),
+            replication_channel: None,
+        }
+    }
+}
+
+impl ArchiveContext {
+    /// Checks the settings; an error names the setting and what is wrong.
+    pub fn conclude(&self) -> Result<(), String> {
+        check_segment_file_length(self.segment_file_length)
+            .map_err(|e| format!("segment_file_length: {e}"))?;
+        if self.file_sync_level > 2 || self.catalog_file_sync_level > 2 {
+            return Err(format!(
+                "file_sync_level {} / catalog_file_sync_level {}: each must be 0, 1 or 2",
+                self.file_sync_level, self.catalog_file_sync_level
+            ));
+        }
+        if self.catalog_file_sync_level < self.file_sync_level {
+            return Err(format!(
+                "catalog_file_sync_level {} is below file_sync_level {}: the catalog must be \
+                 synced at least as much as the segments it describes",
+                self.catalog_file_sync_level, self.file_sync_level
+            ));
+        }
+        if !self.file_io_max_length.is_power_of_two() || self.file_io_max_length < 4096 {
+            return Err(format!(
+                "file_io_max_length {} must be a power of two of at least 4096",
+                self.file_io_max_length
+            ));
+        }
+        if let Some(c) = &self.control_channel {
+            let uri = sulis_protocol::uri::ChannelUri::parse(c)
+                .map_err(|e| format!("control_channel: {e}"))?;
+            if uri.media() != sulis_protocol::uri::Media::Udp {
+                return Err(format!(
+                    "control_channel '{c}' must be a UDP channel (local clients use local_control_channel)"
+                ));
+            }
+        }
+        sulis_protocol::uri::ChannelUri::parse(&self.local_control_channel)
+            .map_err(|e| format!("local_control_channel: {e}"))?;
+        if self.max_concurrent_recordings == 0 || self.max_concurrent_replays == 0 {
+            return Err(
+                "max_concurrent_recordings and max_concurrent_replays must be at least 1".into(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,326 @@
+//! The archive end to end over an embedded driver: a control session over
+//! IPC, a recording, listings and positions, replays (bounded, from a
+//! position, of a live recording), truncation, purge, restart.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveError};
+use sulis_client::{Client, ClientContext, OfferError, Subscription};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_protocol::archive::messages::{error_code, recording_signal, source_location};
+
+struct Setup {
+    _driver: MediaDriver,
+    client: Client,
+    archive_dir: PathBuf,
+    driver_dir: PathBuf,
+}
+
+impl Setup {
+    fn new(name: &str) -> Setup {
+        let base =
+            std::env::temp_dir().join(format!("sulis-archive-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut ctx = DriverContext::default();
+        ctx.dir = base.join("driver");
+        ctx.threading_mode = ThreadingMode::Shared;
+        ctx.ipc_term_buffer_length = 64 * 1024;
+        ctx.term_buffer_sparse_file = true;
+        ctx.dir_delete_on_shutdown = true;
+        ctx.timer_interval_ns = 10_000_000;
+        let driver = MediaDriver::launch(ctx.clone()).unwrap();
+        let client = Client::connect(ClientContext {
+            dir: ctx.dir.clone(),
+            driver_timeout: Duration::from_secs(10),
+            name: "test".into(),
+            interrupt: None,
+        })
+        .unwrap();
+        Setup {
+            _driver: driver,
+            client,
+            archive_dir: base.join("archive"),
+            driver_dir: ctx.dir,
+        }
+    }
+
+    fn archive(&self) -> Archive {
+        Archive::launch(ArchiveContext {
+            archive_dir: self.archive_dir.clone(),
+            driver_dir: self.driver_dir.clone(),
+            segment_file_length: 128 * 1024,
+            ..ArchiveContext::default()
+        })
+        .unwrap()
+    }
+
+    fn archive_client(&self) -> ArchiveClient {
+        ArchiveClient::connect(&self.client, ArchiveClientContext::default()).unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.archive_dir.parent().unwrap());
+    }
+}
+
+fn message(i: usize) -> Vec<u8> {
+    let len = if i % 97 == 5 { 5000 } else { 16 + i % 300 };
+    (0..len).map(|j| (i * 7 + j) as u8).collect()
+}
+
+fn publish(p: &sulis_client::Publication, range: std::ops::Range<usize>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in range {
+        loop {
+            match p.offer(&message(i)) {
+                Ok(_) => break,
+                Err(
+                    OfferError::BackPressured | OfferError::AdminAction | OfferError::NotConnected,
+                ) => {
+                    assert!(Instant::now() < deadline, "publication stalled at {i}");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+}
+
+/// Reassembled messages from `sub` until `count` arrived.
+fn receive(sub: &mut Subscription, count: usize) -> Vec<Vec<u8>> {
+    receive_on(sub, count, None)
+}
+
+fn receive_on(sub: &mut Subscription, count: usize, client: Option<&Client>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut assembler = sulis_client::FragmentAssembler::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while out.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "received {} of {count}; images at {:?}; events {:?}, lapped {:?}",
+            out.len(),
+            sub.images()
+                .iter()
+                .map(|i| (i.session_id(), i.position()))
+                .collect::<Vec<_>>(),
+            client.map(|c| c.take_image_events()),
+            client.map(|c| c.lapped_count())
+        );
+        sub.poll(
+            |payload, h| {
+                if sulis_client::FragmentAssembler::is_unfragmented(h) {
+                    out.push(payload.to_vec());
+                } else if let Some(m) = assembler.on_fragment(payload, h) {
+                    out.push(m.payload);
+                }
+                Ok::<(), ()>(())
+            },
+            100,
+        )
+        .unwrap();
+    }
+    out
+}
+
+fn await_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn records_lists_and_replays_an_ipc_stream() {
+    let s = Setup::new("record");
+    let archive = s.archive();
+    let mut a = s.archive_client();
+    assert_eq!(a.archive_id(), archive.archive_id());
+
+    let subscription_id = a
+        .start_recording("aeron:ipc?alias=ticks", 1001, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1001)
+        .unwrap();
+    let start = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap_or_else(|e| panic!("{e}: archive errors {:?}", archive.errors()));
+    assert_eq!(start.subscription_id, subscription_id);
+    let id = start.recording_id;
+    publish(&publication, 0..3000);
+    let end = publication.position();
+    await_until("recorded", || a.get_recording_position(id).unwrap() == end);
+    assert_eq!(a.get_stop_position(id).unwrap(), -1, "still recording");
+    assert_eq!(a.get_max_recorded_position(id).unwrap(), end);
+
+    // A second recording of the same stream is refused.
+    match a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false) {
+        Err(ArchiveError::Archive { code, message }) => {
+            assert_eq!(code, error_code::ACTIVE_SUBSCRIPTION);
+            assert!(message.contains("recording exists"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    a.stop_recording("aeron:ipc?alias=ticks", 1001).unwrap();
+    let stop = a.await_signal(id, recording_signal::STOP).unwrap();
+    assert_eq!(stop.position, end);
+    assert_eq!(a.get_stop_position(id).unwrap(), end);
+    assert_eq!(a.get_recording_position(id).unwrap(), -1);
+
+    let all = a.list_recordings(0, 10).unwrap();
+    assert_eq!(all.len(), 1);
+    let d = &all[0];
+    assert_eq!(
+        (
+            d.recording_id,
+            d.stream_id,
+            d.start_position,
+            d.stop_position
+        ),
+        (id, 1001, 0, end)
+    );
+    assert_eq!(d.stripped_channel, "aeron:ipc?alias=ticks");
+    assert_eq!(d.original_channel, "aeron:ipc?alias=ticks");
+    assert_eq!(d.term_buffer_length, 64 * 1024);
+    assert_eq!(
+        a.list_recordings_for_uri(0, 10, "alias=ticks", 1001)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(a
+        .list_recordings_for_uri(0, 10, "alias=ticks", 1002)
+        .unwrap()
+        .is_empty());
+    assert_eq!(a.list_recording(id).unwrap().unwrap().stop_position, end);
+    assert_eq!(a.list_recording(99).unwrap(), None);
+
+    // The whole recording, then a part from a position.
+    let mut sub = s.client.add_subscription("aeron:ipc", 2002).unwrap();
+    let replay = a.start_replay(id, -1, -2, "aeron:ipc", 2002).unwrap();
+    await_until("the replay's image", || !sub.images().is_empty());
+    let image = sub.images().into_iter().next().unwrap();
+    assert_eq!(image.session_id(), replay as i32);
+    let got = receive_on(&mut sub, 3000, Some(&s.client));
+    assert!(
+        got.iter().enumerate().all(|(i, m)| *m == message(i)),
+        "replayed as published"
+    );
+    await_until("end of replay", || {
+        image.is_end_of_stream() || image.is_closed()
+    });
+    drop(sub);
+
+    let mid = d.start_position;
+    let mut sub = s.client.add_subscription("aeron:ipc", 2003).unwrap();
+    a.start_replay(id, mid, 4096, "aeron:ipc", 2003).unwrap();
+    let mut got_bytes = 0;
+    let part = receive(&mut sub, 5);
+    for m in &part {
+        got_bytes += m.len();
+    }
+    assert!(got_bytes > 0 && part[0] == message(0));
+
+    // Positions that are not frame starts are refused.
+    match a.start_replay(id, 33, 100, "aeron:ipc", 2004) {
+        Err(ArchiveError::Archive { code, .. }) => assert_eq!(code, error_code::INVALID_POSITION),
+        other => panic!("{other:?}"),
+    }
+    match a.start_replay(77, 0, 100, "aeron:ipc", 2004) {
+        Err(ArchiveError::Archive { code, message }) => {
+            assert_eq!(code, error_code::UNKNOWN_RECORDING);
+            assert!(message.contains("77"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(archive.errors().is_empty(), "{:?}", archive.errors());
+}
+
+#[test]
+fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged() {
+    let s = Setup::new("live");
+    let mut archive = s.archive();
+    let mut a = s.archive_client();
+    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1001)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    publish(&publication, 0..500);
+    // Follow the live recording: what was recorded, then what comes.
+    let mut sub = s.client.add_subscription("aeron:ipc", 3001).unwrap();
+    a.start_replay(id, 0, -1, "aeron:ipc", 3001).unwrap();
+    let first = receive(&mut sub, 500);
+    publish(&publication, 500..1500);
+    let rest = receive(&mut sub, 1000);
+    assert!(first
+        .iter()
+        .chain(rest.iter())
+        .enumerate()
+        .all(|(i, m)| *m == message(i)));
+    let end = publication.position();
+    drop(publication);
+    a.await_signal(id, recording_signal::STOP).unwrap();
+    drop(sub);
+    drop(a);
+    archive.close();
+
+    // A new archive on the same directory finds the recording.
+    let archive = s.archive();
+    let mut a = s.archive_client();
+    let d = a.list_recording(id).unwrap().unwrap();
+    assert_eq!(d.stop_position, end);
+    // Truncate to a frame position in the middle: replays end there.
+    let frames = {
+        let mut sub = s.client.add_subscription("aeron:ipc", 3002).unwrap();
+        a.start_replay(id, 0, -2, "aeron:ipc", 3002).unwrap();
+        receive(&mut sub, 1500).len()
+    };
+    assert_eq!(frames, 1500);
+    let cut = 64 * 1024 + 4096; // a frame start? find one: replay positions are frame aligned
+    let cut = {
+        let mut sub = s.client.add_subscription("aeron:ipc", 3003).unwrap();
+        a.start_replay(id, 0, -2, "aeron:ipc", 3003).unwrap();
+        let mut position = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while position < cut {
+            assert!(Instant::now() < deadline);
+            sub.poll(
+                |_, h| {
+                    position = h.position();
+                    Ok::<(), ()>(())
+                },
+                1,
+            )
+            .unwrap();
+        }
+        position
+    };
+    match a.truncate_recording(id, cut + 8) {
+        Err(ArchiveError::Archive { code, .. }) => assert_eq!(code, error_code::INVALID_POSITION),
+        other => panic!("{other:?}"),
+    }
+    a.truncate_recording(id, cut).unwrap();
+    a.await_signal(id, recording_signal::DELETE).unwrap();
+    assert_eq!(a.get_stop_position(id).unwrap(), cut);
+    a.purge_recording(id).unwrap();
+    assert_eq!(a.list_recording(id).unwrap(), None);
+    let left: Vec<_> = std::fs::read_dir(&s.archive_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".rec"))
+        .collect();
+    assert!(left.is_empty(), "segment files purged: {left:?}");
+    assert!(archive.errors().is_empty(), "{:?}", archive.errors());
+}
