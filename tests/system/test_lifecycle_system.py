@@ -207,6 +207,51 @@ def test_image_callbacks_run_on_the_clients_dispatcher_thread_and_close_waits_fo
     assert set(threads) == {threads[0]}, "every callback of a client on the same thread"
 
 
+@pytest.mark.timeout(30)
+def test_image_callbacks_can_call_the_client(client):
+    # As in Aeron, an image handler may add and remove things: the dispatcher
+    # holds no lock of the client while a callback runs.
+    done = threading.Event()
+    results: list = []
+    later: list = []
+
+    def on_available(image):
+        try:
+            more = client.add_subscription("aeron:ipc", 124, on_available_image=later.append)
+            pub = client.add_exclusive_publication("aeron:ipc", 124)
+            results.append((more, pub))
+            gone = client.add_subscription("aeron:ipc", 125)
+            gone.close()
+        except BaseException as e:  # reported to the test thread
+            results.append(e)
+        finally:
+            done.set()
+
+    sub = client.add_subscription("aeron:ipc", 123, on_available_image=on_available)
+    first = client.add_exclusive_publication("aeron:ipc", 123)
+    assert done.wait(10), "a callback that calls the client returns"
+    assert len(results) == 1 and isinstance(results[0], tuple), results
+    more, pub = results[0]
+    await_until(lambda: len(later) == 1, what="the callback of a subscription added from a callback")
+    assert later[0].session_id == pub.session_id and more.image_count == 1
+    assert sub.image_count == 1 and first.is_connected
+
+
+@pytest.mark.timeout(30)
+def test_image_callback_can_close_its_own_client(make_client):
+    client = make_client()
+    closed = threading.Event()
+
+    def on_available(image):
+        client.close()
+        closed.set()
+
+    sub = client.add_subscription("aeron:ipc", 126, on_available_image=on_available)
+    pub = client.add_exclusive_publication("aeron:ipc", 126)
+    assert closed.wait(10), "close() from a callback returns"
+    assert client.is_closed and sub.is_closed and pub.is_closed
+
+
 def test_callbacks_only_for_their_subscription(client):
     a_events, b_events = [], []
     a = client.add_subscription("aeron:ipc", 118, on_available_image=a_events.append)

@@ -643,7 +643,9 @@ impl ImageEvents {
 /// A connection to a media driver.
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
-    thread: Option<JoinHandle<()>>,
+    /// In a mutex so that `close` takes `&self`: a binding can share the
+    /// client between threads and close it while another call waits.
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Client {
@@ -783,7 +785,7 @@ impl Client {
         *inner.conductor_thread.lock().unwrap() = Some(thread.thread().clone());
         Ok(Client {
             inner,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -933,8 +935,9 @@ impl Client {
         ImageEvents(self.inner.clone())
     }
 
-    /// Closes the client: the driver releases everything it held.
-    pub fn close(&mut self) {
+    /// Closes the client: the driver releases everything it held. Calls
+    /// waiting in other threads fail with [`ClientError::Closed`].
+    pub fn close(&self) {
         if self.inner.running.swap(false, Ordering::AcqRel) {
             if !self.inner.failed.load(Ordering::Acquire) {
                 self.inner.send_quietly(&Command::ClientClose {
@@ -944,7 +947,8 @@ impl Client {
             self.inner
                 .fail(ClientError::Closed("client is closed".into()));
         }
-        if let Some(t) = self.thread.take() {
+        let thread = self.thread.lock().unwrap().take();
+        if let Some(t) = thread {
             t.thread().unpark();
             let _ = t.join();
         }

@@ -12,11 +12,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use sulis_client::{Client, ClientContext, ImageEvent, ImageEvents};
 
-type Callbacks = (Option<Py<PyAny>>, Option<Py<PyAny>>);
+/// A subscription's image callbacks, shared so that the dispatcher can run
+/// them without holding the lock of the table.
+type Callbacks = Arc<(Option<Py<PyAny>>, Option<Py<PyAny>>)>;
 
 struct Dispatch {
     /// Held while a subscription is added and its callbacks registered, and
-    /// while events are dispatched: no event can overtake its callbacks.
+    /// while the dispatcher looks up the callbacks of the events it took: no
+    /// event can overtake its callbacks. Never held while a callback runs, so
+    /// a callback may call the client (add a subscription, close it, ...).
     callbacks: Mutex<HashMap<i64, Callbacks>>,
     running: AtomicBool,
 }
@@ -29,7 +33,11 @@ struct Dispatch {
 /// slow callback never gets the client timed out.
 #[pyclass(module = "sulis._native", name = "Client", frozen, subclass)]
 pub struct PyClient {
-    client: Arc<Mutex<Option<Client>>>,
+    /// Locked only to take a reference or to take the client out (close),
+    /// never while a call waits: a call that waits for the driver holds an
+    /// `Arc` of its own and does not keep another thread (holding the GIL)
+    /// from reaching the client.
+    client: Mutex<Option<Arc<Client>>>,
     dispatch: Arc<Dispatch>,
     thread: Mutex<Option<JoinHandle<()>>>,
     dir: String,
@@ -37,9 +45,9 @@ pub struct PyClient {
 
 impl PyClient {
     pub(crate) fn with_client<T>(&self, f: impl FnOnce(&Client) -> PyResult<T>) -> PyResult<T> {
-        let guard = self.client.lock().unwrap();
-        match guard.as_ref() {
-            Some(c) => f(c),
+        let client = self.client.lock().unwrap().clone();
+        match client {
+            Some(c) => f(&c),
             None => Err(ClosedError::new_err("client is closed")),
         }
     }
@@ -51,26 +59,40 @@ fn dispatch_loop(events: ImageEvents, dispatch: Arc<Dispatch>) {
         if events.is_empty() {
             continue;
         }
-        let callbacks = dispatch.callbacks.lock().unwrap();
-        if !dispatch.running.load(Ordering::Acquire) {
-            return;
+        // The callbacks of these events, looked up under the lock (which an
+        // add_subscription in progress holds until its callbacks are in), then
+        // run without it.
+        let calls: Vec<(Callbacks, Arc<sulis_client::Image>, bool)> = {
+            let callbacks = dispatch.callbacks.lock().unwrap();
+            events
+                .into_iter()
+                .filter_map(|ev| {
+                    let (sub_id, image, available) = match ev {
+                        ImageEvent::Available {
+                            subscription_id,
+                            image,
+                        } => (subscription_id, image, true),
+                        ImageEvent::Unavailable {
+                            subscription_id,
+                            image,
+                        } => (subscription_id, image, false),
+                    };
+                    callbacks
+                        .get(&sub_id)
+                        .map(|cbs| (cbs.clone(), image, available))
+                })
+                .collect()
+        };
+        if calls.is_empty() {
+            continue;
         }
         Python::attach(|py| {
-            for ev in events {
-                let (sub_id, image, available) = match ev {
-                    ImageEvent::Available {
-                        subscription_id,
-                        image,
-                    } => (subscription_id, image, true),
-                    ImageEvent::Unavailable {
-                        subscription_id,
-                        image,
-                    } => (subscription_id, image, false),
-                };
-                let Some((on_avail, on_unavail)) = callbacks.get(&sub_id) else {
-                    continue;
-                };
-                let cb = if available { on_avail } else { on_unavail };
+            for (callbacks, image, available) in calls {
+                // A callback may have closed the client.
+                if !dispatch.running.load(Ordering::Acquire) {
+                    return;
+                }
+                let cb = if available { &callbacks.0 } else { &callbacks.1 };
                 if let Some(cb) = cb {
                     match Py::new(py, PyImage::new(image)) {
                         Ok(img) => {
@@ -115,7 +137,7 @@ impl PyClient {
             .detach(move || Client::connect(ctx))
             .map_err(client_err)?;
         let events = client.image_events();
-        let client = Arc::new(Mutex::new(Some(client)));
+        let client = Mutex::new(Some(Arc::new(client)));
         let dispatch = Arc::new(Dispatch {
             callbacks: Mutex::new(HashMap::new()),
             running: AtomicBool::new(true),
@@ -155,7 +177,8 @@ impl PyClient {
     /// True until closed.
     #[getter]
     fn is_closed(&self) -> bool {
-        match self.client.lock().unwrap().as_ref() {
+        let client = self.client.lock().unwrap().clone();
+        match client {
             Some(c) => c.check().is_err(),
             None => true,
         }
@@ -211,7 +234,7 @@ impl PyClient {
                 let s = c.add_subscription(&ch, stream_id)?;
                 callbacks.insert(
                     s.registration_id(),
-                    (on_available_image, on_unavailable_image),
+                    Arc::new((on_available_image, on_unavailable_image)),
                 );
                 Ok(s)
             })
@@ -221,19 +244,25 @@ impl PyClient {
     }
 
     /// Closes the client: the driver releases everything it held (idempotent).
+    /// Waits for a callback that is running, unless called from one.
     fn close(&self, py: Python<'_>) {
         self.dispatch.running.store(false, Ordering::Release);
         let thread = self.thread.lock().unwrap().take();
-        let client = self.client.clone();
+        let client = self.client.lock().unwrap().take();
+        let dispatch = self.dispatch.clone();
         py.detach(move || {
             if let Some(t) = thread {
-                let _ = t.join();
+                // From a callback (the dispatcher thread itself) there is
+                // nothing to wait for: the dispatcher stops when it returns.
+                if t.thread().id() != std::thread::current().id() {
+                    let _ = t.join();
+                }
             }
-            if let Some(mut c) = client.lock().unwrap().take() {
+            if let Some(c) = client {
                 c.close();
             }
+            dispatch.callbacks.lock().unwrap().clear();
         });
-        self.dispatch.callbacks.lock().unwrap().clear();
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
@@ -259,10 +288,9 @@ impl Drop for PyClient {
         self.dispatch.running.store(false, Ordering::Release);
         // The dispatcher may be waiting for the GIL we hold: do not join it here;
         // it exits on its next wake-up. Closing the native client releases driver resources.
-        if let Ok(mut g) = self.client.lock() {
-            if let Some(mut c) = g.take() {
-                c.close();
-            }
+        let client = self.client.lock().ok().and_then(|mut g| g.take());
+        if let Some(c) = client {
+            c.close();
         }
     }
 }
