@@ -20,6 +20,8 @@ Roles
     of STREAM (on CHANNEL, default ``aeron:ipc``), retrying on back pressure,
     then reports and exits. With WAIT_GO=1 it waits for a ``go`` line on
     stdin after ``ready``.
+``archive DRIVER_DIR ARCHIVE_DIR [OPTIONS_JSON]``
+    Runs an archive (a client of the driver in DRIVER_DIR) until killed.
 ``consume DIR STREAM PRODUCERS COUNT``
     Subscribes to STREAM (IPC) and checks every message (``parse_message``):
     each of PRODUCERS producers' COUNT messages must arrive once, in order,
@@ -178,8 +180,15 @@ def role_consume(dir: str, stream: str, producers: str, count: str) -> None:
             image_count=sub.image_count, lapped=client.lapped_count)
 
 
+def role_archive(driver_dir: str, archive_dir: str, options: str = "{}") -> None:
+    archive = sulis.Archive(archive_dir, driver_dir=driver_dir, **json.loads(options))
+    say(ready=True, pid=os.getpid(), archive_id=archive.archive_id)
+    while True:
+        time.sleep(3600)
+
+
 ROLES = {"driver": role_driver, "hold": role_hold, "claim": role_claim, "produce": role_produce,
-         "consume": role_consume}
+         "consume": role_consume, "archive": role_archive}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](*sys.argv[2:])

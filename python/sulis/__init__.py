@@ -54,6 +54,7 @@ from ._native import (
 )
 from .errors import (
     ActiveDriverError,
+    ArchiveError,
     ClientTimeoutError,
     ClosedError,
     ConfigurationError,
@@ -71,6 +72,9 @@ __all__ = [
     "NOT_CONNECTED",
     "Action",
     "ActiveDriverError",
+    "Archive",
+    "ArchiveClient",
+    "ArchiveError",
     "Batch",
     "BatchColumn",
     "BufferClaim",
@@ -101,6 +105,7 @@ __all__ = [
     "read_loss_report",
     "result_name",
 ]
+
 
 
 class Action(enum.IntEnum):
@@ -158,9 +163,16 @@ class Client(_native.Client):
 @atexit.register
 def _close_all() -> None:
     objs = list(_live)
+    # Archives first: they are clients of a driver and stop their recordings cleanly.
+    for o in objs:
+        if isinstance(o, _native.Archive):
+            o.close()
     for o in objs:
         if isinstance(o, _native.Client):
             o.close()
     for o in objs:
         if isinstance(o, _native.MediaDriver):
             o.close()
+
+
+from .archive import Archive, ArchiveClient  # noqa: E402 - needs Client and _live above

@@ -7,6 +7,7 @@ exceptions.
 
 from ._native import (
     ActiveDriverError,
+    ArchiveError,
     ClientTimeoutError,
     ClosedError,
     ConfigurationError,
@@ -18,6 +19,7 @@ from ._native import (
 
 __all__ = [
     "ActiveDriverError",
+    "ArchiveError",
     "ClientTimeoutError",
     "ClosedError",
     "ConfigurationError",

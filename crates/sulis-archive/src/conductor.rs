@@ -495,18 +495,19 @@ impl ArchiveConductor {
     }
 
     fn on_request(&mut self, template_id: u16, m: &[u8], now: Instant) {
-        // Every request starts with the control session id and correlation id.
-        let ids = (m.len() >= 8 + 16).then(|| {
-            (
-                i64::from_le_bytes(m[8..16].try_into().unwrap()),
-                i64::from_le_bytes(m[16..24].try_into().unwrap()),
-            )
-        });
-        let Some((session_id, correlation_id)) = ids else {
+        // Every request starts with the control session id, and all but
+        // CloseSessionRequest with a correlation id after it.
+        if m.len() < 8 + 8 {
             return self.record_error(format!(
                 "control message (template {template_id}) of {} bytes dropped: too short for a request",
                 m.len()
             ));
+        }
+        let session_id = i64::from_le_bytes(m[8..16].try_into().unwrap());
+        let correlation_id = if m.len() >= 24 {
+            i64::from_le_bytes(m[16..24].try_into().unwrap())
+        } else {
+            NULL_VALUE
         };
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return self.record_error(format!(
@@ -1448,18 +1449,7 @@ impl ArchiveConductor {
                     }
                     Err(OfferError::BackPressured) | Err(OfferError::AdminAction) => {}
                     Err(OfferError::NotConnected) => {
-                        // The replay's subscriber went away: the replay ends
-                        // (logged: a replay nobody reads is worth knowing of).
-                        failures.push((
-                            p.control_session_id,
-                            p.correlation_id,
-                            format!(
-                                "replay {} of recording {} stopped at {}: its subscriber is gone",
-                                p.id,
-                                p.recording_id,
-                                p.reader.position() - p.pending as i64
-                            ),
-                        ));
+                        // The replay's subscriber went away: nothing to replay to.
                         p.done = true;
                     }
                     Err(e) => {

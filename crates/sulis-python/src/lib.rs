@@ -3,6 +3,7 @@
 //! Every hot path (offer, poll, batch copy) runs in Rust; blocking calls
 //! (connecting, adding resources, closing) release the GIL.
 
+mod archive;
 mod client;
 mod counters;
 mod driver;
@@ -37,6 +38,7 @@ fn channel_params(uri: &str) -> PyResult<Vec<(String, String)>> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
+    archive::register(m)?;
     m.add_class::<driver::PyMediaDriver>()?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<publication::PyPublication>()?;

@@ -13,11 +13,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, Mutex};
 use sulis_client::{Batch, ControlledAction, Header, Image, Subscription, SubscriptionShared};
-use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 
 /// Calls `f(view)` with a read-only memoryview over `bytes`, released afterwards.
 #[inline(always)]
@@ -206,79 +204,26 @@ impl PyImage {
 #[pyclass(module = "sulis._native", name = "FragmentAssembler", frozen)]
 pub struct PyFragmentAssembler {
     handler: Py<PyAny>,
-    builders: Mutex<HashMap<i32, Partial>>,
-}
-
-/// A message being reassembled, per session.
-struct Partial {
-    payload: Vec<u8>,
-    /// The first fragment's header.
-    first: Header,
-    /// Stream position where the next fragment must start.
-    next_position: i64,
-}
-
-/// Stream position where the fragment of `header` starts.
-fn fragment_start(header: &Header) -> i64 {
-    let aligned = (header.frame_length().max(0) as i64 + 31) & !31;
-    header.position() - aligned
+    assembler: Mutex<sulis_client::FragmentAssembler>,
 }
 
 impl PyFragmentAssembler {
     fn on_fragment(&self, py: Python<'_>, payload: &[u8], header: &Header) -> PyResult<()> {
-        let flags = header.flags();
-        if flags & UNFRAGMENTED == UNFRAGMENTED {
+        if sulis_client::FragmentAssembler::is_unfragmented(header) {
             let h = Py::new(py, PyHeader::new(*header))?;
             return with_view(py, payload, |v| self.handler.call1(py, (v, h)).map(|_| ()));
         }
-        let session = header.session_id();
-        let complete = {
-            let mut builders = self.builders.lock().unwrap();
-            if flags & BEGIN_FLAG != 0 {
-                // A new message; any unfinished one of this session lost its end.
-                let mut first = *header;
-                first.set_flags(UNFRAGMENTED);
-                builders.insert(
-                    session,
-                    Partial {
-                        payload: payload.to_vec(),
-                        first,
-                        next_position: header.position(),
-                    },
-                );
-                None
-            } else {
-                match builders.get_mut(&session) {
-                    Some(m) if m.next_position == fragment_start(header) => {
-                        m.payload.extend_from_slice(payload);
-                        m.next_position = header.position();
-                        if flags & END_FLAG != 0 {
-                            let mut m = builders.remove(&session).unwrap();
-                            m.first.set_frame_length((m.payload.len() + 32) as i32);
-                            Some((m.payload, m.first, header.position()))
-                        } else {
-                            None
-                        }
-                    }
-                    Some(_) => {
-                        // Not the fragment that follows (one in between was
-                        // lost and padded over): the message has a hole.
-                        builders.remove(&session);
-                        None
-                    }
-                    None => None, // no beginning (joined mid-message): drop
-                }
-            }
-        };
-        if let Some((buf, h, end)) = complete {
+        // The lock is not held while the handler runs.
+        let complete = self.assembler.lock().unwrap().on_fragment(payload, header);
+        if let Some(m) = complete {
             let h = Py::new(
                 py,
                 PyHeader {
-                    h,
-                    end_position: Some(end),
+                    h: m.header,
+                    end_position: Some(m.end_position),
                 },
             )?;
-            return with_view(py, &buf, |v| self.handler.call1(py, (v, h)).map(|_| ()));
+            return with_view(py, &m.payload, |v| self.handler.call1(py, (v, h)).map(|_| ()));
         }
         Ok(())
     }
@@ -290,7 +235,7 @@ impl PyFragmentAssembler {
     fn new(handler: Py<PyAny>) -> Self {
         PyFragmentAssembler {
             handler,
-            builders: Mutex::new(HashMap::new()),
+            assembler: Mutex::new(sulis_client::FragmentAssembler::new()),
         }
     }
 

@@ -1,0 +1,426 @@
+//! `sulis._native.Archive` and `sulis._native.ArchiveClient`: the archive
+//! service embedded in a Python process, and a control session with an
+//! archive (sulis's or Aeron's). Every call that waits releases the GIL;
+//! the Python layer (`sulis.archive`) gives them their final shape.
+
+use crate::client::PyClient;
+use crate::errors::{interrupt_check, ConfigurationError, SulisError};
+use pyo3::create_exception;
+use pyo3::prelude::*;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+use sulis_archive::ArchiveError as RustArchiveError;
+use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext};
+use sulis_protocol::archive::messages::{RecordingDescriptor, RecordingSignalEvent};
+
+create_exception!(
+    sulis,
+    ArchiveError,
+    SulisError,
+    "The archive refused a request or did not answer; `code` carries the archive's error code (-1 if none)."
+);
+
+fn archive_err(e: RustArchiveError) -> PyErr {
+    let (message, code) = match e {
+        RustArchiveError::Archive { code, message } => (format!("{message} (archive error code {code})"), code),
+        RustArchiveError::Interrupted(m) => {
+            return crate::errors::client_err(sulis_client::ClientError::Interrupted(m))
+        }
+        RustArchiveError::Timeout(m) | RustArchiveError::Client(m) | RustArchiveError::Protocol(m) => {
+            (m, -1)
+        }
+    };
+    let err = ArchiveError::new_err(message);
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("code", code);
+    });
+    err
+}
+
+fn seconds(s: f64, what: &str) -> PyResult<Duration> {
+    if !s.is_finite() || s <= 0.0 {
+        return Err(ConfigurationError::new_err(format!(
+            "{what} must be a positive number of seconds, not {s}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// An archive running in this process.
+#[pyclass(module = "sulis._native", name = "Archive", frozen, subclass)]
+pub struct PyArchive {
+    archive: Mutex<Option<Archive>>,
+    dir: String,
+    archive_id: i64,
+}
+
+#[pymethods]
+impl PyArchive {
+    #[new]
+    #[pyo3(signature = (
+        dir, driver_dir, control_channel=None, control_stream_id=10,
+        local_control_channel="aeron:ipc".to_string(), local_control_stream_id=10,
+        archive_id=None, segment_file_length=128 * 1024 * 1024, file_sync_level=0,
+        catalog_file_sync_level=0, max_concurrent_recordings=20, max_concurrent_replays=20,
+        connect_timeout=5.0, replication_channel=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        dir: PathBuf,
+        driver_dir: PathBuf,
+        control_channel: Option<String>,
+        control_stream_id: i32,
+        local_control_channel: String,
+        local_control_stream_id: i32,
+        archive_id: Option<i64>,
+        segment_file_length: usize,
+        file_sync_level: u8,
+        catalog_file_sync_level: u8,
+        max_concurrent_recordings: usize,
+        max_concurrent_replays: usize,
+        connect_timeout: f64,
+        replication_channel: Option<String>,
+    ) -> PyResult<Self> {
+        let ctx = ArchiveContext {
+            archive_dir: dir.clone(),
+            driver_dir,
+            control_channel,
+            control_stream_id,
+            local_control_channel,
+            local_control_stream_id,
+            archive_id,
+            segment_file_length,
+            file_sync_level,
+            catalog_file_sync_level: catalog_file_sync_level.max(file_sync_level),
+            max_concurrent_recordings,
+            max_concurrent_replays,
+            connect_timeout: seconds(connect_timeout, "connect_timeout")?,
+            replication_channel,
+            ..ArchiveContext::default()
+        };
+        ctx.conclude().map_err(ConfigurationError::new_err)?;
+        let archive = py
+            .detach(|| Archive::launch(ctx))
+            .map_err(SulisError::new_err)?;
+        Ok(PyArchive {
+            archive_id: archive.archive_id(),
+            archive: Mutex::new(Some(archive)),
+            dir: dir.display().to_string(),
+        })
+    }
+
+    /// The archive directory.
+    #[getter]
+    fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// The archive's id.
+    #[getter]
+    fn archive_id(&self) -> i64 {
+        self.archive_id
+    }
+
+    /// Errors the archive recorded (most recent last).
+    fn errors(&self) -> Vec<String> {
+        self.archive
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|a| a.errors())
+            .unwrap_or_default()
+    }
+
+    /// True until closed.
+    #[getter]
+    fn is_running(&self) -> bool {
+        self.archive.lock().unwrap().is_some()
+    }
+
+    /// Stops the archive: recordings end with their stop positions written (idempotent).
+    fn close(&self, py: Python<'_>) {
+        let archive = self.archive.lock().unwrap().take();
+        if let Some(mut a) = archive {
+            py.detach(move || a.close());
+        }
+    }
+}
+
+/// A recording, as the archive's catalog describes it.
+#[pyclass(module = "sulis._native", name = "RecordingDescriptor", frozen, get_all, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PyRecordingDescriptor {
+    /// Recording id.
+    recording_id: i64,
+    /// When it started (epoch ms).
+    start_timestamp: i64,
+    /// When it stopped (epoch ms), -1 while recording.
+    stop_timestamp: i64,
+    /// Stream position it starts at.
+    start_position: i64,
+    /// Stream position it stops at, -1 while recording.
+    stop_position: i64,
+    /// Initial term id of the recorded stream.
+    initial_term_id: i32,
+    /// Segment file length.
+    segment_file_length: i32,
+    /// Term length of the recorded stream.
+    term_buffer_length: i32,
+    /// MTU of the recorded stream.
+    mtu_length: i32,
+    /// Session id of the recorded stream.
+    session_id: i32,
+    /// Stream id.
+    stream_id: i32,
+    /// The channel without its tuning parameters.
+    stripped_channel: String,
+    /// The channel as the recording was asked for.
+    original_channel: String,
+    /// Where the stream came from.
+    source_identity: String,
+}
+
+#[pymethods]
+impl PyRecordingDescriptor {
+    fn __repr__(&self) -> String {
+        format!(
+            "RecordingDescriptor(recording_id={}, stream_id={}, session_id={}, start_position={}, \
+             stop_position={}, channel={:?})",
+            self.recording_id,
+            self.stream_id,
+            self.session_id,
+            self.start_position,
+            self.stop_position,
+            self.original_channel
+        )
+    }
+}
+
+fn descriptor(d: RecordingDescriptor) -> PyRecordingDescriptor {
+    PyRecordingDescriptor {
+        recording_id: d.recording_id,
+        start_timestamp: d.start_timestamp,
+        stop_timestamp: d.stop_timestamp,
+        start_position: d.start_position,
+        stop_position: d.stop_position,
+        initial_term_id: d.initial_term_id,
+        segment_file_length: d.segment_file_length,
+        term_buffer_length: d.term_buffer_length,
+        mtu_length: d.mtu_length,
+        session_id: d.session_id,
+        stream_id: d.stream_id,
+        stripped_channel: d.stripped_channel,
+        original_channel: d.original_channel,
+        source_identity: d.source_identity,
+    }
+}
+
+fn signal_tuple(s: RecordingSignalEvent) -> (i64, i64, i64, i64, i32) {
+    (s.correlation_id, s.recording_id, s.subscription_id, s.position, s.signal)
+}
+
+/// A control session with an archive.
+#[pyclass(module = "sulis._native", name = "ArchiveClient", frozen, subclass)]
+pub struct PyArchiveClient {
+    session: Mutex<Option<ArchiveClient>>,
+    archive_id: i64,
+    control_session_id: i64,
+}
+
+impl PyArchiveClient {
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut ArchiveClient) -> Result<T, RustArchiveError> + Send,
+    ) -> PyResult<T> {
+        let mut guard = self.session.lock().unwrap();
+        let Some(session) = guard.as_mut() else {
+            return Err(crate::errors::ClosedError::new_err("archive client is closed"));
+        };
+        py.detach(|| f(session)).map_err(archive_err)
+    }
+}
+
+#[pymethods]
+impl PyArchiveClient {
+    #[new]
+    #[pyo3(signature = (
+        client, control_request_channel="aeron:ipc".to_string(), control_request_stream_id=10,
+        control_response_channel="aeron:ipc".to_string(), control_response_stream_id=20,
+        message_timeout=10.0
+    ))]
+    fn new(
+        py: Python<'_>,
+        client: &PyClient,
+        control_request_channel: String,
+        control_request_stream_id: i32,
+        control_response_channel: String,
+        control_response_stream_id: i32,
+        message_timeout: f64,
+    ) -> PyResult<Self> {
+        let ctx = ArchiveClientContext {
+            control_request_channel,
+            control_request_stream_id,
+            control_response_channel,
+            control_response_stream_id,
+            message_timeout: seconds(message_timeout, "message_timeout")?,
+            interrupt: Some(interrupt_check()),
+        };
+        let session = client.with_client(|c| {
+            py.detach(|| ArchiveClient::connect(c, ctx))
+                .map_err(archive_err)
+        })?;
+        Ok(PyArchiveClient {
+            archive_id: session.archive_id(),
+            control_session_id: session.control_session_id(),
+            session: Mutex::new(Some(session)),
+        })
+    }
+
+    /// The archive's id.
+    #[getter]
+    fn archive_id(&self) -> i64 {
+        self.archive_id
+    }
+
+    /// This control session's id.
+    #[getter]
+    fn control_session_id(&self) -> i64 {
+        self.control_session_id
+    }
+
+    #[pyo3(signature = (channel, stream_id, source_location, auto_stop))]
+    fn start_recording(
+        &self,
+        py: Python<'_>,
+        channel: String,
+        stream_id: i32,
+        source_location: i32,
+        auto_stop: bool,
+    ) -> PyResult<i64> {
+        self.call(py, |s| s.start_recording(&channel, stream_id, source_location, auto_stop))
+    }
+
+    #[pyo3(signature = (recording_id, channel, stream_id, source_location, auto_stop))]
+    fn extend_recording(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        channel: String,
+        stream_id: i32,
+        source_location: i32,
+        auto_stop: bool,
+    ) -> PyResult<i64> {
+        self.call(py, |s| {
+            s.extend_recording(recording_id, &channel, stream_id, source_location, auto_stop)
+        })
+    }
+
+    fn stop_recording(&self, py: Python<'_>, channel: String, stream_id: i32) -> PyResult<()> {
+        self.call(py, |s| s.stop_recording(&channel, stream_id))
+    }
+
+    fn stop_recording_subscription(&self, py: Python<'_>, subscription_id: i64) -> PyResult<()> {
+        self.call(py, |s| s.stop_recording_subscription(subscription_id))
+    }
+
+    fn stop_recording_by_identity(&self, py: Python<'_>, recording_id: i64) -> PyResult<bool> {
+        self.call(py, |s| s.stop_recording_by_identity(recording_id))
+    }
+
+    fn list_recordings(&self, py: Python<'_>, from_id: i64, count: i32) -> PyResult<Vec<PyRecordingDescriptor>> {
+        let list = self.call(py, |s| s.list_recordings(from_id, count))?;
+        Ok(list.into_iter().map(descriptor).collect())
+    }
+
+    fn list_recordings_for_uri(
+        &self,
+        py: Python<'_>,
+        from_id: i64,
+        count: i32,
+        channel: String,
+        stream_id: i32,
+    ) -> PyResult<Vec<PyRecordingDescriptor>> {
+        let list = self.call(py, |s| s.list_recordings_for_uri(from_id, count, &channel, stream_id))?;
+        Ok(list.into_iter().map(descriptor).collect())
+    }
+
+    fn list_recording(&self, py: Python<'_>, recording_id: i64) -> PyResult<Option<PyRecordingDescriptor>> {
+        Ok(self.call(py, |s| s.list_recording(recording_id))?.map(descriptor))
+    }
+
+    fn get_recording_position(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.get_recording_position(recording_id))
+    }
+
+    fn get_stop_position(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.get_stop_position(recording_id))
+    }
+
+    fn get_start_position(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.get_start_position(recording_id))
+    }
+
+    fn get_max_recorded_position(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.get_max_recorded_position(recording_id))
+    }
+
+    fn start_replay(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        channel: String,
+        stream_id: i32,
+    ) -> PyResult<i64> {
+        self.call(py, |s| s.start_replay(recording_id, position, length, &channel, stream_id))
+    }
+
+    fn stop_replay(&self, py: Python<'_>, replay_session_id: i64) -> PyResult<()> {
+        self.call(py, |s| s.stop_replay(replay_session_id))
+    }
+
+    fn truncate_recording(&self, py: Python<'_>, recording_id: i64, position: i64) -> PyResult<i64> {
+        self.call(py, |s| s.truncate_recording(recording_id, position))
+    }
+
+    fn purge_recording(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.purge_recording(recording_id))
+    }
+
+    /// Recording signals received so far: (correlation id, recording id,
+    /// subscription id, position, signal) tuples.
+    fn poll_signals(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, i64, i64, i32)>> {
+        let signals = self.call(py, |s| Ok(s.poll_signals()))?;
+        Ok(signals.into_iter().map(signal_tuple).collect())
+    }
+
+    /// Waits for `signal` of `recording_id` (-1: any recording).
+    fn await_signal(&self, py: Python<'_>, recording_id: i64, signal: i32) -> PyResult<(i64, i64, i64, i64, i32)> {
+        Ok(signal_tuple(self.call(py, |s| s.await_signal(recording_id, signal))?))
+    }
+
+    /// Closes the control session (idempotent).
+    fn close(&self) {
+        if let Some(mut s) = self.session.lock().unwrap().take() {
+            s.close();
+        }
+    }
+
+    #[getter]
+    fn is_closed(&self) -> bool {
+        self.session.lock().unwrap().is_none()
+    }
+}
+
+/// Registers the archive classes and exception.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyArchive>()?;
+    m.add_class::<PyArchiveClient>()?;
+    m.add_class::<PyRecordingDescriptor>()?;
+    m.add("ArchiveError", m.py().get_type::<ArchiveError>())?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+"""The archive: record streams to disk, list and replay them.
+
+``Archive`` runs an archive in this process (as Aeron's ArchivingMediaDriver
+does with a driver beside it); ``ArchiveClient`` opens a control session with
+an archive, sulis's or Aeron Java's: both speak Aeron Archive's control
+protocol and keep Aeron's catalog and segment file formats::
+
+    import sulis
+
+    with sulis.MediaDriver() as driver, \\
+            sulis.Archive("/tmp/archive", driver_dir=driver.dir) as archive, \\
+            sulis.Client(dir=driver.dir) as client, \\
+            sulis.ArchiveClient(client) as archive_client:
+        archive_client.start_recording("aeron:ipc", 1001)
+        ...
+        for r in archive_client.list_recordings():
+            print(r.recording_id, r.start_position, r.stop_position)
+        sub = archive_client.replay(r.recording_id, "aeron:ipc", 2002)
+
+Positions are stream positions (bytes from the stream's start), the same
+numbers a subscriber's image reports, so a recording position can serve as
+an offset.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import cast
+
+from .. import _native
+from .._native import ArchiveError, RecordingDescriptor
+
+__all__ = [
+    "NULL_POSITION",
+    "REPLAY_ALL_AND_FOLLOW",
+    "REPLAY_ALL_AND_STOP",
+    "Archive",
+    "ArchiveClient",
+    "ArchiveError",
+    "RecordingDescriptor",
+    "RecordingSignal",
+    "RecordingSignalEvent",
+]
+
+#: "No position" (Aeron's NULL_POSITION).
+NULL_POSITION = -1
+#: Replay length: what is recorded, then follow the live recording.
+REPLAY_ALL_AND_FOLLOW = -1
+#: Replay length: what is recorded when the replay starts, then stop.
+REPLAY_ALL_AND_STOP = -2
+
+
+class RecordingSignal(enum.IntEnum):
+    """What happened to a recording (Aeron's RecordingSignal values)."""
+
+    START = 0
+    STOP = 1
+    EXTEND = 2
+    REPLICATE = 3
+    MERGE = 4
+    SYNC = 5
+    DELETE = 6
+    REPLICATE_END = 7
+
+
+@dataclass(frozen=True)
+class RecordingSignalEvent:
+    """A recording signal: the request it answers, the recording, where."""
+
+    correlation_id: int
+    recording_id: int
+    subscription_id: int
+    position: int
+    signal: RecordingSignal
+
+
+def _signal(t: tuple[int, int, int, int, int]) -> RecordingSignalEvent:
+    return RecordingSignalEvent(t[0], t[1], t[2], t[3], RecordingSignal(t[4]))
+
+
+_SOURCES = {"local": 0, "remote": 1}
+
+
+def _source(source: str) -> int:
+    try:
+        return _SOURCES[source]
+    except KeyError:
+        raise _native.ConfigurationError(f"source must be 'local' or 'remote', not {source!r}") from None
+
+
+class Archive(_native.Archive):
+    """An archive running in this process until closed (a context manager).
+
+    ``dir`` holds the catalog (``archive.catalog``) and the segment files;
+    ``driver_dir`` is the media driver it is a client of (default: the
+    default driver directory). Local clients reach it on
+    ``local_control_channel`` (``aeron:ipc``), remote ones on
+    ``control_channel`` (a UDP channel, off unless given). Files are synced
+    per ``file_sync_level`` (0: left to the OS; 1: data written is synced;
+    2: data and metadata) and the catalog per ``catalog_file_sync_level``.
+    """
+
+    def __new__(cls, dir, driver_dir=None, **options):  # noqa: A002 - Aeron's name
+        if driver_dir is None:
+            driver_dir = _native.default_dir()
+        return super().__new__(cls, str(dir), str(driver_dir), **options)
+
+    def __init__(self, dir, driver_dir=None, **options) -> None:  # noqa: A002, D107
+        from .. import _live
+
+        _live.add(self)
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "closed"
+        return f"Archive(dir={self.dir!r}, archive_id={self.archive_id}, {state})"
+
+
+class ArchiveClient(_native.ArchiveClient):
+    """A control session with an archive (a context manager).
+
+    ``client`` is the ``sulis.Client`` whose driver reaches the archive.
+    Requests go to ``control_request_channel`` (``aeron:ipc`` for an archive
+    on this machine, its UDP control channel otherwise) and answers come back
+    on ``control_response_channel``. Every call waits for the archive's
+    answer (at most ``message_timeout`` seconds), releases the GIL while it
+    waits and raises ``ArchiveError`` (with the archive's ``code``) when the
+    archive refuses.
+    """
+
+    _client: _native.Client
+
+    def __new__(cls, client, **options):
+        self = cast("ArchiveClient", super().__new__(cls, client, **options))
+        self._client = client
+        return self
+
+    def __init__(self, client, **options) -> None:  # noqa: D107
+        pass
+
+    def __enter__(self) -> ArchiveClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start_recording(self, channel: str, stream_id: int, source: str = "local",  # type: ignore[override]
+                        auto_stop: bool = False) -> int:
+        """Records the stream; returns the recording subscription's id.
+
+        Each publication (image) on it becomes a recording; a START signal
+        (``await_signal``) names its recording id. ``auto_stop`` stops the
+        subscription once its recordings end.
+        """
+        return super().start_recording(channel, stream_id, _source(source), auto_stop)
+
+    def extend_recording(self, recording_id: int, channel: str, stream_id: int,  # type: ignore[override]
+                         source: str = "local", auto_stop: bool = False) -> int:
+        """Records the stream onto the end of a stopped recording (the
+        stream must start where the recording stopped, with its term length,
+        initial term id and MTU)."""
+        return super().extend_recording(recording_id, channel, stream_id, _source(source), auto_stop)
+
+    def list_recordings(self, from_id: int = 0, count: int = 100) -> list[RecordingDescriptor]:
+        """Up to ``count`` recordings from ``from_id`` on."""
+        return super().list_recordings(from_id, count)
+
+    def list_recordings_for_uri(self, channel: str, stream_id: int, from_id: int = 0,  # type: ignore[override]
+                                count: int = 100) -> list[RecordingDescriptor]:
+        """Up to ``count`` recordings of ``stream_id`` whose channel contains ``channel``."""
+        return super().list_recordings_for_uri(from_id, count, channel, stream_id)
+
+    def start_replay(self, recording_id: int, channel: str, stream_id: int,  # type: ignore[override]
+                     position: int | None = None, length: int | None = None, follow: bool = False) -> int:
+        """Replays a recording on ``channel``/``stream_id``; returns the replay
+        session id (its low 32 bits are the replay image's session id).
+
+        From ``position`` (default: the recording's start) for ``length``
+        bytes (default: what is recorded now); ``follow=True`` goes on with a
+        live recording as it grows.
+        """
+        if follow and length is not None:
+            raise _native.ConfigurationError("give either length or follow=True, not both")
+        n = REPLAY_ALL_AND_FOLLOW if follow else (REPLAY_ALL_AND_STOP if length is None else length)
+        return super().start_replay(recording_id, NULL_POSITION if position is None else position, n,
+                                    channel, stream_id)
+
+    def replay(self, recording_id: int, channel: str, stream_id: int, position: int | None = None,
+               length: int | None = None, follow: bool = False) -> _native.Subscription:
+        """Starts a replay and returns a subscription to it (only the
+        replay's image joins it): poll it as any subscription."""
+        replay_id = self.start_replay(recording_id, channel, stream_id, position, length, follow)
+        session = replay_id & 0xFFFF_FFFF
+        if session >= 1 << 31:
+            session -= 1 << 32
+        sep = "|" if "?" in channel else "?"
+        return self._client.add_subscription(f"{channel}{sep}session-id={session}", stream_id)
+
+    def poll_signals(self) -> list[RecordingSignalEvent]:  # type: ignore[override]
+        """Recording signals received since the last call."""
+        return [_signal(t) for t in super().poll_signals()]
+
+    def await_signal(self, signal: RecordingSignal, recording_id: int = -1) -> RecordingSignalEvent:  # type: ignore[override]
+        """Waits for ``signal`` of ``recording_id`` (any recording if -1)."""
+        return _signal(super().await_signal(recording_id, int(signal)))
+
+    def __repr__(self) -> str:
+        return f"ArchiveClient(archive_id={self.archive_id}, control_session_id={self.control_session_id})"

@@ -1,0 +1,270 @@
+"""The archive from Python: sulis.Archive (embedded or in its own process)
+and sulis.ArchiveClient, over IPC and UDP, with restarts, kill -9 and bad
+requests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import struct
+import time
+
+import pytest
+
+import sulis
+from conftest import await_until, free_udp_port, make_dir
+from sulis.archive import RecordingSignal
+
+
+def message(i: int) -> bytes:
+    """Message i: its index, then a body whose length varies (some fragmented)."""
+    n = 5000 if i % 97 == 5 else 8 + (i * 37) % 400
+    return struct.pack("<I", i) + bytes((i + j) & 0xFF for j in range(n))
+
+
+def publish(pub, messages) -> None:
+    deadline = time.monotonic() + 20
+    for m in messages:
+        while (r := pub.offer(m)) < 0:
+            assert r != sulis.CLOSED and time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
+
+
+def receive(sub, count: int, timeout: float = 20.0) -> list[bytes]:
+    """``count`` whole messages from ``sub``."""
+    got: list[bytes] = []
+    assembler = sulis.FragmentAssembler(lambda b, h: got.append(bytes(b)))
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"received {len(got)} of {count}"
+        sub.poll(assembler, 100)
+    return got
+
+
+@pytest.fixture
+def archive_dir():
+    d = make_dir("sulis-archive-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def archive(driver, archive_dir):
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 * 1024) as a:
+        yield a
+        assert a.errors() == []
+
+
+@pytest.fixture
+def archive_client(client, archive):
+    with sulis.ArchiveClient(client) as ac:
+        yield ac
+
+
+def record(ac, client, channel: str, stream_id: int, count: int, pub_channel: str | None = None):
+    """Records ``count`` messages published on ``pub_channel`` (default ``channel``); returns the
+    recording's descriptor once it stopped."""
+    ac.start_recording(channel, stream_id)
+    pub = client.add_publication(pub_channel or channel, stream_id)
+    rid = ac.await_signal(RecordingSignal.START).recording_id
+    publish(pub, (message(i) for i in range(count)))
+    end = pub.position
+    await_until(lambda: ac.get_recording_position(rid) == end, what="recorded to the end")
+    ac.stop_recording(channel, stream_id)
+    stop = ac.await_signal(RecordingSignal.STOP, rid)
+    assert stop.position == end
+    pub.close()
+    return ac.list_recording(rid)
+
+
+def test_record_list_and_replay_over_ipc(client, archive, archive_client):
+    ac = archive_client
+    assert ac.archive_id == archive.archive_id
+    d = record(ac, client, "aeron:ipc?alias=prices", 1001, 2000)
+    assert (d.stream_id, d.start_position) == (1001, 0)
+    assert d.stop_position > 0 and d.stop_timestamp >= d.start_timestamp
+    assert d.original_channel == "aeron:ipc?alias=prices"
+    assert ac.list_recordings() == [d]
+    assert ac.list_recordings_for_uri("alias=prices", 1001) == [d]
+    assert ac.list_recordings_for_uri("alias=prices", 1002) == []
+    assert ac.list_recording(d.recording_id + 1) is None
+    assert ac.get_stop_position(d.recording_id) == d.stop_position
+    assert ac.get_start_position(d.recording_id) == 0
+    assert ac.get_max_recorded_position(d.recording_id) == d.stop_position
+    assert ac.get_recording_position(d.recording_id) == -1
+
+    sub = ac.replay(d.recording_id, "aeron:ipc", 2002)
+    assert receive(sub, 2000) == [message(i) for i in range(2000)]
+
+
+def test_replay_over_udp_from_a_position_and_bounded(client, archive, archive_client):
+    ac = archive_client
+    d = record(ac, client, "aeron:ipc", 1001, 500)
+    # Find the position of message 100 from a first replay.
+    positions = []
+    sub = ac.replay(d.recording_id, "aeron:ipc", 2010)
+    assembler = sulis.FragmentAssembler(lambda b, h: positions.append(h.position))
+    while len(positions) < 200:
+        sub.poll(assembler, 10)
+    sub.close()
+    start = positions[99]  # the end of message 99 is where message 100 starts
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    sub = ac.replay(d.recording_id, channel, 2011, position=start, length=positions[199] - start)
+    got = receive(sub, 100)
+    assert got == [message(i) for i in range(100, 200)]
+    # Nothing beyond the bound arrives; the replay's image ends.
+    await_until(lambda: all(i.is_end_of_stream or i.is_closed for i in sub.images), what="end of replay")
+
+
+def test_record_a_udp_stream(client, archive, archive_client):
+    ac = archive_client
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    d = record(ac, client, channel, 3001, 300)
+    assert d.stripped_channel == channel
+    assert d.source_identity.startswith("127.0.0.1:")
+    sub = ac.replay(d.recording_id, "aeron:ipc", 3002)
+    assert receive(sub, 300) == [message(i) for i in range(300)]
+
+
+def test_follow_a_live_recording(client, archive, archive_client):
+    ac = archive_client
+    ac.start_recording("aeron:ipc", 1001)
+    pub = client.add_publication("aeron:ipc", 1001)
+    rid = ac.await_signal(RecordingSignal.START).recording_id
+    publish(pub, (message(i) for i in range(200)))
+    sub = ac.replay(rid, "aeron:ipc", 2020, follow=True)
+    first = receive(sub, 200)
+    publish(pub, (message(i) for i in range(200, 700)))
+    rest = receive(sub, 500)
+    assert first + rest == [message(i) for i in range(700)]
+
+
+def test_errors_name_what_was_wrong(client, archive, archive_client):
+    ac = archive_client
+    d = record(ac, client, "aeron:ipc", 1001, 10)
+    with pytest.raises(sulis.ArchiveError, match="unknown recording id: 4242") as e:
+        ac.start_replay(4242, "aeron:ipc", 2030)
+    assert e.value.code == 5  # UNKNOWN_RECORDING
+    with pytest.raises(sulis.ArchiveError, match="not a frame position") as e:
+        ac.start_replay(d.recording_id, "aeron:ipc", 2030, position=33)
+    assert e.value.code == 16  # INVALID_POSITION
+    with pytest.raises(sulis.ArchiveError, match="no recording subscription") as e:
+        ac.stop_recording("aeron:ipc", 9999)
+    assert e.value.code == 4  # UNKNOWN_SUBSCRIPTION
+    with pytest.raises(sulis.ConfigurationError, match="source must be 'local' or 'remote'"):
+        ac.start_recording("aeron:ipc", 1, source="elsewhere")
+    with pytest.raises(sulis.ArchiveError, match="invalid"):
+        ac.start_recording("aeron:tcp?endpoint=x:1", 1)
+
+
+def test_malformed_and_unknown_requests_get_an_error_not_silence(driver, client, archive_dir):
+    """Requests written straight onto the archive's control stream: a truncated one and one of
+    an unknown template get an ERROR naming the problem; the session goes on."""
+    with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
+        _malformed_requests(client, ac)
+        assert any("ListRecordingRequest" in e for e in archive.errors()), archive.errors()
+
+
+def _malformed_requests(client, ac) -> None:
+    pub = client.add_exclusive_publication("aeron:ipc", 10)
+    await_until(lambda: pub.is_connected, what="control stream")
+    sub = client.add_subscription("aeron:ipc", 20)
+    session = ac.control_session_id
+    # ListRecordingRequest (template 10) cut short before its recording id.
+    bad = struct.pack("<HHHH", 24, 10, 101, 13) + struct.pack("<qq", session, 777)
+    # An unknown template, 999, from a newer client.
+    unknown = struct.pack("<HHHH", 16, 999, 101, 13) + struct.pack("<qq", session, 778)
+    for m in (bad, unknown):
+        while pub.offer(m) < 0:
+            pass
+    answers = {}
+
+    def on_message(buf, header):
+        b = bytes(buf)
+        block, template, schema, _ = struct.unpack_from("<HHHH", b)
+        if template == 1:  # ControlResponse
+            _, correlation, relevant, code, _ = struct.unpack_from("<qqqii", b, 8)
+            (length,) = struct.unpack_from("<I", b, 8 + block)
+            answers[correlation] = (code, relevant, b[12 + block:12 + block + length].decode())
+
+    deadline = time.monotonic() + 10
+    while not {777, 778} <= answers.keys():
+        assert time.monotonic() < deadline, answers
+        sub.poll(sulis.FragmentAssembler(on_message), 10)
+    assert answers[777][0] == 1 and "ListRecordingRequest" in answers[777][2], answers[777]
+    assert answers[778][0] == 1 and "template id 999" in answers[778][2], answers[778]
+    assert ac.list_recordings() == [], "the session still works"
+
+
+def test_restart_and_files_are_private(driver, client, archive_dir):
+    with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
+        d = record(ac, client, "aeron:ipc", 1001, 100)
+        assert archive.errors() == []
+    with sulis.Archive(archive_dir, driver_dir=driver.dir), sulis.ArchiveClient(client) as ac:
+        assert ac.list_recordings() == [d]
+        assert receive(ac.replay(d.recording_id, "aeron:ipc", 2040), 100) == [message(i) for i in range(100)]
+    assert stat.S_IMODE(os.stat(archive_dir).st_mode) == 0o700
+    for name in os.listdir(archive_dir):
+        assert stat.S_IMODE(os.stat(os.path.join(archive_dir, name)).st_mode) == 0o600, name
+
+
+def test_kill_9_mid_recording_then_restart_recovers_replays_and_extends(driver, client, archive_dir, spawn):
+    """The archive process is killed while recording: a new archive on the directory finds the
+    recording's end by itself, every whole message replays intact, and the recording can be
+    extended from where it stopped."""
+    child = spawn("archive", driver.dir, archive_dir)
+    child.read()
+    with sulis.ArchiveClient(client) as ac:
+        ac.start_recording("aeron:ipc", 1001)
+        pub = client.add_exclusive_publication("aeron:ipc?term-length=64k", 1001)
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        publish(pub, (message(i) for i in range(1500)))
+        end = pub.position
+        await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+        child.signal(signal.SIGKILL)
+        child.proc.wait(10)
+    pub.close()
+    with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
+        d = ac.list_recording(rid)
+        assert d.stop_position == end, "recovered to the end of the last whole frame"
+        got = receive(ac.replay(rid, "aeron:ipc", 2050), 1500)
+        assert got == [message(i) for i in range(1500)]
+        # Extend: a publication that starts where the recording stopped.
+        term = d.term_buffer_length
+        channel = (f"aeron:ipc?term-length={term}|init-term-id={d.initial_term_id}"
+                   f"|term-id={d.initial_term_id + end // term}|term-offset={end % term}")
+        ac.extend_recording(rid, channel, 1001)
+        ext = client.add_exclusive_publication(channel, 1001)
+        assert ac.await_signal(RecordingSignal.EXTEND, rid).position == end
+        publish(ext, (message(i) for i in range(1500, 1600)))
+        new_end = ext.position
+        await_until(lambda: ac.get_recording_position(rid) == new_end, what="extended")
+        got = receive(ac.replay(rid, "aeron:ipc", 2051, length=new_end), 1600)
+        assert got == [message(i) for i in range(1600)]
+        assert archive.errors() == []
+
+
+def test_truncate_and_purge(client, archive, archive_client):
+    ac = archive_client
+    d = record(ac, client, "aeron:ipc", 1001, 400)
+    positions = []
+    sub = ac.replay(d.recording_id, "aeron:ipc", 2060)
+    assembler = sulis.FragmentAssembler(lambda b, h: positions.append(h.position))
+    while len(positions) < 400:
+        sub.poll(assembler, 100)
+    with pytest.raises(sulis.ArchiveError) as e:
+        ac.truncate_recording(d.recording_id, positions[199] + 8)
+    assert e.value.code == 16
+    ac.truncate_recording(d.recording_id, positions[199])
+    ac.await_signal(RecordingSignal.DELETE, d.recording_id)
+    assert ac.get_stop_position(d.recording_id) == positions[199]
+    assert receive(ac.replay(d.recording_id, "aeron:ipc", 2061), 200) == [message(i) for i in range(200)]
+    ac.purge_recording(d.recording_id)
+    assert ac.list_recordings() == []
+    assert not [f for f in os.listdir(archive.dir) if f.endswith(".rec")]
+
+
+def test_a_client_without_an_archive_times_out_with_a_clear_error(client):
+    with pytest.raises(sulis.ArchiveError, match="timed out .* waiting for the archive"):
+        sulis.ArchiveClient(client, control_request_stream_id=4711, message_timeout=0.5)
