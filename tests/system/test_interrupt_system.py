@@ -102,3 +102,37 @@ def test_dropping_unclosed_resources_never_waits_for_the_driver(spawn):
         # The removals were sent all the same: the driver drops both publications.
         await_until(lambda: not _publication_counters(dir), what="the dropped publications to be removed")
         assert not client.is_closed
+
+
+def _close_answers_ctrl_c(spawn, make_resource) -> None:
+    dir = make_dir()
+    drv = spawn("driver", dir, DRIVER_OPTIONS)
+    drv.read()
+    with sulis.Client(dir=dir, driver_timeout=30.0) as client:
+        resource = make_resource(client)
+        drv.signal(signal.SIGSTOP)
+        try:
+            fired = _sigint_after(0.2)
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                resource.close()
+            fired.join()
+            # The check runs every 20 ms: far inside the 30 s driver timeout.
+            assert time.monotonic() - start < 0.2 + 0.5
+            assert resource.is_closed, "closed on the client's side all the same"
+            resource.close()  # nothing left to wait for
+        finally:
+            drv.signal(signal.SIGCONT)
+        assert not client.is_closed
+
+
+def test_subscription_close_answers_ctrl_c_while_the_driver_is_stopped(spawn):
+    _close_answers_ctrl_c(spawn, lambda client: client.add_subscription("aeron:ipc", 8))
+
+
+@pytest.mark.xfail(strict=True, reason="crates/sulis-python/src/publication.rs close() still drops the "
+                                       "Result of the Rust close(): needs .map_err(client_err)")
+@pytest.mark.parametrize("exclusive", [False, True], ids=["concurrent", "exclusive"])
+def test_publication_close_answers_ctrl_c_while_the_driver_is_stopped(spawn, exclusive):
+    add = sulis.Client.add_exclusive_publication if exclusive else sulis.Client.add_publication
+    _close_answers_ctrl_c(spawn, lambda client: add(client, "aeron:ipc", 9))

@@ -467,7 +467,18 @@ impl Inner {
     /// Asks the driver to remove a publication or subscription: waiting for
     /// its answer (`close`) or not (`drop`, which must never block). Nothing
     /// is sent once the client has failed: the driver already let it go.
-    pub(crate) fn remove(&self, resource: Resource, registration_id: i64, wait: bool) {
+    ///
+    /// The resource is gone on the client's side whatever happens; the only
+    /// error is [`ClientError::Interrupted`] (the interrupt check fired while
+    /// waiting), which the caller must hear about: with the Python binding
+    /// it is a Ctrl-C. A driver that does not answer fails the client, which
+    /// later calls report.
+    pub(crate) fn remove(
+        &self,
+        resource: Resource,
+        registration_id: i64,
+        wait: bool,
+    ) -> Result<(), ClientError> {
         if let Resource::Subscription = resource {
             self.state
                 .lock()
@@ -476,7 +487,7 @@ impl Inner {
                 .remove(&registration_id);
         }
         if self.failed.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
         let correlation_id = self.next_correlation_id();
         let client_id = self.client_id;
@@ -493,9 +504,13 @@ impl Inner {
             },
         };
         if wait {
-            let _ = self.request(correlation_id, &cmd);
+            match self.request(correlation_id, &cmd) {
+                Err(e @ ClientError::Interrupted(_)) => Err(e),
+                _ => Ok(()),
+            }
         } else {
             self.send_quietly(&cmd);
+            Ok(())
         }
     }
 

@@ -237,19 +237,23 @@ impl PublicationCore {
         self.closed.load(Ordering::Acquire) || self.inner.is_failed()
     }
     /// Closes the publication (idempotent), waiting for the driver's answer.
-    pub fn close(&self) {
+    /// It is closed when this returns, even with an error: the only one is
+    /// [`ClientError::Interrupted`], the interrupt check having fired while
+    /// waiting for the answer.
+    pub fn close(&self) -> Result<(), ClientError> {
         self.close_with(true)
     }
     /// Closes it without waiting for the driver's answer: what dropping does,
     /// so a drop never blocks (in Python it runs holding the GIL).
     pub fn close_without_waiting(&self) {
-        self.close_with(false)
+        let _ = self.close_with(false);
     }
-    fn close_with(&self, wait: bool) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            self.inner
-                .remove(Resource::Publication, self.registration_id, wait);
+    fn close_with(&self, wait: bool) -> Result<(), ClientError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
+        self.inner
+            .remove(Resource::Publication, self.registration_id, wait)
     }
     #[inline(always)]
     fn check_open(&self) -> Result<(), OfferError> {

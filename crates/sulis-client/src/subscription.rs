@@ -221,25 +221,28 @@ impl Subscription {
     }
 
     /// Closes the subscription (idempotent), waiting for the driver's answer.
-    pub fn close(&mut self) {
+    /// It is closed when this returns, even with an error: the only one is
+    /// [`ClientError::Interrupted`], the interrupt check having fired while
+    /// waiting for the answer.
+    pub fn close(&mut self) -> Result<(), ClientError> {
         self.close_with(true)
     }
 
     /// Closes it without waiting for the driver's answer: what dropping does,
     /// so a drop never blocks (in Python it runs holding the GIL).
     pub fn close_without_waiting(&mut self) {
-        self.close_with(false)
+        let _ = self.close_with(false);
     }
 
-    fn close_with(&mut self, wait: bool) {
+    fn close_with(&mut self, wait: bool) -> Result<(), ClientError> {
         if self.closed {
-            return;
+            return Ok(());
         }
         self.closed = true;
         self.shared.mark_closed();
-        self.inner
-            .remove(Resource::Subscription, self.registration_id, wait);
         self.images.clear();
+        self.inner
+            .remove(Resource::Subscription, self.registration_id, wait)
     }
 }
 

@@ -212,3 +212,61 @@ fn should_share_one_session_between_concurrent_publications() {
         .unwrap();
     assert!(err.to_string().contains("term-length=100"), "{err}");
 }
+
+#[test]
+fn close_reports_an_interrupt_while_the_driver_does_not_answer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use sulis_client::{ClientError, Interrupt};
+
+    let mut ctx = DriverContext::default();
+    ctx.dir = temp_dir("close-interrupt");
+    ctx.threading_mode = ThreadingMode::Invoker;
+    ctx.ipc_term_buffer_length = 64 * 1024;
+    ctx.term_buffer_sparse_file = true;
+    ctx.dir_delete_on_shutdown = true;
+    let mut d = MediaDriver::launch(ctx).unwrap();
+    // The driver runs only while `run` is set: clearing it stops the driver
+    // as SIGSTOP would.
+    let run = Arc::new(AtomicBool::new(true));
+    let run_driver = |mut d: MediaDriver, run: Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            while run.load(Ordering::Acquire) {
+                if d.do_work() == 0 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            d
+        })
+    };
+    d.do_work();
+    let dir = d.dir().to_path_buf();
+    let worker = run_driver(d, run.clone());
+    let fire = Arc::new(AtomicBool::new(false));
+    let f = fire.clone();
+    let c = Client::connect(ClientContext {
+        dir,
+        driver_timeout: Duration::from_secs(30),
+        name: "t".into(),
+        interrupt: Some(Interrupt(Arc::new(move || f.load(Ordering::Acquire)))),
+    })
+    .unwrap();
+    let publication = c.add_publication("aeron:ipc", 15).unwrap();
+    let exclusive = c.add_exclusive_publication("aeron:ipc", 15).unwrap();
+    let mut sub = c.add_subscription("aeron:ipc", 15).unwrap();
+    run.store(false, Ordering::Release);
+    let mut d = worker.join().unwrap();
+
+    fire.store(true, Ordering::Release);
+    let start = Instant::now();
+    assert!(matches!(publication.close(), Err(ClientError::Interrupted(_))));
+    assert!(matches!(exclusive.close(), Err(ClientError::Interrupted(_))));
+    assert!(matches!(sub.close(), Err(ClientError::Interrupted(_))));
+    assert!(start.elapsed() < Duration::from_secs(5), "not the driver timeout");
+    assert!(publication.is_closed() && exclusive.is_closed() && sub.is_closed());
+    // Closed on the client's side: a second close has nothing to wait for.
+    assert!(publication.close().is_ok() && sub.close().is_ok());
+    assert!(c.check().is_ok(), "an interrupt does not fail the client");
+    d.do_work();
+    d.close();
+}

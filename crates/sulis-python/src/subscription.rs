@@ -634,13 +634,13 @@ impl PySubscription {
         self.shared.is_closed()
     }
 
-    /// Closes the subscription (idempotent).
+    /// Closes the subscription (idempotent). It is closed even when Ctrl-C
+    /// ends the wait for the driver's answer (KeyboardInterrupt).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let _g = self.in_use.enter("Subscription")?;
         // SAFETY: exclusive access under the guard.
         let s = unsafe { &mut *self.inner.get() };
-        py.detach(|| s.close());
-        Ok(())
+        py.detach(|| s.close()).map_err(client_err)
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
