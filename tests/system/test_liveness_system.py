@@ -6,6 +6,7 @@ commit does not block the stream for good."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -213,6 +214,35 @@ def test_second_driver_refused_while_another_process_owns_the_directory(spawn):
                 await_until(lambda: p.is_connected and s.image_count == 1)
                 assert p.offer(b"new driver") > 0
                 assert s.poll(lambda b, h: None, 10) == 1
+            assert sulis.read_errors(dir) == []
+        finally:
+            drv.close()
+    finally:
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+def test_dir_delete_on_start_takes_over_a_directory_that_seems_active(spawn):
+    dir = make_dir()
+    try:
+        child = spawn("driver", dir, json.dumps({"threading_mode": "shared"}))
+        assert child.read()["ready"]
+        # A hung driver: its heartbeat is fresh, so the directory seems in use.
+        child.signal(signal.SIGSTOP)
+        leftover = os.path.join(dir, "publications", "left-behind.logbuffer")
+        with open(leftover, "wb") as f:
+            f.write(b"x")
+        with pytest.raises(sulis.ActiveDriverError, match=dir):
+            sulis.MediaDriver(dir=dir, **DRIVER_DEFAULTS)
+        drv = sulis.MediaDriver(dir=dir, dir_delete_on_start=True, **DRIVER_DEFAULTS)
+        try:
+            assert not os.path.exists(leftover), "the directory was emptied"
+            assert sulis._native.active_driver(dir) is not None
+            child.kill()
+            with sulis.Client(dir=dir, driver_timeout=5.0) as c:
+                s = c.add_subscription("aeron:ipc", 1)
+                p = c.add_exclusive_publication("aeron:ipc", 1)
+                await_until(lambda: p.is_connected and s.image_count == 1)
+                assert p.offer(b"new driver") > 0
             assert sulis.read_errors(dir) == []
         finally:
             drv.close()

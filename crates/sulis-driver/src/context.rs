@@ -174,7 +174,7 @@ pub struct DriverContext {
     pub receive_control_loss: LossSpec,
     /// Seed of the test loss generators.
     pub loss_seed: u64,
-    /// Delete a stale directory on start.
+    /// Delete the directory on start without checking for an active driver.
     pub dir_delete_on_start: bool,
     /// Delete the directory on shutdown.
     pub dir_delete_on_shutdown: bool,
@@ -599,7 +599,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         dir_delete_on_start,
         "SULIS_DIR_DELETE_ON_START",
         "bool",
-        "Delete a stale driver directory on start (a live driver is never touched).",
+        "Delete the driver directory on start even if a driver seems active in it (Aeron's aeron.dir.delete.on.start). Without it, the directory of a driver whose heartbeat is younger than driver_timeout is refused (ActiveDriverError) and a stale one is replaced.",
         parse_bool,
         show_bool
     ),

@@ -116,11 +116,16 @@ impl MediaDriver {
         ctx.conclude().map_err(DriverError::Config)?;
         let dir = ctx.dir.clone();
         let timeout_ms = (ctx.driver_timeout_ns / 1_000_000) as i64;
-        if let Some(live) = active_driver(&dir, timeout_ms) {
-            return Err(DriverError::ActiveDriver(live));
+        // As Aeron's aeron.dir.delete.on.start: the directory is deleted
+        // without asking whether a driver is alive in it.
+        if !ctx.dir_delete_on_start {
+            if let Some(live) = active_driver(&dir, timeout_ms) {
+                return Err(DriverError::ActiveDriver(live));
+            }
         }
         if dir.exists() {
-            // Stale: the previous driver is gone; its logs are unreachable garbage.
+            // Stale (its driver is gone: its logs are unreachable garbage),
+            // or to be deleted all the same (dir_delete_on_start).
             std::fs::remove_dir_all(&dir).map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
