@@ -169,26 +169,28 @@ def javac() -> str:
     raise Missing("no javac 11+ to compile bench/peers/AeronPeer.java (a JDK; or set SULIS_JAVAC)")
 
 
-def classpath(aeron: AeronJava) -> str:
-    """AeronPeer compiled against ``aeron.jar`` (cached by source, jar and compiler), then the jar."""
+def classpath(aeron: AeronJava, source: Path = SOURCE) -> str:
+    """A peer program (AeronPeer.java unless ``source`` names another beside it, e.g. ArchivePeer.java)
+    compiled against ``aeron.jar`` (cached by source, jar and compiler), then the jar."""
     compiler = javac()
     st = os.stat(aeron.jar)
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), os.path.realpath(aeron.jar).encode(),
+    key = hashlib.sha256(b"\0".join([source.read_bytes(), os.path.realpath(aeron.jar).encode(),
                                      str(st.st_size).encode(), str(st.st_mtime_ns).encode(),
                                      compiler.encode()])).hexdigest()[:16]
-    target = PEERS_DIR / f"classes-{aeron.version}-{key}"
-    if not (target / "AeronPeer.class").is_file():
+    prefix = "classes" if source == SOURCE else f"classes-{source.stem}"
+    target = PEERS_DIR / f"{prefix}-{aeron.version}-{key}"
+    if not (target / f"{source.stem}.class").is_file():
         PEERS_DIR.mkdir(parents=True, exist_ok=True)
         work = tempfile.mkdtemp(prefix=".compile-", dir=PEERS_DIR)
         try:
             out = subprocess.run([compiler, "--release", "11", "-nowarn", "-encoding", "UTF-8", "-cp", aeron.jar,
-                                  "-d", work, str(SOURCE)], capture_output=True, text=True, timeout=300)
+                                  "-d", work, str(source)], capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
-                raise RuntimeError(f"javac AeronPeer.java against {aeron.jar}:\n{(out.stdout + out.stderr)[-2000:]}")
+                raise RuntimeError(f"javac {source.name} against {aeron.jar}:\n{(out.stdout + out.stderr)[-2000:]}")
             try:
                 os.rename(work, target)  # atomic; another process may have won the race
             except OSError:
-                if not (target / "AeronPeer.class").is_file():
+                if not (target / f"{source.stem}.class").is_file():
                     raise
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -197,6 +197,11 @@ def _malformed_requests(client, ac) -> None:
     assert ac.list_recordings() == [], "the session still works"
 
 
+def test_a_second_archive_on_a_live_archive_directory_is_refused(driver, archive):
+    with pytest.raises(sulis.SulisError, match="an archive is running in"):
+        sulis.Archive(archive.dir, driver_dir=driver.dir)
+
+
 def test_restart_and_files_are_private(driver, client, archive_dir):
     with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
         d = record(ac, client, "aeron:ipc", 1001, 100)

@@ -11,6 +11,7 @@
 
 use crate::catalog::Catalog;
 use crate::context::ArchiveContext;
+use crate::mark_file::{ArchiveMarkFile, MarkFileFields};
 use crate::segment::{recover_stop_position, Geometry, ReadError, RecordingWriter, SegmentReader};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -189,6 +190,8 @@ pub struct ArchiveConductor {
     next_replay_id: i64,
     errors: Vec<String>,
     error_count: u64,
+    mark_file: ArchiveMarkFile,
+    last_activity: Instant,
 }
 
 impl ArchiveConductor {
@@ -224,6 +227,23 @@ impl ArchiveConductor {
             )
         })?;
         let archive_id = ctx.archive_id.unwrap_or_else(|| client.client_id());
+        let mut mark_file = ArchiveMarkFile::create(
+            &ctx.archive_dir,
+            &MarkFileFields {
+                archive_id,
+                control_channel: ctx.control_channel.as_deref().unwrap_or(""),
+                control_stream_id: ctx.control_stream_id,
+                local_control_channel: &ctx.local_control_channel,
+                local_control_stream_id: ctx.local_control_stream_id,
+                aeron_directory: &ctx.driver_dir.display().to_string(),
+                error_buffer_length:
+                    sulis_protocol::archive::mark_file::DEFAULT_ERROR_BUFFER_LENGTH,
+                now_ms: now_ms(),
+            },
+        )?;
+        for e in &errors {
+            mark_file.record_error(e, now_ms());
+        }
         let mut control = Vec::new();
         if let Some(channel) = &ctx.control_channel {
             control.push(
@@ -256,6 +276,8 @@ impl ArchiveConductor {
             next_replay_id: 1,
             error_count: errors.len() as u64,
             errors,
+            mark_file,
+            last_activity: Instant::now(),
         })
     }
 
@@ -275,6 +297,7 @@ impl ArchiveConductor {
     }
 
     fn record_error(&mut self, message: String) {
+        self.mark_file.record_error(&message, now_ms());
         self.error_count += 1;
         if self.errors.len() >= 1000 {
             self.errors.remove(0);
@@ -286,6 +309,10 @@ impl ArchiveConductor {
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
         let mut work = 0;
+        if now - self.last_activity >= Duration::from_secs(1) {
+            self.last_activity = now;
+            self.mark_file.update_activity(now_ms());
+        }
         work += self.on_image_events();
         work += self.poll_control(now);
         work += self.run_sessions(now);
@@ -305,6 +332,7 @@ impl ArchiveConductor {
         self.sessions.clear();
         self.recording_subscriptions.clear();
         let _ = self.catalog.flush();
+        self.mark_file.close();
         self.client.close();
     }
 

@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod conductor;
 pub mod context;
+pub mod mark_file;
 pub mod segment;
 
 pub use conductor::ArchiveConductor;

@@ -23,13 +23,15 @@ create_exception!(
 
 fn archive_err(e: RustArchiveError) -> PyErr {
     let (message, code) = match e {
-        RustArchiveError::Archive { code, message } => (format!("{message} (archive error code {code})"), code),
+        RustArchiveError::Archive { code, message } => {
+            (format!("{message} (archive error code {code})"), code)
+        }
         RustArchiveError::Interrupted(m) => {
             return crate::errors::client_err(sulis_client::ClientError::Interrupted(m))
         }
-        RustArchiveError::Timeout(m) | RustArchiveError::Client(m) | RustArchiveError::Protocol(m) => {
-            (m, -1)
-        }
+        RustArchiveError::Timeout(m)
+        | RustArchiveError::Client(m)
+        | RustArchiveError::Protocol(m) => (m, -1),
     };
     let err = ArchiveError::new_err(message);
     Python::attach(|py| {
@@ -149,7 +151,13 @@ impl PyArchive {
 }
 
 /// A recording, as the archive's catalog describes it.
-#[pyclass(module = "sulis._native", name = "RecordingDescriptor", frozen, get_all, eq)]
+#[pyclass(
+    module = "sulis._native",
+    name = "RecordingDescriptor",
+    frozen,
+    get_all,
+    eq
+)]
 #[derive(Clone, PartialEq)]
 pub struct PyRecordingDescriptor {
     /// Recording id.
@@ -217,8 +225,17 @@ fn descriptor(d: RecordingDescriptor) -> PyRecordingDescriptor {
     }
 }
 
-fn signal_tuple(s: RecordingSignalEvent) -> (i64, i64, i64, i64, i32) {
-    (s.correlation_id, s.recording_id, s.subscription_id, s.position, s.signal)
+/// (correlation id, recording id, subscription id, position, signal).
+type SignalTuple = (i64, i64, i64, i64, i32);
+
+fn signal_tuple(s: RecordingSignalEvent) -> SignalTuple {
+    (
+        s.correlation_id,
+        s.recording_id,
+        s.subscription_id,
+        s.position,
+        s.signal,
+    )
 }
 
 /// A control session with an archive.
@@ -237,7 +254,9 @@ impl PyArchiveClient {
     ) -> PyResult<T> {
         let mut guard = self.session.lock().unwrap();
         let Some(session) = guard.as_mut() else {
-            return Err(crate::errors::ClosedError::new_err("archive client is closed"));
+            return Err(crate::errors::ClosedError::new_err(
+                "archive client is closed",
+            ));
         };
         py.detach(|| f(session)).map_err(archive_err)
     }
@@ -300,7 +319,9 @@ impl PyArchiveClient {
         source_location: i32,
         auto_stop: bool,
     ) -> PyResult<i64> {
-        self.call(py, |s| s.start_recording(&channel, stream_id, source_location, auto_stop))
+        self.call(py, |s| {
+            s.start_recording(&channel, stream_id, source_location, auto_stop)
+        })
     }
 
     #[pyo3(signature = (recording_id, channel, stream_id, source_location, auto_stop))]
@@ -314,7 +335,13 @@ impl PyArchiveClient {
         auto_stop: bool,
     ) -> PyResult<i64> {
         self.call(py, |s| {
-            s.extend_recording(recording_id, &channel, stream_id, source_location, auto_stop)
+            s.extend_recording(
+                recording_id,
+                &channel,
+                stream_id,
+                source_location,
+                auto_stop,
+            )
         })
     }
 
@@ -330,7 +357,12 @@ impl PyArchiveClient {
         self.call(py, |s| s.stop_recording_by_identity(recording_id))
     }
 
-    fn list_recordings(&self, py: Python<'_>, from_id: i64, count: i32) -> PyResult<Vec<PyRecordingDescriptor>> {
+    fn list_recordings(
+        &self,
+        py: Python<'_>,
+        from_id: i64,
+        count: i32,
+    ) -> PyResult<Vec<PyRecordingDescriptor>> {
         let list = self.call(py, |s| s.list_recordings(from_id, count))?;
         Ok(list.into_iter().map(descriptor).collect())
     }
@@ -343,12 +375,20 @@ impl PyArchiveClient {
         channel: String,
         stream_id: i32,
     ) -> PyResult<Vec<PyRecordingDescriptor>> {
-        let list = self.call(py, |s| s.list_recordings_for_uri(from_id, count, &channel, stream_id))?;
+        let list = self.call(py, |s| {
+            s.list_recordings_for_uri(from_id, count, &channel, stream_id)
+        })?;
         Ok(list.into_iter().map(descriptor).collect())
     }
 
-    fn list_recording(&self, py: Python<'_>, recording_id: i64) -> PyResult<Option<PyRecordingDescriptor>> {
-        Ok(self.call(py, |s| s.list_recording(recording_id))?.map(descriptor))
+    fn list_recording(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+    ) -> PyResult<Option<PyRecordingDescriptor>> {
+        Ok(self
+            .call(py, |s| s.list_recording(recording_id))?
+            .map(descriptor))
     }
 
     fn get_recording_position(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
@@ -376,14 +416,21 @@ impl PyArchiveClient {
         channel: String,
         stream_id: i32,
     ) -> PyResult<i64> {
-        self.call(py, |s| s.start_replay(recording_id, position, length, &channel, stream_id))
+        self.call(py, |s| {
+            s.start_replay(recording_id, position, length, &channel, stream_id)
+        })
     }
 
     fn stop_replay(&self, py: Python<'_>, replay_session_id: i64) -> PyResult<()> {
         self.call(py, |s| s.stop_replay(replay_session_id))
     }
 
-    fn truncate_recording(&self, py: Python<'_>, recording_id: i64, position: i64) -> PyResult<i64> {
+    fn truncate_recording(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        position: i64,
+    ) -> PyResult<i64> {
         self.call(py, |s| s.truncate_recording(recording_id, position))
     }
 
@@ -393,14 +440,21 @@ impl PyArchiveClient {
 
     /// Recording signals received so far: (correlation id, recording id,
     /// subscription id, position, signal) tuples.
-    fn poll_signals(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, i64, i64, i32)>> {
+    fn poll_signals(&self, py: Python<'_>) -> PyResult<Vec<SignalTuple>> {
         let signals = self.call(py, |s| Ok(s.poll_signals()))?;
         Ok(signals.into_iter().map(signal_tuple).collect())
     }
 
     /// Waits for `signal` of `recording_id` (-1: any recording).
-    fn await_signal(&self, py: Python<'_>, recording_id: i64, signal: i32) -> PyResult<(i64, i64, i64, i64, i32)> {
-        Ok(signal_tuple(self.call(py, |s| s.await_signal(recording_id, signal))?))
+    fn await_signal(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        signal: i32,
+    ) -> PyResult<SignalTuple> {
+        Ok(signal_tuple(
+            self.call(py, |s| s.await_signal(recording_id, signal))?,
+        ))
     }
 
     /// Closes the control session (idempotent).

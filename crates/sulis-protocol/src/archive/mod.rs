@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod channel;
+pub mod mark_file;
 pub mod messages;
 pub mod sbe;
 pub mod segment;
