@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sulis
-from conftest import await_until, connected_pair
+from conftest import await_until, connected_pair, free_udp_port
 
 UNFRAGMENTED = 0x80 | 0x40
 DATA_FRAME = 1
@@ -298,6 +298,20 @@ def test_try_claim_of_zero_and_max_payload(client):
     assert got[0][0] == b""
     assert got[1][0] == b"\x5a" * pub.max_payload_length
     assert got[1][1].frame_length == pub.max_payload_length + 32
+
+
+@pytest.mark.driver_options(publication_term_window_length="16k", term_buffer_length="64k")
+@pytest.mark.parametrize("media", ["ipc", "udp"])
+def test_the_channels_pub_wnd_wins_over_the_driver_option(client, media):
+    base = "aeron:ipc" if media == "ipc" else f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    sep = "?" if media == "ipc" else "|"
+    # The driver option sets the window of a channel without pub-wnd ...
+    _, default = connected_pair(client, 25, channel=base, sub_channel=base)
+    await_until(lambda: default.position_limit == 16 * 1024, what="the driver's window")
+    # ... and a channel's pub-wnd, smaller or larger, replaces it (as in Aeron).
+    for stream, wnd in ((26, 8), (27, 24)):
+        _, pub = connected_pair(client, stream, channel=f"{base}{sep}pub-wnd={wnd}k", sub_channel=base)
+        await_until(lambda p=pub, w=wnd: p.position_limit == w * 1024, what=f"pub-wnd={wnd}k")
 
 
 @pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "concurrent"])

@@ -307,7 +307,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         publication_term_window_length,
         "SULIS_PUBLICATION_TERM_WINDOW_LENGTH",
         "bytes",
-        "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2).",
+        "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2; at most that). A channel's pub-wnd overrides it.",
         size_usize,
         show_size
     ),

@@ -292,13 +292,14 @@ impl DriverConductor {
                 format!("channel '{channel}': term-offset={term_offset} is not below term length {term_length}"),
             ));
         }
-        let window = if self.ctx.publication_term_window_length > 0 {
-            self.ctx.publication_term_window_length.min(term_length / 2)
-        } else {
-            p.pub_wnd
-                .map(|w| (w as usize).min(term_length / 2))
-                .unwrap_or(term_length / 2)
-        };
+        // The channel's pub-wnd, else the driver's option, else half a term
+        // (Aeron's producerWindowLength); never more than half a term.
+        let window = p
+            .pub_wnd
+            .map(|w| w as usize)
+            .or((self.ctx.publication_term_window_length > 0)
+                .then_some(self.ctx.publication_term_window_length))
+            .map_or(term_length / 2, |w| w.min(term_length / 2));
         let params = LogParams {
             correlation_id,
             term_length,
