@@ -148,3 +148,45 @@ def test_ipc_image_is_unavailable_once_drained_not_after_the_linger(client):
                 what="on_unavailable_image after the subscriber drained the stream")
     assert gone == [session]
     assert sub.image_count == 0
+
+
+PUB_LMT = dict((name, id) for id, name in sulis._native.counter_types())["pub-lmt"]
+
+
+@pytest.mark.driver_options(publication_linger_timeout="30s")
+@pytest.mark.parametrize("linger", ["0", "200ms"])
+def test_ipc_channel_linger_replaces_the_drivers(driver, client, linger):
+    # Freed after the channel's linger, far inside the driver's 30 s.
+    sub = client.add_subscription("aeron:ipc", 11)
+    pub = client.add_exclusive_publication(f"aeron:ipc?linger={linger}", 11)
+    await_until(lambda: pub.is_connected and sub.image_count == 1)
+    assert pub.offer(b"x") > 0
+    await_until(lambda: sub.poll(lambda b, h: None, 10) == 1)
+    reader = sulis.CountersReader(driver.dir)
+    registration_id = pub.registration_id
+
+    def limit_counter() -> list:
+        return [c for c in reader.counters() if c["type_id"] == PUB_LMT and c["registration_id"] == registration_id]
+
+    assert limit_counter()
+    pub.close()
+    await_until(lambda: not limit_counter(), timeout=5, what="the publication freed after the channel's linger")
+
+
+@pytest.mark.driver_options(publication_linger_timeout="100ms")
+def test_ipc_channel_linger_longer_than_the_drivers(driver, client):
+    sub = client.add_subscription("aeron:ipc", 12)
+    pub = client.add_exclusive_publication("aeron:ipc?linger=1s", 12)
+    await_until(lambda: pub.is_connected and sub.image_count == 1)
+    reader = sulis.CountersReader(driver.dir)
+    registration_id = pub.registration_id
+
+    def limit_counter() -> list:
+        return [c for c in reader.counters() if c["type_id"] == PUB_LMT and c["registration_id"] == registration_id]
+
+    pub.close()
+    closed = time.monotonic()
+    time.sleep(0.5)  # the driver's linger (100 ms) has passed, the channel's (1 s) has not
+    assert limit_counter(), "still lingering"
+    await_until(lambda: not limit_counter(), timeout=5, what="the publication freed after its linger")
+    assert time.monotonic() - closed >= 0.9

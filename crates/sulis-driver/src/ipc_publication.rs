@@ -48,6 +48,9 @@ pub struct IpcPublication {
     /// Where it is in the life cycle.
     pub state: PublicationState,
     term_window: i64,
+    /// The channel's `linger`, else the driver's publication linger: as
+    /// written into the log when it was created.
+    linger_ns: i64,
     clean_position: i64,
     consumer_position: i64,
     last_consumer_position: i64,
@@ -74,6 +77,10 @@ impl IpcPublication {
             meta::producer_position(&logs.meta(), logs.term_length(), logs.initial_term_id());
         pub_limit.set_ordered(start);
         pub_pos.set_ordered(start);
+        // Read before any client maps the log: no client can have changed it.
+        let linger_ns = logs
+            .meta()
+            .get_i64(sulis_protocol::log_buffer_descriptor::LOG_LINGER_TIMEOUT_NS_OFFSET);
         IpcPublication {
             registration_id,
             session_id,
@@ -87,12 +94,20 @@ impl IpcPublication {
             subscribers: Vec::new(),
             state: PublicationState::Active,
             term_window,
+            linger_ns,
             clean_position: start,
             consumer_position: start,
             last_consumer_position: start,
             time_of_last_consumer_change_ns: now_ns,
             connected: false,
         }
+    }
+
+    /// How long this publication may drain and then linger once closed: the
+    /// channel's `linger` parameter, else the driver's
+    /// `publication_linger_timeout`.
+    pub fn linger_ns(&self) -> i64 {
+        self.linger_ns
     }
 
     /// Current producer position, read from the log's tail.

@@ -225,13 +225,12 @@ impl DriverConductor {
         // conductor spinning for as long as any stream flows, stealing a core
         // from the publishers and subscribers. The publication window (half a
         // term) covers the conductor's idle back-off many times over.
-        let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
         let mut drained = Vec::new();
         for (i, p) in self.publications.iter_mut().enumerate() {
             p.update_publisher_limit();
             // Checked every cycle, not on the timer: subscribers learn that a
             // closed stream is over as soon as they have read it to the end.
-            if p.state.draining_since().is_some() && p.on_time_event(now_ns, linger_ns) {
+            if p.state.draining_since().is_some() && p.on_time_event(now_ns, p.linger_ns()) {
                 drained.push(i);
             }
         }
@@ -505,14 +504,14 @@ impl DriverConductor {
         }
         // Publications: unblock, drain, linger, free.
         let unblock_ns = self.ctx.publication_unblock_timeout_ns as i64;
-        let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
         let mut unblocked = 0;
         let mut drained = Vec::new();
         for (i, p) in self.publications.iter_mut().enumerate() {
             if p.check_for_blocked_publisher(now_ns, unblock_ns) {
                 unblocked += 1;
             }
-            if p.on_time_event(now_ns, linger_ns) {
+            // The channel's linger (written into the log) or the driver's.
+            if p.on_time_event(now_ns, p.linger_ns()) {
                 drained.push(i);
             }
         }
