@@ -273,3 +273,58 @@ def test_truncate_and_purge(client, archive, archive_client):
 def test_a_client_without_an_archive_times_out_with_a_clear_error(client):
     with pytest.raises(sulis.ArchiveError, match="timed out .* waiting for the archive"):
         sulis.ArchiveClient(client, control_request_stream_id=4711, message_timeout=0.5)
+
+
+# -- sulis archive and sulis archive-tool ----------------------------------------
+
+
+def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifies(archive_dir):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import clean_env, run_cli
+
+    driver_dir = make_dir()
+    os.rmdir(driver_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
+                             "--embedded-driver", "--dir", driver_dir, "--segment-file-length", str(1 << 20)],
+                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert "running in" in proc.stderr.readline()
+        with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as ac:
+            d = record(ac, client, "aeron:ipc?alias=cli", 1001, 300)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+        shutil.rmtree(driver_dir, ignore_errors=True)
+
+    out = json.loads(run_cli("archive-tool", archive_dir, "list", "--json").stdout)
+    (r,) = out["recordings"]
+    assert (r["recording_id"], r["stop_position"], r["original_channel"]) == (
+        d.recording_id, d.stop_position, "aeron:ipc?alias=cli")
+    assert run_cli("archive-tool", archive_dir, "count-entries").stdout.strip() == "1"
+    ok = run_cli("archive-tool", archive_dir, "verify")
+    assert ok.returncode == 0 and "OK" in ok.stdout, ok.stdout + ok.stderr
+
+    # A corrupt frame in the segment: verify names the file and offset, exit status 1.
+    (seg,) = [f for f in os.listdir(archive_dir) if f.endswith(".rec")]
+    with open(os.path.join(archive_dir, seg), "r+b") as f:
+        frame_start = 0
+        data = f.read(8192)
+        while frame_start + 32 < 4096:  # find the frame that covers offset ~4096
+            (length,) = struct.unpack_from("<i", data, frame_start)
+            frame_start += (length + 31) & ~31
+        f.seek(frame_start + 8)
+        f.write(struct.pack("<i", 12345))
+    bad = run_cli("archive-tool", archive_dir, "verify")
+    assert bad.returncode == 1
+    assert seg in bad.stdout and f"offset {frame_start}" in bad.stdout and "12345" in bad.stdout, bad.stdout
+
+    # A missing directory is a one-line error.
+    missing = run_cli("archive-tool", os.path.join(archive_dir, "nope"), "describe")
+    assert missing.returncode != 0 and "holds no archive.catalog" in missing.stderr

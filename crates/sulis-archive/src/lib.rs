@@ -16,3 +16,4 @@ pub mod client;
 
 pub use archive::Archive;
 pub use client::{ArchiveClient, ArchiveClientContext, ArchiveError};
+pub mod tool;

@@ -470,8 +470,44 @@ impl PyArchiveClient {
     }
 }
 
+/// Catalog entries as (state, descriptor), and the problems found reading it.
+type CatalogListing = (Vec<(i32, PyRecordingDescriptor)>, Vec<String>);
+
+/// The catalog of the archive in `dir`, read without an archive running:
+/// (state, descriptor) per entry (state 0 invalid, 1 valid, 2 deleted), and
+/// what could not be read.
+#[pyfunction]
+pub fn archive_describe(
+    dir: PathBuf,
+) -> PyResult<CatalogListing> {
+    let (entries, problems) =
+        sulis_archive::tool::describe(&dir).map_err(ConfigurationError::new_err)?;
+    Ok((
+        entries
+            .into_iter()
+            .map(|e| (e.state, descriptor(e.descriptor)))
+            .collect(),
+        problems,
+    ))
+}
+
+/// Checks every valid recording's segment files frame by frame:
+/// (recording id, ok, message) per recording (id -1: a catalog problem).
+#[pyfunction]
+pub fn archive_verify(py: Python<'_>, dir: PathBuf) -> PyResult<Vec<(i64, bool, String)>> {
+    let verdicts = py
+        .detach(|| sulis_archive::tool::verify(&dir))
+        .map_err(ConfigurationError::new_err)?;
+    Ok(verdicts
+        .into_iter()
+        .map(|v| (v.recording_id, v.ok, v.message))
+        .collect())
+}
+
 /// Registers the archive classes and exception.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(archive_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_verify, m)?)?;
     m.add_class::<PyArchive>()?;
     m.add_class::<PyArchiveClient>()?;
     m.add_class::<PyRecordingDescriptor>()?;

@@ -126,6 +126,14 @@ main.add_command(_errors_command, "errors")
 main.add_command(_loss_command, "loss")
 
 
+# sulis archive and sulis archive-tool.
+from .archive import archive as _archive_command  # noqa: E402
+from .archive import archive_tool as _archive_tool_command  # noqa: E402
+
+main.add_command(_archive_command, "archive")
+main.add_command(_archive_tool_command, "archive-tool")
+
+
 # sulis bench: throughput and ping-pong (its own module).
 from .bench import bench as _bench_command  # noqa: E402
 
