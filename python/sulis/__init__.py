@@ -154,7 +154,10 @@ class MediaDriver(_native.MediaDriver):
 
 
 class Client(_native.Client):
-    """A connection to a media driver: ``Client(dir=None, driver_timeout=10.0)``."""
+    """A connection to a media driver: ``Client(dir=None, driver_timeout=10.0, name=None)``.
+
+    ``name`` (at most 100 bytes) appears in the label of the client's heartbeat counter (``sulis stat``).
+    """
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: D107
         _live.add(self)

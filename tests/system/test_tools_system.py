@@ -150,6 +150,32 @@ def test_stat_once_json_is_the_drivers_counters_and_follows_the_traffic(driver, 
     assert pub.position > before
 
 
+def test_stat_shows_the_client_name_in_its_heartbeat_label(driver, make_client):
+    named = make_client(name="order-gateway 7")
+    unnamed = make_client()
+    labels = {}
+
+    def both_labelled():
+        doc = run_json("stat", "--once", "--dir", driver.dir, "--type", "client-heartbeat")
+        labels.update({c["client_id"]: c["label"] for c in doc["counters"]})
+        return labels.get(named.client_id, "").endswith("name=order-gateway 7") and unnamed.client_id in labels
+
+    # The client appends its name once it has found the counter the driver made for it.
+    await_until(both_labelled, what="the named client's heartbeat label")
+    assert labels[named.client_id] == f"client-heartbeat: id={named.client_id} name=order-gateway 7"
+    assert labels[unnamed.client_id] == f"client-heartbeat: id={unnamed.client_id}"
+    text = run("stat", "--once", "--dir", driver.dir, "--type", "client-heartbeat")
+    assert "name=order-gateway 7" in text.stdout
+
+
+@pytest.mark.parametrize(("name", "error"), [("x" * 101, "101 bytes, the longest client name is 100"),
+                                             ("two\nlines", "control character")])
+def test_client_name_that_cannot_be_a_label_is_refused(driver, name, error):
+    with pytest.raises(sulis.ConfigurationError, match=error) as info:
+        sulis.Client(dir=driver.dir, name=name)
+    assert "name=" in str(info.value)
+
+
 def test_stat_filters(driver, client):
     sub_a, pub_a = connected_pair(client, 2001)
     sub_b, pub_b = connected_pair(client, 2002)

@@ -70,7 +70,9 @@ pub struct ClientContext {
     /// The driver is declared dead when its heartbeat is older than this;
     /// also the longest a command waits for its response.
     pub driver_timeout: Duration,
-    /// Name shown in the heartbeat counter label.
+    /// Name shown in the label of the client's heartbeat counter
+    /// (`client-heartbeat: id=<client id> name=<name>`, as in Aeron), so
+    /// that `sulis stat` tells clients apart; empty: no name.
     pub name: String,
     /// Checked while blocking calls wait (see [`Interrupt`]).
     pub interrupt: Option<Interrupt>,
@@ -85,6 +87,26 @@ impl Default for ClientContext {
             interrupt: None,
         }
     }
+}
+
+/// Longest client name (Aeron's limit): it must fit in the heartbeat
+/// counter's label after `client-heartbeat: id=<client id> name=`.
+pub const MAX_CLIENT_NAME_LENGTH: usize = 100;
+
+/// Refuses a client name too long for the label or with control characters.
+fn check_name(name: &str) -> Result<(), ClientError> {
+    if name.len() > MAX_CLIENT_NAME_LENGTH {
+        return Err(ClientError::Config(format!(
+            "name={name:?}: {} bytes, the longest client name is {MAX_CLIENT_NAME_LENGTH}",
+            name.len()
+        )));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(ClientError::Config(format!(
+            "name={name:?}: contains the control character {c:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// Default driver directory (`$SULIS_DIR`, else `sulis-$USER` in `/dev/shm`
@@ -138,6 +160,8 @@ pub(crate) struct Inner {
     to_driver: ManyToOneRingBuffer,
     counters: CountersReader,
     client_id: i64,
+    /// Appended to the heartbeat counter's label (see [`ClientContext::name`]).
+    name: String,
     driver_timeout: Duration,
     interrupt: Option<Interrupt>,
     state: Mutex<State>,
@@ -445,6 +469,19 @@ impl Inner {
         self.cond.notify_all();
     }
 
+    /// Takes counter `id` as this client's heartbeat and stamps it; the
+    /// first time, appends the client's name to its label (as Aeron's client
+    /// does), where `sulis stat` shows it.
+    fn adopt_heartbeat(&self, s: &mut State, id: i32, now_ms: i64) {
+        let r = self.counters.counter_ref(id);
+        r.set_ordered(now_ms);
+        if s.heartbeat.is_none() && !self.name.is_empty() {
+            self.counters
+                .append_to_label(id, &format!(" name={}", self.name));
+        }
+        s.heartbeat = Some(r);
+    }
+
     /// Sends a command without waiting (used on close paths).
     pub(crate) fn send_quietly(&self, cmd: &Command) {
         let _ = self.send(cmd);
@@ -584,9 +621,7 @@ impl Inner {
             } if correlation_id == self.client_id
                 && self.counters.counter_type_id(counter_id) == CLIENT_HEARTBEAT_TYPE_ID =>
             {
-                let r = self.counters.counter_ref(counter_id);
-                r.set_ordered(epoch_ms());
-                s.heartbeat = Some(r);
+                self.adopt_heartbeat(&mut s, counter_id, epoch_ms());
             }
             // The driver also answers nothing else with this id.
             Event::Error { correlation_id, .. }
@@ -667,6 +702,7 @@ impl Client {
     /// Connects to the driver in `ctx.dir`, waiting up to the driver timeout
     /// for it to become ready.
     pub fn connect(ctx: ClientContext) -> Result<Client, ClientError> {
+        check_name(&ctx.name)?;
         let path = ctx.dir.join(CNC_FILE);
         let deadline = Instant::now() + ctx.driver_timeout;
         let cnc = loop {
@@ -717,6 +753,7 @@ impl Client {
             to_driver,
             counters,
             client_id,
+            name: ctx.name.clone(),
             driver_timeout: ctx.driver_timeout,
             interrupt: ctx.interrupt.clone(),
             state: Mutex::new(State {
@@ -776,9 +813,8 @@ impl Client {
                                         worker.client_id,
                                     );
                                     if id >= 0 {
-                                        let r = worker.counters.counter_ref(id);
-                                        r.set_ordered(now);
-                                        worker.state.lock().unwrap().heartbeat = Some(r);
+                                        let mut s = worker.state.lock().unwrap();
+                                        worker.adopt_heartbeat(&mut s, id, now);
                                     } else {
                                         worker.send_quietly(&Command::ClientKeepalive {
                                             client_id: worker.client_id,

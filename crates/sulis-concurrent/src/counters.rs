@@ -139,6 +139,22 @@ impl CountersReader {
         }
     }
 
+    /// Appends to counter `id`'s label as far as it fits; returns the bytes
+    /// appended. The one write a reader makes: a client appends its name to
+    /// its heartbeat counter's label once the driver allocated it, as Aeron's
+    /// client does (`AeronCounters.appendToLabel`); nobody else writes that
+    /// label afterwards.
+    pub fn append_to_label(&self, id: i32, suffix: &str) -> usize {
+        self.validate(id);
+        let metadata = &self.metadata;
+        let offset = metadata_offset(id) + LABEL_OFFSET;
+        let current = metadata.get_i32(offset).clamp(0, MAX_LABEL_LENGTH as i32) as usize;
+        let suffix = truncate_utf8(suffix, MAX_LABEL_LENGTH - current);
+        metadata.put_bytes(offset + 4 + current, suffix.as_bytes());
+        metadata.put_i32_ordered(offset, (current + suffix.len()) as i32);
+        suffix.len()
+    }
+
     /// Current value (load-acquire).
     ///
     /// # Panics
@@ -491,14 +507,7 @@ impl CountersManager {
 
     /// Appends to counter `id`'s label as far as it fits; returns the bytes appended.
     pub fn append_to_label(&self, id: i32, suffix: &str) -> usize {
-        self.reader.validate(id);
-        let metadata = &self.reader.metadata;
-        let offset = metadata_offset(id) + LABEL_OFFSET;
-        let current = metadata.get_i32(offset).clamp(0, MAX_LABEL_LENGTH as i32) as usize;
-        let suffix = truncate_utf8(suffix, MAX_LABEL_LENGTH - current);
-        metadata.put_bytes(offset + 4 + current, suffix.as_bytes());
-        metadata.put_i32_ordered(offset, (current + suffix.len()) as i32);
-        suffix.len()
+        self.reader.append_to_label(id, suffix)
     }
 }
 
