@@ -255,6 +255,11 @@ impl PublicationCore {
         self.inner
             .remove(Resource::Publication, self.registration_id, wait)
     }
+    /// Neither closed nor failed: the fast paths' check, without building an error.
+    #[inline(always)]
+    fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::Relaxed) && !self.inner.is_failed()
+    }
     #[inline(always)]
     fn check_open(&self) -> Result<(), OfferError> {
         if self.closed.load(Ordering::Relaxed) {
@@ -380,8 +385,30 @@ impl Publication {
     }
 
     /// Appends a message with a reserved value stamped on every fragment.
-    #[inline]
+    ///
+    /// The common case (open, one frame, room below the limit, no rotation)
+    /// is inlined into the caller; everything else takes [`Self::offer_slow`],
+    /// which checks again from the start, in the order that decides which
+    /// error a refused offer gets.
+    #[inline(always)]
     pub fn offer_with(&self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
+        let l = &self.log;
+        if src.len() <= l.max_payload && self.is_open() {
+            if let Some((term_count, index, term_begin, position)) = self.active() {
+                if l.has_room(position) {
+                    let result = l.appenders[index].append_unfragmented(&l.header, src, reserved);
+                    if let Append::Done(offset) = result {
+                        return Ok(term_begin + offset as i64);
+                    }
+                    return self.new_position(term_count, term_begin, result);
+                }
+            }
+        }
+        self.offer_slow(src, reserved)
+    }
+
+    #[inline(never)]
+    fn offer_slow(&self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
         self.check_open()?;
         let l = &self.log;
         let Some((term_count, index, term_begin, position)) = self.active() else {
@@ -546,8 +573,34 @@ impl ExclusivePublication {
     }
 
     /// Appends a message with a reserved value stamped on every fragment.
-    #[inline]
+    ///
+    /// The common case (open, one frame, room below the limit, the term not
+    /// full) is inlined into the caller; everything else takes
+    /// [`Self::offer_slow`], which checks again from the start, in the order
+    /// that decides which error a refused offer gets.
+    #[inline(always)]
     pub fn offer_with(&mut self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
+        let l = &self.log;
+        let position = self.term_begin_position + self.term_offset as i64;
+        if src.len() <= l.max_payload && self.is_open() && l.has_room(position) {
+            let result = l.appenders[self.active_index].exclusive_append_unfragmented(
+                &l.header,
+                self.term_id,
+                self.term_offset,
+                src,
+                reserved,
+            );
+            if let Append::Done(offset) = result {
+                self.term_offset = offset;
+                return Ok(self.term_begin_position + offset as i64);
+            }
+            return self.new_position(result);
+        }
+        self.offer_slow(src, reserved)
+    }
+
+    #[inline(never)]
+    fn offer_slow(&mut self, src: &[u8], reserved: Option<i64>) -> Result<i64, OfferError> {
         self.check_open()?;
         let l = &self.log;
         let position = self.term_begin_position + self.term_offset as i64;
