@@ -133,3 +133,19 @@ GOOD_URIS = [
     ("aeron-spy:aeron:udp?endpoint=localhost:40123", None, None),
     ("aeron:ipc?alias=" + "x" * (4095 - 16), None, None),
 ]
+
+
+# Valid Aeron URIs asking for what sulis does not have yet: they parse, and the
+# driver refuses a publication or subscription on them (NOT_SUPPORTED), naming
+# the parameter. (uri, the part the message must name, a word of the reason)
+UNSUPPORTED_URIS = [
+    ("aeron:udp?endpoint=localhost:40131|control-mode=dynamic", "control-mode=dynamic", "MDC"),
+    ("aeron:udp?endpoint=localhost:40132|control-mode=manual", "control-mode=manual", "MDC"),
+    ("aeron:udp?endpoint=localhost:40133|control=localhost:40134", "control=localhost:40134", "MDC"),
+    ("aeron:udp?control=localhost:40135|control-mode=dynamic", "control=localhost:40135", "MDC"),
+    ("aeron:udp?control-mode=manual", "control-mode=manual", "MDC"),
+    ("aeron:udp?endpoint=localhost:40136|control-mode=response", "control-mode=response", "response channels"),
+    ("aeron:ipc?control-mode=response|response-correlation-id=7", "control-mode=response", "response channels"),
+    ("aeron:udp?endpoint=localhost:40137|response-endpoint=localhost:9000", "response-endpoint=localhost:9000",
+     "response channels"),
+]

@@ -9,7 +9,7 @@ import pytest
 
 import sulis
 from conftest import await_until
-from uri_cases import BAD_URIS
+from uri_cases import BAD_URIS, UNSUPPORTED_URIS
 
 
 def test_every_malformed_uri_is_refused_by_the_client(driver, client):
@@ -65,7 +65,7 @@ def test_uris_the_driver_refuses(driver, client):
     for uri, why in (
         ("aeron-spy:aeron:udp?endpoint=localhost:40123", "spy"),
         ("aeron:udp?endpoint=224.0.1.1:40123", "only unicast UDP"),
-        ("aeron:udp?control=localhost:40124|control-mode=dynamic", "only unicast UDP"),
+        ("aeron:udp?control=localhost:40124|control-mode=dynamic", "not supported yet"),
     ):
         for add in (client.add_publication, client.add_subscription):
             with pytest.raises(sulis.RegistrationError, match=why) as info:
@@ -82,3 +82,16 @@ def test_uris_the_driver_refuses(driver, client):
     for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "only unicast UDP", "spy",
                      "tag"):
         assert fragment in logged
+
+
+@pytest.mark.expect_errors
+def test_mdc_and_response_channels_are_refused_naming_the_parameter(driver, client):
+    for uri, part, reason in UNSUPPORTED_URIS:
+        assert sulis.parse_channel(uri), "a valid Aeron URI: it parses"
+        for add in (client.add_publication, client.add_exclusive_publication, client.add_subscription):
+            with pytest.raises(sulis.RegistrationError) as info:
+                add(uri, 9)
+            message = str(info.value)
+            assert f"{part}: " in message and reason in message and "not supported yet" in message, message
+            assert info.value.code == 8, "Aeron's NOT_SUPPORTED"
+    assert not client.is_closed

@@ -459,6 +459,27 @@ impl ChannelUri {
         &self.params
     }
 
+    /// The first parameter that asks for something sulis has no
+    /// implementation of yet, as `(part, reason)`: multi-destination-cast
+    /// (`control`, `control-mode=dynamic|manual`) and response channels
+    /// (`control-mode=response`, `response-endpoint`,
+    /// `response-correlation-id`). Such a URI parses (it is a valid Aeron
+    /// URI, which tools read), but the driver refuses a publication or
+    /// subscription on it rather than ignore what it asks for.
+    pub fn unsupported_parameter(&self) -> Option<(String, String)> {
+        const MDC: &str = "multi-destination-cast (MDC) is not supported yet";
+        const RESPONSE: &str = "response channels are not supported yet";
+        self.entries.iter().find_map(|(key, value)| {
+            let reason = match (key.as_str(), self.params.control_mode) {
+                ("control-mode", Some(ControlMode::Response)) => RESPONSE,
+                ("control-mode", _) | ("control", _) => MDC,
+                ("response-endpoint" | "response-correlation-id", _) => RESPONSE,
+                _ => return None,
+            };
+            Some((format!("{key}={value}"), reason.to_owned()))
+        })
+    }
+
     /// The same URI without `aeron-spy:` (the channel of the publication a spy watches).
     ///
     /// Note that a spy URI is not required to name an endpoint, control, tags or a
@@ -1657,5 +1678,27 @@ mod tests {
             "UDP",
         );
         assert_rejected("aeron:ipc?interface=10.0.0.1", "interface=10.0.0.1", "UDP");
+    }
+
+    #[test]
+    fn mdc_and_response_channel_parameters_are_named_as_unsupported() {
+        let unsupported = |uri: &str| ChannelUri::parse(uri).unwrap().unsupported_parameter();
+        for (uri, part, reason) in [
+            ("aeron:udp?endpoint=h:1|control-mode=dynamic", "control-mode=dynamic", "MDC"),
+            ("aeron:udp?endpoint=h:1|control-mode=manual", "control-mode=manual", "MDC"),
+            ("aeron:udp?endpoint=h:1|control=h:2", "control=h:2", "MDC"),
+            ("aeron:udp?control=h:2|control-mode=dynamic", "control=h:2", "MDC"),
+            ("aeron:udp?endpoint=h:1|control-mode=response", "control-mode=response", "response"),
+            ("aeron:ipc?control-mode=response", "control-mode=response", "response"),
+            ("aeron:ipc?response-correlation-id=7", "response-correlation-id=7", "response"),
+            ("aeron:udp?endpoint=h:1|response-endpoint=h:3", "response-endpoint=h:3", "response"),
+        ] {
+            let (got_part, got_reason) = unsupported(uri).unwrap_or_else(|| panic!("{uri}"));
+            assert_eq!(got_part, part, "{uri}");
+            assert!(got_reason.contains(reason) && got_reason.ends_with("not supported yet"), "{uri}");
+        }
+        for uri in ["aeron:ipc?term-length=64k", "aeron:udp?endpoint=h:1|mtu=1408", "aeron:udp?tags=1"] {
+            assert_eq!(unsupported(uri), None, "{uri}");
+        }
     }
 }

@@ -89,6 +89,12 @@ fn parse_channel(
             format!("channel '{channel}': spy {what} are not supported by this driver version"),
         ));
     }
+    if let Some((part, reason)) = uri.unsupported_parameter() {
+        return Err(CommandError::new(
+            error_code::NOT_SUPPORTED,
+            format!("channel '{channel}': {part}: {reason}"),
+        ));
+    }
     let p = uri.params();
     if let Some(s) = p.stream_id {
         if s != stream_id {
@@ -674,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn should_refuse_spies_and_session_id_tags_as_not_supported() {
+    fn should_refuse_spies_session_id_tags_and_mdc_as_not_supported() {
         let e = command_error(parse_channel(
             "aeron-spy:aeron:udp?endpoint=localhost:40123",
             7,
@@ -693,5 +699,18 @@ mod tests {
         ));
         assert_eq!(e.code, error_code::NOT_SUPPORTED);
         assert_eq!(e.message, "session-id=tag: is not supported yet");
+        let e = command_error(parse_channel(
+            "aeron:udp?endpoint=localhost:40123|control-mode=dynamic",
+            7,
+            "publications",
+        ));
+        assert_eq!(e.code, error_code::NOT_SUPPORTED);
+        assert!(
+            e.message.ends_with(
+                "control-mode=dynamic: multi-destination-cast (MDC) is not supported yet"
+            ),
+            "{}",
+            e.message
+        );
     }
 }
