@@ -113,6 +113,41 @@ fn a_removed_publication_keeps_its_log_for_the_linger_then_frees_it() {
 }
 
 #[test]
+fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation_id() {
+    use sulis_protocol::control::{command_type, error_code};
+    let mut h = Harness::new("unimplemented", |_| {});
+    h.keepalive();
+    h.settle();
+    h.take_events();
+    let errors_before = h.system_counter(SystemCounter::Errors);
+    // ADD_DESTINATION as an Aeron client sends it: client id, correlation id,
+    // registration id of the publication, channel.
+    let correlation_id = h.correlation_id();
+    let mut body = Vec::new();
+    body.extend_from_slice(&h.client_id.to_le_bytes());
+    body.extend_from_slice(&correlation_id.to_le_bytes());
+    body.extend_from_slice(&42i64.to_le_bytes());
+    let channel = b"aeron:udp?endpoint=localhost:40123";
+    body.extend_from_slice(&(channel.len() as i32).to_le_bytes());
+    body.extend_from_slice(channel);
+    assert!(h.to_driver.write(command_type::ADD_DESTINATION, &body).unwrap());
+    // The same type too short to carry a correlation id: logged only.
+    assert!(h.to_driver.write(command_type::ADD_DESTINATION, &body[..12]).unwrap());
+    // A type id that is not Aeron's: logged only, whatever its length.
+    assert!(h.to_driver.write(0x7777, &body).unwrap());
+    h.settle();
+    let events = h.take_events();
+    assert!(
+        matches!(events.as_slice(), [Event::Error { correlation_id: c, code, message }]
+            if *c == correlation_id
+                && *code == error_code::UNKNOWN_COMMAND_TYPE_ID
+                && message.contains("ADD_DESTINATION")),
+        "{events:?}"
+    );
+    assert_eq!(h.system_counter(SystemCounter::Errors), errors_before + 3);
+}
+
+#[test]
 fn garbage_commands_are_counted_and_logged_but_answer_no_one() {
     let mut h = Harness::new("garbage", |_| {});
     h.keepalive();

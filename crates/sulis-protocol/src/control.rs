@@ -27,6 +27,49 @@ pub mod command_type {
     pub const CLIENT_CLOSE: i32 = 0x0B;
     /// Ask the driver to terminate.
     pub const TERMINATE_DRIVER: i32 = 0x0E;
+
+    // Aeron's commands sulis does not implement (docs/protocol.md §4.8).
+
+    /// Add a destination to a manual MDC publication.
+    pub const ADD_DESTINATION: i32 = 0x07;
+    /// Remove a destination from a manual MDC publication.
+    pub const REMOVE_DESTINATION: i32 = 0x08;
+    /// Add a destination to a multi-destination subscription.
+    pub const ADD_RCV_DESTINATION: i32 = 0x0C;
+    /// Remove a destination from a multi-destination subscription.
+    pub const REMOVE_RCV_DESTINATION: i32 = 0x0D;
+    /// Add a static counter.
+    pub const ADD_STATIC_COUNTER: i32 = 0x0F;
+    /// Reject an image.
+    pub const REJECT_IMAGE: i32 = 0x10;
+    /// Remove a destination by its registration id.
+    pub const REMOVE_DESTINATION_BY_ID: i32 = 0x11;
+    /// Ask for the next available session id.
+    pub const GET_NEXT_AVAILABLE_SESSION_ID: i32 = 0x12;
+
+    /// The name of one of Aeron's command types this protocol has no
+    /// decoder for; `None` for the others (implemented, or not Aeron's).
+    pub fn unimplemented_name(type_id: i32) -> Option<&'static str> {
+        Some(match type_id {
+            ADD_DESTINATION => "ADD_DESTINATION",
+            REMOVE_DESTINATION => "REMOVE_DESTINATION",
+            ADD_RCV_DESTINATION => "ADD_RCV_DESTINATION",
+            REMOVE_RCV_DESTINATION => "REMOVE_RCV_DESTINATION",
+            ADD_STATIC_COUNTER => "ADD_STATIC_COUNTER",
+            REJECT_IMAGE => "REJECT_IMAGE",
+            REMOVE_DESTINATION_BY_ID => "REMOVE_DESTINATION_BY_ID",
+            GET_NEXT_AVAILABLE_SESSION_ID => "GET_NEXT_AVAILABLE_SESSION_ID",
+            _ => return None,
+        })
+    }
+}
+
+/// `(client_id, correlation_id)`, the header every Aeron command starts with,
+/// or `None` when `body` is too short to hold it.
+pub fn correlated_header(body: &[u8]) -> Option<(i64, i64)> {
+    let client_id = i64::from_le_bytes(body.get(0..8)?.try_into().ok()?);
+    let correlation_id = i64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
+    Some((client_id, correlation_id))
 }
 
 /// Event type ids (to-clients broadcast buffer).

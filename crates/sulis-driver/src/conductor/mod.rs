@@ -38,7 +38,7 @@ use sulis_concurrent::cnc::Cnc;
 use sulis_concurrent::counters::CountersManager;
 use sulis_concurrent::error_log::SharedErrorLog;
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
-use sulis_protocol::control::{error_code, Command, Event};
+use sulis_protocol::control::{command_type, correlated_header, error_code, Command, Event};
 use sulis_protocol::uri::{ChannelUri, SessionIdParam};
 
 /// How often the driver heartbeat in the CnC is refreshed.
@@ -307,6 +307,10 @@ impl DriverConductor {
     fn on_command(&mut self, type_id: i32, body: &[u8], now_ns: i64) {
         let cmd = match Command::decode(type_id, body) {
             Ok(c) => c,
+            Err(_) if command_type::unimplemented_name(type_id).is_some() => {
+                self.on_unimplemented_command(type_id, body);
+                return;
+            }
             Err(e) => {
                 // Logged and counted (Errors), not broadcast: the broadcast
                 // goes to every client, and a buggy or hostile writer could
@@ -422,6 +426,29 @@ impl DriverConductor {
         }
     }
 
+    /// One of Aeron's commands this driver does not implement (an Aeron
+    /// client may send it): answered with ON_ERROR UNKNOWN_COMMAND_TYPE_ID
+    /// addressed to its correlation id, so the client does not wait out its
+    /// timeout. Its type says the body starts with Aeron's correlated header;
+    /// one too short for that is malformed, logged and counted only.
+    fn on_unimplemented_command(&mut self, type_id: i32, body: &[u8]) {
+        let name = command_type::unimplemented_name(type_id).unwrap_or("?");
+        match correlated_header(body) {
+            Some((client_id, correlation_id)) => self.reply_error(
+                client_id,
+                correlation_id,
+                CommandError::new(
+                    error_code::UNKNOWN_COMMAND_TYPE_ID,
+                    format!("command type {type_id:#x} ({name}) is not supported by this driver"),
+                ),
+            ),
+            None => self.record_error(&format!(
+                "malformed command type {type_id:#x} ({name}): {} bytes, shorter than its 16-byte header",
+                body.len()
+            )),
+        }
+    }
+
     /// A command failed: logged, and its client told.
     fn reply_error(&mut self, client_id: i64, correlation_id: i64, e: CommandError) {
         // The log entry leaves out what differs from one command to the next
@@ -431,6 +458,8 @@ impl DriverConductor {
             error_code::UNKNOWN_PUBLICATION => "remove of an unknown publication".to_string(),
             error_code::UNKNOWN_SUBSCRIPTION => "remove of an unknown subscription".to_string(),
             error_code::UNKNOWN_COUNTER => "remove of an unknown counter".to_string(),
+            // Names the command type only: one entry per type.
+            error_code::UNKNOWN_COMMAND_TYPE_ID => e.message.clone(),
             _ => format!("client {client_id}: {}", e.message),
         };
         self.record_error(&logged);
