@@ -186,18 +186,22 @@ impl Default for NanoClock {
 pub struct ErrorReporter {
     log: SharedErrorLog,
     system: SystemCounters,
+    /// The driver's clock: error timestamps agree with the heartbeats and
+    /// counter deadlines in the CnC, a manual clock's included.
+    clock: NanoClock,
 }
 
 impl ErrorReporter {
-    /// Reports into `log`, counting in the system `Errors` counter.
-    pub fn new(log: SharedErrorLog, system: SystemCounters) -> Self {
-        ErrorReporter { log, system }
+    /// Reports into `log`, counting in the system `Errors` counter, with
+    /// timestamps from `clock`.
+    pub fn new(log: SharedErrorLog, system: SystemCounters, clock: NanoClock) -> Self {
+        ErrorReporter { log, system, clock }
     }
 
     /// Records one error.
     pub fn record(&self, text: &str) {
         self.system.increment(SystemCounter::Errors);
-        self.log.record(text, epoch_ms());
+        self.log.record(text, self.clock.epoch_ms());
     }
 
     /// The system counters, for agents that count beside reporting.

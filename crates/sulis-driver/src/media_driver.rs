@@ -153,7 +153,7 @@ impl MediaDriver {
         };
         let header = CncHeader {
             client_liveness_timeout_ns: ctx.client_liveness_timeout_ns as i64,
-            start_timestamp_ms: epoch_ms(),
+            start_timestamp_ms: clock.epoch_ms(),
             pid: std::process::id() as i64,
             page_size: ctx.file_page_size,
         };

@@ -148,6 +148,38 @@ fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation
 }
 
 #[test]
+fn error_timestamps_come_from_the_drivers_clock() {
+    const DAY_MS: i64 = 86_400_000;
+    let mut h = Harness::new("error-time", |_| {});
+    let real_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let before_ms = real_ms();
+    // Ten days pass on the driver's clock, in one step (no duty cycle between).
+    h.clock.advance_ns(10 * DAY_MS * MS);
+    assert!(h.to_driver.write(0x7777, &[0; 16]).unwrap());
+    h.settle();
+    h.clock.advance_ns(5_000 * MS);
+    assert!(h.to_driver.write(0x7777, &[0; 16]).unwrap());
+    h.settle();
+    let errors = h.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let (count, first_ms, last_ms, _) = &errors[0];
+    assert_eq!(*count, 2);
+    // The manual clock's epoch is the real time it was made at, give or take
+    // the test's own run time; the real clock would say ten days less.
+    assert!(
+        (first_ms - (before_ms + 10 * DAY_MS)).abs() < 60_000,
+        "first {first_ms}, real {before_ms}"
+    );
+    assert_eq!(last_ms - first_ms, 5_000, "exactly the time the test let pass");
+    assert!(real_ms() < first_ms - DAY_MS);
+}
+
+#[test]
 fn garbage_commands_are_counted_and_logged_but_answer_no_one() {
     let mut h = Harness::new("garbage", |_| {});
     h.keepalive();

@@ -168,7 +168,7 @@ impl DriverConductor {
         );
         let now_ms = clock.epoch_ms();
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
-        let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system);
+        let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system, clock);
         to_driver.set_consumer_heartbeat_time(now_ms);
         let seed = (now_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
         Ok(DriverConductor {
