@@ -209,6 +209,26 @@ def test_every_cited_docs_section_exists():
     assert not problems, "source comments cite documents or sections that do not exist:\n" + "\n".join(problems)
 
 
+# A file name with a section but no docs/ ("[x.md §N](x.md)" is a link inside a generated page).
+BARE_SOURCE_CITATION = re.compile(rf"(?<![\w/.\[-])(?P<file>[A-Za-z0-9_-]+\.md)\)?\s*{ITEM}")
+
+
+def test_source_citations_of_sections_name_the_docs_directory():
+    # A bare file name before a section number escapes the check above (which
+    # reads docs/<file>.md only), and may name no file at all (PROTOCOL.md).
+    problems = []
+    for path in _source_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for m in BARE_SOURCE_CITATION.finditer(line):
+                cite = f"docs/{m.group('file').lower()}"
+                problems.append(f"{path.relative_to(ROOT)}:{number}: {m.group(0)!r} (cite {cite})")
+    assert not problems, "section citations without docs/:\n" + "\n".join(problems)
+
+
 def test_cross_references_inside_docs_resolve():
     citations = doc_citations()
     assert citations, "no cross-references found in docs/"

@@ -24,7 +24,7 @@
 //! # Ok::<(), sulis_protocol::uri::UriError>(())
 //! ```
 //!
-//! The grammar (PROTOCOL.md §6) is
+//! The grammar (docs/protocol.md §6) is
 //!
 //! ```text
 //! aeron-uri = ["aeron-spy:"] "aeron:" media ["?" param *("|" param)]
@@ -69,7 +69,7 @@ const MAX_MESSAGE_LENGTH_CAP: u32 = 16 * 1024 * 1024;
 const SPY_PREFIX: &str = "aeron-spy:";
 const AERON_PREFIX: &str = "aeron:";
 
-/// Every parameter key accepted in a channel URI (PROTOCOL.md §6).
+/// Every parameter key accepted in a channel URI (docs/protocol.md §6).
 const KNOWN_KEYS: &[&str] = &[
     "endpoint",
     "interface",
@@ -137,7 +137,7 @@ impl fmt::Display for Media {
     }
 }
 
-/// Value of the `control-mode` parameter (PROTOCOL.md §5.10).
+/// Value of the `control-mode` parameter (docs/protocol.md §5.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ControlMode {
     /// `dynamic`: multi-destination-cast whose destinations are learnt from status messages.
@@ -165,7 +165,7 @@ impl fmt::Display for ControlMode {
     }
 }
 
-/// Value of the `session-id` parameter (PROTOCOL.md §5.11).
+/// Value of the `session-id` parameter (docs/protocol.md §5.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SessionIdParam {
     /// A fixed session id (publication) or the only session accepted (subscription).
