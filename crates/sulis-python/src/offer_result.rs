@@ -62,7 +62,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("OfferResult", &class)?;
     let _ = BY_CODE.set(py, members);
-    Ok(())
+    // The raw `offer` entries return these members, so they go in once the
+    // members exist.
+    crate::publication::install_raw_offer(py)
 }
 
 /// A position as an int, a code as its `OfferResult` member.
