@@ -137,11 +137,15 @@ _live: weakref.WeakSet = weakref.WeakSet()
 
 
 class MediaDriver(_native.MediaDriver):
-    """An embedded media driver (conductor and network agents on Rust threads).
+    """An embedded media driver (conductor and network agents on Rust threads, or run by the caller).
 
     ``MediaDriver(dir=None, threading_mode=None, idle_strategy=None, **options)``:
     ``dir`` defaults to ``$SULIS_DIR`` or ``/dev/shm/sulis-$USER``;
-    ``threading_mode`` is ``shared``, ``shared-network`` or ``dedicated``;
+    ``threading_mode`` is ``dedicated`` (the default: conductor, sender and receiver
+    threads), ``shared-network``, ``shared`` (one thread) or ``invoker`` (no thread:
+    the embedding code calls ``driver.do_work()``, which runs one duty cycle of each
+    agent with the GIL released and returns the work done, 0 when idle; clients of
+    the driver get answers only while something calls it);
     ``idle_strategy`` is ``busy-spin``, ``yielding``, ``backoff`` or ``sleeping``.
     Other options by name (``ipc_term_buffer_length="1m"``,
     ``client_liveness_timeout=2.0``...), see ``sulis driver --print-config``.

@@ -61,3 +61,12 @@ def test_offer_results_are_an_int_enum_equal_to_aerons_codes():
         assert sulis.result_name(code) == name
     assert repr(sulis.BACK_PRESSURED) == "<OfferResult.BACK_PRESSURED: -2>"
     assert sulis.result_name(4096) == "position 4096" and sulis.result_name(-99) == "position -99"
+
+
+def test_media_driver_docstring_names_every_threading_mode_and_do_work():
+    doc = sulis.MediaDriver.__doc__ or ""
+    for mode in ("dedicated", "shared-network", "shared", "invoker"):
+        assert f"``{mode}``" in doc, mode
+    assert "driver.do_work()" in doc
+    native = sulis._native.MediaDriver.__doc__ or ""
+    assert 'threading_mode="invoker"' in native and "do_work()" in native

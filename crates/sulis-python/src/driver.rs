@@ -85,8 +85,10 @@ fn build_context(
     Ok(ctx)
 }
 
-/// An embedded media driver: conductor (and later sender and receiver) agents
-/// on Rust threads in this process. No driver thread holds the GIL.
+/// An embedded media driver: conductor, sender and receiver agents on Rust
+/// threads in this process (no driver thread holds the GIL), or, with
+/// `threading_mode="invoker"`, on no thread of their own: the embedding code
+/// runs them by calling `do_work()`.
 ///
 /// `MediaDriver(dir=None, threading_mode=None, idle_strategy=None, **options)`;
 /// options are the driver options by name (see `sulis driver --print-config`).
