@@ -4,8 +4,10 @@
 //!
 //! Each option has a name (`term_buffer_length`), an environment variable
 //! (`SULIS_TERM_BUFFER_LENGTH`), a default, a unit and a sentence of doc. Values
-//! are parsed with the same rules as channel URIs: sizes take `k/m/g`,
-//! durations `ns/us/ms/s`.
+//! are parsed by `sulis_protocol::values`: sizes as in channel URIs (`k/m/g`);
+//! durations by `parse_duration_option`, which, unlike a URI, needs a unit
+//! (`ns/us/ms/s`, fractions allowed: `1.5s`) and refuses a bare number other
+//! than 0 as ambiguous.
 
 use crate::loss::LossSpec;
 use std::path::PathBuf;
