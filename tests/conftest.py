@@ -58,6 +58,10 @@ DRIVER_DEFAULTS = {
     "publication_linger_timeout": "100ms",
 }
 
+#: Counter type ids by name ("pub-lmt", "snd-pos", "client-heartbeat", ...), as the native
+#: module knows them (crates/sulis-protocol/src/counters.rs): tests take the ids from here.
+COUNTER_TYPE: dict[str, int] = {name: type_id for type_id, name in sulis._native.counter_types()}
+
 #: System counters used by the tests: (id, label) as in Aeron's SystemCounterDescriptor
 #: (crates/sulis-driver/src/system_counters.rs).
 UNBLOCKED_PUBLICATIONS_COUNTER = (19, "Unblocked Publications")

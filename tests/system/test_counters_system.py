@@ -9,9 +9,10 @@ import time
 from test_udp_system import UDP_OPTIONS, free_port, run_stream, stream_of
 
 import sulis
-from conftest import await_until
+from conftest import COUNTER_TYPE, await_until
 
-PUB_LMT, SND_POS, RCV_HWM, SUB_POS, RCV_POS, SND_LMT, PUB_POS = 1, 2, 3, 4, 5, 9, 12
+PUB_LMT, SND_POS, RCV_HWM, SUB_POS, RCV_POS, SND_LMT, PUB_POS = (
+    COUNTER_TYPE[n] for n in ("pub-lmt", "snd-pos", "rcv-hwm", "sub-pos", "rcv-pos", "snd-lmt", "pub-pos"))
 
 
 def stream_counters(dir: str) -> dict[int, dict]:

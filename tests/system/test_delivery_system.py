@@ -17,7 +17,7 @@ import time
 import pytest
 
 import sulis
-from conftest import await_until, free_udp_port
+from conftest import COUNTER_TYPE, await_until, free_udp_port
 
 UDP_OPTIONS = {"term_buffer_length": "1m", "timer_interval": "10ms", "publication_linger_timeout": "2s"}
 
@@ -150,7 +150,7 @@ def test_ipc_image_is_unavailable_once_drained_not_after_the_linger(client):
     assert sub.image_count == 0
 
 
-PUB_LMT = dict((name, id) for id, name in sulis._native.counter_types())["pub-lmt"]
+PUB_LMT = COUNTER_TYPE["pub-lmt"]
 
 
 @pytest.mark.driver_options(publication_linger_timeout="30s")

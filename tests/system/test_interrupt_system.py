@@ -12,11 +12,11 @@ import time
 import pytest
 
 import sulis
-from conftest import await_until, make_dir
+from conftest import COUNTER_TYPE, await_until, make_dir
 
 DRIVER_OPTIONS = '{"threading_mode": "shared", "timer_interval": "10ms", "publication_linger_timeout": "100ms"}'
 
-PUBLISHER_LIMIT = 1
+PUBLISHER_LIMIT = COUNTER_TYPE["pub-lmt"]
 
 
 def _sigint_after(seconds: float) -> threading.Thread:

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 import sulis
-from conftest import CLI, await_until, clean_env, connected_pair
+from conftest import CLI, COUNTER_TYPE, await_until, clean_env, connected_pair
 from conftest import free_udp_port as free_port  # the tests' one port helper
 from conftest import run_cli as run
 
@@ -44,9 +44,10 @@ def counters_by_id(dir: str) -> dict[int, dict]:
     return {c["id"]: c for c in sulis.CountersReader(dir).counters()}
 
 
-def value_of(dir: str, type_id: int, registration_id: int) -> int | None:
+def value_of(dir: str, type_name: str, registration_id: int) -> int | None:
+    """The value of the counter of type ``type_name`` ("pub-pos", ...) for ``registration_id``."""
     for c in sulis.CountersReader(dir).counters():
-        if c["type_id"] == type_id and c["registration_id"] == registration_id:
+        if c["type_id"] == COUNTER_TYPE[type_name] and c["registration_id"] == registration_id:
             return c["value"]
     return None
 
@@ -106,7 +107,7 @@ def test_stat_once_json_is_the_drivers_counters_and_follows_the_traffic(driver, 
     sub, pub = connected_pair(client, 1001)
     offer_all(pub, 20)
     drain(sub, 20)
-    await_until(lambda: value_of(driver.dir, 12, pub.registration_id) == pub.position, what="pub-pos sample")
+    await_until(lambda: value_of(driver.dir, "pub-pos", pub.registration_id) == pub.position, what="pub-pos sample")
 
     doc = run_json("stat", "--once", "--dir", driver.dir)
     assert doc["dir"] == driver.dir and doc["cnc_version"] == "0.2.0"
@@ -120,7 +121,7 @@ def test_stat_once_json_is_the_drivers_counters_and_follows_the_traffic(driver, 
     # system counters: fixed ids, Aeron's labels
     system = [c for c in doc["counters"] if c["type"] == "system"]
     assert [c["id"] for c in system][:46] == list(range(46))
-    assert all(c["type_id"] == 0 for c in system)
+    assert all(c["type_id"] == COUNTER_TYPE["system"] for c in system)
     assert got[5]["label"] == "NAKs sent" and got[14]["label"] == "Invalid packets"
 
     # the stream counters, from their keys
@@ -143,7 +144,7 @@ def test_stat_once_json_is_the_drivers_counters_and_follows_the_traffic(driver, 
     # more traffic: the values move with it
     before = pub.position
     offer_all(pub, 30)
-    await_until(lambda: value_of(driver.dir, 12, pub.registration_id) == pub.position, what="pub-pos sample")
+    await_until(lambda: value_of(driver.dir, "pub-pos", pub.registration_id) == pub.position, what="pub-pos sample")
     doc = run_json("stat", "--once", "--dir", driver.dir, "--type", "pub-pos", "--type", "sub-pos")
     now = {c["type"]: c["value"] for c in doc["counters"]}
     assert now == {"pub-pos": pub.position, "sub-pos": before}
@@ -184,10 +185,10 @@ def test_stat_filters(driver, client):
         return {c["id"] for c in run_json("stat", "--once", "--dir", driver.dir, *args)["counters"]}
 
     truth = counters_by_id(driver.dir)
-    assert ids("--type", "system") == {i for i, c in truth.items() if c["type_id"] == 0}
-    assert ids("--type", "client") == {i for i, c in truth.items() if c["type_id"] == 11}
+    assert ids("--type", "system") == {i for i, c in truth.items() if c["type_id"] == COUNTER_TYPE["system"]}
+    assert ids("--type", "client") == {i for i, c in truth.items() if c["type_id"] == COUNTER_TYPE["client-heartbeat"]}
     assert ids("--type", "4") == ids("--type", "sub-pos") == \
-        {i for i, c in truth.items() if c["type_id"] == 4}
+        {i for i, c in truth.items() if c["type_id"] == COUNTER_TYPE["sub-pos"]}
     stream_a = ids("--stream", "2001")
     assert {truth[i]["registration_id"] for i in stream_a} == {pub_a.registration_id, sub_a.registration_id}
     assert len(stream_a) == 3
@@ -293,7 +294,7 @@ def test_streams_groups_ipc_streams_and_computes_backlogs(driver, client):
     offer_all(pub_a, 40)
     offer_all(pub_b, 10, size=500)
     drain(reader_sub, 50)
-    await_until(lambda: all(value_of(driver.dir, 12, p.registration_id) == p.position for p in (pub_a, pub_b)),
+    await_until(lambda: all(value_of(driver.dir, "pub-pos", p.registration_id) == p.position for p in (pub_a, pub_b)),
                 what="pub-pos samples")
 
     doc = run_json("streams", "--dir", driver.dir)
@@ -335,9 +336,9 @@ def test_streams_over_udp_between_two_drivers(make_driver, make_client):
     await_until(lambda: pub.is_connected and sub.image_count == 1, what="UDP publication to connect")
     offer_all(pub, 50, size=300)
     image = sub.images[0]
-    await_until(lambda: value_of(pub_driver.dir, 12, pub.registration_id) == pub.position
-                and value_of(pub_driver.dir, 2, pub.registration_id) == pub.position
-                and value_of(sub_driver.dir, 5, image.correlation_id) == pub.position,
+    await_until(lambda: value_of(pub_driver.dir, "pub-pos", pub.registration_id) == pub.position
+                and value_of(pub_driver.dir, "snd-pos", pub.registration_id) == pub.position
+                and value_of(sub_driver.dir, "rcv-pos", image.correlation_id) == pub.position,
                 what="the stream to reach the receiver")
 
     (sending,) = run_json("streams", "--dir", pub_driver.dir)["streams"]
@@ -373,8 +374,8 @@ def test_streams_a_udp_stream_within_one_driver_is_one_stream(driver, client):
     sub, pub = connected_pair(client, 5002, channel=channel, sub_channel=channel)
     offer_all(pub, 10)
     image = sub.images[0]
-    await_until(lambda: value_of(driver.dir, 12, pub.registration_id) == pub.position
-                and value_of(driver.dir, 5, image.correlation_id) == pub.position)
+    await_until(lambda: value_of(driver.dir, "pub-pos", pub.registration_id) == pub.position
+                and value_of(driver.dir, "rcv-pos", image.correlation_id) == pub.position)
     (s,) = run_json("streams", "--dir", driver.dir)["streams"]
     assert s["channel"] == channel
     assert s["publisher"]["registration_id"] == pub.registration_id
@@ -493,7 +494,7 @@ def test_prometheus_endpoint_serves_fresh_counters_and_survives_the_driver(make_
     client = make_client(dir=drv.dir)
     sub, pub = connected_pair(client, 7001)
     offer_all(pub, 20)
-    await_until(lambda: value_of(drv.dir, 12, pub.registration_id) == pub.position, what="pub-pos sample")
+    await_until(lambda: value_of(drv.dir, "pub-pos", pub.registration_id) == pub.position, what="pub-pos sample")
     exporter = Exporter(drv.dir)
     try:
         metrics = exporter.scrape()
@@ -523,7 +524,7 @@ def test_prometheus_endpoint_serves_fresh_counters_and_survives_the_driver(make_
         # every scrape reads the counters afresh
         drain(sub, 20)
         offer_all(pub, 5)
-        await_until(lambda: value_of(drv.dir, 12, pub.registration_id) == pub.position, what="pub-pos sample")
+        await_until(lambda: value_of(drv.dir, "pub-pos", pub.registration_id) == pub.position, what="pub-pos sample")
         metrics = exporter.scrape()
         positions = {(s.labels["type"], s.labels["registration_id"]): s.value
                      for s in samples(metrics["sulis_stream_position"])}

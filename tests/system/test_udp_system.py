@@ -23,7 +23,7 @@ import pytest
 
 import sulis
 from _child import make_message, parse_message
-from conftest import await_until
+from conftest import COUNTER_TYPE, await_until
 from conftest import free_udp_port as free_port  # the tests' one port helper
 from netutil.relay import Impairment, RelayProcess
 
@@ -469,7 +469,8 @@ def test_channel_linger_keeps_a_closed_publication_for_late_naks(make_driver, ma
     closed = time.monotonic()
     time.sleep(0.5)  # the driver's own linger (100 ms) has passed, the channel's (1 s) has not
     def sender_position() -> list:
-        return [c for c in reader.counters() if c["type_id"] == 2 and c["registration_id"] == registration_id]
+        return [c for c in reader.counters()
+                if c["type_id"] == COUNTER_TYPE["snd-pos"] and c["registration_id"] == registration_id]
 
     assert sender_position()
     await_until(lambda: not sender_position(), timeout=5, what="publication freed after its linger")
