@@ -84,3 +84,20 @@ def test_prometheus_address_defaults_to_loopback(address, parsed):
     assert reach("127.0.0.1").startswith("loopback only") and reach("::1").startswith("loopback only")
     assert reach("0.0.0.0").startswith("all interfaces") and reach("::").startswith("all interfaces")
     assert reach("10.1.2.3") == "interface 10.1.2.3 only"
+
+
+def test_bench_ping_pong_checks_for_hdrhistogram_before_starting_anything(monkeypatch):
+    import sys
+
+    from click.testing import CliRunner
+
+    from sulis.cli import bench, main
+
+    def started(plan):
+        raise AssertionError("the bench started without the package it needs for its report")
+
+    monkeypatch.setattr(bench, "_run", started)
+    monkeypatch.setitem(sys.modules, "hdrh", None)  # as if not installed
+    out = CliRunner().invoke(main, ["bench", "ping-pong", "--round-trips", "10"])
+    assert out.exit_code == 1, out.output
+    assert "hdrhistogram" in out.output and "pip install 'sulis[bench]'" in out.output

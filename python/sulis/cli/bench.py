@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from .. import _native
+from ._common import require
 
 STREAM_BASE = 10_001
 IPC_TERM_LENGTH = 16 * 1024 * 1024  # of the embedded drivers (Plan.driver_options)
@@ -586,6 +587,9 @@ def _main(mode: str, count: int, options: dict) -> None:
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         plan = Plan(mode, count, options)
+        if mode == "ping-pong":
+            # The report is an HdrHistogram: fail before any child runs, not after the measurements.
+            require("hdrh", "sulis bench ping-pong")
         if "pyzmq" in plan.peers:
             try:
                 import zmq  # noqa: F401
