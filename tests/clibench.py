@@ -62,15 +62,6 @@ def kill_leftovers(proc: subprocess.Popen, marker: str) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture
-def no_leftovers():
-    """The bench leaves no scratch directory behind."""
-    before = scratch()
-    yield
-    left = scratch() - before
-    assert not left, f"left behind: {sorted(left)}"
-
-
 def bench(*args, timeout=180, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=env or clean_env())

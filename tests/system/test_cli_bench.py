@@ -26,7 +26,7 @@ import time
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from clibench import (  # noqa: F401 - no_leftovers is a fixture
+from clibench import (
     CLI,
     PERCENTILE_KEYS,
     bench,
@@ -36,11 +36,20 @@ from clibench import (  # noqa: F401 - no_leftovers is a fixture
     check_throughput,
     kill_leftovers,
     needs_zmq,
-    no_leftovers,
     result,
     scratch,
 )
 from conftest import await_until, clean_env, free_udp_port
+
+
+@pytest.fixture
+def no_leftovers():
+    """The bench leaves no scratch directory behind."""
+    before = scratch()
+    yield
+    left = scratch() - before
+    assert not left, f"left behind: {sorted(left)}"
+
 
 # ----------------------------------------------------------------- throughput
 
