@@ -265,3 +265,22 @@ def test_protocol_doc_lists_every_counter_type_and_system_counter():
         if not re.search(rf"^\|\s*{counter_id}\s*\|\s*{re.escape(label)}\s*\|", section, re.M):
             missing.append(f"system counter {counter_id} {label!r}")
     assert not missing, "docs/protocol.md §4.4 does not list: " + ", ".join(missing)
+
+
+# --- what the README tells ---------------------------------------------------------------------------------------
+
+
+def test_readme_shows_the_invoker_mode_and_the_random_input_runner():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert 'threading_mode="invoker"' in readme and "driver.do_work()" in readme
+    runner = ROOT / "crates" / "sulis-protocol" / "src" / "random_input.rs"
+    assert str(runner.relative_to(ROOT)) in readme
+    source = runner.read_text(encoding="utf-8")
+    for variable in ("SULIS_FUZZ_ITERATIONS", "SULIS_FUZZ_SEED"):
+        assert variable in readme and f'"{variable}"' in source, variable
+    # The long-run command's test filter selects the runner's tests.
+    m = re.search(r"^SULIS_FUZZ_ITERATIONS=\d+ SULIS_FUZZ_SEED=\d+ cargo test -p sulis-protocol --release (\S+)",
+                  readme, re.M)
+    assert m, "no long-run command in the README"
+    tests = re.findall(r"#\[test\]\s*fn (\w+)", source)
+    assert tests and all(m.group(1) in name for name in tests), (m.group(1), tests)
