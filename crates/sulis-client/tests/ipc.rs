@@ -259,10 +259,19 @@ fn close_reports_an_interrupt_while_the_driver_does_not_answer() {
 
     fire.store(true, Ordering::Release);
     let start = Instant::now();
-    assert!(matches!(publication.close(), Err(ClientError::Interrupted(_))));
-    assert!(matches!(exclusive.close(), Err(ClientError::Interrupted(_))));
+    assert!(matches!(
+        publication.close(),
+        Err(ClientError::Interrupted(_))
+    ));
+    assert!(matches!(
+        exclusive.close(),
+        Err(ClientError::Interrupted(_))
+    ));
     assert!(matches!(sub.close(), Err(ClientError::Interrupted(_))));
-    assert!(start.elapsed() < Duration::from_secs(5), "not the driver timeout");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "not the driver timeout"
+    );
     assert!(publication.is_closed() && exclusive.is_closed() && sub.is_closed());
     // Closed on the client's side: a second close has nothing to wait for.
     assert!(publication.close().is_ok() && sub.close().is_ok());

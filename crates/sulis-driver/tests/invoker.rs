@@ -130,9 +130,15 @@ fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation
     let channel = b"aeron:udp?endpoint=localhost:40123";
     body.extend_from_slice(&(channel.len() as i32).to_le_bytes());
     body.extend_from_slice(channel);
-    assert!(h.to_driver.write(command_type::ADD_DESTINATION, &body).unwrap());
+    assert!(h
+        .to_driver
+        .write(command_type::ADD_DESTINATION, &body)
+        .unwrap());
     // The same type too short to carry a correlation id: logged only.
-    assert!(h.to_driver.write(command_type::ADD_DESTINATION, &body[..12]).unwrap());
+    assert!(h
+        .to_driver
+        .write(command_type::ADD_DESTINATION, &body[..12])
+        .unwrap());
     // A type id that is not Aeron's: logged only, whatever its length.
     assert!(h.to_driver.write(0x7777, &body).unwrap());
     h.settle();
@@ -175,7 +181,11 @@ fn error_timestamps_come_from_the_drivers_clock() {
         (first_ms - (before_ms + 10 * DAY_MS)).abs() < 60_000,
         "first {first_ms}, real {before_ms}"
     );
-    assert_eq!(last_ms - first_ms, 5_000, "exactly the time the test let pass");
+    assert_eq!(
+        last_ms - first_ms,
+        5_000,
+        "exactly the time the test let pass"
+    );
     assert!(real_ms() < first_ms - DAY_MS);
 }
 

@@ -1684,20 +1684,55 @@ mod tests {
     fn mdc_and_response_channel_parameters_are_named_as_unsupported() {
         let unsupported = |uri: &str| ChannelUri::parse(uri).unwrap().unsupported_parameter();
         for (uri, part, reason) in [
-            ("aeron:udp?endpoint=h:1|control-mode=dynamic", "control-mode=dynamic", "MDC"),
-            ("aeron:udp?endpoint=h:1|control-mode=manual", "control-mode=manual", "MDC"),
+            (
+                "aeron:udp?endpoint=h:1|control-mode=dynamic",
+                "control-mode=dynamic",
+                "MDC",
+            ),
+            (
+                "aeron:udp?endpoint=h:1|control-mode=manual",
+                "control-mode=manual",
+                "MDC",
+            ),
             ("aeron:udp?endpoint=h:1|control=h:2", "control=h:2", "MDC"),
-            ("aeron:udp?control=h:2|control-mode=dynamic", "control=h:2", "MDC"),
-            ("aeron:udp?endpoint=h:1|control-mode=response", "control-mode=response", "response"),
-            ("aeron:ipc?control-mode=response", "control-mode=response", "response"),
-            ("aeron:ipc?response-correlation-id=7", "response-correlation-id=7", "response"),
-            ("aeron:udp?endpoint=h:1|response-endpoint=h:3", "response-endpoint=h:3", "response"),
+            (
+                "aeron:udp?control=h:2|control-mode=dynamic",
+                "control=h:2",
+                "MDC",
+            ),
+            (
+                "aeron:udp?endpoint=h:1|control-mode=response",
+                "control-mode=response",
+                "response",
+            ),
+            (
+                "aeron:ipc?control-mode=response",
+                "control-mode=response",
+                "response",
+            ),
+            (
+                "aeron:ipc?response-correlation-id=7",
+                "response-correlation-id=7",
+                "response",
+            ),
+            (
+                "aeron:udp?endpoint=h:1|response-endpoint=h:3",
+                "response-endpoint=h:3",
+                "response",
+            ),
         ] {
             let (got_part, got_reason) = unsupported(uri).unwrap_or_else(|| panic!("{uri}"));
             assert_eq!(got_part, part, "{uri}");
-            assert!(got_reason.contains(reason) && got_reason.ends_with("not supported yet"), "{uri}");
+            assert!(
+                got_reason.contains(reason) && got_reason.ends_with("not supported yet"),
+                "{uri}"
+            );
         }
-        for uri in ["aeron:ipc?term-length=64k", "aeron:udp?endpoint=h:1|mtu=1408", "aeron:udp?tags=1"] {
+        for uri in [
+            "aeron:ipc?term-length=64k",
+            "aeron:udp?endpoint=h:1|mtu=1408",
+            "aeron:udp?tags=1",
+        ] {
             assert_eq!(unsupported(uri), None, "{uri}");
         }
     }

@@ -94,7 +94,11 @@ fn dispatch_loop(events: ImageEvents, dispatch: Arc<Dispatch>) {
                 if !dispatch.running.load(Ordering::Acquire) {
                     return;
                 }
-                let cb = if available { &callbacks.0 } else { &callbacks.1 };
+                let cb = if available {
+                    &callbacks.0
+                } else {
+                    &callbacks.1
+                };
                 if let Some(cb) = cb {
                     match Py::new(py, PyImage::new(image)) {
                         Ok(img) => {

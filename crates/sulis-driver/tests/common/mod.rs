@@ -120,9 +120,11 @@ impl Harness {
     /// The driver's error log: `(count, first ms, last ms, text)` per entry.
     pub fn errors(&self) -> Vec<(i32, i64, i64, String)> {
         let mut out = Vec::new();
-        sulis_concurrent::error_log::read_error_log(self._cnc.error_log_buffer(), 0, |n, first, last, text| {
-            out.push((n, first, last, text.to_string()))
-        });
+        sulis_concurrent::error_log::read_error_log(
+            self._cnc.error_log_buffer(),
+            0,
+            |n, first, last, text| out.push((n, first, last, text.to_string())),
+        );
         out
     }
 
