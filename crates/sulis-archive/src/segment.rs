@@ -261,37 +261,52 @@ impl SegmentReader {
     /// at `limit`). Padding frames come back with their full length, their
     /// body zero, so a caller can skip or send them as the log has them.
     pub fn read(&mut self, buf: &mut [u8], limit: i64) -> Result<usize, ReadError> {
-        let mut filled = 0usize;
-        while self.position < limit {
-            let term_offset = (self.position % self.g.term_length) as usize;
-            let base = self.g.base_of(self.position);
-            if self.file.as_ref().map(|f| f.0) != Some(base) {
-                let path = self.g.path(&self.dir, base);
-                let file = File::open(&path).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
-                })?;
-                self.file = Some((base, path, file));
-            }
-            let (_, path, file) = self.file.as_ref().expect("just set");
-            let offset = (self.position - base) as u64;
+        if self.position >= limit {
+            return Ok(0);
+        }
+        let term_length = self.g.term_length as usize;
+        let term_offset = (self.position % self.g.term_length) as usize;
+        // One read of as much as may be wanted (a term never spans two
+        // segment files), then the frames in it are checked one by one.
+        let chunk = buf
+            .len()
+            .min((limit - self.position) as usize)
+            .min(term_length - term_offset);
+        let base = self.g.base_of(self.position);
+        if self.file.as_ref().map(|f| f.0) != Some(base) {
+            let path = self.g.path(&self.dir, base);
+            let file = File::open(&path).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+            })?;
+            self.file = Some((base, path, file));
+        }
+        let (_, path, file) = self.file.as_ref().expect("just set");
+        let file_offset = (self.position - base) as u64;
+        if chunk < DATA_HEADER_LENGTH {
+            // Less than a header is wanted or fits: look at the header alone.
             let mut header = [0u8; DATA_HEADER_LENGTH];
-            file.read_exact_at(&mut header, offset)?;
-            let corrupt = |reason: String| ReadError::Corrupt {
-                path: path.clone(),
-                offset,
-                position: self.position,
-                reason,
-            };
-            let frame_length = i32::from_le_bytes(header[0..4].try_into().unwrap());
-            let frame_type =
-                u16::from_le_bytes([header[TYPE_FIELD_OFFSET], header[TYPE_FIELD_OFFSET + 1]]);
+            file.read_exact_at(&mut header, file_offset)?;
+            let length = i32::from_le_bytes(header[0..4].try_into().unwrap());
+            if length > 0 && buf.len() < align_frame(length as usize) {
+                return Err(ReadError::BufferTooSmall(align_frame(length as usize)));
+            }
+            return Ok(0);
+        }
+        file.read_exact_at(&mut buf[..chunk], file_offset)?;
+        let mut at = 0usize;
+        while at + DATA_HEADER_LENGTH <= chunk {
+            let position = self.position + at as i64;
+            let offset_in_term = term_offset + at;
+            let h = &buf[at..at + DATA_HEADER_LENGTH];
+            let frame_length = i32::from_le_bytes(h[0..4].try_into().unwrap());
+            let frame_type = u16::from_le_bytes([h[TYPE_FIELD_OFFSET], h[TYPE_FIELD_OFFSET + 1]]);
             let header_offset = i32::from_le_bytes(
-                header[TERM_OFFSET_FIELD_OFFSET..TERM_OFFSET_FIELD_OFFSET + 4]
+                h[TERM_OFFSET_FIELD_OFFSET..TERM_OFFSET_FIELD_OFFSET + 4]
                     .try_into()
                     .unwrap(),
             );
             let header_term_id = i32::from_le_bytes(
-                header[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4]
+                h[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4]
                     .try_into()
                     .unwrap(),
             );
@@ -301,54 +316,53 @@ impl SegmentReader {
                     "no frame where the recording says there is one (length {frame_length}): the segment is torn"
                 ))
             } else if frame_length < DATA_HEADER_LENGTH as i32
-                || term_offset + aligned > self.g.term_length as usize
+                || offset_in_term + aligned > term_length
             {
                 Some(format!(
-                    "frame length {frame_length} does not fit the term at offset {term_offset}"
+                    "frame length {frame_length} does not fit the term at offset {offset_in_term}"
                 ))
             } else if frame_type != HDR_TYPE_DATA && frame_type != HDR_TYPE_PAD {
                 Some(format!("frame type {frame_type:#x} is not DATA or PAD"))
-            } else if header_offset as usize != term_offset
-                || header_term_id != self.g.term_id_at(self.position)
+            } else if header_offset as usize != offset_in_term
+                || header_term_id != self.g.term_id_at(position)
             {
                 Some(format!(
                     "frame header says term {header_term_id} offset {header_offset}, \
-                     it lies at term {} offset {term_offset}",
-                    self.g.term_id_at(self.position)
+                     it lies at term {} offset {offset_in_term}",
+                    self.g.term_id_at(position)
                 ))
             } else {
                 None
             };
             if let Some(reason) = problem {
-                if filled > 0 {
+                if at > 0 {
                     // Hand over the good frames first; the next call reports it.
                     break;
                 }
-                return Err(corrupt(reason));
+                return Err(ReadError::Corrupt {
+                    path: path.clone(),
+                    offset: file_offset,
+                    position,
+                    reason,
+                });
             }
-            if self.position + aligned as i64 > limit {
+            if position + aligned as i64 > limit {
                 break;
             }
-            if filled + aligned > buf.len() {
-                if filled == 0 {
+            if at + aligned > chunk {
+                if at == 0 && aligned > buf.len() {
                     return Err(ReadError::BufferTooSmall(aligned));
                 }
-                break;
+                break; // the rest of this frame comes with the next read
             }
-            let dst = &mut buf[filled..filled + aligned];
             if frame_type == HDR_TYPE_PAD {
-                dst.fill(0);
-                dst[..DATA_HEADER_LENGTH].copy_from_slice(&header);
-            } else {
-                file.read_exact_at(dst, offset)?;
+                // Only a padding frame's header is on disk.
+                buf[at + DATA_HEADER_LENGTH..at + aligned].fill(0);
             }
-            filled += aligned;
-            self.position += aligned as i64;
-            if self.position % self.g.term_length == 0 {
-                break;
-            }
+            at += aligned;
         }
-        Ok(filled)
+        self.position += at as i64;
+        Ok(at)
     }
 }
 

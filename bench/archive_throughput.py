@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Archive throughput: recording and replaying a stream, sulis beside Aeron Java's archive.
+
+    python bench/archive_throughput.py            # 32 B and 1 KiB, 3 runs each (~3 min)
+    python bench/archive_throughput.py --quick    # 1 run, fewer messages (smoke test)
+
+Rows, each the median of ``--runs`` runs:
+
+* sulis record: an embedded driver (shared thread) and archive record an IPC stream into
+  ``--dir`` (on disk, default a fresh directory under the temporary directory); the publisher
+  (Python ``offer_batch``, 1,024 messages a call, the GIL released) publishes ``--count``
+  messages; the time runs from the first offer to the archive's recorded position reaching the
+  end. Messages/s and MB/s of payload.
+* sulis replay: the recording replayed over IPC to a subscriber reading with ``poll_batch``
+  (Rust copies, no Python object per message); from the replay request to the last message.
+* Aeron record / replay: Aeron's own samples ``EmbeddedRecordingThroughput`` and
+  ``EmbeddedReplayThroughput`` (an ArchivingMediaDriver in the JVM, publisher and subscriber in
+  Java), with ``-Dagrona.disable.bounds.checks=true`` as Aeron recommends, their archive in the same
+  kind of directory; their printed msg/s.
+* disk: sequential write speed of the same directory (1 MiB writes of ``--disk-mb`` MB, then
+  fsync), to judge big-message recording against it.
+
+The Aeron rows need ``bash bench/peers/install.sh`` (Java 17 and the current aeron-all jar).
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import _common as c  # noqa: E402
+from bench.peers import aeron as aeron_java  # noqa: E402
+
+import sulis  # noqa: E402
+from sulis.archive import RecordingSignal  # noqa: E402
+
+BATCH = 1024
+
+
+def sulis_run(base: str, length: int, count: int) -> tuple[float, float]:
+    """One recording of ``count`` messages of ``length`` bytes, then one replay: (record msg/s,
+    replay msg/s)."""
+    os.makedirs(base, exist_ok=True)
+    shm = tempfile.mkdtemp(prefix="sulis-bench-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
+                               term_buffer_sparse_file=True, ipc_term_buffer_length="16m") as driver, \
+                sulis.Archive(os.path.join(base, "archive"), driver_dir=driver.dir,
+                              segment_file_length=1 << 30) as archive, \
+                sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
+            ac.start_recording("aeron:ipc", 1001)
+            pub = client.add_exclusive_publication("aeron:ipc?term-length=16m", 1001)
+            rid = ac.await_signal(RecordingSignal.START).recording_id
+            data = bytes(length) * BATCH
+            offs = array.array("q", range(0, (BATCH + 1) * length, length))
+            sent = 0
+            t0 = time.perf_counter()
+            while sent < count:
+                n = min(BATCH, count - sent)
+                published, _ = pub.offer_batch(data=memoryview(data)[: n * length], offsets=offs[: n + 1])
+                sent += published
+            end = pub.position
+            while ac.get_recording_position(rid) < end:
+                time.sleep(0.0002)
+            record_s = time.perf_counter() - t0
+            ac.stop_recording("aeron:ipc", 1001)
+            ac.await_signal(RecordingSignal.STOP, rid)
+            pub.close()
+
+            t0 = time.perf_counter()
+            sub = ac.replay(rid, "aeron:ipc", 2002)
+            got = 0
+            while got < count:
+                got += len(sub.poll_batch(65536))
+            replay_s = time.perf_counter() - t0
+            assert archive.errors() == [], archive.errors()
+        return count / record_s, count / replay_s
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+MSG_RATE = re.compile(r"([\d,]+) msg/sec")
+
+
+def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, count: int) -> float:
+    """One run of an Aeron archive sample: its printed msg/s."""
+    os.makedirs(base, exist_ok=True)
+    control, response = c.two_free_ports()
+    shm = tempfile.mkdtemp(prefix="sulis-bench-aeron-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    props = {"aeron.sample.messageLength": length, "aeron.sample.messages": count,
+             "aeron.dir": os.path.join(shm, "aeron"), "aeron.dir.delete.on.start": "true",
+             "aeron.archive.dir": os.path.join(base, "archive"),
+             "aeron.archive.control.channel": f"aeron:udp?endpoint=localhost:{control}",
+             "aeron.archive.control.response.channel": f"aeron:udp?endpoint=localhost:{response}",
+             "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
+             "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
+             "agrona.disable.bounds.checks": "true"}
+    try:
+        out = subprocess.run(aeron_java.command(aeron, props, f"io.aeron.samples.archive.{sample}"),
+                             input="n\n", capture_output=True, text=True, timeout=300)
+        rates = MSG_RATE.findall(out.stdout)
+        if not rates:
+            raise RuntimeError(f"{sample} printed no rate:\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
+        return float(rates[-1].replace(",", ""))
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def disk_mb_s(base: str, megabytes: int) -> float:
+    """Sequential write speed of ``base``: 1 MiB writes, then fsync."""
+    os.makedirs(base, exist_ok=True)
+    path = os.path.join(base, "disk-speed.bin")
+    block = os.urandom(1 << 20)
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(megabytes):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    s = time.perf_counter() - t0
+    os.remove(path)
+    return megabytes / s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--count", type=int, default=0, help="messages per run [default 5M for 32 B, 500k for 1 KiB]")
+    ap.add_argument("--lengths", default="32,1024", help="message lengths, comma separated")
+    ap.add_argument("--dir", default=None, help="where recordings go (a disk, not tmpfs) [default: a temp dir]")
+    ap.add_argument("--disk-mb", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
+    a = ap.parse_args()
+    c.require_release_build()
+    if a.quick:
+        a.runs, a.disk_mb = 1, 256
+    top = a.dir or tempfile.mkdtemp(prefix="sulis-bench-archive-")
+    try:
+        aeron = aeron_java.find("current")
+    except aeron_java.Missing as e:
+        aeron, why = None, str(e)
+    print(f"[archive] {c.cpu_summary()}; recordings in {top}")
+    rows = []
+    for length in (int(x) for x in a.lengths.split(",")):
+        count = a.count or (5_000_000 if length <= 64 else 500_000)
+        if a.quick:
+            count //= 5
+        sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
+        for run in range(a.runs):
+            r, p = sulis_run(os.path.join(top, f"sulis-{length}-{run}"), length, count)
+            sulis_rec.append(r)
+            sulis_rep.append(p)
+            if aeron:
+                aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput",
+                                           os.path.join(top, f"aeron-{length}-{run}"), length, count))
+                aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput",
+                                           os.path.join(top, f"aeron-{length}-{run}"), length, count))
+        med = statistics.median
+        for what, s, j in (("record", sulis_rec, aeron_rec), ("replay", sulis_rep, aeron_rep)):
+            ratio = med(s) / med(j) if j else None
+            rows.append([f"{what} {length} B", f"{med(s) / 1e6:.2f} M/s", f"{med(s) * length / 1e6:.0f} MB/s",
+                         f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
+                         f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
+                         ", ".join(f"{x / 1e6:.2f}" for x in s)])
+    disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+    c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron", "sulis runs (M/s)"],
+                  rows)
+    print(f"disk sequential write (1 MiB writes + fsync, {a.disk_mb} MB): {disk:.0f} MB/s")
+    if not a.dir:
+        shutil.rmtree(top, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
