@@ -316,8 +316,9 @@ macro_rules! publication_methods {
             /// Closes the publication (idempotent).
             fn close(&self, py: Python<'_>) -> PyResult<()> {
                 let inner = self.raw();
-                py.detach(|| inner.close());
-                Ok(())
+                // Closed on this side either way; a Ctrl-C while the driver
+                // is asked to release it comes out as KeyboardInterrupt.
+                py.detach(|| inner.close()).map_err(crate::errors::client_err)
             }
             fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
                 if slf.get().is_closed() {
