@@ -9,6 +9,7 @@ import shutil
 import signal
 import stat
 import struct
+import subprocess
 import time
 
 import pytest
@@ -328,3 +329,49 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
     # A missing directory is a one-line error.
     missing = run_cli("archive-tool", os.path.join(archive_dir, "nope"), "describe")
     assert missing.returncode != 0 and "holds no archive.catalog" in missing.stderr
+
+
+@pytest.fixture
+def small_disk():
+    """A 3 MiB tmpfs (mount needs root; the test skips without)."""
+    d = make_dir("sulis-small-disk-")
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", d], capture_output=True, text=True)
+    if out.returncode != 0:
+        os.rmdir(d)
+        pytest.skip(f"cannot mount a small tmpfs: {out.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", d], check=False)
+    os.rmdir(d)
+
+
+def test_a_full_disk_stops_the_recording_with_an_error_and_the_archive_goes_on(driver, client, small_disk):
+    with sulis.Archive(os.path.join(small_disk, "archive"), driver_dir=driver.dir,
+                       segment_file_length=64 * 1024) as archive, sulis.ArchiveClient(client) as ac:
+        ac.start_recording("aeron:ipc", 1001)
+        pub = client.add_publication("aeron:ipc?term-length=64k", 1001)
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        # 8 MiB into a 3 MiB disk: the recording must stop.
+        deadline = time.monotonic() + 30
+        sent = 0
+        while sent < 8192:
+            if pub.offer(bytes(1000)) >= 0:
+                sent += 1
+            elif ac.get_recording_position(rid) == -1:
+                break  # stopped: the publication is not read any more
+            assert time.monotonic() < deadline
+        stop = ac.await_signal(RecordingSignal.STOP, rid)
+        (d,) = ac.list_recordings()
+        errors = ac.poll_errors()  # the archive's answer about the start request
+        assert [code for _, code, _ in errors] == [11], errors  # STORAGE_SPACE
+        assert "No space left" in errors[0][2], errors
+        assert d.stop_position == stop.position > 0, "the catalog says where it stopped"
+        assert any("No space left" in err for err in archive.errors())
+        # Whatever was written replays; the archive still serves.
+        sub = ac.replay(rid, "aeron:ipc", 2070)
+        got: list[bytes] = []
+        await_until(lambda: sub.images, what="the replay's image")
+        image = sub.images[0]
+        while not (image.is_end_of_stream or image.is_closed):
+            sub.poll(lambda b, h: got.append(bytes(b)), 100)
+        sub.poll(lambda b, h: got.append(bytes(b)), 100)
+        assert len(got) > 1000 and all(m == bytes(1000) for m in got)

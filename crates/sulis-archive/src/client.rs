@@ -100,6 +100,9 @@ pub struct ArchiveClient {
     next_correlation_id: i64,
     archive_id: i64,
     signals: VecDeque<RecordingSignalEvent>,
+    /// Errors about earlier requests (a recording that failed later, a
+    /// replay that broke): (correlation id, code, message).
+    errors: VecDeque<(i64, i64, String)>,
     /// Messages for this session read while waiting for something else.
     backlog: VecDeque<Vec<u8>>,
 }
@@ -139,6 +142,7 @@ impl ArchiveClient {
             next_correlation_id: seed,
             archive_id: NULL_VALUE,
             signals: VecDeque::new(),
+            errors: VecDeque::new(),
             backlog: VecDeque::new(),
         };
         let deadline = Instant::now() + c.ctx.message_timeout;
@@ -310,8 +314,17 @@ impl ArchiveClient {
             match h.template_id {
                 ControlResponse::TEMPLATE_ID => {
                     let r = ControlResponse::decode(&m).map_err(protocol)?;
-                    if r.control_session_id == self.control_session_id && r.correlation_id == k {
-                        return Ok(Answer::Response(r));
+                    if r.control_session_id == self.control_session_id {
+                        if r.correlation_id == k {
+                            return Ok(Answer::Response(r));
+                        }
+                        if r.code == response_code::ERROR {
+                            self.errors.push_back((
+                                r.correlation_id,
+                                r.relevant_id,
+                                r.error_message,
+                            ));
+                        }
                     }
                 }
                 RecordingDescriptor::TEMPLATE_ID => {
@@ -641,6 +654,19 @@ impl ArchiveClient {
         let deadline = Instant::now();
         while let Ok(m) = self.next_message(deadline, "signals") {
             if let Ok(h) = Header::decode(&m) {
+                if h.template_id == ControlResponse::TEMPLATE_ID {
+                    if let Ok(r) = ControlResponse::decode(&m) {
+                        if r.control_session_id == self.control_session_id
+                            && r.code == response_code::ERROR
+                        {
+                            self.errors.push_back((
+                                r.correlation_id,
+                                r.relevant_id,
+                                r.error_message,
+                            ));
+                        }
+                    }
+                }
                 if h.template_id == RecordingSignalEvent::TEMPLATE_ID {
                     if let Ok(s) = RecordingSignalEvent::decode(&m) {
                         if s.control_session_id == self.control_session_id {
@@ -651,6 +677,14 @@ impl ArchiveClient {
             }
         }
         self.signals.drain(..).collect()
+    }
+
+    /// Errors the archive sent about earlier requests since the last call
+    /// (a recording that stopped on a write error, a replay that met a
+    /// corrupt segment): (correlation id, error code, message).
+    pub fn poll_errors(&mut self) -> Vec<(i64, i64, String)> {
+        let _ = self.poll_signals();
+        self.errors.drain(..).collect()
     }
 
     /// Waits until a signal `signal` for `recording_id` (any if −1) arrives;

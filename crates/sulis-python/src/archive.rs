@@ -445,6 +445,11 @@ impl PyArchiveClient {
         Ok(signals.into_iter().map(signal_tuple).collect())
     }
 
+    /// Errors about earlier requests since the last call: (correlation id, code, message).
+    fn poll_errors(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, String)>> {
+        self.call(py, |s| Ok(s.poll_errors()))
+    }
+
     /// Waits for `signal` of `recording_id` (-1: any recording).
     fn await_signal(
         &self,
@@ -477,9 +482,7 @@ type CatalogListing = (Vec<(i32, PyRecordingDescriptor)>, Vec<String>);
 /// (state, descriptor) per entry (state 0 invalid, 1 valid, 2 deleted), and
 /// what could not be read.
 #[pyfunction]
-pub fn archive_describe(
-    dir: PathBuf,
-) -> PyResult<CatalogListing> {
+pub fn archive_describe(dir: PathBuf) -> PyResult<CatalogListing> {
     let (entries, problems) =
         sulis_archive::tool::describe(&dir).map_err(ConfigurationError::new_err)?;
     Ok((

@@ -206,6 +206,11 @@ class ArchiveClient(_native.ArchiveClient):
         """Recording signals received since the last call."""
         return [_signal(t) for t in super().poll_signals()]
 
+    def poll_errors(self) -> list[tuple[int, int, str]]:  # type: ignore[override]
+        """Errors the archive sent about earlier requests (a recording stopped by a write error,
+        a replay that met a corrupt segment): (correlation id, error code, message) tuples."""
+        return super().poll_errors()
+
     def await_signal(self, signal: RecordingSignal, recording_id: int = -1) -> RecordingSignalEvent:  # type: ignore[override]
         """Waits for ``signal`` of ``recording_id`` (any recording if -1)."""
         return _signal(super().await_signal(recording_id, int(signal)))
