@@ -116,6 +116,7 @@ mod tests {
             sparse: true,
             signal_eos: true,
             tether: true,
+            reliable: true,
         };
         let logs = LogBuffers::create(&dir.join("1.logbuffer"), &params).unwrap();
         let mut values = vec![0u8; 4096];

@@ -19,6 +19,7 @@ use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::DriverContext;
 use sulis_protocol::control::Event;
 use sulis_protocol::frame::{DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP};
+use sulis_protocol::log_buffer_descriptor::LOG_RELIABLE_OFFSET;
 
 const ENDPOINT: &str = "10.9.0.1:40123";
 
@@ -139,6 +140,7 @@ fn messages_cross_the_network_in_order() {
     assert_eq!(s.poll(), sent);
     assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
     assert_eq!(s.counter(SystemCounter::InvalidPackets), 0);
+    assert_eq!(s.image.meta().get_u8(LOG_RELIABLE_OFFSET), 1);
 }
 
 #[test]
@@ -195,6 +197,8 @@ fn with_reliable_false_a_lost_datagram_is_padded_over_not_naked() {
     assert_eq!(s.poll(), sent[8..], "the rest, after a gap fill");
     assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
     assert_eq!(s.counter(SystemCounter::LossGapFills), 1);
+    // The image's log says so, for tools and Aeron clients reading it.
+    assert_eq!(s.image.meta().get_u8(LOG_RELIABLE_OFFSET), 0);
 }
 
 #[test]

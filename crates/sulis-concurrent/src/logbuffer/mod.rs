@@ -50,6 +50,8 @@ pub struct LogParams {
     pub signal_eos: bool,
     /// Tether flag.
     pub tether: bool,
+    /// Gaps are NAKed (true) or padded over (`reliable=false`); images only mean it.
+    pub reliable: bool,
 }
 
 /// A mapped log buffer file.
@@ -97,7 +99,7 @@ impl LogBuffers {
         m.put_u8(LOG_SPARSE_OFFSET, p.sparse as u8);
         m.put_u8(LOG_SIGNAL_EOS_OFFSET, p.signal_eos as u8);
         m.put_u8(LOG_TETHER_OFFSET, p.tether as u8);
-        m.put_u8(LOG_RELIABLE_OFFSET, 1);
+        m.put_u8(LOG_RELIABLE_OFFSET, p.reliable as u8);
         m.put_u8(LOG_REJOIN_OFFSET, 1);
         m.put_u8(LOG_TYPE_OFFSET, p.log_type);
         let header = frame::default_data_header(p.session_id, p.stream_id, p.initial_term_id);
@@ -355,6 +357,7 @@ mod tests {
             sparse: true,
             signal_eos: true,
             tether: true,
+            reliable: true,
         };
         let logs = LogBuffers::create(&dir.path().join("1.logbuffer"), &p).unwrap();
         (dir, logs)

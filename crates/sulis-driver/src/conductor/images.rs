@@ -145,6 +145,7 @@ impl DriverConductor {
             sparse: self.ctx.term_buffer_sparse_file,
             signal_eos: true,
             tether: true,
+            reliable,
         };
         let path = image_log_file(&self.ctx.dir, correlation_id);
         let logs = match LogBuffers::create(&path, &params) {

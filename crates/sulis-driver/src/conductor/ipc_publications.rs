@@ -322,6 +322,7 @@ impl DriverConductor {
             sparse: p.sparse.unwrap_or(self.ctx.term_buffer_sparse_file),
             signal_eos: p.eos.unwrap_or(true),
             tether: true,
+            reliable: true,
         };
         let path = publication_log_file(&self.ctx.dir, correlation_id);
         let logs = LogBuffers::create(&path, &params).map_err(|e| {

@@ -5,11 +5,9 @@
 use super::endpoints::EndpointEntry;
 use super::ipc_publications::{PublicationLink, SharedPublication};
 use super::{CommandError, DriverConductor};
-use crate::media::transport::EndpointRole;
 use crate::lifecycle::PublicationState;
-use crate::network_publication::{
-    NetworkPublication, NetworkPublicationEntry, ReResolution,
-};
+use crate::media::transport::EndpointRole;
+use crate::network_publication::{NetworkPublication, NetworkPublicationEntry, ReResolution};
 use crate::sender::SenderCommand;
 use crate::system_counters::{type_id, SystemCounter};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
