@@ -405,6 +405,9 @@ class Archive:
         max_concurrent_replays: int = 20,
         connect_timeout: float = 5.0,
         replication_channel: str | None = None,
+        credentials: bytes | None = None,
+        challenge: bytes | None = None,
+        challenge_response: bytes | None = None,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -427,6 +430,8 @@ class ArchiveClient:
         control_response_channel: str = ...,
         control_response_stream_id: int = 20,
         message_timeout: float = 10.0,
+        credentials: bytes | None = None,
+        challenge_response: bytes | None = None,
     ) -> ArchiveClient: ...
     @property
     def archive_id(self) -> int: ...

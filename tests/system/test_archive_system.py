@@ -375,3 +375,17 @@ def test_a_full_disk_stops_the_recording_with_an_error_and_the_archive_goes_on(d
             sub.poll(lambda b, h: got.append(bytes(b)), 100)
         sub.poll(lambda b, h: got.append(bytes(b)), 100)
         assert len(got) > 1000 and all(m == bytes(1000) for m in got)
+
+
+def test_credentials_and_challenge_keep_out_who_lacks_them_and_the_archive_goes_on(driver, client, archive_dir):
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, credentials=b"s3cret", challenge=b"who goes?",
+                       challenge_response=b"a friend", connect_timeout=1.0) as archive:
+        for kwargs in ({}, {"credentials": b"wrong"}, {"credentials": b"s3cret", "challenge_response": b"foe"}):
+            with pytest.raises(sulis.ArchiveError, match="authentication rejected") as e:
+                sulis.ArchiveClient(client, message_timeout=3.0, **kwargs)
+            assert e.value.code == 10, kwargs  # AUTHENTICATION_REJECTED
+        with pytest.raises(sulis.ArchiveError, match="no challenge response is configured"):
+            sulis.ArchiveClient(client, message_timeout=3.0, credentials=b"s3cret")
+        with sulis.ArchiveClient(client, credentials=b"s3cret", challenge_response=b"a friend") as ac:
+            assert ac.list_recordings() == []
+        assert sum("authentication rejected" in e for e in archive.errors()) == 3, archive.errors()

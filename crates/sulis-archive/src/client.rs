@@ -27,6 +27,10 @@ pub struct ArchiveClientContext {
     pub message_timeout: Duration,
     /// Checked while waiting (Ctrl-C).
     pub interrupt: Option<Interrupt>,
+    /// Sent with the connect request (empty: none).
+    pub credentials: Vec<u8>,
+    /// The answer to the archive's challenge, if it sends one.
+    pub challenge_response: Option<Vec<u8>>,
 }
 
 impl Default for ArchiveClientContext {
@@ -38,6 +42,8 @@ impl Default for ArchiveClientContext {
             control_response_stream_id: 20,
             message_timeout: Duration::from_secs(10),
             interrupt: None,
+            credentials: Vec::new(),
+            challenge_response: None,
         }
     }
 }
@@ -155,21 +161,44 @@ impl ArchiveClient {
             response_stream_id: c.ctx.control_response_stream_id,
             version: PROTOCOL_VERSION,
             response_channel: c.ctx.control_response_channel.clone(),
-            encoded_credentials: Vec::new(),
+            encoded_credentials: c.ctx.credentials.clone(),
             client_info: format!("name=sulis version={}", env!("CARGO_PKG_VERSION")),
         };
         c.send(&request.encode())?;
         // The answer names the session: match on the correlation id alone.
+        let mut k = k;
         let r = loop {
             let m = c.next_message(deadline, "the archive to accept the connection")?;
-            if let Ok(h) = Header::decode(&m) {
-                if h.template_id == ControlResponse::TEMPLATE_ID {
-                    let r = ControlResponse::decode(&m)
-                        .map_err(|e| ArchiveError::Protocol(e.message))?;
-                    if r.correlation_id == k {
-                        break r;
-                    }
+            let Ok(h) = Header::decode(&m) else { continue };
+            let protocol =
+                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+            if h.template_id == ControlResponse::TEMPLATE_ID {
+                let r = ControlResponse::decode(&m).map_err(protocol)?;
+                if r.correlation_id == k {
+                    break r;
                 }
+            } else if h.template_id == Challenge::TEMPLATE_ID {
+                let ch = Challenge::decode(&m).map_err(protocol)?;
+                if ch.correlation_id != k {
+                    continue;
+                }
+                let Some(answer) = c.ctx.challenge_response.clone() else {
+                    return Err(ArchiveError::Archive {
+                        code: error_code::AUTHENTICATION_REJECTED,
+                        message:
+                            "the archive sent a challenge and no challenge response is configured"
+                                .into(),
+                    });
+                };
+                k = c.correlation_id();
+                c.send(
+                    &ChallengeResponse {
+                        control_session_id: ch.control_session_id,
+                        correlation_id: k,
+                        encoded_credentials: answer,
+                    }
+                    .encode(),
+                )?;
             }
         };
         if r.code != response_code::OK {

@@ -9,6 +9,7 @@
 //! listed in the catalog; a replay is an exclusive publication placed at
 //! the recording's position and fed with the recorded frames as they are.
 
+use crate::auth::{AllowAll, Authenticator, CredentialsAuthenticator, Decision};
 use crate::catalog::Catalog;
 use crate::context::ArchiveContext;
 use crate::mark_file::{ArchiveMarkFile, MarkFileFields};
@@ -43,6 +44,10 @@ fn now_ms() -> i64 {
 enum SessionState {
     /// Waiting for the response publication to connect.
     Connecting,
+    /// Asked the client to answer a challenge.
+    Challenged,
+    /// Refused: the client is told so until the connect timeout.
+    Rejected,
     /// Told the client it is connected; waiting for its first request.
     Authenticated,
     /// Serving requests.
@@ -62,6 +67,8 @@ struct ControlSession {
     control_subscription: usize,
     request_session_id: i32,
     invalid_version: Option<String>,
+    /// What the client connected with.
+    credentials: Vec<u8>,
     outbox: VecDeque<Vec<u8>>,
     /// When offers started failing (back pressure or not connected).
     send_failing_since: Option<Instant>,
@@ -192,12 +199,31 @@ pub struct ArchiveConductor {
     error_count: u64,
     mark_file: ArchiveMarkFile,
     last_activity: Instant,
+    authenticator: Box<dyn Authenticator>,
+    /// Sessions refused by the authenticator so far.
+    rejected_sessions: u64,
 }
 
 impl ArchiveConductor {
     /// Opens the archive directory (recovering recordings an earlier run
     /// left unfinished) and subscribes to the control channels.
     pub fn new(ctx: ArchiveContext) -> Result<ArchiveConductor, String> {
+        let authenticator: Box<dyn Authenticator> = match &ctx.credentials {
+            Some(credentials) => Box::new(CredentialsAuthenticator {
+                credentials: credentials.clone(),
+                challenge: ctx.challenge.clone(),
+                challenge_response: ctx.challenge_response.clone(),
+            }),
+            None => Box::new(AllowAll),
+        };
+        Self::with_authenticator(ctx, authenticator)
+    }
+
+    /// As [`ArchiveConductor::new`], deciding who may connect with `authenticator`.
+    pub fn with_authenticator(
+        ctx: ArchiveContext,
+        authenticator: Box<dyn Authenticator>,
+    ) -> Result<ArchiveConductor, String> {
         ctx.conclude()?;
         std::fs::create_dir_all(&ctx.archive_dir)
             .map_err(|e| format!("cannot create {}: {e}", ctx.archive_dir.display()))?;
@@ -278,6 +304,8 @@ impl ArchiveConductor {
             errors,
             mark_file,
             last_activity: Instant::now(),
+            authenticator,
+            rejected_sessions: 0,
         })
     }
 
@@ -375,6 +403,7 @@ impl ArchiveConductor {
                     r.response_stream_id,
                     r.version,
                     &r.response_channel,
+                    r.encoded_credentials,
                     now,
                 ),
                 Err(e) => self.record_error(format!("connect request dropped: {e}")),
@@ -387,6 +416,7 @@ impl ArchiveConductor {
                     r.response_stream_id,
                     r.version,
                     &r.response_channel,
+                    Vec::new(),
                     now,
                 ),
                 Err(e) => self.record_error(format!("connect request dropped: {e}")),
@@ -404,6 +434,7 @@ impl ArchiveConductor {
         response_stream_id: i32,
         version: i32,
         response_channel: &str,
+        credentials: Vec<u8>,
         now: Instant,
     ) {
         let channel = match response_publication_channel(response_channel, &self.ctx) {
@@ -457,6 +488,7 @@ impl ArchiveConductor {
                 control_subscription: sub,
                 request_session_id: image_session,
                 invalid_version,
+                credentials,
                 outbox: VecDeque::new(),
                 send_failing_since: None,
                 _counter: counter,
@@ -468,14 +500,52 @@ impl ArchiveConductor {
         let mut work = 0;
         let timeout = self.ctx.connect_timeout;
         let ping_interval = self.ctx.session_liveness_check_interval;
+        let mut refused = Vec::new();
         for s in self.sessions.values_mut() {
             match s.state {
                 SessionState::Connecting => {
                     if s.publication.is_connected() {
-                        s.state = SessionState::Authenticated;
                         s.deadline = now + timeout;
+                        s.state = match self.authenticator.on_connect(s.id, &s.credentials) {
+                            Decision::Accept => SessionState::Authenticated,
+                            Decision::Reject => {
+                                refused.push(s.id);
+                                SessionState::Rejected
+                            }
+                            Decision::Challenge(challenge) => {
+                                s.queue(
+                                    Challenge {
+                                        control_session_id: s.id,
+                                        correlation_id: s.connect_correlation_id,
+                                        version: PROTOCOL_VERSION,
+                                        encoded_challenge: challenge,
+                                    }
+                                    .encode(),
+                                );
+                                SessionState::Challenged
+                            }
+                        };
                         work += 1;
                     } else if now >= s.deadline {
+                        s.state = SessionState::Done;
+                    }
+                }
+                SessionState::Challenged => {
+                    if now >= s.deadline {
+                        s.state = SessionState::Done;
+                    }
+                }
+                SessionState::Rejected => {
+                    if now - s.last_send >= RESEND_INTERVAL && s.outbox.is_empty() {
+                        s.last_send = now;
+                        s.respond(
+                            s.connect_correlation_id,
+                            error_code::AUTHENTICATION_REJECTED,
+                            response_code::ERROR,
+                            "authentication rejected",
+                        );
+                    }
+                    if now >= s.deadline {
                         s.state = SessionState::Done;
                     }
                 }
@@ -517,9 +587,21 @@ impl ArchiveConductor {
                 }
             }
         }
+        for id in refused {
+            self.rejected_sessions += 1;
+            self.record_error(format!(
+                "control session {id}: authentication rejected ({} so far)",
+                self.rejected_sessions
+            ));
+        }
         let before = self.sessions.len();
         self.sessions.retain(|_, s| s.state != SessionState::Done);
         work + before - self.sessions.len()
+    }
+
+    /// Sessions the authenticator refused so far.
+    pub fn rejected_sessions(&self) -> u64 {
+        self.rejected_sessions
     }
 
     fn on_request(&mut self, template_id: u16, m: &[u8], now: Instant) {
@@ -542,6 +624,33 @@ impl ArchiveConductor {
                 "request (template {template_id}, correlation {correlation_id}) for unknown control session {session_id} dropped"
             ));
         };
+        if template_id == ChallengeResponse::TEMPLATE_ID
+            && session.state == SessionState::Challenged
+        {
+            match ChallengeResponse::decode(m) {
+                Ok(r) => {
+                    let decision = self
+                        .authenticator
+                        .on_challenge_response(session_id, &r.encoded_credentials);
+                    let s = self.session(session_id);
+                    // Answers now go to the challenge response's correlation id.
+                    s.connect_correlation_id = correlation_id;
+                    s.last_send = now - RESEND_INTERVAL;
+                    if decision == Decision::Accept {
+                        s.state = SessionState::Authenticated;
+                    } else {
+                        s.state = SessionState::Rejected;
+                        self.rejected_sessions += 1;
+                        let n = self.rejected_sessions;
+                        self.record_error(format!(
+                            "control session {session_id}: challenge answered wrongly, authentication rejected ({n} so far)"
+                        ));
+                    }
+                }
+                Err(e) => self.record_error(format!("challenge response dropped: {e}")),
+            }
+            return;
+        }
         match session.state {
             SessionState::Authenticated if session.invalid_version.is_none() => {
                 session.state = SessionState::Active;

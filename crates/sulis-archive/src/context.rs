@@ -45,6 +45,12 @@ pub struct ArchiveContext {
     pub driver_timeout: Duration,
     /// Channel a replicating archive receives on.
     pub replication_channel: Option<String>,
+    /// Clients must connect with these credentials (`None`: everyone may).
+    pub credentials: Option<Vec<u8>>,
+    /// With credentials: a challenge clients must then answer...
+    pub challenge: Option<Vec<u8>>,
+    /// ... with this.
+    pub challenge_response: Vec<u8>,
 }
 
 impl Default for ArchiveContext {
@@ -69,6 +75,9 @@ impl Default for ArchiveContext {
             session_liveness_check_interval: Duration::from_secs(1),
             driver_timeout: Duration::from_secs(10),
             replication_channel: None,
+            credentials: None,
+            challenge: None,
+            challenge_response: Vec::new(),
         }
     }
 }
@@ -108,6 +117,12 @@ impl ArchiveContext {
         }
         sulis_protocol::uri::ChannelUri::parse(&self.local_control_channel)
             .map_err(|e| format!("local_control_channel: {e}"))?;
+        if self.challenge.is_some() && self.credentials.is_none() {
+            return Err(
+                "a challenge needs credentials: clients answer it after connecting with them"
+                    .into(),
+            );
+        }
         if self.max_concurrent_recordings == 0 || self.max_concurrent_replays == 0 {
             return Err(
                 "max_concurrent_recordings and max_concurrent_replays must be at least 1".into(),

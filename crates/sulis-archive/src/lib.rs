@@ -12,6 +12,7 @@ pub mod segment;
 pub use conductor::ArchiveConductor;
 pub use context::ArchiveContext;
 pub mod archive;
+pub mod auth;
 pub mod client;
 
 pub use archive::Archive;

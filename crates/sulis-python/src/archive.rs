@@ -65,7 +65,8 @@ impl PyArchive {
         local_control_channel="aeron:ipc".to_string(), local_control_stream_id=10,
         archive_id=None, segment_file_length=128 * 1024 * 1024, file_sync_level=0,
         catalog_file_sync_level=0, max_concurrent_recordings=20, max_concurrent_replays=20,
-        connect_timeout=5.0, replication_channel=None
+        connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
+        challenge_response=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -84,6 +85,9 @@ impl PyArchive {
         max_concurrent_replays: usize,
         connect_timeout: f64,
         replication_channel: Option<String>,
+        credentials: Option<Vec<u8>>,
+        challenge: Option<Vec<u8>>,
+        challenge_response: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let ctx = ArchiveContext {
             archive_dir: dir.clone(),
@@ -100,6 +104,9 @@ impl PyArchive {
             max_concurrent_replays,
             connect_timeout: seconds(connect_timeout, "connect_timeout")?,
             replication_channel,
+            credentials,
+            challenge,
+            challenge_response: challenge_response.unwrap_or_default(),
             ..ArchiveContext::default()
         };
         ctx.conclude().map_err(ConfigurationError::new_err)?;
@@ -268,8 +275,9 @@ impl PyArchiveClient {
     #[pyo3(signature = (
         client, control_request_channel="aeron:ipc".to_string(), control_request_stream_id=10,
         control_response_channel="aeron:ipc".to_string(), control_response_stream_id=20,
-        message_timeout=10.0
+        message_timeout=10.0, credentials=None, challenge_response=None
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &PyClient,
@@ -278,6 +286,8 @@ impl PyArchiveClient {
         control_response_channel: String,
         control_response_stream_id: i32,
         message_timeout: f64,
+        credentials: Option<Vec<u8>>,
+        challenge_response: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let ctx = ArchiveClientContext {
             control_request_channel,
@@ -286,6 +296,8 @@ impl PyArchiveClient {
             control_response_stream_id,
             message_timeout: seconds(message_timeout, "message_timeout")?,
             interrupt: Some(interrupt_check()),
+            credentials: credentials.unwrap_or_default(),
+            challenge_response,
         };
         let session = client.with_client(|c| {
             py.detach(|| ArchiveClient::connect(c, ctx))

@@ -99,6 +99,10 @@ class Archive(_native.Archive):
     ``control_channel`` (a UDP channel, off unless given). Files are synced
     per ``file_sync_level`` (0: left to the OS; 1: data written is synced;
     2: data and metadata) and the catalog per ``catalog_file_sync_level``.
+    With ``credentials`` (bytes) only clients that connect with them are let
+    in, and with a ``challenge`` they must then answer it with
+    ``challenge_response``; a refused client is told AUTHENTICATION_REJECTED
+    and the refusal is logged (``errors()``).
     """
 
     def __new__(cls, dir, driver_dir=None, **options):  # noqa: A002 - Aeron's name
@@ -131,7 +135,8 @@ class ArchiveClient(_native.ArchiveClient):
     on ``control_response_channel``. Every call waits for the archive's
     answer (at most ``message_timeout`` seconds), releases the GIL while it
     waits and raises ``ArchiveError`` (with the archive's ``code``) when the
-    archive refuses.
+    archive refuses. ``credentials`` go with the connect request; an archive
+    that challenges gets ``challenge_response``.
     """
 
     _client: _native.Client
@@ -206,7 +211,7 @@ class ArchiveClient(_native.ArchiveClient):
         """Recording signals received since the last call."""
         return [_signal(t) for t in super().poll_signals()]
 
-    def poll_errors(self) -> list[tuple[int, int, str]]:  # type: ignore[override]
+    def poll_errors(self) -> list[tuple[int, int, str]]:
         """Errors the archive sent about earlier requests (a recording stopped by a write error,
         a replay that met a corrupt segment): (correlation id, error code, message) tuples."""
         return super().poll_errors()
