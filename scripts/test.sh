@@ -15,6 +15,8 @@ echo "== cargo test"
 # Python, so it has no Rust test binary; every other crate is tested.
 cargo test --workspace --exclude sulis-python --quiet
 echo "== pytest"
-# Two workers (the machine has two cores): the interop transfers stay on one
-# of them, one at a time (their xdist group, tests/conftest.py).
-python -m pytest -q -n 2 --dist loadgroup tests "$@"
+# Two workers (the machine has two cores), a test module to one worker
+# (--dist loadfile): the Aeron transfers of one module run one at a time, and
+# the sulis bench tests, which check that no sulis-clibench-* directory is
+# left, never see another module's.
+python -m pytest -q -n 2 --dist loadfile tests "$@"

@@ -198,7 +198,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "driver_options(**options): options for the `driver` fixture")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     # The directory says what a test is: tests/unit (no driver, no process),
     # tests/system (drivers and processes), tests/interop (Aeron Java peers).
@@ -206,13 +205,7 @@ def pytest_collection_modifyitems(config, items):
         kind = os.path.basename(os.path.dirname(str(item.path)))
         if kind in ("system", "interop"):
             item.add_marker(getattr(pytest.mark, kind))
-        if kind == "interop" or "cli_bench" in item.path.name:
-            # Under pytest-xdist (--dist loadgroup, as scripts/test.sh runs
-            # the suite) the Aeron transfers (a JVM driver, peers and a
-            # sulis driver each) and the benchmark runs (which check that
-            # no scratch directory of theirs is left, and want the CPUs)
-            # run one at a time on one worker while the others take the rest.
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
