@@ -389,3 +389,43 @@ def test_credentials_and_challenge_keep_out_who_lacks_them_and_the_archive_goes_
         with sulis.ArchiveClient(client, credentials=b"s3cret", challenge_response=b"a friend") as ac:
             assert ac.list_recordings() == []
         assert sum("authentication rejected" in e for e in archive.errors()) == 3, archive.errors()
+
+
+def test_segments_detach_attach_delete_and_purge(driver, client, archive_dir):
+    """Retention as Aeron's: the start of a recording moves to a later segment boundary
+    (detach), the files before it can come back (attach) or go (delete, purge)."""
+    seg = 64 * 1024
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=seg) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        d = record(ac, client, "aeron:ipc", 1001, 1200, pub_channel="aeron:ipc?term-length=64k")
+        rid = d.recording_id
+        files = lambda: sorted(f for f in os.listdir(archive_dir) if f.endswith(".rec"))  # noqa: E731
+        assert len(files()) >= 4
+        for bad, why in ((seg + 32, "is not the start of a segment file"), (0, "is not after the first segment"),
+                         (100 * seg, "is past the segment in use")):
+            with pytest.raises(sulis.ArchiveError, match=why):
+                ac.detach_segments(rid, bad)
+        ac.detach_segments(rid, 2 * seg)
+        assert ac.get_start_position(rid) == 2 * seg
+        with pytest.raises(sulis.ArchiveError) as e:
+            ac.start_replay(rid, "aeron:ipc", 2080, position=0)
+        assert e.value.code == 16  # before the start: INVALID_POSITION
+        assert ac.attach_segments(rid) == 2
+        assert ac.get_start_position(rid) == 0
+        assert receive(ac.replay(rid, "aeron:ipc", 2081), 1200) == [message(i) for i in range(1200)]
+        ac.detach_segments(rid, 2 * seg)
+        assert ac.delete_detached_segments(rid) == 2
+        assert files()[0] == f"{rid}-{2 * seg}.rec"
+        assert ac.purge_segments(rid, 3 * seg) == 1
+        assert ac.get_start_position(rid) == 3 * seg
+        assert ac.attach_segments(rid) == 0, "nothing left to attach"
+        # What is left replays from its new start.
+        got = []
+        sub = ac.replay(rid, "aeron:ipc", 2082)
+        asm = sulis.FragmentAssembler(lambda b, h: got.append(bytes(b)))
+        await_until(lambda: sub.images, what="the replay")
+        image = sub.images[0]
+        while not (image.is_end_of_stream or image.is_closed):
+            sub.poll(asm, 100)
+        assert got and got[-1] == message(1199) and all(m in {message(i) for i in range(1200)} for m in got[:5])
+        assert archive.errors() == []

@@ -677,6 +677,66 @@ impl ArchiveClient {
         })
     }
 
+    /// Moves a recording's start to a later segment boundary; the segment
+    /// files before it stay on disk, detached.
+    pub fn detach_segments(
+        &mut self,
+        recording_id: i64,
+        new_start_position: i64,
+    ) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            DetachSegmentsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                new_start_position,
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Deletes a recording's detached segment files; returns how many.
+    pub fn delete_detached_segments(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            DeleteDetachedSegmentsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })
+    }
+
+    /// Detaches and deletes the segment files before `new_start_position`; returns how many.
+    pub fn purge_segments(
+        &mut self,
+        recording_id: i64,
+        new_start_position: i64,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            PurgeSegmentsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                new_start_position,
+            }
+            .encode()
+        })
+    }
+
+    /// Attaches the detached segment files still on disk; returns how many.
+    pub fn attach_segments(&mut self, recording_id: i64) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            AttachSegmentsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })
+    }
+
     /// Reads what is waiting and returns the recording signals received so far.
     pub fn poll_signals(&mut self) -> Vec<RecordingSignalEvent> {
         // A harmless read: anything for this session joins the backlog or signals.

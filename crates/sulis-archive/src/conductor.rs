@@ -935,6 +935,26 @@ impl ArchiveConductor {
                 let r = PurgeRecordingRequest::decode(m)?;
                 self.purge(sid, k, r.recording_id);
             }
+            DetachSegmentsRequest::TEMPLATE_ID => {
+                let r = DetachSegmentsRequest::decode(m)?;
+                if self.detach_segments(sid, k, r.recording_id, r.new_start_position) {
+                    self.session(sid).ok(k, 0);
+                }
+            }
+            DeleteDetachedSegmentsRequest::TEMPLATE_ID => {
+                let r = DeleteDetachedSegmentsRequest::decode(m)?;
+                self.delete_detached_segments(sid, k, r.recording_id);
+            }
+            PurgeSegmentsRequest::TEMPLATE_ID => {
+                let r = PurgeSegmentsRequest::decode(m)?;
+                if self.detach_segments(sid, k, r.recording_id, r.new_start_position) {
+                    self.delete_detached_segments(sid, k, r.recording_id);
+                }
+            }
+            AttachSegmentsRequest::TEMPLATE_ID => {
+                let r = AttachSegmentsRequest::decode(m)?;
+                self.attach_segments(sid, k, r.recording_id);
+            }
             other => {
                 // An unknown request of a newer client: say so rather than
                 // leave it waiting for its timeout.
@@ -1727,6 +1747,115 @@ impl ArchiveConductor {
         );
     }
 
+    fn geometry_of(recording_id: i64, d: &RecordingDescriptor) -> Geometry {
+        Geometry {
+            recording_id,
+            start_position: d.start_position,
+            term_length: d.term_buffer_length as i64,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        }
+    }
+
+    /// Moves a recording's start to `new_start` (a segment base above its
+    /// first segment, not past its last), leaving the files before it
+    /// detached. True when done; else the error was sent.
+    fn detach_segments(&mut self, sid: i64, k: i64, recording_id: i64, new_start: i64) -> bool {
+        let Some(d) = self.catalog.recording(recording_id) else {
+            self.unknown_recording(sid, k, recording_id);
+            return false;
+        };
+        let g = Self::geometry_of(recording_id, &d);
+        let end = self.live_position(recording_id).unwrap_or(d.stop_position);
+        let why = if g.base_of(new_start) != new_start {
+            Some("is not the start of a segment file".to_string())
+        } else if new_start <= g.base_of(d.start_position) {
+            Some(format!(
+                "is not after the first segment, which starts at {}",
+                g.base_of(d.start_position)
+            ))
+        } else if new_start > g.base_of(end.max(d.start_position)) {
+            Some(format!(
+                "is past the segment in use, which starts at {}",
+                g.base_of(end)
+            ))
+        } else if self
+            .replays
+            .iter()
+            .any(|p| p.recording_id == recording_id && !p.done)
+        {
+            Some("cannot be applied while the recording is being replayed".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.session(sid).error(
+                k,
+                error_code::GENERIC,
+                &format!("invalid segment start position {new_start} for recording {recording_id}: it {why}"),
+            );
+            return false;
+        }
+        if let Err(e) = self.catalog.set_start_position(recording_id, new_start) {
+            self.session(sid)
+                .error(k, error_code::GENERIC, &e.to_string());
+            return false;
+        }
+        true
+    }
+
+    fn delete_detached_segments(&mut self, sid: i64, k: i64, recording_id: i64) {
+        let Some(d) = self.catalog.recording(recording_id) else {
+            return self.unknown_recording(sid, k, recording_id);
+        };
+        let g = Self::geometry_of(recording_id, &d);
+        let first = g.base_of(d.start_position);
+        let mut deleted = 0;
+        for (base, path) in self.segment_files(recording_id) {
+            if base < first && std::fs::remove_file(&path).is_ok() {
+                deleted += 1;
+            }
+        }
+        self.session(sid).ok(k, deleted);
+        self.signal(
+            sid,
+            k,
+            recording_id,
+            NULL_VALUE,
+            NULL_VALUE,
+            recording_signal::DELETE,
+        );
+    }
+
+    /// Attaches the detached segment files still there, from the one before
+    /// the first attached segment downwards while they are contiguous.
+    fn attach_segments(&mut self, sid: i64, k: i64, recording_id: i64) {
+        let Some(d) = self.catalog.recording(recording_id) else {
+            return self.unknown_recording(sid, k, recording_id);
+        };
+        let g = Self::geometry_of(recording_id, &d);
+        let mut base = g.base_of(d.start_position);
+        let mut attached = 0;
+        while base - g.segment_length >= 0
+            && g.path(&self.ctx.archive_dir, base - g.segment_length)
+                .exists()
+        {
+            base -= g.segment_length;
+            attached += 1;
+        }
+        if attached > 0 {
+            // The lowest file may start before the recording did (it joined
+            // mid-term): its first frame, not its base, is the start.
+            let start = first_frame_position(&self.ctx.archive_dir, g, base).unwrap_or(base);
+            if let Err(e) = self.catalog.set_start_position(recording_id, start) {
+                return self
+                    .session(sid)
+                    .error(k, error_code::GENERIC, &e.to_string());
+            }
+        }
+        self.session(sid).ok(k, attached);
+    }
+
     fn purge(&mut self, sid: i64, k: i64, recording_id: i64) {
         let Some(_) = self.check_idle(sid, k, recording_id, "purge") else {
             return;
@@ -1766,6 +1895,25 @@ impl ArchiveConductor {
             recording_signal::DELETE,
         );
     }
+}
+
+/// The position of the first frame in the segment file at `base` (whose
+/// header says it lies where it lies), scanning its first term.
+fn first_frame_position(dir: &Path, g: Geometry, base: i64) -> Option<i64> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(g.path(dir, base)).ok()?;
+    let mut term = vec![0u8; g.term_length as usize];
+    file.read_exact_at(&mut term, 0).ok()?;
+    let term_id = g.term_id_at(base);
+    (0..term.len())
+        .step_by(32)
+        .find(|&o| {
+            let h = &term[o..o + 32];
+            i32::from_le_bytes(h[0..4].try_into().unwrap()) > 0
+                && i32::from_le_bytes(h[8..12].try_into().unwrap()) == o as i32
+                && i32::from_le_bytes(h[20..24].try_into().unwrap()) == term_id
+        })
+        .map(|o| base + o as i64)
 }
 
 /// Recordings an earlier run did not stop (killed mid-recording): their

@@ -450,6 +450,32 @@ impl PyArchiveClient {
         self.call(py, |s| s.purge_recording(recording_id))
     }
 
+    fn detach_segments(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        new_start_position: i64,
+    ) -> PyResult<()> {
+        self.call(py, |s| s.detach_segments(recording_id, new_start_position))
+    }
+
+    fn delete_detached_segments(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.delete_detached_segments(recording_id))
+    }
+
+    fn purge_segments(
+        &self,
+        py: Python<'_>,
+        recording_id: i64,
+        new_start_position: i64,
+    ) -> PyResult<i64> {
+        self.call(py, |s| s.purge_segments(recording_id, new_start_position))
+    }
+
+    fn attach_segments(&self, py: Python<'_>, recording_id: i64) -> PyResult<i64> {
+        self.call(py, |s| s.attach_segments(recording_id))
+    }
+
     /// Recording signals received so far: (correlation id, recording id,
     /// subscription id, position, signal) tuples.
     fn poll_signals(&self, py: Python<'_>) -> PyResult<Vec<SignalTuple>> {
