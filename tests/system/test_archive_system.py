@@ -118,6 +118,33 @@ def test_replay_over_udp_from_a_position_and_bounded(client, archive, archive_cl
     await_until(lambda: all(i.is_end_of_stream or i.is_closed for i in sub.images), what="end of replay")
 
 
+def test_archive_counters_show_sessions_recordings_and_bytes(driver, client, archive, archive_client):
+    from conftest import COUNTER_TYPE
+
+    ac = archive_client
+    ac.start_recording("aeron:ipc", 1001)
+    pub = client.add_publication("aeron:ipc", 1001)
+    rid = ac.await_signal(RecordingSignal.START).recording_id
+    publish(pub, (message(i) for i in range(100)))
+    end = pub.position
+    await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+
+    def values() -> dict[str, int]:
+        return {c["label"].split(" - archiveId")[0]: c["value"] for c in sulis.CountersReader(driver.dir).counters()
+                if c["type_id"] >= 100}
+
+    v = values()
+    assert v["Archive Control Sessions"] == 1
+    assert v["Archive Recording Sessions"] == 1
+    assert v["archive-recorder total write bytes"] >= end
+    assert v["Archive Errors"] == 0
+    assert v[f"rec-pos: {rid} {ac.list_recording(rid).session_id} 1001 aeron:ipc"] == end
+    assert COUNTER_TYPE["rec-pos"] == 100
+    ac.stop_recording("aeron:ipc", 1001)
+    ac.await_signal(RecordingSignal.STOP, rid)
+    await_until(lambda: values()["Archive Recording Sessions"] == 0, what="the recording session to end")
+
+
 def test_record_a_udp_stream(client, archive, archive_client):
     ac = archive_client
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"

@@ -202,6 +202,64 @@ pub struct ArchiveConductor {
     authenticator: Box<dyn Authenticator>,
     /// Sessions refused by the authenticator so far.
     rejected_sessions: u64,
+    /// The archive-wide counters in the driver's CnC (Aeron's types 101, 102, 106, 109, 111, 112).
+    counters: ArchiveCounters,
+}
+
+/// The archive's own counters, as Aeron's archive allocates them.
+struct ArchiveCounters {
+    errors: Option<Counter>,
+    control_sessions: Option<Counter>,
+    recording_sessions: Option<Counter>,
+    replay_sessions: Option<Counter>,
+    write_bytes: Option<Counter>,
+    read_bytes: Option<Counter>,
+}
+
+impl ArchiveCounters {
+    fn new(client: &Client, archive_id: i64) -> ArchiveCounters {
+        let key = archive_id.to_le_bytes();
+        let add = |type_id: i32, label: &str| {
+            client
+                .add_counter(type_id, &key, &format!("{label} - archiveId={archive_id}"))
+                .ok()
+        };
+        ArchiveCounters {
+            errors: add(counter_type::ARCHIVE_ERROR_COUNT, "Archive Errors"),
+            control_sessions: add(
+                counter_type::ARCHIVE_CONTROL_SESSIONS,
+                "Archive Control Sessions",
+            ),
+            recording_sessions: add(
+                counter_type::ARCHIVE_RECORDING_SESSIONS,
+                "Archive Recording Sessions",
+            ),
+            replay_sessions: add(
+                counter_type::ARCHIVE_REPLAY_SESSIONS,
+                "Archive Replay Sessions",
+            ),
+            write_bytes: add(
+                counter_type::ARCHIVE_RECORDER_TOTAL_WRITE_BYTES,
+                "archive-recorder total write bytes",
+            ),
+            read_bytes: add(
+                counter_type::ARCHIVE_REPLAYER_TOTAL_READ_BYTES,
+                "archive-replayer total read bytes",
+            ),
+        }
+    }
+
+    fn set(c: &Option<Counter>, value: i64) {
+        if let Some(c) = c {
+            c.set(value);
+        }
+    }
+
+    fn add(c: &Option<Counter>, delta: i64) {
+        if let Some(c) = c {
+            c.set(c.get() + delta);
+        }
+    }
 }
 
 impl ArchiveConductor {
@@ -286,6 +344,8 @@ impl ArchiveConductor {
                 })?,
         );
         let assemblers = control.iter().map(|_| FragmentAssembler::new()).collect();
+        let counters = ArchiveCounters::new(&client, archive_id);
+        ArchiveCounters::set(&counters.errors, errors.len() as i64);
         let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
         Ok(ArchiveConductor {
             ctx,
@@ -306,6 +366,7 @@ impl ArchiveConductor {
             last_activity: Instant::now(),
             authenticator,
             rejected_sessions: 0,
+            counters,
         })
     }
 
@@ -327,6 +388,7 @@ impl ArchiveConductor {
     fn record_error(&mut self, message: String) {
         self.mark_file.record_error(&message, now_ms());
         self.error_count += 1;
+        ArchiveCounters::set(&self.counters.errors, self.error_count as i64);
         if self.errors.len() >= 1000 {
             self.errors.remove(0);
         }
@@ -346,6 +408,12 @@ impl ArchiveConductor {
         work += self.run_sessions(now);
         work += self.run_recordings();
         work += self.run_replays(now);
+        ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
+        ArchiveCounters::set(
+            &self.counters.recording_sessions,
+            self.recordings.len() as i64,
+        );
+        ArchiveCounters::set(&self.counters.replay_sessions, self.replays.len() as i64);
         work
     }
 
@@ -1355,6 +1423,7 @@ impl ArchiveConductor {
                 });
                 if n > 0 {
                     r.counter.set(r.writer.position());
+                    ArchiveCounters::add(&self.counters.write_bytes, n as i64);
                     work += 1;
                 }
             }
@@ -1589,7 +1658,10 @@ impl ArchiveConductor {
             let room = window.min(p.buf.len());
             if p.pending == 0 && p.reader.position() < limit && room >= 32 {
                 match p.reader.read(&mut p.buf[..room], limit) {
-                    Ok(n) => p.pending = n,
+                    Ok(n) => {
+                        p.pending = n;
+                        ArchiveCounters::add(&self.counters.read_bytes, n as i64);
+                    }
                     Err(ReadError::BufferTooSmall(_)) => {}
                     Err(e) => {
                         failures.push((p.control_session_id, p.correlation_id, e.to_string()));
