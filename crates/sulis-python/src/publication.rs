@@ -318,7 +318,8 @@ macro_rules! publication_methods {
                 let inner = self.raw();
                 // Closed on this side either way; a Ctrl-C while the driver
                 // is asked to release it comes out as KeyboardInterrupt.
-                py.detach(|| inner.close()).map_err(crate::errors::client_err)
+                py.detach(|| inner.close())
+                    .map_err(crate::errors::client_err)
             }
             fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
                 if slf.get().is_closed() {

@@ -223,7 +223,9 @@ impl PyFragmentAssembler {
                     end_position: Some(m.end_position),
                 },
             )?;
-            return with_view(py, &m.payload, |v| self.handler.call1(py, (v, h)).map(|_| ()));
+            return with_view(py, &m.payload, |v| {
+                self.handler.call1(py, (v, h)).map(|_| ())
+            });
         }
         Ok(())
     }
