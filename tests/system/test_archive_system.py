@@ -456,3 +456,96 @@ def test_segments_detach_attach_delete_and_purge(driver, client, archive_dir):
             sub.poll(asm, 100)
         assert got and got[-1] == message(1199) and all(m in {message(i) for i in range(1200)} for m in got[:5])
         assert archive.errors() == []
+
+
+# -- replication ----------------------------------------------------------------
+
+
+@pytest.mark.driver_options(client_liveness_timeout="2s", publication_unblock_timeout="3s")
+def test_replicate_to_an_archive_of_another_driver_then_follow_until_the_source_is_killed(
+        driver, client, make_driver, archive_dir, spawn):
+    """An archive copies recordings of an archive on another driver over UDP: a stopped one whole
+    (REPLICATE, EXTEND, SYNC at the source's stop, REPLICATE_END), a live one as it grows. When the
+    source archive's process is killed mid-copy the copy stops where it got to, without SYNC, and
+    what arrived replays intact; a second copy from another recording is not disturbed."""
+    import json
+
+    port = free_udp_port()
+    source_channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    child = spawn("archive", driver.dir, archive_dir, json.dumps({"control_channel": source_channel}))
+    child.read()
+    dst_driver = make_driver(image_liveness_timeout="1s")
+    dst_dir = make_dir("sulis-archive-dst-")
+    try:
+        with sulis.ArchiveClient(client) as src, sulis.Client(dir=dst_driver.dir) as dst_client, \
+                sulis.Archive(dst_dir, driver_dir=dst_driver.dir,
+                              replication_channel="aeron:udp?endpoint=127.0.0.1:0") as dst, \
+                sulis.ArchiveClient(dst_client) as ac:
+            stopped = record(src, client, "aeron:ipc", 1001, 2000)
+            replication_id = ac.replicate(stopped.recording_id, source_channel)
+            made = ac.await_signal(RecordingSignal.REPLICATE)
+            assert (made.correlation_id, made.position) == (replication_id, 0)
+            copy_id = made.recording_id
+            assert ac.await_signal(RecordingSignal.EXTEND, copy_id).correlation_id == replication_id
+            assert ac.await_signal(RecordingSignal.SYNC, copy_id).position == stopped.stop_position
+            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id)
+            copy = ac.list_recording(copy_id)
+            assert (copy.start_position, copy.stop_position, copy.stream_id, copy.session_id) == (
+                0, stopped.stop_position, 1001, stopped.session_id)
+            assert copy.stripped_channel == stopped.stripped_channel
+            assert receive(ac.replay(copy_id, "aeron:ipc", 3001), 2000) == [message(i) for i in range(2000)]
+
+            # A live recording is followed as it grows.
+            src.start_recording("aeron:ipc", 1002)
+            pub = client.add_exclusive_publication("aeron:ipc?term-length=64k", 1002)
+            live_id = src.await_signal(RecordingSignal.START).recording_id
+            publish(pub, (message(i) for i in range(300)))
+            ac.replicate(live_id, source_channel)
+            live_copy = ac.await_signal(RecordingSignal.REPLICATE).recording_id
+            ac.await_signal(RecordingSignal.EXTEND, live_copy)
+            publish(pub, (message(i) for i in range(300, 1000)))
+            end = pub.position
+            await_until(lambda: ac.get_recording_position(live_copy) == end, what="the live copy to catch up")
+
+            child.signal(signal.SIGKILL)
+            child.proc.wait(10)
+            stop = ac.await_signal(RecordingSignal.STOP, live_copy)
+            assert stop.position == end
+            ac.await_signal(RecordingSignal.REPLICATE_END, live_copy)
+            signals = [s.signal for s in ac.poll_signals() if s.recording_id == live_copy]
+            assert RecordingSignal.SYNC not in signals
+            assert receive(ac.replay(live_copy, "aeron:ipc", 3002), 1000) == [message(i) for i in range(1000)]
+            # The first copy is untouched, and the destination archive logged nothing.
+            assert ac.list_recording(copy_id) == copy
+            assert dst.errors() == []
+            pub.close()
+    finally:
+        shutil.rmtree(dst_dir, ignore_errors=True)
+
+
+def test_replication_errors_name_what_was_wrong(driver, client, archive_dir):
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, connect_timeout=1.0) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        _replication_errors(archive, ac)
+
+
+def _replication_errors(archive, ac) -> None:
+    with pytest.raises(sulis.ArchiveError, match="no replication channel") as e:
+        ac.replicate(0, "aeron:ipc")
+    with pytest.raises(sulis.ArchiveError, match="unknown recording id: 5") as e:
+        ac.replicate(0, "aeron:ipc", dst_recording_id=5, replication_channel="aeron:udp?endpoint=127.0.0.1:0")
+    assert e.value.code == 5
+    with pytest.raises(sulis.ArchiveError, match="live destination") as e:
+        ac.replicate(0, "aeron:ipc", live_destination="aeron:udp?endpoint=127.0.0.1:1",
+                     replication_channel="aeron:udp?endpoint=127.0.0.1:0")
+    with pytest.raises(sulis.ArchiveError, match="unknown replication id 77") as e:
+        ac.stop_replication(77)
+    assert e.value.code == 12
+    # A source archive that is not there: the replication ends with REPLICATE_END and an error.
+    rid = ac.replicate(0, f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}",
+                       replication_channel="aeron:udp?endpoint=127.0.0.1:0")
+    end = ac.await_signal(RecordingSignal.REPLICATE_END)
+    assert end.correlation_id == rid
+    (err,) = [x for x in ac.poll_errors() if x[0] == rid]
+    assert err[1] == 14 and "cannot connect to the source archive" in err[2], err
+    assert [e for e in archive.errors() if "cannot connect to the source archive" in e]

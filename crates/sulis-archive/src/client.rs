@@ -48,6 +48,48 @@ impl Default for ArchiveClientContext {
     }
 }
 
+/// What to replicate, and from where ([`ArchiveClient::replicate`]).
+#[derive(Clone, Debug)]
+pub struct Replication {
+    /// The recording at the source archive.
+    pub src_recording_id: i64,
+    /// The recording to continue here (−1: a new one).
+    pub dst_recording_id: i64,
+    /// Where to stop (−1: follow the source while it records).
+    pub stop_position: i64,
+    /// The source archive's control channel.
+    pub src_control_channel: String,
+    /// Its stream.
+    pub src_control_stream_id: i32,
+    /// Where the source replays to (empty: the archive's replication channel).
+    pub replication_channel: String,
+    /// A live stream to merge with (not supported by sulis's archive yet).
+    pub live_destination: String,
+    /// Session id of the replay (−1: the source recording's).
+    pub replication_session_id: i32,
+    /// Credentials for the source archive.
+    pub credentials: Vec<u8>,
+    /// Where the source answers this archive (empty: a free port of this host).
+    pub src_response_channel: String,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            src_recording_id: NULL_VALUE,
+            dst_recording_id: NULL_VALUE,
+            stop_position: NULL_VALUE,
+            src_control_channel: String::new(),
+            src_control_stream_id: 10,
+            replication_channel: String::new(),
+            live_destination: String::new(),
+            replication_session_id: NULL_VALUE as i32,
+            credentials: Vec::new(),
+            src_response_channel: String::new(),
+        }
+    }
+}
+
 /// Why an archive request failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArchiveError {
@@ -735,6 +777,46 @@ impl ArchiveClient {
             }
             .encode()
         })
+    }
+
+    /// Asks this archive to copy recording `src_recording_id` of the archive
+    /// at `src_control_channel`/`src_control_stream_id` (ReplicateRequest2);
+    /// returns the replication id, the correlation id of the signals that
+    /// follow (REPLICATE, EXTEND, STOP, SYNC, REPLICATE_END).
+    pub fn replicate(&mut self, r: &Replication) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            ReplicateRequest2 {
+                control_session_id: c,
+                correlation_id: k,
+                src_recording_id: r.src_recording_id,
+                dst_recording_id: r.dst_recording_id,
+                stop_position: r.stop_position,
+                channel_tag_id: NULL_VALUE,
+                subscription_tag_id: NULL_VALUE,
+                src_control_stream_id: r.src_control_stream_id,
+                file_io_max_length: NULL_VALUE as i32,
+                replication_session_id: r.replication_session_id,
+                src_control_channel: r.src_control_channel.clone(),
+                live_destination: r.live_destination.clone(),
+                replication_channel: r.replication_channel.clone(),
+                encoded_credentials: r.credentials.clone(),
+                src_response_channel: r.src_response_channel.clone(),
+            }
+            .encode()
+        })
+    }
+
+    /// Stops a replication.
+    pub fn stop_replication(&mut self, replication_id: i64) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            StopReplicationRequest {
+                control_session_id: c,
+                correlation_id: k,
+                replication_id,
+            }
+            .encode()
+        })
+        .map(|_| ())
     }
 
     /// Reads what is waiting and returns the recording signals received so far.

@@ -16,5 +16,5 @@ pub mod auth;
 pub mod client;
 
 pub use archive::Archive;
-pub use client::{ArchiveClient, ArchiveClientContext, ArchiveError};
+pub use client::{ArchiveClient, ArchiveClientContext, ArchiveError, Replication};
 pub mod tool;

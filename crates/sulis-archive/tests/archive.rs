@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveError};
+use sulis_archive::{
+    Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveError, Replication,
+};
 use sulis_client::{Client, ClientContext, OfferError, Subscription};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use sulis_protocol::archive::messages::{error_code, recording_signal, source_location};
@@ -323,4 +325,214 @@ fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_trunc
         .collect();
     assert!(left.is_empty(), "segment files purged: {left:?}");
     assert!(archive.errors().is_empty(), "{:?}", archive.errors());
+}
+
+/// A second archive on the same driver, controlled on IPC stream 110, that
+/// replicates over UDP from the first one.
+fn destination_archive(s: &Setup) -> (Archive, ArchiveClient) {
+    let archive = Archive::launch(ArchiveContext {
+        archive_dir: s.archive_dir.with_file_name("archive-dst"),
+        driver_dir: s.driver_dir.clone(),
+        local_control_stream_id: 110,
+        replication_channel: Some("aeron:udp?endpoint=127.0.0.1:0".into()),
+        segment_file_length: 128 * 1024,
+        ..ArchiveContext::default()
+    })
+    .unwrap();
+    let client = ArchiveClient::connect(
+        &s.client,
+        ArchiveClientContext {
+            control_request_stream_id: 110,
+            control_response_stream_id: 120,
+            ..ArchiveClientContext::default()
+        },
+    )
+    .unwrap();
+    (archive, client)
+}
+
+fn from_source(src_recording_id: i64) -> Replication {
+    Replication {
+        src_recording_id,
+        src_control_channel: "aeron:ipc".into(),
+        src_control_stream_id: 10,
+        ..Replication::default()
+    }
+}
+
+/// Replays all of `recording_id` from `archive` and checks it message by message.
+fn assert_replays(
+    s: &Setup,
+    archive: &mut ArchiveClient,
+    recording_id: i64,
+    stream_id: i32,
+    count: usize,
+) {
+    let mut sub = s.client.add_subscription("aeron:ipc", stream_id).unwrap();
+    archive
+        .start_replay(recording_id, -1, -2, "aeron:ipc", stream_id)
+        .unwrap();
+    let got = receive(&mut sub, count);
+    let bad = got.iter().enumerate().find(|(i, m)| **m != message(*i));
+    assert!(bad.is_none(), "message {:?} differs", bad.map(|b| b.0));
+}
+
+#[test]
+fn replicates_a_stopped_recording_to_another_archive() {
+    let s = Setup::new("replicate");
+    let source = s.archive();
+    let mut a = s.archive_client();
+    let (dst, mut b) = destination_archive(&s);
+
+    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1001)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    publish(&publication, 0..3000);
+    let end = publication.position();
+    await_until("recorded", || a.get_recording_position(id).unwrap() == end);
+    a.stop_recording("aeron:ipc", 1001).unwrap();
+    a.await_signal(id, recording_signal::STOP).unwrap();
+    let src = a.list_recording(id).unwrap().unwrap();
+
+    let replication_id = b.replicate(&from_source(id)).unwrap();
+    let made = b
+        .await_signal(-1, recording_signal::REPLICATE)
+        .unwrap_or_else(|e| panic!("{e}: {:?} {:?}", dst.errors(), b.poll_errors()));
+    assert_eq!((made.correlation_id, made.position), (replication_id, 0));
+    let dst_id = made.recording_id;
+    let extended = b.await_signal(dst_id, recording_signal::EXTEND).unwrap();
+    assert_eq!(extended.correlation_id, replication_id);
+    let sync = b
+        .await_signal(dst_id, recording_signal::SYNC)
+        .unwrap_or_else(|e| panic!("{e}: {:?} {:?}", dst.errors(), source.errors()));
+    assert_eq!(sync.position, end);
+    b.await_signal(dst_id, recording_signal::REPLICATE_END)
+        .unwrap();
+
+    let d = b.list_recording(dst_id).unwrap().unwrap();
+    assert_eq!(
+        (d.start_position, d.stop_position, d.stream_id, d.session_id),
+        (0, end, 1001, src.session_id)
+    );
+    assert_eq!(
+        (
+            d.initial_term_id,
+            d.term_buffer_length,
+            d.mtu_length,
+            d.segment_file_length
+        ),
+        (
+            src.initial_term_id,
+            src.term_buffer_length,
+            src.mtu_length,
+            src.segment_file_length
+        )
+    );
+    assert_eq!(d.stripped_channel, src.stripped_channel);
+    assert_replays(&s, &mut b, dst_id, 3003, 3000);
+
+    // Into the same destination again: already in sync, nothing is made.
+    let again = b
+        .replicate(&Replication {
+            dst_recording_id: dst_id,
+            ..from_source(id)
+        })
+        .unwrap();
+    let sync = b.await_signal(dst_id, recording_signal::SYNC).unwrap();
+    assert_eq!((sync.correlation_id, sync.position), (again, end));
+    b.await_signal(dst_id, recording_signal::REPLICATE_END)
+        .unwrap();
+    assert_eq!(b.list_recordings(0, 10).unwrap().len(), 1);
+
+    // An unknown source recording is an error naming it.
+    let bad = b.replicate(&from_source(77)).unwrap();
+    b.await_signal(-1, recording_signal::REPLICATE_END).unwrap();
+    let errors = b.poll_errors();
+    assert!(
+        errors.iter().any(|(k, code, m)| *k == bad
+            && *code == error_code::UNKNOWN_RECORDING
+            && m.contains("77")),
+        "{errors:?}"
+    );
+    match b.stop_replication(12345) {
+        Err(ArchiveError::Archive { code, .. }) => {
+            assert_eq!(code, error_code::UNKNOWN_REPLICATION)
+        }
+        other => panic!("{other:?}"),
+    }
+    // The first replication's worker is done and nothing else was logged.
+    assert_eq!(dst.errors().len(), 1, "{:?}", dst.errors());
+    assert!(source.errors().is_empty(), "{:?}", source.errors());
+}
+
+#[test]
+fn replication_follows_a_live_recording_until_it_stops_and_can_be_stopped() {
+    let s = Setup::new("replicate-live");
+    let _source = s.archive();
+    let mut a = s.archive_client();
+    let (dst, mut b) = destination_archive(&s);
+
+    a.start_recording("aeron:ipc", 1002, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1002)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    publish(&publication, 0..1000);
+
+    b.replicate(&from_source(id)).unwrap();
+    let dst_id = b
+        .await_signal(-1, recording_signal::REPLICATE)
+        .unwrap()
+        .recording_id;
+    b.await_signal(dst_id, recording_signal::EXTEND)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", dst.errors()));
+    publish(&publication, 1000..2500);
+    let end = publication.position();
+    await_until("replicated live", || {
+        b.get_recording_position(dst_id).unwrap() == end
+    });
+    // The source stops: so does the copy, at the same place.
+    a.stop_recording("aeron:ipc", 1002).unwrap();
+    let stop = b.await_signal(dst_id, recording_signal::STOP).unwrap();
+    assert_eq!(stop.position, end);
+    b.await_signal(dst_id, recording_signal::REPLICATE_END)
+        .unwrap();
+    assert_replays(&s, &mut b, dst_id, 3004, 2500);
+
+    // A replication stopped by request ends its recording where it is.
+    a.start_recording("aeron:ipc", 1005, source_location::LOCAL, false)
+        .unwrap();
+    let p2 = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1005)
+        .unwrap();
+    let id2 = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    publish(&p2, 0..100);
+    let r2 = b.replicate(&from_source(id2)).unwrap();
+    let dst2 = b
+        .await_signal(-1, recording_signal::REPLICATE)
+        .unwrap()
+        .recording_id;
+    b.await_signal(dst2, recording_signal::EXTEND).unwrap();
+    b.stop_replication(r2).unwrap();
+    b.await_signal(dst2, recording_signal::STOP).unwrap();
+    b.await_signal(dst2, recording_signal::REPLICATE_END)
+        .unwrap();
+    assert_ne!(b.get_stop_position(dst2).unwrap(), -1);
+    assert!(dst.errors().is_empty(), "{:?}", dst.errors());
 }

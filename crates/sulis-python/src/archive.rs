@@ -437,6 +437,45 @@ impl PyArchiveClient {
         self.call(py, |s| s.stop_replay(replay_session_id))
     }
 
+    #[pyo3(signature = (
+        src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id=-1,
+        stop_position=-1, replication_channel=String::new(), live_destination=String::new(),
+        replication_session_id=-1, credentials=None, src_response_channel=String::new()
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn replicate(
+        &self,
+        py: Python<'_>,
+        src_recording_id: i64,
+        src_control_channel: String,
+        src_control_stream_id: i32,
+        dst_recording_id: i64,
+        stop_position: i64,
+        replication_channel: String,
+        live_destination: String,
+        replication_session_id: i32,
+        credentials: Option<Vec<u8>>,
+        src_response_channel: String,
+    ) -> PyResult<i64> {
+        let r = sulis_archive::Replication {
+            src_recording_id,
+            dst_recording_id,
+            stop_position,
+            src_control_channel,
+            src_control_stream_id,
+            replication_channel,
+            live_destination,
+            replication_session_id,
+            credentials: credentials.unwrap_or_default(),
+            src_response_channel,
+        };
+        self.call(py, |s| s.replicate(&r))
+    }
+
+    fn stop_replication(&self, py: Python<'_>, replication_id: i64) -> PyResult<()> {
+        self.call(py, |s| s.stop_replication(replication_id))
+    }
+
     fn truncate_recording(
         &self,
         py: Python<'_>,

@@ -207,6 +207,34 @@ class ArchiveClient(_native.ArchiveClient):
         sep = "|" if "?" in channel else "?"
         return self._client.add_subscription(f"{channel}{sep}session-id={session}", stream_id)
 
+    def replicate(self, src_recording_id: int, src_control_channel: str,
+                  src_control_stream_id: int = 10, dst_recording_id: int = -1,
+                  stop_position: int | None = None, replication_channel: str = "",
+                  live_destination: str = "", replication_session_id: int = -1,
+                  credentials: bytes | None = None, src_response_channel: str = "") -> int:
+        """Asks this archive to copy recording ``src_recording_id`` of the
+        archive whose control channel is ``src_control_channel``; returns the
+        replication id.
+
+        It goes on in the background: the copy is a recording of this
+        archive (a new one, or ``dst_recording_id`` continued where it
+        stopped), made by a replay from the source to
+        ``replication_channel`` (default: the archive's own
+        ``replication_channel``). Signals carry the replication id as their
+        correlation id: REPLICATE (the new recording's id), EXTEND, STOP,
+        SYNC once the copy holds all the source had, REPLICATE_END last;
+        errors come through ``poll_errors``. ``stop_position`` stops there;
+        by default a live source is followed until it stops.
+        """
+        return super().replicate(
+            src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id,
+            -1 if stop_position is None else stop_position, replication_channel, live_destination,
+            replication_session_id, credentials, src_response_channel)
+
+    def stop_replication(self, replication_id: int) -> None:
+        """Stops a replication: its recording stops where it got to."""
+        super().stop_replication(replication_id)
+
     def poll_signals(self) -> list[RecordingSignalEvent]:  # type: ignore[override]
         """Recording signals received since the last call."""
         return [_signal(t) for t in super().poll_signals()]

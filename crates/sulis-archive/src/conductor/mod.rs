@@ -13,6 +13,8 @@ use crate::auth::{AllowAll, Authenticator, CredentialsAuthenticator, Decision};
 use crate::catalog::Catalog;
 use crate::context::ArchiveContext;
 use crate::mark_file::{ArchiveMarkFile, MarkFileFields};
+mod replication;
+
 use crate::segment::{recover_stop_position, Geometry, ReadError, RecordingWriter, SegmentReader};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -195,6 +197,8 @@ pub struct ArchiveConductor {
     recordings: Vec<RecordingSession>,
     replays: Vec<ReplaySession>,
     next_replay_id: i64,
+    replications: Vec<replication::Replication>,
+    next_replication_id: i64,
     errors: Vec<String>,
     error_count: u64,
     mark_file: ArchiveMarkFile,
@@ -360,6 +364,8 @@ impl ArchiveConductor {
             recordings: Vec::new(),
             replays: Vec::new(),
             next_replay_id: 1,
+            replications: Vec::new(),
+            next_replication_id: seed as i64,
             error_count: errors.len() as u64,
             errors,
             mark_file,
@@ -408,6 +414,7 @@ impl ArchiveConductor {
         work += self.run_sessions(now);
         work += self.run_recordings();
         work += self.run_replays(now);
+        work += self.run_replications(now);
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
         ArchiveCounters::set(
             &self.counters.recording_sessions,
@@ -424,6 +431,8 @@ impl ArchiveConductor {
             self.recordings[i].aborted = true;
         }
         self.run_recordings();
+        // Dropping a replication stops its worker, which stops the source's replay.
+        self.replications.clear();
         self.replays.clear();
         self.sessions.clear();
         self.recording_subscriptions.clear();
@@ -1023,6 +1032,67 @@ impl ArchiveConductor {
                 let r = AttachSegmentsRequest::decode(m)?;
                 self.attach_segments(sid, k, r.recording_id);
             }
+            ReplicateRequest::TEMPLATE_ID => {
+                let r = ReplicateRequest::decode(m)?;
+                self.on_replicate(
+                    sid,
+                    k,
+                    replication::ReplicateParams {
+                        src_recording_id: r.src_recording_id,
+                        dst_recording_id: r.dst_recording_id,
+                        stop_position: NULL_VALUE,
+                        src_control_stream_id: r.src_control_stream_id,
+                        src_control_channel: r.src_control_channel,
+                        live_destination: r.live_destination,
+                        replication_channel: String::new(),
+                        replication_session_id: NULL_VALUE as i32,
+                        credentials: Vec::new(),
+                        src_response_channel: String::new(),
+                    },
+                );
+            }
+            TaggedReplicateRequest::TEMPLATE_ID => {
+                let r = TaggedReplicateRequest::decode(m)?;
+                self.on_replicate(
+                    sid,
+                    k,
+                    replication::ReplicateParams {
+                        src_recording_id: r.src_recording_id,
+                        dst_recording_id: r.dst_recording_id,
+                        stop_position: NULL_VALUE,
+                        src_control_stream_id: r.src_control_stream_id,
+                        src_control_channel: r.src_control_channel,
+                        live_destination: r.live_destination,
+                        replication_channel: String::new(),
+                        replication_session_id: NULL_VALUE as i32,
+                        credentials: Vec::new(),
+                        src_response_channel: String::new(),
+                    },
+                );
+            }
+            ReplicateRequest2::TEMPLATE_ID => {
+                let r = ReplicateRequest2::decode(m)?;
+                self.on_replicate(
+                    sid,
+                    k,
+                    replication::ReplicateParams {
+                        src_recording_id: r.src_recording_id,
+                        dst_recording_id: r.dst_recording_id,
+                        stop_position: r.stop_position,
+                        src_control_stream_id: r.src_control_stream_id,
+                        src_control_channel: r.src_control_channel,
+                        live_destination: r.live_destination,
+                        replication_channel: r.replication_channel,
+                        replication_session_id: r.replication_session_id,
+                        credentials: r.encoded_credentials,
+                        src_response_channel: r.src_response_channel,
+                    },
+                );
+            }
+            StopReplicationRequest::TEMPLATE_ID => {
+                let r = StopReplicationRequest::decode(m)?;
+                self.on_stop_replication(sid, k, r.replication_id);
+            }
             other => {
                 // An unknown request of a newer client: say so rather than
                 // leave it waiting for its timeout.
@@ -1112,50 +1182,50 @@ impl ArchiveConductor {
 
     fn start_recording(&mut self, r: StartRecording) {
         let (sid, k) = (r.control_session_id, r.correlation_id);
+        match self.add_recording_subscription(r) {
+            Ok(subscription_id) => self.session(sid).ok(k, subscription_id),
+            Err((code, message)) => self.session(sid).error(k, code, &message),
+        }
+    }
+
+    /// Adds a recording subscription; returns its registration id, or the
+    /// error code and message to answer with.
+    fn add_recording_subscription(&mut self, r: StartRecording) -> Result<i64, (i64, String)> {
         if self.recordings.len() >= self.ctx.max_concurrent_recordings {
-            let message = format!(
-                "max concurrent recordings reached: {}",
-                self.ctx.max_concurrent_recordings
-            );
-            return self
-                .session(sid)
-                .error(k, error_code::MAX_RECORDINGS, &message);
+            return Err((
+                error_code::MAX_RECORDINGS,
+                format!(
+                    "max concurrent recordings reached: {}",
+                    self.ctx.max_concurrent_recordings
+                ),
+            ));
         }
         let (key, stripped) = match (
             recording_key(&r.channel, r.stream_id),
             strip_channel(&r.channel),
         ) {
             (Ok(key), Ok(stripped)) => (key, stripped),
-            (Err(e), _) | (_, Err(e)) => {
-                return self
-                    .session(sid)
-                    .error(k, error_code::GENERIC, &e.to_string());
-            }
+            (Err(e), _) | (_, Err(e)) => return Err((error_code::GENERIC, e.to_string())),
         };
         if self
             .recording_subscriptions
             .iter()
             .any(|s| s.key == key && !s.closing)
         {
-            return self.session(sid).error(
-                k,
+            return Err((
                 error_code::ACTIVE_SUBSCRIPTION,
-                &format!(
+                format!(
                     "recording exists for streamId={} channel={}",
                     r.stream_id, r.channel
                 ),
-            );
+            ));
         }
         // A UDP publication of this machine is recorded as its receivers see
         // it: this driver has no spy subscriptions yet.
-        let subscription = match self.client.add_subscription(&stripped, r.stream_id) {
-            Ok(s) => s,
-            Err(e) => {
-                return self
-                    .session(sid)
-                    .error(k, error_code::GENERIC, &e.to_string());
-            }
-        };
+        let subscription = self
+            .client
+            .add_subscription(&stripped, r.stream_id)
+            .map_err(|e| (error_code::GENERIC, e.to_string()))?;
         let subscription_id = subscription.registration_id();
         self.recording_subscriptions.push(RecordingSubscription {
             subscription,
@@ -1164,13 +1234,13 @@ impl ArchiveConductor {
             stripped_channel: stripped,
             stream_id: r.stream_id,
             auto_stop: r.auto_stop,
-            control_session_id: sid,
-            correlation_id: k,
+            control_session_id: r.control_session_id,
+            correlation_id: r.correlation_id,
             extend: r.extend,
             active: 0,
             closing: false,
         });
-        self.session(sid).ok(k, subscription_id);
+        Ok(subscription_id)
     }
 
     fn extend_recording(
