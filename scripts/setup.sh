@@ -20,7 +20,7 @@ fi
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check \
   "maturin>=1.7,<2" "pytest>=8" pytest-timeout pytest-xdist numpy pyarrow "hdrhistogram>=0.10" "click>=8" \
-  "prometheus_client>=0.20" pyzmq matplotlib
+  "prometheus_client>=0.20" pyzmq matplotlib "pyspark==4.2.0" "pandas>=2.2,<3"
 # Lint and type checks (scripts/test.sh); pinned to a minor version so a new
 # release's new rules cannot fail a run that changed nothing.
 python -m pip install -q --disable-pip-version-check "ruff==0.17.*" "mypy==2.4.*"

@@ -1,0 +1,71 @@
+"""``format("sulis")``: the PySpark Python data source over sulis archive recordings.
+
+Imports pyspark; ``sulis.spark.register(spark)`` imports this module only when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .options import ReaderOptions, parse_reader_options
+from .recordings import list_selected, plan_ranges, resolve_positions
+from .replay import SCHEMA_DDL, RecordingRange, read_range, session
+
+__all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
+
+
+class SulisPartition(InputPartition):
+    """One Spark task: a position range of one recording (``value`` is a ``RecordingRange``)."""
+
+    def __init__(self, value: RecordingRange) -> None:
+        super().__init__(value)
+
+    def __repr__(self) -> str:
+        r = self.value
+        return f"SulisPartition(recording {r.recording_id} ({r.start}, {r.end}])"
+
+
+def read_partition(opts: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Runs in an executor's Python worker: replays the partition's range, yields Arrow batches."""
+    yield from read_range(opts.archive, partition.value, opts.replay_channel, opts.replay_stream_id,
+                          opts.fragment_limit)
+
+
+class SulisBatchReader(DataSourceReader):
+    """``spark.read.format("sulis")``: the selected recordings between two positions, once."""
+
+    def __init__(self, opts: ReaderOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[SulisPartition]:
+        opts = self.opts
+        s = session(opts.archive)
+        infos = list_selected(s, opts)
+        starts, ends = resolve_positions(infos, opts)
+        ranges = plan_ranges({r.recording_id: r for r in infos}, starts, ends, opts.min_partitions)
+        return [SulisPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.opts, partition)
+
+
+class SulisDataSource(DataSource):
+    """The ``sulis`` format: batch and streaming reads of archive recordings, batch and streaming writes.
+
+    Options are checked when a query starts (``reader``/``streamReader``/``writer``/``streamWriter``
+    run on the Spark driver); a bad one fails it with a message naming the option.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "sulis"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> SulisBatchReader:
+        return SulisBatchReader(parse_reader_options(self.options))

@@ -1,0 +1,309 @@
+"""The options of ``format("sulis")``, parsed and checked once, on the Spark driver.
+
+Spark hands a Python data source its options as a case-insensitive dict of
+strings. Everything is parsed here, when the query starts, so a bad value
+fails the query at once with a message that names the option; the parsed
+values travel to the executors inside the (picklable) partitions.
+
+Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OptionError",
+    "ArchiveAddress",
+    "ReaderOptions",
+    "WriterOptions",
+    "parse_reader_options",
+    "parse_writer_options",
+]
+
+#: Kafka's codes in JSON positions: -2 is the recording's start, -1 its end.
+EARLIEST = -2
+LATEST = -1
+
+#: Every option a reader knows (lower case, as Spark's dict compares them).
+READER_OPTIONS = frozenset({
+    "controlchannel", "controlstreamid", "controlresponsechannel", "controlresponsestreamid",
+    "driverdir", "messagetimeout",
+    "channel", "streamid", "recordingids",
+    "startingpositions", "endingpositions",
+    "minpartitions", "failondataloss",
+    "replaychannel", "replaystreamid", "fragmentlimit",
+    "maxbytespertrigger", "maxmessagespertrigger", "minmessagespertrigger", "maxtriggerdelay",
+    "path",
+})
+
+WRITER_OPTIONS = frozenset({
+    "controlchannel", "controlstreamid", "controlresponsechannel", "controlresponsestreamid",
+    "driverdir", "messagetimeout", "channel", "streamid", "exactlyonce", "path",
+})
+
+
+class OptionError(ValueError):
+    """A ``format("sulis")`` option is missing, unknown or has a bad value; the message names it."""
+
+
+@dataclass(frozen=True)
+class ArchiveAddress:
+    """How a process reaches the archive: its media driver and control channels (picklable)."""
+
+    driver_dir: str | None = None
+    control_channel: str = "aeron:ipc"
+    control_stream_id: int = 10
+    response_channel: str = "aeron:ipc"
+    response_stream_id: int = 20
+    message_timeout: float = 10.0
+
+    def describe(self) -> str:
+        """Names the archive in error messages."""
+        where = self.driver_dir or "the default driver directory"
+        return f"the archive at {self.control_channel} stream {self.control_stream_id} (driver {where})"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """What a ``spark.read`` / ``spark.readStream`` of ``format("sulis")`` reads."""
+
+    archive: ArchiveAddress
+    channel: str | None = None
+    stream_id: int | None = None
+    recording_ids: tuple[int, ...] | None = None
+    #: "earliest", "latest" or {recording_id: position or EARLIEST/LATEST}
+    starting: str | dict[int, int] = "earliest"
+    ending: str | dict[int, int] = "latest"
+    min_partitions: int = 1
+    fail_on_data_loss: bool = True
+    replay_channel: str = "aeron:ipc"
+    replay_stream_id: int = 0x5A17
+    fragment_limit: int = 65536
+    max_bytes_per_trigger: int | None = None
+    max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_s: float = 15.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def selection(self) -> str:
+        """Names what is read in error messages."""
+        if self.recording_ids is not None:
+            return f"recordingIds {list(self.recording_ids)}"
+        return f"channel {self.channel!r} streamId {self.stream_id}"
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """Where ``df.write`` / ``df.writeStream`` of ``format("sulis")`` publishes."""
+
+    archive: ArchiveAddress
+    channel: str
+    stream_id: int
+    exactly_once: bool = True
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, low: int | None = None,
+         high: int | None = None) -> int | None:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {name}: {raw!r} is not an integer") from None
+    if low is not None and value < low:
+        raise OptionError(f"option {name}: {value} is below the minimum {low}")
+    if high is not None and value > high:
+        raise OptionError(f"option {name}: {value} is above the maximum {high}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name}: {raw!r} is not true or false")
+
+
+def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    scale = 1.0
+    for suffix, factor in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], factor
+            break
+    try:
+        value = float(text) * scale
+    except ValueError:
+        raise OptionError(f"option {name}: {raw!r} is not a duration (e.g. 10s, 500ms)") from None
+    if value <= 0:
+        raise OptionError(f"option {name}: {raw!r} must be positive")
+    return value
+
+
+def _channel(options: Mapping[str, str], name: str, default: str | None) -> str | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    from .. import _native
+
+    try:
+        _native.parse_channel(str(raw))
+    except Exception as e:  # ConfigurationError names the bad part of the URI
+        raise OptionError(f"option {name}: {raw!r} is not a channel URI: {e}") from None
+    return str(raw)
+
+
+def _stream_id(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    return _int(options, name, default, -(1 << 31), (1 << 31) - 1)
+
+
+def parse_positions(options: Mapping[str, str], name: str, default: str) -> str | dict[int, int]:
+    """``earliest``, ``latest`` or JSON ``{"<recording id>": position}`` (-2 earliest, -1 latest)."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        parsed = json.loads(text)
+    except ValueError as e:
+        raise OptionError(f"option {name}: {raw!r} is neither 'earliest', 'latest' nor JSON "
+                          f"{{\"<recording id>\": position}} ({e})") from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option {name}: {raw!r} must be a JSON object {{\"<recording id>\": position}}")
+    positions: dict[int, int] = {}
+    for key, value in parsed.items():
+        try:
+            rid = int(key)
+        except ValueError:
+            raise OptionError(f"option {name}: key {key!r} is not a recording id") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(f"option {name}: position {value!r} of recording {rid} is not an integer")
+        if value < EARLIEST:
+            raise OptionError(f"option {name}: position {value} of recording {rid} is negative "
+                              "(-2 means earliest, -1 latest)")
+        if value >= 0 and value % 32 != 0:
+            raise OptionError(f"option {name}: position {value} of recording {rid} is not a frame boundary "
+                              "(positions are multiples of 32: use a row's position or a query's offset)")
+        positions[rid] = value
+    return positions
+
+
+def _archive(options: Mapping[str, str]) -> ArchiveAddress:
+    control = _channel(options, "controlChannel", "aeron:ipc")
+    assert control is not None
+    response_default = "aeron:ipc" if control.startswith("aeron:ipc") else None
+    response = _channel(options, "controlResponseChannel", response_default)
+    if response is None:
+        raise OptionError("option controlResponseChannel: required with a UDP controlChannel "
+                          f"({control!r}): the channel the archive answers on, e.g. "
+                          "aeron:udp?endpoint=<this host>:0")
+    control_stream = _stream_id(options, "controlStreamId", 10)
+    response_stream = _stream_id(options, "controlResponseStreamId", 20)
+    assert control_stream is not None and response_stream is not None
+    driver_dir = options.get("driverDir")
+    return ArchiveAddress(
+        driver_dir=str(driver_dir) if driver_dir else None,
+        control_channel=control,
+        control_stream_id=control_stream,
+        response_channel=response,
+        response_stream_id=response_stream,
+        message_timeout=_seconds(options, "messageTimeout", 10.0),
+    )
+
+
+def _check_known(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    for key in options.keys():
+        if str(key).lower() not in known:
+            raise OptionError(f"option {key}: unknown to the sulis {what} (known: "
+                              f"{', '.join(sorted(known - {'path'}))})")
+
+
+def parse_reader_options(options: Mapping[str, str], streaming: bool = False) -> ReaderOptions:
+    """Checks and parses a reader's options; raises ``OptionError`` naming the first bad one."""
+    _check_known(options, READER_OPTIONS, "source")
+    archive = _archive(options)
+    channel = _channel(options, "channel", None)
+    stream_id = _stream_id(options, "streamId", None)
+    raw_ids = options.get("recordingIds")
+    recording_ids: tuple[int, ...] | None = None
+    if raw_ids is not None:
+        text = str(raw_ids).strip()
+        try:
+            parsed = json.loads(text) if text.startswith("[") else [int(x) for x in text.split(",") if x.strip()]
+            recording_ids = tuple(int(x) for x in parsed)
+        except (ValueError, TypeError):
+            raise OptionError(f"option recordingIds: {raw_ids!r} is not a list of recording ids "
+                              "(e.g. 3,4 or [3, 4])") from None
+        if not recording_ids or any(r < 0 for r in recording_ids):
+            raise OptionError(f"option recordingIds: {raw_ids!r} must name at least one recording id >= 0")
+        if channel is not None or stream_id is not None:
+            raise OptionError("option recordingIds: give either recordingIds or channel and streamId, not both")
+    elif stream_id is None:
+        raise OptionError("option streamId: required (with channel) unless recordingIds is given")
+    elif channel is None:
+        raise OptionError("option channel: required with streamId (a channel URI, or a part of one such as "
+                          "'aeron:ipc' or 'endpoint=127.0.0.1:40123', as list_recordings_for_uri matches)")
+    starting = parse_positions(options, "startingPositions", "earliest")
+    ending = parse_positions(options, "endingPositions", "latest")
+    if streaming and options.get("endingPositions") is not None:
+        raise OptionError("option endingPositions: not for streaming queries (use Trigger.AvailableNow)")
+    if ending == "earliest":
+        raise OptionError("option endingPositions: 'earliest' would read nothing; use 'latest' or JSON positions")
+    if isinstance(ending, dict) and any(v == EARLIEST for v in ending.values()):
+        raise OptionError("option endingPositions: -2 (earliest) is not an ending position")
+    min_partitions = _int(options, "minPartitions", 1, 1, 100_000)
+    fragment_limit = _int(options, "fragmentLimit", 65536, 1, 1 << 24)
+    max_bytes = _int(options, "maxBytesPerTrigger", None, 32)
+    max_messages = _int(options, "maxMessagesPerTrigger", None, 1)
+    min_messages = _int(options, "minMessagesPerTrigger", None, 1)
+    replay_channel = _channel(options, "replayChannel", "aeron:ipc")
+    replay_stream = _stream_id(options, "replayStreamId", 0x5A17)
+    assert min_partitions is not None and fragment_limit is not None
+    assert replay_channel is not None and replay_stream is not None
+    return ReaderOptions(
+        archive=archive,
+        channel=channel,
+        stream_id=stream_id,
+        recording_ids=recording_ids,
+        starting=starting,
+        ending=ending,
+        min_partitions=min_partitions,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        replay_channel=replay_channel,
+        replay_stream_id=replay_stream,
+        fragment_limit=fragment_limit,
+        max_bytes_per_trigger=max_bytes,
+        max_messages_per_trigger=max_messages,
+        min_messages_per_trigger=min_messages,
+        max_trigger_delay_s=_seconds(options, "maxTriggerDelay", 15.0),
+    )
+
+
+def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
+    """Checks and parses a writer's options; raises ``OptionError`` naming the first bad one."""
+    _check_known(options, WRITER_OPTIONS, "sink")
+    archive = _archive(options)
+    channel = _channel(options, "channel", None)
+    stream_id = _stream_id(options, "streamId", None)
+    if channel is None:
+        raise OptionError("option channel: required (the channel to publish on, e.g. aeron:ipc)")
+    if stream_id is None:
+        raise OptionError("option streamId: required (the stream to publish on)")
+    return WriterOptions(archive=archive, channel=channel, stream_id=stream_id,
+                         exactly_once=_bool(options, "exactlyOnce", True))
