@@ -93,6 +93,7 @@ __all__ = [
     "OfferResult",
     "Publication",
     "RegistrationError",
+    "ReplayMerge",
     "Subscription",
     "SulisError",
     "__version__",
@@ -182,4 +183,4 @@ def _close_all() -> None:
             o.close()
 
 
-from .archive import Archive, ArchiveClient  # noqa: E402 - needs Client and _live above
+from .archive import Archive, ArchiveClient, ReplayMerge  # noqa: E402 - needs Client and _live above

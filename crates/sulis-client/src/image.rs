@@ -345,10 +345,71 @@ impl Image {
         })
     }
 
+    /// As [`Image::poll`], never reading past `limit_position`: a frame
+    /// that would end beyond it stays for later (Aeron's `boundedPoll`).
+    pub fn bounded_poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(
+        &self,
+        mut handler: F,
+        limit_position: i64,
+        limit: usize,
+    ) -> Result<usize, E> {
+        self.scan(limit, |term, frame_offset, frame_length, position| {
+            if position > limit_position {
+                return Ok(ControlledAction::Abort);
+            }
+            let header = Header::read(term, frame_offset, self.initial_term_id, self.bits);
+            handler(
+                term.slice(
+                    frame_offset + DATA_HEADER_LENGTH,
+                    frame_length - DATA_HEADER_LENGTH,
+                ),
+                &header,
+            )
+            .map(|_| ControlledAction::Continue)
+        })
+    }
+
+    /// Moves the subscriber position forward to `position` without reading
+    /// what lies between (Aeron's `Image.position(long)`): it must be a frame
+    /// position (32-byte aligned) from the current one to at most a term
+    /// length ahead.
+    pub fn seek(&self, position: i64) -> Result<(), String> {
+        let current = self.position();
+        let term_length = self.logs.term_length() as i64;
+        if position & (FRAME_ALIGNMENT as i64 - 1) != 0 {
+            return Err(format!(
+                "position {position} is not a frame position (a multiple of {FRAME_ALIGNMENT})"
+            ));
+        }
+        if position < current || position > current + term_length {
+            return Err(format!(
+                "position {position} is outside [{current}, {}]: an image moves forward by at most a term length",
+                current + term_length
+            ));
+        }
+        if !self.is_closed() {
+            self.set_position(position);
+        }
+        Ok(())
+    }
+
     /// Copies up to `limit` fragments into `batch` (payloads back to back).
     pub fn poll_into(&self, batch: &mut crate::batch::Batch, limit: usize) -> usize {
+        self.bounded_poll_into(batch, i64::MAX, limit)
+    }
+
+    /// As [`Image::poll_into`], never reading past `limit_position`.
+    pub fn bounded_poll_into(
+        &self,
+        batch: &mut crate::batch::Batch,
+        limit_position: i64,
+        limit: usize,
+    ) -> usize {
         let r: Result<usize, std::convert::Infallible> =
             self.scan(limit, |term, frame_offset, frame_length, position| {
+                if position > limit_position {
+                    return Ok(ControlledAction::Abort);
+                }
                 batch.push(
                     term.slice(
                         frame_offset + DATA_HEADER_LENGTH,

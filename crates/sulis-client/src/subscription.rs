@@ -200,14 +200,36 @@ impl Subscription {
         })
     }
 
+    /// Polls up to `limit` fragments across images, none past `limit_position`.
+    pub fn bounded_poll<E, F: FnMut(&[u8], &Header) -> Result<(), E>>(
+        &mut self,
+        mut handler: F,
+        limit_position: i64,
+        limit: usize,
+    ) -> Result<usize, E> {
+        self.each_image(limit, |image, remaining| {
+            image.bounded_poll(&mut handler, limit_position, remaining)
+        })
+    }
+
     /// Copies up to `limit` fragments into `batch`.
     pub fn poll_batch_into(&mut self, batch: &mut Batch, limit: usize) -> usize {
+        self.bounded_poll_batch_into(batch, i64::MAX, limit)
+    }
+
+    /// Copies up to `limit` fragments into `batch`, none past `limit_position`.
+    pub fn bounded_poll_batch_into(
+        &mut self,
+        batch: &mut Batch,
+        limit_position: i64,
+        limit: usize,
+    ) -> usize {
         let r: Result<usize, std::convert::Infallible> =
             self.each_image(limit, |image, remaining| {
                 // A term boundary ends one image read; read on while there is more.
                 let mut got = 0;
                 loop {
-                    let n = image.poll_into(batch, remaining - got);
+                    let n = image.bounded_poll_into(batch, limit_position, remaining - got);
                     got += n;
                     if n == 0 || got >= remaining {
                         return Ok(got);

@@ -156,6 +156,14 @@ impl PyImage {
     fn position(&self) -> i64 {
         self.image.position()
     }
+    /// Moves the subscriber position forward to `position` without reading
+    /// what lies between (Aeron's Image.position(long)): a frame position at
+    /// most a term length ahead of the current one.
+    fn set_position(&self, position: i64) -> PyResult<()> {
+        self.image
+            .seek(position)
+            .map_err(ConfigurationError::new_err)
+    }
     /// True once the publisher closed and everything was consumed.
     #[getter]
     fn is_end_of_stream(&self) -> bool {
@@ -553,6 +561,38 @@ impl PySubscription {
         })
     }
 
+    /// Like poll, but reads no fragment that ends past `limit_position`
+    /// (it stays for a later poll): Aeron's boundedPoll.
+    #[pyo3(signature = (handler, limit_position, fragment_limit=10))]
+    fn bounded_poll(
+        &self,
+        py: Python<'_>,
+        handler: &Bound<'_, PyAny>,
+        limit_position: i64,
+        fragment_limit: usize,
+    ) -> PyResult<usize> {
+        if let Ok(asm) = handler.cast::<PyFragmentAssembler>() {
+            let asm = asm.get();
+            return self.with_sub(|s| {
+                s.bounded_poll(
+                    |payload, header| asm.on_fragment(py, payload, header),
+                    limit_position,
+                    fragment_limit,
+                )
+            });
+        }
+        self.with_sub(|s| {
+            s.bounded_poll(
+                |payload, header| {
+                    let h = Py::new(py, PyHeader::new(*header))?;
+                    with_view(py, payload, |v| handler.call1((v, h)).map(|_| ()))
+                },
+                limit_position,
+                fragment_limit,
+            )
+        })
+    }
+
     /// Like poll, but `handler` returns a sulis.Action: ABORT (leave this
     /// fragment, stop), BREAK (consume, stop), COMMIT (consume, commit
     /// position now), CONTINUE (consume, go on).
@@ -577,8 +617,9 @@ impl PySubscription {
 
     /// Copies up to `fragment_limit` fragments into one Batch (no Python object
     /// per fragment). Returns an empty batch when nothing is available.
-    #[pyo3(signature = (fragment_limit=4096))]
-    fn poll_batch(&self, fragment_limit: usize) -> PyResult<PyBatch> {
+    /// With `limit_position`, no fragment that ends past it is read.
+    #[pyo3(signature = (fragment_limit=4096, limit_position=None))]
+    fn poll_batch(&self, fragment_limit: usize, limit_position: Option<i64>) -> PyResult<PyBatch> {
         if fragment_limit == 0 {
             return Err(ConfigurationError::new_err(
                 "poll_batch: fragment_limit must be positive",
@@ -587,7 +628,11 @@ impl PySubscription {
         self.with_sub(|s| {
             let mut batch =
                 Batch::with_capacity(fragment_limit.min(4096), fragment_limit.min(4096) * 64);
-            s.poll_batch_into(&mut batch, fragment_limit);
+            s.bounded_poll_batch_into(
+                &mut batch,
+                limit_position.unwrap_or(i64::MAX),
+                fragment_limit,
+            );
             Ok(PyBatch {
                 batch: Arc::new(batch),
             })

@@ -41,6 +41,8 @@ __all__ = [
     "RecordingDescriptor",
     "RecordingSignal",
     "RecordingSignalEvent",
+    "ReplayMerge",
+    "ReplayMergeState",
 ]
 
 #: "No position" (Aeron's NULL_POSITION).
@@ -250,3 +252,6 @@ class ArchiveClient(_native.ArchiveClient):
 
     def __repr__(self) -> str:
         return f"ArchiveClient(archive_id={self.archive_id}, control_session_id={self.control_session_id})"
+
+
+from .replay_merge import ReplayMerge, ReplayMergeState  # noqa: E402 - needs ArchiveClient above
