@@ -95,6 +95,23 @@ def test_batch_outlives_later_polls_and_getitem(pair):
     assert offsets.tolist() == [0, 5, 9, 14]
 
 
+def test_batches_dropped_at_once_reuse_one_buffer_and_stay_right(pair):
+    """A reader that lets each batch go gets the next one in the same buffer; one that keeps a
+    batch (or a column of it) keeps its contents."""
+    sub, pub = pair
+    kept = []
+    for round_ in range(20):
+        payloads = [bytes([round_]) * (1 + (round_ * 7 + i) % 100) for i in range(10)]
+        fill(pub, payloads)
+        batch = sub.poll_batch()
+        assert [batch[i] for i in range(len(batch))] == payloads
+        if round_ % 5 == 0:
+            kept.append((np.frombuffer(batch.data, np.uint8), b"".join(payloads)))
+        del batch
+    for column, expected in kept:
+        assert column.tobytes() == expected
+
+
 def test_batch_item_access(pair):
     sub, pub = pair
     fill(pub, [b"a", b"", b"ccc"])

@@ -36,6 +36,17 @@ impl Batch {
         }
     }
 
+    /// Empties the batch, keeping its memory for the next fill.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.positions.clear();
+        self.session_ids.clear();
+        self.flags.clear();
+        self.reserved_values.clear();
+    }
+
     /// Number of fragments.
     pub fn len(&self) -> usize {
         self.positions.len()

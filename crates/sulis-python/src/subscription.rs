@@ -499,9 +499,14 @@ pub struct PySubscription {
     stream_id: i32,
     channel: String,
     registration_id: i64,
+    /// The last batch handed out: refilled by the next poll_batch once
+    /// Python let go of it, so a reader that drops each batch reuses one
+    /// buffer instead of faulting in fresh memory per call (touched only
+    /// under the `in_use` guard).
+    spare: UnsafeCell<Option<Arc<Batch>>>,
 }
 
-// SAFETY: `inner` is only touched under the `in_use` guard.
+// SAFETY: `inner` and `spare` are only touched under the `in_use` guard.
 unsafe impl Sync for PySubscription {}
 
 impl PySubscription {
@@ -511,6 +516,7 @@ impl PySubscription {
             stream_id: inner.stream_id(),
             channel: inner.channel().to_string(),
             registration_id: inner.registration_id(),
+            spare: UnsafeCell::new(None),
             inner: UnsafeCell::new(inner),
             in_use: InUse::default(),
         }
@@ -626,16 +632,20 @@ impl PySubscription {
             ));
         }
         self.with_sub(|s| {
-            let mut batch =
-                Batch::with_capacity(fragment_limit.min(4096), fragment_limit.min(4096) * 64);
-            s.bounded_poll_batch_into(
-                &mut batch,
-                limit_position.unwrap_or(i64::MAX),
-                fragment_limit,
-            );
-            Ok(PyBatch {
-                batch: Arc::new(batch),
-            })
+            // SAFETY: under the `in_use` guard taken by with_sub.
+            let spare = unsafe { &mut *self.spare.get() };
+            let mut batch = match spare.take() {
+                Some(b) if Arc::strong_count(&b) == 1 && Arc::weak_count(&b) == 0 => b,
+                _ => Arc::new(Batch::with_capacity(
+                    fragment_limit.min(4096),
+                    fragment_limit.min(4096) * 64,
+                )),
+            };
+            let b = Arc::get_mut(&mut batch).expect("only the subscription holds it");
+            b.clear();
+            s.bounded_poll_batch_into(b, limit_position.unwrap_or(i64::MAX), fragment_limit);
+            *spare = Some(batch.clone());
+            Ok(PyBatch { batch })
         })
     }
 
