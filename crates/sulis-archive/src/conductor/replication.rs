@@ -173,12 +173,13 @@ fn run_worker(
         Ok(Some(d)) => {
             let _ = to_conductor.send(FromWorker::Source(Box::new(d)));
         }
-        Ok(None) => return fail(
-            error_code::UNKNOWN_RECORDING,
-            format!(
-                "unknown recording id {src_recording_id} at the source archive on {source_channel}"
-            ),
-        ),
+        Ok(None) => {
+            let at = format!("at the source archive on {source_channel}");
+            return fail(
+                error_code::UNKNOWN_RECORDING,
+                format!("unknown recording id {src_recording_id} {at}"),
+            );
+        }
         Err(e) => {
             return fail(
                 error_code_of(&e),
@@ -601,14 +602,14 @@ impl ArchiveConductor {
                 // end, or the recording stopped): the extension is over.
                 let (sid, id, dst) = (r.control_session_id, r.id, r.dst_recording_id);
                 let src_stop = r.src_stop_position;
-                let requested_stop = r.params.stop_position;
                 let reached = self
                     .catalog
                     .recording(dst)
                     .map_or(NULL_VALUE, |d| d.stop_position);
-                if (src_stop != NULL_VALUE && reached >= src_stop)
-                    || (requested_stop != NULL_VALUE && reached >= requested_stop)
-                {
+                // SYNC means the copy holds all the source had, as Aeron's
+                // ReplicationSession signals it: a copy that stopped at the
+                // requested stop position short of that is not in sync.
+                if src_stop != NULL_VALUE && reached >= src_stop {
                     self.signal(sid, id, dst, sub, reached, recording_signal::SYNC);
                 }
                 self.end_replication(i, None);
