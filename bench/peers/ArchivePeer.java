@@ -5,17 +5,31 @@
  * speaks the pre-1.16 protocol (schema id 1), which sulis does not (docs/archive.md).
  *
  *   client control=URI response=URI channel=URI stream=N count=N replay_channel=URI replay_stream=N
+ *   replicate control=URI response=URI src_control=URI src_recording=N count=N replay_channel=URI replay_stream=N
+ *             [src_stream=N] [dst_recording=N] [stop=N] [replication_channel=URI] [timeout_s=N]
  *
  * Starts a recording of channel/stream, publishes count messages of tests/interop/stream.py's kind
  * (index, then bytes (i + j) & 0xff, lengths 8 + (i * 37) % 400, every 97th 5000 bytes), finds the
  * recording by its rec-pos counter (RecordingPos, as Aeron users do), waits until it is recorded,
  * stops it, lists it, replays it and checks every message; then extends nothing and exits. One JSON
  * line: {"recording_id", "archive_id", "stop_position", "descriptor": {...}, "replayed", "errors"}.
+ *
+ * replicate asks the archive (an Aeron one, say) to copy recording src_recording of the archive whose
+ * control channel is src_control (sulis's, say) with AeronArchive.replicate and ReplicationParams
+ * (ReplicateRequest2): into a new recording, or dst_recording continued; up to stop if given. It
+ * gathers the recording signals of its control session (pollForRecordingSignals) until REPLICATE_END
+ * of that replication, lists the copy, and replays it from its start: the first count messages of the
+ * stream above must come back. One JSON line: {"replication_id", "signals": [{"signal",
+ * "correlation_id", "recording_id", "subscription_id", "position"}...], "descriptor", "replayed",
+ * "errors"}; the archive's asynchronous errors are among "errors".
  */
 
 import io.aeron.*;
 import io.aeron.archive.client.AeronArchive;
 import io.aeron.archive.client.RecordingDescriptorConsumer;
+import io.aeron.archive.client.RecordingSignalConsumer;
+import io.aeron.archive.client.ReplicationParams;
+import io.aeron.archive.codecs.RecordingSignal;
 import io.aeron.archive.codecs.SourceLocation;
 import io.aeron.archive.status.RecordingPos;
 import io.aeron.logbuffer.FragmentHandler;
@@ -33,11 +47,14 @@ public final class ArchivePeer {
             final int eq = args[k].indexOf('=');
             ARGS.put(args[k].substring(0, eq), args[k].substring(eq + 1));
         }
-        if (args.length == 0 || !"client".equals(args[0])) {
-            System.err.println("ArchivePeer: usage: client key=value ...");
-            System.exit(2);
-        }
-        System.exit(client());
+        if (args.length > 0 && "client".equals(args[0])) System.exit(client());
+        if (args.length > 0 && "replicate".equals(args[0])) System.exit(replicate());
+        System.err.println("ArchivePeer: usage: client|replicate key=value ...");
+        System.exit(2);
+    }
+
+    static String arg(final String key, final String otherwise) {
+        return ARGS.getOrDefault(key, otherwise);
     }
 
     static String arg(final String key) {
@@ -107,46 +124,135 @@ public final class ArchivePeer {
             }
             if (stop != end) errors.add("stop position " + stop + " != " + end);
             final StringBuilder descriptor = new StringBuilder();
-            final RecordingDescriptorConsumer consumer = (controlSessionId, correlationId, rid, startTimestamp,
-                stopTimestamp, startPosition, stopPosition, initialTermId, segmentFileLength, termBufferLength,
-                mtuLength, sessionId, streamId, strippedChannel, originalChannel, sourceIdentity) ->
-                descriptor.append("{\"recording_id\": ").append(rid)
-                    .append(", \"start_position\": ").append(startPosition)
-                    .append(", \"stop_position\": ").append(stopPosition)
-                    .append(", \"stream_id\": ").append(streamId)
-                    .append(", \"session_id\": ").append(sessionId)
-                    .append(", \"stripped_channel\": ").append(quote(strippedChannel))
-                    .append(", \"original_channel\": ").append(quote(originalChannel))
-                    .append(", \"source_identity\": ").append(quote(sourceIdentity)).append("}");
-            if (archive.listRecordingsForUri(0, 10, channel, stream, consumer) != 1) errors.add("listed != 1");
-            final long[] replayed = {0};
-            try (Subscription replay = archive.replay(recordingId, 0, end, arg("replay_channel"),
-                Integer.parseInt(arg("replay_stream")))) {
-                final FragmentHandler handler = new FragmentAssembler((buffer, offset, length, header) -> {
-                    final byte[] want = message((int)replayed[0]);
-                    final byte[] got = new byte[length];
-                    buffer.getBytes(offset, got);
-                    if (!Arrays.equals(want, got) && errors.size() < 10) {
-                        errors.add("replayed message " + replayed[0] + " differs");
-                    }
-                    replayed[0]++;
-                });
-                while (replayed[0] < count) {
-                    if (System.currentTimeMillis() > deadline + 20_000) {
-                        errors.add("replay stuck at " + replayed[0]);
-                        break;
-                    }
-                    if (replay.poll(handler, 100) == 0) Thread.yield();
-                }
+            if (archive.listRecordingsForUri(0, 10, channel, stream, describer(descriptor)) != 1) {
+                errors.add("listed != 1");
             }
+            final long replayed = replayAndCheck(archive, recordingId, 0, end, count, deadline + 20_000, errors);
             final StringBuilder out = new StringBuilder("{\"recording_id\": ").append(recordingId)
                 .append(", \"archive_id\": ").append(archive.archiveId())
                 .append(", \"stop_position\": ").append(stop)
                 .append(", \"descriptor\": ").append(descriptor.length() > 0 ? descriptor : "null")
-                .append(", \"replayed\": ").append(replayed[0])
-                .append(", \"errors\": [");
-            for (int k = 0; k < errors.size(); k++) out.append(k > 0 ? ", " : "").append(quote(errors.get(k)));
-            System.out.println(out.append("]}"));
+                .append(", \"replayed\": ").append(replayed)
+                .append(", \"errors\": ");
+            System.out.println(out.append(jsonList(errors)).append("}"));
+            return errors.isEmpty() ? 0 : 1;
+        }
+    }
+
+    static String jsonList(final List<String> items) {
+        final StringBuilder b = new StringBuilder("[");
+        for (int k = 0; k < items.size(); k++) b.append(k > 0 ? ", " : "").append(quote(items.get(k)));
+        return b.append("]").toString();
+    }
+
+    /** A descriptor consumer that writes each descriptor into {@code into} as a JSON object. */
+    static RecordingDescriptorConsumer describer(final StringBuilder into) {
+        return (controlSessionId, correlationId, rid, startTimestamp, stopTimestamp, startPosition, stopPosition,
+            initialTermId, segmentFileLength, termBufferLength, mtuLength, sessionId, streamId, strippedChannel,
+            originalChannel, sourceIdentity) ->
+            into.append("{\"recording_id\": ").append(rid)
+                .append(", \"start_position\": ").append(startPosition)
+                .append(", \"stop_position\": ").append(stopPosition)
+                .append(", \"initial_term_id\": ").append(initialTermId)
+                .append(", \"term_buffer_length\": ").append(termBufferLength)
+                .append(", \"mtu_length\": ").append(mtuLength)
+                .append(", \"stream_id\": ").append(streamId)
+                .append(", \"session_id\": ").append(sessionId)
+                .append(", \"stripped_channel\": ").append(quote(strippedChannel))
+                .append(", \"original_channel\": ").append(quote(originalChannel))
+                .append(", \"source_identity\": ").append(quote(sourceIdentity)).append("}");
+    }
+
+    /**
+     * Replays {@code length} bytes of a recording from {@code position} on replay_channel/replay_stream
+     * and checks that messages 0, 1, ... of the stream come back, until {@code count} did or the
+     * deadline (epoch ms) passed; returns how many came (mismatches go to {@code errors}).
+     */
+    static long replayAndCheck(final AeronArchive archive, final long recordingId, final long position,
+        final long length, final int count, final long deadline, final List<String> errors) {
+        final long[] replayed = {0};
+        try (Subscription replay = archive.replay(recordingId, position, length, arg("replay_channel"),
+            Integer.parseInt(arg("replay_stream")))) {
+            final FragmentHandler handler = new FragmentAssembler((buffer, offset, n, header) -> {
+                final byte[] want = message((int)replayed[0]);
+                final byte[] got = new byte[n];
+                buffer.getBytes(offset, got);
+                if (!Arrays.equals(want, got) && errors.size() < 10) {
+                    errors.add("replayed message " + replayed[0] + " differs");
+                }
+                replayed[0]++;
+            });
+            while (replayed[0] < count) {
+                if (System.currentTimeMillis() > deadline) {
+                    errors.add("replay stuck at " + replayed[0]);
+                    break;
+                }
+                if (replay.poll(handler, 100) == 0) Thread.yield();
+            }
+        }
+        return replayed[0];
+    }
+
+    static int replicate() throws Exception {
+        final int count = Integer.parseInt(arg("count"));
+        final long srcRecordingId = Long.parseLong(arg("src_recording"));
+        final long deadline = System.currentTimeMillis() + 1000L * Long.parseLong(arg("timeout_s", "60"));
+        final List<String> errors = Collections.synchronizedList(new ArrayList<>());
+        // Every signal of this control session (one may come before replicate() returns its id).
+        final List<Object[]> signals = new ArrayList<>();
+        final RecordingSignalConsumer onSignal = (controlSessionId, correlationId, recordingId, subscriptionId,
+            position, signal) -> signals.add(new Object[] {signal, correlationId, recordingId, subscriptionId, position});
+        final AeronArchive.Context ctx = new AeronArchive.Context()
+            .controlRequestChannel(arg("control"))
+            .controlRequestStreamId(10)
+            .controlResponseChannel(arg("response"))
+            .controlResponseStreamId(20)
+            .recordingSignalConsumer(onSignal)
+            .errorHandler(e -> errors.add("archive error: " + e.getMessage()));
+        try (AeronArchive archive = AeronArchive.connect(ctx)) {
+            final ReplicationParams params = new ReplicationParams()
+                .dstRecordingId(Long.parseLong(arg("dst_recording", "-1")))
+                .stopPosition(Long.parseLong(arg("stop", "-1")));
+            if (ARGS.containsKey("replication_channel")) params.replicationChannel(arg("replication_channel"));
+            final long replicationId = archive.replicate(srcRecordingId, Integer.parseInt(arg("src_stream", "10")),
+                arg("src_control"), params);
+            long dstRecordingId = Long.parseLong(arg("dst_recording", "-1"));
+            for (int seen = 0; ; ) {
+                boolean ended = false;
+                for (; seen < signals.size(); seen++) {
+                    final Object[] sig = signals.get(seen);
+                    if ((long)sig[1] != replicationId) continue;
+                    if (sig[0] == RecordingSignal.REPLICATE) dstRecordingId = (long)sig[2];
+                    ended |= sig[0] == RecordingSignal.REPLICATE_END;
+                }
+                if (ended) break;
+                if (System.currentTimeMillis() > deadline) {
+                    errors.add("no REPLICATE_END within the time-out");
+                    break;
+                }
+                if (archive.pollForRecordingSignals() == 0) Thread.sleep(1);
+            }
+            final StringBuilder descriptor = new StringBuilder();
+            long replayed = 0;
+            if (dstRecordingId != Aeron.NULL_VALUE) {
+                if (archive.listRecording(dstRecordingId, describer(descriptor)) != 1) errors.add("listed != 1");
+                if (count > 0) {
+                    replayed = replayAndCheck(archive, dstRecordingId, AeronArchive.NULL_POSITION,
+                        AeronArchive.NULL_LENGTH, count, deadline + 20_000, errors);
+                }
+            }
+            final List<String> signalsJson = new ArrayList<>();
+            for (final Object[] sig : signals) {
+                signalsJson.add("{\"signal\": " + quote(sig[0].toString()) + ", \"correlation_id\": " + sig[1]
+                    + ", \"recording_id\": " + sig[2] + ", \"subscription_id\": " + sig[3]
+                    + ", \"position\": " + sig[4] + "}");
+            }
+            final StringBuilder out = new StringBuilder("{\"replication_id\": ").append(replicationId)
+                .append(", \"signals\": [").append(String.join(", ", signalsJson)).append("]")
+                .append(", \"descriptor\": ").append(descriptor.length() > 0 ? descriptor : "null")
+                .append(", \"replayed\": ").append(replayed)
+                .append(", \"errors\": ").append(jsonList(errors));
+            System.out.println(out.append("}"));
             return errors.isEmpty() ? 0 : 1;
         }
     }

@@ -3,7 +3,11 @@
 * Aeron's own ``AeronArchive`` client (bench/peers/ArchivePeer.java) records, finds its recording by
   the rec-pos counter, stops, lists and replays on a sulis archive;
 * ``sulis.ArchiveClient`` does the same over UDP on Aeron's ``ArchivingMediaDriver``;
-* a sulis archive opens the directory Aeron's archive wrote (catalog and segments) and replays it.
+* a sulis archive opens the directory Aeron's archive wrote (catalog and segments) and replays it;
+* replication both ways: a sulis archive copies recordings of Aeron's archive (``ArchiveClient.replicate``
+  with Aeron's UDP control channel as the source), and Aeron's archive copies recordings of a sulis
+  archive (``AeronArchive.replicate``, ArchivePeer's ``replicate`` role): whole, up to a stop position
+  then continued into the same recording, and following a live recording until it stops.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import os
 import subprocess
 import time
+from typing import NamedTuple
 
 import peers  # noqa: E402
 import pytest
@@ -50,6 +55,52 @@ def receive(sub, count: int, timeout: float = 30.0) -> list[bytes]:
     return got
 
 
+def publish(pub, first: int, count: int) -> list[int]:
+    """Offers messages first .. first + count - 1; returns the publication's position after each."""
+    positions = []
+    deadline = time.monotonic() + 30
+    for i in range(first, first + count):
+        while (r := pub.offer(message(i))) < 0:
+            assert r != sulis.CLOSED and time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
+        positions.append(r)
+    return positions
+
+
+def record(ac, client, channel: str, stream_id: int, count: int, source: str = "local", stop: bool = True):
+    """Records ``count`` messages of ``channel`` on the archive of ``ac``; returns (recording id,
+    the position after each message) once all is recorded (and, if ``stop``, the recording stopped)
+    and the publication with them when not ``stop``."""
+    ac.start_recording(channel, stream_id, source=source)
+    pub = client.add_publication(channel, stream_id)
+    rid = ac.await_signal(RecordingSignal.START).recording_id
+    positions = publish(pub, 0, count)
+    await_position(ac, rid, positions[-1])
+    if not stop:
+        return rid, positions, pub
+    ac.stop_recording(channel, stream_id)
+    assert ac.await_signal(RecordingSignal.STOP, rid).position == positions[-1]
+    pub.close()
+    return rid, positions
+
+
+def await_position(ac, recording_id: int, position: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (at := ac.get_recording_position(recording_id)) != position:
+        assert time.monotonic() < deadline, f"recording {recording_id} at {at}, not {position}"
+        time.sleep(0.005)
+
+
+def replication_signals(ac, replication_id: int, timeout: float = 60.0) -> list:
+    """The signals of a replication (correlation id = its id), up to its REPLICATE_END."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while not got or got[-1].signal != RecordingSignal.REPLICATE_END:
+        assert time.monotonic() < deadline, f"replication {replication_id}: no REPLICATE_END, only {got}"
+        got += [s for s in ac.poll_signals() if s.correlation_id == replication_id]
+        time.sleep(0.005)
+    return got
+
+
 def test_aeron_archive_client_on_a_sulis_archive(current, harness):
     base = harness.make_dir("archive")
     cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ArchivePeer.java"))
@@ -84,20 +135,27 @@ def test_aeron_archive_client_on_a_sulis_archive(current, harness):
     assert tool["count-entries"].strip().endswith("1"), tool["count-entries"]
 
 
+class AeronArchive(NamedTuple):
+    control: str  # its UDP control channel (stream 10)
+    archive_dir: str
+    driver_dir: str  # its media driver's aeron.dir, for Aeron clients of it
+    proc: object
+
+
 @pytest.fixture
 def aeron_archive(current, harness):
     """Aeron's ArchivingMediaDriver (a driver and an archive, shared threads) with a UDP control
-    channel; yields (control channel, its archive directory, the process)."""
+    channel and a replication channel of port 0 (Aeron resolves it)."""
     base = harness.make_dir("aeron-archive")
     control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     props = {**peers.aeron_java.dir_props(os.path.join(base, "aeron")), "aeron.threading.mode": "SHARED",
              "aeron.archive.threading.mode": "SHARED", "aeron.archive.dir": os.path.join(base, "archive"),
              "aeron.archive.control.channel": control, "aeron.archive.id": "777",
-             "aeron.archive.replication.channel": "aeron:udp?endpoint=127.0.0.1:0",
+             "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
              "aeron.archive.segment.file.length": str(1 << 20)}
     proc = harness.start("aeron-archive", peers.aeron_java.command(current, props,
                                                                   "io.aeron.archive.ArchivingMediaDriver"))
-    yield control, os.path.join(base, "archive"), proc
+    yield AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
 
 
 def connect(client, control: str, deadline_s: float = 30.0) -> sulis.ArchiveClient:
@@ -114,29 +172,17 @@ def connect(client, control: str, deadline_s: float = 30.0) -> sulis.ArchiveClie
 
 def test_sulis_archive_client_on_an_aeron_archive_then_a_sulis_archive_opens_its_files(
         aeron_archive, harness, driver, client):
-    control, aeron_dir, proc = aeron_archive
+    control, aeron_dir, _, proc = aeron_archive
     ac = connect(client, control)
     assert ac.archive_id == 777
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
-    ac.start_recording(channel, 1001, source="remote")
-    pub = client.add_publication(channel, 1001)
-    rid = ac.await_signal(RecordingSignal.START).recording_id
-    for i in range(2000):
-        while pub.offer(message(i)) < 0:
-            pass
-    end = pub.position
-    deadline = time.monotonic() + 30
-    while ac.get_recording_position(rid) != end:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    ac.stop_recording(channel, 1001)
-    assert ac.await_signal(RecordingSignal.STOP, rid).position == end
+    rid, positions = record(ac, client, channel, 1001, 2000, source="remote")
+    end = positions[-1]
     (d,) = ac.list_recordings_for_uri("127.0.0.1", 1001)
     assert (d.recording_id, d.start_position, d.stop_position) == (rid, 0, end)
     sub = ac.replay(rid, f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", 2002)
     assert receive(sub, 2000) == [message(i) for i in range(2000)]
     ac.close()
-    pub.close()
     proc.close(grace_s=5)
 
     # The directory Aeron's archive wrote, opened by a sulis archive.
@@ -145,3 +191,161 @@ def test_sulis_archive_client_on_an_aeron_archive_then_a_sulis_archive_opens_its
         assert (again.recording_id, again.stop_position, again.stream_id) == (rid, end, 1001)
         assert receive(sac.replay(rid, "aeron:ipc", 2004), 2000) == [message(i) for i in range(2000)]
         assert archive.errors() == []
+
+
+# -- replication ----------------------------------------------------------------
+
+
+def kinds(signals) -> list[RecordingSignal]:
+    return [s.signal for s in signals]
+
+
+def same_stream(a, b) -> bool:
+    """Two descriptors of one stream: what a copy keeps of its source."""
+    fields = ("start_position", "initial_term_id", "term_buffer_length", "mtu_length", "session_id", "stream_id",
+              "segment_file_length", "stripped_channel", "original_channel", "source_identity")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def test_a_sulis_archive_replicates_recordings_of_an_aeron_archive(aeron_archive, harness, driver, client):
+    """sulis is the destination: it connects to Aeron's archive as a client, lists the recording and has
+    Aeron replay it to its replication channel (port 0: a port of its own choosing) with session-id
+    filtering. A stopped recording whole (REPLICATE, EXTEND, SYNC at its stop, REPLICATE_END); up to a
+    stop position (no SYNC), then continued into that copy; a live one followed until Aeron stops it."""
+    ac = connect(client, aeron_archive.control)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    rid, positions = record(ac, client, channel, 1001, 2000, source="remote")
+    source = ac.list_recording(rid)
+    end = positions[-1]
+    with sulis.Archive(harness.make_dir("sulis-dst"), driver_dir=driver.dir,
+                       replication_channel="aeron:udp?endpoint=localhost:0") as dst, \
+            sulis.ArchiveClient(client) as sac:
+        whole = sac.replicate(rid, aeron_archive.control)
+        signals = replication_signals(sac, whole)
+        assert kinds(signals) == [RecordingSignal.REPLICATE, RecordingSignal.EXTEND, RecordingSignal.STOP,
+                                  RecordingSignal.SYNC, RecordingSignal.REPLICATE_END], signals
+        copy_id = signals[0].recording_id
+        assert signals[0].position == 0 and signals[3].position == end
+        copy = sac.list_recording(copy_id)
+        assert same_stream(copy, source) and copy.stop_position == end, (copy, source)
+        assert receive(sac.replay(copy_id, "aeron:ipc", 3001), 2000) == [message(i) for i in range(2000)]
+
+        # Up to a stop position (a message boundary), then the rest into the same copy.
+        half = positions[999]
+        first = replication_signals(sac, sac.replicate(rid, aeron_archive.control, stop_position=half))
+        assert kinds(first) == [RecordingSignal.REPLICATE, RecordingSignal.EXTEND, RecordingSignal.STOP,
+                                RecordingSignal.REPLICATE_END], first
+        part_id = first[0].recording_id
+        assert first[2].position == half and sac.list_recording(part_id).stop_position == half
+        assert receive(sac.replay(part_id, "aeron:ipc", 3002), 1000) == [message(i) for i in range(1000)]
+        rest = replication_signals(sac, sac.replicate(rid, aeron_archive.control, dst_recording_id=part_id))
+        assert kinds(rest) == [RecordingSignal.EXTEND, RecordingSignal.STOP, RecordingSignal.SYNC,
+                               RecordingSignal.REPLICATE_END], rest
+        assert all(s.recording_id == part_id for s in rest) and rest[0].position == half and rest[2].position == end
+        assert receive(sac.replay(part_id, "aeron:ipc", 3003), 2000) == [message(i) for i in range(2000)]
+
+        # A live recording: followed while Aeron records, ended when Aeron stops it.
+        live_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+        live_id, live_positions, pub = record(ac, client, live_channel, 1002, 500, source="remote", stop=False)
+        following = sac.replicate(live_id, aeron_archive.control)
+        live_copy = sac.await_signal(RecordingSignal.REPLICATE).recording_id
+        sac.await_signal(RecordingSignal.EXTEND, live_copy)
+        live_end = publish(pub, 500, 500)[-1]
+        await_position(sac, live_copy, live_end)
+        ac.stop_recording(live_channel, 1002)
+        assert ac.await_signal(RecordingSignal.STOP, live_id).position == live_end
+        pub.close()
+        tail = replication_signals(sac, following)
+        assert kinds(tail) == [RecordingSignal.STOP, RecordingSignal.REPLICATE_END], tail
+        assert tail[0].position == live_end
+        assert same_stream(sac.list_recording(live_copy), ac.list_recording(live_id))
+        assert receive(sac.replay(live_copy, "aeron:ipc", 3004), 1000) == [message(i) for i in range(1000)]
+
+        assert sac.poll_errors() == [] and dst.errors() == []
+    ac.close()
+
+
+def aeron_replicate(current, harness, aeron_archive, src_control: str, src_recording: int, count: int,
+                    **params) -> peers.ChildProcess:
+    """ArchivePeer's replicate role: Aeron's AeronArchive asks Aeron's archive to copy a recording."""
+    cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ArchivePeer.java"))
+    args = {"control": "aeron:ipc", "response": "aeron:ipc", "src_control": src_control,
+            "src_recording": src_recording, "count": count, "replay_channel": "aeron:ipc",
+            "replay_stream": 4000 + len(harness.procs), "timeout_s": 60, **params}
+    cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_archive.driver_dir}, "ArchivePeer",
+                                   ["replicate", *(f"{k}={v}" for k, v in args.items())], cp)
+    return harness.start("aeron-replicate", cmd)
+
+
+def replicated_by_aeron(harness, aeron_archive, peer) -> dict:
+    res = harness.result(peer, 120, watch=[aeron_archive.proc])
+    assert res["errors"] == [], res
+    res["kinds"] = [s["signal"] for s in res["signals"] if s["correlation_id"] == res["replication_id"]]
+    return res
+
+
+def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aeron_archive, harness, driver, client):
+    """Aeron is the destination: Aeron's archive connects to the sulis archive's UDP control channel
+    (its response channel: its replication channel, port 0 resolved), lists the recording and asks for
+    a replay to its replication channel with session-id; ArchivePeer gathers the signals with
+    pollForRecordingSignals and replays the copy from Aeron's archive. A stopped recording whole, up to
+    a stop position then continued, a live one followed until sulis stops it."""
+    src_control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with sulis.Archive(harness.make_dir("sulis-src"), driver_dir=driver.dir, control_channel=src_control) as src, \
+            sulis.ArchiveClient(client) as ac:
+        rid, positions = record(ac, client, "aeron:ipc?term-length=256k", 1001, 2000)
+        end = positions[-1]
+        source = ac.list_recording(rid)
+
+        def fields(descriptor: dict) -> dict:
+            keys = ("start_position", "initial_term_id", "term_buffer_length", "mtu_length", "session_id",
+                    "stream_id", "stripped_channel", "original_channel", "source_identity")
+            return {k: descriptor[k] for k in keys}
+
+        whole = replicated_by_aeron(harness, aeron_archive,
+                                    aeron_replicate(current, harness, aeron_archive, src_control, rid, 2000))
+        # Aeron's order: its REPLICATE_END goes before the STOP of the recording it closed.
+        assert sorted(whole["kinds"]) == sorted(["REPLICATE", "EXTEND", "SYNC", "REPLICATE_END", "STOP"]), whole
+        sync = next(s for s in whole["signals"] if s["signal"] == "SYNC")
+        assert sync["position"] == end and whole["descriptor"]["stop_position"] == end, whole
+        assert fields(whole["descriptor"]) == fields(vars_of(source)), (whole["descriptor"], source)
+        assert whole["replayed"] == 2000
+
+        half = positions[999]
+        part = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+            current, harness, aeron_archive, src_control, rid, 1000, stop=half))
+        assert "SYNC" not in part["kinds"] and part["descriptor"]["stop_position"] == half, part
+        assert part["replayed"] == 1000
+        part_id = part["descriptor"]["recording_id"]
+        rest = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+            current, harness, aeron_archive, src_control, rid, 2000, dst_recording=part_id))
+        assert "REPLICATE" not in rest["kinds"] and "SYNC" in rest["kinds"], rest
+        assert (rest["descriptor"]["recording_id"], rest["descriptor"]["stop_position"]) == (part_id, end), rest
+        assert rest["replayed"] == 2000
+
+        # A live recording: Aeron follows it until the sulis archive stops recording.
+        live_id, live_positions, pub = record(ac, client, "aeron:ipc?term-length=256k", 1002, 500, stop=False)
+        peer = aeron_replicate(current, harness, aeron_archive, src_control, live_id, 1000)
+        live_end = publish(pub, 500, 500)[-1]
+        aeron = connect(client, aeron_archive.control)
+        deadline = time.monotonic() + 30
+        while not [d for d in aeron.list_recordings() if d.stream_id == 1002] or \
+                aeron.get_recording_position([d for d in aeron.list_recordings() if d.stream_id == 1002][0]
+                                             .recording_id) != live_end:
+            assert time.monotonic() < deadline and peer.proc.poll() is None, harness.describe()
+            time.sleep(0.01)
+        aeron.close()
+        ac.stop_recording("aeron:ipc?term-length=256k", 1002)
+        assert ac.await_signal(RecordingSignal.STOP, live_id).position == live_end
+        pub.close()
+        live = replicated_by_aeron(harness, aeron_archive, peer)
+        assert "SYNC" not in live["kinds"] and live["descriptor"]["stop_position"] == live_end, live
+        assert live["replayed"] == 1000
+        assert ac.poll_errors() == [] and src.errors() == []
+
+
+def vars_of(d) -> dict:
+    """A sulis RecordingDescriptor as ArchivePeer's JSON descriptor."""
+    keys = ("recording_id", "start_position", "stop_position", "initial_term_id", "term_buffer_length", "mtu_length",
+            "stream_id", "session_id", "stripped_channel", "original_channel", "source_identity")
+    return {k: getattr(d, k) for k in keys}
