@@ -29,22 +29,24 @@ __all__ = [
 EARLIEST = -2
 LATEST = -1
 
-#: Every option a reader knows (lower case, as Spark's dict compares them).
-READER_OPTIONS = frozenset({
-    "controlchannel", "controlstreamid", "controlresponsechannel", "controlresponsestreamid",
-    "driverdir", "messagetimeout",
-    "channel", "streamid", "recordingids",
-    "startingpositions", "endingpositions",
-    "minpartitions", "failondataloss",
-    "replaychannel", "replaystreamid", "fragmentlimit",
-    "maxbytespertrigger", "maxmessagespertrigger", "minmessagespertrigger", "maxtriggerdelay",
-    "path",
-})
+#: Every option a reader knows (Spark hands them over lower-cased; these are the names to show).
+READER_OPTIONS = (
+    "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
+    "driverDir", "messageTimeout",
+    "channel", "streamId", "recordingIds",
+    "startingPositions", "endingPositions",
+    "minPartitions", "failOnDataLoss",
+    "replayChannel", "replayStreamId", "fragmentLimit",
+    "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
+)
 
-WRITER_OPTIONS = frozenset({
-    "controlchannel", "controlstreamid", "controlresponsechannel", "controlresponsestreamid",
-    "driverdir", "messagetimeout", "channel", "streamid", "exactlyonce", "path",
-})
+WRITER_OPTIONS = (
+    "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
+    "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce", "sinkTag",
+)
+
+#: Options Spark itself may pass along (``load(path)``, ``start(path)``, the checkpoint).
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
 
 
 class OptionError(ValueError):
@@ -227,11 +229,17 @@ def _archive(options: Mapping[str, str]) -> ArchiveAddress:
     )
 
 
-def _check_known(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
+    import difflib
+
+    by_lower = {k.lower(): k for k in known}
     for key in options.keys():
-        if str(key).lower() not in known:
-            raise OptionError(f"option {key}: unknown to the sulis {what} (known: "
-                              f"{', '.join(sorted(known - {'path'}))})")
+        lower = str(key).lower()
+        if lower in by_lower or lower in _SPARK_OPTIONS:
+            continue
+        close = difflib.get_close_matches(lower, list(by_lower), n=1)
+        hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
+        raise OptionError(f"option {key}: unknown to the sulis {what}; {hint}(known: {', '.join(known)})")
 
 
 def parse_reader_options(options: Mapping[str, str], streaming: bool = False) -> ReaderOptions:

@@ -37,7 +37,8 @@ class RecordingInfo:
     live: bool
 
 
-def _info(s: ArchiveSession, d) -> RecordingInfo:
+def info_of(s: ArchiveSession, d) -> RecordingInfo:
+    """A descriptor's recording with its current end."""
     end = d.stop_position
     live = False
     if end < 0:
@@ -53,7 +54,7 @@ def _info(s: ArchiveSession, d) -> RecordingInfo:
 def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:
     """The recording's current state, or None if the archive does not know it."""
     d = s.archive.list_recording(recording_id)
-    return None if d is None else _info(s, d)
+    return None if d is None else info_of(s, d)
 
 
 def list_descriptors(s: ArchiveSession, opts: ReaderOptions):
@@ -78,7 +79,7 @@ def list_descriptors(s: ArchiveSession, opts: ReaderOptions):
 
 def list_selected(s: ArchiveSession, opts: ReaderOptions) -> list[RecordingInfo]:
     """Every selected recording with its current positions, by recording id."""
-    return sorted((_info(s, d) for d in list_descriptors(s, opts)), key=lambda r: r.recording_id)
+    return sorted((info_of(s, d) for d in list_descriptors(s, opts)), key=lambda r: r.recording_id)
 
 
 def _check_keys(spec, infos: dict[int, RecordingInfo], option: str, opts: ReaderOptions) -> None:

@@ -1,0 +1,243 @@
+"""``spark.readStream.format("sulis")``: recordings as an unbounded source, positions as offsets.
+
+An offset is a JSON object ``{"<recording id>": position, ...}`` with the ids in numeric order
+(Spark compares offsets as strings, so the order must be stable). A micro-batch reads, per
+recording, the messages whose end position lies in ``(start, end]`` (see ``replay.py``).
+Recordings of the channel and stream that start later join the offsets at their start
+position, as new Kafka partitions do; a recording that stops keeps its last position.
+
+Where this runs: one long-lived Python process on the Spark driver holds the reader
+(``initialOffset``, ``latestOffset``, ``partitions``, ``commit``); ``read`` runs in executors on
+a copy, with everything it needs inside the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .datasource import SulisPartition, read_partition
+from .options import ReaderOptions
+from .recordings import (
+    DataLossError,
+    RecordingInfo,
+    check_data_loss,
+    describe,
+    list_selected,
+    plan_ranges,
+    resolve_positions,
+)
+from .replay import RecordingRange, drop_session, read_range, session
+
+__all__ = ["SulisStreamReader", "to_offset", "from_offset"]
+
+log = logging.getLogger("sulis.spark")
+
+#: Re-list the selected recordings (to find new ones) at most this often; in between,
+#: ``latestOffset`` asks only for the live recordings' positions.
+LIST_INTERVAL_S = 0.5
+#: Bytes sampled at a recording's start to estimate its framed message length (for row limits).
+SAMPLE_BYTES = 64 * 1024
+FRAME_ALIGNMENT = 32
+
+
+def to_offset(positions: dict[int, int]) -> dict[str, int]:
+    """The offset JSON object: string keys in numeric order (its text is then stable)."""
+    return {str(rid): int(positions[rid]) for rid in sorted(positions)}
+
+
+def from_offset(offset: dict) -> dict[int, int]:
+    return {int(k): int(v) for k, v in offset.items()}
+
+
+class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader (see the module doc)."""
+
+    def __init__(self, opts: ReaderOptions) -> None:
+        self.opts = opts
+        self._infos: dict[int, RecordingInfo] = {}
+        self._listed_at = 0.0
+        self._target: dict[int, int] | None = None  # Trigger.AvailableNow: where to stop
+        self._frame_len: dict[int, float] = {}  # estimated bytes per message, per recording
+        self._last_batch_at = time.monotonic()
+
+    # -- what the archive holds now ------------------------------------------------------------
+
+    def _refresh(self, force: bool = False) -> dict[int, RecordingInfo]:
+        """Current positions of the selected recordings: a full listing every ``LIST_INTERVAL_S``,
+        else one position request per live recording (``latestOffset`` runs ~100 times a second)."""
+        s = session(self.opts.archive)
+        now = time.monotonic()
+        if force or now - self._listed_at >= LIST_INTERVAL_S or not self._infos:
+            self._infos = {r.recording_id: r for r in list_selected(s, self.opts)}
+            self._listed_at = now
+            return self._infos
+        for rid, r in list(self._infos.items()):
+            if not r.live:
+                continue
+            pos = s.archive.get_recording_position(rid)
+            if pos < 0:  # stopped since: its descriptor has the stop position
+                fresh = describe(s, rid)
+                if fresh is not None:
+                    self._infos[rid] = fresh
+            elif pos != r.end:
+                self._infos[rid] = RecordingInfo(r.recording_id, r.stream_id, r.session_id, r.start, pos,
+                                                 r.term_length, r.mtu_length, True)
+        return self._infos
+
+    def _info_now(self, rid: int) -> RecordingInfo | None:
+        """The recording as the archive describes it now (its start moves when data is purged);
+        None when it is gone and ``failOnDataLoss=false``."""
+        fresh = describe(session(self.opts.archive), rid)
+        if fresh is None:
+            text = f"recording {rid} is no longer in {self.opts.archive.describe()} (purged?)"
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(text + "; failOnDataLoss=true (set it to false to skip it)")
+            log.warning("%s; skipped (failOnDataLoss=false)", text)
+            self._infos.pop(rid, None)
+            return None
+        self._infos[rid] = fresh
+        return fresh
+
+    # -- the DataSourceStreamReader API ---------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        infos = list(self._refresh(force=True).values())
+        starts, _ = resolve_positions(infos, self.opts, streaming=True)
+        return to_offset(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.opts
+        if o.min_messages_per_trigger is not None:
+            return ReadMinRows(o.min_messages_per_trigger)
+        if o.max_messages_per_trigger is not None:
+            return ReadMaxRows(o.max_messages_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {rid: r.end for rid, r in self._refresh(force=True).items()}
+
+    def reportLatestOffset(self) -> dict | None:
+        if not self._infos:
+            return None
+        return to_offset({rid: r.end for rid, r in self._infos.items()})
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        infos = self._refresh()
+        begin = from_offset(start) if start else {}
+        for rid, r in infos.items():
+            begin.setdefault(rid, r.start)  # a new recording: from its start
+        ends = {rid: max(begin[rid], r.end) for rid, r in infos.items()}
+        for rid in begin:
+            ends.setdefault(rid, begin[rid])  # gone from the listing (purged): stays where it was
+        if self._target is not None:  # Trigger.AvailableNow: nothing past the snapshot
+            ends = {rid: max(begin[rid], min(e, self._target.get(rid, begin[rid]))) for rid, e in ends.items()}
+        limited = self._limit(begin, ends, limit)
+        if limited is None:
+            return start
+        ends = limited
+        if any(ends[rid] > begin[rid] for rid in ends):
+            self._last_batch_at = time.monotonic()
+        return to_offset(ends)
+
+    def _limit(self, begin: dict[int, int], ends: dict[int, int], limit: ReadLimit) -> dict[int, int] | None:
+        """``ends`` cut down to what ``limit`` admits; None for "not enough yet, no batch" (ReadMinRows)."""
+        o = self.opts
+        max_bytes: int | None = None
+        max_rows: int | None = None
+        if isinstance(limit, ReadAllAvailable):
+            return ends
+        if isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        elif isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif isinstance(limit, ReadMinRows):
+            if self._target is None and self._rows(begin, ends) < limit.min_rows and \
+                    time.monotonic() - self._last_batch_at < o.max_trigger_delay_s:
+                return None
+            max_bytes, max_rows = o.max_bytes_per_trigger, o.max_messages_per_trigger
+        if max_rows is not None:
+            # Positions count bytes, not messages: turn the row budget into bytes per recording with
+            # its measured framed message length (an estimate: see docs/spark.md).
+            budget_rows = max_rows
+            avail = {rid: (ends[rid] - begin[rid]) / self._frame_length(rid) for rid in ends}
+            total = sum(avail.values())
+            if total > budget_rows:
+                ends = {rid: begin[rid] + self._align(avail[rid] * budget_rows / total * self._frame_length(rid))
+                        for rid in ends}
+        if max_bytes is not None:
+            total_bytes = sum(ends[rid] - begin[rid] for rid in ends)
+            if total_bytes > max_bytes:
+                ends = {rid: begin[rid] + self._align((ends[rid] - begin[rid]) * max_bytes / total_bytes)
+                        for rid in ends}
+        return ends
+
+    @staticmethod
+    def _align(n: float) -> int:
+        """A byte budget as a whole number of frames' alignment, at least one (so a batch progresses)."""
+        return max(FRAME_ALIGNMENT, int(n) // FRAME_ALIGNMENT * FRAME_ALIGNMENT)
+
+    def _rows(self, begin: dict[int, int], ends: dict[int, int]) -> float:
+        return sum((ends[rid] - begin[rid]) / self._frame_length(rid) for rid in ends if ends[rid] > begin[rid])
+
+    def _frame_length(self, rid: int) -> float:
+        """Bytes per message in the recording, measured once on its first ``SAMPLE_BYTES``."""
+        known = self._frame_len.get(rid)
+        if known is not None:
+            return known
+        r = self._infos.get(rid)
+        if r is None or r.end - r.start < FRAME_ALIGNMENT:
+            return 64.0  # nothing to measure yet: a small message (header + up to 32 bytes)
+        end = min(r.end, r.start + SAMPLE_BYTES)
+        count, last = 0, r.start
+        sample = RecordingRange(rid, r.stream_id, r.session_id, r.start, end, r.start, r.end)
+        for batch in read_range(self.opts.archive, sample, self.opts.replay_channel, self.opts.replay_stream_id):
+            count += batch.num_rows
+            last = batch.column(4)[-1].as_py()
+        length = (last - r.start) / count if count else float(end - r.start)
+        if r.end - r.start >= SAMPLE_BYTES or not r.live:
+            self._frame_len[rid] = length  # keep it once the sample was full size
+        return length
+
+    def partitions(self, start: dict, end: dict) -> list[SulisPartition]:
+        begin, stop = from_offset(start) if start else {}, from_offset(end)
+        infos: dict[int, RecordingInfo] = {}
+        starts: dict[int, int] = {}
+        for rid, e in stop.items():
+            s = begin.get(rid)
+            if s is not None and e <= s:
+                continue
+            r = self._info_now(rid)
+            if r is None:
+                continue
+            if s is None:
+                s = r.start
+            s = check_data_loss(r, s, self.opts)
+            if e > s:
+                infos[rid], starts[rid] = r, s
+        ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, self.opts.min_partitions)
+        return [SulisPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        # The archive keeps no consumer positions: the checkpoint's offsets are the only record.
+        pass
+
+    def stop(self) -> None:
+        drop_session(self.opts.archive)
