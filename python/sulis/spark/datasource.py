@@ -11,7 +11,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .options import ReaderOptions, parse_reader_options
+from .options import ReaderOptions, parse_reader_options, parse_writer_options
 from .recordings import list_selected, plan_ranges, resolve_positions
 from .replay import SCHEMA_DDL, RecordingRange, read_range, session
 
@@ -31,6 +31,8 @@ class SulisPartition(InputPartition):
 
 def read_partition(opts: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Runs in an executor's Python worker: replays the partition's range, yields Arrow batches."""
+    if partition is None or partition.value is None:
+        return  # nothing to read: Spark plans one partition of its own when given none
     yield from read_range(opts.archive, partition.value, opts.replay_channel, opts.replay_stream_id,
                           opts.fragment_limit)
 
@@ -69,3 +71,18 @@ class SulisDataSource(DataSource):
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))
+
+    def streamReader(self, schema: StructType):
+        from .stream_reader import SulisStreamReader
+
+        return SulisStreamReader(parse_reader_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from .sink import SulisBatchWriter
+
+        return SulisBatchWriter(parse_writer_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from .sink import SulisStreamWriter
+
+        return SulisStreamWriter(parse_writer_options(self.options), schema)

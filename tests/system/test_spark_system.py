@@ -1,0 +1,282 @@
+"""format("sulis") on a local[2] Spark session: batch and streaming reads of archive recordings,
+the batch and streaming sinks, option errors.
+
+One Spark session, one embedded driver and one archive serve the whole module (a session takes
+seconds to start); each test records its own streams (its own stream ids) so tests do not see
+each other's recordings.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+
+import sulis  # noqa: E402
+import sulis.spark  # noqa: E402
+from conftest import DRIVER_DEFAULTS, await_until, make_dir  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+CHANNEL = "aeron:ipc"
+
+
+@pytest.fixture(scope="module")
+def sulis_node():
+    """An embedded driver (64 KiB IPC terms, so recordings span many terms) and an archive."""
+    drv = sulis.MediaDriver(dir=make_dir(), **DRIVER_DEFAULTS)
+    archive_dir = make_dir("sulis-spark-archive-")
+    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, segment_file_length=1024 * 1024)
+    client = sulis.Client(dir=drv.dir)
+    ac = sulis.ArchiveClient(client)
+    yield drv, archive, client, ac
+    ac.close()
+    client.close()
+    archive_errors = archive.errors()
+    archive.close()
+    drv_dir = drv.dir
+    drv.close()
+    driver_errors = sulis.read_errors(drv_dir)
+    shutil.rmtree(archive_dir, ignore_errors=True)
+    if driver_errors or archive_errors:
+        print(f"kept driver directory {drv_dir}")
+        pytest.fail(f"driver logged {driver_errors}, archive logged {archive_errors}")
+    shutil.rmtree(drv_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("sulis-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "1g")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    sulis.spark.register(session)
+    yield session
+    session.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return str(tmp_path)
+
+
+def message(i: int) -> bytes:
+    """Message i: its index, then a body whose length varies; every 97th is fragmented (5000 B)."""
+    n = 5000 if i % 97 == 5 else 8 + (i * 37) % 300
+    return i.to_bytes(4, "little") + bytes((i + j) & 0xFF for j in range(n))
+
+
+class Recorded:
+    """A publication on a recorded stream, the recording's id, and what was published."""
+
+    def __init__(self, node, stream_id: int, exclusive: bool = False):
+        _, _, client, ac = node
+        self.ac = ac
+        self.stream_id = stream_id
+        known = {d.recording_id for d in ac.list_recordings_for_uri(CHANNEL, stream_id)}
+        if not known:
+            ac.start_recording(CHANNEL, stream_id)
+        add = client.add_exclusive_publication if exclusive else client.add_publication
+        self.pub = add(CHANNEL, stream_id)
+        self.rid = await_until(lambda: self._new_recording(known), what="the recording to start").recording_id
+        self.messages: list[bytes] = []
+        self.positions: list[int] = []
+        self.reserved: list[int] = []
+
+    def _new_recording(self, known):
+        for d in self.ac.list_recordings_for_uri(CHANNEL, self.stream_id):
+            if d.recording_id not in known and d.session_id == self.pub.session_id:
+                return d
+        return None
+
+    def publish(self, messages) -> None:
+        deadline = time.monotonic() + 20
+        for m in messages:
+            rv = len(self.messages) * 3 - 1
+            while (r := self.pub.offer(m, reserved_value=rv)) < 0:
+                assert time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
+            self.messages.append(m)
+            self.positions.append(r)
+            self.reserved.append(rv)
+        end = self.pub.position
+        await_until(lambda: self.ac.get_recording_position(self.rid) >= end, what="the archive to record it all")
+
+    def rows(self, first: int = 0, last: int | None = None):
+        last = len(self.messages) if last is None else last
+        return [(self.messages[i], self.rid, self.stream_id, self.pub.session_id, self.positions[i], self.reserved[i])
+                for i in range(first, last)]
+
+
+def read(spark, node, **options):
+    reader = spark.read.format("sulis").option("driverDir", node[0].dir)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def collect(df):
+    rows = df.select("value", "recording_id", "stream_id", "session_id", "position", "reserved_value").collect()
+    return sorted((bytes(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows)
+
+
+def by_position(rows):
+    return sorted(rows, key=lambda r: (r[1], r[4]))
+
+
+def test_batch_read_gives_every_message_with_its_position(spark, sulis_node):
+    rec = Recorded(sulis_node, 3101)
+    rec.publish(message(i) for i in range(3000))
+    df = read(spark, sulis_node, channel=CHANNEL, streamId=3101)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("value", "binary"), ("recording_id", "bigint"), ("stream_id", "int"), ("session_id", "int"),
+        ("position", "bigint"), ("reserved_value", "bigint")]
+    got = by_position(collect(df))
+    assert len(got) == 3000
+    assert got == by_position(rec.rows())
+    # By recording id, the same rows.
+    assert by_position(collect(read(spark, sulis_node, recordingIds=rec.rid))) == got
+
+
+def test_min_partitions_splits_give_the_same_rows(spark, sulis_node):
+    rec = Recorded(sulis_node, 3102)
+    rec.publish(message(i) for i in range(3000))
+    whole = read(spark, sulis_node, recordingIds=rec.rid)
+    assert whole.rdd.getNumPartitions() == 1
+    expected = by_position(rec.rows())
+    span = rec.positions[-1]
+    assert span > 8 * 65536, "the recording should span several terms"
+    # 5 pieces are each longer than a term (cut on term boundaries); 60 are shorter (cut
+    # between frames, inside messages too: each piece then replays from the term's start).
+    for pieces in (5, 60):
+        df = read(spark, sulis_node, recordingIds=rec.rid, minPartitions=pieces)
+        assert df.rdd.getNumPartitions() >= pieces - 1
+        assert by_position(collect(df)) == expected
+
+
+def test_starting_and_ending_positions(spark, sulis_node):
+    rec = Recorded(sulis_node, 3103)
+    rec.publish(message(i) for i in range(1500))
+    rid = rec.rid
+    # Positions are where messages end: start after message 99, end with message 1199.
+    df = read(spark, sulis_node, recordingIds=rid, startingPositions=f'{{"{rid}": {rec.positions[99]}}}',
+              endingPositions=f'{{"{rid}": {rec.positions[1199]}}}', minPartitions=3)
+    assert by_position(collect(df)) == by_position(rec.rows(100, 1200))
+    # -2 is earliest, -1 latest, as in Kafka's JSON offsets.
+    df = read(spark, sulis_node, recordingIds=rid, startingPositions=f'{{"{rid}": -2}}',
+              endingPositions=f'{{"{rid}": {rec.positions[9]}}}')
+    assert by_position(collect(df)) == by_position(rec.rows(0, 10))
+    assert read(spark, sulis_node, recordingIds=rid, startingPositions="latest").count() == 0
+    # An end inside a message: the message that ends after it is not read.
+    inside = rec.positions[500] - 64
+    df = read(spark, sulis_node, recordingIds=rid, startingPositions=f'{{"{rid}": {rec.positions[497]}}}',
+              endingPositions=f'{{"{rid}": {inside}}}')
+    assert by_position(collect(df)) == by_position(rec.rows(498, 500))
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"startingPositions": "{not json"}, "startingPositions"),
+    ({"startingPositions": '{"0": 33}'}, "startingPositions"),
+    ({"endingPositions": "earliest"}, "endingPositions"),
+    ({"minPartitions": "zero"}, "minPartitions"),
+    ({"minPartitions": "0"}, "minPartitions"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({"streamIdd": "1"}, "(?i)option streamIdd: unknown to the sulis source; did you mean 'streamId'"),
+    ({"recordingIds": "x,y"}, "recordingIds"),
+    ({"controlChannel": "aeron:bogus"}, "controlChannel"),
+])
+def test_bad_options_fail_at_query_start_naming_the_option(spark, sulis_node, options, named):
+    base = {"recordingIds": "0"} if "recordingIds" not in options else {}
+    if "streamIdd" in options:
+        base = {"channel": CHANNEL, "streamId": 1}
+    with pytest.raises(Exception, match=named):
+        read(spark, sulis_node, **base, **options).count()
+
+
+def test_stream_id_without_channel_and_unknown_recording_fail_naming_the_option(spark, sulis_node):
+    with pytest.raises(Exception, match="option channel: required"):
+        read(spark, sulis_node, streamId=5).count()
+    with pytest.raises(Exception, match=r"option recordingIds: recording 987654 is unknown"):
+        read(spark, sulis_node, recordingIds="987654").count()
+    rec = Recorded(sulis_node, 3104)
+    rec.publish(message(i) for i in range(10))
+    with pytest.raises(Exception, match=r"option startingPositions: position \d+ of recording \d+ is beyond"):
+        read(spark, sulis_node, recordingIds=rec.rid,
+             startingPositions=f'{{"{rec.rid}": {rec.positions[-1] + 4096}}}').count()
+    with pytest.raises(Exception, match="startingPositions: recording 424242 is not among"):
+        read(spark, sulis_node, recordingIds=rec.rid, startingPositions='{"424242": 0}').count()
+
+
+def run_available_now(spark, node, checkpoint: str, out: str, **options):
+    reader = spark.readStream.format("sulis").option("driverDir", node[0].dir)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    query = (reader.load().writeStream.format("parquet").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(out))
+    assert query.awaitTermination(90), "the availableNow query did not finish within 90 s"
+    assert query.exception() is None
+    return query
+
+
+def test_streaming_available_now_restarts_from_the_checkpoint(spark, sulis_node, tmp):
+    rec = Recorded(sulis_node, 3105)
+    rec.publish(message(i) for i in range(2000))
+    checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
+    opts = {"channel": CHANNEL, "streamId": 3105, "maxBytesPerTrigger": 128 * 1024}
+    q = run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) > 1, "maxBytesPerTrigger should split the backlog into several micro-batches"
+    assert all(p["sources"][0]["endOffset"] is not None for p in batches)
+    assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
+
+    # More data on the same recording, and a second publisher (a new recording of the stream).
+    rec.publish(message(i) for i in range(2000, 2600))
+    other = Recorded(sulis_node, 3105, exclusive=True)
+    other.publish(message(i) for i in range(100))
+    run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows() + other.rows())
+
+    # Nothing new: a restart adds nothing.
+    q = run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    assert all(p["numInputRows"] == 0 for p in q.recentProgress)
+    assert spark.read.parquet(out).count() == 2700
+
+
+def test_streaming_message_limits(spark, sulis_node, tmp):
+    rec = Recorded(sulis_node, 3106)
+    rec.publish([bytes(100)] * 1000)
+    q = run_available_now(spark, sulis_node, os.path.join(tmp, "ck"), os.path.join(tmp, "out"),
+                          recordingIds=rec.rid, maxMessagesPerTrigger=300)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0]
+    assert sum(sizes) == 1000
+    # Row limits become byte budgets with the measured message length: whole messages, so exact here.
+    assert max(sizes) <= 300 and len(sizes) >= 4
+
+
+def test_batch_sink_round_trip(spark, sulis_node):
+    _, _, client, ac = sulis_node
+    ac.start_recording(CHANNEL, 3107)
+    values = [message(i) for i in range(500)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
+    (df.write.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+     .option("streamId", 3107).mode("append").save())
+    got = await_until(lambda: (lambda rows: rows if len(rows) >= 500 else None)(
+        collect(read(spark, sulis_node, channel=CHANNEL, streamId=3107))), timeout=30, what="500 rows recorded")
+    assert sorted(r[0] for r in got) == sorted(values)
