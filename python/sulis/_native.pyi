@@ -483,3 +483,17 @@ def archive_describe(dir: str) -> tuple[list[tuple[int, RecordingDescriptor]], l
     """The catalog of the archive in ``dir``: (state, descriptor) per entry, and what could not be read."""
 def archive_verify(dir: str) -> list[tuple[int, bool, str]]:
     """(recording id, ok, message) for every valid recording's segment files."""
+def archive_mark(dir: str, recording_id: int, valid: bool) -> None:
+    """Marks a recording VALID or INVALID in a stopped archive's catalog."""
+def archive_compact(dir: str) -> tuple[int, list[str]]:
+    """Removes INVALID and DELETED entries and their segment files: (entries removed, files deleted)."""
+def archive_delete_orphaned_segments(dir: str) -> list[str]:
+    """Deletes segment files no recording owns; returns their paths."""
+def archive_dump(
+    dir: str, frames: int
+) -> list[tuple[int, RecordingDescriptor, list[tuple[int, int, int, int, int, int, int, bytes]], str | None]]:
+    """Every catalog entry with up to ``frames`` of its first frames: (state, descriptor, frames, error)."""
+def archive_mark_file(
+    dir: str,
+) -> tuple[int, int, int, str, str, str, list[tuple[int, int, int, str]]] | None:
+    """The mark file: pid, activity ms, archive id, channels, driver dir, errors; None without one."""

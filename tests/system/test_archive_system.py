@@ -549,3 +549,65 @@ def _replication_errors(archive, ac) -> None:
     (err,) = [x for x in ac.poll_errors() if x[0] == rid]
     assert err[1] == 14 and "cannot connect to the source archive" in err[2], err
     assert [e for e in archive.errors() if "cannot connect to the source archive" in e]
+
+
+def test_archive_tool_dumps_marks_compacts_and_deletes_orphans_of_a_stopped_archive(driver, client, archive_dir):
+    import json
+
+    from conftest import run_cli
+
+    def tool(*args):
+        r = run_cli("archive-tool", archive_dir, *args)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def listed():
+        return [r["recording_id"] for r in json.loads(tool("list", "--json"))["recordings"]]
+
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=64 * 1024), \
+            sulis.ArchiveClient(client) as ac:
+        a = record(ac, client, "aeron:ipc", 1001, 300)
+        b = record(ac, client, "aeron:ipc", 1002, 300)
+        # A running archive's files are left alone; its mark file names it.
+        refused = run_cli("archive-tool", archive_dir, "mark-invalid", a.recording_id)
+        assert refused.returncode != 0 and "an archive is running" in refused.stderr
+        assert int(tool("pid")) == os.getpid()
+    assert tool("errors").strip() == "no errors"
+
+    (dumped,) = json.loads(tool("dump", a.recording_id, "--frames", "3", "--json"))
+    assert dumped["recording_id"] == a.recording_id and dumped["error"] is None
+    first = dumped["frames"][0]
+    assert (first["position"], first["type"], first["session_id"], first["stream_id"]) == (
+        0, 1, a.session_id, 1001)
+    assert bytes.fromhex(first["payload_head"]) == message(0)[:16]
+    assert [f["position"] for f in dumped["frames"]][1] == (len(message(0)) + 32 + 31) & ~31
+
+    tool("mark-invalid", a.recording_id)
+    assert listed() == [b.recording_id]
+    tool("mark-valid", a.recording_id)
+    assert listed() == [a.recording_id, b.recording_id]
+    tool("mark-invalid", a.recording_id)
+
+    # A segment file of a recording the catalog does not hold is an orphan.
+    with open(os.path.join(archive_dir, "99-0.rec"), "wb") as f:
+        f.write(bytes(64))
+    assert json.loads(tool("delete-orphaned-segments", "--json"))["files_deleted"] == [
+        os.path.join(archive_dir, "99-0.rec")]
+    a_files = [f for f in os.listdir(archive_dir) if f.startswith(f"{a.recording_id}-")]
+    assert a_files
+    out = json.loads(tool("compact", "--json"))
+    assert out["entries_removed"] == 1 and sorted(map(os.path.basename, out["files_deleted"])) == sorted(a_files)
+    assert [r["recording_id"] for r in json.loads(tool("describe", "--json"))["recordings"]] == [b.recording_id]
+    assert run_cli("archive-tool", archive_dir, "verify").returncode == 0
+
+    bad = run_cli("archive-tool", archive_dir, "mark-valid", "42")
+    assert bad.returncode != 0 and "no recording 42" in bad.stderr
+    assert "needs a recording id" in run_cli("archive-tool", archive_dir, "mark-valid").stderr
+
+    # The compacted archive serves what is left; new recordings take ids after the old ones.
+    with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
+        assert [d.recording_id for d in ac.list_recordings()] == [b.recording_id]
+        assert receive(ac.replay(b.recording_id, "aeron:ipc", 2070), 300) == [message(i) for i in range(300)]
+        c = record(ac, client, "aeron:ipc", 1003, 10)
+        assert c.recording_id == b.recording_id + 1
+        assert archive.errors() == []

@@ -40,28 +40,10 @@ impl ArchiveMarkFile {
     /// is alive owns the directory; a dead one's file is replaced.
     pub fn create(dir: &Path, f: &MarkFileFields<'_>) -> Result<ArchiveMarkFile, String> {
         let path = dir.join(MARK_FILE);
+        if let Some(live) = MarkFileReader::open(dir).and_then(|m| m.alive(f.now_ms)) {
+            return Err(live);
+        }
         if path.exists() {
-            if let Ok(old) = MappedFile::open(&path) {
-                let b = old.buffer();
-                if b.capacity() >= PID_OFFSET + 8 {
-                    let activity = b.get_i64_volatile(ACTIVITY_TIMESTAMP_OFFSET);
-                    let pid = b.get_i64(PID_OFFSET);
-                    // A process of this machine that is gone (killed) is dead at
-                    // once; otherwise its heartbeat decides, as Aeron's.
-                    let process_gone = pid > 0
-                        && pid <= i32::MAX as i64
-                        && unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
-                        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-                    if !process_gone && activity > 0 && f.now_ms - activity < LIVENESS_TIMEOUT_MS {
-                        return Err(format!(
-                            "an archive is running in {} (its mark file {} was active {} ms ago)",
-                            dir.display(),
-                            path.display(),
-                            f.now_ms - activity
-                        ));
-                    }
-                }
-            }
             std::fs::remove_file(&path)
                 .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
         }
@@ -115,5 +97,82 @@ impl ArchiveMarkFile {
     /// A clean stop: the activity timestamp becomes −1.
     pub fn close(&self) {
         self.buffer().put_i64_ordered(ACTIVITY_TIMESTAMP_OFFSET, -1);
+    }
+}
+
+/// A mark file read by someone other than its archive (`sulis archive-tool`,
+/// a second archive deciding whether the directory is free).
+pub struct MarkFileReader {
+    file: MappedFile,
+    path: std::path::PathBuf,
+}
+
+impl MarkFileReader {
+    /// Opens `dir/archive-mark.dat` (`None`: there is none, or it cannot be mapped).
+    pub fn open(dir: &Path) -> Option<MarkFileReader> {
+        let path = dir.join(MARK_FILE);
+        let file = MappedFile::open(&path).ok()?;
+        (file.buffer().capacity() >= PID_OFFSET + 8).then_some(MarkFileReader { file, path })
+    }
+
+    /// The archive's process id.
+    pub fn pid(&self) -> i64 {
+        self.file.buffer().get_i64(PID_OFFSET)
+    }
+
+    /// When it last said it was alive (epoch ms; −1 after a clean stop).
+    pub fn activity_timestamp(&self) -> i64 {
+        self.file
+            .buffer()
+            .get_i64_volatile(ACTIVITY_TIMESTAMP_OFFSET)
+    }
+
+    /// Why the directory is taken at `now_ms`, if an archive that is alive
+    /// owns it: a process of this machine that is gone (killed) is dead at
+    /// once; otherwise its heartbeat decides, as Aeron's.
+    pub fn alive(&self, now_ms: i64) -> Option<String> {
+        let (pid, activity) = (self.pid(), self.activity_timestamp());
+        let process_gone = pid > 0
+            && pid <= i32::MAX as i64
+            // SAFETY: signal 0 only asks whether the process exists.
+            && unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        (!process_gone && activity > 0 && now_ms - activity < LIVENESS_TIMEOUT_MS).then(|| {
+            format!(
+                "an archive is running in {} (its mark file {} was active {} ms ago)",
+                self.path
+                    .parent()
+                    .map_or(String::new(), |d| d.display().to_string()),
+                self.path.display(),
+                now_ms - activity
+            )
+        })
+    }
+
+    /// The header's fields (channels, archive id, ...).
+    pub fn header(&self) -> Result<MarkFileHeader, String> {
+        let b = self.file.buffer();
+        let n = b.capacity().min(HEADER_LENGTH);
+        MarkFileHeader::decode(b.slice(0, n))
+            .map_err(|e| format!("{}: {}", self.path.display(), e.message))
+    }
+
+    /// The error log: (observations, first ms, last ms, text) per distinct error.
+    pub fn errors(&self) -> Vec<(i32, i64, i64, String)> {
+        let b = self.file.buffer();
+        let Ok(h) = self.header() else {
+            return Vec::new();
+        };
+        let (start, length) = (h.header_length as usize, h.error_buffer_length as usize);
+        if start == 0 || start.saturating_add(length) > b.capacity() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        sulis_concurrent::error_log::read_error_log(
+            b.view(start, length),
+            0,
+            |n, first, last, text| out.push((n, first, last, text.to_string())),
+        );
+        out
     }
 }

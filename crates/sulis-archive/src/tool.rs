@@ -4,10 +4,14 @@
 //! position.
 
 use crate::catalog::Catalog;
+use crate::mark_file::MarkFileReader;
 use crate::segment::{Geometry, SegmentReader};
 use std::path::Path;
-use sulis_protocol::archive::catalog::CatalogEntry;
+use sulis_protocol::archive::catalog::{
+    encode_entry, CatalogEntry, CatalogHeader, CATALOG_FILE, CATALOG_HEADER_LENGTH,
+};
 use sulis_protocol::archive::messages::{recording_state, NULL_VALUE};
+use sulis_protocol::archive::segment::parse_segment_file_name;
 
 /// The catalog's entries (every state) and what could not be read.
 pub fn describe(dir: &Path) -> Result<(Vec<CatalogEntry>, Vec<String>), String> {
@@ -131,6 +135,248 @@ pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
             }
         };
         out.push(verdict);
+    }
+    Ok(out)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Refuses to change a directory an archive is running in.
+fn ensure_not_running(dir: &Path) -> Result<(), String> {
+    match MarkFileReader::open(dir).and_then(|m| m.alive(now_ms())) {
+        Some(live) => Err(format!("{live}: stop it before changing its files")),
+        None => Ok(()),
+    }
+}
+
+fn open_catalog(dir: &Path) -> Result<Catalog, String> {
+    describe(dir)?;
+    Catalog::open(dir, 4096, 0).map_err(|e| e.to_string())
+}
+
+/// Sets recording `id`'s state to VALID or INVALID (Aeron's ArchiveTool
+/// `mark-valid` / `mark-invalid`): an INVALID recording is neither listed
+/// nor replayed, and `compact` removes it.
+pub fn mark(dir: &Path, id: i64, valid: bool) -> Result<(), String> {
+    ensure_not_running(dir)?;
+    let mut catalog = open_catalog(dir)?;
+    let Some(e) = catalog.entry(id) else {
+        return Err(format!(
+            "{}: no recording {id} in the catalog",
+            dir.display()
+        ));
+    };
+    if e.state == recording_state::DELETED {
+        return Err(format!(
+            "recording {id} was deleted (purged): its files are gone"
+        ));
+    }
+    let state = if valid {
+        recording_state::VALID
+    } else {
+        recording_state::INVALID
+    };
+    catalog.set_state(id, state).map_err(|e| e.to_string())?;
+    catalog.flush().map_err(|e| e.to_string())
+}
+
+/// The segment files in `dir`: (recording id, base position, path), sorted.
+fn segment_files(dir: &Path) -> Vec<(i64, i64, std::path::PathBuf)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let (id, base) = parse_segment_file_name(&name)?;
+            Some((id, base, e.path()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What `compact` did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Catalog entries removed (INVALID, DELETED, or unreadable).
+    pub entries_removed: usize,
+    /// Segment files of removed recordings deleted.
+    pub files_deleted: Vec<String>,
+}
+
+/// Rewrites the catalog without its INVALID and DELETED entries (and any
+/// that cannot be read), keeping every recording id and the next id, and
+/// deletes the removed recordings' segment files (Aeron's `compact`). The
+/// new catalog is written beside the old one and renamed over it, so a
+/// crash leaves one or the other whole.
+pub fn compact(dir: &Path) -> Result<Compacted, String> {
+    ensure_not_running(dir)?;
+    let catalog = open_catalog(dir)?;
+    let path = dir.join(CATALOG_FILE);
+    let old = catalog.bytes();
+    let header = CatalogHeader::read(old).map_err(|e| e.to_string())?;
+    let alignment = header.alignment;
+    let mut bytes = vec![0u8; CATALOG_HEADER_LENGTH];
+    header.write(&mut bytes);
+    let mut kept = std::collections::BTreeSet::new();
+    let entries = catalog.entries();
+    for e in &entries {
+        if e.state == recording_state::VALID {
+            bytes.extend_from_slice(&encode_entry(&e.descriptor, e.state, alignment));
+            kept.insert(e.descriptor.recording_id);
+        }
+    }
+    let removed = entries.len() - kept.len() + catalog.problems().len();
+    bytes.resize(bytes.len().max(old.len()), 0);
+    drop(catalog);
+    let tmp = dir.join(format!("{CATALOG_FILE}.compact"));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| format!("cannot write the compacted catalog {}: {e}", tmp.display()))?;
+    let mut out = Compacted {
+        entries_removed: removed,
+        files_deleted: Vec::new(),
+    };
+    for (id, _, file) in segment_files(dir) {
+        if !kept.contains(&id) {
+            std::fs::remove_file(&file)
+                .map_err(|e| format!("cannot delete {}: {e}", file.display()))?;
+            out.files_deleted.push(file.display().to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes segment files no recording of the catalog owns: files of
+/// recording ids the catalog does not hold, and files of a recording that
+/// lie wholly before its start or after its stop (Aeron's
+/// `delete-orphaned-segments`; detached segments count as before the start).
+/// Returns the files deleted.
+pub fn delete_orphaned_segments(dir: &Path) -> Result<Vec<String>, String> {
+    ensure_not_running(dir)?;
+    let catalog = open_catalog(dir)?;
+    let mut deleted = Vec::new();
+    for (id, base, file) in segment_files(dir) {
+        let orphan = match catalog.entry(id) {
+            None => true,
+            Some(e) => {
+                let d = &e.descriptor;
+                let segment = d.segment_file_length as i64;
+                let start_base = d.start_position - d.start_position % segment.max(1);
+                base + segment <= start_base
+                    || (d.stop_position != NULL_VALUE && base > d.stop_position)
+            }
+        };
+        if orphan {
+            std::fs::remove_file(&file)
+                .map_err(|e| format!("cannot delete {}: {e}", file.display()))?;
+            deleted.push(file.display().to_string());
+        }
+    }
+    Ok(deleted)
+}
+
+/// One frame as `dump` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// Stream position of the frame's start.
+    pub position: i64,
+    /// Frame length (header included).
+    pub frame_length: i32,
+    /// Frame type (1 DATA, 0 PAD).
+    pub frame_type: u16,
+    /// Flags (BEGIN 0x80, END 0x40, EOS 0x20).
+    pub flags: u8,
+    /// Session id.
+    pub session_id: i32,
+    /// Stream id.
+    pub stream_id: i32,
+    /// Reserved value.
+    pub reserved_value: i64,
+    /// The first bytes of the payload.
+    pub payload_head: Vec<u8>,
+}
+
+/// Each recording of the catalog (any state) with up to `frames` of its
+/// first frames read from its segment files (Aeron's `dump`); a read that
+/// fails ends that recording's list with the error.
+#[allow(clippy::type_complexity)]
+pub fn dump(
+    dir: &Path,
+    frames: usize,
+) -> Result<Vec<(CatalogEntry, Vec<FrameInfo>, Option<String>)>, String> {
+    let (entries, _) = describe(dir)?;
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    for e in entries {
+        let d = &e.descriptor;
+        let mut list = Vec::new();
+        let mut error = None;
+        let g = Geometry {
+            recording_id: d.recording_id,
+            start_position: d.start_position,
+            term_length: d.term_buffer_length as i64,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        };
+        let valid_geometry = g.term_length > 0
+            && (g.term_length as u64).is_power_of_two()
+            && g.segment_length >= g.term_length;
+        if frames > 0 && valid_geometry && e.state != recording_state::DELETED {
+            buf.resize((g.term_length as usize).clamp(4096, 1 << 20), 0);
+            let end = if d.stop_position == NULL_VALUE {
+                i64::MAX
+            } else {
+                d.stop_position
+            };
+            let mut reader = SegmentReader::new(dir, g, d.start_position);
+            'read: while list.len() < frames {
+                let at = reader.position();
+                let n = match reader.read(&mut buf, end) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(err) => {
+                        error = Some(err.to_string());
+                        break;
+                    }
+                };
+                let mut offset = 0;
+                while offset + 32 <= n {
+                    let h = &buf[offset..offset + 32];
+                    let i32_at = |o: usize| i32::from_le_bytes(h[o..o + 4].try_into().unwrap());
+                    let frame_length = i32_at(0);
+                    let body = (frame_length.max(32) as usize - 32)
+                        .min(n - offset - 32)
+                        .min(16);
+                    list.push(FrameInfo {
+                        position: at + offset as i64,
+                        frame_length,
+                        frame_type: u16::from_le_bytes([h[6], h[7]]),
+                        flags: h[5],
+                        session_id: i32_at(12),
+                        stream_id: i32_at(16),
+                        reserved_value: i64::from_le_bytes(h[24..32].try_into().unwrap()),
+                        payload_head: buf[offset + 32..offset + 32 + body].to_vec(),
+                    });
+                    if list.len() >= frames {
+                        break 'read;
+                    }
+                    offset += (frame_length.max(32) as usize).div_ceil(32) * 32;
+                }
+            }
+        }
+        out.push((e, list, error));
     }
     Ok(out)
 }

@@ -584,10 +584,107 @@ pub fn archive_verify(py: Python<'_>, dir: PathBuf) -> PyResult<Vec<(i64, bool, 
         .collect())
 }
 
+/// Marks a recording VALID or INVALID in a stopped archive's catalog.
+#[pyfunction]
+pub fn archive_mark(dir: PathBuf, recording_id: i64, valid: bool) -> PyResult<()> {
+    sulis_archive::tool::mark(&dir, recording_id, valid).map_err(ConfigurationError::new_err)
+}
+
+/// Removes INVALID and DELETED entries and their segment files: (entries
+/// removed, files deleted).
+#[pyfunction]
+pub fn archive_compact(py: Python<'_>, dir: PathBuf) -> PyResult<(usize, Vec<String>)> {
+    let c = py
+        .detach(|| sulis_archive::tool::compact(&dir))
+        .map_err(ConfigurationError::new_err)?;
+    Ok((c.entries_removed, c.files_deleted))
+}
+
+/// Deletes segment files no recording owns; returns their paths.
+#[pyfunction]
+pub fn archive_delete_orphaned_segments(py: Python<'_>, dir: PathBuf) -> PyResult<Vec<String>> {
+    py.detach(|| sulis_archive::tool::delete_orphaned_segments(&dir))
+        .map_err(ConfigurationError::new_err)
+}
+
+/// A dumped frame: (position, frame length, type, flags, session id, stream
+/// id, reserved value, first payload bytes).
+type FrameTuple = (i64, i32, u16, u8, i32, i32, i64, Vec<u8>);
+/// A dumped catalog entry: (state, descriptor, frames, error or None).
+type DumpedEntry = (i32, PyRecordingDescriptor, Vec<FrameTuple>, Option<String>);
+
+/// Every catalog entry with up to `frames` of its first frames:
+/// (state, descriptor, frames, error or None).
+#[pyfunction]
+pub fn archive_dump(py: Python<'_>, dir: PathBuf, frames: usize) -> PyResult<Vec<DumpedEntry>> {
+    let dumped = py
+        .detach(|| sulis_archive::tool::dump(&dir, frames))
+        .map_err(ConfigurationError::new_err)?;
+    Ok(dumped
+        .into_iter()
+        .map(|(e, list, error)| {
+            let frames = list
+                .into_iter()
+                .map(|f| {
+                    (
+                        f.position,
+                        f.frame_length,
+                        f.frame_type,
+                        f.flags,
+                        f.session_id,
+                        f.stream_id,
+                        f.reserved_value,
+                        f.payload_head,
+                    )
+                })
+                .collect();
+            (e.state, descriptor(e.descriptor), frames, error)
+        })
+        .collect())
+}
+
+/// The mark file: (pid, activity timestamp ms, archive id, control channel,
+/// local control channel, driver directory, errors as (count, first ms,
+/// last ms, text)); None if the directory has none.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn archive_mark_file(
+    dir: PathBuf,
+) -> PyResult<
+    Option<(
+        i64,
+        i64,
+        i64,
+        String,
+        String,
+        String,
+        Vec<(i32, i64, i64, String)>,
+    )>,
+> {
+    let Some(m) = sulis_archive::mark_file::MarkFileReader::open(&dir) else {
+        return Ok(None);
+    };
+    let h = m.header().map_err(ConfigurationError::new_err)?;
+    Ok(Some((
+        m.pid(),
+        m.activity_timestamp(),
+        h.archive_id,
+        h.control_channel,
+        h.local_control_channel,
+        h.aeron_directory,
+        m.errors(),
+    )))
+}
+
 /// Registers the archive classes and exception.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive_describe, m)?)?;
     m.add_function(wrap_pyfunction!(archive_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_mark, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_compact, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_delete_orphaned_segments, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_dump, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_mark_file, m)?)?;
     m.add_class::<PyArchive>()?;
     m.add_class::<PyArchiveClient>()?;
     m.add_class::<PyRecordingDescriptor>()?;

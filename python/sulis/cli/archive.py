@@ -82,35 +82,116 @@ def _descriptor_dict(state: int, d) -> dict:
             "original_channel": d.original_channel, "source_identity": d.source_identity}
 
 
+_VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors", "mark-valid", "mark-invalid",
+          "compact", "delete-orphaned-segments"]
+
+
 @click.command("archive-tool")
 @click.argument("archive_dir", type=click.Path(file_okay=False))
-@click.argument("verb", type=click.Choice(["describe", "list", "verify", "count-entries"]))
+@click.argument("verb", type=click.Choice(_VERBS))
+@click.argument("recording_id", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
-def archive_tool(archive_dir: str, verb: str, as_json: bool) -> None:
-    """Inspect an archive directory (sulis's or Aeron's), no archive needed.
+@click.option("--frames", default=10, show_default=True, help="dump: frames shown per recording.")
+def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int) -> None:
+    """Inspect or repair an archive directory (sulis's or Aeron's), no archive needed.
 
     \b
-    describe       every catalog entry, whatever its state
-    list           the valid recordings
-    verify         read every valid recording's frames up to its stop position
-    count-entries  how many entries the catalog holds
+    describe [ID]             every catalog entry, whatever its state (or one)
+    list                      the valid recordings
+    verify                    read every valid recording's frames up to its stop position
+    count-entries             how many entries the catalog holds
+    dump [ID]                 entries with their first --frames frames
+    pid                       the process id in the archive's mark file
+    errors                    the archive's error log (in its mark file)
+    mark-valid ID             make a recording VALID again
+    mark-invalid ID           hide a recording (compact then removes it)
+    compact                   drop INVALID and DELETED entries and their segment files
+    delete-orphaned-segments  delete segment files no recording owns
+
+    The verbs that change files refuse while an archive runs in the directory.
     """
     try:
-        if verb == "verify":
-            verdicts = _native.archive_verify(archive_dir)
-            if as_json:
-                click.echo(json.dumps([{"recording_id": r, "ok": ok, "message": m} for r, ok, m in verdicts]))
-            else:
-                for r, ok, m in verdicts:
-                    click.echo(f"recording {r}: {'OK' if ok else 'FAILED'}: {m}" if r >= 0 else f"catalog: {m}")
-            if not all(ok for _, ok, _ in verdicts):
-                raise SystemExit(1)
-            return
-        entries, problems = _native.archive_describe(archive_dir)
+        _tool(archive_dir, verb, recording_id, as_json, frames)
     except _native.SulisError as e:
         raise cli_error(e) from None
+
+
+def _out(as_json: bool, doc: object, text: str) -> None:
+    click.echo(json.dumps(doc) if as_json else text)
+
+
+def _tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int) -> None:
+    if verb in ("mark-valid", "mark-invalid"):
+        if recording_id is None:
+            raise click.UsageError(f"{verb} needs a recording id")
+        _native.archive_mark(archive_dir, recording_id, verb == "mark-valid")
+        state = "VALID" if verb == "mark-valid" else "INVALID"
+        _out(as_json, {"recording_id": recording_id, "state": state}, f"recording {recording_id}: {state}")
+        return
+    if recording_id is not None and verb not in ("describe", "dump"):
+        raise click.UsageError(f"{verb} takes no recording id")
+    if verb == "compact":
+        removed, files = _native.archive_compact(archive_dir)
+        _out(as_json, {"entries_removed": removed, "files_deleted": files},
+             f"{removed} entries removed, {len(files)} segment files deleted")
+        return
+    if verb == "delete-orphaned-segments":
+        files = _native.archive_delete_orphaned_segments(archive_dir)
+        _out(as_json, {"files_deleted": files}, "\n".join(f"deleted {f}" for f in files) or "no orphaned segments")
+        return
+    if verb in ("pid", "errors"):
+        mark = _native.archive_mark_file(archive_dir)
+        if mark is None:
+            raise click.ClickException(f"{archive_dir} holds no archive-mark.dat")
+        pid, activity, archive_id, control, local_control, driver_dir, errors = mark
+        if verb == "pid":
+            _out(as_json, {"pid": pid, "archive_id": archive_id, "activity_timestamp_ms": activity,
+                           "control_channel": control, "local_control_channel": local_control,
+                           "aeron_directory": driver_dir}, str(pid))
+        else:
+            _out(as_json, [{"count": n, "first_ms": first, "last_ms": last, "text": text}
+                           for n, first, last, text in errors],
+                 "\n".join(f"{n} observations from {first} to {last}: {text}" for n, first, last, text in errors)
+                 or "no errors")
+        return
+    if verb == "verify":
+        verdicts = _native.archive_verify(archive_dir)
+        if as_json:
+            click.echo(json.dumps([{"recording_id": r, "ok": ok, "message": m} for r, ok, m in verdicts]))
+        else:
+            for r, ok, m in verdicts:
+                click.echo(f"recording {r}: {'OK' if ok else 'FAILED'}: {m}" if r >= 0 else f"catalog: {m}")
+        if not all(ok for _, ok, _ in verdicts):
+            raise SystemExit(1)
+        return
+    if verb == "dump":
+        dumped = [x for x in _native.archive_dump(archive_dir, frames)
+                  if recording_id is None or x[1].recording_id == recording_id]
+        if recording_id is not None and not dumped:
+            raise click.ClickException(f"no recording {recording_id} in the catalog")
+        if as_json:
+            click.echo(json.dumps([{**_descriptor_dict(s, d), "error": err, "frames": [
+                {"position": p, "frame_length": n, "type": t, "flags": f, "session_id": sid, "stream_id": st,
+                 "reserved_value": rv, "payload_head": head.hex()} for p, n, t, f, sid, st, rv, head in fs]}
+                for s, d, fs, err in dumped]))
+            return
+        for s, d, fs, err in dumped:
+            click.echo(f"{_STATES.get(s, s)} recording {d.recording_id}: stream {d.stream_id} session "
+                       f"{d.session_id} {d.start_position}..{d.stop_position} {d.original_channel}")
+            for p, n, t, f, sid, st, rv, head in fs:
+                kind = {1: "DATA", 0: "PAD"}.get(t, f"type {t}")
+                click.echo(f"  {p:>12}  {kind:<4} length {n:<6} flags {f:#04x} session {sid} stream {st} "
+                           f"reserved {rv}  {head.hex()}")
+            if err:
+                click.echo(f"  error: {err}")
+        return
+    entries, problems = _native.archive_describe(archive_dir)
     if verb == "list":
         entries = [(s, d) for s, d in entries if s == 1]
+    if recording_id is not None:
+        entries = [(s, d) for s, d in entries if d.recording_id == recording_id]
+        if not entries:
+            raise click.ClickException(f"no recording {recording_id} in the catalog")
     if verb == "count-entries":
         click.echo(json.dumps({"entries": len(entries), "problems": problems}) if as_json else len(entries))
         return
@@ -121,5 +202,5 @@ def archive_tool(archive_dir: str, verb: str, as_json: bool) -> None:
         state = "" if verb == "list" else f"{_STATES.get(s, s)} "
         click.echo(f"{state}recording {d.recording_id}: stream {d.stream_id} session {d.session_id} "
                    f"{d.start_position}..{d.stop_position} {d.original_channel} (from {d.source_identity})")
-    for p in problems:
-        click.echo(f"problem: {p}")
+    for problem in problems:
+        click.echo(f"problem: {problem}")
