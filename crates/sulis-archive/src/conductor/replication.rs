@@ -278,7 +278,18 @@ impl ArchiveConductor {
             );
         }
         let response_channel = if !p.src_response_channel.is_empty() {
-            p.src_response_channel.clone()
+            // Port 0 as Aeron's archives are configured (`endpoint=localhost:0`):
+            // the source must be told a port it can answer to.
+            match with_concrete_port(&p.src_response_channel) {
+                Ok(c) => c,
+                Err(e) => {
+                    return self.session(sid).error(
+                        k,
+                        error_code::GENERIC,
+                        &format!("source response channel {e}"),
+                    )
+                }
+            }
         } else if p.src_control_channel.starts_with("aeron:ipc") {
             "aeron:ipc".to_string()
         } else {
