@@ -6,7 +6,8 @@
  *
  *   client control=URI response=URI channel=URI stream=N count=N replay_channel=URI replay_stream=N
  *   replicate control=URI response=URI src_control=URI src_recording=N count=N replay_channel=URI replay_stream=N
- *             [src_stream=N] [dst_recording=N] [stop=N] [replication_channel=URI] [timeout_s=N]
+ *             [src_stream=N] [dst_recording=N] [stop=N] [replication_channel=URI] [session_id=N]
+ *             [src_response=URI] [file_io_max=N] [channel_tag=N] [subscription_tag=N] [timeout_s=N]
  *
  * Starts a recording of channel/stream, publishes count messages of tests/interop/stream.py's kind
  * (index, then bytes (i + j) & 0xff, lengths 8 + (i * 37) % 400, every 97th 5000 bytes), finds the
@@ -214,6 +215,12 @@ public final class ArchivePeer {
                 .dstRecordingId(Long.parseLong(arg("dst_recording", "-1")))
                 .stopPosition(Long.parseLong(arg("stop", "-1")));
             if (ARGS.containsKey("replication_channel")) params.replicationChannel(arg("replication_channel"));
+            if (ARGS.containsKey("session_id")) params.replicationSessionId(Integer.parseInt(arg("session_id")));
+            if (ARGS.containsKey("src_response")) params.srcResponseChannel(arg("src_response"));
+            if (ARGS.containsKey("file_io_max")) params.fileIoMaxLength(Integer.parseInt(arg("file_io_max")));
+            if (ARGS.containsKey("live_destination")) params.liveDestination(arg("live_destination"));
+            if (ARGS.containsKey("channel_tag")) params.channelTagId(Long.parseLong(arg("channel_tag")));
+            if (ARGS.containsKey("subscription_tag")) params.subscriptionTagId(Long.parseLong(arg("subscription_tag")));
             final long replicationId = archive.replicate(srcRecordingId, Integer.parseInt(arg("src_stream", "10")),
                 arg("src_control"), params);
             long dstRecordingId = Long.parseLong(arg("dst_recording", "-1"));

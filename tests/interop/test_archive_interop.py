@@ -200,11 +200,18 @@ def kinds(signals) -> list[RecordingSignal]:
     return [s.signal for s in signals]
 
 
+#: What a copy keeps of its source's descriptor.
+STREAM_FIELDS = ("start_position", "initial_term_id", "term_buffer_length", "mtu_length", "session_id", "stream_id",
+                 "stripped_channel", "original_channel", "source_identity")
+
+
+def stream_of(d) -> dict:
+    """The STREAM_FIELDS of a descriptor, a sulis RecordingDescriptor or ArchivePeer's JSON one."""
+    return {f: d[f] if isinstance(d, dict) else getattr(d, f) for f in STREAM_FIELDS}
+
+
 def same_stream(a, b) -> bool:
-    """Two descriptors of one stream: what a copy keeps of its source."""
-    fields = ("start_position", "initial_term_id", "term_buffer_length", "mtu_length", "session_id", "stream_id",
-              "segment_file_length", "stripped_channel", "original_channel", "source_identity")
-    return all(getattr(a, f) == getattr(b, f) for f in fields)
+    return stream_of(a) == stream_of(b) and a.segment_file_length == b.segment_file_length
 
 
 def test_a_sulis_archive_replicates_recordings_of_an_aeron_archive(aeron_archive, harness, driver, client):
@@ -265,19 +272,21 @@ def test_a_sulis_archive_replicates_recordings_of_an_aeron_archive(aeron_archive
     ac.close()
 
 
-def aeron_replicate(current, harness, aeron_archive, src_control: str, src_recording: int, count: int,
+def aeron_replicate(current, harness, aeron_dir: str, src_control: str, src_recording: int, count: int,
                     **params) -> peers.ChildProcess:
-    """ArchivePeer's replicate role: Aeron's AeronArchive asks Aeron's archive to copy a recording."""
+    """ArchivePeer's replicate role: Aeron's AeronArchive, a client of the driver in ``aeron_dir``, asks
+    the archive there (local control channel aeron:ipc) to copy a recording; ``params``: more options."""
     cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ArchivePeer.java"))
     args = {"control": "aeron:ipc", "response": "aeron:ipc", "src_control": src_control,
             "src_recording": src_recording, "count": count, "replay_channel": "aeron:ipc",
             "replay_stream": 4000 + len(harness.procs), "timeout_s": 60, **params}
-    cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_archive.driver_dir}, "ArchivePeer",
+    cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ArchivePeer",
                                    ["replicate", *(f"{k}={v}" for k, v in args.items())], cp)
     return harness.start("aeron-replicate", cmd)
 
 
 def replicated_by_aeron(harness, aeron_archive, peer) -> dict:
+    """ArchivePeer's result, with "kinds": the names of the replication's signals in order."""
     res = harness.result(peer, 120, watch=[aeron_archive.proc])
     assert res["errors"] == [], res
     res["kinds"] = [s["signal"] for s in res["signals"] if s["correlation_id"] == res["replication_id"]]
@@ -297,35 +306,37 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         end = positions[-1]
         source = ac.list_recording(rid)
 
-        def fields(descriptor: dict) -> dict:
-            keys = ("start_position", "initial_term_id", "term_buffer_length", "mtu_length", "session_id",
-                    "stream_id", "stripped_channel", "original_channel", "source_identity")
-            return {k: descriptor[k] for k in keys}
-
-        whole = replicated_by_aeron(harness, aeron_archive,
-                                    aeron_replicate(current, harness, aeron_archive, src_control, rid, 2000))
-        # Aeron's order: its REPLICATE_END goes before the STOP of the recording it closed.
-        assert sorted(whole["kinds"]) == sorted(["REPLICATE", "EXTEND", "SYNC", "REPLICATE_END", "STOP"]), whole
-        sync = next(s for s in whole["signals"] if s["signal"] == "SYNC")
-        assert sync["position"] == end and whole["descriptor"]["stop_position"] == end, whole
-        assert fields(whole["descriptor"]) == fields(vars_of(source)), (whole["descriptor"], source)
-        assert whole["replayed"] == 2000
+        # Whole, with Aeron's defaults; then with a session id of its choosing for the replay, a response
+        # channel of port 0 for its requests to sulis, a file I/O limit; then tagged (Aeron's destination
+        # records through a multi-destination subscription then).
+        for options in ({}, {"session_id": 4242, "src_response": "aeron:udp?endpoint=localhost:0",
+                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}):
+            whole = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+                current, harness, aeron_archive.driver_dir, src_control, rid, 2000, **options))
+            # Aeron's order: its REPLICATE_END goes before the STOP of the recording it closed.
+            assert sorted(whole["kinds"]) == sorted(["REPLICATE", "EXTEND", "SYNC", "REPLICATE_END", "STOP"]), whole
+            sync = next(s for s in whole["signals"] if s["signal"] == "SYNC")
+            assert sync["position"] == end and whole["descriptor"]["stop_position"] == end, (options, whole)
+            # Aeron's catalog takes the session id of the image that extends a recording: the replay's.
+            want = {**stream_of(source), "session_id": options.get("session_id", source.session_id)}
+            assert stream_of(whole["descriptor"]) == want, (options, whole["descriptor"], source)
+            assert whole["replayed"] == 2000, (options, whole)
 
         half = positions[999]
         part = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
-            current, harness, aeron_archive, src_control, rid, 1000, stop=half))
+            current, harness, aeron_archive.driver_dir, src_control, rid, 1000, stop=half))
         assert "SYNC" not in part["kinds"] and part["descriptor"]["stop_position"] == half, part
         assert part["replayed"] == 1000
         part_id = part["descriptor"]["recording_id"]
         rest = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
-            current, harness, aeron_archive, src_control, rid, 2000, dst_recording=part_id))
+            current, harness, aeron_archive.driver_dir, src_control, rid, 2000, dst_recording=part_id))
         assert "REPLICATE" not in rest["kinds"] and "SYNC" in rest["kinds"], rest
         assert (rest["descriptor"]["recording_id"], rest["descriptor"]["stop_position"]) == (part_id, end), rest
         assert rest["replayed"] == 2000
 
         # A live recording: Aeron follows it until the sulis archive stops recording.
         live_id, live_positions, pub = record(ac, client, "aeron:ipc?term-length=256k", 1002, 500, stop=False)
-        peer = aeron_replicate(current, harness, aeron_archive, src_control, live_id, 1000)
+        peer = aeron_replicate(current, harness, aeron_archive.driver_dir, src_control, live_id, 1000)
         live_end = publish(pub, 500, 500)[-1]
         aeron = connect(client, aeron_archive.control)
         deadline = time.monotonic() + 30
@@ -344,8 +355,26 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         assert ac.poll_errors() == [] and src.errors() == []
 
 
-def vars_of(d) -> dict:
-    """A sulis RecordingDescriptor as ArchivePeer's JSON descriptor."""
-    keys = ("recording_id", "start_position", "stop_position", "initial_term_id", "term_buffer_length", "mtu_length",
-            "stream_id", "session_id", "stripped_channel", "original_channel", "source_identity")
-    return {k: getattr(d, k) for k in keys}
+
+def test_aeron_archive_client_has_a_sulis_archive_replicate_from_an_aeron_archive(
+        current, aeron_archive, harness, driver, client):
+    """Aeron's own client drives the sulis destination (its ReplicateRequest2 with every option, the
+    signals as its RecordingSignalConsumer decodes them); the source is Aeron's archive. Options:
+    none; a replay session id, a source response channel of port 0 (as Aeron's default
+    replication channel) and a file I/O limit; channel and subscription tags."""
+    ac = connect(client, aeron_archive.control)
+    rid, positions = record(ac, client, f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", 1001, 2000,
+                            source="remote")
+    source = ac.list_recording(rid)
+    ac.close()
+    with sulis.Archive(harness.make_dir("sulis-dst"), driver_dir=driver.dir,
+                       replication_channel="aeron:udp?endpoint=localhost:0") as dst:
+        for options in ({}, {"session_id": 4242, "src_response": "aeron:udp?endpoint=localhost:0",
+                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}):
+            res = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+                current, harness, driver.dir, aeron_archive.control, rid, 2000, **options))
+            assert res["kinds"] == ["REPLICATE", "EXTEND", "STOP", "SYNC", "REPLICATE_END"], (options, res)
+            assert res["signals"][3]["position"] == positions[-1], res
+            assert stream_of(res["descriptor"]) == stream_of(source), (options, res["descriptor"], source)
+            assert res["descriptor"]["stop_position"] == positions[-1] and res["replayed"] == 2000, res
+        assert dst.errors() == []
