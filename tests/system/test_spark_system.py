@@ -280,3 +280,79 @@ def test_batch_sink_round_trip(spark, sulis_node):
     got = await_until(lambda: (lambda rows: rows if len(rows) >= 500 else None)(
         collect(read(spark, sulis_node, channel=CHANNEL, streamId=3107))), timeout=30, what="500 rows recorded")
     assert sorted(r[0] for r in got) == sorted(values)
+
+
+def read_back(spark, node, stream_id: int, expected: int):
+    """Every row recorded on ``stream_id`` once at least ``expected`` are there."""
+    def rows():
+        got = collect(read(spark, node, channel=CHANNEL, streamId=stream_id))
+        return got if len(got) >= expected else None
+    return await_until(rows, timeout=30, interval=0.2, what=f"{expected} rows recorded on stream {stream_id}")
+
+
+def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp):
+    _, _, _, ac = sulis_node
+    src = Recorded(sulis_node, 3110)
+    src.publish(message(i) for i in range(1200))
+    ac.start_recording(CHANNEL, 3111)  # the sink's stream, recorded
+    checkpoint = os.path.join(tmp, "checkpoint")
+
+    def run():
+        reader = spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir)
+        query = (reader.option("recordingIds", src.rid).option("maxBytesPerTrigger", 64 * 1024)
+                 .option("minPartitions", 2).load().select("value")
+                 .writeStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+                 .option("streamId", 3111).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(90), "the availableNow query did not finish within 90 s"
+        assert query.exception() is None
+        return query
+
+    q = run()
+    assert sum(p["numInputRows"] for p in q.recentProgress) == 1200
+    got = read_back(spark, sulis_node, 3111, 1200)
+    assert sorted(r[0] for r in got) == sorted(src.messages)
+    # Each task's run starts with a tagged message; the others carry 0.
+    assert sum(1 for r in got if r[5] != 0) >= 2
+
+    # A crash after the sink published the last batch but before Spark logged its commit:
+    # the restarted query runs that batch again, and the sink must add nothing twice.
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
+    os.remove(os.path.join(commits, str(last)))
+    crc = os.path.join(commits, f".{last}.crc")
+    if os.path.exists(crc):
+        os.remove(crc)
+    src.publish(message(i) for i in range(1200, 1500))
+    q = run()
+    rerun = [p for p in q.recentProgress if p["batchId"] == last]
+    assert rerun and rerun[0]["numInputRows"] > 0, "the uncommitted batch should have been run again"
+    got = read_back(spark, sulis_node, 3111, 1500)
+    assert len(got) == 1500
+    assert sorted(r[0] for r in got) == sorted(src.messages)
+
+
+def test_published_runs_counts_partial_and_repeated_attempts(sulis_node):
+    from sulis.spark.options import ArchiveAddress
+    from sulis.spark.sink import published_runs, run_tag
+
+    drv, _, client, ac = sulis_node
+    ac.start_recording(CHANNEL, 3112)
+    pub = client.add_exclusive_publication(CHANNEL, 3112)
+    await_until(lambda: pub.is_connected, what="the recording to subscribe")
+    runs = [(3, 0, 40), (3, 1, 30), (4, 0, 900), (4, 1, 1200), (4, 0, 700), (9, 5, 3)]  # (batch, partition, rows)
+    for batch, partition, rows in runs:
+        query = 11 if batch != 9 else 12
+        for k in range(rows):
+            rv = run_tag(query, batch, partition) if k == 0 else 0
+            while pub.offer(bytes(100), reserved_value=rv) < 0:
+                pass
+    end = pub.position
+    rid = await_until(lambda: [d for d in ac.list_recordings_for_uri(CHANNEL, 3112)
+                               if ac.get_recording_position(d.recording_id) == end], what="recorded")[0].recording_id
+    assert ac.list_recording(rid).term_buffer_length * 3 < end, "runs should span several terms"
+    address = ArchiveAddress(driver_dir=drv.dir)
+    # Batch 4 of query 11 ran twice for partition 0 (900 rows, then 700 more): 1600 published.
+    assert published_runs(address, CHANNEL, 3112, query=11) == {(11, 4): {0: 1600, 1: 1200}}
+    assert published_runs(address, CHANNEL, 3112) == {(11, 4): {0: 1600, 1: 1200}, (12, 9): {5: 3}}
+    pub.close()

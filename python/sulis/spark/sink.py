@@ -213,12 +213,12 @@ def published_runs(address: ArchiveAddress, channel: str, stream_id: int,
     return {(q, batch): counts for q, (batch, counts) in found.items()}
 
 
-def _tags(reserved: np.ndarray, query: int | None) -> list[tuple[int, tuple[int, int, int]]]:
+def _tags(reserved: np.ndarray) -> list[tuple[int, tuple[int, int, int]]]:
     """(index, (query, batch, partition)) of the run tags among ``reserved``."""
     out = []
     for i in np.flatnonzero(reserved > 0):
         t = parse_run_tag(int(reserved[i]))
-        if t is not None and (query is None or t[0] == query):
+        if t is not None:
             out.append((int(i), t))
     return out
 
@@ -228,8 +228,6 @@ def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None) -> 
     parts: list[np.ndarray] = []
     hi = end
     reserved = np.empty(0, np.int64)
-    tags: list[tuple[int, tuple[int, int, int]]] = []
-    newest: dict[int, int] = {}
     while hi > r.start:
         lo = max(r.start, hi - 1 - (hi - 1) % r.term_length)
         chunk = RecordingRange(r.recording_id, r.stream_id, r.session_id, lo, hi,
@@ -238,29 +236,27 @@ def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None) -> 
         parts.insert(0, np.concatenate(got) if got else np.empty(0, np.int64))
         hi = lo
         reserved = np.concatenate(parts)
-        tags = _tags(reserved, query)
-        if not tags:
-            continue
-        newest = {}
-        for _, (q, b, _p) in tags:
-            newest[q] = max(newest.get(q, -1), b)
+        mine = [t for _, t in _tags(reserved) if query is None or t[0] == query]
         # Batches only grow along a recording: once an older batch of a query shows up before
         # its newest, every run of the newest is in what was read.
-        first_query, first_batch, _ = tags[0][1]
-        if first_batch < newest[first_query]:
+        if mine and mine[0][1] < max(b for q, b, _ in mine if q == mine[0][0]):
             break
-    return _count_runs(reserved, tags, newest)
+    return _count_runs(reserved, _tags(reserved), query)
 
 
-def _count_runs(reserved: np.ndarray, tags, newest: dict[int, int]) -> dict[int, tuple[int, dict[int, int]]]:
+def _count_runs(reserved: np.ndarray, tags, query: int | None) -> dict[int, tuple[int, dict[int, int]]]:
+    """Rows of each run of each query's newest batch; a run ends where the next one (of any query) starts."""
+    newest: dict[int, int] = {}
+    for _, (q, b, _p) in tags:
+        if query is None or q == query:
+            newest[q] = max(newest.get(q, -1), b)
     out: dict[int, tuple[int, dict[int, int]]] = {q: (b, {}) for q, b in newest.items()}
-    starts = [i for i, _ in tags]
     for k, (i, (q, b, p)) in enumerate(tags):
-        if b != newest[q]:
+        if newest.get(q) != b:
             continue
-        stop = starts[k + 1] if k + 1 < len(starts) else len(reserved)
+        stop = tags[k + 1][0] if k + 1 < len(tags) else len(reserved)
         counts = out[q][1]
-        counts[p] = counts.get(p, 0) + int(stop - i)
+        counts[p] = counts.get(p, 0) + stop - i
     return out
 
 
