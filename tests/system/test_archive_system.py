@@ -611,3 +611,53 @@ def test_archive_tool_dumps_marks_compacts_and_deletes_orphans_of_a_stopped_arch
         c = record(ac, client, "aeron:ipc", 1003, 10)
         assert c.recording_id == b.recording_id + 1
         assert archive.errors() == []
+
+
+def test_migrate_segments_joins_a_recording_to_the_one_that_follows_it(driver, client, archive_dir):
+    """Recording A cut at a segment boundary S, recording B of the same stream starting at S:
+    migrating A's segments into B makes B one recording from A's start, replayed whole; A is left
+    empty. Recordings that do not meet, or meet off a boundary, are refused with the reason."""
+    segment = 128 * 1024
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=segment) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        a = record(ac, client, "aeron:ipc?term-length=64k", 1001, 1500)
+        assert a.stop_position > segment
+        ends: list[int] = []
+        sub = ac.replay(a.recording_id, "aeron:ipc", 2080)
+        assembler = sulis.FragmentAssembler(lambda b, h: ends.append(h.position))
+        while len(ends) < 1500:
+            sub.poll(assembler, 100)
+        sub.close()
+        kept = sum(1 for e in ends if e <= segment)
+        ac.truncate_recording(a.recording_id, segment)
+        ac.await_signal(RecordingSignal.DELETE, a.recording_id)
+
+        term = a.term_buffer_length
+        channel = (f"aeron:ipc?term-length={term}|init-term-id={a.initial_term_id}"
+                   f"|term-id={a.initial_term_id + segment // term}|term-offset=0")
+        ac.start_recording("aeron:ipc", 1001)
+        pub = client.add_exclusive_publication(channel, 1001)
+        b_id = ac.await_signal(RecordingSignal.START).recording_id
+        publish(pub, (message(i) for i in range(200)))
+        end = pub.position
+        await_until(lambda: ac.get_recording_position(b_id) == end, what="B recorded")
+        ac.stop_recording("aeron:ipc", 1001)
+        ac.await_signal(RecordingSignal.STOP, b_id)
+        pub.close()
+        b = ac.list_recording(b_id)
+        assert (b.start_position, b.stop_position) == (segment, end)
+
+        with pytest.raises(sulis.ArchiveError, match="not contiguous"):
+            ac.migrate_segments(b.recording_id, b.recording_id)
+        with pytest.raises(sulis.ArchiveError, match="unknown recording id: 99"):
+            ac.migrate_segments(a.recording_id, 99)
+        assert ac.migrate_segments(a.recording_id, b.recording_id) == 1
+        ac.await_signal(RecordingSignal.DELETE, a.recording_id)
+        merged = ac.list_recording(b.recording_id)
+        emptied = ac.list_recording(a.recording_id)
+        assert (merged.start_position, merged.stop_position) == (0, b.stop_position)
+        assert emptied.start_position == emptied.stop_position == 0
+        assert not [f for f in os.listdir(archive_dir) if f.startswith(f"{a.recording_id}-")]
+        got = receive(ac.replay(b.recording_id, "aeron:ipc", 2081), kept + 200)
+        assert got == [message(i) for i in range(kept)] + [message(i) for i in range(200)]
+        assert archive.errors() == []

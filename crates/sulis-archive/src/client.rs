@@ -779,6 +779,24 @@ impl ArchiveClient {
         })
     }
 
+    /// Moves the segment files of a stopped recording to one it joins end to
+    /// start (at a segment boundary); returns how many files moved.
+    pub fn migrate_segments(
+        &mut self,
+        src_recording_id: i64,
+        dst_recording_id: i64,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            MigrateSegmentsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                src_recording_id,
+                dst_recording_id,
+            }
+            .encode()
+        })
+    }
+
     /// Asks this archive to copy recording `src_recording_id` of the archive
     /// at `src_control_channel`/`src_control_stream_id` (ReplicateRequest2);
     /// returns the replication id, the correlation id of the signals that

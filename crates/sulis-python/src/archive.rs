@@ -472,6 +472,17 @@ impl PyArchiveClient {
         self.call(py, |s| s.replicate(&r))
     }
 
+    fn migrate_segments(
+        &self,
+        py: Python<'_>,
+        src_recording_id: i64,
+        dst_recording_id: i64,
+    ) -> PyResult<i64> {
+        self.call(py, |s| {
+            s.migrate_segments(src_recording_id, dst_recording_id)
+        })
+    }
+
     fn stop_replication(&self, py: Python<'_>, replication_id: i64) -> PyResult<()> {
         self.call(py, |s| s.stop_replication(replication_id))
     }

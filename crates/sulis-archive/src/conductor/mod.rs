@@ -1032,6 +1032,10 @@ impl ArchiveConductor {
                 let r = AttachSegmentsRequest::decode(m)?;
                 self.attach_segments(sid, k, r.recording_id);
             }
+            MigrateSegmentsRequest::TEMPLATE_ID => {
+                let r = MigrateSegmentsRequest::decode(m)?;
+                self.migrate_segments(sid, k, r.src_recording_id, r.dst_recording_id);
+            }
             ReplicateRequest::TEMPLATE_ID => {
                 let r = ReplicateRequest::decode(m)?;
                 self.on_replicate(
@@ -1996,6 +2000,149 @@ impl ArchiveConductor {
             }
         }
         self.session(sid).ok(k, attached);
+    }
+
+    /// Moves the segment files of stopped recording `src_id` to `dst_id`,
+    /// which it joins end to start (either way round) at a segment boundary
+    /// of both: `dst_id` then covers both, `src_id` is left empty (Aeron's
+    /// MigrateSegments). Answers how many files moved.
+    fn migrate_segments(&mut self, sid: i64, k: i64, src_id: i64, dst_id: i64) {
+        let Some(src) = self.catalog.recording(src_id) else {
+            return self.unknown_recording(sid, k, src_id);
+        };
+        let Some(dst) = self.catalog.recording(dst_id) else {
+            return self.unknown_recording(sid, k, dst_id);
+        };
+        if src.stop_position == NULL_VALUE
+            || self.recordings.iter().any(|r| r.recording_id == src_id)
+        {
+            return self.session(sid).error(
+                k,
+                error_code::ACTIVE_RECORDING,
+                &format!("invalid migrate: recording {src_id} is still active"),
+            );
+        }
+        for (what, a, b) in [
+            (
+                "segment file length",
+                src.segment_file_length,
+                dst.segment_file_length,
+            ),
+            (
+                "term buffer length",
+                src.term_buffer_length,
+                dst.term_buffer_length,
+            ),
+            ("initial term id", src.initial_term_id, dst.initial_term_id),
+            ("stream id", src.stream_id, dst.stream_id),
+            ("mtu length", src.mtu_length, dst.mtu_length),
+        ] {
+            if a != b {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("invalid migrate: the {what} of recording {src_id} is {a}, of recording {dst_id} {b}"),
+                );
+            }
+        }
+        let src_first = src.stop_position == dst.start_position;
+        let join = if src_first {
+            src.stop_position
+        } else if src.start_position == dst.stop_position {
+            src.start_position
+        } else {
+            return self.session(sid).error(
+                k,
+                error_code::GENERIC,
+                &format!(
+                    "invalid migrate: recordings {src_id} [{}, {}] and {dst_id} [{}, {}] are not contiguous",
+                    src.start_position, src.stop_position, dst.start_position, dst.stop_position
+                ),
+            );
+        };
+        let (gs, gd) = (
+            Self::geometry_of(src_id, &src),
+            Self::geometry_of(dst_id, &dst),
+        );
+        for (label, g) in [("source", gs), ("destination", gd)] {
+            if g.base_of(join) != join {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!(
+                        "invalid migrate: the join position {join} is not on a segment boundary of the {label} recording \
+                         (segment file length {})",
+                        g.segment_length
+                    ),
+                );
+            }
+        }
+        let dir = self.ctx.archive_dir.clone();
+        let (first, last) = (
+            gs.base_of(src.start_position),
+            gs.base_of(src.stop_position),
+        );
+        let mut moves = Vec::new();
+        let mut empty = Vec::new();
+        let mut base = first;
+        while base <= last {
+            let (from, to) = (gs.path(&dir, base), gd.path(&dir, base));
+            if base == src.stop_position {
+                // The empty segment a recording stopped at a boundary leaves.
+                empty.push(from);
+            } else if !from.exists() {
+                let message = format!(
+                    "invalid migrate: source segment file {} is missing",
+                    from.display()
+                );
+                return self.session(sid).error(k, error_code::GENERIC, &message);
+            } else if to.exists() {
+                let message = format!(
+                    "invalid migrate: destination segment file {} exists already",
+                    to.display()
+                );
+                return self.session(sid).error(k, error_code::GENERIC, &message);
+            } else {
+                moves.push((from, to));
+            }
+            base += gs.segment_length;
+        }
+        for (from, to) in &moves {
+            if let Err(e) = std::fs::rename(from, to) {
+                let message = format!(
+                    "migrate: cannot move {} to {}: {e}",
+                    from.display(),
+                    to.display()
+                );
+                self.record_error(message.clone());
+                return self.session(sid).error(k, error_code::GENERIC, &message);
+            }
+        }
+        for f in empty {
+            let _ = std::fs::remove_file(f);
+        }
+        let updated = if src_first {
+            self.catalog.set_start_position(dst_id, src.start_position)
+        } else {
+            self.catalog.set_stop_position(dst_id, src.stop_position)
+        }
+        .and_then(|_| self.catalog.set_stop_position(src_id, src.start_position));
+        if let Err(e) = updated {
+            return self
+                .session(sid)
+                .error(k, error_code::GENERIC, &e.to_string());
+        }
+        self.session(sid).ok(k, moves.len() as i64);
+        if !moves.is_empty() {
+            self.signal(
+                sid,
+                k,
+                src_id,
+                NULL_VALUE,
+                NULL_VALUE,
+                recording_signal::DELETE,
+            );
+        }
     }
 
     fn purge(&mut self, sid: i64, k: i64, recording_id: i64) {
