@@ -356,3 +356,34 @@ def test_published_runs_counts_partial_and_repeated_attempts(sulis_node):
     assert published_runs(address, CHANNEL, 3112, query=11) == {(11, 4): {0: 1600, 1: 1200}}
     assert published_runs(address, CHANNEL, 3112) == {(11, 4): {0: 1600, 1: 1200}, (12, 9): {5: 3}}
     pub.close()
+
+
+def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
+    import numpy as np
+
+    tick = np.dtype([("instrument", "<i4"), ("price", "<f8"), ("qty", "<i4"), ("event_time", "<i8")])
+    ticks = np.zeros(400, tick)
+    ticks["instrument"] = np.arange(400) % 7
+    ticks["price"] = 100 + np.arange(400) / 8
+    ticks["qty"] = np.arange(400) * 3
+    ticks["event_time"] = 1_700_000_000_000_000_000 + np.arange(400) * 1_000_000
+    rec = Recorded(sulis_node, 3113)
+    rec.publish(t.tobytes() for t in ticks)
+    df = read(spark, sulis_node, recordingIds=rec.rid, minPartitions=3,
+              valueSchema="instrument int, price double, qty int, event_time timestamp")
+    assert df.columns == ["instrument", "price", "qty", "event_time", "recording_id", "stream_id", "session_id",
+                          "position", "reserved_value"]
+    rows = sorted(df.collect(), key=lambda r: r.position)
+    assert [r.position for r in rows] == rec.positions
+    assert [(r.instrument, r.price, r.qty) for r in rows] == [
+        (int(t["instrument"]), float(t["price"]), int(t["qty"])) for t in ticks]
+    first = rows[0].event_time
+    assert round(first.timestamp() * 1e6) == ticks["event_time"][0] // 1000
+    # A payload of another length fails the query naming the recording and the position.
+    rec.publish([b"short"])
+    bad = rf"recording {rec.rid}, message ending at position {rec.positions[-1]} is 5 bytes"
+    with pytest.raises(Exception, match=bad):
+        read(spark, sulis_node, recordingIds=rec.rid, valueSchema="instrument int, price double, qty int, "
+             "event_time timestamp").collect()
+    with pytest.raises(Exception, match="option valueSchema: type 'decimal'"):
+        read(spark, sulis_node, recordingIds=rec.rid, valueSchema="price decimal").collect()

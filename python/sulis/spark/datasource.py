@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from .options import ReaderOptions, parse_reader_options, parse_writer_options
 from .recordings import list_selected, plan_ranges, resolve_positions
-from .replay import SCHEMA_DDL, RecordingRange, read_range, session
+from .replay import RecordingRange, ddl_for, read_range, session
 
 __all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
 
@@ -34,7 +34,7 @@ def read_partition(opts: ReaderOptions, partition: InputPartition) -> Iterator[p
     if partition is None or partition.value is None:
         return  # nothing to read: Spark plans one partition of its own when given none
     yield from read_range(opts.archive, partition.value, opts.replay_channel, opts.replay_stream_id,
-                          opts.fragment_limit)
+                          opts.fragment_limit, layout=opts.layout)
 
 
 class SulisBatchReader(DataSourceReader):
@@ -67,7 +67,9 @@ class SulisDataSource(DataSource):
         return "sulis"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        from .options import value_layout
+
+        return ddl_for(value_layout(self.options))
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "EARLIEST",
@@ -38,11 +39,12 @@ READER_OPTIONS = (
     "minPartitions", "failOnDataLoss",
     "replayChannel", "replayStreamId", "fragmentLimit",
     "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
+    "valueSchema",
 )
 
 WRITER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
-    "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce", "sinkTag",
+    "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce",
 )
 
 #: Options Spark itself may pass along (``load(path)``, ``start(path)``, the checkpoint).
@@ -90,7 +92,8 @@ class ReaderOptions:
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay_s: float = 15.0
-    extra: dict[str, str] = field(default_factory=dict)
+    #: ``valueSchema``: payloads decoded into typed columns (a ``value_schema.ValueLayout``)
+    layout: Any = None
 
     def selection(self) -> str:
         """Names what is read in error messages."""
@@ -300,7 +303,17 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         max_messages_per_trigger=max_messages,
         min_messages_per_trigger=min_messages,
         max_trigger_delay_s=_seconds(options, "maxTriggerDelay", 15.0),
+        layout=value_layout(options),
     )
+
+
+def value_layout(options: Mapping[str, str]) -> Any:
+    raw = options.get("valueSchema")
+    if raw is None or not str(raw).strip():
+        return None
+    from .value_schema import parse_value_schema
+
+    return parse_value_schema(str(raw))
 
 
 def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from .options import ArchiveAddress
+from .value_schema import ValueLayout
 
 __all__ = ["SCHEMA", "RecordingRange", "ArchiveSession", "session", "read_range", "replay_from"]
 
@@ -64,6 +65,20 @@ SCHEMA_DDL = ("value binary, recording_id long, stream_id int, session_id int, p
 BEGIN_FLAG = 0x80
 END_FLAG = 0x40
 UNFRAGMENTED = BEGIN_FLAG | END_FLAG
+
+
+_META_FIELDS = list(SCHEMA)[1:]
+_META_DDL = "recording_id long, stream_id int, session_id int, position long, reserved_value long"
+
+
+def schema_for(layout: ValueLayout | None) -> pa.Schema:
+    """The Arrow schema of the rows: ``value`` or the ``valueSchema`` fields, then the metadata."""
+    return SCHEMA if layout is None else pa.schema([*layout.arrow_fields(), *_META_FIELDS])
+
+
+def ddl_for(layout: ValueLayout | None) -> str:
+    """The same as a Spark DDL string."""
+    return SCHEMA_DDL if layout is None else f"{layout.ddl()}, {_META_DDL}"
 
 
 def replay_from(start: int, recording_start: int, term_length: int) -> int:
@@ -173,8 +188,10 @@ def _to_i32(v: int) -> int:
 class _Assembler:
     """Turns the fragments of successive ``poll_batch`` calls into Arrow batches of whole messages."""
 
-    def __init__(self, r: RecordingRange) -> None:
+    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None) -> None:
         self.r = r
+        self.layout = layout
+        self.schema = schema_for(layout)
         # A message begun in an earlier batch: its fragments' bytes and reserved value.
         self.pending: list[bytes] = []
         self.pending_reserved = 0
@@ -182,16 +199,17 @@ class _Assembler:
     def _columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
         n = len(values)
         r = self.r
+        head = [values] if self.layout is None else self.layout.decode(values, positions, r.recording_id)
         return pa.RecordBatch.from_arrays(
             [
-                values,
+                *head,
                 pa.array(np.full(n, r.recording_id, np.int64)),
                 pa.array(np.full(n, r.stream_id, np.int32)),
                 pa.array(np.full(n, r.session_id, np.int32)),
                 pa.array(positions),
                 pa.array(reserved),
             ],
-            schema=SCHEMA,
+            schema=self.schema,
         )
 
     def batches(self, batch) -> Iterator[pa.RecordBatch]:
@@ -274,7 +292,7 @@ class _Assembler:
 
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
-               timeout: float | None = None) -> Iterator[pa.RecordBatch]:
+               timeout: float | None = None, layout: ValueLayout | None = None) -> Iterator[pa.RecordBatch]:
     """Replays ``r`` from the archive and yields its messages as Arrow batches of ``SCHEMA``.
 
     Fails (``TimeoutError``) when the replay makes no progress for ``timeout`` seconds (default:
@@ -294,7 +312,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                            f"to {r.end} refused: {e}") from e
     sub = s.client.add_subscription(_replay_subscription_channel(replay_channel, _to_i32(replay_id)),
                                     replay_stream_id)
-    assembler = _Assembler(r)
+    assembler = _Assembler(r, layout)
     last = r.replay_from
     seen_image = False
     ended = False  # the replay's image reached its end (or went away)
