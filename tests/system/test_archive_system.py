@@ -145,6 +145,12 @@ def test_archive_counters_show_sessions_recordings_and_bytes(driver, client, arc
     await_until(lambda: values()["Archive Recording Sessions"] == 0, what="the recording session to end")
 
 
+def test_a_replay_bounded_by_a_counter_that_is_not_there_is_refused(client, archive, archive_client):
+    d = record(archive_client, client, "aeron:ipc", 1001, 10)
+    with pytest.raises(sulis.ArchiveError, match="limit counter id 4000 is not a counter of this archive's driver"):
+        archive_client.replay(d.recording_id, "aeron:ipc", 2090, limit_counter_id=4000)
+
+
 def test_record_a_udp_stream(client, archive, archive_client):
     ac = archive_client
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"

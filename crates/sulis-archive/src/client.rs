@@ -677,6 +677,35 @@ impl ArchiveClient {
         })
     }
 
+    /// As [`ArchiveClient::start_replay`], never past the value of counter
+    /// `limit_counter_id` of the archive's driver: the replay waits for the
+    /// counter to move on, and ends where it stood when it is closed.
+    pub fn start_bounded_replay(
+        &mut self,
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        limit_counter_id: i32,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            BoundedReplayRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                position,
+                length,
+                limit_counter_id,
+                replay_stream_id: stream_id,
+                file_io_max_length: NULL_VALUE as i32,
+                replay_token: NULL_VALUE,
+                replay_channel: channel.into(),
+            }
+            .encode()
+        })
+    }
+
     /// Stops a replay.
     pub fn stop_replay(&mut self, replay_session_id: i64) -> Result<(), ArchiveError> {
         self.call(|c, k| {

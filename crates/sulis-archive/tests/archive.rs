@@ -536,3 +536,67 @@ fn replication_follows_a_live_recording_until_it_stops_and_can_be_stopped() {
     assert_ne!(b.get_stop_position(dst2).unwrap(), -1);
     assert!(dst.errors().is_empty(), "{:?}", dst.errors());
 }
+
+#[test]
+fn a_bounded_replay_follows_its_limit_counter_and_ends_where_it_closed() {
+    let s = Setup::new("bounded");
+    let archive = s.archive();
+    let mut a = s.archive_client();
+    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1001)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    let mut ends = Vec::new();
+    for i in 0..3000 {
+        loop {
+            match publication.offer(&message(i)) {
+                Ok(p) => break ends.push(p),
+                Err(OfferError::BackPressured | OfferError::AdminAction) => {
+                    std::thread::yield_now()
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+    let end = publication.position();
+    await_until("recorded", || a.get_recording_position(id).unwrap() == end);
+    a.stop_recording("aeron:ipc", 1001).unwrap();
+
+    let limit = s.client.add_counter(1001, &[], "replay limit").unwrap();
+    limit.set(ends[999]);
+    let mut sub = s.client.add_subscription("aeron:ipc", 2001).unwrap();
+    a.start_bounded_replay(id, 0, i64::MAX, limit.id(), "aeron:ipc", 2001)
+        .unwrap();
+    let first = receive(&mut sub, 1000);
+    assert!(first.iter().enumerate().all(|(i, m)| *m == message(i)));
+    // Nothing past the counter, until it moves.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(sub.poll(|_, _| Ok::<(), ()>(()), 10).unwrap(), 0);
+    limit.set(ends[1999]);
+    let second = receive(&mut sub, 1000);
+    assert!(second
+        .iter()
+        .enumerate()
+        .all(|(i, m)| *m == message(i + 1000)));
+    // The counter closes: the replay ends where it stood.
+    limit.close();
+    let image = sub.images().into_iter().next().unwrap();
+    await_until("end of the replay", || {
+        image.is_end_of_stream() || image.is_closed()
+    });
+    assert_eq!(image.position(), ends[1999]);
+
+    match a.start_bounded_replay(id, 0, i64::MAX, 9999, "aeron:ipc", 2002) {
+        Err(ArchiveError::Archive { message, .. }) => {
+            assert!(message.contains("limit counter id 9999"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(archive.errors().is_empty(), "{:?}", archive.errors());
+}

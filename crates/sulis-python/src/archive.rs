@@ -419,6 +419,8 @@ impl PyArchiveClient {
         self.call(py, |s| s.get_max_recorded_position(recording_id))
     }
 
+    #[pyo3(signature = (recording_id, position, length, channel, stream_id, limit_counter_id=None))]
+    #[allow(clippy::too_many_arguments)]
     fn start_replay(
         &self,
         py: Python<'_>,
@@ -427,9 +429,13 @@ impl PyArchiveClient {
         length: i64,
         channel: String,
         stream_id: i32,
+        limit_counter_id: Option<i32>,
     ) -> PyResult<i64> {
-        self.call(py, |s| {
-            s.start_replay(recording_id, position, length, &channel, stream_id)
+        self.call(py, |s| match limit_counter_id {
+            Some(c) => {
+                s.start_bounded_replay(recording_id, position, length, c, &channel, stream_id)
+            }
+            None => s.start_replay(recording_id, position, length, &channel, stream_id),
         })
     }
 

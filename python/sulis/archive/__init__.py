@@ -184,25 +184,31 @@ class ArchiveClient(_native.ArchiveClient):
         return super().list_recordings_for_uri(from_id, count, channel, stream_id)
 
     def start_replay(self, recording_id: int, channel: str, stream_id: int,  # type: ignore[override]
-                     position: int | None = None, length: int | None = None, follow: bool = False) -> int:
+                     position: int | None = None, length: int | None = None, follow: bool = False,
+                     limit_counter_id: int | None = None) -> int:
         """Replays a recording on ``channel``/``stream_id``; returns the replay
         session id (its low 32 bits are the replay image's session id).
 
         From ``position`` (default: the recording's start) for ``length``
         bytes (default: what is recorded now); ``follow=True`` goes on with a
-        live recording as it grows.
+        live recording as it grows. ``limit_counter_id`` (a counter of the
+        archive's driver, e.g. a commit position) bounds it further: the
+        replay never passes the counter's value, waits while it stands
+        still, and ends where it stood once the counter is closed.
         """
         if follow and length is not None:
             raise _native.ConfigurationError("give either length or follow=True, not both")
         n = REPLAY_ALL_AND_FOLLOW if follow else (REPLAY_ALL_AND_STOP if length is None else length)
         return super().start_replay(recording_id, NULL_POSITION if position is None else position, n,
-                                    channel, stream_id)
+                                    channel, stream_id, limit_counter_id)
 
     def replay(self, recording_id: int, channel: str, stream_id: int, position: int | None = None,
-               length: int | None = None, follow: bool = False) -> _native.Subscription:
+               length: int | None = None, follow: bool = False,
+               limit_counter_id: int | None = None) -> _native.Subscription:
         """Starts a replay and returns a subscription to it (only the
         replay's image joins it): poll it as any subscription."""
-        replay_id = self.start_replay(recording_id, channel, stream_id, position, length, follow)
+        replay_id = self.start_replay(recording_id, channel, stream_id, position, length, follow,
+                                      limit_counter_id)
         session = replay_id & 0xFFFF_FFFF
         if session >= 1 << 31:
             session -= 1 << 32

@@ -157,8 +157,37 @@ enum ReplayState {
     Replaying,
 }
 
+/// The counter a bounded replay may not pass (a counter of the archive's driver).
+#[derive(Clone, Copy)]
+struct LimitCounter {
+    id: i32,
+    registration_id: i64,
+    /// Its value when last read.
+    last: i64,
+    /// False once it was freed (or reused): `last` is where it ended.
+    open: bool,
+}
+
+impl LimitCounter {
+    /// Reads the counter; returns where the replay may go.
+    fn read(&mut self, counters: &sulis_concurrent::counters::CountersReader) -> i64 {
+        if self.open {
+            if counters.counter_state(self.id) == sulis_concurrent::counters::RECORD_ALLOCATED
+                && counters.counter_registration_id(self.id) == self.registration_id
+            {
+                self.last = counters.counter_value(self.id);
+            } else {
+                self.open = false;
+            }
+        }
+        self.last
+    }
+}
+
 struct ReplaySession {
     id: i64,
+    /// Bounded by this counter too (BoundedReplayRequest).
+    limit_counter: Option<LimitCounter>,
     recording_id: i64,
     control_session_id: i64,
     correlation_id: i64,
@@ -199,6 +228,8 @@ pub struct ArchiveConductor {
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
+    /// The limit counter of the bounded replay being started.
+    limit_counter: Option<LimitCounter>,
     errors: Vec<String>,
     error_count: u64,
     mark_file: ArchiveMarkFile,
@@ -366,6 +397,7 @@ impl ArchiveConductor {
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
+            limit_counter: None,
             error_count: errors.len() as u64,
             errors,
             mark_file,
@@ -970,8 +1002,26 @@ impl ArchiveConductor {
             }
             BoundedReplayRequest::TEMPLATE_ID => {
                 let r = BoundedReplayRequest::decode(m)?;
-                // Bounding by a counter needs a counter of this archive's
-                // driver; without one the replay is bounded by its length.
+                // Bounded by its length and by a counter of this archive's
+                // driver (a commit position, as Aeron Cluster's followers use).
+                let counters = self.client.counters();
+                let id = r.limit_counter_id;
+                if !counters.is_valid_id(id)
+                    || counters.counter_state(id) != sulis_concurrent::counters::RECORD_ALLOCATED
+                {
+                    self.session(sid).error(
+                        k,
+                        error_code::GENERIC,
+                        &format!("limit counter id {id} is not a counter of this archive's driver"),
+                    );
+                    return Ok(());
+                }
+                self.limit_counter = Some(LimitCounter {
+                    id,
+                    registration_id: counters.counter_registration_id(id),
+                    last: counters.counter_value(id),
+                    open: true,
+                });
                 self.start_replay(
                     sid,
                     k,
@@ -981,6 +1031,7 @@ impl ArchiveConductor {
                     &r.replay_channel,
                     r.replay_stream_id,
                 );
+                self.limit_counter = None;
             }
             StopReplayRequest::TEMPLATE_ID => {
                 let r = StopReplayRequest::decode(m)?;
@@ -1669,6 +1720,7 @@ impl ArchiveConductor {
         ];
         self.replays.push(ReplaySession {
             id,
+            limit_counter: self.limit_counter,
             recording_id,
             control_session_id: sid,
             correlation_id: k,
@@ -1687,6 +1739,7 @@ impl ArchiveConductor {
 
     fn run_replays(&mut self, now: Instant) -> usize {
         let mut work = 0;
+        let counters = self.client.counters();
         let mut failures: Vec<(i64, i64, String)> = Vec::new();
         for i in 0..self.replays.len() {
             let live = self.live_position(self.replays[i].recording_id);
@@ -1719,8 +1772,15 @@ impl ArchiveConductor {
                 }
                 ReplayState::Replaying => {}
             }
-            // What may be sent: to the end asked for, never past what is recorded.
-            let recorded = live.or(stopped_at).unwrap_or(NULL_VALUE);
+            // What may be sent: to the end asked for, never past what is
+            // recorded nor past a limit counter.
+            let mut recorded = live.or(stopped_at).unwrap_or(NULL_VALUE);
+            let mut counter_closed = false;
+            if let Some(c) = &mut self.replays[i].limit_counter {
+                recorded = recorded.min(c.read(&counters));
+                counter_closed = !c.open;
+            }
+            let p = &mut self.replays[i];
             let limit = match p.end {
                 Some(end) => end.min(recorded),
                 None => recorded,
@@ -1765,13 +1825,20 @@ impl ArchiveConductor {
                     }
                 }
             }
+            let at = p.reader.position();
             let finished = p.pending == 0
-                && match p.end {
-                    Some(end) => {
-                        p.reader.position() >= end.min(recorded)
-                            && (live.is_none() || p.reader.position() >= end)
+                && if p.limit_counter.is_some() {
+                    // A counter bound waits for the counter to move on: the
+                    // replay ends at its length, at the end of a stopped
+                    // recording, or where the counter was when it closed.
+                    p.end.is_some_and(|end| at >= end)
+                        || stopped_at.is_some_and(|stop| at >= stop)
+                        || (counter_closed && at >= recorded)
+                } else {
+                    match p.end {
+                        Some(end) => at >= end.min(recorded) && (live.is_none() || at >= end),
+                        None => live.is_none() && at >= recorded,
                     }
-                    None => live.is_none() && p.reader.position() >= recorded,
                 };
             if finished {
                 p.done = true;
