@@ -7,7 +7,9 @@
  *   client control=URI response=URI channel=URI stream=N count=N replay_channel=URI replay_stream=N
  *   replicate control=URI response=URI src_control=URI src_recording=N count=N replay_channel=URI replay_stream=N
  *             [src_stream=N] [dst_recording=N] [stop=N] [replication_channel=URI] [session_id=N]
- *             [src_response=URI] [file_io_max=N] [channel_tag=N] [subscription_tag=N] [timeout_s=N]
+ *             [src_response=URI] [file_io_max=N] [channel_tag=N] [subscription_tag=N] [live_destination=URI]
+ *             [timeout_s=N]
+ *   publish channel=URI stream=N [destinations=URI,URI...]
  *
  * Starts a recording of channel/stream, publishes count messages of tests/interop/stream.py's kind
  * (index, then bytes (i + j) & 0xff, lengths 8 + (i * 37) % 400, every 97th 5000 bytes), finds the
@@ -23,10 +25,16 @@
  * stream above must come back. One JSON line: {"replication_id", "signals": [{"signal",
  * "correlation_id", "recording_id", "subscription_id", "position"}...], "descriptor", "replayed",
  * "errors"}; the archive's asynchronous errors are among "errors".
+ *
+ * publish is a publisher of those messages on an exclusive publication (with manual multi-destination
+ * control, channel "aeron:udp?control-mode=manual", it sends to each of destinations), driven by its
+ * standard input: "publish N" offers the next N messages and prints {"position"} once they are in;
+ * "close" or the end of input closes it. It first prints {"session_id", "initial_term_id"}.
  */
 
 import io.aeron.*;
 import io.aeron.archive.client.AeronArchive;
+import io.aeron.archive.client.ArchiveException;
 import io.aeron.archive.client.RecordingDescriptorConsumer;
 import io.aeron.archive.client.RecordingSignalConsumer;
 import io.aeron.archive.client.ReplicationParams;
@@ -50,7 +58,8 @@ public final class ArchivePeer {
         }
         if (args.length > 0 && "client".equals(args[0])) System.exit(client());
         if (args.length > 0 && "replicate".equals(args[0])) System.exit(replicate());
-        System.err.println("ArchivePeer: usage: client|replicate key=value ...");
+        if (args.length > 0 && "publish".equals(args[0])) System.exit(publish());
+        System.err.println("ArchivePeer: usage: client|replicate|publish key=value ...");
         System.exit(2);
     }
 
@@ -243,9 +252,13 @@ public final class ArchivePeer {
             long replayed = 0;
             if (dstRecordingId != Aeron.NULL_VALUE) {
                 if (archive.listRecording(dstRecordingId, describer(descriptor)) != 1) errors.add("listed != 1");
-                if (count > 0) {
-                    replayed = replayAndCheck(archive, dstRecordingId, AeronArchive.NULL_POSITION,
-                        AeronArchive.NULL_LENGTH, count, deadline + 20_000, errors);
+                try {
+                    if (count > 0) {
+                        replayed = replayAndCheck(archive, dstRecordingId, AeronArchive.NULL_POSITION,
+                            AeronArchive.NULL_LENGTH, count, deadline + 20_000, errors);
+                    }
+                } catch (final ArchiveException e) {
+                    errors.add("replaying the copy: " + e.getMessage());
                 }
             }
             final List<String> signalsJson = new ArrayList<>();
@@ -262,5 +275,42 @@ public final class ArchivePeer {
             System.out.println(out.append("}"));
             return errors.isEmpty() ? 0 : 1;
         }
+    }
+
+    static int publish() throws Exception {
+        final int stream = Integer.parseInt(arg("stream"));
+        final java.io.BufferedReader in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        try (Aeron aeron = Aeron.connect(new Aeron.Context());
+            ExclusivePublication publication = aeron.addExclusivePublication(arg("channel"), stream)) {
+            for (final String destination : arg("destinations", "").split(",")) {
+                if (!destination.isEmpty()) publication.addDestination(destination);
+            }
+            System.out.println("{\"session_id\": " + publication.sessionId()
+                + ", \"initial_term_id\": " + publication.initialTermId() + "}");
+            int next = 0;
+            String line;
+            while ((line = in.readLine()) != null && !"close".equals(line.trim())) {
+                final String[] words = line.trim().split("\\s+");
+                if (!"publish".equals(words[0])) {
+                    System.out.println("{\"error\": " + quote("unknown command " + line) + "}");
+                    continue;
+                }
+                final long deadline = System.currentTimeMillis() + 30_000;
+                for (final int end = next + Integer.parseInt(words[1]); next < end; next++) {
+                    final byte[] m = message(next);
+                    final UnsafeBuffer b = new UnsafeBuffer(m);
+                    long result;
+                    while ((result = publication.offer(b, 0, m.length)) < 0) {
+                        if (result == Publication.CLOSED || System.currentTimeMillis() > deadline) {
+                            System.out.println("{\"error\": \"offer stuck at " + next + ": " + result + "\"}");
+                            return 1;
+                        }
+                        Thread.yield();
+                    }
+                }
+                System.out.println("{\"position\": " + publication.position() + "}");
+            }
+        }
+        return 0;
     }
 }

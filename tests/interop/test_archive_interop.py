@@ -352,6 +352,15 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         live = replicated_by_aeron(harness, aeron_archive, peer)
         assert "SYNC" not in live["kinds"] and live["descriptor"]["stop_position"] == live_end, live
         assert live["replayed"] == 1000
+
+        # A replication channel in response mode needs the replay token (ReplayTokenRequest) and a driver
+        # with response channels, which sulis has not: Aeron hears so and the replication ends at once.
+        refused = harness.result(aeron_replicate(
+            current, harness, aeron_archive.driver_dir, src_control, rid, 0,
+            replication_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"), 60,
+            watch=[aeron_archive.proc])
+        assert [s["signal"] for s in refused["signals"]] == ["REPLICATE", "REPLICATE_END"], refused
+        assert len(refused["errors"]) == 1 and "template id 105 is not supported" in refused["errors"][0], refused
         assert ac.poll_errors() == [] and src.errors() == []
 
 
@@ -378,3 +387,87 @@ def test_aeron_archive_client_has_a_sulis_archive_replicate_from_an_aeron_archiv
             assert stream_of(res["descriptor"]) == stream_of(source), (options, res["descriptor"], source)
             assert res["descriptor"]["stop_position"] == positions[-1] and res["replayed"] == 2000, res
         assert dst.errors() == []
+
+
+def replay_sessions(driver_dir: str) -> int:
+    """The value of the archive's `Archive Replay Sessions` counter (type 112) in the driver there."""
+    (n,) = [c["value"] for c in sulis.CountersReader(driver_dir).counters() if c["type_id"] == 112]
+    return n
+
+
+class JavaPublisher:
+    """ArchivePeer's publish role on the driver in ``aeron_dir``: an exclusive publication of stream.py's
+    messages (multi-destination with ``control-mode=manual``: it sends to each of ``destinations``)."""
+
+    def __init__(self, current, harness, aeron_dir: str, channel: str, stream_id: int, destinations=()) -> None:
+        cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ArchivePeer.java"))
+        cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ArchivePeer", [
+            "publish", f"channel={channel}", f"stream={stream_id}", f"destinations={','.join(destinations)}"], cp)
+        self.proc = peers.ChildProcess(cmd, "aeron-publish", stdin="pipe", own_session=True)
+        harness.procs.append(self.proc)
+        self.session_id = self._answer()["session_id"]
+
+    def _answer(self) -> dict:
+        line = self.proc.next_line(60)
+        assert line and line.startswith("{") and "error" not in line, f"{line}\n{self.proc.stderr_tail()}"
+        return json.loads(line)
+
+    def publish(self, count: int) -> int:
+        """Offers the next ``count`` messages; the publication's position once they are in."""
+        self.proc.proc.stdin.write(f"publish {count}\n")
+        self.proc.proc.stdin.flush()
+        return self._answer()["position"]
+
+    def close(self) -> None:
+        self.proc.close(grace_s=10)
+
+
+def test_an_aeron_archive_live_merges_a_recording_of_a_sulis_archive(current, aeron_archive, harness, driver, client):
+    """Aeron's replication with a live destination, sulis the source: an Aeron publisher sends to the sulis
+    archive's recording endpoint and (manual multi-destination) to the live endpoint; Aeron's archive
+    replays the sulis recording (its replay channel with linger=0, eos=false and the session id), asks
+    sulis for the recording position while it catches up, adds the live endpoint and drops the replay:
+    MERGE, then REPLICATE_END, and its copy goes on from the live stream alone. Both recordings end
+    where the publisher stopped and replay the same messages."""
+    src_control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    recorded_at = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    live = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with sulis.Archive(harness.make_dir("sulis-src"), driver_dir=driver.dir, control_channel=src_control) as src, \
+            sulis.ArchiveClient(client) as ac:
+        ac.start_recording(recorded_at, 1003, source="remote")
+        publisher = JavaPublisher(current, harness, aeron_archive.driver_dir,
+                                  "aeron:udp?control-mode=manual|term-length=256k", 1003, [recorded_at, live])
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        await_position(ac, rid, publisher.publish(500))
+        peer = aeron_replicate(current, harness, aeron_archive.driver_dir, src_control, rid, 1000,
+                               live_destination=live)
+        publisher.publish(500)  # while Aeron catches up
+        merged = replicated_by_aeron(harness, aeron_archive, peer)
+        assert merged["kinds"] == ["REPLICATE", "EXTEND", "MERGE", "REPLICATE_END"], merged
+        copy = merged["descriptor"]
+        assert copy["stop_position"] == -1 and copy["session_id"] == publisher.session_id, merged
+        assert stream_of(copy) == stream_of(ac.list_recording(rid)), (copy, ac.list_recording(rid))
+        assert merged["replayed"] == 1000
+        # Aeron stopped the replay it no longer needs (StopReplayRequest): no replay session is left.
+        deadline = time.monotonic() + 10
+        while replay_sessions(driver.dir) != 0:
+            assert time.monotonic() < deadline, "the replay for the merge did not end"
+            time.sleep(0.01)
+
+        # The copy follows the live stream alone now; both stop where the publisher stopped.
+        aeron = connect(client, aeron_archive.control)
+        end = publisher.publish(500)
+        await_position(aeron, copy["recording_id"], end)
+        await_position(ac, rid, end)
+        publisher.close()
+        assert ac.await_signal(RecordingSignal.STOP, rid).position == end
+        deadline = time.monotonic() + 30
+        while aeron.get_stop_position(copy["recording_id"]) != end:
+            assert time.monotonic() < deadline, aeron.list_recording(copy["recording_id"])
+            time.sleep(0.01)
+        want = [message(i) for i in range(1500)]
+        assert receive(aeron.replay(copy["recording_id"], f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}",
+                                    2005), 1500) == want
+        assert receive(ac.replay(rid, "aeron:ipc", 2006), 1500) == want
+        aeron.close()
+        assert ac.poll_errors() == [] and src.errors() == []
