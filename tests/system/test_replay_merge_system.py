@@ -10,7 +10,7 @@ import time
 import pytest
 
 import sulis
-from conftest import free_udp_port, make_dir
+from conftest import await_until, free_udp_port, make_dir
 from sulis.archive import RecordingSignal, ReplayMergeState
 
 
@@ -154,6 +154,7 @@ def test_bounded_poll_stops_at_the_limit_and_an_image_moves_forward_only_within_
         while (p := pub.offer(bytes(32))) < 0:
             pass
         positions.append(p)
+    await_until(lambda: sub.images, what="the subscription's image")
     got: list[int] = []
     # Every frame is 64 bytes; a limit inside the fourth frame lets three through.
     assert sub.bounded_poll(lambda b, h: got.append(h.position), positions[2] + 40, 10) == 3
