@@ -541,8 +541,11 @@ def _replication_errors(archive, ac) -> None:
     with pytest.raises(sulis.ArchiveError, match="unknown recording id: 5") as e:
         ac.replicate(0, "aeron:ipc", dst_recording_id=5, replication_channel="aeron:udp?endpoint=127.0.0.1:0")
     assert e.value.code == 5
-    with pytest.raises(sulis.ArchiveError, match="live destination") as e:
-        ac.replicate(0, "aeron:ipc", live_destination="aeron:udp?endpoint=127.0.0.1:1",
+    with pytest.raises(sulis.ArchiveError, match="merges with the live stream has no stop position"):
+        ac.replicate(0, "aeron:ipc", live_destination="aeron:udp?endpoint=127.0.0.1:1", stop_position=4096,
+                     replication_channel="aeron:udp?endpoint=127.0.0.1:0")
+    with pytest.raises(sulis.ArchiveError, match="live destination 'aeron:udpx'"):
+        ac.replicate(0, "aeron:ipc", live_destination="aeron:udpx",
                      replication_channel="aeron:udp?endpoint=127.0.0.1:0")
     with pytest.raises(sulis.ArchiveError, match="unknown replication id 77") as e:
         ac.stop_replication(77)

@@ -600,3 +600,85 @@ fn a_bounded_replay_follows_its_limit_counter_and_ends_where_it_closed() {
     }
     assert!(archive.errors().is_empty(), "{:?}", archive.errors());
 }
+
+#[test]
+fn replication_merges_with_the_live_stream_and_goes_on_recording_it() {
+    let s = Setup::new("replicate-merge");
+    let _source = s.archive();
+    let mut a = s.archive_client();
+    let (dst, mut b) = destination_archive(&s);
+
+    a.start_recording("aeron:ipc", 1006, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", 1006)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    publish(&publication, 0..2000);
+
+    let replication_id = b
+        .replicate(&Replication {
+            live_destination: "aeron:ipc".into(),
+            ..from_source(id)
+        })
+        .unwrap();
+    let dst_id = b
+        .await_signal(-1, recording_signal::REPLICATE)
+        .unwrap()
+        .recording_id;
+    // Publishing goes on while the copy catches up and merges.
+    let mut next = 2000;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut signals = Vec::new();
+    while !signals.iter().any(
+        |s: &sulis_protocol::archive::messages::RecordingSignalEvent| {
+            s.signal == recording_signal::REPLICATE_END
+        },
+    ) {
+        assert!(
+            Instant::now() < deadline,
+            "no MERGE; {signals:?} {:?}",
+            dst.errors()
+        );
+        publish(&publication, next..next + 20);
+        next += 20;
+        signals.extend(b.poll_signals());
+    }
+    let kinds: Vec<i32> = signals.iter().map(|s| s.signal).collect();
+    let merge = signals
+        .iter()
+        .find(|s| s.signal == recording_signal::MERGE)
+        .unwrap_or_else(|| panic!("no MERGE before REPLICATE_END: {kinds:?}"));
+    assert_eq!(
+        (merge.recording_id, merge.correlation_id),
+        (dst_id, replication_id)
+    );
+    assert!(!kinds.contains(&recording_signal::STOP), "{kinds:?}");
+    publish(&publication, next..next + 500);
+    next += 500;
+    let end = publication.position();
+    await_until("the merged copy to record live", || {
+        b.get_recording_position(dst_id).unwrap() == end
+    });
+    // The copy records the live stream itself now: the source may stop.
+    a.stop_recording("aeron:ipc", 1006).unwrap();
+    publish(&publication, next..next + 100);
+    next += 100;
+    let end = publication.position();
+    await_until("the copy to go on", || {
+        b.get_recording_position(dst_id).unwrap() == end
+    });
+    publication.close().unwrap();
+    assert_eq!(
+        b.await_signal(dst_id, recording_signal::STOP)
+            .unwrap()
+            .position,
+        end
+    );
+    assert_replays(&s, &mut b, dst_id, 3006, next);
+    assert!(dst.errors().is_empty(), "{:?}", dst.errors());
+}

@@ -437,15 +437,33 @@ impl Image {
     /// block of its own (its whole length; only its header is meaningful).
     /// `f(block, position)` gets the bytes and the stream position of their
     /// start. Returns the bytes consumed (0: nothing new, or closed).
-    pub fn block_poll(&self, max_length: usize, mut f: impl FnMut(&[u8], i64)) -> usize {
+    pub fn block_poll(&self, max_length: usize, f: impl FnMut(&[u8], i64)) -> usize {
+        self.bounded_block_poll(max_length, i64::MAX, f)
+    }
+
+    /// As [`Image::block_poll`], never past `limit_position` (a frame that
+    /// would end beyond it stays).
+    pub fn bounded_block_poll(
+        &self,
+        max_length: usize,
+        limit_position: i64,
+        mut f: impl FnMut(&[u8], i64),
+    ) -> usize {
         if self.is_closed() {
             return 0;
         }
         let position = self.position.get_volatile();
+        if position >= limit_position {
+            return 0;
+        }
         let offset = (position & self.term_mask) as usize;
         let term = &self.terms[index_by_position(position, self.bits)];
         let capacity = term.capacity();
-        let limit = capacity.min(offset.saturating_add(max_length.max(32)));
+        let room = usize::try_from(limit_position - position).unwrap_or(usize::MAX);
+        let hard_limit = offset.saturating_add(room);
+        let limit = capacity
+            .min(offset.saturating_add(max_length.max(32)))
+            .min(hard_limit);
         let mut end = offset;
         while end < limit {
             let frame_length = term.get_i32_volatile(end);
@@ -453,6 +471,9 @@ impl Image {
                 break;
             }
             let aligned = align_frame(frame_length as usize);
+            if end + aligned > hard_limit {
+                break;
+            }
             let is_padding = term.get_u16(end + TYPE_FIELD_OFFSET) == HDR_TYPE_PAD;
             if is_padding {
                 if end == offset {

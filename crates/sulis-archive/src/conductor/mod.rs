@@ -150,6 +150,11 @@ struct RecordingSession {
     correlation_id: i64,
     /// Stopped by request: end at once.
     aborted: bool,
+    /// Live merge (replication): record up to this position, then go on
+    /// with this image.
+    merge_into: Option<(i64, Arc<Image>)>,
+    /// The live image's subscription, kept open while it is recorded.
+    live_subscription: Option<Subscription>,
 }
 
 enum ReplayState {
@@ -230,6 +235,9 @@ pub struct ArchiveConductor {
     next_replication_id: i64,
     /// The limit counter of the bounded replay being started.
     limit_counter: Option<LimitCounter>,
+    /// Recordings that moved to their live image this cycle (live merge),
+    /// with the position where they did.
+    merged: Vec<(i64, i64)>,
     errors: Vec<String>,
     error_count: u64,
     mark_file: ArchiveMarkFile,
@@ -398,6 +406,7 @@ impl ArchiveConductor {
             replications: Vec::new(),
             next_replication_id: seed as i64,
             limit_counter: None,
+            merged: Vec::new(),
             error_count: errors.len() as u64,
             errors,
             mark_file,
@@ -1527,6 +1536,8 @@ impl ArchiveConductor {
             control_session_id: sid,
             correlation_id: k,
             aborted: false,
+            merge_into: None,
+            live_subscription: None,
         });
         self.signal(sid, k, recording_id, subscription_id, join, signal);
     }
@@ -1539,7 +1550,8 @@ impl ArchiveConductor {
             let mut failure = None;
             if !r.aborted {
                 let writer = &mut r.writer;
-                let n = r.image.block_poll(max, |block, _| {
+                let bound = r.merge_into.as_ref().map_or(i64::MAX, |(join, _)| *join);
+                let n = r.image.bounded_block_poll(max, bound, |block, _| {
                     if failure.is_none() {
                         if let Err(e) = writer.write_block(block) {
                             failure = Some(e);
@@ -1549,6 +1561,24 @@ impl ArchiveConductor {
                 if n > 0 {
                     r.counter.set(r.writer.position());
                     ArchiveCounters::add(&self.counters.write_bytes, n as i64);
+                    work += 1;
+                }
+                if r.merge_into
+                    .as_ref()
+                    .is_some_and(|(join, _)| r.writer.position() >= *join)
+                {
+                    // Recorded up to where the live image stands: go on with
+                    // it (past it only when the replay had already gone by:
+                    // the live image skips what was recorded, up to a term).
+                    let (_, live) = r.merge_into.take().expect("checked");
+                    let at = r.writer.position();
+                    if live.position() >= at || live.seek(at).is_ok() {
+                        r.image = live;
+                        self.merged.push((r.recording_id, at));
+                    } else {
+                        r.live_subscription = None;
+                        self.merged.push((r.recording_id, NULL_VALUE));
+                    }
                     work += 1;
                 }
             }

@@ -48,6 +48,8 @@ enum FromWorker {
     Source(Box<RecordingDescriptor>),
     /// The source accepted the replay.
     Replaying,
+    /// The source recording's live position (live merge only).
+    SourcePosition(i64),
     /// The replication cannot go on: the error code and why.
     Failed(i64, String),
 }
@@ -81,6 +83,16 @@ pub(super) struct Replication {
     /// Set to end the worker (it stops the source's replay and disconnects).
     stop: Arc<AtomicBool>,
     done: bool,
+    /// Live merge: the source's live position as last heard (−1: not yet).
+    src_position: i64,
+    /// The source stream's id, session id and term length.
+    stream: (i32, i32, i64),
+    /// Live merge: the subscription to the live destination, once added.
+    live: Option<sulis_client::Subscription>,
+    /// Live merge: the recording was told where to move to the live image.
+    merge_requested: bool,
+    /// Live merge: the recording moved to the live image and goes on.
+    merged: bool,
 }
 
 impl Drop for Replication {
@@ -142,6 +154,7 @@ fn run_worker(
     driver: ClientContext,
     source_ctx: ArchiveClientContext,
     src_recording_id: i64,
+    live_merge: bool,
     stop: Arc<AtomicBool>,
     to_conductor: Sender<FromWorker>,
     from_conductor: Receiver<ToWorker>,
@@ -216,6 +229,20 @@ fn run_worker(
     let _ = to_conductor.send(FromWorker::Replaying);
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(SOURCE_POLL_INTERVAL);
+        if live_merge {
+            match source.get_recording_position(src_recording_id) {
+                Ok(p) => {
+                    let _ = to_conductor.send(FromWorker::SourcePosition(p));
+                }
+                Err(e) if stop.load(Ordering::Acquire) => return drop(e),
+                Err(e) => {
+                    return fail(
+                        error_code_of(&e),
+                        format!("cannot read the source recording's position: {e}"),
+                    )
+                }
+            }
+        }
         if let Some((_, code, message)) = source.poll_errors().into_iter().next() {
             return fail(
                 code,
@@ -249,14 +276,20 @@ impl ArchiveConductor {
             }
         }
         if !p.live_destination.is_empty() {
-            return self.session(sid).error(
-                k,
-                error_code::GENERIC,
-                &format!(
-                    "replication with a live destination ('{}') is not supported by this archive yet",
-                    p.live_destination
-                ),
-            );
+            if let Err(e) = ChannelUri::parse(&p.live_destination) {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("live destination '{}': {e}", p.live_destination),
+                );
+            }
+            if p.stop_position != NULL_VALUE {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    "a replication that merges with the live stream has no stop position",
+                );
+            }
         }
         let channel = if p.replication_channel.is_empty() {
             self.ctx.replication_channel.clone().unwrap_or_default()
@@ -328,6 +361,7 @@ impl ArchiveConductor {
             ..source_ctx
         };
         let src_recording_id = p.src_recording_id;
+        let live_merge = !p.live_destination.is_empty();
         let worker_stop = stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("sulis-replication-{id}"))
@@ -336,6 +370,7 @@ impl ArchiveConductor {
                     driver,
                     source_ctx,
                     src_recording_id,
+                    live_merge,
                     worker_stop,
                     to_conductor,
                     from_conductor,
@@ -361,6 +396,11 @@ impl ArchiveConductor {
             from_worker,
             stop,
             done: false,
+            src_position: NULL_VALUE,
+            stream: (0, 0, 0),
+            live: None,
+            merge_requested: false,
+            merged: false,
         });
         self.session(sid).ok(k, id);
     }
@@ -401,13 +441,15 @@ impl ArchiveConductor {
         r.done = true;
         r.stop.store(true, Ordering::Release);
         r.to_worker = None;
+        r.live = None;
         let (sid, id, dst, sub) = (
             r.control_session_id,
             r.id,
             r.dst_recording_id,
             r.subscription_id,
         );
-        if let Some(sub) = sub {
+        // A merged recording goes on with the live stream.
+        if let Some(sub) = sub.filter(|_| !r.merged) {
             if let Some(j) = self
                 .recording_subscriptions
                 .iter()
@@ -503,6 +545,15 @@ impl ArchiveConductor {
         };
         let r = &mut self.replications[i];
         r.src_stop_position = src.stop_position;
+        if !r.params.live_destination.is_empty() && src.stop_position != NULL_VALUE {
+            return Err((
+                error_code::GENERIC,
+                format!(
+                    "a live merge needs a source recording that is recording; recording {} stopped at {}",
+                    src.recording_id, src.stop_position
+                ),
+            ));
+        }
         let dst_id = r.dst_recording_id;
         let requested_stop = r.params.stop_position;
         let in_sync = src.stop_position != NULL_VALUE && replay_position >= src.stop_position;
@@ -524,6 +575,7 @@ impl ArchiveConductor {
             s if s != NULL_VALUE as i32 => s,
             _ => src.session_id,
         };
+        r.stream = (src.stream_id, session_id, src.term_buffer_length as i64);
         let channel = if r.params.replication_channel.is_empty() {
             self.ctx.replication_channel.clone().unwrap_or_default()
         } else {
@@ -564,12 +616,92 @@ impl ArchiveConductor {
         Ok(())
     }
 
+    /// Live merge: once the copy is within a quarter term (at most 32 MiB)
+    /// of the source's live position, subscribes to the live destination
+    /// (the source session only); once its image is there, tells the
+    /// recording to record the replay up to exactly where the live image
+    /// stands and then go on with the live image.
+    fn advance_live_merge(&mut self, i: usize, sub: i64) -> Result<(), (i64, String)> {
+        let Some(copied) = self
+            .recordings
+            .iter()
+            .find(|s| s.subscription_id == sub)
+            .map(|s| s.writer.position())
+        else {
+            return Ok(());
+        };
+        let r = &mut self.replications[i];
+        let (stream_id, session_id, term_length) = r.stream;
+        let Some(live) = r.live.as_mut() else {
+            let threshold = (term_length / 4).min(32 << 20);
+            if r.src_position == NULL_VALUE || r.src_position - copied > threshold {
+                return Ok(());
+            }
+            let channel = append(
+                &r.params.live_destination,
+                &format!("session-id={session_id}"),
+            );
+            let live = self
+                .client
+                .add_subscription(&channel, stream_id)
+                .map_err(|e| {
+                    (
+                        error_code::GENERIC,
+                        format!("cannot subscribe to the live destination '{channel}': {e}"),
+                    )
+                })?;
+            self.replications[i].live = Some(live);
+            return Ok(());
+        };
+        let Some(image) = live.images().into_iter().next() else {
+            return Ok(());
+        };
+        let join = image.position();
+        let subscription = r.live.take();
+        r.merge_requested = true;
+        if let Some(rs) = self
+            .recordings
+            .iter_mut()
+            .find(|s| s.subscription_id == sub)
+        {
+            rs.merge_into = Some((join, image));
+            rs.live_subscription = subscription;
+        }
+        Ok(())
+    }
+
     /// One duty cycle of every replication.
     pub(super) fn run_replications(&mut self, now: Instant) -> usize {
         let mut work = 0;
+        let merged = std::mem::take(&mut self.merged);
         for i in 0..self.replications.len() {
             if self.replications[i].done {
                 continue;
+            }
+            let dst = self.replications[i].dst_recording_id;
+            if let Some(&(_, at)) = merged.iter().find(|(id, _)| *id == dst) {
+                work += 1;
+                let r = &mut self.replications[i];
+                let (sid, id, sub) = (r.control_session_id, r.id, r.subscription_id);
+                if at == NULL_VALUE {
+                    // The live stream could not be joined: the copy goes on
+                    // following the replay.
+                    r.params.live_destination.clear();
+                    r.merge_requested = false;
+                    let message = format!(
+                        "replication {id}: the live stream joined more than a term behind the copy; it goes on from the replay"
+                    );
+                    if let Some(s) = self.sessions.get_mut(&sid) {
+                        s.error(id, error_code::GENERIC, &message);
+                    }
+                    self.record_error(message);
+                } else {
+                    r.merged = true;
+                    let sub = sub.unwrap_or(NULL_VALUE);
+                    self.signal(sid, id, dst, sub, at, recording_signal::MERGE);
+                    self.end_replication(i, None);
+                    continue;
+                }
             }
             if !self
                 .sessions
@@ -588,6 +720,7 @@ impl ArchiveConductor {
                     continue;
                 }
                 Ok(FromWorker::Replaying) => work += 1,
+                Ok(FromWorker::SourcePosition(p)) => self.replications[i].src_position = p,
                 Ok(FromWorker::Failed(code, message)) => {
                     self.end_replication(i, Some((code, message)));
                     continue;
@@ -605,6 +738,15 @@ impl ArchiveConductor {
                 .iter()
                 .any(|s| s.subscription.registration_id() == sub);
             let recording = self.recordings.iter().any(|s| s.subscription_id == sub);
+            if recording
+                && !self.replications[i].params.live_destination.is_empty()
+                && !self.replications[i].merge_requested
+            {
+                if let Err(e) = self.advance_live_merge(i, sub) {
+                    self.end_replication(i, Some(e));
+                    continue;
+                }
+            }
             let r = &mut self.replications[i];
             if recording {
                 r.recording = true;
