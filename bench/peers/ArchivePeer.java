@@ -8,7 +8,7 @@
  *   replicate control=URI response=URI src_control=URI src_recording=N count=N replay_channel=URI replay_stream=N
  *             [src_stream=N] [dst_recording=N] [stop=N] [replication_channel=URI] [session_id=N]
  *             [src_response=URI] [file_io_max=N] [channel_tag=N] [subscription_tag=N] [live_destination=URI]
- *             [timeout_s=N]
+ *             [stop_after_ms=N] [timeout_s=N]
  *   publish channel=URI stream=N [destinations=URI,URI...]
  *
  * Starts a recording of channel/stream, publishes count messages of tests/interop/stream.py's kind
@@ -19,12 +19,13 @@
  *
  * replicate asks the archive (an Aeron one, say) to copy recording src_recording of the archive whose
  * control channel is src_control (sulis's, say) with AeronArchive.replicate and ReplicationParams
- * (ReplicateRequest2): into a new recording, or dst_recording continued; up to stop if given. It
- * gathers the recording signals of its control session (pollForRecordingSignals) until REPLICATE_END
- * of that replication, lists the copy, and replays it from its start: the first count messages of the
- * stream above must come back. One JSON line: {"replication_id", "signals": [{"signal",
- * "correlation_id", "recording_id", "subscription_id", "position"}...], "descriptor", "replayed",
- * "errors"}; the archive's asynchronous errors are among "errors".
+ * (ReplicateRequest2): into a new recording, or dst_recording continued; up to stop if given; stopped
+ * by stopReplication stop_after_ms after its EXTEND signal if given. It gathers the recording signals
+ * of its control session (pollForRecordingSignals) until REPLICATE_END of that replication, lists the
+ * copy, and replays it from its start: the first count messages of the stream above must come back.
+ * One JSON line: {"replication_id", "signals": [{"signal", "correlation_id", "recording_id",
+ * "subscription_id", "position"}...], "descriptor", "replayed", "errors"}; the archive's asynchronous
+ * errors are among "errors".
  *
  * publish is a publisher of those messages on an exclusive publication (with manual multi-destination
  * control, channel "aeron:udp?control-mode=manual", it sends to each of destinations), driven by its
@@ -233,15 +234,24 @@ public final class ArchivePeer {
             final long replicationId = archive.replicate(srcRecordingId, Integer.parseInt(arg("src_stream", "10")),
                 arg("src_control"), params);
             long dstRecordingId = Long.parseLong(arg("dst_recording", "-1"));
+            final long stopAfterMs = Long.parseLong(arg("stop_after_ms", "-1"));
+            long stopAt = Long.MAX_VALUE;
             for (int seen = 0; ; ) {
                 boolean ended = false;
                 for (; seen < signals.size(); seen++) {
                     final Object[] sig = signals.get(seen);
                     if ((long)sig[1] != replicationId) continue;
                     if (sig[0] == RecordingSignal.REPLICATE) dstRecordingId = (long)sig[2];
+                    if (sig[0] == RecordingSignal.EXTEND && stopAfterMs >= 0) {
+                        stopAt = System.currentTimeMillis() + stopAfterMs;
+                    }
                     ended |= sig[0] == RecordingSignal.REPLICATE_END;
                 }
                 if (ended) break;
+                if (System.currentTimeMillis() >= stopAt) {
+                    archive.stopReplication(replicationId);
+                    stopAt = Long.MAX_VALUE;
+                }
                 if (System.currentTimeMillis() > deadline) {
                     errors.add("no REPLICATE_END within the time-out");
                     break;

@@ -22,7 +22,7 @@ import peers  # noqa: E402
 import pytest
 
 import sulis
-from conftest import free_udp_port
+from conftest import await_until, free_udp_port
 from sulis.archive import RecordingSignal
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
@@ -259,6 +259,23 @@ def test_a_sulis_archive_replicates_recordings_of_an_aeron_archive(aeron_archive
         sac.await_signal(RecordingSignal.EXTEND, live_copy)
         live_end = publish(pub, 500, 500)[-1]
         await_position(sac, live_copy, live_end)
+        # While it is live: a copy up to a stop position (no SYNC), and one stopped by request, whose
+        # replay on Aeron's archive ends (StopReplayRequest) while the first copy's goes on.
+        bounded = replication_signals(sac, sac.replicate(live_id, aeron_archive.control,
+                                                         stop_position=live_positions[199]))
+        assert kinds(bounded) == [RecordingSignal.REPLICATE, RecordingSignal.EXTEND, RecordingSignal.STOP,
+                                  RecordingSignal.REPLICATE_END], bounded
+        assert bounded[2].position == live_positions[199]
+        assert receive(sac.replay(bounded[0].recording_id, "aeron:ipc", 3005), 200) == [message(i) for i in range(200)]
+        stopped = sac.replicate(live_id, aeron_archive.control)
+        stopped_copy = sac.await_signal(RecordingSignal.REPLICATE).recording_id
+        sac.await_signal(RecordingSignal.EXTEND, stopped_copy)
+        await_position(sac, stopped_copy, live_end)
+        assert replay_sessions(aeron_archive.driver_dir) == 2
+        sac.stop_replication(stopped)
+        assert sac.await_signal(RecordingSignal.STOP, stopped_copy).position == live_end
+        sac.await_signal(RecordingSignal.REPLICATE_END, stopped_copy)
+        await_until(lambda: replay_sessions(aeron_archive.driver_dir) == 1, what="Aeron's replay to end")
         ac.stop_recording(live_channel, 1002)
         assert ac.await_signal(RecordingSignal.STOP, live_id).position == live_end
         pub.close()
@@ -339,13 +356,27 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         peer = aeron_replicate(current, harness, aeron_archive.driver_dir, src_control, live_id, 1000)
         live_end = publish(pub, 500, 500)[-1]
         aeron = connect(client, aeron_archive.control)
-        deadline = time.monotonic() + 30
-        while not [d for d in aeron.list_recordings() if d.stream_id == 1002] or \
-                aeron.get_recording_position([d for d in aeron.list_recordings() if d.stream_id == 1002][0]
-                                             .recording_id) != live_end:
-            assert time.monotonic() < deadline and peer.proc.poll() is None, harness.describe()
-            time.sleep(0.01)
+
+        def copy_at_end() -> bool:
+            assert peer.proc.poll() is None, harness.describe()
+            copies = [d for d in aeron.list_recordings() if d.stream_id == 1002]
+            return bool(copies) and aeron.get_recording_position(copies[0].recording_id) == live_end
+
+        await_until(copy_at_end, timeout=30, what="Aeron's copy of the live recording to catch up")
         aeron.close()
+        # While it is live: a copy up to a stop position (no SYNC), and one Aeron stops by request
+        # (its StopReplayRequest ends the sulis replay) while the first goes on. Aeron's archive records
+        # one stream once per channel: these replays need session ids of their own.
+        bounded = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+            current, harness, aeron_archive.driver_dir, src_control, live_id, 200, stop=live_positions[199],
+            session_id=4243))
+        assert "SYNC" not in bounded["kinds"] and bounded["descriptor"]["stop_position"] == live_positions[199]
+        assert bounded["replayed"] == 200
+        await_until(lambda: replay_sessions(driver.dir) == 1, what="the bounded replay to end")
+        stopped = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
+            current, harness, aeron_archive.driver_dir, src_control, live_id, 0, stop_after_ms=300, session_id=4244))
+        assert stopped["kinds"][:2] == ["REPLICATE", "EXTEND"] and "SYNC" not in stopped["kinds"], stopped
+        await_until(lambda: replay_sessions(driver.dir) == 1, what="the stopped replication's replay to end")
         ac.stop_recording("aeron:ipc?term-length=256k", 1002)
         assert ac.await_signal(RecordingSignal.STOP, live_id).position == live_end
         pub.close()
