@@ -140,9 +140,17 @@ def test_archive_counters_show_sessions_recordings_and_bytes(driver, client, arc
     assert v["Archive Errors"] == 0
     assert v[f"rec-pos: {rid} {ac.list_recording(rid).session_id} 1001 aeron:ipc"] == end
     assert COUNTER_TYPE["rec-pos"] == 100
+    # Time spent writing, and the duty cycle's longest turn (one thread: SHARED).
+    assert 0 < v["archive-recorder max write time in ns"] <= v["archive-recorder total write time in ns"]
+    assert v["archive-conductor max cycle time in ns: SHARED"] > 0
+    assert v["archive-conductor work cycle time exceeded count: threshold=1000000000ns SHARED"] == 0
     ac.stop_recording("aeron:ipc", 1001)
     ac.await_signal(RecordingSignal.STOP, rid)
     await_until(lambda: values()["Archive Recording Sessions"] == 0, what="the recording session to end")
+    assert len(receive(ac.replay(rid, "aeron:ipc", 2001), 100)) == 100
+    v = values()
+    assert v["archive-replayer total read bytes"] >= end
+    assert 0 < v["archive-replayer max read time in ns"] <= v["archive-replayer total read time in ns"]
 
 
 def test_a_replay_bounded_by_a_counter_that_is_not_there_is_refused(client, archive, archive_client):

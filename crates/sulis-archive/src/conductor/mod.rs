@@ -33,6 +33,8 @@ use sulis_protocol::counters::{
 
 /// Interval at which an authenticated session's connect answer is resent.
 const RESEND_INTERVAL: Duration = Duration::from_millis(200);
+/// A duty cycle longer than this is counted (Aeron's archive default).
+const CYCLE_TIME_THRESHOLD: Duration = Duration::from_secs(1);
 /// Control fragments read per subscription and duty cycle.
 const CONTROL_FRAGMENT_LIMIT: usize = 10;
 
@@ -257,6 +259,12 @@ struct ArchiveCounters {
     replay_sessions: Option<Counter>,
     write_bytes: Option<Counter>,
     read_bytes: Option<Counter>,
+    max_cycle_time: Option<Counter>,
+    cycle_time_exceeded: Option<Counter>,
+    max_write_time: Option<Counter>,
+    total_write_time: Option<Counter>,
+    max_read_time: Option<Counter>,
+    total_read_time: Option<Counter>,
 }
 
 impl ArchiveCounters {
@@ -289,6 +297,44 @@ impl ArchiveCounters {
                 counter_type::ARCHIVE_REPLAYER_TOTAL_READ_BYTES,
                 "archive-replayer total read bytes",
             ),
+            // One thread runs the conductor, recorder and replayer: SHARED.
+            max_cycle_time: add(
+                counter_type::ARCHIVE_MAX_CYCLE_TIME,
+                "archive-conductor max cycle time in ns: SHARED",
+            ),
+            cycle_time_exceeded: add(
+                counter_type::ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED,
+                &format!(
+                    "archive-conductor work cycle time exceeded count: threshold={}ns SHARED",
+                    CYCLE_TIME_THRESHOLD.as_nanos()
+                ),
+            ),
+            max_write_time: add(
+                counter_type::ARCHIVE_RECORDER_MAX_WRITE_TIME,
+                "archive-recorder max write time in ns",
+            ),
+            total_write_time: add(
+                counter_type::ARCHIVE_RECORDER_TOTAL_WRITE_TIME,
+                "archive-recorder total write time in ns",
+            ),
+            max_read_time: add(
+                counter_type::ARCHIVE_REPLAYER_MAX_READ_TIME,
+                "archive-replayer max read time in ns",
+            ),
+            total_read_time: add(
+                counter_type::ARCHIVE_REPLAYER_TOTAL_READ_TIME,
+                "archive-replayer total read time in ns",
+            ),
+        }
+    }
+
+    /// Adds one timed operation of `ns` to a total and a maximum.
+    fn time(total: &Option<Counter>, max: &Option<Counter>, ns: i64) {
+        Self::add(total, ns);
+        if let Some(m) = max {
+            if ns > m.get() {
+                m.set(ns);
+            }
         }
     }
 
@@ -462,6 +508,15 @@ impl ArchiveConductor {
             self.recordings.len() as i64,
         );
         ArchiveCounters::set(&self.counters.replay_sessions, self.replays.len() as i64);
+        let cycle = now.elapsed();
+        if let Some(m) = &self.counters.max_cycle_time {
+            if cycle.as_nanos() as i64 > m.get() {
+                m.set(cycle.as_nanos() as i64);
+            }
+        }
+        if cycle > CYCLE_TIME_THRESHOLD {
+            ArchiveCounters::add(&self.counters.cycle_time_exceeded, 1);
+        }
         work
     }
 
@@ -1551,16 +1606,24 @@ impl ArchiveConductor {
             if !r.aborted {
                 let writer = &mut r.writer;
                 let bound = r.merge_into.as_ref().map_or(i64::MAX, |(join, _)| *join);
+                let mut took = Duration::ZERO;
                 let n = r.image.bounded_block_poll(max, bound, |block, _| {
                     if failure.is_none() {
+                        let started = Instant::now();
                         if let Err(e) = writer.write_block(block) {
                             failure = Some(e);
                         }
+                        took = started.elapsed();
                     }
                 });
                 if n > 0 {
                     r.counter.set(r.writer.position());
                     ArchiveCounters::add(&self.counters.write_bytes, n as i64);
+                    ArchiveCounters::time(
+                        &self.counters.total_write_time,
+                        &self.counters.max_write_time,
+                        took.as_nanos() as i64,
+                    );
                     work += 1;
                 }
                 if r.merge_into
@@ -1821,7 +1884,14 @@ impl ArchiveConductor {
                 (p.publication.position_limit() - p.publication.position()).max(0) as usize;
             let room = window.min(p.buf.len());
             if p.pending == 0 && p.reader.position() < limit && room >= 32 {
-                match p.reader.read(&mut p.buf[..room], limit) {
+                let started = Instant::now();
+                let read = p.reader.read(&mut p.buf[..room], limit);
+                ArchiveCounters::time(
+                    &self.counters.total_read_time,
+                    &self.counters.max_read_time,
+                    started.elapsed().as_nanos() as i64,
+                );
+                match read {
                     Ok(n) => {
                         p.pending = n;
                         ArchiveCounters::add(&self.counters.read_bytes, n as i64);
