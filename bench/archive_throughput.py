@@ -6,17 +6,20 @@
 
 Rows, each the median of ``--runs`` runs:
 
-* sulis record: an embedded driver (shared thread) and archive record an IPC stream into
-  ``--dir`` (on disk, default a fresh directory under the temporary directory); the publisher
-  (Python ``offer_batch``, 1,024 messages a call, the GIL released) publishes ``--count``
-  messages; the time runs from the first offer to the archive's recorded position reaching the
-  end. Messages/s and MB/s of payload.
+* sulis record: an embedded driver (shared thread) and archive record a stream published on
+  ``aeron:ipc`` or on ``aeron:udp`` over loopback (``--media``) into ``--dir`` (on disk, default
+  a fresh directory under the temporary directory); the publisher (Python ``offer_batch``, 1,024
+  messages a call, the GIL released) publishes ``--count`` messages; the time runs from the
+  first offer to the archive's recorded position reaching the end. Messages/s and MB/s of
+  payload. (A UDP stream reaches sulis's archive through the driver's receiver: sulis has no spy
+  subscriptions yet, where Aeron's archive records its local UDP publication by spying on it.)
 * sulis replay: the recording replayed over IPC to a subscriber reading with ``poll_batch``
   (Rust copies, no Python object per message); from the replay request to the last message.
 * Aeron record / replay: Aeron's own samples ``EmbeddedRecordingThroughput`` and
   ``EmbeddedReplayThroughput`` (an ArchivingMediaDriver in the JVM, publisher and subscriber in
-  Java), with ``-Dagrona.disable.bounds.checks=true`` as Aeron recommends, their archive in the same
-  kind of directory; their printed msg/s.
+  Java) on the same medium (``aeron.sample.channel``), with ``-Dagrona.disable.bounds.checks=true``
+  as Aeron recommends, their archive in the same kind of directory; their printed msg/s. Aeron's
+  replay sample replays over IPC, as sulis's row does.
 * disk: sequential write speed of the same directory (1 MiB writes of ``--disk-mb`` MB, then
   fsync), to judge big-message recording against it.
 
@@ -48,9 +51,16 @@ from sulis.archive import RecordingSignal  # noqa: E402
 BATCH = 1024
 
 
-def sulis_run(base: str, length: int, count: int) -> tuple[float, float]:
-    """One recording of ``count`` messages of ``length`` bytes, then one replay: (record msg/s,
-    replay msg/s)."""
+def channel_for(media: str) -> str:
+    """The channel a run publishes and records on: IPC, or UDP to a free loopback port."""
+    if media == "ipc":
+        return "aeron:ipc"
+    return f"aeron:udp?endpoint=127.0.0.1:{c.two_free_ports()[0]}"
+
+
+def sulis_run(base: str, length: int, count: int, channel: str) -> tuple[float, float]:
+    """One recording of ``count`` messages of ``length`` bytes on ``channel``, then one replay over
+    IPC: (record msg/s, replay msg/s)."""
     os.makedirs(base, exist_ok=True)
     shm = tempfile.mkdtemp(prefix="sulis-bench-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     try:
@@ -59,8 +69,9 @@ def sulis_run(base: str, length: int, count: int) -> tuple[float, float]:
                 sulis.Archive(os.path.join(base, "archive"), driver_dir=driver.dir,
                               segment_file_length=1 << 30) as archive, \
                 sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
-            ac.start_recording("aeron:ipc", 1001)
-            pub = client.add_exclusive_publication("aeron:ipc?term-length=16m", 1001)
+            ac.start_recording(channel, 1001)
+            sep = "|" if "?" in channel else "?"
+            pub = client.add_exclusive_publication(f"{channel}{sep}term-length=16m", 1001)
             rid = ac.await_signal(RecordingSignal.START).recording_id
             data = bytes(length) * BATCH
             offs = array.array("q", range(0, (BATCH + 1) * length, length))
@@ -74,7 +85,7 @@ def sulis_run(base: str, length: int, count: int) -> tuple[float, float]:
             while ac.get_recording_position(rid) < end:
                 time.sleep(0.0002)
             record_s = time.perf_counter() - t0
-            ac.stop_recording("aeron:ipc", 1001)
+            ac.stop_recording(channel, 1001)
             ac.await_signal(RecordingSignal.STOP, rid)
             pub.close()
 
@@ -94,12 +105,14 @@ def sulis_run(base: str, length: int, count: int) -> tuple[float, float]:
 MSG_RATE = re.compile(r"([\d,]+) msg/sec")
 
 
-def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, count: int) -> float:
-    """One run of an Aeron archive sample: its printed msg/s."""
+def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, count: int,
+              channel: str) -> float:
+    """One run of an Aeron archive sample on ``channel``: its printed msg/s."""
     os.makedirs(base, exist_ok=True)
     control, response = c.two_free_ports()
     shm = tempfile.mkdtemp(prefix="sulis-bench-aeron-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     props = {"aeron.sample.messageLength": length, "aeron.sample.messages": count,
+             "aeron.sample.channel": channel,
              "aeron.dir": os.path.join(shm, "aeron"), "aeron.dir.delete.on.start": "true",
              "aeron.archive.dir": os.path.join(base, "archive"),
              "aeron.archive.control.channel": f"aeron:udp?endpoint=localhost:{control}",
@@ -142,6 +155,7 @@ def main() -> int:
     ap.add_argument("--lengths", default="32,1024", help="message lengths, comma separated")
     ap.add_argument("--dir", default=None, help="where recordings go (a disk, not tmpfs) [default: a temp dir]")
     ap.add_argument("--disk-mb", type=int, default=1024)
+    ap.add_argument("--media", default="ipc,udp", help="what the recorded stream travels on: ipc, udp or both")
     ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
     a = ap.parse_args()
     c.require_release_build()
@@ -154,27 +168,35 @@ def main() -> int:
         aeron, why = None, str(e)
     print(f"[archive] {c.cpu_summary()}; recordings in {top}")
     rows = []
+    med = statistics.median
     for length in (int(x) for x in a.lengths.split(",")):
         count = a.count or (5_000_000 if length <= 64 else 500_000)
         if a.quick:
             count //= 5
-        sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
-        for run in range(a.runs):
-            r, p = sulis_run(os.path.join(top, f"sulis-{length}-{run}"), length, count)
-            sulis_rec.append(r)
-            sulis_rep.append(p)
-            if aeron:
-                aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput",
-                                           os.path.join(top, f"aeron-{length}-{run}"), length, count))
-                aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput",
-                                           os.path.join(top, f"aeron-{length}-{run}"), length, count))
-        med = statistics.median
-        for what, s, j in (("record", sulis_rec, aeron_rec), ("replay", sulis_rep, aeron_rep)):
-            ratio = med(s) / med(j) if j else None
-            rows.append([f"{what} {length} B", f"{med(s) / 1e6:.2f} M/s", f"{med(s) * length / 1e6:.0f} MB/s",
-                         f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
-                         f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
-                         ", ".join(f"{x / 1e6:.2f}" for x in s)])
+        for media in a.media.split(","):
+            sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
+            for run in range(a.runs):
+                base = os.path.join(top, f"sulis-{length}-{media}-{run}")
+                r, p = sulis_run(base, length, count, channel_for(media))
+                sulis_rec.append(r)
+                sulis_rep.append(p)
+                if aeron:
+                    base = os.path.join(top, f"aeron-{length}-{media}-{run}")
+                    aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput", base, length, count,
+                                               channel_for(media)))
+                    if media == "ipc":
+                        aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput", base, length, count,
+                                                   channel_for(media)))
+            measured = [("record", media, sulis_rec, aeron_rec)]
+            if media == "ipc":
+                measured.append(("replay", "to ipc", sulis_rep, aeron_rep))
+            for what, how, s_, j in measured:
+                ratio = med(s_) / med(j) if j else None
+                rows.append([f"{what} {length} B {how}", f"{med(s_) / 1e6:.2f} M/s",
+                             f"{med(s_) * length / 1e6:.0f} MB/s",
+                             f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
+                             f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
+                             ", ".join(f"{x / 1e6:.2f}" for x in s_)])
     disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
     c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron", "sulis runs (M/s)"],
                   rows)
