@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# The main job: set up, then run the end-to-end IPC demo on an embedded driver
-# (two processes exchanging a stream; throughput and a latency histogram).
+# The main job: set up, then run the data pipeline end to end on this machine — market ticks
+# published through sulis, recorded by the archive, aggregated by a Spark Structured Streaming
+# query reading format("sulis"), written to Parquet, and checked to be counted exactly once.
+# `scripts/demo.sh --ipc [OPTIONS]` runs the earlier IPC throughput/latency demo (`sulis demo`).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode=pipeline
+if [ "${1:-}" = "--ipc" ]; then
+  mode=ipc
+  shift
+fi
 for arg in "$@"; do
   case "$arg" in
     -h|--help)
       # Usage only: no virtualenv, no build, nothing installed.
-      echo "usage: scripts/demo.sh [OPTIONS]"
+      echo "usage: scripts/demo.sh [OPTIONS]          the Spark pipeline (python -m sulis.spark.pipeline)"
+      echo "       scripts/demo.sh --ipc [OPTIONS]    the IPC throughput and latency demo (sulis demo)"
       echo
-      echo "Sets up .venv (build tools, sulis built in release mode; see scripts/setup.sh),"
-      echo "then runs 'sulis demo OPTIONS': an embedded driver, a second process, the"
-      echo "throughput of 32-byte messages and a histogram of round-trip latencies."
+      echo "Sets up .venv (build tools, sulis built in release mode, pyspark; see scripts/setup.sh),"
+      echo "then runs the pipeline: an embedded driver and archive, a publisher of synthetic market"
+      echo "ticks, a Structured Streaming query over format(\"sulis\") aggregating per instrument and"
+      echo "event-time window into Parquet, progress once a second, and an exactly-once check."
+      echo "Java 17 is needed for Spark."
       echo
-      if [ -x "$root/.venv/bin/sulis" ] && "$root/.venv/bin/sulis" demo --help >/dev/null 2>&1; then
+      if [ "$mode" = pipeline ] && [ -x "$root/.venv/bin/python" ] \
+          && "$root/.venv/bin/python" -m sulis.spark.pipeline --help >/dev/null 2>&1; then
+        "$root/.venv/bin/python" -m sulis.spark.pipeline --help | sed -n '/^options:/,$p'
+      elif [ "$mode" = ipc ] && [ -x "$root/.venv/bin/sulis" ] && "$root/.venv/bin/sulis" demo --help >/dev/null 2>&1; then
         "$root/.venv/bin/sulis" demo --help | sed -n '/^Options:/,$p'
-      else
+      elif [ "$mode" = ipc ]; then
         echo "Options (of 'sulis demo'; the full list once set up: .venv/bin/sulis demo --help):"
         echo "  --messages N      messages in the throughput phase"
         echo "  --size BYTES      message size"
         echo "  --round-trips N   round trips in the latency phase"
         echo "  --dir DIR         driver directory (default: a fresh one under /dev/shm)"
+      else
+        echo "Options of the pipeline (the full list once set up: .venv/bin/python -m sulis.spark.pipeline --help):"
+        echo "  --rate N          ticks per second"
+        echo "  --duration S      seconds of publishing"
+        echo "  --instruments N   instruments"
+        echo "  --out DIR         where the Parquet output, checkpoint and recording go"
       fi
       exit 0
       ;;
@@ -28,4 +47,7 @@ for arg in "$@"; do
 done
 # shellcheck source=setup.sh
 . "$root/scripts/setup.sh"
-exec sulis demo "$@"
+if [ "$mode" = ipc ]; then
+  exec sulis demo "$@"
+fi
+exec python -m sulis.spark.pipeline "$@"

@@ -21,17 +21,18 @@ def fake_root(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_demo_help_prints_usage_without_set_up(fake_root, flag):
-    out = subprocess.run(["bash", str(fake_root / "scripts" / "demo.sh"), flag], capture_output=True, text=True,
+@pytest.mark.parametrize(("args", "option"), [(["--help"], "--rate"), (["-h"], "--rate"),
+                                             (["--ipc", "--help"], "--round-trips")])
+def test_demo_help_prints_usage_without_set_up(fake_root, args, option):
+    out = subprocess.run(["bash", str(fake_root / "scripts" / "demo.sh"), *args], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("usage: scripts/demo.sh") and "--round-trips" in out.stdout
+    assert out.stdout.startswith("usage: scripts/demo.sh") and option in out.stdout
     assert not (fake_root / "set-up-ran").exists()
     assert not (fake_root / ".venv").exists()
 
 
 def test_demo_without_help_sets_up_first(fake_root):
-    out = subprocess.run(["bash", str(fake_root / "scripts" / "demo.sh"), "--messages", "10"], capture_output=True,
+    out = subprocess.run(["bash", str(fake_root / "scripts" / "demo.sh"), "--duration", "1"], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 3 and (fake_root / "set-up-ran").exists()

@@ -63,7 +63,8 @@ class ArchiveAddress:
     control_channel: str = "aeron:ipc"
     control_stream_id: int = 10
     response_channel: str = "aeron:ipc"
-    response_stream_id: int = 20
+    #: None: a stream of this process' own (see ``replay.ArchiveSession``)
+    response_stream_id: int | None = None
     message_timeout: float = 10.0
 
     def describe(self) -> str:
@@ -219,8 +220,8 @@ def _archive(options: Mapping[str, str]) -> ArchiveAddress:
                           f"({control!r}): the channel the archive answers on, e.g. "
                           "aeron:udp?endpoint=<this host>:0")
     control_stream = _stream_id(options, "controlStreamId", 10)
-    response_stream = _stream_id(options, "controlResponseStreamId", 20)
-    assert control_stream is not None and response_stream is not None
+    response_stream = _stream_id(options, "controlResponseStreamId", None)
+    assert control_stream is not None
     driver_dir = options.get("driverDir")
     return ArchiveAddress(
         driver_dir=str(driver_dir) if driver_dir else None,

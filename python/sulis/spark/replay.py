@@ -35,6 +35,7 @@ query was planned, and the reader stops it as soon as a message ends past ``end`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -105,6 +106,27 @@ class RecordingRange:
         return self.replay_to - self.replay_from
 
 
+#: Response streams of this package's control sessions: ``RESPONSE_STREAM_BASE + pid % 2**20``.
+RESPONSE_STREAM_BASE = 0x5A100000
+
+
+def _response_channel_and_stream(address: ArchiveAddress) -> tuple[str, int]:
+    """Where the archive answers this process.
+
+    Not the archive's shared default (``aeron:ipc`` stream 20): every control session on a
+    stream gets every answer sent on it, so one idle ``ArchiveClient`` elsewhere on the machine
+    that never polls (a user's, say) would fill the stream's window and stall the answers to
+    all the others, and ``latestOffset`` asks many times a second. A stream per process (and a
+    small term, answers are small) keeps Spark's sessions out of that.
+    """
+    if address.response_stream_id is not None:
+        return address.response_channel, address.response_stream_id
+    channel = address.response_channel
+    if channel == "aeron:ipc":
+        channel = "aeron:ipc?term-length=64k"
+    return channel, RESPONSE_STREAM_BASE + os.getpid() % (1 << 20)
+
+
 class ArchiveSession:
     """A sulis ``Client`` and ``ArchiveClient`` on one archive, kept per process and reused."""
 
@@ -112,14 +134,15 @@ class ArchiveSession:
         from .. import ArchiveClient, Client
 
         self.address = address
+        response_channel, response_stream_id = _response_channel_and_stream(address)
         self.client = Client(dir=address.driver_dir, name="sulis-spark")
         try:
             self.archive = ArchiveClient(
                 self.client,
                 control_request_channel=address.control_channel,
                 control_request_stream_id=address.control_stream_id,
-                control_response_channel=address.response_channel,
-                control_response_stream_id=address.response_stream_id,
+                control_response_channel=response_channel,
+                control_response_stream_id=response_stream_id,
                 message_timeout=address.message_timeout,
             )
         except BaseException:
