@@ -227,6 +227,34 @@ fn run_worker(
             }
         };
     let _ = to_conductor.send(FromWorker::Replaying);
+    let failure = follow_source(
+        &mut source,
+        src_recording_id,
+        live_merge,
+        &stop,
+        &to_conductor,
+    );
+    // However the replication ended (stopped, merged, failed), the source's
+    // replay goes: one following a live recording would go on for nobody.
+    // It is sent before the stop can interrupt anything (only the wait for
+    // the answer is), and the source may have ended it already: either
+    // answer will do.
+    let _ = source.stop_replay(replay_session_id);
+    if let Some((code, message)) = failure {
+        fail(code, message);
+    }
+}
+
+/// Watches the source while it replays, until the replication stops: its
+/// recording position for a live merge, errors about the replay. Returns
+/// why the replication cannot go on, if so.
+fn follow_source(
+    source: &mut ArchiveClient,
+    src_recording_id: i64,
+    live_merge: bool,
+    stop: &AtomicBool,
+    to_conductor: &Sender<FromWorker>,
+) -> Option<(i64, String)> {
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(SOURCE_POLL_INTERVAL);
         if live_merge {
@@ -234,26 +262,26 @@ fn run_worker(
                 Ok(p) => {
                     let _ = to_conductor.send(FromWorker::SourcePosition(p));
                 }
-                Err(e) if stop.load(Ordering::Acquire) => return drop(e),
+                // Interrupted by the stop: nothing went wrong.
+                Err(_) if stop.load(Ordering::Acquire) => return None,
                 Err(e) => {
-                    return fail(
+                    return Some((
                         error_code_of(&e),
                         format!("cannot read the source recording's position: {e}"),
-                    )
+                    ))
                 }
             }
         }
         if let Some((_, code, message)) = source.poll_errors().into_iter().next() {
-            return fail(
+            return Some((
                 code,
                 format!(
                     "the source archive's replay of recording {src_recording_id} failed: {message}"
                 ),
-            );
+            ));
         }
     }
-    // The source may have ended the replay already; either answer will do.
-    let _ = source.stop_replay(replay_session_id);
+    None
 }
 
 impl ArchiveConductor {
