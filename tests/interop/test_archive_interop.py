@@ -502,3 +502,39 @@ def test_an_aeron_archive_live_merges_a_recording_of_a_sulis_archive(current, ae
         assert receive(ac.replay(rid, "aeron:ipc", 2006), 1500) == want
         aeron.close()
         assert ac.poll_errors() == [] and src.errors() == []
+
+
+def test_a_sulis_archive_live_merges_a_recording_of_an_aeron_archive(current, aeron_archive, harness, driver, client):
+    """sulis's replication with a live destination, Aeron the source: the Aeron publisher sends to the
+    endpoint Aeron's archive records and (manual multi-destination) to a UDP endpoint the sulis archive
+    subscribes to once its copy, replayed by Aeron, has nearly caught up (its live position asked of
+    Aeron's archive). MERGE, REPLICATE_END, Aeron's replay stopped; the copy follows the live stream
+    alone until the publisher closes, and replays all."""
+    recorded_at = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    live = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    ac = connect(client, aeron_archive.control)
+    with sulis.Archive(harness.make_dir("sulis-dst"), driver_dir=driver.dir,
+                       replication_channel="aeron:udp?endpoint=localhost:0") as dst, \
+            sulis.ArchiveClient(client) as sac:
+        ac.start_recording(recorded_at, 1003, source="remote")
+        publisher = JavaPublisher(current, harness, aeron_archive.driver_dir,
+                                  "aeron:udp?control-mode=manual|term-length=256k", 1003, [recorded_at, live])
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        await_position(ac, rid, publisher.publish(500))
+        replication = sac.replicate(rid, aeron_archive.control, live_destination=live)
+        publisher.publish(500)  # while sulis catches up
+        merged = replication_signals(sac, replication)
+        assert kinds(merged) == [RecordingSignal.REPLICATE, RecordingSignal.EXTEND, RecordingSignal.MERGE,
+                                 RecordingSignal.REPLICATE_END], merged
+        copy_id = merged[0].recording_id
+        assert same_stream(sac.list_recording(copy_id), ac.list_recording(rid))
+        await_until(lambda: replay_sessions(aeron_archive.driver_dir) == 0, what="Aeron's replay to end")
+
+        end = publisher.publish(500)
+        await_position(sac, copy_id, end)
+        publisher.close()
+        assert sac.await_signal(RecordingSignal.STOP, copy_id).position == end
+        assert ac.await_signal(RecordingSignal.STOP, rid).position == end
+        assert receive(sac.replay(copy_id, "aeron:ipc", 3006), 1500) == [message(i) for i in range(1500)]
+        assert sac.poll_errors() == [] and dst.errors() == []
+    ac.close()
