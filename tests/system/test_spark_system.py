@@ -387,3 +387,64 @@ def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
              "event_time timestamp").collect()
     with pytest.raises(Exception, match="option valueSchema: type 'decimal'"):
         read(spark, sulis_node, recordingIds=rec.rid, valueSchema="price decimal").collect()
+
+
+def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spark, sulis_node, tmp):
+    import json
+    import signal
+    import subprocess
+    import threading
+
+    child_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
+    checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
+    rec = Recorded(sulis_node, 3114)
+    rec.publish(message(i) for i in range(500))
+    stop = threading.Event()
+
+    def keep_publishing():
+        i = 500
+        while not stop.is_set() and i < 20_000:
+            rec.publish(message(j) for j in range(i, i + 50))
+            i += 50
+            time.sleep(0.005)
+
+    def start(mode: str) -> subprocess.Popen:
+        # Its own session: kill -9 then reaches the JVM that the Python driver started, too.
+        return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+
+    publisher = threading.Thread(target=keep_publishing)
+    publisher.start()
+    child = start("stream")
+    try:
+        batches = 0
+        deadline = time.monotonic() + 90
+        while batches < 3:  # a few micro-batches committed, then kill it in the middle of the next ones
+            assert time.monotonic() < deadline, "the streaming child committed no batches"
+            line = child.stdout.readline()
+            assert line, f"the streaming child exited ({child.poll()})"
+            batches += "batch" in json.loads(line)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        stop.set()
+        publisher.join(timeout=30)
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+        child.stdout.close()
+    restarted = start("available-now")
+    try:
+        outcome = json.loads(restarted.stdout.readline() or "{}")
+        assert outcome == {"done": True, "exception": None}
+        restarted.wait(timeout=60)
+    finally:
+        if restarted.poll() is None:
+            os.killpg(restarted.pid, signal.SIGKILL)
+            restarted.wait(timeout=30)
+        restarted.stdout.close()
+    # Read through Spark (its _spark_metadata log), never by globbing the directory.
+    got = by_position(collect(spark.read.parquet(out)))
+    assert len(got) == len(rec.messages) > 500
+    assert got == by_position(rec.rows())

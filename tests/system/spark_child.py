@@ -1,0 +1,51 @@
+"""A Spark driver in its own process for the kill -9 test: a streaming query from format("sulis")
+into Parquet with a checkpoint. Prints one JSON line per micro-batch that read rows, then
+``{"done": true}`` when an availableNow run ends.
+
+usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> int:
+    driver_dir, stream_id, checkpoint, out, mode = sys.argv[1:6]
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sulis.spark
+
+    spark = (SparkSession.builder.master("local[2]").appName("sulis-spark-child")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sulis.spark.register(spark)
+    writer = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
+              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).load()
+              .writeStream.format("parquet").option("checkpointLocation", checkpoint))
+    if mode == "available-now":
+        query = writer.trigger(availableNow=True).start(out)
+        query.awaitTermination(120)
+        print(json.dumps({"done": True, "exception": str(query.exception()) if query.exception() else None}),
+              flush=True)
+        spark.stop()
+        return 0
+    query = writer.trigger(processingTime="200 milliseconds").start(out)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the test kills this process long before
+        for p in query.recentProgress:
+            if p["batchId"] not in seen and p["numInputRows"] > 0:
+                seen.add(p["batchId"])
+                print(json.dumps({"batch": p["batchId"], "rows": p["numInputRows"]}), flush=True)
+        time.sleep(0.05)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
