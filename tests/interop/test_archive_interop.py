@@ -7,7 +7,10 @@
 * replication both ways: a sulis archive copies recordings of Aeron's archive (``ArchiveClient.replicate``
   with Aeron's UDP control channel as the source), and Aeron's archive copies recordings of a sulis
   archive (``AeronArchive.replicate``, ArchivePeer's ``replicate`` role): whole, up to a stop position
-  then continued into the same recording, and following a live recording until it stops.
+  then continued into the same recording, following a live recording until it stops, bounded or
+  stopped by request while it is live; Aeron's client asking a sulis archive to copy from Aeron's
+  archive with each replication option; live merge both ways, the live stream from an Aeron
+  publisher (ArchivePeer's ``publish`` role) with manual multi-destination-cast.
 """
 
 from __future__ import annotations
