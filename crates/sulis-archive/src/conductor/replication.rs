@@ -778,6 +778,21 @@ impl ArchiveConductor {
             let r = &mut self.replications[i];
             if recording {
                 r.recording = true;
+                // As Aeron's ReplicationSession: once the copy holds all the
+                // source had (SYNC) or reached the requested stop, the
+                // replication is over and its recording stops after it, so
+                // the signals come as Aeron's do: SYNC, REPLICATE_END, STOP.
+                let (sid, id, dst) = (r.control_session_id, r.id, r.dst_recording_id);
+                let (src_stop, requested_stop) = (r.src_stop_position, r.params.stop_position);
+                let at = self.live_position(dst).unwrap_or(NULL_VALUE);
+                let synced = src_stop != NULL_VALUE && at >= src_stop;
+                if synced || (requested_stop != NULL_VALUE && at >= requested_stop) {
+                    if synced {
+                        self.signal(sid, id, dst, sub, at, recording_signal::SYNC);
+                    }
+                    self.end_replication(i, None);
+                    work += 1;
+                }
             } else if !subscribed && r.recording {
                 // The replayed image ended (the source's replay reached its
                 // end, or the recording stopped): the extension is over.
