@@ -2,7 +2,9 @@
 into Parquet with a checkpoint. Prints one JSON line per micro-batch that read rows, then
 ``{"done": true}`` when an availableNow run ends.
 
-usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now)
+usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now) [MASTER]
+
+MASTER is local[2] unless given (e.g. spark://127.0.0.1:7077 for the standalone cluster test).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import time
 
 def main() -> int:
     driver_dir, stream_id, checkpoint, out, mode = sys.argv[1:6]
+    master = sys.argv[6] if len(sys.argv) > 6 else "local[2]"
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     from pyspark.sql import SparkSession
 
     import sulis.spark
 
-    spark = (SparkSession.builder.master("local[2]").appName("sulis-spark-child")
+    spark = (SparkSession.builder.master(master).appName("sulis-spark-child")
+             .config("spark.executor.memory", "512m").config("spark.cores.max", "1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

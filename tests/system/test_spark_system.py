@@ -448,3 +448,73 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     got = by_position(collect(spark.read.parquet(out)))
     assert len(got) == len(rec.messages) > 500
     assert got == by_position(rec.rows())
+
+
+def _free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
+    """A Spark standalone master and worker from the pip package (loopback only); the job's
+    partitions run in the worker's executor, whose Python workers replay from the archive."""
+    import json
+    import signal
+    import subprocess
+
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(spark_home, "bin", "spark-class")
+    env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_HOSTNAME="127.0.0.1",
+               PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=tmp, SPARK_WORKER_DIR=os.path.join(tmp, "work"))
+    port = _free_tcp_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    procs: list[tuple[subprocess.Popen, object]] = []
+
+    def daemon(name: str, args: list[str], ready: str) -> None:
+        log = open(os.path.join(tmp, f"{name}.log"), "w+")
+        proc = subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        procs.append((proc, log))
+
+        def text() -> str:
+            with open(log.name) as f:
+                return f.read()
+
+        def is_ready():
+            assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
+            return ready in text()
+        await_until(is_ready, timeout=60, interval=0.2, what=f"the Spark {name} to be ready")
+
+    rec = Recorded(sulis_node, 3115)
+    rec.publish(message(i) for i in range(2000))
+    out, checkpoint = os.path.join(tmp, "out"), os.path.join(tmp, "checkpoint")
+    try:
+        daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                          "--webui-port", str(_free_tcp_port())], "I have been elected leader")
+        daemon("worker", ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1", "--cores", "1",
+                          "--memory", "1g", "--webui-port", str(_free_tcp_port())],
+               "Successfully registered with master")
+        child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
+        job = subprocess.run([sys.executable, child, sulis_node[0].dir, "3115", checkpoint, out, "available-now",
+                              master_url],
+                             capture_output=True, text=True, timeout=110, env=env)
+        assert json.loads(job.stdout.splitlines()[-1]) == {"done": True, "exception": None}, job.stderr[-3000:]
+        # The tasks ran in the worker's executor, not in the job's own process.
+        executors = os.listdir(os.path.join(tmp, "work"))
+        assert executors, "the worker started no executor"
+    finally:
+        for proc, log in reversed(procs):  # the worker first (it ends its executors), then the master
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+            log.close()
+    assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
