@@ -518,3 +518,23 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
                     proc.wait(timeout=10)
             log.close()
     assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
+
+
+def test_purged_data_fails_with_fail_on_data_loss_else_is_skipped(spark, sulis_node):
+    _, _, _, ac = sulis_node
+    rec = Recorded(sulis_node, 3116)
+    rec.publish(message(i) for i in range(9000))
+    segment = 1024 * 1024  # the fixture archive's segment_file_length
+    assert rec.positions[-1] > 2 * segment
+    rec.pub.close()
+    await_until(lambda: ac.get_stop_position(rec.rid) >= 0, what="the recording to stop")
+    ac.purge_segments(rec.rid, segment)
+    assert ac.get_start_position(rec.rid) == segment
+    from_zero = f'{{"{rec.rid}": 0}}'
+    with pytest.raises(Exception, match=rf"recording {rec.rid}: positions 0 to {segment} are no longer in"):
+        read(spark, sulis_node, recordingIds=rec.rid, startingPositions=from_zero).count()
+    kept = [i for i, p in enumerate(rec.positions) if p > segment]
+    df = read(spark, sulis_node, recordingIds=rec.rid, startingPositions=from_zero, failOnDataLoss="false")
+    assert by_position(collect(df)) == by_position(rec.rows(kept[0]))
+    # "earliest" is the recording's start as it is now: no loss to report.
+    assert read(spark, sulis_node, recordingIds=rec.rid).count() == len(kept)
