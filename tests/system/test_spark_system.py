@@ -538,3 +538,9 @@ def test_purged_data_fails_with_fail_on_data_loss_else_is_skipped(spark, sulis_n
     assert by_position(collect(df)) == by_position(rec.rows(kept[0]))
     # "earliest" is the recording's start as it is now: no loss to report.
     assert read(spark, sulis_node, recordingIds=rec.rid).count() == len(kept)
+
+
+def test_unreachable_archive_fails_naming_it(spark, sulis_node):
+    # No archive listens on control stream 77 of this driver.
+    with pytest.raises(Exception, match=r"cannot reach the archive at aeron:ipc stream 77 \(driver /"):
+        read(spark, sulis_node, recordingIds="0", controlStreamId=77, messageTimeout="1s").count()
