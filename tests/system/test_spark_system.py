@@ -544,3 +544,34 @@ def test_unreachable_archive_fails_naming_it(spark, sulis_node):
     # No archive listens on control stream 77 of this driver.
     with pytest.raises(Exception, match=r"cannot reach the archive at aeron:ipc stream 77 \(driver /"):
         read(spark, sulis_node, recordingIds="0", controlStreamId=77, messageTimeout="1s").count()
+
+
+def test_stream_reader_admission_control_and_offset_order(sulis_node):
+    """The reader's methods called directly, as Spark's driver-side runner calls them."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMinRows
+
+    from sulis.spark.options import parse_reader_options
+    from sulis.spark.stream_reader import SulisStreamReader, to_offset
+
+    assert list(to_offset({10: 5, 2: 7, 33: 1})) == ["2", "10", "33"]
+    rec = Recorded(sulis_node, 3117)
+    rec.publish([bytes(100)] * 100)  # 160 bytes a message, framed
+    opts = {"driverDir": sulis_node[0].dir, "recordingIds": str(rec.rid), "minMessagesPerTrigger": "500",
+            "maxTriggerDelay": "1s", "maxBytesPerTrigger": "1600"}
+    reader = SulisStreamReader(parse_reader_options(opts, streaming=True))
+    try:
+        start = reader.initialOffset()
+        assert start == {str(rec.rid): 0}
+        assert reader.getDefaultReadLimit() == ReadMinRows(500)
+        # 100 messages < 500: no batch yet, until maxTriggerDelay has passed since the last one.
+        assert reader.latestOffset(start, ReadMinRows(500)) == start
+        time.sleep(1.1)
+        end = reader.latestOffset(start, ReadMinRows(500))
+        assert end == {str(rec.rid): 1600}  # then still at most maxBytesPerTrigger
+        assert reader.latestOffset(start, ReadMaxBytes(3200)) == {str(rec.rid): 3200}
+        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1]}
+        assert reader.partitions(end, end) == []
+        rows = sum(b.num_rows for p in reader.partitions(start, end) for b in reader.read(p))
+        assert rows == 10
+    finally:
+        reader.stop()
