@@ -260,13 +260,18 @@ impl Catalog {
         self.put_i64(id, descriptor::STOP_POSITION, position)
     }
 
-    /// A recording is extended by a new session: it is active again.
+    /// A recording is extended by a new session (image `session_id`, as
+    /// Aeron's catalog records it): it is active again.
     pub fn record_extend(
         &mut self,
         id: i64,
         control_session_id: i64,
         correlation_id: i64,
+        session_id: i32,
     ) -> Result<(), CatalogError> {
+        let o = self.offset_of(id)? + descriptor::SESSION_ID;
+        self.map[o..o + 4].copy_from_slice(&session_id.to_le_bytes());
+        self.sync(o, 4);
         self.put_i64(id, descriptor::CONTROL_SESSION_ID, control_session_id)?;
         self.put_i64(id, descriptor::CORRELATION_ID, correlation_id)?;
         self.put_i64(id, descriptor::STOP_TIMESTAMP, -1)?;

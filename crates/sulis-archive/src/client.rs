@@ -868,6 +868,13 @@ impl ArchiveClient {
 
     /// Reads what is waiting and returns the recording signals received so far.
     pub fn poll_signals(&mut self) -> Vec<RecordingSignalEvent> {
+        self.read_waiting();
+        self.signals.drain(..).collect()
+    }
+
+    /// Reads what is waiting: signals and errors for this session are kept
+    /// for `poll_signals` and `poll_errors`.
+    fn read_waiting(&mut self) {
         // A harmless read: anything for this session joins the backlog or signals.
         let deadline = Instant::now();
         while let Ok(m) = self.next_message(deadline, "signals") {
@@ -894,14 +901,14 @@ impl ArchiveClient {
                 }
             }
         }
-        self.signals.drain(..).collect()
     }
 
     /// Errors the archive sent about earlier requests since the last call
     /// (a recording that stopped on a write error, a replay that met a
     /// corrupt segment): (correlation id, error code, message).
     pub fn poll_errors(&mut self) -> Vec<(i64, i64, String)> {
-        let _ = self.poll_signals();
+        // Signals read on the way stay queued for poll_signals.
+        self.read_waiting();
         self.errors.drain(..).collect()
     }
 

@@ -1506,7 +1506,7 @@ impl ArchiveConductor {
                     self.record_error(message);
                     return;
                 }
-                if let Err(e) = self.catalog.record_extend(id, sid, k) {
+                if let Err(e) = self.catalog.record_extend(id, sid, k, image.session_id()) {
                     return self.record_error(e.to_string());
                 }
                 let g = Geometry {
