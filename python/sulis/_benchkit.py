@@ -604,10 +604,18 @@ class Child(ChildProcess):
         tail = self.stderr_tail()
         return BenchError(f"the {self.what} process {why}" + ("\n  " + tail.replace("\n", "\n  ") if tail else ""))
 
+    def _exited(self, status: int | None) -> BaseException:
+        """What a parent raises for a child that exited with ``status``: KeyboardInterrupt when
+        Ctrl-C reached the process group and the child went first (a role exits 130 on SIGINT),
+        else a BenchError naming the status."""
+        if status in (130, -signal.SIGINT):
+            return KeyboardInterrupt()
+        return self._failed(f"exited (status {status})")
+
     def alive(self) -> None:
         """Raises BenchError if the process has exited."""
         if self.proc.poll() is not None:
-            raise self._failed(f"exited (status {self.proc.returncode})")
+            raise self._exited(self.proc.returncode)
 
     def read(self, timeout: float = STALL_TIMEOUT_S, watch: Sequence[Child] = ()) -> dict:
         """The next JSON object (other lines are skipped); raises BenchError when the process
@@ -619,16 +627,18 @@ class Child(ChildProcess):
                 line = self.next_line(min(max(deadline - time.monotonic(), 0.0), 0.5))
             except TimeoutError:
                 for other in watch:
-                    if other.proc.poll() not in (None, 0):
-                        raise other._failed(f"failed (status {other.proc.returncode}) while the {self.what} ran") \
-                            from None
+                    status = other.proc.poll()
+                    if status in (130, -signal.SIGINT):
+                        raise KeyboardInterrupt from None
+                    if status not in (None, 0):
+                        raise other._failed(f"failed (status {status}) while the {self.what} ran") from None
                 if time.monotonic() >= deadline:
                     raise BenchError(f"the {self.what} process said nothing for {timeout:g} s") from None
                 continue
             if line is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=10)
-                raise self._failed(f"exited (status {self.proc.poll()})")
+                raise self._exited(self.proc.poll())
             with contextlib.suppress(ValueError):  # a line that is not ours (a library's) is skipped
                 msg = json.loads(line) if line.startswith("{") else None
                 if msg is not None and "error" in msg:
