@@ -14,8 +14,12 @@
  * Starts a recording of channel/stream, publishes count messages of tests/interop/stream.py's kind
  * (index, then bytes (i + j) & 0xff, lengths 8 + (i * 37) % 400, every 97th 5000 bytes), finds the
  * recording by its rec-pos counter (RecordingPos, as Aeron users do), waits until it is recorded,
- * stops it, lists it, replays it and checks every message; then extends nothing and exits. One JSON
- * line: {"recording_id", "archive_id", "stop_position", "descriptor": {...}, "replayed", "errors"}.
+ * stops it, lists it, replays it and checks every message. Then: a bounded replay limited by a
+ * counter of the archive's driver (the first half of the messages, nothing more until the counter is
+ * closed); the recording truncated to its first half; extended from there by a publication placed at
+ * its stop position, while a replay follows it live; every message checked each time. One JSON line:
+ * {"recording_id", "archive_id", "stop_position", "descriptor": {...}, "replayed", "bounded",
+ * "followed", "extended_stop", "errors"}.
  *
  * replicate asks the archive (an Aeron one, say) to copy recording src_recording of the archive whose
  * control channel is src_control (sulis's, say) with AeronArchive.replicate and ReplicationParams
@@ -112,10 +116,11 @@ public final class ArchivePeer {
                 Thread.sleep(1);
             }
             final long recordingId = RecordingPos.getRecordingId(counters, counterId);
+            final long[] ends = new long[count];
             for (int i = 0; i < count; i++) {
                 final byte[] m = message(i);
                 final UnsafeBuffer b = new UnsafeBuffer(m);
-                while (publication.offer(b, 0, m.length) < 0) {
+                while ((ends[i] = publication.offer(b, 0, m.length)) < 0) {
                     if (System.currentTimeMillis() > deadline) throw new IllegalStateException("offer stuck at " + i);
                     Thread.yield();
                 }
@@ -139,15 +144,111 @@ public final class ArchivePeer {
                 errors.add("listed != 1");
             }
             final long replayed = replayAndCheck(archive, recordingId, 0, end, count, deadline + 20_000, errors);
+            final long later = deadline + 60_000;
+            final String replayChannel = arg("replay_channel");
+            final int replayStream = Integer.parseInt(arg("replay_stream"));
+            final int half = count / 2;
+
+            // Bounded by a counter of the archive's driver: the first half, then nothing until it closes.
+            long bounded;
+            try (Counter limit = aeron.addCounter(1001, "replay limit")) {
+                limit.setOrdered(ends[half - 1]);
+                final long id = archive.startBoundedReplay(
+                    recordingId, 0, Long.MAX_VALUE, limit.id(), replayChannel, replayStream + 1);
+                try (Subscription sub = aeron.addSubscription(
+                    ChannelUri.addSessionId(replayChannel, (int)id), replayStream + 1)) {
+                    bounded = readAndCheck(sub, 0, half, later, errors, "bounded replay");
+                    Thread.sleep(100);
+                    if (sub.poll((b, o, n, h) -> errors.add("bounded replay went past its counter"), 10) > 0) {
+                        bounded++;
+                    }
+                }
+            }
+
+            // Truncated to its first half, then extended from there while a replay follows it live.
+            archive.truncateRecording(recordingId, ends[half - 1]);
+            if (archive.getStopPosition(recordingId) != ends[half - 1]) errors.add("truncated stop position");
+            final int[] geometry = new int[2];
+            archive.listRecording(recordingId, (cs, k, rid, t0, t1, p0, p1, initialTermId, seg, termLength, mtu,
+                sid, strm, stripped, original, source) -> {
+                geometry[0] = initialTermId;
+                geometry[1] = termLength;
+            });
+            final String extension = new ChannelUriStringBuilder(channel)
+                .initialPosition(ends[half - 1], geometry[0], geometry[1]).build();
+            final long extensionSubscription =
+                archive.extendRecording(recordingId, extension, stream, SourceLocation.LOCAL);
+            long followed;
+            long extendedStop;
+            try (ExclusivePublication ext = aeron.addExclusivePublication(extension, stream)) {
+                while (archive.getRecordingPosition(recordingId) == AeronArchive.NULL_POSITION) {
+                    if (System.currentTimeMillis() > later) throw new IllegalStateException("extension not recording");
+                    Thread.sleep(1);
+                }
+                final long id = archive.startReplay(recordingId, 0, Long.MAX_VALUE, replayChannel, replayStream + 2);
+                try (Subscription follow = aeron.addSubscription(
+                    ChannelUri.addSessionId(replayChannel, (int)id), replayStream + 2)) {
+                    followed = readAndCheck(follow, 0, half, later, errors, "following replay");
+                    for (int i = half; i < count; i++) {
+                        final byte[] m = message(i);
+                        final UnsafeBuffer b = new UnsafeBuffer(m);
+                        while (ext.offer(b, 0, m.length) < 0) {
+                            if (System.currentTimeMillis() > later) throw new IllegalStateException("extension stuck");
+                            Thread.yield();
+                        }
+                    }
+                    followed += readAndCheck(follow, half, count - half, later, errors, "following replay");
+                }
+                final long extended = ext.position();
+                while (archive.getRecordingPosition(recordingId) != extended) {
+                    if (System.currentTimeMillis() > later) throw new IllegalStateException("extension not recorded");
+                    Thread.sleep(1);
+                }
+                archive.stopRecording(extensionSubscription);
+                while ((extendedStop = archive.getStopPosition(recordingId)) == AeronArchive.NULL_POSITION) {
+                    if (System.currentTimeMillis() > later) throw new IllegalStateException("extension not stopped");
+                    Thread.sleep(1);
+                }
+                if (extendedStop != extended) errors.add("extended stop " + extendedStop + " != " + extended);
+            }
             final StringBuilder out = new StringBuilder("{\"recording_id\": ").append(recordingId)
                 .append(", \"archive_id\": ").append(archive.archiveId())
                 .append(", \"stop_position\": ").append(stop)
+                .append(", \"bounded\": ").append(bounded)
+                .append(", \"followed\": ").append(followed)
+                .append(", \"extended_stop\": ").append(extendedStop)
                 .append(", \"descriptor\": ").append(descriptor.length() > 0 ? descriptor : "null")
                 .append(", \"replayed\": ").append(replayed)
                 .append(", \"errors\": ");
             System.out.println(out.append(jsonList(errors)).append("}"));
             return errors.isEmpty() ? 0 : 1;
         }
+    }
+
+    /**
+     * Reads messages first, first + 1, ... (n of them) from {@code sub}, checking each; returns how
+     * many came before the deadline (epoch ms).
+     */
+    static long readAndCheck(final Subscription sub, final int first, final int n, final long deadline,
+        final List<String> errors, final String what) {
+        final long[] got = {0};
+        final FragmentHandler handler = new FragmentAssembler((buffer, offset, length, header) -> {
+            final byte[] want = message(first + (int)got[0]);
+            final byte[] bytes = new byte[length];
+            buffer.getBytes(offset, bytes);
+            if (!Arrays.equals(want, bytes) && errors.size() < 10) {
+                errors.add(what + ": message " + (first + got[0]) + " differs");
+            }
+            got[0]++;
+        });
+        while (got[0] < n) {
+            if (System.currentTimeMillis() > deadline) {
+                errors.add(what + " stuck at " + (first + got[0]));
+                break;
+            }
+            if (sub.poll(handler, 100) == 0) Thread.yield();
+        }
+        return got[0];
     }
 
     static String jsonList(final List<String> items) {

@@ -117,9 +117,12 @@ def test_aeron_archive_client_on_a_sulis_archive(current, harness):
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         res = json.loads(out.stdout.strip().splitlines()[-1])
         assert res["errors"] == [] and res["replayed"] == 3000, res
+        # A replay bounded by a counter, then truncated, then extended while a replay followed it.
+        assert (res["bounded"], res["followed"]) == (1500, 3000), res
         assert res["archive_id"] == archive.archive_id
         d = res["descriptor"]
         assert d["recording_id"] == res["recording_id"] and d["stop_position"] == res["stop_position"]
+        assert ac_stop(driver.dir, res["recording_id"]) == res["extended_stop"]
         assert d["original_channel"] == "aeron:ipc?alias=iop" and d["stream_id"] == 1001
         # What Aeron recorded through sulis, sulis replays as well.
         with sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
@@ -137,6 +140,12 @@ def test_aeron_archive_client_on_a_sulis_archive(current, harness):
     assert f"recordingId={res['recording_id']}" in tool["describe"], tool["describe"]
     assert "OK" in tool["verify"], tool["verify"]
     assert tool["count-entries"].strip().endswith("1"), tool["count-entries"]
+
+
+def ac_stop(driver_dir: str, recording_id: int) -> int:
+    """The stop position of a recording of the archive on the driver in ``driver_dir``."""
+    with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as ac:
+        return ac.get_stop_position(recording_id)
 
 
 class AeronArchive(NamedTuple):
