@@ -39,6 +39,25 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// The geometry a catalog descriptor gives.
+    pub fn of(d: &sulis_protocol::archive::messages::RecordingDescriptor) -> Geometry {
+        Geometry {
+            recording_id: d.recording_id,
+            start_position: d.start_position,
+            term_length: d.term_buffer_length as i64,
+            segment_length: d.segment_file_length as i64,
+            initial_term_id: d.initial_term_id,
+        }
+    }
+
+    /// A power-of-two term length and segments at least a term long (what
+    /// a corrupt or foreign catalog entry may lack).
+    pub fn is_valid(&self) -> bool {
+        self.term_length > 0
+            && (self.term_length as u64).is_power_of_two()
+            && self.segment_length >= self.term_length
+    }
+
     /// Base position of the file holding `position`.
     pub fn base_of(&self, position: i64) -> i64 {
         segment_file_base_position(

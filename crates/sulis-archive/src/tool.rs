@@ -54,17 +54,8 @@ pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
         if e.state != recording_state::VALID {
             continue;
         }
-        let g = Geometry {
-            recording_id: d.recording_id,
-            start_position: d.start_position,
-            term_length: d.term_buffer_length as i64,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
-        };
-        if g.term_length <= 0
-            || !(g.term_length as u64).is_power_of_two()
-            || g.segment_length < g.term_length
-        {
+        let g = Geometry::of(&d);
+        if !g.is_valid() {
             out.push(Verdict {
                 recording_id: d.recording_id,
                 ok: false,
@@ -323,17 +314,8 @@ pub fn dump(
         let d = &e.descriptor;
         let mut list = Vec::new();
         let mut error = None;
-        let g = Geometry {
-            recording_id: d.recording_id,
-            start_position: d.start_position,
-            term_length: d.term_buffer_length as i64,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
-        };
-        let valid_geometry = g.term_length > 0
-            && (g.term_length as u64).is_power_of_two()
-            && g.segment_length >= g.term_length;
-        if frames > 0 && valid_geometry && e.state != recording_state::DELETED {
+        let g = Geometry::of(d);
+        if frames > 0 && g.is_valid() && e.state != recording_state::DELETED {
             buf.resize((g.term_length as usize).clamp(4096, 1 << 20), 0);
             let end = if d.stop_position == NULL_VALUE {
                 i64::MAX

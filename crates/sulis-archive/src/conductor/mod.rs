@@ -1153,41 +1153,25 @@ impl ArchiveConductor {
             }
             ReplicateRequest::TEMPLATE_ID => {
                 let r = ReplicateRequest::decode(m)?;
-                self.on_replicate(
-                    sid,
-                    k,
-                    replication::ReplicateParams {
-                        src_recording_id: r.src_recording_id,
-                        dst_recording_id: r.dst_recording_id,
-                        stop_position: NULL_VALUE,
-                        src_control_stream_id: r.src_control_stream_id,
-                        src_control_channel: r.src_control_channel,
-                        live_destination: r.live_destination,
-                        replication_channel: String::new(),
-                        replication_session_id: NULL_VALUE as i32,
-                        credentials: Vec::new(),
-                        src_response_channel: String::new(),
-                    },
+                let p = replication::ReplicateParams::before_1_33(
+                    r.src_recording_id,
+                    r.dst_recording_id,
+                    r.src_control_stream_id,
+                    r.src_control_channel,
+                    r.live_destination,
                 );
+                self.on_replicate(sid, k, p);
             }
             TaggedReplicateRequest::TEMPLATE_ID => {
                 let r = TaggedReplicateRequest::decode(m)?;
-                self.on_replicate(
-                    sid,
-                    k,
-                    replication::ReplicateParams {
-                        src_recording_id: r.src_recording_id,
-                        dst_recording_id: r.dst_recording_id,
-                        stop_position: NULL_VALUE,
-                        src_control_stream_id: r.src_control_stream_id,
-                        src_control_channel: r.src_control_channel,
-                        live_destination: r.live_destination,
-                        replication_channel: String::new(),
-                        replication_session_id: NULL_VALUE as i32,
-                        credentials: Vec::new(),
-                        src_response_channel: String::new(),
-                    },
+                let p = replication::ReplicateParams::before_1_33(
+                    r.src_recording_id,
+                    r.dst_recording_id,
+                    r.src_control_stream_id,
+                    r.src_control_channel,
+                    r.live_destination,
                 );
+                self.on_replicate(sid, k, p);
             }
             ReplicateRequest2::TEMPLATE_ID => {
                 let r = ReplicateRequest2::decode(m)?;
@@ -1774,13 +1758,7 @@ impl ArchiveConductor {
             }
         };
         let term_length = d.term_buffer_length as i64;
-        let g = Geometry {
-            recording_id,
-            start_position: d.start_position,
-            term_length,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
-        };
+        let g = Self::geometry_of(recording_id, &d);
         let channel = match replay_publication_channel(replay_channel, &d, start) {
             Ok(c) => c,
             Err(e) => {
@@ -2020,13 +1998,7 @@ impl ArchiveConductor {
         {
             p.done = true;
         }
-        let g = Geometry {
-            recording_id,
-            start_position: d.start_position,
-            term_length: d.term_buffer_length as i64,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
-        };
+        let g = Self::geometry_of(recording_id, &d);
         let keep_base = g.base_of(position);
         let mut deleted = 0;
         for (base, path) in self.segment_files(recording_id) {
@@ -2063,10 +2035,7 @@ impl ArchiveConductor {
     fn geometry_of(recording_id: i64, d: &RecordingDescriptor) -> Geometry {
         Geometry {
             recording_id,
-            start_position: d.start_position,
-            term_length: d.term_buffer_length as i64,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
+            ..Geometry::of(d)
         }
     }
 
@@ -2380,13 +2349,7 @@ fn recover(dir: &Path, catalog: &mut Catalog, errors: &mut Vec<String>) {
         if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
             continue;
         }
-        let g = Geometry {
-            recording_id: d.recording_id,
-            start_position: d.start_position,
-            term_length: d.term_buffer_length as i64,
-            segment_length: d.segment_file_length as i64,
-            initial_term_id: d.initial_term_id,
-        };
+        let g = Geometry::of(&d);
         match recover_stop_position(dir, g, d.start_position) {
             Ok(stop) => {
                 let _ = catalog.record_stop(d.recording_id, stop, now_ms());

@@ -42,6 +42,31 @@ pub(super) struct ReplicateParams {
     pub src_response_channel: String,
 }
 
+impl ReplicateParams {
+    /// The request of a client before Aeron 1.33 (ReplicateRequest,
+    /// TaggedReplicateRequest): the rest takes the archive's defaults.
+    pub fn before_1_33(
+        src_recording_id: i64,
+        dst_recording_id: i64,
+        src_control_stream_id: i32,
+        src_control_channel: String,
+        live_destination: String,
+    ) -> ReplicateParams {
+        ReplicateParams {
+            src_recording_id,
+            dst_recording_id,
+            stop_position: NULL_VALUE,
+            src_control_stream_id,
+            src_control_channel,
+            live_destination,
+            replication_channel: String::new(),
+            replication_session_id: NULL_VALUE as i32,
+            credentials: Vec::new(),
+            src_response_channel: String::new(),
+        }
+    }
+}
+
 /// Worker → conductor.
 enum FromWorker {
     /// The source recording's descriptor.
