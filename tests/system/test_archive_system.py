@@ -159,6 +159,19 @@ def test_a_replay_bounded_by_a_counter_that_is_not_there_is_refused(client, arch
         archive_client.replay(d.recording_id, "aeron:ipc", 2090, limit_counter_id=4000)
 
 
+def test_recording_signals_reach_a_handler(client, archive, archive_client):
+    seen: list = []
+    d = record(archive_client, client, "aeron:ipc", 1001, 10)
+    archive_client.truncate_recording(d.recording_id, 0)
+    deadline = time.monotonic() + 10
+    while not any(e.signal == RecordingSignal.DELETE for e in seen):
+        assert time.monotonic() < deadline, seen
+        returned = archive_client.poll_signals(seen.append)
+        assert returned == seen[len(seen) - len(returned):]
+    (delete,) = [e for e in seen if e.signal == RecordingSignal.DELETE]
+    assert delete.recording_id == d.recording_id
+
+
 def test_record_a_udp_stream(client, archive, archive_client):
     ac = archive_client
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"

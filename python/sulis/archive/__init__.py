@@ -25,6 +25,7 @@ an offset.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -243,9 +244,15 @@ class ArchiveClient(_native.ArchiveClient):
         """Stops a replication: its recording stops where it got to."""
         super().stop_replication(replication_id)
 
-    def poll_signals(self) -> list[RecordingSignalEvent]:  # type: ignore[override]
-        """Recording signals received since the last call."""
-        return [_signal(t) for t in super().poll_signals()]
+    def poll_signals(self, handler: Callable[[RecordingSignalEvent], object] | None = None  # type: ignore[override]
+                     ) -> list[RecordingSignalEvent]:
+        """Recording signals received since the last call, oldest first; each is also handed to
+        ``handler`` if one is given (Aeron's RecordingSignalConsumer), from this thread."""
+        events = [_signal(t) for t in super().poll_signals()]
+        if handler is not None:
+            for e in events:
+                handler(e)
+        return events
 
     def poll_errors(self) -> list[tuple[int, int, str]]:
         """Errors the archive sent about earlier requests (a recording stopped by a write error,
