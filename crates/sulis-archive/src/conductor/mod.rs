@@ -235,8 +235,6 @@ pub struct ArchiveConductor {
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
-    /// The limit counter of the bounded replay being started.
-    limit_counter: Option<LimitCounter>,
     /// Recordings that moved to their live image this cycle (live merge),
     /// with the position where they did.
     merged: Vec<(i64, i64)>,
@@ -451,7 +449,6 @@ impl ArchiveConductor {
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
-            limit_counter: None,
             merged: Vec::new(),
             error_count: errors.len() as u64,
             errors,
@@ -1062,6 +1059,7 @@ impl ArchiveConductor {
                     r.length,
                     &r.replay_channel,
                     r.replay_stream_id,
+                    None,
                 );
             }
             BoundedReplayRequest::TEMPLATE_ID => {
@@ -1080,12 +1078,12 @@ impl ArchiveConductor {
                     );
                     return Ok(());
                 }
-                self.limit_counter = Some(LimitCounter {
+                let limit = LimitCounter {
                     id,
                     registration_id: counters.counter_registration_id(id),
                     last: counters.counter_value(id),
                     open: true,
-                });
+                };
                 self.start_replay(
                     sid,
                     k,
@@ -1094,8 +1092,8 @@ impl ArchiveConductor {
                     r.length,
                     &r.replay_channel,
                     r.replay_stream_id,
+                    Some(limit),
                 );
-                self.limit_counter = None;
             }
             StopReplayRequest::TEMPLATE_ID => {
                 let r = StopReplayRequest::decode(m)?;
@@ -1702,6 +1700,7 @@ impl ArchiveConductor {
         length: i64,
         replay_channel: &str,
         replay_stream_id: i32,
+        limit_counter: Option<LimitCounter>,
     ) {
         if self.replays.len() >= self.ctx.max_concurrent_replays {
             let message = format!(
@@ -1791,7 +1790,7 @@ impl ArchiveConductor {
         ];
         self.replays.push(ReplaySession {
             id,
-            limit_counter: self.limit_counter,
+            limit_counter,
             recording_id,
             control_session_id: sid,
             correlation_id: k,
