@@ -127,6 +127,26 @@ fn receive_on(sub: &mut Subscription, count: usize, client: Option<&Client>) -> 
     out
 }
 
+/// Starts recording IPC stream `stream_id` (64 KiB terms) and adds a
+/// publication on it; returns the publication and the recording's id.
+fn record_live(
+    s: &Setup,
+    a: &mut ArchiveClient,
+    stream_id: i32,
+) -> (sulis_client::Publication, i64) {
+    a.start_recording("aeron:ipc", stream_id, source_location::LOCAL, false)
+        .unwrap();
+    let publication = s
+        .client
+        .add_publication("aeron:ipc?term-length=64k", stream_id)
+        .unwrap();
+    let id = a
+        .await_signal(-1, recording_signal::START)
+        .unwrap()
+        .recording_id;
+    (publication, id)
+}
+
 fn await_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f() {
@@ -249,16 +269,7 @@ fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_trunc
     let s = Setup::new("live");
     let mut archive = s.archive();
     let mut a = s.archive_client();
-    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
-        .unwrap();
-    let publication = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1001)
-        .unwrap();
-    let id = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (publication, id) = record_live(&s, &mut a, 1001);
     publish(&publication, 0..500);
     // Follow the live recording: what was recorded, then what comes.
     let mut sub = s.client.add_subscription("aeron:ipc", 3001).unwrap();
@@ -384,16 +395,7 @@ fn replicates_a_stopped_recording_to_another_archive() {
     let mut a = s.archive_client();
     let (dst, mut b) = destination_archive(&s);
 
-    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
-        .unwrap();
-    let publication = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1001)
-        .unwrap();
-    let id = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (publication, id) = record_live(&s, &mut a, 1001);
     publish(&publication, 0..3000);
     let end = publication.position();
     await_until("recorded", || a.get_recording_position(id).unwrap() == end);
@@ -479,16 +481,7 @@ fn replication_follows_a_live_recording_until_it_stops_and_can_be_stopped() {
     let mut a = s.archive_client();
     let (dst, mut b) = destination_archive(&s);
 
-    a.start_recording("aeron:ipc", 1002, source_location::LOCAL, false)
-        .unwrap();
-    let publication = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1002)
-        .unwrap();
-    let id = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (publication, id) = record_live(&s, &mut a, 1002);
     publish(&publication, 0..1000);
 
     b.replicate(&from_source(id)).unwrap();
@@ -512,16 +505,7 @@ fn replication_follows_a_live_recording_until_it_stops_and_can_be_stopped() {
     assert_replays(&s, &mut b, dst_id, 3004, 2500);
 
     // A replication stopped by request ends its recording where it is.
-    a.start_recording("aeron:ipc", 1005, source_location::LOCAL, false)
-        .unwrap();
-    let p2 = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1005)
-        .unwrap();
-    let id2 = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (p2, id2) = record_live(&s, &mut a, 1005);
     publish(&p2, 0..100);
     let r2 = b.replicate(&from_source(id2)).unwrap();
     let dst2 = b
@@ -542,16 +526,7 @@ fn a_bounded_replay_follows_its_limit_counter_and_ends_where_it_closed() {
     let s = Setup::new("bounded");
     let archive = s.archive();
     let mut a = s.archive_client();
-    a.start_recording("aeron:ipc", 1001, source_location::LOCAL, false)
-        .unwrap();
-    let publication = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1001)
-        .unwrap();
-    let id = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (publication, id) = record_live(&s, &mut a, 1001);
     let mut ends = Vec::new();
     for i in 0..3000 {
         loop {
@@ -608,16 +583,7 @@ fn replication_merges_with_the_live_stream_and_goes_on_recording_it() {
     let mut a = s.archive_client();
     let (dst, mut b) = destination_archive(&s);
 
-    a.start_recording("aeron:ipc", 1006, source_location::LOCAL, false)
-        .unwrap();
-    let publication = s
-        .client
-        .add_publication("aeron:ipc?term-length=64k", 1006)
-        .unwrap();
-    let id = a
-        .await_signal(-1, recording_signal::START)
-        .unwrap()
-        .recording_id;
+    let (publication, id) = record_live(&s, &mut a, 1006);
     publish(&publication, 0..2000);
 
     let replication_id = b
