@@ -115,6 +115,16 @@ def role_hold(dir: str, stream: str) -> None:
     client.close()
 
 
+def role_subscribe(dir: str, channel: str, stream: str) -> None:
+    """Subscribes and never polls: holds back what it subscribes to until stdin closes."""
+    client = sulis.Client(dir=dir)
+    sub = client.add_subscription(channel, int(stream))
+    _await(lambda: sub.image_count > 0)
+    say(ready=True, pid=os.getpid(), subscription_id=sub.registration_id)
+    sys.stdin.read()
+    client.close()
+
+
 def role_claim(dir: str, stream: str, length: str) -> None:
     client = sulis.Client(dir=dir, driver_timeout=10.0)
     pub = client.add_publication("aeron:ipc", int(stream))
@@ -187,8 +197,8 @@ def role_archive(driver_dir: str, archive_dir: str, options: str = "{}") -> None
         time.sleep(3600)
 
 
-ROLES = {"driver": role_driver, "hold": role_hold, "claim": role_claim, "produce": role_produce,
-         "consume": role_consume, "archive": role_archive}
+ROLES = {"driver": role_driver, "hold": role_hold, "subscribe": role_subscribe, "claim": role_claim,
+         "produce": role_produce, "consume": role_consume, "archive": role_archive}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](*sys.argv[2:])

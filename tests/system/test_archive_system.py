@@ -63,10 +63,11 @@ def archive_client(client, archive):
         yield ac
 
 
-def record(ac, client, channel: str, stream_id: int, count: int, pub_channel: str | None = None):
+def record(ac, client, channel: str, stream_id: int, count: int, pub_channel: str | None = None,
+           source: str = "local"):
     """Records ``count`` messages published on ``pub_channel`` (default ``channel``); returns the
     recording's descriptor once it stopped."""
-    ac.start_recording(channel, stream_id)
+    ac.start_recording(channel, stream_id, source=source)
     pub = client.add_publication(pub_channel or channel, stream_id)
     rid = ac.await_signal(RecordingSignal.START).recording_id
     publish(pub, (message(i) for i in range(count)))
@@ -172,12 +173,21 @@ def test_recording_signals_reach_a_handler(client, archive, archive_client):
     assert delete.recording_id == d.recording_id
 
 
-def test_record_a_udp_stream(client, archive, archive_client):
+@pytest.mark.parametrize("source", ["local", "remote"])
+def test_record_a_udp_stream(driver, client, archive, archive_client, source):
+    """A local recording spies on this driver's publication (Aeron names a spy's source
+    'aeron:ipc'), needing no receiver: no receive endpoint is opened and the publication connects
+    to the spy alone. A remote one records what the receiver gets from the network."""
     ac = archive_client
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
-    d = record(ac, client, channel, 3001, 300)
+    d = record(ac, client, channel, 3001, 300, source=source)
     assert d.stripped_channel == channel
-    assert d.source_identity.startswith("127.0.0.1:")
+    if source == "local":
+        assert d.source_identity == "aeron:ipc"
+    else:
+        assert d.source_identity.startswith("127.0.0.1:")
+    receivers = [c for c in sulis.CountersReader(driver.dir).counters() if c["label"].startswith("rcv-pos")]
+    assert bool(receivers) == (source == "remote")
     sub = ac.replay(d.recording_id, "aeron:ipc", 3002)
     assert receive(sub, 300) == [message(i) for i in range(300)]
 

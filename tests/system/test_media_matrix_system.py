@@ -2,10 +2,12 @@
 
 Every publication kind (IPC and UDP unicast, concurrent and exclusive, from
 the subscribing client and from another) × every subscription kind (IPC, UDP
-on the publications' endpoint, UDP on another endpoint) × two stream ids,
-all open in one driver at once: a subscription must get exactly the messages
-of the publications of its own medium, endpoint and stream id, each once.
-(Multicast, MDC and spy subscriptions join this matrix when they exist.)
+on the publications' endpoint, UDP on another endpoint, a spy on the
+publications' endpoint, a spy on another endpoint) × two stream ids, all
+open in one driver at once: a subscription must get exactly the messages of
+the publications of its own medium, endpoint and stream id, each once; a
+spy exactly what a receiver on its endpoint gets.
+(Multicast and MDC join this matrix when they exist.)
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ def _sub_channels(port_a: int, port_b: int) -> dict[str, str]:
         "ipc": "aeron:ipc",
         "udp-same": f"aeron:udp?endpoint=127.0.0.1:{port_a}",
         "udp-other": f"aeron:udp?endpoint=127.0.0.1:{port_b}",
+        "spy-same": f"aeron-spy:aeron:udp?endpoint=127.0.0.1:{port_a}",
+        "spy-other": f"aeron-spy:aeron:udp?endpoint=127.0.0.1:{port_b}",
     }
 
 
 def _expected(pub_medium: str, pub_stream: int, sub_kind: str, sub_stream: int) -> bool:
     if pub_stream != sub_stream:
         return False
-    return (pub_medium, sub_kind) in {("ipc", "ipc"), ("udp", "udp-same")}
+    return (pub_medium, sub_kind) in {("ipc", "ipc"), ("udp", "udp-same"), ("udp", "spy-same")}
 
 
 def test_every_publication_kind_reaches_exactly_the_matching_subscriptions(driver, make_client):
@@ -80,11 +84,14 @@ def test_every_publication_kind_reaches_exactly_the_matching_subscriptions(drive
                       if _expected(pk[0], pk[3], sk[0], sk[1]))
         assert sorted(got) == want, f"subscription {sk} got {sorted(got)}, want {want}"
     # Each subscription holds images of its own medium only: a UDP
-    # subscription's images come from the network, an IPC one's from IPC.
+    # subscription's images come from the network, an IPC one's from IPC, a
+    # spy's from this driver's UDP publications (named "aeron:ipc" as Aeron does).
+    udp_sessions = {p.session_id for (m, *_), p in pubs.items() if m == "udp"}
     for (kind, _stream), sub in subs.items():
         for image in sub.images:
-            if kind == "ipc":
+            if kind == "ipc" or kind.startswith("spy"):
                 assert image.source_identity == "aeron:ipc", (kind, image)
+                assert (image.session_id in udp_sessions) == kind.startswith("spy"), (kind, image)
             else:
                 assert image.source_identity.startswith("127.0.0.1:"), (kind, image)
 

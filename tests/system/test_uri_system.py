@@ -61,9 +61,13 @@ def test_uris_the_driver_refuses(driver, client):
     # term-offset beyond the driver's default term length
     with pytest.raises(sulis.ConfigurationError, match="term-offset=65536 is not below term length 65536"):
         client.add_exclusive_publication("aeron:ipc?init-term-id=0|term-id=0|term-offset=65536", 5)
-    # valid URIs for what this driver does not support (spies, multicast, MDC, session tags)
+    # a spy is a subscription only
+    spy = "aeron-spy:aeron:udp?endpoint=localhost:40123"
+    with pytest.raises(sulis.ConfigurationError, match="aeron-spy: is for subscriptions: publications cannot spy"):
+        client.add_publication(spy, 6)
+    client.add_subscription(spy, 6).close()
+    # valid URIs for what this driver does not support (multicast, MDC, session tags)
     for uri, why in (
-        ("aeron-spy:aeron:udp?endpoint=localhost:40123", "spy"),
         ("aeron:udp?endpoint=224.0.1.1:40123", "only unicast UDP"),
         ("aeron:udp?control=localhost:40124|control-mode=dynamic", "not supported yet"),
     ):

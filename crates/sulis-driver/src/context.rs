@@ -106,6 +106,8 @@ pub struct DriverContext {
     pub term_buffer_sparse_file: bool,
     /// Publication window (0 = term length / 2).
     pub publication_term_window_length: usize,
+    /// Spy subscriptions make a UDP publication connected without receivers.
+    pub spies_simulate_connection: bool,
     /// A client silent this long is timed out.
     pub client_liveness_timeout_ns: u64,
     /// A publication stuck this long is unblocked (must exceed client liveness).
@@ -312,6 +314,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         "How far a publisher may run ahead of its slowest subscriber (0 = term length / 2; at most that). A channel's pub-wnd overrides it.",
         size_usize,
         show_size
+    ),
+    opt!(
+        spies_simulate_connection,
+        "SULIS_SPIES_SIMULATE_CONNECTION",
+        "bool",
+        "A UDP publication with spy subscriptions and no receiver counts as connected: publishers go at the spies' pace instead of getting NOT_CONNECTED (Aeron's aeron.spies.simulate.connection). A channel's ssc overrides it.",
+        parse_bool,
+        show_bool
     ),
     opt!(
         client_liveness_timeout_ns as "client_liveness_timeout",
@@ -628,6 +638,7 @@ impl Default for DriverContext {
             file_page_size: 4096,
             term_buffer_sparse_file: false,
             publication_term_window_length: 0,
+            spies_simulate_connection: false,
             client_liveness_timeout_ns: 10_000_000_000,
             publication_unblock_timeout_ns: 15_000_000_000,
             publication_linger_timeout_ns: 5_000_000_000,

@@ -10,9 +10,10 @@ use crate::lifecycle::PublicationState;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{self, meta, unblocker, LogBuffers};
 
-/// One subscriber reading the log.
+/// A subscriber on this host reading a publication's log in place: an IPC
+/// subscriber, or a spy on a UDP publication.
 #[derive(Debug)]
-pub struct IpcSubscriber {
+pub struct LocalSubscriber {
     /// Registration id of the subscription.
     pub subscription_id: i64,
     /// Client owning the subscription.
@@ -21,6 +22,36 @@ pub struct IpcSubscriber {
     pub position: CounterRef,
     /// Whether this subscriber holds the publisher back.
     pub tether: bool,
+    /// A spy with `ssc=true`: makes the UDP publication connected without
+    /// receivers, whatever the publication's `ssc` (IPC subscribers always
+    /// connect).
+    pub simulates_connection: bool,
+}
+
+/// The position local subscribers hold a publication at: the slowest
+/// tethered one's; when none is tethered, the fastest one's, so cleaning
+/// never overtakes a reader; `None` without subscribers. A new subscriber
+/// joins there too, so it gets what is still in the log for the others.
+pub fn reader_position(subscribers: &[LocalSubscriber]) -> Option<i64> {
+    let positions = || {
+        subscribers
+            .iter()
+            .map(|s| (s.tether, s.position.get_volatile()))
+    };
+    positions()
+        .filter(|&(tether, _)| tether)
+        .map(|(_, p)| p)
+        .min()
+        .or_else(|| positions().map(|(_, p)| p).max())
+}
+
+/// The slowest tethered subscriber's position, if any is tethered.
+pub fn tethered_position(subscribers: &[LocalSubscriber]) -> Option<i64> {
+    subscribers
+        .iter()
+        .filter(|s| s.tether)
+        .map(|s| s.position.get_volatile())
+        .min()
 }
 
 /// An IPC publication owned by the driver conductor.
@@ -44,7 +75,7 @@ pub struct IpcPublication {
     /// Publisher links holding it open.
     pub ref_count: usize,
     /// Subscribers.
-    pub subscribers: Vec<IpcSubscriber>,
+    pub subscribers: Vec<LocalSubscriber>,
     /// Where it is in the life cycle.
     pub state: PublicationState,
     term_window: i64,
@@ -124,20 +155,7 @@ impl IpcPublication {
     /// it gets what is still in the log for them; the producer position when
     /// there is none.
     pub fn join_position(&self) -> i64 {
-        let tethered = self
-            .subscribers
-            .iter()
-            .filter(|s| s.tether)
-            .map(|s| s.position.get_volatile())
-            .min();
-        tethered
-            .or_else(|| {
-                self.subscribers
-                    .iter()
-                    .map(|s| s.position.get_volatile())
-                    .max()
-            })
-            .unwrap_or_else(|| self.producer_position())
+        reader_position(&self.subscribers).unwrap_or_else(|| self.producer_position())
     }
 
     /// True while publishers can attach.
@@ -151,22 +169,8 @@ impl IpcPublication {
         let mut work = 0;
         let producer = self.producer_position();
         self.pub_pos.set_ordered(producer);
-        let tethered = self.subscribers.iter().filter(|s| s.tether);
-        let (mut min, mut any) = (i64::MAX, false);
-        for s in tethered {
-            min = min.min(s.position.get_volatile());
-            any = true;
-        }
-        if !any {
-            // Only untethered subscribers (or none): follow the fastest reader so
-            // cleaning never overtakes a reader, or stay put if nobody reads.
-            let fastest = self
-                .subscribers
-                .iter()
-                .map(|s| s.position.get_volatile())
-                .max();
-            min = fastest.unwrap_or(producer);
-        }
+        // Stays put if nobody reads.
+        let min = reader_position(&self.subscribers).unwrap_or(producer);
         self.consumer_position = min;
         let has_subscribers = !self.subscribers.is_empty();
         if has_subscribers != self.connected && self.state.is_active() {

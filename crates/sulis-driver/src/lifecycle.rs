@@ -117,6 +117,7 @@ mod tests {
             signal_eos: true,
             tether: true,
             reliable: true,
+            spies_simulate_connection: false,
         };
         let logs = LogBuffers::create(&dir.join("1.logbuffer"), &params).unwrap();
         let mut values = vec![0u8; 4096];

@@ -6,6 +6,16 @@
 //! of the sender position while a receiver is connected, cleans the term
 //! behind the sender and runs the close sequence.
 //!
+//! Spy subscriptions (`aeron-spy:aeron:udp?...`) read the log in place, as
+//! IPC subscribers do. A tethered spy holds the publisher back like a slow
+//! receiver: the publisher limit is the slowest of the sender and the
+//! tethered spies plus the window. Spies alone do not make the publication
+//! connected unless it has `ssc=true` (or the driver's
+//! `spies_simulate_connection`), or a spy itself was added with `ssc=true`
+//! (a sulis extension the archive uses for local recordings): then, with no
+//! receiver, the spies set the pace and the sender skips ahead to the
+//! fastest spy, so a receiver that joins later starts where the spies are.
+//!
 //! Life cycle ([`PublicationState`], kept by the conductor; the sender sees
 //! it as [`status`]): draining lasts until everything is sent (or no
 //! receiver is left); while lingering the sender keeps sending end-of-stream
@@ -14,6 +24,7 @@
 
 use crate::agent::ErrorReporter;
 use crate::flow_control::{FlowControl, UnicastFlowControl};
+use crate::ipc_publication::{reader_position, tethered_position, LocalSubscriber};
 use crate::lifecycle::PublicationState;
 use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
 use crate::media::transport::{send_control_frame, Transport};
@@ -79,7 +90,16 @@ pub struct NetworkPublication {
     pub status: AtomicU8,
     /// Send end-of-stream when closed.
     pub signal_eos: bool,
+    /// Spies count as a connection when no receiver is there (`ssc`).
+    pub spies_simulate_connection: bool,
+    /// While spies stand in for receivers: the fastest spy's position, which
+    /// the sender skips ahead to (set by the conductor); else
+    /// [`NO_CATCH_UP`].
+    pub spy_catch_up: AtomicI64,
 }
+
+/// [`NetworkPublication::spy_catch_up`] when there is nothing to skip to.
+pub const NO_CATCH_UP: i64 = i64::MIN;
 
 impl NetworkPublication {
     /// Producer position, from the log's tail.
@@ -115,6 +135,8 @@ pub struct NetworkPublicationEntry {
     pub ref_count: usize,
     /// Where it is in the life cycle (conductor).
     pub state: PublicationState,
+    /// Spy subscriptions reading the log.
+    pub spies: Vec<LocalSubscriber>,
     term_window: i64,
     clean_position: i64,
     connected: bool,
@@ -155,6 +177,7 @@ impl NetworkPublicationEntry {
             endpoint_key,
             ref_count: 1,
             state: PublicationState::Active,
+            spies: Vec::new(),
             term_window,
             clean_position: start,
             connected: false,
@@ -178,28 +201,54 @@ impl NetworkPublicationEntry {
         self.state.is_active()
     }
 
+    /// Where a new spy starts reading: where the spies are, else where the
+    /// sender is.
+    pub fn spy_join_position(&self) -> i64 {
+        reader_position(&self.spies).unwrap_or_else(|| self.publication.snd_pos.get_volatile())
+    }
+
     /// Every conductor duty cycle: connection state and publisher limit.
     pub fn update_publisher_limit(&mut self, now_ns: i64, connection_timeout_ns: i64) -> usize {
         let p = &self.publication;
         let producer = p.producer_position();
         p.pub_pos.set_ordered(producer);
         if !self.state.is_active() {
+            p.spy_catch_up.store(NO_CATCH_UP, Ordering::Release);
             return 0;
         }
         let mut work = 0;
-        let connected = p.has_receivers(now_ns, connection_timeout_ns);
+        let receivers = p.has_receivers(now_ns, connection_timeout_ns);
+        let simulated = !receivers
+            && self
+                .spies
+                .iter()
+                .any(|s| p.spies_simulate_connection || s.simulates_connection);
+        let connected = receivers || simulated;
         if connected != self.connected {
             self.connected = connected;
             meta::set_connected(&p.logs.meta(), connected);
             work += 1;
         }
+        let fastest_spy = self.spies.iter().map(|s| s.position.get_volatile()).max();
+        p.spy_catch_up.store(
+            fastest_spy.filter(|_| simulated).unwrap_or(NO_CATCH_UP),
+            Ordering::Release,
+        );
         let sender = p.snd_pos.get_volatile();
         if connected {
-            let proposed = sender + self.term_window;
+            // Spies standing in for receivers set the pace alone; otherwise
+            // the sender does, held back by tethered spies.
+            let consumer = if simulated {
+                reader_position(&self.spies).unwrap_or(sender)
+            } else {
+                tethered_position(&self.spies).map_or(sender, |s| s.min(sender))
+            };
+            let proposed = consumer + self.term_window;
             if proposed > p.pub_limit.get() {
-                // One term behind the sender: the term the writer moves into
-                // next is clean, and NAKs within the last term can be served.
-                let target = sender - p.term_length as i64;
+                // One term behind the slowest reader: the term the writer
+                // moves into next is clean, and NAKs within the last term can
+                // be served.
+                let target = consumer - p.term_length as i64;
                 while self.clean_position < target {
                     self.clean_position = logbuffer::clean_to(&p.logs, self.clean_position, target);
                 }
@@ -225,21 +274,36 @@ impl NetworkPublicationEntry {
         }
     }
 
-    /// Timer step of the close sequence. Draining lasts while receivers are
+    /// Step of the close sequence. Draining lasts while receivers are
     /// connected and data is left to send (a slow receiver still gets
-    /// everything, as with Aeron); lingering lasts `linger_ns`.
-    pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64, connection_timeout_ns: i64) {
+    /// everything, as with Aeron), and while spies have not read to the end
+    /// (at most `linger_ns`); lingering lasts `linger_ns`. Returns true when
+    /// draining ends: the spies are to be told their image is gone.
+    pub fn on_time_event(
+        &mut self,
+        now_ns: i64,
+        linger_ns: i64,
+        connection_timeout_ns: i64,
+    ) -> bool {
         if let Some(since_ns) = self.state.draining_since() {
             let p = &self.publication;
-            let sent = p.snd_pos.get_volatile() >= p.producer_position();
+            let producer = p.producer_position();
+            let sent = p.snd_pos.get_volatile() >= producer;
             let abandoned = !p.has_receivers(now_ns, connection_timeout_ns)
                 && now_ns > since_ns + connection_timeout_ns.min(linger_ns);
-            if (sent || abandoned) && self.state.finish_draining(now_ns, linger_ns) {
+            let spied = self
+                .spies
+                .iter()
+                .all(|s| s.position.get_volatile() >= producer)
+                || now_ns > since_ns + linger_ns;
+            if (sent || abandoned) && spied && self.state.finish_draining(now_ns, linger_ns) {
                 p.status.store(status::LINGERING, Ordering::Release);
+                return true;
             }
-            return;
+            return false;
         }
         self.state.check_linger(now_ns);
+        false
     }
 }
 
@@ -472,7 +536,15 @@ impl PublicationSender {
     ) -> usize {
         let p = self.publication.clone();
         let system = errors.system();
-        let sender_position = p.snd_pos.get();
+        let mut sender_position = p.snd_pos.get();
+        let catch_up = p.spy_catch_up.load(Ordering::Acquire);
+        if catch_up > sender_position && !p.has_receivers(now_ns, cfg.connection_timeout_ns) {
+            // Spies stand in for receivers: nobody is there to send what
+            // they have read to.
+            sender_position = catch_up;
+            p.snd_pos.set_ordered(catch_up);
+            self.set_sender_limit(self.sender_limit.max(catch_up));
+        }
         let is_eos = p.status() != status::ACTIVE;
         let limit = self
             .flow_control

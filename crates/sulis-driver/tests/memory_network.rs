@@ -18,8 +18,9 @@ use sulis_driver::media::memory::{Datagram, MemoryNetwork};
 use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::DriverContext;
 use sulis_protocol::control::Event;
+use sulis_protocol::counters::type_id;
 use sulis_protocol::frame::{DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP};
-use sulis_protocol::log_buffer_descriptor::LOG_RELIABLE_OFFSET;
+use sulis_protocol::log_buffer_descriptor::{LOG_IS_CONNECTED_OFFSET, LOG_RELIABLE_OFFSET};
 
 const ENDPOINT: &str = "10.9.0.1:40123";
 
@@ -318,4 +319,125 @@ fn setup_resumes_when_status_messages_stop_arriving() {
             .count();
     }
     assert!(setups >= 1, "the sender went back to SETUP");
+}
+
+/// The spy's `sub-pos` counter, from the image event of subscription `id`.
+fn spy_position(h: &mut Harness, id: i64) -> CounterRef {
+    let counter = h
+        .take_events()
+        .into_iter()
+        .find_map(|e| match e {
+            Event::AvailableImage {
+                subscription_registration_id,
+                subscriber_position_id,
+                ..
+            } if subscription_registration_id == id => Some(subscriber_position_id),
+            _ => None,
+        })
+        .expect("the spy got an image");
+    h.counters.counter_ref(counter)
+}
+
+fn counter_of_type(h: &Harness, type_id: i32) -> i64 {
+    let ids = h.counters_of_type(type_id);
+    assert_eq!(ids.len(), 1, "one counter of type {type_id}");
+    h.counters.counter_value(ids[0])
+}
+
+#[test]
+fn a_tethered_spy_holds_the_publisher_limit_where_it_reads() {
+    let mut s = Stream::connect("mem-spy-tether", |_| {});
+    let spy =
+        s.h.add_subscription(&format!("aeron-spy:aeron:udp?endpoint={ENDPOINT}"), 1);
+    s.h.settle();
+    let spy = spy_position(&mut s.h, spy);
+    let window = 32 * 1024; // half the 64 KiB term
+    s.publish(&messages(100, 200)); // 256 bytes a frame
+    for _ in 0..20 {
+        s.h.advance(MS);
+        s.poll();
+    }
+    assert_eq!(
+        s.subscriber_position.get(),
+        25_600,
+        "the receiver has it all"
+    );
+    assert_eq!(
+        counter_of_type(&s.h, type_id::PUBLISHER_LIMIT),
+        window,
+        "the spy has read nothing: the limit is a window past it, not past the sender"
+    );
+    spy.set_ordered(12_800);
+    s.h.advance(MS);
+    assert_eq!(
+        counter_of_type(&s.h, type_id::PUBLISHER_LIMIT),
+        12_800 + window
+    );
+}
+
+#[test]
+fn with_ssc_and_no_receiver_the_spies_set_the_pace_and_the_sender_skips_to_them() {
+    let net = MemoryNetwork::new();
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    // Bound by the test, not a receiver: it catches what the sender sends.
+    let _catcher = net.bind(endpoint).unwrap();
+    let mut h = Harness::with_transports("mem-spy-ssc", |_| {}, Arc::new(net.clone()));
+    h.keepalive();
+    let spy = h.add_subscription(&format!("aeron-spy:aeron:udp?endpoint={ENDPOINT}"), 1);
+    h.add_publication(&format!("aeron:udp?endpoint={ENDPOINT}|ssc=true"), 1);
+    h.settle();
+    let events = h.take_events();
+    let log = events
+        .iter()
+        .find_map(|e| match e {
+            Event::PublicationReady { log_file, .. } => Some(log_file.clone()),
+            _ => None,
+        })
+        .expect("publication ready");
+    let image = events
+        .iter()
+        .find_map(|e| match e {
+            Event::AvailableImage {
+                subscription_registration_id,
+                subscriber_position_id,
+                ..
+            } if *subscription_registration_id == spy => Some(*subscriber_position_id),
+            _ => None,
+        })
+        .expect("the spy got an image");
+    let spy = h.counters.counter_ref(image);
+    let publication = LogBuffers::map_existing(Path::new(&log)).unwrap();
+    h.advance(MS);
+    assert_eq!(
+        publication.meta().get_i32_volatile(LOG_IS_CONNECTED_OFFSET),
+        1,
+        "connected by the spy alone"
+    );
+    assert_eq!(counter_of_type(&h, type_id::PUBLISHER_LIMIT), 32 * 1024);
+
+    let header = HeaderWriter::new(&publication.default_header());
+    let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
+    for m in messages(100, 200) {
+        assert!(matches!(
+            appender.append_unfragmented(&header, &m, None),
+            Append::Done(_)
+        ));
+    }
+    spy.set_ordered(25_600);
+    h.advance(5 * MS);
+    assert_eq!(
+        counter_of_type(&h, type_id::SENDER_POSITION),
+        25_600,
+        "the sender skipped what the spy read: nobody is there to send it to"
+    );
+    assert_eq!(
+        counter_of_type(&h, type_id::PUBLISHER_LIMIT),
+        25_600 + 32 * 1024
+    );
+    let sent = net.take(endpoint);
+    assert!(!sent.is_empty(), "SETUPs go out, looking for a receiver");
+    assert!(
+        sent.iter().all(|d| frame_type(d) == HDR_TYPE_SETUP),
+        "no data went out"
+    );
 }

@@ -217,6 +217,9 @@ struct StartRecording {
     channel: String,
     auto_stop: bool,
     extend: Option<i64>,
+    /// The publication is on this driver (`SourceLocation.LOCAL`): a UDP
+    /// one is recorded by spying on its log, not through the receiver.
+    local: bool,
 }
 
 /// The archive's state and duty cycle.
@@ -867,6 +870,7 @@ impl ArchiveConductor {
                     channel: r.channel,
                     auto_stop: false,
                     extend: None,
+                    local: r.source_location == source_location::LOCAL,
                 });
             }
             StartRecordingRequest2::TEMPLATE_ID => {
@@ -878,16 +882,27 @@ impl ArchiveConductor {
                     channel: r.channel,
                     auto_stop: r.auto_stop == boolean_type::TRUE,
                     extend: None,
+                    local: r.source_location == source_location::LOCAL,
                 });
             }
             ExtendRecordingRequest::TEMPLATE_ID => {
                 let r = ExtendRecordingRequest::decode(m)?;
-                self.extend_recording(sid, k, r.recording_id, r.stream_id, r.channel, false);
+                let local = r.source_location == source_location::LOCAL;
+                self.extend_recording(sid, k, r.recording_id, r.stream_id, r.channel, false, local);
             }
             ExtendRecordingRequest2::TEMPLATE_ID => {
                 let r = ExtendRecordingRequest2::decode(m)?;
                 let auto_stop = r.auto_stop == boolean_type::TRUE;
-                self.extend_recording(sid, k, r.recording_id, r.stream_id, r.channel, auto_stop);
+                let local = r.source_location == source_location::LOCAL;
+                self.extend_recording(
+                    sid,
+                    k,
+                    r.recording_id,
+                    r.stream_id,
+                    r.channel,
+                    auto_stop,
+                    local,
+                );
             }
             StopRecordingRequest::TEMPLATE_ID => {
                 let r = StopRecordingRequest::decode(m)?;
@@ -1321,11 +1336,20 @@ impl ArchiveConductor {
                 ),
             ));
         }
-        // A UDP publication of this machine is recorded as its receivers see
-        // it: this driver has no spy subscriptions yet.
+        // A UDP publication of this driver is read in place, as Aeron's
+        // archive does: no trip through the sockets and the receiver. The
+        // spy connects the publication (as a subscriber of an IPC stream
+        // does), so recording needs no receiver nor a driver set to
+        // `spies_simulate_connection`, which Aeron's archive needs.
+        let subscribed = if r.local && stripped.starts_with("aeron:udp") {
+            let sep = if stripped.contains('?') { '|' } else { '?' };
+            format!("aeron-spy:{stripped}{sep}ssc=true")
+        } else {
+            stripped.clone()
+        };
         let subscription = self
             .client
-            .add_subscription(&stripped, r.stream_id)
+            .add_subscription(&subscribed, r.stream_id)
             .map_err(|e| (error_code::GENERIC, e.to_string()))?;
         let subscription_id = subscription.registration_id();
         self.recording_subscriptions.push(RecordingSubscription {
@@ -1344,6 +1368,7 @@ impl ArchiveConductor {
         Ok(subscription_id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn extend_recording(
         &mut self,
         sid: i64,
@@ -1352,6 +1377,7 @@ impl ArchiveConductor {
         stream_id: i32,
         channel: String,
         auto_stop: bool,
+        local: bool,
     ) {
         let Some(d) = self.catalog.recording(recording_id) else {
             return self.unknown_recording(sid, k, recording_id);
@@ -1388,6 +1414,7 @@ impl ArchiveConductor {
             channel,
             auto_stop,
             extend: Some(recording_id),
+            local,
         });
     }
 

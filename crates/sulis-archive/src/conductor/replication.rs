@@ -644,6 +644,8 @@ impl ArchiveConductor {
                 channel: channel.clone(),
                 auto_stop: true,
                 extend: Some(dst_id),
+                // The replay comes from the source archive over the network.
+                local: false,
             })
             .map_err(|(code, message)| {
                 (

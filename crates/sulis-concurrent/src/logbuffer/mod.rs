@@ -52,6 +52,8 @@ pub struct LogParams {
     pub tether: bool,
     /// Gaps are NAKed (true) or padded over (`reliable=false`); images only mean it.
     pub reliable: bool,
+    /// Spy subscriptions count as a connection (`ssc`); network publications only mean it.
+    pub spies_simulate_connection: bool,
 }
 
 /// A mapped log buffer file.
@@ -100,6 +102,10 @@ impl LogBuffers {
         m.put_u8(LOG_SIGNAL_EOS_OFFSET, p.signal_eos as u8);
         m.put_u8(LOG_TETHER_OFFSET, p.tether as u8);
         m.put_u8(LOG_RELIABLE_OFFSET, p.reliable as u8);
+        m.put_u8(
+            LOG_SPIES_SIMULATE_CONNECTION_OFFSET,
+            p.spies_simulate_connection as u8,
+        );
         m.put_u8(LOG_REJOIN_OFFSET, 1);
         m.put_u8(LOG_TYPE_OFFSET, p.log_type);
         let header = frame::default_data_header(p.session_id, p.stream_id, p.initial_term_id);
@@ -358,6 +364,7 @@ mod tests {
             signal_eos: true,
             tether: true,
             reliable: true,
+            spies_simulate_connection: false,
         };
         let logs = LogBuffers::create(&dir.path().join("1.logbuffer"), &p).unwrap();
         (dir, logs)

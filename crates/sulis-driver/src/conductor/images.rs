@@ -146,6 +146,7 @@ impl DriverConductor {
             signal_eos: true,
             tether: true,
             reliable,
+            spies_simulate_connection: false,
         };
         let path = image_log_file(&self.ctx.dir, correlation_id);
         let logs = match LogBuffers::create(&path, &params) {

@@ -4,7 +4,7 @@
 //! the client links, session ids and creating the publication log.
 
 use super::{parse_channel, CommandError, DriverConductor};
-use crate::ipc_publication::{IpcPublication, IpcSubscriber};
+use crate::ipc_publication::{IpcPublication, LocalSubscriber};
 use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter};
 use std::path::PathBuf;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
@@ -23,6 +23,16 @@ pub(super) struct PublicationLink {
     pub(super) registration_id: i64,
     pub(super) client_id: i64,
     pub(super) publication_id: i64,
+}
+
+/// The publication a new local subscriber reads, as its image event names it.
+pub(super) struct LogSource {
+    pub(super) registration_id: i64,
+    pub(super) session_id: i32,
+    pub(super) stream_id: i32,
+    pub(super) log_file: String,
+    /// Where the subscriber starts.
+    pub(super) join: i64,
 }
 
 /// An existing concurrent publication a further publisher joins.
@@ -205,8 +215,9 @@ impl DriverConductor {
             .filter(|&i| {
                 let s = &self.subscriptions[i];
                 // An IPC publication feeds IPC subscriptions only: a network
-                // subscription gets images from its own endpoint.
-                s.udp_endpoint.is_none()
+                // subscription gets images from its own endpoint, a spy
+                // from a UDP publication.
+                s.is_ipc()
                     && s.stream_id == stream_id
                     && s.session_filter.is_none_or(|f| f == session_id)
             })
@@ -323,6 +334,7 @@ impl DriverConductor {
             signal_eos: p.eos.unwrap_or(true),
             tether: true,
             reliable: true,
+            spies_simulate_connection: udp && p.ssc.unwrap_or(self.ctx.spies_simulate_connection),
         };
         let path = publication_log_file(&self.ctx.dir, correlation_id);
         let logs = LogBuffers::create(&path, &params).map_err(|e| {
@@ -338,31 +350,57 @@ impl DriverConductor {
         Ok((logs, path, session_id, window))
     }
 
+    /// Links subscription `sub_index` to IPC publication `pub_index`.
     pub(super) fn link_subscriber(&mut self, pub_index: usize, sub_index: usize) {
+        let p = &self.publications[pub_index];
+        let source = LogSource {
+            registration_id: p.registration_id,
+            session_id: p.session_id,
+            stream_id: p.stream_id,
+            log_file: p.logs.path().display().to_string(),
+            join: p.join_position(),
+        };
+        if let Some(s) = self.new_local_subscriber(sub_index, source) {
+            self.publications[pub_index].subscribers.push(s);
+        }
+    }
+
+    /// A subscriber reading a publication's log in place (IPC or spy): its
+    /// `sub-pos` counter at the join position, and the image event that
+    /// tells the client where the log is. `None` (logged) when no counter
+    /// is left.
+    pub(super) fn new_local_subscriber(
+        &mut self,
+        sub_index: usize,
+        source: LogSource,
+    ) -> Option<LocalSubscriber> {
         let now_ms = self.clock.epoch_ms();
         let s = &self.subscriptions[sub_index];
-        let p = &self.publications[pub_index];
-        let join = p.join_position();
-        let key = stream_counter_key(s.registration_id, p.session_id, p.stream_id, &s.channel);
+        let (sub_id, client_id, tether, simulates_connection) = (
+            s.registration_id,
+            s.client_id,
+            s.tether,
+            s.simulates_connection,
+        );
+        let key = stream_counter_key(sub_id, source.session_id, source.stream_id, &s.channel);
         let label = format!(
-            "{} @{join}",
+            "{} @{}",
             stream_counter_label(
                 "sub-pos",
-                s.registration_id,
-                p.session_id,
-                p.stream_id,
+                sub_id,
+                source.session_id,
+                source.stream_id,
                 &s.channel
-            )
+            ),
+            source.join
         );
-        let (sub_id, client_id, tether, channel) =
-            (s.registration_id, s.client_id, s.tether, s.channel.clone());
         let counter_id = match self.counters.allocate(
             type_id::SUBSCRIBER_POSITION,
             &key,
             &label,
             sub_id,
             client_id,
-            p.registration_id,
+            source.registration_id,
             now_ms,
         ) {
             Ok(id) => id,
@@ -370,29 +408,28 @@ impl DriverConductor {
                 self.record_error(&format!(
                     "cannot allocate subscriber position for subscription {sub_id}: {e}"
                 ));
-                return;
+                return None;
             }
         };
         let position = self.counters.reader().counter_ref(counter_id);
-        position.set_ordered(join);
-        let p = &mut self.publications[pub_index];
-        p.subscribers.push(IpcSubscriber {
+        position.set_ordered(source.join);
+        self.send(Event::AvailableImage {
+            correlation_id: source.registration_id,
+            session_id: source.session_id,
+            stream_id: source.stream_id,
+            subscription_registration_id: sub_id,
+            subscriber_position_id: counter_id,
+            log_file: source.log_file,
+            // Aeron names IPC and spy images alike.
+            source_identity: "aeron:ipc".to_string(),
+        });
+        Some(LocalSubscriber {
             subscription_id: sub_id,
             client_id,
             position,
             tether,
-        });
-        let ev = Event::AvailableImage {
-            correlation_id: p.registration_id,
-            session_id: p.session_id,
-            stream_id: p.stream_id,
-            subscription_registration_id: sub_id,
-            subscriber_position_id: counter_id,
-            log_file: p.logs.path().display().to_string(),
-            source_identity: "aeron:ipc".to_string(),
-        };
-        let _ = channel;
-        self.send(ev);
+            simulates_connection,
+        })
     }
 
     pub(super) fn on_remove_publication(
@@ -444,23 +481,31 @@ impl DriverConductor {
     /// Tells every subscriber of IPC publication `index` its image is gone.
     pub(super) fn withdraw_ipc_images(&mut self, index: usize) {
         let p = &self.publications[index];
-        let events: Vec<Event> = p
-            .subscribers
-            .iter()
-            .map(|s| Event::UnavailableImage {
-                correlation_id: p.registration_id,
-                subscription_registration_id: s.subscription_id,
-                stream_id: p.stream_id,
-                channel: self
-                    .subscriptions
-                    .iter()
-                    .find(|x| x.registration_id == s.subscription_id)
-                    .map(|x| x.channel.clone())
-                    .unwrap_or_default(),
-            })
-            .collect();
-        for ev in events {
-            self.send(ev);
+        let ids: Vec<i64> = p.subscribers.iter().map(|s| s.subscription_id).collect();
+        self.withdraw_local_images(p.registration_id, p.stream_id, &ids);
+    }
+
+    /// Tells local subscriptions `subscription_ids` (IPC or spies) that the
+    /// image of publication `registration_id` is gone.
+    pub(super) fn withdraw_local_images(
+        &mut self,
+        registration_id: i64,
+        stream_id: i32,
+        subscription_ids: &[i64],
+    ) {
+        for &id in subscription_ids {
+            let channel = self
+                .subscriptions
+                .iter()
+                .find(|x| x.registration_id == id)
+                .map(|x| x.channel.clone())
+                .unwrap_or_default();
+            self.send(Event::UnavailableImage {
+                correlation_id: registration_id,
+                subscription_registration_id: id,
+                stream_id,
+                channel,
+            });
         }
     }
 

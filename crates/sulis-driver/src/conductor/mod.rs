@@ -83,10 +83,10 @@ fn parse_channel(
 ) -> Result<(ChannelUri, Option<i32>), CommandError> {
     let uri = ChannelUri::parse(channel)
         .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
-    if uri.is_spy() {
+    if uri.is_spy() && what != "subscriptions" {
         return Err(CommandError::new(
-            error_code::NOT_SUPPORTED,
-            format!("channel '{channel}': spy {what} are not supported by this driver version"),
+            error_code::INVALID_CHANNEL,
+            format!("channel '{channel}': aeron-spy: is for subscriptions: {what} cannot spy (drop the prefix)"),
         ));
     }
     if let Some((part, reason)) = uri.unsupported_parameter() {
@@ -245,8 +245,13 @@ impl DriverConductor {
             work += 1;
         }
         let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
-        for p in self.net_publications.iter_mut() {
+        for i in 0..self.net_publications.len() {
+            let p = &mut self.net_publications[i];
             p.update_publisher_limit(now_ns, connection_timeout_ns);
+            // As for IPC: spies learn a closed stream is over once read.
+            if p.state.draining_since().is_some() && !p.spies.is_empty() {
+                work += self.step_network_publication_close(i, now_ns);
+            }
         }
         while let Ok(ev) = self.net.receiver_events.try_recv() {
             match ev {
@@ -709,18 +714,21 @@ mod tests {
     }
 
     #[test]
-    fn should_refuse_spies_session_id_tags_and_mdc_as_not_supported() {
-        let e = command_error(parse_channel(
-            "aeron-spy:aeron:udp?endpoint=localhost:40123",
-            7,
-            "subscriptions",
-        ));
-        assert_eq!(e.code, error_code::NOT_SUPPORTED);
-        assert!(
-            e.message.contains("spy subscriptions are not supported"),
-            "{}",
-            e.message
+    fn should_take_spies_for_subscriptions_only() {
+        let spy = "aeron-spy:aeron:udp?endpoint=localhost:40123";
+        let (uri, _) =
+            parse_channel(spy, 7, "subscriptions").unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(uri.is_spy());
+        let e = command_error(parse_channel(spy, 7, "publications"));
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
+        assert_eq!(
+            e.message,
+            "channel 'aeron-spy:aeron:udp?endpoint=localhost:40123': aeron-spy: is for subscriptions: publications cannot spy (drop the prefix)"
         );
+    }
+
+    #[test]
+    fn should_refuse_session_id_tags_and_mdc_as_not_supported() {
         let e = command_error(parse_channel(
             "aeron:ipc?session-id=tag:5",
             7,

@@ -147,6 +147,8 @@ impl DriverConductor {
         };
         let reader = self.counters.reader();
         let term_length = logs.term_length();
+        let spies_simulate_connection =
+            logs.meta().get_u8(LOG_SPIES_SIMULATE_CONNECTION_OFFSET) != 0;
         let publication = Arc::new(NetworkPublication {
             registration_id: correlation_id,
             session_id,
@@ -167,6 +169,8 @@ impl DriverConductor {
             time_of_last_sm_ns: AtomicI64::new(i64::MIN),
             status: AtomicU8::new(crate::network_publication::status::ACTIVE),
             signal_eos: p.eos.unwrap_or(true),
+            spies_simulate_connection,
+            spy_catch_up: AtomicI64::new(crate::network_publication::NO_CATCH_UP),
         });
         let mut entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
         if let Some(name) = p
@@ -200,22 +204,43 @@ impl DriverConductor {
             log_file: path.display().to_string(),
             exclusive,
         });
+        let ni = self.net_publications.len() - 1;
+        let spies: Vec<usize> = (0..self.subscriptions.len())
+            .filter(|&si| self.subscriptions[si].spies_on(&self.net_publications[ni]))
+            .collect();
+        for si in spies {
+            self.link_spy(ni, si);
+        }
         Ok(())
+    }
+
+    /// The close sequence of network publication `index` (every duty cycle
+    /// while it drains, on the timer after): when draining ends its spies
+    /// learn the image is gone.
+    pub(super) fn step_network_publication_close(&mut self, index: usize, now_ns: i64) -> usize {
+        let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
+        let p = &mut self.net_publications[index];
+        // The channel's linger (written into the log) or the driver's.
+        let linger_ns = p
+            .publication
+            .logs
+            .meta()
+            .get_i64(LOG_LINGER_TIMEOUT_NS_OFFSET);
+        if !p.on_time_event(now_ns, linger_ns, connection_timeout_ns) {
+            return 0;
+        }
+        let (registration_id, stream_id) = (p.publication.registration_id, p.publication.stream_id);
+        let ids: Vec<i64> = p.spies.iter().map(|s| s.subscription_id).collect();
+        self.withdraw_local_images(registration_id, stream_id, &ids);
+        1
     }
 
     /// Network publications: steps their state on and frees those done
     /// (sender, counters, send endpoint, log).
     pub(super) fn on_network_publications_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
         let mut work = 0;
-        let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
-        for p in self.net_publications.iter_mut() {
-            // The channel's linger (written into the log) or the driver's.
-            let linger_ns = p
-                .publication
-                .logs
-                .meta()
-                .get_i64(LOG_LINGER_TIMEOUT_NS_OFFSET);
-            p.on_time_event(now_ns, linger_ns, connection_timeout_ns);
+        for i in 0..self.net_publications.len() {
+            work += self.step_network_publication_close(i, now_ns);
         }
         let mut i = 0;
         while i < self.net_publications.len() {
@@ -225,7 +250,12 @@ impl DriverConductor {
                 let _ = self.net.sender.send(SenderCommand::RemovePublication {
                     registration_id: p.registration_id,
                 });
-                for c in [&p.pub_limit, &p.pub_pos, &p.snd_pos, &p.snd_lmt] {
+                // Its spies were told at the end of draining.
+                let spies = entry.spies.iter().map(|s| &s.position);
+                for c in [&p.pub_limit, &p.pub_pos, &p.snd_pos, &p.snd_lmt]
+                    .into_iter()
+                    .chain(spies)
+                {
                     self.counters.free(c.id(), now_ms);
                 }
                 if let Some(e) = self

@@ -1,11 +1,13 @@
-//! Subscriptions: the links clients hold, adding (IPC and UDP, deferred
-//! while the old socket on the address closes), removing and unlinking
-//! from publications and images.
+//! Subscriptions: the links clients hold, adding (IPC, UDP, deferred while
+//! the old socket on the address closes, and spies on this driver's UDP
+//! publications), removing and unlinking from publications and images.
 
 use super::endpoints::EndpointEntry;
 use super::images::ImageState;
+use super::ipc_publications::LogSource;
 use super::{parse_channel, CommandError, DriverConductor};
 use crate::media::transport::EndpointRole;
+use crate::network_publication::NetworkPublicationEntry;
 use crate::publication_image::PublicationImage;
 use crate::receiver::ReceiverCommand;
 use std::sync::Arc;
@@ -20,8 +22,29 @@ pub(super) struct SubscriptionLink {
     pub(super) channel: String,
     pub(super) session_filter: Option<i32>,
     pub(super) tether: bool,
-    /// Receive endpoint of a UDP subscription (`None` for IPC).
+    /// Receive endpoint of a UDP subscription (`None` for IPC and spies).
     pub(super) udp_endpoint: Option<u64>,
+    /// For a spy: the canonical key of the UDP channel it watches, matched
+    /// against network publications' send endpoints.
+    pub(super) spy_key: Option<String>,
+    /// A spy with `ssc=true`: counts as a connection for what it spies on.
+    pub(super) simulates_connection: bool,
+}
+
+impl SubscriptionLink {
+    /// An IPC subscription: neither a UDP subscription nor a spy.
+    pub(super) fn is_ipc(&self) -> bool {
+        self.udp_endpoint.is_none() && self.spy_key.is_none()
+    }
+
+    /// True if this is a spy on the network publication `p`.
+    pub(super) fn spies_on(&self, p: &NetworkPublicationEntry) -> bool {
+        self.spy_key.as_deref() == Some(p.endpoint_key.as_str())
+            && self.stream_id == p.publication.stream_id
+            && self
+                .session_filter
+                .is_none_or(|f| f == p.publication.session_id)
+    }
 }
 
 /// An add-subscription command that waits until the receiver has closed the
@@ -43,6 +66,16 @@ impl DriverConductor {
         channel: &str,
     ) -> Result<(), CommandError> {
         let (uri, session_filter) = parse_channel(channel, stream_id, "subscriptions")?;
+        if uri.is_spy() {
+            return self.on_add_spy_subscription(
+                client_id,
+                correlation_id,
+                stream_id,
+                channel,
+                &uri,
+                session_filter,
+            );
+        }
         if uri.media() == Media::Udp {
             return self.on_add_udp_subscription(
                 client_id,
@@ -62,6 +95,8 @@ impl DriverConductor {
             session_filter,
             tether: p.tether.unwrap_or(true),
             udp_endpoint: None,
+            spy_key: None,
+            simulates_connection: false,
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
@@ -85,8 +120,13 @@ impl DriverConductor {
     pub(super) fn unlink_subscription(&mut self, link: &SubscriptionLink) {
         let registration_id = link.registration_id;
         let now_ms = self.clock.epoch_ms();
-        for p in self.publications.iter_mut() {
-            p.subscribers.retain(|s| {
+        let readers = self
+            .publications
+            .iter_mut()
+            .map(|p| &mut p.subscribers)
+            .chain(self.net_publications.iter_mut().map(|p| &mut p.spies));
+        for subscribers in readers {
+            subscribers.retain(|s| {
                 if s.subscription_id == registration_id {
                     self.counters.free(s.position.id(), now_ms);
                     false
@@ -139,6 +179,63 @@ impl DriverConductor {
         self.unlink_subscription(&link);
         self.send(Event::OperationSuccess { correlation_id });
         Ok(())
+    }
+
+    /// A spy (`aeron-spy:aeron:udp?...`): reads every matching UDP
+    /// publication of this driver in place, as IPC subscribers do; no
+    /// socket is bound.
+    fn on_add_spy_subscription(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        uri: &ChannelUri,
+        session_filter: Option<i32>,
+    ) -> Result<(), CommandError> {
+        let udp = self.resolve_udp(channel, &uri.without_spy_prefix())?;
+        self.subscriptions.push(SubscriptionLink {
+            registration_id: correlation_id,
+            client_id,
+            stream_id,
+            channel: channel.to_string(),
+            session_filter,
+            tether: uri.params().tether.unwrap_or(true),
+            udp_endpoint: None,
+            spy_key: Some(udp.canonical),
+            simulates_connection: uri.params().ssc.unwrap_or(false),
+        });
+        self.send(Event::SubscriptionReady {
+            correlation_id,
+            channel_status_counter_id: NULL_COUNTER_ID,
+        });
+        let si = self.subscriptions.len() - 1;
+        let spied: Vec<usize> = (0..self.net_publications.len())
+            .filter(|&i| {
+                let p = &self.net_publications[i];
+                p.is_active() && self.subscriptions[si].spies_on(p)
+            })
+            .collect();
+        for ni in spied {
+            self.link_spy(ni, si);
+        }
+        Ok(())
+    }
+
+    /// Links spy subscription `sub_index` to network publication `pub_index`.
+    pub(super) fn link_spy(&mut self, pub_index: usize, sub_index: usize) {
+        let p = &self.net_publications[pub_index];
+        let np = &p.publication;
+        let source = LogSource {
+            registration_id: np.registration_id,
+            session_id: np.session_id,
+            stream_id: np.stream_id,
+            log_file: np.logs.path().display().to_string(),
+            join: p.spy_join_position(),
+        };
+        if let Some(s) = self.new_local_subscriber(sub_index, source) {
+            self.net_publications[pub_index].spies.push(s);
+        }
     }
 
     fn on_add_udp_subscription(
@@ -211,6 +308,8 @@ impl DriverConductor {
             session_filter,
             tether: p.tether.unwrap_or(true),
             udp_endpoint: Some(endpoint_id),
+            spy_key: None,
+            simulates_connection: false,
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
