@@ -11,8 +11,8 @@ Rows, each the median of ``--runs`` runs:
   a fresh directory under the temporary directory); the publisher (Python ``offer_batch``, 1,024
   messages a call, the GIL released) publishes ``--count`` messages; the time runs from the
   first offer to the archive's recorded position reaching the end. Messages/s and MB/s of
-  payload. (A UDP stream reaches sulis's archive through the driver's receiver: sulis has no spy
-  subscriptions yet, where Aeron's archive records its local UDP publication by spying on it.)
+  payload. On UDP both archives record their local publication through a spy subscription (Aeron's
+  sample sets its driver's spies-simulate-connection; sulis's archive spy connects by itself).
 * sulis replay: the recording replayed over IPC to a subscriber reading with ``poll_batch``
   (Rust copies, no Python object per message); from the replay request to the last message.
 * Aeron record / replay: Aeron's own samples ``EmbeddedRecordingThroughput`` and
