@@ -412,6 +412,8 @@ class Archive:
         credentials: bytes | None = None,
         challenge: bytes | None = None,
         challenge_response: bytes | None = None,
+        record_checksum: str | None = None,
+        replay_checksum: str | None = None,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -485,8 +487,12 @@ class ArchiveClient:
 
 def archive_describe(dir: str) -> tuple[list[tuple[int, RecordingDescriptor]], list[str]]:
     """The catalog of the archive in ``dir``: (state, descriptor) per entry, and what could not be read."""
-def archive_verify(dir: str) -> list[tuple[int, bool, str]]:
-    """(recording id, ok, message) for every valid recording's segment files."""
+def archive_verify(dir: str, checksum: str | None = None) -> list[tuple[int, bool, str]]:
+    """(recording id, ok, message) for every valid recording's segment files (and checksums)."""
+def archive_checksum(
+    dir: str, checksum: str, recording_id: int | None = None, all_files: bool = False
+) -> list[tuple[int, int, int]]:
+    """Writes checksums into recordings' frames and catalog entries: (recording id, files, frames)."""
 def archive_mark(dir: str, recording_id: int, valid: bool) -> None:
     """Marks a recording VALID or INVALID in a stopped archive's catalog."""
 def archive_compact(dir: str) -> tuple[int, list[str]]:

@@ -4,6 +4,7 @@ requests."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -701,3 +702,86 @@ def test_migrate_segments_joins_a_recording_to_the_one_that_follows_it(driver, c
         got = receive(ac.replay(b.recording_id, "aeron:ipc", 2081), kept + 200)
         assert got == [message(i) for i in range(kept)] + [message(i) for i in range(200)]
         assert archive.errors() == []
+
+
+def _flip_payload_byte(archive_dir: str, recording_id: int, near: int) -> int:
+    """Flips a payload byte of the DATA frame that covers offset ``near`` of the recording's first
+    segment file (the headers stay consistent); returns that frame's position."""
+    (seg,) = [f for f in os.listdir(archive_dir) if f.startswith(f"{recording_id}-") and f.endswith(".rec")]
+    with open(os.path.join(archive_dir, seg), "r+b") as f:
+        data = f.read(near + 16384)
+        at = 0
+        while True:
+            (length,) = struct.unpack_from("<i", data, at)
+            if at + ((length + 31) & ~31) > near:
+                break
+            at += (length + 31) & ~31
+        f.seek(at + 40)
+        f.write(bytes([data[at + 40] ^ 0x5A]))
+    return at
+
+
+def test_checksums_are_written_checked_on_replay_and_by_the_tool(driver, client, archive_dir):
+    """With a record checksum every frame's session id field holds the CRC of its body (Aeron's
+    layout); a byte changed on disk then fails `verify --checksum` and a replay with a replay
+    checksum (naming the position), while a plain verify, which checks headers only, passes.
+    `archive-tool checksum` stamps a recording made without checksums so that both accept it."""
+    from conftest import run_cli
+
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, record_checksum="crc32c",
+                       replay_checksum="io.aeron.archive.checksum.Crc32c") as archive, \
+            sulis.ArchiveClient(client) as ac:
+        d = record(ac, client, "aeron:ipc", 1001, 300)
+        assert receive(ac.replay(d.recording_id, "aeron:ipc", 2080), 300) == [message(i) for i in range(300)]
+        assert archive.errors() == []
+    dumped = json.loads(run_cli("archive-tool", archive_dir, "dump", "--frames", "5", "--json").stdout)
+    sessions = {f["session_id"] for f in dumped[0]["frames"]}
+    assert d.session_id not in sessions and len(sessions) == 5, "each frame's field holds its own checksum"
+    ok = run_cli("archive-tool", archive_dir, "verify", "--checksum", "crc32c")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    wrong = run_cli("archive-tool", archive_dir, "verify", "--checksum", "crc32")
+    assert wrong.returncode == 1 and "checksum mismatch" in wrong.stdout, wrong.stdout
+
+    bad_position = _flip_payload_byte(archive_dir, d.recording_id, 6000)
+    assert run_cli("archive-tool", archive_dir, "verify").returncode == 0, "headers alone look fine"
+    bad = run_cli("archive-tool", archive_dir, "verify", "--checksum", "crc32c")
+    assert bad.returncode == 1, bad.stdout
+    assert f"position {bad_position}" in bad.stdout and "crc32c checksum mismatch" in bad.stdout, bad.stdout
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, replay_checksum="crc32c") as archive, \
+            sulis.ArchiveClient(client) as ac:
+        sub = ac.replay(d.recording_id, "aeron:ipc", 2081)
+        await_until(lambda: sub.images, what="the replay's image")
+        got: list[bytes] = []
+        assembler = sulis.FragmentAssembler(lambda b, h: got.append(bytes(b)))
+        errors: list = []
+
+        def replay_failed() -> bool:
+            sub.poll(assembler, 100)
+            errors.extend(ac.poll_errors())
+            return bool(errors)
+        await_until(replay_failed, what="the replay's error")
+        (_, _, text), = errors
+        assert f"position {bad_position}" in text and "checksum mismatch" in text, text
+        assert got == [message(i) for i in range(len(got))], "what came before the bad frame is intact"
+        assert 0 < len(got) < 300
+
+    # A recording made without checksums: the tool stamps it, then a checked replay takes it.
+    other = make_dir("sulis-test-archive-")
+    with sulis.Archive(other, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
+        d2 = record(ac, client, "aeron:ipc", 1002, 200)
+    plain = run_cli("archive-tool", other, "verify", "--checksum", "crc32c")
+    assert plain.returncode == 1 and "checksum mismatch" in plain.stdout, plain.stdout
+    stamped = json.loads(run_cli("archive-tool", other, "checksum", "--checksum", "crc32c", "--all",
+                                 "--json").stdout)
+    assert stamped == [{"recording_id": d2.recording_id, "files": 1, "frames": stamped[0]["frames"]}]
+    assert stamped[0]["frames"] >= 200
+    assert run_cli("archive-tool", other, "verify", "--checksum", "crc32c").returncode == 0
+    with sulis.Archive(other, driver_dir=driver.dir, replay_checksum="crc32c") as archive, \
+            sulis.ArchiveClient(client) as ac:
+        assert receive(ac.replay(d2.recording_id, "aeron:ipc", 2082), 200) == [message(i) for i in range(200)]
+        assert ac.poll_errors() == [] and archive.errors() == []
+    shutil.rmtree(other, ignore_errors=True)
+    usage = run_cli("archive-tool", archive_dir, "checksum")
+    assert usage.returncode != 0 and "needs --checksum" in usage.stderr
+    unknown = run_cli("archive-tool", archive_dir, "verify", "--checksum", "md5")
+    assert unknown.returncode != 0 and "unknown checksum 'md5'" in unknown.stderr

@@ -11,7 +11,13 @@
 //! Sync levels, as Aeron's `catalog.file.sync.level`: 0 leaves writes to
 //! the page cache; 1 flushes the changed bytes after every change; 2 also
 //! syncs the file's metadata.
+//!
+//! With a checksum ([`Catalog::set_checksum`], the archive's record
+//! checksum) every change of an entry's descriptor rewrites the entry
+//! header's checksum field, as Aeron's catalog does: the checksum of the
+//! `length` bytes after the 32-byte entry header.
 
+use crate::checksum::Checksum;
 use memmap2::MmapMut;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -35,6 +41,7 @@ pub struct Catalog {
     end: usize,
     sync_level: u8,
     problems: Vec<String>,
+    checksum: Option<Checksum>,
 }
 
 fn io_error(path: &Path, what: &str, e: io::Error) -> CatalogError {
@@ -88,6 +95,7 @@ impl Catalog {
             end: CATALOG_HEADER_LENGTH,
             sync_level,
             problems: Vec::new(),
+            checksum: None,
         };
         catalog.load();
         catalog.sync(0, CATALOG_HEADER_LENGTH);
@@ -196,6 +204,7 @@ impl Catalog {
         self.map[offset..offset + 4].copy_from_slice(&bytes[..4]);
         self.end += bytes.len();
         self.index.insert(id, offset);
+        self.seal(offset);
         self.header.next_recording_id = id + 1;
         self.write_header();
         self.sync(offset, bytes.len());
@@ -243,10 +252,53 @@ impl Catalog {
     }
 
     fn put_i64(&mut self, id: i64, field: usize, value: i64) -> Result<(), CatalogError> {
-        let o = self.offset_of(id)? + field;
+        let offset = self.offset_of(id)?;
+        let o = offset + field;
         self.map[o..o + 8].copy_from_slice(&value.to_le_bytes());
         self.sync(o, 8);
+        self.seal(offset);
         Ok(())
+    }
+
+    /// Keeps entries' descriptor checksums from now on (`None`: leaves the
+    /// field as it is).
+    pub fn set_checksum(&mut self, checksum: Option<Checksum>) {
+        self.checksum = checksum;
+    }
+
+    /// Rewrites every entry's descriptor checksum with the catalog's
+    /// checksum (ArchiveTool `checksum`).
+    pub fn seal_all(&mut self) {
+        let offsets: Vec<usize> = self.index.values().copied().collect();
+        for offset in offsets {
+            self.seal(offset);
+        }
+    }
+
+    /// The descriptor body of the entry at `offset` (the bytes its checksum covers).
+    fn body(&self, offset: usize) -> &[u8] {
+        let start = offset + sulis_protocol::archive::catalog::DESCRIPTOR_HEADER_LENGTH;
+        let length = read_i32(&self.map, offset + entry::LENGTH).max(0) as usize;
+        &self.map[start..(start + length).min(self.map.len())]
+    }
+
+    fn seal(&mut self, offset: usize) {
+        if let Some(c) = self.checksum {
+            let sum = c.compute(self.body(offset));
+            let o = offset + entry::CHECKSUM;
+            self.map[o..o + 4].copy_from_slice(&sum.to_le_bytes());
+            self.sync(o, 4);
+        }
+    }
+
+    /// Recording `id`'s descriptor checksum as stored and as `c` computes
+    /// it from the entry (`None` for an unknown id).
+    pub fn descriptor_checksum(&self, id: i64, c: Checksum) -> Option<(i32, i32)> {
+        let offset = *self.index.get(&id)?;
+        Some((
+            read_i32(&self.map, offset + entry::CHECKSUM),
+            c.compute(self.body(offset)),
+        ))
     }
 
     /// A recording stopped at `position`, at `timestamp_ms`.
@@ -399,6 +451,36 @@ mod tests {
         let mode = std::fs::metadata(c.path()).unwrap().permissions();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn should_keep_descriptor_checksums_through_every_change_when_asked() {
+        let dir = TempDir::new("checksum");
+        let mut c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        c.add_recording(descriptor(1, "aeron:ipc")).unwrap();
+        assert_eq!(
+            c.descriptor_checksum(0, Checksum::Crc32c)
+                .map(|(stored, _)| stored),
+            Some(0),
+            "no checksum unless the catalog keeps one"
+        );
+        c.set_checksum(Some(Checksum::Crc32c));
+        c.add_recording(descriptor(2, "aeron:ipc?alias=two"))
+            .unwrap();
+        c.record_stop(1, 4096, 2000).unwrap();
+        c.record_extend(1, 5, 6, 7).unwrap();
+        let (stored, computed) = c.descriptor_checksum(1, Checksum::Crc32c).unwrap();
+        assert_eq!(stored, computed);
+        assert_ne!(stored, 0);
+        assert_ne!(
+            c.descriptor_checksum(0, Checksum::Crc32c)
+                .map(|(s, c)| s == c),
+            Some(true)
+        );
+        c.seal_all();
+        let (stored, computed) = c.descriptor_checksum(0, Checksum::Crc32c).unwrap();
+        assert_eq!(stored, computed, "sealed");
+        assert_eq!(c.descriptor_checksum(9, Checksum::Crc32c), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The archive's settings, with Aeron Archive's defaults.
 
+use crate::checksum::Checksum;
 use std::path::PathBuf;
 use std::time::Duration;
 use sulis_protocol::archive::segment::{check_segment_file_length, DEFAULT_SEGMENT_FILE_LENGTH};
@@ -29,6 +30,13 @@ pub struct ArchiveContext {
     pub file_sync_level: u8,
     /// Catalog: 0, 1 or 2 as above; at least `file_sync_level`.
     pub catalog_file_sync_level: u8,
+    /// Stamped into every recorded DATA frame and catalog entry (Aeron's
+    /// `aeron.archive.record.checksum`); `None`: none.
+    pub record_checksum: Option<Checksum>,
+    /// Checked on every replayed DATA frame (Aeron's
+    /// `aeron.archive.replay.checksum`): a mismatch ends the replay with an
+    /// error naming the frame.
+    pub replay_checksum: Option<Checksum>,
     /// Initial catalog capacity (it grows).
     pub catalog_capacity: usize,
     /// Most bytes written or read per call.
@@ -67,6 +75,8 @@ impl Default for ArchiveContext {
             segment_file_length: DEFAULT_SEGMENT_FILE_LENGTH,
             file_sync_level: 0,
             catalog_file_sync_level: 0,
+            record_checksum: None,
+            replay_checksum: None,
             catalog_capacity: sulis_protocol::archive::catalog::DEFAULT_CATALOG_CAPACITY,
             file_io_max_length: 1024 * 1024,
             max_concurrent_recordings: 20,

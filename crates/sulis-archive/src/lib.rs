@@ -4,6 +4,7 @@
 //! (the contracts are in `sulis_protocol::archive`).
 
 pub mod catalog;
+pub mod checksum;
 pub mod conductor;
 pub mod context;
 pub mod mark_file;

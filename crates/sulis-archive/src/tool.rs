@@ -4,6 +4,7 @@
 //! position.
 
 use crate::catalog::Catalog;
+use crate::checksum::Checksum;
 use crate::mark_file::MarkFileReader;
 use crate::segment::{Geometry, SegmentReader};
 use std::path::Path;
@@ -37,9 +38,15 @@ pub struct Verdict {
 }
 
 /// Reads every VALID recording's frames from its start to its stop
-/// position (an active or unfinished one: as far as its files go).
-pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
+/// position (an active or unfinished one: as far as its files go). With a
+/// `checksum` (Aeron's `verify -checksum`), each entry's descriptor
+/// checksum and every DATA frame's are checked too.
+pub fn verify(dir: &Path, checksum: Option<Checksum>) -> Result<Vec<Verdict>, String> {
     let (entries, problems) = describe(dir)?;
+    let catalog = match checksum {
+        Some(_) => Some(Catalog::open(dir, 4096, 0).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let mut out: Vec<Verdict> = problems
         .into_iter()
         .map(|p| Verdict {
@@ -66,6 +73,22 @@ pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
             });
             continue;
         }
+        if let (Some(c), Some(catalog)) = (checksum, &catalog) {
+            match catalog.descriptor_checksum(d.recording_id, c) {
+                Some((stored, computed)) if stored != computed => {
+                    out.push(Verdict {
+                        recording_id: d.recording_id,
+                        ok: false,
+                        message: format!(
+                            "catalog entry {} checksum mismatch: the entry says {stored},                              its descriptor gives {computed}",
+                            c.name()
+                        ),
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+        }
         if buf.len() < g.term_length as usize {
             buf.resize(g.term_length as usize, 0);
         }
@@ -74,7 +97,7 @@ pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
         } else {
             d.stop_position
         };
-        let mut reader = SegmentReader::new(dir, g, d.start_position);
+        let mut reader = SegmentReader::new(dir, g, d.start_position).with_checksum(checksum);
         let verdict = loop {
             if reader.position() >= end {
                 break Verdict {
@@ -106,7 +129,9 @@ pub fn verify(dir: &Path) -> Result<Vec<Verdict>, String> {
                     }
                 }
                 Ok(_) => {}
-                Err(err) if end == i64::MAX => {
+                // A bad checksum is damage, not the torn end of a recording
+                // that was not stopped.
+                Err(err) if end == i64::MAX && !err.to_string().contains("checksum mismatch") => {
                     break Verdict {
                         recording_id: d.recording_id,
                         ok: true,
@@ -173,6 +198,129 @@ pub fn mark(dir: &Path, id: i64, valid: bool) -> Result<(), String> {
     };
     catalog.set_state(id, state).map_err(|e| e.to_string())?;
     catalog.flush().map_err(|e| e.to_string())
+}
+
+/// What `checksum` did to one recording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamped {
+    /// Recording id.
+    pub recording_id: i64,
+    /// Segment files rewritten.
+    pub files: usize,
+    /// DATA frames given a checksum.
+    pub frames: u64,
+}
+
+/// Aeron ArchiveTool's `checksum`: writes `c`'s checksum into every DATA
+/// frame of the last segment file (or, with `all_files`, every segment
+/// file) of recording `only` or of every VALID recording, and into their
+/// catalog entries, so an archive run with that record checksum (and
+/// `verify` with it) accepts recordings made without one.
+pub fn checksum(
+    dir: &Path,
+    c: Checksum,
+    only: Option<i64>,
+    all_files: bool,
+) -> Result<Vec<Stamped>, String> {
+    ensure_not_running(dir)?;
+    let mut catalog = open_catalog(dir)?;
+    if let Some(id) = only {
+        if catalog.recording(id).is_none() {
+            return Err(format!(
+                "{}: no valid recording {id} in the catalog",
+                dir.display()
+            ));
+        }
+    }
+    let files = segment_files(dir);
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    for e in catalog.entries() {
+        let d = e.descriptor;
+        if e.state != recording_state::VALID || only.is_some_and(|id| id != d.recording_id) {
+            continue;
+        }
+        let g = Geometry::of(&d);
+        if !g.is_valid() {
+            return Err(format!(
+                "recording {}: term length {} / segment length {} are not a valid geometry",
+                d.recording_id, d.term_buffer_length, d.segment_file_length
+            ));
+        }
+        let mine: Vec<_> = files.iter().filter(|f| f.0 == d.recording_id).collect();
+        let chosen = if all_files {
+            &mine[..]
+        } else {
+            &mine[mine.len().saturating_sub(1)..]
+        };
+        let mut stamped = Stamped {
+            recording_id: d.recording_id,
+            files: 0,
+            frames: 0,
+        };
+        for (_, base, path) in chosen {
+            stamped.frames += stamp_segment(path, *base, &d, g, c, &mut buf)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            stamped.files += 1;
+        }
+        out.push(stamped);
+    }
+    catalog.set_checksum(Some(c));
+    catalog.seal_all();
+    catalog.flush().map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Stamps the DATA frames of one segment file, a term at a time (frames
+/// never cross terms), from the recording's start (if in this file) to its
+/// stop position or the first empty frame. Returns the frames stamped.
+fn stamp_segment(
+    path: &Path,
+    base: i64,
+    d: &sulis_protocol::archive::messages::RecordingDescriptor,
+    g: Geometry,
+    c: Checksum,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let size = file.metadata()?.len() as i64;
+    let stop = if d.stop_position == NULL_VALUE {
+        i64::MAX
+    } else {
+        d.stop_position
+    };
+    let mut frames = 0u64;
+    let mut position = base.max(d.start_position);
+    while position < stop && position - base < size.min(g.segment_length) {
+        let term_end = position - position % g.term_length + g.term_length;
+        let end = term_end.min(stop).min(base + size);
+        buf.resize((end - position) as usize, 0);
+        file.read_exact_at(buf, (position - base) as u64)?;
+        // Stop at the first empty frame: nothing was written past it.
+        let mut at = 0;
+        while at + 32 <= buf.len() {
+            let length = i32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+            if length <= 0 {
+                break;
+            }
+            let kind = u16::from_le_bytes([buf[at + 6], buf[at + 7]]);
+            frames += u64::from(kind == sulis_protocol::frame::HDR_TYPE_DATA);
+            at += (length as usize + 31) & !31;
+        }
+        let whole = at.min(buf.len());
+        c.stamp(&mut buf[..whole]);
+        file.write_all_at(&buf[..whole], (position - base) as u64)?;
+        if whole < buf.len() {
+            break;
+        }
+        position = end;
+    }
+    file.sync_all()?;
+    Ok(frames)
 }
 
 /// The segment files in `dir`: (recording id, base position, path), sorted.

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
+use sulis_archive::checksum::Checksum;
 use sulis_archive::ArchiveError as RustArchiveError;
 use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext};
 use sulis_protocol::archive::messages::{RecordingDescriptor, RecordingSignalEvent};
@@ -66,7 +67,7 @@ impl PyArchive {
         archive_id=None, segment_file_length=128 * 1024 * 1024, file_sync_level=0,
         catalog_file_sync_level=0, max_concurrent_recordings=20, max_concurrent_replays=20,
         connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
-        challenge_response=None
+        challenge_response=None, record_checksum=None, replay_checksum=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -88,7 +89,15 @@ impl PyArchive {
         credentials: Option<Vec<u8>>,
         challenge: Option<Vec<u8>>,
         challenge_response: Option<Vec<u8>>,
+        record_checksum: Option<String>,
+        replay_checksum: Option<String>,
     ) -> PyResult<Self> {
+        let checksum = |name: Option<String>, what: &str| {
+            name.map(|n| {
+                Checksum::parse(&n).map_err(|e| ConfigurationError::new_err(format!("{what}: {e}")))
+            })
+            .transpose()
+        };
         let ctx = ArchiveContext {
             archive_dir: dir.clone(),
             driver_dir,
@@ -107,6 +116,8 @@ impl PyArchive {
             credentials,
             challenge,
             challenge_response: challenge_response.unwrap_or_default(),
+            record_checksum: checksum(record_checksum, "record_checksum")?,
+            replay_checksum: checksum(replay_checksum, "replay_checksum")?,
             ..ArchiveContext::default()
         };
         ctx.conclude().map_err(ConfigurationError::new_err)?;
@@ -588,16 +599,50 @@ pub fn archive_describe(dir: PathBuf) -> PyResult<CatalogListing> {
     ))
 }
 
-/// Checks every valid recording's segment files frame by frame:
+fn parse_checksum(name: &str) -> PyResult<Checksum> {
+    Checksum::parse(name).map_err(ConfigurationError::new_err)
+}
+
+/// Checks every valid recording's segment files frame by frame, and with
+/// `checksum` ("crc32" / "crc32c") each frame's and catalog entry's checksum:
 /// (recording id, ok, message) per recording (id -1: a catalog problem).
 #[pyfunction]
-pub fn archive_verify(py: Python<'_>, dir: PathBuf) -> PyResult<Vec<(i64, bool, String)>> {
+#[pyo3(signature = (dir, checksum=None))]
+pub fn archive_verify(
+    py: Python<'_>,
+    dir: PathBuf,
+    checksum: Option<String>,
+) -> PyResult<Vec<(i64, bool, String)>> {
+    let checksum = checksum.as_deref().map(parse_checksum).transpose()?;
     let verdicts = py
-        .detach(|| sulis_archive::tool::verify(&dir))
+        .detach(|| sulis_archive::tool::verify(&dir, checksum))
         .map_err(ConfigurationError::new_err)?;
     Ok(verdicts
         .into_iter()
         .map(|v| (v.recording_id, v.ok, v.message))
+        .collect())
+}
+
+/// Writes `checksum`'s checksum into the DATA frames of the last segment
+/// file (every one with `all_files`) of recording `recording_id` or of every
+/// valid recording, and into the catalog entries: (recording id, files,
+/// frames) per recording.
+#[pyfunction]
+#[pyo3(signature = (dir, checksum, recording_id=None, all_files=false))]
+pub fn archive_checksum(
+    py: Python<'_>,
+    dir: PathBuf,
+    checksum: &str,
+    recording_id: Option<i64>,
+    all_files: bool,
+) -> PyResult<Vec<(i64, usize, u64)>> {
+    let c = parse_checksum(checksum)?;
+    let stamped = py
+        .detach(|| sulis_archive::tool::checksum(&dir, c, recording_id, all_files))
+        .map_err(ConfigurationError::new_err)?;
+    Ok(stamped
+        .into_iter()
+        .map(|s| (s.recording_id, s.files, s.frames))
         .collect())
 }
 
@@ -698,6 +743,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive_describe, m)?)?;
     m.add_function(wrap_pyfunction!(archive_verify, m)?)?;
     m.add_function(wrap_pyfunction!(archive_mark, m)?)?;
+    m.add_function(wrap_pyfunction!(archive_checksum, m)?)?;
     m.add_function(wrap_pyfunction!(archive_compact, m)?)?;
     m.add_function(wrap_pyfunction!(archive_delete_orphaned_segments, m)?)?;
     m.add_function(wrap_pyfunction!(archive_dump, m)?)?;

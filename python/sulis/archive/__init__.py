@@ -105,7 +105,11 @@ class Archive(_native.Archive):
     With ``credentials`` (bytes) only clients that connect with them are let
     in, and with a ``challenge`` they must then answer it with
     ``challenge_response``; a refused client is told AUTHENTICATION_REJECTED
-    and the refusal is logged (``errors()``).
+    and the refusal is logged (``errors()``). With ``record_checksum``
+    (``"crc32"`` or ``"crc32c"``, or Aeron's class names) every recorded
+    frame and catalog entry carries a checksum, as Aeron's archive writes
+    them; with ``replay_checksum`` replays check every frame and stop with
+    an error at the first that does not match.
     """
 
     def __new__(cls, dir, driver_dir=None, **options):  # noqa: A002 - Aeron's name

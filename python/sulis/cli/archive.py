@@ -36,6 +36,11 @@ _STATES = {0: "INVALID", 1: "VALID", 2: "DELETED"}
               help="0: writes left to the OS; 1: each write's data synced; 2: data and metadata.")
 @click.option("--catalog-file-sync-level", type=click.IntRange(0, 2), default=0, show_default=True,
               envvar="SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL")
+@click.option("--record-checksum", default=None, envvar="SULIS_ARCHIVE_RECORD_CHECKSUM", show_envvar=True,
+              help="crc32 or crc32c: stamped into every recorded frame and catalog entry (Aeron's "
+                   "aeron.archive.record.checksum; Aeron's class names work too).")
+@click.option("--replay-checksum", default=None, envvar="SULIS_ARCHIVE_REPLAY_CHECKSUM", show_envvar=True,
+              help="crc32 or crc32c: replays check every frame and stop at the first that does not match.")
 @click.option("--print-config", is_flag=True, help="Print the settings, then exit.")
 def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams
@@ -83,7 +88,7 @@ def _descriptor_dict(state: int, d) -> dict:
 
 
 _VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors", "mark-valid", "mark-invalid",
-          "compact", "delete-orphaned-segments"]
+          "compact", "delete-orphaned-segments", "checksum"]
 
 
 @click.command("archive-tool")
@@ -92,13 +97,18 @@ _VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors"
 @click.argument("recording_id", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
 @click.option("--frames", default=10, show_default=True, help="dump: frames shown per recording.")
-def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int) -> None:
+@click.option("--checksum", "algorithm", default=None, metavar="crc32|crc32c",
+              help="verify: check frame and catalog checksums too; checksum: the algorithm to write.")
+@click.option("--all", "all_files", is_flag=True, help="checksum: every segment file, not only the last one.")
+def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int,
+                 algorithm: str | None, all_files: bool) -> None:
     """Inspect or repair an archive directory (sulis's or Aeron's), no archive needed.
 
     \b
     describe [ID]             every catalog entry, whatever its state (or one)
     list                      the valid recordings
-    verify                    read every valid recording's frames up to its stop position
+    verify [--checksum C]     read every valid recording's frames up to its stop position
+                              (and check their checksums and the catalog's)
     count-entries             how many entries the catalog holds
     dump [ID]                 entries with their first --frames frames
     pid                       the process id in the archive's mark file
@@ -107,11 +117,15 @@ def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json:
     mark-invalid ID           hide a recording (compact then removes it)
     compact                   drop INVALID and DELETED entries and their segment files
     delete-orphaned-segments  delete segment files no recording owns
+    checksum [ID] --checksum C [--all]
+                              write checksums into the last (--all: every) segment file's
+                              frames and the catalog entries, as an archive with that
+                              record checksum would have
 
     The verbs that change files refuse while an archive runs in the directory.
     """
     try:
-        _tool(archive_dir, verb, recording_id, as_json, frames)
+        _tool(archive_dir, verb, recording_id, as_json, frames, algorithm, all_files)
     except _native.SulisError as e:
         raise cli_error(e) from None
 
@@ -120,7 +134,18 @@ def _out(as_json: bool, doc: object, text: str) -> None:
     click.echo(json.dumps(doc) if as_json else text)
 
 
-def _tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int) -> None:
+def _tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int,
+          algorithm: str | None, all_files: bool) -> None:
+    if algorithm is not None and verb not in ("verify", "checksum"):
+        raise click.UsageError(f"{verb} takes no --checksum")
+    if verb == "checksum":
+        if algorithm is None:
+            raise click.UsageError("checksum needs --checksum crc32 or crc32c")
+        stamped = _native.archive_checksum(archive_dir, algorithm, recording_id, all_files)
+        _out(as_json, [{"recording_id": r, "files": f, "frames": n} for r, f, n in stamped],
+             "\n".join(f"recording {r}: {n} frames in {f} segment files" for r, f, n in stamped)
+             or "no valid recordings")
+        return
     if verb in ("mark-valid", "mark-invalid"):
         if recording_id is None:
             raise click.UsageError(f"{verb} needs a recording id")
@@ -155,7 +180,7 @@ def _tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, 
                  or "no errors")
         return
     if verb == "verify":
-        verdicts = _native.archive_verify(archive_dir)
+        verdicts = _native.archive_verify(archive_dir, algorithm)
         if as_json:
             click.echo(json.dumps([{"recording_id": r, "ok": ok, "message": m} for r, ok, m in verdicts]))
         else:

@@ -11,6 +11,7 @@
 
 use crate::auth::{AllowAll, Authenticator, CredentialsAuthenticator, Decision};
 use crate::catalog::Catalog;
+use crate::checksum::Checksum;
 use crate::context::ArchiveContext;
 use crate::mark_file::{ArchiveMarkFile, MarkFileFields};
 mod replication;
@@ -386,8 +387,14 @@ impl ArchiveConductor {
             ctx.catalog_file_sync_level,
         )
         .map_err(|e| e.to_string())?;
+        catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();
-        recover(&ctx.archive_dir, &mut catalog, &mut errors);
+        recover(
+            &ctx.archive_dir,
+            &mut catalog,
+            ctx.record_checksum,
+            &mut errors,
+        );
         let client = Client::connect(ClientContext {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.driver_timeout,
@@ -1594,7 +1601,8 @@ impl ArchiveConductor {
                 geometry,
                 join,
                 self.ctx.file_sync_level,
-            ),
+            )
+            .with_checksum(self.ctx.record_checksum),
             image,
             counter,
             control_session_id: sid,
@@ -1822,7 +1830,8 @@ impl ArchiveConductor {
             control_session_id: sid,
             correlation_id: k,
             publication,
-            reader: SegmentReader::new(&self.ctx.archive_dir, g, start),
+            reader: SegmentReader::new(&self.ctx.archive_dir, g, start)
+                .with_checksum(self.ctx.replay_checksum),
             end,
             state: ReplayState::Connecting {
                 deadline: Instant::now() + self.ctx.connect_timeout,
@@ -2368,15 +2377,21 @@ fn first_frame_position(dir: &Path, g: Geometry, base: i64) -> Option<i64> {
 }
 
 /// Recordings an earlier run did not stop (killed mid-recording): their
-/// stop position becomes the end of their last whole frame.
-fn recover(dir: &Path, catalog: &mut Catalog, errors: &mut Vec<String>) {
+/// stop position becomes the end of their last whole frame (whose checksum
+/// holds, when recordings are made with one).
+fn recover(
+    dir: &Path,
+    catalog: &mut Catalog,
+    checksum: Option<Checksum>,
+    errors: &mut Vec<String>,
+) {
     for e in catalog.entries() {
         let d = e.descriptor;
         if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
             continue;
         }
         let g = Geometry::of(&d);
-        match recover_stop_position(dir, g, d.start_position) {
+        match recover_stop_position(dir, g, d.start_position, checksum) {
             Ok(stop) => {
                 let _ = catalog.record_stop(d.recording_id, stop, now_ms());
             }
