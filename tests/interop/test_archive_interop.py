@@ -10,13 +10,17 @@
   then continued into the same recording, following a live recording until it stops, bounded or
   stopped by request while it is live; Aeron's client asking a sulis archive to copy from Aeron's
   archive with each replication option; live merge both ways, the live stream from an Aeron
-  publisher (ArchivePeer's ``publish`` role) with manual multi-destination-cast.
+  publisher (ArchivePeer's ``publish`` role) with manual multi-destination-cast;
+* checksums: Aeron's ``ArchiveTool verify -checksum`` accepts what a sulis archive recorded with a
+  record checksum and finds a changed byte in it; ``sulis archive-tool verify --checksum`` and a
+  sulis replay with a replay checksum accept what Aeron's archive recorded with one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import time
 from typing import NamedTuple
@@ -159,16 +163,21 @@ class AeronArchive(NamedTuple):
 def aeron_archive(current, harness):
     """Aeron's ArchivingMediaDriver (a driver and an archive, shared threads) with a UDP control
     channel and a replication channel of port 0 (Aeron resolves it)."""
+    yield start_aeron_archive(current, harness)
+
+
+def start_aeron_archive(current, harness, **extra: str) -> AeronArchive:
+    """An ArchivingMediaDriver as ``aeron_archive`` makes it, with ``extra`` properties."""
     base = harness.make_dir("aeron-archive")
     control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     props = {**peers.aeron_java.dir_props(os.path.join(base, "aeron")), "aeron.threading.mode": "SHARED",
              "aeron.archive.threading.mode": "SHARED", "aeron.archive.dir": os.path.join(base, "archive"),
              "aeron.archive.control.channel": control, "aeron.archive.id": "777",
              "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
-             "aeron.archive.segment.file.length": str(1 << 20)}
+             "aeron.archive.segment.file.length": str(1 << 20), **extra}
     proc = harness.start("aeron-archive", peers.aeron_java.command(current, props,
                                                                   "io.aeron.archive.ArchivingMediaDriver"))
-    yield AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
+    return AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
 
 
 def connect(client, control: str, deadline_s: float = 30.0) -> sulis.ArchiveClient:
@@ -567,3 +576,60 @@ def test_a_sulis_archive_live_merges_a_recording_of_an_aeron_archive(current, ae
         assert receive(sac.replay(copy_id, "aeron:ipc", 3006), 1500) == [message(i) for i in range(1500)]
         assert sac.poll_errors() == [] and dst.errors() == []
     ac.close()
+
+
+# -- checksums --------------------------------------------------------------------
+
+CRC32C = "io.aeron.archive.checksum.Crc32c"
+
+
+def flip_a_payload_byte(archive_dir: str) -> None:
+    """Changes one payload byte of the second frame of the only segment file (headers untouched)."""
+    (seg,) = [f for f in os.listdir(archive_dir) if f.endswith(".rec")]
+    with open(os.path.join(archive_dir, seg), "r+b") as f:
+        (length,) = struct.unpack("<i", f.read(4))
+        at = ((length + 31) & ~31) + 40
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def test_checksums_written_by_either_archive_are_checked_by_the_other(current, harness, driver, client):
+    from conftest import run_cli
+
+    # sulis records with CRC-32C; Aeron's ArchiveTool checks frames and catalog entries.
+    sulis_dir = harness.make_dir("sulis-checksum")
+    with sulis.Archive(sulis_dir, driver_dir=driver.dir, record_checksum=CRC32C) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        rid, _ = record(ac, client, "aeron:ipc", 1001, 500)
+        assert archive.errors() == []
+
+    def aeron_verify() -> subprocess.CompletedProcess:
+        return subprocess.run(peers.aeron_java.command(current, {}, "io.aeron.archive.ArchiveTool",
+                                                       [sulis_dir, "verify", "-checksum", CRC32C]),
+                              capture_output=True, text=True, timeout=120)
+    ok = aeron_verify()
+    assert ok.returncode == 0 and f"(recordingId={rid}) OK" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-2000:]
+    flip_a_payload_byte(sulis_dir)
+    bad = aeron_verify()
+    assert bad.returncode != 0 and f"(recordingId={rid}" in bad.stdout and "checksum failed" in bad.stdout, \
+        bad.stdout[-2000:]
+
+    # Aeron records with CRC-32C; sulis's tool and a checked sulis replay accept it.
+    control, aeron_dir, _, proc = start_aeron_archive(current, harness,
+                                                      **{"aeron.archive.record.checksum": CRC32C})
+    ac = connect(client, control)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    rid, positions = record(ac, client, channel, 1002, 500, source="remote")
+    ac.close()
+    proc.close(grace_s=5)
+    checked = run_cli("archive-tool", aeron_dir, "verify", "--checksum", "crc32c")
+    assert checked.returncode == 0 and f"recording {rid}: OK" in checked.stdout, checked.stdout + checked.stderr
+    with sulis.Archive(aeron_dir, driver_dir=driver.dir, replay_checksum="crc32c") as archive, \
+            sulis.ArchiveClient(client) as sac:
+        assert receive(sac.replay(rid, "aeron:ipc", 2090), 500) == [message(i) for i in range(500)]
+        assert sac.poll_errors() == [] and archive.errors() == []
+    flip_a_payload_byte(aeron_dir)
+    found = run_cli("archive-tool", aeron_dir, "verify", "--checksum", "crc32c")
+    assert found.returncode == 1 and "crc32c checksum mismatch" in found.stdout, found.stdout
