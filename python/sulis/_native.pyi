@@ -414,6 +414,9 @@ class Archive:
         challenge_response: bytes | None = None,
         record_checksum: str | None = None,
         replay_checksum: str | None = None,
+        recording_events_enabled: bool = False,
+        recording_events_channel: str = ...,
+        recording_events_stream_id: int = 30,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -489,6 +492,9 @@ def archive_describe(dir: str) -> tuple[list[tuple[int, RecordingDescriptor]], l
     """The catalog of the archive in ``dir``: (state, descriptor) per entry, and what could not be read."""
 def archive_verify(dir: str, checksum: str | None = None) -> list[tuple[int, bool, str]]:
     """(recording id, ok, message) for every valid recording's segment files (and checksums)."""
+def decode_recording_event(message: bytes) -> tuple[str, int, int, int, int, int, str, str]:
+    """One recording event: (kind, recording id, start position, position, session id, stream id, channel,
+    source identity)."""
 def archive_checksum(
     dir: str, checksum: str, recording_id: int | None = None, all_files: bool = False
 ) -> list[tuple[int, int, int]]:

@@ -633,3 +633,28 @@ def test_checksums_written_by_either_archive_are_checked_by_the_other(current, h
     flip_a_payload_byte(aeron_dir)
     found = run_cli("archive-tool", aeron_dir, "verify", "--checksum", "crc32c")
     assert found.returncode == 1 and "crc32c checksum mismatch" in found.stdout, found.stdout
+
+
+def test_recording_events_of_an_aeron_archive_read_by_sulis(current, harness, client):
+    """Aeron's archive publishes its recording events on a unicast UDP channel; sulis's
+    RecordingEvents decodes them (the same codecs the sulis archive publishes with)."""
+    from sulis.archive import RecordingEvents
+
+    events_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with RecordingEvents(client, events_channel, 30) as events:
+        control, _, _, proc = start_aeron_archive(current, harness, **{
+            "aeron.archive.recording.events.enabled": "true",
+            "aeron.archive.recording.events.channel": events_channel})
+        ac = connect(client, control)
+        channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|alias=ev"
+        rid, positions = record(ac, client, channel, 1003, 300, source="remote")
+        seen: list = []
+        await_until(lambda: seen.extend(events.poll()) or any(e.kind == "stopped" for e in seen),
+                    what="Aeron's stopped event", timeout=30)
+        ac.close()
+        proc.close(grace_s=5)
+    started, *progress, stopped = [e for e in seen if e.recording_id == rid]
+    assert (started.kind, started.stream_id, started.start_position) == ("started", 1003, 0)
+    assert "alias=ev" in started.channel and started.source_identity.startswith("127.0.0.1:")
+    assert all(e.kind == "progress" for e in progress)
+    assert (stopped.kind, stopped.position) == ("stopped", positions[-1])

@@ -785,3 +785,32 @@ def test_checksums_are_written_checked_on_replay_and_by_the_tool(driver, client,
     assert usage.returncode != 0 and "needs --checksum" in usage.stderr
     unknown = run_cli("archive-tool", archive_dir, "verify", "--checksum", "md5")
     assert unknown.returncode != 0 and "unknown checksum 'md5'" in unknown.stderr
+
+
+def test_recording_events_tell_start_progress_and_stop_when_enabled(driver, client, archive_dir):
+    """Aeron's recording events: an archive started with them publishes RecordingStarted, then
+    RecordingProgress as the position moves, then RecordingStopped, on its events channel; one
+    without them publishes nothing there."""
+    from sulis.archive import RecordingEvents
+
+    with sulis.Archive(archive_dir, driver_dir=driver.dir), RecordingEvents(client, stream_id=31) as quiet, \
+            sulis.ArchiveClient(client) as ac:
+        record(ac, client, "aeron:ipc", 1001, 50)
+        assert not quiet.subscription.is_connected and quiet.poll() == [], "off unless enabled"
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, recording_events_enabled=True,
+                       recording_events_stream_id=31) as archive, sulis.ArchiveClient(client) as ac, \
+            RecordingEvents(client, stream_id=31) as events:
+        await_until(lambda: events.subscription.is_connected, what="the events stream")
+        d = record(ac, client, "aeron:ipc?alias=ev", 1002, 400)
+        seen: list = []
+        await_until(lambda: seen.extend(events.poll()) or any(e.kind == "stopped" for e in seen),
+                    what="the stopped event")
+        started, *progress, stopped = [e for e in seen if e.recording_id == d.recording_id]
+        assert (started.kind, started.start_position, started.session_id, started.stream_id) == (
+            "started", d.start_position, d.session_id, 1002)
+        assert started.channel == "aeron:ipc?alias=ev" and started.source_identity == "aeron:ipc"
+        assert progress and all(e.kind == "progress" for e in progress)
+        positions = [e.position for e in progress]
+        assert positions == sorted(positions) and positions[-1] == d.stop_position
+        assert (stopped.kind, stopped.position) == ("stopped", d.stop_position)
+        assert archive.errors() == []

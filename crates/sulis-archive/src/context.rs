@@ -37,6 +37,14 @@ pub struct ArchiveContext {
     /// `aeron.archive.replay.checksum`): a mismatch ends the replay with an
     /// error naming the frame.
     pub replay_checksum: Option<Checksum>,
+    /// Publish RecordingStarted / RecordingProgress / RecordingStopped on
+    /// `recording_events_channel` (Aeron's `aeron.archive.recording.events.enabled`).
+    pub recording_events_enabled: bool,
+    /// Where recording events go: any channel a publication takes (Aeron's
+    /// default is an MDC channel sulis does not have; `aeron:ipc` here).
+    pub recording_events_channel: String,
+    /// Their stream (Aeron's default, 30).
+    pub recording_events_stream_id: i32,
     /// Initial catalog capacity (it grows).
     pub catalog_capacity: usize,
     /// Most bytes written or read per call.
@@ -77,6 +85,9 @@ impl Default for ArchiveContext {
             catalog_file_sync_level: 0,
             record_checksum: None,
             replay_checksum: None,
+            recording_events_enabled: false,
+            recording_events_channel: "aeron:ipc".to_string(),
+            recording_events_stream_id: 30,
             catalog_capacity: sulis_protocol::archive::catalog::DEFAULT_CATALOG_CAPACITY,
             file_io_max_length: 1024 * 1024,
             max_concurrent_recordings: 20,

@@ -67,7 +67,9 @@ impl PyArchive {
         archive_id=None, segment_file_length=128 * 1024 * 1024, file_sync_level=0,
         catalog_file_sync_level=0, max_concurrent_recordings=20, max_concurrent_replays=20,
         connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
-        challenge_response=None, record_checksum=None, replay_checksum=None
+        challenge_response=None, record_checksum=None, replay_checksum=None,
+        recording_events_enabled=false, recording_events_channel="aeron:ipc".to_string(),
+        recording_events_stream_id=30
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -91,6 +93,9 @@ impl PyArchive {
         challenge_response: Option<Vec<u8>>,
         record_checksum: Option<String>,
         replay_checksum: Option<String>,
+        recording_events_enabled: bool,
+        recording_events_channel: String,
+        recording_events_stream_id: i32,
     ) -> PyResult<Self> {
         let checksum = |name: Option<String>, what: &str| {
             name.map(|n| {
@@ -118,6 +123,9 @@ impl PyArchive {
             challenge_response: challenge_response.unwrap_or_default(),
             record_checksum: checksum(record_checksum, "record_checksum")?,
             replay_checksum: checksum(replay_checksum, "replay_checksum")?,
+            recording_events_enabled,
+            recording_events_channel,
+            recording_events_stream_id,
             ..ArchiveContext::default()
         };
         ctx.conclude().map_err(ConfigurationError::new_err)?;
@@ -646,6 +654,72 @@ pub fn archive_checksum(
         .collect())
 }
 
+/// A decoded recording event: (kind, recording id, start position,
+/// position, session id, stream id, channel, source identity), kind
+/// "started" (position = start), "progress" or "stopped" (position = stop;
+/// session and stream -1, strings empty for those two).
+type RecordingEventTuple = (&'static str, i64, i64, i64, i32, i32, String, String);
+
+/// Decodes one message of an archive's recording events stream (Aeron's
+/// RecordingStarted / RecordingProgress / RecordingStopped).
+#[pyfunction]
+pub fn decode_recording_event(message: &[u8]) -> PyResult<RecordingEventTuple> {
+    use sulis_protocol::archive::messages::{
+        control_header, RecordingProgress, RecordingStarted, RecordingStopped,
+    };
+    let bad = |e: sulis_protocol::archive::sbe::SbeError| {
+        ArchiveError::new_err(format!("not a recording event: {e}"))
+    };
+    let h = control_header(message).map_err(bad)?;
+    Ok(match h.template_id {
+        RecordingStarted::TEMPLATE_ID => {
+            let e = RecordingStarted::decode(message).map_err(bad)?;
+            let p = e.start_position;
+            (
+                "started",
+                e.recording_id,
+                p,
+                p,
+                e.session_id,
+                e.stream_id,
+                e.channel,
+                e.source_identity,
+            )
+        }
+        RecordingProgress::TEMPLATE_ID => {
+            let e = RecordingProgress::decode(message).map_err(bad)?;
+            (
+                "progress",
+                e.recording_id,
+                e.start_position,
+                e.position,
+                -1,
+                -1,
+                String::new(),
+                String::new(),
+            )
+        }
+        RecordingStopped::TEMPLATE_ID => {
+            let e = RecordingStopped::decode(message).map_err(bad)?;
+            (
+                "stopped",
+                e.recording_id,
+                e.start_position,
+                e.stop_position,
+                -1,
+                -1,
+                String::new(),
+                String::new(),
+            )
+        }
+        other => {
+            return Err(ArchiveError::new_err(format!(
+                "not a recording event: template id {other} (101-103 are)"
+            )))
+        }
+    })
+}
+
 /// Marks a recording VALID or INVALID in a stopped archive's catalog.
 #[pyfunction]
 pub fn archive_mark(dir: PathBuf, recording_id: i64, valid: bool) -> PyResult<()> {
@@ -744,6 +818,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(archive_verify, m)?)?;
     m.add_function(wrap_pyfunction!(archive_mark, m)?)?;
     m.add_function(wrap_pyfunction!(archive_checksum, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_recording_event, m)?)?;
     m.add_function(wrap_pyfunction!(archive_compact, m)?)?;
     m.add_function(wrap_pyfunction!(archive_delete_orphaned_segments, m)?)?;
     m.add_function(wrap_pyfunction!(archive_dump, m)?)?;

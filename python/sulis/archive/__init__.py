@@ -40,6 +40,8 @@ __all__ = [
     "ArchiveClient",
     "ArchiveError",
     "RecordingDescriptor",
+    "RecordingEvent",
+    "RecordingEvents",
     "RecordingSignal",
     "RecordingSignalEvent",
     "ReplayMerge",
@@ -82,6 +84,58 @@ def _signal(t: tuple[int, int, int, int, int]) -> RecordingSignalEvent:
     return RecordingSignalEvent(t[0], t[1], t[2], t[3], RecordingSignal(t[4]))
 
 
+@dataclass(frozen=True)
+class RecordingEvent:
+    """An event of an archive's recording events stream: ``kind`` is ``"started"``, ``"progress"``
+    or ``"stopped"``; ``position`` is the start, the recorded or the stop position. Only a
+    started event carries the image's ``session_id``, ``stream_id``, ``channel`` and
+    ``source_identity`` (-1 and empty otherwise)."""
+
+    kind: str
+    recording_id: int
+    start_position: int
+    position: int
+    session_id: int = -1
+    stream_id: int = -1
+    channel: str = ""
+    source_identity: str = ""
+
+
+class RecordingEvents:
+    """Reads the recording events an archive publishes when started with
+    ``recording_events_enabled=True`` (Aeron's RecordingEventsAdapter): one subscription to
+    ``channel`` / ``stream_id`` (the archive's ``recording_events_channel``, default ``aeron:ipc``,
+    and stream 30). Works with Aeron's archive too, on a unicast UDP events channel. Progress
+    events are best effort (dropped when the stream is full), started and stopped ones come
+    unless the subscriber falls a whole term behind. A context manager."""
+
+    def __init__(self, client, channel: str = "aeron:ipc", stream_id: int = 30) -> None:
+        self._subscription = client.add_subscription(channel, stream_id)
+
+    @property
+    def subscription(self):
+        """The underlying subscription (``is_connected``, ``images``)."""
+        return self._subscription
+
+    def poll(self, limit: int = 100) -> list[RecordingEvent]:
+        """Up to ``limit`` events that have arrived, oldest first (never waits)."""
+        out: list[RecordingEvent] = []
+
+        def on_message(buffer: memoryview, _header: object) -> None:
+            out.append(RecordingEvent(*_native.decode_recording_event(bytes(buffer))))
+        self._subscription.poll(on_message, limit)
+        return out
+
+    def close(self) -> None:
+        self._subscription.close()
+
+    def __enter__(self) -> RecordingEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 _SOURCES = {"local": 0, "remote": 1}
 
 
@@ -105,7 +159,10 @@ class Archive(_native.Archive):
     With ``credentials`` (bytes) only clients that connect with them are let
     in, and with a ``challenge`` they must then answer it with
     ``challenge_response``; a refused client is told AUTHENTICATION_REJECTED
-    and the refusal is logged (``errors()``). With ``record_checksum``
+    and the refusal is logged (``errors()``). With ``recording_events_enabled``
+    it publishes recording events (``RecordingEvents`` reads them) on
+    ``recording_events_channel`` (``aeron:ipc``) and ``recording_events_stream_id``
+    (30). With ``record_checksum``
     (``"crc32"`` or ``"crc32c"``, or Aeron's class names) every recorded
     frame and catalog entry carries a checksum, as Aeron's archive writes
     them; with ``replay_checksum`` replays check every frame and stop with

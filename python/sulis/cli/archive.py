@@ -39,6 +39,13 @@ _STATES = {0: "INVALID", 1: "VALID", 2: "DELETED"}
 @click.option("--record-checksum", default=None, envvar="SULIS_ARCHIVE_RECORD_CHECKSUM", show_envvar=True,
               help="crc32 or crc32c: stamped into every recorded frame and catalog entry (Aeron's "
                    "aeron.archive.record.checksum; Aeron's class names work too).")
+@click.option("--recording-events/--no-recording-events", "recording_events_enabled", default=False,
+              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", show_envvar=True,
+              help="Publish RecordingStarted/Progress/Stopped events (Aeron's recording events).")
+@click.option("--recording-events-channel", default="aeron:ipc", show_default=True,
+              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL")
+@click.option("--recording-events-stream-id", default=30, show_default=True,
+              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID")
 @click.option("--replay-checksum", default=None, envvar="SULIS_ARCHIVE_REPLAY_CHECKSUM", show_envvar=True,
               help="crc32 or crc32c: replays check every frame and stop at the first that does not match.")
 @click.option("--print-config", is_flag=True, help="Print the settings, then exit.")

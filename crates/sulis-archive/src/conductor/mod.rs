@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sulis_client::{
     Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler, Image, ImageEvent,
-    OfferError, Subscription,
+    OfferError, Publication, Subscription,
 };
 use sulis_protocol::archive::channel::{recording_key, strip_channel};
 use sulis_protocol::archive::messages::*;
@@ -158,6 +158,8 @@ struct RecordingSession {
     merge_into: Option<(i64, Arc<Image>)>,
     /// The live image's subscription, kept open while it is recorded.
     live_subscription: Option<Subscription>,
+    /// The recording's start position (for its events).
+    start_position: i64,
 }
 
 enum ReplayState {
@@ -251,6 +253,9 @@ pub struct ArchiveConductor {
     rejected_sessions: u64,
     /// The archive-wide counters in the driver's CnC (Aeron's types 101, 102, 106, 109, 111, 112).
     counters: ArchiveCounters,
+    /// Recording events, when enabled: best effort, as Aeron's (an event
+    /// that finds no room is dropped, never waited for).
+    events: Option<Publication>,
 }
 
 /// The archive's own counters, as Aeron's archive allocates them.
@@ -441,6 +446,16 @@ impl ArchiveConductor {
                 })?,
         );
         let assemblers = control.iter().map(|_| FragmentAssembler::new()).collect();
+        let events = if ctx.recording_events_enabled {
+            let channel = &ctx.recording_events_channel;
+            Some(
+                client
+                    .add_publication(channel, ctx.recording_events_stream_id)
+                    .map_err(|e| format!("recording events channel '{channel}': {e}"))?,
+            )
+        } else {
+            None
+        };
         let counters = ArchiveCounters::new(&client, archive_id);
         ArchiveCounters::set(&counters.errors, errors.len() as i64);
         let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
@@ -467,6 +482,7 @@ impl ArchiveConductor {
             authenticator,
             rejected_sessions: 0,
             counters,
+            events,
         })
     }
 
@@ -1610,14 +1626,37 @@ impl ArchiveConductor {
             aborted: false,
             merge_into: None,
             live_subscription: None,
+            start_position: geometry.start_position,
         });
         self.signal(sid, k, recording_id, subscription_id, join, signal);
+        let r = self.recordings.last().expect("just pushed");
+        let started = RecordingStarted {
+            recording_id,
+            start_position: geometry.start_position,
+            session_id: r.image.session_id(),
+            stream_id,
+            channel: self
+                .catalog
+                .recording(recording_id)
+                .map(|d| d.original_channel)
+                .unwrap_or_default(),
+            source_identity: r.image.source_identity().to_string(),
+        };
+        self.emit_event(&started.encode());
+    }
+
+    /// Offers a recording event, if events are on; dropped when there is no room.
+    fn emit_event(&self, event: &[u8]) {
+        if let Some(p) = &self.events {
+            let _ = p.offer(event);
+        }
     }
 
     fn run_recordings(&mut self) -> usize {
         let mut work = 0;
         let max = self.ctx.file_io_max_length;
         let mut ended = Vec::new();
+        let mut progressed = Vec::new();
         for (i, r) in self.recordings.iter_mut().enumerate() {
             let mut failure = None;
             if !r.aborted {
@@ -1635,6 +1674,7 @@ impl ArchiveConductor {
                 });
                 if n > 0 {
                     r.counter.set(r.writer.position());
+                    progressed.push((r.recording_id, r.start_position, r.writer.position()));
                     ArchiveCounters::add(&self.counters.write_bytes, n as i64);
                     ArchiveCounters::time(
                         &self.counters.total_write_time,
@@ -1664,6 +1704,16 @@ impl ArchiveConductor {
             }
             if failure.is_some() || r.aborted || r.image.is_end_of_stream() || r.image.is_closed() {
                 ended.push((i, failure));
+            }
+        }
+        if self.events.is_some() {
+            for (recording_id, start_position, position) in progressed {
+                let event = RecordingProgress {
+                    recording_id,
+                    start_position,
+                    position,
+                };
+                self.emit_event(&event.encode());
             }
         }
         for (i, failure) in ended.into_iter().rev() {
@@ -1700,6 +1750,12 @@ impl ArchiveConductor {
             position,
             recording_signal::STOP,
         );
+        let stopped = RecordingStopped {
+            recording_id: r.recording_id,
+            start_position: r.start_position,
+            stop_position: position,
+        };
+        self.emit_event(&stopped.encode());
         if let Some(i) = self
             .recording_subscriptions
             .iter()
