@@ -193,6 +193,40 @@ def test_record_a_udp_stream(driver, client, archive, archive_client, source):
     assert receive(sub, 300) == [message(i) for i in range(300)]
 
 
+def test_a_replay_starts_only_where_a_frame_does_and_a_length_inside_a_frame_ends_before_it(
+        client, archive, archive_client):
+    """Aeron checks the frame at a replay's start position; a start inside a frame is refused
+    naming it. A length that ends inside a frame ends the replay after the last whole frame
+    before it, instead of waiting forever for a frame that can never fit."""
+    ac = archive_client
+    ac.start_recording("aeron:ipc", 1001)
+    pub = client.add_publication("aeron:ipc", 1001)
+    rid = ac.await_signal(RecordingSignal.START).recording_id
+    messages = [bytes([i]) * 200 for i in range(20)]  # 232-byte frames: 256 aligned
+    publish(pub, messages)
+    end = pub.position
+    await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+    with pytest.raises(sulis.ArchiveError, match="start position 288 of recording .* is not where a frame begins") as e:
+        ac.start_replay(rid, "aeron:ipc", 2040, position=256 + 32)
+    assert e.value.code == 16  # INVALID_POSITION
+    for stream, length in enumerate((3 * 256 + 100, 3 * 256 + 32, 3 * 256)):
+        got = replay_to_end(ac.replay(rid, "aeron:ipc", 2041 + stream, position=256, length=length))
+        assert got == messages[1:4], (length, len(got))
+    ac.stop_recording("aeron:ipc", 1001)
+
+
+def replay_to_end(sub) -> list[bytes]:
+    """Every message of a bounded replay, once its image reached the end."""
+    await_until(lambda: sub.images, what="the replay's image")
+    image = sub.images[0]
+    got: list[bytes] = []
+    await_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 100) >= 0
+                and (image.is_end_of_stream or image.is_closed), what="the replay to end")
+    sub.poll(lambda b, h: got.append(bytes(b)), 100)
+    sub.close()
+    return got
+
+
 def test_follow_a_live_recording(client, archive, archive_client):
     ac = archive_client
     ac.start_recording("aeron:ipc", 1001)

@@ -7,7 +7,11 @@ over IPC as well as UDP. It reads the replay until the recording is close
 to its live end, then subscribes to the live stream (that publication's
 session only). The live image joins at some position J; the replay is read
 up to exactly J (``bounded_poll``, so a frame is never delivered from both)
-and then the replay stops and reads go to the live image. Both carry the
+and then the replay stops and reads go to the live image. When the replay
+went past J (it was read before J was known, or a term's padding took it
+past), the live image skips what the replay delivered as that part arrives
+(it is never moved past what it has received: the recording may be ahead
+of the live stream's sender, a spy recording the publication's log). Both carry the
 recording's session id, so a ``FragmentAssembler`` handler goes on
 assembling across the switch. The work is done inside ``poll`` and
 ``poll_batch``; the fragments themselves are read in Rust as by any
@@ -98,6 +102,8 @@ class ReplayMerge:
         self._live: _native.Subscription | None = None
         self._image: _native.Image | None = None
         self._bound: int | None = None
+        # After the merge: the live image skips up to here (the replay delivered it).
+        self._skip_to: int | None = None
         self._position = d.start_position if position is None else position
         self._next_check = 0.0
         # The replay carries the recording's session id, as the live stream does.
@@ -121,7 +127,8 @@ class ReplayMerge:
     def position(self) -> int:
         """The stream position read up to (the recording's positions)."""
         image = self._image
-        return self._position if image is None else image.position
+        position = self._position if image is None else image.position
+        return position if self._skip_to is None else max(position, self._skip_to)
 
     @property
     def image(self) -> _native.Image | None:
@@ -184,13 +191,28 @@ class ReplayMerge:
         (live,) = self._live.images[:1]
         position = self.position
         if position > live.position:
-            # The replay went past where the live image stands (a padding
-            # frame at a term's end): the live image skips what was read.
-            live.set_position(position)
+            self._skip_to = position
         self._stop_replay()
         self._image = live
         self.state = ReplayMergeState.MERGED
         self._moved(now)
+
+    def _skipped(self) -> bool:
+        """Discards what the live image holds of the part the replay already delivered (in one
+        batch, no Python call per fragment); true once the live image is past it."""
+        if self._skip_to is None:
+            return True
+        assert self._live is not None
+        images = self._live.images
+        if not images:
+            return False  # the live stream went away; nothing to read
+        live = images[0]
+        if live.position < self._skip_to:
+            self._live.poll_batch(1 << 16, self._skip_to)
+        if live.position < self._skip_to:
+            return False
+        self._skip_to = None
+        return True
 
     # -- reading ------------------------------------------------------------
 
@@ -200,6 +222,8 @@ class ReplayMerge:
         self._work()
         if self.state is ReplayMergeState.MERGED:
             assert self._live is not None
+            if not self._skipped():
+                return 0
             return self._live.poll(handler, fragment_limit)
         assert self._replay_sub is not None
         before = self.position
@@ -217,6 +241,9 @@ class ReplayMerge:
         self._work()
         if self.state is ReplayMergeState.MERGED:
             assert self._live is not None
+            if not self._skipped():
+                # Nothing new yet: an empty batch.
+                return self._live.poll_batch(fragment_limit, self._live.images[0].position)
             return self._live.poll_batch(fragment_limit)
         assert self._replay_sub is not None
         before = self.position

@@ -160,6 +160,10 @@ struct RecordingSession {
     live_subscription: Option<Subscription>,
     /// The recording's start position (for its events).
     start_position: i64,
+    /// After a live merge that the replay had gone past: the live image's
+    /// frames up to here were recorded from the replay and are skipped as
+    /// they arrive (the image is never moved past what it received).
+    skip_to: Option<i64>,
 }
 
 enum ReplayState {
@@ -1627,6 +1631,7 @@ impl ArchiveConductor {
             merge_into: None,
             live_subscription: None,
             start_position: geometry.start_position,
+            skip_to: None,
         });
         self.signal(sid, k, recording_id, subscription_id, join, signal);
         let r = self.recordings.last().expect("just pushed");
@@ -1659,6 +1664,19 @@ impl ArchiveConductor {
         let mut progressed = Vec::new();
         for (i, r) in self.recordings.iter_mut().enumerate() {
             let mut failure = None;
+            if let Some(skip_to) = r.skip_to.filter(|_| !r.aborted) {
+                if r.image.position() < skip_to {
+                    r.image.bounded_block_poll(max, skip_to, |_, _| {});
+                }
+                if r.image.position() < skip_to {
+                    if r.image.is_end_of_stream() || r.image.is_closed() {
+                        ended.push((i, None));
+                    }
+                    continue;
+                }
+                r.skip_to = None;
+                work += 1;
+            }
             if !r.aborted {
                 let writer = &mut r.writer;
                 let bound = r.merge_into.as_ref().map_or(i64::MAX, |(join, _)| *join);
@@ -1689,10 +1707,14 @@ impl ArchiveConductor {
                 {
                     // Recorded up to where the live image stands: go on with
                     // it (past it only when the replay had already gone by:
-                    // the live image skips what was recorded, up to a term).
+                    // the live image skips what was recorded, up to a term,
+                    // as it arrives).
                     let (_, live) = r.merge_into.take().expect("checked");
                     let at = r.writer.position();
-                    if live.position() >= at || live.seek(at).is_ok() {
+                    if at - live.position() <= live.term_buffer_length() as i64 {
+                        if live.position() < at {
+                            r.skip_to = Some(at);
+                        }
                         r.image = live;
                         self.merged.push((r.recording_id, at));
                     } else {
@@ -1823,6 +1845,25 @@ impl ArchiveConductor {
                 ),
             );
         }
+        let g = Self::geometry_of(recording_id, &d);
+        if start > d.start_position && start < recorded_end {
+            // A frame must begin there, as Aeron checks: its header says so.
+            let mut header = [0u8; 64];
+            match SegmentReader::new(&self.ctx.archive_dir, g, start).read(&mut header, recorded_end) {
+                Ok(_) | Err(ReadError::BufferTooSmall(_)) => {}
+                Err(ReadError::Corrupt { reason, .. }) => {
+                    return self.session(sid).error(
+                        k,
+                        error_code::INVALID_POSITION,
+                        &format!(
+                            "requested replay start position {start} of recording {recording_id} is not where a \
+                             frame begins ({reason}): start at a message's position"
+                        ),
+                    )
+                }
+                Err(e) => return self.session(sid).error(k, error_code::GENERIC, &e.to_string()),
+            }
+        }
         let end = match length {
             REPLAY_ALL_AND_FOLLOW if live.is_some() => None,
             REPLAY_ALL_AND_FOLLOW | REPLAY_ALL_AND_STOP => Some(recorded_end),
@@ -1848,7 +1889,6 @@ impl ArchiveConductor {
             }
         };
         let term_length = d.term_buffer_length as i64;
-        let g = Self::geometry_of(recording_id, &d);
         let channel = match replay_publication_channel(replay_channel, &d, start) {
             Ok(c) => c,
             Err(e) => {
@@ -1961,6 +2001,9 @@ impl ArchiveConductor {
                     started.elapsed().as_nanos() as i64,
                 );
                 match read {
+                    // The next frame ends past the end asked for (a length
+                    // that ends inside a frame): the replay ends before it.
+                    Ok(0) if p.end == Some(limit) => p.end = Some(p.reader.position()),
                     Ok(n) => {
                         p.pending = n;
                         ArchiveCounters::add(&self.counters.read_bytes, n as i64);
