@@ -13,8 +13,10 @@
 //! connected unless it has `ssc=true` (or the driver's
 //! `spies_simulate_connection`), or a spy itself was added with `ssc=true`
 //! (a sulis extension the archive uses for local recordings): then, with no
-//! receiver, the spies set the pace and the sender skips ahead to the
-//! fastest spy, so a receiver that joins later starts where the spies are.
+//! receiver, the sender skips ahead to the fastest spy (so the spies set
+//! the pace, and a receiver that joins later starts where they are) while
+//! the limit stays the slowest of the sender and the tethered spies, as
+//! Aeron's, so cleaning never passes a sender that has not caught up.
 //!
 //! Life cycle ([`PublicationState`], kept by the conductor; the sender sees
 //! it as [`status`]): draining lasts until everything is sent (or no
@@ -236,13 +238,11 @@ impl NetworkPublicationEntry {
         );
         let sender = p.snd_pos.get_volatile();
         if connected {
-            // Spies standing in for receivers set the pace alone; otherwise
-            // the sender does, held back by tethered spies.
-            let consumer = if simulated {
-                reader_position(&self.spies).unwrap_or(sender)
-            } else {
-                tethered_position(&self.spies).map_or(sender, |s| s.min(sender))
-            };
+            // The sender, held back by tethered spies. While spies stand in
+            // for receivers the sender skips ahead to the fastest spy, so
+            // they set the pace; it is still counted, so cleaning never
+            // passes a sender that has not caught up yet.
+            let consumer = tethered_position(&self.spies).map_or(sender, |s| s.min(sender));
             let proposed = consumer + self.term_window;
             if proposed > p.pub_limit.get() {
                 // One term behind the slowest reader: the term the writer
