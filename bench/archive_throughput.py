@@ -28,7 +28,6 @@ The Aeron rows need ``bash bench/peers/install.sh`` (Java 17 and the current aer
 from __future__ import annotations
 
 import argparse
-import array
 import os
 import re
 import shutil
@@ -46,6 +45,7 @@ from bench import _common as c  # noqa: E402
 from bench.peers import aeron as aeron_java  # noqa: E402
 
 import sulis  # noqa: E402
+from sulis import _benchkit as kit  # noqa: E402
 from sulis.archive import RecordingSignal  # noqa: E402
 
 BATCH = 1024
@@ -73,14 +73,8 @@ def sulis_run(base: str, length: int, count: int, channel: str) -> tuple[float, 
             sep = "|" if "?" in channel else "?"
             pub = client.add_exclusive_publication(f"{channel}{sep}term-length=16m", 1001)
             rid = ac.await_signal(RecordingSignal.START).recording_id
-            data = bytes(length) * BATCH
-            offs = array.array("q", range(0, (BATCH + 1) * length, length))
-            sent = 0
             t0 = time.perf_counter()
-            while sent < count:
-                n = min(BATCH, count - sent)
-                published, _ = pub.offer_batch(data=memoryview(data)[: n * length], offsets=offs[: n + 1])
-                sent += published
+            kit.publish_batch(pub, bytes(length), BATCH, count=count)
             end = pub.position
             while ac.get_recording_position(rid) < end:
                 time.sleep(0.0002)

@@ -146,31 +146,33 @@ def publish(pub, payload, count: int | None = None, stop=None, idle=None, stalle
     return sent, refused
 
 
-def publish_batch(pub, payload: bytes, batch: int, stop, idle=None) -> tuple[int, int]:
+def publish_batch(pub, payload: bytes, batch: int, stop=None, idle=None, count: int | None = None) -> tuple[int, int]:
     """``batch`` copies of ``payload`` as one data buffer with Arrow-layout int32 offsets, one
     ``pub.offer_batch`` call each; after back pressure the rest of the batch goes again (the offsets
-    sliced, no copy). Until ``stop()``; returns (messages sent, refused calls)."""
+    sliced, no copy). Until ``stop()`` or ``count`` messages; returns (messages sent, refused calls)."""
     import numpy as np
 
     data = payload * batch
     offsets = np.arange(0, len(payload) * (batch + 1), len(payload), dtype=np.int32)
     offer_batch = pub.offer_batch
     sent = refused = calls = 0
-    while True:
+    while count is None or sent < count:
+        k = batch if count is None else min(batch, count - sent)
         start = 0
-        while start < batch:
-            n, _result = offer_batch(data=data, offsets=offsets[start:])
+        while start < k:
+            n, _result = offer_batch(data=data, offsets=offsets[start:k + 1])
             start += n
-            if start < batch:
+            if start < k:
                 refused += 1
                 if idle is not None:
                     idle()
-                if not refused % 100_000 and stop():
+                if not refused % 100_000 and stop is not None and stop():
                     return sent + start, refused
-        sent += batch
+        sent += k
         calls += 1
-        if not calls % 64 and stop():
-            return sent, refused
+        if stop is not None and not calls % 64 and stop():
+            break
+    return sent, refused
 
 
 def receive(sub, total: int, warmup: int = 0, fragments_per_message: int = 1, limit: int = 4096,

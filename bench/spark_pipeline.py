@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""sulis's Spark pipeline against the Kafka pipeline: same messages, same machine, same run.
+
+    python bench/spark_pipeline.py            # 5 M messages of 100 B, 3 runs (~8 min)
+    python bench/spark_pipeline.py --quick    # a smoke run (~2 min)
+
+sulis: an embedded driver and archive (in this process) and ``format("sulis")``. Kafka: a 4.3.1
+broker (KRaft, broker + controller in one JVM on 127.0.0.1, a temp dir) fed by confluent-kafka
+and read by Spark's own Kafka source (``spark-sql-kafka-0-10`` 4.2.0). Both pipelines' data go
+to the same disk and neither fsyncs (the archive's ``file_sync_level`` 0, Kafka's default
+flush policy). One Spark session (``--master``, default local[2]) serves every query. Rows:
+
+* ingest: one Python publisher until everything is recorded, msgs/s. sulis: ``offer_batch``
+  (4,096 messages a call) into an IPC stream the archive records, until the recording's position
+  is the publication's. Kafka: ``Producer.produce_batch`` (10,000 a call; ``acks=all``,
+  ``linger.ms=20``, ``batch.num.messages=100000``) into a topic of one partition, until
+  ``flush()`` has every delivery report, then the partition's end offset is checked.
+* batch read: the first run's stream read whole, ``minPartitions=2``, into Spark's ``noop``
+  sink (every column materialised); one warm-up ``count()`` each (checked), then ``--reads``
+  reads interleaved, median rows/s.
+* streaming latency: ``--rate`` messages/s of 100 B, each stamped with ``time.time_ns()`` just
+  before it is offered (sulis: ``offer``; Kafka: ``produce``, ``linger.ms=0``), a query with the
+  same trigger (``--trigger``, default 0 s) for both whose ``foreachBatch`` (on the driver)
+  collects the stamps: publish -> row in the driver's hands. The first ``--warmup`` seconds are
+  left out; p50/p99 per run, medians printed.
+
+Install the Kafka pieces with ``bash bench/peers/install.sh``; without them the Kafka column
+says ``skipped: <reason>`` and the sulis rows still run.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import _common as c  # noqa: E402
+
+import sulis  # noqa: E402
+from sulis import _benchkit as kit  # noqa: E402
+
+KAFKA_DIR = Path(os.environ.get("SULIS_PEERS_DIR", ROOT / "bench" / ".peers")) / "kafka"
+SIZE = 100
+CHANNEL = "aeron:ipc"
+
+
+def kafka_config(log_dir: str, port: int, controller_port: int) -> str:
+    """server.properties of a one-node KRaft broker (broker and controller) on 127.0.0.1."""
+    props = {"process.roles": "broker,controller", "node.id": 1,
+             "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", "log.dirs": log_dir,
+             "num.partitions": 1, "auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": 0}
+    for topic in ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic"):
+        props[f"{topic}.replication.factor"] = 1
+    props["transaction.state.log.min.isr"] = props["share.coordinator.state.topic.min.isr"] = 1
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def kafka_missing() -> str | None:
+    """Why the Kafka rows cannot run here (None: they can)."""
+    for d in ("broker", "spark"):
+        if not (KAFKA_DIR / d / ".complete").exists():
+            return f"no Kafka {d} jars in {KAFKA_DIR / d} (bash bench/peers/install.sh)"
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError as e:
+        return f"confluent-kafka not importable ({e}; bash bench/peers/install.sh)"
+    return None
+
+
+class Kafka:
+    """A broker child process in ``base`` (a temp dir), its producer and admin client; ``close`` stops it."""
+
+    def __init__(self, base: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        port, cport = kit.free_port(tcp=True), kit.free_port(tcp=True)
+        while cport == port:
+            cport = kit.free_port(tcp=True)
+        self.servers = f"127.0.0.1:{port}"
+        os.makedirs(base, exist_ok=True)
+        conf = os.path.join(base, "server.properties")
+        Path(conf).write_text(kafka_config(os.path.join(base, "logs"), port, cport))
+        cp = ["java", "-cp", str(KAFKA_DIR / "broker" / "libs" / "*")]
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        with kit.ChildProcess([*cp, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", conf],
+                              "kafka storage format") as fmt:
+            if fmt.proc.wait(120):
+                raise RuntimeError(f"kafka StorageTool format failed: {fmt.stderr_tail()}")
+        self.broker = kit.ChildProcess([*cp, "-Xms1g", "-Xmx1g", "kafka.Kafka", conf], "kafka broker")
+        self.admin = AdminClient({"bootstrap.servers": self.servers})
+        deadline = time.monotonic() + 90
+        while True:
+            if self.broker.proc.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited: {self.broker.stderr_tail()}")
+            try:
+                self.admin.list_topics(timeout=2)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def topic(self, name: str) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        for f in self.admin.create_topics([NewTopic(name, 1, 1)]).values():
+            f.result(30)
+        return name
+
+    def producer(self, **conf):
+        from confluent_kafka import Producer
+
+        return Producer({"bootstrap.servers": self.servers, "acks": "all", **conf})
+
+    def end_offset(self, topic: str) -> int:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "sulis-bench"})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        self.admin = None  # its connection goes before the broker does
+        self.broker.close(grace_s=20)
+
+
+# ----------------------------------------------------------------- ingest
+
+def sulis_ingest(node, stream_id: int, count: int, runs) -> int:
+    """``count`` messages with offer_batch into a recorded stream, until recorded (msgs/s into
+    ``runs``): the recording's id."""
+    client, ac = node
+    ac.start_recording(CHANNEL, stream_id)
+    pub = client.add_exclusive_publication(f"{CHANNEL}?term-length=16m", stream_id)
+    rid = ac.await_signal(sulis.archive.RecordingSignal.START).recording_id
+
+    def ingest() -> float:
+        t0 = time.perf_counter()
+        kit.publish_batch(pub, bytes(SIZE), 4096, count=count)
+        kit.await_until(lambda: ac.get_recording_position(rid) >= pub.position, "the archive to record it all", 60)
+        return count / (time.perf_counter() - t0)
+
+    runs.measure("ingest", "sulis", ingest)
+    ac.stop_recording(CHANNEL, stream_id)
+    pub.close()
+    return rid
+
+
+def kafka_ingest(kafka: Kafka, topic: str, count: int, batch: int = 10_000) -> float:
+    """``count`` messages with produce_batch until every delivery report is in: msgs/s."""
+    producer = kafka.producer(**{"linger.ms": 20, "batch.num.messages": 100_000, "enable.idempotence": False,
+                                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20})
+    payload = bytes(SIZE)
+    msgs = [{"value": payload} for _ in range(batch)]
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < count:
+        todo = msgs[: min(batch, count - sent)]
+        while todo:
+            queued = producer.produce_batch(topic, todo)
+            sent += queued
+            todo = [m for m in todo if m.pop("_error", None) is not None] if queued < len(todo) else []
+            producer.poll(0.001 if todo else 0)
+    if producer.flush(120):
+        raise RuntimeError("Kafka producer: delivery reports missing after 120 s")
+    rate = count / (time.perf_counter() - t0)
+    producer.close()
+    if (end := kafka.end_offset(topic)) != count:
+        raise RuntimeError(f"Kafka topic {topic} holds {end} messages, {count} were produced")
+    return rate
+
+
+# ----------------------------------------------------------------- Spark
+
+def noop_read(df, count: int) -> float:
+    """One read of ``df`` into Spark's noop sink (every row and column materialised): rows/s."""
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return count / (time.perf_counter() - t0)
+
+
+def latency(df, send, flush, rate: int, warmup: float, seconds: float, trigger: str) -> dict:
+    """Publishes ``rate`` stamped messages/s with ``send`` for ``warmup`` + ``seconds`` while a query
+    with ``trigger`` collects the stamps in foreachBatch: p50/p99 (ms) of publish -> row, measured part."""
+    from pyspark.sql import functions as F
+
+    lat_ns: list[int] = []
+    measure_from = time.time_ns() + int(warmup * 1e9)
+
+    def on_batch(batch_df, _batch_id) -> None:
+        rows = batch_df.select(F.substring("value", 1, 8).alias("t")).collect()
+        now = time.time_ns()
+        lat_ns.extend(now - t for t in (int.from_bytes(r.t, "little") for r in rows) if t >= measure_from)
+
+    query = df.writeStream.foreachBatch(on_batch).trigger(processingTime=trigger).start()
+    measured = 0
+    try:
+        buf, t0, sent = bytearray(SIZE), time.monotonic(), 0
+        while (elapsed := time.monotonic() - t0) < warmup + seconds:
+            while sent < int(elapsed * rate):
+                stamp = time.time_ns()
+                struct.pack_into("<q", buf, 0, stamp)
+                send(bytes(buf))
+                sent += 1
+                measured += stamp >= measure_from
+            flush()
+            time.sleep(0.0005)
+        deadline = time.monotonic() + 60
+        while len(lat_ns) < measured:
+            if query.exception() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"query saw {len(lat_ns)} of {measured} messages: {query.exception()}")
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    s = kit.summarize(kit.histogram(lat_ns))
+    return {"p50_ms": s["p50_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3, "rows": len(lat_ns), "published": measured}
+
+
+def kafka_latency(spark, kafka: Kafka, topic: str, a) -> dict:
+    """``latency`` of a Kafka topic read by Spark's Kafka source, fed by a producer with linger.ms=0."""
+    producer = kafka.producer(**{"linger.ms": 0})
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.servers)
+          .option("subscribe", kafka.topic(topic)).option("startingOffsets", "latest").load())
+    try:
+        return latency(df, lambda b: producer.produce(topic, b), lambda: producer.poll(0), a.rate, a.warmup,
+                       a.seconds, a.trigger)
+    finally:
+        producer.flush(10)
+        producer.close()
+
+
+def check_count(df, count: int) -> float:
+    """``df.count()``, checked to be ``count``: rows/s."""
+    t0 = time.perf_counter()
+    if (n := df.count()) != count:
+        raise RuntimeError(f"batch read: {n} rows, {count} expected")
+    return count / (time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------- the run
+
+def spark_session(master: str, kafka_jars: bool):
+    if kafka_jars:  # Spark's Kafka source on the session's class path
+        jars = ",".join(str(p) for p in sorted((KAFKA_DIR / "spark" / "libs").glob("*.jar")))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
+    import sulis.spark
+    from sulis.spark.pipeline import spark_session as session
+
+    spark = session(master, "sulis-bench-spark-pipeline")
+    sulis.spark.register(spark)
+    return spark
+
+
+class Runs:
+    """The figures of every run, each with the CPU share other processes took meanwhile. A Kafka
+    measurement that fails ends the Kafka side (``why``); a sulis one that fails ends the run."""
+
+    def __init__(self, why: str | None) -> None:
+        self.why = why
+        self.figures: dict = {k: {"sulis": [], "kafka": []} for k in ("ingest", "count", "read", "latency")}
+        self.others_cpu: list = []
+
+    def measure(self, key: str, name: str, fn):
+        if name == "kafka" and self.why:
+            return None
+        try:
+            with c.Interference() as itf:
+                v = fn()
+        except Exception as e:
+            if name != "kafka":
+                raise
+            self.why = f"failed: {type(e).__name__}: {e}"
+            print(f"      Kafka {self.why}", flush=True)
+            return None
+        self.figures[key][name].append(v)
+        self.others_cpu.append([key, name, round(itf.share, 3)])
+        text = f"p50 {v['p50_ms']:.0f} ms, p99 {v['p99_ms']:.0f} ms" if key == "latency" else f"{v:,.0f}/s"
+        print(f"      {key} {name}: {text} (others used {itf.share:.0%} of a CPU)", flush=True)
+        return v
+
+
+def run(a, top: str, runs: Runs) -> None:
+    kafka = None
+    if runs.why is None:
+        print("[kafka] starting the broker", flush=True)
+        try:
+            kafka = Kafka(os.path.join(top, "kafka"))
+        except Exception as e:
+            runs.why = f"the broker did not start: {type(e).__name__}: {e}"
+            print(f"      {runs.why}")
+    shm = kit.scratch_dir("sulis-bench-spark-")
+    try:
+        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
+                               ipc_term_buffer_length="16m") as driver, \
+                sulis.Archive(os.path.join(top, "archive"), driver_dir=driver.dir, segment_file_length=1 << 30), \
+                sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
+            rids = []
+            for i in range(a.runs):
+                print(f"[ingest {i + 1}/{a.runs}]", flush=True)
+                rids.append(sulis_ingest((client, ac), 1001 + i, a.messages, runs))
+                runs.measure("ingest", "kafka", lambda i=i: kafka_ingest(kafka, kafka.topic(f"ingest-{i}"), a.messages))
+            spark = spark_session(a.master, kafka is not None)
+            try:
+                frames = {"sulis": spark.read.format("sulis").option("driverDir", driver.dir)
+                          .option("recordingIds", str(rids[0])).option("minPartitions", 2).load()}
+                if kafka:
+                    frames["kafka"] = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.servers)
+                                       .option("subscribe", "ingest-0").option("startingOffsets", "earliest")
+                                       .option("endingOffsets", "latest").option("minPartitions", 2).load())
+                print("[batch read] one checked count() each, then the timed reads", flush=True)
+                for name, df in frames.items():
+                    runs.measure("count", name, lambda df=df: check_count(df, a.messages))
+                for _ in range(a.reads):
+                    for name, df in frames.items():
+                        runs.measure("read", name, lambda df=df: noop_read(df, a.messages))
+                for i in range(a.runs):
+                    print(f"[latency {i + 1}/{a.runs}]", flush=True)
+                    sid = 2001 + i
+                    ac.start_recording(CHANNEL, sid)
+                    pub = client.add_publication(CHANNEL, sid)
+                    ac.await_signal(sulis.archive.RecordingSignal.START)
+
+                    def offer(b: bytes, pub=pub) -> None:
+                        while pub.offer(b) < 0:
+                            pass
+
+                    df = (spark.readStream.format("sulis").option("driverDir", driver.dir)
+                          .option("channel", CHANNEL).option("streamId", sid).load())
+                    runs.measure("latency", "sulis", lambda df=df, send=offer: latency(
+                        df, send, lambda: None, a.rate, a.warmup, a.seconds, a.trigger))
+                    ac.stop_recording(CHANNEL, sid)
+                    pub.close()
+                    runs.measure("latency", "kafka", lambda i=i: kafka_latency(spark, kafka, f"latency-{i}", a))
+            finally:
+                spark.stop()
+    finally:
+        kit.remove_dir(shm)
+        if kafka:
+            kafka.close()
+
+
+def report(a, runs: Runs) -> None:
+    r, why = runs.figures, runs.why
+    med = statistics.median
+
+    def cell(xs, fmt):
+        return fmt(med(xs)) if xs else ("skipped" if why else "failed")
+
+    def each(xs, fmt):
+        return " / ".join(fmt(x) for x in xs)
+
+    fmt = {"ingest": lambda x: f"{x / 1e3:,.0f} k msgs/s", "read": lambda x: f"{x / 1e6:.2f} M rows/s",
+           "p50_ms": lambda x: f"{x:.0f} ms", "p99_ms": lambda x: f"{x:.0f} ms"}
+    rows = []
+    for key, what in (("ingest", "ingest (publisher -> recorded)"), ("read", "Spark batch read (noop sink)"),
+                      ("p50_ms", f"streaming latency p50 (trigger {a.trigger})"),
+                      ("p99_ms", f"streaming latency p99 (trigger {a.trigger})")):
+        s, k = ([x[key] for x in r["latency"][n]] if key.endswith("ms") else r[key][n] for n in ("sulis", "kafka"))
+        ratio = (med(k) / med(s) if key.endswith("ms") else med(s) / med(k)) if s and k else None
+        rows.append([what, cell(s, fmt[key]), cell(k, fmt[key]), c.fmt_ratio(ratio), each(s, fmt[key]),
+                     each(k, fmt[key])])
+    print(f"\n{a.messages:,} messages of {SIZE} B, Spark {a.master}, {c.cpu_summary()}")
+    c.print_table(["row", "sulis", "Kafka", "sulis vs Kafka", "sulis runs", "Kafka runs"], rows, "lrrrll")
+    print("(ratios: > 1 means sulis is better: faster, or lower latency)" + (f"\nKafka skipped: {why}" if why else ""))
+    ing, rd = r["ingest"], r["read"]
+    if ing["sulis"] and ing["kafka"]:
+        print(f"target ingest >= 10x Kafka: {c.verdict(med(ing['sulis']) >= 10 * med(ing['kafka']))}")
+    if rd["sulis"]:
+        print(f"target batch read >= 3 M rows/s: {c.verdict(med(rd['sulis']) >= 3e6)}")
+    if rd["sulis"] and rd["kafka"]:
+        print(f"target batch read >= 3x Kafka: {c.verdict(med(rd['sulis']) >= 3 * med(rd['kafka']))}")
+    ls, lk = r["latency"]["sulis"], r["latency"]["kafka"]
+    if ls and lk:
+        for q in ("p50_ms", "p99_ms"):
+            ok = med(x[q] for x in ls) < med(x[q] for x in lk)
+            print(f"target streaming latency {q[:3]} below Kafka's: {c.verdict(ok)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=None, help="messages per ingest run and batch read (5,000,000)")
+    ap.add_argument("--runs", type=int, default=None, help="ingest and latency runs per system (3)")
+    ap.add_argument("--reads", type=int, default=None, help="timed batch reads per system (5)")
+    ap.add_argument("--rate", type=int, default=1000, help="streaming messages/s (1000)")
+    ap.add_argument("--seconds", type=float, default=None, help="measured seconds per latency run (15)")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds of a latency run left out (5)")
+    ap.add_argument("--trigger", default="0 seconds", help="the queries' processingTime trigger (0 seconds)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dir", default=None, help="where the archive and Kafka's logs go [a temp dir]")
+    ap.add_argument("--no-kafka", action="store_true", help="sulis alone")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 200 k messages, 1 run, 2 reads, 4 s")
+    a = ap.parse_args()
+    q = a.quick
+    a.messages = a.messages or (200_000 if q else 5_000_000)
+    a.runs, a.reads = a.runs or (1 if q else 3), a.reads or (2 if q else 5)
+    a.seconds = a.seconds or (4.0 if q else 15.0)
+    if min(a.messages, a.runs, a.reads, a.rate) < 1 or a.seconds <= 0:
+        ap.error("--messages, --runs, --reads, --rate and --seconds must be positive")
+    c.require_release_build()
+    top = tempfile.mkdtemp(prefix="sulis-bench-spark-pipeline-", dir=a.dir)
+    why = "--no-kafka" if a.no_kafka else kafka_missing()
+    runs, started = Runs(why), time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        run(a, top, runs)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = c.RESULTS_DIR / f"spark_pipeline-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.write_text(json.dumps({"argv": sys.argv, "machine": c.cpu_summary(), "started": started,
+                                    "options": vars(a), "kafka_skipped": runs.why, "figures": runs.figures,
+                                    "others_cpu": runs.others_cpu}, indent=1, default=str))
+    report(a, runs)
+    print(f"(details: {path.relative_to(ROOT)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(c.main_guard(main))
