@@ -16,8 +16,9 @@ flush policy). One Spark session (``--master``, default local[2]) serves every q
   ``linger.ms=20``, ``batch.num.messages=100000``) into a topic of one partition, until
   ``flush()`` has every delivery report, then the partition's end offset is checked.
 * batch read: the first run's stream read whole, ``minPartitions=2``, into Spark's ``noop``
-  sink (every column materialised); one warm-up ``count()`` each (checked), then ``--reads``
-  reads interleaved, median rows/s.
+  sink (every column materialised); first a ``count()`` (checked) and one untimed read each
+  (the JIT compiles the row conversion on the first reads), then ``--reads`` reads interleaved,
+  median rows/s.
 * streaming latency: ``--rate`` messages/s of 100 B, each stamped with ``time.time_ns()`` just
   before it is offered (sulis: ``offer``; Kafka: ``produce``, ``linger.ms=0``), a query with the
   same trigger (``--trigger``, default 0 s) for both whose ``foreachBatch`` (on the driver)
@@ -273,7 +274,7 @@ class Runs:
 
     def __init__(self, why: str | None) -> None:
         self.why = why
-        self.figures: dict = {k: {"sulis": [], "kafka": []} for k in ("ingest", "count", "read", "latency")}
+        self.figures: dict = {k: {"sulis": [], "kafka": []} for k in ("ingest", "count", "warm-up", "read", "latency")}
         self.others_cpu: list = []
 
     def measure(self, key: str, name: str, fn):
@@ -323,9 +324,10 @@ def run(a, top: str, runs: Runs) -> None:
                     frames["kafka"] = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.servers)
                                        .option("subscribe", "ingest-0").option("startingOffsets", "earliest")
                                        .option("endingOffsets", "latest").option("minPartitions", 2).load())
-                print("[batch read] one checked count() each, then the timed reads", flush=True)
+                print("[batch read] warm-up: a checked count() and an untimed read each", flush=True)
                 for name, df in frames.items():
                     runs.measure("count", name, lambda df=df: check_count(df, a.messages))
+                    runs.measure("warm-up", name, lambda df=df: noop_read(df, a.messages))
                 for _ in range(a.reads):
                     for name, df in frames.items():
                         runs.measure("read", name, lambda df=df: noop_read(df, a.messages))

@@ -1,0 +1,44 @@
+"""Pure helpers of the Spark pipeline benchmark and of the Spark source's replay requests."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def spark_pipeline():
+    spec = importlib.util.spec_from_file_location("spark_pipeline", ROOT / "bench" / "spark_pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kafka_config_is_a_one_node_kraft_cluster_on_loopback_only(spark_pipeline, tmp_path):
+    text = spark_pipeline.kafka_config(str(tmp_path / "logs"), 19092, 19093)
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == f"{props['node.id']}@127.0.0.1:19093"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
+    assert props["log.dirs"] == str(tmp_path / "logs")
+    # One node: every internal topic must be satisfiable by one replica, or the broker waits forever.
+    assert {k: v for k, v in props.items() if k.endswith((".replication.factor", ".min.isr"))} == {
+        f"{topic}.{what}": "1" for topic in ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic")
+        for what in ("replication.factor", "min.isr") if (topic, what) != ("offsets.topic", "min.isr")}
+
+
+@pytest.mark.parametrize(("given", "sent"), [
+    ("aeron:ipc", "aeron:ipc?sparse=true"),
+    ("aeron:udp?endpoint=10.0.0.1:9000", "aeron:udp?endpoint=10.0.0.1:9000|sparse=true"),
+    ("aeron:ipc?sparse=false", "aeron:ipc?sparse=false"),
+])
+def test_replays_ask_for_a_sparse_log_buffer_unless_the_channel_says(given, sent):
+    from sulis.spark.replay import _sparse
+
+    assert _sparse(given) == sent
