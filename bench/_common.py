@@ -70,11 +70,11 @@ def udp_channel(host: str, port: int, params: str) -> str:
     return "|".join([f"aeron:udp?endpoint={host}:{port}", *filter(None, params.split("|"))])
 
 
-def two_free_ports(host: str = "127.0.0.1") -> tuple[int, int]:
-    """Two different UDP ports free on ``host`` now (a ping and a pong endpoint)."""
-    ping, pong = free_port(host), free_port(host)
+def two_free_ports(host: str = "127.0.0.1", tcp: bool = False) -> tuple[int, int]:
+    """Two different UDP (or TCP) ports free on ``host`` now (a ping and a pong endpoint)."""
+    ping, pong = free_port(host, tcp), free_port(host, tcp)
     while pong == ping:
-        pong = free_port(host)
+        pong = free_port(host, tcp)
     return ping, pong
 
 
