@@ -266,6 +266,31 @@ class Batch:
     def to_list(self) -> list[bytes]: ...
 
 @final
+class RecordingFileReader:
+    """A recording's fragments read straight from its segment files, as Batches laid out as
+    ``Subscription.poll_batch`` lays out a replay's; every frame header is checked (a torn or
+    corrupt frame raises ``ArchiveError`` naming the file, offset and position)."""
+
+    def __new__(
+        cls,
+        archive_dir: str,
+        recording_id: int,
+        start_position: int,
+        term_length: int,
+        segment_file_length: int,
+        initial_term_id: int,
+        position: int,
+        limit: int,
+    ) -> Self: ...
+    def read_batch(self, fragment_limit: int = 65536) -> Batch: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def recording_id(self) -> int: ...
+
+@final
 class FragmentAssembler:
     """Wraps a handler so it sees whole messages."""
 

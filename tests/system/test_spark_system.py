@@ -575,3 +575,95 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
         assert rows == 10
     finally:
         reader.stop()
+
+
+def _replayed_bytes(node) -> int:
+    """The archive's ``archive-replayer total read bytes`` counter (type 109)."""
+    return next(c["value"] for c in sulis.CountersReader(node[0].dir).counters() if c["type_id"] == 109)
+
+
+def large_message(i: int) -> bytes:
+    """Message i, 600 to 1000 bytes (every 50th 5000, fragmented): a few thousand fill several segments."""
+    n = 5000 if i % 50 == 7 else 600 + (i * 37) % 400
+    return i.to_bytes(4, "little") + bytes((i * 7 + j) & 0xFF for j in range(0, n, 1))
+
+
+def test_read_mode_files_gives_the_rows_a_replay_gives_on_a_live_recording(spark, sulis_node, tmp):
+    import threading
+
+    archive_dir = sulis_node[1].dir
+    rec = Recorded(sulis_node, 3118)
+    rec.publish(large_message(i) for i in range(4000))
+    segment = 1024 * 1024  # the fixture archive's segment_file_length
+    assert rec.positions[-1] > 3 * segment, "the recording should span several segment files"
+    files = {"readMode": "files", "archiveDir": archive_dir}
+    rid = rec.rid
+    # The same queries by both paths: the whole recording cut on term boundaries, and a range
+    # starting and ending inside terms (each piece then reads from its term's start and drops the
+    # messages that end before the range) cut between them.
+    queries = [{"minPartitions": 4},
+               {"startingPositions": f'{{"{rid}": {rec.positions[1234]}}}',
+                "endingPositions": f'{{"{rid}": {rec.positions[3001] - 96}}}', "minPartitions": 3}]
+    replayed_before = _replayed_bytes(sulis_node)
+    by_files = [by_position(collect(read(spark, sulis_node, recordingIds=rid, **files, **q))) for q in queries]
+    assert _replayed_bytes(sulis_node) == replayed_before, "readMode=files should not ask for a replay"
+    by_replay = [by_position(collect(read(spark, sulis_node, recordingIds=rid, readMode="replay", **q)))
+                 for q in queries]
+    assert by_files == by_replay
+    assert by_files[0] == by_position(rec.rows())
+    assert by_files[1] == by_position(rec.rows(1235, 3001))
+
+    # While the recording grows: a read plans up to what is recorded, and reads nothing past it.
+    stop = threading.Event()
+
+    def keep_publishing():
+        i = 4000
+        while not stop.is_set() and i < 7000:
+            rec.publish(large_message(j) for j in range(i, i + 50))
+            i += 50
+
+    publisher = threading.Thread(target=keep_publishing)
+    publisher.start()
+    try:
+        for _ in range(2):
+            recorded_before = len(rec.messages)
+            got = by_position(collect(read(spark, sulis_node, recordingIds=rid, minPartitions=3, **files)))
+            assert len(got) >= recorded_before
+            assert got == by_position(rec.rows(0, len(got))), "a prefix of the recording, each message once"
+    finally:
+        stop.set()
+        publisher.join(timeout=60)
+
+    # Streaming, availableNow, into Parquet: the same rows by both paths.
+    outputs = {}
+    for mode in ("files", "replay"):
+        out = os.path.join(tmp, f"out-{mode}")
+        run_available_now(spark, sulis_node, os.path.join(tmp, f"ck-{mode}"), out, recordingIds=rid,
+                          maxBytesPerTrigger=3 * segment, readMode=mode, archiveDir=archive_dir)
+        outputs[mode] = by_position(collect(spark.read.parquet(out)))
+    assert outputs["files"] == outputs["replay"] == by_position(rec.rows())
+
+
+def test_read_mode_files_names_the_file_and_position_of_a_corrupt_frame(spark, sulis_node):
+    _, archive, _, ac = sulis_node
+    rec = Recorded(sulis_node, 3119)
+    rec.publish(message(i) for i in range(300))
+    rec.pub.close()
+    await_until(lambda: ac.get_stop_position(rec.rid) >= 0, what="the recording to stop")
+    # Message 200's frame header says it lies at another term offset.
+    at = rec.positions[199]
+    path = os.path.join(archive.dir, f"{rec.rid}-0.rec")
+    with open(path, "r+b") as f:
+        f.seek(at + 8)
+        f.write((12345).to_bytes(4, "little"))
+    with pytest.raises(Exception, match=rf"{path} at offset {at} \(position {at}\): frame header says term -?\d+ "
+                                        "offset 12345"):
+        read(spark, sulis_node, recordingIds=rec.rid, readMode="files", archiveDir=archive.dir).collect()
+    # Up to the message before, the files are good.
+    got = collect(read(spark, sulis_node, recordingIds=rec.rid, readMode="files", archiveDir=archive.dir,
+                       endingPositions=f'{{"{rec.rid}": {at}}}'))
+    assert by_position(got) == by_position(rec.rows(0, 200))
+    with pytest.raises(Exception, match="option archiveDir: required with readMode=files"):
+        read(spark, sulis_node, recordingIds=rec.rid, readMode="files").count()
+    with pytest.raises(Exception, match="option readMode: 'fast' is not one of auto, replay, files"):
+        read(spark, sulis_node, recordingIds=rec.rid, readMode="fast").count()

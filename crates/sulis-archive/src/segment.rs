@@ -10,6 +10,9 @@
 //!   frame header against where it lies (length, type, term offset, term
 //!   id): a replay that meets a torn or corrupt segment gets an error
 //!   naming the file and offset instead of stalling or sending garbage.
+//! * [`FragmentReader`] reads fragments into `poll_batch`-shaped
+//!   [`Batch`]es through a [`SegmentReader`] (the Spark source's
+//!   `readMode=files`).
 //! * [`recover_stop_position`] finds where an interrupted recording really
 //!   ends: the end of the last whole, consistent frame.
 
@@ -18,10 +21,12 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use sulis_client::Batch;
 use sulis_protocol::archive::segment::{segment_file_base_position, segment_file_name};
 use sulis_protocol::frame::{
-    align_frame, DATA_HEADER_LENGTH, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD,
-    TERM_ID_FIELD_OFFSET, TERM_OFFSET_FIELD_OFFSET, TYPE_FIELD_OFFSET,
+    align_frame, DATA_HEADER_LENGTH, FLAGS_FIELD_OFFSET, FRAME_ALIGNMENT, HDR_TYPE_DATA,
+    HDR_TYPE_PAD, RESERVED_VALUE_FIELD_OFFSET, SESSION_ID_FIELD_OFFSET, TERM_ID_FIELD_OFFSET,
+    TERM_OFFSET_FIELD_OFFSET, TYPE_FIELD_OFFSET,
 };
 
 /// A recording's geometry: what positions map to which file and offset.
@@ -429,6 +434,127 @@ impl SegmentReader {
     }
 }
 
+/// Reads a recording's fragments straight from its segment files into
+/// [`Batch`]es laid out as a subscription's `poll_batch` lays them out (the
+/// payloads back to back, the stream position *after* each fragment, its
+/// session id, flags and reserved value), so a reader of a replay and a
+/// reader of the files see the same columns. Padding frames are skipped, as
+/// an image skips them. Every frame is checked by [`SegmentReader`]; a torn
+/// or corrupt one fails with [`ReadError::Corrupt`] naming the file, offset
+/// and position.
+///
+/// ```text
+///   segment files:  [ 4-0.rec           ][ 4-131072.rec       ] ...
+///   frames:         [hdr|payload][hdr|payload]...[pad]...
+///   batch:          data    = payload0 payload1 ...
+///                   offsets = 0 len0 len0+len1 ...
+///                   positions = end of frame 0, end of frame 1, ...
+/// ```
+///
+/// Nothing past `limit` is read: it must be a position the recording is
+/// known to hold (its stop position, or its recorded position while it is
+/// live: what lies beyond is still being written).
+pub struct FragmentReader {
+    reader: SegmentReader,
+    limit: i64,
+    /// Whole, checked frames read from the files and not handed over yet.
+    buf: Vec<u8>,
+    /// Bytes of `buf` holding frames.
+    len: usize,
+    /// The next frame in `buf`.
+    at: usize,
+    /// Stream position of `buf[0]`.
+    buf_position: i64,
+}
+
+impl FragmentReader {
+    /// A reader of the fragments from `position` (where a frame begins) up to `limit`.
+    pub fn new(dir: &Path, g: Geometry, position: i64, limit: i64) -> FragmentReader {
+        // A term never spans two files and a frame never spans two terms, so
+        // a term (or 1 MiB of it) holds any frame; BufferTooSmall grows it anyway.
+        let size = (g.term_length as usize).clamp(DATA_HEADER_LENGTH, 1 << 20);
+        FragmentReader {
+            reader: SegmentReader::new(dir, g, position),
+            limit,
+            buf: vec![0u8; size],
+            len: 0,
+            at: 0,
+            buf_position: position,
+        }
+    }
+
+    /// The position after the last frame handed over (or skipped).
+    pub fn position(&self) -> i64 {
+        self.buf_position + self.at as i64
+    }
+
+    /// The position nothing is read past.
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+
+    /// Appends up to `fragment_limit` fragments to `batch`; returns how many
+    /// (0: `limit` reached).
+    pub fn read_into(
+        &mut self,
+        batch: &mut Batch,
+        fragment_limit: usize,
+    ) -> Result<usize, ReadError> {
+        let mut count = 0;
+        while count < fragment_limit {
+            if self.at == self.len {
+                let position = self.reader.position();
+                let n = match self.reader.read(&mut self.buf, self.limit) {
+                    Ok(n) => n,
+                    Err(ReadError::BufferTooSmall(need)) => {
+                        self.buf.resize(need, 0);
+                        continue;
+                    }
+                    // Hand over the good fragments first; the next call meets
+                    // the bad frame again and reports it.
+                    Err(_) if count > 0 => break,
+                    Err(e) => return Err(e),
+                };
+                self.buf_position = position;
+                self.len = n;
+                self.at = 0;
+                if n == 0 {
+                    break;
+                }
+            }
+            // SegmentReader checked every frame in buf[..len]: length, type,
+            // term offset and term id agree with where it lies.
+            let f = &self.buf[self.at..self.len];
+            let frame_length = i32::from_le_bytes(f[0..4].try_into().unwrap()) as usize;
+            let aligned = align_frame(frame_length);
+            let frame_type = u16::from_le_bytes([f[TYPE_FIELD_OFFSET], f[TYPE_FIELD_OFFSET + 1]]);
+            if frame_type == HDR_TYPE_DATA {
+                let session_id = i32::from_le_bytes(
+                    f[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4]
+                        .try_into()
+                        .unwrap(),
+                );
+                let reserved = i64::from_le_bytes(
+                    f[RESERVED_VALUE_FIELD_OFFSET..RESERVED_VALUE_FIELD_OFFSET + 8]
+                        .try_into()
+                        .unwrap(),
+                );
+                let end = self.buf_position + (self.at + aligned) as i64;
+                batch.push(
+                    &f[DATA_HEADER_LENGTH..frame_length],
+                    end,
+                    session_id,
+                    f[FLAGS_FIELD_OFFSET],
+                    reserved,
+                );
+                count += 1;
+            }
+            self.at += aligned;
+        }
+        Ok(count)
+    }
+}
+
 /// Where a recording that was not stopped cleanly ends: the end of its last
 /// whole frame whose header is consistent with where it lies, found from
 /// the highest segment file on. `stop_hint` is where the search may start
@@ -509,6 +635,8 @@ mod tests {
         f[6..8].copy_from_slice(&HDR_TYPE_DATA.to_le_bytes());
         f[8..12].copy_from_slice(&((position % TERM) as i32).to_le_bytes());
         f[20..24].copy_from_slice(&g.term_id_at(position).to_le_bytes());
+        f[12..16].copy_from_slice(&77i32.to_le_bytes()); // session id
+        f[24..32].copy_from_slice(&(position * 3).to_le_bytes()); // reserved value
         f[DATA_HEADER_LENGTH..len].fill(fill);
         f
     }
@@ -659,6 +787,75 @@ mod tests {
         let err = r.read(&mut buf, 4096).unwrap_err().to_string();
         assert!(err.contains("offset 160 (position 160)"), "{err}");
         assert!(err.contains("term 100 offset 999"), "{err}");
+    }
+
+    #[test]
+    fn should_read_fragments_into_batches_as_poll_batch_lays_them_out() {
+        let dir = TempDir::new("fragments");
+        let start = TERM + 640;
+        let g = geometry(start);
+        let frames = record(&dir.0, g, start, start + 5 * TERM, 1000);
+        let data: Vec<&(i64, Vec<u8>)> = frames
+            .iter()
+            .filter(|(_, f)| u16::from_le_bytes([f[6], f[7]]) == HDR_TYPE_DATA)
+            .collect();
+        assert!(
+            data.len() < frames.len(),
+            "the recording should hold padding"
+        );
+        // Up to a limit inside the recording (a frame boundary), 7 fragments at a time.
+        let (limit_at, _) = data[data.len() - 10];
+        let limit = *limit_at;
+        let mut r = FragmentReader::new(&dir.0, g, start, limit);
+        let mut batch = Batch::with_capacity(8, 8192);
+        let mut calls = 0;
+        loop {
+            let n = r.read_into(&mut batch, 7).unwrap();
+            assert!(n <= 7);
+            if n == 0 {
+                break;
+            }
+            calls += 1;
+        }
+        assert!(calls > 1);
+        let expect: Vec<&&(i64, Vec<u8>)> = data.iter().filter(|(p, _)| *p < limit).collect();
+        assert_eq!(batch.len(), expect.len());
+        for (i, (p, f)) in expect.iter().enumerate() {
+            assert_eq!(
+                batch.positions[i],
+                p + f.len() as i64,
+                "position after fragment {i}"
+            );
+            assert_eq!(
+                batch.get(i),
+                &f[DATA_HEADER_LENGTH..DATA_HEADER_LENGTH + 1000]
+            );
+            assert_eq!(batch.flags[i], BEGIN_FLAG | END_FLAG);
+            assert_eq!(batch.session_ids[i], 77);
+            assert_eq!(batch.reserved_values[i], p * 3);
+        }
+        assert_eq!(r.position(), limit, "nothing read past the limit");
+        // A torn frame below the limit: the error names the file and position.
+        let (p, _) = data[20];
+        let base = g.base_of(*p);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(g.path(&dir.0, base))
+            .unwrap();
+        file.write_all_at(&[0u8; 4], (*p - base) as u64).unwrap();
+        let mut r = FragmentReader::new(&dir.0, g, start, limit);
+        let mut batch = Batch::default();
+        assert_eq!(
+            r.read_into(&mut batch, 1000).unwrap(),
+            20,
+            "the frames before the torn one come first"
+        );
+        let err = r.read_into(&mut batch, 1000).unwrap_err().to_string();
+        assert!(
+            err.contains(&g.path(&dir.0, base).display().to_string()),
+            "{err}"
+        );
+        assert!(err.contains(&format!("(position {p})")), "{err}");
     }
 
     #[test]

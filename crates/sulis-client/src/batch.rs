@@ -57,8 +57,12 @@ impl Batch {
         self.positions.is_empty()
     }
 
+    /// Appends one fragment: its payload, the stream position after it,
+    /// and its header's session id, flags and reserved value (what an
+    /// image poll copies; the archive's segment-file reader fills batches
+    /// the same way).
     #[inline(always)]
-    pub(crate) fn push(
+    pub fn push(
         &mut self,
         payload: &[u8],
         position: i64,

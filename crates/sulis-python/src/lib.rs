@@ -12,6 +12,7 @@ mod guard;
 mod offer_batch;
 mod offer_result;
 mod publication;
+mod recording_files;
 mod subscription;
 
 use pyo3::prelude::*;
@@ -50,6 +51,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<subscription::PyBatch>()?;
     m.add_class::<subscription::PyColumn>()?;
     m.add_class::<subscription::PyFragmentAssembler>()?;
+    m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
     m.add_function(wrap_pyfunction!(counters::read_loss_report, m)?)?;

@@ -387,6 +387,13 @@ pub struct PyBatch {
 }
 
 impl PyBatch {
+    /// A batch filled elsewhere (the segment-file reader).
+    pub(crate) fn from_batch(batch: Batch) -> PyBatch {
+        PyBatch {
+            batch: Arc::new(batch),
+        }
+    }
+
     fn column(&self, which: Which) -> PyColumn {
         let lengths = matches!(which, Which::Lengths).then(|| {
             self.batch

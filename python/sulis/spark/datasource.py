@@ -11,9 +11,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .files import check_archive_dir, read_partition_range
 from .options import ReaderOptions, parse_reader_options, parse_writer_options
 from .recordings import list_selected, plan_ranges, resolve_positions
-from .replay import RecordingRange, ddl_for, read_range, session
+from .replay import RecordingRange, ddl_for, session
 
 __all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
 
@@ -30,11 +31,11 @@ class SulisPartition(InputPartition):
 
 
 def read_partition(opts: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Runs in an executor's Python worker: replays the partition's range, yields Arrow batches."""
+    """Runs in an executor's Python worker: reads the partition's range (replay or segment files,
+    as ``readMode`` says), yields Arrow batches."""
     if partition is None or partition.value is None:
         return  # nothing to read: Spark plans one partition of its own when given none
-    yield from read_range(opts.archive, partition.value, opts.replay_channel, opts.replay_stream_id,
-                          opts.fragment_limit, layout=opts.layout)
+    yield from read_partition_range(opts, partition.value)
 
 
 class SulisBatchReader(DataSourceReader):
@@ -46,6 +47,7 @@ class SulisBatchReader(DataSourceReader):
     def partitions(self) -> list[SulisPartition]:
         opts = self.opts
         s = session(opts.archive)
+        check_archive_dir(s.archive.archive_id, opts)
         infos = list_selected(s, opts)
         starts, ends = resolve_positions(infos, opts)
         ranges = plan_ranges({r.recording_id: r for r in infos}, starts, ends, opts.min_partitions)

@@ -40,12 +40,16 @@ READER_OPTIONS = (
     "replayChannel", "replayStreamId", "fragmentLimit",
     "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "valueSchema",
+    "readMode", "archiveDir",
 )
 
 WRITER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
     "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce",
 )
+
+#: How executors read a partition (``readMode``).
+READ_MODES = ("auto", "replay", "files")
 
 #: Options Spark itself may pass along (``load(path)``, ``start(path)``, the checkpoint).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
@@ -95,6 +99,11 @@ class ReaderOptions:
     max_trigger_delay_s: float = 15.0
     #: ``valueSchema``: payloads decoded into typed columns (a ``value_schema.ValueLayout``)
     layout: Any = None
+    #: ``readMode``: "replay" (over the archive's control channel), "files" (the segment files in
+    #: ``archive_dir``) or "auto" (files where ``archive_dir`` is readable on the executor's host)
+    read_mode: str = "auto"
+    #: ``archiveDir``: the archive's directory, as the executors' hosts see it
+    archive_dir: str | None = None
 
     def selection(self) -> str:
         """Names what is read in error messages."""
@@ -288,6 +297,14 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
     replay_stream = _stream_id(options, "replayStreamId", 0x5A17)
     assert min_partitions is not None and fragment_limit is not None
     assert replay_channel is not None and replay_stream is not None
+    read_mode = str(options.get("readMode", "auto")).strip().lower()
+    if read_mode not in READ_MODES:
+        raise OptionError(f"option readMode: {options.get('readMode')!r} is not one of {', '.join(READ_MODES)}")
+    raw_dir = options.get("archiveDir")
+    archive_dir = str(raw_dir).strip() if raw_dir is not None and str(raw_dir).strip() else None
+    if read_mode == "files" and archive_dir is None:
+        raise OptionError("option archiveDir: required with readMode=files (the archive's directory, as the "
+                          "executors' hosts see it)")
     return ReaderOptions(
         archive=archive,
         channel=channel,
@@ -305,6 +322,8 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         min_messages_per_trigger=min_messages,
         max_trigger_delay_s=_seconds(options, "maxTriggerDelay", 15.0),
         layout=value_layout(options),
+        read_mode=read_mode,
+        archive_dir=archive_dir,
     )
 
 

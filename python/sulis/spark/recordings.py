@@ -35,6 +35,8 @@ class RecordingInfo:
     term_length: int
     mtu_length: int
     live: bool
+    segment_length: int = 0
+    initial_term_id: int = 0
 
 
 def info_of(s: ArchiveSession, d) -> RecordingInfo:
@@ -48,7 +50,7 @@ def info_of(s: ArchiveSession, d) -> RecordingInfo:
         else:  # not recording, no stop position (an archive that was killed and not yet recovered it)
             end = max(d.start_position, s.archive.get_max_recorded_position(d.recording_id))
     return RecordingInfo(d.recording_id, d.stream_id, d.session_id, d.start_position, end,
-                         d.term_buffer_length, d.mtu_length, live)
+                         d.term_buffer_length, d.mtu_length, live, d.segment_file_length, d.initial_term_id)
 
 
 def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:
@@ -174,5 +176,6 @@ def plan_ranges(infos: dict[int, RecordingInfo], starts: dict[int, int], ends: d
         bounds = [s, *split_points(s, e, pieces, r.term_length), e]
         for a, b in zip(bounds, bounds[1:], strict=False):
             ranges.append(RecordingRange(rid, r.stream_id, r.session_id, a, b,
-                                         replay_from(a, r.start, r.term_length), max(b, r.end)))
+                                         replay_from(a, r.start, r.term_length), max(b, r.end),
+                                         r.start, r.term_length, r.segment_length, r.initial_term_id))
     return ranges

@@ -100,6 +100,12 @@ class RecordingRange:
     replay_from: int
     #: a frame boundary at or after ``end`` (what was recorded when planned): where the replay ends
     replay_to: int
+    #: the recording's geometry, for reading its segment files (``readMode=files``): its start
+    #: position, term length, segment file length and initial term id when planned
+    recording_start: int = 0
+    term_length: int = 0
+    segment_length: int = 0
+    initial_term_id: int = 0
 
     @property
     def length(self) -> int:

@@ -13,6 +13,7 @@ a copy, with everything it needs inside the partition.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .datasource import SulisPartition, read_partition
+from .files import check_archive_dir
 from .options import ReaderOptions
 from .recordings import (
     DataLossError,
@@ -72,6 +74,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[int, int] | None = None  # Trigger.AvailableNow: where to stop
         self._frame_len: dict[int, float] = {}  # estimated bytes per message, per recording
         self._last_batch_at = time.monotonic()
+        self._dir_checked = False  # archiveDir compared with the archive's id (first partitions call)
 
     # -- what the archive holds now ------------------------------------------------------------
 
@@ -93,8 +96,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if fresh is not None:
                     self._infos[rid] = fresh
             elif pos != r.end:
-                self._infos[rid] = RecordingInfo(r.recording_id, r.stream_id, r.session_id, r.start, pos,
-                                                 r.term_length, r.mtu_length, True)
+                self._infos[rid] = dataclasses.replace(r, end=pos, live=True)
         return self._infos
 
     def _info_now(self, rid: int) -> RecordingInfo | None:
@@ -214,6 +216,9 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return length
 
     def partitions(self, start: dict, end: dict) -> list[SulisPartition]:
+        if not self._dir_checked:
+            check_archive_dir(session(self.opts.archive).archive.archive_id, self.opts)
+            self._dir_checked = True
         begin, stop = from_offset(start) if start else {}, from_offset(end)
         infos: dict[int, RecordingInfo] = {}
         starts: dict[int, int] = {}
