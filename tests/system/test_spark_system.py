@@ -667,3 +667,101 @@ def test_read_mode_files_names_the_file_and_position_of_a_corrupt_frame(spark, s
         read(spark, sulis_node, recordingIds=rec.rid, readMode="files").count()
     with pytest.raises(Exception, match="option readMode: 'fast' is not one of auto, replay, files"):
         read(spark, sulis_node, recordingIds=rec.rid, readMode="fast").count()
+
+
+def test_archive_killed_mid_stream_fails_naming_it_and_a_restart_continues_exactly_once(spark, sulis_node, tmp):
+    """A standalone archive process (control stream 31) killed with SIGKILL while a streaming query
+    works through its backlog: the query fails naming the archive's control channel and stream; an
+    archive restarted on the same directory recovers the recording, and the query restarted from its
+    checkpoint reads every recorded message exactly once."""
+    import signal
+    import subprocess
+
+    from conftest import clean_env
+
+    drv, _, client, _ = sulis_node
+    archive_dir = make_dir("sulis-spark-archive-killed-")
+    stream_id = 3120
+
+    def start_archive() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
+                                 "--dir", drv.dir, "--local-control-stream-id", "31",
+                                 "--segment-file-length", str(1 << 20)],
+                                stderr=subprocess.PIPE, text=True, env=clean_env())
+        assert "running in" in proc.stderr.readline()
+        return proc
+
+    def connect():
+        return sulis.ArchiveClient(client, control_request_stream_id=31, control_response_stream_id=3121)
+
+    published: list[tuple[bytes, int]] = []
+
+    def publish(pub, first: int, count: int) -> None:
+        deadline = time.monotonic() + 20
+        for i in range(first, first + count):
+            m = i.to_bytes(4, "little") + bytes(60 + i % 200)  # unfragmented
+            while (p := pub.offer(m)) < 0:
+                assert time.monotonic() < deadline, f"offer stuck: {sulis.result_name(p)}"
+            published.append((m, p))
+
+    archive = start_archive()
+    ac = connect()
+    checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
+
+    def query(max_bytes: int, **trigger):
+        reader = (spark.readStream.format("sulis").option("driverDir", drv.dir).option("controlStreamId", 31)
+                  .option("channel", CHANNEL).option("streamId", stream_id).option("messageTimeout", "2s")
+                  .option("maxBytesPerTrigger", max_bytes))
+        return (reader.load().writeStream.format("parquet").option("checkpointLocation", checkpoint)
+                .trigger(**trigger).start(out))
+
+    q = None
+    try:
+        ac.start_recording(CHANNEL, stream_id)
+        pub = client.add_publication(CHANNEL, stream_id)
+        publish(pub, 0, 20_000)  # ~3 MiB
+        rid = await_until(lambda: ac.list_recordings_for_uri(CHANNEL, stream_id), what="the recording")[0].recording_id
+        await_until(lambda: ac.get_recording_position(rid) == pub.position, what="everything recorded")
+        q = query(64 * 1024, processingTime="100 milliseconds")  # a backlog of dozens of micro-batches
+        await_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) > 0, timeout=60,
+                    what="the query to read its first micro-batch")
+        ac.close()
+        archive.send_signal(signal.SIGKILL)
+        archive.wait(timeout=30)
+        archive.stderr.close()
+        await_until(lambda: not q.isActive, timeout=60, what="the query to fail once the archive is gone")
+        error = str(q.exception())
+        assert "the archive at aeron:ipc stream 31" in error, error
+        read_before = sum(p["numInputRows"] for p in q.recentProgress)
+        assert 0 < read_before < len(published), "the archive should have been killed mid-stream"
+
+        # The archive back on its directory: the recording is recovered where it ended, the stream is
+        # recorded again (a second recording of the same publication) and more is published.
+        archive = start_archive()
+        ac = connect()
+        assert ac.list_recording(rid).stop_position == published[-1][1]
+        ac.start_recording(CHANNEL, stream_id)
+        rid2 = await_until(lambda: [d.recording_id for d in ac.list_recordings_for_uri(CHANNEL, stream_id)
+                                    if d.recording_id != rid], what="the second recording")[0]
+        publish(pub, 20_000, 500)
+        await_until(lambda: ac.get_recording_position(rid2) == pub.position, what="everything recorded")
+
+        q = query(16 << 20, availableNow=True)  # the rest at once (the uncommitted batch is re-run first)
+        assert q.awaitTermination(90), "the restarted query did not finish"
+        assert q.exception() is None
+        rows = spark.read.parquet(out).select("value", "recording_id", "position").collect()
+        got = sorted((r.recording_id, r.position, bytes(r.value)) for r in rows)
+        expected = sorted([(rid, p, m) for m, p in published[:20_000]] + [(rid2, p, m) for m, p in published[20_000:]])
+        assert len(got) == len(expected)
+        assert got == expected, "every recorded message exactly once"
+        pub.close()
+    finally:
+        if q is not None and q.isActive:
+            q.stop()
+        ac.close()
+        if archive.poll() is None:
+            archive.send_signal(signal.SIGTERM)
+            archive.wait(timeout=30)
+        if archive.stderr and not archive.stderr.closed:
+            archive.stderr.close()
+        shutil.rmtree(archive_dir, ignore_errors=True)

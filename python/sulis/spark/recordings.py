@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from .options import EARLIEST, LATEST, OptionError, ReaderOptions
 from .replay import ArchiveSession, RecordingRange, replay_from
 
-__all__ = ["RecordingInfo", "DataLossError", "list_selected", "describe", "resolve_positions", "plan_ranges"]
+__all__ = ["RecordingInfo", "DataLossError", "ArchiveUnavailableError", "list_selected", "describe",
+           "resolve_positions", "plan_ranges"]
 
 log = logging.getLogger("sulis.spark")
 
@@ -21,6 +22,13 @@ _PAGE = 1000
 
 class DataLossError(RuntimeError):
     """Data a query was to read is gone from the archive (purged, detached, truncated)."""
+
+
+class ArchiveUnavailableError(RuntimeError):
+    """The archive did not answer (stopped, killed, unreachable); the message names it and what is read.
+
+    A query that fails with it can be restarted from its checkpoint once the archive is back: the
+    offsets are positions in the recordings, which an archive restarted on its directory keeps."""
 
 
 @dataclass(frozen=True)

@@ -340,15 +340,27 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
     if r.end <= r.start:
         return
     timeout = address.message_timeout if timeout is None else timeout
+    from .. import ArchiveError
+
     s = session(address)
     try:
         replay_id = s.archive.start_replay(r.recording_id, _sparse(replay_channel), replay_stream_id,
                                            position=r.replay_from, length=r.length)
-    except Exception as e:
-        if not s.usable:
+    except ArchiveError as e:
+        # A session kept from an earlier task may belong to an archive that has since been
+        # restarted (it does not know the session: no answer) or is gone: once more, afresh.
+        drop_session(address)
+        if e.code != -1:  # the archive answered: a refusal, not a lost session
+            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "
+                               f"{r.replay_from} to {r.end} refused: {e}") from e
+        s = session(address)
+        try:
+            replay_id = s.archive.start_replay(r.recording_id, replay_channel, replay_stream_id,
+                                               position=r.replay_from, length=r.length)
+        except Exception as e2:
             drop_session(address)
-        raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from {r.replay_from} "
-                           f"to {r.end} refused: {e}") from e
+            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "
+                               f"{r.replay_from} to {r.end} failed: {e2}") from e2
     sub = s.client.add_subscription(_replay_subscription_channel(replay_channel, _to_i32(replay_id)),
                                     replay_stream_id)
     assembler = _Assembler(r, layout)
@@ -378,6 +390,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                 raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} failed at "
                                    f"{last}: " + "; ".join(f"{text} (code {code})" for _, code, text in errors))
             if time.monotonic() - idle_since > timeout:
+                drop_session(address)  # the archive may be gone: the next task reconnects
                 raise TimeoutError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
                                    f"made no progress for {timeout:.0f}s at position {last}")
             time.sleep(0.0002 if seen_image else 0.001)

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -31,8 +32,9 @@ from pyspark.sql.streaming.datasource import (
 
 from .datasource import SulisPartition, read_partition
 from .files import check_archive_dir
-from .options import ReaderOptions
+from .options import OptionError, ReaderOptions
 from .recordings import (
+    ArchiveUnavailableError,
     DataLossError,
     RecordingInfo,
     check_data_loss,
@@ -76,6 +78,20 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self._dir_checked = False  # archiveDir compared with the archive's id (first partitions call)
 
+    @contextmanager
+    def _archive_call(self, what: str) -> Iterator[None]:
+        """Names the archive and what is read in any failure to reach it (the archive died, say),
+        and drops this process' session with it: a session to a dead archive times out forever,
+        and a restarted one does not know it, so the next call reconnects."""
+        try:
+            yield
+        except (OptionError, DataLossError):
+            raise
+        except Exception as e:
+            drop_session(self.opts.archive)
+            raise ArchiveUnavailableError(f"{self.opts.archive.describe()}: {what} of {self.opts.selection()} "
+                                          f"failed: {e}") from e
+
     # -- what the archive holds now ------------------------------------------------------------
 
     def _refresh(self, force: bool = False) -> dict[int, RecordingInfo]:
@@ -116,9 +132,10 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the DataSourceStreamReader API ---------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        infos = list(self._refresh(force=True).values())
-        starts, _ = resolve_positions(infos, self.opts, streaming=True)
-        return to_offset(starts)
+        with self._archive_call("finding the starting positions"):
+            infos = list(self._refresh(force=True).values())
+            starts, _ = resolve_positions(infos, self.opts, streaming=True)
+            return to_offset(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.opts
@@ -131,7 +148,8 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {rid: r.end for rid, r in self._refresh(force=True).items()}
+        with self._archive_call("snapshotting the recorded positions"):
+            self._target = {rid: r.end for rid, r in self._refresh(force=True).items()}
 
     def reportLatestOffset(self) -> dict | None:
         if not self._infos:
@@ -139,22 +157,23 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_offset({rid: r.end for rid, r in self._infos.items()})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        infos = self._refresh()
-        begin = from_offset(start) if start else {}
-        for rid, r in infos.items():
-            begin.setdefault(rid, r.start)  # a new recording: from its start
-        ends = {rid: max(begin[rid], r.end) for rid, r in infos.items()}
-        for rid in begin:
-            ends.setdefault(rid, begin[rid])  # gone from the listing (purged): stays where it was
-        if self._target is not None:  # Trigger.AvailableNow: nothing past the snapshot
-            ends = {rid: max(begin[rid], min(e, self._target.get(rid, begin[rid]))) for rid, e in ends.items()}
-        limited = self._limit(begin, ends, limit)
-        if limited is None:
-            return start
-        ends = limited
-        if any(ends[rid] > begin[rid] for rid in ends):
-            self._last_batch_at = time.monotonic()
-        return to_offset(ends)
+        with self._archive_call("asking for the recorded positions"):
+            infos = self._refresh()
+            begin = from_offset(start) if start else {}
+            for rid, r in infos.items():
+                begin.setdefault(rid, r.start)  # a new recording: from its start
+            ends = {rid: max(begin[rid], r.end) for rid, r in infos.items()}
+            for rid in begin:
+                ends.setdefault(rid, begin[rid])  # gone from the listing (purged): stays where it was
+            if self._target is not None:  # Trigger.AvailableNow: nothing past the snapshot
+                ends = {rid: max(begin[rid], min(e, self._target.get(rid, begin[rid]))) for rid, e in ends.items()}
+            limited = self._limit(begin, ends, limit)
+            if limited is None:
+                return start
+            ends = limited
+            if any(ends[rid] > begin[rid] for rid in ends):
+                self._last_batch_at = time.monotonic()
+            return to_offset(ends)
 
     def _limit(self, begin: dict[int, int], ends: dict[int, int], limit: ReadLimit) -> dict[int, int] | None:
         """``ends`` cut down to what ``limit`` admits; None for "not enough yet, no batch" (ReadMinRows)."""
@@ -216,26 +235,27 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return length
 
     def partitions(self, start: dict, end: dict) -> list[SulisPartition]:
-        if not self._dir_checked:
-            check_archive_dir(session(self.opts.archive).archive.archive_id, self.opts)
-            self._dir_checked = True
-        begin, stop = from_offset(start) if start else {}, from_offset(end)
-        infos: dict[int, RecordingInfo] = {}
-        starts: dict[int, int] = {}
-        for rid, e in stop.items():
-            s = begin.get(rid)
-            if s is not None and e <= s:
-                continue
-            r = self._info_now(rid)
-            if r is None:
-                continue
-            if s is None:
-                s = r.start
-            s = check_data_loss(r, s, self.opts)
-            if e > s:
-                infos[rid], starts[rid] = r, s
-        ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, self.opts.min_partitions)
-        return [SulisPartition(r) for r in ranges]
+        with self._archive_call("planning a micro-batch"):
+            if not self._dir_checked:
+                check_archive_dir(session(self.opts.archive).archive.archive_id, self.opts)
+                self._dir_checked = True
+            begin, stop = from_offset(start) if start else {}, from_offset(end)
+            infos: dict[int, RecordingInfo] = {}
+            starts: dict[int, int] = {}
+            for rid, e in stop.items():
+                s = begin.get(rid)
+                if s is not None and e <= s:
+                    continue
+                r = self._info_now(rid)
+                if r is None:
+                    continue
+                if s is None:
+                    s = r.start
+                s = check_data_loss(r, s, self.opts)
+                if e > s:
+                    infos[rid], starts[rid] = r, s
+            ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, self.opts.min_partitions)
+            return [SulisPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)
