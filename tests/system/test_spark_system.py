@@ -388,6 +388,35 @@ def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
     with pytest.raises(Exception, match="option valueSchema: type 'decimal'"):
         read(spark, sulis_node, recordingIds=rec.rid, valueSchema="price decimal").collect()
 
+    # PERMISSIVE (Spark's JSON reader's names): the malformed row's fields are null, its bytes in
+    # the corrupt-record column; DROPMALFORMED leaves it out.
+    layout = "instrument int, price double, qty int, event_time timestamp"
+    expected = [(int(t["instrument"]), float(t["price"]), int(t["qty"])) for t in ticks]
+    df = read(spark, sulis_node, recordingIds=rec.rid, minPartitions=2, valueSchema=layout, mode="PERMISSIVE")
+    assert df.columns == ["instrument", "price", "qty", "event_time", "_corrupt", "recording_id", "stream_id",
+                          "session_id", "position", "reserved_value"]
+    rows = sorted(df.collect(), key=lambda r: r.position)
+    assert [r.position for r in rows] == rec.positions
+    assert [(r.instrument, r.price, r.qty) for r in rows[:-1]] == expected
+    assert all(r._corrupt is None for r in rows[:-1])
+    last = rows[-1]
+    assert (last.instrument, last.price, last.qty, last.event_time, bytes(last._corrupt)) == (
+        None, None, None, None, b"short")
+    df = read(spark, sulis_node, recordingIds=rec.rid, valueSchema=layout, mode="permissive",
+              columnNameOfCorruptRecord="raw")
+    assert df.filter("raw is not null").select("position").collect()[0].position == rec.positions[-1]
+    rows = sorted(read(spark, sulis_node, recordingIds=rec.rid, valueSchema=layout, mode="DROPMALFORMED").collect(),
+                  key=lambda r: r.position)
+    assert [r.position for r in rows] == rec.positions[:-1]
+    assert [(r.instrument, r.price, r.qty) for r in rows] == expected
+    with pytest.raises(Exception, match="option mode: 'LENIENT' is not one of FAILFAST, PERMISSIVE, DROPMALFORMED"):
+        read(spark, sulis_node, recordingIds=rec.rid, valueSchema=layout, mode="lenient").collect()
+    with pytest.raises(Exception, match="option mode: only with valueSchema"):
+        read(spark, sulis_node, recordingIds=rec.rid, mode="PERMISSIVE").collect()
+    with pytest.raises(Exception, match="option columnNameOfCorruptRecord: column 'position' is named twice"):
+        read(spark, sulis_node, recordingIds=rec.rid, valueSchema=layout, mode="PERMISSIVE",
+             columnNameOfCorruptRecord="position").collect()
+
 
 def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spark, sulis_node, tmp):
     import json

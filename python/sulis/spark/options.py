@@ -39,7 +39,7 @@ READER_OPTIONS = (
     "minPartitions", "failOnDataLoss",
     "replayChannel", "replayStreamId", "fragmentLimit",
     "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
-    "valueSchema",
+    "valueSchema", "mode", "columnNameOfCorruptRecord",
     "readMode", "archiveDir",
 )
 
@@ -328,12 +328,17 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
 
 
 def value_layout(options: Mapping[str, str]) -> Any:
+    """``valueSchema`` with ``mode`` and ``columnNameOfCorruptRecord`` (a ``value_schema.ValueLayout``)."""
     raw = options.get("valueSchema")
     if raw is None or not str(raw).strip():
+        for name in ("mode", "columnNameOfCorruptRecord"):
+            if options.get(name) is not None:
+                raise OptionError(f"option {name}: only with valueSchema (it says what a malformed payload does)")
         return None
     from .value_schema import parse_value_schema
 
-    return parse_value_schema(str(raw))
+    return parse_value_schema(str(raw), str(options.get("mode", "FAILFAST")),
+                              str(options.get("columnNameOfCorruptRecord", "_corrupt")).strip())
 
 
 def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:

@@ -236,9 +236,20 @@ class _Assembler:
         self.pending_reserved = 0
 
     def _columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
-        n = len(values)
         r = self.r
-        head = [values] if self.layout is None else self.layout.decode(values, positions, r.recording_id)
+        layout = self.layout
+        if layout is None:
+            head = [values]
+        else:
+            bad = layout.malformed(values)
+            if len(bad) and layout.mode == "DROPMALFORMED":
+                keep = np.ones(len(values), bool)
+                keep[bad] = False
+                values = values.filter(pa.array(keep))
+                positions, reserved = positions[keep], reserved[keep]
+                bad = bad[:0]
+            head = layout.decode(values, positions, r.recording_id, bad)
+        n = len(values)
         return pa.RecordBatch.from_arrays(
             [
                 *head,
