@@ -122,10 +122,11 @@ class _PublicationBase:
     def offer(self, data: bytes | bytearray | memoryview | Any, reserved_value: int | None = None) -> int:
         """Appends a message: new position (>= 0) or an OfferResult (negative)."""
     def offer_batch(
-        self, messages: Any = None, *, data: Any = None, offsets: Any = None
+        self, messages: Any = None, *, data: Any = None, offsets: Any = None, reserved_values: Any = None
     ) -> tuple[int, int]:
         """Publishes many messages (a pyarrow binary/string Array or ChunkedArray, a sequence of
-        bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code)."""
+        bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code).
+        ``reserved_values``: an int for every message, or one int64 per message (numpy int64 array)."""
     def try_claim(self, length: int) -> BufferClaim | int:
         """Claims space for one message: a BufferClaim, or an OfferResult (negative)."""
     @property

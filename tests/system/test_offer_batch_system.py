@@ -142,3 +142,31 @@ def test_closed_publication_raises(client):
     pub.close()
     with pytest.raises(sulis.ClosedError):
         pub.offer_batch(pa.array([b"x"]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reserved_values_stamp_each_message_and_every_fragment_of_it(client, kind):
+    sub, pub = pair(client, kind)
+    big = b"f" * (pub.max_payload_length * 2 + 5)  # three fragments
+    words = [b"one", big, b"three"]
+    stamps = np.array([1_700_000_000_000_000_001, -2, 3], np.int64)
+    assert pub.offer_batch(pa.array(words, pa.binary()), reserved_values=stamps)[0] == 3
+    assert pub.offer_batch(words, reserved_values=stamps * 10)[0] == 3  # the sequence form
+    assert pub.offer_batch(data=b"abc", offsets=np.array([0, 1, 3], np.int32),
+                           reserved_values=array.array("q", [7, 8]))[0] == 2
+    assert pub.offer_batch([b"x", b"y"], reserved_values=42)[0] == 2  # one value for all
+    assert pub.offer_batch([b"z"])[0] == 1  # none: 0, as offer() without one
+    got: list[tuple[bytes, int]] = []
+    asm = sulis.FragmentAssembler(lambda b, h: got.append((bytes(b), h.reserved_value)))
+    await_until(lambda: sub.poll(asm, 1000) >= 0 and len(got) >= 11, what="11 messages")
+    assert got == [*zip(words, stamps.tolist(), strict=True), *zip(words, (stamps * 10).tolist(), strict=True),
+                   (b"a", 7), (b"bc", 8), (b"x", 42), (b"y", 42), (b"z", 0)]
+    # Every fragment of the fragmented message carries it (what a batch reader sees per fragment).
+    pub.offer_batch([big], reserved_values=np.array([99], np.int64))
+    batches = []
+    await_until(lambda: batches.append(sub.poll_batch(100)) or sum(len(b) for b in batches) >= 3)
+    assert [int(v) for b in batches for v in np.frombuffer(b.reserved_values, np.int64)] == [99, 99, 99]
+    with pytest.raises(ValueError, match="2 reserved_values for 3 messages"):
+        pub.offer_batch(words, reserved_values=np.array([1, 2], np.int64))
+    with pytest.raises(TypeError, match="reserved_values must be an int or int64 values"):
+        pub.offer_batch(words, reserved_values=np.array([1, 2, 3], np.int32))

@@ -433,7 +433,26 @@ impl Publication {
         &self,
         messages: impl IntoIterator<Item = &'a [u8]>,
     ) -> (usize, Result<i64, OfferError>) {
-        let (n, r) = offer_each(messages, |m| self.offer_with(m, None));
+        self.offer_batch_with(messages, |_| None)
+    }
+
+    /// As [`Publication::offer_batch`], message `i` (counted from the
+    /// first of this call) stamped with `reserved(i)` as its reserved value.
+    pub fn offer_batch_with<'a>(
+        &self,
+        messages: impl IntoIterator<Item = &'a [u8]>,
+        mut reserved: impl FnMut(usize) -> Option<i64>,
+    ) -> (usize, Result<i64, OfferError>) {
+        let mut i = 0;
+        let (n, r) = offer_each(messages, |m| {
+            // offer_each offers a message again only after a refusal, so
+            // `i` moves on exactly when a message went.
+            let r = self.offer_with(m, reserved(i));
+            if r.is_ok() {
+                i += 1;
+            }
+            r
+        });
         (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 
@@ -568,7 +587,24 @@ impl ExclusivePublication {
         &mut self,
         messages: impl IntoIterator<Item = &'a [u8]>,
     ) -> (usize, Result<i64, OfferError>) {
-        let (n, r) = offer_each(messages, |m| self.offer_with(m, None));
+        self.offer_batch_with(messages, |_| None)
+    }
+
+    /// As [`ExclusivePublication::offer_batch`], message `i` (counted from
+    /// the first of this call) stamped with `reserved(i)` as its reserved value.
+    pub fn offer_batch_with<'a>(
+        &mut self,
+        messages: impl IntoIterator<Item = &'a [u8]>,
+        mut reserved: impl FnMut(usize) -> Option<i64>,
+    ) -> (usize, Result<i64, OfferError>) {
+        let mut i = 0;
+        let (n, r) = offer_each(messages, |m| {
+            let r = self.offer_with(m, reserved(i));
+            if r.is_ok() {
+                i += 1;
+            }
+            r
+        });
         (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 

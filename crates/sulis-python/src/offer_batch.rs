@@ -197,6 +197,11 @@ impl BufferBatch {
         Ok(())
     }
 
+    /// Number of messages.
+    pub(crate) fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.count).sum()
+    }
+
     /// The messages, to append with the GIL released.
     pub(crate) fn messages(&self) -> Messages<'_> {
         Messages(&self.chunks)
@@ -336,5 +341,79 @@ impl BufferBatch {
             b.push_chunk(d, o, width, first, count)?;
         }
         Ok(Some(b))
+    }
+}
+
+/// `offer_batch(..., reserved_values=)`: nothing, one value for every
+/// message, or one int64 per message from a buffer (a numpy int64 array, an
+/// `array.array('q')`, a pyarrow int64 array's values buffer).
+pub(crate) enum ReservedValues {
+    None,
+    One(i64),
+    Each(EachReserved),
+}
+
+/// One reserved value per message, borrowed from a buffer.
+pub(crate) struct EachReserved {
+    ptr: *const i64,
+    count: usize,
+    _view: View,
+}
+
+// SAFETY: the pointer is into a buffer the view keeps alive and unmoved; it
+// is only read, with the GIL released, while the batch is appended.
+unsafe impl Send for ReservedValues {}
+unsafe impl Sync for ReservedValues {}
+
+impl ReservedValues {
+    /// Parses the argument; `messages` is how many messages the batch holds.
+    pub(crate) fn from_arg(obj: Option<&Bound<'_, PyAny>>, messages: usize) -> PyResult<Self> {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else {
+            return Ok(ReservedValues::None);
+        };
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(ReservedValues::One(v));
+        }
+        let view = View::get(
+            obj,
+            ffi::PyBUF_FORMAT | ffi::PyBUF_ND,
+            "reserved_values (an int, or one int64 per message)",
+        )?;
+        let format = view.format();
+        let kind = format.trim_start_matches(['@', '=', '<']);
+        if view.itemsize() != 8 || !matches!(kind, "q" | "l" | "n") {
+            return Err(PyTypeError::new_err(format!(
+                "offer_batch: reserved_values must be an int or int64 values (got items of format \
+                 '{format}', {} bytes)",
+                view.itemsize()
+            )));
+        }
+        let count = view.len() / 8;
+        if count != messages {
+            return Err(PyValueError::new_err(format!(
+                "offer_batch: {count} reserved_values for {messages} messages (one per message, or one int for all)"
+            )));
+        }
+        if !(view.ptr() as usize).is_multiple_of(8) {
+            return Err(PyValueError::new_err(
+                "offer_batch: the reserved_values buffer is not aligned to 8 bytes",
+            ));
+        }
+        Ok(ReservedValues::Each(EachReserved {
+            ptr: view.ptr() as *const i64,
+            count,
+            _view: view,
+        }))
+    }
+
+    /// The reserved value of message `i`.
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> Option<i64> {
+        match self {
+            ReservedValues::None => None,
+            ReservedValues::One(v) => Some(*v),
+            // SAFETY: i < count, checked against the view's length.
+            ReservedValues::Each(e) => (i < e.count).then(|| unsafe { *e.ptr.add(i) }),
+        }
     }
 }

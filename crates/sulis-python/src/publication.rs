@@ -6,7 +6,7 @@
 
 use crate::errors::{offer_err, ClosedError, MessageTooLongError};
 use crate::guard::InUse;
-use crate::offer_batch::BufferBatch;
+use crate::offer_batch::{BufferBatch, ReservedValues};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -219,13 +219,19 @@ macro_rules! publication_methods {
             /// first (a message over `max_message_length` raises
             /// MessageTooLongError and nothing is published) and appended
             /// with the GIL released.
-            #[pyo3(signature = (messages=None, *, data=None, offsets=None))]
+            ///
+            /// `reserved_values` stamps the messages' reserved values (every
+            /// fragment's header): an int for all of them, or one int64 per
+            /// message (a numpy int64 array, ...), as `offer(reserved_value=)`
+            /// does for one; e.g. a publish time in epoch nanoseconds.
+            #[pyo3(signature = (messages=None, *, data=None, offsets=None, reserved_values=None))]
             fn offer_batch(
                 &self,
                 py: Python<'_>,
                 messages: Option<&Bound<'_, PyAny>>,
                 data: Option<&Bound<'_, PyAny>>,
                 offsets: Option<&Bound<'_, PyAny>>,
+                reserved_values: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<(usize, Py<PyAny>)> {
                 let batch = match (messages, data, offsets) {
                     (None, Some(d), Some(o)) => Some(BufferBatch::from_buffers(d, o)?),
@@ -237,16 +243,33 @@ macro_rules! publication_methods {
                 };
                 let Some(batch) = batch else {
                     let m = messages.expect("matched above");
+                    let count = if reserved_values.is_some() {
+                        m.len()?
+                    } else {
+                        0
+                    };
+                    let reserved = ReservedValues::from_arg(reserved_values, count)?;
+                    let mut i = 0;
                     let (n, r) = offer_sequence(
                         m,
-                        |b| self.with_pub(|p| p.offer_with(b, None)),
+                        |b| {
+                            let r = self.with_pub(|p| p.offer_with(b, reserved.get(i)));
+                            if matches!(r, Ok(Ok(_))) {
+                                i += 1;
+                            }
+                            r
+                        },
                         || self.with_pub(|p| p.position()),
                     )?;
                     return Ok((n, crate::offer_result::to_py(py, r)?));
                 };
+                let reserved = ReservedValues::from_arg(reserved_values, batch.len())?;
                 batch.validate(self.with_pub(|p| p.max_message_length())?)?;
                 let msgs = batch.messages();
-                let (n, r) = py.detach(|| self.with_pub(|p| p.offer_batch(msgs.iter())))?;
+                let (n, r) = py.detach(|| {
+                    self.with_pub(|p| p.offer_batch_with(msgs.iter(), |i| reserved.get(i)))
+                })?;
+                drop(reserved);
                 drop(batch);
                 Ok((n, crate::offer_result::to_py(py, offer_result(r)?)?))
             }

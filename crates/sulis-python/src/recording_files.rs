@@ -57,7 +57,7 @@ impl PyRecordingFileReader {
                  {segment_file_length} are not a valid geometry"
             )));
         }
-        if position < start_position || !position.is_multiple_of(32) || limit < position {
+        if position < start_position || position % 32 != 0 || limit < position {
             return Err(ConfigurationError::new_err(format!(
                 "recording {recording_id}: cannot read from position {position} to {limit} \
                  (it starts at {start_position}; positions are multiples of 32)"
