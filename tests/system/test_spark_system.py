@@ -794,3 +794,63 @@ def test_archive_killed_mid_stream_fails_naming_it_and_a_restart_continues_exact
         if archive.stderr and not archive.stderr.closed:
             archive.stderr.close()
         shutil.rmtree(archive_dir, ignore_errors=True)
+
+
+def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark, sulis_node, tmp):
+    import numpy as np
+    import pyarrow as pa
+
+    _, _, client, ac = sulis_node
+    # A publisher stamps epoch nanoseconds into the reserved values with offer_batch.
+    ac.start_recording(CHANNEL, 3122)
+    pub = client.add_publication(CHANNEL, 3122)
+    await_until(lambda: pub.is_connected, what="the recording to subscribe")
+    base_ns = 1_750_000_000_123_456_000
+    stamps = base_ns + np.arange(300, dtype=np.int64) * 1_000_000
+    stamps[5] = 0  # not stamped: a null timestamp
+    values = pa.array([b"m%d" % i for i in range(300)], pa.binary())
+    sent = 0
+    while sent < 300:
+        n, _ = pub.offer_batch(values.slice(sent), reserved_values=stamps[sent:])
+        sent += n
+    end = pub.position
+    await_until(lambda: any(ac.get_recording_position(d.recording_id) == end
+                            for d in ac.list_recordings_for_uri(CHANNEL, 3122)), what="recorded")
+    df = read(spark, sulis_node, channel=CHANNEL, streamId=3122, includeTimestamp="true", minPartitions=2)
+    assert df.columns[-1] == "timestamp" and df.schema["timestamp"].dataType.simpleString() == "timestamp"
+    rows = df.selectExpr("value", "unix_micros(timestamp) as us").collect()
+    got = sorted((int(bytes(r.value)[1:]), r.us) for r in rows)
+    assert got == [(i, None if i == 5 else int(stamps[i]) // 1000) for i in range(300)]
+
+    # The batch sink stamps each message with its row's timestamp column.
+    ac.start_recording(CHANNEL, 3123)
+    (spark.range(200).selectExpr("cast(id as string) as value", "timestamp_micros(1750000000000000 + id) as timestamp")
+     .write.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+     .option("streamId", 3123).option("stampTimestamp", "true").mode("append").save())
+    back = read_back(spark, sulis_node, 3123, 200)
+    assert len(back) == 200
+    rows = read(spark, sulis_node, channel=CHANNEL, streamId=3123, includeTimestamp="true").selectExpr(
+        "cast(value as string) as v", "unix_micros(timestamp) as us").collect()
+    assert sorted((int(r.v), r.us) for r in rows) == [(i, 1_750_000_000_000_000 + i) for i in range(200)]
+
+    # The exactly-once streaming sink stamps too; the first row of each task carries its run tag
+    # (negative) instead, which reads as a null timestamp.
+    ac.start_recording(CHANNEL, 3124)
+    before = time.time_ns()
+    query = (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+             .option("streamId", 3122).option("minPartitions", 2).load().select("value")
+             .writeStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+             .option("streamId", 3124).option("stampTimestamp", "true")
+             .option("checkpointLocation", os.path.join(tmp, "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(90) and query.exception() is None
+    read_back(spark, sulis_node, 3124, 300)
+    rows = read(spark, sulis_node, channel=CHANNEL, streamId=3124, includeTimestamp="true").selectExpr(
+        "value", "reserved_value", "unix_micros(timestamp) as us").collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(values.to_pylist())
+    tagged = [r for r in rows if r.reserved_value < 0]
+    assert 1 <= len(tagged) <= 2 and all(r.us is None for r in tagged)
+    assert all(before // 1000 <= r.us <= time.time_ns() // 1000 for r in rows if r.reserved_value >= 0)
+    with pytest.raises(Exception, match="option includeTimestamp: valueSchema already has a column named"):
+        read(spark, sulis_node, channel=CHANNEL, streamId=3122, includeTimestamp="true",
+             valueSchema="timestamp long").count()
+    pub.close()

@@ -69,9 +69,9 @@ class SulisDataSource(DataSource):
         return "sulis"
 
     def schema(self) -> str:
-        from .options import value_layout
+        from .options import include_timestamp, value_layout
 
-        return ddl_for(value_layout(self.options))
+        return ddl_for(value_layout(self.options), include_timestamp(self.options))
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))

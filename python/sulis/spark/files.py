@@ -42,7 +42,7 @@ def files_readable(archive_dir: str | None) -> bool:
 
 
 def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
-               layout: ValueLayout | None = None) -> Iterator[pa.RecordBatch]:
+               layout: ValueLayout | None = None, timestamp: bool = False) -> Iterator[pa.RecordBatch]:
     """The messages of ``r`` read from its segment files, as Arrow batches of ``replay.SCHEMA``."""
     from .. import ArchiveError, _native
 
@@ -55,7 +55,7 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
     reader = _native.RecordingFileReader(archive_dir, r.recording_id, r.recording_start, r.term_length,
                                          r.segment_length, r.initial_term_id, r.replay_from,
                                          min(r.end, r.replay_to))
-    assembler = _Assembler(r, layout)
+    assembler = _Assembler(r, layout, timestamp)
     last = r.replay_from
     while last < r.end:
         try:
@@ -80,10 +80,10 @@ def read_partition_range(opts: ReaderOptions, r: RecordingRange) -> Iterator[pa.
             raise RuntimeError(f"option readMode=files: archiveDir {opts.archive_dir!r} holds no readable "
                                f"{CATALOG_FILE} on host {socket.gethostname()}; readMode=auto replays from "
                                f"{opts.archive.describe()} where the files are not local")
-        yield from read_files(opts.archive_dir, r, opts.fragment_limit, opts.layout)
+        yield from read_files(opts.archive_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp)
         return
     yield from read_range(opts.archive, r, opts.replay_channel, opts.replay_stream_id, opts.fragment_limit,
-                          layout=opts.layout)
+                          layout=opts.layout, timestamp=opts.include_timestamp)
 
 
 def check_archive_dir(archive_id: int, opts: ReaderOptions) -> None:

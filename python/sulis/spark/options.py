@@ -40,12 +40,12 @@ READER_OPTIONS = (
     "replayChannel", "replayStreamId", "fragmentLimit",
     "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "valueSchema", "mode", "columnNameOfCorruptRecord",
-    "readMode", "archiveDir",
+    "readMode", "archiveDir", "includeTimestamp",
 )
 
 WRITER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
-    "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce",
+    "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce", "stampTimestamp",
 )
 
 #: How executors read a partition (``readMode``).
@@ -104,6 +104,8 @@ class ReaderOptions:
     read_mode: str = "auto"
     #: ``archiveDir``: the archive's directory, as the executors' hosts see it
     archive_dir: str | None = None
+    #: ``includeTimestamp``: a ``timestamp`` column from the reserved value (epoch ns, the publisher's stamp)
+    include_timestamp: bool = False
 
     def selection(self) -> str:
         """Names what is read in error messages."""
@@ -120,6 +122,9 @@ class WriterOptions:
     channel: str
     stream_id: int
     exactly_once: bool = True
+    #: ``stampTimestamp``: each message's reserved value is its row's ``timestamp`` (or the publish time),
+    #: in epoch nanoseconds
+    stamp_timestamp: bool = False
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, low: int | None = None,
@@ -324,7 +329,17 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         layout=value_layout(options),
         read_mode=read_mode,
         archive_dir=archive_dir,
+        include_timestamp=include_timestamp(options),
     )
+
+
+def include_timestamp(options: Mapping[str, str]) -> bool:
+    """``includeTimestamp``; a ``valueSchema`` field may not take its column's name."""
+    on = _bool(options, "includeTimestamp", False)
+    layout = value_layout(options)
+    if on and layout is not None and any(name == "timestamp" for name, _ in layout.fields):
+        raise OptionError("option includeTimestamp: valueSchema already has a column named 'timestamp'")
+    return on
 
 
 def value_layout(options: Mapping[str, str]) -> Any:
@@ -352,4 +367,5 @@ def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
     if stream_id is None:
         raise OptionError("option streamId: required (the stream to publish on)")
     return WriterOptions(archive=archive, channel=channel, stream_id=stream_id,
-                         exactly_once=_bool(options, "exactlyOnce", True))
+                         exactly_once=_bool(options, "exactlyOnce", True),
+                         stamp_timestamp=_bool(options, "stampTimestamp", False))

@@ -72,14 +72,28 @@ _META_FIELDS = list(SCHEMA)[1:]
 _META_DDL = "recording_id long, stream_id int, session_id int, position long, reserved_value long"
 
 
-def schema_for(layout: ValueLayout | None) -> pa.Schema:
-    """The Arrow schema of the rows: ``value`` or the ``valueSchema`` fields, then the metadata."""
-    return SCHEMA if layout is None else pa.schema([*layout.arrow_fields(), *_META_FIELDS])
+#: ``includeTimestamp``: the publisher's stamp, epoch nanoseconds in the reserved value, as a timestamp.
+TIMESTAMP_FIELD = pa.field("timestamp", pa.timestamp("us", tz="UTC"))
 
 
-def ddl_for(layout: ValueLayout | None) -> str:
+def schema_for(layout: ValueLayout | None, timestamp: bool = False) -> pa.Schema:
+    """The Arrow schema of the rows: ``value`` or the ``valueSchema`` fields, then the metadata
+    (and ``timestamp`` with ``includeTimestamp``)."""
+    head = [SCHEMA.field(0)] if layout is None else layout.arrow_fields()
+    return pa.schema([*head, *_META_FIELDS, *([TIMESTAMP_FIELD] if timestamp else [])])
+
+
+def ddl_for(layout: ValueLayout | None, timestamp: bool = False) -> str:
     """The same as a Spark DDL string."""
-    return SCHEMA_DDL if layout is None else f"{layout.ddl()}, {_META_DDL}"
+    text = SCHEMA_DDL if layout is None else f"{layout.ddl()}, {_META_DDL}"
+    return f"{text}, timestamp timestamp" if timestamp else text
+
+
+def stamp_column(reserved: np.ndarray) -> pa.Array:
+    """``timestamp`` from reserved values: epoch nanoseconds when positive, else null (not stamped, or a
+    sink's run tag, which is negative)."""
+    stamped = reserved > 0
+    return pa.array(np.where(stamped, reserved, 0) // 1000, TIMESTAMP_FIELD.type, mask=~stamped)
 
 
 def replay_from(start: int, recording_start: int, term_length: int) -> int:
@@ -227,10 +241,11 @@ def _to_i32(v: int) -> int:
 class _Assembler:
     """Turns the fragments of successive ``poll_batch`` calls into Arrow batches of whole messages."""
 
-    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None) -> None:
+    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None, timestamp: bool = False) -> None:
         self.r = r
         self.layout = layout
-        self.schema = schema_for(layout)
+        self.timestamp = timestamp
+        self.schema = schema_for(layout, timestamp)
         # A message begun in an earlier batch: its fragments' bytes and reserved value.
         self.pending: list[bytes] = []
         self.pending_reserved = 0
@@ -258,6 +273,7 @@ class _Assembler:
                 pa.array(np.full(n, r.session_id, np.int32)),
                 pa.array(positions),
                 pa.array(reserved),
+                *([stamp_column(reserved)] if self.timestamp else []),
             ],
             schema=self.schema,
         )
@@ -342,7 +358,8 @@ class _Assembler:
 
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
-               timeout: float | None = None, layout: ValueLayout | None = None) -> Iterator[pa.RecordBatch]:
+               timeout: float | None = None, layout: ValueLayout | None = None,
+               timestamp: bool = False) -> Iterator[pa.RecordBatch]:
     """Replays ``r`` from the archive and yields its messages as Arrow batches of ``SCHEMA``.
 
     Fails (``TimeoutError``) when the replay makes no progress for ``timeout`` seconds (default:
@@ -374,7 +391,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                                f"{r.replay_from} to {r.end} failed: {e2}") from e2
     sub = s.client.add_subscription(_replay_subscription_channel(replay_channel, _to_i32(replay_id)),
                                     replay_stream_id)
-    assembler = _Assembler(r, layout)
+    assembler = _Assembler(r, layout, timestamp)
     last = r.replay_from
     seen_image = False
     ended = False  # the replay's image reached its end (or went away)

@@ -8,11 +8,12 @@ Exactly once into a recorded stream (the streaming sink)
 Each executor process publishes through its own ``ExclusivePublication``, so everything a
 process writes lands, in order and uninterrupted, in one recording of its own, and one task
 runs at a time in a process. A task of micro-batch ``N`` writing partition ``p`` marks the first
-message it publishes with a *run tag* in the reserved value (``query << 48 | (N + 1) << 16 | p``,
-``query`` a 15-bit hash of the streaming query's id, stable across restarts); its other
-messages carry 0. A run is a tagged message and every message after it up to the next tagged
-one, so the archive's recordings say exactly how many rows each ``(N, p)`` published, even
-when a task died half way.
+message it publishes with a *run tag* in the reserved value (``query << 48 | (N + 1) << 16 | p``
+with bit 63 set, so negative; ``query`` a 15-bit hash of the streaming query's id, stable across
+restarts); its other messages carry 0, or their timestamp with ``stampTimestamp`` (positive).
+A run is a tagged message and every message after it up to the next tagged one, so the
+archive's recordings say exactly how many rows each ``(N, p)`` published, even when a task died
+half way.
 
 When the query (re)starts, the writer (on the Spark driver) walks back from the end of every
 recording of the stream until it has seen all runs of the query's last micro-batch, and counts
@@ -33,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import BinaryType, StringType, StructType, TimestampNTZType, TimestampType
 
 from .options import ArchiveAddress, OptionError, WriterOptions
 from .replay import RecordingRange, read_range, replay_from, session
@@ -54,21 +56,28 @@ def query_hash(query_id: str) -> int:
     return zlib.crc32(query_id.encode()) & 0x7FFF
 
 
+#: Bit 63 marks a run tag: tags are negative, so they never look like a timestamp (epoch nanoseconds,
+#: positive) that ``stampTimestamp`` or a publisher puts in the other messages' reserved values.
+_TAG_BIT = 1 << 63
+
+
 def run_tag(query: int, batch_id: int, partition: int) -> int:
-    """The reserved value of the first message of a sink task's run (always > 0)."""
+    """The reserved value of the first message of a sink task's run (always < 0)."""
     if not 0 <= partition < 1 << _PARTITION_BITS or not 0 <= batch_id < (1 << _BATCH_BITS) - 1:
         raise ValueError(f"batch {batch_id} / partition {partition} do not fit a run tag")
-    return (query << (_BATCH_BITS + _PARTITION_BITS)) | ((batch_id + 1) << _PARTITION_BITS) | partition
+    body = (query << (_BATCH_BITS + _PARTITION_BITS)) | ((batch_id + 1) << _PARTITION_BITS) | partition
+    return (body | _TAG_BIT) - (1 << 64)  # as a signed 64-bit value
 
 
 def parse_run_tag(value: int) -> tuple[int, int, int] | None:
-    """(query, batch id, partition) of a run tag, None for 0 (an untagged message) or a negative value."""
-    if value <= 0:
+    """(query, batch id, partition) of a run tag, None for anything else (0, a timestamp, ...)."""
+    if value >= 0:
         return None
-    batch = (value >> _PARTITION_BITS) & ((1 << _BATCH_BITS) - 1)
-    if batch == 0:
+    body = value & (_TAG_BIT - 1)
+    batch = (body >> _PARTITION_BITS) & ((1 << _BATCH_BITS) - 1)
+    if batch == 0 or body >> (_BATCH_BITS + _PARTITION_BITS) >= 1 << 15:
         return None
-    return value >> (_BATCH_BITS + _PARTITION_BITS), batch - 1, value & ((1 << _PARTITION_BITS) - 1)
+    return body >> (_BATCH_BITS + _PARTITION_BITS), batch - 1, body & ((1 << _PARTITION_BITS) - 1)
 
 
 @dataclass
@@ -80,7 +89,7 @@ class SinkCommit(WriterCommitMessage):
     skipped: int
 
 
-def _value_column(schema: StructType) -> None:
+def _value_column(schema: StructType, opts: WriterOptions) -> None:
     names = [f.name for f in schema.fields]
     if "value" not in names:
         raise OptionError(f"the sulis sink publishes a column named 'value' (binary or string); "
@@ -89,6 +98,23 @@ def _value_column(schema: StructType) -> None:
     if not isinstance(t, BinaryType | StringType):
         raise OptionError(f"the sulis sink publishes column 'value' as bytes: it must be binary or string, "
                           f"not {t.simpleString()} (cast it, or encode it, e.g. to_json)")
+    if opts.stamp_timestamp and "timestamp" in names and not isinstance(schema["timestamp"].dataType,
+                                                                         TimestampType | TimestampNTZType):
+        raise OptionError("option stampTimestamp: column 'timestamp' must be a timestamp, not "
+                          f"{schema['timestamp'].dataType.simpleString()}")
+
+
+def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | None:
+    """Reserved values for ``stampTimestamp``: the rows' ``timestamp`` in epoch nanoseconds (0 where
+    null), or, without that column, the time of publishing, one value for the whole batch."""
+    if not opts.stamp_timestamp:
+        return None
+    if "timestamp" not in batch.schema.names:
+        return time.time_ns()
+    col = batch.column("timestamp")
+    tz = getattr(col.type, "tz", None)
+    nanos = pc.fill_null(col.cast(pa.timestamp("ns", tz=tz)).cast(pa.int64()), 0)
+    return np.ascontiguousarray(nanos.to_numpy(zero_copy_only=False), np.int64)
 
 
 # -- publishing ---------------------------------------------------------------------------------
@@ -126,8 +152,10 @@ def _await(pub, opts: WriterOptions, result: int, stuck_since: float) -> None:
     time.sleep(0.0001 if result != NOT_CONNECTED else 0.005)
 
 
-def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | None = None) -> None:
-    """Publishes every value; the first with ``first_reserved`` as its reserved value, if given."""
+def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | None = None,
+              stamps: np.ndarray | int | None = None) -> None:
+    """Publishes every value; the first with ``first_reserved`` as its reserved value, if given, the
+    others with ``stamps`` (one int64 per value, or one int for all), if given."""
     n = len(values)
     if n == 0:
         return
@@ -139,7 +167,8 @@ def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | 
             _await(pub, opts, r, stuck_since)
         i = 1
     while i < n:
-        published, r = pub.offer_batch(values.slice(i) if i else values)
+        rest = stamps[i:] if isinstance(stamps, np.ndarray) else stamps
+        published, r = pub.offer_batch(values.slice(i) if i else values, reserved_values=rest)
         if published:
             i += published
             stuck_since = time.monotonic()
@@ -159,7 +188,7 @@ class SulisBatchWriter(DataSourceArrowWriter):
     Spark retries a task: a batch write has no id to recognise the earlier attempt by)."""
 
     def __init__(self, opts: WriterOptions, schema: StructType) -> None:
-        _value_column(schema)
+        _value_column(schema, opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
@@ -169,7 +198,7 @@ class SulisBatchWriter(DataSourceArrowWriter):
         n = 0
         for batch in iterator:
             values = _values(batch)
-            offer_all(pub, values, self.opts)
+            offer_all(pub, values, self.opts, stamps=_stamps(batch, self.opts))
             n += len(values)
         ctx = TaskContext.get()
         return SinkCommit(ctx.partitionId() if ctx else 0, n, 0)
@@ -216,7 +245,7 @@ def published_runs(address: ArchiveAddress, channel: str, stream_id: int,
 def _tags(reserved: np.ndarray) -> list[tuple[int, tuple[int, int, int]]]:
     """(index, (query, batch, partition)) of the run tags among ``reserved``."""
     out = []
-    for i in np.flatnonzero(reserved > 0):
+    for i in np.flatnonzero(reserved < 0):
         t = parse_run_tag(int(reserved[i]))
         if t is not None:
             out.append((int(i), t))
@@ -265,7 +294,7 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
     ``exactlyOnce=false`` publishes through a shared publication with no run tags (at least once)."""
 
     def __init__(self, opts: WriterOptions, schema: StructType) -> None:
-        _value_column(schema)
+        _value_column(schema, opts)
         self.opts = opts
         # Built on the Spark driver when the query starts, then shipped with every task.
         self.resume: dict[tuple[int, int], dict[int, int]] = {}
@@ -284,7 +313,7 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
             n = 0
             for batch in iterator:
                 values = _values(batch)
-                offer_all(pub, values, self.opts)
+                offer_all(pub, values, self.opts, stamps=_stamps(batch, self.opts))
                 n += len(values)
             return SinkCommit(partition, n, 0)
         raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
@@ -303,12 +332,15 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
         published = skipped = 0
         for batch in iterator:
             values = _values(batch)
+            stamps = _stamps(batch, self.opts)
             if skipped < skip:
                 k = min(skip - skipped, len(values))
                 skipped += k
                 values = values.slice(k)
+                if isinstance(stamps, np.ndarray):
+                    stamps = stamps[k:]
             if len(values):
-                offer_all(pub, values, self.opts, first_reserved=None if published else tag)
+                offer_all(pub, values, self.opts, first_reserved=None if published else tag, stamps=stamps)
                 published += len(values)
         return SinkCommit(partition, published, skipped)
 
