@@ -166,7 +166,29 @@ class Child:
         self.proc.stdin.flush()
 
     def signal(self, sig: int) -> None:
+        """Sends ``sig``; a SIGSTOP returns only once every thread of the child has stopped.
+
+        kill(2) returns before the stop takes hold, and a driver thread on the
+        other core could still carry out a command sent right after it.
+        """
         self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            deadline = time.monotonic() + 10.0
+            while not self._all_threads_stopped():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"child {self.role} did not stop within 10 s of SIGSTOP")
+                time.sleep(0.001)
+
+    def _all_threads_stopped(self) -> bool:
+        states = []
+        for task in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{task}/stat") as f:
+                    # The state follows the parenthesised command name, which may hold spaces.
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+        return bool(states) and all(state in ("T", "t") for state in states)
 
     def kill(self) -> int:
         """SIGKILLs the child and reaps it; returns its exit status."""
