@@ -19,7 +19,9 @@ use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::DriverContext;
 use sulis_protocol::control::Event;
 use sulis_protocol::counters::type_id;
-use sulis_protocol::frame::{DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP};
+use sulis_protocol::frame::{
+    StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP,
+};
 use sulis_protocol::log_buffer_descriptor::{LOG_IS_CONNECTED_OFFSET, LOG_RELIABLE_OFFSET};
 
 const ENDPOINT: &str = "10.9.0.1:40123";
@@ -295,6 +297,56 @@ fn garbage_from_the_network_is_counted_and_the_stream_goes_on() {
     s.publish(&sent);
     s.h.settle();
     assert_eq!(s.poll(), sent);
+}
+
+#[test]
+fn a_status_message_outside_the_transmission_window_is_dropped_and_counted_not_logged() {
+    let mut s = Stream::connect("mem-stale-sm", |_| {});
+    let sent = messages(40, 1000); // ~42 KiB: the sender passes half the 64 KiB term
+    s.publish(&sent);
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        s.h.settle();
+        got.extend(s.poll());
+        if got.len() == sent.len() {
+            break;
+        }
+        s.h.advance(MS);
+    }
+    assert!(got == sent, "{} of {} messages", got.len(), sent.len());
+    s.h.settle();
+    let header = s.publication.default_header();
+    let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+    // A late status message for position 0 (the term's start), as a reordered datagram brings.
+    let stale = StatusMessageFrame {
+        flags: 0,
+        session_id: field(12),
+        stream_id: 1,
+        consumption_term_id: field(20),
+        consumption_term_offset: 0,
+        receiver_window: 32 * 1024,
+        receiver_id: 7,
+        group_tag: None,
+    };
+    let rejected = s.counter(SystemCounter::StatusMessagesRejected);
+    let receiver: SocketAddr = ENDPOINT.parse().unwrap();
+    s.net.inject(
+        s.sender_address(),
+        Datagram {
+            from: receiver,
+            bytes: stale.to_bytes()[..stale.frame_length()].to_vec(),
+        },
+    );
+    s.h.settle();
+    assert_eq!(
+        s.counter(SystemCounter::StatusMessagesRejected) - rejected,
+        1
+    );
+    assert!(s.h.errors().is_empty(), "{:?}", s.h.errors());
+    let more = messages(5, 64);
+    s.publish(&more);
+    s.h.settle();
+    assert_eq!(s.poll(), more);
 }
 
 #[test]
