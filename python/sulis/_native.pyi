@@ -377,6 +377,9 @@ def parse_channel(uri: str) -> str:
 def channel_params(uri: str) -> list[tuple[str, str]]:
     """The (key, value) parameters of a channel URI."""
 
+def recording_key(uri: str, stream_id: int) -> str:
+    """What an archive tells a stream by (stream id, media, endpoint, interface, control, session-id, tags)."""
+
 class ArchiveError(SulisError):
     """The archive refused a request or did not answer; ``code`` is the archive's error code (-1 if none)."""
 

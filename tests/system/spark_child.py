@@ -2,9 +2,10 @@
 into Parquet with a checkpoint. Prints one JSON line per micro-batch that read rows, then
 ``{"done": true}`` when an availableNow run ends.
 
-usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now) [MASTER]
+usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now) [MASTER [OPTION=VALUE ...]]
 
-MASTER is local[2] unless given (e.g. spark://127.0.0.1:7077 for the standalone cluster test).
+MASTER is local[2] unless given (e.g. spark://127.0.0.1:7077 for the standalone cluster test);
+OPTION=VALUE pairs are more options of the format("sulis") source.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def main() -> int:
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     sulis.spark.register(spark)
+    extra = dict(arg.split("=", 1) for arg in sys.argv[7:])
     writer = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
-              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).load()
+              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).options(**extra).load()
               .writeStream.format("parquet").option("checkpointLocation", checkpoint))
     if mode == "available-now":
         query = writer.trigger(availableNow=True).start(out)

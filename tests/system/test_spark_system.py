@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
-from conftest import DRIVER_DEFAULTS, await_until, make_dir  # noqa: E402
+from conftest import DRIVER_DEFAULTS, await_until, free_udp_port, make_dir  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -282,6 +282,44 @@ def test_batch_sink_round_trip(spark, sulis_node):
     assert sorted(r[0] for r in got) == sorted(values)
 
 
+def test_batch_sink_routes_rows_by_stream_id_and_channel_columns(spark, sulis_node):
+    _, _, _, ac = sulis_node
+    for sid in (3131, 3132, 3133):
+        ac.start_recording(CHANNEL, sid)
+    # Two streams by column, and two spellings of the IPC channel (an alias does not make another stream).
+    rows = [(message(i), 3131 + i % 2, CHANNEL if i % 3 else f"{CHANNEL}?alias=third") for i in range(600)]
+    df = spark.createDataFrame(rows, "value binary, stream_id int, channel string").repartition(2)
+    df.write.format("sulis").option("driverDir", sulis_node[0].dir).mode("append").save()
+    for sid in (3131, 3132):
+        got = read_back(spark, sulis_node, sid, 300)
+        assert sorted(r[0] for r in got) == sorted(m for m, s, _ in rows if s == sid)
+    # An option wins over its column, as Kafka's topic option does over the topic column.
+    (df.write.format("sulis").option("driverDir", sulis_node[0].dir).option("streamId", 3133)
+     .mode("append").save())
+    assert sorted(r[0] for r in read_back(spark, sulis_node, 3133, 600)) == sorted(m for m, _, _ in rows)
+
+    def write(frame, **options):
+        w = frame.write.format("sulis").option("driverDir", sulis_node[0].dir)
+        for k, v in options.items():
+            w = w.option(k, str(v))
+        w.mode("append").save()
+
+    one = spark.createDataFrame([(b"x",)], "value binary")
+    with pytest.raises(Exception, match="option streamId: required .*or an integer column 'stream_id'"):
+        write(one, channel=CHANNEL)
+    with pytest.raises(Exception, match="option channel: required .*or a string column 'channel'"):
+        write(one, streamId=3133)
+    with pytest.raises(Exception, match="column 'stream_id' must be an integer, not string"):
+        write(spark.createDataFrame([(b"x", "7")], "value binary, stream_id string"), channel=CHANNEL)
+    with pytest.raises(Exception, match="column 'stream_id' is null in row 1 of a batch, and no streamId option"):
+        write(spark.createDataFrame([(b"x", 3133), (b"y", None)], "value binary, stream_id int").coalesce(1),
+              channel=CHANNEL)
+    with pytest.raises(Exception, match="column 'stream_id' holds 4294967296 .*not a 32-bit stream id"):
+        write(spark.createDataFrame([(b"x", 1 << 32)], "value binary, stream_id long"), channel=CHANNEL)
+    with pytest.raises(Exception, match=r"cannot publish on channel 'aeron:tcp\?x=1' stream 3133"):
+        write(spark.createDataFrame([(b"x", "aeron:tcp?x=1")], "value binary, channel string"), streamId=3133)
+
+
 def read_back(spark, node, stream_id: int, expected: int):
     """Every row recorded on ``stream_id`` once at least ``expected`` are there."""
     def rows():
@@ -330,6 +368,53 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
     got = read_back(spark, sulis_node, 3111, 1500)
     assert len(got) == 1500
     assert sorted(r[0] for r in got) == sorted(src.messages)
+
+
+def test_stream_sink_routing_by_column_is_exactly_once_per_stream(spark, sulis_node, tmp):
+    """Rows routed to two streams by a stream_id column; the last batch re-run after a restart adds
+    nothing twice to either stream, though the sink learns the streams only from the rows."""
+    _, _, _, ac = sulis_node
+    src = Recorded(sulis_node, 3134)
+    src.publish(message(i) for i in range(1200))
+    for sid in (3135, 3136):
+        ac.start_recording(CHANNEL, sid)
+    checkpoint = os.path.join(tmp, "checkpoint")
+
+    def run():
+        from pyspark.sql import functions as F
+
+        reader = spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir)
+        frame = (reader.option("recordingIds", src.rid).option("maxBytesPerTrigger", 64 * 1024)
+                 .option("minPartitions", 2).load())
+        # By position (a multiple of 32): to 3135 or 3136, about half each.
+        routed = frame.select("value", (F.lit(3135) + (F.col("position") % 64) / 32).cast("int").alias("stream_id"))
+        query = (routed.writeStream.format("sulis").option("driverDir", sulis_node[0].dir)
+                 .option("channel", CHANNEL).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(90), "the availableNow query did not finish within 90 s"
+        assert query.exception() is None
+        return query
+
+    def expect(count: int) -> None:
+        for sid in (3135, 3136):
+            pairs = zip(src.messages[:count], src.positions[:count], strict=True)
+            want = sorted(m for m, p in pairs if 3135 + p % 64 // 32 == sid)
+            got = read_back(spark, sulis_node, sid, len(want))
+            assert sorted(r[0] for r in got) == want, f"stream {sid}: every routed row exactly once"
+
+    run()
+    expect(1200)
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
+    os.remove(os.path.join(commits, str(last)))
+    crc = os.path.join(commits, f".{last}.crc")
+    if os.path.exists(crc):
+        os.remove(crc)
+    src.publish(message(i) for i in range(1200, 1500))
+    q = run()
+    rerun = [p for p in q.recentProgress if p["batchId"] == last]
+    assert rerun and rerun[0]["numInputRows"] > 0, "the uncommitted batch should have been run again"
+    expect(1500)
 
 
 def test_published_runs_counts_partial_and_repeated_attempts(sulis_node):
@@ -489,7 +574,8 @@ def _free_tcp_port() -> int:
 
 def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
     """A Spark standalone master and worker from the pip package (loopback only); the job's
-    partitions run in the worker's executor, whose Python workers replay from the archive."""
+    partitions run in the worker's executor, whose Python workers replay from the archive over UDP
+    (readMode=replay: on this one host the files would be read otherwise)."""
     import json
     import signal
     import subprocess
@@ -529,13 +615,16 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
                           "--memory", "1g", "--webui-port", str(_free_tcp_port())],
                "Successfully registered with master")
         child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
+        replayed_before = _replayed_bytes(sulis_node)
         job = subprocess.run([sys.executable, child, sulis_node[0].dir, "3115", checkpoint, out, "available-now",
-                              master_url],
+                              master_url, "readMode=replay",
+                              f"replayChannel=aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"],
                              capture_output=True, text=True, timeout=110, env=env)
         assert json.loads(job.stdout.splitlines()[-1]) == {"done": True, "exception": None}, job.stderr[-3000:]
         # The tasks ran in the worker's executor, not in the job's own process.
         executors = os.listdir(os.path.join(tmp, "work"))
         assert executors, "the worker started no executor"
+        assert _replayed_bytes(sulis_node) - replayed_before >= rec.positions[-1], "read by replay"
     finally:
         for proc, log in reversed(procs):  # the worker first (it ends its executors), then the master
             if proc.poll() is None:
@@ -673,6 +762,29 @@ def test_read_mode_files_gives_the_rows_a_replay_gives_on_a_live_recording(spark
     assert outputs["files"] == outputs["replay"] == by_position(rec.rows())
 
 
+def test_read_mode_auto_reads_the_files_a_local_archive_announces(spark, sulis_node):
+    """With no archiveDir, readMode=auto finds the directory the archive announces in its driver's
+    counters and reads the segment files there: no replay, the rows a replay gives."""
+    from sulis.spark.files import ARCHIVE_DIRECTORY_TYPE_ID, announced_archive_dir
+
+    _, archive, _, ac = sulis_node
+    announced = [c for c in sulis.CountersReader(sulis_node[0].dir).counters()
+                 if c["type_id"] == ARCHIVE_DIRECTORY_TYPE_ID]
+    assert [c["label"] for c in announced] == [
+        f"Archive Directory - archiveId={ac.archive_id} dir={os.path.realpath(archive.dir)}"]
+    assert announced_archive_dir(sulis_node[0].dir, ac.archive_id) == os.path.realpath(archive.dir)
+    assert announced_archive_dir(sulis_node[0].dir, ac.archive_id + 1) is None, "another archive's id: none"
+    rec = Recorded(sulis_node, 3130)
+    rec.publish(message(i) for i in range(1500))
+    before = _replayed_bytes(sulis_node)
+    by_files = by_position(collect(read(spark, sulis_node, recordingIds=rec.rid, minPartitions=3)))
+    assert _replayed_bytes(sulis_node) == before, "readMode=auto should have read the local files"
+    by_replay = by_position(collect(read(spark, sulis_node, recordingIds=rec.rid, minPartitions=3,
+                                         readMode="replay")))
+    assert _replayed_bytes(sulis_node) > before
+    assert by_files == by_replay == by_position(rec.rows())
+
+
 def test_read_mode_files_names_the_file_and_position_of_a_corrupt_frame(spark, sulis_node):
     _, archive, _, ac = sulis_node
     rec = Recorded(sulis_node, 3119)
@@ -692,8 +804,9 @@ def test_read_mode_files_names_the_file_and_position_of_a_corrupt_frame(spark, s
     got = collect(read(spark, sulis_node, recordingIds=rec.rid, readMode="files", archiveDir=archive.dir,
                        endingPositions=f'{{"{rec.rid}": {at}}}'))
     assert by_position(got) == by_position(rec.rows(0, 200))
-    with pytest.raises(Exception, match="option archiveDir: required with readMode=files"):
-        read(spark, sulis_node, recordingIds=rec.rid, readMode="files").count()
+    # Without archiveDir, the directory the archive announces in the driver's counters.
+    with pytest.raises(Exception, match=rf"{path} at offset {at} \(position {at}\)"):
+        read(spark, sulis_node, recordingIds=rec.rid, readMode="files").collect()
     with pytest.raises(Exception, match="option readMode: 'fast' is not one of auto, replay, files"):
         read(spark, sulis_node, recordingIds=rec.rid, readMode="fast").count()
 

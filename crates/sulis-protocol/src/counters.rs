@@ -58,6 +58,11 @@ pub mod type_id {
     pub const ARCHIVE_REPLAY_SESSIONS: i32 = 112;
     /// Archive: one control session (value: its id).
     pub const ARCHIVE_CONTROL_SESSION: i32 = 113;
+    /// Archive (sulis): where the archive keeps its files. Key: the archive
+    /// id (i64); value: the archive id; label `Archive Directory -
+    /// archiveId=N dir=PATH` (absolute), so a reader on the same host finds
+    /// the segment files of an archive it only knows by its control channel.
+    pub const SULIS_ARCHIVE_DIRECTORY: i32 = 9100;
 }
 
 /// Every counter type id with its short name, as tools print it.
@@ -112,6 +117,7 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     ),
     (type_id::ARCHIVE_REPLAY_SESSIONS, "archive-replay-sessions"),
     (type_id::ARCHIVE_CONTROL_SESSION, "archive-control-session"),
+    (type_id::SULIS_ARCHIVE_DIRECTORY, "archive-directory"),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).

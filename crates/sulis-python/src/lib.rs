@@ -36,6 +36,15 @@ fn channel_params(uri: &str) -> PyResult<Vec<(String, String)>> {
         .collect())
 }
 
+/// What an archive tells a stream by: stream id, media and the parameters
+/// that select what is received (endpoint, interface, control, session-id,
+/// tags); two channels with the same key carry the same stream.
+#[pyfunction]
+fn recording_key(uri: &str, stream_id: i32) -> PyResult<String> {
+    sulis_protocol::archive::channel::recording_key(uri, stream_id)
+        .map_err(|e| errors::ConfigurationError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
@@ -65,6 +74,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(driver::active_driver, m)?)?;
     m.add_function(wrap_pyfunction!(parse_channel, m)?)?;
     m.add_function(wrap_pyfunction!(channel_params, m)?)?;
+    m.add_function(wrap_pyfunction!(recording_key, m)?)?;
     offer_result::register(m)?;
     m.add(
         "build_profile",

@@ -20,10 +20,12 @@ __all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
 
 
 class SulisPartition(InputPartition):
-    """One Spark task: a position range of one recording (``value`` is a ``RecordingRange``)."""
+    """One Spark task: a position range of one recording (``value`` is a ``RecordingRange``) of the
+    archive with id ``archive_id``."""
 
-    def __init__(self, value: RecordingRange) -> None:
+    def __init__(self, value: RecordingRange, archive_id: int | None = None) -> None:
         super().__init__(value)
+        self.archive_id = archive_id
 
     def __repr__(self) -> str:
         r = self.value
@@ -35,7 +37,7 @@ def read_partition(opts: ReaderOptions, partition: InputPartition) -> Iterator[p
     as ``readMode`` says), yields Arrow batches."""
     if partition is None or partition.value is None:
         return  # nothing to read: Spark plans one partition of its own when given none
-    yield from read_partition_range(opts, partition.value)
+    yield from read_partition_range(opts, partition.value, getattr(partition, "archive_id", None))
 
 
 class SulisBatchReader(DataSourceReader):
@@ -47,11 +49,12 @@ class SulisBatchReader(DataSourceReader):
     def partitions(self) -> list[SulisPartition]:
         opts = self.opts
         s = session(opts.archive)
-        check_archive_dir(s.archive.archive_id, opts)
+        archive_id = s.archive.archive_id
+        check_archive_dir(archive_id, opts)
         infos = list_selected(s, opts)
         starts, ends = resolve_positions(infos, opts)
         ranges = plan_ranges({r.recording_id: r for r in infos}, starts, ends, opts.min_partitions)
-        return [SulisPartition(r) for r in ranges]
+        return [SulisPartition(r, archive_id) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)

@@ -12,15 +12,20 @@ It reads from ``replay_from`` (a message boundary) up to ``end``, which is never
 position while live), since a live recording's current segment is being written beyond that. A torn or corrupt
 frame fails the task naming the file, its offset and the position.
 
-``readMode=auto`` (the default) reads files where ``archiveDir`` is given and readable on the
+``readMode=auto`` (the default) reads files where the archive's directory is readable on the
 executor's host, and replays elsewhere, so a cluster whose executors share the archive's host
-and one whose executors do not run the same query.
+and one whose executors do not run the same query. The directory is ``archiveDir`` if given;
+else the one a sulis archive announces in its media driver's counters (type
+``ARCHIVE_DIRECTORY_TYPE_ID``, label ``... dir=PATH``), found through the executor's own driver
+and taken only if its mark file names the queried archive's id. An Aeron archive announces
+none: its ranges are replayed.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -36,9 +41,55 @@ __all__ = ["CATALOG_FILE", "files_readable", "read_files", "read_partition_range
 CATALOG_FILE = "archive.catalog"
 
 
+#: The counter type a sulis archive announces its directory with (sulis_protocol's
+#: ``SULIS_ARCHIVE_DIRECTORY``).
+ARCHIVE_DIRECTORY_TYPE_ID = 9100
+_DIR_MARKER = " dir="
+
+
 def files_readable(archive_dir: str | None) -> bool:
     """True when ``archive_dir`` holds a readable archive catalog on this host."""
     return archive_dir is not None and os.access(os.path.join(archive_dir, CATALOG_FILE), os.R_OK)
+
+
+def _mark_file_archive_id(archive_dir: str) -> int | None:
+    from .. import _native
+
+    try:
+        mark = _native.archive_mark_file(archive_dir)
+    except Exception:
+        return None
+    return None if mark is None else mark[2]
+
+
+_announced: dict[tuple[str | None, int], str] = {}
+_announced_lock = threading.Lock()
+
+
+def announced_archive_dir(driver_dir: str | None, archive_id: int) -> str | None:
+    """The directory of archive ``archive_id`` as announced in the counters of the media driver at
+    ``driver_dir`` (this host's), if it is readable here and its mark file names that archive."""
+    from .. import _native
+
+    key = (driver_dir, archive_id)
+    with _announced_lock:
+        known = _announced.get(key)
+    if known is not None and files_readable(known):
+        return known
+    try:
+        counters = _native.CountersReader(driver_dir or _native.default_dir()).counters()
+    except Exception:
+        return None  # no driver here (or not readable): replay
+    for c in counters:
+        label = c.get("label", "")
+        if c.get("type_id") != ARCHIVE_DIRECTORY_TYPE_ID or c.get("value") != archive_id or _DIR_MARKER not in label:
+            continue
+        found = label.split(_DIR_MARKER, 1)[1]
+        if files_readable(found) and _mark_file_archive_id(found) == archive_id:
+            with _announced_lock:
+                _announced[key] = found
+            return found
+    return None
 
 
 def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
@@ -69,18 +120,27 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
         yield from assembler.batches(batch)
 
 
-def read_partition_range(opts: ReaderOptions, r: RecordingRange) -> Iterator[pa.RecordBatch]:
-    """Reads ``r`` as ``readMode`` says: from the files, by replay, or files where they are readable."""
+def read_partition_range(opts: ReaderOptions, r: RecordingRange,
+                         archive_id: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Reads ``r`` as ``readMode`` says: from the files, by replay, or files where they are readable.
+    ``archive_id``: the queried archive's, to find the directory it announces when ``archiveDir``
+    is not given."""
     mode = opts.read_mode
+    files_dir = opts.archive_dir
+    if files_dir is None and mode != "replay" and archive_id is not None:
+        files_dir = announced_archive_dir(opts.archive.driver_dir, archive_id)
     if mode == "auto":
-        mode = "files" if files_readable(opts.archive_dir) else "replay"
+        mode = "files" if files_readable(files_dir) else "replay"
     if mode == "files":
-        assert opts.archive_dir is not None
-        if not files_readable(opts.archive_dir):
-            raise RuntimeError(f"option readMode=files: archiveDir {opts.archive_dir!r} holds no readable "
+        if files_dir is None:
+            raise RuntimeError(f"option readMode=files: no archiveDir given, and {opts.archive.describe()} "
+                               f"(archive id {archive_id}) announces no directory readable on host "
+                               f"{socket.gethostname()} through media driver {opts.archive.driver_dir or 'default'}")
+        if not files_readable(files_dir):
+            raise RuntimeError(f"option readMode=files: archiveDir {files_dir!r} holds no readable "
                                f"{CATALOG_FILE} on host {socket.gethostname()}; readMode=auto replays from "
                                f"{opts.archive.describe()} where the files are not local")
-        yield from read_files(opts.archive_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp)
+        yield from read_files(files_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp)
         return
     yield from read_range(opts.archive, r, opts.replay_channel, opts.replay_stream_id, opts.fragment_limit,
                           layout=opts.layout, timestamp=opts.include_timestamp)

@@ -119,8 +119,9 @@ class WriterOptions:
     """Where ``df.write`` / ``df.writeStream`` of ``format("sulis")`` publishes."""
 
     archive: ArchiveAddress
-    channel: str
-    stream_id: int
+    #: the channel and stream rows go to; None: each row's ``channel`` / ``stream_id`` column
+    channel: str | None
+    stream_id: int | None
     exactly_once: bool = True
     #: ``stampTimestamp``: each message's reserved value is its row's ``timestamp`` (or the publish time),
     #: in epoch nanoseconds
@@ -307,9 +308,6 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         raise OptionError(f"option readMode: {options.get('readMode')!r} is not one of {', '.join(READ_MODES)}")
     raw_dir = options.get("archiveDir")
     archive_dir = str(raw_dir).strip() if raw_dir is not None and str(raw_dir).strip() else None
-    if read_mode == "files" and archive_dir is None:
-        raise OptionError("option archiveDir: required with readMode=files (the archive's directory, as the "
-                          "executors' hosts see it)")
     return ReaderOptions(
         archive=archive,
         channel=channel,
@@ -362,10 +360,8 @@ def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
     archive = _archive(options)
     channel = _channel(options, "channel", None)
     stream_id = _stream_id(options, "streamId", None)
-    if channel is None:
-        raise OptionError("option channel: required (the channel to publish on, e.g. aeron:ipc)")
-    if stream_id is None:
-        raise OptionError("option streamId: required (the stream to publish on)")
+    # Without an option, the rows name their own (a ``channel`` / ``stream_id`` column): the sink
+    # checks that against the frame's schema.
     return WriterOptions(archive=archive, channel=channel, stream_id=stream_id,
                          exactly_once=_bool(options, "exactlyOnce", True),
                          stamp_timestamp=_bool(options, "stampTimestamp", False))

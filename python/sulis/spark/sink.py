@@ -21,6 +21,16 @@ their messages per partition. Spark re-runs that micro-batch if it was not commi
 of it then skips as many leading rows as earlier attempts published and publishes the rest.
 A task retried inside a run (attempt > 0) counts for itself the same way. See docs/spark.md
 for what this promises and its limits.
+
+Where rows go
+-------------
+The ``channel`` and ``streamId`` options, or, where an option is not set, each row's ``channel``
+(string) and ``stream_id`` (integer) columns, as Kafka's sink takes its ``topic`` option or
+column (the option wins, so a frame read from ``format("sulis")``, which has a ``stream_id``
+column, goes to the option's stream). A task publishes each target's rows in their order, and
+the exactly-once bookkeeping is per target: a run tag opens each target's run, and a restarted
+query that routes by column looks for its last runs in every recording that begins with a run
+tag (the recordings sinks made), since which streams the rows name is not known beforehand.
 """
 
 from __future__ import annotations
@@ -36,7 +46,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from .options import ArchiveAddress, OptionError, WriterOptions
 from .replay import RecordingRange, read_range, replay_from, session
@@ -89,7 +109,9 @@ class SinkCommit(WriterCommitMessage):
     skipped: int
 
 
-def _value_column(schema: StructType, opts: WriterOptions) -> None:
+def _check_schema(schema: StructType, opts: WriterOptions) -> None:
+    """The frame must have a binary or string ``value``, and say where each row goes: by option, or by a
+    ``channel`` (string) / ``stream_id`` (integer) column where the option is not set."""
     names = [f.name for f in schema.fields]
     if "value" not in names:
         raise OptionError(f"the sulis sink publishes a column named 'value' (binary or string); "
@@ -98,6 +120,20 @@ def _value_column(schema: StructType, opts: WriterOptions) -> None:
     if not isinstance(t, BinaryType | StringType):
         raise OptionError(f"the sulis sink publishes column 'value' as bytes: it must be binary or string, "
                           f"not {t.simpleString()} (cast it, or encode it, e.g. to_json)")
+    if opts.channel is None:
+        if "channel" not in names:
+            raise OptionError("option channel: required (the channel to publish on, e.g. aeron:ipc), "
+                              "or a string column 'channel' naming each row's")
+        if not isinstance(schema["channel"].dataType, StringType):
+            raise OptionError("column 'channel' must be a string (a channel URI), not "
+                              f"{schema['channel'].dataType.simpleString()}")
+    if opts.stream_id is None:
+        if "stream_id" not in names:
+            raise OptionError("option streamId: required (the stream to publish on), "
+                              "or an integer column 'stream_id' naming each row's")
+        if not isinstance(schema["stream_id"].dataType, IntegerType | LongType | ShortType | ByteType):
+            raise OptionError("column 'stream_id' must be an integer, not "
+                              f"{schema['stream_id'].dataType.simpleString()}")
     if opts.stamp_timestamp and "timestamp" in names and not isinstance(schema["timestamp"].dataType,
                                                                          TimestampType | TimestampNTZType):
         raise OptionError("option stampTimestamp: column 'timestamp' must be a timestamp, not "
@@ -119,43 +155,98 @@ def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | No
 
 # -- publishing ---------------------------------------------------------------------------------
 
+#: Where rows go: (channel, stream id).
+Target = tuple[str, int]
+
 _publications: dict[tuple[ArchiveAddress, str, int, bool], object] = {}
 _publications_lock = threading.Lock()
 
 
-def _publication(opts: WriterOptions, exclusive: bool):
-    """This process' publication on the sink's stream, kept for the process' life: closing it would
-    end its recording, and the next task would start another."""
-    key = (opts.archive, opts.channel, opts.stream_id, exclusive)
+def _publication(address: ArchiveAddress, target: Target, exclusive: bool):
+    """This process' publication on ``target``, kept for the process' life: closing it would end its
+    recording, and the next task would start another."""
+    key = (address, *target, exclusive)
     with _publications_lock:
         pub = _publications.get(key)
         if pub is not None and not pub.is_closed:  # type: ignore[attr-defined]
             return pub
-        client = session(opts.archive).client
+        client = session(address).client
         add = client.add_exclusive_publication if exclusive else client.add_publication
-        pub = add(opts.channel, opts.stream_id)
+        try:
+            pub = add(*target)
+        except Exception as e:
+            raise RuntimeError(f"sulis sink: cannot publish on channel {target[0]!r} stream {target[1]}: {e}") from e
         _publications[key] = pub
         return pub
 
 
-def _await(pub, opts: WriterOptions, result: int, stuck_since: float) -> None:
+def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target, pa.Array, np.ndarray | int | None]]:
+    """The batch's values (and ``stampTimestamp`` stamps) per target, each target's rows in their order."""
+    values = _values(batch)
+    stamps = _stamps(batch, opts)
+    n = len(values)
+    by_channel = opts.channel is None
+    by_stream = opts.stream_id is None
+    if not (by_channel or by_stream):
+        yield (opts.channel, opts.stream_id), values, stamps  # type: ignore[misc]
+        return
+    if n == 0:
+        return
+    channels: list[str] = [opts.channel]  # type: ignore[list-item]
+    channel_codes = np.zeros(n, np.int64)
+    if by_channel:
+        col = batch.column("channel")
+        if col.null_count:
+            raise ValueError(f"sulis sink: column 'channel' is null in row {_first_null(col)} of a batch, "
+                             "and no channel option is set")
+        encoded = pc.dictionary_encode(col)
+        channels = encoded.dictionary.to_pylist()
+        channel_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    streams = np.full(n, opts.stream_id if opts.stream_id is not None else 0, np.int64)
+    if by_stream:
+        col = batch.column("stream_id")
+        if col.null_count:
+            raise ValueError(f"sulis sink: column 'stream_id' is null in row {_first_null(col)} of a batch, "
+                             "and no streamId option is set")
+        streams = col.to_numpy(zero_copy_only=False).astype(np.int64)
+        bad = np.flatnonzero((streams < -(1 << 31)) | (streams >= 1 << 31))
+        if len(bad):
+            raise ValueError(f"sulis sink: column 'stream_id' holds {int(streams[bad[0]])} (row {int(bad[0])} of a "
+                             "batch), which is not a 32-bit stream id")
+    keys = (channel_codes << 32) | (streams & 0xFFFF_FFFF)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    for k, key in enumerate(unique):
+        target = (channels[int(key) >> 32], int(streams[int(np.argmax(inverse == k))]))
+        if len(unique) == 1:
+            yield target, values, stamps
+            return
+        idx = np.flatnonzero(inverse == k)
+        yield target, values.take(pa.array(idx)), (stamps[idx] if isinstance(stamps, np.ndarray) else stamps)
+
+
+def _first_null(col: pa.Array) -> int:
+    return int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+
+
+def _await(target: Target, opts: WriterOptions, result: int, stuck_since: float) -> None:
     """Waits a little after a refused offer; fails when it has lasted ``message_timeout``."""
     from .. import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED, result_name
 
+    channel, stream_id = target
     if result in (CLOSED, MAX_POSITION_EXCEEDED):
-        raise RuntimeError(f"sulis sink: publication on {opts.channel} stream {opts.stream_id}: {result_name(result)}")
+        raise RuntimeError(f"sulis sink: publication on {channel} stream {stream_id}: {result_name(result)}")
     if time.monotonic() - stuck_since > opts.archive.message_timeout:
         why = (" (nobody subscribes: is the stream being recorded? ArchiveClient.start_recording"
-               f"({opts.channel!r}, {opts.stream_id}))") if result == NOT_CONNECTED else ""
-        raise TimeoutError(f"sulis sink: {opts.channel} stream {opts.stream_id} refused offers for "
+               f"({channel!r}, {stream_id}))") if result == NOT_CONNECTED else ""
+        raise TimeoutError(f"sulis sink: {channel} stream {stream_id} refused offers for "
                            f"{opts.archive.message_timeout:.0f}s: {result_name(result)}{why}")
     time.sleep(0.0001 if result != NOT_CONNECTED else 0.005)
 
 
-def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | None = None,
+def offer_all(pub, target: Target, values: pa.Array, opts: WriterOptions, first_reserved: int | None = None,
               stamps: np.ndarray | int | None = None) -> None:
-    """Publishes every value; the first with ``first_reserved`` as its reserved value, if given, the
-    others with ``stamps`` (one int64 per value, or one int for all), if given."""
+    """Publishes every value on ``pub`` (``target``'s); the first with ``first_reserved`` as its reserved
+    value, if given, the others with ``stamps`` (one int64 per value, or one int for all), if given."""
     n = len(values)
     if n == 0:
         return
@@ -164,7 +255,7 @@ def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | 
     if first_reserved is not None:
         first = values[0].as_buffer()
         while (r := pub.offer(first, reserved_value=first_reserved)) < 0:
-            _await(pub, opts, r, stuck_since)
+            _await(target, opts, r, stuck_since)
         i = 1
     while i < n:
         rest = stamps[i:] if isinstance(stamps, np.ndarray) else stamps
@@ -173,7 +264,7 @@ def offer_all(pub, values: pa.Array, opts: WriterOptions, first_reserved: int | 
             i += published
             stuck_since = time.monotonic()
         elif r < 0:
-            _await(pub, opts, r, stuck_since)
+            _await(target, opts, r, stuck_since)
 
 
 def _values(batch: pa.RecordBatch) -> pa.Array:
@@ -188,18 +279,17 @@ class SulisBatchWriter(DataSourceArrowWriter):
     Spark retries a task: a batch write has no id to recognise the earlier attempt by)."""
 
     def __init__(self, opts: WriterOptions, schema: StructType) -> None:
-        _value_column(schema, opts)
+        _check_schema(schema, opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
 
-        pub = _publication(self.opts, exclusive=False)
         n = 0
         for batch in iterator:
-            values = _values(batch)
-            offer_all(pub, values, self.opts, stamps=_stamps(batch, self.opts))
-            n += len(values)
+            for target, values, stamps in routes(batch, self.opts):
+                offer_all(_publication(self.opts.archive, target, False), target, values, self.opts, stamps=stamps)
+                n += len(values)
         ctx = TaskContext.get()
         return SinkCommit(ctx.partitionId() if ctx else 0, n, 0)
 
@@ -221,25 +311,91 @@ def _settled_end(ac, rid: int, live_end: int, wait_s: float = 2.0) -> int:
     return end
 
 
-def published_runs(address: ArchiveAddress, channel: str, stream_id: int,
-                   query: int | None = None) -> dict[tuple[int, int], dict[int, int]]:
-    """Rows published per partition by the last micro-batch of each query tag found in the stream's
-    recordings: ``{(query, batch id): {partition: rows}}`` (only ``query`` if given)."""
-    from .recordings import RecordingInfo, info_of
+#: Rows published per partition by the newest micro-batch of each query tag: ``{(query, batch): {partition: rows}}``.
+Runs = dict[tuple[int, int], dict[int, int]]
 
-    s = session(address)
-    found: dict[int, tuple[int, dict[int, int]]] = {}  # query -> (batch, {partition: rows})
-    for d in s.archive.list_recordings_for_uri(channel, stream_id, 0, 10_000):
-        r: RecordingInfo = info_of(s, d)
-        end = _settled_end(s.archive, r.recording_id, r.end) if r.live else r.end
-        for q, (batch, counts) in _recording_runs(address, r, end, query).items():
-            best = found.get(q)
+
+def _merge(found: list[Runs]) -> Runs:
+    """Runs of several recordings of one target: per query the newest batch, its rows summed."""
+    newest: dict[int, tuple[int, dict[int, int]]] = {}
+    for runs in found:
+        for (q, batch), counts in runs.items():
+            best = newest.get(q)
             if best is None or batch > best[0]:
-                found[q] = (batch, dict(counts))
+                newest[q] = (batch, dict(counts))
             elif batch == best[0]:
                 for p, k in counts.items():
                     best[1][p] = best[1].get(p, 0) + k
-    return {(q, batch): counts for q, (batch, counts) in found.items()}
+    return {(q, batch): counts for q, (batch, counts) in newest.items()}
+
+
+def _runs_of(address: ArchiveAddress, d, query: int | None) -> Runs:
+    """The runs of one recording (descriptor ``d``), to its settled end if it is live."""
+    from .recordings import RecordingInfo, info_of
+
+    s = session(address)
+    r: RecordingInfo = info_of(s, d)
+    end = _settled_end(s.archive, r.recording_id, r.end) if r.live else r.end
+    return {(q, batch): counts for q, (batch, counts) in _recording_runs(address, r, end, query).items()}
+
+
+def _stream_key(channel: str, stream_id: int) -> str | None:
+    """What the archive tells the stream by (``recording_key``); None for a channel it cannot parse."""
+    from .. import _native
+
+    try:
+        return _native.recording_key(channel, stream_id)
+    except Exception:
+        return None
+
+
+def published_runs(address: ArchiveAddress, channel: str, stream_id: int, query: int | None = None) -> Runs:
+    """Rows published per partition by the last micro-batch of each query tag found in the recordings
+    of the stream ``channel``/``stream_id`` (the same media, endpoint, ..., whatever its other
+    parameters): ``{(query, batch id): {partition: rows}}`` (only ``query`` if given)."""
+    s = session(address)
+    key = _stream_key(channel, stream_id)
+    media = channel.split("?", 1)[0]
+    return _merge([_runs_of(address, d, query) for d in _paged(
+        lambda from_id, count: s.archive.list_recordings_for_uri(media, stream_id, from_id, count))
+        if _stream_key(d.stripped_channel, d.stream_id) == key])
+
+
+def _paged(page_of, size: int = 1000):
+    from_id = 0
+    while True:
+        page = page_of(from_id, size)
+        yield from page
+        if len(page) < size:
+            return
+        from_id = page[-1].recording_id + 1
+
+
+def _begins_with_run_tag(address: ArchiveAddress, d) -> bool:
+    """Whether the recording's first message is a run tag (a sink's recording). True also when that
+    cannot be told from its first 64 KiB (a larger first message): better read than missed."""
+    from .recordings import info_of
+
+    r = info_of(session(address), d)
+    if r.end <= r.start:
+        return False
+    head = min(r.end, r.start + 64 * 1024)
+    got = [b.column(5).to_numpy() for b in read_range(address, RecordingRange(
+        r.recording_id, r.stream_id, r.session_id, r.start, head, r.start, head))]
+    reserved = np.concatenate(got) if got else np.empty(0, np.int64)
+    return not len(reserved) or parse_run_tag(int(reserved[0])) is not None
+
+
+def published_runs_by_stream(address: ArchiveAddress) -> dict[str, Runs]:
+    """``published_runs`` of every stream (by ``recording_key``) with a recording a sink made (one that
+    begins with a run tag), for a sink that routes rows by column."""
+    s = session(address)
+    found: dict[str, list[Runs]] = {}
+    for d in _paged(lambda from_id, count: s.archive.list_recordings(from_id, count)):
+        key = _stream_key(d.stripped_channel, d.stream_id)
+        if key is not None and _begins_with_run_tag(address, d):
+            found.setdefault(key, []).append(_runs_of(address, d, None))
+    return {key: merged for key, runs in found.items() if (merged := _merge(runs))}
 
 
 def _tags(reserved: np.ndarray) -> list[tuple[int, tuple[int, int, int]]]:
@@ -294,27 +450,39 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
     ``exactlyOnce=false`` publishes through a shared publication with no run tags (at least once)."""
 
     def __init__(self, opts: WriterOptions, schema: StructType) -> None:
-        _value_column(schema, opts)
+        _check_schema(schema, opts)
         self.opts = opts
-        # Built on the Spark driver when the query starts, then shipped with every task.
-        self.resume: dict[tuple[int, int], dict[int, int]] = {}
+        # Built on the Spark driver when the query starts, then shipped with every task: the last runs
+        # of the option's target, or (routing by column) of every stream a sink recorded.
+        self.resume: Runs = {}
+        self.resume_by_stream: dict[str, Runs] = {}
         if opts.exactly_once:
-            self.resume = published_runs(opts.archive, opts.channel, opts.stream_id)
-            if self.resume:
-                log.info("sulis sink %s stream %d: last runs found %s", opts.channel, opts.stream_id, self.resume)
+            if opts.channel is not None and opts.stream_id is not None:
+                self.resume = published_runs(opts.archive, opts.channel, opts.stream_id)
+            else:
+                self.resume_by_stream = published_runs_by_stream(opts.archive)
+            if self.resume or self.resume_by_stream:
+                log.info("sulis sink: last runs found %s", self.resume or self.resume_by_stream)
+
+    def _last_runs(self, target: Target, query: int, retried: bool) -> Runs:
+        if retried:  # a retried task: count what the failed attempts published
+            return published_runs(self.opts.archive, *target, query)
+        if self.opts.channel is not None and self.opts.stream_id is not None:
+            return self.resume
+        return self.resume_by_stream.get(_stream_key(*target) or "", {})
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx else 0
-        if not self.opts.exactly_once:
-            pub = _publication(self.opts, exclusive=False)
+        opts = self.opts
+        if not opts.exactly_once:
             n = 0
             for batch in iterator:
-                values = _values(batch)
-                offer_all(pub, values, self.opts, stamps=_stamps(batch, self.opts))
-                n += len(values)
+                for target, values, stamps in routes(batch, opts):
+                    offer_all(_publication(opts.archive, target, False), target, values, opts, stamps=stamps)
+                    n += len(values)
             return SinkCommit(partition, n, 0)
         raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None
@@ -322,27 +490,27 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("sulis sink: no streaming batch id or query id in the task (exactly-once needs them)")
         batch_id = int(raw_batch)
         query = query_hash(query_id)
-        if ctx.attemptNumber() > 0:  # a retried task: count what the failed attempts published
-            runs = published_runs(self.opts.archive, self.opts.channel, self.opts.stream_id, query)
-        else:
-            runs = self.resume
-        skip = runs.get((query, batch_id), {}).get(partition, 0)
-        pub = _publication(self.opts, exclusive=True)
         tag = run_tag(query, batch_id, partition)
-        published = skipped = 0
+        skip: dict[Target, int] = {}  # per target: rows an earlier attempt published
+        skipped: dict[Target, int] = {}
+        published: dict[Target, int] = {}
         for batch in iterator:
-            values = _values(batch)
-            stamps = _stamps(batch, self.opts)
-            if skipped < skip:
-                k = min(skip - skipped, len(values))
-                skipped += k
-                values = values.slice(k)
-                if isinstance(stamps, np.ndarray):
-                    stamps = stamps[k:]
-            if len(values):
-                offer_all(pub, values, self.opts, first_reserved=None if published else tag, stamps=stamps)
-                published += len(values)
-        return SinkCommit(partition, published, skipped)
+            for target, values, stamps in routes(batch, opts):
+                if target not in skip:
+                    runs = self._last_runs(target, query, ctx.attemptNumber() > 0)
+                    skip[target] = runs.get((query, batch_id), {}).get(partition, 0)
+                    skipped[target] = published[target] = 0
+                if skipped[target] < skip[target]:
+                    k = min(skip[target] - skipped[target], len(values))
+                    skipped[target] += k
+                    values = values.slice(k)
+                    if isinstance(stamps, np.ndarray):
+                        stamps = stamps[k:]
+                if len(values):
+                    offer_all(_publication(opts.archive, target, True), target, values, opts,
+                              first_reserved=None if published[target] else tag, stamps=stamps)
+                    published[target] += len(values)
+        return SinkCommit(partition, sum(published.values()), sum(skipped.values()))
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if isinstance(m, SinkCommit)]

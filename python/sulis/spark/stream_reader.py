@@ -236,8 +236,9 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[SulisPartition]:
         with self._archive_call("planning a micro-batch"):
+            archive_id = session(self.opts.archive).archive.archive_id
             if not self._dir_checked:
-                check_archive_dir(session(self.opts.archive).archive.archive_id, self.opts)
+                check_archive_dir(archive_id, self.opts)
                 self._dir_checked = True
             begin, stop = from_offset(start) if start else {}, from_offset(end)
             infos: dict[int, RecordingInfo] = {}
@@ -255,7 +256,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if e > s:
                     infos[rid], starts[rid] = r, s
             ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, self.opts.min_partitions)
-            return [SulisPartition(r) for r in ranges]
+            return [SulisPartition(r, archive_id) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)

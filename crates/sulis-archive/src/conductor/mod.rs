@@ -276,17 +276,34 @@ struct ArchiveCounters {
     total_write_time: Option<Counter>,
     max_read_time: Option<Counter>,
     total_read_time: Option<Counter>,
+    /// sulis's: the directory, in the label (none when it does not fit one)
+    _directory: Option<Counter>,
 }
 
 impl ArchiveCounters {
-    fn new(client: &Client, archive_id: i64) -> ArchiveCounters {
+    fn new(client: &Client, archive_id: i64, archive_dir: &std::path::Path) -> ArchiveCounters {
         let key = archive_id.to_le_bytes();
         let add = |type_id: i32, label: &str| {
             client
                 .add_counter(type_id, &key, &format!("{label} - archiveId={archive_id}"))
                 .ok()
         };
+        // Announced only when the whole path fits a label: a truncated one would name another directory.
+        let dir = std::fs::canonicalize(archive_dir).unwrap_or_else(|_| archive_dir.to_path_buf());
+        let directory = dir
+            .to_str()
+            .map(|d| format!("Archive Directory - archiveId={archive_id} dir={d}"))
+            .filter(|label| label.len() <= sulis_concurrent::counters::MAX_LABEL_LENGTH)
+            .and_then(|label| {
+                client
+                    .add_counter(counter_type::SULIS_ARCHIVE_DIRECTORY, &key, &label)
+                    .ok()
+            });
+        if let Some(c) = &directory {
+            c.set(archive_id);
+        }
         ArchiveCounters {
+            _directory: directory,
             errors: add(counter_type::ARCHIVE_ERROR_COUNT, "Archive Errors"),
             control_sessions: add(
                 counter_type::ARCHIVE_CONTROL_SESSIONS,
@@ -460,7 +477,7 @@ impl ArchiveConductor {
         } else {
             None
         };
-        let counters = ArchiveCounters::new(&client, archive_id);
+        let counters = ArchiveCounters::new(&client, archive_id, &ctx.archive_dir);
         ArchiveCounters::set(&counters.errors, errors.len() as i64);
         let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
         Ok(ArchiveConductor {
