@@ -12,11 +12,13 @@ own Kafka source. One Spark session (``--master``) serves every query. Rows (doc
 * ingest, msgs/s until recorded: sulis ``offer_batch`` into a stream the archive records, until
   the recording's position is the publication's; Kafka ``produce_batch`` (``acks=all``,
   ``linger.ms=20``) into a one-partition topic, until every delivery report is in (end offset checked);
+  and Kafka's per-message ``produce()`` loop (what most Python producers are), on at most 1 M messages;
 * batch read, rows/s: the first ingest run's stream into Spark's ``noop`` sink, ``minPartitions=2``,
   after a checked ``count()`` and an untimed read each, ``--reads`` reads interleaved;
 * streaming latency: ``--rate`` messages/s stamped with ``time.time_ns()`` before ``offer`` /
   ``produce`` (``linger.ms=0``), the same ``--trigger`` for both, stamps read in ``foreachBatch``
-  on the driver; the first ``--warmup`` seconds left out.
+  on the driver; the first ``--warmup`` seconds left out. sulis twice: the default source (a task
+  per micro-batch) and ``lowLatency=true`` (the Spark driver reads, no task).
 
 The Kafka pieces come from ``bash bench/peers/install.sh``; without them the Kafka column says
 ``skipped`` (with the reason) and the sulis rows still run.
@@ -89,16 +91,31 @@ class Kafka:
         Path(conf).write_text(kafka_config(os.path.join(base, "logs"), port, cport))
         cp = ["java", "-cp", str(KAFKA_DIR / "broker" / "libs" / "*")]
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        with kit.ChildProcess([*cp, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", conf],
+        # "--cluster-id=...": an id may begin with "-", which would read as an option.
+        with kit.ChildProcess([*cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", conf],
                               "kafka storage format") as fmt:
             if fmt.proc.wait(120):
                 raise RuntimeError(f"kafka StorageTool format failed: {fmt.stderr_tail()}")
         self.broker = kit.ChildProcess([*cp, "-Xms1g", "-Xmx1g", "kafka.Kafka", conf], "kafka broker")
-        self.admin = AdminClient({"bootstrap.servers": self.servers})
         deadline = time.monotonic() + 90
+        while not self._listening(port):  # before a client connects (librdkafka logs every refusal)
+            if self.broker.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Kafka broker did not listen: {self.broker.stderr_tail()}")
+            time.sleep(0.2)
+        self.admin = AdminClient({"bootstrap.servers": self.servers})
         while not self._up():
             if self.broker.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the Kafka broker did not start: {self.broker.stderr_tail()}")
+
+    @staticmethod
+    def _listening(port: int) -> bool:
+        import socket
+
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def _up(self) -> bool:
         try:
@@ -171,6 +188,28 @@ def kafka_ingest(kafka: Kafka, topic: str, count: int, batch: int = 10_000) -> f
     if (end := consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]) != count:
         raise RuntimeError(f"Kafka topic {topic} holds {end} messages, {count} were produced")
     consumer.close()
+    return rate
+
+
+def kafka_ingest_each(kafka: Kafka, topic: str, count: int) -> float:
+    """``count`` messages with one ``produce()`` call each until every delivery report is in: msgs/s."""
+    producer = kafka.producer(**{"linger.ms": 20, "enable.idempotence": False,
+                                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20})
+    payload = bytes(SIZE)
+    t0 = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload)
+                break
+            except BufferError:  # the local queue is full: serve delivery reports, then again
+                producer.poll(0.001)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("Kafka producer: delivery reports missing after 120 s")
+    rate = count / (time.perf_counter() - t0)
+    producer.close()
     return rate
 
 
@@ -258,7 +297,8 @@ class Runs:
 
     def __init__(self, why: str | None) -> None:
         self.why = why
-        self.figures: dict = {k: {"sulis": [], "kafka": []} for k in ("ingest", "count", "warm-up", "read", "latency")}
+        self.figures: dict = {k: {"sulis": [], "kafka": []}
+                              for k in ("ingest", "ingest-each", "count", "warm-up", "read", "latency", "latency-ll")}
         self.others_cpu: list = []
 
     def measure(self, key: str, name: str, fn):
@@ -276,7 +316,8 @@ class Runs:
         self.figures[key][name].append(v)
         self.others_cpu.append([key, name, round(itf.share, 3)])
         text = (f"p50 {v['p50_ms']:.0f} ms, p99 {v['p99_ms']:.0f} ms; a micro-batch (ms): "
-                + ", ".join(f"{k} {x:g}" for k, x in v["batch_ms"].items()) if key == "latency" else f"{v:,.0f}/s")
+                + ", ".join(f"{k} {x:g}" for k, x in v["batch_ms"].items())
+                if key.startswith("latency") else f"{v:,.0f}/s")
         print(f"      {key} {name}: {text} (others used {itf.share:.0%} of a CPU)", flush=True)
         return v
 
@@ -301,6 +342,8 @@ def run(a, top: str, runs: Runs) -> None:
                 print(f"[ingest {i + 1}/{a.runs}]", flush=True)
                 rids.append(sulis_ingest((client, ac), 1001 + i, a.messages, runs))
                 runs.measure("ingest", "kafka", lambda i=i: kafka_ingest(kafka, kafka.topic(f"ingest-{i}"), a.messages))
+                runs.measure("ingest-each", "kafka", lambda i=i: kafka_ingest_each(
+                    kafka, kafka.topic(f"ingest-each-{i}"), min(a.messages, 1_000_000)))
             spark = spark_session(a.master, kafka is not None)
             try:
                 frames = {"sulis": spark.read.format("sulis").option("driverDir", driver.dir)
@@ -327,10 +370,12 @@ def run(a, top: str, runs: Runs) -> None:
                         while pub.offer(b) < 0:
                             pass
 
-                    df = (spark.readStream.format("sulis").option("driverDir", driver.dir)
-                          .option("channel", CHANNEL).option("streamId", sid).load())
-                    runs.measure("latency", "sulis", lambda df=df, send=offer: latency(
-                        df, send, lambda: None, a.rate, a.warmup, a.seconds, a.trigger))
+                    for key, low in (("latency", "false"), ("latency-ll", "true")):
+                        df = (spark.readStream.format("sulis").option("driverDir", driver.dir)
+                              .option("channel", CHANNEL).option("streamId", sid).option("startingPositions", "latest")
+                              .option("lowLatency", low).load())
+                        runs.measure(key, "sulis", lambda df=df, send=offer: latency(
+                            df, send, lambda: None, a.rate, a.warmup, a.seconds, a.trigger))
                     ac.stop_recording(CHANNEL, sid)
                     pub.close()
                     runs.measure("latency", "kafka", lambda i=i: kafka_latency(spark, kafka, f"latency-{i}", a))
@@ -352,27 +397,37 @@ def report(a, runs: Runs) -> None:
     def each(xs, fmt):
         return " / ".join(fmt(x) for x in xs)
 
-    def figures(key):  # sulis's and Kafka's runs
-        return ([x[key] for x in r["latency"][n]] if key.endswith("ms") else r[key][n] for n in ("sulis", "kafka"))
+    def figures(key):  # sulis's and Kafka's runs; "p50_ms@latency-ll": lowLatency's against Kafka's
+        stat, _, sulis_key = key.partition("@")
+        if stat.endswith("ms"):
+            return [x[stat] for x in r[sulis_key or "latency"]["sulis"]], [x[stat] for x in r["latency"]["kafka"]]
+        return r[stat]["sulis"], r[sulis_key or stat]["kafka"]
 
     fmt = {"ingest": lambda x: f"{x / 1e3:,.0f} k msgs/s", "read": lambda x: f"{x / 1e6:.2f} M rows/s",
-           "p50_ms": lambda x: f"{x:.0f} ms", "p99_ms": lambda x: f"{x:.0f} ms"}
+           "ms": lambda x: f"{x:.0f} ms"}
     rows = []
-    for key, what in (("ingest", "ingest (publisher -> recorded)"), ("read", "Spark batch read (noop sink)"),
+    for key, what in (("ingest", "ingest (publisher -> recorded), Kafka produce_batch"),
+                      ("ingest@ingest-each", "ingest, Kafka per-message produce()"),
+                      ("read", "Spark batch read (noop sink)"),
                       ("p50_ms", f"streaming latency p50 (trigger {a.trigger})"),
-                      ("p99_ms", f"streaming latency p99 (trigger {a.trigger})")):
+                      ("p99_ms", f"streaming latency p99 (trigger {a.trigger})"),
+                      ("p50_ms@latency-ll", "  the same, sulis lowLatency=true, p50"),
+                      ("p99_ms@latency-ll", "  the same, sulis lowLatency=true, p99")):
         s, k = figures(key)
-        ratio = (med(k) / med(s) if key.endswith("ms") else med(s) / med(k)) if s and k else None
-        rows.append([what, cell(s, fmt[key]), cell(k, fmt[key]), c.fmt_ratio(ratio), each(s, fmt[key]),
-                     each(k, fmt[key])])
+        f = fmt["ms" if "ms" in key else key.split("@")[0]]
+        ratio = (med(k) / med(s) if "ms" in key else med(s) / med(k)) if s and k else None
+        rows.append([what, cell(s, f), cell(k, f), c.fmt_ratio(ratio), each(s, f), each(k, f)])
     print(f"\n{a.messages:,} messages of {SIZE} B, Spark {a.master}, {c.cpu_summary()}")
     c.print_table(["row", "sulis", "Kafka", "sulis vs Kafka", "sulis runs", "Kafka runs"], rows, "lrrrll")
     print("(ratios: > 1 means sulis is better: faster, or lower latency)" + (f"\nKafka skipped: {why}" if why else ""))
-    targets = [("ingest >= 10x Kafka", "ingest", lambda s, k: s >= 10 * k),
+    targets = [("ingest >= 10x Kafka produce_batch", "ingest", lambda s, k: s >= 10 * k),
+               ("ingest >= 10x Kafka per-message produce()", "ingest@ingest-each", lambda s, k: s >= 10 * k),
                ("batch read >= 3 M rows/s", "read", lambda s, k: s >= 3e6),
                ("batch read >= 3x Kafka", "read", lambda s, k: s >= 3 * k),
                ("streaming latency p50 below Kafka's", "p50_ms", lambda s, k: s < k),
-               ("streaming latency p99 below Kafka's", "p99_ms", lambda s, k: s < k)]
+               ("streaming latency p99 below Kafka's", "p99_ms", lambda s, k: s < k),
+               ("streaming latency p50 below Kafka's, lowLatency=true", "p50_ms@latency-ll", lambda s, k: s < k),
+               ("streaming latency p99 below Kafka's, lowLatency=true", "p99_ms@latency-ll", lambda s, k: s < k)]
     for text, key, ok in targets:
         s, k = figures(key)
         if s and (k or "Kafka" not in text):

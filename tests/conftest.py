@@ -26,6 +26,9 @@ Helpers (import them with ``from conftest import ...``)
     A system counter's value, read through ``sulis.CountersReader``.
 ``connected_pair(client, stream_id, exclusive=True, channel=...)``
     A subscription and a publication, connected (images included).
+``make_dir(prefix)`` / ``keep_dir(dir)``
+    A fresh directory under /dev/shm, deleted at the end of the session
+    (/dev/shm is memory) unless ``keep_dir`` kept it for a look after a failure.
 """
 
 from __future__ import annotations
@@ -114,8 +117,28 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+_MADE_DIRS: list[str] = []
+_KEPT_DIRS: set[str] = set()
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
-    return tempfile.mkdtemp(prefix=prefix, dir=SHM)
+    """A fresh directory under /dev/shm, deleted when the session ends unless ``keep_dir`` kept it."""
+    d = tempfile.mkdtemp(prefix=prefix, dir=SHM)
+    _MADE_DIRS.append(d)
+    return d
+
+
+def keep_dir(d: str, what: str = "driver") -> None:
+    """Keeps ``d`` past the session (to look into after a failure) and says where it is."""
+    _KEPT_DIRS.add(d)
+    print(f"kept {what} directory {d}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Driver directories hold log buffers of up to hundreds of MB in RAM (/dev/shm is memory).
+    for d in _MADE_DIRS:
+        if d not in _KEPT_DIRS:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class Child:
@@ -266,7 +289,7 @@ def make_driver(request):
         if errors:
             problems.append(f"driver {dir} logged errors:\n" + "\n".join(f"  x{n}: {text}" for n, _, _, text in errors))
         if _test_failed(request) or errors:
-            print(f"kept driver directory {dir}")
+            keep_dir(dir)
         else:
             shutil.rmtree(dir, ignore_errors=True)
     if problems:

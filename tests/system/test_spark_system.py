@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
-from conftest import DRIVER_DEFAULTS, await_until, free_udp_port, make_dir  # noqa: E402
+from conftest import DRIVER_DEFAULTS, await_until, free_udp_port, keep_dir, make_dir  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +45,7 @@ def sulis_node():
     driver_errors = sulis.read_errors(drv_dir)
     shutil.rmtree(archive_dir, ignore_errors=True)
     if driver_errors or archive_errors:
-        print(f"kept driver directory {drv_dir}")
+        keep_dir(drv_dir)
         pytest.fail(f"driver logged {driver_errors}, archive logged {archive_errors}")
     shutil.rmtree(drv_dir, ignore_errors=True)
 
@@ -257,6 +257,38 @@ def test_streaming_available_now_restarts_from_the_checkpoint(spark, sulis_node,
     q = run_available_now(spark, sulis_node, checkpoint, out, **opts)
     assert all(p["numInputRows"] == 0 for p in q.recentProgress)
     assert spark.read.parquet(out).count() == 2700
+
+
+def test_low_latency_reads_on_the_driver_and_restarts_exactly_once(spark, sulis_node, tmp):
+    """lowLatency=true: micro-batches read by the Spark driver's source process (Spark's simple stream
+    reader); every message once in the Parquet output, also across a stop and a restart."""
+    rec = Recorded(sulis_node, 3137)
+    rec.publish(message(i) for i in range(300))
+    checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
+
+    def start():
+        return (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+                .option("streamId", 3137).option("lowLatency", "true").load()
+                .writeStream.format("parquet").option("checkpointLocation", checkpoint)
+                .trigger(processingTime="100 milliseconds").start(out))
+
+    def run_until(count: int) -> None:
+        query = start()
+        try:
+            await_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= count or query.exception(),
+                        timeout=60, interval=0.2, what=f"{count} rows read")
+            assert query.exception() is None
+        finally:
+            query.stop()
+
+    run_until(300)
+    rec.publish(message(i) for i in range(300, 500))  # while stopped: the restart picks them up
+    run_until(200)
+    assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
+    with pytest.raises(Exception, match="option maxMessagesPerTrigger: not with lowLatency=true"):
+        (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+         .option("streamId", 3137).option("lowLatency", "true").option("maxMessagesPerTrigger", 10).load()
+         .writeStream.format("noop").start().awaitTermination(30))
 
 
 def test_streaming_message_limits(spark, sulis_node, tmp):

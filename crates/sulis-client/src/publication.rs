@@ -290,21 +290,22 @@ impl std::ops::Deref for Publication {
 /// for no messages), or the refusal (back pressure, not connected, ...) at
 /// which it stopped: the caller offers the rest again later. A term rotation
 /// (ADMIN_ACTION) is not a refusal: the message is offered again at once.
+/// `offer` gets each message with its index in this call.
 pub fn offer_each<'a>(
     messages: impl IntoIterator<Item = &'a [u8]>,
-    mut offer: impl FnMut(&[u8]) -> Result<i64, OfferError>,
+    mut offer: impl FnMut(usize, &[u8]) -> Result<i64, OfferError>,
 ) -> (usize, Result<Option<i64>, OfferError>) {
     let mut count = 0;
     let mut last = Ok(None);
     for m in messages {
-        let mut r = offer(m);
+        let mut r = offer(count, m);
         // A rotation leaves the next term ready: the retry succeeds or is a
         // real refusal (a second rotation in a row cannot happen).
         for _ in 0..2 {
             if !matches!(r, Err(OfferError::AdminAction)) {
                 break;
             }
-            r = offer(m);
+            r = offer(count, m);
         }
         match r {
             Ok(p) => {
@@ -443,16 +444,7 @@ impl Publication {
         messages: impl IntoIterator<Item = &'a [u8]>,
         mut reserved: impl FnMut(usize) -> Option<i64>,
     ) -> (usize, Result<i64, OfferError>) {
-        let mut i = 0;
-        let (n, r) = offer_each(messages, |m| {
-            // offer_each offers a message again only after a refusal, so
-            // `i` moves on exactly when a message went.
-            let r = self.offer_with(m, reserved(i));
-            if r.is_ok() {
-                i += 1;
-            }
-            r
-        });
+        let (n, r) = offer_each(messages, |i, m| self.offer_with(m, reserved(i)));
         (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 
@@ -597,14 +589,7 @@ impl ExclusivePublication {
         messages: impl IntoIterator<Item = &'a [u8]>,
         mut reserved: impl FnMut(usize) -> Option<i64>,
     ) -> (usize, Result<i64, OfferError>) {
-        let mut i = 0;
-        let (n, r) = offer_each(messages, |m| {
-            let r = self.offer_with(m, reserved(i));
-            if r.is_ok() {
-                i += 1;
-            }
-            r
-        });
+        let (n, r) = offer_each(messages, |i, m| self.offer_with(m, reserved(i)));
         (n, r.map(|p| p.unwrap_or_else(|| self.position())))
     }
 

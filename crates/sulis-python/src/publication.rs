@@ -121,7 +121,7 @@ fn offer_sequence(
     })? {
         let item = item?;
         let (n, r) = with_bytes(&item, |b| {
-            sulis_client::publication::offer_each(std::iter::once(b), |m| {
+            sulis_client::publication::offer_each(std::iter::once(b), |_, m| {
                 offer(m).unwrap_or(Err(OfferError::Closed))
             })
         })?;

@@ -80,9 +80,21 @@ class SulisDataSource(DataSource):
         return SulisBatchReader(parse_reader_options(self.options))
 
     def streamReader(self, schema: StructType):
+        from pyspark.errors import PySparkNotImplementedError
+
         from .stream_reader import SulisStreamReader
 
-        return SulisStreamReader(parse_reader_options(self.options, streaming=True))
+        opts = parse_reader_options(self.options, streaming=True)
+        if opts.low_latency:
+            # Spark then asks simpleStreamReader (its documented fallback).
+            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED",
+                                             messageParameters={"feature": "streamReader with lowLatency=true"})
+        return SulisStreamReader(opts)
+
+    def simpleStreamReader(self, schema: StructType):
+        from .stream_reader import SulisLowLatencyReader
+
+        return SulisLowLatencyReader(parse_reader_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool):
         from .sink import SulisBatchWriter

@@ -40,7 +40,7 @@ READER_OPTIONS = (
     "replayChannel", "replayStreamId", "fragmentLimit",
     "maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "valueSchema", "mode", "columnNameOfCorruptRecord",
-    "readMode", "archiveDir", "includeTimestamp",
+    "readMode", "archiveDir", "includeTimestamp", "lowLatency",
 )
 
 WRITER_OPTIONS = (
@@ -106,6 +106,8 @@ class ReaderOptions:
     archive_dir: str | None = None
     #: ``includeTimestamp``: a ``timestamp`` column from the reserved value (epoch ns, the publisher's stamp)
     include_timestamp: bool = False
+    #: ``lowLatency``: streaming micro-batches read by the Spark driver's source process, no executor task
+    low_latency: bool = False
 
     def selection(self) -> str:
         """Names what is read in error messages."""
@@ -328,7 +330,20 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         read_mode=read_mode,
         archive_dir=archive_dir,
         include_timestamp=include_timestamp(options),
+        low_latency=_low_latency(options, min_partitions, max_bytes, max_messages, min_messages),
     )
+
+
+def _low_latency(options: Mapping[str, str], min_partitions: int, *limits: int | None) -> bool:
+    """``lowLatency``: Spark's simple stream reader reads on the driver, all that is there, so row
+    limits and partitions have no meaning: refused rather than ignored."""
+    on = _bool(options, "lowLatency", False)
+    if on:
+        for name in ("maxBytesPerTrigger", "maxMessagesPerTrigger", "minMessagesPerTrigger", "minPartitions"):
+            if options.get(name) is not None:
+                raise OptionError(f"option {name}: not with lowLatency=true (each micro-batch reads everything "
+                                  "there is, in one piece, on the Spark driver)")
+    return on
 
 
 def include_timestamp(options: Mapping[str, str]) -> bool:
