@@ -19,8 +19,9 @@
 //!  |<------------------ header: 32 bytes ------------------------------->|<- body, to the aligned end: checked ->|
 //! ```
 
+use crate::frame_fields::{frame_length, frame_type, session_id};
 use sulis_protocol::frame::{
-    DATA_HEADER_LENGTH, FRAME_ALIGNMENT, HDR_TYPE_DATA, SESSION_ID_FIELD_OFFSET, TYPE_FIELD_OFFSET,
+    DATA_HEADER_LENGTH, FRAME_ALIGNMENT, HDR_TYPE_DATA, SESSION_ID_FIELD_OFFSET,
 };
 
 /// A checksum algorithm.
@@ -86,11 +87,7 @@ impl Checksum {
         if frame.len() < DATA_HEADER_LENGTH || frame_type(frame, 0) != HDR_TYPE_DATA {
             return Ok(());
         }
-        let recorded = i32::from_le_bytes(
-            frame[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4]
-                .try_into()
-                .expect("4 bytes"),
-        );
+        let recorded = session_id(frame, 0);
         let computed = self.compute(&frame[DATA_HEADER_LENGTH..]);
         if recorded == computed {
             Ok(())
@@ -100,14 +97,6 @@ impl Checksum {
     }
 }
 
-fn frame_length(b: &[u8], at: usize) -> i32 {
-    i32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn frame_type(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at + TYPE_FIELD_OFFSET], b[at + TYPE_FIELD_OFFSET + 1]])
-}
-
 fn align(length: usize) -> usize {
     (length + FRAME_ALIGNMENT - 1) & !(FRAME_ALIGNMENT - 1)
 }
@@ -115,7 +104,7 @@ fn align(length: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sulis_protocol::frame::HDR_TYPE_PAD;
+    use sulis_protocol::frame::{HDR_TYPE_PAD, TYPE_FIELD_OFFSET};
 
     #[test]
     fn should_compute_the_standard_check_values() {

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod checksum;
 pub mod conductor;
 pub mod context;
+mod frame_fields;
 pub mod mark_file;
 pub mod segment;
 

@@ -17,6 +17,7 @@
 //!   ends: the end of the last whole, consistent frame.
 
 use crate::checksum::Checksum;
+use crate::frame_fields as fields;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -25,8 +26,7 @@ use sulis_client::Batch;
 use sulis_protocol::archive::segment::{segment_file_base_position, segment_file_name};
 use sulis_protocol::frame::{
     align_frame, DATA_HEADER_LENGTH, FLAGS_FIELD_OFFSET, FRAME_ALIGNMENT, HDR_TYPE_DATA,
-    HDR_TYPE_PAD, RESERVED_VALUE_FIELD_OFFSET, SESSION_ID_FIELD_OFFSET, TERM_ID_FIELD_OFFSET,
-    TERM_OFFSET_FIELD_OFFSET, TYPE_FIELD_OFFSET,
+    HDR_TYPE_PAD,
 };
 
 /// A recording's geometry: what positions map to which file and offset.
@@ -189,9 +189,7 @@ impl RecordingWriter {
                 ),
             ));
         }
-        let is_padding =
-            u16::from_le_bytes([block[TYPE_FIELD_OFFSET], block[TYPE_FIELD_OFFSET + 1]])
-                == HDR_TYPE_PAD;
+        let is_padding = fields::frame_type(block, 0) == HDR_TYPE_PAD;
         let position = self.position;
         let sync_level = self.sync_level;
         let mut stamped = std::mem::take(&mut self.stamped);
@@ -341,7 +339,7 @@ impl SegmentReader {
             // Less than a header is wanted or fits: look at the header alone.
             let mut header = [0u8; DATA_HEADER_LENGTH];
             file.read_exact_at(&mut header, file_offset)?;
-            let length = i32::from_le_bytes(header[0..4].try_into().unwrap());
+            let length = fields::frame_length(&header, 0);
             if length > 0 && buf.len() < align_frame(length as usize) {
                 return Err(ReadError::BufferTooSmall(align_frame(length as usize)));
             }
@@ -352,19 +350,10 @@ impl SegmentReader {
         while at + DATA_HEADER_LENGTH <= chunk {
             let position = self.position + at as i64;
             let offset_in_term = term_offset + at;
-            let h = &buf[at..at + DATA_HEADER_LENGTH];
-            let frame_length = i32::from_le_bytes(h[0..4].try_into().unwrap());
-            let frame_type = u16::from_le_bytes([h[TYPE_FIELD_OFFSET], h[TYPE_FIELD_OFFSET + 1]]);
-            let header_offset = i32::from_le_bytes(
-                h[TERM_OFFSET_FIELD_OFFSET..TERM_OFFSET_FIELD_OFFSET + 4]
-                    .try_into()
-                    .unwrap(),
-            );
-            let header_term_id = i32::from_le_bytes(
-                h[TERM_ID_FIELD_OFFSET..TERM_ID_FIELD_OFFSET + 4]
-                    .try_into()
-                    .unwrap(),
-            );
+            let frame_length = fields::frame_length(buf, at);
+            let frame_type = fields::frame_type(buf, at);
+            let header_offset = fields::term_offset(buf, at);
+            let header_term_id = fields::term_id(buf, at);
             let aligned = align_frame(frame_length.max(0) as usize);
             let problem = if frame_length <= 0 {
                 Some(format!(
@@ -525,20 +514,11 @@ impl FragmentReader {
             // SegmentReader checked every frame in buf[..len]: length, type,
             // term offset and term id agree with where it lies.
             let f = &self.buf[self.at..self.len];
-            let frame_length = i32::from_le_bytes(f[0..4].try_into().unwrap()) as usize;
+            let frame_length = fields::frame_length(f, 0) as usize;
             let aligned = align_frame(frame_length);
-            let frame_type = u16::from_le_bytes([f[TYPE_FIELD_OFFSET], f[TYPE_FIELD_OFFSET + 1]]);
-            if frame_type == HDR_TYPE_DATA {
-                let session_id = i32::from_le_bytes(
-                    f[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4]
-                        .try_into()
-                        .unwrap(),
-                );
-                let reserved = i64::from_le_bytes(
-                    f[RESERVED_VALUE_FIELD_OFFSET..RESERVED_VALUE_FIELD_OFFSET + 8]
-                        .try_into()
-                        .unwrap(),
-                );
+            if fields::frame_type(f, 0) == HDR_TYPE_DATA {
+                let session_id = fields::session_id(f, 0);
+                let reserved = fields::reserved_value(f, 0);
                 let end = self.buf_position + (self.at + aligned) as i64;
                 batch.push(
                     &f[DATA_HEADER_LENGTH..frame_length],

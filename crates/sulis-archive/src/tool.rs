@@ -5,6 +5,7 @@
 
 use crate::catalog::Catalog;
 use crate::checksum::Checksum;
+use crate::frame_fields as fields;
 use crate::mark_file::MarkFileReader;
 use crate::segment::{Geometry, SegmentReader};
 use std::path::Path;
@@ -303,12 +304,12 @@ fn stamp_segment(
         // Stop at the first empty frame: nothing was written past it.
         let mut at = 0;
         while at + 32 <= buf.len() {
-            let length = i32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+            let length = fields::frame_length(buf, at);
             if length <= 0 {
                 break;
             }
-            let kind = u16::from_le_bytes([buf[at + 6], buf[at + 7]]);
-            frames += u64::from(kind == sulis_protocol::frame::HDR_TYPE_DATA);
+            frames +=
+                u64::from(fields::frame_type(buf, at) == sulis_protocol::frame::HDR_TYPE_DATA);
             at += (length as usize + 31) & !31;
         }
         let whole = at.min(buf.len());
@@ -484,19 +485,18 @@ pub fn dump(
                 let mut offset = 0;
                 while offset + 32 <= n {
                     let h = &buf[offset..offset + 32];
-                    let i32_at = |o: usize| i32::from_le_bytes(h[o..o + 4].try_into().unwrap());
-                    let frame_length = i32_at(0);
+                    let frame_length = fields::frame_length(h, 0);
                     let body = (frame_length.max(32) as usize - 32)
                         .min(n - offset - 32)
                         .min(16);
                     list.push(FrameInfo {
                         position: at + offset as i64,
                         frame_length,
-                        frame_type: u16::from_le_bytes([h[6], h[7]]),
+                        frame_type: fields::frame_type(h, 0),
                         flags: h[5],
-                        session_id: i32_at(12),
-                        stream_id: i32_at(16),
-                        reserved_value: i64::from_le_bytes(h[24..32].try_into().unwrap()),
+                        session_id: fields::session_id(h, 0),
+                        stream_id: fields::i32_at(h, 16),
+                        reserved_value: fields::reserved_value(h, 0),
                         payload_head: buf[offset + 32..offset + 32 + body].to_vec(),
                     });
                     if list.len() >= frames {
