@@ -360,6 +360,21 @@ def read_back(spark, node, stream_id: int, expected: int):
     return await_until(rows, timeout=30, interval=0.2, what=f"{expected} rows recorded on stream {stream_id}")
 
 
+def rerun_last_batch(checkpoint: str, run, meanwhile) -> None:
+    """As a crash after the sink published the last micro-batch but before Spark logged its commit:
+    the commit is taken away, ``meanwhile()`` runs, and ``run()`` (the query again) must re-run it."""
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
+    os.remove(os.path.join(commits, str(last)))
+    crc = os.path.join(commits, f".{last}.crc")
+    if os.path.exists(crc):
+        os.remove(crc)
+    meanwhile()
+    q = run()
+    rerun = [p for p in q.recentProgress if p["batchId"] == last]
+    assert rerun and rerun[0]["numInputRows"] > 0, "the uncommitted batch should have been run again"
+
+
 def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp):
     _, _, _, ac = sulis_node
     src = Recorded(sulis_node, 3110)
@@ -387,16 +402,7 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
 
     # A crash after the sink published the last batch but before Spark logged its commit:
     # the restarted query runs that batch again, and the sink must add nothing twice.
-    commits = os.path.join(checkpoint, "commits")
-    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
-    os.remove(os.path.join(commits, str(last)))
-    crc = os.path.join(commits, f".{last}.crc")
-    if os.path.exists(crc):
-        os.remove(crc)
-    src.publish(message(i) for i in range(1200, 1500))
-    q = run()
-    rerun = [p for p in q.recentProgress if p["batchId"] == last]
-    assert rerun and rerun[0]["numInputRows"] > 0, "the uncommitted batch should have been run again"
+    rerun_last_batch(checkpoint, run, lambda: src.publish(message(i) for i in range(1200, 1500)))
     got = read_back(spark, sulis_node, 3111, 1500)
     assert len(got) == 1500
     assert sorted(r[0] for r in got) == sorted(src.messages)
@@ -436,16 +442,7 @@ def test_stream_sink_routing_by_column_is_exactly_once_per_stream(spark, sulis_n
 
     run()
     expect(1200)
-    commits = os.path.join(checkpoint, "commits")
-    last = max(int(f) for f in os.listdir(commits) if f.isdigit())
-    os.remove(os.path.join(commits, str(last)))
-    crc = os.path.join(commits, f".{last}.crc")
-    if os.path.exists(crc):
-        os.remove(crc)
-    src.publish(message(i) for i in range(1200, 1500))
-    q = run()
-    rerun = [p for p in q.recentProgress if p["batchId"] == last]
-    assert rerun and rerun[0]["numInputRows"] > 0, "the uncommitted batch should have been run again"
+    rerun_last_batch(checkpoint, run, lambda: src.publish(message(i) for i in range(1200, 1500)))
     expect(1500)
 
 
