@@ -724,6 +724,25 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
         reader.stop()
 
 
+def test_a_replay_ending_inside_a_frame_ends_the_read(sulis_node):
+    """A range whose replay length ends inside a frame: the archive ends the replay before that
+    frame, and the reader ends with the messages before it, at once (not at the timeout), even
+    when the replay's image is gone before the reader looks for it."""
+    from sulis.spark.options import ArchiveAddress
+    from sulis.spark.replay import RecordingRange, read_range
+
+    rec = Recorded(sulis_node, 3138)
+    rec.publish(message(i) for i in range(400))
+    address = ArchiveAddress(driver_dir=sulis_node[0].dir)
+    for k in (60, 150, 399):
+        inside = rec.positions[k] - 32  # within message k's last frame
+        started = time.monotonic()
+        batches = list(read_range(address, RecordingRange(rec.rid, 3138, rec.pub.session_id, 0, inside, 0, inside),
+                                  timeout=5.0))
+        assert time.monotonic() - started < 4.0, "the read should end when the replay does"
+        assert [bytes(v) for b in batches for v in b.column(0).to_pylist()] == rec.messages[:k]
+
+
 def _replayed_bytes(node) -> int:
     """The archive's ``archive-replayer total read bytes`` counter (type 109)."""
     return next(c["value"] for c in sulis.CountersReader(node[0].dir).counters() if c["type_id"] == 109)

@@ -400,6 +400,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
         while last < r.end:
             batch = sub.poll_batch(fragment_limit)
             if len(batch):
+                seen_image = True  # its image may be gone by the next look (a replay that ended)
                 idle_since = time.monotonic()
                 last = int(np.frombuffer(memoryview(batch.positions), np.int64)[-1])
                 yield from assembler.batches(batch)
