@@ -831,6 +831,23 @@ def test_read_mode_auto_reads_the_files_a_local_archive_announces(spark, sulis_n
                                          readMode="replay")))
     assert _replayed_bytes(sulis_node) > before
     assert by_files == by_replay == by_position(rec.rows())
+    # An archive of the same id that does not hold this recording as the queried one does (another
+    # host's, say): its files are not read, the range is replayed.
+    from dataclasses import replace
+
+    from sulis.spark.files import holds_recording, read_partition_range
+    from sulis.spark.options import parse_reader_options
+    from sulis.spark.replay import RecordingRange
+
+    r = RecordingRange(rec.rid, 3130, rec.pub.session_id, 0, rec.positions[9], 0, rec.positions[9], 0,
+                       65536, 1024 * 1024, ac.list_recording(rec.rid).initial_term_id)
+    assert holds_recording(archive.dir, r)
+    other = replace(r, session_id=r.session_id + 1)
+    assert not holds_recording(archive.dir, other)
+    opts = parse_reader_options({"driverDir": sulis_node[0].dir, "recordingIds": str(rec.rid)})
+    before = _replayed_bytes(sulis_node)
+    rows = sum(b.num_rows for b in read_partition_range(opts, other, ac.archive_id))
+    assert rows == 10 and _replayed_bytes(sulis_node) > before, "replayed, not read from the files"
 
 
 def test_read_mode_files_names_the_file_and_position_of_a_corrupt_frame(spark, sulis_node):

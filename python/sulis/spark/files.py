@@ -120,6 +120,31 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
         yield from assembler.batches(batch)
 
 
+_checked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+
+
+def holds_recording(archive_dir: str, r: RecordingRange) -> bool:
+    """Whether ``archive_dir``'s catalog has ``r``'s recording as the queried archive does (stream,
+    session, term length, initial term id): archive ids are a driver's client id by default, so
+    archives on two hosts can share one, and an executor must not read another archive's files."""
+    from .. import _native
+
+    want = (r.stream_id, r.session_id, r.term_length, r.initial_term_id)
+    key = (archive_dir, r.recording_id)
+    if _checked.get(key) == want:
+        return True
+    try:
+        descriptors, _problems = _native.archive_describe(archive_dir)
+    except Exception:
+        return False
+    for _state, d in descriptors:
+        if d.recording_id == r.recording_id:
+            got = (d.stream_id, d.session_id, d.term_buffer_length, d.initial_term_id)
+            _checked[key] = got
+            return got == want
+    return False
+
+
 def read_partition_range(opts: ReaderOptions, r: RecordingRange,
                          archive_id: int | None = None) -> Iterator[pa.RecordBatch]:
     """Reads ``r`` as ``readMode`` says: from the files, by replay, or files where they are readable.
@@ -129,6 +154,8 @@ def read_partition_range(opts: ReaderOptions, r: RecordingRange,
     files_dir = opts.archive_dir
     if files_dir is None and mode != "replay" and archive_id is not None:
         files_dir = announced_archive_dir(opts.archive.driver_dir, archive_id)
+        if files_dir is not None and not holds_recording(files_dir, r):
+            files_dir = None  # an archive of the same id that is not the queried one
     if mode == "auto":
         mode = "files" if files_readable(files_dir) else "replay"
     if mode == "files":
