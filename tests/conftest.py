@@ -121,6 +121,17 @@ _MADE_DIRS: list[str] = []
 _KEPT_DIRS: set[str] = set()
 
 
+def load_script(path) -> object:
+    """The module in a script that is not in a package (``bench/...``, ``scripts/...``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
     """A fresh directory under /dev/shm, deleted when the session ends unless ``keep_dir`` kept it."""
     d = tempfile.mkdtemp(prefix=prefix, dir=SHM)

@@ -8,9 +8,11 @@ each other's recordings.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+import threading
 import time
 
 import pytest
@@ -118,6 +120,28 @@ class Recorded:
             self.reserved.append(rv)
         end = self.pub.position
         await_until(lambda: self.ac.get_recording_position(self.rid) >= end, what="the archive to record it all")
+
+    @contextlib.contextmanager
+    def publishing(self, first: int, last: int, make=None, pause: float = 0.0):
+        """Publishes ``make(i)`` (``message`` by default) for i from ``first`` up to ``last``, 50 at a
+        time, in a thread, while the ``with`` block runs; stops with it."""
+        make = make or message
+        stop = threading.Event()
+
+        def keep_publishing():
+            i = first
+            while not stop.is_set() and i < last:
+                self.publish(make(j) for j in range(i, i + 50))
+                i += 50
+                time.sleep(pause)
+
+        publisher = threading.Thread(target=keep_publishing)
+        publisher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            publisher.join(timeout=60)
 
     def rows(self, first: int = 0, last: int | None = None):
         last = len(self.messages) if last is None else last
@@ -536,20 +560,11 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     import json
     import signal
     import subprocess
-    import threading
 
     child_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
     checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
     rec = Recorded(sulis_node, 3114)
     rec.publish(message(i) for i in range(500))
-    stop = threading.Event()
-
-    def keep_publishing():
-        i = 500
-        while not stop.is_set() and i < 20_000:
-            rec.publish(message(j) for j in range(i, i + 50))
-            i += 50
-            time.sleep(0.005)
 
     def start(mode: str) -> subprocess.Popen:
         # Its own session: kill -9 then reaches the JVM that the Python driver started, too.
@@ -557,26 +572,21 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
 
-    publisher = threading.Thread(target=keep_publishing)
-    publisher.start()
-    child = start("stream")
-    try:
+    with rec.publishing(500, 20_000, pause=0.005):
+        child = start("stream")
         batches = 0
         deadline = time.monotonic() + 90
-        while batches < 3:  # a few micro-batches committed, then kill it in the middle of the next ones
-            assert time.monotonic() < deadline, "the streaming child committed no batches"
-            line = child.stdout.readline()
-            assert line, f"the streaming child exited ({child.poll()})"
-            batches += "batch" in json.loads(line)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        stop.set()
-        publisher.join(timeout=30)
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
-        child.stdout.close()
+        try:
+            while batches < 3:  # a few micro-batches committed, then kill it in the middle of the next ones
+                assert time.monotonic() < deadline, "the streaming child committed no batches"
+                line = child.stdout.readline()
+                assert line, f"the streaming child exited ({child.poll()})"
+                batches += "batch" in json.loads(line)
+        finally:  # kill -9 mid-stream (or after a failure above)
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait(timeout=30)
+            child.stdout.close()
     restarted = start("available-now")
     try:
         outcome = json.loads(restarted.stdout.readline() or "{}")
@@ -755,7 +765,6 @@ def large_message(i: int) -> bytes:
 
 
 def test_read_mode_files_gives_the_rows_a_replay_gives_on_a_live_recording(spark, sulis_node, tmp):
-    import threading
 
     archive_dir = sulis_node[1].dir
     rec = Recorded(sulis_node, 3118)
@@ -780,25 +789,12 @@ def test_read_mode_files_gives_the_rows_a_replay_gives_on_a_live_recording(spark
     assert by_files[1] == by_position(rec.rows(1235, 3001))
 
     # While the recording grows: a read plans up to what is recorded, and reads nothing past it.
-    stop = threading.Event()
-
-    def keep_publishing():
-        i = 4000
-        while not stop.is_set() and i < 7000:
-            rec.publish(large_message(j) for j in range(i, i + 50))
-            i += 50
-
-    publisher = threading.Thread(target=keep_publishing)
-    publisher.start()
-    try:
+    with rec.publishing(4000, 7000, large_message):
         for _ in range(2):
             recorded_before = len(rec.messages)
             got = by_position(collect(read(spark, sulis_node, recordingIds=rid, minPartitions=3, **files)))
             assert len(got) >= recorded_before
             assert got == by_position(rec.rows(0, len(got))), "a prefix of the recording, each message once"
-    finally:
-        stop.set()
-        publisher.join(timeout=60)
 
     # Streaming, availableNow, into Parquet: the same rows by both paths.
     outputs = {}

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def spark_pipeline():
-    spec = importlib.util.spec_from_file_location("spark_pipeline", ROOT / "bench" / "spark_pipeline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "spark_pipeline.py")
 
 
 def test_kafka_config_is_a_one_node_kraft_cluster_on_loopback_only(spark_pipeline, tmp_path):

@@ -596,6 +596,17 @@ mod tests {
 
     const TERM: i64 = 64 * 1024;
 
+    /// Zeroes the length of the frame at `position`, as a crash mid-write leaves it.
+    fn tear(dir: &Path, g: Geometry, position: i64) {
+        let base = g.base_of(position);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(g.path(dir, base))
+            .unwrap();
+        file.write_all_at(&[0u8; 4], (position - base) as u64)
+            .unwrap();
+    }
+
     fn geometry(start: i64) -> Geometry {
         Geometry {
             recording_id: 4,
@@ -818,11 +829,7 @@ mod tests {
         // A torn frame below the limit: the error names the file and position.
         let (p, _) = data[20];
         let base = g.base_of(*p);
-        let file = OpenOptions::new()
-            .write(true)
-            .open(g.path(&dir.0, base))
-            .unwrap();
-        file.write_all_at(&[0u8; 4], (*p - base) as u64).unwrap();
+        tear(&dir.0, g, *p);
         let mut r = FragmentReader::new(&dir.0, g, start, limit);
         let mut batch = Batch::default();
         assert_eq!(
@@ -847,12 +854,7 @@ mod tests {
         assert_eq!(recover_stop_position(&dir.0, g, 0, None).unwrap(), end);
         // A torn last frame: its header is there, its length is not (zeroed).
         let (p, _) = frames.last().unwrap();
-        let base = g.base_of(*p);
-        let file = OpenOptions::new()
-            .write(true)
-            .open(g.path(&dir.0, base))
-            .unwrap();
-        file.write_all_at(&[0u8; 4], (*p - base) as u64).unwrap();
+        tear(&dir.0, g, *p);
         assert_eq!(recover_stop_position(&dir.0, g, 0, None).unwrap(), *p);
         // No files at all: nothing was recorded.
         let empty = Geometry {

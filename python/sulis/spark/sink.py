@@ -59,6 +59,7 @@ from pyspark.sql.types import (
 )
 
 from .options import ArchiveAddress, OptionError, WriterOptions
+from .recordings import RecordingInfo, info_of
 from .replay import RecordingRange, read_range, replay_from, session
 
 __all__ = ["SulisBatchWriter", "SulisStreamWriter", "run_tag", "parse_run_tag", "published_runs"]
@@ -215,12 +216,12 @@ def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target,
                              "batch), which is not a 32-bit stream id")
     keys = (channel_codes << 32) | (streams & 0xFFFF_FFFF)
     unique, inverse = np.unique(keys, return_inverse=True)
+    if len(unique) == 1:
+        yield (channels[int(unique[0]) >> 32], int(streams[0])), values, stamps
+        return
     for k, key in enumerate(unique):
-        target = (channels[int(key) >> 32], int(streams[int(np.argmax(inverse == k))]))
-        if len(unique) == 1:
-            yield target, values, stamps
-            return
         idx = np.flatnonzero(inverse == k)
+        target = (channels[int(key) >> 32], int(streams[idx[0]]))
         yield target, values.take(pa.array(idx)), (stamps[idx] if isinstance(stamps, np.ndarray) else stamps)
 
 
@@ -329,13 +330,9 @@ def _merge(found: list[Runs]) -> Runs:
     return {(q, batch): counts for q, (batch, counts) in newest.items()}
 
 
-def _runs_of(address: ArchiveAddress, d, query: int | None) -> Runs:
-    """The runs of one recording (descriptor ``d``), to its settled end if it is live."""
-    from .recordings import RecordingInfo, info_of
-
-    s = session(address)
-    r: RecordingInfo = info_of(s, d)
-    end = _settled_end(s.archive, r.recording_id, r.end) if r.live else r.end
+def _runs_of(address: ArchiveAddress, r: RecordingInfo, query: int | None) -> Runs:
+    """The runs of one recording, to its settled end if it is live."""
+    end = _settled_end(session(address).archive, r.recording_id, r.end) if r.live else r.end
     return {(q, batch): counts for q, (batch, counts) in _recording_runs(address, r, end, query).items()}
 
 
@@ -356,7 +353,7 @@ def published_runs(address: ArchiveAddress, channel: str, stream_id: int, query:
     s = session(address)
     key = _stream_key(channel, stream_id)
     media = channel.split("?", 1)[0]
-    return _merge([_runs_of(address, d, query) for d in _paged(
+    return _merge([_runs_of(address, info_of(s, d), query) for d in _paged(
         lambda from_id, count: s.archive.list_recordings_for_uri(media, stream_id, from_id, count))
         if _stream_key(d.stripped_channel, d.stream_id) == key])
 
@@ -371,12 +368,9 @@ def _paged(page_of, size: int = 1000):
         from_id = page[-1].recording_id + 1
 
 
-def _begins_with_run_tag(address: ArchiveAddress, d) -> bool:
+def _begins_with_run_tag(address: ArchiveAddress, r: RecordingInfo) -> bool:
     """Whether the recording's first message is a run tag (a sink's recording). True also when that
     cannot be told from its first 64 KiB (a larger first message): better read than missed."""
-    from .recordings import info_of
-
-    r = info_of(session(address), d)
     if r.end <= r.start:
         return False
     head = min(r.end, r.start + 64 * 1024)
@@ -393,8 +387,11 @@ def published_runs_by_stream(address: ArchiveAddress) -> dict[str, Runs]:
     found: dict[str, list[Runs]] = {}
     for d in _paged(lambda from_id, count: s.archive.list_recordings(from_id, count)):
         key = _stream_key(d.stripped_channel, d.stream_id)
-        if key is not None and _begins_with_run_tag(address, d):
-            found.setdefault(key, []).append(_runs_of(address, d, None))
+        if key is None:
+            continue
+        r = info_of(s, d)
+        if _begins_with_run_tag(address, r):
+            found.setdefault(key, []).append(_runs_of(address, r, None))
     return {key: merged for key, runs in found.items() if (merged := _merge(runs))}
 
 
