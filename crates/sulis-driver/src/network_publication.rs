@@ -322,6 +322,8 @@ pub struct PublicationSender {
     should_send_setup: bool,
     time_of_last_setup_ns: i64,
     time_of_last_send_ns: i64,
+    /// An end-of-stream heartbeat went out (the first is sent at once, not a heartbeat interval later).
+    eos_sent: bool,
     sender_limit: i64,
     flow_limited: bool,
     retransmit: RetransmitHandler,
@@ -351,6 +353,7 @@ impl PublicationSender {
             should_send_setup: true,
             time_of_last_setup_ns: now_ns - cfg.setup_interval_ns,
             time_of_last_send_ns: now_ns,
+            eos_sent: false,
             flow_limited: false,
             retransmit,
             flow_control: Box::new(UnicastFlowControl),
@@ -580,9 +583,15 @@ impl PublicationSender {
 
         let mut bytes_sent = self.send_data(transport, errors, sender_position, now_ns);
 
-        // Heartbeat while idle; end of stream once everything is sent.
-        if bytes_sent == 0 && now_ns - self.time_of_last_send_ns >= cfg.heartbeat_interval_ns {
-            let position = p.snd_pos.get();
+        // Heartbeat while idle; end of stream once everything is sent, the first at once: a
+        // linger shorter than the heartbeat interval would otherwise remove the publication
+        // before its receivers heard the end (they would wait out the image liveness timeout).
+        let position = p.snd_pos.get();
+        let at_eos = p.signal_eos && is_eos && position >= p.end_of_stream_position();
+        if bytes_sent == 0
+            && ((at_eos && !self.eos_sent)
+                || now_ns - self.time_of_last_send_ns >= cfg.heartbeat_interval_ns)
+        {
             let mut h = DataHeader::heartbeat(
                 p.session_id,
                 p.stream_id,
@@ -590,8 +599,9 @@ impl PublicationSender {
                 compute_term_offset_from_position(position, p.bits),
             );
             h.flags = BEGIN_FLAG | END_FLAG;
-            if p.signal_eos && is_eos && position >= p.end_of_stream_position() {
+            if at_eos {
                 h.flags |= EOS_FLAG;
+                self.eos_sent = true;
             }
             match transport.send_to(&h.to_bytes(), self.destination) {
                 Ok(n) => system.add(SystemCounter::BytesSent, n as i64),

@@ -17,7 +17,7 @@ use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
 use sulis_driver::media::memory::{Datagram, MemoryNetwork};
 use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::DriverContext;
-use sulis_protocol::control::Event;
+use sulis_protocol::control::{Command, Event};
 use sulis_protocol::counters::type_id;
 use sulis_protocol::frame::{
     StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP,
@@ -30,6 +30,7 @@ const ENDPOINT: &str = "10.9.0.1:40123";
 struct Stream {
     h: Harness,
     net: MemoryNetwork,
+    publication_id: i64,
     publication: LogBuffers,
     image: LogBuffers,
     subscriber_position: CounterRef,
@@ -52,7 +53,7 @@ impl Stream {
         let channel = format!("aeron:udp?endpoint={ENDPOINT}{params}");
         h.keepalive();
         h.add_subscription(&channel, 1);
-        h.add_publication(&channel, 1);
+        let publication_id = h.add_publication(&channel, 1);
         h.settle();
         let mut publication = None;
         let mut image = None;
@@ -80,6 +81,7 @@ impl Stream {
         Stream {
             h,
             net,
+            publication_id,
             publication,
             image,
             subscriber_position,
@@ -347,6 +349,31 @@ fn a_status_message_outside_the_transmission_window_is_dropped_and_counted_not_l
     s.publish(&more);
     s.h.settle();
     assert_eq!(s.poll(), more);
+}
+
+#[test]
+fn a_closed_publication_tells_its_receiver_the_end_before_its_linger_ends() {
+    // A linger far shorter than the heartbeat interval: the end of stream cannot wait for a heartbeat.
+    let mut s = Stream::connect("mem-eos", |ctx| {
+        ctx.publication_linger_timeout_ns = 5 * MS as u64;
+        ctx.publication_heartbeat_timeout_ns = 500 * MS as u64;
+    });
+    let sent = messages(3, 64);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+    let correlation_id = s.h.correlation_id();
+    s.h.send(Command::RemovePublication {
+        client_id: s.h.client_id,
+        correlation_id,
+        registration_id: s.publication_id,
+    });
+    s.h.advance(20 * MS);
+    assert_eq!(
+        sulis_concurrent::logbuffer::meta::end_of_stream_position(&s.image.meta()),
+        3 * 96,
+        "the image knows where the stream ends"
+    );
 }
 
 #[test]
