@@ -535,16 +535,38 @@ impl FragmentReader {
     }
 }
 
-/// Where a recording that was not stopped cleanly ends: the end of its last
-/// whole frame whose header is consistent with where it lies, found from
-/// the highest segment file on. `stop_hint` is where the search may start
-/// (the start position, or a position known to be recorded).
+/// Where an interrupted recording really ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The end of its last whole frame: the stop position to record.
+    pub stop_position: i64,
+    /// Why the frame after `stop_position` was cut off, if one was: its
+    /// header is on disk but a later page of it is not (power lost between
+    /// the page writes), so it cannot be taken as whole.
+    pub torn: Option<String>,
+}
+
+/// The page size a torn write tears at.
+const PAGE: i64 = 4096;
+
+/// Walks an interrupted recording's last segment from `stop_hint` (its
+/// start, or where its last segment begins) to the end of the last whole,
+/// consistent frame. Frames are checked for their place (length, type,
+/// term offset, term id), not for a checksum: a checksum setting is for
+/// data written from now on, and the recording may have been made with
+/// another or none.
+///
+/// As Aeron's archive does, the last frame is looked at once more when it
+/// straddles a 4 KiB page: with `checksum` it may prove itself whole;
+/// otherwise, if a page after its first is all zeros, its tail never
+/// reached the disk and the recording ends before it (Aeron refuses to
+/// start instead and asks for `ArchiveTool verify`).
 pub fn recover_stop_position(
     dir: &Path,
     g: Geometry,
     stop_hint: i64,
     checksum: Option<Checksum>,
-) -> io::Result<i64> {
+) -> io::Result<Recovered> {
     // The last segment file of the recording.
     let prefix = format!("{}-", g.recording_id);
     let mut bases: Vec<i64> = std::fs::read_dir(dir)?
@@ -557,20 +579,61 @@ pub fn recover_stop_position(
         .collect();
     bases.sort_unstable();
     let Some(&last) = bases.last() else {
-        return Ok(stop_hint.max(g.start_position));
+        return Ok(Recovered {
+            stop_position: stop_hint.max(g.start_position),
+            torn: None,
+        });
     };
     let mut position = stop_hint.max(g.start_position).max(last);
-    let mut reader = SegmentReader::new(dir, g, position).with_checksum(checksum);
+    let mut reader = SegmentReader::new(dir, g, position);
     let mut buf = vec![0u8; g.term_length as usize];
     let end = last + g.segment_length;
+    // The last frame read: its position and aligned length.
+    let mut last_frame: Option<(i64, usize)> = None;
     loop {
+        let from = reader.position();
         match reader.read(&mut buf, end) {
-            Ok(0) => break,
-            Ok(_) => position = reader.position(),
-            Err(_) => break,
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let mut at = 0;
+                while at < n {
+                    let aligned = align_frame(fields::frame_length(&buf, at) as usize);
+                    last_frame = Some((from + at as i64, aligned));
+                    at += aligned;
+                }
+                position = reader.position();
+            }
         }
     }
-    Ok(position)
+    let mut torn = None;
+    if let Some((start, length)) = last_frame {
+        let mut frame = vec![0u8; length];
+        let base = g.base_of(start);
+        File::open(g.path(dir, base))?.read_exact_at(&mut frame, (start - base) as u64)?;
+        let proven = fields::frame_type(&frame, 0) != HDR_TYPE_DATA
+            || checksum.is_some_and(|c| c.check(&frame).is_ok());
+        // The frame's bytes in each page after the one its header is in.
+        let first_page_end = ((start / PAGE + 1) * PAGE - start) as usize;
+        let empty_page = (first_page_end..length)
+            .step_by(PAGE as usize)
+            .find(|&from| {
+                frame[from..(from + PAGE as usize).min(length)]
+                    .iter()
+                    .all(|&b| b == 0)
+            });
+        if let (false, Some(from)) = (proven, empty_page) {
+            torn = Some(format!(
+                "the last frame, at position {start} ({length} bytes), straddles a page boundary and its bytes \
+                 from position {} on are all zeros: its tail never reached the disk, so the recording ends at {start}",
+                start + from as i64
+            ));
+            position = start;
+        }
+    }
+    Ok(Recovered {
+        stop_position: position,
+        torn,
+    })
 }
 
 #[cfg(test)]
@@ -851,17 +914,83 @@ mod tests {
         let g = geometry(0);
         let frames = record(&dir.0, g, 0, 3 * TERM + 3000, 500);
         let end = frames.last().map(|(p, f)| p + f.len() as i64).unwrap();
-        assert_eq!(recover_stop_position(&dir.0, g, 0, None).unwrap(), end);
+        let stop = |g| {
+            recover_stop_position(&dir.0, g, 0, None)
+                .unwrap()
+                .stop_position
+        };
+        assert_eq!(stop(g), end);
         // A torn last frame: its header is there, its length is not (zeroed).
         let (p, _) = frames.last().unwrap();
         tear(&dir.0, g, *p);
-        assert_eq!(recover_stop_position(&dir.0, g, 0, None).unwrap(), *p);
+        assert_eq!(stop(g), *p);
         // No files at all: nothing was recorded.
         let empty = Geometry {
             recording_id: 9,
             ..g
         };
-        assert_eq!(recover_stop_position(&dir.0, empty, 0, None).unwrap(), 0);
+        assert_eq!(stop(empty), 0);
+    }
+
+    #[test]
+    fn should_cut_a_last_frame_whose_tail_page_never_reached_the_disk() {
+        let dir = TempDir::new("straddle");
+        let g = geometry(0);
+        // Frames of 6000 bytes: each straddles a 4 KiB page.
+        let frames = record(&dir.0, g, 0, 20_000, 6000);
+        let (last, f) = frames.last().unwrap();
+        let end = last + f.len() as i64;
+        let recover = |c| recover_stop_position(&dir.0, g, 0, c).unwrap();
+        assert_eq!(
+            recover(None),
+            Recovered {
+                stop_position: end,
+                torn: None
+            }
+        );
+        // A checksum set now, the recording made without one: the frames
+        // are still whole (the setting is for new data).
+        assert_eq!(recover(Some(Checksum::Crc32c)).stop_position, end);
+        // Power lost: the last frame's first page is on disk, its next is not.
+        let page_end = (last / PAGE + 1) * PAGE;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(g.path(&dir.0, 0))
+            .unwrap();
+        let zeros = vec![0u8; (end.min(page_end + PAGE) - page_end) as usize];
+        file.write_all_at(&zeros, page_end as u64).unwrap();
+        let r = recover(None);
+        assert_eq!(
+            r.stop_position, *last,
+            "the torn message is not taken as whole"
+        );
+        let why = r.torn.expect("the cut is reported");
+        assert!(
+            why.contains(&format!("position {last}")) && why.contains("page"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn should_keep_a_straddling_last_frame_with_zero_bytes_that_its_checksum_proves_whole() {
+        let dir = TempDir::new("straddle-checksum");
+        let g = geometry(0);
+        let mut w = RecordingWriter::new(&dir.0, g, 0, 0).with_checksum(Some(Checksum::Crc32c));
+        let mut f = frame(&g, 0, 9000, 0); // a message of zeros, over three pages
+        f[DATA_HEADER_LENGTH] = 1;
+        w.write_block(&f).unwrap();
+        let end = f.len() as i64;
+        let recover = |c| {
+            recover_stop_position(&dir.0, g, 0, c)
+                .unwrap()
+                .stop_position
+        };
+        assert_eq!(
+            recover(Some(Checksum::Crc32c)),
+            end,
+            "its checksum proves it whole"
+        );
+        assert_eq!(recover(None), 0, "without one, zero pages look torn");
     }
 
     #[test]
@@ -872,7 +1001,12 @@ mod tests {
         let stop = first.last().map(|(p, f)| p + f.len() as i64).unwrap();
         let second = record(&dir.0, g, stop, stop + 2000, 300);
         let end = second.last().map(|(p, f)| p + f.len() as i64).unwrap();
-        assert_eq!(recover_stop_position(&dir.0, g, 0, None).unwrap(), end);
+        assert_eq!(
+            recover_stop_position(&dir.0, g, 0, None)
+                .unwrap()
+                .stop_position,
+            end
+        );
         // A new segment where a file already exists is refused.
         let mut w = RecordingWriter::new(&dir.0, g, 0, 0);
         let err = w.write_block(&frame(&g, 0, 10, 1)).unwrap_err();

@@ -13,7 +13,7 @@ use crate::auth::{AllowAll, Authenticator, CredentialsAuthenticator, Decision};
 use crate::catalog::Catalog;
 use crate::checksum::Checksum;
 use crate::context::ArchiveContext;
-use crate::mark_file::{ArchiveMarkFile, MarkFileFields};
+use crate::mark_file::{ArchiveMarkFile, MarkFileClaim, MarkFileFields};
 mod replication;
 
 use crate::segment::{recover_stop_position, Geometry, ReadError, RecordingWriter, SegmentReader};
@@ -407,6 +407,9 @@ impl ArchiveConductor {
             let _ =
                 std::fs::set_permissions(&ctx.archive_dir, std::fs::Permissions::from_mode(0o700));
         }
+        // The directory is claimed before anything in it is read or
+        // written: a second archive started on a live one changes nothing.
+        let claim = MarkFileClaim::claim(&ctx.archive_dir, now_ms())?;
         let mut catalog = Catalog::open(
             &ctx.archive_dir,
             ctx.catalog_capacity,
@@ -420,7 +423,7 @@ impl ArchiveConductor {
             &mut catalog,
             ctx.record_checksum,
             &mut errors,
-        );
+        )?;
         let client = Client::connect(ClientContext {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.driver_timeout,
@@ -434,20 +437,16 @@ impl ArchiveConductor {
             )
         })?;
         let archive_id = ctx.archive_id.unwrap_or_else(|| client.client_id());
-        let mut mark_file = ArchiveMarkFile::create(
-            &ctx.archive_dir,
-            &MarkFileFields {
-                archive_id,
-                control_channel: ctx.control_channel.as_deref().unwrap_or(""),
-                control_stream_id: ctx.control_stream_id,
-                local_control_channel: &ctx.local_control_channel,
-                local_control_stream_id: ctx.local_control_stream_id,
-                aeron_directory: &ctx.driver_dir.display().to_string(),
-                error_buffer_length:
-                    sulis_protocol::archive::mark_file::DEFAULT_ERROR_BUFFER_LENGTH,
-                now_ms: now_ms(),
-            },
-        )?;
+        let mut mark_file = claim.create(&MarkFileFields {
+            archive_id,
+            control_channel: ctx.control_channel.as_deref().unwrap_or(""),
+            control_stream_id: ctx.control_stream_id,
+            local_control_channel: &ctx.local_control_channel,
+            local_control_stream_id: ctx.local_control_stream_id,
+            aeron_directory: &ctx.driver_dir.display().to_string(),
+            error_buffer_length: sulis_protocol::archive::mark_file::DEFAULT_ERROR_BUFFER_LENGTH,
+            now_ms: now_ms(),
+        })?;
         for e in &errors {
             mark_file.record_error(e, now_ms());
         }
@@ -2493,14 +2492,15 @@ fn first_frame_position(dir: &Path, g: Geometry, base: i64) -> Option<i64> {
 }
 
 /// Recordings an earlier run did not stop (killed mid-recording): their
-/// stop position becomes the end of their last whole frame (whose checksum
-/// holds, when recordings are made with one).
+/// stop position becomes the end of their last whole frame. The checksum
+/// setting of this run only helps prove a last frame whole
+/// ([`recover_stop_position`]).
 fn recover(
     dir: &Path,
     catalog: &mut Catalog,
     checksum: Option<Checksum>,
     errors: &mut Vec<String>,
-) {
+) -> Result<(), String> {
     for e in catalog.entries() {
         let d = e.descriptor;
         if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
@@ -2508,8 +2508,18 @@ fn recover(
         }
         let g = Geometry::of(&d);
         match recover_stop_position(dir, g, d.start_position, checksum) {
-            Ok(stop) => {
-                let _ = catalog.record_stop(d.recording_id, stop, now_ms());
+            Ok(r) => {
+                if let Some(why) = r.torn {
+                    errors.push(format!("recording {}: {why}", d.recording_id));
+                }
+                catalog
+                    .record_stop(d.recording_id, r.stop_position, now_ms())
+                    .map_err(|e| {
+                        format!(
+                            "recording {}: cannot record its recovered stop position: {e}",
+                            d.recording_id
+                        )
+                    })?;
             }
             Err(err) => errors.push(format!(
                 "recording {}: cannot recover its stop position: {err}",
@@ -2517,6 +2527,7 @@ fn recover(
             )),
         }
     }
+    Ok(())
 }
 
 /// The response publication's channel: the client's channel with the
