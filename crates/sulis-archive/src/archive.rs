@@ -36,31 +36,46 @@ impl Archive {
         let thread = std::thread::Builder::new()
             .name("sulis-archive".into())
             .spawn(move || {
-                let mut idle = 0u32;
-                let mut seen = 0u64;
-                while r.load(Ordering::Acquire) {
-                    let work = conductor.do_work();
-                    if conductor.error_count() != seen {
-                        seen = conductor.error_count();
-                        s.error_count.store(seen, Ordering::Release);
-                        *s.errors.lock().unwrap() = conductor.errors().to_vec();
-                    }
-                    if work > 0 {
-                        idle = 0;
-                    } else {
-                        // Spin briefly, then yield, then sleep a little.
-                        idle = idle.saturating_add(1);
-                        if idle < 100 {
-                            std::hint::spin_loop();
-                        } else if idle < 200 {
-                            std::thread::yield_now();
+                let run = std::panic::AssertUnwindSafe(|| {
+                    let mut idle = 0u32;
+                    let mut seen = 0u64;
+                    while r.load(Ordering::Acquire) {
+                        let work = conductor.do_work();
+                        if conductor.error_count() != seen {
+                            seen = conductor.error_count();
+                            s.error_count.store(seen, Ordering::Release);
+                            *s.errors.lock().unwrap() = conductor.errors().to_vec();
+                        }
+                        if work > 0 {
+                            idle = 0;
                         } else {
-                            std::thread::sleep(Duration::from_micros(500));
+                            // Spin briefly, then yield, then sleep a little.
+                            idle = idle.saturating_add(1);
+                            if idle < 100 {
+                                std::hint::spin_loop();
+                            } else if idle < 200 {
+                                std::thread::yield_now();
+                            } else {
+                                std::thread::sleep(Duration::from_micros(500));
+                            }
                         }
                     }
+                    conductor.close();
+                    *s.errors.lock().unwrap() = conductor.errors().to_vec();
+                });
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    // A bug, not a condition: the archive stops and says so
+                    // (its mark file stays as it was, so the next start
+                    // recovers what it was recording).
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    let mut errors = s.errors.lock().unwrap();
+                    errors.push(format!("the archive thread died: {what}"));
+                    s.error_count.store(errors.len() as u64, Ordering::Release);
                 }
-                conductor.close();
-                *s.errors.lock().unwrap() = conductor.errors().to_vec();
             })
             .map_err(|e| format!("cannot start the archive thread: {e}"))?;
         Ok(Archive {
@@ -91,9 +106,9 @@ impl Archive {
         self.shared.error_count.load(Ordering::Acquire)
     }
 
-    /// True until closed.
+    /// True until closed, or until its thread died.
     pub fn is_running(&self) -> bool {
-        self.thread.is_some()
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Stops the archive: recordings end with their stop positions written.

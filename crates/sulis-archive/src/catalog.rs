@@ -72,6 +72,10 @@ impl Catalog {
             file.set_len(capacity.max(4096) as u64)
                 .map_err(|e| io_error(&path, "cannot size", e))?;
         }
+        // Every page of the map gets its storage now: a store into a hole
+        // of a full file system would be a SIGBUS, not an error.
+        let len = file.metadata().map_or(0, |m| m.len()) as usize;
+        reserve(&file, &path, len)?;
         // SAFETY: the archive is the only writer of its catalog (its mark
         // file keeps a second archive out of the directory); readers in
         // other processes only read.
@@ -98,48 +102,77 @@ impl Catalog {
             checksum: None,
         };
         catalog.load();
-        catalog.sync(0, CATALOG_HEADER_LENGTH);
+        catalog.sync(0, CATALOG_HEADER_LENGTH)?;
         Ok(catalog)
     }
 
+    /// Builds the index. An entry that cannot be read is reported in
+    /// [`Catalog::problems`] with its offset and left out; the loader then
+    /// looks for the next readable entry at the following alignment
+    /// boundaries, so one damaged entry hides no other. New entries go
+    /// after the last byte of the file that is not zero, never over bytes
+    /// that could not be read, and get ids above every id the file shows.
     fn load(&mut self) {
+        let alignment = self.header.alignment.max(32);
+        // Entries lie at the header's end plus whole aligned lengths.
+        let data_end = last_nonzero(&self.map)
+            .filter(|&n| n > CATALOG_HEADER_LENGTH)
+            .map_or(CATALOG_HEADER_LENGTH, |n| {
+                CATALOG_HEADER_LENGTH
+                    + sulis_protocol::archive::catalog::align(n - CATALOG_HEADER_LENGTH, alignment)
+            });
+        let mut max_id = -1i64;
         let mut offset = CATALOG_HEADER_LENGTH;
-        loop {
-            match decode_entry(&self.map, offset) {
-                Ok(None) => break,
+        while offset < data_end {
+            let why = match decode_entry(&self.map, offset) {
                 Ok(Some(e)) => {
                     let id = e.descriptor.recording_id;
-                    if id < 0 || self.index.insert(id, offset).is_some() {
+                    max_id = max_id.max(id);
+                    if id < 0 {
                         self.problems.push(format!(
-                            "catalog entry at offset {offset}: recording id {id} is negative or repeated; left out"
+                            "catalog entry at offset {offset}: recording id {id} is negative; left out"
                         ));
-                        self.index.retain(|_, o| *o != offset);
+                    } else if let Some(first) = self.index.get(&id) {
+                        self.problems.push(format!(
+                            "catalog entry at offset {offset}: recording id {id} repeats the entry at offset {first}; \
+                             the first is kept, this one left out"
+                        ));
+                    } else if let Some(why) = impossible_geometry(&e.descriptor) {
+                        self.problems.push(format!(
+                            "catalog entry at offset {offset}: recording {id} {why}; left out (its files are kept)"
+                        ));
+                    } else {
+                        self.index.insert(id, offset);
                     }
                     offset += e.frame_length;
+                    continue;
                 }
-                Err(err) => {
-                    let length = read_i32(&self.map, offset + entry::LENGTH);
-                    let next = offset
-                        + sulis_protocol::archive::catalog::DESCRIPTOR_HEADER_LENGTH
-                        + length.max(0) as usize;
-                    if length > 0 && next <= self.map.len() {
-                        // The frame is whole but its contents are not: skip it.
-                        self.problems.push(format!("{}; left out", err.message));
-                        offset = next;
-                    } else {
-                        self.problems
-                            .push(format!("{}; the catalog ends there", err.message));
-                        break;
-                    }
-                }
-            }
+                Ok(None) => format!(
+                    "catalog entry at offset {offset}: no entry where more data follows (length {})",
+                    read_i32(&self.map, offset + entry::LENGTH)
+                ),
+                Err(err) => err.message,
+            };
+            // Damaged: the next entry that reads whole, past the last id seen.
+            let next = (offset + alignment..data_end)
+                .step_by(alignment)
+                .find(|&o| {
+                    matches!(decode_entry(&self.map, o), Ok(Some(e))
+                    if e.descriptor.recording_id > max_id
+                        && e.frame_length.is_multiple_of(alignment))
+                });
+            let to = next.unwrap_or(data_end);
+            self.problems.push(format!(
+                "{why}; the {} bytes from offset {offset} to {to} cannot be read and are left as they are",
+                to - offset
+            ));
+            offset = to;
         }
-        self.end = offset;
-        if let Some((&last, _)) = self.index.iter().next_back() {
-            if self.header.next_recording_id <= last {
-                self.header.next_recording_id = last + 1;
-                self.write_header();
-            }
+        self.end = offset.max(data_end);
+        let next_id = max_id + 1;
+        if self.header.next_recording_id < next_id {
+            self.header.next_recording_id = next_id;
+            self.write_header();
         }
     }
 
@@ -204,11 +237,11 @@ impl Catalog {
         self.map[offset..offset + 4].copy_from_slice(&bytes[..4]);
         self.end += bytes.len();
         self.index.insert(id, offset);
-        self.seal(offset);
+        self.seal(offset)?;
         self.header.next_recording_id = id + 1;
         self.write_header();
-        self.sync(offset, bytes.len());
-        self.sync(0, CATALOG_HEADER_LENGTH);
+        self.sync(offset, bytes.len())?;
+        self.sync(0, CATALOG_HEADER_LENGTH)?;
         Ok(id)
     }
 
@@ -231,6 +264,7 @@ impl Catalog {
         self.map
             .flush()
             .map_err(|e| io_error(&self.path, "cannot flush", e))?;
+        reserve(&self.file, &self.path, capacity)?;
         self.file
             .set_len(capacity as u64)
             .map_err(|e| io_error(&self.path, "cannot grow", e))?;
@@ -255,9 +289,8 @@ impl Catalog {
         let offset = self.offset_of(id)?;
         let o = offset + field;
         self.map[o..o + 8].copy_from_slice(&value.to_le_bytes());
-        self.sync(o, 8);
-        self.seal(offset);
-        Ok(())
+        self.sync(o, 8)?;
+        self.seal(offset)
     }
 
     /// Keeps entries' descriptor checksums from now on (`None`: leaves the
@@ -271,7 +304,7 @@ impl Catalog {
     pub fn seal_all(&mut self) {
         let offsets: Vec<usize> = self.index.values().copied().collect();
         for offset in offsets {
-            self.seal(offset);
+            let _ = self.seal(offset);
         }
     }
 
@@ -282,13 +315,14 @@ impl Catalog {
         &self.map[start..(start + length).min(self.map.len())]
     }
 
-    fn seal(&mut self, offset: usize) {
+    fn seal(&mut self, offset: usize) -> Result<(), CatalogError> {
         if let Some(c) = self.checksum {
             let sum = c.compute(self.body(offset));
             let o = offset + entry::CHECKSUM;
             self.map[o..o + 4].copy_from_slice(&sum.to_le_bytes());
-            self.sync(o, 4);
+            self.sync(o, 4)?;
         }
+        Ok(())
     }
 
     /// Recording `id`'s descriptor checksum as stored and as `c` computes
@@ -323,7 +357,7 @@ impl Catalog {
     ) -> Result<(), CatalogError> {
         let o = self.offset_of(id)? + descriptor::SESSION_ID;
         self.map[o..o + 4].copy_from_slice(&session_id.to_le_bytes());
-        self.sync(o, 4);
+        self.sync(o, 4)?;
         self.put_i64(id, descriptor::CONTROL_SESSION_ID, control_session_id)?;
         self.put_i64(id, descriptor::CORRELATION_ID, correlation_id)?;
         self.put_i64(id, descriptor::STOP_TIMESTAMP, -1)?;
@@ -344,8 +378,7 @@ impl Catalog {
     pub fn set_state(&mut self, id: i64, state: i32) -> Result<(), CatalogError> {
         let o = self.offset_of(id)? + entry::STATE;
         self.map[o..o + 4].copy_from_slice(&state.to_le_bytes());
-        self.sync(o, 4);
-        Ok(())
+        self.sync(o, 4)
     }
 
     /// The whole length an entry for `d` would take.
@@ -353,14 +386,21 @@ impl Catalog {
         entry_length(d, self.header.alignment)
     }
 
-    fn sync(&self, offset: usize, len: usize) {
+    /// Syncs a change as the sync level asks; a failure is the change's
+    /// failure (the caller must not act as if it were on disk).
+    fn sync(&self, offset: usize, len: usize) -> Result<(), CatalogError> {
         if self.sync_level == 0 {
-            return;
+            return Ok(());
         }
-        let _ = self.map.flush_range(offset, len);
+        self.map
+            .flush_range(offset, len)
+            .map_err(|e| io_error(&self.path, "cannot sync", e))?;
         if self.sync_level >= 2 {
-            let _ = self.file.sync_all();
+            self.file
+                .sync_all()
+                .map_err(|e| io_error(&self.path, "cannot sync", e))?;
         }
+        Ok(())
     }
 
     /// Flushes everything to the file.
@@ -369,11 +409,73 @@ impl Catalog {
     }
 }
 
+/// Why a descriptor cannot describe a recording, if it cannot: term and
+/// segment lengths as the archive and Aeron's allow them, positions that
+/// are frame positions in the right order.
+pub fn impossible_geometry(d: &RecordingDescriptor) -> Option<String> {
+    let (term, segment) = (d.term_buffer_length, d.segment_file_length);
+    let power = |n: i32| n > 0 && (n as u32).is_power_of_two();
+    if !power(term) || !(64 * 1024..=1 << 30).contains(&term) {
+        Some(format!("has an impossible term buffer length {term}"))
+    } else if !power(segment) || segment < term {
+        Some(format!(
+            "has an impossible segment file length {segment} (term buffer length {term})"
+        ))
+    } else if d.mtu_length < 32 || d.mtu_length > term {
+        Some(format!("has an impossible MTU {}", d.mtu_length))
+    } else if d.start_position < 0 || d.start_position & 31 != 0 {
+        Some(format!(
+            "has an impossible start position {}",
+            d.start_position
+        ))
+    } else if d.stop_position != -1
+        && (d.stop_position < d.start_position || d.stop_position & 31 != 0)
+    {
+        Some(format!(
+            "has an impossible stop position {} (start position {})",
+            d.stop_position, d.start_position
+        ))
+    } else {
+        None
+    }
+}
+
+/// The offset just past the last byte of `b` that is not zero.
+fn last_nonzero(b: &[u8]) -> Option<usize> {
+    b.chunks(4096)
+        .rposition(|c| c.iter().any(|&x| x != 0))
+        .map(|i| {
+            let chunk = &b[i * 4096..(i * 4096 + 4096).min(b.len())];
+            i * 4096
+                + chunk
+                    .iter()
+                    .rposition(|&x| x != 0)
+                    .expect("a non-zero byte")
+                + 1
+        })
+}
+
 fn read_i32(b: &[u8], o: usize) -> i32 {
     if o + 4 > b.len() {
         return 0;
     }
     i32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+/// Reserves storage for the first `len` bytes of `file`.
+fn reserve(file: &File, path: &Path, len: usize) -> Result<(), CatalogError> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a plain syscall on an fd we own.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io_error(
+            path,
+            &format!("cannot reserve {len} bytes"),
+            io::Error::from_raw_os_error(rc),
+        ))
+    }
 }
 
 /// Archive files are the archive's own: owner read/write only.
@@ -529,6 +631,83 @@ mod tests {
         assert!(c.problems()[0].contains("state 77"));
         // New recordings still go after the last entry, with fresh ids.
         assert_eq!(c.add_recording(descriptor(9, "aeron:ipc")).unwrap(), 3);
+    }
+
+    /// Three recordings, then `damage` applied to the second entry's bytes
+    /// in the file; returns the reopened catalog, the offsets of the three
+    /// entries and the third entry's bytes as they were.
+    fn damaged(name: &str, damage: impl Fn(&mut [u8])) -> (TempDir, Catalog, [usize; 3], Vec<u8>) {
+        let dir = TempDir::new(name);
+        let (offsets, third);
+        {
+            let mut c = Catalog::open(&dir.0, 8192, 0).unwrap();
+            for i in 0..3 {
+                c.add_recording(descriptor(i, "aeron:ipc")).unwrap();
+            }
+            offsets = [c.index[&0], c.index[&1], c.index[&2]];
+            third = c.bytes()[offsets[2]..c.end].to_vec();
+            c.flush().unwrap();
+        }
+        let path = dir.0.join(CATALOG_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        damage(&mut bytes[offsets[1]..]);
+        std::fs::write(&path, &bytes).unwrap();
+        let c = Catalog::open(&dir.0, 8192, 0).unwrap();
+        (dir, c, offsets, third)
+    }
+
+    #[test]
+    fn should_hide_no_later_entry_behind_a_damaged_length_and_never_write_over_it() {
+        let lengths = [1 << 20, 96, 0, -5];
+        for (i, length) in lengths.into_iter().enumerate() {
+            let (_dir, mut c, offsets, third) = damaged(&format!("length{i}"), |e| {
+                e[..4].copy_from_slice(&(length as i32).to_le_bytes())
+            });
+            assert_eq!(c.valid_ids_from(0), vec![0, 2], "length {length}");
+            assert_eq!(c.problems().len(), 1, "length {length}: {:?}", c.problems());
+            assert!(
+                c.problems()[0].contains(&format!("offset {}", offsets[1])),
+                "{:?}",
+                c.problems()
+            );
+            assert_eq!(c.add_recording(descriptor(9, "aeron:ipc")).unwrap(), 3);
+            let end = offsets[2] + third.len();
+            assert_eq!(
+                &c.bytes()[offsets[2]..end],
+                &third[..],
+                "length {length}: the third entry is untouched"
+            );
+            assert_eq!(
+                c.index[&3], end,
+                "the new entry goes after everything that was there"
+            );
+        }
+    }
+
+    #[test]
+    fn should_keep_the_first_of_a_repeated_id_and_leave_out_an_impossible_geometry() {
+        let id = descriptor::RECORDING_ID;
+        let (_dir, c, offsets, _) = damaged("repeat", |e| {
+            e[id..id + 8].copy_from_slice(&0i64.to_le_bytes())
+        });
+        assert_eq!(c.valid_ids_from(0), vec![0, 2]);
+        assert_eq!(c.index[&0], offsets[0], "the first is kept");
+        assert!(c.problems()[0].contains(&format!("offset {}: recording id 0 repeats", offsets[1])));
+        let term = descriptor::TERM_BUFFER_LENGTH;
+        let (_dir, mut c, _, _) = damaged("geometry", |e| {
+            e[term..term + 4].copy_from_slice(&0i32.to_le_bytes())
+        });
+        assert_eq!(c.valid_ids_from(0), vec![0, 2]);
+        assert!(
+            c.problems()[0].contains("recording 1 has an impossible term buffer length 0"),
+            "{:?}",
+            c.problems()
+        );
+        assert_eq!(
+            c.add_recording(descriptor(9, "aeron:ipc")).unwrap(),
+            3,
+            "its id is not given again"
+        );
     }
 
     #[test]

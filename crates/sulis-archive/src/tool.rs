@@ -175,6 +175,24 @@ fn open_catalog(dir: &Path) -> Result<Catalog, String> {
     Catalog::open(dir, 4096, 0).map_err(|e| e.to_string())
 }
 
+/// The catalog, for a verb that deletes files of recordings it does not
+/// hold: refused while some entries cannot be read, since their files would
+/// look like nobody's.
+fn open_whole_catalog(dir: &Path, verb: &str) -> Result<Catalog, String> {
+    let catalog = open_catalog(dir)?;
+    match catalog.problems() {
+        [] => Ok(catalog),
+        problems => Err(format!(
+            "{}: refusing to {verb}: {} catalog entr{} cannot be read, and {verb} would delete their recordings' files \
+             ({}); look at them with describe and dump, then mark-invalid or repair them first",
+            catalog.path().display(),
+            problems.len(),
+            if problems.len() == 1 { "y" } else { "ies" },
+            problems.join("; ")
+        )),
+    }
+}
+
 /// Sets recording `id`'s state to VALID or INVALID (Aeron's ArchiveTool
 /// `mark-valid` / `mark-invalid`): an INVALID recording is neither listed
 /// nor replayed, and `compact` removes it.
@@ -343,20 +361,19 @@ fn segment_files(dir: &Path) -> Vec<(i64, i64, std::path::PathBuf)> {
 /// What `compact` did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Compacted {
-    /// Catalog entries removed (INVALID, DELETED, or unreadable).
+    /// Catalog entries removed (INVALID or DELETED).
     pub entries_removed: usize,
     /// Segment files of removed recordings deleted.
     pub files_deleted: Vec<String>,
 }
 
-/// Rewrites the catalog without its INVALID and DELETED entries (and any
-/// that cannot be read), keeping every recording id and the next id, and
+/// Rewrites the catalog without its INVALID and DELETED entries, keeping every recording id and the next id, and
 /// deletes the removed recordings' segment files (Aeron's `compact`). The
 /// new catalog is written beside the old one and renamed over it, so a
 /// crash leaves one or the other whole.
 pub fn compact(dir: &Path) -> Result<Compacted, String> {
     ensure_not_running(dir)?;
-    let catalog = open_catalog(dir)?;
+    let catalog = open_whole_catalog(dir, "compact")?;
     let path = dir.join(CATALOG_FILE);
     let old = catalog.bytes();
     let header = CatalogHeader::read(old).map_err(|e| e.to_string())?;
@@ -371,7 +388,7 @@ pub fn compact(dir: &Path) -> Result<Compacted, String> {
             kept.insert(e.descriptor.recording_id);
         }
     }
-    let removed = entries.len() - kept.len() + catalog.problems().len();
+    let removed = entries.len() - kept.len();
     bytes.resize(bytes.len().max(old.len()), 0);
     drop(catalog);
     let tmp = dir.join(format!("{CATALOG_FILE}.compact"));
@@ -405,7 +422,7 @@ pub fn compact(dir: &Path) -> Result<Compacted, String> {
 /// Returns the files deleted.
 pub fn delete_orphaned_segments(dir: &Path) -> Result<Vec<String>, String> {
     ensure_not_running(dir)?;
-    let catalog = open_catalog(dir)?;
+    let catalog = open_whole_catalog(dir, "delete orphaned segments")?;
     let mut deleted = Vec::new();
     for (id, base, file) in segment_files(dir) {
         let orphan = match catalog.entry(id) {

@@ -161,10 +161,14 @@ impl PyArchive {
             .unwrap_or_default()
     }
 
-    /// True until closed.
+    /// True until closed (or until the archive's thread died: see ``errors()``).
     #[getter]
     fn is_running(&self) -> bool {
-        self.archive.lock().unwrap().is_some()
+        self.archive
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|a| a.is_running())
     }
 
     /// Stops the archive: recordings end with their stop positions written (idempotent).

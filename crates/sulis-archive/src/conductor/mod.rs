@@ -14,7 +14,10 @@ use crate::catalog::Catalog;
 use crate::checksum::Checksum;
 use crate::context::ArchiveContext;
 use crate::mark_file::{ArchiveMarkFile, MarkFileClaim, MarkFileFields};
+mod delete_segments_session;
 mod replication;
+
+use delete_segments_session::DeleteSegmentsSession;
 
 use crate::segment::{recover_stop_position, Geometry, ReadError, RecordingWriter, SegmentReader};
 use std::collections::{BTreeMap, VecDeque};
@@ -245,6 +248,8 @@ pub struct ArchiveConductor {
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
+    /// Segment files being deleted, oldest request first.
+    deletions: VecDeque<DeleteSegmentsSession>,
     /// Recordings that moved to their live image this cycle (live merge),
     /// with the position where they did.
     merged: Vec<(i64, i64)>,
@@ -418,6 +423,7 @@ impl ArchiveConductor {
         .map_err(|e| e.to_string())?;
         catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();
+        errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
         recover(
             &ctx.archive_dir,
             &mut catalog,
@@ -494,6 +500,7 @@ impl ArchiveConductor {
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
+            deletions: VecDeque::new(),
             merged: Vec::new(),
             error_count: errors.len() as u64,
             errors,
@@ -545,6 +552,7 @@ impl ArchiveConductor {
         work += self.run_recordings();
         work += self.run_replays(now);
         work += self.run_replications(now);
+        work += self.run_deletions();
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
         ArchiveCounters::set(
             &self.counters.recording_sessions,
@@ -573,6 +581,9 @@ impl ArchiveConductor {
         // Dropping a replication stops its worker, which stops the source's replay.
         self.replications.clear();
         self.replays.clear();
+        while !self.deletions.is_empty() {
+            self.run_deletions();
+        }
         self.sessions.clear();
         self.recording_subscriptions.clear();
         let _ = self.catalog.flush();
@@ -1843,6 +1854,10 @@ impl ArchiveConductor {
         let Some(d) = self.catalog.recording(recording_id) else {
             return self.unknown_recording(sid, k, recording_id);
         };
+        if let Some(why) = crate::catalog::impossible_geometry(&d) {
+            let message = format!("recording {recording_id} {why}: it cannot be replayed");
+            return self.session(sid).error(k, error_code::GENERIC, &message);
+        }
         let live = self.live_position(recording_id);
         let recorded_end = live.unwrap_or(d.stop_position);
         let start = if position == NULL_VALUE {
@@ -2148,38 +2163,97 @@ impl ArchiveConductor {
         {
             p.done = true;
         }
+        // The catalog first: from here on nothing past `position` is the
+        // recording's, whatever happens to the files after.
+        if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
+            return self.catalog_failed(sid, k, &format!("truncate recording {recording_id}"), e);
+        }
         let g = Self::geometry_of(recording_id, &d);
         let keep_base = g.base_of(position);
-        let mut deleted = 0;
+        let mut doomed = Vec::new();
         for (base, path) in self.segment_files(recording_id) {
             if base > keep_base
                 || (base == keep_base && position == base && position > d.start_position)
             {
-                if std::fs::remove_file(&path).is_ok() {
-                    deleted += 1;
-                }
+                doomed.push(path);
             } else if base == keep_base {
                 // Zero what lies past the new end, so nothing reads as a frame there.
-                if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
-                    let from = (position - base) as u64;
-                    let _ = f
-                        .set_len(from)
-                        .and_then(|_| f.set_len(d.segment_file_length as u64));
+                let erased = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| {
+                        f.set_len((position - base) as u64)?;
+                        f.set_len(d.segment_file_length as u64)
+                    });
+                if let Err(e) = erased {
+                    self.record_error(format!(
+                        "recording {recording_id} truncated to {position}: cannot erase what follows in {}: {e}",
+                        path.display()
+                    ));
                 }
             }
         }
-        if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
-            self.record_error(e.to_string());
+        let n = self.queue_deletion(sid, k, recording_id, doomed);
+        self.session(sid).ok(k, n as i64);
+    }
+
+    /// A catalog change failed: nothing else of the request is done.
+    fn catalog_failed(
+        &mut self,
+        sid: i64,
+        k: i64,
+        what: &str,
+        e: sulis_protocol::archive::catalog::CatalogError,
+    ) {
+        let message = format!("cannot {what}: {e}");
+        self.record_error(message.clone());
+        self.session(sid).error(k, error_code::GENERIC, &message);
+    }
+
+    /// Queues `files` of a recording for deletion off the duty cycle (they
+    /// are renamed at once); the request's Signal DELETE follows when they
+    /// are gone. Returns how many were queued.
+    fn queue_deletion(
+        &mut self,
+        sid: i64,
+        k: i64,
+        recording_id: i64,
+        files: Vec<std::path::PathBuf>,
+    ) -> usize {
+        let (session, errors) = DeleteSegmentsSession::new(sid, k, recording_id, files);
+        for e in errors {
+            self.record_error(e);
         }
-        self.session(sid).ok(k, deleted);
-        self.signal(
-            sid,
-            k,
-            recording_id,
-            NULL_VALUE,
-            NULL_VALUE,
-            recording_signal::DELETE,
-        );
+        let n = session.len();
+        self.deletions.push_back(session);
+        n
+    }
+
+    /// Deletes one queued file; signals the requests whose files are gone.
+    fn run_deletions(&mut self) -> usize {
+        let Some(d) = self.deletions.front_mut() else {
+            return 0;
+        };
+        let work = match d.do_work() {
+            Ok(n) => n,
+            Err(e) => {
+                self.record_error(e);
+                1
+            }
+        };
+        if self.deletions.front().is_some_and(|d| d.is_done()) {
+            let d = self.deletions.pop_front().expect("checked");
+            self.signal(
+                d.control_session_id,
+                d.correlation_id,
+                d.recording_id,
+                NULL_VALUE,
+                NULL_VALUE,
+                recording_signal::DELETE,
+            );
+            return work + 1;
+        }
+        work
     }
 
     fn geometry_of(recording_id: i64, d: &RecordingDescriptor) -> Geometry {
@@ -2242,21 +2316,14 @@ impl ArchiveConductor {
         };
         let g = Self::geometry_of(recording_id, &d);
         let first = g.base_of(d.start_position);
-        let mut deleted = 0;
-        for (base, path) in self.segment_files(recording_id) {
-            if base < first && std::fs::remove_file(&path).is_ok() {
-                deleted += 1;
-            }
-        }
-        self.session(sid).ok(k, deleted);
-        self.signal(
-            sid,
-            k,
-            recording_id,
-            NULL_VALUE,
-            NULL_VALUE,
-            recording_signal::DELETE,
-        );
+        let detached = self
+            .segment_files(recording_id)
+            .into_iter()
+            .filter(|(base, _)| *base < first)
+            .map(|(_, path)| path)
+            .collect();
+        let n = self.queue_deletion(sid, k, recording_id, detached);
+        self.session(sid).ok(k, n as i64);
     }
 
     /// Attaches the detached segment files still there, from the one before
@@ -2393,42 +2460,50 @@ impl ArchiveConductor {
             }
             base += gs.segment_length;
         }
+        // The files get their destination names beside their source names
+        // (hard links), then the catalog changes, then the source names go:
+        // at every moment each recording's catalog entry describes bytes
+        // that are there under its own name.
+        let mut linked: Vec<std::path::PathBuf> = Vec::new();
         for (from, to) in &moves {
-            if let Err(e) = std::fs::rename(from, to) {
+            if let Err(e) = std::fs::hard_link(from, to) {
+                for l in &linked {
+                    let _ = std::fs::remove_file(l);
+                }
                 let message = format!(
-                    "migrate: cannot move {} to {}: {e}",
+                    "migrate: cannot link {} to {}: {e}",
                     from.display(),
                     to.display()
                 );
                 self.record_error(message.clone());
                 return self.session(sid).error(k, error_code::GENERIC, &message);
             }
-        }
-        for f in empty {
-            let _ = std::fs::remove_file(f);
+            linked.push(to.clone());
         }
         let updated = if src_first {
             self.catalog.set_start_position(dst_id, src.start_position)
         } else {
             self.catalog.set_stop_position(dst_id, src.stop_position)
-        }
-        .and_then(|_| self.catalog.set_stop_position(src_id, src.start_position));
+        };
         if let Err(e) = updated {
-            return self
-                .session(sid)
-                .error(k, error_code::GENERIC, &e.to_string());
+            for l in &linked {
+                let _ = std::fs::remove_file(l);
+            }
+            let what = format!("migrate the segments of recording {src_id} to {dst_id}");
+            return self.catalog_failed(sid, k, &what, e);
         }
-        self.session(sid).ok(k, moves.len() as i64);
-        if !moves.is_empty() {
-            self.signal(
-                sid,
-                k,
-                src_id,
-                NULL_VALUE,
-                NULL_VALUE,
-                recording_signal::DELETE,
-            );
+        if let Err(e) = self.catalog.set_stop_position(src_id, src.start_position) {
+            // The destination has the files; the source still describes its
+            // own, so its names stay.
+            let what = format!("empty recording {src_id} after migrating its segments to {dst_id}");
+            return self.catalog_failed(sid, k, &what, e);
         }
+        let mut doomed: Vec<std::path::PathBuf> =
+            moves.iter().map(|(from, _)| from.clone()).collect();
+        doomed.extend(empty);
+        let n = moves.len();
+        self.queue_deletion(sid, k, src_id, doomed);
+        self.session(sid).ok(k, n as i64);
     }
 
     fn purge(&mut self, sid: i64, k: i64, recording_id: i64) {
@@ -2450,25 +2525,15 @@ impl ArchiveConductor {
             .catalog
             .set_state(recording_id, recording_state::DELETED)
         {
-            return self
-                .session(sid)
-                .error(k, error_code::GENERIC, &e.to_string());
+            return self.catalog_failed(sid, k, &format!("purge recording {recording_id}"), e);
         }
-        let mut deleted = 0;
-        for (_, path) in self.segment_files(recording_id) {
-            if std::fs::remove_file(&path).is_ok() {
-                deleted += 1;
-            }
-        }
-        self.session(sid).ok(k, deleted);
-        self.signal(
-            sid,
-            k,
-            recording_id,
-            NULL_VALUE,
-            NULL_VALUE,
-            recording_signal::DELETE,
-        );
+        let files = self
+            .segment_files(recording_id)
+            .into_iter()
+            .map(|(_, path)| path)
+            .collect();
+        let n = self.queue_deletion(sid, k, recording_id, files);
+        self.session(sid).ok(k, n as i64);
     }
 }
 

@@ -539,6 +539,15 @@ impl ArchiveConductor {
             self.replications[i].id,
         );
         let dst_id = self.replications[i].dst_recording_id;
+        if let Some(why) = crate::catalog::impossible_geometry(&src) {
+            return Err((
+                error_code::GENERIC,
+                format!(
+                    "source recording {} {why}: nothing replicated",
+                    src.recording_id
+                ),
+            ));
+        }
         let replay_position = if dst_id == NULL_VALUE {
             let d = RecordingDescriptor {
                 control_session_id: sid,
