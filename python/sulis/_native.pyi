@@ -1,7 +1,7 @@
 """Type stubs for the sulis native extension (Rust, PyO3)."""
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, final
 
@@ -438,7 +438,7 @@ class Archive:
         max_concurrent_replays: int = 20,
         connect_timeout: float = 5.0,
         replication_channel: str | None = None,
-        credentials: bytes | None = None,
+        credentials: bytes | Sequence[bytes] | None = None,
         challenge: bytes | None = None,
         challenge_response: bytes | None = None,
         record_checksum: str | None = None,
@@ -446,6 +446,8 @@ class Archive:
         recording_events_enabled: bool = False,
         recording_events_channel: str = ...,
         recording_events_stream_id: int = 30,
+        low_storage_space_threshold: int = ...,
+        authorise: Callable[[bytes, str], bool] | None = None,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...

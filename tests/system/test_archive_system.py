@@ -267,10 +267,31 @@ def test_malformed_and_unknown_requests_get_an_error_not_silence(driver, client,
 
 
 def _malformed_requests(client, ac) -> None:
+    # A control session of the test's own, opened on its own stream: a session's requests count
+    # only from the stream that opened it.
     pub = client.add_exclusive_publication("aeron:ipc", 10)
     await_until(lambda: pub.is_connected, what="control stream")
-    sub = client.add_subscription("aeron:ipc", 20)
-    session = ac.control_session_id
+    sub = client.add_subscription("aeron:ipc", 21)
+    channel = b"aeron:ipc"
+    connect = (struct.pack("<HHHH", 16, 2, 101, 13) + struct.pack("<qii", 776, 21, (1 << 16) | (12 << 8))
+               + struct.pack("<I", len(channel)) + channel)
+    while pub.offer(connect) < 0:
+        pass
+    answers = {}
+    sessions = {}
+
+    def on_message(buf, header):
+        b = bytes(buf)
+        block, template, schema, _ = struct.unpack_from("<HHHH", b)
+        if template == 1:  # ControlResponse
+            session_id, correlation, relevant, code, _ = struct.unpack_from("<qqqii", b, 8)
+            (length,) = struct.unpack_from("<I", b, 8 + block)
+            answers[correlation] = (code, relevant, b[12 + block:12 + block + length].decode())
+            sessions[correlation] = session_id
+
+    assembler = sulis.FragmentAssembler(on_message)
+    await_until(lambda: sub.poll(assembler, 10) >= 0 and 776 in answers, what="the raw session's connect answer")
+    session = sessions[776]
     # ListRecordingRequest (template 10) cut short before its recording id.
     bad = struct.pack("<HHHH", 24, 10, 101, 13) + struct.pack("<qq", session, 777)
     # An unknown template, 999, from a newer client.
@@ -278,20 +299,11 @@ def _malformed_requests(client, ac) -> None:
     for m in (bad, unknown):
         while pub.offer(m) < 0:
             pass
-    answers = {}
-
-    def on_message(buf, header):
-        b = bytes(buf)
-        block, template, schema, _ = struct.unpack_from("<HHHH", b)
-        if template == 1:  # ControlResponse
-            _, correlation, relevant, code, _ = struct.unpack_from("<qqqii", b, 8)
-            (length,) = struct.unpack_from("<I", b, 8 + block)
-            answers[correlation] = (code, relevant, b[12 + block:12 + block + length].decode())
 
     deadline = time.monotonic() + 10
     while not {777, 778} <= answers.keys():
         assert time.monotonic() < deadline, answers
-        sub.poll(sulis.FragmentAssembler(on_message), 10)
+        sub.poll(assembler, 10)
     assert answers[777][0] == 1 and "ListRecordingRequest" in answers[777][2], answers[777]
     assert answers[778][0] == 1 and "template id 999" in answers[778][2], answers[778]
     assert ac.list_recordings() == [], "the session still works"
@@ -432,9 +444,10 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
 
 @pytest.fixture
 def small_disk():
-    """A 3 MiB tmpfs (mount needs root; the test skips without)."""
+    """A 5 MiB tmpfs (mount needs root; the test skips without): 2 MiB of it go to the catalog and
+    the mark file, whose storage is reserved up front."""
     d = make_dir("sulis-small-disk-")
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", d], capture_output=True, text=True)
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", d], capture_output=True, text=True)
     if out.returncode != 0:
         os.rmdir(d)
         pytest.skip(f"cannot mount a small tmpfs: {out.stderr.strip()}")
@@ -444,12 +457,13 @@ def small_disk():
 
 
 def test_a_full_disk_stops_the_recording_with_an_error_and_the_archive_goes_on(driver, client, small_disk):
-    with sulis.Archive(os.path.join(small_disk, "archive"), driver_dir=driver.dir,
-                       segment_file_length=64 * 1024) as archive, sulis.ArchiveClient(client) as ac:
+    # No low-storage threshold: the write itself meets the full disk.
+    with sulis.Archive(os.path.join(small_disk, "archive"), driver_dir=driver.dir, segment_file_length=64 * 1024,
+                       low_storage_space_threshold=0) as archive, sulis.ArchiveClient(client) as ac:
         ac.start_recording("aeron:ipc", 1001)
         pub = client.add_publication("aeron:ipc?term-length=64k", 1001)
         rid = ac.await_signal(RecordingSignal.START).recording_id
-        # 8 MiB into a 3 MiB disk: the recording must stop.
+        # 8 MiB into a 5 MiB disk: the recording must stop.
         deadline = time.monotonic() + 30
         sent = 0
         while sent < 8192:

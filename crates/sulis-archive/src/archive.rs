@@ -26,7 +26,16 @@ pub struct Archive {
 impl Archive {
     /// Opens the archive directory, connects to the driver and starts serving.
     pub fn launch(ctx: ArchiveContext) -> Result<Archive, String> {
-        let mut conductor = ArchiveConductor::new(ctx.clone())?;
+        Self::launch_with(ctx, Box::new(crate::auth::AllowAllRequests))
+    }
+
+    /// As [`Archive::launch`], with `authoriser` deciding which requests
+    /// each session may make.
+    pub fn launch_with(
+        ctx: ArchiveContext,
+        authoriser: Box<dyn crate::auth::Authoriser>,
+    ) -> Result<Archive, String> {
+        let mut conductor = ArchiveConductor::with_authoriser(ctx.clone(), authoriser)?;
         let shared = Arc::new(Shared::default());
         shared
             .archive_id

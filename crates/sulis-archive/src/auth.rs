@@ -3,8 +3,13 @@
 //! by a ChallengeResponse) with a pluggable [`Authenticator`].
 //!
 //! The default accepts everyone, as Aeron's. [`CredentialsAuthenticator`]
-//! accepts a client whose credentials match, optionally after asking it to
-//! answer a challenge with a second secret.
+//! accepts a client whose credentials are one of a set, optionally after
+//! asking it to answer a challenge with a second secret.
+//!
+//! Once in, every request of a session is put to an [`Authoriser`] with
+//! the session's principal (the credentials it connected with) and the
+//! request's name, as Aeron's `AuthorisationService`; a refused request
+//! is answered UNAUTHORISED_ACTION.
 
 /// What to do with a session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +31,24 @@ pub trait Authenticator: Send {
     fn on_challenge_response(&mut self, session_id: i64, credentials: &[u8]) -> Decision;
 }
 
+/// Decides which requests a session may make.
+pub trait Authoriser: Send {
+    /// May the session whose principal is `principal` make the request
+    /// with `template_id`, named `request` as Aeron names it
+    /// (`PurgeRecordingRequest`, ...)?
+    fn is_authorised(&mut self, principal: &[u8], template_id: u16, request: &str) -> bool;
+}
+
+/// Every request is allowed (Aeron's default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllowAllRequests;
+
+impl Authoriser for AllowAllRequests {
+    fn is_authorised(&mut self, _principal: &[u8], _template_id: u16, _request: &str) -> bool {
+        true
+    }
+}
+
 /// Everyone is let in.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AllowAll;
@@ -40,12 +63,12 @@ impl Authenticator for AllowAll {
     }
 }
 
-/// Clients must connect with `credentials`; with a `challenge`, they must
-/// then answer it with `challenge_response`.
+/// Clients must connect with one of `credentials`; with a `challenge`,
+/// they must then answer it with `challenge_response`.
 #[derive(Clone, Debug)]
 pub struct CredentialsAuthenticator {
-    /// What a client must send when it connects.
-    pub credentials: Vec<u8>,
+    /// What a client may send when it connects.
+    pub credentials: Vec<Vec<u8>>,
     /// Sent to a client whose credentials matched, if any.
     pub challenge: Option<Vec<u8>>,
     /// What the answer to the challenge must be.
@@ -54,7 +77,7 @@ pub struct CredentialsAuthenticator {
 
 impl Authenticator for CredentialsAuthenticator {
     fn on_connect(&mut self, _session_id: i64, credentials: &[u8]) -> Decision {
-        if credentials != self.credentials.as_slice() {
+        if !self.credentials.iter().any(|c| c == credentials) {
             return Decision::Reject;
         }
         match &self.challenge {
@@ -79,11 +102,12 @@ mod tests {
     #[test]
     fn should_accept_matching_credentials_and_the_right_challenge_answer_only() {
         let mut plain = CredentialsAuthenticator {
-            credentials: b"secret".to_vec(),
+            credentials: vec![b"secret".to_vec(), b"other".to_vec()],
             challenge: None,
             challenge_response: Vec::new(),
         };
         assert_eq!(plain.on_connect(1, b"secret"), Decision::Accept);
+        assert_eq!(plain.on_connect(1, b"other"), Decision::Accept);
         assert_eq!(plain.on_connect(1, b""), Decision::Reject);
         assert_eq!(
             plain.on_challenge_response(1, b""),

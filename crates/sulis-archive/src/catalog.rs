@@ -658,10 +658,10 @@ mod tests {
 
     #[test]
     fn should_hide_no_later_entry_behind_a_damaged_length_and_never_write_over_it() {
-        let lengths = [1 << 20, 96, 0, -5];
+        let lengths: [i32; 4] = [1 << 20, 96, 0, -5];
         for (i, length) in lengths.into_iter().enumerate() {
             let (_dir, mut c, offsets, third) = damaged(&format!("length{i}"), |e| {
-                e[..4].copy_from_slice(&(length as i32).to_le_bytes())
+                e[..4].copy_from_slice(&length.to_le_bytes())
             });
             assert_eq!(c.valid_ids_from(0), vec![0, 2], "length {length}");
             assert_eq!(c.problems().len(), 1, "length {length}: {:?}", c.problems());

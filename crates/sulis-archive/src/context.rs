@@ -61,12 +61,17 @@ pub struct ArchiveContext {
     pub driver_timeout: Duration,
     /// Channel a replicating archive receives on.
     pub replication_channel: Option<String>,
-    /// Clients must connect with these credentials (`None`: everyone may).
-    pub credentials: Option<Vec<u8>>,
+    /// Clients must connect with one of these credentials, each its own
+    /// principal for the authoriser (`None`: everyone may).
+    pub credentials: Option<Vec<Vec<u8>>>,
     /// With credentials: a challenge clients must then answer...
     pub challenge: Option<Vec<u8>>,
     /// ... with this.
     pub challenge_response: Vec<u8>,
+    /// Below this many bytes of usable space in the archive directory's
+    /// file system new recordings, extensions and replications are refused
+    /// with STORAGE_SPACE (Aeron's `low.storage.space.threshold`).
+    pub low_storage_space_threshold: u64,
 }
 
 impl Default for ArchiveContext {
@@ -99,6 +104,7 @@ impl Default for ArchiveContext {
             credentials: None,
             challenge: None,
             challenge_response: Vec::new(),
+            low_storage_space_threshold: 128 * 1024 * 1024,
         }
     }
 }

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
+use sulis_archive::auth::{AllowAllRequests, Authoriser};
 use sulis_archive::checksum::Checksum;
 use sulis_archive::ArchiveError as RustArchiveError;
 use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext};
@@ -50,6 +51,47 @@ fn seconds(s: f64, what: &str) -> PyResult<Duration> {
     Ok(Duration::from_secs_f64(s))
 }
 
+/// `credentials=`: one bytes-like or a sequence of them, each a principal.
+fn accepted_credentials(c: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
+    if let Ok(one) = c.extract::<Vec<u8>>() {
+        if !c.is_instance_of::<pyo3::types::PyList>() && !c.is_instance_of::<pyo3::types::PyTuple>()
+        {
+            return Ok(vec![one]);
+        }
+    }
+    c.try_iter()
+        .and_then(|items| items.map(|i| i?.extract::<Vec<u8>>()).collect())
+        .map_err(|_| {
+            ConfigurationError::new_err(
+                "credentials must be bytes or a list of bytes (each a principal)",
+            )
+        })
+}
+
+/// `authorise=`: a Python callable asked, on the archive's thread, for
+/// every request: `authorise(principal: bytes, request: str) -> bool`. An
+/// exception counts as a refusal (and is printed).
+struct PyAuthoriser(Py<PyAny>);
+
+impl Authoriser for PyAuthoriser {
+    fn is_authorised(&mut self, principal: &[u8], _template_id: u16, request: &str) -> bool {
+        Python::attach(|py| {
+            let principal = pyo3::types::PyBytes::new(py, principal);
+            match self
+                .0
+                .call1(py, (principal, request))
+                .and_then(|r| r.is_truthy(py))
+            {
+                Ok(allowed) => allowed,
+                Err(e) => {
+                    e.print(py);
+                    false
+                }
+            }
+        })
+    }
+}
+
 /// An archive running in this process.
 #[pyclass(module = "sulis._native", name = "Archive", frozen, subclass)]
 pub struct PyArchive {
@@ -69,7 +111,7 @@ impl PyArchive {
         connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
         challenge_response=None, record_checksum=None, replay_checksum=None,
         recording_events_enabled=false, recording_events_channel="aeron:ipc".to_string(),
-        recording_events_stream_id=30
+        recording_events_stream_id=30, low_storage_space_threshold=128 * 1024 * 1024, authorise=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -88,7 +130,7 @@ impl PyArchive {
         max_concurrent_replays: usize,
         connect_timeout: f64,
         replication_channel: Option<String>,
-        credentials: Option<Vec<u8>>,
+        credentials: Option<Bound<'_, PyAny>>,
         challenge: Option<Vec<u8>>,
         challenge_response: Option<Vec<u8>>,
         record_checksum: Option<String>,
@@ -96,6 +138,8 @@ impl PyArchive {
         recording_events_enabled: bool,
         recording_events_channel: String,
         recording_events_stream_id: i32,
+        low_storage_space_threshold: u64,
+        authorise: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let checksum = |name: Option<String>, what: &str| {
             name.map(|n| {
@@ -118,7 +162,7 @@ impl PyArchive {
             max_concurrent_replays,
             connect_timeout: seconds(connect_timeout, "connect_timeout")?,
             replication_channel,
-            credentials,
+            credentials: credentials.map(|c| accepted_credentials(&c)).transpose()?,
             challenge,
             challenge_response: challenge_response.unwrap_or_default(),
             record_checksum: checksum(record_checksum, "record_checksum")?,
@@ -126,11 +170,16 @@ impl PyArchive {
             recording_events_enabled,
             recording_events_channel,
             recording_events_stream_id,
+            low_storage_space_threshold,
             ..ArchiveContext::default()
         };
         ctx.conclude().map_err(ConfigurationError::new_err)?;
+        let authoriser: Box<dyn Authoriser> = match authorise {
+            Some(f) => Box::new(PyAuthoriser(f)),
+            None => Box::new(AllowAllRequests),
+        };
         let archive = py
-            .detach(|| Archive::launch(ctx))
+            .detach(|| Archive::launch_with(ctx, authoriser))
             .map_err(SulisError::new_err)?;
         Ok(PyArchive {
             archive_id: archive.archive_id(),

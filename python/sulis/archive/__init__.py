@@ -157,9 +157,20 @@ class Archive(_native.Archive):
     per ``file_sync_level`` (0: left to the OS; 1: data written is synced;
     2: data and metadata) and the catalog per ``catalog_file_sync_level``.
     With ``credentials`` (bytes) only clients that connect with them are let
-    in, and with a ``challenge`` they must then answer it with
-    ``challenge_response``; a refused client is told AUTHENTICATION_REJECTED
-    and the refusal is logged (``errors()``). With ``recording_events_enabled``
+    in (a list of credentials lets in each, as its own principal), and with
+    a ``challenge`` they must then answer it with ``challenge_response``; a
+    refused client is told AUTHENTICATION_REJECTED and the refusal is logged
+    (``errors()``). ``authorise(principal, request)`` (Aeron's
+    AuthorisationService), if given, is asked on the archive's thread for
+    every request of a session: ``principal`` is the credentials it
+    connected with (``b""`` without), ``request`` Aeron's name of the
+    request (``"PurgeRecordingRequest"``, ...); a false answer (or an
+    exception) refuses the request with UNAUTHORISED_ACTION (13). A request
+    naming a control session counts only from the client stream that
+    opened that session; others are dropped and logged. Below
+    ``low_storage_space_threshold`` bytes of usable space (128 MiB, as
+    Aeron's) new recordings, extensions and replications are refused with
+    STORAGE_SPACE (11). With ``recording_events_enabled``
     it publishes recording events (``RecordingEvents`` reads them) on
     ``recording_events_channel`` (``aeron:ipc``) and ``recording_events_stream_id``
     (30). With ``record_checksum``

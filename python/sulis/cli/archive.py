@@ -48,6 +48,9 @@ _STATES = {0: "INVALID", 1: "VALID", 2: "DELETED"}
               envvar="SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID")
 @click.option("--replay-checksum", default=None, envvar="SULIS_ARCHIVE_REPLAY_CHECKSUM", show_envvar=True,
               help="crc32 or crc32c: replays check every frame and stop at the first that does not match.")
+@click.option("--low-storage-space-threshold", default=128 * 1024 * 1024, show_default=True,
+              envvar="SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD",
+              help="Bytes of usable space below which new recordings are refused with STORAGE_SPACE.")
 @click.option("--print-config", is_flag=True, help="Print the settings, then exit.")
 def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams

@@ -22,8 +22,9 @@ pub(super) struct DeleteSegmentsSession {
 }
 
 impl DeleteSegmentsSession {
-    /// Queues `files` (renamed to `.del` now); returns the session and the
-    /// files that could not be renamed, with why.
+    /// Queues `files` (renamed to `.del` now; one that is not there is
+    /// skipped); returns the session and the files that could not be
+    /// renamed, with why.
     pub fn new(
         control_session_id: i64,
         correlation_id: i64,
@@ -37,6 +38,7 @@ impl DeleteSegmentsSession {
             to.push(DELETE_SUFFIX);
             match std::fs::rename(&f, &to) {
                 Ok(()) => queued.push_back(PathBuf::from(to)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => errors.push(format!(
                     "recording {recording_id}: cannot queue {} for deletion: {e}",
                     f.display()
@@ -112,9 +114,20 @@ mod tests {
         }
         let mut missing = files.clone();
         missing.push(dir.join("7-196608.rec"));
-        let (mut s, errors) = DeleteSegmentsSession::new(1, 2, 7, missing);
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].contains("7-196608.rec"));
+        let mut doomed = missing.clone();
+        // One that cannot be renamed: a directory is in the way.
+        doomed.push(dir.join("7-262144.rec"));
+        std::fs::write(dir.join("7-262144.rec"), b"x").unwrap();
+        std::fs::create_dir_all(dir.join("7-262144.rec.del/x")).unwrap();
+        let (mut s, errors) = DeleteSegmentsSession::new(1, 2, 7, doomed);
+        assert_eq!(
+            errors.len(),
+            1,
+            "a file that is not there is skipped: {errors:?}"
+        );
+        assert!(errors[0].contains("7-262144.rec"));
+        std::fs::remove_dir_all(dir.join("7-262144.rec.del")).unwrap();
+        std::fs::remove_file(dir.join("7-262144.rec")).unwrap();
         assert_eq!(s.len(), 3);
         assert!(files.iter().all(|f| !f.exists()), "renamed at once");
         assert_eq!(s.do_work(), Ok(1));

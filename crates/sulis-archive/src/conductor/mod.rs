@@ -9,7 +9,9 @@
 //! listed in the catalog; a replay is an exclusive publication placed at
 //! the recording's position and fed with the recorded frames as they are.
 
-use crate::auth::{AllowAll, Authenticator, CredentialsAuthenticator, Decision};
+use crate::auth::{
+    AllowAll, AllowAllRequests, Authenticator, Authoriser, CredentialsAuthenticator, Decision,
+};
 use crate::catalog::Catalog;
 use crate::checksum::Checksum;
 use crate::context::ArchiveContext;
@@ -258,6 +260,7 @@ pub struct ArchiveConductor {
     mark_file: ArchiveMarkFile,
     last_activity: Instant,
     authenticator: Box<dyn Authenticator>,
+    authoriser: Box<dyn Authoriser>,
     /// Sessions refused by the authenticator so far.
     rejected_sessions: u64,
     /// The archive-wide counters in the driver's CnC (Aeron's types 101, 102, 106, 109, 111, 112).
@@ -388,6 +391,15 @@ impl ArchiveConductor {
     /// Opens the archive directory (recovering recordings an earlier run
     /// left unfinished) and subscribes to the control channels.
     pub fn new(ctx: ArchiveContext) -> Result<ArchiveConductor, String> {
+        Self::with_authoriser(ctx, Box::new(AllowAllRequests))
+    }
+
+    /// As [`ArchiveConductor::new`], deciding which requests a session may
+    /// make with `authoriser`.
+    pub fn with_authoriser(
+        ctx: ArchiveContext,
+        authoriser: Box<dyn Authoriser>,
+    ) -> Result<ArchiveConductor, String> {
         let authenticator: Box<dyn Authenticator> = match &ctx.credentials {
             Some(credentials) => Box::new(CredentialsAuthenticator {
                 credentials: credentials.clone(),
@@ -396,13 +408,21 @@ impl ArchiveConductor {
             }),
             None => Box::new(AllowAll),
         };
-        Self::with_authenticator(ctx, authenticator)
+        Self::with_auth(ctx, authenticator, authoriser)
     }
 
     /// As [`ArchiveConductor::new`], deciding who may connect with `authenticator`.
     pub fn with_authenticator(
         ctx: ArchiveContext,
         authenticator: Box<dyn Authenticator>,
+    ) -> Result<ArchiveConductor, String> {
+        Self::with_auth(ctx, authenticator, Box::new(AllowAllRequests))
+    }
+
+    fn with_auth(
+        ctx: ArchiveContext,
+        authenticator: Box<dyn Authenticator>,
+        authoriser: Box<dyn Authoriser>,
     ) -> Result<ArchiveConductor, String> {
         ctx.conclude()?;
         std::fs::create_dir_all(&ctx.archive_dir)
@@ -507,6 +527,7 @@ impl ArchiveConductor {
             mark_file,
             last_activity: Instant::now(),
             authenticator,
+            authoriser,
             rejected_sessions: 0,
             counters,
             events,
@@ -648,7 +669,7 @@ impl ArchiveConductor {
                 ),
                 Err(e) => self.record_error(format!("connect request dropped: {e}")),
             },
-            _ => self.on_request(header.template_id, m, now),
+            _ => self.on_request(sub, image_session, header.template_id, m, now),
         }
     }
 
@@ -831,7 +852,14 @@ impl ArchiveConductor {
         self.rejected_sessions
     }
 
-    fn on_request(&mut self, template_id: u16, m: &[u8], now: Instant) {
+    fn on_request(
+        &mut self,
+        sub: usize,
+        image_session: i32,
+        template_id: u16,
+        m: &[u8],
+        now: Instant,
+    ) {
         // Every request starts with the control session id, and all but
         // CloseSessionRequest with a correlation id after it.
         if m.len() < 8 + 8 {
@@ -851,6 +879,15 @@ impl ArchiveConductor {
                 "request (template {template_id}, correlation {correlation_id}) for unknown control session {session_id} dropped"
             ));
         };
+        // A session is its client's: requests naming it count only from the
+        // stream that opened it (Aeron drops those of another image).
+        if session.control_subscription != sub || session.request_session_id != image_session {
+            let opened_by = session.request_session_id;
+            return self.record_error(format!(
+                "request (template {template_id}, correlation {correlation_id}) for control session {session_id} \
+                 came from stream session {image_session}, not {opened_by} that opened it: dropped"
+            ));
+        }
         if template_id == ChallengeResponse::TEMPLATE_ID
             && session.state == SessionState::Challenged
         {
@@ -886,6 +923,17 @@ impl ArchiveConductor {
             SessionState::Active => {}
             // Requests before the session is connected are dropped, as Aeron's.
             _ => return,
+        }
+        let name = template_name(template_id).unwrap_or("unknown request");
+        let principal = &self.sessions[&session_id].credentials;
+        if !self.authoriser.is_authorised(principal, template_id, name) {
+            let message = format!("unauthorised action: {name}");
+            self.session(session_id).error(
+                correlation_id,
+                error_code::UNAUTHORISED_ACTION,
+                &message,
+            );
+            return self.record_error(format!("control session {session_id}: {message} refused"));
         }
         if let Err(e) = self.dispatch(template_id, m, session_id, correlation_id) {
             let message = format!("malformed request: {e}");
@@ -1276,6 +1324,19 @@ impl ArchiveConductor {
         Ok(())
     }
 
+    /// Why new recordings are refused, when the archive directory's file
+    /// system has less usable space than the threshold.
+    fn low_storage_space(&self) -> Option<String> {
+        let threshold = self.ctx.low_storage_space_threshold;
+        let usable = usable_space(&self.ctx.archive_dir)?;
+        (usable < threshold).then(|| {
+            format!(
+                "low storage: {usable} bytes usable in {}, below the threshold of {threshold}",
+                self.ctx.archive_dir.display()
+            )
+        })
+    }
+
     fn unknown_recording(&mut self, sid: i64, k: i64, recording_id: i64) {
         self.session(sid).error(
             k,
@@ -1361,6 +1422,9 @@ impl ArchiveConductor {
     /// Adds a recording subscription; returns its registration id, or the
     /// error code and message to answer with.
     fn add_recording_subscription(&mut self, r: StartRecording) -> Result<i64, (i64, String)> {
+        if let Some(message) = self.low_storage_space() {
+            return Err((error_code::STORAGE_SPACE, message));
+        }
         if self.recordings.len() >= self.ctx.max_concurrent_recordings {
             return Err((
                 error_code::MAX_RECORDINGS,
@@ -2593,6 +2657,16 @@ fn recover(
         }
     }
     Ok(())
+}
+
+/// Bytes an unprivileged writer may still use in `dir`'s file system.
+fn usable_space(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct it is given.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0)
+        .then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// The response publication's channel: the client's channel with the

@@ -313,6 +313,11 @@ impl ArchiveConductor {
     /// ReplicateRequest (any version): answers the replication id at once
     /// and goes on in the background.
     pub(super) fn on_replicate(&mut self, sid: i64, k: i64, p: ReplicateParams) {
+        if let Some(message) = self.low_storage_space() {
+            return self
+                .session(sid)
+                .error(k, error_code::STORAGE_SPACE, &message);
+        }
         if p.dst_recording_id != NULL_VALUE {
             if self.catalog.recording(p.dst_recording_id).is_none() {
                 return self.unknown_recording(sid, k, p.dst_recording_id);

@@ -334,6 +334,15 @@ macro_rules! sbe_messages {
                 }
             }
         )*
+
+        /// The name of the message with `template_id` in this schema, as
+        /// Aeron names it (`None` for an id the schema does not have).
+        pub fn template_name(template_id: u16) -> Option<&'static str> {
+            match template_id {
+                $( $template => Some(stringify!($name)), )*
+                _ => None,
+            }
+        }
     };
     (@vtype ascii) => { String };
     (@vtype data) => { Vec<u8> };
