@@ -382,6 +382,27 @@ def test_truncate_and_purge(client, archive, archive_client):
     assert not [f for f in os.listdir(archive.dir) if f.endswith(".rec")]
 
 
+def test_a_response_channel_on_port_0_gets_a_port_of_its_own_and_the_archive_is_told_it(driver, client,
+                                                                                        archive_dir):
+    """Aeron's default response channel, ``endpoint=localhost:0``: each subscription on it binds a
+    port of its own, the driver's counters say which, and the client tells the archive that port."""
+    a = client.add_subscription("aeron:udp?endpoint=127.0.0.1:0", 20)
+    b = client.add_subscription("aeron:udp?endpoint=127.0.0.1:0", 20)
+    ports = {int(s.resolved_channel().rsplit(":", 1)[1]) for s in (a, b)}
+    assert len(ports) == 2 and 0 not in ports, "two ephemeral ports, never shared"
+    assert a.local_socket_addresses() == [a.resolved_channel().split("endpoint=")[1]]
+    fixed = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    assert client.add_subscription(fixed, 20).resolved_channel() == fixed
+    assert client.add_subscription("aeron:ipc", 20).resolved_channel() == "aeron:ipc"
+    control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, control_channel=control) as archive:
+        with sulis.ArchiveClient(client, control_request_channel=control,
+                                 control_response_channel="aeron:udp?endpoint=127.0.0.1:0",
+                                 message_timeout=3.0) as ac:
+            assert ac.list_recordings() == [] and ac.archive_id == archive.archive_id
+        assert archive.errors() == []
+
+
 def test_a_client_without_an_archive_times_out_with_a_clear_error(client):
     with pytest.raises(sulis.ArchiveError, match="timed out .* waiting for the archive"):
         sulis.ArchiveClient(client, control_request_stream_id=4711, message_timeout=0.5)

@@ -194,6 +194,19 @@ impl ArchiveClient {
             backlog: VecDeque::new(),
         };
         let deadline = Instant::now() + c.ctx.message_timeout;
+        // An `endpoint=host:0` response channel: the archive must be told
+        // the port this driver bound, as Aeron's client tells it.
+        let response_channel = match c.responses.resolved_channel() {
+            Some(channel) => channel,
+            None => {
+                return Err(ArchiveError::Client(format!(
+                    "control response channel '{}': its driver does not say which port it bound for the endpoint's \
+                     port 0 (no local socket address counter for channel status counter {}); give the endpoint a port",
+                    c.ctx.control_response_channel,
+                    c.responses.channel_status_id()
+                )))
+            }
+        };
         c.wait_until(deadline, "the archive's control channel to connect", |c| {
             c.requests.is_connected()
         })?;
@@ -202,7 +215,7 @@ impl ArchiveClient {
             correlation_id: k,
             response_stream_id: c.ctx.control_response_stream_id,
             version: PROTOCOL_VERSION,
-            response_channel: c.ctx.control_response_channel.clone(),
+            response_channel,
             encoded_credentials: c.ctx.credentials.clone(),
             client_info: format!("name=sulis version={}", env!("CARGO_PKG_VERSION")),
         };

@@ -158,7 +158,7 @@ pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     cnc: Cnc,
     to_driver: ManyToOneRingBuffer,
-    counters: CountersReader,
+    pub(crate) counters: CountersReader,
     client_id: i64,
     /// Appended to the heartbeat counter's label (see [`ClientContext::name`]).
     name: String,
@@ -946,12 +946,19 @@ impl Client {
             },
         );
         match result {
-            Ok(_) => Ok(Subscription::new(
+            Ok(ev) => Ok(Subscription::new(
                 self.inner.clone(),
                 correlation_id,
                 stream_id,
                 channel.to_string(),
                 shared,
+                match ev {
+                    Event::SubscriptionReady {
+                        channel_status_counter_id,
+                        ..
+                    } => channel_status_counter_id,
+                    _ => sulis_concurrent::counters::NULL_COUNTER_ID,
+                },
             )),
             Err(e) => {
                 self.inner

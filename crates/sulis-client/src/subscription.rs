@@ -74,6 +74,8 @@ pub struct Subscription {
     generation: u64,
     round_robin: usize,
     closed: bool,
+    /// The driver's status counter of the channel's endpoint (UDP only).
+    channel_status_id: i32,
 }
 
 impl Subscription {
@@ -83,6 +85,7 @@ impl Subscription {
         stream_id: i32,
         channel: String,
         shared: Arc<SubscriptionShared>,
+        channel_status_id: i32,
     ) -> Self {
         Subscription {
             inner,
@@ -90,6 +93,7 @@ impl Subscription {
             stream_id,
             channel,
             shared,
+            channel_status_id,
             images: Vec::new(),
             generation: u64::MAX,
             round_robin: 0,
@@ -123,6 +127,56 @@ impl Subscription {
     pub fn channel(&self) -> &str {
         &self.channel
     }
+    /// The driver's status counter of this subscription's UDP endpoint
+    /// (Aeron's `channelStatusId`; `NULL_COUNTER_ID` for IPC and spies).
+    pub fn channel_status_id(&self) -> i32 {
+        self.channel_status_id
+    }
+
+    /// The addresses (`host:port`) the endpoint is bound to, read from the
+    /// driver's local socket address counters (Aeron's
+    /// `localSocketAddresses`): how a channel with `endpoint=host:0`
+    /// learns its port.
+    pub fn local_socket_addresses(&self) -> Vec<String> {
+        use sulis_protocol::counters::{channel_status, parse_local_socket_address_key, type_id};
+        let counters = self.inner.counters;
+        let mut out = Vec::new();
+        if self.channel_status_id < 0 {
+            return out;
+        }
+        counters.for_each(|id, type_id, key, _| {
+            if type_id == type_id::LOCAL_SOCKET_ADDRESS
+                && counters.counter_value(id) == channel_status::ACTIVE
+            {
+                if let Some((status, address)) = parse_local_socket_address_key(key) {
+                    if status == self.channel_status_id {
+                        out.push(address);
+                    }
+                }
+            }
+        });
+        out
+    }
+
+    /// The channel with the port the driver bound in place of an
+    /// `endpoint=host:0` (Aeron's `tryResolveChannelEndpointPort`): what
+    /// to tell a peer that must send here. The channel as it is when its
+    /// endpoint names a port; `None` while the port cannot be known.
+    pub fn resolved_channel(&self) -> Option<String> {
+        let uri = sulis_protocol::uri::ChannelUri::parse(&self.channel).ok()?;
+        let Some(host) = uri.get("endpoint").and_then(|e| e.strip_suffix(":0")) else {
+            return Some(self.channel.clone());
+        };
+        let endpoint = format!("{host}:0");
+        let bound = self.local_socket_addresses().into_iter().next()?;
+        let port = bound.rsplit(':').next()?;
+        Some(self.channel.replacen(
+            &format!("endpoint={endpoint}"),
+            &format!("endpoint={host}:{port}"),
+            1,
+        ))
+    }
+
     /// True when closed (or the client failed).
     pub fn is_closed(&self) -> bool {
         self.closed || self.shared.closed.load(Ordering::Acquire)

@@ -26,6 +26,14 @@ pub mod type_id {
     pub const RECEIVER_POSITION: i32 = 5;
     /// Sender limit.
     pub const SENDER_LIMIT: i32 = 9;
+    /// A receive channel endpoint's status (value: [`super::channel_status`]);
+    /// key: the channel (length-prefixed); label `rcv-channel: CHANNEL`.
+    pub const RECEIVE_CHANNEL_STATUS: i32 = 7;
+    /// The local address a receive channel endpoint is bound to, once its
+    /// status is ACTIVE; key: the channel status counter id (i32), the
+    /// address's length (i32) and the address (`host:port`), Aeron's
+    /// `LocalSocketAddressStatus`; label `rcv-local-sockaddr: ID ADDRESS`.
+    pub const LOCAL_SOCKET_ADDRESS: i32 = 14;
     /// Client heartbeat (epoch ms).
     pub const CLIENT_HEARTBEAT: i32 = 11;
     /// Publisher position (sampled).
@@ -65,6 +73,35 @@ pub mod type_id {
     pub const SULIS_ARCHIVE_DIRECTORY: i32 = 9100;
 }
 
+/// Values of a channel status counter (Aeron's `ChannelEndpointStatus`).
+pub mod channel_status {
+    /// Being set up.
+    pub const INITIALIZING: i64 = 0;
+    /// Bound and working.
+    pub const ACTIVE: i64 = 1;
+    /// Closing.
+    pub const CLOSING: i64 = 2;
+    /// Failed (see the driver's error log).
+    pub const ERRORED: i64 = -1;
+}
+
+/// The key of a local socket address counter: the channel status counter
+/// id, then the address as a length-prefixed string.
+pub fn local_socket_address_key(channel_status_id: i32, address: &str) -> Vec<u8> {
+    let mut key = channel_status_id.to_le_bytes().to_vec();
+    key.extend_from_slice(&(address.len() as i32).to_le_bytes());
+    key.extend_from_slice(address.as_bytes());
+    key
+}
+
+/// Reads a local socket address counter's key: (channel status id, address).
+pub fn parse_local_socket_address_key(key: &[u8]) -> Option<(i32, String)> {
+    let id = i32::from_le_bytes(key.get(0..4)?.try_into().ok()?);
+    let n = i32::from_le_bytes(key.get(4..8)?.try_into().ok()?);
+    let address = key.get(8..8 + usize::try_from(n).ok()?)?;
+    Some((id, String::from_utf8_lossy(address).into_owned()))
+}
+
 /// Every counter type id with its short name, as tools print it.
 pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (SYSTEM_COUNTER_TYPE_ID, "system"),
@@ -74,6 +111,8 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::SUBSCRIBER_POSITION, "sub-pos"),
     (type_id::RECEIVER_POSITION, "rcv-pos"),
     (type_id::SENDER_LIMIT, "snd-lmt"),
+    (type_id::RECEIVE_CHANNEL_STATUS, "rcv-channel"),
+    (type_id::LOCAL_SOCKET_ADDRESS, "rcv-local-sockaddr"),
     (type_id::CLIENT_HEARTBEAT, "client-heartbeat"),
     (type_id::PUBLISHER_POSITION, "pub-pos"),
     (type_id::ARCHIVE_RECORDING_POSITION, "rec-pos"),
@@ -425,8 +464,15 @@ mod tests {
         for &(t, _) in COUNTER_TYPES {
             assert_eq!(
                 is_stream_counter_type(t),
-                t != SYSTEM_COUNTER_TYPE_ID && t != type_id::CLIENT_HEARTBEAT && t < 100,
-                "type {t}: stream counters are the driver's (archive types start at 100)"
+                t < 100
+                    && ![
+                        SYSTEM_COUNTER_TYPE_ID,
+                        type_id::CLIENT_HEARTBEAT,
+                        type_id::RECEIVE_CHANNEL_STATUS,
+                        type_id::LOCAL_SOCKET_ADDRESS
+                    ]
+                    .contains(&t),
+                "type {t}: stream counters are the driver's (archive types start at 100); client and channel counters are not stream counters"
             );
         }
     }

@@ -692,6 +692,20 @@ impl PySubscription {
         self.registration_id
     }
 
+    /// The channel with the port its driver bound in place of an
+    /// ``endpoint=host:0`` (Aeron's ``tryResolveChannelEndpointPort``): what
+    /// a peer that must send here is told. The channel itself when its
+    /// endpoint names a port; ``None`` while the port is not known.
+    fn resolved_channel(&self) -> PyResult<Option<String>> {
+        self.with_sub(|s| Ok(s.resolved_channel()))
+    }
+
+    /// The addresses (``host:port``) this subscription's UDP endpoint is
+    /// bound to, from the driver's counters (Aeron's ``localSocketAddresses``).
+    fn local_socket_addresses(&self) -> PyResult<Vec<String>> {
+        self.with_sub(|s| Ok(s.local_socket_addresses()))
+    }
+
     /// True once closed.
     #[getter]
     fn is_closed(&self) -> bool {

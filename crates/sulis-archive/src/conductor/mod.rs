@@ -2673,6 +2673,12 @@ fn usable_space(dir: &Path) -> Option<u64> {
 /// archive's control term length (unless the client set one) and sparse files.
 fn response_publication_channel(channel: &str, ctx: &ArchiveContext) -> Result<String, String> {
     let uri = sulis_protocol::uri::ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+    if uri.get("endpoint").is_some_and(|e| e.ends_with(":0")) {
+        return Err(
+            "its endpoint names port 0: a client must send the port its driver bound (Aeron's and sulis's clients do)"
+                .into(),
+        );
+    }
     let mut out = channel.to_string();
     let mut add = |k: &str, v: String| {
         if uri.get(k).is_none() {

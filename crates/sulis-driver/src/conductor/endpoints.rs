@@ -10,6 +10,7 @@ use crate::receiver::ReceiverCommand;
 use crate::sender::SenderCommand;
 use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
+use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::error_code;
 use sulis_protocol::uri::ChannelUri;
 
@@ -24,6 +25,10 @@ pub(super) struct EndpointEntry {
     pub(super) rcv_wnd: Option<usize>,
     /// `reliable` of the first subscription's channel (images NAK or pad over gaps).
     pub(super) reliable: bool,
+    /// A receive endpoint's channel status counter (Aeron's type 7; `NULL_COUNTER_ID` for a send endpoint).
+    pub(super) status_counter_id: i32,
+    /// Counters freed with the endpoint: its status and local address.
+    pub(super) counters: Vec<i32>,
 }
 
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
@@ -72,6 +77,52 @@ impl DriverConductor {
         Ok((id, transport, rcvbuf))
     }
 
+    /// The status and local address counters of a receive endpoint bound
+    /// at `local` for `channel` (Aeron's `ReceiveChannelStatus` and
+    /// `ReceiveLocalSocketAddress`): a subscription learns from them which
+    /// port an `endpoint=host:0` channel got. Returns the status counter
+    /// id and every counter allocated (`NULL_COUNTER_ID` and none when the
+    /// counters are full: the channel works, its port cannot be looked up).
+    pub(super) fn receive_endpoint_counters(
+        &mut self,
+        channel: &str,
+        local: SocketAddr,
+    ) -> (i32, Vec<i32>) {
+        use sulis_protocol::counters::{channel_status, local_socket_address_key, type_id};
+        let now_ms = self.clock.epoch_ms();
+        let mut key = (channel.len().min(100) as i32).to_le_bytes().to_vec();
+        key.extend_from_slice(&channel.as_bytes()[..channel.len().min(100)]);
+        let Ok(status) = self.counters.allocate(
+            type_id::RECEIVE_CHANNEL_STATUS,
+            &key,
+            &format!("rcv-channel: {channel}"),
+            0,
+            0,
+            0,
+            now_ms,
+        ) else {
+            return (NULL_COUNTER_ID, Vec::new());
+        };
+        self.counters
+            .set_counter_value(status, channel_status::ACTIVE);
+        let address = local.to_string();
+        let mut ids = vec![status];
+        if let Ok(addr) = self.counters.allocate(
+            type_id::LOCAL_SOCKET_ADDRESS,
+            &local_socket_address_key(status, &address),
+            &format!("rcv-local-sockaddr: {status} {address}"),
+            0,
+            0,
+            0,
+            now_ms,
+        ) {
+            self.counters
+                .set_counter_value(addr, channel_status::ACTIVE);
+            ids.push(addr);
+        }
+        (status, ids)
+    }
+
     /// Closes a receive endpoint once no subscription and no image (active or
     /// lingering) uses it. Until then a subscription on the same address
     /// takes it up again rather than trying to bind a second socket there.
@@ -92,6 +143,10 @@ impl DriverConductor {
             return;
         }
         let entry = self.receive_endpoints.swap_remove(i);
+        let now_ms = self.clock.epoch_ms();
+        for &id in &entry.counters {
+            self.counters.free(id, now_ms);
+        }
         self.closing_receive_endpoints.push((entry.id, entry.key));
         let _ = self
             .net

@@ -105,6 +105,8 @@ impl DriverConductor {
                     rcvbuf,
                     rcv_wnd: None,
                     reliable: true,
+                    status_counter_id: NULL_COUNTER_ID,
+                    counters: Vec::new(),
                 });
                 id
             }

@@ -249,7 +249,13 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
-        let key = udp.canonical.clone();
+        // An `endpoint=host:0` channel asks for a port of its own: never shared.
+        let ephemeral = udp.endpoint.is_some_and(|e| e.port() == 0);
+        let key = if ephemeral {
+            format!("{}#{}", udp.canonical, correlation_id)
+        } else {
+            udp.canonical.clone()
+        };
         if self
             .closing_receive_endpoints
             .iter()
@@ -266,36 +272,41 @@ impl DriverConductor {
             });
             return Ok(());
         }
-        let endpoint_id = match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
-            Some(e) => {
-                if e.ref_count == 0 {
-                    // Kept open only for lingering images: the new
-                    // subscription's settings apply from now on.
-                    e.rcv_wnd = p.rcv_wnd.map(|w| w as usize);
-                    e.reliable = p.reliable.unwrap_or(true);
+        let (endpoint_id, status_counter_id) =
+            match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
+                Some(e) => {
+                    if e.ref_count == 0 {
+                        // Kept open only for lingering images: the new
+                        // subscription's settings apply from now on.
+                        e.rcv_wnd = p.rcv_wnd.map(|w| w as usize);
+                        e.reliable = p.reliable.unwrap_or(true);
+                    }
+                    e.ref_count += 1;
+                    (e.id, e.status_counter_id)
                 }
-                e.ref_count += 1;
-                e.id
-            }
-            None => {
-                let bind = udp.endpoint.expect("checked by resolve_udp");
-                let (id, transport, rcvbuf) =
-                    self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?;
-                let _ = self
-                    .net
-                    .receiver
-                    .send(ReceiverCommand::AddEndpoint { id, transport });
-                self.receive_endpoints.push(EndpointEntry {
-                    id,
-                    key,
-                    ref_count: 1,
-                    rcvbuf,
-                    rcv_wnd: p.rcv_wnd.map(|w| w as usize),
-                    reliable: p.reliable.unwrap_or(true),
-                });
-                id
-            }
-        };
+                None => {
+                    let bind = udp.endpoint.expect("checked by resolve_udp");
+                    let (id, transport, rcvbuf) =
+                        self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?;
+                    let (status_counter_id, counters) =
+                        self.receive_endpoint_counters(channel, transport.local_addr());
+                    let _ = self
+                        .net
+                        .receiver
+                        .send(ReceiverCommand::AddEndpoint { id, transport });
+                    self.receive_endpoints.push(EndpointEntry {
+                        id,
+                        key,
+                        ref_count: 1,
+                        rcvbuf,
+                        rcv_wnd: p.rcv_wnd.map(|w| w as usize),
+                        reliable: p.reliable.unwrap_or(true),
+                        status_counter_id,
+                        counters,
+                    });
+                    (id, status_counter_id)
+                }
+            };
         let _ = self.net.receiver.send(ReceiverCommand::AddSubscription {
             endpoint_id,
             stream_id,
@@ -313,7 +324,7 @@ impl DriverConductor {
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
-            channel_status_counter_id: NULL_COUNTER_ID,
+            channel_status_counter_id: status_counter_id,
         });
         let si = self.subscriptions.len() - 1;
         let images: Vec<Arc<PublicationImage>> = self
