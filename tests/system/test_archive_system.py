@@ -883,3 +883,41 @@ def test_recording_events_tell_start_progress_and_stop_when_enabled(driver, clie
         assert positions == sorted(positions) and positions[-1] == d.stop_position
         assert (stopped.kind, stopped.position) == ("stopped", d.stop_position)
         assert archive.errors() == []
+
+
+def test_clients_on_the_shared_ipc_response_stream_hold_each_other_back_no_more(client, archive):
+    """Every client answered on aeron:ipc stream 20: one that stays connected and never reads
+    used to hold back the others' answers once its window filled. Each client's channels now
+    carry a session id of its own (as Aeron's client does)."""
+    with sulis.ArchiveClient(client) as busy, sulis.ArchiveClient(client) as idle:
+        d = record(busy, client, "aeron:ipc", 1001, 10)
+        for _ in range(1500):  # ~400 KB of answers, many windows' worth
+            assert busy.list_recordings() == [d]
+        assert idle.list_recordings() == [d], "the idle one is still served"
+
+
+def test_more_replays_than_the_limit_wait_their_turn_and_the_rest_of_the_protocol(driver, client, archive_dir):
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, max_concurrent_replays=2) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        d = record(ac, client, "aeron:ipc?alias=many", 1001, 300)
+        # Six replays at once against a limit of two: each waits for a slot, none is refused.
+        subs = [ac.replay(d.recording_id, "aeron:ipc", 3000 + i) for i in range(6)]
+        for sub in subs:
+            assert receive(sub, 300) == [message(i) for i in range(300)]
+        # Recording subscriptions are listed, by stream and channel fragment.
+        sub_id = ac.start_recording("aeron:ipc?alias=listed", 1002)
+        assert ac.list_recording_subscriptions(channel="alias=listed") == [(sub_id, 1002, "aeron:ipc?alias=listed")]
+        assert ac.list_recording_subscriptions(channel="alias=listed", stream_id=7) == []
+        ac.stop_recording_subscription(sub_id)
+        # The last recording of a session and stream.
+        assert ac.find_last_matching_recording(0, "alias=many", 1001, d.session_id) == d.recording_id
+        assert ac.find_last_matching_recording(0, "alias=many", 1001, d.session_id + 1) == -1
+        # A stopped recording listed under another channel, found by it afterwards.
+        ac.update_channel(d.recording_id, "aeron:ipc?alias=renamed")
+        (renamed,) = ac.list_recordings_for_uri("alias=renamed", 1001)
+        assert renamed.recording_id == d.recording_id and renamed.original_channel == "aeron:ipc?alias=renamed"
+        # Follow-mode replays stopped all at once; keep-alive is answered by nothing.
+        ac.keep_alive()
+        ac.stop_all_replays(d.recording_id)
+        assert ac.list_recording(d.recording_id).stop_position == d.stop_position
+        assert archive.errors() == []

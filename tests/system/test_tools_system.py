@@ -25,6 +25,7 @@ import sulis
 from conftest import CLI, COUNTER_TYPE, await_until, clean_env, connected_pair
 from conftest import free_udp_port as free_port  # the tests' one port helper
 from conftest import run_cli as run
+from sulis._native import is_stream_counter_type
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -388,7 +389,7 @@ def test_streams_a_udp_stream_within_one_driver_is_one_stream(driver, client):
                                                     "sub-pos"}
     assert all(c["channel"] == channel for c in stream_counters)
     key_channels = {c["key"][20:20 + int.from_bytes(c["key"][16:20], "little")]
-                    for c in sulis.CountersReader(driver.dir).counters() if c["type_id"] != 0 and c["type_id"] != 11}
+                    for c in sulis.CountersReader(driver.dir).counters() if is_stream_counter_type(c["type_id"])}
     assert key_channels == {channel.encode()[:92]}
 
 

@@ -5,7 +5,8 @@ use crate::context::ArchiveContext;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use sulis_concurrent::agent::{run_agents, Agent, NanoClock, TrackedAgent};
+use sulis_concurrent::idle::IdleStrategy;
 
 /// What the archive thread shares with its owner.
 #[derive(Default)]
@@ -13,6 +14,37 @@ struct Shared {
     errors: Mutex<Vec<String>>,
     error_count: AtomicU64,
     archive_id: AtomicI64,
+}
+
+/// The conductor as its thread runs it: after each duty cycle with new
+/// errors, they are copied where the archive's owner reads them.
+struct SharingErrors {
+    conductor: ArchiveConductor,
+    shared: Arc<Shared>,
+    seen: u64,
+}
+
+impl SharingErrors {
+    fn share(&mut self) {
+        self.seen = self.conductor.error_count();
+        self.shared.error_count.store(self.seen, Ordering::Release);
+        *self.shared.errors.lock().unwrap() = self.conductor.errors().to_vec();
+    }
+}
+
+impl Agent for SharingErrors {
+    fn do_work(&mut self) -> usize {
+        let work = self.conductor.do_work();
+        if self.conductor.error_count() != self.seen {
+            self.share();
+        }
+        work
+    }
+
+    fn on_close(&mut self) {
+        self.conductor.close();
+        self.share();
+    }
 }
 
 /// An archive running on its own thread until closed or dropped.
@@ -35,42 +67,25 @@ impl Archive {
         ctx: ArchiveContext,
         authoriser: Box<dyn crate::auth::Authoriser>,
     ) -> Result<Archive, String> {
-        let mut conductor = ArchiveConductor::with_authoriser(ctx.clone(), authoriser)?;
+        let conductor = ArchiveConductor::with_authoriser(ctx.clone(), authoriser)?;
         let shared = Arc::new(Shared::default());
         shared
             .archive_id
             .store(conductor.archive_id(), Ordering::Release);
         let running = Arc::new(AtomicBool::new(true));
         let (r, s) = (running.clone(), shared.clone());
+        let tracker = conductor.duty_cycle_tracker();
+        let agent = SharingErrors {
+            conductor,
+            shared: shared.clone(),
+            seen: 0,
+        };
         let thread = std::thread::Builder::new()
             .name("sulis-archive".into())
             .spawn(move || {
                 let run = std::panic::AssertUnwindSafe(|| {
-                    let mut idle = 0u32;
-                    let mut seen = 0u64;
-                    while r.load(Ordering::Acquire) {
-                        let work = conductor.do_work();
-                        if conductor.error_count() != seen {
-                            seen = conductor.error_count();
-                            s.error_count.store(seen, Ordering::Release);
-                            *s.errors.lock().unwrap() = conductor.errors().to_vec();
-                        }
-                        if work > 0 {
-                            idle = 0;
-                        } else {
-                            // Spin briefly, then yield, then sleep a little.
-                            idle = idle.saturating_add(1);
-                            if idle < 100 {
-                                std::hint::spin_loop();
-                            } else if idle < 200 {
-                                std::thread::yield_now();
-                            } else {
-                                std::thread::sleep(Duration::from_micros(500));
-                            }
-                        }
-                    }
-                    conductor.close();
-                    *s.errors.lock().unwrap() = conductor.errors().to_vec();
+                    let agents: Vec<TrackedAgent> = vec![(Box::new(agent), tracker)];
+                    run_agents(agents, IdleStrategy::backoff(), r, NanoClock::new());
                 });
                 if let Err(panic) = std::panic::catch_unwind(run) {
                     // A bug, not a condition: the archive stops and says so

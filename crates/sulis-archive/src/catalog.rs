@@ -18,6 +18,7 @@
 //! `length` bytes after the 32-byte entry header.
 
 use crate::checksum::Checksum;
+use crate::segment::{recover_stop_position, Geometry};
 use memmap2::MmapMut;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -27,7 +28,7 @@ use sulis_protocol::archive::catalog::{
     decode_entry, descriptor, encode_entry, entry, entry_length, CatalogEntry, CatalogError,
     CatalogHeader, CATALOG_FILE, CATALOG_HEADER_LENGTH,
 };
-use sulis_protocol::archive::messages::{recording_state, RecordingDescriptor};
+use sulis_protocol::archive::messages::{recording_state, RecordingDescriptor, NULL_VALUE};
 
 /// An open catalog.
 pub struct Catalog {
@@ -403,6 +404,93 @@ impl Catalog {
         Ok(())
     }
 
+    /// Recovers recordings an earlier run did not stop (killed
+    /// mid-recording): each one's stop position becomes the end of its last
+    /// whole frame ([`recover_stop_position`]: this run's checksum setting
+    /// only helps prove a last frame whole). Returns what it found to report
+    /// (a cut torn frame, a recording whose files cannot be read); fails
+    /// only when a recovered stop position cannot be written.
+    pub fn recover(
+        &mut self,
+        dir: &Path,
+        checksum: Option<Checksum>,
+    ) -> Result<Vec<String>, String> {
+        let mut found = Vec::new();
+        for e in self.entries() {
+            let d = e.descriptor;
+            if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
+                continue;
+            }
+            match recover_stop_position(dir, Geometry::of(&d), d.start_position, checksum) {
+                Ok(r) => {
+                    if let Some(why) = r.torn {
+                        found.push(format!("recording {}: {why}", d.recording_id));
+                    }
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |t| t.as_millis() as i64);
+                    self.record_stop(d.recording_id, r.stop_position, now_ms)
+                        .map_err(|e| {
+                            format!(
+                                "recording {}: cannot record its recovered stop position: {e}",
+                                d.recording_id
+                            )
+                        })?;
+                }
+                Err(err) => found.push(format!(
+                    "recording {}: cannot recover its stop position: {err}",
+                    d.recording_id
+                )),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Replaces recording `id`'s original and stripped channels (Aeron's
+    /// UpdateChannel). An entry that grows moves every later entry along
+    /// (Aeron's `replaceRecording`); a shorter one keeps its length, padded.
+    pub fn replace_channels(
+        &mut self,
+        id: i64,
+        original: &str,
+        stripped: &str,
+    ) -> Result<(), CatalogError> {
+        let offset = self.offset_of(id)?;
+        let old = decode_entry(&self.map, offset)
+            .map_err(|e| CatalogError { message: e.message })?
+            .ok_or_else(|| CatalogError {
+                message: format!("recording {id}: its catalog entry is gone"),
+            })?;
+        let d = RecordingDescriptor {
+            original_channel: original.into(),
+            stripped_channel: stripped.into(),
+            ..old.descriptor
+        };
+        let mut bytes = encode_entry(&d, old.state, self.header.alignment);
+        if bytes.len() > old.frame_length {
+            let delta = bytes.len() - old.frame_length;
+            self.ensure_room(delta)?;
+            let (from, end) = (offset + old.frame_length, self.end);
+            self.map.copy_within(from..end, from + delta);
+            for o in self.index.values_mut().filter(|o| **o > offset) {
+                *o += delta;
+            }
+            self.end += delta;
+        } else {
+            // Same length as before: the rest is padding.
+            let length = (old.frame_length
+                - sulis_protocol::archive::catalog::DESCRIPTOR_HEADER_LENGTH)
+                as i32;
+            bytes[..4].copy_from_slice(&length.to_le_bytes());
+            bytes.resize(old.frame_length, 0);
+        }
+        self.map[offset + 4..offset + bytes.len()].copy_from_slice(&bytes[4..]);
+        self.map[offset..offset + 4].copy_from_slice(&bytes[..4]);
+        self.seal(offset)?;
+        let end = self.end;
+        self.sync(offset, end - offset)
+    }
+
     /// Flushes everything to the file.
     pub fn flush(&self) -> io::Result<()> {
         self.map.flush()
@@ -708,6 +796,35 @@ mod tests {
             3,
             "its id is not given again"
         );
+    }
+
+    #[test]
+    fn should_replace_a_channel_moving_the_entries_after_a_grown_one() {
+        let dir = TempDir::new("replace");
+        let mut c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        for i in 0..3 {
+            c.add_recording(descriptor(i, "aeron:ipc")).unwrap();
+        }
+        let long = format!(
+            "aeron:udp?endpoint=localhost:40123|alias={}",
+            "y".repeat(200)
+        );
+        c.replace_channels(1, &long, &long).unwrap();
+        c.replace_channels(2, "aeron:ipc?a=1", "aeron:ipc").unwrap();
+        assert_eq!(c.recording(1).unwrap().original_channel, long);
+        assert_eq!(c.recording(2).unwrap().original_channel, "aeron:ipc?a=1");
+        assert_eq!(
+            c.recording(2).unwrap().stream_id,
+            2,
+            "the entry after it moved whole"
+        );
+        c.add_recording(descriptor(3, "aeron:ipc")).unwrap();
+        drop(c);
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!(c.valid_ids_from(0), vec![0, 1, 2, 3]);
+        assert_eq!(c.recording(1).unwrap().stripped_channel, long);
+        assert_eq!(c.recording(3).unwrap().stream_id, 3);
     }
 
     #[test]

@@ -138,6 +138,42 @@ impl From<ClientError> for ArchiveError {
 /// A recording signal (start, stop, extend, ...).
 pub type RecordingSignal = RecordingSignalEvent;
 
+/// Puts one `session-id=` on the request and response channels, as Aeron's
+/// client does, unless either names one already: the client's response
+/// stream is then its own, so on a response stream shared by many clients
+/// (IPC stream 20 by default) one that is slow or idle holds back nobody
+/// else's answers.
+fn pin_session_id(ctx: &mut ArchiveClientContext) -> Result<(), ArchiveError> {
+    use sulis_protocol::uri::ChannelUri;
+    let parse = |c: &str, what: &str| {
+        ChannelUri::parse(c).map_err(|e| ArchiveError::Client(format!("{what} '{c}': {e}")))
+    };
+    let request = parse(&ctx.control_request_channel, "control request channel")?;
+    let response = parse(&ctx.control_response_channel, "control response channel")?;
+    if request.get("session-id").is_some()
+        || response.get("session-id").is_some()
+        || response.get("control-mode") == Some("response")
+    {
+        return Ok(());
+    }
+    // Outside the range a driver gives out by itself, and the range it
+    // keeps for set ids (Aeron's reserved -1..=1000 by default).
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 17)
+        ^ (ctx as *const ArchiveClientContext as u64);
+    let mixed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
+    let session_id = 1_000_001 + (mixed % (i32::MAX as u64 - 2_000_000)) as i32;
+    let pin = |c: &str| {
+        let sep = if c.contains('?') { '|' } else { '?' };
+        format!("{c}{sep}session-id={session_id}")
+    };
+    ctx.control_request_channel = pin(&ctx.control_request_channel);
+    ctx.control_response_channel = pin(&ctx.control_response_channel);
+    Ok(())
+}
+
 /// A connected control session.
 pub struct ArchiveClient {
     ctx: ArchiveClientContext,
@@ -167,8 +203,9 @@ impl ArchiveClient {
     /// Connects a control session.
     pub fn connect(
         client: &Client,
-        ctx: ArchiveClientContext,
+        mut ctx: ArchiveClientContext,
     ) -> Result<ArchiveClient, ArchiveError> {
+        pin_session_id(&mut ctx)?;
         let responses = client.add_subscription(
             &ctx.control_response_channel,
             ctx.control_response_stream_id,
@@ -717,6 +754,154 @@ impl ArchiveClient {
             }
             .encode()
         })
+    }
+
+    /// Stops every replay of `recording_id` (−1: of every recording).
+    pub fn stop_all_replays(&mut self, recording_id: i64) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            StopAllReplaysRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// The highest recording id from `min_recording_id` on of `stream_id`,
+    /// session `session_id`, on a channel containing `channel` (−1: none).
+    pub fn find_last_matching_recording(
+        &mut self,
+        min_recording_id: i64,
+        channel: &str,
+        stream_id: i32,
+        session_id: i32,
+    ) -> Result<i64, ArchiveError> {
+        self.call(|c, k| {
+            FindLastMatchingRecordingRequest {
+                control_session_id: c,
+                correlation_id: k,
+                min_recording_id,
+                session_id,
+                stream_id,
+                channel: channel.into(),
+            }
+            .encode()
+        })
+    }
+
+    /// Tells the archive the client is alive (nothing is answered).
+    pub fn keep_alive(&mut self) -> Result<(), ArchiveError> {
+        self.request(|c, k| {
+            KeepAliveRequest {
+                control_session_id: c,
+                correlation_id: k,
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Changes the channel a recording is listed under (its original and
+    /// stripped channel): for a recording whose stream moved.
+    pub fn update_channel(&mut self, recording_id: i64, channel: &str) -> Result<(), ArchiveError> {
+        self.call(|c, k| {
+            UpdateChannelRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+                channel: channel.into(),
+            }
+            .encode()
+        })
+        .map(|_| ())
+    }
+
+    /// Up to `count` of the archive's recording subscriptions from
+    /// `pseudo_index` on, of `stream_id` if given, whose channel contains
+    /// `channel`: (subscription id, stream id, stripped channel) each.
+    pub fn list_recording_subscriptions(
+        &mut self,
+        pseudo_index: i32,
+        count: i32,
+        channel: &str,
+        stream_id: Option<i32>,
+    ) -> Result<Vec<RecordingSubscriptionDescriptor>, ArchiveError> {
+        let k = self.request(|c, k| {
+            ListRecordingSubscriptionsRequest {
+                control_session_id: c,
+                correlation_id: k,
+                pseudo_index,
+                subscription_count: count,
+                apply_stream_id: if stream_id.is_some() {
+                    boolean_type::TRUE
+                } else {
+                    boolean_type::FALSE
+                },
+                stream_id: stream_id.unwrap_or(0),
+                channel: channel.into(),
+            }
+            .encode()
+        })?;
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        let mut out = Vec::new();
+        while out.len() < count.max(0) as usize {
+            let m = self.next_message(deadline, "the archive's recording subscriptions")?;
+            let Ok(h) = Header::decode(&m) else { continue };
+            let protocol =
+                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+            match h.template_id {
+                RecordingSubscriptionDescriptor::TEMPLATE_ID => {
+                    let d = RecordingSubscriptionDescriptor::decode(&m).map_err(protocol)?;
+                    if d.control_session_id == self.control_session_id && d.correlation_id == k {
+                        out.push(d);
+                    }
+                }
+                ControlResponse::TEMPLATE_ID => {
+                    let r = ControlResponse::decode(&m).map_err(protocol)?;
+                    if r.control_session_id != self.control_session_id || r.correlation_id != k {
+                        self.backlog_other(m);
+                        continue;
+                    }
+                    return match r.code {
+                        response_code::SUBSCRIPTION_UNKNOWN => Ok(out),
+                        _ => Err(ArchiveError::Archive {
+                            code: r.relevant_id,
+                            message: r.error_message,
+                        }),
+                    };
+                }
+                _ => self.backlog_other(m),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A message read while waiting for something else that others may
+    /// want (signals, errors about earlier requests).
+    fn backlog_other(&mut self, m: Vec<u8>) {
+        let Ok(h) = Header::decode(&m) else { return };
+        match h.template_id {
+            RecordingSignalEvent::TEMPLATE_ID => {
+                if let Ok(s) = RecordingSignalEvent::decode(&m) {
+                    if s.control_session_id == self.control_session_id {
+                        self.signals.push_back(s);
+                    }
+                }
+            }
+            ControlResponse::TEMPLATE_ID => {
+                if let Ok(r) = ControlResponse::decode(&m) {
+                    if r.control_session_id == self.control_session_id
+                        && r.code == response_code::ERROR
+                    {
+                        self.errors
+                            .push_back((r.correlation_id, r.relevant_id, r.error_message));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Stops a replay.

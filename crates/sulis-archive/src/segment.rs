@@ -637,13 +637,13 @@ pub fn recover_stop_position(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG};
 
-    struct TempDir(PathBuf);
+    pub(crate) struct TempDir(pub(crate) PathBuf);
     impl TempDir {
-        fn new(name: &str) -> TempDir {
+        pub(crate) fn new(name: &str) -> TempDir {
             let p =
                 std::env::temp_dir().join(format!("sulis-segment-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&p);
@@ -657,10 +657,10 @@ mod tests {
         }
     }
 
-    const TERM: i64 = 64 * 1024;
+    pub(crate) const TERM: i64 = 64 * 1024;
 
     /// Zeroes the length of the frame at `position`, as a crash mid-write leaves it.
-    fn tear(dir: &Path, g: Geometry, position: i64) {
+    pub(crate) fn tear(dir: &Path, g: Geometry, position: i64) {
         let base = g.base_of(position);
         let file = OpenOptions::new()
             .write(true)
@@ -670,7 +670,7 @@ mod tests {
             .unwrap();
     }
 
-    fn geometry(start: i64) -> Geometry {
+    pub(crate) fn geometry(start: i64) -> Geometry {
         Geometry {
             recording_id: 4,
             start_position: start,
@@ -681,7 +681,7 @@ mod tests {
     }
 
     /// One DATA frame of `payload` bytes at `position`, as a log holds it.
-    fn frame(g: &Geometry, position: i64, payload: usize, fill: u8) -> Vec<u8> {
+    pub(crate) fn frame(g: &Geometry, position: i64, payload: usize, fill: u8) -> Vec<u8> {
         let len = DATA_HEADER_LENGTH + payload;
         let mut f = vec![0u8; align_frame(len)];
         f[0..4].copy_from_slice(&(len as i32).to_le_bytes());
@@ -707,7 +707,7 @@ mod tests {
 
     /// Writes frames of `payload` bytes from `start` until `until`, padding
     /// each term's end; returns every frame written with its position.
-    fn record(
+    pub(crate) fn record(
         dir: &Path,
         g: Geometry,
         start: i64,

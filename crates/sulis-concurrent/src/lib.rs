@@ -6,6 +6,7 @@
 //! broadcast buffer that carries driver events back, counters and the error log.
 //! The layouts are Aeron's (see docs/protocol.md), so Aeron's tools can read them.
 
+pub mod agent;
 pub mod atomic_buffer;
 pub mod broadcast;
 pub mod cnc;

@@ -9,7 +9,7 @@
 //! drop(driver); // stops the agents
 //! ```
 
-use crate::agent::{run_agents, Agent, DutyCycleTracker, NanoClock, TrackedAgent};
+use crate::agent::{duty_cycle_tracker, run_agents, Agent, NanoClock, TrackedAgent};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
 use crate::loss::NAK_RETRY_ADAPTIVE_MAX_NS;
@@ -218,7 +218,7 @@ impl MediaDriver {
         let running = Arc::new(AtomicBool::new(true));
         let idle = ctx.idle_strategy;
         let tracked = |agent: Box<dyn Agent>, max, exceeded, threshold_ns: u64| {
-            let tracker = DutyCycleTracker::new(&system, max, exceeded, threshold_ns as i64);
+            let tracker = duty_cycle_tracker(&system, max, exceeded, threshold_ns as i64);
             (agent, tracker)
         };
         let conductor = tracked(

@@ -515,6 +515,59 @@ impl PyArchiveClient {
         self.call(py, |s| s.stop_replay(replay_session_id))
     }
 
+    /// Stops every replay of a recording (-1: of every recording).
+    #[pyo3(signature = (recording_id=-1))]
+    fn stop_all_replays(&self, py: Python<'_>, recording_id: i64) -> PyResult<()> {
+        self.call(py, |s| s.stop_all_replays(recording_id))
+    }
+
+    /// The highest recording id from `min_recording_id` on of the stream and
+    /// session on a channel containing `channel` (-1: none).
+    #[pyo3(signature = (min_recording_id, channel, stream_id, session_id))]
+    fn find_last_matching_recording(
+        &self,
+        py: Python<'_>,
+        min_recording_id: i64,
+        channel: String,
+        stream_id: i32,
+        session_id: i32,
+    ) -> PyResult<i64> {
+        self.call(py, |s| {
+            s.find_last_matching_recording(min_recording_id, &channel, stream_id, session_id)
+        })
+    }
+
+    /// Tells the archive this client is alive (nothing is answered).
+    fn keep_alive(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, |s| s.keep_alive())
+    }
+
+    /// Lists a stopped recording under another channel.
+    fn update_channel(&self, py: Python<'_>, recording_id: i64, channel: String) -> PyResult<()> {
+        self.call(py, |s| s.update_channel(recording_id, &channel))
+    }
+
+    /// The archive's recording subscriptions: (subscription id, stream id,
+    /// stripped channel) each, from `pseudo_index` on, at most `count`, of
+    /// `stream_id` if given, on a channel containing `channel`.
+    #[pyo3(signature = (pseudo_index=0, count=100, channel=String::new(), stream_id=None))]
+    fn list_recording_subscriptions(
+        &self,
+        py: Python<'_>,
+        pseudo_index: i32,
+        count: i32,
+        channel: String,
+        stream_id: Option<i32>,
+    ) -> PyResult<Vec<(i64, i32, String)>> {
+        let found = self.call(py, |s| {
+            s.list_recording_subscriptions(pseudo_index, count, &channel, stream_id)
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|d| (d.subscription_id, d.stream_id, d.stripped_channel))
+            .collect())
+    }
+
     #[pyo3(signature = (
         src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id=-1,
         stop_position=-1, replication_channel=String::new(), live_destination=String::new(),

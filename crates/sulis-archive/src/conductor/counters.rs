@@ -1,0 +1,128 @@
+//! The archive's own counters in its driver's CnC (Aeron's types 101 to
+//! 112): sessions, bytes written and read, and the times they took.
+
+use super::*;
+
+/// A duty cycle longer than this is counted (Aeron's archive default).
+pub(super) const CYCLE_TIME_THRESHOLD: Duration = Duration::from_secs(1);
+/// The archive's own counters, as Aeron's archive allocates them.
+#[derive(Default)]
+pub(super) struct ArchiveCounters {
+    pub(super) errors: Option<Counter>,
+    pub(super) control_sessions: Option<Counter>,
+    pub(super) recording_sessions: Option<Counter>,
+    pub(super) replay_sessions: Option<Counter>,
+    pub(super) write_bytes: Option<Counter>,
+    pub(super) read_bytes: Option<Counter>,
+    pub(super) max_cycle_time: Option<Counter>,
+    pub(super) cycle_time_exceeded: Option<Counter>,
+    pub(super) max_write_time: Option<Counter>,
+    pub(super) total_write_time: Option<Counter>,
+    pub(super) max_read_time: Option<Counter>,
+    pub(super) total_read_time: Option<Counter>,
+    /// sulis's: the directory, in the label (none when it does not fit one)
+    pub(super) _directory: Option<Counter>,
+}
+
+impl ArchiveCounters {
+    pub(super) fn new(
+        client: &Client,
+        archive_id: i64,
+        archive_dir: &std::path::Path,
+    ) -> ArchiveCounters {
+        let key = archive_id.to_le_bytes();
+        let add = |type_id: i32, label: &str| {
+            client
+                .add_counter(type_id, &key, &format!("{label} - archiveId={archive_id}"))
+                .ok()
+        };
+        // Announced only when the whole path fits a label: a truncated one would name another directory.
+        let dir = std::fs::canonicalize(archive_dir).unwrap_or_else(|_| archive_dir.to_path_buf());
+        let directory = dir
+            .to_str()
+            .map(|d| format!("Archive Directory - archiveId={archive_id} dir={d}"))
+            .filter(|label| label.len() <= sulis_concurrent::counters::MAX_LABEL_LENGTH)
+            .and_then(|label| {
+                client
+                    .add_counter(counter_type::SULIS_ARCHIVE_DIRECTORY, &key, &label)
+                    .ok()
+            });
+        if let Some(c) = &directory {
+            c.set(archive_id);
+        }
+        ArchiveCounters {
+            _directory: directory,
+            errors: add(counter_type::ARCHIVE_ERROR_COUNT, "Archive Errors"),
+            control_sessions: add(
+                counter_type::ARCHIVE_CONTROL_SESSIONS,
+                "Archive Control Sessions",
+            ),
+            recording_sessions: add(
+                counter_type::ARCHIVE_RECORDING_SESSIONS,
+                "Archive Recording Sessions",
+            ),
+            replay_sessions: add(
+                counter_type::ARCHIVE_REPLAY_SESSIONS,
+                "Archive Replay Sessions",
+            ),
+            write_bytes: add(
+                counter_type::ARCHIVE_RECORDER_TOTAL_WRITE_BYTES,
+                "archive-recorder total write bytes",
+            ),
+            read_bytes: add(
+                counter_type::ARCHIVE_REPLAYER_TOTAL_READ_BYTES,
+                "archive-replayer total read bytes",
+            ),
+            // One thread runs the conductor, recorder and replayer: SHARED.
+            max_cycle_time: add(
+                counter_type::ARCHIVE_MAX_CYCLE_TIME,
+                "archive-conductor max cycle time in ns: SHARED",
+            ),
+            cycle_time_exceeded: add(
+                counter_type::ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED,
+                &format!(
+                    "archive-conductor work cycle time exceeded count: threshold={}ns SHARED",
+                    CYCLE_TIME_THRESHOLD.as_nanos()
+                ),
+            ),
+            max_write_time: add(
+                counter_type::ARCHIVE_RECORDER_MAX_WRITE_TIME,
+                "archive-recorder max write time in ns",
+            ),
+            total_write_time: add(
+                counter_type::ARCHIVE_RECORDER_TOTAL_WRITE_TIME,
+                "archive-recorder total write time in ns",
+            ),
+            max_read_time: add(
+                counter_type::ARCHIVE_REPLAYER_MAX_READ_TIME,
+                "archive-replayer max read time in ns",
+            ),
+            total_read_time: add(
+                counter_type::ARCHIVE_REPLAYER_TOTAL_READ_TIME,
+                "archive-replayer total read time in ns",
+            ),
+        }
+    }
+
+    /// Adds one timed operation of `ns` to a total and a maximum.
+    pub(super) fn time(total: &Option<Counter>, max: &Option<Counter>, ns: i64) {
+        Self::add(total, ns);
+        if let Some(m) = max {
+            if ns > m.get() {
+                m.set(ns);
+            }
+        }
+    }
+
+    pub(super) fn set(c: &Option<Counter>, value: i64) {
+        if let Some(c) = c {
+            c.set(value);
+        }
+    }
+
+    pub(super) fn add(c: &Option<Counter>, delta: i64) {
+        if let Some(c) = c {
+            c.set(c.get() + delta);
+        }
+    }
+}
