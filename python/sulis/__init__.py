@@ -55,6 +55,7 @@ from ._native import (
 from .errors import (
     ActiveDriverError,
     ArchiveError,
+    ArchiveIOError,
     ClientTimeoutError,
     ClosedError,
     ConfigurationError,
@@ -75,6 +76,7 @@ __all__ = [
     "Archive",
     "ArchiveClient",
     "ArchiveError",
+    "ArchiveIOError",
     "Batch",
     "BatchColumn",
     "BufferClaim",

@@ -1,6 +1,7 @@
 """Exceptions raised by sulis.
 
-``SulisError`` is the base of all of them. Hot-path outcomes (back pressure,
+``SulisError`` is the base of all of them (``ArchiveIOError`` is an
+``OSError`` too). Hot-path outcomes (back pressure,
 not connected, admin action) are result codes returned by ``offer``, not
 exceptions.
 """
@@ -17,9 +18,17 @@ from ._native import (
     SulisError,
 )
 
+
+class ArchiveIOError(SulisError, OSError):
+    """A file of the archive could not be created, read or written (a full
+    disk, a permission): an ``OSError`` whose ``errno`` says why, as the
+    operating system did, and a ``SulisError``."""
+
+
 __all__ = [
     "ActiveDriverError",
     "ArchiveError",
+    "ArchiveIOError",
     "ClientTimeoutError",
     "ClosedError",
     "ConfigurationError",

@@ -4,6 +4,7 @@ requests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -921,3 +922,26 @@ def test_more_replays_than_the_limit_wait_their_turn_and_the_rest_of_the_protoco
         ac.stop_all_replays(d.recording_id)
         assert ac.list_recording(d.recording_id).stop_position == d.stop_position
         assert archive.errors() == []
+
+
+def test_an_archive_that_cannot_start_says_why_with_a_typed_error(driver, archive_dir, small_disk):
+    """A file that fails is an ArchiveIOError, both an OSError with its errno and a SulisError; a
+    directory another archive runs in, or a wrong setting, is not."""
+    import errno
+
+    blocker = os.path.join(archive_dir, "a-file")
+    open(blocker, "w").close()
+    with pytest.raises(sulis.ArchiveIOError) as e:
+        sulis.Archive(os.path.join(blocker, "archive"), driver_dir=driver.dir)
+    assert isinstance(e.value, OSError) and isinstance(e.value, sulis.SulisError)
+    assert e.value.errno == errno.ENOTDIR and "a-file" in str(e.value)
+    # A disk without room for the catalog's 1 MiB.
+    filler = os.path.join(small_disk, "filler")
+    with open(filler, "wb") as f:
+        with contextlib.suppress(OSError):
+            f.write(bytes(5 << 20))
+    with pytest.raises(OSError) as e:
+        sulis.Archive(os.path.join(small_disk, "archive"), driver_dir=driver.dir)
+    assert e.value.errno == errno.ENOSPC, e.value
+    with pytest.raises(sulis.ConfigurationError, match="segment_file_length"):
+        sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=1000)

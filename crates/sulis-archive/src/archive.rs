@@ -57,7 +57,7 @@ pub struct Archive {
 
 impl Archive {
     /// Opens the archive directory, connects to the driver and starts serving.
-    pub fn launch(ctx: ArchiveContext) -> Result<Archive, String> {
+    pub fn launch(ctx: ArchiveContext) -> Result<Archive, crate::ArchiveStartError> {
         Self::launch_with(ctx, Box::new(crate::auth::AllowAllRequests))
     }
 
@@ -66,7 +66,7 @@ impl Archive {
     pub fn launch_with(
         ctx: ArchiveContext,
         authoriser: Box<dyn crate::auth::Authoriser>,
-    ) -> Result<Archive, String> {
+    ) -> Result<Archive, crate::ArchiveStartError> {
         let conductor = ArchiveConductor::with_authoriser(ctx.clone(), authoriser)?;
         let shared = Arc::new(Shared::default());
         shared
@@ -101,7 +101,7 @@ impl Archive {
                     s.error_count.store(errors.len() as u64, Ordering::Release);
                 }
             })
-            .map_err(|e| format!("cannot start the archive thread: {e}"))?;
+            .map_err(|e| crate::ArchiveStartError::io("cannot start the archive thread", &e))?;
         Ok(Archive {
             running,
             thread: Some(thread),

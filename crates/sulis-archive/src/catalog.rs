@@ -48,6 +48,7 @@ pub struct Catalog {
 fn io_error(path: &Path, what: &str, e: io::Error) -> CatalogError {
     CatalogError {
         message: format!("{}: {what}: {e}", path.display()),
+        os_error: e.raw_os_error(),
     }
 }
 
@@ -87,9 +88,8 @@ impl Catalog {
             h.write(&mut map);
             h
         } else {
-            CatalogHeader::read(&map).map_err(|e| CatalogError {
-                message: format!("{}: {}", path.display(), e.message),
-            })?
+            CatalogHeader::read(&map)
+                .map_err(|e| CatalogError::new(format!("{}: {}", path.display(), e.message)))?
         };
         let mut catalog = Catalog {
             path,
@@ -255,12 +255,10 @@ impl Catalog {
             capacity += capacity / 2;
         }
         if capacity > i32::MAX as usize {
-            return Err(CatalogError {
-                message: format!(
-                    "{}: the catalog cannot grow past 2 GiB",
-                    self.path.display()
-                ),
-            });
+            return Err(CatalogError::new(format!(
+                "{}: the catalog cannot grow past 2 GiB",
+                self.path.display()
+            )));
         }
         self.map
             .flush()
@@ -281,9 +279,10 @@ impl Catalog {
     }
 
     fn offset_of(&self, id: i64) -> Result<usize, CatalogError> {
-        self.index.get(&id).copied().ok_or_else(|| CatalogError {
-            message: format!("unknown recording id {id}"),
-        })
+        self.index
+            .get(&id)
+            .copied()
+            .ok_or_else(|| CatalogError::new(format!("unknown recording id {id}")))
     }
 
     fn put_i64(&mut self, id: i64, field: usize, value: i64) -> Result<(), CatalogError> {
@@ -414,7 +413,7 @@ impl Catalog {
         &mut self,
         dir: &Path,
         checksum: Option<Checksum>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, CatalogError> {
         let mut found = Vec::new();
         for e in self.entries() {
             let d = e.descriptor;
@@ -430,11 +429,12 @@ impl Catalog {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |t| t.as_millis() as i64);
                     self.record_stop(d.recording_id, r.stop_position, now_ms)
-                        .map_err(|e| {
-                            format!(
+                        .map_err(|e| CatalogError {
+                            message: format!(
                                 "recording {}: cannot record its recovered stop position: {e}",
                                 d.recording_id
-                            )
+                            ),
+                            os_error: e.os_error,
                         })?;
                 }
                 Err(err) => found.push(format!(
@@ -457,9 +457,9 @@ impl Catalog {
     ) -> Result<(), CatalogError> {
         let offset = self.offset_of(id)?;
         let old = decode_entry(&self.map, offset)
-            .map_err(|e| CatalogError { message: e.message })?
-            .ok_or_else(|| CatalogError {
-                message: format!("recording {id}: its catalog entry is gone"),
+            .map_err(|e| CatalogError::new(e.message))?
+            .ok_or_else(|| {
+                CatalogError::new(format!("recording {id}: its catalog entry is gone"))
             })?;
         let d = RecordingDescriptor {
             original_channel: original.into(),

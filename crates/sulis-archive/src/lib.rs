@@ -7,12 +7,14 @@ pub mod catalog;
 pub mod checksum;
 pub mod conductor;
 pub mod context;
+pub mod error;
 mod frame_fields;
 pub mod mark_file;
 pub mod segment;
 
 pub use conductor::ArchiveConductor;
 pub use context::ArchiveContext;
+pub use error::ArchiveStartError;
 pub mod archive;
 pub mod auth;
 pub mod client;

@@ -2,6 +2,7 @@
 //! `sulis_protocol::archive::mark_file`): who runs the archive, on which
 //! channels, whether it is alive, and its error log.
 
+use crate::error::ArchiveStartError;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -138,7 +139,7 @@ impl MarkFileClaim {
     /// alive owns it. A dead archive's error log is saved beside the mark
     /// file as `<time>-error.log` (as Aeron's archive saves it) before the
     /// file is reused.
-    pub fn claim(dir: &Path, now_ms: i64) -> Result<MarkFileClaim, String> {
+    pub fn claim(dir: &Path, now_ms: i64) -> Result<MarkFileClaim, ArchiveStartError> {
         let path = dir.join(MARK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -147,14 +148,16 @@ impl MarkFileClaim {
             .truncate(false)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(|e| {
+                ArchiveStartError::io(format_args!("cannot open {}", path.display()), &e)
+            })?;
         let lock = try_lock(&file, true);
         let len = file.metadata().map_or(0, |m| m.len()) as usize;
         let old = (len >= HEADER_LENGTH)
             .then(|| MappedFile::open(&path).ok())
             .flatten();
         if let Some(why) = taken(&path, old.as_ref().map(|m| m.buffer()), &lock, now_ms) {
-            return Err(why);
+            return Err(ArchiveStartError::DirectoryInUse(why));
         }
         if let Some(old) = old {
             save_errors(dir, &old.buffer(), now_ms);
@@ -164,23 +167,28 @@ impl MarkFileClaim {
 
     /// Writes the archive's mark file, its storage reserved up front (a
     /// full disk is an error here, never a SIGBUS later).
-    pub fn create(self, f: &MarkFileFields<'_>) -> Result<ArchiveMarkFile, String> {
+    pub fn create(self, f: &MarkFileFields<'_>) -> Result<ArchiveMarkFile, ArchiveStartError> {
         let MarkFileClaim { path, file } = self;
         let page = 4096;
         let length = (HEADER_LENGTH + f.error_buffer_length).div_ceil(page) * page;
         file.set_len(0)
             .and_then(|_| file.set_len(length as u64))
-            .map_err(|e| format!("cannot size {}: {e}", path.display()))?;
+            .map_err(|e| {
+                ArchiveStartError::io(format_args!("cannot size {}", path.display()), &e)
+            })?;
         // SAFETY: a plain syscall on an fd we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length as libc::off_t) };
         if rc != 0 {
-            return Err(format!(
-                "insufficient storage for {} ({length} bytes): {}",
-                path.display(),
-                std::io::Error::from_raw_os_error(rc)
+            let what = format!(
+                "insufficient storage for {} ({length} bytes)",
+                path.display()
+            );
+            return Err(ArchiveStartError::io(
+                what,
+                &std::io::Error::from_raw_os_error(rc),
             ));
         }
-        let mapped = MappedFile::open(&path).map_err(|e| e.to_string())?;
+        let mapped = MappedFile::open(&path).map_err(|e| ArchiveStartError::io("mark file", &e))?;
         let header = MarkFileHeader {
             version: 0,
             activity_timestamp: f.now_ms,
@@ -199,7 +207,9 @@ impl MarkFileClaim {
         }
         .encode();
         if header.len() > ORIGIN_OFFSET {
-            return Err("the archive's channels are too long for its mark file header".into());
+            return Err(ArchiveStartError::Config(
+                "the archive's channels are too long for its mark file header".into(),
+            ));
         }
         let b = mapped.buffer();
         b.put_bytes(0, &header);
@@ -395,7 +405,10 @@ mod tests {
             .unwrap()
             .create(&fields(now))
             .unwrap();
-        let err = MarkFileClaim::claim(&dir, now + 60_000).err().unwrap();
+        let err = MarkFileClaim::claim(&dir, now + 60_000)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("holds the lock"), "{err}");
         assert!(MarkFileReader::open(&dir)
             .unwrap()
@@ -423,7 +436,8 @@ mod tests {
         let m = MappedFile::open(&dir.join(MARK_FILE)).unwrap();
         m.buffer().put_bytes(ORIGIN_OFFSET, &[0u8; 64]);
         let err = MarkFileClaim::claim(&dir, now + 2_000).err().unwrap();
-        assert!(err.contains("active 2000 ms ago"), "{err}");
+        assert!(matches!(err, ArchiveStartError::DirectoryInUse(_)), "{err}");
+        assert!(err.to_string().contains("active 2000 ms ago"), "{err}");
         MarkFileClaim::claim(&dir, now + LIVENESS_TIMEOUT_MS + 1).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }

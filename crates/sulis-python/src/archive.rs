@@ -13,7 +13,9 @@ use std::time::Duration;
 use sulis_archive::auth::{AllowAllRequests, Authoriser};
 use sulis_archive::checksum::Checksum;
 use sulis_archive::ArchiveError as RustArchiveError;
-use sulis_archive::{Archive, ArchiveClient, ArchiveClientContext, ArchiveContext};
+use sulis_archive::{
+    Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveStartError,
+};
 use sulis_protocol::archive::messages::{RecordingDescriptor, RecordingSignalEvent};
 
 create_exception!(
@@ -22,6 +24,32 @@ create_exception!(
     SulisError,
     "The archive refused a request or did not answer; `code` carries the archive's error code (-1 if none)."
 );
+
+/// Why an archive could not start, as Python sees it: a wrong setting is a
+/// `ConfigurationError`, a file that failed an `ArchiveIOError` (an
+/// `OSError` with `errno`), anything else (a directory another archive
+/// runs in, a catalog that cannot be used, no driver) a `SulisError`.
+fn start_err(e: ArchiveStartError) -> PyErr {
+    match e {
+        ArchiveStartError::Config(m) => ConfigurationError::new_err(m),
+        ArchiveStartError::Io { message, os_error } => Python::attach(|py| {
+            // sulis.ArchiveIOError is both a SulisError and an OSError
+            // (defined in Python: one class of two exception bases).
+            let made = py
+                .import("sulis.errors")
+                .and_then(|m| m.getattr("ArchiveIOError"))
+                .and_then(|cls| match os_error {
+                    Some(errno) => cls.call1((errno, message.clone())),
+                    None => cls.call1((message.clone(),)),
+                });
+            match made {
+                Ok(e) => PyErr::from_value(e),
+                Err(e) => e,
+            }
+        }),
+        other => SulisError::new_err(other.to_string()),
+    }
+}
 
 fn archive_err(e: RustArchiveError) -> PyErr {
     let (message, code) = match e {
@@ -180,7 +208,7 @@ impl PyArchive {
         };
         let archive = py
             .detach(|| Archive::launch_with(ctx, authoriser))
-            .map_err(SulisError::new_err)?;
+            .map_err(start_err)?;
         Ok(PyArchive {
             archive_id: archive.archive_id(),
             archive: Mutex::new(Some(archive)),

@@ -14,6 +14,7 @@ use crate::auth::{
 };
 use crate::catalog::Catalog;
 use crate::context::ArchiveContext;
+use crate::error::ArchiveStartError;
 use crate::mark_file::{ArchiveMarkFile, MarkFileClaim, MarkFileFields};
 mod control_session;
 mod control_session_adapter;
@@ -101,7 +102,7 @@ pub struct ArchiveConductor {
 impl ArchiveConductor {
     /// Opens the archive directory (recovering recordings an earlier run
     /// left unfinished) and subscribes to the control channels.
-    pub fn new(ctx: ArchiveContext) -> Result<ArchiveConductor, String> {
+    pub fn new(ctx: ArchiveContext) -> Result<ArchiveConductor, ArchiveStartError> {
         Self::with_authoriser(ctx, Box::new(AllowAllRequests))
     }
 
@@ -110,7 +111,7 @@ impl ArchiveConductor {
     pub fn with_authoriser(
         ctx: ArchiveContext,
         authoriser: Box<dyn Authoriser>,
-    ) -> Result<ArchiveConductor, String> {
+    ) -> Result<ArchiveConductor, ArchiveStartError> {
         let authenticator: Box<dyn Authenticator> = match &ctx.credentials {
             Some(credentials) => Box::new(CredentialsAuthenticator {
                 credentials: credentials.clone(),
@@ -126,7 +127,7 @@ impl ArchiveConductor {
     pub fn with_authenticator(
         ctx: ArchiveContext,
         authenticator: Box<dyn Authenticator>,
-    ) -> Result<ArchiveConductor, String> {
+    ) -> Result<ArchiveConductor, ArchiveStartError> {
         Self::with_auth(ctx, authenticator, Box::new(AllowAllRequests))
     }
 
@@ -134,10 +135,14 @@ impl ArchiveConductor {
         ctx: ArchiveContext,
         authenticator: Box<dyn Authenticator>,
         authoriser: Box<dyn Authoriser>,
-    ) -> Result<ArchiveConductor, String> {
-        ctx.conclude()?;
-        std::fs::create_dir_all(&ctx.archive_dir)
-            .map_err(|e| format!("cannot create {}: {e}", ctx.archive_dir.display()))?;
+    ) -> Result<ArchiveConductor, ArchiveStartError> {
+        ctx.conclude().map_err(ArchiveStartError::Config)?;
+        std::fs::create_dir_all(&ctx.archive_dir).map_err(|e| {
+            ArchiveStartError::io(
+                format_args!("cannot create {}", ctx.archive_dir.display()),
+                &e,
+            )
+        })?;
         {
             use std::os::unix::fs::PermissionsExt;
             let _ =
@@ -150,8 +155,7 @@ impl ArchiveConductor {
             &ctx.archive_dir,
             ctx.catalog_capacity,
             ctx.catalog_file_sync_level,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
@@ -163,10 +167,10 @@ impl ArchiveConductor {
             interrupt: None,
         })
         .map_err(|e| {
-            format!(
+            ArchiveStartError::Driver(format!(
                 "archive cannot connect to the driver in {}: {e}",
                 ctx.driver_dir.display()
-            )
+            ))
         })?;
         let archive_id = ctx.archive_id.unwrap_or_else(|| client.client_id());
         let mut mark_file = claim.create(&MarkFileFields {
@@ -187,14 +191,19 @@ impl ArchiveConductor {
             control.push(
                 client
                     .add_subscription(channel, ctx.control_stream_id)
-                    .map_err(|e| format!("control channel '{channel}': {e}"))?,
+                    .map_err(|e| {
+                        ArchiveStartError::Driver(format!("control channel '{channel}': {e}"))
+                    })?,
             );
         }
         control.push(
             client
                 .add_subscription(&ctx.local_control_channel, ctx.local_control_stream_id)
                 .map_err(|e| {
-                    format!("local control channel '{}': {e}", ctx.local_control_channel)
+                    ArchiveStartError::Driver(format!(
+                        "local control channel '{}': {e}",
+                        ctx.local_control_channel
+                    ))
                 })?,
         );
         let assemblers = control.iter().map(|_| FragmentAssembler::new()).collect();
@@ -203,7 +212,11 @@ impl ArchiveConductor {
             Some(
                 client
                     .add_publication(channel, ctx.recording_events_stream_id)
-                    .map_err(|e| format!("recording events channel '{channel}': {e}"))?,
+                    .map_err(|e| {
+                        ArchiveStartError::Driver(format!(
+                            "recording events channel '{channel}': {e}"
+                        ))
+                    })?,
             )
         } else {
             None

@@ -106,12 +106,16 @@ pub const DESCRIPTOR_BLOCK_LENGTH: usize = 80;
 pub struct CatalogError {
     /// Human-readable reason.
     pub message: String,
+    /// The operating system's error number, when a file operation failed.
+    pub os_error: Option<i32>,
 }
 
 impl CatalogError {
-    fn new(message: impl Into<String>) -> CatalogError {
+    /// A reason that is not the operating system's.
+    pub fn new(message: impl Into<String>) -> CatalogError {
         CatalogError {
             message: message.into(),
+            os_error: None,
         }
     }
 }
