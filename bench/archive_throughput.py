@@ -3,6 +3,8 @@
 
     python bench/archive_throughput.py            # 32 B and 1 KiB, 3 runs each (~3 min)
     python bench/archive_throughput.py --quick    # 1 run, fewer messages (smoke test)
+    python bench/archive_throughput.py --lengths 1024 --media ipc --sync-levels 1,2   # synced writes
+    python bench/archive_throughput.py --lengths 1024 --media ipc --sustained-gb 8    # past the page cache
 
 Rows, each the median of ``--runs`` runs:
 
@@ -20,6 +22,13 @@ Rows, each the median of ``--runs`` runs:
   Java) on the same medium (``aeron.sample.channel``), with ``-Dagrona.disable.bounds.checks=true``
   as Aeron recommends, their archive in the same kind of directory; their printed msg/s. Aeron's
   replay sample replays over IPC, as sulis's row does.
+* ``--sync-levels 1,2``: the record rows again with both archives at that ``file_sync_level``
+  (and the same catalog sync level), Aeron's ``aeron.archive.file.sync.level``: every block
+  written is synced before the recorded position moves on, so the disk, not the page cache,
+  sets the pace. A tenth of the messages (syncs are slow).
+* ``--sustained-gb N``: one more record row of N GB of 1 KiB messages over IPC: more than the
+  kernel lets sit dirty in the page cache (it prints its dirty limits), so writeback throttles
+  the recording to what the disk takes; the disk row is then measured with as many bytes.
 * disk: sequential write speed of the same directory (1 MiB writes of ``--disk-mb`` MB, then
   fsync), to judge big-message recording against it.
 
@@ -58,16 +67,18 @@ def channel_for(media: str) -> str:
     return f"aeron:udp?endpoint=127.0.0.1:{c.two_free_ports()[0]}"
 
 
-def sulis_run(base: str, length: int, count: int, channel: str) -> tuple[float, float]:
+def sulis_run(base: str, length: int, count: int, channel: str, sync_level: int = 0,
+              replay: bool = True) -> tuple[float, float]:
     """One recording of ``count`` messages of ``length`` bytes on ``channel``, then one replay over
-    IPC: (record msg/s, replay msg/s)."""
+    IPC (unless not ``replay``): (record msg/s, replay msg/s)."""
     os.makedirs(base, exist_ok=True)
     shm = tempfile.mkdtemp(prefix="sulis-bench-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     try:
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
                                term_buffer_sparse_file=True, ipc_term_buffer_length="16m") as driver, \
                 sulis.Archive(os.path.join(base, "archive"), driver_dir=driver.dir,
-                              segment_file_length=1 << 30) as archive, \
+                              segment_file_length=1 << 30, file_sync_level=sync_level,
+                              catalog_file_sync_level=sync_level, low_storage_space_threshold=0) as archive, \
                 sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
             ac.start_recording(channel, 1001)
             sep = "|" if "?" in channel else "?"
@@ -82,6 +93,8 @@ def sulis_run(base: str, length: int, count: int, channel: str) -> tuple[float, 
             ac.stop_recording(channel, 1001)
             ac.await_signal(RecordingSignal.STOP, rid)
             pub.close()
+            if not replay:
+                return count / record_s, 0.0
 
             t0 = time.perf_counter()
             sub = ac.replay(rid, "aeron:ipc", 2002)
@@ -100,7 +113,7 @@ MSG_RATE = re.compile(r"([\d,]+) msg/sec")
 
 
 def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, count: int,
-              channel: str) -> float:
+              channel: str, sync_level: int = 0) -> float:
     """One run of an Aeron archive sample on ``channel``: its printed msg/s."""
     os.makedirs(base, exist_ok=True)
     control, response = c.two_free_ports()
@@ -113,6 +126,7 @@ def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, 
              "aeron.archive.control.response.channel": f"aeron:udp?endpoint=localhost:{response}",
              "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
              "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
+             "aeron.archive.file.sync.level": sync_level, "aeron.archive.catalog.file.sync.level": sync_level,
              "agrona.disable.bounds.checks": "true"}
     try:
         out = subprocess.run(aeron_java.command(aeron, props, f"io.aeron.samples.archive.{sample}"),
@@ -142,6 +156,39 @@ def disk_mb_s(base: str, megabytes: int) -> float:
     return megabytes / s
 
 
+def measure(a, aeron, why: str, top: str, length: int, media: str, level: int, count: int,
+            label: str | None = None, replay: bool = True) -> list[list[str]]:
+    """``a.runs`` runs of each system, sulis and Aeron alternating; the rows of their medians."""
+    med = statistics.median
+    sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
+    replay = replay and media == "ipc" and level == 0
+    for run in range(a.runs):
+        base = os.path.join(top, f"sulis-{length}-{media}-{level}-{run}")
+        r, p = sulis_run(base, length, count, channel_for(media), level, replay)
+        sulis_rec.append(r)
+        sulis_rep.append(p)
+        if aeron:
+            base = os.path.join(top, f"aeron-{length}-{media}-{level}-{run}")
+            aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput", base, length, count,
+                                       channel_for(media), level))
+            if replay:
+                aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput", base, length, count,
+                                           channel_for(media)))
+    synced = f", file_sync_level {level}" if level else ""
+    measured = [(label or f"record {length} B {media}{synced}", sulis_rec, aeron_rec)]
+    if replay:
+        measured.append((f"replay {length} B to ipc", sulis_rep, aeron_rep))
+    rows = []
+    runs = lambda xs: ", ".join(f"{x / 1e6:.2f}" for x in xs)  # noqa: E731
+    for name, s_, j in measured:
+        ratio = med(s_) / med(j) if j else None
+        rows.append([name, f"{med(s_) / 1e6:.2f} M/s", f"{med(s_) * length / 1e6:.0f} MB/s",
+                     f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
+                     f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
+                     runs(s_) + (f" | {runs(j)}" if j else "")])
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -151,48 +198,42 @@ def main() -> int:
     ap.add_argument("--disk-mb", type=int, default=1024)
     ap.add_argument("--media", default="ipc,udp", help="what the recorded stream travels on: ipc, udp or both")
     ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
+    ap.add_argument("--sync-levels", default="0",
+                    help="file sync levels of the record rows, comma separated (1 and 2: synced writes)")
+    ap.add_argument("--sustained-gb", type=float, default=0,
+                    help="also record this many GB of 1 KiB messages over IPC (past the page cache)")
     a = ap.parse_args()
     c.require_release_build()
     if a.quick:
         a.runs, a.disk_mb = 1, 256
     top = a.dir or tempfile.mkdtemp(prefix="sulis-bench-archive-")
+    why = ""
     try:
         aeron = aeron_java.find("current")
     except aeron_java.Missing as e:
         aeron, why = None, str(e)
     print(f"[archive] {c.cpu_summary()}; recordings in {top}")
-    rows = []
-    med = statistics.median
-    for length in (int(x) for x in a.lengths.split(",")):
+    rows: list[list[str]] = []
+    for length in (int(x) for x in a.lengths.split(",") if x):
         count = a.count or (5_000_000 if length <= 64 else 500_000)
         if a.quick:
             count //= 5
         for media in a.media.split(","):
-            sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
-            for run in range(a.runs):
-                base = os.path.join(top, f"sulis-{length}-{media}-{run}")
-                r, p = sulis_run(base, length, count, channel_for(media))
-                sulis_rec.append(r)
-                sulis_rep.append(p)
-                if aeron:
-                    base = os.path.join(top, f"aeron-{length}-{media}-{run}")
-                    aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput", base, length, count,
-                                               channel_for(media)))
-                    if media == "ipc":
-                        aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput", base, length, count,
-                                                   channel_for(media)))
-            measured = [("record", media, sulis_rec, aeron_rec)]
-            if media == "ipc":
-                measured.append(("replay", "to ipc", sulis_rep, aeron_rep))
-            for what, how, s_, j in measured:
-                ratio = med(s_) / med(j) if j else None
-                rows.append([f"{what} {length} B {how}", f"{med(s_) / 1e6:.2f} M/s",
-                             f"{med(s_) * length / 1e6:.0f} MB/s",
-                             f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
-                             f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
-                             ", ".join(f"{x / 1e6:.2f}" for x in s_)])
+            for level in (int(x) for x in a.sync_levels.split(",")):
+                rows += measure(a, aeron, why, top, length, media, level,
+                                count if level == 0 else max(count // 10, 10_000))
+    if a.sustained_gb:
+        dirty = {k: Path(f"/proc/sys/vm/{k}").read_text().strip()
+                 for k in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
+        print(f"[archive] sustained: {a.sustained_gb:g} GB; page cache dirty limits {dirty}, "
+              f"memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB")
+        count = int(a.sustained_gb * 1e9 / 1024)
+        rows += measure(a, aeron, why, top, 1024, "ipc", 0, count,
+                        label=f"record 1 KiB ipc, {a.sustained_gb:g} GB sustained", replay=False)
+        a.disk_mb = max(a.disk_mb, int(a.sustained_gb * 1000))
     disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
-    c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron", "sulis runs (M/s)"],
+    c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron",
+                   "runs, M/s (sulis | Aeron)"],
                   rows)
     print(f"disk sequential write (1 MiB writes + fsync, {a.disk_mb} MB): {disk:.0f} MB/s")
     if not a.dir:
