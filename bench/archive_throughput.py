@@ -158,22 +158,32 @@ def disk_mb_s(base: str, megabytes: int) -> float:
 
 def measure(a, aeron, why: str, top: str, length: int, media: str, level: int, count: int,
             label: str | None = None, replay: bool = True) -> list[list[str]]:
-    """``a.runs`` runs of each system, sulis and Aeron alternating; the rows of their medians."""
+    """``a.runs`` runs of each system, sulis and Aeron alternating, the one that goes first
+    alternating too (the first writes of a run may meet a disk that is slower to allocate); the
+    rows of their medians. Every run starts with the page cache's dirty pages written back."""
     med = statistics.median
     sulis_rec, sulis_rep, aeron_rec, aeron_rep = [], [], [], []
     replay = replay and media == "ipc" and level == 0
-    for run in range(a.runs):
+
+    def run_sulis(run: int) -> None:
         base = os.path.join(top, f"sulis-{length}-{media}-{level}-{run}")
         r, p = sulis_run(base, length, count, channel_for(media), level, replay)
         sulis_rec.append(r)
         sulis_rep.append(p)
-        if aeron:
-            base = os.path.join(top, f"aeron-{length}-{media}-{level}-{run}")
-            aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput", base, length, count,
-                                       channel_for(media), level))
-            if replay:
-                aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput", base, length, count,
-                                           channel_for(media)))
+
+    def run_aeron(run: int) -> None:
+        base = os.path.join(top, f"aeron-{length}-{media}-{level}-{run}")
+        aeron_rec.append(aeron_run(aeron, "EmbeddedRecordingThroughput", base, length, count,
+                                   channel_for(media), level))
+        if replay:
+            aeron_rep.append(aeron_run(aeron, "EmbeddedReplayThroughput", base, length, count,
+                                       channel_for(media)))
+
+    for run in range(a.runs):
+        order = [run_sulis, run_aeron] if aeron else [run_sulis]
+        for go in order if run % 2 == 0 else reversed(order):
+            os.sync()
+            go(run)
     synced = f", file_sync_level {level}" if level else ""
     measured = [(label or f"record {length} B {media}{synced}", sulis_rec, aeron_rec)]
     if replay:
@@ -222,7 +232,12 @@ def main() -> int:
             for level in (int(x) for x in a.sync_levels.split(",")):
                 rows += measure(a, aeron, why, top, length, media, level,
                                 count if level == 0 else max(count // 10, 10_000))
+    disk = None
     if a.sustained_gb:
+        # Measured first: as many bytes as a sustained run writes, which also has the disk
+        # allocate them before either system's runs.
+        a.disk_mb = max(a.disk_mb, int(a.sustained_gb * 1000))
+        disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
         dirty = {k: Path(f"/proc/sys/vm/{k}").read_text().strip()
                  for k in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
         print(f"[archive] sustained: {a.sustained_gb:g} GB; page cache dirty limits {dirty}, "
@@ -230,8 +245,8 @@ def main() -> int:
         count = int(a.sustained_gb * 1e9 / 1024)
         rows += measure(a, aeron, why, top, 1024, "ipc", 0, count,
                         label=f"record 1 KiB ipc, {a.sustained_gb:g} GB sustained", replay=False)
-        a.disk_mb = max(a.disk_mb, int(a.sustained_gb * 1000))
-    disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+    if disk is None:
+        disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
     c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron",
                    "runs, M/s (sulis | Aeron)"],
                   rows)

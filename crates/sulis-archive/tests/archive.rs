@@ -648,3 +648,49 @@ fn replication_merges_with_the_live_stream_and_goes_on_recording_it() {
     assert_replays(&s, &mut b, dst_id, 3006, next);
     assert!(dst.errors().is_empty(), "{:?}", dst.errors());
 }
+
+/// An authoriser with a bug: it panics on the first request it is asked about.
+struct Panics;
+
+impl sulis_archive::auth::Authoriser for Panics {
+    fn is_authorised(&mut self, _: &[u8], _: u16, request: &str) -> bool {
+        panic!("a bug in the authoriser, asked about {request}");
+    }
+}
+
+#[test]
+fn an_archive_whose_thread_died_says_so() {
+    let s = Setup::new("dies");
+    let archive = Archive::launch_with(
+        ArchiveContext {
+            archive_dir: s.archive_dir.clone(),
+            driver_dir: s.driver_dir.clone(),
+            ..ArchiveContext::default()
+        },
+        Box::new(Panics),
+    )
+    .unwrap();
+    assert!(archive.is_running());
+    let mut ctx = ArchiveClientContext::default();
+    ctx.message_timeout = Duration::from_millis(500);
+    // Its first request after the connect (the archive id) meets the bug.
+    assert!(
+        ArchiveClient::connect(&s.client, ctx).is_err(),
+        "nobody answers"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while archive.is_running() {
+        assert!(
+            Instant::now() < deadline,
+            "a dead archive thread reported as running"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let errors = archive.errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("the archive thread died") && e.contains("a bug in the authoriser")),
+        "{errors:?}"
+    );
+}
