@@ -450,6 +450,7 @@ class Archive:
         recording_events_stream_id: int = 30,
         low_storage_space_threshold: int = ...,
         authorise: Callable[[bytes, str], bool] | None = None,
+        threading_mode: str = ...,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...

@@ -52,9 +52,11 @@ def archive_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def archive(driver, archive_dir):
-    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 * 1024) as a:
+@pytest.fixture(params=["shared", "dedicated"])
+def archive(request, driver, archive_dir):
+    """An archive in each threading mode: the recorder and replayer on its one thread, or on their own."""
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 * 1024,
+                       threading_mode=request.param) as a:
         yield a
         assert a.errors() == []
 

@@ -72,6 +72,33 @@ pub struct ArchiveContext {
     /// file system new recordings, extensions and replications are refused
     /// with STORAGE_SPACE (Aeron's `low.storage.space.threshold`).
     pub low_storage_space_threshold: u64,
+    /// Which agents share a thread (Aeron's `aeron.archive.threading.mode`).
+    pub threading_mode: ArchiveThreadingMode,
+}
+
+/// Which of the archive's agents share a thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ArchiveThreadingMode {
+    /// The conductor, recorder and replayer on one thread (the default:
+    /// the fewest cores, and what sulis ran before there was a choice).
+    #[default]
+    Shared,
+    /// Each on a thread of its own: a slow disk write does not delay a
+    /// control request or a replay (Aeron's default).
+    Dedicated,
+}
+
+impl ArchiveThreadingMode {
+    /// Parses `shared` or `dedicated`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "shared" => Ok(ArchiveThreadingMode::Shared),
+            "dedicated" => Ok(ArchiveThreadingMode::Dedicated),
+            other => Err(format!(
+                "archive threading mode '{other}': expected shared or dedicated"
+            )),
+        }
+    }
 }
 
 impl Default for ArchiveContext {
@@ -105,6 +132,7 @@ impl Default for ArchiveContext {
             challenge: None,
             challenge_response: Vec::new(),
             low_storage_space_threshold: 128 * 1024 * 1024,
+            threading_mode: ArchiveThreadingMode::Shared,
         }
     }
 }

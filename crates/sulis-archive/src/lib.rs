@@ -13,7 +13,7 @@ pub mod mark_file;
 pub mod segment;
 
 pub use conductor::ArchiveConductor;
-pub use context::ArchiveContext;
+pub use context::{ArchiveContext, ArchiveThreadingMode};
 pub use error::ArchiveStartError;
 pub mod archive;
 pub mod auth;

@@ -5,13 +5,15 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::{
-    Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveError, Replication,
+    Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveError,
+    ArchiveThreadingMode, Replication,
 };
 use sulis_client::{Client, ClientContext, OfferError, Subscription};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use sulis_protocol::archive::messages::{error_code, recording_signal, source_location};
 
 struct Setup {
+    mode: ArchiveThreadingMode,
     _driver: MediaDriver,
     client: Client,
     archive_dir: PathBuf,
@@ -39,6 +41,7 @@ impl Setup {
         })
         .unwrap();
         Setup {
+            mode: ArchiveThreadingMode::Shared,
             _driver: driver,
             client,
             archive_dir: base.join("archive"),
@@ -46,11 +49,19 @@ impl Setup {
         }
     }
 
+    /// The same, with the archive's recorder and replayer on threads of their own.
+    fn dedicated(name: &str) -> Setup {
+        let mut s = Setup::new(name);
+        s.mode = ArchiveThreadingMode::Dedicated;
+        s
+    }
+
     fn archive(&self) -> Archive {
         Archive::launch(ArchiveContext {
             archive_dir: self.archive_dir.clone(),
             driver_dir: self.driver_dir.clone(),
             segment_file_length: 128 * 1024,
+            threading_mode: self.mode,
             ..ArchiveContext::default()
         })
         .unwrap()
@@ -157,7 +168,18 @@ fn await_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn records_lists_and_replays_an_ipc_stream() {
-    let s = Setup::new("record");
+    records_lists_and_replays_an_ipc_stream_on(Setup::new("record"));
+}
+
+#[test]
+fn records_lists_and_replays_an_ipc_stream_with_dedicated_threads() {
+    records_lists_and_replays_an_ipc_stream_on(Setup::dedicated(&format!(
+        "{}-dedicated",
+        "record"
+    )));
+}
+
+fn records_lists_and_replays_an_ipc_stream_on(s: Setup) {
     let archive = s.archive();
     let mut a = s.archive_client();
     assert_eq!(a.archive_id(), archive.archive_id());
@@ -266,7 +288,22 @@ fn records_lists_and_replays_an_ipc_stream() {
 
 #[test]
 fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged() {
-    let s = Setup::new("live");
+    a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged_on(
+        Setup::new("live"),
+    );
+}
+
+#[test]
+fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged_with_dedicated_threads(
+) {
+    a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged_on(
+        Setup::dedicated(&format!("{}-dedicated", "live")),
+    );
+}
+
+fn a_live_recording_replays_and_follows_then_survives_a_restart_and_can_be_truncated_and_purged_on(
+    s: Setup,
+) {
     let mut archive = s.archive();
     let mut a = s.archive_client();
     let (publication, id) = record_live(&s, &mut a, 1001);
@@ -578,7 +615,19 @@ fn a_bounded_replay_follows_its_limit_counter_and_ends_where_it_closed() {
 
 #[test]
 fn replication_merges_with_the_live_stream_and_goes_on_recording_it() {
-    let s = Setup::new("replicate-merge");
+    replication_merges_with_the_live_stream_and_goes_on_recording_it_on(Setup::new(
+        "replicate-merge",
+    ));
+}
+
+#[test]
+fn replication_merges_with_the_live_stream_and_goes_on_recording_it_with_dedicated_threads() {
+    replication_merges_with_the_live_stream_and_goes_on_recording_it_on(Setup::dedicated(
+        &format!("{}-dedicated", "replicate-merge"),
+    ));
+}
+
+fn replication_merges_with_the_live_stream_and_goes_on_recording_it_on(s: Setup) {
     let _source = s.archive();
     let mut a = s.archive_client();
     let (dst, mut b) = destination_archive(&s);
@@ -671,8 +720,10 @@ fn an_archive_whose_thread_died_says_so() {
     )
     .unwrap();
     assert!(archive.is_running());
-    let mut ctx = ArchiveClientContext::default();
-    ctx.message_timeout = Duration::from_millis(500);
+    let ctx = ArchiveClientContext {
+        message_timeout: Duration::from_millis(500),
+        ..ArchiveClientContext::default()
+    };
     // Its first request after the connect (the archive id) meets the bug.
     assert!(
         ArchiveClient::connect(&s.client, ctx).is_err(),

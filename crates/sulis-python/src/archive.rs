@@ -15,6 +15,7 @@ use sulis_archive::checksum::Checksum;
 use sulis_archive::ArchiveError as RustArchiveError;
 use sulis_archive::{
     Archive, ArchiveClient, ArchiveClientContext, ArchiveContext, ArchiveStartError,
+    ArchiveThreadingMode,
 };
 use sulis_protocol::archive::messages::{RecordingDescriptor, RecordingSignalEvent};
 
@@ -139,7 +140,8 @@ impl PyArchive {
         connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
         challenge_response=None, record_checksum=None, replay_checksum=None,
         recording_events_enabled=false, recording_events_channel="aeron:ipc".to_string(),
-        recording_events_stream_id=30, low_storage_space_threshold=128 * 1024 * 1024, authorise=None
+        recording_events_stream_id=30, low_storage_space_threshold=128 * 1024 * 1024, authorise=None,
+        threading_mode="shared".to_string()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -168,6 +170,7 @@ impl PyArchive {
         recording_events_stream_id: i32,
         low_storage_space_threshold: u64,
         authorise: Option<Py<PyAny>>,
+        threading_mode: String,
     ) -> PyResult<Self> {
         let checksum = |name: Option<String>, what: &str| {
             name.map(|n| {
@@ -199,6 +202,8 @@ impl PyArchive {
             recording_events_channel,
             recording_events_stream_id,
             low_storage_space_threshold,
+            threading_mode: ArchiveThreadingMode::parse(&threading_mode)
+                .map_err(ConfigurationError::new_err)?,
             ..ArchiveContext::default()
         };
         ctx.conclude().map_err(ConfigurationError::new_err)?;

@@ -170,7 +170,9 @@ class Archive(_native.Archive):
     opened that session; others are dropped and logged. Below
     ``low_storage_space_threshold`` bytes of usable space (128 MiB, as
     Aeron's) new recordings, extensions and replications are refused with
-    STORAGE_SPACE (11). With ``recording_events_enabled``
+    STORAGE_SPACE (11). ``threading_mode="dedicated"`` runs the recorder and
+    the replayer on threads of their own (Aeron's DEDICATED; the default
+    ``"shared"`` runs them on the archive's one thread). With ``recording_events_enabled``
     it publishes recording events (``RecordingEvents`` reads them) on
     ``recording_events_channel`` (``aeron:ipc``) and ``recording_events_stream_id``
     (30). With ``record_checksum``

@@ -51,6 +51,9 @@ _STATES = {0: "INVALID", 1: "VALID", 2: "DELETED"}
 @click.option("--low-storage-space-threshold", default=128 * 1024 * 1024, show_default=True,
               envvar="SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD",
               help="Bytes of usable space below which new recordings are refused with STORAGE_SPACE.")
+@click.option("--threading-mode", type=click.Choice(["shared", "dedicated"]), default="shared", show_default=True,
+              envvar="SULIS_ARCHIVE_THREADING_MODE",
+              help="shared: conductor, recorder and replayer on one thread; dedicated: a thread each.")
 @click.option("--print-config", is_flag=True, help="Print the settings, then exit.")
 def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams

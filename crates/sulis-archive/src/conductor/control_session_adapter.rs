@@ -344,10 +344,9 @@ impl ArchiveConductor {
                     return Ok(());
                 }
                 let sub = self
-                    .recordings
-                    .iter()
-                    .find(|s| s.recording_id == r.recording_id)
-                    .map(|s| s.subscription_id);
+                    .active_recordings
+                    .get(&r.recording_id)
+                    .map(|a| a.subscription_id);
                 let stopped = match sub.and_then(|id| {
                     self.recording_subscriptions
                         .iter()
@@ -510,24 +509,18 @@ impl ArchiveConductor {
             }
             StopReplayRequest::TEMPLATE_ID => {
                 let r = StopReplayRequest::decode(m)?;
-                for p in self
-                    .replays
-                    .iter_mut()
-                    .filter(|p| p.id == r.replay_session_id)
-                {
-                    p.done = true;
-                }
+                let _ = self
+                    .replayer_link
+                    .commands
+                    .send(ReplayerCommand::Stop(r.replay_session_id));
                 self.session(sid).ok(k, 0);
             }
             StopAllReplaysRequest::TEMPLATE_ID => {
                 let r = StopAllReplaysRequest::decode(m)?;
-                for p in self
-                    .replays
-                    .iter_mut()
-                    .filter(|p| r.recording_id == NULL_VALUE || p.recording_id == r.recording_id)
-                {
-                    p.done = true;
-                }
+                let _ = self
+                    .replayer_link
+                    .commands
+                    .send(ReplayerCommand::StopRecording(r.recording_id));
                 self.session(sid).ok(k, 0);
             }
             TruncateRecordingRequest::TEMPLATE_ID => {

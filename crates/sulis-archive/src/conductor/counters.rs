@@ -25,6 +25,24 @@ pub(super) struct ArchiveCounters {
 }
 
 impl ArchiveCounters {
+    /// The read counters, for the replayer (which may run on another thread).
+    pub(super) fn take_replayer_counters(&mut self) -> ReplayerCounters {
+        ReplayerCounters {
+            read_bytes: self.read_bytes.take(),
+            total_read_time: self.total_read_time.take(),
+            max_read_time: self.max_read_time.take(),
+        }
+    }
+
+    /// The write counters, for the recorder (which may run on another thread).
+    pub(super) fn take_recorder_counters(&mut self) -> RecorderCounters {
+        RecorderCounters {
+            write_bytes: self.write_bytes.take(),
+            total_write_time: self.total_write_time.take(),
+            max_write_time: self.max_write_time.take(),
+        }
+    }
+
     pub(super) fn new(
         client: &Client,
         archive_id: i64,

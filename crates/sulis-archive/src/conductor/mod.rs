@@ -21,16 +21,20 @@ mod control_session_adapter;
 mod counters;
 mod delete_segments_session;
 mod list_recordings_session;
+mod recorder;
 mod recording_session;
 mod replay_session;
+mod replayer;
 mod replication;
 mod segments;
 
 use control_session::*;
 use counters::*;
 use list_recordings_session::*;
+use recorder::*;
 use recording_session::*;
 use replay_session::*;
+use replayer::*;
 
 use delete_segments_session::DeleteSegmentsSession;
 
@@ -43,7 +47,7 @@ use sulis_client::{
     Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler, Image, ImageEvent,
     OfferError, Publication, Subscription,
 };
-use sulis_concurrent::agent::{Agent, DutyCycleTracker, NanoClock};
+use sulis_concurrent::agent::{run_agents, Agent, DutyCycleTracker, NanoClock};
 use sulis_concurrent::counters::CounterRef;
 use sulis_protocol::archive::channel::{recording_key, strip_channel};
 use sulis_protocol::archive::messages::*;
@@ -69,8 +73,22 @@ pub struct ArchiveConductor {
     sessions: BTreeMap<i64, ControlSession>,
     next_session_id: i64,
     recording_subscriptions: Vec<RecordingSubscription>,
-    recordings: Vec<RecordingSession>,
-    replays: Vec<ReplaySession>,
+    /// The recorder, when it runs on this thread (SHARED); `None` once it
+    /// runs on its own (DEDICATED).
+    recorder: Option<Recorder>,
+    recorder_link: RecorderLink,
+    /// The replayer, when it runs on this thread (SHARED).
+    replayer: Option<Replayer>,
+    replayer_link: ReplayerLink,
+    /// The replays the replayer runs: replay session id to recording id.
+    active_replays: BTreeMap<i64, i64>,
+    /// The recordings the recorder runs, by recording id.
+    active_recordings: BTreeMap<i64, ActiveRecording>,
+    /// Agents running on threads of their own (DEDICATED): stop flag and thread.
+    workers: Vec<(
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
@@ -221,10 +239,22 @@ impl ArchiveConductor {
         } else {
             None
         };
-        let counters = ArchiveCounters::new(&client, archive_id, &ctx.archive_dir);
+        let mut counters = ArchiveCounters::new(&client, archive_id, &ctx.archive_dir);
+        let clock = NanoClock::new();
+        let (replayer, replayer_link) = Replayer::new(
+            ctx.max_concurrent_replays,
+            client.counters(),
+            counters.take_replayer_counters(),
+            clock,
+        );
+        let (recorder, recorder_link) = Recorder::new(
+            ctx.file_io_max_length,
+            counters.take_recorder_counters(),
+            ctx.recording_events_enabled,
+        );
         ArchiveCounters::set(&counters.errors, errors.len() as i64);
         let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
-        Ok(ArchiveConductor {
+        let mut conductor = ArchiveConductor {
             ctx,
             client,
             archive_id,
@@ -234,8 +264,13 @@ impl ArchiveConductor {
             sessions: BTreeMap::new(),
             next_session_id: seed as i64,
             recording_subscriptions: Vec::new(),
-            recordings: Vec::new(),
-            replays: Vec::new(),
+            recorder: Some(recorder),
+            replayer: Some(replayer),
+            replayer_link,
+            active_replays: BTreeMap::new(),
+            recorder_link,
+            active_recordings: BTreeMap::new(),
+            workers: Vec::new(),
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
@@ -246,13 +281,17 @@ impl ArchiveConductor {
             errors,
             mark_file,
             last_activity_ns: i64::MIN / 2,
-            clock: NanoClock::new(),
+            clock,
             authenticator,
             authoriser,
             rejected_sessions: 0,
             counters,
             events,
-        })
+        };
+        if conductor.ctx.threading_mode == crate::context::ArchiveThreadingMode::Dedicated {
+            conductor.start_workers()?;
+        }
+        Ok(conductor)
     }
 
     /// The archive's id.
@@ -299,9 +338,12 @@ impl ArchiveConductor {
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
         ArchiveCounters::set(
             &self.counters.recording_sessions,
-            self.recordings.len() as i64,
+            self.active_recordings.len() as i64,
         );
-        ArchiveCounters::set(&self.counters.replay_sessions, self.replays.len() as i64);
+        ArchiveCounters::set(
+            &self.counters.replay_sessions,
+            self.active_replays.len() as i64,
+        );
         work
     }
 
@@ -320,13 +362,23 @@ impl ArchiveConductor {
     /// Stops everything: recordings end (stop positions written), replays
     /// and sessions close.
     pub fn close(&mut self) {
-        for i in 0..self.recordings.len() {
-            self.recordings[i].aborted = true;
+        // The workers end their sessions where they stand and report them.
+        for (running, _) in &self.workers {
+            running.store(false, std::sync::atomic::Ordering::Release);
+        }
+        for (_, thread) in self.workers.drain(..) {
+            let _ = thread.join();
+        }
+        if let Some(r) = self.recorder.as_mut() {
+            r.abort_all();
         }
         self.run_recordings();
         // Dropping a replication stops its worker, which stops the source's replay.
         self.replications.clear();
-        self.replays.clear();
+        if let Some(r) = self.replayer.as_mut() {
+            r.close_all();
+        }
+        self.run_replays(self.clock.now_ns());
         while !self.deletions.is_empty() {
             self.run_deletions();
         }
@@ -379,6 +431,53 @@ impl ArchiveConductor {
                 }
                 .encode(),
             );
+        }
+    }
+}
+
+impl ArchiveConductor {
+    /// DEDICATED: the recorder and the replayer leave this thread for
+    /// threads of their own.
+    fn start_workers(&mut self) -> Result<(), ArchiveStartError> {
+        let recorder = self
+            .recorder
+            .take()
+            .map(|r| ("recorder", Box::new(r) as Box<dyn Agent>));
+        let replayer = self
+            .replayer
+            .take()
+            .map(|r| ("replayer", Box::new(r) as Box<dyn Agent>));
+        for (name, agent) in recorder.into_iter().chain(replayer) {
+            let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let r = running.clone();
+            let tracker = DutyCycleTracker::new(None, None, CYCLE_TIME_THRESHOLD.as_nanos() as i64);
+            let thread = std::thread::Builder::new()
+                .name(format!("sulis-archive-{name}"))
+                .spawn(move || {
+                    run_agents(
+                        vec![(agent, tracker)],
+                        sulis_concurrent::idle::IdleStrategy::backoff(),
+                        r,
+                        NanoClock::new(),
+                    )
+                })
+                .map_err(|e| {
+                    ArchiveStartError::io(
+                        format_args!("cannot start the archive's {name} thread"),
+                        &e,
+                    )
+                })?;
+            self.workers.push((running, thread));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ArchiveConductor {
+    fn drop(&mut self) {
+        // Workers of a conductor that was never closed (a panic) stop too.
+        for (running, _) in &self.workers {
+            running.store(false, std::sync::atomic::Ordering::Release);
         }
     }
 }

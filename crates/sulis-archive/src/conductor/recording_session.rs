@@ -74,6 +74,8 @@ pub(super) struct RecordingSession {
     pub(super) writer: RecordingWriter,
     /// Its position counter in the driver's CnC (none in tests).
     pub(super) counter: Option<Counter>,
+    /// Its position, for the conductor (the recorder may run on another thread).
+    pub(super) position: Arc<std::sync::atomic::AtomicI64>,
     pub(super) control_session_id: i64,
     pub(super) correlation_id: i64,
     /// Stopped by request: end at once.
@@ -122,7 +124,7 @@ impl ArchiveConductor {
         if let Some(message) = self.low_storage_space() {
             return Err((error_code::STORAGE_SPACE, message));
         }
-        if self.recordings.len() >= self.ctx.max_concurrent_recordings {
+        if self.active_recordings.len() >= self.ctx.max_concurrent_recordings {
             return Err((
                 error_code::MAX_RECORDINGS,
                 format!(
@@ -207,10 +209,7 @@ impl ArchiveConductor {
                 ),
             );
         }
-        if self
-            .recordings
-            .iter()
-            .any(|s| s.recording_id == recording_id)
+        if self.active_recordings.contains_key(&recording_id)
             || self
                 .recording_subscriptions
                 .iter()
@@ -270,13 +269,10 @@ impl ArchiveConductor {
             .subscription
             .registration_id();
         self.recording_subscriptions[i].closing = true;
-        for r in self
-            .recordings
-            .iter_mut()
-            .filter(|r| r.subscription_id == id)
-        {
-            r.aborted = true;
-        }
+        let _ = self
+            .recorder_link
+            .commands
+            .send(RecorderCommand::AbortSubscription(id));
     }
 
     pub(super) fn on_image_events(&mut self) -> usize {
@@ -433,7 +429,15 @@ impl ArchiveConductor {
         };
         counter.set(join);
         self.recording_subscriptions[i].active += 1;
-        self.recordings.push(RecordingSession {
+        let position = Arc::new(std::sync::atomic::AtomicI64::new(join));
+        self.active_recordings.insert(
+            recording_id,
+            ActiveRecording {
+                subscription_id,
+                position: position.clone(),
+            },
+        );
+        let session = RecordingSession {
             recording_id,
             subscription_id,
             writer: RecordingWriter::new(
@@ -452,7 +456,12 @@ impl ArchiveConductor {
             live_subscription: None,
             start_position: geometry.start_position,
             skip_to: None,
-        });
+            position,
+        };
+        let _ = self
+            .recorder_link
+            .commands
+            .send(RecorderCommand::Add(Box::new(session)));
         self.signal(sid, k, recording_id, subscription_id, join, signal);
         let started = RecordingStarted {
             recording_id,
@@ -476,44 +485,39 @@ impl ArchiveConductor {
         }
     }
 
+    /// Runs the recorder (when it shares this thread) and takes what it reported.
     pub(super) fn run_recordings(&mut self) -> usize {
-        let mut work = 0;
-        let max = self.ctx.file_io_max_length;
-        let mut ended = Vec::new();
-        let mut progressed = Vec::new();
-        for (i, r) in self.recordings.iter_mut().enumerate() {
-            let w = r.do_work(max, &self.counters);
-            work += w.work;
-            if w.progressed {
-                progressed.push((r.recording_id, r.start_position, r.writer.position()));
-            }
-            if let Some(at) = w.merged {
-                self.merged.push((r.recording_id, at));
-            }
-            if let Some(failure) = w.ended {
-                ended.push((i, failure));
-            }
-        }
-        if self.events.is_some() {
-            for (recording_id, start_position, position) in progressed {
-                let event = RecordingProgress {
-                    recording_id,
-                    start_position,
-                    position,
-                };
-                self.emit_event(&event.encode());
-            }
-        }
-        for (i, failure) in ended.into_iter().rev() {
-            let r = self.recordings.swap_remove(i);
-            self.end_recording(r, failure);
+        let mut work = self.recorder.as_mut().map_or(0, |r| r.do_work());
+        while let Ok(event) = self.recorder_link.events.try_recv() {
             work += 1;
+            match event {
+                RecorderEvent::Ended(r, failure) => {
+                    self.active_recordings.remove(&r.recording_id);
+                    self.end_recording(*r, failure);
+                }
+                RecorderEvent::Merged(recording_id, at) => self.merged.push((recording_id, at)),
+                RecorderEvent::Progressed(recording_id, start_position, position) => {
+                    let event = RecordingProgress {
+                        recording_id,
+                        start_position,
+                        position,
+                    };
+                    self.emit_event(&event.encode());
+                }
+            }
         }
         work
     }
 
     pub(super) fn end_recording(&mut self, r: RecordingSession, failure: Option<std::io::Error>) {
         let position = r.writer.position();
+        let _ = self
+            .replayer_link
+            .commands
+            .send(ReplayerCommand::RecordingStopped {
+                recording_id: r.recording_id,
+                stop_position: position,
+            });
         if let Err(e) = self.catalog.record_stop(r.recording_id, position, now_ms()) {
             self.record_error(e.to_string());
         }
@@ -563,10 +567,9 @@ impl ArchiveConductor {
     }
 
     pub(super) fn live_position(&self, recording_id: i64) -> Option<i64> {
-        self.recordings
-            .iter()
-            .find(|r| r.recording_id == recording_id)
-            .map(|r| r.writer.position())
+        self.active_recordings
+            .get(&recording_id)
+            .map(|a| a.position())
     }
 }
 
@@ -574,7 +577,7 @@ impl RecordingSession {
     /// One duty cycle: writes what the image has (at most `max` bytes, up
     /// to a live merge's join position), moves to the live image once
     /// there, and says whether the recording ended.
-    pub(super) fn do_work(&mut self, max: usize, stats: &ArchiveCounters) -> RecordingWork {
+    pub(super) fn do_work(&mut self, max: usize, stats: &RecorderCounters) -> RecordingWork {
         let mut out = RecordingWork::default();
         let gone = |image: &dyn RecordedImage| image.is_end_of_stream() || image.is_closed();
         if let Some(skip_to) = self.skip_to.filter(|_| !self.aborted) {
@@ -608,6 +611,8 @@ impl RecordingSession {
                 if let Some(c) = &self.counter {
                     c.set(self.writer.position());
                 }
+                self.position
+                    .store(self.writer.position(), std::sync::atomic::Ordering::Release);
                 out.progressed = true;
                 ArchiveCounters::add(&stats.write_bytes, n as i64);
                 ArchiveCounters::time(
@@ -740,6 +745,7 @@ mod tests {
             image,
             writer: RecordingWriter::new(&dir.0, geometry(0), start, 0),
             counter: None,
+            position: Arc::new(std::sync::atomic::AtomicI64::new(start)),
             control_session_id: 2,
             correlation_id: 3,
             aborted: false,
@@ -760,7 +766,7 @@ mod tests {
         let dir = TempDir::new("recording-eos");
         let image = FakeImage::new(0);
         let mut r = session(&dir, image.clone());
-        let stats = ArchiveCounters::default();
+        let stats = RecorderCounters::default();
         let frames = image.append(10, 100);
         let w = r.do_work(512, &stats);
         assert!(w.progressed && w.ended.is_none());
@@ -784,7 +790,7 @@ mod tests {
         let image = FakeImage::new(0);
         image.append(4, 100);
         let mut r = session(&dir, image.clone());
-        let stats = ArchiveCounters::default();
+        let stats = RecorderCounters::default();
         r.aborted = true;
         let w = r.do_work(1 << 20, &stats);
         assert!(
@@ -814,7 +820,7 @@ mod tests {
         live.position.store(replayed[10].0, Ordering::Release);
         let mut r = session(&dir, replay);
         r.merge_into = Some((join, live.clone() as Arc<dyn RecordedImage>));
-        let stats = ArchiveCounters::default();
+        let stats = RecorderCounters::default();
         let mut merged = None;
         while merged.is_none() {
             merged = r.do_work(1 << 20, &stats).merged;

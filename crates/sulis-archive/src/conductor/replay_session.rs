@@ -122,8 +122,8 @@ impl ArchiveConductor {
         } = p;
         let replay_channel = replay_channel.as_str();
         let max = self.ctx.max_concurrent_replays;
-        if self.replays.len() >= max.saturating_mul(REPLAY_QUEUE_FACTOR) {
-            let waiting = self.replays.len().saturating_sub(max);
+        if self.active_replays.len() >= max.saturating_mul(REPLAY_QUEUE_FACTOR) {
+            let waiting = self.active_replays.len().saturating_sub(max);
             let message =
                 format!("max concurrent replays reached: {max} replaying and {waiting} waiting");
             return self
@@ -237,7 +237,7 @@ impl ArchiveConductor {
             n => n as usize,
         };
         let buf = vec![0u8; io_max.min(term_length as usize).max(4096)];
-        self.replays.push(ReplaySession {
+        let session = ReplaySession {
             id,
             limit_counter,
             recording_id,
@@ -253,54 +253,44 @@ impl ArchiveConductor {
             buf,
             pending: 0,
             done: false,
-        });
+        };
+        let watch = RecordingWatch {
+            live: self
+                .active_recordings
+                .get(&recording_id)
+                .map(|a| a.position.clone()),
+            stopped_at: live.is_none().then_some(d.stop_position),
+        };
+        self.active_replays.insert(id, recording_id);
+        let _ = self
+            .replayer_link
+            .commands
+            .send(ReplayerCommand::Add(Box::new(session), watch));
         self.session(sid).ok(k, id);
     }
 
-    pub(super) fn run_replays(&mut self, now_ns: i64) -> usize {
-        let mut work = 0;
-        let counters = self.client.counters();
-        let mut failures: Vec<(i64, i64, String)> = Vec::new();
-        let mut replaying = self
-            .replays
-            .iter()
-            .filter(|p| !p.done && matches!(p.state, ReplayState::Replaying))
-            .count();
-        for i in 0..self.replays.len() {
-            let recording_id = self.replays[i].recording_id;
-            let live = self.live_position(recording_id);
-            let now = RecordingNow {
-                live,
-                stopped_at: live
-                    .is_none()
-                    .then(|| {
-                        self.catalog
-                            .recording(recording_id)
-                            .map(|d| d.stop_position)
-                    })
-                    .flatten(),
-            };
-            let p = &mut self.replays[i];
-            let waiting = !matches!(p.state, ReplayState::Replaying);
-            let may_start = replaying < self.ctx.max_concurrent_replays;
-            let result = p.do_work(now_ns, now, may_start, &counters, &self.counters);
-            if waiting && matches!(p.state, ReplayState::Replaying) {
-                replaying += 1;
-            }
-            match result {
-                Ok(w) => work += w,
-                Err(message) => failures.push((p.control_session_id, p.correlation_id, message)),
+    /// Runs the replayer (when it shares this thread) and takes what it reported.
+    pub(super) fn run_replays(&mut self, _now_ns: i64) -> usize {
+        let mut work = self.replayer.as_mut().map_or(0, |r| r.do_work());
+        while let Ok(event) = self.replayer_link.events.try_recv() {
+            work += 1;
+            match event {
+                ReplayerEvent::Failed {
+                    control_session_id,
+                    correlation_id,
+                    message,
+                } => {
+                    if let Some(s) = self.sessions.get_mut(&control_session_id) {
+                        s.error(correlation_id, error_code::GENERIC, &message);
+                    }
+                    self.record_error(message);
+                }
+                ReplayerEvent::Ended(id) => {
+                    self.active_replays.remove(&id);
+                }
             }
         }
-        for (sid, k, message) in failures {
-            if let Some(s) = self.sessions.get_mut(&sid) {
-                s.error(k, error_code::GENERIC, &message);
-            }
-            self.record_error(message);
-        }
-        let before = self.replays.len();
-        self.replays.retain(|p| !p.done);
-        work + before - self.replays.len()
+        work
     }
 }
 
@@ -317,7 +307,7 @@ impl ReplaySession {
         rec: RecordingNow,
         may_start: bool,
         counters: &sulis_concurrent::counters::CountersReader,
-        stats: &ArchiveCounters,
+        stats: &ReplayerCounters,
     ) -> Result<usize, String> {
         if self.done {
             return Ok(0);
@@ -558,7 +548,7 @@ mod tests {
             live: None,
             stopped_at: Some(4096),
         };
-        let (counters, stats) = (no_counters(), ArchiveCounters::default());
+        let (counters, stats) = (no_counters(), ReplayerCounters::default());
         hand.advance_ns(4_999_999_999);
         assert_eq!(
             r.do_work(clock.now_ns(), stopped, true, &counters, &stats),
@@ -588,7 +578,7 @@ mod tests {
             live: None,
             stopped_at: Some(stop),
         };
-        let (counters, stats) = (no_counters(), ArchiveCounters::default());
+        let (counters, stats) = (no_counters(), ReplayerCounters::default());
         {
             let mut s = p.0.lock().unwrap();
             s.connected = true;
@@ -636,7 +626,7 @@ mod tests {
             live: None,
             stopped_at: Some(stop),
         };
-        let (counters, stats) = (no_counters(), ArchiveCounters::default());
+        let (counters, stats) = (no_counters(), ReplayerCounters::default());
         hand.advance_ns(60_000_000_000);
         assert_eq!(
             r.do_work(clock.now_ns(), now, false, &counters, &stats),
@@ -661,7 +651,7 @@ mod tests {
         let (clock, _) = NanoClock::manual();
         let (mut r, p) = replay(&dir, 0, None, clock.now_ns());
         p.0.lock().unwrap().connected = true;
-        let (counters, stats) = (no_counters(), ArchiveCounters::default());
+        let (counters, stats) = (no_counters(), ReplayerCounters::default());
         let half = frames[frames.len() / 2].0;
         let live = RecordingNow {
             live: Some(half),
@@ -703,7 +693,7 @@ mod tests {
             live: None,
             stopped_at: Some(4096),
         };
-        let (counters, stats) = (no_counters(), ArchiveCounters::default());
+        let (counters, stats) = (no_counters(), ReplayerCounters::default());
         let mut result = Ok(0);
         while !r.done {
             result = r.do_work(clock.now_ns(), now, true, &counters, &stats);

@@ -13,7 +13,7 @@
 //! destination recording is made, then the extension's EXTEND and STOP,
 //! SYNC once the destination holds all the source had, REPLICATE_END last.
 
-use super::{now_ms, ArchiveConductor, StartRecording};
+use super::{now_ms, ArchiveConductor, RecorderCommand, StartRecording};
 use crate::client::{ArchiveClient, ArchiveClientContext, ArchiveError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -483,9 +483,7 @@ impl ArchiveConductor {
     }
 
     fn is_active(&self, recording_id: i64) -> bool {
-        self.recordings
-            .iter()
-            .any(|s| s.recording_id == recording_id)
+        self.active_recordings.contains_key(&recording_id)
             || self
                 .recording_subscriptions
                 .iter()
@@ -692,10 +690,10 @@ impl ArchiveConductor {
     /// stands and then go on with the live image.
     fn advance_live_merge(&mut self, i: usize, sub: i64) -> Result<(), (i64, String)> {
         let Some(copied) = self
-            .recordings
-            .iter()
-            .find(|s| s.subscription_id == sub)
-            .map(|s| s.writer.position())
+            .active_recordings
+            .values()
+            .find(|a| a.subscription_id == sub)
+            .map(|a| a.position())
         else {
             return Ok(());
         };
@@ -728,14 +726,15 @@ impl ArchiveConductor {
         let join = image.position();
         let subscription = r.live.take();
         r.merge_requested = true;
-        if let Some(rs) = self
-            .recordings
-            .iter_mut()
-            .find(|s| s.subscription_id == sub)
-        {
-            rs.merge_into = Some((join, image));
-            rs.live_subscription = subscription;
-        }
+        let _ = self
+            .recorder_link
+            .commands
+            .send(RecorderCommand::MergeInto {
+                subscription_id: sub,
+                join,
+                image,
+                live_subscription: subscription,
+            });
         Ok(())
     }
 
@@ -806,7 +805,10 @@ impl ArchiveConductor {
                 .recording_subscriptions
                 .iter()
                 .any(|s| s.subscription.registration_id() == sub);
-            let recording = self.recordings.iter().any(|s| s.subscription_id == sub);
+            let recording = self
+                .active_recordings
+                .values()
+                .any(|a| a.subscription_id == sub);
             if recording
                 && !self.replications[i].params.live_destination.is_empty()
                 && !self.replications[i].merge_requested

@@ -15,12 +15,7 @@ impl ArchiveConductor {
             self.unknown_recording(sid, k, recording_id);
             return None;
         };
-        if d.stop_position == NULL_VALUE
-            || self
-                .recordings
-                .iter()
-                .any(|r| r.recording_id == recording_id)
-        {
+        if d.stop_position == NULL_VALUE || self.active_recordings.contains_key(&recording_id) {
             self.session(sid).error(
                 k,
                 error_code::ACTIVE_RECORDING,
@@ -60,13 +55,11 @@ impl ArchiveConductor {
                 ),
             );
         }
-        for p in self
-            .replays
-            .iter_mut()
-            .filter(|p| p.recording_id == recording_id)
-        {
-            p.done = true;
-        }
+        // Its replays end first (the replayer takes commands before it reads).
+        let _ = self
+            .replayer_link
+            .commands
+            .send(ReplayerCommand::StopRecording(recording_id));
         // The catalog first: from here on nothing past `position` is the
         // recording's, whatever happens to the files after.
         if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
@@ -99,6 +92,11 @@ impl ArchiveConductor {
         }
         let n = self.queue_deletion(sid, k, recording_id, doomed);
         self.session(sid).ok(k, n as i64);
+    }
+
+    /// A replay of the recording is running or waiting.
+    pub(super) fn is_replayed(&self, recording_id: i64) -> bool {
+        self.active_replays.values().any(|&r| r == recording_id)
     }
 
     /// A catalog change failed: nothing else of the request is done.
@@ -195,11 +193,7 @@ impl ArchiveConductor {
                 "is past the segment in use, which starts at {}",
                 g.base_of(end)
             ))
-        } else if self
-            .replays
-            .iter()
-            .any(|p| p.recording_id == recording_id && !p.done)
-        {
+        } else if self.is_replayed(recording_id) {
             Some("cannot be applied while the recording is being replayed".to_string())
         } else {
             None
@@ -276,9 +270,7 @@ impl ArchiveConductor {
         let Some(dst) = self.catalog.recording(dst_id) else {
             return self.unknown_recording(sid, k, dst_id);
         };
-        if src.stop_position == NULL_VALUE
-            || self.recordings.iter().any(|r| r.recording_id == src_id)
-        {
+        if src.stop_position == NULL_VALUE || self.active_recordings.contains_key(&src_id) {
             return self.session(sid).error(
                 k,
                 error_code::ACTIVE_RECORDING,
@@ -420,11 +412,7 @@ impl ArchiveConductor {
         let Some(_) = self.check_idle(sid, k, recording_id, "purge") else {
             return;
         };
-        if self
-            .replays
-            .iter()
-            .any(|p| p.recording_id == recording_id && !p.done)
-        {
+        if self.is_replayed(recording_id) {
             return self.session(sid).error(
                 k,
                 error_code::ACTIVE_RECORDING,
