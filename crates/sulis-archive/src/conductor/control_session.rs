@@ -523,16 +523,22 @@ mod tests {
         );
     }
 
+    /// A session past its connect and first request, its sink emptied.
+    fn active(sink: &Sink, clock: &NanoClock) -> ControlSession {
+        *sink.connected.lock().unwrap() = true;
+        let mut s = session(sink, b"", clock.now_ns());
+        s.do_work(clock.now_ns(), &T, &mut AllowAll);
+        assert!(s.on_request(clock.now_ns()));
+        sink.take();
+        s
+    }
+
     #[test]
     fn should_keep_an_idle_client_that_does_not_read_its_pings_and_end_one_that_is_gone() {
         let (clock, hand) = manual_clock();
         let sink = Sink::default();
-        *sink.connected.lock().unwrap() = true;
         let mut auth = AllowAll;
-        let mut s = session(&sink, b"", clock.now_ns());
-        s.do_work(clock.now_ns(), &T, &mut auth);
-        s.on_request(clock.now_ns());
-        sink.take();
+        let mut s = active(&sink, &clock);
         *sink.refuse.lock().unwrap() = Some(OfferError::BackPressured);
         for _ in 0..600 {
             hand.advance_ns(T.ping_interval_ns);
@@ -563,12 +569,8 @@ mod tests {
     fn should_end_a_session_whose_client_stops_reading() {
         let (clock, hand) = manual_clock();
         let sink = Sink::default();
-        *sink.connected.lock().unwrap() = true;
         let mut auth = AllowAll;
-        let mut s = session(&sink, b"", clock.now_ns());
-        s.do_work(clock.now_ns(), &T, &mut auth);
-        s.on_request(clock.now_ns());
-        sink.take();
+        let mut s = active(&sink, &clock);
         *sink.refuse.lock().unwrap() = Some(OfferError::BackPressured);
         s.ok(1, 2);
         s.do_work(clock.now_ns(), &T, &mut auth);

@@ -509,18 +509,13 @@ impl ArchiveConductor {
             }
             StopReplayRequest::TEMPLATE_ID => {
                 let r = StopReplayRequest::decode(m)?;
-                let _ = self
-                    .replayer_link
-                    .commands
-                    .send(ReplayerCommand::Stop(r.replay_session_id));
+                self.stop_replays(|id, _| id == r.replay_session_id);
                 self.session(sid).ok(k, 0);
             }
             StopAllReplaysRequest::TEMPLATE_ID => {
                 let r = StopAllReplaysRequest::decode(m)?;
-                let _ = self
-                    .replayer_link
-                    .commands
-                    .send(ReplayerCommand::StopRecording(r.recording_id));
+                let recording_id = r.recording_id;
+                self.stop_replays(|_, of| recording_id == NULL_VALUE || of == recording_id);
                 self.session(sid).ok(k, 0);
             }
             TruncateRecordingRequest::TEMPLATE_ID => {

@@ -328,11 +328,13 @@ impl ArchiveConductor {
             self.mark_file.update_activity(self.clock.epoch_ms());
         }
         work += self.on_image_events();
+        // What the recorder and replayer reported comes before new requests:
+        // a request sees every recording and replay that ended as ended.
+        work += self.run_recordings();
+        work += self.run_replays(now_ns);
         work += self.poll_control(now_ns);
         work += self.run_listings();
         work += self.run_sessions(now_ns);
-        work += self.run_recordings();
-        work += self.run_replays(now_ns);
         work += self.run_replications(Instant::now());
         work += self.run_deletions();
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);

@@ -269,6 +269,22 @@ impl ArchiveConductor {
         self.session(sid).ok(k, id);
     }
 
+    /// Stops the replays `which(replay id, recording id)` picks. They count
+    /// as ended from now on (the replayer takes the command before it
+    /// reads again), so a request right after sees none of them.
+    pub(super) fn stop_replays(&mut self, which: impl Fn(i64, i64) -> bool) {
+        let stopped: Vec<i64> = self
+            .active_replays
+            .iter()
+            .filter(|(&id, &recording_id)| which(id, recording_id))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in stopped {
+            self.active_replays.remove(&id);
+            let _ = self.replayer_link.commands.send(ReplayerCommand::Stop(id));
+        }
+    }
+
     /// Runs the replayer (when it shares this thread) and takes what it reported.
     pub(super) fn run_replays(&mut self, _now_ns: i64) -> usize {
         let mut work = self.replayer.as_mut().map_or(0, |r| r.do_work());

@@ -31,8 +31,6 @@ pub(super) enum ReplayerCommand {
     Add(Box<ReplaySession>, RecordingWatch),
     /// Stop the replay with this id.
     Stop(i64),
-    /// Stop every replay of a recording (`NULL_VALUE`: of every recording).
-    StopRecording(i64),
     /// A recording stopped here: its replays end there.
     RecordingStopped {
         recording_id: i64,
@@ -106,15 +104,6 @@ impl Replayer {
             ReplayerCommand::Add(s, watch) => self.sessions.push((*s, watch)),
             ReplayerCommand::Stop(id) => {
                 for (s, _) in self.sessions.iter_mut().filter(|(s, _)| s.id == id) {
-                    s.done = true;
-                }
-            }
-            ReplayerCommand::StopRecording(recording_id) => {
-                for (s, _) in self
-                    .sessions
-                    .iter_mut()
-                    .filter(|(s, _)| recording_id == NULL_VALUE || s.recording_id == recording_id)
-                {
                     s.done = true;
                 }
             }

@@ -56,10 +56,7 @@ impl ArchiveConductor {
             );
         }
         // Its replays end first (the replayer takes commands before it reads).
-        let _ = self
-            .replayer_link
-            .commands
-            .send(ReplayerCommand::StopRecording(recording_id));
+        self.stop_replays(|_, of| of == recording_id);
         // The catalog first: from here on nothing past `position` is the
         // recording's, whatever happens to the files after.
         if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
