@@ -86,11 +86,13 @@ def segments(archive_dir: str, rid: int) -> list[str]:
 # -- crash recovery ---------------------------------------------------------------
 
 
-def test_a_second_archive_on_a_live_directory_touches_nothing(driver, client, archive_dir, spawn):
+@pytest.mark.parametrize("mode", ["shared", "dedicated"])
+def test_a_second_archive_on_a_live_directory_touches_nothing(driver, client, archive_dir, spawn, mode):
     """Promise: a second archive on a directory whose archive is alive is refused and changes
-    nothing. Fault: one is opened while the first records; the first is later killed. Its
-    recovery must find the whole recording (not a stop position the refused one wrote)."""
-    child = spawn("archive", driver.dir, archive_dir)
+    nothing. Fault: one is opened while the first records (its recorder on the archive's thread,
+    or on one of its own); the first is later killed. Its recovery must find the whole recording
+    (not a stop position the refused one wrote)."""
+    child = spawn("archive", driver.dir, archive_dir, json.dumps({"threading_mode": mode}))
     child.read()
     with sulis.ArchiveClient(client) as ac:
         rid, pub = start_live(ac, client, 1001)

@@ -123,9 +123,10 @@ def test_replay_over_udp_from_a_position_and_bounded(client, archive, archive_cl
     await_until(lambda: all(i.is_end_of_stream or i.is_closed for i in sub.images), what="end of replay")
 
 
-def test_archive_counters_show_sessions_recordings_and_bytes(driver, client, archive, archive_client):
+def test_archive_counters_show_sessions_recordings_and_bytes(request, driver, client, archive, archive_client):
     from conftest import COUNTER_TYPE
 
+    mode = request.node.callspec.params["archive"].upper()
     ac = archive_client
     ac.start_recording("aeron:ipc", 1001)
     pub = client.add_publication("aeron:ipc", 1001)
@@ -145,10 +146,15 @@ def test_archive_counters_show_sessions_recordings_and_bytes(driver, client, arc
     assert v["Archive Errors"] == 0
     assert v[f"rec-pos: {rid} {ac.list_recording(rid).session_id} 1001 aeron:ipc"] == end
     assert COUNTER_TYPE["rec-pos"] == 100
-    # Time spent writing, and the duty cycle's longest turn (one thread: SHARED).
+    # Time spent writing, and the duty cycle's longest turn (SHARED: one thread; DEDICATED: the
+    # recorder and the replayer have their own).
     assert 0 < v["archive-recorder max write time in ns"] <= v["archive-recorder total write time in ns"]
-    assert v["archive-conductor max cycle time in ns: SHARED"] > 0
-    assert v["archive-conductor work cycle time exceeded count: threshold=1000000000ns SHARED"] == 0
+    assert v[f"archive-conductor max cycle time in ns: {mode}"] > 0
+    assert v[f"archive-conductor work cycle time exceeded count: threshold=1000000000ns {mode}"] == 0
+    if mode == "DEDICATED":
+        assert v["archive-recorder max cycle time in ns"] > 0
+        assert v["archive-replayer max cycle time in ns"] > 0
+        assert v["archive-recorder work cycle time exceeded count: threshold=1000000000ns"] == 0
     ac.stop_recording("aeron:ipc", 1001)
     ac.await_signal(RecordingSignal.STOP, rid)
     await_until(lambda: values()["Archive Recording Sessions"] == 0, what="the recording session to end")

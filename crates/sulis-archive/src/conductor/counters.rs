@@ -25,6 +25,35 @@ pub(super) struct ArchiveCounters {
 }
 
 impl ArchiveCounters {
+    /// An agent's duty-cycle counters (Aeron's 103 and 104, one pair per
+    /// agent in DEDICATED mode): its longest cycle and how many exceeded
+    /// the threshold.
+    pub(super) fn duty_cycle_counters(
+        client: &Client,
+        archive_id: i64,
+        agent: &str,
+    ) -> (Option<Counter>, Option<Counter>) {
+        let key = archive_id.to_le_bytes();
+        let add = |type_id: i32, label: String| {
+            client
+                .add_counter(type_id, &key, &format!("{label} - archiveId={archive_id}"))
+                .ok()
+        };
+        (
+            add(
+                counter_type::ARCHIVE_MAX_CYCLE_TIME,
+                format!("archive-{agent} max cycle time in ns"),
+            ),
+            add(
+                counter_type::ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED,
+                format!(
+                    "archive-{agent} work cycle time exceeded count: threshold={}ns",
+                    CYCLE_TIME_THRESHOLD.as_nanos()
+                ),
+            ),
+        )
+    }
+
     /// The read counters, for the replayer (which may run on another thread).
     pub(super) fn take_replayer_counters(&mut self) -> ReplayerCounters {
         ReplayerCounters {
@@ -47,6 +76,7 @@ impl ArchiveCounters {
         client: &Client,
         archive_id: i64,
         archive_dir: &std::path::Path,
+        mode: &str,
     ) -> ArchiveCounters {
         let key = archive_id.to_le_bytes();
         let add = |type_id: i32, label: &str| {
@@ -91,15 +121,16 @@ impl ArchiveCounters {
                 counter_type::ARCHIVE_REPLAYER_TOTAL_READ_BYTES,
                 "archive-replayer total read bytes",
             ),
-            // One thread runs the conductor, recorder and replayer: SHARED.
+            // SHARED: one thread runs the conductor, recorder and replayer;
+            // DEDICATED: the others have counters of their own (duty_cycle_counters).
             max_cycle_time: add(
                 counter_type::ARCHIVE_MAX_CYCLE_TIME,
-                "archive-conductor max cycle time in ns: SHARED",
+                &format!("archive-conductor max cycle time in ns: {mode}"),
             ),
             cycle_time_exceeded: add(
                 counter_type::ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED,
                 &format!(
-                    "archive-conductor work cycle time exceeded count: threshold={}ns SHARED",
+                    "archive-conductor work cycle time exceeded count: threshold={}ns {mode}",
                     CYCLE_TIME_THRESHOLD.as_nanos()
                 ),
             ),

@@ -89,6 +89,8 @@ pub struct ArchiveConductor {
         Arc<std::sync::atomic::AtomicBool>,
         std::thread::JoinHandle<()>,
     )>,
+    /// The workers' duty-cycle counters, kept while they run.
+    worker_counters: Vec<Counter>,
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
@@ -239,7 +241,11 @@ impl ArchiveConductor {
         } else {
             None
         };
-        let mut counters = ArchiveCounters::new(&client, archive_id, &ctx.archive_dir);
+        let mode = match ctx.threading_mode {
+            crate::context::ArchiveThreadingMode::Shared => "SHARED",
+            crate::context::ArchiveThreadingMode::Dedicated => "DEDICATED",
+        };
+        let mut counters = ArchiveCounters::new(&client, archive_id, &ctx.archive_dir, mode);
         let clock = NanoClock::new();
         let (replayer, replayer_link) = Replayer::new(
             ctx.max_concurrent_replays,
@@ -271,6 +277,7 @@ impl ArchiveConductor {
             recorder_link,
             active_recordings: BTreeMap::new(),
             workers: Vec::new(),
+            worker_counters: Vec::new(),
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
@@ -449,10 +456,19 @@ impl ArchiveConductor {
             .replayer
             .take()
             .map(|r| ("replayer", Box::new(r) as Box<dyn Agent>));
+        let values = self.client.counters().values_buffer();
         for (name, agent) in recorder.into_iter().chain(replayer) {
             let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
             let r = running.clone();
-            let tracker = DutyCycleTracker::new(None, None, CYCLE_TIME_THRESHOLD.as_nanos() as i64);
+            let (max, exceeded) =
+                ArchiveCounters::duty_cycle_counters(&self.client, self.archive_id, name);
+            let counter = |c: &Option<Counter>| c.as_ref().map(|c| CounterRef::new(values, c.id()));
+            let tracker = DutyCycleTracker::new(
+                counter(&max),
+                counter(&exceeded),
+                CYCLE_TIME_THRESHOLD.as_nanos() as i64,
+            );
+            self.worker_counters.extend(max.into_iter().chain(exceeded));
             let thread = std::thread::Builder::new()
                 .name(format!("sulis-archive-{name}"))
                 .spawn(move || {
