@@ -305,16 +305,20 @@ def _malformed_requests(client, ac) -> None:
     bad = struct.pack("<HHHH", 24, 10, 101, 13) + struct.pack("<qq", session, 777)
     # An unknown template, 999, from a newer client.
     unknown = struct.pack("<HHHH", 16, 999, 101, 13) + struct.pack("<qq", session, 778)
-    for m in (bad, unknown):
+    # A replay with a replay token (response channels): refused naming it, not taken as a plain replay.
+    token = (struct.pack("<HHHH", 56, 6, 101, 13) + struct.pack("<qqqqqiiq", session, 779, 0, 0, -1, 7, -1, 1234)
+             + struct.pack("<I", len(channel)) + channel)
+    for m in (bad, unknown, token):
         while pub.offer(m) < 0:
             pass
 
     deadline = time.monotonic() + 10
-    while not {777, 778} <= answers.keys():
+    while not {777, 778, 779} <= answers.keys():
         assert time.monotonic() < deadline, answers
         sub.poll(assembler, 10)
     assert answers[777][0] == 1 and "ListRecordingRequest" in answers[777][2], answers[777]
     assert answers[778][0] == 1 and "template id 999" in answers[778][2], answers[778]
+    assert answers[779][0] == 1 and "replay tokens" in answers[779][2], answers[779]
     assert ac.list_recordings() == [], "the session still works"
 
 

@@ -7,6 +7,12 @@ use super::*;
 
 /// Control fragments read per subscription and duty cycle.
 pub(super) const CONTROL_FRAGMENT_LIMIT: usize = 10;
+
+/// A feature of a request this archive does not have yet: refused naming
+/// it, never ignored. (Replication tags are ignored: the replication works
+/// without them, on a channel of its own, and Aeron clients send them.)
+const TOKENS: &str = "replays over response channels (replay tokens)";
+
 impl ArchiveConductor {
     pub(super) fn poll_control(&mut self, now_ns: i64) -> usize {
         let mut messages: Vec<(usize, i32, Vec<u8>)> = Vec::new();
@@ -228,6 +234,12 @@ impl ArchiveConductor {
             }
             self.record_error(format!("control session {session_id}: {message}"));
         }
+    }
+
+    /// Refuses a request for a feature this archive does not have yet.
+    fn not_supported(&mut self, sid: i64, k: i64, what: &str) {
+        let message = format!("{what} is not supported by this archive yet");
+        self.session(sid).error(k, error_code::GENERIC, &message);
     }
 
     pub(super) fn session(&mut self, id: i64) -> &mut ControlSession {
@@ -463,6 +475,9 @@ impl ArchiveConductor {
             }
             ReplayRequest::TEMPLATE_ID => {
                 let r = ReplayRequest::decode(m)?;
+                if r.replay_token != NULL_VALUE {
+                    return Ok(self.not_supported(sid, k, TOKENS));
+                }
                 let p = ReplayParams {
                     recording_id: r.recording_id,
                     position: r.position,
@@ -476,6 +491,9 @@ impl ArchiveConductor {
             }
             BoundedReplayRequest::TEMPLATE_ID => {
                 let r = BoundedReplayRequest::decode(m)?;
+                if r.replay_token != NULL_VALUE {
+                    return Ok(self.not_supported(sid, k, TOKENS));
+                }
                 // Bounded by its length and by a counter of this archive's
                 // driver (a commit position, as Aeron Cluster's followers use).
                 let counters = self.client.counters();
