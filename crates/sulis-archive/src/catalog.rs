@@ -217,11 +217,15 @@ impl Catalog {
 
     /// Ids of the VALID recordings from `from_id` on.
     pub fn valid_ids_from(&self, from_id: i64) -> Vec<i64> {
+        self.valid_ids(from_id).collect()
+    }
+
+    /// The same, one at a time (a listing that stops after a few).
+    pub fn valid_ids(&self, from_id: i64) -> impl Iterator<Item = i64> + '_ {
         self.index
             .range(from_id.max(0)..)
             .filter(|(_, &o)| read_i32(&self.map, o + entry::STATE) == recording_state::VALID)
             .map(|(&id, _)| id)
-            .collect()
     }
 
     /// Adds a VALID recording described by `d` (its `recording_id` is

@@ -476,7 +476,8 @@ impl ArchiveConductor {
             ReplayRequest::TEMPLATE_ID => {
                 let r = ReplayRequest::decode(m)?;
                 if r.replay_token != NULL_VALUE {
-                    return Ok(self.not_supported(sid, k, TOKENS));
+                    self.not_supported(sid, k, TOKENS);
+                    return Ok(());
                 }
                 let p = ReplayParams {
                     recording_id: r.recording_id,
@@ -492,7 +493,8 @@ impl ArchiveConductor {
             BoundedReplayRequest::TEMPLATE_ID => {
                 let r = BoundedReplayRequest::decode(m)?;
                 if r.replay_token != NULL_VALUE {
-                    return Ok(self.not_supported(sid, k, TOKENS));
+                    self.not_supported(sid, k, TOKENS);
+                    return Ok(());
                 }
                 // Bounded by its length and by a counter of this archive's
                 // driver (a commit position, as Aeron Cluster's followers use).
@@ -568,26 +570,31 @@ impl ArchiveConductor {
                 let r = MigrateSegmentsRequest::decode(m)?;
                 self.migrate_segments(sid, k, r.src_recording_id, r.dst_recording_id);
             }
-            ReplicateRequest::TEMPLATE_ID => {
-                let r = ReplicateRequest::decode(m)?;
-                let p = replication::ReplicateParams::before_1_33(
-                    r.src_recording_id,
-                    r.dst_recording_id,
-                    r.src_control_stream_id,
-                    r.src_control_channel,
-                    r.live_destination,
-                );
-                self.on_replicate(sid, k, p);
-            }
-            TaggedReplicateRequest::TEMPLATE_ID => {
-                let r = TaggedReplicateRequest::decode(m)?;
-                let p = replication::ReplicateParams::before_1_33(
-                    r.src_recording_id,
-                    r.dst_recording_id,
-                    r.src_control_stream_id,
-                    r.src_control_channel,
-                    r.live_destination,
-                );
+            ReplicateRequest::TEMPLATE_ID | TaggedReplicateRequest::TEMPLATE_ID => {
+                // The pre-1.33 requests; a tagged one's tags are ignored (see docs/archive.md).
+                let (src, dst, stream, channel, live) =
+                    if template_id == ReplicateRequest::TEMPLATE_ID {
+                        let r = ReplicateRequest::decode(m)?;
+                        let c = r.src_control_channel;
+                        (
+                            r.src_recording_id,
+                            r.dst_recording_id,
+                            r.src_control_stream_id,
+                            c,
+                            r.live_destination,
+                        )
+                    } else {
+                        let r = TaggedReplicateRequest::decode(m)?;
+                        let c = r.src_control_channel;
+                        (
+                            r.src_recording_id,
+                            r.dst_recording_id,
+                            r.src_control_stream_id,
+                            c,
+                            r.live_destination,
+                        )
+                    };
+                let p = replication::ReplicateParams::before_1_33(src, dst, stream, channel, live);
                 self.on_replicate(sid, k, p);
             }
             ReplicateRequest2::TEMPLATE_ID => {

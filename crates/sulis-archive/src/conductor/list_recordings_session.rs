@@ -11,6 +11,8 @@ use super::*;
 
 /// Descriptors queued per duty cycle.
 const BATCH: usize = 16;
+/// Catalog entries looked at per duty cycle (a filter may match few).
+const SCAN: usize = 4096;
 
 /// Which recordings a listing sends.
 pub(super) enum ListFilter {
@@ -72,12 +74,15 @@ impl ListRecordingsSession {
             return 0;
         }
         let mut queued = 0;
-        let ids = catalog.valid_ids_from(self.next_id);
-        let mut ids = ids.into_iter();
-        while self.remaining > 0 && queued < BATCH {
+        // Read lazily from the cursor: a batch costs what it looks at, not
+        // the rest of the catalog.
+        let mut ids = catalog.valid_ids(self.next_id).peekable();
+        let mut scanned = 0;
+        while self.remaining > 0 && queued < BATCH && scanned < SCAN {
             let Some(id) = ids.next() else {
                 break;
             };
+            scanned += 1;
             self.next_id = id + 1;
             let Some(e) = catalog.entry(id) else {
                 continue;
@@ -94,7 +99,7 @@ impl ListRecordingsSession {
                 queued += 1;
             }
         }
-        let at_end = ids.next().is_none() && queued < BATCH;
+        let at_end = ids.peek().is_none();
         if self.remaining == 0 || at_end {
             if self.remaining > 0 {
                 let next = self.next_id.max(catalog.next_recording_id());
