@@ -3,8 +3,11 @@
 //! subscriber, cleaning terms behind it and unblocking dead writers.
 //!
 //! Life cycle ([`PublicationState`]): draining lasts until the subscribers
-//! read to the end of stream; then the images are withdrawn, and after the
-//! linger the counters are freed and the file deleted.
+//! read to the end of stream, however long that takes, as Aeron's
+//! `IpcPublication` drains (a subscriber whose client dies is removed by
+//! client liveness, so draining always ends); then the images are
+//! withdrawn, and after the linger the counters are freed and the file
+//! deleted.
 
 use crate::lifecycle::PublicationState;
 use sulis_concurrent::counters::CounterRef;
@@ -225,19 +228,19 @@ impl IpcPublication {
             .close(&self.logs, &self.pub_limit, producer, now_ns);
     }
 
-    /// Timer step of the close sequence. `linger_ns` bounds both draining and
-    /// lingering. Returns true when draining ends: the subscribers have read
-    /// to the end of the stream (or the linger ran out) and are to be told
-    /// the image is gone.
+    /// Timer step of the close sequence. Returns true when draining ends:
+    /// every subscriber has read to the end of the stream and is to be told
+    /// the image is gone; the publication then lingers for `linger_ns`. A
+    /// slow subscriber is never cut off before the end (it would lose the
+    /// stream's last messages, as a replay's subscriber did under load).
     pub fn on_time_event(&mut self, now_ns: i64, linger_ns: i64) -> bool {
-        if let Some(since_ns) = self.state.draining_since() {
+        if self.state.draining_since().is_some() {
             let producer = self.producer_position();
             let drained = self
                 .subscribers
                 .iter()
                 .all(|s| s.position.get_volatile() >= producer);
-            return (drained || now_ns > since_ns + linger_ns)
-                && self.state.finish_draining(now_ns, linger_ns);
+            return drained && self.state.finish_draining(now_ns, linger_ns);
         }
         self.state.check_linger(now_ns);
         false

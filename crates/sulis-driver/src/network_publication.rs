@@ -291,11 +291,12 @@ impl NetworkPublicationEntry {
             let sent = p.snd_pos.get_volatile() >= producer;
             let abandoned = !p.has_receivers(now_ns, connection_timeout_ns)
                 && now_ns > since_ns + connection_timeout_ns.min(linger_ns);
+            // Spies (the archive recording a local stream) read to the end,
+            // however long that takes, as IPC subscribers do.
             let spied = self
                 .spies
                 .iter()
-                .all(|s| s.position.get_volatile() >= producer)
-                || now_ns > since_ns + linger_ns;
+                .all(|s| s.position.get_volatile() >= producer);
             if (sent || abandoned) && spied && self.state.finish_draining(now_ns, linger_ns) {
                 p.status.store(status::LINGERING, Ordering::Release);
                 return true;

@@ -113,6 +113,86 @@ fn a_removed_publication_keeps_its_log_for_the_linger_then_frees_it() {
 }
 
 #[test]
+fn a_closed_publication_waits_for_a_slow_subscriber_to_read_to_its_end_however_long_that_takes() {
+    use std::path::Path;
+    use sulis_concurrent::logbuffer::term_appender::{Append, HeaderWriter, TermAppender};
+    use sulis_concurrent::logbuffer::LogBuffers;
+    let mut h = Harness::new("drain", |_| {});
+    h.keepalive();
+    h.add_subscription("aeron:ipc", 11);
+    let reg = h.add_publication("aeron:ipc", 11);
+    h.settle();
+    let events = h.take_events();
+    let log = events
+        .iter()
+        .find_map(|e| match e {
+            Event::PublicationReady { log_file, .. } => Some(log_file.clone()),
+            _ => None,
+        })
+        .expect("the publication's log");
+    let image = events
+        .iter()
+        .find_map(|e| match e {
+            Event::AvailableImage {
+                subscriber_position_id,
+                ..
+            } => Some(*subscriber_position_id),
+            _ => None,
+        })
+        .expect("the subscription's image");
+    let publication = LogBuffers::map_existing(Path::new(&log)).unwrap();
+    let header = HeaderWriter::new(&publication.default_header());
+    let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
+    for _ in 0..100 {
+        assert!(matches!(
+            appender.append_unfragmented(&header, &[7u8; 100], None),
+            Append::Done(_)
+        ));
+    }
+    let end = 100 * 160;
+    let correlation_id = h.correlation_id();
+    h.send(Command::RemovePublication {
+        client_id: h.client_id,
+        correlation_id,
+        registration_id: reg,
+    });
+    h.settle();
+    // The subscriber has read half, and its client stays alive: ten lingers later (100 ms each)
+    // the stream is still there for it.
+    let subscriber = h.counters.counter_ref(image);
+    subscriber.set_ordered(end / 2);
+    for _ in 0..10 {
+        h.advance(100 * MS);
+        h.keepalive();
+    }
+    assert!(
+        !h.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::UnavailableImage { .. })),
+        "a slow subscriber was cut off before the end of the stream"
+    );
+    assert_eq!(
+        h.counters_of_type(type_id::PUBLISHER_LIMIT).len(),
+        1,
+        "draining"
+    );
+    // It reads to the end: the image goes, and after the linger the log.
+    subscriber.set_ordered(end);
+    h.advance(MS);
+    assert!(h
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, Event::UnavailableImage { .. })));
+    h.advance(150 * MS);
+    h.keepalive();
+    h.settle();
+    assert!(
+        h.counters_of_type(type_id::PUBLISHER_LIMIT).is_empty(),
+        "freed after the linger"
+    );
+}
+
+#[test]
 fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation_id() {
     use sulis_protocol::control::{command_type, error_code};
     let mut h = Harness::new("unimplemented", |_| {});
