@@ -556,6 +556,9 @@ def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
              columnNameOfCorruptRecord="position").collect()
 
 
+# Two Spark sessions start in child processes (a JVM each): 80 s on a quiet 2-core machine, over the
+# suite's 120 s guard when the other test worker is busy too.
+@pytest.mark.timeout(300)
 def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spark, sulis_node, tmp):
     import json
     import signal
