@@ -81,6 +81,11 @@ pub struct IpcPublication {
     pub subscribers: Vec<LocalSubscriber>,
     /// Where it is in the life cycle.
     pub state: PublicationState,
+    /// `control-mode=response`.
+    pub is_response: bool,
+    /// `response-correlation-id` (-1 if none): on a request publication, the
+    /// requester's response subscription.
+    pub response_correlation_id: i64,
     term_window: i64,
     /// The channel's `linger`, else the driver's publication linger: as
     /// written into the log when it was created.
@@ -127,6 +132,8 @@ impl IpcPublication {
             ref_count: 1,
             subscribers: Vec::new(),
             state: PublicationState::Active,
+            is_response: false,
+            response_correlation_id: -1,
             term_window,
             linger_ns,
             clean_position: start,

@@ -161,10 +161,12 @@ impl MediaDriver {
         let (sender_tx, sender_rx) = std::sync::mpsc::channel();
         let (receiver_tx, receiver_rx) = std::sync::mpsc::channel();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let (sender_events_tx, sender_events_rx) = std::sync::mpsc::channel();
         let links = NetworkLinks {
             sender: sender_tx,
             receiver: receiver_tx,
             receiver_events: events_rx,
+            sender_events: sender_events_rx,
             transports,
         };
         let conductor = DriverConductor::new(ctx.clone(), cnc.clone(), clock, links)
@@ -173,6 +175,7 @@ impl MediaDriver {
         let system = *errors.system();
         let sender = Sender::new(
             sender_rx,
+            sender_events_tx,
             clock,
             SenderConfig {
                 setup_interval_ns: ctx.publication_setup_timeout_ns as i64,

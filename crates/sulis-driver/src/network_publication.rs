@@ -62,8 +62,17 @@ pub struct NetworkPublication {
     pub stream_id: i32,
     /// Channel as the first publisher gave it.
     pub channel: String,
-    /// Where data goes.
-    pub destination: SocketAddr,
+    /// Where data goes; `None` for a response publication, which learns it
+    /// from the first setup-eliciting status message.
+    pub destination: Option<SocketAddr>,
+    /// `control-mode=response`: answers a request stream over the address its
+    /// requester's setup-eliciting status message came from.
+    pub is_response: bool,
+    /// `response-correlation-id` (-1 if none). On a request publication (not
+    /// response mode) it names the requester's response subscription, and
+    /// SETUP frames carry SEND_RESPONSE_SETUP; on a response publication,
+    /// the request image it answers.
+    pub response_correlation_id: i64,
     /// Exclusive publication.
     pub exclusive: bool,
     /// The log.
@@ -142,6 +151,9 @@ pub struct NetworkPublicationEntry {
     term_window: i64,
     clean_position: i64,
     connected: bool,
+    /// A response publication no receiver has connected to yet: its request
+    /// image sends RSP_SETUP frames until one does.
+    pub awaiting_response_connect: bool,
     /// Set when the endpoint was given as a host name.
     pub re_resolution: Option<ReResolution>,
 }
@@ -183,6 +195,7 @@ impl NetworkPublicationEntry {
             term_window,
             clean_position: start,
             connected: false,
+            awaiting_response_connect: false,
             re_resolution: None,
         }
     }
@@ -318,8 +331,10 @@ const SEND_BATCH: usize = 32;
 pub struct PublicationSender {
     /// The shared part.
     pub publication: std::sync::Arc<NetworkPublication>,
-    /// Where its frames go (the publication's, until a re-resolution moves it).
-    destination: SocketAddr,
+    /// Where its frames go (the publication's, until a re-resolution moves
+    /// it; for a response publication, where the last setup-eliciting status
+    /// message came from, nowhere before the first).
+    destination: Option<SocketAddr>,
     should_send_setup: bool,
     time_of_last_setup_ns: i64,
     time_of_last_send_ns: i64,
@@ -374,7 +389,7 @@ impl PublicationSender {
 
     /// The publication's host moved: send there from now on, SETUP first.
     pub fn change_destination(&mut self, destination: SocketAddr, cfg: &SenderConfig, now_ns: i64) {
-        self.destination = destination;
+        self.destination = Some(destination);
         self.trigger_setup(cfg, now_ns);
     }
 
@@ -396,6 +411,12 @@ impl PublicationSender {
         let p = self.publication.clone();
         if sm.is_send_setup() {
             system.increment(SystemCounter::StatusMessagesReceived);
+            if p.is_response {
+                // The requester's response socket: the only address this
+                // publication sends to (behind NAT too: every datagram
+                // answers one the requester sent).
+                self.destination = Some(src);
+            }
             self.trigger_setup(cfg, now_ns);
             return Ok(());
         }
@@ -495,6 +516,9 @@ impl PublicationSender {
         errors: &ErrorReporter,
     ) {
         let p = &self.publication;
+        let Some(destination) = self.destination else {
+            return;
+        };
         let position = compute_position(term_id, term_offset, p.bits, p.initial_term_id);
         let sender_position = p.snd_pos.get();
         if position >= sender_position || position < sender_position - p.term_length as i64 {
@@ -510,14 +534,14 @@ impl PublicationSender {
             if a.send_length == 0 {
                 break;
             }
-            match transport.send_to(term.slice(offset, a.send_length), self.destination) {
+            match transport.send_to(term.slice(offset, a.send_length), destination) {
                 Ok(0) => {
                     system.increment(SystemCounter::ShortSends);
                     break;
                 }
                 Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
                 Err(e) => {
-                    errors.record(&format!("retransmit to {} failed: {e}", self.destination));
+                    errors.record(&format!("retransmit to {destination} failed: {e}"));
                     break;
                 }
             }
@@ -538,6 +562,10 @@ impl PublicationSender {
         now_ns: i64,
     ) -> usize {
         let p = self.publication.clone();
+        let Some(destination) = self.destination else {
+            // A response publication nobody has asked for a SETUP yet.
+            return 0;
+        };
         let system = errors.system();
         let mut sender_position = p.snd_pos.get();
         let catch_up = p.spy_catch_up.load(Ordering::Acquire);
@@ -564,7 +592,11 @@ impl PublicationSender {
             && now_ns - self.time_of_last_setup_ns >= cfg.setup_interval_ns
         {
             let setup = SetupFrame {
-                flags: 0,
+                flags: if !p.is_response && p.response_correlation_id != -1 {
+                    SetupFrame::SEND_RESPONSE_SETUP_FLAG
+                } else {
+                    0
+                },
                 term_offset: compute_term_offset_from_position(sender_position, p.bits),
                 session_id: p.session_id,
                 stream_id: p.stream_id,
@@ -578,11 +610,11 @@ impl PublicationSender {
                 mtu: p.mtu as i32,
                 ttl: p.ttl,
             };
-            send_control_frame(transport, &setup.to_bytes(), self.destination, errors);
+            send_control_frame(transport, &setup.to_bytes(), destination, errors);
             self.time_of_last_setup_ns = now_ns;
         }
 
-        let mut bytes_sent = self.send_data(transport, errors, sender_position, now_ns);
+        let mut bytes_sent = self.send_data(transport, errors, destination, sender_position, now_ns);
 
         // Heartbeat while idle; end of stream once everything is sent, the first at once: a
         // linger shorter than the heartbeat interval would otherwise remove the publication
@@ -604,9 +636,9 @@ impl PublicationSender {
                 h.flags |= EOS_FLAG;
                 self.eos_sent = true;
             }
-            match transport.send_to(&h.to_bytes(), self.destination) {
+            match transport.send_to(&h.to_bytes(), destination) {
                 Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
-                Err(e) => errors.record(&format!("heartbeat to {} failed: {e}", self.destination)),
+                Err(e) => errors.record(&format!("heartbeat to {destination} failed: {e}")),
             }
             system.increment(SystemCounter::HeartbeatsSent);
             self.time_of_last_send_ns = now_ns;
@@ -633,6 +665,7 @@ impl PublicationSender {
         &mut self,
         transport: &mut dyn Transport,
         errors: &ErrorReporter,
+        destination: SocketAddr,
         sender_position: i64,
         now_ns: i64,
     ) -> usize {
@@ -668,11 +701,11 @@ impl PublicationSender {
             return 0;
         }
         let slices = &slices[..count];
-        let sent = match transport.send_batch(slices, self.destination) {
+        let sent = match transport.send_batch(slices, destination) {
             Ok(n) => n,
             Err(e) => {
                 // Treated as lost on the way: receivers NAK what they miss.
-                errors.record(&format!("send to {} failed: {e}", self.destination));
+                errors.record(&format!("send to {destination} failed: {e}"));
                 count
             }
         };

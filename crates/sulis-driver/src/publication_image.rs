@@ -21,7 +21,9 @@ use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{self, term_rebuilder, LogBuffers};
 use sulis_concurrent::loss_report::EntryHandle;
-use sulis_protocol::frame::{DataDatagram, NakFrame, RttmFrame, StatusMessageFrame, EOS_FLAG};
+use sulis_protocol::frame::{
+    DataDatagram, NakFrame, RspSetupFrame, RttmFrame, StatusMessageFrame, EOS_FLAG,
+};
 use sulis_protocol::log_buffer_descriptor::*;
 
 /// Shared image state.
@@ -85,7 +87,17 @@ pub struct PublicationImage {
     pub eos_position: AtomicI64,
     /// See [`state`].
     pub state: AtomicU8,
+    /// The SETUP that made the image asked for a response channel
+    /// (SEND_RESPONSE_SETUP): a response publication may name this image.
+    pub send_response_setup: bool,
+    /// Session id of the response publication the source is to be told of
+    /// with RSP_SETUP frames, [`NO_RESPONSE_SESSION`] when none is due (set
+    /// by the conductor, read by the receiver).
+    pub response_session_id: AtomicI64,
 }
+
+/// [`PublicationImage::response_session_id`] when no RSP_SETUP is due.
+pub const NO_RESPONSE_SESSION: i64 = i64::MIN;
 
 /// Shared image state as created by the conductor (counters already set).
 pub struct ImageParts {
@@ -115,6 +127,8 @@ pub struct ImageParts {
     pub hwm: CounterRef,
     /// See [`PublicationImage::rcv_pos`].
     pub rcv_pos: CounterRef,
+    /// See [`PublicationImage::send_response_setup`].
+    pub send_response_setup: bool,
     /// Receiver clock time it was created at.
     pub now_ns: i64,
 }
@@ -145,6 +159,8 @@ impl PublicationImage {
             time_of_last_packet_ns: AtomicI64::new(p.now_ns),
             eos_position: AtomicI64::new(i64::MAX),
             state: AtomicU8::new(state::ACTIVE),
+            send_response_setup: p.send_response_setup,
+            response_session_id: AtomicI64::new(NO_RESPONSE_SESSION),
         }
     }
 
@@ -357,8 +373,8 @@ impl ImageReceiver {
             .min_subscriber_position()
             .unwrap_or(self.rebuild_position);
         let threshold = (img.window_length / 4) as i64;
-        let send_sm = consumed - self.last_sm_position >= threshold.max(1)
-            || now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
+        let sm_timed_out = now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
+        let send_sm = consumed - self.last_sm_position >= threshold.max(1) || sm_timed_out;
         let target = consumed - img.term_length as i64;
         while self.clean_position < target {
             self.clean_position = logbuffer::clean_to(&img.logs, self.clean_position, target);
@@ -398,6 +414,19 @@ impl ImageReceiver {
             work += 1;
         }
         self.naks = naks;
+        let response_session_id = img.response_session_id.load(Ordering::Acquire);
+        if sm_timed_out && response_session_id != NO_RESPONSE_SESSION {
+            // A response publication answers this stream: tell its source
+            // the session, every status-message period until the response
+            // publication hears from it.
+            let rsp = RspSetupFrame {
+                session_id: img.session_id,
+                stream_id: img.stream_id,
+                response_session_id: response_session_id as i32,
+            };
+            send_control_frame(transport, &rsp.to_bytes(), img.source, errors);
+            work += 1;
+        }
         if send_sm {
             let sm = StatusMessageFrame {
                 flags: 0,

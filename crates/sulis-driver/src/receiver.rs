@@ -31,7 +31,7 @@ use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::frame::{
     decode_datagram, parse_data_datagram, Frame, FrameHeader, RttmFrame, SetupFrame,
     StatusMessageFrame, DATA_HEADER_LENGTH, EOS_FLAG, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK,
-    HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
+    HDR_TYPE_PAD, HDR_TYPE_RES, HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
     SESSION_ID_FIELD_OFFSET, STREAM_ID_FIELD_OFFSET,
 };
 
@@ -74,6 +74,19 @@ pub enum ReceiverCommand {
     AddImage {
         /// The image.
         image: Arc<PublicationImage>,
+    },
+    /// A response subscription learnt its session (or the server repeated
+    /// the news): ask the server's response publication for a SETUP, from
+    /// this endpoint's socket, so it learns where to send.
+    ElicitSetup {
+        /// Endpoint id.
+        endpoint_id: u64,
+        /// Session id of the response publication.
+        session_id: i32,
+        /// Stream id.
+        stream_id: i32,
+        /// The server's response port (the subscription's `control`).
+        to: SocketAddr,
     },
     /// The conductor could not create an image; forget the pending setup.
     ImageRefused {
@@ -320,6 +333,27 @@ impl Receiver {
                 });
                 e.images.push(receiver);
             }
+            ReceiverCommand::ElicitSetup {
+                endpoint_id,
+                session_id,
+                stream_id,
+                to,
+            } => {
+                if let Some(ep) = self.endpoints.iter().position(|e| e.id == endpoint_id) {
+                    let sm = StatusMessageFrame::setup_eliciting(
+                        session_id,
+                        stream_id,
+                        self.cfg.receiver_id,
+                    );
+                    let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
+                    let len = sm.encode(&mut buf);
+                    if self.send_control(ep, &buf[..len], to) {
+                        self.errors
+                            .system()
+                            .increment(SystemCounter::StatusMessagesSent);
+                    }
+                }
+            }
             ReceiverCommand::ImageRefused {
                 endpoint_id,
                 session_id,
@@ -495,7 +529,7 @@ impl Receiver {
                 Ok(_) => {}
                 Err(err) => self.invalid(ep, src, &err.to_string()),
             },
-            HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES => {
+            HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES | HDR_TYPE_RSP_SETUP => {
                 // Control frames for senders, or features this receiver does
                 // not use: checked, then ignored.
                 if let Err(err) = decode_datagram(bytes) {

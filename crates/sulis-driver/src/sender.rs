@@ -19,7 +19,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use sulis_protocol::frame::{decode_datagram, Frame};
 use sulis_protocol::frame::{
-    FrameHeader, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_RES, HDR_TYPE_RTTM, HDR_TYPE_SM,
+    FrameHeader, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_RES, HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM,
+    HDR_TYPE_SM,
 };
 
 /// Control datagrams read per endpoint and poll.
@@ -63,6 +64,20 @@ pub enum SenderCommand {
     },
 }
 
+/// What the sender tells the conductor.
+#[derive(Debug)]
+pub enum SenderEvent {
+    /// An RSP_SETUP for a request publication: the server's response
+    /// publication has session `response_session_id`; the response
+    /// subscription `response_correlation_id` is to take it.
+    ResponseSetup {
+        /// The request publication's `response-correlation-id`.
+        response_correlation_id: i64,
+        /// Session id of the server's response publication.
+        response_session_id: i32,
+    },
+}
+
 /// Sender timing settings.
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
@@ -89,6 +104,7 @@ struct SendEndpoint {
 /// The sender agent.
 pub struct Sender {
     commands: mpsc::Receiver<SenderCommand>,
+    events: mpsc::Sender<SenderEvent>,
     endpoints: Vec<SendEndpoint>,
     clock: NanoClock,
     cfg: SenderConfig,
@@ -99,15 +115,18 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// A sender reading commands from `commands`.
+    /// A sender reading commands from `commands` and telling the conductor
+    /// of response setups on `events`.
     pub fn new(
         commands: mpsc::Receiver<SenderCommand>,
+        events: mpsc::Sender<SenderEvent>,
         clock: NanoClock,
         cfg: SenderConfig,
         errors: ErrorReporter,
     ) -> Self {
         Sender {
             commands,
+            events,
             endpoints: Vec::new(),
             clock,
             cfg,
@@ -208,7 +227,12 @@ impl Sender {
         };
         if !matches!(
             header.frame_type,
-            HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_RTTM | HDR_TYPE_ERR | HDR_TYPE_RES
+            HDR_TYPE_SM
+                | HDR_TYPE_NAK
+                | HDR_TYPE_RTTM
+                | HDR_TYPE_ERR
+                | HDR_TYPE_RES
+                | HDR_TYPE_RSP_SETUP
         ) {
             return self.invalid(
                 ep,
@@ -246,6 +270,20 @@ impl Sender {
                     let e = &mut self.endpoints[ep];
                     let reply = e.publications[pi].rttm_reply(&r);
                     send_control_frame(&mut *e.transport, &reply.to_bytes(), src, &self.errors);
+                }
+                Ok(())
+            }
+            Frame::RspSetup(r) => {
+                // The server of a request publication names its response
+                // publication's session; anything else is ignored.
+                if let Some(pi) = self.find(ep, r.session_id, r.stream_id) {
+                    let p = &self.endpoints[ep].publications[pi].publication;
+                    if !p.is_response && p.response_correlation_id != -1 {
+                        let _ = self.events.send(SenderEvent::ResponseSetup {
+                            response_correlation_id: p.response_correlation_id,
+                            response_session_id: r.response_session_id,
+                        });
+                    }
                 }
                 Ok(())
             }

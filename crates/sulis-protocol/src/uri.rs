@@ -137,6 +137,11 @@ impl fmt::Display for Media {
     }
 }
 
+/// [`ChannelUri::response_correlation_id`] of `response-correlation-id=prototype`
+/// (Aeron's internal -2): a response publication that only keeps its control
+/// endpoint open.
+pub const RESPONSE_CORRELATION_PROTOTYPE: i64 = -2;
+
 /// Value of the `control-mode` parameter (docs/protocol.md §5.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ControlMode {
@@ -461,23 +466,39 @@ impl ChannelUri {
 
     /// The first parameter that asks for something sulis has no
     /// implementation of yet, as `(part, reason)`: multi-destination-cast
-    /// (`control`, `control-mode=dynamic|manual`) and response channels
-    /// (`control-mode=response`, `response-endpoint`,
-    /// `response-correlation-id`). Such a URI parses (it is a valid Aeron
-    /// URI, which tools read), but the driver refuses a publication or
-    /// subscription on it rather than ignore what it asks for.
+    /// (`control` outside a response channel, `control-mode=dynamic|manual`).
+    /// Such a URI parses (it is a valid Aeron URI, which tools read), but the
+    /// driver refuses a publication or subscription on it rather than ignore
+    /// what it asks for. Response channels (`control-mode=response`,
+    /// `control`, `response-correlation-id`, and `response-endpoint`, which
+    /// Aeron's drivers do not read either) are supported.
     pub fn unsupported_parameter(&self) -> Option<(String, String)> {
         const MDC: &str = "multi-destination-cast (MDC) is not supported yet";
-        const RESPONSE: &str = "response channels are not supported yet";
+        let response = self.params.control_mode == Some(ControlMode::Response);
         self.entries.iter().find_map(|(key, value)| {
-            let reason = match (key.as_str(), self.params.control_mode) {
-                ("control-mode", Some(ControlMode::Response)) => RESPONSE,
-                ("control-mode", _) | ("control", _) => MDC,
-                ("response-endpoint" | "response-correlation-id", _) => RESPONSE,
+            let reason = match key.as_str() {
+                "control-mode" | "control" if !response => MDC,
                 _ => return None,
             };
             Some((format!("{key}={value}"), reason.to_owned()))
         })
+    }
+
+    /// `response-correlation-id` as a number: `None` when absent,
+    /// [`RESPONSE_CORRELATION_PROTOTYPE`] for `prototype`.
+    pub fn response_correlation_id(&self) -> Option<i64> {
+        self.params
+            .response_correlation_id
+            .as_deref()
+            .map(|v| match v {
+                "prototype" => RESPONSE_CORRELATION_PROTOTYPE,
+                n => n.parse().expect("validated when parsed"),
+            })
+    }
+
+    /// True for `control-mode=response`.
+    pub fn is_response(&self) -> bool {
+        self.params.control_mode == Some(ControlMode::Response)
     }
 
     /// The same URI without `aeron-spy:` (the channel of the publication a spy watches).
@@ -602,8 +623,10 @@ fn apply_param(p: &mut ChannelParams, key: &str, value: &str) -> Result<(), Stri
         }
         "stream-id" => p.stream_id = Some(parse_i32(value)?),
         "response-correlation-id" => {
-            if value != "prototype" && value.parse::<i64>().is_err() {
-                return Err("must be a 64-bit integer correlation id or 'prototype'".to_owned());
+            if value != "prototype" && !value.parse::<i64>().is_ok_and(|v| v >= -1) {
+                return Err(
+                    "must be a number greater than or equal to -1, or 'prototype'".to_owned(),
+                );
             }
             p.response_correlation_id = text();
         }
@@ -1125,7 +1148,7 @@ mod tests {
         for text in [
             "aeron:udp?control=localhost:40123|control-mode=dynamic|endpoint=localhost:0",
             "aeron:udp?control-mode=response|response-correlation-id=prototype",
-            "aeron:udp?control-mode=manual|response-endpoint=[::1]:9000|response-correlation-id=-42",
+            "aeron:udp?control-mode=manual|response-endpoint=[::1]:9000|response-correlation-id=-1",
             "aeron:ipc?control-mode=response|response-correlation-id=7",
             "aeron-spy:aeron:udp?endpoint=localhost:40123|session-id=-1",
         ] {
@@ -1681,50 +1704,24 @@ mod tests {
     }
 
     #[test]
-    fn mdc_and_response_channel_parameters_are_named_as_unsupported() {
+    fn mdc_parameters_are_named_as_unsupported_and_response_channels_are_not() {
         let unsupported = |uri: &str| ChannelUri::parse(uri).unwrap().unsupported_parameter();
-        for (uri, part, reason) in [
+        for (uri, part) in [
             (
                 "aeron:udp?endpoint=h:1|control-mode=dynamic",
                 "control-mode=dynamic",
-                "MDC",
             ),
             (
                 "aeron:udp?endpoint=h:1|control-mode=manual",
                 "control-mode=manual",
-                "MDC",
             ),
-            ("aeron:udp?endpoint=h:1|control=h:2", "control=h:2", "MDC"),
-            (
-                "aeron:udp?control=h:2|control-mode=dynamic",
-                "control=h:2",
-                "MDC",
-            ),
-            (
-                "aeron:udp?endpoint=h:1|control-mode=response",
-                "control-mode=response",
-                "response",
-            ),
-            (
-                "aeron:ipc?control-mode=response",
-                "control-mode=response",
-                "response",
-            ),
-            (
-                "aeron:ipc?response-correlation-id=7",
-                "response-correlation-id=7",
-                "response",
-            ),
-            (
-                "aeron:udp?endpoint=h:1|response-endpoint=h:3",
-                "response-endpoint=h:3",
-                "response",
-            ),
+            ("aeron:udp?endpoint=h:1|control=h:2", "control=h:2"),
+            ("aeron:udp?control=h:2|control-mode=dynamic", "control=h:2"),
         ] {
             let (got_part, got_reason) = unsupported(uri).unwrap_or_else(|| panic!("{uri}"));
             assert_eq!(got_part, part, "{uri}");
             assert!(
-                got_reason.contains(reason) && got_reason.ends_with("not supported yet"),
+                got_reason.contains("MDC") && got_reason.ends_with("not supported yet"),
                 "{uri}"
             );
         }
@@ -1732,8 +1729,21 @@ mod tests {
             "aeron:ipc?term-length=64k",
             "aeron:udp?endpoint=h:1|mtu=1408",
             "aeron:udp?tags=1",
+            "aeron:udp?control=h:2|control-mode=response",
+            "aeron:udp?control-mode=response|endpoint=h:1|control=h:2",
+            "aeron:ipc?control-mode=response",
+            "aeron:ipc?response-correlation-id=7",
+            "aeron:udp?endpoint=h:1|response-correlation-id=7|response-endpoint=h:3",
         ] {
             assert_eq!(unsupported(uri), None, "{uri}");
         }
+        let uri = ChannelUri::parse("aeron:ipc?response-correlation-id=prototype").unwrap();
+        assert_eq!(
+            uri.response_correlation_id(),
+            Some(RESPONSE_CORRELATION_PROTOTYPE)
+        );
+        let uri = ChannelUri::parse("aeron:ipc?response-correlation-id=-1").unwrap();
+        assert_eq!(uri.response_correlation_id(), Some(-1));
+        assert!(ChannelUri::parse("aeron:ipc?response-correlation-id=-3").is_err());
     }
 }

@@ -201,6 +201,18 @@ impl DriverConductor {
     ) -> Result<UdpChannel, CommandError> {
         let resolved = self.timed_name_lookup(|| UdpChannel::from_uri(uri.clone()));
         let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+        if udp.is_response && !udp.is_multicast {
+            // A response channel: `control` is the server's response port
+            // (the only address a response publication binds and a response
+            // subscription can elicit a setup from).
+            if udp.control.is_none() {
+                return Err(CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': control-mode=response over UDP needs control=host:port, the server's response port"),
+                ));
+            }
+            return Ok(udp);
+        }
         if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
             return Err(CommandError::new(
                 error_code::NOT_SUPPORTED,
@@ -315,5 +327,12 @@ mod tests {
                 e.message
             );
         }
+        let udp = resolve(c, "aeron:udp?control-mode=response|control=127.0.0.1:40458")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(udp.is_response && udp.endpoint.is_none());
+        assert!(udp.canonical.ends_with("-RSP-127.0.0.1:40458"));
+        let e = command_error(resolve(c, "aeron:udp?control-mode=response"));
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
+        assert!(e.message.contains("needs control=host:port"), "{}", e.message);
     }
 }

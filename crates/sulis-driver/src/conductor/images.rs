@@ -108,7 +108,7 @@ impl DriverConductor {
                 let s = &self.subscriptions[i];
                 s.udp_endpoint == Some(endpoint_id)
                     && s.stream_id == setup.stream_id
-                    && s.session_filter.is_none_or(|f| f == setup.session_id)
+                    && s.matches_session(setup.session_id)
             })
             .collect();
         let exists = self.images.iter().any(|i| {
@@ -199,6 +199,7 @@ impl DriverConductor {
             reliable,
             hwm: reader.counter_ref(ids[0]),
             rcv_pos: reader.counter_ref(ids[1]),
+            send_response_setup: setup.is_send_response_setup(),
             now_ns,
         }));
         for si in subs {

@@ -97,6 +97,11 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let (uri, fixed_session) = parse_channel(channel, stream_id, "publications")?;
         let p = uri.params();
+        let is_response = uri.is_response();
+        let response_correlation_id = uri.response_correlation_id().unwrap_or(-1);
+        if !is_response {
+            self.validate_response_subscription(channel, response_correlation_id)?;
+        }
         let has_position = p.init_term_id.is_some();
         if has_position && !exclusive {
             return Err(CommandError::new(
@@ -123,6 +128,8 @@ impl DriverConductor {
                     && x.is_active()
                     && x.stream_id == stream_id
                     && fixed_session.is_none_or(|s| s == x.session_id)
+                    && x.is_response == is_response
+                    && x.response_correlation_id == response_correlation_id
             }) {
                 let shared = SharedPublication {
                     registration_id: existing.registration_id,
@@ -181,7 +188,7 @@ impl DriverConductor {
             })?;
         let (limit_id, pos_id) = (ids[0], ids[1]);
         let reader = self.counters.reader();
-        let publication = IpcPublication::new(
+        let mut publication = IpcPublication::new(
             correlation_id,
             session_id,
             stream_id,
@@ -193,7 +200,14 @@ impl DriverConductor {
             window as i64,
             now_ns,
         );
+        publication.is_response = is_response;
+        publication.response_correlation_id = response_correlation_id;
         self.publications.push(publication);
+        if is_response {
+            // Before linking: the requester's response subscription takes
+            // this session and is linked with the others below.
+            self.bind_ipc_response_subscription(response_correlation_id, session_id);
+        }
         self.publication_links.push(PublicationLink {
             registration_id: correlation_id,
             client_id,
@@ -219,7 +233,7 @@ impl DriverConductor {
                 // from a UDP publication.
                 s.is_ipc()
                     && s.stream_id == stream_id
-                    && s.session_filter.is_none_or(|f| f == session_id)
+                    && s.matches_session(session_id)
             })
             .collect();
         for si in subs {

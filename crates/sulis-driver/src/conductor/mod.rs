@@ -13,6 +13,7 @@ mod endpoints;
 mod images;
 mod ipc_publications;
 mod network_publications;
+mod responses;
 mod subscriptions;
 
 use clients::{ClientCounter, ClientSession};
@@ -28,7 +29,7 @@ use crate::lifecycle::PublicationState;
 use crate::media::transport::TransportFactory;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::receiver::{ReceiverCommand, ReceiverEvent};
-use crate::sender::SenderCommand;
+use crate::sender::{SenderCommand, SenderEvent};
 use crate::system_counters::{
     stream_counter_key, stream_counter_label, SystemCounter, SystemCounters,
 };
@@ -54,6 +55,8 @@ pub struct NetworkLinks {
     pub receiver: mpsc::Sender<ReceiverCommand>,
     /// Requests from the receiver.
     pub receiver_events: mpsc::Receiver<ReceiverEvent>,
+    /// News from the sender.
+    pub sender_events: mpsc::Receiver<SenderEvent>,
     /// Makes the endpoints' transports (UDP sockets, or a test's network).
     pub transports: Arc<dyn TransportFactory>,
 }
@@ -248,6 +251,12 @@ impl DriverConductor {
         for i in 0..self.net_publications.len() {
             let p = &mut self.net_publications[i];
             p.update_publisher_limit(now_ns, connection_timeout_ns);
+            if p.awaiting_response_connect
+                && p.publication.has_receivers(now_ns, connection_timeout_ns)
+            {
+                work += self.on_response_connected(i);
+            }
+            let p = &self.net_publications[i];
             // As for IPC: spies learn a closed stream is over once read.
             if p.state.draining_since().is_some() && !p.spies.is_empty() {
                 work += self.step_network_publication_close(i, now_ns);
@@ -261,6 +270,15 @@ impl DriverConductor {
                     source,
                 } => self.on_create_image(endpoint_id, &setup, source, now_ns),
                 ReceiverEvent::EndpointClosed { id } => self.on_receive_endpoint_closed(id),
+            }
+            work += 1;
+        }
+        while let Ok(ev) = self.net.sender_events.try_recv() {
+            match ev {
+                SenderEvent::ResponseSetup {
+                    response_correlation_id,
+                    response_session_id,
+                } => self.on_response_setup(response_correlation_id, response_session_id),
             }
             work += 1;
         }
@@ -658,10 +676,12 @@ mod tests {
             let (sender, _) = mpsc::channel();
             let (receiver, _) = mpsc::channel();
             let (_, receiver_events) = mpsc::channel();
+            let (_, sender_events) = mpsc::channel();
             let net = NetworkLinks {
                 sender,
                 receiver,
                 receiver_events,
+                sender_events,
                 transports: Arc::new(crate::media::memory::MemoryNetwork::new()),
             };
             let dir = ctx.dir.clone();

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
 use sulis_protocol::log_buffer_descriptor::*;
-use sulis_protocol::uri::ChannelUri;
+use sulis_protocol::uri::{ChannelUri, RESPONSE_CORRELATION_PROTOTYPE};
 
 impl DriverConductor {
     #[allow(clippy::too_many_arguments)]
@@ -32,7 +32,23 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
-        let destination = udp.endpoint.expect("checked by resolve_udp");
+        let is_response = udp.is_response;
+        // A response publication answers the request image its
+        // response-correlation-id names, and sends only where that
+        // requester's setup-eliciting status message comes from.
+        let (response_image, response_correlation_id) = if is_response {
+            let id = uri.response_correlation_id();
+            (self.find_response_image(channel, id)?, id.unwrap_or(-1))
+        } else {
+            let id = uri.response_correlation_id().unwrap_or(-1);
+            self.validate_response_subscription(channel, id)?;
+            (None, id)
+        };
+        let destination = if is_response {
+            None
+        } else {
+            Some(udp.endpoint.expect("checked by resolve_udp"))
+        };
         let key = udp.canonical.clone();
         if let Some(mtu) = p.mtu {
             if mtu as usize > crate::media::udp_transport::MAX_UDP_PAYLOAD_LENGTH {
@@ -49,6 +65,7 @@ impl DriverConductor {
                     && x.endpoint_key == key
                     && x.publication.stream_id == stream_id
                     && fixed_session.is_none_or(|s| s == x.publication.session_id)
+                    && x.publication.response_correlation_id == response_correlation_id
             }) {
                 let np = &existing.publication;
                 let shared = SharedPublication {
@@ -85,9 +102,16 @@ impl DriverConductor {
                 e.id
             }
             None => {
-                let local = match udp.interface {
-                    Some(i) => SocketAddr::new(i.addr, i.port),
-                    None => match destination.ip() {
+                let towards = match (destination, udp.control) {
+                    (Some(d), _) => d,
+                    (None, Some(c)) => c,
+                    (None, None) => unreachable!("checked by resolve_udp"),
+                };
+                let local = match (udp.interface, is_response) {
+                    // The response port the requesters elicit setups from.
+                    (_, true) => towards,
+                    (Some(i), false) => SocketAddr::new(i.addr, i.port),
+                    (None, false) => match towards.ip() {
                         IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
                         IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
                     },
@@ -112,6 +136,17 @@ impl DriverConductor {
             }
         };
 
+        // A prototype only keeps the response port open: the least log.
+        let prototype_params;
+        let p = if response_correlation_id == RESPONSE_CORRELATION_PROTOTYPE {
+            prototype_params = sulis_protocol::uri::ChannelParams {
+                term_length: Some(TERM_MIN_LENGTH as u32),
+                ..p.clone()
+            };
+            &prototype_params
+        } else {
+            p
+        };
         let created = self.create_publication_log(
             correlation_id,
             stream_id,
@@ -157,6 +192,8 @@ impl DriverConductor {
             stream_id,
             channel: channel.to_string(),
             destination,
+            is_response,
+            response_correlation_id,
             exclusive,
             bits: position_bits_to_shift(term_length),
             term_length,
@@ -175,6 +212,7 @@ impl DriverConductor {
             spy_catch_up: AtomicI64::new(crate::network_publication::NO_CATCH_UP),
         });
         let mut entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        entry.awaiting_response_connect = response_image.is_some();
         if let Some(name) = p
             .endpoint
             .as_deref()
@@ -182,7 +220,7 @@ impl DriverConductor {
         {
             entry.re_resolution = Some(ReResolution {
                 name: name.to_string(),
-                address: destination,
+                address: destination.expect("a name only where an endpoint is"),
                 last_lookup_ns: self.clock.now_ns(),
             });
         }
@@ -206,6 +244,11 @@ impl DriverConductor {
             log_file: path.display().to_string(),
             exclusive,
         });
+        if let Some(image) = response_image {
+            // After PUBLICATION_READY, as Aeron: the requester hears the
+            // session only once the publication exists.
+            Self::arm_response_image(&image, session_id);
+        }
         let ni = self.net_publications.len() - 1;
         let spies: Vec<usize> = (0..self.subscriptions.len())
             .filter(|&si| self.subscriptions[si].spies_on(&self.net_publications[ni]))

@@ -10,6 +10,7 @@ use crate::media::transport::EndpointRole;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::publication_image::PublicationImage;
 use crate::receiver::ReceiverCommand;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
@@ -29,9 +30,23 @@ pub(super) struct SubscriptionLink {
     pub(super) spy_key: Option<String>,
     /// A spy with `ssc=true`: counts as a connection for what it spies on.
     pub(super) simulates_connection: bool,
+    /// A response subscription (`control-mode=response`).
+    pub(super) is_response: bool,
+    /// A response subscription whose session the server has not named yet:
+    /// it matches no publication and no image until then.
+    pub(super) awaiting_response: bool,
+    /// A UDP response subscription's `control`: the server's response port,
+    /// where its setup-eliciting status messages go.
+    pub(super) response_control: Option<SocketAddr>,
 }
 
 impl SubscriptionLink {
+    /// True if a stream of session `session_id` is for this subscription
+    /// (its stream id aside).
+    pub(super) fn matches_session(&self, session_id: i32) -> bool {
+        !self.awaiting_response && self.session_filter.is_none_or(|f| f == session_id)
+    }
+
     /// An IPC subscription: neither a UDP subscription nor a spy.
     pub(super) fn is_ipc(&self) -> bool {
         self.udp_endpoint.is_none() && self.spy_key.is_none()
@@ -41,9 +56,7 @@ impl SubscriptionLink {
     pub(super) fn spies_on(&self, p: &NetworkPublicationEntry) -> bool {
         self.spy_key.as_deref() == Some(p.endpoint_key.as_str())
             && self.stream_id == p.publication.stream_id
-            && self
-                .session_filter
-                .is_none_or(|f| f == p.publication.session_id)
+            && self.matches_session(p.publication.session_id)
     }
 }
 
@@ -87,6 +100,7 @@ impl DriverConductor {
             );
         }
         let p = uri.params();
+        let is_response = uri.is_response();
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
             client_id,
@@ -97,6 +111,9 @@ impl DriverConductor {
             udp_endpoint: None,
             spy_key: None,
             simulates_connection: false,
+            is_response,
+            awaiting_response: is_response && session_filter.is_none(),
+            response_control: None,
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
@@ -108,7 +125,7 @@ impl DriverConductor {
                 let x = &self.publications[i];
                 x.is_active()
                     && x.stream_id == stream_id
-                    && session_filter.is_none_or(|f| f == x.session_id)
+                    && self.subscriptions[si].matches_session(x.session_id)
             })
             .collect();
         for pi in pubs {
@@ -144,10 +161,14 @@ impl DriverConductor {
                     self.counters.free(s.position.id(), now_ms);
                 }
             }
-            let _ = self.net.receiver.send(ReceiverCommand::RemoveSubscription {
-                endpoint_id,
-                stream_id: link.stream_id,
-            });
+            // A response subscription is handed to the receiver once the
+            // server named its session.
+            if !link.awaiting_response {
+                let _ = self.net.receiver.send(ReceiverCommand::RemoveSubscription {
+                    endpoint_id,
+                    stream_id: link.stream_id,
+                });
+            }
             if let Some(e) = self
                 .receive_endpoints
                 .iter_mut()
@@ -204,6 +225,9 @@ impl DriverConductor {
             udp_endpoint: None,
             spy_key: Some(udp.canonical),
             simulates_connection: uri.params().ssc.unwrap_or(false),
+            is_response: false,
+            awaiting_response: false,
+            response_control: None,
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
@@ -285,7 +309,13 @@ impl DriverConductor {
                     (e.id, e.status_counter_id)
                 }
                 None => {
-                    let bind = udp.endpoint.expect("checked by resolve_udp");
+                    // A response subscription without an endpoint takes an
+                    // ephemeral port: the server learns it from the
+                    // status messages it sends.
+                    let bind = udp.endpoint.unwrap_or_else(|| {
+                        let control = udp.control.expect("checked by resolve_udp");
+                        wildcard_like(control)
+                    });
                     let (id, transport, rcvbuf) =
                         self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?;
                     let (status_counter_id, counters) =
@@ -307,10 +337,13 @@ impl DriverConductor {
                     (id, status_counter_id)
                 }
             };
-        let _ = self.net.receiver.send(ReceiverCommand::AddSubscription {
-            endpoint_id,
-            stream_id,
-        });
+        let awaiting_response = udp.is_response && session_filter.is_none();
+        if !awaiting_response {
+            let _ = self.net.receiver.send(ReceiverCommand::AddSubscription {
+                endpoint_id,
+                stream_id,
+            });
+        }
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
             client_id,
@@ -321,6 +354,9 @@ impl DriverConductor {
             udp_endpoint: Some(endpoint_id),
             spy_key: None,
             simulates_connection: false,
+            is_response: udp.is_response,
+            awaiting_response,
+            response_control: udp.control.filter(|_| udp.is_response),
         });
         self.send(Event::SubscriptionReady {
             correlation_id,
@@ -334,7 +370,7 @@ impl DriverConductor {
                 matches!(i.state, ImageState::Active)
                     && i.image.endpoint_id == endpoint_id
                     && i.image.stream_id == stream_id
-                    && session_filter.is_none_or(|f| f == i.image.session_id)
+                    && self.subscriptions[si].matches_session(i.image.session_id)
             })
             .map(|i| i.image.clone())
             .collect();
@@ -342,5 +378,13 @@ impl DriverConductor {
             self.link_image_subscriber(&image, si);
         }
         Ok(())
+    }
+}
+
+/// The wildcard address of `like`'s family, port 0.
+fn wildcard_like(like: SocketAddr) -> SocketAddr {
+    match like.ip() {
+        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
     }
 }

@@ -4,7 +4,9 @@
 //! sent and, for a subscription, where it is received; `control` names the
 //! publication's control address for multi-destination-cast; `interface`
 //! picks the local interface. Host names are resolved here, once, by the
-//! conductor. Multicast endpoints must have an odd last byte: the control
+//! conductor. On a response channel (`control-mode=response`) `control` names
+//! the server's response port: a response publication binds it, a response
+//! subscription sends its setup-eliciting status messages there. Multicast endpoints must have an odd last byte: the control
 //! group is the endpoint + 1, as in Aeron.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -34,6 +36,8 @@ pub struct UdpChannel {
     pub interface: Option<InterfaceSpec>,
     /// True for a multicast endpoint.
     pub is_multicast: bool,
+    /// `control-mode=response`.
+    pub is_response: bool,
     /// Multicast control group (endpoint + 1) for multicast channels.
     pub multicast_control: Option<SocketAddr>,
     /// Canonical form used to share one transport between channels that name
@@ -168,7 +172,8 @@ impl UdpChannel {
                 "invalid channel URI '{uri}': a UDP channel needs an endpoint or a control address"
             ));
         }
-        let canonical = format!(
+        let is_response = p.control_mode == Some(ControlMode::Response);
+        let mut canonical = format!(
             "UDP-{}-{}",
             interface
                 .map(|i| format!("{}:{}", i.addr, i.port))
@@ -177,12 +182,23 @@ impl UdpChannel {
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "0.0.0.0:0".into())
         );
+        if is_response {
+            // Every response channel naming the same control address shares
+            // one socket; sessions tell the streams apart.
+            canonical.push_str(&format!(
+                "-RSP-{}",
+                control
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "0.0.0.0:0".into())
+            ));
+        }
         Ok(UdpChannel {
             uri,
             endpoint,
             control,
             interface,
             is_multicast,
+            is_response,
             multicast_control,
             canonical,
         })
