@@ -614,7 +614,8 @@ impl PublicationSender {
             self.time_of_last_setup_ns = now_ns;
         }
 
-        let mut bytes_sent = self.send_data(transport, errors, destination, sender_position, now_ns);
+        let mut bytes_sent =
+            self.send_data(transport, errors, destination, sender_position, now_ns);
 
         // Heartbeat while idle; end of stream once everything is sent, the first at once: a
         // linger shorter than the heartbeat interval would otherwise remove the publication

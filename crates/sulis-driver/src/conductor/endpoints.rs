@@ -333,6 +333,10 @@ mod tests {
         assert!(udp.canonical.ends_with("-RSP-127.0.0.1:40458"));
         let e = command_error(resolve(c, "aeron:udp?control-mode=response"));
         assert_eq!(e.code, error_code::INVALID_CHANNEL);
-        assert!(e.message.contains("needs control=host:port"), "{}", e.message);
+        assert!(
+            e.message.contains("needs control=host:port"),
+            "{}",
+            e.message
+        );
     }
 }

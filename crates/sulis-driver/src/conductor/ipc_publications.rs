@@ -231,9 +231,7 @@ impl DriverConductor {
                 // An IPC publication feeds IPC subscriptions only: a network
                 // subscription gets images from its own endpoint, a spy
                 // from a UDP publication.
-                s.is_ipc()
-                    && s.stream_id == stream_id
-                    && s.matches_session(session_id)
+                s.is_ipc() && s.stream_id == stream_id && s.matches_session(session_id)
             })
             .collect();
         for si in subs {

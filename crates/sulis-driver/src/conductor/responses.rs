@@ -165,9 +165,11 @@ impl DriverConductor {
         else {
             return;
         };
-        if let Some(link) = self.subscriptions.iter_mut().find(|s| {
-            s.registration_id == subscription_id && s.is_ipc() && s.awaiting_response
-        }) {
+        if let Some(link) = self
+            .subscriptions
+            .iter_mut()
+            .find(|s| s.registration_id == subscription_id && s.is_ipc() && s.awaiting_response)
+        {
             link.awaiting_response = false;
             link.session_filter = Some(session_id);
         }
