@@ -273,6 +273,7 @@ def test_malformed_and_unknown_requests_get_an_error_not_silence(driver, client,
     with sulis.Archive(archive_dir, driver_dir=driver.dir) as archive, sulis.ArchiveClient(client) as ac:
         _malformed_requests(client, ac)
         assert any("ListRecordingRequest" in e for e in archive.errors()), archive.errors()
+        assert any("Unknown session or token timeout for replayToken=1234" in e for e in archive.errors())
 
 
 def _malformed_requests(client, ac) -> None:
@@ -305,10 +306,13 @@ def _malformed_requests(client, ac) -> None:
     bad = struct.pack("<HHHH", 24, 10, 101, 13) + struct.pack("<qq", session, 777)
     # An unknown template, 999, from a newer client.
     unknown = struct.pack("<HHHH", 16, 999, 101, 13) + struct.pack("<qq", session, 778)
-    # A replay with a replay token (response channels): refused naming it, not taken as a plain replay.
-    token = (struct.pack("<HHHH", 56, 6, 101, 13) + struct.pack("<qqqqqiiq", session, 779, 0, 0, -1, 7, -1, 1234)
-             + struct.pack("<I", len(channel)) + channel)
-    for m in (bad, unknown, token):
+    # A replay token on a replay channel that is not a response channel is ignored, as Aeron does: a
+    # plain replay (of a recording that does not exist). On a response channel an unknown token is
+    # dropped with no answer (logged and counted, as Aeron's archive does).
+    def replay(k: int, channel: bytes, token: int) -> bytes:
+        return (struct.pack("<HHHH", 56, 6, 101, 13) + struct.pack("<qqqqqiiq", session, k, 0, 0, -1, 7, -1, token)
+                + struct.pack("<I", len(channel)) + channel)
+    for m in (bad, unknown, replay(779, channel, 1234), replay(780, b"aeron:ipc?control-mode=response", 1234)):
         while pub.offer(m) < 0:
             pass
 
@@ -318,8 +322,10 @@ def _malformed_requests(client, ac) -> None:
         sub.poll(assembler, 10)
     assert answers[777][0] == 1 and "ListRecordingRequest" in answers[777][2], answers[777]
     assert answers[778][0] == 1 and "template id 999" in answers[778][2], answers[778]
-    assert answers[779][0] == 1 and "replay tokens" in answers[779][2], answers[779]
+    assert answers[779][0] == 1 and "unknown recording id: 0" in answers[779][2], answers[779]
     assert ac.list_recordings() == [], "the session still works"
+    sub.poll(assembler, 10)
+    assert 780 not in answers, answers[780]
 
 
 def test_a_second_archive_on_a_live_archive_directory_is_refused(driver, archive):
@@ -413,6 +419,47 @@ def test_a_response_channel_on_port_0_gets_a_port_of_its_own_and_the_archive_is_
                                  control_response_channel="aeron:udp?endpoint=127.0.0.1:0",
                                  message_timeout=3.0) as ac:
             assert ac.list_recordings() == [] and ac.archive_id == archive.archive_id
+        assert archive.errors() == []
+
+
+@pytest.mark.parametrize("media", ["udp", "ipc"])
+def test_a_client_with_no_address_of_its_own_uses_response_channels(make_driver, archive_dir, media):
+    """Response channels (``control-mode=response``): the client names only the archive's ports; the
+    archive answers, and replays, over connections the client's driver opened. Over UDP the client is on
+    a driver of its own (another host, as far as the archive can tell)."""
+    archive_driver = make_driver(timer_interval="10ms", status_message_timeout="50ms")
+    client_driver = make_driver(timer_interval="10ms", status_message_timeout="50ms") if media == "udp" \
+        else archive_driver
+    control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    if media == "udp":
+        response = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+        replay_channel = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+        request = control
+    else:
+        response = replay_channel = "aeron:ipc?control-mode=response"
+        request = "aeron:ipc"
+    with sulis.Archive(archive_dir, driver_dir=archive_driver.dir, control_channel=control) as archive, \
+            sulis.Client(dir=archive_driver.dir) as local, sulis.Client(dir=client_driver.dir) as client:
+        with sulis.ArchiveClient(local) as lac:
+            d = record(lac, local, "aeron:ipc?alias=rsp", 1001, 500)
+        with sulis.ArchiveClient(client, control_request_channel=request, control_response_channel=response,
+                                 message_timeout=5.0) as ac:
+            assert ac.archive_id == archive.archive_id
+            assert [r.recording_id for r in ac.list_recordings()] == [d.recording_id]
+            # replay() adds the response subscription and returns once the replay's image is on it.
+            sub = ac.replay(d.recording_id, replay_channel, 2002)
+            assert sub.is_connected
+            assert receive(sub, 500) == [message(i) for i in range(500)]
+            sub.close()
+            # start_replay with the caller's own subscription, from a position, for a length.
+            sub = client.add_subscription(replay_channel, 2003)
+            replay_id = ac.start_replay(d.recording_id, replay_channel, 2003, position=0,
+                                        length=d.stop_position, subscription=sub)
+            assert sub.images[0].session_id == (replay_id & 0xFFFF_FFFF) - ((replay_id & 0x8000_0000) << 1)
+            assert receive(sub, 500) == [message(i) for i in range(500)]
+            sub.close()
+            with pytest.raises(sulis.ConfigurationError, match="is a response channel: give the subscription"):
+                ac.start_replay(d.recording_id, replay_channel, 2004)
         assert archive.errors() == []
 
 

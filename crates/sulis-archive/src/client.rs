@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use sulis_client::subscription::SubscriptionShared;
 use sulis_client::{
     Client, ClientError, ExclusivePublication, FragmentAssembler, Interrupt, OfferError,
     Subscription,
@@ -174,6 +175,19 @@ fn pin_session_id(ctx: &mut ArchiveClientContext) -> Result<(), ArchiveError> {
     Ok(())
 }
 
+fn is_response_channel(channel: &str) -> bool {
+    sulis_protocol::uri::ChannelUri::parse(channel).is_ok_and(|u| u.is_response())
+}
+
+/// `channel` with `key=value` in place of any `key` it has.
+fn with_param(channel: &str, key: &str, value: &str) -> Result<String, ArchiveError> {
+    use sulis_protocol::uri::ChannelUri;
+    ChannelUri::parse(channel)
+        .and_then(|u| u.with(key, value))
+        .map(|u| u.to_string())
+        .map_err(|e| ArchiveError::Client(format!("channel '{channel}': {e}")))
+}
+
 /// A connected control session.
 pub struct ArchiveClient {
     ctx: ArchiveClientContext,
@@ -210,10 +224,20 @@ impl ArchiveClient {
             &ctx.control_response_channel,
             ctx.control_response_stream_id,
         )?;
-        let requests = client.add_exclusive_publication(
-            &ctx.control_request_channel,
-            ctx.control_request_stream_id,
-        )?;
+        // A response channel (`control-mode=response`): the request stream
+        // names the response subscription, and the archive answers over the
+        // connection it opens; this client needs no address of its own.
+        let request_channel = if is_response_channel(&ctx.control_response_channel) {
+            with_param(
+                &ctx.control_request_channel,
+                "response-correlation-id",
+                &responses.registration_id().to_string(),
+            )?
+        } else {
+            ctx.control_request_channel.clone()
+        };
+        let requests =
+            client.add_exclusive_publication(&request_channel, ctx.control_request_stream_id)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as i64)
@@ -364,9 +388,19 @@ impl ArchiveClient {
     }
 
     fn send(&mut self, message: &[u8]) -> Result<(), ArchiveError> {
-        let deadline = Instant::now() + self.ctx.message_timeout;
+        Self::send_on(&self.ctx, &mut self.requests, message)
+    }
+
+    /// Sends `message` on `requests` (the session's request publication, or
+    /// one opened for a replay over a response channel).
+    fn send_on(
+        ctx: &ArchiveClientContext,
+        requests: &mut ExclusivePublication,
+        message: &[u8],
+    ) -> Result<(), ArchiveError> {
+        let deadline = Instant::now() + ctx.message_timeout;
         loop {
-            match self.requests.offer(message) {
+            match requests.offer(message) {
                 Ok(_) => return Ok(()),
                 Err(OfferError::BackPressured | OfferError::AdminAction) => {}
                 Err(OfferError::NotConnected) => {}
@@ -381,7 +415,11 @@ impl ArchiveClient {
                     "timed out sending a request to the archive".into(),
                 ));
             }
-            self.check_interrupt()?;
+            if ctx.interrupt.as_ref().is_some_and(|i| (i.0)()) {
+                return Err(ArchiveError::Interrupted(
+                    "interrupted while waiting for the archive".into(),
+                ));
+            }
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -754,6 +792,98 @@ impl ArchiveClient {
             }
             .encode()
         })
+    }
+
+    /// Replays over a response channel (`channel` has
+    /// `control-mode=response`), as Aeron's client does: the archive answers
+    /// over a connection this client's driver opens, so the client needs no
+    /// address the archive can reach. `response` is the subscription the
+    /// caller added on `channel`/`stream_id` (its registration id and
+    /// images). Asks for a replay token, sends the replay request with it on
+    /// a request publication of its own that names `response`, and returns
+    /// the replay session id once `response` has the replay's image (within
+    /// the message timeout). `limit_counter_id` bounds it as in
+    /// [`ArchiveClient::start_bounded_replay`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_replay_via_response_channel(
+        &mut self,
+        client: &Client,
+        response: (i64, &SubscriptionShared),
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        limit_counter_id: Option<i32>,
+        channel: &str,
+        stream_id: i32,
+    ) -> Result<i64, ArchiveError> {
+        use sulis_protocol::uri::ChannelUri;
+        let (subscription_id, images) = response;
+        if !is_response_channel(channel) {
+            return Err(ArchiveError::Client(format!(
+                "replay channel '{channel}' is not a response channel (control-mode=response)"
+            )));
+        }
+        let token = self.call(|c, k| {
+            ReplayTokenRequest {
+                control_session_id: c,
+                correlation_id: k,
+                recording_id,
+            }
+            .encode()
+        })?;
+        let request_channel = ChannelUri::parse(&self.ctx.control_request_channel)
+            .map(|u| u.without(&["session-id", "init-term-id", "term-id", "term-offset"]))
+            .and_then(|u| u.with("response-correlation-id", &subscription_id.to_string()))
+            .and_then(|u| u.with("term-length", "65536"))
+            .map_err(|e| ArchiveError::Client(format!("control request channel: {e}")))?
+            .to_string();
+        let mut requests = client
+            .add_exclusive_publication(&request_channel, self.ctx.control_request_stream_id)?;
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        self.wait_until(deadline, "the replay's request stream to connect", |_| {
+            requests.is_connected()
+        })?;
+        let k = self.correlation_id();
+        let control_session_id = self.control_session_id;
+        let message = match limit_counter_id {
+            Some(limit_counter_id) => BoundedReplayRequest {
+                control_session_id,
+                correlation_id: k,
+                recording_id,
+                position,
+                length,
+                limit_counter_id,
+                replay_stream_id: stream_id,
+                file_io_max_length: NULL_VALUE as i32,
+                replay_token: token,
+                replay_channel: channel.into(),
+            }
+            .encode(),
+            None => ReplayRequest {
+                control_session_id,
+                correlation_id: k,
+                recording_id,
+                position,
+                length,
+                replay_stream_id: stream_id,
+                file_io_max_length: NULL_VALUE as i32,
+                replay_token: token,
+                replay_channel: channel.into(),
+            }
+            .encode(),
+        };
+        Self::send_on(&self.ctx, &mut requests, &message)?;
+        let replay_session_id = self.await_ok(k)?;
+        // The request stream carries the archive's RSP_SETUP back: it stays
+        // open until the replay's image is here.
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        self.wait_until(
+            deadline,
+            "the replay to connect to the response channel",
+            |_| !images.images().is_empty(),
+        )?;
+        drop(requests);
+        Ok(replay_session_id)
     }
 
     /// Stops every replay of `recording_id` (−1: of every recording).

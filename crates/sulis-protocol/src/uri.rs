@@ -501,6 +501,24 @@ impl ChannelUri {
         self.params.control_mode == Some(ControlMode::Response)
     }
 
+    /// This URI with `key=value` (in place of any `key` it has, else added
+    /// at the end), checked as any parsed URI.
+    ///
+    /// # Errors
+    /// A [`UriError`] if the value is not valid for the key.
+    pub fn with(&self, key: &str, value: &str) -> Result<ChannelUri, UriError> {
+        let mut u = self.without(&[key]);
+        u.entries.push((key.to_owned(), value.to_owned()));
+        ChannelUri::parse(&u.to_string())
+    }
+
+    /// This URI without the parameters `keys`.
+    pub fn without(&self, keys: &[&str]) -> ChannelUri {
+        let mut u = self.clone();
+        u.entries.retain(|(k, _)| !keys.contains(&k.as_str()));
+        ChannelUri::parse(&u.to_string()).expect("a valid URI stays valid with fewer parameters")
+    }
+
     /// The same URI without `aeron-spy:` (the channel of the publication a spy watches).
     ///
     /// Note that a spy URI is not required to name an endpoint, control, tags or a
@@ -1744,6 +1762,22 @@ mod tests {
         );
         let uri = ChannelUri::parse("aeron:ipc?response-correlation-id=-1").unwrap();
         assert_eq!(uri.response_correlation_id(), Some(-1));
+        let uri =
+            ChannelUri::parse("aeron:udp?control-mode=response|control=h:2|session-id=5").unwrap();
+        assert_eq!(
+            uri.with("response-correlation-id", "9")
+                .unwrap()
+                .to_string(),
+            "aeron:udp?control-mode=response|control=h:2|session-id=5|response-correlation-id=9"
+        );
+        assert_eq!(
+            uri.with("session-id", "6")
+                .unwrap()
+                .without(&["control"])
+                .to_string(),
+            "aeron:udp?control-mode=response|session-id=6"
+        );
+        assert!(uri.with("session-id", "x").is_err());
         assert!(ChannelUri::parse("aeron:ipc?response-correlation-id=-3").is_err());
     }
 }

@@ -544,6 +544,40 @@ impl PyArchiveClient {
         })
     }
 
+    /// A replay over a response channel (`control-mode=response`) to
+    /// `subscription`, the caller's own subscription on `channel`/`stream_id`:
+    /// returns the replay session id once the replay's image is there.
+    #[pyo3(signature = (client, subscription, recording_id, position, length, channel, stream_id, limit_counter_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_replay_via_response_channel(
+        &self,
+        py: Python<'_>,
+        client: &PyClient,
+        subscription: &crate::subscription::PySubscription,
+        recording_id: i64,
+        position: i64,
+        length: i64,
+        channel: String,
+        stream_id: i32,
+        limit_counter_id: Option<i32>,
+    ) -> PyResult<i64> {
+        let (registration_id, images) = subscription.shared();
+        client.with_client(|c| {
+            self.call(py, |s| {
+                s.start_replay_via_response_channel(
+                    c,
+                    (registration_id, &images),
+                    recording_id,
+                    position,
+                    length,
+                    limit_counter_id,
+                    &channel,
+                    stream_id,
+                )
+            })
+        })
+    }
+
     fn stop_replay(&self, py: Python<'_>, replay_session_id: i64) -> PyResult<()> {
         self.call(py, |s| s.stop_replay(replay_session_id))
     }

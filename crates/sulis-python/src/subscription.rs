@@ -529,6 +529,12 @@ impl PySubscription {
         }
     }
 
+    /// The registration id and the image list shared with the client's
+    /// thread (for waiting on an image from another call).
+    pub(crate) fn shared(&self) -> (i64, Arc<SubscriptionShared>) {
+        (self.registration_id, self.shared.clone())
+    }
+
     #[inline(always)]
     fn with_sub<R>(&self, f: impl FnOnce(&mut Subscription) -> PyResult<R>) -> PyResult<R> {
         let _g = self.in_use.enter("Subscription")?;

@@ -260,7 +260,8 @@ class ArchiveClient(_native.ArchiveClient):
 
     def start_replay(self, recording_id: int, channel: str, stream_id: int,  # type: ignore[override]
                      position: int | None = None, length: int | None = None, follow: bool = False,
-                     limit_counter_id: int | None = None) -> int:
+                     limit_counter_id: int | None = None,
+                     subscription: _native.Subscription | None = None) -> int:
         """Replays a recording on ``channel``/``stream_id``; returns the replay
         session id (its low 32 bits are the replay image's session id).
 
@@ -270,18 +271,42 @@ class ArchiveClient(_native.ArchiveClient):
         archive's driver, e.g. a commit position) bounds it further: the
         replay never passes the counter's value, waits while it stands
         still, and ends where it stood once the counter is closed.
+
+        A response channel (``aeron:udp?control-mode=response|control=<archive
+        host>:<port>``, or ``aeron:ipc?control-mode=response``) has the archive
+        answer over a connection this client's driver opens, so the client
+        needs no address of its own (behind NAT, a Spark executor on any host):
+        give the ``subscription`` you added on it, as Aeron's
+        ``subscriptionRegistrationId``; this returns once its image is there.
         """
         if follow and length is not None:
             raise _native.ConfigurationError("give either length or follow=True, not both")
         n = REPLAY_ALL_AND_FOLLOW if follow else (REPLAY_ALL_AND_STOP if length is None else length)
-        return super().start_replay(recording_id, NULL_POSITION if position is None else position, n,
-                                    channel, stream_id, limit_counter_id)
+        start = NULL_POSITION if position is None else position
+        if _is_response_channel(channel):
+            if subscription is None:
+                raise _native.ConfigurationError(
+                    f"replay channel '{channel}' is a response channel: give the subscription you added on it "
+                    "(subscription=...), or call replay(), which adds one")
+            return super().start_replay_via_response_channel(self._client, subscription, recording_id, start, n,
+                                                             channel, stream_id, limit_counter_id)
+        return super().start_replay(recording_id, start, n, channel, stream_id, limit_counter_id)
 
     def replay(self, recording_id: int, channel: str, stream_id: int, position: int | None = None,
                length: int | None = None, follow: bool = False,
                limit_counter_id: int | None = None) -> _native.Subscription:
         """Starts a replay and returns a subscription to it (only the
-        replay's image joins it): poll it as any subscription."""
+        replay's image joins it): poll it as any subscription. A response
+        channel (``control-mode=response``) works as with ``start_replay``."""
+        if _is_response_channel(channel):
+            sub = self._client.add_subscription(channel, stream_id)
+            try:
+                self.start_replay(recording_id, channel, stream_id, position, length, follow, limit_counter_id,
+                                  subscription=sub)
+            except BaseException:
+                sub.close()
+                raise
+            return sub
         replay_id = self.start_replay(recording_id, channel, stream_id, position, length, follow,
                                       limit_counter_id)
         session = replay_id & 0xFFFF_FFFF
@@ -342,3 +367,9 @@ class ArchiveClient(_native.ArchiveClient):
 
 
 from .replay_merge import ReplayMerge, ReplayMergeState  # noqa: E402 - needs ArchiveClient above
+
+
+def _is_response_channel(channel: str) -> bool:
+    """True for a channel with ``control-mode=response``."""
+    query = channel.partition("?")[2]
+    return "control-mode=response" in query.split("|")

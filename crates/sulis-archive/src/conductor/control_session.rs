@@ -328,7 +328,13 @@ impl ArchiveConductor {
         }
         let before = self.sessions.len();
         self.sessions.retain(|_, s| s.state != SessionState::Done);
-        work + before - self.sessions.len()
+        let closed = before - self.sessions.len();
+        if closed > 0 {
+            let sessions = &self.sessions;
+            self.replay_tokens
+                .retain_sessions(|id| sessions.contains_key(&id));
+        }
+        work + closed
     }
 
     /// The archive's clock, now.

@@ -8,11 +8,6 @@ use super::*;
 /// Control fragments read per subscription and duty cycle.
 pub(super) const CONTROL_FRAGMENT_LIMIT: usize = 10;
 
-/// A feature of a request this archive does not have yet: refused naming
-/// it, never ignored. (Replication tags are ignored: the replication works
-/// without them, on a channel of its own, and Aeron clients send them.)
-const TOKENS: &str = "replays over response channels (replay tokens)";
-
 impl ArchiveConductor {
     pub(super) fn poll_control(&mut self, now_ns: i64) -> usize {
         let mut messages: Vec<(usize, i32, Vec<u8>)> = Vec::new();
@@ -99,6 +94,12 @@ impl ArchiveConductor {
                 ))
             }
         };
+        // A response channel: answer over the connection the request came
+        // in on (the client's driver opened it; no client address needed).
+        let channel = match self.answer_over_request_image(&channel, sub, image_session) {
+            Ok(c) => c,
+            Err(e) => return self.record_error(format!("connect request {correlation_id}: {e}")),
+        };
         let publication = match self.client.add_exclusive_publication(&channel, response_stream_id) {
             Ok(p) => p,
             Err(e) => {
@@ -172,6 +173,18 @@ impl ArchiveConductor {
         } else {
             NULL_VALUE
         };
+        if matches!(
+            template_id,
+            ReplayRequest::TEMPLATE_ID | BoundedReplayRequest::TEMPLATE_ID
+        ) {
+            match replay_token_of(template_id, m) {
+                Ok(Some(token)) => {
+                    return self.on_token_replay(sub, image_session, template_id, m, token, now_ns)
+                }
+                Ok(None) => {}
+                Err(e) => return self.record_error(format!("replay request dropped: {e}")),
+            }
+        }
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return self.record_error(format!(
                 "request (template {template_id}, correlation {correlation_id}) for unknown control session {session_id} dropped"
@@ -236,10 +249,158 @@ impl ArchiveConductor {
         }
     }
 
-    /// Refuses a request for a feature this archive does not have yet.
-    fn not_supported(&mut self, sid: i64, k: i64, what: &str) {
-        let message = format!("{what} is not supported by this archive yet");
-        self.session(sid).error(k, error_code::GENERIC, &message);
+    /// A replay or bounded replay request of session `sid`, on `channel` in
+    /// place of the request's replay channel if given.
+    fn replay_request(
+        &mut self,
+        template_id: u16,
+        m: &[u8],
+        sid: i64,
+        k: i64,
+        channel: Option<String>,
+    ) -> Result<(), SbeError> {
+        match template_id {
+            ReplayRequest::TEMPLATE_ID => {
+                let r = ReplayRequest::decode(m)?;
+                let p = ReplayParams {
+                    recording_id: r.recording_id,
+                    position: r.position,
+                    length: r.length,
+                    replay_channel: channel.unwrap_or(r.replay_channel),
+                    replay_stream_id: r.replay_stream_id,
+                    file_io_max_length: r.file_io_max_length,
+                    limit_counter: None,
+                };
+                self.start_replay(sid, k, p);
+            }
+            BoundedReplayRequest::TEMPLATE_ID => {
+                let r = BoundedReplayRequest::decode(m)?;
+                // Bounded by its length and by a counter of this archive's
+                // driver (a commit position, as Aeron Cluster's followers use).
+                let counters = self.client.counters();
+                let id = r.limit_counter_id;
+                if !counters.is_valid_id(id)
+                    || counters.counter_state(id) != sulis_concurrent::counters::RECORD_ALLOCATED
+                {
+                    self.session(sid).error(
+                        k,
+                        error_code::GENERIC,
+                        &format!("limit counter id {id} is not a counter of this archive's driver"),
+                    );
+                    return Ok(());
+                }
+                let limit = LimitCounter {
+                    id,
+                    registration_id: counters.counter_registration_id(id),
+                    last: counters.counter_value(id),
+                    open: true,
+                };
+                let p = ReplayParams {
+                    recording_id: r.recording_id,
+                    position: r.position,
+                    length: r.length,
+                    replay_channel: channel.unwrap_or(r.replay_channel),
+                    replay_stream_id: r.replay_stream_id,
+                    file_io_max_length: r.file_io_max_length,
+                    limit_counter: Some(limit),
+                };
+                self.start_replay(sid, k, p);
+            }
+            _ => unreachable!("a replay request"),
+        }
+        Ok(())
+    }
+
+    /// A replay request over a response channel: it comes on a request
+    /// stream of its own, and its token (not the stream, not the session id
+    /// it names) says which control session it is for. An unknown or expired
+    /// token gets no answer, as in Aeron: logged and counted only.
+    fn on_token_replay(
+        &mut self,
+        sub: usize,
+        image_session: i32,
+        template_id: u16,
+        m: &[u8],
+        token: i64,
+        now_ns: i64,
+    ) {
+        let (recording_id, k, channel) = match template_id {
+            ReplayRequest::TEMPLATE_ID => match ReplayRequest::decode(m) {
+                Ok(r) => (r.recording_id, r.correlation_id, r.replay_channel),
+                Err(e) => return self.record_error(format!("replay request dropped: {e}")),
+            },
+            _ => match BoundedReplayRequest::decode(m) {
+                Ok(r) => (r.recording_id, r.correlation_id, r.replay_channel),
+                Err(e) => return self.record_error(format!("replay request dropped: {e}")),
+            },
+        };
+        let Some(sid) = self
+            .replay_tokens
+            .session_for(token, recording_id, now_ns)
+            .filter(|s| self.sessions.contains_key(s))
+        else {
+            return self.record_error(format!(
+                "Unknown session or token timeout for replayToken={token}: replay request (correlation {k}) \
+                 of recording {recording_id} from stream session {image_session} dropped"
+            ));
+        };
+        if !self.session(sid).on_request(now_ns) {
+            return;
+        }
+        let name = template_name(template_id).unwrap_or("replay request");
+        if !self
+            .authoriser
+            .is_authorised(&self.sessions[&sid].credentials, template_id, name)
+        {
+            let message = format!("unauthorised action: {name}");
+            self.session(sid)
+                .error(k, error_code::UNAUTHORISED_ACTION, &message);
+            return self.record_error(format!("control session {sid}: {message} refused"));
+        }
+        let channel = match self.answer_over_request_image(&channel, sub, image_session) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("replay channel '{channel}': {e}");
+                self.session(sid).error(k, error_code::GENERIC, &message);
+                return self.record_error(format!("control session {sid}: {message}"));
+            }
+        };
+        if let Err(e) = self.replay_request(template_id, m, sid, k, Some(channel)) {
+            self.record_error(format!(
+                "control session {sid}: malformed replay request: {e}"
+            ));
+        }
+    }
+
+    /// `channel` as the archive publishes on it to answer whoever sent on
+    /// stream session `image_session` of control subscription `sub`: for a
+    /// response channel (`control-mode=response`), with the
+    /// `response-correlation-id` of that request image, so that the answer
+    /// goes back over the connection the requester's driver opened; any
+    /// other channel as it is.
+    pub(super) fn answer_over_request_image(
+        &mut self,
+        channel: &str,
+        sub: usize,
+        image_session: i32,
+    ) -> Result<String, String> {
+        let uri = sulis_protocol::uri::ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+        if !uri.is_response() {
+            return Ok(channel.to_string());
+        }
+        let image = self.control[sub]
+            .images()
+            .into_iter()
+            .find(|i| i.session_id() == image_session)
+            .ok_or_else(|| {
+                format!("response channel: the request stream (session {image_session}) is gone")
+            })?;
+        uri.with(
+            "response-correlation-id",
+            &image.correlation_id().to_string(),
+        )
+        .map(|u| u.to_string())
+        .map_err(|e| e.to_string())
     }
 
     pub(super) fn session(&mut self, id: i64) -> &mut ControlSession {
@@ -473,59 +634,18 @@ impl ArchiveConductor {
                     None => self.unknown_recording(sid, k, r.recording_id),
                 }
             }
-            ReplayRequest::TEMPLATE_ID => {
-                let r = ReplayRequest::decode(m)?;
-                if r.replay_token != NULL_VALUE {
-                    self.not_supported(sid, k, TOKENS);
-                    return Ok(());
-                }
-                let p = ReplayParams {
-                    recording_id: r.recording_id,
-                    position: r.position,
-                    length: r.length,
-                    replay_channel: r.replay_channel,
-                    replay_stream_id: r.replay_stream_id,
-                    file_io_max_length: r.file_io_max_length,
-                    limit_counter: None,
-                };
-                self.start_replay(sid, k, p);
+            ReplayRequest::TEMPLATE_ID | BoundedReplayRequest::TEMPLATE_ID => {
+                self.replay_request(template_id, m, sid, k, None)?;
             }
-            BoundedReplayRequest::TEMPLATE_ID => {
-                let r = BoundedReplayRequest::decode(m)?;
-                if r.replay_token != NULL_VALUE {
-                    self.not_supported(sid, k, TOKENS);
-                    return Ok(());
+            ReplayTokenRequest::TEMPLATE_ID => {
+                let r = ReplayTokenRequest::decode(m)?;
+                if self.catalog.recording(r.recording_id).is_none() {
+                    self.unknown_recording(sid, k, r.recording_id);
+                } else {
+                    let deadline_ns = self.now_ns() + self.session_timeouts().connect_ns;
+                    let token = self.replay_tokens.issue(sid, r.recording_id, deadline_ns);
+                    self.session(sid).ok(k, token);
                 }
-                // Bounded by its length and by a counter of this archive's
-                // driver (a commit position, as Aeron Cluster's followers use).
-                let counters = self.client.counters();
-                let id = r.limit_counter_id;
-                if !counters.is_valid_id(id)
-                    || counters.counter_state(id) != sulis_concurrent::counters::RECORD_ALLOCATED
-                {
-                    self.session(sid).error(
-                        k,
-                        error_code::GENERIC,
-                        &format!("limit counter id {id} is not a counter of this archive's driver"),
-                    );
-                    return Ok(());
-                }
-                let limit = LimitCounter {
-                    id,
-                    registration_id: counters.counter_registration_id(id),
-                    last: counters.counter_value(id),
-                    open: true,
-                };
-                let p = ReplayParams {
-                    recording_id: r.recording_id,
-                    position: r.position,
-                    length: r.length,
-                    replay_channel: r.replay_channel,
-                    replay_stream_id: r.replay_stream_id,
-                    file_io_max_length: r.file_io_max_length,
-                    limit_counter: Some(limit),
-                };
-                self.start_replay(sid, k, p);
             }
             StopReplayRequest::TEMPLATE_ID => {
                 let r = StopReplayRequest::decode(m)?;
@@ -661,4 +781,21 @@ pub(super) fn response_publication_channel(
     add("term-length", ctx.control_term_buffer_length.to_string());
     add("sparse", "true".into());
     Ok(out)
+}
+
+/// The token of a replay request to honour: one on a replay channel in
+/// response mode (elsewhere Aeron ignores it, and so does this archive).
+fn replay_token_of(template_id: u16, m: &[u8]) -> Result<Option<i64>, SbeError> {
+    let (token, channel) = match template_id {
+        ReplayRequest::TEMPLATE_ID => {
+            let r = ReplayRequest::decode(m)?;
+            (r.replay_token, r.replay_channel)
+        }
+        _ => {
+            let r = BoundedReplayRequest::decode(m)?;
+            (r.replay_token, r.replay_channel)
+        }
+    };
+    let response = sulis_protocol::uri::ChannelUri::parse(&channel).is_ok_and(|u| u.is_response());
+    Ok((token != NULL_VALUE && response).then_some(token))
 }

@@ -24,6 +24,7 @@ mod list_recordings_session;
 mod recorder;
 mod recording_session;
 mod replay_session;
+mod replay_tokens;
 mod replayer;
 mod replication;
 mod segments;
@@ -34,6 +35,7 @@ use list_recordings_session::*;
 use recorder::*;
 use recording_session::*;
 use replay_session::*;
+use replay_tokens::ReplayTokens;
 use replayer::*;
 
 use delete_segments_session::DeleteSegmentsSession;
@@ -94,6 +96,8 @@ pub struct ArchiveConductor {
     next_replay_id: i64,
     replications: Vec<replication::Replication>,
     next_replication_id: i64,
+    /// Tokens for replays over response channels.
+    replay_tokens: ReplayTokens,
     /// Listings being sent.
     listings: Vec<ListRecordingsSession>,
     /// Segment files being deleted, oldest request first.
@@ -281,6 +285,7 @@ impl ArchiveConductor {
             next_replay_id: 1,
             replications: Vec::new(),
             next_replication_id: seed as i64,
+            replay_tokens: ReplayTokens::new(seed.rotate_left(29) ^ std::process::id() as u64),
             deletions: VecDeque::new(),
             listings: Vec::new(),
             merged: Vec::new(),
@@ -342,6 +347,7 @@ impl ArchiveConductor {
         work += self.poll_control(now_ns);
         work += self.run_listings();
         work += self.run_sessions(now_ns);
+        work += self.replay_tokens.do_work(now_ns);
         work += self.run_replications(Instant::now());
         work += self.run_deletions();
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
