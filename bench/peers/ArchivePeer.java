@@ -39,6 +39,7 @@
 
 import io.aeron.*;
 import io.aeron.archive.client.AeronArchive;
+import io.aeron.archive.client.ReplayParams;
 import io.aeron.archive.client.ArchiveException;
 import io.aeron.archive.client.RecordingDescriptorConsumer;
 import io.aeron.archive.client.RecordingSignalConsumer;
@@ -64,6 +65,7 @@ public final class ArchivePeer {
         if (args.length > 0 && "client".equals(args[0])) System.exit(client());
         if (args.length > 0 && "replicate".equals(args[0])) System.exit(replicate());
         if (args.length > 0 && "publish".equals(args[0])) System.exit(publish());
+        if (args.length > 0 && "response".equals(args[0])) System.exit(responseClient());
         System.err.println("ArchivePeer: usage: client|replicate|publish key=value ...");
         System.exit(2);
     }
@@ -91,6 +93,45 @@ public final class ArchivePeer {
 
     static String quote(final String s) {
         return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+
+    /**
+     * Replays recording {@code recording_id} ({@code count} messages) over response channels, as a client
+     * with no address of its own: {@code AeronArchive.replay}, then {@code startReplay} onto a subscription of
+     * its own ({@code ReplayParams.subscriptionRegistrationId}). Prints one JSON line.
+     */
+    static int responseClient() throws Exception {
+        final long recordingId = Long.parseLong(arg("recording_id"));
+        final int count = Integer.parseInt(arg("count"));
+        final String replayChannel = arg("replay_channel");
+        final int replayStream = Integer.parseInt(arg("replay_stream"));
+        final List<String> errors = new ArrayList<>();
+        final AeronArchive.Context ctx = new AeronArchive.Context()
+            .controlRequestChannel(arg("control"))
+            .controlRequestStreamId(10)
+            .controlResponseChannel(arg("response"))
+            .controlResponseStreamId(20);
+        final long deadline = System.currentTimeMillis() + 60_000;
+        final long archiveId;
+        final long replayed;
+        final long started;
+        try (AeronArchive archive = AeronArchive.connect(ctx)) {
+            archiveId = archive.archiveId();
+            // The ReplayParams form: the one that goes over a response channel.
+            try (Subscription sub = archive.replay(recordingId, replayChannel, replayStream,
+                new ReplayParams().position(0).length(AeronArchive.REPLAY_ALL_AND_STOP))) {
+                replayed = readAndCheck(sub, 0, count, deadline, errors, "replay");
+            }
+            try (Subscription sub = archive.context().aeron().addSubscription(replayChannel, replayStream + 1)) {
+                final ReplayParams params = new ReplayParams().position(0).length(AeronArchive.REPLAY_ALL_AND_STOP);
+                params.subscriptionRegistrationId(sub.registrationId());
+                archive.startReplay(recordingId, replayChannel, replayStream + 1, params);
+                started = readAndCheck(sub, 0, count, deadline, errors, "startReplay");
+            }
+        }
+        System.out.println("{\"archive_id\": " + archiveId + ", \"replayed\": " + replayed + ", \"started\": "
+            + started + ", \"errors\": " + jsonList(errors) + "}");
+        return 0;
     }
 
     static int client() throws Exception {

@@ -215,6 +215,67 @@ def test_sulis_archive_client_on_an_aeron_archive_then_a_sulis_archive_opens_its
         assert archive.errors() == []
 
 
+# -- response channels (control-mode=response) -----------------------------------------
+
+
+@pytest.mark.parametrize("media", ["udp", "ipc"])
+def test_aeron_archive_client_over_response_channels_on_a_sulis_archive(current, harness, media):
+    """Aeron's ``AeronArchive`` with a response control channel and a response replay channel: over UDP on
+    an Aeron Java driver of its own (it names only the archive's ports), over IPC on the archive's sulis
+    driver. ``replay`` and ``startReplay`` onto its own subscription (ArchivePeer's ``response`` role)."""
+    base = harness.make_dir("archive")
+    control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with sulis.MediaDriver(dir=os.path.join(base, "driver"), threading_mode="shared") as driver, \
+            sulis.Archive(os.path.join(base, "archive"), driver_dir=driver.dir, control_channel=control) as archive, \
+            sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
+        rid, _ = record(ac, client, "aeron:ipc?alias=rsp", 1001, 1000)
+        if media == "udp":
+            _, aeron_dir = harness.start_driver("aeron", current)
+            args = [f"control={control}",
+                    f"response=aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}",
+                    f"replay_channel=aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"]
+        else:
+            aeron_dir = driver.dir
+            args = ["control=aeron:ipc", "response=aeron:ipc?control-mode=response",
+                    "replay_channel=aeron:ipc?control-mode=response"]
+        cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ArchivePeer.java"))
+        cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ArchivePeer", [
+            "response", *args, f"recording_id={rid}", "count=1000", "replay_stream=2002"], cp)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        assert res == {"archive_id": archive.archive_id, "replayed": 1000, "started": 1000, "errors": []}, res
+        assert archive.errors() == []
+
+
+def test_sulis_archive_client_over_response_channels_on_an_aeron_archive(aeron_archive, driver, client):
+    """``sulis.ArchiveClient`` with a response control channel against Aeron's ArchivingMediaDriver (which
+    needs no setting for it: the client names its port): connect, record, ``replay`` and ``start_replay``
+    onto a subscription of the client's own over a response replay channel."""
+    control = aeron_archive.control
+    response = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+    deadline = time.monotonic() + 30
+    while True:  # the JVM may still be starting
+        try:
+            ac = sulis.ArchiveClient(client, control_request_channel=control, control_response_channel=response,
+                                     message_timeout=3.0)
+            break
+        except sulis.ArchiveError:
+            if time.monotonic() > deadline:
+                raise
+    with ac:
+        assert ac.archive_id == 777
+        rid, _ = record(ac, client, f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", 1001, 1000, source="remote")
+        replay_channel = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+        sub = ac.replay(rid, replay_channel, 2002)
+        assert receive(sub, 1000) == [message(i) for i in range(1000)]
+        sub.close()
+        sub = client.add_subscription(replay_channel, 2003)
+        replay_id = ac.start_replay(rid, replay_channel, 2003, position=0, subscription=sub)
+        assert sub.images[0].session_id & 0xFFFF_FFFF == replay_id & 0xFFFF_FFFF
+        assert receive(sub, 1000) == [message(i) for i in range(1000)]
+
+
 # -- replication ----------------------------------------------------------------
 
 
