@@ -649,7 +649,11 @@ def test_replicate_to_an_archive_of_another_driver_then_follow_until_the_source_
                               replication_channel="aeron:udp?endpoint=127.0.0.1:0") as dst, \
                 sulis.ArchiveClient(dst_client) as ac:
             stopped = record(src, client, "aeron:ipc", 1001, 2000)
-            replication_id = ac.replicate(stopped.recording_id, source_channel)
+            # The source archive answers the copying archive over a response channel (no port of the
+            # copying archive's own in the request).
+            replication_id = ac.replicate(
+                stopped.recording_id, source_channel,
+                src_response_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}")
             made = ac.await_signal(RecordingSignal.REPLICATE)
             assert (made.correlation_id, made.position) == (replication_id, 0)
             copy_id = made.recording_id
@@ -708,6 +712,8 @@ def _replication_errors(archive, ac) -> None:
     with pytest.raises(sulis.ArchiveError, match="live destination 'aeron:udpx'"):
         ac.replicate(0, "aeron:ipc", live_destination="aeron:udpx",
                      replication_channel="aeron:udp?endpoint=127.0.0.1:0")
+    with pytest.raises(sulis.ArchiveError, match="replicating over a response channel .* is not supported"):
+        ac.replicate(0, "aeron:ipc", replication_channel="aeron:udp?control-mode=response|control=127.0.0.1:1")
     with pytest.raises(sulis.ArchiveError, match="unknown replication id 77") as e:
         ac.stop_replication(77)
     assert e.value.code == 12

@@ -361,12 +361,24 @@ impl ArchiveConductor {
                 "no replication channel: the request names none and the archive has no replication_channel set",
             );
         }
-        if let Err(e) = ChannelUri::parse(&channel) {
-            return self.session(sid).error(
-                k,
-                error_code::GENERIC,
-                &format!("replication channel '{channel}': {e}"),
-            );
+        match ChannelUri::parse(&channel) {
+            Err(e) => {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("replication channel '{channel}': {e}"),
+                )
+            }
+            // The source's control session may answer over a response channel
+            // (srcResponseChannel); the replay itself is not taken over one yet.
+            Ok(u) if u.is_response() => {
+                return self.session(sid).error(
+                    k,
+                    error_code::GENERIC,
+                    &format!("replication channel '{channel}': replicating over a response channel (control-mode=response) is not supported by this archive yet; give the replication channel an endpoint (a src response channel may be a response channel)"),
+                )
+            }
+            Ok(_) => {}
         }
         let response_channel = if !p.src_response_channel.is_empty() {
             // Port 0 as Aeron's archives are configured (`endpoint=localhost:0`):
