@@ -334,6 +334,18 @@ def test_a_sulis_archive_replicates_recordings_of_an_aeron_archive(aeron_archive
         assert same_stream(copy, source) and copy.stop_position == end, (copy, source)
         assert receive(sac.replay(copy_id, "aeron:ipc", 3001), 2000) == [message(i) for i in range(2000)]
 
+        # Over response channels: Aeron's archive answers and replays over connections sulis's driver
+        # opened (a replay token asked for first).
+        over_responses = replication_signals(sac, sac.replicate(
+            rid, aeron_archive.control,
+            replication_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}",
+            src_response_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"))
+        assert kinds(over_responses) == [RecordingSignal.REPLICATE, RecordingSignal.EXTEND, RecordingSignal.SYNC,
+                                         RecordingSignal.REPLICATE_END], over_responses
+        rsp_copy = over_responses[0].recording_id
+        assert sac.list_recording(rsp_copy).stop_position == end
+        assert receive(sac.replay(rsp_copy, "aeron:ipc", 3004), 2000) == [message(i) for i in range(2000)]
+
         # Up to a stop position (a message boundary), then the rest into the same copy.
         half = positions[999]
         first = replication_signals(sac, sac.replicate(rid, aeron_archive.control, stop_position=half))
@@ -423,8 +435,12 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         # Whole, with Aeron's defaults; then with a session id of its choosing for the replay, a response
         # channel of port 0 for its requests to sulis, a file I/O limit; then tagged (Aeron's destination
         # records through a multi-destination subscription then).
+        # And over response channels: Aeron's destination asks sulis for a replay token and names only
+        # ports of the sulis side.
+        responses = {"replication_channel": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}",
+                     "src_response": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"}
         for options in ({}, {"session_id": 4242, "src_response": "aeron:udp?endpoint=localhost:0",
-                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}):
+                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}, responses):
             whole = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
                 current, harness, aeron_archive.driver_dir, src_control, rid, 2000, **options))
             assert whole["kinds"] == ["REPLICATE", "EXTEND", "SYNC", "REPLICATE_END"], whole
@@ -432,6 +448,10 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
             assert sync["position"] == end and whole["descriptor"]["stop_position"] == end, (options, whole)
             # Aeron's catalog takes the session id of the image that extends a recording: the replay's.
             want = {**stream_of(source), "session_id": options.get("session_id", source.session_id)}
+            if options is responses:
+                # A response replay channel names no session id (Aeron's ReplicationSession puts none on
+                # it): the replay, and so the copy, has a session of the source driver's choosing.
+                want["session_id"] = whole["descriptor"]["session_id"]
             assert stream_of(whole["descriptor"]) == want, (options, whole["descriptor"], source)
             assert whole["replayed"] == 2000, (options, whole)
 
@@ -479,17 +499,7 @@ def test_an_aeron_archive_replicates_recordings_of_a_sulis_archive(current, aero
         live = replicated_by_aeron(harness, aeron_archive, peer)
         assert "SYNC" not in live["kinds"] and live["descriptor"]["stop_position"] == live_end, live
         assert live["replayed"] == 1000
-
-        # A replication channel in response mode needs the replay token (ReplayTokenRequest) and a driver
-        # with response channels, which sulis has not: Aeron hears so and the replication ends at once.
-        refused = harness.result(aeron_replicate(
-            current, harness, aeron_archive.driver_dir, src_control, rid, 0,
-            replication_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"), 60,
-            watch=[aeron_archive.proc])
-        assert [s["signal"] for s in refused["signals"]] == ["REPLICATE", "REPLICATE_END"], refused
-        assert len(refused["errors"]) == 1 and "template id 105 is not supported" in refused["errors"][0], refused
         assert ac.poll_errors() == [] and src.errors() == []
-
 
 
 def test_aeron_archive_client_has_a_sulis_archive_replicate_from_an_aeron_archive(
@@ -505,8 +515,12 @@ def test_aeron_archive_client_has_a_sulis_archive_replicate_from_an_aeron_archiv
     ac.close()
     with sulis.Archive(harness.make_dir("sulis-dst"), driver_dir=driver.dir,
                        replication_channel="aeron:udp?endpoint=localhost:0") as dst:
+        # And over response channels: the sulis destination asks Aeron's archive for a replay token and
+        # names only ports of Aeron's side.
+        responses = {"replication_channel": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}",
+                     "src_response": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"}
         for options in ({}, {"session_id": 4242, "src_response": "aeron:udp?endpoint=localhost:0",
-                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}):
+                             "file_io_max": 4096}, {"channel_tag": 5, "subscription_tag": 6}, responses):
             res = replicated_by_aeron(harness, aeron_archive, aeron_replicate(
                 current, harness, driver.dir, aeron_archive.control, rid, 2000, **options))
             # The order of Aeron's destination (test above), as Aeron's client sees it.
@@ -514,6 +528,10 @@ def test_aeron_archive_client_has_a_sulis_archive_replicate_from_an_aeron_archiv
             assert next(s for s in res["signals"] if s["signal"] == "SYNC")["position"] == positions[-1], res
             # Both catalogs take the session id of the image that extends a recording: the replay's.
             want = {**stream_of(source), "session_id": options.get("session_id", source.session_id)}
+            if options is responses:
+                # A response replay channel names no session id (Aeron's ReplicationSession puts none on
+                # it): the replay, and so the copy, has a session of the source driver's choosing.
+                want["session_id"] = res["descriptor"]["session_id"]
             assert stream_of(res["descriptor"]) == want, (options, res["descriptor"], source)
             assert res["descriptor"]["stop_position"] == positions[-1] and res["replayed"] == 2000, res
         assert dst.errors() == []

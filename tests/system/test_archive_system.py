@@ -694,6 +694,34 @@ def test_replicate_to_an_archive_of_another_driver_then_follow_until_the_source_
         shutil.rmtree(dst_dir, ignore_errors=True)
 
 
+def test_replicate_over_a_response_channel(driver, client, make_driver, archive_dir):
+    """The copying archive names only the source archive's ports: its control session and the replay
+    both come back over connections its own driver opened (``src_response_channel`` and
+    ``replication_channel`` in response mode; the source archive is asked for a replay token)."""
+    source_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    dst_driver = make_driver(timer_interval="10ms", status_message_timeout="50ms")
+    dst_dir = make_dir("sulis-archive-dst-")
+    replication_channel = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+    try:
+        with sulis.Archive(archive_dir, driver_dir=driver.dir, control_channel=source_channel) as source, \
+                sulis.ArchiveClient(client) as src, sulis.Client(dir=dst_driver.dir) as dst_client, \
+                sulis.Archive(dst_dir, driver_dir=dst_driver.dir, replication_channel=replication_channel) as dst, \
+                sulis.ArchiveClient(dst_client) as ac:
+            stopped = record(src, client, "aeron:ipc", 1001, 1000)
+            rid = ac.replicate(
+                stopped.recording_id, source_channel,
+                src_response_channel=f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}")
+            copy_id = ac.await_signal(RecordingSignal.REPLICATE).recording_id
+            assert ac.await_signal(RecordingSignal.SYNC, copy_id).position == stopped.stop_position
+            end = ac.await_signal(RecordingSignal.REPLICATE_END, copy_id)
+            assert end.correlation_id == rid
+            assert ac.list_recording(copy_id).stop_position == stopped.stop_position
+            assert receive(ac.replay(copy_id, "aeron:ipc", 3001), 1000) == [message(i) for i in range(1000)]
+            assert dst.errors() == [] and source.errors() == []
+    finally:
+        shutil.rmtree(dst_dir, ignore_errors=True)
+
+
 def test_replication_errors_name_what_was_wrong(driver, client, archive_dir):
     with sulis.Archive(archive_dir, driver_dir=driver.dir, connect_timeout=1.0) as archive, \
             sulis.ArchiveClient(client) as ac:
@@ -712,8 +740,9 @@ def _replication_errors(archive, ac) -> None:
     with pytest.raises(sulis.ArchiveError, match="live destination 'aeron:udpx'"):
         ac.replicate(0, "aeron:ipc", live_destination="aeron:udpx",
                      replication_channel="aeron:udp?endpoint=127.0.0.1:0")
-    with pytest.raises(sulis.ArchiveError, match="replicating over a response channel .* is not supported"):
-        ac.replicate(0, "aeron:ipc", replication_channel="aeron:udp?control-mode=response|control=127.0.0.1:1")
+    with pytest.raises(sulis.ArchiveError, match="response channels can't be used with live destinations"):
+        ac.replicate(0, "aeron:ipc", replication_channel="aeron:udp?control-mode=response|control=127.0.0.1:1",
+                     live_destination="aeron:udp?endpoint=127.0.0.1:2")
     with pytest.raises(sulis.ArchiveError, match="unknown replication id 77") as e:
         ac.stop_replication(77)
     assert e.value.code == 12

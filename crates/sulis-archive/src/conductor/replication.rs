@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sulis_client::subscription::SubscriptionShared;
 use sulis_client::{Client, ClientContext, Interrupt};
 use sulis_protocol::archive::messages::*;
 use sulis_protocol::uri::ChannelUri;
@@ -87,6 +88,9 @@ enum ToWorker {
         length: i64,
         channel: String,
         stream_id: i32,
+        /// For a replication channel in response mode: the recording
+        /// subscription (registration id, images) the replay is to reach.
+        response: Option<(i64, Arc<SubscriptionShared>)>,
     },
 }
 
@@ -226,7 +230,7 @@ fn run_worker(
         }
     }
     // The conductor answers with the replay to ask for, or drops its end.
-    let (position, length, channel, stream_id) = loop {
+    let (position, length, channel, stream_id, response) = loop {
         if stop.load(Ordering::Acquire) {
             return;
         }
@@ -236,13 +240,29 @@ fn run_worker(
                 length,
                 channel,
                 stream_id,
-            }) => break (position, length, channel, stream_id),
+                response,
+            }) => break (position, length, channel, stream_id, response),
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return,
         }
     };
+    let started = match &response {
+        // Over a response channel: a replay token, and the request on a
+        // stream that names the recording subscription.
+        Some((subscription_id, images)) => source.start_replay_via_response_channel(
+            &client,
+            (*subscription_id, images),
+            src_recording_id,
+            position,
+            length,
+            None,
+            &channel,
+            stream_id,
+        ),
+        None => source.start_replay(src_recording_id, position, length, &channel, stream_id),
+    };
     let replay_session_id =
-        match source.start_replay(src_recording_id, position, length, &channel, stream_id) {
+        match started {
             Ok(id) => id,
             Err(e) => {
                 return fail(
@@ -369,13 +389,13 @@ impl ArchiveConductor {
                     &format!("replication channel '{channel}': {e}"),
                 )
             }
-            // The source's control session may answer over a response channel
-            // (srcResponseChannel); the replay itself is not taken over one yet.
-            Ok(u) if u.is_response() => {
+            // As Aeron: a response channel serves one replay to one
+            // subscription, not a shared one.
+            Ok(u) if u.is_response() && !p.live_destination.is_empty() => {
                 return self.session(sid).error(
                     k,
                     error_code::GENERIC,
-                    &format!("replication channel '{channel}': replicating over a response channel (control-mode=response) is not supported by this archive yet; give the replication channel an endpoint (a src response channel may be a response channel)"),
+                    &format!("replication channel '{channel}': response channels can't be used with live destinations"),
                 )
             }
             Ok(_) => {}
@@ -659,7 +679,13 @@ impl ArchiveConductor {
             r.params.replication_channel.clone()
         };
         let channel = with_concrete_port(&channel).map_err(|e| (error_code::GENERIC, e))?;
-        let channel = append(&channel, &format!("session-id={session_id}"));
+        // A response channel learns its session from the source's driver.
+        let response_mode = ChannelUri::parse(&channel).is_ok_and(|u| u.is_response());
+        let channel = if response_mode {
+            channel
+        } else {
+            append(&channel, &format!("session-id={session_id}"))
+        };
         let subscription_id = self
             .add_recording_subscription(StartRecording {
                 control_session_id: sid,
@@ -681,6 +707,14 @@ impl ArchiveConductor {
             NULL_VALUE => REPLAY_ALL_AND_FOLLOW,
             stop => stop - replay_position,
         };
+        let response = response_mode
+            .then(|| {
+                self.recording_subscriptions
+                    .iter()
+                    .find(|s| s.subscription.registration_id() == subscription_id)
+                    .map(|s| (subscription_id, s.subscription.shared()))
+            })
+            .flatten();
         let r = &mut self.replications[i];
         r.subscription_id = Some(subscription_id);
         r.image_deadline = Some(Instant::now() + self.ctx.connect_timeout * 2);
@@ -690,6 +724,7 @@ impl ArchiveConductor {
                 length,
                 channel,
                 stream_id: src.stream_id,
+                response,
             });
         }
         Ok(())
