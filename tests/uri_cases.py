@@ -144,8 +144,4 @@ UNSUPPORTED_URIS = [
     ("aeron:udp?endpoint=localhost:40133|control=localhost:40134", "control=localhost:40134", "MDC"),
     ("aeron:udp?control=localhost:40135|control-mode=dynamic", "control=localhost:40135", "MDC"),
     ("aeron:udp?control-mode=manual", "control-mode=manual", "MDC"),
-    ("aeron:udp?endpoint=localhost:40136|control-mode=response", "control-mode=response", "response channels"),
-    ("aeron:ipc?control-mode=response|response-correlation-id=7", "control-mode=response", "response channels"),
-    ("aeron:udp?endpoint=localhost:40137|response-endpoint=localhost:9000", "response-endpoint=localhost:9000",
-     "response channels"),
 ]

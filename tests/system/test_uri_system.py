@@ -89,7 +89,7 @@ def test_uris_the_driver_refuses(driver, client):
 
 
 @pytest.mark.expect_errors
-def test_mdc_and_response_channels_are_refused_naming_the_parameter(driver, client):
+def test_mdc_is_refused_naming_the_parameter(driver, client):
     for uri, part, reason in UNSUPPORTED_URIS:
         assert sulis.parse_channel(uri), "a valid Aeron URI: it parses"
         for add in (client.add_publication, client.add_exclusive_publication, client.add_subscription):
