@@ -86,6 +86,80 @@ def segments(archive_dir: str, rid: int) -> list[str]:
 # -- crash recovery ---------------------------------------------------------------
 
 
+def message_positions(ac, rid: int, count: int) -> list[int]:
+    """The end position of each of the first ``count`` messages of a recording (from a replay)."""
+    positions: list[int] = []
+    sub = ac.replay(rid, "aeron:ipc", 2090)
+    assembler = sulis.FragmentAssembler(lambda b, h: positions.append(h.position))
+    await_until(lambda: sub.poll(assembler, 100) >= 0 and len(positions) >= count, what="positions")
+    sub.close()
+    return positions[:count]
+
+
+@pytest.mark.parametrize("point", ["truncate-after-catalog", "purge-after-catalog"])
+def test_a_crash_between_the_catalog_and_the_files_loses_nothing_and_the_restart_finishes_it(
+        driver, client, archive_dir, spawn, point):
+    """Truncate and purge change the catalog first. The archive process aborts right after that
+    (``SULIS_ARCHIVE_CRASH_AT``), with every segment file as it was; the restarted archive goes by
+    the catalog: a truncated recording replays exactly to its new stop position, the files past it
+    are gone, the rest of its last file is erased (an extension then never meets old frames), and
+    a purged recording's files are deleted. Files first, catalog second would leave a catalog
+    describing bytes that are gone."""
+    options = json.dumps({"segment_file_length": 64 * 1024})
+    child = spawn("archive", driver.dir, archive_dir, options, env={**os.environ, "SULIS_ARCHIVE_CRASH_AT": point})
+    child.read()
+    with sulis.ArchiveClient(client, message_timeout=2.0) as ac:
+        d = record(ac, client, "aeron:ipc?term-length=64k", 1001, 3000)
+        rid = d.recording_id
+        # (A purge waits for no replay: none is run before one.)
+        keep = message_positions(ac, rid, 1000)[-1] if point.startswith("truncate") else 0
+        before = segments(archive_dir, rid)
+        assert len(before) >= 4, before
+        with pytest.raises(sulis.ArchiveError):
+            if point.startswith("truncate"):
+                ac.truncate_recording(rid, keep)
+            else:
+                ac.purge_recording(rid)
+    assert child.proc.wait(10) == -signal.SIGABRT
+    assert segments(archive_dir, rid) == before, "the crash came before any file changed"
+    if point.startswith("purge"):
+        with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=64 * 1024) as archive, \
+                sulis.ArchiveClient(client) as ac:
+            assert ac.list_recording(rid) is None
+            assert segments(archive_dir, rid) == []
+            assert any("a truncate or purge a crash interrupted" in e for e in archive.errors()), archive.errors()
+        return
+    # The restart finishes the truncate; then an extension with other messages, killed mid-recording:
+    # its recovery must end at the extension's last frame, never run on into the old frames that
+    # followed the truncate position.
+    child = spawn("archive", driver.dir, archive_dir, options)
+    child.read()
+    with sulis.ArchiveClient(client) as ac:
+        after = ac.list_recording(rid)
+        assert after.stop_position == keep
+        assert len(segments(archive_dir, rid)) < len(before)
+        assert receive(ac.replay(rid, "aeron:ipc", 2091), 1000) == [message(i) for i in range(1000)]
+        term = after.term_buffer_length
+        channel = (f"aeron:ipc?term-length={term}|init-term-id={after.initial_term_id}"
+                   f"|term-id={after.initial_term_id + keep // term}|term-offset={keep % term}")
+        ac.extend_recording(rid, channel, 1001)
+        ext = client.add_exclusive_publication(channel, 1001)
+        assert ac.await_signal(RecordingSignal.EXTEND, rid).position == keep
+        publish(ext, (small(i) for i in range(200)))
+        end = ext.position
+        await_until(lambda: ac.get_recording_position(rid) == end, what="extended")
+        child.signal(signal.SIGKILL)
+        child.proc.wait(10)
+        ext.close()
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=64 * 1024) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        assert ac.list_recording(rid).stop_position == end, "recovered to the extension's end, not beyond"
+        got = receive(ac.replay(rid, "aeron:ipc", 2092), 1200)
+        assert got == [message(i) for i in range(1000)] + [small(i) for i in range(200)]
+    ok = run_cli("archive-tool", archive_dir, "verify")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
 @pytest.mark.parametrize("mode", ["shared", "dedicated"])
 def test_a_second_archive_on_a_live_directory_touches_nothing(driver, client, archive_dir, spawn, mode):
     """Promise: a second archive on a directory whose archive is alive is refused and changes

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod checksum;
 pub mod conductor;
 pub mod context;
+pub mod crash_point;
 pub mod error;
 mod frame_fields;
 pub mod mark_file;

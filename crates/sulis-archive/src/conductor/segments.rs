@@ -62,6 +62,7 @@ impl ArchiveConductor {
         if let Err(e) = self.catalog.set_stop_position(recording_id, position) {
             return self.catalog_failed(sid, k, &format!("truncate recording {recording_id}"), e);
         }
+        crate::crash_point::crash_point(crate::crash_point::points::TRUNCATE_AFTER_CATALOG);
         let g = Self::geometry_of(recording_id, &d);
         let keep_base = g.base_of(position);
         let mut doomed = Vec::new();
@@ -422,6 +423,7 @@ impl ArchiveConductor {
         {
             return self.catalog_failed(sid, k, &format!("purge recording {recording_id}"), e);
         }
+        crate::crash_point::crash_point(crate::crash_point::points::PURGE_AFTER_CATALOG);
         let files = self
             .segment_files(recording_id)
             .into_iter()
