@@ -647,6 +647,26 @@ fn set_private(path: &Path) {
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
 }
 
+/// Zeroes `path` from `offset` to `length` if a frame starts at `offset`
+/// (a non-zero frame length); true if it did.
+fn erase_after(path: &Path, offset: u64, length: u64) -> io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = OpenOptions::new().read(true).write(true).open(path)?;
+    if offset >= f.metadata()?.len() {
+        return Ok(false);
+    }
+    let mut head = [0u8; 4];
+    f.seek(SeekFrom::Start(offset))?;
+    let n = f.read(&mut head)?;
+    if head[..n].iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    f.set_len(offset)?;
+    f.set_len(length.max(offset))?;
+    f.sync_all()?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,24 +930,4 @@ mod tests {
         assert!(err.message.contains("archive.catalog"), "{err}");
         assert!(err.message.contains("catalog version"), "{err}");
     }
-}
-
-/// Zeroes `path` from `offset` to `length` if a frame starts at `offset`
-/// (a non-zero frame length); true if it did.
-fn erase_after(path: &Path, offset: u64, length: u64) -> io::Result<bool> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = OpenOptions::new().read(true).write(true).open(path)?;
-    if offset >= f.metadata()?.len() {
-        return Ok(false);
-    }
-    let mut head = [0u8; 4];
-    f.seek(SeekFrom::Start(offset))?;
-    let n = f.read(&mut head)?;
-    if head[..n].iter().all(|&b| b == 0) {
-        return Ok(false);
-    }
-    f.set_len(offset)?;
-    f.set_len(length.max(offset))?;
-    f.sync_all()?;
-    Ok(true)
 }
