@@ -23,10 +23,15 @@ pytest.importorskip("pyspark")
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
 from conftest import DRIVER_DEFAULTS, await_until, free_udp_port, keep_dir, make_dir  # noqa: E402
+from sulis.archive import RecordingSignal  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 CHANNEL = "aeron:ipc"
+
+
+#: Parts of archive errors a test caused on purpose (a corrupt frame it wrote): not failures.
+EXPECTED_ARCHIVE_ERRORS: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +45,7 @@ def sulis_node():
     yield drv, archive, client, ac
     ac.close()
     client.close()
-    archive_errors = archive.errors()
+    archive_errors = [e for e in archive.errors() if not any(x in e for x in EXPECTED_ARCHIVE_ERRORS)]
     archive.close()
     drv_dir = drv.dir
     drv.close()
@@ -700,6 +705,95 @@ def test_purged_data_fails_with_fail_on_data_loss_else_is_skipped(spark, sulis_n
     assert read(spark, sulis_node, recordingIds=rec.rid).count() == len(kept)
 
 
+def test_a_recording_purged_or_truncated_below_the_offset_is_data_loss(sulis_node):
+    """The stream reader as Spark's driver calls it, restarted from an offset after the archive lost data
+    the query had not read: a purged recording, one truncated below the offset (by ``channel`` and by
+    ``recordingIds``), fail with DataLossError naming the recording and the positions, as Kafka's source
+    fails when partitions are gone; ``failOnDataLoss=false`` skips them. A recording read to its stop
+    and then purged lost nothing: it leaves the offset quietly."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+    from sulis.spark.options import parse_reader_options
+    from sulis.spark.recordings import DataLossError
+    from sulis.spark.stream_reader import SulisStreamReader
+
+    _, _, _, ac = sulis_node
+
+    def reader(**options):
+        opts = {"driverDir": sulis_node[0].dir, **{k: str(v) for k, v in options.items()}}
+        return SulisStreamReader(parse_reader_options(opts, streaming=True))
+
+    stream = 3140
+    partly, whole, cut = (Recorded(sulis_node, stream, exclusive=True) for _ in range(3))
+    for rec in (partly, whole, cut):
+        rec.publish(message(i) for i in range(400))
+        rec.pub.close()
+        await_until(lambda rec=rec: ac.get_stop_position(rec.rid) >= 0, what="the recording to stop")
+    first = reader(channel=CHANNEL, streamId=stream)
+    start = first.initialOffset()
+    # One micro-batch of 4 KiB per recording's share: every recording partly read...
+    some = first.latestOffset(start, ReadMaxBytes(3 * 4096))
+    # ...then the whole of one recording read (the others where they were).
+    read_whole = dict(some, **{str(whole.rid): whole.positions[-1]})
+    read_whole = first.latestOffset(read_whole, ReadMaxBytes(1))  # marks what is stopped and read
+    assert read_whole.get("stopped") == {str(whole.rid): whole.positions[-1]}, read_whole
+    first.stop()
+
+    ac.purge_recording(whole.rid)
+    ac.purge_recording(partly.rid)
+    ac.truncate_recording(cut.rid, cut.positions[2])
+    at_partly, at_cut = read_whole[str(partly.rid)], read_whole[str(cut.rid)]
+    assert at_cut > cut.positions[2]
+    for options in ({"channel": CHANNEL, "streamId": stream},
+                    {"recordingIds": f"{partly.rid},{whole.rid},{cut.rid}"}):
+        restarted = reader(**options)
+        with pytest.raises(DataLossError) as e:
+            restarted.latestOffset(read_whole, ReadAllAvailable())
+        text = str(e.value)
+        assert f"recording {partly.rid} is no longer in" in text and f"read it to position {at_partly}" in text
+        assert f"recording {cut.rid} was truncated to position {cut.positions[2]}, below position {at_cut}" in text
+        assert f"recording {whole.rid}" not in text, "read to its stop: nothing lost"
+        restarted.stop()
+        skipping = reader(failOnDataLoss="false", **options)
+        end = skipping.latestOffset(read_whole, ReadAllAvailable())
+        assert {k for k in end if k != "stopped"} == {str(cut.rid)}
+        assert end[str(cut.rid)] == cut.positions[2], "on from where the recording now ends"
+        skipping.stop()
+    # A new query naming a purged recording: unknown, and the message says it may have been purged.
+    with pytest.raises(Exception, match=rf"recording {partly.rid} is unknown to .* \(never recorded there, or purged"):
+        reader(recordingIds=partly.rid).initialOffset()
+
+
+def test_read_limits_never_pass_what_is_recorded_and_both_caps_hold(sulis_node):
+    """Several recordings on one stream, some with nothing new: a byte or message budget never moves an
+    idle recording's offset (not even by one frame alignment past what is recorded), and with both
+    maxMessagesPerTrigger and maxBytesPerTrigger set, whichever limit Spark hands over, both hold."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
+
+    from sulis.spark.options import parse_reader_options
+    from sulis.spark.stream_reader import SulisStreamReader, from_offset
+
+    stream = 3141
+    busy, idle = Recorded(sulis_node, stream, exclusive=True), Recorded(sulis_node, stream, exclusive=True)
+    busy.publish([bytes(100)] * 400)  # 160 bytes a message, framed
+    idle.publish([bytes(100)] * 10)
+    opts = {"driverDir": sulis_node[0].dir, "channel": CHANNEL, "streamId": str(stream),
+            "maxMessagesPerTrigger": "100", "maxBytesPerTrigger": "3200"}
+    reader = SulisStreamReader(parse_reader_options(opts, streaming=True))
+    try:
+        start = reader.initialOffset()
+        # The idle recording read to its end already; the busy one from its start.
+        start[str(idle.rid)] = idle.positions[-1]
+        for limit in (ReadMaxBytes(3200), ReadMaxRows(100)):
+            end = from_offset(reader.latestOffset(start, limit))
+            assert end[idle.rid] == idle.positions[-1], f"{limit}: an idle recording stays where it is"
+            assert end[busy.rid] - from_offset(start)[busy.rid] <= 3200, f"{limit}: the byte cap holds"
+        end = from_offset(reader.latestOffset(start, ReadMaxBytes(1 << 30)))
+        assert end[busy.rid] <= busy.positions[-1] and end[idle.rid] == idle.positions[-1]
+    finally:
+        reader.stop()
+
+
 def test_unreachable_archive_fails_naming_it(spark, sulis_node):
     # No archive listens on control stream 77 of this driver.
     with pytest.raises(Exception, match=r"cannot reach the archive at aeron:ipc stream 77 \(driver /"):
@@ -738,9 +832,11 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
 
 
 def test_a_replay_ending_inside_a_frame_ends_the_read(sulis_node):
-    """A range whose replay length ends inside a frame: the archive ends the replay before that
-    frame, and the reader ends with the messages before it, at once (not at the timeout), even
-    when the replay's image is gone before the reader looks for it."""
+    """A range whose end lies inside message k's last frame, planned as the planner does (the replay
+    runs to a frame boundary at or after the end): the reader ends with the messages before k, at
+    once. A replay length that ends inside a frame (no planner makes one) ends before that frame:
+    the read fails at once naming where it stopped, it does not wait out the timeout or pass the
+    short range off as whole."""
     from sulis.spark.options import ArchiveAddress
     from sulis.spark.replay import RecordingRange, read_range
 
@@ -750,10 +846,74 @@ def test_a_replay_ending_inside_a_frame_ends_the_read(sulis_node):
     for k in (60, 150, 399):
         inside = rec.positions[k] - 32  # within message k's last frame
         started = time.monotonic()
-        batches = list(read_range(address, RecordingRange(rec.rid, 3138, rec.pub.session_id, 0, inside, 0, inside),
-                                  timeout=5.0))
+        planned = RecordingRange(rec.rid, 3138, rec.pub.session_id, 0, inside, 0, rec.positions[k])
+        batches = list(read_range(address, planned, timeout=5.0))
         assert time.monotonic() - started < 4.0, "the read should end when the replay does"
         assert [bytes(v) for b in batches for v in b.column(0).to_pylist()] == rec.messages[:k]
+        started = time.monotonic()
+        cut = RecordingRange(rec.rid, 3138, rec.pub.session_id, 0, inside, 0, inside)
+        with pytest.raises(RuntimeError, match=rf"\({0}, {inside}\] ended early, at position {rec.positions[k - 1]}"):
+            list(read_range(address, cut, timeout=5.0))
+        assert time.monotonic() - started < 4.0
+
+
+def test_a_replay_cut_by_an_archive_that_shuts_down_fails_the_read(sulis_node):
+    """An archive closed in the middle of a partition's replay: the replay's stream ends short, and the
+    reader fails naming the range and where it stopped instead of ending the partition there."""
+    from sulis.spark.options import ArchiveAddress
+    from sulis.spark.replay import RecordingRange, read_range
+
+    drv, _, client, _ = sulis_node
+    archive_dir = make_dir("sulis-spark-archive-closed-")
+    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, control_stream_id=33, local_control_stream_id=33,
+                            segment_file_length=1 << 20)
+    try:
+        with sulis.ArchiveClient(client, control_request_stream_id=33, control_response_stream_id=3131) as ac:
+            ac.start_recording(CHANNEL, 3132)
+            pub = client.add_publication(CHANNEL, 3132)
+            rid = ac.await_signal(RecordingSignal.START).recording_id
+            for i in range(20000):
+                while pub.offer(message(i % 97 + 1)) < 0:
+                    pass
+            end = pub.position
+            await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+            pub.close()
+        address = ArchiveAddress(driver_dir=drv.dir, control_stream_id=33)
+        r = RecordingRange(rid, 3132, 0, 0, end, 0, end)
+        batches = read_range(address, r, fragment_limit=64, timeout=10.0)
+        first = next(batches)
+        archive.close()
+        rows = first.num_rows
+        with pytest.raises(RuntimeError, match=rf"replay of recording {rid} \(0, {end}\] ended early, at position"):
+            for b in batches:
+                rows += b.num_rows
+        assert rows < 20000
+    finally:
+        archive.close()
+        shutil.rmtree(archive_dir, ignore_errors=True)
+
+
+def test_a_replay_cut_short_by_a_corrupt_frame_fails_the_read(spark, sulis_node):
+    """readMode=replay over a recording with a corrupt frame at message 2,000 of 3,000: the query fails
+    naming the recording and where the replay stopped, as readMode=files does; it never returns the
+    2,000 rows before the corrupt frame as the whole recording."""
+    _, archive, _, ac = sulis_node
+    rec = Recorded(sulis_node, 3139)
+    rec.publish(message(i) for i in range(3000))
+    rec.pub.close()
+    await_until(lambda: ac.get_stop_position(rec.rid) >= 0, what="the recording to stop")
+    at = rec.positions[1999]  # message 2000's first frame starts here
+    segment = 1024 * 1024
+    path = os.path.join(archive.dir, f"{rec.rid}-{at - at % segment}.rec")
+    with open(path, "r+b") as f:
+        f.seek(at % segment + 8)
+        f.write((12345).to_bytes(4, "little"))
+    EXPECTED_ARCHIVE_ERRORS.append(f"corrupt recording data in {path}")
+    # The archive's error says which file and offset; the read may see it while the replay runs or
+    # only once the replay's stream ended short: either way it fails.
+    with pytest.raises(Exception, match=rf"replay of recording {rec.rid} .*(failed at|ended early, at position) "
+                                        rf"{at}: corrupt recording data in {path} at offset {at % segment}"):
+        read(spark, sulis_node, recordingIds=rec.rid, readMode="replay").collect()
 
 
 def _replayed_bytes(node) -> int:

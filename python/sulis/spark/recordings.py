@@ -67,14 +67,20 @@ def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:
     return None if d is None else info_of(s, d)
 
 
-def list_descriptors(s: ArchiveSession, opts: ReaderOptions):
-    """The descriptors selected by ``opts`` (by ids: every one must exist)."""
+def list_descriptors(s: ArchiveSession, opts: ReaderOptions, missing: list[int] | None = None):
+    """The descriptors selected by ``opts``. By ids, every one must exist; with ``missing`` given, the
+    ids the archive does not know are put there instead (a streaming query decides whether that is
+    data loss)."""
     if opts.recording_ids is not None:
         found = []
         for rid in opts.recording_ids:
             d = s.archive.list_recording(rid)
             if d is None:
-                raise OptionError(f"option recordingIds: recording {rid} is unknown to {opts.archive.describe()}")
+                if missing is not None:
+                    missing.append(rid)
+                    continue
+                raise OptionError(f"option recordingIds: recording {rid} is unknown to {opts.archive.describe()} "
+                                  "(never recorded there, or purged)")
             found.append(d)
         return found
     assert opts.channel is not None and opts.stream_id is not None
@@ -87,9 +93,10 @@ def list_descriptors(s: ArchiveSession, opts: ReaderOptions):
         from_id = page[-1].recording_id + 1
 
 
-def list_selected(s: ArchiveSession, opts: ReaderOptions) -> list[RecordingInfo]:
-    """Every selected recording with its current positions, by recording id."""
-    return sorted((info_of(s, d) for d in list_descriptors(s, opts)), key=lambda r: r.recording_id)
+def list_selected(s: ArchiveSession, opts: ReaderOptions, missing: list[int] | None = None) -> list[RecordingInfo]:
+    """Every selected recording with its current positions, by recording id (``missing``: see
+    ``list_descriptors``)."""
+    return sorted((info_of(s, d) for d in list_descriptors(s, opts, missing)), key=lambda r: r.recording_id)
 
 
 def _check_keys(spec, infos: dict[int, RecordingInfo], option: str, opts: ReaderOptions) -> None:

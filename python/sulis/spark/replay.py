@@ -356,6 +356,17 @@ class _Assembler:
         yield self._columns(values, positions_out, reserved_out)
 
 
+def _errors_after_end(s: ArchiveSession, wait: float = 0.2) -> list:
+    """The archive's errors about earlier requests, waiting briefly: an error about a replay may come
+    just after the replay's end of stream."""
+    deadline = time.monotonic() + wait
+    while True:
+        errors = s.archive.poll_errors()
+        if errors or time.monotonic() > deadline:
+            return errors
+        time.sleep(0.005)
+
+
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
                timeout: float | None = None, layout: ValueLayout | None = None,
@@ -363,7 +374,9 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
     """Replays ``r`` from the archive and yields its messages as Arrow batches of ``SCHEMA``.
 
     Fails (``TimeoutError``) when the replay makes no progress for ``timeout`` seconds (default:
-    the address' ``message_timeout``), naming the archive and the range.
+    the address' ``message_timeout``), naming the archive and the range; fails (``RuntimeError``,
+    with the archive's error if it sent one) when the replay ends before the range's end. A range's
+    ``replay_to`` is a frame boundary (what was recorded when it was planned).
     """
     if r.end <= r.start:
         return
@@ -393,25 +406,27 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                                     replay_stream_id)
     assembler = _Assembler(r, layout, timestamp)
     last = r.replay_from
-    seen_image = False
+    image = None  # the replay's image, kept: its final position is readable after it is gone
     ended = False  # the replay's image reached its end (or went away)
     idle_since = time.monotonic()
     try:
         while last < r.end:
             batch = sub.poll_batch(fragment_limit)
             if len(batch):
-                seen_image = True  # its image may be gone by the next look (a replay that ended)
+                if image is None:
+                    # Still there: the driver withdraws an image only after it was read to its end.
+                    image = next(iter(sub.images), None)
                 idle_since = time.monotonic()
                 last = int(np.frombuffer(memoryview(batch.positions), np.int64)[-1])
                 yield from assembler.batches(batch)
                 continue
             images = sub.images
             if images:
-                seen_image = True
+                image = images[0]
                 if all(i.is_end_of_stream or i.is_closed for i in images):
                     ended = True  # a bounded replay ends with end-of-stream; trailing padding is not delivered
                     break
-            elif seen_image:
+            elif image is not None:
                 ended = True  # the image went away: the replay is over
                 break
             errors = s.archive.poll_errors()
@@ -422,7 +437,17 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                 drop_session(address)  # the archive may be gone: the next task reconnects
                 raise TimeoutError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
                                    f"made no progress for {timeout:.0f}s at position {last}")
-            time.sleep(0.0002 if seen_image else 0.001)
+            time.sleep(0.0002 if image is not None else 0.001)
+        # A replay that ended must have reached the range's end (its image's final position counts the
+        # padding that closes a term, which delivers no message); one that ended before it was cut
+        # short (a corrupt frame, the archive stopped or killed): never taken as complete.
+        reached = max(last, image.position if image is not None else last)
+        if ended and reached < r.end:
+            errors = _errors_after_end(s)
+            why = "; ".join(f"{text} (code {code})" for _, code, text in errors) or "the archive gave no reason"
+            drop_session(address)
+            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
+                               f"ended early, at position {reached}: {why}")
     finally:
         if not ended and last < r.replay_to:  # stopped early (past ``end``, an error, the task killed)
             try:

@@ -57,13 +57,26 @@ SAMPLE_BYTES = 64 * 1024
 FRAME_ALIGNMENT = 32
 
 
-def to_offset(positions: dict[int, int]) -> dict[str, int]:
-    """The offset JSON object: string keys in numeric order (its text is then stable)."""
-    return {str(rid): int(positions[rid]) for rid in sorted(positions)}
+#: The offset's key for the recordings read to their stop position (``{"<id>": stop}``).
+STOPPED_KEY = "stopped"
+
+
+def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None) -> dict:
+    """The offset JSON object: string keys in numeric order (its text is then stable); ``stopped``:
+    the recordings that were stopped, and read to that stop position, when it was made."""
+    offset: dict = {str(rid): int(positions[rid]) for rid in sorted(positions)}
+    if stopped:
+        offset[STOPPED_KEY] = {str(rid): int(stopped[rid]) for rid in sorted(stopped)}
+    return offset
 
 
 def from_offset(offset: dict) -> dict[int, int]:
-    return {int(k): int(v) for k, v in offset.items()}
+    return {int(k): int(v) for k, v in offset.items() if k != STOPPED_KEY}
+
+
+def stopped_of(offset: dict | None) -> dict[int, int]:
+    """The offset's recordings read to their stop position (see ``to_offset``)."""
+    return {int(k): int(v) for k, v in ((offset or {}).get(STOPPED_KEY) or {}).items()}
 
 
 class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -77,6 +90,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._frame_len: dict[int, float] = {}  # estimated bytes per message, per recording
         self._last_batch_at = time.monotonic()
         self._dir_checked = False  # archiveDir compared with the archive's id (first partitions call)
+        self._missing: list[int] = []  # selected by id, unknown to the archive (purged?)
 
     @contextmanager
     def _archive_call(self, what: str) -> Iterator[None]:
@@ -100,7 +114,8 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = session(self.opts.archive)
         now = time.monotonic()
         if force or now - self._listed_at >= LIST_INTERVAL_S or not self._infos:
-            self._infos = {r.recording_id: r for r in list_selected(s, self.opts)}
+            self._missing = []
+            self._infos = {r.recording_id: r for r in list_selected(s, self.opts, self._missing)}
             self._listed_at = now
             return self._infos
         for rid, r in list(self._infos.items()):
@@ -114,6 +129,40 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif pos != r.end:
                 self._infos[rid] = dataclasses.replace(r, end=pos, live=True)
         return self._infos
+
+    def _check_gone_and_truncated(self, begin: dict[int, int], stopped: dict[int, int],
+                                  infos: dict[int, RecordingInfo]) -> dict[int, int]:
+        """Recordings of the offset ``begin`` that are gone from the archive, or were truncated below
+        the position read to. Kafka's source fails the same way when partitions are gone or an offset is
+        out of range: ``DataLossError`` naming each, or with ``failOnDataLoss=false`` a warning, and
+        the offset goes on without them (gone) or from the new stop position (truncated). A recording
+        the offset says was stopped and read to its stop (``stopped``) lost nothing when it goes: it
+        just leaves the offset. Returns ``begin`` as the next offset starts."""
+        o = self.opts
+        lost: list[str] = []
+        next_begin = dict(begin)
+        for rid, at in begin.items():
+            r = infos.get(rid)
+            if r is None:
+                stop = stopped.get(rid)
+                if stop is not None and at >= stop:
+                    log.info("recording %d, read to its stop position %d, is no longer in %s: dropped from the "
+                             "offsets", rid, stop, o.archive.describe())
+                    next_begin.pop(rid)
+                    continue
+                lost.append(f"recording {rid} is no longer in {o.archive.describe()} (purged?); this query had "
+                            f"read it to position {at}, not known to be its end: what followed was never read")
+                next_begin.pop(rid)
+            elif r.end < at:
+                lost.append(f"recording {rid} was truncated to position {r.end}, below position {at} this query "
+                            f"had read to: whatever is recorded from {r.end} on again would be missed")
+                next_begin[rid] = r.end
+        if lost:
+            text = "; ".join(lost)
+            if o.fail_on_data_loss:
+                raise DataLossError(text + "; failOnDataLoss=true (set it to false to skip them)")
+            log.warning("%s; skipped (failOnDataLoss=false)", text)
+        return next_begin
 
     def _info_now(self, rid: int) -> RecordingInfo | None:
         """The recording as the archive describes it now (its start moves when data is purged);
@@ -134,6 +183,9 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         with self._archive_call("finding the starting positions"):
             infos = list(self._refresh(force=True).values())
+            if self._missing:
+                raise OptionError(f"option recordingIds: recording {self._missing[0]} is unknown to "
+                                  f"{self.opts.archive.describe()} (never recorded there, or purged)")
             starts, _ = resolve_positions(infos, self.opts, streaming=True)
             return to_offset(starts)
 
@@ -160,11 +212,13 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._archive_call("asking for the recorded positions"):
             infos = self._refresh()
             begin = from_offset(start) if start else {}
+            if any(rid not in infos or infos[rid].end < at for rid, at in begin.items()):
+                # Gone from the listing, or moved back: ask again before calling it data loss.
+                infos = self._refresh(force=True)
+                begin = self._check_gone_and_truncated(begin, stopped_of(start), infos)
             for rid, r in infos.items():
                 begin.setdefault(rid, r.start)  # a new recording: from its start
             ends = {rid: max(begin[rid], r.end) for rid, r in infos.items()}
-            for rid in begin:
-                ends.setdefault(rid, begin[rid])  # gone from the listing (purged): stays where it was
             if self._target is not None:  # Trigger.AvailableNow: nothing past the snapshot
                 ends = {rid: max(begin[rid], min(e, self._target.get(rid, begin[rid]))) for rid, e in ends.items()}
             limited = self._limit(begin, ends, limit)
@@ -173,7 +227,12 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = limited
             if any(ends[rid] > begin[rid] for rid in ends):
                 self._last_batch_at = time.monotonic()
-            return to_offset(ends)
+            return to_offset(ends, self._stopped_marks(ends, infos))
+
+    @staticmethod
+    def _stopped_marks(ends: dict[int, int], infos: dict[int, RecordingInfo]) -> dict[int, int]:
+        """The recordings stopped and read to their stop by ``ends``."""
+        return {rid: r.end for rid, r in infos.items() if not r.live and ends.get(rid, -1) >= r.end}
 
     def _limit(self, begin: dict[int, int], ends: dict[int, int], limit: ReadLimit) -> dict[int, int] | None:
         """``ends`` cut down to what ``limit`` admits; None for "not enough yet, no batch" (ReadMinRows)."""
@@ -183,9 +242,10 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             return ends
         if isinstance(limit, ReadMaxBytes):
-            max_bytes = limit.max_bytes
+            # Spark hands one limit; the other option, if set, caps the batch too.
+            max_bytes, max_rows = limit.max_bytes, o.max_messages_per_trigger
         elif isinstance(limit, ReadMaxRows):
-            max_rows = limit.max_rows
+            max_rows, max_bytes = limit.max_rows, o.max_bytes_per_trigger
         elif isinstance(limit, ReadMinRows):
             if self._target is None and self._rows(begin, ends) < limit.min_rows and \
                     time.monotonic() - self._last_batch_at < o.max_trigger_delay_s:
@@ -198,14 +258,23 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             avail = {rid: (ends[rid] - begin[rid]) / self._frame_length(rid) for rid in ends}
             total = sum(avail.values())
             if total > budget_rows:
-                ends = {rid: begin[rid] + self._align(avail[rid] * budget_rows / total * self._frame_length(rid))
-                        for rid in ends}
+                share = {rid: avail[rid] * budget_rows / total * self._frame_length(rid) for rid in ends}
+                ends = {rid: self._cut(begin[rid], ends[rid], share[rid]) for rid in ends}
         if max_bytes is not None:
             total_bytes = sum(ends[rid] - begin[rid] for rid in ends)
             if total_bytes > max_bytes:
-                ends = {rid: begin[rid] + self._align((ends[rid] - begin[rid]) * max_bytes / total_bytes)
+                ends = {rid: self._cut(begin[rid], ends[rid], (ends[rid] - begin[rid]) * max_bytes / total_bytes)
                         for rid in ends}
         return ends
+
+    @classmethod
+    def _cut(cls, begin: int, end: int, budget: float) -> int:
+        """Where a recording's share of a batch ends: ``budget`` bytes on from ``begin`` (frame-aligned,
+        at least one alignment so a batch progresses), never past ``end`` (what is recorded), and nothing
+        for a recording with nothing new."""
+        if end <= begin:
+            return end
+        return min(end, begin + cls._align(budget))
 
     @staticmethod
     def _align(n: float) -> int:
