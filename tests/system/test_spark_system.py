@@ -9,6 +9,7 @@ each other's recordings.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -273,6 +274,11 @@ def test_streaming_available_now_restarts_from_the_checkpoint(spark, sulis_node,
     batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
     assert len(batches) > 1, "maxBytesPerTrigger should split the backlog into several micro-batches"
     assert all(p["sources"][0]["endOffset"] is not None for p in batches)
+    # Lag, as Kafka's avgOffsetsBehindLatest: the first batches end behind what is recorded, the last not.
+    behind = [sulis.spark.offsets_behind(p) for p in batches]
+    assert behind[0]["total"] > 0 and behind[0]["recordings"].keys() == {rec.rid}, behind[0]
+    assert behind[-1]["total"] == 0
+    assert behind[0]["total"] == rec.positions[-1] - json.loads(batches[0]["sources"][0]["endOffset"])[str(rec.rid)]
     assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
 
     # More data on the same recording, and a second publisher (a new recording of the stream).
@@ -341,6 +347,12 @@ def test_batch_sink_round_trip(spark, sulis_node):
     got = await_until(lambda: (lambda rows: rows if len(rows) >= 500 else None)(
         collect(read(spark, sulis_node, channel=CHANNEL, streamId=3107))), timeout=30, what="500 rows recorded")
     assert sorted(r[0] for r in got) == sorted(values)
+    # A recorded stream only grows: overwrite is refused, as Kafka's sink refuses it, and nothing is published.
+    with pytest.raises(Exception, match=r"mode\('overwrite'\) is not allowed for the sulis sink"):
+        (df.write.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+         .option("streamId", 3107).mode("overwrite").save())
+    time.sleep(0.5)
+    assert read(spark, sulis_node, channel=CHANNEL, streamId=3107).count() == 500
 
 
 def test_batch_sink_routes_rows_by_stream_id_and_channel_columns(spark, sulis_node):

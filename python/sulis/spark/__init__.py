@@ -31,7 +31,7 @@ from typing import Any
 from .options import OptionError
 from .replay import SCHEMA, SCHEMA_DDL
 
-__all__ = ["SCHEMA", "SCHEMA_DDL", "OptionError", "register", "SulisDataSource"]
+__all__ = ["SCHEMA", "SCHEMA_DDL", "OptionError", "register", "SulisDataSource", "offsets_behind"]
 
 
 def register(spark: Any) -> None:
@@ -39,6 +39,34 @@ def register(spark: Any) -> None:
     from .datasource import SulisDataSource
 
     spark.dataSource.register(SulisDataSource)
+
+
+def offsets_behind(progress: Any) -> dict[str, Any]:
+    """How far a micro-batch ended behind what was recorded, from a ``StreamingQueryProgress``
+    (``query.lastProgress``, ``recentProgress[i]``, or its JSON): Kafka's source reports
+    ``avgOffsetsBehindLatest`` in its metrics, which Spark's Python sources cannot, so this reads the
+    progress' ``latestOffset`` (what was recorded when the batch was planned) and ``endOffset`` of each
+    ``format("sulis")`` source. Offsets are byte positions, so the figures are bytes:
+    ``{"recordings": {id: bytes}, "total": .., "max": .., "min": .., "avg": ..}`` (zeros with none)."""
+    import json
+
+    if isinstance(progress, str):
+        progress = json.loads(progress)
+    behind: dict[int, int] = {}
+    for source in progress["sources"]:
+        latest, end = source.get("latestOffset"), source.get("endOffset")
+        if not latest or not end:
+            continue
+        latest = json.loads(latest) if isinstance(latest, str) else latest
+        end = json.loads(end) if isinstance(end, str) else end
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            continue
+        for key, position in latest.items():
+            if key.isdigit() and key in end:
+                behind[int(key)] = max(0, int(position) - int(end[key]))
+    values = list(behind.values())
+    return {"recordings": behind, "total": sum(values), "max": max(values, default=0),
+            "min": min(values, default=0), "avg": sum(values) / len(values) if values else 0.0}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from .files import check_archive_dir, read_partition_range
-from .options import ReaderOptions, parse_reader_options, parse_writer_options
+from .options import OptionError, ReaderOptions, parse_reader_options, parse_writer_options
 from .recordings import list_selected, plan_ranges, resolve_positions
 from .replay import RecordingRange, ddl_for, session
 
@@ -98,6 +98,11 @@ class SulisDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool):
         from .sink import SulisBatchWriter
+
+        if overwrite:
+            # As Kafka's sink: a recorded stream only grows.
+            raise OptionError("mode('overwrite') is not allowed for the sulis sink: a recorded stream is "
+                              "append-only; use mode('append') (Spark's Kafka sink refuses it the same way)")
 
         return SulisBatchWriter(parse_writer_options(self.options), schema)
 

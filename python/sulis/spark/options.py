@@ -158,22 +158,53 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name}: {raw!r} is not true or false")
 
 
+#: Duration units as Spark writes them (``10 seconds``, ``1h``, ``500ms``, ``2 minutes``), in seconds.
+_DURATION_UNITS = {
+    "us": 1e-6, "usec": 1e-6, "micro": 1e-6, "micros": 1e-6, "microsecond": 1e-6, "microseconds": 1e-6,
+    "ms": 1e-3, "msec": 1e-3, "milli": 1e-3, "millis": 1e-3, "millisecond": 1e-3, "milliseconds": 1e-3,
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+
+#: Size suffixes as Spark reads them (``64m``, ``1g``, ``512k``, ``64mb``): powers of 1024.
+_SIZE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40}
+
+
 def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
+    """A duration: a number of seconds, or with a unit as Spark writes them (``10 seconds``, ``1h``,
+    ``500ms``, ``1.5 min``)."""
+    import re
+
     raw = options.get(name)
     if raw is None:
         return default
-    text = str(raw).strip().lower()
-    scale = 1.0
-    for suffix, factor in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
-        if text.endswith(suffix):
-            text, scale = text[: -len(suffix)], factor
-            break
-    try:
-        value = float(text) * scale
-    except ValueError:
-        raise OptionError(f"option {name}: {raw!r} is not a duration (e.g. 10s, 500ms)") from None
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(raw).lower())
+    scale = _DURATION_UNITS.get(m.group(2)) if m and m.group(2) else 1.0
+    if m is None or scale is None:
+        raise OptionError(f"option {name}: {raw!r} is not a duration (e.g. 10s, 500ms, '10 seconds', 1h)")
+    value = float(m.group(1)) * scale
     if value <= 0:
         raise OptionError(f"option {name}: {raw!r} must be positive")
+    return value
+
+
+def _bytes(options: Mapping[str, str], name: str, low: int) -> int | None:
+    """A size: a number of bytes, or with a suffix as Spark reads them (``64m``, ``1g``, ``512kb``)."""
+    import re
+
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return None
+    m = re.fullmatch(r"\s*([0-9]+)\s*([a-z]*)\s*", str(raw).lower())
+    scale = _SIZE_UNITS.get(m.group(2)) if m and m.group(2) else 1
+    if m is None or scale is None:
+        raise OptionError(f"option {name}: {raw!r} is not a size in bytes (e.g. 1048576, 64m, 1g)")
+    value = int(m.group(1)) * scale
+    if value < low:
+        raise OptionError(f"option {name}: {value} is below the minimum {low}")
     return value
 
 
@@ -250,6 +281,24 @@ def _archive(options: Mapping[str, str]) -> ArchiveAddress:
     )
 
 
+#: Options of Spark's Kafka connector, with what to say instead.
+KAFKA_HINTS = {
+    "maxoffsetspertrigger": "maxMessagesPerTrigger (a recording's offsets are byte positions, so "
+                            "maxBytesPerTrigger is the exact one)",
+    "minoffsetspertrigger": "minMessagesPerTrigger",
+    "startingoffsets": "startingPositions ('earliest', 'latest' or JSON {\"<recording id>\": position})",
+    "endingoffsets": "endingPositions",
+    "subscribe": "channel and streamId (every recording of that stream, as a topic's partitions), or recordingIds",
+    "subscribepattern": "channel (a part of a channel URI matches many) and streamId, or recordingIds",
+    "assign": "recordingIds (a recording is a partition)",
+    "topic": "channel and streamId",
+    "kafka.bootstrap.servers": "controlChannel (and driverDir: the media driver the client uses)",
+    "startingoffsetsbytimestamp": "startingPositions (positions; there is no timestamp index)",
+    "startingtimestamp": "startingPositions (positions; there is no timestamp index)",
+    "includeheaders": "includeTimestamp (the reserved value is the one header a message has)",
+}
+
+
 def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
     import difflib
 
@@ -258,6 +307,9 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
         lower = str(key).lower()
         if lower in by_lower or lower in _SPARK_OPTIONS:
             continue
+        if lower in KAFKA_HINTS:
+            raise OptionError(f"option {key}: a Kafka connector option; the sulis {what} takes "
+                              f"{KAFKA_HINTS[lower]}")
         close = difflib.get_close_matches(lower, list(by_lower), n=1)
         hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
         raise OptionError(f"option {key}: unknown to the sulis {what}; {hint}(known: {', '.join(known)})")
@@ -298,7 +350,7 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         raise OptionError("option endingPositions: -2 (earliest) is not an ending position")
     min_partitions = _int(options, "minPartitions", 1, 1, 100_000)
     fragment_limit = _int(options, "fragmentLimit", 65536, 1, 1 << 24)
-    max_bytes = _int(options, "maxBytesPerTrigger", None, 32)
+    max_bytes = _bytes(options, "maxBytesPerTrigger", 32)
     max_messages = _int(options, "maxMessagesPerTrigger", None, 1)
     min_messages = _int(options, "minMessagesPerTrigger", None, 1)
     replay_channel = _channel(options, "replayChannel", "aeron:ipc")
