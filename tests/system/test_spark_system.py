@@ -449,6 +449,80 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
     assert sorted(r[0] for r in got) == sorted(src.messages)
 
 
+def test_an_archive_on_another_driver_reached_with_the_same_options_from_every_host(spark, sulis_node, make_driver,
+                                                                                   tmp):
+    """The archive on a driver of its own (another host, as far as the executors can tell: they reach it only
+    over UDP), named by its UDP control channel and response channels that name ports of the archive's host
+    only, so one set of options serves executors on any host: a batch read by replay, a streaming query
+    through the exactly-once sink into a stream that archive records (read back over the response replay
+    channel), its last batch re-run after a crash adding nothing."""
+    archive_driver = make_driver(timer_interval="10ms", status_message_timeout="50ms")
+    archive_dir = make_dir("sulis-spark-archive-remote-")
+    control = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    remote = {"driverDir": sulis_node[0].dir, "controlChannel": control, "readMode": "replay",
+              "controlResponseChannel": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}",
+              "replayChannel": f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"}
+    sink_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    try:
+        with sulis.Archive(archive_dir, driver_dir=archive_driver.dir, control_channel=control,
+                           segment_file_length=1 << 20) as archive, \
+                sulis.Client(dir=archive_driver.dir) as there, sulis.ArchiveClient(there) as ac:
+            ac.start_recording("aeron:ipc", 3150)
+            pub = there.add_publication("aeron:ipc", 3150)
+            rid = ac.await_signal(RecordingSignal.START).recording_id
+            values = [message(i) for i in range(1500)]
+            for v in values:
+                while pub.offer(v) < 0:
+                    pass
+            end = pub.position
+            await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+            ac.start_recording(sink_channel, 3151, source="remote")  # the sink's stream, recorded there
+
+            df = read(spark, sulis_node, recordingIds=rid, minPartitions=3, **remote)
+            assert sorted(r[0] for r in collect(df)) == sorted(values)
+
+            checkpoint = os.path.join(tmp, "checkpoint")
+
+            def run():
+                reader = spark.readStream.format("sulis")
+                for k, v in remote.items():
+                    reader = reader.option(k, v)
+                writer = (reader.option("recordingIds", rid).option("maxBytesPerTrigger", "64k").load().select("value")
+                          .writeStream.format("sulis").option("channel", sink_channel).option("streamId", 3151)
+                          .option("checkpointLocation", checkpoint).trigger(availableNow=True))
+                for k in ("driverDir", "controlChannel", "controlResponseChannel", "replayChannel"):
+                    writer = writer.option(k, remote[k])
+                query = writer.start()
+                assert query.awaitTermination(120), "the availableNow query did not finish within 120 s"
+                assert query.exception() is None
+                return query
+
+            def copied(expected: int):
+                def rows():
+                    got = collect(read(spark, sulis_node, channel=sink_channel,
+                                       streamId=3151, **remote))
+                    return got if len(got) >= expected else None
+                return await_until(rows, timeout=30, interval=0.2, what=f"{expected} rows copied")
+
+            run()
+            assert sorted(r[0] for r in copied(1500)) == sorted(values)
+            more = [message(i) for i in range(1500, 1700)]
+
+            def publish_more():
+                for v in more:
+                    while pub.offer(v) < 0:
+                        pass
+                await_until(lambda: ac.get_recording_position(rid) == pub.position, what="recorded")
+
+            rerun_last_batch(checkpoint, run, publish_more)
+            got = copied(1700)
+            assert len(got) == 1700 and sorted(r[0] for r in got) == sorted(values + more)
+            pub.close()
+            assert archive.errors() == []
+    finally:
+        shutil.rmtree(archive_dir, ignore_errors=True)
+
+
 def test_stream_sink_routing_by_column_is_exactly_once_per_stream(spark, sulis_node, tmp):
     """Rows routed to two streams by a stream_id column; the last batch re-run after a restart adds
     nothing twice to either stream, though the sink learns the streams only from the rows."""

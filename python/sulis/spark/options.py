@@ -46,6 +46,7 @@ READER_OPTIONS = (
 WRITER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
     "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce", "stampTimestamp",
+    "replayChannel", "replayStreamId",
 )
 
 #: How executors read a partition (``readMode``).
@@ -128,6 +129,8 @@ class WriterOptions:
     #: ``stampTimestamp``: each message's reserved value is its row's ``timestamp`` (or the publish time),
     #: in epoch nanoseconds
     stamp_timestamp: bool = False
+    #: ``replayChannel``/``replayStreamId``: where ``exactlyOnce`` reads back what was published
+    replay: tuple[str, int] = ("aeron:ipc", 0x5A17)
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, low: int | None = None,
@@ -264,9 +267,12 @@ def _archive(options: Mapping[str, str]) -> ArchiveAddress:
     response_default = "aeron:ipc" if control.startswith("aeron:ipc") else None
     response = _channel(options, "controlResponseChannel", response_default)
     if response is None:
+        host = _endpoint_host(control) or "<archive host>"
         raise OptionError("option controlResponseChannel: required with a UDP controlChannel "
-                          f"({control!r}): the channel the archive answers on, e.g. "
-                          "aeron:udp?endpoint=<this host>:0")
+                          f"({control!r}): the channel the archive answers on. One value serves every host: "
+                          f"a response channel, aeron:udp?control-mode=response|control={host}:<a free port there> "
+                          "(the archive answers over a connection each executor's driver opens; the same for "
+                          "replayChannel with another port), or aeron:udp?endpoint=<this host>:0")
     control_stream = _stream_id(options, "controlStreamId", 10)
     response_stream = _stream_id(options, "controlResponseStreamId", None)
     assert control_stream is not None
@@ -297,6 +303,14 @@ KAFKA_HINTS = {
     "startingtimestamp": "startingPositions (positions; there is no timestamp index)",
     "includeheaders": "includeTimestamp (the reserved value is the one header a message has)",
 }
+
+
+def _endpoint_host(channel: str) -> str | None:
+    for part in channel.partition("?")[2].split("|"):
+        key, _, value = part.partition("=")
+        if key == "endpoint" and ":" in value:
+            return value.rsplit(":", 1)[0]
+    return None
 
 
 def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
@@ -431,4 +445,12 @@ def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
     # checks that against the frame's schema.
     return WriterOptions(archive=archive, channel=channel, stream_id=stream_id,
                          exactly_once=_bool(options, "exactlyOnce", True),
-                         stamp_timestamp=_bool(options, "stampTimestamp", False))
+                         stamp_timestamp=_bool(options, "stampTimestamp", False),
+                         replay=_writer_replay(options))
+
+
+def _writer_replay(options: Mapping[str, str]) -> tuple[str, int]:
+    channel = _channel(options, "replayChannel", "aeron:ipc")
+    stream_id = _stream_id(options, "replayStreamId", 0x5A17)
+    assert channel is not None and stream_id is not None
+    return channel, stream_id

@@ -233,6 +233,10 @@ def _sparse(channel: str) -> str:
     return f"{channel}{'|' if '?' in channel else '?'}sparse=true"
 
 
+def _is_response_channel(channel: str) -> bool:
+    return "control-mode=response" in channel.partition("?")[2].split("|")
+
+
 def _to_i32(v: int) -> int:
     v &= 0xFFFF_FFFF
     return v - (1 << 32) if v >= 1 << 31 else v
@@ -383,10 +387,28 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
     timeout = address.message_timeout if timeout is None else timeout
     from .. import ArchiveError
 
-    s = session(address)
-    try:
+    response = _is_response_channel(replay_channel)
+
+    def start(s: ArchiveSession):
+        """Starts the replay: (replay session id, its subscription). Over a response channel the
+        subscription comes first, and the replay connects to it through the executor's own driver
+        (the same ``replayChannel`` serves executors on every host)."""
+        if response:
+            sub = s.client.add_subscription(replay_channel, replay_stream_id)
+            try:
+                return s.archive.start_replay(r.recording_id, _sparse(replay_channel), replay_stream_id,
+                                              position=r.replay_from, length=r.length, subscription=sub), sub
+            except BaseException:
+                sub.close()
+                raise
         replay_id = s.archive.start_replay(r.recording_id, _sparse(replay_channel), replay_stream_id,
                                            position=r.replay_from, length=r.length)
+        return replay_id, s.client.add_subscription(
+            _replay_subscription_channel(replay_channel, _to_i32(replay_id)), replay_stream_id)
+
+    s = session(address)
+    try:
+        replay_id, sub = start(s)
     except ArchiveError as e:
         # A session kept from an earlier task may belong to an archive that has since been
         # restarted (it does not know the session: no answer) or is gone: once more, afresh.
@@ -396,14 +418,11 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                                f"{r.replay_from} to {r.end} refused: {e}") from e
         s = session(address)
         try:
-            replay_id = s.archive.start_replay(r.recording_id, replay_channel, replay_stream_id,
-                                               position=r.replay_from, length=r.length)
+            replay_id, sub = start(s)
         except Exception as e2:
             drop_session(address)
             raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "
                                f"{r.replay_from} to {r.end} failed: {e2}") from e2
-    sub = s.client.add_subscription(_replay_subscription_channel(replay_channel, _to_i32(replay_id)),
-                                    replay_stream_id)
     assembler = _Assembler(r, layout, timestamp)
     last = r.replay_from
     image = None  # the replay's image, kept: its final position is readable after it is gone

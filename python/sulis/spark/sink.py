@@ -62,6 +62,10 @@ from .options import ArchiveAddress, OptionError, WriterOptions
 from .recordings import RecordingInfo, info_of
 from .replay import RecordingRange, read_range, replay_from, session
 
+#: Where the sink's read-backs are replayed to: (channel, stream id).
+Replay = tuple[str, int]
+IPC_REPLAY: Replay = ("aeron:ipc", 0x5A17)
+
 __all__ = ["SulisBatchWriter", "SulisStreamWriter", "run_tag", "parse_run_tag", "published_runs"]
 
 log = logging.getLogger("sulis.spark")
@@ -330,10 +334,10 @@ def _merge(found: list[Runs]) -> Runs:
     return {(q, batch): counts for q, (batch, counts) in newest.items()}
 
 
-def _runs_of(address: ArchiveAddress, r: RecordingInfo, query: int | None) -> Runs:
+def _runs_of(address: ArchiveAddress, r: RecordingInfo, query: int | None, replay: Replay = IPC_REPLAY) -> Runs:
     """The runs of one recording, to its settled end if it is live."""
     end = _settled_end(session(address).archive, r.recording_id, r.end) if r.live else r.end
-    return {(q, batch): counts for q, (batch, counts) in _recording_runs(address, r, end, query).items()}
+    return {(q, batch): counts for q, (batch, counts) in _recording_runs(address, r, end, query, replay).items()}
 
 
 def _stream_key(channel: str, stream_id: int) -> str | None:
@@ -346,14 +350,15 @@ def _stream_key(channel: str, stream_id: int) -> str | None:
         return None
 
 
-def published_runs(address: ArchiveAddress, channel: str, stream_id: int, query: int | None = None) -> Runs:
+def published_runs(address: ArchiveAddress, channel: str, stream_id: int, query: int | None = None,
+                   replay: Replay = IPC_REPLAY) -> Runs:
     """Rows published per partition by the last micro-batch of each query tag found in the recordings
     of the stream ``channel``/``stream_id`` (the same media, endpoint, ..., whatever its other
     parameters): ``{(query, batch id): {partition: rows}}`` (only ``query`` if given)."""
     s = session(address)
     key = _stream_key(channel, stream_id)
     media = channel.split("?", 1)[0]
-    return _merge([_runs_of(address, info_of(s, d), query) for d in _paged(
+    return _merge([_runs_of(address, info_of(s, d), query, replay) for d in _paged(
         lambda from_id, count: s.archive.list_recordings_for_uri(media, stream_id, from_id, count))
         if _stream_key(d.stripped_channel, d.stream_id) == key])
 
@@ -368,19 +373,20 @@ def _paged(page_of, size: int = 1000):
         from_id = page[-1].recording_id + 1
 
 
-def _begins_with_run_tag(address: ArchiveAddress, r: RecordingInfo) -> bool:
+def _begins_with_run_tag(address: ArchiveAddress, r: RecordingInfo, replay: Replay = IPC_REPLAY) -> bool:
     """Whether the recording's first message is a run tag (a sink's recording). True also when that
     cannot be told from its first 64 KiB (a larger first message): better read than missed."""
     if r.end <= r.start:
         return False
     head = min(r.end, r.start + 64 * 1024)
+    # The replay runs to the recording's end (a frame boundary) and stops past ``head``.
     got = [b.column(5).to_numpy() for b in read_range(address, RecordingRange(
-        r.recording_id, r.stream_id, r.session_id, r.start, head, r.start, head))]
+        r.recording_id, r.stream_id, r.session_id, r.start, head, r.start, r.end), *replay)]
     reserved = np.concatenate(got) if got else np.empty(0, np.int64)
     return not len(reserved) or parse_run_tag(int(reserved[0])) is not None
 
 
-def published_runs_by_stream(address: ArchiveAddress) -> dict[str, Runs]:
+def published_runs_by_stream(address: ArchiveAddress, replay: Replay = IPC_REPLAY) -> dict[str, Runs]:
     """``published_runs`` of every stream (by ``recording_key``) with a recording a sink made (one that
     begins with a run tag), for a sink that routes rows by column."""
     s = session(address)
@@ -390,8 +396,8 @@ def published_runs_by_stream(address: ArchiveAddress) -> dict[str, Runs]:
         if key is None:
             continue
         r = info_of(s, d)
-        if _begins_with_run_tag(address, r):
-            found.setdefault(key, []).append(_runs_of(address, r, None))
+        if _begins_with_run_tag(address, r, replay):
+            found.setdefault(key, []).append(_runs_of(address, r, None, replay))
     return {key: merged for key, runs in found.items() if (merged := _merge(runs))}
 
 
@@ -405,7 +411,8 @@ def _tags(reserved: np.ndarray) -> list[tuple[int, tuple[int, int, int]]]:
     return out
 
 
-def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None) -> dict[int, tuple[int, dict[int, int]]]:
+def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None,
+                    replay: Replay = IPC_REPLAY) -> dict[int, tuple[int, dict[int, int]]]:
     """Per query tag, its newest batch's rows per partition in one recording, reading back a term at a time."""
     parts: list[np.ndarray] = []
     hi = end
@@ -414,7 +421,7 @@ def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None) -> 
         lo = max(r.start, hi - 1 - (hi - 1) % r.term_length)
         chunk = RecordingRange(r.recording_id, r.stream_id, r.session_id, lo, hi,
                                replay_from(lo, r.start, r.term_length), end)
-        got = [b.column(5).to_numpy() for b in read_range(address, chunk)]
+        got = [b.column(5).to_numpy() for b in read_range(address, chunk, *replay)]
         parts.insert(0, np.concatenate(got) if got else np.empty(0, np.int64))
         hi = lo
         reserved = np.concatenate(parts)
@@ -455,15 +462,15 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
         self.resume_by_stream: dict[str, Runs] = {}
         if opts.exactly_once:
             if opts.channel is not None and opts.stream_id is not None:
-                self.resume = published_runs(opts.archive, opts.channel, opts.stream_id)
+                self.resume = published_runs(opts.archive, opts.channel, opts.stream_id, replay=opts.replay)
             else:
-                self.resume_by_stream = published_runs_by_stream(opts.archive)
+                self.resume_by_stream = published_runs_by_stream(opts.archive, opts.replay)
             if self.resume or self.resume_by_stream:
                 log.info("sulis sink: last runs found %s", self.resume or self.resume_by_stream)
 
     def _last_runs(self, target: Target, query: int, retried: bool) -> Runs:
         if retried:  # a retried task: count what the failed attempts published
-            return published_runs(self.opts.archive, *target, query)
+            return published_runs(self.opts.archive, *target, query, self.opts.replay)
         if self.opts.channel is not None and self.opts.stream_id is not None:
             return self.resume
         return self.resume_by_stream.get(_stream_key(*target) or "", {})
