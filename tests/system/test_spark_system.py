@@ -880,6 +880,55 @@ def test_read_limits_never_pass_what_is_recorded_and_both_caps_hold(sulis_node):
         reader.stop()
 
 
+def test_latest_offset_asks_the_archive_a_few_times_a_second(sulis_node):
+    """Spark calls latestOffset about a hundred times a second when idle; the reader asks the archive
+    for the live recordings' positions at most every 0.1 s (and lists them every 0.5 s) whatever it does."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from sulis.spark.options import parse_reader_options
+    from sulis.spark.replay import session
+    from sulis.spark.stream_reader import SulisStreamReader
+
+    rec = Recorded(sulis_node, 3142)
+    rec.publish([bytes(50)] * 10)
+    opts = parse_reader_options({"driverDir": sulis_node[0].dir, "recordingIds": str(rec.rid)}, streaming=True)
+    reader = SulisStreamReader(opts)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def __getattr__(self, name):
+            attr = getattr(self.inner, name)
+            if name in ("get_recording_position", "list_recording", "list_recordings_for_uri"):
+                def counted(*args, **kwargs):
+                    self.calls += 1
+                    return attr(*args, **kwargs)
+                return counted
+            return attr
+
+    s = session(opts.archive)
+    counting = Counting(s.archive)
+    s.archive = counting
+    try:
+        start = reader.initialOffset()
+        counting.calls = 0
+        began = time.monotonic()
+        n = 0
+        while time.monotonic() - began < 1.0:
+            reader.latestOffset(start, ReadAllAvailable())
+            n += 1
+        assert n > 200, "the loop should call far more often than the reader asks"
+        assert counting.calls <= 15, f"{counting.calls} archive requests in 1 s for {n} latestOffset calls"
+        # Still current: what is recorded next shows within the interval.
+        rec.publish([bytes(50)] * 10)
+        time.sleep(0.6)
+        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1]}
+    finally:
+        s.archive = counting.inner
+        reader.stop()
+
+
 def test_unreachable_archive_fails_naming_it(spark, sulis_node):
     # No archive listens on control stream 77 of this driver.
     with pytest.raises(Exception, match=r"cannot reach the archive at aeron:ipc stream 77 \(driver /"):
@@ -976,6 +1025,51 @@ def test_a_replay_cut_by_an_archive_that_shuts_down_fails_the_read(sulis_node):
         assert rows < 20000
     finally:
         archive.close()
+        shutil.rmtree(archive_dir, ignore_errors=True)
+
+
+def test_many_tasks_at_once_wait_for_a_replay_slot_instead_of_failing(sulis_node):
+    """An archive that runs one replay at a time (and queues eight more): fourteen partitions read at once
+    by fourteen processes. The requests the archive refuses ("max concurrent replays reached") are asked
+    again, backing off, so every partition is read whole and none fails."""
+    import subprocess
+
+    drv, _, client, _ = sulis_node
+    archive_dir = make_dir("sulis-spark-archive-busy-")
+    try:
+        with sulis.Archive(archive_dir, driver_dir=drv.dir, control_stream_id=35, local_control_stream_id=35,
+                           max_concurrent_replays=1) as archive, \
+                sulis.ArchiveClient(client, control_request_stream_id=35, control_response_stream_id=3161) as ac:
+            ac.start_recording(CHANNEL, 3160)
+            pub = client.add_publication(CHANNEL, 3160)
+            rid = ac.await_signal(RecordingSignal.START).recording_id
+            for i in range(30000):
+                while pub.offer(message(i % 3000)) < 0:
+                    pass
+            end = pub.position
+            await_until(lambda: ac.get_recording_position(rid) == end, what="recorded")
+            pub.close()
+            # As Spark runs tasks: each in a Python worker process of its own.
+            script = ("import logging, sys; logging.basicConfig(level=logging.INFO); "
+                      "from sulis.spark.options import ArchiveAddress; "
+                      "from sulis.spark.replay import RecordingRange, read_range; "
+                      f"a = ArchiveAddress(driver_dir={drv.dir!r}, control_stream_id=35, message_timeout=60.0); "
+                      f"r = RecordingRange({rid}, 3160, 0, 0, {end}, 0, {end}); "
+                      "print('ready', flush=True); sys.stdin.readline(); "
+                      "print(sum(b.num_rows for b in read_range(a, r, replay_stream_id=0x5A17 + int(sys.argv[1]))))")
+            tasks = [subprocess.Popen([sys.executable, "-c", script, str(100 + k)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(14)]
+            for t in tasks:  # all imported: then all at once
+                assert t.stdout.readline().strip() == "ready"
+            for t in tasks:
+                t.stdin.write("go\n")
+                t.stdin.flush()
+            results = [t.communicate(timeout=120) for t in tasks]
+            assert [out.strip() for out, _ in results] == ["30000"] * 14, [err[-500:] for _, err in results]
+            waited = sum("waits for a replay slot" in err for _, err in results)
+            assert waited, "the archive should have turned some requests away (else the test tests nothing)"
+            assert archive.errors() == []
+    finally:
         shutil.rmtree(archive_dir, ignore_errors=True)
 
 
@@ -1255,6 +1349,12 @@ def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark
     rows = read(spark, sulis_node, channel=CHANNEL, streamId=3123, includeTimestamp="true").selectExpr(
         "cast(value as string) as v", "unix_micros(timestamp) as us").collect()
     assert sorted((int(r.v), r.us) for r in rows) == [(i, 1_750_000_000_000_000 + i) for i in range(200)]
+    # A timestamp before 1970 would make a negative reserved value, which reads as the exactly-once sink's
+    # run tag (a re-run would then skip or repeat rows): refused, naming the row, nothing published for it.
+    with pytest.raises(Exception, match=r"option stampTimestamp: row 0 of this task's batch has timestamp 1969-"):
+        (spark.range(5).selectExpr("cast(id as string) as value", "timestamp_micros(-1000000 + id) as timestamp")
+         .coalesce(1).write.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+         .option("streamId", 3123).option("stampTimestamp", "true").mode("append").save())
 
     # The exactly-once streaming sink stamps too; the first row of each task carries its run tag
     # (negative) instead, which reads as a null timestamp.

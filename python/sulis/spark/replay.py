@@ -35,6 +35,7 @@ query was planned, and the reader stops it as soon as a message ends past ``end`
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -46,6 +47,8 @@ import pyarrow as pa
 
 from .options import ArchiveAddress
 from .value_schema import ValueLayout
+
+log = logging.getLogger("sulis.spark")
 
 __all__ = ["SCHEMA", "RecordingRange", "ArchiveSession", "session", "read_range", "replay_from"]
 
@@ -406,9 +409,26 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
         return replay_id, s.client.add_subscription(
             _replay_subscription_channel(replay_channel, _to_i32(replay_id)), replay_stream_id)
 
+    def start_waiting_for_a_slot(s: ArchiveSession):
+        """``start``, waiting while the archive runs as many replays as it may (many tasks at once):
+        asked again, backing off, until ``timeout``."""
+        deadline, pause, waited = time.monotonic() + timeout, 0.01, False
+        while True:
+            try:
+                return start(s)
+            except ArchiveError as e:
+                if "max concurrent replays" not in str(e) or time.monotonic() + pause > deadline:
+                    raise
+                if not waited:
+                    log.info("%s: replay of recording %d waits for a replay slot (%s)", address.describe(),
+                             r.recording_id, e)
+                    waited = True
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
     s = session(address)
     try:
-        replay_id, sub = start(s)
+        replay_id, sub = start_waiting_for_a_slot(s)
     except ArchiveError as e:
         # A session kept from an earlier task may belong to an archive that has since been
         # restarted (it does not know the session: no answer) or is gone: once more, afresh.
@@ -418,7 +438,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                                f"{r.replay_from} to {r.end} refused: {e}") from e
         s = session(address)
         try:
-            replay_id, sub = start(s)
+            replay_id, sub = start_waiting_for_a_slot(s)
         except Exception as e2:
             drop_session(address)
             raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "

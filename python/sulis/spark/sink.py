@@ -155,7 +155,16 @@ def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | No
     col = batch.column("timestamp")
     tz = getattr(col.type, "tz", None)
     nanos = pc.fill_null(col.cast(pa.timestamp("ns", tz=tz)).cast(pa.int64()), 0)
-    return np.ascontiguousarray(nanos.to_numpy(zero_copy_only=False), np.int64)
+    stamps = np.ascontiguousarray(nanos.to_numpy(zero_copy_only=False), np.int64)
+    before_1970 = np.flatnonzero(stamps < 0)
+    if len(before_1970):
+        # A negative reserved value is the sink's run tag: one that read as a tag would make a re-run
+        # skip (or repeat) rows. Refused, never stamped.
+        row = int(before_1970[0])
+        raise OptionError(f"option stampTimestamp: row {row} of this task's batch has timestamp "
+                          f"{col[row].as_py()}, before 1970: it cannot be stamped (negative reserved values are "
+                          "the exactly-once sink's run tags); drop stampTimestamp or move such timestamps")
+    return stamps
 
 
 # -- publishing ---------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ log = logging.getLogger("sulis.spark")
 #: Re-list the selected recordings (to find new ones) at most this often; in between,
 #: ``latestOffset`` asks only for the live recordings' positions.
 LIST_INTERVAL_S = 0.5
+#: Ask for the live recordings' positions at most this often, however often Spark calls
+#: ``latestOffset`` (about 100 times a second when idle): the archive serves many queries.
+POSITION_INTERVAL_S = 0.1
 #: Bytes sampled at a recording's start to estimate its framed message length (for row limits).
 SAMPLE_BYTES = 64 * 1024
 FRAME_ALIGNMENT = 32
@@ -86,6 +89,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._infos: dict[int, RecordingInfo] = {}
         self._listed_at = 0.0
+        self._positions_at = 0.0
         self._target: dict[int, int] | None = None  # Trigger.AvailableNow: where to stop
         self._frame_len: dict[int, float] = {}  # estimated bytes per message, per recording
         self._last_batch_at = time.monotonic()
@@ -117,7 +121,11 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._missing = []
             self._infos = {r.recording_id: r for r in list_selected(s, self.opts, self._missing)}
             self._listed_at = now
+            self._positions_at = now
             return self._infos
+        if now - self._positions_at < POSITION_INTERVAL_S:
+            return self._infos
+        self._positions_at = now
         for rid, r in list(self._infos.items()):
             if not r.live:
                 continue
