@@ -929,6 +929,17 @@ def test_latest_offset_asks_the_archive_a_few_times_a_second(sulis_node):
         reader.stop()
 
 
+def test_an_executor_host_without_a_media_driver_is_told_so(spark, sulis_node, tmp):
+    """driverDir naming a directory where no media driver runs (a worker host that runs none): the
+    query fails within seconds, saying that every executor host needs a driver and how to start one."""
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"no media driver on host .* in .*nowhere: every host that runs Spark "
+                                        r"executors .* needs a sulis media driver"):
+        spark.read.format("sulis").option("driverDir", os.path.join(tmp, "nowhere")).option(
+            "recordingIds", "0").load().count()
+    assert time.monotonic() - started < 8.0
+
+
 def test_unreachable_archive_fails_naming_it(spark, sulis_node):
     # No archive listens on control stream 77 of this driver.
     with pytest.raises(Exception, match=r"cannot reach the archive at aeron:ipc stream 77 \(driver /"):

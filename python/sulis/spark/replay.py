@@ -154,9 +154,22 @@ class ArchiveSession:
     """A sulis ``Client`` and ``ArchiveClient`` on one archive, kept per process and reused."""
 
     def __init__(self, address: ArchiveAddress) -> None:
-        from .. import ArchiveClient, Client
+        from .. import ArchiveClient, Client, _native
 
         self.address = address
+        where = address.driver_dir or _native.default_dir()
+        cnc, deadline = os.path.join(where, "cnc.dat"), time.monotonic() + 2.0
+        while not os.path.exists(cnc) and time.monotonic() < deadline:  # a driver starting just now
+            time.sleep(0.05)
+        if not os.path.exists(cnc):
+            # Soon, not after the driver timeout: this host runs no media driver there.
+            import socket
+
+            raise ConnectionError(
+                f"no media driver on host {socket.gethostname()} in {where}: every host that runs Spark "
+                "executors (or the Spark driver) needs a sulis media driver of its own, e.g. `sulis driver "
+                f"--dir {where}` started with the Spark worker (docs/spark.md, \"Executors reach the archive\"); "
+                "driverDir names its directory")
         response_channel, response_stream_id = _response_channel_and_stream(address)
         self.client = Client(dir=address.driver_dir, name="sulis-spark")
         try:
