@@ -841,8 +841,8 @@ with sulis.Client(dir={archive_driver!r}) as c, sulis.ArchiveClient(c) as ac:
               "Successfully registered with master", env)
         out, checkpoint = os.path.join(tmp, "out"), os.path.join(tmp, "checkpoint")
         child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
-        job = pair.popen("b", [sys.executable, child, spark_driver, "3170", checkpoint, out, "available-now", master_url,
-                               f"controlChannel={control}", "readMode=replay", "minPartitions=2",
+        job = pair.popen("b", [sys.executable, child, spark_driver, "3170", checkpoint, out, "available-now",
+                               master_url, f"controlChannel={control}", "readMode=replay", "minPartitions=2",
                                f"controlResponseChannel=aeron:udp?control-mode=response|control={a}:8011",
                                f"replayChannel=aeron:udp?control-mode=response|control={a}:8012"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env, SPARK_LOCAL_IP=b))
