@@ -20,7 +20,7 @@ import subprocess
 import time
 
 import pytest
-from test_archive_system import message, publish, receive, record, replay_to_end
+from test_archive_system import extension_channel, message, publish, receive, record, replay_to_end
 
 import sulis
 from conftest import await_until, free_udp_port, make_dir, run_cli
@@ -139,9 +139,7 @@ def test_a_crash_between_the_catalog_and_the_files_loses_nothing_and_the_restart
         assert after.stop_position == keep
         assert len(segments(archive_dir, rid)) < len(before)
         assert receive(ac.replay(rid, "aeron:ipc", 2091), 1000) == [message(i) for i in range(1000)]
-        term = after.term_buffer_length
-        channel = (f"aeron:ipc?term-length={term}|init-term-id={after.initial_term_id}"
-                   f"|term-id={after.initial_term_id + keep // term}|term-offset={keep % term}")
+        channel = extension_channel(after, keep)
         ac.extend_recording(rid, channel, 1001)
         ext = client.add_exclusive_publication(channel, 1001)
         assert ac.await_signal(RecordingSignal.EXTEND, rid).position == keep

@@ -224,6 +224,13 @@ def test_a_replay_starts_only_where_a_frame_does_and_a_length_inside_a_frame_end
     ac.stop_recording("aeron:ipc", 1001)
 
 
+def extension_channel(d, position: int) -> str:
+    """An IPC channel whose publication starts at ``position`` of recording ``d``'s stream (to extend it)."""
+    term = d.term_buffer_length
+    return (f"aeron:ipc?term-length={term}|init-term-id={d.initial_term_id}"
+            f"|term-id={d.initial_term_id + position // term}|term-offset={position % term}")
+
+
 def replay_to_end(sub) -> list[bytes]:
     """Every message of a bounded replay, once its image reached the end."""
     await_until(lambda: sub.images, what="the replay's image")
@@ -367,9 +374,7 @@ def test_kill_9_mid_recording_then_restart_recovers_replays_and_extends(driver, 
         got = receive(ac.replay(rid, "aeron:ipc", 2050), 1500)
         assert got == [message(i) for i in range(1500)]
         # Extend: a publication that starts where the recording stopped.
-        term = d.term_buffer_length
-        channel = (f"aeron:ipc?term-length={term}|init-term-id={d.initial_term_id}"
-                   f"|term-id={d.initial_term_id + end // term}|term-offset={end % term}")
+        channel = extension_channel(d, end)
         ac.extend_recording(rid, channel, 1001)
         ext = client.add_exclusive_publication(channel, 1001)
         assert ac.await_signal(RecordingSignal.EXTEND, rid).position == end
@@ -837,9 +842,7 @@ def test_migrate_segments_joins_a_recording_to_the_one_that_follows_it(driver, c
         ac.truncate_recording(a.recording_id, segment)
         ac.await_signal(RecordingSignal.DELETE, a.recording_id)
 
-        term = a.term_buffer_length
-        channel = (f"aeron:ipc?term-length={term}|init-term-id={a.initial_term_id}"
-                   f"|term-id={a.initial_term_id + segment // term}|term-offset=0")
+        channel = extension_channel(a, segment)
         ac.start_recording("aeron:ipc", 1001)
         pub = client.add_exclusive_publication(channel, 1001)
         b_id = ac.await_signal(RecordingSignal.START).recording_id

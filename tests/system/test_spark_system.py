@@ -705,6 +705,26 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
+def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
+    """Starts a daemon with ``popen(stdout=..., stderr=..., start_new_session=True)``, its output in
+    ``log_dir/<name>.log`` (kept open in ``logs``), and waits until ``ready`` shows in it."""
+    import subprocess
+
+    log = open(os.path.join(log_dir, f"{name}.log"), "w+")
+    logs.append(log)
+    proc = popen(stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text() -> str:
+        with open(log.name) as f:
+            return f.read()
+
+    def is_ready():
+        assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
+        return ready in text()
+    await_until(is_ready, timeout=60, interval=0.2, what=f"{name} to be ready")
+    return proc
+
+
 def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
     """A Spark standalone master and worker from the pip package (loopback only); the job's
     partitions run in the worker's executor, whose Python workers replay from the archive over UDP
@@ -721,22 +741,12 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
                PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=tmp, SPARK_WORKER_DIR=os.path.join(tmp, "work"))
     port = _free_tcp_port()
     master_url = f"spark://127.0.0.1:{port}"
-    procs: list[tuple[subprocess.Popen, object]] = []
+    procs: list[subprocess.Popen] = []
+    logs: list = []
 
     def daemon(name: str, args: list[str], ready: str) -> None:
-        log = open(os.path.join(tmp, f"{name}.log"), "w+")
-        proc = subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        procs.append((proc, log))
-
-        def text() -> str:
-            with open(log.name) as f:
-                return f.read()
-
-        def is_ready():
-            assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
-            return ready in text()
-        await_until(is_ready, timeout=60, interval=0.2, what=f"the Spark {name} to be ready")
+        procs.append(start_awaiting(lambda **kw: subprocess.Popen([spark_class, *args], env=env, **kw),
+                                    f"the Spark {name}", tmp, ready, logs))
 
     rec = Recorded(sulis_node, 3115)
     rec.publish(message(i) for i in range(2000))
@@ -759,7 +769,7 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
         assert executors, "the worker started no executor"
         assert _replayed_bytes(sulis_node) - replayed_before >= rec.positions[-1], "read by replay"
     finally:
-        for proc, log in reversed(procs):  # the worker first (it ends its executors), then the master
+        for proc in reversed(procs):  # the worker first (it ends its executors), then the master
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
@@ -767,6 +777,7 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
+        for log in logs:
             log.close()
     assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
 
@@ -793,20 +804,8 @@ def test_a_spark_cluster_on_one_host_reads_an_archive_on_another(spark, netns_pa
     logs: list = []
 
     def start(side: str, name: str, argv: list[str], ready: str, environment=None) -> subprocess.Popen:
-        log = open(os.path.join(tmp, f"{name}.log"), "w+")
-        logs.append(log)
-        proc = pair.popen(side, argv, stdout=log, stderr=subprocess.STDOUT, env=environment or os.environ,
-                          start_new_session=True)
-
-        def text() -> str:
-            with open(log.name) as f:
-                return f.read()
-
-        def is_ready():
-            assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
-            return ready in text()
-        await_until(is_ready, timeout=60, interval=0.2, what=f"{name} on host {side} to be ready")
-        return proc
+        return start_awaiting(lambda **kw: pair.popen(side, argv, env=environment or os.environ, **kw),
+                              f"{name} on host {side}", tmp, ready, logs)
 
     try:
         start("a", "archive", [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,

@@ -175,6 +175,47 @@ fn pin_session_id(ctx: &mut ArchiveClientContext) -> Result<(), ArchiveError> {
     Ok(())
 }
 
+/// A ReplayRequest, or a BoundedReplayRequest with a limit counter: `range` is
+/// (position, length), `to` the replay channel and stream.
+fn replay_request(
+    control_session_id: i64,
+    correlation_id: i64,
+    recording_id: i64,
+    range: (i64, i64),
+    limit_counter_id: Option<i32>,
+    to: (&str, i32),
+    replay_token: i64,
+) -> Vec<u8> {
+    let ((position, length), (channel, replay_stream_id)) = (range, to);
+    match limit_counter_id {
+        Some(limit_counter_id) => BoundedReplayRequest {
+            control_session_id,
+            correlation_id,
+            recording_id,
+            position,
+            length,
+            limit_counter_id,
+            replay_stream_id,
+            file_io_max_length: NULL_VALUE as i32,
+            replay_token,
+            replay_channel: channel.into(),
+        }
+        .encode(),
+        None => ReplayRequest {
+            control_session_id,
+            correlation_id,
+            recording_id,
+            position,
+            length,
+            replay_stream_id,
+            file_io_max_length: NULL_VALUE as i32,
+            replay_token,
+            replay_channel: channel.into(),
+        }
+        .encode(),
+    }
+}
+
 fn is_response_channel(channel: &str) -> bool {
     sulis_protocol::uri::ChannelUri::parse(channel).is_ok_and(|u| u.is_response())
 }
@@ -750,18 +791,15 @@ impl ArchiveClient {
         stream_id: i32,
     ) -> Result<i64, ArchiveError> {
         self.call(|c, k| {
-            ReplayRequest {
-                control_session_id: c,
-                correlation_id: k,
+            replay_request(
+                c,
+                k,
                 recording_id,
-                position,
-                length,
-                replay_stream_id: stream_id,
-                file_io_max_length: NULL_VALUE as i32,
-                replay_token: NULL_VALUE,
-                replay_channel: channel.into(),
-            }
-            .encode()
+                (position, length),
+                None,
+                (channel, stream_id),
+                NULL_VALUE,
+            )
         })
     }
 
@@ -778,19 +816,15 @@ impl ArchiveClient {
         stream_id: i32,
     ) -> Result<i64, ArchiveError> {
         self.call(|c, k| {
-            BoundedReplayRequest {
-                control_session_id: c,
-                correlation_id: k,
+            replay_request(
+                c,
+                k,
                 recording_id,
-                position,
-                length,
-                limit_counter_id,
-                replay_stream_id: stream_id,
-                file_io_max_length: NULL_VALUE as i32,
-                replay_token: NULL_VALUE,
-                replay_channel: channel.into(),
-            }
-            .encode()
+                (position, length),
+                Some(limit_counter_id),
+                (channel, stream_id),
+                NULL_VALUE,
+            )
         })
     }
 
@@ -844,34 +878,15 @@ impl ArchiveClient {
             requests.is_connected()
         })?;
         let k = self.correlation_id();
-        let control_session_id = self.control_session_id;
-        let message = match limit_counter_id {
-            Some(limit_counter_id) => BoundedReplayRequest {
-                control_session_id,
-                correlation_id: k,
-                recording_id,
-                position,
-                length,
-                limit_counter_id,
-                replay_stream_id: stream_id,
-                file_io_max_length: NULL_VALUE as i32,
-                replay_token: token,
-                replay_channel: channel.into(),
-            }
-            .encode(),
-            None => ReplayRequest {
-                control_session_id,
-                correlation_id: k,
-                recording_id,
-                position,
-                length,
-                replay_stream_id: stream_id,
-                file_io_max_length: NULL_VALUE as i32,
-                replay_token: token,
-                replay_channel: channel.into(),
-            }
-            .encode(),
-        };
+        let message = replay_request(
+            self.control_session_id,
+            k,
+            recording_id,
+            (position, length),
+            limit_counter_id,
+            (channel, stream_id),
+            token,
+        );
         Self::send_on(&self.ctx, &mut requests, &message)?;
         let replay_session_id = self.await_ok(k)?;
         // The request stream carries the archive's RSP_SETUP back: it stays
