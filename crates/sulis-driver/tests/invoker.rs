@@ -82,12 +82,7 @@ fn a_removed_publication_keeps_its_log_for_the_linger_then_frees_it() {
     h.keepalive();
     let reg = h.add_publication("aeron:ipc", 10);
     h.settle();
-    let correlation_id = h.correlation_id();
-    h.send(Command::RemovePublication {
-        client_id: h.client_id,
-        correlation_id,
-        registration_id: reg,
-    });
+    let correlation_id = h.remove_publication(reg);
     h.settle();
     assert!(h.take_events().iter().any(
         |e| matches!(e, Event::OperationSuccess { correlation_id: c } if *c == correlation_id)
@@ -119,27 +114,12 @@ fn a_closed_publication_waits_for_a_slow_subscriber_to_read_to_its_end_however_l
     use sulis_concurrent::logbuffer::LogBuffers;
     let mut h = Harness::new("drain", |_| {});
     h.keepalive();
-    h.add_subscription("aeron:ipc", 11);
+    let sub = h.add_subscription("aeron:ipc", 11);
     let reg = h.add_publication("aeron:ipc", 11);
     h.settle();
     let events = h.take_events();
-    let log = events
-        .iter()
-        .find_map(|e| match e {
-            Event::PublicationReady { log_file, .. } => Some(log_file.clone()),
-            _ => None,
-        })
-        .expect("the publication's log");
-    let image = events
-        .iter()
-        .find_map(|e| match e {
-            Event::AvailableImage {
-                subscriber_position_id,
-                ..
-            } => Some(*subscriber_position_id),
-            _ => None,
-        })
-        .expect("the subscription's image");
+    let log = common::publication_log(&events);
+    let image = common::image_position_counter(&events, sub);
     let publication = LogBuffers::map_existing(Path::new(&log)).unwrap();
     let header = HeaderWriter::new(&publication.default_header());
     let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
@@ -150,12 +130,7 @@ fn a_closed_publication_waits_for_a_slow_subscriber_to_read_to_its_end_however_l
         ));
     }
     let end = 100 * 160;
-    let correlation_id = h.correlation_id();
-    h.send(Command::RemovePublication {
-        client_id: h.client_id,
-        correlation_id,
-        registration_id: reg,
-    });
+    h.remove_publication(reg);
     h.settle();
     // The subscriber has read half, and its client stays alive: ten lingers later (100 ms each)
     // the stream is still there for it.

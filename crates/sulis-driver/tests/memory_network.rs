@@ -17,7 +17,7 @@ use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
 use sulis_driver::media::memory::{Datagram, MemoryNetwork};
 use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::DriverContext;
-use sulis_protocol::control::{Command, Event};
+use sulis_protocol::control::Event;
 use sulis_protocol::counters::type_id;
 use sulis_protocol::frame::{
     StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP,
@@ -362,12 +362,7 @@ fn a_closed_publication_tells_its_receiver_the_end_before_its_linger_ends() {
     s.publish(&sent);
     s.h.settle();
     assert_eq!(s.poll(), sent);
-    let correlation_id = s.h.correlation_id();
-    s.h.send(Command::RemovePublication {
-        client_id: s.h.client_id,
-        correlation_id,
-        registration_id: s.publication_id,
-    });
+    s.h.remove_publication(s.publication_id);
     s.h.advance(20 * MS);
     assert_eq!(
         sulis_concurrent::logbuffer::meta::end_of_stream_position(&s.image.meta()),
@@ -466,24 +461,8 @@ fn with_ssc_and_no_receiver_the_spies_set_the_pace_and_the_sender_skips_to_them(
     h.add_publication(&format!("aeron:udp?endpoint={ENDPOINT}|ssc=true"), 1);
     h.settle();
     let events = h.take_events();
-    let log = events
-        .iter()
-        .find_map(|e| match e {
-            Event::PublicationReady { log_file, .. } => Some(log_file.clone()),
-            _ => None,
-        })
-        .expect("publication ready");
-    let image = events
-        .iter()
-        .find_map(|e| match e {
-            Event::AvailableImage {
-                subscription_registration_id,
-                subscriber_position_id,
-                ..
-            } if *subscription_registration_id == spy => Some(*subscriber_position_id),
-            _ => None,
-        })
-        .expect("the spy got an image");
+    let log = common::publication_log(&events);
+    let image = common::image_position_counter(&events, spy);
     let spy = h.counters.counter_ref(image);
     let publication = LogBuffers::map_existing(Path::new(&log)).unwrap();
     h.advance(MS);

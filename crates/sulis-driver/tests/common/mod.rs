@@ -157,6 +157,17 @@ impl Harness {
         correlation_id
     }
 
+    /// Removes publication `registration_id`; returns the command's correlation id.
+    pub fn remove_publication(&self, registration_id: i64) -> i64 {
+        let correlation_id = self.correlation_id();
+        self.send(Command::RemovePublication {
+            client_id: self.client_id,
+            correlation_id,
+            registration_id,
+        });
+        correlation_id
+    }
+
     pub fn counters_of_type(&self, wanted: i32) -> Vec<i32> {
         let mut ids = Vec::new();
         self.counters.for_each(|id, t, _, _| {
@@ -184,4 +195,32 @@ pub fn available_images(events: &[Event]) -> Vec<(i64, i32)> {
             _ => None,
         })
         .collect()
+}
+
+/// The log file of the first PUBLICATION_READY among `events`.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn publication_log(events: &[Event]) -> String {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::PublicationReady { log_file, .. } => Some(log_file.clone()),
+            _ => None,
+        })
+        .expect("a publication ready")
+}
+
+/// The subscriber position counter of the first image subscription `subscription` got.
+#[allow(dead_code)]
+pub fn image_position_counter(events: &[Event], subscription: i64) -> i32 {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::AvailableImage {
+                subscription_registration_id,
+                subscriber_position_id,
+                ..
+            } if *subscription_registration_id == subscription => Some(*subscriber_position_id),
+            _ => None,
+        })
+        .expect("an image for the subscription")
 }
