@@ -414,8 +414,12 @@ impl ImageReceiver {
             work += 1;
         }
         self.naks = naks;
-        let response_session_id = img.response_session_id.load(Ordering::Acquire);
-        if sm_timed_out && response_session_id != NO_RESPONSE_SESSION {
+        let response_session_id = if sm_timed_out {
+            img.response_session_id.load(Ordering::Acquire)
+        } else {
+            NO_RESPONSE_SESSION
+        };
+        if response_session_id != NO_RESPONSE_SESSION {
             // A response publication answers this stream: tell its source
             // the session, every status-message period until the response
             // publication hears from it.

@@ -46,6 +46,7 @@ __all__ = [
     "RecordingSignalEvent",
     "ReplayMerge",
     "ReplayMergeState",
+    "is_response_channel",
 ]
 
 #: "No position" (Aeron's NULL_POSITION).
@@ -283,7 +284,7 @@ class ArchiveClient(_native.ArchiveClient):
             raise _native.ConfigurationError("give either length or follow=True, not both")
         n = REPLAY_ALL_AND_FOLLOW if follow else (REPLAY_ALL_AND_STOP if length is None else length)
         start = NULL_POSITION if position is None else position
-        if _is_response_channel(channel):
+        if is_response_channel(channel):
             if subscription is None:
                 raise _native.ConfigurationError(
                     f"replay channel '{channel}' is a response channel: give the subscription you added on it "
@@ -298,7 +299,7 @@ class ArchiveClient(_native.ArchiveClient):
         """Starts a replay and returns a subscription to it (only the
         replay's image joins it): poll it as any subscription. A response
         channel (``control-mode=response``) works as with ``start_replay``."""
-        if _is_response_channel(channel):
+        if is_response_channel(channel):
             sub = self._client.add_subscription(channel, stream_id)
             try:
                 self.start_replay(recording_id, channel, stream_id, position, length, follow, limit_counter_id,
@@ -369,7 +370,7 @@ class ArchiveClient(_native.ArchiveClient):
 from .replay_merge import ReplayMerge, ReplayMergeState  # noqa: E402 - needs ArchiveClient above
 
 
-def _is_response_channel(channel: str) -> bool:
+def is_response_channel(channel: str) -> bool:
     """True for a channel with ``control-mode=response``."""
     query = channel.partition("?")[2]
     return "control-mode=response" in query.split("|")

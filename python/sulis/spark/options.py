@@ -176,19 +176,24 @@ _SIZE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
                "t": 1 << 40, "tb": 1 << 40}
 
 
+def _number_with_unit(raw: object, number: str, units: dict, default_unit: float) -> float | None:
+    """``raw`` as a number (matching ``number``) times its unit's factor, None if it is neither."""
+    import re
+
+    m = re.fullmatch(rf"\s*({number})\s*([a-z]*)\s*", str(raw).lower())
+    scale = (units.get(m.group(2)) if m.group(2) else default_unit) if m else None
+    return None if m is None or scale is None else float(m.group(1)) * scale
+
+
 def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
     """A duration: a number of seconds, or with a unit as Spark writes them (``10 seconds``, ``1h``,
     ``500ms``, ``1.5 min``)."""
-    import re
-
     raw = options.get(name)
     if raw is None:
         return default
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(raw).lower())
-    scale = _DURATION_UNITS.get(m.group(2)) if m and m.group(2) else 1.0
-    if m is None or scale is None:
+    value = _number_with_unit(raw, r"[0-9]*\.?[0-9]+", _DURATION_UNITS, 1.0)
+    if value is None:
         raise OptionError(f"option {name}: {raw!r} is not a duration (e.g. 10s, 500ms, '10 seconds', 1h)")
-    value = float(m.group(1)) * scale
     if value <= 0:
         raise OptionError(f"option {name}: {raw!r} must be positive")
     return value
@@ -196,19 +201,15 @@ def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
 
 def _bytes(options: Mapping[str, str], name: str, low: int) -> int | None:
     """A size: a number of bytes, or with a suffix as Spark reads them (``64m``, ``1g``, ``512kb``)."""
-    import re
-
     raw = options.get(name)
     if raw is None or str(raw).strip() == "":
         return None
-    m = re.fullmatch(r"\s*([0-9]+)\s*([a-z]*)\s*", str(raw).lower())
-    scale = _SIZE_UNITS.get(m.group(2)) if m and m.group(2) else 1
-    if m is None or scale is None:
+    value = _number_with_unit(raw, "[0-9]+", _SIZE_UNITS, 1)
+    if value is None:
         raise OptionError(f"option {name}: {raw!r} is not a size in bytes (e.g. 1048576, 64m, 1g)")
-    value = int(m.group(1)) * scale
     if value < low:
-        raise OptionError(f"option {name}: {value} is below the minimum {low}")
-    return value
+        raise OptionError(f"option {name}: {int(value)} is below the minimum {low}")
+    return int(value)
 
 
 def _channel(options: Mapping[str, str], name: str, default: str | None) -> str | None:

@@ -249,10 +249,6 @@ def _sparse(channel: str) -> str:
     return f"{channel}{'|' if '?' in channel else '?'}sparse=true"
 
 
-def _is_response_channel(channel: str) -> bool:
-    return "control-mode=response" in channel.partition("?")[2].split("|")
-
-
 def _to_i32(v: int) -> int:
     v &= 0xFFFF_FFFF
     return v - (1 << 32) if v >= 1 << 31 else v
@@ -402,8 +398,9 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
         return
     timeout = address.message_timeout if timeout is None else timeout
     from .. import ArchiveError
+    from ..archive import is_response_channel
 
-    response = _is_response_channel(replay_channel)
+    response = is_response_channel(replay_channel)
 
     def start(s: ArchiveSession):
         """Starts the replay: (replay session id, its subscription). Over a response channel the
