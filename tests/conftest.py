@@ -139,6 +139,16 @@ def make_dir(prefix: str = "sulis-test-") -> str:
     return d
 
 
+def start_archive_node(archive_prefix: str, **driver_options):
+    """An embedded driver (``DRIVER_DEFAULTS`` and ``driver_options``) with an archive (1 MiB segment files),
+    a client and an archive client on it: ``(driver, archive, client, archive_client)``."""
+    drv = sulis.MediaDriver(dir=make_dir(), **{**DRIVER_DEFAULTS, **driver_options})
+    archive_dir = make_dir(archive_prefix)
+    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, segment_file_length=1024 * 1024)
+    client = sulis.Client(dir=drv.dir)
+    return drv, archive, client, sulis.ArchiveClient(client)
+
+
 def keep_dir(d: str, what: str = "driver") -> None:
     """Keeps ``d`` past the session (to look into after a failure) and says where it is."""
     _KEPT_DIRS.add(d)

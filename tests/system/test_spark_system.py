@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
-from conftest import DRIVER_DEFAULTS, await_until, free_udp_port, keep_dir, make_dir  # noqa: E402
+from conftest import await_until, free_udp_port, keep_dir, make_dir, start_archive_node  # noqa: E402
 from sulis.archive import RecordingSignal  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -38,11 +38,8 @@ EXPECTED_ARCHIVE_ERRORS: list[str] = []
 @pytest.fixture(scope="module")
 def sulis_node():
     """An embedded driver (64 KiB IPC terms, so recordings span many terms) and an archive."""
-    drv = sulis.MediaDriver(dir=make_dir(), **DRIVER_DEFAULTS)
-    archive_dir = make_dir("sulis-spark-archive-")
-    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, segment_file_length=1024 * 1024)
-    client = sulis.Client(dir=drv.dir)
-    ac = sulis.ArchiveClient(client)
+    drv, archive, client, ac = start_archive_node("sulis-spark-archive-")
+    archive_dir = archive.dir
     yield drv, archive, client, ac
     ac.close()
     client.close()
@@ -438,8 +435,7 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
     assert sum(p["numInputRows"] for p in q.recentProgress) == 1200
     got = read_back(spark, sulis_node, 3111, 1200)
     assert sorted(r[0] for r in got) == sorted(src.messages)
-    # Each task's run starts with a tagged message; the others carry 0.
-    assert sum(1 for r in got if r[5] != 0) >= 2
+    assert all(r[5] == 0 for r in got), "the sink leaves reserved values to the user"
 
     # A crash after the sink published the last batch but before Spark logged its commit:
     # the restarted query runs that batch again, and the sink must add nothing twice.
@@ -559,32 +555,6 @@ def test_stream_sink_routing_by_column_is_exactly_once_per_stream(spark, sulis_n
     expect(1200)
     rerun_last_batch(checkpoint, run, lambda: src.publish(message(i) for i in range(1200, 1500)))
     expect(1500)
-
-
-def test_published_runs_counts_partial_and_repeated_attempts(sulis_node):
-    from sulis.spark.options import ArchiveAddress
-    from sulis.spark.sink import published_runs, run_tag
-
-    drv, _, client, ac = sulis_node
-    ac.start_recording(CHANNEL, 3112)
-    pub = client.add_exclusive_publication(CHANNEL, 3112)
-    await_until(lambda: pub.is_connected, what="the recording to subscribe")
-    runs = [(3, 0, 40), (3, 1, 30), (4, 0, 900), (4, 1, 1200), (4, 0, 700), (9, 5, 3)]  # (batch, partition, rows)
-    for batch, partition, rows in runs:
-        query = 11 if batch != 9 else 12
-        for k in range(rows):
-            rv = run_tag(query, batch, partition) if k == 0 else 0
-            while pub.offer(bytes(100), reserved_value=rv) < 0:
-                pass
-    end = pub.position
-    rid = await_until(lambda: [d for d in ac.list_recordings_for_uri(CHANNEL, 3112)
-                               if ac.get_recording_position(d.recording_id) == end], what="recorded")[0].recording_id
-    assert ac.list_recording(rid).term_buffer_length * 3 < end, "runs should span several terms"
-    address = ArchiveAddress(driver_dir=drv.dir)
-    # Batch 4 of query 11 ran twice for partition 0 (900 rows, then 700 more): 1600 published.
-    assert published_runs(address, CHANNEL, 3112, query=11) == {(11, 4): {0: 1600, 1: 1200}}
-    assert published_runs(address, CHANNEL, 3112) == {(11, 4): {0: 1600, 1: 1200}, (12, 9): {5: 3}}
-    pub.close()
 
 
 def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
@@ -1463,15 +1433,15 @@ def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark
     rows = read(spark, sulis_node, channel=CHANNEL, streamId=3123, includeTimestamp="true").selectExpr(
         "cast(value as string) as v", "unix_micros(timestamp) as us").collect()
     assert sorted((int(r.v), r.us) for r in rows) == [(i, 1_750_000_000_000_000 + i) for i in range(200)]
-    # A timestamp before 1970 would make a negative reserved value, which reads as the exactly-once sink's
-    # run tag (a re-run would then skip or repeat rows): refused, naming the row, nothing published for it.
+    # A timestamp before 1970 would make a negative reserved value, which reads back as no timestamp:
+    # refused, naming the row, nothing published for it.
     with pytest.raises(Exception, match=r"option stampTimestamp: row 0 of this task's batch has timestamp 1969-"):
         (spark.range(5).selectExpr("cast(id as string) as value", "timestamp_micros(-1000000 + id) as timestamp")
          .coalesce(1).write.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
          .option("streamId", 3123).option("stampTimestamp", "true").mode("append").save())
 
-    # The exactly-once streaming sink stamps too; the first row of each task carries its run tag
-    # (negative) instead, which reads as a null timestamp.
+    # The exactly-once streaming sink stamps every row too (its bookkeeping is in its journal, not in
+    # the reserved values).
     ac.start_recording(CHANNEL, 3124)
     before = time.time_ns()
     query = (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
@@ -1484,9 +1454,7 @@ def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark
     rows = read(spark, sulis_node, channel=CHANNEL, streamId=3124, includeTimestamp="true").selectExpr(
         "value", "reserved_value", "unix_micros(timestamp) as us").collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(values.to_pylist())
-    tagged = [r for r in rows if r.reserved_value < 0]
-    assert 1 <= len(tagged) <= 2 and all(r.us is None for r in tagged)
-    assert all(before // 1000 <= r.us <= time.time_ns() // 1000 for r in rows if r.reserved_value >= 0)
+    assert all(r.us is not None and before // 1000 <= r.us <= time.time_ns() // 1000 for r in rows)
     with pytest.raises(Exception, match="option includeTimestamp: valueSchema already has a column named"):
         read(spark, sulis_node, channel=CHANNEL, streamId=3122, includeTimestamp="true",
              valueSchema="timestamp long").count()

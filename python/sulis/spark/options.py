@@ -46,8 +46,11 @@ READER_OPTIONS = (
 WRITER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
     "driverDir", "messageTimeout", "channel", "streamId", "exactlyOnce", "stampTimestamp",
-    "replayChannel", "replayStreamId",
+    "replayChannel", "replayStreamId", "journalChannel", "journalStreamId",
 )
+
+#: The exactly-once sink's journal stream, by default (``journalStreamId``).
+JOURNAL_STREAM_ID = 0x5A1C
 
 #: How executors read a partition (``readMode``).
 READ_MODES = ("auto", "replay", "files")
@@ -131,6 +134,9 @@ class WriterOptions:
     stamp_timestamp: bool = False
     #: ``replayChannel``/``replayStreamId``: where ``exactlyOnce`` reads back what was published
     replay: tuple[str, int] = ("aeron:ipc", 0x5A17)
+    #: ``journalChannel``/``journalStreamId``: the exactly-once sink's journal (``journal.py``); the
+    #: channel None only where ``exactlyOnce`` is off
+    journal: tuple[str | None, int] = (None, JOURNAL_STREAM_ID)
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, low: int | None = None,
@@ -447,7 +453,21 @@ def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
     return WriterOptions(archive=archive, channel=channel, stream_id=stream_id,
                          exactly_once=_bool(options, "exactlyOnce", True),
                          stamp_timestamp=_bool(options, "stampTimestamp", False),
-                         replay=_writer_replay(options))
+                         replay=_writer_replay(options), journal=_journal(options, channel, archive))
+
+
+def _journal(options: Mapping[str, str], channel: str | None, archive: ArchiveAddress) -> tuple[str | None, int]:
+    """The journal: ``journalChannel`` or, by default, the sink's ``channel`` (its archive records it, and
+    every executor host reaches it), or IPC where the archive is reached over IPC (one machine)."""
+    stream_id = _stream_id(options, "journalStreamId", JOURNAL_STREAM_ID)
+    assert stream_id is not None
+    default = channel or ("aeron:ipc" if archive.control_channel.startswith("aeron:ipc") else None)
+    journal = _channel(options, "journalChannel", default)
+    if journal is None and _bool(options, "exactlyOnce", True):
+        raise OptionError("option journalChannel: required with exactlyOnce when rows name their channel and the "
+                          "archive is reached over UDP: a channel every executor host can publish to and the "
+                          "archive records, e.g. aeron:udp?endpoint=<archive host>:<port>")
+    return journal, stream_id
 
 
 def _writer_replay(options: Mapping[str, str]) -> tuple[str, int]:

@@ -93,8 +93,7 @@ def ddl_for(layout: ValueLayout | None, timestamp: bool = False) -> str:
 
 
 def stamp_column(reserved: np.ndarray) -> pa.Array:
-    """``timestamp`` from reserved values: epoch nanoseconds when positive, else null (not stamped, or a
-    sink's run tag, which is negative)."""
+    """``timestamp`` from reserved values: epoch nanoseconds when positive, else null (not stamped)."""
     stamped = reserved > 0
     return pa.array(np.where(stamped, reserved, 0) // 1000, TIMESTAMP_FIELD.type, mask=~stamped)
 

@@ -5,22 +5,13 @@ string), no Python object per row; back pressure is waited out and the rest offe
 
 Exactly once into a recorded stream (the streaming sink)
 --------------------------------------------------------
-Each executor process publishes through its own ``ExclusivePublication``, so everything a
-process writes lands, in order and uninterrupted, in one recording of its own, and one task
-runs at a time in a process. A task of micro-batch ``N`` writing partition ``p`` marks the first
-message it publishes with a *run tag* in the reserved value (``query << 48 | (N + 1) << 16 | p``
-with bit 63 set, so negative; ``query`` a 15-bit hash of the streaming query's id, stable across
-restarts); its other messages carry 0, or their timestamp with ``stampTimestamp`` (positive).
-A run is a tagged message and every message after it up to the next tagged one, so the
-archive's recordings say exactly how many rows each ``(N, p)`` published, even when a task died
-half way.
-
-When the query (re)starts, the writer (on the Spark driver) walks back from the end of every
-recording of the stream until it has seen all runs of the query's last micro-batch, and counts
-their messages per partition. Spark re-runs that micro-batch if it was not committed; a task
-of it then skips as many leading rows as earlier attempts published and publishes the rest.
-A task retried inside a run (attempt > 0) counts for itself the same way. See docs/spark.md
-for what this promises and its limits.
+Each executor process publishes through its own ``ExclusivePublication``, so what a process writes
+lands, in order and uninterrupted, in one recording of its own, one task at a time. Every attempt of
+a task writes what it does into the sink's *journal* (``journal.py``): a claim naming its session and
+start position, once no other attempt of its (batch, partition, target) is unfinished the rows that
+earlier attempts published (which it skips, after checking them against its own leading rows by
+checksum), and when its rows are recorded how many it published. Reserved values are left to the
+user (``stampTimestamp``). See docs/spark.md for what this promises and its limits.
 
 Where rows go
 -------------
@@ -28,17 +19,15 @@ The ``channel`` and ``streamId`` options, or, where an option is not set, each r
 (string) and ``stream_id`` (integer) columns, as Kafka's sink takes its ``topic`` option or
 column (the option wins, so a frame read from ``format("sulis")``, which has a ``stream_id``
 column, goes to the option's stream). A task publishes each target's rows in their order, and
-the exactly-once bookkeeping is per target: a run tag opens each target's run, and a restarted
-query that routes by column looks for its last runs in every recording that begins with a run
-tag (the recordings sinks made), since which streams the rows name is not known beforehand.
+the exactly-once bookkeeping (claims, runs, checks) is per target.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -58,51 +47,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .journal import Attempt, Checksum, Entry, Journal, attempt_name, attempts, later_claim
 from .options import ArchiveAddress, OptionError, WriterOptions
-from .recordings import RecordingInfo, info_of
-from .replay import RecordingRange, read_range, replay_from, session
+from .replay import RecordingRange, read_range, session
 
-#: Where the sink's read-backs are replayed to: (channel, stream id).
-Replay = tuple[str, int]
-IPC_REPLAY: Replay = ("aeron:ipc", 0x5A17)
-
-__all__ = ["SulisBatchWriter", "SulisStreamWriter", "run_tag", "parse_run_tag", "published_runs"]
+__all__ = ["SulisBatchWriter", "SulisStreamWriter"]
 
 log = logging.getLogger("sulis.spark")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-_BATCH_BITS = 32
-_PARTITION_BITS = 16
-
-
-def query_hash(query_id: str) -> int:
-    """15 bits of the streaming query's id (kept in its checkpoint, so stable across restarts)."""
-    return zlib.crc32(query_id.encode()) & 0x7FFF
-
-
-#: Bit 63 marks a run tag: tags are negative, so they never look like a timestamp (epoch nanoseconds,
-#: positive) that ``stampTimestamp`` or a publisher puts in the other messages' reserved values.
-_TAG_BIT = 1 << 63
-
-
-def run_tag(query: int, batch_id: int, partition: int) -> int:
-    """The reserved value of the first message of a sink task's run (always < 0)."""
-    if not 0 <= partition < 1 << _PARTITION_BITS or not 0 <= batch_id < (1 << _BATCH_BITS) - 1:
-        raise ValueError(f"batch {batch_id} / partition {partition} do not fit a run tag")
-    body = (query << (_BATCH_BITS + _PARTITION_BITS)) | ((batch_id + 1) << _PARTITION_BITS) | partition
-    return (body | _TAG_BIT) - (1 << 64)  # as a signed 64-bit value
-
-
-def parse_run_tag(value: int) -> tuple[int, int, int] | None:
-    """(query, batch id, partition) of a run tag, None for anything else (0, a timestamp, ...)."""
-    if value >= 0:
-        return None
-    body = value & (_TAG_BIT - 1)
-    batch = (body >> _PARTITION_BITS) & ((1 << _BATCH_BITS) - 1)
-    if batch == 0 or body >> (_BATCH_BITS + _PARTITION_BITS) >= 1 << 15:
-        return None
-    return body >> (_BATCH_BITS + _PARTITION_BITS), batch - 1, body & ((1 << _PARTITION_BITS) - 1)
 
 
 @dataclass
@@ -158,12 +112,13 @@ def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | No
     stamps = np.ascontiguousarray(nanos.to_numpy(zero_copy_only=False), np.int64)
     before_1970 = np.flatnonzero(stamps < 0)
     if len(before_1970):
-        # A negative reserved value is the sink's run tag: one that read as a tag would make a re-run
-        # skip (or repeat) rows. Refused, never stamped.
+        # The source reads a reserved value that is not positive as "no stamp" (null): such a stamp would
+        # come back as null, silently. Refused instead.
         row = int(before_1970[0])
         raise OptionError(f"option stampTimestamp: row {row} of this task's batch has timestamp "
-                          f"{col[row].as_py()}, before 1970: it cannot be stamped (negative reserved values are "
-                          "the exactly-once sink's run tags); drop stampTimestamp or move such timestamps")
+                          f"{col[row].as_py()}, before 1970: a reserved value that is not positive reads back "
+                          "as no timestamp (includeTimestamp gives null); drop stampTimestamp or move such "
+                          "timestamps")
     return stamps
 
 
@@ -257,20 +212,13 @@ def _await(target: Target, opts: WriterOptions, result: int, stuck_since: float)
     time.sleep(0.0001 if result != NOT_CONNECTED else 0.005)
 
 
-def offer_all(pub, target: Target, values: pa.Array, opts: WriterOptions, first_reserved: int | None = None,
+def offer_all(pub, target: Target, values: pa.Array, opts: WriterOptions,
               stamps: np.ndarray | int | None = None) -> None:
-    """Publishes every value on ``pub`` (``target``'s); the first with ``first_reserved`` as its reserved
-    value, if given, the others with ``stamps`` (one int64 per value, or one int for all), if given."""
+    """Publishes every value on ``pub`` (``target``'s), with ``stamps`` (one int64 per value, or one int
+    for all) as their reserved values, if given."""
     n = len(values)
-    if n == 0:
-        return
     i = 0
     stuck_since = time.monotonic()
-    if first_reserved is not None:
-        first = values[0].as_buffer()
-        while (r := pub.offer(first, reserved_value=first_reserved)) < 0:
-            _await(target, opts, r, stuck_since)
-        i = 1
     while i < n:
         rest = stamps[i:] if isinstance(stamps, np.ndarray) else stamps
         published, r = pub.offer_batch(values.slice(i) if i else values, reserved_values=rest)
@@ -308,45 +256,8 @@ class SulisBatchWriter(DataSourceArrowWriter):
         return SinkCommit(ctx.partitionId() if ctx else 0, n, 0)
 
 
-# -- exactly once: what earlier attempts published ---------------------------------------------
 
-
-def _settled_end(ac, rid: int, live_end: int, wait_s: float = 2.0) -> int:
-    """A live recording's position once it stops moving for 50 ms (what dead writers offered has been
-    recorded), at most ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    end = live_end
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        now = ac.get_recording_position(rid)
-        if now < 0 or now == end:
-            return end if now < 0 else now
-        end = now
-    return end
-
-
-#: Rows published per partition by the newest micro-batch of each query tag: ``{(query, batch): {partition: rows}}``.
-Runs = dict[tuple[int, int], dict[int, int]]
-
-
-def _merge(found: list[Runs]) -> Runs:
-    """Runs of several recordings of one target: per query the newest batch, its rows summed."""
-    newest: dict[int, tuple[int, dict[int, int]]] = {}
-    for runs in found:
-        for (q, batch), counts in runs.items():
-            best = newest.get(q)
-            if best is None or batch > best[0]:
-                newest[q] = (batch, dict(counts))
-            elif batch == best[0]:
-                for p, k in counts.items():
-                    best[1][p] = best[1].get(p, 0) + k
-    return {(q, batch): counts for q, (batch, counts) in newest.items()}
-
-
-def _runs_of(address: ArchiveAddress, r: RecordingInfo, query: int | None, replay: Replay = IPC_REPLAY) -> Runs:
-    """The runs of one recording, to its settled end if it is live."""
-    end = _settled_end(session(address).archive, r.recording_id, r.end) if r.live else r.end
-    return {(q, batch): counts for q, (batch, counts) in _recording_runs(address, r, end, query, replay).items()}
+# -- exactly once: the journal ------------------------------------------------------------------
 
 
 def _stream_key(channel: str, stream_id: int) -> str | None:
@@ -359,19 +270,6 @@ def _stream_key(channel: str, stream_id: int) -> str | None:
         return None
 
 
-def published_runs(address: ArchiveAddress, channel: str, stream_id: int, query: int | None = None,
-                   replay: Replay = IPC_REPLAY) -> Runs:
-    """Rows published per partition by the last micro-batch of each query tag found in the recordings
-    of the stream ``channel``/``stream_id`` (the same media, endpoint, ..., whatever its other
-    parameters): ``{(query, batch id): {partition: rows}}`` (only ``query`` if given)."""
-    s = session(address)
-    key = _stream_key(channel, stream_id)
-    media = channel.split("?", 1)[0]
-    return _merge([_runs_of(address, info_of(s, d), query, replay) for d in _paged(
-        lambda from_id, count: s.archive.list_recordings_for_uri(media, stream_id, from_id, count))
-        if _stream_key(d.stripped_channel, d.stream_id) == key])
-
-
 def _paged(page_of, size: int = 1000):
     from_id = 0
     while True:
@@ -382,107 +280,263 @@ def _paged(page_of, size: int = 1000):
         from_id = page[-1].recording_id + 1
 
 
-def _begins_with_run_tag(address: ArchiveAddress, r: RecordingInfo, replay: Replay = IPC_REPLAY) -> bool:
-    """Whether the recording's first message is a run tag (a sink's recording). True also when that
-    cannot be told from its first 64 KiB (a larger first message): better read than missed."""
-    if r.end <= r.start:
-        return False
-    head = min(r.end, r.start + 64 * 1024)
-    # The replay runs to the recording's end (a frame boundary) and stops past ``head``.
-    got = [b.column(5).to_numpy() for b in read_range(address, RecordingRange(
-        r.recording_id, r.stream_id, r.session_id, r.start, head, r.start, r.end), *replay)]
-    reserved = np.concatenate(got) if got else np.empty(0, np.int64)
-    return not len(reserved) or parse_run_tag(int(reserved[0])) is not None
+_journals: dict[tuple, Journal] = {}
+_recorded_journals: set[tuple] = set()
 
 
-def published_runs_by_stream(address: ArchiveAddress, replay: Replay = IPC_REPLAY) -> dict[str, Runs]:
-    """``published_runs`` of every stream (by ``recording_key``) with a recording a sink made (one that
-    begins with a run tag), for a sink that routes rows by column."""
+def _journal(opts: WriterOptions) -> Journal:
+    """This process' view of the sink's journal."""
+    channel, stream_id = opts.journal
+    assert channel is not None
+    key = (opts.archive, channel, stream_id, opts.replay)
+    with _publications_lock:
+        j = _journals.get(key)
+        if j is None:
+            j = _journals[key] = Journal(opts.archive, channel, stream_id, opts.replay, _stream_key(channel, stream_id))
+        return j
+
+
+def ensure_journal_recorded(opts: WriterOptions) -> None:
+    """The archive records the journal stream: started here (on the Spark driver, when the query starts)
+    unless something already records it."""
+    channel, stream_id = opts.journal
+    assert channel is not None
+    key = (opts.archive, channel, stream_id)
+    if key in _recorded_journals:
+        return
+    ac = session(opts.archive).archive
+    media = channel.split("?", 1)[0]
+
+    def recorded() -> bool:
+        return any(_stream_key(c, sid) == _stream_key(channel, stream_id)
+                   for _, sid, c in ac.list_recording_subscriptions(channel=media, stream_id=stream_id))
+
+    if not recorded():
+        try:
+            ac.start_recording(channel, stream_id, source="local" if media == "aeron:ipc" else "remote")
+            log.info("sulis sink: recording the sink's journal %s stream %d", channel, stream_id)
+        except Exception as e:
+            if not recorded():  # not another query starting it at the same time
+                raise RuntimeError(f"sulis sink: cannot record the sink's journal ({channel} stream {stream_id}) "
+                                   f"on {opts.archive.describe()}: {e}") from e
+    _recorded_journals.add(key)
+
+
+def _session_recordings(address: ArchiveAddress, target: Target, session_id: int):
+    """The recordings of ``target``'s stream made of session ``session_id``, by start position."""
     s = session(address)
-    found: dict[str, list[Runs]] = {}
-    for d in _paged(lambda from_id, count: s.archive.list_recordings(from_id, count)):
-        key = _stream_key(d.stripped_channel, d.stream_id)
-        if key is None:
+    key, media = _stream_key(*target), target[0].split("?", 1)[0]
+    from .recordings import info_of
+
+    found = [info_of(s, d) for d in _paged(lambda f, c: s.archive.list_recordings_for_uri(media, target[1], f, c))
+             if d.session_id == session_id and _stream_key(d.stripped_channel, d.stream_id) == key]
+    return sorted(found, key=lambda r: r.start)
+
+
+def _covered(recordings, session_id: int, start: int, end: int | None, what: str):
+    """``(recording, lo, hi)`` pieces holding positions ``start`` to ``end`` (None: to what is recorded) of
+    a session; fails naming the positions a gap between its recordings left unrecorded."""
+    pieces, pos = [], start
+    for r in recordings:
+        if r.end <= pos:
             continue
-        r = info_of(s, d)
-        if _begins_with_run_tag(address, r, replay):
-            found.setdefault(key, []).append(_runs_of(address, r, None, replay))
-    return {key: merged for key, runs in found.items() if (merged := _merge(runs))}
-
-
-def _tags(reserved: np.ndarray) -> list[tuple[int, tuple[int, int, int]]]:
-    """(index, (query, batch, partition)) of the run tags among ``reserved``."""
-    out = []
-    for i in np.flatnonzero(reserved < 0):
-        t = parse_run_tag(int(reserved[i]))
-        if t is not None:
-            out.append((int(i), t))
-    return out
-
-
-def _recording_runs(address: ArchiveAddress, r, end: int, query: int | None,
-                    replay: Replay = IPC_REPLAY) -> dict[int, tuple[int, dict[int, int]]]:
-    """Per query tag, its newest batch's rows per partition in one recording, reading back a term at a time."""
-    parts: list[np.ndarray] = []
-    hi = end
-    reserved = np.empty(0, np.int64)
-    while hi > r.start:
-        lo = max(r.start, hi - 1 - (hi - 1) % r.term_length)
-        chunk = RecordingRange(r.recording_id, r.stream_id, r.session_id, lo, hi,
-                               replay_from(lo, r.start, r.term_length), end)
-        got = [b.column(5).to_numpy() for b in read_range(address, chunk, *replay)]
-        parts.insert(0, np.concatenate(got) if got else np.empty(0, np.int64))
-        hi = lo
-        reserved = np.concatenate(parts)
-        mine = [t for _, t in _tags(reserved) if query is None or t[0] == query]
-        # Batches only grow along a recording: once an older batch of a query shows up before
-        # its newest, every run of the newest is in what was read.
-        if mine and mine[0][1] < max(b for q, b, _ in mine if q == mine[0][0]):
+        if end is not None and pos >= end:
             break
-    return _count_runs(reserved, _tags(reserved), query)
+        if r.start > pos:
+            raise RuntimeError(
+                f"sulis sink: {what}: positions {pos} to {r.start} of session {session_id} were published but not "
+                f"recorded (the session's recording stopped and recording {r.recording_id} starts at {r.start}): "
+                "those rows are not in the recorded stream, and which rows they were cannot be told")
+        hi = r.end if end is None else min(r.end, end)
+        pieces.append((r, pos, hi))
+        pos = hi
+    if end is not None and pos < end:
+        raise RuntimeError(f"sulis sink: {what}: positions {pos} to {end} of session {session_id} are not recorded")
+    return pieces
 
 
-def _count_runs(reserved: np.ndarray, tags, query: int | None) -> dict[int, tuple[int, dict[int, int]]]:
-    """Rows of each run of each query's newest batch; a run ends where the next one (of any query) starts."""
-    newest: dict[int, int] = {}
-    for _, (q, b, _p) in tags:
-        if query is None or q == query:
-            newest[q] = max(newest.get(q, -1), b)
-    out: dict[int, tuple[int, dict[int, int]]] = {q: (b, {}) for q, b in newest.items()}
-    for k, (i, (q, b, p)) in enumerate(tags):
-        if newest.get(q) != b:
-            continue
-        stop = tags[k + 1][0] if k + 1 < len(tags) else len(reserved)
-        counts = out[q][1]
-        counts[p] = counts.get(p, 0) + stop - i
-    return out
+def _finished(address: ArchiveAddress, target: Target, a: Attempt, entries) -> bool:
+    """Whether attempt ``a`` can publish no more: it said it was done, its process went on to another
+    claim, or its session is no longer recorded (its process died)."""
+    if a.done is not None or later_claim(entries, a) is not None:
+        return True
+    return not any(r.live for r in _session_recordings(address, target, a.claim.session))
+
+
+def _published(opts: WriterOptions, target: Target, a: Attempt, entries) -> tuple[int, int, str, str] | None:
+    """``(skip, count, crc, name)`` of what attempt ``a`` (finished) published; read back from its session's
+    recordings when it died before saying."""
+    if a.run is None:
+        return None  # a run entry is recorded before any row
+    if a.done is not None:
+        return a.done.skip, a.done.count, a.done.crc, a.name
+    nxt = later_claim(entries, a)
+    check = Checksum()
+    recordings = _session_recordings(opts.archive, target, a.claim.session)
+    what = f"attempt {a.name} of batch {a.claim.batch} partition {a.claim.partition} (died publishing)"
+    for r, lo, hi in _covered(recordings, a.claim.session, a.claim.start, nxt.start if nxt else None, what):
+        if hi > lo:
+            rng = RecordingRange(r.recording_id, r.stream_id, r.session_id, lo, hi, lo, hi)
+            for b in read_range(opts.archive, rng, *opts.replay):
+                check.update(b.column(0))
+    return a.run.skip, check.count, check.value, a.name
+
+
+class _TaskTarget:
+    """One target of one exactly-once sink task: its claim, what earlier attempts published (and so what
+    it skips, checked), what it publishes, and its journal entries (``journal.py``)."""
+
+    def __init__(self, opts: WriterOptions, target: Target, query: str, batch: int, partition: int,
+                 task_attempt_id: int) -> None:
+        self.opts, self.target = opts, target
+        self.query, self.batch, self.partition, self.task_attempt_id = query, batch, partition, task_attempt_id
+        self.key = _stream_key(*target) or f"{target[0]}#{target[1]}"
+        self.journal = _journal(opts)
+        self.timeout = max(30.0, 3 * opts.archive.message_timeout)
+        self.where = f"batch {batch} partition {partition} to {target[0]} stream {target[1]}"
+        self.claim: Entry | None = None
+        self.skip = 0
+        self.expected: list[tuple[int, int, str, str]] = []  # (from row, to row, crc, attempt)
+        self.seen = 0  # leading rows taken (skipped and checked)
+        self.check = Checksum()
+        self.published = Checksum()
+        self.run_written = False
+        self.done = False
+
+    def _entry(self, kind: str, **fields) -> Entry:
+        assert self.claim is not None
+        return Entry(kind, self.query, self.batch, self.partition, self.key, self.claim.attempt, **fields)
+
+    def open(self) -> None:
+        """Claims the (batch, partition, target), standing back while another attempt is at it, and
+        learns what earlier attempts published."""
+        opts, journal = self.opts, self.journal
+        self.pub = _publication(opts.archive, self.target, True)
+        self.jpub = _publication(opts.archive, (journal.channel, journal.stream_id), False)
+        deadline = time.monotonic() + self.timeout
+        # Claimed only once the session is recorded: a session with no live recording is taken as ended.
+        journal.await_recorded(self.pub.session_id, self.pub.position, deadline, "the sink's publication",
+                               channel=self.target[0], stream_id=self.target[1])
+        seq = 0
+        while True:
+            name = attempt_name(self.task_attempt_id, seq)
+            self.claim = Entry("claim", self.query, self.batch, self.partition, self.key, name,
+                               session=self.pub.session_id, start=self.pub.position)
+            journal.append(self.jpub, self.claim, max(1.0, deadline - time.monotonic()))
+            entries = journal.entries(self.query, self.batch)
+            others = [a for a in attempts(entries, self.query, self.batch, self.partition, self.key).values()
+                      if a.name != name]
+            waiting = {a.name for a in others if not _finished(opts.archive, self.target, a, entries)}
+            if not waiting:
+                break
+            journal.append(self.jpub, self._entry("done", why="withdrawn"), max(1.0, deadline - time.monotonic()))
+            log.warning("sulis sink: %s: attempt %s waits for %s", self.where, name, sorted(waiting))
+            while waiting:
+                if time.monotonic() > deadline:
+                    self.done = True
+                    raise TimeoutError(
+                        f"sulis sink: {self.where}: another attempt of it ({', '.join(sorted(waiting))}) is still "
+                        f"publishing after {self.timeout:.0f}s; this one does not publish beside it (a task of an "
+                        "earlier stage attempt still running, or speculative execution: turn it off)")
+                time.sleep(0.1)
+                entries = journal.entries(self.query, self.batch)
+                now = attempts(entries, self.query, self.batch, self.partition, self.key)
+                waiting = {n for n in waiting if not _finished(opts.archive, self.target, now[n], entries)}
+            time.sleep(random.uniform(0.0, 0.2))  # two attempts that stood back for each other: not in step
+            seq += 1
+        runs = sorted(p for a in others if (p := _published(opts, self.target, a, entries)) and p[1] > 0)
+        pos = 0
+        for skip, count, _crc, name in runs:
+            if skip != pos:
+                how = "published twice" if skip < pos else "never published"
+                raise RuntimeError(f"sulis sink: {self.where}: the journal says attempt {name} published rows "
+                                   f"{skip} to {skip + count}, but earlier attempts end at row {pos}: rows were "
+                                   f"{how} (journal {journal.channel} stream {journal.stream_id})")
+            pos += count
+        self.skip = pos
+        self.expected = [(skip, skip + count, crc, name) for skip, count, crc, name in runs]
+        if self.skip:
+            log.warning("sulis sink: %s: earlier attempts published %d rows; this attempt checks and skips them",
+                        self.where, self.skip)
+
+    def take(self, values: pa.Array, stamps):
+        """``values`` less the leading rows earlier attempts published, which are checked against theirs."""
+        i, n = 0, len(values)
+        while i < n and self.seen < self.skip:
+            lo, hi, crc, name = self.expected[0]
+            k = min(n - i, hi - self.seen)
+            self.check.update(values.slice(i, k))
+            self.seen += k
+            i += k
+            if self.seen == hi:
+                if self.check.value != crc:
+                    raise RuntimeError(
+                        f"sulis sink: {self.where}: rows {lo} to {hi} of this re-run differ from the rows attempt "
+                        f"{name} published (checksum {self.check.value}, published {crc}): the re-run gives other "
+                        "rows or another order (a shuffle without a sort, minPartitions or the plan changed across "
+                        "a restart); nothing of it was published again. Make the rows per partition deterministic "
+                        "(sortWithinPartitions) or write to a new stream")
+                self.expected.pop(0)
+                self.check = Checksum()
+        if i == 0:
+            return values, stamps
+        return values.slice(i), (stamps[i:] if isinstance(stamps, np.ndarray) else stamps)
+
+    def publish(self, values: pa.Array, stamps) -> None:
+        if not self.run_written:
+            self.journal.append(self.jpub, self._entry("run", skip=self.skip), self.timeout)
+            self.run_written = True
+        offer_all(self.pub, self.target, values, self.opts, stamps=stamps)
+        self.published.update(values)
+
+    def close(self) -> None:
+        """After the last row: its rows recorded, whole, and the journal told."""
+        assert self.claim is not None
+        if self.seen < self.skip:
+            raise RuntimeError(f"sulis sink: {self.where}: earlier attempts published {self.skip} rows, but this "
+                               f"re-run has only {self.seen}: its rows differ (the plan or the input changed across "
+                               "a restart); nothing of it was published again")
+        end = self.pub.position
+        if self.run_written:
+            self._await_whole(end, time.monotonic() + self.timeout)
+        self._done(end)
+
+    def _await_whole(self, end: int, deadline: float) -> None:
+        assert self.claim is not None
+        self.journal.await_recorded(self.pub.session_id, end, deadline, f"the sink's rows of {self.where}",
+                                    channel=self.target[0], stream_id=self.target[1])
+        recordings = _session_recordings(self.opts.archive, self.target, self.pub.session_id)
+        _covered(recordings, self.pub.session_id, self.claim.start, end, f"{self.where} (attempt {self.claim.attempt})")
+
+    def _done(self, end: int, why: str = "") -> None:
+        self.journal.append(self.jpub, self._entry("done", skip=self.skip, count=self.published.count,
+                                                   crc=self.published.value, end=end, why=why), self.timeout)
+        self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        """After an error: says so in the journal where it can tell what was recorded, so a re-run need not
+        wait for this process to end; else the re-run reads back what was recorded."""
+        if self.claim is None or self.done:
+            return
+        try:
+            end = self.pub.position
+            if self.run_written:
+                self._await_whole(end, time.monotonic() + 2.0)
+            self._done(end, why=f"failed: {type(error).__name__}: {str(error)[:200]}")
+        except Exception as e:
+            log.warning("sulis sink: %s: could not tell the journal how the attempt ended (%s); a re-run reads "
+                        "back what was recorded", self.where, e)
 
 
 class SulisStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("sulis")``: exactly once into the recorded stream (see the module doc);
-    ``exactlyOnce=false`` publishes through a shared publication with no run tags (at least once)."""
+    ``exactlyOnce=false`` publishes through a shared publication (at least once)."""
 
     def __init__(self, opts: WriterOptions, schema: StructType) -> None:
         _check_schema(schema, opts)
         self.opts = opts
-        # Built on the Spark driver when the query starts, then shipped with every task: the last runs
-        # of the option's target, or (routing by column) of every stream a sink recorded.
-        self.resume: Runs = {}
-        self.resume_by_stream: dict[str, Runs] = {}
-        if opts.exactly_once:
-            if opts.channel is not None and opts.stream_id is not None:
-                self.resume = published_runs(opts.archive, opts.channel, opts.stream_id, replay=opts.replay)
-            else:
-                self.resume_by_stream = published_runs_by_stream(opts.archive, opts.replay)
-            if self.resume or self.resume_by_stream:
-                log.info("sulis sink: last runs found %s", self.resume or self.resume_by_stream)
-
-    def _last_runs(self, target: Target, query: int, retried: bool) -> Runs:
-        if retried:  # a retried task: count what the failed attempts published
-            return published_runs(self.opts.archive, *target, query, self.opts.replay)
-        if self.opts.channel is not None and self.opts.stream_id is not None:
-            return self.resume
-        return self.resume_by_stream.get(_stream_key(*target) or "", {})
+        if opts.exactly_once:  # on the Spark driver: at the query's start and for each commit (cached)
+            ensure_journal_recorded(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         from pyspark import TaskContext
@@ -502,28 +556,32 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
         if ctx is None or raw_batch is None or not query_id:
             raise RuntimeError("sulis sink: no streaming batch id or query id in the task (exactly-once needs them)")
         batch_id = int(raw_batch)
-        query = query_hash(query_id)
-        tag = run_tag(query, batch_id, partition)
-        skip: dict[Target, int] = {}  # per target: rows an earlier attempt published
-        skipped: dict[Target, int] = {}
-        published: dict[Target, int] = {}
-        for batch in iterator:
-            for target, values, stamps in routes(batch, opts):
-                if target not in skip:
-                    runs = self._last_runs(target, query, ctx.attemptNumber() > 0)
-                    skip[target] = runs.get((query, batch_id), {}).get(partition, 0)
-                    skipped[target] = published[target] = 0
-                if skipped[target] < skip[target]:
-                    k = min(skip[target] - skipped[target], len(values))
-                    skipped[target] += k
-                    values = values.slice(k)
-                    if isinstance(stamps, np.ndarray):
-                        stamps = stamps[k:]
-                if len(values):
-                    offer_all(_publication(opts.archive, target, True), target, values, opts,
-                              first_reserved=None if published[target] else tag, stamps=stamps)
-                    published[target] += len(values)
-        return SinkCommit(partition, sum(published.values()), sum(skipped.values()))
+        states: dict[Target, _TaskTarget] = {}
+
+        def state(target: Target) -> _TaskTarget:
+            st = states.get(target)
+            if st is None:
+                st = states[target] = _TaskTarget(opts, target, query_id, batch_id, partition, ctx.taskAttemptId())
+                st.open()
+            return st
+
+        try:
+            if opts.channel is not None and opts.stream_id is not None:
+                state((opts.channel, opts.stream_id))  # claimed even with no rows: a re-run with fewer fails
+            for batch in iterator:
+                for target, values, stamps in routes(batch, opts):
+                    st = state(target)
+                    values, stamps = st.take(values, stamps)
+                    if len(values):
+                        st.publish(values, stamps)
+            for st in states.values():
+                st.close()
+        except BaseException as e:
+            for st in states.values():
+                st.fail(e)
+            raise
+        return SinkCommit(partition, sum(st.published.count for st in states.values()),
+                          sum(st.skip for st in states.values()))
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if isinstance(m, SinkCommit)]
@@ -533,5 +591,5 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
                         batchId, skipped)
 
     def abort(self, messages, batchId: int) -> None:
-        log.warning("sulis sink: batch %d aborted; what its tasks published stays in the stream and a re-run "
-                    "skips it", batchId)
+        log.warning("sulis sink: batch %d aborted; what its tasks published stays in the stream, and the journal "
+                    "says what: a re-run skips it", batchId)
