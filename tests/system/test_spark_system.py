@@ -1459,3 +1459,85 @@ def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark
         read(spark, sulis_node, channel=CHANNEL, streamId=3122, includeTimestamp="true",
              valueSchema="timestamp long").count()
     pub.close()
+
+
+def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark, sulis_node, tmp):
+    """A real stage re-attempt with a zombie: the sink's stage reads a shuffle. Partition 0's first task
+    hands two batches to the sink, deletes the shuffle's files and waits; a later task's fetch fails, Spark
+    runs the map stage and the sink's stage again, and partition 0 runs again with attempt number 0 while
+    the first one, a zombie, is still alive (it goes on once the new one started, and publishes the rest).
+    The new attempt waits for it, then checks and skips what it published: every row once."""
+    import glob
+
+    from pyspark import TaskContext
+
+    _, _, _, ac = sulis_node
+    src = Recorded(sulis_node, 3160)
+    n = 40_000  # of 1 KiB
+    src.publish(b"row-%08d" % i + bytes(1012) for i in range(n))
+    ac.start_recording(CHANNEL, 3161)  # the sink's stream
+    jvm = spark.sparkContext._jvm
+    local_dirs = [d.getAbsolutePath() for d in jvm.org.apache.spark.SparkEnv.get().blockManager()
+                  .diskBlockManager().localDirs()]
+    marker, retried = os.path.join(tmp, "failed-once"), os.path.join(tmp, "retried")
+
+    def fail_once(batches):
+        ctx = TaskContext.get()
+        first = ctx.partitionId() == 0 and not os.path.exists(marker)
+        if ctx.partitionId() == 0 and not first:
+            open(retried, "w").close()
+        for k, b in enumerate(batches):
+            yield b
+            if first and k == 1:  # two batches handed to the sink: lose the shuffle's files
+                time.sleep(1.0)
+                open(marker, "w").close()
+                for d in local_dirs:
+                    for f in glob.glob(os.path.join(d, "**", "shuffle_*"), recursive=True):
+                        os.remove(f)
+                deadline = time.monotonic() + 90  # a zombie until the re-attempt runs partition 0 again
+                while not os.path.exists(retried) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+
+    def run():
+        reader = (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir)
+                  .option("recordingIds", src.rid).option("minPartitions", 8).load())
+        query = (reader.select("value").repartition(4).mapInArrow(fail_once, "value binary")
+                 .writeStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+                 .option("streamId", 3161).option("checkpointLocation", os.path.join(tmp, "ck"))
+                 .trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180), "the availableNow query did not finish within 180 s"
+        except Exception:  # it failed: query.exception() says how
+            assert not query.isActive
+        return query
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+    try:
+        query = run()
+        if query.exception() is not None:
+            # Spark's output commit coordinator authorised the zombie's commit of partition 0 and denies the
+            # re-attempt's, which local mode (one task failure allowed) takes as the job's failure; a cluster
+            # (spark.task.maxFailures 4) goes on. Either way the user restarts on the checkpoint, and the
+            # re-run of the micro-batch finds every row it published in the journal.
+            assert "Commit denied for partition 0" in str(query.exception()), query.exception()
+            query = run()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert query.exception() is None, query.exception()
+    assert os.path.exists(retried), "partition 0 should have run again in the stage's re-attempt"
+    got = read_back(spark, sulis_node, 3161, n)
+    values = sorted(r[0] for r in got)
+    assert len(values) == n and values == sorted(src.messages), \
+        f"{len(values)} rows in the stream for {n}: {len(values) - len(set(values))} twice"
+    # What happened, as the journal tells it: partition 0's first attempt (the zombie) published its rows,
+    # and the re-attempt's skipped them.
+    from sulis.spark.journal import Journal, attempts
+    from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
+
+    journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
+                      ("aeron:ipc", 0x5A17), None)
+    key = sulis._native.recording_key(CHANNEL, 3161)
+    tried = attempts(journal.entries(str(query.id), 0), str(query.id), 0, 0, key).values()
+    done = [a.done for a in tried if a.done is not None and a.done.why != "withdrawn"]
+    assert len(done) >= 2, [a.name for a in tried]
+    assert done[0].count > 2000 and done[-1].skip == done[0].count and done[-1].count == 0, done
