@@ -5,7 +5,9 @@ into Parquet with a checkpoint. Prints one JSON line per micro-batch that read r
 usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now) [MASTER [OPTION=VALUE ...]]
 
 MASTER is local[2] unless given (e.g. spark://127.0.0.1:7077 for the standalone cluster test);
-OPTION=VALUE pairs are more options of the format("sulis") source.
+OPTION=VALUE pairs are more options of the format("sulis") source, but for sinkStreamId=N: a second
+query writes the values through the exactly-once sulis sink to aeron:ipc stream N (checkpoint
+CHECKPOINT-sink); in stream mode it prints {"sink_query": its id} when it starts.
 """
 
 from __future__ import annotations
@@ -31,17 +33,29 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     sulis.spark.register(spark)
     extra = dict(arg.split("=", 1) for arg in sys.argv[7:])
-    writer = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
-              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).options(**extra).load()
-              .writeStream.format("parquet").option("checkpointLocation", checkpoint))
+    sink_stream = extra.pop("sinkStreamId", None)
+    source = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
+              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).options(**extra).load())
+    writer = source.writeStream.format("parquet").option("checkpointLocation", checkpoint)
+    # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink.
+    sink = None if sink_stream is None else (
+        source.select("value").writeStream.format("sulis").option("driverDir", driver_dir)
+        .option("channel", "aeron:ipc").option("streamId", sink_stream)
+        .option("checkpointLocation", checkpoint + "-sink"))
     if mode == "available-now":
-        query = writer.trigger(availableNow=True).start(out)
-        query.awaitTermination(120)
-        print(json.dumps({"done": True, "exception": str(query.exception()) if query.exception() else None}),
-              flush=True)
+        queries = [writer.trigger(availableNow=True).start(out)]
+        if sink is not None:
+            queries.append(sink.trigger(availableNow=True).start())
+        for query in queries:
+            query.awaitTermination(120)
+        failed = [str(q.exception()) for q in queries if q.exception()]
+        print(json.dumps({"done": True, "exception": "; ".join(failed) or None}), flush=True)
         spark.stop()
         return 0
     query = writer.trigger(processingTime="200 milliseconds").start(out)
+    if sink is not None:
+        print(json.dumps({"sink_query": str(sink.trigger(processingTime="200 milliseconds").start().id)}),
+              flush=True)
     seen: set[int] = set()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the test kills this process long before

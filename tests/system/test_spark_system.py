@@ -621,32 +621,48 @@ def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
 # suite's 120 s guard when the other test worker is busy too.
 @pytest.mark.timeout(300)
 def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spark, sulis_node, tmp):
+    """One Spark application, two queries from one recording: into Parquet, and through the exactly-once
+    sulis sink. kill -9 of the Spark driver (Python and JVM) the moment a task of micro-batch 3 or later has
+    published and said so in the sink's journal (before Spark logs the commit; other tasks of the batch
+    may still be publishing); restarted on the checkpoints, every message is once in Parquet (read through
+    Spark) and once in the sink's stream."""
     import json
     import signal
     import subprocess
 
+    from sulis.spark.journal import Journal
+    from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
+
+    _, _, _, ac = sulis_node
     child_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
     checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
     rec = Recorded(sulis_node, 3114)
     rec.publish(message(i) for i in range(500))
+    ac.start_recording(CHANNEL, 3115)  # the sink's stream
 
     def start(mode: str) -> subprocess.Popen:
         # Its own session: kill -9 then reaches the JVM that the Python driver started, too.
-        return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode],
+        return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode,
+                                 "local[2]", "sinkStreamId=3115"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
 
+    journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
+                      ("aeron:ipc", 0x5A17), None)
     with rec.publishing(500, 20_000, pause=0.005):
         child = start("stream")
-        batches = 0
         deadline = time.monotonic() + 90
         try:
-            while batches < 3:  # a few micro-batches committed, then kill it in the middle of the next ones
-                assert time.monotonic() < deadline, "the streaming child committed no batches"
-                line = child.stdout.readline()
-                assert line, f"the streaming child exited ({child.poll()})"
-                batches += "batch" in json.loads(line)
-        finally:  # kill -9 mid-stream (or after a failure above)
+            line = child.stdout.readline()
+            assert line, f"the streaming child exited ({child.poll()})"
+            sink_query = json.loads(line)["sink_query"]
+
+            def published_in_batch_3():
+                return [e for e in journal.entries(sink_query, 3) if e.query == sink_query and e.kind == "done"
+                        and e.batch >= 3]
+            await_until(published_in_batch_3, timeout=90, interval=0.002, what="a task of batch 3 to publish")
+            assert time.monotonic() < deadline
+        finally:  # kill -9 now (or after a failure above)
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait(timeout=30)
@@ -665,6 +681,13 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     got = by_position(collect(spark.read.parquet(out)))
     assert len(got) == len(rec.messages) > 500
     assert got == by_position(rec.rows())
+    sunk = sorted(r[0] for r in read_back(spark, sulis_node, 3115, len(rec.messages)))
+    assert sunk == sorted(rec.messages), f"{len(sunk)} rows in the sink's stream for {len(rec.messages)}"
+    # The kill came between publishing and Spark's commit: the restart re-ran that micro-batch, and its
+    # tasks skipped what was published before the kill.
+    skipped = [e for e in journal.entries(sink_query, 3) if e.query == sink_query and e.kind == "done"
+               and e.batch >= 3 and e.skip > 0]
+    assert skipped, "the restart should have re-run a micro-batch the sink had published"
 
 
 def _free_tcp_port() -> int:
