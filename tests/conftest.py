@@ -47,7 +47,7 @@ import time
 import pytest
 
 import sulis
-from netutil.fixtures import make_relay, netns_pair, nft_loss  # noqa: F401 - fixtures, for every test module
+from netutil.fixtures import make_relay, netns_hosts, netns_pair, nft_loss  # noqa: F401 - fixtures, for every test module
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
@@ -137,6 +137,24 @@ def make_dir(prefix: str = "sulis-test-") -> str:
     d = tempfile.mkdtemp(prefix=prefix, dir=SHM)
     _MADE_DIRS.append(d)
     return d
+
+
+def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
+    """Starts a daemon with ``popen(stdout=..., stderr=..., start_new_session=True)``, its output in
+    ``log_dir/<name>.log`` (kept open in ``logs``), and waits until ``ready`` shows in it."""
+    log = open(os.path.join(log_dir, f"{name}.log"), "w+")
+    logs.append(log)
+    proc = popen(stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text() -> str:
+        with open(log.name) as f:
+            return f.read()
+
+    def is_ready():
+        assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
+        return ready in text()
+    await_until(is_ready, timeout=60, interval=0.2, what=f"{name} to be ready")
+    return proc
 
 
 def start_archive_node(archive_prefix: str, **driver_options):

@@ -4,6 +4,8 @@ test can take them as arguments.
 ``netns_pair``
     A fresh ``NetnsPair`` (skips when namespaces are unavailable), deleted on
     teardown whether the test passed or not.
+``netns_hosts``
+    Factory of ``NetnsHosts`` (host names): hosts on one bridge; all deleted on teardown.
 ``make_relay``
     Factory of ``LossyRelay`` (same arguments); every relay is closed on teardown.
 ``nft_loss``
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from .netns import NetnsPair, require_netns
+from .netns import NetnsHosts, NetnsPair, require_netns
 from .nft import NftLoss, require_nft
 from .relay import LossyRelay
 
@@ -25,6 +27,23 @@ def netns_pair():
     require_netns()
     with NetnsPair() as pair:
         yield pair
+
+
+@pytest.fixture
+def netns_hosts():
+    """Factory: ``netns_hosts("a", "b", "c")`` makes ``NetnsHosts`` (skips when namespaces are
+    unavailable), deleted on teardown."""
+    require_netns()
+    made: list[NetnsHosts] = []
+
+    def make(*names: str, **kwargs) -> NetnsHosts:
+        hosts = NetnsHosts(*names, **kwargs)
+        made.append(hosts)
+        return hosts
+
+    yield make
+    for hosts in reversed(made):
+        hosts.close()
 
 
 @pytest.fixture

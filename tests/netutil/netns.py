@@ -46,7 +46,7 @@ CLONE_NEWNET = 0x40000000
 VETH = "sv0"
 
 _counter = itertools.count()
-_live: dict[str, NetnsPair] = {}
+_live: dict[str, NetnsPair | NetnsHosts] = {}
 _live_lock = threading.Lock()
 _available: tuple[bool, str] | None = None
 
@@ -355,6 +355,174 @@ class NetnsPair:
 
     def __repr__(self) -> str:
         return f"NetnsPair({self.ns_a}={self.addr_a}, {self.ns_b}={self.addr_b})"
+
+
+def _leaf_pid(pid: int) -> int:
+    """The process ``pid`` runs as after ``exec``s and one level of children (``ip netns exec`` → ``unshare``
+    → ``sh`` → ``sleep``): the deepest first child, which is in the innermost namespaces."""
+    for _ in range(4):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = f.read().split()
+        except OSError:
+            break
+        if not children:
+            break
+        pid = int(children[0])
+    return pid
+
+
+class NetnsHosts:
+    """Hosts on one switch: a namespace per host name, each with ``lo`` and a veth ``sv0`` addressed
+    ``10.78.<n>.<k>/24`` (k = 1, 2, ... in the order named), whose other ends are ports of a bridge in a
+    namespace of its own (nothing in the root namespace). Neighbour entries are static.
+
+    ``with NetnsHosts("a", "b", "c") as hosts: hosts.popen("b", [...]); hosts.kill_host("c")``
+    """
+
+    def __init__(self, *names: str, prefix: str = DEFAULT_PREFIX, subnet: int | None = None, mtu: int = 1500,
+                 private: str | None = None):
+        """``private``: a directory that is each host's own (a tmpfs mounted there in a mount namespace per
+        host, which every process started on the host shares), as ``/dev/shm`` is on separate machines:
+        a media driver directory given by one path on every host then names each host's own driver."""
+        n = next(_counter)
+        self.private = private
+        self._holders: dict[str, subprocess.Popen] = {}
+        base = f"{prefix}{os.getpid()}-{n}"
+        octet = (n if subnet is None else subnet) % 256
+        self.names = list(names)
+        self._ns = {name: f"{base}{name}" for name in names}
+        self._addr = {name: f"10.78.{octet}.{k + 1}" for k, name in enumerate(names)}
+        self.switch = f"{base}sw"
+        self.dev, self.mtu = VETH, mtu
+        self._procs: dict[str, list[subprocess.Popen]] = {name: [] for name in names}
+        self._closed = False
+        self._key = base
+        cleanup_stale(prefix)
+        with _live_lock:
+            _live[base] = self  # type: ignore[assignment]
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+
+    def _create(self) -> None:
+        _ip("netns", "add", self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        for k, name in enumerate(self.names):
+            ns, port = self._ns[name], f"p{k}"
+            _ip("netns", "add", ns)
+            _ip("link", "add", self.dev, "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
+            _ip("-n", self.switch, "link", "set", port, "master", "br0")
+            _ip("-n", self.switch, "link", "set", port, "mtu", str(self.mtu), "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "link", "set", self.dev, "mtu", str(self.mtu))
+            _ip("-n", ns, "addr", "add", f"{self._addr[name]}/24", "dev", self.dev)
+            _ip("-n", ns, "link", "set", self.dev, "up")
+        if self.private is not None:
+            os.makedirs(self.private, exist_ok=True)
+            for name in self.names:  # the host's mount namespace, held open by a process that only waits
+                holder = popen_in(self._ns[name], ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                                   f"mount -t tmpfs tmpfs {self.private} && echo ready && exec sleep "
+                                                   "infinity"], stdout=subprocess.PIPE, text=True)
+                self._holders[name] = holder
+                assert holder.stdout is not None
+                if holder.stdout.readline().strip() != "ready":
+                    raise NetnsError(f"cannot mount a private {self.private} on host {name}")
+        macs = {name: json.loads(_ip("-n", self._ns[name], "-j", "link", "show", "dev", self.dev).stdout)[0]["address"]
+                for name in self.names}
+        for name in self.names:
+            for other in self.names:
+                if other != name:
+                    _ip("-n", self._ns[name], "neigh", "replace", self._addr[other], "lladdr", macs[other],
+                        "dev", self.dev, "nud", "permanent")
+
+    def ns(self, name: str) -> str:
+        return self._ns[name]
+
+    def addr(self, name: str) -> str:
+        return self._addr[name]
+
+    def popen(self, name: str, argv, **kwargs) -> subprocess.Popen:
+        """``popen_in`` on a host (in its mount namespace too, with ``private``); the process is killed with the
+        host or on ``close()``."""
+        holder = self._holders.get(name)
+        if holder is None:
+            proc = popen_in(self._ns[name], argv, **kwargs)
+        else:
+            enter = ["nsenter", "-t", str(_leaf_pid(holder.pid)), "-m", "-n"]
+            proc = subprocess.Popen(enter + [str(a) for a in argv], **kwargs)
+        self._procs[name].append(proc)
+        return proc
+
+    def python(self, name: str, code: str, *args, **kwargs) -> subprocess.Popen:
+        return self.popen(name, [sys.executable, "-c", code, *args], **kwargs)
+
+    def kill_host(self, name: str) -> None:
+        """The host dies: every process in it is SIGKILLed (what it started too) and its link goes down."""
+        for _ in range(50):
+            pids = [p for p in netns_pids(self._ns[name]) if p != os.getpid()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        for proc in self._procs[name]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        _ip("-n", self._ns[name], "link", "set", self.dev, "down", check=False)
+
+    def procs(self) -> list[subprocess.Popen]:
+        return [p for name in self.names for p in self._procs[name]]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self.procs():
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+        for holder in self._holders.values():
+            if holder.stdout is not None:
+                holder.stdout.close()
+        for name in self.names:
+            delete_netns(self._ns[name])  # its processes, the holder of its mount namespace among them
+        for holder in self._holders.values():
+            holder.wait(timeout=10)
+        if self._holders:
+            try:
+                os.rmdir(self.private)  # type: ignore[arg-type]
+            except OSError:
+                pass
+        delete_netns(self.switch)
+        with _live_lock:
+            _live.pop(self._key, None)
+
+    def __enter__(self) -> NetnsHosts:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "NetnsHosts(" + ", ".join(f"{self._ns[n]}={self._addr[n]}" for n in self.names) + ")"
 
 
 @atexit.register

@@ -5,9 +5,10 @@ into Parquet with a checkpoint. Prints one JSON line per micro-batch that read r
 usage: spark_child.py DRIVER_DIR STREAM_ID CHECKPOINT OUT (stream|available-now) [MASTER [OPTION=VALUE ...]]
 
 MASTER is local[2] unless given (e.g. spark://127.0.0.1:7077 for the standalone cluster test);
-OPTION=VALUE pairs are more options of the format("sulis") source, but for sinkStreamId=N: a second
-query writes the values through the exactly-once sulis sink to aeron:ipc stream N (checkpoint
-CHECKPOINT-sink); in stream mode it prints {"sink_query": its id} when it starts.
+OPTION=VALUE pairs are more options of the format("sulis") source, but for sinkStreamId=N and
+sinkChannel=URI (default aeron:ipc): a second query writes the values through the exactly-once sulis
+sink to that stream (checkpoint CHECKPOINT-sink, the source's archive options); in stream mode it
+prints {"sink_query": its id} when it starts.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ def main() -> int:
     sulis.spark.register(spark)
     extra = dict(arg.split("=", 1) for arg in sys.argv[7:])
     sink_stream = extra.pop("sinkStreamId", None)
+    sink_channel = extra.pop("sinkChannel", "aeron:ipc")
+    archive = {k: v for k, v in extra.items() if k in ("controlChannel", "controlStreamId", "controlResponseChannel",
+                                                        "controlResponseStreamId", "replayChannel", "messageTimeout")}
     source = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
               .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).options(**extra).load())
     writer = source.writeStream.format("parquet").option("checkpointLocation", checkpoint)
     # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink.
     sink = None if sink_stream is None else (
         source.select("value").writeStream.format("sulis").option("driverDir", driver_dir)
-        .option("channel", "aeron:ipc").option("streamId", sink_stream)
+        .option("channel", sink_channel).option("streamId", sink_stream).options(**archive)
         .option("checkpointLocation", checkpoint + "-sink"))
     if mode == "available-now":
         queries = [writer.trigger(availableNow=True).start(out)]

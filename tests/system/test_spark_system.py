@@ -23,7 +23,14 @@ pytest.importorskip("pyspark")
 
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
-from conftest import await_until, free_udp_port, keep_dir, make_dir, start_archive_node  # noqa: E402
+from conftest import (  # noqa: E402
+    await_until,
+    free_udp_port,
+    keep_dir,
+    make_dir,
+    start_archive_node,
+    start_awaiting,
+)
 from sulis.archive import RecordingSignal  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -698,31 +705,11 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
-def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
-    """Starts a daemon with ``popen(stdout=..., stderr=..., start_new_session=True)``, its output in
-    ``log_dir/<name>.log`` (kept open in ``logs``), and waits until ``ready`` shows in it."""
-    import subprocess
-
-    log = open(os.path.join(log_dir, f"{name}.log"), "w+")
-    logs.append(log)
-    proc = popen(stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def text() -> str:
-        with open(log.name) as f:
-            return f.read()
-
-    def is_ready():
-        assert proc.poll() is None, f"{name} exited: {text()[-2000:]}"
-        return ready in text()
-    await_until(is_ready, timeout=60, interval=0.2, what=f"{name} to be ready")
-    return proc
-
-
 def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
     """A Spark standalone master and worker from the pip package (loopback only); the job's
     partitions run in the worker's executor, whose Python workers replay from the archive over UDP
     (readMode=replay: on this one host the files would be read otherwise). Where network namespaces
-    can be made, the two-host test below runs the same cluster across hosts instead (saving the suite
+    can be made, test_spark_hosts.py runs the same cluster across three hosts instead (saving the suite
     the ~45 s of a second cluster)."""
     import json
     import signal
@@ -733,7 +720,7 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
     from netutil.netns import netns_available
 
     if netns_available()[0]:
-        pytest.skip("covered by test_a_spark_cluster_on_one_host_reads_an_archive_on_another")
+        pytest.skip("covered by test_spark_hosts.py (the same cluster across three hosts)")
 
     spark_home = os.path.dirname(pyspark.__file__)
     spark_class = os.path.join(spark_home, "bin", "spark-class")
@@ -780,91 +767,6 @@ def test_standalone_cluster_executor_reads_by_replay(spark, sulis_node, tmp):
         for log in logs:
             log.close()
     assert by_position(collect(spark.read.parquet(out))) == by_position(rec.rows())
-
-
-def test_a_spark_cluster_on_one_host_reads_an_archive_on_another(spark, netns_pair, tmp):
-    """Two hosts (network namespaces joined by a veth pair): host A runs a media driver and an archive with a
-    UDP control channel; host B runs a sulis driver, a Spark master and worker, and the job. The executor on B
-    replays the recording on A with options that name host A's ports only (response channels), into Parquet."""
-    import json
-    import signal
-    import subprocess
-
-    import pyspark
-
-    pair = netns_pair
-    a, b = pair.addr("a"), pair.addr("b")
-    base = make_dir("sulis-spark-hosts-")
-    archive_driver, archive_dir, spark_driver = (os.path.join(base, x) for x in ("driver-a", "archive", "driver-b"))
-    control = f"aeron:udp?endpoint={a}:8010"
-    spark_home = os.path.dirname(pyspark.__file__)
-    spark_class = os.path.join(spark_home, "bin", "spark-class")
-    env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP=b, SPARK_LOCAL_HOSTNAME=b,
-               PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=tmp, SPARK_WORKER_DIR=os.path.join(tmp, "work"))
-    logs: list = []
-
-    def start(side: str, name: str, argv: list[str], ready: str, environment=None) -> subprocess.Popen:
-        return start_awaiting(lambda **kw: pair.popen(side, argv, env=environment or os.environ, **kw),
-                              f"{name} on host {side}", tmp, ready, logs)
-
-    try:
-        start("a", "archive", [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
-                               "--embedded-driver", "--dir", archive_driver, "--control-channel", control],
-              "running in")
-        count = 3000
-        recorded = pair.python("a", f"""
-import json, sulis
-with sulis.Client(dir={archive_driver!r}) as c, sulis.ArchiveClient(c) as ac:
-    ac.start_recording("aeron:ipc", 3170)
-    pub = c.add_publication("aeron:ipc", 3170)
-    rid = ac.await_signal(sulis.archive.RecordingSignal.START).recording_id
-    for i in range({count}):
-        m = i.to_bytes(4, "little") + bytes((i + j) & 0xFF for j in range(8 + (i * 37) % 300))
-        while pub.offer(m) < 0:
-            pass
-    end = pub.position
-    while ac.get_recording_position(rid) != end:
-        pass
-    ac.stop_recording("aeron:ipc", 3170)
-    print(json.dumps({{"rid": rid, "end": end}}), flush=True)
-""", stdout=subprocess.PIPE, text=True)
-        out_a, _ = recorded.communicate(timeout=60)
-        rec = json.loads(out_a.strip().splitlines()[-1])
-        start("b", "driver", [sys.executable, "-m", "sulis.cli", "driver", "--dir", spark_driver,
-                              "--threading-mode", "shared"], "running in")
-        master_url = f"spark://{b}:7077"
-        start("b", "master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", b, "--port", "7077",
-                              "--webui-port", "8080"], "I have been elected leader", env)
-        start("b", "worker", [spark_class, "org.apache.spark.deploy.worker.Worker", master_url, "--host", b,
-                              "--cores", "1", "--memory", "1g", "--webui-port", "8081"],
-              "Successfully registered with master", env)
-        out, checkpoint = os.path.join(tmp, "out"), os.path.join(tmp, "checkpoint")
-        child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
-        job = pair.popen("b", [sys.executable, child, spark_driver, "3170", checkpoint, out, "available-now",
-                               master_url, f"controlChannel={control}", "readMode=replay", "minPartitions=2",
-                               f"controlResponseChannel=aeron:udp?control-mode=response|control={a}:8011",
-                               f"replayChannel=aeron:udp?control-mode=response|control={a}:8012"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env, SPARK_LOCAL_IP=b))
-        job_out, job_err = job.communicate(timeout=150)
-        assert json.loads(job_out.strip().splitlines()[-1]) == {"done": True, "exception": None}, job_err[-3000:]
-        assert os.listdir(os.path.join(tmp, "work")), "the tasks ran in the worker's executor"
-    finally:
-        for proc in reversed(pair._procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    proc.kill()
-        for log in logs:
-            log.close()
-        shutil.rmtree(base, ignore_errors=True)
-    rows = spark.read.parquet(out).select("value", "recording_id", "position").collect()
-    values = sorted(bytes(r.value) for r in rows)
-    assert len(values) == count and {r.recording_id for r in rows} == {rec["rid"]}
-    assert values == sorted(i.to_bytes(4, "little") + bytes((i + j) & 0xFF for j in range(8 + (i * 37) % 300))
-                            for i in range(count))
-    assert max(r.position for r in rows) == rec["end"]
 
 
 def test_purged_data_fails_with_fail_on_data_loss_else_is_skipped(spark, sulis_node):
