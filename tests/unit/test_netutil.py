@@ -462,3 +462,36 @@ def test_relay_process_takes_a_new_impairment_while_it_runs(sinks):
                 relay.configure(backward=Impairment(filter=lambda d: True))
         finally:
             client.close()
+
+
+def test_netns_hosts_on_a_bridge_each_with_a_private_directory_and_one_killed(netns_hosts, tmp_path):
+    """Three hosts on one bridge: each reaches the others over UDP, each sees only its own private
+    directory (as /dev/shm on separate machines), and a killed host's processes are gone and it is off the
+    network."""
+    import os
+    import sys
+
+    private = f"/dev/shm/sulis-nethosts-{os.getpid()}"
+    hosts = netns_hosts("a", "b", "c", private=private)
+    for name in "abc":
+        assert hosts.popen(name, ["sh", "-c", f"echo {name} > {private}/who"]).wait(10) == 0
+    for name in "abc":
+        proc = hosts.popen(name, ["cat", f"{private}/who"], stdout=subprocess.PIPE, text=True)
+        assert proc.communicate(timeout=10)[0].strip() == name
+    assert os.listdir(private) == [], "the root namespace sees none of the hosts' files"
+
+    receive = ("import socket, sys\n"
+               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 9100)); s.settimeout(5)\n"
+               "print(s.recvfrom(100)[1][0], flush=True)\n")
+    send = "import socket, sys\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', (sys.argv[1], 9100))\n"
+    for src, dst in (("a", "b"), ("b", "c"), ("c", "a")):
+        receiver = hosts.popen(dst, [sys.executable, "-c", receive, hosts.addr(dst)], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        hosts.popen(src, [sys.executable, "-c", send, hosts.addr(dst)]).wait(10)
+        assert receiver.communicate(timeout=10)[0].strip() == hosts.addr(src)
+
+    sleeper = hosts.popen("c", ["sleep", "600"])
+    hosts.kill_host("c")
+    assert sleeper.poll() is not None
+    link = subprocess.run(["ip", "-n", hosts.ns("c"), "-br", "link", "show", "sv0"], capture_output=True, text=True)
+    assert "DOWN" in link.stdout, link.stdout
