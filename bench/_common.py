@@ -60,6 +60,28 @@ def require_release_build() -> str:
     return sulis.build_profile
 
 
+def disk_mb_s(base: str, megabytes: int) -> float:
+    """Sequential write speed of ``base`` in MB/s: 1 MiB writes of random bytes, then fsync."""
+    os.makedirs(base, exist_ok=True)
+    path = os.path.join(base, "disk-speed.bin")
+    block = os.urandom(1 << 20)
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(megabytes):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    s = time.perf_counter() - t0
+    os.remove(path)
+    return megabytes * (1 << 20) / 1e6 / s
+
+
+def dirty_limits() -> dict[str, str]:
+    """The kernel's limits on dirty page cache (past them, writers wait for the disk)."""
+    return {k: Path(f"/proc/sys/vm/{k}").read_text().strip()
+            for k in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
+
+
 def median(xs) -> float:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")

@@ -140,22 +140,6 @@ def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, 
         shutil.rmtree(base, ignore_errors=True)
 
 
-def disk_mb_s(base: str, megabytes: int) -> float:
-    """Sequential write speed of ``base``: 1 MiB writes, then fsync."""
-    os.makedirs(base, exist_ok=True)
-    path = os.path.join(base, "disk-speed.bin")
-    block = os.urandom(1 << 20)
-    t0 = time.perf_counter()
-    with open(path, "wb") as f:
-        for _ in range(megabytes):
-            f.write(block)
-        f.flush()
-        os.fsync(f.fileno())
-    s = time.perf_counter() - t0
-    os.remove(path)
-    return megabytes / s
-
-
 def measure(a, aeron, why: str, top: str, length: int, media: str, level: int, count: int,
             label: str | None = None, replay: bool = True) -> list[list[str]]:
     """``a.runs`` runs of each system, sulis and Aeron alternating, the one that goes first
@@ -237,16 +221,15 @@ def main() -> int:
         # Measured first: as many bytes as a sustained run writes, which also has the disk
         # allocate them before either system's runs.
         a.disk_mb = max(a.disk_mb, int(a.sustained_gb * 1000))
-        disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
-        dirty = {k: Path(f"/proc/sys/vm/{k}").read_text().strip()
-                 for k in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
+        disk = c.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+        dirty = c.dirty_limits()
         print(f"[archive] sustained: {a.sustained_gb:g} GB; page cache dirty limits {dirty}, "
               f"memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB")
         count = int(a.sustained_gb * 1e9 / 1024)
         rows += measure(a, aeron, why, top, 1024, "ipc", 0, count,
                         label=f"record 1 KiB ipc, {a.sustained_gb:g} GB sustained", replay=False)
     if disk is None:
-        disk = disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+        disk = c.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
     c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron",
                    "runs, M/s (sulis | Aeron)"],
                   rows)

@@ -427,10 +427,10 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
     ac.start_recording(CHANNEL, 3111)  # the sink's stream, recorded
     checkpoint = os.path.join(tmp, "checkpoint")
 
-    def run():
+    def run(pieces: int = 2):
         reader = spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir)
         query = (reader.option("recordingIds", src.rid).option("maxBytesPerTrigger", 64 * 1024)
-                 .option("minPartitions", 2).load().select("value")
+                 .option("minPartitions", pieces).load().select("value")
                  .writeStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
                  .option("streamId", 3111).option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start())
@@ -444,9 +444,10 @@ def test_stream_sink_exactly_once_when_a_batch_is_re_run(spark, sulis_node, tmp)
     assert sorted(r[0] for r in got) == sorted(src.messages)
     assert all(r[5] == 0 for r in got), "the sink leaves reserved values to the user"
 
-    # A crash after the sink published the last batch but before Spark logged its commit:
-    # the restarted query runs that batch again, and the sink must add nothing twice.
-    rerun_last_batch(checkpoint, run, lambda: src.publish(message(i) for i in range(1200, 1500)))
+    # A crash after the sink published the last batch but before Spark logged its commit: the restarted
+    # query runs that batch again, and the sink must add nothing twice, though minPartitions changed
+    # across the restart (the re-run is cut as the first run was; later micro-batches in 3).
+    rerun_last_batch(checkpoint, lambda: run(3), lambda: src.publish(message(i) for i in range(1200, 1500)))
     got = read_back(spark, sulis_node, 3111, 1500)
     assert len(got) == 1500
     assert sorted(r[0] for r in got) == sorted(src.messages)
@@ -840,7 +841,7 @@ def test_a_recording_purged_or_truncated_below_the_offset_is_data_loss(sulis_nod
         restarted.stop()
         skipping = reader(failOnDataLoss="false", **options)
         end = skipping.latestOffset(read_whole, ReadAllAvailable())
-        assert {k for k in end if k != "stopped"} == {str(cut.rid)}
+        assert {k for k in end if k.isdigit()} == {str(cut.rid)}
         assert end[str(cut.rid)] == cut.positions[2], "on from where the recording now ends"
         skipping.stop()
     # A new query naming a purged recording: unknown, and the message says it may have been purged.
@@ -921,7 +922,7 @@ def test_latest_offset_asks_the_archive_a_few_times_a_second(sulis_node):
         # Still current: what is recorded next shows within the interval.
         rec.publish([bytes(50)] * 10)
         time.sleep(0.6)
-        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1]}
+        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1], "minPartitions": 1}
     finally:
         s.archive = counting.inner
         reader.stop()
@@ -966,8 +967,8 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
         time.sleep(1.1)
         end = reader.latestOffset(start, ReadMinRows(500))
         assert end == {str(rec.rid): 1600}  # then still at most maxBytesPerTrigger
-        assert reader.latestOffset(start, ReadMaxBytes(3200)) == {str(rec.rid): 3200}
-        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1]}
+        assert reader.latestOffset(start, ReadMaxBytes(3200)) == {str(rec.rid): 3200, "minPartitions": 1}
+        assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1], "minPartitions": 1}
         assert reader.partitions(end, end) == []
         rows = sum(b.num_rows for p in reader.partitions(start, end) for b in reader.read(p))
         assert rows == 10
@@ -1098,10 +1099,12 @@ def test_a_replay_cut_short_by_a_corrupt_frame_fails_the_read(spark, sulis_node)
         f.seek(at % segment + 8)
         f.write((12345).to_bytes(4, "little"))
     EXPECTED_ARCHIVE_ERRORS.append(f"corrupt recording data in {path}")
-    # The archive's error says which file and offset; the read may see it while the replay runs or
-    # only once the replay's stream ended short: either way it fails.
-    with pytest.raises(Exception, match=rf"replay of recording {rec.rid} .*(failed at|ended early, at position) "
-                                        rf"{at}: corrupt recording data in {path} at offset {at % segment}"):
+    # The archive's error says which file and offset; the read may see it while the replay runs (having
+    # read to some position before the frame, however far the replay got) or only once the replay's
+    # stream ended short, at the frame: either way it fails.
+    with pytest.raises(Exception, match=rf"replay of recording {rec.rid} .*(failed, read to position \d+|ended "
+                                        rf"early, at position {at}): corrupt recording data in {path} at offset "
+                                        rf"{at % segment}"):
         read(spark, sulis_node, recordingIds=rec.rid, readMode="replay").collect()
 
 
@@ -1411,6 +1414,11 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
         first = ctx.partitionId() == 0 and not os.path.exists(marker)
         if ctx.partitionId() == 0 and not first:
             open(retried, "w").close()
+        deadline = time.monotonic() + 90
+        while ctx.partitionId() != 0 and not os.path.exists(marker) and time.monotonic() < deadline:
+            # The first attempt's other tasks hold the other slot until the shuffle is lost, so the tasks
+            # after them start without their shuffle files and fail to fetch them, however loaded the machine.
+            time.sleep(0.05)
         for k, b in enumerate(batches):
             yield b
             if first and k == 1:  # two batches handed to the sink: lose the shuffle's files

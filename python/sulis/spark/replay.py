@@ -479,8 +479,9 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                 break
             errors = s.archive.poll_errors()
             if errors:
-                raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} failed at "
-                                   f"{last}: " + "; ".join(f"{text} (code {code})" for _, code, text in errors))
+                raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
+                                   f"failed, read to position {last}: "
+                                   + "; ".join(f"{text} (code {code})" for _, code, text in errors))
             if time.monotonic() - idle_since > timeout:
                 drop_session(address)  # the archive may be gone: the next task reconnects
                 raise TimeoutError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "

@@ -64,17 +64,27 @@ FRAME_ALIGNMENT = 32
 STOPPED_KEY = "stopped"
 
 
-def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None) -> dict:
+#: The offset's key for how many partitions the micro-batch ending there is cut into (``minPartitions``
+#: when the offset was made): a re-run of the micro-batch after a restart with another ``minPartitions``
+#: is cut as its first run was, so each partition has the same rows (the exactly-once sink checks them),
+#: as Spark keeps ``spark.sql.shuffle.partitions`` in the checkpoint.
+PIECES_KEY = "minPartitions"
+
+
+def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None, pieces: int | None = None) -> dict:
     """The offset JSON object: string keys in numeric order (its text is then stable); ``stopped``:
-    the recordings that were stopped, and read to that stop position, when it was made."""
+    the recordings that were stopped, and read to that stop position, when it was made; ``pieces``:
+    the partitions of the micro-batch that ends there."""
     offset: dict = {str(rid): int(positions[rid]) for rid in sorted(positions)}
+    if pieces is not None:
+        offset[PIECES_KEY] = int(pieces)
     if stopped:
         offset[STOPPED_KEY] = {str(rid): int(stopped[rid]) for rid in sorted(stopped)}
     return offset
 
 
 def from_offset(offset: dict) -> dict[int, int]:
-    return {int(k): int(v) for k, v in offset.items() if k != STOPPED_KEY}
+    return {int(k): int(v) for k, v in offset.items() if k.isdigit()}
 
 
 def stopped_of(offset: dict | None) -> dict[int, int]:
@@ -235,7 +245,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = limited
             if any(ends[rid] > begin[rid] for rid in ends):
                 self._last_batch_at = time.monotonic()
-            return to_offset(ends, self._stopped_marks(ends, infos))
+            return to_offset(ends, self._stopped_marks(ends, infos), self.opts.min_partitions)
 
     @staticmethod
     def _stopped_marks(ends: dict[int, int], infos: dict[int, RecordingInfo]) -> dict[int, int]:
@@ -332,7 +342,13 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = check_data_loss(r, s, self.opts)
                 if e > s:
                     infos[rid], starts[rid] = r, s
-            ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, self.opts.min_partitions)
+            # As the micro-batch was cut when planned first (an offset from before this key: today's option).
+            pieces = int(end.get(PIECES_KEY, self.opts.min_partitions))
+            if pieces != self.opts.min_partitions:
+                log.warning("sulis source: micro-batch ending at %s is cut into %d partitions, as when it was "
+                            "planned first (minPartitions is %d now; it applies from the next micro-batch)",
+                            end, pieces, self.opts.min_partitions)
+            ranges = plan_ranges(infos, starts, {rid: stop[rid] for rid in starts}, pieces)
             return [SulisPartition(r, archive_id) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
