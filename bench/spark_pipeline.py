@@ -148,6 +148,8 @@ class Kafka:
 
 #: Bytes a 100 B message takes in the log and the recording: a 32 B header, aligned to 32.
 FRAME = 160
+#: Messages a micro-batch in the sink's cost rows.
+SINK_BATCH = 50_000
 
 
 def sulis_ingest(node, stream_id: int, count: int, runs, key: str = "ingest") -> int:
@@ -306,7 +308,7 @@ class Runs:
         self.why = why
         self.figures: dict = {k: {"sulis": [], "kafka": []}
                               for k in ("ingest", "ingest-each", "sustained", "count", "warm-up", "read", "latency",
-                                        "latency-ll")}
+                                        "latency-ll", "sink-eo", "sink-alo")}
         self.others_cpu: list = []
 
     def measure(self, key: str, name: str, fn):
@@ -323,9 +325,13 @@ class Runs:
             return None
         self.figures[key][name].append(v)
         self.others_cpu.append([key, name, round(itf.share, 3)])
-        text = (f"p50 {v['p50_ms']:.0f} ms, p99 {v['p99_ms']:.0f} ms; a micro-batch (ms): "
-                + ", ".join(f"{k} {x:g}" for k, x in v["batch_ms"].items())
-                if key.startswith("latency") else f"{v:,.0f}/s")
+        if key.startswith("latency"):
+            text = (f"p50 {v['p50_ms']:.0f} ms, p99 {v['p99_ms']:.0f} ms; a micro-batch (ms): "
+                    + ", ".join(f"{k} {x:g}" for k, x in v["batch_ms"].items()))
+        elif key.startswith("sink"):
+            text = f"addBatch {v['addBatch_ms']:.0f} ms a micro-batch (median of {v['batches']})"
+        else:
+            text = f"{v:,.0f}/s"
         print(f"      {key} {name}: {text} (others used {itf.share:.0%} of a CPU)", flush=True)
         return v
 
@@ -374,6 +380,7 @@ def run(a, top: str, runs: Runs) -> None:
                 for _ in range(a.reads):
                     for name, df in frames.items():
                         runs.measure("read", name, lambda df=df: read(df, a.messages))
+                sink_cost(spark, driver.dir, (client, ac), top, a, runs)
                 for i in range(a.runs):
                     print(f"[latency {i + 1}/{a.runs}]", flush=True)
                     sid = 2001 + i
@@ -400,6 +407,31 @@ def run(a, top: str, runs: Runs) -> None:
         kit.remove_dir(shm)
         if kafka:
             kafka.close()
+
+
+def sink_cost(spark, driver_dir: str, node, top: str, a, runs: Runs) -> None:
+    """The sink's cost per micro-batch: the same recording, read ``SINK_BATCH`` messages a micro-batch, through
+    the sulis sink with ``exactlyOnce`` (the journal: a claim, a run and a done entry per task, each
+    recorded, and the journal read back) and without; the median ``addBatch`` of the micro-batches."""
+    client, ac = node
+    count = min(a.messages, 20 * SINK_BATCH)
+    print(f"[sink] {count:,} messages, {SINK_BATCH:,} a micro-batch, exactlyOnce true and false", flush=True)
+    rid = sulis_ingest(node, 1098, count, Runs("no Kafka here"), "ingest")
+    for k, exactly_once in enumerate(("true", "false")):
+        ac.start_recording(CHANNEL, 1096 + k)
+
+        def run(exactly_once=exactly_once, k=k) -> dict:
+            query = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("recordingIds", rid)
+                     .option("maxMessagesPerTrigger", SINK_BATCH).option("minPartitions", 2).load().select("value")
+                     .writeStream.format("sulis").option("driverDir", driver_dir).option("channel", CHANNEL)
+                     .option("streamId", 1096 + k).option("exactlyOnce", exactly_once)
+                     .option("checkpointLocation", os.path.join(top, f"sink-{k}")).trigger(availableNow=True).start())
+            query.awaitTermination()
+            batches = [p["durationMs"]["addBatch"] for p in query.recentProgress if p["numInputRows"] > 0]
+            return {"addBatch_ms": statistics.median(batches), "batches": len(batches)}
+
+        runs.measure("sink-eo" if exactly_once == "true" else "sink-alo", "sulis", run)
+        ac.stop_recording(CHANNEL, 1096 + k)
 
 
 def sustained(a, top: str, node, kafka, runs: Runs) -> None:
@@ -456,6 +488,11 @@ def report(a, runs: Runs) -> None:
         rows.append([what, cell(s, f), cell(k, f), c.fmt_ratio(ratio), each(s, f), each(k, f)])
     print(f"\n{a.messages:,} messages of {SIZE} B, Spark {a.master}, {c.cpu_summary()}")
     c.print_table(["row", "sulis", "Kafka", "sulis vs Kafka", "sulis runs", "Kafka runs"], rows, "lrrrll")
+    eo, alo = r["sink-eo"]["sulis"], r["sink-alo"]["sulis"]
+    if eo and alo:
+        print(f"sulis sink, per micro-batch of {SINK_BATCH:,} rows (median addBatch): exactlyOnce=true "
+              f"{eo[0]['addBatch_ms']:.0f} ms, exactlyOnce=false {alo[0]['addBatch_ms']:.0f} ms "
+              f"({eo[0]['batches']} and {alo[0]['batches']} micro-batches)")
     print("(burst: each run fits the page cache and starts after the dirty pages were written back; "
           "sustained: more than the kernel lets sit dirty, so the disk sets the pace)")
     disk = r.get("disk", {}).get("MB/s")
