@@ -76,6 +76,17 @@ def disk_mb_s(base: str, megabytes: int) -> float:
     return megabytes * (1 << 20) / 1e6 / s
 
 
+def dirty_limit_bytes() -> int:
+    """About how many bytes the kernel lets sit dirty before it makes writers wait: ``dirty_bytes``, or
+    ``dirty_ratio`` percent of the available memory."""
+    limits = dirty_limits()
+    if int(limits["dirty_bytes"]):
+        return int(limits["dirty_bytes"])
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    available = int(meminfo["MemAvailable"].split()[0]) * 1024
+    return available * int(limits["dirty_ratio"]) // 100
+
+
 def dirty_limits() -> dict[str, str]:
     """The kernel's limits on dirty page cache (past them, writers wait for the disk)."""
     return {k: Path(f"/proc/sys/vm/{k}").read_text().strip()

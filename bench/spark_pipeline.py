@@ -435,19 +435,48 @@ def sink_cost(spark, driver_dir: str, node, top: str, a, runs: Runs) -> None:
 
 
 def sustained(a, top: str, node, kafka, runs: Runs) -> None:
-    """Ingest of ``--sustained-gb`` GB: more than the kernel lets sit dirty in the page cache, so the disk sets
-    the pace. The disk's sequential write speed is measured first, with as many bytes, on the same
-    file system; then sulis (recorded bytes/s) and Kafka's produce_batch with the same messages."""
-    count = int(a.sustained_gb * 1e9 / FRAME)
-    print(f"[ingest, sustained] {a.sustained_gb:g} GB ({count:,} messages); page cache dirty limits "
-          f"{c.dirty_limits()}, memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB",
-          flush=True)
+    """Ingest of at least ``--sustained-gb`` GB and three times what the kernel lets sit dirty in the page
+    cache, so the disk sets the pace. The disk's sequential write speed is measured first, with as
+    many bytes, on the same file system; then sulis, whose recorded position is sampled to give the
+    rate over the run's second half (the steady state, well past the dirty limit) beside the whole
+    run's, and Kafka's produce_batch with the same messages."""
+    import threading
+
+    dirty = c.dirty_limit_bytes()
+    size = max(a.sustained_gb * 1e9, 3 * dirty) if a.sustained_gb >= 1 else a.sustained_gb * 1e9
+    count = int(size / FRAME)
+    print(f"[ingest, sustained] {size / 1e9:.1f} GB ({count:,} messages): the kernel lets about "
+          f"{dirty / 1e9:.1f} GB sit dirty {c.dirty_limits()}", flush=True)
     os.sync()
-    disk = c.disk_mb_s(os.path.join(top, "disk"), int(a.sustained_gb * 1e9 / (1 << 20)))
+    disk = c.disk_mb_s(os.path.join(top, "disk"), int(size / (1 << 20)))
     runs.figures.setdefault("disk", {})["MB/s"] = [disk]
-    print(f"      disk sequential write ({a.sustained_gb:g} GB, 1 MiB writes + fsync): {disk:,.0f} MB/s", flush=True)
+    print(f"      disk sequential write ({size / 1e9:.1f} GB, 1 MiB writes + fsync): {disk:,.0f} MB/s", flush=True)
     os.sync()
-    sulis_ingest(node, 1099, count, runs, "sustained")
+    client, ac = node
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:  # (time, recorded position) of the newest recording of stream 1099
+        rid = None
+        while not stop.wait(0.25):
+            if rid is None:
+                found = ac.list_recordings_for_uri(CHANNEL, 1099)
+                rid = found[-1].recording_id if found else None
+            if rid is not None:
+                samples.append((time.perf_counter(), ac.get_recording_position(rid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        sulis_ingest(node, 1099, count, runs, "sustained")
+    finally:
+        stop.set()
+        sampler.join(5)
+    half = [(t, p) for t, p in samples if p >= samples[-1][1] / 2] if samples else []
+    if len(half) >= 2 and half[-1][0] > half[0][0]:
+        steady = (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0]) / 1e6
+        runs.figures["disk"]["steady MB/s"] = [steady]
+        print(f"      sulis recorded {steady:,.0f} MB/s over the run's second half", flush=True)
     os.sync()
     runs.measure("sustained", "kafka", lambda: kafka_ingest(kafka, kafka.topic("sustained"), count))
     os.sync()
@@ -496,13 +525,17 @@ def report(a, runs: Runs) -> None:
     print("(burst: each run fits the page cache and starts after the dirty pages were written back; "
           "sustained: more than the kernel lets sit dirty, so the disk sets the pace)")
     disk = r.get("disk", {}).get("MB/s")
+    steady = r.get("disk", {}).get("steady MB/s")
     if a.sustained_gb and disk and r["sustained"]["sulis"]:
         recorded = med(r["sustained"]["sulis"]) * FRAME / 1e6
-        kafka_mb = f", Kafka {med(r['sustained']['kafka']) * SIZE / 1e6:,.0f} MB/s of payload" \
+        kafka_mb = f"; Kafka {med(r['sustained']['kafka']) * SIZE / 1e6:,.0f} MB/s of payload" \
             if r["sustained"].get("kafka") else ""
-        print(f"sustained: sulis records {recorded:,.0f} MB/s ({FRAME} B a message) against the disk's "
-              f"{disk[0]:,.0f} MB/s sequential write in this run: {recorded / disk[0]:.0%}{kafka_mb}")
-        print(f"target sustained ingest >= 80% of the disk's sequential write: {c.verdict(recorded >= 0.8 * disk[0])}")
+        print(f"sustained: the disk's sequential write in this run {disk[0]:,.0f} MB/s; sulis records "
+              f"{recorded:,.0f} MB/s over the whole run ({FRAME} B a message, {recorded / disk[0]:.0%})"
+              + (f", {steady[0]:,.0f} MB/s over its second half ({steady[0] / disk[0]:.0%})" if steady else "")
+              + kafka_mb)
+        held = steady[0] if steady else recorded
+        print(f"target sustained ingest >= 80% of the disk's sequential write: {c.verdict(held >= 0.8 * disk[0])}")
     print("(ratios: > 1 means sulis is better: faster, or lower latency)" + (f"\nKafka skipped: {why}" if why else ""))
     targets = [("ingest >= 10x Kafka produce_batch", "ingest", lambda s, k: s >= 10 * k),
                ("ingest >= 10x Kafka per-message produce()", "ingest@ingest-each", lambda s, k: s >= 10 * k),
@@ -531,7 +564,8 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="where the archive and Kafka's logs go [a temp dir]")
     ap.add_argument("--no-kafka", action="store_true", help="sulis alone")
     ap.add_argument("--sustained-gb", type=float, default=8.0,
-                    help="GB of the sustained ingest row, past the page cache's dirty limits (8; 0: none)")
+                    help="GB of the sustained ingest row at least (8; 0: none); from 1 GB up, at least three "
+                         "times what the kernel lets sit dirty")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 200 k messages, 1 run, 2 reads, 4 s, "
                     "0.5 GB sustained")
     ap.set_defaults(**(dict(messages=200_000, runs=1, reads=2, seconds=4.0, sustained_gb=0.5)
