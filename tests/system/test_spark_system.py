@@ -966,7 +966,7 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
         assert reader.latestOffset(start, ReadMinRows(500)) == start
         time.sleep(1.1)
         end = reader.latestOffset(start, ReadMinRows(500))
-        assert end == {str(rec.rid): 1600}  # then still at most maxBytesPerTrigger
+        assert end == {str(rec.rid): 1600, "minPartitions": 1}  # then still at most maxBytesPerTrigger
         assert reader.latestOffset(start, ReadMaxBytes(3200)) == {str(rec.rid): 3200, "minPartitions": 1}
         assert reader.latestOffset(start, ReadAllAvailable()) == {str(rec.rid): rec.positions[-1], "minPartitions": 1}
         assert reader.partitions(end, end) == []
