@@ -500,6 +500,16 @@ def sustained(a, top: str, node, kafka, runs: Runs) -> None:
     finally:
         stop.set()
         sampler.join(5)
+    # What the disk row measures: everything written and synced. The recorded position counts bytes
+    # handed to the page cache; the sync that follows puts the rest on the device.
+    t0 = time.perf_counter()
+    os.sync()
+    synced = time.perf_counter() - t0
+    ingest_s = count / runs.figures["sustained"]["sulis"][-1]
+    to_disk = count * FRAME / (ingest_s + synced) / 1e6
+    runs.figures["disk"]["synced MB/s"] = [to_disk]
+    print(f"      sulis to the disk: {to_disk:,.0f} MB/s ({ingest_s:.1f} s recording, {synced:.1f} s sync after)",
+          flush=True)
     half = [(t, p) for t, p in samples if p >= samples[-1][1] / 2] if samples else []
     if len(half) >= 2 and half[-1][0] > half[0][0]:
         steady = (half[-1][1] - half[0][1]) / (half[-1][0] - half[0][0]) / 1e6
@@ -555,6 +565,7 @@ def report(a, runs: Runs) -> None:
           "sustained: more than the kernel lets sit dirty, so the disk sets the pace)")
     disk = r.get("disk", {}).get("MB/s")
     steady = r.get("disk", {}).get("steady MB/s")
+    synced = r.get("disk", {}).get("synced MB/s")
     if a.sustained_gb and disk and r["sustained"]["sulis"]:
         recorded = med(r["sustained"]["sulis"]) * FRAME / 1e6
         kafka_mb = f"; Kafka {med(r['sustained']['kafka']) * SIZE / 1e6:,.0f} MB/s of payload" \
@@ -562,9 +573,12 @@ def report(a, runs: Runs) -> None:
         print(f"sustained: the disk's sequential write in this run {disk[0]:,.0f} MB/s; sulis records "
               f"{recorded:,.0f} MB/s over the whole run ({FRAME} B a message, {recorded / disk[0]:.0%})"
               + (f", {steady[0]:,.0f} MB/s over its second half ({steady[0] / disk[0]:.0%})" if steady else "")
+              + (f"; to the disk, as the disk row (recorded, then synced): {synced[0]:,.0f} MB/s "
+                 f"({synced[0] / disk[0]:.0%})" if synced else "")
               + kafka_mb)
-        held = steady[0] if steady else recorded
-        print(f"target sustained ingest >= 80% of the disk's sequential write: {c.verdict(held >= 0.8 * disk[0])}")
+        held = synced[0] if synced else recorded
+        print(f"target sustained ingest (to the disk) >= 80% of the disk's sequential write: "
+              f"{c.verdict(held >= 0.8 * disk[0])}")
     print("(ratios: > 1 means sulis is better: faster, or lower latency)" + (f"\nKafka skipped: {why}" if why else ""))
     targets = [("ingest >= 10x Kafka produce_batch", "ingest", lambda s, k: s >= 10 * k),
                ("ingest >= 10x Kafka per-message produce()", "ingest@ingest-each", lambda s, k: s >= 10 * k),
