@@ -127,8 +127,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def delete_netns(ns: str) -> None:
-    """Kills every process inside ``ns``, then deletes it. Missing namespaces are ignored."""
+def kill_all_in(ns: str) -> None:
+    """SIGKILLs every process inside ``ns`` (what they start meanwhile too), for up to a second."""
     for _ in range(50):
         pids = [p for p in netns_pids(ns) if p != os.getpid()]
         if not pids:
@@ -139,6 +139,11 @@ def delete_netns(ns: str) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.02)
+
+
+def delete_netns(ns: str) -> None:
+    """Kills every process inside ``ns``, then deletes it. Missing namespaces are ignored."""
+    kill_all_in(ns)
     _ip("netns", "del", ns, check=False)
 
 
@@ -230,6 +235,23 @@ def udp_socket_in(ns: str | None, bind: tuple[str, int] | None = None, family: i
         return s
 
     return make() if ns is None else call_in_netns(ns, make)
+
+
+def _reap(procs) -> None:
+    """Kills what is still running of ``procs``, waits for each and closes its pipes."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 class NetnsPair:
@@ -329,19 +351,7 @@ class NetnsPair:
         if self._closed:
             return
         self._closed = True
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                if f is not None:
-                    try:
-                        f.close()
-                    except OSError:
-                        pass
+        _reap(self._procs)
         delete_netns(self.ns_a)
         delete_netns(self.ns_b)
         with _live_lock:
@@ -462,16 +472,7 @@ class NetnsHosts:
 
     def kill_host(self, name: str) -> None:
         """The host dies: every process in it is SIGKILLed (what it started too) and its link goes down."""
-        for _ in range(50):
-            pids = [p for p in netns_pids(self._ns[name]) if p != os.getpid()]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
+        kill_all_in(self._ns[name])
         for proc in self._procs[name]:
             try:
                 proc.wait(timeout=10)
@@ -486,19 +487,7 @@ class NetnsHosts:
         if self._closed:
             return
         self._closed = True
-        for proc in self.procs():
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                if f is not None:
-                    try:
-                        f.close()
-                    except OSError:
-                        pass
+        _reap(self.procs())
         for holder in self._holders.values():
             if holder.stdout is not None:
                 holder.stdout.close()
