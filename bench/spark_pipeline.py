@@ -152,28 +152,6 @@ FRAME = 160
 SINK_BATCH = 50_000
 
 
-def publish_random(pub, count: int, batch: int = 4096) -> None:
-    """``count`` messages of random bytes (4 MiB of them, cycled), ``batch`` a call to ``offer_batch``: data
-    that a disk cannot write faster for being zeros or repeats, as the disk row's random blocks."""
-    import numpy as np
-
-    data = os.urandom(1 << 22)
-    per_call = batch * SIZE
-    offsets = np.arange(0, per_call + 1, SIZE, dtype=np.int32)
-    sent, at = 0, 0
-    while sent < count:
-        k = min(batch, count - sent)
-        if at + per_call > len(data):
-            at = 0
-        chunk = memoryview(data)[at:at + per_call]
-        start = 0
-        while start < k:
-            n, _ = pub.offer_batch(data=chunk, offsets=offsets[start:k + 1])
-            start += n
-        sent += k
-        at += per_call
-
-
 def sulis_ingest(node, stream_id: int, count: int, runs, key: str = "ingest", random: bool = False) -> int:
     """``count`` messages with offer_batch into a recorded stream, until recorded (msgs/s into
     ``runs``, under ``key``): the recording's id. Zeros, or ``random`` bytes."""
@@ -184,10 +162,8 @@ def sulis_ingest(node, stream_id: int, count: int, runs, key: str = "ingest", ra
 
     def ingest() -> float:
         t0 = time.perf_counter()
-        if random:
-            publish_random(pub, count)
-        else:
-            kit.publish_batch(pub, bytes(SIZE), 4096, count=count)
+        # Random payloads: 4 MiB of them, cycled.
+        kit.publish_batch(pub, bytes(SIZE), 4096, count=count, pool=os.urandom(1 << 22) if random else None)
         kit.await_until(lambda: ac.get_recording_position(rid) >= pub.position, "the archive to record it all", 300)
         return count / (time.perf_counter() - t0)
 

@@ -146,18 +146,24 @@ def publish(pub, payload, count: int | None = None, stop=None, idle=None, stalle
     return sent, refused
 
 
-def publish_batch(pub, payload: bytes, batch: int, stop=None, idle=None, count: int | None = None) -> tuple[int, int]:
+def publish_batch(pub, payload: bytes, batch: int, stop=None, idle=None, count: int | None = None,
+                  pool: bytes | None = None) -> tuple[int, int]:
     """``batch`` copies of ``payload`` as one data buffer with Arrow-layout int32 offsets, one
     ``pub.offer_batch`` call each; after back pressure the rest of the batch goes again (the offsets
-    sliced, no copy). Until ``stop()`` or ``count`` messages; returns (messages sent, refused calls)."""
+    sliced, no copy). With ``pool``, each call's messages are the next ``batch`` payload lengths of
+    it instead, cycled (random bytes, say, that a disk cannot write faster for being repeats). Until
+    ``stop()`` or ``count`` messages; returns (messages sent, refused calls)."""
     import numpy as np
 
-    data = payload * batch
-    offsets = np.arange(0, len(payload) * (batch + 1), len(payload), dtype=np.int32)
+    per_call = len(payload) * batch
+    datas = [memoryview(pool)[at:at + per_call] for at in range(0, len(pool) - per_call + 1, per_call)] \
+        if pool is not None else [payload * batch]
+    offsets = np.arange(0, per_call + 1, len(payload), dtype=np.int32)
     offer_batch = pub.offer_batch
     sent = refused = calls = 0
     while count is None or sent < count:
         k = batch if count is None else min(batch, count - sent)
+        data = datas[calls % len(datas)]
         start = 0
         while start < k:
             n, _result = offer_batch(data=data, offsets=offsets[start:k + 1])

@@ -656,7 +656,7 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
                                 start_new_session=True)
 
     journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
-                      ("aeron:ipc", 0x5A17), None)
+                      ("aeron:ipc", 0x5A17))
     with rec.publishing(500, 20_000, pause=0.005):
         child = start("stream")
         deadline = time.monotonic() + 90
@@ -1468,7 +1468,7 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
 
     journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
-                      ("aeron:ipc", 0x5A17), None)
+                      ("aeron:ipc", 0x5A17))
     key = sulis._native.recording_key(CHANNEL, 3161)
     tried = attempts(journal.entries(str(query.id), 0), str(query.id), 0, 0, key).values()
     done = [a.done for a in tried if a.done is not None and a.done.why != "withdrawn"]

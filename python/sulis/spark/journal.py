@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from .options import ArchiveAddress
-from .recordings import RecordingInfo, info_of
+from .recordings import RecordingInfo, info_of, recordings_of_stream
 from .replay import RecordingRange, read_range, replay_from, session
 
 log = logging.getLogger("sulis.spark")
@@ -176,13 +176,11 @@ class _Tail:
 class Journal:
     """The journal stream ``channel``/``stream_id`` of the archive at ``address``, as this process sees it."""
 
-    def __init__(self, address: ArchiveAddress, channel: str, stream_id: int, replay: tuple[str, int],
-                 key: str | None) -> None:
+    def __init__(self, address: ArchiveAddress, channel: str, stream_id: int, replay: tuple[str, int]) -> None:
         self.address = address
         self.channel = with_term_length(channel)
         self.stream_id = stream_id
         self.replay = replay
-        self.key = key
         self._tails: dict[int, _Tail] = {}
         self._lock = threading.Lock()
 
@@ -230,14 +228,8 @@ class Journal:
         """Every entry recorded now that may matter to micro-batch ``batch`` of ``query``: each journal
         recording read back at least to an entry of an earlier batch of the query (or its start)."""
         s = session(self.address)
-        media = self.channel.split("?", 1)[0]
         out: list[Entry] = []
-        from .sink import _paged, _stream_key
-
-        for d in _paged(lambda from_id, count: s.archive.list_recordings_for_uri(media, self.stream_id,
-                                                                                  from_id, count)):
-            if self.key is not None and _stream_key(d.stripped_channel, d.stream_id) != self.key:
-                continue
+        for d in recordings_of_stream(s, self.channel, self.stream_id):
             out.extend(self._entries_of(info_of(s, d), query, batch))
         return out
 

@@ -67,6 +67,29 @@ def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:
     return None if d is None else info_of(s, d)
 
 
+def stream_key(channel: str, stream_id: int) -> str | None:
+    """What the archive tells a stream by (``recording_key``: media, endpoint, session-id, ..., not
+    ``alias`` or ``term-length``); None for a channel it cannot parse."""
+    from .. import _native
+
+    try:
+        return _native.recording_key(channel, stream_id)
+    except Exception:
+        return None
+
+
+def recordings_of_stream(s: ArchiveSession, channel: str, stream_id: int):
+    """Every recording of the stream ``channel``/``stream_id`` (the same recording key, whatever its other
+    parameters), a page of listings at a time."""
+    key, media, from_id = stream_key(channel, stream_id), channel.split("?", 1)[0], 0
+    while True:
+        page = s.archive.list_recordings_for_uri(media, stream_id, from_id, _PAGE)
+        yield from (d for d in page if stream_key(d.stripped_channel, d.stream_id) == key)
+        if len(page) < _PAGE:
+            return
+        from_id = page[-1].recording_id + 1
+
+
 def list_descriptors(s: ArchiveSession, opts: ReaderOptions, missing: list[int] | None = None):
     """The descriptors selected by ``opts``. By ids, every one must exist; with ``missing`` given, the
     ids the archive does not know are put there instead (a streaming query decides whether that is

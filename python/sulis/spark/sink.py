@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 
 from .journal import Attempt, Checksum, Entry, Journal, attempt_name, attempts, later_claim
 from .options import ArchiveAddress, OptionError, WriterOptions
+from .recordings import info_of, recordings_of_stream, stream_key
 from .replay import RecordingRange, read_range, session
 
 __all__ = ["SulisBatchWriter", "SulisStreamWriter"]
@@ -260,26 +261,6 @@ class SulisBatchWriter(DataSourceArrowWriter):
 # -- exactly once: the journal ------------------------------------------------------------------
 
 
-def _stream_key(channel: str, stream_id: int) -> str | None:
-    """What the archive tells the stream by (``recording_key``); None for a channel it cannot parse."""
-    from .. import _native
-
-    try:
-        return _native.recording_key(channel, stream_id)
-    except Exception:
-        return None
-
-
-def _paged(page_of, size: int = 1000):
-    from_id = 0
-    while True:
-        page = page_of(from_id, size)
-        yield from page
-        if len(page) < size:
-            return
-        from_id = page[-1].recording_id + 1
-
-
 _journals: dict[tuple, Journal] = {}
 _recorded_journals: set[tuple] = set()
 
@@ -292,7 +273,7 @@ def _journal(opts: WriterOptions) -> Journal:
     with _publications_lock:
         j = _journals.get(key)
         if j is None:
-            j = _journals[key] = Journal(opts.archive, channel, stream_id, opts.replay, _stream_key(channel, stream_id))
+            j = _journals[key] = Journal(opts.archive, channel, stream_id, opts.replay)
         return j
 
 
@@ -308,7 +289,7 @@ def ensure_journal_recorded(opts: WriterOptions) -> None:
     media = channel.split("?", 1)[0]
 
     def recorded() -> bool:
-        return any(_stream_key(c, sid) == _stream_key(channel, stream_id)
+        return any(stream_key(c, sid) == stream_key(channel, stream_id)
                    for _, sid, c in ac.list_recording_subscriptions(channel=media, stream_id=stream_id))
 
     if not recorded():
@@ -325,11 +306,7 @@ def ensure_journal_recorded(opts: WriterOptions) -> None:
 def _session_recordings(address: ArchiveAddress, target: Target, session_id: int):
     """The recordings of ``target``'s stream made of session ``session_id``, by start position."""
     s = session(address)
-    key, media = _stream_key(*target), target[0].split("?", 1)[0]
-    from .recordings import info_of
-
-    found = [info_of(s, d) for d in _paged(lambda f, c: s.archive.list_recordings_for_uri(media, target[1], f, c))
-             if d.session_id == session_id and _stream_key(d.stripped_channel, d.stream_id) == key]
+    found = [info_of(s, d) for d in recordings_of_stream(s, *target) if d.session_id == session_id]
     return sorted(found, key=lambda r: r.start)
 
 
@@ -390,7 +367,7 @@ class _TaskTarget:
                  task_attempt_id: int) -> None:
         self.opts, self.target = opts, target
         self.query, self.batch, self.partition, self.task_attempt_id = query, batch, partition, task_attempt_id
-        self.key = _stream_key(*target) or f"{target[0]}#{target[1]}"
+        self.key = stream_key(*target) or f"{target[0]}#{target[1]}"
         self.journal = _journal(opts)
         self.timeout = max(30.0, 3 * opts.archive.message_timeout)
         self.where = f"batch {batch} partition {partition} to {target[0]} stream {target[1]}"
