@@ -1393,8 +1393,9 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     """A real stage re-attempt with a zombie: the sink's stage reads a shuffle. Partition 0's first task
     hands two batches to the sink, deletes the shuffle's files and waits; a later task's fetch fails, Spark
     runs the map stage and the sink's stage again, and partition 0 runs again with attempt number 0 while
-    the first one, a zombie, is still alive (it goes on once the new one started, and publishes the rest).
-    The new attempt waits for it, then checks and skips what it published: every row once."""
+    the first one, a zombie, is still alive (it goes on once the new one started, and publishes what its
+    own broken fetch still hands it). The new attempt waits for it, then checks and skips what it
+    published: every row once."""
     import glob
 
     from pyspark import TaskContext
@@ -1462,8 +1463,9 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     values = sorted(r[0] for r in got)
     assert len(values) == n and values == sorted(src.messages), \
         f"{len(values)} rows in the stream for {n}: {len(values) - len(set(values))} twice"
-    # What happened, as the journal tells it: partition 0's first attempt (the zombie) published its rows,
-    # and the re-attempt's skipped them.
+    # What happened, as the journal tells it: partition 0's first attempt (the zombie) published rows (at
+    # least its first batch; how many more depends on when its own fetch of the lost files broke), and the
+    # re-attempt skipped exactly those.
     from sulis.spark.journal import Journal, attempts
     from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
 
@@ -1473,4 +1475,4 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     tried = attempts(journal.entries(str(query.id), 0), str(query.id), 0, 0, key).values()
     done = [a.done for a in tried if a.done is not None and a.done.why != "withdrawn"]
     assert len(done) >= 2, [a.name for a in tried]
-    assert done[0].count > 2000 and done[-1].skip == done[0].count and done[-1].count == 0, done
+    assert done[0].count >= 1000 and done[-1].skip == done[0].count, done
