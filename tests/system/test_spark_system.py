@@ -330,6 +330,107 @@ def test_low_latency_reads_on_the_driver_and_restarts_exactly_once(spark, sulis_
          .writeStream.format("noop").start().awaitTermination(30))
 
 
+def extend(node, rid: int, messages: list[bytes]) -> dict[tuple[int, int], bytes]:
+    """Extends the stopped recording ``rid`` by ``messages`` (Aeron's extendRecording: a publication
+    that starts where it stopped), then closes the publication, which stops it again; returns each
+    message by (recording id, position). Nothing else may record the stream meanwhile."""
+    _, _, client, ac = node
+    d = ac.list_recording(rid)
+    term, end = d.term_buffer_length, d.stop_position
+    channel = (f"aeron:ipc?term-length={term}|init-term-id={d.initial_term_id}"
+               f"|term-id={d.initial_term_id + end // term}|term-offset={end % term}")
+    ac.extend_recording(rid, channel, d.stream_id)
+    pub = client.add_exclusive_publication(channel, d.stream_id)
+    got: dict[tuple[int, int], bytes] = {}
+    deadline = time.monotonic() + 20
+    for m in messages:
+        while (r := pub.offer(m)) < 0:
+            assert time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
+        got[(rid, r)] = m
+    await_until(lambda: ac.get_recording_position(rid) >= pub.position, what="the extension recorded")
+    new_end = pub.position
+    pub.close()
+    await_until(lambda: ac.get_stop_position(rid) == new_end, what="the extended recording to stop")
+    return got
+
+
+@pytest.mark.timeout(240)
+def test_offsets_leave_out_recordings_read_to_their_stop_through_extension_purge_and_restart(spark, sulis_node, tmp):
+    """Offsets carry only the recordings that can still advance or have unread data: after eight
+    publishers came and went, the checkpoint's offset holds the stream's newest recording alone. A
+    recording left out and extended while the query runs is read on from where it stopped; one purged
+    while no query runs is not missed; a new publisher's recording is read from its start; one extended
+    while no query runs, where the offsets no longer say it stopped, fails the restart naming it
+    (failOnDataLoss=false skips what the extension recorded). Every message once in the output."""
+    _, _, _, ac = sulis_node
+    stream = 3171
+    recs = []
+    for k in range(8):
+        rec = Recorded(sulis_node, stream, exclusive=True)
+        rec.publish(message(i) for i in range(k * 100, k * 100 + 40))
+        rec.pub.close()
+        await_until(lambda rec=rec: ac.get_stop_position(rec.rid) >= 0, what="the recording to stop")
+        recs.append(rec)
+    expected = {(r[1], r[4]): r[0] for rec in recs for r in rec.rows()}
+    checkpoint, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "out")
+    opts = {"channel": CHANNEL, "streamId": stream}
+
+    def last_offset() -> dict:
+        offsets = os.path.join(checkpoint, "offsets")
+        with open(os.path.join(offsets, str(max(int(f) for f in os.listdir(offsets) if f.isdigit())))) as f:
+            return json.loads(f.read().splitlines()[2])
+
+    def output() -> dict[tuple[int, int], bytes]:
+        got = [(r[1], r[4], r[0]) for r in collect(spark.read.parquet(out))]
+        assert len(got) == len({(rid, pos) for rid, pos, _ in got}), "a message twice in the output"
+        return {(rid, pos): v for rid, pos, v in got}
+
+    run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    assert output() == expected
+    offset = last_offset()
+    newest = recs[-1].rid
+    assert [k for k in offset if k.isdigit()] == [str(newest)], offset
+    assert offset["finished"]["below"] == newest + 1, offset
+
+    # Extended while the query runs.
+    ac.stop_recording(CHANNEL, stream)  # the extension's publication is recorded by the extension alone
+    query = (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+             .option("streamId", stream).load().writeStream.format("parquet")
+             .option("checkpointLocation", checkpoint).trigger(processingTime="100 milliseconds").start(out))
+    try:
+        await_until(lambda: len(query.recentProgress) >= 2 or query.exception(), timeout=60, interval=0.1,
+                    what="the query running")
+        expected.update(extend(sulis_node, recs[2].rid, [message(i) for i in range(1000, 1030)]))
+        await_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 30 or query.exception(),
+                    timeout=60, interval=0.1, what="the extension read")
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    assert output() == expected
+
+    # Purged while no query runs, and a new publisher: the restart reads the new recording alone.
+    ac.purge_recording(recs[0].rid)
+    ac.start_recording(CHANNEL, stream)
+    late = Recorded(sulis_node, stream, exclusive=True)
+    late.publish(message(i) for i in range(2000, 2020))
+    late.pub.close()
+    await_until(lambda: ac.get_stop_position(late.rid) >= 0, what="the late recording to stop")
+    ac.stop_recording(CHANNEL, stream)
+    expected.update({(r[1], r[4]): r[0] for r in late.rows()})
+    run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    assert output() == expected
+    assert [k for k in last_offset() if k.isdigit()] == [str(late.rid)]
+
+    # Extended while no query runs: the restart fails naming it; failOnDataLoss=false skips the extension.
+    skipped = extend(sulis_node, recs[4].rid, [message(i) for i in range(3000, 3010)])
+    with pytest.raises(Exception, match=rf"recording {recs[4].rid} of .* was read to its stop and left out of "
+                                        r"this query's offsets .* extended while the query was not running"):
+        run_available_now(spark, sulis_node, checkpoint, out, **opts)
+    run_available_now(spark, sulis_node, checkpoint, out, failOnDataLoss="false", **opts)
+    got = output()
+    assert got == expected and not skipped.keys() & got.keys()
+
+
 def test_streaming_message_limits(spark, sulis_node, tmp):
     rec = Recorded(sulis_node, 3106)
     rec.publish([bytes(100)] * 1000)
@@ -795,7 +896,8 @@ def test_a_recording_purged_or_truncated_below_the_offset_is_data_loss(sulis_nod
     the query had not read: a purged recording, one truncated below the offset (by ``channel`` and by
     ``recordingIds``), fail with DataLossError naming the recording and the positions, as Kafka's source
     fails when partitions are gone; ``failOnDataLoss=false`` skips them. A recording read to its stop
-    and then purged lost nothing: it leaves the offset quietly."""
+    and then purged lost nothing, whether the offset still holds it (marked stopped) or already left it
+    out: it leaves quietly."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
     from sulis.spark.options import parse_reader_options
@@ -818,32 +920,37 @@ def test_a_recording_purged_or_truncated_below_the_offset_is_data_loss(sulis_nod
     start = first.initialOffset()
     # One micro-batch of 4 KiB per recording's share: every recording partly read...
     some = first.latestOffset(start, ReadMaxBytes(3 * 4096))
-    # ...then the whole of one recording read (the others where they were).
-    read_whole = dict(some, **{str(whole.rid): whole.positions[-1]})
-    read_whole = first.latestOffset(read_whole, ReadMaxBytes(1))  # marks what is stopped and read
-    assert read_whole.get("stopped") == {str(whole.rid): whole.positions[-1]}, read_whole
+    # ...then a micro-batch that read the whole of one recording (the others where they were): its end
+    # offset, as the reader makes it, marks it stopped and read...
+    read_whole = dict(some, **{str(whole.rid): whole.positions[-1]}, minPartitions=1,
+                      stopped={str(whole.rid): whole.positions[-1]})
+    # ...and the offset after it leaves it out (it is not the stream's newest recording).
+    left_out = first.latestOffset(read_whole, ReadMaxBytes(1))
+    assert str(whole.rid) not in left_out and left_out["finished"]["below"] == cut.rid + 1, left_out
+    assert str(partly.rid) in left_out and str(cut.rid) in left_out
     first.stop()
 
     ac.purge_recording(whole.rid)
     ac.purge_recording(partly.rid)
     ac.truncate_recording(cut.rid, cut.positions[2])
-    at_partly, at_cut = read_whole[str(partly.rid)], read_whole[str(cut.rid)]
-    assert at_cut > cut.positions[2]
-    for options in ({"channel": CHANNEL, "streamId": stream},
-                    {"recordingIds": f"{partly.rid},{whole.rid},{cut.rid}"}):
-        restarted = reader(**options)
-        with pytest.raises(DataLossError) as e:
-            restarted.latestOffset(read_whole, ReadAllAvailable())
-        text = str(e.value)
-        assert f"recording {partly.rid} is no longer in" in text and f"read it to position {at_partly}" in text
-        assert f"recording {cut.rid} was truncated to position {cut.positions[2]}, below position {at_cut}" in text
-        assert f"recording {whole.rid}" not in text, "read to its stop: nothing lost"
-        restarted.stop()
-        skipping = reader(failOnDataLoss="false", **options)
-        end = skipping.latestOffset(read_whole, ReadAllAvailable())
-        assert {k for k in end if k.isdigit()} == {str(cut.rid)}
-        assert end[str(cut.rid)] == cut.positions[2], "on from where the recording now ends"
-        skipping.stop()
+    for start in (read_whole, left_out):
+        at_partly, at_cut = start[str(partly.rid)], start[str(cut.rid)]
+        assert at_cut > cut.positions[2]
+        for options in ({"channel": CHANNEL, "streamId": stream},
+                        {"recordingIds": f"{partly.rid},{whole.rid},{cut.rid}"}):
+            restarted = reader(**options)
+            with pytest.raises(DataLossError) as e:
+                restarted.latestOffset(start, ReadAllAvailable())
+            text = str(e.value)
+            assert f"recording {partly.rid} is no longer in" in text and f"read it to position {at_partly}" in text
+            assert f"recording {cut.rid} was truncated to position {cut.positions[2]}, below position {at_cut}" in text
+            assert f"recording {whole.rid}" not in text, "read to its stop: nothing lost"
+            restarted.stop()
+            skipping = reader(failOnDataLoss="false", **options)
+            end = skipping.latestOffset(start, ReadAllAvailable())
+            assert {k for k in end if k.isdigit()} == {str(cut.rid)}
+            assert end[str(cut.rid)] == cut.positions[2], "on from where the recording now ends"
+            skipping.stop()
     # A new query naming a purged recording: unknown, and the message says it may have been purged.
     with pytest.raises(Exception, match=rf"recording {partly.rid} is unknown to .* \(never recorded there, or purged"):
         reader(recordingIds=partly.rid).initialOffset()

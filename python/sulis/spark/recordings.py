@@ -33,7 +33,8 @@ class ArchiveUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class RecordingInfo:
-    """A recording as planning needs it; ``end`` is its stop position, or the recorded position if live."""
+    """A recording as planning needs it; ``end`` is its stop position, or the recorded position if live;
+    ``stop_timestamp`` is the archive's time (ms) of its stop, -1 while it has none."""
 
     recording_id: int
     stream_id: int
@@ -45,6 +46,7 @@ class RecordingInfo:
     live: bool
     segment_length: int = 0
     initial_term_id: int = 0
+    stop_timestamp: int = -1
 
 
 def info_of(s: ArchiveSession, d) -> RecordingInfo:
@@ -58,7 +60,8 @@ def info_of(s: ArchiveSession, d) -> RecordingInfo:
         else:  # not recording, no stop position (an archive that was killed and not yet recovered it)
             end = max(d.start_position, s.archive.get_max_recorded_position(d.recording_id))
     return RecordingInfo(d.recording_id, d.stream_id, d.session_id, d.start_position, end,
-                         d.term_buffer_length, d.mtu_length, live, d.segment_file_length, d.initial_term_id)
+                         d.term_buffer_length, d.mtu_length, live, d.segment_file_length, d.initial_term_id,
+                         d.stop_timestamp if d.stop_position >= 0 else -1)
 
 
 def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:

@@ -4,7 +4,17 @@ An offset is a JSON object ``{"<recording id>": position, ...}`` with the ids in
 (Spark compares offsets as strings, so the order must be stable). A micro-batch reads, per
 recording, the messages whose end position lies in ``(start, end]`` (see ``replay.py``).
 Recordings of the channel and stream that start later join the offsets at their start
-position, as new Kafka partitions do; a recording that stops keeps its last position.
+position, as new Kafka partitions do.
+
+Offsets carry only the recordings that can still advance or have unread data: one stopped and
+read to its stop leaves the offsets (but for the stream's newest recording, the one a user would
+extend), which then say only that every recording below an id that they leave out was read to its
+stop (``Finished``), so a stream whose publishers come and go does not grow its offsets, and
+Spark's offset log, by a recording per session. A recording that left is extended (Aeron's
+``extendRecording``) at the position it stopped: the reader, which saw where that was, puts it
+back at that position and reads on. A query restarted on its checkpoint no longer knows where:
+it tells an extension by the recording being live again or stopped later than the offsets say,
+and fails (``failOnDataLoss``) naming it rather than guess.
 
 Where this runs: one long-lived Python process on the Spark driver holds the reader
 (``initialOffset``, ``latestOffset``, ``partitions``, ``commit``); ``read`` runs in executors on
@@ -71,15 +81,32 @@ STOPPED_KEY = "stopped"
 PIECES_KEY = "minPartitions"
 
 
-def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None, pieces: int | None = None) -> dict:
+#: The offset's key for what it says of the recordings it leaves out (``Finished``).
+FINISHED_KEY = "finished"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """What an offset says of the recordings it leaves out: every selected recording with an id below
+    ``below`` that it has no position for was stopped, read to its stop, and stopped no later than
+    ``stopped_by`` (the archive's clock, ms)."""
+
+    below: int = 0
+    stopped_by: int = -1
+
+
+def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None, pieces: int | None = None,
+              finished: Finished | None = None) -> dict:
     """The offset JSON object: string keys in numeric order (its text is then stable); ``stopped``:
     the recordings that were stopped, and read to that stop position, when it was made; ``pieces``:
-    the partitions of the micro-batch that ends there."""
+    the partitions of the micro-batch that ends there; ``finished``: the recordings left out."""
     offset: dict = {str(rid): int(positions[rid]) for rid in sorted(positions)}
     if pieces is not None:
         offset[PIECES_KEY] = int(pieces)
     if stopped:
         offset[STOPPED_KEY] = {str(rid): int(stopped[rid]) for rid in sorted(stopped)}
+    if finished is not None and finished.below > 0:
+        offset[FINISHED_KEY] = {"below": finished.below, "stoppedBy": finished.stopped_by}
     return offset
 
 
@@ -90,6 +117,12 @@ def from_offset(offset: dict) -> dict[int, int]:
 def stopped_of(offset: dict | None) -> dict[int, int]:
     """The offset's recordings read to their stop position (see ``to_offset``)."""
     return {int(k): int(v) for k, v in ((offset or {}).get(STOPPED_KEY) or {}).items()}
+
+
+def finished_of(offset: dict | None) -> Finished:
+    """What the offset says of the recordings it leaves out (none, in offsets from before the key)."""
+    f = (offset or {}).get(FINISHED_KEY)
+    return Finished(int(f["below"]), int(f["stoppedBy"])) if f else Finished()
 
 
 class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -105,6 +138,8 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self._dir_checked = False  # archiveDir compared with the archive's id (first partitions call)
         self._missing: list[int] = []  # selected by id, unknown to the archive (purged?)
+        # The position each recording this process left out of the offsets was read to (its stop then).
+        self._read_to: dict[int, int] = {}
 
     @contextmanager
     def _archive_call(self, what: str) -> Iterator[None]:
@@ -205,7 +240,8 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise OptionError(f"option recordingIds: recording {self._missing[0]} is unknown to "
                                   f"{self.opts.archive.describe()} (never recorded there, or purged)")
             starts, _ = resolve_positions(infos, self.opts, streaming=True)
-            return to_offset(starts)
+            starts, finished = self._leave_out_finished(starts, dict(starts), self._infos, Finished())
+            return to_offset(starts, finished=finished)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.opts
@@ -224,19 +260,27 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         if not self._infos:
             return None
-        return to_offset({rid: r.end for rid, r in self._infos.items()})
+        return to_offset({rid: r.end for rid, r in self._infos.items()
+                          if r.live or self._read_to.get(rid, -1) != r.end})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         with self._archive_call("asking for the recorded positions"):
             infos = self._refresh()
             begin = from_offset(start) if start else {}
+            finished = finished_of(start)
             if any(rid not in infos or infos[rid].end < at for rid, at in begin.items()):
                 # Gone from the listing, or moved back: ask again before calling it data loss.
                 infos = self._refresh(force=True)
                 begin = self._check_gone_and_truncated(begin, stopped_of(start), infos)
+            extended = self._extended(begin, finished, infos)
+            begin.update(extended)
             for rid, r in infos.items():
-                begin.setdefault(rid, r.start)  # a new recording: from its start
-            ends = {rid: max(begin[rid], r.end) for rid, r in infos.items()}
+                if rid not in begin and rid >= finished.below:
+                    begin[rid] = r.start  # a new recording: from its start
+            ends = {rid: max(at, infos[rid].end) for rid, at in begin.items()}
+            # An extended recording comes back where it was read to; it is read on from the next micro-batch
+            # (``partitions`` cannot tell from ``start`` where that was).
+            ends.update(extended)
             if self._target is not None:  # Trigger.AvailableNow: nothing past the snapshot
                 ends = {rid: max(begin[rid], min(e, self._target.get(rid, begin[rid]))) for rid, e in ends.items()}
             limited = self._limit(begin, ends, limit)
@@ -245,7 +289,54 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = limited
             if any(ends[rid] > begin[rid] for rid in ends):
                 self._last_batch_at = time.monotonic()
-            return to_offset(ends, self._stopped_marks(ends, infos), self.opts.min_partitions)
+            ends, finished = self._leave_out_finished(begin, ends, infos, finished)
+            return to_offset(ends, self._stopped_marks(ends, infos), self.opts.min_partitions, finished)
+
+    def _extended(self, begin: dict[int, int], finished: Finished, infos: dict[int, RecordingInfo]) -> dict[int, int]:
+        """The recordings ``start`` left out as read to their stop that were extended since, each with the
+        position to read on from."""
+        for rid in [rid for rid in self._read_to if rid not in infos]:
+            del self._read_to[rid]  # purged: it was read whole
+        extended: dict[int, int] = {}
+        for rid, r in infos.items():
+            if rid in begin or rid >= finished.below:
+                continue
+            read_to = self._read_to.get(rid)
+            if read_to is None:  # left out before this process ran: the query was restarted on its checkpoint
+                if not r.live and 0 <= r.stop_timestamp <= finished.stopped_by:
+                    self._read_to[rid] = r.end  # as it was: still stopped where it was read to
+                    continue
+                now = "recording again" if r.live else f"stopped again at {r.stop_timestamp} ms"
+                text = (f"recording {rid} of {self.opts.archive.describe()} was read to its stop and left out of "
+                        f"this query's offsets (every recording read to its stop by {finished.stopped_by} ms is), and "
+                        f"was extended while the query was not running (it is {now}): the position it was read to "
+                        f"is no longer known, so neither is where its unread data begins")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(text + "; failOnDataLoss=true (set it to false to read it on from where it "
+                                        f"ends now, {r.end}, skipping what the extension recorded before)")
+                log.warning("%s; read on from where it ends now, %d (failOnDataLoss=false)", text, r.end)
+                extended[rid] = r.end
+            elif r.live or r.end > read_to:
+                extended[rid] = read_to  # extended where it stopped: on from there
+            elif r.end < read_to:
+                self._read_to[rid] = r.end  # truncated below: it had been read whole, nothing lost
+        return extended
+
+    def _leave_out_finished(self, begin: dict[int, int], ends: dict[int, int], infos: dict[int, RecordingInfo],
+                            finished: Finished) -> tuple[dict[int, int], Finished]:
+        """``ends`` without the recordings that were read to their stop by ``begin`` (the micro-batch that
+        ends there reads none of them), but for the newest, with what the offset then says of them."""
+        newest = max(infos, default=-1)
+        stopped_by, left = finished.stopped_by, False
+        for rid in list(ends):
+            r = infos[rid]
+            if rid != newest and not r.live and r.stop_timestamp >= 0 and begin[rid] >= r.end:
+                del ends[rid]
+                self._read_to[rid] = r.end
+                stopped_by, left = max(stopped_by, r.stop_timestamp), True
+        if not left and finished.below == 0:
+            return ends, finished
+        return ends, Finished(max(finished.below, newest + 1), stopped_by)
 
     @staticmethod
     def _stopped_marks(ends: dict[int, int], infos: dict[int, RecordingInfo]) -> dict[int, int]:
@@ -328,12 +419,13 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 check_archive_dir(archive_id, self.opts)
                 self._dir_checked = True
             begin, stop = from_offset(start) if start else {}, from_offset(end)
+            left_out_below = finished_of(start).below
             infos: dict[int, RecordingInfo] = {}
             starts: dict[int, int] = {}
             for rid, e in stop.items():
                 s = begin.get(rid)
-                if s is not None and e <= s:
-                    continue
+                if (s is not None and e <= s) or (s is None and rid < left_out_below):
+                    continue  # nothing new; or back from ``start``'s left-out recordings, where it was read to
                 r = self._info_now(rid)
                 if r is None:
                     continue
