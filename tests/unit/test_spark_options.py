@@ -59,3 +59,51 @@ def test_sizes_with_suffixes(text, size):
 def test_a_bad_size_names_the_option(text):
     with pytest.raises(OptionError, match="option maxBytesPerTrigger: "):
         parse_reader_options({**BASE, "maxBytesPerTrigger": text}, streaming=True)
+
+
+@pytest.mark.parametrize(("options", "streaming", "message"), [
+    ({"recordingIds": "1,x"}, False, r"option recordingIds: '1,x' is not a list of recording ids"),
+    ({"recordingIds": ""}, False, r"option recordingIds: '' must name at least one recording id"),
+    ({**BASE, "recordingIds": "1"}, False, "give either recordingIds or channel and streamId, not both"),
+    ({"channel": "aeron:ipc"}, False, "option streamId: required"),
+    ({"streamId": "7"}, False, "option channel: required with streamId"),
+    ({**BASE, "streamId": "x"}, False, r"option streamId: 'x' is not an integer"),
+    ({**BASE, "channel": "aeron:pigeon"}, False, r"option channel: 'aeron:pigeon' is not a channel URI"),
+    ({**BASE, "endingPositions": "latest"}, True, "option endingPositions: not for streaming queries"),
+    ({**BASE, "endingPositions": "earliest"}, False, "'earliest' would read nothing"),
+    ({**BASE, "startingPositions": "soon"}, False, "option startingPositions: 'soon' is neither 'earliest'"),
+    ({**BASE, "startingPositions": "[1]"}, False, "must be a JSON object"),
+    ({**BASE, "startingPositions": '{"a": 0}'}, False, "key 'a' is not a recording id"),
+    ({**BASE, "startingPositions": '{"1": -5}'}, False, "position -5 of recording 1 is negative"),
+    ({**BASE, "startingPositions": '{"1": 33}'}, False, "position 33 of recording 1 is not a frame boundary"),
+    ({**BASE, "readMode": "telepathy"}, False, "option readMode: 'telepathy' is not one of auto, replay, files"),
+    ({**BASE, "failOnDataLoss": "perhaps"}, False, "option failOnDataLoss: 'perhaps' is not true or false"),
+    ({**BASE, "lowLatency": "true", "maxMessagesPerTrigger": "10"}, True,
+     "option maxMessagesPerTrigger: not with lowLatency=true"),
+    ({**BASE, "valueSchema": "timestamp long", "includeTimestamp": "true"}, False,
+     "option includeTimestamp: valueSchema already has a column named 'timestamp'"),
+    ({**BASE, "controlChannel": "aeron:udp?endpoint=10.0.0.1:8010"}, False,
+     "option controlResponseChannel: required with a UDP controlChannel"),
+    ({**BASE, "minPartitions": "0"}, False, "option minPartitions: 0 is below the minimum 1"),
+])
+def test_each_reader_option_check_names_the_option_without_spark(options, streaming, message):
+    with pytest.raises(OptionError, match=message):
+        parse_reader_options(options, streaming=streaming)
+
+
+def test_spark_errors_are_sulis_errors_and_the_builtin_they_were():
+    """``except SulisError`` catches every error of ``format("sulis")``; ``except ValueError`` (or the
+    built-in each was before) still catches it too."""
+    import sulis
+    import sulis.spark as ss
+
+    builtins = {ss.OptionError: ValueError, ss.RowError: ValueError, ss.DataLossError: RuntimeError,
+                ss.ArchiveUnavailableError: RuntimeError, ss.NoMediaDriverError: ConnectionError,
+                ss.ReadError: RuntimeError, ss.ReadTimeoutError: TimeoutError, ss.SinkError: RuntimeError,
+                ss.SinkTimeoutError: TimeoutError}
+    for cls, builtin in builtins.items():
+        assert issubclass(cls, sulis.SulisError) and issubclass(cls, builtin), cls
+        with pytest.raises(sulis.SulisError, match="what and where"):
+            raise cls("what and where")
+    with pytest.raises(sulis.SulisError, match="option streamId: required"):
+        parse_reader_options({"channel": "aeron:ipc"})

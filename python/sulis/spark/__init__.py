@@ -28,10 +28,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .options import OptionError
+from .errors import (
+    ArchiveUnavailableError,
+    DataLossError,
+    NoMediaDriverError,
+    OptionError,
+    ReadError,
+    ReadTimeoutError,
+    RowError,
+    SinkError,
+    SinkTimeoutError,
+)
 from .replay import SCHEMA, SCHEMA_DDL
 
-__all__ = ["SCHEMA", "SCHEMA_DDL", "OptionError", "register", "SulisDataSource", "offsets_behind"]
+__all__ = ["SCHEMA", "SCHEMA_DDL", "register", "SulisDataSource", "offsets_behind", "OptionError", "DataLossError",
+           "ArchiveUnavailableError", "NoMediaDriverError", "ReadError", "ReadTimeoutError", "RowError", "SinkError",
+           "SinkTimeoutError"]
 
 
 def register(spark: Any) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from .errors import OptionError, ReadError
 from .options import ReaderOptions
 from .replay import RecordingRange, _Assembler, read_range
 from .value_schema import ValueLayout
@@ -100,7 +101,7 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
     if r.end <= r.start:
         return
     if r.term_length <= 0:
-        raise RuntimeError(f"recording {r.recording_id}: the range was planned without the recording's geometry")
+        raise ReadError(f"recording {r.recording_id}: the range was planned without the recording's geometry")
     # Every message of the range ends at or before ``end`` (a frame boundary, at most ``replay_to``, what
     # was recorded when planned), so unlike a replay the files are never read past ``end``.
     reader = _native.RecordingFileReader(archive_dir, r.recording_id, r.recording_start, r.term_length,
@@ -112,7 +113,7 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
         try:
             batch = reader.read_batch(fragment_limit)
         except ArchiveError as e:
-            raise RuntimeError(f"readMode=files, archive directory {archive_dir}: recording {r.recording_id} "
+            raise ReadError(f"readMode=files, archive directory {archive_dir}: recording {r.recording_id} "
                                f"({r.start}, {r.end}]: {e}") from e
         if not len(batch):
             break  # replay_to reached
@@ -160,11 +161,11 @@ def read_partition_range(opts: ReaderOptions, r: RecordingRange,
         mode = "files" if files_readable(files_dir) else "replay"
     if mode == "files":
         if files_dir is None:
-            raise RuntimeError(f"option readMode=files: no archiveDir given, and {opts.archive.describe()} "
+            raise OptionError(f"option readMode=files: no archiveDir given, and {opts.archive.describe()} "
                                f"(archive id {archive_id}) announces no directory readable on host "
                                f"{socket.gethostname()} through media driver {opts.archive.driver_dir or 'default'}")
         if not files_readable(files_dir):
-            raise RuntimeError(f"option readMode=files: archiveDir {files_dir!r} holds no readable "
+            raise OptionError(f"option readMode=files: archiveDir {files_dir!r} holds no readable "
                                f"{CATALOG_FILE} on host {socket.gethostname()}; readMode=auto replays from "
                                f"{opts.archive.describe()} where the files are not local")
         yield from read_files(files_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp)
@@ -177,7 +178,6 @@ def check_archive_dir(archive_id: int, opts: ReaderOptions) -> None:
     """On the Spark driver: ``archiveDir``, where readable here, must be the queried archive's
     directory (its mark file names the archive id), else files would be read from another one."""
     from .. import _native
-    from .options import OptionError
 
     if opts.read_mode == "replay" or not files_readable(opts.archive_dir):
         return

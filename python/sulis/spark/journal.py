@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from .errors import SinkError, SinkTimeoutError
 from .options import ArchiveAddress
 from .recordings import RecordingInfo, info_of, recordings_of_stream
 from .replay import RecordingRange, read_range, replay_from, session
@@ -139,7 +140,7 @@ class Entry:
         try:
             return Entry(position=position, **d)
         except TypeError as e:
-            raise RuntimeError(f"sulis sink: the journal entry ending at position {position} is damaged ({e}): "
+            raise SinkError(f"sulis sink: the journal entry ending at position {position} is damaged ({e}): "
                                f"{raw[:200]!r}") from None
 
 
@@ -194,7 +195,7 @@ class Journal:
             if time.monotonic() > deadline:
                 from .. import result_name
 
-                raise TimeoutError(f"sulis sink: the journal {self.channel} stream {self.stream_id} refused "
+                raise SinkTimeoutError(f"sulis sink: the journal {self.channel} stream {self.stream_id} refused "
                                    f"an entry for {timeout:.0f}s: {result_name(pos)} (is it recorded?)")
             time.sleep(0.001)
         self.await_recorded(pub.session_id, pos, deadline, "the journal entry")
@@ -217,7 +218,7 @@ class Journal:
             if time.monotonic() > deadline:
                 state = "is not recorded" if rid < 0 else f"is recorded (recording {rid}) only to " \
                     f"{ac.get_recording_position(rid)}"
-                raise TimeoutError(f"sulis sink: {what} at position {position} of session {session_id} on "
+                raise SinkTimeoutError(f"sulis sink: {what} at position {position} of session {session_id} on "
                                    f"{channel} stream {stream_id} {state}: is the stream recorded by "
                                    f"{self.address.describe()}?")
             time.sleep(0.001)

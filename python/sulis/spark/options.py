@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import OptionError
+
 __all__ = [
     "EARLIEST",
     "LATEST",
@@ -57,10 +59,6 @@ READ_MODES = ("auto", "replay", "files")
 
 #: Options Spark itself may pass along (``load(path)``, ``start(path)``, the checkpoint).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
-
-
-class OptionError(ValueError):
-    """A ``format("sulis")`` option is missing, unknown or has a bad value; the message names it."""
 
 
 @dataclass(frozen=True)

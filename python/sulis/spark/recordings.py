@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .options import EARLIEST, LATEST, OptionError, ReaderOptions
+from .errors import ArchiveUnavailableError, DataLossError, OptionError
+from .options import EARLIEST, LATEST, ReaderOptions
 from .replay import ArchiveSession, RecordingRange, replay_from
 
 __all__ = ["RecordingInfo", "DataLossError", "ArchiveUnavailableError", "list_selected", "describe",
@@ -18,17 +19,6 @@ log = logging.getLogger("sulis.spark")
 
 #: Recordings asked for per list request.
 _PAGE = 1000
-
-
-class DataLossError(RuntimeError):
-    """Data a query was to read is gone from the archive (purged, detached, truncated)."""
-
-
-class ArchiveUnavailableError(RuntimeError):
-    """The archive did not answer (stopped, killed, unreachable); the message names it and what is read.
-
-    A query that fails with it can be restarted from its checkpoint once the archive is back: the
-    offsets are positions in the recordings, which an archive restarted on its directory keeps."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .errors import NoMediaDriverError, ReadError, ReadTimeoutError
 from .options import ArchiveAddress
 from .value_schema import ValueLayout
 
@@ -164,7 +165,7 @@ class ArchiveSession:
             # Soon, not after the driver timeout: this host runs no media driver there.
             import socket
 
-            raise ConnectionError(
+            raise NoMediaDriverError(
                 f"no media driver on host {socket.gethostname()} in {where}: every host that runs Spark "
                 "executors (or the Spark driver) needs a sulis media driver of its own, e.g. `sulis driver "
                 f"--dir {where}` started with the Spark worker (docs/spark.md, \"Executors reach the archive\"); "
@@ -217,7 +218,7 @@ def session(address: ArchiveAddress) -> ArchiveSession:
         try:
             s = ArchiveSession(address)
         except Exception as e:
-            raise ConnectionError(f"cannot reach {address.describe()}: {e}") from e
+            raise NoMediaDriverError(f"cannot reach {address.describe()}: {e}") from e
         _sessions[address] = s
         return s
 
@@ -348,7 +349,7 @@ class _Assembler:
         if len(begins) == 0:
             return
         if len(begins) != len(ends):
-            raise RuntimeError(f"recording {self.r.recording_id}: fragments out of order near position "
+            raise ReadError(f"recording {self.r.recording_id}: fragments out of order near position "
                                f"{int(positions[first])} (BEGIN and END flags do not pair up)")
         message_end = positions[ends]
         keep = (message_end > start) & (message_end <= end)
@@ -443,15 +444,15 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
         # restarted (it does not know the session: no answer) or is gone: once more, afresh.
         drop_session(address)
         if e.code != -1:  # the archive answered: a refusal, not a lost session
-            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "
-                               f"{r.replay_from} to {r.end} refused: {e}") from e
+            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} from "
+                            f"{r.replay_from} to {r.end} refused: {e}") from e
         s = session(address)
         try:
             replay_id, sub = start_waiting_for_a_slot(s)
         except Exception as e2:
             drop_session(address)
-            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} from "
-                               f"{r.replay_from} to {r.end} failed: {e2}") from e2
+            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} from "
+                            f"{r.replay_from} to {r.end} failed: {e2}") from e2
     assembler = _Assembler(r, layout, timestamp)
     last = r.replay_from
     image = None  # the replay's image, kept: its final position is readable after it is gone
@@ -479,13 +480,13 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
                 break
             errors = s.archive.poll_errors()
             if errors:
-                raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
-                                   f"failed, read to position {last}: "
+                raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
+                                f"failed, read to position {last}: "
                                    + "; ".join(f"{text} (code {code})" for _, code, text in errors))
             if time.monotonic() - idle_since > timeout:
                 drop_session(address)  # the archive may be gone: the next task reconnects
-                raise TimeoutError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
-                                   f"made no progress for {timeout:.0f}s at position {last}")
+                raise ReadTimeoutError(f"{address.describe()}: replay of recording {r.recording_id} "
+                                       f"({r.start}, {r.end}] made no progress for {timeout:.0f}s at position {last}")
             time.sleep(0.0002 if image is not None else 0.001)
         # A replay that ended must have reached the range's end (its image's final position counts the
         # padding that closes a term, which delivers no message); one that ended before it was cut
@@ -495,8 +496,8 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
             errors = _errors_after_end(s)
             why = "; ".join(f"{text} (code {code})" for _, code, text in errors) or "the archive gave no reason"
             drop_session(address)
-            raise RuntimeError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
-                               f"ended early, at position {reached}: {why}")
+            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
+                            f"ended early, at position {reached}: {why}")
     finally:
         if not ended and last < r.replay_to:  # stopped early (past ``end``, an error, the task killed)
             try:

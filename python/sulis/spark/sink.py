@@ -47,8 +47,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .errors import OptionError, RowError, SinkError, SinkTimeoutError
 from .journal import Attempt, Checksum, Entry, Journal, attempt_name, attempts, later_claim
-from .options import ArchiveAddress, OptionError, WriterOptions
+from .options import ArchiveAddress, WriterOptions
 from .recordings import info_of, recordings_of_stream, stream_key
 from .replay import RecordingRange, read_range, session
 
@@ -145,7 +146,7 @@ def _publication(address: ArchiveAddress, target: Target, exclusive: bool):
         try:
             pub = add(*target)
         except Exception as e:
-            raise RuntimeError(f"sulis sink: cannot publish on channel {target[0]!r} stream {target[1]}: {e}") from e
+            raise SinkError(f"sulis sink: cannot publish on channel {target[0]!r} stream {target[1]}: {e}") from e
         _publications[key] = pub
         return pub
 
@@ -167,7 +168,7 @@ def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target,
     if by_channel:
         col = batch.column("channel")
         if col.null_count:
-            raise ValueError(f"sulis sink: column 'channel' is null in row {_first_null(col)} of a batch, "
+            raise RowError(f"sulis sink: column 'channel' is null in row {_first_null(col)} of a batch, "
                              "and no channel option is set")
         encoded = pc.dictionary_encode(col)
         channels = encoded.dictionary.to_pylist()
@@ -176,12 +177,12 @@ def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target,
     if by_stream:
         col = batch.column("stream_id")
         if col.null_count:
-            raise ValueError(f"sulis sink: column 'stream_id' is null in row {_first_null(col)} of a batch, "
+            raise RowError(f"sulis sink: column 'stream_id' is null in row {_first_null(col)} of a batch, "
                              "and no streamId option is set")
         streams = col.to_numpy(zero_copy_only=False).astype(np.int64)
         bad = np.flatnonzero((streams < -(1 << 31)) | (streams >= 1 << 31))
         if len(bad):
-            raise ValueError(f"sulis sink: column 'stream_id' holds {int(streams[bad[0]])} (row {int(bad[0])} of a "
+            raise RowError(f"sulis sink: column 'stream_id' holds {int(streams[bad[0]])} (row {int(bad[0])} of a "
                              "batch), which is not a 32-bit stream id")
     keys = (channel_codes << 32) | (streams & 0xFFFF_FFFF)
     unique, inverse = np.unique(keys, return_inverse=True)
@@ -204,11 +205,11 @@ def _await(target: Target, opts: WriterOptions, result: int, stuck_since: float)
 
     channel, stream_id = target
     if result in (CLOSED, MAX_POSITION_EXCEEDED):
-        raise RuntimeError(f"sulis sink: publication on {channel} stream {stream_id}: {result_name(result)}")
+        raise SinkError(f"sulis sink: publication on {channel} stream {stream_id}: {result_name(result)}")
     if time.monotonic() - stuck_since > opts.archive.message_timeout:
         why = (" (nobody subscribes: is the stream being recorded? ArchiveClient.start_recording"
                f"({channel!r}, {stream_id}))") if result == NOT_CONNECTED else ""
-        raise TimeoutError(f"sulis sink: {channel} stream {stream_id} refused offers for "
+        raise SinkTimeoutError(f"sulis sink: {channel} stream {stream_id} refused offers for "
                            f"{opts.archive.message_timeout:.0f}s: {result_name(result)}{why}")
     time.sleep(0.0001 if result != NOT_CONNECTED else 0.005)
 
@@ -298,7 +299,7 @@ def ensure_journal_recorded(opts: WriterOptions) -> None:
             log.info("sulis sink: recording the sink's journal %s stream %d", channel, stream_id)
         except Exception as e:
             if not recorded():  # not another query starting it at the same time
-                raise RuntimeError(f"sulis sink: cannot record the sink's journal ({channel} stream {stream_id}) "
+                raise SinkError(f"sulis sink: cannot record the sink's journal ({channel} stream {stream_id}) "
                                    f"on {opts.archive.describe()}: {e}") from e
     _recorded_journals.add(key)
 
@@ -320,7 +321,7 @@ def _covered(recordings, session_id: int, start: int, end: int | None, what: str
         if end is not None and pos >= end:
             break
         if r.start > pos:
-            raise RuntimeError(
+            raise SinkError(
                 f"sulis sink: {what}: positions {pos} to {r.start} of session {session_id} were published but not "
                 f"recorded (the session's recording stopped and recording {r.recording_id} starts at {r.start}): "
                 "those rows are not in the recorded stream, and which rows they were cannot be told")
@@ -328,7 +329,7 @@ def _covered(recordings, session_id: int, start: int, end: int | None, what: str
         pieces.append((r, pos, hi))
         pos = hi
     if end is not None and pos < end:
-        raise RuntimeError(f"sulis sink: {what}: positions {pos} to {end} of session {session_id} are not recorded")
+        raise SinkError(f"sulis sink: {what}: positions {pos} to {end} of session {session_id} are not recorded")
     return pieces
 
 
@@ -411,7 +412,7 @@ class _TaskTarget:
             while waiting:
                 if time.monotonic() > deadline:
                     self.done = True
-                    raise TimeoutError(
+                    raise SinkTimeoutError(
                         f"sulis sink: {self.where}: another attempt of it ({', '.join(sorted(waiting))}) is still "
                         f"publishing after {self.timeout:.0f}s; this one does not publish beside it (a task of an "
                         "earlier stage attempt still running, or speculative execution: turn it off)")
@@ -426,7 +427,7 @@ class _TaskTarget:
         for skip, count, _crc, name in runs:
             if skip != pos:
                 how = "published twice" if skip < pos else "never published"
-                raise RuntimeError(f"sulis sink: {self.where}: the journal says attempt {name} published rows "
+                raise SinkError(f"sulis sink: {self.where}: the journal says attempt {name} published rows "
                                    f"{skip} to {skip + count}, but earlier attempts end at row {pos}: rows were "
                                    f"{how} (journal {journal.channel} stream {journal.stream_id})")
             pos += count
@@ -447,7 +448,7 @@ class _TaskTarget:
             i += k
             if self.seen == hi:
                 if self.check.value != crc:
-                    raise RuntimeError(
+                    raise SinkError(
                         f"sulis sink: {self.where}: rows {lo} to {hi} of this re-run differ from the rows attempt "
                         f"{name} published (checksum {self.check.value}, published {crc}): the re-run gives other "
                         "rows or another order (a shuffle without a sort, minPartitions or the plan changed across "
@@ -470,7 +471,7 @@ class _TaskTarget:
         """After the last row: its rows recorded, whole, and the journal told."""
         assert self.claim is not None
         if self.seen < self.skip:
-            raise RuntimeError(f"sulis sink: {self.where}: earlier attempts published {self.skip} rows, but this "
+            raise SinkError(f"sulis sink: {self.where}: earlier attempts published {self.skip} rows, but this "
                                f"re-run has only {self.seen}: its rows differ (the plan or the input changed across "
                                "a restart); nothing of it was published again")
         end = self.pub.position
@@ -531,7 +532,7 @@ class SulisStreamWriter(DataSourceStreamArrowWriter):
         raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None
         if ctx is None or raw_batch is None or not query_id:
-            raise RuntimeError("sulis sink: no streaming batch id or query id in the task (exactly-once needs them)")
+            raise SinkError("sulis sink: no streaming batch id or query id in the task (exactly-once needs them)")
         batch_id = int(raw_batch)
         states: dict[Target, _TaskTarget] = {}
 

@@ -40,12 +40,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .datasource import SulisPartition, read_partition
+from .batch_reader import SulisPartition, read_partition
+from .errors import ArchiveUnavailableError, DataLossError, OptionError
 from .files import check_archive_dir
-from .options import OptionError, ReaderOptions
+from .options import ReaderOptions
 from .recordings import (
-    ArchiveUnavailableError,
-    DataLossError,
     RecordingInfo,
     check_data_loss,
     describe,

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .options import OptionError
+from .errors import OptionError, RowError
 
 __all__ = ["ValueLayout", "parse_value_schema", "MODES"]
 
@@ -121,7 +121,7 @@ class ValueLayout:
             bad = np.flatnonzero(np.diff(offsets) != self.size)
         if len(bad) and self.mode != "PERMISSIVE":
             i = int(bad[0])
-            raise ValueError(f"valueSchema: recording {recording_id}, message ending at position {int(positions[i])} "
+            raise RowError(f"valueSchema: recording {recording_id}, message ending at position {int(positions[i])} "
                              f"is {int(offsets[i + 1] - offsets[i])} bytes, the layout ({self.ddl()}) takes "
                              f"{self.size} (mode FAILFAST; PERMISSIVE or DROPMALFORMED keep the query going)")
         if not len(bad):

@@ -1,0 +1,143 @@
+"""Every Python snippet in README.md and docs/*.md runs, as a reader would run it, and does what the
+text around it says. A snippet that is a fragment (it uses a ``client`` or ``spark`` made earlier)
+runs after the few lines that make them (``PRELUDE``); one that names a host or a directory of the
+reader's runs with a place of the test's own (``REPLACE``). A new snippet fails
+``test_every_snippet_is_run`` until it is given a way to run here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import CLI, await_until, clean_env, make_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"^```python\n(.*?)^```$", re.M | re.S)
+
+
+@dataclass(frozen=True)
+class Snippet:
+    starts: str  # the snippet's first line, which names it
+    prelude: str = ""  # makes what a fragment uses
+    replace: dict[str, str] = field(default_factory=dict)  # the reader's places -> the test's ({tmp}: a directory)
+    expect: str = ""  # a regular expression its output matches
+    spark: bool = False
+    with_driver: bool = False  # a `sulis driver` runs in $SULIS_DIR (the snippet is a client of it)
+
+
+_LOCAL_DRIVER = ("import sulis\n"
+                 "driver = sulis.MediaDriver(threading_mode='shared')\n"
+                 "client = sulis.Client(dir=driver.dir)\n")
+_ARCHIVE = ("import sulis\n"
+            "driver = sulis.MediaDriver(threading_mode='shared')\n"
+            "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver.dir)\n"
+            "driver_dir = driver.dir\n"
+            "handler = lambda buffer, header: None\n")
+_SPARK = ("import os, sys\n"
+          "os.environ.update(SPARK_LOCAL_IP='127.0.0.1', PYSPARK_PYTHON=sys.executable)\n"
+          "from pyspark.sql import SparkSession\n"
+          "import sulis\n"
+          "driver = sulis.MediaDriver(threading_mode='shared')\n"
+          "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver.dir)\n"
+          "spark = SparkSession.builder.master('local[2]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+          "spark.sparkContext.setLogLevel('ERROR')\n")
+
+#: Each snippet, by file and order in it.
+SNIPPETS: dict[tuple[str, int], Snippet] = {
+    ("README.md", 0): Snippet("import sulis", expect=r"(?s)(?=.*joined )(?=.*b'hello' \d+)"),
+    ("README.md", 1): Snippet("import threading"),
+    # 2 and 3, the subscriber and the publisher: test_the_readme_subscriber_receives_what_its_publisher_sends
+    ("README.md", 4): Snippet("# host B (10.0.0.2): receives", prelude=_LOCAL_DRIVER,
+                              replace={"10.0.0.2:40123": "127.0.0.1:{port}"}),
+    ("README.md", 5): Snippet("with sulis.MediaDriver() as driver, \\", replace={"/var/tmp/archive": "{tmp}/archive"},
+                              prelude="import sulis\n"),
+    ("README.md", 6): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    ("docs/archive.md", 0): Snippet("with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as "
+                                    "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
+                                    expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
+    ("docs/spark.md", 0): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+}
+PAIR = {("README.md", 2): "# subscriber.py", ("README.md", 3): "# publisher.py"}
+
+
+def snippets() -> dict[tuple[str, int], str]:
+    found = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        name = str(path.relative_to(ROOT))
+        for i, m in enumerate(BLOCK.finditer(path.read_text())):
+            found[(name, i)] = m.group(1)
+    return found
+
+
+def test_every_snippet_is_run():
+    found = snippets()
+    known = {**{k: s.starts for k, s in SNIPPETS.items()}, **PAIR}
+    assert found.keys() == known.keys(), (f"snippets without a way to run here: {sorted(found.keys() - known.keys())}; "
+                                          f"gone: {sorted(known.keys() - found.keys())}")
+    for key, text in found.items():
+        assert text.splitlines()[0] == known[key], f"{key} now starts {text.splitlines()[0]!r}, not {known[key]!r}"
+
+
+def _run(code: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("key", sorted(SNIPPETS), ids=lambda k: f"{k[0]}#{k[1]}")
+def test_a_snippet_runs(key):
+    from conftest import free_udp_port
+
+    snippet = SNIPPETS[key]
+    if snippet.spark:
+        pytest.importorskip("pyspark")
+    text = snippets()[key]
+    tmp = tempfile.mkdtemp(prefix="sulis-snippet-")
+    places = {"tmp": tmp, "port": str(free_udp_port())}
+    for old, new in snippet.replace.items():
+        assert old in text, f"{key}: {old!r} is no longer in the snippet"
+        text = text.replace(old, new.format(**places))
+    env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
+    result = _run(snippet.prelude.format(**places) + text, env, timeout=170)
+    assert result.returncode == 0, f"{key} failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    assert re.search(snippet.expect, result.stdout), f"{key} printed {result.stdout!r}, not /{snippet.expect}/"
+
+
+def test_the_readme_subscriber_receives_what_its_publisher_sends():
+    """The README's subscriber.py and publisher.py, with `sulis driver` running: the subscriber prints
+    the hundred messages in order (it runs until Ctrl-C: the test ends it)."""
+    found = snippets()
+    subscriber, publisher = found[("README.md", 2)], found[("README.md", 3)]
+    env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
+    driver = subprocess.Popen([*CLI, "driver", "--threading-mode", "shared"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    sub = None
+    try:
+        await_until(lambda: os.path.exists(os.path.join(env["SULIS_DIR"], "cnc.dat")), timeout=20, what="the driver")
+        with tempfile.TemporaryFile("w+") as out:
+            sub = subprocess.Popen([sys.executable, "-u", "-c", subscriber], env=env, stdout=out,
+                                   stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            result = _run(publisher, env, timeout=60)
+            assert result.returncode == 0, result.stderr
+
+            def received():
+                out.seek(0)
+                return out.read().splitlines()
+
+            await_until(lambda: len(received()) >= 100, timeout=20, what="the subscriber to print 100 messages")
+            assert received() == [f"message {i}" for i in range(100)]
+    finally:
+        for p in (sub, driver):
+            if p is not None:
+                p.terminate()
+                p.wait(10)
+                assert p.stderr is not None
+                p.stderr.close()
