@@ -7,28 +7,22 @@ results are checked."""
 from __future__ import annotations
 
 import fcntl
-import glob
-import json
 import os
 import pty
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import termios
 import threading
 import time
 
 import pytest
-from hdrh.histogram import HdrHistogram
 
 from clibench import (
     CLI,
-    PERCENTILE_KEYS,
     bench,
     bench_json,
     bench_processes,
