@@ -173,6 +173,18 @@ def test_client_detects_a_killed_driver(spawn, first_call):
         shutil.rmtree(dir, ignore_errors=True)
 
 
+def test_a_client_of_a_driver_that_shut_down_is_told_so():
+    """A driver closed cleanly zeroes its heartbeat: a client on its directory says the driver shut
+    down, not that its last heartbeat was 56 years ago (the epoch)."""
+    from conftest import make_dir
+
+    dir = make_dir()
+    sulis.MediaDriver(dir=dir, threading_mode="shared").close()
+    with pytest.raises(sulis.DriverTimeoutError) as e:
+        sulis.Client(dir=dir, driver_timeout=0.5)
+    assert str(e.value) == f"no live media driver in {dir}: the driver that made it has shut down", str(e.value)
+
+
 def test_second_driver_on_a_directory_in_use_is_refused(driver, client):
     sub = client.add_subscription("aeron:ipc", 63)
     pub = client.add_exclusive_publication("aeron:ipc", 63)

@@ -708,13 +708,20 @@ impl Client {
         let cnc = loop {
             match Cnc::open(&path) {
                 Ok(c) => {
-                    let age = epoch_ms() - c.driver_heartbeat_ms();
-                    if age <= ctx.driver_timeout.as_millis() as i64 {
+                    let heartbeat = c.driver_heartbeat_ms();
+                    let age = epoch_ms() - heartbeat;
+                    if heartbeat > 0 && age <= ctx.driver_timeout.as_millis() as i64 {
                         break c;
                     }
                     if Instant::now() >= deadline {
+                        // A driver that closed cleanly zeroes its heartbeat: "1795458240356 ms ago" says nothing.
+                        let last = if heartbeat > 0 {
+                            format!("its last heartbeat was {age} ms ago")
+                        } else {
+                            "the driver that made it has shut down".to_string()
+                        };
                         return Err(ClientError::DriverTimeout(format!(
-                            "no live media driver in {}: last heartbeat {age} ms ago",
+                            "no live media driver in {}: {last}",
                             ctx.dir.display()
                         )));
                     }

@@ -703,9 +703,8 @@ pub struct BufferClaim {
 }
 
 impl BufferClaim {
-    /// The writable payload.
-    #[allow(clippy::mut_from_ref)]
-    pub fn buffer(&self) -> &mut [u8] {
+    /// The writable payload (one view at a time: it borrows the claim mutably).
+    pub fn buffer(&mut self) -> &mut [u8] {
         self.term
             .slice_mut(self.frame_offset + DATA_HEADER_LENGTH, self.length)
     }

@@ -1,8 +1,10 @@
 //! A cheap single-user guard for native objects that are not thread-safe.
 //!
 //! Exclusive publications and subscriptions keep single-writer state. The
-//! guard turns a second thread's concurrent call into a Python error instead
-//! of a data race, at the cost of one atomic swap per call.
+//! guard turns a second use while one is under way (another thread's call
+//! made while this one released the GIL, or a callback re-entering the
+//! object) into a Python error instead of a data race, at the cost of a
+//! relaxed load and store per call (see `enter`).
 
 use crate::errors::SulisError;
 use pyo3::PyResult;

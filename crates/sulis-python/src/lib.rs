@@ -4,12 +4,12 @@
 //! (connecting, adding resources, closing) release the GIL.
 
 mod archive;
+mod buffer;
 mod client;
 mod counters;
 mod driver;
 mod errors;
 mod guard;
-mod offer_batch;
 mod offer_result;
 mod publication;
 mod recording_files;
@@ -51,9 +51,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     archive::register(m)?;
     m.add_class::<driver::PyMediaDriver>()?;
     m.add_class::<client::PyClient>()?;
-    m.add_class::<publication::PyPublication>()?;
-    m.add_class::<publication::PyExclusivePublication>()?;
-    m.add_class::<publication::PyBufferClaim>()?;
     m.add_class::<subscription::PySubscription>()?;
     m.add_class::<subscription::PyImage>()?;
     m.add_class::<subscription::PyHeader>()?;
@@ -76,6 +73,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(channel_params, m)?)?;
     m.add_function(wrap_pyfunction!(recording_key, m)?)?;
     offer_result::register(m)?;
+    publication::register(m)?; // its raw `offer` returns OfferResult members
     m.add(
         "build_profile",
         if cfg!(debug_assertions) {

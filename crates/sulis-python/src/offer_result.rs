@@ -62,9 +62,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("OfferResult", &class)?;
     let _ = BY_CODE.set(py, members);
-    // The raw `offer` entries return these members, so they go in once the
-    // members exist.
-    crate::publication::install_raw_offer(py)
+    Ok(())
 }
 
 /// A position as an int, a code as its `OfferResult` member.

@@ -263,7 +263,7 @@ impl PyFragmentAssembler {
         header: &Bound<'_, PyHeader>,
     ) -> PyResult<()> {
         let h = header.get().h;
-        crate::publication::with_bytes(buffer, |b| self.on_fragment(py, b, &h))?
+        crate::buffer::with_bytes(buffer, |b| self.on_fragment(py, b, &h))?
     }
 }
 

@@ -7,11 +7,14 @@
 //! appended with the GIL released; the views keep their exporters alive and
 //! are released, with the GIL, when the batch is dropped.
 
+use super::offer_result;
+use crate::buffer::with_bytes;
 use crate::errors::MessageTooLongError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
+use sulis_client::OfferError;
 
 /// A buffer view held open through the buffer protocol.
 struct View(Box<ffi::Py_buffer>);
@@ -416,4 +419,52 @@ impl ReservedValues {
             ReservedValues::Each(e) => (i < e.count).then(|| unsafe { *e.ptr.add(i) }),
         }
     }
+}
+
+/// The sequence form of `offer_batch`: one Python object per message, so the
+/// GIL stays held; still one call from Python for the whole batch.
+pub(super) fn offer_sequence(
+    messages: &Bound<'_, PyAny>,
+    mut offer: impl FnMut(&[u8]) -> PyResult<Result<i64, OfferError>>,
+    position: impl Fn() -> PyResult<i64>,
+) -> PyResult<(usize, i64)> {
+    let mut count = 0;
+    let mut last: Option<i64> = None;
+    for item in messages.try_iter().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "offer_batch takes an Arrow array or a sequence of bytes-like objects, not {}",
+            messages
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })? {
+        let item = item?;
+        let (n, r) = with_bytes(&item, |b| {
+            sulis_client::publication::offer_each(std::iter::once(b), |_, m| {
+                offer(m).unwrap_or(Err(OfferError::Closed))
+            })
+        })?;
+        match r {
+            Ok(p) => {
+                count += n;
+                last = p;
+            }
+            Err(OfferError::MessageTooLong { length, max }) => {
+                return Err(MessageTooLongError::new_err(format!(
+                    "offer_batch: message {count} of {length} bytes exceeds the maximum message \
+                     length of {max} bytes; the {count} before it were published"
+                )))
+            }
+            Err(e) => return Ok((count, offer_result(Err(e))?)),
+        }
+    }
+    Ok((
+        count,
+        match last {
+            Some(p) => p,
+            None => position()?,
+        },
+    ))
 }
