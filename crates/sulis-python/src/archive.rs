@@ -5,6 +5,7 @@
 
 use crate::client::PyClient;
 use crate::errors::{interrupt_check, ConfigurationError, SulisError};
+use crate::gil;
 use pyo3::create_exception;
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -49,6 +50,18 @@ fn start_err(e: ArchiveStartError) -> PyErr {
             }
         }),
         other => SulisError::new_err(other.to_string()),
+    }
+}
+
+impl gil::NativeError for ArchiveStartError {
+    fn into_py_err(self) -> PyErr {
+        start_err(self)
+    }
+}
+
+impl gil::NativeError for RustArchiveError {
+    fn into_py_err(self) -> PyErr {
+        archive_err(self)
     }
 }
 
@@ -211,9 +224,7 @@ impl PyArchive {
             Some(f) => Box::new(PyAuthoriser(f)),
             None => Box::new(AllowAllRequests),
         };
-        let archive = py
-            .detach(|| Archive::launch_with(ctx, authoriser))
-            .map_err(start_err)?;
+        let archive = gil::released_or_raise(py, || Archive::launch_with(ctx, authoriser))?;
         Ok(PyArchive {
             archive_id: archive.archive_id(),
             archive: Mutex::new(Some(archive)),
@@ -257,7 +268,7 @@ impl PyArchive {
     fn close(&self, py: Python<'_>) {
         let archive = self.archive.lock().unwrap().take();
         if let Some(mut a) = archive {
-            py.detach(move || a.close());
+            gil::released(py, move || a.close());
         }
     }
 }
@@ -370,7 +381,7 @@ impl PyArchiveClient {
                 "archive client is closed",
             ));
         };
-        py.detach(|| f(session)).map_err(archive_err)
+        gil::released_or_raise(py, || f(session))
     }
 }
 
@@ -404,10 +415,8 @@ impl PyArchiveClient {
             credentials: credentials.unwrap_or_default(),
             challenge_response,
         };
-        let session = client.with_client(|c| {
-            py.detach(|| ArchiveClient::connect(c, ctx))
-                .map_err(archive_err)
-        })?;
+        let session = client
+            .with_client(|c| gil::released_or_raise(py, || ArchiveClient::connect(c, ctx)))?;
         Ok(PyArchiveClient {
             archive_id: session.archive_id(),
             control_session_id: session.control_session_id(),
@@ -795,9 +804,7 @@ pub fn archive_verify(
     checksum: Option<String>,
 ) -> PyResult<Vec<(i64, bool, String)>> {
     let checksum = checksum.as_deref().map(parse_checksum).transpose()?;
-    let verdicts = py
-        .detach(|| sulis_archive::tool::verify(&dir, checksum))
-        .map_err(ConfigurationError::new_err)?;
+    let verdicts = gil::released_or_raise(py, || sulis_archive::tool::verify(&dir, checksum))?;
     Ok(verdicts
         .into_iter()
         .map(|v| (v.recording_id, v.ok, v.message))
@@ -818,9 +825,9 @@ pub fn archive_checksum(
     all_files: bool,
 ) -> PyResult<Vec<(i64, usize, u64)>> {
     let c = parse_checksum(checksum)?;
-    let stamped = py
-        .detach(|| sulis_archive::tool::checksum(&dir, c, recording_id, all_files))
-        .map_err(ConfigurationError::new_err)?;
+    let stamped = gil::released_or_raise(py, || {
+        sulis_archive::tool::checksum(&dir, c, recording_id, all_files)
+    })?;
     Ok(stamped
         .into_iter()
         .map(|s| (s.recording_id, s.files, s.frames))
@@ -903,17 +910,14 @@ pub fn archive_mark(dir: PathBuf, recording_id: i64, valid: bool) -> PyResult<()
 /// removed, files deleted).
 #[pyfunction]
 pub fn archive_compact(py: Python<'_>, dir: PathBuf) -> PyResult<(usize, Vec<String>)> {
-    let c = py
-        .detach(|| sulis_archive::tool::compact(&dir))
-        .map_err(ConfigurationError::new_err)?;
+    let c = gil::released_or_raise(py, || sulis_archive::tool::compact(&dir))?;
     Ok((c.entries_removed, c.files_deleted))
 }
 
 /// Deletes segment files no recording owns; returns their paths.
 #[pyfunction]
 pub fn archive_delete_orphaned_segments(py: Python<'_>, dir: PathBuf) -> PyResult<Vec<String>> {
-    py.detach(|| sulis_archive::tool::delete_orphaned_segments(&dir))
-        .map_err(ConfigurationError::new_err)
+    gil::released_or_raise(py, || sulis_archive::tool::delete_orphaned_segments(&dir))
 }
 
 /// A dumped frame: (position, frame length, type, flags, session id, stream
@@ -926,9 +930,7 @@ type DumpedEntry = (i32, PyRecordingDescriptor, Vec<FrameTuple>, Option<String>)
 /// (state, descriptor, frames, error or None).
 #[pyfunction]
 pub fn archive_dump(py: Python<'_>, dir: PathBuf, frames: usize) -> PyResult<Vec<DumpedEntry>> {
-    let dumped = py
-        .detach(|| sulis_archive::tool::dump(&dir, frames))
-        .map_err(ConfigurationError::new_err)?;
+    let dumped = gil::released_or_raise(py, || sulis_archive::tool::dump(&dir, frames))?;
     Ok(dumped
         .into_iter()
         .map(|(e, list, error)| {

@@ -1,6 +1,7 @@
 //! `sulis.Client`: a connection to a media driver, and the image-callback dispatcher.
 
-use crate::errors::{client_err, ClosedError};
+use crate::errors::ClosedError;
+use crate::gil;
 use crate::publication::{PyExclusivePublication, PyPublication};
 use crate::subscription::{PyImage, PySubscription};
 use pyo3::prelude::*;
@@ -139,9 +140,7 @@ impl PyClient {
         ctx.name = name.unwrap_or_default();
         ctx.interrupt = Some(crate::errors::interrupt_check());
         let dir = ctx.dir.display().to_string();
-        let client = py
-            .detach(move || Client::connect(ctx))
-            .map_err(client_err)?;
+        let client = gil::released_or_raise(py, move || Client::connect(ctx))?;
         let events = client.image_events();
         let client = Mutex::new(Some(Arc::new(client)));
         let dispatch = Arc::new(Dispatch {
@@ -200,8 +199,7 @@ impl PyClient {
     ) -> PyResult<PyPublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
-            py.detach(|| c.add_publication(&ch, stream_id))
-                .map_err(client_err)
+            gil::released_or_raise(py, || c.add_publication(&ch, stream_id))
         })?;
         Ok(PyPublication::new(publication))
     }
@@ -215,8 +213,7 @@ impl PyClient {
     ) -> PyResult<PyExclusivePublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
-            py.detach(|| c.add_exclusive_publication(&ch, stream_id))
-                .map_err(client_err)
+            gil::released_or_raise(py, || c.add_exclusive_publication(&ch, stream_id))
         })?;
         Ok(PyExclusivePublication::new(publication))
     }
@@ -235,16 +232,15 @@ impl PyClient {
         let dispatch = self.dispatch.clone();
         let subscription = self.with_client(|c| {
             let ch = channel.to_string();
-            py.detach(|| {
+            gil::released_or_raise(py, || {
                 let mut callbacks = dispatch.callbacks.lock().unwrap();
                 let s = c.add_subscription(&ch, stream_id)?;
                 callbacks.insert(
                     s.registration_id(),
                     Arc::new((on_available_image, on_unavailable_image)),
                 );
-                Ok(s)
+                Ok::<_, sulis_client::ClientError>(s)
             })
-            .map_err(client_err)
         })?;
         Ok(PySubscription::new(subscription))
     }
@@ -256,7 +252,7 @@ impl PyClient {
         let thread = self.thread.lock().unwrap().take();
         let client = self.client.lock().unwrap().take();
         let dispatch = self.dispatch.clone();
-        py.detach(move || {
+        gil::released(py, move || {
             if let Some(t) = thread {
                 // From a callback (the dispatcher thread itself) there is
                 // nothing to wait for: the dispatcher stops when it returns.

@@ -2,6 +2,7 @@
 //! driver's CnC file that work for a driver in any process.
 
 use crate::errors::DriverTimeoutError;
+use crate::gil;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -227,7 +228,7 @@ pub fn _write_to_driver(
     let cnc = open_cnc(dir)?;
     let ring = sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer::new(cnc.to_driver_buffer())
         .map_err(PyValueError::new_err)?;
-    py.detach(|| -> Result<usize, String> {
+    gil::released(py, || -> Result<usize, String> {
         for (n, (type_id, body)) in records.iter().enumerate() {
             if !ring.write(*type_id, body)? {
                 return Ok(n);

@@ -1,6 +1,7 @@
 //! `sulis.MediaDriver`: an embedded media driver.
 
 use crate::errors::{ActiveDriverError, ClosedError, ConfigurationError};
+use crate::gil;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -125,13 +126,11 @@ impl PyMediaDriver {
             })
             .collect();
         let dir = ctx.dir.display().to_string();
-        let driver = py
-            .detach(move || NativeDriver::launch(ctx))
-            .map_err(|e| match e {
-                DriverError::ActiveDriver(m) => ActiveDriverError::new_err(m),
-                DriverError::Config(m) => ConfigurationError::new_err(m),
-                DriverError::Io(e) => PyOSError::new_err(e.to_string()),
-            })?;
+        let driver = gil::released(py, move || NativeDriver::launch(ctx)).map_err(|e| match e {
+            DriverError::ActiveDriver(m) => ActiveDriverError::new_err(m),
+            DriverError::Config(m) => ConfigurationError::new_err(m),
+            DriverError::Io(e) => PyOSError::new_err(e.to_string()),
+        })?;
         Ok(PyMediaDriver {
             driver: Mutex::new(Some(driver)),
             dir,
@@ -163,7 +162,7 @@ impl PyMediaDriver {
     /// loop's idle hook) while they wait for it. Raises ConfigurationError
     /// in the threaded modes; returns 0 once closed.
     fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
-        py.detach(|| {
+        gil::released(py, || {
             let mut guard = self.driver.lock().unwrap();
             match guard.as_mut() {
                 None => Ok(0),
@@ -182,7 +181,7 @@ impl PyMediaDriver {
     fn close(&self, py: Python<'_>) {
         let d = self.driver.lock().unwrap().take();
         if let Some(mut d) = d {
-            py.detach(move || d.close());
+            gil::released(py, move || d.close());
         }
     }
 

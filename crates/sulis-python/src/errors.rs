@@ -132,3 +132,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MessageTooLongError", py.get_type::<MessageTooLongError>())?;
     Ok(())
 }
+
+impl crate::gil::NativeError for ClientError {
+    fn into_py_err(self) -> PyErr {
+        client_err(self)
+    }
+}
+
+/// The archive tool's and the file readers' errors: a message naming the
+/// file or setting at fault.
+impl crate::gil::NativeError for String {
+    fn into_py_err(self) -> PyErr {
+        ConfigurationError::new_err(self)
+    }
+}

@@ -9,6 +9,7 @@ mod client;
 mod counters;
 mod driver;
 mod errors;
+mod gil;
 mod guard;
 mod offer_result;
 mod publication;

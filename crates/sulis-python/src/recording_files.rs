@@ -14,6 +14,7 @@
 
 use crate::archive::ArchiveError;
 use crate::errors::ConfigurationError;
+use crate::gil;
 use crate::subscription::PyBatch;
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -84,7 +85,7 @@ impl PyRecordingFileReader {
             ));
         }
         let recording_id = self.recording_id;
-        py.detach(|| {
+        gil::released(py, || {
             let mut reader = self.reader.lock().unwrap();
             let mut batch = Batch::with_capacity(fragment_limit.min(4096), 64 * 1024);
             match reader.read_into(&mut batch, fragment_limit) {

@@ -6,6 +6,7 @@
 //! gets a clear error on use instead of reading bytes that were overwritten.
 
 use crate::errors::{client_err, ClosedError, ConfigurationError};
+use crate::gil;
 use crate::guard::InUse;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
 use pyo3::ffi;
@@ -724,7 +725,7 @@ impl PySubscription {
         let _g = self.in_use.enter("Subscription")?;
         // SAFETY: exclusive access under the guard.
         let s = unsafe { &mut *self.inner.get() };
-        py.detach(|| s.close()).map_err(client_err)
+        gil::released_or_raise(py, || s.close())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {

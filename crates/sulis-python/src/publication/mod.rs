@@ -14,6 +14,7 @@ pub use claim::PyBufferClaim;
 
 use crate::buffer::{exact_bytes, with_bytes};
 use crate::errors::{offer_err, ClosedError};
+use crate::gil;
 use crate::guard::InUse;
 use claim::claim_result;
 use fast_offer::RawOffer;
@@ -165,7 +166,7 @@ macro_rules! publication_methods {
                 let reserved = ReservedValues::from_arg(reserved_values, batch.len())?;
                 batch.validate(self.with_pub(|p| p.max_message_length())?)?;
                 let msgs = batch.messages();
-                let (n, r) = py.detach(|| {
+                let (n, r) = gil::released(py, || {
                     self.with_pub(|p| p.offer_batch_with(msgs.iter(), |i| reserved.get(i)))
                 })?;
                 drop(reserved);
@@ -240,8 +241,7 @@ macro_rules! publication_methods {
                 let inner = self.raw();
                 // Closed on this side either way; a Ctrl-C while the driver
                 // is asked to release it comes out as KeyboardInterrupt.
-                py.detach(|| inner.close())
-                    .map_err(crate::errors::client_err)
+                gil::released(py, || inner.close()).map_err(crate::errors::client_err)
             }
             fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
                 if slf.get().is_closed() {
