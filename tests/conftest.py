@@ -323,7 +323,7 @@ def make_driver(request):
         dir = drv.dir
         drv.close()
         errors = []
-        if not expect_errors and os.path.exists(os.path.join(dir, "cnc.dat")):
+        if not expect_errors and os.path.exists(os.path.join(dir, sulis.CNC_FILE)):
             errors = sulis.read_errors(dir)
         if errors:
             problems.append(f"driver {dir} logged errors:\n" + "\n".join(f"  x{n}: {text}" for n, _, _, text in errors))

@@ -30,6 +30,7 @@ from ._native import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
+    CNC_FILE,
     MAX_POSITION_EXCEEDED,
     NOT_CONNECTED,
     Batch,
@@ -66,6 +67,7 @@ from .errors import (
 )
 
 __all__ = [
+    "CNC_FILE",
     "ADMIN_ACTION",
     "BACK_PRESSURED",
     "CLOSED",

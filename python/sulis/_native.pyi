@@ -9,6 +9,8 @@ from typing_extensions import disjoint_base
 
 __version__: Final[str]
 build_profile: Final[str]
+CNC_FILE: Final[str]
+"""The driver's command-and-control file name in its directory (``cnc.dat``)."""
 """``"release"`` or ``"debug"``; benchmarks refuse debug builds."""
 
 class OfferResult(enum.IntEnum):
@@ -387,6 +389,83 @@ class ArchiveError(SulisError):
 
     code: int
 
+REPLAY_ALL_AND_FOLLOW: Final[int]
+"""Replay length: what is recorded, then follow the live recording."""
+REPLAY_ALL_AND_STOP: Final[int]
+"""Replay length: what is recorded when the replay starts, then stop."""
+
+class RecordingSignal(enum.IntEnum):
+    """What happened to a recording (Aeron's RecordingSignal values)."""
+
+    START = 0
+    """A recording started."""
+    STOP = 1
+    """A recording stopped."""
+    EXTEND = 2
+    """A recording was extended."""
+    REPLICATE = 3
+    """A replication created or replaced the recording."""
+    MERGE = 4
+    """A replication merged with the live stream."""
+    SYNC = 5
+    """A replication caught up with its source."""
+    DELETE = 6
+    """Segments were deleted."""
+    REPLICATE_END = 7
+    """A replication ended."""
+
+class RecordingState(enum.IntEnum):
+    """A catalog entry's state (Aeron's RecordingState values)."""
+
+    INVALID = 0
+    """Not usable (marked so, or damaged)."""
+    VALID = 1
+    """In use."""
+    DELETED = 2
+    """Purged."""
+
+@final
+class RecordingSignalEvent:
+    """A recording signal: the request it answers, the recording, where."""
+
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def recording_id(self) -> int: ...
+    @property
+    def subscription_id(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def signal(self) -> RecordingSignal: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class RecordingEvent:
+    """An event of an archive's recording events stream: ``kind`` is ``"started"``, ``"progress"``
+    or ``"stopped"``; ``position`` is the start, the recorded or the stop position. Only a started
+    event carries the image's ``session_id``, ``stream_id``, ``channel`` and ``source_identity``
+    (-1 and empty otherwise)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def recording_id(self) -> int: ...
+    @property
+    def start_position(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def source_identity(self) -> str: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
 @final
 class RecordingDescriptor:
     """A recording, as the archive's catalog describes it."""
@@ -528,18 +607,17 @@ class ArchiveClient:
     def delete_detached_segments(self, recording_id: int) -> int: ...
     def purge_segments(self, recording_id: int, new_start_position: int) -> int: ...
     def attach_segments(self, recording_id: int) -> int: ...
-    def poll_signals(self) -> list[tuple[int, int, int, int, int]]: ...
+    def poll_signals(self) -> list[RecordingSignalEvent]: ...
     def poll_errors(self) -> list[tuple[int, int, str]]: ...
-    def await_signal(self, recording_id: int, signal: int) -> tuple[int, int, int, int, int]: ...
+    def await_signal(self, recording_id: int, signal: int) -> RecordingSignalEvent: ...
     def close(self) -> None: ...
 
 def archive_describe(dir: str) -> tuple[list[tuple[int, RecordingDescriptor]], list[str]]:
     """The catalog of the archive in ``dir``: (state, descriptor) per entry, and what could not be read."""
 def archive_verify(dir: str, checksum: str | None = None) -> list[tuple[int, bool, str]]:
     """(recording id, ok, message) for every valid recording's segment files (and checksums)."""
-def decode_recording_event(message: bytes) -> tuple[str, int, int, int, int, int, str, str]:
-    """One recording event: (kind, recording id, start position, position, session id, stream id, channel,
-    source identity)."""
+def decode_recording_event(message: bytes) -> RecordingEvent:
+    """One message of an archive's recording events stream, decoded."""
 def archive_checksum(
     dir: str, checksum: str, recording_id: int | None = None, all_files: bool = False
 ) -> list[tuple[int, int, int]]:

@@ -33,6 +33,7 @@ for path in (HERE, ROOT, HERE.parent):  # stream.py, bench.peers.aeron, conftest
 from bench.peers import aeron as aeron_java  # noqa: E402
 from stream import expected_summary  # noqa: E402
 
+import sulis  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 from sulis._benchkit import ChildProcess  # noqa: E402
 
@@ -148,7 +149,7 @@ class Harness:
         else:
             cmd = [sys.executable, "-m", "sulis.cli", "driver", "--dir", d, "--threading-mode", "shared"]
         p = self.start(f"{kind}-driver", cmd, netns)
-        cnc, deadline = os.path.join(d, "cnc.dat"), time.monotonic() + 30
+        cnc, deadline = os.path.join(d, sulis.CNC_FILE), time.monotonic() + 30
         while not (os.path.exists(cnc) and os.path.getsize(cnc) > 0):
             if p.proc.poll() is not None or time.monotonic() > deadline:
                 raise PeerFailed(f"{p.what} wrote no {cnc}\n{self.describe()}")

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import sulis
 from clibench import (
     CLI,
     bench,
@@ -115,7 +116,7 @@ def test_throughput_through_a_running_driver(driver, no_leftovers):
         check_throughput(doc, 20_000, [32], ["sulis"], 1)
         assert doc["driver"] == {"dir": driver.dir, "embedded": False, "drivers": 1}
         assert doc["limits"]["term_length"] == (64 * 1024 if channel == "ipc" else 16 * 1024 * 1024)
-    assert os.path.exists(os.path.join(driver.dir, "cnc.dat")), "a running driver is left alone"
+    assert os.path.exists(os.path.join(driver.dir, sulis.CNC_FILE)), "a running driver is left alone"
 
 
 def test_dir_without_a_driver_is_used_then_removed(no_leftovers):

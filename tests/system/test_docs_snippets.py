@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import sulis
 from conftest import CLI, await_until, clean_env, make_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ _SPARK = ("import os, sys\n"
 
 #: Each snippet, by file and order in it.
 SNIPPETS: dict[tuple[str, int], Snippet] = {
-    ("README.md", 0): Snippet("import sulis", expect=r"(?s)(?=.*joined )(?=.*b'hello' \d+)"),
+    ("README.md", 0): Snippet("import sulis", expect=r"(?s)(?=.*joined Image\()(?=.*b'hello')"),  # two threads print
     ("README.md", 1): Snippet("import threading"),
     # 2 and 3, the subscriber and the publisher: test_the_readme_subscriber_receives_what_its_publisher_sends
     ("README.md", 4): Snippet("# host B (10.0.0.2): receives", prelude=_LOCAL_DRIVER,
@@ -120,7 +121,8 @@ def test_the_readme_subscriber_receives_what_its_publisher_sends():
                               stderr=subprocess.PIPE, text=True)
     sub = None
     try:
-        await_until(lambda: os.path.exists(os.path.join(env["SULIS_DIR"], "cnc.dat")), timeout=20, what="the driver")
+        cnc = os.path.join(env["SULIS_DIR"], sulis.CNC_FILE)
+        await_until(lambda: os.path.exists(cnc), timeout=20, what="the driver")
         with tempfile.TemporaryFile("w+") as out:
             sub = subprocess.Popen([sys.executable, "-u", "-c", subscriber], env=env, stdout=out,
                                    stderr=subprocess.PIPE, text=True)

@@ -94,7 +94,7 @@ def test_no_driver_exits_non_zero_naming_the_directory(make_driver, args, tmp_pa
     # A stopped driver leaves its cnc.dat behind: that is no driver either.
     drv = make_driver()
     drv.close()
-    assert os.path.exists(os.path.join(drv.dir, "cnc.dat"))
+    assert os.path.exists(os.path.join(drv.dir, sulis.CNC_FILE))
     out = run(*args, "--dir", drv.dir)
     assert out.returncode != 0
     assert f"no media driver running in {drv.dir}" in out.stderr and "stopped" in out.stderr, out.stderr

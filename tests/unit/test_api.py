@@ -70,3 +70,19 @@ def test_media_driver_docstring_names_every_threading_mode_and_do_work():
     assert "driver.do_work()" in doc
     native = sulis._native.MediaDriver.__doc__ or ""
     assert 'threading_mode="invoker"' in native and "do_work()" in native
+
+
+def test_constants_come_from_rust_with_aerons_values():
+    """Recording signals and states, the replay lengths and the CnC file name are defined once, in Rust
+    (sulis-protocol), and reach Python through _native with Aeron's values."""
+    from sulis import _native
+    from sulis.archive import REPLAY_ALL_AND_FOLLOW, REPLAY_ALL_AND_STOP, RecordingSignal, RecordingState
+
+    assert RecordingSignal is _native.RecordingSignal and RecordingState is _native.RecordingState
+    assert [(s.name, int(s)) for s in RecordingSignal] == [
+        ("START", 0), ("STOP", 1), ("EXTEND", 2), ("REPLICATE", 3), ("MERGE", 4), ("SYNC", 5), ("DELETE", 6),
+        ("REPLICATE_END", 7)]
+    assert [(s.name, int(s)) for s in RecordingState] == [("INVALID", 0), ("VALID", 1), ("DELETED", 2)]
+    assert (REPLAY_ALL_AND_FOLLOW, REPLAY_ALL_AND_STOP) == (-1, -2)
+    assert sulis.CNC_FILE == "cnc.dat"
+    assert RecordingSignal.START.__doc__ == "A recording started."

@@ -2,8 +2,9 @@
 
 use crate::errors::ClosedError;
 use crate::gil;
+use crate::image::PyImage;
 use crate::publication::{PyExclusivePublication, PyPublication};
-use crate::subscription::{PyImage, PySubscription};
+use crate::subscription::PySubscription;
 use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -4,6 +4,8 @@
 //! (connecting, adding resources, closing) release the GIL.
 
 mod archive;
+mod assembler;
+mod batch;
 mod buffer;
 mod client;
 mod counters;
@@ -11,6 +13,8 @@ mod driver;
 mod errors;
 mod gil;
 mod guard;
+mod image;
+mod int_enum;
 mod offer_result;
 mod publication;
 mod recording_files;
@@ -53,11 +57,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<driver::PyMediaDriver>()?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<subscription::PySubscription>()?;
-    m.add_class::<subscription::PyImage>()?;
-    m.add_class::<subscription::PyHeader>()?;
-    m.add_class::<subscription::PyBatch>()?;
-    m.add_class::<subscription::PyColumn>()?;
-    m.add_class::<subscription::PyFragmentAssembler>()?;
+    m.add_class::<image::PyImage>()?;
+    m.add_class::<image::PyHeader>()?;
+    m.add_class::<batch::PyBatch>()?;
+    m.add_class::<batch::PyColumn>()?;
+    m.add_class::<assembler::PyFragmentAssembler>()?;
     m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
@@ -84,5 +88,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         },
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CNC_FILE", sulis_protocol::cnc_descriptor::CNC_FILE)?;
     Ok(())
 }

@@ -13,9 +13,9 @@
 //! ```
 
 use crate::archive::ArchiveError;
+use crate::batch::PyBatch;
 use crate::errors::ConfigurationError;
 use crate::gil;
-use crate::subscription::PyBatch;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::sync::Mutex;

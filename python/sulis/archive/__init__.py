@@ -24,9 +24,7 @@ an offset.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import cast
 
 from .. import _native
@@ -44,6 +42,7 @@ __all__ = [
     "RecordingEvents",
     "RecordingSignal",
     "RecordingSignalEvent",
+    "RecordingState",
     "ReplayMerge",
     "ReplayMergeState",
     "is_response_channel",
@@ -51,55 +50,17 @@ __all__ = [
 
 #: "No position" (Aeron's NULL_POSITION).
 NULL_POSITION = -1
-#: Replay length: what is recorded, then follow the live recording.
-REPLAY_ALL_AND_FOLLOW = -1
-#: Replay length: what is recorded when the replay starts, then stop.
-REPLAY_ALL_AND_STOP = -2
-
-
-class RecordingSignal(enum.IntEnum):
-    """What happened to a recording (Aeron's RecordingSignal values)."""
-
-    START = 0
-    STOP = 1
-    EXTEND = 2
-    REPLICATE = 3
-    MERGE = 4
-    SYNC = 5
-    DELETE = 6
-    REPLICATE_END = 7
-
-
-@dataclass(frozen=True)
-class RecordingSignalEvent:
-    """A recording signal: the request it answers, the recording, where."""
-
-    correlation_id: int
-    recording_id: int
-    subscription_id: int
-    position: int
-    signal: RecordingSignal
-
-
-def _signal(t: tuple[int, int, int, int, int]) -> RecordingSignalEvent:
-    return RecordingSignalEvent(t[0], t[1], t[2], t[3], RecordingSignal(t[4]))
-
-
-@dataclass(frozen=True)
-class RecordingEvent:
-    """An event of an archive's recording events stream: ``kind`` is ``"started"``, ``"progress"``
-    or ``"stopped"``; ``position`` is the start, the recorded or the stop position. Only a
-    started event carries the image's ``session_id``, ``stream_id``, ``channel`` and
-    ``source_identity`` (-1 and empty otherwise)."""
-
-    kind: str
-    recording_id: int
-    start_position: int
-    position: int
-    session_id: int = -1
-    stream_id: int = -1
-    channel: str = ""
-    source_identity: str = ""
+# From Rust (sulis-protocol), where each value is written once: REPLAY_ALL_AND_FOLLOW (a replay
+# length: what is recorded, then follow the live recording), REPLAY_ALL_AND_STOP (what is recorded
+# when the replay starts, then stop); RecordingSignal and RecordingState, IntEnums of Aeron's values;
+# RecordingSignalEvent, what await_signal and poll_signals return; RecordingEvent, one message of
+# the recording events stream, decoded.
+REPLAY_ALL_AND_FOLLOW: int = _native.REPLAY_ALL_AND_FOLLOW
+REPLAY_ALL_AND_STOP: int = _native.REPLAY_ALL_AND_STOP
+RecordingSignal = _native.RecordingSignal
+RecordingState = _native.RecordingState
+RecordingSignalEvent = _native.RecordingSignalEvent
+RecordingEvent = _native.RecordingEvent
 
 
 class RecordingEvents:
@@ -123,7 +84,7 @@ class RecordingEvents:
         out: list[RecordingEvent] = []
 
         def on_message(buffer: memoryview, _header: object) -> None:
-            out.append(RecordingEvent(*_native.decode_recording_event(bytes(buffer))))
+            out.append(_native.decode_recording_event(bytes(buffer)))
         self._subscription.poll(on_message, limit)
         return out
 
@@ -344,11 +305,11 @@ class ArchiveClient(_native.ArchiveClient):
         """Stops a replication: its recording stops where it got to."""
         super().stop_replication(replication_id)
 
-    def poll_signals(self, handler: Callable[[RecordingSignalEvent], object] | None = None  # type: ignore[override]
+    def poll_signals(self, handler: Callable[[RecordingSignalEvent], object] | None = None
                      ) -> list[RecordingSignalEvent]:
         """Recording signals received since the last call, oldest first; each is also handed to
         ``handler`` if one is given (Aeron's RecordingSignalConsumer), from this thread."""
-        events = [_signal(t) for t in super().poll_signals()]
+        events = super().poll_signals()
         if handler is not None:
             for e in events:
                 handler(e)
@@ -361,7 +322,7 @@ class ArchiveClient(_native.ArchiveClient):
 
     def await_signal(self, signal: RecordingSignal, recording_id: int = -1) -> RecordingSignalEvent:  # type: ignore[override]
         """Waits for ``signal`` of ``recording_id`` (any recording if -1)."""
-        return _signal(super().await_signal(recording_id, int(signal)))
+        return super().await_signal(recording_id, int(signal))
 
     def __repr__(self) -> str:
         return f"ArchiveClient(archive_id={self.archive_id}, control_session_id={self.control_session_id})"

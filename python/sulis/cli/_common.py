@@ -20,7 +20,7 @@ import click
 
 from .. import _native
 
-CNC_FILE = "cnc.dat"
+CNC_FILE: str = _native.CNC_FILE
 
 #: Counter type ids and their short names, from the table the driver
 #: allocates counters from (sulis_protocol::counters, Aeron's ids).

@@ -11,7 +11,7 @@ import click
 from .. import _native
 from ._common import cli_error
 
-_STATES = {0: "INVALID", 1: "VALID", 2: "DELETED"}
+_STATES = {int(s): s.name for s in _native.RecordingState}
 
 
 @click.command()

@@ -158,7 +158,7 @@ class ArchiveSession:
 
         self.address = address
         where = address.driver_dir or _native.default_dir()
-        cnc, deadline = os.path.join(where, "cnc.dat"), time.monotonic() + 2.0
+        cnc, deadline = os.path.join(where, _native.CNC_FILE), time.monotonic() + 2.0
         while not os.path.exists(cnc) and time.monotonic() < deadline:  # a driver starting just now
             time.sleep(0.05)
         if not os.path.exists(cnc):

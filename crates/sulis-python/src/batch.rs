@@ -1,0 +1,226 @@
+//! `sulis.Batch` and its `BatchColumn`s: many fragments copied out of the log
+//! at once, exposed through the buffer protocol with no Python object per
+//! fragment.
+
+use pyo3::exceptions::{PyBufferError, PyIndexError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::Arc;
+use sulis_client::Batch;
+
+/// Which column of a batch a buffer exposes.
+#[derive(Clone, Copy)]
+enum Which {
+    Data,
+    Offsets,
+    Positions,
+    SessionIds,
+    Flags,
+    ReservedValues,
+    Lengths,
+}
+
+/// A read-only buffer over one column of a Batch (buffer protocol: works with
+/// `memoryview`, `numpy.frombuffer` and `pyarrow.py_buffer` without a copy).
+#[pyclass(module = "sulis._native", name = "BatchColumn", frozen)]
+pub struct PyColumn {
+    batch: Arc<Batch>,
+    lengths: Option<Vec<i32>>,
+    which: Which,
+}
+
+impl PyColumn {
+    fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
+        let b = &self.batch;
+        fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
+            (
+                v.as_ptr() as *const u8,
+                std::mem::size_of_val(v),
+                std::mem::size_of::<T>(),
+            )
+        }
+        let ((p, len, item), fmt) = match self.which {
+            Which::Data => (parts(&b.data), c"B"),
+            Which::Offsets => (parts(&b.offsets), c"i"),
+            Which::Positions => (parts(&b.positions), c"q"),
+            Which::SessionIds => (parts(&b.session_ids), c"i"),
+            Which::Flags => (parts(&b.flags), c"B"),
+            Which::ReservedValues => (parts(&b.reserved_values), c"q"),
+            Which::Lengths => (parts(self.lengths.as_deref().unwrap_or(&[])), c"i"),
+        };
+        (p, len, item, fmt)
+    }
+}
+
+#[pymethods]
+impl PyColumn {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("view is null"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("batch columns are read-only"));
+        }
+        let (ptr, len, item, fmt) = slf.get().raw();
+        // SAFETY: the column object owns an Arc of the (immutable) batch, and
+        // `obj` keeps the column alive for as long as the view exists.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr as *mut c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 1;
+            (*view).itemsize = item as isize;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                fmt.as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            // shape must be in items, not bytes: keep a per-view item count in `internal`.
+            if !(*view).shape.is_null() {
+                let items = Box::into_raw(Box::new((len / item) as isize));
+                (*view).internal = items as *mut c_void;
+                (*view).shape = items;
+            } else {
+                (*view).internal = std::ptr::null_mut();
+            }
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        unsafe {
+            if !(*view).internal.is_null() {
+                drop(Box::from_raw((*view).internal as *mut isize));
+                (*view).internal = std::ptr::null_mut();
+            }
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        let (_, len, item, _) = self.raw();
+        len / item
+    }
+}
+
+/// Many fragments copied out of the log at once: `len(batch)` fragments, their
+/// payloads back to back in `data`, and columns `offsets` (int32, len+1, Arrow
+/// layout), `lengths` (int32), `positions` (int64), `session_ids` (int32),
+/// `flags` (uint8), `reserved_values` (int64). No Python object per fragment.
+#[pyclass(module = "sulis._native", name = "Batch", frozen)]
+pub struct PyBatch {
+    pub(crate) batch: Arc<Batch>,
+}
+
+impl PyBatch {
+    /// A batch filled elsewhere (the segment-file reader).
+    pub(crate) fn from_batch(batch: Batch) -> PyBatch {
+        PyBatch {
+            batch: Arc::new(batch),
+        }
+    }
+
+    fn column(&self, which: Which) -> PyColumn {
+        let lengths = matches!(which, Which::Lengths).then(|| {
+            self.batch
+                .offsets
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .collect::<Vec<i32>>()
+        });
+        PyColumn {
+            batch: self.batch.clone(),
+            lengths,
+            which,
+        }
+    }
+}
+
+#[pymethods]
+impl PyBatch {
+    fn __len__(&self) -> usize {
+        self.batch.len()
+    }
+    /// Payload bytes of every fragment, back to back.
+    #[getter]
+    fn data(&self) -> PyColumn {
+        self.column(Which::Data)
+    }
+    /// Start of each payload in `data`, plus the end (int32, `len + 1` items).
+    #[getter]
+    fn offsets(&self) -> PyColumn {
+        self.column(Which::Offsets)
+    }
+    /// Payload length of each fragment (int32).
+    #[getter]
+    fn lengths(&self) -> PyColumn {
+        self.column(Which::Lengths)
+    }
+    /// Stream position after each fragment (int64).
+    #[getter]
+    fn positions(&self) -> PyColumn {
+        self.column(Which::Positions)
+    }
+    /// Session id of each fragment (int32).
+    #[getter]
+    fn session_ids(&self) -> PyColumn {
+        self.column(Which::SessionIds)
+    }
+    /// Frame flags of each fragment (uint8).
+    #[getter]
+    fn flags(&self) -> PyColumn {
+        self.column(Which::Flags)
+    }
+    /// Reserved value of each fragment (int64).
+    #[getter]
+    fn reserved_values(&self) -> PyColumn {
+        self.column(Which::ReservedValues)
+    }
+    /// Total payload bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.batch.data.len()
+    }
+    /// Fragment `i`'s payload as bytes (a copy).
+    fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyBytes>> {
+        let n = self.batch.len() as isize;
+        let j = if i < 0 { i + n } else { i };
+        if j < 0 || j >= n {
+            return Err(PyIndexError::new_err(format!(
+                "batch index {i} out of range for {n} fragments"
+            )));
+        }
+        Ok(PyBytes::new(py, self.batch.get(j as usize)))
+    }
+    /// Every payload as a list of bytes (copies).
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(
+            py,
+            (0..self.batch.len()).map(|i| PyBytes::new(py, self.batch.get(i))),
+        )
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Batch(fragments={}, bytes={})",
+            self.batch.len(),
+            self.batch.data.len()
+        )
+    }
+}
