@@ -506,30 +506,36 @@ class Archive:
     def __new__(
         cls,
         dir: str,
-        driver_dir: str,
-        control_channel: str | None = None,
-        control_stream_id: int = 10,
-        local_control_channel: str = ...,
-        local_control_stream_id: int = 10,
-        archive_id: int | None = None,
-        segment_file_length: int = ...,
-        file_sync_level: int = 0,
-        catalog_file_sync_level: int = 0,
-        max_concurrent_recordings: int = 20,
-        max_concurrent_replays: int = 20,
-        connect_timeout: float = 5.0,
-        replication_channel: str | None = None,
+        driver_dir: str | None = None,
+        *,
         credentials: bytes | Sequence[bytes] | None = None,
         challenge: bytes | None = None,
         challenge_response: bytes | None = None,
-        record_checksum: str | None = None,
-        replay_checksum: str | None = None,
-        recording_events_enabled: bool = False,
-        recording_events_channel: str = ...,
-        recording_events_stream_id: int = 30,
-        low_storage_space_threshold: int = ...,
         authorise: Callable[[bytes, str], bool] | None = None,
-        threading_mode: str = ...,
+        control_channel: str | None = ...,
+        control_stream_id: int | str | None = ...,
+        local_control_channel: str | None = ...,
+        local_control_stream_id: int | str | None = ...,
+        control_term_buffer_length: int | str | None = ...,
+        archive_id: int | str | None = ...,
+        segment_file_length: int | str | None = ...,
+        file_sync_level: int | str | None = ...,
+        catalog_file_sync_level: int | str | None = ...,
+        record_checksum: str | None = ...,
+        replay_checksum: str | None = ...,
+        recording_events_enabled: bool | str | None = ...,
+        recording_events_channel: str | None = ...,
+        recording_events_stream_id: int | str | None = ...,
+        catalog_capacity: int | str | None = ...,
+        file_io_max_length: int | str | None = ...,
+        max_concurrent_recordings: int | str | None = ...,
+        max_concurrent_replays: int | str | None = ...,
+        connect_timeout: float | str | None = ...,
+        session_liveness_check_interval: float | str | None = ...,
+        driver_timeout: float | str | None = ...,
+        replication_channel: str | None = ...,
+        low_storage_space_threshold: int | str | None = ...,
+        threading_mode: str | None = ...,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -612,6 +618,11 @@ class ArchiveClient:
     def await_signal(self, recording_id: int, signal: int) -> RecordingSignalEvent: ...
     def close(self) -> None: ...
 
+def archive_config(
+    dir: str | None = None, driver_dir: str | None = None, **options: object
+) -> list[tuple[str, str, str, str, str]]:
+    """The archive's effective settings without starting one: (name, value, source, environment
+    variable, doc) per option of its table."""
 def archive_describe(dir: str) -> tuple[list[tuple[int, RecordingDescriptor]], list[str]]:
     """The catalog of the archive in ``dir``: (state, descriptor) per entry, and what could not be read."""
 def archive_verify(dir: str, checksum: str | None = None) -> list[tuple[int, bool, str]]:

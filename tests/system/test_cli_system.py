@@ -231,3 +231,25 @@ def test_a_missing_optional_package_names_the_extra(module, args, extra):
     # The rest of the CLI does not need it.
     assert run_without(module, "--help").returncode == 0
     assert run_without(module, "stat", "--help").returncode == 0
+
+
+def test_sulis_archive_has_a_flag_per_option_of_the_archive_table(tmp_path):
+    """`sulis archive`'s flags come from the archive's options table, so none can be missing (it lacked
+    --replication-channel, which sulis.Archive took); --print-config says where each value came from."""
+    from sulis._native import archive_config
+
+    help_text = run("archive", "--help").stdout
+    for name, *_ in archive_config():
+        if name not in ("archive_dir", "driver_dir"):
+            assert "--" + name.replace("_", "-") in help_text, name
+    r = run("archive", "--archive-dir", tmp_path / "a", "--dir", tmp_path / "d", "--print-config",
+                "--replication-channel", "aeron:udp?endpoint=localhost:0", "--file-sync-level", "2",
+                env=clean_env(SULIS_ARCHIVE_MAX_CONCURRENT_RECORDINGS="7"))
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[0]: line for line in r.stdout.splitlines()}
+    replication = lines["replication_channel"]
+    assert "aeron:udp?endpoint=localhost:0" in replication and "(explicit;" in replication
+    assert "(environment; SULIS_ARCHIVE_MAX_CONCURRENT_RECORDINGS)" in lines["max_concurrent_recordings"]
+    assert lines["catalog_file_sync_level"].split()[1] == "2"
+    r = run("archive", "--archive-dir", tmp_path / "a", "--print-config", "--file-sync-level", "7")
+    assert r.returncode != 0 and "file_sync_level=7: 7 is not 0, 1 or 2" in r.stderr, r.stderr

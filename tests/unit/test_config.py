@@ -128,3 +128,67 @@ def test_idle_strategies_and_threading_modes_parse():
         assert config(idle_strategy=idle)["idle_strategy"][1] == "explicit"
     for mode in ("shared", "shared-network", "dedicated", "SHARED", "shared_network"):
         config(threading_mode=mode)
+
+
+# -- the archive's table (sulis._native.archive_config, sulis.Archive keywords, sulis archive flags) --
+
+def archive(**kwargs) -> dict[str, tuple[str, str]]:
+    from sulis._native import archive_config
+
+    return {name: (value, source) for name, value, source, _env, _doc in archive_config("/tmp/a", DIR, **kwargs)}
+
+
+def test_the_archive_table_names_each_option_once_with_its_variable_and_doc():
+    from sulis._native import archive_config
+
+    rows = archive_config()
+    names = [r[0] for r in rows]
+    assert len(names) == len(set(names))
+    own = {"archive_dir": "SULIS_ARCHIVE_DIR", "driver_dir": "SULIS_DIR", "archive_id": "SULIS_ARCHIVE_ID"}
+    for name, _value, source, env, doc in rows:
+        assert env == own.get(name, "SULIS_ARCHIVE_" + name.upper()), (name, env)
+        assert source == "default" and doc.endswith("."), (name, doc)
+    # What Aeron users and the old keywords knew are all there (one of them was a keyword without a flag).
+    for name in ("control_channel", "replication_channel", "file_sync_level", "threading_mode", "connect_timeout",
+                 "record_checksum", "low_storage_space_threshold", "recording_events_enabled"):
+        assert name in names
+
+
+def test_archive_settings_come_from_defaults_the_environment_and_keywords(monkeypatch):
+    got = archive()
+    assert got["max_concurrent_replays"] == ("20", "default") and got["control_channel"] == ("", "default")
+    assert got["connect_timeout"] == ("5s", "default") and got["threading_mode"] == ("shared", "default")
+    monkeypatch.setenv("SULIS_ARCHIVE_MAX_CONCURRENT_REPLAYS", "3")
+    monkeypatch.setenv("SULIS_ARCHIVE_CONNECT_TIMEOUT", "250ms")
+    got = archive(file_sync_level=1, connect_timeout=2.5, replication_channel="aeron:udp?endpoint=localhost:0",
+                  segment_file_length="64m", record_checksum="crc32c", archive_id=None)
+    assert got["max_concurrent_replays"] == ("3", "environment")
+    assert got["connect_timeout"] == ("2500ms", "explicit"), "a keyword beats the environment"
+    assert got["replication_channel"] == ("aeron:udp?endpoint=localhost:0", "explicit")
+    assert got["segment_file_length"] == (str(64 << 20), "explicit") and got["record_checksum"][0] == "crc32c"
+    assert got["catalog_file_sync_level"][0] == "1", "the catalog is synced at least as much as the segments"
+    assert got["archive_id"] == ("", "default"), "None leaves an option as it is"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"file_sync_level": 5}, "file_sync_level=5: 5 is not 0, 1 or 2"),
+    ({"colour": "red"}, "unknown archive option 'colour'"),
+    ({"connect_timeout_ns": 5}, "durations are named without a unit, use 'connect_timeout'"),
+    ({"connect_timeout": 5}, "a bare number is ambiguous for a duration"),
+    ({"threading_mode": "triple"}, "archive threading mode 'triple': expected shared or dedicated"),
+    ({"record_checksum": "md5"}, "record_checksum=md5"),
+    ({"control_channel": "aeron:ipc"}, "control_channel 'aeron:ipc' must be a UDP channel"),
+])
+def test_a_bad_archive_option_is_refused_naming_it(options, message):
+    with pytest.raises(sulis.ConfigurationError, match=message):
+        archive(**options)
+
+
+def test_a_bad_archive_variable_is_named():
+    env = {**os.environ, "SULIS_ARCHIVE_FILE_SYNC_LEVEL": "9"}
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "import sulis; sulis.archive_config()"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert "SULIS_ARCHIVE_FILE_SYNC_LEVEL=9: 9 is not 0, 1 or 2" in r.stderr, r.stderr

@@ -1,9 +1,15 @@
-//! The archive's settings, with Aeron Archive's defaults.
+//! The archive's settings, with Aeron Archive's defaults, and its options
+//! table (`sulis_protocol::options`): the `SULIS_ARCHIVE_*` variables, the
+//! `sulis.Archive(...)` keywords, the `sulis archive` flags and the archive
+//! section of `docs/config.md` all come from [`OPTIONS`]. Credentials, a
+//! challenge and an authoriser are objects, not text: keywords only.
 
 use crate::checksum::Checksum;
 use std::path::PathBuf;
 use std::time::Duration;
 use sulis_protocol::archive::segment::{check_segment_file_length, DEFAULT_SEGMENT_FILE_LENGTH};
+use sulis_protocol::options::{parse_optional, show_optional, Configured, OptionSpec, Sources};
+use sulis_protocol::values::{format_duration_ns, parse_bool, parse_duration_option, parse_size};
 
 /// How an archive runs.
 #[derive(Clone, Debug)]
@@ -74,6 +80,8 @@ pub struct ArchiveContext {
     pub low_storage_space_threshold: u64,
     /// Which agents share a thread (Aeron's `aeron.archive.threading.mode`).
     pub threading_mode: ArchiveThreadingMode,
+    /// Where each setting came from.
+    pub sources: Sources,
 }
 
 /// Which of the archive's agents share a thread.
@@ -89,6 +97,14 @@ pub enum ArchiveThreadingMode {
 }
 
 impl ArchiveThreadingMode {
+    /// `shared` or `dedicated`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchiveThreadingMode::Shared => "shared",
+            ArchiveThreadingMode::Dedicated => "dedicated",
+        }
+    }
+
     /// Parses `shared` or `dedicated`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
@@ -98,6 +114,89 @@ impl ArchiveThreadingMode {
                 "archive threading mode '{other}': expected shared or dedicated"
             )),
         }
+    }
+}
+
+fn text(s: &str) -> Result<String, String> {
+    Ok(s.to_string())
+}
+fn show_text(v: &String) -> String {
+    v.clone()
+}
+fn int<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.trim().parse::<T>().map_err(|e| format!("{s:?}: {e}"))
+}
+fn show<T: std::fmt::Display>(v: &T) -> String {
+    v.to_string()
+}
+fn size(s: &str) -> Result<usize, String> {
+    parse_size(s).map(|v| v as usize)
+}
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration_option(s).map(Duration::from_nanos)
+}
+fn show_duration(d: &Duration) -> String {
+    format_duration_ns(d.as_nanos() as u64)
+}
+fn checksum(s: &str) -> Result<Option<Checksum>, String> {
+    parse_optional(s, Checksum::parse)
+}
+fn show_checksum(c: &Option<Checksum>) -> String {
+    c.map(|c| c.name().to_string()).unwrap_or_default()
+}
+fn optional_text(s: &str) -> Result<Option<String>, String> {
+    parse_optional(s, text)
+}
+fn sync_level(s: &str) -> Result<u8, String> {
+    match int::<u8>(s)? {
+        v @ 0..=2 => Ok(v),
+        v => Err(format!("{v} is not 0, 1 or 2")),
+    }
+}
+
+/// Every archive option.
+pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
+    sulis_protocol::option!(archive_dir, "SULIS_ARCHIVE_DIR", "path", "Directory of the catalog and segment files.", |s: &str| Ok::<_, String>(PathBuf::from(s)), |v: &PathBuf| v.display().to_string()),
+    sulis_protocol::option!(driver_dir, "SULIS_DIR", "path", "The media driver's directory (the archive is one of its clients).", |s: &str| Ok::<_, String>(PathBuf::from(s)), |v: &PathBuf| v.display().to_string()),
+    sulis_protocol::option!(control_channel, "SULIS_ARCHIVE_CONTROL_CHANNEL", "channel", "UDP channel remote clients send requests to (empty: local control only).", optional_text, show_optional),
+    sulis_protocol::option!(control_stream_id, "SULIS_ARCHIVE_CONTROL_STREAM_ID", "", "Stream of the control channel.", int::<i32>, show),
+    sulis_protocol::option!(local_control_channel, "SULIS_ARCHIVE_LOCAL_CONTROL_CHANNEL", "channel", "Channel clients on this machine send requests to.", text, show_text),
+    sulis_protocol::option!(local_control_stream_id, "SULIS_ARCHIVE_LOCAL_CONTROL_STREAM_ID", "", "Stream of the local control channel.", int::<i32>, show),
+    sulis_protocol::option!(control_term_buffer_length, "SULIS_ARCHIVE_CONTROL_TERM_BUFFER_LENGTH", "bytes", "Term length of the control response publications.", size, show),
+    sulis_protocol::option!(archive_id, "SULIS_ARCHIVE_ID", "", "The archive's id (empty: its client id, as Aeron's).", |s: &str| parse_optional(s, int::<i64>), show_optional),
+    sulis_protocol::option!(segment_file_length, "SULIS_ARCHIVE_SEGMENT_FILE_LENGTH", "bytes", "Bytes per segment file, a power of two (raised to the term length of a stream with longer terms).", size, show),
+    sulis_protocol::option!(file_sync_level, "SULIS_ARCHIVE_FILE_SYNC_LEVEL", "", "Segment files: 0 writes left to the OS (page cache), 1 each write's data synced, 2 data and metadata.", sync_level, show),
+    sulis_protocol::option!(catalog_file_sync_level, "SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL", "", "Catalog: 0, 1 or 2 as file_sync_level; at least file_sync_level.", sync_level, show),
+    sulis_protocol::option!(record_checksum, "SULIS_ARCHIVE_RECORD_CHECKSUM", "", "crc32 or crc32c (Aeron's class names too): stamped into every recorded DATA frame and catalog entry (Aeron's aeron.archive.record.checksum); empty: none.", checksum, show_checksum),
+    sulis_protocol::option!(replay_checksum, "SULIS_ARCHIVE_REPLAY_CHECKSUM", "", "crc32 or crc32c: checked on every replayed DATA frame; a mismatch ends the replay naming the frame; empty: none.", checksum, show_checksum),
+    sulis_protocol::option!(recording_events_enabled, "SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", "bool", "Publish RecordingStarted/Progress/Stopped events on recording_events_channel (Aeron's recording events).", parse_bool, show),
+    sulis_protocol::option!(recording_events_channel, "SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL", "channel", "Where recording events go.", text, show_text),
+    sulis_protocol::option!(recording_events_stream_id, "SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID", "", "Stream of the recording events.", int::<i32>, show),
+    sulis_protocol::option!(catalog_capacity, "SULIS_ARCHIVE_CATALOG_CAPACITY", "bytes", "Initial catalog file length (it grows).", size, show),
+    sulis_protocol::option!(file_io_max_length, "SULIS_ARCHIVE_FILE_IO_MAX_LENGTH", "bytes", "Most bytes written or read per call, a power of two of at least 4096.", size, show),
+    sulis_protocol::option!(max_concurrent_recordings, "SULIS_ARCHIVE_MAX_CONCURRENT_RECORDINGS", "", "Recordings at once; more are refused.", int::<usize>, show),
+    sulis_protocol::option!(max_concurrent_replays, "SULIS_ARCHIVE_MAX_CONCURRENT_REPLAYS", "", "Replays at once; more are refused.", int::<usize>, show),
+    sulis_protocol::option!(connect_timeout, "SULIS_ARCHIVE_CONNECT_TIMEOUT", "duration", "How long a new control session or replay may take to connect.", duration, show_duration),
+    sulis_protocol::option!(session_liveness_check_interval, "SULIS_ARCHIVE_SESSION_LIVENESS_CHECK_INTERVAL", "duration", "How often an active control session is pinged.", duration, show_duration),
+    sulis_protocol::option!(driver_timeout, "SULIS_ARCHIVE_DRIVER_TIMEOUT", "duration", "How long the media driver may stay silent before the archive gives up on it.", duration, show_duration),
+    sulis_protocol::option!(replication_channel, "SULIS_ARCHIVE_REPLICATION_CHANNEL", "channel", "Channel this archive receives replicated recordings on (empty: replication needs one per request).", optional_text, show_optional),
+    sulis_protocol::option!(low_storage_space_threshold, "SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD", "bytes", "Below this many usable bytes in the archive directory's file system, new recordings, extensions and replications are refused with STORAGE_SPACE.", |s: &str| parse_size(s), show),
+    sulis_protocol::option!(threading_mode, "SULIS_ARCHIVE_THREADING_MODE", "", "shared: conductor, recorder and replayer on one thread; dedicated: a thread each (Aeron's default).", ArchiveThreadingMode::parse, |v: &ArchiveThreadingMode| v.name().to_string()),
+];
+
+impl Configured for ArchiveContext {
+    const WHAT: &'static str = "archive";
+    fn table() -> &'static [OptionSpec<Self>] {
+        OPTIONS
+    }
+    fn sources_mut(&mut self) -> &mut Sources {
+        &mut self.sources
+    }
+    fn sources(&self) -> &Sources {
+        &self.sources
     }
 }
 
@@ -133,6 +232,7 @@ impl Default for ArchiveContext {
             challenge_response: Vec::new(),
             low_storage_space_threshold: 128 * 1024 * 1024,
             threading_mode: ArchiveThreadingMode::Shared,
+            sources: Sources::default(),
         }
     }
 }

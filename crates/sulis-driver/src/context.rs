@@ -55,27 +55,8 @@ impl ThreadingMode {
     }
 }
 
-/// Where an effective setting came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// Built-in default.
-    Default,
-    /// A `SULIS_*` environment variable.
-    Environment,
-    /// Set explicitly (API argument or command-line flag).
-    Explicit,
-}
-
-impl Source {
-    /// Lower-case name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Source::Default => "default",
-            Source::Environment => "environment",
-            Source::Explicit => "explicit",
-        }
-    }
-}
+pub use sulis_protocol::options::Source;
+use sulis_protocol::options::{Configured, Sources};
 
 /// The default driver directory (`sulis_protocol::driver_dir`; `$SULIS_DIR`
 /// is read with the other options).
@@ -182,44 +163,20 @@ pub struct DriverContext {
     pub dir_delete_on_start: bool,
     /// Delete the directory on shutdown.
     pub dir_delete_on_shutdown: bool,
-    sources: Vec<(&'static str, Source)>,
+    sources: Sources,
 }
 
-/// One row of the options table.
-pub struct OptionSpec {
-    /// Field name (also the flag name with `-` for `_`).
-    pub name: &'static str,
-    /// Environment variable.
-    pub env: &'static str,
-    /// Unit shown to users.
-    pub unit: &'static str,
-    /// One sentence of documentation.
-    pub doc: &'static str,
-    set: fn(&mut DriverContext, &str) -> Result<(), String>,
-    get: fn(&DriverContext) -> String,
-}
+/// One row of the driver's options table.
+pub type OptionSpec = sulis_protocol::options::OptionSpec<DriverContext>;
 
 fn size_usize(s: &str) -> Result<usize, String> {
     parse_size(s).map(|v| v as usize)
 }
 
+/// A row of the table (`sulis_protocol::option!`).
 macro_rules! opt {
-    ($name:ident, $env:literal, $unit:literal, $doc:literal, $parse:expr, $show:expr) => {
-        opt!($name as stringify!($name), $env, $unit, $doc, $parse, $show)
-    };
-    // A field whose user-facing name differs (durations: `x_ns` is shown as `x`).
-    ($name:ident as $shown:expr, $env:literal, $unit:literal, $doc:literal, $parse:expr, $show:expr) => {
-        OptionSpec {
-            name: $shown,
-            env: $env,
-            unit: $unit,
-            doc: $doc,
-            set: |c, s| {
-                c.$name = ($parse)(s)?;
-                Ok(())
-            },
-            get: |c| ($show)(&c.$name),
-        }
+    ($($row:tt)*) => {
+        sulis_protocol::option!($($row)*)
     };
 }
 
@@ -625,6 +582,19 @@ pub static OPTIONS: &[OptionSpec] = &[
     ),
 ];
 
+impl Configured for DriverContext {
+    const WHAT: &'static str = "driver";
+    fn table() -> &'static [OptionSpec] {
+        OPTIONS
+    }
+    fn sources_mut(&mut self) -> &mut Sources {
+        &mut self.sources
+    }
+    fn sources(&self) -> &Sources {
+        &self.sources
+    }
+}
+
 impl Default for DriverContext {
     fn default() -> Self {
         DriverContext {
@@ -676,7 +646,7 @@ impl Default for DriverContext {
             loss_seed: 0,
             dir_delete_on_start: false,
             dir_delete_on_shutdown: false,
-            sources: Vec::new(),
+            sources: Sources::default(),
         }
     }
 }
@@ -685,51 +655,18 @@ impl DriverContext {
     /// Defaults overridden by any `SULIS_*` environment variables.
     pub fn from_env() -> Result<Self, String> {
         let mut c = DriverContext::default();
-        for o in OPTIONS {
-            if let Ok(v) = std::env::var(o.env) {
-                (o.set)(&mut c, &v).map_err(|e| format!("{}={v}: {e}", o.env))?;
-                c.mark(o.name, Source::Environment);
-            }
-        }
+        c.apply_env()?;
         Ok(c)
-    }
-
-    fn mark(&mut self, name: &'static str, source: Source) {
-        self.sources.retain(|(n, _)| *n != name);
-        self.sources.push((name, source));
     }
 
     /// Sets an option by name (`term_buffer_length` or `term-buffer-length`) from text.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let key = name.replace('-', "_");
-        let o = OPTIONS
-            .iter()
-            .find(|o| o.name == key)
-            .ok_or_else(|| match key.strip_suffix("_ns") {
-                Some(base) if OPTIONS.iter().any(|o| o.name == base) => format!(
-                    "unknown driver option '{name}': durations are named without a unit, use '{base}' (e.g. {base}=5s)"
-                ),
-                _ => format!("unknown driver option '{name}'"),
-            })?;
-        (o.set)(self, value).map_err(|e| format!("{name}={value}: {e}"))?;
-        self.mark(o.name, Source::Explicit);
-        Ok(())
+        self.set_option(name, value)
     }
 
     /// Every option with its effective value and where it came from.
     pub fn describe(&self) -> Vec<(&'static OptionSpec, String, Source)> {
-        OPTIONS
-            .iter()
-            .map(|o| {
-                let src = self
-                    .sources
-                    .iter()
-                    .find(|(n, _)| *n == o.name)
-                    .map(|(_, s)| *s)
-                    .unwrap_or(Source::Default);
-                (o, (o.get)(self), src)
-            })
-            .collect()
+        self.describe_options()
     }
 
     /// Validates ranges and relations between options.

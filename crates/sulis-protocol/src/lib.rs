@@ -11,6 +11,7 @@ pub mod counters;
 pub mod driver_dir;
 pub mod frame;
 pub mod log_buffer_descriptor;
+pub mod options;
 pub mod uri;
 pub mod values;
 

@@ -5,43 +5,8 @@ use crate::gil;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use pyo3::types::PyInt;
 use std::sync::Mutex;
-use sulis_driver::context::{OptionSpec, OPTIONS};
 use sulis_driver::{DriverContext, DriverError, MediaDriver as NativeDriver};
-
-/// The text an option's Python value stands for. Floats are seconds for
-/// durations; a bare int for a duration is refused (is `5` seconds or
-/// nanoseconds?) unless it is 0; anything else is passed on as `str(v)`.
-fn value_text(spec: Option<&OptionSpec>, v: &Bound<'_, PyAny>) -> Result<String, String> {
-    if let Ok(b) = v.extract::<bool>() {
-        return Ok(b.to_string());
-    }
-    let is_duration = spec.is_some_and(|o| o.unit == "duration");
-    if is_duration && v.is_instance_of::<PyInt>() {
-        return match v.extract::<i64>() {
-            Ok(0) => Ok("0".into()),
-            _ => Err(format!(
-                "a bare number is ambiguous for a duration; give seconds as a float ({v}.0) \
-                 or a string with a unit ('{v}s', '{v}ms', '{v}ns')"
-            )),
-        };
-    }
-    if is_duration {
-        if let Ok(f) = v.extract::<f64>() {
-            if !(f.is_finite() && f >= 0.0) {
-                return Err(format!(
-                    "{v} is not a duration: seconds must be finite and not negative"
-                ));
-            }
-            if f * 1e9 >= u64::MAX as f64 {
-                return Err(format!("{v} seconds is too long a duration"));
-            }
-            return Ok(format!("{}ns", (f * 1e9).round() as u64));
-        }
-    }
-    v.str().map(|t| t.to_string()).map_err(|e| e.to_string())
-}
 
 fn build_context(
     dir: Option<String>,
@@ -60,28 +25,7 @@ fn build_context(
     if let Some(i) = idle_strategy {
         set("idle_strategy", &i)?;
     }
-    if let Some(opts) = options {
-        for (k, v) in opts.iter() {
-            let key: String = k.extract()?;
-            let spec = OPTIONS.iter().find(|o| o.name == key.replace('-', "_"));
-            // Errors name the option and the value as the caller wrote them.
-            let shown = v.str().map(|r| r.to_string()).unwrap_or_default();
-            let text = value_text(spec, &v)
-                .map_err(|e| ConfigurationError::new_err(format!("{key}={shown}: {e}")))?;
-            set(&key, &text).map_err(|e| {
-                let msg = e.to_string();
-                let reason = msg
-                    .strip_prefix(&format!("{key}={text}: "))
-                    .unwrap_or(&msg)
-                    .to_string();
-                if spec.is_some() {
-                    ConfigurationError::new_err(format!("{key}={shown}: {reason}"))
-                } else {
-                    ConfigurationError::new_err(reason)
-                }
-            })?;
-        }
-    }
+    crate::options::apply_keywords(&mut ctx, options)?;
     ctx.conclude().map_err(ConfigurationError::new_err)?;
     Ok(ctx)
 }
@@ -112,19 +56,7 @@ impl PyMediaDriver {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let ctx = build_context(dir, threading_mode, idle_strategy, options)?;
-        let config = ctx
-            .describe()
-            .into_iter()
-            .map(|(o, v, s)| {
-                (
-                    o.name.to_string(),
-                    v,
-                    s.name().to_string(),
-                    o.env.to_string(),
-                    o.doc.to_string(),
-                )
-            })
-            .collect();
+        let config = crate::options::rows(&ctx);
         let dir = ctx.dir.display().to_string();
         let driver = gil::released(py, move || NativeDriver::launch(ctx)).map_err(|e| match e {
             DriverError::ActiveDriver(m) => ActiveDriverError::new_err(m),
@@ -217,19 +149,7 @@ pub fn driver_config(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Vec<(String, String, String, String, String)>> {
     let ctx = build_context(dir, threading_mode, idle_strategy, options)?;
-    Ok(ctx
-        .describe()
-        .into_iter()
-        .map(|(o, v, s)| {
-            (
-                o.name.to_string(),
-                v,
-                s.name().to_string(),
-                o.env.to_string(),
-                o.doc.to_string(),
-            )
-        })
-        .collect())
+    Ok(crate::options::rows(&ctx))
 }
 
 /// Describes a live driver owning `dir`, or None.

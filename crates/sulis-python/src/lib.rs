@@ -16,6 +16,7 @@ mod guard;
 mod image;
 mod int_enum;
 mod offer_result;
+mod options;
 mod publication;
 mod recording_files;
 mod subscription;

@@ -142,6 +142,13 @@ class Archive(_native.Archive):
     frame and catalog entry carries a checksum, as Aeron's archive writes
     them; with ``replay_checksum`` replays check every frame and stop with
     an error at the first that does not match.
+
+    Every option but the four objects (``credentials``, ``challenge``,
+    ``challenge_response``, ``authorise``) comes from the archive's options
+    table, as ``sulis archive``'s flags and the ``SULIS_ARCHIVE_*``
+    variables do (which it reads too): names, defaults and units in
+    docs/config.md; sizes take ``k``/``m``/``g``, durations a float of
+    seconds or text with a unit (``"5s"``).
     """
 
     def __new__(cls, dir, driver_dir=None, **options):  # noqa: A002 - Aeron's name

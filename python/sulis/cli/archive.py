@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -14,56 +15,54 @@ from ._common import cli_error
 _STATES = {int(s): s.name for s in _native.RecordingState}
 
 
+def _archive_option_table() -> list[tuple[str, str, str, str, str]]:
+    """The archive's options, for the ``sulis archive`` flags (a bad ``SULIS_ARCHIVE_*`` variable must
+    not break ``--help``: the table is then read without them, and the archive reports the bad one)."""
+    try:
+        return _native.archive_config()
+    except _native.ConfigurationError:
+        pass
+    hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SULIS_")}
+    try:
+        return _native.archive_config()
+    finally:
+        os.environ.update(hidden)
+
+
+#: Options with flags of their own (a required directory, the driver's directory).
+_OWN_FLAGS = ("archive_dir", "driver_dir")
+
+
+def _archive_options(f):
+    """One ``--name`` flag per archive option, from the archive's own table."""
+    for name, _value, _source, env, doc in reversed(_archive_option_table()):
+        if name not in _OWN_FLAGS:
+            f = click.option("--" + name.replace("_", "-"), name, default=None, help=f"{doc} [env {env}]")(f)
+    return f
+
+
 @click.command()
 @click.option("--archive-dir", required=True, envvar="SULIS_ARCHIVE_DIR", show_envvar=True,
               help="Directory of the catalog and segment files.")
 @click.option("--dir", "dir_", default=None, envvar="SULIS_DIR", show_envvar=True,
               help="The media driver's directory [default /dev/shm/sulis-$USER].")
 @click.option("--embedded-driver", is_flag=True, help="Run a media driver in this process too (in --dir).")
-@click.option("--control-channel", default=None, envvar="SULIS_ARCHIVE_CONTROL_CHANNEL", show_envvar=True,
-              help="UDP channel remote clients send requests to (off unless given).")
-@click.option("--control-stream-id", default=10, show_default=True, envvar="SULIS_ARCHIVE_CONTROL_STREAM_ID")
-@click.option("--local-control-channel", default="aeron:ipc", show_default=True,
-              envvar="SULIS_ARCHIVE_LOCAL_CONTROL_CHANNEL")
-@click.option("--local-control-stream-id", default=10, show_default=True,
-              envvar="SULIS_ARCHIVE_LOCAL_CONTROL_STREAM_ID")
-@click.option("--archive-id", type=int, default=None, envvar="SULIS_ARCHIVE_ID",
-              help="The archive's id [default: its client id].")
-@click.option("--segment-file-length", default=128 * 1024 * 1024, show_default=True,
-              envvar="SULIS_ARCHIVE_SEGMENT_FILE_LENGTH", help="Bytes per segment file (a power of two).")
-@click.option("--file-sync-level", type=click.IntRange(0, 2), default=0, show_default=True,
-              envvar="SULIS_ARCHIVE_FILE_SYNC_LEVEL",
-              help="0: writes left to the OS; 1: each write's data synced; 2: data and metadata.")
-@click.option("--catalog-file-sync-level", type=click.IntRange(0, 2), default=0, show_default=True,
-              envvar="SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL")
-@click.option("--record-checksum", default=None, envvar="SULIS_ARCHIVE_RECORD_CHECKSUM", show_envvar=True,
-              help="crc32 or crc32c: stamped into every recorded frame and catalog entry (Aeron's "
-                   "aeron.archive.record.checksum; Aeron's class names work too).")
-@click.option("--recording-events/--no-recording-events", "recording_events_enabled", default=False,
-              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", show_envvar=True,
-              help="Publish RecordingStarted/Progress/Stopped events (Aeron's recording events).")
-@click.option("--recording-events-channel", default="aeron:ipc", show_default=True,
-              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL")
-@click.option("--recording-events-stream-id", default=30, show_default=True,
-              envvar="SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID")
-@click.option("--replay-checksum", default=None, envvar="SULIS_ARCHIVE_REPLAY_CHECKSUM", show_envvar=True,
-              help="crc32 or crc32c: replays check every frame and stop at the first that does not match.")
-@click.option("--low-storage-space-threshold", default=128 * 1024 * 1024, show_default=True,
-              envvar="SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD",
-              help="Bytes of usable space below which new recordings are refused with STORAGE_SPACE.")
-@click.option("--threading-mode", type=click.Choice(["shared", "dedicated"]), default="shared", show_default=True,
-              envvar="SULIS_ARCHIVE_THREADING_MODE",
-              help="shared: conductor, recorder and replayer on one thread; dedicated: a thread each.")
-@click.option("--print-config", is_flag=True, help="Print the settings, then exit.")
+@click.option("--print-config", is_flag=True,
+              help="Print every effective setting and where it came from, then exit.")
+@_archive_options
 def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams
     into ARCHIVE_DIR and replays them, for sulis and Aeron archive clients."""
     driver_dir = dir_ or _native.default_dir()
+    options = {k: v for k, v in options.items() if v is not None}
     if print_config:
-        click.echo(f"{'archive_dir':<24}  {archive_dir}")
-        click.echo(f"{'driver_dir':<24}  {driver_dir}")
-        for name, value in options.items():
-            click.echo(f"{name:<24}  {value}")
+        try:
+            rows = _native.archive_config(archive_dir, driver_dir, **options)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        width = max(len(r[0]) for r in rows)
+        for name, value, source, env, _doc in rows:
+            click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
         return
     stopping: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):

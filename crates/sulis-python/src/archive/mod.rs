@@ -11,18 +11,17 @@ mod recording_event;
 mod recording_signal;
 mod tool;
 
-use client::seconds;
 pub(crate) use error::ArchiveError;
 use recording_descriptor::PyRecordingDescriptor;
 
 use crate::errors::ConfigurationError;
 use crate::gil;
 use pyo3::prelude::*;
-use std::path::PathBuf;
+use pyo3::types::PyDict;
 use std::sync::Mutex;
 use sulis_archive::auth::{AllowAllRequests, Authoriser};
-use sulis_archive::checksum::Checksum;
-use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
+use sulis_archive::{Archive, ArchiveContext};
+use sulis_protocol::options::Configured;
 
 /// `credentials=`: one bytes-like or a sequence of them, each a principal.
 fn accepted_credentials(c: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
@@ -65,6 +64,42 @@ impl Authoriser for PyAuthoriser {
     }
 }
 
+/// The archive's settings: defaults, then the `SULIS_ARCHIVE_*` variables,
+/// then `dir`, `driver_dir` and the keywords, through the options table.
+fn archive_context(
+    dir: Option<String>,
+    driver_dir: Option<String>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<ArchiveContext> {
+    let mut ctx = ArchiveContext::default();
+    ctx.apply_env().map_err(ConfigurationError::new_err)?;
+    for (name, value) in [("archive_dir", dir), ("driver_dir", driver_dir)] {
+        if let Some(v) = value {
+            ctx.set_option(name, &v)
+                .map_err(ConfigurationError::new_err)?;
+        }
+    }
+    crate::options::apply_keywords(&mut ctx, options)?;
+    // The catalog is synced at least as much as the segments it describes.
+    ctx.catalog_file_sync_level = ctx.catalog_file_sync_level.max(ctx.file_sync_level);
+    Ok(ctx)
+}
+
+/// The archive's effective settings (defaults, `SULIS_ARCHIVE_*`, then
+/// keywords) as (name, value, source, environment variable, doc), without
+/// starting one: `sulis archive --print-config` and its flags come from it.
+#[pyfunction]
+#[pyo3(signature = (dir=None, driver_dir=None, **options))]
+pub fn archive_config(
+    dir: Option<String>,
+    driver_dir: Option<String>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<(String, String, String, String, String)>> {
+    let ctx = archive_context(dir, driver_dir, options)?;
+    ctx.conclude().map_err(ConfigurationError::new_err)?;
+    Ok(crate::options::rows(&ctx))
+}
+
 /// An archive running in this process.
 #[pyclass(module = "sulis._native", name = "Archive", frozen, subclass)]
 pub struct PyArchive {
@@ -77,80 +112,25 @@ pub struct PyArchive {
 impl PyArchive {
     #[new]
     #[pyo3(signature = (
-        dir, driver_dir, control_channel=None, control_stream_id=10,
-        local_control_channel="aeron:ipc".to_string(), local_control_stream_id=10,
-        archive_id=None, segment_file_length=128 * 1024 * 1024, file_sync_level=0,
-        catalog_file_sync_level=0, max_concurrent_recordings=20, max_concurrent_replays=20,
-        connect_timeout=5.0, replication_channel=None, credentials=None, challenge=None,
-        challenge_response=None, record_checksum=None, replay_checksum=None,
-        recording_events_enabled=false, recording_events_channel="aeron:ipc".to_string(),
-        recording_events_stream_id=30, low_storage_space_threshold=128 * 1024 * 1024, authorise=None,
-        threading_mode="shared".to_string()
+        dir, driver_dir=None, *, credentials=None, challenge=None, challenge_response=None, authorise=None,
+        **options
     ))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        dir: PathBuf,
-        driver_dir: PathBuf,
-        control_channel: Option<String>,
-        control_stream_id: i32,
-        local_control_channel: String,
-        local_control_stream_id: i32,
-        archive_id: Option<i64>,
-        segment_file_length: usize,
-        file_sync_level: u8,
-        catalog_file_sync_level: u8,
-        max_concurrent_recordings: usize,
-        max_concurrent_replays: usize,
-        connect_timeout: f64,
-        replication_channel: Option<String>,
+        dir: String,
+        driver_dir: Option<String>,
         credentials: Option<Bound<'_, PyAny>>,
         challenge: Option<Vec<u8>>,
         challenge_response: Option<Vec<u8>>,
-        record_checksum: Option<String>,
-        replay_checksum: Option<String>,
-        recording_events_enabled: bool,
-        recording_events_channel: String,
-        recording_events_stream_id: i32,
-        low_storage_space_threshold: u64,
         authorise: Option<Py<PyAny>>,
-        threading_mode: String,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let checksum = |name: Option<String>, what: &str| {
-            name.map(|n| {
-                Checksum::parse(&n).map_err(|e| ConfigurationError::new_err(format!("{what}: {e}")))
-            })
-            .transpose()
-        };
-        let ctx = ArchiveContext {
-            archive_dir: dir.clone(),
-            driver_dir,
-            control_channel,
-            control_stream_id,
-            local_control_channel,
-            local_control_stream_id,
-            archive_id,
-            segment_file_length,
-            file_sync_level,
-            catalog_file_sync_level: catalog_file_sync_level.max(file_sync_level),
-            max_concurrent_recordings,
-            max_concurrent_replays,
-            connect_timeout: seconds(connect_timeout, "connect_timeout")?,
-            replication_channel,
-            credentials: credentials.map(|c| accepted_credentials(&c)).transpose()?,
-            challenge,
-            challenge_response: challenge_response.unwrap_or_default(),
-            record_checksum: checksum(record_checksum, "record_checksum")?,
-            replay_checksum: checksum(replay_checksum, "replay_checksum")?,
-            recording_events_enabled,
-            recording_events_channel,
-            recording_events_stream_id,
-            low_storage_space_threshold,
-            threading_mode: ArchiveThreadingMode::parse(&threading_mode)
-                .map_err(ConfigurationError::new_err)?,
-            ..ArchiveContext::default()
-        };
+        let mut ctx = archive_context(Some(dir), driver_dir, options)?;
+        ctx.credentials = credentials.map(|c| accepted_credentials(&c)).transpose()?;
+        ctx.challenge = challenge;
+        ctx.challenge_response = challenge_response.unwrap_or_default();
         ctx.conclude().map_err(ConfigurationError::new_err)?;
+        let dir = ctx.archive_dir.clone();
         let authoriser: Box<dyn Authoriser> = match authorise {
             Some(f) => Box::new(PyAuthoriser(f)),
             None => Box::new(AllowAllRequests),
@@ -206,6 +186,7 @@ impl PyArchive {
 
 /// Registers the archive classes and exception.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(archive_config, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_describe, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_verify, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_mark, m)?)?;
