@@ -39,3 +39,31 @@ def test_configuration_error_hierarchy():
     assert issubclass(sulis.SulisError, Exception)
     with pytest.raises(sulis.SulisError):
         sulis.parse_channel("aeron:nope")
+
+
+def test_channel_uri_builds_channels_checked_by_the_drivers_rules():
+    """sulis.ChannelUri replaces gluing '?'/'|' by hand: a parameter is replaced, not repeated; a
+    default does not override what the channel says; each value is checked as the driver checks it."""
+    u = sulis.ChannelUri("aeron:udp?endpoint=localhost:40123|term-length=64k")
+    assert (u.media, u.is_spy, u.get("term-length"), u.get("mtu")) == ("udp", False, "64k", None)
+    assert str(u.with_param("session-id", 7)) == "aeron:udp?endpoint=localhost:40123|term-length=64k|session-id=7"
+    assert str(u.with_param("term-length", "1m")) == "aeron:udp?endpoint=localhost:40123|term-length=1m"
+    assert str(u.with_default("term-length", "1m")) == str(u) and u.with_default("sparse", True).get("sparse") == "true"
+    assert str(sulis.ChannelUri("aeron:ipc").with_param("session-id", -5)) == "aeron:ipc?session-id=-5"
+    assert str(u.without("term-length")) == "aeron:udp?endpoint=localhost:40123"
+    assert u.params == [("endpoint", "localhost:40123"), ("term-length", "64k")]
+    assert u == sulis.ChannelUri(str(u)) and len({u, sulis.ChannelUri(str(u))}) == 1
+    assert repr(u) == "ChannelUri('aeron:udp?endpoint=localhost:40123|term-length=64k')".replace("'", '"')
+    with pytest.raises(sulis.ConfigurationError, match="term-length"):
+        u.with_param("term-length", "3k")
+    with pytest.raises(sulis.ConfigurationError, match="colour"):
+        u.with_param("colour", "red")
+    with pytest.raises(sulis.ConfigurationError):
+        u.without("endpoint")  # a UDP channel needs an endpoint or a control address
+
+
+def test_channel_uri_replaces_a_parameter_the_channel_cannot_do_without():
+    """Replacing a UDP channel's endpoint (a bench's pong channel on another port) must not pass through
+    a URI without one (which a UDP channel cannot be): it once panicked there."""
+    u = sulis.ChannelUri("aeron:udp?endpoint=localhost:40123|mtu=1408")
+    assert str(u.with_param("endpoint", "localhost:40124")) == "aeron:udp?endpoint=localhost:40124|mtu=1408"

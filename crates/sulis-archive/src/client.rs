@@ -166,12 +166,13 @@ fn pin_session_id(ctx: &mut ArchiveClientContext) -> Result<(), ArchiveError> {
         ^ (ctx as *const ArchiveClientContext as u64);
     let mixed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
     let session_id = 1_000_001 + (mixed % (i32::MAX as u64 - 2_000_000)) as i32;
-    let pin = |c: &str| {
-        let sep = if c.contains('?') { '|' } else { '?' };
-        format!("{c}{sep}session-id={session_id}")
+    let pin = |u: &ChannelUri| {
+        u.with("session-id", &session_id.to_string())
+            .map(|u| u.to_string())
+            .map_err(|e| ArchiveError::Client(e.to_string()))
     };
-    ctx.control_request_channel = pin(&ctx.control_request_channel);
-    ctx.control_response_channel = pin(&ctx.control_response_channel);
+    ctx.control_request_channel = pin(&request)?;
+    ctx.control_response_channel = pin(&response)?;
     Ok(())
 }
 

@@ -205,7 +205,7 @@ mod tests {
         let d = c.describe_options();
         assert_eq!(d[0].1, "3");
         assert_eq!(d[0].2, Source::Explicit);
-        assert_eq!(d[1].1, "1.5s");
+        assert_eq!(d[1].1, "1500ms");
     }
 
     #[test]

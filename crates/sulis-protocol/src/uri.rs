@@ -69,49 +69,6 @@ const MAX_MESSAGE_LENGTH_CAP: u32 = 16 * 1024 * 1024;
 const SPY_PREFIX: &str = "aeron-spy:";
 const AERON_PREFIX: &str = "aeron:";
 
-/// Every parameter key accepted in a channel URI (docs/protocol.md §6).
-const KNOWN_KEYS: &[&str] = &[
-    "endpoint",
-    "interface",
-    "control",
-    "control-mode",
-    "ttl",
-    "mtu",
-    "term-length",
-    "init-term-id",
-    "term-id",
-    "term-offset",
-    "session-id",
-    "linger",
-    "eos",
-    "sparse",
-    "tether",
-    "rejoin",
-    "reliable",
-    "group",
-    "tags",
-    "alias",
-    "cc",
-    "fc",
-    "gtag",
-    "rcv-wnd",
-    "so-sndbuf",
-    "so-rcvbuf",
-    "ssc",
-    "nak-delay",
-    "max-resend",
-    "pub-wnd",
-    "untethered-window-limit-timeout",
-    "untethered-linger-timeout",
-    "untethered-resting-timeout",
-    "stream-id",
-    "response-endpoint",
-    "response-correlation-id",
-    "media-rcv-ts-offset",
-    "channel-rcv-ts-offset",
-    "channel-snd-ts-offset",
-];
-
 /// The transport a channel uses: the part between `aeron:` and `?`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Media {
@@ -410,7 +367,7 @@ impl ChannelUri {
                         "missing parameter name before '='".to_owned(),
                     ));
                 }
-                if !KNOWN_KEYS.contains(&key) {
+                if param(key).is_none() {
                     return Err(fail(segment, unknown_key_reason(key)));
                 }
                 if value.is_empty() {
@@ -507,8 +464,13 @@ impl ChannelUri {
     /// # Errors
     /// A [`UriError`] if the value is not valid for the key.
     pub fn with(&self, key: &str, value: &str) -> Result<ChannelUri, UriError> {
-        let mut u = self.without(&[key]);
-        u.entries.push((key.to_owned(), value.to_owned()));
+        // Not through `without`: a URI may not be valid without `key` (a UDP
+        // channel without its endpoint) while it is with the new value.
+        let mut u = self.clone();
+        match u.entries.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value.to_owned(),
+            None => u.entries.push((key.to_owned(), value.to_owned())),
+        }
         ChannelUri::parse(&u.to_string())
     }
 
@@ -517,6 +479,38 @@ impl ChannelUri {
         let mut u = self.clone();
         u.entries.retain(|(k, _)| !keys.contains(&k.as_str()));
         ChannelUri::parse(&u.to_string()).expect("a valid URI stays valid with fewer parameters")
+    }
+
+    /// This URI with `key=value` unless it already names `key` (a default
+    /// that a caller's own setting wins over).
+    ///
+    /// # Errors
+    /// A [`UriError`] if the value is not valid for the key.
+    pub fn with_default(&self, key: &str, value: &str) -> Result<ChannelUri, UriError> {
+        if self.get(key).is_some() {
+            Ok(self.clone())
+        } else {
+            self.with(key, value)
+        }
+    }
+
+    /// This URI with only the parameters `keys` (in the URI's order).
+    ///
+    /// # Errors
+    /// A [`UriError`] if what is left breaks a rule (a parameter that needs
+    /// one of those dropped).
+    pub fn only(&self, keys: &[&str]) -> Result<ChannelUri, UriError> {
+        let mut u = self.clone();
+        u.entries.retain(|(k, _)| keys.contains(&k.as_str()));
+        ChannelUri::parse(&u.to_string())
+    }
+
+    /// The spy of this URI's publication: `aeron-spy:` before it.
+    pub fn as_spy(&self) -> ChannelUri {
+        ChannelUri {
+            spy: true,
+            ..self.clone()
+        }
     }
 
     /// The same URI without `aeron-spy:` (the channel of the publication a spy watches).
@@ -553,117 +547,221 @@ impl FromStr for ChannelUri {
     }
 }
 
+/// How one parameter's value is checked and stored.
+type Apply = fn(&mut ChannelParams, &str) -> Result<(), String>;
+
+/// Every parameter a channel URI accepts (docs/protocol.md §6), with how its
+/// value is checked and stored: the one list of keys, so a key cannot be
+/// known without a parser or parsed without being known.
+const PARAMS: &[(&str, Apply)] = &[
+    ("endpoint", |p, v| {
+        check_socket_address(v)?;
+        p.endpoint = Some(v.to_owned());
+        Ok(())
+    }),
+    ("interface", |p, v| {
+        check_interface(v)?;
+        p.interface = Some(v.to_owned());
+        Ok(())
+    }),
+    ("control", |p, v| {
+        check_socket_address(v)?;
+        p.control = Some(v.to_owned());
+        Ok(())
+    }),
+    ("control-mode", |p, v| {
+        p.control_mode = Some(match v {
+            "dynamic" => ControlMode::Dynamic,
+            "manual" => ControlMode::Manual,
+            "response" => ControlMode::Response,
+            _ => return Err("must be dynamic, manual or response".to_owned()),
+        });
+        Ok(())
+    }),
+    ("ttl", |p, v| {
+        let ttl = v.parse::<u8>();
+        p.ttl = Some(ttl.map_err(|_| "must be an integer from 0 to 255".to_owned())?);
+        Ok(())
+    }),
+    ("mtu", |p, v| {
+        p.mtu = Some(parse_mtu(v)?);
+        Ok(())
+    }),
+    ("term-length", |p, v| {
+        p.term_length = Some(parse_term_length(v)?);
+        Ok(())
+    }),
+    ("init-term-id", |p, v| {
+        p.init_term_id = Some(parse_i32(v)?);
+        Ok(())
+    }),
+    ("term-id", |p, v| {
+        p.term_id = Some(parse_i32(v)?);
+        Ok(())
+    }),
+    ("term-offset", |p, v| {
+        p.term_offset = Some(parse_term_offset(v)?);
+        Ok(())
+    }),
+    ("session-id", |p, v| {
+        p.session_id = Some(parse_session_id(v)?);
+        Ok(())
+    }),
+    ("linger", |p, v| {
+        p.linger_ns = Some(parse_duration_ns(v)?);
+        Ok(())
+    }),
+    ("eos", |p, v| {
+        p.eos = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("sparse", |p, v| {
+        p.sparse = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("tether", |p, v| {
+        p.tether = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("rejoin", |p, v| {
+        p.rejoin = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("reliable", |p, v| {
+        p.reliable = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("group", |p, v| {
+        p.group = match v {
+            "true" => Some(true),
+            "false" => Some(false),
+            "infer" => None,
+            _ => return Err(format!("'{v}' is not valid; use true, false or infer")),
+        };
+        Ok(())
+    }),
+    ("tags", |p, v| {
+        p.tags = Some(parse_tags(v)?);
+        Ok(())
+    }),
+    ("alias", |p, v| {
+        p.alias = Some(v.to_owned());
+        Ok(())
+    }),
+    ("cc", |p, v| match v {
+        "static" | "cubic" => {
+            p.cc = Some(v.to_owned());
+            Ok(())
+        }
+        _ => Err("must be static or cubic".to_owned()),
+    }),
+    ("fc", |p, v| {
+        check_flow_control(v)?;
+        p.fc = Some(v.to_owned());
+        Ok(())
+    }),
+    ("gtag", |p, v| {
+        p.gtag = Some(parse_i64(v)?);
+        Ok(())
+    }),
+    ("rcv-wnd", |p, v| {
+        p.rcv_wnd = Some(parse_window(v)?);
+        Ok(())
+    }),
+    ("so-sndbuf", |p, v| {
+        p.so_sndbuf = Some(parse_size_u32(v)?);
+        Ok(())
+    }),
+    ("so-rcvbuf", |p, v| {
+        p.so_rcvbuf = Some(parse_size_u32(v)?);
+        Ok(())
+    }),
+    ("ssc", |p, v| {
+        p.ssc = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("nak-delay", |p, v| {
+        p.nak_delay_ns = Some(parse_duration_ns(v)?);
+        Ok(())
+    }),
+    ("max-resend", |p, v| {
+        let n = v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_RESEND_LIMIT).contains(n));
+        p.max_resend =
+            Some(n.ok_or_else(|| format!("must be an integer from 1 to {MAX_RESEND_LIMIT}"))?);
+        Ok(())
+    }),
+    ("pub-wnd", |p, v| {
+        p.pub_wnd = Some(parse_window(v)?);
+        Ok(())
+    }),
+    ("untethered-window-limit-timeout", |p, v| {
+        p.untethered_window_limit_timeout_ns = Some(parse_duration_ns(v)?);
+        Ok(())
+    }),
+    ("untethered-linger-timeout", |p, v| {
+        p.untethered_linger_timeout_ns = Some(parse_duration_ns(v)?);
+        Ok(())
+    }),
+    ("untethered-resting-timeout", |p, v| {
+        p.untethered_resting_timeout_ns = Some(parse_duration_ns(v)?);
+        Ok(())
+    }),
+    ("stream-id", |p, v| {
+        p.stream_id = Some(parse_i32(v)?);
+        Ok(())
+    }),
+    ("response-endpoint", |p, v| {
+        check_socket_address(v)?;
+        p.response_endpoint = Some(v.to_owned());
+        Ok(())
+    }),
+    ("response-correlation-id", |p, v| {
+        if v != "prototype" && !v.parse::<i64>().is_ok_and(|n| n >= -1) {
+            return Err("must be a number greater than or equal to -1, or 'prototype'".to_owned());
+        }
+        p.response_correlation_id = Some(v.to_owned());
+        Ok(())
+    }),
+    ("media-rcv-ts-offset", |p, v| {
+        p.media_rcv_ts_offset = Some(parse_ts_offset(v)?);
+        Ok(())
+    }),
+    ("channel-rcv-ts-offset", |p, v| {
+        p.channel_rcv_ts_offset = Some(parse_ts_offset(v)?);
+        Ok(())
+    }),
+    ("channel-snd-ts-offset", |p, v| {
+        p.channel_snd_ts_offset = Some(parse_ts_offset(v)?);
+        Ok(())
+    }),
+];
+
+/// A timestamp offset: a byte offset into the payload, or `reserved`.
+fn parse_ts_offset(v: &str) -> Result<String, String> {
+    if v == "reserved" || v.parse::<i32>().is_ok_and(|n| n >= 0) {
+        Ok(v.to_owned())
+    } else {
+        Err("must be a byte offset (a non-negative integer) or 'reserved'".to_owned())
+    }
+}
+
+/// The parser of `key`, if it is a parameter.
+fn param(key: &str) -> Option<Apply> {
+    PARAMS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, apply)| *apply)
+}
+
 /// Decodes one `key=value` into `params`; `Err` is the reason it is invalid.
 fn apply_param(p: &mut ChannelParams, key: &str, value: &str) -> Result<(), String> {
-    let text = || Some(value.to_owned());
-    match key {
-        "endpoint" | "control" | "response-endpoint" => {
-            check_socket_address(value)?;
-            match key {
-                "endpoint" => p.endpoint = text(),
-                "control" => p.control = text(),
-                _ => p.response_endpoint = text(),
-            }
-        }
-        "interface" => {
-            check_interface(value)?;
-            p.interface = text();
-        }
-        "control-mode" => {
-            p.control_mode = Some(match value {
-                "dynamic" => ControlMode::Dynamic,
-                "manual" => ControlMode::Manual,
-                "response" => ControlMode::Response,
-                _ => return Err("must be dynamic, manual or response".to_owned()),
-            })
-        }
-        "ttl" => {
-            p.ttl = Some(
-                value
-                    .parse::<u8>()
-                    .map_err(|_| "must be an integer from 0 to 255".to_owned())?,
-            )
-        }
-        "mtu" => p.mtu = Some(parse_mtu(value)?),
-        "term-length" => p.term_length = Some(parse_term_length(value)?),
-        "init-term-id" => p.init_term_id = Some(parse_i32(value)?),
-        "term-id" => p.term_id = Some(parse_i32(value)?),
-        "term-offset" => p.term_offset = Some(parse_term_offset(value)?),
-        "session-id" => p.session_id = Some(parse_session_id(value)?),
-        "linger" => p.linger_ns = Some(parse_duration_ns(value)?),
-        "eos" => p.eos = Some(parse_bool(value)?),
-        "sparse" => p.sparse = Some(parse_bool(value)?),
-        "tether" => p.tether = Some(parse_bool(value)?),
-        "rejoin" => p.rejoin = Some(parse_bool(value)?),
-        "reliable" => p.reliable = Some(parse_bool(value)?),
-        "ssc" => p.ssc = Some(parse_bool(value)?),
-        "group" => {
-            p.group = match value {
-                "true" => Some(true),
-                "false" => Some(false),
-                "infer" => None,
-                _ => return Err(format!("'{value}' is not valid; use true, false or infer")),
-            }
-        }
-        "tags" => p.tags = Some(parse_tags(value)?),
-        "alias" => p.alias = text(),
-        "cc" => match value {
-            "static" | "cubic" => p.cc = text(),
-            _ => return Err("must be static or cubic".to_owned()),
-        },
-        "fc" => {
-            check_flow_control(value)?;
-            p.fc = text();
-        }
-        "gtag" => p.gtag = Some(parse_i64(value)?),
-        "rcv-wnd" => p.rcv_wnd = Some(parse_window(value)?),
-        "pub-wnd" => p.pub_wnd = Some(parse_window(value)?),
-        "so-sndbuf" => p.so_sndbuf = Some(parse_size_u32(value)?),
-        "so-rcvbuf" => p.so_rcvbuf = Some(parse_size_u32(value)?),
-        "nak-delay" => p.nak_delay_ns = Some(parse_duration_ns(value)?),
-        "max-resend" => {
-            p.max_resend = Some(
-                value
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_RESEND_LIMIT).contains(n))
-                    .ok_or_else(|| format!("must be an integer from 1 to {MAX_RESEND_LIMIT}"))?,
-            )
-        }
-        "untethered-window-limit-timeout" => {
-            p.untethered_window_limit_timeout_ns = Some(parse_duration_ns(value)?)
-        }
-        "untethered-linger-timeout" => {
-            p.untethered_linger_timeout_ns = Some(parse_duration_ns(value)?)
-        }
-        "untethered-resting-timeout" => {
-            p.untethered_resting_timeout_ns = Some(parse_duration_ns(value)?)
-        }
-        "stream-id" => p.stream_id = Some(parse_i32(value)?),
-        "response-correlation-id" => {
-            if value != "prototype" && !value.parse::<i64>().is_ok_and(|v| v >= -1) {
-                return Err(
-                    "must be a number greater than or equal to -1, or 'prototype'".to_owned(),
-                );
-            }
-            p.response_correlation_id = text();
-        }
-        "media-rcv-ts-offset" | "channel-rcv-ts-offset" | "channel-snd-ts-offset" => {
-            let valid = value == "reserved" || value.parse::<i32>().is_ok_and(|n| n >= 0);
-            if !valid {
-                return Err(
-                    "must be a byte offset (a non-negative integer) or 'reserved'".to_owned(),
-                );
-            }
-            match key {
-                "media-rcv-ts-offset" => p.media_rcv_ts_offset = text(),
-                "channel-rcv-ts-offset" => p.channel_rcv_ts_offset = text(),
-                _ => p.channel_snd_ts_offset = text(),
-            }
-        }
-        _ => return Err(unknown_key_reason(key)),
+    match param(key) {
+        Some(apply) => apply(p, value),
+        None => Err(unknown_key_reason(key)),
     }
-    Ok(())
 }
 
 /// Rules that depend on the media and the spy prefix; `Err` is `(part, reason)`.
@@ -1035,9 +1133,9 @@ fn unknown_key_reason(key: &str) -> String {
             .to_owned();
     }
     let lower = key.to_ascii_lowercase();
-    let closest = KNOWN_KEYS
+    let closest = PARAMS
         .iter()
-        .map(|known| (edit_distance(&lower, known), *known))
+        .map(|(known, _)| (edit_distance(&lower, known), *known))
         .min();
     match closest {
         Some((distance, known)) if distance <= 2 => {

@@ -7,6 +7,7 @@ mod archive;
 mod assembler;
 mod batch;
 mod buffer;
+mod channel_uri;
 mod client;
 mod counters;
 mod driver;
@@ -65,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<assembler::PyFragmentAssembler>()?;
     m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;
+    m.add_class::<channel_uri::PyChannelUri>()?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
     m.add_function(wrap_pyfunction!(counters::read_loss_report, m)?)?;
     m.add_function(wrap_pyfunction!(counters::counter_types, m)?)?;

@@ -281,8 +281,8 @@ class ArchiveClient(_native.ArchiveClient):
         session = replay_id & 0xFFFF_FFFF
         if session >= 1 << 31:
             session -= 1 << 32
-        sep = "|" if "?" in channel else "?"
-        return self._client.add_subscription(f"{channel}{sep}session-id={session}", stream_id)
+        return self._client.add_subscription(str(_native.ChannelUri(channel).with_param("session-id", session)),
+                                             stream_id)
 
     def replicate(self, src_recording_id: int, src_control_channel: str,
                   src_control_stream_id: int = 10, dst_recording_id: int = -1,

@@ -48,7 +48,7 @@ class ReplayMergeState(enum.Enum):
 
 
 def _with_param(channel: str, key: str, value: object) -> str:
-    return f"{channel}{'|' if '?' in channel else '?'}{key}={value}"
+    return str(_native.ChannelUri(channel).with_param(key, value))
 
 
 class ReplayMerge:

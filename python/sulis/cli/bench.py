@@ -234,11 +234,10 @@ class Plan:
                     f"aeron:udp?endpoint={UDP_HOST}:{_free_udp_port(UDP_HOST)}")
         if self.pong_channel is not None:
             return self.channel, self.pong_channel
-        params = _native.channel_params(self.channel)
-        host = dict(params)["endpoint"].rpartition(":")[0]
+        uri = _native.ChannelUri(self.channel)
+        host = (uri.get("endpoint") or "").rpartition(":")[0]
         port = _free_udp_port(host.strip("[]"))
-        rebuilt = "|".join(f"{key}={f'{host}:{port}' if key == 'endpoint' else value}" for key, value in params)
-        return self.channel, "aeron:udp?" + rebuilt
+        return self.channel, str(uri.with_param("endpoint", f"{host}:{port}"))
 
     def streams(self, k: int) -> tuple[int, int]:
         return STREAM_BASE + 2 * k, STREAM_BASE + 2 * k + 1

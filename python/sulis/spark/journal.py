@@ -59,9 +59,9 @@ _PROCESS = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 def with_term_length(channel: str) -> str:
     """The journal channel with a 64 KiB term unless it names one."""
-    if "term-length=" in channel:
-        return channel
-    return f"{channel}{'|' if '?' in channel else '?'}term-length={JOURNAL_TERM_LENGTH}"
+    from .._native import ChannelUri
+
+    return str(ChannelUri(channel).with_default("term-length", JOURNAL_TERM_LENGTH))
 
 
 def attempt_name(task_attempt_id: int, seq: int) -> str:

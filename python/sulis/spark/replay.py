@@ -235,8 +235,9 @@ def drop_session(address: ArchiveAddress) -> None:
 
 
 def _replay_subscription_channel(channel: str, session_id: int) -> str:
-    sep = "|" if "?" in channel else "?"
-    return f"{channel}{sep}session-id={session_id}"
+    from .._native import ChannelUri
+
+    return str(ChannelUri(channel).with_param("session-id", session_id))
 
 
 def _sparse(channel: str) -> str:
@@ -244,9 +245,9 @@ def _sparse(channel: str) -> str:
     publication has the recording's term length; allocated in full (the driver's default), a
     16 MiB-term recording costs ~50 MB of zeroed pages and ~100 ms on every replay, so on every
     micro-batch; sparse, a few ms."""
-    if "sparse=" in channel:
-        return channel
-    return f"{channel}{'|' if '?' in channel else '?'}sparse=true"
+    from .._native import ChannelUri
+
+    return str(ChannelUri(channel).with_default("sparse", True))
 
 
 def _to_i32(v: int) -> int:

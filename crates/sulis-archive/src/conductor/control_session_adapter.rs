@@ -771,16 +771,10 @@ pub(super) fn response_publication_channel(
                 .into(),
         );
     }
-    let mut out = channel.to_string();
-    let mut add = |k: &str, v: String| {
-        if uri.get(k).is_none() {
-            out.push(if out.contains('?') { '|' } else { '?' });
-            out.push_str(&format!("{k}={v}"));
-        }
-    };
-    add("term-length", ctx.control_term_buffer_length.to_string());
-    add("sparse", "true".into());
-    Ok(out)
+    uri.with_default("term-length", &ctx.control_term_buffer_length.to_string())
+        .and_then(|u| u.with_default("sparse", "true"))
+        .map(|u| u.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// The token of a replay request to honour: one on a replay channel in

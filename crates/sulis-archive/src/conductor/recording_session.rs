@@ -159,8 +159,10 @@ impl ArchiveConductor {
         // does), so recording needs no receiver nor a driver set to
         // `spies_simulate_connection`, which Aeron's archive needs.
         let subscribed = if r.local && stripped.starts_with("aeron:udp") {
-            let sep = if stripped.contains('?') { '|' } else { '?' };
-            format!("aeron-spy:{stripped}{sep}ssc=true")
+            sulis_protocol::uri::ChannelUri::parse(&stripped)
+                .and_then(|u| u.with("ssc", "true"))
+                .map(|u| u.as_spy().to_string())
+                .map_err(|e| (error_code::GENERIC, e.to_string()))?
         } else {
             stripped.clone()
         };

@@ -165,9 +165,12 @@ fn endpoint_host(channel: &str) -> Option<String> {
     Some(host.to_string())
 }
 
-fn append(channel: &str, param: &str) -> String {
-    let sep = if channel.contains('?') { '|' } else { '?' };
-    format!("{channel}{sep}{param}")
+/// `channel` with `session-id=session_id`.
+fn with_session_id(channel: &str, session_id: i32) -> Result<String, String> {
+    ChannelUri::parse(channel)
+        .and_then(|u| u.with("session-id", &session_id.to_string()))
+        .map(|u| u.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// The archive error code to report for a failed request to the source.
@@ -684,7 +687,7 @@ impl ArchiveConductor {
         let channel = if response_mode {
             channel
         } else {
-            append(&channel, &format!("session-id={session_id}"))
+            with_session_id(&channel, session_id).map_err(|e| (error_code::GENERIC, e))?
         };
         let subscription_id = self
             .add_recording_subscription(StartRecording {
@@ -751,10 +754,12 @@ impl ArchiveConductor {
             if r.src_position == NULL_VALUE || r.src_position - copied > threshold {
                 return Ok(());
             }
-            let channel = append(
-                &r.params.live_destination,
-                &format!("session-id={session_id}"),
-            );
+            let channel = with_session_id(&r.params.live_destination, session_id).map_err(|e| {
+                (
+                    error_code::GENERIC,
+                    format!("live destination '{}': {e}", r.params.live_destination),
+                )
+            })?;
             let live = self
                 .client
                 .add_subscription(&channel, stream_id)

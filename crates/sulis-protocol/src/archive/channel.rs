@@ -35,18 +35,11 @@ pub const KEPT_PARAMS: &[&str] = &[
 /// The channel with only the [`KEPT_PARAMS`], in the order given (the spy
 /// prefix dropped).
 pub fn strip_channel(channel: &str) -> Result<String, UriError> {
-    let uri = ChannelUri::parse(channel)?;
-    let kept: Vec<String> = uri
-        .iter()
-        .filter(|(k, _)| KEPT_PARAMS.contains(k))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let media = uri.media().as_str();
-    Ok(if kept.is_empty() {
-        format!("aeron:{media}")
-    } else {
-        format!("aeron:{media}?{}", kept.join("|"))
-    })
+    // Kept while still a spy's URI, which needs no endpoint; the prefix goes after.
+    Ok(ChannelUri::parse(channel)?
+        .only(KEPT_PARAMS)?
+        .without_spy_prefix()
+        .to_string())
 }
 
 /// The key of a recording subscription: stream id, media and the
