@@ -22,7 +22,7 @@ Helpers (import them with ``from conftest import ...``)
 ``await_until(cond, timeout=10.0, what=None)``
     Polls ``cond()`` until true; fails the test after ``timeout`` seconds.
     Use it for every wait: no test synchronises with a bare sleep.
-``counter_value(dir, (id, label))``
+``counter_value(dir, sulis.SystemCounter.NAME)``
     A system counter's value, read through ``sulis.CountersReader``.
 ``connected_pair(client, stream_id, exclusive=True, channel=...)``
     A subscription and a publication, connected (images included).
@@ -67,8 +67,8 @@ COUNTER_TYPE: dict[str, int] = {name: type_id for type_id, name in sulis._native
 
 #: System counters used by the tests: (id, label) as in Aeron's SystemCounterDescriptor
 #: (crates/sulis-driver/src/system_counters.rs).
-UNBLOCKED_PUBLICATIONS_COUNTER = (19, "Unblocked Publications")
-CLIENT_TIMEOUTS_COUNTER = (24, "Client liveness timeouts")
+UNBLOCKED_PUBLICATIONS_COUNTER = sulis.SystemCounter.UNBLOCKED_PUBLICATIONS
+CLIENT_TIMEOUTS_COUNTER = sulis.SystemCounter.CLIENT_TIMEOUTS
 
 
 #: The ``sulis`` command as the tests run it.
@@ -100,12 +100,12 @@ def await_until(cond, timeout: float = 10.0, what: str | None = None, interval: 
         time.sleep(interval)
 
 
-def counter_value(dir: str, counter: tuple[int, str]) -> int:
-    """Value of a system counter, checking it is the one labelled as expected."""
-    counter_id, label = counter
+def counter_value(dir: str, counter: sulis.SystemCounter) -> int:
+    """Value of a system counter, checking the driver labels it as the enum (from Rust) says."""
     reader = sulis.CountersReader(dir)
-    assert reader.label(counter_id) == label, f"counter {counter_id} is {reader.label(counter_id)!r}, not {label!r}"
-    return reader.value(counter_id)
+    assert reader.label(counter) == counter.__doc__, f"counter {int(counter)} is {reader.label(counter)!r}, not " \
+                                                     f"{counter.__doc__!r}"
+    return reader.value(counter)
 
 
 def free_udp_port(host: str = "127.0.0.1") -> int:

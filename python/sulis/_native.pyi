@@ -413,6 +413,102 @@ REPLAY_ALL_AND_FOLLOW: Final[int]
 REPLAY_ALL_AND_STOP: Final[int]
 """Replay length: what is recorded when the replay starts, then stop."""
 
+class SystemCounter(enum.IntEnum):
+    """The media driver's system counters (counter id = member value); a member's doc is its label."""
+
+    BYTES_SENT = 0
+    """Bytes sent"""
+    BYTES_RECEIVED = 1
+    """Bytes received"""
+    RECEIVER_PROXY_FAILS = 2
+    """Failed offers to ReceiverProxy"""
+    SENDER_PROXY_FAILS = 3
+    """Failed offers to SenderProxy"""
+    CONDUCTOR_PROXY_FAILS = 4
+    """Failed offers to DriverConductorProxy"""
+    NAK_MESSAGES_SENT = 5
+    """NAKs sent"""
+    NAK_MESSAGES_RECEIVED = 6
+    """NAKs received"""
+    STATUS_MESSAGES_SENT = 7
+    """Status Messages sent"""
+    STATUS_MESSAGES_RECEIVED = 8
+    """Status Messages received"""
+    HEARTBEATS_SENT = 9
+    """Heartbeats sent"""
+    HEARTBEATS_RECEIVED = 10
+    """Heartbeats received"""
+    RETRANSMITS_SENT = 11
+    """Retransmits sent"""
+    FLOW_CONTROL_UNDER_RUNS = 12
+    """Flow control under runs"""
+    FLOW_CONTROL_OVER_RUNS = 13
+    """Flow control over runs"""
+    INVALID_PACKETS = 14
+    """Invalid packets"""
+    ERRORS = 15
+    """Errors"""
+    SHORT_SENDS = 16
+    """Short sends"""
+    FREE_FAILS = 17
+    """Failed attempts to free log buffers"""
+    SENDER_FLOW_CONTROL_LIMITS = 18
+    """Sender flow control limits, i.e. back-pressure events"""
+    UNBLOCKED_PUBLICATIONS = 19
+    """Unblocked Publications"""
+    UNBLOCKED_COMMANDS = 20
+    """Unblocked Control Commands"""
+    POSSIBLE_TTL_ASYMMETRY = 21
+    """Possible TTL Asymmetry"""
+    CONTROLLABLE_IDLE_STRATEGY = 22
+    """ControllableIdleStrategy status"""
+    LOSS_GAP_FILLS = 23
+    """Loss gap fills"""
+    CLIENT_TIMEOUTS = 24
+    """Client liveness timeouts"""
+    RESOLUTION_CHANGES = 25
+    """Resolution changes"""
+    CONDUCTOR_MAX_CYCLE_TIME = 26
+    """Conductor max cycle time doing its work in ns"""
+    CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED = 27
+    """Conductor work cycle exceeded threshold count"""
+    SENDER_MAX_CYCLE_TIME = 28
+    """Sender max cycle time doing its work in ns"""
+    SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED = 29
+    """Sender work cycle exceeded threshold count"""
+    RECEIVER_MAX_CYCLE_TIME = 30
+    """Receiver max cycle time doing its work in ns"""
+    RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED = 31
+    """Receiver work cycle exceeded threshold count"""
+    NAME_RESOLVER_MAX_TIME = 32
+    """Name resolver max time in ns"""
+    NAME_RESOLVER_TIME_THRESHOLD_EXCEEDED = 33
+    """Name resolver exceeded threshold count"""
+    SULIS_VERSION = 34
+    """sulis software: version"""
+    BYTES_CURRENTLY_MAPPED = 35
+    """Bytes currently mapped"""
+    RETRANSMITTED_BYTES = 36
+    """Retransmitted bytes"""
+    RETRANSMIT_OVERFLOW = 37
+    """Retransmit Pool Overflow count"""
+    ERROR_FRAMES_RECEIVED = 38
+    """Error Frames received"""
+    ERROR_FRAMES_SENT = 39
+    """Error Frames sent"""
+    PUBLICATIONS_REVOKED = 40
+    """Publications Revoked"""
+    PUBLICATION_IMAGES_REVOKED = 41
+    """Publication Images Revoked"""
+    IMAGES_REJECTED = 42
+    """Images Rejected"""
+    CONTROL_PROTOCOL_VERSION = 43
+    """Control Protocol Version"""
+    STATUS_MESSAGES_REJECTED = 44
+    """Status Messages rejected"""
+    NATIVE_RESOURCE_AGENT_PROXY_FAILS = 45
+    """Failed offers to NativeResourceAgentProxy"""
+
 class RecordingSignal(enum.IntEnum):
     """What happened to a recording (Aeron's RecordingSignal values)."""
 

@@ -18,7 +18,7 @@ import sulis
 from conftest import await_until, counter_value
 from sulis import _native
 
-ERRORS_COUNTER = (15, "Errors")
+ERRORS_COUNTER = sulis.SystemCounter.ERRORS
 # Command type ids (Aeron's): remove publication, add publication.
 REMOVE_PUBLICATION = 0x02
 ADD_PUBLICATION = 0x01

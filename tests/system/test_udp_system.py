@@ -23,18 +23,18 @@ import pytest
 
 import sulis
 from _child import make_message, parse_message
-from conftest import COUNTER_TYPE, await_until
+from conftest import COUNTER_TYPE, await_until, counter_value
 from conftest import free_udp_port as free_port  # the tests' one port helper
 from netutil.relay import Impairment, RelayProcess
 
-# System counters (crates/sulis-driver/src/system_counters.rs, Aeron's ids).
-NAKS_SENT = (5, "NAKs sent")
-NAKS_RECEIVED = (6, "NAKs received")
-STATUS_MESSAGES_RECEIVED = (8, "Status Messages received")
-HEARTBEATS_RECEIVED = (10, "Heartbeats received")
-RETRANSMITS_SENT = (11, "Retransmits sent")
-INVALID_PACKETS = (14, "Invalid packets")
-RESOLUTION_CHANGES = (25, "Resolution changes")
+# System counters (Aeron's ids, from sulis-protocol through sulis.SystemCounter).
+NAKS_SENT = sulis.SystemCounter.NAK_MESSAGES_SENT
+NAKS_RECEIVED = sulis.SystemCounter.NAK_MESSAGES_RECEIVED
+STATUS_MESSAGES_RECEIVED = sulis.SystemCounter.STATUS_MESSAGES_RECEIVED
+HEARTBEATS_RECEIVED = sulis.SystemCounter.HEARTBEATS_RECEIVED
+RETRANSMITS_SENT = sulis.SystemCounter.RETRANSMITS_SENT
+INVALID_PACKETS = sulis.SystemCounter.INVALID_PACKETS
+RESOLUTION_CHANGES = sulis.SystemCounter.RESOLUTION_CHANGES
 
 UDP_OPTIONS = {
     "term_buffer_length": "2m",
@@ -44,11 +44,7 @@ UDP_OPTIONS = {
 }
 
 
-def counter(dir: str, c: tuple[int, str]) -> int:
-    reader = sulis.CountersReader(dir)
-    assert reader.label(c[0]) == c[1]
-    return reader.value(c[0])
-
+counter = counter_value  # conftest's: the label checked against sulis.SystemCounter
 
 def stream_of(count: int, seed: int, big_every: int = 0, big: int = 0):
     """Messages ``make_message(0, seq, body)`` of random length, every ``big_every``-th one ``big`` bytes."""
@@ -368,7 +364,7 @@ def test_unreliable_subscription_pads_over_loss_instead_of_nacking(make_driver, 
                 and sub.images[0].position >= pub.position, what="subscriber to reach the end")
     assert got == sorted(set(got)), "in order, each once"
     assert 0 < len(got) < 2000, f"some messages lost for good ({len(got)} of 2000)"
-    assert counter(sub_driver.dir, (23, "Loss gap fills")) > 0
+    assert counter(sub_driver.dir, sulis.SystemCounter.LOSS_GAP_FILLS) > 0
     assert counter(sub_driver.dir, NAKS_SENT) == 0
 
 

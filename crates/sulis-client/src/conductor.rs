@@ -15,6 +15,7 @@
 //! of its subscriptions are reconciled with the driver's subscriber-position
 //! counters, raising the image events it missed.
 
+use crate::driver_proxy::{ClientCalls, DriverProxy, Resource};
 use crate::image::Image;
 use crate::publication::{ExclusivePublication, Publication};
 use crate::subscription::{Subscription, SubscriptionShared};
@@ -147,13 +148,6 @@ struct State {
     failure: Option<ClientError>,
 }
 
-/// What `Inner::remove` removes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Resource {
-    Publication,
-    Subscription,
-}
-
 pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     cnc: Cnc,
@@ -167,7 +161,7 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     cond: Condvar,
     /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
-    failed: AtomicBool,
+    failed: Arc<AtomicBool>,
     running: AtomicBool,
     /// Commands awaiting a response: the housekeeping thread polls faster meanwhile.
     pending: std::sync::atomic::AtomicUsize,
@@ -242,10 +236,6 @@ impl Inner {
 
     pub(crate) fn next_correlation_id(&self) -> i64 {
         self.to_driver.next_correlation_id()
-    }
-
-    pub(crate) fn client_id(&self) -> i64 {
-        self.client_id
     }
 
     /// Sends a command and waits for the event answering `correlation_id`.
@@ -487,70 +477,6 @@ impl Inner {
         let _ = self.send(cmd);
     }
 
-    // What resources ask of the client conductor: a few narrow calls, so
-    // publications, subscriptions and images never reach into its state.
-
-    /// True once the client is unusable: one relaxed load, for hot paths.
-    #[inline(always)]
-    pub(crate) fn is_failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
-    }
-
-    /// A counter of the driver's, for a publication's position limit.
-    pub(crate) fn counter(&self, id: i32) -> sulis_concurrent::counters::CounterRef {
-        self.counters.counter_ref(id)
-    }
-
-    /// Asks the driver to remove a publication or subscription: waiting for
-    /// its answer (`close`) or not (`drop`, which must never block). Nothing
-    /// is sent once the client has failed: the driver already let it go.
-    ///
-    /// The resource is gone on the client's side whatever happens; the only
-    /// error is [`ClientError::Interrupted`] (the interrupt check fired while
-    /// waiting), which the caller must hear about: with the Python binding
-    /// it is a Ctrl-C. A driver that does not answer fails the client, which
-    /// later calls report.
-    pub(crate) fn remove(
-        &self,
-        resource: Resource,
-        registration_id: i64,
-        wait: bool,
-    ) -> Result<(), ClientError> {
-        if let Resource::Subscription = resource {
-            self.state
-                .lock()
-                .unwrap()
-                .subscriptions
-                .remove(&registration_id);
-        }
-        if self.failed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let correlation_id = self.next_correlation_id();
-        let client_id = self.client_id;
-        let cmd = match resource {
-            Resource::Publication => Command::RemovePublication {
-                client_id,
-                correlation_id,
-                registration_id,
-            },
-            Resource::Subscription => Command::RemoveSubscription {
-                client_id,
-                correlation_id,
-                registration_id,
-            },
-        };
-        if wait {
-            match self.request(correlation_id, &cmd) {
-                Err(e @ ClientError::Interrupted(_)) => Err(e),
-                _ => Ok(()),
-            }
-        } else {
-            self.send_quietly(&cmd);
-            Ok(())
-        }
-    }
-
     fn on_event(&self, type_id: i32, body: &[u8]) {
         let ev = match Event::decode(type_id, body) {
             Ok(e) => e,
@@ -674,6 +600,107 @@ impl Inner {
     }
 }
 
+/// What resources ask of the client conductor (`driver_proxy.rs`): a few
+/// narrow calls, so publications, subscriptions and counters never reach
+/// into its state.
+impl ClientCalls for Inner {
+    fn failure(&self) -> ClientError {
+        Inner::failure(self)
+    }
+
+    fn counter(&self, id: i32) -> CounterRef {
+        self.counters.counter_ref(id)
+    }
+
+    fn counters(&self) -> CountersReader {
+        self.counters
+    }
+
+    /// Asks the driver to remove a publication or subscription: waiting for
+    /// its answer (`close`) or not (`drop`, which must never block). Nothing
+    /// is sent once the client has failed: the driver already let it go.
+    ///
+    /// The resource is gone on the client's side whatever happens; the only
+    /// error is [`ClientError::Interrupted`] (the interrupt check fired while
+    /// waiting), which the caller must hear about: with the Python binding
+    /// it is a Ctrl-C. A driver that does not answer fails the client, which
+    /// later calls report.
+    fn remove(
+        &self,
+        resource: Resource,
+        registration_id: i64,
+        wait: bool,
+    ) -> Result<(), ClientError> {
+        if let Resource::Subscription = resource {
+            self.state
+                .lock()
+                .unwrap()
+                .subscriptions
+                .remove(&registration_id);
+        }
+        if self.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let correlation_id = self.next_correlation_id();
+        let client_id = self.client_id;
+        let cmd = match resource {
+            Resource::Publication => Command::RemovePublication {
+                client_id,
+                correlation_id,
+                registration_id,
+            },
+            Resource::Subscription => Command::RemoveSubscription {
+                client_id,
+                correlation_id,
+                registration_id,
+            },
+        };
+        if wait {
+            match self.request(correlation_id, &cmd) {
+                Err(e @ ClientError::Interrupted(_)) => Err(e),
+                _ => Ok(()),
+            }
+        } else {
+            self.send_quietly(&cmd);
+            Ok(())
+        }
+    }
+
+    fn add_counter(
+        &self,
+        type_id: i32,
+        key: &[u8],
+        label: &str,
+    ) -> Result<(i64, i32), ClientError> {
+        let correlation_id = self.next_correlation_id();
+        let ev = self.request(
+            correlation_id,
+            &Command::AddCounter {
+                client_id: self.client_id,
+                correlation_id,
+                type_id,
+                key: key.to_vec(),
+                label: label.to_string(),
+            },
+        )?;
+        match ev {
+            Event::CounterReady { counter_id, .. } => Ok((correlation_id, counter_id)),
+            other => Err(ClientError::Config(format!(
+                "the driver answered ADD_COUNTER with {other:?}"
+            ))),
+        }
+    }
+
+    fn remove_counter(&self, registration_id: i64) {
+        let correlation_id = self.next_correlation_id();
+        self.send_quietly(&Command::RemoveCounter {
+            client_id: self.client_id,
+            correlation_id,
+            registration_id,
+        });
+    }
+}
+
 /// Waits for image events (see [`Client::image_events`]).
 #[derive(Clone)]
 pub struct ImageEvents(Arc<Inner>);
@@ -699,6 +726,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// What a new resource holds of this client.
+    fn driver_proxy(&self) -> DriverProxy {
+        DriverProxy::new(self.inner.failed.clone(), self.inner.clone())
+    }
+
     /// Connects to the driver in `ctx.dir`, waiting up to the driver timeout
     /// for it to become ready.
     pub fn connect(ctx: ClientContext) -> Result<Client, ClientError> {
@@ -773,7 +805,7 @@ impl Client {
                 failure: None,
             }),
             cond: Condvar::new(),
-            failed: AtomicBool::new(false),
+            failed: Arc::new(AtomicBool::new(false)),
             running: AtomicBool::new(true),
             pending: std::sync::atomic::AtomicUsize::new(0),
             conductor_thread: Mutex::new(None),
@@ -913,7 +945,7 @@ impl Client {
         stream_id: i32,
     ) -> Result<Publication, ClientError> {
         let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, false)?;
-        Publication::from_ready(self.inner.clone(), correlation_id, channel, ev)
+        Publication::from_ready(self.driver_proxy(), correlation_id, channel, ev)
     }
 
     /// Adds an exclusive (single-writer) publication with its own session.
@@ -923,7 +955,7 @@ impl Client {
         stream_id: i32,
     ) -> Result<ExclusivePublication, ClientError> {
         let (ev, correlation_id) = self.add_publication_inner(channel, stream_id, true)?;
-        ExclusivePublication::from_ready(self.inner.clone(), correlation_id, channel, ev)
+        ExclusivePublication::from_ready(self.driver_proxy(), correlation_id, channel, ev)
     }
 
     /// Adds a subscription. Images join it as publishers appear.
@@ -954,7 +986,7 @@ impl Client {
         );
         match result {
             Ok(ev) => Ok(Subscription::new(
-                self.inner.clone(),
+                self.driver_proxy(),
                 correlation_id,
                 stream_id,
                 channel.to_string(),
@@ -987,7 +1019,7 @@ impl Client {
         key: &[u8],
         label: &str,
     ) -> Result<crate::Counter, ClientError> {
-        crate::Counter::add(self.inner.clone(), type_id, key, label)
+        crate::Counter::add(self.driver_proxy(), type_id, key, label)
     }
 
     /// Image events not yet consumed (for callbacks), oldest first.

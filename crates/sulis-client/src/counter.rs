@@ -2,17 +2,15 @@
 //! recording positions and session counts are such counters, visible to
 //! every tool and client reading the CnC.
 
-use crate::conductor::Inner;
+use crate::driver_proxy::DriverProxy;
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
-use sulis_protocol::control::{Command, Event};
 
 /// A counter this client allocated; the driver frees it when it is closed
 /// (or dropped), or when the client goes away.
 pub struct Counter {
-    inner: Arc<Inner>,
+    driver: DriverProxy,
     registration_id: i64,
     id: i32,
     value: CounterRef,
@@ -27,7 +25,7 @@ impl std::fmt::Debug for Counter {
 
 impl Counter {
     pub(crate) fn add(
-        inner: Arc<Inner>,
+        driver: DriverProxy,
         type_id: i32,
         key: &[u8],
         label: &str,
@@ -39,26 +37,11 @@ impl Counter {
                 sulis_protocol::counters::MAX_KEY_LENGTH
             )));
         }
-        let correlation_id = inner.next_correlation_id();
-        let ev = inner.request(
-            correlation_id,
-            &Command::AddCounter {
-                client_id: inner.client_id(),
-                correlation_id,
-                type_id,
-                key: key.to_vec(),
-                label: label.to_string(),
-            },
-        )?;
-        let Event::CounterReady { counter_id, .. } = ev else {
-            return Err(ClientError::Config(format!(
-                "the driver answered ADD_COUNTER with {ev:?}"
-            )));
-        };
+        let (registration_id, counter_id) = driver.add_counter(type_id, key, label)?;
         Ok(Counter {
-            value: inner.counter(counter_id),
-            inner,
-            registration_id: correlation_id,
+            value: driver.counter(counter_id),
+            driver,
+            registration_id,
             id: counter_id,
             closed: AtomicBool::new(false),
         })
@@ -94,12 +77,7 @@ impl Counter {
     /// Frees the counter in the driver.
     pub fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            let correlation_id = self.inner.next_correlation_id();
-            self.inner.send_quietly(&Command::RemoveCounter {
-                client_id: self.inner.client_id(),
-                correlation_id,
-                registration_id: self.registration_id,
-            });
+            self.driver.remove_counter(self.registration_id);
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod assembler;
 pub mod batch;
 pub mod conductor;
 pub mod counter;
+mod driver_proxy;
 pub mod image;
 pub mod publication;
 pub mod subscription;

@@ -5,7 +5,7 @@
 //! and keeps its tail locally. Both refuse to run past the publisher limit the
 //! driver maintains behind the slowest subscriber.
 
-use crate::conductor::{Inner, Resource};
+use crate::driver_proxy::{DriverProxy, Resource};
 use crate::{offer_code, ClientError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,7 +74,7 @@ struct LogState {
 }
 
 impl LogState {
-    fn map(inner: &Inner, ev: &Event) -> Result<(LogState, i64, i32, i32), ClientError> {
+    fn map(driver: &DriverProxy, ev: &Event) -> Result<(LogState, i64, i32, i32), ClientError> {
         let Event::PublicationReady {
             registration_id,
             session_id,
@@ -106,7 +106,7 @@ impl LogState {
             max_payload: logs.mtu() - DATA_HEADER_LENGTH,
             max_message: compute_max_message_length(term_length),
             max_possible_position: max_possible_position(term_length),
-            limit: inner.counter(*position_limit_counter_id),
+            limit: driver.counter(*position_limit_counter_id),
             cached_limit: std::sync::atomic::AtomicI64::new(i64::MIN),
             meta,
             appenders,
@@ -158,7 +158,7 @@ impl LogState {
 /// What both publication kinds share: the mapped log, identity and life cycle.
 /// Each publication derefs to it, so these accessors are theirs too.
 pub struct PublicationCore {
-    inner: Arc<Inner>,
+    driver: DriverProxy,
     log: LogState,
     registration_id: i64,
     original_registration_id: i64,
@@ -170,14 +170,14 @@ pub struct PublicationCore {
 
 impl PublicationCore {
     fn new(
-        inner: Arc<Inner>,
+        driver: DriverProxy,
         registration_id: i64,
         channel: &str,
         ev: Event,
     ) -> Result<Self, ClientError> {
-        let (log, original_registration_id, session_id, stream_id) = LogState::map(&inner, &ev)?;
+        let (log, original_registration_id, session_id, stream_id) = LogState::map(&driver, &ev)?;
         Ok(PublicationCore {
-            inner,
+            driver,
             log,
             registration_id,
             original_registration_id,
@@ -234,7 +234,7 @@ impl PublicationCore {
     }
     /// True once closed (or the client failed).
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.inner.is_failed()
+        self.closed.load(Ordering::Acquire) || self.driver.is_failed()
     }
     /// Closes the publication (idempotent), waiting for the driver's answer.
     /// It is closed when this returns, even with an error: the only one is
@@ -252,21 +252,21 @@ impl PublicationCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner
+        self.driver
             .remove(Resource::Publication, self.registration_id, wait)
     }
     /// Neither closed nor failed: the fast paths' check, without building an error.
     #[inline(always)]
     fn is_open(&self) -> bool {
-        !self.closed.load(Ordering::Relaxed) && !self.inner.is_failed()
+        !self.closed.load(Ordering::Relaxed) && !self.driver.is_failed()
     }
     #[inline(always)]
     fn check_open(&self) -> Result<(), OfferError> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(OfferError::Closed);
         }
-        if self.inner.is_failed() {
-            return Err(OfferError::Client(self.inner.failure()));
+        if self.driver.is_failed() {
+            return Err(OfferError::Client(self.driver.failure()));
         }
         Ok(())
     }
@@ -320,13 +320,13 @@ pub fn offer_each<'a>(
 
 impl Publication {
     pub(crate) fn from_ready(
-        inner: Arc<Inner>,
+        driver: DriverProxy,
         registration_id: i64,
         channel: &str,
         ev: Event,
     ) -> Result<Self, ClientError> {
         Ok(Publication {
-            core: PublicationCore::new(inner, registration_id, channel, ev)?,
+            core: PublicationCore::new(driver, registration_id, channel, ev)?,
         })
     }
 
@@ -505,12 +505,12 @@ impl std::ops::Deref for ExclusivePublication {
 
 impl ExclusivePublication {
     pub(crate) fn from_ready(
-        inner: Arc<Inner>,
+        driver: DriverProxy,
         registration_id: i64,
         channel: &str,
         ev: Event,
     ) -> Result<Self, ClientError> {
-        let core = PublicationCore::new(inner, registration_id, channel, ev)?;
+        let core = PublicationCore::new(driver, registration_id, channel, ev)?;
         let log = &core.log;
         let term_count = meta::active_term_count(&log.meta);
         let index = index_by_term_count(term_count as i64);

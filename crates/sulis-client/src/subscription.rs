@@ -5,7 +5,7 @@
 //! generation counter moved, so a poll costs one atomic load beyond the reads.
 
 use crate::batch::Batch;
-use crate::conductor::{Inner, Resource};
+use crate::driver_proxy::{DriverProxy, Resource};
 use crate::image::{ControlledAction, Header, Image};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,7 +65,7 @@ impl SubscriptionShared {
 
 /// A subscription to a channel and stream.
 pub struct Subscription {
-    inner: Arc<Inner>,
+    driver: DriverProxy,
     registration_id: i64,
     stream_id: i32,
     channel: String,
@@ -80,7 +80,7 @@ pub struct Subscription {
 
 impl Subscription {
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        driver: DriverProxy,
         registration_id: i64,
         stream_id: i32,
         channel: String,
@@ -88,7 +88,7 @@ impl Subscription {
         channel_status_id: i32,
     ) -> Self {
         Subscription {
-            inner,
+            driver,
             registration_id,
             stream_id,
             channel,
@@ -139,7 +139,7 @@ impl Subscription {
     /// learns its port.
     pub fn local_socket_addresses(&self) -> Vec<String> {
         use sulis_protocol::counters::{channel_status, parse_local_socket_address_key, type_id};
-        let counters = self.inner.counters;
+        let counters = self.driver.counters();
         let mut out = Vec::new();
         if self.channel_status_id < 0 {
             return out;
@@ -199,7 +199,7 @@ impl Subscription {
 
     /// Fails if closed; distinguishes a closed subscription from a failed client.
     pub fn check(&self) -> Result<(), ClientError> {
-        self.inner.check()?;
+        self.driver.check()?;
         if self.is_closed() {
             return Err(ClientError::Closed("subscription is closed".into()));
         }
@@ -317,7 +317,7 @@ impl Subscription {
         self.closed = true;
         self.shared.mark_closed();
         self.images.clear();
-        self.inner
+        self.driver
             .remove(Resource::Subscription, self.registration_id, wait)
     }
 }

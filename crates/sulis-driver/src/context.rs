@@ -750,6 +750,46 @@ impl DriverContext {
     }
 }
 
+/// The sender agent's settings, made from the driver's options
+/// (`media_driver.rs`) and handed to the sender and each network publication.
+#[derive(Clone, Debug)]
+pub struct SenderConfig {
+    /// SETUP period while no receiver answered.
+    pub setup_interval_ns: i64,
+    /// Heartbeat period while idle.
+    pub heartbeat_interval_ns: i64,
+    /// Receivers silent this long are gone (SETUP resumes).
+    pub connection_timeout_ns: i64,
+    /// Delay before resending a NAKed range (0 = at once).
+    pub retransmit_delay_ns: i64,
+    /// Time a resent range ignores further NAKs.
+    pub retransmit_linger_ns: i64,
+    /// Send runs of full datagrams as one message for the kernel to split (UDP GSO).
+    pub gso: bool,
+}
+
+/// The receiver agent's settings, made from the driver's options
+/// (`media_driver.rs`) and handed to the receiver and each image.
+#[derive(Clone, Debug)]
+pub struct ReceiverConfig {
+    /// Status message at least this often per image.
+    pub status_message_timeout_ns: i64,
+    /// NAK delay for unicast (immediate when 0).
+    pub nak_delay_ns: i64,
+    /// Gaps NAKed at once per image.
+    pub max_gaps: usize,
+    /// Retry period of unanswered NAKs (the least one when adaptive).
+    pub nak_retry_ns: i64,
+    /// Pace retries by each image's measured repair time, up to this (None: fixed retries).
+    pub nak_retry_adaptive_max_ns: Option<i64>,
+    /// After an image ends, its session is ignored this long.
+    pub image_cool_down_ns: i64,
+    /// Receiver id put in status messages.
+    pub receiver_id: i64,
+    /// Let the kernel coalesce received datagrams (UDP GRO).
+    pub gro: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

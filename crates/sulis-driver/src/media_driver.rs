@@ -12,10 +12,11 @@
 use crate::agent::{duty_cycle_tracker, run_agents, Agent, NanoClock, TrackedAgent};
 use crate::conductor::{DriverConductor, NetworkLinks};
 use crate::context::{DriverContext, ThreadingMode};
+use crate::context::{ReceiverConfig, SenderConfig};
 use crate::loss::NAK_RETRY_ADAPTIVE_MAX_NS;
 use crate::media::transport::{TransportFactory, UdpTransportFactory};
-use crate::receiver::{Receiver, ReceiverConfig};
-use crate::sender::{Sender, SenderConfig};
+use crate::receiver::Receiver;
+use crate::sender::Sender;
 use crate::system_counters::SystemCounter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -25,12 +25,12 @@
 //! freed and the file is deleted.
 
 use crate::agent::ErrorReporter;
+use crate::context::SenderConfig;
 use crate::flow_control::{FlowControl, UnicastFlowControl};
 use crate::ipc_publication::{reader_position, tethered_position, LocalSubscriber};
 use crate::lifecycle::PublicationState;
 use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
 use crate::media::transport::{send_control_frame, Transport};
-use crate::sender::SenderConfig;
 use crate::system_counters::{SystemCounter, SystemCounters};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};

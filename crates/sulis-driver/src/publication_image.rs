@@ -10,9 +10,9 @@
 //! timeout) or it reaches end of stream and every subscriber has read it.
 
 use crate::agent::ErrorReporter;
+use crate::context::ReceiverConfig;
 use crate::loss::{fill_gap, LossDetector, StaticDelayGenerator};
 use crate::media::transport::{send_control_frame, Transport};
-use crate::receiver::ReceiverConfig;
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;

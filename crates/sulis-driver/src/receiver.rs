@@ -19,6 +19,7 @@
 //! terms behind the slowest subscriber are cleaned for reuse.
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
+use crate::context::ReceiverConfig;
 use crate::media::transport::{send_control_frame, Transport};
 use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::{ImageReceiver, PublicationImage};
@@ -116,27 +117,6 @@ pub enum ReceiverEvent {
         /// Endpoint id.
         id: u64,
     },
-}
-
-/// Receiver timing settings.
-#[derive(Clone, Debug)]
-pub struct ReceiverConfig {
-    /// Status message at least this often per image.
-    pub status_message_timeout_ns: i64,
-    /// NAK delay for unicast (immediate when 0).
-    pub nak_delay_ns: i64,
-    /// Gaps NAKed at once per image.
-    pub max_gaps: usize,
-    /// Retry period of unanswered NAKs (the least one when adaptive).
-    pub nak_retry_ns: i64,
-    /// Pace retries by each image's measured repair time, up to this (None: fixed retries).
-    pub nak_retry_adaptive_max_ns: Option<i64>,
-    /// After an image ends, its session is ignored this long.
-    pub image_cool_down_ns: i64,
-    /// Receiver id put in status messages.
-    pub receiver_id: i64,
-    /// Let the kernel coalesce received datagrams (UDP GRO).
-    pub gro: bool,
 }
 
 struct Pending {

@@ -10,6 +10,7 @@
 //! passed to the publication its session and stream name.
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
+use crate::context::SenderConfig;
 use crate::media::transport::{send_control_frame, Transport};
 use crate::media::udp_transport::RecvBatch;
 use crate::network_publication::{NetworkPublication, PublicationSender};
@@ -76,23 +77,6 @@ pub enum SenderEvent {
         /// Session id of the server's response publication.
         response_session_id: i32,
     },
-}
-
-/// Sender timing settings.
-#[derive(Clone, Debug)]
-pub struct SenderConfig {
-    /// SETUP period while no receiver answered.
-    pub setup_interval_ns: i64,
-    /// Heartbeat period while idle.
-    pub heartbeat_interval_ns: i64,
-    /// Receivers silent this long are gone (SETUP resumes).
-    pub connection_timeout_ns: i64,
-    /// Delay before resending a NAKed range (0 = at once).
-    pub retransmit_delay_ns: i64,
-    /// Time a resent range ignores further NAKs.
-    pub retransmit_linger_ns: i64,
-    /// Send runs of full datagrams as one message for the kernel to split (UDP GSO).
-    pub gso: bool,
 }
 
 struct SendEndpoint {

@@ -188,6 +188,10 @@ macro_rules! system_counters {
             pub fn label(self) -> &'static str {
                 match self { $(SystemCounter::$name => $label),* }
             }
+            /// The counter's name as written in code (`BytesSent`).
+            pub fn name(self) -> &'static str {
+                match self { $(SystemCounter::$name => stringify!($name)),* }
+            }
         }
     };
 }

@@ -238,3 +238,37 @@ pub fn _write_to_driver(
     })
     .map_err(PyValueError::new_err)
 }
+
+/// `BytesSent` as `BYTES_SENT` (Aeron's SystemCounterDescriptor names).
+fn upper_snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 8);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// Adds `SystemCounter`, an `IntEnum` of the driver's system counters by
+/// their Aeron names (each member's doc is the counter's label), so Python
+/// code and tests name a counter instead of copying its id.
+pub(crate) fn register_system_counter(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let names: Vec<String> = sulis_protocol::counters::SystemCounter::ALL
+        .iter()
+        .map(|c| upper_snake(c.name()))
+        .collect();
+    let members: Vec<(&str, i64, &str)> = sulis_protocol::counters::SystemCounter::ALL
+        .iter()
+        .zip(&names)
+        .map(|(c, n)| (n.as_str(), *c as i64, c.label()))
+        .collect();
+    crate::int_enum::add_int_enum(
+        m,
+        "SystemCounter",
+        "The media driver's system counters (counter id = member value); a member's doc is its label.",
+        &members,
+    )?;
+    Ok(())
+}

@@ -67,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;
     m.add_class::<channel_uri::PyChannelUri>()?;
+    counters::register_system_counter(m)?;
     m.add_function(wrap_pyfunction!(counters::read_errors, m)?)?;
     m.add_function(wrap_pyfunction!(counters::read_loss_report, m)?)?;
     m.add_function(wrap_pyfunction!(counters::counter_types, m)?)?;
