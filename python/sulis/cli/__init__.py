@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -10,33 +9,10 @@ import time
 import click
 
 from .. import _native
-from ._common import bad_environment, cli_error, missing_extra, require
+from ._common import bad_environment, cli_error, missing_extra, option_flags, require
 
-
-def _driver_option_table() -> list[tuple[str, str, str, str, str]]:
-    """The driver's options, for the ``sulis driver`` flags. Building the table
-    reads the ``SULIS_*`` variables; a bad one must not break ``sulis --help``
-    or the commands that start no driver, so it is read again with them
-    hidden (the commands that start a driver report the bad one)."""
-    try:
-        return _native.driver_config()
-    except _native.ConfigurationError:
-        pass
-    hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SULIS_")}
-    try:
-        return _native.driver_config()
-    finally:
-        os.environ.update(hidden)
-
-
-def _driver_options(f):
-    """Adds one ``--name`` flag per driver option, from the driver's own table."""
-    for name, _value, _source, env, doc in reversed(_driver_option_table()):
-        if name == "dir":
-            continue
-        flag = "--" + name.removesuffix("_ns").replace("_", "-")
-        f = click.option(flag, name, default=None, help=f"{doc} [env {env}]")(f)
-    return f
+#: One ``--name`` flag per driver option, from the driver's own table.
+_driver_options = option_flags(_native.driver_config, own=("dir",))
 
 
 class _Sulis(click.Group):

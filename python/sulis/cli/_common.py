@@ -13,7 +13,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import click
@@ -230,6 +230,32 @@ def open_driver(dir: str, need_live: bool = True) -> Driver:
 
 def resolve_dir(dir_: str | None) -> str:
     return os.path.abspath(dir_) if dir_ else default_dir()
+
+
+def option_flags(config: Callable[[], list[tuple[str, str, str, str, str]]], own: Collection[str] = ()):
+    """A decorator adding one ``--name`` flag per option of a service's table (``_native.driver_config``,
+    ``_native.archive_config``), but for those in ``own``, which have flags of their own. Reading the
+    table reads the ``SULIS_*`` variables; a bad one must not break ``--help`` or the commands that start
+    nothing, so it is read again with them hidden (the command that starts the service reports it)."""
+    def table() -> list[tuple[str, str, str, str, str]]:
+        try:
+            return config()
+        except _native.ConfigurationError:
+            pass
+        hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SULIS_")}
+        try:
+            return config()
+        finally:
+            os.environ.update(hidden)
+
+    def add(f):
+        for name, _value, _source, env, doc in reversed(table()):
+            if name not in own:
+                flag = "--" + name.removesuffix("_ns").replace("_", "-")
+                f = click.option(flag, name, default=None, help=f"{doc} [env {env}]")(f)
+        return f
+
+    return add
 
 
 def dir_option(f):

@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 
 import click
 
 from .. import _native
-from ._common import cli_error
+from ._common import cli_error, option_flags
 
 _STATES = {int(s): s.name for s in _native.RecordingState}
-
-
-def _archive_option_table() -> list[tuple[str, str, str, str, str]]:
-    """The archive's options, for the ``sulis archive`` flags (a bad ``SULIS_ARCHIVE_*`` variable must
-    not break ``--help``: the table is then read without them, and the archive reports the bad one)."""
-    try:
-        return _native.archive_config()
-    except _native.ConfigurationError:
-        pass
-    hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SULIS_")}
-    try:
-        return _native.archive_config()
-    finally:
-        os.environ.update(hidden)
-
-
-#: Options with flags of their own (a required directory, the driver's directory).
-_OWN_FLAGS = ("archive_dir", "driver_dir")
-
-
-def _archive_options(f):
-    """One ``--name`` flag per archive option, from the archive's own table."""
-    for name, _value, _source, env, doc in reversed(_archive_option_table()):
-        if name not in _OWN_FLAGS:
-            f = click.option("--" + name.replace("_", "-"), name, default=None, help=f"{doc} [env {env}]")(f)
-    return f
 
 
 @click.command()
@@ -49,7 +22,7 @@ def _archive_options(f):
 @click.option("--embedded-driver", is_flag=True, help="Run a media driver in this process too (in --dir).")
 @click.option("--print-config", is_flag=True,
               help="Print every effective setting and where it came from, then exit.")
-@_archive_options
+@option_flags(_native.archive_config, own=("archive_dir", "driver_dir"))
 def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams
     into ARCHIVE_DIR and replays them, for sulis and Aeron archive clients."""
