@@ -867,7 +867,7 @@ impl ArchiveClient {
             .encode()
         })?;
         let request_channel = ChannelUri::parse(&self.ctx.control_request_channel)
-            .map(|u| u.without(&["session-id", "init-term-id", "term-id", "term-offset"]))
+            .and_then(|u| u.without(&["session-id", "init-term-id", "term-id", "term-offset"]))
             .and_then(|u| u.with("response-correlation-id", &subscription_id.to_string()))
             .and_then(|u| u.with("term-length", "65536"))
             .map_err(|e| ArchiveError::Client(format!("control request channel: {e}")))?

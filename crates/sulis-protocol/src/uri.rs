@@ -475,10 +475,19 @@ impl ChannelUri {
     }
 
     /// This URI without the parameters `keys`.
-    pub fn without(&self, keys: &[&str]) -> ChannelUri {
+    ///
+    /// # Errors
+    /// A [`UriError`] if what is left breaks a rule (a UDP channel without
+    /// its endpoint, control or tags).
+    pub fn without(&self, keys: &[&str]) -> Result<ChannelUri, UriError> {
+        self.kept(|k| !keys.contains(&k))
+    }
+
+    /// This URI with the parameters `keep` says yes to, checked.
+    fn kept(&self, keep: impl Fn(&str) -> bool) -> Result<ChannelUri, UriError> {
         let mut u = self.clone();
-        u.entries.retain(|(k, _)| !keys.contains(&k.as_str()));
-        ChannelUri::parse(&u.to_string()).expect("a valid URI stays valid with fewer parameters")
+        u.entries.retain(|(k, _)| keep(k));
+        ChannelUri::parse(&u.to_string())
     }
 
     /// This URI with `key=value` unless it already names `key` (a default
@@ -500,9 +509,7 @@ impl ChannelUri {
     /// A [`UriError`] if what is left breaks a rule (a parameter that needs
     /// one of those dropped).
     pub fn only(&self, keys: &[&str]) -> Result<ChannelUri, UriError> {
-        let mut u = self.clone();
-        u.entries.retain(|(k, _)| keys.contains(&k.as_str()));
-        ChannelUri::parse(&u.to_string())
+        self.kept(|k| keys.contains(&k))
     }
 
     /// The spy of this URI's publication: `aeron-spy:` before it.
@@ -550,88 +557,90 @@ impl FromStr for ChannelUri {
 /// How one parameter's value is checked and stored.
 type Apply = fn(&mut ChannelParams, &str) -> Result<(), String>;
 
+/// A parameter stored as `Some(parse(value)?)` in `field`.
+macro_rules! parsed {
+    ($field:ident, $parse:expr) => {
+        |p: &mut ChannelParams, v: &str| {
+            p.$field = Some(($parse)(v)?);
+            Ok(())
+        }
+    };
+}
+
+/// A parameter kept as its text in `field`, once `check` accepts it.
+macro_rules! checked {
+    ($field:ident, $check:expr) => {
+        |p: &mut ChannelParams, v: &str| {
+            ($check)(v)?;
+            p.$field = Some(v.to_owned());
+            Ok(())
+        }
+    };
+}
+
+fn any_text(_: &str) -> Result<(), String> {
+    Ok(())
+}
+
+fn control_mode(v: &str) -> Result<ControlMode, String> {
+    match v {
+        "dynamic" => Ok(ControlMode::Dynamic),
+        "manual" => Ok(ControlMode::Manual),
+        "response" => Ok(ControlMode::Response),
+        _ => Err("must be dynamic, manual or response".to_owned()),
+    }
+}
+
+fn congestion_control(v: &str) -> Result<(), String> {
+    match v {
+        "static" | "cubic" => Ok(()),
+        _ => Err("must be static or cubic".to_owned()),
+    }
+}
+
+fn max_resend(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_RESEND_LIMIT).contains(n))
+        .ok_or_else(|| format!("must be an integer from 1 to {MAX_RESEND_LIMIT}"))
+}
+
+fn response_correlation_id(v: &str) -> Result<(), String> {
+    if v == "prototype" || v.parse::<i64>().is_ok_and(|n| n >= -1) {
+        Ok(())
+    } else {
+        Err("must be a number greater than or equal to -1, or 'prototype'".to_owned())
+    }
+}
+
 /// Every parameter a channel URI accepts (docs/protocol.md §6), with how its
 /// value is checked and stored: the one list of keys, so a key cannot be
 /// known without a parser or parsed without being known.
 const PARAMS: &[(&str, Apply)] = &[
-    ("endpoint", |p, v| {
-        check_socket_address(v)?;
-        p.endpoint = Some(v.to_owned());
-        Ok(())
-    }),
-    ("interface", |p, v| {
-        check_interface(v)?;
-        p.interface = Some(v.to_owned());
-        Ok(())
-    }),
-    ("control", |p, v| {
-        check_socket_address(v)?;
-        p.control = Some(v.to_owned());
-        Ok(())
-    }),
-    ("control-mode", |p, v| {
-        p.control_mode = Some(match v {
-            "dynamic" => ControlMode::Dynamic,
-            "manual" => ControlMode::Manual,
-            "response" => ControlMode::Response,
-            _ => return Err("must be dynamic, manual or response".to_owned()),
-        });
-        Ok(())
-    }),
-    ("ttl", |p, v| {
-        let ttl = v.parse::<u8>();
-        p.ttl = Some(ttl.map_err(|_| "must be an integer from 0 to 255".to_owned())?);
-        Ok(())
-    }),
-    ("mtu", |p, v| {
-        p.mtu = Some(parse_mtu(v)?);
-        Ok(())
-    }),
-    ("term-length", |p, v| {
-        p.term_length = Some(parse_term_length(v)?);
-        Ok(())
-    }),
-    ("init-term-id", |p, v| {
-        p.init_term_id = Some(parse_i32(v)?);
-        Ok(())
-    }),
-    ("term-id", |p, v| {
-        p.term_id = Some(parse_i32(v)?);
-        Ok(())
-    }),
-    ("term-offset", |p, v| {
-        p.term_offset = Some(parse_term_offset(v)?);
-        Ok(())
-    }),
-    ("session-id", |p, v| {
-        p.session_id = Some(parse_session_id(v)?);
-        Ok(())
-    }),
-    ("linger", |p, v| {
-        p.linger_ns = Some(parse_duration_ns(v)?);
-        Ok(())
-    }),
-    ("eos", |p, v| {
-        p.eos = Some(parse_bool(v)?);
-        Ok(())
-    }),
-    ("sparse", |p, v| {
-        p.sparse = Some(parse_bool(v)?);
-        Ok(())
-    }),
-    ("tether", |p, v| {
-        p.tether = Some(parse_bool(v)?);
-        Ok(())
-    }),
-    ("rejoin", |p, v| {
-        p.rejoin = Some(parse_bool(v)?);
-        Ok(())
-    }),
-    ("reliable", |p, v| {
-        p.reliable = Some(parse_bool(v)?);
-        Ok(())
-    }),
+    ("endpoint", checked!(endpoint, check_socket_address)),
+    ("interface", checked!(interface, check_interface)),
+    ("control", checked!(control, check_socket_address)),
+    ("control-mode", parsed!(control_mode, control_mode)),
+    (
+        "ttl",
+        parsed!(ttl, |v: &str| v
+            .parse::<u8>()
+            .map_err(|_| "must be an integer from 0 to 255".to_owned())),
+    ),
+    ("mtu", parsed!(mtu, parse_mtu)),
+    ("term-length", parsed!(term_length, parse_term_length)),
+    ("init-term-id", parsed!(init_term_id, parse_i32)),
+    ("term-id", parsed!(term_id, parse_i32)),
+    ("term-offset", parsed!(term_offset, parse_term_offset)),
+    ("session-id", parsed!(session_id, parse_session_id)),
+    ("linger", parsed!(linger_ns, parse_duration_ns)),
+    ("eos", parsed!(eos, parse_bool)),
+    ("sparse", parsed!(sparse, parse_bool)),
+    ("tether", parsed!(tether, parse_bool)),
+    ("rejoin", parsed!(rejoin, parse_bool)),
+    ("reliable", parsed!(reliable, parse_bool)),
     ("group", |p, v| {
+        // `infer` leaves it unset: the media decides.
         p.group = match v {
             "true" => Some(true),
             "false" => Some(false),
@@ -640,109 +649,57 @@ const PARAMS: &[(&str, Apply)] = &[
         };
         Ok(())
     }),
-    ("tags", |p, v| {
-        p.tags = Some(parse_tags(v)?);
-        Ok(())
-    }),
-    ("alias", |p, v| {
-        p.alias = Some(v.to_owned());
-        Ok(())
-    }),
-    ("cc", |p, v| match v {
-        "static" | "cubic" => {
-            p.cc = Some(v.to_owned());
-            Ok(())
-        }
-        _ => Err("must be static or cubic".to_owned()),
-    }),
-    ("fc", |p, v| {
-        check_flow_control(v)?;
-        p.fc = Some(v.to_owned());
-        Ok(())
-    }),
-    ("gtag", |p, v| {
-        p.gtag = Some(parse_i64(v)?);
-        Ok(())
-    }),
-    ("rcv-wnd", |p, v| {
-        p.rcv_wnd = Some(parse_window(v)?);
-        Ok(())
-    }),
-    ("so-sndbuf", |p, v| {
-        p.so_sndbuf = Some(parse_size_u32(v)?);
-        Ok(())
-    }),
-    ("so-rcvbuf", |p, v| {
-        p.so_rcvbuf = Some(parse_size_u32(v)?);
-        Ok(())
-    }),
-    ("ssc", |p, v| {
-        p.ssc = Some(parse_bool(v)?);
-        Ok(())
-    }),
-    ("nak-delay", |p, v| {
-        p.nak_delay_ns = Some(parse_duration_ns(v)?);
-        Ok(())
-    }),
-    ("max-resend", |p, v| {
-        let n = v
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_RESEND_LIMIT).contains(n));
-        p.max_resend =
-            Some(n.ok_or_else(|| format!("must be an integer from 1 to {MAX_RESEND_LIMIT}"))?);
-        Ok(())
-    }),
-    ("pub-wnd", |p, v| {
-        p.pub_wnd = Some(parse_window(v)?);
-        Ok(())
-    }),
-    ("untethered-window-limit-timeout", |p, v| {
-        p.untethered_window_limit_timeout_ns = Some(parse_duration_ns(v)?);
-        Ok(())
-    }),
-    ("untethered-linger-timeout", |p, v| {
-        p.untethered_linger_timeout_ns = Some(parse_duration_ns(v)?);
-        Ok(())
-    }),
-    ("untethered-resting-timeout", |p, v| {
-        p.untethered_resting_timeout_ns = Some(parse_duration_ns(v)?);
-        Ok(())
-    }),
-    ("stream-id", |p, v| {
-        p.stream_id = Some(parse_i32(v)?);
-        Ok(())
-    }),
-    ("response-endpoint", |p, v| {
-        check_socket_address(v)?;
-        p.response_endpoint = Some(v.to_owned());
-        Ok(())
-    }),
-    ("response-correlation-id", |p, v| {
-        if v != "prototype" && !v.parse::<i64>().is_ok_and(|n| n >= -1) {
-            return Err("must be a number greater than or equal to -1, or 'prototype'".to_owned());
-        }
-        p.response_correlation_id = Some(v.to_owned());
-        Ok(())
-    }),
-    ("media-rcv-ts-offset", |p, v| {
-        p.media_rcv_ts_offset = Some(parse_ts_offset(v)?);
-        Ok(())
-    }),
-    ("channel-rcv-ts-offset", |p, v| {
-        p.channel_rcv_ts_offset = Some(parse_ts_offset(v)?);
-        Ok(())
-    }),
-    ("channel-snd-ts-offset", |p, v| {
-        p.channel_snd_ts_offset = Some(parse_ts_offset(v)?);
-        Ok(())
-    }),
+    ("tags", parsed!(tags, parse_tags)),
+    ("alias", checked!(alias, any_text)),
+    ("cc", checked!(cc, congestion_control)),
+    ("fc", checked!(fc, check_flow_control)),
+    ("gtag", parsed!(gtag, parse_i64)),
+    ("rcv-wnd", parsed!(rcv_wnd, parse_window)),
+    ("so-sndbuf", parsed!(so_sndbuf, parse_size_u32)),
+    ("so-rcvbuf", parsed!(so_rcvbuf, parse_size_u32)),
+    ("ssc", parsed!(ssc, parse_bool)),
+    ("nak-delay", parsed!(nak_delay_ns, parse_duration_ns)),
+    ("max-resend", parsed!(max_resend, max_resend)),
+    ("pub-wnd", parsed!(pub_wnd, parse_window)),
+    (
+        "untethered-window-limit-timeout",
+        parsed!(untethered_window_limit_timeout_ns, parse_duration_ns),
+    ),
+    (
+        "untethered-linger-timeout",
+        parsed!(untethered_linger_timeout_ns, parse_duration_ns),
+    ),
+    (
+        "untethered-resting-timeout",
+        parsed!(untethered_resting_timeout_ns, parse_duration_ns),
+    ),
+    ("stream-id", parsed!(stream_id, parse_i32)),
+    (
+        "response-endpoint",
+        checked!(response_endpoint, check_socket_address),
+    ),
+    (
+        "response-correlation-id",
+        checked!(response_correlation_id, response_correlation_id),
+    ),
+    (
+        "media-rcv-ts-offset",
+        checked!(media_rcv_ts_offset, check_ts_offset),
+    ),
+    (
+        "channel-rcv-ts-offset",
+        checked!(channel_rcv_ts_offset, check_ts_offset),
+    ),
+    (
+        "channel-snd-ts-offset",
+        checked!(channel_snd_ts_offset, check_ts_offset),
+    ),
 ];
 
 /// A timestamp offset: a byte offset into the payload, or `reserved`.
-fn parse_ts_offset(v: &str) -> Result<String, String> {
+fn check_ts_offset(v: &str) -> Result<(), String> {
     if v == "reserved" || v.parse::<i32>().is_ok_and(|n| n >= 0) {
-        Ok(v.to_owned())
+        Ok(())
     } else {
         Err("must be a byte offset (a non-negative integer) or 'reserved'".to_owned())
     }
@@ -1872,6 +1829,7 @@ mod tests {
             uri.with("session-id", "6")
                 .unwrap()
                 .without(&["control"])
+                .unwrap()
                 .to_string(),
             "aeron:udp?control-mode=response|session-id=6"
         );

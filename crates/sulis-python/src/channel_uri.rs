@@ -15,19 +15,28 @@ fn config_err(e: impl ToString) -> PyErr {
 /// parsed and checked; ``str()`` is its canonical form. Raises
 /// ConfigurationError naming the part at fault.
 #[pyclass(module = "sulis._native", name = "ChannelUri", frozen, eq, hash)]
-#[derive(PartialEq, Eq, Hash)]
 pub struct PyChannelUri {
+    uri: ChannelUri,
+    /// The canonical form: what equality and the hash go by.
     text: String,
 }
 
-impl PyChannelUri {
-    fn uri(&self) -> ChannelUri {
-        ChannelUri::parse(&self.text).expect("checked when made")
+impl PartialEq for PyChannelUri {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
     }
-    fn of(u: ChannelUri) -> Self {
-        PyChannelUri {
-            text: u.to_string(),
-        }
+}
+
+impl std::hash::Hash for PyChannelUri {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state)
+    }
+}
+
+impl PyChannelUri {
+    fn of(uri: ChannelUri) -> Self {
+        let text = uri.to_string();
+        PyChannelUri { uri, text }
     }
 }
 
@@ -41,19 +50,19 @@ impl PyChannelUri {
     /// ``"ipc"`` or ``"udp"``.
     #[getter]
     fn media(&self) -> &'static str {
-        self.uri().media().as_str()
+        self.uri.media().as_str()
     }
 
     /// True for an ``aeron-spy:`` URI.
     #[getter]
     fn is_spy(&self) -> bool {
-        self.uri().is_spy()
+        self.uri.is_spy()
     }
 
     /// The parameters as a dict of their raw text, in the URI's order.
     #[getter]
     fn params(&self) -> Vec<(String, String)> {
-        self.uri()
+        self.uri
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
@@ -61,7 +70,7 @@ impl PyChannelUri {
 
     /// A parameter's raw text, or None.
     fn get(&self, key: &str) -> Option<String> {
-        self.uri().get(key).map(str::to_string)
+        self.uri.get(key).map(str::to_string)
     }
 
     /// This URI with ``key=value`` (replacing any ``key`` it has), checked.
@@ -70,16 +79,13 @@ impl PyChannelUri {
             Ok(b) => b.to_string(),
             Err(_) => value.str()?.to_string(),
         };
-        self.uri()
-            .with(key, &text)
-            .map(Self::of)
-            .map_err(config_err)
+        self.uri.with(key, &text).map(Self::of).map_err(config_err)
     }
 
     /// This URI with ``key=value`` unless it has ``key`` already.
     fn with_default(&self, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Self> {
-        if self.uri().get(key).is_some() {
-            return Ok(Self::of(self.uri()));
+        if self.uri.get(key).is_some() {
+            return Ok(Self::of(self.uri.clone()));
         }
         self.with_param(key, value)
     }
@@ -87,14 +93,8 @@ impl PyChannelUri {
     /// This URI without the parameters ``keys``.
     #[pyo3(signature = (*keys))]
     fn without(&self, keys: Vec<String>) -> PyResult<Self> {
-        let u = self.uri();
-        let kept: Vec<String> = u
-            .iter()
-            .map(|(k, _)| k.to_string())
-            .filter(|k| !keys.contains(k))
-            .collect();
-        let kept: Vec<&str> = kept.iter().map(String::as_str).collect();
-        u.only(&kept).map(Self::of).map_err(config_err)
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.uri.without(&keys).map(Self::of).map_err(config_err)
     }
 
     fn __str__(&self) -> &str {
