@@ -152,9 +152,8 @@ class Archive(_native.Archive):
     """
 
     def __new__(cls, dir, driver_dir=None, **options):  # noqa: A002 - Aeron's name
-        if driver_dir is None:
-            driver_dir = _native.default_dir()
-        return super().__new__(cls, str(dir), str(driver_dir), **options)
+        # driver_dir None: the archive's table's default ($SULIS_DIR, else the default directory).
+        return super().__new__(cls, str(dir), None if driver_dir is None else str(driver_dir), **options)
 
     def __init__(self, dir, driver_dir=None, **options) -> None:  # noqa: A002, D107
         from .. import _live
