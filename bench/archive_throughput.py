@@ -45,26 +45,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import sulis
+from sulis._benchkit import runner as r
+from sulis._benchkit.loops import publish_batch
+from sulis._benchkit.procs import cpu_summary, free_port, remove_dir, scratch_dir, two_free_ports
+from sulis._benchkit.report import fmt_ratio, print_table
+from sulis.archive import RecordingSignal
 
-from bench import _common as c  # noqa: E402
+r.repository(__file__)
 from bench.peers import aeron as aeron_java  # noqa: E402
-
-import sulis  # noqa: E402
-from sulis import _benchkit as kit  # noqa: E402
-from sulis.archive import RecordingSignal  # noqa: E402
 
 BATCH = 1024
 
 
 def channel_for(media: str) -> str:
     """The channel a run publishes and records on: IPC, or UDP to a free loopback port."""
-    if media == "ipc":
-        return "aeron:ipc"
-    return f"aeron:udp?endpoint=127.0.0.1:{c.two_free_ports()[0]}"
+    return "aeron:ipc" if media == "ipc" else f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
 
 
 def sulis_run(base: str, length: int, count: int, channel: str, sync_level: int = 0,
@@ -72,7 +69,7 @@ def sulis_run(base: str, length: int, count: int, channel: str, sync_level: int 
     """One recording of ``count`` messages of ``length`` bytes on ``channel``, then one replay over
     IPC (unless not ``replay``): (record msg/s, replay msg/s)."""
     os.makedirs(base, exist_ok=True)
-    shm = tempfile.mkdtemp(prefix="sulis-bench-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    shm = scratch_dir("sulis-bench-archive-")
     try:
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
                                term_buffer_sparse_file=True, ipc_term_buffer_length="16m") as driver, \
@@ -81,11 +78,11 @@ def sulis_run(base: str, length: int, count: int, channel: str, sync_level: int 
                               catalog_file_sync_level=sync_level, low_storage_space_threshold=0) as archive, \
                 sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
             ac.start_recording(channel, 1001)
-            sep = "|" if "?" in channel else "?"
-            pub = client.add_exclusive_publication(f"{channel}{sep}term-length=16m", 1001)
+            pub = client.add_exclusive_publication(str(sulis.ChannelUri(channel).with_param("term-length", "16m")),
+                                                   1001)
             rid = ac.await_signal(RecordingSignal.START).recording_id
             t0 = time.perf_counter()
-            kit.publish_batch(pub, bytes(length), BATCH, count=count)
+            publish_batch(pub, bytes(length), BATCH, count=count)
             end = pub.position
             while ac.get_recording_position(rid) < end:
                 time.sleep(0.0002)
@@ -105,7 +102,7 @@ def sulis_run(base: str, length: int, count: int, channel: str, sync_level: int 
             assert archive.errors() == [], archive.errors()
         return count / record_s, count / replay_s
     finally:
-        shutil.rmtree(shm, ignore_errors=True)
+        remove_dir(shm)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -116,8 +113,8 @@ def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, 
               channel: str, sync_level: int = 0) -> float:
     """One run of an Aeron archive sample on ``channel``: its printed msg/s."""
     os.makedirs(base, exist_ok=True)
-    control, response = c.two_free_ports()
-    shm = tempfile.mkdtemp(prefix="sulis-bench-aeron-archive-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    control, response = two_free_ports()
+    shm = scratch_dir("sulis-bench-aeron-archive-")
     props = {"aeron.sample.messageLength": length, "aeron.sample.messages": count,
              "aeron.sample.channel": channel,
              "aeron.dir": os.path.join(shm, "aeron"), "aeron.dir.delete.on.start": "true",
@@ -136,7 +133,7 @@ def aeron_run(aeron: aeron_java.AeronJava, sample: str, base: str, length: int, 
             raise RuntimeError(f"{sample} printed no rate:\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
         return float(rates[-1].replace(",", ""))
     finally:
-        shutil.rmtree(shm, ignore_errors=True)
+        remove_dir(shm)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -151,9 +148,9 @@ def measure(a, aeron, why: str, top: str, length: int, media: str, level: int, c
 
     def run_sulis(run: int) -> None:
         base = os.path.join(top, f"sulis-{length}-{media}-{level}-{run}")
-        r, p = sulis_run(base, length, count, channel_for(media), level, replay)
-        sulis_rec.append(r)
-        sulis_rep.append(p)
+        rec, rep = sulis_run(base, length, count, channel_for(media), level, replay)
+        sulis_rec.append(rec)
+        sulis_rep.append(rep)
 
     def run_aeron(run: int) -> None:
         base = os.path.join(top, f"aeron-{length}-{media}-{level}-{run}")
@@ -178,7 +175,7 @@ def measure(a, aeron, why: str, top: str, length: int, media: str, level: int, c
         ratio = med(s_) / med(j) if j else None
         rows.append([name, f"{med(s_) / 1e6:.2f} M/s", f"{med(s_) * length / 1e6:.0f} MB/s",
                      f"{med(j) / 1e6:.2f} M/s" if j else f"skipped: {why}",
-                     f"{med(j) * length / 1e6:.0f} MB/s" if j else "", c.fmt_ratio(ratio),
+                     f"{med(j) * length / 1e6:.0f} MB/s" if j else "", fmt_ratio(ratio),
                      runs(s_) + (f" | {runs(j)}" if j else "")])
     return rows
 
@@ -197,7 +194,7 @@ def main() -> int:
     ap.add_argument("--sustained-gb", type=float, default=0,
                     help="also record this many GB of 1 KiB messages over IPC (past the page cache)")
     a = ap.parse_args()
-    c.require_release_build()
+    r.require_release_build()
     if a.quick:
         a.runs, a.disk_mb = 1, 256
     top = a.dir or tempfile.mkdtemp(prefix="sulis-bench-archive-")
@@ -206,7 +203,7 @@ def main() -> int:
         aeron = aeron_java.find("current")
     except aeron_java.Missing as e:
         aeron, why = None, str(e)
-    print(f"[archive] {c.cpu_summary()}; recordings in {top}")
+    print(f"[archive] {cpu_summary()}; recordings in {top}")
     rows: list[list[str]] = []
     for length in (int(x) for x in a.lengths.split(",") if x):
         count = a.count or (5_000_000 if length <= 64 else 500_000)
@@ -221,16 +218,16 @@ def main() -> int:
         # Measured first: as many bytes as a sustained run writes, which also has the disk
         # allocate them before either system's runs.
         a.disk_mb = max(a.disk_mb, int(a.sustained_gb * 1000))
-        disk = c.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
-        dirty = c.dirty_limits()
+        disk = r.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+        dirty = r.dirty_limits()
         print(f"[archive] sustained: {a.sustained_gb:g} GB; page cache dirty limits {dirty}, "
               f"memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB")
         count = int(a.sustained_gb * 1e9 / 1024)
         rows += measure(a, aeron, why, top, 1024, "ipc", 0, count,
                         label=f"record 1 KiB ipc, {a.sustained_gb:g} GB sustained", replay=False)
     if disk is None:
-        disk = c.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
-    c.print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron",
+        disk = r.disk_mb_s(os.path.join(top, "disk"), a.disk_mb)
+    print_table(["row", "sulis", "sulis payload", "Aeron 1.5x", "Aeron payload", "sulis/Aeron",
                    "runs, M/s (sulis | Aeron)"],
                   rows)
     print(f"disk sequential write (1 MiB writes + fsync, {a.disk_mb} MB): {disk:.0f} MB/s")
@@ -240,4 +237,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(r.main_guard(main))

@@ -29,8 +29,6 @@ The Kafka pieces come from ``bash bench/peers/install.sh``; without them the Kaf
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import shutil
 import statistics
@@ -38,110 +36,21 @@ import struct
 import sys
 import tempfile
 import time
-import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import sulis
+from sulis._benchkit import runner as r
+from sulis._benchkit.hist import histogram, summarize
+from sulis._benchkit.loops import await_until, publish_batch
+from sulis._benchkit.procs import Interference, cpu_summary, remove_dir, scratch_dir
+from sulis._benchkit.report import fmt_ratio, print_table, save, verdict
 
-from bench import _common as c  # noqa: E402
+r.repository(__file__)
+from bench.peers import kafka as kafka_peer  # noqa: E402
+from bench.peers.kafka import Kafka  # noqa: E402
 
-import sulis  # noqa: E402
-from sulis import _benchkit as kit  # noqa: E402
-
-KAFKA_DIR = Path(os.environ.get("SULIS_PEERS_DIR", ROOT / "bench" / ".peers")) / "kafka"
 SIZE = 100
 CHANNEL = "aeron:ipc"
 PHASES = ("triggerExecution", "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
-
-
-def kafka_config(log_dir: str, port: int, controller_port: int) -> str:
-    """server.properties of a one-node KRaft broker (broker and controller) on 127.0.0.1."""
-    props = {"process.roles": "broker,controller", "node.id": 1,
-             "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
-             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", "log.dirs": log_dir,
-             "num.partitions": 1, "auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": 0}
-    for topic in ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic"):
-        props[f"{topic}.replication.factor"] = 1
-    props["transaction.state.log.min.isr"] = props["share.coordinator.state.topic.min.isr"] = 1
-    return "".join(f"{k}={v}\n" for k, v in props.items())
-
-
-def kafka_missing() -> str | None:
-    """Why the Kafka rows cannot run here (None: they can)."""
-    for d in ("broker", "spark"):
-        if not (KAFKA_DIR / d / ".complete").exists():
-            return f"no Kafka {d} jars in {KAFKA_DIR / d} (bash bench/peers/install.sh)"
-    try:
-        import confluent_kafka  # noqa: F401
-    except ImportError as e:
-        return f"confluent-kafka not importable ({e}; bash bench/peers/install.sh)"
-    return None
-
-
-class Kafka:
-    """A broker child process in ``base`` (a temp dir), its producer and admin client; ``close`` stops it."""
-
-    def __init__(self, base: str) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        port, cport = c.two_free_ports(tcp=True)
-        self.servers = f"127.0.0.1:{port}"
-        os.makedirs(base, exist_ok=True)
-        conf = os.path.join(base, "server.properties")
-        Path(conf).write_text(kafka_config(os.path.join(base, "logs"), port, cport))
-        cp = ["java", "-cp", str(KAFKA_DIR / "broker" / "libs" / "*")]
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        # "--cluster-id=...": an id may begin with "-", which would read as an option.
-        with kit.ChildProcess([*cp, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", conf],
-                              "kafka storage format") as fmt:
-            if fmt.proc.wait(120):
-                raise RuntimeError(f"kafka StorageTool format failed: {fmt.stderr_tail()}")
-        self.broker = kit.ChildProcess([*cp, "-Xms1g", "-Xmx1g", "kafka.Kafka", conf], "kafka broker")
-        deadline = time.monotonic() + 90
-        while not self._listening(port):  # before a client connects (librdkafka logs every refusal)
-            if self.broker.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Kafka broker did not listen: {self.broker.stderr_tail()}")
-            time.sleep(0.2)
-        self.admin = AdminClient({"bootstrap.servers": self.servers})
-        while not self._up():
-            if self.broker.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Kafka broker did not start: {self.broker.stderr_tail()}")
-
-    @staticmethod
-    def _listening(port: int) -> bool:
-        import socket
-
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    def _up(self) -> bool:
-        try:
-            return bool(self.admin.list_topics(timeout=2))
-        except Exception:  # not listening yet
-            time.sleep(0.5)
-            return False
-
-    def topic(self, name: str) -> str:
-        from confluent_kafka.admin import NewTopic
-
-        for f in self.admin.create_topics([NewTopic(name, 1, 1)]).values():
-            f.result(30)
-        return name
-
-    def producer(self, **conf):
-        import confluent_kafka
-
-        return confluent_kafka.Producer({"bootstrap.servers": self.servers, "acks": "all", **conf})
-
-    def close(self) -> None:
-        self.admin = None  # its connection goes before the broker does
-        self.broker.close(grace_s=20)
 
 
 # ----------------------------------------------------------------- ingest
@@ -163,64 +72,14 @@ def sulis_ingest(node, stream_id: int, count: int, runs, key: str = "ingest", ra
     def ingest() -> float:
         t0 = time.perf_counter()
         # Random payloads: 4 MiB of them, cycled.
-        kit.publish_batch(pub, bytes(SIZE), 4096, count=count, pool=os.urandom(1 << 22) if random else None)
-        kit.await_until(lambda: ac.get_recording_position(rid) >= pub.position, "the archive to record it all", 300)
+        publish_batch(pub, bytes(SIZE), 4096, count=count, pool=os.urandom(1 << 22) if random else None)
+        await_until(lambda: ac.get_recording_position(rid) >= pub.position, "the archive to record it all", 300)
         return count / (time.perf_counter() - t0)
 
     runs.measure(key, "sulis", ingest)
     ac.stop_recording(CHANNEL, stream_id)
     pub.close()
     return rid
-
-
-def kafka_ingest(kafka: Kafka, topic: str, count: int, batch: int = 10_000) -> float:
-    """``count`` messages with produce_batch until every delivery report is in: msgs/s."""
-    producer = kafka.producer(**{"linger.ms": 20, "batch.num.messages": 100_000, "enable.idempotence": False,
-                                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20})
-    payload = bytes(SIZE)
-    msgs = [{"value": payload} for _ in range(batch)]
-    t0 = time.perf_counter()
-    sent = 0
-    while sent < count:
-        todo = msgs[: min(batch, count - sent)]
-        while todo:
-            queued = producer.produce_batch(topic, todo)
-            sent += queued
-            todo = [m for m in todo if m.pop("_error", None) is not None] if queued < len(todo) else []
-            producer.poll(0.001 if todo else 0)
-    if producer.flush(120):
-        raise RuntimeError("Kafka producer: delivery reports missing after 120 s")
-    rate = count / (time.perf_counter() - t0)
-    producer.close()
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": kafka.servers, "group.id": "sulis-bench"})
-    if (end := consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]) != count:
-        raise RuntimeError(f"Kafka topic {topic} holds {end} messages, {count} were produced")
-    consumer.close()
-    return rate
-
-
-def kafka_ingest_each(kafka: Kafka, topic: str, count: int) -> float:
-    """``count`` messages with one ``produce()`` call each until every delivery report is in: msgs/s."""
-    producer = kafka.producer(**{"linger.ms": 20, "enable.idempotence": False,
-                                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20})
-    payload = bytes(SIZE)
-    t0 = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, payload)
-                break
-            except BufferError:  # the local queue is full: serve delivery reports, then again
-                producer.poll(0.001)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("Kafka producer: delivery reports missing after 120 s")
-    rate = count / (time.perf_counter() - t0)
-    producer.close()
-    return rate
 
 
 # ----------------------------------------------------------------- Spark
@@ -247,7 +106,7 @@ def latency(df, send, flush, rate: int, warmup: float, seconds: float, trigger: 
     def on_batch(batch_df, _batch_id) -> None:
         rows = batch_df.select(F.substring("value", 1, 8).alias("t")).collect()
         now = time.time_ns()
-        lat_ns.extend(now - t for t in (int.from_bytes(r.t, "little") for r in rows) if t >= measure_from)
+        lat_ns.extend(now - t for t in (int.from_bytes(row.t, "little") for row in rows) if t >= measure_from)
 
     query = df.writeStream.foreachBatch(on_batch).trigger(processingTime=trigger).start()
     measured = 0
@@ -270,7 +129,7 @@ def latency(df, send, flush, rate: int, warmup: float, seconds: float, trigger: 
         phases = {k: statistics.median(d.get(k, 0) for d in prog) for k in PHASES} if prog else {}
     finally:
         query.stop()
-    s = kit.summarize(kit.histogram(lat_ns))
+    s = summarize(histogram(lat_ns))
     return {"p50_ms": s["p50_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3, "rows": len(lat_ns), "published": measured,
             "batch_ms": phases}
 
@@ -292,11 +151,12 @@ def kafka_latency(spark, kafka: Kafka, topic: str, a) -> dict:
 
 def spark_session(master: str, kafka_jars: bool):
     if kafka_jars:  # Spark's Kafka source on the session's class path
-        jars = ",".join(str(p) for p in sorted((KAFKA_DIR / "spark" / "libs").glob("*.jar")))
+        jars = ",".join(str(p) for p in sorted((kafka_peer.KAFKA_DIR / "spark" / "libs").glob("*.jar")))
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
-    import sulis.spark.pipeline
+    sys.path.insert(0, str(r.ROOT / "examples"))
+    from spark_pipeline import spark_session as session  # the main job's session, settings and all
 
-    spark = sulis.spark.pipeline.spark_session(master, "sulis-bench-spark-pipeline")
+    spark = session(master, "sulis-bench-spark-pipeline")
     sulis.spark.register(spark)
     return spark
 
@@ -316,7 +176,7 @@ class Runs:
         if name == "kafka" and self.why:
             return None
         try:
-            with c.Interference() as itf:
+            with Interference() as itf:
                 v = fn()
         except Exception as e:
             if name != "kafka":
@@ -346,7 +206,7 @@ def run(a, top: str, runs: Runs) -> None:
         except Exception as e:
             runs.why = f"the broker did not start: {type(e).__name__}: {e}"
             print(f"      {runs.why}")
-    shm = kit.scratch_dir("sulis-bench-spark-")
+    shm = scratch_dir("sulis-bench-spark-")
     try:
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
                                ipc_term_buffer_length="16m") as driver, \
@@ -360,10 +220,11 @@ def run(a, top: str, runs: Runs) -> None:
                 os.sync()
                 rids.append(sulis_ingest((client, ac), 1001 + i, a.messages, runs))
                 os.sync()
-                runs.measure("ingest", "kafka", lambda i=i: kafka_ingest(kafka, kafka.topic(f"ingest-{i}"), a.messages))
+                runs.measure("ingest", "kafka", lambda i=i: kafka_peer.ingest(kafka, kafka.topic(f"ingest-{i}"),
+                                                                             a.messages, SIZE))
                 os.sync()
-                runs.measure("ingest-each", "kafka", lambda i=i: kafka_ingest_each(
-                    kafka, kafka.topic(f"ingest-each-{i}"), min(a.messages, 1_000_000)))
+                runs.measure("ingest-each", "kafka", lambda i=i: kafka_peer.ingest_each(
+                    kafka, kafka.topic(f"ingest-each-{i}"), min(a.messages, 1_000_000), SIZE))
             if a.sustained_gb:
                 sustained(a, top, (client, ac), kafka, runs)
             spark = spark_session(a.master, kafka is not None)
@@ -405,7 +266,7 @@ def run(a, top: str, runs: Runs) -> None:
             finally:
                 spark.stop()
     finally:
-        kit.remove_dir(shm)
+        remove_dir(shm)
         if kafka:
             kafka.close()
 
@@ -445,13 +306,13 @@ def sustained(a, top: str, node, kafka, runs: Runs) -> None:
     with as many messages."""
     import threading
 
-    dirty = c.dirty_limit_bytes()
+    dirty = r.dirty_limit_bytes()
     size = max(a.sustained_gb * 1e9, 3 * dirty) if a.sustained_gb >= 1 else a.sustained_gb * 1e9
     count = int(size / FRAME)
     print(f"[ingest, sustained] {size / 1e9:.1f} GB ({count:,} messages): the kernel lets about "
-          f"{dirty / 1e9:.1f} GB sit dirty {c.dirty_limits()}", flush=True)
+          f"{dirty / 1e9:.1f} GB sit dirty {r.dirty_limits()}", flush=True)
     os.sync()
-    disk = c.disk_mb_s(os.path.join(top, "disk"), int(size / (1 << 20)))
+    disk = r.disk_mb_s(os.path.join(top, "disk"), int(size / (1 << 20)))
     runs.figures.setdefault("disk", {})["MB/s"] = [disk]
     runs.figures["disk"]["GB"] = [size / 1e9]
     print(f"      disk sequential write ({size / 1e9:.1f} GB, 1 MiB writes + fsync): {disk:,.0f} MB/s", flush=True)
@@ -492,12 +353,12 @@ def sustained(a, top: str, node, kafka, runs: Runs) -> None:
         runs.figures["disk"]["steady MB/s"] = [steady]
         print(f"      sulis recorded {steady:,.0f} MB/s over the run's second half", flush=True)
     os.sync()
-    runs.measure("sustained", "kafka", lambda: kafka_ingest(kafka, kafka.topic("sustained"), count))
+    runs.measure("sustained", "kafka", lambda: kafka_peer.ingest(kafka, kafka.topic("sustained"), count, SIZE))
     os.sync()
 
 
 def report(a, runs: Runs) -> None:
-    r, why = runs.figures, runs.why
+    fig, why = runs.figures, runs.why
     med = statistics.median
 
     def cell(xs, fmt):
@@ -509,8 +370,8 @@ def report(a, runs: Runs) -> None:
     def figures(key):  # sulis's and Kafka's runs; "p50_ms@latency-ll": lowLatency's against Kafka's
         stat, _, sulis_key = key.partition("@")
         if stat.endswith("ms"):
-            return [x[stat] for x in r[sulis_key or "latency"]["sulis"]], [x[stat] for x in r["latency"]["kafka"]]
-        return r[stat]["sulis"], r[sulis_key or stat]["kafka"]
+            return [x[stat] for x in fig[sulis_key or "latency"]["sulis"]], [x[stat] for x in fig["latency"]["kafka"]]
+        return fig[stat]["sulis"], fig[sulis_key or stat]["kafka"]
 
     fmt = {"ingest": lambda x: f"{x / 1e3:,.0f} k msgs/s", "read": lambda x: f"{x / 1e6:.2f} M rows/s",
            "ms": lambda x: f"{x:.0f} ms", "sustained": lambda x: f"{x / 1e3:,.0f} k msgs/s"}
@@ -518,7 +379,7 @@ def report(a, runs: Runs) -> None:
     keys = [("ingest", "ingest, burst (publisher -> recorded), Kafka produce_batch"),
             ("ingest@ingest-each", "ingest, burst, Kafka per-message produce()")]
     if a.sustained_gb:
-        gb = r.get("disk", {}).get("GB", [a.sustained_gb])[0]
+        gb = fig.get("disk", {}).get("GB", [a.sustained_gb])[0]
         keys.append(("sustained", f"ingest, sustained {gb:.1f} GB, Kafka produce_batch"))
     for key, what in (*keys,
                       ("read", "Spark batch read (noop sink)"),
@@ -529,23 +390,23 @@ def report(a, runs: Runs) -> None:
         s, k = figures(key)
         f = fmt["ms" if "ms" in key else key.split("@")[0]]
         ratio = (med(k) / med(s) if "ms" in key else med(s) / med(k)) if s and k else None
-        rows.append([what, cell(s, f), cell(k, f), c.fmt_ratio(ratio), each(s, f), each(k, f)])
-    print(f"\n{a.messages:,} messages of {SIZE} B, Spark {a.master}, {c.cpu_summary()}")
-    c.print_table(["row", "sulis", "Kafka", "sulis vs Kafka", "sulis runs", "Kafka runs"], rows, "lrrrll")
-    eo, alo = r["sink-eo"]["sulis"], r["sink-alo"]["sulis"]
+        rows.append([what, cell(s, f), cell(k, f), fmt_ratio(ratio), each(s, f), each(k, f)])
+    print(f"\n{a.messages:,} messages of {SIZE} B, Spark {a.master}, {cpu_summary()}")
+    print_table(["row", "sulis", "Kafka", "sulis vs Kafka", "sulis runs", "Kafka runs"], rows, "lrrrll")
+    eo, alo = fig["sink-eo"]["sulis"], fig["sink-alo"]["sulis"]
     if eo and alo:
         print(f"sulis sink, per micro-batch of {SINK_BATCH:,} rows (median addBatch): exactlyOnce=true "
               f"{eo[0]['addBatch_ms']:.0f} ms, exactlyOnce=false {alo[0]['addBatch_ms']:.0f} ms "
               f"({eo[0]['batches']} and {alo[0]['batches']} micro-batches)")
     print("(burst: each run fits the page cache and starts after the dirty pages were written back; "
           "sustained: more than the kernel lets sit dirty, so the disk sets the pace)")
-    disk = r.get("disk", {}).get("MB/s")
-    steady = r.get("disk", {}).get("steady MB/s")
-    synced = r.get("disk", {}).get("synced MB/s")
-    if a.sustained_gb and disk and r["sustained"]["sulis"]:
-        recorded = med(r["sustained"]["sulis"]) * FRAME / 1e6
-        kafka_mb = f"; Kafka {med(r['sustained']['kafka']) * SIZE / 1e6:,.0f} MB/s of payload" \
-            if r["sustained"].get("kafka") else ""
+    disk = fig.get("disk", {}).get("MB/s")
+    steady = fig.get("disk", {}).get("steady MB/s")
+    synced = fig.get("disk", {}).get("synced MB/s")
+    if a.sustained_gb and disk and fig["sustained"]["sulis"]:
+        recorded = med(fig["sustained"]["sulis"]) * FRAME / 1e6
+        kafka_mb = f"; Kafka {med(fig['sustained']['kafka']) * SIZE / 1e6:,.0f} MB/s of payload" \
+            if fig["sustained"].get("kafka") else ""
         print(f"sustained: the disk's sequential write in this run {disk[0]:,.0f} MB/s; sulis records "
               f"{recorded:,.0f} MB/s over the whole run ({FRAME} B a message, {recorded / disk[0]:.0%})"
               + (f", {steady[0]:,.0f} MB/s over its second half ({steady[0] / disk[0]:.0%})" if steady else "")
@@ -554,7 +415,7 @@ def report(a, runs: Runs) -> None:
               + kafka_mb)
         held = synced[0] if synced else recorded
         print(f"target sustained ingest (to the disk) >= 80% of the disk's sequential write: "
-              f"{c.verdict(held >= 0.8 * disk[0])}")
+              f"{verdict(held >= 0.8 * disk[0])}")
     print("(ratios: > 1 means sulis is better: faster, or lower latency)" + (f"\nKafka skipped: {why}" if why else ""))
     targets = [("ingest >= 10x Kafka produce_batch", "ingest", lambda s, k: s >= 10 * k),
                ("ingest >= 10x Kafka per-message produce()", "ingest@ingest-each", lambda s, k: s >= 10 * k),
@@ -567,7 +428,7 @@ def report(a, runs: Runs) -> None:
     for text, key, ok in targets:
         s, k = figures(key)
         if s and (k or "Kafka" not in text):
-            print(f"target {text}: {c.verdict(ok(med(s), med(k) if k else 0))}")
+            print(f"target {text}: {verdict(ok(med(s), med(k) if k else 0))}")
 
 
 def main() -> int:
@@ -592,23 +453,19 @@ def main() -> int:
     a = ap.parse_args()
     if min(a.messages, a.runs, a.reads, a.rate) < 1 or a.seconds <= 0:
         ap.error("--messages, --runs, --reads, --rate and --seconds must be positive")
-    c.require_release_build()
+    r.require_release_build()
     top = tempfile.mkdtemp(prefix="sulis-bench-spark-pipeline-", dir=a.dir)
-    why = "--no-kafka" if a.no_kafka else kafka_missing()
+    why = "--no-kafka" if a.no_kafka else kafka_peer.missing()
     runs, started = Runs(why), time.strftime("%Y-%m-%d %H:%M:%S")
     try:
         run(a, top, runs)
     finally:
         shutil.rmtree(top, ignore_errors=True)
-        c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = c.RESULTS_DIR / f"spark_pipeline-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        path.write_text(json.dumps({"argv": sys.argv, "machine": c.cpu_summary(), "started": started,
-                                    "options": vars(a), "kafka_skipped": runs.why, "figures": runs.figures,
-                                    "others_cpu": runs.others_cpu}, indent=1, default=str))
+        save(r.results_dir(), "spark_pipeline", {"started": started, "options": vars(a), "kafka_skipped": runs.why,
+                                                 "figures": runs.figures, "others_cpu": runs.others_cpu})
     report(a, runs)
-    print(f"(details: {path.relative_to(ROOT)})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(c.main_guard(main))
+    sys.exit(r.main_guard(main))

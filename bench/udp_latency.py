@@ -12,17 +12,16 @@ bench/README.md says what each row runs.
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import pins, scratch_dir, two_free_ports
 
-from bench import _common as c  # noqa: E402
+r.repository(__file__)
+from bench.peers import aeron  # noqa: E402
 
 HOST = "127.0.0.1"
-DEFAULT_CHANNEL_PARAMS = "mtu=1408"
-VARIANTS = "python,native,raw,zmq,zenoh,aeron-1.15.1,aeron-current,aeron-1.15.1-samples,aeron-current-samples"
+SAMPLES = ("aeron-1.15.1-samples", "aeron-current-samples")
 
 
 def describe(a) -> str:
@@ -32,72 +31,58 @@ def describe(a) -> str:
 
 def channels(channel) -> dict:
     """The two channels (``channel(port)``) and streams of a run, on two free ports."""
-    ping, pong = c.two_free_ports(HOST)
+    ping, pong = two_free_ports(HOST)
     return {"ping_channel": channel(ping), "ping_stream": 1002, "pong_channel": channel(pong), "pong_stream": 1003}
 
 
 def sulis_run(a, kind: str) -> dict:
     """Pong first (its driver binds the ping channel), then ping (its driver binds the pong channel)."""
-    base = c.shm_dir("sulis-bench-udprtt-")
-    common = {**channels(lambda port: c.udp_channel(HOST, port, a.channel_params)), "idle": a.client_idle,
-              "driver": {"threading_mode": a.threading, "idle_strategy": a.driver_idle}}
-    side = {"none": lambda cpu: {}, "clients": c.pins, "processes": lambda cpu: c.pins(cpu, driver=True)}[a.pin]
-    if kind == "py":
-        poll = {"batch": a.poll_mode == "batch"}
-        pong = c.py_role("sulis-pong", dir=f"{base}/pong", total=a.n + a.warmup, tight=True, **common, **poll,
-                         **side(1))
-        ping = c.py_role("sulis-ping", dir=f"{base}/ping", n=a.n, warmup=a.warmup, **common, **poll, **side(0))
-    else:
-        pong = c.native_role("pong", dir=f"{base}/pong", total=a.n + a.warmup, **common, **side(1))
-        ping = c.native_role("ping", dir=f"{base}/ping", n=a.n, warmup=a.warmup, **common, **side(0))
-    r = c.run_ping_pong(pong, ping, dirs=[base])
-    r["config"] = describe(a)
-    return r
+    base = scratch_dir("sulis-bench-udprtt-")
+    common = {**channels(lambda port: r.udp_channel(HOST, port, a.channel_params)), "idle": a.client_idle,
+              "driver": {"threading_mode": a.threading, "idle_strategy": a.driver_idle},
+              **({"batch": a.poll_mode == "batch"} if kind == "py" else {})}
+    side = {"none": lambda cpu: {}, "clients": pins, "processes": lambda cpu: pins(cpu, driver=True)}[a.pin]
+    pong = r.sulis_role(kind, "pong", dir=f"{base}/pong", total=a.n + a.warmup, **common, **side(1),
+                        **({"tight": True} if kind == "py" else {}))
+    res = r.run_ping_pong(pong, r.sulis_role(kind, "ping", dir=f"{base}/ping", n=a.n, warmup=a.warmup, **common,
+                                             **side(0)), dirs=[base])
+    res["config"] = describe(a)
+    return res
 
 
 def raw_run(a) -> dict:
     pinned = a.pin != "none"
     p = {"size": 32, "n": a.n, "warmup": a.warmup, "total": a.n + a.warmup, "idle": a.client_idle}
-    r = c.run_ping_pong(c.py_role("raw-pong", **p, **c.pins(1 if pinned else None)),
-                        lambda ready: c.py_role("raw-ping", **p, port=ready["port"], **c.pins(0 if pinned else None)))
-    r["config"] = f"plain sockets, clients {a.client_idle}, pin {'processes' if pinned else 'none'}"
-    return r
-
-
-def peer_run(a, peer: str) -> dict:
-    idle = "spin" if peer == "zmq" else a.client_idle
-    r = c.peer_run(peer, "tcp", n=a.n, warmup=a.warmup, idle=idle)
-    r["config"] = (f"pyzmq {r.get('zmq')}, TCP loopback, blocking recv" if peer == "zmq"
-                   else f"zenoh {r.get('zenoh')}, peer mode, TCP loopback, express, clients {a.client_idle}")
-    return r
+    res = r.run_ping_pong(r.py_role("raw-pong", **p, **pins(1 if pinned else None)),
+                          lambda ready: r.py_role("raw-ping", **p, port=ready["port"], **pins(0 if pinned else None)))
+    res["config"] = f"plain sockets, clients {a.client_idle}, pin {'processes' if pinned else 'none'}"
+    return res
 
 
 def aeron_run(a, name: str, samples: bool = False) -> dict:
     """AeronPeer ping/pong (the same shape and wait as the sulis clients) or Aeron's Ping/Pong samples."""
-    from bench.peers import aeron
-
     install = aeron.find(name)
     threading, idle = a.aeron_threading or a.threading, a.aeron_driver_idle or a.driver_idle
     props = aeron.driver_props(threading, idle, a.channel_params)
     if samples:
-        r = aeron.udp_samples_ping_pong(install, a.aeron_samples_n, HOST, a.channel_params, props)
-        r["config"] = (f"drivers {threading}/{idle}, clients busy-spin (hard-coded), {a.aeron_samples_n:,} round "
-                       f"trips, {a.channel_params}")
-        return r
-    base = c.shm_dir("sulis-bench-aeron-")
-    common = {**channels(lambda port: aeron.udp_channel(HOST, port, a.channel_params)), "idle": a.client_idle,
-              "driver": 1}
-    r = c.run_ping_pong(aeron.peer(install, "pong", {**props, **aeron.dir_props(f"{base}/pong")}, **common,
-                                   total=a.n + a.warmup),
-                        aeron.peer(install, "ping", {**props, **aeron.dir_props(f"{base}/ping")}, **common, n=a.n,
-                                   warmup=a.warmup, length=32), dirs=[base])
-    r["config"] = f"drivers {threading}/{idle}, clients {a.client_idle}, no pinning, {a.channel_params}"
-    return r
+        res = aeron.udp_samples_ping_pong(install, a.aeron_samples_n, HOST, a.channel_params, props)
+        res["config"] = (f"drivers {threading}/{idle}, clients busy-spin (hard-coded), {a.aeron_samples_n:,} round "
+                         f"trips, {a.channel_params}")
+        return res
+    base = scratch_dir("sulis-bench-aeron-")
+    common = {**channels(lambda port: aeron.udp_channel(HOST, port, a.channel_params)), "idle": a.client_idle}
+    res = r.run_ping_pong(aeron.embedded(install, "pong", props, f"{base}/pong", **common, total=a.n + a.warmup),
+                          aeron.embedded(install, "ping", props, f"{base}/ping", **common, n=a.n, warmup=a.warmup,
+                                         length=32), dirs=[base])
+    res["config"] = f"drivers {threading}/{idle}, clients {a.client_idle}, no pinning, {a.channel_params}"
+    return res
 
 
 def main(argv=None) -> int:
-    ap = c.parser(__doc__, round_trips=True, wait_quiet=60.0, only=VARIANTS)
-    c.udp_args(ap, DEFAULT_CHANNEL_PARAMS)
+    ap = r.parser(__doc__, round_trips=True, wait_quiet=60.0, udp="mtu=1408", only="python,native,raw,zmq,zenoh,"
+                  "aeron-1.15.1,aeron-current,aeron-1.15.1-samples,aeron-current-samples")
+    ap.add_argument("--aeron-threading", default=None, help="Aeron's threading mode (default: --threading)")
+    ap.add_argument("--aeron-driver-idle", default=None, help="Aeron's drivers' idle strategy (default: same)")
     ap.add_argument("--pin", choices=["none", "clients", "processes"], default="none",
                     help="none (default); clients: ping thread on CPU 0, pong on CPU 1, drivers unpinned; "
                          "processes: each process with its driver threads on its CPU")
@@ -107,39 +92,29 @@ def main(argv=None) -> int:
                     help="also run Aeron's Ping/Pong samples (busy-spinning clients: ms per round trip on 2 cores)")
     ap.add_argument("--aeron-samples-n", type=int, default=2_000,
                     help="timed round trips of the Ping/Pong samples (default 2,000)")
-    a = ap.parse_args(argv)
-    profile = c.require_release_build()
-    c.settle(a, ap)
+    a = r.parse(ap, argv)
     if a.aeron_samples_n < 1:
         ap.error("--aeron-samples-n must be at least 1")
-    if a.pin != "none" and len(os.sched_getaffinity(0)) < 2:
-        ap.error("--pin needs 2 CPUs")
-
-    variants = c.build_native(c.select([
-        ("python", "sulis Python ping-pong", lambda: sulis_run(a, "py")),
-        ("native", "sulis native Rust ping-pong", lambda: sulis_run(a, "native")),
-        ("raw", "raw UDP sockets from Python (floor)", lambda: raw_run(a)),
-        ("zmq", "pyzmq REQ/REP tcp://127.0.0.1", lambda: peer_run(a, "zmq")),
-        ("zenoh", "zenoh ping-pong tcp/127.0.0.1", lambda: peer_run(a, "zenoh")),
-        ("aeron-1.15.1", "Aeron Java 1.15.1 AeronPeer ping/pong", lambda: aeron_run(a, "1.15.1")),
-        ("aeron-current", "Aeron Java current AeronPeer ping/pong", lambda: aeron_run(a, "current")),
-        ("aeron-1.15.1-samples", "Aeron Java 1.15.1 Ping/Pong samples", lambda: aeron_run(a, "1.15.1", True)),
-        ("aeron-current-samples", "Aeron Java current Ping/Pong samples", lambda: aeron_run(a, "current", True)),
-    ], a, ap, () if a.aeron_samples else VARIANTS.split(",")[-2:]), a.no_build)
-
-    print(f"sulis UDP round trip, 32 B over loopback, two drivers, two channels: {a.runs} round(s) of {a.n:,} round "
-          f"trips after {a.warmup:,} warm-up; sulis {profile} build; {c.cpu_summary()}")
-    print(f"sulis runs: {describe(a)}, Python polling with "
-          f"{'sub.poll(handler, 1)' if a.poll_mode == 'handler' else 'sub.poll_batch(1)'}")
-    results, skipped, errors = c.run_rounds(variants, a, c.latency_line)
-    med = c.report_latency(variants, results, skipped, errors,
-                           "UDP round trip, 32 B, µs, median of the rounds (target for sulis from Python: p99 <= 15); "
-                           "'x Py' = this row / sulis Python (> 1: slower than sulis Python):",
-                           {"p99_us": 15.0}, ("raw", "zmq", "zenoh", "aeron-1.15.1", "aeron-current"))
-    return c.finish("udp_latency", a, {"runs": a.runs, "n": a.n, "warmup": a.warmup, "message_length": 32,
-                                       "config": describe(a), "poll_mode": a.poll_mode},
-                    variants, med, results, skipped, errors)
+    rows = [("python", "sulis Python ping-pong", lambda: sulis_run(a, "py")),
+            ("native", "sulis native Rust ping-pong", lambda: sulis_run(a, "native")),
+            ("raw", "raw UDP sockets from Python (floor)", lambda: raw_run(a)),
+            ("zmq", "pyzmq REQ/REP tcp://127.0.0.1", lambda: r.peer_run("zmq", "tcp", n=a.n, warmup=a.warmup)),
+            ("zenoh", "zenoh ping-pong tcp/127.0.0.1",
+             lambda: r.peer_run("zenoh", "tcp", n=a.n, warmup=a.warmup, idle=a.client_idle)),
+            *((f"aeron-{v}", f"Aeron Java {v} AeronPeer ping/pong", lambda v=v: aeron_run(a, v))
+              for v in aeron.INSTALLS),
+            *((f"aeron-{v}-samples", f"Aeron Java {v} Ping/Pong samples", lambda v=v: aeron_run(a, v, True))
+              for v in aeron.INSTALLS)]
+    poll = "sub.poll(handler, 1)" if a.poll_mode == "handler" else "sub.poll_batch(1)"
+    return r.compare("udp_latency", a, ap, rows, optional=() if a.aeron_samples else SAMPLES, title=(
+        f"sulis UDP round trip, 32 B over loopback, two drivers, two channels: {a.runs} round(s) of {a.n:,} round "
+        f"trips after {a.warmup:,} warm-up"), config=[f"sulis runs: {describe(a)}, Python polling with {poll}"],
+        heading="UDP round trip, 32 B, µs, median of the rounds (target for sulis from Python: p99 <= 15); "
+                "'x Py' = this row / sulis Python (> 1: slower than sulis Python):",
+        latency_targets={"p99_us": 15.0}, compare_with=("raw", "zmq", "zenoh", "aeron-1.15.1", "aeron-current"),
+        settings={"n": a.n, "warmup": a.warmup, "message_length": 32, "config": describe(a),
+                  "poll_mode": a.poll_mode})
 
 
 if __name__ == "__main__":
-    sys.exit(c.main_guard(main))
+    sys.exit(r.main_guard(main))

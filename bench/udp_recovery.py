@@ -15,26 +15,19 @@ as root with nftables: an nftables rule in a fresh network namespace, the same f
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import cpu_summary, free_port, scratch_dir
+from sulis._benchkit.report import finish, median, missing_text, print_table
 
-from bench import _common as c  # noqa: E402
+ROOT = r.repository(__file__)
+sys.path.insert(0, str(ROOT / "tests"))
+from bench.peers import aeron  # noqa: E402
+
+import netutil  # noqa: E402 - tests/netutil: NetnsPair, NftLoss
 
 HOST = "127.0.0.1"
-DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"
-
-
-def netutil():
-    """tests/netutil (NetnsPair, NftLoss)."""
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
-    import netutil as nu
-
-    return nu
 
 
 class LossPath:
@@ -43,12 +36,11 @@ class LossPath:
     def __init__(self, a):
         self.a, self.pair, self.prefix = a, None, []
         if a.loss_method == "nft":
-            nu = netutil()
-            for ok, why in (nu.netns_available(), nu.nft_available()):
+            for ok, why in (netutil.netns_available(), netutil.nft_available()):
                 if not ok:
                     raise SystemExit(f"--loss-method nft: {why}")
-            self.pair = nu.NetnsPair(prefix="sulis-bench-")  # side "a" and its loopback: both processes inside
-            self.prefix = nu.exec_prefix(self.pair.ns_a)
+            self.pair = netutil.NetnsPair(prefix="sulis-bench-")  # side "a" and its loopback: both processes inside
+            self.prefix = netutil.exec_prefix(self.pair.ns_a)
         p = a.loss / 100  # the loss generators drop a datagram sent with this probability
         self.sulis_loss = {"send_data_loss": f"random:{p:g}", "loss_seed": a.seed} if not self.pair else {}
         self.aeron_loss = {} if self.pair else {
@@ -69,10 +61,9 @@ class LossPath:
         """For one run: nft rules on ``port`` when ``lossy``; yields a dict filled with their drop counts."""
         stats, rules = {}, []
         if self.pair and lossy:
-            nu = netutil()
-            rules.append(("data", nu.NftLoss(self.pair.ns_a, self.a.loss, hook="input", dport=port)))
+            rules.append(("data", netutil.NftLoss(self.pair.ns_a, self.a.loss, hook="input", dport=port)))
             if self.a.loss_direction == "both":
-                rules.append(("control", nu.NftLoss(self.pair.ns_a, self.a.loss, hook="input", sport=port)))
+                rules.append(("control", netutil.NftLoss(self.pair.ns_a, self.a.loss, hook="input", sport=port)))
         try:
             yield stats
         finally:
@@ -86,62 +77,57 @@ class LossPath:
             self.pair.close()
 
 
-def counted(path: LossPath, lossy: bool, sub_cmd, pub_cmd, base: str, port: int) -> dict:
-    """One counted run of the two commands (each a function of the run's directory), loss applied."""
-    prefix = path.prefix
+def counted(path: LossPath, lossy: bool, sub_cmd, pub_cmd, port: int) -> dict:
+    """One counted run of the two commands (each a function of its driver's directory), loss applied."""
+    base = scratch_dir("sulis-bench-recovery-")
     with path.apply(port, lossy) as nft:
-        r = c.run_stream([*prefix, *sub_cmd(f"{base}/sub")], [*prefix, *pub_cmd(f"{base}/pub")],
-                         os.path.join(base, "stop"), dirs=[base], timeout_s=600,
-                         counters={"publisher": f"{base}/pub", "subscriber": f"{base}/sub"})
-    elapsed = r["done"]["ns"] / 1e9
-    p, s = r["counters"]["publisher"] or {}, r["counters"]["subscriber"] or {}
-    return {"elapsed_s": elapsed, "msgs_per_s": (r["done"]["received"] - 1) / elapsed, "nft": nft,
-            "naks_sent": s.get("naks_sent"), "retransmits": p.get("retransmits_sent"), "counters": r["counters"]}
+        res = r.run_stream([*path.prefix, *sub_cmd(f"{base}/sub")], [*path.prefix, *pub_cmd(f"{base}/pub")],
+                           f"{base}/stop", dirs=[base], timeout_s=600,
+                           counters={"publisher": f"{base}/pub", "subscriber": f"{base}/sub"})
+    elapsed = res["done"]["ns"] / 1e9
+    p, s = res["counters"]["publisher"] or {}, res["counters"]["subscriber"] or {}
+    return {"elapsed_s": elapsed, "msgs_per_s": (res["done"]["received"] - 1) / elapsed, "nft": nft,
+            "naks_sent": s.get("naks_sent"), "retransmits": p.get("retransmits_sent"), "counters": res["counters"]}
 
 
 def sulis_run(lossy: bool, path: LossPath, a, sub_options: dict | None = None) -> dict:
-    port = c.free_port(HOST)
-    common = {"channel": c.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
+    port = free_port(HOST)
+    common = {"channel": r.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
               "total": a.warmup_count + a.count}
     driver = {"threading_mode": a.threading, "idle_strategy": a.driver_idle}
     return counted(path, lossy,
-                   lambda d: c.native_role("sub", dir=d, driver={**driver, **(sub_options or {})}, **common,
+                   lambda d: r.native_role("sub", dir=d, driver={**driver, **(sub_options or {})}, **common,
                                            warmup=a.warmup_count),
-                   lambda d: c.native_role("pub", dir=d, driver={**driver, **(path.sulis_loss if lossy else {})},
-                                           **common),
-                   c.shm_dir("sulis-bench-recovery-"), port)
+                   lambda d: r.native_role("pub", dir=d, driver={**driver, **(path.sulis_loss if lossy else {})},
+                                           **common), port)
 
 
 def aeron_run(name: str, lossy: bool, path: LossPath, a) -> dict:
-    from bench.peers import aeron
-
     install = aeron.find(name)
-    port = c.free_port(HOST)
+    port = free_port(HOST)
     common = {"channel": aeron.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
-              "total": a.warmup_count + a.count, "driver": 1}
+              "total": a.warmup_count + a.count}
     props = aeron.driver_props(a.threading, a.driver_idle, a.channel_params, a.extra_props)
-    r = counted(path, lossy,
-                lambda d: aeron.peer(install, "sub", {**props, **aeron.dir_props(d)}, **common, warmup=a.warmup_count),
-                lambda d: aeron.peer(install, "pub", {**props, **(path.aeron_loss if lossy else {}),
-                                                      **aeron.dir_props(d)}, **common, length=32),
-                c.shm_dir("sulis-bench-aeron-"), port)
-    print(f"      {a.count:,} messages in {r['elapsed_s']:.3f} s = {r['msgs_per_s']:,.0f} msgs/s", flush=True)
-    return r
+    res = counted(path, lossy, lambda d: aeron.embedded(install, "sub", props, d, **common, warmup=a.warmup_count),
+                  lambda d: aeron.embedded(install, "pub", {**props, **(path.aeron_loss if lossy else {})}, d,
+                                           **common, length=32), port)
+    print(f"      {a.count:,} messages in {res['elapsed_s']:.3f} s = {res['msgs_per_s']:,.0f} msgs/s", flush=True)
+    return res
 
 
-def describe(r: dict) -> str:
-    parts = [f"{r['elapsed_s']:.3f} s", f"{r['msgs_per_s']:,.0f} msgs/s"]
-    parts += [f"{k} {r[v]:,}" for k, v in (("NAKs", "naks_sent"), ("retransmits", "retransmits"))
-              if r.get(v) is not None]
+def describe(res: dict) -> str:
+    parts = [f"{res['elapsed_s']:.3f} s", f"{res['msgs_per_s']:,.0f} msgs/s"]
+    parts += [f"{k} {res[v]:,}" for k, v in (("NAKs", "naks_sent"), ("retransmits", "retransmits"))
+              if res.get(v) is not None]
     parts += [f"nft {n} dropped {st['dropped']:,}/{st['seen']:,} ({st['drop_percent']:.1f} %)"
-              for n, st in (r.get("nft") or {}).items()]
+              for n, st in (res.get("nft") or {}).items()]
     return ", ".join(parts)
 
 
 def main(argv=None) -> int:
-    ap = c.parser(__doc__, wait_quiet=60.0, only="sulis,sulis-gaps1,sulis-fixed-nak,aeron-1.15.1,aeron-current "
-                  "(sulis-gaps1: loss_max_gaps=1, Aeron's one gap at a time; sulis-fixed-nak: NAKs retried every "
-                  "nak_unicast_retry_delay; neither runs unless named)")
+    ap = r.parser(__doc__, wait_quiet=60.0, udp="mtu=1408|rcv-wnd=2m|so-rcvbuf=4m", only="sulis,sulis-gaps1,"
+                  "sulis-fixed-nak,aeron-1.15.1,aeron-current (sulis-gaps1: loss_max_gaps=1, Aeron's one gap at a "
+                  "time; sulis-fixed-nak: NAKs retried every nak_unicast_retry_delay; neither runs unless named)")
     ap.add_argument("--count", type=int, default=None, help="timed messages per run (default 1,000,000)")
     ap.add_argument("--warmup-count", type=int, default=None,
                     help="untimed messages first, so that the JVMs' JIT has compiled (default 500,000)")
@@ -152,13 +138,10 @@ def main(argv=None) -> int:
                     help="data: datagrams to the subscriber's endpoint (default); both: also the status messages "
                          "and NAKs coming back (nft only)")
     ap.add_argument("--seed", type=int, default=7, help="seed of the loss generators (--loss-method generator)")
-    c.udp_args(ap, DEFAULT_CHANNEL_PARAMS, aeron=False)
     ap.add_argument("--aeron-props", default="",
                     help="more Aeron driver properties for both sides, k=v,k=v (e.g. "
                          "aeron.retransmit.unicast.linger=10000000; 1.15.1 has no NAK/retransmit properties)")
-    a = ap.parse_args(argv)
-    profile = c.require_release_build()
-    c.settle(a, ap)
+    a = r.parse(ap, argv)
     if (a.count is not None and a.count < 2) or (a.warmup_count is not None and a.warmup_count < 0):
         ap.error("--count must be at least 2 and --warmup-count at least 0")
     try:
@@ -170,21 +153,20 @@ def main(argv=None) -> int:
     a.count = a.count or (200_000 if a.quick else 1_000_000)
     a.warmup_count = a.warmup_count if a.warmup_count is not None else (100_000 if a.quick else 500_000)
     if a.loss_method is None:
-        nu = netutil()
-        a.loss_method = "nft" if nu.netns_available()[0] and nu.nft_available()[0] else "generator"
+        a.loss_method = "nft" if netutil.netns_available()[0] and netutil.nft_available()[0] else "generator"
     if a.loss_method == "generator" and a.loss_direction == "both":
         ap.error("--loss-direction both needs --loss-method nft")
     if not 0 < a.loss < 100:
         ap.error("--loss must be within (0, 100)")
 
-    systems = c.build_native(c.select([
+    systems = r.build_native(r.select([
         ("sulis", "sulis native Rust", lambda lossy, p: sulis_run(lossy, p, a)),
         ("sulis-gaps1", "sulis native Rust, loss_max_gaps=1",
          lambda lossy, p: sulis_run(lossy, p, a, {"loss_max_gaps": 1})),
         ("sulis-fixed-nak", "sulis native Rust, fixed NAK retries",
          lambda lossy, p: sulis_run(lossy, p, a, {"nak_unicast_retry_adaptive": "false"})),
-        ("aeron-1.15.1", "Aeron Java 1.15.1 AeronPeer", lambda lossy, p: aeron_run("1.15.1", lossy, p, a)),
-        ("aeron-current", "Aeron Java current AeronPeer", lambda lossy, p: aeron_run("current", lossy, p, a)),
+        *((f"aeron-{v}", f"Aeron Java {v} AeronPeer", lambda lossy, p, v=v: aeron_run(v, lossy, p, a))
+          for v in aeron.INSTALLS),
     ], a, ap, ("sulis-gaps1", "sulis-fixed-nak")), a.no_build, prefix="sulis")
     path = LossPath(a)
     try:
@@ -193,31 +175,31 @@ def main(argv=None) -> int:
         config = (f"drivers {a.threading}/{a.driver_idle}, clients {a.client_idle}, {a.channel_params}, each "
                   f"system's default NAK/retransmit timing" + (f", Aeron {a.aeron_props}" if a.aeron_props else ""))
         print(f"UDP loss recovery: {a.count:,} timed messages of 32 B after {a.warmup_count:,} untimed ones, "
-              f"{a.runs} round(s); sulis {profile} build; {c.cpu_summary()}")
+              f"{a.runs} round(s); sulis {a.profile} build; {cpu_summary()}")
         print(f"loss: {path.describe()}")
         print(f"configuration (all systems): {config}")
-        results, skipped, errors = c.run_rounds(variants, a, describe)
+        results, skipped, errors = r.run_rounds(variants, a, describe)
     finally:
         path.close()
 
-    med = {k: {q: c.median(r[q] for r in rs) for q in ("elapsed_s", "msgs_per_s")} for k, rs in results.items() if rs}
+    med = {k: {q: median(x[q] for x in rs) for q in ("elapsed_s", "msgs_per_s")} for k, rs in results.items() if rs}
     print(f"\nTime to move {a.count:,} x 32 B messages, median of the rounds:")
     rows = []
     for key, name, _ in variants:
         rs = results.get(key) or []
         if not rs:
-            rows.append([name, c.missing_text(key, skipped, errors), "", "0", "", "", "", "", ""])
+            rows.append([name, missing_text(key, skipped, errors), "", "0", "", "", "", "", ""])
             continue
         base = med.get(key.split("@")[0] + "@0")
-        drops = [st["drop_percent"] for r in rs for n, st in (r.get("nft") or {}).items() if n == "data"]
-        counts = [[r[q] for r in rs if r.get(q) is not None] for q in ("naks_sent", "retransmits")]
+        drops = [st["drop_percent"] for x in rs for n, st in (x.get("nft") or {}).items() if n == "data"]
+        counts = [median(x[q] for x in rs if x.get(q) is not None) for q in ("naks_sent", "retransmits")]
         rows.append([name, f"{med[key]['elapsed_s']:.3f}", f"{med[key]['msgs_per_s']:,.0f}", str(len(rs)),
-                     " / ".join(f"{r['elapsed_s']:.3f}" for r in rs),
+                     " / ".join(f"{x['elapsed_s']:.3f}" for x in rs),
                      f"{med[key]['elapsed_s'] / base['elapsed_s']:.2f}x" if base and not key.endswith("@0") else "",
-                     *(f"{c.median(v):,.0f}" if v else "-" for v in counts),
-                     f"{c.median(drops):.1f} %" if drops else ""])
-    c.print_table(["name", "time (s)", "msgs/s", "runs", "per run (s)", "vs no loss", "NAKs sent", "retransmits",
-                   "dropped (nft)"], rows)
+                     *(f"{v:,.0f}" if v is not None else "-" for v in counts),
+                     f"{median(drops):.1f} %" if drops else ""])
+    print_table(["name", "time (s)", "msgs/s", "runs", "per run (s)", "vs no loss", "NAKs sent", "retransmits",
+                 "dropped (nft)"], rows)
     print()
     su = med.get(f"sulis@{a.loss:g}")
     for k in ("aeron-1.15.1", "aeron-current"):
@@ -227,11 +209,12 @@ def main(argv=None) -> int:
             print(f"  under {a.loss:g} % loss: sulis {su['elapsed_s']:.3f} s vs {k.replace('aeron-', 'Aeron ')} "
                   f"{ae['elapsed_s']:.3f} s -> sulis takes {su['elapsed_s'] / ae['elapsed_s']:.2f}x the time "
                   f"({ae['elapsed_s'] / su['elapsed_s']:.2f}x {faster})")
-    return c.finish("udp_recovery", a, {"runs": a.runs, "count": a.count, "warmup_count": a.warmup_count,
-                                        "loss_percent": a.loss, "loss_method": a.loss_method,
-                                        "loss_direction": a.loss_direction, "config": config},
+    return finish(r.results_dir(), "udp_recovery", a, {"runs": a.runs, "count": a.count,
+                                                         "warmup_count": a.warmup_count, "loss_percent": a.loss,
+                                                         "loss_method": a.loss_method,
+                                                         "loss_direction": a.loss_direction, "config": config},
                     variants, med, results, skipped, errors)
 
 
 if __name__ == "__main__":
-    sys.exit(c.main_guard(main))
+    sys.exit(r.main_guard(main))

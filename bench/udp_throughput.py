@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import free_port, pins, scratch_dir
+from sulis._benchkit.report import finish, print_table
 
-from bench import _common as c  # noqa: E402
+r.repository(__file__)
+from bench.peers import aeron  # noqa: E402
 
 HOST, STREAM = "127.0.0.1", 1001
-DEFAULT_CHANNEL_PARAMS = "mtu=1408|rcv-wnd=2m|so-rcvbuf=4m"
-VARIANTS = ("py-exclusive,native-exclusive,zmq,zenoh,aeron-1.15.1,aeron-current,aeron-1.15.1-samples,"
-            "aeron-current-samples")
+SAMPLES = ("aeron-1.15.1-samples", "aeron-current-samples")
 PIN_TEXT = {"none": "no CPU pinning", "sides": "publisher process on CPU 0, subscriber process on CPU 1",
             "publisher": "publishing thread alone on CPU 0, drivers and subscriber on CPU 1"}
 
@@ -69,100 +68,89 @@ def counters_line(counters: dict) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in keys if v is not None)
 
 
+def stream_run(sub, pub, base: str) -> dict:
+    """One run of a subscriber and a publisher, each with its driver in ``base``/sub and /pub."""
+    res = r.run_stream(sub, pub, f"{base}/stop", dirs=[base], counters={"publisher": f"{base}/pub",
+                                                                        "subscriber": f"{base}/sub"})
+    print(f"      counters: {counters_line(res['counters'])}", flush=True)
+    return res
+
+
 def sulis_run(cfg: Config, a, kind: str) -> dict:
-    base = c.shm_dir("sulis-bench-udptp-")
-    stop = os.path.join(base, "stop")
-    channel = c.udp_channel(HOST, c.free_port(HOST), cfg.channel_params)
-    driver = {"threading_mode": cfg.threading, "idle_strategy": cfg.driver_idle, **driver_options(a.driver_options)}
-    common = {"channel": channel, "stream": STREAM, "driver": driver, "idle": cfg.client_idle}
-    pin_pub = {"none": {}, "sides": c.pins(0, driver=True), "publisher": {"driver_cpu": 1, "loop_cpu": 0}}[a.pin]
-    pin_sub = {} if a.pin == "none" else c.pins(1, driver=True)
-    role = c.py_role if kind == "py" else c.native_role
-    sub = role("sulis-sub" if kind == "py" else "sub", dir=f"{base}/sub", duration=a.duration,
-               limit=a.batch if kind == "py" else 10, **common, **pin_sub)
-    pub = role("sulis-pub" if kind == "py" else "pub", dir=f"{base}/pub", stop=stop, **common, **pin_pub)
-    r = c.run_stream(sub, pub, stop, dirs=[base], counters={"publisher": f"{base}/pub", "subscriber": f"{base}/sub"})
-    print(f"      counters: {counters_line(r['counters'])}", flush=True)
-    r["config"] = cfg.sulis() + ("" if a.pin == "none" else f", pin {a.pin}")
-    return r
-
-
-def peer_run(a, peer: str) -> dict:
-    r = c.peer_run(peer, "tcp", a.duration)
-    r["config"] = (f"pyzmq {r.get('zmq')}, TCP loopback, default HWM" if peer == "zmq"
-                   else f"zenoh {r.get('zenoh')}, peer mode, TCP loopback, BLOCK, default batching")
-    return r
+    base = scratch_dir("sulis-bench-udptp-")
+    common = {"channel": r.udp_channel(HOST, free_port(HOST), cfg.channel_params), "stream": STREAM,
+              "driver": {"threading_mode": cfg.threading, "idle_strategy": cfg.driver_idle,
+                         **driver_options(a.driver_options)}, "idle": cfg.client_idle}
+    pin_pub = {"none": {}, "sides": pins(0, driver=True), "publisher": {"driver_cpu": 1, "loop_cpu": 0}}[a.pin]
+    sub = r.sulis_role(kind, "sub", dir=f"{base}/sub", duration=a.duration, limit=a.batch if kind == "py" else 10,
+                       **common, **({} if a.pin == "none" else pins(1, driver=True)))
+    res = stream_run(sub, r.sulis_role(kind, "pub", dir=f"{base}/pub", stop=f"{base}/stop", **common, **pin_pub), base)
+    res["config"] = cfg.sulis() + ("" if a.pin == "none" else f", pin {a.pin}")
+    return res
 
 
 def aeron_run(name: str, cfg: Config, a, samples: bool = False) -> dict:
     """AeronPeer pub/sub (the same shape and client wait as the sulis rows) or Aeron's samples."""
-    from bench.peers import aeron
-
     install = aeron.find(name)
     props = aeron.driver_props(cfg.aeron_threading or cfg.threading, cfg.aeron_driver_idle or cfg.driver_idle,
                                cfg.channel_params)
     idle = cfg.aeron_client_idle or cfg.client_idle
     if samples:
-        r = aeron.udp_samples_throughput(install, a.duration, HOST, cfg.channel_params, props, idle)
-        print("      intervals: " + ", ".join(f"{s:,.0f}" for s in r["samples"]) + " msgs/s (first = warm-up)")
+        res = aeron.udp_samples_throughput(install, a.duration, HOST, cfg.channel_params, props, idle)
+        print("      intervals: " + ", ".join(f"{s:,.0f}" for s in res["samples"]) + " msgs/s (first = warm-up)")
+        print(f"      counters: {counters_line(res['counters'])}", flush=True)
     else:
-        base = c.shm_dir("sulis-bench-aeron-")
-        stop = os.path.join(base, "stop")
-        common = {"channel": aeron.udp_channel(HOST, c.free_port(HOST), cfg.channel_params), "stream": STREAM,
-                  "idle": idle, "driver": 1}
-        r = c.run_stream(aeron.peer(install, "sub", {**props, **aeron.dir_props(f"{base}/sub")}, **common,
-                                    duration=a.duration, limit=10),
-                         aeron.peer(install, "pub", {**props, **aeron.dir_props(f"{base}/pub")}, **common, length=32,
-                                    stop=stop),
-                         stop, dirs=[base], counters={"publisher": f"{base}/pub", "subscriber": f"{base}/sub"})
-    print(f"      counters: {counters_line(r['counters'])}", flush=True)
-    r["config"] = cfg.aeron(samples and name == "1.15.1")
-    return r
+        base = scratch_dir("sulis-bench-aeron-")
+        common = {"channel": aeron.udp_channel(HOST, free_port(HOST), cfg.channel_params), "stream": STREAM,
+                  "idle": idle}
+        res = stream_run(aeron.embedded(install, "sub", props, f"{base}/sub", **common, duration=a.duration, limit=10),
+                         aeron.embedded(install, "pub", props, f"{base}/pub", **common, length=32, stop=f"{base}/stop"),
+                         base)
+    res["config"] = cfg.aeron(samples and name == "1.15.1")
+    return res
 
 
-def build_variants(cfg: Config, a) -> list:
-    return [
-        ("py-exclusive", "sulis Python ExclusivePublication.offer", lambda: sulis_run(cfg, a, "py")),
-        ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: sulis_run(cfg, a, "native")),
-        ("zmq", "pyzmq PUSH/PULL tcp://127.0.0.1", lambda: peer_run(a, "zmq")),
-        ("zenoh", "zenoh put/recv tcp/127.0.0.1", lambda: peer_run(a, "zenoh")),
-        ("aeron-1.15.1", "Aeron Java 1.15.1 AeronPeer pub/sub", lambda: aeron_run("1.15.1", cfg, a)),
-        ("aeron-current", "Aeron Java current AeronPeer pub/sub", lambda: aeron_run("current", cfg, a)),
-        ("aeron-1.15.1-samples", "Aeron Java 1.15.1 StreamingPublisher/RateSubscriber",
-         lambda: aeron_run("1.15.1", cfg, a, samples=True)),
-        ("aeron-current-samples", "Aeron Java current StreamingPublisher/RateSubscriber",
-         lambda: aeron_run("current", cfg, a, samples=True)),
-    ]
+def rows(cfg: Config, a) -> list:
+    return [("py-exclusive", "sulis Python ExclusivePublication.offer", lambda: sulis_run(cfg, a, "py")),
+            ("native-exclusive", "sulis native Rust ExclusivePublication", lambda: sulis_run(cfg, a, "native")),
+            ("zmq", "pyzmq PUSH/PULL tcp://127.0.0.1", lambda: r.peer_run("zmq", "tcp", a.duration)),
+            ("zenoh", "zenoh put/recv tcp/127.0.0.1", lambda: r.peer_run("zenoh", "tcp", a.duration)),
+            *((f"aeron-{v}", f"Aeron Java {v} AeronPeer pub/sub", lambda v=v: aeron_run(v, cfg, a))
+              for v in aeron.INSTALLS),
+            *((f"aeron-{v}-samples", f"Aeron Java {v} StreamingPublisher/RateSubscriber",
+               lambda v=v: aeron_run(v, cfg, a, samples=True)) for v in aeron.INSTALLS)]
 
 
 def sweep(a, ap) -> int:
     """One run of the selected variants per configuration of the grid; a table sorted by rate."""
-    rows, record = [], []
+    table, record = [], []
     for threading, didle, cidle, params in itertools.product(
             a.sweep_threading.split(","), a.sweep_driver_idle.split(","), a.sweep_client_idle.split(","),
             (a.sweep_channel_params or a.channel_params).split(";")):
         cfg = Config(threading, didle, cidle, params)
-        variants = c.select(build_variants(cfg, a), a, ap, VARIANTS.split(",")[-2:] if not a.aeron_samples else ())
+        variants = r.select(rows(cfg, a), a, ap, () if a.aeron_samples else SAMPLES)
         print(f"== {cfg.sulis()}", flush=True)
-        results, skipped, errors = c.run_rounds(variants, a, lambda r: f"{r['msgs_per_s']:,.0f} msgs/s")
+        results, skipped, errors = r.run_rounds(variants, a, r.rate_line)
         for key, name, _ in variants:
-            rows += [(r["msgs_per_s"], name, threading, didle, cidle, params, counters_line(r.get("counters") or {}),
-                      r["interference"]) for r in results[key]]
-            rows += [(0.0, name, threading, didle, cidle, params, f"FAILED {e[:60]}", 0) for e in errors.get(key, [])]
+            table += [(x["msgs_per_s"], name, threading, didle, cidle, params, counters_line(x.get("counters") or {}),
+                       x["interference"]) for x in results[key]]
+            table += [(0.0, name, threading, didle, cidle, params, f"FAILED {e[:60]}", 0) for e in errors.get(key, [])]
         record.append({"config": cfg.sulis(), "results": results, "errors": errors, "skipped": skipped})
     print("\nUDP throughput sweep, 32 B messages, one run each (msgs/s):")
-    rows.sort(key=lambda r: (r[1], -r[0]))
-    c.print_table(["name", "msgs/s", "threading", "driver idle", "client idle", "channel params", "counters", "noise"],
-                  [[n, f"{v:,.0f}", t, d, ci, p, cnt, f"{i * 100:.0f}%"] for v, n, t, d, ci, p, cnt, i in rows],
+    table.sort(key=lambda x: (x[1], -x[0]))
+    print_table(["name", "msgs/s", "threading", "driver idle", "client idle", "channel params", "counters", "noise"],
+                  [[n, f"{v:,.0f}", t, d, ci, p, cnt, f"{i * 100:.0f}%"] for v, n, t, d, ci, p, cnt, i in table],
                   "lrllllll")
-    return c.finish("udp_throughput_sweep", a, {"duration_s": a.duration, "rows": rows, "sweep": record}, [], {}, {},
-                    {}, {})
+    return finish(r.results_dir(), "udp_throughput_sweep", a, {"duration_s": a.duration, "rows": table,
+                                                                 "sweep": record}, [], {}, {}, {}, {})
 
 
 def main(argv=None) -> int:
-    ap = c.parser(__doc__, duration=True, wait_quiet=60.0, only=VARIANTS)
-    c.udp_args(ap, DEFAULT_CHANNEL_PARAMS)
+    ap = r.parser(__doc__, duration=True, wait_quiet=60.0, udp="mtu=1408|rcv-wnd=2m|so-rcvbuf=4m",
+                  only=",".join(k for k, _, _ in rows(Config("", "", "", ""), None)))
     ap.add_argument("--driver-options", default="", help="more sulis driver options, k=v,k=v")
+    ap.add_argument("--aeron-threading", default=None, help="Aeron's threading mode (default: --threading)")
+    ap.add_argument("--aeron-driver-idle", default=None, help="Aeron's drivers' idle strategy (default: same)")
     ap.add_argument("--aeron-client-idle", choices=["yield", "spin"], default=None,
                     help="Aeron's clients' wait: AeronPeer's and, with --aeron-samples, current Aeron's samples' "
                          "(default: --client-idle; 1.15.1's samples always spin)")
@@ -179,43 +167,27 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-client-idle", default="yield,spin")
     ap.add_argument("--sweep-channel-params", default=None,
                     help="';'-separated list of channel parameter sets (default: --channel-params)")
-    a = ap.parse_args(argv)
-    profile = c.require_release_build()
-    c.settle(a, ap)
-    if a.pin != "none" and len(os.sched_getaffinity(0)) < 2:
-        ap.error("--pin needs 2 CPUs")
+    a = r.parse(ap, argv)
     driver_options(a.driver_options)  # validated
-
-    cfg = Config(a.threading, a.driver_idle, a.client_idle, a.channel_params, a.aeron_threading, a.aeron_driver_idle,
-                 a.aeron_client_idle)
-    variants = c.build_native(c.select(build_variants(cfg, a), a, ap,
-                                       () if a.aeron_samples else VARIANTS.split(",")[-2:]), a.no_build)
     if a.sweep:
         return sweep(a, ap)
-    print(f"sulis UDP throughput, 32 B messages over loopback, two drivers: {a.runs} round(s), {a.duration:g} s per "
-          f"run (every system: per-second counts at the receiver, first second = warm-up); sulis {profile} build; "
-          f"{c.cpu_summary()}")
-    print(f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); CPU placement: {PIN_TEXT[a.pin]}")
-    print(f"Aeron: {cfg.aeron()}" + (" (1.15.1's sample clients spin)" if a.aeron_samples else ""))
-    results, skipped, errors = c.run_rounds(variants, a, lambda r: f"{r['msgs_per_s']:,.0f} msgs/s")
-    med = c.report_throughput(variants, results, skipped, errors,
-                              "UDP throughput, 32 B messages, median of the rounds (msgs/s); "
-                              "'vs X' = this row's median / X's median:",
-                              [("vs 8M", 8e6), ("vs sulis Py", "py-exclusive"), ("vs pyzmq", "zmq"),
-                               ("vs Aeron 1.15.1", "aeron-1.15.1"), ("vs Aeron current", "aeron-current")])
-    py, nat = med.get("py-exclusive"), med.get("native-exclusive")
-    if py:
-        print(f"  (a) sulis Python exclusive offer >= 8 M msgs/s: {py / 1e6:.2f} M = {py / 8e6:.2f}x "
-              f"-> {c.verdict(py >= 8e6)}")
-    for label in ("1.15.1", "current"):
-        ref = med.get(f"aeron-{label}")
-        if nat and ref:
-            print(f"  (b) sulis native >= 1.0x Aeron Java {label} ({ref / 1e6:.2f} M): {nat / 1e6:.2f} M = "
-                  f"{nat / ref:.2f}x -> {c.verdict(nat >= ref)}")
-    return c.finish("udp_throughput", a, {"runs": a.runs, "duration_s": a.duration, "message_length": 32,
-                                          "sulis_config": cfg.sulis(), "aeron_config": cfg.aeron(), "pin": a.pin},
-                    variants, med, results, skipped, errors)
+    cfg = Config(a.threading, a.driver_idle, a.client_idle, a.channel_params, a.aeron_threading, a.aeron_driver_idle,
+                 a.aeron_client_idle)
+    return r.compare("udp_throughput", a, ap, rows(cfg, a), optional=() if a.aeron_samples else SAMPLES, title=(
+        f"sulis UDP throughput, 32 B messages over loopback, two drivers: {a.runs} round(s), {a.duration:g} s per "
+        "run (every system: per-second counts at the receiver, first second = warm-up)"), config=[
+        f"sulis: {cfg.sulis()}, Python poll_batch({a.batch}); CPU placement: {PIN_TEXT[a.pin]}",
+        f"Aeron: {cfg.aeron()}" + (" (1.15.1's sample clients spin)" if a.aeron_samples else "")],
+        heading="UDP throughput, 32 B messages, median of the rounds (msgs/s); "
+                "'vs X' = this row's median / X's median:",
+        ratios=[("vs 8M", 8e6), ("vs sulis Py", "py-exclusive"), ("vs pyzmq", "zmq"),
+                ("vs Aeron 1.15.1", "aeron-1.15.1"), ("vs Aeron current", "aeron-current")],
+        targets=[("(a) sulis Python exclusive offer >= 8 M msgs/s", "py-exclusive", 8e6, None),
+                 *((f"(b) sulis native >= 1.0x Aeron Java {v}", "native-exclusive", 1.0, f"aeron-{v}")
+                   for v in aeron.INSTALLS)],
+        settings={"duration_s": a.duration, "message_length": 32, "sulis_config": cfg.sulis(),
+                  "aeron_config": cfg.aeron(), "pin": a.pin})
 
 
 if __name__ == "__main__":
-    sys.exit(c.main_guard(main))
+    sys.exit(r.main_guard(main))

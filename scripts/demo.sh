@@ -2,20 +2,21 @@
 # The main job: set up, then run the data pipeline end to end on this machine — market ticks
 # published through sulis, recorded by the archive, aggregated by a Spark Structured Streaming
 # query reading format("sulis"), written to Parquet, and checked to be counted exactly once.
-# `scripts/demo.sh --ipc [OPTIONS]` runs the earlier IPC throughput/latency demo (`sulis demo`).
+# `scripts/demo.sh --ipc [OPTIONS]` runs the IPC throughput/latency demo instead.
+# Both are in examples/: spark_pipeline.py and ipc_demo.py.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-mode=pipeline
+example=spark_pipeline
 if [ "${1:-}" = "--ipc" ]; then
-  mode=ipc
+  example=ipc_demo
   shift
 fi
 for arg in "$@"; do
   case "$arg" in
     -h|--help)
       # Usage only: no virtualenv, no build, nothing installed.
-      echo "usage: scripts/demo.sh [OPTIONS]          the Spark pipeline (python -m sulis.spark.pipeline)"
-      echo "       scripts/demo.sh --ipc [OPTIONS]    the IPC throughput and latency demo (sulis demo)"
+      echo "usage: scripts/demo.sh [OPTIONS]          the Spark pipeline (examples/spark_pipeline.py)"
+      echo "       scripts/demo.sh --ipc [OPTIONS]    the IPC throughput and latency demo (examples/ipc_demo.py)"
       echo
       echo "Sets up .venv (build tools, sulis built in release mode, pyspark; see scripts/setup.sh),"
       echo "then runs the pipeline: an embedded driver and archive, a publisher of synthetic market"
@@ -23,19 +24,16 @@ for arg in "$@"; do
       echo "event-time window into Parquet, progress once a second, and an exactly-once check."
       echo "Java 17 is needed for Spark."
       echo
-      if [ "$mode" = pipeline ] && [ -x "$root/.venv/bin/python" ] \
-          && "$root/.venv/bin/python" -m sulis.spark.pipeline --help >/dev/null 2>&1; then
-        "$root/.venv/bin/python" -m sulis.spark.pipeline --help | sed -n '/^options:/,$p'
-      elif [ "$mode" = ipc ] && [ -x "$root/.venv/bin/sulis" ] && "$root/.venv/bin/sulis" demo --help >/dev/null 2>&1; then
-        "$root/.venv/bin/sulis" demo --help | sed -n '/^Options:/,$p'
-      elif [ "$mode" = ipc ]; then
-        echo "Options (of 'sulis demo'; the full list once set up: .venv/bin/sulis demo --help):"
+      if [ -x "$root/.venv/bin/python" ] && "$root/.venv/bin/python" "$root/examples/$example.py" --help >/dev/null 2>&1; then
+        "$root/.venv/bin/python" "$root/examples/$example.py" --help | sed -n '/^options:/,$p'
+      elif [ "$example" = ipc_demo ]; then
+        echo "Options (the full list once set up: .venv/bin/python examples/ipc_demo.py --help):"
         echo "  --messages N      messages in the throughput phase"
         echo "  --size BYTES      message size"
         echo "  --round-trips N   round trips in the latency phase"
         echo "  --dir DIR         driver directory (default: a fresh one under /dev/shm)"
       else
-        echo "Options of the pipeline (the full list once set up: .venv/bin/python -m sulis.spark.pipeline --help):"
+        echo "Options of the pipeline (the full list once set up: .venv/bin/python examples/spark_pipeline.py --help):"
         echo "  --rate N          ticks per second"
         echo "  --duration S      seconds of publishing"
         echo "  --instruments N   instruments"
@@ -47,7 +45,4 @@ for arg in "$@"; do
 done
 # shellcheck source=setup.sh
 . "$root/scripts/setup.sh"
-if [ "$mode" = ipc ]; then
-  exec sulis demo "$@"
-fi
-exec python -m sulis.spark.pipeline "$@"
+exec python "$root/examples/$example.py" "$@"

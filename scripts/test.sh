@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 # Seconds, so first: a finding fails the run before the long parts start.
 echo "== ruff, mypy, stubtest"
-ruff check python/sulis tests
+ruff check python/sulis tests bench examples
 mypy
 python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
 echo "== cargo test"

@@ -33,21 +33,22 @@ Helpers (import them with ``from conftest import ...``)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
 
 import sulis
 from netutil.fixtures import make_relay, netns_hosts, netns_pair, nft_loss  # noqa: F401 - fixtures, for every test module
+from sulis._benchkit.procs import ChildProcess
+from sulis._benchkit.procs import free_port as free_udp_port  # noqa: F401 - the one free-port helper, for the tests
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
@@ -106,15 +107,6 @@ def counter_value(dir: str, counter: sulis.SystemCounter) -> int:
     assert reader.label(counter) == counter.__doc__, f"counter {int(counter)} is {reader.label(counter)!r}, not " \
                                                      f"{counter.__doc__!r}"
     return reader.value(counter)
-
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port nobody is bound to on ``host`` right now."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 _MADE_DIRS: list[str] = []
@@ -180,44 +172,29 @@ def pytest_sessionfinish(session, exitstatus):
             shutil.rmtree(d, ignore_errors=True)
 
 
-class Child:
-    """A ``tests/_child.py`` process speaking JSON lines on stdout."""
+class Child(ChildProcess):
+    """A ``tests/_child.py`` process speaking JSON lines on stdout (the benchmarks' child helper:
+    it gets SIGTERM if the test process dies)."""
 
     def __init__(self, role: str, *args, stdin: bool = False, env: dict | None = None, prefix: list[str] = ()):
+        super().__init__([*prefix, sys.executable, CHILD_SCRIPT, role, *map(str, args)], f"child {role}",
+                         stdin="pipe" if stdin else "devnull", env=env)
         self.role = role
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [*prefix, sys.executable, CHILD_SCRIPT, role, *map(str, args)],
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env,
-        )
-        self._lines: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
-        self._reader.start()
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def _read_stdout(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
     def stderr(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read()
+        return self.stderr_tail(1_000_000)
 
     def read(self, timeout: float = 30.0) -> dict:
         """The next JSON line of the child."""
         try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"child {self.role} said nothing within {timeout}s; "
-                                 f"stderr:\n{self.stderr()}") from None
+            line = self.next_line(timeout)
+        except TimeoutError:
+            raise AssertionError(f"child {self.role} said nothing within {timeout}s; stderr:\n{self.stderr()}") \
+                from None
         if line is None:
             self.proc.wait(timeout=10)
             raise AssertionError(f"child {self.role} exited ({self.proc.returncode}); stderr:\n{self.stderr()}")
@@ -235,11 +212,7 @@ class Child:
         """
         self.proc.send_signal(sig)
         if sig == signal.SIGSTOP:
-            deadline = time.monotonic() + 10.0
-            while not self._all_threads_stopped():
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"child {self.role} did not stop within 10 s of SIGSTOP")
-                time.sleep(0.001)
+            await_until(self._all_threads_stopped, what=f"child {self.role} to stop after SIGSTOP")
 
     def _all_threads_stopped(self) -> bool:
         states = []
@@ -258,22 +231,13 @@ class Child:
             self.proc.send_signal(signal.SIGKILL)
         return self.proc.wait(timeout=30)
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
+    def close(self, grace_s: float = 0.0) -> None:
+        """SIGCONT (a stopped child), then SIGKILL: a test's children are not asked to go."""
+        with contextlib.suppress(ProcessLookupError):
+            if self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            self.kill()
-        self.proc.wait(timeout=30)
-        self._reader.join(timeout=10)
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:
-                try:
-                    f.close()
-                except BrokenPipeError:
-                    pass
-        self._stderr.close()
+        self.kill()
+        super().close(grace_s=0.0)
 
 
 def pytest_configure(config):

@@ -28,13 +28,10 @@ import time
 import zipfile
 from pathlib import Path
 
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import ChildProcess, free_port, remove_dir, scratch_dir, two_free_ports
+
 ROOT = Path(__file__).resolve().parent.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import _common as c  # noqa: E402
-
-from sulis._benchkit import ChildProcess  # noqa: E402
 
 PEERS_DIR = Path(os.environ.get("SULIS_PEERS_DIR") or ROOT / "bench" / ".peers")
 SOURCE = Path(__file__).resolve().with_name("AeronPeer.java")
@@ -52,7 +49,7 @@ TUNING = {"mtu": "aeron.mtu.length", "term-length": "aeron.term.buffer.length",
 HINT = "run `bash bench/peers/install.sh`"
 
 
-class Missing(c.Skip):
+class Missing(r.Skip):
     """Java, javac or an Aeron jar is not there (a Skip: the row says so); ``str()`` says what to do."""
 
 
@@ -213,6 +210,12 @@ def dir_props(aeron_dir: str) -> dict:
     return {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.dir.delete.on.shutdown": "true"}
 
 
+def embedded(aeron: AeronJava, role: str, props: dict, aeron_dir: str, **params) -> list[str]:
+    """An AeronPeer ``role`` with a driver of its own (``props``) in ``aeron_dir``: the twin of a
+    sulis role with ``driver`` options."""
+    return peer(aeron, role, {**props, **dir_props(aeron_dir)}, driver=1, **params)
+
+
 def idle_class(name: str) -> str:
     """The Agrona idle strategy for a sulis idle strategy name (``sleeping:1ms`` -> SleepingIdleStrategy)."""
     try:
@@ -238,7 +241,7 @@ def driver_props(threading: str = "shared", idle: str = "yielding", channel_para
 def udp_channel(host: str, port: int, channel_params: str) -> str:
     """The channel with only the parameters every version knows as URI parameters (mtu, term-length)."""
     kept = [kv for kv in channel_params.split("|") if kv.split("=", 1)[0] in ("mtu", "term-length")]
-    return c.udp_channel(host, port, "|".join(kept))
+    return r.udp_channel(host, port, "|".join(kept))
 
 
 def require_class(aeron: AeronJava, cls: str) -> None:
@@ -302,7 +305,7 @@ def ipc_throughput(aeron: AeronJava, duration_s: float) -> dict:
     """EmbeddedExclusiveIpcThroughput (publisher, subscriber and a SHARED driver with a no-op idle
     strategy as threads of one JVM): its per-second rate lines from the first one for ``duration_s``;
     the first is warm-up, the figure the median of the rest."""
-    base = c.shm_dir("sulis-bench-aeron-")
+    base = scratch_dir("sulis-bench-aeron-")
     try:
         with _sample(aeron, "EmbeddedExclusiveIpcThroughput", dir_props(f"{base}/aeron")) as jvm:
             first = _wait(jvm, _RATE_LINE.pattern, 120)
@@ -314,7 +317,7 @@ def ipc_throughput(aeron: AeronJava, duration_s: float) -> dict:
             samples = [int(re.sub(r"\D", "", m.group(2))) * 1000.0 / int(m.group(1)) for t, line in jvm.lines
                        if t < stopped_at and (m := _RATE_LINE.match(line)) and int(m.group(1)) > 0]
     finally:
-        c.rm_tree(base)
+        remove_dir(base)
     if len(samples) < 2:
         raise RuntimeError(f"EmbeddedExclusiveIpcThroughput printed {len(samples)} rate lines")
     return {"msgs_per_s": statistics.median(samples[1:]), "samples": samples}
@@ -322,7 +325,7 @@ def ipc_throughput(aeron: AeronJava, duration_s: float) -> dict:
 
 def ipc_ping_pong(aeron: AeronJava, n: int, warmup: int) -> dict:
     """EmbeddedPingPong over aeron:ipc (DEDICATED driver, busy-spinning ping and pong, one JVM)."""
-    base = c.shm_dir("sulis-bench-aeron-")
+    base = scratch_dir("sulis-bench-aeron-")
     props = {**dir_props(f"{base}/aeron"), "aeron.sample.messages": n, "aeron.sample.warmup.messages": warmup,
              "aeron.sample.warmup.iterations": 5, "aeron.sample.ping.channel": "aeron:ipc",
              "aeron.sample.pong.channel": "aeron:ipc", "aeron.sample.ping.streamId": 1002,
@@ -333,7 +336,7 @@ def ipc_ping_pong(aeron: AeronJava, n: int, warmup: int) -> dict:
             jvm.stop()
             return percentiles([line for _, line in jvm.lines])
     finally:
-        c.rm_tree(base)
+        remove_dir(base)
 
 
 def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, channel_params: str, props: dict,
@@ -341,8 +344,8 @@ def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, chann
     """StreamingPublisher -> RateSubscriber over UDP, a JVM each with its embedded driver: msgs/s from
     the RateReporter's running totals over the lines' arrival times; the reporter's partial interval
     with the first messages is no sample, the first whole one is warm-up. 1.15.1's samples spin."""
-    base = c.shm_dir("sulis-bench-aeron-")
-    channel = udp_channel(host, c.free_port(host), channel_params)
+    base = scratch_dir("sulis-bench-aeron-")
+    channel = udp_channel(host, free_port(host), channel_params)
     common = {**props, "aeron.sample.embeddedMediaDriver": "true", "aeron.sample.channel": channel}
     if _version_key(aeron.version) >= (1, 30):
         common["aeron.sample.idleStrategy"] = idle_class(client_idle)
@@ -355,10 +358,10 @@ def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, chann
                 deadline = time.monotonic() + duration_s + 30
                 while len(sub.lines) < first + int(duration_s) + 1 and time.monotonic() < deadline:
                     time.sleep(0.05)
-                counters = {"publisher": c.read_counters(f"{base}/pub"), "subscriber": c.read_counters(f"{base}/sub")}
+                counters = {"publisher": r.read_counters(f"{base}/pub"), "subscriber": r.read_counters(f"{base}/sub")}
         totals = [(t, int(m.group(1))) for t, line in sub.lines if (m := _TOTALS.search(line))]
     finally:
-        c.rm_tree(base)
+        remove_dir(base)
     rates = [(n1 - n0) / (t1 - t0) for (t0, n0), (t1, n1) in zip(totals[:-1], totals[1:], strict=True)
              if n0 > 0 and t1 > t0]
     samples = rates[: int(duration_s)]
@@ -369,8 +372,8 @@ def udp_samples_throughput(aeron: AeronJava, duration_s: float, host: str, chann
 
 def udp_samples_ping_pong(aeron: AeronJava, n: int, host: str, channel_params: str, props: dict) -> dict:
     """The Ping and Pong samples over UDP (busy-spinning, hard-coded), a JVM each with its driver."""
-    base = c.shm_dir("sulis-bench-aeron-")
-    ports = c.two_free_ports(host)
+    base = scratch_dir("sulis-bench-aeron-")
+    ports = two_free_ports(host)
     common = {**props, "aeron.sample.embeddedMediaDriver": "true", "aeron.sample.messages": n,
               "aeron.sample.warmup.iterations": 1, "aeron.sample.warmup.messages": max(n // 5, 100),
               "aeron.sample.ping.channel": udp_channel(host, ports[0], channel_params),
@@ -384,7 +387,7 @@ def udp_samples_ping_pong(aeron: AeronJava, n: int, host: str, channel_params: s
                 ping.stop()
                 return percentiles([line for _, line in ping.lines])
     finally:
-        c.rm_tree(base)
+        remove_dir(base)
 
 
 def main() -> int:

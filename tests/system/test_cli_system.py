@@ -83,7 +83,7 @@ def test_bad_option_is_reported(args, words):
 
 
 @pytest.mark.parametrize("args", [["driver", "--print-config"], ["driver", "--dir", "/dev/shm/sulis-cli-bad-env"],
-                                  ["demo", "--messages", "10", "--round-trips", "10"]])
+                                  ["bench", "throughput", "--messages", "10", "--runs", "1"]])
 def test_a_bad_environment_variable_is_one_line_for_the_commands_that_read_it(args):
     env = clean_env(SULIS_MTU_LENGTH="lots", SULIS_CLIENT_LIVENESS_TIMEOUT="soon")
     out = run(*args, env=env)
@@ -220,7 +220,7 @@ def run_without(module: str, *args) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("module,args,extra", [
     ("prometheus_client", ["stat", "--prometheus", ":0", "--dir", "/dev/shm/sulis-cli-no-driver"], "prometheus"),
-    ("hdrh", ["demo", "--messages", "10", "--round-trips", "10"], "bench"),
+    ("hdrh", ["bench", "ping-pong", "--round-trips", "10", "--runs", "1"], "bench"),
 ])
 def test_a_missing_optional_package_names_the_extra(module, args, extra):
     out = run_without(module, *args)

@@ -1,4 +1,4 @@
-"""Pure helpers of the Spark pipeline benchmark and of the Spark source's replay requests."""
+"""Pure helpers of the Spark pipeline benchmark's Kafka peer and of the Spark source's replay requests."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def spark_pipeline():
-    return load_script(ROOT / "bench" / "spark_pipeline.py")
+def kafka_peer():
+    return load_script(ROOT / "bench" / "peers" / "kafka.py")
 
 
-def test_kafka_config_is_a_one_node_kraft_cluster_on_loopback_only(spark_pipeline, tmp_path):
-    text = spark_pipeline.kafka_config(str(tmp_path / "logs"), 19092, 19093)
+def test_kafka_config_is_a_one_node_kraft_cluster_on_loopback_only(kafka_peer, tmp_path):
+    text = kafka_peer.kafka_config(str(tmp_path / "logs"), 19092, 19093)
     props = dict(line.split("=", 1) for line in text.splitlines())
     assert props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == f"{props['node.id']}@127.0.0.1:19093"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import signal
-import sys
 import time
 
 import click
 
 from .. import _native
-from ._common import bad_environment, cli_error, missing_extra, option_flags, require
+from ._common import bad_environment, cli_error, missing_extra, option_flags
 
 #: One ``--name`` flag per driver option, from the driver's own table.
 _driver_options = option_flags(_native.driver_config, own=("dir",))
@@ -75,19 +74,6 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
         time.sleep(0.1)
     drv.close()
     click.echo("sulis media driver stopped", err=True)
-
-
-@main.command()
-@click.option("--messages", default=2_000_000, show_default=True, help="Messages in the throughput phase.")
-@click.option("--size", default=32, show_default=True, help="Message size in bytes.")
-@click.option("--round-trips", default=100_000, show_default=True, help="Round trips in the latency phase.")
-@click.option("--dir", "dir_", default=None, help="Driver directory (default: a fresh one under /dev/shm).")
-def demo(messages: int, size: int, round_trips: int, dir_: str | None) -> None:
-    """End-to-end IPC demo: an embedded driver, a second process, throughput and latency."""
-    require("hdrh", "sulis demo")
-    from ..demo import run
-
-    sys.exit(run(messages=messages, size=size, round_trips=round_trips, dir=dir_))
 
 
 # Operator tools, each in its own module: sulis stat, streams, errors, loss.

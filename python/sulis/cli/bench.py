@@ -22,7 +22,6 @@ import json
 import math
 import os
 import signal
-import statistics
 import sys
 import time
 from typing import Any
@@ -30,7 +29,9 @@ from typing import Any
 import click
 
 from .. import _native
-from ._common import require
+from .._benchkit import hist, loops, procs
+from .._benchkit.report import median, table
+from ._common import bad_environment, require
 
 STREAM_BASE = 10_001
 IPC_TERM_LENGTH = 16 * 1024 * 1024  # of the embedded drivers (Plan.driver_options)
@@ -252,10 +253,8 @@ def _window_messages(size: int, limits: dict) -> int:
 
 
 def _free_udp_port(host: str) -> int:
-    from .._benchkit import free_port
-
     try:
-        return free_port(host)
+        return procs.free_port(host)
     except OSError as e:
         raise click.BadParameter(f"cannot bind a UDP port on {host}: {e.strerror} (the endpoint's host must be an "
                                  f"address of this machine)", param_hint="'--channel'") from None
@@ -276,14 +275,13 @@ class Drivers:
 
     def __enter__(self) -> Drivers:
         from .. import Client, MediaDriver
-        from .._benchkit import scratch_dir
 
         try:
             if self.dir is not None and _native.active_driver(self.dir, 10_000) is not None:
                 self.external = True
             else:
                 if self.dir is None:
-                    self.dir = scratch_dir("sulis-clibench-")
+                    self.dir = procs.scratch_dir("sulis-clibench-")
                     self.created_dir = True
                 else:
                     self.created_dir = not os.path.exists(self.dir)
@@ -296,14 +294,13 @@ class Drivers:
         return self
 
     def __exit__(self, *_exc) -> None:
-        from .._benchkit import remove_dir
 
         if self.client is not None:
             self.client.close()
         if self.driver is not None:
             self.driver.close()
         if self.created_dir:
-            remove_dir(self.dir)
+            procs.remove_dir(self.dir)
 
     @property
     def drivers_per_run(self) -> int:
@@ -313,9 +310,7 @@ class Drivers:
     def for_child(self) -> tuple[str | None, dict | None]:
         """(driver directory, options of its own driver or None) for the second process."""
         if self.drivers_per_run == 2:
-            from .._benchkit import scratch_dir
-
-            return scratch_dir("sulis-clibench-peer-"), self.plan.driver_options()
+            return procs.scratch_dir("sulis-clibench-peer-"), self.plan.driver_options()
         return self.dir, None
 
     def describe(self) -> dict:
@@ -402,8 +397,6 @@ def _terminal_columns() -> int:
 
 def _sulis_throughput(drivers: Drivers, plan: Plan, size: int, warmup: int, k: int, limits: dict,
                       progress) -> dict:
-    from .. import _benchkit as kit
-
     channel, _ = plan.channels(k)
     stream, _ = plan.streams(k)
     total = warmup + plan.count
@@ -412,19 +405,19 @@ def _sulis_throughput(drivers: Drivers, plan: Plan, size: int, warmup: int, k: i
     pub = None
     child = None
     try:
-        child = kit.Child("subscriber", {"role": "sulis-sub", "dir": child_dir, "driver": child_driver,
+        child = procs.Child("subscriber", {"role": "sulis-sub", "dir": child_dir, "driver": child_driver,
                                          "channel": channel, "stream": stream, "total": total,
                                          "warmup": warmup, "fragments": fragments,
                                          "idle": plan.client_idle})
         child.read()
         pub = drivers.client.add_exclusive_publication(channel, stream)
-        stalled = kit.Watchdog("publishing", alive=child.alive)
-        kit.await_until(lambda: pub.is_connected, "the subscriber process to connect", 30, stalled)
+        stalled = loops.Watchdog("publishing", alive=child.alive)
+        loops.await_until(lambda: pub.is_connected, "the subscriber process to connect", 30, stalled)
         payload = bytes(size)
         t0 = time.perf_counter()
-        kit.publish(pub, payload, total, idle=plan.idle, stalled=stalled, progress=progress, chunk=_chunk(size))
+        loops.publish(pub, payload, total, idle=plan.idle, stalled=stalled, progress=progress, chunk=_chunk(size))
         sent_s = time.perf_counter() - t0
-        result = child.read(timeout=kit.STALL_TIMEOUT_S + 10)
+        result = child.read(timeout=loops.STALL_TIMEOUT_S + 10)
         child.finish()
     finally:
         if pub is not None:
@@ -432,7 +425,7 @@ def _sulis_throughput(drivers: Drivers, plan: Plan, size: int, warmup: int, k: i
         if child is not None:
             child.close()
         if child_driver is not None:
-            kit.remove_dir(child_dir)
+            procs.remove_dir(child_dir)
     return _throughput_record(result, warmup, size, sender_rate=total / sent_s if sent_s > 0 else None)
 
 
@@ -444,45 +437,32 @@ def _chunk(size: int) -> int:
 def _zmq_throughput(plan: Plan, size: int, warmup: int, progress) -> dict:
     import zmq
 
-    from .. import _benchkit as kit
-
     total = warmup + plan.count
-    with _zmq_pair(plan, zmq.PUSH, "pyzmq PULL", {"role": "zmq-pull", "total": total, "warmup": warmup}) \
+    with _zmq_pair(plan, "PUSH", "pyzmq PULL", {"role": "zmq-pull", "total": total, "warmup": warmup}) \
             as (sock, child):
         t0 = time.perf_counter()
-        kit.send_until(sock.send, bytes(size), count=total, chunk=_chunk(size), again=zmq.Again,
-                       stalled=kit.Watchdog("pyzmq PUSH", alive=child.alive), progress=progress)
+        loops.send_until(sock.send, bytes(size), count=total, chunk=_chunk(size), again=zmq.Again,
+                       stalled=loops.Watchdog("pyzmq PUSH", alive=child.alive), progress=progress)
         sent_s = time.perf_counter() - t0
-        result = child.read(timeout=kit.STALL_TIMEOUT_S + 10)
+        result = child.read(timeout=loops.STALL_TIMEOUT_S + 10)
         child.finish()
     return _throughput_record(result, warmup, size, sender_rate=total / sent_s if sent_s > 0 else None)
 
 
 @contextlib.contextmanager
-def _zmq_pair(plan: Plan, socket_type: int, what: str, params: dict):
-    """(socket of ``socket_type`` here, connected to the ``params["role"]`` child that bound its
-    endpoint); on the way out the socket, the context, the child and a unix socket's directory go."""
-    import zmq
+def _zmq_pair(plan: Plan, kind: str, what: str, params: dict):
+    """(socket of ``kind`` here, connected to the ``params["role"]`` child that bound its endpoint,
+    sends and receives timing out after 1 s so that a Watchdog sees a dead child); on the way out
+    the socket, the child and a unix socket's directory go."""
+    from .._benchkit.roles import zmq_socket
 
-    from .. import _benchkit as kit
-
-    endpoint, tmp = _zmq_endpoint(plan.kind, "pushpull" if socket_type == zmq.PUSH else "reqrep")
-    ctx = zmq.Context()
-    sock = ctx.socket(socket_type)
-    child = None
+    endpoint, tmp = _zmq_endpoint(plan.kind, "pushpull" if kind == "PUSH" else "reqrep")
     try:
-        child = kit.Child(what, {**params, "endpoint": endpoint})
-        ready = child.read()
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.setsockopt(zmq.RCVTIMEO, 1000)
-        sock.connect(ready["endpoint"])
-        yield sock, child
+        with procs.Child(what, {**params, "endpoint": endpoint}) as child, \
+                zmq_socket(kind, child.read()["endpoint"], timeout_s=1.0, ready=False) as sock:
+            yield sock, child
     finally:
-        sock.close(linger=0)
-        ctx.term()
-        if child is not None:
-            child.close()
-        kit.remove_dir(tmp)
+        procs.remove_dir(tmp)
 
 
 def _throughput_record(result: dict, warmup: int, size: int, sender_rate: float | None) -> dict:
@@ -502,8 +482,6 @@ def _throughput_record(result: dict, warmup: int, size: int, sender_rate: float 
 
 def _sulis_ping_pong(drivers: Drivers, plan: Plan, size: int, warmup: int, k: int, limits: dict,
                      progress) -> list[int]:
-    from .. import _benchkit as kit
-
     ping_channel, pong_channel = plan.channels(k)
     ping_stream, pong_stream = plan.streams(k)
     total = warmup + plan.count
@@ -511,17 +489,17 @@ def _sulis_ping_pong(drivers: Drivers, plan: Plan, size: int, warmup: int, k: in
     child_dir, child_driver = drivers.for_child()
     pub = sub = child = None
     try:
-        child = kit.Child("pong", {"role": "sulis-pong", "dir": child_dir, "driver": child_driver,
+        child = procs.Child("pong", {"role": "sulis-pong", "dir": child_dir, "driver": child_driver,
                                    "ping_channel": ping_channel, "ping_stream": ping_stream,
                                    "pong_channel": pong_channel, "pong_stream": pong_stream,
                                    "total": total, "assemble": assemble, "idle": plan.client_idle})
         child.read()
         sub = drivers.client.add_subscription(pong_channel, pong_stream)
         pub = drivers.client.add_exclusive_publication(ping_channel, ping_stream)
-        stalled = kit.Watchdog("waiting for echoes", alive=child.alive)
-        kit.await_until(lambda: pub.is_connected and sub.image_count > 0, "the pong process to connect", 30,
+        stalled = loops.Watchdog("waiting for echoes", alive=child.alive)
+        loops.await_until(lambda: pub.is_connected and sub.image_count > 0, "the pong process to connect", 30,
                         stalled)
-        samples = kit.ping(pub, sub, bytes(size), warmup, plan.count, assemble, idle=plan.idle, stalled=stalled,
+        samples = loops.ping(pub, sub, bytes(size), warmup, plan.count, assemble, idle=plan.idle, stalled=stalled,
                              progress=progress)
         child.read()
         child.finish()
@@ -530,17 +508,15 @@ def _sulis_ping_pong(drivers: Drivers, plan: Plan, size: int, warmup: int, k: in
             if closable is not None:
                 closable.close()
         if child_driver is not None:
-            kit.remove_dir(child_dir)
+            procs.remove_dir(child_dir)
     return samples
 
 
 def _zmq_ping_pong(plan: Plan, size: int, warmup: int, progress) -> list[int]:
     import zmq
 
-    from .. import _benchkit as kit
-
     total = warmup + plan.count
-    with _zmq_pair(plan, zmq.REQ, "pyzmq REP", {"role": "zmq-rep", "total": total}) as (sock, child):
+    with _zmq_pair(plan, "REQ", "pyzmq REP", {"role": "zmq-rep", "total": total}) as (sock, child):
         recv = sock.recv
 
         def try_recv():  # None after the socket's 1 s time-out: the Watchdog then looks at the REP process
@@ -549,8 +525,8 @@ def _zmq_ping_pong(plan: Plan, size: int, warmup: int, progress) -> list[int]:
             except zmq.Again:
                 return None
 
-        samples = kit.ping_each(sock.send, try_recv, bytes(size), warmup, plan.count,
-                                stalled=kit.Watchdog("pyzmq REQ", alive=child.alive), progress=progress)
+        samples = loops.ping_each(sock.send, try_recv, bytes(size), warmup, plan.count,
+                                stalled=loops.Watchdog("pyzmq REQ", alive=child.alive), progress=progress)
         child.read()
         child.finish()
     return samples
@@ -609,8 +585,6 @@ def _main(mode: str, count: int, options: dict) -> None:
 
 
 def _run(plan: Plan) -> dict:
-    from .. import _benchkit as kit
-
     if _native.build_profile != "release" and not plan.as_json:
         click.echo(f"warning: sulis is a {_native.build_profile} build; its figures are not representative",
                    err=True)
@@ -648,7 +622,7 @@ def _run(plan: Plan) -> dict:
                                 rec = _measure(plan, sulis_drivers, system, size, warmups[size], k, limits, cb)
                         else:
                             rec = _measure(plan, None, system, size, warmups[size], k, limits, cb)
-                    except (kit.BenchError, _native.SulisError) as e:
+                    except (loops.BenchError, _native.SulisError) as e:
                         raise click.ClickException(f"{label}: {e}") from None
                     finally:
                         progress.clear()
@@ -657,15 +631,13 @@ def _run(plan: Plan) -> dict:
                     records[(system, size)].append(rec)
                     progress.done(f"{label}: {_run_line(plan.mode, rec)}")
     except _native.SulisError as e:
-        raise click.ClickException(str(e)) from None
+        raise bad_environment(e) or click.ClickException(str(e)) from None
     # The drivers are closed (and their directories gone) before the plot is drawn.
     return _document(plan, drivers, labels, systems, records, limits, warmups)
 
 
 def _measure(plan: Plan, drivers: Drivers | None, system: str, size: int, warmup: int, k: int, limits: dict,
              progress) -> dict:
-    from .. import _benchkit as kit
-
     if system == "sulis":
         assert drivers is not None  # sulis runs on drivers of its own, the peers on none
         if plan.mode == "throughput":
@@ -675,8 +647,8 @@ def _measure(plan: Plan, drivers: Drivers | None, system: str, size: int, warmup
         return _zmq_throughput(plan, size, warmup, progress)
     else:
         samples = _zmq_ping_pong(plan, size, warmup, progress)
-    hist = kit.histogram(samples)
-    return {"round_trips": len(samples), "warmup": warmup, **kit.summarize(hist), "histogram": kit.encode(hist)}
+    h = hist.histogram(samples)
+    return {"round_trips": len(samples), "warmup": warmup, **hist.summarize(h), "histogram": hist.encode(h)}
 
 
 def _run_line(mode: str, rec: dict) -> str:
@@ -689,15 +661,8 @@ _LATENCY_COLUMNS = [("p50", "p50_us"), ("p90", "p90_us"), ("p99", "p99_us"), ("p
                     ("p99.99", "p99_99_us"), ("max", "max_us")]
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], records: dict, limits: dict,
               warmups: dict[int, int]) -> dict:
-    from .. import _benchkit as kit
-
     results = []
     merged = {}
     for size in plan.sizes:
@@ -706,14 +671,14 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
             runs = records[(system, size)]
             extra = {}
             if plan.mode == "throughput":
-                median = {key: _median(r[key] for r in runs) for key in ("msgs_per_s", "mb_per_s")}
-                figure = median["msgs_per_s"]
+                medians = {key: median(r[key] for r in runs) for key in ("msgs_per_s", "mb_per_s")}
+                figure = medians["msgs_per_s"]
                 extra["too_short"] = any(r["too_short"] for r in runs)
             else:
                 keys = ["min_us", "mean_us", *(key for _, key in _LATENCY_COLUMNS)]
-                median = {key: _median(r[key] for r in runs) for key in keys}
-                figure = median["p50_us"]
-                hists = [kit.decode(r["histogram"]) for r in runs]
+                medians = {key: median(r[key] for r in runs) for key in keys}
+                figure = medians["p50_us"]
+                hists = [hist.decode(r["histogram"]) for r in runs]
                 for h in hists[1:]:
                     hists[0].add(h)
                 merged[(system, size)] = hists[0]
@@ -721,7 +686,7 @@ def _document(plan: Plan, drivers: Drivers, labels: dict, systems: list[str], re
                 base = figure
             ratio = figure / base if figure is not None and base else None
             results.append({"system": system, "name": labels[system], "size": size, "warmup": warmups[size],
-                            "runs": runs, "median": median, "vs_sulis": ratio, **extra})
+                            "runs": runs, "median": medians, "vs_sulis": ratio, **extra})
     doc = {
         "mode": plan.mode,
         "transport": plan.kind,
@@ -766,17 +731,6 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, row in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
-
-
 def _report(doc: dict) -> list[str]:
     d = doc["driver"]
     if d["embedded"]:
@@ -807,7 +761,7 @@ def _report(doc: dict) -> list[str]:
             rate = _num(r["median"]["msgs_per_s"]) + (" (!)" if r["too_short"] else "")
             rows.append([r["name"], f"{r['size']:,} B", rate, _fixed(r["median"]["mb_per_s"], 1)]
                         + ([per_run] if runs > 1 else []) + [_ratio(r["vs_sulis"])])
-        lines += _table(rows)
+        lines += table(rows[0], rows[1:])
         lines += ["", "msgs/s counted and timed by the receiver; MB/s of payload; vs sulis: msgs/s / sulis' msgs/s"]
         if any(r["too_short"] for r in doc["results"]):
             lines.append(f"(!) too short to mean anything: a run timed for less than {MIN_TIMED_S:g} s measures "
@@ -819,7 +773,7 @@ def _report(doc: dict) -> list[str]:
         for r in doc["results"]:
             rows.append([r["name"], f"{r['size']:,} B", *(_fixed(r["median"][key]) for _, key in _LATENCY_COLUMNS),
                          _ratio(r["vs_sulis"])])
-        lines += _table(rows)
+        lines += table(rows[0], rows[1:])
         lines += ["", "round-trip times in µs; vs sulis: p50 / sulis' p50 (above 1: slower than sulis)"]
         if doc.get("plot"):
             lines.append(f"plot: {doc['plot']}")
@@ -838,20 +792,18 @@ def _plot(path: str, series: list, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .. import _benchkit as kit
-
     fig, ax = plt.subplots(figsize=(10, 6))
     top = 10.0
     lows, highs = [], []
-    for label, hist in series:
-        total = hist.get_total_count()
+    for label, h in series:
+        total = h.get_total_count()
         x_max = max(float(total), 2.0)
         top = max(top, x_max)
         points = 240
         xs = [x_max ** (j / points) for j in range(points + 1)]
-        ys = [v / 1000.0 for v in kit.values_at_percentiles(hist, [100.0 * (1.0 - 1.0 / x) for x in xs])]
+        ys = [v / 1000.0 for v in hist.values_at_percentiles(h, [100.0 * (1.0 - 1.0 / x) for x in xs])]
         xs.append(x_max)
-        ys.append(hist.get_max_value() / 1000.0)
+        ys.append(h.get_max_value() / 1000.0)
         ax.plot(xs, ys, label=label, linewidth=1.6, drawstyle="steps-post")
         lows.append(min(y for y in ys if y > 0))
         highs.append(max(ys))

@@ -1,6 +1,6 @@
 """The main job: market ticks through sulis, recorded by the archive, aggregated by Spark, checked.
 
-``python -m sulis.spark.pipeline`` (``bash scripts/demo.sh``) runs, in this process:
+``python examples/spark_pipeline.py`` (``bash scripts/demo.sh``) runs, in this process:
 
 1. an embedded media driver and an archive recording ``aeron:ipc`` stream 1001;
 2. a publisher thread offering synthetic ticks of many instruments at ``--rate`` per second with
