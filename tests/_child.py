@@ -20,10 +20,19 @@ Roles
     of STREAM (on CHANNEL, default ``aeron:ipc``), retrying on back pressure,
     then reports and exits. With WAIT_GO=1 it waits for a ``go`` line on
     stdin after ``ready``.
+``pace DIR STREAM CHANNEL RATE``
+    Offers numbered 500-byte messages (a little-endian u64 sequence, then
+    filler) at RATE per second until a ``stop`` line on stdin, never waiting
+    for back pressure to end (a refused offer is tried again at the next
+    tick); then reports ``done`` with ``sent`` and ``refused`` and exits.
+``tally DIR STREAM CHANNEL``
+    Subscribes and counts what ``pace`` sends: messages, the gaps in their
+    sequence, images that came and went; ``report`` on stdin answers with
+    the tally (and goes on), ``exit`` ends it.
 ``archive DRIVER_DIR ARCHIVE_DIR [OPTIONS_JSON]``
     Runs an archive (a client of the driver in DRIVER_DIR) until killed.
-``consume DIR STREAM PRODUCERS COUNT``
-    Subscribes to STREAM (IPC) and checks every message (``parse_message``):
+``consume DIR STREAM PRODUCERS COUNT [CHANNEL]``
+    Subscribes to STREAM (on CHANNEL, default ``aeron:ipc``) and checks every message (``parse_message``):
     each of PRODUCERS producers' COUNT messages must arrive once, in order,
     intact. Reports ``done`` with the images it saw, then exits.
 """
@@ -166,12 +175,12 @@ def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, ma
         say(done=True, sent=n, position=pub.position)
 
 
-def role_consume(dir: str, stream: str, producers: str, count: str) -> None:
+def role_consume(dir: str, stream: str, producers: str, count: str, channel: str = "aeron:ipc") -> None:
     n, expected = int(count), int(producers) * int(count)
     next_seq: dict[int, int] = {}
     images: list[int] = []
     with sulis.Client(dir=dir, driver_timeout=10.0) as client:
-        sub = client.add_subscription("aeron:ipc", int(stream),
+        sub = client.add_subscription(channel, int(stream),
                                       on_available_image=lambda im: images.append(im.session_id))
         say(ready=True, pid=os.getpid(), client_id=client.client_id)
 
@@ -190,6 +199,71 @@ def role_consume(dir: str, stream: str, producers: str, count: str) -> None:
             image_count=sub.image_count, lapped=client.lapped_count)
 
 
+def role_pace(dir: str, stream: str, channel: str, rate: str) -> None:
+    import threading
+
+    stop = threading.Event()
+    with sulis.Client(dir=dir, driver_timeout=10.0) as client:
+        pub = client.add_exclusive_publication(channel, int(stream))
+        _await(lambda: pub.is_connected)
+        say(ready=True, pid=os.getpid(), session_id=pub.session_id)
+        threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+        period = 1.0 / int(rate)
+        msg = bytearray(500)
+        sent = refused = 0
+        start = time.monotonic()
+        while not stop.is_set():
+            due = start + sent * period
+            now = time.monotonic()
+            if now < due:
+                time.sleep(min(due - now, 0.001))
+                continue
+            msg[:8] = sent.to_bytes(8, "little")
+            if pub.offer(msg) >= 0:
+                sent += 1
+            else:
+                refused += 1
+                time.sleep(0.0005)
+        say(done=True, sent=sent, refused=refused, position=pub.position)
+
+
+def role_tally(dir: str, stream: str, channel: str) -> None:
+    import threading
+
+    tally = {"received": 0, "gaps": 0, "last": -1, "available": 0, "unavailable": 0}
+    lock = threading.Lock()
+    with sulis.Client(dir=dir, driver_timeout=10.0) as client:
+        def came(_image):
+            with lock:
+                tally["available"] += 1
+
+        def went(_image):
+            with lock:
+                tally["unavailable"] += 1
+
+        sub = client.add_subscription(channel, int(stream), on_available_image=came, on_unavailable_image=went)
+        say(ready=True, pid=os.getpid())
+        commands: list[str] = []
+        threading.Thread(target=lambda: [commands.append(line.strip()) for line in sys.stdin], daemon=True).start()
+
+        def on_message(buffer, _header):
+            seq = int.from_bytes(bytes(buffer[:8]), "little")
+            if seq != tally["last"] + 1:
+                tally["gaps"] += 1
+            tally["last"] = seq
+            tally["received"] += 1
+
+        while True:
+            if sub.poll(on_message, 256) == 0:
+                time.sleep(0.0005)
+            while commands:
+                cmd = commands.pop(0)
+                if cmd == "exit":
+                    return
+                with lock:
+                    say(**tally, images=sub.image_count)
+
+
 def role_archive(driver_dir: str, archive_dir: str, options: str = "{}") -> None:
     archive = sulis.Archive(archive_dir, driver_dir=driver_dir, **json.loads(options))
     say(ready=True, pid=os.getpid(), archive_id=archive.archive_id)
@@ -198,7 +272,8 @@ def role_archive(driver_dir: str, archive_dir: str, options: str = "{}") -> None
 
 
 ROLES = {"driver": role_driver, "hold": role_hold, "subscribe": role_subscribe, "claim": role_claim,
-         "produce": role_produce, "consume": role_consume, "archive": role_archive}
+         "produce": role_produce, "consume": role_consume, "pace": role_pace, "tally": role_tally,
+         "archive": role_archive}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](*sys.argv[2:])

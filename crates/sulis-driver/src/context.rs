@@ -12,6 +12,7 @@
 use crate::loss::LossSpec;
 use std::path::PathBuf;
 use sulis_concurrent::idle::IdleStrategy;
+use sulis_protocol::flow_control_params::FlowControlStrategy;
 use sulis_protocol::log_buffer_descriptor::{check_page_size, check_term_length};
 use sulis_protocol::values::{format_duration_ns, parse_bool, parse_duration_option, parse_size};
 
@@ -149,6 +150,26 @@ pub struct DriverContext {
     pub retransmit_unicast_linger_ns: u64,
     /// Gaps a receiver NAKs at once per image.
     pub loss_max_gaps: usize,
+    /// Flow control of multicast and multi-destination publications without `fc=`.
+    pub multicast_flow_control: FlowControlStrategy,
+    /// Group tag of a `tagged` flow control whose channel names none.
+    pub flow_control_group_tag: i64,
+    /// Receivers a `min`/`tagged` publication waits for when its channel says no `g:/N`.
+    pub flow_control_group_min_size: usize,
+    /// A `min`/`tagged` publication stops counting a receiver silent this long.
+    pub flow_control_receiver_timeout_ns: u64,
+    /// Group tag of subscriptions without `gtag=` (None: their status messages carry none).
+    pub receiver_group_tag: Option<i64>,
+    /// Retransmits a multicast or multi-destination publication runs at once.
+    pub max_resend: usize,
+    /// Longest NAK back-off of a receiver in a group (multicast).
+    pub nak_multicast_max_backoff_ns: u64,
+    /// Group size the multicast NAK back-off assumes.
+    pub nak_multicast_group_size: usize,
+    /// Multicast TTL of channels without `ttl=` (0 = the OS default).
+    pub socket_multicast_ttl: u8,
+    /// A reliable image stuck this long behind data its sender no longer keeps gives up (0: never).
+    pub receiver_stall_timeout_ns: u64,
     /// Test loss: data frames the sender drops.
     pub send_data_loss: LossSpec,
     /// Test loss: control frames the sender and receiver drop when sending.
@@ -178,6 +199,17 @@ macro_rules! opt {
     ($($row:tt)*) => {
         sulis_protocol::option!($($row)*)
     };
+}
+
+fn parse_strategy(s: &str) -> Result<FlowControlStrategy, String> {
+    match s {
+        "max" => Ok(FlowControlStrategy::Max),
+        "min" => Ok(FlowControlStrategy::Min),
+        "tagged" => Ok(FlowControlStrategy::Tagged),
+        _ => Err(format!(
+            "'{s}' is not a flow control strategy; use max, min or tagged"
+        )),
+    }
 }
 
 fn show_size(v: &usize) -> String {
@@ -525,6 +557,86 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_size
     ),
     opt!(
+        multicast_flow_control,
+        "SULIS_MULTICAST_FLOW_CONTROL",
+        "",
+        "Flow control of multicast and multi-destination publications whose channel has no fc=: max (the fastest receiver paces), min (the slowest), tagged (the slowest of the flow_control_group_tag group).",
+        parse_strategy,
+        |v: &FlowControlStrategy| v.name().to_string()
+    ),
+    opt!(
+        flow_control_group_tag,
+        "SULIS_FLOW_CONTROL_GROUP_TAG",
+        "",
+        "Group tag a tagged flow control counts receivers of when its channel names none (fc=tagged,g:TAG).",
+        |s: &str| s.parse::<i64>().map_err(|e| format!("{e}")),
+        |v: &i64| v.to_string()
+    ),
+    opt!(
+        flow_control_group_min_size,
+        "SULIS_FLOW_CONTROL_GROUP_MIN_SIZE",
+        "",
+        "Receivers a min or tagged publication waits for before it is connected, when its channel says no g:/N.",
+        |s: &str| s.parse::<usize>().map_err(|e| format!("{e}")),
+        show_size
+    ),
+    opt!(
+        flow_control_receiver_timeout_ns as "flow_control_receiver_timeout",
+        "SULIS_FLOW_CONTROL_RECEIVER_TIMEOUT",
+        "duration",
+        "A min or tagged publication stops counting a receiver that sent no status message for this long (fc=...,t: overrides it).",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
+        receiver_group_tag,
+        "SULIS_RECEIVER_GROUP_TAG",
+        "",
+        "Group tag in the status messages of subscriptions without gtag= (none: no tag).",
+        |s: &str| if s == "none" { Ok(None) } else { s.parse::<i64>().map(Some).map_err(|e| format!("{e}")) },
+        |v: &Option<i64>| v.map_or("none".to_string(), |t| t.to_string())
+    ),
+    opt!(
+        max_resend,
+        "SULIS_MAX_RESEND",
+        "",
+        "Retransmits a multicast or multi-destination publication runs at once (1..256; a channel's max-resend overrides it).",
+        |s: &str| s.parse::<usize>().map_err(|e| format!("{e}")),
+        show_size
+    ),
+    opt!(
+        nak_multicast_max_backoff_ns as "nak_multicast_max_backoff",
+        "SULIS_NAK_MULTICAST_MAX_BACKOFF",
+        "duration",
+        "Longest random delay before a receiver in a group (multicast) NAKs a gap, so that one NAK, not one per receiver, reaches the sender.",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
+        nak_multicast_group_size,
+        "SULIS_NAK_MULTICAST_GROUP_SIZE",
+        "",
+        "Group size the multicast NAK back-off assumes.",
+        |s: &str| s.parse::<usize>().map_err(|e| format!("{e}")),
+        show_size
+    ),
+    opt!(
+        socket_multicast_ttl,
+        "SULIS_SOCKET_MULTICAST_TTL",
+        "",
+        "Multicast TTL of channels without ttl= (0 = the OS default, 1 on Linux: one network).",
+        |s: &str| s.parse::<u8>().map_err(|e| format!("{e}")),
+        |v: &u8| v.to_string()
+    ),
+    opt!(
+        receiver_stall_timeout_ns as "receiver_stall_timeout",
+        "SULIS_RECEIVER_STALL_TIMEOUT",
+        "duration",
+        "A reliable image whose rebuild position has not moved for this long while its sender is more than half a term ahead (no sender keeps what lies that far behind it) gives up: the bytes go to the loss report, subscribers see the image end, and the session is joined again where the stream is. A receiver that fell behind a multicast max stream would otherwise wait for good (0: never give up).",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
         send_data_loss,
         "SULIS_SEND_DATA_LOSS",
         "spec",
@@ -639,6 +751,16 @@ impl Default for DriverContext {
             retransmit_unicast_delay_ns: 0,
             retransmit_unicast_linger_ns: 10_000_000,
             loss_max_gaps: 16,
+            multicast_flow_control: FlowControlStrategy::Max,
+            flow_control_group_tag: -1,
+            flow_control_group_min_size: 0,
+            flow_control_receiver_timeout_ns: 5_000_000_000,
+            receiver_group_tag: None,
+            max_resend: 16,
+            nak_multicast_max_backoff_ns: 10_000_000,
+            nak_multicast_group_size: 10,
+            socket_multicast_ttl: 0,
+            receiver_stall_timeout_ns: 2_000_000_000,
             send_data_loss: LossSpec::Off,
             send_control_loss: LossSpec::Off,
             receive_data_loss: LossSpec::Off,
@@ -718,6 +840,15 @@ impl DriverContext {
                 self.loss_report_buffer_length
             ));
         }
+        if self.max_resend == 0 || self.max_resend > 256 {
+            return Err(format!(
+                "max_resend: {} must be between 1 and 256",
+                self.max_resend
+            ));
+        }
+        if self.nak_multicast_group_size == 0 {
+            return Err("nak_multicast_group_size must be at least 1".into());
+        }
         if self.loss_max_gaps == 0 || self.loss_max_gaps > 256 {
             return Err(format!(
                 "loss_max_gaps: {} must be between 1 and 256",
@@ -788,6 +919,12 @@ pub struct ReceiverConfig {
     pub receiver_id: i64,
     /// Let the kernel coalesce received datagrams (UDP GRO).
     pub gro: bool,
+    /// Longest random NAK back-off of an image with group semantics.
+    pub nak_multicast_max_backoff_ns: i64,
+    /// Group size that back-off assumes.
+    pub nak_multicast_group_size: u32,
+    /// An image stuck this long behind data its sender no longer keeps gives up (0: never).
+    pub stall_timeout_ns: i64,
 }
 
 #[cfg(test)]

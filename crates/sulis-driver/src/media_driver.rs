@@ -188,9 +188,15 @@ impl MediaDriver {
             },
             errors.clone(),
         );
+        // Random per driver (flow control tells receivers apart by it): the
+        // standard library's hasher keys come from the OS's randomness and
+        // differ for every driver, even two started in one process at once.
         let receiver_id = {
-            let t = epoch_ms() as u64 ^ ((std::process::id() as u64) << 32);
-            crate::loss::XorShift64::new(t).next_u64() as i64
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(epoch_ms() as u64);
+            h.write_u32(std::process::id());
+            h.finish() as i64
         };
         let loss_file = MappedFile::create(
             &dir.join(LOSS_REPORT_FILE),
@@ -213,6 +219,11 @@ impl MediaDriver {
                     .max(ctx.status_message_timeout_ns as i64),
                 receiver_id,
                 gro: ctx.udp_offload,
+                nak_multicast_max_backoff_ns: ctx.nak_multicast_max_backoff_ns.min(i64::MAX as u64)
+                    as i64,
+                nak_multicast_group_size: ctx.nak_multicast_group_size.min(u32::MAX as usize)
+                    as u32,
+                stall_timeout_ns: ctx.receiver_stall_timeout_ns.min(i64::MAX as u64) as i64,
             },
             errors,
         )

@@ -26,14 +26,15 @@
 
 use crate::agent::ErrorReporter;
 use crate::context::SenderConfig;
-use crate::flow_control::{FlowControl, UnicastFlowControl};
+use crate::flow_control::{FlowControl, FlowControlSpec, TrackedReceiver};
 use crate::ipc_publication::{reader_position, tethered_position, LocalSubscriber};
 use crate::lifecycle::PublicationState;
 use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
 use crate::media::transport::{send_control_frame, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::term_scanner::scan_for_availability;
 use sulis_concurrent::logbuffer::{self, meta, LogBuffers};
@@ -62,9 +63,18 @@ pub struct NetworkPublication {
     pub stream_id: i32,
     /// Channel as the first publisher gave it.
     pub channel: String,
-    /// Where data goes; `None` for a response publication, which learns it
-    /// from the first setup-eliciting status message.
+    /// Where data goes (a unicast host, or the multicast data group); `None`
+    /// for a response publication, which learns it from the first
+    /// setup-eliciting status message.
     pub destination: Option<SocketAddr>,
+    /// Group semantics (multicast or multi-destination): SETUP says so
+    /// (GROUP flag), receivers back off their NAKs, several retransmits may
+    /// run at once.
+    pub group: bool,
+    /// The flow-control strategy the sender runs for it.
+    pub flow_control: FlowControlSpec,
+    /// Retransmits that may run at once (group semantics; `max-resend`).
+    pub max_resend: usize,
     /// `control-mode=response`: answers a request stream over the address its
     /// requester's setup-eliciting status message came from.
     pub is_response: bool,
@@ -107,7 +117,17 @@ pub struct NetworkPublication {
     /// the sender skips ahead to (set by the conductor); else
     /// [`NO_CATCH_UP`].
     pub spy_catch_up: AtomicI64,
+    /// The flow control has the receivers it waits for (`g:/N`; always true
+    /// for strategies that wait for none). Set by the sender.
+    pub required_receivers: AtomicBool,
+    /// The receivers the flow control tracks (`min`, `tagged`), as the sender
+    /// last published them (at most every [`RECEIVERS_PUBLISH_INTERVAL_NS`],
+    /// and whenever one comes or goes), for counters and tools.
+    pub receivers: ArcSwap<Vec<TrackedReceiver>>,
 }
+
+/// How often the sender publishes the tracked receivers' positions at most.
+pub const RECEIVERS_PUBLISH_INTERVAL_NS: i64 = 100_000_000;
 
 /// [`NetworkPublication::spy_catch_up`] when there is nothing to skip to.
 pub const NO_CATCH_UP: i64 = i64::MIN;
@@ -156,6 +176,22 @@ pub struct NetworkPublicationEntry {
     pub awaiting_response_connect: bool,
     /// Set when the endpoint was given as a host name.
     pub re_resolution: Option<ReResolution>,
+    /// `min`/`tagged` flow control: its counters (conductor).
+    pub flow_control_counters: Option<FlowControlCounters>,
+}
+
+/// The counters of a flow control that tracks receivers: how many there
+/// are (`fc-receivers`) and one per receiver with the position it reported,
+/// kept in step with what the sender publishes
+/// ([`NetworkPublication::receivers`]).
+pub struct FlowControlCounters {
+    /// The `fc-receivers` counter id.
+    pub receivers_counter_id: i32,
+    /// (receiver id, its `fc-receiver` counter).
+    pub per_receiver: Vec<(i64, CounterRef)>,
+    /// The receivers the counters show (compared by pointer: the sender
+    /// swaps in a new list when anything changed).
+    pub shown: std::sync::Arc<Vec<TrackedReceiver>>,
 }
 
 /// A publication's endpoint host name, looked up again when the publication
@@ -197,6 +233,7 @@ impl NetworkPublicationEntry {
             connected: false,
             awaiting_response_connect: false,
             re_resolution: None,
+            flow_control_counters: None,
         }
     }
 
@@ -232,7 +269,8 @@ impl NetworkPublicationEntry {
             return 0;
         }
         let mut work = 0;
-        let receivers = p.has_receivers(now_ns, connection_timeout_ns);
+        let receivers = p.has_receivers(now_ns, connection_timeout_ns)
+            && p.required_receivers.load(Ordering::Acquire);
         let simulated = !receivers
             && self
                 .spies
@@ -344,6 +382,11 @@ pub struct PublicationSender {
     flow_limited: bool,
     retransmit: RetransmitHandler,
     flow_control: Box<dyn FlowControl>,
+    /// A receiver asked for the SETUP that goes out next (the flow control hears of it).
+    setup_elicited: bool,
+    /// The tracked receivers as last published, and when.
+    published_receivers: usize,
+    time_of_receivers_publish_ns: i64,
     /// Ranges to resend, gathered before sending (no allocation per NAK).
     resends: Vec<(i32, i32, i32)>,
 }
@@ -355,13 +398,24 @@ impl PublicationSender {
         cfg: &SenderConfig,
         now_ns: i64,
     ) -> PublicationSender {
-        let retransmit = RetransmitHandler::new_unicast(
-            Box::new(StaticDelayGenerator::new(
-                cfg.retransmit_delay_ns,
-                cfg.retransmit_delay_ns == 0,
-            )),
-            cfg.retransmit_linger_ns,
-        );
+        let delay = Box::new(StaticDelayGenerator::new(
+            cfg.retransmit_delay_ns,
+            cfg.retransmit_delay_ns == 0,
+        ));
+        let mut retransmit = if publication.group {
+            // One retransmit per gap however many receivers NAK it; several
+            // gaps (of several receivers) at once.
+            RetransmitHandler::new(delay, cfg.retransmit_linger_ns, publication.max_resend)
+        } else {
+            RetransmitHandler::new_unicast(delay, cfg.retransmit_linger_ns)
+        };
+        if let Some(rrwm) = publication.flow_control.retransmit_receiver_window_multiple {
+            retransmit = retransmit.with_rrwm(rrwm.min(i32::MAX as u32) as i32);
+        }
+        let flow_control = publication.flow_control.build();
+        publication
+            .required_receivers
+            .store(flow_control.has_required_receivers(), Ordering::Release);
         PublicationSender {
             destination: publication.destination,
             sender_limit: publication.snd_pos.get(),
@@ -372,7 +426,10 @@ impl PublicationSender {
             eos_sent: false,
             flow_limited: false,
             retransmit,
-            flow_control: Box::new(UnicastFlowControl),
+            flow_control,
+            setup_elicited: false,
+            published_receivers: 0,
+            time_of_receivers_publish_ns: i64::MIN / 2,
             resends: Vec::new(),
         }
     }
@@ -417,6 +474,8 @@ impl PublicationSender {
                 // answers one the requester sent).
                 self.destination = Some(src);
             }
+            self.flow_control.on_trigger_send_setup(sm, now_ns);
+            self.setup_elicited = true;
             self.trigger_setup(cfg, now_ns);
             return Ok(());
         }
@@ -446,7 +505,36 @@ impl PublicationSender {
         self.set_sender_limit(limit);
         self.should_send_setup = false;
         p.time_of_last_sm_ns.store(now_ns, Ordering::Release);
+        self.after_flow_control(now_ns);
         Ok(())
+    }
+
+    /// A receiver rejected the stream (an error frame): the flow control
+    /// stops counting it.
+    pub fn on_error_frame(&mut self, receiver_id: i64, group_tag: Option<i64>, now_ns: i64) {
+        self.flow_control.on_error(receiver_id, group_tag);
+        self.after_flow_control(now_ns);
+    }
+
+    /// Publishes what the flow control decided for the conductor: whether
+    /// its required receivers are there, and the receivers it tracks (when
+    /// one came or went, else at most every
+    /// [`RECEIVERS_PUBLISH_INTERVAL_NS`]).
+    fn after_flow_control(&mut self, now_ns: i64) {
+        let p = &self.publication;
+        p.required_receivers.store(
+            self.flow_control.has_required_receivers(),
+            Ordering::Release,
+        );
+        let receivers = self.flow_control.receivers();
+        if receivers.len() != self.published_receivers
+            || (!receivers.is_empty()
+                && now_ns - self.time_of_receivers_publish_ns >= RECEIVERS_PUBLISH_INTERVAL_NS)
+        {
+            p.receivers.store(std::sync::Arc::new(receivers.to_vec()));
+            self.published_receivers = receivers.len();
+            self.time_of_receivers_publish_ns = now_ns;
+        }
     }
 
     fn set_sender_limit(&mut self, limit: i64) {
@@ -497,13 +585,21 @@ impl PublicationSender {
         Ok(())
     }
 
-    /// The reply to a receiver's RTT measurement request.
-    pub fn rttm_reply(&self, request: &RttmFrame) -> RttmFrame {
-        RttmFrame {
+    /// The reply to a receiver's RTT measurement request from `src`, and
+    /// where it goes: back to `src`, or for a group to where the data goes
+    /// (a multicast receiver's socket listens on the data group only; the
+    /// receiver id in the reply tells the asker).
+    pub fn rttm_reply(&self, request: &RttmFrame, src: SocketAddr) -> (RttmFrame, SocketAddr) {
+        let reply = RttmFrame {
             flags: 0,
             reception_delta_ns: 0,
             ..*request
-        }
+        };
+        let to = match self.destination {
+            Some(d) if self.publication.group => d,
+            _ => src,
+        };
+        (reply, to)
     }
 
     /// Resends whole frames from (`term_id`, `term_offset`) for `length` bytes.
@@ -581,6 +677,7 @@ impl PublicationSender {
             .flow_control
             .on_idle(now_ns, self.sender_limit, sender_position, is_eos);
         self.set_sender_limit(limit);
+        self.after_flow_control(now_ns);
 
         // SETUP until a receiver answers (or when one asks for it).
         if !self.should_send_setup && !is_eos && !p.has_receivers(now_ns, cfg.connection_timeout_ns)
@@ -591,12 +688,19 @@ impl PublicationSender {
             && !is_eos
             && now_ns - self.time_of_last_setup_ns >= cfg.setup_interval_ns
         {
+            if std::mem::take(&mut self.setup_elicited) {
+                self.flow_control.on_setup(self.sender_limit, now_ns);
+            }
+            let mut flags = if !p.is_response && p.response_correlation_id != -1 {
+                SetupFrame::SEND_RESPONSE_SETUP_FLAG
+            } else {
+                0
+            };
+            if p.group {
+                flags |= SetupFrame::GROUP_FLAG;
+            }
             let setup = SetupFrame {
-                flags: if !p.is_response && p.response_correlation_id != -1 {
-                    SetupFrame::SEND_RESPONSE_SETUP_FLAG
-                } else {
-                    0
-                },
+                flags,
                 term_offset: compute_term_offset_from_position(sender_position, p.bits),
                 session_id: p.session_id,
                 stream_id: p.stream_id,

@@ -11,7 +11,9 @@
 
 use crate::agent::ErrorReporter;
 use crate::context::ReceiverConfig;
-use crate::loss::{fill_gap, LossDetector, StaticDelayGenerator};
+use crate::loss::{
+    fill_gap, LossDetector, OptimalMulticastDelayGenerator, StaticDelayGenerator, XorShift64,
+};
 use crate::media::transport::{send_control_frame, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
@@ -55,8 +57,17 @@ pub struct PublicationImage {
     pub endpoint_id: u64,
     /// Channel of the subscription that asked for it (for reports).
     pub channel: String,
-    /// Where the publication's frames come from; status messages and NAKs go here.
+    /// Where the publication's frames come from.
     pub source: SocketAddr,
+    /// Where status messages, NAKs and RTT requests go: the source, or a
+    /// multicast channel's control group.
+    pub control_address: SocketAddr,
+    /// Group semantics (multicast, or the SETUP's GROUP flag, or `group=true`):
+    /// NAKs wait a random back-off so that one, not one per receiver, reaches
+    /// the sender.
+    pub group: bool,
+    /// Group tag its status messages carry (the subscription's `gtag`).
+    pub group_tag: Option<i64>,
     /// The log.
     pub logs: LogBuffers,
     /// log2 of the term length.
@@ -94,7 +105,14 @@ pub struct PublicationImage {
     /// with RSP_SETUP frames, [`NO_RESPONSE_SESSION`] when none is due (set
     /// by the conductor, read by the receiver).
     pub response_session_id: AtomicI64,
+    /// Where the receiver gave up, stuck behind data its sender no longer
+    /// keeps ([`NOT_GIVEN_UP`] until then): the conductor ends the image and
+    /// the session is joined again at the stream's current position.
+    pub given_up_at: AtomicI64,
 }
+
+/// [`PublicationImage::given_up_at`] while the image goes on.
+pub const NOT_GIVEN_UP: i64 = i64::MIN;
 
 /// [`PublicationImage::response_session_id`] when no RSP_SETUP is due.
 pub const NO_RESPONSE_SESSION: i64 = i64::MIN;
@@ -113,6 +131,12 @@ pub struct ImageParts {
     pub channel: String,
     /// See [`PublicationImage::source`].
     pub source: SocketAddr,
+    /// See [`PublicationImage::control_address`].
+    pub control_address: SocketAddr,
+    /// See [`PublicationImage::group`].
+    pub group: bool,
+    /// See [`PublicationImage::group_tag`].
+    pub group_tag: Option<i64>,
     /// See [`PublicationImage::logs`].
     pub logs: LogBuffers,
     /// See [`PublicationImage::initial_term_id`].
@@ -146,6 +170,9 @@ impl PublicationImage {
             endpoint_id: p.endpoint_id,
             channel: p.channel,
             source: p.source,
+            control_address: p.control_address,
+            group: p.group,
+            group_tag: p.group_tag,
             logs: p.logs,
             bits: term_length.trailing_zeros(),
             term_length,
@@ -161,7 +188,13 @@ impl PublicationImage {
             state: AtomicU8::new(state::ACTIVE),
             send_response_setup: p.send_response_setup,
             response_session_id: AtomicI64::new(NO_RESPONSE_SESSION),
+            given_up_at: AtomicI64::new(NOT_GIVEN_UP),
         }
+    }
+
+    /// True once the receiver gave up on it (see [`PublicationImage::given_up_at`]).
+    pub fn has_given_up(&self) -> bool {
+        self.given_up_at.load(Ordering::Acquire) != NOT_GIVEN_UP
     }
 
     /// The subscribers now (a snapshot: later changes do not show in it).
@@ -243,6 +276,12 @@ pub struct ImageReceiver {
     time_of_last_sm_ns: i64,
     time_of_last_rttm_ns: i64,
     clean_position: i64,
+    /// The furthest position any frame of the session reached (dropped
+    /// over-runs included): how far the sender is.
+    sender_position_seen: i64,
+    /// The rebuild position last seen move, and since when it stood there.
+    stuck_at: i64,
+    stuck_since_ns: i64,
     /// This image's loss report entry, once it lost something.
     pub loss_entry: Option<EntryHandle>,
     /// Gaps to NAK, gathered before sending (no allocation per scan).
@@ -252,12 +291,27 @@ pub struct ImageReceiver {
 impl ImageReceiver {
     /// Starts receiving `image` at its join position.
     pub fn new(image: Arc<PublicationImage>, cfg: &ReceiverConfig) -> ImageReceiver {
-        let delay = StaticDelayGenerator::new(cfg.nak_delay_ns, cfg.nak_delay_ns == 0)
-            .with_retry_delay_ns(cfg.nak_retry_ns);
-        let mut loss = LossDetector::new(Box::new(delay), cfg.max_gaps);
-        if let Some(max) = cfg.nak_retry_adaptive_max_ns {
-            loss = loss.with_adaptive_retry(max);
-        }
+        let loss = if image.group {
+            // A random back-off per NAK, so that of a group seeing the same
+            // loss one asks and the sender's multicast retransmit answers all.
+            let seed = (cfg.receiver_id as u64) ^ (image.correlation_id as u64).rotate_left(32);
+            LossDetector::new(
+                Box::new(OptimalMulticastDelayGenerator::new(
+                    cfg.nak_multicast_max_backoff_ns,
+                    cfg.nak_multicast_group_size,
+                    XorShift64::new(seed | 1),
+                )),
+                cfg.max_gaps,
+            )
+        } else {
+            let delay = StaticDelayGenerator::new(cfg.nak_delay_ns, cfg.nak_delay_ns == 0)
+                .with_retry_delay_ns(cfg.nak_retry_ns);
+            let mut loss = LossDetector::new(Box::new(delay), cfg.max_gaps);
+            if let Some(max) = cfg.nak_retry_adaptive_max_ns {
+                loss = loss.with_adaptive_retry(max);
+            }
+            loss
+        };
         let join = image.join_position;
         ImageReceiver {
             image,
@@ -268,9 +322,57 @@ impl ImageReceiver {
             time_of_last_sm_ns: i64::MIN / 2,
             time_of_last_rttm_ns: i64::MIN / 2,
             clean_position: join,
+            sender_position_seen: join,
+            stuck_at: join,
+            stuck_since_ns: i64::MIN / 2,
             loss_entry: None,
             naks: Vec::new(),
         }
+    }
+
+    /// Gives up on an image stuck behind data its sender no longer keeps:
+    /// the rebuild position has not moved for `stall_timeout` while the
+    /// sender is more than half a term ahead (no sender resends what lies
+    /// that far behind it: Aeron's keeps half a term, sulis's a term). A
+    /// multicast receiver that fell behind a `max` stream ends there: Aeron's
+    /// would wait for good. The image is marked for the conductor to end
+    /// (its subscribers are told it is unavailable) and the session is joined
+    /// again where the stream is; returns the bytes skipped, for the loss report.
+    fn give_up_if_stuck(
+        &mut self,
+        cfg: &ReceiverConfig,
+        errors: &ErrorReporter,
+        now_ns: i64,
+    ) -> Option<i64> {
+        let img = &self.image;
+        if self.rebuild_position != self.stuck_at {
+            self.stuck_at = self.rebuild_position;
+            self.stuck_since_ns = now_ns;
+            return None;
+        }
+        let behind = self.sender_position_seen - self.rebuild_position;
+        if cfg.stall_timeout_ns == 0
+            || !img.reliable
+            || img.has_given_up()
+            || behind <= (img.term_length / 2) as i64
+            || now_ns - self.stuck_since_ns < cfg.stall_timeout_ns
+        {
+            return None;
+        }
+        img.given_up_at
+            .store(self.rebuild_position, Ordering::Release);
+        errors.record(&format!(
+            "image of session {} stream {} from {} on '{}': stuck at position {} for {} ms, {} bytes behind a sender \
+             that no longer keeps them: skipped, the session is joined again where the stream is",
+            img.session_id,
+            img.stream_id,
+            img.source,
+            img.channel,
+            self.rebuild_position,
+            (now_ns - self.stuck_since_ns) / 1_000_000,
+            behind
+        ));
+        Some(behind)
     }
 
     /// A sender's reply to one of our round-trip measurements, received at `now_ns`.
@@ -286,12 +388,29 @@ impl ImageReceiver {
         let img = &self.image;
         let h = d.first();
         let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
-        let window = img.window_length as i64;
+        // What the log can take: up to half a term past the last status
+        // message, as Aeron's receiver takes (its over-run threshold). Not
+        // just the window: a multicast sender paced by a faster receiver may
+        // run ahead of this one's window, and what lands within half a term
+        // is kept, its gaps NAKed, instead of dropped unseen.
+        let over_run = self.last_sm_position + (img.term_length / 2) as i64;
+        let reached = if d.is_heartbeat() {
+            position
+        } else {
+            position + d.bytes().len() as i64
+        };
+        self.sender_position_seen = self.sender_position_seen.max(reached);
         // Any well-formed frame of the session shows the source is alive.
         img.time_of_last_packet_ns.store(now_ns, Ordering::Release);
         if d.is_heartbeat() {
             system.increment(SystemCounter::HeartbeatsReceived);
-            if position < self.last_sm_position || position > self.last_sm_position + window {
+            // A heartbeat ahead tells of data sent and lost: the rebuild sees the gap.
+            if position > over_run {
+                system.increment(SystemCounter::FlowControlOverRuns);
+                return;
+            }
+            if position < self.last_sm_position - img.term_length as i64 {
+                system.increment(SystemCounter::FlowControlUnderRuns);
                 return;
             }
             if position > self.hwm_position {
@@ -314,7 +433,7 @@ impl ImageReceiver {
             system.increment(SystemCounter::FlowControlUnderRuns);
             return;
         }
-        if end > self.last_sm_position + window {
+        if end > over_run {
             system.increment(SystemCounter::FlowControlOverRuns);
             return;
         }
@@ -367,7 +486,11 @@ impl ImageReceiver {
             }
         }
         img.rcv_pos.set_ordered(self.rebuild_position);
-        let new_loss = self.loss.take_new_loss();
+        let mut new_loss = self.loss.take_new_loss();
+        if let Some(skipped) = self.give_up_if_stuck(cfg, errors, now_ns) {
+            new_loss = (new_loss.0 + 1, new_loss.1 + skipped);
+            work += 1;
+        }
 
         let consumed = img
             .min_subscriber_position()
@@ -409,7 +532,7 @@ impl ImageReceiver {
                 term_offset,
                 length,
             };
-            send_control_frame(transport, &nak.to_bytes(), img.source, errors);
+            send_control_frame(transport, &nak.to_bytes(), img.control_address, errors);
             system.increment(SystemCounter::NakMessagesSent);
             work += 1;
         }
@@ -428,7 +551,7 @@ impl ImageReceiver {
                 stream_id: img.stream_id,
                 response_session_id: response_session_id as i32,
             };
-            send_control_frame(transport, &rsp.to_bytes(), img.source, errors);
+            send_control_frame(transport, &rsp.to_bytes(), img.control_address, errors);
             work += 1;
         }
         if send_sm {
@@ -444,11 +567,11 @@ impl ImageReceiver {
                 consumption_term_offset: compute_term_offset_from_position(sm_position, img.bits),
                 receiver_window: img.window_length,
                 receiver_id: cfg.receiver_id,
-                group_tag: None,
+                group_tag: img.group_tag,
             };
             let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
             let len = sm.encode(&mut buf);
-            send_control_frame(transport, &buf[..len], img.source, errors);
+            send_control_frame(transport, &buf[..len], img.control_address, errors);
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
         }
@@ -465,7 +588,7 @@ impl ImageReceiver {
                 reception_delta_ns: 0,
                 receiver_id: cfg.receiver_id,
             };
-            send_control_frame(transport, &rttm.to_bytes(), img.source, errors);
+            send_control_frame(transport, &rttm.to_bytes(), img.control_address, errors);
         }
         (work, new_loss)
     }

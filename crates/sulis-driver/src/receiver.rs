@@ -49,6 +49,11 @@ pub enum ReceiverCommand {
         id: u64,
         /// The bound transport.
         transport: Box<dyn Transport>,
+        /// Multicast: the control group setup-eliciting status messages go
+        /// to (`None`: back to the source of the data).
+        control: Option<SocketAddr>,
+        /// Group tag its status messages carry.
+        group_tag: Option<i64>,
     },
     /// Close an endpoint (no subscription or image uses it any more); the
     /// receiver answers with [`ReceiverEvent::EndpointClosed`] once its socket
@@ -130,6 +135,8 @@ struct Pending {
 struct ReceiveEndpoint {
     id: u64,
     transport: Box<dyn Transport>,
+    control: Option<SocketAddr>,
+    group_tag: Option<i64>,
     streams: Vec<(i32, usize)>,
     images: Vec<ImageReceiver>,
     pending: Vec<Pending>,
@@ -243,13 +250,20 @@ impl Receiver {
 
     fn on_command(&mut self, cmd: ReceiverCommand) {
         match cmd {
-            ReceiverCommand::AddEndpoint { id, mut transport } => {
+            ReceiverCommand::AddEndpoint {
+                id,
+                mut transport,
+                control,
+                group_tag,
+            } => {
                 if self.cfg.gro {
                     transport.enable_gro();
                 }
                 self.endpoints.push(ReceiveEndpoint {
                     id,
                     transport,
+                    control,
+                    group_tag,
                     streams: Vec::new(),
                     images: Vec::new(),
                     pending: Vec::new(),
@@ -320,11 +334,14 @@ impl Receiver {
                 to,
             } => {
                 if let Some(ep) = self.endpoints.iter().position(|e| e.id == endpoint_id) {
-                    let sm = StatusMessageFrame::setup_eliciting(
-                        session_id,
-                        stream_id,
-                        self.cfg.receiver_id,
-                    );
+                    let sm = StatusMessageFrame {
+                        group_tag: self.endpoints[ep].group_tag,
+                        ..StatusMessageFrame::setup_eliciting(
+                            session_id,
+                            stream_id,
+                            self.cfg.receiver_id,
+                        )
+                    };
                     let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
                     let len = sm.encode(&mut buf);
                     if self.send_control(ep, &buf[..len], to) {
@@ -452,12 +469,17 @@ impl Receiver {
                     return;
                 }
                 // A stream we want from a source we have no image of: ask it
-                // for a SETUP, then wait a status-message period before asking again.
-                let sm = StatusMessageFrame::setup_eliciting(
-                    session_id,
-                    stream_id,
-                    self.cfg.receiver_id,
-                );
+                // (or, multicast, the group's control address) for a SETUP,
+                // then wait a status-message period before asking again.
+                let sm = StatusMessageFrame {
+                    group_tag: e.group_tag,
+                    ..StatusMessageFrame::setup_eliciting(
+                        session_id,
+                        stream_id,
+                        self.cfg.receiver_id,
+                    )
+                };
+                let to = e.control.unwrap_or(src);
                 let until_ns = now_ns + self.cfg.status_message_timeout_ns;
                 self.endpoints[ep].pending.push(Pending {
                     session_id,
@@ -467,7 +489,7 @@ impl Receiver {
                 });
                 let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
                 let len = sm.encode(&mut buf);
-                self.send_control(ep, &buf[..len], src);
+                self.send_control(ep, &buf[..len], to);
                 self.errors
                     .system()
                     .increment(SystemCounter::StatusMessagesSent);
@@ -560,14 +582,21 @@ impl Agent for Receiver {
         for ep in 0..self.endpoints.len() {
             work += self.poll(ep, now_ns);
             let cool_down_ns = self.cfg.image_cool_down_ns;
+            let status_period_ns = self.cfg.status_message_timeout_ns;
             let e = &mut self.endpoints[ep];
             // Images the conductor retired: ignore their session for a while.
             let mut i = 0;
             while i < e.images.len() {
                 if e.images[i].image.is_inactive() {
                     let img = e.images.swap_remove(i).image;
+                    // One given up on is joined again soon: its sender is there.
+                    let pause_ns = if img.has_given_up() {
+                        status_period_ns
+                    } else {
+                        cool_down_ns
+                    };
                     e.cool_down
-                        .push((img.session_id, img.stream_id, now_ns + cool_down_ns));
+                        .push((img.session_id, img.stream_id, now_ns + pause_ns));
                 } else {
                     i += 1;
                 }

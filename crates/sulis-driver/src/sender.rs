@@ -252,8 +252,8 @@ impl Sender {
             Frame::Rttm(r) if r.is_reply_requested() => {
                 if let Some(pi) = self.find(ep, r.session_id, r.stream_id) {
                     let e = &mut self.endpoints[ep];
-                    let reply = e.publications[pi].rttm_reply(&r);
-                    send_control_frame(&mut *e.transport, &reply.to_bytes(), src, &self.errors);
+                    let (reply, to) = e.publications[pi].rttm_reply(&r, src);
+                    send_control_frame(&mut *e.transport, &reply.to_bytes(), to, &self.errors);
                 }
                 Ok(())
             }
@@ -275,6 +275,13 @@ impl Sender {
                 self.errors
                     .system()
                     .increment(SystemCounter::ErrorFramesReceived);
+                if let Some(pi) = self.find(ep, err.session_id, err.stream_id) {
+                    self.endpoints[ep].publications[pi].on_error_frame(
+                        err.receiver_id,
+                        err.group_tag,
+                        now_ns,
+                    );
+                }
                 self.errors.record(&format!(
                     "error frame from {src}: session {} stream {} receiver {} code {}: {}",
                     err.session_id,

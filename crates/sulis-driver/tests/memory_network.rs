@@ -499,3 +499,146 @@ fn with_ssc_and_no_receiver_the_spies_set_the_pace_and_the_sender_skips_to_them(
         "no data went out"
     );
 }
+
+#[test]
+fn data_and_heartbeats_beyond_the_window_but_within_half_a_term_are_taken_and_their_gap_naked() {
+    // A window far smaller than half the 64 KiB term: a multicast sender paced
+    // by a faster receiver may run that far ahead of this one. As Aeron's
+    // receiver, this one takes what lands within half a term of its last
+    // status message; a heartbeat there shows the gap, which is NAKed.
+    let mut s = Stream::connect_on("mem-half-term", "|rcv-wnd=4k", |_| {});
+    let sent = messages(4, 100);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+    s.h.settle();
+    let sender = s.sender_address();
+    s.net.hold(sender, true);
+    let header = s.publication.default_header();
+    let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+    let position = 4 * 160;
+    let ahead = position + 8192; // twice the window, a quarter of the term
+    let heartbeat = sulis_protocol::frame::DataHeader::heartbeat(field(12), 1, field(20), ahead);
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let over_runs = s.counter(SystemCounter::FlowControlOverRuns);
+    s.net.inject(
+        endpoint,
+        Datagram {
+            from: sender,
+            bytes: heartbeat.to_bytes().to_vec(),
+        },
+    );
+    s.h.settle();
+    assert_eq!(s.counter(SystemCounter::FlowControlOverRuns), over_runs);
+    let naks: Vec<sulis_protocol::frame::NakFrame> = s
+        .net
+        .take(sender)
+        .iter()
+        .filter(|d| frame_type(d) == HDR_TYPE_NAK)
+        .map(|d| sulis_protocol::frame::NakFrame::decode(&d.bytes).unwrap())
+        .collect();
+    assert_eq!(naks.len(), 1, "the gap up to the heartbeat is NAKed");
+    assert_eq!((naks[0].term_offset, naks[0].length), (position, 8192));
+    // Beyond half a term: an over-run, dropped.
+    let far =
+        sulis_protocol::frame::DataHeader::heartbeat(field(12), 1, field(20), position + 40_000);
+    s.net.inject(
+        endpoint,
+        Datagram {
+            from: sender,
+            bytes: far.to_bytes().to_vec(),
+        },
+    );
+    s.h.settle();
+    assert_eq!(s.counter(SystemCounter::FlowControlOverRuns), over_runs + 1);
+}
+
+#[test]
+fn an_image_stuck_behind_data_its_sender_no_longer_keeps_gives_up_and_the_session_is_joined_again()
+{
+    let mut s = Stream::connect("mem-give-up", |ctx| {
+        ctx.receiver_stall_timeout_ns = 500 * MS as u64;
+    });
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let sender = s.sender_address();
+    s.h.take_events();
+    let sent = messages(20, 100);
+    s.publish(&sent);
+    s.net.hold(endpoint, true);
+    s.h.driver.do_work();
+    let in_flight = s.net.take(endpoint);
+    s.net.hold(endpoint, false);
+    // The first data datagram is lost, and nothing the receiver says reaches
+    // the sender (its NAKs go unanswered).
+    s.net.hold(sender, true);
+    let lost = in_flight
+        .iter()
+        .find(|d| frame_type(d) == HDR_TYPE_DATA)
+        .unwrap()
+        .clone();
+    for d in in_flight.iter().filter(|d| **d != lost) {
+        s.net.inject(endpoint, d.clone());
+    }
+    // The sender went on without this receiver: heartbeats from more than
+    // half a term (64 KiB) ahead, dropped as over-runs, tell how far it is.
+    let header = s.publication.default_header();
+    let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+    let ahead = sulis_protocol::frame::DataHeader::heartbeat(field(12), 1, field(20) + 1, 8192);
+    let mut unavailable = false;
+    for _ in 0..100 {
+        s.net.inject(
+            endpoint,
+            Datagram {
+                from: sender,
+                bytes: ahead.to_bytes().to_vec(),
+            },
+        );
+        s.h.advance(10 * MS);
+        s.net.take(sender);
+        if s.h
+            .take_events()
+            .iter()
+            .any(|e| matches!(e, Event::UnavailableImage { .. }))
+        {
+            unavailable = true;
+            break;
+        }
+    }
+    assert!(
+        unavailable,
+        "the stuck image ended and its subscriber was told"
+    );
+    assert!(
+        s.poll().is_empty(),
+        "nothing past the lost datagram was delivered as whole"
+    );
+    let errors = s.h.errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.3.contains("stuck at position 0") && e.3.contains("skipped")),
+        "{errors:?}"
+    );
+    // The sender is reachable again: the session is joined again where it is.
+    s.net.hold(sender, false);
+    let mut joined = false;
+    for _ in 0..200 {
+        s.net.inject(
+            endpoint,
+            Datagram {
+                from: sender,
+                bytes: ahead.to_bytes().to_vec(),
+            },
+        );
+        s.h.advance(5 * MS);
+        if s.h
+            .take_events()
+            .iter()
+            .any(|e| matches!(e, Event::AvailableImage { .. }))
+        {
+            joined = true;
+            break;
+        }
+    }
+    assert!(joined, "a new image of the session");
+}

@@ -38,6 +38,9 @@ pub mod type_id {
     pub const CLIENT_HEARTBEAT: i32 = 11;
     /// Publisher position (sampled).
     pub const PUBLISHER_POSITION: i32 = 12;
+    /// Receivers a `min` or `tagged` flow control tracks (Aeron's
+    /// `FlowControlReceivers`); stream key.
+    pub const FLOW_CONTROL_RECEIVERS: i32 = 17;
     /// Archive: a recording's recorded position ([`super::recording_position_key`]).
     pub const ARCHIVE_RECORDING_POSITION: i32 = 100;
     /// Archive: errors.
@@ -71,6 +74,11 @@ pub mod type_id {
     /// archiveId=N dir=PATH` (absolute), so a reader on the same host finds
     /// the segment files of an archive it only knows by its control channel.
     pub const SULIS_ARCHIVE_DIRECTORY: i32 = 9100;
+    /// sulis: one receiver a `min` or `tagged` flow control tracks. Stream
+    /// key; reference id: the receiver id; value: the position it reported
+    /// consumed; label `fc-receiver: RECEIVER_ID ADDRESS REG SESSION STREAM
+    /// CHANNEL`. The slowest of a publication's holds a `min` stream back.
+    pub const SULIS_FLOW_CONTROL_RECEIVER: i32 = 9101;
 }
 
 /// Values of a channel status counter (Aeron's `ChannelEndpointStatus`).
@@ -115,6 +123,8 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::LOCAL_SOCKET_ADDRESS, "rcv-local-sockaddr"),
     (type_id::CLIENT_HEARTBEAT, "client-heartbeat"),
     (type_id::PUBLISHER_POSITION, "pub-pos"),
+    (type_id::FLOW_CONTROL_RECEIVERS, "fc-receivers"),
+    (type_id::SULIS_FLOW_CONTROL_RECEIVER, "fc-receiver"),
     (type_id::ARCHIVE_RECORDING_POSITION, "rec-pos"),
     (type_id::ARCHIVE_ERROR_COUNT, "archive-errors"),
     (
@@ -170,6 +180,8 @@ pub fn is_stream_counter_type(type_id: i32) -> bool {
             | type_id::RECEIVER_POSITION
             | type_id::SENDER_LIMIT
             | type_id::PUBLISHER_POSITION
+            | type_id::FLOW_CONTROL_RECEIVERS
+            | type_id::SULIS_FLOW_CONTROL_RECEIVER
     )
 }
 
@@ -468,7 +480,7 @@ mod tests {
         for &(t, _) in COUNTER_TYPES {
             assert_eq!(
                 is_stream_counter_type(t),
-                t < 100
+                (t < 100 || t == type_id::SULIS_FLOW_CONTROL_RECEIVER)
                     && ![
                         SYSTEM_COUNTER_TYPE_ID,
                         type_id::CLIENT_HEARTBEAT,

@@ -9,6 +9,7 @@ pub mod cnc_descriptor;
 pub mod control;
 pub mod counters;
 pub mod driver_dir;
+pub mod flow_control_params;
 pub mod frame;
 pub mod log_buffer_descriptor;
 pub mod options;

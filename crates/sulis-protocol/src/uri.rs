@@ -220,7 +220,8 @@ pub struct ChannelParams {
     pub alias: Option<String>,
     /// `cc`: congestion control, `static` or `cubic`.
     pub cc: Option<String>,
-    /// `fc`: flow control, `max`, `min`, `tagged` or `pref`, with any `,option`s kept as text.
+    /// `fc`: flow control, `max`, `min` or `tagged` with its `,option`s (checked by
+    /// [`crate::flow_control_params::FlowControlParams`], kept as text).
     pub fc: Option<String>,
     /// `gtag`: receiver group tag sent in status messages.
     pub gtag: Option<i64>,
@@ -952,17 +953,7 @@ fn parse_tags(value: &str) -> Result<(i64, Option<i64>), String> {
 }
 
 fn check_flow_control(value: &str) -> Result<(), String> {
-    let mut parts = value.split(',');
-    let strategy = parts.next().unwrap_or("");
-    if !matches!(strategy, "max" | "min" | "tagged" | "pref") {
-        return Err(format!(
-            "'{strategy}' is not a flow control; use max, min, tagged or pref (options follow a comma, e.g. min,t:5s)"
-        ));
-    }
-    if parts.any(str::is_empty) {
-        return Err("has an empty option (a stray ',')".to_owned());
-    }
-    Ok(())
+    crate::flow_control_params::FlowControlParams::parse(value).map(|_| ())
 }
 
 /// The kind of host in an address, which bounds an interface's prefix length.
@@ -1543,7 +1534,7 @@ mod tests {
             Some("static")
         );
         assert_rejected("aeron:udp?endpoint=h:1|cc=reno", "cc=reno", "cubic");
-        for fc in ["max", "min", "tagged,g:7/2,t:1s", "pref", "min,rrwm:4"] {
+        for fc in ["max", "min", "tagged,g:7/2,t:1s", "min,rrwm:4"] {
             assert_eq!(
                 params(&format!("aeron:udp?endpoint=h:1|fc={fc}"))
                     .fc
@@ -1553,6 +1544,13 @@ mod tests {
         }
         assert_rejected("aeron:udp?endpoint=h:1|fc=fastest", "fc=fastest", "tagged");
         assert_rejected("aeron:udp?endpoint=h:1|fc=min,", "fc=min,", "empty option");
+        // Aeron's default supplier refuses the deprecated `pref` too.
+        assert_rejected("aeron:udp?endpoint=h:1|fc=pref", "fc=pref", "tagged");
+        assert_rejected(
+            "aeron:udp?endpoint=h:1|fc=min,t:soon",
+            "fc=min,t:soon",
+            "t:soon",
+        );
         assert_eq!(ControlMode::Manual.to_string(), "manual");
         assert_eq!(Media::Udp.to_string(), "udp");
     }

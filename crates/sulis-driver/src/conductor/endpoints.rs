@@ -29,6 +29,13 @@ pub(super) struct EndpointEntry {
     pub(super) status_counter_id: i32,
     /// Counters freed with the endpoint: its status and local address.
     pub(super) counters: Vec<i32>,
+    /// A multicast receive endpoint's control group: where its images send
+    /// status messages and NAKs (`None`: to each image's source).
+    pub(super) control: Option<SocketAddr>,
+    /// `group=` of the first subscription's channel (`None`: infer).
+    pub(super) group: Option<bool>,
+    /// Group tag its status messages carry (`gtag=`, else the driver's).
+    pub(super) group_tag: Option<i64>,
 }
 
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
@@ -46,16 +53,32 @@ impl DriverConductor {
         channel: &str,
         role: EndpointRole,
     ) -> Result<(u64, Box<dyn Transport>, usize), CommandError> {
-        let transport = self
-            .net
-            .transports
-            .bind(bind, &self.socket_options(p), role)
-            .map_err(|e| {
-                CommandError::new(
-                    error_code::GENERIC_ERROR,
-                    format!("channel '{channel}': {e}"),
-                )
-            })?;
+        let transport = self.open_transport(bind, &self.socket_options(p), channel, role)?;
+        Ok(self.register_transport(transport))
+    }
+
+    /// Binds a transport at `bind` with `opts` through the driver's transport factory.
+    pub(super) fn open_transport(
+        &self,
+        bind: SocketAddr,
+        opts: &SocketOptions,
+        channel: &str,
+        role: EndpointRole,
+    ) -> Result<Box<dyn Transport>, CommandError> {
+        self.net.transports.bind(bind, opts, role).map_err(|e| {
+            CommandError::new(
+                error_code::GENERIC_ERROR,
+                format!("channel '{channel}': {e}"),
+            )
+        })
+    }
+
+    /// A bound transport becomes an endpoint: a new id, the test loss
+    /// options wrapped around it, its effective SO_RCVBUF (0 if unknown).
+    pub(super) fn register_transport(
+        &mut self,
+        transport: Box<dyn Transport>,
+    ) -> (u64, Box<dyn Transport>, usize) {
         let id = self.next_endpoint_id;
         self.next_endpoint_id += 1;
         let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
@@ -74,7 +97,30 @@ impl DriverConductor {
         } else {
             transport
         };
-        Ok((id, transport, rcvbuf))
+        (id, transport, rcvbuf)
+    }
+
+    /// The socket options of a multicast channel's sockets: the channel's
+    /// buffers, its interface (resolved to a local one) and TTL.
+    pub(super) fn multicast_options(
+        &self,
+        udp: &UdpChannel,
+        channel: &str,
+    ) -> Result<SocketOptions, CommandError> {
+        let p = udp.uri.params();
+        let mut opts = self.socket_options(p);
+        opts.multicast_interface = udp
+            .interface
+            .map(|spec| spec.resolve_local())
+            .transpose()
+            .map_err(|e| {
+                CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!("channel '{channel}': {e}"),
+                )
+            })?;
+        opts.multicast_ttl = u32::from(p.ttl.unwrap_or(self.ctx.socket_multicast_ttl));
+        Ok(opts)
     }
 
     /// The status and local address counters of a receive endpoint bound
@@ -188,7 +234,7 @@ impl DriverConductor {
                 .so_rcvbuf
                 .map(|v| v as usize)
                 .unwrap_or(self.ctx.socket_rcvbuf_length),
-            reuse_address: false,
+            ..SocketOptions::default()
         }
     }
 
@@ -213,10 +259,10 @@ impl DriverConductor {
             }
             return Ok(udp);
         }
-        if udp.is_multicast || udp.control.is_some() || udp.endpoint.is_none() {
+        if udp.control.is_some() || udp.endpoint.is_none() {
             return Err(CommandError::new(
                 error_code::NOT_SUPPORTED,
-                format!("channel '{channel}': only unicast UDP with an endpoint is supported by this driver version (no multicast, control or MDC yet)"),
+                format!("channel '{channel}': only UDP with an endpoint (unicast or multicast) is supported by this driver version (no control or MDC yet)"),
             ));
         }
         Ok(udp)
@@ -307,26 +353,28 @@ mod tests {
     }
 
     #[test]
-    fn should_accept_unicast_udp_with_an_endpoint_only() {
+    fn should_accept_udp_with_an_endpoint_unicast_or_multicast() {
         let mut t = TestConductor::new("resolve-udp");
         let c = &mut t.conductor;
         let udp = resolve(c, "aeron:udp?endpoint=127.0.0.1:40456")
             .unwrap_or_else(|e| panic!("{}", e.message));
         assert_eq!(udp.endpoint, Some("127.0.0.1:40456".parse().unwrap()));
-        for channel in [
-            "aeron:udp?endpoint=224.0.1.1:40456",
-            "aeron:udp?control=127.0.0.1:40457|control-mode=dynamic",
-        ] {
-            let e = command_error(resolve(c, channel));
-            assert_eq!(e.code, error_code::NOT_SUPPORTED, "{channel}");
-            assert!(
-                e.message.starts_with(&format!(
-                    "channel '{channel}': only unicast UDP with an endpoint"
-                )),
-                "{}",
-                e.message
-            );
-        }
+        let udp = resolve(c, "aeron:udp?endpoint=224.0.1.1:40456")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(udp.is_multicast);
+        assert_eq!(
+            udp.multicast_control,
+            Some("224.0.1.2:40456".parse().unwrap())
+        );
+        let channel = "aeron:udp?control=127.0.0.1:40457|control-mode=dynamic";
+        let e = command_error(resolve(c, channel));
+        assert_eq!(e.code, error_code::NOT_SUPPORTED, "{channel}");
+        assert!(
+            e.message
+                .starts_with(&format!("channel '{channel}': only UDP with an endpoint")),
+            "{}",
+            e.message
+        );
         let udp = resolve(c, "aeron:udp?control-mode=response|control=127.0.0.1:40458")
             .unwrap_or_else(|e| panic!("{}", e.message));
         assert!(udp.is_response && udp.endpoint.is_none());

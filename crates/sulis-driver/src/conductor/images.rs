@@ -103,6 +103,13 @@ impl DriverConductor {
             return refuse(self);
         };
         let (rcvbuf, rcv_wnd, reliable) = (endpoint.rcvbuf, endpoint.rcv_wnd, endpoint.reliable);
+        // Multicast images talk to the control group; group semantics follow
+        // the channel's group=, else (infer) multicast or the SETUP's GROUP flag.
+        let control_address = endpoint.control.unwrap_or(source);
+        let group = endpoint
+            .group
+            .unwrap_or(endpoint.control.is_some() || setup.is_group());
+        let group_tag = endpoint.group_tag;
         let subs: Vec<usize> = (0..self.subscriptions.len())
             .filter(|&i| {
                 let s = &self.subscriptions[i];
@@ -192,6 +199,9 @@ impl DriverConductor {
             endpoint_id,
             channel: channel.clone(),
             source,
+            control_address,
+            group,
+            group_tag,
             logs,
             initial_term_id: setup.initial_term_id,
             join_position: join,
@@ -231,7 +241,7 @@ impl DriverConductor {
                 let silent =
                     now_ns - img.time_of_last_packet_ns.load(Ordering::Acquire) > liveness_ns;
                 let unwanted = !img.has_subscribers();
-                if silent || unwanted || img.is_drained() {
+                if silent || unwanted || img.is_drained() || img.has_given_up() {
                     img.state
                         .store(crate::publication_image::state::INACTIVE, Ordering::Release);
                     entry.state = ImageState::Lingering {

@@ -249,6 +249,7 @@ impl DriverConductor {
         }
         let connection_timeout_ns = self.ctx.publication_connection_timeout_ns as i64;
         for i in 0..self.net_publications.len() {
+            self.sync_flow_control_counters(i);
             let p = &mut self.net_publications[i];
             p.update_publisher_limit(now_ns, connection_timeout_ns);
             if p.awaiting_response_connect

@@ -5,13 +5,18 @@
 use super::endpoints::EndpointEntry;
 use super::ipc_publications::{PublicationLink, SharedPublication};
 use super::{CommandError, DriverConductor};
+use crate::flow_control::{FlowControlDefaults, FlowControlSpec};
 use crate::lifecycle::PublicationState;
-use crate::media::transport::EndpointRole;
-use crate::network_publication::{NetworkPublication, NetworkPublicationEntry, ReResolution};
+use crate::media::transport::{EndpointRole, SplitTransport};
+use crate::media::udp_transport::SocketOptions;
+use crate::network_publication::{
+    FlowControlCounters, NetworkPublication, NetworkPublicationEntry, ReResolution,
+};
 use crate::sender::SenderCommand;
-use crate::system_counters::{type_id, SystemCounter};
+use crate::system_counters::{stream_counter_key, type_id, SystemCounter};
+use arc_swap::ArcSwap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicI64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8};
 use std::sync::Arc;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
@@ -19,6 +24,19 @@ use sulis_protocol::log_buffer_descriptor::*;
 use sulis_protocol::uri::{ChannelUri, RESPONSE_CORRELATION_PROTOTYPE};
 
 impl DriverConductor {
+    /// The driver's flow-control options, for publications whose channel leaves them out.
+    fn flow_control_defaults(&self) -> FlowControlDefaults {
+        FlowControlDefaults {
+            multicast_strategy: self.ctx.multicast_flow_control,
+            group_tag: self.ctx.flow_control_group_tag,
+            group_min_size: self.ctx.flow_control_group_min_size,
+            receiver_timeout_ns: self
+                .ctx
+                .flow_control_receiver_timeout_ns
+                .min(i64::MAX as u64) as i64,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_add_network_publication(
         &mut self,
@@ -33,6 +51,16 @@ impl DriverConductor {
         let udp = self.resolve_udp(channel, uri)?;
         let p = uri.params();
         let is_response = udp.is_response;
+        let group = udp.is_multicast;
+        let flow_control =
+            FlowControlSpec::of(p.fc.as_deref(), group, &self.flow_control_defaults()).map_err(
+                |e| {
+                    CommandError::new(
+                        error_code::INVALID_CHANNEL,
+                        format!("channel '{channel}': {e}"),
+                    )
+                },
+            )?;
         // A response publication answers the request image its
         // response-correlation-id names, and sends only where that
         // requester's setup-eliciting status message comes from.
@@ -116,8 +144,34 @@ impl DriverConductor {
                         IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
                     },
                 };
-                let (id, transport, rcvbuf) =
-                    self.bind_endpoint(local, p, channel, EndpointRole::Send)?;
+                let (id, transport, rcvbuf) = match udp.multicast_control {
+                    Some(control) => {
+                        // Data out of a socket on the interface; status
+                        // messages and NAKs in on the control group.
+                        let opts = self.multicast_options(&udp, channel)?;
+                        let local = match opts.multicast_interface {
+                            Some((ip, _)) => {
+                                SocketAddr::new(ip, udp.interface.map_or(0, |i| i.port))
+                            }
+                            None => local,
+                        };
+                        let send =
+                            self.open_transport(local, &opts, channel, EndpointRole::Send)?;
+                        let control_opts = SocketOptions {
+                            reuse_address: true,
+                            join_group: Some(control.ip()),
+                            ..opts
+                        };
+                        let control = self.open_transport(
+                            control,
+                            &control_opts,
+                            channel,
+                            EndpointRole::Send,
+                        )?;
+                        self.register_transport(Box::new(SplitTransport::new(send, control)))
+                    }
+                    None => self.bind_endpoint(local, p, channel, EndpointRole::Send)?,
+                };
                 let _ = self
                     .net
                     .sender
@@ -131,6 +185,9 @@ impl DriverConductor {
                     reliable: true,
                     status_counter_id: NULL_COUNTER_ID,
                     counters: Vec::new(),
+                    control: None,
+                    group: None,
+                    group_tag: None,
                 });
                 id
             }
@@ -192,6 +249,9 @@ impl DriverConductor {
             stream_id,
             channel: channel.to_string(),
             destination,
+            group,
+            flow_control,
+            max_resend: p.max_resend.map_or(self.ctx.max_resend, |m| m as usize),
             is_response,
             response_correlation_id,
             exclusive,
@@ -199,7 +259,9 @@ impl DriverConductor {
             term_length,
             initial_term_id: logs.initial_term_id(),
             mtu: logs.mtu(),
-            ttl: p.ttl.map(|t| t as i32).unwrap_or(0),
+            ttl: p
+                .ttl
+                .map_or(self.ctx.socket_multicast_ttl as i32, |t| t as i32),
             logs,
             pub_limit: reader.counter_ref(ids[0]),
             pub_pos: reader.counter_ref(ids[1]),
@@ -210,8 +272,27 @@ impl DriverConductor {
             signal_eos: p.eos.unwrap_or(true),
             spies_simulate_connection,
             spy_catch_up: AtomicI64::new(crate::network_publication::NO_CATCH_UP),
+            required_receivers: AtomicBool::new(
+                !flow_control.tracks_receivers() || flow_control.group_min_size == 0,
+            ),
+            receivers: ArcSwap::from_pointee(Vec::new()),
         });
         let mut entry = NetworkPublicationEntry::new(publication.clone(), key, window as i64);
+        if flow_control.tracks_receivers() {
+            // A full counters file loses only the view, not the stream.
+            if let Ok(ids) = self.allocate_stream_counters(
+                &[(type_id::FLOW_CONTROL_RECEIVERS, "fc-receivers")],
+                (correlation_id, session_id, stream_id, channel),
+                client_id,
+                now_ms,
+            ) {
+                entry.flow_control_counters = Some(FlowControlCounters {
+                    receivers_counter_id: ids[0],
+                    per_receiver: Vec::new(),
+                    shown: publication.receivers.load_full(),
+                });
+            }
+        }
         entry.awaiting_response_connect = response_image.is_some();
         if let Some(name) = p
             .endpoint
@@ -282,6 +363,67 @@ impl DriverConductor {
 
     /// Network publications: steps their state on and frees those done
     /// (sender, counters, send endpoint, log).
+    /// Brings publication `i`'s flow-control counters in step with the
+    /// receivers its sender last published: one `fc-receiver` counter per
+    /// receiver (added, freed, its position updated) and their number.
+    pub(super) fn sync_flow_control_counters(&mut self, i: usize) {
+        let entry = &self.net_publications[i];
+        let Some(fc) = &entry.flow_control_counters else {
+            return;
+        };
+        let p = entry.publication.clone();
+        let receivers = p.receivers.load_full();
+        if Arc::ptr_eq(&receivers, &fc.shown) {
+            return;
+        }
+        let now_ms = self.clock.epoch_ms();
+        let mut fc = self.net_publications[i]
+            .flow_control_counters
+            .take()
+            .expect("checked above");
+        fc.per_receiver.retain(|(id, counter)| {
+            let kept = receivers.iter().any(|r| r.receiver_id == *id);
+            if !kept {
+                self.counters.free(counter.id(), now_ms);
+            }
+            kept
+        });
+        let key = stream_counter_key(p.registration_id, p.session_id, p.stream_id, &p.channel);
+        for r in receivers.iter() {
+            match fc.per_receiver.iter().find(|(id, _)| *id == r.receiver_id) {
+                Some((_, counter)) => counter.set_ordered(r.position),
+                None => {
+                    let label = format!(
+                        "fc-receiver: {} {} {} {} {} {}",
+                        r.receiver_id,
+                        r.address,
+                        p.registration_id,
+                        p.session_id,
+                        p.stream_id,
+                        p.channel
+                    );
+                    if let Ok(id) = self.counters.allocate(
+                        type_id::SULIS_FLOW_CONTROL_RECEIVER,
+                        &key,
+                        &label,
+                        p.registration_id,
+                        0,
+                        r.receiver_id,
+                        now_ms,
+                    ) {
+                        let counter = self.counters.reader().counter_ref(id);
+                        counter.set_ordered(r.position);
+                        fc.per_receiver.push((r.receiver_id, counter));
+                    }
+                }
+            }
+        }
+        self.counters
+            .set_counter_value(fc.receivers_counter_id, receivers.len() as i64);
+        fc.shown = receivers;
+        self.net_publications[i].flow_control_counters = Some(fc);
+    }
+
     pub(super) fn on_network_publications_timer(&mut self, now_ns: i64, now_ms: i64) -> usize {
         let mut work = 0;
         for i in 0..self.net_publications.len() {
@@ -295,6 +437,12 @@ impl DriverConductor {
                 let _ = self.net.sender.send(SenderCommand::RemovePublication {
                     registration_id: p.registration_id,
                 });
+                if let Some(fc) = &entry.flow_control_counters {
+                    self.counters.free(fc.receivers_counter_id, now_ms);
+                    for (_, c) in &fc.per_receiver {
+                        self.counters.free(c.id(), now_ms);
+                    }
+                }
                 // Its spies were told at the end of draining.
                 let spies = entry.spies.iter().map(|s| &s.position);
                 for c in [&p.pub_limit, &p.pub_pos, &p.snd_pos, &p.snd_lmt]

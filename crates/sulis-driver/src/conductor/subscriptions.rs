@@ -7,6 +7,7 @@ use super::images::ImageState;
 use super::ipc_publications::LogSource;
 use super::{parse_channel, CommandError, DriverConductor};
 use crate::media::transport::EndpointRole;
+use crate::media::udp_transport::SocketOptions;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::publication_image::PublicationImage;
 use crate::receiver::ReceiverCommand;
@@ -316,14 +317,29 @@ impl DriverConductor {
                         let control = udp.control.expect("checked by resolve_udp");
                         wildcard_like(control)
                     });
-                    let (id, transport, rcvbuf) =
-                        self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?;
+                    let (id, transport, rcvbuf) = if udp.is_multicast {
+                        // Bound to the group (its datagrams only, whatever
+                        // else shares the port) and joined to it; status
+                        // messages and NAKs go from here to the control group.
+                        let opts = SocketOptions {
+                            reuse_address: true,
+                            join_group: Some(bind.ip()),
+                            ..self.multicast_options(&udp, channel)?
+                        };
+                        let t = self.open_transport(bind, &opts, channel, EndpointRole::Receive)?;
+                        self.register_transport(t)
+                    } else {
+                        self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?
+                    };
                     let (status_counter_id, counters) =
                         self.receive_endpoint_counters(channel, transport.local_addr());
-                    let _ = self
-                        .net
-                        .receiver
-                        .send(ReceiverCommand::AddEndpoint { id, transport });
+                    let group_tag = p.gtag.or(self.ctx.receiver_group_tag);
+                    let _ = self.net.receiver.send(ReceiverCommand::AddEndpoint {
+                        id,
+                        transport,
+                        control: udp.multicast_control,
+                        group_tag,
+                    });
                     self.receive_endpoints.push(EndpointEntry {
                         id,
                         key,
@@ -333,6 +349,9 @@ impl DriverConductor {
                         reliable: p.reliable.unwrap_or(true),
                         status_counter_id,
                         counters,
+                        control: udp.multicast_control,
+                        group: p.group,
+                        group_tag,
                     });
                     (id, status_counter_id)
                 }

@@ -129,6 +129,53 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
 }
 
+/// A multicast publication's send endpoint: data goes out of one socket
+/// (bound to the interface, its multicast interface and TTL set), status
+/// messages and NAKs come in on another, bound to the control group (the
+/// data group + 1) and joined to it, as Aeron's `SendChannelEndpoint` does.
+#[derive(Debug)]
+pub struct SplitTransport {
+    send: Box<dyn Transport>,
+    control: Box<dyn Transport>,
+}
+
+impl SplitTransport {
+    /// Sends on `send`, receives from `control` (and `send`).
+    pub fn new(send: Box<dyn Transport>, control: Box<dyn Transport>) -> SplitTransport {
+        SplitTransport { send, control }
+    }
+}
+
+impl Transport for SplitTransport {
+    fn local_addr(&self) -> SocketAddr {
+        self.send.local_addr()
+    }
+
+    fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        match self.control.recv_batch(batch)? {
+            // Unicast replies to the send socket, if any.
+            0 => self.send.recv_batch(batch),
+            n => Ok(n),
+        }
+    }
+
+    fn send_to(&mut self, datagram: &[u8], to: SocketAddr) -> io::Result<usize> {
+        self.send.send_to(datagram, to)
+    }
+
+    fn send_batch(&mut self, datagrams: &[&[u8]], to: SocketAddr) -> io::Result<usize> {
+        self.send.send_batch(datagrams, to)
+    }
+
+    fn set_gso(&mut self, on: bool) {
+        self.send.set_gso(on)
+    }
+
+    fn recv_buffer_size(&self) -> io::Result<usize> {
+        self.control.recv_buffer_size()
+    }
+}
+
 /// Which agent a transport serves (the conductor binds both kinds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndpointRole {

@@ -101,6 +101,78 @@ fn parse_interface(text: &str) -> Result<InterfaceSpec, String> {
     Ok(InterfaceSpec { addr, prefix, port })
 }
 
+impl InterfaceSpec {
+    /// True if `ip` lies in this subnet (the exact address for a /32 or /128).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let bits = |a: IpAddr| -> u128 {
+            match a {
+                IpAddr::V4(v4) => u32::from(v4) as u128,
+                IpAddr::V6(v6) => u128::from(v6),
+            }
+        };
+        if self.addr.is_ipv4() != ip.is_ipv4() {
+            return false;
+        }
+        let width = if ip.is_ipv4() { 32 } else { 128 };
+        let shift = width - u32::from(self.prefix);
+        shift >= 128 || (bits(self.addr) >> shift) == (bits(ip) >> shift)
+    }
+
+    /// The local interface this spec picks for multicast: its address and
+    /// index, the first interface that is up and has an address in the
+    /// subnet (as Aeron picks one). `Err` names the spec when none has.
+    pub fn resolve_local(&self) -> Result<(IpAddr, u32), String> {
+        local_addresses()
+            .into_iter()
+            .find(|(ip, _)| self.contains(*ip))
+            .ok_or_else(|| {
+                format!(
+                    "interface={}/{}: no local interface that is up has an address there",
+                    self.addr, self.prefix
+                )
+            })
+    }
+}
+
+/// Every address of a local interface that is up, with the interface's index.
+fn local_addresses() -> Vec<(IpAddr, u32)> {
+    let mut out = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we walk and free.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return out;
+    }
+    let mut cursor = list;
+    while !cursor.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, valid until freed.
+        let ifa = unsafe { &*cursor };
+        cursor = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr points at a sockaddr of the family it names.
+        let ip = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)))
+                }
+                libc::AF_INET6 => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    IpAddr::V6(a.sin6_addr.s6_addr.into())
+                }
+                _ => continue,
+            }
+        };
+        // SAFETY: ifa_name is the interface's NUL-terminated name.
+        let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+        out.push((ip, index));
+    }
+    // SAFETY: the list getifaddrs allocated, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    out
+}
+
 fn plus_one(addr: SocketAddr) -> SocketAddr {
     match addr.ip() {
         IpAddr::V4(v4) => {
@@ -246,6 +318,27 @@ mod tests {
         assert!(parse_interface("10.0.0.1/40")
             .unwrap_err()
             .contains("prefix"));
+    }
+
+    #[test]
+    fn should_match_subnets_and_find_the_loopback_interface() {
+        let spec = parse_interface("10.1.2.0/24").unwrap();
+        assert!(spec.contains("10.1.2.77".parse().unwrap()));
+        assert!(!spec.contains("10.1.3.1".parse().unwrap()));
+        assert!(!spec.contains("::1".parse().unwrap()));
+        assert!(parse_interface("0.0.0.0/0")
+            .unwrap()
+            .contains("192.0.2.1".parse().unwrap()));
+        let (ip, index) = parse_interface("127.0.0.0/8")
+            .unwrap()
+            .resolve_local()
+            .unwrap();
+        assert!(ip.is_loopback() && index > 0);
+        let e = parse_interface("192.0.2.1")
+            .unwrap()
+            .resolve_local()
+            .unwrap_err();
+        assert!(e.contains("interface=192.0.2.1/32"), "{e}");
     }
 
     #[test]

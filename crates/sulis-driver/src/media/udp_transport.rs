@@ -50,6 +50,15 @@ pub struct SocketOptions {
     pub so_rcvbuf: usize,
     /// Allow several sockets on one address (multicast receivers).
     pub reuse_address: bool,
+    /// Multicast: the group this socket joins (it is bound to the group's
+    /// address, so it receives that group's datagrams only, whatever other
+    /// groups share the port).
+    pub join_group: Option<std::net::IpAddr>,
+    /// Multicast: the interface joins and multicast sends go through (its
+    /// address, and its index for IPv6; `None`: the kernel's choice).
+    pub multicast_interface: Option<(std::net::IpAddr, u32)>,
+    /// Multicast TTL (hop limit) of what this socket sends (0 = the OS default).
+    pub multicast_ttl: u32,
 }
 
 /// A bound, non-blocking UDP socket.
@@ -251,6 +260,43 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
+/// The interface and TTL of multicast sends.
+fn set_multicast_options(socket: &Socket, opts: &SocketOptions) -> io::Result<()> {
+    match opts.multicast_interface {
+        Some((std::net::IpAddr::V4(a), _)) => socket.set_multicast_if_v4(&a)?,
+        Some((std::net::IpAddr::V6(_), index)) => socket.set_multicast_if_v6(index)?,
+        None => {}
+    }
+    if opts.multicast_ttl > 0 {
+        if opts.join_group.is_some_and(|g| g.is_ipv6())
+            || opts.multicast_interface.is_some_and(|(a, _)| a.is_ipv6())
+        {
+            socket.set_multicast_hops_v6(opts.multicast_ttl)?;
+        } else {
+            socket.set_multicast_ttl_v4(opts.multicast_ttl)?;
+        }
+    }
+    Ok(())
+}
+
+/// Joins `group` on the interface (its address for IPv4, its index for IPv6).
+fn join(
+    socket: &Socket,
+    group: std::net::IpAddr,
+    interface: Option<(std::net::IpAddr, u32)>,
+) -> io::Result<()> {
+    match group {
+        std::net::IpAddr::V4(g) => {
+            let i = match interface {
+                Some((std::net::IpAddr::V4(a), _)) => a,
+                _ => std::net::Ipv4Addr::UNSPECIFIED,
+            };
+            socket.join_multicast_v4(&g, &i)
+        }
+        std::net::IpAddr::V6(g) => socket.join_multicast_v6(&g, interface.map_or(0, |(_, i)| i)),
+    }
+}
+
 fn domain_of(addr: &SocketAddr) -> Domain {
     if addr.is_ipv4() {
         Domain::IPV4
@@ -273,9 +319,18 @@ impl UdpTransport {
             socket.set_recv_buffer_size(opts.so_rcvbuf)?;
         }
         socket.set_nonblocking(true)?;
+        set_multicast_options(&socket, opts)?;
         socket.bind(&addr.into()).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot bind UDP socket to {addr}: {e}"))
         })?;
+        if let Some(group) = opts.join_group {
+            join(&socket, group, opts.multicast_interface).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot join multicast group {group}: {e}"),
+                )
+            })?;
+        }
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
         Ok(UdpTransport {
@@ -624,7 +679,7 @@ mod tests {
             &SocketOptions {
                 so_rcvbuf: 256 * 1024,
                 so_sndbuf: 128 * 1024,
-                reuse_address: false,
+                ..SocketOptions::default()
             },
         )
         .unwrap();
