@@ -210,14 +210,31 @@ def run_transfer(h: Harness, publisher: str, subscriber: str, count: int, aeron:
     and the address it is reached at (the channel's endpoint is the subscriber's). Returns
     ``{"pub", "sub", "channel", "seconds", "problems"}`` (no problems: the transfer was perfect).
     """
+    if driver is None:
+        channel = channel or f"aeron:udp?endpoint={(hosts or {}).get(subscriber, '127.0.0.1')}:{free_udp_port()}"
+    res = run_group_transfer(h, publisher, [subscriber], count, aeron, driver, channel, stream_id, timeout,
+                             sulis_driver_options, aeron_driver_props, netns)
+    return {**res, "sub": res["subs"][0]}
+
+
+def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], count: int,
+                       aeron: AeronJava | None = None, driver: str | None = None, channel: str | None = None,
+                       stream_id: int = 1001, timeout: float | None = None, sulis_driver_options: dict | None = None,
+                       aeron_driver_props: dict | None = None, netns: dict | None = None,
+                       subscriber_channels: Sequence[str] | None = None) -> dict:
+    """As ``run_transfer``, with several subscribers (a multicast group, say): each of
+    ``subscribers`` ("aeron" or "sulis") on ``channel`` (or its entry of ``subscriber_channels``),
+    every one of them started before the publisher. The Aeron subscribers share one Aeron driver
+    process; every sulis peer has its own embedded driver. Returns ``{"pub", "subs", "channel",
+    "seconds", "problems"}``, the problems of every subscriber named by its index."""
     netns = netns or {}
     timeout = timeout or transfer_timeout(count)
     t0 = time.monotonic()
     watch: list[ChildProcess] = []
-    dirs = {"aeron": None, "sulis": None}
+    dirs: dict[str, str | None] = {"aeron": None, "sulis": None}
     if driver is None:
-        channel = channel or f"aeron:udp?endpoint={(hosts or {}).get(subscriber, '127.0.0.1')}:{free_udp_port()}"
-        if "aeron" in (publisher, subscriber):
+        assert channel is not None, "a channel for peers on drivers of their own"
+        if "aeron" in (publisher, *subscribers):
             drv, dirs["aeron"] = h.start_driver("aeron", aeron, aeron_driver_props, netns.get("aeron"))
             watch.append(drv)
     else:
@@ -226,21 +243,24 @@ def run_transfer(h: Harness, publisher: str, subscriber: str, count: int, aeron:
         watch.append(drv)
         dirs = {"aeron": d, "sulis": d}
 
-    def start(kind: str, mode: str, seconds: float) -> ChildProcess:
+    def start(kind: str, mode: str, on: str, seconds: float, name: str) -> ChildProcess:
         if kind == "aeron":  # AeronPeer's stream role on the driver in dirs["aeron"]
-            cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": dirs["aeron"]}, channel=channel,
+            cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": dirs["aeron"]}, channel=on,
                                   stream=stream_id, count=count, timeout=seconds)
         else:  # sulis_peer.py on the driver in dirs["sulis"], else on an embedded one of its own
             cmd = [sys.executable, str(HERE / "sulis_peer.py"), mode, "--dir", dirs["sulis"] or h.make_dir("sulis"),
-                   "--channel", channel, "--stream", stream_id, "--count", count, "--timeout", seconds]
+                   "--channel", on, "--stream", stream_id, "--count", count, "--timeout", seconds]
             cmd += [] if dirs["sulis"] else ["--embedded"]
             cmd += [f"--driver-option={k}={v}" for k, v in (sulis_driver_options or {}).items()]
-        return h.start(f"{kind}-{mode}", cmd, netns.get(kind))
+        return h.start(name, cmd, netns.get(kind))
 
-    sub = start(subscriber, "sub", timeout)
-    pub = start(publisher, "pub", 60)
-    sub_res = h.result(sub, timeout + 30, watch=[*watch, pub])
+    channels = list(subscriber_channels or [channel] * len(subscribers))
+    subs = [start(kind, "sub", on, timeout, f"{kind}-sub" + (f"-{i}" if len(subscribers) > 1 else ""))
+            for i, (kind, on) in enumerate(zip(subscribers, channels, strict=True))]
+    pub = start(publisher, "pub", channel, 60, f"{publisher}-pub")
+    results = [h.result(sub, timeout + 30, watch=[*watch, pub]) for sub in subs]
     wall = time.monotonic() - t0
     pub_res = h.result(pub, 90, watch=watch)
-    return {"pub": pub_res, "sub": sub_res, "channel": channel, "seconds": round(wall, 3),
-            "problems": check_transfer(pub_res, sub_res, count)}
+    problems = [f"subscriber {i} ({subscribers[i]}): {p}" if len(subscribers) > 1 else p
+                for i, res in enumerate(results) for p in check_transfer(pub_res, res, count)]
+    return {"pub": pub_res, "subs": results, "channel": channel, "seconds": round(wall, 3), "problems": problems}
