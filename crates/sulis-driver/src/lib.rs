@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod loss;
 pub mod media;
 pub mod media_driver;
+pub mod multi_send_destination;
 pub mod network_publication;
 pub mod publication_image;
 pub mod receiver;

@@ -439,6 +439,21 @@ impl PublicationSender {
         self.publication.session_id
     }
 
+    /// Where this publication's own datagrams go (unicast, multicast, a
+    /// response publication's requester); an MDC endpoint's destinations
+    /// are the sender's to pass in instead.
+    pub fn own_destination(&self) -> Option<SocketAddr> {
+        self.destination
+    }
+
+    /// A receiver asked for a SETUP of every stream on the endpoint (an MDC
+    /// receiver's session 0 / stream 0 probe).
+    pub fn elicit_setup(&mut self, sm: &StatusMessageFrame, cfg: &SenderConfig, now_ns: i64) {
+        self.flow_control.on_trigger_send_setup(sm, now_ns);
+        self.setup_elicited = true;
+        self.trigger_setup(cfg, now_ns);
+    }
+
     /// Stream id.
     pub fn stream_id(&self) -> i32 {
         self.publication.stream_id
@@ -549,6 +564,7 @@ impl PublicationSender {
     pub fn on_nak(
         &mut self,
         transport: &mut dyn Transport,
+        targets: &[SocketAddr],
         nak: &NakFrame,
         errors: &ErrorReporter,
         now_ns: i64,
@@ -579,7 +595,7 @@ impl PublicationSender {
             errors.system().increment(SystemCounter::RetransmitOverflow);
         }
         for &(t, o, l) in &resends {
-            self.resend(transport, t, o, l, errors);
+            self.resend(transport, targets, t, o, l, errors);
         }
         self.resends = resends;
         Ok(())
@@ -602,19 +618,21 @@ impl PublicationSender {
         (reply, to)
     }
 
-    /// Resends whole frames from (`term_id`, `term_offset`) for `length` bytes.
+    /// Resends whole frames from (`term_id`, `term_offset`) for `length`
+    /// bytes to every target.
     fn resend(
         &mut self,
         transport: &mut dyn Transport,
+        targets: &[SocketAddr],
         term_id: i32,
         term_offset: i32,
         length: i32,
         errors: &ErrorReporter,
     ) {
         let p = &self.publication;
-        let Some(destination) = self.destination else {
+        if targets.is_empty() {
             return;
-        };
+        }
         let position = compute_position(term_id, term_offset, p.bits, p.initial_term_id);
         let sender_position = p.snd_pos.get();
         if position >= sender_position || position < sender_position - p.term_length as i64 {
@@ -630,16 +648,22 @@ impl PublicationSender {
             if a.send_length == 0 {
                 break;
             }
-            match transport.send_to(term.slice(offset, a.send_length), destination) {
-                Ok(0) => {
-                    system.increment(SystemCounter::ShortSends);
-                    break;
+            let mut short = false;
+            for &destination in targets {
+                match transport.send_to(term.slice(offset, a.send_length), destination) {
+                    Ok(0) => {
+                        system.increment(SystemCounter::ShortSends);
+                        short = true;
+                    }
+                    Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
+                    Err(e) => {
+                        errors.record(&format!("retransmit to {destination} failed: {e}"));
+                        short = true;
+                    }
                 }
-                Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
-                Err(e) => {
-                    errors.record(&format!("retransmit to {destination} failed: {e}"));
-                    break;
-                }
+            }
+            if short {
+                break;
             }
             system.increment(SystemCounter::RetransmitsSent);
             system.add(SystemCounter::RetransmittedBytes, a.send_length as i64);
@@ -653,15 +677,17 @@ impl PublicationSender {
     pub fn send(
         &mut self,
         transport: &mut dyn Transport,
+        targets: &[SocketAddr],
         cfg: &SenderConfig,
         errors: &ErrorReporter,
         now_ns: i64,
     ) -> usize {
         let p = self.publication.clone();
-        let Some(destination) = self.destination else {
-            // A response publication nobody has asked for a SETUP yet.
+        if targets.is_empty() {
+            // A response publication nobody has asked for a SETUP yet, an
+            // MDC endpoint without a destination.
             return 0;
-        };
+        }
         let system = errors.system();
         let mut sender_position = p.snd_pos.get();
         let catch_up = p.spy_catch_up.load(Ordering::Acquire);
@@ -714,12 +740,14 @@ impl PublicationSender {
                 mtu: p.mtu as i32,
                 ttl: p.ttl,
             };
-            send_control_frame(transport, &setup.to_bytes(), destination, errors);
+            let bytes = setup.to_bytes();
+            for &destination in targets {
+                send_control_frame(transport, &bytes, destination, errors);
+            }
             self.time_of_last_setup_ns = now_ns;
         }
 
-        let mut bytes_sent =
-            self.send_data(transport, errors, destination, sender_position, now_ns);
+        let mut bytes_sent = self.send_data(transport, errors, targets, sender_position, now_ns);
 
         // Heartbeat while idle; end of stream once everything is sent, the first at once: a
         // linger shorter than the heartbeat interval would otherwise remove the publication
@@ -741,9 +769,12 @@ impl PublicationSender {
                 h.flags |= EOS_FLAG;
                 self.eos_sent = true;
             }
-            match transport.send_to(&h.to_bytes(), destination) {
-                Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
-                Err(e) => errors.record(&format!("heartbeat to {destination} failed: {e}")),
+            let bytes = h.to_bytes();
+            for &destination in targets {
+                match transport.send_to(&bytes, destination) {
+                    Ok(n) => system.add(SystemCounter::BytesSent, n as i64),
+                    Err(e) => errors.record(&format!("heartbeat to {destination} failed: {e}")),
+                }
             }
             system.increment(SystemCounter::HeartbeatsSent);
             self.time_of_last_send_ns = now_ns;
@@ -756,7 +787,7 @@ impl PublicationSender {
             .retransmit
             .process_timeouts(now_ns, &mut |t, o, l| resends.push((t, o, l)));
         for &(t, o, l) in &resends {
-            self.resend(transport, t, o, l, errors);
+            self.resend(transport, targets, t, o, l, errors);
         }
         self.resends = resends;
         bytes_sent += w;
@@ -764,13 +795,15 @@ impl PublicationSender {
     }
 
     /// Whole frames up to the MTU per datagram, several datagrams per
-    /// system call, within the sender limit. Returns the bytes sent (at
-    /// least 1 if the sender position moved).
+    /// system call, within the sender limit, to every target: the sender
+    /// position moves by what went to all of them (the rest goes again next
+    /// turn; a receiver that has it drops the copy). Returns the bytes sent
+    /// (at least 1 if the sender position moved).
     fn send_data(
         &mut self,
         transport: &mut dyn Transport,
         errors: &ErrorReporter,
-        destination: SocketAddr,
+        targets: &[SocketAddr],
         sender_position: i64,
         now_ns: i64,
     ) -> usize {
@@ -806,14 +839,18 @@ impl PublicationSender {
             return 0;
         }
         let slices = &slices[..count];
-        let sent = match transport.send_batch(slices, destination) {
-            Ok(n) => n,
-            Err(e) => {
-                // Treated as lost on the way: receivers NAK what they miss.
-                errors.record(&format!("send to {destination} failed: {e}"));
-                count
-            }
-        };
+        let mut sent = count;
+        for &destination in targets {
+            let to_this = match transport.send_batch(&slices[..sent], destination) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Treated as lost on the way: receivers NAK what they miss.
+                    errors.record(&format!("send to {destination} failed: {e}"));
+                    sent
+                }
+            };
+            sent = sent.min(to_this);
+        }
         if sent < count {
             system.increment(SystemCounter::ShortSends);
         }

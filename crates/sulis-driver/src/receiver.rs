@@ -36,6 +36,9 @@ use sulis_protocol::frame::{
     SESSION_ID_FIELD_OFFSET, STREAM_ID_FIELD_OFFSET,
 };
 
+/// How often an MDC receive endpoint probes its publication's control address (Aeron's, fixed).
+pub const PROBE_INTERVAL_NS: i64 = 1_000_000_000;
+
 /// Datagrams read per endpoint and `recvmmsg`.
 const RECV_BATCH: usize = 32;
 /// `recvmmsg` calls per endpoint and duty cycle while datagrams keep coming.
@@ -49,9 +52,15 @@ pub enum ReceiverCommand {
         id: u64,
         /// The bound transport.
         transport: Box<dyn Transport>,
-        /// Multicast: the control group setup-eliciting status messages go
-        /// to (`None`: back to the source of the data).
+        /// Where setup-eliciting status messages go: the multicast control
+        /// group, or an MDC publication's control address (`None`: back to
+        /// the source of the data).
         control: Option<SocketAddr>,
+        /// An MDC publication's explicit control address: a probe (a
+        /// setup-eliciting status message for session 0, stream 0) goes there
+        /// every [`PROBE_INTERVAL_NS`] while any stream is subscribed, so the
+        /// publication learns of this receiver before any stream exists.
+        probe: bool,
         /// Group tag its status messages carry.
         group_tag: Option<i64>,
     },
@@ -136,6 +145,8 @@ struct ReceiveEndpoint {
     id: u64,
     transport: Box<dyn Transport>,
     control: Option<SocketAddr>,
+    probe: bool,
+    time_of_last_probe_ns: i64,
     group_tag: Option<i64>,
     streams: Vec<(i32, usize)>,
     images: Vec<ImageReceiver>,
@@ -254,6 +265,7 @@ impl Receiver {
                 id,
                 mut transport,
                 control,
+                probe,
                 group_tag,
             } => {
                 if self.cfg.gro {
@@ -263,6 +275,8 @@ impl Receiver {
                     id,
                     transport,
                     control,
+                    probe,
+                    time_of_last_probe_ns: i64::MIN / 2,
                     group_tag,
                     streams: Vec::new(),
                     images: Vec::new(),
@@ -546,6 +560,31 @@ impl Receiver {
         }
     }
 
+    /// An MDC receive endpoint subscribing to anything probes its
+    /// publication's control address every [`PROBE_INTERVAL_NS`].
+    fn probe(&mut self, ep: usize, now_ns: i64) -> usize {
+        let e = &mut self.endpoints[ep];
+        let Some(to) = e.control.filter(|_| e.probe && !e.streams.is_empty()) else {
+            return 0;
+        };
+        if now_ns - e.time_of_last_probe_ns < PROBE_INTERVAL_NS {
+            return 0;
+        }
+        e.time_of_last_probe_ns = now_ns;
+        let sm = StatusMessageFrame {
+            group_tag: e.group_tag,
+            ..StatusMessageFrame::setup_eliciting(0, 0, self.cfg.receiver_id)
+        };
+        let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
+        let len = sm.encode(&mut buf);
+        if self.send_control(ep, &buf[..len], to) {
+            self.errors
+                .system()
+                .increment(SystemCounter::StatusMessagesSent);
+        }
+        1
+    }
+
     /// A sender's reply to one of our round-trip measurements: a repair time
     /// sample for the image's loss detector. Requests (a sender measuring
     /// us) and replies meant for another receiver are ignored.
@@ -580,6 +619,7 @@ impl Agent for Receiver {
             work += 1;
         }
         for ep in 0..self.endpoints.len() {
+            work += self.probe(ep, now_ns);
             work += self.poll(ep, now_ns);
             let cool_down_ns = self.cfg.image_cool_down_ns;
             let status_period_ns = self.cfg.status_message_timeout_ns;

@@ -13,12 +13,13 @@ use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::SenderConfig;
 use crate::media::transport::{send_control_frame, Transport};
 use crate::media::udp_transport::RecvBatch;
+use crate::multi_send_destination::{MdcMode, MultiSendDestination};
 use crate::network_publication::{NetworkPublication, PublicationSender};
 use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
-use sulis_protocol::frame::{decode_datagram, Frame};
+use sulis_protocol::frame::{decode_datagram, Frame, StatusMessageFrame};
 use sulis_protocol::frame::{
     FrameHeader, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_RES, HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM,
     HDR_TYPE_SM,
@@ -37,6 +38,33 @@ pub enum SenderCommand {
         id: u64,
         /// The bound transport.
         transport: Box<dyn Transport>,
+        /// Multi-destination-cast: how its destinations come and go.
+        mdc: Option<MdcMode>,
+    },
+    /// A destination of a manual MDC endpoint.
+    AddDestination {
+        /// The endpoint.
+        endpoint_id: u64,
+        /// The destination channel as the client gave it.
+        channel: String,
+        /// Its address.
+        address: SocketAddr,
+        /// Correlation id of the command that added it.
+        registration_id: i64,
+    },
+    /// Removes a manual MDC endpoint's destination at `address`.
+    RemoveDestination {
+        /// The endpoint.
+        endpoint_id: u64,
+        /// The destination's address.
+        address: SocketAddr,
+    },
+    /// Removes the manual MDC endpoint destination added by `registration_id`.
+    RemoveDestinationById {
+        /// The endpoint.
+        endpoint_id: u64,
+        /// Correlation id of the command that added it.
+        registration_id: i64,
     },
     /// Close an endpoint (no publication uses it any more).
     RemoveEndpoint {
@@ -83,6 +111,8 @@ struct SendEndpoint {
     id: u64,
     transport: Box<dyn Transport>,
     publications: Vec<PublicationSender>,
+    /// Multi-destination-cast: where everything goes.
+    mdc: Option<MultiSendDestination>,
 }
 
 /// The sender agent.
@@ -122,13 +152,51 @@ impl Sender {
 
     fn on_command(&mut self, cmd: SenderCommand, now_ns: i64) {
         match cmd {
-            SenderCommand::AddEndpoint { id, mut transport } => {
+            SenderCommand::AddEndpoint {
+                id,
+                mut transport,
+                mdc,
+            } => {
                 transport.set_gso(self.cfg.gso);
                 self.endpoints.push(SendEndpoint {
                     id,
                     transport,
                     publications: Vec::new(),
+                    mdc: mdc.map(MultiSendDestination::new),
                 })
+            }
+            SenderCommand::AddDestination {
+                endpoint_id,
+                channel,
+                address,
+                registration_id,
+            } => {
+                if let Some(m) = self.mdc(endpoint_id) {
+                    m.add(&channel, address, registration_id, now_ns);
+                }
+                // A newcomer hears a SETUP at once, not at the next status message.
+                if let Some(e) = self.endpoints.iter_mut().find(|e| e.id == endpoint_id) {
+                    let probe = StatusMessageFrame::setup_eliciting(0, 0, 0);
+                    for p in e.publications.iter_mut() {
+                        p.elicit_setup(&probe, &self.cfg, now_ns);
+                    }
+                }
+            }
+            SenderCommand::RemoveDestination {
+                endpoint_id,
+                address,
+            } => {
+                if let Some(m) = self.mdc(endpoint_id) {
+                    m.remove_address(address);
+                }
+            }
+            SenderCommand::RemoveDestinationById {
+                endpoint_id,
+                registration_id,
+            } => {
+                if let Some(m) = self.mdc(endpoint_id) {
+                    m.remove_registration(registration_id);
+                }
             }
             SenderCommand::RemoveEndpoint { id } => self.endpoints.retain(|e| e.id != id),
             SenderCommand::AddPublication {
@@ -160,6 +228,13 @@ impl Sender {
                 }
             }
         }
+    }
+
+    fn mdc(&mut self, endpoint_id: u64) -> Option<&mut MultiSendDestination> {
+        self.endpoints
+            .iter_mut()
+            .find(|e| e.id == endpoint_id)
+            .and_then(|e| e.mdc.as_mut())
     }
 
     fn poll_control(&mut self, now_ns: i64) -> usize {
@@ -231,6 +306,22 @@ impl Sender {
             Ok(f) => f,
             Err(e) => return self.invalid(ep, src, &e.to_string()),
         };
+        if let Frame::Status(sm) = &frame {
+            let e = &mut self.endpoints[ep];
+            if let Some(m) = e.mdc.as_mut() {
+                m.on_status_message(sm, src, now_ns);
+                if sm.session_id == 0 && sm.stream_id == 0 && sm.is_send_setup() {
+                    // A receiver's probe: every stream on the endpoint says SETUP.
+                    self.errors
+                        .system()
+                        .increment(SystemCounter::StatusMessagesReceived);
+                    for p in e.publications.iter_mut() {
+                        p.elicit_setup(sm, &self.cfg, now_ns);
+                    }
+                    return;
+                }
+            }
+        }
         let outcome = match frame {
             Frame::Status(sm) => match self.find(ep, sm.session_id, sm.stream_id) {
                 Some(pi) => self.endpoints[ep].publications[pi].on_status_message(
@@ -245,7 +336,18 @@ impl Sender {
             Frame::Nak(nak) => match self.find(ep, nak.session_id, nak.stream_id) {
                 Some(pi) => {
                     let e = &mut self.endpoints[ep];
-                    e.publications[pi].on_nak(&mut *e.transport, &nak, &self.errors, now_ns)
+                    let own = e.publications[pi].own_destination();
+                    let targets = match e.mdc.as_mut() {
+                        Some(m) => m.addresses(now_ns),
+                        None => own.as_slice(),
+                    };
+                    e.publications[pi].on_nak(
+                        &mut *e.transport,
+                        targets,
+                        &nak,
+                        &self.errors,
+                        now_ns,
+                    )
                 }
                 None => Ok(()),
             },
@@ -317,8 +419,11 @@ impl Agent for Sender {
         }
         let mut bytes_sent = 0;
         for e in self.endpoints.iter_mut() {
+            let mdc = e.mdc.as_mut().map(|m| m.addresses(now_ns));
             for p in e.publications.iter_mut() {
-                bytes_sent += p.send(&mut *e.transport, &self.cfg, &self.errors, now_ns);
+                let own = p.own_destination();
+                let targets = mdc.unwrap_or(own.as_slice());
+                bytes_sent += p.send(&mut *e.transport, targets, &self.cfg, &self.errors, now_ns);
             }
         }
         self.duty_cycles += 1;

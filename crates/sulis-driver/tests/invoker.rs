@@ -175,24 +175,25 @@ fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation
     h.settle();
     h.take_events();
     let errors_before = h.system_counter(SystemCounter::Errors);
-    // ADD_DESTINATION as an Aeron client sends it: client id, correlation id,
-    // registration id of the publication, channel.
+    // REJECT_IMAGE as an Aeron client sends it: client id, correlation id,
+    // image correlation id, position, reason.
     let correlation_id = h.correlation_id();
     let mut body = Vec::new();
     body.extend_from_slice(&h.client_id.to_le_bytes());
     body.extend_from_slice(&correlation_id.to_le_bytes());
     body.extend_from_slice(&42i64.to_le_bytes());
-    let channel = b"aeron:udp?endpoint=localhost:40123";
-    body.extend_from_slice(&(channel.len() as i32).to_le_bytes());
-    body.extend_from_slice(channel);
+    body.extend_from_slice(&0i64.to_le_bytes());
+    let reason = b"not wanted";
+    body.extend_from_slice(&(reason.len() as i32).to_le_bytes());
+    body.extend_from_slice(reason);
     assert!(h
         .to_driver
-        .write(command_type::ADD_DESTINATION, &body)
+        .write(command_type::REJECT_IMAGE, &body)
         .unwrap());
     // The same type too short to carry a correlation id: logged only.
     assert!(h
         .to_driver
-        .write(command_type::ADD_DESTINATION, &body[..12])
+        .write(command_type::REJECT_IMAGE, &body[..12])
         .unwrap());
     // A type id that is not Aeron's: logged only, whatever its length.
     assert!(h.to_driver.write(0x7777, &body).unwrap());
@@ -202,7 +203,7 @@ fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation
         matches!(events.as_slice(), [Event::Error { correlation_id: c, code, message }]
             if *c == correlation_id
                 && *code == error_code::UNKNOWN_COMMAND_TYPE_ID
-                && message.contains("ADD_DESTINATION")),
+                && message.contains("REJECT_IMAGE")),
         "{events:?}"
     );
     assert_eq!(h.system_counter(SystemCounter::Errors), errors_before + 3);

@@ -27,9 +27,6 @@ pub mod command_type {
     pub const CLIENT_CLOSE: i32 = 0x0B;
     /// Ask the driver to terminate.
     pub const TERMINATE_DRIVER: i32 = 0x0E;
-
-    // Aeron's commands sulis does not implement (docs/protocol.md §4.8).
-
     /// Add a destination to a manual MDC publication.
     pub const ADD_DESTINATION: i32 = 0x07;
     /// Remove a destination from a manual MDC publication.
@@ -38,12 +35,15 @@ pub mod command_type {
     pub const ADD_RCV_DESTINATION: i32 = 0x0C;
     /// Remove a destination from a multi-destination subscription.
     pub const REMOVE_RCV_DESTINATION: i32 = 0x0D;
+    /// Remove a destination by its registration id.
+    pub const REMOVE_DESTINATION_BY_ID: i32 = 0x11;
+
+    // Aeron's commands sulis does not implement (docs/protocol.md §4.8).
+
     /// Add a static counter.
     pub const ADD_STATIC_COUNTER: i32 = 0x0F;
     /// Reject an image.
     pub const REJECT_IMAGE: i32 = 0x10;
-    /// Remove a destination by its registration id.
-    pub const REMOVE_DESTINATION_BY_ID: i32 = 0x11;
     /// Ask for the next available session id.
     pub const GET_NEXT_AVAILABLE_SESSION_ID: i32 = 0x12;
 
@@ -51,13 +51,8 @@ pub mod command_type {
     /// decoder for; `None` for the others (implemented, or not Aeron's).
     pub fn unimplemented_name(type_id: i32) -> Option<&'static str> {
         Some(match type_id {
-            ADD_DESTINATION => "ADD_DESTINATION",
-            REMOVE_DESTINATION => "REMOVE_DESTINATION",
-            ADD_RCV_DESTINATION => "ADD_RCV_DESTINATION",
-            REMOVE_RCV_DESTINATION => "REMOVE_RCV_DESTINATION",
             ADD_STATIC_COUNTER => "ADD_STATIC_COUNTER",
             REJECT_IMAGE => "REJECT_IMAGE",
-            REMOVE_DESTINATION_BY_ID => "REMOVE_DESTINATION_BY_ID",
             GET_NEXT_AVAILABLE_SESSION_ID => "GET_NEXT_AVAILABLE_SESSION_ID",
             _ => return None,
         })
@@ -261,6 +256,32 @@ pub enum Command {
         correlation_id: i64,
         token: Vec<u8>,
     },
+    /// ADD_DESTINATION (`receive` false: to a manual MDC publication) or
+    /// ADD_RCV_DESTINATION (`receive` true: to a multi-destination
+    /// subscription). `registration_id` names the publication or subscription.
+    AddDestination {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        channel: String,
+        receive: bool,
+    },
+    /// REMOVE_DESTINATION / REMOVE_RCV_DESTINATION.
+    RemoveDestination {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        channel: String,
+        receive: bool,
+    },
+    /// REMOVE_DESTINATION_BY_ID: the destination the ADD_DESTINATION whose
+    /// correlation id was `destination_registration_id` added.
+    RemoveDestinationById {
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        destination_registration_id: i64,
+    },
 }
 
 impl Command {
@@ -279,6 +300,11 @@ impl Command {
                 | REMOVE_COUNTER
                 | CLIENT_CLOSE
                 | TERMINATE_DRIVER
+                | ADD_DESTINATION
+                | REMOVE_DESTINATION
+                | ADD_RCV_DESTINATION
+                | REMOVE_RCV_DESTINATION
+                | REMOVE_DESTINATION_BY_ID
         )
     }
 
@@ -293,7 +319,10 @@ impl Command {
             | Command::RemoveCounter { client_id, .. }
             | Command::ClientKeepalive { client_id }
             | Command::ClientClose { client_id }
-            | Command::TerminateDriver { client_id, .. } => *client_id,
+            | Command::TerminateDriver { client_id, .. }
+            | Command::AddDestination { client_id, .. }
+            | Command::RemoveDestination { client_id, .. }
+            | Command::RemoveDestinationById { client_id, .. } => *client_id,
         }
     }
 
@@ -405,6 +434,51 @@ impl Command {
                 w.0.extend_from_slice(token);
                 (TERMINATE_DRIVER, w.0)
             }
+            Command::AddDestination {
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+                receive,
+            }
+            | Command::RemoveDestination {
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+                receive,
+            } => {
+                let add = matches!(self, Command::AddDestination { .. });
+                let t = match (add, receive) {
+                    (true, false) => ADD_DESTINATION,
+                    (true, true) => ADD_RCV_DESTINATION,
+                    (false, false) => REMOVE_DESTINATION,
+                    (false, true) => REMOVE_RCV_DESTINATION,
+                };
+                (
+                    t,
+                    Writer::default()
+                        .i64(*client_id)
+                        .i64(*correlation_id)
+                        .i64(*registration_id)
+                        .string(channel)
+                        .0,
+                )
+            }
+            Command::RemoveDestinationById {
+                client_id,
+                correlation_id,
+                registration_id,
+                destination_registration_id,
+            } => (
+                REMOVE_DESTINATION_BY_ID,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i64(*registration_id)
+                    .i64(*destination_registration_id)
+                    .0,
+            ),
         }
     }
 
@@ -477,6 +551,26 @@ impl Command {
                     token: r.take(n as usize)?.to_vec(),
                 }
             }
+            ADD_DESTINATION | ADD_RCV_DESTINATION => Command::AddDestination {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+                channel: r.string()?,
+                receive: type_id == ADD_RCV_DESTINATION,
+            },
+            REMOVE_DESTINATION | REMOVE_RCV_DESTINATION => Command::RemoveDestination {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+                channel: r.string()?,
+                receive: type_id == REMOVE_RCV_DESTINATION,
+            },
+            REMOVE_DESTINATION_BY_ID => Command::RemoveDestinationById {
+                client_id,
+                correlation_id,
+                registration_id: r.i64()?,
+                destination_registration_id: r.i64()?,
+            },
             other => return Err(DecodeError(format!("unknown command type id {other:#x}"))),
         })
     }
@@ -768,6 +862,29 @@ mod tests {
                 token: b"tok".to_vec(),
             },
         ];
+        let mut cmds = cmds;
+        for receive in [false, true] {
+            cmds.push(Command::AddDestination {
+                client_id: 1,
+                correlation_id: 9,
+                registration_id: 2,
+                channel: "aeron:udp?endpoint=h:1".into(),
+                receive,
+            });
+            cmds.push(Command::RemoveDestination {
+                client_id: 1,
+                correlation_id: 10,
+                registration_id: 2,
+                channel: "aeron:udp?endpoint=h:1".into(),
+                receive,
+            });
+        }
+        cmds.push(Command::RemoveDestinationById {
+            client_id: 1,
+            correlation_id: 11,
+            registration_id: 2,
+            destination_registration_id: 9,
+        });
         for c in cmds {
             let (t, body) = c.encode();
             assert_eq!(Command::decode(t, &body).unwrap(), c);

@@ -422,26 +422,6 @@ impl ChannelUri {
         &self.params
     }
 
-    /// The first parameter that asks for something sulis has no
-    /// implementation of yet, as `(part, reason)`: multi-destination-cast
-    /// (`control` outside a response channel, `control-mode=dynamic|manual`).
-    /// Such a URI parses (it is a valid Aeron URI, which tools read), but the
-    /// driver refuses a publication or subscription on it rather than ignore
-    /// what it asks for. Response channels (`control-mode=response`,
-    /// `control`, `response-correlation-id`, and `response-endpoint`, which
-    /// Aeron's drivers do not read either) are supported.
-    pub fn unsupported_parameter(&self) -> Option<(String, String)> {
-        const MDC: &str = "multi-destination-cast (MDC) is not supported yet";
-        let response = self.params.control_mode == Some(ControlMode::Response);
-        self.entries.iter().find_map(|(key, value)| {
-            let reason = match key.as_str() {
-                "control-mode" | "control" if !response => MDC,
-                _ => return None,
-            };
-            Some((format!("{key}={value}"), reason.to_owned()))
-        })
-    }
-
     /// `response-correlation-id` as a number: `None` when absent,
     /// [`RESPONSE_CORRELATION_PROTOTYPE`] for `prototype`.
     pub fn response_correlation_id(&self) -> Option<i64> {
@@ -1775,39 +1755,7 @@ mod tests {
     }
 
     #[test]
-    fn mdc_parameters_are_named_as_unsupported_and_response_channels_are_not() {
-        let unsupported = |uri: &str| ChannelUri::parse(uri).unwrap().unsupported_parameter();
-        for (uri, part) in [
-            (
-                "aeron:udp?endpoint=h:1|control-mode=dynamic",
-                "control-mode=dynamic",
-            ),
-            (
-                "aeron:udp?endpoint=h:1|control-mode=manual",
-                "control-mode=manual",
-            ),
-            ("aeron:udp?endpoint=h:1|control=h:2", "control=h:2"),
-            ("aeron:udp?control=h:2|control-mode=dynamic", "control=h:2"),
-        ] {
-            let (got_part, got_reason) = unsupported(uri).unwrap_or_else(|| panic!("{uri}"));
-            assert_eq!(got_part, part, "{uri}");
-            assert!(
-                got_reason.contains("MDC") && got_reason.ends_with("not supported yet"),
-                "{uri}"
-            );
-        }
-        for uri in [
-            "aeron:ipc?term-length=64k",
-            "aeron:udp?endpoint=h:1|mtu=1408",
-            "aeron:udp?tags=1",
-            "aeron:udp?control=h:2|control-mode=response",
-            "aeron:udp?control-mode=response|endpoint=h:1|control=h:2",
-            "aeron:ipc?control-mode=response",
-            "aeron:ipc?response-correlation-id=7",
-            "aeron:udp?endpoint=h:1|response-correlation-id=7|response-endpoint=h:3",
-        ] {
-            assert_eq!(unsupported(uri), None, "{uri}");
-        }
+    fn response_correlation_ids_parse_and_response_channels_are_rebuilt() {
         let uri = ChannelUri::parse("aeron:ipc?response-correlation-id=prototype").unwrap();
         assert_eq!(
             uri.response_correlation_id(),

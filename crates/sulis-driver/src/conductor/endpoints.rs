@@ -12,7 +12,7 @@ use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::error_code;
-use sulis_protocol::uri::ChannelUri;
+use sulis_protocol::uri::{ChannelUri, ControlMode};
 
 /// A socket shared by every channel with the same canonical form.
 pub(super) struct EndpointEntry {
@@ -36,6 +36,8 @@ pub(super) struct EndpointEntry {
     pub(super) group: Option<bool>,
     /// Group tag its status messages carry (`gtag=`, else the driver's).
     pub(super) group_tag: Option<i64>,
+    /// A send endpoint's multi-destination-cast mode.
+    pub(super) mdc: Option<crate::multi_send_destination::MdcMode>,
 }
 
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
@@ -239,37 +241,56 @@ impl DriverConductor {
     }
 
     /// Parses a UDP channel, resolving its host names (timed into the name
-    /// resolver counters: a slow DNS stalls the conductor).
+    /// resolver counters: a slow DNS stalls the conductor), and checks what
+    /// it asks of a publication (`subscription` false) or a subscription.
     pub(super) fn resolve_udp(
         &mut self,
         channel: &str,
         uri: &ChannelUri,
+        subscription: bool,
     ) -> Result<UdpChannel, CommandError> {
         let resolved = self.timed_name_lookup(|| UdpChannel::from_uri(uri.clone()));
         let udp = resolved.map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e))?;
+        let invalid = |why: &str| {
+            Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': {why}"),
+            ))
+        };
         if udp.is_response && !udp.is_multicast {
             // A response channel: `control` is the server's response port
             // (the only address a response publication binds and a response
             // subscription can elicit a setup from).
             if udp.control.is_none() {
-                return Err(CommandError::new(
-                    error_code::INVALID_CHANNEL,
-                    format!("channel '{channel}': control-mode=response over UDP needs control=host:port, the server's response port"),
-                ));
+                return invalid("control-mode=response over UDP needs control=host:port, the server's response port");
             }
             return Ok(udp);
         }
-        if udp.control.is_some() || udp.endpoint.is_none() {
-            return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                format!("channel '{channel}': only UDP with an endpoint (unicast or multicast) is supported by this driver version (no control or MDC yet)"),
-            ));
+        match udp.uri.params().control_mode {
+            Some(ControlMode::Dynamic) if udp.control.is_none() => {
+                return invalid("control-mode=dynamic needs control=host:port: the publication's address receivers send their status messages to");
+            }
+            Some(ControlMode::Manual) if subscription => {
+                return Err(CommandError::new(
+                    error_code::NOT_SUPPORTED,
+                    format!("channel '{channel}': control-mode=manual: multi-destination subscriptions are not supported yet"),
+                ));
+            }
+            Some(ControlMode::Dynamic | ControlMode::Manual) if !subscription => return Ok(udp),
+            _ => {}
+        }
+        if udp.endpoint.is_none() {
+            return invalid(if subscription {
+                "a subscription needs endpoint=host:port, where it receives"
+            } else {
+                "control without endpoint needs control-mode=dynamic or manual (multi-destination-cast)"
+            });
         }
         Ok(udp)
     }
 
     /// Runs a name look-up, timing it into the name resolver counters.
-    fn timed_name_lookup<T>(&self, lookup: impl FnOnce() -> T) -> T {
+    pub(super) fn timed_name_lookup<T>(&self, lookup: impl FnOnce() -> T) -> T {
         let start = std::time::Instant::now();
         let result = lookup();
         let took_ns = start.elapsed().as_nanos() as i64;
@@ -349,11 +370,11 @@ mod tests {
 
     fn resolve(c: &mut DriverConductor, channel: &str) -> Result<UdpChannel, CommandError> {
         let uri = ChannelUri::parse(channel).unwrap();
-        c.resolve_udp(channel, &uri)
+        c.resolve_udp(channel, &uri, false)
     }
 
     #[test]
-    fn should_accept_udp_with_an_endpoint_unicast_or_multicast() {
+    fn should_accept_unicast_multicast_and_mdc_channels() {
         let mut t = TestConductor::new("resolve-udp");
         let c = &mut t.conductor;
         let udp = resolve(c, "aeron:udp?endpoint=127.0.0.1:40456")
@@ -366,15 +387,26 @@ mod tests {
             udp.multicast_control,
             Some("224.0.1.2:40456".parse().unwrap())
         );
-        let channel = "aeron:udp?control=127.0.0.1:40457|control-mode=dynamic";
-        let e = command_error(resolve(c, channel));
-        assert_eq!(e.code, error_code::NOT_SUPPORTED, "{channel}");
+        let udp = resolve(c, "aeron:udp?control=127.0.0.1:40457|control-mode=dynamic")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(udp.control, Some("127.0.0.1:40457".parse().unwrap()));
+        let e = command_error(resolve(c, "aeron:udp?control-mode=dynamic|tags=1"));
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
         assert!(
-            e.message
-                .starts_with(&format!("channel '{channel}': only UDP with an endpoint")),
+            e.message.contains("control-mode=dynamic needs control"),
             "{}",
             e.message
         );
+        let e = command_error(resolve(c, "aeron:udp?control=127.0.0.1:40459"));
+        assert!(
+            e.message
+                .contains("control without endpoint needs control-mode"),
+            "{}",
+            e.message
+        );
+        let uri = ChannelUri::parse("aeron:udp?control-mode=manual").unwrap();
+        let e = command_error(c.resolve_udp("aeron:udp?control-mode=manual", &uri, true));
+        assert_eq!(e.code, error_code::NOT_SUPPORTED);
         let udp = resolve(c, "aeron:udp?control-mode=response|control=127.0.0.1:40458")
             .unwrap_or_else(|e| panic!("{}", e.message));
         assert!(udp.is_response && udp.endpoint.is_none());

@@ -9,6 +9,7 @@
 //! one `impl DriverConductor` block each.
 
 mod clients;
+mod destinations;
 mod endpoints;
 mod images;
 mod ipc_publications;
@@ -90,12 +91,6 @@ fn parse_channel(
         return Err(CommandError::new(
             error_code::INVALID_CHANNEL,
             format!("channel '{channel}': aeron-spy: is for subscriptions: {what} cannot spy (drop the prefix)"),
-        ));
-    }
-    if let Some((part, reason)) = uri.unsupported_parameter() {
-        return Err(CommandError::new(
-            error_code::NOT_SUPPORTED,
-            format!("channel '{channel}': {part}: {reason}"),
         ));
     }
     let p = uri.params();
@@ -437,6 +432,52 @@ impl DriverConductor {
                 self.release_client(client_id, now_ns);
                 return;
             }
+            Command::AddDestination {
+                correlation_id,
+                registration_id,
+                channel,
+                receive,
+                ..
+            } => (
+                correlation_id,
+                self.on_add_destination(
+                    client_id,
+                    correlation_id,
+                    registration_id,
+                    &channel,
+                    receive,
+                ),
+            ),
+            Command::RemoveDestination {
+                correlation_id,
+                registration_id,
+                channel,
+                receive,
+                ..
+            } => (
+                correlation_id,
+                self.on_remove_destination(
+                    client_id,
+                    correlation_id,
+                    registration_id,
+                    &channel,
+                    receive,
+                ),
+            ),
+            Command::RemoveDestinationById {
+                correlation_id,
+                registration_id,
+                destination_registration_id,
+                ..
+            } => (
+                correlation_id,
+                self.on_remove_destination_by_id(
+                    client_id,
+                    correlation_id,
+                    registration_id,
+                    destination_registration_id,
+                ),
+            ),
             Command::TerminateDriver { correlation_id, .. } => (
                 correlation_id,
                 Err(CommandError::new(
@@ -749,7 +790,7 @@ mod tests {
     }
 
     #[test]
-    fn should_refuse_session_id_tags_and_mdc_as_not_supported() {
+    fn should_refuse_session_id_tags_as_not_supported() {
         let e = command_error(parse_channel(
             "aeron:ipc?session-id=tag:5",
             7,
@@ -757,18 +798,5 @@ mod tests {
         ));
         assert_eq!(e.code, error_code::NOT_SUPPORTED);
         assert_eq!(e.message, "session-id=tag: is not supported yet");
-        let e = command_error(parse_channel(
-            "aeron:udp?endpoint=localhost:40123|control-mode=dynamic",
-            7,
-            "publications",
-        ));
-        assert_eq!(e.code, error_code::NOT_SUPPORTED);
-        assert!(
-            e.message.ends_with(
-                "control-mode=dynamic: multi-destination-cast (MDC) is not supported yet"
-            ),
-            "{}",
-            e.message
-        );
     }
 }

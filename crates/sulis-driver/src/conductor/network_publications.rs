@@ -9,6 +9,7 @@ use crate::flow_control::{FlowControlDefaults, FlowControlSpec};
 use crate::lifecycle::PublicationState;
 use crate::media::transport::{EndpointRole, SplitTransport};
 use crate::media::udp_transport::SocketOptions;
+use crate::multi_send_destination::MdcMode;
 use crate::network_publication::{
     FlowControlCounters, NetworkPublication, NetworkPublicationEntry, ReResolution,
 };
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
 use sulis_protocol::log_buffer_descriptor::*;
-use sulis_protocol::uri::{ChannelUri, RESPONSE_CORRELATION_PROTOTYPE};
+use sulis_protocol::uri::{ChannelUri, ControlMode, RESPONSE_CORRELATION_PROTOTYPE};
 
 impl DriverConductor {
     /// The driver's flow-control options, for publications whose channel leaves them out.
@@ -48,10 +49,15 @@ impl DriverConductor {
         fixed_session: Option<i32>,
         exclusive: bool,
     ) -> Result<(), CommandError> {
-        let udp = self.resolve_udp(channel, uri)?;
+        let udp = self.resolve_udp(channel, uri, false)?;
         let p = uri.params();
         let is_response = udp.is_response;
-        let group = udp.is_multicast;
+        let mdc = match p.control_mode {
+            Some(ControlMode::Dynamic) => Some(MdcMode::Dynamic),
+            Some(ControlMode::Manual) => Some(MdcMode::Manual),
+            _ => None,
+        };
+        let group = udp.is_multicast || mdc.is_some();
         let flow_control =
             FlowControlSpec::of(p.fc.as_deref(), group, &self.flow_control_defaults()).map_err(
                 |e| {
@@ -72,7 +78,9 @@ impl DriverConductor {
             self.validate_response_subscription(channel, id)?;
             (None, id)
         };
-        let destination = if is_response {
+        // Unicast and multicast send to their endpoint; a response
+        // publication learns where, an MDC one sends to its endpoint's destinations.
+        let destination = if is_response || mdc.is_some() {
             None
         } else {
             Some(udp.endpoint.expect("checked by resolve_udp"))
@@ -130,18 +138,18 @@ impl DriverConductor {
                 e.id
             }
             None => {
-                let towards = match (destination, udp.control) {
-                    (Some(d), _) => d,
-                    (None, Some(c)) => c,
-                    (None, None) => unreachable!("checked by resolve_udp"),
-                };
-                let local = match (udp.interface, is_response) {
-                    // The response port the requesters elicit setups from.
-                    (_, true) => towards,
-                    (Some(i), false) => SocketAddr::new(i.addr, i.port),
-                    (None, false) => match towards.ip() {
-                        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-                        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                let towards = destination.or(udp.control);
+                let local = match (udp.control, udp.interface) {
+                    // The control address is the publication's own: the
+                    // response port requesters elicit setups from, the MDC
+                    // address receivers send status messages to.
+                    (Some(c), _) => c,
+                    (None, Some(i)) => SocketAddr::new(i.addr, i.port),
+                    (None, None) => match towards.map(|t| t.ip()) {
+                        Some(IpAddr::V6(_)) => {
+                            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0)
+                        }
+                        _ => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
                     },
                 };
                 let (id, transport, rcvbuf) = match udp.multicast_control {
@@ -175,7 +183,7 @@ impl DriverConductor {
                 let _ = self
                     .net
                     .sender
-                    .send(SenderCommand::AddEndpoint { id, transport });
+                    .send(SenderCommand::AddEndpoint { id, transport, mdc });
                 self.send_endpoints.push(EndpointEntry {
                     id,
                     key: key.clone(),
@@ -188,6 +196,7 @@ impl DriverConductor {
                     control: None,
                     group: None,
                     group_tag: None,
+                    mdc,
                 });
                 id
             }

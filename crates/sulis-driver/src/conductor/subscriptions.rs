@@ -215,7 +215,7 @@ impl DriverConductor {
         uri: &ChannelUri,
         session_filter: Option<i32>,
     ) -> Result<(), CommandError> {
-        let udp = self.resolve_udp(channel, &uri.without_spy_prefix())?;
+        let udp = self.resolve_udp(channel, &uri.without_spy_prefix(), false)?;
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
             client_id,
@@ -272,7 +272,7 @@ impl DriverConductor {
         uri: &ChannelUri,
         session_filter: Option<i32>,
     ) -> Result<(), CommandError> {
-        let udp = self.resolve_udp(channel, uri)?;
+        let udp = self.resolve_udp(channel, uri, true)?;
         let p = uri.params();
         // An `endpoint=host:0` channel asks for a port of its own: never shared.
         let ephemeral = udp.endpoint.is_some_and(|e| e.port() == 0);
@@ -334,10 +334,16 @@ impl DriverConductor {
                     let (status_counter_id, counters) =
                         self.receive_endpoint_counters(channel, transport.local_addr());
                     let group_tag = p.gtag.or(self.ctx.receiver_group_tag);
+                    // Status messages and NAKs go to the multicast control
+                    // group, or to the publication's explicit control address
+                    // (MDC), which also hears a probe every second.
+                    let explicit = udp.control.filter(|_| !udp.is_response);
+                    let control = udp.multicast_control.or(explicit);
                     let _ = self.net.receiver.send(ReceiverCommand::AddEndpoint {
                         id,
                         transport,
-                        control: udp.multicast_control,
+                        control,
+                        probe: explicit.is_some(),
                         group_tag,
                     });
                     self.receive_endpoints.push(EndpointEntry {
@@ -349,9 +355,10 @@ impl DriverConductor {
                         reliable: p.reliable.unwrap_or(true),
                         status_counter_id,
                         counters,
-                        control: udp.multicast_control,
+                        control,
                         group: p.group,
                         group_tag,
+                        mdc: None,
                     });
                     (id, status_counter_id)
                 }

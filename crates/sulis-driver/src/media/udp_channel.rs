@@ -263,6 +263,18 @@ impl UdpChannel {
                     .map(|c| c.to_string())
                     .unwrap_or_else(|| "0.0.0.0:0".into())
             ));
+        } else {
+            // Multi-destination-cast, or a unicast channel that binds its
+            // control address: publications share such an endpoint (and an
+            // MDC endpoint's destinations) only with the same ones.
+            if let Some(c) = control {
+                canonical.push_str(&format!("-CTL-{c}"));
+            }
+            match p.control_mode {
+                Some(ControlMode::Dynamic) => canonical.push_str("-MDC-dynamic"),
+                Some(ControlMode::Manual) => canonical.push_str("-MDC-manual"),
+                _ => {}
+            }
         }
         Ok(UdpChannel {
             uri,
