@@ -150,11 +150,13 @@ def role_claim(dir: str, stream: str, length: str) -> None:
 
 
 def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, max_length: str = "2000",
-                 wait_go: str = "0", channel: str = "aeron:ipc") -> None:
+                 wait_go: str = "0", channel: str = "aeron:ipc", destinations: str = "") -> None:
     p, n = int(producer), int(count)
     rng = random.Random(int(seed))
     with sulis.Client(dir=dir, driver_timeout=10.0) as client:
         pub = client.add_publication(channel, int(stream))
+        for destination in filter(None, destinations.split(",")):
+            pub.add_destination(destination)
         _await(lambda: pub.is_connected)
         say(ready=True, pid=os.getpid(), session_id=pub.session_id)
         if wait_go == "1":

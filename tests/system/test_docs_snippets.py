@@ -60,9 +60,14 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
     # 2 and 3, the subscriber and the publisher: test_the_readme_subscriber_receives_what_its_publisher_sends
     ("README.md", 4): Snippet("# host B (10.0.0.2): receives", prelude=_LOCAL_DRIVER,
                               replace={"10.0.0.2:40123": "127.0.0.1:{port}"}),
-    ("README.md", 5): Snippet("with sulis.MediaDriver() as driver, \\", replace={"/var/tmp/archive": "{tmp}/archive"},
+    ("README.md", 5): Snippet("# every host, publisher and receivers alike", prelude=_LOCAL_DRIVER,
+                              replace={"40456|interface=10.0.0.0/24": "{port}|interface=127.0.0.1"}),
+    ("README.md", 6): Snippet("# dynamic: publisher on 10.0.0.1, receivers each on their own address",
+                              prelude=_LOCAL_DRIVER,
+                              replace={"10.0.0.1:40457": "127.0.0.1:{port}", "10.0.0.2:40458": "127.0.0.2:{port}"}),
+    ("README.md", 7): Snippet("with sulis.MediaDriver() as driver, \\", replace={"/var/tmp/archive": "{tmp}/archive"},
                               prelude="import sulis\n"),
-    ("README.md", 6): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    ("README.md", 8): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
     ("docs/archive.md", 0): Snippet("with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as "
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),

@@ -10,65 +10,22 @@ flow control's receivers are counters tools can read."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
 import pytest
 
 import sulis
-from conftest import await_until, make_dir
-from netutil import exec_prefix, require_netns
+from conftest import await_until
+from sites import STREAM, done, sites, tally
 
 pytestmark = pytest.mark.timeout(240)
 
 GROUP = "239.255.90.1"
-STREAM = 4001
-DRIVER = {"threading_mode": "shared", "term_buffer_sparse_file": True, "term_buffer_length": "1m",
-          "publication_linger_timeout": "1s"}
-
-
-class Site:
-    """A host with a driver process; children run there as clients of it."""
-
-    def __init__(self, hosts, spawn, name: str, **driver_options):
-        self.hosts, self.spawn, self.name = hosts, spawn, name
-        self.prefix = exec_prefix(hosts.ns(name))
-        self.dir = make_dir(f"sulis-mc-{name}-")
-        self.driver = spawn("driver", self.dir, json.dumps({**DRIVER, **driver_options}), prefix=self.prefix)
-        self.driver.read(timeout=30)
-
-    def consume(self, channel: str, count: int, producers: int = 1):
-        c = self.spawn("consume", self.dir, STREAM, producers, count, channel, prefix=self.prefix)
-        c.read(timeout=30)
-        return c
-
-    def produce(self, channel: str, count: int, seed: int = 1, max_length: int = 2000, wait_go: bool = False):
-        p = self.spawn("produce", self.dir, STREAM, 0, count, seed, max_length, 1 if wait_go else 0, channel,
-                       prefix=self.prefix, stdin=wait_go)
-        return p
-
-    def counters(self, type_name: str) -> list[dict]:
-        type_id = {name: t for t, name in sulis._native.counter_types()}[type_name]
-        return [c for c in sulis.CountersReader(self.dir).counters() if c["type_id"] == type_id]
-
-
-def sites(netns_hosts, spawn, *names, **driver_options):
-    require_netns()
-    hosts = netns_hosts(*names)
-    subnet = hosts.addr(names[0]).rsplit(".", 1)[0] + ".0/24"
-    return hosts, subnet, {n: Site(hosts, spawn, n, **driver_options) for n in names}
 
 
 def channel(subnet: str, port: int, params: str = "") -> str:
     return f"aeron:udp?endpoint={GROUP}:{port}|interface={subnet}" + (f"|{params}" if params else "")
-
-
-def done(child, timeout: float) -> dict:
-    while True:
-        msg = child.read(timeout=timeout)
-        if msg.get("done") or msg.get("error"):
-            return msg
 
 
 def test_a_min_multicast_stream_reaches_every_receiver_whole_and_in_order(netns_hosts, spawn):
@@ -132,11 +89,6 @@ def test_max_lets_fast_receivers_go_on_where_min_holds_the_stream(netns_hosts, s
         slow.signal(signal.SIGCONT)
         for child in (fast, slow, producer):
             child.close()
-
-
-def tally(child) -> dict:
-    child.send("report")
-    return child.read(timeout=30)
 
 
 def test_a_receiver_that_falls_behind_a_max_stream_skips_what_is_gone_and_goes_on(netns_hosts, spawn):

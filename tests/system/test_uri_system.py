@@ -9,7 +9,7 @@ import pytest
 
 import sulis
 from conftest import await_until
-from uri_cases import BAD_URIS, UNSUPPORTED_URIS
+from uri_cases import BAD_URIS, MDC_URIS, UNSUPPORTED_SUBSCRIPTION_URIS
 
 
 def test_every_malformed_uri_is_refused_by_the_client(driver, client):
@@ -66,15 +66,7 @@ def test_uris_the_driver_refuses(driver, client):
     with pytest.raises(sulis.ConfigurationError, match="aeron-spy: is for subscriptions: publications cannot spy"):
         client.add_publication(spy, 6)
     client.add_subscription(spy, 6).close()
-    # valid URIs for what this driver does not support (MDC, session tags)
-    for uri, why in (
-        ("aeron:udp?control=localhost:40124|control-mode=dynamic", "not supported yet"),
-    ):
-        for add in (client.add_publication, client.add_subscription):
-            with pytest.raises(sulis.RegistrationError, match=why) as info:
-                add(uri, 6)
-            assert isinstance(info.value.code, int)
-            assert not isinstance(info.value, sulis.ConfigurationError)
+    # a valid URI for what this driver does not support (session tags)
     with pytest.raises(sulis.RegistrationError, match="tag"):
         client.add_exclusive_publication("aeron:ipc?session-id=tag:5", 7)
     # The client is fine after all these refusals, and the driver logged each one.
@@ -82,19 +74,30 @@ def test_uris_the_driver_refuses(driver, client):
     assert first.offer(b"x") == sulis.NOT_CONNECTED
     assert holder.session_id == 77
     logged = "\n".join(text for _, _, _, text in sulis.read_errors(driver.dir))
-    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "not supported yet", "spy",
-                     "tag"):
+    for fragment in ("mtu 9216", "term-length=131072", "session-id=77", "term-offset=65536", "spy", "tag"):
         assert fragment in logged
 
 
 @pytest.mark.expect_errors
-def test_mdc_is_refused_naming_the_parameter(driver, client):
-    for uri, part, reason in UNSUPPORTED_URIS:
+def test_multi_destination_subscriptions_are_refused_naming_the_parameter(driver, client):
+    for uri, part, reason in UNSUPPORTED_SUBSCRIPTION_URIS:
         assert sulis.parse_channel(uri), "a valid Aeron URI: it parses"
-        for add in (client.add_publication, client.add_exclusive_publication, client.add_subscription):
-            with pytest.raises(sulis.RegistrationError) as info:
-                add(uri, 9)
-            message = str(info.value)
-            assert f"{part}: " in message and reason in message and "not supported yet" in message, message
-            assert info.value.code == 8, "Aeron's NOT_SUPPORTED"
+        with pytest.raises(sulis.RegistrationError) as info:
+            client.add_subscription(uri, 9)
+        message = str(info.value)
+        assert f"{part}: " in message and reason in message and "not supported yet" in message, message
+        assert info.value.code == 8, "Aeron's NOT_SUPPORTED"
+    assert not client.is_closed
+
+
+@pytest.mark.expect_errors
+def test_mdc_channels_are_accepted_where_aeron_accepts_them(driver, client):
+    for uri, publication, subscription in MDC_URIS:
+        for add, accepted in ((client.add_publication, publication), (client.add_exclusive_publication, publication),
+                              (client.add_subscription, subscription)):
+            if accepted:
+                add(uri, 9).close()
+            else:  # invalid (ConfigurationError) or not supported yet (RegistrationError)
+                with pytest.raises((sulis.ConfigurationError, sulis.RegistrationError)):
+                    add(uri, 9)
     assert not client.is_closed

@@ -15,7 +15,7 @@
 //! of its subscriptions are reconciled with the driver's subscriber-position
 //! counters, raising the image events it missed.
 
-use crate::driver_proxy::{ClientCalls, DriverProxy, Resource};
+use crate::driver_proxy::{ClientCalls, Destination, DriverProxy, Resource};
 use crate::image::Image;
 use crate::publication::{ExclusivePublication, Publication};
 use crate::subscription::{Subscription, SubscriptionShared};
@@ -346,9 +346,33 @@ impl Inner {
         let undo = match cmd {
             Command::RemovePublication { .. }
             | Command::RemoveSubscription { .. }
-            | Command::RemoveCounter { .. } => {
+            | Command::RemoveCounter { .. }
+            | Command::RemoveDestination { .. }
+            | Command::RemoveDestinationById { .. } => {
                 return Ok(Event::OperationSuccess { correlation_id })
             }
+            Command::AddDestination {
+                registration_id,
+                receive: false,
+                ..
+            } => Some(Command::RemoveDestinationById {
+                client_id,
+                correlation_id: self.next_correlation_id(),
+                registration_id: *registration_id,
+                destination_registration_id: correlation_id,
+            }),
+            Command::AddDestination {
+                registration_id,
+                channel,
+                receive: true,
+                ..
+            } => Some(Command::RemoveDestination {
+                client_id,
+                correlation_id: self.next_correlation_id(),
+                registration_id: *registration_id,
+                channel: channel.clone(),
+                receive: true,
+            }),
             Command::AddPublication { .. } => Some(Command::RemovePublication {
                 client_id,
                 correlation_id: self.next_correlation_id(),
@@ -698,6 +722,45 @@ impl ClientCalls for Inner {
             correlation_id,
             registration_id,
         });
+    }
+
+    fn destination(
+        &self,
+        registration_id: i64,
+        receive: bool,
+        change: Destination<'_>,
+    ) -> Result<i64, ClientError> {
+        let correlation_id = self.next_correlation_id();
+        let client_id = self.client_id;
+        let cmd = match change {
+            Destination::Add(channel) => {
+                ChannelUri::parse(channel).map_err(|e| ClientError::Config(e.to_string()))?;
+                Command::AddDestination {
+                    client_id,
+                    correlation_id,
+                    registration_id,
+                    channel: channel.to_string(),
+                    receive,
+                }
+            }
+            Destination::Remove(channel) => Command::RemoveDestination {
+                client_id,
+                correlation_id,
+                registration_id,
+                channel: channel.to_string(),
+                receive,
+            },
+            Destination::RemoveById(destination_registration_id) => {
+                Command::RemoveDestinationById {
+                    client_id,
+                    correlation_id,
+                    registration_id,
+                    destination_registration_id,
+                }
+            }
+        };
+        self.request(correlation_id, &cmd)?;
+        Ok(correlation_id)
     }
 }
 

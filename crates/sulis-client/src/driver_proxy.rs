@@ -17,6 +17,17 @@ pub(crate) enum Resource {
     Subscription,
 }
 
+/// A change to the destinations of a multi-destination channel.
+#[derive(Clone, Debug)]
+pub(crate) enum Destination<'a> {
+    /// Adds the destination channel.
+    Add(&'a str),
+    /// Removes the destination added with this channel.
+    Remove(&'a str),
+    /// Removes the destination its add's registration id names.
+    RemoveById(i64),
+}
+
 /// The calls behind a [`DriverProxy`]; the client conductor implements them.
 pub(crate) trait ClientCalls: Send + Sync {
     /// Why the client is unusable (closed, timed out, driver gone).
@@ -38,6 +49,15 @@ pub(crate) trait ClientCalls: Send + Sync {
         -> Result<(i64, i32), ClientError>;
     /// Frees a counter in the driver (without waiting).
     fn remove_counter(&self, registration_id: i64);
+    /// Changes the destinations of the publication (`receive` false) or
+    /// subscription `registration_id`, waiting for the driver's answer;
+    /// returns the command's correlation id (an added destination's id).
+    fn destination(
+        &self,
+        registration_id: i64,
+        receive: bool,
+        change: Destination<'_>,
+    ) -> Result<i64, ClientError>;
 }
 
 /// A resource's handle on its client.
@@ -100,5 +120,15 @@ impl DriverProxy {
 
     pub(crate) fn remove_counter(&self, registration_id: i64) {
         self.calls.remove_counter(registration_id)
+    }
+
+    pub(crate) fn destination(
+        &self,
+        registration_id: i64,
+        receive: bool,
+        change: Destination<'_>,
+    ) -> Result<i64, ClientError> {
+        self.check()?;
+        self.calls.destination(registration_id, receive, change)
     }
 }

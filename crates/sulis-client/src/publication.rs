@@ -5,7 +5,7 @@
 //! and keeps its tail locally. Both refuse to run past the publisher limit the
 //! driver maintains behind the slowest subscriber.
 
-use crate::driver_proxy::{DriverProxy, Resource};
+use crate::driver_proxy::{Destination, DriverProxy, Resource};
 use crate::{offer_code, ClientError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -235,6 +235,31 @@ impl PublicationCore {
     /// True once closed (or the client failed).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire) || self.driver.is_failed()
+    }
+    /// Adds a destination to a manual multi-destination-cast publication
+    /// (`aeron:udp?control-mode=manual`): `channel` is
+    /// `aeron:udp?endpoint=HOST:PORT`. Returns the destination's
+    /// registration id (for [`remove_destination_by_id`](Self::remove_destination_by_id)).
+    pub fn add_destination(&self, channel: &str) -> Result<i64, ClientError> {
+        self.destination(Destination::Add(channel))
+    }
+    /// Removes the destination added with `channel`.
+    pub fn remove_destination(&self, channel: &str) -> Result<(), ClientError> {
+        self.destination(Destination::Remove(channel)).map(|_| ())
+    }
+    /// Removes the destination whose add returned `destination_id`.
+    pub fn remove_destination_by_id(&self, destination_id: i64) -> Result<(), ClientError> {
+        self.destination(Destination::RemoveById(destination_id))
+            .map(|_| ())
+    }
+    fn destination(&self, change: Destination<'_>) -> Result<i64, ClientError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed(format!(
+                "publication {} on {} is closed",
+                self.registration_id, self.channel
+            )));
+        }
+        self.driver.destination(self.registration_id, false, change)
     }
     /// Closes the publication (idempotent), waiting for the driver's answer.
     /// It is closed when this returns, even with an error: the only one is

@@ -446,11 +446,9 @@ impl PublicationSender {
         self.destination
     }
 
-    /// A receiver asked for a SETUP of every stream on the endpoint (an MDC
-    /// receiver's session 0 / stream 0 probe).
-    pub fn elicit_setup(&mut self, sm: &StatusMessageFrame, cfg: &SenderConfig, now_ns: i64) {
-        self.flow_control.on_trigger_send_setup(sm, now_ns);
-        self.setup_elicited = true;
+    /// A SETUP at the next send turn (a manual MDC destination was added),
+    /// not a receiver's request: the flow control does not hear of it.
+    pub fn send_setup_soon(&mut self, cfg: &SenderConfig, now_ns: i64) {
         self.trigger_setup(cfg, now_ns);
     }
 

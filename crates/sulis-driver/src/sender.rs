@@ -19,7 +19,7 @@ use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
-use sulis_protocol::frame::{decode_datagram, Frame, StatusMessageFrame};
+use sulis_protocol::frame::{decode_datagram, Frame};
 use sulis_protocol::frame::{
     FrameHeader, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_RES, HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM,
     HDR_TYPE_SM,
@@ -174,11 +174,10 @@ impl Sender {
                 if let Some(m) = self.mdc(endpoint_id) {
                     m.add(&channel, address, registration_id, now_ns);
                 }
-                // A newcomer hears a SETUP at once, not at the next status message.
+                // A newcomer hears a SETUP at once, not after data it cannot place.
                 if let Some(e) = self.endpoints.iter_mut().find(|e| e.id == endpoint_id) {
-                    let probe = StatusMessageFrame::setup_eliciting(0, 0, 0);
                     for p in e.publications.iter_mut() {
-                        p.elicit_setup(&probe, &self.cfg, now_ns);
+                        p.send_setup_soon(&self.cfg, now_ns);
                     }
                 }
             }
@@ -311,13 +310,15 @@ impl Sender {
             if let Some(m) = e.mdc.as_mut() {
                 m.on_status_message(sm, src, now_ns);
                 if sm.session_id == 0 && sm.stream_id == 0 && sm.is_send_setup() {
-                    // A receiver's probe: every stream on the endpoint says SETUP.
+                    // A receiver's probe: it is a destination now, which is all
+                    // it asks. A stream not yet connected sends it SETUPs; one
+                    // that is sends it data, and its receiver asks that
+                    // session for a SETUP. Not a SETUP request to every stream:
+                    // a min flow control holds its limit on each (every second,
+                    // while the subscription lasts) until a newcomer answers.
                     self.errors
                         .system()
                         .increment(SystemCounter::StatusMessagesReceived);
-                    for p in e.publications.iter_mut() {
-                        p.elicit_setup(sm, &self.cfg, now_ns);
-                    }
                     return;
                 }
             }

@@ -98,7 +98,7 @@ impl Mdc {
                 stream_id: 1,
                 consumption_term_id: self.publication.initial_term_id(),
                 consumption_term_offset: position,
-                receiver_window: 32 * 1024,
+                receiver_window: 4096,
                 receiver_id,
                 group_tag: None,
             },
@@ -137,7 +137,8 @@ fn dynamic_mdc_sends_to_every_receiver_that_joined_and_drops_the_silent_one() {
     let b = m.receiver("10.0.0.3:5000");
     m.probe(a, 1);
     m.probe(b, 2);
-    m.h.advance(MS);
+    // Not yet connected, the stream sends SETUPs to every destination each setup interval.
+    m.h.advance(100 * MS);
     for at in [a, b] {
         let setups: Vec<SetupFrame> = m
             .net
@@ -172,6 +173,48 @@ fn dynamic_mdc_sends_to_every_receiver_that_joined_and_drops_the_silent_one() {
         m.arrived(b).is_empty(),
         "the silent destination was dropped"
     );
+}
+
+#[test]
+fn the_probes_of_receivers_already_there_do_not_hold_a_min_stream() {
+    // Regression: each probe (every second per subscription) once counted as a
+    // SETUP request, and a min flow control held its limit for a receiver timeout
+    // after each: the stream stopped for good.
+    let mut m = Mdc::publish_on(
+        "mdc-probes",
+        &format!("control={CONTROL}|control-mode=dynamic|fc=min"),
+    );
+    let a = m.receiver("10.0.0.2:5000");
+    let b = m.receiver("10.0.0.3:5000");
+    m.probe(a, 1);
+    m.probe(b, 2);
+    m.h.advance(100 * MS);
+    let mut position = 0;
+    for second in 0..8 {
+        m.probe(a, 1);
+        m.probe(b, 2);
+        m.h.advance(MS); // alone, as they come
+        m.net.take(a);
+        m.publish(20); // 3200 bytes: most of a window each second
+        for _ in 0..10 {
+            m.h.keepalive(); // the client lives 500 ms without one
+            m.status(a, 1, position);
+            m.status(b, 2, position);
+            m.h.advance(100 * MS);
+        }
+        let data: usize = m
+            .net
+            .take(a)
+            .iter()
+            .filter(|d| frame_type(d) == HDR_TYPE_DATA && d.bytes.len() > DATA_HEADER_LENGTH)
+            .map(|d| d.bytes.len())
+            .sum();
+        assert!(
+            data >= 3200,
+            "second {second}: the stream goes on ({data} bytes of data)"
+        );
+        position += 3200;
+    }
 }
 
 #[test]

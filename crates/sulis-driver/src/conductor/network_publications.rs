@@ -303,14 +303,17 @@ impl DriverConductor {
             }
         }
         entry.awaiting_response_connect = response_image.is_some();
-        if let Some(name) = p
-            .endpoint
-            .as_deref()
-            .filter(|e| e.parse::<SocketAddr>().is_err())
-        {
+        // A name sent to is looked up again now and then (an MDC publication
+        // sends to its destinations, not to an endpoint it may also name).
+        if let (Some(name), Some(address)) = (
+            p.endpoint
+                .as_deref()
+                .filter(|e| e.parse::<SocketAddr>().is_err()),
+            destination,
+        ) {
             entry.re_resolution = Some(ReResolution {
                 name: name.to_string(),
-                address: destination.expect("a name only where an endpoint is"),
+                address,
                 last_lookup_ns: self.clock.now_ns(),
             });
         }

@@ -236,6 +236,34 @@ macro_rules! publication_methods {
             fn is_closed(&self) -> bool {
                 self.with_pub(|p| p.is_closed()).unwrap_or(true)
             }
+            /// Adds a destination to a manual multi-destination-cast
+            /// publication (`aeron:udp?control-mode=manual`): `channel` is
+            /// `aeron:udp?endpoint=HOST:PORT`. Waits for the driver; returns
+            /// the destination's id (for `remove_destination_by_id`).
+            /// Raises RegistrationError if the publication is not a manual
+            /// MDC one or the channel names no address.
+            fn add_destination(&self, py: Python<'_>, channel: &str) -> PyResult<i64> {
+                let inner = self.raw();
+                gil::released(py, || inner.add_destination(channel))
+                    .map_err(crate::errors::client_err)
+            }
+            /// Removes the destination added with `channel` (one that is not
+            /// there: nothing happens).
+            fn remove_destination(&self, py: Python<'_>, channel: &str) -> PyResult<()> {
+                let inner = self.raw();
+                gil::released(py, || inner.remove_destination(channel))
+                    .map_err(crate::errors::client_err)
+            }
+            /// Removes the destination whose `add_destination` returned `destination_id`.
+            fn remove_destination_by_id(
+                &self,
+                py: Python<'_>,
+                destination_id: i64,
+            ) -> PyResult<()> {
+                let inner = self.raw();
+                gil::released(py, || inner.remove_destination_by_id(destination_id))
+                    .map_err(crate::errors::client_err)
+            }
             /// Closes the publication (idempotent).
             fn close(&self, py: Python<'_>) -> PyResult<()> {
                 let inner = self.raw();
