@@ -20,7 +20,8 @@
  * definition), published or checked through the driver in aeron.dir; one JSON line at the end
  * ({"role", "impl", "count", "bytes", "checksum", "errors", "error_count", "seconds", ...}), exit
  * status 0 when everything was sent / received in order and intact:
- *   stream-pub channel= stream= count= [timeout=60] [linger=5] [exclusive=1]
+ *   stream-pub channel= stream= count= [timeout=60] [linger=5] [exclusive=1] [destinations=CH,CH]
+ *     (destinations: added to a control-mode=manual publication before it waits to connect)
  *   stream-sub channel= stream= count= [timeout=120] [settle=0.5]
  */
 
@@ -335,6 +336,11 @@ public final class AeronPeer {
             final int streamId = (int)num("stream", null);
             final Publication pub = "1".equals(arg("exclusive", "0")) ?
                 aeron.addExclusivePublication(channel, streamId) : aeron.addPublication(channel, streamId);
+            for (final String destination : arg("destinations", "").split(",")) {
+                if (!destination.isEmpty()) {
+                    pub.addDestination(destination);
+                }
+            }
             final int longest = count > BIG_PHASE ? BIG_LENGTH : 4000;
             if (longest > pub.maxMessageLength()) {
                 error("max message length " + pub.maxMessageLength() + " < " + longest + " (term length too small)");

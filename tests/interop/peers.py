@@ -221,12 +221,13 @@ def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], c
                        aeron: AeronJava | None = None, driver: str | None = None, channel: str | None = None,
                        stream_id: int = 1001, timeout: float | None = None, sulis_driver_options: dict | None = None,
                        aeron_driver_props: dict | None = None, netns: dict | None = None,
-                       subscriber_channels: Sequence[str] | None = None) -> dict:
+                       subscriber_channels: Sequence[str] | None = None, destinations: Sequence[str] = ()) -> dict:
     """As ``run_transfer``, with several subscribers (a multicast group, say): each of
     ``subscribers`` ("aeron" or "sulis") on ``channel`` (or its entry of ``subscriber_channels``),
     every one of them started before the publisher. The Aeron subscribers share one Aeron driver
     process; every sulis peer has its own embedded driver. Returns ``{"pub", "subs", "channel",
-    "seconds", "problems"}``, the problems of every subscriber named by its index."""
+    "seconds", "problems"}``, the problems of every subscriber named by its index. ``destinations``: added
+    to the (manual MDC) publication before it waits for its receivers."""
     netns = netns or {}
     timeout = timeout or transfer_timeout(count)
     t0 = time.monotonic()
@@ -244,13 +245,15 @@ def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], c
         dirs = {"aeron": d, "sulis": d}
 
     def start(kind: str, mode: str, on: str, seconds: float, name: str) -> ChildProcess:
+        extra = {"destinations": ",".join(destinations)} if mode == "pub" and destinations else {}
         if kind == "aeron":  # AeronPeer's stream role on the driver in dirs["aeron"]
             cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": dirs["aeron"]}, channel=on,
-                                  stream=stream_id, count=count, timeout=seconds)
+                                  stream=stream_id, count=count, timeout=seconds, **extra)
         else:  # sulis_peer.py on the driver in dirs["sulis"], else on an embedded one of its own
             cmd = [sys.executable, str(HERE / "sulis_peer.py"), mode, "--dir", dirs["sulis"] or h.make_dir("sulis"),
                    "--channel", on, "--stream", stream_id, "--count", count, "--timeout", seconds]
             cmd += [] if dirs["sulis"] else ["--embedded"]
+            cmd += [f"--{k}={v}" for k, v in extra.items()]
             cmd += [f"--driver-option={k}={v}" for k, v in (sulis_driver_options or {}).items()]
         return h.start(name, cmd, netns.get(kind))
 

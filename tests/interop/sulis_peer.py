@@ -60,6 +60,8 @@ def _backoff(spins: int) -> None:
 
 def publish(client, args, report: Report) -> int:
     pub = client.add_publication(args.channel, args.stream)
+    for destination in filter(None, args.destinations.split(",")):
+        pub.add_destination(destination)
     if max_length(args.count) > pub.max_message_length:
         report.error(f"max message length {pub.max_message_length} < {max_length(args.count)} (term length too small)")
     deadline, spins = time.monotonic() + args.timeout, 0
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=lambda s: int(s.replace("_", "")), required=True)
     ap.add_argument("--timeout", type=float, default=None,
                     help="sub: overall (default 120); pub: connect / no-progress timeout (default 60)")
+    ap.add_argument("--destinations", default="", help="pub: channels to add to a control-mode=manual publication")
     ap.add_argument("--linger", type=float, default=5.0, help="pub: stay up to S s while connected (default 5)")
     ap.add_argument("--settle", type=float, default=0.5, help="sub: poll S s more for extra messages (default 0.5)")
     args = ap.parse_args(argv)
