@@ -177,13 +177,16 @@ def role_produce(dir: str, stream: str, producer: str, count: str, seed: str, ma
         say(done=True, sent=n, position=pub.position)
 
 
-def role_consume(dir: str, stream: str, producers: str, count: str, channel: str = "aeron:ipc") -> None:
+def role_consume(dir: str, stream: str, producers: str, count: str, channel: str = "aeron:ipc",
+                 destinations: str = "") -> None:
     n, expected = int(count), int(producers) * int(count)
     next_seq: dict[int, int] = {}
     images: list[int] = []
     with sulis.Client(dir=dir, driver_timeout=10.0) as client:
         sub = client.add_subscription(channel, int(stream),
                                       on_available_image=lambda im: images.append(im.session_id))
+        for destination in filter(None, destinations.split(",")):
+            sub.add_destination(destination)
         say(ready=True, pid=os.getpid(), client_id=client.client_id)
 
         def on_message(buffer, header):

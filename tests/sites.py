@@ -25,8 +25,11 @@ class Site:
         self.driver = spawn("driver", self.dir, json.dumps({**DRIVER, **driver_options}), prefix=self.prefix)
         self.driver.read(timeout=30)
 
-    def consume(self, channel: str, count: int, producers: int = 1):
-        c = self.spawn("consume", self.dir, STREAM, producers, count, channel, prefix=self.prefix)
+    def consume(self, channel: str, count: int, producers: int = 1, destinations: tuple[str, ...] = ()):
+        """A consumer of ``count`` messages from each producer; ``destinations``: added to its
+        (multi-destination) subscription first."""
+        c = self.spawn("consume", self.dir, STREAM, producers, count, channel, ",".join(destinations),
+                       prefix=self.prefix)
         c.read(timeout=30)
         return c
 

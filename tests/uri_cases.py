@@ -135,21 +135,13 @@ GOOD_URIS = [
 ]
 
 
-# Valid Aeron URIs asking for what sulis does not have yet: they parse, and the
-# driver refuses a subscription on them (NOT_SUPPORTED), naming the parameter.
-# (uri, the part the message must name, a word of the reason)
-UNSUPPORTED_SUBSCRIPTION_URIS = [
-    ("aeron:udp?endpoint=localhost:40132|control-mode=manual", "control-mode=manual", "multi-destination"),
-    ("aeron:udp?control-mode=manual", "control-mode=manual", "multi-destination"),
-]
-
-# Multi-destination-cast publications and their receivers: accepted where Aeron accepts them.
-# (uri, publication accepted, subscription accepted)
+# Multi-destination-cast publications, their receivers and multi-destination subscriptions:
+# accepted where Aeron accepts them. (uri, publication accepted, subscription accepted)
 MDC_URIS = [
-    ("aeron:udp?endpoint=localhost:40132|control-mode=manual", True, False),
+    ("aeron:udp?endpoint=localhost:40132|control-mode=manual", True, True),
     ("aeron:udp?endpoint=localhost:40133|control=localhost:40134", True, True),
     ("aeron:udp?control=localhost:40135|control-mode=dynamic", True, False),
-    ("aeron:udp?control-mode=manual", True, False),
+    ("aeron:udp?control-mode=manual", True, True),
     ("aeron:udp?endpoint=localhost:40131|control-mode=dynamic", False, False),
     ("aeron:udp?control=localhost:40135", False, False),
 ]

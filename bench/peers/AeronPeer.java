@@ -22,7 +22,7 @@
  * status 0 when everything was sent / received in order and intact:
  *   stream-pub channel= stream= count= [timeout=60] [linger=5] [exclusive=1] [destinations=CH,CH]
  *     (destinations: added to a control-mode=manual publication before it waits to connect)
- *   stream-sub channel= stream= count= [timeout=120] [settle=0.5]
+ *   stream-sub channel= stream= count= [timeout=120] [settle=0.5] [destinations=CH,CH]
  */
 
 import io.aeron.*;
@@ -434,6 +434,11 @@ public final class AeronPeer {
             final int[] images = new int[2];
             final Subscription sub = aeron.addSubscription(arg("channel", null), (int)num("stream", null),
                 (image) -> images[0]++, (image) -> images[1]++);
+            for (final String destination : arg("destinations", "").split(",")) {
+                if (!destination.isEmpty()) {
+                    sub.addDestination(destination);
+                }
+            }
             final FragmentAssembler assembler = new FragmentAssembler(this);
             final IdleStrategy idle = new BackoffIdleStrategy(10, 10, 1_000, 1_000_000);
             final long deadline = System.nanoTime() + (long)(timeoutS * 1e9);

@@ -221,13 +221,15 @@ def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], c
                        aeron: AeronJava | None = None, driver: str | None = None, channel: str | None = None,
                        stream_id: int = 1001, timeout: float | None = None, sulis_driver_options: dict | None = None,
                        aeron_driver_props: dict | None = None, netns: dict | None = None,
-                       subscriber_channels: Sequence[str] | None = None, destinations: Sequence[str] = ()) -> dict:
+                       subscriber_channels: Sequence[str] | None = None, destinations: Sequence[str] = (),
+                       subscriber_destinations: Sequence[str] = ()) -> dict:
     """As ``run_transfer``, with several subscribers (a multicast group, say): each of
     ``subscribers`` ("aeron" or "sulis") on ``channel`` (or its entry of ``subscriber_channels``),
     every one of them started before the publisher. The Aeron subscribers share one Aeron driver
     process; every sulis peer has its own embedded driver. Returns ``{"pub", "subs", "channel",
     "seconds", "problems"}``, the problems of every subscriber named by its index. ``destinations``: added
-    to the (manual MDC) publication before it waits for its receivers."""
+    to the (manual MDC) publication before it waits for its receivers; ``subscriber_destinations``: to
+    every (multi-destination) subscription."""
     netns = netns or {}
     timeout = timeout or transfer_timeout(count)
     t0 = time.monotonic()
@@ -245,7 +247,8 @@ def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], c
         dirs = {"aeron": d, "sulis": d}
 
     def start(kind: str, mode: str, on: str, seconds: float, name: str) -> ChildProcess:
-        extra = {"destinations": ",".join(destinations)} if mode == "pub" and destinations else {}
+        added = destinations if mode == "pub" else subscriber_destinations
+        extra = {"destinations": ",".join(added)} if added else {}
         if kind == "aeron":  # AeronPeer's stream role on the driver in dirs["aeron"]
             cmd = aeron_java.peer(aeron, f"stream-{mode}", {"aeron.dir": dirs["aeron"]}, channel=on,
                                   stream=stream_id, count=count, timeout=seconds, **extra)

@@ -110,6 +110,8 @@ def subscribe(client, args, report: Report) -> int:
     sub = client.add_subscription(args.channel, args.stream,
                                   lambda image: images.update(available=images["available"] + 1),
                                   lambda image: images.update(unavailable=images["unavailable"] + 1))
+    for destination in filter(None, args.destinations.split(",")):
+        sub.add_destination(destination)
     checker = Checker(args.count)
     poll, assembler = sub.poll, sulis.FragmentAssembler(checker.handler)
     deadline, timed_out, idle = time.monotonic() + args.timeout, False, 0
@@ -158,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=lambda s: int(s.replace("_", "")), required=True)
     ap.add_argument("--timeout", type=float, default=None,
                     help="sub: overall (default 120); pub: connect / no-progress timeout (default 60)")
-    ap.add_argument("--destinations", default="", help="pub: channels to add to a control-mode=manual publication")
+    ap.add_argument("--destinations", default="",
+                    help="channels to add to a control-mode=manual publication or subscription")
     ap.add_argument("--linger", type=float, default=5.0, help="pub: stay up to S s while connected (default 5)")
     ap.add_argument("--settle", type=float, default=0.5, help="sub: poll S s more for extra messages (default 0.5)")
     args = ap.parse_args(argv)

@@ -1,5 +1,6 @@
 """Multi-destination-cast between Aeron Java 1.51 and sulis, both ways, on loopback: one publication
-(either kind) sends every datagram to a sulis and an Aeron receiver, each on its own port.
+(either kind) sends every datagram to a sulis and an Aeron receiver, each on its own port; and a
+multi-destination subscription (either kind) fed by a publication of the other kind through two ports.
 
 Dynamic: the receivers join by naming the publication's control address (they probe it with
 session-0 status messages before the stream exists, as Aeron's do); manual: the publisher adds both
@@ -54,4 +55,15 @@ def test_an_mdc_stream_reaches_an_aeron_and_a_sulis_receiver(aeron, harness, pub
         destinations = subscribers
     res = peers.run_group_transfer(harness, publisher, ["aeron", "sulis"], COUNT, aeron, channel=channel,
                                    subscriber_channels=subscribers, destinations=destinations)
+    check(res, harness)
+
+
+@pytest.mark.parametrize("publisher, subscriber", [("aeron", "sulis"), ("sulis", "aeron")],
+                         ids=["aeron-pub", "sulis-pub"])
+def test_a_multi_destination_subscription_takes_the_other_kinds_stream_by_two_ways(aeron, harness, publisher,
+                                                                                   subscriber):
+    ways = [f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}" for _ in range(2)]
+    res = peers.run_group_transfer(harness, publisher, [subscriber], COUNT, aeron,
+                                   channel="aeron:udp?control-mode=manual",
+                                   destinations=ways, subscriber_destinations=ways)
     check(res, harness)

@@ -4,7 +4,9 @@ driver process): one publication sends every datagram to several unicast receive
 Dynamic (``control-mode=dynamic|control=HOST:PORT``): receivers join by subscribing with the
 publisher's control address, and get the whole stream; with ``fc=min`` nobody loses anything while
 one receiver loses 10 % of its datagrams. Manual (``control-mode=manual``): the publisher's client
-adds and removes destinations. On one host: what the API refuses, and why."""
+adds and removes destinations. Multi-destination subscriptions (``control-mode=manual`` on the
+subscription): one image fed by several sockets, whole while one of its ways is cut. On one host:
+destinations coming and going, and what the API refuses."""
 
 from __future__ import annotations
 
@@ -75,6 +77,49 @@ def test_a_manual_mdc_stream_reaches_the_destinations_its_client_added(netns_hos
     assert bystander.read(timeout=30)["received"] == 0
 
 
+def test_a_multi_destination_subscription_stays_whole_while_one_of_its_ways_is_cut(netns_hosts, spawn, nft_loss):
+    """b's subscription has two destinations (two ports), a's manual MDC publication sends to both;
+    every datagram to one of them is dropped (nftables): the image gets everything by the other."""
+    hosts, _, s = sites(netns_hosts, spawn, "a", "b")
+    ways = [f"aeron:udp?endpoint={s['b'].addr}:{port}" for port in (41_120, 41_121)]
+    cut = nft_loss(hosts.ns("b"), 100, hook="input", dport=41_121)
+    consumer = s["b"].consume("aeron:udp?control-mode=manual", 20_000, destinations=tuple(ways))
+    producer = s["a"].produce("aeron:udp?control-mode=manual", 20_000, destinations=tuple(ways))
+    assert producer.read(timeout=30)["ready"]
+    assert done(producer, 120)["sent"] == 20_000
+    result = done(consumer, 120)
+    assert result["received"] == 20_000 and len(result["images"]) == 1, result
+    assert cut.dropped() > 1000, "the second way really was cut"
+
+
+def test_a_multi_destination_subscription_feeds_one_image_from_both_and_drops_one(driver, client):
+    """Loopback: a manual MDC publication to both destinations of one subscription (one on port 0,
+    the driver's pick): one image; a destination removed mid-stream and the stream goes on."""
+    sub = client.add_subscription("aeron:udp?control-mode=manual", STREAM)
+    sub.add_destination("aeron:udp?endpoint=127.0.0.1:0")
+    sub.add_destination("aeron:udp?endpoint=127.0.0.1:41116")
+    addresses = sub.local_socket_addresses()
+    assert len(addresses) == 2 and "127.0.0.1:41116" in addresses, addresses
+    got: list[int] = []
+
+    def send_and_read(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            while pub.offer(i.to_bytes(4, "little")) < 0:
+                pass
+        await_until(lambda: sub.poll(lambda b, _h: got.append(int.from_bytes(bytes(b), "little")), 100) >= 0
+                    and len(got) >= first + count, what=f"{first + count} messages")
+
+    with client.add_exclusive_publication("aeron:udp?control-mode=manual", STREAM) as pub:
+        for address in addresses:
+            pub.add_destination(f"aeron:udp?endpoint={address}")
+        await_until(lambda: pub.is_connected and sub.image_count == 1, what="the image")
+        send_and_read(0, 1000)
+        sub.remove_destination("aeron:udp?endpoint=127.0.0.1:41116")
+        assert sub.local_socket_addresses() == [a for a in addresses if a != "127.0.0.1:41116"]
+        send_and_read(1000, 1000)
+        assert got == list(range(2000)) and sub.image_count == 1
+
+
 def test_destinations_come_and_go_on_one_host(driver, client):
     """Loopback: a manual publication with two local destinations, one removed by channel, then by id."""
     ports = [41_110, 41_111]
@@ -119,6 +164,13 @@ def test_destinations_are_refused_where_they_mean_nothing(driver, client):
             pub.add_destination("aeron:udp?endpoint=127.0.0.1:41113")
     with pytest.raises(sulis.ConfigurationError, match="control"):
         client.add_publication("aeron:udp?control-mode=dynamic", STREAM)
+    with client.add_subscription("aeron:udp?endpoint=127.0.0.1:41117", STREAM) as sub:
+        with pytest.raises(sulis.ConfigurationError, match="does not allow manual control"):
+            sub.add_destination("aeron:udp?endpoint=127.0.0.1:41118")
+    with client.add_subscription("aeron:udp?control-mode=manual", STREAM) as sub:
+        sub.add_destination("aeron:udp?endpoint=127.0.0.1:41119")
+        with pytest.raises(sulis.ConfigurationError, match="already"):
+            sub.add_destination("aeron:udp?endpoint=127.0.0.1:41119")
 
 
 @pytest.mark.expect_errors

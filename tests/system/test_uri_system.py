@@ -9,7 +9,7 @@ import pytest
 
 import sulis
 from conftest import await_until
-from uri_cases import BAD_URIS, MDC_URIS, UNSUPPORTED_SUBSCRIPTION_URIS
+from uri_cases import BAD_URIS, MDC_URIS
 
 
 def test_every_malformed_uri_is_refused_by_the_client(driver, client):
@@ -79,25 +79,13 @@ def test_uris_the_driver_refuses(driver, client):
 
 
 @pytest.mark.expect_errors
-def test_multi_destination_subscriptions_are_refused_naming_the_parameter(driver, client):
-    for uri, part, reason in UNSUPPORTED_SUBSCRIPTION_URIS:
-        assert sulis.parse_channel(uri), "a valid Aeron URI: it parses"
-        with pytest.raises(sulis.RegistrationError) as info:
-            client.add_subscription(uri, 9)
-        message = str(info.value)
-        assert f"{part}: " in message and reason in message and "not supported yet" in message, message
-        assert info.value.code == 8, "Aeron's NOT_SUPPORTED"
-    assert not client.is_closed
-
-
-@pytest.mark.expect_errors
 def test_mdc_channels_are_accepted_where_aeron_accepts_them(driver, client):
     for uri, publication, subscription in MDC_URIS:
         for add, accepted in ((client.add_publication, publication), (client.add_exclusive_publication, publication),
                               (client.add_subscription, subscription)):
             if accepted:
                 add(uri, 9).close()
-            else:  # invalid (ConfigurationError) or not supported yet (RegistrationError)
-                with pytest.raises((sulis.ConfigurationError, sulis.RegistrationError)):
+            else:
+                with pytest.raises(sulis.ConfigurationError):
                     add(uri, 9)
     assert not client.is_closed

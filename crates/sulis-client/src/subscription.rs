@@ -5,7 +5,7 @@
 //! generation counter moved, so a poll costs one atomic load beyond the reads.
 
 use crate::batch::Batch;
-use crate::driver_proxy::{DriverProxy, Resource};
+use crate::driver_proxy::{Destination, DriverProxy, Resource};
 use crate::image::{ControlledAction, Header, Image};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -294,6 +294,26 @@ impl Subscription {
             Ok(n) => n,
             Err(never) => match never {},
         }
+    }
+
+    /// Adds a destination to a multi-destination subscription
+    /// (`aeron:udp?control-mode=manual`): `channel` is
+    /// `aeron:udp?endpoint=HOST:PORT` (port 0: any free one, see
+    /// [`local_socket_addresses`](Self::local_socket_addresses)), a multicast
+    /// group, or `...|control=HOST:PORT` to receive a dynamic MDC stream. Its
+    /// frames feed the same images as the other destinations'.
+    pub fn add_destination(&self, channel: &str) -> Result<i64, ClientError> {
+        self.check()?;
+        self.driver
+            .destination(self.registration_id, true, Destination::Add(channel))
+    }
+
+    /// Removes the destination added with `channel`.
+    pub fn remove_destination(&self, channel: &str) -> Result<(), ClientError> {
+        self.check()?;
+        self.driver
+            .destination(self.registration_id, true, Destination::Remove(channel))
+            .map(|_| ())
     }
 
     /// Closes the subscription (idempotent), waiting for the driver's answer.

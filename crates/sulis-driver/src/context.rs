@@ -925,6 +925,9 @@ pub struct ReceiverConfig {
     pub nak_multicast_group_size: u32,
     /// An image stuck this long behind data its sender no longer keeps gives up (0: never).
     pub stall_timeout_ns: i64,
+    /// A connection of a multi-destination image silent this long is no
+    /// longer sent status messages and NAKs (the image liveness timeout).
+    pub connection_timeout_ns: i64,
 }
 
 #[cfg(test)]

@@ -218,6 +218,7 @@ impl MediaDriver {
                 image_cool_down_ns: (ctx.publication_linger_timeout_ns as i64)
                     .max(ctx.status_message_timeout_ns as i64),
                 receiver_id,
+                connection_timeout_ns: ctx.image_liveness_timeout_ns as i64,
                 gro: ctx.udp_offload,
                 nak_multicast_max_backoff_ns: ctx.nak_multicast_max_backoff_ns.min(i64::MAX as u64)
                     as i64,

@@ -60,8 +60,11 @@ pub struct PublicationImage {
     /// Where the publication's frames come from.
     pub source: SocketAddr,
     /// Where status messages, NAKs and RTT requests go: the source, or a
-    /// multicast channel's control group.
+    /// multicast channel's control group, or an MDC publication's control address.
     pub control_address: SocketAddr,
+    /// The endpoint's transport the SETUP came in on (0 but for a
+    /// multi-destination subscription, whose endpoint has one per destination).
+    pub transport_index: usize,
     /// Group semantics (multicast, or the SETUP's GROUP flag, or `group=true`):
     /// NAKs wait a random back-off so that one, not one per receiver, reaches
     /// the sender.
@@ -133,6 +136,8 @@ pub struct ImageParts {
     pub source: SocketAddr,
     /// See [`PublicationImage::control_address`].
     pub control_address: SocketAddr,
+    /// See [`PublicationImage::transport_index`].
+    pub transport_index: usize,
     /// See [`PublicationImage::group`].
     pub group: bool,
     /// See [`PublicationImage::group_tag`].
@@ -171,6 +176,7 @@ impl PublicationImage {
             channel: p.channel,
             source: p.source,
             control_address: p.control_address,
+            transport_index: p.transport_index,
             group: p.group,
             group_tag: p.group_tag,
             logs: p.logs,
@@ -286,6 +292,19 @@ pub struct ImageReceiver {
     pub loss_entry: Option<EntryHandle>,
     /// Gaps to NAK, gathered before sending (no allocation per scan).
     naks: Vec<(i32, i32, i32)>,
+    /// Where control frames go: one connection per transport the session's
+    /// frames arrive on (several for a multi-destination subscription).
+    connections: Vec<Connection>,
+}
+
+/// One way the image's session reaches it (Aeron's `ImageConnection`): the
+/// endpoint transport its frames arrive on, and where that transport sends
+/// status messages and NAKs.
+#[derive(Clone, Copy, Debug)]
+struct Connection {
+    transport_index: usize,
+    control: SocketAddr,
+    time_of_last_frame_ns: i64,
 }
 
 impl ImageReceiver {
@@ -314,7 +333,6 @@ impl ImageReceiver {
         };
         let join = image.join_position;
         ImageReceiver {
-            image,
             loss,
             rebuild_position: join,
             hwm_position: join,
@@ -327,7 +345,68 @@ impl ImageReceiver {
             stuck_since_ns: i64::MIN / 2,
             loss_entry: None,
             naks: Vec::new(),
+            connections: vec![Connection {
+                transport_index: image.transport_index,
+                control: image.control_address,
+                time_of_last_frame_ns: image.time_of_last_packet_ns.load(Ordering::Relaxed),
+            }],
+            image,
         }
+    }
+
+    /// A frame of the session came in on `transport_index`, whose control
+    /// frames go to `control`: a connection of its own if it is new.
+    pub fn track_connection(&mut self, transport_index: usize, control: SocketAddr, now_ns: i64) {
+        match self
+            .connections
+            .iter_mut()
+            .find(|c| c.transport_index == transport_index)
+        {
+            Some(c) => {
+                c.time_of_last_frame_ns = now_ns;
+                c.control = control;
+            }
+            None => self.connections.push(Connection {
+                transport_index,
+                control,
+                time_of_last_frame_ns: now_ns,
+            }),
+        }
+    }
+
+    /// A destination of a multi-destination subscription went: its transport is gone.
+    pub fn remove_connection(&mut self, transport_index: usize) {
+        self.connections
+            .retain(|c| c.transport_index != transport_index);
+    }
+
+    /// Sends a control frame on every connection heard from within the
+    /// connection timeout (on the newest one if none was).
+    fn send_control(
+        &self,
+        transports: &mut [Option<Box<dyn Transport>>],
+        bytes: &[u8],
+        cfg: &ReceiverConfig,
+        errors: &ErrorReporter,
+        now_ns: i64,
+    ) -> bool {
+        let live = |c: &&Connection| now_ns - c.time_of_last_frame_ns < cfg.connection_timeout_ns;
+        let newest = self
+            .connections
+            .iter()
+            .max_by_key(|c| c.time_of_last_frame_ns);
+        let mut sent = false;
+        let mut send = |c: &Connection| {
+            if let Some(Some(t)) = transports.get_mut(c.transport_index) {
+                sent |= send_control_frame(&mut **t, bytes, c.control, errors);
+            }
+        };
+        if self.connections.iter().any(|c| live(&c)) {
+            self.connections.iter().filter(live).for_each(&mut send);
+        } else if let Some(c) = newest {
+            send(c);
+        }
+        sent
     }
 
     /// Gives up on an image stuck behind data its sender no longer keeps:
@@ -450,7 +529,7 @@ impl ImageReceiver {
     /// (count, bytes) for the loss report.
     pub fn do_duties(
         &mut self,
-        transport: &mut dyn Transport,
+        transports: &mut [Option<Box<dyn Transport>>],
         cfg: &ReceiverConfig,
         errors: &ErrorReporter,
         now_ns: i64,
@@ -532,7 +611,7 @@ impl ImageReceiver {
                 term_offset,
                 length,
             };
-            send_control_frame(transport, &nak.to_bytes(), img.control_address, errors);
+            self.send_control(transports, &nak.to_bytes(), cfg, errors, now_ns);
             system.increment(SystemCounter::NakMessagesSent);
             work += 1;
         }
@@ -551,7 +630,7 @@ impl ImageReceiver {
                 stream_id: img.stream_id,
                 response_session_id: response_session_id as i32,
             };
-            send_control_frame(transport, &rsp.to_bytes(), img.control_address, errors);
+            self.send_control(transports, &rsp.to_bytes(), cfg, errors, now_ns);
             work += 1;
         }
         if send_sm {
@@ -571,7 +650,7 @@ impl ImageReceiver {
             };
             let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
             let len = sm.encode(&mut buf);
-            send_control_frame(transport, &buf[..len], img.control_address, errors);
+            self.send_control(transports, &buf[..len], cfg, errors, now_ns);
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
         }
@@ -588,7 +667,7 @@ impl ImageReceiver {
                 reception_delta_ns: 0,
                 receiver_id: cfg.receiver_id,
             };
-            send_control_frame(transport, &rttm.to_bytes(), img.control_address, errors);
+            self.send_control(transports, &rttm.to_bytes(), cfg, errors, now_ns);
         }
         (work, new_loss)
     }

@@ -50,8 +50,9 @@ pub enum ReceiverCommand {
     AddEndpoint {
         /// Conductor's id for it.
         id: u64,
-        /// The bound transport.
-        transport: Box<dyn Transport>,
+        /// The bound transport (`None`: a multi-destination subscription's
+        /// endpoint, whose transports come with its destinations).
+        transport: Option<Box<dyn Transport>>,
         /// Where setup-eliciting status messages go: the multicast control
         /// group, or an MDC publication's control address (`None`: back to
         /// the source of the data).
@@ -70,6 +71,25 @@ pub enum ReceiverCommand {
     RemoveEndpoint {
         /// Its id.
         id: u64,
+    },
+    /// A destination of a multi-destination subscription's endpoint: a
+    /// transport of its own, whose images' control frames go back to each
+    /// source (or, with `control`, to an MDC publication's control address,
+    /// probed as [`ReceiverCommand::AddEndpoint`]'s).
+    AddDestination {
+        /// The endpoint.
+        endpoint_id: u64,
+        /// The bound transport.
+        transport: Box<dyn Transport>,
+        /// An MDC publication's control address.
+        control: Option<SocketAddr>,
+    },
+    /// Closes the destination transport bound at `address`.
+    RemoveDestination {
+        /// The endpoint.
+        endpoint_id: u64,
+        /// Its bound address.
+        address: SocketAddr,
     },
     /// A subscription on `stream_id` (counted: one per subscription).
     AddSubscription {
@@ -121,10 +141,15 @@ pub enum ReceiverEvent {
     CreateImage {
         /// Endpoint id.
         endpoint_id: u64,
+        /// The endpoint's transport it came in on.
+        transport_index: usize,
         /// The SETUP.
         setup: SetupFrame,
         /// Where it came from.
         source: SocketAddr,
+        /// Where the image's control frames go (the source, a multicast
+        /// control group, an MDC publication's control address).
+        control: SocketAddr,
     },
     /// The socket of a removed endpoint is closed: its address is free again.
     EndpointClosed {
@@ -141,12 +166,21 @@ struct Pending {
     until_ns: i64,
 }
 
-struct ReceiveEndpoint {
-    id: u64,
-    transport: Box<dyn Transport>,
+/// What a transport of a receive endpoint sends control frames to, and
+/// whether it probes an MDC publication's control address.
+#[derive(Clone, Copy)]
+struct TransportControl {
     control: Option<SocketAddr>,
     probe: bool,
     time_of_last_probe_ns: i64,
+}
+
+struct ReceiveEndpoint {
+    id: u64,
+    /// One transport, or a multi-destination subscription's, one per
+    /// destination: indices are stable (a removed one leaves `None`, reused later).
+    transports: Vec<Option<Box<dyn Transport>>>,
+    controls: Vec<TransportControl>,
     group_tag: Option<i64>,
     streams: Vec<(i32, usize)>,
     images: Vec<ImageReceiver>,
@@ -155,6 +189,28 @@ struct ReceiveEndpoint {
 }
 
 impl ReceiveEndpoint {
+    fn add_transport(&mut self, transport: Box<dyn Transport>, control: TransportControl) -> usize {
+        match self.transports.iter().position(|t| t.is_none()) {
+            Some(i) => {
+                self.transports[i] = Some(transport);
+                self.controls[i] = control;
+                i
+            }
+            None => {
+                self.transports.push(Some(transport));
+                self.controls.push(control);
+                self.transports.len() - 1
+            }
+        }
+    }
+
+    fn local_addr(&self, ti: usize) -> String {
+        match self.transports.get(ti) {
+            Some(Some(t)) => t.local_addr().to_string(),
+            _ => "(closed)".into(),
+        }
+    }
+
     fn is_subscribed(&self, stream_id: i32) -> bool {
         self.streams.iter().any(|&(s, _)| s == stream_id)
     }
@@ -263,26 +319,72 @@ impl Receiver {
         match cmd {
             ReceiverCommand::AddEndpoint {
                 id,
-                mut transport,
+                transport,
                 control,
                 probe,
                 group_tag,
             } => {
-                if self.cfg.gro {
-                    transport.enable_gro();
-                }
-                self.endpoints.push(ReceiveEndpoint {
+                let mut e = ReceiveEndpoint {
                     id,
-                    transport,
-                    control,
-                    probe,
-                    time_of_last_probe_ns: i64::MIN / 2,
+                    transports: Vec::new(),
+                    controls: Vec::new(),
                     group_tag,
                     streams: Vec::new(),
                     images: Vec::new(),
                     pending: Vec::new(),
                     cool_down: Vec::new(),
-                })
+                };
+                // A multi-destination subscription's endpoint starts without one.
+                if let Some(mut transport) = transport {
+                    if self.cfg.gro {
+                        transport.enable_gro();
+                    }
+                    e.add_transport(
+                        transport,
+                        TransportControl {
+                            control,
+                            probe,
+                            time_of_last_probe_ns: i64::MIN / 2,
+                        },
+                    );
+                }
+                self.endpoints.push(e);
+            }
+            ReceiverCommand::AddDestination {
+                endpoint_id,
+                mut transport,
+                control,
+            } => {
+                if self.cfg.gro {
+                    transport.enable_gro();
+                }
+                if let Some(e) = self.endpoint(endpoint_id) {
+                    e.add_transport(
+                        transport,
+                        TransportControl {
+                            control,
+                            probe: control.is_some(),
+                            time_of_last_probe_ns: i64::MIN / 2,
+                        },
+                    );
+                }
+            }
+            ReceiverCommand::RemoveDestination {
+                endpoint_id,
+                address,
+            } => {
+                if let Some(e) = self.endpoint(endpoint_id) {
+                    let found = e
+                        .transports
+                        .iter()
+                        .position(|t| t.as_ref().is_some_and(|t| t.local_addr() == address));
+                    if let Some(ti) = found {
+                        e.transports[ti] = None;
+                        for image in e.images.iter_mut() {
+                            image.remove_connection(ti);
+                        }
+                    }
+                }
             }
             ReceiverCommand::RemoveEndpoint { id } => {
                 // Dropping the endpoint closes its socket before the
@@ -358,7 +460,7 @@ impl Receiver {
                     };
                     let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
                     let len = sm.encode(&mut buf);
-                    if self.send_control(ep, &buf[..len], to) {
+                    if self.send_control(ep, 0, &buf[..len], to) {
                         self.errors
                             .system()
                             .increment(SystemCounter::StatusMessagesSent);
@@ -378,33 +480,39 @@ impl Receiver {
         }
     }
 
-    fn invalid(&self, ep: usize, src: SocketAddr, what: &str) {
+    fn invalid(&self, ep: usize, ti: usize, src: SocketAddr, what: &str) {
         self.errors
             .system()
             .increment(SystemCounter::InvalidPackets);
         self.errors.record(&format!(
             "invalid datagram from {src} on receive endpoint {}: {what}",
-            self.endpoints[ep].transport.local_addr()
+            self.endpoints[ep].local_addr(ti)
         ));
     }
 
-    fn send_control(&mut self, ep: usize, bytes: &[u8], to: SocketAddr) -> bool {
-        send_control_frame(&mut *self.endpoints[ep].transport, bytes, to, &self.errors)
+    fn send_control(&mut self, ep: usize, ti: usize, bytes: &[u8], to: SocketAddr) -> bool {
+        match self.endpoints[ep].transports.get_mut(ti) {
+            Some(Some(t)) => send_control_frame(&mut **t, bytes, to, &self.errors),
+            _ => false,
+        }
     }
 
-    fn poll(&mut self, ep: usize, now_ns: i64) -> usize {
+    fn poll(&mut self, ep: usize, ti: usize, now_ns: i64) -> usize {
         let mut work = 0;
         let mut batch = self
             .recv
             .take()
             .expect("receive buffers are put back after use");
         for _ in 0..RECV_ROUNDS {
-            let n = match self.endpoints[ep].transport.recv_batch(&mut batch) {
+            let Some(Some(transport)) = self.endpoints[ep].transports.get_mut(ti) else {
+                break;
+            };
+            let n = match transport.recv_batch(&mut batch) {
                 Ok(n) => n,
                 Err(e) => {
                     self.errors.record(&format!(
                         "receive endpoint {}: receive failed: {e}",
-                        self.endpoints[ep].transport.local_addr()
+                        self.endpoints[ep].local_addr(ti)
                     ));
                     0
                 }
@@ -416,12 +524,12 @@ impl Receiver {
                         .system()
                         .add(SystemCounter::BytesReceived, bytes.len() as i64);
                     if bytes.is_empty() {
-                        self.invalid(ep, src, "empty datagram");
+                        self.invalid(ep, ti, src, "empty datagram");
                         continue;
                     }
                     // One datagram, or several the kernel coalesced (GRO).
                     for datagram in bytes.chunks(batch.segment_size(i).max(1)) {
-                        self.on_datagram(ep, datagram, src, now_ns);
+                        self.on_datagram(ep, ti, datagram, src, now_ns);
                     }
                 }
             }
@@ -434,16 +542,19 @@ impl Receiver {
         work
     }
 
-    fn on_datagram(&mut self, ep: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) {
+    fn on_datagram(&mut self, ep: usize, ti: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) {
         let header = match FrameHeader::decode(bytes) {
             Ok(h) => h,
-            Err(e) => return self.invalid(ep, src, &e.to_string()),
+            Err(e) => return self.invalid(ep, ti, src, &e.to_string()),
         };
+        // Where control frames about what came in on this transport go.
+        let control = self.endpoints[ep].controls[ti].control.unwrap_or(src);
         match header.frame_type {
             HDR_TYPE_DATA | HDR_TYPE_PAD => {
                 if bytes.len() < DATA_HEADER_LENGTH {
                     return self.invalid(
                         ep,
+                        ti,
                         src,
                         &format!(
                             "data datagram of {} bytes is shorter than the 32-byte data header",
@@ -463,9 +574,11 @@ impl Receiver {
                     match parse_data_datagram(bytes, term_length) {
                         Ok(d) => {
                             let system = *self.errors.system();
-                            self.endpoints[ep].images[ii].insert_packet(&d, &system, now_ns)
+                            let image = &mut self.endpoints[ep].images[ii];
+                            image.track_connection(ti, control, now_ns);
+                            image.insert_packet(&d, &system, now_ns)
                         }
-                        Err(err) => self.invalid(ep, src, &err.to_string()),
+                        Err(err) => self.invalid(ep, ti, src, &err.to_string()),
                     }
                     return;
                 }
@@ -474,7 +587,7 @@ impl Receiver {
                     | Ok(Frame::Heartbeat(header))
                     | Ok(Frame::Pad(header)) => header,
                     Ok(_) => return,
-                    Err(err) => return self.invalid(ep, src, &err.to_string()),
+                    Err(err) => return self.invalid(ep, ti, src, &err.to_string()),
                 };
                 if first.flags & EOS_FLAG != 0
                     || e.cooling(session_id, stream_id)
@@ -493,7 +606,7 @@ impl Receiver {
                         self.cfg.receiver_id,
                     )
                 };
-                let to = e.control.unwrap_or(src);
+                let to = control;
                 let until_ns = now_ns + self.cfg.status_message_timeout_ns;
                 self.endpoints[ep].pending.push(Pending {
                     session_id,
@@ -503,7 +616,7 @@ impl Receiver {
                 });
                 let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
                 let len = sm.encode(&mut buf);
-                self.send_control(ep, &buf[..len], to);
+                self.send_control(ep, ti, &buf[..len], to);
                 self.errors
                     .system()
                     .increment(SystemCounter::StatusMessagesSent);
@@ -511,12 +624,16 @@ impl Receiver {
             HDR_TYPE_SETUP => {
                 let setup = match SetupFrame::decode(bytes) {
                     Ok(s) => s,
-                    Err(err) => return self.invalid(ep, src, &err.to_string()),
+                    Err(err) => return self.invalid(ep, ti, src, &err.to_string()),
                 };
                 let e = &mut self.endpoints[ep];
-                if !e.is_subscribed(setup.stream_id)
-                    || e.image_index(setup.session_id, setup.stream_id).is_some()
-                    || e.cooling(setup.session_id, setup.stream_id)
+                if let Some(ii) = e.image_index(setup.session_id, setup.stream_id) {
+                    // The session by another way (a multi-destination
+                    // subscription's other destination): answered there too.
+                    e.images[ii].track_connection(ti, control, now_ns);
+                    return;
+                }
+                if !e.is_subscribed(setup.stream_id) || e.cooling(setup.session_id, setup.stream_id)
                 {
                     return;
                 }
@@ -536,24 +653,27 @@ impl Receiver {
                 }
                 let _ = self.events.send(ReceiverEvent::CreateImage {
                     endpoint_id: e.id,
+                    transport_index: ti,
                     setup,
                     source: src,
+                    control,
                 });
             }
             HDR_TYPE_RTTM => match decode_datagram(bytes) {
                 Ok(Frame::Rttm(r)) => self.on_rttm(ep, &r, now_ns),
                 Ok(_) => {}
-                Err(err) => self.invalid(ep, src, &err.to_string()),
+                Err(err) => self.invalid(ep, ti, src, &err.to_string()),
             },
             HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES | HDR_TYPE_RSP_SETUP => {
                 // Control frames for senders, or features this receiver does
                 // not use: checked, then ignored.
                 if let Err(err) = decode_datagram(bytes) {
-                    self.invalid(ep, src, &err.to_string());
+                    self.invalid(ep, ti, src, &err.to_string());
                 }
             }
             other => self.invalid(
                 ep,
+                ti,
                 src,
                 &format!("frame type {other:#x} is not one a receiver accepts"),
             ),
@@ -562,22 +682,24 @@ impl Receiver {
 
     /// An MDC receive endpoint subscribing to anything probes its
     /// publication's control address every [`PROBE_INTERVAL_NS`].
-    fn probe(&mut self, ep: usize, now_ns: i64) -> usize {
+    fn probe(&mut self, ep: usize, ti: usize, now_ns: i64) -> usize {
         let e = &mut self.endpoints[ep];
-        let Some(to) = e.control.filter(|_| e.probe && !e.streams.is_empty()) else {
+        let subscribed = !e.streams.is_empty();
+        let c = &mut e.controls[ti];
+        let Some(to) = c.control.filter(|_| c.probe && subscribed) else {
             return 0;
         };
-        if now_ns - e.time_of_last_probe_ns < PROBE_INTERVAL_NS {
+        if now_ns - c.time_of_last_probe_ns < PROBE_INTERVAL_NS {
             return 0;
         }
-        e.time_of_last_probe_ns = now_ns;
+        c.time_of_last_probe_ns = now_ns;
         let sm = StatusMessageFrame {
             group_tag: e.group_tag,
             ..StatusMessageFrame::setup_eliciting(0, 0, self.cfg.receiver_id)
         };
         let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
         let len = sm.encode(&mut buf);
-        if self.send_control(ep, &buf[..len], to) {
+        if self.send_control(ep, ti, &buf[..len], to) {
             self.errors
                 .system()
                 .increment(SystemCounter::StatusMessagesSent);
@@ -602,7 +724,7 @@ impl Receiver {
     fn image_duties(&mut self, ep: usize, ii: usize, now_ns: i64) -> usize {
         let e = &mut self.endpoints[ep];
         let (work, new_loss) =
-            e.images[ii].do_duties(&mut *e.transport, &self.cfg, &self.errors, now_ns);
+            e.images[ii].do_duties(&mut e.transports, &self.cfg, &self.errors, now_ns);
         if new_loss.0 > 0 {
             self.report_loss(ep, ii, new_loss.0, new_loss.1);
         }
@@ -619,8 +741,12 @@ impl Agent for Receiver {
             work += 1;
         }
         for ep in 0..self.endpoints.len() {
-            work += self.probe(ep, now_ns);
-            work += self.poll(ep, now_ns);
+            for ti in 0..self.endpoints[ep].transports.len() {
+                if self.endpoints[ep].transports[ti].is_some() {
+                    work += self.probe(ep, ti, now_ns);
+                    work += self.poll(ep, ti, now_ns);
+                }
+            }
             let cool_down_ns = self.cfg.image_cool_down_ns;
             let status_period_ns = self.cfg.status_message_timeout_ns;
             let e = &mut self.endpoints[ep];

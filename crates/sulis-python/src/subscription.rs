@@ -243,6 +243,27 @@ impl PySubscription {
         self.with_sub(|s| Ok(s.local_socket_addresses()))
     }
 
+    /// Adds a destination to a multi-destination subscription
+    /// (``aeron:udp?control-mode=manual``): ``aeron:udp?endpoint=HOST:PORT``
+    /// (port 0: any free one, see ``local_socket_addresses``), a multicast
+    /// group, or ``...|control=HOST:PORT`` for a dynamic MDC stream. A
+    /// session's frames from any destination feed one image. Waits for the
+    /// driver; returns the destination's id.
+    fn add_destination(&self, py: Python<'_>, channel: &str) -> PyResult<i64> {
+        self.with_sub(|s| {
+            let s = &*s;
+            gil::released(py, || s.add_destination(channel)).map_err(client_err)
+        })
+    }
+
+    /// Removes the destination added with ``channel`` (its socket closes).
+    fn remove_destination(&self, py: Python<'_>, channel: &str) -> PyResult<()> {
+        self.with_sub(|s| {
+            let s = &*s;
+            gil::released(py, || s.remove_destination(channel)).map_err(client_err)
+        })
+    }
+
     /// True once closed.
     #[getter]
     fn is_closed(&self) -> bool {

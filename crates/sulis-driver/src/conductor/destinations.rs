@@ -1,14 +1,21 @@
-//! Destinations of manual multi-destination-cast publications: the client's
-//! ADD_DESTINATION, REMOVE_DESTINATION and REMOVE_DESTINATION_BY_ID,
-//! checked here and carried out by the sender on the publication's send
-//! endpoint (`multi_send_destination.rs`). Multi-destination subscriptions
-//! (ADD_RCV_DESTINATION, REMOVE_RCV_DESTINATION) are not supported yet.
+//! Destinations of manual multi-destination-cast publications (the client's
+//! ADD_DESTINATION, REMOVE_DESTINATION and REMOVE_DESTINATION_BY_ID, carried
+//! out by the sender on the publication's send endpoint,
+//! `multi_send_destination.rs`) and of multi-destination subscriptions
+//! (ADD_RCV_DESTINATION, REMOVE_RCV_DESTINATION: a socket per destination,
+//! bound here and read by the receiver on the subscription's endpoint, whose
+//! images take a session's frames from any of them).
 
+use super::endpoints::ReceiveDestination;
 use super::{CommandError, DriverConductor};
+use crate::media::transport::EndpointRole;
 use crate::media::udp_channel::UdpChannel;
+use crate::media::udp_transport::SocketOptions;
 use crate::multi_send_destination::MdcMode;
+use crate::receiver::ReceiverCommand;
 use crate::sender::SenderCommand;
 use std::net::SocketAddr;
+use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
 use sulis_protocol::uri::{ChannelUri, ControlMode, Media};
 
@@ -31,7 +38,15 @@ impl DriverConductor {
         channel: &str,
         receive: bool,
     ) -> Result<(), CommandError> {
-        let endpoint_id = self.manual_send_endpoint(client_id, registration_id, receive)?;
+        if receive {
+            return self.on_add_receive_destination(
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+            );
+        }
+        let endpoint_id = self.manual_send_endpoint(client_id, registration_id)?;
         let address = self.destination_address(channel)?;
         let _ = self.net.sender.send(SenderCommand::AddDestination {
             endpoint_id,
@@ -54,7 +69,15 @@ impl DriverConductor {
         channel: &str,
         receive: bool,
     ) -> Result<(), CommandError> {
-        let endpoint_id = self.manual_send_endpoint(client_id, registration_id, receive)?;
+        if receive {
+            return self.on_remove_receive_destination(
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+            );
+        }
+        let endpoint_id = self.manual_send_endpoint(client_id, registration_id)?;
         let address = self.destination_address(channel)?;
         let _ = self.net.sender.send(SenderCommand::RemoveDestination {
             endpoint_id,
@@ -72,7 +95,7 @@ impl DriverConductor {
         registration_id: i64,
         destination_registration_id: i64,
     ) -> Result<(), CommandError> {
-        let endpoint_id = self.manual_send_endpoint(client_id, registration_id, false)?;
+        let endpoint_id = self.manual_send_endpoint(client_id, registration_id)?;
         let _ = self.net.sender.send(SenderCommand::RemoveDestinationById {
             endpoint_id,
             registration_id: destination_registration_id,
@@ -87,14 +110,7 @@ impl DriverConductor {
         &self,
         client_id: i64,
         registration_id: i64,
-        receive: bool,
     ) -> Result<u64, CommandError> {
-        if receive {
-            return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                "multi-destination subscriptions (add a destination to a subscription) are not supported yet",
-            ));
-        }
         let publication_id = self
             .publication_links
             .iter()
@@ -133,8 +149,173 @@ impl DriverConductor {
         Ok(endpoint.id)
     }
 
+    /// ADD_RCV_DESTINATION: binds the destination's socket (unicast, or a
+    /// multicast group it joins; with `control=`, a dynamic MDC stream's
+    /// receiver that probes the publication's control address) and gives it
+    /// to the receiver as a transport of the subscription's endpoint.
+    fn on_add_receive_destination(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        channel: &str,
+    ) -> Result<(), CommandError> {
+        let ei = self.manual_receive_endpoint(client_id, registration_id)?;
+        let udp = self.destination_channel(channel)?;
+        let invalid = |why: String| {
+            CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("destination '{channel}': {why}"),
+            )
+        };
+        let endpoint = udp
+            .endpoint
+            .ok_or_else(|| invalid("a destination needs endpoint=host:port".into()))?;
+        if self.receive_endpoints[ei]
+            .destinations
+            .iter()
+            .any(|d| endpoint.port() != 0 && (d.endpoint == endpoint || d.bound == endpoint))
+        {
+            return Err(invalid(format!(
+                "{endpoint} is a destination of this subscription already"
+            )));
+        }
+        let p = udp.uri.params();
+        let mut opts = SocketOptions {
+            so_sndbuf: p
+                .so_sndbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_sndbuf_length),
+            so_rcvbuf: p
+                .so_rcvbuf
+                .map(|v| v as usize)
+                .unwrap_or(self.ctx.socket_rcvbuf_length),
+            ..SocketOptions::default()
+        };
+        if udp.is_multicast {
+            opts = SocketOptions {
+                reuse_address: true,
+                join_group: Some(endpoint.ip()),
+                ..self.multicast_options(&udp, channel)?
+            };
+        }
+        let transport = self.open_transport(endpoint, &opts, channel, EndpointRole::Receive)?;
+        let (_, transport, _) = self.register_transport(transport);
+        let bound = transport.local_addr();
+        let control = udp.multicast_control.or(udp.control);
+        let entry = &self.receive_endpoints[ei];
+        let (endpoint_id, status) = (entry.id, entry.status_counter_id);
+        let counter_id = if status != NULL_COUNTER_ID {
+            self.local_address_counter(status, bound)
+        } else {
+            None
+        };
+        let entry = &mut self.receive_endpoints[ei];
+        entry.counters.extend(counter_id);
+        entry.destinations.push(ReceiveDestination {
+            channel: channel.to_owned(),
+            endpoint,
+            bound,
+            counter_id,
+        });
+        let _ = self.net.receiver.send(ReceiverCommand::AddDestination {
+            endpoint_id,
+            transport,
+            control,
+        });
+        self.send(Event::OperationSuccess { correlation_id });
+        Ok(())
+    }
+
+    /// REMOVE_RCV_DESTINATION: the destination the channel names (by its
+    /// endpoint, or the address its `host:0` got) goes, its socket closed;
+    /// one that is not there: nothing happens.
+    fn on_remove_receive_destination(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        channel: &str,
+    ) -> Result<(), CommandError> {
+        let ei = self.manual_receive_endpoint(client_id, registration_id)?;
+        let udp = self.destination_channel(channel)?;
+        let entry = &mut self.receive_endpoints[ei];
+        let found = entry.destinations.iter().position(|d| {
+            d.channel == channel
+                || udp
+                    .endpoint
+                    .is_some_and(|e| e.port() != 0 && (d.endpoint == e || d.bound == e))
+        });
+        if let Some(i) = found {
+            let d = entry.destinations.swap_remove(i);
+            let endpoint_id = entry.id;
+            if let Some(id) = d.counter_id {
+                entry.counters.retain(|&c| c != id);
+                let now_ms = self.clock.epoch_ms();
+                self.counters.free(id, now_ms);
+            }
+            let _ = self.net.receiver.send(ReceiverCommand::RemoveDestination {
+                endpoint_id,
+                address: d.bound,
+            });
+        }
+        self.send(Event::OperationSuccess { correlation_id });
+        Ok(())
+    }
+
+    /// The receive endpoint (index) of the client's subscription
+    /// `registration_id`, which must be a `control-mode=manual` one.
+    fn manual_receive_endpoint(
+        &self,
+        client_id: i64,
+        registration_id: i64,
+    ) -> Result<usize, CommandError> {
+        let link = self
+            .subscriptions
+            .iter()
+            .find(|s| s.registration_id == registration_id && s.client_id == client_id)
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::UNKNOWN_SUBSCRIPTION,
+                    format!("unknown subscription: {registration_id}"),
+                )
+            })?;
+        link.udp_endpoint
+            .and_then(|id| {
+                self.receive_endpoints
+                    .iter()
+                    .position(|e| e.id == id && e.mdc == Some(MdcMode::Manual))
+            })
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!(
+                        "channel '{}' does not allow manual control: destinations are added to a control-mode=manual subscription",
+                        link.channel
+                    ),
+                )
+            })
+    }
+
     /// The address a destination channel names (`aeron:udp?endpoint=HOST:PORT`).
     fn destination_address(&mut self, channel: &str) -> Result<SocketAddr, CommandError> {
+        let udp = self.destination_channel(channel)?;
+        match udp.endpoint {
+            Some(e) if e.port() != 0 => Ok(e),
+            Some(_) => Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("destination '{channel}': endpoint has port 0: a destination needs a port"),
+            )),
+            None => Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("destination '{channel}': a destination needs endpoint=host:port"),
+            )),
+        }
+    }
+
+    /// A destination channel, checked and resolved: UDP, not a spy nor a
+    /// response channel, nothing of the publication's or subscription's own.
+    fn destination_channel(&mut self, channel: &str) -> Result<UdpChannel, CommandError> {
         let invalid = |why: String| {
             CommandError::new(
                 error_code::INVALID_CHANNEL,
@@ -158,15 +339,7 @@ impl DriverConductor {
         if uri.params().control_mode == Some(ControlMode::Response) {
             return Err(invalid("destinations may not be response channels".into()));
         }
-        let udp = self
-            .timed_name_lookup(|| UdpChannel::from_uri(uri.clone()))
-            .map_err(invalid)?;
-        match udp.endpoint {
-            Some(e) if e.port() != 0 => Ok(e),
-            Some(_) => Err(invalid(
-                "endpoint has port 0: a destination needs a port".into(),
-            )),
-            None => Err(invalid("a destination needs endpoint=host:port".into())),
-        }
+        self.timed_name_lookup(|| UdpChannel::from_uri(uri.clone()))
+            .map_err(invalid)
     }
 }

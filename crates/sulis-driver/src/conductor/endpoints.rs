@@ -36,8 +36,24 @@ pub(super) struct EndpointEntry {
     pub(super) group: Option<bool>,
     /// Group tag its status messages carry (`gtag=`, else the driver's).
     pub(super) group_tag: Option<i64>,
-    /// A send endpoint's multi-destination-cast mode.
+    /// A send endpoint's multi-destination-cast mode; `Manual` on a receive
+    /// endpoint: a multi-destination subscription's.
     pub(super) mdc: Option<crate::multi_send_destination::MdcMode>,
+    /// A multi-destination subscription's destinations.
+    pub(super) destinations: Vec<ReceiveDestination>,
+}
+
+/// A destination of a multi-destination subscription: a transport of its
+/// endpoint, bound at `bound` for `channel`.
+pub(super) struct ReceiveDestination {
+    /// The destination channel as the client gave it.
+    pub(super) channel: String,
+    /// The endpoint it named (port 0: any).
+    pub(super) endpoint: SocketAddr,
+    /// Where its socket is bound.
+    pub(super) bound: SocketAddr,
+    /// Its local address counter (`rcv-local-sockaddr`), if one was allocated.
+    pub(super) counter_id: Option<i32>,
 }
 
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
@@ -136,7 +152,17 @@ impl DriverConductor {
         channel: &str,
         local: SocketAddr,
     ) -> (i32, Vec<i32>) {
-        use sulis_protocol::counters::{channel_status, local_socket_address_key, type_id};
+        let (status, mut ids) = self.receive_channel_status_counter(channel);
+        if status != NULL_COUNTER_ID {
+            ids.extend(self.local_address_counter(status, local));
+        }
+        (status, ids)
+    }
+
+    /// A receive channel's status counter (Aeron's type 7), active: its id
+    /// and the counters allocated (`NULL_COUNTER_ID` and none when full).
+    pub(super) fn receive_channel_status_counter(&mut self, channel: &str) -> (i32, Vec<i32>) {
+        use sulis_protocol::counters::{channel_status, type_id};
         let now_ms = self.clock.epoch_ms();
         let mut key = (channel.len().min(100) as i32).to_le_bytes().to_vec();
         key.extend_from_slice(&channel.as_bytes()[..channel.len().min(100)]);
@@ -153,22 +179,29 @@ impl DriverConductor {
         };
         self.counters
             .set_counter_value(status, channel_status::ACTIVE);
+        (status, vec![status])
+    }
+
+    /// A socket bound at `local` for the channel whose status counter is
+    /// `status` (Aeron's type 14, `rcv-local-sockaddr`): how a client finds
+    /// the port an `endpoint=host:0` got.
+    pub(super) fn local_address_counter(&mut self, status: i32, local: SocketAddr) -> Option<i32> {
+        use sulis_protocol::counters::{channel_status, local_socket_address_key, type_id};
         let address = local.to_string();
-        let mut ids = vec![status];
-        if let Ok(addr) = self.counters.allocate(
-            type_id::LOCAL_SOCKET_ADDRESS,
-            &local_socket_address_key(status, &address),
-            &format!("rcv-local-sockaddr: {status} {address}"),
-            0,
-            0,
-            0,
-            now_ms,
-        ) {
-            self.counters
-                .set_counter_value(addr, channel_status::ACTIVE);
-            ids.push(addr);
-        }
-        (status, ids)
+        let id = self
+            .counters
+            .allocate(
+                type_id::LOCAL_SOCKET_ADDRESS,
+                &local_socket_address_key(status, &address),
+                &format!("rcv-local-sockaddr: {status} {address}"),
+                0,
+                0,
+                0,
+                self.clock.epoch_ms(),
+            )
+            .ok()?;
+        self.counters.set_counter_value(id, channel_status::ACTIVE);
+        Some(id)
     }
 
     /// Closes a receive endpoint once no subscription and no image (active or
@@ -270,13 +303,9 @@ impl DriverConductor {
             Some(ControlMode::Dynamic) if udp.control.is_none() => {
                 return invalid("control-mode=dynamic needs control=host:port: the publication's address receivers send their status messages to");
             }
-            Some(ControlMode::Manual) if subscription => {
-                return Err(CommandError::new(
-                    error_code::NOT_SUPPORTED,
-                    format!("channel '{channel}': control-mode=manual: multi-destination subscriptions are not supported yet"),
-                ));
-            }
-            Some(ControlMode::Dynamic | ControlMode::Manual) if !subscription => return Ok(udp),
+            // A multi-destination subscription: its destinations bring the addresses.
+            Some(ControlMode::Manual) => return Ok(udp),
+            Some(ControlMode::Dynamic) if !subscription => return Ok(udp),
             _ => {}
         }
         if udp.endpoint.is_none() {
@@ -404,9 +433,12 @@ mod tests {
             "{}",
             e.message
         );
+        // A multi-destination subscription: no address of its own.
         let uri = ChannelUri::parse("aeron:udp?control-mode=manual").unwrap();
-        let e = command_error(c.resolve_udp("aeron:udp?control-mode=manual", &uri, true));
-        assert_eq!(e.code, error_code::NOT_SUPPORTED);
+        let udp = c
+            .resolve_udp("aeron:udp?control-mode=manual", &uri, true)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(udp.endpoint.is_none());
         let udp = resolve(c, "aeron:udp?control-mode=response|control=127.0.0.1:40458")
             .unwrap_or_else(|e| panic!("{}", e.message));
         assert!(udp.is_response && udp.endpoint.is_none());

@@ -87,8 +87,10 @@ impl DriverConductor {
     pub(super) fn on_create_image(
         &mut self,
         endpoint_id: u64,
+        transport_index: usize,
         setup: &SetupFrame,
         source: SocketAddr,
+        control_address: SocketAddr,
         now_ns: i64,
     ) {
         let refuse = |this: &mut Self| {
@@ -103,9 +105,8 @@ impl DriverConductor {
             return refuse(self);
         };
         let (rcvbuf, rcv_wnd, reliable) = (endpoint.rcvbuf, endpoint.rcv_wnd, endpoint.reliable);
-        // Multicast images talk to the control group; group semantics follow
-        // the channel's group=, else (infer) multicast or the SETUP's GROUP flag.
-        let control_address = endpoint.control.unwrap_or(source);
+        // Group semantics follow the channel's group=, else (infer) multicast
+        // or the SETUP's GROUP flag.
         let group = endpoint
             .group
             .unwrap_or(endpoint.control.is_some() || setup.is_group());
@@ -200,6 +201,7 @@ impl DriverConductor {
             channel: channel.clone(),
             source,
             control_address,
+            transport_index,
             group,
             group_tag,
             logs,

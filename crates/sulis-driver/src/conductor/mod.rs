@@ -262,9 +262,18 @@ impl DriverConductor {
             match ev {
                 ReceiverEvent::CreateImage {
                     endpoint_id,
+                    transport_index,
                     setup,
                     source,
-                } => self.on_create_image(endpoint_id, &setup, source, now_ns),
+                    control,
+                } => self.on_create_image(
+                    endpoint_id,
+                    transport_index,
+                    &setup,
+                    source,
+                    control,
+                    now_ns,
+                ),
                 ReceiverEvent::EndpointClosed { id } => self.on_receive_endpoint_closed(id),
             }
             work += 1;

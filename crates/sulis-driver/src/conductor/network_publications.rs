@@ -197,6 +197,7 @@ impl DriverConductor {
                     group: None,
                     group_tag: None,
                     mdc,
+                    destinations: Vec::new(),
                 });
                 id
             }

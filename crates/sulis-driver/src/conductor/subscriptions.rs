@@ -8,6 +8,7 @@ use super::ipc_publications::LogSource;
 use super::{parse_channel, CommandError, DriverConductor};
 use crate::media::transport::EndpointRole;
 use crate::media::udp_transport::SocketOptions;
+use crate::multi_send_destination::MdcMode;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::publication_image::PublicationImage;
 use crate::receiver::ReceiverCommand;
@@ -15,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::{error_code, Event};
-use sulis_protocol::uri::{ChannelUri, Media};
+use sulis_protocol::uri::{ChannelUri, ControlMode, Media};
 
 pub(super) struct SubscriptionLink {
     pub(super) registration_id: i64,
@@ -274,8 +275,9 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let udp = self.resolve_udp(channel, uri, true)?;
         let p = uri.params();
+        let mds = p.control_mode == Some(ControlMode::Manual);
         // An `endpoint=host:0` channel asks for a port of its own: never shared.
-        let ephemeral = udp.endpoint.is_some_and(|e| e.port() == 0);
+        let ephemeral = !mds && udp.endpoint.is_some_and(|e| e.port() == 0);
         let key = if ephemeral {
             format!("{}#{}", udp.canonical, correlation_id)
         } else {
@@ -309,6 +311,38 @@ impl DriverConductor {
                     e.ref_count += 1;
                     (e.id, e.status_counter_id)
                 }
+                None if mds => {
+                    // A multi-destination subscription: no socket until a
+                    // destination brings one (its endpoint, if named, is not bound).
+                    let id = self.next_endpoint_id;
+                    self.next_endpoint_id += 1;
+                    let (status_counter_id, counters) =
+                        self.receive_channel_status_counter(channel);
+                    let group_tag = p.gtag.or(self.ctx.receiver_group_tag);
+                    let _ = self.net.receiver.send(ReceiverCommand::AddEndpoint {
+                        id,
+                        transport: None,
+                        control: None,
+                        probe: false,
+                        group_tag,
+                    });
+                    self.receive_endpoints.push(EndpointEntry {
+                        id,
+                        key,
+                        ref_count: 1,
+                        rcvbuf: self.ctx.socket_rcvbuf_length,
+                        rcv_wnd: p.rcv_wnd.map(|w| w as usize),
+                        reliable: p.reliable.unwrap_or(true),
+                        status_counter_id,
+                        counters,
+                        control: None,
+                        group: p.group,
+                        group_tag,
+                        mdc: Some(MdcMode::Manual),
+                        destinations: Vec::new(),
+                    });
+                    (id, status_counter_id)
+                }
                 None => {
                     // A response subscription without an endpoint takes an
                     // ephemeral port: the server learns it from the
@@ -341,7 +375,7 @@ impl DriverConductor {
                     let control = udp.multicast_control.or(explicit);
                     let _ = self.net.receiver.send(ReceiverCommand::AddEndpoint {
                         id,
-                        transport,
+                        transport: Some(transport),
                         control,
                         probe: explicit.is_some(),
                         group_tag,
@@ -359,6 +393,7 @@ impl DriverConductor {
                         group: p.group,
                         group_tag,
                         mdc: None,
+                        destinations: Vec::new(),
                     });
                     (id, status_counter_id)
                 }
