@@ -5,7 +5,9 @@
  *
  * Benchmark roles, the twins of the Rust ones in crates/sulis-bench (bench/README.md, "How the
  * harness is built"):
- *   pub  channel= stream= length= (total=N | stop=FILE) idle=spin|yield [driver=1]
+ *   pub  channel= stream= length=N|mixed (total=N | stop=FILE) idle=spin|yield [driver=1]
+ *     (mixed: message i is mixedLength(i) bytes, the sequence of sulis-bench's mixed_length;
+ *     subscribers count whole messages, fragments with the END flag)
  *   sub  channel= stream= [limit=10] (duration=S | total=N warmup=W) idle= [driver=1]
  *   ping ping_channel= pong_channel= ping_stream= pong_stream= n= warmup= length= idle= [driver=1]
  *   pong ping_channel= pong_channel= ping_stream= pong_stream= total= idle= [driver=1]
@@ -108,8 +110,14 @@ public final class AeronPeer {
 
     // ------------------------------------------------------------------ benchmark roles
 
+    /** Length of message i of a length=mixed stream: 1 % of 4 KiB to 256 KiB, the rest 8 to 1,376 B. */
+    static int mixedLength(final long i) {
+        return i % 100 == 99 ? 4096 << (int)((i / 100) % 7) : (int)(8 + Long.remainderUnsigned(i * 2_654_435_761L, 1369));
+    }
+
     static void publish(final Aeron aeron) throws Exception {
-        final int length = (int)num("length", "32");
+        final boolean mixed = "mixed".equals(arg("length", "32"));
+        final int length = mixed ? 256 * 1024 : (int)num("length", "32");
         final long total = num("total", "0");
         final String stop = arg("stop", "");
         final File stopFile = new File(stop);
@@ -122,25 +130,32 @@ public final class AeronPeer {
             long refused = 0;
             int n = 0;
             final long start = System.nanoTime();
+            long bytes = 0;
             while (total == 0 || sent < total) {
-                if (publication.offer(buffer, 0, length) < 0) {
+                final int messageLength = mixed ? mixedLength(sent) : length;
+                if (publication.offer(buffer, 0, messageLength) < 0) {
                     refused++;
                     idle();
                 } else {
                     sent++;
+                    bytes += messageLength;
                 }
                 if ((++n & 0xFFFF) == 0 && !stop.isEmpty() && stopFile.exists()) {
                     break;
                 }
             }
-            System.out.println("{\"sent\": " + sent + ", \"refused\": " + refused + ", \"ns\": " + (System.nanoTime() - start) + "}");
+            System.out.println("{\"sent\": " + sent + ", \"refused\": " + refused + ", \"bytes\": " + bytes +
+                ", \"ns\": " + (System.nanoTime() - start) + "}");
             hold();
         }
     }
 
     static void subscribe(final Aeron aeron) throws Exception {
         final int limit = (int)num("limit", "10");
-        final FragmentHandler handler = (buffer, offset, length, header) -> received++;
+        // Whole messages: a fragmented one counts at its last fragment.
+        final FragmentHandler handler = (buffer, offset, length, header) -> {
+            if ((header.flags() & 0x40) != 0) received++;
+        };
         try (Subscription subscription = aeron.addSubscription(arg("channel", null), (int)num("stream", "1001"))) {
             System.out.println("{\"ready\": true}");
             final long giveUp = System.nanoTime() + 30_000_000_000L;

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! sulis-bench pub  dir= [driver=k=v,...] channel= stream= [publication=exclusive|concurrent]
-//!                  [length=32] (total=N | stop=FILE) [idle=spin|yield|none]
+//!                  [length=32|mixed] (total=N | stop=FILE) [idle=spin|yield|none]
 //! sulis-bench sub  dir= [driver=...] channel= stream= [limit=10] (duration=S | total=N warmup=W) [idle=]
 //! sulis-bench ping dir= [driver=...] ping_channel= pong_channel= [ping_stream=1002] [pong_stream=1003]
 //!                  n= warmup= [length=32] [idle=]
@@ -17,6 +17,9 @@
 //! driver running there. Threads inherit the mask they start with:
 //! `driver_cpu` pins before the driver starts, `cpu` after it and before the
 //! client's thread starts, `loop_cpu` the role's thread alone at the end.
+//! `length=mixed`: message `i` is [`mixed_length`]`(i)` bytes (8 B to 256 KiB,
+//! 1 % fragmented; `AeronPeer.java` has the same sequence). A subscriber
+//! counts whole messages (fragments with the END flag) either way.
 //! `idle`: what a client does when it could not progress (a refused offer,
 //! an empty poll): `none`, `spin` (a pause hint) or `yield`.
 //!
@@ -34,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ClientContext, Header};
 use sulis_driver::{DriverContext, MediaDriver};
+use sulis_protocol::frame::END_FLAG;
 
 /// Every key a role takes (a misspelt one is an error, not a default).
 const KEYS: &str =
@@ -210,9 +214,22 @@ fn ready(dir: &Path) {
     );
 }
 
+/// The length of message `i` of a `length=mixed` stream: 1 % of 4 KiB to
+/// 256 KiB (fragmented at any MTU), the rest 8 to 1,376 B; 1.4 KiB on average.
+pub fn mixed_length(i: u64) -> usize {
+    if i % 100 == 99 {
+        4096 << ((i / 100) % 7)
+    } else {
+        8 + (i.wrapping_mul(2_654_435_761) % 1369) as usize
+    }
+}
+
 fn publisher(args: &Args, client: &Client, dir: &Path) {
     let channel = args.req("channel");
     let stream = args.num("stream", 1001);
+    if args.str("length", "32") == "mixed" {
+        return mixed_publisher(args, client, dir, &channel, stream);
+    }
     let buf = vec![0x5au8; args.num("length", 32usize)];
     let total: u64 = args.num("total", 0);
     let stop = args.0.get("stop").map(PathBuf::from);
@@ -232,6 +249,39 @@ fn publisher(args: &Args, client: &Client, dir: &Path) {
         offer_loop(|b| publication.offer(b).is_ok(), &buf, total, &stop, idle)
     };
     println!("{{\"sent\": {sent}, \"refused\": {refused}}}");
+}
+
+/// `length=mixed`: message `i` of [`mixed_length`]`(i)` bytes, `total` of them
+/// (or until the stop file), from an exclusive publication.
+fn mixed_publisher(args: &Args, client: &Client, dir: &Path, channel: &str, stream: i32) {
+    let buf = vec![0x5au8; 256 * 1024];
+    let total: u64 = args.num("total", 0);
+    let stop = args.0.get("stop").map(PathBuf::from);
+    let idle = ClientIdle::new(args);
+    let mut publication = client.add_exclusive_publication(channel, stream).or_die();
+    if publication.max_message_length() < buf.len() {
+        die(&format!(
+            "length=mixed needs messages of 256 KiB: the term length allows {}",
+            publication.max_message_length()
+        ));
+    }
+    ready(dir);
+    await_cond("subscriber", || publication.is_connected());
+    let (mut sent, mut refused, mut bytes) = (0u64, 0u64, 0u64);
+    while total == 0 || sent < total {
+        let length = mixed_length(sent);
+        if publication.offer(&buf[..length]).is_ok() {
+            sent += 1;
+            bytes += length as u64;
+            if sent & 0x3FF == 0 && stop.as_ref().is_some_and(|p| p.exists()) {
+                break;
+            }
+        } else {
+            refused += 1;
+            idle.idle();
+        }
+    }
+    println!("{{\"sent\": {sent}, \"refused\": {refused}, \"bytes\": {bytes}}}");
 }
 
 /// Offers in a tight loop until `total` offers were taken (0: no limit) or the
@@ -268,8 +318,11 @@ fn subscriber(args: &Args, client: &Client) {
     let limit = args.num("limit", 10usize);
     let idle = ClientIdle::new(args);
     let received = Cell::new(0u64);
-    let mut handler = |_payload: &[u8], _h: &Header| {
-        received.set(received.get() + 1);
+    // Whole messages: a fragmented one counts at its last fragment.
+    let mut handler = |_payload: &[u8], h: &Header| {
+        if h.flags() & END_FLAG != 0 {
+            received.set(received.get() + 1);
+        }
         Ok::<(), ()>(())
     };
     let mut poll = || {

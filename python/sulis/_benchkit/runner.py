@@ -217,6 +217,25 @@ def run_stream(sub, pub, stop_file: str, pub_first: bool = False, dirs: Sequence
     return r
 
 
+def run_fanout(subs: Sequence, pub, dirs: Sequence[str] = (), counters: dict | None = None,
+               timeout_s: float = 600.0) -> dict:
+    """One counted run of several subscriber roles (each ``total``/``warmup``, timing its first to its
+    last timed message) and a publisher role started after them all. Returns ``{"subs": [each one's
+    done], "pub": the publisher's report, "elapsed_s": the slowest subscriber's time, "counters"}``."""
+    with Children(*dirs) as ch:
+        for i, cmd in enumerate(subs):
+            ch.children.append(Child(f"subscriber {i}", cmd=cmd))
+            ch.children[-1].read(timeout_s)
+        ch.children.append(Child("publisher", cmd=pub))
+        pub_c = ch.children[-1]
+        pub_c.read(timeout_s)
+        done = [c.read(timeout_s, watch=[pub_c]) for c in ch.children[:-1]]
+        r = {"subs": done, "pub": pub_c.read(timeout_s), "elapsed_s": max(d["ns"] for d in done) / 1e9}
+        if counters:
+            r["counters"] = {side: read_counters(d) for side, d in counters.items()}
+    return r
+
+
 def run_ping_pong(pong, ping, ping_first: bool = False, dirs: Sequence[str] = (), after=None) -> dict:
     """One run of a pong and a ping role (pong first, or ping hosting the driver with ``ping_first``);
     returns p50 ... max (µs) of ping's round trips from an HdrHistogram (1 ns .. 60 s, 3 digits)."""
