@@ -63,7 +63,7 @@ def sulis_run(mode: str, receivers: int, size: str, a) -> dict:
     common = {"stream": STREAM, "idle": a.client_idle, "total": a.total}
     return counted(mode, receivers, size, a,
                    lambda d, ch: r.native_role("sub", dir=d, driver=driver, channel=ch, warmup=a.warmup_count,
-                                               **common),
+                                               length=size, **common),
                    lambda d, ch: r.native_role("pub", dir=d, driver=driver, channel=ch, length=size, **common),
                    a.channel_params)
 
@@ -75,7 +75,7 @@ def aeron_run(name: str, mode: str, receivers: int, size: str, a) -> dict:
     params = "|".join(kv for kv in a.channel_params.split("|") if kv.split("=", 1)[0] in ("mtu", "term-length"))
     return counted(mode, receivers, size, a,
                    lambda d, ch: aeron.embedded(install, "sub", props, d, channel=ch, warmup=a.warmup_count,
-                                                **common),
+                                                length=size, **common),
                    lambda d, ch: aeron.embedded(install, "pub", props, d, channel=ch, length=size, **common),
                    params)
 

@@ -4,11 +4,14 @@
     python bench/udp_recovery.py              # 1M x 32 B, 0 % and 10 % loss, 3 rounds (~3 min)
     python bench/udp_recovery.py --quick      # 1 round, 200k messages (smoke test)
     python bench/udp_recovery.py --loss 5 --count 2000000
+    python bench/udp_recovery.py --length mixed --loss-direction both   # 8 B..256 KiB, loss each way
 
 Each run moves ``--warmup-count`` untimed and then ``--count`` timed messages from a publisher to a
 subscriber process, each with its own driver; the subscriber times its first to its last timed
-message. Rows: sulis native Rust (and, when named in ``--only``, with ``loss_max_gaps=1`` or fixed
-NAK retries), Aeron Java 1.15.1 and current (AeronPeer). Loss (``--loss-method``): ``nft`` (default
+message (``--length mixed``: whole messages of 8 B to 256 KiB, 1 % fragmented, the sequence of
+``sulis-bench``'s ``mixed_length``, which AeronPeer.java repeats). Rows: sulis native Rust (and,
+when named in ``--only``, with ``loss_max_gaps=1`` or fixed NAK retries), Aeron Java 1.15.1 and
+current (AeronPeer). Loss (``--loss-method``): ``nft`` (default
 as root with nftables: an nftables rule in a fresh network namespace, the same for every system) or
 ``generator`` (each system's own loss generator on the publisher's driver). bench/README.md has more.
 """
@@ -90,16 +93,22 @@ def counted(path: LossPath, lossy: bool, sub_cmd, pub_cmd, port: int) -> dict:
             "naks_sent": s.get("naks_sent"), "retransmits": p.get("retransmits_sent"), "counters": res["counters"]}
 
 
-def sulis_run(lossy: bool, path: LossPath, a, sub_options: dict | None = None) -> dict:
+def sulis_run(lossy: bool, path: LossPath, a, sub_options: dict | None = None, kind: str = "native") -> dict:
     port = free_port(HOST)
     common = {"channel": r.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
               "total": a.warmup_count + a.count}
     driver = {"threading_mode": a.threading, "idle_strategy": a.driver_idle}
+    if kind == "py":  # offer per message, a Python callback per fragment counting whole messages
+        return counted(path, lossy,
+                       lambda d: r.py_role("sulis-sub", dir=d, driver={**driver, **(sub_options or {})}, **common,
+                                           warmup=a.warmup_count, whole=True, size=a.length),
+                       lambda d: r.py_role("sulis-pub", dir=d, driver={**driver, **(path.sulis_loss if lossy else {})},
+                                           size=a.length if a.length == "mixed" else 32, **common), port)
     return counted(path, lossy,
                    lambda d: r.native_role("sub", dir=d, driver={**driver, **(sub_options or {})}, **common,
-                                           warmup=a.warmup_count),
+                                           warmup=a.warmup_count, length=a.length),
                    lambda d: r.native_role("pub", dir=d, driver={**driver, **(path.sulis_loss if lossy else {})},
-                                           **common), port)
+                                           length=a.length, **common), port)
 
 
 def aeron_run(name: str, lossy: bool, path: LossPath, a) -> dict:
@@ -108,9 +117,10 @@ def aeron_run(name: str, lossy: bool, path: LossPath, a) -> dict:
     common = {"channel": aeron.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
               "total": a.warmup_count + a.count}
     props = aeron.driver_props(a.threading, a.driver_idle, a.channel_params, a.extra_props)
-    res = counted(path, lossy, lambda d: aeron.embedded(install, "sub", props, d, **common, warmup=a.warmup_count),
+    res = counted(path, lossy, lambda d: aeron.embedded(install, "sub", props, d, **common, warmup=a.warmup_count,
+                                                       length=a.length),
                   lambda d: aeron.embedded(install, "pub", {**props, **(path.aeron_loss if lossy else {})}, d,
-                                           **common, length=32), port)
+                                           **common, length=a.length), port)
     print(f"      {a.count:,} messages in {res['elapsed_s']:.3f} s = {res['msgs_per_s']:,.0f} msgs/s", flush=True)
     return res
 
@@ -125,10 +135,13 @@ def describe(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = r.parser(__doc__, wait_quiet=60.0, udp="mtu=1408|rcv-wnd=2m|so-rcvbuf=4m", only="sulis,sulis-gaps1,"
+    ap = r.parser(__doc__, wait_quiet=60.0, udp="mtu=1408|rcv-wnd=2m|so-rcvbuf=4m", only="sulis,sulis-py,sulis-gaps1,"
                   "sulis-fixed-nak,aeron-1.15.1,aeron-current (sulis-gaps1: loss_max_gaps=1, Aeron's one gap at a "
                   "time; sulis-fixed-nak: NAKs retried every nak_unicast_retry_delay; neither runs unless named)")
-    ap.add_argument("--count", type=int, default=None, help="timed messages per run (default 1,000,000)")
+    ap.add_argument("--length", choices=["32", "mixed"], default="32",
+                    help="32-byte messages (default) or mixed: 8 B to 256 KiB, 1 %% fragmented")
+    ap.add_argument("--count", type=int, default=None,
+                    help="timed messages per run (default 1,000,000 of 32 B, 100,000 mixed)")
     ap.add_argument("--warmup-count", type=int, default=None,
                     help="untimed messages first, so that the JVMs' JIT has compiled (default 500,000)")
     ap.add_argument("--loss", type=float, default=10.0, help="loss in %% (default 10)")
@@ -150,8 +163,8 @@ def main(argv=None) -> int:
         ap.error(f"--aeron-props must be k=v,k=v, not {a.aeron_props!r}")
     if any(not k.startswith("aeron.") for k in a.extra_props):
         ap.error("--aeron-props: every property must start with 'aeron.'")
-    a.count = a.count or (200_000 if a.quick else 1_000_000)
-    a.warmup_count = a.warmup_count if a.warmup_count is not None else (100_000 if a.quick else 500_000)
+    a.count = a.count or ((200_000 if a.quick else 1_000_000) // (10 if a.length == "mixed" else 1))
+    a.warmup_count = a.warmup_count if a.warmup_count is not None else a.count // 2
     if a.loss_method is None:
         a.loss_method = "nft" if netutil.netns_available()[0] and netutil.nft_available()[0] else "generator"
     if a.loss_method == "generator" and a.loss_direction == "both":
@@ -161,6 +174,7 @@ def main(argv=None) -> int:
 
     systems = r.build_native(r.select([
         ("sulis", "sulis native Rust", lambda lossy, p: sulis_run(lossy, p, a)),
+        ("sulis-py", "sulis Python", lambda lossy, p: sulis_run(lossy, p, a, kind="py")),
         ("sulis-gaps1", "sulis native Rust, loss_max_gaps=1",
          lambda lossy, p: sulis_run(lossy, p, a, {"loss_max_gaps": 1})),
         ("sulis-fixed-nak", "sulis native Rust, fixed NAK retries",
@@ -174,7 +188,8 @@ def main(argv=None) -> int:
                     for key, name, fn in systems for pct in (0.0, a.loss)]
         config = (f"drivers {a.threading}/{a.driver_idle}, clients {a.client_idle}, {a.channel_params}, each "
                   f"system's default NAK/retransmit timing" + (f", Aeron {a.aeron_props}" if a.aeron_props else ""))
-        print(f"UDP loss recovery: {a.count:,} timed messages of 32 B after {a.warmup_count:,} untimed ones, "
+        sizes = "32 B" if a.length == "32" else "8 B to 256 KiB (mixed)"
+        print(f"UDP loss recovery: {a.count:,} timed messages of {sizes} after {a.warmup_count:,} untimed ones, "
               f"{a.runs} round(s); sulis {a.profile} build; {cpu_summary()}")
         print(f"loss: {path.describe()}")
         print(f"configuration (all systems): {config}")
@@ -183,7 +198,7 @@ def main(argv=None) -> int:
         path.close()
 
     med = {k: {q: median(x[q] for x in rs) for q in ("elapsed_s", "msgs_per_s")} for k, rs in results.items() if rs}
-    print(f"\nTime to move {a.count:,} x 32 B messages, median of the rounds:")
+    print(f"\nTime to move {a.count:,} messages of {sizes}, median of the rounds:")
     rows = []
     for key, name, _ in variants:
         rs = results.get(key) or []
@@ -209,7 +224,7 @@ def main(argv=None) -> int:
             print(f"  under {a.loss:g} % loss: sulis {su['elapsed_s']:.3f} s vs {k.replace('aeron-', 'Aeron ')} "
                   f"{ae['elapsed_s']:.3f} s -> sulis takes {su['elapsed_s'] / ae['elapsed_s']:.2f}x the time "
                   f"({ae['elapsed_s'] / su['elapsed_s']:.2f}x {faster})")
-    return finish(r.results_dir(), "udp_recovery", a, {"runs": a.runs, "count": a.count,
+    return finish(r.results_dir(), "udp_recovery", a, {"runs": a.runs, "count": a.count, "length": a.length,
                                                          "warmup_count": a.warmup_count, "loss_percent": a.loss,
                                                          "loss_method": a.loss_method,
                                                          "loss_direction": a.loss_direction, "config": config},

@@ -8,7 +8,7 @@
  *   pub  channel= stream= length=N|mixed (total=N | stop=FILE) idle=spin|yield [driver=1]
  *     (mixed: message i is mixedLength(i) bytes, the sequence of sulis-bench's mixed_length;
  *     subscribers count whole messages, fragments with the END flag)
- *   sub  channel= stream= [limit=10] (duration=S | total=N warmup=W) idle= [driver=1]
+ *   sub  channel= stream= [limit=10] (duration=S | total=N warmup=W) idle= [driver=1] [length=mixed]
  *   ping ping_channel= pong_channel= ping_stream= pong_stream= n= warmup= length= idle= [driver=1]
  *   pong ping_channel= pong_channel= ping_stream= pong_stream= total= idle= [driver=1]
  * Each speaks the JSON lines of every role (bench/README.md): {"ready": true}, then its results
@@ -152,9 +152,23 @@ public final class AeronPeer {
 
     static void subscribe(final Aeron aeron) throws Exception {
         final int limit = (int)num("limit", "10");
-        // Whole messages: a fragmented one counts at its last fragment.
+        // Whole messages: a fragmented one counts at its last fragment. A mixed stream's are
+        // checked: message i must be mixedLength(i) bytes.
+        final boolean mixed = "mixed".equals(arg("length", "32"));
+        final long[] partial = new long[1];
         final FragmentHandler handler = (buffer, offset, length, header) -> {
-            if ((header.flags() & 0x40) != 0) received++;
+            if ((header.flags() & 0x40) != 0) {
+                final long whole = partial[0] + length;
+                partial[0] = 0;
+                if (mixed && whole != mixedLength(received)) {
+                    System.out.println("{\"error\": \"message " + received + " is " + whole + " bytes, not " +
+                        mixedLength(received) + "\"}");
+                    System.exit(2);
+                }
+                received++;
+            } else {
+                partial[0] += length;
+            }
         };
         try (Subscription subscription = aeron.addSubscription(arg("channel", null), (int)num("stream", "1001"))) {
             System.out.println("{\"ready\": true}");

@@ -6,6 +6,7 @@
 //! sulis-bench pub  dir= [driver=k=v,...] channel= stream= [publication=exclusive|concurrent]
 //!                  [length=32|mixed] (total=N | stop=FILE) [idle=spin|yield|none]
 //! sulis-bench sub  dir= [driver=...] channel= stream= [limit=10] (duration=S | total=N warmup=W) [idle=]
+//!                  [length=mixed]
 //! sulis-bench ping dir= [driver=...] ping_channel= pong_channel= [ping_stream=1002] [pong_stream=1003]
 //!                  n= warmup= [length=32] [idle=]
 //! sulis-bench pong dir= [driver=...] ping_channel= pong_channel= [ping_stream=] [pong_stream=] total= [idle=]
@@ -18,8 +19,9 @@
 //! `driver_cpu` pins before the driver starts, `cpu` after it and before the
 //! client's thread starts, `loop_cpu` the role's thread alone at the end.
 //! `length=mixed`: message `i` is [`mixed_length`]`(i)` bytes (8 B to 256 KiB,
-//! 1 % fragmented; `AeronPeer.java` has the same sequence). A subscriber
-//! counts whole messages (fragments with the END flag) either way.
+//! 1 % fragmented; `AeronPeer.java` has the same sequence), and a subscriber
+//! given `length=mixed` checks each one's length. A subscriber counts whole
+//! messages (fragments with the END flag) either way.
 //! `idle`: what a client does when it could not progress (a refused offer,
 //! an empty poll): `none`, `spin` (a pause hint) or `yield`.
 //!
@@ -318,10 +320,23 @@ fn subscriber(args: &Args, client: &Client) {
     let limit = args.num("limit", 10usize);
     let idle = ClientIdle::new(args);
     let received = Cell::new(0u64);
-    // Whole messages: a fragmented one counts at its last fragment.
-    let mut handler = |_payload: &[u8], h: &Header| {
+    // Whole messages: a fragmented one counts at its last fragment. A mixed
+    // stream's are checked: message `i` must be `mixed_length(i)` bytes.
+    let mixed = args.str("length", "32") == "mixed";
+    let partial = Cell::new(0usize);
+    let mut handler = |payload: &[u8], h: &Header| {
         if h.flags() & END_FLAG != 0 {
+            let length = partial.replace(0) + payload.len();
+            if mixed && length != mixed_length(received.get()) {
+                die(&format!(
+                    "message {} is {length} bytes, not {}",
+                    received.get(),
+                    mixed_length(received.get())
+                ));
+            }
             received.set(received.get() + 1);
+        } else {
+            partial.set(partial.get() + payload.len());
         }
         Ok::<(), ()>(())
     };
@@ -446,4 +461,19 @@ fn pong(args: &Args, client: &Client) {
         }
     }
     println!("{{\"echoed\": {echoed}}}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mixed_length;
+
+    #[test]
+    fn the_mixed_sequence_is_the_one_the_java_and_python_peers_repeat() {
+        let first: Vec<usize> = (0..4).map(mixed_length).collect();
+        assert_eq!(first, [8, 898, 419, 1309]);
+        assert_eq!(mixed_length(99), 4096);
+        assert_eq!(mixed_length(699), 4096 << 6);
+        let mean = (0..100_000).map(mixed_length).sum::<usize>() / 100_000;
+        assert!((1300..1500).contains(&mean), "{mean}");
+    }
 }

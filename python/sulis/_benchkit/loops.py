@@ -98,6 +98,62 @@ def publish(pub, payload, count: int | None = None, stop=None, idle=None, stalle
     return sent, refused
 
 
+def mixed_length(i: int) -> int:
+    """Length of message ``i`` of a mixed stream: 1 % of 4 KiB to 256 KiB (fragmented at any MTU), the
+    rest 8 to 1,376 B (1.4 KiB on average); the sequence of ``sulis-bench`` and AeronPeer.java."""
+    return 4096 << ((i // 100) % 7) if i % 100 == 99 else 8 + (i * 2_654_435_761) % 1369
+
+
+def publish_mixed(pub, count: int, idle=None, stalled=None) -> tuple[int, int, int]:
+    """``count`` messages of ``mixed_length(i)`` bytes, each one ``pub.offer`` of a slice of one
+    buffer (no copy in Python). Returns (messages sent, offers refused, bytes sent)."""
+    buf = memoryview(b"\x5a" * (256 * 1024))
+    offer = pub.offer
+    refused = sent_bytes = 0
+    for i in range(count):
+        payload = buf[:mixed_length(i)]
+        if offer(payload) < 0:
+            refused += _retry(offer, payload, idle, stalled, None, i)
+        sent_bytes += len(payload)
+    return count, refused, sent_bytes
+
+
+def receive_whole(sub, total: int, warmup: int = 0, limit: int = 256, idle=None, stalled=None,
+                  mixed: bool = False) -> dict:
+    """Counts whole messages (fragments with the END flag) with ``sub.poll`` until ``total``; the clock
+    runs from the poll that takes the count past ``warmup`` to the one that reaches ``total``. With
+    ``mixed``, message ``i`` must be ``mixed_length(i)`` bytes. Returns ``{"done", "received" (timed
+    ones, the first included), "ns"}`` as the native subscriber does."""
+    count = spins = partial = 0
+
+    def on_fragment(buffer, header) -> None:
+        nonlocal count, partial
+        if header.flags & 0x40:
+            if mixed and partial + len(buffer) != mixed_length(count):
+                raise BenchError(f"message {count} is {partial + len(buffer)} bytes, not {mixed_length(count)}")
+            count += 1
+            partial = 0
+        else:
+            partial += len(buffer)
+
+    poll, mask = sub.poll, _check_mask(idle)
+
+    def drain_to(target: int) -> None:
+        nonlocal spins
+        while count < target:
+            if not poll(on_fragment, limit):
+                spins += 1
+                if idle is not None:
+                    idle()
+                if stalled is not None and not spins & mask:
+                    stalled(count)
+
+    drain_to(warmup + 1)
+    t0, first = time.perf_counter_ns(), count
+    drain_to(total)
+    return {"done": True, "received": count - first + 1, "ns": time.perf_counter_ns() - t0}
+
+
 def publish_batch(pub, payload: bytes, batch: int, stop=None, idle=None, count: int | None = None,
                   pool: bytes | None = None) -> tuple[int, int]:
     """``batch`` copies of ``payload`` as one data buffer with Arrow-layout int32 offsets, one

@@ -35,7 +35,9 @@ from .loops import (
     ping_each,
     publish,
     publish_batch,
+    publish_mixed,
     receive,
+    receive_whole,
     send_until,
 )
 from .procs import die_with_parent, pin
@@ -56,9 +58,9 @@ def idle_of(name: str | None):
 
 
 def _stop_file(p: dict):
-    """``stop()`` of a publisher: its stop file exists, or 180 s passed."""
-    exists, deadline = os.path.exists, time.monotonic() + p.get("max_seconds", 180)
-    return lambda: exists(p["stop"]) or time.monotonic() > deadline
+    """``stop()`` of a publisher: its stop file (if it has one) exists, or 180 s passed."""
+    exists, deadline, stop = os.path.exists, time.monotonic() + p.get("max_seconds", 180), p.get("stop")
+    return lambda: (stop is not None and exists(stop)) or time.monotonic() > deadline
 
 
 def _drain(try_recv) -> None:
@@ -123,11 +125,17 @@ def sulis_pub(p: dict) -> None:
         pub = (client.add_exclusive_publication if exclusive else client.add_publication)(p["channel"], p["stream"])
         say({"ready": True, "dir": directory})
         await_until(lambda: pub.is_connected, "a subscriber", 30)
-        payload, idle = b"\x5a" * p.get("size", 32), idle_of(p.get("idle"))
+        idle = idle_of(p.get("idle"))
+        if p.get("size") == "mixed":  # total= messages of mixed_length(i) bytes
+            sent, refused, sent_bytes = publish_mixed(pub, p["total"], idle=idle)
+            say({"sent": sent, "refused": refused, "bytes": sent_bytes})
+            STDIN_CLOSED.wait()
+            return
+        payload = b"\x5a" * p.get("size", 32)
         if p.get("batch"):
             sent, refused = publish_batch(pub, payload, p["batch"], _stop_file(p), idle)
         else:
-            sent, refused = publish(pub, payload, stop=_stop_file(p), idle=idle, chunk=8192)
+            sent, refused = publish(pub, payload, count=p.get("total"), stop=_stop_file(p), idle=idle, chunk=8192)
         say({"sent": sent, "refused": refused})
         STDIN_CLOSED.wait()
 
@@ -141,6 +149,9 @@ def sulis_sub(p: dict) -> None:
         if "duration" in p:
             count = count_intervals(sub.poll_batch, p.get("limit", 4096), p["duration"], say, idle)
             say({"done": True, "received": count})
+        elif p.get("whole"):  # whole messages, however fragmented
+            say(receive_whole(sub, p["total"], p["warmup"], idle=idle, stalled=Watchdog("receiving the stream"),
+                              mixed=p.get("size") == "mixed"))
         else:
             say(receive(sub, p["total"], p["warmup"], p.get("fragments", 1), idle=idle,
                         stalled=Watchdog("receiving the stream")))
