@@ -97,7 +97,7 @@ def sulis_run(lossy: bool, path: LossPath, a, sub_options: dict | None = None, k
     port = free_port(HOST)
     common = {"channel": r.udp_channel(HOST, port, a.channel_params), "stream": 1001, "idle": a.client_idle,
               "total": a.warmup_count + a.count}
-    driver = {"threading_mode": a.threading, "idle_strategy": a.driver_idle}
+    driver = {"threading_mode": a.threading, "idle_strategy": a.driver_idle, **r.driver_options(a.driver_options)}
     if kind == "py":  # offer per message, a Python callback per fragment counting whole messages
         return counted(path, lossy,
                        lambda d: r.py_role("sulis-sub", dir=d, driver={**driver, **(sub_options or {})}, **common,
@@ -151,6 +151,8 @@ def main(argv=None) -> int:
                     help="data: datagrams to the subscriber's endpoint (default); both: also the status messages "
                          "and NAKs coming back (nft only)")
     ap.add_argument("--seed", type=int, default=7, help="seed of the loss generators (--loss-method generator)")
+    ap.add_argument("--driver-options", default="",
+                    help="more sulis driver options for both sides, k=v,k=v (e.g. retransmit_unicast_linger=1ms)")
     ap.add_argument("--aeron-props", default="",
                     help="more Aeron driver properties for both sides, k=v,k=v (e.g. "
                          "aeron.retransmit.unicast.linger=10000000; 1.15.1 has no NAK/retransmit properties)")

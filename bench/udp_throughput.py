@@ -51,14 +51,6 @@ class Config:
                 f"clients {client}, {self.channel_params}")
 
 
-def driver_options(text: str) -> dict:
-    """``k=v,k=v`` -> more sulis driver options."""
-    pairs = [kv.partition("=") for kv in filter(None, (t.strip() for t in (text or "").split(",")))]
-    if any(not sep for _, sep, _ in pairs):
-        raise SystemExit(f"--driver-options must be name=value,..., not {text!r}")
-    return {k.strip(): v.strip() for k, _, v in pairs}
-
-
 def counters_line(counters: dict) -> str:
     p, s = counters.get("publisher") or {}, counters.get("subscriber") or {}
     keys = [("SMs", s.get("status_messages_sent")), ("NAKs", s.get("naks_sent")),
@@ -80,7 +72,7 @@ def sulis_run(cfg: Config, a, kind: str) -> dict:
     base = scratch_dir("sulis-bench-udptp-")
     common = {"channel": r.udp_channel(HOST, free_port(HOST), cfg.channel_params), "stream": STREAM,
               "driver": {"threading_mode": cfg.threading, "idle_strategy": cfg.driver_idle,
-                         **driver_options(a.driver_options)}, "idle": cfg.client_idle}
+                         **r.driver_options(a.driver_options)}, "idle": cfg.client_idle}
     pin_pub = {"none": {}, "sides": pins(0, driver=True), "publisher": {"driver_cpu": 1, "loop_cpu": 0}}[a.pin]
     sub = r.sulis_role(kind, "sub", dir=f"{base}/sub", duration=a.duration, limit=a.batch if kind == "py" else 10,
                        **common, **({} if a.pin == "none" else pins(1, driver=True)))
@@ -168,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-channel-params", default=None,
                     help="';'-separated list of channel parameter sets (default: --channel-params)")
     a = r.parse(ap, argv)
-    driver_options(a.driver_options)  # validated
+    r.driver_options(a.driver_options)  # validated
     if a.sweep:
         return sweep(a, ap)
     cfg = Config(a.threading, a.driver_idle, a.client_idle, a.channel_params, a.aeron_threading, a.aeron_driver_idle,

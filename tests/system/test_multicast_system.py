@@ -30,7 +30,7 @@ def channel(subnet: str, port: int, params: str = "") -> str:
 
 def test_a_min_multicast_stream_reaches_every_receiver_whole_and_in_order(netns_hosts, spawn):
     hosts, subnet, s = sites(netns_hosts, spawn, "a", "b", "c", "d")
-    ch = channel(subnet, 41_001, "fc=min")
+    ch = channel(subnet, 41_001, "fc=min,g:/3")  # connected once all three are there: none joins late
     consumers = [s[n].consume(ch, 20_000) for n in ("b", "c", "d")]
     producer = s["a"].produce(ch, 20_000)
     assert producer.read(timeout=30)["ready"]
@@ -46,7 +46,7 @@ def test_a_min_multicast_stream_reaches_every_receiver_whole_and_in_order(netns_
 def test_min_flow_control_loses_nothing_while_one_receiver_loses_ten_percent(netns_hosts, spawn, nft_loss):
     hosts, subnet, s = sites(netns_hosts, spawn, "a", "b", "c", "d")
     port = 41_003
-    ch = channel(subnet, port, "fc=min")
+    ch = channel(subnet, port, "fc=min,g:/3")
     loss = nft_loss(hosts.ns("c"), 10, hook="input", dport=port)
     consumers = {n: s[n].consume(ch, 30_000) for n in ("b", "c", "d")}
     producer = s["a"].produce(ch, 30_000)

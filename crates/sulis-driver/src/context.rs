@@ -148,6 +148,8 @@ pub struct DriverContext {
     pub retransmit_unicast_delay_ns: u64,
     /// A resent range ignores further NAKs this long.
     pub retransmit_unicast_linger_ns: u64,
+    /// After a multicast or multi-destination resend, NAKs for the same range are ignored this long.
+    pub retransmit_multicast_linger_ns: u64,
     /// Gaps a receiver NAKs at once per image.
     pub loss_max_gaps: usize,
     /// Flow control of multicast and multi-destination publications without `fc=`.
@@ -170,6 +172,14 @@ pub struct DriverContext {
     pub socket_multicast_ttl: u8,
     /// A reliable image stuck this long behind data its sender no longer keeps gives up (0: never).
     pub receiver_stall_timeout_ns: u64,
+    /// Congestion control of images whose subscription channel has no `cc=`: static or cubic.
+    pub congestion_control: String,
+    /// CUBIC: measure the round trip with RTTM frames.
+    pub cubic_measure_rtt: bool,
+    /// CUBIC: the round trip assumed before one is measured.
+    pub cubic_initial_rtt_ns: u64,
+    /// CUBIC: grow at least as fast as TCP Reno.
+    pub cubic_tcp_mode: bool,
     /// Test loss: data frames the sender drops.
     pub send_data_loss: LossSpec,
     /// Test loss: control frames the sender and receiver drop when sending.
@@ -544,7 +554,15 @@ pub static OPTIONS: &[OptionSpec] = &[
         retransmit_unicast_linger_ns as "retransmit_unicast_linger",
         "SULIS_RETRANSMIT_UNICAST_LINGER",
         "duration",
-        "After a resend, NAKs for the same range are ignored this long.",
+        "After a unicast resend, NAKs for the same range are ignored this long. Keep it no longer than nak_unicast_retry_delay, the soonest a receiver asks again: a retry that comes within it is ignored, and a lost retransmit then waits out the linger.",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
+        retransmit_multicast_linger_ns as "retransmit_multicast_linger",
+        "SULIS_RETRANSMIT_MULTICAST_LINGER",
+        "duration",
+        "After a multicast or multi-destination resend, NAKs for the same range are ignored this long: the group's receivers NAK the same loss at random times within nak_multicast_max_backoff, and one retransmit serves them all.",
         parse_duration_option,
         show_ns
     ),
@@ -635,6 +653,41 @@ pub static OPTIONS: &[OptionSpec] = &[
         "A reliable image whose rebuild position has not moved for this long while its sender is more than half a term ahead (no sender keeps what lies that far behind it) gives up: the bytes go to the loss report, subscribers see the image end, and the session is joined again where the stream is. A receiver that fell behind a multicast max stream would otherwise wait for good (0: never give up).",
         parse_duration_option,
         show_ns
+    ),
+    opt!(
+        congestion_control,
+        "SULIS_CONGESTION_CONTROL",
+        "",
+        "Congestion control of images whose subscription channel has no cc=: static (the whole receiver window, always) or cubic (a window of MTUs cut by a fifth at each loss and grown back along CUBIC's curve).",
+        |s: &str| match s {
+            "static" | "cubic" => Ok(s.to_owned()),
+            _ => Err(format!("'{s}' is not a congestion control; use static or cubic")),
+        },
+        |v: &String| v.clone()
+    ),
+    opt!(
+        cubic_measure_rtt,
+        "SULIS_CUBIC_MEASURE_RTT",
+        "bool",
+        "CUBIC measures the round trip with RTTM frames (its TCP mode and how often it measures go by it).",
+        parse_bool,
+        show_bool
+    ),
+    opt!(
+        cubic_initial_rtt_ns as "cubic_initial_rtt",
+        "SULIS_CUBIC_INITIAL_RTT",
+        "duration",
+        "The round trip CUBIC assumes before it measures one; its window grows at most once per this.",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
+        cubic_tcp_mode,
+        "SULIS_CUBIC_TCP_MODE",
+        "bool",
+        "CUBIC grows its window at least as fast as TCP Reno would (RFC 8312's TCP-friendly region).",
+        parse_bool,
+        show_bool
     ),
     opt!(
         send_data_loss,
@@ -746,10 +799,11 @@ impl Default for DriverContext {
             publication_setup_timeout_ns: 100_000_000,
             publication_heartbeat_timeout_ns: 100_000_000,
             nak_unicast_delay_ns: 0,
-            nak_unicast_retry_delay_ns: 1_000_000,
+            nak_unicast_retry_delay_ns: 200_000,
             nak_unicast_retry_adaptive: true,
             retransmit_unicast_delay_ns: 0,
-            retransmit_unicast_linger_ns: 10_000_000,
+            retransmit_unicast_linger_ns: 200_000,
+            retransmit_multicast_linger_ns: 10_000_000,
             loss_max_gaps: 16,
             multicast_flow_control: FlowControlStrategy::Max,
             flow_control_group_tag: -1,
@@ -761,6 +815,10 @@ impl Default for DriverContext {
             nak_multicast_group_size: 10,
             socket_multicast_ttl: 0,
             receiver_stall_timeout_ns: 2_000_000_000,
+            congestion_control: "static".to_owned(),
+            cubic_measure_rtt: true,
+            cubic_initial_rtt_ns: 100_000,
+            cubic_tcp_mode: false,
             send_data_loss: LossSpec::Off,
             send_control_loss: LossSpec::Off,
             receive_data_loss: LossSpec::Off,
@@ -893,8 +951,10 @@ pub struct SenderConfig {
     pub connection_timeout_ns: i64,
     /// Delay before resending a NAKed range (0 = at once).
     pub retransmit_delay_ns: i64,
-    /// Time a resent range ignores further NAKs.
+    /// Time a resent range ignores further NAKs (unicast).
     pub retransmit_linger_ns: i64,
+    /// The same for a multicast or multi-destination publication.
+    pub retransmit_group_linger_ns: i64,
     /// Send runs of full datagrams as one message for the kernel to split (UDP GSO).
     pub gso: bool,
 }

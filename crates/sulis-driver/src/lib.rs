@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod conductor;
+pub mod congestion_control;
 pub mod context;
 pub mod flow_control;
 pub mod ipc_publication;

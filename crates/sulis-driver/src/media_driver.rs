@@ -184,6 +184,7 @@ impl MediaDriver {
                 connection_timeout_ns: ctx.publication_connection_timeout_ns as i64,
                 retransmit_delay_ns: ctx.retransmit_unicast_delay_ns as i64,
                 retransmit_linger_ns: ctx.retransmit_unicast_linger_ns as i64,
+                retransmit_group_linger_ns: ctx.retransmit_multicast_linger_ns as i64,
                 gso: ctx.udp_offload,
             },
             errors.clone(),

@@ -405,7 +405,11 @@ impl PublicationSender {
         let mut retransmit = if publication.group {
             // One retransmit per gap however many receivers NAK it; several
             // gaps (of several receivers) at once.
-            RetransmitHandler::new(delay, cfg.retransmit_linger_ns, publication.max_resend)
+            RetransmitHandler::new(
+                delay,
+                cfg.retransmit_group_linger_ns,
+                publication.max_resend,
+            )
         } else {
             RetransmitHandler::new_unicast(delay, cfg.retransmit_linger_ns)
         };

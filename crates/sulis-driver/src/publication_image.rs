@@ -10,6 +10,7 @@
 //! timeout) or it reaches end of stream and every subscriber has read it.
 
 use crate::agent::ErrorReporter;
+use crate::congestion_control::{CongestionControl, CongestionControlSpec};
 use crate::context::ReceiverConfig;
 use crate::loss::{
     fill_gap, LossDetector, OptimalMulticastDelayGenerator, StaticDelayGenerator, XorShift64,
@@ -81,8 +82,14 @@ pub struct PublicationImage {
     pub initial_term_id: i32,
     /// Position the image started at.
     pub join_position: i64,
-    /// Receiver window length.
+    /// Receiver window length: the most its congestion control offers.
     pub window_length: i32,
+    /// The sender's MTU (from its SETUP).
+    pub mtu: i32,
+    /// Its congestion control (the subscription's `cc=`, else the driver's).
+    pub congestion: CongestionControlSpec,
+    /// CUBIC's round trip and window counters (`rcv-cc-cubic-rtt`, `-wnd`).
+    pub cc_counters: Option<(CounterRef, CounterRef)>,
     /// NAK gaps (true) or pad over them (`reliable=false`).
     pub reliable: bool,
     /// High-water mark (receiver).
@@ -150,6 +157,12 @@ pub struct ImageParts {
     pub join_position: i64,
     /// See [`PublicationImage::window_length`].
     pub window_length: i32,
+    /// See [`PublicationImage::mtu`].
+    pub mtu: i32,
+    /// See [`PublicationImage::congestion`].
+    pub congestion: CongestionControlSpec,
+    /// See [`PublicationImage::cc_counters`].
+    pub cc_counters: Option<(CounterRef, CounterRef)>,
     /// See [`PublicationImage::reliable`].
     pub reliable: bool,
     /// See [`PublicationImage::hwm`].
@@ -185,6 +198,9 @@ impl PublicationImage {
             initial_term_id: p.initial_term_id,
             join_position: p.join_position,
             window_length: p.window_length,
+            mtu: p.mtu,
+            congestion: p.congestion,
+            cc_counters: p.cc_counters,
             reliable: p.reliable,
             hwm: p.hwm,
             rcv_pos: p.rcv_pos,
@@ -280,6 +296,13 @@ pub struct ImageReceiver {
     hwm_position: i64,
     last_sm_position: i64,
     time_of_last_sm_ns: i64,
+    /// The edge (position + window) our status messages offered.
+    granted_edge: i64,
+    /// How long a silence lasts before the status message goes again
+    /// (doubling each time, up to the status-message timeout), and the
+    /// high-water mark the silence started at.
+    persist_ns: i64,
+    persist_hwm: i64,
     time_of_last_rttm_ns: i64,
     clean_position: i64,
     /// The furthest position any frame of the session reached (dropped
@@ -295,6 +318,10 @@ pub struct ImageReceiver {
     /// Where control frames go: one connection per transport the session's
     /// frames arrive on (several for a multi-destination subscription).
     connections: Vec<Connection>,
+    /// The window its status messages offer.
+    cc: Box<dyn CongestionControl>,
+    /// The window of the last status message.
+    sm_window: i32,
 }
 
 /// One way the image's session reaches it (Aeron's `ImageConnection`): the
@@ -332,12 +359,25 @@ impl ImageReceiver {
             loss
         };
         let join = image.join_position;
+        let cc = image.congestion.build(
+            image.window_length,
+            image.mtu,
+            image.time_of_last_packet_ns.load(Ordering::Relaxed),
+        );
+        if let Some((_, window)) = &image.cc_counters {
+            window.set_ordered(cc.initial_window() as i64);
+        }
         ImageReceiver {
+            sm_window: cc.initial_window(),
+            cc,
             loss,
             rebuild_position: join,
             hwm_position: join,
             last_sm_position: join,
             time_of_last_sm_ns: i64::MIN / 2,
+            granted_edge: join,
+            persist_ns: 0,
+            persist_hwm: join,
             time_of_last_rttm_ns: i64::MIN / 2,
             clean_position: join,
             sender_position_seen: join,
@@ -454,11 +494,45 @@ impl ImageReceiver {
         Some(behind)
     }
 
+    /// The persist timer (TCP's, for lost window updates): we have all the
+    /// data there is up to the high-water mark and the subscribers consumed
+    /// it, our status messages offered the sender more, yet nothing came for
+    /// a repair time. The sender may be waiting at a limit it heard of
+    /// before our last status messages were lost (a stream paced by its
+    /// window loses the latest one or two to a 10 % loss now and then), which
+    /// without this would last a status-message timeout (200 ms): the status
+    /// message goes again, after twice the wait each time the silence goes on
+    /// (a publisher with nothing to send costs a few status messages, each
+    /// time it pauses).
+    fn persist_due(&mut self, consumed: i64, cfg: &ReceiverConfig, now_ns: i64) -> bool {
+        if self.hwm_position != self.persist_hwm {
+            // Data came: the sender is not stuck; a silence starts over.
+            self.persist_hwm = self.hwm_position;
+            self.persist_ns = 0;
+        }
+        let waiting = self.granted_edge > self.hwm_position
+            && self.rebuild_position >= self.hwm_position
+            && consumed >= self.hwm_position;
+        if !waiting {
+            return false;
+        }
+        if self.persist_ns == 0 {
+            self.persist_ns = self.loss.retry_delay_ns().max(1);
+        }
+        let last_packet = self.image.time_of_last_packet_ns.load(Ordering::Relaxed);
+        let quiet = now_ns - last_packet.max(self.time_of_last_sm_ns);
+        quiet >= self.persist_ns && self.persist_ns < cfg.status_message_timeout_ns
+    }
+
     /// A sender's reply to one of our round-trip measurements, received at `now_ns`.
     pub fn on_rttm_reply(&mut self, r: &RttmFrame, now_ns: i64) {
         let rtt_ns = now_ns - r.echo_timestamp_ns - r.reception_delta_ns.max(0);
         if (0..RTTM_MAX_SAMPLE_NS).contains(&rtt_ns) {
             self.loss.on_round_trip(rtt_ns);
+            self.cc.on_rtt_measurement(now_ns, rtt_ns);
+            if let Some((rtt, _)) = &self.image.cc_counters {
+                rtt.set_ordered(rtt_ns);
+            }
         }
     }
 
@@ -574,9 +648,22 @@ impl ImageReceiver {
         let consumed = img
             .min_subscriber_position()
             .unwrap_or(self.rebuild_position);
-        let threshold = (img.window_length / 4) as i64;
+        let cc = self
+            .cc
+            .on_track_rebuild(now_ns, consumed, self.last_sm_position, new_loss.0 > 0);
+        if cc.window != self.sm_window {
+            if let Some((_, window)) = &img.cc_counters {
+                window.set_ordered(cc.window as i64);
+            }
+        }
+        let threshold = (cc.window / 4) as i64;
         let sm_timed_out = now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
-        let send_sm = consumed - self.last_sm_position >= threshold.max(1) || sm_timed_out;
+        let persist = self.persist_due(consumed, cfg, now_ns);
+        let send_sm = consumed - self.last_sm_position >= threshold.max(1)
+            || sm_timed_out
+            || persist
+            || cc.force_status_message
+            || cc.window != self.sm_window;
         let target = consumed - img.term_length as i64;
         while self.clean_position < target {
             self.clean_position = logbuffer::clean_to(&img.logs, self.clean_position, target);
@@ -584,6 +671,15 @@ impl ImageReceiver {
         if send_sm && consumed >= self.last_sm_position {
             self.last_sm_position = consumed;
             self.time_of_last_sm_ns = now_ns;
+        }
+        if send_sm {
+            self.sm_window = cc.window;
+            self.granted_edge = self
+                .granted_edge
+                .max(self.last_sm_position + cc.window as i64);
+            if persist {
+                self.persist_ns *= 2;
+            }
         }
         let sm_position = self.last_sm_position;
 
@@ -644,7 +740,7 @@ impl ImageReceiver {
                     img.initial_term_id,
                 ),
                 consumption_term_offset: compute_term_offset_from_position(sm_position, img.bits),
-                receiver_window: img.window_length,
+                receiver_window: self.sm_window,
                 receiver_id: cfg.receiver_id,
                 group_tag: img.group_tag,
             };
@@ -654,11 +750,12 @@ impl ImageReceiver {
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
         }
-        if cfg.nak_retry_adaptive_max_ns.is_some()
+        let for_naks = cfg.nak_retry_adaptive_max_ns.is_some()
             && img.reliable
-            && now_ns - self.time_of_last_rttm_ns >= RTTM_INTERVAL_NS
-        {
+            && now_ns - self.time_of_last_rttm_ns >= RTTM_INTERVAL_NS;
+        if for_naks || self.cc.should_measure_rtt(now_ns) {
             self.time_of_last_rttm_ns = now_ns;
+            self.cc.on_rtt_measurement_sent(now_ns);
             let rttm = RttmFrame {
                 flags: RttmFrame::REPLY_FLAG,
                 session_id: img.session_id,

@@ -21,6 +21,7 @@ use sulis_protocol::control::Event;
 use sulis_protocol::counters::type_id;
 use sulis_protocol::frame::{
     StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP,
+    HDR_TYPE_SM,
 };
 use sulis_protocol::log_buffer_descriptor::{LOG_IS_CONNECTED_OFFSET, LOG_RELIABLE_OFFSET};
 
@@ -253,6 +254,94 @@ fn the_sender_stops_at_the_receiver_window_until_the_subscriber_moves() {
         got.extend(s.poll());
     }
     assert_eq!(got, sent);
+}
+
+#[test]
+fn status_messages_lost_at_the_window_edge_go_again_after_a_repair_time_not_a_timeout() {
+    let mut s = Stream::connect("mem-persist", |_| {});
+    let sent = messages(240, 200); // 61,440 bytes: more than the window
+    s.publish(&sent);
+    s.h.advance(20 * MS);
+    let sender = s.sender_address();
+    let mut got = s.poll(); // the window's worth the image holds
+    assert!(!got.is_empty() && got.len() < sent.len());
+    // Every status message the subscriber's move brings is lost: the sender
+    // waits at its old limit.
+    s.net.hold(sender, true);
+    s.h.advance(MS);
+    let lost = s.net.take(sender);
+    assert!(
+        lost.iter().any(|d| frame_type(d) == HDR_TYPE_SM),
+        "a status message went"
+    );
+    s.net.hold(sender, false);
+    // Within a few repair times (200 µs at the soonest), not the 200 ms
+    // status-message timeout, a status message goes again and the rest flows.
+    for _ in 0..10 {
+        s.h.advance(MS);
+        got.extend(s.poll());
+    }
+    assert_eq!(got.len(), sent.len(), "the rest flowed within 10 ms");
+    assert!(got == sent);
+}
+
+#[test]
+fn with_cc_cubic_the_window_starts_at_ten_mtus_and_grows_to_the_receiver_window() {
+    let mut s = Stream::connect_on("mem-cubic", "|cc=cubic", |_| {});
+    let sender = s.sender_address();
+    let windows = |s: &mut Stream, ms: i64| {
+        s.net.hold(sender, true);
+        s.h.advance(ms * MS);
+        s.net.hold(sender, false);
+        s.net
+            .take(sender)
+            .iter()
+            .filter(|d| frame_type(d) == HDR_TYPE_SM)
+            .map(|d| {
+                StatusMessageFrame::decode(&d.bytes)
+                    .unwrap()
+                    .receiver_window
+            })
+            .collect::<Vec<_>>()
+    };
+    // Term 64 KiB: a window of at most 32 KiB, 23 MTUs of 1408 bytes; CUBIC starts at 10.
+    let mtu = 1408;
+    let early = windows(&mut s, 250);
+    assert!(!early.is_empty());
+    assert!(
+        early
+            .iter()
+            .all(|&w| w % mtu == 0 && (10 * mtu..=23 * mtu).contains(&w)),
+        "{early:?}"
+    );
+    // Its counters: the window it offers and the round trip it goes by (RTTM, measured).
+    let per_image =
+        s.h.counters_of_type(sulis_protocol::counters::type_id::PER_IMAGE);
+    assert_eq!(per_image.len(), 2, "rcv-cc-cubic-rtt and -wnd");
+    // Past K = cbrt(23 x 0.2 / 0.4) = 2.3 s, the curve is at the receiver window.
+    for _ in 0..30 {
+        s.h.keepalive();
+        windows(&mut s, 100);
+    }
+    let late = windows(&mut s, 250);
+    assert_eq!(late.last(), Some(&(23 * mtu)));
+    let values: Vec<i64> = per_image
+        .iter()
+        .map(|&id| s.h.counters.counter_value(id))
+        .collect();
+    assert!(
+        values.contains(&(23 * mtu as i64)),
+        "the window counter: {values:?}"
+    );
+    // And the stream flows.
+    let sent = messages(50, 100);
+    s.publish(&sent);
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        s.h.advance(MS);
+        got.extend(s.poll());
+    }
+    assert!(got == sent);
 }
 
 #[test]

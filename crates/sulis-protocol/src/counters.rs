@@ -26,6 +26,8 @@ pub mod type_id {
     pub const RECEIVER_POSITION: i32 = 5;
     /// Sender limit.
     pub const SENDER_LIMIT: i32 = 9;
+    /// A per-image indicator (Aeron's `PerImageIndicator`): CUBIC's round trip and window.
+    pub const PER_IMAGE: i32 = 10;
     /// A receive channel endpoint's status (value: [`super::channel_status`]);
     /// key: the channel (length-prefixed); label `rcv-channel: CHANNEL`.
     pub const RECEIVE_CHANNEL_STATUS: i32 = 7;
@@ -119,6 +121,7 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::SUBSCRIBER_POSITION, "sub-pos"),
     (type_id::RECEIVER_POSITION, "rcv-pos"),
     (type_id::SENDER_LIMIT, "snd-lmt"),
+    (type_id::PER_IMAGE, "per-image"),
     (type_id::RECEIVE_CHANNEL_STATUS, "rcv-channel"),
     (type_id::LOCAL_SOCKET_ADDRESS, "rcv-local-sockaddr"),
     (type_id::CLIENT_HEARTBEAT, "client-heartbeat"),

@@ -217,6 +217,14 @@ def run_stream(sub, pub, stop_file: str, pub_first: bool = False, dirs: Sequence
     return r
 
 
+def driver_options(text: str) -> dict:
+    """``k=v,k=v`` (a benchmark's ``--driver-options``) -> more sulis driver options."""
+    pairs = [kv.partition("=") for kv in filter(None, (t.strip() for t in (text or "").split(",")))]
+    if any(not sep for _, sep, _ in pairs):
+        raise SystemExit(f"--driver-options must be name=value,..., not {text!r}")
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
 def run_fanout(subs: Sequence, pub, dirs: Sequence[str] = (), counters: dict | None = None,
                timeout_s: float = 600.0) -> dict:
     """One counted run of several subscriber roles (each ``total``/``warmup``, timing its first to its

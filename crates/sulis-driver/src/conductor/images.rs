@@ -3,6 +3,7 @@
 //! silent, finished or unwanted images and frees them after the linger.
 
 use super::DriverConductor;
+use crate::congestion_control::{CongestionControlSpec, CubicParams};
 use crate::publication_image::{ImageParts, ImageSubscriber, PublicationImage};
 use crate::receiver::ReceiverCommand;
 use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter};
@@ -14,6 +15,7 @@ use sulis_protocol::control::Event;
 use sulis_protocol::driver_dir::image_log_file;
 use sulis_protocol::frame::SetupFrame;
 use sulis_protocol::log_buffer_descriptor::*;
+use sulis_protocol::uri::ChannelUri;
 
 /// Conductor-side state of an image.
 pub(super) enum ImageState {
@@ -169,11 +171,19 @@ impl DriverConductor {
         };
         let now_ms = self.clock.epoch_ms();
         let channel = self.subscriptions[subs[0]].channel.clone();
+        let congestion = self.congestion_control_of(&channel);
+        let mut specs = vec![
+            (type_id::RECEIVER_HWM, "rcv-hwm"),
+            (type_id::RECEIVER_POSITION, "rcv-pos"),
+        ];
+        if matches!(congestion, CongestionControlSpec::Cubic(_)) {
+            specs.extend([
+                (type_id::PER_IMAGE, "rcv-cc-cubic-rtt"),
+                (type_id::PER_IMAGE, "rcv-cc-cubic-wnd"),
+            ]);
+        }
         let ids = match self.allocate_stream_counters(
-            &[
-                (type_id::RECEIVER_HWM, "rcv-hwm"),
-                (type_id::RECEIVER_POSITION, "rcv-pos"),
-            ],
+            &specs,
             (correlation_id, setup.session_id, setup.stream_id, &channel),
             0,
             now_ms,
@@ -211,6 +221,10 @@ impl DriverConductor {
             reliable,
             hwm: reader.counter_ref(ids[0]),
             rcv_pos: reader.counter_ref(ids[1]),
+            mtu: setup.mtu,
+            congestion,
+            cc_counters: (ids.len() == 4)
+                .then(|| (reader.counter_ref(ids[2]), reader.counter_ref(ids[3]))),
             send_response_setup: setup.is_send_response_setup(),
             now_ns,
         }));
@@ -222,6 +236,22 @@ impl DriverConductor {
             state: ImageState::Active,
         });
         let _ = self.net.receiver.send(ReceiverCommand::AddImage { image });
+    }
+
+    /// The congestion control of an image for a subscription on `channel`:
+    /// its `cc=`, else the driver's `congestion_control`.
+    fn congestion_control_of(&self, channel: &str) -> CongestionControlSpec {
+        let cubic = CubicParams {
+            initial_rtt_ns: self.ctx.cubic_initial_rtt_ns as i64,
+            measure_rtt: self.ctx.cubic_measure_rtt,
+            tcp_mode: self.ctx.cubic_tcp_mode,
+        };
+        let cc = ChannelUri::parse(channel)
+            .ok()
+            .and_then(|u| u.params().cc.clone())
+            .unwrap_or_else(|| self.ctx.congestion_control.clone());
+        // Both were checked (the URI parser, the option's); a bad one would be static.
+        CongestionControlSpec::parse(&cc, cubic).unwrap_or(CongestionControlSpec::Static)
     }
 
     fn next_image_id(&mut self) -> i64 {
@@ -281,6 +311,10 @@ impl DriverConductor {
                 }
                 self.counters.free(img.hwm.id(), now_ms);
                 self.counters.free(img.rcv_pos.id(), now_ms);
+                if let Some((rtt, window)) = &img.cc_counters {
+                    self.counters.free(rtt.id(), now_ms);
+                    self.counters.free(window.id(), now_ms);
+                }
                 self.close_receive_endpoint_if_unused(img.endpoint_id);
                 if let Err(e) = std::fs::remove_file(img.logs.path()) {
                     self.system.increment(SystemCounter::FreeFails);
