@@ -140,8 +140,8 @@ GOOD_URIS = [
 MDC_URIS = [
     ("aeron:udp?endpoint=localhost:40132|control-mode=manual", True, True),
     ("aeron:udp?endpoint=localhost:40133|control=localhost:40134", True, True),
-    ("aeron:udp?control=localhost:40135|control-mode=dynamic", True, False),
+    ("aeron:udp?control=localhost:40135|control-mode=dynamic", True, True),
     ("aeron:udp?control-mode=manual", True, True),
     ("aeron:udp?endpoint=localhost:40131|control-mode=dynamic", False, False),
-    ("aeron:udp?control=localhost:40135", False, False),
+    ("aeron:udp?control=localhost:40136", False, True),
 ]

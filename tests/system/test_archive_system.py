@@ -964,14 +964,22 @@ def test_recording_events_tell_start_progress_and_stop_when_enabled(driver, clie
             sulis.ArchiveClient(client) as ac:
         record(ac, client, "aeron:ipc", 1001, 50)
         assert not quiet.subscription.is_connected and quiet.poll() == [], "off unless enabled"
+    # The default channel is Aeron's: a dynamic MDC publication on localhost:8030 that any number of
+    # watchers join by its control address (a second one here as from another host would).
     with sulis.Archive(archive_dir, driver_dir=driver.dir, recording_events_enabled=True,
                        recording_events_stream_id=31) as archive, sulis.ArchiveClient(client) as ac, \
-            RecordingEvents(client, stream_id=31) as events:
-        await_until(lambda: events.subscription.is_connected, what="the events stream")
+            RecordingEvents(client, stream_id=31) as events, \
+            RecordingEvents(client, "aeron:udp?control=localhost:8030|endpoint=127.0.0.1:0", 31) as other:
+        await_until(lambda: events.subscription.is_connected and other.subscription.is_connected,
+                    what="both watchers on the events stream")
         d = record(ac, client, "aeron:ipc?alias=ev", 1002, 400)
         seen: list = []
         await_until(lambda: seen.extend(events.poll()) or any(e.kind == "stopped" for e in seen),
                     what="the stopped event")
+        also: list = []
+        await_until(lambda: also.extend(other.poll()) or any(e.kind == "stopped" for e in also),
+                    what="the second watcher's stopped event")
+        assert [e.kind for e in also if e.recording_id == d.recording_id][0] == "started"
         started, *progress, stopped = [e for e in seen if e.recording_id == d.recording_id]
         assert (started.kind, started.start_position, started.session_id, started.stream_id) == (
             "started", d.start_position, d.session_id, 1002)

@@ -10,13 +10,14 @@ flow control's receivers are counters tools can read."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
 import pytest
 
 import sulis
-from conftest import await_until
+from conftest import await_until, run_cli
 from sites import STREAM, done, sites, tally
 
 pytestmark = pytest.mark.timeout(240)
@@ -82,6 +83,14 @@ def test_max_lets_fast_receivers_go_on_where_min_holds_the_stream(netns_hosts, s
                 producer.read(timeout=3)
             positions = [c["value"] for c in s["a"].counters("fc-receiver")]
             assert len(positions) == 2, "both receivers are tracked and visible as counters"
+            # sulis streams names them, and the stopped one as the slowest, holding the stream.
+            out = run_cli("streams", "--dir", s["a"].dir, "--json")
+            (stream,) = [x for x in json.loads(out.stdout)["streams"] if x["stream_id"] == STREAM]
+            tracked = stream["flow_control_receivers"]
+            assert len(tracked) == 2, tracked
+            (slowest,) = [r for r in tracked if r["slowest"]]
+            assert slowest["address"].startswith(s["c"].addr + ":"), (tracked, s["c"].addr)
+            assert slowest["behind"] > 0
             slow.signal(signal.SIGCONT)
             assert done(producer, 120)["sent"] == 50_000
             assert done(fast, 60)["received"] == 50_000

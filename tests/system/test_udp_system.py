@@ -142,6 +142,23 @@ def test_stream_survives_loss_of_data_and_control_frames_on_both_sides(make_driv
     assert counter(pub_driver.dir, RETRANSMITS_SENT) > 0
 
 
+def test_cubic_congestion_control_carries_a_lossy_stream_whole_and_shows_its_window(make_driver, make_client):
+    """congestion_control=cubic on the receiving driver (cc=cubic on a channel does the same): the
+    window shrinks at losses and grows back, every message arrives once, and the image's two
+    counters show the round trip it measured and the window it offers, in whole MTUs."""
+    sub_driver, pub_driver, sub, pub = udp_pair(
+        make_driver, make_client, pub_opts={"send_data_loss": "random:0.05", "loss_seed": 5},
+        sub_opts={"congestion_control": "cubic"})
+    run_stream(pub, sub, stream_of(20_000, seed=4, big_every=1000, big=64 * 1024), 20_000)
+    reader = sulis.CountersReader(sub_driver.dir)
+    per_image = {c["label"].split(":")[0]: c["value"] for c in reader.counters() if c["type_id"] == 10}
+    assert set(per_image) == {"rcv-cc-cubic-rtt", "rcv-cc-cubic-wnd"}, per_image
+    assert 0 < per_image["rcv-cc-cubic-rtt"] < 1_000_000_000, "a round trip was measured"
+    mtu = pub.max_payload_length + 32
+    assert per_image["rcv-cc-cubic-wnd"] % mtu == 0 and per_image["rcv-cc-cubic-wnd"] >= mtu, per_image
+    assert counter(pub_driver.dir, RETRANSMITS_SENT) > 0
+
+
 def test_fixed_loss_pattern_is_repaired(make_driver, make_client):
     # every third datagram lost: many gaps open at once, all repaired
     sub_driver, pub_driver, sub, pub = udp_pair(make_driver, make_client, pub_opts={"send_data_loss": "every:3:1"})

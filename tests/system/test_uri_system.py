@@ -66,8 +66,8 @@ def test_uris_the_driver_refuses(driver, client):
     with pytest.raises(sulis.ConfigurationError, match="aeron-spy: is for subscriptions: publications cannot spy"):
         client.add_publication(spy, 6)
     client.add_subscription(spy, 6).close()
-    # a valid URI for what this driver does not support (session tags)
-    with pytest.raises(sulis.RegistrationError, match="tag"):
+    # a session id tag that names no publication
+    with pytest.raises(sulis.ConfigurationError, match="session-id=tag:5 must reference an IPC publication"):
         client.add_exclusive_publication("aeron:ipc?session-id=tag:5", 7)
     # The client is fine after all these refusals, and the driver logged each one.
     assert not client.is_closed

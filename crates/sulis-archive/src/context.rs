@@ -173,7 +173,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(record_checksum, "SULIS_ARCHIVE_RECORD_CHECKSUM", "", "crc32 or crc32c (Aeron's class names too): stamped into every recorded DATA frame and catalog entry (Aeron's aeron.archive.record.checksum); empty: none.", checksum, show_checksum),
     sulis_protocol::option!(replay_checksum, "SULIS_ARCHIVE_REPLAY_CHECKSUM", "", "crc32 or crc32c: checked on every replayed DATA frame; a mismatch ends the replay naming the frame; empty: none.", checksum, show_checksum),
     sulis_protocol::option!(recording_events_enabled, "SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", "bool", "Publish RecordingStarted/Progress/Stopped events on recording_events_channel (Aeron's recording events).", parse_bool, show),
-    sulis_protocol::option!(recording_events_channel, "SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL", "channel", "Where recording events go.", text, show_text),
+    sulis_protocol::option!(recording_events_channel, "SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL", "channel", "Where recording events go: Aeron's default, a dynamic MDC publication whose control address subscribers name (aeron:udp?control=HOST:8030, from any host).", text, show_text),
     sulis_protocol::option!(recording_events_stream_id, "SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID", "", "Stream of the recording events.", int::<i32>, show),
     sulis_protocol::option!(catalog_capacity, "SULIS_ARCHIVE_CATALOG_CAPACITY", "bytes", "Initial catalog file length (it grows).", size, show),
     sulis_protocol::option!(file_io_max_length, "SULIS_ARCHIVE_FILE_IO_MAX_LENGTH", "bytes", "Most bytes written or read per call, a power of two of at least 4096.", size, show),
@@ -217,7 +217,8 @@ impl Default for ArchiveContext {
             record_checksum: None,
             replay_checksum: None,
             recording_events_enabled: false,
-            recording_events_channel: "aeron:ipc".to_string(),
+            recording_events_channel: "aeron:udp?control-mode=dynamic|control=localhost:8030"
+                .to_string(),
             recording_events_stream_id: 30,
             catalog_capacity: sulis_protocol::archive::catalog::DEFAULT_CATALOG_CAPACITY,
             file_io_max_length: 1024 * 1024,

@@ -25,7 +25,8 @@ pub struct CubicParams {
     pub initial_rtt_ns: i64,
     /// Measure the round trip with RTTM frames (Aeron's default: off).
     pub measure_rtt: bool,
-    /// Grow at least as fast as TCP Reno would in the same time (RFC 8312 §4.2).
+    /// Grow at least as fast as TCP Reno would in the same time (RFC 8312 §4.2;
+    /// on by default here and in Linux, off in Aeron).
     pub tcp_mode: bool,
 }
 
@@ -34,7 +35,7 @@ impl Default for CubicParams {
         CubicParams {
             initial_rtt_ns: 100_000,
             measure_rtt: true,
-            tcp_mode: false,
+            tcp_mode: true,
         }
     }
 }
@@ -263,8 +264,13 @@ mod tests {
     const MS: i64 = 1_000_000;
     const S: i64 = 1_000 * MS;
 
+    /// The curve alone (no TCP-friendly region), as Aeron's default.
     fn cubic(max_window: i32) -> Cubic {
-        Cubic::new(CubicParams::default(), max_window, 1408, 0)
+        let p = CubicParams {
+            tcp_mode: false,
+            ..CubicParams::default()
+        };
+        Cubic::new(p, max_window, 1408, 0)
     }
 
     #[test]

@@ -685,7 +685,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         cubic_tcp_mode,
         "SULIS_CUBIC_TCP_MODE",
         "bool",
-        "CUBIC grows its window at least as fast as TCP Reno would (RFC 8312's TCP-friendly region).",
+        "CUBIC grows its window at least as fast as TCP Reno would (RFC 8312's TCP-friendly region, on in Linux's CUBIC; Aeron's default is off). Without it the window grows by the second whatever the round trip, and a path of microseconds with steady loss stays at one MTU.",
         parse_bool,
         show_bool
     ),
@@ -818,7 +818,7 @@ impl Default for DriverContext {
             congestion_control: "static".to_owned(),
             cubic_measure_rtt: true,
             cubic_initial_rtt_ns: 100_000,
-            cubic_tcp_mode: false,
+            cubic_tcp_mode: true,
             send_data_loss: LossSpec::Off,
             send_control_loss: LossSpec::Off,
             receive_data_loss: LossSpec::Off,

@@ -185,6 +185,7 @@ pub fn is_stream_counter_type(type_id: i32) -> bool {
             | type_id::PUBLISHER_POSITION
             | type_id::FLOW_CONTROL_RECEIVERS
             | type_id::SULIS_FLOW_CONTROL_RECEIVER
+            | type_id::PER_IMAGE
     )
 }
 

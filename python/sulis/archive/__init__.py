@@ -66,12 +66,15 @@ RecordingEvent = _native.RecordingEvent
 class RecordingEvents:
     """Reads the recording events an archive publishes when started with
     ``recording_events_enabled=True`` (Aeron's RecordingEventsAdapter): one subscription to
-    ``channel`` / ``stream_id`` (the archive's ``recording_events_channel``, default ``aeron:ipc``,
-    and stream 30). Works with Aeron's archive too, on a unicast UDP events channel. Progress
-    events are best effort (dropped when the stream is full), started and stopped ones come
-    unless the subscriber falls a whole term behind. A context manager."""
+    ``channel`` / ``stream_id`` (the archive's ``recording_events_channel`` and stream, by default
+    Aeron's: a dynamic multi-destination-cast publication on ``localhost:8030``, which a subscriber
+    on another host joins with ``aeron:udp?control=ARCHIVE_HOST:8030``, and stream 30). Works with
+    Aeron's archive too. Progress events are best effort (dropped when the stream is full),
+    started and stopped ones come unless the subscriber falls a whole term behind. A context
+    manager."""
 
-    def __init__(self, client, channel: str = "aeron:ipc", stream_id: int = 30) -> None:
+    def __init__(self, client, channel: str = "aeron:udp?control-mode=dynamic|control=localhost:8030",
+                 stream_id: int = 30) -> None:
         self._subscription = client.add_subscription(channel, stream_id)
 
     @property
@@ -136,8 +139,8 @@ class Archive(_native.Archive):
     the replayer on threads of their own (Aeron's DEDICATED; the default
     ``"shared"`` runs them on the archive's one thread). With ``recording_events_enabled``
     it publishes recording events (``RecordingEvents`` reads them) on
-    ``recording_events_channel`` (``aeron:ipc``) and ``recording_events_stream_id``
-    (30). With ``record_checksum``
+    ``recording_events_channel`` (Aeron's default, a dynamic MDC publication
+    on ``localhost:8030``) and ``recording_events_stream_id`` (30). With ``record_checksum``
     (``"crc32"`` or ``"crc32c"``, or Aeron's class names) every recorded
     frame and catalog entry carries a checksum, as Aeron's archive writes
     them; with ``replay_checksum`` replays check every frame and stop with

@@ -35,6 +35,7 @@ RECEIVER_POSITION = _TYPE_IDS["rcv-pos"]
 SENDER_LIMIT = _TYPE_IDS["snd-lmt"]
 CLIENT_HEARTBEAT = _TYPE_IDS["client-heartbeat"]
 PUBLISHER_POSITION = _TYPE_IDS["pub-pos"]
+FC_RECEIVER = _TYPE_IDS["fc-receiver"]
 #: Types whose key is a stream key (registration id, session id, stream id, channel).
 STREAM_TYPES = frozenset(t for t in TYPE_NAMES if _native.is_stream_counter_type(t))
 

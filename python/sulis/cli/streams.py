@@ -8,6 +8,7 @@ import time
 import click
 
 from ._common import (
+    FC_RECEIVER,
     PUBLISHER_LIMIT,
     PUBLISHER_POSITION,
     RECEIVER_HWM,
@@ -63,6 +64,13 @@ def collect_streams(counters: list[dict]) -> list[dict]:
         })
         src["counters"][c["type_id"]] = c
 
+    for c in counters:  # fc-receiver: RECEIVER_ID ADDRESS REG SESSION STREAM CHANNEL, keyed by the publication
+        if c["type_id"] == FC_RECEIVER and ("publication", c["registration_id"]) in sources:
+            parts = c["label"].split(" ")
+            sources[("publication", c["registration_id"])].setdefault("receivers", []).append({
+                "receiver_id": c["reference_id"], "address": parts[2] if len(parts) > 2 else "",
+                "position": c["value"]})
+
     orphans: list[dict] = []
     for c in counters:
         if c["type_id"] != SUBSCRIBER_POSITION or "channel" not in c:
@@ -98,6 +106,12 @@ def collect_streams(counters: list[dict]) -> list[dict]:
                 stream["sender"] = {"position": value(SENDER_POSITION), "limit": value(SENDER_LIMIT),
                                     "backlog": _minus(value(PUBLISHER_POSITION), value(SENDER_POSITION))}
             source_position = value(PUBLISHER_POSITION)
+            if src.get("receivers"):
+                # The receivers a min (or tagged) flow control tracks; the slowest one holds the stream.
+                slowest = min(r["position"] for r in src["receivers"])
+                stream["flow_control_receivers"] = [
+                    {**r, "behind": _minus(value(SENDER_POSITION), r["position"]), "slowest": r["position"] == slowest}
+                    for r in sorted(src["receivers"], key=lambda r: r["position"])]
         else:
             stream["receiver"] = {"registration_id": src["registration_id"], "hwm": value(RECEIVER_HWM),
                                   "position": value(RECEIVER_POSITION),
@@ -128,6 +142,9 @@ def stream_lines(stream: dict) -> list[str]:
     if snd:
         rows.append(["sender", str(p["registration_id"]) if p else "", num(snd["position"]), num(snd["limit"]),
                      num(snd["backlog"])])
+    for r in stream.get("flow_control_receivers", []):
+        rows.append([f"fc receiver {r['address']}" + (" (slowest)" if r["slowest"] else ""), str(r["receiver_id"]),
+                     num(r["position"]), "", num(r["behind"])])
     if rcv:
         rows.append(["receiver", str(rcv["registration_id"]), num(rcv["position"]), num(rcv["hwm"]),
                      num(rcv["backlog"])])
@@ -157,6 +174,11 @@ def streams(dir_, as_json, stream_id, session_id, watch, interval):
     """Per stream (channel, stream id, session id): publisher position and
     limit, sender position and limit, receiver high-water mark and position,
     each subscriber's position, and every party's backlog.
+
+    A multicast or MDC publication whose flow control tracks its receivers
+    (min, tagged) lists each one (fc receiver: address, receiver id, the
+    position it reported, how far behind the sender it is); the slowest one
+    holds a min stream back.
 
     Backlogs (bytes): sender = pub-pos - snd-pos; receiver = rcv-hwm - rcv-pos;
     subscriber = rcv-pos (pub-pos for IPC) - sub-pos. pub-pos is sampled by

@@ -308,7 +308,10 @@ impl DriverConductor {
             Some(ControlMode::Dynamic) if !subscription => return Ok(udp),
             _ => {}
         }
-        if udp.endpoint.is_none() {
+        // A subscription to a dynamic MDC stream may leave its address to
+        // the driver (as Aeron's archive recording events channel does): a
+        // port of the wildcard address, which the publication learns from its probes.
+        if udp.endpoint.is_none() && !(subscription && udp.control.is_some()) {
             return invalid(if subscription {
                 "a subscription needs endpoint=host:port, where it receives"
             } else {

@@ -3,7 +3,7 @@
 //! and freeing. Also the parts every publication shares with network ones:
 //! the client links, session ids and creating the publication log.
 
-use super::{parse_channel, CommandError, DriverConductor};
+use super::{entity_tag, parse_channel, CommandError, DriverConductor};
 use crate::ipc_publication::{IpcPublication, LocalSubscriber};
 use crate::system_counters::{stream_counter_key, stream_counter_label, type_id, SystemCounter};
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use sulis_concurrent::logbuffer::{LogBuffers, LogParams};
 use sulis_protocol::control::{error_code, Event};
 use sulis_protocol::driver_dir::publication_log_file;
 use sulis_protocol::log_buffer_descriptor::*;
-use sulis_protocol::uri::Media;
+use sulis_protocol::uri::{ChannelUri, Media, SessionIdParam};
 
 /// Session ids in this range are left for users to choose (Aeron's reserved range).
 const RESERVED_SESSION_ID_LOW: i32 = -1;
@@ -86,6 +86,97 @@ impl DriverConductor {
         }
     }
 
+    /// `session-id=tag:T`: the session of the publication (IPC for an IPC
+    /// channel, network for UDP) whose channel has the entity tag T
+    /// (`tags=C,T`), with its term length and MTU unless the channel names
+    /// them (then they must be the same, as Aeron checks). Returns the URI to
+    /// go on with and that session; `None` for a channel without such a tag.
+    fn tagged_session(
+        &self,
+        channel: &str,
+        uri: &ChannelUri,
+    ) -> Result<Option<(ChannelUri, i32)>, CommandError> {
+        let Some(SessionIdParam::Tag(tag)) = uri.params().session_id else {
+            return Ok(None);
+        };
+        let invalid = |why: String| {
+            CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': session-id=tag:{tag} {why}"),
+            )
+        };
+        let found = if uri.media() == Media::Udp {
+            self.net_publications
+                .iter()
+                .filter(|e| e.is_active())
+                .map(|e| &e.publication)
+                .find(|p| entity_tag(&p.channel) == Some(tag))
+                .map(|p| (p.session_id, p.term_length, Some(p.mtu)))
+        } else {
+            self.publications
+                .iter()
+                .filter(|p| p.is_active())
+                .find(|p| entity_tag(&p.channel) == Some(tag))
+                .map(|p| (p.session_id, p.logs.term_length(), None))
+        };
+        let what = if uri.media() == Media::Udp {
+            "a network"
+        } else {
+            "an IPC"
+        };
+        let (session, term_length, mtu) = found.ok_or_else(|| {
+            invalid(format!(
+                "must reference {what} publication with tags=...,{tag}"
+            ))
+        })?;
+        let p = uri.params();
+        if let Some(t) = p.term_length.filter(|&t| t as usize != term_length) {
+            return Err(invalid(format!(
+                "has term length {term_length}: term-length={t} does not match"
+            )));
+        }
+        if let (Some(m), Some(mtu)) = (p.mtu, mtu) {
+            if m as usize != mtu {
+                return Err(invalid(format!("has mtu {mtu}: mtu={m} does not match")));
+            }
+        }
+        let mut tagged = uri
+            .with_default("term-length", &term_length.to_string())
+            .map_err(|e| invalid(e.to_string()))?;
+        if let Some(mtu) = mtu {
+            tagged = tagged
+                .with_default("mtu", &mtu.to_string())
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(Some((tagged, session)))
+    }
+
+    /// A new log's entity tag (`tags=C,T`) may be no other live publication's.
+    pub(super) fn check_entity_tag_free(&self, channel: &str) -> Result<(), CommandError> {
+        let Some(tag) = entity_tag(channel) else {
+            return Ok(());
+        };
+        let taken = self
+            .publications
+            .iter()
+            .filter(|p| p.is_active())
+            .map(|p| p.channel.as_str())
+            .chain(
+                self.net_publications
+                    .iter()
+                    .filter(|e| e.is_active())
+                    .map(|e| e.publication.channel.as_str()),
+            )
+            .find(|c| entity_tag(c) == Some(tag));
+        match taken {
+            Some(existing) => Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': entity tag {tag} is already in use by '{existing}'"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn on_add_publication(
         &mut self,
         client_id: i64,
@@ -96,6 +187,10 @@ impl DriverConductor {
         now_ns: i64,
     ) -> Result<(), CommandError> {
         let (uri, fixed_session) = parse_channel(channel, stream_id, "publications")?;
+        let (uri, fixed_session) = match self.tagged_session(channel, &uri)? {
+            Some((tagged, session)) => (tagged, Some(session)),
+            None => (uri, fixed_session),
+        };
         let p = uri.params();
         let is_response = uri.is_response();
         let response_correlation_id = uri.response_correlation_id().unwrap_or(-1);
@@ -157,6 +252,7 @@ impl DriverConductor {
             }
         }
 
+        self.check_entity_tag_free(channel)?;
         let (logs, path, session_id, window) = self.create_publication_log(
             correlation_id,
             stream_id,
@@ -594,6 +690,41 @@ mod tests {
         assert_eq!(c.allocate_session_id(10), taken + 1);
         c.next_session_id = taken;
         assert_eq!(c.allocate_session_id(11), taken);
+    }
+
+    #[test]
+    fn should_give_a_session_id_tag_the_session_and_term_length_of_the_tagged_publication() {
+        let mut t = TestConductor::new("session-id-tag");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_publication(5, 100, 10, "aeron:ipc?tags=7,99|term-length=128k", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let tagged = c.publications[0].session_id;
+        // Another stream, the same session and term length.
+        c.on_add_publication(5, 101, 11, "aeron:ipc?session-id=tag:99", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.publications[1].session_id, tagged);
+        assert_eq!(c.publications[1].logs.term_length(), 128 * 1024);
+        // A term length of its own that differs, no such tag, a tag taken twice, UDP for IPC: refused.
+        for (channel, why) in [
+            (
+                "aeron:ipc?session-id=tag:99|term-length=64k",
+                "does not match",
+            ),
+            (
+                "aeron:ipc?session-id=tag:98",
+                "must reference an IPC publication",
+            ),
+            ("aeron:ipc?tags=8,99", "entity tag 99 is already in use"),
+            (
+                "aeron:udp?endpoint=127.0.0.1:40999|session-id=tag:99",
+                "must reference a network publication",
+            ),
+        ] {
+            let e = command_error(c.on_add_publication(5, 102, 12, channel, true, 0));
+            assert_eq!(e.code, error_code::INVALID_CHANNEL, "{channel}");
+            assert!(e.message.contains(why), "{channel}: {}", e.message);
+        }
     }
 
     #[test]

@@ -104,15 +104,25 @@ fn parse_channel(
     }
     let session = match &p.session_id {
         Some(SessionIdParam::Value(v)) => Some(*v),
-        Some(SessionIdParam::Tag(_)) => {
+        // A publication's: resolved by `tagged_session` against the tagged publication.
+        Some(SessionIdParam::Tag(_)) if what == "publications" => None,
+        Some(SessionIdParam::Tag(t)) => {
             return Err(CommandError::new(
-                error_code::NOT_SUPPORTED,
-                "session-id=tag: is not supported yet",
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': session-id=tag:{t}: a subscription's session-id is a number (tags name publications)"),
             ))
         }
         None => None,
     };
     Ok((uri, session))
+}
+
+/// A channel's entity tag: the second of its `tags=` (the first is the channel tag).
+fn entity_tag(channel: &str) -> Option<i64> {
+    ChannelUri::parse(channel)
+        .ok()
+        .and_then(|u| u.params().tags)
+        .and_then(|(_, entity)| entity)
 }
 
 /// The conductor agent.
@@ -799,13 +809,26 @@ mod tests {
     }
 
     #[test]
-    fn should_refuse_session_id_tags_as_not_supported() {
+    fn should_leave_a_publications_session_tag_to_resolve_and_refuse_a_subscriptions() {
+        let (_, session) = parse_channel("aeron:ipc?session-id=tag:5", 7, "publications")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(
+            session, None,
+            "resolved against the tagged publication later"
+        );
         let e = command_error(parse_channel(
             "aeron:ipc?session-id=tag:5",
             7,
-            "publications",
+            "subscriptions",
         ));
-        assert_eq!(e.code, error_code::NOT_SUPPORTED);
-        assert_eq!(e.message, "session-id=tag: is not supported yet");
+        assert_eq!(e.code, error_code::INVALID_CHANNEL);
+        assert!(
+            e.message
+                .contains("a subscription's session-id is a number"),
+            "{}",
+            e.message
+        );
+        assert_eq!(entity_tag("aeron:ipc?tags=1,2"), Some(2));
+        assert_eq!(entity_tag("aeron:ipc?tags=1"), None);
     }
 }

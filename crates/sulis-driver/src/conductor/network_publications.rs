@@ -131,6 +131,7 @@ impl DriverConductor {
             }
         }
 
+        self.check_entity_tag_free(channel)?;
         // The send endpoint: one socket per canonical channel.
         let endpoint_id = match self.send_endpoints.iter_mut().find(|e| e.key == key) {
             Some(e) => {

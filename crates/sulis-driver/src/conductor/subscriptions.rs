@@ -344,9 +344,9 @@ impl DriverConductor {
                     (id, status_counter_id)
                 }
                 None => {
-                    // A response subscription without an endpoint takes an
-                    // ephemeral port: the server learns it from the
-                    // status messages it sends.
+                    // A response or MDC subscription without an endpoint
+                    // takes an ephemeral port: the server (the publication)
+                    // learns it from the status messages it sends.
                     let bind = udp.endpoint.unwrap_or_else(|| {
                         let control = udp.control.expect("checked by resolve_udp");
                         wildcard_like(control)
