@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use sulis_concurrent::logbuffer::term_appender::{Append, HeaderWriter, TermAppender};
-use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
+use sulis_concurrent::logbuffer::LogBuffers;
 use sulis_driver::media::memory::{Datagram, MemoryNetwork, MemoryTransport};
 use sulis_protocol::control::{error_code, Command, Event};
 use sulis_protocol::frame::{
@@ -312,63 +312,13 @@ fn a_subscription_with_the_control_address_joins_a_dynamic_mdc_stream() {
     let net = MemoryNetwork::new();
     let mut h = Harness::with_transports("mdc-loop", |_| {}, Arc::new(net.clone()));
     h.keepalive();
-    h.add_subscription(
-        &format!("aeron:udp?endpoint=10.9.0.5:40300|control={CONTROL}|control-mode=dynamic"),
-        1,
-    );
-    h.add_publication(
-        &format!("aeron:udp?control={CONTROL}|control-mode=dynamic"),
-        1,
-    );
-    h.settle();
-    let mut publication = None;
-    let mut image = None;
-    for _ in 0..3000 {
-        for e in h.take_events() {
-            match e {
-                Event::PublicationReady { log_file, .. } => publication = Some(log_file),
-                Event::AvailableImage {
-                    log_file,
-                    subscriber_position_id,
-                    ..
-                } => image = Some((log_file, subscriber_position_id)),
-                _ => {}
-            }
-        }
-        if image.is_some() {
-            break;
-        }
-        h.advance(MS);
-    }
-    let (image_file, position_id) =
-        image.expect("the receiver's probe made it a destination and a SETUP came");
-    let publication = LogBuffers::map_existing(Path::new(&publication.unwrap())).unwrap();
-    let image = LogBuffers::map_existing(Path::new(&image_file)).unwrap();
-    let header = HeaderWriter::new(&publication.default_header());
-    let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
+    let sub_channel =
+        format!("aeron:udp?endpoint=10.9.0.5:40300|control={CONTROL}|control-mode=dynamic");
+    let pub_channel = format!("aeron:udp?control={CONTROL}|control-mode=dynamic");
+    let mut l = h
+        .connect_loop(&sub_channel, &pub_channel, 3000)
+        .expect("the receiver's probe made it a destination and a SETUP came");
     let sent: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 150]).collect();
-    for m in &sent {
-        assert!(matches!(
-            appender.append_unfragmented(&header, m, None),
-            Append::Done(_)
-        ));
-    }
-    let mut got = Vec::new();
-    let mut offset = 0;
-    for _ in 0..50 {
-        h.advance(MS);
-        let term = image.term(0);
-        let (_, next) = term_reader::read(&term, offset, usize::MAX, |o, len| {
-            got.push(
-                term.slice(o + DATA_HEADER_LENGTH, len - DATA_HEADER_LENGTH)
-                    .to_vec(),
-            )
-        });
-        offset = next;
-        h.counters.counter_ref(position_id).set_ordered(next as i64);
-        if got.len() == sent.len() {
-            break;
-        }
-    }
+    let got = l.transfer(&mut h, &sent);
     assert_eq!(got, sent);
 }

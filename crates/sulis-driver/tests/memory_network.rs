@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Harness, MS};
+use common::{Harness, Loop, MS};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,8 +20,7 @@ use sulis_driver::DriverContext;
 use sulis_protocol::control::Event;
 use sulis_protocol::counters::type_id;
 use sulis_protocol::frame::{
-    StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP,
-    HDR_TYPE_SM,
+    StatusMessageFrame, HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP, HDR_TYPE_SM,
 };
 use sulis_protocol::log_buffer_descriptor::{LOG_IS_CONNECTED_OFFSET, LOG_RELIABLE_OFFSET};
 
@@ -31,11 +30,7 @@ const ENDPOINT: &str = "10.9.0.1:40123";
 struct Stream {
     h: Harness,
     net: MemoryNetwork,
-    publication_id: i64,
-    publication: LogBuffers,
-    image: LogBuffers,
-    subscriber_position: CounterRef,
-    read_offset: usize,
+    l: Loop,
 }
 
 fn frame_type(d: &Datagram) -> u16 {
@@ -53,69 +48,18 @@ impl Stream {
         let mut h = Harness::with_transports(name, configure, Arc::new(net.clone()));
         let channel = format!("aeron:udp?endpoint={ENDPOINT}{params}");
         h.keepalive();
-        h.add_subscription(&channel, 1);
-        let publication_id = h.add_publication(&channel, 1);
-        h.settle();
-        let mut publication = None;
-        let mut image = None;
-        for _ in 0..100 {
-            for e in h.take_events() {
-                match e {
-                    Event::PublicationReady { log_file, .. } => publication = Some(log_file),
-                    Event::AvailableImage {
-                        log_file,
-                        subscriber_position_id,
-                        ..
-                    } => image = Some((log_file, subscriber_position_id)),
-                    _ => {}
-                }
-            }
-            if image.is_some() {
-                break;
-            }
-            h.advance(MS);
-        }
-        let (image_file, position_id) = image.expect("connected within 100 ms");
-        let publication = LogBuffers::map_existing(Path::new(&publication.unwrap())).unwrap();
-        let image = LogBuffers::map_existing(Path::new(&image_file)).unwrap();
-        let subscriber_position = h.counters.counter_ref(position_id);
-        Stream {
-            h,
-            net,
-            publication_id,
-            publication,
-            image,
-            subscriber_position,
-            read_offset: 0,
-        }
+        let l = h
+            .connect_loop(&channel, &channel, 100)
+            .expect("connected within 100 ms");
+        Stream { h, net, l }
     }
 
-    /// Appends messages to the first term, as a publisher would.
     fn publish(&self, messages: &[Vec<u8>]) {
-        let header = HeaderWriter::new(&self.publication.default_header());
-        let appender = TermAppender::new(self.publication.term(0), self.publication.meta(), 0);
-        for m in messages {
-            assert!(matches!(
-                appender.append_unfragmented(&header, m, None),
-                Append::Done(_)
-            ));
-        }
+        self.l.publish(messages)
     }
 
-    /// Reads what the image holds past what was read, as a subscriber
-    /// would, and moves the subscriber position.
     fn poll(&mut self) -> Vec<Vec<u8>> {
-        let term = self.image.term(0);
-        let mut out = Vec::new();
-        let (_, next) = term_reader::read(&term, self.read_offset, usize::MAX, |offset, len| {
-            out.push(
-                term.slice(offset + DATA_HEADER_LENGTH, len - DATA_HEADER_LENGTH)
-                    .to_vec(),
-            )
-        });
-        self.read_offset = next;
-        self.subscriber_position.set_ordered(next as i64);
-        out
+        self.l.poll()
     }
 
     /// The send endpoint's address (the one bound besides the channel's).
@@ -146,7 +90,7 @@ fn messages_cross_the_network_in_order() {
     assert_eq!(s.poll(), sent);
     assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
     assert_eq!(s.counter(SystemCounter::InvalidPackets), 0);
-    assert_eq!(s.image.meta().get_u8(LOG_RELIABLE_OFFSET), 1);
+    assert_eq!(s.l.image.meta().get_u8(LOG_RELIABLE_OFFSET), 1);
 }
 
 #[test]
@@ -204,7 +148,7 @@ fn with_reliable_false_a_lost_datagram_is_padded_over_not_naked() {
     assert_eq!(s.counter(SystemCounter::NakMessagesSent), 0);
     assert_eq!(s.counter(SystemCounter::LossGapFills), 1);
     // The image's log says so, for tools and Aeron clients reading it.
-    assert_eq!(s.image.meta().get_u8(LOG_RELIABLE_OFFSET), 0);
+    assert_eq!(s.l.image.meta().get_u8(LOG_RELIABLE_OFFSET), 0);
 }
 
 #[test]
@@ -238,7 +182,7 @@ fn the_sender_stops_at_the_receiver_window_until_the_subscriber_moves() {
     // Nobody reads: the image fills up to the window the status messages
     // granted and stops there.
     let hwm = |s: &Stream| {
-        let term = s.image.term(0);
+        let term = s.l.image.term(0);
         term_reader::read(&term, 0, usize::MAX, |_, _| {}).1
     };
     let held = hwm(&s);
@@ -406,7 +350,7 @@ fn a_status_message_outside_the_transmission_window_is_dropped_and_counted_not_l
     }
     assert!(got == sent, "{} of {} messages", got.len(), sent.len());
     s.h.settle();
-    let header = s.publication.default_header();
+    let header = s.l.publication.default_header();
     let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
     // A late status message for position 0 (the term's start), as a reordered datagram brings.
     let stale = StatusMessageFrame {
@@ -451,10 +395,10 @@ fn a_closed_publication_tells_its_receiver_the_end_before_its_linger_ends() {
     s.publish(&sent);
     s.h.settle();
     assert_eq!(s.poll(), sent);
-    s.h.remove_publication(s.publication_id);
+    s.h.remove_publication(s.l.publication_id);
     s.h.advance(20 * MS);
     assert_eq!(
-        sulis_concurrent::logbuffer::meta::end_of_stream_position(&s.image.meta()),
+        sulis_concurrent::logbuffer::meta::end_of_stream_position(&s.l.image.meta()),
         3 * 96,
         "the image knows where the stream ends"
     );
@@ -521,7 +465,7 @@ fn a_tethered_spy_holds_the_publisher_limit_where_it_reads() {
         s.poll();
     }
     assert_eq!(
-        s.subscriber_position.get(),
+        s.l.subscriber_position.get(),
         25_600,
         "the receiver has it all"
     );
@@ -603,7 +547,7 @@ fn data_and_heartbeats_beyond_the_window_but_within_half_a_term_are_taken_and_th
     s.h.settle();
     let sender = s.sender_address();
     s.net.hold(sender, true);
-    let header = s.publication.default_header();
+    let header = s.l.publication.default_header();
     let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
     let position = 4 * 160;
     let ahead = position + 8192; // twice the window, a quarter of the term
@@ -670,7 +614,7 @@ fn an_image_stuck_behind_data_its_sender_no_longer_keeps_gives_up_and_the_sessio
     }
     // The sender went on without this receiver: heartbeats from more than
     // half a term (64 KiB) ahead, dropped as over-runs, tell how far it is.
-    let header = s.publication.default_header();
+    let header = s.l.publication.default_header();
     let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
     let ahead = sulis_protocol::frame::DataHeader::heartbeat(field(12), 1, field(20) + 1, 8192);
     let mut unavailable = false;

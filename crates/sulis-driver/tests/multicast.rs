@@ -10,12 +10,11 @@ use common::{Harness, MS};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use sulis_concurrent::logbuffer::term_appender::{Append, HeaderWriter, TermAppender};
-use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
+use sulis_concurrent::logbuffer::LogBuffers;
 use sulis_driver::media::memory::{Datagram, MemoryNetwork};
 use sulis_protocol::control::Event;
 use sulis_protocol::counters::type_id;
-use sulis_protocol::frame::{SetupFrame, StatusMessageFrame, DATA_HEADER_LENGTH, HDR_TYPE_SETUP};
+use sulis_protocol::frame::{SetupFrame, StatusMessageFrame, HDR_TYPE_SETUP};
 
 const GROUP: &str = "239.1.1.1:40123";
 const CONTROL: &str = "239.1.1.2:40123";
@@ -198,57 +197,10 @@ fn a_subscription_on_the_group_receives_the_stream_through_the_control_group() {
     let mut h = Harness::with_transports("mc-loop", |_| {}, Arc::new(net.clone()));
     h.keepalive();
     let channel = format!("aeron:udp?endpoint={GROUP}");
-    h.add_subscription(&channel, 1);
-    h.add_publication(&channel, 1);
-    h.settle();
-    let mut publication = None;
-    let mut image = None;
-    for _ in 0..100 {
-        for e in h.take_events() {
-            match e {
-                Event::PublicationReady { log_file, .. } => publication = Some(log_file),
-                Event::AvailableImage {
-                    log_file,
-                    subscriber_position_id,
-                    ..
-                } => image = Some((log_file, subscriber_position_id)),
-                _ => {}
-            }
-        }
-        if image.is_some() {
-            break;
-        }
-        h.advance(MS);
-    }
-    let (image_file, position_id) =
-        image.expect("the image came (SETUP, then a status message to the control group)");
-    let publication = LogBuffers::map_existing(Path::new(&publication.unwrap())).unwrap();
-    let image = LogBuffers::map_existing(Path::new(&image_file)).unwrap();
-    let header = HeaderWriter::new(&publication.default_header());
-    let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
+    let mut l = h
+        .connect_loop(&channel, &channel, 100)
+        .expect("the image came (SETUP, then a status message to the control group)");
     let sent: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 200]).collect();
-    for m in &sent {
-        assert!(matches!(
-            appender.append_unfragmented(&header, m, None),
-            Append::Done(_)
-        ));
-    }
-    let mut got = Vec::new();
-    let mut offset = 0;
-    for _ in 0..50 {
-        h.advance(MS);
-        let term = image.term(0);
-        let (_, next) = term_reader::read(&term, offset, usize::MAX, |o, len| {
-            got.push(
-                term.slice(o + DATA_HEADER_LENGTH, len - DATA_HEADER_LENGTH)
-                    .to_vec(),
-            )
-        });
-        offset = next;
-        h.counters.counter_ref(position_id).set_ordered(next as i64);
-        if got.len() == sent.len() {
-            break;
-        }
-    }
+    let got = l.transfer(&mut h, &sent);
     assert_eq!(got, sent);
 }

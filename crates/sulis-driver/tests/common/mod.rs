@@ -4,10 +4,13 @@
 
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::path::Path;
 use std::sync::Arc;
 use sulis_concurrent::broadcast::{BroadcastReceiver, CopyBroadcastReceiver};
 use sulis_concurrent::cnc::Cnc;
-use sulis_concurrent::counters::CountersReader;
+use sulis_concurrent::counters::{CounterRef, CountersReader};
+use sulis_concurrent::logbuffer::term_appender::{Append, HeaderWriter, TermAppender};
+use sulis_concurrent::logbuffer::{term_reader, LogBuffers};
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_driver::agent::{ManualClock, NanoClock};
 use sulis_driver::media::transport::{TransportFactory, UdpTransportFactory};
@@ -15,6 +18,7 @@ use sulis_driver::system_counters::SystemCounter;
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use sulis_protocol::cnc_descriptor::CNC_FILE;
 use sulis_protocol::control::{Command, Event};
+use sulis_protocol::frame::DATA_HEADER_LENGTH;
 
 pub const MS: i64 = 1_000_000;
 
@@ -223,4 +227,102 @@ pub fn image_position_counter(events: &[Event], subscription: i64) -> i32 {
             _ => None,
         })
         .expect("an image for the subscription")
+}
+
+/// A publication and a subscription of the harness's driver, connected: the
+/// publication's log (the test appends to it as a publisher would) and the
+/// image's (the test reads it as a subscriber would, moving its position).
+pub struct Loop {
+    pub publication_id: i64,
+    pub publication: LogBuffers,
+    pub image: LogBuffers,
+    pub subscriber_position: CounterRef,
+    read_offset: usize,
+}
+
+impl Harness {
+    /// Adds a subscription on `sub_channel` and a publication on
+    /// `pub_channel` (stream 1) and moves time in 1 ms steps, up to
+    /// `max_ms`, until the image is there; `None` if it never came.
+    pub fn connect_loop(
+        &mut self,
+        sub_channel: &str,
+        pub_channel: &str,
+        max_ms: usize,
+    ) -> Option<Loop> {
+        self.add_subscription(sub_channel, 1);
+        let publication_id = self.add_publication(pub_channel, 1);
+        self.settle();
+        let mut publication = None;
+        let mut image = None;
+        for _ in 0..max_ms {
+            for e in self.take_events() {
+                match e {
+                    Event::PublicationReady { log_file, .. } => publication = Some(log_file),
+                    Event::AvailableImage {
+                        log_file,
+                        subscriber_position_id,
+                        ..
+                    } => image = Some((log_file, subscriber_position_id)),
+                    _ => {}
+                }
+            }
+            if image.is_some() {
+                break;
+            }
+            self.advance(MS);
+        }
+        let (image_file, position_id) = image?;
+        Some(Loop {
+            publication_id,
+            publication: LogBuffers::map_existing(Path::new(&publication?)).unwrap(),
+            image: LogBuffers::map_existing(Path::new(&image_file)).unwrap(),
+            subscriber_position: self.counters.counter_ref(position_id),
+            read_offset: 0,
+        })
+    }
+}
+
+impl Loop {
+    /// Appends messages to the first term, as a publisher would.
+    pub fn publish(&self, messages: &[Vec<u8>]) {
+        let header = HeaderWriter::new(&self.publication.default_header());
+        let appender = TermAppender::new(self.publication.term(0), self.publication.meta(), 0);
+        for m in messages {
+            assert!(matches!(
+                appender.append_unfragmented(&header, m, None),
+                Append::Done(_)
+            ));
+        }
+    }
+
+    /// Reads what the image holds past what was read, as a subscriber
+    /// would, and moves the subscriber position.
+    pub fn poll(&mut self) -> Vec<Vec<u8>> {
+        let term = self.image.term(0);
+        let mut out = Vec::new();
+        let (_, next) = term_reader::read(&term, self.read_offset, usize::MAX, |offset, len| {
+            out.push(
+                term.slice(offset + DATA_HEADER_LENGTH, len - DATA_HEADER_LENGTH)
+                    .to_vec(),
+            )
+        });
+        self.read_offset = next;
+        self.subscriber_position.set_ordered(next as i64);
+        out
+    }
+
+    /// Publishes `sent`, then moves time up to 50 ms, reading; returns what arrived.
+    pub fn transfer(&mut self, h: &mut Harness, sent: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        self.publish(sent);
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            h.advance(MS);
+            got.extend(self.poll());
+            if got.len() >= sent.len() {
+                break;
+            }
+        }
+        got
+    }
 }
