@@ -727,6 +727,48 @@ def test_replicate_over_a_response_channel(driver, client, make_driver, archive_
         shutil.rmtree(dst_dir, ignore_errors=True)
 
 
+@pytest.mark.expect_errors  # the refused tag is logged
+def test_a_tagged_replication_records_through_a_tagged_endpoint_others_can_share(driver, client, make_driver,
+                                                                                archive_dir):
+    """Aeron's tagged replication: the copy is recorded through a multi-destination subscription
+    ``tags=C,S`` whose destination is the replication channel's endpoint; a subscription of the copying
+    archive's driver on ``aeron:udp?tags=C`` shares that endpoint and sees the replayed stream."""
+    source_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    dst_driver = make_driver()
+    dst_dir = make_dir("sulis-archive-dst-")
+    try:
+        with sulis.Archive(archive_dir, driver_dir=driver.dir, control_channel=source_channel) as source, \
+                sulis.ArchiveClient(client) as src, sulis.Client(dir=dst_driver.dir) as dst_client, \
+                sulis.Archive(dst_dir, driver_dir=dst_driver.dir,
+                              replication_channel=f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}") as dst, \
+                sulis.ArchiveClient(dst_client) as ac:
+            src.start_recording("aeron:ipc", 1003)
+            pub = client.add_exclusive_publication("aeron:ipc?term-length=64k", 1003)
+            live_id = src.await_signal(RecordingSignal.START).recording_id
+            publish(pub, (message(i) for i in range(300)))
+            ac.replicate(live_id, source_channel, channel_tag_id=7001, subscription_tag_id=7002)
+            copy_id = ac.await_signal(RecordingSignal.REPLICATE).recording_id
+            ac.await_signal(RecordingSignal.EXTEND, copy_id)
+            # The recording subscription is tagged: a channel naming only its tag shares its endpoint.
+            watcher = dst_client.add_subscription("aeron:udp?tags=7001", 1003)
+            await_until(lambda: watcher.image_count == 1, what="the watcher to see the replay")
+            seen: list[bytes] = []
+            asm = sulis.FragmentAssembler(lambda b, _h: seen.append(bytes(b)))
+            publish(pub, (message(i) for i in range(300, 1000)))
+            end = pub.position
+            # One image, two subscribers: the watcher reads too, or it holds the copy back at its window.
+            await_until(lambda: watcher.poll(asm, 100) >= 0 and seen and seen[-1] == message(999),
+                        what="the watcher to read the stream's end")
+            await_until(lambda: ac.get_recording_position(copy_id) == end, what="the copy to catch up")
+            assert receive(ac.replay(copy_id, "aeron:ipc", 3003), 1000) == [message(i) for i in range(1000)]
+            with pytest.raises(sulis.ConfigurationError, match="tags=7009: no subscription channel has that"):
+                dst_client.add_subscription("aeron:udp?tags=7009", 1003)
+            assert dst.errors() == [] and source.errors() == []
+            pub.close()
+    finally:
+        shutil.rmtree(dst_dir, ignore_errors=True)
+
+
 def test_replication_errors_name_what_was_wrong(driver, client, archive_dir):
     with sulis.Archive(archive_dir, driver_dir=driver.dir, connect_timeout=1.0) as archive, \
             sulis.ArchiveClient(client) as ac:

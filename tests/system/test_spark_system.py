@@ -750,11 +750,17 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     ac.start_recording(CHANNEL, 3115)  # the sink's stream
 
     def start(mode: str) -> subprocess.Popen:
-        # Its own session: kill -9 then reaches the JVM that the Python driver started, too.
-        return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode,
-                                 "local[2]", "sinkStreamId=3115"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                start_new_session=True)
+        # Its own session: kill -9 then reaches the JVM that the Python driver started, too. Its
+        # stderr goes to a file, for the message of a failure.
+        with open(os.path.join(tmp, f"{mode}.stderr"), "w") as err:
+            return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode,
+                                     "local[2]", "sinkStreamId=3115"],
+                                    stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+
+    def stderr_tail(mode: str) -> str:
+        with open(os.path.join(tmp, f"{mode}.stderr")) as f:
+            lines = [ln for ln in f.read().splitlines() if " WARN " not in ln and " INFO " not in ln]
+        return "\n".join(lines[-40:])
 
     journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
                       ("aeron:ipc", 0x5A17))
@@ -779,7 +785,7 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     restarted = start("available-now")
     try:
         outcome = json.loads(restarted.stdout.readline() or "{}")
-        assert outcome == {"done": True, "exception": None}
+        assert outcome == {"done": True, "exception": None}, f"the restart: {outcome}\n{stderr_tail('available-now')}"
         restarted.wait(timeout=60)
     finally:
         if restarted.poll() is None:

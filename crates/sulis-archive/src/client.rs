@@ -72,6 +72,11 @@ pub struct Replication {
     pub credentials: Vec<u8>,
     /// Where the source answers this archive (empty: a free port of this host).
     pub src_response_channel: String,
+    /// Channel tag of the recording subscription (−1: none; with a
+    /// subscription tag only, the replication id).
+    pub channel_tag_id: i64,
+    /// Subscription tag of it (−1: none; with a channel tag only, the replication id).
+    pub subscription_tag_id: i64,
 }
 
 impl Default for Replication {
@@ -87,6 +92,8 @@ impl Default for Replication {
             replication_session_id: NULL_VALUE as i32,
             credentials: Vec::new(),
             src_response_channel: String::new(),
+            channel_tag_id: NULL_VALUE,
+            subscription_tag_id: NULL_VALUE,
         }
     }
 }
@@ -1182,8 +1189,8 @@ impl ArchiveClient {
                 src_recording_id: r.src_recording_id,
                 dst_recording_id: r.dst_recording_id,
                 stop_position: r.stop_position,
-                channel_tag_id: NULL_VALUE,
-                subscription_tag_id: NULL_VALUE,
+                channel_tag_id: r.channel_tag_id,
+                subscription_tag_id: r.subscription_tag_id,
                 src_control_stream_id: r.src_control_stream_id,
                 file_io_max_length: NULL_VALUE as i32,
                 replication_session_id: r.replication_session_id,

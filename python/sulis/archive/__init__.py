@@ -290,7 +290,8 @@ class ArchiveClient(_native.ArchiveClient):
                   src_control_stream_id: int = 10, dst_recording_id: int = -1,
                   stop_position: int | None = None, replication_channel: str = "",
                   live_destination: str = "", replication_session_id: int = -1,
-                  credentials: bytes | None = None, src_response_channel: str = "") -> int:
+                  credentials: bytes | None = None, src_response_channel: str = "",
+                  channel_tag_id: int | None = None, subscription_tag_id: int | None = None) -> int:
         """Asks this archive to copy recording ``src_recording_id`` of the
         archive whose control channel is ``src_control_channel``; returns the
         replication id.
@@ -304,11 +305,19 @@ class ArchiveClient(_native.ArchiveClient):
         SYNC once the copy holds all the source had, REPLICATE_END last;
         errors come through ``poll_errors``. ``stop_position`` stops there;
         by default a live source is followed until it stops.
+
+        With ``channel_tag_id`` or ``subscription_tag_id`` (Aeron's tagged
+        replication) the copy is recorded through a multi-destination
+        subscription ``tags=C,S`` whose one destination is the replication
+        channel's endpoint (a tag not given is the replication id): another
+        subscription of this archive's driver on ``aeron:udp?tags=C`` shares
+        that endpoint and sees the replay.
         """
         return super().replicate(
             src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id,
             -1 if stop_position is None else stop_position, replication_channel, live_destination,
-            replication_session_id, credentials, src_response_channel)
+            replication_session_id, credentials, src_response_channel,
+            -1 if channel_tag_id is None else channel_tag_id, -1 if subscription_tag_id is None else subscription_tag_id)
 
     def stop_replication(self, replication_id: int) -> None:
         """Stops a replication: its recording stops where it got to."""

@@ -691,8 +691,8 @@ impl ArchiveConductor {
                 self.migrate_segments(sid, k, r.src_recording_id, r.dst_recording_id);
             }
             ReplicateRequest::TEMPLATE_ID | TaggedReplicateRequest::TEMPLATE_ID => {
-                // The pre-1.33 requests; a tagged one's tags are ignored (see docs/archive.md).
-                let (src, dst, stream, channel, live) =
+                // The pre-1.33 requests.
+                let (src, dst, stream, channel, live, tags) =
                     if template_id == ReplicateRequest::TEMPLATE_ID {
                         let r = ReplicateRequest::decode(m)?;
                         let c = r.src_control_channel;
@@ -702,6 +702,7 @@ impl ArchiveConductor {
                             r.src_control_stream_id,
                             c,
                             r.live_destination,
+                            (NULL_VALUE, NULL_VALUE),
                         )
                     } else {
                         let r = TaggedReplicateRequest::decode(m)?;
@@ -712,9 +713,11 @@ impl ArchiveConductor {
                             r.src_control_stream_id,
                             c,
                             r.live_destination,
+                            (r.channel_tag_id, r.subscription_tag_id),
                         )
                     };
-                let p = replication::ReplicateParams::before_1_33(src, dst, stream, channel, live);
+                let p =
+                    replication::ReplicateParams::before_1_33(src, dst, stream, channel, live, tags);
                 self.on_replicate(sid, k, p);
             }
             ReplicateRequest2::TEMPLATE_ID => {
@@ -733,6 +736,8 @@ impl ArchiveConductor {
                         replication_session_id: r.replication_session_id,
                         credentials: r.encoded_credentials,
                         src_response_channel: r.src_response_channel,
+                        channel_tag_id: r.channel_tag_id,
+                        subscription_tag_id: r.subscription_tag_id,
                     },
                 );
             }

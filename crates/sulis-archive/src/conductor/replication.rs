@@ -41,6 +41,9 @@ pub(super) struct ReplicateParams {
     pub replication_session_id: i32,
     pub credentials: Vec<u8>,
     pub src_response_channel: String,
+    /// Tags of the recording subscription (−1 both: untagged; −1 one: the replication id).
+    pub channel_tag_id: i64,
+    pub subscription_tag_id: i64,
 }
 
 impl ReplicateParams {
@@ -52,8 +55,11 @@ impl ReplicateParams {
         src_control_stream_id: i32,
         src_control_channel: String,
         live_destination: String,
+        tags: (i64, i64),
     ) -> ReplicateParams {
         ReplicateParams {
+            channel_tag_id: tags.0,
+            subscription_tag_id: tags.1,
             src_recording_id,
             dst_recording_id,
             stop_position: NULL_VALUE,
@@ -689,12 +695,33 @@ impl ArchiveConductor {
         } else {
             with_session_id(&channel, session_id).map_err(|e| (error_code::GENERIC, e))?
         };
+        // Tagged, as Aeron's: the copy is recorded through a multi-destination
+        // subscription tagged `tags=C,S` (a tag not given is the replication
+        // id), the replay arriving at its one destination, the replication
+        // channel's endpoint; a channel of this driver that names `tags=C`
+        // shares that endpoint.
+        let tags = (r.params.channel_tag_id, r.params.subscription_tag_id);
+        // The source replays to `channel`; the copy records `recording_channel`.
+        let (recording_channel, replay_destination) = if tags == (NULL_VALUE, NULL_VALUE) {
+            (channel.clone(), None)
+        } else {
+            if response_mode {
+                return Err((
+                    error_code::GENERIC,
+                    format!("channel and subscription tags need a replication channel with an endpoint, not the response channel '{channel}'"),
+                ));
+            }
+            let pick = |t: i64| if t == NULL_VALUE { id } else { t };
+            tagged_recording_channel(&channel, pick(tags.0), pick(tags.1))
+                .map(|(c, d)| (c, Some(d)))
+                .map_err(|e| (error_code::GENERIC, e))?
+        };
         let subscription_id = self
             .add_recording_subscription(StartRecording {
                 control_session_id: sid,
                 correlation_id: id,
                 stream_id: src.stream_id,
-                channel: channel.clone(),
+                channel: recording_channel,
                 auto_stop: true,
                 extend: Some(dst_id),
                 // The replay comes from the source archive over the network.
@@ -718,6 +745,19 @@ impl ArchiveConductor {
                     .map(|s| (subscription_id, s.subscription.shared()))
             })
             .flatten();
+        if let Some(destination) = replay_destination {
+            let added = self
+                .recording_subscriptions
+                .iter()
+                .find(|s| s.subscription.registration_id() == subscription_id)
+                .map(|s| s.subscription.add_destination(&destination));
+            if let Some(Err(e)) = added {
+                return Err((
+                    error_code::GENERIC,
+                    format!("cannot add the replay destination '{destination}': {e}"),
+                ));
+            }
+        }
         let r = &mut self.replications[i];
         r.subscription_id = Some(subscription_id);
         r.image_deadline = Some(Instant::now() + self.ctx.connect_timeout * 2);
@@ -946,5 +986,38 @@ mod tests {
             Some("localhost")
         );
         assert_eq!(endpoint_host("aeron:ipc"), None);
+    }
+}
+
+/// A tagged replication's recording channel and its replay destination: the
+/// replication channel without its endpoint, as a multi-destination
+/// subscription (`control-mode=manual`) tagged `tags=CHANNEL,SUBSCRIPTION`,
+/// and `aeron:udp?endpoint=` the endpoint it had (Aeron's
+/// `ReplicationSession.extend`).
+fn tagged_recording_channel(channel: &str, channel_tag: i64, subscription_tag: i64) -> Result<(String, String), String> {
+    let uri = ChannelUri::parse(channel).map_err(|e| e.to_string())?;
+    let endpoint = uri
+        .get("endpoint")
+        .ok_or_else(|| format!("channel and subscription tags need a replication channel with an endpoint, not '{channel}'"))?
+        .to_owned();
+    let tagged = uri
+        .with("tags", &format!("{channel_tag},{subscription_tag}"))
+        .and_then(|u| u.with("control-mode", "manual"))
+        .and_then(|u| u.without(&["endpoint"]))
+        .map_err(|e| e.to_string())?;
+    Ok((tagged.to_string(), format!("aeron:udp?endpoint={endpoint}")))
+}
+
+#[cfg(test)]
+mod tagged_tests {
+    use super::tagged_recording_channel;
+
+    #[test]
+    fn should_record_a_tagged_replication_through_a_tagged_multi_destination_subscription() {
+        let (channel, destination) =
+            tagged_recording_channel("aeron:udp?endpoint=127.0.0.1:4000|session-id=7", 5, 6).unwrap();
+        assert_eq!(channel, "aeron:udp?session-id=7|tags=5,6|control-mode=manual");
+        assert_eq!(destination, "aeron:udp?endpoint=127.0.0.1:4000");
+        assert!(tagged_recording_channel("aeron:ipc", 5, 6).is_err());
     }
 }

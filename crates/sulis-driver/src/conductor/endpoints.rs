@@ -41,6 +41,9 @@ pub(super) struct EndpointEntry {
     pub(super) mdc: Option<crate::multi_send_destination::MdcMode>,
     /// A multi-destination subscription's destinations.
     pub(super) destinations: Vec<ReceiveDestination>,
+    /// The channel tag (`tags=C,...`) of the channel that made it: a channel
+    /// that names only `tags=C` means this endpoint, as that channel.
+    pub(super) channel_tag: Option<(i64, String)>,
 }
 
 /// A destination of a multi-destination subscription: a transport of its
@@ -321,6 +324,72 @@ impl DriverConductor {
         Ok(udp)
     }
 
+    /// `aeron:udp?tags=C` with no endpoint, control or control mode refers to
+    /// the endpoint a channel with channel tag C made (a subscription's to a
+    /// receive endpoint, a publication's to a send endpoint), as Aeron's: the
+    /// channel to go on with is that channel. `None` for any other channel;
+    /// an error if no endpoint has the tag.
+    pub(super) fn tagged_channel(
+        &self,
+        channel: &str,
+        uri: &ChannelUri,
+        subscription: bool,
+    ) -> Result<Option<String>, CommandError> {
+        let p = uri.params();
+        let Some((tag, _)) = p.tags else {
+            return Ok(None);
+        };
+        if p.endpoint.is_some() || p.control.is_some() || p.control_mode.is_some() {
+            return Ok(None);
+        }
+        let endpoints = if subscription {
+            &self.receive_endpoints
+        } else {
+            &self.send_endpoints
+        };
+        endpoints
+            .iter()
+            .find_map(|e| e.channel_tag.as_ref().filter(|(t, _)| *t == tag))
+            .map(|(_, tagged)| Some(tagged.clone()))
+            .ok_or_else(|| {
+                CommandError::new(
+                    error_code::INVALID_CHANNEL,
+                    format!(
+                        "channel '{channel}': tags={tag}: no {} channel has that channel tag",
+                        if subscription { "subscription" } else { "publication" }
+                    ),
+                )
+            })
+    }
+
+    /// The channel tag a new endpoint for `channel` carries, which no other
+    /// endpoint of its kind may have.
+    pub(super) fn claim_channel_tag(
+        &self,
+        channel: &str,
+        uri: &ChannelUri,
+        subscription: bool,
+    ) -> Result<Option<(i64, String)>, CommandError> {
+        let Some((tag, _)) = uri.params().tags else {
+            return Ok(None);
+        };
+        let endpoints = if subscription {
+            &self.receive_endpoints
+        } else {
+            &self.send_endpoints
+        };
+        if let Some((_, other)) = endpoints
+            .iter()
+            .find_map(|e| e.channel_tag.as_ref().filter(|(t, _)| *t == tag))
+        {
+            return Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': channel tag {tag} is already in use by '{other}'"),
+            ));
+        }
+        Ok(Some((tag, channel.to_owned())))
+    }
+
     /// Runs a name look-up, timing it into the name resolver counters.
     pub(super) fn timed_name_lookup<T>(&self, lookup: impl FnOnce() -> T) -> T {
         let start = std::time::Instant::now();
@@ -453,5 +522,33 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn should_share_a_tagged_endpoint_with_channels_naming_only_its_tag() {
+        let mut t = TestConductor::new("channel-tags");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_subscription(5, 100, 10, "aeron:udp?endpoint=10.0.0.1:4000|tags=5,6")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_subscription(5, 101, 11, "aeron:udp?tags=5")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.receive_endpoints.len(), 1, "one endpoint, shared");
+        let endpoints: Vec<_> = c.subscriptions.iter().map(|s| s.udp_endpoint).collect();
+        assert_eq!(endpoints[0], endpoints[1]);
+        // Publications have their own: a send endpoint tagged 5 is another matter.
+        c.on_add_publication(5, 102, 10, "aeron:udp?endpoint=10.0.0.1:4000|tags=5", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_publication(5, 103, 12, "aeron:udp?tags=5", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.send_endpoints.len(), 1);
+        for (channel, why) in [
+            ("aeron:udp?tags=9", "tags=9: no subscription channel has that channel tag"),
+            ("aeron:udp?endpoint=10.0.0.1:4001|tags=5", "channel tag 5 is already in use"),
+        ] {
+            let e = command_error(c.on_add_subscription(5, 104, 13, channel));
+            assert_eq!(e.code, error_code::INVALID_CHANNEL, "{channel}");
+            assert!(e.message.contains(why), "{channel}: {}", e.message);
+        }
     }
 }

@@ -49,6 +49,19 @@ impl DriverConductor {
         fixed_session: Option<i32>,
         exclusive: bool,
     ) -> Result<(), CommandError> {
+        if let Some(tagged) = self.tagged_channel(channel, uri, false)? {
+            let tagged_uri = ChannelUri::parse(&tagged)
+                .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
+            return self.on_add_network_publication(
+                client_id,
+                correlation_id,
+                stream_id,
+                &tagged,
+                &tagged_uri,
+                fixed_session,
+                exclusive,
+            );
+        }
         let udp = self.resolve_udp(channel, uri, false)?;
         let p = uri.params();
         let is_response = udp.is_response;
@@ -139,6 +152,7 @@ impl DriverConductor {
                 e.id
             }
             None => {
+                let channel_tag = self.claim_channel_tag(channel, uri, false)?;
                 let towards = destination.or(udp.control);
                 let local = match (udp.control, udp.interface) {
                     // The control address is the publication's own: the
@@ -199,6 +213,7 @@ impl DriverConductor {
                     group_tag: None,
                     mdc,
                     destinations: Vec::new(),
+                    channel_tag,
                 });
                 id
             }

@@ -273,6 +273,18 @@ impl DriverConductor {
         uri: &ChannelUri,
         session_filter: Option<i32>,
     ) -> Result<(), CommandError> {
+        if let Some(tagged) = self.tagged_channel(channel, uri, true)? {
+            let tagged_uri = ChannelUri::parse(&tagged)
+                .map_err(|e| CommandError::new(error_code::INVALID_CHANNEL, e.to_string()))?;
+            return self.on_add_udp_subscription(
+                client_id,
+                correlation_id,
+                stream_id,
+                &tagged,
+                &tagged_uri,
+                session_filter,
+            );
+        }
         let udp = self.resolve_udp(channel, uri, true)?;
         let p = uri.params();
         let mds = p.control_mode == Some(ControlMode::Manual);
@@ -312,6 +324,7 @@ impl DriverConductor {
                     (e.id, e.status_counter_id)
                 }
                 None if mds => {
+                    let channel_tag = self.claim_channel_tag(channel, uri, true)?;
                     // A multi-destination subscription: no socket until a
                     // destination brings one (its endpoint, if named, is not bound).
                     let id = self.next_endpoint_id;
@@ -340,10 +353,12 @@ impl DriverConductor {
                         group_tag,
                         mdc: Some(MdcMode::Manual),
                         destinations: Vec::new(),
+                        channel_tag,
                     });
                     (id, status_counter_id)
                 }
                 None => {
+                    let channel_tag = self.claim_channel_tag(channel, uri, true)?;
                     // A response or MDC subscription without an endpoint
                     // takes an ephemeral port: the server (the publication)
                     // learns it from the status messages it sends.
@@ -394,6 +409,7 @@ impl DriverConductor {
                         group_tag,
                         mdc: None,
                         destinations: Vec::new(),
+                        channel_tag,
                     });
                     (id, status_counter_id)
                 }

@@ -299,7 +299,8 @@ impl PyArchiveClient {
     #[pyo3(signature = (
         src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id=-1,
         stop_position=-1, replication_channel=String::new(), live_destination=String::new(),
-        replication_session_id=-1, credentials=None, src_response_channel=String::new()
+        replication_session_id=-1, credentials=None, src_response_channel=String::new(),
+        channel_tag_id=-1, subscription_tag_id=-1
     ))]
     #[allow(clippy::too_many_arguments)]
     fn replicate(
@@ -315,8 +316,12 @@ impl PyArchiveClient {
         replication_session_id: i32,
         credentials: Option<Vec<u8>>,
         src_response_channel: String,
+        channel_tag_id: i64,
+        subscription_tag_id: i64,
     ) -> PyResult<i64> {
         let r = sulis_archive::Replication {
+            channel_tag_id,
+            subscription_tag_id,
             src_recording_id,
             dst_recording_id,
             stop_position,
