@@ -173,8 +173,8 @@ impl Cubic {
             cwnd,
             w_max,
             k: (w_max as f64 * B / C).cbrt(),
-            window: cwnd * mtu,
-            initial_window: cwnd * mtu,
+            window: (cwnd * mtu).min(max_window),
+            initial_window: (cwnd * mtu).min(max_window),
             max_window,
             last_update_ns: now_ns,
             last_loss_ns: now_ns,
@@ -227,7 +227,7 @@ impl CongestionControl for Cubic {
             self.w_max = self.cwnd;
             self.k = (self.w_max as f64 * B / C).cbrt();
             self.cwnd = ((self.cwnd as f64 * (1.0 - B)) as i32).max(1);
-            self.window = self.cwnd * self.mtu;
+            self.window = (self.cwnd * self.mtu).min(self.max_window);
             self.last_loss_ns = now_ns;
         } else if self.cwnd < self.max_cwnd
             && now_ns - self.last_update_ns > self.update_interval_ns
@@ -241,7 +241,7 @@ impl CongestionControl for Cubic {
                 let tcp = self.w_max as f64 * (1.0 - B) + (3.0 * B / (2.0 - B)) * (t / rtt);
                 self.cwnd = self.cwnd.max((tcp as i32).min(self.max_cwnd));
             }
-            self.window = self.cwnd * self.mtu;
+            self.window = (self.cwnd * self.mtu).min(self.max_window);
             self.last_update_ns = now_ns;
         } else if self.cwnd == 1 && consumption > last_sm {
             force = true;
@@ -325,6 +325,15 @@ mod tests {
             c.on_track_rebuild(2 * S + 50_000, 0, 0, false).window,
             first
         );
+    }
+
+    #[test]
+    fn should_never_offer_more_than_the_receiver_window_whatever_the_mtu() {
+        // A sender's MTU (from its SETUP) larger than the window: one MTU would be too much.
+        let mut c = Cubic::new(CubicParams::default(), 32 * 1024, 65504, 0);
+        assert_eq!(c.initial_window(), 32 * 1024);
+        assert!(c.on_track_rebuild(S, 0, 0, false).window <= 32 * 1024);
+        assert!(c.on_track_rebuild(2 * S, 0, 0, true).window <= 32 * 1024);
     }
 
     #[test]

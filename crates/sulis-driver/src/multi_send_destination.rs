@@ -94,9 +94,12 @@ impl MultiSendDestination {
     /// its source becomes or stays a destination; manual, the destination
     /// at that address learns its receiver id and is marked active.
     pub fn on_status_message(&mut self, sm: &StatusMessageFrame, src: SocketAddr, now_ns: i64) {
+        let dynamic = self.mode == MdcMode::Dynamic;
+        // A dynamic destination follows its receiver (id and port) to a new
+        // address; a manual one is where its client put it, whoever talks.
         let known = self.destinations.iter_mut().find(|d| match d.receiver_id {
-            Some(id) => id == sm.receiver_id && d.address.port() == src.port(),
-            None => d.address == src,
+            Some(id) if dynamic => id == sm.receiver_id && d.address.port() == src.port(),
+            _ => d.address == src,
         });
         match known {
             Some(d) => {
@@ -190,6 +193,32 @@ mod tests {
         // It comes back: a destination again.
         m.on_status_message(&sm(2), addr("10.0.0.3:5000"), 6 * S);
         assert_eq!(m.addresses(6 * S).len(), 2);
+    }
+
+    #[test]
+    fn should_keep_manual_destinations_where_their_client_put_them() {
+        let mut m = MultiSendDestination::new(MdcMode::Manual);
+        m.add(
+            "aeron:udp?endpoint=10.0.0.2:5000",
+            addr("10.0.0.2:5000"),
+            1,
+            0,
+        );
+        m.add(
+            "aeron:udp?endpoint=10.0.0.3:5000",
+            addr("10.0.0.3:5000"),
+            2,
+            0,
+        );
+        // One receiving driver (one receiver id) behind both: each status message marks its own.
+        m.on_status_message(&sm(9), addr("10.0.0.2:5000"), 1);
+        m.on_status_message(&sm(9), addr("10.0.0.3:5000"), 2);
+        m.on_status_message(&sm(9), addr("10.0.0.4:5000"), 3); // a stranger with that id
+        assert_eq!(
+            m.addresses(4),
+            [addr("10.0.0.2:5000"), addr("10.0.0.3:5000")]
+        );
+        assert!(m.remove_address(addr("10.0.0.2:5000")));
     }
 
     #[test]

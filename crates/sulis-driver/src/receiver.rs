@@ -81,8 +81,11 @@ pub enum ReceiverCommand {
         endpoint_id: u64,
         /// The bound transport.
         transport: Box<dyn Transport>,
-        /// An MDC publication's control address.
+        /// Where its images' control frames go: a multicast control group,
+        /// or an MDC publication's control address (`None`: each source).
         control: Option<SocketAddr>,
+        /// `control` is an MDC publication's, to probe every [`PROBE_INTERVAL_NS`].
+        probe: bool,
     },
     /// Closes the destination transport bound at `address`.
     RemoveDestination {
@@ -178,7 +181,7 @@ struct TransportControl {
 struct ReceiveEndpoint {
     id: u64,
     /// One transport, or a multi-destination subscription's, one per
-    /// destination: indices are stable (a removed one leaves `None`, reused later).
+    /// destination: indices are stable (a removed one leaves `None`).
     transports: Vec<Option<Box<dyn Transport>>>,
     controls: Vec<TransportControl>,
     group_tag: Option<i64>,
@@ -189,19 +192,12 @@ struct ReceiveEndpoint {
 }
 
 impl ReceiveEndpoint {
+    /// A new transport's index. Indices are never reused: an image being
+    /// made for a removed destination must not find another one there.
     fn add_transport(&mut self, transport: Box<dyn Transport>, control: TransportControl) -> usize {
-        match self.transports.iter().position(|t| t.is_none()) {
-            Some(i) => {
-                self.transports[i] = Some(transport);
-                self.controls[i] = control;
-                i
-            }
-            None => {
-                self.transports.push(Some(transport));
-                self.controls.push(control);
-                self.transports.len() - 1
-            }
-        }
+        self.transports.push(Some(transport));
+        self.controls.push(control);
+        self.transports.len() - 1
     }
 
     fn local_addr(&self, ti: usize) -> String {
@@ -354,6 +350,7 @@ impl Receiver {
                 endpoint_id,
                 mut transport,
                 control,
+                probe,
             } => {
                 if self.cfg.gro {
                     transport.enable_gro();
@@ -363,7 +360,7 @@ impl Receiver {
                         transport,
                         TransportControl {
                             control,
-                            probe: control.is_some(),
+                            probe,
                             time_of_last_probe_ns: i64::MIN / 2,
                         },
                     );

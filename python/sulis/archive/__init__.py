@@ -317,7 +317,8 @@ class ArchiveClient(_native.ArchiveClient):
             src_recording_id, src_control_channel, src_control_stream_id, dst_recording_id,
             -1 if stop_position is None else stop_position, replication_channel, live_destination,
             replication_session_id, credentials, src_response_channel,
-            -1 if channel_tag_id is None else channel_tag_id, -1 if subscription_tag_id is None else subscription_tag_id)
+            -1 if channel_tag_id is None else channel_tag_id,
+            -1 if subscription_tag_id is None else subscription_tag_id)
 
     def stop_replication(self, replication_id: int) -> None:
         """Stops a replication: its recording stops where it got to."""

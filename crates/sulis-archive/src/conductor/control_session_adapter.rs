@@ -716,8 +716,9 @@ impl ArchiveConductor {
                             (r.channel_tag_id, r.subscription_tag_id),
                         )
                     };
-                let p =
-                    replication::ReplicateParams::before_1_33(src, dst, stream, channel, live, tags);
+                let p = replication::ReplicateParams::before_1_33(
+                    src, dst, stream, channel, live, tags,
+                );
                 self.on_replicate(sid, k, p);
             }
             ReplicateRequest2::TEMPLATE_ID => {

@@ -745,6 +745,8 @@ impl ArchiveConductor {
                     .map(|s| (subscription_id, s.subscription.shared()))
             })
             .flatten();
+        // Known to the replication before anything can fail, so that ending it stops the subscription.
+        self.replications[i].subscription_id = Some(subscription_id);
         if let Some(destination) = replay_destination {
             let added = self
                 .recording_subscriptions
@@ -994,7 +996,11 @@ mod tests {
 /// subscription (`control-mode=manual`) tagged `tags=CHANNEL,SUBSCRIPTION`,
 /// and `aeron:udp?endpoint=` the endpoint it had (Aeron's
 /// `ReplicationSession.extend`).
-fn tagged_recording_channel(channel: &str, channel_tag: i64, subscription_tag: i64) -> Result<(String, String), String> {
+fn tagged_recording_channel(
+    channel: &str,
+    channel_tag: i64,
+    subscription_tag: i64,
+) -> Result<(String, String), String> {
     let uri = ChannelUri::parse(channel).map_err(|e| e.to_string())?;
     let endpoint = uri
         .get("endpoint")
@@ -1015,8 +1021,12 @@ mod tagged_tests {
     #[test]
     fn should_record_a_tagged_replication_through_a_tagged_multi_destination_subscription() {
         let (channel, destination) =
-            tagged_recording_channel("aeron:udp?endpoint=127.0.0.1:4000|session-id=7", 5, 6).unwrap();
-        assert_eq!(channel, "aeron:udp?session-id=7|tags=5,6|control-mode=manual");
+            tagged_recording_channel("aeron:udp?endpoint=127.0.0.1:4000|session-id=7", 5, 6)
+                .unwrap();
+        assert_eq!(
+            channel,
+            "aeron:udp?session-id=7|tags=5,6|control-mode=manual"
+        );
         assert_eq!(destination, "aeron:udp?endpoint=127.0.0.1:4000");
         assert!(tagged_recording_channel("aeron:ipc", 5, 6).is_err());
     }

@@ -222,6 +222,7 @@ impl DriverConductor {
             endpoint_id,
             transport,
             control,
+            probe: udp.control.is_some() && !udp.is_multicast,
         });
         self.send(Event::OperationSuccess { correlation_id });
         Ok(())

@@ -59,6 +59,16 @@ pub(super) struct ReceiveDestination {
     pub(super) counter_id: Option<i32>,
 }
 
+/// What makes a channel's endpoint: what a channel naming only a channel tag takes from the tagged one.
+const ADDRESS_KEYS: [&str; 6] = [
+    "endpoint",
+    "control",
+    "control-mode",
+    "interface",
+    "ttl",
+    "tags",
+];
+
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
 const NAME_RESOLVER_THRESHOLD_NS: i64 = 5_000_000_000;
 
@@ -347,19 +357,64 @@ impl DriverConductor {
         } else {
             &self.send_endpoints
         };
-        endpoints
+        let tagged = endpoints
             .iter()
             .find_map(|e| e.channel_tag.as_ref().filter(|(t, _)| *t == tag))
-            .map(|(_, tagged)| Some(tagged.clone()))
+            .map(|(_, tagged)| tagged.clone())
             .ok_or_else(|| {
                 CommandError::new(
                     error_code::INVALID_CHANNEL,
                     format!(
                         "channel '{channel}': tags={tag}: no {} channel has that channel tag",
-                        if subscription { "subscription" } else { "publication" }
+                        if subscription {
+                            "subscription"
+                        } else {
+                            "publication"
+                        }
                     ),
                 )
-            })
+            })?;
+        // The tagged channel's address and this channel's own settings (and
+        // entity tag): what it shares is the endpoint, nothing else.
+        let invalid = |e: sulis_protocol::uri::UriError| {
+            CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': {e}"),
+            )
+        };
+        let original = ChannelUri::parse(&tagged).map_err(invalid)?;
+        let mut merged = original.only(&ADDRESS_KEYS).map_err(invalid)?;
+        for (k, v) in uri.iter().filter(|(k, _)| !ADDRESS_KEYS.contains(k)) {
+            merged = merged.with(k, v).map_err(invalid)?;
+        }
+        let tags = match p.tags {
+            Some((_, Some(entity))) => format!("{tag},{entity}"),
+            _ => tag.to_string(),
+        };
+        Ok(Some(
+            merged.with("tags", &tags).map_err(invalid)?.to_string(),
+        ))
+    }
+
+    /// The key that endpoints are shared by: the canonical form of the
+    /// channel's addresses, except that a channel with neither endpoint nor
+    /// control (a manual MDC publication or MDS subscription) has one of its
+    /// own (as Aeron's unique canonical form), or its channel tag's, and a
+    /// subscription on port 0 one of its own.
+    pub(super) fn endpoint_key(
+        udp: &UdpChannel,
+        uri: &ChannelUri,
+        correlation_id: i64,
+        subscription: bool,
+    ) -> String {
+        let ephemeral = subscription && udp.endpoint.is_some_and(|e| e.port() == 0);
+        let addressless = udp.endpoint.is_none() && udp.control.is_none();
+        match (ephemeral, addressless, uri.params().tags) {
+            (true, _, _) => format!("{}#{}", udp.canonical, correlation_id),
+            (false, true, Some((tag, _))) => format!("{}#tag{}", udp.canonical, tag),
+            (false, true, None) => format!("{}#{}", udp.canonical, correlation_id),
+            (false, false, _) => udp.canonical.clone(),
+        }
     }
 
     /// The channel tag a new endpoint for `channel` carries, which no other
@@ -525,6 +580,31 @@ mod tests {
     }
 
     #[test]
+    fn should_give_channels_without_an_address_endpoints_of_their_own() {
+        let mut t = TestConductor::new("addressless");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.ensure_client(6);
+        // Two clients' manual MDC publications and MDS subscriptions: nothing shared.
+        c.on_add_publication(5, 100, 10, "aeron:udp?control-mode=manual", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_publication(6, 101, 11, "aeron:udp?control-mode=manual", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.send_endpoints.len(), 2);
+        c.on_add_subscription(5, 102, 10, "aeron:udp?control-mode=manual")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_subscription(6, 103, 10, "aeron:udp?control-mode=manual")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.receive_endpoints.len(), 2);
+        // A channel tag names one of them for others to share.
+        c.on_add_subscription(5, 104, 12, "aeron:udp?control-mode=manual|tags=3")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_subscription(6, 105, 13, "aeron:udp?tags=3")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(c.receive_endpoints.len(), 3);
+    }
+
+    #[test]
     fn should_share_a_tagged_endpoint_with_channels_naming_only_its_tag() {
         let mut t = TestConductor::new("channel-tags");
         let c = &mut t.conductor;
@@ -537,14 +617,38 @@ mod tests {
         let endpoints: Vec<_> = c.subscriptions.iter().map(|s| s.udp_endpoint).collect();
         assert_eq!(endpoints[0], endpoints[1]);
         // Publications have their own: a send endpoint tagged 5 is another matter.
-        c.on_add_publication(5, 102, 10, "aeron:udp?endpoint=10.0.0.1:4000|tags=5", true, 0)
-            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_publication(
+            5,
+            102,
+            10,
+            "aeron:udp?endpoint=10.0.0.1:4000|tags=5",
+            true,
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.message));
         c.on_add_publication(5, 103, 12, "aeron:udp?tags=5", true, 0)
             .unwrap_or_else(|e| panic!("{}", e.message));
         assert_eq!(c.send_endpoints.len(), 1);
+        // The reference keeps its own settings and entity tag; only the endpoint is shared.
+        c.on_add_publication(5, 105, 14, "aeron:udp?tags=5,77|term-length=128k", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let p = &c.net_publications.last().unwrap().publication;
+        assert_eq!(p.term_length, 128 * 1024);
+        assert!(
+            p.channel.contains("tags=5,77") && p.channel.contains("endpoint=10.0.0.1:4000"),
+            "{}",
+            p.channel
+        );
+        assert_eq!(c.send_endpoints.len(), 1);
         for (channel, why) in [
-            ("aeron:udp?tags=9", "tags=9: no subscription channel has that channel tag"),
-            ("aeron:udp?endpoint=10.0.0.1:4001|tags=5", "channel tag 5 is already in use"),
+            (
+                "aeron:udp?tags=9",
+                "tags=9: no subscription channel has that channel tag",
+            ),
+            (
+                "aeron:udp?endpoint=10.0.0.1:4001|tags=5",
+                "channel tag 5 is already in use",
+            ),
         ] {
             let e = command_error(c.on_add_subscription(5, 104, 13, channel));
             assert_eq!(e.code, error_code::INVALID_CHANNEL, "{channel}");

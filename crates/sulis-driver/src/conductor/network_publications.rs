@@ -98,7 +98,7 @@ impl DriverConductor {
         } else {
             Some(udp.endpoint.expect("checked by resolve_udp"))
         };
-        let key = udp.canonical.clone();
+        let key = Self::endpoint_key(&udp, uri, correlation_id, false);
         if let Some(mtu) = p.mtu {
             if mtu as usize > crate::media::udp_transport::MAX_UDP_PAYLOAD_LENGTH {
                 return Err(CommandError::new(

@@ -288,13 +288,9 @@ impl DriverConductor {
         let udp = self.resolve_udp(channel, uri, true)?;
         let p = uri.params();
         let mds = p.control_mode == Some(ControlMode::Manual);
-        // An `endpoint=host:0` channel asks for a port of its own: never shared.
-        let ephemeral = !mds && udp.endpoint.is_some_and(|e| e.port() == 0);
-        let key = if ephemeral {
-            format!("{}#{}", udp.canonical, correlation_id)
-        } else {
-            udp.canonical.clone()
-        };
+        // An `endpoint=host:0` channel asks for a port of its own, an MDS
+        // subscription for an endpoint of its own (or its channel tag's).
+        let key = Self::endpoint_key(&udp, uri, correlation_id, true);
         if self
             .closing_receive_endpoints
             .iter()
