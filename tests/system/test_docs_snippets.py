@@ -55,7 +55,7 @@ _SPARK = ("import os, sys\n"
 SNIPPETS: dict[tuple[str, int], Snippet] = {
     # The message, always; "joined ..." comes from the client's callback thread, which may not have run
     # before the example ends.
-    ("README.md", 0): Snippet("import sulis", expect=r"b'hello' at 64\n"),
+    ("README.md", 0): Snippet("import sulis", expect=r"b'hello' at 64"),
     ("README.md", 1): Snippet("import threading"),
     # 2 and 3, the subscriber and the publisher: test_the_readme_subscriber_receives_what_its_publisher_sends
     ("README.md", 4): Snippet("# host B (10.0.0.2): receives", prelude=_LOCAL_DRIVER,

@@ -19,6 +19,22 @@ DRIVER_OPTIONS = '{"threading_mode": "shared", "timer_interval": "10ms", "public
 PUBLISHER_LIMIT = COUNTER_TYPE["pub-lmt"]
 
 
+@pytest.fixture(autouse=True)
+def _default_sigint():
+    """Each test starts with Python's own SIGINT handling, whatever ran before it in this worker (a
+    SparkContext installs a handler of its own, a library may ignore or block the signal), and leaves
+    the worker as it found it."""
+    before = signal.getsignal(signal.SIGINT)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before if before is not None else signal.default_int_handler)
+        if signal.SIGINT in blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 def _sigint_after(seconds: float) -> threading.Thread:
     def fire():
         time.sleep(seconds)

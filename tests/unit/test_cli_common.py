@@ -101,3 +101,25 @@ def test_bench_ping_pong_checks_for_hdrhistogram_before_starting_anything(monkey
     out = CliRunner().invoke(main, ["bench", "ping-pong", "--round-trips", "10"])
     assert out.exit_code == 1, out.output
     assert "hdrhistogram" in out.output and "pip install 'sulis[bench]'" in out.output
+
+
+@pytest.mark.parametrize("argv", [["driver", "--dir", "{file}"], ["archive", "--archive-dir", "{file}", "--dir",
+                                                                  "{tmp}/no-driver"]],
+                         ids=["driver", "archive"])
+def test_a_service_command_that_fails_gives_back_the_signal_handlers(tmp_path, argv):
+    """Called from Python (a test, a notebook), `sulis driver` or `sulis archive` that cannot start must
+    leave SIGINT and SIGTERM as they were: before, its flag-only handlers stayed, and Ctrl-C did
+    nothing in that process from then on."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from sulis.cli import main
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    args = [a.format(file=a_file, tmp=tmp_path) for a in argv]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code != 0, out.output
+    assert {sig: signal.getsignal(sig) for sig in before} == before

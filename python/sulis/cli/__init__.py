@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import time
 
 import click
 
 from .. import _native
-from ._common import bad_environment, cli_error, missing_extra, option_flags
+from ._common import bad_environment, cli_error, missing_extra, option_flags, stop_signals
 
 #: One ``--name`` flag per driver option, from the driver's own table.
 _driver_options = option_flags(_native.driver_config, own=("dir",))
@@ -55,24 +54,21 @@ def driver(dir_: str | None, print_config: bool, **options: str | None) -> None:
                 click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
             return
         from .. import MediaDriver
-
-        # Handlers first: a signal that comes as soon as the driver is up
-        # (clients can already see it) must stop it cleanly, not kill it.
-        # The handler only flips a flag: it runs on the main thread between
-        # bytecodes, wherever that thread is, so taking a lock in it (as
-        # Event.set does) can deadlock against the thread it interrupted.
-        stopping: list[int] = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, _frame: stopping.append(signum))
-        drv = MediaDriver(dir=dir_, **renamed)
     except _native.SulisError as e:
         raise cli_error(e) from None
-    click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
-    while not stopping:
-        # A signal taken by one of the driver's threads rather than this one
-        # does not cut the sleep short; its handler runs when the sleep ends.
-        time.sleep(0.1)
-    drv.close()
+    # Handlers first: a signal that comes as soon as the driver is up
+    # (clients can already see it) must stop it cleanly, not kill it.
+    with stop_signals() as stopping:
+        try:
+            drv = MediaDriver(dir=dir_, **renamed)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        click.echo(f"sulis media driver running in {drv.dir} (Ctrl-C to stop)", err=True)
+        while not stopping:
+            # A signal taken by one of the driver's threads rather than this one
+            # does not cut the sleep short; its handler runs when the sleep ends.
+            time.sleep(0.1)
+        drv.close()
     click.echo("sulis media driver stopped", err=True)
 
 

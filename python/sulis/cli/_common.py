@@ -4,6 +4,7 @@ counters, printing tables and JSON, and redrawing a live view."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import importlib
@@ -352,3 +353,22 @@ def run_until_interrupted(f):
             signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """SIGINT and SIGTERM only flip a flag while a service runs here (the list it yields holds the
+    signals taken), and the process's own handlers come back when it ends, however it ends: a command
+    called from Python (a test, a notebook) must not leave Ctrl-C doing nothing.
+
+    The handler only appends: it runs on the main thread between bytecodes, wherever that thread is,
+    so taking a lock in it (as Event.set does) can deadlock against the thread it interrupted."""
+    taken: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: taken.append(signum))
+    try:
+        yield taken
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import click
 
 from .. import _native
-from ._common import cli_error, option_flags
+from ._common import cli_error, option_flags, stop_signals
 
 _STATES = {int(s): s.name for s in _native.RecordingState}
 
@@ -37,28 +36,26 @@ def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_con
         for name, value, source, env, _doc in rows:
             click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
         return
-    stopping: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     from .. import Archive, MediaDriver
 
-    driver = None
-    try:
-        if embedded_driver:
-            driver = MediaDriver(dir=driver_dir)
-            driver_dir = driver.dir
-        arc = Archive(archive_dir, driver_dir=driver_dir, **options)
-    except _native.SulisError as e:
+    with stop_signals() as stopping:
+        driver = None
+        try:
+            if embedded_driver:
+                driver = MediaDriver(dir=driver_dir)
+                driver_dir = driver.dir
+            arc = Archive(archive_dir, driver_dir=driver_dir, **options)
+        except _native.SulisError as e:
+            if driver is not None:
+                driver.close()
+            raise cli_error(e) from None
+        click.echo(f"sulis archive {arc.archive_id} running in {arc.dir} on the driver in {driver_dir} "
+                   "(Ctrl-C to stop)", err=True)
+        while not stopping:
+            time.sleep(0.1)
+        arc.close()
         if driver is not None:
             driver.close()
-        raise cli_error(e) from None
-    click.echo(f"sulis archive {arc.archive_id} running in {arc.dir} on the driver in {driver_dir} "
-               "(Ctrl-C to stop)", err=True)
-    while not stopping:
-        time.sleep(0.1)
-    arc.close()
-    if driver is not None:
-        driver.close()
     click.echo("sulis archive stopped", err=True)
 
 
