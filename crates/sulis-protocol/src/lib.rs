@@ -5,6 +5,7 @@
 //! encodes, so that every other crate agrees on one definition of each layout.
 
 pub mod archive;
+pub mod cluster;
 pub mod cnc_descriptor;
 pub mod control;
 pub mod counters;

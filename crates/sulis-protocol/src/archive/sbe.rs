@@ -134,6 +134,17 @@ impl Fixed for i8 {
     }
 }
 
+impl Fixed for u8 {
+    const SIZE: usize = 1;
+    const NULL: u8 = u8::MAX;
+    fn read(b: &[u8]) -> u8 {
+        b[0]
+    }
+    fn write(self, out: &mut [u8]) {
+        out[0] = self
+    }
+}
+
 /// Reads the message body after the header: fixed fields by offset within
 /// the sender's block, var fields in order after it.
 pub struct Reader<'a> {

@@ -1,0 +1,2371 @@
+//! The election: how the members agree on a leader for a new leadership
+//! term and bring their logs into line with its log, as Aeron Cluster's
+//! `Election` does (states, messages, timeouts and the log positions they
+//! carry are Aeron's, so an operator reads the same counters and events).
+//!
+//! The election is a state machine advanced by [`Election::do_work`] with
+//! the time it is given; messages from other members arrive through the
+//! `on_*` methods. Everything it does to the world (send a consensus
+//! message, persist a candidate term, create the log publication, truncate,
+//! replay or replicate the log, join the leader's log) goes through the
+//! [`ElectionHost`] the consensus module implements, so the same code runs
+//! in a node and in simulations on a manual clock.
+//!
+//! Where Aeron's users suffer, it differs, each said where it is done:
+//! a ballot a majority won is won whatever one member voted
+//! ([`crate::cluster_member::is_quorum_leader`]); an election that keeps
+//! failing backs off between attempts and keeps the cause
+//! ([`Election::last_error`]) instead of retrying INIT at full speed
+//! (aeron#1657).
+
+use std::fmt;
+
+use sulis_protocol::cluster::messages::{
+    role, AppendPosition, CanvassPosition, CatchupPosition, CommitPosition, NewLeadershipTerm,
+    RequestVote, Vote, CONSENSUS_PROTOCOL_VERSION, NULL_POSITION,
+};
+
+use crate::cluster_member::{
+    self, become_candidate, compare_log, has_quorum_at_position, is_quorum_candidate,
+    is_quorum_leader, is_unanimous_candidate, is_unanimous_leader, ClusterMember, NULL_VALUE,
+};
+
+/// The election's states, with the codes Aeron's election-state counter shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ElectionState {
+    /// Prepare: roll back what was not committed, find the candidate term.
+    Init = 0,
+    /// Exchange log positions with the other members.
+    Canvass = 1,
+    /// Wait a random delay, then stand.
+    Nominate = 2,
+    /// Ask for votes.
+    CandidateBallot = 3,
+    /// Voted for a candidate; wait for its new term.
+    FollowerBallot = 4,
+    /// Leader: wait until a quorum holds its whole log.
+    LeaderLogReplication = 5,
+    /// Leader: replay its log from the commit position to its end.
+    LeaderReplay = 6,
+    /// Leader: start the new term's log.
+    LeaderInit = 7,
+    /// Leader: wait for a quorum in the new term, then append its first entry.
+    LeaderReady = 8,
+    /// Follower: copy whole terms it misses from the leader's archive.
+    FollowerLogReplication = 9,
+    /// Follower: replay its log up to the commit position.
+    FollowerReplay = 10,
+    /// Follower: ask the leader for a catch-up replay.
+    FollowerCatchupInit = 11,
+    /// Follower: wait for the catch-up replay's image.
+    FollowerCatchupAwait = 12,
+    /// Follower: consume the catch-up replay until it meets the live log.
+    FollowerCatchup = 13,
+    /// Follower: subscribe to the live log.
+    FollowerLogInit = 14,
+    /// Follower: wait for the live log's image.
+    FollowerLogAwait = 15,
+    /// Follower: tell the leader where it is.
+    FollowerReady = 16,
+    /// Over.
+    Closed = 17,
+}
+
+impl ElectionState {
+    /// The counter value.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// Aeron's name of the state.
+    pub fn name(self) -> &'static str {
+        use ElectionState::*;
+        match self {
+            Init => "INIT",
+            Canvass => "CANVASS",
+            Nominate => "NOMINATE",
+            CandidateBallot => "CANDIDATE_BALLOT",
+            FollowerBallot => "FOLLOWER_BALLOT",
+            LeaderLogReplication => "LEADER_LOG_REPLICATION",
+            LeaderReplay => "LEADER_REPLAY",
+            LeaderInit => "LEADER_INIT",
+            LeaderReady => "LEADER_READY",
+            FollowerLogReplication => "FOLLOWER_LOG_REPLICATION",
+            FollowerReplay => "FOLLOWER_REPLAY",
+            FollowerCatchupInit => "FOLLOWER_CATCHUP_INIT",
+            FollowerCatchupAwait => "FOLLOWER_CATCHUP_AWAIT",
+            FollowerCatchup => "FOLLOWER_CATCHUP",
+            FollowerLogInit => "FOLLOWER_LOG_INIT",
+            FollowerLogAwait => "FOLLOWER_LOG_AWAIT",
+            FollowerReady => "FOLLOWER_READY",
+            Closed => "CLOSED",
+        }
+    }
+}
+
+impl fmt::Display for ElectionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The timeouts and intervals an election runs by (Aeron's defaults in
+/// [`ElectionTimeouts::default`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElectionTimeouts {
+    /// How long a ballot lasts; the nomination delay is random in [0, half of it).
+    pub election_timeout_ns: i64,
+    /// How often CanvassPosition is sent.
+    pub election_status_interval_ns: i64,
+    /// Silence after which a member counts as gone; the deadline of most waits.
+    pub leader_heartbeat_timeout_ns: i64,
+    /// How often NewLeadershipTerm, CommitPosition and AppendPosition are repeated.
+    pub leader_heartbeat_interval_ns: i64,
+    /// At node start, how long to wait for every member before a quorum may elect.
+    pub startup_canvass_timeout_ns: i64,
+}
+
+impl Default for ElectionTimeouts {
+    fn default() -> ElectionTimeouts {
+        ElectionTimeouts {
+            election_timeout_ns: 1_000_000_000,
+            election_status_interval_ns: 100_000_000,
+            leader_heartbeat_timeout_ns: 10_000_000_000,
+            leader_heartbeat_interval_ns: 200_000_000,
+            startup_canvass_timeout_ns: 60_000_000_000,
+        }
+    }
+}
+
+/// A consensus message for one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConsensusMessage {
+    /// A member's log, while canvassing.
+    CanvassPosition(CanvassPosition),
+    /// A candidate asks for a vote.
+    RequestVote(RequestVote),
+    /// A vote.
+    Vote(Vote),
+    /// The leader's new term, tailored to the follower's log.
+    NewLeadershipTerm(NewLeadershipTerm),
+    /// A follower's recorded position.
+    AppendPosition(AppendPosition),
+    /// The leader's commit position.
+    CommitPosition(CommitPosition),
+    /// A follower asks for a catch-up replay.
+    CatchupPosition(CatchupPosition),
+}
+
+/// A term of the recording log, as the leader tells a follower about its next term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TermEntry {
+    /// The term.
+    pub leadership_term_id: i64,
+    /// Where it begins.
+    pub term_base_log_position: i64,
+    /// Where it ends (−1 while open).
+    pub log_position: i64,
+}
+
+/// A NewLeadershipTermEvent met while consuming the log (replay or catch-up):
+/// the follower's recording log gets the term from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TermEvent {
+    /// The term it begins.
+    pub leadership_term_id: i64,
+    /// The position after the event.
+    pub log_position: i64,
+    /// Where the term begins.
+    pub term_base_log_position: i64,
+}
+
+/// How a log replication from the leader's archive is going.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicationProgress {
+    /// Position copied so far.
+    pub position: i64,
+    /// It has ended (reached its stop position) and its recording stopped.
+    pub done: bool,
+}
+
+/// How joining the leader's log (catch-up or live) is going.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinStatus {
+    /// No image of the log session yet.
+    NoImage,
+    /// The image is there at `join_position`, but the join is not done yet.
+    Joining {
+        /// Where the image starts.
+        join_position: i64,
+    },
+    /// Joined at `join_position`: recording and the services follow it.
+    Joined {
+        /// Where the image starts.
+        join_position: i64,
+    },
+    /// The subscription failed (its channel errored).
+    Failed(String),
+}
+
+/// What the election needs from its consensus module: the network, the
+/// node-state file, the archive and the log. `send` and the join/replay
+/// calls may report "not yet" (false, [`JoinStatus::NoImage`], `None`): the
+/// election retries on its next `do_work`.
+pub trait ElectionHost {
+    /// Sends a consensus message to member `to`; false if it could not go now.
+    fn send(&mut self, to: i32, message: ConsensusMessage) -> bool;
+    /// The node's role changes (the node-role counter).
+    fn set_role(&mut self, role: i32);
+    /// The node's role now.
+    fn role(&self) -> i32;
+    /// The candidate term on disk (node-state file; −1 when none).
+    fn candidate_term_id(&self) -> i64;
+    /// Persists `candidate_term_id` if higher than the one on disk (synced
+    /// before it returns) and returns the one on disk after.
+    fn propose_max_candidate_term_id(
+        &mut self,
+        candidate_term_id: i64,
+        log_position: i64,
+        now_ns: i64,
+    ) -> i64;
+    /// Gives up any leadership or following: closes the log publication,
+    /// subscription and recording, rolls back what was not committed after
+    /// `log_position`. Returns the log's recorded end (`NULL_POSITION` if unknown).
+    fn prepare_for_new_leadership(&mut self, log_position: i64, now_ns: i64) -> i64;
+    /// Cuts the log back to `position` (uncommitted data of a term the leader does not have).
+    fn truncate_log_entry(&mut self, log_leadership_term_id: i64, position: i64);
+    /// Creates the leader's log publication, whose stream starts at `append_position`; returns its session id.
+    fn add_log_publication(&mut self, append_position: i64) -> i32;
+    /// The archive recording holding the log (−1 none yet).
+    fn log_recording_id(&self) -> i64;
+    /// The recording log's entry for term `leadership_term_id`.
+    fn term_entry(&self, leadership_term_id: i64) -> Option<TermEntry>;
+    /// Makes the recording log hold term `leadership_term_id` from
+    /// `term_base_log_position` (−1: where the recording log has it) ending
+    /// at `log_position` (−1: open), and every term before it.
+    fn update_recording_log(
+        &mut self,
+        leadership_term_id: i64,
+        term_base_log_position: i64,
+        log_position: i64,
+        now_ns: i64,
+    );
+    /// Starts replaying the local log from `from` to `to` through the consensus module and services.
+    fn start_log_replay(&mut self, from: i64, to: i64);
+    /// The replay's end position once it is done; the NewLeadershipTermEvents
+    /// it met on the way go into `terms`.
+    fn poll_log_replay(&mut self, terms: &mut Vec<TermEvent>) -> Option<i64>;
+    /// Stops a replay.
+    fn stop_log_replay(&mut self);
+    /// Starts copying the leader's log recording up to `stop_position` into the local one.
+    fn start_log_replication(
+        &mut self,
+        leader_member_id: i32,
+        leader_recording_id: i64,
+        stop_position: i64,
+        now_ns: i64,
+    );
+    /// How the replication goes; an error ends the election attempt.
+    fn poll_log_replication(&mut self, now_ns: i64) -> Result<ReplicationProgress, String>;
+    /// Stops a replication.
+    fn stop_log_replication(&mut self);
+    /// Leader: records the new term's log and starts the services on it.
+    fn join_log_as_leader(
+        &mut self,
+        leadership_term_id: i64,
+        log_position: i64,
+        log_session_id: i32,
+        is_startup: bool,
+    );
+    /// Leader in LEADER_READY: publish the commit position when it rises; returns work done.
+    fn update_leader_position(
+        &mut self,
+        now_ns: i64,
+        append_position: i64,
+        quorum_position: i64,
+    ) -> i32;
+    /// Leader: appends the term's NewLeadershipTermEvent; false if the log back-pressured.
+    fn append_new_leadership_term_event(&mut self, now_ns: i64) -> bool;
+    /// The election is over; the node runs its term.
+    fn election_complete(&mut self, now_ns: i64);
+    /// Follower: subscribes to the leader's log session, through the catch-up
+    /// destination (`catchup`) or the live one.
+    fn add_follower_subscription(&mut self, log_session_id: i32, catchup: bool);
+    /// Follower: the catch-up endpoint to give the leader (its port resolved), once known.
+    fn catchup_endpoint(&self) -> Option<String>;
+    /// Follower: tries to join the log session's image as a follower at `log_position`.
+    fn try_join_log_as_follower(
+        &mut self,
+        log_session_id: i32,
+        log_position: i64,
+        is_startup: bool,
+        now_ns: i64,
+    ) -> JoinStatus;
+    /// Follower: consumes the catch-up up to `limit`; adds the live destination
+    /// when near live; the NewLeadershipTermEvents met go into `terms`; returns work done.
+    fn catchup_poll(
+        &mut self,
+        limit: i64,
+        catchup_join_position: i64,
+        now_ns: i64,
+        terms: &mut Vec<TermEvent>,
+    ) -> i32;
+    /// Follower: the leader stopped the catch-up replay (its destination is gone).
+    fn is_catchup_done(&self) -> bool;
+    /// Follower: stops any catch-up.
+    fn stop_catchup(&mut self);
+    /// Follower: closes the log subscription (a new attempt makes a new one).
+    fn close_log_subscription(&mut self);
+    /// The commit-position counter.
+    fn commit_position(&self) -> i64;
+    /// The consensus module is taking a snapshot.
+    fn is_snapshotting(&self) -> bool;
+    /// Leader: a follower's AppendPosition carried `flags` (catch-up tracking).
+    fn track_catchup_completion(&mut self, member_id: i32, leadership_term_id: i64, flags: u8);
+    /// When the leader was last heard from (ns).
+    fn time_of_last_leader_update_ns(&self) -> i64;
+    /// A state change or an error, for the event log.
+    fn log(&mut self, line: String);
+    /// The new leader lacks entries this member's services have applied
+    /// (a leader that lost its term before its first entry was committed
+    /// replayed its own tail): the log cannot be cut under them, so the
+    /// node must stop and rebuild its services from a snapshot and the log.
+    fn restart_required(&mut self, why: String);
+}
+
+/// A term entry that holds entries: open, or ending after its base.
+fn holds_entries(e: &TermEntry) -> bool {
+    e.log_position == NULL_POSITION || e.log_position > e.term_base_log_position
+}
+
+/// What a leader tells followers of its term; the election and, after it,
+/// the consensus module (answering a restarted member's canvass) both send
+/// NewLeadershipTerm from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderTerm {
+    /// The leader.
+    pub leader_member_id: i32,
+    /// Its term.
+    pub leadership_term_id: i64,
+    /// Where its term begins in the log.
+    pub term_base_log_position: i64,
+    /// How far its log is recorded.
+    pub append_position: i64,
+    /// The commit (quorum) position.
+    pub commit_position: i64,
+    /// Its log recording.
+    pub log_recording_id: i64,
+    /// Its log publication's session.
+    pub log_session_id: i32,
+    /// The application version.
+    pub app_version: i32,
+    /// It had just started when elected.
+    pub is_startup: bool,
+}
+
+impl LeaderTerm {
+    /// NewLeadershipTerm for a follower whose log's last term is
+    /// `log_leadership_term_id`: where its next term (`next`, the leader's
+    /// recording-log entry for that term, if any) begins and ends in this
+    /// leader's log, so the follower can cut a suffix the leader does not
+    /// have or copy the terms it misses.
+    ///
+    /// `own` is the leader's entry for the follower's last term. When the
+    /// leader holds nothing of that term (no entry, or an empty one), the
+    /// follower's entries of it are in no leader's log and were never
+    /// committed: the message says so with the follower's own term as the
+    /// next term ([`NewLeadershipTerm::next_leadership_term_id`] ==
+    /// `log_leadership_term_id`) and, for an empty entry, where it lies, and
+    /// the follower cuts its log back to where that term began there.
+    /// Aeron's leader tells such a follower the leader's next term begins
+    /// at its append position, and the follower copies the leader's log
+    /// onto entries of a term the leader never had (a simulation found the
+    /// logs diverging so).
+    ///
+    /// `terms` looks a term up in the leader's recording log. The next term
+    /// is the first after the follower's that holds entries: terms an
+    /// election filled in empty are skipped, so a follower never records an
+    /// empty term as the end of its log.
+    pub fn new_leadership_term(
+        &self,
+        log_leadership_term_id: i64,
+        terms: &dyn Fn(i64) -> Option<TermEntry>,
+        now_ns: i64,
+    ) -> NewLeadershipTerm {
+        let own = terms(log_leadership_term_id);
+        let next = (log_leadership_term_id + 1..=self.leadership_term_id)
+            .filter_map(terms)
+            .find(holds_entries);
+        let lacking = self.lacks(log_leadership_term_id, own);
+        let (next_term, next_base, next_log) = match next {
+            _ if lacking => (
+                log_leadership_term_id,
+                own.map_or(NULL_POSITION, |e| e.term_base_log_position),
+                NULL_POSITION,
+            ),
+            Some(e) => (
+                e.leadership_term_id,
+                e.term_base_log_position,
+                if e.log_position != NULL_POSITION {
+                    e.log_position
+                } else {
+                    self.append_position
+                },
+            ),
+            None => (self.leadership_term_id, self.append_position, NULL_POSITION),
+        };
+        NewLeadershipTerm {
+            log_leadership_term_id,
+            next_leadership_term_id: next_term,
+            next_term_base_log_position: next_base,
+            next_log_position: next_log,
+            leadership_term_id: self.leadership_term_id,
+            term_base_log_position: self.term_base_log_position,
+            log_position: self.append_position,
+            leader_recording_id: self.log_recording_id,
+            timestamp: now_ns / 1_000_000,
+            leader_member_id: self.leader_member_id,
+            log_session_id: self.log_session_id,
+            app_version: self.app_version,
+            is_startup: self.is_startup as i32,
+            commit_position: self.commit_position,
+        }
+    }
+
+    /// The leader holds nothing of a follower's last log term
+    /// `log_leadership_term_id` (its own entry `own` is missing or empty).
+    fn lacks(&self, log_leadership_term_id: i64, own: Option<TermEntry>) -> bool {
+        log_leadership_term_id != NULL_VALUE
+            && log_leadership_term_id < self.leadership_term_id
+            && !own.as_ref().is_some_and(holds_entries)
+    }
+
+    /// NewLeadershipTerm from a leader past its election, for a member that
+    /// canvasses (it restarted) with a log whose last term is
+    /// `log_leadership_term_id`: its next term's bounds when it is behind by
+    /// a term or more (`next`, or this term from its base when the
+    /// recording log has no entry after the member's term), none when it is
+    /// in this term.
+    pub fn for_rejoining_member(
+        &self,
+        log_leadership_term_id: i64,
+        terms: &dyn Fn(i64) -> Option<TermEntry>,
+        now_ns: i64,
+    ) -> NewLeadershipTerm {
+        let mut m = self.new_leadership_term(log_leadership_term_id, terms, now_ns);
+        let next = (log_leadership_term_id + 1..=self.leadership_term_id)
+            .filter_map(terms)
+            .find(holds_entries);
+        if self.lacks(log_leadership_term_id, terms(log_leadership_term_id)) {
+            // The leader holds nothing of the member's last term: as made.
+        } else if log_leadership_term_id < self.leadership_term_id {
+            let (t, b, p) = match next {
+                Some(e) => (
+                    e.leadership_term_id,
+                    e.term_base_log_position,
+                    e.log_position,
+                ),
+                None => (
+                    self.leadership_term_id,
+                    self.term_base_log_position,
+                    NULL_POSITION,
+                ),
+            };
+            m.next_leadership_term_id = t;
+            m.next_term_base_log_position = b;
+            m.next_log_position = p;
+        } else {
+            m.next_leadership_term_id = NULL_VALUE;
+            m.next_term_base_log_position = NULL_POSITION;
+            m.next_log_position = NULL_POSITION;
+        }
+        m
+    }
+}
+
+/// Why an election attempt went back to INIT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionError(pub String);
+
+impl fmt::Display for ElectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+type Step = Result<i32, ElectionError>;
+
+fn event(message: String) -> ElectionError {
+    ElectionError(message)
+}
+
+/// Where an election starts from.
+#[derive(Clone, Debug)]
+pub struct ElectionStart {
+    /// The node just started (the canvass waits for every member, up to the startup timeout).
+    pub is_node_startup: bool,
+    /// A leader that closed gracefully, not waited for (−1 none).
+    pub graceful_closed_leader_id: i32,
+    /// The last term in the log.
+    pub leadership_term_id: i64,
+    /// How far the log has been applied (the commit position).
+    pub log_position: i64,
+    /// How far it is recorded.
+    pub append_position: i64,
+    /// This member's id.
+    pub this_member_id: i32,
+    /// The application version sent in NewLeadershipTerm.
+    pub app_version: i32,
+    /// Seed of the nomination delay.
+    pub seed: u64,
+}
+
+/// One election.
+pub struct Election {
+    members: Vec<ClusterMember>,
+    this_member: usize,
+    leader: Option<usize>,
+    timeouts: ElectionTimeouts,
+    app_version: i32,
+    rng: u64,
+
+    state: ElectionState,
+    is_node_startup: bool,
+    is_first_init: bool,
+    is_extended_canvass: bool,
+    is_leader_startup: bool,
+    graceful_closed_leader_id: i32,
+
+    log_position: i64,
+    append_position: i64,
+    notified_commit_position: i64,
+    catchup_join_position: i64,
+    leadership_term_id: i64,
+    log_leadership_term_id: i64,
+    candidate_term_id: i64,
+    leader_recording_id: i64,
+    log_session_id: Option<i32>,
+
+    replication_leadership_term_id: i64,
+    replication_stop_position: i64,
+    replication_term_base_log_position: i64,
+    replication_deadline_ns: i64,
+    replicating: bool,
+    replaying: bool,
+    /// Catch-up: the commit position last reached, and when.
+    catchup_progress: (i64, i64),
+    /// Leader: the commit position it knew when it won. Until its term's
+    /// first entry is on a quorum, no commit position it publishes goes
+    /// beyond it (Raft's rule that a leader commits an earlier term's
+    /// entries only through one of its own term).
+    commit_bound: i64,
+    subscribed: bool,
+
+    initial_time_of_last_update_ns: i64,
+    time_of_last_state_change_ns: i64,
+    time_of_last_update_ns: i64,
+    time_of_last_commit_position_update_ns: i64,
+    nomination_deadline_ns: i64,
+    last_published_commit_position: i64,
+    last_published_append_position: i64,
+
+    errors_in_a_row: u32,
+    retry_at_ns: i64,
+    last_error: Option<String>,
+}
+
+const DAY_NS: i64 = 86_400_000_000_000;
+
+impl Election {
+    /// An election of `members` (this member among them) starting at `now_ns`.
+    pub fn new(
+        start: ElectionStart,
+        members: Vec<ClusterMember>,
+        timeouts: ElectionTimeouts,
+        now_ns: i64,
+    ) -> Election {
+        let this_member = members
+            .iter()
+            .position(|m| m.id == start.this_member_id)
+            .expect("this member is one of the members");
+        let initial = now_ns - DAY_NS;
+        Election {
+            members,
+            this_member,
+            leader: None,
+            timeouts,
+            app_version: start.app_version,
+            rng: start.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            state: ElectionState::Init,
+            is_node_startup: start.is_node_startup,
+            is_first_init: true,
+            is_extended_canvass: start.is_node_startup,
+            is_leader_startup: false,
+            graceful_closed_leader_id: start.graceful_closed_leader_id,
+            log_position: start.log_position,
+            append_position: start.append_position,
+            notified_commit_position: 0,
+            catchup_join_position: NULL_POSITION,
+            leadership_term_id: start.leadership_term_id,
+            log_leadership_term_id: start.leadership_term_id,
+            candidate_term_id: start.leadership_term_id,
+            leader_recording_id: NULL_VALUE,
+            log_session_id: None,
+            replication_leadership_term_id: NULL_VALUE,
+            replication_stop_position: NULL_POSITION,
+            replication_term_base_log_position: NULL_VALUE,
+            replication_deadline_ns: 0,
+            replicating: false,
+            replaying: false,
+            catchup_progress: (NULL_POSITION, now_ns),
+            commit_bound: 0,
+            subscribed: false,
+            initial_time_of_last_update_ns: initial,
+            time_of_last_state_change_ns: now_ns,
+            time_of_last_update_ns: initial,
+            time_of_last_commit_position_update_ns: initial,
+            nomination_deadline_ns: 0,
+            last_published_commit_position: 0,
+            last_published_append_position: 0,
+            errors_in_a_row: 0,
+            retry_at_ns: 0,
+            last_error: None,
+        }
+    }
+
+    /// The state now.
+    pub fn state(&self) -> ElectionState {
+        self.state
+    }
+
+    /// The leader chosen (once known).
+    pub fn leader_member_id(&self) -> Option<i32> {
+        self.leader.map(|i| self.members[i].id)
+    }
+
+    /// The new term (once known).
+    pub fn leadership_term_id(&self) -> i64 {
+        self.leadership_term_id
+    }
+
+    /// The term being stood or voted for.
+    pub fn candidate_term_id(&self) -> i64 {
+        self.candidate_term_id
+    }
+
+    /// How far the log is applied.
+    pub fn log_position(&self) -> i64 {
+        self.log_position
+    }
+
+    /// How far the log is recorded.
+    pub fn append_position(&self) -> i64 {
+        self.append_position
+    }
+
+    /// The log publication's session id of the new term.
+    pub fn log_session_id(&self) -> Option<i32> {
+        self.log_session_id
+    }
+
+    /// The highest commit position the leader announced.
+    pub fn notified_commit_position(&self) -> i64 {
+        self.notified_commit_position
+    }
+
+    /// The new leader had just started (its sessions are closed, not followed).
+    pub fn is_leader_startup(&self) -> bool {
+        self.is_leader_startup
+    }
+
+    /// The members and what is known of them.
+    pub fn members(&self) -> &[ClusterMember] {
+        &self.members
+    }
+
+    /// The members, handed to the consensus module when the election ends.
+    pub fn into_members(self) -> Vec<ClusterMember> {
+        self.members
+    }
+
+    /// Why the last attempt went back to INIT, and how many attempts failed in a row.
+    pub fn last_error(&self) -> Option<(&str, u32)> {
+        self.last_error
+            .as_deref()
+            .map(|e| (e, self.errors_in_a_row))
+    }
+
+    fn this_id(&self) -> i32 {
+        self.members[self.this_member].id
+    }
+
+    fn member_index(&self, id: i32) -> Option<usize> {
+        self.members.iter().position(|m| m.id == id)
+    }
+
+    /// Advances the election; returns the work done.
+    pub fn do_work(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> i32 {
+        use ElectionState::*;
+        let step = match self.state {
+            Init => self.init(host, now_ns),
+            Canvass => self.canvass(host, now_ns),
+            Nominate => self.nominate(host, now_ns),
+            CandidateBallot => self.candidate_ballot(host, now_ns),
+            FollowerBallot => self.follower_ballot(host, now_ns),
+            LeaderLogReplication => self.leader_log_replication(host, now_ns),
+            LeaderReplay => self.leader_replay(host, now_ns),
+            LeaderInit => self.leader_init(host, now_ns),
+            LeaderReady => self.leader_ready(host, now_ns),
+            FollowerLogReplication => self.follower_log_replication(host, now_ns),
+            FollowerReplay => self.follower_replay(host, now_ns),
+            FollowerCatchupInit => self.follower_catchup_init(host, now_ns),
+            FollowerCatchupAwait => self.follower_catchup_await(host, now_ns),
+            FollowerCatchup => self.follower_catchup(host, now_ns),
+            FollowerLogInit => self.follower_log_init(host, now_ns),
+            FollowerLogAwait => self.follower_log_await(host, now_ns),
+            FollowerReady => self.follower_ready(host, now_ns),
+            Closed => Ok(0),
+        };
+        match step {
+            Ok(work) => work,
+            Err(e) => {
+                self.handle_error(host, now_ns, e);
+                1
+            }
+        }
+    }
+
+    /// An attempt failed: log it, fall back to the commit position and
+    /// start again from INIT, after a back-off that doubles with every
+    /// failure in a row (from the status interval up to the heartbeat timeout).
+    fn handle_error(&mut self, host: &mut dyn ElectionHost, now_ns: i64, e: ElectionError) {
+        self.errors_in_a_row += 1;
+        let shift = (self.errors_in_a_row - 1).min(20);
+        let backoff = (self.timeouts.election_status_interval_ns << shift)
+            .min(self.timeouts.leader_heartbeat_timeout_ns);
+        self.retry_at_ns = now_ns + if self.errors_in_a_row > 1 { backoff } else { 0 };
+        host.log(format!(
+            "election member {}: {} (attempt {} failed in a row{})",
+            self.this_id(),
+            e,
+            self.errors_in_a_row,
+            if self.errors_in_a_row > 1 {
+                format!(", next in {} ms", backoff / 1_000_000)
+            } else {
+                String::new()
+            }
+        ));
+        self.last_error = Some(e.0);
+        self.log_position = host.commit_position();
+        self.set_state(host, ElectionState::Init, now_ns, "error");
+    }
+
+    // -- messages ---------------------------------------------------------
+
+    /// A member's CanvassPosition.
+    pub fn on_canvass_position(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &CanvassPosition,
+        now_ns: i64,
+    ) {
+        if self.state == ElectionState::Init {
+            return;
+        }
+        if m.follower_member_id == self.graceful_closed_leader_id {
+            self.graceful_closed_leader_id = NULL_VALUE as i32;
+        }
+        let Some(i) = self.member_index(m.follower_member_id) else {
+            return;
+        };
+        if i == self.this_member {
+            return;
+        }
+        self.update_member(i, m.log_leadership_term_id, m.log_position, now_ns);
+        if m.log_leadership_term_id < self.leadership_term_id {
+            if host.role() == role::LEADER {
+                let quorum = self.quorum_position_bounded(now_ns);
+                self.publish_new_leadership_term_to(
+                    host,
+                    i,
+                    m.log_leadership_term_id,
+                    quorum,
+                    now_ns,
+                );
+            }
+        } else if m.log_leadership_term_id > self.leadership_term_id
+            && matches!(
+                self.state,
+                ElectionState::LeaderLogReplication | ElectionState::LeaderReady
+            )
+        {
+            let e = event(format!(
+                "potential new election in progress: member {} has a log of term {} beyond this leader's {}",
+                m.follower_member_id, m.log_leadership_term_id, self.leadership_term_id
+            ));
+            self.handle_error(host, now_ns, e);
+        }
+    }
+
+    /// A candidate's RequestVote.
+    pub fn on_request_vote(&mut self, host: &mut dyn ElectionHost, m: &RequestVote, now_ns: i64) {
+        use ElectionState::*;
+        if self.state == Init || m.candidate_member_id == self.this_id() {
+            return;
+        }
+        if m.candidate_term_id <= self.candidate_term_id {
+            self.place_vote(host, m.candidate_term_id, m.candidate_member_id, false);
+        } else if compare_log(
+            self.log_leadership_term_id,
+            self.append_position,
+            m.log_leadership_term_id,
+            m.log_position,
+        ) == std::cmp::Ordering::Greater
+        {
+            self.candidate_term_id =
+                host.propose_max_candidate_term_id(m.candidate_term_id, m.log_position, now_ns);
+            self.place_vote(host, m.candidate_term_id, m.candidate_member_id, false);
+            if let Some(i) = self.member_index(m.candidate_member_id) {
+                if host.role() == role::LEADER {
+                    let quorum = self.quorum_position_bounded(now_ns);
+                    self.publish_new_leadership_term_to(
+                        host,
+                        i,
+                        m.log_leadership_term_id,
+                        quorum,
+                        now_ns,
+                    );
+                }
+            }
+        } else if matches!(
+            self.state,
+            Canvass | Nominate | CandidateBallot | FollowerBallot
+        ) {
+            self.candidate_term_id =
+                host.propose_max_candidate_term_id(m.candidate_term_id, m.log_position, now_ns);
+            self.place_vote(host, m.candidate_term_id, m.candidate_member_id, true);
+            self.set_state(host, FollowerBallot, now_ns, "voted");
+        }
+    }
+
+    /// A member's Vote.
+    pub fn on_vote(&mut self, m: &Vote, now_ns: i64) {
+        if self.state != ElectionState::CandidateBallot
+            || m.candidate_term_id != self.candidate_term_id
+            || m.candidate_member_id != self.this_id()
+        {
+            return;
+        }
+        if let Some(i) = self.member_index(m.follower_member_id) {
+            self.members[i].candidate_term_id = m.candidate_term_id;
+            self.members[i].vote = Some(m.vote == 1);
+            self.update_member(i, m.log_leadership_term_id, m.log_position, now_ns);
+        }
+    }
+
+    /// The leader's NewLeadershipTerm.
+    pub fn on_new_leadership_term(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &NewLeadershipTerm,
+        now_ns: i64,
+    ) {
+        if let Err(e) = self.new_leadership_term(host, m, now_ns) {
+            self.handle_error(host, now_ns, e);
+        }
+    }
+
+    fn new_leadership_term(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &NewLeadershipTerm,
+        now_ns: i64,
+    ) -> Step {
+        use ElectionState::*;
+        if self.state == Init {
+            return Ok(0);
+        }
+        let Some(leader) = self.member_index(m.leader_member_id) else {
+            return Ok(0);
+        };
+        if leader == self.this_member && m.leadership_term_id == self.leadership_term_id {
+            return Ok(0);
+        }
+        if m.leader_member_id == self.graceful_closed_leader_id {
+            self.graceful_closed_leader_id = NULL_VALUE as i32;
+        }
+        let in_ballot = matches!(self.state, FollowerBallot | CandidateBallot)
+            && m.leadership_term_id == self.candidate_term_id;
+        // A member that voted (or stood) in a later term never follows an
+        // earlier term's leader: its vote may have elected a leader whose log
+        // lacks what this one would append and commit, which that leader
+        // would then cut. Aeron's election takes any term's leader while it
+        // canvasses; a simulation found it losing committed entries so.
+        let canvassing = self.state == Canvass && m.leadership_term_id >= self.candidate_term_id;
+        if in_ballot || canvassing {
+            if m.log_leadership_term_id != self.log_leadership_term_id {
+                // Not tailored to this log: wait for one that is.
+                self.set_state(
+                    host,
+                    Canvass,
+                    now_ns,
+                    "new leadership term for another log term",
+                );
+            } else {
+                if m.next_leadership_term_id == m.log_leadership_term_id
+                    && m.log_leadership_term_id != NULL_VALUE
+                {
+                    return Err(self.cut_a_term_the_leader_lacks(host, m));
+                }
+                if m.next_term_base_log_position != NULL_POSITION
+                    && m.next_term_base_log_position < self.append_position
+                {
+                    // The suffix after the leader's next term base is of a term the
+                    // leader does not have: never committed, so cut it and start again.
+                    let old = self.append_position;
+                    self.refuse_to_cut_applied(
+                        host,
+                        m.next_term_base_log_position,
+                        m.leader_member_id,
+                    )?;
+                    host.truncate_log_entry(
+                        m.log_leadership_term_id,
+                        m.next_term_base_log_position,
+                    );
+                    self.append_position = m.next_term_base_log_position;
+                    return Err(event(format!(
+                        "truncating the cluster log of member {} from {old} to {} (term {} ends there on leader {})",
+                        self.this_id(),
+                        m.next_term_base_log_position,
+                        m.log_leadership_term_id,
+                        m.leader_member_id
+                    )));
+                }
+                self.leader = Some(leader);
+                self.is_leader_startup = m.is_startup == 1;
+                self.leadership_term_id = m.leadership_term_id;
+                self.candidate_term_id = self.candidate_term_id.max(m.leadership_term_id);
+                self.log_session_id = Some(m.log_session_id);
+                self.leader_recording_id = m.leader_recording_id;
+                self.catchup_join_position = if self.append_position < m.log_position {
+                    m.log_position
+                } else {
+                    NULL_POSITION
+                };
+                self.notified_commit_position =
+                    self.notified_commit_position.max(m.commit_position);
+                if self.append_position < m.term_base_log_position {
+                    if m.next_leadership_term_id == NULL_VALUE {
+                        return Err(event(format!(
+                            "invalid NewLeadershipTerm from member {}: append position {} < term base {} with no next term",
+                            m.leader_member_id, self.append_position, m.term_base_log_position
+                        )));
+                    }
+                    if self.append_position < m.next_term_base_log_position {
+                        self.replication_leadership_term_id = m.log_leadership_term_id;
+                        self.replication_stop_position = m.next_term_base_log_position;
+                        self.replication_term_base_log_position = NULL_VALUE;
+                        self.set_state(
+                            host,
+                            FollowerLogReplication,
+                            now_ns,
+                            "missing the rest of its term",
+                        );
+                    } else if self.append_position == m.next_term_base_log_position
+                        && m.next_log_position != NULL_POSITION
+                    {
+                        self.replication_leadership_term_id = m.next_leadership_term_id;
+                        self.replication_stop_position = m.next_log_position;
+                        self.replication_term_base_log_position = m.next_term_base_log_position;
+                        self.set_state(
+                            host,
+                            FollowerLogReplication,
+                            now_ns,
+                            "missing the next term",
+                        );
+                    }
+                } else {
+                    self.set_state(host, FollowerReplay, now_ns, "new leadership term");
+                }
+            }
+        }
+        if self.state == FollowerLogReplication
+            && m.log_leadership_term_id == self.log_leadership_term_id
+            && self.leader == Some(leader)
+        {
+            self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns;
+        }
+        Ok(1)
+    }
+
+    /// Cutting the log to `position` would take entries the services have
+    /// applied: say so loudly and have the node restart (it rebuilds its
+    /// services from a snapshot and the log, then cuts).
+    fn refuse_to_cut_applied(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        position: i64,
+        leader: i32,
+    ) -> Result<(), ElectionError> {
+        let applied = host.commit_position();
+        if position < applied {
+            let why = format!(
+                "member {} must restart: leader {leader} lacks entries from {position} that its services applied up to {applied}",
+                self.this_id()
+            );
+            host.restart_required(why.clone());
+            return Err(event(why));
+        }
+        Ok(())
+    }
+
+    /// The leader holds nothing of this log's last term: its entries of
+    /// that term were never committed. The log goes back to where the term
+    /// began (or where the leader's empty entry of it lies, if lower), the
+    /// recording log to the terms before it, and the election starts again.
+    fn cut_a_term_the_leader_lacks(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &NewLeadershipTerm,
+    ) -> ElectionError {
+        let term = m.log_leadership_term_id;
+        let own_base = host
+            .term_entry(term)
+            .map_or(0, |e| e.term_base_log_position);
+        let cut = if m.next_term_base_log_position == NULL_POSITION {
+            own_base
+        } else {
+            own_base.min(m.next_term_base_log_position)
+        };
+        // The last term before it that holds entries: empty terms filled in
+        // between go with it.
+        let previous = (0..term)
+            .rev()
+            .find(|&t| host.term_entry(t).as_ref().is_some_and(holds_entries))
+            .unwrap_or(NULL_VALUE);
+        let old = self.append_position;
+        if let Err(e) = self.refuse_to_cut_applied(host, cut.min(old), m.leader_member_id) {
+            return e;
+        }
+        host.truncate_log_entry(previous, cut.min(old));
+        self.append_position = cut.min(old);
+        self.log_leadership_term_id = previous;
+        event(format!(
+            "truncating the cluster log of member {} from {old} to {}: leader {} holds nothing of its last term {term}",
+            self.this_id(),
+            self.append_position,
+            m.leader_member_id
+        ))
+    }
+
+    /// A follower's AppendPosition.
+    pub fn on_append_position(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &AppendPosition,
+        now_ns: i64,
+    ) {
+        if self.state == ElectionState::Init || m.leadership_term_id > self.leadership_term_id {
+            return;
+        }
+        if let Some(i) = self.member_index(m.follower_member_id) {
+            self.update_member(i, m.leadership_term_id, m.log_position, now_ns);
+            host.track_catchup_completion(m.follower_member_id, m.leadership_term_id, m.flags);
+        }
+    }
+
+    /// The leader's CommitPosition.
+    pub fn on_commit_position(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        m: &CommitPosition,
+        now_ns: i64,
+    ) {
+        if self.state == ElectionState::Init {
+            return;
+        }
+        // Only the commit position of this term's leader: the same member
+        // leading a later term commits a log this one may not share (Aeron
+        // takes any term's, for senders of old that got the term wrong; a
+        // simulation found a follower replaying its own uncommitted entries
+        // as committed so).
+        if self.leader.map(|i| self.members[i].id) == Some(m.leader_member_id)
+            && m.leadership_term_id == self.leadership_term_id
+        {
+            self.notified_commit_position = self.notified_commit_position.max(m.log_position);
+            if self.state == ElectionState::FollowerLogReplication {
+                self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns;
+            }
+        } else if m.leadership_term_id > self.leadership_term_id
+            && self.state == ElectionState::LeaderReady
+        {
+            let e = event(format!(
+                "new leader detected by its commit position: member {} in term {} (this term {})",
+                m.leader_member_id, m.leadership_term_id, self.leadership_term_id
+            ));
+            self.handle_error(host, now_ns, e);
+        }
+    }
+
+    /// NewLeadershipTermEvents met while replaying or catching up: the
+    /// recording log gets their terms, and the log its last term.
+    fn replayed_terms(&mut self, host: &mut dyn ElectionHost, terms: Vec<TermEvent>, now_ns: i64) {
+        if !matches!(
+            self.state,
+            ElectionState::FollowerCatchup | ElectionState::FollowerReplay
+        ) {
+            return;
+        }
+        for t in terms {
+            host.update_recording_log(
+                t.leadership_term_id,
+                t.term_base_log_position,
+                NULL_POSITION,
+                now_ns,
+            );
+            self.log_position = t.log_position;
+            self.log_leadership_term_id = t.leadership_term_id;
+        }
+    }
+
+    fn update_member(&mut self, i: usize, leadership_term_id: i64, log_position: i64, now_ns: i64) {
+        let m = &mut self.members[i];
+        m.leadership_term_id = leadership_term_id;
+        m.log_position = log_position;
+        m.time_of_last_append_position_ns = now_ns;
+    }
+
+    // -- states -----------------------------------------------------------
+
+    fn init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        if now_ns < self.retry_at_ns {
+            return Ok(0);
+        }
+        if self.is_first_init {
+            self.is_first_init = false;
+            if !self.is_node_startup {
+                self.prepare_for_new_leadership(host, now_ns);
+            }
+        } else {
+            self.stop_log_replication(host);
+            host.stop_catchup();
+            self.catchup_join_position = NULL_POSITION;
+            self.prepare_for_new_leadership(host, now_ns);
+            self.log_session_id = None;
+            self.stop_replay(host);
+            if self.subscribed {
+                host.close_log_subscription();
+                self.subscribed = false;
+            }
+        }
+        self.notified_commit_position = 0;
+        self.candidate_term_id = host.candidate_term_id().max(self.leadership_term_id);
+        if self.members.len() == 1 {
+            self.candidate_term_id = host.propose_max_candidate_term_id(
+                self.candidate_term_id + 1,
+                self.log_position,
+                now_ns,
+            );
+            self.leader = Some(self.this_member);
+            self.leadership_term_id = self.candidate_term_id;
+            self.set_state(
+                host,
+                ElectionState::LeaderLogReplication,
+                now_ns,
+                "single-member cluster",
+            );
+        } else {
+            self.set_state(host, ElectionState::Canvass, now_ns, "");
+        }
+        Ok(1)
+    }
+
+    fn canvass(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let mut work = 0;
+        let deadline = if self.is_extended_canvass {
+            self.time_of_last_state_change_ns + self.timeouts.startup_canvass_timeout_ns
+        } else {
+            host.time_of_last_leader_update_ns() + self.timeouts.leader_heartbeat_timeout_ns
+        };
+        if self.update_interval_expired(now_ns, self.timeouts.election_status_interval_ns) {
+            self.time_of_last_update_ns = now_ns;
+            self.publish_canvass_position(host);
+            work += 1;
+        }
+        let me = &self.members[self.this_member];
+        if is_unanimous_candidate(&self.members, me, self.graceful_closed_leader_id)
+            || (now_ns >= deadline && is_quorum_candidate(&self.members, me))
+        {
+            let delay =
+                (self.next_random() % (self.timeouts.election_timeout_ns as u64 / 2).max(1)) as i64;
+            self.nomination_deadline_ns = now_ns + delay;
+            self.set_state(host, ElectionState::Nominate, now_ns, "");
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    fn nominate(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        if now_ns >= self.nomination_deadline_ns {
+            self.candidate_term_id = host.propose_max_candidate_term_id(
+                self.candidate_term_id + 1,
+                self.log_position,
+                now_ns,
+            );
+            let id = self.this_id();
+            become_candidate(&mut self.members, self.candidate_term_id, id);
+            self.set_state(host, ElectionState::CandidateBallot, now_ns, "");
+            return Ok(1);
+        }
+        if self.update_interval_expired(now_ns, self.timeouts.election_status_interval_ns) {
+            self.time_of_last_update_ns = now_ns;
+            self.publish_canvass_position(host);
+            return Ok(1);
+        }
+        Ok(0)
+    }
+
+    fn candidate_ballot(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        if is_unanimous_leader(
+            &self.members,
+            self.candidate_term_id,
+            self.graceful_closed_leader_id,
+        ) {
+            self.leader = Some(self.this_member);
+            self.leadership_term_id = self.candidate_term_id;
+            self.set_state(
+                host,
+                ElectionState::LeaderLogReplication,
+                now_ns,
+                "unanimous leader",
+            );
+            return Ok(1);
+        }
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns {
+            if is_quorum_leader(&self.members, self.candidate_term_id) {
+                self.leader = Some(self.this_member);
+                self.leadership_term_id = self.candidate_term_id;
+                self.set_state(
+                    host,
+                    ElectionState::LeaderLogReplication,
+                    now_ns,
+                    "quorum leader",
+                );
+            } else {
+                self.set_state(host, ElectionState::Canvass, now_ns, "ballot lost");
+            }
+            return Ok(1);
+        }
+        let mut work = 0;
+        let request = RequestVote {
+            log_leadership_term_id: self.log_leadership_term_id,
+            log_position: self.append_position,
+            candidate_term_id: self.candidate_term_id,
+            candidate_member_id: self.this_id(),
+            protocol_version: CONSENSUS_PROTOCOL_VERSION,
+        };
+        for i in 0..self.members.len() {
+            if !self.members[i].is_ballot_sent {
+                work += 1;
+                let to = self.members[i].id;
+                self.members[i].is_ballot_sent =
+                    host.send(to, ConsensusMessage::RequestVote(request.clone()));
+            }
+        }
+        Ok(work)
+    }
+
+    fn follower_ballot(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns {
+            self.set_state(
+                host,
+                ElectionState::Canvass,
+                now_ns,
+                "no new leadership term",
+            );
+            return Ok(1);
+        }
+        Ok(0)
+    }
+
+    fn leader_log_replication(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        self.mark_self(now_ns);
+        let quorum = self.quorum_position_bounded(now_ns);
+        let mut work = self.publish_new_leadership_term_on_interval(host, quorum, now_ns);
+        work += self.publish_commit_position_on_interval(host, quorum, now_ns);
+        if quorum >= self.append_position {
+            self.set_state(
+                host,
+                ElectionState::LeaderReplay,
+                now_ns,
+                "a quorum holds the leader's log",
+            );
+            work += 1;
+        } else if now_ns
+            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
+        {
+            // Aeron waits here for ever; a leader no quorum follows gives way.
+            return Err(event(format!(
+                "no quorum came to hold the log of leader {} in term {} within {} ms (quorum at {quorum} of {})",
+                self.this_id(),
+                self.leadership_term_id,
+                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000,
+                self.append_position
+            )));
+        }
+        Ok(work)
+    }
+
+    fn leader_replay(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let mut work = 0;
+        if !self.replaying {
+            if self.log_position < self.append_position {
+                host.start_log_replay(self.log_position, self.append_position);
+                self.replaying = true;
+            } else {
+                self.set_state(host, ElectionState::LeaderInit, now_ns, "nothing to replay");
+            }
+            work += 1;
+            self.is_leader_startup = self.is_node_startup;
+            let term = self.leadership_term_id;
+            self.members[self.this_member].leadership_term_id = term;
+            self.mark_self(now_ns);
+        } else if let Some(position) = host.poll_log_replay(&mut Vec::new()) {
+            self.stop_replay(host);
+            let _ = position;
+            self.log_position = self.append_position;
+            self.set_state(host, ElectionState::LeaderInit, now_ns, "replay done");
+            work += 1;
+        }
+        let quorum = self.quorum_position_bounded(now_ns);
+        work += self.publish_new_leadership_term_on_interval(host, quorum, now_ns);
+        work += self.publish_commit_position_on_interval(host, quorum, now_ns);
+        Ok(work)
+    }
+
+    fn leader_init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let session = self
+            .log_session_id
+            .expect("the leader's log publication exists");
+        host.join_log_as_leader(
+            self.leadership_term_id,
+            self.log_position,
+            session,
+            self.is_leader_startup,
+        );
+        host.update_recording_log(
+            self.leadership_term_id,
+            self.log_position,
+            NULL_POSITION,
+            now_ns,
+        );
+        self.log_leadership_term_id = self.leadership_term_id;
+        self.set_state(host, ElectionState::LeaderReady, now_ns, "");
+        Ok(1)
+    }
+
+    fn leader_ready(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        self.mark_self(now_ns);
+        let term = self.leadership_term_id;
+        self.members[self.this_member].leadership_term_id = term;
+        let quorum = self.quorum_position_bounded(now_ns);
+        let mut work = host.update_leader_position(
+            now_ns,
+            self.append_position,
+            quorum.min(self.commit_bound),
+        );
+        work += self.publish_new_leadership_term_on_interval(host, quorum, now_ns);
+        if has_quorum_at_position(
+            &self.members,
+            self.leadership_term_id,
+            self.log_position,
+            now_ns,
+            self.timeouts.leader_heartbeat_timeout_ns,
+        ) && host.append_new_leadership_term_event(now_ns)
+        {
+            self.complete(host, now_ns);
+            work += 1;
+        } else if now_ns
+            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
+        {
+            return Err(event(format!(
+                "no quorum joined term {} of leader {} within {} ms",
+                self.leadership_term_id,
+                self.this_id(),
+                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000
+            )));
+        }
+        Ok(work)
+    }
+
+    fn follower_log_replication(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let mut work = 0;
+        if !self.replicating {
+            if self.append_position < self.replication_stop_position {
+                let leader = self
+                    .leader
+                    .map(|i| self.members[i].id)
+                    .expect("a leader to replicate from");
+                host.start_log_replication(
+                    leader,
+                    self.leader_recording_id,
+                    self.replication_stop_position,
+                    now_ns,
+                );
+                self.replicating = true;
+                self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns;
+                work += 1;
+            } else {
+                host.update_recording_log(
+                    self.replication_leadership_term_id,
+                    self.replication_term_base_log_position,
+                    self.replication_stop_position,
+                    now_ns,
+                );
+                self.log_leadership_term_id = self.replication_leadership_term_id;
+                self.set_state(host, ElectionState::Canvass, now_ns, "replicated");
+            }
+            return Ok(work);
+        }
+        let progress = host.poll_log_replication(now_ns).map_err(|e| {
+            event(format!(
+                "log replication from leader {:?} to {} failed: {e}",
+                self.leader_member_id(),
+                self.replication_stop_position
+            ))
+        })?;
+        // Bytes copied of the leader's next term are that term's from the
+        // first one on: the recording log says so at once, so that a
+        // replication cut short is never taken for a suffix of the old term
+        // and cut off (its position was reported, and may have been counted
+        // towards a commit).
+        if self.replication_term_base_log_position != NULL_VALUE
+            && progress.position > self.replication_term_base_log_position
+            && self.log_leadership_term_id < self.replication_leadership_term_id
+        {
+            host.update_recording_log(
+                self.replication_leadership_term_id,
+                self.replication_term_base_log_position,
+                NULL_POSITION,
+                now_ns,
+            );
+            self.log_leadership_term_id = self.replication_leadership_term_id;
+        }
+        // More of its own last term: the recording log's end of that term
+        // moves with it (a cut earlier may have closed it lower).
+        if self.replication_term_base_log_position == NULL_VALUE
+            && progress.position > self.append_position
+        {
+            host.update_recording_log(
+                self.replication_leadership_term_id,
+                NULL_VALUE,
+                progress.position,
+                now_ns,
+            );
+        }
+        work += self.publish_follower_replication_position(host, progress.position, now_ns);
+        if progress.done {
+            if self.notified_commit_position >= self.append_position {
+                self.append_position = progress.position;
+                self.stop_log_replication(host);
+                host.update_recording_log(
+                    self.replication_leadership_term_id,
+                    self.replication_term_base_log_position,
+                    self.replication_stop_position,
+                    now_ns,
+                );
+                self.log_leadership_term_id = self.replication_leadership_term_id;
+                self.set_state(host, ElectionState::Canvass, now_ns, "replicated");
+                work += 1;
+            } else if now_ns >= self.replication_deadline_ns {
+                return Err(event(format!(
+                    "timed out awaiting the commit position after replicating to {} (notified {})",
+                    self.append_position, self.notified_commit_position
+                )));
+            }
+        } else if now_ns >= self.replication_deadline_ns {
+            return Err(event(format!(
+                "log replication made no progress for {} ms at {} of {}",
+                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000,
+                progress.position,
+                self.replication_stop_position
+            )));
+        }
+        Ok(work)
+    }
+
+    fn follower_replay(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let next = |e: &Election| {
+            if e.catchup_join_position != NULL_POSITION {
+                ElectionState::FollowerCatchupInit
+            } else {
+                ElectionState::FollowerLogInit
+            }
+        };
+        // The log up to the append position is a prefix of the leader's
+        // (its NewLeadershipTerm was taken without a cut), so the follower
+        // says so in the new term: the leader counts only positions reported
+        // in its log's term or the new one.
+        let work = self.publish_follower_append_position(host, now_ns);
+        if !self.replaying {
+            if self.log_position < self.append_position {
+                if self.notified_commit_position == 0 {
+                    return Ok(work);
+                }
+                if self.log_position >= self.notified_commit_position {
+                    let reason = format!(
+                        "log replay rejected: log position {} is not below the commit position {}",
+                        self.log_position, self.notified_commit_position
+                    );
+                    self.set_state(host, ElectionState::Canvass, now_ns, &reason);
+                } else {
+                    host.start_log_replay(
+                        self.log_position,
+                        self.append_position.min(self.notified_commit_position),
+                    );
+                    self.replaying = true;
+                }
+                return Ok(work + 1);
+            }
+            let to = next(self);
+            self.set_state(host, to, now_ns, "nothing to replay");
+            return Ok(work + 1);
+        }
+        let mut terms = Vec::new();
+        let done = host.poll_log_replay(&mut terms);
+        self.replayed_terms(host, terms, now_ns);
+        if let Some(position) = done {
+            self.log_position = position;
+            self.stop_replay(host);
+            if self.log_position == self.append_position {
+                let to = next(self);
+                self.set_state(host, to, now_ns, "log replay done");
+            } else {
+                let reason = format!(
+                    "incomplete log replay: log position {} append position {}",
+                    self.log_position, self.append_position
+                );
+                self.set_state(host, ElectionState::Canvass, now_ns, &reason);
+            }
+            return Ok(work + 1);
+        }
+        Ok(work)
+    }
+
+    fn follower_catchup_init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        if !self.subscribed {
+            host.add_follower_subscription(
+                self.log_session_id.expect("the leader's log session"),
+                true,
+            );
+            self.subscribed = true;
+        }
+        if let Some(endpoint) = host.catchup_endpoint() {
+            let message = CatchupPosition {
+                leadership_term_id: self.leadership_term_id,
+                log_position: self.log_position,
+                follower_member_id: self.this_id(),
+                catchup_endpoint: endpoint,
+            };
+            let leader = self.leader_member_id().expect("a leader");
+            if host.send(leader, ConsensusMessage::CatchupPosition(message)) {
+                self.time_of_last_update_ns = now_ns;
+                self.set_state(host, ElectionState::FollowerCatchupAwait, now_ns, "");
+                return Ok(1);
+            }
+        }
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
+            return Err(event(
+                "failed to send the catch-up position to the leader".into(),
+            ));
+        }
+        Ok(1)
+    }
+
+    fn follower_catchup_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        self.publish_follower_append_position(host, now_ns);
+        let session = self.log_session_id.expect("the leader's log session");
+        match host.try_join_log_as_follower(
+            session,
+            self.log_position,
+            self.is_leader_startup,
+            now_ns,
+        ) {
+            JoinStatus::Joined { join_position } => {
+                self.verify_join_position("FOLLOWER_CATCHUP_AWAIT", join_position)?;
+                self.catchup_progress = (host.commit_position(), now_ns);
+                self.set_state(host, ElectionState::FollowerCatchup, now_ns, "");
+                return Ok(1);
+            }
+            JoinStatus::Joining { join_position } => {
+                self.verify_join_position("FOLLOWER_CATCHUP_AWAIT", join_position)?
+            }
+            JoinStatus::Failed(why) => {
+                return Err(event(format!(
+                    "failed to add the catch-up log as follower: {why}"
+                )))
+            }
+            JoinStatus::NoImage => {}
+        }
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
+            return Err(event("timed out joining the catch-up log".into()));
+        }
+        Ok(0)
+    }
+
+    fn follower_catchup(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let mut terms = Vec::new();
+        let work = host.catchup_poll(
+            self.notified_commit_position,
+            self.catchup_join_position,
+            now_ns,
+            &mut terms,
+        );
+        self.replayed_terms(host, terms, now_ns);
+        let position = host.commit_position();
+        if position > self.catchup_progress.0 {
+            self.catchup_progress = (position, now_ns);
+        } else if now_ns - self.catchup_progress.1 >= self.timeouts.leader_heartbeat_timeout_ns {
+            return Err(event(format!(
+                "no catch-up progress for {} ms at {position} (joining at {}, commit notified {})",
+                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000,
+                self.catchup_join_position,
+                self.notified_commit_position
+            )));
+        }
+        if position >= self.catchup_join_position
+            && position >= self.notified_commit_position
+            && host.is_catchup_done()
+            && !host.is_snapshotting()
+        {
+            self.append_position = position;
+            self.log_position = position;
+            self.set_state(host, ElectionState::FollowerLogInit, now_ns, "caught up");
+            return Ok(work + 1);
+        }
+        Ok(work)
+    }
+
+    fn follower_log_init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        self.publish_follower_append_position(host, now_ns);
+        if !self.subscribed {
+            if let Some(session) = self.log_session_id {
+                host.add_follower_subscription(session, false);
+                self.subscribed = true;
+                self.set_state(host, ElectionState::FollowerLogAwait, now_ns, "");
+            }
+        } else {
+            self.set_state(host, ElectionState::FollowerReady, now_ns, "");
+        }
+        Ok(1)
+    }
+
+    fn follower_log_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        self.publish_follower_append_position(host, now_ns);
+        let session = self.log_session_id.expect("the leader's log session");
+        match host.try_join_log_as_follower(
+            session,
+            self.log_position,
+            self.is_leader_startup,
+            now_ns,
+        ) {
+            JoinStatus::Joined { join_position } => {
+                self.verify_join_position("FOLLOWER_LOG_AWAIT", join_position)?;
+                host.update_recording_log(
+                    self.leadership_term_id,
+                    self.log_position,
+                    NULL_POSITION,
+                    now_ns,
+                );
+                self.log_leadership_term_id = self.leadership_term_id;
+                self.set_state(host, ElectionState::FollowerReady, now_ns, "");
+                return Ok(1);
+            }
+            JoinStatus::Joining { join_position } => {
+                self.verify_join_position("FOLLOWER_LOG_AWAIT", join_position)?
+            }
+            JoinStatus::Failed(why) => {
+                return Err(event(format!(
+                    "failed to add the live log as follower: {why}"
+                )))
+            }
+            JoinStatus::NoImage => {}
+        }
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
+            return Err(event("timed out joining the live log".into()));
+        }
+        Ok(0)
+    }
+
+    fn follower_ready(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
+        let leader = self.leader_member_id().expect("a leader");
+        let message = AppendPosition {
+            leadership_term_id: self.leadership_term_id,
+            log_position: self.log_position,
+            follower_member_id: self.this_id(),
+            flags: 0,
+        };
+        if host.send(leader, ConsensusMessage::AppendPosition(message)) {
+            self.complete(host, now_ns);
+        } else if now_ns
+            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
+        {
+            return Err(event(
+                "the ready follower could not reach the leader".into(),
+            ));
+        }
+        Ok(1)
+    }
+
+    // -- helpers ----------------------------------------------------------
+
+    fn complete(&mut self, host: &mut dyn ElectionHost, now_ns: i64) {
+        self.errors_in_a_row = 0;
+        self.retry_at_ns = 0;
+        host.election_complete(now_ns);
+        self.set_state(host, ElectionState::Closed, now_ns, "");
+    }
+
+    fn verify_join_position(&self, state: &str, join_position: i64) -> Result<(), ElectionError> {
+        if join_position != self.log_position {
+            return Err(event(format!(
+                "{state}: join position {join_position} is {} than the log position {}",
+                if join_position < self.log_position {
+                    "less"
+                } else {
+                    "greater"
+                },
+                self.log_position
+            )));
+        }
+        Ok(())
+    }
+
+    fn mark_self(&mut self, now_ns: i64) {
+        let append = self.append_position;
+        let me = &mut self.members[self.this_member];
+        me.log_position = append;
+        me.time_of_last_append_position_ns = now_ns;
+    }
+
+    fn quorum_position_bounded(&mut self, now_ns: i64) -> i64 {
+        if self.leader == Some(self.this_member) {
+            self.mark_self(now_ns);
+        }
+        // Members count with logs that end in this leader's last log term
+        // (the same entries up to the shorter) or that joined the new term.
+        let terms = [self.log_leadership_term_id, self.leadership_term_id];
+        cluster_member::quorum_position(
+            &self.members,
+            &terms,
+            now_ns,
+            self.timeouts.leader_heartbeat_timeout_ns,
+        )
+        .min(self.append_position)
+    }
+
+    fn update_interval_expired(&self, now_ns: i64, interval_ns: i64) -> bool {
+        now_ns - self.time_of_last_update_ns >= interval_ns
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*: a deterministic delay per seed, so simulations replay.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn prepare_for_new_leadership(&mut self, host: &mut dyn ElectionHost, now_ns: i64) {
+        let last = host.prepare_for_new_leadership(self.log_position, now_ns);
+        if last != NULL_POSITION {
+            self.append_position = last;
+        }
+    }
+
+    fn stop_replay(&mut self, host: &mut dyn ElectionHost) {
+        if self.replaying {
+            host.stop_log_replay();
+            self.replaying = false;
+        }
+        self.last_published_append_position = 0;
+    }
+
+    fn stop_log_replication(&mut self, host: &mut dyn ElectionHost) {
+        if self.replicating {
+            host.stop_log_replication();
+            self.replicating = false;
+        }
+        self.replication_deadline_ns = 0;
+        self.last_published_commit_position = 0;
+    }
+
+    fn place_vote(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        candidate_term_id: i64,
+        candidate_id: i32,
+        vote: bool,
+    ) {
+        if self.member_index(candidate_id).is_some() {
+            let message = Vote {
+                candidate_term_id,
+                log_leadership_term_id: self.log_leadership_term_id,
+                log_position: self.append_position,
+                candidate_member_id: candidate_id,
+                follower_member_id: self.this_id(),
+                vote: vote as i32,
+            };
+            host.send(candidate_id, ConsensusMessage::Vote(message));
+        }
+    }
+
+    fn publish_canvass_position(&mut self, host: &mut dyn ElectionHost) {
+        let message = CanvassPosition {
+            log_leadership_term_id: self.log_leadership_term_id,
+            log_position: self.append_position,
+            leadership_term_id: self.leadership_term_id,
+            follower_member_id: self.this_id(),
+            protocol_version: CONSENSUS_PROTOCOL_VERSION,
+        };
+        for m in &self.members {
+            if m.id != self.members[self.this_member].id {
+                host.send(m.id, ConsensusMessage::CanvassPosition(message.clone()));
+            }
+        }
+    }
+
+    fn publish_new_leadership_term_on_interval(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        quorum: i64,
+        now_ns: i64,
+    ) -> i32 {
+        if self.update_interval_expired(now_ns, self.timeouts.leader_heartbeat_interval_ns) {
+            self.time_of_last_update_ns = now_ns;
+            for i in 0..self.members.len() {
+                let log_term = self.log_leadership_term_id;
+                self.publish_new_leadership_term_to(host, i, log_term, quorum, now_ns);
+            }
+            return 1;
+        }
+        0
+    }
+
+    /// NewLeadershipTerm to member `i`, tailored to the log it reported.
+    fn publish_new_leadership_term_to(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        i: usize,
+        log_leadership_term_id: i64,
+        quorum: i64,
+        now_ns: i64,
+    ) {
+        let Some(session) = self.log_session_id else {
+            return;
+        };
+        if i == self.this_member {
+            return;
+        }
+        let leader = LeaderTerm {
+            leader_member_id: self.this_id(),
+            leadership_term_id: self.leadership_term_id,
+            term_base_log_position: self.append_position,
+            append_position: self.append_position,
+            commit_position: quorum.min(self.commit_bound),
+            log_recording_id: host.log_recording_id(),
+            log_session_id: session,
+            app_version: self.app_version,
+            is_startup: self.is_leader_startup,
+        };
+        let message =
+            leader.new_leadership_term(log_leadership_term_id, &|t| host.term_entry(t), now_ns);
+        host.send(
+            self.members[i].id,
+            ConsensusMessage::NewLeadershipTerm(message),
+        );
+    }
+
+    fn publish_commit_position_on_interval(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        quorum: i64,
+        now_ns: i64,
+    ) -> i32 {
+        let quorum = quorum.min(self.commit_bound);
+        if self.last_published_commit_position < quorum
+            || (self.last_published_commit_position == quorum
+                && now_ns - self.time_of_last_commit_position_update_ns
+                    >= self.timeouts.leader_heartbeat_interval_ns)
+        {
+            self.time_of_last_commit_position_update_ns = now_ns;
+            self.last_published_commit_position = quorum;
+            let message = CommitPosition {
+                leadership_term_id: self.leadership_term_id,
+                log_position: quorum,
+                leader_member_id: self.this_id(),
+            };
+            for m in &self.members {
+                if m.id != self.members[self.this_member].id {
+                    host.send(m.id, ConsensusMessage::CommitPosition(message.clone()));
+                }
+            }
+            return 1;
+        }
+        0
+    }
+
+    fn publish_follower_replication_position(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        position: i64,
+        now_ns: i64,
+    ) -> i32 {
+        if position > self.append_position
+            || (position == self.append_position
+                && self.update_interval_expired(now_ns, self.timeouts.leader_heartbeat_interval_ns))
+        {
+            let leader = self.leader_member_id().expect("a leader");
+            let message = AppendPosition {
+                leadership_term_id: self.leadership_term_id,
+                log_position: position,
+                follower_member_id: self.this_id(),
+                flags: 0,
+            };
+            if host.send(leader, ConsensusMessage::AppendPosition(message)) {
+                self.append_position = position;
+                self.time_of_last_update_ns = now_ns;
+                return 1;
+            }
+        }
+        0
+    }
+
+    fn publish_follower_append_position(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        now_ns: i64,
+    ) -> i32 {
+        if self.last_published_append_position != self.append_position
+            || self.update_interval_expired(now_ns, self.timeouts.leader_heartbeat_interval_ns)
+        {
+            let leader = self.leader_member_id().expect("a leader");
+            let message = AppendPosition {
+                leadership_term_id: self.leadership_term_id,
+                log_position: self.append_position,
+                follower_member_id: self.this_id(),
+                flags: 0,
+            };
+            if host.send(leader, ConsensusMessage::AppendPosition(message)) {
+                self.last_published_append_position = self.append_position;
+                self.time_of_last_update_ns = now_ns;
+                return 1;
+            }
+        }
+        0
+    }
+
+    fn set_state(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        new_state: ElectionState,
+        now_ns: i64,
+        reason: &str,
+    ) {
+        if new_state == self.state {
+            return;
+        }
+        if self.state == ElectionState::Canvass {
+            self.is_extended_canvass = false;
+        }
+        match new_state {
+            ElectionState::Canvass => {
+                for m in self.members.iter_mut() {
+                    m.reset();
+                }
+                let (term, append) = (self.log_leadership_term_id, self.append_position);
+                let me = &mut self.members[self.this_member];
+                me.leadership_term_id = term;
+                me.log_position = append;
+                self.leader = None;
+                host.set_role(role::FOLLOWER);
+            }
+            ElectionState::CandidateBallot => host.set_role(role::CANDIDATE),
+            ElectionState::LeaderLogReplication => {
+                self.commit_bound = self.log_position;
+                host.set_role(role::LEADER);
+                self.log_session_id = Some(host.add_log_publication(self.append_position));
+            }
+            ElectionState::FollowerLogReplication | ElectionState::FollowerReplay => {
+                host.set_role(role::FOLLOWER)
+            }
+            _ => {}
+        }
+        host.log(format!(
+            "election member {}: {} -> {}{}{} leader={:?} candidateTermId={} leadershipTermId={} logPosition={} \
+             logLeadershipTermId={} appendPosition={} catchupJoinPosition={} notifiedCommitPosition={}",
+            self.this_id(),
+            self.state,
+            new_state,
+            if reason.is_empty() { "" } else { ": " },
+            reason,
+            self.leader_member_id(),
+            self.candidate_term_id,
+            self.leadership_term_id,
+            self.log_position,
+            self.log_leadership_term_id,
+            self.append_position,
+            self.catchup_join_position,
+            self.notified_commit_position
+        ));
+        self.state = new_state;
+        self.time_of_last_state_change_ns = now_ns;
+        self.time_of_last_update_ns = self.initial_time_of_last_update_ns;
+        self.time_of_last_commit_position_update_ns = self.initial_time_of_last_update_ns;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    /// A host that records what the election does and answers as told.
+    #[derive(Default)]
+    struct Fake {
+        sent: Vec<(i32, ConsensusMessage)>,
+        role: i32,
+        candidate_term_on_disk: i64,
+        append_position: i64,
+        truncated_to: Option<i64>,
+        replication_error: Option<String>,
+        replications: u32,
+        log: Vec<String>,
+    }
+
+    impl ElectionHost for Fake {
+        fn send(&mut self, to: i32, message: ConsensusMessage) -> bool {
+            self.sent.push((to, message));
+            true
+        }
+        fn set_role(&mut self, role: i32) {
+            self.role = role;
+        }
+        fn role(&self) -> i32 {
+            self.role
+        }
+        fn candidate_term_id(&self) -> i64 {
+            self.candidate_term_on_disk
+        }
+        fn propose_max_candidate_term_id(&mut self, term: i64, _p: i64, _n: i64) -> i64 {
+            self.candidate_term_on_disk = self.candidate_term_on_disk.max(term);
+            self.candidate_term_on_disk
+        }
+        fn prepare_for_new_leadership(&mut self, _p: i64, _n: i64) -> i64 {
+            self.append_position
+        }
+        fn truncate_log_entry(&mut self, _t: i64, position: i64) {
+            self.truncated_to = Some(position);
+            self.append_position = position;
+        }
+        fn add_log_publication(&mut self, _a: i64) -> i32 {
+            99
+        }
+        fn log_recording_id(&self) -> i64 {
+            0
+        }
+        fn term_entry(&self, _t: i64) -> Option<TermEntry> {
+            None
+        }
+        fn update_recording_log(&mut self, _t: i64, _b: i64, _p: i64, _n: i64) {}
+        fn start_log_replay(&mut self, _f: i64, _t: i64) {}
+        fn poll_log_replay(&mut self, _t: &mut Vec<TermEvent>) -> Option<i64> {
+            None
+        }
+        fn stop_log_replay(&mut self) {}
+        fn start_log_replication(&mut self, _l: i32, _r: i64, _s: i64, _n: i64) {
+            self.replications += 1;
+        }
+        fn poll_log_replication(&mut self, _n: i64) -> Result<ReplicationProgress, String> {
+            match &self.replication_error {
+                Some(e) => Err(e.clone()),
+                None => Ok(ReplicationProgress {
+                    position: self.append_position,
+                    done: false,
+                }),
+            }
+        }
+        fn stop_log_replication(&mut self) {}
+        fn join_log_as_leader(&mut self, _t: i64, _p: i64, _s: i32, _i: bool) {}
+        fn update_leader_position(&mut self, _n: i64, _a: i64, _q: i64) -> i32 {
+            0
+        }
+        fn append_new_leadership_term_event(&mut self, _n: i64) -> bool {
+            true
+        }
+        fn election_complete(&mut self, _n: i64) {}
+        fn add_follower_subscription(&mut self, _s: i32, _c: bool) {}
+        fn catchup_endpoint(&self) -> Option<String> {
+            None
+        }
+        fn try_join_log_as_follower(&mut self, _s: i32, _p: i64, _i: bool, _n: i64) -> JoinStatus {
+            JoinStatus::NoImage
+        }
+        fn catchup_poll(&mut self, _l: i64, _j: i64, _n: i64, _t: &mut Vec<TermEvent>) -> i32 {
+            0
+        }
+        fn is_catchup_done(&self) -> bool {
+            false
+        }
+        fn stop_catchup(&mut self) {}
+        fn close_log_subscription(&mut self) {}
+        fn commit_position(&self) -> i64 {
+            0
+        }
+        fn is_snapshotting(&self) -> bool {
+            false
+        }
+        fn track_catchup_completion(&mut self, _m: i32, _t: i64, _f: u8) {}
+        fn time_of_last_leader_update_ns(&self) -> i64 {
+            0
+        }
+        fn log(&mut self, line: String) {
+            self.log.push(line);
+        }
+        fn restart_required(&mut self, why: String) {
+            self.log.push(why);
+        }
+    }
+
+    fn three() -> Vec<ClusterMember> {
+        (0..3)
+            .map(|i| ClusterMember::new(i, ["h:1", "h:2", "h:3", "h:4", "h:5"]))
+            .collect()
+    }
+
+    /// Member 0 with a log of term `term` ending at `append`, in CANVASS at 0 ns.
+    fn canvassing(term: i64, append: i64, host: &mut Fake) -> Election {
+        host.append_position = append;
+        let start = ElectionStart {
+            is_node_startup: false,
+            graceful_closed_leader_id: -1,
+            leadership_term_id: term,
+            log_position: 0,
+            append_position: append,
+            this_member_id: 0,
+            app_version: 1,
+            seed: 1,
+        };
+        let mut e = Election::new(start, three(), ElectionTimeouts::default(), 0);
+        e.do_work(host, 0);
+        assert_eq!(e.state(), ElectionState::Canvass);
+        e
+    }
+
+    fn votes(host: &Fake) -> Vec<(i32, bool)> {
+        host.sent
+            .iter()
+            .filter_map(|(to, m)| match m {
+                ConsensusMessage::Vote(v) => Some((*to, v.vote == 1)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn request(term: i64, log_term: i64, position: i64, candidate: i32) -> RequestVote {
+        RequestVote {
+            log_leadership_term_id: log_term,
+            log_position: position,
+            candidate_term_id: term,
+            candidate_member_id: candidate,
+            protocol_version: CONSENSUS_PROTOCOL_VERSION,
+        }
+    }
+
+    #[test]
+    fn a_vote_goes_once_per_term_to_a_log_at_least_as_up_to_date_and_the_term_is_on_disk_first() {
+        let mut host = Fake::default();
+        let mut e = canvassing(2, 640, &mut host);
+        e.on_request_vote(&mut host, &request(3, 2, 320, 1), 10 * MS); // shorter log: no
+        assert_eq!(votes(&host), vec![(1, false)]);
+        assert_eq!(
+            host.candidate_term_on_disk, 3,
+            "the term is persisted even when refusing"
+        );
+        e.on_request_vote(&mut host, &request(3, 2, 640, 2), 11 * MS); // same term again: no
+        e.on_request_vote(&mut host, &request(4, 2, 640, 2), 12 * MS); // later term, log as good: yes
+        assert_eq!(votes(&host), vec![(1, false), (2, false), (2, true)]);
+        assert_eq!(
+            (host.candidate_term_on_disk, e.state()),
+            (4, ElectionState::FollowerBallot)
+        );
+        e.on_request_vote(&mut host, &request(4, 3, 0, 1), 13 * MS); // another candidate, same term
+        assert_eq!(votes(&host).last(), Some(&(1, false)));
+    }
+
+    #[test]
+    fn a_member_that_hears_every_log_no_better_than_its_own_stands_and_wins_with_a_majority() {
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        for (id, pos) in [(1, 320), (2, 640)] {
+            let c = CanvassPosition {
+                log_leadership_term_id: 1,
+                log_position: pos,
+                leadership_term_id: 1,
+                follower_member_id: id,
+                protocol_version: CONSENSUS_PROTOCOL_VERSION,
+            };
+            e.on_canvass_position(&mut host, &c, MS);
+        }
+        e.do_work(&mut host, 2 * MS);
+        assert_eq!(e.state(), ElectionState::Nominate);
+        e.do_work(&mut host, 600 * MS); // past any nomination delay (< election timeout / 2)
+        assert_eq!(
+            (e.state(), e.candidate_term_id()),
+            (ElectionState::CandidateBallot, 2)
+        );
+        e.do_work(&mut host, 601 * MS);
+        let asked: Vec<i32> = host
+            .sent
+            .iter()
+            .filter(|(_, m)| matches!(m, ConsensusMessage::RequestVote(_)))
+            .map(|x| x.0)
+            .collect();
+        assert_eq!(asked, vec![1, 2]);
+        let vote = |from: i32, yes: bool| Vote {
+            candidate_term_id: 2,
+            log_leadership_term_id: 1,
+            log_position: 320,
+            candidate_member_id: 0,
+            follower_member_id: from,
+            vote: yes as i32,
+        };
+        e.on_vote(&vote(1, true), 602 * MS);
+        e.on_vote(&vote(2, false), 602 * MS);
+        e.do_work(&mut host, 700 * MS);
+        assert_eq!(
+            e.state(),
+            ElectionState::CandidateBallot,
+            "not unanimous: the ballot runs its time"
+        );
+        e.do_work(&mut host, 1_700 * MS);
+        assert_eq!(
+            e.state(),
+            ElectionState::LeaderLogReplication,
+            "a majority of yes wins despite a no"
+        );
+        assert_eq!(
+            (e.leader_member_id(), host.role, e.log_session_id()),
+            (Some(0), role::LEADER, Some(99))
+        );
+    }
+
+    #[test]
+    fn a_suffix_the_new_leader_lacks_is_truncated_and_the_election_restarts() {
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 960, &mut host);
+        let nlt = LeaderTerm {
+            leader_member_id: 1,
+            leadership_term_id: 2,
+            term_base_log_position: 640,
+            append_position: 700,
+            commit_position: 640,
+            log_recording_id: 0,
+            log_session_id: 5,
+            app_version: 1,
+            is_startup: false,
+        }
+        .new_leadership_term(
+            1,
+            &|t| match t {
+                1 => Some(TermEntry {
+                    leadership_term_id: 1,
+                    term_base_log_position: 0,
+                    log_position: 640,
+                }),
+                2 => Some(TermEntry {
+                    leadership_term_id: 2,
+                    term_base_log_position: 640,
+                    log_position: -1,
+                }),
+                _ => None,
+            },
+            0,
+        );
+        e.on_new_leadership_term(&mut host, &nlt, 5 * MS);
+        assert_eq!(host.truncated_to, Some(640));
+        assert_eq!((e.state(), e.append_position()), (ElectionState::Init, 640));
+        assert!(e
+            .last_error()
+            .unwrap()
+            .0
+            .contains("truncating the cluster log of member 0 from 960 to 640"));
+    }
+
+    #[test]
+    fn failing_attempts_back_off_doubling_and_keep_the_cause() {
+        let mut host = Fake {
+            replication_error: Some("archive at h:5 refused".into()),
+            ..Fake::default()
+        };
+        let mut e = canvassing(0, 0, &mut host);
+        let nlt = |commit| {
+            LeaderTerm {
+                leader_member_id: 1,
+                leadership_term_id: 3,
+                term_base_log_position: 640,
+                append_position: 640,
+                commit_position: commit,
+                log_recording_id: 0,
+                log_session_id: 5,
+                app_version: 1,
+                is_startup: false,
+            }
+            .new_leadership_term(
+                0,
+                &|t| match t {
+                    0 => Some(TermEntry {
+                        leadership_term_id: 0,
+                        term_base_log_position: 0,
+                        log_position: 320,
+                    }),
+                    1 => Some(TermEntry {
+                        leadership_term_id: 1,
+                        term_base_log_position: 320,
+                        log_position: 640,
+                    }),
+                    _ => None,
+                },
+                0,
+            )
+        };
+        let mut now = MS;
+        let mut restarts = Vec::new();
+        for _ in 0..5 {
+            e.on_new_leadership_term(&mut host, &nlt(640), now);
+            assert_eq!(e.state(), ElectionState::FollowerLogReplication);
+            e.do_work(&mut host, now); // starts the replication
+            e.do_work(&mut host, now); // its poll fails
+            assert_eq!(e.state(), ElectionState::Init);
+            let failed_at = now;
+            while e.state() == ElectionState::Init {
+                now += MS;
+                e.do_work(&mut host, now);
+            }
+            restarts.push((now - failed_at) / MS);
+        }
+        // The first retry at once, then 200, 400, 800, 1600 ms: never a tight loop.
+        assert_eq!(restarts, vec![1, 200, 400, 800, 1_600]);
+        let (why, in_a_row) = e.last_error().unwrap();
+        assert!(
+            why.contains("archive at h:5 refused") && why.contains("log replication"),
+            "{why}"
+        );
+        assert_eq!(in_a_row, 5);
+        assert_eq!(host.replications, 5);
+    }
+}

@@ -1,0 +1,13 @@
+//! The sulis cluster: Raft-replicated state machines on the sulis archive,
+//! speaking Aeron Cluster's protocol (the contracts are in
+//! `sulis_protocol::cluster`).
+//!
+//! This crate grows from its core out: the members and their quorum
+//! arithmetic ([`cluster_member`]) and the election ([`election`]), a state
+//! machine driven by `do_work` on a clock it is given, whose every effect on
+//! the log, the archive and the network goes through the
+//! [`election::ElectionHost`] the consensus module implements, so that it is
+//! tested on a manual clock against simulated members and faults.
+
+pub mod cluster_member;
+pub mod election;
