@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import peers  # noqa: E402
@@ -133,6 +134,9 @@ def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory():
         await_until(lambda: len(bench_processes(marker)) >= 2 or proc.poll() is not None, timeout=120,
                     what="the Aeron JVMs to start", interval=0.05)
         assert proc.poll() is None, proc.stdout.read() + proc.stderr.read()
+        # A JVM still starting up may not take SIGINT yet (a loaded machine stretches that): let the
+        # JVMs get going, as a person pressing Ctrl-C during a run would.
+        time.sleep(3)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
