@@ -242,8 +242,12 @@ pub trait ElectionHost {
     /// The recording log's entry for term `leadership_term_id`.
     fn term_entry(&self, leadership_term_id: i64) -> Option<TermEntry>;
     /// Makes the recording log hold term `leadership_term_id` from
-    /// `term_base_log_position` (−1: where the recording log has it) ending
-    /// at `log_position` (−1: open), and every term before it.
+    /// `term_base_log_position` (−1 or a term it holds already: where the
+    /// recording log has it; a term's base never moves) ending
+    /// at `log_position` (−1: open), and every term before it (terms no
+    /// entry reached here as empty ones, as Aeron's `ensureCoherent`); terms
+    /// recorded after it are dropped (elections that never appended an
+    /// entry here: the log's entries are of this term or earlier ones).
     fn update_recording_log(
         &mut self,
         leadership_term_id: i64,
@@ -507,7 +511,8 @@ pub struct ElectionStart {
     pub is_node_startup: bool,
     /// A leader that closed gracefully, not waited for (−1 none).
     pub graceful_closed_leader_id: i32,
-    /// The last term in the log.
+    /// The last term in the log that holds entries (a term recorded by an
+    /// election that never appended its first entry does not count).
     pub leadership_term_id: i64,
     /// How far the log has been applied (the commit position).
     pub log_position: i64,
@@ -1360,7 +1365,12 @@ impl Election {
             NULL_POSITION,
             now_ns,
         );
-        self.log_leadership_term_id = self.leadership_term_id;
+        // The log's last term stays the one that holds its last entry: the
+        // new term holds none until its first entry is appended, and a
+        // leader that fails before then must not look more up to date
+        // than the members holding entries it lacks (Aeron's election takes
+        // the new term here; a simulation found a failed leader so elected
+        // again over committed entries it never had).
         self.set_state(host, ElectionState::LeaderReady, now_ns, "");
         Ok(1)
     }
@@ -1452,15 +1462,15 @@ impl Election {
             );
             self.log_leadership_term_id = self.replication_leadership_term_id;
         }
-        // More of its own last term: the recording log's end of that term
-        // moves with it (a cut earlier may have closed it lower).
+        // More of its own last term: the recording log holds that term open
+        // again (a cut or an election since undone may have closed it lower).
         if self.replication_term_base_log_position == NULL_VALUE
             && progress.position > self.append_position
         {
             host.update_recording_log(
                 self.replication_leadership_term_id,
                 NULL_VALUE,
-                progress.position,
+                NULL_POSITION,
                 now_ns,
             );
         }
@@ -1678,7 +1688,8 @@ impl Election {
                     NULL_POSITION,
                     now_ns,
                 );
-                self.log_leadership_term_id = self.leadership_term_id;
+                // Its last log term moves on when the term's first entry
+                // arrives, not on joining (see leader_init).
                 self.set_state(host, ElectionState::FollowerReady, now_ns, "");
                 return Ok(1);
             }
