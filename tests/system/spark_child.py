@@ -27,8 +27,15 @@ def main() -> int:
 
     import sulis.spark
 
+    # A restarted (available-now) run may take a core on every worker: on a cluster that just lost a
+    # host, the master still lists that host's worker until its 60 s timeout, and with one core the
+    # run could be given it and wait a minute for nothing.
+    cores = "2" if mode == "available-now" and master.startswith("spark://") else "1"
+    # Streaming: small micro-batches, so a kill lands between them; a restarted run takes the backlog in
+    # a few big ones (each micro-batch costs Spark a second or two whatever its size).
+    per_trigger = 4 * 1024 * 1024 if mode == "available-now" else 256 * 1024
     spark = (SparkSession.builder.master(master).appName("sulis-spark-child")
-             .config("spark.executor.memory", "512m").config("spark.cores.max", "1")
+             .config("spark.executor.memory", "512m").config("spark.cores.max", cores)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -39,7 +46,7 @@ def main() -> int:
     archive = {k: v for k, v in extra.items() if k in ("controlChannel", "controlStreamId", "controlResponseChannel",
                                                         "controlResponseStreamId", "replayChannel", "messageTimeout")}
     source = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
-              .option("streamId", stream_id).option("maxBytesPerTrigger", 256 * 1024).options(**extra).load())
+              .option("streamId", stream_id).option("maxBytesPerTrigger", per_trigger).options(**extra).load())
     writer = source.writeStream.format("parquet").option("checkpointLocation", checkpoint)
     # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink.
     sink = None if sink_stream is None else (
