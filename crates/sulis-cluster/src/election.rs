@@ -1307,9 +1307,7 @@ impl Election {
                 "a quorum holds the leader's log",
             );
             work += 1;
-        } else if now_ns
-            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
-        {
+        } else if self.state_timed_out(now_ns) {
             // Aeron waits here for ever; a leader no quorum follows gives way.
             return Err(event(format!(
                 "no quorum came to hold the log of leader {} in term {} within {} ms (quorum at {quorum} of {})",
@@ -1336,9 +1334,8 @@ impl Election {
             let term = self.leadership_term_id;
             self.members[self.this_member].leadership_term_id = term;
             self.mark_self(now_ns);
-        } else if let Some(position) = host.poll_log_replay(&mut Vec::new()) {
+        } else if host.poll_log_replay(&mut Vec::new()).is_some() {
             self.stop_replay(host);
-            let _ = position;
             self.log_position = self.append_position;
             self.set_state(host, ElectionState::LeaderInit, now_ns, "replay done");
             work += 1;
@@ -1396,9 +1393,7 @@ impl Election {
         {
             self.complete(host, now_ns);
             work += 1;
-        } else if now_ns
-            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
-        {
+        } else if self.state_timed_out(now_ns) {
             return Err(event(format!(
                 "no quorum joined term {} of leader {} within {} ms",
                 self.leadership_term_id,
@@ -1585,7 +1580,7 @@ impl Election {
                 return Ok(1);
             }
         }
-        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
+        if self.state_timed_out(now_ns) {
             return Err(event(
                 "failed to send the catch-up position to the leader".into(),
             ));
@@ -1595,33 +1590,12 @@ impl Election {
 
     fn follower_catchup_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
         self.publish_follower_append_position(host, now_ns);
-        let session = self.log_session_id.expect("the leader's log session");
-        match host.try_join_log_as_follower(
-            session,
-            self.log_position,
-            self.is_leader_startup,
-            now_ns,
-        ) {
-            JoinStatus::Joined { join_position } => {
-                self.verify_join_position("FOLLOWER_CATCHUP_AWAIT", join_position)?;
-                self.catchup_progress = (host.commit_position(), now_ns);
-                self.set_state(host, ElectionState::FollowerCatchup, now_ns, "");
-                return Ok(1);
-            }
-            JoinStatus::Joining { join_position } => {
-                self.verify_join_position("FOLLOWER_CATCHUP_AWAIT", join_position)?
-            }
-            JoinStatus::Failed(why) => {
-                return Err(event(format!(
-                    "failed to add the catch-up log as follower: {why}"
-                )))
-            }
-            JoinStatus::NoImage => {}
+        if !self.join_log(host, now_ns, "FOLLOWER_CATCHUP_AWAIT", "catch-up log")? {
+            return Ok(0);
         }
-        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
-            return Err(event("timed out joining the catch-up log".into()));
-        }
-        Ok(0)
+        self.catchup_progress = (host.commit_position(), now_ns);
+        self.set_state(host, ElectionState::FollowerCatchup, now_ns, "");
+        Ok(1)
     }
 
     fn follower_catchup(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
@@ -1673,40 +1647,19 @@ impl Election {
 
     fn follower_log_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
         self.publish_follower_append_position(host, now_ns);
-        let session = self.log_session_id.expect("the leader's log session");
-        match host.try_join_log_as_follower(
-            session,
+        if !self.join_log(host, now_ns, "FOLLOWER_LOG_AWAIT", "live log")? {
+            return Ok(0);
+        }
+        host.update_recording_log(
+            self.leadership_term_id,
             self.log_position,
-            self.is_leader_startup,
+            NULL_POSITION,
             now_ns,
-        ) {
-            JoinStatus::Joined { join_position } => {
-                self.verify_join_position("FOLLOWER_LOG_AWAIT", join_position)?;
-                host.update_recording_log(
-                    self.leadership_term_id,
-                    self.log_position,
-                    NULL_POSITION,
-                    now_ns,
-                );
-                // Its last log term moves on when the term's first entry
-                // arrives, not on joining (see leader_init).
-                self.set_state(host, ElectionState::FollowerReady, now_ns, "");
-                return Ok(1);
-            }
-            JoinStatus::Joining { join_position } => {
-                self.verify_join_position("FOLLOWER_LOG_AWAIT", join_position)?
-            }
-            JoinStatus::Failed(why) => {
-                return Err(event(format!(
-                    "failed to add the live log as follower: {why}"
-                )))
-            }
-            JoinStatus::NoImage => {}
-        }
-        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns {
-            return Err(event("timed out joining the live log".into()));
-        }
-        Ok(0)
+        );
+        // Its last log term moves on when the term's first entry arrives,
+        // not on joining (see leader_init).
+        self.set_state(host, ElectionState::FollowerReady, now_ns, "");
+        Ok(1)
     }
 
     fn follower_ready(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
@@ -1719,9 +1672,7 @@ impl Election {
         };
         if host.send(leader, ConsensusMessage::AppendPosition(message)) {
             self.complete(host, now_ns);
-        } else if now_ns
-            >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
-        {
+        } else if self.state_timed_out(now_ns) {
             return Err(event(
                 "the ready follower could not reach the leader".into(),
             ));
@@ -1736,6 +1687,48 @@ impl Election {
         self.retry_at_ns = 0;
         host.election_complete(now_ns);
         self.set_state(host, ElectionState::Closed, now_ns, "");
+    }
+
+    /// The state has lasted a leader heartbeat timeout.
+    fn state_timed_out(&self, now_ns: i64) -> bool {
+        now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
+    }
+
+    /// Tries to join the leader's log session (catch-up or live, `what`):
+    /// true once joined at this log's position; an error when the join
+    /// fails, lands elsewhere or takes a heartbeat timeout.
+    fn join_log(
+        &mut self,
+        host: &mut dyn ElectionHost,
+        now_ns: i64,
+        state: &str,
+        what: &str,
+    ) -> Result<bool, ElectionError> {
+        let session = self.log_session_id.expect("the leader's log session");
+        match host.try_join_log_as_follower(
+            session,
+            self.log_position,
+            self.is_leader_startup,
+            now_ns,
+        ) {
+            JoinStatus::Joined { join_position } => {
+                self.verify_join_position(state, join_position)?;
+                return Ok(true);
+            }
+            JoinStatus::Joining { join_position } => {
+                self.verify_join_position(state, join_position)?
+            }
+            JoinStatus::Failed(why) => {
+                return Err(event(format!(
+                    "failed to add the {what} as follower: {why}"
+                )))
+            }
+            JoinStatus::NoImage => {}
+        }
+        if self.state_timed_out(now_ns) {
+            return Err(event(format!("timed out joining the {what}")));
+        }
+        Ok(false)
     }
 
     fn verify_join_position(&self, state: &str, join_position: i64) -> Result<(), ElectionError> {

@@ -41,6 +41,15 @@ fn timeouts() -> ElectionTimeouts {
     }
 }
 
+/// A number from the environment (the long-run and replay knobs).
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    env_num(name).unwrap_or(default)
+}
+
 /// A small deterministic generator (splitmix64), so a failing seed replays.
 struct Rng(u64);
 
@@ -937,43 +946,46 @@ impl Sim {
         }
     }
 
+    /// The last `SULIS_SIM_EVENTS` (else `default`) events of every member, newest first.
+    fn last_events(&self, default: usize) -> Vec<&String> {
+        let keep: usize = env_or("SULIS_SIM_EVENTS", default);
+        self.nodes
+            .iter()
+            .flat_map(|n| n.events.iter().rev().take(keep))
+            .collect()
+    }
+
     fn assert_safe(&self) {
         if !self.check.failures.is_empty() {
-            let keep: usize = std::env::var("SULIS_SIM_EVENTS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(12);
-            let events: Vec<&String> = self
-                .nodes
-                .iter()
-                .flat_map(|n| n.events.iter().rev().take(keep))
-                .collect();
             panic!(
                 "seed {}: {:#?}\nlast events: {:#?}",
-                self.seed, self.check.failures, events
+                self.seed,
+                self.check.failures,
+                self.last_events(12)
             );
         }
     }
 
+    /// One millisecond, then the checks (the recording logs every 25 ms).
+    fn tick(&mut self) {
+        self.step();
+        if self.now % (25 * MS) == 0 {
+            self.check_terms();
+        }
+        self.assert_safe();
+    }
+
     fn run_for(&mut self, ms: i64) {
         for _ in 0..ms {
-            self.step();
-            if self.now % (25 * MS) == 0 {
-                self.check_terms();
-            }
-            self.assert_safe();
+            self.tick();
         }
     }
 
-    /// Runs until a leader leads and the commit position passes `beyond`, or panics after `limit_ms`.
+    /// Runs until a leader leads and two more entries are committed, or panics after `limit_ms`.
     fn until_progress(&mut self, limit_ms: i64, what: &str) {
         let commit0 = self.check.committed.len();
         for _ in 0..limit_ms {
-            self.step();
-            if self.now % (25 * MS) == 0 {
-                self.check_terms();
-            }
-            self.assert_safe();
+            self.tick();
             if self.leader().is_some() && self.check.committed.len() > commit0 + 2 {
                 return;
             }
@@ -995,15 +1007,7 @@ impl Sim {
                 )
             })
             .collect();
-        let keep: usize = std::env::var("SULIS_SIM_EVENTS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let events: Vec<&String> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.events.iter().rev().take(keep))
-            .collect();
+        let events = self.last_events(0);
         panic!(
             "seed {}: no progress {what} in {limit_ms} ms: {states:#?}\nlast events: {events:#?}",
             self.seed
@@ -1097,17 +1101,9 @@ fn a_follower_with_an_uncommitted_suffix_truncates_it() {
 fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
     // SULIS_SIM_SEEDS=N runs N seeds of each size instead (a long run);
     // SULIS_SIM_SEED=S (and SULIS_SIM_SIZE=3|5) replays one.
-    let extra: u64 = std::env::var("SULIS_SIM_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let only: Option<u64> = std::env::var("SULIS_SIM_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    let size: usize = std::env::var("SULIS_SIM_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let extra: u64 = env_or("SULIS_SIM_SEEDS", 0);
+    let only: Option<u64> = env_num("SULIS_SIM_SEED");
+    let size: usize = env_or("SULIS_SIM_SIZE", 3);
     let plan = match (only, extra) {
         (Some(seed), _) => [(size, seed..seed + 1), (size, 0..0)],
         (None, 0) => [(3usize, 0..12u64), (5, 100..106)],
