@@ -11,7 +11,7 @@ use sulis_client::{
     Subscription,
 };
 use sulis_protocol::archive::messages::*;
-use sulis_protocol::archive::sbe::Header;
+use sulis_protocol::sbe::Header;
 
 /// Where and how to reach an archive.
 #[derive(Clone, Debug)]
@@ -336,7 +336,7 @@ impl ArchiveClient {
             let m = c.next_message(deadline, "the archive to accept the connection")?;
             let Ok(h) = Header::decode(&m) else { continue };
             let protocol =
-                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             if h.template_id == ControlResponse::TEMPLATE_ID {
                 let r = ControlResponse::decode(&m).map_err(protocol)?;
                 if r.correlation_id == k {
@@ -518,7 +518,7 @@ impl ArchiveClient {
                 continue;
             }
             let protocol =
-                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             match h.template_id {
                 ControlResponse::TEMPLATE_ID => {
                     let r = ControlResponse::decode(&m).map_err(protocol)?;
@@ -1003,7 +1003,7 @@ impl ArchiveClient {
             let m = self.next_message(deadline, "the archive's recording subscriptions")?;
             let Ok(h) = Header::decode(&m) else { continue };
             let protocol =
-                |e: sulis_protocol::archive::sbe::SbeError| ArchiveError::Protocol(e.message);
+                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             match h.template_id {
                 RecordingSubscriptionDescriptor::TEMPLATE_ID => {
                     let d = RecordingSubscriptionDescriptor::decode(&m).map_err(protocol)?;

@@ -14,6 +14,7 @@ pub mod flow_control_params;
 pub mod frame;
 pub mod log_buffer_descriptor;
 pub mod options;
+pub mod sbe;
 pub mod uri;
 pub mod values;
 

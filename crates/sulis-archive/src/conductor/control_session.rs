@@ -353,7 +353,7 @@ mod tests {
     use super::*;
     use crate::auth::{AllowAll, CredentialsAuthenticator};
     use std::sync::{Arc, Mutex};
-    use sulis_protocol::archive::sbe::Header;
+    use sulis_protocol::sbe::Header;
 
     /// A response publication that records what it is given.
     #[derive(Clone, Default)]

@@ -193,7 +193,7 @@ impl ArchiveConductor {
 mod tests {
     use super::*;
     use crate::segment::tests::TempDir;
-    use sulis_protocol::archive::sbe::Header;
+    use sulis_protocol::sbe::Header;
 
     struct NoSink;
     impl control_session::ResponseSink for NoSink {

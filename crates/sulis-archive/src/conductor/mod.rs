@@ -53,7 +53,7 @@ use sulis_concurrent::agent::{run_agents, Agent, DutyCycleTracker, NanoClock};
 use sulis_concurrent::counters::CounterRef;
 use sulis_protocol::archive::channel::{recording_key, strip_channel};
 use sulis_protocol::archive::messages::*;
-use sulis_protocol::archive::sbe::SbeError;
+use sulis_protocol::sbe::SbeError;
 use sulis_protocol::counters::{
     recording_position_key, recording_position_label, type_id as counter_type,
 };

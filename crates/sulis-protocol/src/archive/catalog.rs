@@ -24,7 +24,7 @@
 //! naming the entry and what was wrong with it.
 
 use super::messages::{recording_state, RecordingDescriptor};
-use super::sbe::HEADER_LENGTH;
+use crate::sbe::HEADER_LENGTH;
 use std::fmt;
 
 /// File name inside the archive directory.
@@ -297,7 +297,7 @@ pub fn decode_entry(catalog: &[u8], offset: usize) -> Result<Option<CatalogEntry
     // Re-frame the body as an SBE message to decode it with the one codec.
     let body = &catalog[offset + DESCRIPTOR_HEADER_LENGTH..offset + frame_length];
     let mut message = Vec::with_capacity(HEADER_LENGTH + body.len());
-    super::sbe::Header {
+    crate::sbe::Header {
         block_length: DESCRIPTOR_BLOCK_LENGTH as u16,
         template_id: RecordingDescriptor::TEMPLATE_ID,
         schema_id: super::messages::SCHEMA_ID,
@@ -325,7 +325,7 @@ pub fn descriptor_message(
     correlation_id: i64,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LENGTH + e.frame_length);
-    super::sbe::Header {
+    crate::sbe::Header {
         block_length: DESCRIPTOR_BLOCK_LENGTH as u16,
         template_id: RecordingDescriptor::TEMPLATE_ID,
         schema_id: super::messages::SCHEMA_ID,

@@ -6,17 +6,12 @@
 //! them) and var fields in order. `C`/`K` in the docs are the control
 //! session id and correlation id most messages start with.
 
-use super::sbe::{Header, SbeError};
+use crate::sbe::{semantic_version, Header, SbeError};
 
 /// Schema id of the archive control protocol.
 pub const SCHEMA_ID: u16 = 101;
 /// Schema version sulis encodes with.
 pub const SCHEMA_VERSION: u16 = 13;
-
-/// `major.minor.patch` packed as Aeron packs semantic versions.
-pub const fn semantic_version(major: i32, minor: i32, patch: i32) -> i32 {
-    (major << 16) | (minor << 8) | patch
-}
 
 /// Protocol semantic version sent in ControlResponse.version and the connect request.
 pub const PROTOCOL_VERSION: i32 = semantic_version(1, 12, 0);
@@ -546,7 +541,7 @@ pub fn control_header(buf: &[u8]) -> Result<Header, SbeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::sbe::HEADER_LENGTH;
+    use crate::sbe::HEADER_LENGTH;
 
     #[test]
     fn should_round_trip_a_message_with_fixed_and_var_fields() {
@@ -609,7 +604,7 @@ mod tests {
         }
         b.extend_from_slice(&20i32.to_le_bytes()); // replayStreamId
         b.extend_from_slice(&77i32.to_le_bytes()); // fileIoMaxLength, but version 6 predates it
-        crate::archive::sbe::put_var(&mut b, b"aeron:ipc");
+        crate::sbe::put_var(&mut b, b"aeron:ipc");
         let r = ReplayRequest::decode(&b).unwrap();
         assert_eq!(r.recording_id, 3);
         assert_eq!(r.length, -1);

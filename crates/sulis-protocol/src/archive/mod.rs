@@ -6,5 +6,4 @@ pub mod catalog;
 pub mod channel;
 pub mod mark_file;
 pub mod messages;
-pub mod sbe;
 pub mod segment;

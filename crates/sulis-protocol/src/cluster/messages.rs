@@ -1,6 +1,6 @@
 //! Aeron Cluster's messages: SBE schema 111, encoded at version 16 (the
 //! 1.51 release train: Aeron 1.51's `AeronCluster` client and members read
-//! it), decoded at any version by the SBE rules of [`crate::archive::sbe`].
+//! it), decoded at any version by the SBE rules of [`crate::sbe`].
 //!
 //! One table, in the schema's terms, as the archive's: for every message
 //! its template id, root block length, fixed fields (type, offset, the
@@ -18,9 +18,9 @@ pub const SCHEMA_VERSION: u16 = 16;
 pub const SESSION_HEADER_LENGTH: usize = 32;
 
 /// The client protocol's semantic version (0.3.0), sent in SessionConnectRequest.
-pub const CLIENT_PROTOCOL_VERSION: i32 = crate::archive::messages::semantic_version(0, 3, 0);
+pub const CLIENT_PROTOCOL_VERSION: i32 = crate::sbe::semantic_version(0, 3, 0);
 /// The consensus protocol's semantic version (1.0.0), sent in CanvassPosition and RequestVote.
-pub const CONSENSUS_PROTOCOL_VERSION: i32 = crate::archive::messages::semantic_version(1, 0, 0);
+pub const CONSENSUS_PROTOCOL_VERSION: i32 = crate::sbe::semantic_version(1, 0, 0);
 
 /// Aeron's "none" for ids, positions and terms.
 pub const NULL_VALUE: i64 = -1;
@@ -468,7 +468,7 @@ crate::sbe_messages! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::sbe::Header;
+    use crate::sbe::Header;
 
     #[test]
     fn the_session_header_is_the_32_bytes_aeron_puts_before_every_message() {

@@ -48,7 +48,7 @@ pub fn decode_recording_event(message: &[u8]) -> PyResult<PyRecordingEvent> {
     use sulis_protocol::archive::messages::{
         control_header, RecordingProgress, RecordingStarted, RecordingStopped,
     };
-    let bad = |e: sulis_protocol::archive::sbe::SbeError| {
+    let bad = |e: sulis_protocol::sbe::SbeError| {
         ArchiveError::new_err(format!("not a recording event: {e}"))
     };
     let h = control_header(message).map_err(bad)?;

@@ -1,5 +1,5 @@
-//! The parts of Simple Binary Encoding that Aeron Archive's messages use,
-//! and a macro that turns a schema table into message types.
+//! The parts of Simple Binary Encoding that Aeron's archive and cluster
+//! messages use, and a macro that turns a schema table into message types.
 //!
 //! A message is an 8-byte header (`blockLength u16`, `templateId u16`,
 //! `schemaId u16`, `version u16`, little-endian), a root block of
@@ -15,6 +15,11 @@
 //! or lying message is an [`SbeError`] naming what was wrong, never a panic.
 
 use std::fmt;
+
+/// `major.minor.patch` packed as Aeron packs semantic versions.
+pub const fn semantic_version(major: i32, minor: i32, patch: i32) -> i32 {
+    (major << 16) | (minor << 8) | patch
+}
 
 /// Length of the message header.
 pub const HEADER_LENGTH: usize = 8;
@@ -297,21 +302,21 @@ macro_rules! sbe_messages {
                 /// Encodes the message, header included.
                 pub fn encode(&self) -> Vec<u8> {
                     let mut out = Vec::with_capacity(
-                        $crate::archive::sbe::HEADER_LENGTH + $block as usize + 64,
+                        $crate::sbe::HEADER_LENGTH + $block as usize + 64,
                     );
-                    $crate::archive::sbe::Header {
+                    $crate::sbe::Header {
                         block_length: $block,
                         template_id: $template,
                         schema_id: $schema_id,
                         version: $version,
                     }
                     .encode(&mut out);
-                    out.resize($crate::archive::sbe::HEADER_LENGTH + $block as usize, 0);
-                    let _block = &mut out[$crate::archive::sbe::HEADER_LENGTH..];
+                    out.resize($crate::sbe::HEADER_LENGTH + $block as usize, 0);
+                    let _block = &mut out[$crate::sbe::HEADER_LENGTH..];
                     $(
-                        $crate::archive::sbe::Fixed::write(
+                        $crate::sbe::Fixed::write(
                             self.$field,
-                            &mut _block[$offset..$offset + <$fty as $crate::archive::sbe::Fixed>::SIZE],
+                            &mut _block[$offset..$offset + <$fty as $crate::sbe::Fixed>::SIZE],
                         );
                     )*
                     $(
@@ -321,9 +326,9 @@ macro_rules! sbe_messages {
                 }
 
                 /// Decodes a message of this type (header included).
-                pub fn decode(buf: &[u8]) -> Result<$name, $crate::archive::sbe::SbeError> {
+                pub fn decode(buf: &[u8]) -> Result<$name, $crate::sbe::SbeError> {
                     #[allow(unused_mut)]
-                    let mut r = $crate::archive::sbe::Reader::new(
+                    let mut r = $crate::sbe::Reader::new(
                         buf,
                         stringify!($name),
                         $template,
@@ -357,12 +362,12 @@ macro_rules! sbe_messages {
     };
     (@vtype ascii) => { String };
     (@vtype data) => { Vec<u8> };
-    (@put $out:ident, $v:expr, ascii) => { $crate::archive::sbe::put_var(&mut $out, $v.as_bytes()) };
-    (@put $out:ident, $v:expr, data) => { $crate::archive::sbe::put_var(&mut $out, &$v) };
+    (@put $out:ident, $v:expr, ascii) => { $crate::sbe::put_var(&mut $out, $v.as_bytes()) };
+    (@put $out:ident, $v:expr, data) => { $crate::sbe::put_var(&mut $out, &$v) };
     (@get $r:ident, ascii, $name:expr, $since:expr) => { $r.ascii($name, $since) };
     (@get $r:ident, data, $name:expr, $since:expr) => { $r.data($name, $since) };
     (@since) => { 0 };
     (@since $v:literal) => { $v };
-    (@null $t:ident) => { <$t as $crate::archive::sbe::Fixed>::NULL };
+    (@null $t:ident) => { <$t as $crate::sbe::Fixed>::NULL };
     (@null $t:ident, $v:expr) => { $v };
 }
