@@ -2049,6 +2049,8 @@ mod tests {
         replication_error: Option<String>,
         replications: u32,
         log: Vec<String>,
+        /// The recording log's terms.
+        terms: Vec<TermEntry>,
     }
 
     impl ElectionHost for Fake {
@@ -2082,13 +2084,16 @@ mod tests {
         fn log_recording_id(&self) -> i64 {
             0
         }
-        fn term_entry(&self, _t: i64) -> Option<TermEntry> {
-            None
+        fn term_entry(&self, t: i64) -> Option<TermEntry> {
+            self.terms
+                .iter()
+                .find(|e| e.leadership_term_id == t)
+                .copied()
         }
         fn update_recording_log(&mut self, _t: i64, _b: i64, _p: i64, _n: i64) {}
         fn start_log_replay(&mut self, _f: i64, _t: i64) {}
         fn poll_log_replay(&mut self, _t: &mut Vec<TermEvent>) -> Option<i64> {
-            None
+            Some(self.append_position)
         }
         fn stop_log_replay(&mut self) {}
         fn start_log_replication(&mut self, _l: i32, _r: i64, _s: i64, _n: i64) {
@@ -2371,5 +2376,188 @@ mod tests {
         );
         assert_eq!(in_a_row, 5);
         assert_eq!(host.replications, 5);
+    }
+
+    fn term(id: i64, base: i64, end: i64) -> TermEntry {
+        TermEntry {
+            leadership_term_id: id,
+            term_base_log_position: base,
+            log_position: end,
+        }
+    }
+
+    fn leader_term(term: i64, append: i64) -> LeaderTerm {
+        LeaderTerm {
+            leader_member_id: 1,
+            leadership_term_id: term,
+            term_base_log_position: append,
+            append_position: append,
+            commit_position: 0,
+            log_recording_id: 0,
+            log_session_id: 5,
+            app_version: 1,
+            is_startup: false,
+        }
+    }
+
+    #[test]
+    fn a_member_that_voted_in_a_later_term_follows_no_earlier_terms_leader() {
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        e.on_request_vote(&mut host, &request(3, 1, 640, 2), MS);
+        assert_eq!(votes(&host), vec![(2, true)]);
+        e.do_work(&mut host, 1_500 * MS); // the ballot times out: canvass again
+        assert_eq!(e.state(), ElectionState::Canvass);
+        let next = |t| match t {
+            1 => Some(term(1, 0, 640)),
+            2 => Some(term(2, 640, -1)),
+            _ => None,
+        };
+        let term_2 = leader_term(2, 640).new_leadership_term(1, &next, 0);
+        e.on_new_leadership_term(&mut host, &term_2, 1_501 * MS);
+        assert_eq!(
+            e.state(),
+            ElectionState::Canvass,
+            "a term below the one it voted in"
+        );
+        let next = |t| match t {
+            1 => Some(term(1, 0, 640)),
+            3 => Some(term(3, 640, -1)),
+            _ => None,
+        };
+        let term_3 = leader_term(3, 640).new_leadership_term(1, &next, 0);
+        e.on_new_leadership_term(&mut host, &term_3, 1_502 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+    }
+
+    #[test]
+    fn only_the_current_terms_commit_position_is_taken() {
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        let nlt =
+            leader_term(2, 640).new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+        let commit = |term, position| CommitPosition {
+            leadership_term_id: term,
+            log_position: position,
+            leader_member_id: 1,
+        };
+        e.on_commit_position(&mut host, &commit(3, 9_000), 2 * MS); // the same leader, a later term
+        assert_eq!(e.notified_commit_position(), 0);
+        e.on_commit_position(&mut host, &commit(2, 320), 3 * MS);
+        assert_eq!(e.notified_commit_position(), 320);
+    }
+
+    #[test]
+    fn a_leader_lacking_the_followers_last_term_has_it_cut_back_to_where_that_term_began() {
+        // The leader's log went from term 2 to term 5: it never had term 3.
+        let leader = leader_term(5, 2_000);
+        let terms = |t| match t {
+            2 => Some(term(2, 0, 1_280)),
+            4 => Some(term(4, 1_280, 1_280)), // filled in empty
+            _ => None,
+        };
+        let nlt = leader.new_leadership_term(3, &terms, 0);
+        assert_eq!(
+            (nlt.next_leadership_term_id, nlt.next_term_base_log_position),
+            (3, NULL_POSITION)
+        );
+        let mut host = Fake {
+            terms: vec![term(2, 0, 1_024), term(3, 1_024, -1)],
+            ..Fake::default()
+        };
+        let mut e = canvassing(3, 1_600, &mut host);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(
+            host.truncated_to,
+            Some(1_024),
+            "back to where its term 3 began"
+        );
+        assert_eq!(e.state(), ElectionState::Init);
+        assert!(e
+            .last_error()
+            .unwrap()
+            .0
+            .contains("holds nothing of its last term 3"));
+    }
+
+    /// Member 0 with a log of term 1 to 640, applied to 0, wins term 2 with
+    /// both others at the same log.
+    fn leader_of_term_2(host: &mut Fake) -> Election {
+        let mut e = canvassing(1, 640, host);
+        for id in [1, 2] {
+            let c = CanvassPosition {
+                log_leadership_term_id: 1,
+                log_position: 640,
+                leadership_term_id: 1,
+                follower_member_id: id,
+                protocol_version: CONSENSUS_PROTOCOL_VERSION,
+            };
+            e.on_canvass_position(host, &c, MS);
+        }
+        e.do_work(host, 2 * MS);
+        e.do_work(host, 600 * MS);
+        for id in [1, 2] {
+            let v = Vote {
+                candidate_term_id: 2,
+                log_leadership_term_id: 1,
+                log_position: 640,
+                candidate_member_id: 0,
+                follower_member_id: id,
+                vote: 1,
+            };
+            e.on_vote(&v, 601 * MS);
+        }
+        e.do_work(host, 602 * MS);
+        assert_eq!(e.state(), ElectionState::LeaderLogReplication);
+        e
+    }
+
+    #[test]
+    fn a_new_leader_announces_no_commit_beyond_what_it_had_when_it_won() {
+        let mut host = Fake::default();
+        let mut e = leader_of_term_2(&mut host);
+        host.sent.clear();
+        e.do_work(&mut host, 603 * MS); // a quorum holds its whole log, of an earlier term
+        let commits: Vec<i64> = host
+            .sent
+            .iter()
+            .filter_map(|(_, m)| match m {
+                ConsensusMessage::CommitPosition(c) => Some(c.log_position),
+                ConsensusMessage::NewLeadershipTerm(n) => Some(n.commit_position),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !commits.is_empty() && commits.iter().all(|&c| c == 0),
+            "{commits:?}"
+        );
+    }
+
+    #[test]
+    fn a_leader_that_fails_before_its_first_entry_keeps_its_log_term() {
+        let mut host = Fake::default();
+        let mut e = leader_of_term_2(&mut host);
+        for t in 603..=606 {
+            e.do_work(&mut host, t * MS); // replay, init: ready, its term recorded
+        }
+        assert_eq!(e.state(), ElectionState::LeaderReady);
+        e.do_work(&mut host, 20_000 * MS); // no quorum joins: it gives way
+        e.do_work(&mut host, 20_001 * MS);
+        host.sent.clear();
+        e.do_work(&mut host, 21_000 * MS);
+        let canvass: Vec<i64> = host
+            .sent
+            .iter()
+            .filter_map(|(_, m)| match m {
+                ConsensusMessage::CanvassPosition(c) => Some(c.log_leadership_term_id),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !canvass.is_empty() && canvass.iter().all(|&t| t == 1),
+            "{canvass:?}"
+        );
     }
 }
