@@ -184,9 +184,6 @@ def test_tagged_flow_control_waits_for_its_group_only(netns_hosts, spawn):
     other.signal(signal.SIGCONT)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, under investigation: with its only (tagged) member's client stopped for a few seconds, "
-    "the publication sometimes goes NOT_CONNECTED instead of waiting (about 1 run in 3 here)"))
 def test_tagged_flow_control_waits_for_its_stopped_member(netns_hosts, spawn):
     hosts, subnet, s = sites(netns_hosts, spawn, "a", "b", flow_control_receiver_timeout="30s",
                              publication_connection_timeout="30s")

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use sulis_concurrent::broadcast::{BroadcastReceiver, CopyBroadcastReceiver};
 use sulis_concurrent::cnc::{epoch_ms, Cnc};
-use sulis_concurrent::counters::{CounterRef, CountersReader};
+use sulis_concurrent::counters::{CounterRef, CountersReader, RECORD_ALLOCATED};
 use sulis_concurrent::logbuffer::LogBuffers;
 use sulis_concurrent::mpsc_ring_buffer::ManyToOneRingBuffer;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
@@ -520,6 +520,18 @@ impl Inner {
                 let Some(sub) = s.subscriptions.get(&subscription_registration_id).cloned() else {
                     return;
                 };
+                // Heard late (this client was stopped or busy): the driver
+                // may have withdrawn the image and freed its position
+                // counter already; joining it would read the log from 0.
+                // Its UnavailableImage follows.
+                let c = &self.counters;
+                if !c.is_valid_id(subscriber_position_id)
+                    || c.counter_state(subscriber_position_id) != RECORD_ALLOCATED
+                    || c.counter_registration_id(subscriber_position_id)
+                        != subscription_registration_id
+                {
+                    return;
+                }
                 match LogBuffers::map_existing(Path::new(log_file)) {
                     Ok(logs) => {
                         let position = self.counters.counter_ref(subscriber_position_id);

@@ -129,9 +129,12 @@ pub struct Image {
     logs: Arc<LogBuffers>,
     terms: [AtomicBuffer; PARTITION_COUNT],
     position: CounterRef,
-    /// The last position this image stored in `position`: the driver frees
-    /// (zeroes, later reuses) the counter when it withdraws the image, so a
-    /// closed image reports this instead.
+    /// Where this subscriber is: the image reads from here and stores it in
+    /// `position` for the driver. Past the join the client is the counter's
+    /// only writer, and the driver frees (zeroes, later reuses) the counter
+    /// when it withdraws the image, which a client that has not yet heard
+    /// of it (stopped, or busy) must not read back as its position: it
+    /// would read the log from 0, another term's stale frames.
     last_position: AtomicI64,
     bits: u32,
     term_mask: i64,
@@ -163,13 +166,14 @@ impl Image {
         source_identity: String,
     ) -> Image {
         let term_length = logs.term_length();
+        let join_position = position.get_volatile();
         Image {
             correlation_id,
             session_id,
             stream_id,
             subscription_id,
-            join_position: position.get_volatile(),
-            last_position: AtomicI64::new(position.get_volatile()),
+            join_position,
+            last_position: AtomicI64::new(join_position),
             terms: logs.terms(),
             bits: position_bits_to_shift(term_length),
             term_mask: term_length as i64 - 1,
@@ -203,11 +207,7 @@ impl Image {
     }
     /// Current subscriber position (the final one once closed).
     pub fn position(&self) -> i64 {
-        if self.is_closed() {
-            self.last_position.load(Ordering::Acquire)
-        } else {
-            self.position.get_volatile()
-        }
+        self.last_position.load(Ordering::Acquire)
     }
 
     #[inline(always)]
@@ -262,7 +262,7 @@ impl Image {
         if self.is_closed() || limit == 0 {
             return Ok(0);
         }
-        let mut committed = self.position.get();
+        let mut committed = self.position();
         let term = &self.terms[index_by_position(committed, self.bits)];
         let mut committed_offset = (committed & self.term_mask) as usize;
         let term_base = committed - committed_offset as i64;
@@ -452,7 +452,7 @@ impl Image {
         if self.is_closed() {
             return 0;
         }
-        let position = self.position.get_volatile();
+        let position = self.position();
         if position >= limit_position {
             return 0;
         }
