@@ -11,3 +11,4 @@
 
 pub mod cluster_member;
 pub mod election;
+pub mod timer_service;
