@@ -11,4 +11,5 @@
 
 pub mod cluster_member;
 pub mod election;
+pub mod pending_service_message_tracker;
 pub mod timer_service;
