@@ -192,8 +192,10 @@ def role_consume(dir: str, stream: str, producers: str, count: str, channel: str
         def on_message(buffer, header):
             producer, seq, _body = parse_message(bytes(buffer))
             want = next_seq.get(producer, 0)
-            assert seq == want, (f"producer {producer}: got seq {seq}, want {want} session {header.session_id} "
-                                 f"position {header.position} images {[(i.session_id, i.join_position, i.position, i.is_end_of_stream) for i in sub.images]}")
+            if seq != want:
+                images = [(i.session_id, i.join_position, i.position, i.is_end_of_stream) for i in sub.images]
+                raise AssertionError(f"producer {producer}: got seq {seq}, want {want} in session "
+                                     f"{header.session_id} at {header.position}; images {images}")
             assert seq < n, f"producer {producer}: seq {seq} beyond {n}"
             next_seq[producer] = seq + 1
 
