@@ -11,15 +11,10 @@
 //! A leader that loses its term forgets where it appended what did not
 //! commit ([`Self::restore_uncommitted`], when it enters the election, before
 //! any other log replaces its own): should it lead again, those go again. A
-//! member that becomes leader drops what its own log holds as it replays it.
-//!
-//! Not yet right (see `tests/service_message_chains.rs`): a new leader's
-//! log may hold an uncommitted tail; dropping what it holds loses those
-//! messages should the tail be cut (the leader losing its term before its
-//! first entry commits), and keeping them appends them twice should it
-//! commit. The consensus module must treat the tail as appended until its
-//! term commits it — the same gap as the election simulation's 5-member
-//! seed 3888 (a new leader's replayed tail taken as committed).
+//! member that becomes leader replays its log: what the committed part
+//! holds it drops; what the uncommitted tail holds counts as appended there
+//! ([`Self::on_log_tail`]), dropped once its term commits it and sent again
+//! should the tail be cut (its term lost first).
 //!
 //! Aeron's `PendingServiceMessageTracker` keeps the same state in a ring of
 //! encoded messages; here they are values.
@@ -62,6 +57,10 @@ pub struct PendingServiceMessageTracker {
     /// Oldest first; the appended ones (leading) are a prefix.
     pending: VecDeque<PendingServiceMessage>,
     appended: usize,
+    /// Leading: this service's messages in the uncommitted tail of the log
+    /// it leads with, (id, position after), that its service has not sent
+    /// yet; sent, they count as appended there.
+    tail: VecDeque<(i64, i64)>,
 }
 
 impl PendingServiceMessageTracker {
@@ -74,6 +73,7 @@ impl PendingServiceMessageTracker {
             log_service_session_id: log,
             pending: VecDeque::new(),
             appended: 0,
+            tail: VecDeque::new(),
         }
     }
 
@@ -108,13 +108,39 @@ impl PendingServiceMessageTracker {
         let id = self.next_service_session_id;
         self.next_service_session_id += 1;
         if id > self.log_service_session_id {
+            let append_position = match self.tail.front() {
+                Some(&(tail_id, position)) if tail_id == id => {
+                    self.tail.pop_front();
+                    self.appended += 1;
+                    Some(position)
+                }
+                _ => None,
+            };
             self.pending.push_back(PendingServiceMessage {
                 cluster_session_id: id,
                 payload,
-                append_position: None,
+                append_position,
             });
         }
         id
+    }
+
+    /// Becoming leader, replaying its log: message `cluster_session_id`
+    /// ends at `position` in the log's uncommitted tail. It commits with the
+    /// new term's first entries, or is cut should this leader lose its term
+    /// first, so it is neither dropped now nor appended again: it counts as
+    /// appended there (once the service sends it, if it has not yet).
+    pub fn on_log_tail(&mut self, cluster_session_id: i64, position: i64) {
+        if cluster_session_id <= self.log_service_session_id {
+            return;
+        }
+        match self.pending.get_mut(self.appended) {
+            Some(m) if m.cluster_session_id == cluster_session_id => {
+                m.append_position = Some(position);
+                self.appended += 1;
+            }
+            _ => self.tail.push_back((cluster_session_id, position)),
+        }
     }
 
     /// Leading: appends up to [`SERVICE_MESSAGE_LIMIT`] messages not yet
@@ -140,6 +166,13 @@ impl PendingServiceMessageTracker {
 
     /// Leading: drops the appended messages the commit position passed.
     pub fn sweep_leader(&mut self, commit_position: i64) {
+        while let Some(&(id, position)) = self.tail.front() {
+            if position > commit_position {
+                break;
+            }
+            self.log_service_session_id = self.log_service_session_id.max(id);
+            self.tail.pop_front();
+        }
         while let Some(m) = self.pending.front() {
             match m.append_position {
                 Some(p) if p <= commit_position => {
@@ -173,6 +206,7 @@ impl PendingServiceMessageTracker {
     /// be cut), so that leading again sends them again.
     pub fn restore_uncommitted(&mut self, commit_position: i64) {
         self.sweep_leader(commit_position);
+        self.tail.clear();
         for m in self.pending.iter_mut() {
             m.append_position = None;
         }
@@ -232,6 +266,7 @@ impl PendingServiceMessageTracker {
                 })
                 .collect(),
             appended: 0,
+            tail: VecDeque::new(),
         })
     }
 }
@@ -328,6 +363,52 @@ mod tests {
             Some(100)
         });
         assert_eq!(again, vec![ids[2], ids[3]]);
+    }
+
+    #[test]
+    fn a_new_leaders_uncommitted_tail_counts_as_appended_until_its_term_commits_it() {
+        let mut t = PendingServiceMessageTracker::new(0);
+        let a = t.enqueue(b"a".to_vec());
+        // It leads with a log whose uncommitted tail holds a, b and c (an
+        // earlier leader appended them); its service has sent only a.
+        let b = a + 1;
+        let c = a + 2;
+        for (id, position) in [(a, 100), (b, 200), (c, 300)] {
+            t.on_log_tail(id, position);
+        }
+        assert_eq!(t.enqueue(b"b".to_vec()), b);
+        assert_eq!(t.enqueue(b"c".to_vec()), c);
+        let mut appended = Vec::new();
+        t.poll(|id, _| {
+            appended.push(id);
+            Some(400)
+        });
+        assert_eq!(appended, vec![], "a, b and c are in the log already; nothing else was sent");
+        t.sweep_leader(250);
+        assert_eq!((t.log_service_session_id(), t.len()), (b, 1));
+        t.sweep_leader(400);
+        assert!(t.is_empty());
+        assert_eq!(t.log_service_session_id(), c);
+    }
+
+    #[test]
+    fn a_tail_cut_before_it_commits_is_sent_again() {
+        let mut t = PendingServiceMessageTracker::new(0);
+        let a = t.enqueue(b"a".to_vec());
+        t.on_log_tail(a, 100);
+        t.on_log_tail(a + 1, 200); // b: its service has not sent it yet
+        // This leader loses its term before its first entry commits; the next
+        // leader's log lacks the tail.
+        t.restore_uncommitted(0);
+        let b = t.enqueue(b"b".to_vec());
+        assert_eq!(b, a + 1);
+        // Leading again, with neither in its log: both go.
+        let mut appended = Vec::new();
+        t.poll(|id, _| {
+            appended.push(id);
+            Some(50)
+        });
+        assert_eq!(appended, vec![a, b]);
     }
 
     #[test]
