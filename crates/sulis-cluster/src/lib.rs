@@ -12,4 +12,5 @@
 pub mod cluster_member;
 pub mod election;
 pub mod pending_service_message_tracker;
+pub mod recording_log;
 pub mod timer_service;
