@@ -321,8 +321,11 @@ pub trait ElectionHost {
     fn stop_catchup(&mut self);
     /// Follower: closes the log subscription (a new attempt makes a new one).
     fn close_log_subscription(&mut self);
-    /// The commit-position counter.
+    /// The commit-position counter: how far the consensus module has
+    /// applied the log (never past what a leader said is committed).
     fn commit_position(&self) -> i64;
+    /// Where the local log (its recording) ends.
+    fn append_position(&self) -> i64;
     /// The consensus module is taking a snapshot.
     fn is_snapshotting(&self) -> bool;
     /// Leader: a follower's AppendPosition carried `flags` (catch-up tracking).
@@ -1471,24 +1474,20 @@ impl Election {
         }
         work += self.publish_follower_replication_position(host, progress.position, now_ns);
         if progress.done {
-            if self.notified_commit_position >= self.append_position {
-                self.append_position = progress.position;
-                self.stop_log_replication(host);
-                host.update_recording_log(
-                    self.replication_leadership_term_id,
-                    self.replication_term_base_log_position,
-                    self.replication_stop_position,
-                    now_ns,
-                );
-                self.log_leadership_term_id = self.replication_leadership_term_id;
-                self.set_state(host, ElectionState::Canvass, now_ns, "replicated");
-                work += 1;
-            } else if now_ns >= self.replication_deadline_ns {
-                return Err(event(format!(
-                    "timed out awaiting the commit position after replicating to {} (notified {})",
-                    self.append_position, self.notified_commit_position
-                )));
-            }
+            // What it copied commits with the new term, as the leader's own
+            // copy does: waiting here for a commit position that needs this
+            // follower in the new term would wait for ever.
+            self.append_position = progress.position;
+            self.stop_log_replication(host);
+            host.update_recording_log(
+                self.replication_leadership_term_id,
+                self.replication_term_base_log_position,
+                self.replication_stop_position,
+                now_ns,
+            );
+            self.log_leadership_term_id = self.replication_leadership_term_id;
+            self.set_state(host, ElectionState::Canvass, now_ns, "replicated");
+            work += 1;
         } else if now_ns >= self.replication_deadline_ns {
             return Err(event(format!(
                 "log replication made no progress for {} ms at {} of {}",
@@ -1513,43 +1512,34 @@ impl Election {
         // says so in the new term: the leader counts only positions reported
         // in its log's term or the new one.
         let work = self.publish_follower_append_position(host, now_ns);
+        // Only what the leader says is committed is replayed; the rest up to
+        // the append position is applied once the new term commits it (a
+        // log may end in entries of an earlier term, committed only with
+        // the new term's first entry, which this follower gets by joining).
+        let target = self.append_position.min(self.notified_commit_position);
         if !self.replaying {
-            if self.log_position < self.append_position {
-                if self.notified_commit_position == 0 {
-                    return Ok(work);
-                }
-                if self.log_position >= self.notified_commit_position {
-                    let reason = format!(
-                        "log replay rejected: log position {} is not below the commit position {}",
-                        self.log_position, self.notified_commit_position
-                    );
-                    self.set_state(host, ElectionState::Canvass, now_ns, &reason);
-                } else {
-                    host.start_log_replay(
-                        self.log_position,
-                        self.append_position.min(self.notified_commit_position),
-                    );
-                    self.replaying = true;
-                }
+            if self.log_position < target {
+                host.start_log_replay(self.log_position, target);
+                self.replaying = true;
                 return Ok(work + 1);
             }
             let to = next(self);
-            self.set_state(host, to, now_ns, "nothing to replay");
+            self.set_state(host, to, now_ns, "nothing committed to replay");
             return Ok(work + 1);
         }
         let mut terms = Vec::new();
         let done = host.poll_log_replay(&mut terms);
         self.replayed_terms(host, terms, now_ns);
         if let Some(position) = done {
-            self.log_position = position;
             self.stop_replay(host);
-            if self.log_position == self.append_position {
+            if position >= target {
+                self.log_position = position;
                 let to = next(self);
                 self.set_state(host, to, now_ns, "log replay done");
             } else {
                 let reason = format!(
-                    "incomplete log replay: log position {} append position {}",
-                    self.log_position, self.append_position
+                    "incomplete log replay: to {position} of {target} (log position {})",
+                    self.log_position
                 );
                 self.set_state(host, ElectionState::Canvass, now_ns, &reason);
             }
@@ -1593,7 +1583,7 @@ impl Election {
         if !self.join_log(host, now_ns, "FOLLOWER_CATCHUP_AWAIT", "catch-up log")? {
             return Ok(0);
         }
-        self.catchup_progress = (host.commit_position(), now_ns);
+        self.catchup_progress = (host.append_position(), now_ns);
         self.set_state(host, ElectionState::FollowerCatchup, now_ns, "");
         Ok(1)
     }
@@ -1607,7 +1597,10 @@ impl Election {
             &mut terms,
         );
         self.replayed_terms(host, terms, now_ns);
-        let position = host.commit_position();
+        // Progress is the log growing: what it copies of the new term commits
+        // only once enough followers hold it, this one perhaps among them.
+        let position = host.append_position();
+        let applied = host.commit_position();
         if position > self.catchup_progress.0 {
             self.catchup_progress = (position, now_ns);
         } else if now_ns - self.catchup_progress.1 >= self.timeouts.leader_heartbeat_timeout_ns {
@@ -1619,12 +1612,12 @@ impl Election {
             )));
         }
         if position >= self.catchup_join_position
-            && position >= self.notified_commit_position
+            && applied >= self.notified_commit_position.min(position)
             && host.is_catchup_done()
             && !host.is_snapshotting()
         {
             self.append_position = position;
-            self.log_position = position;
+            self.log_position = applied;
             self.set_state(host, ElectionState::FollowerLogInit, now_ns, "caught up");
             return Ok(work + 1);
         }
@@ -2135,6 +2128,9 @@ mod tests {
         fn commit_position(&self) -> i64 {
             0
         }
+        fn append_position(&self) -> i64 {
+            0
+        }
         fn is_snapshotting(&self) -> bool {
             false
         }
@@ -2447,6 +2443,25 @@ mod tests {
         assert_eq!(e.notified_commit_position(), 0);
         e.on_commit_position(&mut host, &commit(2, 320), 3 * MS);
         assert_eq!(e.notified_commit_position(), 320);
+    }
+
+    #[test]
+    fn a_follower_joins_the_new_term_without_waiting_for_its_tail_to_commit() {
+        // Its log (0..640, all of term 1) is the leader's; none of it is
+        // committed yet: it commits with the new term's first entry, which
+        // needs this follower in the new term (a 5-member cluster with two
+        // down). Waiting in FOLLOWER_REPLAY for a commit position to replay
+        // to would wait for ever (the simulation's 5-member seed 3888).
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        let nlt =
+            leader_term(2, 640).new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+        assert_eq!(e.notified_commit_position(), 0);
+        e.do_work(&mut host, 2 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
+        assert_eq!(e.log_position(), 0, "nothing replayed: nothing is committed");
     }
 
     #[test]
