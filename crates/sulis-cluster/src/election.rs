@@ -2041,6 +2041,8 @@ mod tests {
         truncated_to: Option<i64>,
         replication_error: Option<String>,
         replications: u32,
+        /// The replication copies up to here and is done.
+        replication_done_at: Option<i64>,
         log: Vec<String>,
         /// The recording log's terms.
         terms: Vec<TermEntry>,
@@ -2095,10 +2097,15 @@ mod tests {
         fn poll_log_replication(&mut self, _n: i64) -> Result<ReplicationProgress, String> {
             match &self.replication_error {
                 Some(e) => Err(e.clone()),
-                None => Ok(ReplicationProgress {
-                    position: self.append_position,
-                    done: false,
-                }),
+                None => {
+                    if let Some(end) = self.replication_done_at {
+                        self.append_position = end;
+                    }
+                    Ok(ReplicationProgress {
+                        position: self.append_position,
+                        done: self.replication_done_at.is_some(),
+                    })
+                }
             }
         }
         fn stop_log_replication(&mut self) {}
@@ -2462,6 +2469,29 @@ mod tests {
         e.do_work(&mut host, 2 * MS);
         assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
         assert_eq!(e.log_position(), 0, "nothing replayed: nothing is committed");
+    }
+
+    #[test]
+    fn a_follower_that_copied_what_it_lacked_goes_on_without_waiting_for_it_to_commit() {
+        // It holds term 1 up to 320; the leader's term 1 ends at 640 and
+        // nothing of it is committed yet (it commits with term 2's first
+        // entry, which may need this follower). Once copied, it canvasses
+        // again and joins; waiting for a commit position of 640 here would
+        // wait for ever (the simulation's 5-member seed 3888).
+        let mut host = Fake {
+            replication_done_at: Some(640),
+            ..Fake::default()
+        };
+        let mut e = canvassing(1, 320, &mut host);
+        let nlt = leader_term(2, 640)
+            .new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(e.state(), ElectionState::FollowerLogReplication);
+        assert_eq!(e.notified_commit_position(), 0);
+        e.do_work(&mut host, 2 * MS); // starts the replication
+        e.do_work(&mut host, 3 * MS); // done
+        assert_eq!(e.state(), ElectionState::Canvass, "{:?}", host.log);
+        assert_eq!(e.append_position(), 640);
     }
 
     #[test]
