@@ -7,7 +7,11 @@
 //! machine driven by `do_work` on a clock it is given, whose every effect on
 //! the log, the archive and the network goes through the
 //! [`election::ElectionHost`] the consensus module implements, so that it is
-//! tested on a manual clock against simulated members and faults.
+//! tested on a manual clock against simulated members and faults. Beside it
+//! the consensus module's parts as they come: its timers
+//! ([`timer_service`]), the services' messages kept until committed
+//! ([`pending_service_message_tracker`]) and the `recording.log` file
+//! ([`recording_log`]).
 
 pub mod cluster_member;
 pub mod election;
