@@ -9,11 +9,11 @@
 //! those the log shows it, and a message the log already holds when the
 //! service sends it (a service behind its member's log) is not kept at all.
 //! A leader that loses its term forgets where it appended what did not
-//! commit ([`Self::restore_uncommitted`], when it enters the election, before
+//! commit ([`PendingServiceMessageTracker::restore_uncommitted`], when it enters the election, before
 //! any other log replaces its own): should it lead again, those go again. A
 //! member that becomes leader replays its log: what the committed part
 //! holds it drops; what the uncommitted tail holds counts as appended there
-//! ([`Self::on_log_tail`]), dropped once its term commits it and sent again
+//! ([`PendingServiceMessageTracker::on_log_tail`]), dropped once its term commits it and sent again
 //! should the tail be cut (its term lost first).
 //!
 //! Aeron's `PendingServiceMessageTracker` keeps the same state in a ring of
