@@ -122,6 +122,31 @@ def test_two_clients_on_two_drivers_each_get_only_their_answers_over_udp(make_dr
         round_trip(server, pairs)
 
 
+def test_a_request_stream_closed_as_soon_as_it_is_answered_still_gets_its_answer(make_driver):
+    """Aeron's ``AeronArchive.startReplay`` closes its request publication as soon as the archive has
+    answered, which is when the response publication exists. The server's image must still tell the
+    client which session answers it (RSP_SETUP at once, not at the next status-message period, and on
+    for a while after the request stream ended); a long status-message period makes the race certain."""
+    server_driver = make_driver(**{**OPTIONS, "status_message_timeout": "2s"})
+    client_driver = make_driver(**OPTIONS)
+    request = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    response = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_port()}"
+    with sulis.Client(dir=server_driver.dir) as sc, sulis.Client(dir=client_driver.dir) as cc:
+        server = Server(sc, request, response)
+        for k in range(3):
+            req, rsp = request_pair(cc, request, response)
+            await_until(lambda: req.is_connected, 10, "request stream")
+            server.answers.clear()
+            (answer,) = server.accept()
+            req.close()
+            await_until(lambda: rsp.is_connected, 10, f"answer {k} to a closed request stream")
+            offer(answer, f"answer {k}".encode())
+            assert take(rsp, 1) == [f"answer {k}".encode()]
+            answer.close()
+            rsp.close()
+            await_until(lambda: server.sub.images == [], 10, "request image gone")
+
+
 def test_ipc_response_channel(driver, client):
     server = Server(client, "aeron:ipc", "aeron:ipc?control-mode=response")
     pairs = [request_pair(client, "aeron:ipc", "aeron:ipc?control-mode=response") for _ in range(2)]

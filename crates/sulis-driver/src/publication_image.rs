@@ -19,7 +19,7 @@ use crate::media::transport::{send_control_frame, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{self, term_rebuilder, LogBuffers};
@@ -115,6 +115,9 @@ pub struct PublicationImage {
     /// with RSP_SETUP frames, [`NO_RESPONSE_SESSION`] when none is due (set
     /// by the conductor, read by the receiver).
     pub response_session_id: AtomicI64,
+    /// The conductor asks the receiver to send this period's status frames
+    /// (status message, RSP_SETUP) on its next duty cycle.
+    status_now: AtomicBool,
     /// Where the receiver gave up, stuck behind data its sender no longer
     /// keeps ([`NOT_GIVEN_UP`] until then): the conductor ends the image and
     /// the session is joined again at the stream's current position.
@@ -210,6 +213,7 @@ impl PublicationImage {
             state: AtomicU8::new(state::ACTIVE),
             send_response_setup: p.send_response_setup,
             response_session_id: AtomicI64::new(NO_RESPONSE_SESSION),
+            status_now: AtomicBool::new(false),
             given_up_at: AtomicI64::new(NOT_GIVEN_UP),
         }
     }
@@ -264,6 +268,12 @@ impl PublicationImage {
     #[inline]
     pub fn is_inactive(&self) -> bool {
         self.state.load(Ordering::Acquire) == state::INACTIVE
+    }
+
+    /// Asks the receiver for a status message (and an RSP_SETUP if one is
+    /// due) on its next duty cycle instead of at the end of the period.
+    pub fn request_status_now(&self) {
+        self.status_now.store(true, Ordering::Release);
     }
 
     /// True once the stream ended and every subscriber read it all.
@@ -657,7 +667,10 @@ impl ImageReceiver {
             }
         }
         let threshold = (cc.window / 4) as i64;
-        let sm_timed_out = now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
+        let status_now =
+            img.status_now.load(Ordering::Relaxed) && img.status_now.swap(false, Ordering::AcqRel);
+        let sm_timed_out =
+            status_now || now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
         let persist = self.persist_due(consumed, cfg, now_ns);
         let send_sm = consumed - self.last_sm_position >= threshold.max(1)
             || sm_timed_out

@@ -17,6 +17,9 @@ use sulis_protocol::frame::SetupFrame;
 use sulis_protocol::log_buffer_descriptor::*;
 use sulis_protocol::uri::ChannelUri;
 
+/// Status-message periods an ended request image goes on sending RSP_SETUP.
+const RESPONSE_DRAIN_SM_PERIODS: i64 = 5;
+
 /// Conductor-side state of an image.
 pub(super) enum ImageState {
     Active,
@@ -26,6 +29,9 @@ pub(super) enum ImageState {
 pub(super) struct ImageEntry {
     pub(super) image: Arc<PublicationImage>,
     pub(super) state: ImageState,
+    /// When the conductor first saw the stream ended and read while a
+    /// response publication still waited to be heard of through this image.
+    pub(super) drained_at_ns: Option<i64>,
 }
 
 impl DriverConductor {
@@ -234,6 +240,7 @@ impl DriverConductor {
         self.images.push(ImageEntry {
             image: image.clone(),
             state: ImageState::Active,
+            drained_at_ns: None,
         });
         let _ = self.net.receiver.send(ReceiverCommand::AddImage { image });
     }
@@ -266,6 +273,7 @@ impl DriverConductor {
         let linger_ns = self.ctx.publication_linger_timeout_ns as i64;
         // Images: withdraw the silent, the finished and the unwanted; free after linger.
         let liveness_ns = self.ctx.image_liveness_timeout_ns as i64;
+        let sm_period_ns = self.ctx.status_message_timeout_ns as i64;
         let mut withdrawn = Vec::new();
         for entry in self.images.iter_mut() {
             if let ImageState::Active = entry.state {
@@ -273,7 +281,18 @@ impl DriverConductor {
                 let silent =
                     now_ns - img.time_of_last_packet_ns.load(Ordering::Acquire) > liveness_ns;
                 let unwanted = !img.has_subscribers();
-                if silent || unwanted || img.is_drained() || img.has_given_up() {
+                let finished = img.is_drained() && {
+                    // A request stream that ended right after its request
+                    // (Aeron's startReplay closes its publication once
+                    // answered) still tells its source of the response
+                    // publication for a while, as Aeron's image does while it
+                    // drains: five status-message periods.
+                    let armed = img.response_session_id.load(Ordering::Acquire)
+                        != crate::publication_image::NO_RESPONSE_SESSION;
+                    let since = *entry.drained_at_ns.get_or_insert(now_ns);
+                    !armed || now_ns - since >= RESPONSE_DRAIN_SM_PERIODS * sm_period_ns
+                };
+                if silent || unwanted || finished || img.has_given_up() {
                     img.state
                         .store(crate::publication_image::state::INACTIVE, Ordering::Release);
                     entry.state = ImageState::Lingering {

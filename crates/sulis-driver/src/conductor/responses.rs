@@ -90,6 +90,9 @@ impl DriverConductor {
         image
             .response_session_id
             .store(session_id as i64, Ordering::Release);
+        // Now, not at the next status-message period: the requester may close
+        // its request stream as soon as it is answered.
+        image.request_status_now();
     }
 
     /// Network publication `index`, a response publication, has its first
