@@ -135,11 +135,11 @@ def test_a_request_stream_closed_as_soon_as_it_is_answered_still_gets_its_answer
         server = Server(sc, request, response)
         for k in range(3):
             req, rsp = request_pair(cc, request, response)
-            await_until(lambda: req.is_connected, 10, "request stream")
+            await_until(lambda req=req: req.is_connected, 10, "request stream")
             server.answers.clear()
             (answer,) = server.accept()
             req.close()
-            await_until(lambda: rsp.is_connected, 10, f"answer {k} to a closed request stream")
+            await_until(lambda rsp=rsp: rsp.is_connected, 10, f"answer {k} to a closed request stream")
             offer(answer, f"answer {k}".encode())
             assert take(rsp, 1) == [f"answer {k}".encode()]
             answer.close()
