@@ -19,4 +19,6 @@ echo "== pytest"
 # (--dist loadfile): the Aeron transfers of one module run one at a time, and
 # the sulis bench tests, which check that no sulis-clibench-* directory is
 # left, never see another module's.
-python -m pytest -q -n 2 --dist loadfile tests "$@"
+# The slowest tests are listed at the end: the suite must stay within 15
+# minutes on a 2-core machine, and this shows where the time goes.
+python -m pytest -q -n 2 --dist loadfile --durations=25 tests "$@"
