@@ -2468,7 +2468,11 @@ mod tests {
         assert_eq!(e.notified_commit_position(), 0);
         e.do_work(&mut host, 2 * MS);
         assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
-        assert_eq!(e.log_position(), 0, "nothing replayed: nothing is committed");
+        assert_eq!(
+            e.log_position(),
+            0,
+            "nothing replayed: nothing is committed"
+        );
     }
 
     #[test]
@@ -2483,8 +2487,8 @@ mod tests {
             ..Fake::default()
         };
         let mut e = canvassing(1, 320, &mut host);
-        let nlt = leader_term(2, 640)
-            .new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        let nlt =
+            leader_term(2, 640).new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
         e.on_new_leadership_term(&mut host, &nlt, MS);
         assert_eq!(e.state(), ElectionState::FollowerLogReplication);
         assert_eq!(e.notified_commit_position(), 0);

@@ -10,11 +10,14 @@
 //! tested on a manual clock against simulated members and faults. Beside it
 //! the consensus module's parts as they come: its timers
 //! ([`timer_service`]), the services' messages kept until committed
-//! ([`pending_service_message_tracker`]) and the `recording.log` file
-//! ([`recording_log`]).
+//! ([`pending_service_message_tracker`]), the `recording.log` file
+//! ([`recording_log`]) and the client sessions ([`cluster_session`],
+//! [`session_manager`]).
 
 pub mod cluster_member;
+pub mod cluster_session;
 pub mod election;
 pub mod pending_service_message_tracker;
 pub mod recording_log;
+pub mod session_manager;
 pub mod timer_service;

@@ -338,7 +338,10 @@ mod tests {
         assert!(t.is_empty());
         t.enqueue(b"c".to_vec());
         t.enqueue(b"d".to_vec());
-        assert!(t.is_empty(), "sent again by a service behind the log: not kept");
+        assert!(
+            t.is_empty(),
+            "sent again by a service behind the log: not kept"
+        );
         let e = t.enqueue(b"e".to_vec());
         assert_eq!((t.len(), e), (1, a + 4));
     }
@@ -354,8 +357,8 @@ mod tests {
         });
         t.sweep_leader(10); // the first committed
         t.restore_uncommitted(10); // the leader loses its term
-        // It leads again: its log holds the second (a later leader kept
-        // it), not the third or fourth.
+                                   // It leads again: its log holds the second (a later leader kept
+                                   // it), not the third or fourth.
         t.sweep_follower(ids[1]);
         let mut again = Vec::new();
         t.poll(|id, _| {
@@ -383,7 +386,11 @@ mod tests {
             appended.push(id);
             Some(400)
         });
-        assert_eq!(appended, vec![], "a, b and c are in the log already; nothing else was sent");
+        assert_eq!(
+            appended,
+            vec![],
+            "a, b and c are in the log already; nothing else was sent"
+        );
         t.sweep_leader(250);
         assert_eq!((t.log_service_session_id(), t.len()), (b, 1));
         t.sweep_leader(400);
@@ -397,8 +404,8 @@ mod tests {
         let a = t.enqueue(b"a".to_vec());
         t.on_log_tail(a, 100);
         t.on_log_tail(a + 1, 200); // b: its service has not sent it yet
-        // This leader loses its term before its first entry commits; the next
-        // leader's log lacks the tail.
+                                   // This leader loses its term before its first entry commits; the next
+                                   // leader's log lacks the tail.
         t.restore_uncommitted(0);
         let b = t.enqueue(b"b".to_vec());
         assert_eq!(b, a + 1);
@@ -421,8 +428,12 @@ mod tests {
         let (next, log, messages) = t.snapshot();
         let r = PendingServiceMessageTracker::restore(2, next, log, messages.clone()).unwrap();
         assert_eq!(r.snapshot(), (next, log, messages.clone()));
-        let e = PendingServiceMessageTracker::restore(2, next + 1, log, messages.clone()).unwrap_err();
-        assert!(e.contains("service 2") && e.contains("next service session id"), "{e}");
+        let e =
+            PendingServiceMessageTracker::restore(2, next + 1, log, messages.clone()).unwrap_err();
+        assert!(
+            e.contains("service 2") && e.contains("next service session id"),
+            "{e}"
+        );
         let mut gap = messages;
         gap.remove(0);
         let e = PendingServiceMessageTracker::restore(2, next, log, gap).unwrap_err();

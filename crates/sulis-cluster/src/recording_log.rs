@@ -206,9 +206,10 @@ impl RecordingLog {
     /// Invalidates entry `index` (of [`Self::entries`]): a term cut from the
     /// log, a snapshot not to start from.
     pub fn invalidate(&mut self, index: usize) -> Result<(), String> {
-        let located = self.entries.get(index).ok_or_else(|| {
-            format!("{}: no entry {index} to invalidate", self.path.display())
-        })?;
+        let located = self
+            .entries
+            .get(index)
+            .ok_or_else(|| format!("{}: no entry {index} to invalidate", self.path.display()))?;
         let word = located.entry.entry_type | ENTRY_TYPE_INVALID_FLAG;
         let at = located.offset as u64 + ENTRY_TYPE_OFFSET as u64;
         self.write_durably(&word.to_le_bytes(), at)?;
@@ -280,7 +281,9 @@ mod tests {
         assert_eq!(log.last_term().unwrap().leadership_term_id, 1);
         let set = log.latest_snapshot(1).unwrap();
         assert_eq!(
-            set.iter().map(|e| (e.service_id, e.recording_id)).collect::<Vec<_>>(),
+            set.iter()
+                .map(|e| (e.service_id, e.recording_id))
+                .collect::<Vec<_>>(),
             vec![(-1, 9), (0, 10)]
         );
     }
@@ -300,7 +303,10 @@ mod tests {
         let set = log.latest_snapshot(2).unwrap();
         assert!(set.iter().all(|e| e.log_position == 1000), "{set:?}");
         assert_eq!(log.latest_snapshot(1).unwrap()[0].recording_id, 20);
-        assert!(RecordingLog::open(&dir("none")).unwrap().latest_snapshot(0).is_none());
+        assert!(RecordingLog::open(&dir("none"))
+            .unwrap()
+            .latest_snapshot(0)
+            .is_none());
     }
 
     #[test]
@@ -309,7 +315,10 @@ mod tests {
         let mut log = RecordingLog::open(&d).unwrap();
         log.append_term(1, 3, 100, 0).unwrap();
         let e = log.append_term(1, 3, 100, 0).unwrap_err();
-        assert!(e.contains("term 3 appended after term 3") && e.contains(FILE_NAME), "{e}");
+        assert!(
+            e.contains("term 3 appended after term 3") && e.contains(FILE_NAME),
+            "{e}"
+        );
         let e = log.append_term(1, 4, 50, 0).unwrap_err();
         assert!(e.contains("based at 50"), "{e}");
         let e = log.commit_log_position(9, 10).unwrap_err();
@@ -352,6 +361,9 @@ mod tests {
         bytes[64 + ENTRY_TYPE_OFFSET] = 0x7f; // the second entry's type word
         std::fs::write(&path, &bytes).unwrap();
         let e = RecordingLog::open(&d).unwrap_err();
-        assert!(e.contains(&path.display().to_string()) && e.contains("byte 64"), "{e}");
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("byte 64"),
+            "{e}"
+        );
     }
 }

@@ -39,7 +39,8 @@ impl TimerService {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         self.live.insert(correlation_id, (deadline, sequence));
-        self.heap.push(Reverse((deadline, sequence, correlation_id)));
+        self.heap
+            .push(Reverse((deadline, sequence, correlation_id)));
         // Moved and cancelled timers leave stale entries: keep them a minority.
         if self.heap.len() > 2 * self.live.len() + 64 {
             self.compact();
@@ -192,7 +193,11 @@ mod tests {
         });
         assert_eq!((expired, calls), (0, vec![1]));
         assert_eq!(t.len(), 2);
-        assert_eq!(expire_all(&mut t, 100), vec![1, 2], "it fires on a later poll, once");
+        assert_eq!(
+            expire_all(&mut t, 100),
+            vec![1, 2],
+            "it fires on a later poll, once"
+        );
     }
 
     #[test]
@@ -275,7 +280,10 @@ mod tests {
                 }
             }
             assert_eq!(t.len(), model.len());
-            assert!(t.heap.len() <= 2 * t.live.len() + 65, "stale entries are compacted");
+            assert!(
+                t.heap.len() <= 2 * t.live.len() + 65,
+                "stale entries are compacted"
+            );
         }
     }
 }

@@ -63,7 +63,7 @@ fn run(seed: u64, members_n: usize, late_acks: bool) -> (Vec<Entry>, u32, usize)
     let mut term = 0u64;
     let mut term_start = 0usize; // index of the leader's Term entry
     let mut commit = 0usize; // entries committed
-    // What the leader has heard each member holds (acknowledgements come late).
+                             // What the leader has heard each member holds (acknowledgements come late).
     let mut acked = vec![0usize; MEMBERS];
     let mut clients = 0u32;
     let mut elections = 0;
@@ -147,7 +147,9 @@ fn run(seed: u64, members_n: usize, late_acks: bool) -> (Vec<Entry>, u32, usize)
                 *a = m.log.len();
             }
         }
-        let mut lengths: Vec<usize> = (0..MEMBERS).map(|m| acked[m].min(members[m].log.len())).collect();
+        let mut lengths: Vec<usize> = (0..MEMBERS)
+            .map(|m| acked[m].min(members[m].log.len()))
+            .collect();
         lengths.sort_unstable();
         let quorum = lengths[MEMBERS - MEMBERS / 2 - 1];
         if quorum > term_start && quorum > commit {
@@ -240,7 +242,10 @@ fn check(members: usize, late_acks: bool) {
                         assert_eq!(id, last + 1, "seed {seed}: ids follow on one by one");
                     }
                     last_id = Some(id);
-                    assert!(client_seen[n as usize], "seed {seed}: link {k} of chain {n} before its client message");
+                    assert!(
+                        client_seen[n as usize],
+                        "seed {seed}: link {k} of chain {n} before its client message"
+                    );
                     links[n as usize].push(k);
                 }
                 Entry::Term(_) => {}
@@ -255,9 +260,15 @@ fn check(members: usize, late_acks: bool) {
                     links[n]
                 );
             } else {
-                assert!(links[n].is_empty(), "seed {seed}: links of an uncommitted client message");
+                assert!(
+                    links[n].is_empty(),
+                    "seed {seed}: links of an uncommitted client message"
+                );
             }
         }
     }
-    assert!(total_elections > 1_000, "the leadership changed often: {total_elections}");
+    assert!(
+        total_elections > 1_000,
+        "the leadership changed often: {total_elections}"
+    );
 }
