@@ -11,12 +11,15 @@
 //! the consensus module's parts as they come: its timers
 //! ([`timer_service`]), the services' messages kept until committed
 //! ([`pending_service_message_tracker`]), the `recording.log` file
-//! ([`recording_log`]) and the client sessions ([`cluster_session`],
-//! [`session_manager`]).
+//! ([`recording_log`]), the client sessions ([`cluster_session`],
+//! [`session_manager`]), the log's entries ([`log_adapter`]) and the state
+//! a member applies them to ([`consensus_module_agent`]).
 
 pub mod cluster_member;
 pub mod cluster_session;
+pub mod consensus_module_agent;
 pub mod election;
+pub mod log_adapter;
 pub mod pending_service_message_tracker;
 pub mod recording_log;
 pub mod session_manager;

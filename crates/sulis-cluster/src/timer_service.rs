@@ -25,6 +25,10 @@ pub struct TimerService {
     /// The live timers: correlation id → (deadline, schedule sequence).
     live: HashMap<i64, (i64, u64)>,
     next_sequence: u64,
+    /// Follower: timers the log says fired before this member's service
+    /// scheduled them, by correlation id: that many later schedules of the
+    /// id are ignored.
+    expired_early: HashMap<i64, u32>,
 }
 
 impl TimerService {
@@ -44,6 +48,32 @@ impl TimerService {
         // Moved and cancelled timers leave stale entries: keep them a minority.
         if self.heap.len() > 2 * self.live.len() + 64 {
             self.compact();
+        }
+    }
+
+    /// A service's ScheduleTimer: schedules it, unless the log already
+    /// said it fired ([`TimerService::on_replayed_timer_event`] before the
+    /// service got here, as a follower's may). Returns whether it was
+    /// scheduled.
+    pub fn schedule_from_service(&mut self, correlation_id: i64, deadline: i64) -> bool {
+        if let Some(count) = self.expired_early.get_mut(&correlation_id) {
+            *count -= 1;
+            if *count == 0 {
+                self.expired_early.remove(&correlation_id);
+            }
+            return false;
+        }
+        self.schedule(correlation_id, deadline);
+        true
+    }
+
+    /// Follower: the log holds a TimerEvent for `correlation_id` (it fired
+    /// on the leader). The timer is gone here too; if this member's service
+    /// has not scheduled it yet, its schedule is to be ignored when it
+    /// comes, so the timer fires once, not again on this member if it leads.
+    pub fn on_replayed_timer_event(&mut self, correlation_id: i64) {
+        if !self.cancel(correlation_id) {
+            *self.expired_early.entry(correlation_id).or_insert(0) += 1;
         }
     }
 
@@ -150,6 +180,24 @@ mod tests {
         }) > 0
         {}
         fired
+    }
+
+    #[test]
+    fn a_timer_the_log_says_fired_before_it_was_scheduled_here_is_not_scheduled() {
+        let mut t = TimerService::new();
+        // Scheduled, then the leader's TimerEvent: cancelled.
+        assert!(t.schedule_from_service(1, 100));
+        t.on_replayed_timer_event(1);
+        assert!(t.is_empty());
+        // The TimerEvent first (twice, the id reused), then the schedules: ignored, twice.
+        t.on_replayed_timer_event(2);
+        t.on_replayed_timer_event(2);
+        assert!(!t.schedule_from_service(2, 100));
+        assert!(!t.schedule_from_service(2, 100));
+        assert!(t.is_empty());
+        // A third schedule of the id is a new timer.
+        assert!(t.schedule_from_service(2, 300));
+        assert_eq!(expire_all(&mut t, 300), vec![2]);
     }
 
     #[test]
