@@ -7,13 +7,18 @@
 //! election makes that the module's job). A member that applied a log holds
 //! what the leader that wrote it held, so it can take over.
 
+use crate::cluster_member::{quorum_position, ClusterMember};
 use crate::log_adapter::LogEntry;
 use crate::pending_service_message_tracker::{
     service_id_from_log_message, PendingServiceMessageTracker,
 };
-use crate::session_manager::{SessionConfig, SessionManager};
+use crate::session_manager::{SessionConfig, SessionHost, SessionManager, Term};
 use crate::timer_service::TimerService;
-use sulis_protocol::cluster::messages::{cluster_action, role, time_unit, NULL_VALUE};
+use std::collections::VecDeque;
+use sulis_protocol::cluster::messages::{
+    cluster_action, role, time_unit, AppendPosition, CommitPosition, SessionMessageHeader,
+    TimerEvent, NULL_VALUE,
+};
 
 /// The module's state (Aeron's `ConsensusModule.State`; the values are the
 /// module-state counter's).
@@ -49,6 +54,45 @@ pub struct ConsensusConfig {
     pub time_unit: i32,
     /// The sessions' settings.
     pub sessions: SessionConfig,
+    /// Leader: CommitPosition at least this often; follower: AppendPosition.
+    pub leader_heartbeat_interval_ns: i64,
+    /// A member not heard from for this long is not counted in the quorum.
+    pub leader_heartbeat_timeout_ns: i64,
+}
+
+/// How ingress from a client fared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IngressResult {
+    /// In the log.
+    Appended,
+    /// Not for this leader now (no such open session, another term): dropped, as Aeron drops it.
+    Dropped,
+    /// The log back-pressured: offer it again (the ingress poll stops here).
+    BackPressured,
+}
+
+/// The leader's commit position after its members' reports: the position a
+/// quorum of active members reported in this term, never past the leader's
+/// own append position and never below `commit_position`; and none before
+/// the term's first entry is in a quorum's log (`term_first_entry_end`: a
+/// leader commits only through an entry of its own term, as Raft requires,
+/// so an older term's tail it replayed is not committed by its count alone).
+pub fn leader_commit_position(
+    members: &[ClusterMember],
+    leadership_term_id: i64,
+    now_ns: i64,
+    heartbeat_timeout_ns: i64,
+    append_position: i64,
+    term_first_entry_end: i64,
+    commit_position: i64,
+) -> i64 {
+    let quorum = quorum_position(members, &[leadership_term_id], now_ns, heartbeat_timeout_ns)
+        .min(append_position);
+    if quorum >= term_first_entry_end && quorum > commit_position {
+        quorum
+    } else {
+        commit_position
+    }
 }
 
 /// What applying an entry asks of the rest of the module.
@@ -97,6 +141,15 @@ pub struct ConsensusModuleAgent {
     pub timers: TimerService,
     /// Each service's messages to the cluster.
     pub trackers: Vec<PendingServiceMessageTracker>,
+    /// How far the log is committed (the commit-position counter).
+    pub commit_position: i64,
+    /// Leader: where its term's first entry ends (nothing commits before).
+    pub term_first_entry_end: i64,
+    /// Leader: when it last sent CommitPosition (ns).
+    time_of_last_commit_sent_ns: i64,
+    /// Leader: timers it fired whose TimerEvent is not committed yet
+    /// (position after the event, correlation id, deadline).
+    uncommitted_timers: VecDeque<(i64, i64, i64)>,
 }
 
 impl ConsensusModuleAgent {
@@ -114,7 +167,193 @@ impl ConsensusModuleAgent {
             cluster_time: 0,
             timers: TimerService::new(),
             trackers,
+            commit_position: 0,
+            term_first_entry_end: i64::MAX,
+            time_of_last_commit_sent_ns: i64::MIN / 2,
+            uncommitted_timers: VecDeque::new(),
         }
+    }
+
+    /// Leader: a follower's AppendPosition (a report of another term, or of
+    /// a member not in the cluster, is ignored).
+    pub fn on_append_position(
+        &self,
+        members: &mut [ClusterMember],
+        m: &AppendPosition,
+        now_ns: i64,
+    ) {
+        if m.leadership_term_id > self.leadership_term_id {
+            return;
+        }
+        if let Some(member) = members.iter_mut().find(|x| x.id == m.follower_member_id) {
+            if m.leadership_term_id > member.leadership_term_id
+                || (m.leadership_term_id == member.leadership_term_id
+                    && m.log_position >= member.log_position)
+            {
+                member.leadership_term_id = m.leadership_term_id;
+                member.log_position = m.log_position;
+            }
+            member.time_of_last_append_position_ns = now_ns;
+        }
+    }
+
+    /// Leader: counts its own `append_position`, raises the commit position
+    /// to what a quorum holds and sweeps what is now committed; returns the
+    /// CommitPosition to send every follower when it rose or a heartbeat is
+    /// due. A quorum position lower than the commit position (members gone
+    /// silent) never lowers it.
+    pub fn update_leader_position(
+        &mut self,
+        members: &mut [ClusterMember],
+        now_ns: i64,
+        append_position: i64,
+    ) -> Option<CommitPosition> {
+        let me = self.cfg.member_id;
+        if let Some(m) = members.iter_mut().find(|m| m.id == me) {
+            m.leadership_term_id = self.leadership_term_id;
+            m.log_position = append_position;
+            m.time_of_last_append_position_ns = now_ns;
+        }
+        let commit = leader_commit_position(
+            members,
+            self.leadership_term_id,
+            now_ns,
+            self.cfg.leader_heartbeat_timeout_ns,
+            append_position,
+            self.term_first_entry_end,
+            self.commit_position,
+        );
+        let rose = commit > self.commit_position;
+        if !rose
+            && now_ns - self.time_of_last_commit_sent_ns < self.cfg.leader_heartbeat_interval_ns
+        {
+            return None;
+        }
+        if rose {
+            self.commit_position = commit;
+            self.sweep_uncommitted(commit);
+        }
+        self.time_of_last_commit_sent_ns = now_ns;
+        Some(CommitPosition {
+            leadership_term_id: self.leadership_term_id,
+            log_position: self.commit_position,
+            leader_member_id: me,
+        })
+    }
+
+    /// What the commit position passed can no longer be rolled back.
+    fn sweep_uncommitted(&mut self, commit_position: i64) {
+        while self
+            .uncommitted_timers
+            .front()
+            .is_some_and(|t| t.0 <= commit_position)
+        {
+            self.uncommitted_timers.pop_front();
+        }
+        self.sessions.sweep_uncommitted(commit_position);
+        for t in &mut self.trackers {
+            t.sweep_leader(commit_position);
+        }
+    }
+
+    /// Leadership lost (entering an election) with the log committed to
+    /// `commit_position`: what this leader appended after it may be cut, so
+    /// it is undone here and done again by whoever leads next (Aeron's
+    /// `restoreUncommittedEntries`): timers it fired are scheduled again,
+    /// closes it logged are closing again, service messages go again.
+    pub fn restore_uncommitted(&mut self, commit_position: i64) {
+        self.sweep_uncommitted(commit_position);
+        while let Some((_, correlation_id, deadline)) = self.uncommitted_timers.pop_front() {
+            self.timers.schedule(correlation_id, deadline);
+        }
+        self.sessions.restore_uncommitted(commit_position);
+        for t in &mut self.trackers {
+            t.restore_uncommitted(commit_position);
+        }
+    }
+
+    /// Leader: a client's message (its session header as the client sent
+    /// it, its session and term), appended with the leader's `cluster_time`.
+    pub fn on_ingress_message(
+        &mut self,
+        host: &mut dyn SessionHost,
+        term: &Term,
+        header: &SessionMessageHeader,
+        payload: &[u8],
+        now_ns: i64,
+        cluster_time: i64,
+    ) -> IngressResult {
+        let cluster_session_id = header.cluster_session_id;
+        if self.role != role::LEADER
+            || self.state != ModuleState::Active
+            || !self
+                .sessions
+                .accepts_message(cluster_session_id, header.leadership_term_id, term)
+        {
+            return IngressResult::Dropped;
+        }
+        let mut entry = SessionMessageHeader {
+            leadership_term_id: self.leadership_term_id,
+            cluster_session_id,
+            timestamp: cluster_time,
+        }
+        .encode();
+        entry.extend_from_slice(payload);
+        if host.append_to_log(&entry).is_none() {
+            return IngressResult::BackPressured;
+        }
+        self.sessions.touch(cluster_session_id, now_ns);
+        self.cluster_time = cluster_time;
+        IngressResult::Appended
+    }
+
+    /// Leader: fires the timers due at `cluster_time` (TimerEvents in the
+    /// log, kept as uncommitted until the commit position passes them) and
+    /// appends the services' pending messages. Returns work done.
+    pub fn poll_timers_and_service_messages(
+        &mut self,
+        host: &mut dyn SessionHost,
+        cluster_time: i64,
+    ) -> usize {
+        if self.role != role::LEADER || self.state != ModuleState::Active {
+            return 0;
+        }
+        let term = self.leadership_term_id;
+        let mut fired = Vec::new();
+        let mut work = self.timers.poll(cluster_time, |correlation_id| {
+            // Rescheduled at the time it fired should the event be cut: it
+            // was due then, so it fires at once under the next leader.
+            let deadline = cluster_time;
+            let event = TimerEvent {
+                leadership_term_id: term,
+                correlation_id,
+                timestamp: cluster_time,
+            };
+            match host.append_to_log(&event.encode()) {
+                Some(position) => {
+                    fired.push((position, correlation_id, deadline));
+                    true
+                }
+                None => false,
+            }
+        });
+        self.uncommitted_timers.extend(fired);
+        for tracker in &mut self.trackers {
+            work += tracker.poll(|cluster_session_id, payload| {
+                let mut entry = SessionMessageHeader {
+                    leadership_term_id: term,
+                    cluster_session_id,
+                    timestamp: cluster_time,
+                }
+                .encode();
+                entry.extend_from_slice(payload);
+                host.append_to_log(&entry)
+            });
+        }
+        if work > 0 {
+            self.cluster_time = cluster_time;
+        }
+        work
     }
 
     /// Nanoseconds in one unit of cluster time.
@@ -280,7 +519,247 @@ mod tests {
                 max_concurrent_sessions: 10,
                 leader_heartbeat_timeout_ns: 10_000 * MS,
             },
+            leader_heartbeat_interval_ns: 200 * MS,
+            leader_heartbeat_timeout_ns: 10_000 * MS,
         }
+    }
+
+    fn members(n: i32) -> Vec<ClusterMember> {
+        (0..n)
+            .map(|i| ClusterMember::new(i, ["i:1", "c:1", "l:1", "u:1", "a:1"]))
+            .collect()
+    }
+
+    /// Member 1 leads term 3, whose NewLeadershipTermEvent ends at 192.
+    fn leader() -> ConsensusModuleAgent {
+        let mut a = ConsensusModuleAgent::new(config());
+        a.role = role::LEADER;
+        a.state = ModuleState::Active;
+        a.leadership_term_id = 3;
+        a.term_first_entry_end = 192;
+        a.commit_position = 96;
+        a
+    }
+
+    fn report(
+        a: &ConsensusModuleAgent,
+        members: &mut [ClusterMember],
+        id: i32,
+        term: i64,
+        position: i64,
+        now: i64,
+    ) {
+        let m = AppendPosition {
+            leadership_term_id: term,
+            log_position: position,
+            follower_member_id: id,
+            flags: 0,
+        };
+        a.on_append_position(members, &m, now);
+    }
+
+    #[test]
+    fn the_leader_commits_what_a_quorum_of_this_term_holds_and_never_before_its_first_entry() {
+        let mut a = leader();
+        let mut ms = members(3);
+        // Nobody else heard from: nothing new, but a heartbeat goes.
+        let c = a
+            .update_leader_position(&mut ms, 0, 160)
+            .expect("a first heartbeat");
+        assert_eq!(
+            (c.leadership_term_id, c.log_position, c.leader_member_id),
+            (3, 96, 1)
+        );
+        assert_eq!(
+            a.update_leader_position(&mut ms, MS, 160),
+            None,
+            "nothing new, no heartbeat due"
+        );
+        // Member 0 holds 160 of this term: a quorum, but before the term's first entry ends.
+        report(&a, &mut ms, 0, 3, 160, MS);
+        assert_eq!(a.update_leader_position(&mut ms, 2 * MS, 160), None);
+        assert_eq!(a.commit_position, 96);
+        // A longer log of an older term does not count.
+        report(&a, &mut ms, 2, 2, 1_000, 2 * MS);
+        report(&a, &mut ms, 0, 3, 256, 2 * MS);
+        let c = a
+            .update_leader_position(&mut ms, 3 * MS, 320)
+            .expect("rose");
+        assert_eq!((c.log_position, a.commit_position), (256, 256));
+        // Never past the leader's own log.
+        report(&a, &mut ms, 0, 3, 512, 4 * MS);
+        a.update_leader_position(&mut ms, 4 * MS, 384);
+        assert_eq!(a.commit_position, 384);
+        // Member 0 goes silent: the quorum position falls to 0, the commit position stays.
+        let later = 4 * MS + 10_000 * MS + 1;
+        let c = a
+            .update_leader_position(&mut ms, later, 448)
+            .expect("heartbeat");
+        assert_eq!((c.log_position, a.commit_position), (384, 384));
+        // A report of a future term is not believed.
+        report(&a, &mut ms, 0, 9, 4_096, later);
+        assert_eq!(ms[0].leadership_term_id, 3);
+    }
+
+    struct Log {
+        entries: Vec<Vec<u8>>,
+        position: i64,
+        back_pressured: bool,
+    }
+
+    impl SessionHost for Log {
+        fn connect_egress(&mut self, _key: u64, _channel: &str, _stream_id: i32) {}
+        fn is_egress_connected(&mut self, _key: u64) -> Option<bool> {
+            Some(true)
+        }
+        fn send_egress(&mut self, _key: u64, _message: &[u8]) -> bool {
+            true
+        }
+        fn close_egress(&mut self, _key: u64) {}
+        fn append_to_log(&mut self, entry: &[u8]) -> Option<i64> {
+            if self.back_pressured {
+                return None;
+            }
+            self.entries.push(entry.to_vec());
+            self.position += (32 + entry.len() as i64 + 31) & !31;
+            Some(self.position)
+        }
+    }
+
+    fn log_at(position: i64) -> Log {
+        Log {
+            entries: Vec::new(),
+            position,
+            back_pressured: false,
+        }
+    }
+
+    #[test]
+    fn a_timer_fired_by_a_leader_that_loses_its_term_before_commit_fires_again() {
+        let mut a = leader();
+        let mut ms = members(3);
+        let mut log = log_at(192);
+        a.timers.schedule_from_service(5, 1_000);
+        a.timers.schedule_from_service(6, 1_010);
+        a.timers.schedule_from_service(7, 9_000);
+        log.back_pressured = true;
+        assert_eq!(
+            a.poll_timers_and_service_messages(&mut log, 1_020),
+            0,
+            "the log takes nothing"
+        );
+        log.back_pressured = false;
+        assert_eq!(a.poll_timers_and_service_messages(&mut log, 1_020), 2);
+        let fired: Vec<i64> = log
+            .entries
+            .iter()
+            .map(|e| TimerEvent::decode(e).expect("timer event").correlation_id)
+            .collect();
+        assert_eq!(fired, vec![5, 6]);
+        // Timer 5's event commits; 6's does not before the term is lost.
+        let after_5 = 192 + 64;
+        report(&a, &mut ms, 0, 3, after_5, MS);
+        a.update_leader_position(&mut ms, MS, log.position);
+        assert_eq!(a.commit_position, after_5);
+        a.restore_uncommitted(a.commit_position);
+        assert_eq!(
+            a.timers.snapshot(),
+            vec![(6, 1_020), (7, 9_000)],
+            "6 is due again, 5 is not"
+        );
+    }
+
+    fn hdr(leadership_term_id: i64, cluster_session_id: i64) -> SessionMessageHeader {
+        SessionMessageHeader {
+            leadership_term_id,
+            cluster_session_id,
+            timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn ingress_is_appended_only_for_an_open_session_of_this_term_on_an_active_leader() {
+        let mut a = leader();
+        let mut log = log_at(192);
+        let term = Term {
+            leadership_term_id: 3,
+            leader_member_id: 1,
+            ingress_endpoints: String::new(),
+        };
+        a.sessions
+            .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(3, 8), b"hi", 5 * MS, 5),
+            IngressResult::Appended
+        );
+        let entry = decode(&log.entries[0], log.position).expect("entry");
+        assert_eq!(
+            entry,
+            LogEntry::SessionMessage {
+                leadership_term_id: 3,
+                cluster_session_id: 8,
+                timestamp: 5,
+                payload: b"hi"
+            }
+        );
+        assert_eq!(
+            a.sessions
+                .session(8)
+                .expect("open")
+                .time_of_last_activity_ns,
+            5 * MS
+        );
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(2, 8), b"old", 6 * MS, 6),
+            IngressResult::Dropped
+        );
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(3, 9), b"who", 6 * MS, 6),
+            IngressResult::Dropped
+        );
+        log.back_pressured = true;
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(3, 8), b"full", 6 * MS, 6),
+            IngressResult::BackPressured
+        );
+        log.back_pressured = false;
+        a.state = ModuleState::Suspended;
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(3, 8), b"hi", 7 * MS, 7),
+            IngressResult::Dropped
+        );
+        a.state = ModuleState::Active;
+        a.role = role::FOLLOWER;
+        assert_eq!(
+            a.on_ingress_message(&mut log, &term, &hdr(3, 8), b"hi", 7 * MS, 7),
+            IngressResult::Dropped
+        );
+        assert_eq!(log.entries.len(), 1);
+    }
+
+    #[test]
+    fn service_messages_are_appended_by_the_leader_and_dropped_once_committed() {
+        let mut a = leader();
+        let mut ms = members(3);
+        let mut log = log_at(192);
+        let id = a.trackers[0].enqueue(b"to the cluster".to_vec());
+        assert_eq!(a.poll_timers_and_service_messages(&mut log, 50), 1);
+        match decode(&log.entries[0], log.position).expect("entry") {
+            LogEntry::SessionMessage {
+                cluster_session_id,
+                payload,
+                ..
+            } => assert_eq!((cluster_session_id, payload), (id, &b"to the cluster"[..])),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            a.poll_timers_and_service_messages(&mut log, 51),
+            0,
+            "appended once"
+        );
+        report(&a, &mut ms, 2, 3, log.position, MS);
+        a.update_leader_position(&mut ms, MS, log.position);
+        assert!(a.trackers[0].is_empty());
     }
 
     /// The leader's side: its log, its egress always up.

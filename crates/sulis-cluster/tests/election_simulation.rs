@@ -21,7 +21,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use sulis_cluster::cluster_member::{quorum_position, ClusterMember};
+use sulis_cluster::cluster_member::ClusterMember;
+use sulis_cluster::consensus_module_agent::leader_commit_position;
 use sulis_cluster::election::{
     ConsensusMessage, Election, ElectionHost, ElectionStart, ElectionState, ElectionTimeouts,
     JoinStatus, LeaderTerm, ReplicationProgress, TermEntry, TermEvent,
@@ -822,12 +823,19 @@ impl Sim {
                 self.start_election(i, "under a quorum of active followers");
                 return;
             }
-            let quorum =
-                quorum_position(&node.members, &[term], now, t.leader_heartbeat_timeout_ns)
-                    .min(append);
-            // Commit only through an entry of this term (its first, the NewLeadershipTermEvent).
+            // The consensus module's rule: commit only through an entry of
+            // this term (its first, the NewLeadershipTermEvent).
             let first_entry_end = node.terms.get(&term).map_or(i64::MAX, |e| e.0 + ENTRY);
-            if quorum > node.commit && quorum >= first_entry_end {
+            let quorum = leader_commit_position(
+                &node.members,
+                term,
+                now,
+                t.leader_heartbeat_timeout_ns,
+                append,
+                first_entry_end,
+                node.commit,
+            );
+            if quorum > node.commit {
                 node.commit = quorum;
                 let snapshot = Node {
                     id: node.id,
