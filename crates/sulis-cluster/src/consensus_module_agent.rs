@@ -147,6 +147,12 @@ pub struct ConsensusModuleAgent {
     pub term_first_entry_end: i64,
     /// Leader: when it last sent CommitPosition (ns).
     time_of_last_commit_sent_ns: i64,
+    /// Follower: the highest commit position this term's leader announced.
+    pub notified_commit_position: i64,
+    /// Follower: when the leader was last heard from (ns).
+    pub time_of_last_leader_update_ns: i64,
+    /// Follower: the last (term, position) sent in AppendPosition and when.
+    last_append_sent: (i64, i64, i64),
     /// Leader: timers it fired whose TimerEvent is not committed yet
     /// (position after the event, correlation id, deadline).
     uncommitted_timers: VecDeque<(i64, i64, i64)>,
@@ -170,6 +176,9 @@ impl ConsensusModuleAgent {
             commit_position: 0,
             term_first_entry_end: i64::MAX,
             time_of_last_commit_sent_ns: i64::MIN / 2,
+            notified_commit_position: 0,
+            time_of_last_leader_update_ns: 0,
+            last_append_sent: (NULL_VALUE, NULL_VALUE, i64::MIN / 2),
             uncommitted_timers: VecDeque::new(),
         }
     }
@@ -239,6 +248,75 @@ impl ConsensusModuleAgent {
             log_position: self.commit_position,
             leader_member_id: me,
         })
+    }
+
+    /// Leader: fewer than a quorum of members (itself included) were heard
+    /// from within the heartbeat timeout: it must not go on leading (Aeron's
+    /// "inactive follower quorum"), an election follows.
+    pub fn has_lost_follower_quorum(&self, members: &[ClusterMember], now_ns: i64) -> bool {
+        let me = self.cfg.member_id;
+        let active = members
+            .iter()
+            .filter(|m| m.id == me || m.is_active(now_ns, self.cfg.leader_heartbeat_timeout_ns))
+            .count();
+        active < crate::cluster_member::quorum_threshold(members.len())
+    }
+
+    /// Follower: a CommitPosition. Only this term's leader is believed; its
+    /// announcement raises the position the log may be applied to.
+    pub fn on_commit_position(&mut self, m: &CommitPosition, leader_member_id: i32, now_ns: i64) {
+        if m.leadership_term_id != self.leadership_term_id || m.leader_member_id != leader_member_id
+        {
+            return;
+        }
+        self.notified_commit_position = self.notified_commit_position.max(m.log_position);
+        self.time_of_last_leader_update_ns = now_ns;
+    }
+
+    /// Follower: how far the log may be applied now: what the leader said
+    /// is committed and this member holds.
+    pub fn follower_commit_limit(&self, append_position: i64) -> i64 {
+        self.notified_commit_position.min(append_position)
+    }
+
+    /// Follower: the log was applied to `position`: the commit-position
+    /// counter follows (never backwards).
+    pub fn on_follower_applied(&mut self, position: i64) {
+        self.commit_position = self.commit_position.max(position);
+    }
+
+    /// Follower: the AppendPosition to send the leader, when this member's
+    /// log grew or a heartbeat is due.
+    pub fn follower_append_position(
+        &mut self,
+        now_ns: i64,
+        append_position: i64,
+    ) -> Option<AppendPosition> {
+        let (term, position, at) = self.last_append_sent;
+        if term == self.leadership_term_id
+            && append_position <= position
+            && now_ns - at < self.cfg.leader_heartbeat_interval_ns
+        {
+            return None;
+        }
+        let position = append_position.max(if term == self.leadership_term_id {
+            position
+        } else {
+            0
+        });
+        self.last_append_sent = (self.leadership_term_id, position, now_ns);
+        Some(AppendPosition {
+            leadership_term_id: self.leadership_term_id,
+            log_position: position,
+            follower_member_id: self.cfg.member_id,
+            flags: 0,
+        })
+    }
+
+    /// Follower: nothing from the leader for the heartbeat timeout: an
+    /// election follows ("leader heartbeat timeout").
+    pub fn has_leader_timed_out(&self, now_ns: i64) -> bool {
+        now_ns - self.time_of_last_leader_update_ns >= self.cfg.leader_heartbeat_timeout_ns
     }
 
     /// What the commit position passed can no longer be rolled back.
@@ -599,6 +677,70 @@ mod tests {
         // A report of a future term is not believed.
         report(&a, &mut ms, 0, 9, 4_096, later);
         assert_eq!(ms[0].leadership_term_id, 3);
+    }
+
+    #[test]
+    fn a_follower_applies_only_what_its_leader_said_is_committed_and_reports_what_it_holds() {
+        let mut f = ConsensusModuleAgent::new(config());
+        f.leadership_term_id = 3;
+        let commit = |term: i64, position: i64, leader: i32| CommitPosition {
+            leadership_term_id: term,
+            log_position: position,
+            leader_member_id: leader,
+        };
+        f.on_commit_position(&commit(3, 512, 0), 0, MS);
+        assert_eq!(f.follower_commit_limit(384), 384, "not past what it holds");
+        assert_eq!(
+            f.follower_commit_limit(1_024),
+            512,
+            "not past what is committed"
+        );
+        f.on_commit_position(&commit(2, 4_096, 0), 0, 2 * MS);
+        f.on_commit_position(&commit(3, 4_096, 2), 0, 2 * MS);
+        f.on_commit_position(&commit(3, 256, 0), 0, 2 * MS);
+        assert_eq!(
+            f.notified_commit_position, 512,
+            "old terms, other leaders and lower positions change nothing"
+        );
+        f.on_follower_applied(384);
+        f.on_follower_applied(320);
+        assert_eq!(f.commit_position, 384);
+        // AppendPosition: when it grows, else every heartbeat interval.
+        let a = f.follower_append_position(3 * MS, 640).expect("first");
+        assert_eq!(
+            (a.leadership_term_id, a.log_position, a.follower_member_id),
+            (3, 640, 1)
+        );
+        assert!(f.follower_append_position(4 * MS, 640).is_none());
+        assert_eq!(
+            f.follower_append_position(5 * MS, 704)
+                .expect("grew")
+                .log_position,
+            704
+        );
+        assert_eq!(
+            f.follower_append_position(205 * MS, 704)
+                .expect("heartbeat")
+                .log_position,
+            704
+        );
+        // The leader silent for the heartbeat timeout.
+        assert!(!f.has_leader_timed_out(2 * MS + 10_000 * MS - 1));
+        assert!(f.has_leader_timed_out(2 * MS + 10_000 * MS));
+    }
+
+    #[test]
+    fn a_leader_without_a_quorum_of_active_followers_must_stand_down() {
+        let a = leader();
+        let mut ms = members(5);
+        report(&a, &mut ms, 0, 3, 100, 0);
+        report(&a, &mut ms, 2, 3, 100, 0);
+        assert!(!a.has_lost_follower_quorum(&ms, 10_000 * MS - 1));
+        report(&a, &mut ms, 2, 3, 100, 5_000 * MS);
+        assert!(
+            a.has_lost_follower_quorum(&ms, 10_000 * MS),
+            "only itself and member 2"
+        );
     }
 
     struct Log {
