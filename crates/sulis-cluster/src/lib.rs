@@ -15,8 +15,11 @@
 //! [`session_manager`]), the log's entries ([`log_adapter`]) and the state
 //! a member applies them to ([`consensus_module_agent`]).
 
+pub mod cluster_client;
 pub mod cluster_member;
 pub mod cluster_session;
+pub mod clustered_service_agent;
+pub mod consensus_module;
 pub mod consensus_module_agent;
 pub mod election;
 pub mod log_adapter;

@@ -1,0 +1,325 @@
+//! A client of the cluster (Aeron's `AeronCluster`, the part this version
+//! needs): it opens a session with the leader (SessionConnectRequest on
+//! ingress, SessionEvent OK on its egress, following a REDIRECT to the
+//! leader a follower names), offers messages behind the session header,
+//! reads egress, keeps the session alive and closes it.
+//!
+//! Whatever ends the session is reported, never silent: a SessionEvent
+//! CLOSED or ERROR makes [`ClusterClient::poll_egress`] return the reason.
+
+use std::time::{Duration, Instant};
+use sulis_client::{Client, FragmentAssembler, OfferError, Publication, Subscription};
+use sulis_protocol::cluster::messages::{
+    event_code, SessionCloseRequest, SessionConnectRequest, SessionEvent, SessionKeepAlive,
+    SessionMessageHeader, CLIENT_PROTOCOL_VERSION, SESSION_HEADER_LENGTH,
+};
+use sulis_protocol::sbe::Header as SbeHeader;
+
+/// Where a client finds the cluster and gets its answers.
+#[derive(Clone, Debug)]
+pub struct ClusterClientContext {
+    /// `id=host:port,...`: each member's ingress endpoint.
+    pub ingress_endpoints: String,
+    /// The ingress channel (the member's endpoint is added).
+    pub ingress_channel: String,
+    /// Ingress stream (101).
+    pub ingress_stream_id: i32,
+    /// This client's egress channel (where the cluster answers).
+    pub egress_channel: String,
+    /// Egress stream (102).
+    pub egress_stream_id: i32,
+    /// The whole connect must finish within this.
+    pub message_timeout: Duration,
+    /// Credentials for the cluster's authenticator (empty: none).
+    pub credentials: Vec<u8>,
+}
+
+impl Default for ClusterClientContext {
+    fn default() -> Self {
+        ClusterClientContext {
+            ingress_endpoints: String::new(),
+            ingress_channel: "aeron:udp".into(),
+            ingress_stream_id: 101,
+            egress_channel: String::new(),
+            egress_stream_id: 102,
+            message_timeout: Duration::from_secs(5),
+            credentials: Vec::new(),
+        }
+    }
+}
+
+/// What ended a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionEnded {
+    /// `event_code::*` of the SessionEvent that ended it.
+    pub code: i32,
+    /// Its detail (the close reason's name, or why it failed).
+    pub detail: String,
+}
+
+/// A session with the cluster.
+pub struct ClusterClient {
+    ingress: Publication,
+    egress: Subscription,
+    assembler: FragmentAssembler,
+    cluster_session_id: i64,
+    leadership_term_id: i64,
+    leader_member_id: i32,
+    ended: Option<SessionEnded>,
+}
+
+fn endpoints(list: &str) -> Vec<(i32, String)> {
+    list.split(',')
+        .filter_map(|e| {
+            let (id, endpoint) = e.split_once('=')?;
+            Some((id.trim().parse().ok()?, endpoint.trim().to_string()))
+        })
+        .collect()
+}
+
+fn with_endpoint(channel: &str, endpoint: &str) -> String {
+    format!(
+        "{channel}{}endpoint={endpoint}",
+        if channel.contains('?') { "|" } else { "?" }
+    )
+}
+
+impl ClusterClient {
+    /// Opens a session: tries each member's ingress, follows a REDIRECT to
+    /// the leader; an ERROR or AUTHENTICATION_REJECTED is the error.
+    pub fn connect(client: &Client, ctx: &ClusterClientContext) -> Result<ClusterClient, String> {
+        let members = endpoints(&ctx.ingress_endpoints);
+        if members.is_empty() {
+            return Err(format!(
+                "no ingress endpoints in '{}'",
+                ctx.ingress_endpoints
+            ));
+        }
+        let deadline = Instant::now() + ctx.message_timeout;
+        let mut egress = client
+            .add_subscription(&ctx.egress_channel, ctx.egress_stream_id)
+            .map_err(|e| format!("{}: {e}", ctx.egress_channel))?;
+        let mut target = members[0].1.clone();
+        let mut correlation_id = 1_000;
+        loop {
+            let channel = with_endpoint(&ctx.ingress_channel, &target);
+            let ingress = client
+                .add_publication(&channel, ctx.ingress_stream_id)
+                .map_err(|e| format!("{channel}: {e}"))?;
+            correlation_id += 1;
+            let request = SessionConnectRequest {
+                correlation_id,
+                response_stream_id: ctx.egress_stream_id,
+                version: CLIENT_PROTOCOL_VERSION,
+                response_channel: ctx.egress_channel.clone(),
+                encoded_credentials: ctx.credentials.clone(),
+                client_info: "name=sulis".into(),
+            }
+            .encode();
+            while ingress.offer(&request).is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "connecting to the cluster: ingress {channel} did not connect within {:?}",
+                        ctx.message_timeout
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut assembler = FragmentAssembler::new();
+            loop {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "connecting to the cluster: no answer on egress {} within {:?}",
+                        ctx.egress_channel, ctx.message_timeout
+                    ));
+                }
+                let mut events = Vec::new();
+                let n = egress
+                    .poll(
+                        |payload, header| -> Result<(), ()> {
+                            if let Some(m) = assembler.on_fragment(payload, header) {
+                                if let Ok(e) = SessionEvent::decode(&m.payload) {
+                                    events.push(e);
+                                }
+                            }
+                            Ok(())
+                        },
+                        10,
+                    )
+                    .unwrap_or(0);
+                let answer = events
+                    .into_iter()
+                    .find(|e| e.correlation_id == correlation_id);
+                match answer {
+                    Some(e) if e.code == event_code::OK => {
+                        return Ok(ClusterClient {
+                            ingress,
+                            egress,
+                            assembler: FragmentAssembler::new(),
+                            cluster_session_id: e.cluster_session_id,
+                            leadership_term_id: e.leadership_term_id,
+                            leader_member_id: e.leader_member_id,
+                            ended: None,
+                        });
+                    }
+                    Some(e) if e.code == event_code::REDIRECT => {
+                        let leader = endpoints(&e.detail)
+                            .into_iter()
+                            .find(|(id, _)| *id == e.leader_member_id)
+                            .map(|(_, endpoint)| endpoint);
+                        match leader {
+                            Some(endpoint) => {
+                                target = endpoint;
+                                ingress.close_without_waiting();
+                                break;
+                            }
+                            None => {
+                                return Err(format!(
+                                    "redirected to member {} with no endpoint in '{}'",
+                                    e.leader_member_id, e.detail
+                                ))
+                            }
+                        }
+                    }
+                    Some(e) => {
+                        return Err(format!(
+                            "the cluster refused the session: {} {}",
+                            code_name(e.code),
+                            e.detail
+                        ))
+                    }
+                    None => {
+                        if n == 0 {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The session's id.
+    pub fn cluster_session_id(&self) -> i64 {
+        self.cluster_session_id
+    }
+
+    /// The term of the leader it talks to.
+    pub fn leadership_term_id(&self) -> i64 {
+        self.leadership_term_id
+    }
+
+    /// The leader it talks to.
+    pub fn leader_member_id(&self) -> i32 {
+        self.leader_member_id
+    }
+
+    /// What ended the session, once something did.
+    pub fn ended(&self) -> Option<&SessionEnded> {
+        self.ended.as_ref()
+    }
+
+    fn header(&self) -> Vec<u8> {
+        SessionMessageHeader {
+            leadership_term_id: self.leadership_term_id,
+            cluster_session_id: self.cluster_session_id,
+            timestamp: 0,
+        }
+        .encode()
+    }
+
+    /// Offers `payload` to the cluster; the new ingress position.
+    pub fn offer(&self, payload: &[u8]) -> Result<i64, OfferError> {
+        let mut message = self.header();
+        message.extend_from_slice(payload);
+        self.ingress.offer(&message)
+    }
+
+    /// Tells the cluster this session is alive.
+    pub fn send_keep_alive(&self) -> bool {
+        let k = SessionKeepAlive {
+            leadership_term_id: self.leadership_term_id,
+            cluster_session_id: self.cluster_session_id,
+        };
+        self.ingress.offer(&k.encode()).is_ok()
+    }
+
+    /// Reads up to `limit` egress fragments; each message of this session
+    /// goes to `handler(timestamp, payload)`. A SessionEvent that ends the
+    /// session is kept ([`ClusterClient::ended`]) and returned as the error.
+    pub fn poll_egress(
+        &mut self,
+        mut handler: impl FnMut(i64, &[u8]),
+        limit: usize,
+    ) -> Result<usize, SessionEnded> {
+        let id = self.cluster_session_id;
+        let mut ended = None;
+        let assembler = &mut self.assembler;
+        let n = self
+            .egress
+            .poll(
+                |payload, header| -> Result<(), ()> {
+                    let Some(m) = assembler.on_fragment(payload, header) else {
+                        return Ok(());
+                    };
+                    let Ok(h) = SbeHeader::decode(&m.payload) else {
+                        return Ok(());
+                    };
+                    if h.template_id == SessionMessageHeader::TEMPLATE_ID
+                        && m.payload.len() >= SESSION_HEADER_LENGTH
+                    {
+                        if let Ok(s) = SessionMessageHeader::decode(&m.payload) {
+                            if s.cluster_session_id == id {
+                                handler(s.timestamp, &m.payload[SESSION_HEADER_LENGTH..]);
+                            }
+                        }
+                    } else if h.template_id == SessionEvent::TEMPLATE_ID {
+                        if let Ok(e) = SessionEvent::decode(&m.payload) {
+                            if e.cluster_session_id == id && e.code != event_code::OK {
+                                ended = Some(SessionEnded {
+                                    code: e.code,
+                                    detail: e.detail,
+                                });
+                            }
+                        }
+                    }
+                    Ok(())
+                },
+                limit,
+            )
+            .unwrap_or(0);
+        if let Some(e) = ended {
+            self.ended = Some(e);
+        }
+        match &self.ended {
+            Some(e) => Err(e.clone()),
+            None => Ok(n),
+        }
+    }
+
+    /// Closes the session (SessionCloseRequest) and the client's streams.
+    pub fn close(mut self) {
+        let c = SessionCloseRequest {
+            leadership_term_id: self.leadership_term_id,
+            cluster_session_id: self.cluster_session_id,
+        };
+        for _ in 0..100 {
+            if self.ingress.offer(&c.encode()).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.ingress.close_without_waiting();
+        let _ = self.egress.close();
+    }
+}
+
+fn code_name(code: i32) -> &'static str {
+    match code {
+        event_code::OK => "OK",
+        event_code::ERROR => "ERROR",
+        event_code::REDIRECT => "REDIRECT",
+        event_code::AUTHENTICATION_REJECTED => "AUTHENTICATION_REJECTED",
+        event_code::CLOSED => "CLOSED",
+        _ => "UNKNOWN",
+    }
+}

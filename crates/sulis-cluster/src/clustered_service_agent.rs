@@ -1,0 +1,525 @@
+//! The service container (Aeron's `ClusteredServiceAgent`): it follows the
+//! log its consensus module tells it to join (JoinLog on the control
+//! stream), never past the commit-position counter, and hands each entry
+//! to the user's [`ClusteredService`]: sessions opened and closed, client
+//! and service messages, timers. What the service asks of the cluster —
+//! timers, closing a session, a message into the log — goes to the module
+//! on the control stream; what it sends a client goes out on the session's
+//! egress, from the leader only (a follower's offers are accepted and
+//! dropped, as Aeron's are, so every member's service runs alike).
+
+use crate::log_adapter::{self, LogEntry};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use sulis_client::{
+    Client, ClientContext, ExclusivePublication, FragmentAssembler, Publication, Subscription,
+};
+use sulis_protocol::cluster::messages::{
+    role, CancelTimer, CloseSession, JoinLog, ScheduleTimer, ServiceAck, SessionMessageHeader,
+    NULL_VALUE,
+};
+use sulis_protocol::sbe::Header as SbeHeader;
+
+/// The user's replicated state machine. Every member's service sees the
+/// same calls in the same order with the same arguments; it must do the
+/// same with them (no wall clock, no randomness, no I/O of its own).
+pub trait ClusteredService {
+    /// The service joined the log (before any entry).
+    fn on_start(&mut self, _cluster: &mut Cluster<'_>) {}
+    /// Session `session_id` opened.
+    fn on_session_open(&mut self, _cluster: &mut Cluster<'_>, _session_id: i64, _timestamp: i64) {}
+    /// Session `session_id` closed (`close_reason::*`).
+    fn on_session_close(
+        &mut self,
+        _cluster: &mut Cluster<'_>,
+        _session_id: i64,
+        _timestamp: i64,
+        _close_reason: i32,
+    ) {
+    }
+    /// A client's message (`session_id` is `Some`) or a service's (`None`).
+    fn on_session_message(
+        &mut self,
+        _cluster: &mut Cluster<'_>,
+        _session_id: Option<i64>,
+        _timestamp: i64,
+        _payload: &[u8],
+    ) {
+    }
+    /// Timer `correlation_id` fired.
+    fn on_timer_event(
+        &mut self,
+        _cluster: &mut Cluster<'_>,
+        _correlation_id: i64,
+        _timestamp: i64,
+    ) {
+    }
+    /// This member's role changed (`role::*`).
+    fn on_role_change(&mut self, _cluster: &mut Cluster<'_>, _role: i32) {}
+}
+
+/// What the service container runs with.
+#[derive(Clone, Debug)]
+pub struct ServiceContext {
+    /// The media driver's directory.
+    pub driver_dir: PathBuf,
+    /// This service's id (0 to 9).
+    pub service_id: i32,
+    /// The control channel to its consensus module.
+    pub control_channel: String,
+    /// Service → module (105).
+    pub consensus_module_stream_id: i32,
+    /// Module → service (104).
+    pub service_stream_id: i32,
+    /// How long to wait for the driver and for the log's image.
+    pub message_timeout: Duration,
+}
+
+impl Default for ServiceContext {
+    fn default() -> Self {
+        ServiceContext {
+            driver_dir: sulis_client::conductor::sulis_default_dir(),
+            service_id: 0,
+            control_channel: "aeron:ipc?term-length=128k".into(),
+            consensus_module_stream_id: 105,
+            service_stream_id: 104,
+            message_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+struct ServiceSession {
+    response_channel: String,
+    response_stream_id: i32,
+    egress: Option<Publication>,
+}
+
+/// The container's side of the cluster, as a service reaches it.
+struct State {
+    client: Client,
+    to_module: ExclusivePublication,
+    sessions: BTreeMap<i64, ServiceSession>,
+    service_id: i32,
+    member_id: i32,
+    role: i32,
+    leadership_term_id: i64,
+    time: i64,
+    log_position: i64,
+    next_ack_id: i64,
+}
+
+/// Why an offer did not go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceOfferError {
+    /// No such open session.
+    UnknownSession,
+    /// The egress or control stream could not take it now: offer again.
+    BackPressured,
+}
+
+/// What a service may do, during a callback.
+pub struct Cluster<'a> {
+    state: &'a mut State,
+}
+
+impl Cluster<'_> {
+    /// The cluster time of the entry being handled.
+    pub fn time(&self) -> i64 {
+        self.state.time
+    }
+    /// The log position after the entry being handled.
+    pub fn log_position(&self) -> i64 {
+        self.state.log_position
+    }
+    /// This member's role (`role::*`).
+    pub fn role(&self) -> i32 {
+        self.state.role
+    }
+    /// This member's id.
+    pub fn member_id(&self) -> i32 {
+        self.state.member_id
+    }
+    /// The open sessions.
+    pub fn session_ids(&self) -> Vec<i64> {
+        self.state.sessions.keys().copied().collect()
+    }
+
+    /// Sends `payload` to session `session_id`'s client (behind a session
+    /// header carrying the entry's time). On a follower nothing is sent and
+    /// the offer succeeds, as on Aeron's followers.
+    pub fn offer(&mut self, session_id: i64, payload: &[u8]) -> Result<(), ServiceOfferError> {
+        let s = &mut *self.state;
+        let Some(session) = s.sessions.get(&session_id) else {
+            return Err(ServiceOfferError::UnknownSession);
+        };
+        if s.role != role::LEADER {
+            return Ok(());
+        }
+        let Some(egress) = &session.egress else {
+            return Err(ServiceOfferError::BackPressured);
+        };
+        let mut message = SessionMessageHeader {
+            leadership_term_id: s.leadership_term_id,
+            cluster_session_id: session_id,
+            timestamp: s.time,
+        }
+        .encode();
+        message.extend_from_slice(payload);
+        egress
+            .offer(&message)
+            .map(|_| ())
+            .map_err(|_| ServiceOfferError::BackPressured)
+    }
+
+    /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.
+    pub fn schedule_timer(&mut self, correlation_id: i64, deadline: i64) -> bool {
+        self.send_to_module(
+            &ScheduleTimer {
+                correlation_id,
+                deadline,
+            }
+            .encode(),
+        )
+    }
+
+    /// Cancels timer `correlation_id`.
+    pub fn cancel_timer(&mut self, correlation_id: i64) -> bool {
+        self.send_to_module(&CancelTimer { correlation_id }.encode())
+    }
+
+    /// Closes session `session_id` (its client is told SERVICE_ACTION).
+    pub fn close_session(&mut self, session_id: i64) -> bool {
+        self.send_to_module(
+            &CloseSession {
+                cluster_session_id: session_id,
+            }
+            .encode(),
+        )
+    }
+
+    /// Puts `payload` into the log as this service's message (each member's
+    /// service sends it; the log holds it once).
+    pub fn offer_to_cluster(&mut self, payload: &[u8]) -> bool {
+        let mut message = SessionMessageHeader {
+            leadership_term_id: self.state.leadership_term_id,
+            cluster_session_id: self.state.service_id as i64,
+            timestamp: 0,
+        }
+        .encode();
+        message.extend_from_slice(payload);
+        self.send_to_module(&message)
+    }
+
+    fn send_to_module(&mut self, message: &[u8]) -> bool {
+        // The control stream is IPC to the local module: back-pressure is
+        // brief; a few retries keep the service's calls simple.
+        for _ in 0..1000 {
+            if self.state.to_module.offer(message).is_ok() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+}
+
+/// A running service container.
+pub struct ClusteredServiceAgent {
+    ctx: ServiceContext,
+    state: State,
+    service: Box<dyn ClusteredService + Send>,
+    from_module: Subscription,
+    control_assembler: FragmentAssembler,
+    log: Option<Subscription>,
+    log_assembler: FragmentAssembler,
+    commit_counter: i32,
+    started: bool,
+}
+
+impl ClusteredServiceAgent {
+    /// Connects to the driver and waits for its module's JoinLog in `do_work`.
+    pub fn launch(
+        ctx: ServiceContext,
+        service: Box<dyn ClusteredService + Send>,
+    ) -> Result<ClusteredServiceAgent, String> {
+        let client = Client::connect(ClientContext {
+            dir: ctx.driver_dir.clone(),
+            driver_timeout: ctx.message_timeout,
+            name: format!("sulis-clustered-service-{}", ctx.service_id),
+            interrupt: None,
+        })
+        .map_err(|e| format!("media driver: {e}"))?;
+        let to_module = client
+            .add_exclusive_publication(&ctx.control_channel, ctx.consensus_module_stream_id)
+            .map_err(|e| format!("{}: {e}", ctx.control_channel))?;
+        let from_module = client
+            .add_subscription(&ctx.control_channel, ctx.service_stream_id)
+            .map_err(|e| format!("{}: {e}", ctx.control_channel))?;
+        Ok(ClusteredServiceAgent {
+            state: State {
+                client,
+                to_module,
+                sessions: BTreeMap::new(),
+                service_id: ctx.service_id,
+                member_id: NULL_VALUE as i32,
+                role: role::FOLLOWER,
+                leadership_term_id: NULL_VALUE,
+                time: 0,
+                log_position: 0,
+                next_ack_id: 0,
+            },
+            ctx,
+            service,
+            from_module,
+            control_assembler: FragmentAssembler::new(),
+            log: None,
+            log_assembler: FragmentAssembler::new(),
+            commit_counter: -1,
+            started: false,
+        })
+    }
+
+    /// The log position this service has applied.
+    pub fn log_position(&self) -> i64 {
+        self.state.log_position
+    }
+
+    /// The service.
+    pub fn service(&self) -> &(dyn ClusteredService + Send) {
+        self.service.as_ref()
+    }
+
+    /// One duty cycle: the module's messages, then the committed log.
+    pub fn do_work(&mut self) -> Result<usize, String> {
+        let mut work = 0;
+        let mut joins = Vec::new();
+        let assembler = &mut self.control_assembler;
+        self.from_module
+            .poll(
+                |payload, header| -> Result<(), ()> {
+                    if let Some(m) = assembler.on_fragment(payload, header) {
+                        if SbeHeader::decode(&m.payload)
+                            .is_ok_and(|h| h.template_id == JoinLog::TEMPLATE_ID)
+                        {
+                            joins.push(m.payload);
+                        }
+                    }
+                    Ok(())
+                },
+                10,
+            )
+            .unwrap_or(0);
+        for j in joins {
+            let join = JoinLog::decode(&j).map_err(|e| e.message)?;
+            self.join_log(&join)?;
+            work += 1;
+        }
+        if let Some(log) = &mut self.log {
+            if self.commit_counter < 0 {
+                self.commit_counter = find_counter(
+                    &self.state.client,
+                    crate::consensus_module::COMMIT_POSITION_TYPE_ID,
+                );
+            }
+            if self.commit_counter >= 0 {
+                let limit = self
+                    .state
+                    .client
+                    .counters()
+                    .counter_ref(self.commit_counter)
+                    .get();
+                let mut messages = Vec::new();
+                let assembler = &mut self.log_assembler;
+                log.bounded_poll(
+                    |payload, header| -> Result<(), ()> {
+                        if let Some(m) = assembler.on_fragment(payload, header) {
+                            messages.push((m.payload, m.end_position));
+                        }
+                        Ok(())
+                    },
+                    limit,
+                    50,
+                )
+                .unwrap_or(0);
+                for (message, position) in messages {
+                    let entry =
+                        log_adapter::decode(&message, position).map_err(|e| e.to_string())?;
+                    self.apply(&entry, position);
+                    work += 1;
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    /// Follows the log the module names, from the position it names; acks.
+    fn join_log(&mut self, join: &JoinLog) -> Result<(), String> {
+        if join.log_position != self.state.log_position {
+            return Err(format!(
+                "Cluster log must be contiguous: service {} is at {} and was asked to join at {}",
+                self.ctx.service_id, self.state.log_position, join.log_position
+            ));
+        }
+        let channel = format!(
+            "{}{}session-id={}",
+            join.log_channel,
+            if join.log_channel.contains('?') {
+                "|"
+            } else {
+                "?"
+            },
+            join.log_session_id
+        );
+        let mut sub = self
+            .state
+            .client
+            .add_subscription(&channel, join.log_stream_id)
+            .map_err(|e| format!("{channel}: {e}"))?;
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        while sub.images().is_empty() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no image of the log ({channel}) within {:?}",
+                    self.ctx.message_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let joined = sub.images()[0].join_position();
+        if joined != join.log_position {
+            return Err(format!(
+                "Cluster log must be contiguous: the log's image starts at {joined}, service {} is at {}",
+                self.ctx.service_id, join.log_position
+            ));
+        }
+        if let Some(mut old) = self.log.replace(sub) {
+            let _ = old.close();
+        }
+        self.state.member_id = join.member_id;
+        let was = self.state.role;
+        self.state.role = join.role;
+        let ack = ServiceAck {
+            log_position: join.log_position,
+            timestamp: self.state.time,
+            ack_id: self.state.next_ack_id,
+            relevant_id: NULL_VALUE,
+            service_id: self.ctx.service_id,
+        };
+        self.state.next_ack_id += 1;
+        let mut cluster = Cluster {
+            state: &mut self.state,
+        };
+        if !cluster.send_to_module(&ack.encode()) {
+            return Err("the consensus module's control stream took no ServiceAck".into());
+        }
+        if !self.started {
+            self.started = true;
+            self.service.on_start(&mut cluster);
+        }
+        if was != join.role {
+            if join.role == role::LEADER {
+                for s in cluster.state.sessions.values_mut() {
+                    s.egress = cluster
+                        .state
+                        .client
+                        .add_publication(&s.response_channel, s.response_stream_id)
+                        .ok();
+                }
+            }
+            self.service.on_role_change(&mut cluster, join.role);
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, entry: &LogEntry<'_>, position: i64) {
+        let state = &mut self.state;
+        state.log_position = position;
+        match entry {
+            LogEntry::SessionMessage {
+                cluster_session_id,
+                timestamp,
+                payload,
+                ..
+            } => {
+                state.time = *timestamp;
+                let session = (*cluster_session_id > 0).then_some(*cluster_session_id);
+                self.service.on_session_message(
+                    &mut Cluster { state },
+                    session,
+                    *timestamp,
+                    payload,
+                );
+            }
+            LogEntry::Timer(t) => {
+                state.time = t.timestamp;
+                self.service
+                    .on_timer_event(&mut Cluster { state }, t.correlation_id, t.timestamp);
+            }
+            LogEntry::SessionOpen(o) => {
+                state.time = o.timestamp;
+                let egress = if state.role == role::LEADER {
+                    state
+                        .client
+                        .add_publication(&o.response_channel, o.response_stream_id)
+                        .ok()
+                } else {
+                    None
+                };
+                state.sessions.insert(
+                    o.cluster_session_id,
+                    ServiceSession {
+                        response_channel: o.response_channel.clone(),
+                        response_stream_id: o.response_stream_id,
+                        egress,
+                    },
+                );
+                self.service.on_session_open(
+                    &mut Cluster { state },
+                    o.cluster_session_id,
+                    o.timestamp,
+                );
+            }
+            LogEntry::SessionClose(c) => {
+                state.time = c.timestamp;
+                if let Some(s) = state.sessions.remove(&c.cluster_session_id) {
+                    if let Some(p) = s.egress {
+                        p.close_without_waiting();
+                    }
+                }
+                self.service.on_session_close(
+                    &mut Cluster { state },
+                    c.cluster_session_id,
+                    c.timestamp,
+                    c.close_reason,
+                );
+            }
+            LogEntry::NewLeadershipTerm(t) => {
+                state.time = t.timestamp;
+                state.leadership_term_id = t.leadership_term_id;
+            }
+            LogEntry::ClusterAction(a) => state.time = a.timestamp,
+            LogEntry::MembershipChange => {}
+        }
+    }
+
+    /// Closes the container's publications and subscriptions.
+    pub fn close(mut self) {
+        for s in std::mem::take(&mut self.state.sessions).into_values() {
+            if let Some(p) = s.egress {
+                p.close_without_waiting();
+            }
+        }
+        self.state.client.close();
+    }
+}
+
+fn find_counter(client: &Client, type_id: i32) -> i32 {
+    let mut found = -1;
+    client.counters().for_each(|id, t, _key, _label| {
+        if t == type_id {
+            found = id;
+        }
+    });
+    found
+}

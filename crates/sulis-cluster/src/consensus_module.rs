@@ -1,0 +1,786 @@
+//! The consensus module on a real media driver and archive (Aeron's
+//! `ConsensusModule` with the I/O half of its agent): the log publication
+//! and its recording, the recording log, ingress, egress, the control
+//! streams to the services, the commit-position counter, all driven by
+//! [`ConsensusModule::do_work`] around the
+//! [`crate::consensus_module_agent::ConsensusModuleAgent`]'s logic.
+//!
+//! This first version runs a cluster of one member (Aeron runs those too):
+//! it leads every term, its quorum is itself, so the log is committed as
+//! far as its own archive recorded it. At start it replays the whole log
+//! it recorded through its own state and its services before it begins a
+//! new term, so sessions, timers and the services' state survive a restart.
+//! Elections across members, snapshots and catch-up come next.
+
+use crate::cluster_member::ClusterMember;
+use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
+use crate::recording_log::RecordingLog;
+use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use sulis_archive::auth::{AllowAll, Authenticator};
+use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
+use sulis_client::{
+    Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler, Publication,
+    Subscription,
+};
+use sulis_protocol::archive::messages::source_location;
+use sulis_protocol::cluster::messages::{
+    role, time_unit, CancelTimer, ChallengeResponse, CloseSession, JoinLog, NewLeadershipTermEvent,
+    ScheduleTimer, ServiceAck, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
+    SessionMessageHeader, SCHEMA_ID, SESSION_HEADER_LENGTH,
+};
+use sulis_protocol::counters::parse_recording_position_key;
+use sulis_protocol::sbe::Header as SbeHeader;
+
+/// Counter type of a cluster's commit position (Aeron's `Cluster commit-pos`).
+pub const COMMIT_POSITION_TYPE_ID: i32 = 203;
+/// Counter type of the archive's recording position (`rec-pos`).
+const RECORDING_POSITION_TYPE_ID: i32 = 100;
+
+/// What a consensus module runs with (Aeron's `ConsensusModule.Context`,
+/// the part this version reads).
+#[derive(Clone, Debug)]
+pub struct ConsensusModuleContext {
+    /// The cluster directory (`recording.log`).
+    pub cluster_dir: PathBuf,
+    /// The media driver's directory.
+    pub driver_dir: PathBuf,
+    /// This member's id.
+    pub member_id: i32,
+    /// `cluster.members`, Aeron's format.
+    pub members: String,
+    /// Ingress channel; the member's ingress endpoint is added as `endpoint`.
+    pub ingress_channel: String,
+    /// Ingress stream (101).
+    pub ingress_stream_id: i32,
+    /// The log's channel (a one-member cluster's log is IPC).
+    pub log_channel: String,
+    /// The log's stream (100).
+    pub log_stream_id: i32,
+    /// The log publication's term length.
+    pub log_term_length: i32,
+    /// The control channel between the module and its services.
+    pub control_channel: String,
+    /// Services → module (105).
+    pub consensus_module_stream_id: i32,
+    /// Module → services (104).
+    pub service_stream_id: i32,
+    /// Services on this member.
+    pub service_count: usize,
+    /// A client session not heard from for this long is closed.
+    pub session_timeout: Duration,
+    /// Most client sessions.
+    pub max_concurrent_sessions: usize,
+    /// Heartbeats between members, at least this often.
+    pub leader_heartbeat_interval: Duration,
+    /// A member not heard from for this long is gone.
+    pub leader_heartbeat_timeout: Duration,
+    /// The application's semantic version (majors must match across a log).
+    pub app_version: i32,
+    /// How long to wait for the driver and the archive.
+    pub message_timeout: Duration,
+}
+
+impl Default for ConsensusModuleContext {
+    fn default() -> Self {
+        ConsensusModuleContext {
+            cluster_dir: PathBuf::from("cluster"),
+            driver_dir: sulis_client::conductor::sulis_default_dir(),
+            member_id: 0,
+            members: String::new(),
+            ingress_channel: "aeron:udp".into(),
+            ingress_stream_id: 101,
+            log_channel: "aeron:ipc".into(),
+            log_stream_id: 100,
+            log_term_length: 16 * 1024 * 1024,
+            control_channel: "aeron:ipc?term-length=128k".into(),
+            consensus_module_stream_id: 105,
+            service_stream_id: 104,
+            service_count: 1,
+            session_timeout: Duration::from_secs(10),
+            max_concurrent_sessions: 10,
+            leader_heartbeat_interval: Duration::from_millis(200),
+            leader_heartbeat_timeout: Duration::from_secs(10),
+            app_version: 0,
+            message_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The module's publications, as the session manager and the agent reach
+/// them.
+struct Io {
+    client: Client,
+    log: ExclusivePublication,
+    /// Egress by the session manager's key (`None`: could not be made).
+    egress: HashMap<u64, Option<Publication>>,
+}
+
+impl SessionHost for Io {
+    fn connect_egress(&mut self, key: u64, channel: &str, stream_id: i32) {
+        if self.egress.contains_key(&key) {
+            return;
+        }
+        let publication = self.client.add_publication(channel, stream_id).ok();
+        self.egress.insert(key, publication);
+    }
+
+    fn is_egress_connected(&mut self, key: u64) -> Option<bool> {
+        match self.egress.get(&key) {
+            Some(Some(p)) => Some(p.is_connected()),
+            _ => None,
+        }
+    }
+
+    fn send_egress(&mut self, key: u64, message: &[u8]) -> bool {
+        match self.egress.get(&key) {
+            Some(Some(p)) => p.offer(message).is_ok(),
+            _ => false,
+        }
+    }
+
+    fn close_egress(&mut self, key: u64) {
+        if let Some(Some(p)) = self.egress.remove(&key) {
+            p.close_without_waiting();
+        }
+    }
+
+    fn append_to_log(&mut self, entry: &[u8]) -> Option<i64> {
+        self.log.offer(entry).ok()
+    }
+}
+
+/// A running consensus module.
+pub struct ConsensusModule {
+    ctx: ConsensusModuleContext,
+    io: Io,
+    archive: ArchiveClient,
+    recording_log: RecordingLog,
+    agent: ConsensusModuleAgent,
+    members: Vec<ClusterMember>,
+    auth: Box<dyn Authenticator>,
+    ingress: Subscription,
+    ingress_assembler: FragmentAssembler,
+    /// Ingress messages the log could not take yet, with their images, in order.
+    pending_ingress: std::collections::VecDeque<(Vec<u8>, i64)>,
+    to_services: ExclusivePublication,
+    from_services: Subscription,
+    control_assembler: FragmentAssembler,
+    commit: Counter,
+    recording_position_counter: i32,
+    recording_id: i64,
+    term: Term,
+    join_log: JoinLog,
+    join_log_sent: bool,
+    started: Instant,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl ConsensusModule {
+    /// Starts the module: opens the recording log, replays the log it holds
+    /// (the services replay it too), then leads a new term.
+    pub fn launch(ctx: ConsensusModuleContext) -> Result<ConsensusModule, String> {
+        let members = ClusterMember::parse(&ctx.members).map_err(|e| err("cluster members", e))?;
+        let me = members
+            .iter()
+            .find(|m| m.id == ctx.member_id)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "member id {} is not in cluster members '{}'",
+                    ctx.member_id, ctx.members
+                )
+            })?;
+        if members.len() != 1 {
+            return Err(format!(
+                "{} members: this version runs one-member clusters only (elections across members are not wired yet)",
+                members.len()
+            ));
+        }
+        std::fs::create_dir_all(&ctx.cluster_dir)
+            .map_err(|e| err(&ctx.cluster_dir.display().to_string(), e))?;
+        let client = Client::connect(ClientContext {
+            dir: ctx.driver_dir.clone(),
+            driver_timeout: ctx.message_timeout,
+            name: format!("sulis-consensus-module-{}", ctx.member_id),
+            interrupt: None,
+        })
+        .map_err(|e| err("media driver", e))?;
+        let archive = ArchiveClient::connect(
+            &client,
+            ArchiveClientContext {
+                message_timeout: ctx.message_timeout,
+                ..ArchiveClientContext::default()
+            },
+        )
+        .map_err(|e| err("local archive", e))?;
+        let recording_log = RecordingLog::open(&ctx.cluster_dir)?;
+        let agent = ConsensusModuleAgent::new(ConsensusConfig {
+            member_id: ctx.member_id,
+            service_count: ctx.service_count,
+            app_version: ctx.app_version,
+            time_unit: time_unit::MILLIS,
+            sessions: SessionConfig {
+                member_id: ctx.member_id,
+                session_timeout_ns: ctx.session_timeout.as_nanos() as i64,
+                max_concurrent_sessions: ctx.max_concurrent_sessions,
+                leader_heartbeat_timeout_ns: ctx.leader_heartbeat_timeout.as_nanos() as i64,
+            },
+            leader_heartbeat_interval_ns: ctx.leader_heartbeat_interval.as_nanos() as i64,
+            leader_heartbeat_timeout_ns: ctx.leader_heartbeat_timeout.as_nanos() as i64,
+        });
+        let ingress_channel = with_param(
+            &ctx.ingress_channel,
+            &format!("endpoint={}", me.ingress_endpoint),
+        );
+        let ingress = client
+            .add_subscription(&ingress_channel, ctx.ingress_stream_id)
+            .map_err(|e| err(&ingress_channel, e))?;
+        let to_services = client
+            .add_exclusive_publication(&ctx.control_channel, ctx.service_stream_id)
+            .map_err(|e| err(&ctx.control_channel, e))?;
+        let from_services = client
+            .add_subscription(&ctx.control_channel, ctx.consensus_module_stream_id)
+            .map_err(|e| err(&ctx.control_channel, e))?;
+        let commit = client
+            .add_counter(
+                COMMIT_POSITION_TYPE_ID,
+                &0i32.to_le_bytes(),
+                "Cluster commit-pos: clusterId=0",
+            )
+            .map_err(|e| err("commit-pos counter", e))?;
+        // A placeholder log publication until the term's is made below.
+        let placeholder = client
+            .add_exclusive_publication("aeron:ipc?alias=log-placeholder", ctx.log_stream_id + 1000)
+            .map_err(|e| err("log", e))?;
+        let mut module = ConsensusModule {
+            io: Io {
+                client,
+                log: placeholder,
+                egress: HashMap::new(),
+            },
+            archive,
+            recording_log,
+            agent,
+            members,
+            auth: Box::new(AllowAll),
+            ingress,
+            ingress_assembler: FragmentAssembler::new(),
+            pending_ingress: std::collections::VecDeque::new(),
+            to_services,
+            from_services,
+            control_assembler: FragmentAssembler::new(),
+            commit,
+            recording_position_counter: -1,
+            recording_id: -1,
+            term: Term {
+                leadership_term_id: -1,
+                leader_member_id: ctx.member_id,
+                ingress_endpoints: format!("{}={}", me.id, me.ingress_endpoint),
+            },
+            join_log: JoinLog::default(),
+            join_log_sent: false,
+            started: Instant::now(),
+            ctx,
+        };
+        let base = module.recover()?;
+        module.begin_term(base)?;
+        Ok(module)
+    }
+
+    /// Sets the authenticator for client sessions (default: everyone).
+    pub fn set_authenticator(&mut self, auth: Box<dyn Authenticator>) {
+        self.auth = auth;
+    }
+
+    /// The term this member leads.
+    pub fn leadership_term_id(&self) -> i64 {
+        self.term.leadership_term_id
+    }
+
+    /// How far the log is committed.
+    pub fn commit_position(&self) -> i64 {
+        self.agent.commit_position
+    }
+
+    /// The archive recording holding the log.
+    pub fn log_recording_id(&self) -> i64 {
+        self.recording_id
+    }
+
+    /// The open sessions.
+    pub fn session_count(&self) -> usize {
+        self.agent.sessions.sessions().count()
+    }
+
+    fn now_ns(&self) -> i64 {
+        self.started.elapsed().as_nanos() as i64
+    }
+
+    fn cluster_time() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+
+    /// Where the log this member recorded before ends. Restarting from a
+    /// log (replaying it through this module and its services before a new
+    /// term) is not wired yet: a directory holding one is refused, naming
+    /// it, rather than started with services that lack its state.
+    fn recover(&mut self) -> Result<i64, String> {
+        match self.recording_log.last_term() {
+            None => Ok(0),
+            Some(last) => Err(format!(
+                "{} holds term {} of a log (recording {}): restarting a member from its log is not supported yet; start from an empty cluster directory",
+                self.recording_log.path().display(),
+                last.leadership_term_id,
+                last.recording_id
+            )),
+        }
+    }
+
+    /// Leads a new term whose log begins at `base`.
+    fn begin_term(&mut self, base: i64) -> Result<(), String> {
+        let term_id = self
+            .recording_log
+            .last_term()
+            .map_or(0, |t| t.leadership_term_id + 1);
+        let length = self.ctx.log_term_length as i64;
+        let channel = with_param(
+            &self.ctx.log_channel,
+            &format!(
+                "alias=log|term-length={length}|init-term-id=0|term-id={}|term-offset={}",
+                base / length,
+                base % length
+            ),
+        );
+        let log = self
+            .io
+            .client
+            .add_exclusive_publication(&channel, self.ctx.log_stream_id)
+            .map_err(|e| err(&channel, e))?;
+        let session_id = log.session_id();
+        let recorded = with_param(&self.ctx.log_channel, &format!("session-id={session_id}"));
+        let placeholder = std::mem::replace(&mut self.io.log, log);
+        placeholder.close_without_waiting();
+        if self.recording_id < 0 {
+            self.archive
+                .start_recording(
+                    &recorded,
+                    self.ctx.log_stream_id,
+                    source_location::LOCAL,
+                    false,
+                )
+                .map_err(|e| err("recording the log", e))?;
+        } else {
+            self.archive
+                .extend_recording(
+                    self.recording_id,
+                    &recorded,
+                    self.ctx.log_stream_id,
+                    source_location::LOCAL,
+                    false,
+                )
+                .map_err(|e| err("extending the log's recording", e))?;
+        }
+        // The recording's position counter names the log's session.
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        loop {
+            if let Some((id, recording_id)) = self.find_recording_counter(session_id) {
+                self.recording_position_counter = id;
+                self.recording_id = recording_id;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the archive did not start recording the log (session {session_id})"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The services join the log before its first entry (an IPC image
+        // joins where its publication is), and say so.
+        self.join_log = JoinLog {
+            log_position: base,
+            max_log_position: i64::MAX,
+            member_id: self.ctx.member_id,
+            log_session_id: session_id,
+            log_stream_id: self.ctx.log_stream_id,
+            is_startup: 1,
+            role: role::LEADER,
+            is_standby: 0,
+            log_channel: self.ctx.log_channel.clone(),
+        };
+        self.await_services_joined(base)?;
+        let now_ns = self.now_ns();
+        let cluster_time = Self::cluster_time();
+        self.recording_log
+            .append_term(self.recording_id, term_id, base, cluster_time)?;
+        self.term.leadership_term_id = term_id;
+        let agent = &mut self.agent;
+        agent.role = role::LEADER;
+        agent.state = ModuleState::Active;
+        agent.leadership_term_id = term_id;
+        let mut event = NewLeadershipTermEvent {
+            leadership_term_id: term_id,
+            log_position: 0,
+            timestamp: cluster_time,
+            term_base_log_position: base,
+            leader_member_id: self.ctx.member_id,
+            log_session_id: session_id,
+            time_unit: time_unit::MILLIS,
+            app_version: self.ctx.app_version,
+        };
+        let length = event.encode().len() as i64;
+        event.log_position = base + align32(32 + length);
+        agent.term_first_entry_end = event.log_position;
+        let encoded = event.encode();
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        while self.io.append_to_log(&encoded).is_none() {
+            if Instant::now() > deadline {
+                return Err("the log publication took no NewLeadershipTermEvent".into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        self.agent
+            .sessions
+            .prepare_for_new_term(&mut self.io, false, now_ns);
+        Ok(())
+    }
+
+    /// Sends JoinLog and waits for every service's ServiceAck at `position`
+    /// (Aeron's `awaitServicesReady`).
+    fn await_services_joined(&mut self, position: i64) -> Result<(), String> {
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        let encoded = self.join_log.encode();
+        while self.to_services.offer(&encoded).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no service took JoinLog within {:?} (is the service container running on driver {}?)",
+                    self.ctx.message_timeout,
+                    self.ctx.driver_dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.join_log_sent = true;
+        let mut acked = vec![false; self.ctx.service_count];
+        while acked.iter().any(|a| !a) {
+            if Instant::now() > deadline {
+                let missing: Vec<usize> = (0..acked.len()).filter(|&i| !acked[i]).collect();
+                return Err(format!(
+                    "service(s) {missing:?} did not join the log at {position} within {:?}",
+                    self.ctx.message_timeout
+                ));
+            }
+            let mut acks = Vec::new();
+            let assembler = &mut self.control_assembler;
+            let n = self
+                .from_services
+                .poll(
+                    |payload, header| -> Result<(), ()> {
+                        if let Some(m) = assembler.on_fragment(payload, header) {
+                            if let Ok(a) = ServiceAck::decode(&m.payload) {
+                                acks.push(a);
+                            }
+                        }
+                        Ok(())
+                    },
+                    10,
+                )
+                .unwrap_or(0);
+            for a in acks {
+                if a.log_position != position {
+                    return Err(format!(
+                        "service {} acknowledged position {} joining the log at {position}",
+                        a.service_id, a.log_position
+                    ));
+                }
+                if let Some(slot) = acked.get_mut(a.service_id as usize) {
+                    *slot = true;
+                }
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    fn find_recording_counter(&self, session_id: i32) -> Option<(i32, i64)> {
+        let mut found = None;
+        self.io
+            .client
+            .counters()
+            .for_each(|id, type_id, key, _label| {
+                if type_id == RECORDING_POSITION_TYPE_ID {
+                    if let Some(k) = parse_recording_position_key(key) {
+                        if k.session_id == session_id {
+                            found = Some((id, k.recording_id));
+                        }
+                    }
+                }
+            });
+        found
+    }
+
+    /// One duty cycle; returns the work done. An error is fatal (the
+    /// module cannot go on as a replica).
+    pub fn do_work(&mut self) -> Result<usize, String> {
+        let now_ns = self.now_ns();
+        let cluster_time = Self::cluster_time();
+        let mut work = 0;
+        work += self.poll_services(now_ns, cluster_time)?;
+        work += self.poll_ingress(now_ns, cluster_time);
+        let term = self.term.clone();
+        let sessions = &mut self.agent.sessions;
+        work += sessions.process_pending(&mut self.io, &term, now_ns, cluster_time);
+        work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+        work += sessions.send_rejections(&mut self.io, &term, now_ns);
+        work += self
+            .agent
+            .poll_timers_and_service_messages(&mut self.io, cluster_time);
+        // One member: the quorum is this member, its log as far as recorded.
+        let recorded = self
+            .io
+            .client
+            .counters()
+            .counter_ref(self.recording_position_counter)
+            .get();
+        let before = self.agent.commit_position;
+        self.agent
+            .update_leader_position(&mut self.members, now_ns, recorded);
+        if self.agent.commit_position > before {
+            self.commit.set(self.agent.commit_position);
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    fn poll_ingress(&mut self, now_ns: i64, cluster_time: i64) -> usize {
+        let mut work = 0;
+        // What the log could not take before goes first, in order; nothing
+        // new is read until it is in.
+        while let Some((message, image)) = self.pending_ingress.pop_front() {
+            if !self.on_ingress(&message, image, now_ns, cluster_time) {
+                self.pending_ingress.push_front((message, image));
+                return work;
+            }
+            work += 1;
+        }
+        let mut messages = Vec::new();
+        let assembler = &mut self.ingress_assembler;
+        work += self
+            .ingress
+            .poll(
+                |payload, header| -> Result<(), ()> {
+                    if let Some(m) = assembler.on_fragment(payload, header) {
+                        messages.push((m.payload, header.session_id()));
+                    }
+                    Ok(())
+                },
+                50,
+            )
+            .unwrap_or(0);
+        if messages.is_empty() {
+            return work;
+        }
+        let image_ids: HashMap<i32, i64> = self
+            .ingress
+            .images()
+            .iter()
+            .map(|i| (i.session_id(), i.correlation_id()))
+            .collect();
+        for (message, session) in messages {
+            let image = image_ids.get(&session).copied().unwrap_or(-1);
+            if !self.pending_ingress.is_empty()
+                || !self.on_ingress(&message, image, now_ns, cluster_time)
+            {
+                self.pending_ingress.push_back((message, image));
+            }
+        }
+        work
+    }
+
+    /// Handles one ingress message; false if the log back-pressured.
+    fn on_ingress(&mut self, message: &[u8], image: i64, now_ns: i64, cluster_time: i64) -> bool {
+        let Ok(h) = SbeHeader::decode(message) else {
+            return true;
+        };
+        if h.schema_id != SCHEMA_ID {
+            return true;
+        }
+        let term = self.term.clone();
+        match h.template_id {
+            SessionMessageHeader::TEMPLATE_ID if message.len() >= SESSION_HEADER_LENGTH => {
+                let Ok(header) = SessionMessageHeader::decode(message) else {
+                    return true;
+                };
+                let r = self.agent.on_ingress_message(
+                    &mut self.io,
+                    &term,
+                    &header,
+                    &message[SESSION_HEADER_LENGTH..],
+                    now_ns,
+                    cluster_time,
+                );
+                r != crate::consensus_module_agent::IngressResult::BackPressured
+            }
+            SessionConnectRequest::TEMPLATE_ID => {
+                if let Ok(r) = SessionConnectRequest::decode(message) {
+                    let req = ConnectRequest {
+                        correlation_id: r.correlation_id,
+                        response_stream_id: r.response_stream_id,
+                        version: r.version,
+                        response_channel: r.response_channel,
+                        encoded_credentials: r.encoded_credentials,
+                        ingress_image_correlation_id: image,
+                    };
+                    self.agent.sessions.on_session_connect(
+                        &mut self.io,
+                        self.auth.as_mut(),
+                        &req,
+                        true,
+                        &term,
+                        now_ns,
+                    );
+                }
+                true
+            }
+            SessionKeepAlive::TEMPLATE_ID => {
+                if let Ok(k) = SessionKeepAlive::decode(message) {
+                    self.agent.sessions.on_keep_alive(
+                        k.cluster_session_id,
+                        k.leadership_term_id,
+                        &term,
+                        now_ns,
+                    );
+                }
+                true
+            }
+            SessionCloseRequest::TEMPLATE_ID => {
+                if let Ok(c) = SessionCloseRequest::decode(message) {
+                    if c.leadership_term_id == term.leadership_term_id {
+                        self.agent.sessions.on_session_close_request(
+                            &mut self.io,
+                            c.cluster_session_id,
+                            &term,
+                            now_ns,
+                            cluster_time,
+                        );
+                    }
+                }
+                true
+            }
+            ChallengeResponse::TEMPLATE_ID => {
+                if let Ok(c) = ChallengeResponse::decode(message) {
+                    self.agent.sessions.on_challenge_response(
+                        self.auth.as_mut(),
+                        c.correlation_id,
+                        c.cluster_session_id,
+                        &c.encoded_credentials,
+                        now_ns,
+                    );
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// The services' requests: timers, session closes, messages to the cluster, acks.
+    fn poll_services(&mut self, now_ns: i64, cluster_time: i64) -> Result<usize, String> {
+        let mut messages = Vec::new();
+        let assembler = &mut self.control_assembler;
+        self.from_services
+            .poll(
+                |payload, header| -> Result<(), ()> {
+                    if let Some(m) = assembler.on_fragment(payload, header) {
+                        messages.push(m.payload);
+                    }
+                    Ok(())
+                },
+                50,
+            )
+            .unwrap_or(0);
+        let work = messages.len();
+        let term = self.term.clone();
+        for m in messages {
+            let Ok(h) = SbeHeader::decode(&m) else {
+                continue;
+            };
+            match h.template_id {
+                ScheduleTimer::TEMPLATE_ID => {
+                    if let Ok(t) = ScheduleTimer::decode(&m) {
+                        self.agent
+                            .timers
+                            .schedule_from_service(t.correlation_id, t.deadline);
+                    }
+                }
+                CancelTimer::TEMPLATE_ID => {
+                    if let Ok(t) = CancelTimer::decode(&m) {
+                        self.agent.timers.cancel(t.correlation_id);
+                    }
+                }
+                CloseSession::TEMPLATE_ID => {
+                    if let Ok(c) = CloseSession::decode(&m) {
+                        self.agent.sessions.on_service_close_session(
+                            &mut self.io,
+                            c.cluster_session_id,
+                            true,
+                            &term,
+                            now_ns,
+                            cluster_time,
+                        );
+                    }
+                }
+                SessionMessageHeader::TEMPLATE_ID if m.len() >= SESSION_HEADER_LENGTH => {
+                    if let Ok(header) = SessionMessageHeader::decode(&m) {
+                        // A service's message: its id in cluster_session_id.
+                        let service = header.cluster_session_id as usize;
+                        let Some(tracker) = self.agent.trackers.get_mut(service) else {
+                            return Err(format!(
+                                "a message to the cluster from service {service}; this member runs {}",
+                                self.ctx.service_count
+                            ));
+                        };
+                        tracker.enqueue(m[SESSION_HEADER_LENGTH..].to_vec());
+                    }
+                }
+                ServiceAck::TEMPLATE_ID => {}
+                _ => {}
+            }
+        }
+        Ok(work)
+    }
+
+    /// Stops recording the log and closes everything.
+    pub fn close(mut self) {
+        let ids: Vec<u64> = self.io.egress.keys().copied().collect();
+        for key in ids {
+            self.io.close_egress(key);
+        }
+        let _ = self.archive.stop_recording_by_identity(self.recording_id);
+        self.archive.close();
+        self.io.log.close_without_waiting();
+        self.commit.close();
+        self.io.client.close();
+    }
+}
+
+fn align32(n: i64) -> i64 {
+    (n + 31) & !31
+}
+
+fn with_param(channel: &str, param: &str) -> String {
+    format!(
+        "{channel}{}{param}",
+        if channel.contains('?') { "|" } else { "?" }
+    )
+}

@@ -1,0 +1,339 @@
+//! A one-member cluster end to end on an embedded media driver and
+//! archive: the consensus module leads, its log is recorded by the archive
+//! and committed as far as recorded, a service container follows it and an
+//! echo service answers clients over UDP egress. Sessions open and close
+//! (by the client, by the service), timers fire through the log, a second
+//! module on the same directory is refused.
+
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
+use sulis_client::{Client, ClientContext};
+use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_cluster::clustered_service_agent::{
+    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
+};
+use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_protocol::cluster::messages::{close_reason, event_code};
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What the service saw, for the test to check.
+#[derive(Default)]
+struct Seen {
+    opened: Vec<i64>,
+    closed: Vec<(i64, i32)>,
+    messages: usize,
+    timers: Vec<i64>,
+    log_position: i64,
+}
+
+/// Echoes every message; "timer:N" schedules timer N due now (it answers
+/// "fired N" to every session when it fires); "close-me" closes the session.
+struct Echo(Arc<Mutex<Seen>>);
+
+impl ClusteredService for Echo {
+    fn on_session_open(&mut self, _c: &mut Cluster<'_>, session_id: i64, _t: i64) {
+        self.0.lock().unwrap().opened.push(session_id);
+    }
+    fn on_session_close(&mut self, _c: &mut Cluster<'_>, session_id: i64, _t: i64, reason: i32) {
+        self.0.lock().unwrap().closed.push((session_id, reason));
+    }
+    fn on_session_message(
+        &mut self,
+        c: &mut Cluster<'_>,
+        session: Option<i64>,
+        _t: i64,
+        payload: &[u8],
+    ) {
+        let Some(id) = session else { return };
+        {
+            let mut seen = self.0.lock().unwrap();
+            seen.messages += 1;
+            seen.log_position = c.log_position();
+        }
+        if let Some(n) = payload.strip_prefix(b"timer:") {
+            let n: i64 = std::str::from_utf8(n).unwrap().parse().unwrap();
+            assert!(c.schedule_timer(n, c.time()));
+        } else if payload == b"close-me" {
+            assert!(c.close_session(id));
+        } else {
+            while c.offer(id, payload).is_err() {
+                std::thread::yield_now();
+            }
+        }
+    }
+    fn on_timer_event(&mut self, c: &mut Cluster<'_>, correlation_id: i64, _t: i64) {
+        self.0.lock().unwrap().timers.push(correlation_id);
+        for id in c.session_ids() {
+            let answer = format!("fired {correlation_id}");
+            while c.offer(id, answer.as_bytes()).is_err() {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+struct Node {
+    stop: Arc<AtomicBool>,
+    module: Option<JoinHandle<()>>,
+    service: Option<JoinHandle<()>>,
+    module_error: Arc<Mutex<Option<String>>>,
+}
+
+impl Node {
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for h in [self.module.take(), self.service.take()]
+            .into_iter()
+            .flatten()
+        {
+            h.join().unwrap();
+        }
+    }
+}
+
+struct Setup {
+    base: PathBuf,
+    _driver: MediaDriver,
+    _archive: Archive,
+    client: Client,
+    driver_dir: PathBuf,
+    ingress_port: u16,
+}
+
+impl Setup {
+    fn new(name: &str) -> Setup {
+        let base =
+            std::env::temp_dir().join(format!("sulis-cluster-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut ctx = DriverContext::default();
+        ctx.dir = base.join("driver");
+        ctx.threading_mode = ThreadingMode::Shared;
+        ctx.term_buffer_sparse_file = true;
+        ctx.dir_delete_on_shutdown = true;
+        ctx.timer_interval_ns = 10_000_000;
+        let driver = MediaDriver::launch(ctx.clone()).unwrap();
+        let archive = Archive::launch(ArchiveContext {
+            archive_dir: base.join("archive"),
+            driver_dir: ctx.dir.clone(),
+            segment_file_length: 1024 * 1024,
+            threading_mode: ArchiveThreadingMode::Shared,
+            ..ArchiveContext::default()
+        })
+        .unwrap();
+        let client = Client::connect(ClientContext {
+            dir: ctx.dir.clone(),
+            driver_timeout: Duration::from_secs(10),
+            name: "test".into(),
+            interrupt: None,
+        })
+        .unwrap();
+        Setup {
+            base,
+            _driver: driver,
+            _archive: archive,
+            client,
+            driver_dir: ctx.dir,
+            ingress_port: free_port(),
+        }
+    }
+
+    fn module_context(&self) -> ConsensusModuleContext {
+        let p = self.ingress_port;
+        ConsensusModuleContext {
+            cluster_dir: self.base.join("cluster"),
+            driver_dir: self.driver_dir.clone(),
+            member_id: 0,
+            members: format!(
+                "0,localhost:{p},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+            ),
+            log_term_length: 64 * 1024,
+            session_timeout: Duration::from_secs(10),
+            ..ConsensusModuleContext::default()
+        }
+    }
+
+    /// A service container and a consensus module, each on a thread of its own.
+    fn start(&self, seen: Arc<Mutex<Seen>>) -> Node {
+        let stop = Arc::new(AtomicBool::new(false));
+        let service_ctx = ServiceContext {
+            driver_dir: self.driver_dir.clone(),
+            ..ServiceContext::default()
+        };
+        let s = stop.clone();
+        let service = std::thread::spawn(move || {
+            let mut agent =
+                ClusteredServiceAgent::launch(service_ctx, Box::new(Echo(seen))).unwrap();
+            while !s.load(Ordering::Acquire) {
+                if agent.do_work().unwrap() == 0 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            agent.close();
+        });
+        let ctx = self.module_context();
+        let s = stop.clone();
+        let module_error = Arc::new(Mutex::new(None));
+        let e = module_error.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let module = std::thread::spawn(move || {
+            let mut module = match ConsensusModule::launch(ctx) {
+                Ok(m) => m,
+                Err(error) => {
+                    *e.lock().unwrap() = Some(error);
+                    ready_tx.send(()).unwrap();
+                    return;
+                }
+            };
+            ready_tx.send(()).unwrap();
+            while !s.load(Ordering::Acquire) {
+                match module.do_work() {
+                    Ok(0) => std::thread::sleep(Duration::from_micros(100)),
+                    Ok(_) => {}
+                    Err(error) => {
+                        *e.lock().unwrap() = Some(error);
+                        break;
+                    }
+                }
+            }
+            module.close();
+        });
+        ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        Node {
+            stop,
+            module: Some(module),
+            service: Some(service),
+            module_error,
+        }
+    }
+
+    fn connect(&self) -> ClusterClient {
+        let ctx = ClusterClientContext {
+            ingress_endpoints: format!("0=localhost:{}", self.ingress_port),
+            egress_channel: format!("aeron:udp?endpoint=localhost:{}", free_port()),
+            ..ClusterClientContext::default()
+        };
+        ClusterClient::connect(&self.client, &ctx).unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn await_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Receives `n` egress messages.
+fn receive(c: &mut ClusterClient, n: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    await_until(&format!("{n} egress messages"), || {
+        c.poll_egress(|_, payload| got.push(payload.to_vec()), 100)
+            .unwrap();
+        got.len() >= n
+    });
+    got
+}
+
+#[test]
+fn clients_get_their_messages_echoed_in_order_through_the_committed_log() {
+    let setup = Setup::new("echo");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(seen.clone());
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+    let mut a = setup.connect();
+    let mut b = setup.connect();
+    assert_eq!((a.cluster_session_id(), b.cluster_session_id()), (1, 2));
+    assert_eq!((a.leadership_term_id(), a.leader_member_id()), (0, 0));
+
+    // Interleaved, some fragmented (longer than the MTU): each client gets its own, in order.
+    let message = |who: u8, i: usize| -> Vec<u8> {
+        let n = if i % 97 == 5 { 3_000 } else { 8 + i % 200 };
+        let mut m = vec![who; n];
+        m[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        m
+    };
+    const N: usize = 2_000;
+    for i in 0..N {
+        for (who, c) in [(b'a', &a), (b'b', &b)] {
+            let m = message(who, i);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while c.offer(&m).is_err() {
+                assert!(Instant::now() < deadline, "ingress took no message {i}");
+                std::thread::yield_now();
+            }
+        }
+    }
+    let got_a = receive(&mut a, N);
+    let got_b = receive(&mut b, N);
+    assert_eq!(got_a, (0..N).map(|i| message(b'a', i)).collect::<Vec<_>>());
+    assert_eq!(got_b, (0..N).map(|i| message(b'b', i)).collect::<Vec<_>>());
+    assert_eq!(seen.lock().unwrap().opened, vec![1, 2]);
+    assert_eq!(seen.lock().unwrap().messages, 2 * N);
+
+    // A timer scheduled by the service fires once, through the log, on every session.
+    a.offer(b"timer:7").unwrap();
+    assert_eq!(receive(&mut a, 1), vec![b"fired 7".to_vec()]);
+    assert_eq!(receive(&mut b, 1), vec![b"fired 7".to_vec()]);
+    assert_eq!(seen.lock().unwrap().timers, vec![7]);
+
+    // The service closes b's session: b is told why; a closes its own.
+    b.offer(b"close-me").unwrap();
+    await_until("b's session closed", || {
+        b.poll_egress(|_, _| {}, 10).is_err()
+    });
+    let ended = b.ended().unwrap().clone();
+    assert_eq!(
+        (ended.code, ended.detail.as_str()),
+        (event_code::CLOSED, "SERVICE_ACTION")
+    );
+    a.close();
+    await_until("both closes applied by the service", || {
+        seen.lock().unwrap().closed.len() == 2
+    });
+    assert_eq!(
+        seen.lock().unwrap().closed,
+        vec![
+            (2, close_reason::SERVICE_ACTION),
+            (1, close_reason::CLIENT_ACTION)
+        ]
+    );
+    node.stop();
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+}
+
+#[test]
+fn a_member_with_a_log_is_not_restarted_as_if_it_had_none() {
+    let setup = Setup::new("restart");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(seen.clone());
+    let mut a = setup.connect();
+    a.offer(b"hello").unwrap();
+    assert_eq!(receive(&mut a, 1), vec![b"hello".to_vec()]);
+    node.stop();
+    // Restarting from the log is not wired yet: refused, naming the file and the term.
+    let mut again = setup.start(Arc::new(Mutex::new(Seen::default())));
+    let error = again.module_error.lock().unwrap().clone().expect("refused");
+    assert!(error.contains("recording.log holds term 0"), "{error}");
+    assert!(error.contains("not supported yet"), "{error}");
+    again.stop();
+}
