@@ -8,7 +8,7 @@
 //! CLOSED or ERROR makes [`ClusterClient::poll_egress`] return the reason.
 
 use std::time::{Duration, Instant};
-use sulis_client::{Client, FragmentAssembler, OfferError, Publication, Subscription};
+use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
 use sulis_protocol::cluster::messages::{
     event_code, SessionCloseRequest, SessionConnectRequest, SessionEvent, SessionKeepAlive,
     SessionMessageHeader, CLIENT_PROTOCOL_VERSION, SESSION_HEADER_LENGTH,
@@ -59,7 +59,7 @@ pub struct SessionEnded {
 
 /// A session with the cluster.
 pub struct ClusterClient {
-    ingress: Publication,
+    ingress: ExclusivePublication,
     egress: Subscription,
     assembler: FragmentAssembler,
     cluster_session_id: i64,
@@ -103,8 +103,10 @@ impl ClusterClient {
         let mut correlation_id = 1_000;
         loop {
             let channel = with_endpoint(&ctx.ingress_channel, &target);
-            let ingress = client
-                .add_publication(&channel, ctx.ingress_stream_id)
+            // Exclusive, as Aeron's client's default: a session of its own,
+            // not shared with another client of this driver.
+            let mut ingress = client
+                .add_exclusive_publication(&channel, ctx.ingress_stream_id)
                 .map_err(|e| format!("{channel}: {e}"))?;
             correlation_id += 1;
             let request = SessionConnectRequest {
@@ -228,14 +230,14 @@ impl ClusterClient {
     }
 
     /// Offers `payload` to the cluster; the new ingress position.
-    pub fn offer(&self, payload: &[u8]) -> Result<i64, OfferError> {
+    pub fn offer(&mut self, payload: &[u8]) -> Result<i64, OfferError> {
         let mut message = self.header();
         message.extend_from_slice(payload);
         self.ingress.offer(&message)
     }
 
     /// Tells the cluster this session is alive.
-    pub fn send_keep_alive(&self) -> bool {
+    pub fn send_keep_alive(&mut self) -> bool {
         let k = SessionKeepAlive {
             leadership_term_id: self.leadership_term_id,
             cluster_session_id: self.cluster_session_id,

@@ -233,6 +233,7 @@ pub struct ClusteredServiceAgent {
     control_assembler: FragmentAssembler,
     log: Option<Subscription>,
     log_assembler: FragmentAssembler,
+    pending_joins: std::collections::VecDeque<JoinLog>,
     commit_counter: i32,
     started: bool,
 }
@@ -275,6 +276,7 @@ impl ClusteredServiceAgent {
             control_assembler: FragmentAssembler::new(),
             log: None,
             log_assembler: FragmentAssembler::new(),
+            pending_joins: std::collections::VecDeque::new(),
             commit_counter: -1,
             started: false,
         })
@@ -311,7 +313,16 @@ impl ClusteredServiceAgent {
             )
             .unwrap_or(0);
         for j in joins {
-            let join = JoinLog::decode(&j).map_err(|e| e.message)?;
+            self.pending_joins
+                .push_back(JoinLog::decode(&j).map_err(|e| e.message)?);
+        }
+        // A JoinLog is taken once the log being followed reached where the
+        // next begins (a replay at start, then the live log).
+        while let Some(join) = self.pending_joins.front() {
+            if self.log.is_some() && self.state.log_position < join.log_position {
+                break;
+            }
+            let join = self.pending_joins.pop_front().expect("front");
             self.join_log(&join)?;
             work += 1;
         }

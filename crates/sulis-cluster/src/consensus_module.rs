@@ -9,11 +9,14 @@
 //! it leads every term, its quorum is itself, so the log is committed as
 //! far as its own archive recorded it. At start it replays the whole log
 //! it recorded through its own state and its services before it begins a
-//! new term, so sessions, timers and the services' state survive a restart.
-//! Elections across members, snapshots and catch-up come next.
+//! new term, so timers and the services' state survive a restart (the
+//! sessions of the old terms are closed in the new one, as Aeron closes
+//! them at startup). Elections across members, snapshots and catch-up come
+//! next.
 
 use crate::cluster_member::ClusterMember;
 use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
+use crate::log_adapter;
 use crate::recording_log::RecordingLog;
 use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
 use std::collections::HashMap;
@@ -29,7 +32,7 @@ use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::messages::{
     role, time_unit, CancelTimer, ChallengeResponse, CloseSession, JoinLog, NewLeadershipTermEvent,
     ScheduleTimer, ServiceAck, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
-    SessionMessageHeader, SCHEMA_ID, SESSION_HEADER_LENGTH,
+    SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::parse_recording_position_key;
 use sulis_protocol::sbe::Header as SbeHeader;
@@ -61,6 +64,8 @@ pub struct ConsensusModuleContext {
     pub log_stream_id: i32,
     /// The log publication's term length.
     pub log_term_length: i32,
+    /// The stream the log is replayed on at start (103).
+    pub replay_stream_id: i32,
     /// The control channel between the module and its services.
     pub control_channel: String,
     /// Services → module (105).
@@ -95,6 +100,7 @@ impl Default for ConsensusModuleContext {
             log_channel: "aeron:ipc".into(),
             log_stream_id: 100,
             log_term_length: 16 * 1024 * 1024,
+            replay_stream_id: 103,
             control_channel: "aeron:ipc?term-length=128k".into(),
             consensus_module_stream_id: 105,
             service_stream_id: 104,
@@ -168,13 +174,14 @@ pub struct ConsensusModule {
     to_services: ExclusivePublication,
     from_services: Subscription,
     control_assembler: FragmentAssembler,
+    /// Services' requests read while waiting for their acks.
+    deferred_control: Vec<Vec<u8>>,
     commit: Counter,
     recording_position_counter: i32,
     recording_id: i64,
     term: Term,
     join_log: JoinLog,
     join_log_sent: bool,
-    started: Instant,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> String {
@@ -275,6 +282,7 @@ impl ConsensusModule {
             to_services,
             from_services,
             control_assembler: FragmentAssembler::new(),
+            deferred_control: Vec::new(),
             commit,
             recording_position_counter: -1,
             recording_id: -1,
@@ -285,7 +293,6 @@ impl ConsensusModule {
             },
             join_log: JoinLog::default(),
             join_log_sent: false,
-            started: Instant::now(),
             ctx,
         };
         let base = module.recover()?;
@@ -318,8 +325,11 @@ impl ConsensusModule {
         self.agent.sessions.sessions().count()
     }
 
+    /// The module's clock for sessions and heartbeats: the cluster clock in
+    /// nanoseconds, so the activity times of sessions replayed from the log
+    /// (their entries' cluster times) and live ones compare.
     fn now_ns(&self) -> i64 {
-        self.started.elapsed().as_nanos() as i64
+        Self::cluster_time().saturating_mul(1_000_000)
     }
 
     fn cluster_time() -> i64 {
@@ -329,20 +339,103 @@ impl ConsensusModule {
             .unwrap_or(0)
     }
 
-    /// Where the log this member recorded before ends. Restarting from a
-    /// log (replaying it through this module and its services before a new
-    /// term) is not wired yet: a directory holding one is refused, naming
-    /// it, rather than started with services that lack its state.
+    /// Replays the log this member recorded before, whole, through this
+    /// module and its services (Aeron's `LogReplay`); returns where it ends.
+    ///
+    /// The archive replays the log's recording bounded by the
+    /// commit-position counter, still 0: nothing moves until the services
+    /// have joined the replay (JoinLog, acknowledged at 0), so each joins
+    /// at its start. Then the counter goes to the log's end (a one-member
+    /// log is committed as far as its archive recorded it) and the module
+    /// applies the replay as the services do.
     fn recover(&mut self) -> Result<i64, String> {
-        match self.recording_log.last_term() {
-            None => Ok(0),
-            Some(last) => Err(format!(
-                "{} holds term {} of a log (recording {}): restarting a member from its log is not supported yet; start from an empty cluster directory",
-                self.recording_log.path().display(),
-                last.leadership_term_id,
-                last.recording_id
-            )),
+        let Some(last) = self.recording_log.last_term().cloned() else {
+            return Ok(0);
+        };
+        self.recording_id = last.recording_id;
+        let what = |e: sulis_archive::client::ArchiveError| {
+            format!("the log's recording {}: {e}", last.recording_id)
+        };
+        let stop = self
+            .archive
+            .get_stop_position(last.recording_id)
+            .map_err(what)?;
+        if stop == NULL_POSITION {
+            return Err(format!(
+                "the log's recording {} is still being recorded (a consensus module on {} still running, or one killed moments ago whose publication the driver has not yet timed out)",
+                last.recording_id,
+                self.ctx.cluster_dir.display()
+            ));
         }
+        if stop <= 0 {
+            return Ok(0);
+        }
+        let stream = self.ctx.replay_stream_id;
+        let replay = self
+            .archive
+            .start_bounded_replay(
+                last.recording_id,
+                0,
+                stop,
+                self.commit.id(),
+                "aeron:ipc",
+                stream,
+            )
+            .map_err(what)?;
+        let session_id = replay as i32;
+        let channel = format!("aeron:ipc?session-id={session_id}");
+        let mut sub = self
+            .io
+            .client
+            .add_subscription(&channel, stream)
+            .map_err(|e| err("the log's replay", e))?;
+        self.join_log = JoinLog {
+            log_position: 0,
+            max_log_position: stop,
+            member_id: self.ctx.member_id,
+            log_session_id: session_id,
+            log_stream_id: stream,
+            is_startup: 1,
+            role: role::FOLLOWER,
+            is_standby: 0,
+            log_channel: "aeron:ipc".into(),
+        };
+        self.await_services_joined(0)?;
+        self.commit.set(stop);
+        let deadline = Instant::now() + self.ctx.message_timeout * 6;
+        let mut position = 0;
+        let mut assembler = FragmentAssembler::new();
+        while position < stop {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "replaying the log (recording {}) stopped at {position} of {stop}",
+                    last.recording_id
+                ));
+            }
+            let mut messages = Vec::new();
+            let n = sub
+                .poll(
+                    |payload, header| -> Result<(), ()> {
+                        if let Some(m) = assembler.on_fragment(payload, header) {
+                            messages.push((m.payload, m.end_position));
+                        }
+                        Ok(())
+                    },
+                    100,
+                )
+                .unwrap_or(0);
+            for (message, end) in messages {
+                let entry = log_adapter::decode(&message, end).map_err(|e| e.to_string())?;
+                self.agent.on_log_entry(&entry, end)?;
+                position = end;
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let _ = sub.close();
+        self.agent.commit_position = stop;
+        Ok(stop)
     }
 
     /// Leads a new term whose log begins at `base`.
@@ -448,9 +541,14 @@ impl ConsensusModule {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
+        // This member starts with this term (it replayed its log, if any,
+        // at launch): the sessions of the old terms cannot be taken over
+        // (their clients may be long gone) and are closed in the new one,
+        // each client told CLOSED if it still listens, as Aeron closes them
+        // at startup.
         self.agent
             .sessions
-            .prepare_for_new_term(&mut self.io, false, now_ns);
+            .prepare_for_new_term(&mut self.io, true, now_ns);
         Ok(())
     }
 
@@ -480,14 +578,18 @@ impl ConsensusModule {
                 ));
             }
             let mut acks = Vec::new();
+            let deferred = &mut self.deferred_control;
             let assembler = &mut self.control_assembler;
             let n = self
                 .from_services
                 .poll(
                     |payload, header| -> Result<(), ()> {
                         if let Some(m) = assembler.on_fragment(payload, header) {
-                            if let Ok(a) = ServiceAck::decode(&m.payload) {
-                                acks.push(a);
+                            match ServiceAck::decode(&m.payload) {
+                                Ok(a) => acks.push(a),
+                                // A service replaying the log schedules
+                                // timers before it acks: kept, in order.
+                                Err(_) => deferred.push(m.payload),
                             }
                         }
                         Ok(())
@@ -696,7 +798,7 @@ impl ConsensusModule {
 
     /// The services' requests: timers, session closes, messages to the cluster, acks.
     fn poll_services(&mut self, now_ns: i64, cluster_time: i64) -> Result<usize, String> {
-        let mut messages = Vec::new();
+        let mut messages = std::mem::take(&mut self.deferred_control);
         let assembler = &mut self.control_assembler;
         self.from_services
             .poll(

@@ -2,8 +2,9 @@
 //! archive: the consensus module leads, its log is recorded by the archive
 //! and committed as far as recorded, a service container follows it and an
 //! echo service answers clients over UDP egress. Sessions open and close
-//! (by the client, by the service), timers fire through the log, a second
-//! module on the same directory is refused.
+//! (by the client, by the service), timers fire through the log; a member
+//! restarted on its directories replays its log through a new service and
+//! goes on where it stopped.
 
 use std::net::UdpSocket;
 use std::path::PathBuf;
@@ -66,6 +67,9 @@ impl ClusteredService for Echo {
         if let Some(n) = payload.strip_prefix(b"timer:") {
             let n: i64 = std::str::from_utf8(n).unwrap().parse().unwrap();
             assert!(c.schedule_timer(n, c.time()));
+        } else if let Some(n) = payload.strip_prefix(b"later:") {
+            let n: i64 = std::str::from_utf8(n).unwrap().parse().unwrap();
+            assert!(c.schedule_timer(n, c.time() + 3_000));
         } else if payload == b"close-me" {
             assert!(c.close_session(id));
         } else {
@@ -274,7 +278,7 @@ fn clients_get_their_messages_echoed_in_order_through_the_committed_log() {
     };
     const N: usize = 2_000;
     for i in 0..N {
-        for (who, c) in [(b'a', &a), (b'b', &b)] {
+        for (who, c) in [(b'a', &mut a), (b'b', &mut b)] {
             let m = message(who, i);
             let deadline = Instant::now() + Duration::from_secs(10);
             while c.offer(&m).is_err() {
@@ -322,18 +326,57 @@ fn clients_get_their_messages_echoed_in_order_through_the_committed_log() {
 }
 
 #[test]
-fn a_member_with_a_log_is_not_restarted_as_if_it_had_none() {
+fn a_restarted_member_replays_its_log_through_its_service_and_goes_on_where_it_stopped() {
     let setup = Setup::new("restart");
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut node = setup.start(seen.clone());
     let mut a = setup.connect();
-    a.offer(b"hello").unwrap();
-    assert_eq!(receive(&mut a, 1), vec![b"hello".to_vec()]);
+    for i in 0..100u32 {
+        a.offer(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(receive(&mut a, 100).len(), 100);
+    // A timer due well after the restart: scheduled, not fired, before it.
+    a.offer(b"later:9").unwrap();
+    await_until("the timer scheduled", || {
+        seen.lock().unwrap().messages == 101
+    });
+    let before = seen.lock().unwrap().log_position;
     node.stop();
-    // Restarting from the log is not wired yet: refused, naming the file and the term.
-    let mut again = setup.start(Arc::new(Mutex::new(Seen::default())));
-    let error = again.module_error.lock().unwrap().clone().expect("refused");
-    assert!(error.contains("recording.log holds term 0"), "{error}");
-    assert!(error.contains("not supported yet"), "{error}");
-    again.stop();
+    assert!(
+        seen.lock().unwrap().timers.is_empty(),
+        "timer 9 is due 3 s after it was scheduled"
+    );
+
+    // A new service (nothing in memory) and module on the same directories.
+    let again = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(again.clone());
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+    {
+        let seen = again.lock().unwrap();
+        assert_eq!(seen.opened, vec![1], "the replay opened session 1 again");
+        assert_eq!(
+            seen.messages, 101,
+            "and gave the service every message again"
+        );
+        assert_eq!(seen.log_position, before);
+    }
+    // The old term's session is closed in the new one; the client is told.
+    await_until("the old session closed by the restart", || {
+        a.poll_egress(|_, _| {}, 10).is_err()
+    });
+    assert_eq!(a.ended().unwrap().code, event_code::CLOSED);
+    await_until("the close applied", || {
+        again.lock().unwrap().closed == vec![(1, close_reason::TIMEOUT)]
+    });
+    // A new client gets the next session id; the timer scheduled before
+    // the restart fires after it, once.
+    let mut b = setup.connect();
+    assert_eq!((b.cluster_session_id(), b.leadership_term_id()), (2, 1));
+    b.offer(b"after").unwrap();
+    assert_eq!(receive(&mut b, 1), vec![b"after".to_vec()]);
+    await_until("timer 9 fired", || !again.lock().unwrap().timers.is_empty());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(again.lock().unwrap().timers, vec![9]);
+    node.stop();
+    assert_eq!(*node.module_error.lock().unwrap(), None);
 }
