@@ -160,6 +160,9 @@ impl SessionHost for Io {
 
 /// A running consensus module.
 pub struct ConsensusModule {
+    /// The directory's lock, held while the module runs (the kernel drops
+    /// it when the process dies, however it dies).
+    _lock: std::fs::File,
     ctx: ConsensusModuleContext,
     io: Io,
     archive: ArchiveClient,
@@ -211,6 +214,9 @@ impl ConsensusModule {
         }
         std::fs::create_dir_all(&ctx.cluster_dir)
             .map_err(|e| err(&ctx.cluster_dir.display().to_string(), e))?;
+        // Before anything in the directory is read or repaired: one module
+        // per directory, whoever else tries.
+        let lock = claim_dir(&ctx.cluster_dir)?;
         let client = Client::connect(ClientContext {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.message_timeout,
@@ -266,6 +272,7 @@ impl ConsensusModule {
             .add_exclusive_publication("aeron:ipc?alias=log-placeholder", ctx.log_stream_id + 1000)
             .map_err(|e| err("log", e))?;
         let mut module = ConsensusModule {
+            _lock: lock,
             io: Io {
                 client,
                 log: placeholder,
@@ -874,6 +881,40 @@ impl ConsensusModule {
         self.commit.close();
         self.io.client.close();
     }
+}
+
+/// The lock file in a cluster directory.
+pub const LOCK_FILE: &str = "consensus-module.lck";
+
+/// Takes the directory's lock (`flock`, exclusive, not waiting) and writes
+/// this process's id in it; a lock held elsewhere is an error naming the
+/// process that holds it and the file.
+fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| err(&path.display().to_string(), e))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(format!(
+            "a consensus module (pid {}) is running on {}: it holds {}",
+            holder.trim(),
+            dir.display(),
+            path.display()
+        ));
+    }
+    let _ = file.set_len(0);
+    let _ = file.seek(std::io::SeekFrom::Start(0));
+    let _ = writeln!(file, "{}", std::process::id());
+    Ok(file)
 }
 
 fn align32(n: i64) -> i64 {

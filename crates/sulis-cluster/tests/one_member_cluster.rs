@@ -380,3 +380,25 @@ fn a_restarted_member_replays_its_log_through_its_service_and_goes_on_where_it_s
     node.stop();
     assert_eq!(*node.module_error.lock().unwrap(), None);
 }
+
+#[test]
+fn a_second_module_on_the_same_directory_is_refused_and_the_first_goes_on() {
+    let setup = Setup::new("twice");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(seen.clone());
+    let mut a = setup.connect();
+    let second = ConsensusModule::launch(setup.module_context());
+    let error = second.err().expect("refused");
+    assert!(
+        error.contains(&format!(
+            "a consensus module (pid {}) is running on",
+            std::process::id()
+        )),
+        "{error}"
+    );
+    assert!(error.contains("consensus-module.lck"), "{error}");
+    a.offer(b"still here").unwrap();
+    assert_eq!(receive(&mut a, 1), vec![b"still here".to_vec()]);
+    node.stop();
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+}
