@@ -769,3 +769,98 @@ def archive_mark_file(
     dir: str,
 ) -> tuple[int, int, int, str, str, str, list[tuple[int, int, int, str]]] | None:
     """The mark file: pid, activity ms, archive id, channels, driver dir, errors; None without one."""
+
+class ClusterError(SulisError):
+    """The cluster refused, failed or ended something; the message says what and where."""
+
+class ClusterSessionClosedError(ClusterError):
+    """The cluster ended the session: ``code`` is the SessionEvent code (4 CLOSED, 1 ERROR, ...), ``detail`` why."""
+
+    code: int
+    detail: str
+
+@final
+class Cluster:
+    """What a service may do, valid during the callback it is passed to."""
+
+    @property
+    def time(self) -> int:
+        """The cluster time of the entry being handled (ms since the epoch)."""
+    @property
+    def log_position(self) -> int:
+        """The log position after the entry being handled."""
+    @property
+    def role(self) -> int:
+        """This member's role: 0 follower, 1 candidate, 2 leader."""
+    @property
+    def member_id(self) -> int:
+        """This member's id."""
+    def session_ids(self) -> list[int]:
+        """The open sessions' ids."""
+    def offer(self, session_id: int, payload: bytes) -> bool:
+        """Sends ``payload`` to session ``session_id``'s client; False if its egress cannot take it now."""
+    def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
+        """Schedules (or moves) timer ``correlation_id`` for cluster time ``deadline``."""
+    def cancel_timer(self, correlation_id: int) -> bool:
+        """Cancels timer ``correlation_id``."""
+    def close_session(self, session_id: int) -> bool:
+        """Closes session ``session_id`` (its client is told SERVICE_ACTION)."""
+    def offer_to_cluster(self, payload: bytes) -> bool:
+        """Puts ``payload`` into the log as this service's message."""
+
+@final
+class ClusterNode:
+    """A cluster node: its consensus module and its service container, each on a thread of its own."""
+
+    def __new__(
+        cls,
+        service: object,
+        cluster_dir: str,
+        driver_dir: str,
+        members: str,
+        member_id: int = 0,
+        ingress_channel: str = ...,
+        log_term_length: int = ...,
+        session_timeout: float = 10.0,
+        app_version: int = 0,
+        message_timeout: float = 10.0,
+    ) -> Self: ...
+    @property
+    def error(self) -> str | None:
+        """The first error that stopped the module or the service, if any."""
+    @property
+    def is_running(self) -> bool:
+        """True while both threads run."""
+    def close(self) -> None:
+        """Stops the module and the service."""
+
+@final
+class ClusterClient:
+    """A session with a cluster."""
+
+    def __new__(
+        cls,
+        driver_dir: str,
+        ingress_endpoints: str,
+        egress_channel: str,
+        ingress_channel: str = ...,
+        message_timeout: float = 5.0,
+        credentials: bytes = ...,
+    ) -> Self: ...
+    @property
+    def cluster_session_id(self) -> int:
+        """The session's id."""
+    @property
+    def leadership_term_id(self) -> int:
+        """The leader's term."""
+    @property
+    def leader_member_id(self) -> int:
+        """The leader's member id."""
+    def offer(self, payload: bytes) -> int:
+        """Offers ``payload``: the new position, or an ``OfferResult``."""
+    def send_keep_alive(self) -> bool:
+        """Tells the cluster the session is alive."""
+    def poll_egress(self, handler: Callable[[bytes, int], object], limit: int = 10) -> int:
+        """Reads up to ``limit`` egress fragments; raises ``ClusterSessionClosedError`` once ended."""
+    def close(self) -> None:
+        """Closes the session and the client."""

@@ -9,6 +9,7 @@ mod batch;
 mod buffer;
 mod channel_uri;
 mod client;
+mod cluster;
 mod counters;
 mod driver;
 mod errors;
@@ -56,6 +57,7 @@ fn recording_key(uri: &str, stream_id: i32) -> PyResult<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     archive::register(m)?;
+    cluster::register(m)?;
     m.add_class::<driver::PyMediaDriver>()?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<subscription::PySubscription>()?;

@@ -1,0 +1,598 @@
+//! `sulis._native.ClusterNode` (a consensus module and a service container
+//! whose service is a Python object, each on a thread of its own),
+//! `Cluster` (what a service may do, during a callback) and
+//! `ClusterClient` (a session with a cluster). The log is read in Rust; a
+//! log entry costs the service one Python call. `sulis.cluster` gives them
+//! their final shape.
+
+use crate::errors::{offer_err, SulisError};
+use crate::gil;
+use pyo3::create_exception;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use sulis_client::{Client, ClientContext, OfferError};
+use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_cluster::clustered_service_agent::{
+    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, ServiceOfferError,
+};
+use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+
+create_exception!(
+    sulis,
+    ClusterError,
+    SulisError,
+    "The cluster refused, failed or ended something; the message says what and where."
+);
+
+/// What a service may do, valid during the callback it is passed to.
+#[pyclass(name = "Cluster", frozen, module = "sulis._native")]
+pub struct PyCluster {
+    /// The container's handle while a callback runs; null otherwise.
+    current: AtomicPtr<Cluster<'static>>,
+    /// The service thread, the only one that may use it.
+    owner: std::thread::ThreadId,
+}
+
+impl PyCluster {
+    fn with<T>(&self, f: impl FnOnce(&mut Cluster<'static>) -> T) -> PyResult<T> {
+        let ptr = self.current.load(Ordering::Acquire);
+        if ptr.is_null() || std::thread::current().id() != self.owner {
+            return Err(ClusterError::new_err(
+                "the Cluster object is valid only during the callback it was passed to",
+            ));
+        }
+        // SAFETY: set by `PyService::call` on the service thread (checked
+        // above) to a handle that lives for the whole callback, and cleared
+        // before the callback's frame ends.
+        Ok(f(unsafe { &mut *ptr }))
+    }
+}
+
+#[pymethods]
+impl PyCluster {
+    /// The cluster time of the entry being handled (ms since the epoch).
+    #[getter]
+    fn time(&self) -> PyResult<i64> {
+        self.with(|c| c.time())
+    }
+
+    /// The log position after the entry being handled.
+    #[getter]
+    fn log_position(&self) -> PyResult<i64> {
+        self.with(|c| c.log_position())
+    }
+
+    /// This member's role: 0 follower, 1 candidate, 2 leader.
+    #[getter]
+    fn role(&self) -> PyResult<i32> {
+        self.with(|c| c.role())
+    }
+
+    /// This member's id.
+    #[getter]
+    fn member_id(&self) -> PyResult<i32> {
+        self.with(|c| c.member_id())
+    }
+
+    /// The open sessions' ids.
+    fn session_ids(&self) -> PyResult<Vec<i64>> {
+        self.with(|c| c.session_ids())
+    }
+
+    /// Sends `payload` to session `session_id`'s client; False if its
+    /// egress cannot take it now (offer again). On a follower nothing is
+    /// sent and the offer succeeds.
+    fn offer(&self, session_id: i64, payload: &[u8]) -> PyResult<bool> {
+        match self.with(|c| c.offer(session_id, payload))? {
+            Ok(()) => Ok(true),
+            Err(ServiceOfferError::BackPressured) => Ok(false),
+            Err(ServiceOfferError::UnknownSession) => Err(ClusterError::new_err(format!(
+                "no open session {session_id}"
+            ))),
+        }
+    }
+
+    /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.
+    fn schedule_timer(&self, correlation_id: i64, deadline: i64) -> PyResult<bool> {
+        self.with(|c| c.schedule_timer(correlation_id, deadline))
+    }
+
+    /// Cancels timer `correlation_id`.
+    fn cancel_timer(&self, correlation_id: i64) -> PyResult<bool> {
+        self.with(|c| c.cancel_timer(correlation_id))
+    }
+
+    /// Closes session `session_id` (its client is told SERVICE_ACTION).
+    fn close_session(&self, session_id: i64) -> PyResult<bool> {
+        self.with(|c| c.close_session(session_id))
+    }
+
+    /// Puts `payload` into the log as this service's message.
+    fn offer_to_cluster(&self, payload: &[u8]) -> PyResult<bool> {
+        self.with(|c| c.offer_to_cluster(payload))
+    }
+}
+
+/// A Python object as the service: each callback is one method call. The
+/// first exception stops the service (its container ends with an error
+/// naming the callback and the log position); later entries are not given
+/// to it, so it never runs on past a failure.
+struct PyService {
+    obj: Py<PyAny>,
+    handle: Option<Py<PyCluster>>,
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+/// A callback's arguments after the Cluster handle.
+enum Arg<'a> {
+    Int(i64),
+    OptInt(Option<i64>),
+    Bytes(&'a [u8]),
+}
+
+impl PyService {
+    fn call(&mut self, cluster: &mut Cluster<'_>, name: &str, args: &[Arg<'_>]) {
+        if self.failed.lock().unwrap().is_some() {
+            return;
+        }
+        let position = cluster.log_position();
+        Python::attach(|py| {
+            let outcome = (|| -> PyResult<()> {
+                if self.handle.is_none() {
+                    let h = Py::new(
+                        py,
+                        PyCluster {
+                            current: AtomicPtr::new(std::ptr::null_mut()),
+                            owner: std::thread::current().id(),
+                        },
+                    )?;
+                    self.handle = Some(h);
+                }
+                let handle = self.handle.as_ref().expect("made above").clone_ref(py);
+                let mut items: Vec<Py<PyAny>> = vec![handle.clone_ref(py).into_any()];
+                for a in args {
+                    items.push(match a {
+                        Arg::Int(v) => v.into_pyobject(py)?.into_any().unbind(),
+                        Arg::OptInt(Some(v)) => v.into_pyobject(py)?.into_any().unbind(),
+                        Arg::OptInt(None) => py.None(),
+                        Arg::Bytes(b) => PyBytes::new(py, b).into_any().unbind(),
+                    });
+                }
+                let tuple = PyTuple::new(py, items)?;
+                let ptr: *mut Cluster<'static> = std::ptr::from_mut(cluster).cast();
+                handle.get().current.store(ptr, Ordering::Release);
+                let result = self.obj.call_method1(py, name, tuple);
+                handle
+                    .get()
+                    .current
+                    .store(std::ptr::null_mut(), Ordering::Release);
+                result.map(|_| ())
+            })();
+            if let Err(e) = outcome {
+                let text = format!("the service's {name} raised at log position {position}: {e}");
+                e.print(py);
+                *self.failed.lock().unwrap() = Some(text);
+            }
+        });
+    }
+}
+
+impl ClusteredService for PyService {
+    fn on_start(&mut self, cluster: &mut Cluster<'_>) {
+        self.call(cluster, "on_start", &[]);
+    }
+    fn on_session_open(&mut self, cluster: &mut Cluster<'_>, session_id: i64, timestamp: i64) {
+        self.call(
+            cluster,
+            "on_session_open",
+            &[Arg::Int(session_id), Arg::Int(timestamp)],
+        );
+    }
+    fn on_session_close(
+        &mut self,
+        cluster: &mut Cluster<'_>,
+        session_id: i64,
+        timestamp: i64,
+        close_reason: i32,
+    ) {
+        self.call(
+            cluster,
+            "on_session_close",
+            &[
+                Arg::Int(session_id),
+                Arg::Int(timestamp),
+                Arg::Int(close_reason as i64),
+            ],
+        );
+    }
+    fn on_session_message(
+        &mut self,
+        cluster: &mut Cluster<'_>,
+        session_id: Option<i64>,
+        timestamp: i64,
+        payload: &[u8],
+    ) {
+        self.call(
+            cluster,
+            "on_session_message",
+            &[
+                Arg::OptInt(session_id),
+                Arg::Int(timestamp),
+                Arg::Bytes(payload),
+            ],
+        );
+    }
+    fn on_timer_event(&mut self, cluster: &mut Cluster<'_>, correlation_id: i64, timestamp: i64) {
+        self.call(
+            cluster,
+            "on_timer_event",
+            &[Arg::Int(correlation_id), Arg::Int(timestamp)],
+        );
+    }
+    fn on_role_change(&mut self, cluster: &mut Cluster<'_>, role: i32) {
+        self.call(cluster, "on_role_change", &[Arg::Int(role as i64)]);
+    }
+}
+
+/// A cluster node: its consensus module and its service container, each on
+/// a thread of its own, on a running media driver and archive.
+#[pyclass(name = "ClusterNode", module = "sulis._native")]
+pub struct PyClusterNode {
+    stop: Arc<AtomicBool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+fn set_first(error: &Mutex<Option<String>>, e: String) {
+    let mut slot = error.lock().unwrap();
+    if slot.is_none() {
+        *slot = Some(e);
+    }
+}
+
+#[pymethods]
+impl PyClusterNode {
+    /// Starts the node and returns once the module leads its term (the
+    /// services have joined, and replayed the log it had).
+    #[new]
+    #[pyo3(signature = (service, cluster_dir, driver_dir, members, member_id=0, ingress_channel="aeron:udp".to_string(), log_term_length=16*1024*1024, session_timeout=10.0, app_version=0, message_timeout=10.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        service: Py<PyAny>,
+        cluster_dir: PathBuf,
+        driver_dir: PathBuf,
+        members: String,
+        member_id: i32,
+        ingress_channel: String,
+        log_term_length: i32,
+        session_timeout: f64,
+        app_version: i32,
+        message_timeout: f64,
+    ) -> PyResult<Self> {
+        let seconds = |what: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(crate::errors::ConfigurationError::new_err(format!(
+                    "{what} must be a positive number of seconds, not {v}"
+                )))
+            }
+        };
+        let ctx = ConsensusModuleContext {
+            cluster_dir,
+            driver_dir: driver_dir.clone(),
+            member_id,
+            members,
+            ingress_channel,
+            log_term_length,
+            session_timeout: seconds("session_timeout", session_timeout)?,
+            app_version,
+            message_timeout: seconds("message_timeout", message_timeout)?,
+            ..ConsensusModuleContext::default()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(Mutex::new(None));
+        let service_ctx = ServiceContext {
+            driver_dir,
+            message_timeout: ctx.message_timeout,
+            ..ServiceContext::default()
+        };
+        let (s, e) = (stop.clone(), error.clone());
+        let service_thread = std::thread::Builder::new()
+            .name("sulis-cluster-service".into())
+            .spawn(move || {
+                let failed = Arc::new(Mutex::new(None));
+                let adapter = PyService {
+                    obj: service,
+                    handle: None,
+                    failed: failed.clone(),
+                };
+                let mut agent = match ClusteredServiceAgent::launch(service_ctx, Box::new(adapter))
+                {
+                    Ok(a) => a,
+                    Err(why) => return set_first(&e, format!("service container: {why}")),
+                };
+                while !s.load(Ordering::Acquire) {
+                    match agent.do_work() {
+                        Ok(0) => std::thread::sleep(Duration::from_micros(100)),
+                        Ok(_) => {}
+                        Err(why) => {
+                            set_first(&e, format!("service container: {why}"));
+                            break;
+                        }
+                    }
+                    if let Some(why) = failed.lock().unwrap().take() {
+                        set_first(&e, why);
+                        break;
+                    }
+                }
+                agent.close();
+            })
+            .map_err(|e| ClusterError::new_err(format!("starting the service thread: {e}")))?;
+        let (s, e) = (stop.clone(), error.clone());
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let module_thread = std::thread::Builder::new()
+            .name("sulis-consensus-module".into())
+            .spawn(move || {
+                let mut module = match ConsensusModule::launch(ctx) {
+                    Ok(m) => m,
+                    Err(why) => {
+                        let _ = ready_tx.send(Err(why));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                while !s.load(Ordering::Acquire) {
+                    match module.do_work() {
+                        Ok(0) => std::thread::sleep(Duration::from_micros(100)),
+                        Ok(_) => {}
+                        Err(why) => {
+                            set_first(&e, format!("consensus module: {why}"));
+                            break;
+                        }
+                    }
+                }
+                module.close();
+            })
+            .map_err(|e| {
+                ClusterError::new_err(format!("starting the consensus module thread: {e}"))
+            })?;
+        let node = PyClusterNode {
+            stop,
+            threads: Mutex::new(vec![module_thread, service_thread]),
+            error,
+        };
+        let ready = gil::released(py, move || ready_rx.recv_timeout(Duration::from_secs(120)));
+        let failure = match ready {
+            Ok(Ok(())) => None,
+            Ok(Err(why)) => Some(why),
+            Err(_) => Some("the consensus module did not start within 120 s".to_string()),
+        };
+        if let Some(why) = failure {
+            node.shutdown(py);
+            let service = node.error.lock().unwrap().take();
+            let detail = match service {
+                Some(s) => format!("{why} ({s})"),
+                None => why,
+            };
+            return Err(ClusterError::new_err(detail));
+        }
+        Ok(node)
+    }
+
+    /// The first error that stopped the module or the service, if any.
+    #[getter]
+    fn error(&self) -> Option<String> {
+        self.error.lock().unwrap().clone()
+    }
+
+    /// True while both threads run.
+    #[getter]
+    fn is_running(&self) -> bool {
+        let threads = self.threads.lock().unwrap();
+        !threads.is_empty() && threads.iter().all(|t| !t.is_finished())
+    }
+
+    /// Stops the module and the service (the log's recording is stopped).
+    fn close(&self, py: Python<'_>) {
+        self.shutdown(py);
+    }
+}
+
+impl PyClusterNode {
+    fn shutdown(&self, py: Python<'_>) {
+        self.stop.store(true, Ordering::Release);
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock().unwrap());
+        gil::released(py, move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+    }
+}
+
+impl Drop for PyClusterNode {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+create_exception!(
+    sulis,
+    ClusterSessionClosedError,
+    ClusterError,
+    "The cluster ended the session: `code` is the SessionEvent code (4 CLOSED, 1 ERROR, ...), `detail` why."
+);
+
+/// A session with a cluster.
+#[pyclass(name = "ClusterClient", module = "sulis._native")]
+pub struct PyClusterClient {
+    client: Client,
+    session: Option<ClusterClient>,
+}
+
+fn offer_code(e: OfferError) -> PyResult<i64> {
+    Ok(match e {
+        OfferError::NotConnected => -1,
+        OfferError::BackPressured => -2,
+        OfferError::AdminAction => -3,
+        OfferError::Closed => -4,
+        OfferError::MaxPositionExceeded => -5,
+        other => return Err(offer_err(other)),
+    })
+}
+
+impl PyClusterClient {
+    fn session(&mut self) -> PyResult<&mut ClusterClient> {
+        self.session
+            .as_mut()
+            .ok_or_else(|| crate::errors::ClosedError::new_err("the cluster client is closed"))
+    }
+}
+
+#[pymethods]
+impl PyClusterClient {
+    /// Connects to the driver at `driver_dir` and opens a session with the
+    /// cluster whose members take ingress at `ingress_endpoints`
+    /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
+    #[new]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new()))]
+    fn new(
+        py: Python<'_>,
+        driver_dir: PathBuf,
+        ingress_endpoints: String,
+        egress_channel: String,
+        ingress_channel: String,
+        message_timeout: f64,
+        credentials: Vec<u8>,
+    ) -> PyResult<Self> {
+        let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
+        let (client, session) =
+            gil::released(py, move || -> Result<(Client, ClusterClient), String> {
+                let client = Client::connect(ClientContext {
+                    dir: driver_dir,
+                    driver_timeout: timeout.max(Duration::from_secs(10)),
+                    name: "sulis-cluster-client".into(),
+                    interrupt: Some(crate::errors::interrupt_check()),
+                })
+                .map_err(|e| e.to_string())?;
+                let ctx = ClusterClientContext {
+                    ingress_endpoints,
+                    ingress_channel,
+                    egress_channel,
+                    message_timeout: timeout,
+                    credentials,
+                    ..ClusterClientContext::default()
+                };
+                let session = ClusterClient::connect(&client, &ctx)?;
+                Ok((client, session))
+            })
+            .map_err(ClusterError::new_err)?;
+        Ok(PyClusterClient {
+            client,
+            session: Some(session),
+        })
+    }
+
+    /// The session's id.
+    #[getter]
+    fn cluster_session_id(&mut self) -> PyResult<i64> {
+        Ok(self.session()?.cluster_session_id())
+    }
+
+    /// The leader's term.
+    #[getter]
+    fn leadership_term_id(&mut self) -> PyResult<i64> {
+        Ok(self.session()?.leadership_term_id())
+    }
+
+    /// The leader's member id.
+    #[getter]
+    fn leader_member_id(&mut self) -> PyResult<i32> {
+        Ok(self.session()?.leader_member_id())
+    }
+
+    /// Offers `payload`: the new position, or an `OfferResult`
+    /// (BACK_PRESSURED, NOT_CONNECTED, ...) to offer again.
+    fn offer(&mut self, py: Python<'_>, payload: &[u8]) -> PyResult<Py<PyAny>> {
+        let value = match self.session()?.offer(payload) {
+            Ok(position) => position,
+            Err(e) => offer_code(e)?,
+        };
+        crate::offer_result::to_py(py, value)
+    }
+
+    /// Tells the cluster the session is alive; False if it could not go now.
+    fn send_keep_alive(&mut self) -> PyResult<bool> {
+        Ok(self.session()?.send_keep_alive())
+    }
+
+    /// Reads up to `limit` egress fragments; each message of the session
+    /// goes to `handler(payload: bytes, timestamp: int)`. Raises
+    /// `ClusterSessionClosedError` once the cluster ended the session.
+    #[pyo3(signature = (handler, limit=10))]
+    fn poll_egress(
+        &mut self,
+        py: Python<'_>,
+        handler: Bound<'_, PyAny>,
+        limit: usize,
+    ) -> PyResult<usize> {
+        let mut failure = None;
+        let result = self.session()?.poll_egress(
+            |timestamp, payload| {
+                if failure.is_none() {
+                    if let Err(e) = handler.call1((PyBytes::new(py, payload), timestamp)) {
+                        failure = Some(e);
+                    }
+                }
+            },
+            limit,
+        );
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        result.map_err(|ended| {
+            let err = ClusterSessionClosedError::new_err(format!(
+                "the cluster ended the session: {}",
+                if ended.detail.is_empty() {
+                    format!("code {}", ended.code)
+                } else {
+                    ended.detail.clone()
+                }
+            ));
+            let _ = err.value(py).setattr("code", ended.code);
+            let _ = err.value(py).setattr("detail", ended.detail);
+            err
+        })
+    }
+
+    /// Closes the session (the cluster logs the close) and the client.
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(session) = self.session.take() {
+            let client = &self.client;
+            gil::released(py, move || {
+                session.close();
+                client.close();
+            });
+        }
+    }
+}
+
+/// Registers the cluster's classes and exceptions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyClusterNode>()?;
+    m.add_class::<PyCluster>()?;
+    m.add_class::<PyClusterClient>()?;
+    m.add("ClusterError", m.py().get_type::<ClusterError>())?;
+    m.add(
+        "ClusterSessionClosedError",
+        m.py().get_type::<ClusterSessionClosedError>(),
+    )?;
+    Ok(())
+}

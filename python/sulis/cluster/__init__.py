@@ -1,0 +1,182 @@
+"""The Cluster: a replicated state machine whose service is written in Python.
+
+A ``ClusterNode`` runs a consensus module and a service container on a media driver and an archive that
+are already running (``sulis.MediaDriver``, ``sulis.Archive``), each on a thread of its own. The
+consensus module sequences every client's messages into a log the archive records; the container reads
+the log only as far as it is committed and hands each entry to the ``ClusteredService``: one Python call
+per entry. A ``ClusterClient`` opens a session, offers messages and reads what the service sends back.
+
+This version runs clusters of one member (Aeron runs those too): the member leads every term, and its
+log is committed as far as its archive recorded it. A restarted node replays its log through a new
+service before it takes new sessions, so the service's state is rebuilt from the log. Three and five
+members (elections, replication) are being built (``docs/cluster.md``).
+
+Determinism: every member's service must do the same with the same entries. Use ``cluster.time`` (the
+entry's cluster time), never the wall clock; no randomness that is not seeded from the log; no I/O
+that changes what the service does; schedule timers through ``cluster.schedule_timer``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .._native import Cluster, ClusterError, ClusterSessionClosedError
+from .._native import ClusterClient as _NativeClusterClient
+from .._native import ClusterNode as _NativeClusterNode
+
+__all__ = [
+    "CloseReason",
+    "Cluster",
+    "ClusterClient",
+    "ClusterError",
+    "ClusterNode",
+    "ClusterSessionClosedError",
+    "ClusteredService",
+    "EventCode",
+    "Role",
+]
+
+
+class Role(enum.IntEnum):
+    """A member's role (Aeron's ``Cluster.Role``)."""
+
+    FOLLOWER = 0
+    CANDIDATE = 1
+    LEADER = 2
+
+
+class CloseReason(enum.IntEnum):
+    """Why a session closed (Aeron's ``CloseReason``)."""
+
+    CLIENT_ACTION = 0
+    SERVICE_ACTION = 1
+    TIMEOUT = 2
+
+
+class EventCode(enum.IntEnum):
+    """A SessionEvent's code (Aeron's ``EventCode``): ``ClusterSessionClosedError.code``."""
+
+    OK = 0
+    ERROR = 1
+    REDIRECT = 2
+    AUTHENTICATION_REJECTED = 3
+    CLOSED = 4
+
+
+class ClusteredService:
+    """The replicated state machine: subclass it and override what you need.
+
+    Every callback gets ``cluster`` (a ``Cluster``, valid during the callback only): its ``time`` and
+    ``log_position`` are the entry's, ``offer(session_id, payload)`` answers a client (False: offer
+    again), ``schedule_timer``/``cancel_timer``, ``close_session`` and ``offer_to_cluster`` (a message
+    into the log from the service itself). An exception stops the service: the node's ``error`` names
+    the callback and the log position, and no later entry is given to it.
+    """
+
+    def on_start(self, cluster: Cluster) -> None:
+        """The service joined the log, before any entry."""
+
+    def on_session_open(self, cluster: Cluster, session_id: int, timestamp: int) -> None:
+        """Session ``session_id`` opened."""
+
+    def on_session_close(self, cluster: Cluster, session_id: int, timestamp: int, close_reason: int) -> None:
+        """Session ``session_id`` closed (``CloseReason``)."""
+
+    def on_session_message(self, cluster: Cluster, session_id: int | None, timestamp: int, payload: bytes) -> None:
+        """A client's message (``session_id``), or the service's own (``None``)."""
+
+    def on_timer_event(self, cluster: Cluster, correlation_id: int, timestamp: int) -> None:
+        """Timer ``correlation_id`` fired."""
+
+    def on_role_change(self, cluster: Cluster, role: int) -> None:
+        """This member's role changed (``Role``)."""
+
+
+class ClusterNode:
+    """A cluster member in this process (a context manager): its consensus module and service container.
+
+    ``members`` is Aeron's ``cluster.members`` (``"0,ingress,consensus,log,catchup,archive"``; clients
+    send to the ingress endpoint), ``cluster_dir`` holds ``recording.log`` (one node per directory:
+    a second is refused, naming the process that holds it). Returns once the node leads its term,
+    raising ``ClusterError`` if it cannot start.
+    """
+
+    def __init__(self, service: ClusteredService, cluster_dir, driver_dir, members: str, member_id: int = 0,
+                 *, ingress_channel: str = "aeron:udp", log_term_length: int = 16 * 1024 * 1024,
+                 session_timeout: float = 10.0, app_version: int = 0, message_timeout: float = 10.0) -> None:
+        self._native = _NativeClusterNode(service, str(cluster_dir), str(driver_dir), members, member_id,
+                                          ingress_channel, log_term_length, session_timeout, app_version,
+                                          message_timeout)
+
+    @property
+    def error(self) -> str | None:
+        """The first error that stopped the module or the service, if any."""
+        return self._native.error
+
+    @property
+    def is_running(self) -> bool:
+        """True while the module and the service run."""
+        return self._native.is_running
+
+    def close(self) -> None:
+        """Stops the node (the log's recording is stopped)."""
+        self._native.close()
+
+    def __enter__(self) -> ClusterNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ClusterClient:
+    """A session with a cluster (a context manager).
+
+    Connects to the driver at ``driver_dir`` and opens a session with the member whose ingress is in
+    ``ingress_endpoints`` (``"0=host:port,..."``, following a redirect to the leader); the service's
+    answers come on ``egress_channel``. ``poll_egress`` raises ``ClusterSessionClosedError`` once the
+    cluster ended the session (closed by the service, timed out, ...): it is always reported.
+    """
+
+    def __init__(self, driver_dir, ingress_endpoints: str, egress_channel: str, *,
+                 ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
+                 credentials: bytes = b"") -> None:
+        self._native = _NativeClusterClient(str(driver_dir), ingress_endpoints, egress_channel, ingress_channel,
+                                            message_timeout, credentials)
+
+    @property
+    def cluster_session_id(self) -> int:
+        """The session's id."""
+        return self._native.cluster_session_id
+
+    @property
+    def leadership_term_id(self) -> int:
+        """The leader's term."""
+        return self._native.leadership_term_id
+
+    @property
+    def leader_member_id(self) -> int:
+        """The leader's member id."""
+        return self._native.leader_member_id
+
+    def offer(self, payload: bytes) -> int:
+        """Offers ``payload``: the new position, or an ``OfferResult`` (BACK_PRESSURED, ...) to offer again."""
+        return self._native.offer(payload)
+
+    def send_keep_alive(self) -> bool:
+        """Tells the cluster the session is alive (a session silent for the session timeout is closed)."""
+        return self._native.send_keep_alive()
+
+    def poll_egress(self, handler, limit: int = 10) -> int:
+        """Reads up to ``limit`` fragments; ``handler(payload, timestamp)`` for each of the session's messages."""
+        return self._native.poll_egress(handler, limit)
+
+    def close(self) -> None:
+        """Closes the session (the cluster logs it) and the client."""
+        self._native.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

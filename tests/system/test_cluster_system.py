@@ -1,0 +1,163 @@
+"""The Cluster from Python: a one-member cluster node whose service is a Python object, on an embedded
+driver and archive, and clients over UDP. Messages are echoed in order through the committed log,
+timers fire through the log, a service's exception stops the node naming the callback and the log
+position, a restarted node rebuilds the service from its log, and a second node on the same directory
+is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import sulis
+from conftest import await_until, free_udp_port
+from sulis.cluster import (
+    CloseReason,
+    ClusterClient,
+    ClusteredService,
+    ClusterError,
+    ClusterNode,
+    ClusterSessionClosedError,
+    EventCode,
+    Role,
+)
+
+
+class Echo(ClusteredService):
+    """Echoes each message; ``timer:N`` fires timer N now (answering ``fired N``); ``close`` closes the
+    session; ``boom`` raises."""
+
+    def __init__(self) -> None:
+        self.opened: list[int] = []
+        self.closed: list[tuple[int, int]] = []
+        self.messages = 0
+        self.timers: list[int] = []
+        self.roles: list[int] = []
+
+    def on_role_change(self, cluster, role):
+        self.roles.append(role)
+
+    def on_session_open(self, cluster, session_id, timestamp):
+        self.opened.append(session_id)
+
+    def on_session_close(self, cluster, session_id, timestamp, close_reason):
+        self.closed.append((session_id, close_reason))
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.messages += 1
+        if payload.startswith(b"timer:"):
+            cluster.schedule_timer(int(payload[6:]), cluster.time)
+        elif payload == b"close":
+            cluster.close_session(session_id)
+        elif payload == b"boom":
+            raise ValueError("the service broke")
+        else:
+            while not cluster.offer(session_id, payload):
+                time.sleep(0)
+
+    def on_timer_event(self, cluster, correlation_id, timestamp):
+        self.timers.append(correlation_id)
+        for session_id in cluster.session_ids():
+            while not cluster.offer(session_id, f"fired {correlation_id}".encode()):
+                time.sleep(0)
+
+
+@pytest.fixture
+def node_env(make_driver, tmp_path):
+    driver = make_driver()
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir) as archive:
+        port = free_udp_port()
+        members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+        yield driver, archive, members, port, tmp_path / "cluster"
+
+
+def start(node_env, service):
+    driver, _, members, _, cluster_dir = node_env
+    return ClusterNode(service, cluster_dir, driver.dir, members, log_term_length=64 * 1024)
+
+
+def connect(node_env) -> ClusterClient:
+    driver, _, _, port, _ = node_env
+    return ClusterClient(driver.dir, f"0=localhost:{port}", f"aeron:udp?endpoint=localhost:{free_udp_port()}")
+
+
+def receive(client: ClusterClient, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    await_until(lambda: client.poll_egress(lambda payload, ts: got.append(payload), 100) >= 0 and len(got) >= n,
+                20, f"{n} egress messages")
+    return got
+
+
+def offer(client: ClusterClient, payload: bytes) -> None:
+    await_until(lambda: client.offer(payload) > 0, 10, "ingress")
+
+
+def test_a_python_service_echoes_each_client_in_order_and_fires_timers_through_the_log(node_env):
+    service = Echo()
+    with start(node_env, service) as node, connect(node_env) as a, connect(node_env) as b:
+        assert (a.cluster_session_id, b.cluster_session_id, a.leadership_term_id) == (1, 2, 0)
+        sent_a = [f"a{i}".encode() * (1 + i % 7) for i in range(500)]
+        sent_b = [bytes([i % 256]) * (2000 if i % 50 == 3 else 10) for i in range(500)]
+        for x, y in zip(sent_a, sent_b, strict=True):
+            offer(a, x)
+            offer(b, y)
+        assert receive(a, 500) == sent_a
+        assert receive(b, 500) == sent_b
+        offer(a, b"timer:5")
+        assert receive(a, 1) == [b"fired 5"]
+        assert receive(b, 1) == [b"fired 5"]
+        offer(b, b"close")
+        with pytest.raises(ClusterSessionClosedError) as closed:
+            await_until(lambda: b.poll_egress(lambda p, t: None) < 0, 10)
+        assert (closed.value.code, closed.value.detail) == (EventCode.CLOSED, "SERVICE_ACTION")
+        assert node.error is None and node.is_running
+    assert service.opened == [1, 2] and service.timers == [5] and service.roles == [Role.LEADER]
+    assert service.messages == 1002
+    assert (2, CloseReason.SERVICE_ACTION) in service.closed
+
+
+def test_an_exception_in_the_service_stops_it_naming_the_callback_and_the_log_position(node_env):
+    service = Echo()
+    with start(node_env, service) as node, connect(node_env) as a:
+        offer(a, b"before")
+        assert receive(a, 1) == [b"before"]
+        offer(a, b"boom")
+        await_until(lambda: node.error is not None, 10, "the node's error")
+        assert "the service's on_session_message raised at log position" in node.error
+        assert "ValueError: the service broke" in node.error
+        offer(a, b"after")
+        time.sleep(0.3)
+        assert service.messages == 2, "no entry is given to a service past its failure"
+
+
+def test_a_restarted_node_rebuilds_its_python_service_from_the_log(node_env):
+    first = Echo()
+    node = start(node_env, first)
+    a = connect(node_env)
+    for i in range(50):
+        offer(a, f"m{i}".encode())
+    assert len(receive(a, 50)) == 50
+    node.close()  # a's session still open in the log
+    again = Echo()
+    with start(node_env, again), connect(node_env) as b:
+        assert again.opened[0] == 1 and again.messages == 50, "the log replayed through the new service"
+        # The old term's session is closed by the restart, and its client told.
+        await_until(lambda: (1, CloseReason.TIMEOUT) in again.closed, 10, "session 1 closed")
+        with pytest.raises(ClusterSessionClosedError):
+            await_until(lambda: a.poll_egress(lambda p, t: None) < 0, 10)
+        a.close()
+        assert (b.cluster_session_id, b.leadership_term_id) == (2, 1)
+        offer(b, b"after")
+        assert receive(b, 1) == [b"after"]
+    assert again.roles == [Role.LEADER], "a follower (its first role) while replaying, then the leader"
+
+
+def test_a_second_node_on_the_same_directory_is_refused_naming_the_holder(node_env):
+    with start(node_env, Echo()), connect(node_env) as a:
+        with pytest.raises(ClusterError, match=f"pid {os.getpid()}\\) is running on"):
+            start(node_env, Echo())
+        offer(a, b"still")
+        assert receive(a, 1) == [b"still"]
