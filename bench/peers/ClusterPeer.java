@@ -1,0 +1,132 @@
+/*
+ * The Aeron Java cluster client of sulis' interoperability tests (tests/interop/test_cluster_interop.py):
+ * Aeron's own AeronCluster, through the driver in aeron.dir, against a cluster (sulis's) whose members
+ * take ingress at ingress_endpoints.
+ *
+ *   echo ingress_endpoints=0=host:port,... egress=URI count=N
+ *
+ * Connects (AeronCluster.connect), offers count messages (index, then bytes (i + j) & 0xff, lengths
+ * 8 + (i * 37) % 400, every 97th 3000 bytes), polling egress meanwhile, and checks that the service
+ * echoed each one, in order, before the deadline. Then closes the session. One JSON line:
+ * {"session_id", "leadership_term_id", "leader_member_id", "sent", "received", "errors"}.
+ */
+
+import io.aeron.cluster.client.AeronCluster;
+import io.aeron.cluster.client.EgressListener;
+import io.aeron.cluster.codecs.EventCode;
+import io.aeron.logbuffer.Header;
+import org.agrona.DirectBuffer;
+import org.agrona.concurrent.UnsafeBuffer;
+
+import java.util.*;
+
+public final class ClusterPeer {
+    static final Map<String, String> ARGS = new HashMap<>();
+
+    public static void main(final String[] args) {
+        for (int k = 1; k < args.length; k++) {
+            final int eq = args[k].indexOf('=');
+            ARGS.put(args[k].substring(0, eq), args[k].substring(eq + 1));
+        }
+        if (args.length == 0 || !"echo".equals(args[0])) {
+            System.err.println("usage: ClusterPeer echo ingress_endpoints=... egress=URI count=N");
+            System.exit(2);
+        }
+        System.exit(echo());
+    }
+
+    static byte[] message(final int i) {
+        final int n = i % 97 == 5 ? 3000 : 8 + (i * 37) % 400;
+        final byte[] m = new byte[4 + n];
+        m[0] = (byte)i;
+        m[1] = (byte)(i >>> 8);
+        m[2] = (byte)(i >>> 16);
+        m[3] = (byte)(i >>> 24);
+        for (int j = 0; j < n; j++) {
+            m[4 + j] = (byte)((i + j) & 0xff);
+        }
+        return m;
+    }
+
+    static String quote(final String s) {
+        return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+
+    static int echo() {
+        final int count = Integer.parseInt(ARGS.get("count"));
+        final List<String> errors = new ArrayList<>();
+        final int[] received = {0};
+        final EgressListener listener = new EgressListener() {
+            public void onMessage(
+                final long clusterSessionId,
+                final long timestamp,
+                final DirectBuffer buffer,
+                final int offset,
+                final int length,
+                final Header header) {
+                final byte[] want = message(received[0]);
+                final byte[] got = new byte[length];
+                buffer.getBytes(offset, got);
+                if (!Arrays.equals(want, got) && errors.size() < 10) {
+                    errors.add("echo " + received[0] + " differs (" + length + " bytes)");
+                }
+                received[0]++;
+            }
+
+            public void onSessionEvent(
+                final long correlationId,
+                final long clusterSessionId,
+                final long leadershipTermId,
+                final int leaderMemberId,
+                final EventCode code,
+                final String detail) {
+                if (code != EventCode.OK) {
+                    errors.add("session event " + code + " " + detail);
+                }
+            }
+        };
+        final AeronCluster.Context ctx = new AeronCluster.Context()
+            .ingressChannel("aeron:udp")
+            .ingressEndpoints(ARGS.get("ingress_endpoints"))
+            .egressChannel(ARGS.get("egress"))
+            .egressListener(listener);
+        final long sessionId;
+        final long term;
+        final int leader;
+        int sent = 0;
+        try (AeronCluster cluster = AeronCluster.connect(ctx)) {
+            sessionId = cluster.clusterSessionId();
+            term = cluster.leadershipTermId();
+            leader = cluster.leaderMemberId();
+            final UnsafeBuffer buffer = new UnsafeBuffer(new byte[8192]);
+            final long deadline = System.currentTimeMillis() + 60_000;
+            while (sent < count) {
+                final byte[] m = message(sent);
+                buffer.putBytes(0, m);
+                if (cluster.offer(buffer, 0, m.length) > 0) {
+                    sent++;
+                } else if (System.currentTimeMillis() > deadline) {
+                    errors.add("offer stuck at " + sent);
+                    break;
+                }
+                cluster.pollEgress();
+            }
+            while (received[0] < count && System.currentTimeMillis() < deadline) {
+                if (cluster.pollEgress() == 0) {
+                    Thread.yield();
+                }
+            }
+            if (received[0] < count) {
+                errors.add("echoes stuck at " + received[0]);
+            }
+        }
+        final StringBuilder e = new StringBuilder("[");
+        for (int k = 0; k < errors.size(); k++) {
+            e.append(k > 0 ? ", " : "").append(quote(errors.get(k)));
+        }
+        System.out.println("{\"session_id\": " + sessionId + ", \"leadership_term_id\": " + term +
+            ", \"leader_member_id\": " + leader + ", \"sent\": " + sent + ", \"received\": " + received[0] +
+            ", \"errors\": " + e.append("]") + "}");
+        return 0;
+    }
+}

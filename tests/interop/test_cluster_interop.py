@@ -1,0 +1,68 @@
+"""The Cluster against Aeron Java 1.51: Aeron's own ``AeronCluster`` client (bench/peers/ClusterPeer.java),
+on an Aeron Java media driver of its own, opens a session with a one-member sulis cluster over UDP,
+offers messages (some fragmented) and gets each echoed, in order, by a Python service; then closes
+its session, which the service sees as a client's close.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import peers  # noqa: E402
+import pytest
+
+import sulis
+from conftest import await_until, free_udp_port
+from sulis.cluster import CloseReason, ClusteredService, ClusterNode
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
+
+
+class Echo(ClusteredService):
+    def __init__(self) -> None:
+        self.opened: list[int] = []
+        self.closed: list[tuple[int, int]] = []
+
+    def on_session_open(self, cluster, session_id, timestamp):
+        self.opened.append(session_id)
+
+    def on_session_close(self, cluster, session_id, timestamp, close_reason):
+        self.closed.append((session_id, close_reason))
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        while not cluster.offer(session_id, payload):
+            pass
+
+
+@pytest.fixture
+def current():
+    return peers.usable("current")
+
+
+@pytest.fixture
+def harness():
+    with peers.Harness() as h:
+        yield h
+
+
+def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(current, harness, make_driver, tmp_path):
+    driver = make_driver()
+    port = free_udp_port()
+    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    service = Echo()
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
+            ClusterNode(service, tmp_path / "cluster", driver.dir, members, log_term_length=1024 * 1024) as node:
+        _, aeron_dir = harness.start_driver("aeron", current)
+        cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
+        cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ClusterPeer", [
+            "echo", f"ingress_endpoints=0=localhost:{port}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
+            "count=2000"], cp)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        assert res == {"session_id": 1, "leadership_term_id": 0, "leader_member_id": 0, "sent": 2000,
+                       "received": 2000, "errors": []}, res
+        await_until(lambda: service.closed == [(1, CloseReason.CLIENT_ACTION)], 10, "the client's close")
+        assert node.error is None
+    assert service.opened == [1]
