@@ -68,7 +68,9 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                        "10.0.0.2:40459": "127.0.0.3:{port}", "10.0.0.2:40460": "127.0.0.4:{port}"}),
     ("README.md", 7): Snippet("with sulis.MediaDriver() as driver, \\", replace={"/var/tmp/archive": "{tmp}/archive"},
                               prelude="import sulis\n"),
-    ("README.md", 8): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    ("README.md", 8): Snippet("import tempfile", replace={"localhost:9010": "localhost:{port}"},
+                              expect=r"\[b'5', b'12'\]"),
+    ("README.md", 9): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
     ("docs/archive.md", 0): Snippet("with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as "
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
