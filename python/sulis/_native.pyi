@@ -770,6 +770,12 @@ def archive_mark_file(
 ) -> tuple[int, int, int, str, str, str, list[tuple[int, int, int, str]]] | None:
     """The mark file: pid, activity ms, archive id, channels, driver dir, errors; None without one."""
 
+def cluster_config(
+    cluster_dir: str | None = None, driver_dir: str | None = None, **options: object
+) -> list[tuple[str, str, str, str, str]]:
+    """The cluster's effective settings without starting a node: (name, value, source, environment
+    variable, doc) per option of its table."""
+
 class ClusterError(SulisError):
     """The cluster refused, failed or ended something; the message says what and where."""
 
@@ -813,17 +819,7 @@ class ClusterNode:
     """A cluster node: its consensus module and its service container, each on a thread of its own."""
 
     def __new__(
-        cls,
-        service: object,
-        cluster_dir: str,
-        driver_dir: str,
-        members: str,
-        member_id: int = 0,
-        ingress_channel: str = ...,
-        log_term_length: int = ...,
-        session_timeout: float = 10.0,
-        app_version: int = 0,
-        message_timeout: float = 10.0,
+        cls, service: object, cluster_dir: str | None = None, driver_dir: str | None = None, **options: object
     ) -> Self: ...
     @property
     def error(self) -> str | None:

@@ -52,7 +52,8 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
     members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
     service = Echo()
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
-            ClusterNode(service, tmp_path / "cluster", driver.dir, members, log_term_length=1024 * 1024) as node:
+            ClusterNode(service, tmp_path / "cluster", driver.dir, cluster_members=members,
+                        log_term_length="1m") as node:
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
         cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ClusterPeer", [

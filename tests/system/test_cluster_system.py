@@ -23,6 +23,7 @@ from sulis.cluster import (
     ClusterSessionClosedError,
     EventCode,
     Role,
+    cluster_config,
 )
 
 
@@ -76,7 +77,7 @@ def node_env(make_driver, tmp_path):
 
 def start(node_env, service):
     driver, _, members, _, cluster_dir = node_env
-    return ClusterNode(service, cluster_dir, driver.dir, members, log_term_length=64 * 1024)
+    return ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k")
 
 
 def connect(node_env) -> ClusterClient:
@@ -161,3 +162,19 @@ def test_a_second_node_on_the_same_directory_is_refused_naming_the_holder(node_e
             start(node_env, Echo())
         offer(a, b"still")
         assert receive(a, 1) == [b"still"]
+
+
+def test_the_nodes_settings_come_from_its_options_table_and_bad_ones_are_named(monkeypatch):
+    monkeypatch.setenv("SULIS_CLUSTER_SESSION_TIMEOUT", "3s")
+    rows = {name: (value, source, env) for name, value, source, env, _ in
+            cluster_config(cluster_members="0,h:1,h:2,h:3,h:0,h:4", app_version="1.2.3", leader_heartbeat_timeout=4.5)}
+    assert rows["session_timeout"] == ("3s", "environment", "SULIS_CLUSTER_SESSION_TIMEOUT")
+    assert rows["app_version"] == ("1.2.3", "explicit", "SULIS_CLUSTER_APP_VERSION")
+    assert rows["leader_heartbeat_timeout"][:2] == ("4500ms", "explicit")
+    assert rows["ingress_stream_id"] == ("101", "default", "SULIS_CLUSTER_INGRESS_STREAM_ID")
+    with pytest.raises(sulis.ConfigurationError, match="log_term_length 100000: a power of two"):
+        cluster_config(log_term_length=100_000)
+    with pytest.raises(sulis.ConfigurationError, match="app_version"):
+        cluster_config(app_version="1.2")
+    with pytest.raises(sulis.ConfigurationError, match="no_such_option"):
+        cluster_config(no_such_option=1)

@@ -35,7 +35,9 @@ use sulis_protocol::cluster::messages::{
     SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::parse_recording_position_key;
+use sulis_protocol::options::{Configured, OptionSpec, Sources};
 use sulis_protocol::sbe::Header as SbeHeader;
+use sulis_protocol::values::{format_duration_ns, parse_duration_option, parse_size};
 
 /// Counter type of a cluster's commit position (Aeron's `Cluster commit-pos`).
 pub const COMMIT_POSITION_TYPE_ID: i32 = 203;
@@ -86,6 +88,8 @@ pub struct ConsensusModuleContext {
     pub app_version: i32,
     /// How long to wait for the driver and the archive.
     pub message_timeout: Duration,
+    /// Where each option's value came from.
+    pub sources: Sources,
 }
 
 impl Default for ConsensusModuleContext {
@@ -111,7 +115,132 @@ impl Default for ConsensusModuleContext {
             leader_heartbeat_timeout: Duration::from_secs(10),
             app_version: 0,
             message_timeout: Duration::from_secs(10),
+            sources: Sources::default(),
         }
+    }
+}
+
+fn text(s: &str) -> Result<String, String> {
+    Ok(s.to_string())
+}
+fn show_text(v: &str) -> String {
+    v.to_string()
+}
+fn path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+fn show_path(v: &std::path::Path) -> String {
+    v.display().to_string()
+}
+fn int<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.trim().parse::<T>().map_err(|e| format!("{s:?}: {e}"))
+}
+fn show<T: std::fmt::Display>(v: &T) -> String {
+    v.to_string()
+}
+fn size(s: &str) -> Result<i32, String> {
+    let v = parse_size(s)?;
+    i32::try_from(v).map_err(|_| format!("{s:?}: more than 1g"))
+}
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration_option(s).map(Duration::from_nanos)
+}
+fn show_duration(d: &Duration) -> String {
+    format_duration_ns(d.as_nanos() as u64)
+}
+fn version(s: &str) -> Result<i32, String> {
+    let parts: Vec<&str> = s.trim().split('.').collect();
+    let number = |p: &str| {
+        p.parse::<i32>()
+            .ok()
+            .filter(|v| (0..=255).contains(v))
+            .ok_or_else(|| format!("{s:?}: a semantic version is major.minor.patch, each 0 to 255"))
+    };
+    match parts.as_slice() {
+        [major, minor, patch] => Ok(sulis_protocol::sbe::semantic_version(
+            number(major)?,
+            number(minor)?,
+            number(patch)?,
+        )),
+        _ => Err(format!("{s:?}: a semantic version is major.minor.patch")),
+    }
+}
+fn show_version(v: &i32) -> String {
+    format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
+}
+
+/// Every option of a cluster node's consensus module.
+pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
+    sulis_protocol::option!(cluster_dir, "SULIS_CLUSTER_DIR", "path", "The member's directory (recording.log and its lock).", path, |v: &PathBuf| show_path(v)),
+    sulis_protocol::option!(driver_dir, "SULIS_DIR", "path", "The media driver's directory (the local archive is on the same driver).", path, |v: &PathBuf| show_path(v)),
+    sulis_protocol::option!(member_id, "SULIS_CLUSTER_MEMBER_ID", "", "This member's id in cluster_members.", int::<i32>, show),
+    sulis_protocol::option!(members as "cluster_members", "SULIS_CLUSTER_MEMBERS", "", "Aeron's cluster.members: id,ingress,consensus,log,catchup,archive per member, separated by | (one member so far).", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(ingress_channel, "SULIS_CLUSTER_INGRESS_CHANNEL", "channel", "Channel clients send to; the member's ingress endpoint is added as endpoint.", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(ingress_stream_id, "SULIS_CLUSTER_INGRESS_STREAM_ID", "", "Ingress stream (Aeron's 101).", int::<i32>, show),
+    sulis_protocol::option!(log_channel, "SULIS_CLUSTER_LOG_CHANNEL", "channel", "The log's channel (a one-member cluster's log is IPC).", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(log_stream_id, "SULIS_CLUSTER_LOG_STREAM_ID", "", "The log's stream (Aeron's 100).", int::<i32>, show),
+    sulis_protocol::option!(log_term_length, "SULIS_CLUSTER_LOG_TERM_LENGTH", "bytes", "Term length of the log publication, a power of two from 64k to 1g; fixed for the life of the log.", size, show),
+    sulis_protocol::option!(replay_stream_id, "SULIS_CLUSTER_REPLAY_STREAM_ID", "", "Stream the log is replayed on at start (Aeron's 103).", int::<i32>, show),
+    sulis_protocol::option!(control_channel, "SULIS_CLUSTER_CONTROL_CHANNEL", "channel", "Channel between the consensus module and its services.", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(consensus_module_stream_id, "SULIS_CLUSTER_CONSENSUS_MODULE_STREAM_ID", "", "Services to module (Aeron's 105).", int::<i32>, show),
+    sulis_protocol::option!(service_stream_id, "SULIS_CLUSTER_SERVICE_STREAM_ID", "", "Module to services (Aeron's 104).", int::<i32>, show),
+    sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
+    sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
+    sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
+    sulis_protocol::option!(leader_heartbeat_timeout, "SULIS_CLUSTER_LEADER_HEARTBEAT_TIMEOUT", "duration", "A member not heard from for this long is not counted; also told to clients.", duration, show_duration),
+    sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
+    sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
+];
+
+impl Configured for ConsensusModuleContext {
+    const WHAT: &'static str = "cluster";
+    fn table() -> &'static [OptionSpec<Self>] {
+        OPTIONS
+    }
+    fn sources_mut(&mut self) -> &mut Sources {
+        &mut self.sources
+    }
+    fn sources(&self) -> &Sources {
+        &self.sources
+    }
+}
+
+impl ConsensusModuleContext {
+    /// Checks the settings together; an error names the setting.
+    pub fn conclude(&self) -> Result<(), String> {
+        let length = self.log_term_length;
+        if !(64 * 1024..=1024 * 1024 * 1024).contains(&length) || length.count_ones() != 1 {
+            return Err(format!(
+                "log_term_length {length}: a power of two from 64k to 1g"
+            ));
+        }
+        if !(1..=10).contains(&self.service_count) {
+            return Err(format!("service_count {}: 1 to 10", self.service_count));
+        }
+        for (name, d) in [
+            ("session_timeout", self.session_timeout),
+            ("leader_heartbeat_interval", self.leader_heartbeat_interval),
+            ("leader_heartbeat_timeout", self.leader_heartbeat_timeout),
+            ("message_timeout", self.message_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{name} must be more than 0"));
+            }
+        }
+        if self.leader_heartbeat_interval >= self.leader_heartbeat_timeout {
+            return Err(format!(
+                "leader_heartbeat_interval {} is not below leader_heartbeat_timeout {}",
+                show_duration(&self.leader_heartbeat_interval),
+                show_duration(&self.leader_heartbeat_timeout)
+            ));
+        }
+        if self.max_concurrent_sessions == 0 {
+            return Err("max_concurrent_sessions must be at least 1".into());
+        }
+        Ok(())
     }
 }
 
@@ -195,6 +324,7 @@ impl ConsensusModule {
     /// Starts the module: opens the recording log, replays the log it holds
     /// (the services replay it too), then leads a new term.
     pub fn launch(ctx: ConsensusModuleContext) -> Result<ConsensusModule, String> {
+        ctx.conclude()?;
         let members = ClusterMember::parse(&ctx.members).map_err(|e| err("cluster members", e))?;
         let me = members
             .iter()
@@ -926,4 +1056,60 @@ fn with_param(channel: &str, param: &str) -> String {
         "{channel}{}{param}",
         if channel.contains('?') { "|" } else { "?" }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sulis_protocol::options::Source;
+
+    #[test]
+    fn the_options_table_sets_and_shows_every_option_and_conclude_names_what_is_wrong() {
+        let mut ctx = ConsensusModuleContext::default();
+        for (name, value) in [
+            ("cluster_members", "0,h:1,h:2,h:3,h:0,h:4"),
+            ("log_term_length", "1m"),
+            ("session_timeout", "5s"),
+            ("app_version", "2.1.0"),
+        ] {
+            ctx.set_option(name, value).unwrap();
+        }
+        assert_eq!(ctx.members, "0,h:1,h:2,h:3,h:0,h:4");
+        assert_eq!(ctx.log_term_length, 1024 * 1024);
+        assert_eq!(ctx.session_timeout, Duration::from_secs(5));
+        assert_eq!(
+            ctx.app_version,
+            sulis_protocol::sbe::semantic_version(2, 1, 0)
+        );
+        let described = ctx.describe_options();
+        let row = |n: &str| {
+            described
+                .iter()
+                .find(|(o, _, _)| o.name == n)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(
+            (row("app_version").1, row("app_version").2),
+            ("2.1.0".to_string(), Source::Explicit)
+        );
+        assert_eq!(row("ingress_stream_id").2, Source::Default);
+        assert!(ctx
+            .set_option("app_version", "2.1")
+            .unwrap_err()
+            .contains("major.minor.patch"));
+        assert!(ctx.set_option("log_term_length", "2g").is_err());
+        ctx.conclude().unwrap();
+        ctx.log_term_length = 100_000;
+        assert!(ctx
+            .conclude()
+            .unwrap_err()
+            .starts_with("log_term_length 100000"));
+        ctx.log_term_length = 64 * 1024;
+        ctx.leader_heartbeat_interval = Duration::from_secs(20);
+        assert!(ctx
+            .conclude()
+            .unwrap_err()
+            .contains("is not below leader_heartbeat_timeout"));
+    }
 }

@@ -5,11 +5,11 @@
 //! log entry costs the service one Python call. `sulis.cluster` gives them
 //! their final shape.
 
-use crate::errors::{offer_err, SulisError};
+use crate::errors::{offer_err, ConfigurationError, SulisError};
 use crate::gil;
 use pyo3::create_exception;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -21,6 +21,7 @@ use sulis_cluster::clustered_service_agent::{
     Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, ServiceOfferError,
 };
 use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+use sulis_protocol::options::Configured;
 
 create_exception!(
     sulis,
@@ -239,6 +240,47 @@ impl ClusteredService for PyService {
     }
 }
 
+/// The cluster's settings: defaults, the `SULIS_CLUSTER_*` variables (and
+/// `SULIS_DIR`), then `cluster_dir`, `driver_dir` and the keywords, through
+/// the options table; checked together.
+fn cluster_context(
+    cluster_dir: Option<String>,
+    driver_dir: Option<String>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<ConsensusModuleContext> {
+    let mut ctx = ConsensusModuleContext::default();
+    ctx.apply_env().map_err(ConfigurationError::new_err)?;
+    for (name, value) in [("cluster_dir", cluster_dir), ("driver_dir", driver_dir)] {
+        if let Some(v) = value {
+            ctx.set_option(name, &v)
+                .map_err(ConfigurationError::new_err)?;
+        }
+    }
+    crate::options::apply_keywords(&mut ctx, options)?;
+    ctx.conclude().map_err(ConfigurationError::new_err)?;
+    Ok(ctx)
+}
+
+/// (name, value, source, environment variable, doc) per option.
+type ConfigRows = Vec<(String, String, String, String, String)>;
+
+/// The cluster's effective settings (defaults, `SULIS_CLUSTER_*`, then
+/// keywords) as (name, value, source, environment variable, doc), without
+/// starting a node.
+#[pyfunction]
+#[pyo3(signature = (cluster_dir=None, driver_dir=None, **options))]
+pub fn cluster_config(
+    cluster_dir: Option<String>,
+    driver_dir: Option<String>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<ConfigRows> {
+    Ok(crate::options::rows(&cluster_context(
+        cluster_dir,
+        driver_dir,
+        options,
+    )?))
+}
+
 /// A cluster node: its consensus module and its service container, each on
 /// a thread of its own, on a running media driver and archive.
 #[pyclass(name = "ClusterNode", module = "sulis._native")]
@@ -258,50 +300,29 @@ fn set_first(error: &Mutex<Option<String>>, e: String) {
 #[pymethods]
 impl PyClusterNode {
     /// Starts the node and returns once the module leads its term (the
-    /// services have joined, and replayed the log it had).
+    /// services have joined, and replayed the log it had). Its settings
+    /// come from the cluster's options table: defaults, `SULIS_CLUSTER_*`,
+    /// then `cluster_dir`, `driver_dir` and the keywords.
     #[new]
-    #[pyo3(signature = (service, cluster_dir, driver_dir, members, member_id=0, ingress_channel="aeron:udp".to_string(), log_term_length=16*1024*1024, session_timeout=10.0, app_version=0, message_timeout=10.0))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (service, cluster_dir=None, driver_dir=None, **options))]
     fn new(
         py: Python<'_>,
         service: Py<PyAny>,
-        cluster_dir: PathBuf,
-        driver_dir: PathBuf,
-        members: String,
-        member_id: i32,
-        ingress_channel: String,
-        log_term_length: i32,
-        session_timeout: f64,
-        app_version: i32,
-        message_timeout: f64,
+        cluster_dir: Option<String>,
+        driver_dir: Option<String>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let seconds = |what: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(crate::errors::ConfigurationError::new_err(format!(
-                    "{what} must be a positive number of seconds, not {v}"
-                )))
-            }
-        };
-        let ctx = ConsensusModuleContext {
-            cluster_dir,
-            driver_dir: driver_dir.clone(),
-            member_id,
-            members,
-            ingress_channel,
-            log_term_length,
-            session_timeout: seconds("session_timeout", session_timeout)?,
-            app_version,
-            message_timeout: seconds("message_timeout", message_timeout)?,
-            ..ConsensusModuleContext::default()
-        };
+        let ctx = cluster_context(cluster_dir, driver_dir, options)?;
+        let driver_dir = ctx.driver_dir.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let service_ctx = ServiceContext {
             driver_dir,
+            service_id: 0,
+            control_channel: ctx.control_channel.clone(),
+            consensus_module_stream_id: ctx.consensus_module_stream_id,
+            service_stream_id: ctx.service_stream_id,
             message_timeout: ctx.message_timeout,
-            ..ServiceContext::default()
         };
         let (s, e) = (stop.clone(), error.clone());
         let service_thread = std::thread::Builder::new()
@@ -586,6 +607,7 @@ impl PyClusterClient {
 
 /// Registers the cluster's classes and exceptions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cluster_config, m)?)?;
     m.add_class::<PyClusterNode>()?;
     m.add_class::<PyCluster>()?;
     m.add_class::<PyClusterClient>()?;

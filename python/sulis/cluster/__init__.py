@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 
-from .._native import Cluster, ClusterError, ClusterSessionClosedError
+from .._native import Cluster, ClusterError, ClusterSessionClosedError, cluster_config
 from .._native import ClusterClient as _NativeClusterClient
 from .._native import ClusterNode as _NativeClusterNode
 
@@ -34,6 +34,7 @@ __all__ = [
     "ClusteredService",
     "EventCode",
     "Role",
+    "cluster_config",
 ]
 
 
@@ -95,18 +96,17 @@ class ClusteredService:
 class ClusterNode:
     """A cluster member in this process (a context manager): its consensus module and service container.
 
-    ``members`` is Aeron's ``cluster.members`` (``"0,ingress,consensus,log,catchup,archive"``; clients
-    send to the ingress endpoint), ``cluster_dir`` holds ``recording.log`` (one node per directory:
-    a second is refused, naming the process that holds it). Returns once the node leads its term,
-    raising ``ClusterError`` if it cannot start.
+    ``cluster_members`` is Aeron's ``cluster.members`` (``"0,ingress,consensus,log,catchup,archive"``;
+    clients send to the ingress endpoint); ``cluster_dir`` holds ``recording.log`` (one node per
+    directory: a second is refused, naming the process that holds it). Every setting comes from the
+    cluster's options table (defaults, ``SULIS_CLUSTER_*`` variables, then these keywords; names, units
+    and defaults in docs/config.md, ``cluster_config()`` shows the effective ones). Returns once the
+    node leads its term, raising ``ClusterError`` if it cannot start.
     """
 
-    def __init__(self, service: ClusteredService, cluster_dir, driver_dir, members: str, member_id: int = 0,
-                 *, ingress_channel: str = "aeron:udp", log_term_length: int = 16 * 1024 * 1024,
-                 session_timeout: float = 10.0, app_version: int = 0, message_timeout: float = 10.0) -> None:
-        self._native = _NativeClusterNode(service, str(cluster_dir), str(driver_dir), members, member_id,
-                                          ingress_channel, log_term_length, session_timeout, app_version,
-                                          message_timeout)
+    def __init__(self, service: ClusteredService, cluster_dir=None, driver_dir=None, **options: object) -> None:
+        self._native = _NativeClusterNode(service, None if cluster_dir is None else str(cluster_dir),
+                                          None if driver_dir is None else str(driver_dir), **options)
 
     @property
     def error(self) -> str | None:
