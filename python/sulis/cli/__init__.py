@@ -91,6 +91,11 @@ from .archive import archive_tool as _archive_tool_command  # noqa: E402
 main.add_command(_archive_command, "archive")
 main.add_command(_archive_tool_command, "archive-tool")
 
+# sulis cluster-node.
+from .cluster import cluster_node as _cluster_node_command  # noqa: E402
+
+main.add_command(_cluster_node_command, "cluster-node")
+
 
 # sulis bench: throughput and ping-pong (its own module).
 from .bench import bench as _bench_command  # noqa: E402
