@@ -1,7 +1,8 @@
-"""The Cluster against Aeron Java 1.51: Aeron's own ``AeronCluster`` client (bench/peers/ClusterPeer.java),
-on an Aeron Java media driver of its own, opens a session with a one-member sulis cluster over UDP,
-offers messages (some fragmented) and gets each echoed, in order, by a Python service; then closes
-its session, which the service sees as a client's close.
+"""The Cluster against Aeron Java 1.51, both ways: Aeron's own ``AeronCluster`` client
+(bench/peers/ClusterPeer.java), on an Aeron Java media driver of its own, opens a session with a
+one-member sulis cluster over UDP, offers messages (some fragmented) and gets each echoed, in order, by
+a Python service, then closes its session, which the service sees as a client's close; and
+``sulis.cluster.ClusterClient`` gets its messages echoed by Aeron's one-member EchoServiceNode.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 import sulis
 from conftest import await_until, free_udp_port
-from sulis.cluster import CloseReason, ClusteredService, ClusterNode
+from sulis.cluster import CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
@@ -67,3 +68,48 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
         await_until(lambda: service.closed == [(1, CloseReason.CLIENT_ACTION)], 10, "the client's close")
         assert node.error is None
     assert service.opened == [1]
+
+
+def test_the_sulis_client_gets_its_messages_echoed_by_an_aeron_cluster(current, harness, make_driver, tmp_path):
+    """Aeron's sample EchoServiceNode as a one-member Aeron Java cluster (ingress on port 9002, its
+    ClusterConfig's layout); ``sulis.cluster.ClusterClient`` on a sulis driver connects over UDP."""
+    work = tmp_path / "aeron-node"
+    work.mkdir()
+    props = {"aeron.dir": str(work / "aeron"), "aeron.dir.delete.on.start": "true",
+             "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
+             "aeron.cluster.tutorial.nodeId": "0", "aeron.cluster.tutorial.hostnames": "localhost",
+             "aeron.cluster.ingress.channel": "aeron:udp",
+             "aeron.cluster.replication.channel": "aeron:udp?endpoint=localhost:0",
+             "user.dir": str(work)}
+    cmd = peers.aeron_java.command(current, props, "io.aeron.samples.cluster.EchoServiceNode")
+    node = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "Started Cluster Node" in node.stdout.readline()
+        driver = make_driver()
+        egress = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+        client = await_until(lambda: _connect(driver.dir, "0=localhost:9002", egress), 60, "a session with Aeron")
+        with client:
+            assert (client.cluster_session_id, client.leader_member_id) == (1, 0)
+            sent = [bytes([i % 256]) * (3000 if i % 97 == 5 else 8 + i % 300) for i in range(500)]
+            got: list[bytes] = []
+            for m in sent:
+                await_until(lambda m=m: client.offer(m) > 0 or client.poll_egress(lambda p, t: got.append(p)) < 0,
+                            10, "ingress")
+            await_until(lambda: client.poll_egress(lambda p, t: got.append(p), 100) >= 0 and len(got) >= 500,
+                        30, "500 echoes")
+            assert got == sent
+    finally:
+        node.terminate()
+        try:
+            node.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.communicate()
+
+
+def _connect(driver_dir, endpoints, egress):
+    """A session, or None while the Aeron node is still electing itself."""
+    try:
+        return ClusterClient(driver_dir, endpoints, egress, message_timeout=2.0)
+    except ClusterError:
+        return None
