@@ -4,11 +4,18 @@
  * take ingress at ingress_endpoints.
  *
  *   echo ingress_endpoints=0=host:port,... egress=URI count=N
+ *   latency ingress_endpoints=... egress=URI count=N warmup=N length=N
+ *   throughput ingress_endpoints=... egress=URI count=N length=N
  *
  * Connects (AeronCluster.connect), offers count messages (index, then bytes (i + j) & 0xff, lengths
  * 8 + (i * 37) % 400, every 97th 3000 bytes), polling egress meanwhile, and checks that the service
  * echoed each one, in order, before the deadline. Then closes the session. One JSON line:
  * {"session_id", "leadership_term_id", "leader_member_id", "sent", "received", "errors"}.
+ *
+ * latency sends one message of length bytes at a time and waits for its echo (warmup of them first,
+ * not counted): {"p50_us", "p90_us", "p99_us", "p999_us", "max_us", "count"}, round trips in µs.
+ * throughput offers count messages as fast as the cluster takes them, polling egress meanwhile,
+ * until every echo is back: {"msgs_per_s", "count"}, from the first offer to the last echo.
  */
 
 import io.aeron.cluster.client.AeronCluster;
@@ -28,8 +35,14 @@ public final class ClusterPeer {
             final int eq = args[k].indexOf('=');
             ARGS.put(args[k].substring(0, eq), args[k].substring(eq + 1));
         }
+        if (args.length > 0 && "latency".equals(args[0])) {
+            System.exit(latency(false));
+        }
+        if (args.length > 0 && "throughput".equals(args[0])) {
+            System.exit(latency(true));
+        }
         if (args.length == 0 || !"echo".equals(args[0])) {
-            System.err.println("usage: ClusterPeer echo ingress_endpoints=... egress=URI count=N");
+            System.err.println("usage: ClusterPeer echo|latency|throughput ingress_endpoints=... egress=URI count=N");
             System.exit(2);
         }
         System.exit(echo());
@@ -50,6 +63,61 @@ public final class ClusterPeer {
 
     static String quote(final String s) {
         return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+
+    static int latency(final boolean throughput) {
+        final int count = Integer.parseInt(ARGS.get("count"));
+        final int warmup = Integer.parseInt(ARGS.getOrDefault("warmup", "0"));
+        final int length = Integer.parseInt(ARGS.getOrDefault("length", "32"));
+        final long[] received = {0};
+        final EgressListener listener = (sessionId, timestamp, buffer, offset, len, header) -> received[0]++;
+        final AeronCluster.Context ctx = new AeronCluster.Context()
+            .ingressChannel("aeron:udp")
+            .ingressEndpoints(ARGS.get("ingress_endpoints"))
+            .egressChannel(ARGS.get("egress"))
+            .egressListener(listener);
+        try (AeronCluster cluster = AeronCluster.connect(ctx)) {
+            final UnsafeBuffer buffer = new UnsafeBuffer(new byte[Math.max(length, 8)]);
+            if (throughput) {
+                final long start = System.nanoTime();
+                int sent = 0;
+                while (sent < count) {
+                    if (cluster.offer(buffer, 0, length) > 0) {
+                        sent++;
+                    }
+                    cluster.pollEgress();
+                }
+                while (received[0] < count) {
+                    cluster.pollEgress();
+                }
+                final double seconds = (System.nanoTime() - start) / 1e9;
+                System.out.println("{\"msgs_per_s\": " + (long)(count / seconds) + ", \"count\": " + count + "}");
+                return 0;
+            }
+            final long[] rtt = new long[count];
+            for (int i = 0; i < warmup + count; i++) {
+                final long before = received[0];
+                final long t0 = System.nanoTime();
+                buffer.putLong(0, t0);
+                while (cluster.offer(buffer, 0, length) < 0) {
+                    cluster.pollEgress();
+                }
+                while (received[0] == before) {
+                    cluster.pollEgress();
+                }
+                if (i >= warmup) {
+                    rtt[i - warmup] = System.nanoTime() - t0;
+                }
+            }
+            Arrays.sort(rtt);
+            final java.util.function.DoubleFunction<String> at =
+                (q) -> String.format(Locale.US, "%.2f", rtt[Math.min(count - 1, (int)(q * count))] / 1000.0);
+            System.out.println("{\"p50_us\": " + at.apply(0.5) + ", \"p90_us\": " + at.apply(0.9) +
+                ", \"p99_us\": " + at.apply(0.99) + ", \"p999_us\": " + at.apply(0.999) +
+                ", \"max_us\": " + String.format(Locale.US, "%.2f", rtt[count - 1] / 1000.0) +
+                ", \"count\": " + count + "}");
+        }
+        return 0;
     }
 
     static int echo() {

@@ -88,6 +88,9 @@ pub struct ConsensusModuleContext {
     pub app_version: i32,
     /// How long to wait for the driver and the archive.
     pub message_timeout: Duration,
+    /// What the module's and the service container's threads do when a
+    /// duty cycle found nothing to do.
+    pub idle_strategy: sulis_concurrent::idle::IdleStrategy,
     /// Where each option's value came from.
     pub sources: Sources,
 }
@@ -115,6 +118,7 @@ impl Default for ConsensusModuleContext {
             leader_heartbeat_timeout: Duration::from_secs(10),
             app_version: 0,
             message_timeout: Duration::from_secs(10),
+            idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
             sources: Sources::default(),
         }
     }
@@ -193,6 +197,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(leader_heartbeat_timeout, "SULIS_CLUSTER_LEADER_HEARTBEAT_TIMEOUT", "duration", "A member not heard from for this long is not counted; also told to clients.", duration, show_duration),
     sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
+    sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
 ];
 
 impl Configured for ConsensusModuleContext {

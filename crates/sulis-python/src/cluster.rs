@@ -325,6 +325,7 @@ impl PyClusterNode {
             message_timeout: ctx.message_timeout,
         };
         let (s, e) = (stop.clone(), error.clone());
+        let idle = ctx.idle_strategy;
         let service_thread = std::thread::Builder::new()
             .name("sulis-cluster-service".into())
             .spawn(move || {
@@ -339,10 +340,10 @@ impl PyClusterNode {
                     Ok(a) => a,
                     Err(why) => return set_first(&e, format!("service container: {why}")),
                 };
+                let mut idler = idle.idler();
                 while !s.load(Ordering::Acquire) {
                     match agent.do_work() {
-                        Ok(0) => std::thread::sleep(Duration::from_micros(100)),
-                        Ok(_) => {}
+                        Ok(n) => idler.idle(n),
                         Err(why) => {
                             set_first(&e, format!("service container: {why}"));
                             break;
@@ -357,6 +358,7 @@ impl PyClusterNode {
             })
             .map_err(|e| ClusterError::new_err(format!("starting the service thread: {e}")))?;
         let (s, e) = (stop.clone(), error.clone());
+        let idle = ctx.idle_strategy;
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let module_thread = std::thread::Builder::new()
             .name("sulis-consensus-module".into())
@@ -369,10 +371,10 @@ impl PyClusterNode {
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
+                let mut idler = idle.idler();
                 while !s.load(Ordering::Acquire) {
                     match module.do_work() {
-                        Ok(0) => std::thread::sleep(Duration::from_micros(100)),
-                        Ok(_) => {}
+                        Ok(n) => idler.idle(n),
                         Err(why) => {
                             set_first(&e, format!("consensus module: {why}"));
                             break;

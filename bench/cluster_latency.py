@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Cluster round trip and throughput: a one-member sulis cluster beside a one-member Aeron Java cluster.
+
+    python bench/cluster_latency.py            # 3 runs of each row (~2 min)
+    python bench/cluster_latency.py --quick    # 1 run, fewer messages (smoke test)
+
+Each node is a process of its own on this machine: ``sulis cluster-node`` (driver, archive,
+consensus module, and the echo service of bench/peers/cluster_echo.py: one Python call per message)
+and Aeron's sample ``EchoServiceNode`` (a ClusteredMediaDriver and its EchoService, all Java, shared
+threading). Each client is another process with a driver of its own, over UDP loopback: the sulis
+Python client (``sulis.cluster.ClusterClient``) and Aeron's ``AeronCluster`` (bench/peers/ClusterPeer.java).
+Every message goes client -> ingress -> log (recorded by the node's archive, committed) -> service ->
+egress -> client. Rows, each the median of ``--runs`` runs:
+
+* latency: one ``--length``-byte message at a time, the next sent when its echo is back; round trips
+  in µs (``--count`` after ``--warmup``).
+* throughput: ``--tput-count`` messages offered as fast as the cluster takes them, egress polled
+  meanwhile; messages/s from the first offer to the last echo.
+
+The 3-node comparison the issue asks for (and etcd and PySyncObj beside it) needs sulis's
+multi-member cluster, which is not there yet. The Aeron rows need ``bash bench/peers/install.sh``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import sulis
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import cpu_summary, free_port, remove_dir, scratch_dir
+from sulis._benchkit.report import print_table
+from sulis.cluster import ClusterClient
+
+r.repository(__file__)
+from bench.peers import aeron as aeron_java  # noqa: E402
+
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
+AERON_INGRESS = 9002  # EchoServiceNode's ClusterConfig: node 0, port base 9000, client-facing offset 2
+
+
+class SulisNode:
+    """``sulis cluster-node`` with the echo service, in its own process."""
+
+    def __init__(self) -> None:
+        self.top = scratch_dir("sulis-bench-cluster-")
+        self.port = free_port()
+        members = f"0,localhost:{self.port},localhost:1,localhost:2,localhost:0,localhost:3"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
+        env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
+                                      "cluster_echo:Echo", "--cluster-dir", os.path.join(self.top, "cluster"),
+                                      "--dir", os.path.join(self.top, "driver"), "--cluster-members", members,
+                                      "--log-term-length", "16m"], env=env, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        if "running in" not in line:
+            raise RuntimeError(f"sulis cluster-node did not start: {line}{self.proc.stderr.read()}")
+        self.endpoints = f"0=localhost:{self.port}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.communicate(timeout=30)
+        remove_dir(self.top)
+
+
+class AeronNode:
+    """Aeron's EchoServiceNode, one member, in its own JVM."""
+
+    def __init__(self, aeron) -> None:
+        self.top = scratch_dir("sulis-bench-aeron-cluster-")
+        props = {"aeron.dir": os.path.join(self.top, "aeron"), "aeron.dir.delete.on.start": "true",
+                 "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
+                 "aeron.cluster.tutorial.nodeId": "0", "aeron.cluster.tutorial.hostnames": "localhost",
+                 "aeron.cluster.ingress.channel": "aeron:udp",
+                 "aeron.cluster.replication.channel": "aeron:udp?endpoint=localhost:0", "user.dir": self.top}
+        self.proc = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.samples.cluster.EchoServiceNode"),
+                                     cwd=self.top, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline()
+        if "Started Cluster Node" not in line:
+            raise RuntimeError(f"EchoServiceNode did not start: {line}{self.proc.stdout.read()[-2000:]}")
+        self.endpoints = f"0=localhost:{AERON_INGRESS}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.communicate(timeout=30)
+        remove_dir(self.top)
+
+
+def percentiles(samples_ns: list[int]) -> dict:
+    s = sorted(samples_ns)
+    at = lambda q: s[min(len(s) - 1, int(q * len(s)))] / 1000  # noqa: E731
+    return {"p50_us": at(0.5), "p90_us": at(0.9), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": s[-1] / 1000}
+
+
+def sulis_client(endpoints: str, a, mode: str) -> dict:
+    """The sulis Python client on a driver of its own (this process): latency or throughput."""
+    shm = scratch_dir("sulis-bench-cluster-client-")
+    try:
+        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared") as driver:
+            client = _connect(driver.dir, endpoints)
+            try:
+                payload = bytes(a.length)
+                got = [0]
+
+                def on_echo(p, t):
+                    got[0] += 1
+
+                if mode == "throughput":
+                    t0 = time.perf_counter()
+                    sent = 0
+                    while sent < a.tput_count:
+                        if client.offer(payload) > 0:
+                            sent += 1
+                        client.poll_egress(on_echo, 100)
+                    while got[0] < a.tput_count:
+                        client.poll_egress(on_echo, 100)
+                    return {"msgs_per_s": a.tput_count / (time.perf_counter() - t0)}
+                rtt = []
+                for i in range(a.warmup + a.count):
+                    before = got[0]
+                    t0 = time.perf_counter_ns()
+                    while client.offer(payload) < 0:
+                        client.poll_egress(on_echo)
+                    while got[0] == before:
+                        client.poll_egress(on_echo)
+                    if i >= a.warmup:
+                        rtt.append(time.perf_counter_ns() - t0)
+                return percentiles(rtt)
+            finally:
+                client.close()
+    finally:
+        remove_dir(shm)
+
+
+def _connect(driver_dir: str, endpoints: str) -> ClusterClient:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return ClusterClient(driver_dir, endpoints, f"aeron:udp?endpoint=localhost:{free_port()}",
+                                 message_timeout=2.0)
+        except sulis.cluster.ClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def aeron_client(aeron, endpoints: str, a, mode: str) -> dict:
+    """Aeron's AeronCluster (ClusterPeer) with an Aeron Java driver of its own."""
+    top = scratch_dir("sulis-bench-aeron-cluster-client-")
+    driver = None
+    try:
+        aeron_dir = os.path.join(top, "aeron")
+        props = {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.threading.mode": "SHARED"}
+        driver = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver"),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(aeron_dir, "cnc.dat")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("Aeron's driver wrote no cnc.dat")
+            time.sleep(0.05)
+        cp = aeron_java.classpath(aeron, aeron_java.SOURCE.with_name("ClusterPeer.java"))
+        count = a.tput_count if mode == "throughput" else a.count
+        cmd = aeron_java.command(aeron, {"aeron.dir": aeron_dir}, "ClusterPeer", [
+            mode, f"ingress_endpoints={endpoints}", f"egress=aeron:udp?endpoint=localhost:{free_port()}",
+            f"count={count}", f"warmup={a.warmup}", f"length={a.length}"], cp)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"ClusterPeer {mode} failed: {out.stdout[-1000:]}{out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        if driver is not None:
+            driver.terminate()
+            driver.wait(30)
+        remove_dir(top)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--count", type=int, default=20_000, help="round trips measured per run")
+    ap.add_argument("--warmup", type=int, default=5_000, help="round trips before measuring")
+    ap.add_argument("--tput-count", type=int, default=200_000, help="messages per throughput run")
+    ap.add_argument("--length", type=int, default=32, help="message length in bytes")
+    ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
+    a = ap.parse_args()
+    r.require_release_build()
+    if a.quick:
+        a.runs, a.count, a.warmup, a.tput_count = 1, 2_000, 500, 20_000
+    try:
+        aeron, why = aeron_java.find("current"), ""
+    except aeron_java.Missing as e:
+        aeron, why = None, str(e)
+    print(f"[cluster] {cpu_summary()}; one member each; {a.length} B messages; client and node each a process")
+    rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
+                 ("sulis node, Aeron Java client", "sulis", "aeron"),
+                 ("Aeron node, Aeron Java client", "aeron", "aeron"),
+                 ("Aeron node, sulis Python client", "aeron", "sulis")]
+    results: dict[str, dict[str, list]] = {name: {"latency": [], "throughput": []} for name, _, _ in rows_spec}
+    for _ in range(a.runs):
+        for node_kind in ("sulis", "aeron"):
+            if node_kind == "aeron" and aeron is None:
+                continue
+            node = SulisNode() if node_kind == "sulis" else AeronNode(aeron)
+            try:
+                for name, n, c in rows_spec:
+                    if n != node_kind or (c == "aeron" and aeron is None):
+                        continue
+                    for mode in ("latency", "throughput"):
+                        run = sulis_client if c == "sulis" else (lambda e, a_, m: aeron_client(aeron, e, a_, m))
+                        results[name][mode].append(run(node.endpoints, a, mode))
+            finally:
+                node.close()
+    med = statistics.median
+    table = []
+    for name, _, _ in rows_spec:
+        lat, tput = results[name]["latency"], results[name]["throughput"]
+        if not lat:
+            table.append([name] + [f"skipped: {why}"] + [""] * 5)
+            continue
+        cell = lambda k, lat=lat: f"{med(x[k] for x in lat):.1f}"  # noqa: E731
+        table.append([name, cell("p50_us"), cell("p90_us"), cell("p99_us"), cell("p999_us"),
+                      f"{med(x['msgs_per_s'] for x in tput):,.0f}",
+                      ", ".join(f"{x['msgs_per_s']:,.0f}" for x in tput)])
+    print_table(["row", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "msgs/s", "runs, msgs/s"], table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(r.main_guard(main))

@@ -1,0 +1,12 @@
+"""The echo service ``sulis cluster-node`` runs in bench/cluster_latency.py: each message straight back."""
+
+from sulis.cluster import ClusteredService
+
+
+class Echo(ClusteredService):
+    """Answers every client message with itself."""
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        if session_id is not None:
+            while not cluster.offer(session_id, payload):
+                pass
