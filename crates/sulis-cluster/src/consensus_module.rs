@@ -173,7 +173,7 @@ fn version(s: &str) -> Result<i32, String> {
     }
 }
 fn show_version(v: &i32) -> String {
-    format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
+    sulis_protocol::sbe::semantic_version_string(*v)
 }
 
 /// Every option of a cluster node's consensus module.

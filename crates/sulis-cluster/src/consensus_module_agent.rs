@@ -19,6 +19,7 @@ use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, AppendPosition, CommitPosition, SessionMessageHeader,
     TimerEvent, NULL_VALUE,
 };
+use sulis_protocol::sbe::{semantic_major, semantic_version_string};
 
 /// The module's state (Aeron's `ConsensusModule.State`; the values are the
 /// module-state counter's).
@@ -520,11 +521,11 @@ impl ConsensusModuleAgent {
                         unit_name(self.cfg.time_unit)
                     )));
                 }
-                if major(t.app_version) != major(self.cfg.app_version) {
+                if semantic_major(t.app_version) != semantic_major(self.cfg.app_version) {
                     return Err(at(format!(
                         "the log was written by application version {}, this member runs {} (majors must match)",
-                        version_string(t.app_version),
-                        version_string(self.cfg.app_version)
+                        semantic_version_string(t.app_version),
+                        semantic_version_string(self.cfg.app_version)
                     )));
                 }
                 self.cluster_time = t.timestamp;
@@ -555,19 +556,6 @@ fn unit_name(unit: i32) -> String {
         time_unit::NANOS => "NANOSECONDS".into(),
         other => format!("unknown ({other})"),
     }
-}
-
-fn major(version: i32) -> i32 {
-    (version >> 16) & 0xff
-}
-
-fn version_string(version: i32) -> String {
-    format!(
-        "{}.{}.{}",
-        major(version),
-        (version >> 8) & 0xff,
-        version & 0xff
-    )
 }
 
 #[cfg(test)]

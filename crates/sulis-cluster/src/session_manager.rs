@@ -23,6 +23,7 @@ use sulis_protocol::cluster::messages::{
     close_reason, event_code, Challenge, NewLeaderEvent, SessionCloseEvent, SessionEvent,
     SessionOpenEvent, CLIENT_PROTOCOL_VERSION, NULL_POSITION, NULL_VALUE,
 };
+use sulis_protocol::sbe::{semantic_major, semantic_version_string};
 
 /// What the session manager needs of the consensus module.
 pub trait SessionHost {
@@ -227,11 +228,11 @@ impl SessionManager {
         if !is_leader {
             session.reject(event_code::REDIRECT, &term.ingress_endpoints);
             self.rejected.push(session);
-        } else if major(req.version) != major(CLIENT_PROTOCOL_VERSION) {
+        } else if semantic_major(req.version) != semantic_major(CLIENT_PROTOCOL_VERSION) {
             let detail = format!(
                 "{SESSION_INVALID_VERSION_MSG} {}, cluster is {}",
-                version_string(req.version),
-                version_string(CLIENT_PROTOCOL_VERSION)
+                semantic_version_string(req.version),
+                semantic_version_string(CLIENT_PROTOCOL_VERSION)
             );
             session.reject(event_code::ERROR, &detail);
             self.rejected.push(session);
@@ -795,19 +796,6 @@ fn send_event(
         detail: detail.to_string(),
     };
     host.send_egress(s.egress_key, &e.encode())
-}
-
-fn major(version: i32) -> i32 {
-    (version >> 16) & 0xff
-}
-
-fn version_string(version: i32) -> String {
-    format!(
-        "{}.{}.{}",
-        major(version),
-        (version >> 8) & 0xff,
-        version & 0xff
-    )
 }
 
 /// Aeron's CloseReason names, the detail of a CLOSED event.

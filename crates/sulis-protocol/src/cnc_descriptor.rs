@@ -49,20 +49,7 @@ pub const PID_FIELD_OFFSET: usize = 40;
 /// File page size (i32).
 pub const FILE_PAGE_SIZE_FIELD_OFFSET: usize = 48;
 
-/// Major part of a semantic version.
-pub const fn major(version: i32) -> i32 {
-    (version >> 16) & 0xFF
-}
-
-/// Formats a semantic version as `major.minor.patch`.
-pub fn version_string(version: i32) -> String {
-    format!(
-        "{}.{}.{}",
-        (version >> 16) & 0xFF,
-        (version >> 8) & 0xFF,
-        version & 0xFF
-    )
-}
+pub use crate::sbe::{semantic_major as major, semantic_version_string as version_string};
 
 /// Lengths of the sections, in file order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

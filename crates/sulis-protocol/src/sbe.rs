@@ -21,6 +21,21 @@ pub const fn semantic_version(major: i32, minor: i32, patch: i32) -> i32 {
     (major << 16) | (minor << 8) | patch
 }
 
+/// The major part of a packed semantic version.
+pub const fn semantic_major(version: i32) -> i32 {
+    (version >> 16) & 0xff
+}
+
+/// A packed semantic version as `major.minor.patch`.
+pub fn semantic_version_string(version: i32) -> String {
+    format!(
+        "{}.{}.{}",
+        semantic_major(version),
+        (version >> 8) & 0xff,
+        version & 0xff
+    )
+}
+
 /// Length of the message header.
 pub const HEADER_LENGTH: usize = 8;
 /// Longest var-data field the schema allows (2^30 bytes).

@@ -18,10 +18,7 @@ pub const PROTOCOL_VERSION: i32 = semantic_version(1, 12, 0);
 /// Oldest protocol version at which a client asks for the archive id.
 pub const ARCHIVE_ID_MIN_VERSION: i32 = semantic_version(1, 11, 0);
 
-/// Renders a packed semantic version as `major.minor.patch`.
-pub fn version_string(v: i32) -> String {
-    format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
-}
+pub use crate::sbe::semantic_version_string as version_string;
 
 /// Aeron's "none" for ids, positions, lengths and timestamps.
 pub const NULL_VALUE: i64 = -1;
