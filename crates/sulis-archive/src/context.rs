@@ -8,8 +8,11 @@ use crate::checksum::Checksum;
 use std::path::PathBuf;
 use std::time::Duration;
 use sulis_protocol::archive::segment::{check_segment_file_length, DEFAULT_SEGMENT_FILE_LENGTH};
-use sulis_protocol::options::{parse_optional, show_optional, Configured, OptionSpec, Sources};
-use sulis_protocol::values::{format_duration_ns, parse_bool, parse_duration_option, parse_size};
+use sulis_protocol::options::{
+    parse_duration as duration, parse_int as int, parse_optional, parse_text as text, show,
+    show_duration, show_optional, Configured, OptionSpec, Sources,
+};
+use sulis_protocol::values::{parse_bool, parse_size};
 
 /// How an archive runs.
 #[derive(Clone, Debug)]
@@ -117,29 +120,11 @@ impl ArchiveThreadingMode {
     }
 }
 
-fn text(s: &str) -> Result<String, String> {
-    Ok(s.to_string())
-}
-fn show_text(v: &String) -> String {
-    v.clone()
-}
-fn int<T: std::str::FromStr>(s: &str) -> Result<T, String>
-where
-    T::Err: std::fmt::Display,
-{
-    s.trim().parse::<T>().map_err(|e| format!("{s:?}: {e}"))
-}
-fn show<T: std::fmt::Display>(v: &T) -> String {
+fn show_text(v: &str) -> String {
     v.to_string()
 }
 fn size(s: &str) -> Result<usize, String> {
     parse_size(s).map(|v| v as usize)
-}
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_option(s).map(Duration::from_nanos)
-}
-fn show_duration(d: &Duration) -> String {
-    format_duration_ns(d.as_nanos() as u64)
 }
 fn checksum(s: &str) -> Result<Option<Checksum>, String> {
     parse_optional(s, Checksum::parse)
@@ -163,7 +148,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(driver_dir, "SULIS_DIR", "path", "The media driver's directory (the archive is one of its clients).", |s: &str| Ok::<_, String>(PathBuf::from(s)), |v: &PathBuf| v.display().to_string()),
     sulis_protocol::option!(control_channel, "SULIS_ARCHIVE_CONTROL_CHANNEL", "channel", "UDP channel remote clients send requests to (empty: local control only).", optional_text, show_optional),
     sulis_protocol::option!(control_stream_id, "SULIS_ARCHIVE_CONTROL_STREAM_ID", "", "Stream of the control channel.", int::<i32>, show),
-    sulis_protocol::option!(local_control_channel, "SULIS_ARCHIVE_LOCAL_CONTROL_CHANNEL", "channel", "Channel clients on this machine send requests to.", text, show_text),
+    sulis_protocol::option!(local_control_channel, "SULIS_ARCHIVE_LOCAL_CONTROL_CHANNEL", "channel", "Channel clients on this machine send requests to.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(local_control_stream_id, "SULIS_ARCHIVE_LOCAL_CONTROL_STREAM_ID", "", "Stream of the local control channel.", int::<i32>, show),
     sulis_protocol::option!(control_term_buffer_length, "SULIS_ARCHIVE_CONTROL_TERM_BUFFER_LENGTH", "bytes", "Term length of the control response publications.", size, show),
     sulis_protocol::option!(archive_id, "SULIS_ARCHIVE_ID", "", "The archive's id (empty: its client id, as Aeron's).", |s: &str| parse_optional(s, int::<i64>), show_optional),
@@ -173,7 +158,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(record_checksum, "SULIS_ARCHIVE_RECORD_CHECKSUM", "", "crc32 or crc32c (Aeron's class names too): stamped into every recorded DATA frame and catalog entry (Aeron's aeron.archive.record.checksum); empty: none.", checksum, show_checksum),
     sulis_protocol::option!(replay_checksum, "SULIS_ARCHIVE_REPLAY_CHECKSUM", "", "crc32 or crc32c: checked on every replayed DATA frame; a mismatch ends the replay naming the frame; empty: none.", checksum, show_checksum),
     sulis_protocol::option!(recording_events_enabled, "SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", "bool", "Publish RecordingStarted/Progress/Stopped events on recording_events_channel (Aeron's recording events).", parse_bool, show),
-    sulis_protocol::option!(recording_events_channel, "SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL", "channel", "Where recording events go: Aeron's default, a dynamic MDC publication whose control address subscribers name (aeron:udp?control=HOST:8030, from any host).", text, show_text),
+    sulis_protocol::option!(recording_events_channel, "SULIS_ARCHIVE_RECORDING_EVENTS_CHANNEL", "channel", "Where recording events go: Aeron's default, a dynamic MDC publication whose control address subscribers name (aeron:udp?control=HOST:8030, from any host).", text, |v: &String| show_text(v)),
     sulis_protocol::option!(recording_events_stream_id, "SULIS_ARCHIVE_RECORDING_EVENTS_STREAM_ID", "", "Stream of the recording events.", int::<i32>, show),
     sulis_protocol::option!(catalog_capacity, "SULIS_ARCHIVE_CATALOG_CAPACITY", "bytes", "Initial catalog file length (it grows).", size, show),
     sulis_protocol::option!(file_io_max_length, "SULIS_ARCHIVE_FILE_IO_MAX_LENGTH", "bytes", "Most bytes written or read per call, a power of two of at least 4096.", size, show),

@@ -35,9 +35,12 @@ use sulis_protocol::cluster::messages::{
     SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::parse_recording_position_key;
-use sulis_protocol::options::{Configured, OptionSpec, Sources};
+use sulis_protocol::options::{
+    parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
+    Configured, OptionSpec, Sources,
+};
 use sulis_protocol::sbe::Header as SbeHeader;
-use sulis_protocol::values::{format_duration_ns, parse_duration_option, parse_size};
+use sulis_protocol::values::parse_size;
 
 /// Counter type of a cluster's commit position (Aeron's `Cluster commit-pos`).
 pub const COMMIT_POSITION_TYPE_ID: i32 = 203;
@@ -124,9 +127,6 @@ impl Default for ConsensusModuleContext {
     }
 }
 
-fn text(s: &str) -> Result<String, String> {
-    Ok(s.to_string())
-}
 fn show_text(v: &str) -> String {
     v.to_string()
 }
@@ -136,24 +136,9 @@ fn path(s: &str) -> Result<PathBuf, String> {
 fn show_path(v: &std::path::Path) -> String {
     v.display().to_string()
 }
-fn int<T: std::str::FromStr>(s: &str) -> Result<T, String>
-where
-    T::Err: std::fmt::Display,
-{
-    s.trim().parse::<T>().map_err(|e| format!("{s:?}: {e}"))
-}
-fn show<T: std::fmt::Display>(v: &T) -> String {
-    v.to_string()
-}
 fn size(s: &str) -> Result<i32, String> {
     let v = parse_size(s)?;
     i32::try_from(v).map_err(|_| format!("{s:?}: more than 1g"))
-}
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_option(s).map(Duration::from_nanos)
-}
-fn show_duration(d: &Duration) -> String {
-    format_duration_ns(d.as_nanos() as u64)
 }
 fn version(s: &str) -> Result<i32, String> {
     let parts: Vec<&str> = s.trim().split('.').collect();

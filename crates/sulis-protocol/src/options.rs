@@ -153,6 +153,34 @@ pub fn parse_optional<T>(
     }
 }
 
+/// Text as itself (a table's parser for text options).
+pub fn parse_text(s: &str) -> Result<String, String> {
+    Ok(s.to_string())
+}
+
+/// A number; an error quotes the text.
+pub fn parse_int<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.trim().parse::<T>().map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Any value as its text.
+pub fn show<T: std::fmt::Display + ?Sized>(v: &T) -> String {
+    v.to_string()
+}
+
+/// A duration with a unit (`5s`, `200ms`), or seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::values::parse_duration_option(s).map(std::time::Duration::from_nanos)
+}
+
+/// A duration as a table shows it (`5s`, `200ms`).
+pub fn show_duration(d: &std::time::Duration) -> String {
+    crate::values::format_duration_ns(d.as_nanos() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
