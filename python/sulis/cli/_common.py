@@ -372,3 +372,15 @@ def stop_signals():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def echo_config(config, *args, **options) -> None:
+    """``--print-config``: ``config(*args, **options)`` (a service's ``*_config``), one line per option with its
+    value and where it came from; a bad value is the command's error."""
+    try:
+        rows = config(*args, **options)
+    except _native.SulisError as e:
+        raise cli_error(e) from None
+    width = max(len(r[0]) for r in rows)
+    for name, value, source, env, _doc in rows:
+        click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")

@@ -8,7 +8,7 @@ import time
 import click
 
 from .. import _native
-from ._common import cli_error, option_flags, stop_signals
+from ._common import cli_error, echo_config, option_flags, stop_signals
 
 _STATES = {int(s): s.name for s in _native.RecordingState}
 
@@ -28,13 +28,7 @@ def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_con
     driver_dir = dir_ or _native.default_dir()
     options = {k: v for k, v in options.items() if v is not None}
     if print_config:
-        try:
-            rows = _native.archive_config(archive_dir, driver_dir, **options)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
-        width = max(len(r[0]) for r in rows)
-        for name, value, source, env, _doc in rows:
-            click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
+        echo_config(_native.archive_config, archive_dir, driver_dir, **options)
         return
     from .. import Archive, MediaDriver
 

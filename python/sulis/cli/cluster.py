@@ -12,7 +12,7 @@ import time
 import click
 
 from .. import _native
-from ._common import cli_error, option_flags, stop_signals
+from ._common import cli_error, echo_config, option_flags, stop_signals
 
 
 def _load_service(spec: str):
@@ -71,13 +71,7 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     driver_dir = dir_ or _native.default_dir()
     options = {k: v for k, v in options.items() if v is not None}
     if print_config:
-        try:
-            rows = _native.cluster_config(cluster_dir, driver_dir, **options)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
-        width = max(len(r[0]) for r in rows)
-        for name, value, source, env, _doc in rows:
-            click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")
+        echo_config(_native.cluster_config, cluster_dir, driver_dir, **options)
         return
     service = _load_service(service_spec)
     from .. import Archive, MediaDriver
