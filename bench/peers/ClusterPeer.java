@@ -78,17 +78,22 @@ public final class ClusterPeer {
             .egressListener(listener);
         try (AeronCluster cluster = AeronCluster.connect(ctx)) {
             final UnsafeBuffer buffer = new UnsafeBuffer(new byte[Math.max(length, 8)]);
+            final long deadline = System.currentTimeMillis() + 120_000;
             if (throughput) {
                 final long start = System.nanoTime();
                 int sent = 0;
-                while (sent < count) {
+                while (sent < count && System.currentTimeMillis() < deadline) {
                     if (cluster.offer(buffer, 0, length) > 0) {
                         sent++;
                     }
                     cluster.pollEgress();
                 }
-                while (received[0] < count) {
+                while (received[0] < count && System.currentTimeMillis() < deadline) {
                     cluster.pollEgress();
+                }
+                if (received[0] < count) {
+                    System.out.println("{\"error\": \"" + sent + " sent, " + received[0] + " echoes within 120 s\"}");
+                    return 1;
                 }
                 final double seconds = (System.nanoTime() - start) / 1e9;
                 System.out.println("{\"msgs_per_s\": " + (long)(count / seconds) + ", \"count\": " + count + "}");
@@ -104,6 +109,10 @@ public final class ClusterPeer {
                 }
                 while (received[0] == before) {
                     cluster.pollEgress();
+                    if (System.currentTimeMillis() > deadline) {
+                        System.out.println("{\"error\": \"no echo of round trip " + i + " within 120 s\"}");
+                        return 1;
+                    }
                 }
                 if (i >= warmup) {
                     rtt[i - warmup] = System.nanoTime() - t0;

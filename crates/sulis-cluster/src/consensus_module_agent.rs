@@ -731,10 +731,21 @@ mod tests {
         );
     }
 
+    /// A leader's log (entries with the position after each) whose egress
+    /// is always up; `back_pressured` makes it take nothing.
+    #[derive(Default)]
     struct Log {
-        entries: Vec<Vec<u8>>,
+        entries: Vec<(Vec<u8>, i64)>,
         position: i64,
         back_pressured: bool,
+    }
+
+    impl Log {
+        fn append(&mut self, entry: Vec<u8>) -> i64 {
+            self.position += (32 + entry.len() as i64 + 31) & !31;
+            self.entries.push((entry, self.position));
+            self.position
+        }
     }
 
     impl SessionHost for Log {
@@ -750,17 +761,14 @@ mod tests {
             if self.back_pressured {
                 return None;
             }
-            self.entries.push(entry.to_vec());
-            self.position += (32 + entry.len() as i64 + 31) & !31;
-            Some(self.position)
+            Some(self.append(entry.to_vec()))
         }
     }
 
     fn log_at(position: i64) -> Log {
         Log {
-            entries: Vec::new(),
             position,
-            back_pressured: false,
+            ..Log::default()
         }
     }
 
@@ -783,7 +791,7 @@ mod tests {
         let fired: Vec<i64> = log
             .entries
             .iter()
-            .map(|e| TimerEvent::decode(e).expect("timer event").correlation_id)
+            .map(|(e, _)| TimerEvent::decode(e).expect("timer event").correlation_id)
             .collect();
         assert_eq!(fired, vec![5, 6]);
         // Timer 5's event commits; 6's does not before the term is lost.
@@ -822,7 +830,7 @@ mod tests {
             a.on_ingress_message(&mut log, &term, &hdr(3, 8), b"hi", 5 * MS, 5),
             IngressResult::Appended
         );
-        let entry = decode(&log.entries[0], log.position).expect("entry");
+        let entry = decode(&log.entries[0].0, log.position).expect("entry");
         assert_eq!(
             entry,
             LogEntry::SessionMessage {
@@ -874,7 +882,7 @@ mod tests {
         let mut log = log_at(192);
         let id = a.trackers[0].enqueue(b"to the cluster".to_vec());
         assert_eq!(a.poll_timers_and_service_messages(&mut log, 50), 1);
-        match decode(&log.entries[0], log.position).expect("entry") {
+        match decode(&log.entries[0].0, log.position).expect("entry") {
             LogEntry::SessionMessage {
                 cluster_session_id,
                 payload,
@@ -890,35 +898,6 @@ mod tests {
         report(&a, &mut ms, 2, 3, log.position, MS);
         a.update_leader_position(&mut ms, MS, log.position);
         assert!(a.trackers[0].is_empty());
-    }
-
-    /// The leader's side: its log, its egress always up.
-    #[derive(Default)]
-    struct Leader {
-        log: Vec<(Vec<u8>, i64)>,
-        position: i64,
-    }
-
-    impl Leader {
-        fn append(&mut self, entry: Vec<u8>) -> i64 {
-            self.position += (32 + entry.len() as i64 + 31) & !31;
-            self.log.push((entry, self.position));
-            self.position
-        }
-    }
-
-    impl SessionHost for Leader {
-        fn connect_egress(&mut self, _key: u64, _channel: &str, _stream_id: i32) {}
-        fn is_egress_connected(&mut self, _key: u64) -> Option<bool> {
-            Some(true)
-        }
-        fn send_egress(&mut self, _key: u64, _message: &[u8]) -> bool {
-            true
-        }
-        fn close_egress(&mut self, _key: u64) {}
-        fn append_to_log(&mut self, entry: &[u8]) -> Option<i64> {
-            Some(self.append(entry.to_vec()))
-        }
     }
 
     fn term_event(term: i64, base: i64, app_version: i32, unit: i32) -> Vec<u8> {
@@ -951,7 +930,7 @@ mod tests {
     ) {
         // The leader: a term, three sessions, one closed, messages, a timer
         // fired, service messages.
-        let mut leader = Leader::default();
+        let mut leader = Log::default();
         let mut sessions = SessionManager::new(config().sessions);
         let term = Term {
             leadership_term_id: 0,
@@ -1000,7 +979,7 @@ mod tests {
             service_session_id(1, i64::MIN + 1)
         );
         let mut applied = Vec::new();
-        for (entry, position) in &leader.log {
+        for (entry, position) in &leader.entries {
             let e = decode(entry, *position).expect("a log entry");
             applied.push(f.on_log_entry(&e, *position).expect("applies"));
         }
