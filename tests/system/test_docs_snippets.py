@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,7 +117,10 @@ def test_a_snippet_runs(key):
         assert old in text, f"{key}: {old!r} is no longer in the snippet"
         text = text.replace(old, new.format(**places))
     env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
-    result = _run(snippet.prelude.format(**places) + text, env, timeout=170)
+    try:
+        result = _run(snippet.prelude.format(**places) + text, env, timeout=170)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert result.returncode == 0, f"{key} failed:\n{result.stdout}\n{result.stderr[-3000:]}"
     assert re.search(snippet.expect, result.stdout), f"{key} printed {result.stdout!r}, not /{snippet.expect}/"
 

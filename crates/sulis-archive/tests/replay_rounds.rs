@@ -16,6 +16,8 @@ fn message(i: usize) -> Vec<u8> {
 fn the_same_recording_replays_whole_every_time() {
     let base = std::env::temp_dir().join(format!("sulis-replay-loop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
+    // Declared first, dropped last: after the archive and the driver.
+    let _cleanup = archive_guard(base.clone());
     let mut ctx = DriverContext::default();
     ctx.dir = base.join("driver");
     ctx.threading_mode = ThreadingMode::Shared;
@@ -101,4 +103,15 @@ fn the_same_recording_replays_whole_every_time() {
         }
         client.take_image_events();
     }
+}
+
+/// Removes the test's directory (the driver deletes its own on shutdown).
+fn archive_guard(base: std::path::PathBuf) -> impl Drop {
+    struct Guard(std::path::PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    Guard(base)
 }

@@ -252,11 +252,27 @@ impl RecordingLog {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
+    /// A fresh directory, removed when the test is done with it.
+    struct TempDir(PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("sulis-reclog-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TempDir(d)
     }
 
     #[test]
