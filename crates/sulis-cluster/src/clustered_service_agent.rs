@@ -8,16 +8,20 @@
 //! egress, from the leader only (a follower's offers are accepted and
 //! dropped, as Aeron's are, so every member's service runs alike).
 
+use crate::consensus_module_snapshot::{marker, SnapshotMark, SERVICE_SNAPSHOT_TYPE_ID};
 use crate::log_adapter::{self, LogEntry};
+use crate::recovery_state::RecoveryState;
+use crate::snapshot_taker::{load_snapshot, SnapshotTaker};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
     Client, ClientContext, ExclusivePublication, FragmentAssembler, Publication, Subscription,
 };
 use sulis_protocol::cluster::messages::{
-    role, CancelTimer, CloseSession, JoinLog, ScheduleTimer, ServiceAck, SessionMessageHeader,
-    NULL_VALUE,
+    cluster_action, role, snapshot_mark, time_unit, CancelTimer, ClientSession, CloseSession,
+    JoinLog, ScheduleTimer, ServiceAck, SessionMessageHeader, SnapshotMarker, NULL_VALUE,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -25,8 +29,22 @@ use sulis_protocol::sbe::Header as SbeHeader;
 /// same calls in the same order with the same arguments; it must do the
 /// same with them (no wall clock, no randomness, no I/O of its own).
 pub trait ClusteredService {
-    /// The service joined the log (before any entry).
-    fn on_start(&mut self, _cluster: &mut Cluster<'_>) {}
+    /// The service joined the log (before any entry). `snapshot` holds the
+    /// messages the service wrote in [`ClusteredService::on_take_snapshot`]
+    /// when the member recovers from a snapshot (the log after it follows),
+    /// `None` when it starts from the log's beginning.
+    fn on_start(&mut self, _cluster: &mut Cluster<'_>, _snapshot: Option<&[Vec<u8>]>) {}
+    /// Every member's service writes its state at this log position: the
+    /// messages written go, in order, to `on_start` of a service that
+    /// recovers from this snapshot. An error (or `false` from `write`)
+    /// fails this snapshot; the member goes on and keeps the previous one.
+    fn on_take_snapshot(
+        &mut self,
+        _cluster: &mut Cluster<'_>,
+        _snapshot: &mut SnapshotWriter<'_>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
     /// Session `session_id` opened.
     fn on_session_open(&mut self, _cluster: &mut Cluster<'_>, _session_id: i64, _timestamp: i64) {}
     /// Session `session_id` closed (`close_reason::*`).
@@ -59,6 +77,80 @@ pub trait ClusteredService {
     fn on_role_change(&mut self, _cluster: &mut Cluster<'_>, _role: i32) {}
 }
 
+/// Where a service writes its snapshot (valid during
+/// [`ClusteredService::on_take_snapshot`]).
+pub struct SnapshotWriter<'a> {
+    taker: &'a mut SnapshotTaker,
+    written: usize,
+}
+
+/// A service's snapshot message is framed so that any length goes: one
+/// byte, then up to [`SNAPSHOT_CHUNK`] bytes of it; `WHOLE` for a message
+/// in one piece, else `PART`s and a `LAST`.
+const WHOLE: u8 = b'W';
+const PART: u8 = b'P';
+const LAST: u8 = b'L';
+/// The most of a service's message one snapshot message carries.
+pub const SNAPSHOT_CHUNK: usize = 1024 * 1024;
+
+impl SnapshotWriter<'_> {
+    /// Appends one message of the service's state, of any length (it comes
+    /// back whole, in order, to `on_start`).
+    pub fn write(&mut self, message: &[u8]) -> Result<(), String> {
+        if message.len() <= SNAPSHOT_CHUNK {
+            let mut m = Vec::with_capacity(message.len() + 1);
+            m.push(WHOLE);
+            m.extend_from_slice(message);
+            self.taker.offer(&m)?;
+        } else {
+            let chunks = message.chunks(SNAPSHOT_CHUNK);
+            let n = chunks.len();
+            let mut m = Vec::with_capacity(SNAPSHOT_CHUNK + 1);
+            for (i, chunk) in chunks.enumerate() {
+                m.clear();
+                m.push(if i + 1 == n { LAST } else { PART });
+                m.extend_from_slice(chunk);
+                self.taker.offer(&m)?;
+            }
+        }
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Messages written so far.
+    pub fn written(&self) -> usize {
+        self.written
+    }
+}
+
+/// The service's messages of a snapshot, from the framed ones after its END
+/// marker; an error if one is cut short or framed otherwise.
+fn unframe(framed: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    let mut partial: Option<Vec<u8>> = None;
+    for (i, m) in framed.iter().enumerate() {
+        match (m.first().copied(), &mut partial) {
+            (Some(WHOLE), None) => out.push(m[1..].to_vec()),
+            (Some(PART), Some(p)) => p.extend_from_slice(&m[1..]),
+            (Some(PART), None) => partial = Some(m[1..].to_vec()),
+            (Some(LAST), Some(p)) => {
+                p.extend_from_slice(&m[1..]);
+                out.push(partial.take().expect("matched Some"));
+            }
+            (first, _) => {
+                return Err(format!(
+                    "the service's message {i} after the END marker is framed {first:?} where {} was expected",
+                    if partial.is_some() { "a part" } else { "a whole message or a first part" }
+                ))
+            }
+        }
+    }
+    if partial.is_some() {
+        return Err("the service's last message is cut short".into());
+    }
+    Ok(out)
+}
+
 /// What the service container runs with.
 #[derive(Clone, Debug)]
 pub struct ServiceContext {
@@ -74,6 +166,10 @@ pub struct ServiceContext {
     pub service_stream_id: i32,
     /// How long to wait for the driver and for the log's image.
     pub message_timeout: Duration,
+    /// The stream a snapshot is written on (106).
+    pub snapshot_stream_id: i32,
+    /// The stream a snapshot is read back on (103).
+    pub replay_stream_id: i32,
 }
 
 impl Default for ServiceContext {
@@ -85,6 +181,8 @@ impl Default for ServiceContext {
             consensus_module_stream_id: 105,
             service_stream_id: 104,
             message_timeout: Duration::from_secs(10),
+            snapshot_stream_id: 106,
+            replay_stream_id: 103,
         }
     }
 }
@@ -107,6 +205,9 @@ struct State {
     time: i64,
     log_position: i64,
     next_ack_id: i64,
+    /// The log's clock unit and application version (its terms' events).
+    time_unit: i32,
+    app_version: i32,
 }
 
 /// Why an offer did not go.
@@ -236,6 +337,13 @@ pub struct ClusteredServiceAgent {
     pending_joins: std::collections::VecDeque<JoinLog>,
     commit_counter: i32,
     started: bool,
+    /// The local archive, reached when a snapshot is first written or read.
+    archive: Option<ArchiveClient>,
+    /// The log followed now is the live one (snapshot actions met while
+    /// replaying at start were taken, or failed, before the restart).
+    live: bool,
+    /// The service's messages of the snapshot it recovered from, until `on_start`.
+    loaded: Option<Vec<Vec<u8>>>,
 }
 
 impl ClusteredServiceAgent {
@@ -269,6 +377,8 @@ impl ClusteredServiceAgent {
                 time: 0,
                 log_position: 0,
                 next_ack_id: 0,
+                time_unit: time_unit::MILLIS,
+                app_version: 0,
             },
             ctx,
             service,
@@ -279,6 +389,9 @@ impl ClusteredServiceAgent {
             pending_joins: std::collections::VecDeque::new(),
             commit_counter: -1,
             started: false,
+            archive: None,
+            live: false,
+            loaded: None,
         })
     }
 
@@ -356,7 +469,9 @@ impl ClusteredServiceAgent {
                 for (message, position) in messages {
                     let entry =
                         log_adapter::decode(&message, position).map_err(|e| e.to_string())?;
-                    self.apply(&entry, position);
+                    if self.apply(&entry, position) && self.live {
+                        self.take_snapshot(position)?;
+                    }
                     work += 1;
                 }
             }
@@ -366,6 +481,9 @@ impl ClusteredServiceAgent {
 
     /// Follows the log the module names, from the position it names; acks.
     fn join_log(&mut self, join: &JoinLog) -> Result<(), String> {
+        if !self.started {
+            self.recover_from_snapshot()?;
+        }
         if join.log_position != self.state.log_position {
             return Err(format!(
                 "Cluster log must be contiguous: service {} is at {} and was asked to join at {}",
@@ -407,6 +525,7 @@ impl ClusteredServiceAgent {
         if let Some(mut old) = self.log.replace(sub) {
             let _ = old.close();
         }
+        self.live = join.max_log_position == i64::MAX;
         self.state.member_id = join.member_id;
         let was = self.state.role;
         self.state.role = join.role;
@@ -426,7 +545,8 @@ impl ClusteredServiceAgent {
         }
         if !self.started {
             self.started = true;
-            self.service.on_start(&mut cluster);
+            let loaded = self.loaded.take();
+            self.service.on_start(&mut cluster, loaded.as_deref());
         }
         if was != join.role {
             if join.role == role::LEADER {
@@ -443,7 +563,8 @@ impl ClusteredServiceAgent {
         Ok(())
     }
 
-    fn apply(&mut self, entry: &LogEntry<'_>, position: i64) {
+    /// Applies an entry; true if it is a snapshot action of this term.
+    fn apply(&mut self, entry: &LogEntry<'_>, position: i64) -> bool {
         let state = &mut self.state;
         state.log_position = position;
         match entry {
@@ -508,10 +629,195 @@ impl ClusteredServiceAgent {
             LogEntry::NewLeadershipTerm(t) => {
                 state.time = t.timestamp;
                 state.leadership_term_id = t.leadership_term_id;
+                state.time_unit = t.time_unit;
+                state.app_version = t.app_version;
             }
-            LogEntry::ClusterAction(a) => state.time = a.timestamp,
+            LogEntry::ClusterAction(a) => {
+                state.time = a.timestamp;
+                return a.action == cluster_action::SNAPSHOT
+                    && a.flags == 0
+                    && a.leadership_term_id == state.leadership_term_id;
+            }
             LogEntry::MembershipChange => {}
         }
+        false
+    }
+
+    fn archive(&mut self) -> Result<&mut ArchiveClient, String> {
+        if self.archive.is_none() {
+            let archive = ArchiveClient::connect(
+                &self.state.client,
+                ArchiveClientContext {
+                    message_timeout: self.ctx.message_timeout,
+                    ..ArchiveClientContext::default()
+                },
+            )
+            .map_err(|e| format!("service {}: the local archive: {e}", self.ctx.service_id))?;
+            self.archive = Some(archive);
+        }
+        Ok(self.archive.as_mut().expect("connected above"))
+    }
+
+    /// Writes this service's snapshot at `log_position` and tells the
+    /// module: ServiceAck with the snapshot's recording id, or with
+    /// `NULL_VALUE` if it could not be written, the service's own error
+    /// included (the module then keeps the previous snapshot and the
+    /// service goes on, as Aeron's does).
+    fn take_snapshot(&mut self, log_position: i64) -> Result<(), String> {
+        let written = self.write_snapshot(log_position);
+        let relevant_id = match &written {
+            Ok(recording_id) => *recording_id,
+            Err(_) => NULL_VALUE,
+        };
+        let ack = ServiceAck {
+            log_position,
+            timestamp: self.state.time,
+            ack_id: self.state.next_ack_id,
+            relevant_id,
+            service_id: self.ctx.service_id,
+        };
+        self.state.next_ack_id += 1;
+        if !(Cluster {
+            state: &mut self.state,
+        })
+        .send_to_module(&ack.encode())
+        {
+            return Err("the consensus module's control stream took no snapshot ServiceAck".into());
+        }
+        if let Err(e) = written {
+            // The member goes on; the module keeps its previous snapshot.
+            eprintln!("sulis cluster: {e}");
+        }
+        Ok(())
+    }
+
+    fn write_snapshot(&mut self, log_position: i64) -> Result<i64, String> {
+        let what = format!(
+            "service {}'s snapshot at log position {log_position}",
+            self.ctx.service_id
+        );
+        let (stream, timeout) = (self.ctx.snapshot_stream_id, self.ctx.message_timeout);
+        self.archive()?;
+        let archive = self.archive.as_mut().expect("connected above");
+        let mut taker = SnapshotTaker::start(&self.state.client, archive, stream, timeout, &what)?;
+        let mark = SnapshotMark {
+            log_position,
+            leadership_term_id: self.state.leadership_term_id,
+            time_unit: self.state.time_unit,
+            app_version: self.state.app_version,
+        };
+        let mut framing = vec![marker(
+            SERVICE_SNAPSHOT_TYPE_ID,
+            snapshot_mark::BEGIN,
+            &mark,
+        )];
+        for (&id, s) in &self.state.sessions {
+            framing.push(
+                ClientSession {
+                    cluster_session_id: id,
+                    response_stream_id: s.response_stream_id,
+                    response_channel: s.response_channel.clone(),
+                    encoded_principal: Vec::new(),
+                }
+                .encode(),
+            );
+        }
+        framing.push(marker(SERVICE_SNAPSHOT_TYPE_ID, snapshot_mark::END, &mark));
+        for m in &framing {
+            if let Err(e) = taker.offer(m) {
+                taker.abort(archive);
+                return Err(e);
+            }
+        }
+        let mut writer = SnapshotWriter {
+            taker: &mut taker,
+            written: 0,
+        };
+        let taken = self.service.on_take_snapshot(
+            &mut Cluster {
+                state: &mut self.state,
+            },
+            &mut writer,
+        );
+        if let Err(e) = taken {
+            taker.abort(archive);
+            return Err(format!(
+                "the service's on_take_snapshot failed ({what}): {e}"
+            ));
+        }
+        taker.finish(&self.state.client, archive)
+    }
+
+    /// At start: loads this service's snapshot if the module recovers from
+    /// one (the recovery-state counter names it), so the service joins the
+    /// log where the snapshot was taken.
+    fn recover_from_snapshot(&mut self) -> Result<(), String> {
+        let Some(recovery) = RecoveryState::find(&self.state.client) else {
+            return Ok(());
+        };
+        let id = self.ctx.service_id;
+        let Some(&recording_id) = recovery.snapshot_recording_ids.get(id as usize) else {
+            return Err(format!(
+                "the module recovers {} service(s); this is service {id}",
+                recovery.snapshot_recording_ids.len()
+            ));
+        };
+        if recording_id < 0 {
+            return Ok(());
+        }
+        let (stream, timeout) = (self.ctx.replay_stream_id, self.ctx.message_timeout);
+        self.archive()?;
+        let archive = self.archive.as_mut().expect("connected above");
+        let messages = load_snapshot(
+            &self.state.client,
+            archive,
+            recording_id,
+            stream,
+            timeout * 6,
+        )?;
+        let bad =
+            |why: String| format!("service {id}'s snapshot (recording {recording_id}): {why}");
+        let first = messages.first().ok_or_else(|| bad("it is empty".into()))?;
+        let begin = SnapshotMarker::decode(first).map_err(|e| bad(e.message))?;
+        if begin.type_id != SERVICE_SNAPSHOT_TYPE_ID || begin.mark != snapshot_mark::BEGIN {
+            return Err(bad(format!(
+                "it begins with a marker of type {} mark {}, not a service's BEGIN",
+                begin.type_id, begin.mark
+            )));
+        }
+        if begin.log_position != recovery.log_position {
+            return Err(bad(format!(
+                "it is of log position {}, the module recovers from {}",
+                begin.log_position, recovery.log_position
+            )));
+        }
+        let mut end = None;
+        for (i, m) in messages.iter().enumerate().skip(1) {
+            if let Ok(marker) = SnapshotMarker::decode(m) {
+                if marker.mark == snapshot_mark::END {
+                    end = Some(i);
+                    break;
+                }
+            }
+            let s = ClientSession::decode(m).map_err(|e| bad(e.message))?;
+            self.state.sessions.insert(
+                s.cluster_session_id,
+                ServiceSession {
+                    response_channel: s.response_channel,
+                    response_stream_id: s.response_stream_id,
+                    egress: None,
+                },
+            );
+        }
+        let end = end.ok_or_else(|| bad("no END marker (a snapshot cut short)".into()))?;
+        let state = &mut self.state;
+        state.log_position = begin.log_position;
+        state.leadership_term_id = begin.leadership_term_id;
+        state.time = recovery.timestamp;
+        state.time_unit = begin.time_unit;
+        state.app_version = begin.app_version;
+        self.loaded = Some(unframe(&messages[end + 1..]).map_err(bad)?);
+        Ok(())
     }
 
     /// Closes the container's publications and subscriptions.
@@ -533,4 +839,43 @@ fn find_counter(client: &Client, type_id: i32) -> i32 {
         }
     });
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(message: &[u8]) -> Vec<Vec<u8>> {
+        if message.len() <= SNAPSHOT_CHUNK {
+            return vec![[&[WHOLE][..], message].concat()];
+        }
+        let n = message.chunks(SNAPSHOT_CHUNK).len();
+        message
+            .chunks(SNAPSHOT_CHUNK)
+            .enumerate()
+            .map(|(i, c)| [&[if i + 1 == n { LAST } else { PART }][..], c].concat())
+            .collect()
+    }
+
+    #[test]
+    fn snapshot_messages_of_any_length_come_back_whole_and_a_cut_one_is_an_error() {
+        let long: Vec<u8> = (0..SNAPSHOT_CHUNK * 2 + 5).map(|i| i as u8).collect();
+        let mut framed = frame(b"first");
+        framed.extend(frame(&long));
+        framed.extend(frame(b""));
+        assert_eq!(framed.len(), 5);
+        assert_eq!(
+            unframe(&framed).unwrap(),
+            vec![b"first".to_vec(), long.clone(), Vec::new()]
+        );
+        let e = unframe(&framed[..3]).unwrap_err();
+        assert!(
+            e.contains("framed Some(87)") || e.contains("cut short"),
+            "{e}"
+        );
+        assert!(unframe(&framed[..2]).unwrap_err().contains("cut short"));
+        assert!(unframe(&[b"?".to_vec()])
+            .unwrap_err()
+            .contains("framed Some(63)"));
+    }
 }

@@ -16,9 +16,12 @@
 
 use crate::cluster_member::ClusterMember;
 use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
+use crate::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
 use crate::log_adapter;
 use crate::recording_log::RecordingLog;
+use crate::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
 use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
+use crate::snapshot_taker::{find_recording_counter, load_snapshot, SnapshotTaker};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,11 +33,11 @@ use sulis_client::{
 };
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::messages::{
-    role, time_unit, CancelTimer, ChallengeResponse, CloseSession, JoinLog, NewLeadershipTermEvent,
-    ScheduleTimer, ServiceAck, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
-    SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
+    cluster_action, role, time_unit, CancelTimer, ChallengeResponse, CloseSession,
+    ClusterActionRequest, JoinLog, NewLeadershipTermEvent, ScheduleTimer, ServiceAck,
+    SessionCloseRequest, SessionConnectRequest, SessionKeepAlive, SessionMessageHeader,
+    NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
-use sulis_protocol::counters::parse_recording_position_key;
 use sulis_protocol::options::{
     parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
     Configured, OptionSpec, Sources,
@@ -44,8 +47,36 @@ use sulis_protocol::values::parse_size;
 
 /// Counter type of a cluster's commit position (Aeron's `Cluster commit-pos`).
 pub const COMMIT_POSITION_TYPE_ID: i32 = 203;
-/// Counter type of the archive's recording position (`rec-pos`).
-const RECORDING_POSITION_TYPE_ID: i32 = 100;
+/// Counter type of the module's state ([`ModuleState`]'s values).
+pub const MODULE_STATE_TYPE_ID: i32 = 200;
+/// Counter type of the node's role (`role::*`).
+pub const NODE_ROLE_TYPE_ID: i32 = 201;
+/// Counter type of the cluster control toggle ([`toggle`]).
+pub const CONTROL_TOGGLE_TYPE_ID: i32 = 202;
+/// Counter type of the number of snapshots taken.
+pub const SNAPSHOT_COUNTER_TYPE_ID: i32 = 205;
+/// The stream the consensus module's snapshot is written on.
+pub const CONSENSUS_MODULE_SNAPSHOT_STREAM_ID: i32 = 107;
+
+/// The cluster control toggle's values (Aeron's `ClusterControl.ToggleState`):
+/// an operator (`sulis cluster-tool`) sets it, the leader acts on it and
+/// sets it back to `NEUTRAL`.
+pub mod toggle {
+    /// Not yet running.
+    pub const INACTIVE: i64 = 0;
+    /// Nothing asked.
+    pub const NEUTRAL: i64 = 1;
+    /// Stop taking ingress and firing timers.
+    pub const SUSPEND: i64 = 2;
+    /// Take them again.
+    pub const RESUME: i64 = 3;
+    /// Take a snapshot on every member.
+    pub const SNAPSHOT: i64 = 4;
+    /// Snapshot, then stop.
+    pub const SHUTDOWN: i64 = 5;
+    /// Stop without a snapshot.
+    pub const ABORT: i64 = 6;
+}
 
 /// What a consensus module runs with (Aeron's `ConsensusModule.Context`,
 /// the part this version reads).
@@ -299,11 +330,30 @@ pub struct ConsensusModule {
     /// Services' requests read while waiting for their acks.
     deferred_control: Vec<Vec<u8>>,
     commit: Counter,
+    module_state: Counter,
+    node_role: Counter,
+    control_toggle: Counter,
+    snapshot_count: Counter,
+    /// Tells the services what they recover from, until they joined.
+    recovery_state: Option<Counter>,
+    /// A snapshot the services are taking: where, and their acks.
+    snapshot: Option<PendingSnapshot>,
+    /// Where this member's current term begins.
+    term_base_log_position: i64,
+    /// Why the last snapshot failed, if it did.
+    last_snapshot_error: Option<String>,
     recording_position_counter: i32,
     recording_id: i64,
     term: Term,
     join_log: JoinLog,
     join_log_sent: bool,
+}
+
+/// A snapshot being taken at `mark`: each service's recording once it acked.
+struct PendingSnapshot {
+    mark: SnapshotMark,
+    timestamp: i64,
+    acks: Vec<Option<i64>>,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> String {
@@ -387,6 +437,21 @@ impl ConsensusModule {
                 "Cluster commit-pos: clusterId=0",
             )
             .map_err(|e| err("commit-pos counter", e))?;
+        let counter = |type_id: i32, name: &str| {
+            client
+                .add_counter(
+                    type_id,
+                    &0i32.to_le_bytes(),
+                    &format!("{name}: clusterId=0"),
+                )
+                .map_err(|e| err(name, e))
+        };
+        let module_state = counter(MODULE_STATE_TYPE_ID, "Consensus Module state")?;
+        let node_role = counter(NODE_ROLE_TYPE_ID, "Cluster node role")?;
+        let control_toggle = counter(CONTROL_TOGGLE_TYPE_ID, "Cluster control toggle")?;
+        let snapshot_count = counter(SNAPSHOT_COUNTER_TYPE_ID, "Snapshot count")?;
+        module_state.set(ModuleState::Init as i64);
+        control_toggle.set(toggle::INACTIVE);
         // A placeholder log publication until the term's is made below.
         let placeholder = client
             .add_exclusive_publication("aeron:ipc?alias=log-placeholder", ctx.log_stream_id + 1000)
@@ -411,6 +476,14 @@ impl ConsensusModule {
             control_assembler: FragmentAssembler::new(),
             deferred_control: Vec::new(),
             commit,
+            module_state,
+            node_role,
+            control_toggle,
+            snapshot_count,
+            recovery_state: None,
+            snapshot: None,
+            term_base_log_position: 0,
+            last_snapshot_error: None,
             recording_position_counter: -1,
             recording_id: -1,
             term: Term {
@@ -424,6 +497,11 @@ impl ConsensusModule {
         };
         let base = module.recover()?;
         module.begin_term(base)?;
+        if let Some(c) = module.recovery_state.take() {
+            c.close();
+        }
+        module.publish_state();
+        module.control_toggle.set(toggle::NEUTRAL);
         Ok(module)
     }
 
@@ -476,8 +554,9 @@ impl ConsensusModule {
     /// log is committed as far as its archive recorded it) and the module
     /// applies the replay as the services do.
     fn recover(&mut self) -> Result<i64, String> {
+        let from = self.load_latest_snapshot()?;
         let Some(last) = self.recording_log.last_term().cloned() else {
-            return Ok(0);
+            return Ok(from);
         };
         self.recording_id = last.recording_id;
         let what = |e: sulis_archive::client::ArchiveError| {
@@ -494,16 +573,23 @@ impl ConsensusModule {
                 self.ctx.cluster_dir.display()
             ));
         }
-        if stop <= 0 {
-            return Ok(0);
+        if stop < from {
+            return Err(format!(
+                "the log's recording {} ends at {stop}, before the snapshot it recovers from at {from} ({})",
+                last.recording_id,
+                self.recording_log.path().display()
+            ));
+        }
+        if stop == from {
+            return Ok(from);
         }
         let stream = self.ctx.replay_stream_id;
         let replay = self
             .archive
             .start_bounded_replay(
                 last.recording_id,
-                0,
-                stop,
+                from,
+                stop - from,
                 self.commit.id(),
                 "aeron:ipc",
                 stream,
@@ -517,7 +603,7 @@ impl ConsensusModule {
             .add_subscription(&channel, stream)
             .map_err(|e| err("the log's replay", e))?;
         self.join_log = JoinLog {
-            log_position: 0,
+            log_position: from,
             max_log_position: stop,
             member_id: self.ctx.member_id,
             log_session_id: session_id,
@@ -527,10 +613,10 @@ impl ConsensusModule {
             is_standby: 0,
             log_channel: "aeron:ipc".into(),
         };
-        self.await_services_joined(0)?;
+        self.await_services_joined(from)?;
         self.commit.set(stop);
         let deadline = Instant::now() + self.ctx.message_timeout * 6;
-        let mut position = 0;
+        let mut position = from;
         let mut assembler = FragmentAssembler::new();
         while position < stop {
             if Instant::now() > deadline {
@@ -563,6 +649,63 @@ impl ConsensusModule {
         let _ = sub.close();
         self.agent.commit_position = stop;
         Ok(stop)
+    }
+
+    /// Loads the latest whole snapshot set the recording log names into
+    /// this module, and tells the services theirs (the recovery-state
+    /// counter, made here, before any JoinLog). Returns the log position to
+    /// replay from: the snapshot's, or 0 without one.
+    fn load_latest_snapshot(&mut self) -> Result<i64, String> {
+        let n = self.ctx.service_count;
+        let plan: Option<Vec<sulis_protocol::cluster::recording_log::Entry>> = self
+            .recording_log
+            .latest_snapshot(n as i32)
+            .map(|set| set.into_iter().cloned().collect());
+        let mut recovery = RecoveryState {
+            leadership_term_id: NULL_POSITION,
+            log_position: 0,
+            timestamp: 0,
+            replay_required: true,
+            cluster_id: 0,
+            snapshot_recording_ids: vec![NULL_POSITION; n],
+        };
+        if let Some(set) = &plan {
+            let cm = &set[0];
+            let messages = load_snapshot(
+                &self.io.client,
+                &mut self.archive,
+                cm.recording_id,
+                self.ctx.replay_stream_id,
+                self.ctx.message_timeout * 6,
+            )
+            .map_err(|e| format!("the consensus module's {e}"))?;
+            let activity_ns = cm.timestamp.saturating_mul(self.agent.ns_per_unit());
+            let mark = cm_snapshot::load(&mut self.agent, &messages, activity_ns)?;
+            if mark.log_position != cm.log_position {
+                return Err(format!(
+                    "the consensus module's snapshot (recording {}) is of log position {}; {} says {}",
+                    cm.recording_id,
+                    mark.log_position,
+                    self.recording_log.path().display(),
+                    cm.log_position
+                ));
+            }
+            self.agent.cluster_time = cm.timestamp;
+            recovery.leadership_term_id = cm.leadership_term_id;
+            recovery.log_position = cm.log_position;
+            recovery.timestamp = cm.timestamp;
+            for e in &set[1..] {
+                recovery.snapshot_recording_ids[e.service_id as usize] = e.recording_id;
+            }
+            self.commit.set(cm.log_position);
+        }
+        let counter = self
+            .io
+            .client
+            .add_counter(RECOVERY_STATE_TYPE_ID, &recovery.key(), &recovery.label())
+            .map_err(|e| err("recovery-state counter", e))?;
+        self.recovery_state = Some(counter);
+        Ok(recovery.log_position)
     }
 
     /// Leads a new term whose log begins at `base`.
@@ -612,7 +755,7 @@ impl ConsensusModule {
         // The recording's position counter names the log's session.
         let deadline = Instant::now() + self.ctx.message_timeout;
         loop {
-            if let Some((id, recording_id)) = self.find_recording_counter(session_id) {
+            if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
                 self.recording_position_counter = id;
                 self.recording_id = recording_id;
                 break;
@@ -643,6 +786,7 @@ impl ConsensusModule {
         self.recording_log
             .append_term(self.recording_id, term_id, base, cluster_time)?;
         self.term.leadership_term_id = term_id;
+        self.term_base_log_position = base;
         let agent = &mut self.agent;
         agent.role = role::LEADER;
         agent.state = ModuleState::Active;
@@ -742,23 +886,6 @@ impl ConsensusModule {
         Ok(())
     }
 
-    fn find_recording_counter(&self, session_id: i32) -> Option<(i32, i64)> {
-        let mut found = None;
-        self.io
-            .client
-            .counters()
-            .for_each(|id, type_id, key, _label| {
-                if type_id == RECORDING_POSITION_TYPE_ID {
-                    if let Some(k) = parse_recording_position_key(key) {
-                        if k.session_id == session_id {
-                            found = Some((id, k.recording_id));
-                        }
-                    }
-                }
-            });
-        found
-    }
-
     /// One duty cycle; returns the work done. An error is fatal (the
     /// module cannot go on as a replica).
     pub fn do_work(&mut self) -> Result<usize, String> {
@@ -766,15 +893,24 @@ impl ConsensusModule {
         let cluster_time = Self::cluster_time();
         let mut work = 0;
         work += self.poll_services(now_ns, cluster_time)?;
-        work += self.poll_ingress(now_ns, cluster_time);
-        let term = self.term.clone();
-        let sessions = &mut self.agent.sessions;
-        work += sessions.process_pending(&mut self.io, &term, now_ns, cluster_time);
-        work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
-        work += sessions.send_rejections(&mut self.io, &term, now_ns);
-        work += self
-            .agent
-            .poll_timers_and_service_messages(&mut self.io, cluster_time);
+        work += self.check_control_toggle(cluster_time);
+        work += self.check_snapshot()?;
+        // Suspended, or while a snapshot is taken, the log takes nothing:
+        // the module's snapshot is of its state at the action's position,
+        // and ingress waits in its image (clients are back-pressured, nothing
+        // is dropped); no session times out meanwhile (activity restarts when
+        // the module is active again).
+        if self.agent.state == ModuleState::Active {
+            work += self.poll_ingress(now_ns, cluster_time);
+            let term = self.term.clone();
+            let sessions = &mut self.agent.sessions;
+            work += sessions.process_pending(&mut self.io, &term, now_ns, cluster_time);
+            work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+            work += sessions.send_rejections(&mut self.io, &term, now_ns);
+            work += self
+                .agent
+                .poll_timers_and_service_messages(&mut self.io, cluster_time);
+        }
         // One member: the quorum is this member, its log as far as recorded.
         let recorded = self
             .io
@@ -790,6 +926,179 @@ impl ConsensusModule {
             work += 1;
         }
         Ok(work)
+    }
+
+    /// The module's state and role as counters, for tools.
+    fn publish_state(&self) {
+        self.module_state.set(self.agent.state as i64);
+        self.node_role.set(self.agent.role as i64);
+    }
+
+    /// How many snapshots this module has taken since it started.
+    pub fn snapshot_count(&self) -> i64 {
+        self.snapshot_count.get()
+    }
+
+    /// Why the last snapshot failed, if it did.
+    pub fn last_snapshot_error(&self) -> Option<&str> {
+        self.last_snapshot_error.as_deref()
+    }
+
+    /// The module's state now.
+    pub fn state(&self) -> ModuleState {
+        self.agent.state
+    }
+
+    /// Asks for what `sulis cluster-tool` asks through the control toggle
+    /// (`toggle::SNAPSHOT`, `SUSPEND`, `RESUME`); false if another request
+    /// is still being acted on.
+    pub fn request(&self, value: i64) -> bool {
+        if self.control_toggle.get() != toggle::NEUTRAL {
+            return false;
+        }
+        self.control_toggle.set(value);
+        true
+    }
+
+    /// Leader: acts on the control toggle. A snapshot, suspend or resume
+    /// goes into the log as a cluster action (every member acts on it at
+    /// the same position); a request the state does not allow (a snapshot
+    /// while suspended, resume while active) is dropped and the toggle set
+    /// back, as Aeron does.
+    fn check_control_toggle(&mut self, cluster_time: i64) -> usize {
+        let value = self.control_toggle.get();
+        if value == toggle::NEUTRAL || value == toggle::INACTIVE || self.agent.role != role::LEADER
+        {
+            return 0;
+        }
+        let state = self.agent.state;
+        let action = match (value, state) {
+            (toggle::SNAPSHOT, ModuleState::Active) => cluster_action::SNAPSHOT,
+            (toggle::SUSPEND, ModuleState::Active) => cluster_action::SUSPEND,
+            (toggle::RESUME, ModuleState::Suspended) => cluster_action::RESUME,
+            // Being acted on.
+            (toggle::SNAPSHOT, ModuleState::Snapshot) => return 0,
+            _ => {
+                self.control_toggle.set(toggle::NEUTRAL);
+                return 1;
+            }
+        };
+        let mut request = ClusterActionRequest {
+            leadership_term_id: self.term.leadership_term_id,
+            log_position: 0,
+            timestamp: cluster_time,
+            action,
+            flags: 0,
+        };
+        let length = request.encode().len() as i64;
+        request.log_position = self.io.log.position() + align32(32 + length);
+        let Some(position) = self.io.append_to_log(&request.encode()) else {
+            return 0; // back-pressured: the toggle stays, tried again next cycle
+        };
+        self.agent.cluster_time = cluster_time;
+        match action {
+            cluster_action::SNAPSHOT => {
+                self.agent.state = ModuleState::Snapshot;
+                self.snapshot = Some(PendingSnapshot {
+                    mark: SnapshotMark {
+                        log_position: position,
+                        leadership_term_id: self.term.leadership_term_id,
+                        time_unit: time_unit::MILLIS,
+                        app_version: self.ctx.app_version,
+                    },
+                    timestamp: cluster_time,
+                    acks: vec![None; self.ctx.service_count],
+                });
+            }
+            cluster_action::SUSPEND => {
+                self.agent.state = ModuleState::Suspended;
+                self.control_toggle.set(toggle::NEUTRAL);
+            }
+            _ => {
+                self.agent.state = ModuleState::Active;
+                self.agent
+                    .sessions
+                    .update_time_of_last_activity(self.now_ns());
+                self.control_toggle.set(toggle::NEUTRAL);
+            }
+        }
+        self.publish_state();
+        1
+    }
+
+    /// Once every service acknowledged the snapshot (each wrote its own at
+    /// the action's position), writes the module's, then records the set in
+    /// the recording log — services first, the module's last, so a crash
+    /// part way leaves an incomplete set that recovery passes over — and
+    /// goes back to ACTIVE. A service that could not write its snapshot
+    /// fails the whole set: nothing is recorded, the previous set stays the
+    /// one to recover from.
+    fn check_snapshot(&mut self) -> Result<usize, String> {
+        let Some(pending) = &self.snapshot else {
+            return Ok(0);
+        };
+        if pending.acks.iter().any(Option::is_none) {
+            return Ok(0);
+        }
+        let pending = self.snapshot.take().expect("checked above");
+        let result = self.record_snapshot_set(&pending);
+        match result {
+            Ok(()) => {
+                self.snapshot_count.set(self.snapshot_count.get() + 1);
+                self.last_snapshot_error = None;
+            }
+            Err(why) => {
+                eprintln!("sulis cluster: failed to take snapshot: {why}");
+                self.last_snapshot_error = Some(why);
+            }
+        }
+        self.agent.state = ModuleState::Active;
+        self.agent
+            .sessions
+            .update_time_of_last_activity(self.now_ns());
+        self.control_toggle.set(toggle::NEUTRAL);
+        self.publish_state();
+        Ok(1)
+    }
+
+    fn record_snapshot_set(&mut self, pending: &PendingSnapshot) -> Result<(), String> {
+        let at = pending.mark.log_position;
+        for (service, ack) in pending.acks.iter().enumerate() {
+            if *ack == Some(NULL_POSITION) {
+                return Err(format!(
+                    "service {service} could not write its snapshot at {at}"
+                ));
+            }
+        }
+        let what = format!("the consensus module's snapshot at log position {at}");
+        let mut taker = SnapshotTaker::start(
+            &self.io.client,
+            &mut self.archive,
+            CONSENSUS_MODULE_SNAPSHOT_STREAM_ID,
+            self.ctx.message_timeout,
+            &what,
+        )?;
+        for m in cm_snapshot::take(&self.agent, &pending.mark) {
+            if let Err(e) = taker.offer(&m) {
+                taker.abort(&mut self.archive);
+                return Err(e);
+            }
+        }
+        let cm_recording = taker.finish(&self.io.client, &mut self.archive)?;
+        let (term, base) = (pending.mark.leadership_term_id, self.term_base_log_position);
+        for service in (0..pending.acks.len()).rev() {
+            let recording = pending.acks[service].expect("every service acked");
+            self.recording_log.append_snapshot(
+                recording,
+                term,
+                base,
+                at,
+                pending.timestamp,
+                service as i32,
+            )?;
+        }
+        self.recording_log
+            .append_snapshot(cm_recording, term, base, at, pending.timestamp, -1)
     }
 
     fn poll_ingress(&mut self, now_ns: i64, cluster_time: i64) -> usize {
@@ -982,7 +1291,15 @@ impl ConsensusModule {
                         tracker.enqueue(m[SESSION_HEADER_LENGTH..].to_vec());
                     }
                 }
-                ServiceAck::TEMPLATE_ID => {}
+                ServiceAck::TEMPLATE_ID => {
+                    if let (Ok(a), Some(pending)) = (ServiceAck::decode(&m), &mut self.snapshot) {
+                        if a.log_position == pending.mark.log_position {
+                            if let Some(slot) = pending.acks.get_mut(a.service_id as usize) {
+                                *slot = Some(a.relevant_id);
+                            }
+                        }
+                    }
+                }
                 _ => {}
             }
         }

@@ -12,8 +12,10 @@
 //! ([`timer_service`]), the services' messages kept until committed
 //! ([`pending_service_message_tracker`]), the `recording.log` file
 //! ([`recording_log`]), the client sessions ([`cluster_session`],
-//! [`session_manager`]), the log's entries ([`log_adapter`]) and the state
-//! a member applies them to ([`consensus_module_agent`]).
+//! [`session_manager`]), the log's entries ([`log_adapter`]), the state
+//! a member applies them to ([`consensus_module_agent`]) and its snapshots
+//! ([`consensus_module_snapshot`], written and read through the archive by
+//! [`snapshot_taker`]).
 
 pub mod cluster_client;
 pub mod cluster_member;
@@ -21,9 +23,12 @@ pub mod cluster_session;
 pub mod clustered_service_agent;
 pub mod consensus_module;
 pub mod consensus_module_agent;
+pub mod consensus_module_snapshot;
 pub mod election;
 pub mod log_adapter;
 pub mod pending_service_message_tracker;
 pub mod recording_log;
+pub mod recovery_state;
 pub mod session_manager;
+pub mod snapshot_taker;
 pub mod timer_service;

@@ -16,9 +16,12 @@ use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
 use sulis_client::{Client, ClientContext};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
-    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
+    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, SnapshotWriter,
 };
-use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+use sulis_cluster::consensus_module::{
+    toggle, ConsensusModule, ConsensusModuleContext, CONTROL_TOGGLE_TYPE_ID,
+    SNAPSHOT_COUNTER_TYPE_ID,
+};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use sulis_protocol::cluster::messages::{close_reason, event_code};
 
@@ -38,6 +41,10 @@ struct Seen {
     messages: usize,
     timers: Vec<i64>,
     log_position: i64,
+    /// The snapshot the service started from (its messages), if any.
+    started_from: Option<Vec<Vec<u8>>>,
+    /// Its next snapshot fails.
+    fail_snapshot: bool,
 }
 
 /// Echoes every message; "timer:N" schedules timer N due now (it answers
@@ -45,6 +52,31 @@ struct Seen {
 struct Echo(Arc<Mutex<Seen>>);
 
 impl ClusteredService for Echo {
+    fn on_start(&mut self, _c: &mut Cluster<'_>, snapshot: Option<&[Vec<u8>]>) {
+        let mut seen = self.0.lock().unwrap();
+        if let Some(messages) = snapshot {
+            // Its state: the count of messages it had seen.
+            seen.messages = std::str::from_utf8(&messages[0]).unwrap().parse().unwrap();
+            seen.started_from = Some(messages.to_vec());
+        }
+    }
+    fn on_take_snapshot(
+        &mut self,
+        _c: &mut Cluster<'_>,
+        snapshot: &mut SnapshotWriter<'_>,
+    ) -> Result<(), String> {
+        let (count, fail) = {
+            let seen = self.0.lock().unwrap();
+            (seen.messages, seen.fail_snapshot)
+        };
+        snapshot.write(count.to_string().as_bytes())?;
+        // Longer than a fragment: comes back whole.
+        snapshot.write(&vec![7u8; 5_000])?;
+        if fail {
+            return Err("told to fail".into());
+        }
+        Ok(())
+    }
     fn on_session_open(&mut self, _c: &mut Cluster<'_>, session_id: i64, _t: i64) {
         self.0.lock().unwrap().opened.push(session_id);
     }
@@ -233,6 +265,51 @@ impl Setup {
     }
 }
 
+impl Setup {
+    fn counter(&self, type_id: i32) -> Option<i64> {
+        let mut found = None;
+        let counters = self.client.counters();
+        counters.for_each(|id, t, _key, _label| {
+            if t == type_id {
+                found = Some(counters.counter_ref(id).get());
+            }
+        });
+        found
+    }
+
+    /// Asks the module for a snapshot through its control toggle, as
+    /// `sulis cluster-tool snapshot` does, and waits until it is acted on.
+    fn snapshot(&self) {
+        let counters = self.client.counters();
+        let mut toggle_id = -1;
+        counters.for_each(|id, t, _key, _label| {
+            if t == CONTROL_TOGGLE_TYPE_ID {
+                toggle_id = id;
+            }
+        });
+        assert!(toggle_id >= 0, "the module has a control toggle");
+        let toggle_ref = counters.counter_ref(toggle_id);
+        assert_eq!(toggle_ref.get(), toggle::NEUTRAL);
+        toggle_ref.set_ordered(toggle::SNAPSHOT);
+        await_until("the snapshot acted on", || {
+            toggle_ref.get() == toggle::NEUTRAL
+        });
+    }
+
+    /// The recording log's snapshot entries: (service id, log position).
+    fn snapshot_entries(&self) -> Vec<(i32, i64)> {
+        let bytes = std::fs::read(self.base.join("cluster").join("recording.log")).unwrap();
+        sulis_protocol::cluster::recording_log::decode(&bytes)
+            .unwrap()
+            .entries
+            .into_iter()
+            .map(|l| l.entry)
+            .filter(|e| e.entry_type == 1 && e.is_valid)
+            .map(|e| (e.service_id, e.log_position))
+            .collect()
+    }
+}
+
 impl Drop for Setup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.base);
@@ -399,6 +476,109 @@ fn a_second_module_on_the_same_directory_is_refused_and_the_first_goes_on() {
     assert!(error.contains("consensus-module.lck"), "{error}");
     a.offer(b"still here").unwrap();
     assert_eq!(receive(&mut a, 1), vec![b"still here".to_vec()]);
+    node.stop();
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+}
+
+#[test]
+fn a_member_restarts_from_its_snapshot_and_the_log_after_it() {
+    let setup = Setup::new("snapshot");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(seen.clone());
+    let mut a = setup.connect();
+    for i in 0..50u32 {
+        a.offer(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(receive(&mut a, 50).len(), 50);
+    // A timer due after the restart, and a session open, in the snapshot.
+    a.offer(b"later:9").unwrap();
+    await_until("the timer scheduled", || {
+        seen.lock().unwrap().messages == 51
+    });
+    assert_eq!(setup.counter(SNAPSHOT_COUNTER_TYPE_ID), Some(0));
+    setup.snapshot();
+    assert_eq!(setup.counter(SNAPSHOT_COUNTER_TYPE_ID), Some(1));
+    let entries = setup.snapshot_entries();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(
+        (entries[0].0, entries[1].0),
+        (0, -1),
+        "service first, module last"
+    );
+    let at = entries[0].1;
+    assert_eq!(entries[1].1, at);
+    // Messages after the snapshot are in the log only.
+    for i in 0..20u32 {
+        a.offer(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(receive(&mut a, 20).len(), 20);
+    node.stop();
+
+    let again = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(again.clone());
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+    {
+        let seen = again.lock().unwrap();
+        let from = seen
+            .started_from
+            .as_ref()
+            .expect("started from the snapshot");
+        assert_eq!(from[0], b"51".to_vec());
+        assert_eq!(from[1], vec![7u8; 5_000]);
+        assert_eq!(
+            seen.messages, 71,
+            "51 from the snapshot, 20 replayed after it"
+        );
+        assert!(
+            seen.opened.is_empty(),
+            "session 1 came from the snapshot, not the log"
+        );
+    }
+    // The snapshot's session is closed by the restart (the service knew it).
+    await_until("the snapshot's session closed", || {
+        again.lock().unwrap().closed == vec![(1, close_reason::TIMEOUT)]
+    });
+    // The snapshot's timer fires once; session ids go on after the snapshot's.
+    let mut b = setup.connect();
+    assert_eq!(b.cluster_session_id(), 2);
+    await_until("timer 9 fired", || !again.lock().unwrap().timers.is_empty());
+    b.offer(b"after").unwrap();
+    let mut got = receive(&mut b, 1);
+    if got[0] != b"after".to_vec() {
+        got.extend(receive(&mut b, 1)); // the timer's answer came first
+    }
+    assert_eq!(got.last().unwrap(), b"after");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(again.lock().unwrap().timers, vec![9]);
+    node.stop();
+    assert_eq!(*node.module_error.lock().unwrap(), None);
+}
+
+#[test]
+fn a_snapshot_a_service_could_not_write_is_not_recovered_from() {
+    let setup = Setup::new("snapshot-fails");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(seen.clone());
+    let mut a = setup.connect();
+    for i in 0..10u32 {
+        a.offer(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(receive(&mut a, 10).len(), 10);
+    seen.lock().unwrap().fail_snapshot = true;
+    setup.snapshot();
+    assert_eq!(setup.counter(SNAPSHOT_COUNTER_TYPE_ID), Some(0));
+    assert!(setup.snapshot_entries().is_empty());
+    // The cluster goes on.
+    a.offer(b"still").unwrap();
+    assert_eq!(receive(&mut a, 1), vec![b"still".to_vec()]);
+    node.stop();
+    let again = Arc::new(Mutex::new(Seen::default()));
+    let mut node = setup.start(again.clone());
+    {
+        let seen = again.lock().unwrap();
+        assert!(seen.started_from.is_none());
+        assert_eq!(seen.messages, 11, "the whole log replayed");
+    }
     node.stop();
     assert_eq!(*node.module_error.lock().unwrap(), None);
 }
