@@ -815,6 +815,16 @@ class Cluster:
         """Puts ``payload`` into the log as this service's message."""
 
 @final
+class SnapshotWriter:
+    """Where ``on_take_snapshot`` writes the service's state, valid during that call only."""
+
+    def write(self, data: bytes) -> None:
+        """Appends one message of the service's state; ``on_start`` gets them in this order."""
+    @property
+    def written(self) -> int:
+        """Messages written so far."""
+
+@final
 class ClusterNode:
     """A cluster node: its consensus module and its service container, each on a thread of its own."""
 
@@ -829,6 +839,18 @@ class ClusterNode:
         """True while both threads run."""
     def close(self) -> None:
         """Stops the module and the service."""
+    def snapshot(self, timeout: float = 30.0) -> int:
+        """Takes a snapshot and returns the node's snapshot count once it is taken."""
+    def suspend(self, timeout: float = 30.0) -> int:
+        """Suspends the cluster until ``resume``."""
+    def resume(self, timeout: float = 30.0) -> int:
+        """Resumes a suspended cluster."""
+    @property
+    def snapshot_count(self) -> int:
+        """Snapshots taken since the node started."""
+    @property
+    def state(self) -> int:
+        """The consensus module's state (1 active, 2 suspended, 3 snapshot)."""
 
 @final
 class ClusterClient:

@@ -19,8 +19,10 @@ use sulis_client::{Client, ClientContext, OfferError};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
     Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, ServiceOfferError,
+    SnapshotWriter,
 };
-use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+use sulis_cluster::consensus_module::{toggle, ConsensusModule, ConsensusModuleContext};
+use sulis_cluster::consensus_module_agent::ModuleState;
 use sulis_protocol::options::Configured;
 
 create_exception!(
@@ -119,6 +121,46 @@ impl PyCluster {
     }
 }
 
+/// Where `on_take_snapshot` writes the service's state, valid during that
+/// call only.
+#[pyclass(name = "SnapshotWriter", frozen, module = "sulis._native")]
+pub struct PySnapshotWriter {
+    current: AtomicPtr<SnapshotWriter<'static>>,
+    owner: std::thread::ThreadId,
+}
+
+#[pymethods]
+impl PySnapshotWriter {
+    /// Appends one message of the service's state (any length: long ones
+    /// come back whole); `on_start` gets them in this order.
+    fn write(&self, data: &[u8]) -> PyResult<()> {
+        let ptr = self.current.load(Ordering::Acquire);
+        if ptr.is_null() || std::thread::current().id() != self.owner {
+            return Err(ClusterError::new_err(
+                "the snapshot writer is valid only during on_take_snapshot",
+            ));
+        }
+        // SAFETY: set by `on_take_snapshot` on the service thread (checked
+        // above) to a writer that outlives the call, cleared before it ends.
+        unsafe { &mut *ptr }
+            .write(data)
+            .map_err(ClusterError::new_err)
+    }
+
+    /// Messages written so far.
+    #[getter]
+    fn written(&self) -> PyResult<usize> {
+        let ptr = self.current.load(Ordering::Acquire);
+        if ptr.is_null() || std::thread::current().id() != self.owner {
+            return Err(ClusterError::new_err(
+                "the snapshot writer is valid only during on_take_snapshot",
+            ));
+        }
+        // SAFETY: as in `write`.
+        Ok(unsafe { &*ptr }.written())
+    }
+}
+
 /// A Python object as the service: each callback is one method call. The
 /// first exception stops the service (its container ends with an error
 /// naming the callback and the log position); later entries are not given
@@ -134,12 +176,30 @@ enum Arg<'a> {
     Int(i64),
     OptInt(Option<i64>),
     Bytes(&'a [u8]),
+    /// A list of bytes, or None.
+    Messages(Option<&'a [Vec<u8>]>),
+    Object(Py<PyAny>),
 }
 
 impl PyService {
     fn call(&mut self, cluster: &mut Cluster<'_>, name: &str, args: &[Arg<'_>]) {
+        if let Err(text) = self.call_checked(cluster, name, args) {
+            let mut failed = self.failed.lock().unwrap();
+            if failed.is_none() {
+                *failed = Some(text);
+            }
+        }
+    }
+
+    /// Calls `name`; an exception is printed and returned as text.
+    fn call_checked(
+        &mut self,
+        cluster: &mut Cluster<'_>,
+        name: &str,
+        args: &[Arg<'_>],
+    ) -> Result<(), String> {
         if self.failed.lock().unwrap().is_some() {
-            return;
+            return Err("the service stopped at an earlier error".into());
         }
         let position = cluster.log_position();
         Python::attach(|py| {
@@ -162,6 +222,13 @@ impl PyService {
                         Arg::OptInt(Some(v)) => v.into_pyobject(py)?.into_any().unbind(),
                         Arg::OptInt(None) => py.None(),
                         Arg::Bytes(b) => PyBytes::new(py, b).into_any().unbind(),
+                        Arg::Messages(None) => py.None(),
+                        Arg::Messages(Some(m)) => {
+                            pyo3::types::PyList::new(py, m.iter().map(|b| PyBytes::new(py, b)))?
+                                .into_any()
+                                .unbind()
+                        }
+                        Arg::Object(o) => o.clone_ref(py),
                     });
                 }
                 let tuple = PyTuple::new(py, items)?;
@@ -174,18 +241,49 @@ impl PyService {
                     .store(std::ptr::null_mut(), Ordering::Release);
                 result.map(|_| ())
             })();
-            if let Err(e) = outcome {
-                let text = format!("the service's {name} raised at log position {position}: {e}");
-                e.print(py);
-                *self.failed.lock().unwrap() = Some(text);
+            match outcome {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let text =
+                        format!("the service's {name} raised at log position {position}: {e}");
+                    e.print(py);
+                    Err(text)
+                }
             }
-        });
+        })
     }
 }
 
 impl ClusteredService for PyService {
-    fn on_start(&mut self, cluster: &mut Cluster<'_>) {
-        self.call(cluster, "on_start", &[]);
+    fn on_start(&mut self, cluster: &mut Cluster<'_>, snapshot: Option<&[Vec<u8>]>) {
+        self.call(cluster, "on_start", &[Arg::Messages(snapshot)]);
+    }
+    /// An exception fails this snapshot (printed, and the module keeps the
+    /// previous one); the service goes on, as Aeron's does.
+    fn on_take_snapshot(
+        &mut self,
+        cluster: &mut Cluster<'_>,
+        snapshot: &mut SnapshotWriter<'_>,
+    ) -> Result<(), String> {
+        let writer = Python::attach(|py| {
+            Py::new(
+                py,
+                PySnapshotWriter {
+                    current: AtomicPtr::new(std::ptr::null_mut()),
+                    owner: std::thread::current().id(),
+                },
+            )
+        })
+        .map_err(|e| e.to_string())?;
+        let ptr: *mut SnapshotWriter<'static> = std::ptr::from_mut(snapshot).cast();
+        writer.get().current.store(ptr, Ordering::Release);
+        let object = Python::attach(|py| writer.clone_ref(py).into_any());
+        let result = self.call_checked(cluster, "on_take_snapshot", &[Arg::Object(object)]);
+        writer
+            .get()
+            .current
+            .store(std::ptr::null_mut(), Ordering::Release);
+        result
     }
     fn on_session_open(&mut self, cluster: &mut Cluster<'_>, session_id: i64, timestamp: i64) {
         self.call(
@@ -288,6 +386,18 @@ pub struct PyClusterNode {
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     error: Arc<Mutex<Option<String>>>,
+    /// Control toggle requests to the module's thread.
+    requests: Mutex<mpsc::Sender<i64>>,
+    status: Arc<Mutex<NodeStatus>>,
+}
+
+/// What the module's thread reports of itself.
+#[derive(Default)]
+struct NodeStatus {
+    snapshots: i64,
+    failed_snapshots: i64,
+    failed_snapshots_error: Option<String>,
+    state: i64,
 }
 
 fn set_first(error: &Mutex<Option<String>>, e: String) {
@@ -323,6 +433,8 @@ impl PyClusterNode {
             consensus_module_stream_id: ctx.consensus_module_stream_id,
             service_stream_id: ctx.service_stream_id,
             message_timeout: ctx.message_timeout,
+            replay_stream_id: ctx.replay_stream_id,
+            ..ServiceContext::default()
         };
         let (s, e) = (stop.clone(), error.clone());
         let idle = ctx.idle_strategy;
@@ -360,6 +472,9 @@ impl PyClusterNode {
         let (s, e) = (stop.clone(), error.clone());
         let idle = ctx.idle_strategy;
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (request_tx, request_rx) = mpsc::channel::<i64>();
+        let status = Arc::new(Mutex::new(NodeStatus::default()));
+        let st = status.clone();
         let module_thread = std::thread::Builder::new()
             .name("sulis-consensus-module".into())
             .spawn(move || {
@@ -372,13 +487,36 @@ impl PyClusterNode {
                 };
                 let _ = ready_tx.send(Ok(()));
                 let mut idler = idle.idler();
+                let mut queued: std::collections::VecDeque<i64> = Default::default();
                 while !s.load(Ordering::Acquire) {
+                    queued.extend(request_rx.try_iter());
+                    if let Some(&value) = queued.front() {
+                        if module.request(value) {
+                            queued.pop_front();
+                        }
+                    }
                     match module.do_work() {
                         Ok(n) => idler.idle(n),
                         Err(why) => {
                             set_first(&e, format!("consensus module: {why}"));
                             break;
                         }
+                    }
+                    let count = module.snapshot_count();
+                    let mut status = st.lock().unwrap();
+                    if status.snapshots != count
+                        || status.state != module.state() as i64
+                        || status.failed_snapshots_error.as_deref() != module.last_snapshot_error()
+                    {
+                        status.snapshots = count;
+                        status.state = module.state() as i64;
+                        if let Some(why) = module.last_snapshot_error() {
+                            if status.failed_snapshots_error.as_deref() != Some(why) {
+                                status.failed_snapshots += 1;
+                            }
+                        }
+                        status.failed_snapshots_error =
+                            module.last_snapshot_error().map(str::to_string);
                     }
                 }
                 module.close();
@@ -390,6 +528,8 @@ impl PyClusterNode {
             stop,
             threads: Mutex::new(vec![module_thread, service_thread]),
             error,
+            requests: Mutex::new(request_tx),
+            status,
         };
         let ready = gil::released(py, move || ready_rx.recv_timeout(Duration::from_secs(120)));
         let failure = match ready {
@@ -426,9 +566,85 @@ impl PyClusterNode {
     fn close(&self, py: Python<'_>) {
         self.shutdown(py);
     }
+
+    /// Takes a snapshot (every service's state and the module's, at one log
+    /// position, recorded by the archive and named in the recording log)
+    /// and returns once it is taken; raises `ClusterError` naming why it
+    /// failed or did not finish within `timeout` seconds.
+    #[pyo3(signature = (timeout=30.0))]
+    fn snapshot(&self, py: Python<'_>, timeout: f64) -> PyResult<i64> {
+        self.act(py, toggle::SNAPSHOT, timeout)
+    }
+
+    /// Suspends the cluster: clients' messages wait (back-pressured, none
+    /// dropped) and timers do not fire until `resume`.
+    #[pyo3(signature = (timeout=30.0))]
+    fn suspend(&self, py: Python<'_>, timeout: f64) -> PyResult<i64> {
+        self.act(py, toggle::SUSPEND, timeout)
+    }
+
+    /// Resumes a suspended cluster.
+    #[pyo3(signature = (timeout=30.0))]
+    fn resume(&self, py: Python<'_>, timeout: f64) -> PyResult<i64> {
+        self.act(py, toggle::RESUME, timeout)
+    }
+
+    /// Snapshots taken since the node started.
+    #[getter]
+    fn snapshot_count(&self) -> i64 {
+        self.status.lock().unwrap().snapshots
+    }
+
+    /// The module's state (`ModuleState`: 1 active, 2 suspended, 3 snapshot, ...).
+    #[getter]
+    fn state(&self) -> i64 {
+        self.status.lock().unwrap().state
+    }
 }
 
 impl PyClusterNode {
+    /// Asks the module through its control toggle and waits until it acted:
+    /// a snapshot counted (or failed), the state suspended or active.
+    fn act(&self, py: Python<'_>, value: i64, timeout: f64) -> PyResult<i64> {
+        let (snapshots, failures) = {
+            let s = self.status.lock().unwrap();
+            (s.snapshots, s.failed_snapshots)
+        };
+        if self.requests.lock().unwrap().send(value).is_err() {
+            return Err(ClusterError::new_err("the node is not running"));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let status = self.status.clone();
+        let error = self.error.clone();
+        let outcome = gil::released(py, move || loop {
+            {
+                let s = status.lock().unwrap();
+                let done = match value {
+                    toggle::SNAPSHOT if s.failed_snapshots > failures => {
+                        return Err(format!(
+                            "the snapshot failed: {}",
+                            s.failed_snapshots_error.as_deref().unwrap_or("unknown")
+                        ))
+                    }
+                    toggle::SNAPSHOT => s.snapshots > snapshots,
+                    toggle::SUSPEND => s.state == ModuleState::Suspended as i64,
+                    _ => s.state == ModuleState::Active as i64,
+                };
+                if done {
+                    return Ok(s.snapshots);
+                }
+            }
+            if let Some(why) = error.lock().unwrap().clone() {
+                return Err(why);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("not done within {timeout} s"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        outcome.map_err(ClusterError::new_err)
+    }
+
     fn shutdown(&self, py: Python<'_>) {
         self.stop.store(true, Ordering::Release);
         let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock().unwrap());
@@ -612,6 +828,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster_config, m)?)?;
     m.add_class::<PyClusterNode>()?;
     m.add_class::<PyCluster>()?;
+    m.add_class::<PySnapshotWriter>()?;
     m.add_class::<PyClusterClient>()?;
     m.add("ClusterError", m.py().get_type::<ClusterError>())?;
     m.add(

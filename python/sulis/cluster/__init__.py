@@ -7,8 +7,9 @@ the log only as far as it is committed and hands each entry to the ``ClusteredSe
 per entry. A ``ClusterClient`` opens a session, offers messages and reads what the service sends back.
 
 This version runs clusters of one member (Aeron runs those too): the member leads every term, and its
-log is committed as far as its archive recorded it. A restarted node replays its log through a new
-service before it takes new sessions, so the service's state is rebuilt from the log. Three and five
+log is committed as far as its archive recorded it. A restarted node loads its latest snapshot, if it
+took one (``ClusterNode.snapshot()``), and replays the log after it through a new service before it
+takes new sessions, so the service's state is rebuilt from the snapshot and the log. Three and five
 members (elections, replication) are being built (``docs/cluster.md``).
 
 Determinism: every member's service must do the same with the same entries. Use ``cluster.time`` (the
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import enum
 
-from .._native import Cluster, ClusterError, ClusterSessionClosedError, cluster_config
+from .._native import Cluster, ClusterError, ClusterSessionClosedError, SnapshotWriter, cluster_config
 from .._native import ClusterClient as _NativeClusterClient
 from .._native import ClusterNode as _NativeClusterNode
 
@@ -33,7 +34,9 @@ __all__ = [
     "ClusterSessionClosedError",
     "ClusteredService",
     "EventCode",
+    "ModuleState",
     "Role",
+    "SnapshotWriter",
     "cluster_config",
 ]
 
@@ -44,6 +47,18 @@ class Role(enum.IntEnum):
     FOLLOWER = 0
     CANDIDATE = 1
     LEADER = 2
+
+
+class ModuleState(enum.IntEnum):
+    """The consensus module's state (Aeron's ``ConsensusModule.State``): ``ClusterNode.state``."""
+
+    INIT = 0
+    ACTIVE = 1
+    SUSPENDED = 2
+    SNAPSHOT = 3
+    QUITTING = 4
+    TERMINATING = 5
+    CLOSED = 6
 
 
 class CloseReason(enum.IntEnum):
@@ -74,8 +89,15 @@ class ClusteredService:
     the callback and the log position, and no later entry is given to it.
     """
 
-    def on_start(self, cluster: Cluster) -> None:
-        """The service joined the log, before any entry."""
+    def on_start(self, cluster: Cluster, snapshot: list[bytes] | None) -> None:
+        """The service joined the log, before any entry. ``snapshot`` is what it wrote in
+        ``on_take_snapshot`` when the member recovers from a snapshot (the log after it follows), in
+        order; ``None`` when it starts from the log's beginning."""
+
+    def on_take_snapshot(self, cluster: Cluster, snapshot: SnapshotWriter) -> None:
+        """Write the service's whole state with ``snapshot.write(bytes)`` (any number of messages, any
+        length). Every member's service does so at the same log position; an exception fails this
+        snapshot (the previous one stays the one to recover from) and the service goes on."""
 
     def on_session_open(self, cluster: Cluster, session_id: int, timestamp: int) -> None:
         """Session ``session_id`` opened."""
@@ -121,6 +143,35 @@ class ClusterNode:
     def close(self) -> None:
         """Stops the node (the log's recording is stopped)."""
         self._native.close()
+
+    def snapshot(self, timeout: float = 30.0) -> int:
+        """Takes a snapshot and returns once it is recorded (the node's snapshot count).
+
+        Every service writes its state (``on_take_snapshot``) at one log position, then the consensus
+        module writes its own (sessions, timers, the services' pending messages); the archive records
+        each and the recording log names the set. A restarted node loads the latest whole set and
+        replays only the log after it. Raises ``ClusterError`` naming why it failed (the previous
+        snapshot then stays the one to recover from) or that it did not finish within ``timeout``."""
+        return self._native.snapshot(timeout)
+
+    def suspend(self, timeout: float = 30.0) -> None:
+        """Suspends the cluster: clients' messages wait (back-pressured, none dropped), timers do not
+        fire and no session times out until ``resume``."""
+        self._native.suspend(timeout)
+
+    def resume(self, timeout: float = 30.0) -> None:
+        """Resumes a suspended cluster."""
+        self._native.resume(timeout)
+
+    @property
+    def snapshot_count(self) -> int:
+        """Snapshots taken since the node started."""
+        return self._native.snapshot_count
+
+    @property
+    def state(self) -> ModuleState:
+        """The consensus module's state."""
+        return ModuleState(self._native.state)
 
     def __enter__(self) -> ClusterNode:
         return self
