@@ -157,6 +157,18 @@ def test_a_restarted_node_rebuilds_its_python_service_from_the_log(node_env):
     assert again.roles == [Role.LEADER], "a follower (its first role) while replaying, then the leader"
 
 
+def test_a_service_without_on_take_snapshot_cannot_be_snapshotted_and_goes_on(node_env):
+    service = Echo()
+    with start(node_env, service) as node, connect(node_env) as a:
+        offer(a, b"before")
+        assert receive(a, 1) == [b"before"]
+        with pytest.raises(ClusterError, match="the snapshot failed: service 0 could not write its snapshot"):
+            node.snapshot()
+        offer(a, b"after")
+        assert receive(a, 1) == [b"after"]
+        assert node.error is None and node.snapshot_count == 0
+
+
 def test_a_second_node_on_the_same_directory_is_refused_naming_the_holder(node_env):
     with start(node_env, Echo()), connect(node_env) as a:
         with pytest.raises(ClusterError, match=f"pid {os.getpid()}\\) is running on"):

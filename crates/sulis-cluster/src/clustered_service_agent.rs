@@ -38,12 +38,14 @@ pub trait ClusteredService {
     /// messages written go, in order, to `on_start` of a service that
     /// recovers from this snapshot. An error (or `false` from `write`)
     /// fails this snapshot; the member goes on and keeps the previous one.
+    /// A service that does not implement it cannot be snapshotted (its state
+    /// would not survive a restart from the snapshot): the snapshot fails.
     fn on_take_snapshot(
         &mut self,
         _cluster: &mut Cluster<'_>,
         _snapshot: &mut SnapshotWriter<'_>,
     ) -> Result<(), String> {
-        Ok(())
+        Err("the service does not implement on_take_snapshot: its state could not be restored from a snapshot".into())
     }
     /// Session `session_id` opened.
     fn on_session_open(&mut self, _cluster: &mut Cluster<'_>, _session_id: i64, _timestamp: i64) {}

@@ -97,7 +97,12 @@ class ClusteredService:
     def on_take_snapshot(self, cluster: Cluster, snapshot: SnapshotWriter) -> None:
         """Write the service's whole state with ``snapshot.write(bytes)`` (any number of messages, any
         length). Every member's service does so at the same log position; an exception fails this
-        snapshot (the previous one stays the one to recover from) and the service goes on."""
+        snapshot (the previous one stays the one to recover from) and the service goes on. A service
+        that does not override it cannot be snapshotted: its state would not survive a restart from
+        the snapshot, so the snapshot fails, naming this."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement on_take_snapshot: its state could not be restored "
+            "from a snapshot")
 
     def on_session_open(self, cluster: Cluster, session_id: int, timestamp: int) -> None:
         """Session ``session_id`` opened."""
