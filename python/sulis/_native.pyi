@@ -776,6 +776,15 @@ def cluster_config(
     """The cluster's effective settings without starting a node: (name, value, source, environment
     variable, doc) per option of its table."""
 
+def read_recording_log(cluster_dir: str) -> tuple[list[dict[str, Any]], int]:
+    """The entries of ``cluster_dir/recording.log`` and the bytes of a torn last entry (file unchanged)."""
+
+def recovery_plan(cluster_dir: str, service_count: int) -> dict[str, Any]:
+    """``snapshots`` (the latest whole set, module first) and ``last_term`` a restart starts from."""
+
+def set_cluster_toggle(dir: str, value: int) -> int:
+    """Sets the control toggle of the cluster member on the driver in ``dir`` if it is NEUTRAL."""
+
 class ClusterError(SulisError):
     """The cluster refused, failed or ended something; the message says what and where."""
 

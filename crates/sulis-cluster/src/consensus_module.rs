@@ -42,19 +42,20 @@ use sulis_protocol::options::{
     parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
     Configured, OptionSpec, Sources,
 };
+use sulis_protocol::counters::type_id;
 use sulis_protocol::sbe::Header as SbeHeader;
 use sulis_protocol::values::parse_size;
 
 /// Counter type of a cluster's commit position (Aeron's `Cluster commit-pos`).
-pub const COMMIT_POSITION_TYPE_ID: i32 = 203;
+pub const COMMIT_POSITION_TYPE_ID: i32 = type_id::CLUSTER_COMMIT_POSITION;
 /// Counter type of the module's state ([`ModuleState`]'s values).
-pub const MODULE_STATE_TYPE_ID: i32 = 200;
+pub const MODULE_STATE_TYPE_ID: i32 = type_id::CLUSTER_MODULE_STATE;
 /// Counter type of the node's role (`role::*`).
-pub const NODE_ROLE_TYPE_ID: i32 = 201;
+pub const NODE_ROLE_TYPE_ID: i32 = type_id::CLUSTER_NODE_ROLE;
 /// Counter type of the cluster control toggle ([`toggle`]).
-pub const CONTROL_TOGGLE_TYPE_ID: i32 = 202;
+pub const CONTROL_TOGGLE_TYPE_ID: i32 = type_id::CLUSTER_CONTROL_TOGGLE;
 /// Counter type of the number of snapshots taken.
-pub const SNAPSHOT_COUNTER_TYPE_ID: i32 = 205;
+pub const SNAPSHOT_COUNTER_TYPE_ID: i32 = type_id::CLUSTER_SNAPSHOT_COUNT;
 /// The stream the consensus module's snapshot is written on.
 pub const CONSENSUS_MODULE_SNAPSHOT_STREAM_ID: i32 = 107;
 

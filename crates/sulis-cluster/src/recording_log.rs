@@ -62,6 +62,26 @@ impl RecordingLog {
         })
     }
 
+    /// Reads `dir/recording.log` for a tool, changing nothing: a torn last
+    /// entry is left in place (counted in [`Self::torn_tail_dropped`]) and
+    /// the log cannot be appended to. `Err` if there is no file.
+    pub fn read(dir: &Path) -> Result<RecordingLog, String> {
+        let path = dir.join(FILE_NAME);
+        let what = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut file = File::open(&path).map_err(what)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(what)?;
+        let decoded = decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(RecordingLog {
+            path,
+            file,
+            entries: decoded.entries,
+            // Opened read-only: an append fails before anything is written.
+            end: (bytes.len() - decoded.torn_tail) as u64,
+            torn_tail_dropped: decoded.torn_tail,
+        })
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -11,7 +11,7 @@
 use sulis_client::Client;
 
 /// Counter type of the recovery state.
-pub const RECOVERY_STATE_TYPE_ID: i32 = 204;
+pub const RECOVERY_STATE_TYPE_ID: i32 = sulis_protocol::counters::type_id::CLUSTER_RECOVERY_STATE;
 
 /// What a starting member recovers from.
 #[derive(Clone, Debug, PartialEq, Eq)]

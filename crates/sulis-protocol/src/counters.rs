@@ -71,6 +71,20 @@ pub mod type_id {
     pub const ARCHIVE_REPLAY_SESSIONS: i32 = 112;
     /// Archive: one control session (value: its id).
     pub const ARCHIVE_CONTROL_SESSION: i32 = 113;
+    /// Cluster: the consensus module's state (INIT 0, ACTIVE 1, SUSPENDED
+    /// 2, SNAPSHOT 3, ...). Key: the cluster id (i32), as for 201 to 205.
+    pub const CLUSTER_MODULE_STATE: i32 = 200;
+    /// Cluster: the member's role (FOLLOWER 0, CANDIDATE 1, LEADER 2).
+    pub const CLUSTER_NODE_ROLE: i32 = 201;
+    /// Cluster: the control toggle an operator sets (NEUTRAL 1, SUSPEND 2,
+    /// RESUME 3, SNAPSHOT 4, ...) and the leader acts on.
+    pub const CLUSTER_CONTROL_TOGGLE: i32 = 202;
+    /// Cluster: how far the log is committed.
+    pub const CLUSTER_COMMIT_POSITION: i32 = 203;
+    /// Cluster: what a starting member recovers from (while it starts).
+    pub const CLUSTER_RECOVERY_STATE: i32 = 204;
+    /// Cluster: snapshots taken since the module started.
+    pub const CLUSTER_SNAPSHOT_COUNT: i32 = 205;
     /// Archive (sulis): where the archive keeps its files. Key: the archive
     /// id (i64); value: the archive id; label `Archive Directory -
     /// archiveId=N dir=PATH` (absolute), so a reader on the same host finds
@@ -170,6 +184,12 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::ARCHIVE_REPLAY_SESSIONS, "archive-replay-sessions"),
     (type_id::ARCHIVE_CONTROL_SESSION, "archive-control-session"),
     (type_id::SULIS_ARCHIVE_DIRECTORY, "archive-directory"),
+    (type_id::CLUSTER_MODULE_STATE, "cluster-module-state"),
+    (type_id::CLUSTER_NODE_ROLE, "cluster-node-role"),
+    (type_id::CLUSTER_CONTROL_TOGGLE, "cluster-control-toggle"),
+    (type_id::CLUSTER_COMMIT_POSITION, "cluster-commit-pos"),
+    (type_id::CLUSTER_RECOVERY_STATE, "cluster-recovery-state"),
+    (type_id::CLUSTER_SNAPSHOT_COUNT, "cluster-snapshot-count"),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).

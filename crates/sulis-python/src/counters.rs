@@ -16,7 +16,7 @@ use sulis_concurrent::loss_report::{
 use sulis_concurrent::mapped_file::MappedFile;
 use sulis_protocol::cnc_descriptor::{version_string, CNC_FILE};
 
-fn open_cnc(dir: &str) -> PyResult<Cnc> {
+pub(crate) fn open_cnc(dir: &str) -> PyResult<Cnc> {
     Cnc::open(&Path::new(dir).join(CNC_FILE))
         .map_err(|e| DriverTimeoutError::new_err(format!("no media driver in {dir}: {e}")))
 }

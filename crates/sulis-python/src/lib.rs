@@ -10,6 +10,7 @@ mod buffer;
 mod channel_uri;
 mod client;
 mod cluster;
+mod cluster_tool;
 mod counters;
 mod driver;
 mod errors;
@@ -58,6 +59,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     archive::register(m)?;
     cluster::register(m)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::read_recording_log, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::set_cluster_toggle, m)?)?;
     m.add_class::<driver::PyMediaDriver>()?;
     m.add_class::<client::PyClient>()?;
     m.add_class::<subscription::PySubscription>()?;

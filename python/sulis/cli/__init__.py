@@ -93,8 +93,10 @@ main.add_command(_archive_tool_command, "archive-tool")
 
 # sulis cluster-node.
 from .cluster import cluster_node as _cluster_node_command  # noqa: E402
+from .cluster import cluster_tool as _cluster_tool_command  # noqa: E402
 
 main.add_command(_cluster_node_command, "cluster-node")
+main.add_command(_cluster_tool_command, "cluster-tool")
 
 
 # sulis bench: throughput and ping-pong (its own module).

@@ -100,3 +100,147 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     if error is not None:
         raise click.ClickException(error)
     click.echo("sulis cluster-node stopped", err=True)
+
+
+_ROLES = {0: "FOLLOWER", 1: "CANDIDATE", 2: "LEADER"}
+_STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING", 5: "TERMINATING", 6: "CLOSED"}
+# The control toggle's values (Aeron's ClusterControl.ToggleState).
+_TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4}
+_VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume")
+
+
+def _running_pid(cluster_dir: str) -> int | None:
+    """The pid of the consensus module holding ``cluster_dir``'s lock, or None when none holds it."""
+    lock = os.path.join(cluster_dir, "consensus-module.lck")
+    if not os.path.exists(lock):
+        return None
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = f.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
+def _member_counters(driver_dir: str) -> dict[int, int]:
+    """The cluster member's counters on the driver in ``driver_dir``: type id -> value (200 to 205)."""
+    try:
+        rows = _native.CountersReader(driver_dir).counters()
+    except _native.SulisError as e:
+        raise cli_error(e) from None
+    return {c["type_id"]: c["value"] for c in rows if 200 <= c["type_id"] <= 205}
+
+
+def _describe(cluster_dir: str, driver_dir: str) -> dict:
+    pid = _running_pid(cluster_dir)
+    out: dict = {"cluster_dir": cluster_dir, "pid": pid, "running": pid is not None}
+    if pid is not None:
+        c = _member_counters(driver_dir)
+        out.update(driver_dir=driver_dir, state=_STATES.get(c.get(200, -1), c.get(200)),
+                   role=_ROLES.get(c.get(201, -1), c.get(201)), commit_position=c.get(203),
+                   snapshot_count=c.get(205), control_toggle=c.get(202))
+    return out
+
+
+@click.command("cluster-tool")
+@click.argument("cluster_dir", type=click.Path(file_okay=False))
+@click.argument("verb", type=click.Choice(_VERBS))
+@click.option("--dir", "dir_", default=None, envvar="SULIS_DIR", show_envvar=True,
+              help="The member's media driver directory [default /dev/shm/sulis-$USER].")
+@click.option("--service-count", default=1, show_default=True, help="Services on the member (recovery-plan).")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for snapshot/suspend/resume.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: int, timeout: float,
+                 as_json: bool) -> None:
+    """Look at or act on the cluster member whose directory is CLUSTER_DIR (Aeron's ClusterTool).
+
+    \b
+    pid            the consensus module's process id (exit 1 if none runs there)
+    describe       whether it runs, its state, role, commit position and snapshot count
+    recording-log  the recording log's entries (terms and snapshots), read without changing it
+    recovery-plan  the snapshot set and last term a restart would start from
+    is-leader      exit 0 if the member leads, 1 if not
+    snapshot       take a snapshot and wait until it is recorded
+    suspend        stop sequencing (clients' messages wait) until resume
+    resume         sequence again
+    """
+    import json
+
+    driver_dir = dir_ or _native.default_dir()
+    if verb == "recording-log":
+        try:
+            entries, torn = _native.read_recording_log(cluster_dir)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        if as_json:
+            click.echo(json.dumps({"entries": entries, "torn_tail_bytes": torn}))
+            return
+        for entry in entries:
+            click.echo(f"{entry['index']:>4} {entry['type']:<9}{'' if entry['valid'] else ' INVALID'} "
+                       f"recording={entry['recording_id']} term={entry['leadership_term_id']} "
+                       f"base={entry['term_base_log_position']} position={entry['log_position']} "
+                       f"timestamp={entry['timestamp']} service={entry['service_id']}")
+        if torn:
+            click.echo(f"(a torn last entry of {torn} bytes, dropped when the member next starts)")
+        return
+    if verb == "recovery-plan":
+        try:
+            plan = _native.recovery_plan(cluster_dir, service_count)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        if as_json:
+            click.echo(json.dumps(plan))
+            return
+        if plan["snapshots"]:
+            cm = plan["snapshots"][0]
+            click.echo(f"snapshot at log position {cm['log_position']} (term {cm['leadership_term_id']}): "
+                       + ", ".join(f"{'module' if s['service_id'] < 0 else 'service ' + str(s['service_id'])} "
+                                   f"recording {s['recording_id']}" for s in plan["snapshots"]))
+        else:
+            click.echo("no snapshot: the whole log is replayed")
+        term = plan["last_term"]
+        click.echo("no log yet" if term is None else
+                   f"log: recording {term['recording_id']}, last term {term['leadership_term_id']} "
+                   f"from {term['term_base_log_position']}")
+        return
+    described = _describe(cluster_dir, driver_dir)
+    if verb == "pid":
+        if described["pid"] is None:
+            raise click.ClickException(f"no consensus module is running on {cluster_dir}")
+        click.echo(described["pid"])
+        return
+    if verb == "describe":
+        click.echo(json.dumps(described) if as_json else
+                   "\n".join(f"{k}: {v}" for k, v in described.items()))
+        return
+    if not described["running"]:
+        raise click.ClickException(f"no consensus module is running on {cluster_dir}")
+    if verb == "is-leader":
+        click.echo(described["role"])
+        sys.exit(0 if described["role"] == "LEADER" else 1)
+    if described["role"] != "LEADER":
+        raise click.ClickException(f"{verb}: the member is {described['role']}; ask the leader")
+    before = described["snapshot_count"]
+    try:
+        _native.set_cluster_toggle(driver_dir, _TOGGLE[verb])
+    except _native.SulisError as e:
+        raise cli_error(e) from None
+    deadline = time.monotonic() + timeout
+    while _member_counters(driver_dir).get(202) != 1:  # back to NEUTRAL: acted on
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"{verb}: not acted on within {timeout} s")
+        time.sleep(0.01)
+    after = _describe(cluster_dir, driver_dir)
+    if verb == "snapshot":
+        if after["snapshot_count"] <= before:
+            raise click.ClickException("the snapshot failed (the member's stderr says why); the previous one "
+                                       "stays the one to recover from")
+        click.echo(f"snapshot taken: {after['snapshot_count']} since the member started")
+    else:
+        want = "SUSPENDED" if verb == "suspend" else "ACTIVE"
+        if after["state"] != want:
+            raise click.ClickException(f"{verb}: the member is {after['state']} (it must be "
+                                       f"{'ACTIVE' if verb == 'suspend' else 'SUSPENDED'} to {verb})")
+        click.echo(f"the member is {want}")
