@@ -782,6 +782,9 @@ def read_recording_log(cluster_dir: str) -> tuple[list[dict[str, Any]], int]:
 def recovery_plan(cluster_dir: str, service_count: int) -> dict[str, Any]:
     """``snapshots`` (the latest whole set, module first) and ``last_term`` a restart starts from."""
 
+def invalidate_latest_snapshot(cluster_dir: str, service_count: int) -> list[dict[str, Any]]:
+    """Marks the latest snapshot set invalid (refused while a module runs there); the entries."""
+
 def set_cluster_toggle(dir: str, value: int) -> int:
     """Sets the control toggle of the cluster member on the driver in ``dir`` if it is NEUTRAL."""
 

@@ -163,6 +163,17 @@ def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends
         assert out.returncode == 1 and "no consensus module is running" in out.stderr, out
         out = tool("snapshot")
         assert out.returncode == 1 and "no consensus module is running" in out.stderr, out
+        # A snapshot that could not be loaded is invalidated (member stopped): the next start replays the
+        # whole log instead, and the state is the same.
+        out = tool("invalidate-latest-snapshot")
+        assert out.returncode == 0 and "invalidated the snapshot at log position" in out.stdout, out
+        assert json.loads(tool("recovery-plan", "--json").stdout)["snapshots"] == []
+        proc = Node(tmp_path, port).start()
+        out = tool("invalidate-latest-snapshot")
+        assert out.returncode == 1 and "stop it first" in out.stderr, out
+        c3 = client(driver, port)
+        assert add(c3, 1) == 14
+        c3.close()
     finally:
         if proc.poll() is None:
             proc.kill()

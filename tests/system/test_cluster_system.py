@@ -115,6 +115,8 @@ def test_a_python_service_echoes_each_client_in_order_and_fires_timers_through_t
         with pytest.raises(ClusterSessionClosedError) as closed:
             await_until(lambda: b.poll_egress(lambda p, t: None) < 0, 10)
         assert (closed.value.code, closed.value.detail) == (EventCode.CLOSED, "SERVICE_ACTION")
+        # The client is told when the close goes into the log; the service applies it once committed.
+        await_until(lambda: (2, CloseReason.SERVICE_ACTION) in service.closed, 10, "the close applied")
         assert node.error is None and node.is_running
     assert service.opened == [1, 2] and service.timers == [5] and service.roles == [Role.LEADER]
     assert service.messages == 1002
@@ -214,6 +216,8 @@ class Tally(ClusteredService):
     def on_take_snapshot(self, cluster, snapshot):
         snapshot.write(str(self.total).encode())
         snapshot.write(b"x" * 100_000)
+        # What no replay would ask again is refused while the snapshot is written.
+        self.refused = not cluster.offer_to_cluster(b"x") and not cluster.schedule_timer(1, 0)
         if self.fail_snapshot:
             raise RuntimeError("no room for the snapshot")
 
@@ -229,6 +233,7 @@ def test_a_node_restarts_from_its_snapshot_and_replays_only_the_log_after_it(nod
         assert [add(a, i) for i in range(1, 51)][-1] == 1275
         assert node.snapshot() == 1 and node.snapshot_count == 1
         assert node.state == ModuleState.ACTIVE
+        assert first.refused
         first.fail_snapshot = True  # a failed snapshot is not recovered from, and the node goes on
         with pytest.raises(ClusterError, match="the snapshot failed: service 0 could not write its snapshot"):
             node.snapshot()
@@ -236,6 +241,8 @@ def test_a_node_restarts_from_its_snapshot_and_replays_only_the_log_after_it(nod
         assert add(a, 51) == 1326
         node.suspend()
         assert node.state == ModuleState.SUSPENDED
+        with pytest.raises(ClusterError, match="suspended: resume it before a snapshot"):
+            node.snapshot()
         offer(a, b"52")  # waits in the ingress image while suspended: not dropped
         time.sleep(0.3)
         assert first.total == 1326

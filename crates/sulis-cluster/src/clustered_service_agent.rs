@@ -84,6 +84,9 @@ pub trait ClusteredService {
 pub struct SnapshotWriter<'a> {
     taker: &'a mut SnapshotTaker,
     written: usize,
+    /// The first write that failed: the snapshot fails with it, whatever
+    /// the service does with the error.
+    failed: Option<String>,
 }
 
 /// A service's snapshot message is framed so that any length goes: one
@@ -99,6 +102,17 @@ impl SnapshotWriter<'_> {
     /// Appends one message of the service's state, of any length (it comes
     /// back whole, in order, to `on_start`).
     pub fn write(&mut self, message: &[u8]) -> Result<(), String> {
+        if let Some(e) = &self.failed {
+            return Err(format!("an earlier write failed: {e}"));
+        }
+        let written = self.write_framed(message);
+        if let Err(e) = &written {
+            self.failed = Some(e.clone());
+        }
+        written
+    }
+
+    fn write_framed(&mut self, message: &[u8]) -> Result<(), String> {
         if message.len() <= SNAPSHOT_CHUNK {
             let mut m = Vec::with_capacity(message.len() + 1);
             m.push(WHOLE);
@@ -210,6 +224,8 @@ struct State {
     /// The log's clock unit and application version (its terms' events).
     time_unit: i32,
     app_version: i32,
+    /// Writing a snapshot: requests to the module are refused.
+    snapshotting: bool,
 }
 
 /// Why an offer did not go.
@@ -315,6 +331,9 @@ impl Cluster<'_> {
     }
 
     fn send_to_module(&mut self, message: &[u8]) -> bool {
+        if self.state.snapshotting {
+            return false;
+        }
         // The control stream is IPC to the local module: back-pressure is
         // brief; a few retries keep the service's calls simple.
         for _ in 0..1000 {
@@ -381,6 +400,7 @@ impl ClusteredServiceAgent {
                 next_ack_id: 0,
                 time_unit: time_unit::MILLIS,
                 app_version: 0,
+                snapshotting: false,
             },
             ctx,
             service,
@@ -734,13 +754,21 @@ impl ClusteredServiceAgent {
         let mut writer = SnapshotWriter {
             taker: &mut taker,
             written: 0,
+            failed: None,
         };
-        let taken = self.service.on_take_snapshot(
+        // What the service asks of the cluster while it writes its snapshot
+        // is refused: no replay would ask it again.
+        self.state.snapshotting = true;
+        let mut taken = self.service.on_take_snapshot(
             &mut Cluster {
                 state: &mut self.state,
             },
             &mut writer,
         );
+        self.state.snapshotting = false;
+        if let (Ok(()), Some(e)) = (&taken, writer.failed.take()) {
+            taken = Err(format!("a write failed and the service went on: {e}"));
+        }
         if let Err(e) = taken {
             taker.abort(archive);
             return Err(format!(

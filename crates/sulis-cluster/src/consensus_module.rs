@@ -38,11 +38,11 @@ use sulis_protocol::cluster::messages::{
     SessionCloseRequest, SessionConnectRequest, SessionKeepAlive, SessionMessageHeader,
     NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
+use sulis_protocol::counters::type_id;
 use sulis_protocol::options::{
     parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
     Configured, OptionSpec, Sources,
 };
-use sulis_protocol::counters::type_id;
 use sulis_protocol::sbe::Header as SbeHeader;
 use sulis_protocol::values::parse_size;
 
@@ -239,8 +239,11 @@ impl ConsensusModuleContext {
                 "log_term_length {length}: a power of two from 64k to 1g"
             ));
         }
-        if !(1..=10).contains(&self.service_count) {
-            return Err(format!("service_count {}: 1 to 10", self.service_count));
+        if !(1..=9).contains(&self.service_count) {
+            return Err(format!(
+                "service_count {}: 1 to 9 (the recovery-state counter's key holds 9 snapshot recording ids)",
+                self.service_count
+            ));
         }
         for (name, d) in [
             ("session_timeout", self.session_timeout),
@@ -343,6 +346,8 @@ pub struct ConsensusModule {
     term_base_log_position: i64,
     /// Why the last snapshot failed, if it did.
     last_snapshot_error: Option<String>,
+    /// Snapshots that failed since the module started.
+    failed_snapshot_count: i64,
     recording_position_counter: i32,
     recording_id: i64,
     term: Term,
@@ -355,6 +360,8 @@ struct PendingSnapshot {
     mark: SnapshotMark,
     timestamp: i64,
     acks: Vec<Option<i64>>,
+    /// A service that has not acked by then fails the set.
+    deadline: Instant,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> String {
@@ -485,6 +492,7 @@ impl ConsensusModule {
             snapshot: None,
             term_base_log_position: 0,
             last_snapshot_error: None,
+            failed_snapshot_count: 0,
             recording_position_counter: -1,
             recording_id: -1,
             term: Term {
@@ -827,13 +835,15 @@ impl ConsensusModule {
     /// Sends JoinLog and waits for every service's ServiceAck at `position`
     /// (Aeron's `awaitServicesReady`).
     fn await_services_joined(&mut self, position: i64) -> Result<(), String> {
-        let deadline = Instant::now() + self.ctx.message_timeout;
+        // A service first loads its snapshot, given as long (6 message timeouts).
+        let wait = self.ctx.message_timeout * 6;
+        let deadline = Instant::now() + wait;
         let encoded = self.join_log.encode();
         while self.to_services.offer(&encoded).is_err() {
             if Instant::now() > deadline {
                 return Err(format!(
                     "no service took JoinLog within {:?} (is the service container running on driver {}?)",
-                    self.ctx.message_timeout,
+                    wait,
                     self.ctx.driver_dir.display()
                 ));
             }
@@ -846,7 +856,7 @@ impl ConsensusModule {
                 let missing: Vec<usize> = (0..acked.len()).filter(|&i| !acked[i]).collect();
                 return Err(format!(
                     "service(s) {missing:?} did not join the log at {position} within {:?}",
-                    self.ctx.message_timeout
+                    wait
                 ));
             }
             let mut acks = Vec::new();
@@ -940,6 +950,11 @@ impl ConsensusModule {
         self.snapshot_count.get()
     }
 
+    /// Snapshots that failed since the module started.
+    pub fn failed_snapshot_count(&self) -> i64 {
+        self.failed_snapshot_count
+    }
+
     /// Why the last snapshot failed, if it did.
     pub fn last_snapshot_error(&self) -> Option<&str> {
         self.last_snapshot_error.as_deref()
@@ -1009,6 +1024,7 @@ impl ConsensusModule {
                     },
                     timestamp: cluster_time,
                     acks: vec![None; self.ctx.service_count],
+                    deadline: Instant::now() + self.ctx.message_timeout * 6,
                 });
             }
             cluster_action::SUSPEND => {
@@ -1038,11 +1054,23 @@ impl ConsensusModule {
         let Some(pending) = &self.snapshot else {
             return Ok(0);
         };
-        if pending.acks.iter().any(Option::is_none) {
+        let missing: Vec<usize> = (0..pending.acks.len())
+            .filter(|&i| pending.acks[i].is_none())
+            .collect();
+        let timed_out = Instant::now() > pending.deadline;
+        if !missing.is_empty() && !timed_out {
             return Ok(0);
         }
         let pending = self.snapshot.take().expect("checked above");
-        let result = self.record_snapshot_set(&pending);
+        let result = if missing.is_empty() {
+            self.record_snapshot_set(&pending)
+        } else {
+            Err(format!(
+                "service(s) {missing:?} did not acknowledge the snapshot at {} within {:?}",
+                pending.mark.log_position,
+                self.ctx.message_timeout * 6
+            ))
+        };
         match result {
             Ok(()) => {
                 self.snapshot_count.set(self.snapshot_count.get() + 1);
@@ -1051,6 +1079,7 @@ impl ConsensusModule {
             Err(why) => {
                 eprintln!("sulis cluster: failed to take snapshot: {why}");
                 self.last_snapshot_error = Some(why);
+                self.failed_snapshot_count += 1;
             }
         }
         self.agent.state = ModuleState::Active;
@@ -1250,7 +1279,20 @@ impl ConsensusModule {
             .unwrap_or(0);
         let work = messages.len();
         let term = self.term.clone();
-        for m in messages {
+        let mut messages = messages.into_iter();
+        while let Some(m) = messages.next() {
+            if self
+                .snapshot
+                .as_ref()
+                .is_some_and(|p| p.acks.iter().all(Option::is_some))
+            {
+                // The set is complete: what the services sent after their
+                // acks waits until the module's snapshot is written, so that
+                // it is of the module's state at the action's position.
+                self.deferred_control.push(m);
+                self.deferred_control.extend(messages);
+                break;
+            }
             let Ok(h) = SbeHeader::decode(&m) else {
                 continue;
             };
@@ -1269,10 +1311,14 @@ impl ConsensusModule {
                 }
                 CloseSession::TEMPLATE_ID => {
                     if let Ok(c) = CloseSession::decode(&m) {
+                        // Suspended or snapshotting, nothing goes into the log:
+                        // the session is marked closing and its close is
+                        // logged once the module is active again.
+                        let active = self.agent.state == ModuleState::Active;
                         self.agent.sessions.on_service_close_session(
                             &mut self.io,
                             c.cluster_session_id,
-                            true,
+                            active,
                             &term,
                             now_ns,
                             cluster_time,
@@ -1353,6 +1399,55 @@ fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
     let _ = file.seek(std::io::SeekFrom::Start(0));
     let _ = writeln!(file, "{}", std::process::id());
     Ok(file)
+}
+
+/// Marks the latest whole snapshot set of the member on `dir` invalid
+/// (Aeron's `ClusterTool invalidate-latest-snapshot`), so that it next
+/// starts from the set before it, or from the log's beginning, and replays
+/// the log from there: for a snapshot that cannot be loaded. Refused while
+/// a consensus module runs there (the directory's lock is held, and taken
+/// here meanwhile, its pid left as it was). Returns the entries invalidated.
+pub fn invalidate_latest_snapshot(
+    dir: &std::path::Path,
+    service_count: i32,
+) -> Result<Vec<sulis_protocol::cluster::recording_log::Entry>, String> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let mut lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| err(&path.display().to_string(), e))?;
+    // SAFETY: flock on a descriptor this function owns (released when it is dropped).
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = lock.read_to_string(&mut holder);
+        return Err(format!(
+            "a consensus module (pid {}) is running on {}: stop it first",
+            holder.trim(),
+            dir.display()
+        ));
+    }
+    let mut log = RecordingLog::open(dir)?;
+    let Some(set) = log.latest_snapshot(service_count) else {
+        return Err(format!(
+            "{}: no snapshot to invalidate",
+            log.path().display()
+        ));
+    };
+    let set: Vec<_> = set.into_iter().cloned().collect();
+    let all: Vec<_> = log.entries().cloned().collect();
+    for e in &set {
+        let index = all
+            .iter()
+            .position(|x| x == e)
+            .expect("an entry of the log");
+        log.invalidate(index)?;
+    }
+    Ok(set)
 }
 
 fn align32(n: i64) -> i64 {

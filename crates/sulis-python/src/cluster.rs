@@ -502,19 +502,15 @@ impl PyClusterNode {
                             break;
                         }
                     }
-                    let count = module.snapshot_count();
+                    let (count, failed) = (module.snapshot_count(), module.failed_snapshot_count());
                     let mut status = st.lock().unwrap();
                     if status.snapshots != count
+                        || status.failed_snapshots != failed
                         || status.state != module.state() as i64
-                        || status.failed_snapshots_error.as_deref() != module.last_snapshot_error()
                     {
                         status.snapshots = count;
+                        status.failed_snapshots = failed;
                         status.state = module.state() as i64;
-                        if let Some(why) = module.last_snapshot_error() {
-                            if status.failed_snapshots_error.as_deref() != Some(why) {
-                                status.failed_snapshots += 1;
-                            }
-                        }
                         status.failed_snapshots_error =
                             module.last_snapshot_error().map(str::to_string);
                     }
@@ -608,6 +604,15 @@ impl PyClusterNode {
     fn act(&self, py: Python<'_>, value: i64, timeout: f64) -> PyResult<i64> {
         let (snapshots, failures) = {
             let s = self.status.lock().unwrap();
+            let (state, suspended) = (s.state, ModuleState::Suspended as i64);
+            if value == toggle::SNAPSHOT && state == suspended {
+                return Err(ClusterError::new_err(
+                    "the cluster is suspended: resume it before a snapshot",
+                ));
+            }
+            if value == toggle::RESUME && state != suspended {
+                return Err(ClusterError::new_err("the cluster is not suspended"));
+            }
             (s.snapshots, s.failed_snapshots)
         };
         if self.requests.lock().unwrap().send(value).is_err() {

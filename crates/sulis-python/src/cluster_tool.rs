@@ -68,6 +68,28 @@ pub fn recovery_plan<'py>(
     Ok(plan)
 }
 
+/// Marks the latest snapshot set of the member on `cluster_dir` invalid
+/// (refused while its module runs); returns the entries invalidated.
+#[pyfunction]
+pub fn invalidate_latest_snapshot<'py>(
+    py: Python<'py>,
+    cluster_dir: &str,
+    service_count: i32,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let set = sulis_cluster::consensus_module::invalidate_latest_snapshot(
+        Path::new(cluster_dir),
+        service_count,
+    )
+    .map_err(ClusterError::new_err)?;
+    set.iter()
+        .map(|e| {
+            let d = entry_dict(py, 0, e)?;
+            d.del_item("index")?;
+            Ok(d)
+        })
+        .collect()
+}
+
 /// Sets the control toggle of the cluster member on the driver in `dir`
 /// to `value` if it is NEUTRAL (nothing asked); returns what it was. An
 /// error names the driver without a member, or the request still pending.

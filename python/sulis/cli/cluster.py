@@ -106,7 +106,8 @@ _ROLES = {0: "FOLLOWER", 1: "CANDIDATE", 2: "LEADER"}
 _STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING", 5: "TERMINATING", 6: "CLOSED"}
 # The control toggle's values (Aeron's ClusterControl.ToggleState).
 _TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4}
-_VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume")
+_VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume",
+          "invalidate-latest-snapshot")
 
 
 def _running_pid(cluster_dir: str) -> int | None:
@@ -165,6 +166,8 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     snapshot       take a snapshot and wait until it is recorded
     suspend        stop sequencing (clients' messages wait) until resume
     resume         sequence again
+    invalidate-latest-snapshot
+                   (member stopped) start next from the snapshot before the latest, or the log's start
     """
     import json
 
@@ -204,6 +207,14 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
         click.echo("no log yet" if term is None else
                    f"log: recording {term['recording_id']}, last term {term['leadership_term_id']} "
                    f"from {term['term_base_log_position']}")
+        return
+    if verb == "invalidate-latest-snapshot":
+        try:
+            gone = _native.invalidate_latest_snapshot(cluster_dir, service_count)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        click.echo(json.dumps(gone) if as_json else
+                   f"invalidated the snapshot at log position {gone[0]['log_position']} ({len(gone)} entries)")
         return
     described = _describe(cluster_dir, driver_dir)
     if verb == "pid":
