@@ -785,6 +785,9 @@ def recovery_plan(cluster_dir: str, service_count: int) -> dict[str, Any]:
 def invalidate_latest_snapshot(cluster_dir: str, service_count: int) -> list[dict[str, Any]]:
     """Marks the latest snapshot set invalid (refused while a module runs there); the entries."""
 
+def purge_cluster_log(cluster_dir: str, driver_dir: str, service_count: int) -> dict[str, int]:
+    """Deletes the log's segment files wholly before the latest snapshot."""
+
 def set_cluster_toggle(dir: str, value: int) -> int:
     """Sets the control toggle of the cluster member on the driver in ``dir`` if it is NEUTRAL."""
 
@@ -857,6 +860,8 @@ class ClusterNode:
         """Suspends the cluster until ``resume``."""
     def resume(self, timeout: float = 30.0) -> int:
         """Resumes a suspended cluster."""
+    def purge_log(self) -> dict[str, int]:
+        """Deletes the log's segment files wholly before the latest snapshot."""
     @property
     def snapshot_count(self) -> int:
         """Snapshots taken since the node started."""

@@ -142,6 +142,8 @@ def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends
         plan = json.loads(tool("recovery-plan", "--json").stdout)
         assert [s["service_id"] for s in plan["snapshots"]] == [-1, 0]
         assert plan["last_term"]["leadership_term_id"] == 0
+        purged = json.loads(tool("purge-log", "--json").stdout)
+        assert purged["segments_deleted"] == 0 and purged["snapshot_position"] > 0, purged  # one short segment
         out = tool("suspend")
         assert out.returncode == 0 and "SUSPENDED" in out.stdout, out
         await_until(lambda: c.offer(b"7") > 0, 10, "ingress")  # waits, not dropped, while suspended

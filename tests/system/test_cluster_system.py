@@ -346,3 +346,27 @@ def test_a_node_killed_in_the_middle_of_a_snapshot_recovers_from_the_one_before(
     finally:
         proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_the_log_before_a_snapshot_is_purged_and_a_restart_needs_only_what_is_left(make_driver, tmp_path):
+    driver = make_driver()
+    port = free_udp_port()
+    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    env = (driver, None, members, port, tmp_path / "cluster")
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir, segment_file_length="64k"):
+        with start(env, Tally()) as node, connect(env) as a:
+            with pytest.raises(ClusterError, match="no snapshot, so a restart needs the whole log"):
+                node.purge_log()
+            for _ in range(1500):  # about 144 KiB of log: more than two 64 KiB segments
+                add(a, 1)
+            node.snapshot()
+            purged = node.purge_log()
+            assert purged["segments_deleted"] >= 2, purged
+            assert 0 < purged["start_position"] <= purged["snapshot_position"], purged
+            assert node.purge_log()["segments_deleted"] == 0, "nothing more before the same snapshot"
+            assert add(a, 1) == 1501
+        again = Tally()
+        with start(env, again) as node, connect(env) as b:
+            assert (again.started_from, again.total) == (1500, 1501)
+            assert add(b, 1) == 1502
+            assert node.error is None

@@ -1401,6 +1401,66 @@ fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
+/// What a log purge did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPurge {
+    /// The latest snapshot's log position: a restart replays from there.
+    pub snapshot_position: i64,
+    /// Where the log's recording starts now.
+    pub start_position: i64,
+    /// Segment files deleted.
+    pub segments_deleted: i64,
+}
+
+/// Deletes the segment files of the member's log recording that lie wholly
+/// before its latest snapshot (the archive's purge-segments): a restart
+/// loads that snapshot and replays the log only from its position, so the
+/// log before it is not needed on this member. Refused without a snapshot.
+/// Nothing is deleted when no whole segment lies before the snapshot.
+pub fn purge_log(
+    archive: &mut ArchiveClient,
+    log: &RecordingLog,
+    service_count: i32,
+) -> Result<LogPurge, String> {
+    let snapshot_position = log
+        .latest_snapshot(service_count)
+        .map(|set| set[0].log_position)
+        .ok_or_else(|| {
+            format!(
+                "{}: no snapshot, so a restart needs the whole log: nothing purged",
+                log.path().display()
+            )
+        })?;
+    let recording_id = log
+        .last_term()
+        .map(|t| t.recording_id)
+        .ok_or_else(|| format!("{}: no log", log.path().display()))?;
+    let what = |e: sulis_archive::client::ArchiveError| {
+        format!("purging the log's recording {recording_id}: {e}")
+    };
+    let d = archive
+        .list_recording(recording_id)
+        .map_err(what)?
+        .ok_or_else(|| format!("the log's recording {recording_id} is not in the archive"))?;
+    let g = sulis_archive::segment::Geometry::of(&d);
+    let new_start = g.base_of(snapshot_position);
+    if new_start <= g.base_of(d.start_position) {
+        return Ok(LogPurge {
+            snapshot_position,
+            start_position: d.start_position,
+            segments_deleted: 0,
+        });
+    }
+    let segments_deleted = archive
+        .purge_segments(recording_id, new_start)
+        .map_err(what)?;
+    Ok(LogPurge {
+        snapshot_position,
+        start_position: new_start,
+        segments_deleted,
+    })
+}
+
 /// Marks the latest whole snapshot set of the member on `dir` invalid
 /// (Aeron's `ClusterTool invalidate-latest-snapshot`), so that it next
 /// starts from the set before it, or from the log's beginning, and replays

@@ -388,6 +388,9 @@ pub struct PyClusterNode {
     error: Arc<Mutex<Option<String>>>,
     /// Control toggle requests to the module's thread.
     requests: Mutex<mpsc::Sender<i64>>,
+    cluster_dir: String,
+    driver_dir: String,
+    service_count: i32,
     status: Arc<Mutex<NodeStatus>>,
 }
 
@@ -424,6 +427,11 @@ impl PyClusterNode {
     ) -> PyResult<Self> {
         let ctx = cluster_context(cluster_dir, driver_dir, options)?;
         let driver_dir = ctx.driver_dir.clone();
+        let dirs = (
+            ctx.cluster_dir.display().to_string(),
+            ctx.driver_dir.display().to_string(),
+            ctx.service_count as i32,
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let service_ctx = ServiceContext {
@@ -526,6 +534,9 @@ impl PyClusterNode {
             error,
             requests: Mutex::new(request_tx),
             status,
+            cluster_dir: dirs.0,
+            driver_dir: dirs.1,
+            service_count: dirs.2,
         };
         let ready = gil::released(py, move || ready_rx.recv_timeout(Duration::from_secs(120)));
         let failure = match ready {
@@ -583,6 +594,19 @@ impl PyClusterNode {
     #[pyo3(signature = (timeout=30.0))]
     fn resume(&self, py: Python<'_>, timeout: f64) -> PyResult<i64> {
         self.act(py, toggle::RESUME, timeout)
+    }
+
+    /// Deletes the log's segment files wholly before the latest snapshot
+    /// (a restart replays only from there): {snapshot_position,
+    /// start_position, segments_deleted}. Raises `ClusterError` without a
+    /// snapshot.
+    fn purge_log<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::cluster_tool::purge_cluster_log(
+            py,
+            &self.cluster_dir,
+            &self.driver_dir,
+            self.service_count,
+        )
     }
 
     /// Snapshots taken since the node started.

@@ -6,7 +6,10 @@ use crate::cluster::ClusterError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
-use sulis_cluster::consensus_module::toggle;
+use std::time::Duration;
+use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
+use sulis_client::{Client, ClientContext};
+use sulis_cluster::consensus_module::{purge_log, toggle, LogPurge};
 use sulis_cluster::recording_log::RecordingLog;
 use sulis_protocol::cluster::recording_log::Entry;
 use sulis_protocol::counters::type_id;
@@ -88,6 +91,40 @@ pub fn invalidate_latest_snapshot<'py>(
             Ok(d)
         })
         .collect()
+}
+
+/// Deletes the log segments wholly before the latest snapshot of the member
+/// on `cluster_dir` through the archive of the driver in `driver_dir`:
+/// {snapshot_position, start_position, segments_deleted}.
+#[pyfunction]
+pub fn purge_cluster_log<'py>(
+    py: Python<'py>,
+    cluster_dir: &str,
+    driver_dir: &str,
+    service_count: i32,
+) -> PyResult<Bound<'py, PyDict>> {
+    let outcome = crate::gil::released(py, || -> Result<LogPurge, String> {
+        let log = RecordingLog::read(Path::new(cluster_dir))?;
+        let client = Client::connect(ClientContext {
+            dir: driver_dir.into(),
+            driver_timeout: Duration::from_secs(10),
+            name: "sulis-cluster-tool".into(),
+            interrupt: None,
+        })
+        .map_err(|e| format!("media driver {driver_dir}: {e}"))?;
+        let mut archive = ArchiveClient::connect(&client, ArchiveClientContext::default())
+            .map_err(|e| format!("the archive on {driver_dir}: {e}"))?;
+        let purged = purge_log(&mut archive, &log, service_count);
+        archive.close();
+        client.close();
+        purged
+    })
+    .map_err(ClusterError::new_err)?;
+    let d = PyDict::new(py);
+    d.set_item("snapshot_position", outcome.snapshot_position)?;
+    d.set_item("start_position", outcome.start_position)?;
+    d.set_item("segments_deleted", outcome.segments_deleted)?;
+    Ok(d)
 }
 
 /// Sets the control toggle of the cluster member on the driver in `dir`

@@ -62,6 +62,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster_tool::read_recording_log, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::set_cluster_toggle, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::purge_cluster_log, m)?)?;
     m.add_function(wrap_pyfunction!(
         cluster_tool::invalidate_latest_snapshot,
         m

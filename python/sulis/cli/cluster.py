@@ -107,7 +107,7 @@ _STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING",
 # The control toggle's values (Aeron's ClusterControl.ToggleState).
 _TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4}
 _VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume",
-          "invalidate-latest-snapshot")
+          "invalidate-latest-snapshot", "purge-log")
 
 
 def _running_pid(cluster_dir: str) -> int | None:
@@ -168,6 +168,7 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     resume         sequence again
     invalidate-latest-snapshot
                    (member stopped) start next from the snapshot before the latest, or the log's start
+    purge-log      delete the log's segment files wholly before the latest snapshot
     """
     import json
 
@@ -215,6 +216,15 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
             raise cli_error(e) from None
         click.echo(json.dumps(gone) if as_json else
                    f"invalidated the snapshot at log position {gone[0]['log_position']} ({len(gone)} entries)")
+        return
+    if verb == "purge-log":
+        try:
+            purged = _native.purge_cluster_log(cluster_dir, driver_dir, service_count)
+        except _native.SulisError as e:
+            raise cli_error(e) from None
+        click.echo(json.dumps(purged) if as_json else
+                   f"{purged['segments_deleted']} segment file(s) deleted: the log starts at "
+                   f"{purged['start_position']} (snapshot at {purged['snapshot_position']})")
         return
     described = _describe(cluster_dir, driver_dir)
     if verb == "pid":

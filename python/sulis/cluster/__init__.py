@@ -168,6 +168,13 @@ class ClusterNode:
         """Resumes a suspended cluster."""
         self._native.resume(timeout)
 
+    def purge_log(self) -> dict[str, int]:
+        """Deletes the log's segment files wholly before the latest snapshot: a restart loads the
+        snapshot and replays the log only from its position. Returns ``snapshot_position``,
+        ``start_position`` (where the log's recording starts now) and ``segments_deleted`` (0 when no
+        whole segment lies before the snapshot). Raises ``ClusterError`` when there is no snapshot."""
+        return self._native.purge_log()
+
     @property
     def snapshot_count(self) -> int:
         """Snapshots taken since the node started."""
