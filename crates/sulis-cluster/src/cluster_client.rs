@@ -6,12 +6,17 @@
 //!
 //! Whatever ends the session is reported, never silent: a SessionEvent
 //! CLOSED or ERROR makes [`ClusterClient::poll_egress`] return the reason.
+//!
+//! A leader change reaches the client as a NewLeaderEvent on its egress:
+//! it takes the new term and leader at once, and
+//! [`ClusterClient::follow_leader`] moves its ingress to the new leader's
+//! endpoint (the Python client does so after every poll).
 
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
 use sulis_protocol::cluster::messages::{
-    event_code, SessionCloseRequest, SessionConnectRequest, SessionEvent, SessionKeepAlive,
-    SessionMessageHeader, CLIENT_PROTOCOL_VERSION, SESSION_HEADER_LENGTH,
+    event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
+    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -66,6 +71,11 @@ pub struct ClusterClient {
     leadership_term_id: i64,
     leader_member_id: i32,
     ended: Option<SessionEnded>,
+    ingress_channel: String,
+    ingress_stream_id: i32,
+    /// The new leader's ingress endpoint, once a NewLeaderEvent named one
+    /// and until the ingress moved there.
+    new_leader_endpoint: Option<String>,
 }
 
 fn endpoints(list: &str) -> Vec<(i32, String)> {
@@ -162,6 +172,9 @@ impl ClusterClient {
                             leadership_term_id: e.leadership_term_id,
                             leader_member_id: e.leader_member_id,
                             ended: None,
+                            ingress_channel: ctx.ingress_channel.clone(),
+                            ingress_stream_id: ctx.ingress_stream_id,
+                            new_leader_endpoint: None,
                         });
                     }
                     Some(e) if e.code == event_code::REDIRECT => {
@@ -255,6 +268,7 @@ impl ClusterClient {
     ) -> Result<usize, SessionEnded> {
         let id = self.cluster_session_id;
         let mut ended = None;
+        let mut new_leader = None;
         let assembler = &mut self.assembler;
         let n = self
             .egress
@@ -283,12 +297,21 @@ impl ClusterClient {
                                 });
                             }
                         }
+                    } else if h.template_id == NewLeaderEvent::TEMPLATE_ID {
+                        if let Ok(e) = NewLeaderEvent::decode(&m.payload) {
+                            if e.cluster_session_id == id {
+                                new_leader = Some(e);
+                            }
+                        }
                     }
                     Ok(())
                 },
                 limit,
             )
             .unwrap_or(0);
+        if let Some(e) = new_leader {
+            self.on_new_leader(e);
+        }
         if let Some(e) = ended {
             self.ended = Some(e);
         }
@@ -296,6 +319,40 @@ impl ClusterClient {
             Some(e) => Err(e.clone()),
             None => Ok(n),
         }
+    }
+
+    /// A NewLeaderEvent of a later term for this session: the session
+    /// goes on with the new term and leader; its ingress moves with
+    /// [`ClusterClient::follow_leader`]. An event of an older term (a late
+    /// duplicate) is ignored.
+    fn on_new_leader(&mut self, e: NewLeaderEvent) {
+        if e.leadership_term_id < self.leadership_term_id {
+            return;
+        }
+        self.leadership_term_id = e.leadership_term_id;
+        self.leader_member_id = e.leader_member_id;
+        self.new_leader_endpoint = endpoints(&e.ingress_endpoints)
+            .into_iter()
+            .find(|(member, _)| *member == e.leader_member_id)
+            .map(|(_, endpoint)| endpoint);
+    }
+
+    /// After a NewLeaderEvent, moves the ingress to the new leader's
+    /// endpoint (a new publication from `client`, this client's driver);
+    /// true if it moved. What was offered to the old leader and not
+    /// sequenced before it failed is not resent: the service's answers
+    /// tell the application what went through.
+    pub fn follow_leader(&mut self, client: &Client) -> Result<bool, String> {
+        let Some(endpoint) = self.new_leader_endpoint.take() else {
+            return Ok(false);
+        };
+        let channel = with_endpoint(&self.ingress_channel, &endpoint);
+        let ingress = client
+            .add_exclusive_publication(&channel, self.ingress_stream_id)
+            .map_err(|e| format!("the new leader's ingress {channel}: {e}"))?;
+        let old = std::mem::replace(&mut self.ingress, ingress);
+        old.close_without_waiting();
+        Ok(true)
     }
 
     /// Closes the session (SessionCloseRequest) and the client's streams.

@@ -825,6 +825,13 @@ impl PyClusterClient {
         if let Some(e) = failure {
             return Err(e);
         }
+        // A NewLeaderEvent just read: the ingress follows the new leader.
+        if result.is_ok() {
+            let session = self.session.as_mut().expect("polled above");
+            session
+                .follow_leader(&self.client)
+                .map_err(ClusterError::new_err)?;
+        }
         result.map_err(|ended| {
             let err = ClusterSessionClosedError::new_err(format!(
                 "the cluster ended the session: {}",

@@ -198,7 +198,8 @@ class ClusterClient:
     Connects to the driver at ``driver_dir`` and opens a session with the member whose ingress is in
     ``ingress_endpoints`` (``"0=host:port,..."``, following a redirect to the leader); the service's
     answers come on ``egress_channel``. ``poll_egress`` raises ``ClusterSessionClosedError`` once the
-    cluster ended the session (closed by the service, timed out, ...): it is always reported.
+    cluster ended the session (closed by the service, timed out, ...): it is always reported. A leader
+    change (NewLeaderEvent) read by ``poll_egress`` moves the session to the new leader and its term.
     """
 
     def __init__(self, driver_dir, ingress_endpoints: str, egress_channel: str, *,

@@ -1,0 +1,199 @@
+//! The client follows a leader change: a fake cluster of two members (plain
+//! subscriptions on their ingress endpoints and a publication to the
+//! client's egress, all on an embedded driver) opens a session on member 0,
+//! then announces member 1 as the leader of the next term. The client
+//! takes the term and leader from the NewLeaderEvent, ignores events of
+//! other sessions and older terms, and its next message reaches member 1
+//! with the new term in its header.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+use sulis_client::{Client, ClientContext, FragmentAssembler, Subscription};
+use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_protocol::cluster::messages::{
+    event_code, NewLeaderEvent, SessionConnectRequest, SessionEvent, SessionMessageHeader,
+    SESSION_HEADER_LENGTH,
+};
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn client(dir: &std::path::Path, name: &str) -> Client {
+    Client::connect(ClientContext {
+        dir: dir.to_path_buf(),
+        driver_timeout: Duration::from_secs(10),
+        name: name.into(),
+        interrupt: None,
+    })
+    .unwrap()
+}
+
+/// The next whole message on `sub`, within 10 s.
+fn next_message(sub: &mut Subscription, assembler: &mut FragmentAssembler) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut got = None;
+        sub.poll(
+            |payload, header| -> Result<(), ()> {
+                if got.is_none() {
+                    if let Some(m) = assembler.on_fragment(payload, header) {
+                        got = Some(m.payload);
+                    }
+                }
+                Ok(())
+            },
+            1,
+        )
+        .unwrap();
+        if let Some(m) = got {
+            return m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no message on the fake member's ingress"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
+    let base = std::env::temp_dir().join(format!("sulis-new-leader-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let mut ctx = DriverContext::default();
+    ctx.dir = base.join("driver");
+    ctx.threading_mode = ThreadingMode::Shared;
+    ctx.term_buffer_sparse_file = true;
+    ctx.dir_delete_on_shutdown = true;
+    let _driver = MediaDriver::launch(ctx.clone()).unwrap();
+    let (a, b) = (free_port(), free_port());
+    let endpoints = format!("0=localhost:{a},1=localhost:{b}");
+
+    // The fake members, on a client of their own on another thread.
+    let dir = ctx.dir.clone();
+    let announce = endpoints.clone();
+    let fake = std::thread::spawn(move || {
+        let c = client(&dir, "fake-cluster");
+        let mut member0 = c
+            .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
+            .unwrap();
+        let mut member1 = c
+            .add_subscription(&format!("aeron:udp?endpoint=localhost:{b}"), 101)
+            .unwrap();
+        let mut assembler = FragmentAssembler::new();
+        let request =
+            SessionConnectRequest::decode(&next_message(&mut member0, &mut assembler)).unwrap();
+        let mut egress = c
+            .add_exclusive_publication(&request.response_channel, request.response_stream_id)
+            .unwrap();
+        let mut send = |m: Vec<u8>| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while egress.offer(&m).is_err() {
+                assert!(Instant::now() < deadline, "egress took nothing");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        send(
+            SessionEvent {
+                cluster_session_id: 7,
+                correlation_id: request.correlation_id,
+                leadership_term_id: 3,
+                leader_member_id: 0,
+                code: event_code::OK,
+                version: 0,
+                leader_heartbeat_timeout_ns: 10_000_000_000,
+                detail: String::new(),
+            }
+            .encode(),
+        );
+        let m1 = next_message(&mut member0, &mut assembler);
+        let h = SessionMessageHeader::decode(&m1).unwrap();
+        assert_eq!((h.leadership_term_id, h.cluster_session_id), (3, 7));
+        assert_eq!(&m1[SESSION_HEADER_LENGTH..], b"m1");
+        // Another session's leader change, then a stale one of an older term: not this client's.
+        let event = |term: i64, session: i64, leader: i32| {
+            NewLeaderEvent {
+                leadership_term_id: term,
+                cluster_session_id: session,
+                leader_member_id: leader,
+                ingress_endpoints: announce.clone(),
+            }
+            .encode()
+        };
+        send(event(9, 8, 0));
+        send(event(2, 7, 0));
+        send(event(4, 7, 1));
+        let m2 = next_message(&mut member1, &mut assembler);
+        let h = SessionMessageHeader::decode(&m2).unwrap();
+        assert_eq!((h.leadership_term_id, h.cluster_session_id), (4, 7));
+        assert_eq!(&m2[SESSION_HEADER_LENGTH..], b"m2");
+        let mut answer = SessionMessageHeader {
+            leadership_term_id: 4,
+            cluster_session_id: 7,
+            timestamp: 1,
+        }
+        .encode();
+        answer.extend_from_slice(b"from member 1");
+        send(answer);
+        c.close();
+    });
+
+    let c = client(&ctx.dir, "test");
+    let mut session = ClusterClient::connect(
+        &c,
+        &ClusterClientContext {
+            ingress_endpoints: endpoints,
+            egress_channel: format!("aeron:udp?endpoint=localhost:{}", free_port()),
+            message_timeout: Duration::from_secs(10),
+            ..ClusterClientContext::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            session.cluster_session_id(),
+            session.leadership_term_id(),
+            session.leader_member_id()
+        ),
+        (7, 3, 0)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.offer(b"m1").is_err() {
+        assert!(Instant::now() < deadline);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.leader_member_id() != 1 {
+        session.poll_egress(|_, _| {}, 10).unwrap();
+        assert!(Instant::now() < deadline, "no NewLeaderEvent taken");
+    }
+    assert_eq!(session.leadership_term_id(), 4);
+    assert!(session.follow_leader(&c).unwrap(), "the ingress moved");
+    assert!(!session.follow_leader(&c).unwrap(), "once");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.offer(b"m2").is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the new leader's ingress did not connect"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.is_empty() {
+        session
+            .poll_egress(|_, p| got.push(p.to_vec()), 10)
+            .unwrap();
+        assert!(Instant::now() < deadline, "no answer from the new leader");
+    }
+    assert_eq!(got, vec![b"from member 1".to_vec()]);
+    fake.join().unwrap();
+    session.close();
+    c.close();
+    let _ = std::fs::remove_dir_all(&base);
+}
