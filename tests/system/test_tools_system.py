@@ -587,3 +587,32 @@ def test_prometheus_listens_on_loopback_unless_given_an_address(driver):
         assert samples(exporter.scrape()["sulis_driver_up"])[0].value == 1
     finally:
         assert exporter.close() == 0
+
+
+def test_prometheus_exports_a_cluster_members_counters(make_driver, tmp_path):
+    from sulis.cluster import ClusteredService, ClusterNode
+
+    class Nothing(ClusteredService):
+        def on_take_snapshot(self, cluster, snapshot):
+            snapshot.write(b"no state")
+
+    drv = make_driver()
+    members = f"0,localhost:{free_port()},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=drv.dir), \
+            ClusterNode(Nothing(), tmp_path / "cluster", drv.dir, cluster_members=members,
+                        log_term_length="64k") as node:
+        node.snapshot()
+        exporter = Exporter(drv.dir)
+        try:
+            metrics = exporter.scrape()
+            value = {name: samples(metrics[name])[0] for name in (
+                "sulis_cluster_module_state", "sulis_cluster_node_role", "sulis_cluster_commit_position",
+                "sulis_cluster_control_toggle")}
+            assert {k: v.value for k, v in value.items() if k != "sulis_cluster_commit_position"} == {
+                "sulis_cluster_module_state": 1, "sulis_cluster_node_role": 2, "sulis_cluster_control_toggle": 1}
+            assert value["sulis_cluster_commit_position"].value > 0
+            assert value["sulis_cluster_module_state"].labels == {"cluster_id": "0"}
+            (snapshots,) = samples(metrics["sulis_cluster_snapshots"], "sulis_cluster_snapshots_total")
+            assert snapshots.value == 1
+        finally:
+            exporter.close()

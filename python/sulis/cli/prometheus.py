@@ -18,6 +18,10 @@ Metrics:
 - ``sulis_stream_backlog_bytes{party,...}``: the backlogs ``sulis streams``
   shows (party sender, receiver, subscriber).
 - ``sulis_client_heartbeat_timestamp_seconds{client_id}``.
+- a cluster member's counters, by ``cluster_id``: ``sulis_cluster_module_state`` (INIT 0, ACTIVE 1,
+  SUSPENDED 2, SNAPSHOT 3, ...), ``sulis_cluster_node_role`` (FOLLOWER 0, CANDIDATE 1, LEADER 2),
+  ``sulis_cluster_commit_position``, ``sulis_cluster_control_toggle`` and the counter
+  ``sulis_cluster_snapshots_total``.
 """
 
 from __future__ import annotations
@@ -137,6 +141,33 @@ class DriverCollector:
             if c["type_id"] == CLIENT_HEARTBEAT:
                 heartbeats.add_metric([str(c.get("client_id", c["registration_id"]))], c["value"] / 1000)
         yield heartbeats
+        yield from _cluster_metrics(counters)
+
+
+#: A cluster member's counters (type id: metric name, help); the snapshot count is a counter.
+_CLUSTER_GAUGES = {
+    200: ("sulis_cluster_module_state", "The consensus module's state: INIT 0, ACTIVE 1, SUSPENDED 2, SNAPSHOT 3, "
+                                        "QUITTING 4, TERMINATING 5, CLOSED 6"),
+    201: ("sulis_cluster_node_role", "The member's role: FOLLOWER 0, CANDIDATE 1, LEADER 2"),
+    202: ("sulis_cluster_control_toggle", "The control toggle: NEUTRAL 1, SUSPEND 2, RESUME 3, SNAPSHOT 4"),
+    203: ("sulis_cluster_commit_position", "How far the cluster's log is committed (bytes)"),
+}
+_CLUSTER_SNAPSHOTS = 205
+
+
+def _cluster_metrics(counters):
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families = {t: GaugeMetricFamily(name, doc, labels=["cluster_id"]) for t, (name, doc) in _CLUSTER_GAUGES.items()}
+    snapshots = CounterMetricFamily("sulis_cluster_snapshots", "Snapshots the member took since it started",
+                                    labels=["cluster_id"])
+    for c in counters:
+        if c["type_id"] in families or c["type_id"] == _CLUSTER_SNAPSHOTS:
+            cluster_id = str(c.get("cluster_id", 0))
+            family = families.get(c["type_id"], snapshots)
+            family.add_metric([cluster_id], c["value"])
+    yield from families.values()
+    yield snapshots
 
 
 #: Where ``--prometheus :PORT`` listens: this host only. Metrics name every
