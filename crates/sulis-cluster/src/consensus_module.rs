@@ -1031,16 +1031,20 @@ impl ConsensusModule {
                 self.agent.state = ModuleState::Suspended;
                 self.control_toggle.set(toggle::NEUTRAL);
             }
-            _ => {
-                self.agent.state = ModuleState::Active;
-                self.agent
-                    .sessions
-                    .update_time_of_last_activity(self.now_ns());
-                self.control_toggle.set(toggle::NEUTRAL);
-            }
+            _ => self.activate(),
         }
         self.publish_state();
         1
+    }
+
+    /// Back to ACTIVE after a snapshot or a suspension: the toggle's request
+    /// is done, and no session has timed out meanwhile (none could talk).
+    fn activate(&mut self) {
+        self.agent.state = ModuleState::Active;
+        self.agent
+            .sessions
+            .update_time_of_last_activity(self.now_ns());
+        self.control_toggle.set(toggle::NEUTRAL);
     }
 
     /// Once every service acknowledged the snapshot (each wrote its own at
@@ -1082,11 +1086,7 @@ impl ConsensusModule {
                 self.failed_snapshot_count += 1;
             }
         }
-        self.agent.state = ModuleState::Active;
-        self.agent
-            .sessions
-            .update_time_of_last_activity(self.now_ns());
-        self.control_toggle.set(toggle::NEUTRAL);
+        self.activate();
         self.publish_state();
         Ok(1)
     }
@@ -1370,11 +1370,10 @@ impl ConsensusModule {
 /// The lock file in a cluster directory.
 pub const LOCK_FILE: &str = "consensus-module.lck";
 
-/// Takes the directory's lock (`flock`, exclusive, not waiting) and writes
-/// this process's id in it; a lock held elsewhere is an error naming the
-/// process that holds it and the file.
-fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
-    use std::io::{Read, Seek, Write};
+/// Opens `dir`'s lock file and takes its lock (`flock`, exclusive, not
+/// waiting); `Err(Ok(pid text))` when another process holds it.
+fn lock_dir(dir: &std::path::Path) -> Result<std::fs::File, Result<String, String>> {
+    use std::io::Read;
     use std::os::fd::AsRawFd;
     let path = dir.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
@@ -1383,18 +1382,28 @@ fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| err(&path.display().to_string(), e))?;
-    // SAFETY: flock on a descriptor this function owns.
+        .map_err(|e| Err(err(&path.display().to_string(), e)))?;
+    // SAFETY: flock on a descriptor this function owns (released when it is dropped).
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let mut holder = String::new();
         let _ = file.read_to_string(&mut holder);
-        return Err(format!(
-            "a consensus module (pid {}) is running on {}: it holds {}",
-            holder.trim(),
-            dir.display(),
-            path.display()
-        ));
+        return Err(Ok(holder.trim().to_string()));
     }
+    Ok(file)
+}
+
+/// Takes the directory's lock and writes this process's id in it; a lock
+/// held elsewhere is an error naming the process that holds it and the file.
+fn claim_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::io::{Seek, Write};
+    let mut file = lock_dir(dir).map_err(|held| match held {
+        Ok(pid) => format!(
+            "a consensus module (pid {pid}) is running on {}: it holds {}",
+            dir.display(),
+            dir.join(LOCK_FILE).display()
+        ),
+        Err(e) => e,
+    })?;
     let _ = file.set_len(0);
     let _ = file.seek(std::io::SeekFrom::Start(0));
     let _ = writeln!(file, "{}", std::process::id());
@@ -1471,26 +1480,15 @@ pub fn invalidate_latest_snapshot(
     dir: &std::path::Path,
     service_count: i32,
 ) -> Result<Vec<sulis_protocol::cluster::recording_log::Entry>, String> {
-    use std::io::Read;
-    use std::os::fd::AsRawFd;
-    let path = dir.join(LOCK_FILE);
-    let mut lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| err(&path.display().to_string(), e))?;
-    // SAFETY: flock on a descriptor this function owns (released when it is dropped).
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let mut holder = String::new();
-        let _ = lock.read_to_string(&mut holder);
-        return Err(format!(
-            "a consensus module (pid {}) is running on {}: stop it first",
-            holder.trim(),
+    // Held while the log changes, its pid left as it was (`sulis cluster-node`
+    // reads it to reclaim its dead node's driver).
+    let _lock = lock_dir(dir).map_err(|held| match held {
+        Ok(pid) => format!(
+            "a consensus module (pid {pid}) is running on {}: stop it first",
             dir.display()
-        ));
-    }
+        ),
+        Err(e) => e,
+    })?;
     let mut log = RecordingLog::open(dir)?;
     let Some(set) = log.latest_snapshot(service_count) else {
         return Err(format!(

@@ -125,6 +125,14 @@ def _running_pid(cluster_dir: str) -> int | None:
     return None
 
 
+def _call(fn, *args):
+    """``fn(*args)``; a sulis error becomes the CLI's error message (exit status 1)."""
+    try:
+        return fn(*args)
+    except _native.SulisError as e:
+        raise cli_error(e) from None
+
+
 def _member_counters(driver_dir: str) -> dict[int, int]:
     """The cluster member's counters on the driver in ``driver_dir``: type id -> value (200 to 205)."""
     try:
@@ -174,10 +182,7 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
 
     driver_dir = dir_ or _native.default_dir()
     if verb == "recording-log":
-        try:
-            entries, torn = _native.read_recording_log(cluster_dir)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
+        entries, torn = _call(_native.read_recording_log, cluster_dir)
         if as_json:
             click.echo(json.dumps({"entries": entries, "torn_tail_bytes": torn}))
             return
@@ -190,10 +195,7 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
             click.echo(f"(a torn last entry of {torn} bytes, dropped when the member next starts)")
         return
     if verb == "recovery-plan":
-        try:
-            plan = _native.recovery_plan(cluster_dir, service_count)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
+        plan = _call(_native.recovery_plan, cluster_dir, service_count)
         if as_json:
             click.echo(json.dumps(plan))
             return
@@ -210,18 +212,12 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
                    f"from {term['term_base_log_position']}")
         return
     if verb == "invalidate-latest-snapshot":
-        try:
-            gone = _native.invalidate_latest_snapshot(cluster_dir, service_count)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
+        gone = _call(_native.invalidate_latest_snapshot, cluster_dir, service_count)
         click.echo(json.dumps(gone) if as_json else
                    f"invalidated the snapshot at log position {gone[0]['log_position']} ({len(gone)} entries)")
         return
     if verb == "purge-log":
-        try:
-            purged = _native.purge_cluster_log(cluster_dir, driver_dir, service_count)
-        except _native.SulisError as e:
-            raise cli_error(e) from None
+        purged = _call(_native.purge_cluster_log, cluster_dir, driver_dir, service_count)
         click.echo(json.dumps(purged) if as_json else
                    f"{purged['segments_deleted']} segment file(s) deleted: the log starts at "
                    f"{purged['start_position']} (snapshot at {purged['snapshot_position']})")
@@ -244,10 +240,7 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     if described["role"] != "LEADER":
         raise click.ClickException(f"{verb}: the member is {described['role']}; ask the leader")
     before = described["snapshot_count"]
-    try:
-        _native.set_cluster_toggle(driver_dir, _TOGGLE[verb])
-    except _native.SulisError as e:
-        raise cli_error(e) from None
+    _call(_native.set_cluster_toggle, driver_dir, _TOGGLE[verb])
     deadline = time.monotonic() + timeout
     while _member_counters(driver_dir).get(202) != 1:  # back to NEUTRAL: acted on
         if time.monotonic() > deadline:
