@@ -862,6 +862,10 @@ class ClusterNode:
         """Resumes a suspended cluster."""
     def purge_log(self) -> dict[str, int]:
         """Deletes the log's segment files wholly before the latest snapshot."""
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stops the member after a snapshot; returns once it stopped."""
+    def abort(self, timeout: float = 60.0) -> None:
+        """Stops the member without a snapshot; returns once it stopped."""
     @property
     def snapshot_count(self) -> int:
         """Snapshots taken since the node started."""

@@ -180,3 +180,50 @@ def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_cluster_tool_shutdown_snapshots_and_stops_the_member_abort_stops_it_without(make_driver, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    (tmp_path / "counter_service.py").write_text(SERVICE)
+    driver = make_driver()
+    port = free_udp_port()
+    cluster_dir, driver_dir = tmp_path / "node" / "cluster", tmp_path / "node" / "driver"
+
+    def tool(*args):
+        return run_cli("cluster-tool", cluster_dir, *args, "--dir", driver_dir)
+
+    def snapshots() -> int:
+        entries = json.loads(tool("recording-log", "--json").stdout)["entries"]
+        return sum(e["type"] == "SNAPSHOT" and e["valid"] for e in entries)
+
+    node = Node(tmp_path, port)
+    proc = node.start()
+    try:
+        c = client(driver, port)
+        assert add(c, 5) == 5
+        out = tool("shutdown")
+        assert out.returncode == 0 and "the member stopped (shutdown)" in out.stdout, out
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "sulis cluster-node stopped" in err, err
+        assert snapshots() == 2, "the service's and the module's"
+        c.close()
+        proc = node.start()
+        c = client(driver, port)
+        assert add(c, 1) == 6, "restarted from the shutdown's snapshot"
+        out = tool("abort")
+        assert out.returncode == 0 and "the member stopped (abort)" in out.stdout, out
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert snapshots() == 2, "no snapshot on abort"
+        c.close()
+        proc = node.start()
+        c = client(driver, port)
+        assert add(c, 1) == 7, "the snapshot and the log after it"
+        c.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)

@@ -253,7 +253,13 @@ def test_a_node_restarts_from_its_snapshot_and_replays_only_the_log_after_it(nod
         assert again.started_from == 1275, "the service started from the snapshot"
         assert again.total == 1378, "and the log after it (51 and 52) replayed"
         assert add(b, 1) == 1379
-        assert node.error is None
+        node.shutdown()  # a snapshot, then the member stops
+        assert not node.is_running and node.error is None
+    third = Tally()
+    with start(node_env, third) as node:
+        assert (third.started_from, third.total) == (1379, 1379), "the shutdown's snapshot, nothing to replay"
+        node.abort()
+        assert not node.is_running and node.error is None
 
 
 CHILD = '''

@@ -21,7 +21,8 @@ use sulis_client::{
 };
 use sulis_protocol::cluster::messages::{
     cluster_action, role, snapshot_mark, time_unit, CancelTimer, ClientSession, CloseSession,
-    JoinLog, ScheduleTimer, ServiceAck, SessionMessageHeader, SnapshotMarker, NULL_VALUE,
+    JoinLog, ScheduleTimer, ServiceAck, ServiceTerminationPosition, SessionMessageHeader,
+    SnapshotMarker, NULL_VALUE,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -365,6 +366,9 @@ pub struct ClusteredServiceAgent {
     live: bool,
     /// The service's messages of the snapshot it recovered from, until `on_start`.
     loaded: Option<Vec<Vec<u8>>>,
+    /// Where the member stops, once the module said so.
+    termination_position: Option<i64>,
+    terminated: bool,
 }
 
 impl ClusteredServiceAgent {
@@ -414,6 +418,8 @@ impl ClusteredServiceAgent {
             archive: None,
             live: false,
             loaded: None,
+            termination_position: None,
+            terminated: false,
         })
     }
 
@@ -431,15 +437,18 @@ impl ClusteredServiceAgent {
     pub fn do_work(&mut self) -> Result<usize, String> {
         let mut work = 0;
         let mut joins = Vec::new();
+        let mut termination = None;
         let assembler = &mut self.control_assembler;
         self.from_module
             .poll(
                 |payload, header| -> Result<(), ()> {
                     if let Some(m) = assembler.on_fragment(payload, header) {
-                        if SbeHeader::decode(&m.payload)
-                            .is_ok_and(|h| h.template_id == JoinLog::TEMPLATE_ID)
-                        {
-                            joins.push(m.payload);
+                        match SbeHeader::decode(&m.payload).map(|h| h.template_id) {
+                            Ok(JoinLog::TEMPLATE_ID) => joins.push(m.payload),
+                            Ok(ServiceTerminationPosition::TEMPLATE_ID) => {
+                                termination = ServiceTerminationPosition::decode(&m.payload).ok()
+                            }
+                            _ => {}
                         }
                     }
                     Ok(())
@@ -447,6 +456,9 @@ impl ClusteredServiceAgent {
                 10,
             )
             .unwrap_or(0);
+        if let Some(t) = termination {
+            self.termination_position = Some(t.log_position);
+        }
         for j in joins {
             self.pending_joins
                 .push_back(JoinLog::decode(&j).map_err(|e| e.message)?);
@@ -498,7 +510,32 @@ impl ClusteredServiceAgent {
                 }
             }
         }
+        if let Some(end) = self.termination_position {
+            if self.state.log_position >= end && !self.terminated {
+                // Everything up to where the member stops is applied: say so, and stop.
+                let ack = ServiceAck {
+                    log_position: end,
+                    timestamp: self.state.time,
+                    ack_id: self.state.next_ack_id,
+                    relevant_id: NULL_VALUE,
+                    service_id: self.ctx.service_id,
+                };
+                self.state.next_ack_id += 1;
+                let _ = (Cluster {
+                    state: &mut self.state,
+                })
+                .send_to_module(&ack.encode());
+                self.terminated = true;
+                work += 1;
+            }
+        }
         Ok(work)
+    }
+
+    /// True once the member stopped (a shutdown or an abort) and this
+    /// service applied the log to where it stopped: close it.
+    pub fn is_terminated(&self) -> bool {
+        self.terminated
     }
 
     /// Follows the log the module names, from the position it names; acks.

@@ -35,8 +35,8 @@ use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, CancelTimer, ChallengeResponse, CloseSession,
     ClusterActionRequest, JoinLog, NewLeadershipTermEvent, ScheduleTimer, ServiceAck,
-    SessionCloseRequest, SessionConnectRequest, SessionKeepAlive, SessionMessageHeader,
-    NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
+    ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
+    SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::type_id;
 use sulis_protocol::options::{
@@ -348,6 +348,7 @@ pub struct ConsensusModule {
     last_snapshot_error: Option<String>,
     /// Snapshots that failed since the module started.
     failed_snapshot_count: i64,
+    termination: Option<Termination>,
     recording_position_counter: i32,
     recording_id: i64,
     term: Term,
@@ -362,6 +363,16 @@ struct PendingSnapshot {
     acks: Vec<Option<i64>>,
     /// A service that has not acked by then fails the set.
     deadline: Instant,
+    /// A shutdown: the member stops once the set is recorded.
+    then_terminate: bool,
+}
+
+/// The member stopping: the log position its services stop at, when the
+/// module stops waiting for them, and which acknowledged.
+struct Termination {
+    log_position: i64,
+    deadline: Instant,
+    acked: Vec<bool>,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> String {
@@ -493,6 +504,7 @@ impl ConsensusModule {
             term_base_log_position: 0,
             last_snapshot_error: None,
             failed_snapshot_count: 0,
+            termination: None,
             recording_position_counter: -1,
             recording_id: -1,
             term: Term {
@@ -906,6 +918,7 @@ impl ConsensusModule {
         work += self.poll_services(now_ns, cluster_time)?;
         work += self.check_control_toggle(cluster_time);
         work += self.check_snapshot()?;
+        work += self.check_termination();
         // Suspended, or while a snapshot is taken, the log takes nothing:
         // the module's snapshot is of its state at the action's position,
         // and ingress waits in its image (clients are back-pressured, nothing
@@ -989,11 +1002,16 @@ impl ConsensusModule {
         }
         let state = self.agent.state;
         let action = match (value, state) {
-            (toggle::SNAPSHOT, ModuleState::Active) => cluster_action::SNAPSHOT,
+            (toggle::SNAPSHOT | toggle::SHUTDOWN, ModuleState::Active) => cluster_action::SNAPSHOT,
             (toggle::SUSPEND, ModuleState::Active) => cluster_action::SUSPEND,
             (toggle::RESUME, ModuleState::Suspended) => cluster_action::RESUME,
+            (toggle::ABORT, ModuleState::Active | ModuleState::Suspended) => {
+                self.begin_termination();
+                return 1;
+            }
             // Being acted on.
-            (toggle::SNAPSHOT, ModuleState::Snapshot) => return 0,
+            (toggle::SNAPSHOT | toggle::SHUTDOWN, ModuleState::Snapshot) => return 0,
+            (toggle::SHUTDOWN | toggle::ABORT, ModuleState::Terminating) => return 0,
             _ => {
                 self.control_toggle.set(toggle::NEUTRAL);
                 return 1;
@@ -1025,6 +1043,7 @@ impl ConsensusModule {
                     timestamp: cluster_time,
                     acks: vec![None; self.ctx.service_count],
                     deadline: Instant::now() + self.ctx.message_timeout * 6,
+                    then_terminate: value == toggle::SHUTDOWN,
                 });
             }
             cluster_action::SUSPEND => {
@@ -1086,9 +1105,52 @@ impl ConsensusModule {
                 self.failed_snapshot_count += 1;
             }
         }
-        self.activate();
+        if pending.then_terminate && self.last_snapshot_error.is_none() {
+            self.begin_termination();
+        } else {
+            self.activate();
+        }
         self.publish_state();
         Ok(1)
+    }
+
+    /// Stops the member (a shutdown after its snapshot, or an abort): the
+    /// log takes nothing more; the services are told to stop once they have
+    /// applied it to its end (ServiceTerminationPosition), and the module
+    /// is CLOSED when each acknowledged, or after a message timeout.
+    fn begin_termination(&mut self) {
+        let log_position = self.io.log.position();
+        self.agent.state = ModuleState::Terminating;
+        let message = ServiceTerminationPosition { log_position }.encode();
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        while self.to_services.offer(&message).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.termination = Some(Termination {
+            log_position,
+            deadline,
+            acked: vec![false; self.ctx.service_count],
+        });
+        self.publish_state();
+    }
+
+    fn check_termination(&mut self) -> usize {
+        let Some(t) = &self.termination else {
+            return 0;
+        };
+        if t.acked.iter().all(|a| *a) || Instant::now() > t.deadline {
+            self.termination = None;
+            self.agent.state = ModuleState::Closed;
+            self.control_toggle.set(toggle::NEUTRAL);
+            self.publish_state();
+            return 1;
+        }
+        0
+    }
+
+    /// True once the member stopped (a shutdown or an abort): close it.
+    pub fn is_closed(&self) -> bool {
+        self.agent.state == ModuleState::Closed
     }
 
     fn record_snapshot_set(&mut self, pending: &PendingSnapshot) -> Result<(), String> {
@@ -1336,6 +1398,16 @@ impl ConsensusModule {
                             ));
                         };
                         tracker.enqueue(m[SESSION_HEADER_LENGTH..].to_vec());
+                    }
+                }
+                ServiceAck::TEMPLATE_ID if self.termination.is_some() => {
+                    let t = self.termination.as_mut().expect("matched");
+                    if let Ok(a) = ServiceAck::decode(&m) {
+                        if a.log_position == t.log_position {
+                            if let Some(slot) = t.acked.get_mut(a.service_id as usize) {
+                                *slot = true;
+                            }
+                        }
                     }
                 }
                 ServiceAck::TEMPLATE_ID => {

@@ -473,6 +473,9 @@ impl PyClusterNode {
                         set_first(&e, why);
                         break;
                     }
+                    if agent.is_terminated() {
+                        break; // the member stopped (shutdown or abort)
+                    }
                 }
                 agent.close();
             })
@@ -521,6 +524,9 @@ impl PyClusterNode {
                         status.state = module.state() as i64;
                         status.failed_snapshots_error =
                             module.last_snapshot_error().map(str::to_string);
+                    }
+                    if module.is_closed() {
+                        break; // a shutdown or an abort
                     }
                 }
                 module.close();
@@ -609,6 +615,24 @@ impl PyClusterNode {
         )
     }
 
+    /// Stops the member after a snapshot (a restart loads it and replays
+    /// nothing), as `sulis cluster-tool shutdown` does; returns once it
+    /// stopped, raising `ClusterError` if the snapshot failed (the member
+    /// then goes on) or it did not stop within `timeout` seconds.
+    #[pyo3(name = "shutdown", signature = (timeout=60.0))]
+    fn shutdown_with_snapshot(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        self.act(py, toggle::SHUTDOWN, timeout)?;
+        self.await_threads_ended(py, timeout)
+    }
+
+    /// Stops the member without a snapshot (a restart replays its log from
+    /// the last snapshot); returns once it stopped.
+    #[pyo3(signature = (timeout=60.0))]
+    fn abort(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        self.act(py, toggle::ABORT, timeout)?;
+        self.await_threads_ended(py, timeout)
+    }
+
     /// Snapshots taken since the node started.
     #[getter]
     fn snapshot_count(&self) -> i64 {
@@ -623,6 +647,29 @@ impl PyClusterNode {
 }
 
 impl PyClusterNode {
+    /// Waits until the module's and the service's threads ended (the
+    /// member stopped itself).
+    fn await_threads_ended(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let threads = &self.threads;
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let ended = gil::released(py, || loop {
+            if threads.lock().unwrap().iter().all(|t| t.is_finished()) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        if ended {
+            Ok(())
+        } else {
+            Err(ClusterError::new_err(format!(
+                "the member did not stop within {timeout} s"
+            )))
+        }
+    }
+
     /// Asks the module through its control toggle and waits until it acted:
     /// a snapshot counted (or failed), the state suspended or active.
     fn act(&self, py: Python<'_>, value: i64, timeout: f64) -> PyResult<i64> {
@@ -649,13 +696,14 @@ impl PyClusterNode {
             {
                 let s = status.lock().unwrap();
                 let done = match value {
-                    toggle::SNAPSHOT if s.failed_snapshots > failures => {
+                    toggle::SNAPSHOT | toggle::SHUTDOWN if s.failed_snapshots > failures => {
                         return Err(format!(
                             "the snapshot failed: {}",
                             s.failed_snapshots_error.as_deref().unwrap_or("unknown")
                         ))
                     }
                     toggle::SNAPSHOT => s.snapshots > snapshots,
+                    toggle::SHUTDOWN | toggle::ABORT => s.state == ModuleState::Closed as i64,
                     toggle::SUSPEND => s.state == ModuleState::Suspended as i64,
                     _ => s.state == ModuleState::Active as i64,
                 };

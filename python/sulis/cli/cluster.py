@@ -92,7 +92,7 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
             raise cli_error(e) from None
         click.echo(f"sulis cluster-node {service_spec} running in {cluster_dir} (archive {archive_dir}, driver "
                    f"{driver_dir}; Ctrl-C to stop)", err=True)
-        while not stopping and node.error is None:
+        while not stopping and node.error is None and node.is_running:  # cluster-tool shutdown/abort end it
             time.sleep(0.1)
         error = node.error
         for thing in reversed(started):
@@ -105,9 +105,9 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
 _ROLES = {0: "FOLLOWER", 1: "CANDIDATE", 2: "LEADER"}
 _STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING", 5: "TERMINATING", 6: "CLOSED"}
 # The control toggle's values (Aeron's ClusterControl.ToggleState).
-_TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4}
+_TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4, "shutdown": 5, "abort": 6}
 _VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume",
-          "invalidate-latest-snapshot", "purge-log")
+          "invalidate-latest-snapshot", "purge-log", "shutdown", "abort")
 
 
 def _running_pid(cluster_dir: str) -> int | None:
@@ -177,6 +177,8 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     invalidate-latest-snapshot
                    (member stopped) start next from the snapshot before the latest, or the log's start
     purge-log      delete the log's segment files wholly before the latest snapshot
+    shutdown       snapshot, then stop the member (a restart replays nothing)
+    abort          stop the member without a snapshot
     """
     import json
 
@@ -242,6 +244,14 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     before = described["snapshot_count"]
     _call(_native.set_cluster_toggle, driver_dir, _TOGGLE[verb])
     deadline = time.monotonic() + timeout
+    if verb in ("shutdown", "abort"):
+        while _running_pid(cluster_dir) is not None:  # the module let go of its directory: it stopped
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"{verb}: the member did not stop within {timeout} s (a snapshot "
+                                           "that failed leaves it running: its stderr says why)")
+            time.sleep(0.05)
+        click.echo(f"the member stopped ({verb})")
+        return
     while _member_counters(driver_dir).get(202) != 1:  # back to NEUTRAL: acted on
         if time.monotonic() > deadline:
             raise click.ClickException(f"{verb}: not acted on within {timeout} s")

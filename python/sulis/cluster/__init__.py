@@ -168,6 +168,17 @@ class ClusterNode:
         """Resumes a suspended cluster."""
         self._native.resume(timeout)
 
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stops the member after a snapshot, as Aeron's ``ClusterTool shutdown``: a restart loads the
+        snapshot and replays nothing. Returns once the module and the service stopped (``is_running``
+        is then False, ``error`` None); raises ``ClusterError`` if the snapshot failed (the member goes
+        on) or it did not stop within ``timeout``. ``close()`` releases the rest."""
+        self._native.shutdown(timeout)
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Stops the member without a snapshot (a restart replays the log from its last snapshot)."""
+        self._native.abort(timeout)
+
     def purge_log(self) -> dict[str, int]:
         """Deletes the log's segment files wholly before the latest snapshot: a restart loads the
         snapshot and replays the log only from its position. Returns ``snapshot_position``,
