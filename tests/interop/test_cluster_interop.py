@@ -57,7 +57,10 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
                         log_term_length="1m") as node:
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
-        cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ClusterPeer", [
+        # Aeron's client gives the whole connect 5 s by default; the suite's busy 2 cores once made the
+        # egress connect take longer (a CI-load flake, not a refusal), so it gets 20 s here.
+        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "20s"}
+        cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
             "echo", f"ingress_endpoints=0=localhost:{port}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
             "count=2000"], cp)
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
