@@ -11,7 +11,7 @@ use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -391,16 +391,18 @@ pub struct PyClusterNode {
     cluster_dir: String,
     driver_dir: String,
     service_count: i32,
-    status: Arc<Mutex<NodeStatus>>,
+    status: Arc<NodeStatus>,
 }
 
-/// What the module's thread reports of itself.
+/// What the module's thread reports of itself, every duty cycle: plain
+/// stores, no lock (the error text is written only when a snapshot fails,
+/// before the failure count that announces it).
 #[derive(Default)]
 struct NodeStatus {
-    snapshots: i64,
-    failed_snapshots: i64,
-    failed_snapshots_error: Option<String>,
-    state: i64,
+    snapshots: AtomicI64,
+    failed_snapshots: AtomicI64,
+    failed_snapshots_error: Mutex<Option<String>>,
+    state: AtomicI64,
 }
 
 fn set_first(error: &Mutex<Option<String>>, e: String) {
@@ -484,7 +486,7 @@ impl PyClusterNode {
         let idle = ctx.idle_strategy;
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let (request_tx, request_rx) = mpsc::channel::<i64>();
-        let status = Arc::new(Mutex::new(NodeStatus::default()));
+        let status = Arc::new(NodeStatus::default());
         let st = status.clone();
         let module_thread = std::thread::Builder::new()
             .name("sulis-consensus-module".into())
@@ -513,18 +515,15 @@ impl PyClusterNode {
                             break;
                         }
                     }
-                    let (count, failed) = (module.snapshot_count(), module.failed_snapshot_count());
-                    let mut status = st.lock().unwrap();
-                    if status.snapshots != count
-                        || status.failed_snapshots != failed
-                        || status.state != module.state() as i64
-                    {
-                        status.snapshots = count;
-                        status.failed_snapshots = failed;
-                        status.state = module.state() as i64;
-                        status.failed_snapshots_error =
+                    let failed = module.failed_snapshot_count();
+                    if st.failed_snapshots.load(Ordering::Relaxed) != failed {
+                        *st.failed_snapshots_error.lock().unwrap() =
                             module.last_snapshot_error().map(str::to_string);
+                        st.failed_snapshots.store(failed, Ordering::Release);
                     }
+                    st.snapshots
+                        .store(module.snapshot_count(), Ordering::Release);
+                    st.state.store(module.state() as i64, Ordering::Release);
                     if module.is_closed() {
                         break; // a shutdown or an abort
                     }
@@ -636,13 +635,13 @@ impl PyClusterNode {
     /// Snapshots taken since the node started.
     #[getter]
     fn snapshot_count(&self) -> i64 {
-        self.status.lock().unwrap().snapshots
+        self.status.snapshots.load(Ordering::Acquire)
     }
 
     /// The module's state (`ModuleState`: 1 active, 2 suspended, 3 snapshot, ...).
     #[getter]
     fn state(&self) -> i64 {
-        self.status.lock().unwrap().state
+        self.status.state.load(Ordering::Acquire)
     }
 }
 
@@ -673,19 +672,21 @@ impl PyClusterNode {
     /// Asks the module through its control toggle and waits until it acted:
     /// a snapshot counted (or failed), the state suspended or active.
     fn act(&self, py: Python<'_>, value: i64, timeout: f64) -> PyResult<i64> {
-        let (snapshots, failures) = {
-            let s = self.status.lock().unwrap();
-            let (state, suspended) = (s.state, ModuleState::Suspended as i64);
-            if value == toggle::SNAPSHOT && state == suspended {
-                return Err(ClusterError::new_err(
-                    "the cluster is suspended: resume it before a snapshot",
-                ));
-            }
-            if value == toggle::RESUME && state != suspended {
-                return Err(ClusterError::new_err("the cluster is not suspended"));
-            }
-            (s.snapshots, s.failed_snapshots)
-        };
+        let s = &self.status;
+        let (state, suspended) = (
+            s.state.load(Ordering::Acquire),
+            ModuleState::Suspended as i64,
+        );
+        if value == toggle::SNAPSHOT && state == suspended {
+            return Err(ClusterError::new_err(
+                "the cluster is suspended: resume it before a snapshot",
+            ));
+        }
+        if value == toggle::RESUME && state != suspended {
+            return Err(ClusterError::new_err("the cluster is not suspended"));
+        }
+        let snapshots = s.snapshots.load(Ordering::Acquire);
+        let failures = s.failed_snapshots.load(Ordering::Acquire);
         if self.requests.lock().unwrap().send(value).is_err() {
             return Err(ClusterError::new_err("the node is not running"));
         }
@@ -693,23 +694,27 @@ impl PyClusterNode {
         let status = self.status.clone();
         let error = self.error.clone();
         let outcome = gil::released(py, move || loop {
-            {
-                let s = status.lock().unwrap();
-                let done = match value {
-                    toggle::SNAPSHOT | toggle::SHUTDOWN if s.failed_snapshots > failures => {
-                        return Err(format!(
-                            "the snapshot failed: {}",
-                            s.failed_snapshots_error.as_deref().unwrap_or("unknown")
-                        ))
-                    }
-                    toggle::SNAPSHOT => s.snapshots > snapshots,
-                    toggle::SHUTDOWN | toggle::ABORT => s.state == ModuleState::Closed as i64,
-                    toggle::SUSPEND => s.state == ModuleState::Suspended as i64,
-                    _ => s.state == ModuleState::Active as i64,
-                };
-                if done {
-                    return Ok(s.snapshots);
+            let (count, state) = (
+                status.snapshots.load(Ordering::Acquire),
+                status.state.load(Ordering::Acquire),
+            );
+            let done = match value {
+                toggle::SNAPSHOT | toggle::SHUTDOWN
+                    if status.failed_snapshots.load(Ordering::Acquire) > failures =>
+                {
+                    let why = status.failed_snapshots_error.lock().unwrap().clone();
+                    return Err(format!(
+                        "the snapshot failed: {}",
+                        why.as_deref().unwrap_or("unknown")
+                    ));
                 }
+                toggle::SNAPSHOT => count > snapshots,
+                toggle::SHUTDOWN | toggle::ABORT => state == ModuleState::Closed as i64,
+                toggle::SUSPEND => state == ModuleState::Suspended as i64,
+                _ => state == ModuleState::Active as i64,
+            };
+            if done {
+                return Ok(count);
             }
             if let Some(why) = error.lock().unwrap().clone() {
                 return Err(why);
