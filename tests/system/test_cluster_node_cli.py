@@ -6,13 +6,14 @@ answered is lost. SIGTERM stops it cleanly; a bad service name is an error namin
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 
 import pytest
 
-from conftest import CLI, await_until, clean_env, free_udp_port
+from conftest import CLI, await_until, clean_env, free_udp_port, run_cli
 from sulis.cluster import ClusterClient, ClusterSessionClosedError
 
 SERVICE = '''
@@ -110,18 +111,19 @@ def test_a_service_that_cannot_be_loaded_is_named(tmp_path):
     assert "'no_such_module:Service': No module named 'no_such_module'" in out.stderr
 
 
-def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends_it(make_driver, tmp_path):
-    import json
-
-    from conftest import run_cli
-
+def tool_setup(make_driver, tmp_path):
+    """The counter service's module, a client driver, the node's port and ``sulis cluster-tool`` on its directories."""
     (tmp_path / "counter_service.py").write_text(SERVICE)
-    driver = make_driver()
-    port = free_udp_port()
     cluster_dir, driver_dir = tmp_path / "node" / "cluster", tmp_path / "node" / "driver"
 
     def tool(*args):
         return run_cli("cluster-tool", cluster_dir, *args, "--dir", driver_dir)
+
+    return make_driver(), free_udp_port(), tool
+
+
+def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends_it(make_driver, tmp_path):
+    driver, port, tool = tool_setup(make_driver, tmp_path)
 
     proc = Node(tmp_path, port).start()
     try:
@@ -183,17 +185,7 @@ def test_cluster_tool_describes_a_running_member_takes_its_snapshot_and_suspends
 
 
 def test_cluster_tool_shutdown_snapshots_and_stops_the_member_abort_stops_it_without(make_driver, tmp_path):
-    import json
-
-    from conftest import run_cli
-
-    (tmp_path / "counter_service.py").write_text(SERVICE)
-    driver = make_driver()
-    port = free_udp_port()
-    cluster_dir, driver_dir = tmp_path / "node" / "cluster", tmp_path / "node" / "driver"
-
-    def tool(*args):
-        return run_cli("cluster-tool", cluster_dir, *args, "--dir", driver_dir)
+    driver, port, tool = tool_setup(make_driver, tmp_path)
 
     def snapshots() -> int:
         entries = json.loads(tool("recording-log", "--json").stdout)["entries"]
