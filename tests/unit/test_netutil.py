@@ -249,7 +249,20 @@ def relay_run(make_relay, sinks, n=1000, seed=42, echo=False, **impairments):
     relay = make_relay(target.address, seed=seed, **impairments)
     client = sinks(loopback_socket())
     st = relay.stats
-    send_paced(client.sock, relay.address, n, lambda: st()["forward"].received)
+
+    def drained():
+        # A burst counts as through only once every hop has emptied its socket: the relay
+        # received it, the target took all that was forwarded and (echoing) the client all
+        # the replies forwarded back. Pacing on the relay alone let a slow sink's receive
+        # buffer overflow under load, a loss no impairment asked for.
+        s = st()
+        if len(target.items) < s["forward"].forwarded:
+            return -1
+        if echo and (s["backward"].received < len(target.items) or len(client.items) < s["backward"].forwarded):
+            return -1
+        return s["forward"].received
+
+    send_paced(client.sock, relay.address, n, drained)
     await_until(lambda: relay.held() == 0, what="held-back datagrams to be released")
     fwd = relay.forward_stats
     await_until(lambda: len(target.items) == fwd.forwarded, what="forwarded datagrams to arrive")
