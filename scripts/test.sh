@@ -18,7 +18,8 @@ echo "== pytest"
 # Two workers (the machine has two cores), a test module to one worker
 # (--dist loadfile): the Aeron transfers of one module run one at a time, and
 # the sulis bench tests, which check that no sulis-clibench-* directory is
-# left, never see another module's.
+# left, never see another module's. The modules start longest first, in the
+# order tests/conftest.py gives (--no-loadscope-reorder keeps it).
 # The slowest tests are listed at the end: the suite must stay within 15
 # minutes on a 2-core machine, and this shows where the time goes.
-python -m pytest -q -n 2 --dist loadfile --durations=25 tests "$@"
+python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests "$@"

@@ -51,6 +51,12 @@ from sulis._benchkit.procs import ChildProcess
 from sulis._benchkit.procs import free_port as free_udp_port  # noqa: F401 - the one free-port helper, for the tests
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+# Every JVM the tests start (Spark's, Aeron's peers) lives seconds to a minute: C1 alone and the
+# serial collector spare the two cores the JIT and GC threads a long-lived server wants. Measured
+# 2026-11-25: the main Spark job took 39 CPU-seconds instead of 60; a 1 M-message Aeron transfer
+# cost the same either way. Benchmarks (bench/) do not run under this and use the JVMs' defaults.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 
 #: Options of every test driver unless a test overrides them.
@@ -246,10 +252,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "driver_options(**options): options for the `driver` fixture")
 
 
-#: Modules by how long they take (the slowest first), from ``--durations``.
+#: Modules by how long they take (the slowest first), from ``--durations=0`` summed per module
+#: (2026-11-25: 437, 308, 256, 129, 122, 83, 83, 80, 57 and 44 worker-seconds).
 LONG_MODULES = {name: rank for rank, name in enumerate([
-    "test_spark_hosts.py", "test_spark_system.py", "test_examples_system.py", "test_interop_aeron.py",
-    "test_archive_interop.py", "test_cli_bench_aeron.py", "test_multicast_interop.py",
+    "test_spark_system.py", "test_interop_aeron.py", "test_spark_hosts.py", "test_multicast_interop.py",
+    "test_examples_system.py", "test_cli_bench_aeron.py", "test_cli_bench.py", "test_docs_snippets.py",
+    "test_archive_interop.py", "test_multicast_system.py",
 ])}
 
 
@@ -261,8 +269,9 @@ def pytest_collection_modifyitems(config, items):
         if kind in ("system", "interop"):
             item.add_marker(getattr(pytest.mark, kind))
     # The longest modules first: with two workers and a module to a worker, one
-    # started last (the three-host Spark run takes about 3 minutes) is the whole
-    # run's tail (measured 2026-11-25: the suite took 14.5-15 min with it late).
+    # started last (the three-host Spark run takes 3-5 minutes) is the whole
+    # run's tail. scripts/test.sh passes --no-loadscope-reorder: by default
+    # pytest-xdist orders modules by their number of tests, not this order.
     items.sort(key=lambda item: LONG_MODULES.get(item.path.name, len(LONG_MODULES)))
 
 
@@ -354,9 +363,13 @@ def spawn():
 
 def connected_pair(client, stream_id: int, exclusive: bool = True, channel: str = "aeron:ipc",
                    sub_channel: str = "aeron:ipc", **sub_kwargs):
-    """A subscription (on ``sub_channel``) and a publication (on ``channel``) of ``stream_id``, connected."""
+    """A subscription (on ``sub_channel``) and a publication (on ``channel``) of ``stream_id``, connected:
+    the image is there and the publication may publish (the driver has set its limit, which it does on
+    its next duty cycle after the subscriber joins: late on a busy machine, and until then an offer is
+    back-pressured)."""
     sub = client.add_subscription(sub_channel, stream_id, **sub_kwargs)
     add = client.add_exclusive_publication if exclusive else client.add_publication
     pub = add(channel, stream_id)
-    await_until(lambda: pub.is_connected and sub.image_count > 0, what="publication and subscription to connect")
+    await_until(lambda: pub.is_connected and sub.image_count > 0 and pub.position_limit > pub.position,
+                what="publication and subscription to connect")
     return sub, pub
