@@ -87,7 +87,11 @@ def test_the_sulis_client_gets_its_messages_echoed_by_an_aeron_cluster(current, 
     cmd = peers.aeron_java.command(current, props, "io.aeron.samples.cluster.EchoServiceNode")
     node = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert "Started Cluster Node" in node.stdout.readline()
+        # The JVM may say things first (JAVA_TOOL_OPTIONS, warnings): the node's line is among the first few.
+        head: list[str] = []
+        while len(head) < 5 and not any("Started Cluster Node" in line for line in head):
+            head.append(node.stdout.readline())
+        assert "Started Cluster Node" in head[-1], head
         driver = make_driver()
         egress = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
         client = await_until(lambda: _connect(driver.dir, "0=localhost:9002", egress), 60, "a session with Aeron")
