@@ -8,8 +8,8 @@ was lost, duplicated, reordered or corrupted and that both CRC-32s are right.
 
 * ``test_*_udp``: Aeron Java and sulis, each on its own media driver, over
   ``aeron:udp?endpoint=127.0.0.1:<free port>``, in both directions.
-* ``test_aeron_to_aeron_udp``: the same harness with Aeron on both sides; if
-  it fails, the environment (not sulis) is at fault.
+* ``test_aeron_to_aeron_udp``: the same harness with Aeron on both sides (a
+  fifth of the messages); if it fails, the environment (not sulis) is at fault.
 * ``test_aeron_client_on_sulis_driver``: an Aeron Java client and a sulis
   client on one sulis driver over aeron:ipc (the current Aeron only: 1.15.1
   clients reject the CnC file version of newer drivers).
@@ -81,8 +81,13 @@ def test_sulis_pub_to_aeron_sub_udp(aeron, harness):
     check(peers.run_transfer(harness, "sulis", "aeron", COUNT, aeron), harness)
 
 
+#: Aeron to Aeron checks the environment and the harness, not sulis: a fifth of the stream (every
+#: length and fragmentation of it still) says as much, in a fifth of the time.
+CONTROL_COUNT = min(COUNT, 200_000)
+
+
 def test_aeron_to_aeron_udp(aeron, harness):
-    check(peers.run_transfer(harness, "aeron", "aeron", COUNT, aeron), harness)
+    check(peers.run_transfer(harness, "aeron", "aeron", CONTROL_COUNT, aeron), harness, CONTROL_COUNT)
 
 
 @pytest.mark.parametrize("publisher, subscriber", [("aeron", "sulis"), ("sulis", "aeron")],
