@@ -191,8 +191,11 @@ def test_progress_line_on_a_terminal(no_leftovers):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        # Over UDP 20k round trips take long enough (~0.5 s and more) for a few updates.
-        proc = subprocess.run([*CLI, "ping-pong", "--channel", "udp", "--round-trips", "20000", "--runs", "1"],
+        # Drivers that sleep a millisecond when idle make every round trip a few milliseconds, busy machine
+        # or not: 2,000 of them take seconds, long enough for a few updates (20,000 at full speed took
+        # 0.5 s alone and 53 s beside the rest of the suite).
+        proc = subprocess.run([*CLI, "ping-pong", "--channel", "udp", "--round-trips", "2000", "--runs", "1",
+                               "--driver-idle", "sleeping:1ms"],
                               stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120, env=clean_env())
     finally:
         os.close(slave)
