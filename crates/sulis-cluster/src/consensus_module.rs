@@ -17,7 +17,7 @@
 use crate::cluster_member::ClusterMember;
 use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
 use crate::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
-use crate::log_adapter;
+use crate::log_replay::LogReplay;
 use crate::recording_log::RecordingLog;
 use crate::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
 use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
@@ -604,31 +604,21 @@ impl ConsensusModule {
         if stop == from {
             return Ok(from);
         }
-        let stream = self.ctx.replay_stream_id;
-        let replay = self
-            .archive
-            .start_bounded_replay(
-                last.recording_id,
-                from,
-                stop - from,
-                self.commit.id(),
-                "aeron:ipc",
-                stream,
-            )
-            .map_err(what)?;
-        let session_id = replay as i32;
-        let channel = format!("aeron:ipc?session-id={session_id}");
-        let mut sub = self
-            .io
-            .client
-            .add_subscription(&channel, stream)
-            .map_err(|e| err("the log's replay", e))?;
+        let mut replay = LogReplay::start(
+            &self.io.client,
+            &mut self.archive,
+            last.recording_id,
+            from..stop,
+            Some(self.commit.id()),
+            self.ctx.replay_stream_id,
+            self.ctx.message_timeout * 6,
+        )?;
         self.join_log = JoinLog {
             log_position: from,
             max_log_position: stop,
             member_id: self.ctx.member_id,
-            log_session_id: session_id,
-            log_stream_id: stream,
+            log_session_id: replay.session_id(),
+            log_stream_id: self.ctx.replay_stream_id,
             is_startup: 1,
             role: role::FOLLOWER,
             is_standby: 0,
@@ -636,38 +626,15 @@ impl ConsensusModule {
         };
         self.await_services_joined(from)?;
         self.commit.set(stop);
-        let deadline = Instant::now() + self.ctx.message_timeout * 6;
-        let mut position = from;
-        let mut assembler = FragmentAssembler::new();
-        while position < stop {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "replaying the log (recording {}) stopped at {position} of {stop}",
-                    last.recording_id
-                ));
+        let agent = &mut self.agent;
+        loop {
+            let done = replay.poll(100, |entry, end| agent.on_log_entry(entry, end).map(|_| ()))?;
+            if done.is_some() {
+                break;
             }
-            let mut messages = Vec::new();
-            let n = sub
-                .poll(
-                    |payload, header| -> Result<(), ()> {
-                        if let Some(m) = assembler.on_fragment(payload, header) {
-                            messages.push((m.payload, m.end_position));
-                        }
-                        Ok(())
-                    },
-                    100,
-                )
-                .unwrap_or(0);
-            for (message, end) in messages {
-                let entry = log_adapter::decode(&message, end).map_err(|e| e.to_string())?;
-                self.agent.on_log_entry(&entry, end)?;
-                position = end;
-            }
-            if n == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+            std::thread::sleep(Duration::from_micros(200));
         }
-        let _ = sub.close();
+        replay.close(&mut self.archive);
         self.agent.commit_position = stop;
         Ok(stop)
     }

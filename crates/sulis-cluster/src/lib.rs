@@ -15,17 +15,26 @@
 //! [`session_manager`]), the log's entries ([`log_adapter`]), the state
 //! a member applies them to ([`consensus_module_agent`]) and its snapshots
 //! ([`consensus_module_snapshot`], written and read through the archive by
-//! [`snapshot_taker`]).
+//! [`snapshot_taker`]). Across members: the candidate term on disk
+//! ([`node_state_file`]), the consensus stream out and in
+//! ([`consensus_publisher`], [`consensus_adapter`]) and the copy of terms a
+//! follower lacks from the leader's archive ([`log_replication`]); a
+//! member's own log replayed through it ([`log_replay`]).
 
 pub mod cluster_client;
 pub mod cluster_member;
 pub mod cluster_session;
 pub mod clustered_service_agent;
+pub mod consensus_adapter;
 pub mod consensus_module;
 pub mod consensus_module_agent;
 pub mod consensus_module_snapshot;
+pub mod consensus_publisher;
 pub mod election;
 pub mod log_adapter;
+pub mod log_replay;
+pub mod log_replication;
+pub mod node_state_file;
 pub mod pending_service_message_tracker;
 pub mod recording_log;
 pub mod recovery_state;
