@@ -342,6 +342,11 @@ struct Connection {
     transport_index: usize,
     control: SocketAddr,
     time_of_last_frame_ns: i64,
+    /// Where this way's source ended its stream (an end-of-stream heartbeat
+    /// came on it). The image ends only when every way has: a catch-up
+    /// replay that ends on one destination of a multi-destination
+    /// subscription does not end the live stream arriving on another.
+    eos_position: Option<i64>,
 }
 
 impl ImageReceiver {
@@ -399,6 +404,7 @@ impl ImageReceiver {
                 transport_index: image.transport_index,
                 control: image.control_address,
                 time_of_last_frame_ns: image.time_of_last_packet_ns.load(Ordering::Relaxed),
+                eos_position: None,
             }],
             image,
         }
@@ -420,14 +426,47 @@ impl ImageReceiver {
                 transport_index,
                 control,
                 time_of_last_frame_ns: now_ns,
+                eos_position: None,
             }),
         }
     }
 
-    /// A destination of a multi-destination subscription went: its transport is gone.
+    /// A destination of a multi-destination subscription went: its transport
+    /// is gone (and if every way left had ended its stream, the image ends).
     pub fn remove_connection(&mut self, transport_index: usize) {
         self.connections
             .retain(|c| c.transport_index != transport_index);
+        self.end_stream_if_every_way_ended();
+    }
+
+    /// The end of stream came on `transport_index` at `position`.
+    fn on_end_of_stream(&mut self, transport_index: usize, position: i64) {
+        if let Some(c) = self
+            .connections
+            .iter_mut()
+            .find(|c| c.transport_index == transport_index)
+        {
+            c.eos_position.get_or_insert(position);
+        }
+        self.end_stream_if_every_way_ended();
+    }
+
+    fn end_stream_if_every_way_ended(&mut self) {
+        let img = &self.image;
+        if img.eos_position.load(Ordering::Relaxed) != i64::MAX || self.connections.is_empty() {
+            return;
+        }
+        let mut end = i64::MIN;
+        for c in &self.connections {
+            match c.eos_position {
+                Some(p) => end = end.max(p),
+                None => return,
+            }
+        }
+        img.eos_position.store(end, Ordering::Release);
+        img.logs
+            .meta()
+            .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, end);
     }
 
     /// Sends a control frame on every connection heard from within the
@@ -547,7 +586,13 @@ impl ImageReceiver {
     }
 
     /// A DATA, PAD or heartbeat datagram of this image's session.
-    pub fn insert_packet(&mut self, d: &DataDatagram<'_>, system: &SystemCounters, now_ns: i64) {
+    pub fn insert_packet(
+        &mut self,
+        d: &DataDatagram<'_>,
+        transport_index: usize,
+        system: &SystemCounters,
+        now_ns: i64,
+    ) {
         let img = &self.image;
         let h = d.first();
         let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
@@ -580,11 +625,8 @@ impl ImageReceiver {
                 self.hwm_position = position;
                 img.hwm.set_ordered(position);
             }
-            if h.flags & EOS_FLAG != 0 && img.eos_position.load(Ordering::Relaxed) == i64::MAX {
-                img.eos_position.store(position, Ordering::Release);
-                img.logs
-                    .meta()
-                    .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, position);
+            if h.flags & EOS_FLAG != 0 {
+                self.on_end_of_stream(transport_index, position);
             }
             return;
         }

@@ -573,7 +573,7 @@ impl Receiver {
                             let system = *self.errors.system();
                             let image = &mut self.endpoints[ep].images[ii];
                             image.track_connection(ti, control, now_ns);
-                            image.insert_packet(&d, &system, now_ns)
+                            image.insert_packet(&d, ti, &system, now_ns)
                         }
                         Err(err) => self.invalid(ep, ti, src, &err.to_string()),
                     }
