@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then lint and type checks, the Rust tests and the Python tests.
 set -euo pipefail
+started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=setup.sh
 . "$root/scripts/setup.sh"
 cd "$root"
 # Seconds, so first: a finding fails the run before the long parts start.
-echo "== ruff, mypy, stubtest"
+echo "== ruff, mypy, stubtest (set-up took $((SECONDS - started)) s)"
 ruff check python/sulis tests bench examples
 mypy
 python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
-echo "== cargo test"
+echo "== cargo test ($((SECONDS - started)) s in)"
 # The extension crate links against the interpreter only when loaded by
 # Python, so it has no Rust test binary; every other crate is tested.
 cargo test --workspace --exclude sulis-python --quiet
-echo "== pytest"
+echo "== pytest ($((SECONDS - started)) s in)"
 # Two workers (the machine has two cores), a test module to one worker
 # (--dist loadfile): the Aeron transfers of one module run one at a time, and
 # the sulis bench tests, which check that no sulis-clibench-* directory is
