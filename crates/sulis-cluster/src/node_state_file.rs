@@ -77,7 +77,6 @@ impl NodeStateFile {
     pub fn open(dir: &Path) -> Result<NodeStateFile, String> {
         let path = dir.join(FILE_NAME);
         let what = |e: std::io::Error| format!("{}: {e}", path.display());
-        let exists = path.exists();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -85,7 +84,15 @@ impl NodeStateFile {
             .truncate(false)
             .open(&path)
             .map_err(what)?;
-        if !exists || file.metadata().map_err(what)?.len() == 0 {
+        // New, or made by a member that died before it wrote the first
+        // frames (nothing was ever voted on with it): written afresh.
+        let mut head = vec![0u8; FOOTER_OFFSET + HEADER_LENGTH];
+        let length = file.metadata().map_err(what)?.len();
+        let unwritten = length == 0
+            || (length >= head.len() as u64
+                && file.read_exact_at(&mut head, 0).is_ok()
+                && head.iter().all(|&b| b == 0));
+        if unwritten {
             let candidate = CandidateTerm {
                 candidate_term_id: -1,
                 timestamp: 0,
@@ -256,6 +263,19 @@ mod tests {
         assert_eq!(f.propose_max_candidate_term_id(5, 900, 20).unwrap(), 5);
         drop(f);
         assert_eq!(NodeStateFile::open(&d).unwrap().candidate_term_id(), 5);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_file_whose_creation_was_cut_short_is_written_afresh() {
+        let d = dir("cut-short");
+        let path = d.join(FILE_NAME);
+        std::fs::write(&path, vec![0u8; FILE_LENGTH as usize]).unwrap();
+        let mut f = NodeStateFile::open(&d).unwrap();
+        assert_eq!(f.candidate_term_id(), -1);
+        assert_eq!(f.propose_max_candidate_term_id(1, 0, 0).unwrap(), 1);
+        drop(f);
+        assert_eq!(NodeStateFile::open(&d).unwrap().candidate_term_id(), 1);
         std::fs::remove_dir_all(d).unwrap();
     }
 
