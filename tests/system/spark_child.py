@@ -41,6 +41,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     sulis.spark.register(spark)
     extra = dict(arg.split("=", 1) for arg in sys.argv[7:])
+    read_back = extra.pop("readBack", "false") == "true"
     sink_stream = extra.pop("sinkStreamId", None)
     sink_channel = extra.pop("sinkChannel", "aeron:ipc")
     archive = {k: v for k, v in extra.items() if k in ("controlChannel", "controlStreamId", "controlResponseChannel",
@@ -60,6 +61,12 @@ def main() -> int:
         for query in queries:
             query.awaitTermination(120)
         failed = [str(q.exception()) for q in queries if q.exception()]
+        if read_back and not failed:
+            # The Parquet output as Spark reads it (its _spark_metadata log, never a glob of the
+            # directory), from this application: the test needs no Spark of its own for it.
+            rows = spark.read.parquet(out).select("value", "recording_id").collect()
+            print(json.dumps({"parquet": [bytes(r.value).hex() for r in rows],
+                              "recording_ids": sorted({r.recording_id for r in rows})}), flush=True)
         print(json.dumps({"done": True, "exception": "; ".join(failed) or None}), flush=True)
         spark.stop()
         return 0
