@@ -177,22 +177,30 @@ fn three_members_exchange_consensus_messages_over_udp() {
         log_position: 12_800,
         member_id: 0,
     });
+    // Every member reads 400 positions (200 from each other member, in
+    // order per sender).
+    let mut got: Vec<Vec<Outbound>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    let read_until =
+        |got: &mut Vec<Vec<Outbound>>, adapters: &mut Vec<ConsensusAdapter>, counts: [usize; 3]| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while (0..3).any(|i| got[i].len() < counts[i]) {
+                assert!(
+                    Instant::now() < deadline,
+                    "messages missing: {:?} of {counts:?}",
+                    got.iter().map(Vec::len).collect::<Vec<_>>()
+                );
+                for (i, a) in adapters.iter_mut().enumerate() {
+                    a.poll(100, |m| got[i].push(m));
+                }
+            }
+        };
+    read_until(&mut got, &mut adapters, [400, 400, 400]);
+    // Then member 0 broadcasts a commit position and a termination ack: its
+    // publications are idle and take them at once; members 1 and 2 read
+    // them last.
     assert_eq!(publishers[0].broadcast(&commit), 2);
     assert_eq!(publishers[0].broadcast(&ack), 2);
-    // Every member reads 400 positions (200 from each other member, in
-    // order per sender); members 1 and 2 also the commit and the ack, last.
-    let mut got: Vec<Vec<Outbound>> = vec![Vec::new(), Vec::new(), Vec::new()];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (0..3).any(|i| got[i].len() < if i == 0 { 400 } else { 402 }) {
-        assert!(
-            Instant::now() < deadline,
-            "messages missing: {:?}",
-            got.iter().map(Vec::len).collect::<Vec<_>>()
-        );
-        for (i, a) in adapters.iter_mut().enumerate() {
-            a.poll(100, |m| got[i].push(m));
-        }
-    }
+    read_until(&mut got, &mut adapters, [400, 402, 402]);
     for (i, messages) in got.iter().enumerate() {
         for from in (0..3).filter(|&f| f != i as i32) {
             let positions: Vec<i64> = messages
