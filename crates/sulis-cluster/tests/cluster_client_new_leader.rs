@@ -6,33 +6,17 @@
 //! other sessions and older terms, and its next message reaches member 1
 //! with the new term in its header.
 
-use std::net::UdpSocket;
+mod common;
+
+use common::{connect, free_port, launch_driver};
+
 use std::time::{Duration, Instant};
-use sulis_client::{Client, ClientContext, FragmentAssembler, Subscription};
+use sulis_client::{FragmentAssembler, Subscription};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
-use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionConnectRequest, SessionEvent, SessionMessageHeader,
     SESSION_HEADER_LENGTH,
 };
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn client(dir: &std::path::Path, name: &str) -> Client {
-    Client::connect(ClientContext {
-        dir: dir.to_path_buf(),
-        driver_timeout: Duration::from_secs(10),
-        name: name.into(),
-        interrupt: None,
-    })
-    .unwrap()
-}
 
 /// The next whole message on `sub`, within 10 s.
 fn next_message(sub: &mut Subscription, assembler: &mut FragmentAssembler) -> Vec<u8> {
@@ -66,20 +50,16 @@ fn next_message(sub: &mut Subscription, assembler: &mut FragmentAssembler) -> Ve
 fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
     let base = std::env::temp_dir().join(format!("sulis-new-leader-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let mut ctx = DriverContext::default();
-    ctx.dir = base.join("driver");
-    ctx.threading_mode = ThreadingMode::Shared;
-    ctx.term_buffer_sparse_file = true;
-    ctx.dir_delete_on_shutdown = true;
-    let _driver = MediaDriver::launch(ctx.clone()).unwrap();
+    let driver_dir = base.join("driver");
+    let _driver = launch_driver(driver_dir.clone());
     let (a, b) = (free_port(), free_port());
     let endpoints = format!("0=localhost:{a},1=localhost:{b}");
 
     // The fake members, on a client of their own on another thread.
-    let dir = ctx.dir.clone();
+    let dir = driver_dir.clone();
     let announce = endpoints.clone();
     let fake = std::thread::spawn(move || {
-        let c = client(&dir, "fake-cluster");
+        let c = connect(&dir, "fake-cluster");
         let mut member0 = c
             .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
             .unwrap();
@@ -144,7 +124,7 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
         c.close();
     });
 
-    let c = client(&ctx.dir, "test");
+    let c = connect(&driver_dir, "test");
     let mut session = ClusterClient::connect(
         &c,
         &ClusterClientContext {

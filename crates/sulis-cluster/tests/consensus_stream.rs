@@ -5,27 +5,23 @@
 //! counted), and datagrams that are not consensus messages sent straight at
 //! an endpoint are passed over while the stream goes on.
 
+mod common;
+
+use common::{connect, free_port, launch_driver};
+
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
-use sulis_client::{Client, ClientContext};
+use sulis_client::Client;
 use sulis_cluster::cluster_member::ClusterMember;
 use sulis_cluster::consensus_adapter::{ConsensusAdapter, Skipped};
 use sulis_cluster::consensus_publisher::{ConsensusPublisher, Outbound};
 use sulis_cluster::election::ConsensusMessage;
-use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_driver::MediaDriver;
 use sulis_protocol::cluster::messages::{
     AppendPosition, CommitPosition, ServiceAck, TerminationAck,
 };
 
 const STREAM: i32 = 108;
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Member {
     _driver: MediaDriver,
@@ -38,23 +34,9 @@ fn member(name: &str) -> Member {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut ctx = DriverContext::default();
-    ctx.dir = dir;
-    ctx.threading_mode = ThreadingMode::Shared;
-    ctx.term_buffer_sparse_file = true;
-    ctx.dir_delete_on_shutdown = true;
-    ctx.timer_interval_ns = 10_000_000;
-    let driver = MediaDriver::launch(ctx.clone()).unwrap();
-    let client = Client::connect(ClientContext {
-        dir: ctx.dir.clone(),
-        driver_timeout: Duration::from_secs(10),
-        name: name.into(),
-        interrupt: None,
-    })
-    .unwrap();
     Member {
-        _driver: driver,
-        client,
+        _driver: launch_driver(dir.clone()),
+        client: connect(&dir, name),
     }
 }
 

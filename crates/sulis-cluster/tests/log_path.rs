@@ -27,24 +27,19 @@
 //! terms the early follower was left behind for good; with 1 MiB (the log
 //! crosses a term boundary) it is not; Aeron Cluster's default is 64 MiB.
 
-use std::net::UdpSocket;
+mod common;
+
+use common::{connect, free_port, launch_driver};
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
-use sulis_client::{Client, ClientContext, ExclusivePublication};
-use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_client::{Client, ExclusivePublication};
+use sulis_driver::MediaDriver;
 use sulis_protocol::archive::messages::{recording_signal, source_location};
 
 const LOG: i32 = 100;
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Host {
     base: PathBuf,
@@ -63,28 +58,17 @@ impl Drop for Host {
 fn host(name: &str) -> Host {
     let base = std::env::temp_dir().join(format!("sulis-log-path-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let mut ctx = DriverContext::default();
-    ctx.dir = base.join("driver");
-    ctx.threading_mode = ThreadingMode::Shared;
-    ctx.term_buffer_sparse_file = true;
-    ctx.dir_delete_on_shutdown = true;
-    ctx.timer_interval_ns = 10_000_000;
-    let driver = MediaDriver::launch(ctx.clone()).unwrap();
+    let driver_dir = base.join("driver");
+    let driver = launch_driver(driver_dir.clone());
     let archive = Archive::launch(ArchiveContext {
         archive_dir: base.join("archive"),
-        driver_dir: ctx.dir.clone(),
+        driver_dir: driver_dir.clone(),
         segment_file_length: 1024 * 1024,
         threading_mode: ArchiveThreadingMode::Shared,
         ..ArchiveContext::default()
     })
     .unwrap();
-    let client = Client::connect(ClientContext {
-        dir: ctx.dir.clone(),
-        driver_timeout: Duration::from_secs(10),
-        name: name.into(),
-        interrupt: None,
-    })
-    .unwrap();
+    let client = connect(&driver_dir, name);
     let archive_client = ArchiveClient::connect(&client, ArchiveClientContext::default()).unwrap();
     Host {
         base,

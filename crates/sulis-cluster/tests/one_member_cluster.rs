@@ -6,14 +6,17 @@
 //! restarted on its directories replays its log through a new service and
 //! goes on where it stopped.
 
-use std::net::UdpSocket;
+mod common;
+
+use common::{connect, free_port, launch_driver};
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
-use sulis_client::{Client, ClientContext};
+use sulis_client::Client;
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
     Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, SnapshotWriter,
@@ -22,16 +25,8 @@ use sulis_cluster::consensus_module::{
     toggle, ConsensusModule, ConsensusModuleContext, CONTROL_TOGGLE_TYPE_ID,
     SNAPSHOT_COUNTER_TYPE_ID,
 };
-use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+use sulis_driver::MediaDriver;
 use sulis_protocol::cluster::messages::{close_reason, event_code};
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// What the service saw, for the test to check.
 #[derive(Default)]
@@ -154,34 +149,23 @@ impl Setup {
         let base =
             std::env::temp_dir().join(format!("sulis-cluster-it-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
-        let mut ctx = DriverContext::default();
-        ctx.dir = base.join("driver");
-        ctx.threading_mode = ThreadingMode::Shared;
-        ctx.term_buffer_sparse_file = true;
-        ctx.dir_delete_on_shutdown = true;
-        ctx.timer_interval_ns = 10_000_000;
-        let driver = MediaDriver::launch(ctx.clone()).unwrap();
+        let driver_dir = base.join("driver");
+        let driver = launch_driver(driver_dir.clone());
         let archive = Archive::launch(ArchiveContext {
             archive_dir: base.join("archive"),
-            driver_dir: ctx.dir.clone(),
+            driver_dir: driver_dir.clone(),
             segment_file_length: 1024 * 1024,
             threading_mode: ArchiveThreadingMode::Shared,
             ..ArchiveContext::default()
         })
         .unwrap();
-        let client = Client::connect(ClientContext {
-            dir: ctx.dir.clone(),
-            driver_timeout: Duration::from_secs(10),
-            name: "test".into(),
-            interrupt: None,
-        })
-        .unwrap();
+        let client = connect(&driver_dir, "test");
         Setup {
             base,
             _driver: driver,
             _archive: archive,
             client,
-            driver_dir: ctx.dir,
+            driver_dir,
             ingress_port: free_port(),
         }
     }

@@ -1,0 +1,42 @@
+//! What the crate's integration tests share: a free UDP port, a media
+//! driver set up for tests and a client on it.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use sulis_client::{Client, ClientContext};
+use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
+
+/// A UDP port free on loopback now.
+pub fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A media driver in `dir`: shared threading, sparse term files, a 10 ms
+/// timer, its directory deleted when it stops.
+pub fn launch_driver(dir: PathBuf) -> MediaDriver {
+    let mut ctx = DriverContext::default();
+    ctx.dir = dir;
+    ctx.threading_mode = ThreadingMode::Shared;
+    ctx.term_buffer_sparse_file = true;
+    ctx.dir_delete_on_shutdown = true;
+    ctx.timer_interval_ns = 10_000_000;
+    MediaDriver::launch(ctx).unwrap()
+}
+
+/// A client named `name` on the driver in `dir`.
+pub fn connect(dir: &Path, name: &str) -> Client {
+    Client::connect(ClientContext {
+        dir: dir.to_path_buf(),
+        driver_timeout: Duration::from_secs(10),
+        name: name.into(),
+        interrupt: None,
+    })
+    .unwrap()
+}
