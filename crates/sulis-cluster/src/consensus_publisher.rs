@@ -53,9 +53,24 @@ pub fn channel_to(template: &str, member: &ClusterMember) -> String {
 
 /// A publication to every other member.
 pub struct ConsensusPublisher {
-    to: Vec<(i32, ExclusivePublication)>,
-    /// Messages not taken, by member (for the counters and tests).
-    dropped: Vec<(i32, u64)>,
+    to: Vec<Peer>,
+}
+
+/// The publication to one member, and the messages it could not take.
+struct Peer {
+    member_id: i32,
+    publication: ExclusivePublication,
+    dropped: u64,
+}
+
+impl Peer {
+    fn offer(&mut self, bytes: &[u8]) -> bool {
+        let ok = self.publication.is_connected() && self.publication.offer(bytes).is_ok();
+        if !ok {
+            self.dropped += 1;
+        }
+        ok
+    }
 }
 
 impl ConsensusPublisher {
@@ -74,51 +89,49 @@ impl ConsensusPublisher {
             let publication = client
                 .add_exclusive_publication(&ch, stream_id)
                 .map_err(|e| format!("consensus publication to member {} ({ch}): {e}", m.id))?;
-            to.push((m.id, publication));
+            to.push(Peer {
+                member_id: m.id,
+                publication,
+                dropped: 0,
+            });
         }
-        let dropped = to.iter().map(|(id, _)| (*id, 0)).collect();
-        Ok(ConsensusPublisher { to, dropped })
+        Ok(ConsensusPublisher { to })
+    }
+
+    fn peer(&self, member: i32) -> Option<&Peer> {
+        self.to.iter().find(|p| p.member_id == member)
     }
 
     /// Sends `m` to member `member`; false if it could not go now (or the
     /// member is unknown).
     pub fn send(&mut self, member: i32, m: &Outbound) -> bool {
-        let Some(i) = self.to.iter().position(|(id, _)| *id == member) else {
-            return false;
-        };
-        let publication = &mut self.to[i].1;
-        let ok = publication.is_connected() && publication.offer(&encode(m)).is_ok();
-        if !ok {
-            self.dropped[i].1 += 1;
-        }
-        ok
+        self.to
+            .iter_mut()
+            .find(|p| p.member_id == member)
+            .is_some_and(|p| p.offer(&encode(m)))
     }
 
     /// Sends `m` to every other member; returns how many took it.
     pub fn broadcast(&mut self, m: &Outbound) -> usize {
-        let ids: Vec<i32> = self.to.iter().map(|(id, _)| *id).collect();
-        ids.into_iter().filter(|&id| self.send(id, m)).count()
+        let bytes = encode(m);
+        self.to.iter_mut().map(|p| p.offer(&bytes) as usize).sum()
     }
 
     /// Whether the publication to `member` is connected.
     pub fn is_connected(&self, member: i32) -> bool {
-        self.to
-            .iter()
-            .any(|(id, p)| *id == member && p.is_connected())
+        self.peer(member)
+            .is_some_and(|p| p.publication.is_connected())
     }
 
     /// Messages to `member` that could not be sent.
     pub fn dropped(&self, member: i32) -> u64 {
-        self.dropped
-            .iter()
-            .find(|(id, _)| *id == member)
-            .map_or(0, |(_, n)| *n)
+        self.peer(member).map_or(0, |p| p.dropped)
     }
 
     /// Closes every publication.
     pub fn close(self) {
-        for (_, p) in self.to {
-            p.close_without_waiting();
+        for p in self.to {
+            p.publication.close_without_waiting();
         }
     }
 }
