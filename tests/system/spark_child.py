@@ -57,10 +57,18 @@ def main() -> int:
     if mode == "available-now":
         queries = [writer.trigger(availableNow=True).start(out)]
         if sink is not None:
-            queries.append(sink.trigger(availableNow=True).start())
+            try:
+                queries.append(sink.trigger(availableNow=True).start())
+            except Exception as e:  # noqa: BLE001 - said on stdout, where the test reads it
+                print(json.dumps({"done": False, "exception": f"the sink query did not start: {e!r}"}), flush=True)
+                raise
         for query in queries:
-            query.awaitTermination(120)
+            try:
+                query.awaitTermination(120)
+            except Exception:  # noqa: BLE001 - the query's own exception, reported below
+                pass
         failed = [str(q.exception()) for q in queries if q.exception()]
+        failed += [f"query {q.id} still running after 120 s" for q in queries if q.isActive]
         if read_back and not failed:
             # The Parquet output as Spark reads it (its _spark_metadata log, never a glob of the
             # directory), from this application: the test needs no Spark of its own for it.

@@ -760,7 +760,8 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     def stderr_tail(mode: str) -> str:
         with open(os.path.join(tmp, f"{mode}.stderr")) as f:
             lines = [ln for ln in f.read().splitlines() if " WARN " not in ln and " INFO " not in ln]
-        return "\n".join(lines[-40:])
+        # The first error, where the cause is, and the end, where the process stopped.
+        return "\n".join(lines if len(lines) <= 70 else lines[:40] + ["[...]"] + lines[-30:])
 
     journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
                       ("aeron:ipc", 0x5A17))
