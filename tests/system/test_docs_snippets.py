@@ -102,27 +102,56 @@ def _run(code: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def _placed(key, places: dict[str, str]) -> str:
+    """The snippet's text with the reader's places replaced by the test's."""
+    text = snippets()[key]
+    for old, new in SNIPPETS[key].replace.items():
+        assert old in text, f"{key}: {old!r} is no longer in the snippet"
+        text = text.replace(old, new.format(**places))
+    return text
+
+
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("key", sorted(SNIPPETS), ids=lambda k: f"{k[0]}#{k[1]}")
+@pytest.mark.parametrize("key", sorted(k for k, s in SNIPPETS.items() if not s.spark), ids=lambda k: f"{k[0]}#{k[1]}")
 def test_a_snippet_runs(key):
     from conftest import free_udp_port
 
     snippet = SNIPPETS[key]
-    if snippet.spark:
-        pytest.importorskip("pyspark")
-    text = snippets()[key]
     tmp = tempfile.mkdtemp(prefix="sulis-snippet-")
     places = {"tmp": tmp, "port": str(free_udp_port())}
-    for old, new in snippet.replace.items():
-        assert old in text, f"{key}: {old!r} is no longer in the snippet"
-        text = text.replace(old, new.format(**places))
     env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
     try:
-        result = _run(snippet.prelude.format(**places) + text, env, timeout=170)
+        result = _run(snippet.prelude.format(**places) + _placed(key, places), env, timeout=170)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert result.returncode == 0, f"{key} failed:\n{result.stdout}\n{result.stderr[-3000:]}"
     assert re.search(snippet.expect, result.stdout), f"{key} printed {result.stdout!r}, not /{snippet.expect}/"
+
+
+@pytest.mark.timeout(240)
+def test_the_spark_snippets_run():
+    """The Spark snippets, as a reader runs them in one notebook: one Spark application (its start is
+    most of a snippet's time), each snippet in a namespace of its own made by the prelude, one after
+    another; a failure's traceback names the snippet (its file and number)."""
+    pytest.importorskip("pyspark")
+    keys = sorted(k for k, s in SNIPPETS.items() if s.spark)
+    assert {SNIPPETS[k].prelude for k in keys} == {_SPARK}, "the Spark snippets share one prelude"
+    tmp = tempfile.mkdtemp(prefix="sulis-snippet-")
+    places = {"tmp": tmp, "port": "0"}
+    code = _SPARK.format(**places) + "_made = dict(globals())\n"
+    for key in keys:
+        name = f"{key[0]}#{key[1]}"
+        code += (f"print({name!r} + ' runs', flush=True)\n"
+                 f"exec(compile({_placed(key, places)!r}, {name!r}, 'exec'), dict(_made))\n")
+    env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
+    try:
+        result = _run(code, env, timeout=230)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert result.returncode == 0, f"the Spark snippets failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    for key in keys:
+        assert f"{key[0]}#{key[1]} runs" in result.stdout
+        assert re.search(SNIPPETS[key].expect, result.stdout), f"{key} printed {result.stdout!r}"
 
 
 def test_the_readme_subscriber_receives_what_its_publisher_sends():
