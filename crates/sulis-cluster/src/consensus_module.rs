@@ -23,6 +23,10 @@ use crate::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
 use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
 use crate::snapshot_taker::{find_recording_counter, load_snapshot, SnapshotTaker};
 use std::collections::HashMap;
+
+#[path = "consensus_module_election.rs"]
+mod replicated;
+pub use replicated::CONSENSUS_STREAM_ID;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::auth::{AllowAll, Authenticator};
@@ -95,7 +99,8 @@ pub struct ConsensusModuleContext {
     pub ingress_channel: String,
     /// Ingress stream (101).
     pub ingress_stream_id: i32,
-    /// The log's channel (a one-member cluster's log is IPC).
+    /// The log's channel (a one-member cluster's log is IPC; a cluster of
+    /// several uses UDP, plain UDP when this is IPC).
     pub log_channel: String,
     /// The log's stream (100).
     pub log_stream_id: i32,
@@ -119,6 +124,16 @@ pub struct ConsensusModuleContext {
     pub leader_heartbeat_interval: Duration,
     /// A member not heard from for this long is gone.
     pub leader_heartbeat_timeout: Duration,
+    /// Channel between members (each member's consensus endpoint is added).
+    pub consensus_channel: String,
+    /// The consensus stream (108).
+    pub consensus_stream_id: i32,
+    /// How long a ballot lasts (the nomination delay is random within half of it).
+    pub election_timeout: Duration,
+    /// How often a member canvasses while an election runs.
+    pub election_status_interval: Duration,
+    /// At node start, how long an election waits for every member before a quorum may elect.
+    pub startup_canvass_timeout: Duration,
     /// The application's semantic version (majors must match across a log).
     pub app_version: i32,
     /// How long to wait for the driver and the archive.
@@ -151,6 +166,11 @@ impl Default for ConsensusModuleContext {
             max_concurrent_sessions: 10,
             leader_heartbeat_interval: Duration::from_millis(200),
             leader_heartbeat_timeout: Duration::from_secs(10),
+            consensus_channel: "aeron:udp?term-length=64k".into(),
+            consensus_stream_id: replicated::CONSENSUS_STREAM_ID,
+            election_timeout: Duration::from_secs(1),
+            election_status_interval: Duration::from_millis(100),
+            startup_canvass_timeout: Duration::from_secs(60),
             app_version: 0,
             message_timeout: Duration::from_secs(10),
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
@@ -198,10 +218,10 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(cluster_dir, "SULIS_CLUSTER_DIR", "path", "The member's directory (recording.log and its lock).", path, |v: &PathBuf| show_path(v)),
     sulis_protocol::option!(driver_dir, "SULIS_DIR", "path", "The media driver's directory (the local archive is on the same driver).", path, |v: &PathBuf| show_path(v)),
     sulis_protocol::option!(member_id, "SULIS_CLUSTER_MEMBER_ID", "", "This member's id in cluster_members.", int::<i32>, show),
-    sulis_protocol::option!(members as "cluster_members", "SULIS_CLUSTER_MEMBERS", "", "Aeron's cluster.members: id,ingress,consensus,log,catchup,archive per member, separated by | (one member so far).", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(members as "cluster_members", "SULIS_CLUSTER_MEMBERS", "", "Aeron's cluster.members: id,ingress,consensus,log,catchup,archive per member, separated by |.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(ingress_channel, "SULIS_CLUSTER_INGRESS_CHANNEL", "channel", "Channel clients send to; the member's ingress endpoint is added as endpoint.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(ingress_stream_id, "SULIS_CLUSTER_INGRESS_STREAM_ID", "", "Ingress stream (Aeron's 101).", int::<i32>, show),
-    sulis_protocol::option!(log_channel, "SULIS_CLUSTER_LOG_CHANNEL", "channel", "The log's channel (a one-member cluster's log is IPC).", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(log_channel, "SULIS_CLUSTER_LOG_CHANNEL", "channel", "The log's channel: a one-member cluster's log is IPC; a cluster of several sends it over UDP (plain aeron:udp when this is IPC).", text, |v: &String| show_text(v)),
     sulis_protocol::option!(log_stream_id, "SULIS_CLUSTER_LOG_STREAM_ID", "", "The log's stream (Aeron's 100).", int::<i32>, show),
     sulis_protocol::option!(log_term_length, "SULIS_CLUSTER_LOG_TERM_LENGTH", "bytes", "Term length of the log publication, a power of two from 64k to 1g; fixed for the life of the log.", size, show),
     sulis_protocol::option!(replay_stream_id, "SULIS_CLUSTER_REPLAY_STREAM_ID", "", "Stream the log is replayed on at start (Aeron's 103).", int::<i32>, show),
@@ -212,6 +232,11 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
     sulis_protocol::option!(leader_heartbeat_timeout, "SULIS_CLUSTER_LEADER_HEARTBEAT_TIMEOUT", "duration", "A member not heard from for this long is not counted; also told to clients.", duration, show_duration),
+    sulis_protocol::option!(consensus_channel, "SULIS_CLUSTER_CONSENSUS_CHANNEL", "channel", "Channel between members; each member's consensus endpoint is added as endpoint.", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(consensus_stream_id, "SULIS_CLUSTER_CONSENSUS_STREAM_ID", "", "Consensus stream between members (Aeron's 108).", int::<i32>, show),
+    sulis_protocol::option!(election_timeout, "SULIS_CLUSTER_ELECTION_TIMEOUT", "duration", "How long a ballot lasts; a member's nomination waits a random part of half of it.", duration, show_duration),
+    sulis_protocol::option!(election_status_interval, "SULIS_CLUSTER_ELECTION_STATUS_INTERVAL", "duration", "How often a member canvasses the others while an election runs.", duration, show_duration),
+    sulis_protocol::option!(startup_canvass_timeout, "SULIS_CLUSTER_STARTUP_CANVASS_TIMEOUT", "duration", "At node start, how long an election waits to hear every member before a quorum may elect.", duration, show_duration),
     sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
@@ -250,6 +275,9 @@ impl ConsensusModuleContext {
             ("leader_heartbeat_interval", self.leader_heartbeat_interval),
             ("leader_heartbeat_timeout", self.leader_heartbeat_timeout),
             ("message_timeout", self.message_timeout),
+            ("election_timeout", self.election_timeout),
+            ("election_status_interval", self.election_status_interval),
+            ("startup_canvass_timeout", self.startup_canvass_timeout),
         ] {
             if d.is_zero() {
                 return Err(format!("{name} must be more than 0"));
@@ -354,6 +382,9 @@ pub struct ConsensusModule {
     term: Term,
     join_log: JoinLog,
     join_log_sent: bool,
+    /// A cluster of several members: elections and the replicated log
+    /// (`None`: one member, which leads every term).
+    replicated: Option<Box<replicated::Replicated>>,
 }
 
 /// A snapshot being taken at `mark`: each service's recording once it acked.
@@ -395,12 +426,6 @@ impl ConsensusModule {
                     ctx.member_id, ctx.members
                 )
             })?;
-        if members.len() != 1 {
-            return Err(format!(
-                "{} members: this version runs one-member clusters only (elections across members are not wired yet)",
-                members.len()
-            ));
-        }
         std::fs::create_dir_all(&ctx.cluster_dir)
             .map_err(|e| err(&ctx.cluster_dir.display().to_string(), e))?;
         // Before anything in the directory is read or repaired: one module
@@ -514,9 +539,15 @@ impl ConsensusModule {
             },
             join_log: JoinLog::default(),
             join_log_sent: false,
+            replicated: None,
             ctx,
         };
         let base = module.recover()?;
+        if module.members.len() > 1 {
+            // The election decides who leads; the services join its log.
+            module.start_replicated(base)?;
+            return Ok(module);
+        }
         module.begin_term(base)?;
         if let Some(c) = module.recovery_state.take() {
             c.close();
@@ -886,6 +917,13 @@ impl ConsensusModule {
         let now_ns = self.now_ns();
         let cluster_time = Self::cluster_time();
         let mut work = 0;
+        if self.replicated.is_some() {
+            work += self.replicated_work()?;
+            if self.election_state().is_some() {
+                return Ok(work);
+            }
+        }
+        let leading = self.agent.role == role::LEADER;
         work += self.poll_services(now_ns, cluster_time)?;
         work += self.check_control_toggle(cluster_time);
         work += self.check_snapshot()?;
@@ -900,11 +938,21 @@ impl ConsensusModule {
             let term = self.term.clone();
             let sessions = &mut self.agent.sessions;
             work += sessions.process_pending(&mut self.io, &term, now_ns, cluster_time);
-            work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+            // Only a leader appends: session timeouts, timers and service
+            // messages come to a follower through the log.
+            if leading {
+                work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+            }
             work += sessions.send_rejections(&mut self.io, &term, now_ns);
-            work += self
-                .agent
-                .poll_timers_and_service_messages(&mut self.io, cluster_time);
+            if leading {
+                work += self
+                    .agent
+                    .poll_timers_and_service_messages(&mut self.io, cluster_time);
+            }
+        }
+        if self.replicated.is_some() {
+            // The commit position moved with the consensus stream above.
+            return Ok(work);
         }
         // One member: the quorum is this member, its log as far as recorded.
         let recorded = self
@@ -1243,11 +1291,12 @@ impl ConsensusModule {
                         encoded_credentials: r.encoded_credentials,
                         ingress_image_correlation_id: image,
                     };
+                    let is_leader = self.agent.role == role::LEADER;
                     self.agent.sessions.on_session_connect(
                         &mut self.io,
                         self.auth.as_mut(),
                         &req,
-                        true,
+                        is_leader,
                         &term,
                         now_ns,
                     );

@@ -1508,10 +1508,20 @@ impl Election {
             }
         };
         // The log up to the append position is a prefix of the leader's
-        // (its NewLeadershipTerm was taken without a cut), so the follower
-        // says so in the new term: the leader counts only positions reported
-        // in its log's term or the new one.
-        let work = self.publish_follower_append_position(host, now_ns);
+        // (its NewLeadershipTerm was taken without a cut), so a follower
+        // with a tail beyond what it applied says so in the new term (the
+        // leader counts only positions reported in its log's term or the new
+        // one) and hears the commit position it needs to replay it. One with
+        // nothing beyond says nothing before it joined the live log: the
+        // leader takes a report in the new term at the log position as
+        // "joined" and appends, and a follower's image made after that would
+        // join past the log position (a three-member cluster on real drivers
+        // showed it; Aeron's followers report nothing here either).
+        let work = if self.log_position < self.append_position {
+            self.publish_follower_append_position(host, now_ns)
+        } else {
+            0
+        };
         // Only what the leader says is committed is replayed; the rest up to
         // the append position is applied once the new term commits it (a
         // log may end in entries of an earlier term, committed only with
@@ -1625,7 +1635,7 @@ impl Election {
     }
 
     fn follower_log_init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
-        self.publish_follower_append_position(host, now_ns);
+        // No AppendPosition until it joined (follower_ready): see follower_replay.
         if !self.subscribed {
             if let Some(session) = self.log_session_id {
                 host.add_follower_subscription(session, false);
@@ -1639,7 +1649,6 @@ impl Election {
     }
 
     fn follower_log_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
-        self.publish_follower_append_position(host, now_ns);
         if !self.join_log(host, now_ns, "FOLLOWER_LOG_AWAIT", "live log")? {
             return Ok(0);
         }

@@ -9,8 +9,9 @@ per entry. A ``ClusterClient`` opens a session, offers messages and reads what t
 This version runs clusters of one member (Aeron runs those too): the member leads every term, and its
 log is committed as far as its archive recorded it. A restarted node loads its latest snapshot, if it
 took one (``ClusterNode.snapshot()``), and replays the log after it through a new service before it
-takes new sessions, so the service's state is rebuilt from the snapshot and the log. Three and five
-members (elections, replication) are being built (``docs/cluster.md``).
+takes new sessions, so the service's state is rebuilt from the snapshot and the log. Three members
+elect a leader and replicate its log in the Rust crate's tests; catch-up of a member behind the others,
+and members as separate processes, are being built (``docs/cluster.md``).
 
 Determinism: every member's service must do the same with the same entries. Use ``cluster.time`` (the
 entry's cluster time), never the wall clock; no randomness that is not seeded from the log; no I/O

@@ -1,0 +1,1014 @@
+//! The consensus module of a cluster of more than one member (Aeron's
+//! `ConsensusModuleAgent` around its `Election`): the election runs on the
+//! real media driver and archive, and after it the leader replicates its
+//! log and commits what a quorum recorded, a follower records the leader's
+//! log and applies what the leader says is committed.
+//!
+//! The log's path is the one `tests/log_path.rs` checks: the leader's log
+//! is an exclusive publication in manual MDC mode with a destination per
+//! follower's log endpoint, recorded by its own archive (LOCAL) and read by
+//! its services through a spy; a follower subscribes in manual MDS mode
+//! with its log endpoint as a destination, and its archive (REMOTE) and its
+//! services subscribe through that subscription's tag.
+//!
+//! Not wired yet, and said so when an election needs them (the election
+//! then fails its attempt, names why, and retries with back-off): replaying
+//! a local log tail inside an election, log replication from the leader's
+//! archive, catch-up of a follower behind the leader, truncation of an
+//! uncommitted tail.
+
+use super::{err, with_param, ConsensusModule};
+use crate::consensus_adapter::ConsensusAdapter;
+use crate::consensus_publisher::{ConsensusPublisher, Outbound};
+use crate::election::{
+    ConsensusMessage, Election, ElectionHost, ElectionStart, ElectionState, ElectionTimeouts,
+    JoinStatus, LeaderTerm, ReplicationProgress, TermEntry, TermEvent,
+};
+use crate::node_state_file::NodeStateFile;
+use crate::snapshot_taker::{find_recording_counter, RECORDING_POSITION_TYPE_ID};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+use sulis_client::{FragmentAssembler, Subscription};
+use sulis_protocol::archive::messages::source_location;
+use sulis_protocol::cluster::messages::{role, JoinLog, NewLeadershipTermEvent, NULL_POSITION};
+use sulis_protocol::counters::parse_recording_position_key;
+
+/// The consensus stream's id (Aeron's 108).
+pub const CONSENSUS_STREAM_ID: i32 = 108;
+
+/// What a member of a cluster of several keeps beside the module's own state.
+pub(super) struct Replicated {
+    node_state: NodeStateFile,
+    publisher: ConsensusPublisher,
+    adapter: ConsensusAdapter,
+    pub(super) election: Option<Election>,
+    timeouts: ElectionTimeouts,
+    /// The log's UDP channel (the option's, or plain UDP for an IPC one).
+    log_udp: String,
+    /// Follower: the MDS subscription the log arrives on, made once and
+    /// kept across terms (its channel tag is shared by the archive's and
+    /// the services' subscriptions, which keep its endpoint bound), and its tag.
+    follower_log: Option<(Subscription, i64)>,
+    /// Whether the live log endpoint is one of its destinations.
+    live_destination: bool,
+    /// The leader's log session this member follows (or joins) now.
+    follower_session: Option<i32>,
+    follower_assembler: FragmentAssembler,
+    /// The leader of the term this member runs (after its election).
+    leader_member_id: i32,
+    log_session_id: i32,
+    /// The election ended (`election_complete`); the module takes it.
+    completed: bool,
+    /// Services joined the log of this term (JoinLog acked).
+    services_joined: bool,
+    /// The leader of this term had just started (its sessions are closed, not taken over).
+    is_leader_startup: bool,
+    /// Why the node must stop (the new leader lacks what it applied).
+    restart: Option<String>,
+    /// When this member last heard its leader (after the election).
+    last_leader_update_ns: i64,
+}
+
+static NEXT_TAG: AtomicI64 = AtomicI64::new(0);
+
+/// A tag no other subscription of this driver uses (Aeron takes a
+/// correlation id): the process id and a count.
+fn next_tag() -> i64 {
+    ((std::process::id() as i64) << 24) + NEXT_TAG.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+fn host_of(endpoint: &str) -> &str {
+    endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h)
+}
+
+impl ConsensusModule {
+    /// Starts the election of a cluster of several members, once the
+    /// local log was replayed (to `base`).
+    pub(super) fn start_replicated(&mut self, base: i64) -> Result<(), String> {
+        let ctx = &self.ctx;
+        let node_state = NodeStateFile::open(&ctx.cluster_dir)?;
+        let publisher = ConsensusPublisher::connect(
+            &self.io.client,
+            &self.members,
+            ctx.member_id,
+            &ctx.consensus_channel,
+            ctx.consensus_stream_id,
+        )?;
+        let me = self
+            .members
+            .iter()
+            .find(|m| m.id == ctx.member_id)
+            .expect("checked at launch");
+        let consensus = with_param(
+            &ctx.consensus_channel,
+            &format!("endpoint={}", me.consensus_endpoint),
+        );
+        let subscription = self
+            .io
+            .client
+            .add_subscription(&consensus, ctx.consensus_stream_id)
+            .map_err(|e| err(&consensus, e))?;
+        let log_udp = if ctx.log_channel.starts_with("aeron:ipc") {
+            "aeron:udp".to_string()
+        } else {
+            ctx.log_channel.clone()
+        };
+        let timeouts = ElectionTimeouts {
+            election_timeout_ns: ctx.election_timeout.as_nanos() as i64,
+            election_status_interval_ns: ctx.election_status_interval.as_nanos() as i64,
+            leader_heartbeat_timeout_ns: ctx.leader_heartbeat_timeout.as_nanos() as i64,
+            leader_heartbeat_interval_ns: ctx.leader_heartbeat_interval.as_nanos() as i64,
+            startup_canvass_timeout_ns: ctx.startup_canvass_timeout.as_nanos() as i64,
+        };
+        self.replicated = Some(Box::new(Replicated {
+            node_state,
+            publisher,
+            adapter: ConsensusAdapter::new(subscription),
+            election: None,
+            timeouts,
+            log_udp,
+            follower_log: None,
+            live_destination: false,
+            follower_session: None,
+            follower_assembler: FragmentAssembler::new(),
+            leader_member_id: -1,
+            log_session_id: 0,
+            completed: false,
+            services_joined: false,
+            is_leader_startup: true,
+            restart: None,
+            last_leader_update_ns: 0,
+        }));
+        self.term_base_log_position = base;
+        self.begin_election(true, base);
+        Ok(())
+    }
+
+    fn rep(&mut self) -> &mut Replicated {
+        self.replicated
+            .as_mut()
+            .expect("a cluster of several members")
+    }
+
+    /// A new election from where this member's log stands.
+    fn begin_election(&mut self, is_node_startup: bool, log_position: i64) {
+        let now_ns = self.now_ns();
+        let append = self.recorded_position().max(log_position);
+        let last_term = self
+            .recording_log
+            .last_term()
+            .map_or(-1, |t| t.leadership_term_id);
+        let start = ElectionStart {
+            is_node_startup,
+            graceful_closed_leader_id: -1,
+            leadership_term_id: last_term,
+            log_position,
+            append_position: append,
+            this_member_id: self.ctx.member_id,
+            app_version: self.ctx.app_version,
+            seed: now_ns as u64 ^ ((self.ctx.member_id as u64 + 1) << 40),
+        };
+        let members = self.members.clone();
+        let rep = self.rep();
+        rep.completed = false;
+        rep.services_joined = false;
+        let timeouts = rep.timeouts;
+        rep.election = Some(Election::new(start, members, timeouts, now_ns));
+        self.agent.state = crate::consensus_module_agent::ModuleState::Init;
+        self.publish_state();
+    }
+
+    /// The election's state (for the election-state counter and tools).
+    pub fn election_state(&self) -> Option<ElectionState> {
+        self.replicated
+            .as_ref()
+            .and_then(|r| r.election.as_ref().map(|e| e.state()))
+    }
+
+    /// The member leading the term this member runs (−1 during an election).
+    pub fn leader_member_id(&self) -> i32 {
+        match &self.replicated {
+            Some(r) if r.election.is_none() => r.leader_member_id,
+            Some(_) => -1,
+            None => self.ctx.member_id,
+        }
+    }
+
+    /// The log recording's position counter, while it counts this
+    /// recording: a recording that stopped (its image gone) frees its
+    /// counter, whose slot then reads 0 or another counter's value.
+    fn live_recorded_position(&self) -> Option<i64> {
+        let id = self.recording_position_counter;
+        if id < 0 {
+            return None;
+        }
+        let counters = self.io.client.counters();
+        let value = counters.counter_ref(id).get_volatile();
+        let ours = counters.counter_state(id) == sulis_concurrent::counters::RECORD_ALLOCATED
+            && counters.counter_type_id(id) == RECORDING_POSITION_TYPE_ID
+            && parse_recording_position_key(counters.counter_key(id))
+                .is_some_and(|k| k.recording_id == self.recording_id);
+        ours.then_some(value)
+    }
+
+    /// Where this member's log recording ends now (0 before any).
+    fn recorded_position(&mut self) -> i64 {
+        if let Some(p) = self.live_recorded_position() {
+            return p;
+        }
+        if self.recording_position_counter >= 0 {
+            // Stopped since: the archive has its stop position.
+            self.recording_position_counter = -1;
+        }
+        if self.recording_id >= 0 {
+            if let Ok(p) = self.archive.get_stop_position(self.recording_id) {
+                if p != NULL_POSITION {
+                    return p;
+                }
+            }
+        }
+        self.term_base_log_position.max(self.agent.commit_position)
+    }
+
+    /// One duty cycle's share of a cluster of several: the consensus
+    /// stream, the election while one runs, else the leader's commit or
+    /// the follower's log. `Err`: the node must stop.
+    pub(super) fn replicated_work(&mut self) -> Result<usize, String> {
+        let now_ns = self.now_ns();
+        let mut work = 0;
+        let mut inbox = Vec::new();
+        work += self.rep().adapter.poll(20, |m| inbox.push(m));
+        for m in inbox {
+            self.on_consensus(m, now_ns);
+        }
+        if let Some(mut election) = self.rep().election.take() {
+            work += election.do_work(self, now_ns).max(0) as usize;
+            let rep = self.replicated.as_mut().expect("several members");
+            if rep.completed {
+                let leader = election.leader_member_id().unwrap_or(-1);
+                rep.leader_member_id = leader;
+                rep.log_session_id = election.log_session_id().unwrap_or(0);
+                rep.last_leader_update_ns = now_ns;
+                // The term this member now runs, leader or follower: its
+                // AppendPositions and the redirects it answers name it.
+                self.agent.leadership_term_id = election.leadership_term_id();
+                self.term.leadership_term_id = election.leadership_term_id();
+                self.term.leader_member_id = leader;
+                self.log_event(format!(
+                    "member {} runs term {} with leader {leader}",
+                    self.ctx.member_id,
+                    election.leadership_term_id()
+                ));
+                self.members = election.into_members();
+            } else {
+                rep.election = Some(election);
+            }
+        } else if self.agent.role == role::LEADER {
+            work += self.leader_work(now_ns);
+        } else {
+            work += self.follower_work(now_ns)?;
+        }
+        if let Some(why) = self.rep().restart.take() {
+            return Err(why);
+        }
+        Ok(work)
+    }
+
+    fn on_consensus(&mut self, m: Outbound, now_ns: i64) {
+        let Outbound::Election(m) = m else {
+            return; // catch-up stops and termination are not wired yet
+        };
+        if let Some(mut e) = self.rep().election.take() {
+            match &m {
+                ConsensusMessage::CanvassPosition(x) => e.on_canvass_position(self, x, now_ns),
+                ConsensusMessage::RequestVote(x) => e.on_request_vote(self, x, now_ns),
+                ConsensusMessage::Vote(x) => e.on_vote(x, now_ns),
+                ConsensusMessage::NewLeadershipTerm(x) => e.on_new_leadership_term(self, x, now_ns),
+                ConsensusMessage::AppendPosition(x) => e.on_append_position(self, x, now_ns),
+                ConsensusMessage::CommitPosition(x) => e.on_commit_position(self, x, now_ns),
+                ConsensusMessage::CatchupPosition(_) => {}
+            }
+            self.rep().election = Some(e);
+            return;
+        }
+        let term = self.agent.leadership_term_id;
+        let leading = self.agent.role == role::LEADER;
+        let leader = self.rep().leader_member_id;
+        match m {
+            ConsensusMessage::AppendPosition(x) if leading => {
+                self.agent.on_append_position(&mut self.members, &x, now_ns);
+            }
+            ConsensusMessage::CommitPosition(x)
+                if x.leader_member_id == leader && x.leadership_term_id == term =>
+            {
+                self.agent.on_commit_position(&x, leader, now_ns);
+                self.rep().last_leader_update_ns = now_ns;
+            }
+            ConsensusMessage::NewLeadershipTerm(x)
+                if x.leader_member_id == leader && x.leadership_term_id == term =>
+            {
+                self.rep().last_leader_update_ns = now_ns;
+            }
+            ConsensusMessage::CanvassPosition(x) if leading && x.log_leadership_term_id <= term => {
+                // A member that restarted canvasses: answer with this term,
+                // tailored to its log.
+                if let Some(member) = self
+                    .members
+                    .iter_mut()
+                    .find(|y| y.id == x.follower_member_id)
+                {
+                    member.leadership_term_id = x.log_leadership_term_id;
+                    member.log_position = x.log_position;
+                    member.time_of_last_append_position_ns = now_ns;
+                }
+                let append = self.recorded_position();
+                let leader_term = LeaderTerm {
+                    leader_member_id: self.ctx.member_id,
+                    leadership_term_id: term,
+                    term_base_log_position: self.term_base_log_position,
+                    append_position: append,
+                    commit_position: self.agent.commit_position,
+                    log_recording_id: self.recording_id,
+                    log_session_id: self.rep().log_session_id,
+                    app_version: self.ctx.app_version,
+                    is_startup: false,
+                };
+                let answer = {
+                    let log = &self.recording_log;
+                    let entry = |t: i64| term_entry_of(log, t);
+                    leader_term.for_rejoining_member(x.log_leadership_term_id, &entry, now_ns)
+                };
+                let to = x.follower_member_id;
+                self.rep().publisher.send(
+                    to,
+                    &Outbound::Election(ConsensusMessage::NewLeadershipTerm(answer)),
+                );
+            }
+            ConsensusMessage::RequestVote(x) if x.candidate_term_id > term => {
+                self.step_down(now_ns, "a vote requested for a later term");
+                self.on_consensus(Outbound::Election(ConsensusMessage::RequestVote(x)), now_ns);
+            }
+            ConsensusMessage::NewLeadershipTerm(x) if x.leadership_term_id > term => {
+                self.step_down(now_ns, "a later term's leader");
+                self.on_consensus(
+                    Outbound::Election(ConsensusMessage::NewLeadershipTerm(x)),
+                    now_ns,
+                );
+            }
+            ConsensusMessage::CommitPosition(x) if x.leadership_term_id > term => {
+                self.step_down(now_ns, "a later term's commit position");
+            }
+            _ => {}
+        }
+    }
+
+    /// The term this member runs is over: a new election, from the commit position.
+    fn step_down(&mut self, _now_ns: i64, why: &str) {
+        self.log_event(format!(
+            "member {} leaves term {}: {why}",
+            self.ctx.member_id, self.agent.leadership_term_id
+        ));
+        let commit = self.agent.commit_position;
+        self.begin_election(false, commit);
+    }
+
+    fn log_event(&self, line: String) {
+        eprintln!("sulis cluster: {line}");
+    }
+
+    /// Leader: commits what a quorum recorded and tells the followers.
+    fn leader_work(&mut self, now_ns: i64) -> usize {
+        if self.agent.has_lost_follower_quorum(&self.members, now_ns) {
+            self.step_down(now_ns, "under a quorum of active followers");
+            return 1;
+        }
+        let recorded = self.recorded_position();
+        let before = self.agent.commit_position;
+        let message = self
+            .agent
+            .update_leader_position(&mut self.members, now_ns, recorded);
+        if self.agent.commit_position > before {
+            self.commit.set(self.agent.commit_position);
+        }
+        match message {
+            Some(m) => {
+                self.rep()
+                    .publisher
+                    .broadcast(&Outbound::Election(ConsensusMessage::CommitPosition(m)));
+                1
+            }
+            None => 0,
+        }
+    }
+
+    /// Follower: applies the log up to what the leader said is committed,
+    /// reports what it recorded, and stands for election when the leader
+    /// falls silent.
+    fn follower_work(&mut self, now_ns: i64) -> Result<usize, String> {
+        if now_ns - self.rep().last_leader_update_ns
+            >= self.ctx.leader_heartbeat_timeout.as_nanos() as i64
+        {
+            self.step_down(now_ns, "leader heartbeat timeout");
+            return Ok(1);
+        }
+        let mut work = 0;
+        let recorded = self.recorded_position();
+        let limit = self.agent.follower_commit_limit(recorded);
+        let mut entries = Vec::new();
+        if let Some(rep) = self.replicated.as_mut() {
+            let session = rep.follower_session;
+            if let Some((sub, _)) = rep.follower_log.as_mut() {
+                // Only this term's session: an old leader's image may linger.
+                if let Some(image) = sub
+                    .images()
+                    .into_iter()
+                    .find(|i| Some(i.session_id()) == session)
+                {
+                    let assembler = &mut rep.follower_assembler;
+                    let _ = image.bounded_poll(
+                        |payload, header| -> Result<(), ()> {
+                            if let Some(m) = assembler.on_fragment(payload, header) {
+                                entries.push((m.payload, m.end_position));
+                            }
+                            Ok(())
+                        },
+                        limit,
+                        50,
+                    );
+                }
+            }
+        }
+        for (message, position) in entries {
+            let entry = crate::log_adapter::decode(&message, position)
+                .map_err(|e| format!("the log at {position}: {e}"))?;
+            self.agent.on_log_entry(&entry, position)?;
+            self.agent.on_follower_applied(position);
+            work += 1;
+        }
+        if self.agent.commit_position > self.commit.get() {
+            self.commit.set(self.agent.commit_position);
+        }
+        if let Some(m) = self.agent.follower_append_position(now_ns, recorded) {
+            let leader = self.rep().leader_member_id;
+            self.rep().publisher.send(
+                leader,
+                &Outbound::Election(ConsensusMessage::AppendPosition(m)),
+            );
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    /// Starts (or extends) the archive's recording of the log session and
+    /// waits for its position counter.
+    fn record_log(&mut self, channel: &str, session_id: i32, source: i32) -> Result<(), String> {
+        let stream = self.ctx.log_stream_id;
+        if self.recording_id < 0 {
+            self.archive
+                .start_recording(channel, stream, source, false)
+                .map_err(|e| err("recording the log", e))?;
+        } else {
+            self.archive
+                .extend_recording(self.recording_id, channel, stream, source, false)
+                .map_err(|e| err("extending the log's recording", e))?;
+        }
+        let deadline = Instant::now() + self.ctx.message_timeout;
+        loop {
+            if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
+                self.recording_position_counter = id;
+                self.recording_id = recording_id;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let stop = self.archive.get_stop_position(self.recording_id);
+                return Err(format!(
+                    "the archive did not start recording the log (session {session_id}, {channel}, recording {} stopped at {stop:?}); its errors: {:?}",
+                    self.recording_id,
+                    self.archive.poll_errors()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Tells the services to follow the log session on `channel` from
+    /// `position` and waits for them.
+    fn join_services(
+        &mut self,
+        channel: String,
+        session_id: i32,
+        position: i64,
+        role: i32,
+        is_startup: bool,
+    ) -> Result<(), String> {
+        self.join_log = JoinLog {
+            log_position: position,
+            max_log_position: i64::MAX,
+            member_id: self.ctx.member_id,
+            log_session_id: session_id,
+            log_stream_id: self.ctx.log_stream_id,
+            is_startup: is_startup as i32,
+            role,
+            is_standby: 0,
+            log_channel: channel,
+        };
+        self.await_services_joined(position)?;
+        if let Some(c) = self.recovery_state.take() {
+            c.close();
+        }
+        self.rep().services_joined = true;
+        Ok(())
+    }
+
+    fn fail(&mut self, why: String) {
+        self.log_event(why.clone());
+        let rep = self.rep();
+        if rep.restart.is_none() {
+            rep.restart = Some(why);
+        }
+    }
+
+    fn leader_spy_channel(&mut self) -> String {
+        let host = self
+            .members
+            .iter()
+            .find(|m| m.id == self.ctx.member_id)
+            .map(|m| host_of(&m.log_endpoint).to_string())
+            .unwrap_or_else(|| "127.0.0.1".into());
+        with_param(
+            &self.rep().log_udp.clone(),
+            &format!("control-mode=manual|control={host}:0"),
+        )
+    }
+}
+
+/// The recording log's entry of a term, as the election reads it.
+fn term_entry_of(log: &crate::recording_log::RecordingLog, t: i64) -> Option<TermEntry> {
+    log.find_term(t).map(|e| TermEntry {
+        leadership_term_id: e.leadership_term_id,
+        term_base_log_position: e.term_base_log_position,
+        log_position: e.log_position,
+    })
+}
+
+impl ElectionHost for ConsensusModule {
+    fn send(&mut self, to: i32, message: ConsensusMessage) -> bool {
+        self.rep().publisher.send(to, &Outbound::Election(message))
+    }
+
+    fn set_role(&mut self, role: i32) {
+        self.agent.role = role;
+        self.node_role.set(role as i64);
+    }
+
+    fn role(&self) -> i32 {
+        self.agent.role
+    }
+
+    fn candidate_term_id(&self) -> i64 {
+        self.replicated
+            .as_ref()
+            .map_or(-1, |r| r.node_state.candidate_term_id())
+    }
+
+    fn propose_max_candidate_term_id(
+        &mut self,
+        candidate_term_id: i64,
+        log_position: i64,
+        _now_ns: i64,
+    ) -> i64 {
+        let timestamp = Self::cluster_time();
+        match self.rep().node_state.propose_max_candidate_term_id(
+            candidate_term_id,
+            log_position,
+            timestamp,
+        ) {
+            Ok(id) => id,
+            Err(e) => {
+                // A term it could forget: the member must not stand or vote.
+                self.fail(format!("node-state.dat: {e}"));
+                self.rep().node_state.candidate_term_id()
+            }
+        }
+    }
+
+    fn prepare_for_new_leadership(&mut self, _log_position: i64, _now_ns: i64) -> i64 {
+        self.rep().follower_session = None;
+        let mut recorded = NULL_POSITION;
+        if self.recording_id >= 0 {
+            // The log's recording stops (if its image has not ended it
+            // already); where it stopped is the log's end, which the next
+            // term's log publication starts from.
+            let _ = self.archive.stop_recording_by_identity(self.recording_id);
+            self.recording_position_counter = -1;
+            let deadline = Instant::now() + self.ctx.message_timeout;
+            loop {
+                match self.archive.get_stop_position(self.recording_id) {
+                    Ok(p) if p != NULL_POSITION => {
+                        recorded = p;
+                        break;
+                    }
+                    Ok(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Ok(_) => {
+                        self.fail(format!(
+                            "the log's recording {} did not stop within {:?}",
+                            self.recording_id, self.ctx.message_timeout
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        self.fail(format!("the log's recording {}: {e}", self.recording_id));
+                        break;
+                    }
+                }
+            }
+        }
+        let commit = self.agent.commit_position;
+        self.agent.restore_uncommitted(commit);
+        self.agent.role = role::FOLLOWER;
+        self.node_role.set(role::FOLLOWER as i64);
+        recorded
+    }
+
+    fn truncate_log_entry(&mut self, log_leadership_term_id: i64, position: i64) {
+        self.fail(format!(
+            "the log would be cut back to {position} in term {log_leadership_term_id}: truncating an uncommitted tail is not wired yet"
+        ));
+    }
+
+    fn add_log_publication(&mut self, append_position: i64) -> i32 {
+        let length = self.ctx.log_term_length as i64;
+        let spy = self.leader_spy_channel();
+        let channel = with_param(
+            &spy,
+            &format!(
+                "alias=log|term-length={length}|init-term-id=0|term-id={}|term-offset={}",
+                append_position / length,
+                append_position % length
+            ),
+        );
+        let log = match self
+            .io
+            .client
+            .add_exclusive_publication(&channel, self.ctx.log_stream_id)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(err(&channel, e));
+                return 0;
+            }
+        };
+        for m in self.members.iter().filter(|m| m.id != self.ctx.member_id) {
+            let d = format!("aeron:udp?endpoint={}", m.log_endpoint);
+            if let Err(e) = log.add_destination(&d) {
+                self.log_event(format!("log destination {d}: {e}"));
+            }
+        }
+        let session_id = log.session_id();
+        let old = std::mem::replace(&mut self.io.log, log);
+        old.close_without_waiting();
+        session_id
+    }
+
+    fn log_recording_id(&self) -> i64 {
+        self.recording_id
+    }
+
+    fn term_entry(&self, leadership_term_id: i64) -> Option<TermEntry> {
+        term_entry_of(&self.recording_log, leadership_term_id)
+    }
+
+    fn update_recording_log(
+        &mut self,
+        leadership_term_id: i64,
+        term_base_log_position: i64,
+        log_position: i64,
+        _now_ns: i64,
+    ) {
+        let result = if self.recording_log.find_term(leadership_term_id).is_some() {
+            if log_position != NULL_POSITION {
+                self.recording_log
+                    .commit_log_position(leadership_term_id, log_position)
+            } else {
+                Ok(())
+            }
+        } else {
+            let last = self.recording_log.last_term().cloned();
+            // The term before ends where this one begins.
+            let closed = match &last {
+                Some(l) if l.log_position == NULL_POSITION => self
+                    .recording_log
+                    .commit_log_position(l.leadership_term_id, term_base_log_position),
+                _ => Ok(()),
+            };
+            closed.and_then(|_| {
+                self.recording_log.append_term(
+                    self.recording_id,
+                    leadership_term_id,
+                    term_base_log_position,
+                    Self::cluster_time(),
+                )
+            })
+        };
+        if let Err(e) = result {
+            self.fail(format!("the recording log: {e}"));
+        }
+    }
+
+    fn start_log_replay(&mut self, from: i64, to: i64) {
+        self.fail(format!(
+            "member {} would replay its log from {from} to {to} in an election: not wired yet",
+            self.ctx.member_id
+        ));
+    }
+
+    fn poll_log_replay(&mut self, _terms: &mut Vec<TermEvent>) -> Option<i64> {
+        None
+    }
+
+    fn stop_log_replay(&mut self) {}
+
+    fn start_log_replication(
+        &mut self,
+        leader_member_id: i32,
+        _leader_recording_id: i64,
+        stop_position: i64,
+        _now_ns: i64,
+    ) {
+        self.fail(format!(
+            "member {} would copy the log of member {leader_member_id} to {stop_position}: log replication in an election is not wired yet",
+            self.ctx.member_id
+        ));
+    }
+
+    fn poll_log_replication(&mut self, _now_ns: i64) -> Result<ReplicationProgress, String> {
+        Err("log replication is not wired yet".into())
+    }
+
+    fn stop_log_replication(&mut self) {}
+
+    fn join_log_as_leader(
+        &mut self,
+        leadership_term_id: i64,
+        log_position: i64,
+        log_session_id: i32,
+        is_startup: bool,
+    ) {
+        let spy = self.leader_spy_channel();
+        let recorded = with_param(&spy, &format!("session-id={log_session_id}"));
+        let result = self
+            .record_log(&recorded, log_session_id, source_location::LOCAL)
+            .and_then(|_| {
+                self.join_services(
+                    format!("aeron-spy:{spy}"),
+                    log_session_id,
+                    log_position,
+                    role::LEADER,
+                    is_startup,
+                )
+            });
+        if let Err(e) = result {
+            self.fail(format!(
+                "joining the log as leader of term {leadership_term_id}: {e}"
+            ));
+            return;
+        }
+        self.term_base_log_position = log_position;
+        self.agent.leadership_term_id = leadership_term_id;
+        let me = self.ctx.member_id;
+        let rep = self.rep();
+        rep.log_session_id = log_session_id;
+        rep.leader_member_id = me;
+        rep.is_leader_startup = is_startup;
+    }
+
+    fn update_leader_position(
+        &mut self,
+        now_ns: i64,
+        _append_position: i64,
+        quorum_position: i64,
+    ) -> i32 {
+        let _ = now_ns;
+        if quorum_position > self.agent.commit_position {
+            self.agent.commit_position = quorum_position;
+            self.commit.set(quorum_position);
+            let m = sulis_protocol::cluster::messages::CommitPosition {
+                leadership_term_id: self.agent.leadership_term_id,
+                log_position: quorum_position,
+                leader_member_id: self.ctx.member_id,
+            };
+            self.rep()
+                .publisher
+                .broadcast(&Outbound::Election(ConsensusMessage::CommitPosition(m)));
+            return 1;
+        }
+        0
+    }
+
+    fn append_new_leadership_term_event(&mut self, _now_ns: i64) -> bool {
+        let base = self.term_base_log_position;
+        let mut event = NewLeadershipTermEvent {
+            leadership_term_id: self.agent.leadership_term_id,
+            log_position: 0,
+            timestamp: Self::cluster_time(),
+            term_base_log_position: base,
+            leader_member_id: self.ctx.member_id,
+            log_session_id: self.rep().log_session_id,
+            time_unit: sulis_protocol::cluster::messages::time_unit::MILLIS,
+            app_version: self.ctx.app_version,
+        };
+        let length = event.encode().len() as i64;
+        event.log_position = base + super::align32(32 + length);
+        let encoded = event.encode();
+        use crate::session_manager::SessionHost;
+        if self.io.append_to_log(&encoded).is_none() {
+            return false;
+        }
+        self.agent.term_first_entry_end = event.log_position;
+        true
+    }
+
+    fn election_complete(&mut self, now_ns: i64) {
+        let me = self.ctx.member_id;
+        self.rep().completed = true;
+        let leading = self.agent.role == role::LEADER;
+        self.agent.state = crate::consensus_module_agent::ModuleState::Active;
+        self.term.leadership_term_id = self.agent.leadership_term_id;
+        self.term.ingress_endpoints = crate::cluster_member::ingress_endpoints(&self.members);
+        if leading {
+            self.term.leader_member_id = me;
+            // A leader just started closes the sessions of old terms; one
+            // taking over keeps them and tells their clients where it is.
+            let startup = self.rep().is_leader_startup;
+            self.agent
+                .sessions
+                .prepare_for_new_term(&mut self.io, startup, now_ns);
+        }
+        self.agent.time_of_last_leader_update_ns = now_ns;
+        self.publish_state();
+        self.control_toggle.set(super::toggle::NEUTRAL);
+    }
+
+    fn add_follower_subscription(&mut self, log_session_id: i32, catchup: bool) {
+        let me = self.ctx.member_id;
+        let endpoint = self
+            .members
+            .iter()
+            .find(|m| m.id == me)
+            .map(|m| {
+                if catchup {
+                    m.catchup_endpoint.clone()
+                } else {
+                    m.log_endpoint.clone()
+                }
+            })
+            .unwrap_or_default();
+        if self.rep().follower_log.is_none() {
+            let tag = next_tag();
+            let udp = self.rep().log_udp.clone();
+            let channel = with_param(
+                &udp,
+                &format!("control-mode=manual|tags={tag}|rejoin=false|alias=log"),
+            );
+            match self
+                .io
+                .client
+                .add_subscription(&channel, self.ctx.log_stream_id)
+            {
+                Ok(sub) => self.rep().follower_log = Some((sub, tag)),
+                Err(e) => {
+                    self.fail(format!("the follower's log subscription {channel}: {e}"));
+                    return;
+                }
+            }
+        }
+        let rep = self.rep();
+        rep.follower_session = Some(log_session_id);
+        rep.follower_assembler = FragmentAssembler::new();
+        if catchup || !rep.live_destination {
+            let destination = format!("aeron:udp?endpoint={endpoint}");
+            let added = rep
+                .follower_log
+                .as_ref()
+                .expect("made above")
+                .0
+                .add_destination(&destination);
+            match added {
+                Ok(_) => {
+                    if !catchup {
+                        self.rep().live_destination = true;
+                    }
+                }
+                Err(e) => self.fail(format!("the follower's log destination {destination}: {e}")),
+            }
+        }
+    }
+
+    fn catchup_endpoint(&self) -> Option<String> {
+        self.members
+            .iter()
+            .find(|m| m.id == self.ctx.member_id)
+            .map(|m| m.catchup_endpoint.clone())
+    }
+
+    fn try_join_log_as_follower(
+        &mut self,
+        log_session_id: i32,
+        log_position: i64,
+        is_startup: bool,
+        _now_ns: i64,
+    ) -> JoinStatus {
+        let Some((sub, tag)) = self.rep().follower_log.as_mut() else {
+            return JoinStatus::Failed("no log subscription".into());
+        };
+        let tag = *tag;
+        let Some(image) = sub
+            .images()
+            .into_iter()
+            .find(|i| i.session_id() == log_session_id)
+        else {
+            return JoinStatus::NoImage;
+        };
+        let join_position = image.join_position();
+        if join_position != log_position {
+            return JoinStatus::Joining { join_position };
+        }
+        let udp = self.rep().log_udp.clone();
+        let tagged = with_param(&udp, &format!("tags={tag}"));
+        let recorded = with_param(
+            &tagged,
+            &format!("session-id={log_session_id}|rejoin=false"),
+        );
+        let result = self
+            .record_log(&recorded, log_session_id, source_location::REMOTE)
+            .and_then(|_| {
+                self.join_services(
+                    tagged,
+                    log_session_id,
+                    log_position,
+                    role::FOLLOWER,
+                    is_startup,
+                )
+            });
+        match result {
+            Ok(()) => {
+                self.term_base_log_position = log_position;
+                JoinStatus::Joined { join_position }
+            }
+            Err(e) => JoinStatus::Failed(e),
+        }
+    }
+
+    fn catchup_poll(
+        &mut self,
+        _limit: i64,
+        _catchup_join_position: i64,
+        _now_ns: i64,
+        _terms: &mut Vec<TermEvent>,
+    ) -> i32 {
+        0
+    }
+
+    fn is_catchup_done(&self) -> bool {
+        false
+    }
+
+    fn stop_catchup(&mut self) {}
+
+    fn close_log_subscription(&mut self) {
+        // The subscription stays (see `Replicated::follower_log`); this
+        // member follows no session until the next attempt names one.
+        self.rep().follower_session = None;
+    }
+
+    fn commit_position(&self) -> i64 {
+        self.agent.commit_position
+    }
+
+    fn append_position(&self) -> i64 {
+        self.live_recorded_position()
+            .unwrap_or_else(|| self.term_base_log_position.max(self.agent.commit_position))
+    }
+
+    fn is_snapshotting(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    fn track_catchup_completion(&mut self, _member_id: i32, _leadership_term_id: i64, _flags: u8) {}
+
+    fn time_of_last_leader_update_ns(&self) -> i64 {
+        self.replicated
+            .as_ref()
+            .map_or(0, |r| r.last_leader_update_ns)
+    }
+
+    fn log(&mut self, line: String) {
+        self.log_event(line);
+    }
+
+    fn restart_required(&mut self, why: String) {
+        self.fail(why);
+    }
+}
