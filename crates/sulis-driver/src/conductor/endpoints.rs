@@ -228,11 +228,20 @@ impl DriverConductor {
         else {
             return;
         };
+        // A multi-destination subscription's endpoint is that subscription's
+        // (or its channel tag's): as in Aeron it closes, its destinations'
+        // sockets with it, once no subscription uses it, and its images
+        // linger without it. Kept open for them, it held a follower's log
+        // endpoint bound for as long as a leader kept sending there, and a
+        // consensus module restarted on that member could not bind it again.
+        let mds =
+            self.receive_endpoints[i].mdc == Some(crate::multi_send_destination::MdcMode::Manual);
         if self.receive_endpoints[i].ref_count > 0
-            || self
-                .images
-                .iter()
-                .any(|m| m.image.endpoint_id == endpoint_id)
+            || (!mds
+                && self
+                    .images
+                    .iter()
+                    .any(|m| m.image.endpoint_id == endpoint_id))
         {
             return;
         }
