@@ -177,13 +177,21 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         sink_out, _ = reader.communicate(timeout=120)
         sunk = json.loads(sink_out.strip().splitlines()[-1])
     finally:
-        for proc in reversed(hosts.procs()):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM) if proc.pid == os.getpgid(proc.pid) else proc.terminate()
-                    proc.wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    proc.kill()
+        # SIGTERM to every process at once, then one shared wait (the JVMs' shutdown hooks take seconds
+        # each: one after another, they took 20 s), then SIGKILL for what is left.
+        running = [p for p in reversed(hosts.procs()) if p.poll() is None]
+        for proc in running:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM) if proc.pid == os.getpgid(proc.pid) else proc.terminate()
+            except ProcessLookupError:
+                pass
+        stop_by = time.monotonic() + 10
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.1, stop_by - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
         for proc in hosts.procs():
             for f in (proc.stdout, proc.stderr):
                 if f is not None:
