@@ -134,6 +134,10 @@ pub struct ConsensusModuleContext {
     pub election_status_interval: Duration,
     /// At node start, how long an election waits for every member before a quorum may elect.
     pub startup_canvass_timeout: Duration,
+    /// The control stream of the members' archives (each at its member's archive endpoint).
+    pub archive_control_stream_id: i32,
+    /// Where this member's archive receives a log copied from the leader's.
+    pub replication_channel: String,
     /// The application's semantic version (majors must match across a log).
     pub app_version: i32,
     /// How long to wait for the driver and the archive.
@@ -171,6 +175,8 @@ impl Default for ConsensusModuleContext {
             election_timeout: Duration::from_secs(1),
             election_status_interval: Duration::from_millis(100),
             startup_canvass_timeout: Duration::from_secs(60),
+            archive_control_stream_id: 10,
+            replication_channel: "aeron:udp?endpoint=localhost:0".into(),
             app_version: 0,
             message_timeout: Duration::from_secs(10),
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
@@ -237,6 +243,8 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(election_timeout, "SULIS_CLUSTER_ELECTION_TIMEOUT", "duration", "How long a ballot lasts; a member's nomination waits a random part of half of it.", duration, show_duration),
     sulis_protocol::option!(election_status_interval, "SULIS_CLUSTER_ELECTION_STATUS_INTERVAL", "duration", "How often a member canvasses the others while an election runs.", duration, show_duration),
     sulis_protocol::option!(startup_canvass_timeout, "SULIS_CLUSTER_STARTUP_CANVASS_TIMEOUT", "duration", "At node start, how long an election waits to hear every member before a quorum may elect.", duration, show_duration),
+    sulis_protocol::option!(archive_control_stream_id, "SULIS_CLUSTER_ARCHIVE_CONTROL_STREAM_ID", "", "Control stream of the members' archives, each at its member's archive endpoint (Aeron's 10).", int::<i32>, show),
+    sulis_protocol::option!(replication_channel, "SULIS_CLUSTER_REPLICATION_CHANNEL", "channel", "Where this member's archive receives terms of the log copied from the leader's archive.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
@@ -542,12 +550,14 @@ impl ConsensusModule {
             replicated: None,
             ctx,
         };
-        let base = module.recover()?;
         if module.members.len() > 1 {
-            // The election decides who leads; the services join its log.
+            // The election decides who leads, and replays the local log (as
+            // far as it is committed) before the services join the new term.
+            let base = module.recover_replicated()?;
             module.start_replicated(base)?;
             return Ok(module);
         }
+        let base = module.recover()?;
         module.begin_term(base)?;
         if let Some(c) = module.recovery_state.take() {
             c.close();

@@ -24,10 +24,14 @@ use crate::election::{
     ConsensusMessage, Election, ElectionHost, ElectionStart, ElectionState, ElectionTimeouts,
     JoinStatus, LeaderTerm, ReplicationProgress, TermEntry, TermEvent,
 };
+use crate::log_adapter::LogEntry;
+use crate::log_replay::LogReplay;
+use crate::log_replication::LogReplication;
 use crate::node_state_file::NodeStateFile;
 use crate::snapshot_taker::{find_recording_counter, RECORDING_POSITION_TYPE_ID};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
+use sulis_archive::client::Replication;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::messages::{role, JoinLog, NewLeadershipTermEvent, NULL_POSITION};
@@ -51,6 +55,8 @@ pub(super) struct Replicated {
     follower_log: Option<(Subscription, i64)>,
     /// Whether the live log endpoint is one of its destinations.
     live_destination: bool,
+    /// The last failure to add it, said once.
+    last_destination_error: Option<String>,
     /// The leader's log session this member follows (or joins) now.
     follower_session: Option<i32>,
     follower_assembler: FragmentAssembler,
@@ -67,6 +73,19 @@ pub(super) struct Replicated {
     restart: Option<String>,
     /// When this member last heard its leader (after the election).
     last_leader_update_ns: i64,
+    /// A copy of terms this member lacks from the leader's archive, or why
+    /// it could not start.
+    replication: Option<Result<LogReplication, String>>,
+    /// The local log replayed through the module and services in an election.
+    replay: Option<LogReplay>,
+    /// Leader: each catching-up follower's replay from this member's
+    /// archive to its catch-up endpoint (member id, replay session id).
+    catchups: Vec<(i32, i64)>,
+    /// Follower catching up: the leader and term it asked, its last
+    /// AppendPosition (position, when), and whether the leader said it is done.
+    catchup_of: Option<(i32, i64)>,
+    catchup_reported: (i64, i64),
+    catchup_done: bool,
 }
 
 static NEXT_TAG: AtomicI64 = AtomicI64::new(0);
@@ -129,6 +148,7 @@ impl ConsensusModule {
             log_udp,
             follower_log: None,
             live_destination: false,
+            last_destination_error: None,
             follower_session: None,
             follower_assembler: FragmentAssembler::new(),
             leader_member_id: -1,
@@ -138,10 +158,46 @@ impl ConsensusModule {
             is_leader_startup: true,
             restart: None,
             last_leader_update_ns: 0,
+            replication: None,
+            replay: None,
+            catchups: Vec::new(),
+            catchup_of: None,
+            catchup_reported: (NULL_POSITION, 0),
+            catchup_done: false,
         }));
         self.term_base_log_position = base;
         self.begin_election(true, base);
         Ok(())
+    }
+
+    /// A member of several at start: loads its latest snapshot and finds
+    /// its log's recording, which must have stopped; returns the snapshot's
+    /// position (0 without one), where the election's replay begins.
+    pub(super) fn recover_replicated(&mut self) -> Result<i64, String> {
+        let from = self.load_latest_snapshot()?;
+        if let Some(last) = self.recording_log.last_term().cloned() {
+            self.recording_id = last.recording_id;
+            let stop = self
+                .archive
+                .get_stop_position(last.recording_id)
+                .map_err(|e| format!("the log's recording {}: {e}", last.recording_id))?;
+            if stop == NULL_POSITION {
+                return Err(format!(
+                    "the log's recording {} is still being recorded (a consensus module on {} still running, or one killed moments ago whose image the archive has not yet seen end)",
+                    last.recording_id,
+                    self.ctx.cluster_dir.display()
+                ));
+            }
+            if stop < from {
+                return Err(format!(
+                    "the log's recording {} ends at {stop}, before the snapshot it recovers from at {from} ({})",
+                    last.recording_id,
+                    self.recording_log.path().display()
+                ));
+            }
+        }
+        self.agent.commit_position = from;
+        Ok(from)
     }
 
     fn rep(&mut self) -> &mut Replicated {
@@ -275,9 +331,27 @@ impl ConsensusModule {
     }
 
     fn on_consensus(&mut self, m: Outbound, now_ns: i64) {
-        let Outbound::Election(m) = m else {
-            return; // catch-up stops and termination are not wired yet
+        let m = match m {
+            Outbound::Election(m) => m,
+            Outbound::StopCatchup(x) => {
+                if x.follower_member_id == self.ctx.member_id {
+                    self.rep().catchup_done = true;
+                }
+                return;
+            }
+            _ => return, // termination across members is not wired yet
         };
+        if let ConsensusMessage::CatchupPosition(x) = &m {
+            if self.agent.role == role::LEADER {
+                self.start_catchup_replay(x);
+            }
+            return;
+        }
+        if let ConsensusMessage::AppendPosition(x) = &m {
+            if self.agent.role == role::LEADER {
+                self.track_catchup(x.follower_member_id, x.log_position);
+            }
+        }
         if let Some(mut e) = self.rep().election.take() {
             match &m {
                 ConsensusMessage::CanvassPosition(x) => e.on_canvass_position(self, x, now_ns),
@@ -360,6 +434,58 @@ impl ConsensusModule {
             }
             _ => {}
         }
+    }
+
+    /// Leader: replays its log from the follower's position to the
+    /// follower's catch-up endpoint, with the log's session id, so the
+    /// replay and then the live log fill one image there.
+    fn start_catchup_replay(&mut self, m: &sulis_protocol::cluster::messages::CatchupPosition) {
+        let member = m.follower_member_id;
+        if self.rep().catchups.iter().any(|(id, _)| *id == member) || self.recording_id < 0 {
+            return;
+        }
+        let session = self.rep().log_session_id;
+        let channel = format!(
+            "aeron:udp?endpoint={}|session-id={session}|linger=0|eos=false",
+            m.catchup_endpoint
+        );
+        match self.archive.start_replay(
+            self.recording_id,
+            m.log_position,
+            i64::MAX,
+            &channel,
+            self.ctx.log_stream_id,
+        ) {
+            Ok(replay) => {
+                self.log_event(format!(
+                    "member {member} catches up from {} ({channel})",
+                    m.log_position
+                ));
+                self.rep().catchups.push((member, replay));
+            }
+            Err(e) => self.log_event(format!("catch-up replay for member {member}: {e}")),
+        }
+    }
+
+    /// Leader: a catching-up follower that reached the live log is told to
+    /// stop catching up, and its replay stops.
+    fn track_catchup(&mut self, member: i32, position: i64) {
+        let live = self.io.log.position();
+        let Some(i) = self.rep().catchups.iter().position(|(id, _)| *id == member) else {
+            return;
+        };
+        if position < live {
+            return;
+        }
+        let (_, replay) = self.rep().catchups.swap_remove(i);
+        let _ = self.archive.stop_replay(replay);
+        let stop = sulis_protocol::cluster::messages::StopCatchup {
+            leadership_term_id: self.agent.leadership_term_id,
+            follower_member_id: member,
+        };
+        self.rep()
+            .publisher
+            .send(member, &Outbound::StopCatchup(stop));
     }
 
     /// The term this member runs is over: a new election, from the commit position.
@@ -528,6 +654,45 @@ impl ConsensusModule {
         }
     }
 
+    /// Adds `endpoint` to the follower's log subscription. A failure is
+    /// logged and tried again while the election waits for the log's image
+    /// (a module restarted at once may find its endpoint still held by the
+    /// subscriptions of the one before, which the driver is closing).
+    fn add_log_destination(&mut self, endpoint: &str, catchup: bool) -> bool {
+        let destination = format!("aeron:udp?endpoint={endpoint}");
+        let Some((sub, _)) = self.rep().follower_log.as_ref() else {
+            return false;
+        };
+        // An earlier try the driver finished after the client stopped
+        // waiting for it counts: the destination is there.
+        let added = sub.add_destination(&destination).or_else(|e| {
+            if e.to_string()
+                .contains("is a destination of this subscription already")
+            {
+                Ok(0)
+            } else {
+                Err(e)
+            }
+        });
+        match added {
+            Ok(_) => {
+                if !catchup {
+                    self.rep().live_destination = true;
+                }
+                true
+            }
+            Err(e) => {
+                // Once per election attempt is enough to say why it waits.
+                let what = format!("the follower's log destination {destination}: {e}");
+                if self.rep().last_destination_error.as_deref() != Some(what.as_str()) {
+                    self.log_event(format!("{what} (tried again while the election waits)"));
+                    self.rep().last_destination_error = Some(what);
+                }
+                false
+            }
+        }
+    }
+
     fn leader_spy_channel(&mut self) -> String {
         let host = self
             .members
@@ -542,6 +707,10 @@ impl ConsensusModule {
     }
 }
 
+fn me_id(m: &ConsensusModule) -> i32 {
+    m.ctx.member_id
+}
+
 /// The recording log's entry of a term, as the election reads it.
 fn term_entry_of(log: &crate::recording_log::RecordingLog, t: i64) -> Option<TermEntry> {
     log.find_term(t).map(|e| TermEntry {
@@ -553,6 +722,12 @@ fn term_entry_of(log: &crate::recording_log::RecordingLog, t: i64) -> Option<Ter
 
 impl ElectionHost for ConsensusModule {
     fn send(&mut self, to: i32, message: ConsensusMessage) -> bool {
+        if let ConsensusMessage::CatchupPosition(c) = &message {
+            let rep = self.rep();
+            rep.catchup_of = Some((to, c.leadership_term_id));
+            rep.catchup_done = false;
+            rep.catchup_reported = (NULL_POSITION, 0);
+        }
         self.rep().publisher.send(to, &Outbound::Election(message))
     }
 
@@ -718,36 +893,139 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn start_log_replay(&mut self, from: i64, to: i64) {
-        self.fail(format!(
-            "member {} would replay its log from {from} to {to} in an election: not wired yet",
-            self.ctx.member_id
-        ));
+        // What the election replays is committed (its target is bounded by
+        // the leader's commit position): the services may apply it at once.
+        let started = LogReplay::start(
+            &self.io.client,
+            &mut self.archive,
+            self.recording_id,
+            from..to,
+            Some(self.commit.id()),
+            self.ctx.replay_stream_id,
+            self.ctx.message_timeout * 6,
+        );
+        let replay = match started {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(format!("replaying the log from {from} to {to}: {e}"));
+                return;
+            }
+        };
+        self.join_log = JoinLog {
+            log_position: from,
+            max_log_position: to,
+            member_id: self.ctx.member_id,
+            log_session_id: replay.session_id(),
+            log_stream_id: self.ctx.replay_stream_id,
+            is_startup: 0,
+            role: role::FOLLOWER,
+            is_standby: 0,
+            log_channel: "aeron:ipc".into(),
+        };
+        if let Err(e) = self.await_services_joined(from) {
+            self.fail(format!(
+                "the services joining the log replay at {from}: {e}"
+            ));
+            replay.close(&mut self.archive);
+            return;
+        }
+        if let Some(c) = self.recovery_state.take() {
+            c.close();
+        }
+        self.commit.set(to);
+        self.rep().replay = Some(replay);
     }
 
-    fn poll_log_replay(&mut self, _terms: &mut Vec<TermEvent>) -> Option<i64> {
-        None
+    fn poll_log_replay(&mut self, terms: &mut Vec<TermEvent>) -> Option<i64> {
+        let mut replay = self.rep().replay.take()?;
+        let mut met = Vec::new();
+        let agent = &mut self.agent;
+        let polled = replay.poll(100, |entry, end| {
+            if let LogEntry::NewLeadershipTerm(e) = entry {
+                met.push(TermEvent {
+                    leadership_term_id: e.leadership_term_id,
+                    log_position: end,
+                    term_base_log_position: e.term_base_log_position,
+                });
+            }
+            agent.on_log_entry(entry, end).map(|_| ())
+        });
+        terms.extend(met);
+        match polled {
+            Ok(Some(end)) => {
+                self.agent.commit_position = self.agent.commit_position.max(end);
+                replay.close(&mut self.archive);
+                Some(end)
+            }
+            Ok(None) => {
+                self.rep().replay = Some(replay);
+                None
+            }
+            Err(e) => {
+                replay.close(&mut self.archive);
+                self.fail(format!("replaying the log: {e}"));
+                None
+            }
+        }
     }
 
-    fn stop_log_replay(&mut self) {}
+    fn stop_log_replay(&mut self) {
+        if let Some(replay) = self.rep().replay.take() {
+            replay.close(&mut self.archive);
+        }
+    }
 
     fn start_log_replication(
         &mut self,
         leader_member_id: i32,
-        _leader_recording_id: i64,
+        leader_recording_id: i64,
         stop_position: i64,
-        _now_ns: i64,
+        now_ns: i64,
     ) {
-        self.fail(format!(
-            "member {} would copy the log of member {leader_member_id} to {stop_position}: log replication in an election is not wired yet",
-            self.ctx.member_id
-        ));
+        let Some(leader) = self
+            .members
+            .iter()
+            .find(|m| m.id == leader_member_id)
+            .cloned()
+        else {
+            self.rep().replication = Some(Err(format!(
+                "no member {leader_member_id} to copy the log from"
+            )));
+            return;
+        };
+        let r = Replication {
+            src_recording_id: leader_recording_id,
+            dst_recording_id: self.recording_id,
+            stop_position,
+            src_control_channel: format!("aeron:udp?endpoint={}", leader.archive_endpoint),
+            src_control_stream_id: self.ctx.archive_control_stream_id,
+            replication_channel: self.ctx.replication_channel.clone(),
+            ..Replication::default()
+        };
+        let start = self.recorded_position();
+        let timeout = self.ctx.leader_heartbeat_timeout.as_nanos() as i64;
+        let started = LogReplication::start(&mut self.archive, &r, start, timeout, now_ns);
+        self.rep().replication = Some(started);
     }
 
-    fn poll_log_replication(&mut self, _now_ns: i64) -> Result<ReplicationProgress, String> {
-        Err("log replication is not wired yet".into())
+    fn poll_log_replication(&mut self, now_ns: i64) -> Result<ReplicationProgress, String> {
+        let Some(replication) = self.rep().replication.take() else {
+            return Err("no log replication running".into());
+        };
+        let mut replication = replication?;
+        let progress = replication.poll(&mut self.archive, now_ns);
+        if replication.recording_id() >= 0 {
+            self.recording_id = replication.recording_id();
+        }
+        self.rep().replication = Some(Ok(replication));
+        progress
     }
 
-    fn stop_log_replication(&mut self) {}
+    fn stop_log_replication(&mut self) {
+        if let Some(Ok(replication)) = self.rep().replication.take() {
+            replication.close(&mut self.archive);
+        }
+    }
 
     fn join_log_as_leader(
         &mut self,
@@ -888,21 +1166,7 @@ impl ElectionHost for ConsensusModule {
         rep.follower_session = Some(log_session_id);
         rep.follower_assembler = FragmentAssembler::new();
         if catchup || !rep.live_destination {
-            let destination = format!("aeron:udp?endpoint={endpoint}");
-            let added = rep
-                .follower_log
-                .as_ref()
-                .expect("made above")
-                .0
-                .add_destination(&destination);
-            match added {
-                Ok(_) => {
-                    if !catchup {
-                        self.rep().live_destination = true;
-                    }
-                }
-                Err(e) => self.fail(format!("the follower's log destination {destination}: {e}")),
-            }
+            self.add_log_destination(&endpoint, catchup);
         }
     }
 
@@ -920,6 +1184,18 @@ impl ElectionHost for ConsensusModule {
         is_startup: bool,
         _now_ns: i64,
     ) -> JoinStatus {
+        if !self.rep().live_destination {
+            let me = self.ctx.member_id;
+            let endpoint = self
+                .members
+                .iter()
+                .find(|m| m.id == me)
+                .map(|m| m.log_endpoint.clone())
+                .unwrap_or_default();
+            if !self.add_log_destination(&endpoint, false) {
+                return JoinStatus::NoImage;
+            }
+        }
         let Some((sub, tag)) = self.rep().follower_log.as_mut() else {
             return JoinStatus::Failed("no log subscription".into());
         };
@@ -963,19 +1239,116 @@ impl ElectionHost for ConsensusModule {
 
     fn catchup_poll(
         &mut self,
-        _limit: i64,
-        _catchup_join_position: i64,
-        _now_ns: i64,
-        _terms: &mut Vec<TermEvent>,
+        limit: i64,
+        catchup_join_position: i64,
+        now_ns: i64,
+        terms: &mut Vec<TermEvent>,
     ) -> i32 {
-        0
+        let mut work = 0;
+        let mut entries = Vec::new();
+        if let Some(rep) = self.replicated.as_mut() {
+            let session = rep.follower_session;
+            if let Some((sub, _)) = rep.follower_log.as_mut() {
+                if let Some(image) = sub
+                    .images()
+                    .into_iter()
+                    .find(|i| Some(i.session_id()) == session)
+                {
+                    let assembler = &mut rep.follower_assembler;
+                    let _ = image.bounded_poll(
+                        |payload, header| -> Result<(), ()> {
+                            if let Some(m) = assembler.on_fragment(payload, header) {
+                                entries.push((m.payload, m.end_position));
+                            }
+                            Ok(())
+                        },
+                        limit,
+                        50,
+                    );
+                }
+            }
+        }
+        for (message, position) in entries {
+            let entry = match crate::log_adapter::decode(&message, position) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.fail(format!("the log at {position} (catching up): {e}"));
+                    return work;
+                }
+            };
+            if let LogEntry::NewLeadershipTerm(e) = &entry {
+                terms.push(TermEvent {
+                    leadership_term_id: e.leadership_term_id,
+                    log_position: position,
+                    term_base_log_position: e.term_base_log_position,
+                });
+            }
+            if let Err(e) = self.agent.on_log_entry(&entry, position) {
+                self.fail(e);
+                return work;
+            }
+            self.agent.on_follower_applied(position);
+            work += 1;
+        }
+        if self.agent.commit_position > self.commit.get() {
+            self.commit.set(self.agent.commit_position);
+        }
+        // Near the live log: its destination too (both fill one image).
+        let recorded = self.recorded_position();
+        let window = self.ctx.log_term_length as i64 / 4;
+        if !self.rep().live_destination && recorded + window >= catchup_join_position {
+            let me = self.ctx.member_id;
+            let endpoint = self
+                .members
+                .iter()
+                .find(|m| m.id == me)
+                .map(|m| m.log_endpoint.clone())
+                .unwrap_or_default();
+            self.add_log_destination(&endpoint, false);
+            work += 1;
+        }
+        // Tell the leader how far it got (with the catch-up flag).
+        let interval = self.ctx.leader_heartbeat_interval.as_nanos() as i64;
+        let (last, at) = self.rep().catchup_reported;
+        if let Some((leader, term)) = self.rep().catchup_of {
+            if recorded > last || now_ns - at >= interval {
+                let m = sulis_protocol::cluster::messages::AppendPosition {
+                    leadership_term_id: term,
+                    log_position: recorded,
+                    follower_member_id: me_id(self),
+                    flags: 1,
+                };
+                if self.rep().publisher.send(
+                    leader,
+                    &Outbound::Election(ConsensusMessage::AppendPosition(m)),
+                ) {
+                    self.rep().catchup_reported = (recorded, now_ns);
+                    work += 1;
+                }
+            }
+        }
+        work
     }
 
     fn is_catchup_done(&self) -> bool {
-        false
+        self.replicated.as_ref().is_some_and(|r| r.catchup_done)
     }
 
-    fn stop_catchup(&mut self) {}
+    fn stop_catchup(&mut self) {
+        let me = self.ctx.member_id;
+        let endpoint = self
+            .members
+            .iter()
+            .find(|m| m.id == me)
+            .map(|m| m.catchup_endpoint.clone())
+            .unwrap_or_default();
+        let rep = self.rep();
+        rep.catchup_of = None;
+        if let Some((sub, _)) = rep.follower_log.as_ref() {
+            // Gone already, or never added: nothing to do either way.
+            let _ = sub.remove_destination(&format!("aeron:udp?endpoint={endpoint}"));
+        }
+    }
 
     fn close_log_subscription(&mut self) {
         // The subscription stays (see `Replicated::follower_log`); this

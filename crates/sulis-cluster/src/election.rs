@@ -1511,12 +1511,14 @@ impl Election {
         // (its NewLeadershipTerm was taken without a cut), so a follower
         // with a tail beyond what it applied says so in the new term (the
         // leader counts only positions reported in its log's term or the new
-        // one) and hears the commit position it needs to replay it. One with
-        // nothing beyond says nothing before it joined the live log: the
-        // leader takes a report in the new term at the log position as
-        // "joined" and appends, and a follower's image made after that would
-        // join past the log position (a three-member cluster on real drivers
-        // showed it; Aeron's followers report nothing here either).
+        // one) and hears the commit position it needs. The leader cannot
+        // commit that tail before its term's first entry (see commit_bound),
+        // so such a follower joins the new term through catch-up from its
+        // applied position. One with nothing beyond says nothing before it
+        // joined the live log: the leader takes a report in the new term at
+        // the log position as "joined" and appends, and the follower's image
+        // would then join past the log position (three members on real
+        // drivers showed it; Aeron's followers report nothing here either).
         let work = if self.log_position < self.append_position {
             self.publish_follower_append_position(host, now_ns)
         } else {

@@ -80,8 +80,15 @@ impl Drop for Member {
     }
 }
 
-fn member(id: i32) -> Member {
-    let base = std::env::temp_dir().join(format!("sulis-cluster-3-{id}-{}", std::process::id()));
+/// A member's host: its driver, and its archive, whose control channel is
+/// the member's archive endpoint (a follower's archive copies terms it
+/// lacks from the leader's through it).
+fn member(id: i32, archive_port: u16) -> Member {
+    // The archive port names the run: the tests of this file run at once.
+    let base = std::env::temp_dir().join(format!(
+        "sulis-cluster-3-{id}-{}-{archive_port}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&base);
     let driver_dir = base.join("driver");
     let driver = launch_driver(driver_dir.clone());
@@ -90,6 +97,7 @@ fn member(id: i32) -> Member {
         driver_dir: driver_dir.clone(),
         segment_file_length: 4 * 1024 * 1024,
         threading_mode: ArchiveThreadingMode::Shared,
+        control_channel: Some(format!("aeron:udp?endpoint=localhost:{archive_port}")),
         ..ArchiveContext::default()
     })
     .unwrap();
@@ -227,10 +235,11 @@ fn send_and_receive(client: &mut ClusterClient, range: std::ops::Range<u32>) {
     assert_eq!(got, expected);
 }
 
-#[test]
-fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stops() {
-    let hosts: Vec<Member> = (0..3).map(member).collect();
+/// Three members' hosts, the members string and their ingress ports.
+fn three() -> (Vec<Member>, String, Vec<u16>) {
     let ingress: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let archive: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let hosts: Vec<Member> = (0..3).map(|i| member(i, archive[i as usize])).collect();
     let members = (0..3)
         .map(|i| {
             format!(
@@ -239,22 +248,27 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
                 free_port(),
                 free_port(),
                 free_port(),
-                free_port()
+                archive[i]
             )
         })
         .collect::<Vec<_>>()
         .join("|");
-    let mut running: Vec<Running> = hosts.iter().map(|h| start(h, &members)).collect();
-    await_until("a leader all three agree on", 30, || {
-        let all: Vec<&Running> = running.iter().collect();
-        assert_eq!(errors(&all), Vec::<String>::new());
-        agreed_leader(&all).is_some()
-    });
-    let leader = agreed_leader(&running.iter().collect::<Vec<_>>()).unwrap();
+    (hosts, members, ingress)
+}
 
-    // A client that knows every member's ingress reaches the leader.
-    let client_driver = hosts[0].driver_dir.clone();
-    let client_conn: Client = connect(&client_driver, "cluster-client");
+/// Waits until the running members among `which` agree on a leader (not `not`).
+fn await_leader(running: &[Running], which: &[usize], not: i32) -> i32 {
+    await_until("a leader the members agree on", 30, || {
+        let some: Vec<&Running> = which.iter().map(|&i| &running[i]).collect();
+        assert_eq!(errors(&some), Vec::<String>::new());
+        agreed_leader(&some).is_some_and(|l| l != not)
+    });
+    agreed_leader(&which.iter().map(|&i| &running[i]).collect::<Vec<_>>()).unwrap()
+}
+
+/// A client (on member 0's driver) that knows every member's ingress.
+fn client_of(hosts: &[Member], ingress: &[u16]) -> (Client, ClusterClient) {
+    let conn: Client = connect(&hosts[0].driver_dir, "cluster-client");
     let ctx = ClusterClientContext {
         ingress_endpoints: (0..3)
             .map(|i| format!("{i}=localhost:{}", ingress[i]))
@@ -263,7 +277,38 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
         egress_channel: format!("aeron:udp?endpoint=localhost:{}", free_port()),
         ..ClusterClientContext::default()
     };
-    let mut client = ClusterClient::connect(&client_conn, &ctx).unwrap();
+    let client = ClusterClient::connect(&conn, &ctx).unwrap();
+    (conn, client)
+}
+
+fn follow(client: &mut ClusterClient, conn: &Client, leader: i32) {
+    await_until("the client to follow the new leader", 30, || {
+        let _ = client.poll_egress(|_, _| {}, 10);
+        let _ = client.follow_leader(conn);
+        client.leader_member_id() == leader
+    });
+}
+
+fn await_applied(running: &[Running], which: &[usize], n: u32) {
+    let expected: Vec<Vec<u8>> = (0..n).map(message).collect();
+    for &i in which {
+        await_until(
+            &format!("member {i}'s service to apply {n} messages"),
+            20,
+            || running[i].applied.lock().unwrap().len() >= n as usize,
+        );
+        assert_eq!(*running[i].applied.lock().unwrap(), expected, "member {i}");
+    }
+}
+
+#[test]
+fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stops() {
+    let (hosts, members, ingress) = three();
+    let mut running: Vec<Running> = hosts.iter().map(|h| start(h, &members)).collect();
+    let leader = await_leader(&running, &[0, 1, 2], -1);
+
+    // A client that knows every member's ingress reaches the leader.
+    let (client_conn, mut client) = client_of(&hosts, &ingress);
     assert_eq!(client.leader_member_id(), leader);
     send_and_receive(&mut client, 0..300);
     // Every member's service applied every message once, in order: the
@@ -284,29 +329,59 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
     // The leader stops: the other two elect one of themselves.
     running[leader as usize].stop();
     let rest: Vec<usize> = (0..3).filter(|&i| i != leader as usize).collect();
-    await_until("a new leader", 30, || {
-        let two: Vec<&Running> = rest.iter().map(|&i| &running[i]).collect();
-        assert_eq!(errors(&two), Vec::<String>::new());
-        agreed_leader(&two).is_some_and(|l| l != leader)
-    });
-    let two: Vec<&Running> = rest.iter().map(|&i| &running[i]).collect();
-    let new_leader = agreed_leader(&two).unwrap();
-    drop(two);
-    await_until("the client to follow the new leader", 30, || {
-        let _ = client.poll_egress(|_, _| {}, 10);
-        let _ = client.follow_leader(&client_conn);
-        client.leader_member_id() == new_leader
-    });
+    let new_leader = await_leader(&running, &rest, leader);
+    follow(&mut client, &client_conn, new_leader);
     send_and_receive(&mut client, 300..400);
-    let expected: Vec<Vec<u8>> = (0..400).map(message).collect();
-    for &i in &rest {
-        await_until(
-            &format!("member {i}'s service to apply the new term"),
-            20,
-            || running[i].applied.lock().unwrap().len() >= 400,
-        );
-        assert_eq!(*running[i].applied.lock().unwrap(), expected, "member {i}");
+    await_applied(&running, &rest, 400);
+    client.close();
+    for r in running.iter_mut() {
+        r.stop();
     }
+    let all: Vec<&Running> = running.iter().collect();
+    assert_eq!(errors(&all), Vec::<String>::new());
+}
+
+/// A follower stopped while the others go on lacks the end of their term.
+/// With the leader stopped too, it restarts: it replays its own log, votes
+/// for the member with the longer log, copies the term's end from that
+/// member's archive (log replication) and replays it through its service
+/// before it joins the new term; both services then hold every message.
+///
+/// Ignored in the suite: it passes on an idle machine (3 runs of 3, about
+/// 11 s, most of it a stale live image of the log session timing out before
+/// the catch-up image can be made), but beside a busy loop the new leader's
+/// term can pass its heartbeat timeout before the member joins, the leader
+/// stands down, and the next term needs an uncommitted tail truncated, which
+/// is not wired yet (the member stops, naming it). Run it with
+/// `cargo test -p sulis-cluster --test three_member_cluster -- --ignored`.
+#[test]
+#[ignore = "needs truncation of an uncommitted tail (not wired) to pass under load"]
+fn a_member_that_missed_the_end_of_a_term_copies_it_from_the_new_leader_and_replays_it() {
+    let (hosts, members, ingress) = three();
+    let mut running: Vec<Running> = hosts.iter().map(|h| start(h, &members)).collect();
+    let leader = await_leader(&running, &[0, 1, 2], -1) as usize;
+    let (conn, mut client) = client_of(&hosts, &ingress);
+    send_and_receive(&mut client, 0..200);
+    await_applied(&running, &[0, 1, 2], 200);
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let (behind, ahead) = (followers[0], followers[1]);
+
+    running[behind].stop();
+    send_and_receive(&mut client, 200..300);
+    await_applied(&running, &[leader, ahead], 300);
+    running[leader].stop();
+
+    running[behind] = start(&hosts[behind], &members);
+    let new_leader = await_leader(&running, &[behind, ahead], leader as i32);
+    assert_eq!(
+        new_leader, ahead as i32,
+        "the member with the longer log leads"
+    );
+    follow(&mut client, &conn, new_leader);
+    send_and_receive(&mut client, 300..350);
+    // The restarted member's service is new: it holds the log replayed at
+    // start, the copied term's end and the new term, once each, in order.
+    await_applied(&running, &[behind, ahead], 350);
     client.close();
     for r in running.iter_mut() {
         r.stop();
