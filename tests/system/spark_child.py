@@ -46,12 +46,17 @@ def main() -> int:
     sink_channel = extra.pop("sinkChannel", "aeron:ipc")
     archive = {k: v for k, v in extra.items() if k in ("controlChannel", "controlStreamId", "controlResponseChannel",
                                                         "controlResponseStreamId", "replayChannel", "messageTimeout")}
-    source = (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
-              .option("streamId", stream_id).option("maxBytesPerTrigger", per_trigger).options(**extra).load())
-    writer = source.writeStream.format("parquet").option("checkpointLocation", checkpoint)
-    # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink.
+    def source():
+        return (spark.readStream.format("sulis").option("driverDir", driver_dir).option("channel", "aeron:ipc")
+                .option("streamId", stream_id).option("maxBytesPerTrigger", per_trigger).options(**extra).load())
+
+    writer = source().writeStream.format("parquet").option("checkpointLocation", checkpoint)
+    # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink. Each
+    # query has a source of its own: two queries started at once on one DataFrame failed now and then
+    # in CI with java.io.OptionalDataException deserializing a task (a HashMap of the plan they share,
+    # written by one query's thread while the other's serialized it).
     sink = None if sink_stream is None else (
-        source.select("value").writeStream.format("sulis").option("driverDir", driver_dir)
+        source().select("value").writeStream.format("sulis").option("driverDir", driver_dir)
         .option("channel", sink_channel).option("streamId", sink_stream).options(**archive)
         .option("checkpointLocation", checkpoint + "-sink"))
     if mode == "available-now":

@@ -607,9 +607,10 @@ def test_prometheus_exports_a_cluster_members_counters(make_driver, tmp_path):
             metrics = exporter.scrape()
             value = {name: samples(metrics[name])[0] for name in (
                 "sulis_cluster_module_state", "sulis_cluster_node_role", "sulis_cluster_commit_position",
-                "sulis_cluster_control_toggle")}
+                "sulis_cluster_control_toggle", "sulis_cluster_election_state")}
             assert {k: v.value for k, v in value.items() if k != "sulis_cluster_commit_position"} == {
-                "sulis_cluster_module_state": 1, "sulis_cluster_node_role": 2, "sulis_cluster_control_toggle": 1}
+                "sulis_cluster_module_state": 1, "sulis_cluster_node_role": 2, "sulis_cluster_control_toggle": 1,
+                "sulis_cluster_election_state": 17}
             assert value["sulis_cluster_commit_position"].value > 0
             assert value["sulis_cluster_module_state"].labels == {"cluster_id": "0"}
             (snapshots,) = samples(metrics["sulis_cluster_snapshots"], "sulis_cluster_snapshots_total")

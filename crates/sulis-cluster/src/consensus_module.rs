@@ -60,6 +60,8 @@ pub const NODE_ROLE_TYPE_ID: i32 = type_id::CLUSTER_NODE_ROLE;
 pub const CONTROL_TOGGLE_TYPE_ID: i32 = type_id::CLUSTER_CONTROL_TOGGLE;
 /// Counter type of the number of snapshots taken.
 pub const SNAPSHOT_COUNTER_TYPE_ID: i32 = type_id::CLUSTER_SNAPSHOT_COUNT;
+/// The election's state (type 207).
+pub const ELECTION_STATE_TYPE_ID: i32 = type_id::CLUSTER_ELECTION_STATE;
 /// The stream the consensus module's snapshot is written on.
 pub const CONSENSUS_MODULE_SNAPSHOT_STREAM_ID: i32 = 107;
 
@@ -374,6 +376,7 @@ pub struct ConsensusModule {
     node_role: Counter,
     control_toggle: Counter,
     snapshot_count: Counter,
+    election_state: Counter,
     /// Tells the services what they recover from, until they joined.
     recovery_state: Option<Counter>,
     /// A snapshot the services are taking: where, and their acks.
@@ -502,6 +505,10 @@ impl ConsensusModule {
         let node_role = counter(NODE_ROLE_TYPE_ID, "Cluster node role")?;
         let control_toggle = counter(CONTROL_TOGGLE_TYPE_ID, "Cluster control toggle")?;
         let snapshot_count = counter(SNAPSHOT_COUNTER_TYPE_ID, "Snapshot count")?;
+        let election_state = counter(ELECTION_STATE_TYPE_ID, "Election state")?;
+        // One member has no election to run: CLOSED, as Aeron's counter
+        // reads once its single-member election is over.
+        election_state.set(crate::election::ElectionState::Closed.code() as i64);
         module_state.set(ModuleState::Init as i64);
         control_toggle.set(toggle::INACTIVE);
         // A placeholder log publication until the term's is made below.
@@ -532,6 +539,7 @@ impl ConsensusModule {
             node_role,
             control_toggle,
             snapshot_count,
+            election_state,
             recovery_state: None,
             snapshot: None,
             term_base_log_position: 0,

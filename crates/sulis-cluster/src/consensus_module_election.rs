@@ -200,6 +200,26 @@ impl ConsensusModule {
         Ok(from)
     }
 
+    /// Invalidates the recording log's term entries after `leadership_term_id`
+    /// (terms an election recorded whose entries are gone or never came).
+    fn drop_terms_after(&mut self, leadership_term_id: i64) -> Result<(), String> {
+        let later: Vec<usize> = self
+            .recording_log
+            .entries()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.is_valid
+                    && e.entry_type == sulis_protocol::cluster::recording_log::ENTRY_TYPE_TERM
+                    && e.leadership_term_id > leadership_term_id
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in later {
+            self.recording_log.invalidate(i)?;
+        }
+        Ok(())
+    }
+
     fn rep(&mut self) -> &mut Replicated {
         self.replicated
             .as_mut()
@@ -230,6 +250,7 @@ impl ConsensusModule {
         rep.services_joined = false;
         let timeouts = rep.timeouts;
         rep.election = Some(Election::new(start, members, timeouts, now_ns));
+        self.election_state.set(ElectionState::Init.code() as i64);
         self.agent.state = crate::consensus_module_agent::ModuleState::Init;
         self.publish_state();
     }
@@ -299,6 +320,7 @@ impl ConsensusModule {
         }
         if let Some(mut election) = self.rep().election.take() {
             work += election.do_work(self, now_ns).max(0) as usize;
+            self.election_state.set(election.state().code() as i64);
             let rep = self.replicated.as_mut().expect("several members");
             if rep.completed {
                 let leader = election.leader_member_id().unwrap_or(-1);
@@ -808,8 +830,35 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn truncate_log_entry(&mut self, log_leadership_term_id: i64, position: i64) {
-        self.fail(format!(
-            "the log would be cut back to {position} in term {log_leadership_term_id}: truncating an uncommitted tail is not wired yet"
+        // The election cuts only what this member's services have not
+        // applied (else it asks for a restart): the recording (stopped by
+        // `prepare_for_new_leadership`) is truncated there, the term ends
+        // there and the terms after it go from the recording log.
+        if self.recording_id >= 0 {
+            if let Err(e) = self.archive.truncate_recording(self.recording_id, position) {
+                self.fail(format!(
+                    "truncating the log's recording {} to {position}: {e}",
+                    self.recording_id
+                ));
+                return;
+            }
+        }
+        if let Err(e) = self.drop_terms_after(log_leadership_term_id) {
+            self.fail(format!("the recording log: {e}"));
+            return;
+        }
+        if self.recording_log.find_term(log_leadership_term_id).is_some() {
+            if let Err(e) = self
+                .recording_log
+                .commit_log_position(log_leadership_term_id, position)
+            {
+                self.fail(format!("the recording log: {e}"));
+                return;
+            }
+        }
+        self.log_event(format!(
+            "member {} cut its log back to {position} (term {log_leadership_term_id})",
+            self.ctx.member_id
         ));
     }
 
@@ -870,6 +919,11 @@ impl ElectionHost for ConsensusModule {
                 Ok(())
             }
         } else {
+            // Terms recorded after it go (an election that never appended).
+            if let Err(e) = self.drop_terms_after(leadership_term_id) {
+                self.fail(format!("the recording log: {e}"));
+                return;
+            }
             let last = self.recording_log.last_term().cloned();
             // The term before ends where this one begins.
             let closed = match &last {

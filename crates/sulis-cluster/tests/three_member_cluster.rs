@@ -21,7 +21,9 @@ use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
     Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
 };
-use sulis_cluster::consensus_module::{ConsensusModule, ConsensusModuleContext};
+use sulis_cluster::consensus_module::{
+    ConsensusModule, ConsensusModuleContext, ELECTION_STATE_TYPE_ID,
+};
 use sulis_driver::MediaDriver;
 
 /// The messages a member's service applied, in order.
@@ -306,6 +308,20 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
     let (hosts, members, ingress) = three();
     let mut running: Vec<Running> = hosts.iter().map(|h| start(h, &members)).collect();
     let leader = await_leader(&running, &[0, 1, 2], -1);
+    // Each member's election-state counter (type 207) reads CLOSED (17).
+    for h in &hosts {
+        let c = connect(&h.driver_dir, "counters");
+        await_until("the election-state counter to read CLOSED", 10, || {
+            let counters = c.counters();
+            let mut state = None;
+            counters.for_each(|id, t, _, _| {
+                if t == ELECTION_STATE_TYPE_ID {
+                    state = Some(counters.counter_ref(id).get());
+                }
+            });
+            state == Some(17)
+        });
+    }
 
     // A client that knows every member's ingress reaches the leader.
     let (client_conn, mut client) = client_of(&hosts, &ingress);

@@ -85,6 +85,10 @@ pub mod type_id {
     pub const CLUSTER_RECOVERY_STATE: i32 = 204;
     /// Cluster: snapshots taken since the module started.
     pub const CLUSTER_SNAPSHOT_COUNT: i32 = 205;
+    /// Cluster: the election's state (Aeron's `ElectionState` codes: INIT
+    /// 0, CANVASS 1, ... LEADER_READY 8, ... CLOSED 17); CLOSED between
+    /// elections. Key: the cluster id (i32).
+    pub const CLUSTER_ELECTION_STATE: i32 = 207;
     /// Archive (sulis): where the archive keeps its files. Key: the archive
     /// id (i64); value: the archive id; label `Archive Directory -
     /// archiveId=N dir=PATH` (absolute), so a reader on the same host finds
@@ -190,6 +194,7 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::CLUSTER_COMMIT_POSITION, "cluster-commit-pos"),
     (type_id::CLUSTER_RECOVERY_STATE, "cluster-recovery-state"),
     (type_id::CLUSTER_SNAPSHOT_COUNT, "cluster-snapshot-count"),
+    (type_id::CLUSTER_ELECTION_STATE, "cluster-election-state"),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).

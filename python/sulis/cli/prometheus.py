@@ -151,6 +151,8 @@ _CLUSTER_GAUGES = {
     201: ("sulis_cluster_node_role", "The member's role: FOLLOWER 0, CANDIDATE 1, LEADER 2"),
     202: ("sulis_cluster_control_toggle", "The control toggle: NEUTRAL 1, SUSPEND 2, RESUME 3, SNAPSHOT 4"),
     203: ("sulis_cluster_commit_position", "How far the cluster's log is committed (bytes)"),
+    207: ("sulis_cluster_election_state", "The election's state: INIT 0, CANVASS 1, ... LEADER_READY 8, ... "
+                                          "FOLLOWER_READY 16, CLOSED 17 (no election running)"),
 }
 _CLUSTER_SNAPSHOTS = 205
 
