@@ -562,11 +562,31 @@ impl ConsensusModule {
         let mut work = 0;
         let recorded = self.recorded_position();
         let limit = self.agent.follower_commit_limit(recorded);
+        work += self.apply_followed_log(limit, None)?;
+        if let Some(m) = self.agent.follower_append_position(now_ns, recorded) {
+            let leader = self.rep().leader_member_id;
+            self.rep().publisher.send(
+                leader,
+                &Outbound::Election(ConsensusMessage::AppendPosition(m)),
+            );
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    /// Follower: applies the followed session's log (live or catch-up) up
+    /// to `limit`, the terms it begins into `terms`; the commit-position
+    /// counter follows. Only this term's session is read: an old leader's
+    /// image may linger on the same subscription.
+    fn apply_followed_log(
+        &mut self,
+        limit: i64,
+        mut terms: Option<&mut Vec<TermEvent>>,
+    ) -> Result<usize, String> {
         let mut entries = Vec::new();
         if let Some(rep) = self.replicated.as_mut() {
             let session = rep.follower_session;
             if let Some((sub, _)) = rep.follower_log.as_mut() {
-                // Only this term's session: an old leader's image may linger.
                 if let Some(image) = sub
                     .images()
                     .into_iter()
@@ -586,25 +606,24 @@ impl ConsensusModule {
                 }
             }
         }
+        let applied = entries.len();
         for (message, position) in entries {
             let entry = crate::log_adapter::decode(&message, position)
                 .map_err(|e| format!("the log at {position}: {e}"))?;
+            if let (Some(terms), LogEntry::NewLeadershipTerm(e)) = (terms.as_deref_mut(), &entry) {
+                terms.push(TermEvent {
+                    leadership_term_id: e.leadership_term_id,
+                    log_position: position,
+                    term_base_log_position: e.term_base_log_position,
+                });
+            }
             self.agent.on_log_entry(&entry, position)?;
             self.agent.on_follower_applied(position);
-            work += 1;
         }
         if self.agent.commit_position > self.commit.get() {
             self.commit.set(self.agent.commit_position);
         }
-        if let Some(m) = self.agent.follower_append_position(now_ns, recorded) {
-            let leader = self.rep().leader_member_id;
-            self.rep().publisher.send(
-                leader,
-                &Outbound::Election(ConsensusMessage::AppendPosition(m)),
-            );
-            work += 1;
-        }
-        Ok(work)
+        Ok(applied)
     }
 
     /// Starts (or extends) the archive's recording of the log session and
@@ -847,7 +866,11 @@ impl ElectionHost for ConsensusModule {
             self.fail(format!("the recording log: {e}"));
             return;
         }
-        if self.recording_log.find_term(log_leadership_term_id).is_some() {
+        if self
+            .recording_log
+            .find_term(log_leadership_term_id)
+            .is_some()
+        {
             if let Err(e) = self
                 .recording_log
                 .commit_log_position(log_leadership_term_id, position)
@@ -1299,53 +1322,12 @@ impl ElectionHost for ConsensusModule {
         terms: &mut Vec<TermEvent>,
     ) -> i32 {
         let mut work = 0;
-        let mut entries = Vec::new();
-        if let Some(rep) = self.replicated.as_mut() {
-            let session = rep.follower_session;
-            if let Some((sub, _)) = rep.follower_log.as_mut() {
-                if let Some(image) = sub
-                    .images()
-                    .into_iter()
-                    .find(|i| Some(i.session_id()) == session)
-                {
-                    let assembler = &mut rep.follower_assembler;
-                    let _ = image.bounded_poll(
-                        |payload, header| -> Result<(), ()> {
-                            if let Some(m) = assembler.on_fragment(payload, header) {
-                                entries.push((m.payload, m.end_position));
-                            }
-                            Ok(())
-                        },
-                        limit,
-                        50,
-                    );
-                }
-            }
-        }
-        for (message, position) in entries {
-            let entry = match crate::log_adapter::decode(&message, position) {
-                Ok(e) => e,
-                Err(e) => {
-                    self.fail(format!("the log at {position} (catching up): {e}"));
-                    return work;
-                }
-            };
-            if let LogEntry::NewLeadershipTerm(e) = &entry {
-                terms.push(TermEvent {
-                    leadership_term_id: e.leadership_term_id,
-                    log_position: position,
-                    term_base_log_position: e.term_base_log_position,
-                });
-            }
-            if let Err(e) = self.agent.on_log_entry(&entry, position) {
-                self.fail(e);
+        match self.apply_followed_log(limit, Some(terms)) {
+            Ok(n) => work += n as i32,
+            Err(e) => {
+                self.fail(format!("catching up: {e}"));
                 return work;
             }
-            self.agent.on_follower_applied(position);
-            work += 1;
-        }
-        if self.agent.commit_position > self.commit.get() {
-            self.commit.set(self.agent.commit_position);
         }
         // Near the live log: its destination too (both fill one image).
         let recorded = self.recorded_position();
