@@ -77,6 +77,19 @@ print(json.dumps({"values": values, "sources": sorted(sources)}), flush=True)
 """
 
 
+#: On host A: the hosts that published into the sink's stream so far (its recordings' source identities).
+SINK_SOURCES = """
+import json, sys
+import sulis
+driver_dir, sink_channel = sys.argv[1], sys.argv[2]
+with sulis.Client(dir=driver_dir) as c, sulis.ArchiveClient(c) as ac:
+    found = {d.source_identity.rsplit(":", 1)[0] for d in ac.list_recordings_for_uri(sink_channel, 3172)
+             if (d.stop_position if d.stop_position >= 0 else ac.get_recording_position(d.recording_id))
+             > d.start_position}
+print(json.dumps(sorted(found)), flush=True)
+"""
+
+
 @pytest.mark.timeout(400)
 def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(netns_hosts, tmp_path):
     """Host A: the archive (UDP control channel on A), a live recording being published. B: a sulis driver, the
@@ -159,7 +172,16 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
                 assert line, f"the job exited ({streaming.poll()}): {job_log('stream')}"
                 seen += "batch" in json.loads(line)
 
+        def sink_sources() -> list:
+            out, _ = hosts.python("a", SINK_SOURCES, driver_dir, sink_channel, stdout=subprocess.PIPE,
+                                  text=True).communicate(timeout=60)
+            return json.loads(out.strip().splitlines()[-1])
+
         batches(3)
+        # Host C dies only once its executor has published into the sink (Spark places the tasks: in
+        # three micro-batches it had not, once in CI, and the test would then not show C's part).
+        while c not in sink_sources():
+            batches(seen + 1)
         assert os.listdir(os.path.join(tmp, "work-c")), "host C's executor should be running tasks"
         hosts.kill_host("c")  # host C dies in the middle of the query
         batches(seen + 3)  # the job goes on, on B
