@@ -220,6 +220,15 @@ impl ConsensusModule {
         Ok(())
     }
 
+    /// One of this member's endpoints (`which` picks it), from the members string.
+    fn own_endpoint(&self, which: fn(&crate::cluster_member::ClusterMember) -> &String) -> String {
+        self.members
+            .iter()
+            .find(|m| m.id == self.ctx.member_id)
+            .map(|m| which(m).clone())
+            .unwrap_or_default()
+    }
+
     fn rep(&mut self) -> &mut Replicated {
         self.replicated
             .as_mut()
@@ -1207,19 +1216,11 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn add_follower_subscription(&mut self, log_session_id: i32, catchup: bool) {
-        let me = self.ctx.member_id;
-        let endpoint = self
-            .members
-            .iter()
-            .find(|m| m.id == me)
-            .map(|m| {
-                if catchup {
-                    m.catchup_endpoint.clone()
-                } else {
-                    m.log_endpoint.clone()
-                }
-            })
-            .unwrap_or_default();
+        let endpoint = if catchup {
+            self.own_endpoint(|m| &m.catchup_endpoint)
+        } else {
+            self.own_endpoint(|m| &m.log_endpoint)
+        };
         if self.rep().follower_log.is_none() {
             let tag = next_tag();
             let udp = self.rep().log_udp.clone();
@@ -1248,10 +1249,7 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn catchup_endpoint(&self) -> Option<String> {
-        self.members
-            .iter()
-            .find(|m| m.id == self.ctx.member_id)
-            .map(|m| m.catchup_endpoint.clone())
+        Some(self.own_endpoint(|m| &m.catchup_endpoint)).filter(|e| !e.is_empty())
     }
 
     fn try_join_log_as_follower(
@@ -1262,13 +1260,7 @@ impl ElectionHost for ConsensusModule {
         _now_ns: i64,
     ) -> JoinStatus {
         if !self.rep().live_destination {
-            let me = self.ctx.member_id;
-            let endpoint = self
-                .members
-                .iter()
-                .find(|m| m.id == me)
-                .map(|m| m.log_endpoint.clone())
-                .unwrap_or_default();
+            let endpoint = self.own_endpoint(|m| &m.log_endpoint);
             if !self.add_log_destination(&endpoint, false) {
                 return JoinStatus::NoImage;
             }
@@ -1333,13 +1325,7 @@ impl ElectionHost for ConsensusModule {
         let recorded = self.recorded_position();
         let window = self.ctx.log_term_length as i64 / 4;
         if !self.rep().live_destination && recorded + window >= catchup_join_position {
-            let me = self.ctx.member_id;
-            let endpoint = self
-                .members
-                .iter()
-                .find(|m| m.id == me)
-                .map(|m| m.log_endpoint.clone())
-                .unwrap_or_default();
+            let endpoint = self.own_endpoint(|m| &m.log_endpoint);
             self.add_log_destination(&endpoint, false);
             work += 1;
         }
@@ -1371,13 +1357,7 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn stop_catchup(&mut self) {
-        let me = self.ctx.member_id;
-        let endpoint = self
-            .members
-            .iter()
-            .find(|m| m.id == me)
-            .map(|m| m.catchup_endpoint.clone())
-            .unwrap_or_default();
+        let endpoint = self.own_endpoint(|m| &m.catchup_endpoint);
         let rep = self.rep();
         rep.catchup_of = None;
         if let Some((sub, _)) = rep.follower_log.as_ref() {
