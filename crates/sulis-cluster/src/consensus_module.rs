@@ -614,6 +614,31 @@ impl ConsensusModule {
             .unwrap_or(0)
     }
 
+    /// Takes the log's recording as this member's and returns where it
+    /// stopped: refused while it is still recorded (a module still running
+    /// on the directory, or one killed moments ago) or when it ends before
+    /// the snapshot `from` it recovers from.
+    fn stopped_log_end(&mut self, recording_id: i64, from: i64) -> Result<i64, String> {
+        self.recording_id = recording_id;
+        let stop = self
+            .archive
+            .get_stop_position(recording_id)
+            .map_err(|e| format!("the log's recording {recording_id}: {e}"))?;
+        if stop == NULL_POSITION {
+            return Err(format!(
+                "the log's recording {recording_id} is still being recorded (a consensus module on {} still running, or one killed moments ago whose publication the driver has not yet timed out)",
+                self.ctx.cluster_dir.display()
+            ));
+        }
+        if stop < from {
+            return Err(format!(
+                "the log's recording {recording_id} ends at {stop}, before the snapshot it recovers from at {from} ({})",
+                self.recording_log.path().display()
+            ));
+        }
+        Ok(stop)
+    }
+
     /// Replays the log this member recorded before, whole, through this
     /// module and its services (Aeron's `LogReplay`); returns where it ends.
     ///
@@ -628,28 +653,7 @@ impl ConsensusModule {
         let Some(last) = self.recording_log.last_term().cloned() else {
             return Ok(from);
         };
-        self.recording_id = last.recording_id;
-        let what = |e: sulis_archive::client::ArchiveError| {
-            format!("the log's recording {}: {e}", last.recording_id)
-        };
-        let stop = self
-            .archive
-            .get_stop_position(last.recording_id)
-            .map_err(what)?;
-        if stop == NULL_POSITION {
-            return Err(format!(
-                "the log's recording {} is still being recorded (a consensus module on {} still running, or one killed moments ago whose publication the driver has not yet timed out)",
-                last.recording_id,
-                self.ctx.cluster_dir.display()
-            ));
-        }
-        if stop < from {
-            return Err(format!(
-                "the log's recording {} ends at {stop}, before the snapshot it recovers from at {from} ({})",
-                last.recording_id,
-                self.recording_log.path().display()
-            ));
-        }
+        let stop = self.stopped_log_end(last.recording_id, from)?;
         if stop == from {
             return Ok(from);
         }

@@ -176,25 +176,7 @@ impl ConsensusModule {
     pub(super) fn recover_replicated(&mut self) -> Result<i64, String> {
         let from = self.load_latest_snapshot()?;
         if let Some(last) = self.recording_log.last_term().cloned() {
-            self.recording_id = last.recording_id;
-            let stop = self
-                .archive
-                .get_stop_position(last.recording_id)
-                .map_err(|e| format!("the log's recording {}: {e}", last.recording_id))?;
-            if stop == NULL_POSITION {
-                return Err(format!(
-                    "the log's recording {} is still being recorded (a consensus module on {} still running, or one killed moments ago whose image the archive has not yet seen end)",
-                    last.recording_id,
-                    self.ctx.cluster_dir.display()
-                ));
-            }
-            if stop < from {
-                return Err(format!(
-                    "the log's recording {} ends at {stop}, before the snapshot it recovers from at {from} ({})",
-                    last.recording_id,
-                    self.recording_log.path().display()
-                ));
-            }
+            self.stopped_log_end(last.recording_id, from)?;
         }
         self.agent.commit_position = from;
         Ok(from)
