@@ -39,6 +39,10 @@ pub struct ClusterMember {
     pub log_position: i64,
     /// When it last reported an append position (ns).
     pub time_of_last_append_position_ns: i64,
+    /// Its last report came after it joined the log of the term it
+    /// reported in (a follower's report before joining carries
+    /// `APPEND_FLAG_NOT_JOINED`; canvass positions never count as joined).
+    pub has_joined_log: bool,
     /// The candidate term its vote is for (−1: none).
     pub candidate_term_id: i64,
     /// Its vote in `candidate_term_id`: `None` not heard, `Some(yes)`.
@@ -75,6 +79,7 @@ impl ClusterMember {
             leadership_term_id: NULL_VALUE,
             log_position: NULL_POSITION,
             time_of_last_append_position_ns: 0,
+            has_joined_log: false,
             candidate_term_id: NULL_VALUE,
             vote: None,
             is_ballot_sent: false,
@@ -149,6 +154,7 @@ impl ClusterMember {
         self.candidate_term_id = NULL_VALUE;
         self.leadership_term_id = NULL_VALUE;
         self.log_position = NULL_POSITION;
+        self.has_joined_log = false;
     }
 
     /// It reported an append position within `timeout_ns` of `now_ns`.
@@ -179,6 +185,19 @@ impl ClusterMember {
         self.is_active(now_ns, timeout_ns)
             && self.leadership_term_id == leadership_term_id
             && self.log_position >= position
+    }
+
+    /// Like [`has_reached_position`](Self::has_reached_position), and the
+    /// position was reported after joining that term's log.
+    pub fn has_joined_at_position(
+        &self,
+        leadership_term_id: i64,
+        position: i64,
+        now_ns: i64,
+        timeout_ns: i64,
+    ) -> bool {
+        self.has_joined_log
+            && self.has_reached_position(leadership_term_id, position, now_ns, timeout_ns)
     }
 }
 
@@ -268,7 +287,14 @@ pub fn is_quorum_leader(members: &[ClusterMember], candidate_term_id: i64) -> bo
         >= quorum_threshold(members.len())
 }
 
-/// A quorum is active and reported `position` or more in `leadership_term_id`.
+/// A quorum is active, joined the log of `leadership_term_id` and reported
+/// `position` or more in it (the leader's own entry counts as joined).
+///
+/// A leader appends its new term's first entry once this holds; a report a
+/// follower sent before joining (the tail it holds, what it replicated)
+/// does not count: appended then, the entry would pass that follower's
+/// endpoint before it listens, and its image would join past the log
+/// position (three members on real drivers showed it).
 pub fn has_quorum_at_position(
     members: &[ClusterMember],
     leadership_term_id: i64,
@@ -278,7 +304,7 @@ pub fn has_quorum_at_position(
 ) -> bool {
     members
         .iter()
-        .filter(|m| m.has_reached_position(leadership_term_id, position, now_ns, timeout_ns))
+        .filter(|m| m.has_joined_at_position(leadership_term_id, position, now_ns, timeout_ns))
         .count()
         >= quorum_threshold(members.len())
 }
@@ -442,5 +468,18 @@ mod tests {
         m[2].time_of_last_append_position_ns = 0; // two left of five: no quorum
         assert_eq!(quorum_position(&m, &[0, 1], 1_500, 1_000), 0);
         assert!(!has_quorum_at_position(&m, 1, 100, 1_500, 1_000));
+    }
+
+    #[test]
+    fn only_reports_made_after_joining_the_log_count_as_at_position() {
+        let mut m = members(&[(1, 500), (1, 500), (1, 500)]);
+        for x in m.iter_mut() {
+            x.time_of_last_append_position_ns = 1_000;
+        }
+        m[0].has_joined_log = true; // the leader
+        assert!(!has_quorum_at_position(&m, 1, 500, 1_500, 1_000));
+        m[2].has_joined_log = true;
+        assert!(has_quorum_at_position(&m, 1, 500, 1_500, 1_000));
+        assert!(!has_quorum_at_position(&m, 1, 501, 1_500, 1_000));
     }
 }

@@ -11,11 +11,12 @@
 //! with its log endpoint as a destination, and its archive (REMOTE) and its
 //! services subscribe through that subscription's tag.
 //!
-//! Not wired yet, and said so when an election needs them (the election
-//! then fails its attempt, names why, and retries with back-off): replaying
-//! a local log tail inside an election, log replication from the leader's
-//! archive, catch-up of a follower behind the leader, truncation of an
-//! uncommitted tail.
+//! In an election the module replays its own log's committed part
+//! (`LogReplay`), copies terms it lacks from the leader's archive
+//! (`LogReplication`), truncates an uncommitted tail the leader lacks, and a
+//! follower behind the leader's term catches up from the leader's archive:
+//! the leader replays its recording to the follower's catch-up endpoint with
+//! the log's session id, so the replay and then the live log fill one image.
 
 use super::{err, with_param, ConsensusModule};
 use crate::consensus_adapter::ConsensusAdapter;
@@ -1320,7 +1321,7 @@ impl ElectionHost for ConsensusModule {
                     leadership_term_id: term,
                     log_position: recorded,
                     follower_member_id: me_id(self),
-                    flags: 1,
+                    flags: crate::election::APPEND_FLAG_CATCHUP,
                 };
                 if self.rep().publisher.send(
                     leader,

@@ -585,6 +585,13 @@ pub struct Election {
 
 const DAY_NS: i64 = 86_400_000_000_000;
 
+/// AppendPosition flags: Aeron's catch-up progress (1), and sulis's report
+/// of a follower that has not joined the term's log yet (2: the tail it
+/// holds, what it replicated). Only a report with neither tells the leader
+/// that the follower listens to its log.
+pub const APPEND_FLAG_CATCHUP: u8 = 1;
+pub const APPEND_FLAG_NOT_JOINED: u8 = 2;
+
 impl Election {
     /// An election of `members` (this member among them) starting at `now_ns`.
     pub fn new(
@@ -790,7 +797,7 @@ impl Election {
         if i == self.this_member {
             return;
         }
-        self.update_member(i, m.log_leadership_term_id, m.log_position, now_ns);
+        self.update_member(i, m.log_leadership_term_id, m.log_position, false, now_ns);
         if m.log_leadership_term_id < self.leadership_term_id {
             if host.role() == role::LEADER {
                 let quorum = self.quorum_position_bounded(now_ns);
@@ -868,7 +875,7 @@ impl Election {
         if let Some(i) = self.member_index(m.follower_member_id) {
             self.members[i].candidate_term_id = m.candidate_term_id;
             self.members[i].vote = Some(m.vote == 1);
-            self.update_member(i, m.log_leadership_term_id, m.log_position, now_ns);
+            self.update_member(i, m.log_leadership_term_id, m.log_position, false, now_ns);
         }
     }
 
@@ -1078,7 +1085,8 @@ impl Election {
             return;
         }
         if let Some(i) = self.member_index(m.follower_member_id) {
-            self.update_member(i, m.leadership_term_id, m.log_position, now_ns);
+            let joined = m.flags == 0;
+            self.update_member(i, m.leadership_term_id, m.log_position, joined, now_ns);
             host.track_catchup_completion(m.follower_member_id, m.leadership_term_id, m.flags);
         }
     }
@@ -1137,10 +1145,18 @@ impl Election {
         }
     }
 
-    fn update_member(&mut self, i: usize, leadership_term_id: i64, log_position: i64, now_ns: i64) {
+    fn update_member(
+        &mut self,
+        i: usize,
+        leadership_term_id: i64,
+        log_position: i64,
+        joined: bool,
+        now_ns: i64,
+    ) {
         let m = &mut self.members[i];
         m.leadership_term_id = leadership_term_id;
         m.log_position = log_position;
+        m.has_joined_log = joined;
         m.time_of_last_append_position_ns = now_ns;
     }
 
@@ -1511,16 +1527,21 @@ impl Election {
         // (its NewLeadershipTerm was taken without a cut), so a follower
         // with a tail beyond what it applied says so in the new term (the
         // leader counts only positions reported in its log's term or the new
-        // one) and hears the commit position it needs. The leader cannot
-        // commit that tail before its term's first entry (see commit_bound),
-        // so such a follower joins the new term through catch-up from its
-        // applied position. One with nothing beyond says nothing before it
-        // joined the live log: the leader takes a report in the new term at
-        // the log position as "joined" and appends, and the follower's image
-        // would then join past the log position (three members on real
-        // drivers showed it; Aeron's followers report nothing here either).
-        let work = if self.log_position < self.append_position {
-            self.publish_follower_append_position(host, now_ns)
+        // one) and hears the commit position it needs. While it replays, the
+        // report is flagged APPEND_FLAG_NOT_JOINED: the leader appends only
+        // once a quorum reported after joining its log, and the replay may
+        // well reach the append position (the commit covered it), after
+        // which this follower joins the live log at the log position, as
+        // long as the leader has not appended (three members on real drivers
+        // showed the image joining past it otherwise). A tail still beyond
+        // the commit position once the replay is done is reported unflagged:
+        // the leader cannot commit it before its term's first entry (see
+        // commit_bound), so it appends, and this follower joins the new term
+        // through catch-up from its applied position. One with nothing
+        // beyond says nothing before it joined, as Aeron's followers.
+        let tail = self.log_position < self.append_position;
+        let work = if tail {
+            self.publish_follower_append_position(host, now_ns, APPEND_FLAG_NOT_JOINED, false)
         } else {
             0
         };
@@ -1535,6 +1556,7 @@ impl Election {
                 self.replaying = true;
                 return Ok(work + 1);
             }
+            self.report_uncommitted_tail(host, now_ns);
             let to = next(self);
             self.set_state(host, to, now_ns, "nothing committed to replay");
             return Ok(work + 1);
@@ -1546,6 +1568,7 @@ impl Election {
             self.stop_replay(host);
             if position >= target {
                 self.log_position = position;
+                self.report_uncommitted_tail(host, now_ns);
                 let to = next(self);
                 self.set_state(host, to, now_ns, "log replay done");
             } else {
@@ -1558,6 +1581,14 @@ impl Election {
             return Ok(work + 1);
         }
         Ok(work)
+    }
+
+    /// Replayed what is committed: a tail beyond it is reported as this
+    /// follower's position in the new term (see follower_replay).
+    fn report_uncommitted_tail(&mut self, host: &mut dyn ElectionHost, now_ns: i64) {
+        if self.log_position < self.append_position {
+            self.publish_follower_append_position(host, now_ns, 0, true);
+        }
     }
 
     fn follower_catchup_init(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
@@ -1591,7 +1622,7 @@ impl Election {
     }
 
     fn follower_catchup_await(&mut self, host: &mut dyn ElectionHost, now_ns: i64) -> Step {
-        self.publish_follower_append_position(host, now_ns);
+        self.publish_follower_append_position(host, now_ns, APPEND_FLAG_NOT_JOINED, false);
         if !self.join_log(host, now_ns, "FOLLOWER_CATCHUP_AWAIT", "catch-up log")? {
             return Ok(0);
         }
@@ -1754,6 +1785,7 @@ impl Election {
         let append = self.append_position;
         let me = &mut self.members[self.this_member];
         me.log_position = append;
+        me.has_joined_log = true;
         me.time_of_last_append_position_ns = now_ns;
     }
 
@@ -1941,7 +1973,7 @@ impl Election {
                 leadership_term_id: self.leadership_term_id,
                 log_position: position,
                 follower_member_id: self.this_id(),
-                flags: 0,
+                flags: APPEND_FLAG_NOT_JOINED,
             };
             if host.send(leader, ConsensusMessage::AppendPosition(message)) {
                 self.append_position = position;
@@ -1952,12 +1984,17 @@ impl Election {
         0
     }
 
+    /// Reports the append position (on change or interval, or now when
+    /// `force`d) with `flags`.
     fn publish_follower_append_position(
         &mut self,
         host: &mut dyn ElectionHost,
         now_ns: i64,
+        flags: u8,
+        force: bool,
     ) -> i32 {
-        if self.last_published_append_position != self.append_position
+        if force
+            || self.last_published_append_position != self.append_position
             || self.update_interval_expired(now_ns, self.timeouts.leader_heartbeat_interval_ns)
         {
             let leader = self.leader_member_id().expect("a leader");
@@ -1965,7 +2002,7 @@ impl Election {
                 leadership_term_id: self.leadership_term_id,
                 log_position: self.append_position,
                 follower_member_id: self.this_id(),
-                flags: 0,
+                flags,
             };
             if host.send(leader, ConsensusMessage::AppendPosition(message)) {
                 self.last_published_append_position = self.append_position;
