@@ -52,6 +52,22 @@ def _reclaim_own_driver(cluster_dir: str, driver_dir: str) -> bool:
         return False
 
 
+def _own_endpoints(rows) -> tuple[str, str] | None:
+    """This member's archive endpoint and host from the effective ``cluster_members`` and ``member_id``
+    (``rows`` of ``cluster_config``), or None for a one-member cluster."""
+    values = {r[0]: r[1] for r in rows}
+    members = [m for m in str(values.get("cluster_members", "")).split("|") if m.strip()]
+    if len(members) < 2:
+        return None
+    me = str(values.get("member_id", "0"))
+    for m in members:
+        fields = [f.strip() for f in m.split(",")]
+        if fields[0] == me and len(fields) >= 6:
+            archive = fields[5]
+            return archive, archive.rsplit(":", 1)[0]
+    raise click.BadParameter(f"member {me} is not in --cluster-members", param_hint="--member-id")
+
+
 @click.command("cluster-node")
 @click.option("--service", "service_spec", required=True, metavar="MODULE:CLASS",
               help="The ClusteredService subclass to run (made with no arguments).")
@@ -67,12 +83,25 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
                  print_config: bool, **options) -> None:
     """Run a cluster member until interrupted (Ctrl-C / SIGTERM): a media driver in --dir, an archive in
     --archive-dir, and the consensus module and service container, the service made from MODULE:CLASS.
-    One-member clusters so far (docs/cluster.md)."""
+    In a cluster of several members the archive's control channel is this member's archive endpoint (the
+    others' archives copy and replay the log from it), and terms copied from the leader arrive on this
+    member's archive host unless --replication-channel says otherwise."""
     driver_dir = dir_ or _native.default_dir()
     options = {k: v for k, v in options.items() if v is not None}
     if print_config:
         echo_config(_native.cluster_config, cluster_dir, driver_dir, **options)
         return
+    try:
+        rows = _native.cluster_config(cluster_dir, driver_dir, **options)
+    except _native.SulisError as e:
+        raise cli_error(e) from None
+    own = _own_endpoints(rows)
+    archive_options: dict = {}
+    if own is not None:
+        archive_endpoint, host = own
+        archive_options["control_channel"] = f"aeron:udp?endpoint={archive_endpoint}"
+        if any(r[0] == "replication_channel" and r[2] == "default" for r in rows):
+            options["replication_channel"] = f"aeron:udp?endpoint={host}:0"
     service = _load_service(service_spec)
     from .. import Archive, MediaDriver
     from ..cluster import ClusterNode
@@ -83,7 +112,7 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
         try:
             reclaim = _reclaim_own_driver(cluster_dir, driver_dir)
             started.append(MediaDriver(dir=driver_dir, threading_mode="shared", dir_delete_on_start=reclaim))
-            started.append(Archive(archive_dir, driver_dir=driver_dir))
+            started.append(Archive(archive_dir, driver_dir=driver_dir, **archive_options))
             node = ClusterNode(service, cluster_dir, driver_dir, **options)
             started.append(node)
         except _native.SulisError as e:
