@@ -1231,8 +1231,26 @@ impl ElectionHost for ConsensusModule {
         }
     }
 
+    /// The catch-up endpoint to tell the leader: this member's, with the
+    /// port the driver bound in place of `host:0` (Aeron's
+    /// `tryResolveChannelEndpointPort`), or `None` until it is bound (the
+    /// election then asks again): a replay sent to port 0 goes nowhere.
     fn catchup_endpoint(&self) -> Option<String> {
-        Some(self.own_endpoint(|m| &m.catchup_endpoint)).filter(|e| !e.is_empty())
+        let configured = self.own_endpoint(|m| &m.catchup_endpoint);
+        if configured.is_empty() {
+            return None;
+        }
+        let Some(host) = configured.strip_suffix(":0") else {
+            return Some(configured);
+        };
+        let live = self.own_endpoint(|m| &m.log_endpoint);
+        let live_port = live.rsplit_once(':').map_or("", |(_, p)| p);
+        let (sub, _) = self.replicated.as_ref()?.follower_log.as_ref()?;
+        sub.local_socket_addresses()
+            .iter()
+            .filter_map(|a| a.rsplit_once(':').map(|(_, p)| p))
+            .find(|p| *p != live_port && *p != "0")
+            .map(|p| format!("{host}:{p}"))
     }
 
     fn try_join_log_as_follower(
@@ -1242,7 +1260,10 @@ impl ElectionHost for ConsensusModule {
         is_startup: bool,
         _now_ns: i64,
     ) -> JoinStatus {
-        if !self.rep().live_destination {
+        // Catching up, the live endpoint is added only near the live log
+        // (`catchup_poll`): added now, the live log could make the image
+        // first, at the leader's position rather than the replay's.
+        if !self.rep().live_destination && self.rep().catchup_of.is_none() {
             let endpoint = self.own_endpoint(|m| &m.log_endpoint);
             if !self.add_log_destination(&endpoint, false) {
                 return JoinStatus::NoImage;

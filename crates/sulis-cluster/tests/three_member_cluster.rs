@@ -237,7 +237,9 @@ fn send_and_receive(client: &mut ClusterClient, range: std::ops::Range<u32>) {
     assert_eq!(got, expected);
 }
 
-/// Three members' hosts, the members string and their ingress ports.
+/// Three members' hosts, the members string and their ingress ports. The
+/// catch-up endpoints are `localhost:0`: a follower tells the leader the
+/// port its driver bound.
 fn three() -> (Vec<Member>, String, Vec<u16>) {
     let ingress: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let archive: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -245,9 +247,8 @@ fn three() -> (Vec<Member>, String, Vec<u16>) {
     let members = (0..3)
         .map(|i| {
             format!(
-                "{i},localhost:{},localhost:{},localhost:{},localhost:{},localhost:{}",
+                "{i},localhost:{},localhost:{},localhost:{},localhost:0,localhost:{}",
                 ingress[i],
-                free_port(),
                 free_port(),
                 free_port(),
                 archive[i]
