@@ -726,6 +726,34 @@ impl ConsensusModule {
         }
     }
 
+    /// Closes the follower's log subscription after removing its
+    /// destinations (the endpoint may live on in the services' and the
+    /// archive's subscriptions of its tag, but it no longer holds the log
+    /// port, so a new subscription can bind it).
+    fn replace_follower_log(&mut self, why: &str) {
+        let live = format!(
+            "aeron:udp?endpoint={}",
+            self.own_endpoint(|m| &m.log_endpoint)
+        );
+        let catchup = format!(
+            "aeron:udp?endpoint={}",
+            self.own_endpoint(|m| &m.catchup_endpoint)
+        );
+        let rep = self.rep();
+        let live_added = std::mem::replace(&mut rep.live_destination, false);
+        if let Some((mut sub, tag)) = rep.follower_log.take() {
+            if live_added {
+                let _ = sub.remove_destination(&live);
+            }
+            let _ = sub.remove_destination(&catchup);
+            let _ = sub.close();
+            self.log_event(format!(
+                "member {} makes a new log subscription (tag {tag}): {why}",
+                self.ctx.member_id
+            ));
+        }
+    }
+
     fn leader_spy_channel(&mut self) -> String {
         let host = self
             .members
@@ -1199,6 +1227,21 @@ impl ElectionHost for ConsensusModule {
     }
 
     fn add_follower_subscription(&mut self, log_session_id: i32, catchup: bool) {
+        // An image of this session left by an earlier attempt joined where
+        // this member could not follow; the replay's data and the live
+        // log's would go on filling it (for as long as the leader sends, it
+        // never times out). Start on a fresh subscription, as Aeron makes
+        // one per attempt.
+        let stale = self.rep().follower_log.as_mut().is_some_and(|(sub, _)| {
+            sub.images()
+                .iter()
+                .any(|i| i.session_id() == log_session_id)
+        });
+        if stale {
+            self.replace_follower_log(&format!(
+                "an earlier attempt's image of log session {log_session_id}"
+            ));
+        }
         let endpoint = if catchup {
             self.own_endpoint(|m| &m.catchup_endpoint)
         } else {
