@@ -1,0 +1,347 @@
+"""A Jepsen-style fault run of a sulis cluster across network namespaces.
+
+Each member is a ``sulis cluster-node`` process on a host of its own (``NetnsHosts``: a namespace per host on
+one bridge), its service the register of ``register_service.py``; the clients (``workload.py``) run on a
+host of their own. While they run, a nemesis hurts the cluster, one fault at a time, each healed before the
+next: SIGKILL of the leader (restarted), of a majority (restarted), of every member (a whole-cluster
+restart); SIGSTOP of the leader for longer than the heartbeat timeout; the leader cut off (both ways, only
+its inbound side, or only the consensus stream) with nftables; random packet loss on every member. Then:
+
+- the history is linearizable (porcupine, ``lincheck/``), so no answered write is lost or seen out of order;
+- every member applied the same requests in the same order (their journals are equal), each answered
+  request once, none twice;
+- at most one leader per leadership term (from what each member said it ran).
+
+``run(...)`` returns the figures and raises ``AssertionError`` naming what broke. ``python
+tests/clusterfaults/run.py`` is the long run; ``tests/system/test_cluster_faults.py`` the short one in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # netutil
+
+from netutil.netns import NetnsHosts  # noqa: E402
+from netutil.nft import NftLoss, run_nft  # noqa: E402
+
+import sulis  # noqa: E402
+
+CLI = [sys.executable, "-m", "sulis.cli"]
+PORTS = {"ingress": 9010, "consensus": 9011, "log": 9012, "archive": 9014}
+ROLE_TYPE_ID, LEADER = 201, 2
+#: A failed leader is noticed within 2 s (Aeron's default is 10 s); terms long enough for a follower fed
+#: at another pace (docs/cluster.md).
+TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
+           "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
+           "--log-term-length", "1m", "--session-timeout", "10s"]
+NEMESES = ("kill-leader", "pause-leader", "isolate-leader", "inbound-cut", "consensus-cut", "loss",
+           "kill-majority", "restart-all")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
+    env.update(extra)
+    return env
+
+
+def build_lincheck(dest: Path) -> Path:
+    """Builds the porcupine checker (``go build``; the module cache keeps porcupine after the first time)."""
+    out = dest / "lincheck"
+    proc = subprocess.run(["go", "build", "-o", str(out), "."], cwd=HERE / "lincheck", capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the linearizability checker failed: {proc.stderr.strip()}")
+    return out
+
+
+class Cut:
+    """Drops a host's UDP on its link (``sv0``) with nftables: ``both`` ways, only ``inbound``, or only the
+    consensus stream's port both ways; ``heal()`` removes the table."""
+
+    _n = 0
+
+    def __init__(self, ns: str, how: str):
+        Cut._n += 1
+        self.ns, self.table = ns, f"sulis_cut_{os.getpid()}_{Cut._n}"
+        rules = []
+        if how in ("both", "inbound"):
+            rules.append('input iifname "sv0" meta l4proto udp counter drop')
+        if how == "both":
+            rules.append('output oifname "sv0" meta l4proto udp counter drop')
+        if how == "consensus":
+            port = PORTS["consensus"]
+            rules.append(f'input iifname "sv0" udp dport {port} counter drop')
+            rules.append(f'output oifname "sv0" udp dport {port} counter drop')
+        script = [f"add table inet {self.table}"]
+        for hook in ("input", "output"):
+            script.append(f"add chain inet {self.table} {hook} "
+                          f"{{ type filter hook {hook} priority -20; policy accept; }}")
+        script += [f"add rule inet {self.table} {r}" for r in rules]
+        run_nft(ns, "-f", "-", input="\n".join(script) + "\n")
+
+    def heal(self) -> None:
+        run_nft(self.ns, "delete", "table", "inet", self.table)
+
+
+@dataclass
+class Member:
+    id: int
+    host: str
+    base: Path
+    members: str
+    proc: subprocess.Popen | None = None
+    paused: bool = False
+    starts: int = 0
+
+    @property
+    def journal(self) -> Path:
+        return self.base / "journal.txt"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.base / "stderr.txt"
+
+    @property
+    def driver_dir(self) -> Path:
+        return self.base / "driver"
+
+    def command(self) -> list[str]:
+        return [*CLI, "cluster-node", "--service", "register_service:Register", "--cluster-dir",
+                str(self.base / "cluster"), "--archive-dir", str(self.base / "archive"), "--dir",
+                str(self.driver_dir), "--cluster-members", self.members, "--member-id", str(self.id), *TIMINGS]
+
+    def is_up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def journal_lines(self) -> list[str]:
+        try:
+            return self.journal.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def role(self) -> int | None:
+        if not self.is_up():
+            return None
+        try:
+            rows = sulis._native.CountersReader(str(self.driver_dir)).counters()
+        except sulis._native.SulisError:
+            return None
+        return next((c["value"] for c in rows if c["type_id"] == ROLE_TYPE_ID), None)
+
+
+@dataclass
+class FaultRun:
+    hosts: NetnsHosts
+    base: Path
+    size: int
+    members: list[Member] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        spec = "|".join(f"{i},{self.hosts.addr(f'n{i}')}:{PORTS['ingress']},{self.hosts.addr(f'n{i}')}:"
+                        f"{PORTS['consensus']},{self.hosts.addr(f'n{i}')}:{PORTS['log']},"
+                        f"{self.hosts.addr(f'n{i}')}:0,{self.hosts.addr(f'n{i}')}:{PORTS['archive']}"
+                        for i in range(self.size))
+        for i in range(self.size):
+            base = self.base / f"member-{i}"
+            base.mkdir(parents=True, exist_ok=True)
+            self.members.append(Member(i, f"n{i}", base, spec))
+
+    def log(self, what: str) -> None:
+        self.events.append(f"{time.monotonic():.3f} {what}")
+
+    def start(self, m: Member) -> None:
+        runs = m.stderr().count("running in")
+        with open(m.stderr_path, "a") as err:
+            m.proc = self.hosts.popen(m.host, m.command(), env=clean_env(PYTHONPATH=str(HERE), JOURNAL=str(m.journal)),
+                                      cwd=str(HERE), stdout=subprocess.DEVNULL, stderr=err)
+        m.paused, m.starts = False, m.starts + 1
+        deadline = time.monotonic() + 60
+        while m.stderr().count("running in") <= runs:
+            if m.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"member {m.id} did not start:\n{m.stderr()[-3000:]}")
+            time.sleep(0.05)
+        self.log(f"started member {m.id}")
+
+    def kill(self, m: Member) -> None:
+        if m.is_up():
+            if m.paused:
+                os.kill(m.proc.pid, signal.SIGCONT)
+            m.proc.kill()
+            m.proc.wait(timeout=10)
+        self.log(f"killed member {m.id}")
+
+    def leader(self, timeout: float = 30.0) -> Member:
+        """The member that leads, once exactly one running, unpaused member says it does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leading = [m for m in self.members if not m.paused and m.role() == LEADER]
+            if len(leading) == 1:
+                return leading[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no single leader within {timeout} s: roles "
+                             f"{[(m.id, m.role(), m.paused) for m in self.members]}")
+
+    def nemesis(self, kind: str, hold: float, rng: random.Random) -> None:
+        """One fault, held for ``hold`` seconds, then healed."""
+        leader = self.leader()
+        if kind == "kill-leader":
+            self.kill(leader)
+            time.sleep(hold)
+            self.start(leader)
+        elif kind == "pause-leader":
+            os.kill(leader.proc.pid, signal.SIGSTOP)
+            leader.paused = True
+            self.log(f"paused member {leader.id}")
+            time.sleep(hold)
+            os.kill(leader.proc.pid, signal.SIGCONT)
+            leader.paused = False
+            self.log(f"resumed member {leader.id}")
+        elif kind in ("isolate-leader", "inbound-cut", "consensus-cut"):
+            how = {"isolate-leader": "both", "inbound-cut": "inbound", "consensus-cut": "consensus"}[kind]
+            cut = Cut(self.hosts.ns(leader.host), how)
+            self.log(f"cut member {leader.id} off ({how})")
+            time.sleep(hold)
+            cut.heal()
+            self.log(f"healed member {leader.id}")
+        elif kind == "loss":
+            losses = [NftLoss(self.hosts.ns(m.host), 10, hook="both") for m in self.members]
+            self.log("10% loss on every member")
+            time.sleep(hold)
+            dropped = sum(loss.dropped() for loss in losses)
+            for loss in losses:
+                loss.remove()
+            self.log(f"loss healed ({dropped} packets dropped)")
+        elif kind == "kill-majority":
+            others = [m for m in self.members if m is not leader]
+            victims = [leader, *rng.sample(others, self.size // 2)]
+            for m in victims:
+                self.kill(m)
+            time.sleep(hold)
+            for m in victims:
+                self.start(m)
+        elif kind == "restart-all":
+            for m in self.members:
+                self.kill(m)
+            time.sleep(min(hold, 1.0))
+            for m in self.members:
+                self.start(m)
+        else:
+            raise ValueError(f"unknown nemesis {kind!r}: one of {', '.join(NEMESES)}")
+
+    def stop(self) -> None:
+        for m in self.members:
+            if m.is_up():
+                if m.paused:
+                    os.kill(m.proc.pid, signal.SIGCONT)
+                m.proc.send_signal(signal.SIGTERM)
+        for m in self.members:
+            if m.proc is not None:
+                try:
+                    m.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    m.proc.kill()
+                    m.proc.wait(timeout=10)
+
+
+TERM_LINE = re.compile(r"member (\d+) runs term (\d+) with leader (\d+)")
+
+
+def leaders_by_term(members: list[Member]) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for m in members:
+        for member, term, leader in TERM_LINE.findall(m.stderr()):
+            out.setdefault(int(term), set()).add(int(leader))
+    return out
+
+
+def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path) -> dict:
+    """The checks after the faults healed; returns the figures."""
+    # Every member converges on one applied sequence.
+    deadline = time.monotonic() + 60
+    while True:
+        journals = [m.journal_lines() for m in run.members]
+        if all(j == journals[0] for j in journals):
+            break
+        if time.monotonic() > deadline:
+            lengths = [len(j) for j in journals]
+            prefix = all(j == journals[0][:len(j)] or journals[0] == j[:len(journals[0])] for j in journals)
+            raise AssertionError(f"the members' journals did not converge within 60 s: lengths {lengths}, "
+                                 f"each a prefix of another: {prefix}")
+        time.sleep(0.2)
+    applied = journals[0]
+    assert len(applied) == len(set(applied)), "a request was applied twice"
+    applied_set = set(applied)
+    answered = [h for h in history if h["ret"] is not None]
+    missing = [h["id"] for h in answered if h["id"] not in applied_set]
+    assert not missing, f"answered requests missing from the log: {missing[:10]}"
+    # At most one leader per term.
+    terms = leaders_by_term(run.members)
+    split = {t: sorted(ls) for t, ls in terms.items() if len(ls) > 1}
+    assert not split, f"more than one leader in a term: {split}"
+    # Linearizable.
+    proc = subprocess.run([str(lincheck), "-timeout", "120s", str(history_path)], capture_output=True, text=True,
+                          timeout=300)
+    verdict = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 0, f"linearizability: {verdict} (history {history_path})"
+    return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
+            "applied": len(applied), "terms": len(terms), "lincheck": verdict}
+
+
+def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], hold: float = 3.0,
+        settle: float = 2.0, clients: int = 3, keys: int = 3, seed: int = 0, lincheck: Path | None = None,
+        say=print) -> dict:
+    """A whole fault run on ``hosts`` (``n0``... and ``client``): the cluster, the workload, the nemeses of
+    ``schedule`` in order, then the checks. Returns the figures (with the events)."""
+    rng = random.Random(seed)
+    lincheck = lincheck or build_lincheck(base)
+    fr = FaultRun(hosts, base, size)
+    workload = None
+    try:
+        for m in fr.members:
+            fr.start(m)
+        fr.leader(60)
+        history_path = base / "history.jsonl"
+        cfg = {"driver_dir": str(base / "client-driver"), "host": hosts.addr("client"), "egress_port": 9100,
+               "ingress": ",".join(f"{m.id}={hosts.addr(m.host)}:{PORTS['ingress']}" for m in fr.members),
+               "clients": clients, "keys": keys, "seed": seed, "op_timeout": 3.0, "think": 0.01,
+               "history": str(history_path)}
+        workload = hosts.popen("client", [sys.executable, str(HERE / "workload.py"), json.dumps(cfg)],
+                               env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        assert workload.stdout.readline().strip() == "workload running", workload.stderr.read()
+        time.sleep(settle)
+        for kind in schedule:
+            say(f"nemesis: {kind}")
+            fr.log(f"nemesis {kind}")
+            fr.nemesis(kind, hold, rng)
+            fr.leader(60)
+            time.sleep(settle)
+        out, err = workload.communicate("stop\n", timeout=60)
+        assert workload.returncode == 0, f"the workload failed:\n{err[-3000:]}"
+        history = [json.loads(line) for line in history_path.read_text().splitlines()]
+        figures = check(fr, history, lincheck, history_path)
+        figures["events"] = fr.events
+        return figures
+    except BaseException:
+        for m in fr.members:
+            sys.stderr.write(f"--- member {m.id} (last lines)\n{m.stderr()[-2500:]}\n")
+        raise
+    finally:
+        if workload is not None and workload.poll() is None:
+            workload.kill()
+        fr.stop()

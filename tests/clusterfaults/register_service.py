@@ -1,0 +1,47 @@
+"""The fault suite's service: registers by key with read, write and compare-and-set.
+
+A request is ``"<op id> <op> <key> <a> <b>"`` (``read k 0 0``, ``write k v 0``, ``cas k from to``); the
+leader answers ``"<op id> <ok 0|1> <value>"`` on the client's egress. Every applied request's op id goes,
+a line each, to ``$JOURNAL`` (rewritten from the log at every start), so the test can compare what each
+member applied. Registers start at 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from sulis.cluster import ClusteredService
+
+
+class Register(ClusteredService):
+    def __init__(self) -> None:
+        self.values: dict[int, int] = {}
+        self.journal = open(os.environ["JOURNAL"], "w")  # noqa: SIM115 (open for the service's life)
+
+    def on_start(self, cluster, snapshot) -> None:
+        if snapshot is not None:
+            self.values = {int(k): v for k, v in json.loads(snapshot[0]).items()}
+
+    def on_take_snapshot(self, cluster, snapshot) -> None:
+        snapshot.write(json.dumps(self.values).encode())
+
+    def on_session_message(self, cluster, session_id, timestamp, payload) -> None:
+        op_id, op, key, a, b = payload.decode().split()
+        key, a, b = int(key), int(a), int(b)
+        current = self.values.get(key, 0)
+        ok = True
+        if op == "write":
+            self.values[key] = a
+        elif op == "cas":
+            ok = current == a
+            if ok:
+                self.values[key] = b
+        self.journal.write(op_id + "\n")
+        self.journal.flush()
+        reply = f"{op_id} {int(ok)} {current if op == 'read' else self.values.get(key, 0)}".encode()
+        # A client that is gone must not stall the cluster: a few tries, then it learns nothing (its op
+        # is then of unknown outcome, which the check allows).
+        for _ in range(1000):
+            if cluster.offer(session_id, reply):
+                break

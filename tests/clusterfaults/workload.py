@@ -1,0 +1,106 @@
+"""The fault suite's clients, a process on the client host: ``python workload.py CONFIG_JSON``.
+
+Each of ``clients`` threads holds a cluster session (its own egress port) and runs one operation at a time
+on a few registers (read, write, compare-and-set), each with a unique op id, never sent twice. An operation
+is recorded with its invocation and completion times (monotonic ns) and its result, or as of unknown
+outcome when no answer came within ``op_timeout`` (the request may or may not be in the log). An offer the
+ingress refused for a second is not recorded at all (it never left). A closed session is replaced by a new
+one. Runs until a line (or the end) arrives on stdin, then writes the history, a JSON object per line, to
+``history``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+import time
+
+import sulis
+from sulis.cluster import ClusterClient, ClusterError
+
+
+def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threading.Event) -> None:
+    rng = random.Random(cfg["seed"] * 1000 + n)
+    egress = f"aeron:udp?endpoint={cfg['host']}:{cfg['egress_port'] + n}"
+    client = None
+    seq = 0
+    while not stop.is_set():
+        if client is None:
+            try:
+                client = ClusterClient(driver_dir, cfg["ingress"], egress, message_timeout=5.0)
+            except ClusterError:
+                time.sleep(0.2)
+                continue
+        seq += 1
+        op_id = f"c{n}-{seq}"
+        key = rng.randrange(cfg["keys"])
+        kind = rng.choice(("read", "write", "cas"))
+        a, b = (0, 0) if kind == "read" else (rng.randrange(5), rng.randrange(5))
+        payload = f"{op_id} {kind} {key} {a} {b}".encode()
+        deadline = time.monotonic() + 1.0
+        call = time.monotonic_ns()
+        sent = False
+        try:
+            while time.monotonic() < deadline:
+                if client.offer(payload) > 0:
+                    sent = True
+                    break
+                client.poll_egress(lambda p, t: None)
+                time.sleep(0.005)
+        except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
+            client = None
+            continue
+        if not sent:
+            continue
+        record = {"client": n, "id": op_id, "op": kind, "key": key, "a": a, "b": b, "call": call}
+        answer: list[bytes] = []
+
+        def on_egress(p: bytes, t: int) -> None:
+            if p.split(b" ", 1)[0] == op_id.encode():
+                answer.append(p)
+
+        deadline = time.monotonic() + cfg["op_timeout"]
+        try:
+            while not answer and time.monotonic() < deadline:
+                if client.poll_egress(on_egress) == 0:
+                    time.sleep(0.0005)
+        except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
+            client = None
+        if answer:
+            _, ok, value = answer[0].decode().split()
+            record.update({"ret": time.monotonic_ns(), "ok": ok == "1", "value": int(value)})
+        else:
+            record.update({"ret": None, "ok": None, "value": None})
+        history.append(record)
+        time.sleep(rng.uniform(0, cfg["think"]))
+    if client is not None:
+        try:
+            client.close()
+        except ClusterError:
+            pass
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    history: list[dict] = []
+    stop = threading.Event()
+    with sulis.MediaDriver(dir=cfg["driver_dir"], threading_mode="shared", dir_delete_on_start=True) as driver:
+        threads = [threading.Thread(target=run_client, args=(n, cfg, driver.dir, history, stop), daemon=True)
+                   for n in range(cfg["clients"])]
+        for t in threads:
+            t.start()
+        print("workload running", flush=True)
+        sys.stdin.readline()  # until told to stop (a line, or stdin closed)
+        stop.set()
+        for t in threads:
+            t.join(timeout=cfg["op_timeout"] + 10)
+    with open(cfg["history"], "w") as f:
+        for record in history:
+            f.write(json.dumps(record) + "\n")
+    print(f"workload done: {len(history)} operations", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The cluster under faults, across network namespaces (the short run; ``python tests/clusterfaults/run.py``
+is the long one): three ``sulis cluster-node`` members on hosts of their own and three clients on a fourth
+run compare-and-set registers while the leader is killed (SIGKILL, then restarted), paused (SIGSTOP for
+longer than the heartbeat timeout), cut off with nftables, and every member loses 10 % of its packets. The
+history must be linearizable (porcupine), every member must have applied the same requests in the same
+order with every answered one among them, and no term may have had two leaders (tests/clusterfaults)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from clusterfaults.harness import run
+
+pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="the linearizability checker needs Go")
+
+
+def test_three_members_stay_linearizable_through_kills_pauses_a_cut_and_loss(netns_hosts, nft_loss, tmp_path):
+    hosts = netns_hosts("n0", "n1", "n2", "client")
+    figures = run(hosts, tmp_path, size=3, schedule=["kill-leader", "pause-leader", "isolate-leader", "loss"],
+                  hold=3.0, settle=2.0, seed=1)
+    print({k: v for k, v in figures.items() if k != "events"})
+    assert figures["answered"] > 100, figures  # the clients got work done between the faults
