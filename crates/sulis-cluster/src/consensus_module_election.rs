@@ -236,6 +236,10 @@ impl ConsensusModule {
             app_version: self.ctx.app_version,
             seed: now_ns as u64 ^ ((self.ctx.member_id as u64 + 1) << 40),
         };
+        // A leader's catch-up replays end with its term.
+        for (_, replay) in std::mem::take(&mut self.rep().catchups) {
+            let _ = self.archive.stop_replay(replay);
+        }
         let members = self.members.clone();
         let rep = self.rep();
         rep.completed = false;
@@ -455,8 +459,16 @@ impl ConsensusModule {
     /// replay and then the live log fill one image there.
     fn start_catchup_replay(&mut self, m: &sulis_protocol::cluster::messages::CatchupPosition) {
         let member = m.follower_member_id;
-        if self.rep().catchups.iter().any(|(id, _)| *id == member) || self.recording_id < 0 {
+        if self.recording_id < 0 {
             return;
+        }
+        // Asked again, the follower gave up the earlier catch-up (its
+        // election attempt failed): that replay stops and a new one starts
+        // where it is now. Ignored instead, the follower waited for a replay
+        // that never came, attempt after attempt (a fault run showed it).
+        if let Some(i) = self.rep().catchups.iter().position(|(id, _)| *id == member) {
+            let (_, old) = self.rep().catchups.swap_remove(i);
+            let _ = self.archive.stop_replay(old);
         }
         let session = self.rep().log_session_id;
         let channel = format!(

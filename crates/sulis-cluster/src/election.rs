@@ -549,6 +549,9 @@ pub struct Election {
     append_position: i64,
     notified_commit_position: i64,
     catchup_join_position: i64,
+    /// Where the leader's term begins (its NewLeadershipTerm), for a
+    /// follower joining it through catch-up.
+    leader_term_base_log_position: i64,
     leadership_term_id: i64,
     log_leadership_term_id: i64,
     candidate_term_id: i64,
@@ -622,6 +625,7 @@ impl Election {
             append_position: start.append_position,
             notified_commit_position: 0,
             catchup_join_position: NULL_POSITION,
+            leader_term_base_log_position: NULL_POSITION,
             leadership_term_id: start.leadership_term_id,
             log_leadership_term_id: start.leadership_term_id,
             candidate_term_id: start.leadership_term_id,
@@ -963,6 +967,7 @@ impl Election {
                 self.candidate_term_id = self.candidate_term_id.max(m.leadership_term_id);
                 self.log_session_id = Some(m.log_session_id);
                 self.leader_recording_id = m.leader_recording_id;
+                self.leader_term_base_log_position = m.term_base_log_position;
                 self.catchup_join_position = if self.append_position < m.log_position {
                     m.log_position
                 } else {
@@ -1659,6 +1664,18 @@ impl Election {
             && host.is_catchup_done()
             && !host.is_snapshotting()
         {
+            // The term's first entry is in this member's log now (the
+            // catch-up reached past the term's base), though perhaps not
+            // applied: the recording log says so, as a live join does at
+            // its join position. Left to the entry's application, a member
+            // caught up into a term reported its log as of the term before
+            // in the next election, and was told to cut entries its
+            // services had applied (a five-member fault run showed it).
+            let base = self.leader_term_base_log_position;
+            if base != NULL_POSITION && position > base {
+                host.update_recording_log(self.leadership_term_id, base, NULL_POSITION, now_ns);
+                self.log_leadership_term_id = self.leadership_term_id;
+            }
             self.append_position = position;
             self.log_position = applied;
             self.set_state(host, ElectionState::FollowerLogInit, now_ns, "caught up");
@@ -2094,6 +2111,12 @@ mod tests {
         log: Vec<String>,
         /// The recording log's terms.
         terms: Vec<TermEntry>,
+        /// Terms the election recorded: (term, base).
+        recorded: Vec<(i64, i64)>,
+        /// A catch-up (or live) image joins at this position.
+        join_at: Option<i64>,
+        /// The catch-up copied up to here and the leader said it is done.
+        caught_up_to: Option<i64>,
     }
 
     impl ElectionHost for Fake {
@@ -2133,7 +2156,9 @@ mod tests {
                 .find(|e| e.leadership_term_id == t)
                 .copied()
         }
-        fn update_recording_log(&mut self, _t: i64, _b: i64, _p: i64, _n: i64) {}
+        fn update_recording_log(&mut self, t: i64, b: i64, _p: i64, _n: i64) {
+            self.recorded.push((t, b));
+        }
         fn start_log_replay(&mut self, _f: i64, _t: i64) {}
         fn poll_log_replay(&mut self, _t: &mut Vec<TermEvent>) -> Option<i64> {
             Some(self.append_position)
@@ -2167,16 +2192,19 @@ mod tests {
         fn election_complete(&mut self, _n: i64) {}
         fn add_follower_subscription(&mut self, _s: i32, _c: bool) {}
         fn catchup_endpoint(&self) -> Option<String> {
-            None
+            self.join_at.map(|_| "h:9".to_string())
         }
         fn try_join_log_as_follower(&mut self, _s: i32, _p: i64, _i: bool, _n: i64) -> JoinStatus {
-            JoinStatus::NoImage
+            match self.join_at {
+                Some(join_position) => JoinStatus::Joined { join_position },
+                None => JoinStatus::NoImage,
+            }
         }
         fn catchup_poll(&mut self, _l: i64, _j: i64, _n: i64, _t: &mut Vec<TermEvent>) -> i32 {
             0
         }
         fn is_catchup_done(&self) -> bool {
-            false
+            self.caught_up_to.is_some()
         }
         fn stop_catchup(&mut self) {}
         fn close_log_subscription(&mut self) {}
@@ -2184,7 +2212,7 @@ mod tests {
             0
         }
         fn append_position(&self) -> i64 {
-            0
+            self.caught_up_to.unwrap_or(0)
         }
         fn is_snapshotting(&self) -> bool {
             false
@@ -2521,6 +2549,36 @@ mod tests {
             0,
             "nothing replayed: nothing is committed"
         );
+    }
+
+    #[test]
+    fn a_follower_caught_up_into_the_leaders_term_records_that_term_in_its_recording_log() {
+        // Its log is term 1 up to 640; the leader's term 2 began at 640 and
+        // has entries to 800. The follower catches up to 800, none of term
+        // 2 applied yet: its log's last term is 2 from here on (else the
+        // next election would compare its log as of term 1 and have it cut
+        // term 2's entries, applied by then; a five-member fault run).
+        let mut host = Fake {
+            join_at: Some(0),
+            ..Fake::default()
+        };
+        let mut e = canvassing(1, 640, &mut host);
+        let leader = LeaderTerm {
+            term_base_log_position: 640,
+            ..leader_term(2, 800)
+        };
+        let nlt = leader.new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+        for at in 2..6 {
+            e.do_work(&mut host, at * MS);
+        }
+        assert_eq!(e.state(), ElectionState::FollowerCatchup, "{:?}", host.log);
+        assert!(host.recorded.is_empty());
+        host.caught_up_to = Some(800);
+        e.do_work(&mut host, 7 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
+        assert_eq!(host.recorded, vec![(2, 640)]);
     }
 
     #[test]
