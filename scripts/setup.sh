@@ -34,3 +34,10 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 maturin develop --release --quiet 2>&1 | grep -v "^\s*$" | tail -n 3 || true
 python -c "import sulis, sys; assert sulis.build_profile == 'release', sulis.build_profile; print('setup: sulis', sulis.__version__, sulis.build_profile, 'in', sys.prefix)"
+# The cluster fault suite's linearizability checker (porcupine, Go): its module fetched now, so the
+# test builds it from the module cache. Without Go that test is skipped, saying why.
+if command -v go >/dev/null 2>&1; then
+  (cd tests/clusterfaults/lincheck && go mod download) || echo "setup: could not fetch porcupine; the cluster fault test will fail building its checker" >&2
+else
+  echo "setup: no Go toolchain: the cluster fault test (tests/system/test_cluster_faults.py) will skip" >&2
+fi

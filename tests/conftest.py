@@ -256,7 +256,8 @@ def pytest_configure(config):
 #: (2026-11-25: 437, 308, 256, 129, 122, 83, 83, 80, 57 and 44 worker-seconds).
 LONG_MODULES = {name: rank for rank, name in enumerate([
     "test_spark_system.py", "test_interop_aeron.py", "test_spark_hosts.py", "test_multicast_interop.py",
-    "test_examples_system.py", "test_cli_bench_aeron.py", "test_cli_bench.py", "test_docs_snippets.py",
+    "test_examples_system.py", "test_cli_bench_aeron.py", "test_cli_bench.py", "test_cluster_faults.py",
+    "test_docs_snippets.py",
     "test_archive_interop.py", "test_multicast_system.py",
 ])}
 

@@ -32,10 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # netutil
 
+import sulis  # noqa: E402
 from netutil.netns import NetnsHosts  # noqa: E402
 from netutil.nft import NftLoss, run_nft  # noqa: E402
-
-import sulis  # noqa: E402
 
 CLI = [sys.executable, "-m", "sulis.cli"]
 PORTS = {"ingress": 9010, "consensus": 9011, "log": 9012, "archive": 9014}
@@ -264,7 +263,7 @@ TERM_LINE = re.compile(r"member (\d+) runs term (\d+) with leader (\d+)")
 def leaders_by_term(members: list[Member]) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for m in members:
-        for member, term, leader in TERM_LINE.findall(m.stderr()):
+        for _member, term, leader in TERM_LINE.findall(m.stderr()):
             out.setdefault(int(term), set()).add(int(leader))
     return out
 

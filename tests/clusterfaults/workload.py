@@ -57,7 +57,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
         record = {"client": n, "id": op_id, "op": kind, "key": key, "a": a, "b": b, "call": call}
         answer: list[bytes] = []
 
-        def on_egress(p: bytes, t: int) -> None:
+        def on_egress(p: bytes, t: int, op_id: str = op_id, answer: list = answer) -> None:
             if p.split(b" ", 1)[0] == op_id.encode():
                 answer.append(p)
 

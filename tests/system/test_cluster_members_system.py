@@ -7,12 +7,10 @@ rebuilds its service from its log, copies or catches up what it missed, and hold
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 
-from conftest import CLI, await_until, clean_env, free_udp_port
+from clusterprocs import Member, loopback_members
+from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient
 
 SERVICE = '''
@@ -32,58 +30,6 @@ class Journal(ClusteredService):
             pass
 '''
 
-# Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s).
-TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
-           "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
-           "--log-term-length", "1m"]
-
-
-class Member:
-    """One member's process: ``start`` runs (or restarts) it on the same directories."""
-
-    def __init__(self, tmp_path, member_id: int, members: str):
-        self.id = member_id
-        base = tmp_path / f"member-{member_id}"
-        base.mkdir()
-        self.journal = base / "journal.txt"
-        self.stderr_path = base / "stderr.txt"
-        self.cmd = [*CLI, "cluster-node", "--service", "journal_service:Journal", "--cluster-dir",
-                    str(base / "cluster"), "--archive-dir", str(base / "archive"), "--dir", str(base / "driver"),
-                    "--cluster-members", members, "--member-id", str(member_id), *TIMINGS]
-        self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal))
-        self.cwd = tmp_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        # stderr to a file: the election's event lines would fill a pipe nobody reads.
-        runs = self.stderr().count("running in")
-        with open(self.stderr_path, "a") as err:
-            self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdout=subprocess.DEVNULL,
-                                         stderr=err, text=True)
-        await_until(lambda: self.stderr().count("running in") > runs or self.proc.poll() is not None, 60,
-                    f"member {self.id} to start")
-        assert self.proc.poll() is None, self.stderr()
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
-
-    def journal_lines(self) -> list[str]:
-        return self.journal.read_text().splitlines() if self.journal.exists() else []
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
 def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
     """Offers ``text`` until the cluster takes it and waits for its echo."""
     await_until(lambda: c.offer(text.encode()) > 0, timeout, f"ingress to take {text}")
@@ -94,15 +40,13 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
 
 def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of_the_leader(make_driver, tmp_path):
     (tmp_path / "journal_service.py").write_text(SERVICE)
-    ports = [[free_udp_port() for _ in range(4)] for _ in range(3)]  # ingress, consensus, log, archive
-    members = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
-                       for i, p in enumerate(ports))
+    members, ingress_ports = loopback_members(3)
     nodes = [Member(tmp_path, i, members) for i in range(3)]
     try:
         for n in nodes:
             n.start()
         driver = make_driver()
-        ingress = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
+        ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
         c = ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
                           message_timeout=30.0)
         for i in range(100):

@@ -1,0 +1,72 @@
+"""Cluster members as ``sulis cluster-node`` processes on this host (UDP on loopback), for the tests that
+run a cluster of several: ``Member(tmp_path, id, members, "module:Class")`` starts and restarts one on its
+own directories; ``loopback_members(n)`` is the ``cluster_members`` string of n members on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from conftest import CLI, await_until, clean_env, free_udp_port
+
+# Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s).
+TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
+           "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
+           "--log-term-length", "1m"]
+
+
+class Member:
+    """One member's process: ``start`` runs (or restarts) it on the same directories."""
+
+    def __init__(self, tmp_path, member_id: int, members: str, service: str = "journal_service:Journal"):
+        self.id = member_id
+        base = tmp_path / f"member-{member_id}"
+        base.mkdir()
+        self.journal = base / "journal.txt"
+        self.stderr_path = base / "stderr.txt"
+        self.cmd = [*CLI, "cluster-node", "--service", service, "--cluster-dir",
+                    str(base / "cluster"), "--archive-dir", str(base / "archive"), "--dir", str(base / "driver"),
+                    "--cluster-members", members, "--member-id", str(member_id), *TIMINGS]
+        self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal))
+        self.cwd = tmp_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        # stderr to a file: the election's event lines would fill a pipe nobody reads.
+        runs = self.stderr().count("running in")
+        with open(self.stderr_path, "a") as err:
+            self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdout=subprocess.DEVNULL,
+                                         stderr=err, text=True)
+        await_until(lambda: self.stderr().count("running in") > runs or self.proc.poll() is not None, 60,
+                    f"member {self.id} to start")
+        assert self.proc.poll() is None, self.stderr()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def journal_lines(self) -> list[str]:
+        return self.journal.read_text().splitlines() if self.journal.exists() else []
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+
+
+def loopback_members(n: int) -> tuple[str, list[int]]:
+    """``cluster_members`` for n members on localhost (catch-up endpoints ``:0``) and their ingress ports."""
+    ports = [[free_udp_port() for _ in range(4)] for _ in range(n)]  # ingress, consensus, log, archive
+    members = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
+                       for i, p in enumerate(ports))
+    return members, [p[0] for p in ports]
