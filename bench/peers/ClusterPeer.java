@@ -6,6 +6,7 @@
  *   echo ingress_endpoints=0=host:port,... egress=URI count=N
  *   latency ingress_endpoints=... egress=URI count=N warmup=N length=N
  *   throughput ingress_endpoints=... egress=URI count=N length=N
+ *   failover ingress_endpoints=... egress=URI count=N
  *
  * Connects (AeronCluster.connect), offers count messages (index, then bytes (i + j) & 0xff, lengths
  * 8 + (i * 37) % 400, every 97th 3000 bytes), polling egress meanwhile, and checks that the service
@@ -16,6 +17,14 @@
  * not counted): {"p50_us", "p90_us", "p99_us", "p999_us", "max_us", "count"}, round trips in µs.
  * throughput offers count messages as fast as the cluster takes them, polling egress meanwhile,
  * until every echo is back: {"msgs_per_s", "count"}, from the first offer to the last echo.
+ *
+ * failover sends count messages one at a time, each echoed before the next, prints
+ * {"phase": 1, "leader_member_id"} and waits for a line on stdin (the test stops the leader meanwhile),
+ * then sends count more the same way: a message not echoed within 3 s is offered again (the echo of
+ * either copy counts; a copy the old leader took may or may not be in the log). The client follows the
+ * NewLeaderEvent itself (Aeron's AeronCluster does). Prints {"phase": 2, "leader_member_id",
+ * "leadership_term_id", "echoed", "resent", "new_leader_events", "follow_ms", "errors"}: follow_ms from
+ * the line on stdin to the first echo from the new leader.
  */
 
 import io.aeron.cluster.client.AeronCluster;
@@ -40,6 +49,9 @@ public final class ClusterPeer {
         }
         if (args.length > 0 && "throughput".equals(args[0])) {
             System.exit(latency(true));
+        }
+        if (args.length > 0 && "failover".equals(args[0])) {
+            System.exit(failover());
         }
         if (args.length == 0 || !"echo".equals(args[0])) {
             System.err.println("usage: ClusterPeer echo|latency|throughput ingress_endpoints=... egress=URI count=N");
@@ -127,6 +139,102 @@ public final class ClusterPeer {
                 ", \"count\": " + count + "}");
         }
         return 0;
+    }
+
+    static int failover() {
+        final int count = Integer.parseInt(ARGS.get("count"));
+        final List<String> errors = new ArrayList<>();
+        final Set<Integer> echoed = new HashSet<>();
+        final int[] newLeaders = {0};
+        final EgressListener listener = new EgressListener() {
+            public void onMessage(
+                final long clusterSessionId,
+                final long timestamp,
+                final DirectBuffer buffer,
+                final int offset,
+                final int length,
+                final Header header) {
+                final int i = buffer.getInt(offset, java.nio.ByteOrder.LITTLE_ENDIAN);
+                final byte[] got = new byte[length];
+                buffer.getBytes(offset, got);
+                if (!Arrays.equals(message(i), got) && errors.size() < 10) {
+                    errors.add("echo " + i + " differs (" + length + " bytes)");
+                }
+                echoed.add(i);
+            }
+
+            public void onSessionEvent(
+                final long correlationId,
+                final long clusterSessionId,
+                final long leadershipTermId,
+                final int leaderMemberId,
+                final EventCode code,
+                final String detail) {
+                if (code != EventCode.OK) {
+                    errors.add("session event " + code + " " + detail);
+                }
+            }
+
+            public void onNewLeader(
+                final long clusterSessionId,
+                final long leadershipTermId,
+                final int leaderMemberId,
+                final String ingressEndpoints) {
+                newLeaders[0]++;
+            }
+        };
+        final AeronCluster.Context ctx = new AeronCluster.Context()
+            .ingressChannel("aeron:udp")
+            .ingressEndpoints(ARGS.get("ingress_endpoints"))
+            .egressChannel(ARGS.get("egress"))
+            .egressListener(listener)
+            .messageTimeoutNs(30_000_000_000L);
+        int resent = 0;
+        long followMs = -1;
+        try (AeronCluster cluster = AeronCluster.connect(ctx)) {
+            final UnsafeBuffer buffer = new UnsafeBuffer(new byte[8192]);
+            for (int phase = 1; phase <= 2; phase++) {
+                final long phaseStart = System.nanoTime();
+                final long deadline = System.currentTimeMillis() + 60_000;
+                for (int i = (phase - 1) * count; i < phase * count && errors.isEmpty(); i++) {
+                    final byte[] m = message(i);
+                    buffer.putBytes(0, m);
+                    long offeredAt = 0;
+                    while (!echoed.contains(i)) {
+                        if (System.currentTimeMillis() > deadline) {
+                            errors.add("no echo of message " + i + " within 60 s");
+                            break;
+                        }
+                        if (offeredAt == 0 || System.nanoTime() - offeredAt > 3_000_000_000L) {
+                            if (cluster.offer(buffer, 0, m.length) > 0) {
+                                resent += offeredAt == 0 ? 0 : 1;
+                                offeredAt = System.nanoTime();
+                            }
+                        }
+                        if (cluster.pollEgress() == 0) {
+                            Thread.yield();
+                        }
+                    }
+                    if (phase == 2 && followMs < 0 && echoed.contains(i)) {
+                        followMs = (System.nanoTime() - phaseStart) / 1_000_000;
+                    }
+                }
+                System.out.println("{\"phase\": " + phase + ", \"leader_member_id\": " + cluster.leaderMemberId() +
+                    ", \"leadership_term_id\": " + cluster.leadershipTermId() + ", \"echoed\": " + echoed.size() +
+                    ", \"resent\": " + resent + ", \"new_leader_events\": " + newLeaders[0] +
+                    ", \"follow_ms\": " + followMs + ", \"errors\": " + errors.size() +
+                    (errors.isEmpty() ? "" : ", \"first_error\": " + quote(errors.get(0))) + "}");
+                System.out.flush();
+                if (phase == 1) {
+                    try {
+                        new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+                    } catch (final java.io.IOException e) {
+                        errors.add(e.toString());
+                    }
+                }
+            }
+        }
+        return errors.isEmpty() ? 0 : 1;
     }
 
     static int echo() {

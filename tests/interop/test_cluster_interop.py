@@ -1,8 +1,9 @@
 """The Cluster against Aeron Java 1.51, both ways: Aeron's own ``AeronCluster`` client
 (bench/peers/ClusterPeer.java), on an Aeron Java media driver of its own, opens a session with a
 one-member sulis cluster over UDP, offers messages (some fragmented) and gets each echoed, in order, by
-a Python service, then closes its session, which the service sees as a client's close; and
-``sulis.cluster.ClusterClient`` gets its messages echoed by Aeron's one-member EchoServiceNode.
+a Python service, then closes its session, which the service sees as a client's close; it also follows a
+three-member sulis cluster through the SIGKILL of its leader; and ``sulis.cluster.ClusterClient`` gets
+its messages echoed by Aeron's one-member EchoServiceNode.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import peers  # noqa: E402
 import pytest
 
 import sulis
+from clusterprocs import Member, loopback_members
 from conftest import await_until, free_udp_port
 from sulis.cluster import CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
@@ -71,6 +73,64 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
         await_until(lambda: service.closed == [(1, CloseReason.CLIENT_ACTION)], 10, "the client's close")
         assert node.error is None
     assert service.opened == [1]
+
+
+ECHO_SERVICE = """
+from sulis.cluster import ClusteredService
+
+class Echo(ClusteredService):
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        for _ in range(1000):  # a client gone must not stall the cluster
+            if cluster.offer(session_id, payload):
+                break
+"""
+
+
+def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_sigkill_of_its_leader(
+        current, harness, tmp_path):
+    """Three ``sulis cluster-node`` processes; Aeron's client gets 200 messages echoed one at a time, the
+    leader it names is SIGKILLed, and it gets 200 more echoed: it follows the NewLeaderEvent of the
+    member the other two elect, itself (AeronCluster does), resending what the dead leader never echoed."""
+    (tmp_path / "echo_service.py").write_text(ECHO_SERVICE)
+    members, ingress = loopback_members(3)
+    nodes = [Member(tmp_path, i, members, "echo_service:Echo") for i in range(3)]
+    peer = None
+    try:
+        for n in nodes:
+            n.start()
+        _, aeron_dir = harness.start_driver("aeron", current)
+        cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
+        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s"}
+        endpoints = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress))
+        cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
+            "failover", f"ingress_endpoints={endpoints}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
+            "count=200"], cp)
+        peer = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        line = peer.stdout.readline()
+        assert line.startswith("{"), line + peer.stderr.read()[-3000:]
+        first = json.loads(line)
+        assert (first["phase"], first["echoed"], first["errors"]) == (1, 200, 0), first
+        leader = first["leader_member_id"]
+        nodes[leader].kill()
+        peer.stdin.write("go\n")
+        peer.stdin.flush()
+        out, err = peer.communicate(timeout=120)
+        second = json.loads(out.strip().splitlines()[-1])
+        assert peer.returncode == 0, out[-3000:] + err[-3000:]
+        assert second["phase"] == 2 and second["echoed"] == 400 and second["errors"] == 0, second
+        assert second["leader_member_id"] != leader and second["new_leader_events"] >= 1, second
+        assert second["leadership_term_id"] > first["leadership_term_id"], (first, second)
+        print(f"Aeron's client followed member {second['leader_member_id']}: first echo from it "
+              f"{second['follow_ms']} ms after the kill, {second['resent']} messages offered again")
+    finally:
+        if peer is not None and peer.poll() is None:
+            peer.kill()
+            peer.communicate()
+        for n in nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.kill()
+                n.proc.wait(timeout=10)
 
 
 def test_the_sulis_client_gets_its_messages_echoed_by_an_aeron_cluster(current, harness, make_driver, tmp_path):
