@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Cluster round trip and throughput: a one-member sulis cluster beside a one-member Aeron Java cluster.
+"""Cluster round trip and throughput: a sulis cluster beside an Aeron Java cluster of as many members.
 
-    python bench/cluster_latency.py            # 3 runs of each row (~2 min)
-    python bench/cluster_latency.py --quick    # 1 run, fewer messages (smoke test)
+    python bench/cluster_latency.py                # one member each, 3 runs of each row (~2 min)
+    python bench/cluster_latency.py --members 3    # three members each, every member a process
+    python bench/cluster_latency.py --quick        # 1 run, fewer messages (smoke test)
 
 Each node is a process of its own on this machine: ``sulis cluster-node`` (driver, archive,
 consensus module, and the echo service of bench/peers/cluster_echo.py: one Python call per message)
@@ -17,8 +18,9 @@ egress -> client. Rows, each the median of ``--runs`` runs:
 * throughput: ``--tput-count`` messages offered as fast as the cluster takes them, egress polled
   meanwhile; messages/s from the first offer to the last echo.
 
-The 3-node comparison the issue asks for (and etcd and PySyncObj beside it) needs sulis's
-multi-member cluster, which is not there yet. The Aeron rows need ``bash bench/peers/install.sh``.
+With ``--members 3`` every member is a process of its own on this machine (UDP over loopback between
+them): a message is committed once a majority's archives recorded it. etcd and PySyncObj beside them
+are not there yet. The Aeron rows need ``bash bench/peers/install.sh``.
 """
 from __future__ import annotations
 
@@ -43,50 +45,92 @@ PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 AERON_INGRESS = 9002  # EchoServiceNode's ClusterConfig: node 0, port base 9000, client-facing offset 2
 
 
-class SulisNode:
-    """``sulis cluster-node`` with the echo service, in its own process."""
+def _await_line(path: str, text: str, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(path, errors="replace") as f:
+            if text in f.read():
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            with open(path, errors="replace") as f:
+                raise RuntimeError(f"{what} did not start: {f.read()[-2000:]}")
+        time.sleep(0.05)
 
-    def __init__(self) -> None:
+
+class SulisNode:
+    """``sulis cluster-node`` members with the echo service, each in its own process (its output in a file:
+    a member of several logs its elections)."""
+
+    def __init__(self, members: int = 1) -> None:
         self.top = scratch_dir("sulis-bench-cluster-")
-        self.port = free_port()
-        members = f"0,localhost:{self.port},localhost:1,localhost:2,localhost:0,localhost:3"
+        ports = [[free_port() for _ in range(4)] for _ in range(members)]  # ingress, consensus, log, archive
+        spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
+                        for i, p in enumerate(ports))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
         env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
-                                      "cluster_echo:Echo", "--cluster-dir", os.path.join(self.top, "cluster"),
-                                      "--dir", os.path.join(self.top, "driver"), "--cluster-members", members,
-                                      "--log-term-length", "16m"], env=env, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline()
-        if "running in" not in line:
-            raise RuntimeError(f"sulis cluster-node did not start: {line}{self.proc.stderr.read()}")
-        self.endpoints = f"0=localhost:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[str] = []
+        for i in range(members):
+            base = os.path.join(self.top, f"m{i}")
+            os.makedirs(base)
+            log = os.path.join(base, "stderr.txt")
+            with open(log, "w") as err:
+                proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
+                                         "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
+                                         "--archive-dir", os.path.join(base, "archive"), "--dir",
+                                         os.path.join(base, "driver"), "--cluster-members", spec, "--member-id",
+                                         str(i), "--log-term-length", "16m"], env=env, stderr=err, text=True)
+            self.procs.append(proc)
+            self.logs.append(log)
+        for proc, log in zip(self.procs, self.logs, strict=True):
+            _await_line(log, "running in", proc, "sulis cluster-node")
+        self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
 
     def close(self) -> None:
-        self.proc.terminate()
-        self.proc.communicate(timeout=30)
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=30)
         remove_dir(self.top)
 
 
 class AeronNode:
-    """Aeron's EchoServiceNode, one member, in its own JVM."""
+    """Aeron's EchoServiceNode members (its sample ClusterConfig: node i's ports from 9000 + 100 i), each in
+    its own JVM."""
 
-    def __init__(self, aeron) -> None:
+    def __init__(self, aeron, members: int = 1, extra: dict | None = None) -> None:
         self.top = scratch_dir("sulis-bench-aeron-cluster-")
-        props = {"aeron.dir": os.path.join(self.top, "aeron"), "aeron.dir.delete.on.start": "true",
-                 "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
-                 "aeron.cluster.tutorial.nodeId": "0", "aeron.cluster.tutorial.hostnames": "localhost",
-                 "aeron.cluster.ingress.channel": "aeron:udp",
-                 "aeron.cluster.replication.channel": "aeron:udp?endpoint=localhost:0", "user.dir": self.top}
-        self.proc = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.samples.cluster.EchoServiceNode"),
-                                     cwd=self.top, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self.proc.stdout.readline()
-        if "Started Cluster Node" not in line:
-            raise RuntimeError(f"EchoServiceNode did not start: {line}{self.proc.stdout.read()[-2000:]}")
-        self.endpoints = f"0=localhost:{AERON_INGRESS}"
+        self.procs: list[subprocess.Popen] = []
+        logs = []
+        for i in range(members):
+            base = os.path.join(self.top, f"m{i}")
+            os.makedirs(base)
+            props = {"aeron.dir": os.path.join(base, "aeron"), "aeron.dir.delete.on.start": "true",
+                     "aeron.threading.mode": "SHARED", "aeron.archive.threading.mode": "SHARED",
+                     "aeron.cluster.tutorial.nodeId": str(i),
+                     "aeron.cluster.tutorial.hostnames": ",".join(["localhost"] * members),
+                     "aeron.cluster.ingress.channel": "aeron:udp",
+                     "aeron.cluster.replication.channel": "aeron:udp?endpoint=localhost:0", "user.dir": base,
+                     **(extra or {})}
+            log = os.path.join(base, "out.txt")
+            with open(log, "w") as out:
+                self.procs.append(subprocess.Popen(
+                    aeron_java.command(aeron, props, "io.aeron.samples.cluster.EchoServiceNode"), cwd=base,
+                    stdout=out, stderr=subprocess.STDOUT, text=True))
+            logs.append(log)
+        for proc, log in zip(self.procs, logs, strict=True):
+            _await_line(log, "Started Cluster Node", proc, "EchoServiceNode")
+        self.endpoints = ",".join(f"{i}=localhost:{AERON_INGRESS + 100 * i}" for i in range(members))
 
     def close(self) -> None:
-        self.proc.terminate()
-        self.proc.communicate(timeout=30)
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
         remove_dir(self.top)
 
 
@@ -148,20 +192,27 @@ def _connect(driver_dir: str, endpoints: str) -> ClusterClient:
             time.sleep(0.2)
 
 
+def aeron_driver(aeron, top: str) -> tuple[subprocess.Popen, str]:
+    """An Aeron Java media driver (shared threading) in ``top``/aeron, once it wrote its cnc.dat."""
+    aeron_dir = os.path.join(top, "aeron")
+    props = {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.threading.mode": "SHARED"}
+    driver = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(aeron_dir, "cnc.dat")):
+        if time.monotonic() > deadline:
+            driver.kill()
+            raise RuntimeError("Aeron's driver wrote no cnc.dat")
+        time.sleep(0.05)
+    return driver, aeron_dir
+
+
 def aeron_client(aeron, endpoints: str, a, mode: str) -> dict:
     """Aeron's AeronCluster (ClusterPeer) with an Aeron Java driver of its own."""
     top = scratch_dir("sulis-bench-aeron-cluster-client-")
     driver = None
     try:
-        aeron_dir = os.path.join(top, "aeron")
-        props = {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.threading.mode": "SHARED"}
-        driver = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver"),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(os.path.join(aeron_dir, "cnc.dat")):
-            if time.monotonic() > deadline:
-                raise RuntimeError("Aeron's driver wrote no cnc.dat")
-            time.sleep(0.05)
+        driver, aeron_dir = aeron_driver(aeron, top)
         cp = aeron_java.classpath(aeron, aeron_java.SOURCE.with_name("ClusterPeer.java"))
         count = a.tput_count if mode == "throughput" else a.count
         cmd = aeron_java.command(aeron, {"aeron.dir": aeron_dir}, "ClusterPeer", [
@@ -185,6 +236,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5_000, help="round trips before measuring")
     ap.add_argument("--tput-count", type=int, default=100_000, help="messages per throughput run")
     ap.add_argument("--length", type=int, default=32, help="message length in bytes")
+    ap.add_argument("--members", type=int, default=1, choices=(1, 3, 5), help="members of each cluster")
     ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
     a = ap.parse_args()
     r.require_release_build()
@@ -194,7 +246,8 @@ def main() -> int:
         aeron, why = aeron_java.find("current"), ""
     except aeron_java.Missing as e:
         aeron, why = None, str(e)
-    print(f"[cluster] {cpu_summary()}; one member each; {a.length} B messages; client and node each a process")
+    print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
+          "member a process")
     rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
                  ("sulis node, Aeron Java client", "sulis", "aeron"),
                  ("Aeron node, Aeron Java client", "aeron", "aeron"),
@@ -204,7 +257,7 @@ def main() -> int:
         for node_kind in ("sulis", "aeron"):
             if node_kind == "aeron" and aeron is None:
                 continue
-            node = SulisNode() if node_kind == "sulis" else AeronNode(aeron)
+            node = SulisNode(a.members) if node_kind == "sulis" else AeronNode(aeron, a.members)
             try:
                 for name, n, c in rows_spec:
                     if n != node_kind or (c == "aeron" and aeron is None):

@@ -6,7 +6,7 @@
  *   echo ingress_endpoints=0=host:port,... egress=URI count=N
  *   latency ingress_endpoints=... egress=URI count=N warmup=N length=N
  *   throughput ingress_endpoints=... egress=URI count=N length=N
- *   failover ingress_endpoints=... egress=URI count=N
+ *   failover ingress_endpoints=... egress=URI count=N [resend_ms=3000]
  *
  * Connects (AeronCluster.connect), offers count messages (index, then bytes (i + j) & 0xff, lengths
  * 8 + (i * 37) % 400, every 97th 3000 bytes), polling egress meanwhile, and checks that the service
@@ -20,7 +20,7 @@
  *
  * failover sends count messages one at a time, each echoed before the next, prints
  * {"phase": 1, "leader_member_id"} and waits for a line on stdin (the test stops the leader meanwhile),
- * then sends count more the same way: a message not echoed within 3 s is offered again (the echo of
+ * then sends count more the same way: a message not echoed within resend_ms is offered again (the echo of
  * either copy counts; a copy the old leader took may or may not be in the log). The client follows the
  * NewLeaderEvent itself (Aeron's AeronCluster does). Prints {"phase": 2, "leader_member_id",
  * "leadership_term_id", "echoed", "resent", "new_leader_events", "follow_ms", "errors"}: follow_ms from
@@ -143,6 +143,7 @@ public final class ClusterPeer {
 
     static int failover() {
         final int count = Integer.parseInt(ARGS.get("count"));
+        final long resendNs = Long.parseLong(ARGS.getOrDefault("resend_ms", "3000")) * 1_000_000L;
         final List<String> errors = new ArrayList<>();
         final Set<Integer> echoed = new HashSet<>();
         final int[] newLeaders = {0};
@@ -205,7 +206,7 @@ public final class ClusterPeer {
                             errors.add("no echo of message " + i + " within 60 s");
                             break;
                         }
-                        if (offeredAt == 0 || System.nanoTime() - offeredAt > 3_000_000_000L) {
+                        if (offeredAt == 0 || System.nanoTime() - offeredAt > resendNs) {
                             if (cluster.offer(buffer, 0, m.length) > 0) {
                                 resent += offeredAt == 0 ? 0 : 1;
                                 offeredAt = System.nanoTime();

@@ -50,9 +50,11 @@ pub(super) struct Replicated {
     timeouts: ElectionTimeouts,
     /// The log's UDP channel (the option's, or plain UDP for an IPC one).
     log_udp: String,
-    /// Follower: the MDS subscription the log arrives on, made once and
-    /// kept across terms (its channel tag is shared by the archive's and
-    /// the services' subscriptions, which keep its endpoint bound), and its tag.
+    /// Follower: the MDS subscription the log arrives on, and its tag
+    /// (shared by the archive's and the services' subscriptions). Kept
+    /// across terms, and made anew when an election attempt finds an
+    /// earlier attempt's image of the session it must join
+    /// (`replace_follower_log`).
     follower_log: Option<(Subscription, i64)>,
     /// Whether the live log endpoint is one of its destinations.
     live_destination: bool,
