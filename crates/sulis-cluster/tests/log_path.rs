@@ -303,10 +303,12 @@ fn log_path(remove_catchup: bool) {
         .unwrap();
     log.add_destination(&late_log).unwrap();
     leader.archive.stop_replay(replay).unwrap();
-    late_follower
-        .subscription
-        .remove_destination(&late_catchup)
-        .unwrap();
+    if remove_catchup {
+        late_follower
+            .subscription
+            .remove_destination(&late_catchup)
+            .unwrap();
+    }
     for i in 600..900 {
         append(&mut log, i, &mut [&mut early_follower, &mut late_follower]);
     }

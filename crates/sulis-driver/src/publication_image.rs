@@ -332,6 +332,10 @@ pub struct ImageReceiver {
     cc: Box<dyn CongestionControl>,
     /// The window of the last status message.
     sm_window: i32,
+    /// An end of stream came on some way since the last duty cycle: whether
+    /// every way ended is decided there, after the receiver read all the
+    /// endpoint's transports this cycle.
+    eos_pending: bool,
 }
 
 /// One way the image's session reaches it (Aeron's `ImageConnection`): the
@@ -383,6 +387,7 @@ impl ImageReceiver {
             window.set_ordered(cc.initial_window() as i64);
         }
         ImageReceiver {
+            eos_pending: false,
             sm_window: cc.initial_window(),
             cc,
             loss,
@@ -439,7 +444,12 @@ impl ImageReceiver {
         self.end_stream_if_every_way_ended();
     }
 
-    /// The end of stream came on `transport_index` at `position`.
+    /// The end of stream came on `transport_index` at `position`. Whether
+    /// the image ends is decided in the duty cycle, once the receiver read
+    /// every transport of the endpoint: a catch-up replay's end read from
+    /// its destination before the live log's first frame, sent earlier but
+    /// waiting on the other destination's socket, ended the whole image
+    /// mid-stream (the log path test, once under load).
     fn on_end_of_stream(&mut self, transport_index: usize, position: i64) {
         if let Some(c) = self
             .connections
@@ -448,7 +458,7 @@ impl ImageReceiver {
         {
             c.eos_position.get_or_insert(position);
         }
-        self.end_stream_if_every_way_ended();
+        self.eos_pending = true;
     }
 
     fn end_stream_if_every_way_ended(&mut self) {
@@ -661,6 +671,10 @@ impl ImageReceiver {
         now_ns: i64,
     ) -> (usize, (u64, i64)) {
         let mut work = 0;
+        if std::mem::take(&mut self.eos_pending) {
+            self.end_stream_if_every_way_ended();
+            work += 1;
+        }
         let system = errors.system();
         let img = self.image.clone();
         let mut naks = std::mem::take(&mut self.naks);
