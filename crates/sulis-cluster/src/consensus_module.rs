@@ -1073,19 +1073,8 @@ impl ConsensusModule {
         self.agent.cluster_time = cluster_time;
         match action {
             cluster_action::SNAPSHOT => {
-                self.agent.state = ModuleState::Snapshot;
-                self.snapshot = Some(PendingSnapshot {
-                    mark: SnapshotMark {
-                        log_position: position,
-                        leadership_term_id: self.term.leadership_term_id,
-                        time_unit: time_unit::MILLIS,
-                        app_version: self.ctx.app_version,
-                    },
-                    timestamp: cluster_time,
-                    acks: vec![None; self.ctx.service_count],
-                    deadline: Instant::now() + self.ctx.message_timeout * 6,
-                    then_terminate: value == toggle::SHUTDOWN,
-                });
+                let term = self.term.leadership_term_id;
+                self.begin_snapshot(position, term, cluster_time, value == toggle::SHUTDOWN);
             }
             cluster_action::SUSPEND => {
                 self.agent.state = ModuleState::Suspended;
@@ -1095,6 +1084,31 @@ impl ConsensusModule {
         }
         self.publish_state();
         1
+    }
+
+    /// Every service writes its state at `log_position` (the SNAPSHOT
+    /// action's), then this module writes its own (`check_snapshot`): the
+    /// leader when it appends the action, a follower when it applies it.
+    fn begin_snapshot(
+        &mut self,
+        log_position: i64,
+        leadership_term_id: i64,
+        timestamp: i64,
+        then_terminate: bool,
+    ) {
+        self.agent.state = ModuleState::Snapshot;
+        self.snapshot = Some(PendingSnapshot {
+            mark: SnapshotMark {
+                log_position,
+                leadership_term_id,
+                time_unit: time_unit::MILLIS,
+                app_version: self.ctx.app_version,
+            },
+            timestamp,
+            acks: vec![None; self.ctx.service_count],
+            deadline: Instant::now() + self.ctx.message_timeout * 6,
+            then_terminate,
+        });
     }
 
     /// Back to ACTIVE after a snapshot or a suspension: the toggle's request

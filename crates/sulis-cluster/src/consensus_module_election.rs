@@ -63,6 +63,9 @@ pub(super) struct Replicated {
     /// The leader's log session this member follows (or joins) now.
     follower_session: Option<i32>,
     follower_assembler: FragmentAssembler,
+    /// Entries read after a SNAPSHOT action, applied once the snapshot is
+    /// recorded (message, position).
+    deferred: Vec<(Vec<u8>, i64)>,
     /// The leader of the term this member runs (after its election).
     leader_member_id: i32,
     log_session_id: i32,
@@ -154,6 +157,7 @@ impl ConsensusModule {
             last_destination_error: None,
             follower_session: None,
             follower_assembler: FragmentAssembler::new(),
+            deferred: Vec::new(),
             leader_member_id: -1,
             log_session_id: 0,
             completed: false,
@@ -241,6 +245,20 @@ impl ConsensusModule {
         // A leader's catch-up replays end with its term.
         for (_, replay) in std::mem::take(&mut self.rep().catchups) {
             let _ = self.archive.stop_replay(replay);
+        }
+        // So does a snapshot being taken (the services' acks are not read
+        // in an election): the set is not recorded, the one before stays the
+        // one to recover from. Entries read after its action were not
+        // applied: the election replays them from this member's log.
+        self.rep().deferred.clear();
+        if let Some(pending) = self.snapshot.take() {
+            let why = format!(
+                "the term ended while the snapshot at {} was taken",
+                pending.mark.log_position
+            );
+            self.log_event(format!("member {}: {why}", self.ctx.member_id));
+            self.last_snapshot_error = Some(why);
+            self.failed_snapshot_count += 1;
         }
         let members = self.members.clone();
         let rep = self.rep();
@@ -589,8 +607,13 @@ impl ConsensusModule {
         limit: i64,
         mut terms: Option<&mut Vec<TermEvent>>,
     ) -> Result<usize, String> {
-        let mut entries = Vec::new();
-        if let Some(rep) = self.replicated.as_mut() {
+        // While this member takes a snapshot, its state stays that of the
+        // action's position: nothing more is applied until it is recorded.
+        if self.snapshot.is_some() {
+            return Ok(0);
+        }
+        let mut entries = std::mem::take(&mut self.rep().deferred);
+        if let (true, Some(rep)) = (entries.is_empty(), self.replicated.as_mut()) {
             let session = rep.follower_session;
             if let Some((sub, _)) = rep.follower_log.as_mut() {
                 if let Some(image) = sub
@@ -612,8 +635,9 @@ impl ConsensusModule {
                 }
             }
         }
-        let applied = entries.len();
-        for (message, position) in entries {
+        let mut applied = 0;
+        let mut entries = entries.into_iter();
+        while let Some((message, position)) = entries.next() {
             let entry = crate::log_adapter::decode(&message, position)
                 .map_err(|e| format!("the log at {position}: {e}"))?;
             if let (Some(terms), LogEntry::NewLeadershipTerm(e)) = (terms.as_deref_mut(), &entry) {
@@ -623,8 +647,25 @@ impl ConsensusModule {
                     term_base_log_position: e.term_base_log_position,
                 });
             }
-            self.agent.on_log_entry(&entry, position)?;
+            let outcome = self.agent.on_log_entry(&entry, position)?;
             self.agent.on_follower_applied(position);
+            applied += 1;
+            // A SNAPSHOT action, applied after the election: this member
+            // snapshots at the same position as the leader (its services do
+            // as they apply it); what was read after it waits meanwhile.
+            if let (
+                None,
+                crate::consensus_module_agent::Applied::TakeSnapshot {
+                    log_position,
+                    leadership_term_id,
+                    timestamp,
+                },
+            ) = (terms.as_deref(), outcome)
+            {
+                self.begin_snapshot(log_position, leadership_term_id, timestamp, false);
+                self.rep().deferred = entries.collect();
+                break;
+            }
         }
         if self.agent.commit_position > self.commit.get() {
             self.commit.set(self.agent.commit_position);

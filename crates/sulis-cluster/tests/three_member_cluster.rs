@@ -11,7 +11,7 @@ mod common;
 use common::{connect, free_port, launch_driver};
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,20 +19,41 @@ use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
 use sulis_client::Client;
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
-    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
+    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, SnapshotWriter,
 };
 use sulis_cluster::consensus_module::{
-    ConsensusModule, ConsensusModuleContext, ELECTION_STATE_TYPE_ID,
+    toggle, ConsensusModule, ConsensusModuleContext, CONTROL_TOGGLE_TYPE_ID,
+    ELECTION_STATE_TYPE_ID, SNAPSHOT_COUNTER_TYPE_ID,
 };
 use sulis_driver::MediaDriver;
 
 /// The messages a member's service applied, in order.
 type Applied = Arc<Mutex<Vec<Vec<u8>>>>;
 
-/// Records every message; the leader's echoes it.
-struct Recorder(Applied);
+/// Records every message; the leader's echoes it. Its snapshot is the
+/// messages it holds, a snapshot message each; `loaded` counts those it
+/// started from.
+struct Recorder(Applied, Arc<AtomicUsize>);
 
 impl ClusteredService for Recorder {
+    fn on_start(&mut self, _c: &mut Cluster<'_>, snapshot: Option<&[Vec<u8>]>) {
+        if let Some(messages) = snapshot {
+            *self.0.lock().unwrap() = messages.to_vec();
+            self.1.store(messages.len(), Ordering::Release);
+        }
+    }
+
+    fn on_take_snapshot(
+        &mut self,
+        _c: &mut Cluster<'_>,
+        snapshot: &mut SnapshotWriter<'_>,
+    ) -> Result<(), String> {
+        for m in self.0.lock().unwrap().iter() {
+            snapshot.write(m)?;
+        }
+        Ok(())
+    }
+
     fn on_session_message(
         &mut self,
         c: &mut Cluster<'_>,
@@ -65,6 +86,8 @@ struct Running {
     /// The leader this member follows or is (−1 during an election).
     leader: Arc<AtomicI32>,
     applied: Applied,
+    /// Snapshot messages its service started from.
+    loaded: Arc<AtomicUsize>,
 }
 
 impl Running {
@@ -115,13 +138,15 @@ fn member(id: i32, archive_port: u16) -> Member {
 fn start(m: &Member, members: &str) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let applied: Applied = Arc::default();
+    let loaded = Arc::new(AtomicUsize::new(0));
     let service_ctx = ServiceContext {
         driver_dir: m.driver_dir.clone(),
         ..ServiceContext::default()
     };
-    let (s, a) = (stop.clone(), applied.clone());
+    let (s, a, l) = (stop.clone(), applied.clone(), loaded.clone());
     let service = std::thread::spawn(move || {
-        let mut agent = ClusteredServiceAgent::launch(service_ctx, Box::new(Recorder(a))).unwrap();
+        let mut agent =
+            ClusteredServiceAgent::launch(service_ctx, Box::new(Recorder(a, l))).unwrap();
         while !s.load(Ordering::Acquire) {
             if agent.do_work().unwrap() == 0 {
                 std::thread::sleep(Duration::from_micros(100));
@@ -179,7 +204,34 @@ fn start(m: &Member, members: &str) -> Running {
         error,
         leader,
         applied,
+        loaded,
     }
+}
+
+/// A member's counter of `type_id`, on its driver.
+fn counter(m: &Member, type_id: i32) -> Option<(Client, i32)> {
+    let c = connect(&m.driver_dir, "counters");
+    let mut found = None;
+    let counters = c.counters();
+    counters.for_each(|id, t, _, _| {
+        if t == type_id {
+            found = Some(id);
+        }
+    });
+    found.map(|id| (c, id))
+}
+
+/// The recording log's valid snapshot entries: (service id, log position).
+fn snapshot_entries(m: &Member) -> Vec<(i32, i64)> {
+    let bytes = std::fs::read(m.base.join("cluster").join("recording.log")).unwrap();
+    sulis_protocol::cluster::recording_log::decode(&bytes)
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|l| l.entry)
+        .filter(|e| e.entry_type == 1 && e.is_valid)
+        .map(|e| (e.service_id, e.log_position))
+        .collect()
 }
 
 fn await_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
@@ -431,6 +483,65 @@ fn a_follower_restarted_behind_the_leader_catches_up_from_its_archive() {
     );
     send_and_receive(&mut client, 300..350);
     await_applied(&running, &[0, 1, 2], 350);
+    client.close();
+    for r in running.iter_mut() {
+        r.stop();
+    }
+    let all: Vec<&Running> = running.iter().collect();
+    assert_eq!(errors(&all), Vec::<String>::new());
+}
+
+/// A snapshot asked of the leader (its control toggle, as `sulis
+/// cluster-tool snapshot` sets it) is a SNAPSHOT action in the log: every
+/// member snapshots at its position (services and module), each recording
+/// log names the set, and a follower restarted afterwards starts its new
+/// service from its snapshot and replays only the log after it.
+#[test]
+fn a_snapshot_is_taken_by_every_member_at_one_position_and_a_restarted_follower_starts_from_it() {
+    let (hosts, members, ingress) = three();
+    let mut running: Vec<Running> = hosts.iter().map(|h| start(h, &members)).collect();
+    let leader = await_leader(&running, &[0, 1, 2], -1) as usize;
+    let (_conn, mut client) = client_of(&hosts, &ingress);
+    send_and_receive(&mut client, 0..100);
+    await_applied(&running, &[0, 1, 2], 100);
+
+    let (c, toggle_id) = counter(&hosts[leader], CONTROL_TOGGLE_TYPE_ID).expect("a control toggle");
+    let toggle_ref = c.counters().counter_ref(toggle_id);
+    assert_eq!(toggle_ref.get(), toggle::NEUTRAL);
+    toggle_ref.set_ordered(toggle::SNAPSHOT);
+    await_until("the leader to act on the snapshot", 20, || {
+        toggle_ref.get() == toggle::NEUTRAL
+    });
+    for h in &hosts {
+        let (c, id) = counter(h, SNAPSHOT_COUNTER_TYPE_ID).expect("a snapshot counter");
+        let count = c.counters().counter_ref(id);
+        await_until(&format!("member {}'s snapshot", h.id), 20, || {
+            count.get() == 1
+        });
+    }
+    let at = snapshot_entries(&hosts[leader]);
+    assert_eq!(at.len(), 2, "the module's and the service's: {at:?}");
+    assert!(at.iter().all(|&(_, p)| p == at[0].1), "{at:?}");
+    for h in &hosts {
+        let mut entries = snapshot_entries(h);
+        entries.sort();
+        let mut expected = at.clone();
+        expected.sort();
+        assert_eq!(entries, expected, "member {}'s recording log", h.id);
+    }
+
+    send_and_receive(&mut client, 100..150);
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    await_applied(&running, &[follower], 150);
+    running[follower].stop();
+    running[follower] = start(&hosts[follower], &members);
+    send_and_receive(&mut client, 150..200);
+    await_applied(&running, &[0, 1, 2], 200);
+    assert_eq!(
+        running[follower].loaded.load(Ordering::Acquire),
+        100,
+        "the restarted follower's service started from its snapshot of 100 messages"
+    );
     client.close();
     for r in running.iter_mut() {
         r.stop();
