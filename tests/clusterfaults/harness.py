@@ -5,7 +5,8 @@ one bridge), its service the register of ``register_service.py``; the clients (`
 host of their own. While they run, a nemesis hurts the cluster, one fault at a time, each healed before the
 next: SIGKILL of the leader (restarted), of a majority (restarted), of every member (a whole-cluster
 restart); SIGSTOP of the leader for longer than the heartbeat timeout; the leader cut off (both ways, only
-its inbound side, or only the consensus stream) with nftables; random packet loss on every member. Then:
+its inbound side, or only the consensus stream) with nftables; random packet loss on every member; and,
+not a fault, a snapshot (every member's, at one position; members killed later start from it). Then:
 
 - the history is linearizable (porcupine, ``lincheck/``), so no answered write is lost or seen out of order;
 - every member applied the same requests in the same order (their journals are equal), each answered
@@ -45,7 +46,8 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
            "--log-term-length", "1m", "--session-timeout", "10s"]
 NEMESES = ("kill-leader", "pause-leader", "isolate-leader", "inbound-cut", "consensus-cut", "loss",
-           "kill-majority", "restart-all")
+           "kill-majority", "restart-all", "snapshot")
+CONTROL_TOGGLE_TYPE_ID, SNAPSHOT_TOGGLE, NEUTRAL = 202, 4, 1
 
 
 def clean_env(**extra) -> dict:
@@ -132,14 +134,17 @@ class Member:
         except FileNotFoundError:
             return []
 
-    def role(self) -> int | None:
+    def counter(self, type_id: int) -> int | None:
         if not self.is_up():
             return None
         try:
             rows = sulis._native.CountersReader(str(self.driver_dir)).counters()
         except sulis._native.SulisError:
             return None
-        return next((c["value"] for c in rows if c["type_id"] == ROLE_TYPE_ID), None)
+        return next((c["value"] for c in rows if c["type_id"] == type_id), None)
+
+    def role(self) -> int | None:
+        return self.counter(ROLE_TYPE_ID)
 
 
 @dataclass
@@ -233,6 +238,15 @@ class FaultRun:
             time.sleep(hold)
             for m in victims:
                 self.start(m)
+        elif kind == "snapshot":
+            # Not a fault: every member snapshots at the action's position, and the kills after it make
+            # members start from their snapshots.
+            sulis._native.set_cluster_toggle(str(leader.driver_dir), SNAPSHOT_TOGGLE)
+            deadline = time.monotonic() + 30
+            while leader.counter(CONTROL_TOGGLE_TYPE_ID) not in (NEUTRAL, None) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.log(f"snapshot asked of member {leader.id}")
+            time.sleep(hold)
         elif kind == "restart-all":
             for m in self.members:
                 self.kill(m)

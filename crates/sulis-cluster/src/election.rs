@@ -564,6 +564,10 @@ pub struct Election {
     replication_deadline_ns: i64,
     replicating: bool,
     replaying: bool,
+    /// Where the follower's replay was started to (the commit position may
+    /// rise while it runs: the replay is done at this target, the rest is
+    /// applied from the leader's log).
+    replay_target: i64,
     /// Catch-up: the commit position last reached, and when.
     catchup_progress: (i64, i64),
     /// Leader: the commit position it knew when it won. Until its term's
@@ -637,6 +641,7 @@ impl Election {
             replication_deadline_ns: 0,
             replicating: false,
             replaying: false,
+            replay_target: NULL_POSITION,
             catchup_progress: (NULL_POSITION, now_ns),
             commit_bound: 0,
             subscribed: false,
@@ -1559,6 +1564,7 @@ impl Election {
             if self.log_position < target {
                 host.start_log_replay(self.log_position, target);
                 self.replaying = true;
+                self.replay_target = target;
                 return Ok(work + 1);
             }
             self.report_uncommitted_tail(host, now_ns);
@@ -1571,16 +1577,23 @@ impl Election {
         self.replayed_terms(host, terms, now_ns);
         if let Some(position) = done {
             self.stop_replay(host);
-            if position >= target {
+            // Done at the target it was started to, though the commit
+            // position may have risen since: judged against the risen one,
+            // a whole replay counted as short, and the next attempt replayed
+            // from before what this member and its services had applied
+            // (a fault run with snapshots: "Cluster log must be contiguous").
+            let replayed_to = self.replay_target;
+            if position >= replayed_to {
                 self.log_position = position;
                 self.report_uncommitted_tail(host, now_ns);
                 let to = next(self);
                 self.set_state(host, to, now_ns, "log replay done");
             } else {
                 let reason = format!(
-                    "incomplete log replay: to {position} of {target} (log position {})",
+                    "incomplete log replay: to {position} of {replayed_to} (log position {})",
                     self.log_position
                 );
+                self.log_position = self.log_position.max(position);
                 self.set_state(host, ElectionState::Canvass, now_ns, &reason);
             }
             return Ok(work + 1);
@@ -2117,6 +2130,8 @@ mod tests {
         join_at: Option<i64>,
         /// The catch-up copied up to here and the leader said it is done.
         caught_up_to: Option<i64>,
+        /// Where the last log replay was started to (a replay ends there).
+        replay_to: Option<i64>,
     }
 
     impl ElectionHost for Fake {
@@ -2159,9 +2174,11 @@ mod tests {
         fn update_recording_log(&mut self, t: i64, b: i64, _p: i64, _n: i64) {
             self.recorded.push((t, b));
         }
-        fn start_log_replay(&mut self, _f: i64, _t: i64) {}
+        fn start_log_replay(&mut self, _f: i64, to: i64) {
+            self.replay_to = Some(to);
+        }
         fn poll_log_replay(&mut self, _t: &mut Vec<TermEvent>) -> Option<i64> {
-            Some(self.append_position)
+            Some(self.replay_to.unwrap_or(self.append_position))
         }
         fn stop_log_replay(&mut self) {}
         fn start_log_replication(&mut self, _l: i32, _r: i64, _s: i64, _n: i64) {
@@ -2549,6 +2566,36 @@ mod tests {
             0,
             "nothing replayed: nothing is committed"
         );
+    }
+
+    #[test]
+    fn a_replay_done_at_its_target_is_done_though_the_commit_position_rose_meanwhile() {
+        // It holds term 1 to 640; the leader says 320 is committed, so it
+        // replays to 320; the commit position rises to 640 before the
+        // replay's end is seen. The replay is whole: the follower's log
+        // position is 320 and it goes on (judged against 640 it was taken
+        // as short, and the next attempt replayed from before what the
+        // services had applied).
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        let leader = LeaderTerm {
+            commit_position: 320,
+            ..leader_term(2, 640)
+        };
+        let nlt = leader.new_leadership_term(1, &|t| (t == 1).then(|| term(1, 0, 640)), 0);
+        e.on_new_leadership_term(&mut host, &nlt, MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+        e.do_work(&mut host, 2 * MS); // starts the replay to 320
+        assert_eq!(host.replay_to, Some(320));
+        let commit = CommitPosition {
+            leadership_term_id: 2,
+            log_position: 640,
+            leader_member_id: 1,
+        };
+        e.on_commit_position(&mut host, &commit, 3 * MS);
+        e.do_work(&mut host, 4 * MS); // the replay's end
+        assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
+        assert_eq!(e.log_position(), 320);
     }
 
     #[test]
