@@ -36,7 +36,7 @@ from sulis._benchkit.report import print_table
 from sulis.cluster import ClusterClient, ClusterError
 
 r.repository(__file__)
-from bench.cluster_latency import AeronNode, aeron_driver, aeron_java  # noqa: E402
+from bench.cluster_latency import AeronNode, aeron_driver, aeron_java, stop_all  # noqa: E402
 
 PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 SETTINGS = {
@@ -62,6 +62,14 @@ class Members:
         env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
+        try:
+            self._start(top, spec, env, timings)
+        except BaseException:
+            stop_all(self.procs)
+            raise
+        self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
+
+    def _start(self, top: str, spec: str, env: dict, timings: list[str]) -> None:
         for i in range(3):
             base = os.path.join(top, f"m{i}")
             os.makedirs(base)
@@ -79,14 +87,9 @@ class Members:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"a member did not start: {open(log).read()[-2000:]}")
                 time.sleep(0.05)
-        self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            proc.wait(timeout=30)
+        stop_all(self.procs)
 
 
 def echo(client: ClusterClient, payload: bytes, timeout: float = 60.0) -> None:

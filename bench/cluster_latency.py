@@ -45,6 +45,21 @@ PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 AERON_INGRESS = 9002  # EchoServiceNode's ClusterConfig: node 0, port base 9000, client-facing offset 2
 
 
+def stop_all(procs: list[subprocess.Popen], top: str | None = None) -> None:
+    """SIGTERM, then SIGKILL after 30 s, every process; then removes ``top``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    if top is not None:
+        remove_dir(top)
+
+
 def _await_line(path: str, text: str, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -70,28 +85,29 @@ class SulisNode:
         env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
-        for i in range(members):
-            base = os.path.join(self.top, f"m{i}")
-            os.makedirs(base)
-            log = os.path.join(base, "stderr.txt")
-            with open(log, "w") as err:
-                proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
-                                         "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
-                                         "--archive-dir", os.path.join(base, "archive"), "--dir",
-                                         os.path.join(base, "driver"), "--cluster-members", spec, "--member-id",
-                                         str(i), "--log-term-length", "16m"], env=env, stderr=err, text=True)
-            self.procs.append(proc)
-            self.logs.append(log)
-        for proc, log in zip(self.procs, self.logs, strict=True):
-            _await_line(log, "running in", proc, "sulis cluster-node")
+        try:
+            for i in range(members):
+                base = os.path.join(self.top, f"m{i}")
+                os.makedirs(base)
+                log = os.path.join(base, "stderr.txt")
+                with open(log, "w") as err:
+                    proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
+                                             "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
+                                             "--archive-dir", os.path.join(base, "archive"), "--dir",
+                                             os.path.join(base, "driver"), "--cluster-members", spec,
+                                             "--member-id", str(i), "--log-term-length", "16m"], env=env,
+                                            stderr=err, text=True)
+                self.procs.append(proc)
+                self.logs.append(log)
+            for proc, log in zip(self.procs, self.logs, strict=True):
+                _await_line(log, "running in", proc, "sulis cluster-node")
+        except BaseException:
+            stop_all(self.procs, self.top)
+            raise
         self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            proc.wait(timeout=30)
-        remove_dir(self.top)
+        stop_all(self.procs, self.top)
 
 
 class AeronNode:
@@ -102,6 +118,14 @@ class AeronNode:
         self.top = scratch_dir("sulis-bench-aeron-cluster-")
         self.procs: list[subprocess.Popen] = []
         logs = []
+        try:
+            self._start(aeron, members, extra, logs)
+        except BaseException:
+            stop_all(self.procs, self.top)
+            raise
+        self.endpoints = ",".join(f"{i}=localhost:{AERON_INGRESS + 100 * i}" for i in range(members))
+
+    def _start(self, aeron, members: int, extra: dict | None, logs: list) -> None:
         for i in range(members):
             base = os.path.join(self.top, f"m{i}")
             os.makedirs(base)
@@ -120,18 +144,9 @@ class AeronNode:
             logs.append(log)
         for proc, log in zip(self.procs, logs, strict=True):
             _await_line(log, "Started Cluster Node", proc, "EchoServiceNode")
-        self.endpoints = ",".join(f"{i}=localhost:{AERON_INGRESS + 100 * i}" for i in range(members))
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        remove_dir(self.top)
+        stop_all(self.procs, self.top)
 
 
 def percentiles(samples_ns: list[int]) -> dict:

@@ -47,7 +47,7 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
            "--log-term-length", "1m", "--session-timeout", "10s"]
 NEMESES = ("kill-leader", "pause-leader", "isolate-leader", "inbound-cut", "consensus-cut", "loss",
            "kill-majority", "restart-all", "snapshot")
-CONTROL_TOGGLE_TYPE_ID, SNAPSHOT_TOGGLE, NEUTRAL = 202, 4, 1
+SNAPSHOT_COUNT_TYPE_ID, SNAPSHOT_TOGGLE = 205, 4
 
 
 def clean_env(**extra) -> dict:
@@ -128,6 +128,10 @@ class Member:
     def stderr(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
 
+    def starts_from_snapshot(self) -> int:
+        path = self.base / "journal.txt.starts"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
     def journal_lines(self) -> list[str]:
         try:
             return self.journal.read_text().splitlines()
@@ -154,6 +158,7 @@ class FaultRun:
     size: int
     members: list[Member] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    snapshots: int = 0
 
     def __post_init__(self) -> None:
         spec = "|".join(f"{i},{self.hosts.addr(f'n{i}')}:{PORTS['ingress']},{self.hosts.addr(f'n{i}')}:"
@@ -240,12 +245,19 @@ class FaultRun:
                 self.start(m)
         elif kind == "snapshot":
             # Not a fault: every member snapshots at the action's position, and the kills after it make
-            # members start from their snapshots.
+            # members start from their snapshots. Every member up counts one more snapshot (the counter
+            # counts since the member's start).
+            before = {m.id: m.counter(SNAPSHOT_COUNT_TYPE_ID) or 0 for m in self.members if m.is_up()}
             sulis._native.set_cluster_toggle(str(leader.driver_dir), SNAPSHOT_TOGGLE)
             deadline = time.monotonic() + 30
-            while leader.counter(CONTROL_TOGGLE_TYPE_ID) not in (NEUTRAL, None) and time.monotonic() < deadline:
+            while any((m.counter(SNAPSHOT_COUNT_TYPE_ID) or 0) <= before[m.id] for m in self.members
+                      if m.id in before):
+                if time.monotonic() > deadline:
+                    raise AssertionError("not every member took the snapshot within 30 s: " + str(
+                        {m.id: (before.get(m.id), m.counter(SNAPSHOT_COUNT_TYPE_ID)) for m in self.members}))
                 time.sleep(0.02)
-            self.log(f"snapshot asked of member {leader.id}")
+            self.log(f"snapshot asked of member {leader.id}, taken by members {sorted(before)}")
+            self.snapshots += 1
             time.sleep(hold)
         elif kind == "restart-all":
             for m in self.members:
@@ -256,19 +268,25 @@ class FaultRun:
         else:
             raise ValueError(f"unknown nemesis {kind!r}: one of {', '.join(NEMESES)}")
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """SIGTERMs every member; returns what went wrong (a member that did not exit 0 in 20 s)."""
+        stopped = []
         for m in self.members:
             if m.is_up():
                 if m.paused:
                     os.kill(m.proc.pid, signal.SIGCONT)
                 m.proc.send_signal(signal.SIGTERM)
-        for m in self.members:
-            if m.proc is not None:
-                try:
-                    m.proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    m.proc.kill()
-                    m.proc.wait(timeout=10)
+                stopped.append(m)
+        wrong = []
+        for m in stopped:
+            try:
+                if m.proc.wait(timeout=20) != 0:
+                    wrong.append(f"member {m.id} exited {m.proc.returncode}:\n{m.stderr()[-1500:]}")
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                m.proc.wait(timeout=10)
+                wrong.append(f"member {m.id} did not stop within 20 s of SIGTERM")
+        return wrong
 
 
 TERM_LINE = re.compile(r"member (\d+) runs term (\d+) with leader (\d+)")
@@ -298,6 +316,20 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
         time.sleep(0.2)
     applied = journals[0]
     assert len(applied) == len(set(applied)), "a request was applied twice"
+    # Every member is up and went on: none stopped (a member that must restart says so and exits).
+    for m in run.members:
+        assert m.is_up(), f"member {m.id} is not running:\n{m.stderr()[-2000:]}"
+        assert "must restart" not in m.stderr(), f"member {m.id}:\n{m.stderr()[-2000:]}"
+    # Each client's requests were applied in the order it sent them (a session's order), and only
+    # requests a client sent were applied.
+    invoked = {h["id"] for h in history}
+    last_seq: dict[str, int] = {}
+    for op_id in applied:
+        client, seq = op_id.split("-")
+        assert op_id in invoked, f"{op_id} was applied but never sent (or its record was lost)"
+        assert seq.isdigit() and int(seq) > last_seq.get(client, 0), (
+            f"{op_id} was applied after {client}-{last_seq.get(client)}: out of its session's order")
+        last_seq[client] = int(seq)
     applied_set = set(applied)
     answered = [h for h in history if h["ret"] is not None]
     missing = [h["id"] for h in answered if h["id"] not in applied_set]
@@ -312,7 +344,8 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     verdict = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0, f"linearizability: {verdict} (history {history_path})"
     return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
-            "applied": len(applied), "terms": len(terms), "lincheck": verdict}
+            "applied": len(applied), "terms": len(terms), "snapshots": run.snapshots,
+            "starts_from_a_snapshot": sum(m.starts_from_snapshot() for m in run.members), "lincheck": verdict}
 
 
 def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], hold: float = 3.0,
@@ -349,6 +382,8 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
         history = [json.loads(line) for line in history_path.read_text().splitlines()]
         figures = check(fr, history, lincheck, history_path)
         figures["events"] = fr.events
+        wrong = fr.stop()
+        assert not wrong, "after the run: " + "\n".join(wrong)
         return figures
     except BaseException:
         for m in fr.members:

@@ -49,6 +49,9 @@ def main() -> int:
         except AssertionError as e:
             print(f"FAILED: {e}\n(the run's files: {base})")
             return 1
+        except BaseException:
+            print(f"(the run's files: {base})")
+            raise
     figures.pop("events")
     figures.update({"members": args.members, "schedule": schedule, "hold_s": args.hold, "seed": args.seed,
                     "seconds": round(time.monotonic() - started, 1)})

@@ -21,6 +21,15 @@ import sulis
 from sulis.cluster import ClusterClient, ClusterError
 
 
+def drop(client: ClusterClient) -> None:
+    """Closes a client whose session ended or failed (its resources now, not at garbage collection)."""
+    try:
+        client.close()
+    except ClusterError:
+        pass
+    return None
+
+
 def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threading.Event) -> None:
     rng = random.Random(cfg["seed"] * 1000 + n)
     egress = f"aeron:udp?endpoint={cfg['host']}:{cfg['egress_port'] + n}"
@@ -50,7 +59,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                 client.poll_egress(lambda p, t: None)
                 time.sleep(0.005)
         except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = None
+            client = drop(client)
             continue
         if not sent:
             continue
@@ -67,7 +76,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                 if client.poll_egress(on_egress) == 0:
                     time.sleep(0.0005)
         except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = None
+            client = drop(client)
         if answer:
             _, ok, value = answer[0].decode().split()
             record.update({"ret": time.monotonic_ns(), "ok": ok == "1", "value": int(value)})

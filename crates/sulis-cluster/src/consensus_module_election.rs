@@ -242,9 +242,17 @@ impl ConsensusModule {
             app_version: self.ctx.app_version,
             seed: now_ns as u64 ^ ((self.ctx.member_id as u64 + 1) << 40),
         };
-        // A leader's catch-up replays end with its term.
+        // A leader's catch-up replays end with its term, and so does a
+        // follower's catch-up (its destination goes).
         for (_, replay) in std::mem::take(&mut self.rep().catchups) {
             let _ = self.archive.stop_replay(replay);
+        }
+        if self
+            .replicated
+            .as_ref()
+            .is_some_and(|r| r.catchup_of.is_some())
+        {
+            ElectionHost::stop_catchup(self);
         }
         // So does a snapshot being taken (the services' acks are not read
         // in an election): the set is not recorded, the one before stays the
@@ -479,7 +487,8 @@ impl ConsensusModule {
     /// replay and then the live log fill one image there.
     fn start_catchup_replay(&mut self, m: &sulis_protocol::cluster::messages::CatchupPosition) {
         let member = m.follower_member_id;
-        if self.recording_id < 0 {
+        // A request of another term (a follower's late retry) is not this term's catch-up.
+        if self.recording_id < 0 || m.leadership_term_id != self.agent.leadership_term_id {
             return;
         }
         // Asked again, the follower gave up the earlier catch-up (its

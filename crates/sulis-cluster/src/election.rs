@@ -1585,6 +1585,12 @@ impl Election {
             let replayed_to = self.replay_target;
             if position >= replayed_to {
                 self.log_position = position;
+                // The commit position rose meanwhile: replay on to it (the
+                // next call starts there), so what is committed is applied
+                // before this member joins the term.
+                if self.append_position.min(self.notified_commit_position) > position {
+                    return Ok(work + 1);
+                }
                 self.report_uncommitted_tail(host, now_ns);
                 let to = next(self);
                 self.set_state(host, to, now_ns, "log replay done");
@@ -1677,6 +1683,9 @@ impl Election {
             && host.is_catchup_done()
             && !host.is_snapshotting()
         {
+            // The leader stopped its replay: its destination goes (Aeron's
+            // follower removes it on StopCatchup), the live one stays.
+            host.stop_catchup();
             // The term's first entry is in this member's log now (the
             // catch-up reached past the term's base), though perhaps not
             // applied: the recording log says so, as a live join does at
@@ -2573,9 +2582,9 @@ mod tests {
         // It holds term 1 to 640; the leader says 320 is committed, so it
         // replays to 320; the commit position rises to 640 before the
         // replay's end is seen. The replay is whole: the follower's log
-        // position is 320 and it goes on (judged against 640 it was taken
-        // as short, and the next attempt replayed from before what the
-        // services had applied).
+        // position is 320 (judged against 640 it was taken as short, and
+        // the next attempt replayed from before what the services had
+        // applied), and it replays on from there to 640.
         let mut host = Fake::default();
         let mut e = canvassing(1, 640, &mut host);
         let leader = LeaderTerm {
@@ -2593,9 +2602,14 @@ mod tests {
             leader_member_id: 1,
         };
         e.on_commit_position(&mut host, &commit, 3 * MS);
-        e.do_work(&mut host, 4 * MS); // the replay's end
-        assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
+        e.do_work(&mut host, 4 * MS); // the replay's end: whole, and more is committed now
+        assert_eq!(e.state(), ElectionState::FollowerReplay, "{:?}", host.log);
         assert_eq!(e.log_position(), 320);
+        e.do_work(&mut host, 5 * MS); // replays on from 320 to 640
+        assert_eq!(host.replay_to, Some(640));
+        e.do_work(&mut host, 6 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerLogInit, "{:?}", host.log);
+        assert_eq!(e.log_position(), 640);
     }
 
     #[test]
