@@ -100,7 +100,9 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
             n.start()
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
-        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s"}
+        # Three members, two JVMs and the suite's other worker on two cores: a CI run once starved the Aeron
+        # driver past the client's 10 s keepalive timeout. The client tolerates 30 s.
+        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s", "aeron.driver.timeout": "30000"}
         endpoints = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress))
         cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
             "failover", f"ingress_endpoints={endpoints}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
