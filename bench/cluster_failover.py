@@ -36,9 +36,8 @@ from sulis._benchkit.report import print_table
 from sulis.cluster import ClusterClient, ClusterError
 
 r.repository(__file__)
-from bench.cluster_latency import AeronNode, aeron_driver, aeron_java, stop_all  # noqa: E402
+from bench.cluster_latency import AeronNode, SulisNode, aeron_driver, aeron_java  # noqa: E402
 
-PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 SETTINGS = {
     "tuned": ["--leader-heartbeat-interval", "50ms", "--leader-heartbeat-timeout", "500ms",
               "--election-timeout", "200ms", "--election-status-interval", "20ms"],
@@ -49,47 +48,6 @@ AERON_SETTINGS = {
               "aeron.cluster.election.timeout": "200ms", "aeron.cluster.election.status.interval": "20ms"},
     "defaults": {},
 }
-
-
-class Members:
-    """Three members, each a process with its output in a file."""
-
-    def __init__(self, top: str, timings: list[str]) -> None:
-        ports = [[free_port() for _ in range(4)] for _ in range(3)]  # ingress, consensus, log, archive
-        spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
-                        for i, p in enumerate(ports))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
-        env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[str] = []
-        try:
-            self._start(top, spec, env, timings)
-        except BaseException:
-            stop_all(self.procs)
-            raise
-        self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
-
-    def _start(self, top: str, spec: str, env: dict, timings: list[str]) -> None:
-        for i in range(3):
-            base = os.path.join(top, f"m{i}")
-            os.makedirs(base)
-            self.logs.append(os.path.join(base, "stderr.txt"))
-            with open(self.logs[-1], "w") as err:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "sulis.cli", "cluster-node", "--service", "cluster_echo:Echo",
-                     "--cluster-dir", os.path.join(base, "cluster"), "--archive-dir", os.path.join(base, "archive"),
-                     "--dir", os.path.join(base, "driver"), "--cluster-members", spec, "--member-id", str(i),
-                     "--log-term-length", "1m", "--startup-canvass-timeout", "5s", *timings],
-                    env=env, stderr=err, text=True))
-        for proc, log in zip(self.procs, self.logs, strict=True):
-            deadline = time.monotonic() + 60
-            while "running in" not in open(log).read():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"a member did not start: {open(log).read()[-2000:]}")
-                time.sleep(0.05)
-
-    def close(self) -> None:
-        stop_all(self.procs)
 
 
 def echo(client: ClusterClient, payload: bytes, timeout: float = 60.0) -> None:
@@ -110,7 +68,7 @@ def one_failover(timings: list[str]) -> float:
     top = scratch_dir("sulis-bench-failover-")
     members = None
     try:
-        members = Members(top, timings)
+        members = SulisNode(3, ("--log-term-length", "1m", "--startup-canvass-timeout", "5s", *timings))
         with sulis.MediaDriver(dir=os.path.join(top, "client-driver"), threading_mode="shared") as driver:
             deadline = time.monotonic() + 60
             while True:

@@ -76,7 +76,8 @@ class SulisNode:
     """``sulis cluster-node`` members with the echo service, each in its own process (its output in a file:
     a member of several logs its elections)."""
 
-    def __init__(self, members: int = 1) -> None:
+    def __init__(self, members: int = 1, extra: tuple[str, ...] = ()) -> None:
+        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value)."""
         self.top = scratch_dir("sulis-bench-cluster-")
         ports = [[free_port() for _ in range(4)] for _ in range(members)]  # ingress, consensus, log, archive
         spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
@@ -95,8 +96,8 @@ class SulisNode:
                                              "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
                                              "--archive-dir", os.path.join(base, "archive"), "--dir",
                                              os.path.join(base, "driver"), "--cluster-members", spec,
-                                             "--member-id", str(i), "--log-term-length", "16m"], env=env,
-                                            stderr=err, text=True)
+                                             "--member-id", str(i), "--log-term-length", "16m", *extra],
+                                            env=env, stderr=err, text=True)
                 self.procs.append(proc)
                 self.logs.append(log)
             for proc, log in zip(self.procs, self.logs, strict=True):
