@@ -282,15 +282,7 @@ impl Setup {
 
     /// The recording log's snapshot entries: (service id, log position).
     fn snapshot_entries(&self) -> Vec<(i32, i64)> {
-        let bytes = std::fs::read(self.base.join("cluster").join("recording.log")).unwrap();
-        sulis_protocol::cluster::recording_log::decode(&bytes)
-            .unwrap()
-            .entries
-            .into_iter()
-            .map(|l| l.entry)
-            .filter(|e| e.entry_type == 1 && e.is_valid)
-            .map(|e| (e.service_id, e.log_position))
-            .collect()
+        common::snapshot_entries(&self.base.join("cluster"))
     }
 }
 

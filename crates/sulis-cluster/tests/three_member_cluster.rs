@@ -223,15 +223,7 @@ fn counter(m: &Member, type_id: i32) -> Option<(Client, i32)> {
 
 /// The recording log's valid snapshot entries: (service id, log position).
 fn snapshot_entries(m: &Member) -> Vec<(i32, i64)> {
-    let bytes = std::fs::read(m.base.join("cluster").join("recording.log")).unwrap();
-    sulis_protocol::cluster::recording_log::decode(&bytes)
-        .unwrap()
-        .entries
-        .into_iter()
-        .map(|l| l.entry)
-        .filter(|e| e.entry_type == 1 && e.is_valid)
-        .map(|e| (e.service_id, e.log_position))
-        .collect()
+    common::snapshot_entries(&m.base.join("cluster"))
 }
 
 fn await_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {

@@ -40,3 +40,17 @@ pub fn connect(dir: &Path, name: &str) -> Client {
     })
     .unwrap()
 }
+
+/// The valid snapshot entries of the recording log in `cluster_dir`:
+/// (service id, log position).
+pub fn snapshot_entries(cluster_dir: &Path) -> Vec<(i32, i64)> {
+    let bytes = std::fs::read(cluster_dir.join("recording.log")).unwrap();
+    sulis_protocol::cluster::recording_log::decode(&bytes)
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|l| l.entry)
+        .filter(|e| e.entry_type == 1 && e.is_valid)
+        .map(|e| (e.service_id, e.log_position))
+        .collect()
+}
