@@ -10,6 +10,23 @@ import subprocess
 
 from conftest import CLI, await_until, clean_env, free_udp_port
 
+#: A service for the tests (``journal_service:Journal``, written to the test's directory): it echoes each
+#: message and writes it, a line each, to $JOURNAL, which it rewrites from the log at every start.
+JOURNAL_SERVICE = '''
+import os
+from sulis.cluster import ClusteredService
+
+class Journal(ClusteredService):
+    def __init__(self):
+        self.journal = open(os.environ["JOURNAL"], "w")
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.journal.write(payload.decode() + "\\n")
+        self.journal.flush()
+        while not cluster.offer(session_id, payload):
+            pass
+'''
+
 # Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s).
 TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
@@ -19,15 +36,18 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
 class Member:
     """One member's process: ``start`` runs (or restarts) it on the same directories."""
 
-    def __init__(self, tmp_path, member_id: int, members: str, service: str = "journal_service:Journal"):
+    def __init__(self, tmp_path, member_id: int, members: str, service: str = "journal_service:Journal",
+                 extra: tuple[str, ...] = ()):
+        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value)."""
         self.id = member_id
         base = tmp_path / f"member-{member_id}"
         base.mkdir()
         self.journal = base / "journal.txt"
         self.stderr_path = base / "stderr.txt"
+        self.cluster_dir, self.driver_dir = str(base / "cluster"), str(base / "driver")
         self.cmd = [*CLI, "cluster-node", "--service", service, "--cluster-dir",
-                    str(base / "cluster"), "--archive-dir", str(base / "archive"), "--dir", str(base / "driver"),
-                    "--cluster-members", members, "--member-id", str(member_id), *TIMINGS]
+                    self.cluster_dir, "--archive-dir", str(base / "archive"), "--dir", self.driver_dir,
+                    "--cluster-members", members, "--member-id", str(member_id), *TIMINGS, *extra]
         self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal))
         self.cwd = tmp_path
         self.proc: subprocess.Popen | None = None
@@ -51,6 +71,12 @@ class Member:
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -9,26 +9,10 @@ from __future__ import annotations
 
 import time
 
-from clusterprocs import Member, loopback_members
+from clusterprocs import JOURNAL_SERVICE, Member, loopback_members
 from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient
 
-SERVICE = '''
-import os
-from sulis.cluster import ClusteredService
-
-class Journal(ClusteredService):
-    """Echoes each message and writes it, a line each, to $JOURNAL (rewritten from the log at every start)."""
-
-    def __init__(self):
-        self.journal = open(os.environ["JOURNAL"], "w")
-
-    def on_session_message(self, cluster, session_id, timestamp, payload):
-        self.journal.write(payload.decode() + "\\n")
-        self.journal.flush()
-        while not cluster.offer(session_id, payload):
-            pass
-'''
 
 def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
     """Offers ``text`` until the cluster takes it and waits for its echo."""
@@ -39,7 +23,7 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
 
 
 def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of_the_leader(make_driver, tmp_path):
-    (tmp_path / "journal_service.py").write_text(SERVICE)
+    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
     members, ingress_ports = loopback_members(3)
     nodes = [Member(tmp_path, i, members) for i in range(3)]
     try:

@@ -50,7 +50,7 @@ class SulisBatchReader(DataSourceReader):
         s = session(opts.archive)
         archive_id = s.archive.archive_id
         check_archive_dir(archive_id, opts)
-        infos = list_selected(s, opts)
+        infos = list_selected(s, opts, require_commit=True)
         starts, ends = resolve_positions(infos, opts)
         ranges = plan_ranges({r.recording_id: r for r in infos}, starts, ends, opts.min_partitions)
         return [SulisPartition(r, archive_id) for r in ranges]

@@ -18,7 +18,8 @@ __all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
 
 
 class SulisDataSource(DataSource):
-    """The ``sulis`` format: batch and streaming reads of archive recordings, batch and streaming writes.
+    """The ``sulis`` format: batch and streaming reads of archive recordings (or of a cluster member's committed
+    log, ``clusterDir``), batch and streaming writes.
 
     Options are checked when a query starts (``reader``/``streamReader``/``writer``/``streamWriter``
     run on the Spark driver); a bad one fails it with a message naming the option.
@@ -31,7 +32,8 @@ class SulisDataSource(DataSource):
     def schema(self) -> str:
         from .options import include_timestamp, value_layout
 
-        return ddl_for(value_layout(self.options), include_timestamp(self.options))
+        cluster = bool(str(self.options.get("clusterDir") or "").strip())
+        return ddl_for(value_layout(self.options), not cluster and include_timestamp(self.options), cluster)
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))

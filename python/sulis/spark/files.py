@@ -94,7 +94,8 @@ def announced_archive_dir(driver_dir: str | None, archive_id: int) -> str | None
 
 
 def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
-               layout: ValueLayout | None = None, timestamp: bool = False) -> Iterator[pa.RecordBatch]:
+               layout: ValueLayout | None = None, timestamp: bool = False,
+               cluster: bool = False) -> Iterator[pa.RecordBatch]:
     """The messages of ``r`` read from its segment files, as Arrow batches of ``replay.SCHEMA``."""
     from .. import ArchiveError, _native
 
@@ -107,7 +108,7 @@ def read_files(archive_dir: str, r: RecordingRange, fragment_limit: int = 65536,
     reader = _native.RecordingFileReader(archive_dir, r.recording_id, r.recording_start, r.term_length,
                                          r.segment_length, r.initial_term_id, r.replay_from,
                                          min(r.end, r.replay_to))
-    assembler = _Assembler(r, layout, timestamp)
+    assembler = _Assembler(r, layout, timestamp, cluster)
     last = r.replay_from
     while last < r.end:
         try:
@@ -168,10 +169,11 @@ def read_partition_range(opts: ReaderOptions, r: RecordingRange,
             raise OptionError(f"option readMode=files: archiveDir {files_dir!r} holds no readable "
                                f"{CATALOG_FILE} on host {socket.gethostname()}; readMode=auto replays from "
                                f"{opts.archive.describe()} where the files are not local")
-        yield from read_files(files_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp)
+        yield from read_files(files_dir, r, opts.fragment_limit, opts.layout, opts.include_timestamp,
+                              opts.cluster_dir is not None)
         return
     yield from read_range(opts.archive, r, opts.replay_channel, opts.replay_stream_id, opts.fragment_limit,
-                          layout=opts.layout, timestamp=opts.include_timestamp)
+                          layout=opts.layout, timestamp=opts.include_timestamp, cluster=opts.cluster_dir is not None)
 
 
 def check_archive_dir(archive_id: int, opts: ReaderOptions) -> None:

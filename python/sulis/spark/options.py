@@ -36,7 +36,7 @@ LATEST = -1
 READER_OPTIONS = (
     "controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
     "driverDir", "messageTimeout",
-    "channel", "streamId", "recordingIds",
+    "channel", "streamId", "recordingIds", "clusterDir",
     "startingPositions", "endingPositions",
     "minPartitions", "failOnDataLoss",
     "replayChannel", "replayStreamId", "fragmentLimit",
@@ -110,9 +110,14 @@ class ReaderOptions:
     include_timestamp: bool = False
     #: ``lowLatency``: streaming micro-batches read by the Spark driver's source process, no executor task
     low_latency: bool = False
+    #: ``clusterDir``: a cluster member's directory; its log is read, never past the commit position
+    #: (``cluster_log``)
+    cluster_dir: str | None = None
 
     def selection(self) -> str:
         """Names what is read in error messages."""
+        if self.cluster_dir is not None:
+            return f"the log of the cluster member in {self.cluster_dir}"
         if self.recording_ids is not None:
             return f"recordingIds {list(self.recording_ids)}"
         return f"channel {self.channel!r} streamId {self.stream_id}"
@@ -354,9 +359,18 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
             raise OptionError(f"option recordingIds: {raw_ids!r} must name at least one recording id >= 0")
         if channel is not None or stream_id is not None:
             raise OptionError("option recordingIds: give either recordingIds or channel and streamId, not both")
-    elif stream_id is None:
-        raise OptionError("option streamId: required (with channel) unless recordingIds is given")
-    elif channel is None:
+    raw_cluster = options.get("clusterDir")
+    cluster_dir = str(raw_cluster).strip() if raw_cluster is not None and str(raw_cluster).strip() else None
+    if cluster_dir is not None:
+        if channel is not None or stream_id is not None or recording_ids is not None:
+            raise OptionError("option clusterDir: give either clusterDir (a cluster member's log) or channel and "
+                              "streamId or recordingIds, not both")
+        if options.get("includeTimestamp") is not None:
+            raise OptionError("option includeTimestamp: not with clusterDir (a cluster log's rows always have "
+                              "timestamp, the entry's cluster time)")
+    elif recording_ids is None and stream_id is None:
+        raise OptionError("option streamId: required (with channel) unless recordingIds or clusterDir is given")
+    elif recording_ids is None and channel is None:
         raise OptionError("option channel: required with streamId (a channel URI, or a part of one such as "
                           "'aeron:ipc' or 'endpoint=127.0.0.1:40123', as list_recordings_for_uri matches)")
     starting = parse_positions(options, "startingPositions", "earliest")
@@ -402,6 +416,7 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         archive_dir=archive_dir,
         include_timestamp=include_timestamp(options),
         low_latency=_low_latency(options, min_partitions, max_bytes, max_messages, min_messages),
+        cluster_dir=cluster_dir,
     )
 
 

@@ -5,9 +5,11 @@ Nothing here imports pyspark; ``datasource.py`` and ``stream_reader.py`` wrap it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
+from .cluster_log import cap, commit_position, log_recording_ids, no_commit_position
 from .errors import ArchiveUnavailableError, DataLossError, OptionError
 from .options import EARLIEST, LATEST, ReaderOptions
 from .replay import ArchiveSession, RecordingRange, replay_from
@@ -37,6 +39,29 @@ class RecordingInfo:
     segment_length: int = 0
     initial_term_id: int = 0
     stop_timestamp: int = -1
+    #: a cluster log's recorded end when ``end`` is cut to the commit position, else -1
+    recorded: int = -1
+
+    @property
+    def recorded_end(self) -> int:
+        """What is recorded, whatever may be read of it: a recording truncated below a position read
+        to lost data; one whose readable end is the commit position did not."""
+        return max(self.end, self.recorded)
+
+
+def committed(r: RecordingInfo, opts: ReaderOptions, required: bool = False) -> RecordingInfo:
+    """``r`` as a ``clusterDir`` query may read it: never past the member's commit position, and always
+    live (a member's log goes on across its restarts). ``required``: no commit position known is an
+    error (a batch read), else nothing is readable yet (a streaming query waits)."""
+    if opts.cluster_dir is None:
+        return r
+    commit = commit_position(opts.cluster_dir, opts.archive.driver_dir)
+    if commit is None:
+        if required:
+            raise no_commit_position(opts.cluster_dir, opts.archive.driver_dir)
+        log.warning("%s: no commit position known yet; nothing is read until the member runs", opts.selection())
+    recorded = r.recorded_end
+    return dataclasses.replace(r, end=cap(recorded, r.start, commit), live=True, recorded=recorded)
 
 
 def info_of(s: ArchiveSession, d) -> RecordingInfo:
@@ -54,10 +79,10 @@ def info_of(s: ArchiveSession, d) -> RecordingInfo:
                          d.stop_timestamp if d.stop_position >= 0 else -1)
 
 
-def describe(s: ArchiveSession, recording_id: int) -> RecordingInfo | None:
-    """The recording's current state, or None if the archive does not know it."""
+def describe(s: ArchiveSession, recording_id: int, opts: ReaderOptions) -> RecordingInfo | None:
+    """The recording's current state as ``opts`` may read it, or None if the archive does not know it."""
     d = s.archive.list_recording(recording_id)
-    return None if d is None else info_of(s, d)
+    return None if d is None else committed(info_of(s, d), opts)
 
 
 def stream_key(channel: str, stream_id: int) -> str | None:
@@ -87,14 +112,20 @@ def list_descriptors(s: ArchiveSession, opts: ReaderOptions, missing: list[int] 
     """The descriptors selected by ``opts``. By ids, every one must exist; with ``missing`` given, the
     ids the archive does not know are put there instead (a streaming query decides whether that is
     data loss)."""
-    if opts.recording_ids is not None:
+    ids = opts.recording_ids if opts.cluster_dir is None else log_recording_ids(opts.cluster_dir)
+    if ids is not None:
         found = []
-        for rid in opts.recording_ids:
+        for rid in ids:
             d = s.archive.list_recording(rid)
             if d is None:
                 if missing is not None:
                     missing.append(rid)
                     continue
+                if opts.cluster_dir is not None:
+                    raise OptionError(f"option clusterDir: the log recording {rid} that "
+                                      f"{opts.cluster_dir}/recording.log names is unknown to "
+                                      f"{opts.archive.describe()}: driverDir and controlChannel must reach the "
+                                      "member's own archive")
                 raise OptionError(f"option recordingIds: recording {rid} is unknown to {opts.archive.describe()} "
                                   "(never recorded there, or purged)")
             found.append(d)
@@ -109,10 +140,12 @@ def list_descriptors(s: ArchiveSession, opts: ReaderOptions, missing: list[int] 
         from_id = page[-1].recording_id + 1
 
 
-def list_selected(s: ArchiveSession, opts: ReaderOptions, missing: list[int] | None = None) -> list[RecordingInfo]:
+def list_selected(s: ArchiveSession, opts: ReaderOptions, missing: list[int] | None = None,
+                  require_commit: bool = False) -> list[RecordingInfo]:
     """Every selected recording with its current positions, by recording id (``missing``: see
-    ``list_descriptors``)."""
-    return sorted((info_of(s, d) for d in list_descriptors(s, opts, missing)), key=lambda r: r.recording_id)
+    ``list_descriptors``; ``require_commit``: see ``committed``)."""
+    return sorted((committed(info_of(s, d), opts, require_commit) for d in list_descriptors(s, opts, missing)),
+                  key=lambda r: r.recording_id)
 
 
 def _check_keys(spec, infos: dict[int, RecordingInfo], option: str, opts: ReaderOptions) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .cluster_log import CLUSTER_DDL, CLUSTER_FIELDS, session_messages
 from .errors import NoMediaDriverError, ReadError, ReadTimeoutError
 from .options import ArchiveAddress
 from .value_schema import ValueLayout
@@ -80,16 +81,21 @@ _META_DDL = "recording_id long, stream_id int, session_id int, position long, re
 TIMESTAMP_FIELD = pa.field("timestamp", pa.timestamp("us", tz="UTC"))
 
 
-def schema_for(layout: ValueLayout | None, timestamp: bool = False) -> pa.Schema:
+def schema_for(layout: ValueLayout | None, timestamp: bool = False, cluster: bool = False) -> pa.Schema:
     """The Arrow schema of the rows: ``value`` or the ``valueSchema`` fields, then the metadata
-    (and ``timestamp`` with ``includeTimestamp``)."""
+    (and ``timestamp`` with ``includeTimestamp``); a cluster log's metadata with ``cluster``."""
     head = [SCHEMA.field(0)] if layout is None else layout.arrow_fields()
+    if cluster:
+        return pa.schema([*head, *CLUSTER_FIELDS])
     return pa.schema([*head, *_META_FIELDS, *([TIMESTAMP_FIELD] if timestamp else [])])
 
 
-def ddl_for(layout: ValueLayout | None, timestamp: bool = False) -> str:
+def ddl_for(layout: ValueLayout | None, timestamp: bool = False, cluster: bool = False) -> str:
     """The same as a Spark DDL string."""
-    text = SCHEMA_DDL if layout is None else f"{layout.ddl()}, {_META_DDL}"
+    head = "value binary" if layout is None else layout.ddl()
+    if cluster:
+        return f"{head}, {CLUSTER_DDL}"
+    text = f"{head}, {_META_DDL}"
     return f"{text}, timestamp timestamp" if timestamp else text
 
 
@@ -258,11 +264,14 @@ def _to_i32(v: int) -> int:
 class _Assembler:
     """Turns the fragments of successive ``poll_batch`` calls into Arrow batches of whole messages."""
 
-    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None, timestamp: bool = False) -> None:
+    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None, timestamp: bool = False,
+                 cluster: bool = False) -> None:
         self.r = r
         self.layout = layout
         self.timestamp = timestamp
-        self.schema = schema_for(layout, timestamp)
+        #: a cluster's log: rows are its session messages, their header in columns (``cluster_log``)
+        self.cluster = cluster
+        self.schema = schema_for(layout, timestamp, cluster)
         # A message begun in an earlier batch: its fragments' bytes and reserved value.
         self.pending: list[bytes] = []
         self.pending_reserved = 0
@@ -270,6 +279,9 @@ class _Assembler:
     def _columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
         r = self.r
         layout = self.layout
+        meta: list[pa.Array] = []
+        if self.cluster:
+            values, positions, meta = session_messages(values, positions)
         if layout is None:
             head = [values]
         else:
@@ -279,9 +291,15 @@ class _Assembler:
                 keep[bad] = False
                 values = values.filter(pa.array(keep))
                 positions, reserved = positions[keep], reserved[keep]
+                meta = [m.filter(pa.array(keep)) for m in meta]
                 bad = bad[:0]
             head = layout.decode(values, positions, r.recording_id, bad)
         n = len(values)
+        if self.cluster:
+            session_ids, term_ids, stamps = meta
+            return pa.RecordBatch.from_arrays(
+                [*head, session_ids, term_ids, pa.array(np.full(n, r.recording_id, np.int64)), pa.array(positions),
+                 stamps], schema=self.schema)
         return pa.RecordBatch.from_arrays(
             [
                 *head,
@@ -387,7 +405,7 @@ def _errors_after_end(s: ArchiveSession, wait: float = 0.2) -> list:
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
                timeout: float | None = None, layout: ValueLayout | None = None,
-               timestamp: bool = False) -> Iterator[pa.RecordBatch]:
+               timestamp: bool = False, cluster: bool = False) -> Iterator[pa.RecordBatch]:
     """Replays ``r`` from the archive and yields its messages as Arrow batches of ``SCHEMA``.
 
     Fails (``TimeoutError``) when the replay makes no progress for ``timeout`` seconds (default:
@@ -454,7 +472,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
             drop_session(address)
             raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} from "
                             f"{r.replay_from} to {r.end} failed: {e2}") from e2
-    assembler = _Assembler(r, layout, timestamp)
+    assembler = _Assembler(r, layout, timestamp, cluster)
     last = r.replay_from
     image = None  # the replay's image, kept: its final position is readable after it is gone
     ended = False  # the replay's image reached its end (or went away)

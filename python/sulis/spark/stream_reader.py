@@ -47,6 +47,7 @@ from .options import ReaderOptions
 from .recordings import (
     RecordingInfo,
     check_data_loss,
+    committed,
     describe,
     list_selected,
     plan_ranges,
@@ -175,11 +176,11 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             pos = s.archive.get_recording_position(rid)
             if pos < 0:  # stopped since: its descriptor has the stop position
-                fresh = describe(s, rid)
+                fresh = describe(s, rid, self.opts)
                 if fresh is not None:
                     self._infos[rid] = fresh
-            elif pos != r.end:
-                self._infos[rid] = dataclasses.replace(r, end=pos, live=True)
+            else:  # a cluster log's readable end moves with its commit position too
+                self._infos[rid] = committed(dataclasses.replace(r, end=pos, live=True, recorded=-1), self.opts)
         return self._infos
 
     def _check_gone_and_truncated(self, begin: dict[int, int], stopped: dict[int, int],
@@ -205,7 +206,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lost.append(f"recording {rid} is no longer in {o.archive.describe()} (purged?); this query had "
                             f"read it to position {at}, not known to be its end: what followed was never read")
                 next_begin.pop(rid)
-            elif r.end < at:
+            elif r.recorded_end < at:
                 lost.append(f"recording {rid} was truncated to position {r.end}, below position {at} this query "
                             f"had read to: whatever is recorded from {r.end} on again would be missed")
                 next_begin[rid] = r.end
@@ -219,7 +220,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _info_now(self, rid: int) -> RecordingInfo | None:
         """The recording as the archive describes it now (its start moves when data is purged);
         None when it is gone and ``failOnDataLoss=false``."""
-        fresh = describe(session(self.opts.archive), rid)
+        fresh = describe(session(self.opts.archive), rid, self.opts)
         if fresh is None:
             text = f"recording {rid} is no longer in {self.opts.archive.describe()} (purged?)"
             if self.opts.fail_on_data_loss:
@@ -267,7 +268,7 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             infos = self._refresh()
             begin = from_offset(start) if start else {}
             finished = finished_of(start)
-            if any(rid not in infos or infos[rid].end < at for rid, at in begin.items()):
+            if any(rid not in infos or infos[rid].recorded_end < at for rid, at in begin.items()):
                 # Gone from the listing, or moved back: ask again before calling it data loss.
                 infos = self._refresh(force=True)
                 begin = self._check_gone_and_truncated(begin, stopped_of(start), infos)
