@@ -376,3 +376,66 @@ def test_the_log_before_a_snapshot_is_purged_and_a_restart_needs_only_what_is_le
             assert (again.started_from, again.total) == (1500, 1501)
             assert add(b, 1) == 1502
             assert node.error is None
+
+
+CLOCK_SERVICES = '''
+import datetime
+import random
+import time
+from datetime import datetime as Datetime
+from time import time as now
+
+from sulis.cluster import ClusteredService
+
+class Careless(ClusteredService):
+    """Answers ``read:<what>`` with what a member other than this one would not see the same."""
+
+    def __init__(self):
+        self.started_at = time.time()      # outside callbacks: not checked
+        self.rng = random.Random(7)        # a seeded generator of its own: deterministic
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        what = payload.decode().split(":", 1)[1]
+        value = {"cluster-time": lambda: cluster.time, "seeded": lambda: self.rng.random(),
+                 "time.time": lambda: time.time(), "now": lambda: now(),
+                 "datetime.now": lambda: Datetime.now(), "datetime.datetime.now": lambda: datetime.datetime.now(),
+                 "random": lambda: random.random()}[what]()
+        while not cluster.offer(session_id, str(value).encode()):
+            pass
+'''
+
+
+@pytest.mark.parametrize("call", ["time.time", "now", "datetime.now", "datetime.datetime.now", "random"])
+def test_check_determinism_stops_a_service_that_reads_the_clock_or_unseeded_randomness(node_env, call, tmp_path,
+                                                                                        monkeypatch):
+    """With check_determinism, a service that reads the wall clock (however it imported it) or the shared
+    random generator in a callback stops, naming the call, the callback and the log position; cluster time
+    and a seeded generator of its own pass. Without it, the same service runs (the check is opt-in)."""
+    (tmp_path / "careless_service.py").write_text(CLOCK_SERVICES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import careless_service
+
+    driver, _, members, _, cluster_dir = node_env
+    with ClusterNode(careless_service.Careless(), cluster_dir, driver.dir, cluster_members=members,
+                     log_term_length="64k", check_determinism=True) as node, connect(node_env) as a:
+        for ok in ("cluster-time", "seeded"):
+            offer(a, f"read:{ok}".encode())
+            assert len(receive(a, 1)) == 1
+        offer(a, f"read:{call}".encode())
+        await_until(lambda: node.error is not None, 10, "the node's error")
+        assert "DeterminismError" in node.error and "Careless.on_session_message at log position" in node.error
+        assert {"time.time": "time.time called", "now": "time.time called", "random": "random.random called",
+                "datetime.now": "datetime.datetime.now called",
+                "datetime.datetime.now": "datetime.datetime.now called"}[call] in node.error, node.error
+    assert time.time() > 0 and careless_service.time.time() > 0  # outside a callback the clock reads as usual
+
+
+def test_without_check_determinism_a_clock_reading_service_runs(node_env, tmp_path, monkeypatch):
+    (tmp_path / "careless_plain.py").write_text(CLOCK_SERVICES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import careless_plain
+
+    with start(node_env, careless_plain.Careless()) as node, connect(node_env) as a:
+        offer(a, b"read:time.time")
+        assert float(receive(a, 1)[0]) > 0
+        assert node.error is None

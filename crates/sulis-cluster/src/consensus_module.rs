@@ -147,6 +147,10 @@ pub struct ConsensusModuleContext {
     /// What the module's and the service container's threads do when a
     /// duty cycle found nothing to do.
     pub idle_strategy: sulis_concurrent::idle::IdleStrategy,
+    /// A Python service that reads the wall clock or unseeded randomness in
+    /// a callback stops, naming the call: the Python service container
+    /// checks it (`sulis.cluster.determinism`); the module only carries it.
+    pub check_determinism: bool,
     /// Where each option's value came from.
     pub sources: Sources,
 }
@@ -182,6 +186,7 @@ impl Default for ConsensusModuleContext {
             app_version: 0,
             message_timeout: Duration::from_secs(10),
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
+            check_determinism: false,
             sources: Sources::default(),
         }
     }
@@ -250,6 +255,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
+    sulis_protocol::option!(check_determinism, "SULIS_CLUSTER_CHECK_DETERMINISM", "bool", "A Python service that reads the wall clock (time.time, datetime.now, ...) or unseeded randomness (random, os.urandom, uuid4) in a callback stops, naming the call and the log position; a development check costing a Python call per entry.", sulis_protocol::values::parse_bool, show),
 ];
 
 impl Configured for ConsensusModuleContext {

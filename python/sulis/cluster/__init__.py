@@ -15,7 +15,8 @@ and members as separate processes, are being built (``docs/cluster.md``).
 
 Determinism: every member's service must do the same with the same entries. Use ``cluster.time`` (the
 entry's cluster time), never the wall clock; no randomness that is not seeded from the log; no I/O
-that changes what the service does; schedule timers through ``cluster.schedule_timer``.
+that changes what the service does; schedule timers through ``cluster.schedule_timer``. The option
+``check_determinism`` makes a service that reads the clock or unseeded randomness fail loudly.
 """
 
 from __future__ import annotations
@@ -129,12 +130,19 @@ class ClusterNode:
     directory: a second is refused, naming the process that holds it). Every setting comes from the
     cluster's options table (defaults, ``SULIS_CLUSTER_*`` variables, then these keywords; names, units
     and defaults in docs/config.md, ``cluster_config()`` shows the effective ones). Returns once the
-    node leads its term, raising ``ClusterError`` if it cannot start.
+    node leads its term, raising ``ClusterError`` if it cannot start. ``check_determinism=True`` stops a
+    service that reads the wall clock or unseeded randomness in a callback (``sulis.cluster.determinism``).
     """
 
     def __init__(self, service: ClusteredService, cluster_dir=None, driver_dir=None, **options: object) -> None:
-        self._native = _NativeClusterNode(service, None if cluster_dir is None else str(cluster_dir),
-                                          None if driver_dir is None else str(driver_dir), **options)
+        cluster_dir = None if cluster_dir is None else str(cluster_dir)
+        driver_dir = None if driver_dir is None else str(driver_dir)
+        effective = {row[0]: row[1] for row in cluster_config(cluster_dir, driver_dir, **options)}
+        if effective.get("check_determinism") == "true":
+            from .determinism import checked_service
+
+            service = checked_service(service)
+        self._native = _NativeClusterNode(service, cluster_dir, driver_dir, **options)
 
     @property
     def error(self) -> str | None:
