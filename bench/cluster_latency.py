@@ -17,10 +17,16 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   in µs (``--count`` after ``--warmup``).
 * throughput: ``--tput-count`` messages offered as fast as the cluster takes them, egress polled
   meanwhile; messages/s from the first offer to the last echo.
+* fixed rates (``--rates``, the sulis Python client on the sulis and the Aeron cluster): messages on a
+  schedule for ``--rate-seconds`` each, each one's round trip from when it was due; the highest rate
+  whose p99 stays under 1 ms.
 
 With ``--members 3`` every member is a process of its own on this machine (UDP over loopback between
-them): a message is committed once a majority's archives recorded it. etcd and PySyncObj beside them
-are not there yet. The Aeron rows need ``bash bench/peers/install.sh``.
+them): a message is committed once a majority's archives recorded it. Beside them, clusters of as many
+members of etcd 3.5 (a put of the message, from Python over etcd's HTTP/JSON gateway:
+bench/peers/etcd.py) and PySyncObj (a replicated register written by one member's own process:
+bench/peers/syncobj_node.py), each with a tenth of the messages (they are a hundred times slower).
+The Aeron, etcd and PySyncObj rows need ``bash bench/peers/install.sh``.
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 import sulis
 from sulis._benchkit import runner as r
 from sulis._benchkit.procs import cpu_summary, free_port, remove_dir, scratch_dir
@@ -40,6 +48,8 @@ from sulis.cluster import ClusterClient
 
 r.repository(__file__)
 from bench.peers import aeron as aeron_java  # noqa: E402
+from bench.peers import etcd as etcd_peer  # noqa: E402
+from bench.peers import syncobj_node  # noqa: E402
 
 PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 AERON_INGRESS = 9002  # EchoServiceNode's ClusterConfig: node 0, port base 9000, client-facing offset 2
@@ -169,6 +179,8 @@ def sulis_client(endpoints: str, a, mode: str) -> dict:
                 def on_echo(p, t):
                     got[0] += 1
 
+                if mode.startswith("rate:"):
+                    return at_rate(client, float(mode[5:]), a)
                 if mode == "throughput":
                     t0 = time.perf_counter()
                     sent = 0
@@ -194,6 +206,37 @@ def sulis_client(endpoints: str, a, mode: str) -> dict:
                 client.close()
     finally:
         remove_dir(shm)
+
+
+def at_rate(client: ClusterClient, rate: float, a) -> dict:
+    """Messages offered on a fixed schedule, ``rate`` a second for ``a.rate_seconds``; each one's latency
+    from when it was due (not when it went: a cluster that falls behind is charged for the wait, no
+    coordinated omission) to its echo, found by the sequence number it carries. The first half second at
+    the rate warms up (a new client's first messages, Aeron's JIT) and is not counted."""
+    warm = int(rate * 0.5)
+    n = warm + max(100, int(rate * a.rate_seconds))
+    pad = bytes(max(0, a.length - 8))
+    interval = 1e9 / rate
+    latency = np.zeros(n, np.int64)
+    got = [0]
+    start = time.perf_counter_ns() + 10_000_000
+
+    def on_echo(p, t):
+        seq = int.from_bytes(p[:8], "little")
+        latency[seq] = time.perf_counter_ns() - (start + int(seq * interval))
+        got[0] += 1
+
+    sent, deadline = 0, time.monotonic() + a.rate_seconds + 60
+    while got[0] < n:
+        now = time.perf_counter_ns()
+        while sent < n and start + sent * interval <= now:
+            if client.offer(sent.to_bytes(8, "little") + pad) < 0:
+                break  # back-pressured: offered again on the next pass, still charged from when it was due
+            sent += 1
+        client.poll_egress(on_echo, 100)
+        if time.monotonic() > deadline:
+            return {"error": f"{got[0]} of {n} echoed at {rate:.0f}/s"}
+    return percentiles(latency[warm:].tolist())
 
 
 def _connect(driver_dir: str, endpoints: str) -> ClusterClient:
@@ -253,23 +296,59 @@ def main() -> int:
     ap.add_argument("--tput-count", type=int, default=100_000, help="messages per throughput run")
     ap.add_argument("--length", type=int, default=32, help="message length in bytes")
     ap.add_argument("--members", type=int, default=1, choices=(1, 3, 5), help="members of each cluster")
+    ap.add_argument("--rates", default="1000,5000,10000,20000,40000",
+                    help="fixed rates (msgs/s) at which the sulis Python client measures each cluster's round trip")
+    ap.add_argument("--rate-seconds", type=float, default=2.0, help="seconds at each fixed rate")
     ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
     a = ap.parse_args()
     r.require_release_build()
     if a.quick:
-        a.runs, a.count, a.warmup, a.tput_count = 1, 2_000, 500, 20_000
+        a.runs, a.count, a.warmup, a.tput_count, a.rate_seconds = 1, 2_000, 500, 20_000, 0.5
+    rates = [float(x) for x in a.rates.split(",") if x.strip()]
+    at_rates: dict[tuple[str, float], list] = {}
+    why: dict[str, str] = {}
     try:
-        aeron, why = aeron_java.find("current"), ""
+        aeron = aeron_java.find("current")
     except aeron_java.Missing as e:
-        aeron, why = None, str(e)
+        aeron, why["aeron"] = None, str(e)
+    try:
+        etcd_version = etcd_peer.version()
+    except etcd_peer.Missing as e:
+        etcd_version, why["etcd"] = None, str(e)
+    syncobj_version = syncobj_node.version()
+    if syncobj_version is None:
+        why["pysyncobj"] = "PySyncObj is not installed (bash bench/peers/install.sh)"
     print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
           "member a process")
     rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
                  ("sulis node, Aeron Java client", "sulis", "aeron"),
                  ("Aeron node, Aeron Java client", "aeron", "aeron"),
-                 ("Aeron node, sulis Python client", "aeron", "sulis")]
+                 ("Aeron node, sulis Python client", "aeron", "sulis"),
+                 (f"etcd {etcd_version or ''}, Python HTTP client (1/10 msgs)", "etcd", "etcd"),
+                 (f"PySyncObj {syncobj_version or ''}, client in a member (1/10 msgs)", "pysyncobj", "pysyncobj")]
     results: dict[str, dict[str, list]] = {name: {"latency": [], "throughput": []} for name, _, _ in rows_spec}
+    # etcd and PySyncObj take a tenth of the messages: a hundred times slower, the full counts would take minutes.
+    tenth = argparse.Namespace(**{**vars(a), "count": max(200, a.count // 10), "warmup": max(50, a.warmup // 10),
+                                  "tput_count": max(1000, a.tput_count // 10)})
     for _ in range(a.runs):
+        for name, kind, _ in rows_spec[4:]:
+            if kind in why:
+                continue
+            if kind == "etcd":
+                etcd = etcd_peer.EtcdCluster(a.members)
+                try:
+                    for mode in ("latency", "throughput"):
+                        results[name][mode].append(etcd_peer.run(etcd, tenth, mode, percentiles))
+                finally:
+                    etcd.close()
+            else:
+                top = scratch_dir("sulis-bench-pysyncobj-")
+                try:
+                    got = syncobj_node.run(a.members, tenth, top, free_port)
+                finally:
+                    remove_dir(top)
+                for mode in ("latency", "throughput"):
+                    results[name][mode].append(got.get(mode, got))
         for node_kind in ("sulis", "aeron"):
             if node_kind == "aeron" and aeron is None:
                 continue
@@ -281,16 +360,19 @@ def main() -> int:
                     for mode in ("latency", "throughput"):
                         run = sulis_client if c == "sulis" else (lambda e, a_, m: aeron_client(aeron, e, a_, m))
                         results[name][mode].append(run(node.endpoints, a, mode))
+                for rate in rates:
+                    at_rates.setdefault((node_kind, rate), []).append(sulis_client(node.endpoints, a, f"rate:{rate}"))
             finally:
                 node.close()
     med = statistics.median
     table = []
-    for name, _, _ in rows_spec:
+    for name, node_kind, client_kind in rows_spec:
         failed = [x["error"] for mode in ("latency", "throughput") for x in results[name][mode] if "error" in x]
         lat = [x for x in results[name]["latency"] if "error" not in x]
         tput = [x for x in results[name]["throughput"] if "error" not in x]
         if not lat or not tput:
-            table.append([name, f"failed: {failed[0]}" if failed else f"skipped: {why}"] + [""] * 5)
+            reason = why.get(node_kind) or why.get(client_kind, "")
+            table.append([name, f"failed: {failed[0]}" if failed else f"skipped: {reason}"] + [""] * 5)
             continue
         if failed:
             print(f"[cluster] {name}: {len(failed)} failed run(s), left out: {failed[0]}")
@@ -299,6 +381,30 @@ def main() -> int:
                       f"{med(x['msgs_per_s'] for x in tput):,.0f}",
                       ", ".join(f"{x['msgs_per_s']:,.0f}" for x in tput)])
     print_table(["row", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "msgs/s", "runs, msgs/s"], table)
+    if at_rates:
+        print(f"\n[cluster] round trips at fixed rates, the sulis Python client on each cluster (µs from when each "
+              f"message was due; medians of {a.runs} run(s))")
+        rate_table, best = [], {}
+        for (kind, rate), runs in sorted(at_rates.items()):
+            ok = [x for x in runs if "error" not in x]
+            if not ok:
+                rate_table.append([kind, f"{rate:,.0f}", f"failed: {runs[0]['error']}", "", ""])
+                continue
+            p99 = med(x["p99_us"] for x in ok)
+            rate_table.append([kind, f"{rate:,.0f}", f"{med(x['p50_us'] for x in ok):.1f}", f"{p99:.1f}",
+                               f"{med(x['p999_us'] for x in ok):.1f}"])
+            if p99 < 1000 and len(ok) == len(runs):
+                best[kind] = max(best.get(kind, 0.0), rate)
+        print_table(["cluster", "msgs/s", "p50 µs", "p99 µs", "p99.9 µs"], rate_table)
+        for kind in sorted({k for k, _ in at_rates}):
+            print(f"[cluster] {kind}: highest rate tried with p99 under 1 ms: "
+                  + (f"{best[kind]:,.0f} msgs/s" if kind in best else "none"))
+    # Each system with its own client: how many times its writes per second sulis's are.
+    tputs = {kind: med(ok) for name, kind, client in rows_spec if client == kind
+             if (ok := [x["msgs_per_s"] for x in results[name]["throughput"] if "error" not in x])}
+    if "sulis" in tputs:
+        print("[cluster] sulis node, sulis client, writes/s: " + ", ".join(
+            f"{tputs['sulis'] / v:.1f}x {k}'s" for k, v in tputs.items() if k != "sulis"))
     return 0
 
 

