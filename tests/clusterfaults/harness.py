@@ -11,6 +11,9 @@ not a fault, a snapshot (every member's, at one position; members killed later s
 - the history is linearizable (porcupine, ``lincheck/``), so no answered write is lost or seen out of order;
 - every member applied the same requests in the same order (their journals are equal), each answered
   request once, none twice;
+- every applied timer fired once, not before its deadline, and every applied chain of service messages
+  came link by link, once each, in order (both written to the same journals, through kills and
+  snapshots);
 - at most one leader per leadership term (from what each member said it ran).
 
 ``run(...)`` returns the figures and raises ``AssertionError`` naming what broke. ``python
@@ -300,21 +303,59 @@ def leaders_by_term(members: list[Member]) -> dict[int, set[int]]:
     return out
 
 
+def _unsettled(journal: list[str], timer_ops: set[str], chain_ops: dict[str, int]) -> list[str]:
+    """The applied timers that have not fired and chains that have not reached their last link."""
+    requests = {line for line in journal if ":" not in line}
+    fired = {line.split(":", 1)[1] for line in journal if line.startswith(("fired:", "early:"))}
+    last_links = {line.split(":")[1] for line in journal if line.startswith("link:") and line.endswith(":1")}
+    return sorted((requests & timer_ops) - fired) + sorted((requests & chain_ops.keys()) - last_links)
+
+
+def _check_timers_and_chains(journal: list[str], timer_ops: set[str], chain_ops: dict[str, int]) -> dict:
+    """Each applied timer fired once, after it was scheduled and not before its deadline; each applied chain's
+    links came once each, in order, after the request; nothing else fired or came."""
+    where = {line: i for i, line in enumerate(journal) if ":" not in line}
+    fired: dict[str, int] = {}
+    links: dict[str, list[int]] = {}
+    for i, line in enumerate(journal):
+        kind, _, rest = line.partition(":")
+        if not rest:
+            continue
+        assert kind in ("fired", "link"), f"journal line {i}: {line} (a timer early, or one never scheduled)"
+        op_id = rest.split(":")[0]
+        assert op_id in where and where[op_id] < i, f"journal line {i}: {line} before (or without) its request"
+        if kind == "fired":
+            assert op_id in timer_ops and op_id not in fired, f"journal line {i}: {line}: not a timer, or fired twice"
+            fired[op_id] = i
+        else:
+            assert op_id in chain_ops, f"journal line {i}: {line}: not a chain"
+            links.setdefault(op_id, []).append(int(rest.split(":")[1]))
+    for op_id, got in links.items():
+        assert got == list(range(chain_ops[op_id], 0, -1)), f"chain {op_id}: links {got}, not once each in order"
+    return {"timers_fired": len(fired), "chain_links": sum(len(v) for v in links.values())}
+
+
 def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path) -> dict:
     """The checks after the faults healed; returns the figures."""
-    # Every member converges on one applied sequence.
+    # Every member converges on one applied sequence, in which every applied timer fired and every applied
+    # chain ran to its end.
+    timer_ops = {h["id"] for h in history if h.get("kind") == "timer"}
+    chain_ops = {h["id"]: h["a"] for h in history if h.get("kind") == "chain"}
     deadline = time.monotonic() + 60
     while True:
         journals = [m.journal_lines() for m in run.members]
-        if all(j == journals[0] for j in journals):
+        unsettled = _unsettled(journals[0], timer_ops, chain_ops)
+        if all(j == journals[0] for j in journals) and not unsettled:
             break
         if time.monotonic() > deadline:
             lengths = [len(j) for j in journals]
             prefix = all(j == journals[0][:len(j)] or journals[0] == j[:len(journals[0])] for j in journals)
             raise AssertionError(f"the members' journals did not converge within 60 s: lengths {lengths}, "
-                                 f"each a prefix of another: {prefix}")
+                                 f"each a prefix of another: {prefix}; timers not fired or chains not ended: "
+                                 f"{unsettled[:10]}")
         time.sleep(0.2)
-    applied = journals[0]
+    figures = _check_timers_and_chains(journals[0], timer_ops, chain_ops)
+    applied = [line for line in journals[0] if ":" not in line]
     assert len(applied) == len(set(applied)), "a request was applied twice"
     # Every member is up and went on: none stopped (a member that must restart says so and exits).
     for m in run.members:
@@ -344,7 +385,7 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     verdict = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0, f"linearizability: {verdict} (history {history_path})"
     return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
-            "applied": len(applied), "terms": len(terms), "snapshots": run.snapshots,
+            "applied": len(applied), **figures, "terms": len(terms), "snapshots": run.snapshots,
             "starts_from_a_snapshot": sum(m.starts_from_snapshot() for m in run.members), "lincheck": verdict}
 
 

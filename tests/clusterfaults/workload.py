@@ -1,7 +1,8 @@
 """The fault suite's clients, a process on the client host: ``python workload.py CONFIG_JSON``.
 
 Each of ``clients`` threads holds a cluster session (its own egress port) and runs one operation at a time
-on a few registers (read, write, compare-and-set), each with a unique op id, never sent twice. An operation
+on a few registers (read, write, compare-and-set; now and then a timer or a chain of service messages,
+which read their key), each with a unique op id, never sent twice. An operation
 is recorded with its invocation and completion times (monotonic ns) and its result, or as of unknown
 outcome when no answer came within ``op_timeout`` (the request may or may not be in the log). An offer the
 ingress refused for a second is not recorded at all (it never left). A closed session is replaced by a new
@@ -45,8 +46,9 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
         seq += 1
         op_id = f"c{n}-{seq}"
         key = rng.randrange(cfg["keys"])
-        kind = rng.choice(("read", "write", "cas"))
-        a, b = (0, 0) if kind == "read" else (rng.randrange(5), rng.randrange(5))
+        kind = rng.choices(("read", "write", "cas", "timer", "chain"), (3, 3, 3, 1, 1))[0]
+        a, b = {"read": (0, 0), "timer": (rng.randrange(10, 1500), 0), "chain": (rng.randrange(1, 5), 0)}.get(
+            kind, (rng.randrange(5), rng.randrange(5)))
         payload = f"{op_id} {kind} {key} {a} {b}".encode()
         deadline = time.monotonic() + 1.0
         call = time.monotonic_ns()
@@ -63,7 +65,9 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             continue
         if not sent:
             continue
-        record = {"client": n, "id": op_id, "op": kind, "key": key, "a": a, "b": b, "call": call}
+        # A timer or a chain answers as a read of its key: the history checked is one of registers.
+        record = {"client": n, "id": op_id, "op": "read" if kind in ("timer", "chain") else kind, "kind": kind,
+                  "key": key, "a": a, "b": b, "call": call}
         answer: list[bytes] = []
 
         def on_egress(p: bytes, t: int, op_id: str = op_id, answer: list = answer) -> None:
