@@ -44,9 +44,10 @@ class Member:
         base.mkdir()
         self.journal = base / "journal.txt"
         self.stderr_path = base / "stderr.txt"
-        self.cluster_dir, self.driver_dir = str(base / "cluster"), str(base / "driver")
+        self.cluster_dir, self.driver_dir, self.archive_dir = str(base / "cluster"), str(base / "driver"), str(
+            base / "archive")
         self.cmd = [*CLI, "cluster-node", "--service", service, "--cluster-dir",
-                    self.cluster_dir, "--archive-dir", str(base / "archive"), "--dir", self.driver_dir,
+                    self.cluster_dir, "--archive-dir", self.archive_dir, "--dir", self.driver_dir,
                     "--cluster-members", members, "--member-id", str(member_id), *TIMINGS, *extra]
         self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal))
         self.cwd = tmp_path

@@ -77,3 +77,56 @@ def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of
             if n.proc is not None and n.proc.poll() is None:
                 n.proc.kill()
                 n.proc.wait(timeout=10)
+
+
+def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_others(make_driver, tmp_path):
+    """A follower's recording.log damaged while it was down (its first entry's type overwritten): it refuses
+    to start, naming the file and where, and the other two go on. The replacement procedure of
+    docs/cluster.md: its directories wiped, it starts empty, copies the log from the leader's archive,
+    replays it through its service and holds the same history as the others."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
+    members, ingress_ports = loopback_members(3)
+    nodes = [Member(tmp_path, i, members) for i in range(3)]
+    try:
+        for n in nodes:
+            n.start()
+        driver = make_driver()
+        ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+        c = ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                          message_timeout=30.0)
+        for i in range(50):
+            send(c, f"m{i}")
+        victim = nodes[(c.leader_member_id + 1) % 3]
+        await_until(lambda: len(victim.journal_lines()) >= 50, 20, f"member {victim.id}'s journal")
+        victim.kill()
+        log = Path(victim.cluster_dir) / "recording.log"
+        data = bytearray(log.read_bytes())
+        data[44:48] = b"\x7f\x7f\x7f\x7f"  # the first entry's type (ENTRY_TYPE_OFFSET)
+        log.write_bytes(bytes(data))
+        refused = subprocess.run(victim.cmd, env=victim.env, cwd=victim.cwd, capture_output=True, text=True,
+                                 timeout=120)
+        assert refused.returncode != 0, refused.stderr[-2000:]
+        assert str(log) in refused.stderr and "damaged" in refused.stderr, refused.stderr[-2000:]
+        for i in range(50, 100):
+            send(c, f"m{i}")
+        # Replaced: its directories wiped, it starts empty and gets everything from the others.
+        for d in (victim.cluster_dir, victim.archive_dir, victim.driver_dir):
+            shutil.rmtree(d)
+        victim.start()
+        for i in range(100, 150):
+            send(c, f"m{i}")
+        expected = [f"m{i}" for i in range(150)]
+        for n in nodes:
+            await_until(lambda n=n: len(n.journal_lines()) >= 150, 30,
+                        f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
+            assert n.journal_lines() == expected, n.id
+        c.close()
+    finally:
+        for n in nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.kill()
+                n.proc.wait(timeout=10)
