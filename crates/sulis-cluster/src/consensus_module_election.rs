@@ -189,26 +189,6 @@ impl ConsensusModule {
         Ok(from)
     }
 
-    /// Invalidates the recording log's term entries after `leadership_term_id`
-    /// (terms an election recorded whose entries are gone or never came).
-    fn drop_terms_after(&mut self, leadership_term_id: i64) -> Result<(), String> {
-        let later: Vec<usize> = self
-            .recording_log
-            .entries()
-            .enumerate()
-            .filter(|(_, e)| {
-                e.is_valid
-                    && e.entry_type == sulis_protocol::cluster::recording_log::ENTRY_TYPE_TERM
-                    && e.leadership_term_id > leadership_term_id
-            })
-            .map(|(i, _)| i)
-            .collect();
-        for i in later {
-            self.recording_log.invalidate(i)?;
-        }
-        Ok(())
-    }
-
     /// One of this member's endpoints (`which` picks it), from the members string.
     fn own_endpoint(&self, which: fn(&crate::cluster_member::ClusterMember) -> &String) -> String {
         self.members
@@ -946,7 +926,10 @@ impl ElectionHost for ConsensusModule {
                 return;
             }
         }
-        if let Err(e) = self.drop_terms_after(log_leadership_term_id) {
+        if let Err(e) = self
+            .recording_log
+            .invalidate_terms_after(log_leadership_term_id)
+        {
             self.fail(format!("the recording log: {e}"));
             return;
         }
@@ -1018,36 +1001,13 @@ impl ElectionHost for ConsensusModule {
         log_position: i64,
         _now_ns: i64,
     ) {
-        let result = if self.recording_log.find_term(leadership_term_id).is_some() {
-            if log_position != NULL_POSITION {
-                self.recording_log
-                    .commit_log_position(leadership_term_id, log_position)
-            } else {
-                Ok(())
-            }
-        } else {
-            // Terms recorded after it go (an election that never appended).
-            if let Err(e) = self.drop_terms_after(leadership_term_id) {
-                self.fail(format!("the recording log: {e}"));
-                return;
-            }
-            let last = self.recording_log.last_term().cloned();
-            // The term before ends where this one begins.
-            let closed = match &last {
-                Some(l) if l.log_position == NULL_POSITION => self
-                    .recording_log
-                    .commit_log_position(l.leadership_term_id, term_base_log_position),
-                _ => Ok(()),
-            };
-            closed.and_then(|_| {
-                self.recording_log.append_term(
-                    self.recording_id,
-                    leadership_term_id,
-                    term_base_log_position,
-                    Self::cluster_time(),
-                )
-            })
-        };
+        let result = self.recording_log.update_term(
+            self.recording_id,
+            leadership_term_id,
+            term_base_log_position,
+            log_position,
+            Self::cluster_time(),
+        );
         if let Err(e) = result {
             self.fail(format!("the recording log: {e}"));
         }

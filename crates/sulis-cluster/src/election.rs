@@ -247,7 +247,10 @@ pub trait ElectionHost {
     /// at `log_position` (−1: open), and every term before it (terms no
     /// entry reached here as empty ones, as Aeron's `ensureCoherent`); terms
     /// recorded after it are dropped (elections that never appended an
-    /// entry here: the log's entries are of this term or earlier ones).
+    /// entry here: the log's entries are of this term or earlier ones) when
+    /// it is new or given no base (−1 for a term it holds: its own last term
+    /// going on, the rest copied from the leader); a term it holds given its
+    /// base keeps them (a replay meeting an earlier term's event).
     fn update_recording_log(
         &mut self,
         leadership_term_id: i64,

@@ -13,6 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use sulis_protocol::cluster::messages::{NULL_POSITION, NULL_VALUE};
 use sulis_protocol::cluster::recording_log::{
     decode, Entry, Located, ENTRY_TYPE_INVALID_FLAG, ENTRY_TYPE_OFFSET, ENTRY_TYPE_SNAPSHOT,
     ENTRY_TYPE_TERM, LOG_POSITION_OFFSET, SERVICE_ID_CONSENSUS_MODULE,
@@ -177,6 +178,67 @@ impl RecordingLog {
         ))
     }
 
+    /// Invalidates the valid term entries after `leadership_term_id` (terms
+    /// an election recorded whose entries are gone or never came).
+    pub fn invalidate_terms_after(&mut self, leadership_term_id: i64) -> Result<(), String> {
+        let later: Vec<usize> = self
+            .entries()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.is_valid
+                    && e.entry_type == ENTRY_TYPE_TERM
+                    && e.leadership_term_id > leadership_term_id
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in later {
+            self.invalidate(i)?;
+        }
+        Ok(())
+    }
+
+    /// What an election learnt of term `leadership_term_id` of this member's
+    /// log (`NULL_VALUE`/`NULL_POSITION` for what it does not say):
+    /// - a term not recorded yet is appended at `term_base_log_position`,
+    ///   the terms recorded after it dropped and the open term before it
+    ///   ended where it begins;
+    /// - a recorded term gets its end, `log_position`, if given;
+    /// - a recorded term given no base is this member's last term going on
+    ///   (the rest of it copied from the leader): the terms recorded after it
+    ///   hold nothing of this log, so they go. Left there, an empty later term
+    ///   would claim to begin inside this term's entries, and a leader would
+    ///   tell members holding them to cut them.
+    pub fn update_term(
+        &mut self,
+        recording_id: i64,
+        leadership_term_id: i64,
+        term_base_log_position: i64,
+        log_position: i64,
+        timestamp: i64,
+    ) -> Result<(), String> {
+        if self.find_term(leadership_term_id).is_some() {
+            if term_base_log_position == NULL_VALUE {
+                self.invalidate_terms_after(leadership_term_id)?;
+            }
+            if log_position != NULL_POSITION {
+                self.commit_log_position(leadership_term_id, log_position)?;
+            }
+            return Ok(());
+        }
+        self.invalidate_terms_after(leadership_term_id)?;
+        if let Some(last) = self.last_term().cloned() {
+            if last.log_position == NULL_POSITION {
+                self.commit_log_position(last.leadership_term_id, term_base_log_position)?;
+            }
+        }
+        self.append_term(
+            recording_id,
+            leadership_term_id,
+            term_base_log_position,
+            timestamp,
+        )
+    }
+
     /// Appends a snapshot entry of `service_id` (−1: the consensus module).
     pub fn append_snapshot(
         &mut self,
@@ -322,6 +384,33 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(-1, 9), (0, 10)]
         );
+    }
+
+    #[test]
+    fn a_last_term_copied_on_past_a_later_empty_term_drops_that_term() {
+        // A five-member fault run: member 4 led term 29 at its append position 1206528 and appended
+        // nothing; then, following term 31, it copied the rest of its last term 27 (to 1207616) from
+        // the leader. Term 29 stayed recorded at 1206528, inside term 27's entries, and as leader of a
+        // later term it told members holding those entries to cut them at 1206528.
+        let d = dir("copied-on");
+        let mut log = RecordingLog::open(&d).unwrap();
+        log.update_term(0, 27, 1_121_728, -1, 1).unwrap();
+        log.update_term(0, 29, 1_206_528, -1, 2).unwrap();
+        assert_eq!(
+            log.find_term(27).unwrap().log_position,
+            1_206_528,
+            "closed where 29 began"
+        );
+        log.update_term(0, 27, -1, -1, 3).unwrap(); // copying the rest of term 27
+        log.update_term(0, 27, -1, 1_207_616, 4).unwrap(); // copied to 1207616
+        assert!(log.find_term(29).is_none(), "the empty later term is gone");
+        assert_eq!(log.find_term(27).unwrap().log_position, 1_207_616);
+        assert_eq!(log.last_term().unwrap().leadership_term_id, 27);
+        log.update_term(0, 32, 1_207_616, -1, 5).unwrap();
+        assert_eq!(log.find_term(32).unwrap().term_base_log_position, 1_207_616);
+        // A recorded term given its base (the next term copied) keeps the terms after it.
+        log.update_term(0, 27, 1_121_728, 1_207_616, 6).unwrap();
+        assert!(log.find_term(32).is_some());
     }
 
     #[test]
