@@ -4,6 +4,7 @@ own directories; ``loopback_members(n)`` is the ``cluster_members`` string of n 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -89,6 +90,30 @@ class Member:
                 self.proc.wait(timeout=10)
 
 
+
+
+@contextlib.contextmanager
+def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...] = ()):
+    """``n`` members running the journal service on loopback (``extra``: more flags for each), and a client
+    given every member's ingress, on the driver in ``driver_dir``: ``(members, client)``. Every member still
+    running at the end is killed (resumed first, if paused)."""
+    from sulis.cluster import ClusterClient
+
+    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
+    members, ingress_ports = loopback_members(n)
+    nodes = [Member(tmp_path, i, members, extra=extra) for i in range(n)]
+    try:
+        for m in nodes:
+            m.start()
+        ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+        yield nodes, ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                                   message_timeout=30.0)
+    finally:
+        for m in nodes:
+            if m.proc is not None and m.proc.poll() is None:
+                m.resume()
+                m.proc.kill()
+                m.proc.wait(timeout=10)
 
 
 def loopback_members(n: int) -> tuple[str, list[int]]:

@@ -292,6 +292,32 @@ def _test_failed(request) -> bool:
     return any(getattr(getattr(node, f"rep_{w}", None), "failed", False) for w in ("setup", "call"))
 
 
+@pytest.fixture(scope="module")
+def spark():
+    """A local[2] SparkSession with ``format("sulis")`` registered, one per test module."""
+    from pyspark.sql import SparkSession
+
+    import sulis.spark
+
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("sulis-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "1g")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    sulis.spark.register(session)
+    yield session
+    session.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def make_driver(request):
     """Factory: ``make_driver(**options)`` starts an embedded driver in a fresh directory."""

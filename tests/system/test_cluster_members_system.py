@@ -7,10 +7,13 @@ rebuilds its service from its log, copies or catches up what it missed, and hold
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
-from clusterprocs import JOURNAL_SERVICE, Member, loopback_members
-from conftest import await_until, free_udp_port
+from clusterprocs import journal_cluster
+from conftest import await_until
 from sulis.cluster import ClusterClient
 
 
@@ -23,16 +26,7 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
 
 
 def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of_the_leader(make_driver, tmp_path):
-    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
-    members, ingress_ports = loopback_members(3)
-    nodes = [Member(tmp_path, i, members) for i in range(3)]
-    try:
-        for n in nodes:
-            n.start()
-        driver = make_driver()
-        ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
-        c = ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                          message_timeout=30.0)
+    with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
         for i in range(100):
             send(c, f"m{i}")
         leader = c.leader_member_id
@@ -72,11 +66,6 @@ def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of
         for n in nodes:
             n.stop()
             assert n.proc.returncode == 0, n.stderr()[-3000:]
-    finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait(timeout=10)
 
 
 def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_others(make_driver, tmp_path):
@@ -84,20 +73,7 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
     to start, naming the file and where, and the other two go on. The replacement procedure of
     docs/cluster.md: its directories wiped, it starts empty, copies the log from the leader's archive,
     replays it through its service and holds the same history as the others."""
-    import shutil
-    import subprocess
-    from pathlib import Path
-
-    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
-    members, ingress_ports = loopback_members(3)
-    nodes = [Member(tmp_path, i, members) for i in range(3)]
-    try:
-        for n in nodes:
-            n.start()
-        driver = make_driver()
-        ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
-        c = ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                          message_timeout=30.0)
+    with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
         for i in range(50):
             send(c, f"m{i}")
         victim = nodes[(c.leader_member_id + 1) % 3]
@@ -125,8 +101,3 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
                         f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
             assert n.journal_lines() == expected, n.id
         c.close()
-    finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait(timeout=10)

@@ -76,6 +76,11 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
     ("docs/spark.md", 0): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    # The query is made, not started (tests/system/test_spark_cluster_log_system.py reads real members' logs).
+    ("docs/spark.md", 1): Snippet("# A member runs on this host: sulis cluster-node ... --cluster-dir "
+                                  "/data/member-0/cluster --dir /data/member-0/driver", prelude=_SPARK, spark=True,
+                                  replace={"/data/member-0": "{tmp}/member-0"},
+                                  expect=r"cluster_session_id: long.*\n.*leadership_term_id: long"),
 }
 PAIR = {("README.md", 2): "# subscriber.py", ("README.md", 3): "# publisher.py"}
 

@@ -19,6 +19,10 @@ read::
     query = (spark.readStream.format("sulis").option("channel", "aeron:ipc").option("streamId", 1001).load()
              .writeStream.format("parquet").option("checkpointLocation", "/tmp/ck").start("/tmp/out"))
 
+A cluster member's committed log reads the same way, ``.option("clusterDir", ...)`` with the member's
+``driverDir`` (rows: ``value``, ``cluster_session_id``, ``leadership_term_id``, ``recording_id``,
+``position``, ``timestamp``), never past its commit position.
+
 ``position`` is the stream position after the message (Aeron's ``Header.position``); offsets
 and ``startingPositions`` use the same numbers, so ``{"<recording id>": position}`` resumes
 after that row. See docs/spark.md.

@@ -49,6 +49,10 @@ class RecordingInfo:
         return max(self.end, self.recorded)
 
 
+#: The cluster directories whose missing commit position was already logged.
+_waiting_for_commit: set[str] = set()
+
+
 def committed(r: RecordingInfo, opts: ReaderOptions, required: bool = False) -> RecordingInfo:
     """``r`` as a ``clusterDir`` query may read it: never past the member's commit position, and always
     live (a member's log goes on across its restarts). ``required``: no commit position known is an
@@ -59,7 +63,10 @@ def committed(r: RecordingInfo, opts: ReaderOptions, required: bool = False) -> 
     if commit is None:
         if required:
             raise no_commit_position(opts.cluster_dir, opts.archive.driver_dir)
-        log.warning("%s: no commit position known yet; nothing is read until the member runs", opts.selection())
+        if opts.cluster_dir not in _waiting_for_commit:  # once: a streaming query asks many times a second
+            _waiting_for_commit.add(opts.cluster_dir)
+            log.warning("%s: no commit position known yet; nothing is read until the member runs",
+                        opts.selection())
     recorded = r.recorded_end
     return dataclasses.replace(r, end=cap(recorded, r.start, commit), live=True, recorded=recorded)
 
