@@ -88,6 +88,8 @@ def test_the_readable_end_never_passes_the_commit_position():
     ({"clusterDir": "/c", "channel": "aeron:ipc", "streamId": "1"}, "option clusterDir: give either clusterDir"),
     ({"clusterDir": "/c", "recordingIds": "3"}, "option clusterDir: give either clusterDir"),
     ({"clusterDir": "/c", "includeTimestamp": "true"}, "option includeTimestamp: not with clusterDir"),
+    ({"clusterDir": "/c", "valueSchema": "price double, timestamp timestamp"},
+     "option valueSchema: column 'timestamp' is a cluster log's own column"),
 ])
 def test_cluster_dir_options_are_checked(options, message):
     with pytest.raises(OptionError, match=message):

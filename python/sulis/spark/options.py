@@ -368,6 +368,15 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
         if options.get("includeTimestamp") is not None:
             raise OptionError("option includeTimestamp: not with clusterDir (a cluster log's rows always have "
                               "timestamp, the entry's cluster time)")
+        layout = value_layout(options)
+        if layout is not None:
+            from .cluster_log import CLUSTER_FIELDS
+
+            taken = {f.name for f in CLUSTER_FIELDS}
+            clash = [n for n in [*(n for n, _ in layout.fields), layout.corrupt_column] if n in taken]
+            if clash:
+                raise OptionError(f"option valueSchema: column {clash[0]!r} is a cluster log's own column "
+                                  f"({', '.join(sorted(taken))})")
     elif recording_ids is None and stream_id is None:
         raise OptionError("option streamId: required (with channel) unless recordingIds or clusterDir is given")
     elif recording_ids is None and channel is None:
