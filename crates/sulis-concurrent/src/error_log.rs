@@ -167,6 +167,45 @@ pub fn read_error_log<F: FnMut(i32, i64, i64, &str)>(
     entries
 }
 
+/// The error log in `buffer` as text, one paragraph per distinct error
+/// (as Aeron prints a saved error log), and how many distinct errors it holds.
+pub fn error_log_text(buffer: AtomicBuffer) -> (usize, String) {
+    let mut text = String::new();
+    let n = read_error_log(buffer, 0, |count, first, last, error| {
+        text.push_str(&format!(
+            "{count} observations from {} to {} for:\n {error}\n",
+            utc(first),
+            utc(last)
+        ))
+    });
+    (n, text)
+}
+
+/// `epoch_ms` as `YYYY-MM-DD HH:MM:SS.mmm` UTC.
+pub fn utc(epoch_ms: i64) -> String {
+    let (days, ms) = (
+        epoch_ms.div_euclid(86_400_000),
+        epoch_ms.rem_euclid(86_400_000),
+    );
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
