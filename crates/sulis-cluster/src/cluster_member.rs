@@ -147,6 +147,29 @@ impl ClusterMember {
         Ok(members)
     }
 
+    /// Its endpoints as `cluster.members` names them after its id
+    /// (`ingress,consensus,log,catchup,archive[,archiveResponse[,egressResponse]]`).
+    pub fn endpoints(&self) -> String {
+        let mut out = [
+            &self.ingress_endpoint,
+            &self.consensus_endpoint,
+            &self.log_endpoint,
+            &self.catchup_endpoint,
+            &self.archive_endpoint,
+        ]
+        .map(String::as_str)
+        .join(",");
+        match (
+            &self.archive_response_endpoint,
+            &self.egress_response_endpoint,
+        ) {
+            (a, Some(e)) => out.push_str(&format!(",{},{e}", a.as_deref().unwrap_or(""))),
+            (Some(a), None) => out.push_str(&format!(",{a}")),
+            (None, None) => {}
+        }
+        out
+    }
+
     /// Forgets what was heard from the member (a new canvass).
     pub fn reset(&mut self) {
         self.is_ballot_sent = false;
@@ -397,6 +420,12 @@ mod tests {
         assert_eq!(m[2].archive_response_endpoint.as_deref(), Some("h2:8011"));
         assert_eq!(m[0].archive_response_endpoint, None);
         assert_eq!(ingress_endpoints(&m), "0=h0:9002,1=h1:9002,2=h2:9002");
+        // Each member's endpoints read back as the string named them.
+        let again: Vec<String> = m
+            .iter()
+            .map(|m| format!("{},{}", m.id, m.endpoints()))
+            .collect();
+        assert_eq!(again.join("|"), THREE);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! egress, from the leader only (a follower's offers are accepted and
 //! dropped, as Aeron's are, so every member's service runs alike).
 
+use crate::cluster_mark_file::{ClusterMarkFile, MarkFields};
 use crate::consensus_module_snapshot::{marker, SnapshotMark, SERVICE_SNAPSHOT_TYPE_ID};
 use crate::log_adapter::{self, LogEntry};
 use crate::recovery_state::RecoveryState;
@@ -19,6 +20,7 @@ use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
     Client, ClientContext, ExclusivePublication, FragmentAssembler, Publication, Subscription,
 };
+use sulis_protocol::cluster::mark_file::{component_type, service_file_name};
 use sulis_protocol::cluster::messages::{
     cluster_action, role, snapshot_mark, time_unit, CancelTimer, ClientSession, CloseSession,
     JoinLog, ScheduleTimer, ServiceAck, ServiceTerminationPosition, SessionMessageHeader,
@@ -140,6 +142,13 @@ impl SnapshotWriter<'_> {
     }
 }
 
+/// Now, in ms since the epoch (the mark file's clock).
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// The service's messages of a snapshot, from the framed ones after its END
 /// marker; an error if one is cut short or framed otherwise.
 fn unframe(framed: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String> {
@@ -187,6 +196,10 @@ pub struct ServiceContext {
     pub snapshot_stream_id: i32,
     /// The stream a snapshot is read back on (103).
     pub replay_stream_id: i32,
+    /// The member's cluster directory, where the service's mark file
+    /// (`cluster-mark-service-<id>.dat`, its error log) is written; none
+    /// without one.
+    pub cluster_dir: Option<PathBuf>,
 }
 
 impl Default for ServiceContext {
@@ -200,6 +213,7 @@ impl Default for ServiceContext {
             message_timeout: Duration::from_secs(10),
             snapshot_stream_id: 106,
             replay_stream_id: 103,
+            cluster_dir: None,
         }
     }
 }
@@ -369,6 +383,10 @@ pub struct ClusteredServiceAgent {
     /// Where the member stops, once the module said so.
     termination_position: Option<i64>,
     terminated: bool,
+    /// `cluster-mark-service-<id>.dat`, if the context named a directory.
+    mark: Option<ClusterMarkFile>,
+    /// When the mark file's activity timestamp is next moved (epoch ms).
+    next_activity_ms: i64,
 }
 
 impl ClusteredServiceAgent {
@@ -384,6 +402,31 @@ impl ClusteredServiceAgent {
             interrupt: None,
         })
         .map_err(|e| format!("media driver: {e}"))?;
+        let mark = match &ctx.cluster_dir {
+            Some(dir) => {
+                let fields = MarkFields {
+                    component_type: component_type::CONTAINER,
+                    member_id: -1,
+                    service_id: ctx.service_id,
+                    cluster_id: 0,
+                    archive_stream_id: 10,
+                    service_stream_id: ctx.service_stream_id,
+                    consensus_module_stream_id: ctx.consensus_module_stream_id,
+                    ingress_stream_id: -1,
+                    aeron_directory: ctx.driver_dir.display().to_string(),
+                    control_channel: ctx.control_channel.clone(),
+                    ingress_channel: String::new(),
+                    service_name: format!("service-{}", ctx.service_id),
+                    error_buffer_length: 0,
+                };
+                let file = service_file_name(ctx.service_id);
+                let mark = ClusterMarkFile::create(dir, &file, &fields, epoch_ms())
+                    .map_err(|e| format!("the service's mark file: {e}"))?;
+                mark.signal_ready(epoch_ms());
+                Some(mark)
+            }
+            None => None,
+        };
         let to_module = client
             .add_exclusive_publication(&ctx.control_channel, ctx.consensus_module_stream_id)
             .map_err(|e| format!("{}: {e}", ctx.control_channel))?;
@@ -420,6 +463,8 @@ impl ClusteredServiceAgent {
             loaded: None,
             termination_position: None,
             terminated: false,
+            mark,
+            next_activity_ms: 0,
         })
     }
 
@@ -433,8 +478,32 @@ impl ClusteredServiceAgent {
         self.service.as_ref()
     }
 
-    /// One duty cycle: the module's messages, then the committed log.
+    /// One duty cycle: the module's messages, then the committed log. An
+    /// error (fatal to the service) is also recorded in its mark file.
     pub fn do_work(&mut self) -> Result<usize, String> {
+        let now_ms = epoch_ms();
+        if now_ms >= self.next_activity_ms {
+            if let Some(mark) = &self.mark {
+                mark.update_activity(now_ms);
+            }
+            self.next_activity_ms = now_ms + 1000;
+        }
+        let outcome = self.duty_cycle();
+        if let Err(why) = &outcome {
+            self.record_error(why);
+        }
+        outcome
+    }
+
+    /// Records `text` in the service's mark file's error log (the runner's
+    /// own errors: an exception in the service's callback).
+    pub fn record_error(&self, text: &str) {
+        if let Some(mark) = &self.mark {
+            mark.record_error(text, epoch_ms());
+        }
+    }
+
+    fn duty_cycle(&mut self) -> Result<usize, String> {
         let mut work = 0;
         let mut joins = Vec::new();
         let mut termination = None;
@@ -586,6 +655,9 @@ impl ClusteredServiceAgent {
         }
         self.live = join.max_log_position == i64::MAX;
         self.state.member_id = join.member_id;
+        if let Some(mark) = &self.mark {
+            mark.set_member_id(join.member_id);
+        }
         let was = self.state.role;
         self.state.role = join.role;
         let ack = ServiceAck {
@@ -746,6 +818,7 @@ impl ClusteredServiceAgent {
         if let Err(e) = written {
             // The member goes on; the module keeps its previous snapshot.
             eprintln!("sulis cluster: {e}");
+            self.record_error(&e);
         }
         Ok(())
     }

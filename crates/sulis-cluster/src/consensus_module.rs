@@ -14,6 +14,7 @@
 //! them at startup). Elections across members, snapshots and catch-up come
 //! next.
 
+use crate::cluster_mark_file::{ClusterMarkFile, MarkFields};
 use crate::cluster_member::ClusterMember;
 use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
 use crate::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
@@ -36,11 +37,12 @@ use sulis_client::{
     Subscription,
 };
 use sulis_protocol::archive::messages::source_location;
+use sulis_protocol::cluster::mark_file::{component_type, DEFAULT_ERROR_BUFFER_LENGTH, MARK_FILE};
 use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, CancelTimer, ChallengeResponse, CloseSession,
-    ClusterActionRequest, JoinLog, NewLeadershipTermEvent, ScheduleTimer, ServiceAck,
-    ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
-    SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
+    ClusterActionRequest, ClusterMembersQuery, JoinLog, NewLeadershipTermEvent, ScheduleTimer,
+    ServiceAck, ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest,
+    SessionKeepAlive, SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::type_id;
 use sulis_protocol::options::{
@@ -361,6 +363,10 @@ pub struct ConsensusModule {
     /// The directory's lock, held while the module runs (the kernel drops
     /// it when the process dies, however it dies).
     _lock: std::fs::File,
+    /// `cluster-mark.dat`: who runs here, and the errors it met.
+    mark: ClusterMarkFile,
+    /// When the mark file's activity timestamp is next moved (epoch ms).
+    next_activity_ms: i64,
     ctx: ConsensusModuleContext,
     io: Io,
     archive: ArchiveClient,
@@ -431,6 +437,17 @@ impl ConsensusModule {
     /// Starts the module: opens the recording log, replays the log it holds
     /// (the services replay it too), then leads a new term.
     pub fn launch(ctx: ConsensusModuleContext) -> Result<ConsensusModule, String> {
+        Self::launch_with(ctx, || {})
+    }
+
+    /// [`Self::launch`], calling `on_claimed` once the cluster directory is
+    /// this module's (its lock taken, its mark file written): a runner
+    /// starts the services' containers then, so that a second node started
+    /// on a directory in use stops before its services touch anything there.
+    pub fn launch_with(
+        ctx: ConsensusModuleContext,
+        on_claimed: impl FnOnce(),
+    ) -> Result<ConsensusModule, String> {
         ctx.conclude()?;
         let members = ClusterMember::parse(&ctx.members).map_err(|e| err("cluster members", e))?;
         let me = members
@@ -448,6 +465,47 @@ impl ConsensusModule {
         // Before anything in the directory is read or repaired: one module
         // per directory, whoever else tries.
         let lock = claim_dir(&ctx.cluster_dir)?;
+        let fields = MarkFields {
+            component_type: component_type::CONSENSUS_MODULE,
+            member_id: ctx.member_id,
+            service_id: -1,
+            cluster_id: 0,
+            archive_stream_id: ctx.archive_control_stream_id,
+            service_stream_id: ctx.service_stream_id,
+            consensus_module_stream_id: ctx.consensus_module_stream_id,
+            ingress_stream_id: ctx.ingress_stream_id,
+            aeron_directory: ctx.driver_dir.display().to_string(),
+            control_channel: ctx.control_channel.clone(),
+            ingress_channel: ctx.ingress_channel.clone(),
+            service_name: String::new(),
+            error_buffer_length: DEFAULT_ERROR_BUFFER_LENGTH,
+        };
+        let mark =
+            ClusterMarkFile::create(&ctx.cluster_dir, MARK_FILE, &fields, Self::cluster_time())
+                .map_err(|e| format!("the cluster's mark file: {e}"))?;
+        on_claimed();
+        match Self::launch_claimed(ctx, members, me, lock, mark.clone()) {
+            Ok(module) => {
+                mark.signal_ready(Self::cluster_time());
+                Ok(module)
+            }
+            Err(why) => {
+                mark.record_error(&why, Self::cluster_time());
+                mark.signal_failed();
+                Err(why)
+            }
+        }
+    }
+
+    /// The rest of [`Self::launch`], once the directory is claimed and its
+    /// mark file written.
+    fn launch_claimed(
+        ctx: ConsensusModuleContext,
+        members: Vec<ClusterMember>,
+        me: ClusterMember,
+        lock: std::fs::File,
+        mark: ClusterMarkFile,
+    ) -> Result<ConsensusModule, String> {
         let client = Client::connect(ClientContext {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.message_timeout,
@@ -523,6 +581,8 @@ impl ConsensusModule {
             .map_err(|e| err("log", e))?;
         let mut module = ConsensusModule {
             _lock: lock,
+            mark,
+            next_activity_ms: 0,
             io: Io {
                 client,
                 log: placeholder,
@@ -940,15 +1000,34 @@ impl ConsensusModule {
     }
 
     /// One duty cycle; returns the work done. An error is fatal (the
-    /// module cannot go on as a replica).
+    /// module cannot go on as a replica); it is also recorded in the mark
+    /// file's error log, where `cluster-tool errors` finds it afterwards.
     pub fn do_work(&mut self) -> Result<usize, String> {
+        let now_ms = Self::cluster_time();
+        if now_ms >= self.next_activity_ms {
+            self.mark.update_activity(now_ms);
+            self.next_activity_ms = now_ms + 1000;
+        }
+        let outcome = self.duty_cycle();
+        if let Err(why) = &outcome {
+            self.mark.record_error(why, now_ms);
+        }
+        outcome
+    }
+
+    /// The module's mark file (its error log).
+    pub fn mark_file(&self) -> &ClusterMarkFile {
+        &self.mark
+    }
+
+    fn duty_cycle(&mut self) -> Result<usize, String> {
         let now_ns = self.now_ns();
         let cluster_time = Self::cluster_time();
         let mut work = 0;
         if self.replicated.is_some() {
             work += self.replicated_work()?;
             if self.election_state().is_some() {
-                return Ok(work);
+                return Ok(work + self.answer_queries_in_election());
             }
         }
         let leading = self.agent.role == role::LEADER;
@@ -1162,6 +1241,10 @@ impl ConsensusModule {
             }
             Err(why) => {
                 eprintln!("sulis cluster: failed to take snapshot: {why}");
+                self.mark.record_error(
+                    &format!("failed to take snapshot: {why}"),
+                    Self::cluster_time(),
+                );
                 self.last_snapshot_error = Some(why);
                 self.failed_snapshot_count += 1;
             }
@@ -1387,6 +1470,36 @@ impl ConsensusModule {
     }
 
     /// The services' requests: timers, session closes, messages to the cluster, acks.
+    /// During an election the services' messages wait, but a tool's
+    /// members query is answered (the leader reads −1): `list-members`
+    /// shows an election that does not end, when it matters most.
+    fn answer_queries_in_election(&mut self) -> usize {
+        let mut messages = Vec::new();
+        let assembler = &mut self.control_assembler;
+        self.from_services
+            .poll(
+                |payload, header| -> Result<(), ()> {
+                    if let Some(m) = assembler.on_fragment(payload, header) {
+                        messages.push(m.payload);
+                    }
+                    Ok(())
+                },
+                10,
+            )
+            .unwrap_or(0);
+        let work = messages.len();
+        for m in messages {
+            match ClusterMembersQuery::decode(&m) {
+                Ok(q) => {
+                    let answer = self.members_answer(q.correlation_id, q.extended == 1);
+                    let _ = self.to_services.offer(&answer);
+                }
+                Err(_) => self.deferred_control.push(m),
+            }
+        }
+        work
+    }
+
     fn poll_services(&mut self, now_ns: i64, cluster_time: i64) -> Result<usize, String> {
         let mut messages = std::mem::take(&mut self.deferred_control);
         let assembler = &mut self.control_assembler;
@@ -1431,6 +1544,15 @@ impl ConsensusModule {
                 CancelTimer::TEMPLATE_ID => {
                     if let Ok(t) = CancelTimer::decode(&m) {
                         self.agent.timers.cancel(t.correlation_id);
+                    }
+                }
+                ClusterMembersQuery::TEMPLATE_ID => {
+                    // A tool's `list-members`: answered on the services'
+                    // stream, where the tool listens (a lost answer is the
+                    // tool's timeout, never the module's business).
+                    if let Ok(q) = ClusterMembersQuery::decode(&m) {
+                        let answer = self.members_answer(q.correlation_id, q.extended == 1);
+                        let _ = self.to_services.offer(&answer);
                     }
                 }
                 CloseSession::TEMPLATE_ID => {

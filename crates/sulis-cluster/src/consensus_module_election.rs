@@ -35,7 +35,10 @@ use std::time::{Duration, Instant};
 use sulis_archive::client::Replication;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
-use sulis_protocol::cluster::messages::{role, JoinLog, NewLeadershipTermEvent, NULL_POSITION};
+use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
+use sulis_protocol::cluster::messages::{
+    role, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, NULL_POSITION,
+};
 use sulis_protocol::counters::parse_recording_position_key;
 
 /// The consensus stream's id (Aeron's 108).
@@ -273,6 +276,69 @@ impl ConsensusModule {
             Some(_) => -1,
             None => self.ctx.member_id,
         }
+    }
+
+    /// The answer to a ClusterMembersQuery (`list-members`, Aeron's
+    /// ClusterTool too): the members, the leader this member knows (−1
+    /// during an election) and each member's log as last reported to it
+    /// (its own: its recording's end now).
+    pub(super) fn members_answer(&self, correlation_id: i64, extended: bool) -> Vec<u8> {
+        let leader = self.leader_member_id();
+        if !extended {
+            let active = self
+                .members
+                .iter()
+                .map(|m| format!("{},{}", m.id, m.endpoints()))
+                .collect::<Vec<_>>()
+                .join("|");
+            return ClusterMembersResponse {
+                correlation_id,
+                leader_member_id: leader,
+                active_members: active,
+                passive_followers: String::new(),
+            }
+            .encode();
+        }
+        let now_ns = self.now_ns();
+        let me = self.ctx.member_id;
+        let own = self
+            .live_recorded_position()
+            .unwrap_or_else(|| self.term_base_log_position.max(self.agent.commit_position));
+        let active_members = self
+            .members
+            .iter()
+            .map(|m| {
+                let (term, position, time) = if m.id == me {
+                    (self.agent.leadership_term_id, own, now_ns)
+                } else {
+                    (
+                        m.leadership_term_id,
+                        m.log_position,
+                        m.time_of_last_append_position_ns,
+                    )
+                };
+                MemberStatus {
+                    leadership_term_id: term,
+                    log_position: position,
+                    time_of_last_append_ns: time,
+                    member_id: m.id,
+                    ingress_endpoint: m.ingress_endpoint.clone(),
+                    consensus_endpoint: m.consensus_endpoint.clone(),
+                    log_endpoint: m.log_endpoint.clone(),
+                    catchup_endpoint: m.catchup_endpoint.clone(),
+                    archive_endpoint: m.archive_endpoint.clone(),
+                }
+            })
+            .collect();
+        ClusterMembersExtendedResponse {
+            correlation_id,
+            current_time_ns: now_ns,
+            leader_member_id: leader,
+            member_id: me,
+            active_members,
+            passive_members: Vec::new(),
+        }
+        .encode()
     }
 
     /// The log recording's position counter, while it counts this

@@ -22,6 +22,7 @@
 //! member's own log replayed through it ([`log_replay`]).
 
 pub mod cluster_client;
+pub mod cluster_mark_file;
 pub mod cluster_member;
 pub mod cluster_session;
 pub mod clustered_service_agent;

@@ -444,13 +444,21 @@ impl PyClusterNode {
             service_stream_id: ctx.service_stream_id,
             message_timeout: ctx.message_timeout,
             replay_stream_id: ctx.replay_stream_id,
+            cluster_dir: Some(ctx.cluster_dir.clone()),
             ..ServiceContext::default()
         };
         let (s, e) = (stop.clone(), error.clone());
         let idle = ctx.idle_strategy;
+        // The service starts once the module holds the cluster directory: a
+        // node started on a directory in use stops before its service
+        // writes anything there (its mark file).
+        let (claimed_tx, claimed_rx) = mpsc::channel::<()>();
         let service_thread = std::thread::Builder::new()
             .name("sulis-cluster-service".into())
             .spawn(move || {
+                if claimed_rx.recv().is_err() {
+                    return; // the module did not start: it says why
+                }
                 let failed = Arc::new(Mutex::new(None));
                 let adapter = PyService {
                     obj: service,
@@ -472,6 +480,7 @@ impl PyClusterNode {
                         }
                     }
                     if let Some(why) = failed.lock().unwrap().take() {
+                        agent.record_error(&why);
                         set_first(&e, why);
                         break;
                     }
@@ -491,7 +500,10 @@ impl PyClusterNode {
         let module_thread = std::thread::Builder::new()
             .name("sulis-consensus-module".into())
             .spawn(move || {
-                let mut module = match ConsensusModule::launch(ctx) {
+                let claimed = move || {
+                    let _ = claimed_tx.send(());
+                };
+                let mut module = match ConsensusModule::launch_with(ctx, claimed) {
                     Ok(m) => m,
                     Err(why) => {
                         let _ = ready_tx.send(Err(why));

@@ -4,5 +4,7 @@
 //! node keeps (the recording log), as Aeron's cluster and its tools read
 //! them.
 
+pub mod mark_file;
+pub mod members_response;
 pub mod messages;
 pub mod recording_log;
