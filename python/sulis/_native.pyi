@@ -788,6 +788,13 @@ def invalidate_latest_snapshot(cluster_dir: str, service_count: int) -> list[dic
 def purge_cluster_log(cluster_dir: str, driver_dir: str, service_count: int) -> dict[str, int]:
     """Deletes the log's segment files wholly before the latest snapshot."""
 
+def cluster_mark_files(cluster_dir: str) -> list[dict[str, Any]]:
+    """The mark files in ``cluster_dir`` (the module's, then each service's): who wrote each, whether it started,
+    and its error log as (observations, first ms, last ms, text)."""
+
+def query_cluster_members(cluster_dir: str, timeout: float) -> dict[str, Any]:
+    """Asks the module whose mark file is in ``cluster_dir`` for the members, the leader and their log positions."""
+
 def set_cluster_toggle(dir: str, value: int) -> int:
     """Sets the control toggle of the cluster member on the driver in ``dir`` if it is NEUTRAL."""
 

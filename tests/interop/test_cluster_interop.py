@@ -16,7 +16,7 @@ import pytest
 
 import sulis
 from clusterprocs import Member, loopback_members
-from conftest import await_until, free_udp_port
+from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
@@ -167,6 +167,18 @@ def test_the_sulis_client_gets_its_messages_echoed_by_an_aeron_cluster(current, 
             await_until(lambda: client.poll_egress(lambda p, t: got.append(p), 100) >= 0 and len(got) >= 500,
                         30, "500 echoes")
             assert got == sent
+        # sulis's cluster-tool reads Aeron's mark files and asks Aeron's module who its members are.
+        cluster_dir = work / "aeron-cluster-0" / "cluster"
+        errors = json.loads(run_cli("cluster-tool", cluster_dir, "errors", "--json").stdout)
+        assert [(m["component"], m["started"], m["member_id"]) for m in errors["components"]] == [
+            ("consensus module", "yes", 0), ("service 0", "yes", 0)], errors
+        assert errors["driver_dir"].startswith(str(work)) and errors["driver_unreadable"] is None, errors
+        out = run_cli("cluster-tool", cluster_dir, "list-members", "--json")
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        assert (answer["leader_member_id"], answer["member_id"]) == (0, 0), answer
+        [member] = answer["active_members"]
+        assert member["log_position"] > 0 and member["endpoints"].startswith("localhost:9002,"), member
     finally:
         node.terminate()
         try:
@@ -174,6 +186,36 @@ def test_the_sulis_client_gets_its_messages_echoed_by_an_aeron_cluster(current, 
         except subprocess.TimeoutExpired:
             node.kill()
             node.communicate()
+
+
+def test_aerons_cluster_tool_reads_a_sulis_members_mark_file_and_lists_its_members(current, make_driver, tmp_path):
+    """Aeron's ClusterTool on a one-member sulis cluster's directory: ``pid`` and ``errors`` from the mark
+    files sulis writes in Aeron's layout; ``list-members`` through the sulis driver (Aeron's client on it)
+    with a ClusterMembersQuery the sulis module answers."""
+    driver = make_driver()
+    port = free_udp_port()
+    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    cluster_dir = tmp_path / "cluster"
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
+            ClusterNode(Echo(), cluster_dir, driver.dir, cluster_members=members, log_term_length="1m") as node:
+        def tool(verb):
+            cmd = peers.aeron_java.command(current, {"aeron.cluster.tool.timeout": "20s"},
+                                           "io.aeron.cluster.ClusterTool", [cluster_dir, verb])
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+            return out.stdout
+
+        import os
+        assert tool("pid").strip() == str(os.getpid())
+        errors = tool("errors")
+        assert "Type: CONSENSUS_MODULE" in errors and "Type: CONTAINER" in errors, errors
+        assert errors.count("Cluster component error log:") == 2 and "distinct errors observed" in errors, errors
+        assert f"Aeron driver error log (directory: {driver.dir})" in errors, errors
+        listed = tool("list-members")
+        assert "leaderMemberId=0, memberId=0" in listed, listed
+        assert f"ingressEndpoint='localhost:{port}'" in listed and "archiveEndpoint='localhost:8010'" in listed, listed
+        assert "isLeader=true" in listed, listed
+        assert node.error is None
 
 
 def _connect(driver_dir, endpoints, egress):

@@ -7,13 +7,14 @@ rebuilds its service from its log, copies or catches up what it missed, and hold
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from clusterprocs import journal_cluster
-from conftest import await_until
+from conftest import await_until, run_cli
 from sulis.cluster import ClusterClient
 
 
@@ -87,8 +88,24 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
                                  timeout=120)
         assert refused.returncode != 0, refused.stderr[-2000:]
         assert str(log) in refused.stderr and "damaged" in refused.stderr, refused.stderr[-2000:]
+        # The tools: its mark file keeps why it did not start; the others (below) say who leads, and that
+        # the victim's log lags theirs.
+        errors = json.loads(run_cli("cluster-tool", victim.cluster_dir, "errors", "--json").stdout)
+        module = errors["components"][0]
+        assert module["component"] == "consensus module" and module["started"] == "failed", module
+        assert any(str(log) in text and "damaged" in text for _, _, _, text in module["errors"]), module
         for i in range(50, 100):
             send(c, f"m{i}")
+        leader = nodes[c.leader_member_id]
+        for n in nodes:
+            if n is not victim:
+                answer = json.loads(run_cli("cluster-tool", n.cluster_dir, "list-members", "--json").stdout)
+                assert (answer["member_id"], answer["leader_member_id"]) == (n.id, leader.id), answer
+                assert sorted(m["member_id"] for m in answer["active_members"]) == [0, 1, 2]
+        answer = json.loads(run_cli("cluster-tool", leader.cluster_dir, "list-members", "--json").stdout)
+        positions = {m["member_id"]: m["log_position"] for m in answer["active_members"]}
+        others = [positions[n.id] for n in nodes if n is not victim]
+        assert positions[victim.id] < min(others), positions
         # Replaced: its directories wiped, it starts empty and gets everything from the others.
         for d in (victim.cluster_dir, victim.archive_dir, victim.driver_dir):
             shutil.rmtree(d)

@@ -219,3 +219,68 @@ def test_cluster_tool_shutdown_snapshots_and_stops_the_member_abort_stops_it_wit
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_cluster_tool_lists_the_members_and_shows_the_errors_a_stopped_member_left(make_driver, tmp_path):
+    """``list-members`` asks the running module (the driver found from the member's mark file, no --dir);
+    ``errors`` reads the mark files, which keep a service's exception and a failed start after the process
+    is gone."""
+    (tmp_path / "counter_service.py").write_text(SERVICE)
+    cluster_dir = tmp_path / "node" / "cluster"
+    driver, port = make_driver(), free_udp_port()
+
+    def tool(*args):
+        return run_cli("cluster-tool", cluster_dir, *args)
+
+    node = Node(tmp_path, port)
+    proc = node.start()
+    try:
+        c = client(driver, port)
+        assert add(c, 5) == 5
+        answer = json.loads(tool("list-members", "--json").stdout)
+        assert (answer["leader_member_id"], answer["member_id"]) == (0, 0), answer
+        [me] = answer["active_members"]
+        assert me["member_id"] == 0 and me["log_position"] > 0 and me["endpoints"].startswith(f"localhost:{port},")
+        out = tool("list-members")
+        assert out.returncode == 0 and "leader 0" in out.stdout and "0 LEADER: term 0" in out.stdout, out
+        out = tool("errors")
+        assert out.returncode == 0, out
+        assert "consensus module (member 0" in out.stdout and "service 0 (member 0" in out.stdout, out.stdout
+        assert out.stdout.count("0 distinct error(s)") == 3, out.stdout  # module, service, driver
+        # A second module on the same directory is refused before it touches the running one's mark file.
+        cmd = [*node.cmd, "--dir", str(tmp_path / "second" / "driver"), "--archive-dir",
+               str(tmp_path / "second" / "archive")]  # the last --dir wins: its own driver and archive
+        second = subprocess.run(cmd, env=node.env, cwd=node.cwd, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and "is running on" in second.stderr, second.stderr[-2000:]
+        assert json.loads(tool("list-members", "--json").stdout)["leader_member_id"] == 0
+        # The service raises: the member stops, and its error stays in the service's mark file.
+        c.offer(b"not a number")
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0 and "invalid literal for int()" in err, err[-2000:]
+        c.close()
+        errors = json.loads(tool("errors", "--json").stdout)
+        module, service = errors["components"]
+        assert (module["component"], module["started"], module["errors"]) == ("consensus module", "yes", [])
+        assert service["component"] == "service 0" and service["pid"] == proc.pid
+        [(count, first, last, text)] = service["errors"]
+        assert count == 1 and first == last
+        assert "on_session_message raised at log position" in text and "invalid literal for int()" in text, text
+        out = tool("list-members")
+        assert out.returncode == 1 and "no consensus module is running" in out.stderr, out  # said, not a hang
+        # A start that fails is marked so, and says why, in the module's mark file.
+        log = cluster_dir / "recording.log"
+        data = bytearray(log.read_bytes())
+        data[44:48] = b"\x7f\x7f\x7f\x7f"  # the first entry's type
+        log.write_bytes(bytes(data))
+        refused = subprocess.run(node.cmd, env=node.env, cwd=node.cwd, capture_output=True, text=True, timeout=60)
+        assert refused.returncode != 0, refused.stderr[-2000:]
+        out = tool("errors")
+        assert "consensus module (member 0" in out.stdout and "FAILED TO START" in out.stdout, out.stdout
+        assert str(log) in out.stdout and "damaged" in out.stdout, out.stdout
+        # The failed run's module replaced the module's file; the service's errors before it were saved aside.
+        saved = [p.name for p in cluster_dir.iterdir() if p.name.endswith("-error.log")]
+        assert all(n.startswith("cluster-mark-") for n in saved), saved
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{Client, ClientContext};
+use sulis_cluster::cluster_mark_file::MarkFileReader;
 use sulis_cluster::consensus_module::{purge_log, toggle, LogPurge};
 use sulis_cluster::recording_log::RecordingLog;
 use sulis_protocol::cluster::recording_log::Entry;
@@ -166,4 +167,174 @@ pub fn set_cluster_toggle(dir: &str, value: i64) -> PyResult<i64> {
     }
     counter.set_ordered(value);
     Ok(was)
+}
+
+fn mark_file_dict<'py>(py: Python<'py>, path: &Path) -> PyResult<Bound<'py, PyDict>> {
+    use sulis_protocol::cluster::mark_file::{component_type, MARK_FILE_VERSION, VERSION_FAILED};
+    let d = PyDict::new(py);
+    d.set_item("file", path.display().to_string())?;
+    let reader = match MarkFileReader::open(path) {
+        Ok(r) => r,
+        Err(why) => {
+            d.set_item("unreadable", why)?;
+            return Ok(d);
+        }
+    };
+    let h = reader.header();
+    let component = match h.component_type {
+        component_type::CONSENSUS_MODULE => "consensus module".to_string(),
+        component_type::CONTAINER => format!("service {}", h.service_id),
+        component_type::BACKUP => "backup".to_string(),
+        other => format!("component type {other}"),
+    };
+    d.set_item("component", component)?;
+    d.set_item(
+        "started",
+        match h.version {
+            0 => "starting",
+            VERSION_FAILED => "failed",
+            v if v == MARK_FILE_VERSION => "yes",
+            _ => "unknown version",
+        },
+    )?;
+    d.set_item("pid", h.pid)?;
+    d.set_item("member_id", h.member_id)?;
+    d.set_item("service_id", h.service_id)?;
+    d.set_item("cluster_id", h.cluster_id)?;
+    d.set_item("start_timestamp", h.start_timestamp)?;
+    d.set_item("activity_timestamp", h.activity_timestamp)?;
+    d.set_item("aeron_directory", h.aeron_directory)?;
+    d.set_item("control_channel", h.control_channel)?;
+    d.set_item("ingress_channel", h.ingress_channel)?;
+    d.set_item("service_stream_id", h.service_stream_id)?;
+    d.set_item("consensus_module_stream_id", h.consensus_module_stream_id)?;
+    d.set_item("ingress_stream_id", h.ingress_stream_id)?;
+    d.set_item("errors", reader.errors())?;
+    Ok(d)
+}
+
+/// The mark files in `cluster_dir` (the consensus module's, then each
+/// service's; Aeron's layout, so an Aeron member's directory reads too):
+/// who wrote each, whether it started, and its error log.
+#[pyfunction]
+pub fn cluster_mark_files<'py>(
+    py: Python<'py>,
+    cluster_dir: &str,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    sulis_cluster::cluster_mark_file::mark_files(Path::new(cluster_dir))
+        .iter()
+        .map(|p| mark_file_dict(py, p))
+        .collect()
+}
+
+/// Asks the consensus module whose mark file is in `cluster_dir` who the
+/// members and the leader are (Aeron's ClusterMembersQuery, extended),
+/// through the driver and control channel its mark file names.
+#[pyfunction]
+pub fn query_cluster_members<'py>(
+    py: Python<'py>,
+    cluster_dir: &str,
+    timeout: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    use sulis_protocol::cluster::mark_file::MARK_FILE;
+    use sulis_protocol::cluster::members_response::ClusterMembersExtendedResponse;
+    use sulis_protocol::cluster::messages::ClusterMembersQuery;
+    let path = Path::new(cluster_dir).join(MARK_FILE);
+    let h = MarkFileReader::open(&path)
+        .map_err(|e| ClusterError::new_err(format!("no consensus module's mark file: {e}")))?
+        .header();
+    let answer = crate::gil::released(py, || -> Result<ClusterMembersExtendedResponse, String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.1));
+        let client = Client::connect(ClientContext {
+            dir: h.aeron_directory.clone().into(),
+            driver_timeout: Duration::from_secs_f64(timeout.max(1.0)),
+            name: "sulis-cluster-tool".into(),
+            interrupt: None,
+        })
+        .map_err(|e| format!("the member's media driver {}: {e}", h.aeron_directory))?;
+        let outcome = (|| {
+            let mut answers = client
+                .add_subscription(&h.control_channel, h.service_stream_id)
+                .map_err(|e| format!("{}: {e}", h.control_channel))?;
+            let queries = client
+                .add_publication(&h.control_channel, h.consensus_module_stream_id)
+                .map_err(|e| format!("{}: {e}", h.control_channel))?;
+            let correlation_id = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as i64)
+                ^ ((std::process::id() as i64) << 40);
+            let query = ClusterMembersQuery {
+                correlation_id,
+                extended: 1,
+            }
+            .encode();
+            let mut sent = false;
+            let mut assembler = sulis_client::FragmentAssembler::new();
+            loop {
+                if std::time::Instant::now() > deadline {
+                    return Err(if sent {
+                        format!("the consensus module did not answer within {timeout} s (an election that lasts, or a module that hangs)")
+                    } else {
+                        format!("no consensus module took the query within {timeout} s: is the member on {cluster_dir} running?")
+                    });
+                }
+                if !sent && answers.is_connected() {
+                    sent = queries.offer(&query).is_ok();
+                }
+                let mut found = None;
+                answers
+                    .poll(
+                        |payload, header| -> Result<(), ()> {
+                            if let Some(m) = assembler.on_fragment(payload, header) {
+                                if let Ok(r) = ClusterMembersExtendedResponse::decode(&m.payload) {
+                                    if r.correlation_id == correlation_id {
+                                        found = Some(r);
+                                    }
+                                }
+                            }
+                            Ok(())
+                        },
+                        10,
+                    )
+                    .unwrap_or(0);
+                if let Some(r) = found {
+                    return Ok(r);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })();
+        client.close();
+        outcome
+    })
+    .map_err(ClusterError::new_err)?;
+    let d = PyDict::new(py);
+    d.set_item("current_time_ns", answer.current_time_ns)?;
+    d.set_item("leader_member_id", answer.leader_member_id)?;
+    d.set_item("member_id", answer.member_id)?;
+    let members = answer
+        .active_members
+        .iter()
+        .map(|m| {
+            let e = PyDict::new(py);
+            e.set_item("member_id", m.member_id)?;
+            e.set_item("leadership_term_id", m.leadership_term_id)?;
+            e.set_item("log_position", m.log_position)?;
+            e.set_item("time_of_last_append_ns", m.time_of_last_append_ns)?;
+            e.set_item(
+                "endpoints",
+                [
+                    &m.ingress_endpoint,
+                    &m.consensus_endpoint,
+                    &m.log_endpoint,
+                    &m.catchup_endpoint,
+                    &m.archive_endpoint,
+                ]
+                .map(String::as_str)
+                .join(","),
+            )?;
+            Ok(e)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("active_members", members)?;
+    Ok(d)
 }

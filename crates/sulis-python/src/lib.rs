@@ -63,6 +63,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::set_cluster_toggle, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::purge_cluster_log, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::cluster_mark_files, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_tool::query_cluster_members, m)?)?;
     m.add_function(wrap_pyfunction!(
         cluster_tool::invalidate_latest_snapshot,
         m

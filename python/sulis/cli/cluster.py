@@ -8,11 +8,12 @@ import importlib
 import os
 import sys
 import time
+from typing import Any
 
 import click
 
 from .. import _native
-from ._common import cli_error, echo_config, option_flags, stop_signals
+from ._common import cli_error, echo_config, option_flags, stop_signals, timestamp
 
 
 def _load_service(spec: str):
@@ -133,10 +134,12 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
 
 _ROLES = {0: "FOLLOWER", 1: "CANDIDATE", 2: "LEADER"}
 _STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING", 5: "TERMINATING", 6: "CLOSED"}
+# A mark file's version, read: has its component started?
+_STARTED = {"yes": "started", "failed": "FAILED TO START", "starting": "starting"}
 # The control toggle's values (Aeron's ClusterControl.ToggleState).
 _TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4, "shutdown": 5, "abort": 6}
-_VERBS = ("pid", "describe", "recording-log", "recovery-plan", "is-leader", "snapshot", "suspend", "resume",
-          "invalidate-latest-snapshot", "purge-log", "shutdown", "abort")
+_VERBS = ("pid", "describe", "recording-log", "recovery-plan", "errors", "list-members", "is-leader", "snapshot",
+          "suspend", "resume", "invalidate-latest-snapshot", "purge-log", "shutdown", "abort")
 
 
 def _running_pid(cluster_dir: str) -> int | None:
@@ -171,15 +174,58 @@ def _member_counters(driver_dir: str) -> dict[int, int]:
     return {c["type_id"]: c["value"] for c in rows if 200 <= c["type_id"] <= 205}
 
 
-def _describe(cluster_dir: str, driver_dir: str) -> dict:
+def _describe(cluster_dir: str, driver_dir: str, marks: list | None = None) -> dict:
     pid = _running_pid(cluster_dir)
     out: dict = {"cluster_dir": cluster_dir, "pid": pid, "running": pid is not None}
+    for m in marks or ():
+        if "unreadable" not in m:
+            out[m["component"].replace(" ", "_")] = (f"member {m['member_id']}, {_STARTED.get(m['started'])}, "
+                                                     f"{len(m['errors'])} distinct error(s)")
     if pid is not None:
         c = _member_counters(driver_dir)
         out.update(driver_dir=driver_dir, state=_STATES.get(c.get(200, -1), c.get(200)),
                    role=_ROLES.get(c.get(201, -1), c.get(201)), commit_position=c.get(203),
                    snapshot_count=c.get(205), control_toggle=c.get(202))
     return out
+
+
+def _errors(cluster_dir: str, marks: list, driver_dir: str, as_json: bool) -> None:
+    """Prints each mark file's error log, then the driver's (Aeron's ClusterTool ``errors``)."""
+    import json
+
+    if not marks:
+        raise click.ClickException(f"no mark file in {cluster_dir}: no cluster member ever ran there")
+    try:
+        driver: list[dict[str, Any]] = [{"count": c, "first_ms": f, "last_ms": la, "text": t}
+                                         for c, f, la, t in _native.read_errors(driver_dir)]
+        driver_error = None
+    except _native.SulisError as failure:
+        driver, driver_error = [], str(failure)
+    if as_json:
+        click.echo(json.dumps({"components": marks, "driver_dir": driver_dir, "driver_errors": driver,
+                               "driver_unreadable": driver_error}))
+        return
+    for m in marks:
+        if "unreadable" in m:
+            click.echo(f"{m['file']}: unreadable: {m['unreadable']}\n")
+            continue
+        started = _STARTED.get(m["started"], m["started"])
+        click.echo(f"{m['component']} (member {m['member_id']}, pid {m['pid']}, {started}, started "
+                   f"{timestamp(m['start_timestamp'])}, last active {timestamp(m['activity_timestamp'])}): "
+                   f"{len(m['errors'])} distinct error(s)")
+        for count, first, last, text in m["errors"]:
+            click.echo(f"  {count} observation(s) from {timestamp(first)} to {timestamp(last)}:")
+            for line in text.splitlines() or [""]:
+                click.echo(f"      {line}")
+        click.echo()
+    if driver_error is not None:
+        click.echo(f"media driver {driver_dir}: its error log is unreadable: {driver_error}")
+        return
+    click.echo(f"media driver {driver_dir}: {len(driver)} distinct error(s)")
+    for e in driver:
+        click.echo(f"  {e['count']} observation(s) from {timestamp(e['first_ms'])} to {timestamp(e['last_ms'])}:")
+        for line in e["text"].splitlines() or [""]:
+            click.echo(f"      {line}")
 
 
 @click.command("cluster-tool")
@@ -199,6 +245,9 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     describe       whether it runs, its state, role, commit position and snapshot count
     recording-log  the recording log's entries (terms and snapshots), read without changing it
     recovery-plan  the snapshot set and last term a restart would start from
+    errors         the error logs of the module and its services (their mark files, kept after
+                   they stop) and of the member's media driver
+    list-members   the members, the leader and each member's log position, as the module sees them
     is-leader      exit 0 if the member leads, 1 if not
     snapshot       take a snapshot and wait until it is recorded
     suspend        stop sequencing (clients' messages wait) until resume
@@ -211,7 +260,32 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     """
     import json
 
-    driver_dir = dir_ or _native.default_dir()
+    # The driver the member's own mark file names, unless --dir says otherwise.
+    marks = _native.cluster_mark_files(cluster_dir) if os.path.isdir(cluster_dir) else []
+    driver_dir = dir_ or next((m["aeron_directory"] for m in marks if m.get("aeron_directory")),
+                              _native.default_dir())
+    if verb == "errors":
+        _errors(cluster_dir, marks, driver_dir, as_json)
+        return
+    if verb == "list-members":
+        # A sulis member's lock says at once whether its module runs (an Aeron member's directory has none).
+        if os.path.exists(os.path.join(cluster_dir, "consensus-module.lck")) and _running_pid(cluster_dir) is None:
+            raise click.ClickException(f"no consensus module is running on {cluster_dir}")
+        answer = _call(_native.query_cluster_members, cluster_dir, timeout)
+        if as_json:
+            click.echo(json.dumps(answer))
+            return
+        leader = answer["leader_member_id"]
+        click.echo(f"member {answer['member_id']} answered: leader "
+                   f"{'none (an election runs)' if leader < 0 else leader}")
+        for m in answer["active_members"]:
+            heard = m["log_position"] >= 0
+            ago = (answer["current_time_ns"] - m["time_of_last_append_ns"]) / 1e6
+            click.echo(f"  {m['member_id']}{' LEADER' if m['member_id'] == leader else ''}: "
+                       f"term {m['leadership_term_id']} log position {m['log_position'] if heard else '-'}"
+                       f"{f', heard {ago:.0f} ms ago' if heard and m['member_id'] != answer['member_id'] else ''}"
+                       f" ({m['endpoints']})")
+        return
     if verb == "recording-log":
         entries, torn = _call(_native.read_recording_log, cluster_dir)
         if as_json:
@@ -253,7 +327,7 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
                    f"{purged['segments_deleted']} segment file(s) deleted: the log starts at "
                    f"{purged['start_position']} (snapshot at {purged['snapshot_position']})")
         return
-    described = _describe(cluster_dir, driver_dir)
+    described = _describe(cluster_dir, driver_dir, marks if verb == "describe" else None)
     if verb == "pid":
         if described["pid"] is None:
             raise click.ClickException(f"no consensus module is running on {cluster_dir}")
