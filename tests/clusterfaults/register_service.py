@@ -7,6 +7,10 @@ of ``links`` service messages, each offered into the log by the service when it 
 before). The leader answers ``"<op id> <ok 0|1> <value>"`` on the client's egress; a timer or a chain
 answers as a read of its key (they change no register), so the history stays one of registers.
 
+Beside the registers, a bank of ``ACCOUNTS`` accounts of ``OPENING`` each: ``transfer from to amount``
+moves ``amount`` if ``from`` holds it (ok 0 if not, or if ``from`` is ``to``) and answers ``from``'s
+balance after; ``balances 0 0 0`` answers every balance, comma-separated.
+
 Every applied request's op id goes, a line each, to ``$JOURNAL`` (rewritten at every start), and so does
 what follows from it: ``fired:<op id>`` when its timer fires (``early:<op id>`` if before its deadline,
 ``stray-timer:<id>`` for a timer the service never scheduled) and ``link:<op id>:<k>`` for each link of a
@@ -22,10 +26,14 @@ import os
 
 from sulis.cluster import ClusteredService
 
+ACCOUNTS = 4
+OPENING = 100
+
 
 class Register(ClusteredService):
     def __init__(self) -> None:
         self.values: dict[int, int] = {}
+        self.accounts = [OPENING] * ACCOUNTS
         self.applied: list[str] = []  # the journal's lines
         self.timers: dict[int, tuple[str, int]] = {}  # correlation id -> (op id, deadline)
         self.next_timer = 0
@@ -38,6 +46,7 @@ class Register(ClusteredService):
             self.applied = state["applied"]
             self.timers = {int(k): (op, deadline) for k, (op, deadline) in state["timers"].items()}
             self.next_timer = state["next_timer"]
+            self.accounts = state["accounts"]
             self.journal.write("".join(line + "\n" for line in self.applied))
             self.journal.flush()
             with open(os.environ["JOURNAL"] + ".starts", "a") as starts:  # the run counts these
@@ -45,7 +54,7 @@ class Register(ClusteredService):
 
     def on_take_snapshot(self, cluster, snapshot) -> None:
         snapshot.write(json.dumps({"values": self.values, "applied": self.applied, "timers": self.timers,
-                                   "next_timer": self.next_timer}).encode())
+                                   "next_timer": self.next_timer, "accounts": self.accounts}).encode())
 
     def _journal(self, line: str) -> None:
         self.applied.append(line)
@@ -65,6 +74,10 @@ class Register(ClusteredService):
             return
         op_id, op, key, a, b = payload.decode().split()
         key, a, b = int(key), int(a), int(b)
+        if op in ("transfer", "balances"):
+            self._journal(op_id)
+            self._reply(cluster, session_id, f"{op_id} {self._bank(op, key, a, b)}")
+            return
         current = self.values.get(key, 0)
         ok = True
         if op == "write":
@@ -80,11 +93,24 @@ class Register(ClusteredService):
             cluster.schedule_timer(self.next_timer, cluster.time + a)
         elif op == "chain":
             self._into_log(cluster, f"link {op_id} {a}")
-        reply = f"{op_id} {int(ok)} {self.values.get(key, 0) if op in ('write', 'cas') else current}".encode()
+        self._reply(cluster, session_id,
+                    f"{op_id} {int(ok)} {self.values.get(key, 0) if op in ('write', 'cas') else current}")
+
+    def _bank(self, op: str, source: int, target: int, amount: int) -> str:
+        """A bank request applied: ``"<ok> <value>"``."""
+        if op == "balances":
+            return "1 " + ",".join(map(str, self.accounts))
+        ok = source != target and 0 < amount <= self.accounts[source]
+        if ok:
+            self.accounts[source] -= amount
+            self.accounts[target] += amount
+        return f"{int(ok)} {self.accounts[source]}"
+
+    def _reply(self, cluster, session_id: int, reply: str) -> None:
         # A client that is gone must not stall the cluster: a few tries, then it learns nothing (its op
         # is then of unknown outcome, which the check allows).
         for _ in range(1000):
-            if cluster.offer(session_id, reply):
+            if cluster.offer(session_id, reply.encode()):
                 break
 
     def on_timer_event(self, cluster, correlation_id, timestamp) -> None:

@@ -2,7 +2,8 @@
 
 Each of ``clients`` threads holds a cluster session (its own egress port) and runs one operation at a time
 on a few registers (read, write, compare-and-set; now and then a timer or a chain of service messages,
-which read their key), each with a unique op id, never sent twice. An operation
+which read their key) and on a bank of accounts (transfers, and reads of every balance), each with a
+unique op id, never sent twice. An operation
 is recorded with its invocation and completion times (monotonic ns) and its result, or as of unknown
 outcome when no answer came within ``op_timeout`` (the request may or may not be in the log). An offer the
 ingress refused for a second is not recorded at all (it never left). A closed session is replaced by a new
@@ -17,6 +18,8 @@ import random
 import sys
 import threading
 import time
+
+from register_service import ACCOUNTS
 
 import sulis
 from sulis.cluster import ClusterClient, ClusterError
@@ -46,9 +49,13 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
         seq += 1
         op_id = f"c{n}-{seq}"
         key = rng.randrange(cfg["keys"])
-        kind = rng.choices(("read", "write", "cas", "timer", "chain"), (3, 3, 3, 1, 1))[0]
-        a, b = {"read": (0, 0), "timer": (rng.randrange(10, 1500), 0), "chain": (rng.randrange(1, 5), 0)}.get(
-            kind, (rng.randrange(5), rng.randrange(5)))
+        kind = rng.choices(("read", "write", "cas", "timer", "chain", "transfer", "balances"),
+                           (3, 3, 3, 1, 1, 2, 1))[0]
+        a, b = {"read": (0, 0), "timer": (rng.randrange(10, 1500), 0), "chain": (rng.randrange(1, 5), 0),
+                "balances": (0, 0)}.get(kind, (rng.randrange(5), rng.randrange(5)))
+        if kind in ("transfer", "balances"):  # the bank's accounts, not the registers
+            key, a, b = (rng.randrange(ACCOUNTS), rng.randrange(ACCOUNTS), rng.randrange(1, 30)) \
+                if kind == "transfer" else (0, 0, 0)
         payload = f"{op_id} {kind} {key} {a} {b}".encode()
         deadline = time.monotonic() + 1.0
         call = time.monotonic_ns()
@@ -65,7 +72,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             continue
         if not sent:
             continue
-        # A timer or a chain answers as a read of its key: the history checked is one of registers.
+        # A timer or a chain answers as a read of its key: the register history stays one of registers.
         record = {"client": n, "id": op_id, "op": "read" if kind in ("timer", "chain") else kind, "kind": kind,
                   "key": key, "a": a, "b": b, "call": call}
         answer: list[bytes] = []
@@ -83,7 +90,8 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             client = drop(client)
         if answer:
             _, ok, value = answer[0].decode().split()
-            record.update({"ret": time.monotonic_ns(), "ok": ok == "1", "value": int(value)})
+            value = [int(v) for v in value.split(",")] if kind == "balances" else int(value)
+            record.update({"ret": time.monotonic_ns(), "ok": ok == "1", "value": value})
         else:
             record.update({"ret": None, "ok": None, "value": None})
         history.append(record)

@@ -1,11 +1,11 @@
 """The cluster under faults, across network namespaces (the short run; ``python tests/clusterfaults/run.py``
 is the long one): three ``sulis cluster-node`` members on hosts of their own and three clients on a fourth
-run compare-and-set registers, timers and chains of service messages while the leader is killed (SIGKILL,
+run compare-and-set registers, timers, chains of service messages and bank transfers while the leader is killed (SIGKILL,
 then restarted), paused (SIGSTOP for longer than the heartbeat timeout), cut off with nftables, and every
 member loses 10 % of its packets. The history must be linearizable (porcupine), every member must have
 applied the same requests in the same order with every answered one among them, every applied timer must
-have fired once and every chain run link by link once, and no term may have had two leaders
-(tests/clusterfaults)."""
+have fired once and every chain run link by link once, the log's order must explain every bank answer in
+real time with no money made or lost, and no term may have had two leaders (tests/clusterfaults)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,4 @@ def test_three_members_stay_linearizable_through_kills_pauses_a_cut_and_loss(net
     print({k: v for k, v in figures.items() if k != "events"})
     assert figures["answered"] > 100, figures  # the clients got work done between the faults
     assert figures["timers_fired"] > 0 and figures["chain_links"] > 0, figures
+    assert figures["transfers"] > 0 and figures["balance_reads"] > 0, figures
