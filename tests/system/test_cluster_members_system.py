@@ -118,3 +118,26 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
                         f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
             assert n.journal_lines() == expected, n.id
         c.close()
+
+
+def test_list_members_answers_during_an_election_that_cannot_end(make_driver, tmp_path):
+    """Two of three members killed: the third leaves its term (no quorum) and canvasses for ever; asked then,
+    its module still answers ``list-members`` (no leader), which is when an operator needs it. One member
+    back, they elect a leader, and the answer names it."""
+    with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
+        send(c, "m0")
+        survivor = nodes[c.leader_member_id]
+        others = [n for n in nodes if n is not survivor]
+        for n in others:
+            n.kill()
+
+        def ask() -> dict:
+            out = run_cli("cluster-tool", survivor.cluster_dir, "list-members", "--json", "--timeout", "5")
+            assert out.returncode == 0, out.stderr
+            return json.loads(out.stdout)
+
+        await_until(lambda: ask()["leader_member_id"] == -1, 30, "the survivor to leave its term")
+        others[0].start()
+        answer = await_until(lambda: (a := ask())["leader_member_id"] >= 0 and a, 60, "a leader again")
+        assert answer["leader_member_id"] in (survivor.id, others[0].id), answer
+        c.close()
