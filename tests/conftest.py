@@ -280,6 +280,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _collect_at_module_end():
+    """A child process a module started and never waited for warns (ResourceWarning, an error here) only when
+    its Popen is collected, which may be during a later module's test on the same worker: collecting at each
+    module's end makes the warning fail the module that leaked it."""
+    yield
+    import gc
+
+    gc.collect()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     rep = yield

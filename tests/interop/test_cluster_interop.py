@@ -93,7 +93,10 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
     member the other two elect, itself (AeronCluster does), resending what the dead leader never echoed."""
     (tmp_path / "echo_service.py").write_text(ECHO_SERVICE)
     members, ingress = loopback_members(3)
-    nodes = [Member(tmp_path, i, members, "echo_service:Echo") for i in range(3)]
+    # The members time a silent session out after 30 s, as the client tolerates a silent cluster: a CI run
+    # once starved the client's Aeron driver for over 10 s (the default) and its session was closed.
+    nodes = [Member(tmp_path, i, members, "echo_service:Echo", extra=("--session-timeout", "30s"))
+             for i in range(3)]
     peer = None
     try:
         for n in nodes:

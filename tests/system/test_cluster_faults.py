@@ -1,11 +1,11 @@
-"""The cluster under faults, across network namespaces (the short run; ``python tests/clusterfaults/run.py``
-is the long one): three ``sulis cluster-node`` members on hosts of their own and three clients on a fourth
-run compare-and-set registers, timers, chains of service messages and bank transfers while the leader is killed (SIGKILL,
-then restarted), paused (SIGSTOP for longer than the heartbeat timeout), cut off with nftables, and every
-member loses 10 % of its packets. The history must be linearizable (porcupine), every member must have
-applied the same requests in the same order with every answered one among them, every applied timer must
-have fired once and every chain run link by link once, the log's order must explain every bank answer in
-real time with no money made or lost, and no term may have had two leaders (tests/clusterfaults)."""
+"""The cluster under faults, across network namespaces (the short run; ``python tests/clusterfaults/run.py`` is
+the long one): three ``sulis cluster-node`` members on hosts of their own and three clients on a fourth run
+compare-and-set registers, timers, chains of service messages and bank transfers while the leader is killed
+(SIGKILL, then restarted), paused (SIGSTOP for longer than the heartbeat timeout), cut off with nftables, and
+every member loses 10 % of its packets. The history must be linearizable (porcupine), every member must have
+applied the same requests in the same order with every answered one among them, every applied timer must have
+fired once and every chain run link by link once, the log's order must explain every bank answer in real time
+with no money made or lost, and no term may have had two leaders (tests/clusterfaults)."""
 
 from __future__ import annotations
 
