@@ -38,8 +38,9 @@ class Member:
     """One member's process: ``start`` runs (or restarts) it on the same directories."""
 
     def __init__(self, tmp_path, member_id: int, members: str, service: str = "journal_service:Journal",
-                 extra: tuple[str, ...] = ()):
-        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value)."""
+                 extra: tuple[str, ...] = (), env: dict | None = None):
+        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value); ``env``:
+        more environment (``SULIS_ARCHIVE_*`` for the member's archive)."""
         self.id = member_id
         base = tmp_path / f"member-{member_id}"
         base.mkdir()
@@ -50,7 +51,7 @@ class Member:
         self.cmd = [*CLI, "cluster-node", "--service", service, "--cluster-dir",
                     self.cluster_dir, "--archive-dir", self.archive_dir, "--dir", self.driver_dir,
                     "--cluster-members", members, "--member-id", str(member_id), *TIMINGS, *extra]
-        self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal))
+        self.env = clean_env(PYTHONPATH=str(tmp_path), JOURNAL=str(self.journal), **(env or {}))
         self.cwd = tmp_path
         self.proc: subprocess.Popen | None = None
 
@@ -93,15 +94,17 @@ class Member:
 
 
 @contextlib.contextmanager
-def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...] = ()):
-    """``n`` members running the journal service on loopback (``extra``: more flags for each), and a client
+def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...] = (),
+                    service: str = "journal_service:Journal", env: dict | None = None):
+    """``n`` members running the journal service (or ``service``) on loopback (``extra``, ``env``: see
+    ``Member``), and a client
     given every member's ingress, on the driver in ``driver_dir``: ``(members, client)``. Every member still
     running at the end is killed (resumed first, if paused)."""
     from sulis.cluster import ClusterClient
 
     (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
     members, ingress_ports = loopback_members(n)
-    nodes = [Member(tmp_path, i, members, extra=extra) for i in range(n)]
+    nodes = [Member(tmp_path, i, members, service, extra=extra, env=env) for i in range(n)]
     try:
         for m in nodes:
             m.start()

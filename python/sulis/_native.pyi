@@ -867,8 +867,8 @@ class ClusterNode:
         """Suspends the cluster until ``resume``."""
     def resume(self, timeout: float = 30.0) -> int:
         """Resumes a suspended cluster."""
-    def purge_log(self) -> dict[str, int]:
-        """Deletes the log's segment files wholly before the latest snapshot."""
+    def purge_log(self, cluster: bool = False, timeout: float = 30.0) -> dict[str, int]:
+        """Deletes the log's segment files wholly before the latest snapshot (every member's, with ``cluster``)."""
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stops the member after a snapshot; returns once it stopped."""
     def abort(self, timeout: float = 60.0) -> None:

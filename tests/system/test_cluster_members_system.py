@@ -8,6 +8,7 @@ rebuilds its service from its log, copies or catches up what it missed, and hold
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -140,4 +141,88 @@ def test_list_members_answers_during_an_election_that_cannot_end(make_driver, tm
         others[0].start()
         answer = await_until(lambda: (a := ask())["leader_member_id"] >= 0 and a, 60, "a leader again")
         assert answer["leader_member_id"] in (survivor.id, others[0].id), answer
+        c.close()
+
+
+SNAPSHOT_JOURNAL = '''
+import json
+import os
+from sulis.cluster import ClusteredService
+
+class Journal(ClusteredService):
+    """The journal service, with snapshots: the lines so far are its state."""
+
+    def __init__(self):
+        self.lines = []
+        self.journal = open(os.environ["JOURNAL"], "w")
+
+    def on_start(self, cluster, snapshot):
+        if snapshot is not None:
+            self.lines = json.loads(snapshot[0])
+            self.journal.write("".join(line + "\\n" for line in self.lines))
+            self.journal.flush()
+
+    def on_take_snapshot(self, cluster, snapshot):
+        snapshot.write(json.dumps(self.lines).encode())
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.lines.append(payload.decode())
+        self.journal.write(payload.decode() + "\\n")
+        self.journal.flush()
+        while not cluster.offer(session_id, payload):
+            pass
+'''
+
+
+def log_start(member) -> int:
+    """Where the member's log recording starts: its lowest segment file's base position."""
+    entries = json.loads(run_cli("cluster-tool", member.cluster_dir, "recording-log", "--json").stdout)["entries"]
+    rid = next(e["recording_id"] for e in entries if e["type"] == "TERM")
+    return min(int(f[len(f"{rid}-"):-len(".rec")]) for f in os.listdir(member.archive_dir)
+               if f.startswith(f"{rid}-") and f.endswith(".rec"))
+
+
+def test_the_clusters_log_is_purged_on_every_member_only_once_each_is_past_the_leaders_snapshot(make_driver,
+                                                                                                   tmp_path):
+    """``purge-log --cluster`` on the leader: with a follower down it is refused, naming it, and no member
+    purges; with all three past the snapshot, a PURGE_LOG action in the log has each member delete its log's
+    segments before its own snapshot. A member restarted afterwards starts from its snapshot and what is left,
+    and holds every message."""
+    (tmp_path / "snapshot_journal.py").write_text(SNAPSHOT_JOURNAL)
+    with journal_cluster(tmp_path, make_driver().dir, extra=("--log-term-length", "64k"),
+                         service="snapshot_journal:Journal",
+                         env={"SULIS_ARCHIVE_SEGMENT_FILE_LENGTH": "64k"}) as (nodes, c):
+        for i in range(1500):  # about 144 KiB of log: more than two 64 KiB segments
+            send(c, f"m{i}")
+        leader = nodes[c.leader_member_id]
+        out = run_cli("cluster-tool", leader.cluster_dir, "snapshot")
+        assert out.returncode == 0, out.stderr
+        victim = nodes[(leader.id + 1) % 3]
+        victim.kill()
+        time.sleep(2.5)  # past the heartbeat timeout: the leader has not heard from it since
+        out = run_cli("cluster-tool", leader.cluster_dir, "purge-log", "--cluster")
+        assert out.returncode == 1 and f"member {victim.id} has not reported a log past" in out.stderr, out
+        assert [log_start(n) for n in nodes] == [0, 0, 0]
+        out = run_cli("cluster-tool", nodes[(leader.id + 2) % 3].cluster_dir, "purge-log", "--cluster")
+        assert out.returncode == 1 and "ask the leader" in out.stderr, out
+        victim.start()
+        for i in range(1500, 1600):
+            send(c, f"m{i}")
+        await_until(lambda: len(victim.journal_lines()) >= 1600, 30, "the victim to catch up")
+        out = run_cli("cluster-tool", leader.cluster_dir, "purge-log", "--cluster")
+        assert out.returncode == 0 and "PURGE_LOG" in out.stdout, out
+        await_until(lambda: all(log_start(n) > 0 for n in nodes), 20,
+                    f"every member's purge: {[log_start(n) for n in nodes]}")
+        # A follower restarted now has only its snapshot and the log after it, and needs nothing else.
+        follower = nodes[(leader.id + 2) % 3]
+        follower.kill()
+        follower.start()
+        for i in range(1600, 1650):
+            send(c, f"m{i}")
+        expected = [f"m{i}" for i in range(1650)]
+        for n in nodes:
+            await_until(lambda n=n: len(n.journal_lines()) >= 1650, 30, f"member {n.id}'s journal")
+            assert n.journal_lines() == expected, n.id
+            errors = json.loads(run_cli("cluster-tool", n.cluster_dir, "errors", "--json").stdout)
+            assert all("purge failed" not in text for m in errors["components"] for *_, text in m["errors"])
         c.close()

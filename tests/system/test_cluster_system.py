@@ -363,10 +363,12 @@ def test_the_log_before_a_snapshot_is_purged_and_a_restart_needs_only_what_is_le
         with start(env, Tally()) as node, connect(env) as a:
             with pytest.raises(ClusterError, match="no snapshot, so a restart needs the whole log"):
                 node.purge_log()
+            with pytest.raises(ClusterError, match="cluster log purge refused: the leader has no snapshot"):
+                node.purge_log(cluster=True)
             for _ in range(1500):  # about 144 KiB of log: more than two 64 KiB segments
                 add(a, 1)
             node.snapshot()
-            purged = node.purge_log()
+            purged = node.purge_log(cluster=True)  # one member: the cluster's purge is its own
             assert purged["segments_deleted"] >= 2, purged
             assert 0 < purged["start_position"] <= purged["snapshot_position"], purged
             assert node.purge_log()["segments_deleted"] == 0, "nothing more before the same snapshot"

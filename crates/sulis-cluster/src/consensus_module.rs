@@ -85,6 +85,9 @@ pub mod toggle {
     pub const SHUTDOWN: i64 = 5;
     /// Stop without a snapshot.
     pub const ABORT: i64 = 6;
+    /// sulis only: every member purges its log before its latest snapshot,
+    /// if every member's log is past the leader's latest snapshot.
+    pub const PURGE_LOG: i64 = 100;
 }
 
 /// What a consensus module runs with (Aeron's `ConsensusModule.Context`,
@@ -397,6 +400,9 @@ pub struct ConsensusModule {
     term_base_log_position: i64,
     /// Why the last snapshot failed, if it did.
     last_snapshot_error: Option<String>,
+    /// PURGE_LOG actions acted on, and the last one's outcome here.
+    purge_count: i64,
+    last_purge: Option<Result<LogPurge, String>>,
     /// Snapshots that failed since the module started.
     failed_snapshot_count: i64,
     termination: Option<Termination>,
@@ -610,6 +616,8 @@ impl ConsensusModule {
             snapshot: None,
             term_base_log_position: 0,
             last_snapshot_error: None,
+            purge_count: 0,
+            last_purge: None,
             failed_snapshot_count: 0,
             termination: None,
             recording_position_counter: -1,
@@ -1131,6 +1139,18 @@ impl ConsensusModule {
             (toggle::SNAPSHOT | toggle::SHUTDOWN, ModuleState::Active) => cluster_action::SNAPSHOT,
             (toggle::SUSPEND, ModuleState::Active) => cluster_action::SUSPEND,
             (toggle::RESUME, ModuleState::Suspended) => cluster_action::RESUME,
+            (toggle::PURGE_LOG, ModuleState::Active) => match self.cluster_purge_refusal() {
+                None => cluster_action::PURGE_LOG,
+                Some(why) => {
+                    let why = format!("cluster log purge refused: {why}");
+                    eprintln!("sulis cluster: {why}");
+                    self.mark.record_error(&why, cluster_time);
+                    self.last_purge = Some(Err(why));
+                    self.purge_count += 1;
+                    self.control_toggle.set(toggle::NEUTRAL);
+                    return 1;
+                }
+            },
             (toggle::ABORT, ModuleState::Active | ModuleState::Suspended) => {
                 self.begin_termination();
                 return 1;
@@ -1165,10 +1185,76 @@ impl ConsensusModule {
                 self.agent.state = ModuleState::Suspended;
                 self.control_toggle.set(toggle::NEUTRAL);
             }
+            cluster_action::PURGE_LOG => {
+                self.purge_own_log();
+                self.control_toggle.set(toggle::NEUTRAL);
+            }
             _ => self.activate(),
         }
         self.publish_state();
         1
+    }
+
+    /// Why the leader may not have every member purge its log, if it may
+    /// not: it has no snapshot, or a member has not reported a log past the
+    /// leader's latest snapshot within the heartbeat timeout (a member
+    /// behind, down or cut off would need the log before it to catch up).
+    fn cluster_purge_refusal(&self) -> Option<String> {
+        let Some(snapshot) = self
+            .recording_log
+            .latest_snapshot(self.ctx.service_count as i32)
+            .map(|set| set[0].log_position)
+        else {
+            return Some("the leader has no snapshot".into());
+        };
+        let now_ns = self.now_ns();
+        let timeout_ns = self.ctx.leader_heartbeat_timeout.as_nanos() as i64;
+        self.members
+            .iter()
+            .filter(|m| m.id != self.ctx.member_id)
+            .find(|m| {
+                m.log_position < snapshot
+                    || now_ns - m.time_of_last_append_position_ns > timeout_ns
+            })
+            .map(|m| {
+                format!(
+                    "member {} has not reported a log past the leader's snapshot at {snapshot} within the heartbeat timeout (it reported {} {} ms ago): it could need the log before the snapshot to catch up",
+                    m.id,
+                    m.log_position,
+                    (now_ns - m.time_of_last_append_position_ns) / 1_000_000
+                )
+            })
+    }
+
+    /// Deletes this member's log segments wholly before its own latest
+    /// snapshot (a PURGE_LOG action, appended as leader or applied as
+    /// follower); a failure is recorded, never fatal.
+    fn purge_own_log(&mut self) {
+        let outcome = purge_log(
+            &mut self.archive,
+            &self.recording_log,
+            self.ctx.service_count as i32,
+        );
+        if let Err(why) = &outcome {
+            let why = format!(
+                "cluster log purge failed on member {}: {why}",
+                self.ctx.member_id
+            );
+            eprintln!("sulis cluster: {why}");
+            self.mark.record_error(&why, Self::cluster_time());
+        }
+        self.last_purge = Some(outcome);
+        self.purge_count += 1;
+    }
+
+    /// Purges acted on since the module started (done, refused or failed).
+    pub fn purge_count(&self) -> i64 {
+        self.purge_count
+    }
+
+    /// The last purge's outcome on this member, if any.
+    pub fn last_purge(&self) -> Option<&Result<LogPurge, String>> {
+        self.last_purge.as_ref()
     }
 
     /// Every service writes its state at `log_position` (the SNAPSHOT

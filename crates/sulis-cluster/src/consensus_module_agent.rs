@@ -110,6 +110,8 @@ pub enum Applied {
         /// The action's cluster time.
         timestamp: i64,
     },
+    /// Every member purges its log before its latest snapshot (a PURGE_LOG action).
+    PurgeLog,
     /// A term begins: the recording log is to hold it.
     NewTerm {
         /// The term.
@@ -510,6 +512,7 @@ impl ConsensusModuleAgent {
                     }
                     // A standby snapshot (flag 1) is for standbys, which sulis has not.
                     cluster_action::SNAPSHOT => {}
+                    cluster_action::PURGE_LOG => return Ok(Applied::PurgeLog),
                     other => return Err(at(format!("unknown cluster action {other}"))),
                 }
             }
@@ -1082,6 +1085,17 @@ mod tests {
             })
         );
         assert_eq!(f.state, ModuleState::Snapshot);
+        let purge = action(2, cluster_action::PURGE_LOG, 0);
+        assert_eq!(
+            f.on_log_entry(&decode(&purge, 288).expect("entry"), 288),
+            Ok(Applied::PurgeLog)
+        );
+        let old_purge = action(1, cluster_action::PURGE_LOG, 0);
+        assert_eq!(
+            f.on_log_entry(&decode(&old_purge, 320).expect("entry"), 320),
+            Ok(Applied::Nothing),
+            "another term's purge is not acted on"
+        );
     }
 
     #[test]

@@ -705,6 +705,12 @@ impl ConsensusModule {
             let outcome = self.agent.on_log_entry(&entry, position)?;
             self.agent.on_follower_applied(position);
             applied += 1;
+            if let (None, crate::consensus_module_agent::Applied::PurgeLog) =
+                (terms.as_deref(), &outcome)
+            {
+                self.purge_own_log();
+                continue;
+            }
             // A SNAPSHOT action, applied after the election: this member
             // snapshots at the same position as the leader (its services do
             // as they apply it); what was read after it waits meanwhile.

@@ -403,6 +403,10 @@ struct NodeStatus {
     failed_snapshots: AtomicI64,
     failed_snapshots_error: Mutex<Option<String>>,
     state: AtomicI64,
+    /// Cluster purges acted on, and the last one's outcome here:
+    /// (snapshot position, start position, segments deleted) or why not.
+    purges: AtomicI64,
+    last_purge: Mutex<Option<Result<(i64, i64, i64), String>>>,
 }
 
 fn set_first(error: &Mutex<Option<String>>, e: String) {
@@ -533,6 +537,16 @@ impl PyClusterNode {
                             module.last_snapshot_error().map(str::to_string);
                         st.failed_snapshots.store(failed, Ordering::Release);
                     }
+                    if st.purges.load(Ordering::Relaxed) != module.purge_count() {
+                        *st.last_purge.lock().unwrap() = module.last_purge().map(|p| {
+                            p.as_ref()
+                                .map(|p| {
+                                    (p.snapshot_position, p.start_position, p.segments_deleted)
+                                })
+                                .map_err(Clone::clone)
+                        });
+                        st.purges.store(module.purge_count(), Ordering::Release);
+                    }
                     st.snapshots
                         .store(module.snapshot_count(), Ordering::Release);
                     st.state.store(module.state() as i64, Ordering::Release);
@@ -616,14 +630,51 @@ impl PyClusterNode {
     /// Deletes the log's segment files wholly before the latest snapshot
     /// (a restart replays only from there): {snapshot_position,
     /// start_position, segments_deleted}. Raises `ClusterError` without a
-    /// snapshot.
-    fn purge_log<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::cluster_tool::purge_cluster_log(
-            py,
-            &self.cluster_dir,
-            &self.driver_dir,
-            self.service_count,
-        )
+    /// snapshot. With `cluster`, on the leader: a PURGE_LOG action in the
+    /// log has every member purge its own, refused (naming the member) if a
+    /// member has not reported a log past the leader's snapshot.
+    #[pyo3(signature = (cluster=false, timeout=30.0))]
+    fn purge_log<'py>(
+        &self,
+        py: Python<'py>,
+        cluster: bool,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if !cluster {
+            return crate::cluster_tool::purge_cluster_log(
+                py,
+                &self.cluster_dir,
+                &self.driver_dir,
+                self.service_count,
+            );
+        }
+        let before = self.status.purges.load(Ordering::Acquire);
+        self.act(py, toggle::PURGE_LOG, timeout)?;
+        let status = self.status.clone();
+        let done = gil::released(py, move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            while status.purges.load(Ordering::Acquire) == before {
+                if std::time::Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            true
+        });
+        let last = self.status.last_purge.lock().unwrap().clone();
+        match (done, last) {
+            (true, Some(Ok((snapshot_position, start_position, segments_deleted)))) => {
+                let d = PyDict::new(py);
+                d.set_item("snapshot_position", snapshot_position)?;
+                d.set_item("start_position", start_position)?;
+                d.set_item("segments_deleted", segments_deleted)?;
+                Ok(d)
+            }
+            (true, Some(Err(why))) => Err(ClusterError::new_err(why)),
+            _ => Err(ClusterError::new_err(format!(
+                "the cluster log purge was not acted on within {timeout} s (is this member the leader, and active?)"
+            ))),
+        }
     }
 
     /// Stops the member after a snapshot (a restart loads it and replays

@@ -137,7 +137,7 @@ _STATES = {0: "INIT", 1: "ACTIVE", 2: "SUSPENDED", 3: "SNAPSHOT", 4: "QUITTING",
 # A mark file's version, read: has its component started?
 _STARTED = {"yes": "started", "failed": "FAILED TO START", "starting": "starting"}
 # The control toggle's values (Aeron's ClusterControl.ToggleState).
-_TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4, "shutdown": 5, "abort": 6}
+_TOGGLE = {"suspend": 2, "resume": 3, "snapshot": 4, "shutdown": 5, "abort": 6, "purge-log": 100}  # 100: sulis's
 _VERBS = ("pid", "describe", "recording-log", "recovery-plan", "errors", "list-members", "is-leader", "snapshot",
           "suspend", "resume", "invalidate-latest-snapshot", "purge-log", "shutdown", "abort")
 
@@ -228,6 +228,30 @@ def _errors(cluster_dir: str, marks: list, driver_dir: str, as_json: bool) -> No
             click.echo(f"      {line}")
 
 
+def _purge_cluster(cluster_dir: str, driver_dir: str, timeout: float) -> None:
+    """``purge-log --cluster``: the toggle asks the leader for a PURGE_LOG action; a refusal or a failure here
+    is in the module's error log, recorded after the request."""
+    described = _describe(cluster_dir, driver_dir)
+    if not described["running"]:
+        raise click.ClickException(f"no consensus module is running on {cluster_dir}")
+    if described["role"] != "LEADER":
+        raise click.ClickException(f"purge-log --cluster: the member is {described['role']}; ask the leader")
+    asked_ms = int(time.time() * 1000)
+    _call(_native.set_cluster_toggle, driver_dir, _TOGGLE["purge-log"])
+    deadline = time.monotonic() + timeout
+    while _member_counters(driver_dir).get(202) != 1:  # back to NEUTRAL: acted on
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"purge-log --cluster: not acted on within {timeout} s")
+        time.sleep(0.01)
+    marks = _native.cluster_mark_files(cluster_dir)
+    news = [text for m in marks[:1] for _, _, last, text in m.get("errors", []) if last >= asked_ms
+            and text.startswith("cluster log purge")]
+    if news:
+        raise click.ClickException(news[-1])
+    click.echo("a PURGE_LOG action is in the log: every member deletes its log's segments before its own latest "
+               "snapshot (a member's failure to is in its `cluster-tool errors`)")
+
+
 @click.command("cluster-tool")
 @click.argument("cluster_dir", type=click.Path(file_okay=False))
 @click.argument("verb", type=click.Choice(_VERBS))
@@ -236,8 +260,11 @@ def _errors(cluster_dir: str, marks: list, driver_dir: str, as_json: bool) -> No
 @click.option("--service-count", default=1, show_default=True, help="Services on the member (recovery-plan).")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for snapshot/suspend/resume.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--cluster", "whole_cluster", is_flag=True,
+              help="purge-log on the leader: every member purges its own log (refused, naming the member, "
+                   "unless every member's log is past the leader's latest snapshot).")
 def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: int, timeout: float,
-                 as_json: bool) -> None:
+                 as_json: bool, whole_cluster: bool) -> None:
     """Look at or act on the cluster member whose directory is CLUSTER_DIR (Aeron's ClusterTool).
 
     \b
@@ -254,7 +281,8 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
     resume         sequence again
     invalidate-latest-snapshot
                    (member stopped) start next from the snapshot before the latest, or the log's start
-    purge-log      delete the log's segment files wholly before the latest snapshot
+    purge-log      delete the log's segment files wholly before the latest snapshot (with --cluster, on
+                   the leader: every member its own, at one position of the log)
     shutdown       snapshot, then stop the member (a restart replays nothing)
     abort          stop the member without a snapshot
     """
@@ -320,6 +348,9 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
         gone = _call(_native.invalidate_latest_snapshot, cluster_dir, service_count)
         click.echo(json.dumps(gone) if as_json else
                    f"invalidated the snapshot at log position {gone[0]['log_position']} ({len(gone)} entries)")
+        return
+    if verb == "purge-log" and whole_cluster:
+        _purge_cluster(cluster_dir, driver_dir, timeout)
         return
     if verb == "purge-log":
         purged = _call(_native.purge_cluster_log, cluster_dir, driver_dir, service_count)

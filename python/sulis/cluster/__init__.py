@@ -188,12 +188,17 @@ class ClusterNode:
         """Stops the member without a snapshot (a restart replays the log from its last snapshot)."""
         self._native.abort(timeout)
 
-    def purge_log(self) -> dict[str, int]:
+    def purge_log(self, cluster: bool = False, timeout: float = 30.0) -> dict[str, int]:
         """Deletes the log's segment files wholly before the latest snapshot: a restart loads the
         snapshot and replays the log only from its position. Returns ``snapshot_position``,
         ``start_position`` (where the log's recording starts now) and ``segments_deleted`` (0 when no
-        whole segment lies before the snapshot). Raises ``ClusterError`` when there is no snapshot."""
-        return self._native.purge_log()
+        whole segment lies before the snapshot). Raises ``ClusterError`` when there is no snapshot.
+
+        With ``cluster=True``, on the leader, every member purges its own log, each before its own
+        latest snapshot, at one position of the log (a PURGE_LOG action); refused, naming the member,
+        unless every other member reported a log past the leader's latest snapshot within the heartbeat
+        timeout, so that no member can need the purged log to catch up. Returns this member's outcome."""
+        return self._native.purge_log(cluster, timeout)
 
     @property
     def snapshot_count(self) -> int:

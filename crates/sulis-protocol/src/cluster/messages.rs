@@ -59,6 +59,10 @@ pub mod cluster_action {
     pub const RESUME: i32 = 1;
     /// Every member and service snapshots at this position.
     pub const SNAPSHOT: i32 = 2;
+    /// sulis only (Aeron has no such action): every member deletes its log's
+    /// segment files wholly before its latest snapshot, as the leader found
+    /// every member's log past its own latest snapshot.
+    pub const PURGE_LOG: i32 = 100;
 }
 
 /// SnapshotMarker.mark.
