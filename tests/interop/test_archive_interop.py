@@ -181,11 +181,12 @@ def start_aeron_archive(current, harness, **extra: str) -> AeronArchive:
 
 
 def connect(client, control: str, deadline_s: float = 30.0) -> sulis.ArchiveClient:
-    """An ArchiveClient over UDP, retried while the JVM starts."""
+    """An ArchiveClient over UDP, retried while the JVM starts. Its requests wait 10 s for an answer: on the
+    suite's busy 2 cores a CI run once saw Aeron's archive answer a position query later than 2 s."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
-            return sulis.ArchiveClient(client, control_request_channel=control, message_timeout=2.0,
+            return sulis.ArchiveClient(client, control_request_channel=control, message_timeout=10.0,
                                        control_response_channel=f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}")
         except sulis.ArchiveError:
             if time.monotonic() > deadline:
