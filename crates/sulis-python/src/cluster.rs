@@ -463,36 +463,47 @@ impl PyClusterNode {
                 if claimed_rx.recv().is_err() {
                     return; // the module did not start: it says why
                 }
-                let failed = Arc::new(Mutex::new(None));
-                let adapter = PyService {
-                    obj: service,
-                    handle: None,
-                    failed: failed.clone(),
-                };
-                let mut agent = match ClusteredServiceAgent::launch(service_ctx, Box::new(adapter))
-                {
-                    Ok(a) => a,
-                    Err(why) => return set_first(&e, format!("service container: {why}")),
-                };
-                let mut idler = idle.idler();
-                while !s.load(Ordering::Acquire) {
-                    match agent.do_work() {
-                        Ok(n) => idler.idle(n),
-                        Err(why) => {
-                            set_first(&e, format!("service container: {why}"));
-                            break;
+                // One Python thread state for the thread's life, the GIL released
+                // between callbacks: each callback's attach then only takes the
+                // GIL. Without it every callback made and destroyed a thread state
+                // (its frame stack mapped and unmapped: two syscalls and a TLB
+                // flush a message, most of a member's CPU in the benchmark).
+                Python::attach(|py| {
+                    py.detach(move || {
+                        let failed = Arc::new(Mutex::new(None));
+                        let adapter = PyService {
+                            obj: service,
+                            handle: None,
+                            failed: failed.clone(),
+                        };
+                        let mut agent =
+                            match ClusteredServiceAgent::launch(service_ctx, Box::new(adapter)) {
+                                Ok(a) => a,
+                                Err(why) => {
+                                    return set_first(&e, format!("service container: {why}"))
+                                }
+                            };
+                        let mut idler = idle.idler();
+                        while !s.load(Ordering::Acquire) {
+                            match agent.do_work() {
+                                Ok(n) => idler.idle(n),
+                                Err(why) => {
+                                    set_first(&e, format!("service container: {why}"));
+                                    break;
+                                }
+                            }
+                            if let Some(why) = failed.lock().unwrap().take() {
+                                agent.record_error(&why);
+                                set_first(&e, why);
+                                break;
+                            }
+                            if agent.is_terminated() {
+                                break; // the member stopped (shutdown or abort)
+                            }
                         }
-                    }
-                    if let Some(why) = failed.lock().unwrap().take() {
-                        agent.record_error(&why);
-                        set_first(&e, why);
-                        break;
-                    }
-                    if agent.is_terminated() {
-                        break; // the member stopped (shutdown or abort)
-                    }
-                }
-                agent.close();
+                        agent.close();
+                    })
+                })
             })
             .map_err(|e| ClusterError::new_err(format!("starting the service thread: {e}")))?;
         let (s, e) = (stop.clone(), error.clone());
