@@ -115,7 +115,7 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
         line = peer.stdout.readline()
         assert line.startswith("{"), line + peer.stderr.read()[-3000:]
         first = json.loads(line)
-        assert (first["phase"], first["echoed"], first["errors"]) == (1, 200, 0), first
+        assert (first["phase"], first["echoed"], first["errors"]) == (1, 200, 0), json.dumps(first)
         leader = first["leader_member_id"]
         nodes[leader].kill()
         peer.stdin.write("go\n")
