@@ -27,16 +27,22 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
     assert got == [text.encode()], got
 
 
+def hold_all(nodes, count: int, timeout: float = 30.0) -> None:
+    """Every member in ``nodes`` applies ``m0`` to ``m{count-1}``, once each, in order."""
+    expected = [f"m{i}" for i in range(count)]
+    for n in nodes:
+        await_until(lambda n=n: len(n.journal_lines()) >= count, timeout,
+                    f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
+        assert n.journal_lines() == expected, n.id
+
+
 def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of_the_leader(make_driver, tmp_path):
     with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
         for i in range(100):
             send(c, f"m{i}")
         leader = c.leader_member_id
         # Every member applied every answered message, once, in order (followers what the leader committed).
-        expected = [f"m{i}" for i in range(100)]
-        for n in nodes:
-            await_until(lambda n=n: len(n.journal_lines()) >= 100, 20, f"member {n.id}'s journal")
-            assert n.journal_lines() == expected, n.id
+        hold_all(nodes, 100, 20)
 
         killed_at = time.monotonic()
         nodes[leader].kill()
@@ -47,10 +53,7 @@ def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of
         for i in range(100, 200):
             send(c, f"m{i}")
         rest = [n for n in nodes if n.id != leader]
-        expected = [f"m{i}" for i in range(200)]
-        for n in rest:
-            await_until(lambda n=n: len(n.journal_lines()) >= 200, 20, f"member {n.id}'s journal")
-            assert n.journal_lines() == expected, n.id
+        hold_all(rest, 200, 20)
 
         # The killed member restarts on its directories: its new service replays its log, and it gets the
         # rest from the leader (copy, replay, catch-up), so it holds the same history as the others.
@@ -58,11 +61,7 @@ def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of
         for i in range(200, 250):
             send(c, f"m{i}")
         assert c.leader_member_id == new_leader
-        expected = [f"m{i}" for i in range(250)]
-        for n in nodes:
-            await_until(lambda n=n: len(n.journal_lines()) >= 250, 30,
-                        f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
-            assert n.journal_lines() == expected, n.id
+        hold_all(nodes, 250)
         c.close()
         print(f"failover: the client followed member {new_leader} {failover * 1000:.0f} ms after the kill")
         for n in nodes:
@@ -113,11 +112,7 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
         victim.start()
         for i in range(100, 150):
             send(c, f"m{i}")
-        expected = [f"m{i}" for i in range(150)]
-        for n in nodes:
-            await_until(lambda n=n: len(n.journal_lines()) >= 150, 30,
-                        f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
-            assert n.journal_lines() == expected, n.id
+        hold_all(nodes, 150)
         c.close()
 
 
@@ -225,10 +220,8 @@ def test_the_clusters_log_is_purged_on_every_member_only_once_each_is_past_the_l
         follower.start()
         for i in range(1600, 1650):
             send(c, f"m{i}")
-        expected = [f"m{i}" for i in range(1650)]
+        hold_all(nodes, 1650)
         for n in nodes:
-            await_until(lambda n=n: len(n.journal_lines()) >= 1650, 30, f"member {n.id}'s journal")
-            assert n.journal_lines() == expected, n.id
             errors = json.loads(run_cli("cluster-tool", n.cluster_dir, "errors", "--json").stdout)
             assert all("purge failed" not in text for m in errors["components"] for *_, text in m["errors"])
         c.close()

@@ -1556,12 +1556,9 @@ impl ConsensusModule {
         }
     }
 
-    /// The services' requests: timers, session closes, messages to the cluster, acks.
-    /// During an election the services' messages wait, but a tool's
-    /// members query is answered (the leader reads −1): `list-members`
-    /// shows an election that does not end, when it matters most.
-    fn answer_queries_in_election(&mut self) -> usize {
-        let mut messages = Vec::new();
+    /// Up to `limit` fragments from the services' control stream, appended
+    /// to `messages` as whole messages.
+    fn read_control(&mut self, messages: &mut Vec<Vec<u8>>, limit: usize) {
         let assembler = &mut self.control_assembler;
         self.from_services
             .poll(
@@ -1571,9 +1568,17 @@ impl ConsensusModule {
                     }
                     Ok(())
                 },
-                10,
+                limit,
             )
             .unwrap_or(0);
+    }
+
+    /// During an election the services' messages wait, but a tool's
+    /// members query is answered (the leader reads −1): `list-members`
+    /// shows an election that does not end, when it matters most.
+    fn answer_queries_in_election(&mut self) -> usize {
+        let mut messages = Vec::new();
+        self.read_control(&mut messages, 10);
         let work = messages.len();
         for m in messages {
             match ClusterMembersQuery::decode(&m) {
@@ -1587,20 +1592,10 @@ impl ConsensusModule {
         work
     }
 
+    /// The services' requests: timers, session closes, messages to the cluster, acks.
     fn poll_services(&mut self, now_ns: i64, cluster_time: i64) -> Result<usize, String> {
         let mut messages = std::mem::take(&mut self.deferred_control);
-        let assembler = &mut self.control_assembler;
-        self.from_services
-            .poll(
-                |payload, header| -> Result<(), ()> {
-                    if let Some(m) = assembler.on_fragment(payload, header) {
-                        messages.push(m.payload);
-                    }
-                    Ok(())
-                },
-                50,
-            )
-            .unwrap_or(0);
+        self.read_control(&mut messages, 50);
         let work = messages.len();
         let term = self.term.clone();
         let mut messages = messages.into_iter();
