@@ -170,12 +170,11 @@ class Journal(ClusteredService):
 
 
 def log_start(member) -> int:
-    """Where the member's log starts: the lowest segment file's base position among the recordings its
-    recording log's terms name (a member that rejoined by catch-up may hold its terms in two)."""
+    """Where the member's log recording starts: its lowest segment file's base position."""
     entries = json.loads(run_cli("cluster-tool", member.cluster_dir, "recording-log", "--json").stdout)["entries"]
-    rids = {e["recording_id"] for e in entries if e["type"] == "TERM" and e["valid"]}
-    return min(int(f.split("-", 1)[1][:-len(".rec")]) for f in os.listdir(member.archive_dir)
-               if f.endswith(".rec") and int(f.split("-", 1)[0]) in rids)
+    rid = next(e["recording_id"] for e in entries if e["type"] == "TERM")
+    return min(int(f[len(f"{rid}-"):-len(".rec")]) for f in os.listdir(member.archive_dir)
+               if f.startswith(f"{rid}-") and f.endswith(".rec"))
 
 
 def test_the_clusters_log_is_purged_on_every_member_only_once_each_is_past_the_leaders_snapshot(make_driver,

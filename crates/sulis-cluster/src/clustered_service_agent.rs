@@ -20,6 +20,7 @@ use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
     Client, ClientContext, ExclusivePublication, FragmentAssembler, Publication, Subscription,
 };
+use sulis_concurrent::cnc::epoch_ms;
 use sulis_protocol::cluster::mark_file::{component_type, service_file_name};
 use sulis_protocol::cluster::messages::{
     cluster_action, role, snapshot_mark, time_unit, CancelTimer, ClientSession, CloseSession,
@@ -140,13 +141,6 @@ impl SnapshotWriter<'_> {
     pub fn written(&self) -> usize {
         self.written
     }
-}
-
-/// Now, in ms since the epoch (the mark file's clock).
-fn epoch_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The service's messages of a snapshot, from the framed ones after its END

@@ -44,7 +44,6 @@ use sulis_protocol::cluster::messages::{
     ServiceAck, ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest,
     SessionKeepAlive, SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
-use sulis_protocol::cluster::recording_log::ENTRY_TYPE_TERM;
 use sulis_protocol::counters::type_id;
 use sulis_protocol::options::{
     parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
@@ -1024,11 +1023,6 @@ impl ConsensusModule {
         outcome
     }
 
-    /// The module's mark file (its error log).
-    pub fn mark_file(&self) -> &ClusterMarkFile {
-        &self.mark
-    }
-
     fn duty_cycle(&mut self) -> Result<usize, String> {
         let now_ns = self.now_ns();
         let cluster_time = Self::cluster_time();
@@ -1582,14 +1576,18 @@ impl ConsensusModule {
         let work = messages.len();
         for m in messages {
             match ClusterMembersQuery::decode(&m) {
-                Ok(q) => {
-                    let answer = self.members_answer(q.correlation_id, q.extended == 1);
-                    let _ = self.to_services.offer(&answer);
-                }
+                Ok(q) => self.answer_members_query(&q),
                 Err(_) => self.deferred_control.push(m),
             }
         }
         work
+    }
+
+    /// Answers a tool's members query on the services' stream, where the
+    /// tool listens (a lost answer is the tool's timeout).
+    fn answer_members_query(&mut self, q: &ClusterMembersQuery) {
+        let answer = self.members_answer(q.correlation_id, q.extended == 1);
+        let _ = self.to_services.offer(&answer);
     }
 
     /// The services' requests: timers, session closes, messages to the cluster, acks.
@@ -1629,12 +1627,9 @@ impl ConsensusModule {
                     }
                 }
                 ClusterMembersQuery::TEMPLATE_ID => {
-                    // A tool's `list-members`: answered on the services'
-                    // stream, where the tool listens (a lost answer is the
-                    // tool's timeout, never the module's business).
+                    // A tool's `list-members`.
                     if let Ok(q) = ClusterMembersQuery::decode(&m) {
-                        let answer = self.members_answer(q.correlation_id, q.extended == 1);
-                        let _ = self.to_services.offer(&answer);
+                        self.answer_members_query(&q);
                     }
                 }
                 CloseSession::TEMPLATE_ID => {
@@ -1778,53 +1773,34 @@ pub fn purge_log(
                 log.path().display()
             )
         })?;
-    let last_recording_id = log
+    let recording_id = log
         .last_term()
         .map(|t| t.recording_id)
         .ok_or_else(|| format!("{}: no log", log.path().display()))?;
-    // A member's terms may be in more than one recording (one begun when it
-    // rejoined by catch-up): each is purged up to the snapshot, or to its own
-    // end if it ends before it (its last segment stays: a recording the
-    // recording log names is never removed).
-    let mut recordings: Vec<i64> = log
-        .entries()
-        .filter(|e| e.is_valid && e.entry_type == ENTRY_TYPE_TERM && e.recording_id >= 0)
-        .map(|e| e.recording_id)
-        .collect();
-    recordings.sort_unstable();
-    recordings.dedup();
-    let mut outcome = LogPurge {
-        snapshot_position,
-        start_position: 0,
-        segments_deleted: 0,
+    let what = |e: sulis_archive::client::ArchiveError| {
+        format!("purging the log's recording {recording_id}: {e}")
     };
-    for recording_id in recordings {
-        let what = |e: sulis_archive::client::ArchiveError| {
-            format!("purging the log's recording {recording_id}: {e}")
-        };
-        let d = archive
-            .list_recording(recording_id)
-            .map_err(what)?
-            .ok_or_else(|| format!("the log's recording {recording_id} is not in the archive"))?;
-        let g = sulis_archive::segment::Geometry::of(&d);
-        let upto = if d.stop_position >= 0 {
-            snapshot_position.min(d.stop_position)
-        } else {
-            snapshot_position
-        };
-        let new_start = g.base_of(upto);
-        let mut start = d.start_position;
-        if new_start > g.base_of(d.start_position) {
-            outcome.segments_deleted += archive
-                .purge_segments(recording_id, new_start)
-                .map_err(what)?;
-            start = new_start;
-        }
-        if recording_id == last_recording_id {
-            outcome.start_position = start;
-        }
+    let d = archive
+        .list_recording(recording_id)
+        .map_err(what)?
+        .ok_or_else(|| format!("the log's recording {recording_id} is not in the archive"))?;
+    let g = sulis_archive::segment::Geometry::of(&d);
+    let new_start = g.base_of(snapshot_position);
+    if new_start <= g.base_of(d.start_position) {
+        return Ok(LogPurge {
+            snapshot_position,
+            start_position: d.start_position,
+            segments_deleted: 0,
+        });
     }
-    Ok(outcome)
+    let segments_deleted = archive
+        .purge_segments(recording_id, new_start)
+        .map_err(what)?;
+    Ok(LogPurge {
+        snapshot_position,
+        start_position: new_start,
+        segments_deleted,
+    })
 }
 
 /// Marks the latest whole snapshot set of the member on `dir` invalid

@@ -301,9 +301,7 @@ impl ConsensusModule {
         }
         let now_ns = self.now_ns();
         let me = self.ctx.member_id;
-        let own = self
-            .live_recorded_position()
-            .unwrap_or_else(|| self.term_base_log_position.max(self.agent.commit_position));
+        let own = self.append_position();
         let active_members = self
             .members
             .iter()

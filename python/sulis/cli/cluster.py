@@ -8,7 +8,6 @@ import importlib
 import os
 import sys
 import time
-from typing import Any
 
 import click
 
@@ -196,14 +195,20 @@ def _errors(cluster_dir: str, marks: list, driver_dir: str, as_json: bool) -> No
     if not marks:
         raise click.ClickException(f"no mark file in {cluster_dir}: no cluster member ever ran there")
     try:
-        driver: list[dict[str, Any]] = [{"count": c, "first_ms": f, "last_ms": la, "text": t}
-                                         for c, f, la, t in _native.read_errors(driver_dir)]
-        driver_error = None
+        driver, driver_error = _native.read_errors(driver_dir), None
     except _native.SulisError as failure:
         driver, driver_error = [], str(failure)
+
+    def echo_log(entries) -> None:
+        for count, first, last, text in entries:
+            click.echo(f"  {count} observation(s) from {timestamp(first)} to {timestamp(last)}:")
+            for line in text.splitlines() or [""]:
+                click.echo(f"      {line}")
+
     if as_json:
-        click.echo(json.dumps({"components": marks, "driver_dir": driver_dir, "driver_errors": driver,
-                               "driver_unreadable": driver_error}))
+        click.echo(json.dumps({"components": marks, "driver_dir": driver_dir, "driver_unreadable": driver_error,
+                               "driver_errors": [{"count": c, "first_ms": f, "last_ms": la, "text": t}
+                                                 for c, f, la, t in driver]}))
         return
     for m in marks:
         if "unreadable" in m:
@@ -213,19 +218,13 @@ def _errors(cluster_dir: str, marks: list, driver_dir: str, as_json: bool) -> No
         click.echo(f"{m['component']} (member {m['member_id']}, pid {m['pid']}, {started}, started "
                    f"{timestamp(m['start_timestamp'])}, last active {timestamp(m['activity_timestamp'])}): "
                    f"{len(m['errors'])} distinct error(s)")
-        for count, first, last, text in m["errors"]:
-            click.echo(f"  {count} observation(s) from {timestamp(first)} to {timestamp(last)}:")
-            for line in text.splitlines() or [""]:
-                click.echo(f"      {line}")
+        echo_log(m["errors"])
         click.echo()
     if driver_error is not None:
         click.echo(f"media driver {driver_dir}: its error log is unreadable: {driver_error}")
         return
     click.echo(f"media driver {driver_dir}: {len(driver)} distinct error(s)")
-    for e in driver:
-        click.echo(f"  {e['count']} observation(s) from {timestamp(e['first_ms'])} to {timestamp(e['last_ms'])}:")
-        for line in e["text"].splitlines() or [""]:
-            click.echo(f"      {line}")
+    echo_log(driver)
 
 
 def _purge_cluster(cluster_dir: str, driver_dir: str, timeout: float) -> None:
