@@ -342,7 +342,19 @@ impl ConsensusModuleAgent {
     /// it is undone here and done again by whoever leads next (Aeron's
     /// `restoreUncommittedEntries`): timers it fired are scheduled again,
     /// closes it logged are closing again, service messages go again.
-    pub fn restore_uncommitted(&mut self, commit_position: i64) {
+    /// Sessions it opened after the commit position leave the open set
+    /// (Aeron's `clearSessionsAfter`): the election replays the log from
+    /// there, so one the next leader holds opens again, and a client whose
+    /// open was cut is told CLOSED ("election") rather than kept open in
+    /// this module only, where a later term of this member would sequence
+    /// its messages for a session no service knows. Every session's egress
+    /// closes (the next leader connects its own).
+    pub fn prepare_for_new_leadership(
+        &mut self,
+        host: &mut dyn SessionHost,
+        commit_position: i64,
+        now_ns: i64,
+    ) {
         self.sweep_uncommitted(commit_position);
         while let Some((_, correlation_id, deadline)) = self.uncommitted_timers.pop_front() {
             self.timers.schedule(correlation_id, deadline);
@@ -351,6 +363,9 @@ impl ConsensusModuleAgent {
         for t in &mut self.trackers {
             t.restore_uncommitted(commit_position);
         }
+        self.sessions
+            .clear_sessions_after(host, commit_position, now_ns);
+        self.sessions.disconnect_sessions(host);
     }
 
     /// Leader: a client's message (its session header as the client sent
@@ -802,12 +817,77 @@ mod tests {
         report(&a, &mut ms, 0, 3, after_5, MS);
         a.update_leader_position(&mut ms, MS, log.position);
         assert_eq!(a.commit_position, after_5);
-        a.restore_uncommitted(a.commit_position);
+        let commit = a.commit_position;
+        a.prepare_for_new_leadership(&mut log, commit, 2 * MS);
         assert_eq!(
             a.timers.snapshot(),
             vec![(6, 1_020), (7, 9_000)],
             "6 is due again, 5 is not"
         );
+    }
+
+    #[test]
+    fn a_session_a_leader_opened_after_its_commit_position_is_gone_when_it_loses_the_term() {
+        // The CI failure this pins: a leader logged a session's open, lost
+        // its term before it committed, the next leader cut it; when this
+        // member led again it still held the session open and sequenced its
+        // client's message, which every service refused (no such session).
+        let mut a = leader();
+        let mut ms = members(3);
+        let mut log = log_at(192);
+        let term = Term {
+            leadership_term_id: 3,
+            leader_member_id: 1,
+            ingress_endpoints: String::new(),
+        };
+        let connect = |a: &mut ConsensusModuleAgent, log: &mut Log, correlation_id: i64| {
+            let id = a.sessions.next_session_id();
+            let request = ConnectRequest {
+                correlation_id,
+                response_stream_id: 102,
+                version: CLIENT_PROTOCOL_VERSION,
+                response_channel: "aeron:udp?endpoint=c:1".into(),
+                encoded_credentials: Vec::new(),
+                ingress_image_correlation_id: 7,
+            };
+            a.sessions
+                .on_session_connect(log, &mut AllowAll, &request, true, &term, MS);
+            a.sessions.process_pending(log, &term, MS, 1);
+            assert!(a.sessions.session(id).is_some_and(|s| s.is_open()));
+            id
+        };
+        let kept = connect(&mut a, &mut log, 1);
+        report(&a, &mut ms, 0, 3, log.position, MS);
+        a.update_leader_position(&mut ms, MS, log.position);
+        assert_eq!(a.commit_position, log.position, "the first open commits");
+        let cut = connect(&mut a, &mut log, 2);
+        let commit = a.commit_position;
+        a.prepare_for_new_leadership(&mut log, commit, 2 * MS);
+        a.role = role::FOLLOWER;
+        assert!(a.sessions.session(kept).is_some_and(|s| s.is_open()));
+        assert!(
+            a.sessions.session(cut).is_none(),
+            "the uncommitted open is undone"
+        );
+        // This member leads a later term: the cut session's ingress is dropped.
+        a.role = role::LEADER;
+        a.leadership_term_id = 4;
+        let later = Term {
+            leadership_term_id: 4,
+            ..term.clone()
+        };
+        let appended = log.entries.len();
+        assert_eq!(
+            a.on_ingress_message(&mut log, &later, &hdr(4, cut), b"hi", 3 * MS, 3),
+            IngressResult::Dropped
+        );
+        assert_eq!(
+            a.on_ingress_message(&mut log, &later, &hdr(4, kept), b"hi", 3 * MS, 3),
+            IngressResult::Appended
+        );
+        assert_eq!(log.entries.len(), appended + 1);
+        // Its client is told the election closed it.
+        assert_eq!(a.sessions.send_rejections(&mut log, &later, 4 * MS), 1);
     }
 
     fn hdr(leadership_term_id: i64, cluster_session_id: i64) -> SessionMessageHeader {

@@ -942,7 +942,7 @@ impl ElectionHost for ConsensusModule {
         }
     }
 
-    fn prepare_for_new_leadership(&mut self, _log_position: i64, _now_ns: i64) -> i64 {
+    fn prepare_for_new_leadership(&mut self, _log_position: i64, now_ns: i64) -> i64 {
         self.rep().follower_session = None;
         let mut recorded = NULL_POSITION;
         if self.recording_id >= 0 {
@@ -976,7 +976,8 @@ impl ElectionHost for ConsensusModule {
             }
         }
         let commit = self.agent.commit_position;
-        self.agent.restore_uncommitted(commit);
+        self.agent
+            .prepare_for_new_leadership(&mut self.io, commit, now_ns);
         self.agent.role = role::FOLLOWER;
         self.node_role.set(role::FOLLOWER as i64);
         recorded
