@@ -670,6 +670,15 @@ def test_replicate_to_an_archive_of_another_driver_then_follow_until_the_source_
                 0, stopped.stop_position, 1001, stopped.session_id)
             assert copy.stripped_channel == stopped.stripped_channel
             assert receive(ac.replay(copy_id, "aeron:ipc", 3001), 2000) == [message(i) for i in range(2000)]
+            # A recording of one message is copied between two duty cycles of the copying archive (its
+            # recording starts and stops unseen): each copy still ends, in sync.
+            tiny = record(src, client, "aeron:ipc", 1003, 1)
+            for _ in range(5):
+                ac.replicate(tiny.recording_id, source_channel)
+                tiny_copy = ac.await_signal(RecordingSignal.REPLICATE).recording_id
+                assert ac.await_signal(RecordingSignal.SYNC, tiny_copy).position == tiny.stop_position
+                ac.await_signal(RecordingSignal.REPLICATE_END, tiny_copy)
+                assert ac.list_recording(tiny_copy).stop_position == tiny.stop_position
 
             # A live recording is followed as it grows.
             src.start_recording("aeron:ipc", 1002)

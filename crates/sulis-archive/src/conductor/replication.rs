@@ -930,9 +930,12 @@ impl ArchiveConductor {
                     self.end_replication(i, None);
                     work += 1;
                 }
-            } else if !subscribed && r.recording {
+            } else if !subscribed {
                 // The replayed image ended (the source's replay reached its
-                // end, or the recording stopped): the extension is over.
+                // end, or the recording stopped): the extension is over. Its
+                // recording may have started and stopped between two duty
+                // cycles (a short recording copied at once) and so never been
+                // seen running: the subscription's going is what counts.
                 let (sid, id, dst) = (r.control_session_id, r.id, r.dst_recording_id);
                 let src_stop = r.src_stop_position;
                 let reached = self
