@@ -177,12 +177,13 @@ def log_start(member) -> int:
                if f.startswith(f"{rid}-") and f.endswith(".rec"))
 
 
-def test_the_clusters_log_is_purged_on_every_member_only_once_each_is_past_the_leaders_snapshot(make_driver,
-                                                                                                   tmp_path):
+def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_lost_member_is_seeded(make_driver,
+                                                                                                       tmp_path):
     """``purge-log --cluster`` on the leader: with a follower down it is refused, naming it, and no member
     purges; with all three past the snapshot, a PURGE_LOG action in the log has each member delete its log's
     segments before its own snapshot. A member restarted afterwards starts from its snapshot and what is left,
-    and holds every message."""
+    and holds every message; a member whose files are then lost is seeded from another member's snapshot
+    (``--seed-from-snapshot``) and holds every message too."""
     (tmp_path / "snapshot_journal.py").write_text(SNAPSHOT_JOURNAL)
     with journal_cluster(tmp_path, make_driver().dir, extra=("--log-term-length", "64k"),
                          service="snapshot_journal:Journal",
@@ -223,4 +224,34 @@ def test_the_clusters_log_is_purged_on_every_member_only_once_each_is_past_the_l
         for n in nodes:
             errors = json.loads(run_cli("cluster-tool", n.cluster_dir, "errors", "--json").stdout)
             assert all("purge failed" not in text for m in errors["components"] for *_, text in m["errors"])
+        # A member lost whole now cannot copy the log from 0. Started with seed_from_snapshot on empty
+        # directories, it copies another member's snapshot and that member's log up to it, then the election
+        # copies the rest from the leader: it holds every message, its log starting past 0 as theirs does.
+        lost = nodes[(leader.id + 1) % 3]
+        lost.kill()
+        for d in (lost.cluster_dir, lost.archive_dir, lost.driver_dir):
+            shutil.rmtree(d)
+        # Started empty without it, it asks to catch up from 0: the leader records why it never can, and
+        # what to do, where the operator looks.
+        lost.start()
+        leader = nodes[c.leader_member_id]
+
+        def leader_says_why() -> bool:
+            errors = json.loads(run_cli("cluster-tool", leader.cluster_dir, "errors", "--json").stdout)
+            return any(f"member {lost.id} asks to catch up from log position 0" in text
+                       and "--seed-from-snapshot" in text
+                       for m in errors["components"] for *_, text in m["errors"])
+        await_until(leader_says_why, 30, f"the leader's error naming member {lost.id}\n{lost.stderr()[-2000:]}")
+        lost.kill()
+        for d in (lost.cluster_dir, lost.archive_dir, lost.driver_dir):
+            shutil.rmtree(d)
+        lost.cmd += ["--seed-from-snapshot", "true"]
+        lost.start()
+        assert "seeded from member" in lost.stderr(), lost.stderr()[-3000:]
+        for i in range(1650, 1700):
+            send(c, f"m{i}")
+        hold_all(nodes, 1700)
+        assert log_start(lost) > 0
+        plan = json.loads(run_cli("cluster-tool", lost.cluster_dir, "recovery-plan", "--json").stdout)
+        assert plan["snapshots"], plan
         c.close()

@@ -3,8 +3,9 @@
 //! election and the running term act on.
 //!
 //! A message of another schema, of a template a member does not act on
-//! (the deprecated dynamic-join ones, backups' queries a member does not
-//! serve yet), or too short for its block is counted and passed over:
+//! (the deprecated dynamic-join ones, Aeron's backup queries: a member
+//! seeding itself asks with sulis's RecordingLogQuery), or too short for
+//! its block is counted and passed over:
 //! anyone can send to the endpoint, and nothing they send stops it.
 
 use crate::consensus_publisher::Outbound;
@@ -12,7 +13,8 @@ use crate::election::ConsensusMessage;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::cluster::messages::{
     AppendPosition, CanvassPosition, CatchupPosition, CommitPosition, NewLeadershipTerm,
-    RequestVote, StopCatchup, TerminationAck, TerminationPosition, Vote, SCHEMA_ID,
+    RecordingLogQuery, RequestVote, StopCatchup, TerminationAck, TerminationPosition, Vote,
+    SCHEMA_ID,
 };
 use sulis_protocol::sbe::Header;
 
@@ -63,6 +65,9 @@ pub fn decode(buf: &[u8]) -> Result<Outbound, Skipped> {
         )),
         76 => Ok(Outbound::TerminationAck(
             TerminationAck::decode(buf).map_err(bad)?,
+        )),
+        RecordingLogQuery::TEMPLATE_ID => Ok(Outbound::RecordingLogQuery(
+            RecordingLogQuery::decode(buf).map_err(bad)?,
         )),
         t => Err(Skipped::Template(t)),
     }
@@ -204,6 +209,11 @@ mod tests {
                 leadership_term_id: 5,
                 log_position: 9600,
                 member_id: 2,
+            }),
+            Outbound::RecordingLogQuery(RecordingLogQuery {
+                correlation_id: 77,
+                response_stream_id: 109,
+                response_channel: "aeron:udp?endpoint=10.0.0.3:9002".into(),
             }),
         ]
     }

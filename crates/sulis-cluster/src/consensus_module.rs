@@ -27,6 +27,8 @@ use std::collections::HashMap;
 
 #[path = "consensus_module_election.rs"]
 mod replicated;
+#[path = "consensus_module_seed.rs"]
+mod seed;
 pub use replicated::CONSENSUS_STREAM_ID;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -156,6 +158,10 @@ pub struct ConsensusModuleContext {
     /// a callback stops, naming the call: the Python service container
     /// checks it (`sulis.cluster.determinism`); the module only carries it.
     pub check_determinism: bool,
+    /// A member starting with an empty directory copies another member's
+    /// latest snapshot, and that member's log up to it, before it joins
+    /// (`cluster_seed`): how a member is replaced after the log was purged.
+    pub seed_from_snapshot: bool,
     /// Where each option's value came from.
     pub sources: Sources,
 }
@@ -192,6 +198,7 @@ impl Default for ConsensusModuleContext {
             message_timeout: Duration::from_secs(10),
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
             check_determinism: false,
+            seed_from_snapshot: false,
             sources: Sources::default(),
         }
     }
@@ -261,6 +268,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
     sulis_protocol::option!(check_determinism, "SULIS_CLUSTER_CHECK_DETERMINISM", "bool", "A Python service that reads the wall clock (time.time, datetime.now, ...) or unseeded randomness (random, os.urandom, uuid4) in a callback stops, naming the call and the log position; a development check costing a Python call per entry.", sulis_protocol::values::parse_bool, show),
+    sulis_protocol::option!(seed_from_snapshot, "SULIS_CLUSTER_SEED_FROM_SNAPSHOT", "bool", "A member starting with no recording log copies the latest snapshot another member holds, and that member's log up to it, from its archive before it joins (how a lost member is replaced after a log purge); with no snapshot anywhere it starts empty, and with no member answering within message_timeout it fails.", sulis_protocol::values::parse_bool, show),
 ];
 
 impl Configured for ConsensusModuleContext {
@@ -635,6 +643,9 @@ impl ConsensusModule {
         if module.members.len() > 1 {
             // The election decides who leads, and replays the local log (as
             // far as it is committed) before the services join the new term.
+            if module.ctx.seed_from_snapshot {
+                module.seed_from_snapshot()?;
+            }
             let base = module.recover_replicated()?;
             module.start_replicated(base)?;
             return Ok(module);

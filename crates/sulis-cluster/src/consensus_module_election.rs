@@ -37,7 +37,7 @@ use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
 use sulis_protocol::cluster::messages::{
-    role, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, NULL_POSITION,
+    role, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, RecordingLogQuery, NULL_POSITION,
 };
 use sulis_protocol::counters::parse_recording_position_key;
 
@@ -95,6 +95,9 @@ pub(super) struct Replicated {
     catchup_of: Option<(i32, i64)>,
     catchup_reported: (i64, i64),
     catchup_done: bool,
+    /// Answers to members seeding themselves (RecordingLogQuery), offered
+    /// until taken or their deadline passes: publication, message, deadline.
+    seed_answers: Vec<(sulis_client::Publication, Vec<u8>, i64)>,
 }
 
 static NEXT_TAG: AtomicI64 = AtomicI64::new(0);
@@ -174,6 +177,7 @@ impl ConsensusModule {
             catchup_of: None,
             catchup_reported: (NULL_POSITION, 0),
             catchup_done: false,
+            seed_answers: Vec::new(),
         }));
         self.term_base_log_position = base;
         self.begin_election(true, base);
@@ -386,6 +390,7 @@ impl ConsensusModule {
         for m in inbox {
             self.on_consensus(m, now_ns);
         }
+        work += self.offer_seed_answers(now_ns);
         if let Some(mut election) = self.rep().election.take() {
             work += election.do_work(self, now_ns).max(0) as usize;
             self.election_state.set(election.state().code() as i64);
@@ -420,9 +425,78 @@ impl ConsensusModule {
         Ok(work)
     }
 
+    /// A member seeding itself asked for this member's recording log
+    /// (`cluster_seed`): answered on its channel, in an election too (the
+    /// answer is of files, not of the term). An answer that cannot be made
+    /// is recorded in the mark file; the asker hears nothing and says so.
+    fn answer_recording_log_query(&mut self, q: &RecordingLogQuery, now_ns: i64) {
+        let candidate_term_id = self.rep().node_state.candidate_term_id();
+        let answer = crate::cluster_seed::answer(
+            &self.recording_log,
+            q.correlation_id,
+            self.ctx.member_id,
+            candidate_term_id,
+            self.agent.commit_position,
+            self.ctx.service_count as i32,
+        )
+        .map(|a| a.encode());
+        let bytes = match answer {
+            Ok(b) => b,
+            Err(e) => {
+                self.mark.record_error(
+                    &format!("answering a recording log query: {e}"),
+                    now_ns / 1_000_000,
+                );
+                return;
+            }
+        };
+        // The whole answer is one message: a term a few times its length.
+        let term_length = (bytes.len() as u64 * 8 + 4096)
+            .next_power_of_two()
+            .clamp(64 * 1024, 1 << 30);
+        let channel = if q.response_channel.contains("term-length=") {
+            q.response_channel.clone()
+        } else {
+            with_param(&q.response_channel, &format!("term-length={term_length}"))
+        };
+        match self
+            .io
+            .client
+            .add_publication(&channel, q.response_stream_id)
+        {
+            Ok(p) => {
+                let deadline = now_ns + self.ctx.message_timeout.as_nanos() as i64;
+                self.rep().seed_answers.push((p, bytes, deadline));
+            }
+            Err(e) => self.mark.record_error(
+                &format!("answering a recording log query on {channel}: {e}"),
+                now_ns / 1_000_000,
+            ),
+        }
+    }
+
+    /// Offers the answers not yet taken; drops those past their deadline.
+    fn offer_seed_answers(&mut self, now_ns: i64) -> usize {
+        let answers = &mut self.rep().seed_answers;
+        let before = answers.len();
+        answers.retain(|(p, bytes, deadline)| {
+            let sent = p.is_connected() && p.offer(bytes).is_ok();
+            let keep = !sent && now_ns < *deadline;
+            if !keep {
+                p.close_without_waiting();
+            }
+            keep
+        });
+        before - answers.len()
+    }
+
     fn on_consensus(&mut self, m: Outbound, now_ns: i64) {
         let m = match m {
             Outbound::Election(m) => m,
+            Outbound::RecordingLogQuery(q) => {
+                self.answer_recording_log_query(&q, now_ns);
+                return;
+            }
             Outbound::StopCatchup(x) => {
                 if x.follower_member_id == self.ctx.member_id {
                     self.rep().catchup_done = true;
@@ -542,6 +616,20 @@ impl ConsensusModule {
         if let Some(i) = self.rep().catchups.iter().position(|(id, _)| *id == member) {
             let (_, old) = self.rep().catchups.swap_remove(i);
             let _ = self.archive.stop_replay(old);
+        }
+        // A follower behind the start of a purged log can never catch up
+        // from here: said where the operator looks (this member's mark
+        // file), with the way out, once per request.
+        if let Ok(start) = self.archive.get_start_position(self.recording_id) {
+            if m.log_position < start {
+                let why = format!(
+                    "member {member} asks to catch up from log position {}, but this member's log starts at {start} (purged before it): it cannot catch up; replace it from a snapshot (empty directories, --seed-from-snapshot true)",
+                    m.log_position
+                );
+                self.log_event(why.clone());
+                self.mark.record_error(&why, sulis_concurrent::cnc::epoch_ms());
+                return;
+            }
         }
         let session = self.rep().log_session_id;
         let channel = format!(

@@ -12,7 +12,9 @@
 use crate::cluster_member::ClusterMember;
 use crate::election::ConsensusMessage;
 use sulis_client::{Client, ExclusivePublication};
-use sulis_protocol::cluster::messages::{StopCatchup, TerminationAck, TerminationPosition};
+use sulis_protocol::cluster::messages::{
+    RecordingLogQuery, StopCatchup, TerminationAck, TerminationPosition,
+};
 
 /// A message for another member, election or not.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +27,8 @@ pub enum Outbound {
     TerminationPosition(TerminationPosition),
     /// Follower → leader: reached the termination position.
     TerminationAck(TerminationAck),
+    /// A member seeding itself → any member: its recording log, please.
+    RecordingLogQuery(RecordingLogQuery),
 }
 
 /// The message as sent (SBE header and all).
@@ -42,6 +46,7 @@ pub fn encode(m: &Outbound) -> Vec<u8> {
         Outbound::StopCatchup(x) => x.encode(),
         Outbound::TerminationPosition(x) => x.encode(),
         Outbound::TerminationAck(x) => x.encode(),
+        Outbound::RecordingLogQuery(x) => x.encode(),
     }
 }
 

@@ -19,11 +19,13 @@
 //! ([`node_state_file`]), the consensus stream out and in
 //! ([`consensus_publisher`], [`consensus_adapter`]) and the copy of terms a
 //! follower lacks from the leader's archive ([`log_replication`]); a
-//! member's own log replayed through it ([`log_replay`]).
+//! member's own log replayed through it ([`log_replay`]); a member seeded
+//! from another's snapshot ([`cluster_seed`]).
 
 pub mod cluster_client;
 pub mod cluster_mark_file;
 pub mod cluster_member;
+pub mod cluster_seed;
 pub mod cluster_session;
 pub mod clustered_service_agent;
 pub mod consensus_adapter;

@@ -112,36 +112,10 @@ impl RecordingLog {
             .max_by_key(|e| e.leadership_term_id)
     }
 
-    /// The latest snapshot the member can start from: the consensus
-    /// module's and one of each of services `0..service_count`, all at the
-    /// same term and log position (a set a crash left incomplete is passed
-    /// over for an earlier whole one). Ordered consensus module first.
+    /// The latest snapshot the member can start from ([`latest_snapshot`]
+    /// of its valid entries).
     pub fn latest_snapshot(&self, service_count: i32) -> Option<Vec<&Entry>> {
-        let mut snapshots: Vec<&Entry> = self
-            .valid()
-            .filter(|e| e.entry_type == ENTRY_TYPE_SNAPSHOT)
-            .collect();
-        snapshots.sort_by_key(|e| std::cmp::Reverse((e.log_position, e.leadership_term_id)));
-        for cm in snapshots
-            .iter()
-            .filter(|e| e.service_id == SERVICE_ID_CONSENSUS_MODULE)
-        {
-            let mut set = vec![*cm];
-            for service in 0..service_count {
-                match snapshots.iter().find(|e| {
-                    e.service_id == service
-                        && e.log_position == cm.log_position
-                        && e.leadership_term_id == cm.leadership_term_id
-                }) {
-                    Some(e) => set.push(*e),
-                    None => break,
-                }
-            }
-            if set.len() == service_count as usize + 1 {
-                return Some(set);
-            }
-        }
-        None
+        latest_snapshot(self.valid(), service_count)
     }
 
     /// Appends an open term entry. `Err` if a valid entry of that term is
@@ -328,6 +302,40 @@ impl RecordingLog {
         self.file.write_all_at(bytes, at).map_err(what)?;
         self.file.sync_data().map_err(what)
     }
+}
+
+/// The latest snapshot set of `entries` a member can start from: the
+/// consensus module's and one of each of services `0..service_count`, all at
+/// the same term and log position (a set a crash left incomplete is passed
+/// over for an earlier whole one). Ordered consensus module first.
+pub fn latest_snapshot<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+    service_count: i32,
+) -> Option<Vec<&'a Entry>> {
+    let mut snapshots: Vec<&Entry> = entries
+        .filter(|e| e.entry_type == ENTRY_TYPE_SNAPSHOT)
+        .collect();
+    snapshots.sort_by_key(|e| std::cmp::Reverse((e.log_position, e.leadership_term_id)));
+    for cm in snapshots
+        .iter()
+        .filter(|e| e.service_id == SERVICE_ID_CONSENSUS_MODULE)
+    {
+        let mut set = vec![*cm];
+        for service in 0..service_count {
+            match snapshots.iter().find(|e| {
+                e.service_id == service
+                    && e.log_position == cm.log_position
+                    && e.leadership_term_id == cm.leadership_term_id
+            }) {
+                Some(e) => set.push(*e),
+                None => break,
+            }
+        }
+        if set.len() == service_count as usize + 1 {
+            return Some(set);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

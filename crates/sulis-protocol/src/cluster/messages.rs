@@ -402,6 +402,24 @@ crate::sbe_messages! {
         log_position: i64 @16 since 16,
     } var { response_channel: ascii, encoded_credentials: data }
 
+    /// Consensus (sulis's own template): a member seeding itself from
+    /// another asks for its recording log, answered on `response_channel`.
+    RecordingLogQuery = 250, block 12 {
+        correlation_id: i64 @0,
+        response_stream_id: i32 @8,
+    } var { response_channel: ascii }
+
+    /// Consensus (sulis's own template): the answer to a RecordingLogQuery:
+    /// the member's valid recording-log entries, each as `recording.log`
+    /// holds it, its candidate term and how far its log is committed.
+    RecordingLogResponse = 251, block 32 {
+        correlation_id: i64 @0,
+        candidate_term_id: i64 @8,
+        commit_position: i64 @16,
+        member_id: i32 @24,
+        service_count: i32 @28,
+    } var { entries: data }
+
     /// Consensus: a backup's liveness probe.
     HeartbeatRequest = 79, block 12 {
         correlation_id: i64 @0,
