@@ -3,9 +3,10 @@
 Each member is a ``sulis cluster-node`` process on a host of its own (``NetnsHosts``: a namespace per host on
 one bridge), its service the register of ``register_service.py``; the clients (``workload.py``) run on a
 host of their own. While they run, a nemesis hurts the cluster, one fault at a time, each healed before the
-next: SIGKILL of the leader (restarted), of a majority (restarted), of every member (a whole-cluster
-restart); SIGSTOP of the leader for longer than the heartbeat timeout; the leader cut off (both ways, only
-its inbound side, or only the consensus stream) with nftables; random packet loss on every member; a
+next: SIGKILL of the leader, of a follower, of a majority (each restarted), of every member (a
+whole-cluster restart); SIGSTOP of the leader for longer than the heartbeat timeout, and for half of it; the
+leader cut off (both ways, only its inbound side, or only the consensus stream) with nftables; random packet
+loss on every member; a
 follower's recording log damaged while it is down (it must refuse to start; then it is replaced, started
 empty); and, not a fault, a snapshot (every member's, at one position; members killed later start from
 it). Then:
@@ -55,8 +56,10 @@ ROLE_TYPE_ID, LEADER = 201, 2
 TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
            "--log-term-length", "1m", "--session-timeout", "10s"]
-NEMESES = ("kill-leader", "pause-leader", "isolate-leader", "inbound-cut", "consensus-cut", "loss",
-           "kill-majority", "restart-all", "snapshot", "corrupt-log")
+NEMESES = ("kill-leader", "kill-follower", "pause-leader", "pause-leader-briefly", "isolate-leader", "inbound-cut",
+           "consensus-cut", "loss", "kill-majority", "restart-all", "snapshot", "corrupt-log")
+#: The members' leader heartbeat timeout (TIMINGS), in seconds: a brief pause stays under half of it.
+HEARTBEAT_TIMEOUT_S = 2.0
 SNAPSHOT_COUNT_TYPE_ID, SNAPSHOT_TOGGLE = 205, 4
 
 
@@ -227,11 +230,19 @@ class FaultRun:
             self.kill(leader)
             time.sleep(hold)
             self.start(leader)
-        elif kind == "pause-leader":
+        elif kind == "kill-follower":
+            follower = rng.choice([m for m in self.members if m is not leader])
+            self.kill(follower)
+            time.sleep(hold)
+            self.start(follower)
+        elif kind in ("pause-leader", "pause-leader-briefly"):
+            # Longer than the heartbeat timeout (the others elect a leader meanwhile), or well under it (the
+            # term goes on: the others must not have taken the pause for a death).
+            pause = hold if kind == "pause-leader" else HEARTBEAT_TIMEOUT_S / 2
             os.kill(leader.proc.pid, signal.SIGSTOP)
             leader.paused = True
-            self.log(f"paused member {leader.id}")
-            time.sleep(hold)
+            self.log(f"paused member {leader.id} for {pause} s")
+            time.sleep(pause)
             os.kill(leader.proc.pid, signal.SIGCONT)
             leader.paused = False
             self.log(f"resumed member {leader.id}")
