@@ -3,33 +3,18 @@
 set -euo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The Rust tests' binaries build while the set-up installs Python packages,
-# which keeps one core busy at most (the suite must fit 15 minutes on two).
-# The extension crate links against the interpreter only when loaded by
-# Python, so it has no Rust test binary; every other crate is tested.
-rust_tests=(cargo test --workspace --exclude sulis-python --quiet)
-build_log="$(mktemp)"
-build_pid=""
-if command -v cargo >/dev/null 2>&1; then
-  (cd "$root" && "${rust_tests[@]}" --no-run >"$build_log" 2>&1) &
-  build_pid=$!
-fi
 # shellcheck source=setup.sh
 . "$root/scripts/setup.sh"
 cd "$root"
-if [ -n "$build_pid" ] && ! wait "$build_pid"; then
-  cat "$build_log" >&2
-  echo "the Rust tests did not build" >&2
-  exit 1
-fi
-rm -f "$build_log"
 # Seconds, so first: a finding fails the run before the long parts start.
 echo "== ruff, mypy, stubtest (set-up took $((SECONDS - started)) s)"
 ruff check python/sulis tests bench examples
 mypy
 python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
 echo "== cargo test ($((SECONDS - started)) s in)"
-"${rust_tests[@]}"
+# The extension crate links against the interpreter only when loaded by
+# Python, so it has no Rust test binary; every other crate is tested.
+cargo test --workspace --exclude sulis-python --quiet
 echo "== pytest ($((SECONDS - started)) s in)"
 # Two workers (the machine has two cores), a test module to one worker
 # (--dist loadfile): the Aeron transfers of one module run one at a time, and
