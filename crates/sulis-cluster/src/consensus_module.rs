@@ -376,6 +376,9 @@ pub struct ConsensusModule {
     _lock: std::fs::File,
     /// `cluster-mark.dat`: who runs here, and the errors it met.
     mark: ClusterMarkFile,
+    /// How far the log's times ran ahead of this member's wall clock (ms,
+    /// never below 0): added to what it writes ([`Self::log_time`]).
+    clock_offset_ms: i64,
     /// When the mark file's activity timestamp is next moved (epoch ms).
     next_activity_ms: i64,
     ctx: ConsensusModuleContext,
@@ -630,6 +633,7 @@ impl ConsensusModule {
             termination: None,
             recording_position_counter: -1,
             recording_id: -1,
+            clock_offset_ms: 0,
             term: Term {
                 leadership_term_id: -1,
                 leader_member_id: ctx.member_id,
@@ -690,6 +694,22 @@ impl ConsensusModule {
     /// (their entries' cluster times) and live ones compare.
     fn now_ns(&self) -> i64 {
         Self::cluster_time().saturating_mul(1_000_000)
+    }
+
+    /// The cluster time this member puts into the log (ms): its wall clock,
+    /// moved ahead by as much as the log's latest time (applied, replayed or
+    /// appended) was ever ahead of it. Members' clocks disagree; a leader
+    /// whose clock is behind the last leader's would otherwise write times
+    /// before those already in the log, and services would see cluster time
+    /// go back. With the offset it never does, and it goes on advancing at
+    /// the wall clock's rate rather than standing still until this clock
+    /// catches up. The cost: after a leader whose clock ran ahead, cluster
+    /// time stays ahead of the true time by as much (docs/cluster.md).
+    /// Timeouts between members use the wall clock unmoved ([`Self::now_ns`]).
+    fn log_time(&mut self) -> i64 {
+        let wall = Self::cluster_time();
+        self.clock_offset_ms = self.clock_offset_ms.max(self.agent.cluster_time - wall);
+        wall + self.clock_offset_ms
     }
 
     fn cluster_time() -> i64 {
@@ -912,7 +932,7 @@ impl ConsensusModule {
         };
         self.await_services_joined(base)?;
         let now_ns = self.now_ns();
-        let cluster_time = Self::cluster_time();
+        let cluster_time = self.log_time();
         self.recording_log
             .append_term(self.recording_id, term_id, base, cluster_time)?;
         self.term.leadership_term_id = term_id;
@@ -1036,7 +1056,7 @@ impl ConsensusModule {
 
     fn duty_cycle(&mut self) -> Result<usize, String> {
         let now_ns = self.now_ns();
-        let cluster_time = Self::cluster_time();
+        let cluster_time = self.log_time();
         let mut work = 0;
         if self.replicated.is_some() {
             work += self.replicated_work()?;

@@ -627,7 +627,8 @@ impl ConsensusModule {
                     m.log_position
                 );
                 self.log_event(why.clone());
-                self.mark.record_error(&why, sulis_concurrent::cnc::epoch_ms());
+                self.mark
+                    .record_error(&why, sulis_concurrent::cnc::epoch_ms());
                 return;
             }
         }
@@ -1160,12 +1161,13 @@ impl ElectionHost for ConsensusModule {
         log_position: i64,
         _now_ns: i64,
     ) {
+        let timestamp = self.log_time();
         let result = self.recording_log.update_term(
             self.recording_id,
             leadership_term_id,
             term_base_log_position,
             log_position,
-            Self::cluster_time(),
+            timestamp,
         );
         if let Err(e) = result {
             self.fail(format!("the recording log: {e}"));
@@ -1370,7 +1372,7 @@ impl ElectionHost for ConsensusModule {
         let mut event = NewLeadershipTermEvent {
             leadership_term_id: self.agent.leadership_term_id,
             log_position: 0,
-            timestamp: Self::cluster_time(),
+            timestamp: self.log_time(),
             term_base_log_position: base,
             leader_member_id: self.ctx.member_id,
             log_session_id: self.rep().log_session_id,
