@@ -156,6 +156,24 @@ class Harness:
             time.sleep(0.02)
         return p, d
 
+    def emitted(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess] = ()) -> dict:
+        """``proc``'s JSON line as soon as it printed it, then ``proc`` stopped (SIGTERM): for a publisher
+        whose subscribers all reported, whose linger (its tail sent while a subscriber is still there) has
+        nothing left to do and only waits for its connection and its driver to time out (10 s)."""
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith("{") for _, line in proc.lines):
+            if proc.proc.poll() is not None:
+                return self.result(proc, timeout, watch)
+            for w in watch:
+                rc = w.proc.poll()
+                if rc is not None and (rc != 0 or w.what.endswith("driver")):
+                    raise PeerFailed(f"{w.what} exited {rc} while waiting for {proc.what}\n{self.describe()}")
+            if time.monotonic() > deadline:
+                raise PeerFailed(f"{proc.what} gave no result within {timeout:.0f} s\n{self.describe()}")
+            time.sleep(0.05)
+        proc.stop()
+        return next(json.loads(line) for _, line in reversed(proc.lines) if line.startswith("{"))
+
     def result(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess] = ()) -> dict:
         """``proc``'s last JSON line once it exited, failing early when a watched process fails:
         drivers must not exit at all, others (a publisher that is done) only with status 0."""
@@ -266,7 +284,7 @@ def run_group_transfer(h: Harness, publisher: str, subscribers: Sequence[str], c
     pub = start(publisher, "pub", channel, 60, f"{publisher}-pub")
     results = [h.result(sub, timeout + 30, watch=[*watch, pub]) for sub in subs]
     wall = time.monotonic() - t0
-    pub_res = h.result(pub, 90, watch=watch)
+    pub_res = h.emitted(pub, 90, watch=watch)
     problems = [f"subscriber {i} ({subscribers[i]}): {p}" if len(subscribers) > 1 else p
                 for i, res in enumerate(results) for p in check_transfer(pub_res, res, count)]
     return {"pub": pub_res, "subs": results, "channel": channel, "seconds": round(wall, 3), "problems": problems}
