@@ -180,9 +180,10 @@ def start_aeron_archive(current, harness, **extra: str) -> AeronArchive:
     return AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
 
 
-def connect(client, control: str, deadline_s: float = 30.0) -> sulis.ArchiveClient:
+def connect(client, control: str, deadline_s: float = 60.0) -> sulis.ArchiveClient:
     """An ArchiveClient over UDP, retried while the JVM starts. Its requests wait 10 s for an answer: on the
-    suite's busy 2 cores a CI run once saw Aeron's archive answer a position query later than 2 s."""
+    suite's busy 2 cores a CI run once saw Aeron's archive answer a position query later than 2 s, and
+    another (2026-11-26) the Aeron archive not answer a connect for 30 s while two Spark JVMs ran."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
