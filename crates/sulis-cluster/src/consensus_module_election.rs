@@ -360,6 +360,48 @@ impl ConsensusModule {
         ours.then_some(value)
     }
 
+    /// The log's recording stopped while this member runs a term. It does
+    /// when its image goes (a leader that died: the heartbeat timeout and an
+    /// election follow) and when the archive cannot write it (a full disk):
+    /// then the archive reports an error about it, and the member, unable to
+    /// record the log, must not go on as if it could. It stops, naming the
+    /// recording and the archive's reason (its mark file keeps it). What it
+    /// did not record it never reported, so no commit counted on it. The
+    /// error is waited for briefly: it may arrive just after the recording's
+    /// counter went.
+    fn on_log_recording_stopped(&mut self) {
+        if self.replicated.is_none()
+            || self.election_state().is_some()
+            || self.termination.is_some()
+        {
+            return;
+        }
+        let id = self.recording_id;
+        let about = format!("recording {id} ");
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let reason = loop {
+            let found = self
+                .archive
+                .poll_errors()
+                .into_iter()
+                .map(|(_, _, message)| message)
+                .find(|m| m.contains(&about));
+            if found.is_some() || Instant::now() >= deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let Some(reason) = reason else {
+            return;
+        };
+        let why = format!(
+            "member {}: the log's recording {id} stopped while it runs term {}: {reason}; it cannot record the log, so it stops (restart it once the archive can write again)",
+            self.ctx.member_id, self.agent.leadership_term_id
+        );
+        self.log_event(why.clone());
+        self.rep().restart = Some(why);
+    }
+
     /// Where this member's log recording ends now (0 before any).
     fn recorded_position(&mut self) -> i64 {
         if let Some(p) = self.live_recorded_position() {
@@ -368,6 +410,7 @@ impl ConsensusModule {
         if self.recording_position_counter >= 0 {
             // Stopped since: the archive has its stop position.
             self.recording_position_counter = -1;
+            self.on_log_recording_stopped();
         }
         if self.recording_id >= 0 {
             if let Ok(p) = self.archive.get_stop_position(self.recording_id) {

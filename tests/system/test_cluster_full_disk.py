@@ -1,0 +1,96 @@
+"""A full disk under one member: three ``sulis cluster-node`` processes on loopback, a follower's archive on a
+small ext4 file system (loop-mounted by the test; it needs root) that is then filled.
+
+Promise: the member whose disk is full fails loudly, naming the disk, in its mark file, and never acknowledges
+what it could not record; the other two go on (a quorum), so nothing answered is lost; with space again and
+restarted, the member copies what it missed and holds the same history as the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from clusterprocs import journal_cluster
+from conftest import await_until, make_dir, run_cli
+from sulis.cluster import ClusterClient
+
+
+def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
+    await_until(lambda: c.offer(text.encode()) > 0, timeout, f"ingress to take {text}")
+    got: list[bytes] = []
+    await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and got, timeout, f"the echo of {text}")
+    assert got == [text.encode()], got
+
+
+@pytest.fixture
+def small_disk():
+    """A 32 MB ext4 file system on a loop device."""
+    d = make_dir("sulis-cluster-ext4-")
+    image, mnt = os.path.join(d, "disk.img"), os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    with open(image, "wb") as f:
+        f.truncate(32 << 20)
+    for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            shutil.rmtree(d, ignore_errors=True)
+            pytest.skip(f"cannot make a small ext4 file system ({cmd[0]}): {out.stderr.strip()}")
+    yield mnt
+    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_member_whose_disk_fills_fails_loudly_and_the_others_go_on(make_driver, tmp_path, small_disk):
+    payload = "x" * 900
+    with journal_cluster(tmp_path, make_driver().dir,
+                         env={"SULIS_ARCHIVE_SEGMENT_FILE_LENGTH": "1m",
+                              "SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD": "1m"}) as (nodes, c):
+        for i in range(20):
+            send(c, f"m{i:05d}{payload}")
+        victim = nodes[(c.leader_member_id + 1) % 3]
+        # Its archive moves to the small disk: stopped, its archive directory copied there and linked back.
+        victim.kill()
+        archive_on_disk = os.path.join(small_disk, "archive")
+        shutil.copytree(victim.archive_dir, archive_on_disk)
+        shutil.rmtree(victim.archive_dir)
+        os.symlink(archive_on_disk, victim.archive_dir)
+        victim.start()
+        filler = os.path.join(small_disk, "filler")
+        free = shutil.disk_usage(small_disk).free
+        with open(filler, "wb") as f:
+            f.truncate(0)
+            f.write(b"\0" * max(0, free - (3 << 20)))  # about 3 MB left: a few 1 MB segments
+        sent = 20
+        for _ in range(8000):  # about 7 MB of log: more than the disk has left; every one answered
+            send(c, f"m{sent:05d}{payload}")
+            sent += 1
+        await_until(lambda: victim.proc.poll() is not None, 30,
+                    f"member {victim.id} to stop\n{victim.stderr()[-2000:]}")
+        assert victim.proc.returncode != 0
+        said = "the log's recording"
+        assert said in victim.stderr() and "No space left on device" in victim.stderr(), victim.stderr()[-3000:]
+        errors = json.loads(run_cli("cluster-tool", victim.cluster_dir, "errors", "--json").stdout)
+        assert any(said in text and "No space left on device" in text
+                   for m in errors["components"] for *_, text in m["errors"]), errors
+        others = [n for n in nodes if n is not victim]
+        expected = [f"m{i:05d}{payload}" for i in range(sent)]
+        for n in others:
+            assert n.journal_lines() == expected, n.id
+        applied = victim.journal_lines()
+        assert applied == expected[:len(applied)], "the full member applied what the others did not"
+        # Space again: restarted, it copies what it missed.
+        os.remove(filler)
+        victim.start()
+        for _ in range(20):
+            send(c, f"m{sent:05d}{payload}")
+            sent += 1
+        expected = [f"m{i:05d}{payload}" for i in range(sent)]
+        for n in nodes:
+            await_until(lambda n=n: len(n.journal_lines()) >= sent, 60, f"member {n.id}'s journal")
+            assert n.journal_lines() == expected, n.id
+        c.close()
