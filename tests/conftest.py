@@ -137,6 +137,28 @@ def make_dir(prefix: str = "sulis-test-") -> str:
     return d
 
 
+@contextlib.contextmanager
+def small_ext4(megabytes: int):
+    """An ext4 file system of ``megabytes`` on a loop device, mounted (for a disk that fills); yields its
+    mount point. Mounting needs root: the test skips without."""
+    d = make_dir("sulis-ext4-")
+    image, mnt = os.path.join(d, "disk.img"), os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    with open(image, "wb") as f:
+        f.truncate(megabytes << 20)
+    for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            shutil.rmtree(d, ignore_errors=True)
+            pytest.skip(f"cannot make a small ext4 file system ({cmd[0]}): {out.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
     """Starts a daemon with ``popen(stdout=..., stderr=..., start_new_session=True)``, its output in
     ``log_dir/<name>.log`` (kept open in ``logs``), and waits until ``ready`` shows in it."""

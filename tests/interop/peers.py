@@ -156,41 +156,41 @@ class Harness:
             time.sleep(0.02)
         return p, d
 
+    def _wait(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess], done) -> None:
+        """Until ``done()``, failing early when a watched process fails: drivers must not exit at all,
+        others (a publisher that is done) only with status 0."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            for w in watch:
+                rc = w.proc.poll()
+                if rc is not None and (rc != 0 or w.what.endswith("driver")):
+                    raise PeerFailed(f"{w.what} exited {rc} while waiting for {proc.what}\n{self.describe()}")
+            if time.monotonic() > deadline:
+                raise PeerFailed(f"{proc.what} gave no result within {timeout:.0f} s\n{self.describe()}")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _last_json(proc: ChildProcess) -> dict | None:
+        return next((json.loads(line) for _, line in reversed(proc.lines) if line.startswith("{")), None)
+
     def emitted(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess] = ()) -> dict:
         """``proc``'s JSON line as soon as it printed it, then ``proc`` stopped (SIGTERM): for a publisher
         whose subscribers all reported, whose linger (its tail sent while a subscriber is still there) has
         nothing left to do and only waits for its connection and its driver to time out (10 s)."""
-        deadline = time.monotonic() + timeout
-        while not any(line.startswith("{") for _, line in proc.lines):
-            if proc.proc.poll() is not None:
-                return self.result(proc, timeout, watch)
-            for w in watch:
-                rc = w.proc.poll()
-                if rc is not None and (rc != 0 or w.what.endswith("driver")):
-                    raise PeerFailed(f"{w.what} exited {rc} while waiting for {proc.what}\n{self.describe()}")
-            if time.monotonic() > deadline:
-                raise PeerFailed(f"{proc.what} gave no result within {timeout:.0f} s\n{self.describe()}")
-            time.sleep(0.05)
-        proc.stop()
-        return next(json.loads(line) for _, line in reversed(proc.lines) if line.startswith("{"))
+        self._wait(proc, timeout, watch, lambda: proc.proc.poll() is not None or self._last_json(proc) is not None)
+        return self._stopped_result(proc)
 
     def result(self, proc: ChildProcess, timeout: float, watch: Sequence[ChildProcess] = ()) -> dict:
-        """``proc``'s last JSON line once it exited, failing early when a watched process fails:
-        drivers must not exit at all, others (a publisher that is done) only with status 0."""
-        deadline = time.monotonic() + timeout
-        while proc.proc.poll() is None:
-            for w in watch:
-                rc = w.proc.poll()
-                if rc is not None and (rc != 0 or w.what.endswith("driver")):
-                    raise PeerFailed(f"{w.what} exited {rc} while waiting for {proc.what}\n{self.describe()}")
-            if time.monotonic() > deadline:
-                raise PeerFailed(f"{proc.what} gave no result within {timeout:.0f} s\n{self.describe()}")
-            time.sleep(0.05)
+        """``proc``'s last JSON line once it exited."""
+        self._wait(proc, timeout, watch, lambda: proc.proc.poll() is not None)
+        return self._stopped_result(proc)
+
+    def _stopped_result(self, proc: ChildProcess) -> dict:
         proc.stop()  # its output is all read
-        for _, line in reversed(proc.lines):
-            if line.startswith("{"):
-                return json.loads(line)
-        raise PeerFailed(f"{proc.what} exited {proc.proc.returncode} without a result\n{self.describe()}")
+        res = self._last_json(proc)
+        if res is None:
+            raise PeerFailed(f"{proc.what} exited {proc.proc.returncode} without a result\n{self.describe()}")
+        return res
 
 
 def check_transfer(pub: dict, sub: dict, count: int) -> list[str]:

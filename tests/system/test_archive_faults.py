@@ -16,14 +16,13 @@ import pathlib
 import shutil
 import signal
 import struct
-import subprocess
 import time
 
 import pytest
 from test_archive_system import extension_channel, message, publish, receive, record, replay_to_end
 
 import sulis
-from conftest import await_until, free_udp_port, make_dir, run_cli
+from conftest import await_until, free_udp_port, make_dir, run_cli, small_ext4
 from sulis.archive import RecordingSignal
 
 #: Mark file (archive-mark.dat) fields: activityTimestamp and pid, i64 little-endian.
@@ -464,20 +463,8 @@ def test_a_principal_may_only_make_the_requests_it_is_authorised_for(driver, cli
 @pytest.fixture
 def ext4_disk():
     """A 48 MB ext4 file system on a loop device (mount needs root; the test skips without)."""
-    d = make_dir("sulis-ext4-")
-    image, mnt = os.path.join(d, "disk.img"), os.path.join(d, "mnt")
-    os.mkdir(mnt)
-    with open(image, "wb") as f:
-        f.truncate(48 << 20)
-    for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            shutil.rmtree(d, ignore_errors=True)
-            pytest.skip(f"cannot make a small ext4 file system ({cmd[0]}): {out.stderr.strip()}")
-    yield mnt
-    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    shutil.rmtree(d, ignore_errors=True)
+    with small_ext4(48) as mnt:
+        yield mnt
 
 
 _PATTERN = bytes(range(256)) * 5

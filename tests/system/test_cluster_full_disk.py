@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from clusterprocs import journal_cluster
-from conftest import await_until, make_dir, run_cli
+from conftest import await_until, run_cli, small_ext4
 from sulis.cluster import ClusterClient
 
 
@@ -28,21 +27,9 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
 
 @pytest.fixture
 def small_disk():
-    """A 32 MB ext4 file system on a loop device."""
-    d = make_dir("sulis-cluster-ext4-")
-    image, mnt = os.path.join(d, "disk.img"), os.path.join(d, "mnt")
-    os.mkdir(mnt)
-    with open(image, "wb") as f:
-        f.truncate(32 << 20)
-    for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            shutil.rmtree(d, ignore_errors=True)
-            pytest.skip(f"cannot make a small ext4 file system ({cmd[0]}): {out.stderr.strip()}")
-    yield mnt
-    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    shutil.rmtree(d, ignore_errors=True)
+    """A 32 MB ext4 file system on a loop device (mount needs root; the test skips without)."""
+    with small_ext4(32) as mnt:
+        yield mnt
 
 
 def test_a_member_whose_disk_fills_fails_loudly_and_the_others_go_on(make_driver, tmp_path, small_disk):

@@ -179,28 +179,13 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    struct TempDir(PathBuf);
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn dir(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("sulis-seed-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
+    use crate::recording_log::tests::{dir, TempDir};
 
     /// A source member's log: terms 0 to 3 on recording 7, a whole set at
     /// 5000 (term 1), a later set at 9000 (term 2) missing service 1, and an
     /// invalidated term.
     fn source(d: &TempDir) -> RecordingLog {
-        let mut log = RecordingLog::open(&d.0).unwrap();
+        let mut log = RecordingLog::open(d).unwrap();
         log.append_term(7, 0, 0, 100).unwrap();
         log.commit_log_position(0, 4096).unwrap();
         log.append_term(7, 1, 4096, 200).unwrap();
@@ -227,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_latest_whole_set_is_copied_with_the_terms_up_to_it_and_its_term_left_open() {
-        let src = dir("src");
+        let src = dir("seed-src");
         let log = source(&src);
         let p = plan(&[response(&log, 2, 2)], 2).unwrap().expect("a set");
         assert_eq!(
@@ -258,11 +243,11 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![(19, -1), (20, 0), (21, 1)]);
         // Recorded here on this member's recordings, it starts from that set.
-        let dst = dir("dst");
-        let mut mine = RecordingLog::open(&dst.0).unwrap();
+        let dst = dir("seed-dst");
+        let mut mine = RecordingLog::open(&dst).unwrap();
         p.record(&mut mine, 3, &[40, 41, 42]).unwrap();
         drop(mine);
-        let mine = RecordingLog::open(&dst.0).unwrap();
+        let mine = RecordingLog::open(&dst).unwrap();
         let set: Vec<(i64, i64)> = mine
             .latest_snapshot(2)
             .unwrap()
@@ -280,7 +265,7 @@ mod tests {
             (3, 1, NULL_POSITION)
         );
         assert!(
-            p.record(&mut RecordingLog::open(&dst.0).unwrap(), 3, &[40, 41, 42])
+            p.record(&mut RecordingLog::open(&dst).unwrap(), 3, &[40, 41, 42])
                 .unwrap_err()
                 .contains("not empty"),
             "never over a member's own log"
@@ -289,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_answer_with_the_latest_snapshot_wins_and_no_snapshot_is_nothing_to_seed() {
-        let a = dir("a");
+        let a = dir("seed-a");
         let log = source(&a);
         // With one service, member 1's set at 9000 is whole and later.
         let older = response(&log, 2, 2);
@@ -298,8 +283,8 @@ mod tests {
         let p = plan(&[older.clone(), newer], 1).unwrap().unwrap();
         assert_eq!((p.source_member_id, p.log_position), (1, 9000));
         assert_eq!(p.terms.last().unwrap().leadership_term_id, 2);
-        let empty = dir("empty");
-        let none = RecordingLog::open(&empty.0).unwrap();
+        let empty = dir("seed-empty");
+        let none = RecordingLog::open(&empty).unwrap();
         assert_eq!(plan(&[response(&none, 0, 1)], 1).unwrap(), None);
         assert_eq!(plan(&[], 1).unwrap(), None);
         let mut bad = older;

@@ -339,11 +339,11 @@ pub fn latest_snapshot<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A fresh directory, removed when the test is done with it.
-    struct TempDir(PathBuf);
+    pub(crate) struct TempDir(PathBuf);
 
     impl std::ops::Deref for TempDir {
         type Target = Path;
@@ -358,7 +358,7 @@ mod tests {
         }
     }
 
-    fn dir(name: &str) -> TempDir {
+    pub(crate) fn dir(name: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("sulis-reclog-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
