@@ -110,7 +110,7 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
             m.start()
         ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
         yield nodes, ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                                   message_timeout=30.0)
+                                   message_timeout=60.0)  # a first election beside Spark JVMs took over 30 s in CI
     finally:
         for m in nodes:
             if m.proc is not None and m.proc.poll() is None:
