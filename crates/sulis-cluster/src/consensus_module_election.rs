@@ -729,7 +729,7 @@ impl ConsensusModule {
         self.begin_election(false, commit);
     }
 
-    fn log_event(&self, line: String) {
+    pub(super) fn log_event(&self, line: String) {
         eprintln!("sulis cluster: {line}");
     }
 

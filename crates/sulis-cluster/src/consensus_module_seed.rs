@@ -34,7 +34,7 @@ impl ConsensusModule {
         }
         let answers = self.ask_for_recording_logs()?;
         let Some(plan) = plan(&answers, self.ctx.service_count as i32)? else {
-            self.log_seed(format!(
+            self.log_event(format!(
                 "member {}: seed_from_snapshot: no member holds a snapshot ({} answered); it starts empty",
                 self.ctx.member_id,
                 answers.len()
@@ -42,10 +42,6 @@ impl ConsensusModule {
             return Ok(());
         };
         self.copy_and_record(&plan)
-    }
-
-    fn log_seed(&self, line: String) {
-        eprintln!("sulis cluster: {line}");
     }
 
     /// Every other member's answer, waiting for all of them, or for a
@@ -160,7 +156,7 @@ impl ConsensusModule {
             now_ms,
         )?;
         plan.record(&mut self.recording_log, log_id, &snapshot_ids)?;
-        self.log_seed(format!(
+        self.log_event(format!(
             "member {} seeded from member {}'s snapshot at log position {} (term {}): snapshot recordings {:?}, log recording {} up to it, candidate term {}",
             self.ctx.member_id,
             plan.source_member_id,
