@@ -96,13 +96,15 @@ def test_cluster_time_never_goes_back_and_keeps_moving_when_skewed_members_lead(
     with journal_cluster(tmp_path, make_driver().dir, service="timed_journal:Journal") as (nodes, c):
 
         def restart_skewed(m, skew_ms: int) -> None:
-            """Restarts ``m`` with its clock ``skew_ms`` off; a leader only once the others took over."""
+            """Restarts ``m`` with its clock ``skew_ms`` off; a leader only once the others took over; returns
+            once its first election closed."""
             leading = nodes[c.leader_member_id] is m
             m.kill()
             if leading:
                 follow(c, m.id)
             m.env.update(LD_PRELOAD=clock_shim, SULIS_TEST_CLOCK_SKEW_MS=str(skew_ms))
             m.start()
+            m.await_election_closed()
 
         def make_leader(m) -> None:
             """Kills whoever leads until ``m`` does, each restarted once the other two elected one of
@@ -116,6 +118,7 @@ def test_cluster_time_never_goes_back_and_keeps_moving_when_skewed_members_lead(
                 leader.kill()
                 follow(c, leader.id)
                 leader.start()
+                leader.await_election_closed()  # not still in its first election when the next leader dies
             raise AssertionError(f"member {m.id} never led")
 
         burst(c, 20)
