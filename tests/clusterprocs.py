@@ -65,23 +65,25 @@ class Member:
                     f"member {self.id} to start")
         assert self.proc.poll() is None, self.stderr()
 
+    def counters(self) -> dict[str, int]:
+        """This run's cluster counters by type name (``cluster-election-state``, ...); {} before its CnC."""
+        import sulis
+
+        names = {t: name for t, name in sulis._native.counter_types() if name.startswith("cluster-")}
+        try:
+            return {names[c["type_id"]]: c["value"] for c in sulis.CountersReader(self.driver_dir).counters()
+                    if c["type_id"] in names}
+        except Exception:  # the CnC file not there yet
+            return {}
+
     def await_election_closed(self, timeout: float = 60.0) -> None:
         """Waits until this run of the member finished its election (its election-state counter CLOSED,
         its module ACTIVE): a member killed while another is still in its first election may leave that
         one to lead as it starts, which closes every client session (as Aeron's does)."""
-        import sulis
-
-        types = {name: t for t, name in sulis._native.counter_types()}
-        want = {types["cluster-election-state"]: 17, types["cluster-module-state"]: 1}
-
         def closed() -> bool:
             assert self.proc.poll() is None, self.stderr()
-            try:
-                values = {c["type_id"]: c["value"] for c in sulis.CountersReader(self.driver_dir).counters()
-                          if c["type_id"] in want}
-            except Exception:  # the CnC file not there yet
-                return False
-            return values == want
+            c = self.counters()
+            return c.get("cluster-election-state") == 17 and c.get("cluster-module-state") == 1
         await_until(closed, timeout, f"member {self.id}'s election to close")
 
     def stderr(self) -> str:

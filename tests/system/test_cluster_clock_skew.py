@@ -144,4 +144,9 @@ def test_cluster_time_never_goes_back_and_keeps_moving_when_skewed_members_lead(
         # After the leader that was ahead, time kept moving with the wall clock, not standing at its last.
         last = times[-40:]
         assert last[-1] - last[0] >= took * 1000 / 2, (last[0], last[-1], took)
+        # The counters say the same: every member in the client's term, each having counted its elections.
+        for n in nodes:
+            counters = n.counters()
+            assert counters["cluster-leadership-term-id"] == c.leadership_term_id, (n.id, counters)
+            assert counters["cluster-election-count"] >= 1, (n.id, counters)
         c.close()

@@ -615,5 +615,10 @@ def test_prometheus_exports_a_cluster_members_counters(make_driver, tmp_path):
             assert value["sulis_cluster_module_state"].labels == {"cluster_id": "0"}
             (snapshots,) = samples(metrics["sulis_cluster_snapshots"], "sulis_cluster_snapshots_total")
             assert snapshots.value == 1
+            # One member: one election (its own term, no ballot), term 0, no client timed out.
+            counts = {name: samples(metrics[name], name + "_total")[0].value
+                      for name in ("sulis_cluster_elections", "sulis_cluster_timed_out_clients")}
+            assert counts == {"sulis_cluster_elections": 1, "sulis_cluster_timed_out_clients": 0}
+            assert samples(metrics["sulis_cluster_leadership_term_id"])[0].value == 0
         finally:
             exporter.close()

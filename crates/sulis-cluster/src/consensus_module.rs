@@ -66,6 +66,12 @@ pub const CONTROL_TOGGLE_TYPE_ID: i32 = type_id::CLUSTER_CONTROL_TOGGLE;
 pub const SNAPSHOT_COUNTER_TYPE_ID: i32 = type_id::CLUSTER_SNAPSHOT_COUNT;
 /// The election's state (type 207).
 pub const ELECTION_STATE_TYPE_ID: i32 = type_id::CLUSTER_ELECTION_STATE;
+/// Counter type: client sessions timed out (Aeron's 213).
+pub const TIMED_OUT_CLIENT_COUNT_TYPE_ID: i32 = type_id::CLUSTER_TIMED_OUT_CLIENT_COUNT;
+/// Counter type: elections begun (Aeron's 238).
+pub const ELECTION_COUNT_TYPE_ID: i32 = type_id::CLUSTER_ELECTION_COUNT;
+/// Counter type: the current leadership term id (Aeron's 239).
+pub const LEADERSHIP_TERM_ID_TYPE_ID: i32 = type_id::CLUSTER_LEADERSHIP_TERM_ID;
 /// The stream the consensus module's snapshot is written on.
 pub const CONSENSUS_MODULE_SNAPSHOT_STREAM_ID: i32 = 107;
 
@@ -266,7 +272,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(replication_channel, "SULIS_CLUSTER_REPLICATION_CHANNEL", "channel", "Where this member's archive receives terms of the log copied from the leader's archive.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(app_version, "SULIS_CLUSTER_APP_VERSION", "", "The service's semantic version major.minor.patch, written with each term: a log of another major version is refused.", version, show_version),
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
-    sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name().to_string()),
+    sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
     sulis_protocol::option!(check_determinism, "SULIS_CLUSTER_CHECK_DETERMINISM", "bool", "A Python service that reads the wall clock (time.time, datetime.now, ...) or unseeded randomness (random, os.urandom, uuid4) in a callback stops, naming the call and the log position; a development check costing a Python call per entry.", sulis_protocol::values::parse_bool, show),
     sulis_protocol::option!(seed_from_snapshot, "SULIS_CLUSTER_SEED_FROM_SNAPSHOT", "bool", "A member starting with no recording log copies the latest snapshot another member holds, and that member's log up to it, from its archive before it joins (how a lost member is replaced after a log purge); with no snapshot anywhere it starts empty, and with no member answering within message_timeout it fails.", sulis_protocol::values::parse_bool, show),
 ];
@@ -403,6 +409,12 @@ pub struct ConsensusModule {
     control_toggle: Counter,
     snapshot_count: Counter,
     election_state: Counter,
+    /// Elections begun here (Aeron's counts each `Election` made).
+    election_count: Counter,
+    /// The term this member is in, as Aeron's counter shows it.
+    leadership_term_id: Counter,
+    /// Sessions the leader closed for silence.
+    timed_out_clients: Counter,
     /// Tells the services what they recover from, until they joined.
     recovery_state: Option<Counter>,
     /// A snapshot the services are taking: where, and their acks.
@@ -587,6 +599,11 @@ impl ConsensusModule {
         let control_toggle = counter(CONTROL_TOGGLE_TYPE_ID, "Cluster control toggle")?;
         let snapshot_count = counter(SNAPSHOT_COUNTER_TYPE_ID, "Snapshot count")?;
         let election_state = counter(ELECTION_STATE_TYPE_ID, "Election state")?;
+        let election_count = counter(ELECTION_COUNT_TYPE_ID, "Cluster election count")?;
+        let leadership_term_id = counter(LEADERSHIP_TERM_ID_TYPE_ID, "Cluster leadership term id")?;
+        leadership_term_id.set(-1);
+        let timed_out_clients =
+            counter(TIMED_OUT_CLIENT_COUNT_TYPE_ID, "Cluster timed out client count")?;
         // One member has no election to run: CLOSED, as Aeron's counter
         // reads once its single-member election is over.
         election_state.set(crate::election::ElectionState::Closed.code() as i64);
@@ -623,6 +640,9 @@ impl ConsensusModule {
             control_toggle,
             snapshot_count,
             election_state,
+            election_count,
+            leadership_term_id,
+            timed_out_clients,
             recovery_state: None,
             snapshot: None,
             term_base_log_position: 0,
@@ -656,6 +676,9 @@ impl ConsensusModule {
         }
         let base = module.recover()?;
         module.begin_term(base)?;
+        // A single member's term needs no ballot; Aeron's still counts the
+        // election it runs for it.
+        module.election_count.set(1);
         if let Some(c) = module.recovery_state.take() {
             c.close();
         }
@@ -1083,6 +1106,7 @@ impl ConsensusModule {
             // messages come to a follower through the log.
             if leading {
                 work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+                self.timed_out_clients.set(sessions.timed_out_count() as i64);
             }
             work += sessions.send_rejections(&mut self.io, &term, now_ns);
             if leading {
@@ -1116,6 +1140,7 @@ impl ConsensusModule {
     fn publish_state(&self) {
         self.module_state.set(self.agent.state as i64);
         self.node_role.set(self.agent.role as i64);
+        self.leadership_term_id.set(self.agent.leadership_term_id);
     }
 
     /// How many snapshots this module has taken since it started.

@@ -262,6 +262,7 @@ impl ConsensusModule {
         let timeouts = rep.timeouts;
         rep.election = Some(Election::new(start, members, timeouts, now_ns));
         self.election_state.set(ElectionState::Init.code() as i64);
+        self.election_count.set(self.election_count.get() + 1);
         self.agent.state = crate::consensus_module_agent::ModuleState::Init;
         self.publish_state();
     }
@@ -448,6 +449,7 @@ impl ConsensusModule {
                 self.agent.leadership_term_id = election.leadership_term_id();
                 self.term.leadership_term_id = election.leadership_term_id();
                 self.term.leader_member_id = leader;
+                self.publish_state();
                 self.log_event(format!(
                     "member {} runs term {} with leader {leader}",
                     self.ctx.member_id,

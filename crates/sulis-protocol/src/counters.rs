@@ -89,6 +89,15 @@ pub mod type_id {
     /// 0, CANVASS 1, ... LEADER_READY 8, ... CLOSED 17); CLOSED between
     /// elections. Key: the cluster id (i32).
     pub const CLUSTER_ELECTION_STATE: i32 = 207;
+    /// Cluster: client sessions the leader closed for silence (TIMEOUT)
+    /// since the module started. Key: the cluster id (i32).
+    pub const CLUSTER_TIMED_OUT_CLIENT_COUNT: i32 = 213;
+    /// Cluster: elections this member began since it started (one for the
+    /// term a single member opens). Key: the cluster id (i32).
+    pub const CLUSTER_ELECTION_COUNT: i32 = 238;
+    /// Cluster: the leadership term this member is in (-1 before its
+    /// first). Key: the cluster id (i32).
+    pub const CLUSTER_LEADERSHIP_TERM_ID: i32 = 239;
     /// Archive (sulis): where the archive keeps its files. Key: the archive
     /// id (i64); value: the archive id; label `Archive Directory -
     /// archiveId=N dir=PATH` (absolute), so a reader on the same host finds
@@ -195,6 +204,12 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::CLUSTER_RECOVERY_STATE, "cluster-recovery-state"),
     (type_id::CLUSTER_SNAPSHOT_COUNT, "cluster-snapshot-count"),
     (type_id::CLUSTER_ELECTION_STATE, "cluster-election-state"),
+    (
+        type_id::CLUSTER_TIMED_OUT_CLIENT_COUNT,
+        "cluster-timed-out-client-count",
+    ),
+    (type_id::CLUSTER_ELECTION_COUNT, "cluster-election-count"),
+    (type_id::CLUSTER_LEADERSHIP_TERM_ID, "cluster-leadership-term-id"),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).

@@ -97,7 +97,7 @@ def describe(counter: dict) -> dict:
                 out["join_position"] = join
     elif type_id == CLIENT_HEARTBEAT and len(counter["key"]) >= 8:
         out["client_id"] = int.from_bytes(counter["key"][:8], "little", signed=True)
-    elif type_id in (200, 201, 202, 203, 205, 207) and len(counter["key"]) >= 4:  # a cluster member's (key: its id)
+    elif type_id in (200, 201, 202, 203, 205, 207, 213, 238, 239) and len(counter["key"]) >= 4:  # a cluster member's (key: its id)
         out["cluster_id"] = int.from_bytes(counter["key"][:4], "little", signed=True)
     return out
 

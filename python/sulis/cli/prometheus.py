@@ -20,8 +20,9 @@ Metrics:
 - ``sulis_client_heartbeat_timestamp_seconds{client_id}``.
 - a cluster member's counters, by ``cluster_id``: ``sulis_cluster_module_state`` (INIT 0, ACTIVE 1,
   SUSPENDED 2, SNAPSHOT 3, ...), ``sulis_cluster_node_role`` (FOLLOWER 0, CANDIDATE 1, LEADER 2),
-  ``sulis_cluster_commit_position``, ``sulis_cluster_control_toggle`` and the counter
-  ``sulis_cluster_snapshots_total``.
+  ``sulis_cluster_commit_position``, ``sulis_cluster_control_toggle``, ``sulis_cluster_election_state``,
+  ``sulis_cluster_leadership_term_id`` and the counters ``sulis_cluster_snapshots_total``,
+  ``sulis_cluster_elections_total`` and ``sulis_cluster_timed_out_clients_total``.
 """
 
 from __future__ import annotations
@@ -153,23 +154,27 @@ _CLUSTER_GAUGES = {
     203: ("sulis_cluster_commit_position", "How far the cluster's log is committed (bytes)"),
     207: ("sulis_cluster_election_state", "The election's state: INIT 0, CANVASS 1, ... LEADER_READY 8, ... "
                                           "FOLLOWER_READY 16, CLOSED 17 (no election running)"),
+    239: ("sulis_cluster_leadership_term_id", "The leadership term the member is in (-1 before its first)"),
 }
-_CLUSTER_SNAPSHOTS = 205
+#: Counts since the member started (type id: metric name, help).
+_CLUSTER_COUNTS = {
+    205: ("sulis_cluster_snapshots", "Snapshots the member took since it started"),
+    238: ("sulis_cluster_elections", "Elections the member began since it started"),
+    213: ("sulis_cluster_timed_out_clients", "Client sessions the member, leading, closed for silence"),
+}
 
 
 def _cluster_metrics(counters):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     families = {t: GaugeMetricFamily(name, doc, labels=["cluster_id"]) for t, (name, doc) in _CLUSTER_GAUGES.items()}
-    snapshots = CounterMetricFamily("sulis_cluster_snapshots", "Snapshots the member took since it started",
-                                    labels=["cluster_id"])
+    families.update({t: CounterMetricFamily(name, doc, labels=["cluster_id"])
+                     for t, (name, doc) in _CLUSTER_COUNTS.items()})
     for c in counters:
-        if c["type_id"] in families or c["type_id"] == _CLUSTER_SNAPSHOTS:
-            cluster_id = str(c.get("cluster_id", 0))
-            family = families.get(c["type_id"], snapshots)
-            family.add_metric([cluster_id], c["value"])
+        family = families.get(c["type_id"])
+        if family is not None:
+            family.add_metric([str(c.get("cluster_id", 0))], c["value"])
     yield from families.values()
-    yield snapshots
 
 
 #: Where ``--prometheus :PORT`` listens: this host only. Metrics name every
