@@ -34,12 +34,10 @@ Helpers (import them with ``from conftest import ...``)
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,41 +48,10 @@ import pytest
 import sulis
 from netutil.fixtures import make_relay, netns_hosts, netns_pair, nft_loss  # noqa: F401 - fixtures, for every test module
 from sulis._benchkit.procs import ChildProcess
-from sulis._benchkit.procs import free_port
+from sulis._benchkit.procs import free_port as free_udp_port  # noqa: F401 - the one free-port helper, for the tests
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
-# Ports the tests name (free_udp_port) come from a block of their own per pytest worker, below the kernel's
-# ephemeral range (32768 up): a port the kernel picked for a free-port probe and handed back could be given to
-# the next port-0 bind of any process (a CI run saw a cluster member's log port taken by the other worker's
-# process between the pick and the member's bind), while these are picked by no one else.
-_PORTS_LOW, _PORTS_HIGH = 21000, 32000
-
-
-def _port_block() -> range:
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    size = (_PORTS_HIGH - _PORTS_LOW) // max(1, workers)
-    return range(_PORTS_LOW + worker * size, _PORTS_LOW + (worker + 1) * size)
-
-
-_start = os.getpid() % len(_port_block())  # runs one after another start at different places
-_port_candidates = itertools.cycle([*_port_block()[_start:], *_port_block()[:_start]])
-
-
-def free_udp_port(host: str = "127.0.0.1", tcp: bool = False) -> int:
-    """A UDP (or TCP) port free on ``host`` now, from this worker's block (not handed out again by it until
-    the block has gone round); outside that block, ``free_port`` (the kernel's pick)."""
-    for _ in range(len(_port_block())):
-        port = next(_port_candidates)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        return port
-    return free_port(host, tcp)
 
 # Every JVM the tests start (Spark's, Aeron's peers) lives seconds to a minute: C1 alone and the
 # serial collector spare the two cores the JIT and GC threads a long-lived server wants. Measured

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import re
@@ -81,12 +82,38 @@ def remove_shm_prefix(prefix: str) -> None:
 
 
 
+# Ports handed out here come from below the kernel's ephemeral range (32768 up), a block per pytest worker: a
+# port the kernel picks for a port-0 probe, once the probe closes, may be the next port-0 bind of any process (a
+# CI run saw a cluster member's log port taken by the other worker's process before the member bound it; a
+# benchmark saw a member's), while these are picked by nobody else.
+_PORTS_LOW, _PORTS_HIGH = 21000, 32000
+
+
+def _port_block() -> range:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (_PORTS_HIGH - _PORTS_LOW) // max(1, workers)
+    return range(_PORTS_LOW + worker * size, _PORTS_LOW + (worker + 1) * size)
+
+
+_BLOCK = _port_block()
+_START = os.getpid() % len(_BLOCK)  # runs one after another start at different places
+_candidates = itertools.cycle([*_BLOCK[_START:], *_BLOCK[:_START]])
+
+
 def free_port(host: str = "127.0.0.1", tcp: bool = False) -> int:
-    """A UDP (or TCP) port that is free on ``host`` now (the kernel's pick); raises OSError."""
+    """A UDP (or TCP) port free on ``host`` now, from this process's block below the ephemeral range (not
+    handed out again by this process until the block has gone round); raises OSError if none is."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(len(_BLOCK)):
+        port = next(_candidates)
+        with socket.socket(family, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no free {'TCP' if tcp else 'UDP'} port on {host} in {_BLOCK.start}-{_BLOCK.stop - 1}")
 
 
 def two_free_ports(host: str = "127.0.0.1", tcp: bool = False) -> tuple[int, int]:
