@@ -39,6 +39,9 @@ PUBLISHER_POSITION = _TYPE_IDS["pub-pos"]
 FC_RECEIVER = _TYPE_IDS["fc-receiver"]
 #: Types whose key is a stream key (registration id, session id, stream id, channel).
 STREAM_TYPES = frozenset(t for t in TYPE_NAMES if _native.is_stream_counter_type(t))
+#: A cluster member's counters whose key is the cluster id (not the recovery state's: its key is the state).
+CLUSTER_TYPES = frozenset(t for t, name in TYPE_NAMES.items()
+                          if name.startswith("cluster-") and name != "cluster-recovery-state")
 
 #: A driver whose heartbeat is older than this is taken as gone (the default driver timeout).
 DRIVER_TIMEOUT_MS = 10_000
@@ -97,7 +100,7 @@ def describe(counter: dict) -> dict:
                 out["join_position"] = join
     elif type_id == CLIENT_HEARTBEAT and len(counter["key"]) >= 8:
         out["client_id"] = int.from_bytes(counter["key"][:8], "little", signed=True)
-    elif type_id in (200, 201, 202, 203, 205, 207, 213, 238, 239) and len(counter["key"]) >= 4:  # a cluster member's (key: its id)
+    elif type_id in CLUSTER_TYPES and len(counter["key"]) >= 4:  # a cluster member's (key: its id)
         out["cluster_id"] = int.from_bytes(counter["key"][:4], "little", signed=True)
     return out
 
