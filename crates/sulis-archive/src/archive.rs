@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use sulis_concurrent::agent::{run_agents, Agent, NanoClock, TrackedAgent};
-use sulis_concurrent::idle::IdleStrategy;
 
 /// What the archive thread shares with its owner.
 #[derive(Default)]
@@ -74,6 +73,7 @@ impl Archive {
             .store(conductor.archive_id(), Ordering::Release);
         let running = Arc::new(AtomicBool::new(true));
         let (r, s) = (running.clone(), shared.clone());
+        let idle = ctx.idle_strategy;
         let tracker = conductor.duty_cycle_tracker();
         let agent = SharingErrors {
             conductor,
@@ -85,7 +85,7 @@ impl Archive {
             .spawn(move || {
                 let run = std::panic::AssertUnwindSafe(|| {
                     let agents: Vec<TrackedAgent> = vec![(Box::new(agent), tracker)];
-                    run_agents(agents, IdleStrategy::backoff(), r, NanoClock::new());
+                    run_agents(agents, idle, r, NanoClock::new());
                 });
                 if let Err(panic) = std::panic::catch_unwind(run) {
                     // A bug, not a condition: the archive stops and says so

@@ -41,8 +41,14 @@ impl IdleStrategy {
         }
     }
 
-    /// Parses `busy-spin`, `yielding`, `backoff`, `sleeping` or `sleeping:<duration>` (e.g. `sleeping:1ms`).
+    /// Parses `busy-spin`, `yielding`, `backoff`, `backoff:<longest park>`
+    /// (e.g. `backoff:100us`: Aeron's back-off parking at most that long),
+    /// `sleeping` or `sleeping:<duration>` (e.g. `sleeping:1ms`).
     pub fn parse(s: &str) -> Result<Self, String> {
+        let duration = |d: &str| {
+            sulis_protocol::options::parse_duration(d)
+                .map_err(|e| format!("idle strategy '{s}': {e}"))
+        };
         match s {
             "busy-spin" | "busy_spin" | "spin" => Ok(IdleStrategy::BusySpin),
             "yielding" | "yield" => Ok(IdleStrategy::Yielding),
@@ -50,24 +56,54 @@ impl IdleStrategy {
             "sleeping" | "sleep" => Ok(IdleStrategy::Sleeping(Duration::from_millis(1))),
             _ => {
                 if let Some(d) = s.strip_prefix("sleeping:") {
-                    let ns = sulis_protocol::values::parse_duration_option(d)
-                        .map_err(|e| format!("idle strategy '{s}': {e}"))?;
-                    return Ok(IdleStrategy::Sleeping(Duration::from_nanos(ns)));
+                    return Ok(IdleStrategy::Sleeping(duration(d)?));
+                }
+                if let Some(d) = s.strip_prefix("backoff:") {
+                    let max_park = duration(d)?;
+                    let IdleStrategy::Backoff {
+                        max_spins,
+                        max_yields,
+                        min_park,
+                        ..
+                    } = IdleStrategy::backoff()
+                    else {
+                        unreachable!("backoff() is a Backoff")
+                    };
+                    if max_park < min_park {
+                        return Err(format!(
+                            "idle strategy '{s}': the longest park must be at least {} us",
+                            min_park.as_micros()
+                        ));
+                    }
+                    return Ok(IdleStrategy::Backoff {
+                        max_spins,
+                        max_yields,
+                        min_park,
+                        max_park,
+                    });
                 }
                 Err(format!(
-                    "unknown idle strategy '{s}' (expected busy-spin, yielding, backoff, sleeping or sleeping:<duration>)"
+                    "unknown idle strategy '{s}' (expected busy-spin, yielding, backoff, backoff:<longest park>, \
+                     sleeping or sleeping:<duration>)"
                 ))
             }
         }
     }
 
-    /// Name as accepted by [`IdleStrategy::parse`].
-    pub fn name(&self) -> &'static str {
+    /// Name as accepted by [`IdleStrategy::parse`] (with its duration, when
+    /// it is not the default one).
+    pub fn name(&self) -> String {
         match self {
-            IdleStrategy::BusySpin => "busy-spin",
-            IdleStrategy::Yielding => "yielding",
-            IdleStrategy::Backoff { .. } => "backoff",
-            IdleStrategy::Sleeping(_) => "sleeping",
+            IdleStrategy::BusySpin => "busy-spin".to_string(),
+            IdleStrategy::Yielding => "yielding".to_string(),
+            s @ IdleStrategy::Backoff { max_park, .. } => {
+                if *s == IdleStrategy::backoff() {
+                    "backoff".to_string()
+                } else {
+                    format!("backoff:{}", sulis_protocol::options::show_duration(max_park))
+                }
+            }
+            IdleStrategy::Sleeping(d) => format!("sleeping:{}", sulis_protocol::options::show_duration(d)),
         }
     }
 
@@ -156,5 +192,12 @@ mod tests {
             IdleStrategy::Sleeping(Duration::from_millis(2))
         );
         assert!(IdleStrategy::parse("nap").unwrap_err().contains("nap"));
+        let short = IdleStrategy::parse("backoff:100us").unwrap();
+        assert!(matches!(short, IdleStrategy::Backoff { max_park, max_spins: 10, .. }
+            if max_park == Duration::from_micros(100)));
+        assert_eq!(short.name(), "backoff:100us");
+        assert_eq!(IdleStrategy::parse("backoff:1ms").unwrap().name(), "backoff");
+        assert_eq!(IdleStrategy::parse("sleeping:2ms").unwrap().name(), "sleeping:2ms");
+        assert!(IdleStrategy::parse("backoff:0ns").unwrap_err().contains("at least 1 us"));
     }
 }

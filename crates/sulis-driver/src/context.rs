@@ -254,9 +254,9 @@ pub static OPTIONS: &[OptionSpec] = &[
         idle_strategy,
         "SULIS_IDLE_STRATEGY",
         "",
-        "Idle strategy: busy-spin, yielding, backoff, sleeping[:duration].",
+        "Idle strategy: busy-spin, yielding, backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), backoff:<longest park> (e.g. backoff:100us: lower latency when traffic is sparse, more wake-ups when idle), sleeping or sleeping:<duration>.",
         IdleStrategy::parse,
-        |v: &IdleStrategy| v.name().to_string()
+        |v: &IdleStrategy| v.name()
     ),
     opt!(
         ipc_term_buffer_length,

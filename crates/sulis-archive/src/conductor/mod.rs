@@ -464,6 +464,7 @@ impl ArchiveConductor {
             .take()
             .map(|r| ("replayer", Box::new(r) as Box<dyn Agent>));
         let values = self.client.counters().values_buffer();
+        let idle = self.ctx.idle_strategy;
         for (name, agent) in recorder.into_iter().chain(replayer) {
             let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
             let r = running.clone();
@@ -481,7 +482,7 @@ impl ArchiveConductor {
                 .spawn(move || {
                     run_agents(
                         vec![(agent, tracker)],
-                        sulis_concurrent::idle::IdleStrategy::backoff(),
+                        idle,
                         r,
                         NanoClock::new(),
                     )
