@@ -19,7 +19,11 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   meanwhile; messages/s from the first offer to the last echo.
 * fixed rates (``--rates``, the sulis Python client on the sulis and the Aeron cluster): messages on a
   schedule for ``--rate-seconds`` each, each one's round trip from when it was due; the highest rate
-  whose p99 stays under 1 ms.
+  whose p99 stays under 1 ms. Between messages the client sleeps (``--client-park-us``) rather than
+  spin: a spinning client takes one of this machine's two cores from the cluster it measures.
+
+``--idle`` / ``--aeron-idle`` set every node thread's idle strategy (and the clients' drivers'), e.g.
+``backoff:50us`` / ``sleep-ns``; ``--only sulis,aeron`` runs only those rows.
 
 With ``--members 3`` every member is a process of its own on this machine (UDP over loopback between
 them): a message is committed once a majority's archives recorded it. Beside them, clusters of as many
@@ -86,14 +90,18 @@ class SulisNode:
     """``sulis cluster-node`` members with the echo service, each in its own process (its output in a file:
     a member of several logs its elections)."""
 
-    def __init__(self, members: int = 1, extra: tuple[str, ...] = ()) -> None:
-        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value)."""
+    def __init__(self, members: int = 1, extra: tuple[str, ...] = (), idle: str | None = None) -> None:
+        """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value); ``idle``:
+        the idle strategy of each member's driver, archive, consensus module and service (their default,
+        Aeron's back-off, if None)."""
         self.top = scratch_dir("sulis-bench-cluster-")
         ports = [[free_port() for _ in range(4)] for _ in range(members)]  # ingress, consensus, log, archive
         spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
                         for i, p in enumerate(ports))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SULIS_")}
         env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
+        if idle is not None:
+            env.update(SULIS_IDLE_STRATEGY=idle, SULIS_ARCHIVE_IDLE_STRATEGY=idle, SULIS_CLUSTER_IDLE_STRATEGY=idle)
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
         try:
@@ -125,7 +133,12 @@ class AeronNode:
     """Aeron's EchoServiceNode members (its sample ClusterConfig: node i's ports from 9000 + 100 i), each in
     its own JVM."""
 
-    def __init__(self, aeron, members: int = 1, extra: dict | None = None) -> None:
+    def __init__(self, aeron, members: int = 1, extra: dict | None = None, idle: str | None = None) -> None:
+        """``idle``: the idle strategy (Aeron's name, e.g. ``sleep-ns``) of each member's driver, archive and
+        cluster (their default, back-off, if None)."""
+        if idle is not None:
+            extra = {"aeron.shared.idle.strategy": idle, "aeron.archive.idle.strategy": idle,
+                     "aeron.cluster.idle.strategy": idle, **(extra or {})}
         self.top = scratch_dir("sulis-bench-aeron-cluster-")
         self.procs: list[subprocess.Popen] = []
         logs = []
@@ -170,7 +183,8 @@ def sulis_client(endpoints: str, a, mode: str) -> dict:
     """The sulis Python client on a driver of its own (this process): latency or throughput."""
     shm = scratch_dir("sulis-bench-cluster-client-")
     try:
-        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared") as driver:
+        idle = {} if a.idle is None else {"idle_strategy": a.idle}
+        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared", **idle) as driver:
             client = _connect(driver.dir, endpoints)
             try:
                 payload = bytes(a.length)
@@ -233,7 +247,10 @@ def at_rate(client: ClusterClient, rate: float, a) -> dict:
             if client.offer(sent.to_bytes(8, "little") + pad) < 0:
                 break  # back-pressured: offered again on the next pass, still charged from when it was due
             sent += 1
-        client.poll_egress(on_echo, 100)
+        if client.poll_egress(on_echo, 100) == 0 and a.client_park_us > 0:
+            due = start + sent * interval - time.perf_counter_ns()
+            if due > 0:  # nothing came and nothing is due: give the core back (on 2 cores it is half of them)
+                time.sleep(min(due / 1e9, a.client_park_us / 1e6))
         if time.monotonic() > deadline:
             return {"error": f"{got[0]} of {n} echoed at {rate:.0f}/s"}
     return percentiles(latency[warm:].tolist())
@@ -251,10 +268,11 @@ def _connect(driver_dir: str, endpoints: str) -> ClusterClient:
             time.sleep(0.2)
 
 
-def aeron_driver(aeron, top: str) -> tuple[subprocess.Popen, str]:
+def aeron_driver(aeron, top: str, idle: str | None = None) -> tuple[subprocess.Popen, str]:
     """An Aeron Java media driver (shared threading) in ``top``/aeron, once it wrote its cnc.dat."""
     aeron_dir = os.path.join(top, "aeron")
-    props = {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.threading.mode": "SHARED"}
+    props = {"aeron.dir": aeron_dir, "aeron.dir.delete.on.start": "true", "aeron.threading.mode": "SHARED",
+             **({} if idle is None else {"aeron.shared.idle.strategy": idle})}
     driver = subprocess.Popen(aeron_java.command(aeron, props, "io.aeron.driver.MediaDriver"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -271,7 +289,7 @@ def aeron_client(aeron, endpoints: str, a, mode: str) -> dict:
     top = scratch_dir("sulis-bench-aeron-cluster-client-")
     driver = None
     try:
-        driver, aeron_dir = aeron_driver(aeron, top)
+        driver, aeron_dir = aeron_driver(aeron, top, a.aeron_idle)
         cp = aeron_java.classpath(aeron, aeron_java.SOURCE.with_name("ClusterPeer.java"))
         count = a.tput_count if mode == "throughput" else a.count
         cmd = aeron_java.command(aeron, {"aeron.dir": aeron_dir}, "ClusterPeer", [
@@ -300,6 +318,13 @@ def main() -> int:
                     help="fixed rates (msgs/s) at which the sulis Python client measures each cluster's round trip")
     ap.add_argument("--rate-seconds", type=float, default=2.0, help="seconds at each fixed rate")
     ap.add_argument("--quick", action="store_true", help="one run of fewer messages")
+    ap.add_argument("--idle", help="idle strategy of every sulis thread, nodes' and clients' drivers (e.g. "
+                                   "backoff:50us; default: back-off parking up to 1 ms, Aeron's default)")
+    ap.add_argument("--aeron-idle", help="the same for Aeron's nodes and Aeron clients' drivers (e.g. sleep-ns)")
+    ap.add_argument("--client-park-us", type=float, default=100.0,
+                    help="at fixed rates, the client sleeps up to this long when nothing came and nothing is due "
+                         "(0: it spins, taking a core from the cluster)")
+    ap.add_argument("--only", help="comma-separated row kinds to run: sulis, aeron, etcd, pysyncobj")
     a = ap.parse_args()
     r.require_release_build()
     if a.quick:
@@ -318,6 +343,11 @@ def main() -> int:
     syncobj_version = syncobj_node.version()
     if syncobj_version is None:
         why["pysyncobj"] = "PySyncObj is not installed (bash bench/peers/install.sh)"
+    only = set(a.only.split(",")) if a.only else {"sulis", "aeron", "etcd", "pysyncobj"}
+    for kind in {"aeron", "etcd", "pysyncobj"} - only:
+        why[kind] = "not asked for (--only)"
+    if "aeron" not in only:
+        aeron = None
     print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
           "member a process")
     rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
@@ -350,9 +380,10 @@ def main() -> int:
                 for mode in ("latency", "throughput"):
                     results[name][mode].append(got.get(mode, got))
         for node_kind in ("sulis", "aeron"):
-            if node_kind == "aeron" and aeron is None:
+            if (node_kind == "aeron" and aeron is None) or node_kind not in only:
                 continue
-            node = SulisNode(a.members) if node_kind == "sulis" else AeronNode(aeron, a.members)
+            node = (SulisNode(a.members, idle=a.idle) if node_kind == "sulis"
+                    else AeronNode(aeron, a.members, idle=a.aeron_idle))
             try:
                 for name, n, c in rows_spec:
                     if n != node_kind or (c == "aeron" and aeron is None):
