@@ -167,7 +167,8 @@ _CLUSTER_COUNTS = {
 def _cluster_metrics(counters):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    families = {t: GaugeMetricFamily(name, doc, labels=["cluster_id"]) for t, (name, doc) in _CLUSTER_GAUGES.items()}
+    families: dict[int, GaugeMetricFamily | CounterMetricFamily] = {
+        t: GaugeMetricFamily(name, doc, labels=["cluster_id"]) for t, (name, doc) in _CLUSTER_GAUGES.items()}
     families.update({t: CounterMetricFamily(name, doc, labels=["cluster_id"])
                      for t, (name, doc) in _CLUSTER_COUNTS.items()})
     for c in counters:
