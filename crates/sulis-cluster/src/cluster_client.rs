@@ -87,6 +87,46 @@ fn endpoints(list: &str) -> Vec<(i32, String)> {
         .collect()
 }
 
+/// One member's ingress while a session is being opened.
+struct IngressTarget {
+    member_id: i32,
+    endpoint: String,
+    publication: ExclusivePublication,
+    /// The connect request went (it does once, when the publication is
+    /// connected).
+    sent: bool,
+}
+
+impl IngressTarget {
+    /// Adds a publication to `endpoint` unless one to it is there (a
+    /// redirect names the member it is for).
+    fn add(
+        targets: &mut Vec<IngressTarget>,
+        client: &Client,
+        ctx: &ClusterClientContext,
+        member_id: i32,
+        endpoint: &str,
+    ) -> Result<(), String> {
+        if let Some(t) = targets.iter_mut().find(|t| t.endpoint == endpoint) {
+            t.member_id = member_id;
+            return Ok(());
+        }
+        let channel = with_endpoint(&ctx.ingress_channel, endpoint);
+        // Exclusive, as Aeron's client's default: a session of its own, not
+        // shared with another client of this driver.
+        let publication = client
+            .add_exclusive_publication(&channel, ctx.ingress_stream_id)
+            .map_err(|e| format!("{channel}: {e}"))?;
+        targets.push(IngressTarget {
+            member_id,
+            endpoint: endpoint.to_string(),
+            publication,
+            sent: false,
+        });
+        Ok(())
+    }
+}
+
 fn with_endpoint(channel: &str, endpoint: &str) -> String {
     format!(
         "{channel}{}endpoint={endpoint}",
@@ -95,8 +135,13 @@ fn with_endpoint(channel: &str, endpoint: &str) -> String {
 }
 
 impl ClusterClient {
-    /// Opens a session: tries each member's ingress, follows a REDIRECT to
-    /// the leader; an ERROR or AUTHENTICATION_REJECTED is the error.
+    /// Opens a session, as Aeron's client does: an ingress publication to
+    /// every member, the connect request sent to each as its publication
+    /// connects (a member down or still starting is simply not reached), and
+    /// once to the leader a member's REDIRECT names; the leader's OK opens the
+    /// session, on that member's publication. An ERROR or
+    /// AUTHENTICATION_REJECTED is the error; so is no answer within the
+    /// message timeout, naming the members reached and not.
     pub fn connect(client: &Client, ctx: &ClusterClientContext) -> Result<ClusterClient, String> {
         let members = endpoints(&ctx.ingress_endpoints);
         if members.is_empty() {
@@ -109,63 +154,85 @@ impl ClusterClient {
         let mut egress = client
             .add_subscription(&ctx.egress_channel, ctx.egress_stream_id)
             .map_err(|e| format!("{}: {e}", ctx.egress_channel))?;
-        let mut target = members[0].1.clone();
-        let mut correlation_id = 1_000;
+        // One correlation id for every copy of the request: each member
+        // answers it (OK from the leader, REDIRECT from the others).
+        let correlation_id = 1_001;
+        let request = SessionConnectRequest {
+            correlation_id,
+            response_stream_id: ctx.egress_stream_id,
+            version: CLIENT_PROTOCOL_VERSION,
+            response_channel: ctx.egress_channel.clone(),
+            encoded_credentials: ctx.credentials.clone(),
+            client_info: "name=sulis".into(),
+        }
+        .encode();
+        let mut targets: Vec<IngressTarget> = Vec::new();
+        for (id, endpoint) in members {
+            IngressTarget::add(&mut targets, client, ctx, id, &endpoint)?;
+        }
+        let mut assembler = FragmentAssembler::new();
         loop {
-            let channel = with_endpoint(&ctx.ingress_channel, &target);
-            // Exclusive, as Aeron's client's default: a session of its own,
-            // not shared with another client of this driver.
-            let mut ingress = client
-                .add_exclusive_publication(&channel, ctx.ingress_stream_id)
-                .map_err(|e| format!("{channel}: {e}"))?;
-            correlation_id += 1;
-            let request = SessionConnectRequest {
-                correlation_id,
-                response_stream_id: ctx.egress_stream_id,
-                version: CLIENT_PROTOCOL_VERSION,
-                response_channel: ctx.egress_channel.clone(),
-                encoded_credentials: ctx.credentials.clone(),
-                client_info: "name=sulis".into(),
+            for t in targets.iter_mut().filter(|t| !t.sent) {
+                t.sent = t.publication.offer(&request).is_ok();
             }
-            .encode();
-            while ingress.offer(&request).is_err() {
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "connecting to the cluster: ingress {channel} did not connect within {:?}",
-                        ctx.message_timeout
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let mut assembler = FragmentAssembler::new();
-            loop {
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "connecting to the cluster: no answer on egress {} within {:?}",
-                        ctx.egress_channel, ctx.message_timeout
-                    ));
-                }
-                let mut events = Vec::new();
-                let n = egress
-                    .poll(
-                        |payload, header| -> Result<(), ()> {
-                            if let Some(m) = assembler.on_fragment(payload, header) {
-                                if let Ok(e) = SessionEvent::decode(&m.payload) {
-                                    events.push(e);
-                                }
-                            }
-                            Ok(())
-                        },
-                        10,
+            if Instant::now() > deadline {
+                let (reached, not): (Vec<&IngressTarget>, Vec<&IngressTarget>) =
+                    targets.iter().partition(|t| t.sent);
+                let names = |ts: Vec<&IngressTarget>| {
+                    ts.iter()
+                        .map(|t| format!("{}={}", t.member_id, t.endpoint))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                return Err(if reached.is_empty() {
+                    format!(
+                        "connecting to the cluster: no member's ingress connected within {:?} ({})",
+                        ctx.message_timeout,
+                        names(not)
                     )
-                    .unwrap_or(0);
-                let answer = events
-                    .into_iter()
-                    .find(|e| e.correlation_id == correlation_id);
-                match answer {
-                    Some(e) if e.code == event_code::OK => {
+                } else {
+                    format!(
+                        "connecting to the cluster: no answer on egress {} within {:?} (asked {}; not \
+                         reached: {})",
+                        ctx.egress_channel,
+                        ctx.message_timeout,
+                        names(reached),
+                        if not.is_empty() { names(not) } else { "none".into() }
+                    )
+                });
+            }
+            let mut events = Vec::new();
+            let n = egress
+                .poll(
+                    |payload, header| -> Result<(), ()> {
+                        if let Some(m) = assembler.on_fragment(payload, header) {
+                            if let Ok(e) = SessionEvent::decode(&m.payload) {
+                                events.push(e);
+                            }
+                        }
+                        Ok(())
+                    },
+                    10,
+                )
+                .unwrap_or(0);
+            for e in events.into_iter().filter(|e| e.correlation_id == correlation_id) {
+                match e.code {
+                    event_code::OK => {
+                        let at = targets
+                            .iter()
+                            .position(|t| t.sent && t.member_id == e.leader_member_id)
+                            .ok_or_else(|| {
+                                format!(
+                                    "member {} opened the session, but no request was sent to it",
+                                    e.leader_member_id
+                                )
+                            })?;
+                        let chosen = targets.swap_remove(at);
+                        for t in targets {
+                            t.publication.close_without_waiting();
+                        }
                         return Ok(ClusterClient {
-                            ingress,
+                            ingress: chosen.publication,
                             egress,
                             assembler: FragmentAssembler::new(),
                             cluster_session_id: e.cluster_session_id,
@@ -177,38 +244,31 @@ impl ClusterClient {
                             new_leader_endpoint: None,
                         });
                     }
-                    Some(e) if e.code == event_code::REDIRECT => {
+                    event_code::REDIRECT => {
                         let leader = endpoints(&e.detail)
                             .into_iter()
                             .find(|(id, _)| *id == e.leader_member_id)
-                            .map(|(_, endpoint)| endpoint);
-                        match leader {
-                            Some(endpoint) => {
-                                target = endpoint;
-                                ingress.close_without_waiting();
-                                break;
-                            }
-                            None => {
-                                return Err(format!(
+                            .ok_or_else(|| {
+                                format!(
                                     "redirected to member {} with no endpoint in '{}'",
                                     e.leader_member_id, e.detail
-                                ))
-                            }
-                        }
+                                )
+                            })?;
+                        // Sent once to the leader: a second request would
+                        // open it a second session.
+                        IngressTarget::add(&mut targets, client, ctx, leader.0, &leader.1)?;
                     }
-                    Some(e) => {
+                    _ => {
                         return Err(format!(
                             "the cluster refused the session: {} {}",
                             code_name(e.code),
                             e.detail
                         ))
                     }
-                    None => {
-                        if n == 0 {
-                            std::thread::sleep(Duration::from_micros(200));
-                        }
-                    }
                 }
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
     }
