@@ -14,9 +14,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import sulis
 from clusterprocs import journal_cluster
-from conftest import await_until, run_cli
+from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import ClusterClient
+
+REC_POS = {name: t for t, name in sulis._native.counter_types()}["rec-pos"]
 
 
 def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
@@ -137,6 +140,79 @@ def test_list_members_answers_during_an_election_that_cannot_end(make_driver, tm
         answer = await_until(lambda: (a := ask())["leader_member_id"] >= 0 and a, 60, "a leader again")
         assert answer["leader_member_id"] in (survivor.id, others[0].id), answer
         c.close()
+
+
+def ingress_endpoints(nodes) -> str:
+    """A client's ingress endpoints for ``nodes`` (from their ``--cluster-members``)."""
+    members = next(m.cmd[m.cmd.index("--cluster-members") + 1] for m in nodes)
+    return ",".join(f"{spec.split(',')[0]}={spec.split(',')[1]}" for spec in members.split("|"))
+
+
+def test_a_leader_cut_off_with_an_uncommitted_tail_cuts_it_back_when_it_rejoins(make_driver, tmp_path):
+    """Truncation on real drivers. The followers paused (SIGSTOP), the leader logs and records what a client
+    offers but commits none of it; it is SIGKILLed, then the followers (the log it sent them still unread in
+    their sockets, lost with them): restarted, the two elect one of themselves, which logs other messages. The
+    old leader restarted on its directories finds its tail in a term the others never had: it cuts its log
+    back to where the new term began, catches up, and holds the others' history; no member ever applies what
+    was not committed."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir) as (nodes, c):
+        for i in range(20):
+            send(c, f"m{i}")
+        hold_all(nodes, 20)
+        old = nodes[c.leader_member_id]
+        followers = [n for n in nodes if n is not old]
+        for f in followers:
+            f.pause()
+        committed = old.counters()["cluster-commit-pos"]
+
+        def recorded() -> int:
+            return max(x["value"] for x in sulis.CountersReader(old.driver_dir).counters()
+                       if x["type_id"] == REC_POS)
+
+        for i in range(5):
+            await_until(lambda i=i: c.offer(f"lost{i}".encode()) > 0, 1, f"the leader to take lost{i}")
+        # Within the heartbeat timeout (2 s), before the leader misses its followers and steps down.
+        await_until(lambda: recorded() > committed, 1, "the leader to record what it cannot commit")
+        old.kill()
+        for f in followers:
+            f.kill()
+        c.close()
+        assert not [line for n in nodes for line in n.journal_lines() if line.startswith("lost")]
+
+        for f in followers:
+            f.start()
+        with ClusterClient(driver.dir, ingress_endpoints(nodes), f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                           message_timeout=60.0) as again:
+            assert again.leader_member_id in (f.id for f in followers)
+            for i in range(20, 40):
+                send(again, f"m{i}")
+            old.start()
+            old.await_election_closed()
+            for i in range(40, 45):
+                send(again, f"m{i}")
+            hold_all(nodes, 45)
+        assert "cut its log back to" in old.stderr(), old.stderr()[-3000:]
+        assert old.counters()["cluster-leadership-term-id"] > 0
+
+
+def test_a_client_connects_while_the_first_member_it_names_is_down(make_driver, tmp_path):
+    """A new client whose ingress list starts with a dead member reaches the others, as Aeron's client does
+    (a request to every member whose ingress connects; a follower redirects it to the leader)."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir) as (nodes, c):
+        send(c, "m0")
+        down = nodes[0]
+        down.kill()
+        if c.leader_member_id == down.id:
+            await_until(lambda: c.poll_egress(lambda p, t: None) >= 0 and c.leader_member_id != down.id, 30,
+                        "the others to elect a leader")
+        c.close()
+        with ClusterClient(driver.dir, ingress_endpoints(nodes), f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                           message_timeout=30.0) as late:
+            assert late.leader_member_id != down.id
+            send(late, "m1")
+        hold_all(nodes[1:], 2)
 
 
 SNAPSHOT_JOURNAL = '''
