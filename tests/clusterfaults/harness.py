@@ -6,10 +6,10 @@ host of their own. While they run, a nemesis hurts the cluster, one fault at a t
 next: SIGKILL of the leader, of a follower, of a majority (each restarted), of every member (a
 whole-cluster restart); SIGSTOP of the leader for longer than the heartbeat timeout, and for half of it; the
 leader cut off (both ways, only its inbound side, or only the consensus stream) with nftables; random packet
-loss on every member; a
-follower's recording log damaged while it is down (it must refuse to start; then it is replaced, started
-empty); and, not a fault, a snapshot (every member's, at one position; members killed later start from
-it). Then:
+loss on every member; a follower's recording log damaged while it is down (it must refuse to start; then
+it is replaced, started empty); a member's wall clock a minute off (restarted under ``clock_skew.c``, an
+LD_PRELOAD shim; the leader half the time; put right by the next such fault); and, not a fault, a snapshot
+(every member's, at one position; members killed later start from it). Then:
 
 - the history is linearizable (porcupine, ``lincheck/``), so no answered write is lost or seen out of order;
 - every member applied the same requests in the same order (their journals are equal), each answered
@@ -57,7 +57,9 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
            "--log-term-length", "1m", "--session-timeout", "10s"]
 NEMESES = ("kill-leader", "kill-follower", "pause-leader", "pause-leader-briefly", "isolate-leader", "inbound-cut",
-           "consensus-cut", "loss", "kill-majority", "restart-all", "snapshot", "corrupt-log")
+           "consensus-cut", "loss", "kill-majority", "restart-all", "snapshot", "corrupt-log", "skew-clock")
+#: How far ``skew-clock`` moves a member's wall clock (ms), one way or the other.
+CLOCK_SKEW_MS = 60_000
 #: The members' leader heartbeat timeout (TIMINGS), in seconds: a brief pause stays under half of it.
 HEARTBEAT_TIMEOUT_S = 2.0
 SNAPSHOT_COUNT_TYPE_ID, SNAPSHOT_TOGGLE = 205, 4
@@ -76,6 +78,17 @@ def build_lincheck(dest: Path) -> Path:
                           text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"building the linearizability checker failed: {proc.stderr.strip()}")
+    return out
+
+
+def build_clock_shim(dest: Path) -> Path:
+    """Builds ``clock_skew.c`` (``cc``): an LD_PRELOAD library moving CLOCK_REALTIME by
+    ``SULIS_TEST_CLOCK_SKEW_MS``."""
+    out = dest / "clock_skew.so"
+    proc = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(out), str(HERE / "clock_skew.c"), "-ldl"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the clock-skew shim failed: {proc.stderr.strip()}")
     return out
 
 
@@ -117,6 +130,8 @@ class Member:
     proc: subprocess.Popen | None = None
     paused: bool = False
     starts: int = 0
+    #: More environment for its process (the clock-skew shim while skewed).
+    env: dict = field(default_factory=dict)
 
     @property
     def journal(self) -> Path:
@@ -172,6 +187,8 @@ class FaultRun:
     members: list[Member] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     snapshots: int = 0
+    #: The clock-skew shim (``skew-clock``), built when the schedule has that nemesis.
+    clock_shim: Path | None = None
 
     def __post_init__(self) -> None:
         spec = "|".join(f"{i},{self.hosts.addr(f'n{i}')}:{PORTS['ingress']},{self.hosts.addr(f'n{i}')}:"
@@ -188,7 +205,8 @@ class FaultRun:
 
     def _spawn(self, m: Member) -> subprocess.Popen:
         with open(m.stderr_path, "a") as err:
-            return self.hosts.popen(m.host, m.command(), env=clean_env(PYTHONPATH=str(HERE), JOURNAL=str(m.journal)),
+            return self.hosts.popen(m.host, m.command(),
+                                    env=clean_env(PYTHONPATH=str(HERE), JOURNAL=str(m.journal), **m.env),
                                     cwd=str(HERE), stdout=subprocess.DEVNULL, stderr=err)
 
     def start(self, m: Member) -> None:
@@ -337,6 +355,22 @@ class FaultRun:
             time.sleep(hold)
             self.start(victim)
             self.log(f"member {victim.id} replaced: started empty")
+        elif kind == "skew-clock":
+            # Cluster time is the leader's wall clock: a member a minute behind or ahead leads or follows, and
+            # the timers (due in cluster time) must still fire once each, none early, none left unfired at the
+            # end (the checks); a member already skewed is put right instead.
+            victim = leader if rng.random() < 0.5 else rng.choice([m for m in self.members if m is not leader])
+            self.kill(victim)
+            if victim.env:
+                victim.env = {}
+                what = "its clock put right"
+            else:
+                skew = rng.choice((-CLOCK_SKEW_MS, CLOCK_SKEW_MS))
+                victim.env = {"LD_PRELOAD": str(self.clock_shim), "SULIS_TEST_CLOCK_SKEW_MS": str(skew)}
+                what = f"its clock {skew // 1000:+d} s off"
+            time.sleep(min(hold, 1.0))
+            self.start(victim)
+            self.log(f"member {victim.id} restarted, {what}")
         elif kind == "restart-all":
             for m in self.members:
                 self.kill(m)
@@ -528,6 +562,8 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
     rng = random.Random(seed)
     lincheck = lincheck or build_lincheck(base)
     fr = FaultRun(hosts, base, size)
+    if "skew-clock" in schedule:
+        fr.clock_shim = build_clock_shim(base)
     workload = None
     try:
         for m in fr.members:

@@ -12,12 +12,11 @@ messages at the same times."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
+from clusterfaults.harness import build_clock_shim
 from clusterprocs import journal_cluster
 from conftest import await_until
 from sulis.cluster import ClusterClient
@@ -46,10 +45,7 @@ class Journal(ClusteredService):
 def clock_shim(tmp_path) -> str:
     if shutil.which("cc") is None:
         pytest.skip("the clock-skew shim needs a C compiler (cc)")
-    source = Path(__file__).resolve().parents[1] / "clusterfaults" / "clock_skew.c"
-    shim = tmp_path / "clock_skew.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim), str(source), "-ldl"], check=True)
-    return str(shim)
+    return str(build_clock_shim(tmp_path))
 
 
 def send(c: ClusterClient, text: str, timeout: float = 30.0) -> None:
