@@ -60,8 +60,10 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
         # Aeron's client gives the whole connect 5 s by default; the suite's busy 2 cores once made the
-        # egress connect take longer (a CI-load flake, not a refusal), so it gets 20 s here.
-        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "20s"}
+        # egress connect take longer (a CI-load flake, not a refusal), so it gets 20 s here; and a CI run
+        # (2026-11-26) saw Aeron's driver, beside Spark's JVMs, miss its keepalive for 10.4 s, the client's
+        # default driver timeout, so that is 30 s (as in the three-member test below).
+        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "20s", "aeron.driver.timeout": "30000"}
         cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
             "echo", f"ingress_endpoints=0=localhost:{port}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
             "count=2000"], cp)
