@@ -57,7 +57,10 @@ SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 # serial collector spare the two cores the JIT and GC threads a long-lived server wants. Measured
 # 2026-11-25: the main Spark job took 39 CPU-seconds instead of 60; a 1 M-message Aeron transfer
 # cost the same either way. Benchmarks (bench/) do not run under this and use the JVMs' defaults.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# PerfDisableSharedMem: no hsperfdata file in /tmp, whose page a JVM writes at every safepoint and which can
+# stall it for seconds while the disk is busy writing back (Spark's tests write a lot there); two CI runs
+# (2026-11-26) saw Aeron's driver in an interop test go 10 s without a duty cycle.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+PerfDisableSharedMem")
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 
 #: Options of every test driver unless a test overrides them.

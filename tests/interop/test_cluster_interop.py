@@ -56,7 +56,7 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
     service = Echo()
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
             ClusterNode(service, tmp_path / "cluster", driver.dir, cluster_members=members,
-                        log_term_length="1m") as node:
+                        log_term_length="1m", session_timeout="30s") as node:  # past a stalled Aeron driver
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
         # Aeron's client gives the whole connect 5 s by default; the suite's busy 2 cores once made the
