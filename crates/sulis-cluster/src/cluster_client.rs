@@ -215,7 +215,10 @@ impl ClusterClient {
                     10,
                 )
                 .unwrap_or(0);
-            for e in events.into_iter().filter(|e| e.correlation_id == correlation_id) {
+            for e in events
+                .into_iter()
+                .filter(|e| e.correlation_id == correlation_id)
+            {
                 match e.code {
                     event_code::OK => {
                         let at = targets

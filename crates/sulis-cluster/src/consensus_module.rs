@@ -602,8 +602,10 @@ impl ConsensusModule {
         let election_count = counter(ELECTION_COUNT_TYPE_ID, "Cluster election count")?;
         let leadership_term_id = counter(LEADERSHIP_TERM_ID_TYPE_ID, "Cluster leadership term id")?;
         leadership_term_id.set(-1);
-        let timed_out_clients =
-            counter(TIMED_OUT_CLIENT_COUNT_TYPE_ID, "Cluster timed out client count")?;
+        let timed_out_clients = counter(
+            TIMED_OUT_CLIENT_COUNT_TYPE_ID,
+            "Cluster timed out client count",
+        )?;
         // One member has no election to run: CLOSED, as Aeron's counter
         // reads once its single-member election is over.
         election_state.set(crate::election::ElectionState::Closed.code() as i64);
@@ -1106,7 +1108,8 @@ impl ConsensusModule {
             // messages come to a follower through the log.
             if leading {
                 work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
-                self.timed_out_clients.set(sessions.timed_out_count() as i64);
+                self.timed_out_clients
+                    .set(sessions.timed_out_count() as i64);
             }
             work += sessions.send_rejections(&mut self.io, &term, now_ns);
             if leading {

@@ -100,10 +100,15 @@ impl IdleStrategy {
                 if *s == IdleStrategy::backoff() {
                     "backoff".to_string()
                 } else {
-                    format!("backoff:{}", sulis_protocol::options::show_duration(max_park))
+                    format!(
+                        "backoff:{}",
+                        sulis_protocol::options::show_duration(max_park)
+                    )
                 }
             }
-            IdleStrategy::Sleeping(d) => format!("sleeping:{}", sulis_protocol::options::show_duration(d)),
+            IdleStrategy::Sleeping(d) => {
+                format!("sleeping:{}", sulis_protocol::options::show_duration(d))
+            }
         }
     }
 
@@ -193,11 +198,21 @@ mod tests {
         );
         assert!(IdleStrategy::parse("nap").unwrap_err().contains("nap"));
         let short = IdleStrategy::parse("backoff:100us").unwrap();
-        assert!(matches!(short, IdleStrategy::Backoff { max_park, max_spins: 10, .. }
-            if max_park == Duration::from_micros(100)));
+        assert!(
+            matches!(short, IdleStrategy::Backoff { max_park, max_spins: 10, .. }
+            if max_park == Duration::from_micros(100))
+        );
         assert_eq!(short.name(), "backoff:100us");
-        assert_eq!(IdleStrategy::parse("backoff:1ms").unwrap().name(), "backoff");
-        assert_eq!(IdleStrategy::parse("sleeping:2ms").unwrap().name(), "sleeping:2ms");
-        assert!(IdleStrategy::parse("backoff:0ns").unwrap_err().contains("at least 1 us"));
+        assert_eq!(
+            IdleStrategy::parse("backoff:1ms").unwrap().name(),
+            "backoff"
+        );
+        assert_eq!(
+            IdleStrategy::parse("sleeping:2ms").unwrap().name(),
+            "sleeping:2ms"
+        );
+        assert!(IdleStrategy::parse("backoff:0ns")
+            .unwrap_err()
+            .contains("at least 1 us"));
     }
 }
