@@ -34,6 +34,19 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
            "--log-term-length", "1m"]
 
 
+def cluster_counters(driver_dir: str) -> dict[str, int]:
+    """The cluster counters in the driver in ``driver_dir`` by type name (``cluster-election-state``, ...);
+    {} while it has no CnC file."""
+    import sulis
+
+    names = {t: name for t, name in sulis._native.counter_types() if name.startswith("cluster-")}
+    try:
+        return {names[c["type_id"]]: c["value"] for c in sulis.CountersReader(driver_dir).counters()
+                if c["type_id"] in names}
+    except Exception:  # the CnC file not there yet
+        return {}
+
+
 class Member:
     """One member's process: ``start`` runs (or restarts) it on the same directories."""
 
@@ -67,14 +80,7 @@ class Member:
 
     def counters(self) -> dict[str, int]:
         """This run's cluster counters by type name (``cluster-election-state``, ...); {} before its CnC."""
-        import sulis
-
-        names = {t: name for t, name in sulis._native.counter_types() if name.startswith("cluster-")}
-        try:
-            return {names[c["type_id"]]: c["value"] for c in sulis.CountersReader(self.driver_dir).counters()
-                    if c["type_id"] in names}
-        except Exception:  # the CnC file not there yet
-            return {}
+        return cluster_counters(self.driver_dir)
 
     def await_election_closed(self, timeout: float = 60.0) -> None:
         """Waits until this run of the member finished its election (its election-state counter CLOSED,

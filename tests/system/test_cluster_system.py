@@ -13,6 +13,7 @@ import time
 import pytest
 
 import sulis
+from clusterprocs import cluster_counters
 from conftest import await_until, free_udp_port
 from sulis.cluster import (
     CloseReason,
@@ -443,19 +444,12 @@ def test_without_check_determinism_a_clock_reading_service_runs(node_env, tmp_pa
         assert node.error is None
 
 
-def cluster_counter(driver_dir: str, type_name: str) -> int:
-    """The value of the member's counter of ``type_name`` (one per member)."""
-    type_id = {name: t for t, name in sulis._native.counter_types()}[type_name]
-    (value,) = [c["value"] for c in sulis.CountersReader(driver_dir).counters() if c["type_id"] == type_id]
-    return value
-
-
 def test_a_silent_session_times_out_its_client_is_told_and_the_member_counts_it(node_env):
     driver, _, members, _, cluster_dir = node_env
     service = Echo()
     with ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
                      session_timeout="1s"), connect(node_env) as quiet, connect(node_env) as talking:
-        assert cluster_counter(driver.dir, "cluster-timed-out-client-count") == 0
+        assert cluster_counters(driver.dir)["cluster-timed-out-client-count"] == 0
         offer(quiet, b"hello")
         assert receive(quiet, 1) == [b"hello"]
         deadline = time.monotonic() + 3  # three session timeouts: quiet says nothing, talking keeps alive
@@ -467,8 +461,9 @@ def test_a_silent_session_times_out_its_client_is_told_and_the_member_counts_it(
                     "the silent session closed")
         with pytest.raises(ClusterSessionClosedError, match="TIMEOUT"):
             await_until(lambda: quiet.poll_egress(lambda p, t: None) < 0, 10)
-        assert cluster_counter(driver.dir, "cluster-timed-out-client-count") == 1
-        assert cluster_counter(driver.dir, "cluster-election-count") == 1
-        assert cluster_counter(driver.dir, "cluster-leadership-term-id") == 0
+        counters = cluster_counters(driver.dir)
+        assert counters["cluster-timed-out-client-count"] == 1
+        assert counters["cluster-election-count"] == 1
+        assert counters["cluster-leadership-term-id"] == 0
         offer(talking, b"still here")
         assert receive(talking, 1) == [b"still here"]
