@@ -243,26 +243,29 @@ def test_nft_missing_skips(monkeypatch):
 # -- the lossy relay ----------------------------------------------------------------------
 
 
-def relay_run(make_relay, sinks, n=1000, seed=42, echo=False, **impairments):
-    """Sends ``n`` numbered datagrams through a fresh relay to a sink; returns (relay, sink, client)."""
-    target = sinks(loopback_socket(), echo=echo)
-    relay = make_relay(target.address, seed=seed, **impairments)
-    client = sinks(loopback_socket())
+def drained(relay, target, client, echo: bool):
+    """Progress for ``send_paced`` through ``relay``: a burst counts as through only once every hop has
+    emptied its socket: the relay received it, the target took all that was forwarded and (echoing) the
+    client all the replies forwarded back. Pacing on the relay alone let a slow sink's receive buffer
+    overflow under load, a loss no impairment asked for (CI, twice)."""
     st = relay.stats
 
-    def drained():
-        # A burst counts as through only once every hop has emptied its socket: the relay
-        # received it, the target took all that was forwarded and (echoing) the client all
-        # the replies forwarded back. Pacing on the relay alone let a slow sink's receive
-        # buffer overflow under load, a loss no impairment asked for.
+    def through() -> int:
         s = st()
         if len(target.items) < s["forward"].forwarded:
             return -1
         if echo and (s["backward"].received < len(target.items) or len(client.items) < s["backward"].forwarded):
             return -1
         return s["forward"].received
+    return through
 
-    send_paced(client.sock, relay.address, n, drained)
+
+def relay_run(make_relay, sinks, n=1000, seed=42, echo=False, **impairments):
+    """Sends ``n`` numbered datagrams through a fresh relay to a sink; returns (relay, sink, client)."""
+    target = sinks(loopback_socket(), echo=echo)
+    relay = make_relay(target.address, seed=seed, **impairments)
+    client = sinks(loopback_socket())
+    send_paced(client.sock, relay.address, n, drained(relay, target, client, echo))
     await_until(lambda: relay.held() == 0, what="held-back datagrams to be released")
     fwd = relay.forward_stats
     await_until(lambda: len(target.items) == fwd.forwarded, what="forwarded datagrams to arrive")
@@ -412,8 +415,7 @@ def test_relay_inside_namespaces(netns_pair, make_relay, sinks):
     target = sinks(pair.udp_socket("b", 0), echo=True)
     relay = make_relay(target.address, netns=pair.ns_a, forward=Impairment(drop=0.2), seed=1)
     client = sinks(udp_socket_in(pair.ns_a, ("127.0.0.1", 0)))
-    st = relay.stats
-    send_paced(client.sock, relay.address, 500, lambda: st()["forward"].received)
+    send_paced(client.sock, relay.address, 500, drained(relay, target, client, echo=True))
     fwd = relay.forward_stats
     await_until(lambda: len(client.items) == fwd.forwarded, what="echoes through the relay")
     assert {src[0] for _, src in target.items} == {pair.addr_a}
