@@ -99,15 +99,18 @@ def run_cli(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def await_until(cond, timeout: float = 10.0, what: str | None = None, interval: float = 0.001):
-    """Polls ``cond()`` until it returns something truthy, which is returned."""
+def await_until(cond, timeout: float = 10.0, what=None, interval: float = 0.001):
+    """Polls ``cond()`` until it returns something truthy, which is returned. ``what`` names what was awaited
+    in the error: a string, or a callable called at the timeout (so it can show the state then, such as a
+    process's last log lines, rather than the state when the wait began)."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or getattr(cond, '__name__', cond)}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said or getattr(cond, '__name__', cond)}")
         time.sleep(interval)
 
 

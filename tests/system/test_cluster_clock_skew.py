@@ -130,7 +130,8 @@ def test_cluster_time_never_goes_back_and_keeps_moving_when_skewed_members_lead(
         took = burst(c, 40)
         for n in nodes:
             await_until(lambda n=n: len(n.journal_lines()) >= sent, 30,
-                        f"member {n.id}'s journal ({len(n.journal_lines())} of {sent})\n{n.stderr()[-3000:]}")
+                        lambda n=n: f"member {n.id}'s journal ({len(n.journal_lines())} of {sent})\n"
+                                    f"{n.stderr()[-3000:]}")
         journals = [[line.split() for line in n.journal_lines()] for n in nodes]
         assert journals[0] == journals[1] == journals[2], "the members applied different messages or times"
         assert list(dict.fromkeys(m for m, _ in journals[0])) == [f"m{i}" for i in range(sent)]

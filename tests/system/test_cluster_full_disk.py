@@ -57,7 +57,7 @@ def test_a_member_whose_disk_fills_fails_loudly_and_the_others_go_on(make_driver
             send(c, f"m{sent:05d}{payload}")
             sent += 1
         await_until(lambda: victim.proc.poll() is not None, 30,
-                    f"member {victim.id} to stop\n{victim.stderr()[-2000:]}")
+                    lambda: f"member {victim.id} to stop\n{victim.stderr()[-2000:]}")
         assert victim.proc.returncode != 0
         said = "the log's recording"
         assert said in victim.stderr() and "No space left on device" in victim.stderr(), victim.stderr()[-3000:]

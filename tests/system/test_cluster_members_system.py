@@ -35,7 +35,7 @@ def hold_all(nodes, count: int, timeout: float = 30.0) -> None:
     expected = [f"m{i}" for i in range(count)]
     for n in nodes:
         await_until(lambda n=n: len(n.journal_lines()) >= count, timeout,
-                    f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
+                    lambda n=n: f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
         assert n.journal_lines() == expected, n.id
 
 
@@ -317,7 +317,7 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
             return any(f"member {lost.id} asks to catch up from log position 0" in text
                        and "--seed-from-snapshot" in text
                        for m in errors["components"] for *_, text in m["errors"])
-        await_until(leader_says_why, 30, f"the leader's error naming member {lost.id}\n{lost.stderr()[-2000:]}")
+        await_until(leader_says_why, 30, lambda: f"the leader's error naming member {lost.id}\n{lost.stderr()[-2000:]}")
         lost.kill()
         for d in (lost.cluster_dir, lost.archive_dir, lost.driver_dir):
             shutil.rmtree(d)

@@ -335,8 +335,7 @@ impl ArchiveClient {
         let r = loop {
             let m = c.next_message(deadline, "the archive to accept the connection")?;
             let Ok(h) = Header::decode(&m) else { continue };
-            let protocol =
-                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
+            let protocol = |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             if h.template_id == ControlResponse::TEMPLATE_ID {
                 let r = ControlResponse::decode(&m).map_err(protocol)?;
                 if r.correlation_id == k {
@@ -517,8 +516,7 @@ impl ArchiveClient {
             if h.schema_id != SCHEMA_ID {
                 continue;
             }
-            let protocol =
-                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
+            let protocol = |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             match h.template_id {
                 ControlResponse::TEMPLATE_ID => {
                     let r = ControlResponse::decode(&m).map_err(protocol)?;
@@ -1002,8 +1000,7 @@ impl ArchiveClient {
         while out.len() < count.max(0) as usize {
             let m = self.next_message(deadline, "the archive's recording subscriptions")?;
             let Ok(h) = Header::decode(&m) else { continue };
-            let protocol =
-                |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
+            let protocol = |e: sulis_protocol::sbe::SbeError| ArchiveError::Protocol(e.message);
             match h.template_id {
                 RecordingSubscriptionDescriptor::TEMPLATE_ID => {
                     let d = RecordingSubscriptionDescriptor::decode(&m).map_err(protocol)?;

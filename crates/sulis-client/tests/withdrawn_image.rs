@@ -43,7 +43,11 @@ fn an_image_whose_position_counter_is_freed_under_it_does_not_read_old_terms_aga
     let mut received = 0usize;
     let mut sent = 0usize;
     while publication.position() < 3 * 64 * 1024 + 8 * 1024 || received < sent {
-        assert!(Instant::now() < deadline, "stalled at {}", publication.position());
+        assert!(
+            Instant::now() < deadline,
+            "stalled at {}",
+            publication.position()
+        );
         match publication.offer(&message) {
             Ok(_) => sent += 1,
             Err(OfferError::BackPressured | OfferError::AdminAction) => {}

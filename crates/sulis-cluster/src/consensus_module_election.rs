@@ -74,6 +74,9 @@ pub(super) struct Replicated {
     log_session_id: i32,
     /// The election ended (`election_complete`); the module takes it.
     completed: bool,
+    /// What the elections this process ran know of its votes
+    /// (`Election::voted_through`); None before the first ends.
+    voted_through: Option<i64>,
     /// Services joined the log of this term (JoinLog acked).
     services_joined: bool,
     /// The leader of this term had just started (its sessions are closed, not taken over).
@@ -167,6 +170,7 @@ impl ConsensusModule {
             leader_member_id: -1,
             log_session_id: 0,
             completed: false,
+            voted_through: None,
             services_joined: false,
             is_leader_startup: true,
             restart: None,
@@ -228,6 +232,12 @@ impl ConsensusModule {
             this_member_id: self.ctx.member_id,
             app_version: self.ctx.app_version,
             seed: now_ns as u64 ^ ((self.ctx.member_id as u64 + 1) << 40),
+            voted_through: self.replicated.as_ref().and_then(|r| {
+                r.election
+                    .as_ref()
+                    .map(|e| e.voted_through())
+                    .or(r.voted_through)
+            }),
         };
         // A leader's catch-up replays end with its term, and so does a
         // follower's catch-up (its destination goes).
@@ -455,6 +465,7 @@ impl ConsensusModule {
                     self.ctx.member_id,
                     election.leadership_term_id()
                 ));
+                self.rep().voted_through = Some(election.voted_through());
                 self.members = election.into_members();
             } else {
                 rep.election = Some(election);

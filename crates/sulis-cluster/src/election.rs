@@ -530,6 +530,11 @@ pub struct ElectionStart {
     pub app_version: i32,
     /// Seed of the nomination delay.
     pub seed: u64,
+    /// The latest term whose leader this member may have helped elect, as
+    /// the elections this process ran left it ([`Election::voted_through`]);
+    /// None when none has run yet: then the candidate term on disk counts
+    /// (whom that vote went to is not known).
+    pub voted_through: Option<i64>,
 }
 
 /// One election.
@@ -558,6 +563,16 @@ pub struct Election {
     leadership_term_id: i64,
     log_leadership_term_id: i64,
     candidate_term_id: i64,
+    /// The latest term whose leader this member may have helped elect: a
+    /// term it voted yes in for another member, or won itself, or (not
+    /// known which) the candidate term on disk when the election began. A
+    /// ballot it stood in and lost elected no one with its vote, so it may
+    /// follow a leader of an earlier term than the one it stood in.
+    voted_through: i64,
+    voted_through_known: bool,
+    /// CANVASS: a leader of a term before `voted_through` was refused since
+    /// the canvass began (its term).
+    refused_earlier_leader: Option<i64>,
     leader_recording_id: i64,
     log_session_id: Option<i32>,
 
@@ -636,6 +651,12 @@ impl Election {
             leadership_term_id: start.leadership_term_id,
             log_leadership_term_id: start.leadership_term_id,
             candidate_term_id: start.leadership_term_id,
+            voted_through: start
+                .voted_through
+                .unwrap_or(NULL_VALUE)
+                .max(start.leadership_term_id),
+            voted_through_known: start.voted_through.is_some(),
+            refused_earlier_leader: None,
             leader_recording_id: NULL_VALUE,
             log_session_id: None,
             replication_leadership_term_id: NULL_VALUE,
@@ -669,6 +690,12 @@ impl Election {
     /// The leader chosen (once known).
     pub fn leader_member_id(&self) -> Option<i32> {
         self.leader.map(|i| self.members[i].id)
+    }
+
+    /// The latest term whose leader this member may have helped elect (for
+    /// the next election's [`ElectionStart::voted_through`]).
+    pub fn voted_through(&self) -> i64 {
+        self.voted_through
     }
 
     /// The new term (once known).
@@ -871,6 +898,7 @@ impl Election {
         ) {
             self.candidate_term_id =
                 host.propose_max_candidate_term_id(m.candidate_term_id, m.log_position, now_ns);
+            self.voted_through = self.voted_through.max(m.candidate_term_id);
             self.place_vote(host, m.candidate_term_id, m.candidate_member_id, true);
             self.set_state(host, FollowerBallot, now_ns, "voted");
         }
@@ -924,12 +952,19 @@ impl Election {
         }
         let in_ballot = matches!(self.state, FollowerBallot | CandidateBallot)
             && m.leadership_term_id == self.candidate_term_id;
-        // A member that voted (or stood) in a later term never follows an
-        // earlier term's leader: its vote may have elected a leader whose log
-        // lacks what this one would append and commit, which that leader
-        // would then cut. Aeron's election takes any term's leader while it
-        // canvasses; a simulation found it losing committed entries so.
-        let canvassing = self.state == Canvass && m.leadership_term_id >= self.candidate_term_id;
+        // A member that voted in a later term never follows an earlier
+        // term's leader: its vote may have elected a leader whose log lacks
+        // what this one would append and commit, which that leader would
+        // then cut. Aeron's election takes any term's leader while it
+        // canvasses; a simulation found it losing committed entries so. A
+        // ballot this member stood in and lost elected no one with its vote:
+        // it does not count (refusing the leader that won meanwhile left a
+        // member canvassing for good while the others went on).
+        let floor = self.leadership_term_id.max(self.voted_through);
+        let canvassing = self.state == Canvass && m.leadership_term_id >= floor;
+        if self.state == Canvass && !canvassing {
+            self.refused_earlier_leader = Some(m.leadership_term_id);
+        }
         if in_ballot || canvassing {
             if m.log_leadership_term_id != self.log_leadership_term_id {
                 // Not tailored to this log: wait for one that is.
@@ -1181,6 +1216,9 @@ impl Election {
         }
         if self.is_first_init {
             self.is_first_init = false;
+            if !self.voted_through_known {
+                self.voted_through = self.voted_through.max(host.candidate_term_id());
+            }
             if !self.is_node_startup {
                 self.prepare_for_new_leadership(host, now_ns);
             }
@@ -1231,13 +1269,35 @@ impl Election {
             work += 1;
         }
         let me = &self.members[self.this_member];
+        // A leader of a term before one this member voted in leads the
+        // others (they are past their election: none canvasses back). This
+        // member will not follow it, and with a shorter log it may never be
+        // a quorum candidate: it stands anyway, as a Raft member whose term
+        // is ahead does, and its request for a later term ends the old one.
+        // The leader steps down, refuses the shorter log and wins the next
+        // ballot, a term this member follows.
+        let past_earlier_leader = self.refused_earlier_leader.filter(|_| {
+            now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns
+        });
         if is_unanimous_candidate(&self.members, me, self.graceful_closed_leader_id)
             || (now_ns >= deadline && is_quorum_candidate(&self.members, me))
+            || past_earlier_leader.is_some()
         {
             let delay =
                 (self.next_random() % (self.timeouts.election_timeout_ns as u64 / 2).max(1)) as i64;
             self.nomination_deadline_ns = now_ns + delay;
-            self.set_state(host, ElectionState::Nominate, now_ns, "");
+            let why = past_earlier_leader.map(|term| {
+                format!(
+                    "the leader of term {term} is before term {}, which this member voted in: standing to end its term",
+                    self.voted_through
+                )
+            });
+            self.set_state(
+                host,
+                ElectionState::Nominate,
+                now_ns,
+                why.as_deref().unwrap_or(""),
+            );
             work += 1;
         }
         Ok(work)
@@ -2070,6 +2130,7 @@ impl Election {
         }
         match new_state {
             ElectionState::Canvass => {
+                self.refused_earlier_leader = None;
                 for m in self.members.iter_mut() {
                     m.reset();
                 }
@@ -2082,6 +2143,7 @@ impl Election {
             }
             ElectionState::CandidateBallot => host.set_role(role::CANDIDATE),
             ElectionState::LeaderLogReplication => {
+                self.voted_through = self.voted_through.max(self.leadership_term_id);
                 self.commit_bound = self.log_position;
                 host.set_role(role::LEADER);
                 self.log_session_id = Some(host.add_log_publication(self.append_position));
@@ -2276,6 +2338,7 @@ mod tests {
             this_member_id: 0,
             app_version: 1,
             seed: 1,
+            voted_through: None,
         };
         let mut e = Election::new(start, three(), ElectionTimeouts::default(), 0);
         e.do_work(host, 0);
@@ -2291,6 +2354,16 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn canvass(from: i32, log_term: i64, position: i64) -> CanvassPosition {
+        CanvassPosition {
+            log_leadership_term_id: log_term,
+            log_position: position,
+            leadership_term_id: log_term,
+            follower_member_id: from,
+            protocol_version: CONSENSUS_PROTOCOL_VERSION,
+        }
     }
 
     fn request(term: i64, log_term: i64, position: i64, candidate: i32) -> RequestVote {
@@ -2329,14 +2402,7 @@ mod tests {
         let mut host = Fake::default();
         let mut e = canvassing(1, 640, &mut host);
         for (id, pos) in [(1, 320), (2, 640)] {
-            let c = CanvassPosition {
-                log_leadership_term_id: 1,
-                log_position: pos,
-                leadership_term_id: 1,
-                follower_member_id: id,
-                protocol_version: CONSENSUS_PROTOCOL_VERSION,
-            };
-            e.on_canvass_position(&mut host, &c, MS);
+            e.on_canvass_position(&mut host, &canvass(id, 1, pos), MS);
         }
         e.do_work(&mut host, 2 * MS);
         assert_eq!(e.state(), ElectionState::Nominate);
@@ -2528,14 +2594,82 @@ mod tests {
             ElectionState::Canvass,
             "a term below the one it voted in"
         );
+        // The leader of term 2 goes on leading the others, who canvass no
+        // more: after an election timeout this member stands, with a term past
+        // the one it voted in, which makes that leader step down.
+        e.do_work(&mut host, 2_400 * MS);
+        assert_eq!(
+            e.state(),
+            ElectionState::Canvass,
+            "not before an election timeout"
+        );
+        e.do_work(&mut host, 2_501 * MS);
+        assert_eq!(e.state(), ElectionState::Nominate);
+        assert!(
+            host.log
+                .iter()
+                .any(|l| l.contains("the leader of term 2 is before term 3")),
+            "{:?}",
+            host.log
+        );
+        e.do_work(&mut host, 3_100 * MS);
+        assert_eq!(
+            (e.state(), e.candidate_term_id()),
+            (ElectionState::CandidateBallot, 4)
+        );
+        e.do_work(&mut host, 4_200 * MS); // every member refused its shorter log
+        assert_eq!(e.state(), ElectionState::Canvass);
         let next = |t| match t {
             1 => Some(term(1, 0, 640)),
             3 => Some(term(3, 640, -1)),
             _ => None,
         };
         let term_3 = leader_term(3, 640).new_leadership_term(1, &next, 0);
-        e.on_new_leadership_term(&mut host, &term_3, 1_502 * MS);
+        e.on_new_leadership_term(&mut host, &term_3, 4_201 * MS);
         assert_eq!(e.state(), ElectionState::FollowerReplay);
+    }
+
+    #[test]
+    fn a_member_that_stood_in_a_later_term_and_lost_follows_the_leader_elected_meanwhile() {
+        // Its own vote went to itself: no leader of that term owes it its
+        // election, so following an earlier term's leader loses nothing. A
+        // clean-clone CI run saw a member refuse so and canvass for good.
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        for (round, at) in [(2, 0), (3, 2_000)] {
+            e.on_canvass_position(&mut host, &canvass(1, 1, 320), (at + 1) * MS);
+            e.on_canvass_position(&mut host, &canvass(2, 1, 640), (at + 1) * MS);
+            e.do_work(&mut host, (at + 2) * MS);
+            e.do_work(&mut host, (at + 600) * MS);
+            assert_eq!(
+                (e.state(), e.candidate_term_id()),
+                (ElectionState::CandidateBallot, round)
+            );
+            e.do_work(&mut host, (at + 1_700) * MS); // no votes: lost
+            assert_eq!(e.state(), ElectionState::Canvass);
+        }
+        // Member 1 won term 2 with member 2's vote while this member stood in term 3.
+        let next = |t| match t {
+            1 => Some(term(1, 0, 640)),
+            2 => Some(term(2, 640, -1)),
+            _ => None,
+        };
+        let term_2 = leader_term(2, 640).new_leadership_term(1, &next, 0);
+        e.on_new_leadership_term(&mut host, &term_2, 3_701 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+
+        // Had it voted yes for member 2 in term 2, it would not (the test above).
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        e.on_request_vote(&mut host, &request(2, 1, 640, 2), MS);
+        e.do_work(&mut host, 1_500 * MS);
+        let next = |t| match t {
+            1 => Some(term(1, 0, 640)),
+            _ => None,
+        };
+        let term_1 = leader_term(1, 640).new_leadership_term(1, &next, 0);
+        e.on_new_leadership_term(&mut host, &term_1, 1_501 * MS);
+        assert_eq!(e.state(), ElectionState::Canvass);
     }
 
     #[test]

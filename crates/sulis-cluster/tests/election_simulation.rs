@@ -79,6 +79,8 @@ struct Node {
     /// The recording log's terms: term -> (base, end or -1).
     terms: BTreeMap<i64, (i64, i64)>,
     candidate_term_on_disk: i64,
+    /// What this process's elections know of its votes (the consensus module keeps it).
+    voted_through: Option<i64>,
     commit: i64,
     role: i32,
     election: Option<Election>,
@@ -582,6 +584,15 @@ impl Sim {
             this_member_id: node.id,
             app_version: 1,
             seed: self.seed ^ ((node.id as u64 + 1) << 32) ^ self.now as u64,
+            // A restarted member knows only its candidate term on disk.
+            voted_through: if startup {
+                None
+            } else {
+                node.election
+                    .as_ref()
+                    .map(|e| e.voted_through())
+                    .or(node.voted_through)
+            },
         };
         node.election = Some(Election::new(
             start,
@@ -781,6 +792,7 @@ impl Sim {
                 e.do_work(h, now);
                 let done = e.state() == ElectionState::Closed;
                 if done {
+                    h.node.voted_through = Some(e.voted_through());
                     let leader = e.leader_member_id().unwrap();
                     let term = e.leadership_term_id();
                     let session = e.log_session_id().unwrap();
@@ -1002,8 +1014,16 @@ impl Sim {
                 return;
             }
         }
-        let states: Vec<String> = self
-            .nodes
+        let (states, events) = (self.states(), self.last_events(0));
+        panic!(
+            "seed {}: no progress {what} in {limit_ms} ms: {states:#?}\nlast events: {events:#?}",
+            self.seed
+        );
+    }
+
+    /// Each member's state, one line each.
+    fn states(&self) -> Vec<String> {
+        self.nodes
             .iter()
             .map(|n| {
                 format!(
@@ -1018,10 +1038,32 @@ impl Sim {
                     n.events.last()
                 )
             })
-            .collect();
-        let events = self.last_events(0);
+            .collect()
+    }
+}
+
+impl Sim {
+    /// Liveness for every member, not only a quorum: with the faults healed,
+    /// within `limit_ms` a leader leads and every other member follows it
+    /// (none left canvassing while the others go on without it).
+    fn until_every_member_joined(&mut self, limit_ms: i64) {
+        for _ in 0..limit_ms {
+            if let Some((leader, term)) = self.leader() {
+                if self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.id != leader)
+                    .all(|n| n.following.map(|f| (f.0, f.1)) == Some((leader, term)))
+                {
+                    return;
+                }
+            }
+            self.tick();
+        }
+        let (states, events) = (self.states(), self.last_events(0));
         panic!(
-            "seed {}: no progress {what} in {limit_ms} ms: {states:#?}\nlast events: {events:#?}",
+            "seed {}: not every member follows one leader {limit_ms} ms after the faults healed: \
+             {states:#?}\nlast events: {events:#?}",
             self.seed
         );
     }
@@ -1123,7 +1165,10 @@ fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
     let plan: [(usize, Vec<u64>); 2] = match (only, extra) {
         (Some(seed), _) => [(size, vec![seed]), (size, vec![])],
         (None, 0) => [
-            (3, (0..12).chain([38, 55, 72, 150, 305, 1234]).collect()),
+            (
+                3,
+                (0..12).chain([38, 55, 72, 136, 150, 305, 1234]).collect(),
+            ),
             (
                 5,
                 (100..106)
@@ -1136,7 +1181,7 @@ fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
             (5, (1_000..1_000 + extra).collect()),
         ],
     };
-    let (mut terms, mut entries, mut truncations) = (0, 0, 0);
+    let (mut terms, mut entries, mut truncations, mut stood_past) = (0, 0, 0, 0);
     for (n, seeds) in plan {
         for seed in seeds {
             let mut s = sim(n, seed);
@@ -1193,6 +1238,7 @@ fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
             }
             // Every member up and following ends with the same committed prefix.
             s.run_for(2_000);
+            s.until_every_member_joined(10_000);
             let history = s.check.committed.clone();
             for node in &s.nodes {
                 // A leader still in its election has applied its own log's
@@ -1221,10 +1267,26 @@ fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
                 .flat_map(|n| &n.events)
                 .filter(|e| e.contains("truncating"))
                 .count();
+            if std::env::var("SULIS_SIM_DUMP").is_ok() {
+                for n in &s.nodes {
+                    for e in &n.events {
+                        eprintln!("{e}");
+                    }
+                }
+            }
+            stood_past += s
+                .nodes
+                .iter()
+                .flat_map(|n| &n.events)
+                .filter(|e| e.contains("standing to end its term"))
+                .count();
         }
     }
     // The nemesis did something: many terms, truncations of uncommitted suffixes, a growing log.
-    println!("nemesis: {terms} terms, {entries} committed entries, {truncations} truncations");
+    println!(
+        "nemesis: {terms} terms, {entries} committed entries, {truncations} truncations, \
+         {stood_past} stands against an earlier term's leader"
+    );
     assert!(
         only.is_some() || terms > 40 && entries > 1_000 && truncations > 0,
         "{terms} terms, {entries} entries, {truncations} truncations"

@@ -209,7 +209,10 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
         "cluster-timed-out-client-count",
     ),
     (type_id::CLUSTER_ELECTION_COUNT, "cluster-election-count"),
-    (type_id::CLUSTER_LEADERSHIP_TERM_ID, "cluster-leadership-term-id"),
+    (
+        type_id::CLUSTER_LEADERSHIP_TERM_ID,
+        "cluster-leadership-term-id",
+    ),
 ];
 
 /// Whether counters of `type_id` carry a stream key ([`stream_counter_key`]).

@@ -53,10 +53,10 @@ use sulis_concurrent::agent::{run_agents, Agent, DutyCycleTracker, NanoClock};
 use sulis_concurrent::counters::CounterRef;
 use sulis_protocol::archive::channel::{recording_key, strip_channel};
 use sulis_protocol::archive::messages::*;
-use sulis_protocol::sbe::SbeError;
 use sulis_protocol::counters::{
     recording_position_key, recording_position_label, type_id as counter_type,
 };
+use sulis_protocol::sbe::SbeError;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -479,14 +479,7 @@ impl ArchiveConductor {
             self.worker_counters.extend(max.into_iter().chain(exceeded));
             let thread = std::thread::Builder::new()
                 .name(format!("sulis-archive-{name}"))
-                .spawn(move || {
-                    run_agents(
-                        vec![(agent, tracker)],
-                        idle,
-                        r,
-                        NanoClock::new(),
-                    )
-                })
+                .spawn(move || run_agents(vec![(agent, tracker)], idle, r, NanoClock::new()))
                 .map_err(|e| {
                     ArchiveStartError::io(
                         format_args!("cannot start the archive's {name} thread"),
