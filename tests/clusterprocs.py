@@ -25,7 +25,7 @@ class Journal(ClusteredService):
         self.journal.write(payload.decode() + "\\n")
         self.journal.flush()
         while not cluster.offer(session_id, payload):
-            pass
+            cluster.idle()
 '''
 
 # Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s).

@@ -9,4 +9,4 @@ class Echo(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         if session_id is not None:
             while not cluster.offer(session_id, payload):
-                pass
+                cluster.idle()

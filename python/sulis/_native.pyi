@@ -835,6 +835,9 @@ class Cluster:
         """Closes session ``session_id`` (its client is told SERVICE_ACTION)."""
     def offer_to_cluster(self, payload: bytes) -> bool:
         """Puts ``payload`` into the log as this service's message."""
+    def idle(self, work_count: int = 0) -> None:
+        """Idles the service's thread once by the node's idle strategy; raises ``ClusterError`` once the node
+        stops (so a loop retrying an offer ends)."""
 
 @final
 class SnapshotWriter:

@@ -63,7 +63,7 @@ class Register(ClusteredService):
 
     def _into_log(self, cluster, payload: str) -> None:
         while not cluster.offer_to_cluster(payload.encode()):
-            pass
+            cluster.idle()
 
     def on_session_message(self, cluster, session_id, timestamp, payload) -> None:
         if session_id is None:  # the service's own message: a chain's next link

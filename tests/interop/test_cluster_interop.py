@@ -35,7 +35,7 @@ class Echo(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         while not cluster.offer(session_id, payload):
-            pass
+            cluster.idle()
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ class Journal(ClusteredService):
         self.journal.write(f"{payload.decode()} {timestamp}\\n")
         self.journal.flush()
         while not cluster.offer(session_id, payload):
-            pass
+            cluster.idle()
 '''
 
 

@@ -241,7 +241,7 @@ class Journal(ClusteredService):
         self.journal.write(payload.decode() + "\\n")
         self.journal.flush()
         while not cluster.offer(session_id, payload):
-            pass
+            cluster.idle()
 '''
 
 

@@ -28,7 +28,7 @@ class Counter(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
         while not cluster.offer(session_id, str(self.total).encode()):
-            pass
+            cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):
         snapshot.write(str(self.total).encode())

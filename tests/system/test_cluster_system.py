@@ -8,6 +8,7 @@ is refused.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -59,13 +60,13 @@ class Echo(ClusteredService):
             raise ValueError("the service broke")
         else:
             while not cluster.offer(session_id, payload):
-                time.sleep(0)
+                cluster.idle()
 
     def on_timer_event(self, cluster, correlation_id, timestamp):
         self.timers.append(correlation_id)
         for session_id in cluster.session_ids():
             while not cluster.offer(session_id, f"fired {correlation_id}".encode()):
-                time.sleep(0)
+                cluster.idle()
 
 
 @pytest.fixture
@@ -136,6 +137,38 @@ def test_an_exception_in_the_service_stops_it_naming_the_callback_and_the_log_po
         offer(a, b"after")
         time.sleep(0.3)
         assert service.messages == 2, "no entry is given to a service past its failure"
+
+
+class Waiting(ClusteredService):
+    """Idles in its callback for what never comes, as a service retrying an offer does."""
+
+    def __init__(self) -> None:
+        self.idled = 0
+        self.told: str | None = None
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        try:
+            while True:
+                cluster.idle()
+                self.idled += 1
+        except ClusterError as e:
+            self.told = str(e)
+            raise
+
+
+def test_a_service_idling_in_a_callback_is_told_when_the_node_closes_and_the_close_returns(node_env):
+    """A fault run hung a member: its consensus module had stopped (a full disk), and closing the node waited
+    for ever on a service callback retrying an offer. Once the node stops, ``idle`` (and the offers) raise."""
+    service = Waiting()
+    node = start(node_env, service)
+    with connect(node_env) as a:
+        offer(a, b"wait")
+        await_until(lambda: service.idled > 100, 10, "the service to idle")
+        closing = threading.Thread(target=node.close)
+        closing.start()
+        closing.join(20)
+        assert not closing.is_alive(), "close() waited on a service idling in a callback"
+    assert service.told is not None and "the cluster node is stopping" in service.told, service.told
 
 
 def test_a_restarted_node_rebuilds_its_python_service_from_the_log(node_env):
@@ -212,7 +245,7 @@ class Tally(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
         while not cluster.offer(session_id, str(self.total).encode()):
-            time.sleep(0)
+            cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):
         snapshot.write(str(self.total).encode())
@@ -283,7 +316,7 @@ class Tally(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
         while not cluster.offer(session_id, str(self.total).encode()):
-            pass
+            cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):
         snapshot.write(str(self.total).encode())
@@ -404,7 +437,7 @@ class Careless(ClusteredService):
                  "datetime.now": lambda: Datetime.now(), "datetime.datetime.now": lambda: datetime.datetime.now(),
                  "random": lambda: random.random()}[what]()
         while not cluster.offer(session_id, str(value).encode()):
-            pass
+            cluster.idle()
 '''
 
 

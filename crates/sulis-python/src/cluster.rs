@@ -23,6 +23,7 @@ use sulis_cluster::clustered_service_agent::{
 };
 use sulis_cluster::consensus_module::{toggle, ConsensusModule, ConsensusModuleContext};
 use sulis_cluster::consensus_module_agent::ModuleState;
+use sulis_concurrent::idle::{IdleStrategy, Idler};
 use sulis_protocol::options::Configured;
 
 create_exception!(
@@ -39,6 +40,11 @@ pub struct PyCluster {
     current: AtomicPtr<Cluster<'static>>,
     /// The service thread, the only one that may use it.
     owner: std::thread::ThreadId,
+    /// The node is stopping (closed, or its module ended): a service that
+    /// retries an offer is told so instead of retrying for ever.
+    stop: Arc<AtomicBool>,
+    /// `idle()`'s state (the service's idle strategy).
+    idler: Mutex<Idler>,
 }
 
 impl PyCluster {
@@ -53,6 +59,16 @@ impl PyCluster {
         // above) to a handle that lives for the whole callback, and cleared
         // before the callback's frame ends.
         Ok(f(unsafe { &mut *ptr }))
+    }
+
+    /// An error once the node stops: what a retry loop must not outlive.
+    fn not_stopping(&self, what: &str) -> PyResult<()> {
+        if self.stop.load(Ordering::Acquire) {
+            return Err(ClusterError::new_err(format!(
+                "{what}: the cluster node is stopping (closed, or its consensus module ended); the callback cannot go on"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -91,6 +107,7 @@ impl PyCluster {
     /// egress cannot take it now (offer again). On a follower nothing is
     /// sent and the offer succeeds.
     fn offer(&self, session_id: i64, payload: &[u8]) -> PyResult<bool> {
+        self.not_stopping("offer")?;
         match self.with(|c| c.offer(session_id, payload))? {
             Ok(()) => Ok(true),
             Err(ServiceOfferError::BackPressured) => Ok(false),
@@ -117,7 +134,19 @@ impl PyCluster {
 
     /// Puts `payload` into the log as this service's message.
     fn offer_to_cluster(&self, payload: &[u8]) -> PyResult<bool> {
+        self.not_stopping("offer_to_cluster")?;
         self.with(|c| c.offer_to_cluster(payload))
+    }
+
+    /// Idles the service's thread once, by the node's idle strategy (call
+    /// it between retries of an offer; `work_count` > 0 resets a back-off).
+    /// Raises `ClusterError` once the node stops, so a retry loop ends.
+    #[pyo3(signature = (work_count=0))]
+    fn idle(&self, py: Python<'_>, work_count: usize) -> PyResult<()> {
+        self.with(|_| ())?;
+        self.not_stopping("idle")?;
+        gil::released(py, || self.idler.lock().unwrap().idle(work_count));
+        self.not_stopping("idle")
     }
 }
 
@@ -169,6 +198,9 @@ struct PyService {
     obj: Py<PyAny>,
     handle: Option<Py<PyCluster>>,
     failed: Arc<Mutex<Option<String>>>,
+    /// The node's stop flag and idle strategy, for the `Cluster` handle.
+    stop: Arc<AtomicBool>,
+    idle: IdleStrategy,
 }
 
 /// A callback's arguments after the Cluster handle.
@@ -210,6 +242,8 @@ impl PyService {
                         PyCluster {
                             current: AtomicPtr::new(std::ptr::null_mut()),
                             owner: std::thread::current().id(),
+                            stop: self.stop.clone(),
+                            idler: Mutex::new(self.idle.idler()),
                         },
                     )?;
                     self.handle = Some(h);
@@ -475,6 +509,8 @@ impl PyClusterNode {
                             obj: service,
                             handle: None,
                             failed: failed.clone(),
+                            stop: s.clone(),
+                            idle,
                         };
                         let mut agent =
                             match ClusteredServiceAgent::launch(service_ctx, Box::new(adapter)) {
@@ -539,6 +575,9 @@ impl PyClusterNode {
                         Ok(n) => idler.idle(n),
                         Err(why) => {
                             set_first(&e, format!("consensus module: {why}"));
+                            // The service stops with it (a callback retrying an
+                            // offer is told, rather than retrying for ever).
+                            s.store(true, Ordering::Release);
                             break;
                         }
                     }

@@ -86,9 +86,12 @@ class ClusteredService:
 
     Every callback gets ``cluster`` (a ``Cluster``, valid during the callback only): its ``time`` and
     ``log_position`` are the entry's, ``offer(session_id, payload)`` answers a client (False: offer
-    again), ``schedule_timer``/``cancel_timer``, ``close_session`` and ``offer_to_cluster`` (a message
-    into the log from the service itself). An exception stops the service: the node's ``error`` names
-    the callback and the log position, and no later entry is given to it.
+    again, calling ``cluster.idle()`` between tries), ``schedule_timer``/``cancel_timer``,
+    ``close_session`` and ``offer_to_cluster`` (a message into the log from the service itself). Once
+    the node stops (closed, or its consensus module ended), ``offer``, ``offer_to_cluster`` and
+    ``idle`` raise ``ClusterError``, so a retry loop ends instead of holding the node open. An exception
+    stops the service: the node's ``error`` names the callback and the log position, and no later entry is
+    given to it.
     """
 
     def on_start(self, cluster: Cluster, snapshot: list[bytes] | None) -> None:
