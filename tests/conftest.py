@@ -148,22 +148,15 @@ def make_dir(prefix: str = "sulis-test-") -> str:
 def small_ext4(megabytes: int):
     """An ext4 file system of ``megabytes`` on a loop device, mounted (for a disk that fills); yields its
     mount point. Mounting needs root: the test skips without."""
-    d = make_dir("sulis-ext4-")
-    image, mnt = os.path.join(d, "disk.img"), os.path.join(d, "mnt")
-    os.mkdir(mnt)
-    with open(image, "wb") as f:
-        f.truncate(megabytes << 20)
-    for cmd in (["mkfs.ext4", "-q", "-F", image], ["mount", "-o", "loop", image, mnt]):
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            shutil.rmtree(d, ignore_errors=True)
-            pytest.skip(f"cannot make a small ext4 file system ({cmd[0]}): {out.stderr.strip()}")
-    try:
+    from netutil.disk import DiskError
+    from netutil.disk import small_ext4 as mount_small_ext4
+
+    with contextlib.ExitStack() as stack:
+        try:
+            mnt = stack.enter_context(mount_small_ext4(megabytes, make_dir("sulis-ext4-")))
+        except DiskError as e:
+            pytest.skip(str(e))
         yield mnt
-    finally:
-        if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):

@@ -8,8 +8,10 @@ whole-cluster restart); SIGSTOP of the leader for longer than the heartbeat time
 leader cut off (both ways, only its inbound side, or only the consensus stream) with nftables; random packet
 loss on every member; a follower's recording log damaged while it is down (it must refuse to start; then
 it is replaced, started empty); a member's wall clock a minute off (restarted under ``clock_skew.c``, an
-LD_PRELOAD shim; the leader half the time; put right by the next such fault); and, not a fault, a snapshot
-(every member's, at one position; members killed later start from it). Then:
+LD_PRELOAD shim; the leader half the time; put right by the next such fault); a member's disk full (its
+cluster and archive directories moved onto a small ext4 file system, loop-mounted, then filled: it must
+stop, naming the disk's error; the leader half the time; then moved back and restarted); and, not a fault,
+a snapshot (every member's, at one position; members killed later start from it). Then:
 
 - the history is linearizable (porcupine, ``lincheck/``), so no answered write is lost or seen out of order;
 - every member applied the same requests in the same order (their journals are equal), each answered
@@ -43,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # netutil
 
 import sulis  # noqa: E402
+from netutil.disk import fill, small_ext4  # noqa: E402
 from netutil.netns import NetnsHosts  # noqa: E402
 from netutil.nft import NftLoss, run_nft  # noqa: E402
 
@@ -57,12 +60,15 @@ TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
            "--log-term-length", "1m", "--session-timeout", "10s"]
 NEMESES = ("kill-leader", "kill-follower", "pause-leader", "pause-leader-briefly", "isolate-leader", "inbound-cut",
-           "consensus-cut", "loss", "kill-majority", "restart-all", "snapshot", "corrupt-log", "skew-clock")
+           "consensus-cut", "loss", "kill-majority", "restart-all", "snapshot", "corrupt-log", "skew-clock",
+           "fill-disk")
 #: How far ``skew-clock`` moves a member's wall clock (ms), one way or the other.
 CLOCK_SKEW_MS = 60_000
 #: The members' leader heartbeat timeout (TIMINGS), in seconds: a brief pause stays under half of it.
 HEARTBEAT_TIMEOUT_S = 2.0
 SNAPSHOT_COUNT_TYPE_ID, SNAPSHOT_TOGGLE = 205, 4
+#: What a member says of a full disk: the file system's error, or the archive's refusal below its threshold.
+DISK_ERROR = re.compile(r"No space left on device|low storage")
 
 
 def clean_env(**extra) -> dict:
@@ -371,6 +377,60 @@ class FaultRun:
             time.sleep(min(hold, 1.0))
             self.start(victim)
             self.log(f"member {victim.id} restarted, {what}")
+        elif kind == "fill-disk":
+            # The member's directories go onto a small disk, which then fills. A member that runs a term stops,
+            # naming the archive's error; one in an election (a restarted member copying what it missed) keeps
+            # retrying with back-off, saying why, and goes on by itself once there is space again. Either way
+            # it acknowledges nothing it could not record (the checks). Then it moves back (killed, restarted).
+            victim = leader if rng.random() < 0.5 else rng.choice([m for m in self.members if m is not leader])
+            self.kill(victim)
+            with small_ext4(64, str(self.base)) as mnt:
+                for d in ("cluster", "archive"):
+                    move_dir(victim.base / d, Path(mnt) / d)
+                    os.symlink(Path(mnt) / d, victim.base / d)
+                said_before = len(victim.stderr())
+                # Under the archive's low-storage threshold (128 MB) from the start: lowered, so the disk fills
+                # rather than the archive refusing the recording it starts.
+                victim.env = {**victim.env, "SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD": "1m"}
+                self.start(victim)
+                filler = fill(mnt)
+                self.log(f"member {victim.id}'s disk filled (it {'led' if victim is leader else 'followed'} "
+                         f"when killed)")
+
+                def said() -> str:
+                    return victim.stderr()[said_before:]
+
+                deadline = time.monotonic() + 60
+                while not DISK_ERROR.search(said()):
+                    if time.monotonic() > deadline or not victim.is_up():
+                        raise AssertionError(f"member {victim.id} on a full disk did not say so within 60 s "
+                                             f"(up: {victim.is_up()}):\n{said()[-3000:]}")
+                    time.sleep(0.05)
+                time.sleep(1.0)  # a member that runs a term stops at once
+                if victim.is_up():
+                    assert victim.role() != LEADER, f"member {victim.id} leads on a full disk:\n{said()[-3000:]}"
+                    self.log(f"member {victim.id} retries its election on its full disk")
+                else:
+                    assert victim.proc.returncode != 0, said()[-3000:]
+                    self.log(f"member {victim.id} stopped on its full disk (exit {victim.proc.returncode})")
+                time.sleep(hold)
+                os.remove(filler)
+                if victim.is_up():
+                    runs = said().count("runs term")
+                    deadline = time.monotonic() + 30
+                    while said().count("runs term") <= runs:
+                        if time.monotonic() > deadline:
+                            raise AssertionError(f"member {victim.id} did not go on within 30 s of space again:\n"
+                                                 f"{said()[-3000:]}")
+                        time.sleep(0.05)
+                    self.log(f"member {victim.id} went on by itself with space again")
+                self.kill(victim)
+                victim.env.pop("SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD")
+                for d in ("cluster", "archive"):
+                    os.unlink(victim.base / d)
+                    move_dir(Path(mnt) / d, victim.base / d)
+            self.start(victim)
+            self.log(f"member {victim.id} restarted off the small disk")
         elif kind == "restart-all":
             for m in self.members:
                 self.kill(m)
@@ -399,6 +459,12 @@ class FaultRun:
                 m.proc.wait(timeout=10)
                 wrong.append(f"member {m.id} did not stop within 20 s of SIGTERM")
         return wrong
+
+
+def move_dir(src: Path, dst: Path) -> None:
+    """Moves a directory across file systems, keeping sparse files sparse (an archive's segments are)."""
+    subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True, capture_output=True)
+    shutil.rmtree(src)
 
 
 TERM_LINE = re.compile(r"member (\d+) runs term (\d+) with leader (\d+)")
@@ -582,7 +648,10 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
         for kind in schedule:
             say(f"nemesis: {kind}")
             fr.log(f"nemesis {kind}")
+            said = len(fr.events)
             fr.nemesis(kind, hold, rng)
+            for event in fr.events[said:]:
+                say(f"  {event.split(' ', 1)[1]}")
             fr.leader(60)
             time.sleep(settle)
         out, err = workload.communicate("stop\n", timeout=60)

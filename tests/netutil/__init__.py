@@ -1,4 +1,4 @@
-"""Utilities for network tests: namespaces, nftables loss, a lossy UDP relay.
+"""Utilities for network tests: namespaces, nftables loss, a lossy UDP relay; and a disk that fills.
 
 ``netns``    ``NetnsPair`` (two namespaces on a veth), ``run_in`` / ``popen_in`` /
              ``call_in_netns`` / ``udp_socket_in``, ``require_netns``.
@@ -6,6 +6,7 @@
 ``relay``    ``LossyRelay`` with per-direction ``Impairment`` and ``RelayStats``; ``RelayProcess``
              runs one in a child process.
 ``fixtures`` pytest fixtures ``netns_pair``, ``make_relay``, ``nft_loss``.
+``disk``     ``small_ext4`` (a loop-mounted ext4 file system), ``fill``.
 
 The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
 ``from netutil import NetnsPair, NftLoss, LossyRelay, Impairment``.
