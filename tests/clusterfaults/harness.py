@@ -424,6 +424,11 @@ class FaultRun:
                                                  f"{said()[-3000:]}")
                         time.sleep(0.05)
                     self.log(f"member {victim.id} went on by itself with space again")
+                elif victim.proc.returncode is not None and "retries its election" in self.events[-1]:
+                    # It stopped while the disk was full, after retrying (a term it then ran could not be
+                    # recorded): loudly, as a member running a term does.
+                    assert victim.proc.returncode != 0 and DISK_ERROR.search(said()[-1500:]), said()[-3000:]
+                    self.log(f"member {victim.id} then stopped on its full disk (exit {victim.proc.returncode})")
                 self.kill(victim)
                 victim.env.pop("SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD")
                 for d in ("cluster", "archive"):
