@@ -1043,6 +1043,15 @@ impl Sim {
 }
 
 impl Sim {
+    /// How many of the members' events contain `text`.
+    fn events_saying(&self, text: &str) -> usize {
+        self.nodes
+            .iter()
+            .flat_map(|n| &n.events)
+            .filter(|e| e.contains(text))
+            .count()
+    }
+
     /// Liveness for every member, not only a quorum: with the faults healed,
     /// within `limit_ms` a leader leads and every other member follows it
     /// (none left canvassing while the others go on without it).
@@ -1261,25 +1270,13 @@ fn safety_holds_under_a_nemesis_of_kills_partitions_and_loss() {
             }
             terms += s.check.leaders.len();
             entries += history.len();
-            truncations += s
-                .nodes
-                .iter()
-                .flat_map(|n| &n.events)
-                .filter(|e| e.contains("truncating"))
-                .count();
+            truncations += s.events_saying("truncating");
+            stood_past += s.events_saying("standing to end its term");
             if std::env::var("SULIS_SIM_DUMP").is_ok() {
-                for n in &s.nodes {
-                    for e in &n.events {
-                        eprintln!("{e}");
-                    }
+                for e in s.nodes.iter().flat_map(|n| &n.events) {
+                    eprintln!("{e}");
                 }
             }
-            stood_past += s
-                .nodes
-                .iter()
-                .flat_map(|n| &n.events)
-                .filter(|e| e.contains("standing to end its term"))
-                .count();
         }
     }
     // The nemesis did something: many terms, truncations of uncommitted suffixes, a growing log.
