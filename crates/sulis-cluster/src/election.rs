@@ -570,9 +570,10 @@ pub struct Election {
     /// follow a leader of an earlier term than the one it stood in.
     voted_through: i64,
     voted_through_known: bool,
-    /// CANVASS: a leader of a term before `voted_through` was refused since
-    /// the canvass began (its term).
-    refused_earlier_leader: Option<i64>,
+    /// CANVASS: a leader of a term before `voted_through` (or before this
+    /// member's own term) was refused since the canvass began: its term and
+    /// the term it was below.
+    refused_earlier_leader: Option<(i64, i64)>,
     leader_recording_id: i64,
     log_session_id: Option<i32>,
 
@@ -963,7 +964,7 @@ impl Election {
         let floor = self.leadership_term_id.max(self.voted_through);
         let canvassing = self.state == Canvass && m.leadership_term_id >= floor;
         if self.state == Canvass && !canvassing {
-            self.refused_earlier_leader = Some(m.leadership_term_id);
+            self.refused_earlier_leader = Some((m.leadership_term_id, floor));
         }
         if in_ballot || canvassing {
             if m.log_leadership_term_id != self.log_leadership_term_id {
@@ -1286,10 +1287,9 @@ impl Election {
             let delay =
                 (self.next_random() % (self.timeouts.election_timeout_ns as u64 / 2).max(1)) as i64;
             self.nomination_deadline_ns = now_ns + delay;
-            let why = past_earlier_leader.map(|term| {
+            let why = past_earlier_leader.map(|(term, floor)| {
                 format!(
-                    "the leader of term {term} is before term {}, which this member voted in: standing to end its term",
-                    self.voted_through
+                    "the leader of term {term} is before term {floor}, which this member voted in or ran: standing to end its term"
                 )
             });
             self.set_state(
