@@ -2574,6 +2574,18 @@ mod tests {
         }
     }
 
+    /// Leader 1's NewLeadershipTerm of `new_term` for a member whose log is
+    /// all of term 1, 0..640: the leader holds term 1 there too, and its
+    /// own term (if another) from 640.
+    fn new_term_after_term_1(new_term: i64) -> NewLeadershipTerm {
+        let next = |t| {
+            (t == 1)
+                .then(|| term(1, 0, 640))
+                .or_else(|| (t == new_term).then(|| term(new_term, 640, -1)))
+        };
+        leader_term(new_term, 640).new_leadership_term(1, &next, 0)
+    }
+
     #[test]
     fn a_member_that_voted_in_a_later_term_follows_no_earlier_terms_leader() {
         let mut host = Fake::default();
@@ -2582,12 +2594,7 @@ mod tests {
         assert_eq!(votes(&host), vec![(2, true)]);
         e.do_work(&mut host, 1_500 * MS); // the ballot times out: canvass again
         assert_eq!(e.state(), ElectionState::Canvass);
-        let next = |t| match t {
-            1 => Some(term(1, 0, 640)),
-            2 => Some(term(2, 640, -1)),
-            _ => None,
-        };
-        let term_2 = leader_term(2, 640).new_leadership_term(1, &next, 0);
+        let term_2 = new_term_after_term_1(2);
         e.on_new_leadership_term(&mut host, &term_2, 1_501 * MS);
         assert_eq!(
             e.state(),
@@ -2619,12 +2626,7 @@ mod tests {
         );
         e.do_work(&mut host, 4_200 * MS); // every member refused its shorter log
         assert_eq!(e.state(), ElectionState::Canvass);
-        let next = |t| match t {
-            1 => Some(term(1, 0, 640)),
-            3 => Some(term(3, 640, -1)),
-            _ => None,
-        };
-        let term_3 = leader_term(3, 640).new_leadership_term(1, &next, 0);
+        let term_3 = new_term_after_term_1(3);
         e.on_new_leadership_term(&mut host, &term_3, 4_201 * MS);
         assert_eq!(e.state(), ElectionState::FollowerReplay);
     }
@@ -2649,12 +2651,7 @@ mod tests {
             assert_eq!(e.state(), ElectionState::Canvass);
         }
         // Member 1 won term 2 with member 2's vote while this member stood in term 3.
-        let next = |t| match t {
-            1 => Some(term(1, 0, 640)),
-            2 => Some(term(2, 640, -1)),
-            _ => None,
-        };
-        let term_2 = leader_term(2, 640).new_leadership_term(1, &next, 0);
+        let term_2 = new_term_after_term_1(2);
         e.on_new_leadership_term(&mut host, &term_2, 3_701 * MS);
         assert_eq!(e.state(), ElectionState::FollowerReplay);
 
@@ -2663,11 +2660,7 @@ mod tests {
         let mut e = canvassing(1, 640, &mut host);
         e.on_request_vote(&mut host, &request(2, 1, 640, 2), MS);
         e.do_work(&mut host, 1_500 * MS);
-        let next = |t| match t {
-            1 => Some(term(1, 0, 640)),
-            _ => None,
-        };
-        let term_1 = leader_term(1, 640).new_leadership_term(1, &next, 0);
+        let term_1 = new_term_after_term_1(1);
         e.on_new_leadership_term(&mut host, &term_1, 1_501 * MS);
         assert_eq!(e.state(), ElectionState::Canvass);
     }
