@@ -49,10 +49,10 @@ def fill(mount: str, leave: int = 0) -> str:
     with open(path, "wb") as f:
         try:
             while True:
-                free = shutil.disk_usage(mount).free
-                if leave and free <= leave:
+                room = shutil.disk_usage(mount).free - leave
+                if leave and room <= 0:
                     break
-                f.write(chunk if not leave else chunk[:min(len(chunk), free - leave)])
+                f.write(chunk if not leave else chunk[:room])
                 f.flush()
         except OSError as e:
             if e.errno != errno.ENOSPC:

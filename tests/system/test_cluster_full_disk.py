@@ -15,6 +15,7 @@ import pytest
 
 from clusterprocs import journal_cluster
 from conftest import await_until, run_cli, small_ext4
+from netutil.disk import fill
 from sulis.cluster import ClusterClient
 
 
@@ -47,11 +48,7 @@ def test_a_member_whose_disk_fills_fails_loudly_and_the_others_go_on(make_driver
         shutil.rmtree(victim.archive_dir)
         os.symlink(archive_on_disk, victim.archive_dir)
         victim.start()
-        filler = os.path.join(small_disk, "filler")
-        free = shutil.disk_usage(small_disk).free
-        with open(filler, "wb") as f:
-            f.truncate(0)
-            f.write(b"\0" * max(0, free - (3 << 20)))  # about 3 MB left: a few 1 MB segments
+        filler = fill(small_disk, leave=3 << 20)  # about 3 MB left: a few 1 MB segments
         sent = 20
         for _ in range(1000):  # about 8 MB of log: more than the disk has left; every one answered
             send(c, f"m{sent:05d}{payload}")
