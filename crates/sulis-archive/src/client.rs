@@ -146,6 +146,37 @@ impl From<ClientError> for ArchiveError {
 /// A recording signal (start, stop, extend, ...).
 pub type RecordingSignal = RecordingSignalEvent;
 
+/// Aeron's control-stream term length (`aeron.archive.control.term.buffer.length`).
+pub const CONTROL_TERM_BUFFER_LENGTH: usize = 64 * 1024;
+
+/// Gives the request and response channels Aeron's control-stream defaults
+/// where they name none: `term-length=64k` and `sparse=true`. Without them
+/// a control stream on IPC takes the driver's IPC term length (64 MB, three
+/// terms reserved on disk) for messages of a few hundred bytes.
+fn apply_control_defaults(ctx: &mut ArchiveClientContext) -> Result<(), ArchiveError> {
+    use sulis_protocol::uri::ChannelUri;
+    let defaults = |c: &str, what: &str| -> Result<String, ArchiveError> {
+        let mut uri =
+            ChannelUri::parse(c).map_err(|e| ArchiveError::Client(format!("{what} '{c}': {e}")))?;
+        for (key, value) in [
+            ("term-length", CONTROL_TERM_BUFFER_LENGTH.to_string()),
+            ("sparse", "true".to_string()),
+        ] {
+            if uri.get(key).is_none() {
+                uri = uri
+                    .with(key, &value)
+                    .map_err(|e| ArchiveError::Client(format!("{what} '{c}': {e}")))?;
+            }
+        }
+        Ok(uri.to_string())
+    };
+    ctx.control_request_channel =
+        defaults(&ctx.control_request_channel, "control request channel")?;
+    ctx.control_response_channel =
+        defaults(&ctx.control_response_channel, "control response channel")?;
+    Ok(())
+}
+
 /// Puts one `session-id=` on the request and response channels, as Aeron's
 /// client does, unless either names one already: the client's response
 /// stream is then its own, so on a response stream shared by many clients
@@ -268,6 +299,7 @@ impl ArchiveClient {
         client: &Client,
         mut ctx: ArchiveClientContext,
     ) -> Result<ArchiveClient, ArchiveError> {
+        apply_control_defaults(&mut ctx)?;
         pin_session_id(&mut ctx)?;
         let responses = client.add_subscription(
             &ctx.control_response_channel,
@@ -1304,5 +1336,28 @@ impl ArchiveClient {
 impl Drop for ArchiveClient {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_channels_get_aerons_term_length_and_sparse_unless_they_name_their_own() {
+        let mut ctx = ArchiveClientContext {
+            control_response_channel: "aeron:udp?endpoint=localhost:0|term-length=1m|sparse=false"
+                .into(),
+            ..ArchiveClientContext::default()
+        };
+        apply_control_defaults(&mut ctx).unwrap();
+        assert_eq!(
+            ctx.control_request_channel,
+            "aeron:ipc?term-length=65536|sparse=true"
+        );
+        assert_eq!(
+            ctx.control_response_channel,
+            "aeron:udp?endpoint=localhost:0|term-length=1m|sparse=false"
+        );
     }
 }
