@@ -611,9 +611,13 @@ impl ConsensusModule {
         election_state.set(crate::election::ElectionState::Closed.code() as i64);
         module_state.set(ModuleState::Init as i64);
         control_toggle.set(toggle::INACTIVE);
-        // A placeholder log publication until the term's is made below.
+        // A placeholder log publication until the term's is made below: the
+        // smallest term, sparse (the driver's IPC default reserves 192 MB).
         let placeholder = client
-            .add_exclusive_publication("aeron:ipc?alias=log-placeholder", ctx.log_stream_id + 1000)
+            .add_exclusive_publication(
+                "aeron:ipc?alias=log-placeholder|term-length=64k|sparse=true",
+                ctx.log_stream_id + 1000,
+            )
             .map_err(|e| err("log", e))?;
         let mut module = ConsensusModule {
             _lock: lock,
