@@ -54,6 +54,7 @@ from .register_service import ACCOUNTS, OPENING  # noqa: E402
 CLI = [sys.executable, "-m", "sulis.cli"]
 PORTS = {"ingress": 9010, "consensus": 9011, "log": 9012, "archive": 9014}
 ROLE_TYPE_ID, LEADER = 201, 2
+ELECTION_STATE_TYPE_ID, ELECTION_CLOSED = 207, 17
 #: A failed leader is noticed within 2 s (Aeron's default is 10 s); terms long enough for a follower fed
 #: at another pace (docs/cluster.md).
 TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
@@ -409,6 +410,13 @@ class FaultRun:
                 time.sleep(1.0)  # a member that runs a term stops at once
                 if victim.is_up():
                     assert victim.role() != LEADER, f"member {victim.id} leads on a full disk:\n{said()[-3000:]}"
+                    # Still in its election: one that ended it (just now, with nothing written yet) must stop
+                    # at its first write, not run a term it cannot record.
+                    deadline = time.monotonic() + 3
+                    while victim.counter(ELECTION_STATE_TYPE_ID) == ELECTION_CLOSED:
+                        assert time.monotonic() < deadline, \
+                            f"member {victim.id} runs a term on a full disk:\n{said()[-3000:]}"
+                        time.sleep(0.05)
                     self.log(f"member {victim.id} retries its election on its full disk")
                 else:
                     assert victim.proc.returncode != 0, said()[-3000:]

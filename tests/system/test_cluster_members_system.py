@@ -196,6 +196,48 @@ def test_a_leader_cut_off_with_an_uncommitted_tail_cuts_it_back_when_it_rejoins(
         assert old.counters()["cluster-leadership-term-id"] > 0
 
 
+def test_a_log_recording_stopped_by_hand_sends_its_member_to_an_election_that_records_the_log_again(make_driver,
+                                                                                                     tmp_path):
+    """Someone stops a member's log recording through its archive (``stop_recording_by_identity``), a
+    follower's, then the leader's: the archive reports no error, so the member leaves its term for an election
+    (as Aeron's does on the recording's STOP signal), which extends the recording; every member holds every
+    message and the member's log is recorded as far as the leader's. Before, the member ran on unrecorded."""
+    from sulis.spark.cluster_log import log_recording_ids
+
+    def recorded(n) -> int:
+        """Where member n's log recording stands now (−1: not recording)."""
+        with sulis.Client(dir=n.driver_dir) as client, sulis.ArchiveClient(client) as archive:
+            return archive.get_recording_position(log_recording_ids(n.cluster_dir)[-1])
+
+    with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
+        sent = 0
+        for victim in (nodes[(c.leader_member_id + 1) % 3], nodes[c.leader_member_id]):
+            for _ in range(10):
+                send(c, f"m{sent}")
+                sent += 1
+            hold_all(nodes, sent)
+            terms = victim.stderr().count("runs term")
+            with sulis.Client(dir=victim.driver_dir) as client, sulis.ArchiveClient(client) as archive:
+                assert archive.stop_recording_by_identity(log_recording_ids(victim.cluster_dir)[-1])
+            await_until(lambda v=victim, t=terms: v.stderr().count("runs term") > t, 30,
+                        lambda v=victim: f"member {v.id} to run a new term\n{v.stderr()[-3000:]}")
+            assert "stopped with no error from the archive" in victim.stderr(), victim.stderr()[-3000:]
+            # A leader that stepped down and won again runs a later term: the client hears of it (a
+            # NewLeaderEvent) before it offers, or the leader drops what it offers for the old term.
+            term = victim.counters()["cluster-leadership-term-id"]
+            await_until(lambda t=term: c.poll_egress(lambda p, ts: None) >= 0 and c.leadership_term_id == t, 10,
+                        "the client to hear of the new term")
+            for _ in range(10):
+                send(c, f"m{sent}")
+                sent += 1
+            hold_all(nodes, sent)
+            leader = nodes[c.leader_member_id]
+            await_until(lambda v=victim, lead=leader: recorded(v) == recorded(lead) > 0, 10,
+                        lambda v=victim, lead=leader: f"member {v.id} recorded {recorded(v)}, the leader "
+                                                      f"{recorded(lead)}\n{v.stderr()[-3000:]}")
+        assert all(n.proc.poll() is None for n in nodes)
+
+
 def test_a_client_connects_while_the_first_member_it_names_is_down(make_driver, tmp_path):
     """A new client whose ingress list starts with a dead member reaches the others, as Aeron's client does
     (a request to every member whose ingress connects; a follower redirects it to the leader)."""

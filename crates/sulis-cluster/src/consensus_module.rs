@@ -937,6 +937,9 @@ impl ConsensusModule {
             if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
                 self.recording_position_counter = id;
                 self.recording_id = recording_id;
+                if let Some(rep) = self.replicated.as_mut() {
+                    rep.recording_lost_in_election = false;
+                }
                 break;
             }
             if Instant::now() > deadline {

@@ -83,6 +83,13 @@ pub(super) struct Replicated {
     is_leader_startup: bool,
     /// Why the node must stop (the new leader lacks what it applied).
     restart: Option<String>,
+    /// The log's recording stopped during an election and was not started
+    /// again since: checked once the election ends (a full disk in a
+    /// leader's LEADER_READY must not leave it leading unrecorded).
+    pub(super) recording_lost_in_election: bool,
+    /// Why the member leaves its term for an election (its log's recording
+    /// stopped with no error), taken at the end of the duty cycle.
+    step_down: Option<String>,
     /// When this member last heard its leader (after the election).
     last_leader_update_ns: i64,
     /// A copy of terms this member lacks from the leader's archive, or why
@@ -174,6 +181,8 @@ impl ConsensusModule {
             services_joined: false,
             is_leader_startup: true,
             restart: None,
+            recording_lost_in_election: false,
+            step_down: None,
             last_leader_update_ns: 0,
             replication: None,
             replay: None,
@@ -372,19 +381,24 @@ impl ConsensusModule {
     }
 
     /// The log's recording stopped while this member runs a term. It does
-    /// when its image goes (a leader that died: the heartbeat timeout and an
-    /// election follow) and when the archive cannot write it (a full disk):
-    /// then the archive reports an error about it, and the member, unable to
-    /// record the log, must not go on as if it could. It stops, naming the
-    /// recording and the archive's reason (its mark file keeps it). What it
-    /// did not record it never reported, so no commit counted on it. The
-    /// error is waited for briefly: it may arrive just after the recording's
-    /// counter went.
+    /// when the archive cannot write it (a full disk): then the archive
+    /// reports an error about it, and the member, unable to record the log,
+    /// must not go on as if it could. It stops, naming the recording and the
+    /// archive's reason (its mark file keeps it). What it did not record it
+    /// never reported, so no commit counted on it. The error is waited for
+    /// briefly: it may arrive just after the recording's counter went.
+    ///
+    /// Without an error (its image ended: the leader went; or someone
+    /// stopped the recording) the member leaves its term for an election,
+    /// which records the log again, as Aeron's does on the recording's STOP
+    /// signal. A stop during an election is taken up when the election ends,
+    /// unless the election recorded the log again by then.
     fn on_log_recording_stopped(&mut self) {
-        if self.replicated.is_none()
-            || self.election_state().is_some()
-            || self.termination.is_some()
-        {
+        if self.replicated.is_none() || self.termination.is_some() {
+            return;
+        }
+        if self.election_state().is_some() {
+            self.rep().recording_lost_in_election = true;
             return;
         }
         let id = self.recording_id;
@@ -403,6 +417,9 @@ impl ConsensusModule {
             std::thread::sleep(Duration::from_millis(5));
         };
         let Some(reason) = reason else {
+            self.rep().step_down = Some(format!(
+                "its log's recording {id} stopped with no error from the archive (its image ended, or it was stopped)"
+            ));
             return;
         };
         let why = format!(
@@ -467,6 +484,9 @@ impl ConsensusModule {
                 ));
                 self.rep().voted_through = Some(election.voted_through());
                 self.members = election.into_members();
+                if std::mem::take(&mut self.rep().recording_lost_in_election) {
+                    self.on_log_recording_stopped();
+                }
             } else {
                 rep.election = Some(election);
             }
@@ -477,6 +497,11 @@ impl ConsensusModule {
         }
         if let Some(why) = self.rep().restart.take() {
             return Err(why);
+        }
+        if let Some(why) = self.rep().step_down.take() {
+            if self.election_state().is_none() {
+                self.step_down(now_ns, &why);
+            }
         }
         Ok(work)
     }
@@ -895,6 +920,9 @@ impl ConsensusModule {
             if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
                 self.recording_position_counter = id;
                 self.recording_id = recording_id;
+                if let Some(rep) = self.replicated.as_mut() {
+                    rep.recording_lost_in_election = false;
+                }
                 return Ok(());
             }
             if Instant::now() > deadline {
