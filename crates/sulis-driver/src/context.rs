@@ -1020,11 +1020,15 @@ mod tests {
 
     #[test]
     fn should_reject_bad_values_in_conclude() {
-        let mut c = DriverContext::default();
-        c.ipc_term_buffer_length = 100_000;
+        let c = DriverContext {
+            ipc_term_buffer_length: 100_000,
+            ..DriverContext::default()
+        };
         assert!(c.conclude().unwrap_err().contains("ipc_term_buffer_length"));
-        let mut c = DriverContext::default();
-        c.publication_unblock_timeout_ns = 1;
+        let c = DriverContext {
+            publication_unblock_timeout_ns: 1,
+            ..DriverContext::default()
+        };
         assert!(c.conclude().unwrap_err().contains("unblock"));
         assert!(DriverContext::default().conclude().is_ok());
     }

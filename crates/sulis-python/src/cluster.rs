@@ -440,8 +440,12 @@ struct NodeStatus {
     /// Cluster purges acted on, and the last one's outcome here:
     /// (snapshot position, start position, segments deleted) or why not.
     purges: AtomicI64,
-    last_purge: Mutex<Option<Result<(i64, i64, i64), String>>>,
+    last_purge: Mutex<Option<PurgeOutcome>>,
 }
+
+/// A purge's outcome on this member: (snapshot position, start position,
+/// segments deleted), or why not.
+type PurgeOutcome = Result<(i64, i64, i64), String>;
 
 fn set_first(error: &Mutex<Option<String>>, e: String) {
     let mut slot = error.lock().unwrap();

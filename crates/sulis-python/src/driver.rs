@@ -147,7 +147,7 @@ pub fn driver_config(
     threading_mode: Option<String>,
     idle_strategy: Option<String>,
     options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Vec<(String, String, String, String, String)>> {
+) -> PyResult<Vec<crate::options::OptionRow>> {
     let ctx = build_context(dir, threading_mode, idle_strategy, options)?;
     Ok(crate::options::rows(&ctx))
 }

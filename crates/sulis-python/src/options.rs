@@ -75,8 +75,11 @@ pub(crate) fn apply_keywords<C: Configured>(
     Ok(())
 }
 
-/// Every option as (name, value, source, environment variable, doc).
-pub(crate) fn rows<C: Configured>(ctx: &C) -> Vec<(String, String, String, String, String)> {
+/// One option: (name, value, source, environment variable, doc).
+pub type OptionRow = (String, String, String, String, String);
+
+/// Every option as an [`OptionRow`].
+pub(crate) fn rows<C: Configured>(ctx: &C) -> Vec<OptionRow> {
     ctx.describe_options()
         .into_iter()
         .map(|(o, v, s)| {

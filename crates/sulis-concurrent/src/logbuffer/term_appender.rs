@@ -538,7 +538,6 @@ mod tests {
         let per = 5000u32;
         std::thread::scope(|s| {
             for t in 0..threads {
-                let a = a;
                 s.spawn(move || {
                     for i in 0..per {
                         let mut m = [0u8; 8];

@@ -94,7 +94,7 @@ pub fn archive_config(
     dir: Option<String>,
     driver_dir: Option<String>,
     options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Vec<(String, String, String, String, String)>> {
+) -> PyResult<Vec<crate::options::OptionRow>> {
     let ctx = archive_context(dir, driver_dir, options)?;
     ctx.conclude().map_err(ConfigurationError::new_err)?;
     Ok(crate::options::rows(&ctx))
@@ -115,6 +115,7 @@ impl PyArchive {
         dir, driver_dir=None, *, credentials=None, challenge=None, challenge_response=None, authorise=None,
         **options
     ))]
+    #[allow(clippy::too_many_arguments)] // Python keywords, as the signature above lists them
     fn new(
         py: Python<'_>,
         dir: String,

@@ -226,7 +226,7 @@ impl BufferBatch {
             )));
         }
         let base = unsafe { offsets.ptr().add(first * width) };
-        if (base as usize) % width != 0 {
+        if !(base as usize).is_multiple_of(width) {
             return Err(PyValueError::new_err(format!(
                 "offer_batch: the offsets buffer is not aligned to {width} bytes"
             )));
