@@ -229,3 +229,113 @@ def _connect(driver_dir, endpoints, egress):
         return ClusterClient(driver_dir, endpoints, egress, message_timeout=2.0)
     except ClusterError:
         return None
+
+
+COUNTING_ECHO = """
+from sulis.cluster import ClusteredService
+
+class Echo(ClusteredService):
+    \"\"\"Echoes; its state, which a snapshot keeps, is how many messages it echoed.\"\"\"
+    def __init__(self):
+        self.count = 0
+
+    def on_start(self, cluster, snapshot):
+        if snapshot is not None:
+            self.count = int(snapshot[0])
+
+    def on_take_snapshot(self, cluster, snapshot):
+        snapshot.write(str(self.count).encode())
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.count += 1
+        while not cluster.offer(session_id, payload):
+            cluster.idle()
+"""
+
+
+def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_committed_log(
+        current, harness, make_driver, tmp_path):
+    """Aeron's ClusterBackup (``ClusterBackupMediaDriver`` of Aeron 1.51: a driver, an archive and the backup
+    agent in one JVM) against three ``sulis cluster-node`` processes. It asks the members on their consensus
+    endpoints (BackupQuery); one answers (BackupResponse): its log recording and term, its commit-position
+    counter, its snapshot set and the members. The backup copies the snapshot recordings from that member's
+    archive and records the log from a replay bounded by the member's commit position: its live-log position
+    reaches the members' commit position, follows the log as the cluster takes more, and its own
+    recording.log names the copied snapshots and the term, as Aeron's cluster would read them to start."""
+    from clusterprocs import journal_cluster
+
+    def send(c, text):
+        await_until(lambda: c.offer(text.encode()) > 0, 20, f"ingress to take {text}")
+        got: list[bytes] = []
+        await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and got, 20, f"the echo of {text}")
+
+    def commit(n) -> int:
+        return n.counters()["cluster-commit-pos"]
+
+    (tmp_path / "counting_echo.py").write_text(COUNTING_ECHO)
+    with journal_cluster(tmp_path, make_driver().dir, service="counting_echo:Echo") as (nodes, c):
+        for i in range(50):
+            send(c, f"m{i}")
+        leader = nodes[c.leader_member_id]
+        out = run_cli("cluster-tool", leader.cluster_dir, "snapshot")
+        assert out.returncode == 0, out.stderr
+        for n in nodes:
+            await_until(lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan", "--json")
+                                               .stdout)["snapshots"], 20, f"member {n.id}'s snapshot")
+        snapshot_at = json.loads(run_cli("cluster-tool", leader.cluster_dir, "recovery-plan", "--json")
+                                 .stdout)["snapshots"][0]["log_position"]
+        for i in range(50, 100):
+            send(c, f"m{i}")
+
+        spec = nodes[0].cmd[nodes[0].cmd.index("--cluster-members") + 1]
+        consensus = ",".join(m.split(",")[2] for m in spec.split("|"))
+        top = harness.make_dir("backup")
+        aeron_dir = f"{top}/aeron"
+        props = {**peers.aeron_java.dir_props(aeron_dir), "aeron.threading.mode": "SHARED",
+                 "aeron.archive.dir": f"{top}/archive", "aeron.archive.threading.mode": "SHARED",
+                 "aeron.archive.control.channel": f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                 "aeron.archive.control.response.channel": "aeron:udp?endpoint=localhost:0",
+                 "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
+                 "aeron.cluster.dir": f"{top}/backup",
+                 "aeron.cluster.consensus.channel": f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                 "aeron.cluster.consensus.endpoints": consensus,
+                 "aeron.cluster.backup.catchup.endpoint": f"localhost:{free_udp_port()}",
+                 "aeron.cluster.backup.source.type": "ANY"}
+        backup = harness.start("cluster-backup", peers.aeron_java.command(
+            current, props, "io.aeron.cluster.ClusterBackupMediaDriver"))
+
+        def backup_counters() -> dict[int, int]:
+            try:
+                return {x["type_id"]: x["value"] for x in sulis.CountersReader(aeron_dir).counters()
+                        if x["type_id"] in (208, 209)}
+            except sulis.SulisError:
+                return {}
+
+        def caught_up(to: int):
+            def check() -> bool:
+                assert backup.proc.poll() is None, backup.stderr_tail(40)
+                got = backup_counters()
+                return got.get(208) == 5 and got.get(209, -1) >= to  # BACKING_UP, live log at the commit
+            return check
+
+        def why() -> str:
+            """The backup's counters, output and the errors in its mark file (Aeron's ClusterTool)."""
+            errors = subprocess.run(peers.aeron_java.command(current, {}, "io.aeron.cluster.ClusterTool",
+                                                             [f"{top}/backup", "errors"]),
+                                    capture_output=True, text=True, timeout=60)
+            return f"{backup_counters()}\n{backup.stderr_tail(40)}\n{errors.stdout[-4000:]}{errors.stderr[-2000:]}"
+
+        target = commit(leader)
+        await_until(caught_up(target), 60, lambda: f"the backup to reach {target}: {why()}")
+        for i in range(100, 150):
+            send(c, f"m{i}")
+        target = commit(leader)
+        await_until(caught_up(target), 30, lambda: f"the backup to follow to {target}: {why()}")
+        assert backup_counters()[209] <= max(commit(n) for n in nodes)  # never past what was committed
+        answered = [n for n in nodes if "answers a backup query" in n.stderr()]
+        assert answered, "no member said it answered"
+        entries = json.loads(run_cli("cluster-tool", f"{top}/backup", "recording-log", "--json").stdout)["entries"]
+        snapshots = [e for e in entries if e["type"] == "SNAPSHOT"]
+        assert sorted(e["service_id"] for e in snapshots) == [-1, 0], entries
+        assert {e["log_position"] for e in snapshots} == {snapshot_at}, entries
+        assert [e for e in entries if e["type"] == "TERM"], entries

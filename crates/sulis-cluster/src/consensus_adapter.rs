@@ -12,9 +12,9 @@ use crate::consensus_publisher::Outbound;
 use crate::election::ConsensusMessage;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::cluster::messages::{
-    AppendPosition, CanvassPosition, CatchupPosition, CommitPosition, NewLeadershipTerm,
-    RecordingLogQuery, RequestVote, StopCatchup, TerminationAck, TerminationPosition, Vote,
-    SCHEMA_ID,
+    AppendPosition, BackupQuery, CanvassPosition, CatchupPosition, CommitPosition,
+    NewLeadershipTerm, RecordingLogQuery, RequestVote, StopCatchup, TerminationAck,
+    TerminationPosition, Vote, SCHEMA_ID,
 };
 use sulis_protocol::sbe::Header;
 
@@ -65,6 +65,9 @@ pub fn decode(buf: &[u8]) -> Result<Outbound, Skipped> {
         )),
         76 => Ok(Outbound::TerminationAck(
             TerminationAck::decode(buf).map_err(bad)?,
+        )),
+        BackupQuery::TEMPLATE_ID => Ok(Outbound::BackupQuery(
+            BackupQuery::decode(buf).map_err(bad)?,
         )),
         RecordingLogQuery::TEMPLATE_ID => Ok(Outbound::RecordingLogQuery(
             RecordingLogQuery::decode(buf).map_err(bad)?,
@@ -214,6 +217,14 @@ mod tests {
                 correlation_id: 77,
                 response_stream_id: 109,
                 response_channel: "aeron:udp?endpoint=10.0.0.3:9002".into(),
+            }),
+            Outbound::BackupQuery(BackupQuery {
+                correlation_id: 78,
+                response_stream_id: 108,
+                version: 2,
+                log_position: i64::MAX,
+                response_channel: "aeron:udp?endpoint=10.0.0.4:9876".into(),
+                encoded_credentials: Vec::new(),
             }),
         ]
     }

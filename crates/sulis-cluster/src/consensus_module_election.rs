@@ -37,7 +37,8 @@ use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
 use sulis_protocol::cluster::messages::{
-    role, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, RecordingLogQuery, NULL_POSITION,
+    role, BackupQuery, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, RecordingLogQuery,
+    NULL_POSITION,
 };
 use sulis_protocol::counters::parse_recording_position_key;
 
@@ -556,6 +557,97 @@ impl ConsensusModule {
         }
     }
 
+    /// Aeron's ClusterBackup asked what to copy (BackupQuery): answered, as
+    /// Aeron's members answer, outside an election by a module that is
+    /// active, suspended or taking a snapshot, on the query's channel: this
+    /// member's log recording and last term, its commit-position counter (a
+    /// replay of the log bounded by it never passes the commit position),
+    /// the latest snapshot set at or before the position asked for, and the
+    /// members. A member with no term yet does not answer. Credentials are
+    /// not checked (the archive's authenticator is for clients).
+    fn answer_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
+        use crate::consensus_module_agent::ModuleState;
+        use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
+        if self.election_state().is_some()
+            || !matches!(
+                self.agent.state,
+                ModuleState::Active | ModuleState::Suspended | ModuleState::Snapshot
+            )
+        {
+            return;
+        }
+        let Some(last) = self.recording_log.last_term().cloned() else {
+            return;
+        };
+        // Before version 16 a query names no position: the latest set.
+        let at_or_before = if q.log_position < 0 {
+            i64::MAX
+        } else {
+            q.log_position
+        };
+        let snapshots = crate::recording_log::latest_snapshot(
+            self.recording_log
+                .entries()
+                .filter(|e| e.is_valid && e.log_position <= at_or_before),
+            self.ctx.service_count as i32,
+        )
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| BackupSnapshot {
+            recording_id: e.recording_id,
+            leadership_term_id: e.leadership_term_id,
+            term_base_log_position: e.term_base_log_position,
+            log_position: e.log_position,
+            timestamp: e.timestamp,
+            service_id: e.service_id,
+        })
+        .collect();
+        let answer = BackupResponse {
+            correlation_id: q.correlation_id,
+            log_recording_id: last.recording_id,
+            log_leadership_term_id: last.leadership_term_id,
+            log_term_base_log_position: last.term_base_log_position,
+            last_leadership_term_id: last.leadership_term_id,
+            last_term_base_log_position: last.term_base_log_position,
+            commit_position_counter_id: self.commit.id(),
+            leader_member_id: self.leader_member_id(),
+            member_id: self.ctx.member_id,
+            snapshots,
+            cluster_members: self
+                .members
+                .iter()
+                .map(|m| format!("{},{}", m.id, m.endpoints()))
+                .collect::<Vec<_>>()
+                .join("|"),
+        };
+        let channel = if q.response_channel.contains("term-length=") {
+            q.response_channel.clone()
+        } else {
+            with_param(&q.response_channel, "term-length=65536")
+        };
+        match self
+            .io
+            .client
+            .add_publication(&channel, q.response_stream_id)
+        {
+            Ok(p) => {
+                let deadline = now_ns + self.ctx.message_timeout.as_nanos() as i64;
+                self.rep().seed_answers.push((p, answer.encode(), deadline));
+                self.log_event(format!(
+                    "member {} answers a backup query on {channel} (log recording {}, term {}, {} snapshots)",
+                    self.ctx.member_id,
+                    last.recording_id,
+                    last.leadership_term_id,
+                    answer.snapshots.len()
+                ));
+            }
+            Err(e) => self.mark.record_error(
+                &format!("answering a backup query on {channel}: {e}"),
+                now_ns / 1_000_000,
+            ),
+        }
+    }
+
     /// Offers the answers not yet taken; drops those past their deadline.
     fn offer_seed_answers(&mut self, now_ns: i64) -> usize {
         let answers = &mut self.rep().seed_answers;
@@ -576,6 +668,10 @@ impl ConsensusModule {
             Outbound::Election(m) => m,
             Outbound::RecordingLogQuery(q) => {
                 self.answer_recording_log_query(&q, now_ns);
+                return;
+            }
+            Outbound::BackupQuery(q) => {
+                self.answer_backup_query(&q, now_ns);
                 return;
             }
             Outbound::StopCatchup(x) => {

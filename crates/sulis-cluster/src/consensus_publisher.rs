@@ -13,7 +13,7 @@ use crate::cluster_member::ClusterMember;
 use crate::election::ConsensusMessage;
 use sulis_client::{Client, ExclusivePublication};
 use sulis_protocol::cluster::messages::{
-    RecordingLogQuery, StopCatchup, TerminationAck, TerminationPosition,
+    BackupQuery, RecordingLogQuery, StopCatchup, TerminationAck, TerminationPosition,
 };
 
 /// A message for another member, election or not.
@@ -29,6 +29,8 @@ pub enum Outbound {
     TerminationAck(TerminationAck),
     /// A member seeding itself → any member: its recording log, please.
     RecordingLogQuery(RecordingLogQuery),
+    /// Aeron's ClusterBackup → any member: what to copy.
+    BackupQuery(BackupQuery),
 }
 
 /// The message as sent (SBE header and all).
@@ -47,6 +49,7 @@ pub fn encode(m: &Outbound) -> Vec<u8> {
         Outbound::TerminationPosition(x) => x.encode(),
         Outbound::TerminationAck(x) => x.encode(),
         Outbound::RecordingLogQuery(x) => x.encode(),
+        Outbound::BackupQuery(x) => x.encode(),
     }
 }
 

@@ -5,8 +5,8 @@
 //! One table, in the schema's terms, as the archive's: for every message
 //! its template id, root block length, fixed fields (type, offset, the
 //! version that added them, a null other than the type's) and var fields in
-//! order. Messages with repeating groups (ClusterMembersExtendedResponse,
-//! BackupResponse, StandbySnapshot) and those deprecated since version 12
+//! order. Messages with repeating groups (ClusterMembersExtendedResponse and
+//! BackupResponse, written by hand; StandbySnapshot) and those deprecated since version 12
 //! (dynamic join) are not in it.
 
 /// Schema id of Aeron Cluster's messages.

@@ -4,6 +4,7 @@
 //! node keeps (the recording log), as Aeron's cluster and its tools read
 //! them.
 
+pub mod backup_response;
 pub mod mark_file;
 pub mod members_response;
 pub mod messages;
