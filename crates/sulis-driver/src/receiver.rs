@@ -21,6 +21,7 @@
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::ReceiverConfig;
 use crate::media::transport::{send_control_frame, Transport};
+use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::{ImageReceiver, PublicationImage};
 use crate::system_counters::SystemCounter;
@@ -243,6 +244,17 @@ pub struct Receiver {
     /// The loss report and the file it lives in.
     loss_report: Option<(LossReport, MappedFile)>,
     loss_report_full: bool,
+    /// Which transports have datagrams waiting, once there are many.
+    poller: TransportPoller,
+    /// A command came: the poller's set is made again before the next poll.
+    poller_stale: bool,
+    /// The keys the poller named this duty cycle.
+    ready: Vec<u64>,
+}
+
+/// A transport's key in the poller: its endpoint's and its own index.
+fn poller_key(ep: usize, ti: usize) -> u64 {
+    ((ep as u64) << 32) | ti as u64
 }
 
 impl Receiver {
@@ -264,6 +276,9 @@ impl Receiver {
             recv: Some(RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32)),
             loss_report: None,
             loss_report_full: false,
+            poller: TransportPoller::new(),
+            poller_stale: true,
+            ready: Vec::new(),
         }
     }
 
@@ -491,6 +506,27 @@ impl Receiver {
         match self.endpoints[ep].transports.get_mut(ti) {
             Some(Some(t)) => send_control_frame(&mut **t, bytes, to, &self.errors),
             _ => false,
+        }
+    }
+
+    /// Registers every open transport with the poller anew (after any
+    /// command: endpoints and destinations come and go only through them).
+    fn rebuild_poller(&mut self) {
+        let mut transports = Vec::new();
+        for (ep, e) in self.endpoints.iter().enumerate() {
+            for (ti, t) in e.transports.iter().enumerate() {
+                if let Some(t) = t {
+                    let mut fds = Vec::new();
+                    t.poll_fds(&mut fds);
+                    transports.push((poller_key(ep, ti), fds));
+                }
+            }
+        }
+        if let Err(e) = self.poller.rebuild(&transports) {
+            self.errors.record(&format!(
+                "receiver: epoll set not made, polling every transport: {e}"
+            ));
+            self.poller = TransportPoller::new();
         }
     }
 
@@ -735,13 +771,30 @@ impl Agent for Receiver {
         let mut work = 0;
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd);
+            self.poller_stale = true;
             work += 1;
         }
+        if self.poller_stale {
+            self.poller_stale = false;
+            self.rebuild_poller();
+        }
+        // With the poller, only the transports it names are read.
+        let mut ready = std::mem::take(&mut self.ready);
+        let polled_all = !self.poller.is_active()
+            || self.poller.ready(&mut ready).is_err_and(|e| {
+                self.errors.record(&format!(
+                    "receiver: epoll_wait failed, polling every transport: {e}"
+                ));
+                self.poller = TransportPoller::new();
+                true
+            });
         for ep in 0..self.endpoints.len() {
             for ti in 0..self.endpoints[ep].transports.len() {
                 if self.endpoints[ep].transports[ti].is_some() {
                     work += self.probe(ep, ti, now_ns);
-                    work += self.poll(ep, ti, now_ns);
+                    if polled_all || ready.contains(&poller_key(ep, ti)) {
+                        work += self.poll(ep, ti, now_ns);
+                    }
                 }
             }
             let cool_down_ns = self.cfg.image_cool_down_ns;
@@ -770,6 +823,7 @@ impl Agent for Receiver {
                 work += self.image_duties(ep, ii, now_ns);
             }
         }
+        self.ready = ready;
         work
     }
 }

@@ -12,6 +12,7 @@
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::SenderConfig;
 use crate::media::transport::{send_control_frame, Transport};
+use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::RecvBatch;
 use crate::multi_send_destination::{MdcMode, MultiSendDestination};
 use crate::network_publication::{NetworkPublication, PublicationSender};
@@ -126,6 +127,12 @@ pub struct Sender {
     /// Control receive buffers; taken out (not copied) while their datagrams are handled.
     recv: Option<RecvBatch>,
     duty_cycles: usize,
+    /// Which endpoints have control frames waiting, once there are many.
+    poller: TransportPoller,
+    /// A command came: the poller's set is made again before the next poll.
+    poller_stale: bool,
+    /// The endpoints the poller named this duty cycle.
+    ready: Vec<u64>,
 }
 
 impl Sender {
@@ -147,6 +154,9 @@ impl Sender {
             errors,
             recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             duty_cycles: 0,
+            poller: TransportPoller::new(),
+            poller_stale: true,
+            ready: Vec::new(),
         }
     }
 
@@ -237,8 +247,40 @@ impl Sender {
     }
 
     fn poll_control(&mut self, now_ns: i64) -> usize {
+        if self.poller_stale {
+            self.poller_stale = false;
+            let transports: Vec<(u64, Vec<std::os::fd::RawFd>)> = self
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(ei, e)| {
+                    let mut fds = Vec::new();
+                    e.transport.poll_fds(&mut fds);
+                    (ei as u64, fds)
+                })
+                .collect();
+            if let Err(e) = self.poller.rebuild(&transports) {
+                self.errors.record(&format!(
+                    "sender: epoll set not made, polling every endpoint: {e}"
+                ));
+                self.poller = TransportPoller::new();
+            }
+        }
+        // With the poller, only the endpoints it names are read.
+        let mut ready = std::mem::take(&mut self.ready);
+        let polled_all = !self.poller.is_active()
+            || self.poller.ready(&mut ready).is_err_and(|e| {
+                self.errors.record(&format!(
+                    "sender: epoll_wait failed, polling every endpoint: {e}"
+                ));
+                self.poller = TransportPoller::new();
+                true
+            });
         let mut work = 0;
         for ei in 0..self.endpoints.len() {
+            if !polled_all && !ready.contains(&(ei as u64)) {
+                continue;
+            }
             let mut batch = self
                 .recv
                 .take()
@@ -264,6 +306,7 @@ impl Sender {
             }
             self.recv = Some(batch);
         }
+        self.ready = ready;
         work
     }
 
@@ -416,6 +459,7 @@ impl Agent for Sender {
         let mut work = 0;
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd, now_ns);
+            self.poller_stale = true;
             work += 1;
         }
         let mut bytes_sent = 0;

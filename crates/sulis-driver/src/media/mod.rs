@@ -3,5 +3,6 @@
 
 pub mod memory;
 pub mod transport;
+pub mod transport_poller;
 pub mod udp_channel;
 pub mod udp_transport;

@@ -46,6 +46,11 @@ pub trait Transport: Send + std::fmt::Debug {
     fn recv_buffer_size(&self) -> io::Result<usize> {
         Ok(0)
     }
+
+    /// The descriptors `recv_batch` reads, pushed onto `fds`, for an epoll
+    /// set ([`super::transport_poller`]); none for a transport without
+    /// (then its agent polls every transport each duty cycle).
+    fn poll_fds(&self, _fds: &mut Vec<std::os::fd::RawFd>) {}
 }
 
 /// Sends a control frame, counting its bytes and logging a failure; true
@@ -97,6 +102,10 @@ impl Transport for UdpTransport {
     fn recv_buffer_size(&self) -> io::Result<usize> {
         UdpTransport::recv_buffer_size(self)
     }
+
+    fn poll_fds(&self, fds: &mut Vec<std::os::fd::RawFd>) {
+        fds.push(UdpTransport::raw_fd(self));
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for Box<T> {
@@ -126,6 +135,10 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
 
     fn recv_buffer_size(&self) -> io::Result<usize> {
         (**self).recv_buffer_size()
+    }
+
+    fn poll_fds(&self, fds: &mut Vec<std::os::fd::RawFd>) {
+        (**self).poll_fds(fds)
     }
 }
 
@@ -173,6 +186,17 @@ impl Transport for SplitTransport {
 
     fn recv_buffer_size(&self) -> io::Result<usize> {
         self.control.recv_buffer_size()
+    }
+
+    fn poll_fds(&self, fds: &mut Vec<std::os::fd::RawFd>) {
+        let before = fds.len();
+        self.control.poll_fds(fds);
+        let control = fds.len() - before;
+        self.send.poll_fds(fds);
+        if control == 0 || fds.len() - before == control {
+            // One of the two cannot be waited on: neither is offered.
+            fds.truncate(before);
+        }
     }
 }
 
@@ -308,6 +332,10 @@ impl<T: Transport> LossyTransport<T> {
 impl<T: Transport> Transport for LossyTransport<T> {
     fn local_addr(&self) -> SocketAddr {
         self.inner.local_addr()
+    }
+
+    fn poll_fds(&self, fds: &mut Vec<std::os::fd::RawFd>) {
+        self.inner.poll_fds(fds)
     }
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {

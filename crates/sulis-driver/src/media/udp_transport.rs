@@ -340,6 +340,11 @@ impl UdpTransport {
         })
     }
 
+    /// The socket's descriptor (for an epoll set).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+
     /// Stops (or allows again) sending runs of datagrams as one GSO message.
     pub fn set_gso(&self, on: bool) {
         self.gso.store(on, std::sync::atomic::Ordering::Relaxed);
