@@ -533,27 +533,48 @@ impl ConsensusModule {
             }
         };
         // The whole answer is one message: a term a few times its length.
+        self.queue_answer(
+            &q.response_channel,
+            q.response_stream_id,
+            bytes,
+            "a recording log query",
+            now_ns,
+        );
+    }
+
+    /// Offers `bytes`, an answer to `what`, on `response_channel` (until
+    /// taken or the message timeout): the whole answer is one message, so
+    /// the channel gets a term a few times its length unless it names one.
+    /// The channel used, or None (the failure is in the mark file).
+    fn queue_answer(
+        &mut self,
+        response_channel: &str,
+        stream_id: i32,
+        bytes: Vec<u8>,
+        what: &str,
+        now_ns: i64,
+    ) -> Option<String> {
         let term_length = (bytes.len() as u64 * 8 + 4096)
             .next_power_of_two()
             .clamp(64 * 1024, 1 << 30);
-        let channel = if q.response_channel.contains("term-length=") {
-            q.response_channel.clone()
+        let channel = if response_channel.contains("term-length=") {
+            response_channel.to_string()
         } else {
-            with_param(&q.response_channel, &format!("term-length={term_length}"))
+            with_param(response_channel, &format!("term-length={term_length}"))
         };
-        match self
-            .io
-            .client
-            .add_publication(&channel, q.response_stream_id)
-        {
+        match self.io.client.add_publication(&channel, stream_id) {
             Ok(p) => {
                 let deadline = now_ns + self.ctx.message_timeout.as_nanos() as i64;
                 self.rep().seed_answers.push((p, bytes, deadline));
+                Some(channel)
             }
-            Err(e) => self.mark.record_error(
-                &format!("answering a recording log query on {channel}: {e}"),
-                now_ns / 1_000_000,
-            ),
+            Err(e) => {
+                self.mark.record_error(
+                    &format!("answering {what} on {channel}: {e}"),
+                    now_ns / 1_000_000,
+                );
+                None
+            }
         }
     }
 
@@ -620,31 +641,18 @@ impl ConsensusModule {
                 .collect::<Vec<_>>()
                 .join("|"),
         };
-        let channel = if q.response_channel.contains("term-length=") {
-            q.response_channel.clone()
-        } else {
-            with_param(&q.response_channel, "term-length=65536")
-        };
-        match self
-            .io
-            .client
-            .add_publication(&channel, q.response_stream_id)
-        {
-            Ok(p) => {
-                let deadline = now_ns + self.ctx.message_timeout.as_nanos() as i64;
-                self.rep().seed_answers.push((p, answer.encode(), deadline));
-                self.log_event(format!(
-                    "member {} answers a backup query on {channel} (log recording {}, term {}, {} snapshots)",
-                    self.ctx.member_id,
-                    last.recording_id,
-                    last.leadership_term_id,
-                    answer.snapshots.len()
-                ));
-            }
-            Err(e) => self.mark.record_error(
-                &format!("answering a backup query on {channel}: {e}"),
-                now_ns / 1_000_000,
-            ),
+        let snapshots = answer.snapshots.len();
+        if let Some(channel) = self.queue_answer(
+            &q.response_channel,
+            q.response_stream_id,
+            answer.encode(),
+            "a backup query",
+            now_ns,
+        ) {
+            self.log_event(format!(
+                "member {} answers a backup query on {channel} (log recording {}, term {}, {snapshots} snapshots)",
+                self.ctx.member_id, last.recording_id, last.leadership_term_id
+            ));
         }
     }
 

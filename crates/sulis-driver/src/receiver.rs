@@ -526,7 +526,6 @@ impl Receiver {
             self.errors.record(&format!(
                 "receiver: epoll set not made, polling every transport: {e}"
             ));
-            self.poller = TransportPoller::new();
         }
     }
 
@@ -780,14 +779,10 @@ impl Agent for Receiver {
         }
         // With the poller, only the transports it names are read.
         let mut ready = std::mem::take(&mut self.ready);
-        let polled_all = !self.poller.is_active()
-            || self.poller.ready(&mut ready).is_err_and(|e| {
-                self.errors.record(&format!(
-                    "receiver: epoll_wait failed, polling every transport: {e}"
-                ));
-                self.poller = TransportPoller::new();
-                true
-            });
+        let polled_all = !self.poller.narrow(&mut ready).unwrap_or_else(|e| {
+            self.errors.record(&format!("receiver: {e}"));
+            false
+        });
         for ep in 0..self.endpoints.len() {
             for ti in 0..self.endpoints[ep].transports.len() {
                 if self.endpoints[ep].transports[ti].is_some() {

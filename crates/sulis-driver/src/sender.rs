@@ -263,19 +263,14 @@ impl Sender {
                 self.errors.record(&format!(
                     "sender: epoll set not made, polling every endpoint: {e}"
                 ));
-                self.poller = TransportPoller::new();
             }
         }
         // With the poller, only the endpoints it names are read.
         let mut ready = std::mem::take(&mut self.ready);
-        let polled_all = !self.poller.is_active()
-            || self.poller.ready(&mut ready).is_err_and(|e| {
-                self.errors.record(&format!(
-                    "sender: epoll_wait failed, polling every endpoint: {e}"
-                ));
-                self.poller = TransportPoller::new();
-                true
-            });
+        let polled_all = !self.poller.narrow(&mut ready).unwrap_or_else(|e| {
+            self.errors.record(&format!("sender: {e}"));
+            false
+        });
         let mut work = 0;
         for ei in 0..self.endpoints.len() {
             if !polled_all && !ready.contains(&(ei as u64)) {

@@ -33,6 +33,7 @@ impl TransportPoller {
     /// Registers `transports` (a key and the descriptors its receives read)
     /// anew. When they are few, or one has no descriptor (an in-memory
     /// transport), the poller stands down and every transport is polled.
+    /// On an error the poller stands down (every transport is polled).
     pub fn rebuild(&mut self, transports: &[(u64, Vec<RawFd>)]) -> io::Result<()> {
         self.epoll = None;
         if transports.len() <= ITERATION_THRESHOLD
@@ -72,6 +73,21 @@ impl TransportPoller {
     /// True when the epoll set stands in for polling every transport.
     pub fn is_active(&self) -> bool {
         self.epoll.is_some()
+    }
+
+    /// An agent's duty-cycle question: `Ok(true)` when only the transports
+    /// whose keys are now in `keys` need reading, `Ok(false)` when every
+    /// one does (the poller is not active). A failed `epoll_wait` stands
+    /// the poller down for good and is returned, for the agent to record,
+    /// with every transport to be read.
+    pub fn narrow(&mut self, keys: &mut Vec<u64>) -> Result<bool, String> {
+        if !self.is_active() {
+            return Ok(false);
+        }
+        self.ready(keys).map(|()| true).map_err(|e| {
+            self.epoll = None;
+            format!("epoll_wait failed, every transport is polled from now on: {e}")
+        })
     }
 
     /// The keys of the transports with something to read (level-triggered:
@@ -142,7 +158,7 @@ mod tests {
             out.send_to(b"x", socks[i].local_addr().unwrap()).unwrap();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-        p.ready(&mut keys).unwrap();
+        assert_eq!(p.narrow(&mut keys), Ok(true), "only those named are read");
         keys.sort();
         assert_eq!(keys, vec![102, 105]);
         // Level-triggered: still there until read.
@@ -161,6 +177,7 @@ mod tests {
         p.rebuild(&keyed(&socks)).unwrap();
         assert!(!p.is_active());
         assert!(p.ready(&mut Vec::new()).is_err());
+        assert_eq!(p.narrow(&mut Vec::new()), Ok(false), "every transport is read");
         let socks = sockets(ITERATION_THRESHOLD + 1);
         let mut transports = keyed(&socks);
         p.rebuild(&transports).unwrap();
