@@ -123,7 +123,10 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
         peer.stdin.write("go\n")
         peer.stdin.flush()
         out, err = peer.communicate(timeout=120)
-        second = json.loads(out.strip().splitlines()[-1])
+        lines = out.strip().splitlines()
+        assert lines, f"Aeron's client said nothing after the kill (exit {peer.returncode}):\n{err[-4000:]}\n" + \
+            "\n".join(f"member {n.id}: {n.stderr()[-1500:]}" for n in nodes)
+        second = json.loads(lines[-1])
         assert peer.returncode == 0, out[-3000:] + err[-3000:]
         assert second["phase"] == 2 and second["echoed"] == 400 and second["errors"] == 0, second
         assert second["leader_member_id"] != leader and second["new_leader_events"] >= 1, second
