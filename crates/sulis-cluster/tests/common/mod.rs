@@ -9,13 +9,31 @@ use std::time::Duration;
 use sulis_client::{Client, ClientContext};
 use sulis_driver::{DriverContext, MediaDriver, ThreadingMode};
 
-/// A UDP port free on loopback now.
+/// A UDP port free on loopback now, from below the kernel's ephemeral range
+/// (32768 up) and the block the Python suite uses (21000 up): a port the
+/// kernel picked for a bound-and-released probe may be the next `:0` bind
+/// of a driver in a test running beside (a CI run saw a member's log
+/// destination fail with "Address already in use"), while these are picked
+/// by nobody else. Each call of this process takes the next one.
 pub fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 12_000;
+    const SIZE: u32 = 9_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Runs one after another start at different places.
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id() % SIZE,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    for _ in 0..SIZE {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::AcqRel) % SIZE) as u16;
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free UDP port on 127.0.0.1 in {LOW}-{}", LOW + SIZE - 1)
 }
 
 /// A media driver in `dir`: shared threading, sparse term files, a 10 ms
