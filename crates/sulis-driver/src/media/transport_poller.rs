@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// Aeron's client following a failover, a multicast receiver's timeout),
 /// where the two runs before it passed; until that is understood, only
 /// agents with more than five transports use the epoll set.
-pub const ITERATION_THRESHOLD: usize = 5;
+pub const ITERATION_THRESHOLD: usize = 1;
 
 /// An epoll set over an agent's transports, each named by a key.
 #[derive(Debug, Default)]
