@@ -8,12 +8,18 @@ open in one driver at once: a subscription must get exactly the messages of
 the publications of its own medium, endpoint and stream id, each once; a
 spy exactly what a receiver on its endpoint gets.
 (Multicast and MDC join this matrix when they exist.)
+
+The matrix runs with the driver's agents reading every transport each duty
+cycle (``transport_poller_threshold=5``), with the epoll set once an agent
+has two (1, the default) and for any transport at all (0).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+
+import pytest
 
 import sulis
 from conftest import await_until, free_udp_port
@@ -35,6 +41,11 @@ def _expected(pub_medium: str, pub_stream: int, sub_kind: str, sub_stream: int) 
     if pub_stream != sub_stream:
         return False
     return (pub_medium, sub_kind) in {("ipc", "ipc"), ("udp", "udp-same"), ("udp", "spy-same")}
+
+
+@pytest.fixture(params=[0, 1, 5], ids=lambda t: f"poller-threshold-{t}")
+def driver(request, make_driver):
+    return make_driver(transport_poller_threshold=request.param)
 
 
 def test_every_publication_kind_reaches_exactly_the_matching_subscriptions(driver, make_client):

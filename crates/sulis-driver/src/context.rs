@@ -152,6 +152,9 @@ pub struct DriverContext {
     pub retransmit_multicast_linger_ns: u64,
     /// Gaps a receiver NAKs at once per image.
     pub loss_max_gaps: usize,
+    /// A receiver or sender with more transports than this asks one epoll
+    /// set which have datagrams (Agrona's iteration threshold is five).
+    pub transport_poller_threshold: usize,
     /// Flow control of multicast and multi-destination publications without `fc=`.
     pub multicast_flow_control: FlowControlStrategy,
     /// Group tag of a `tagged` flow control whose channel names none.
@@ -575,6 +578,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         show_size
     ),
     opt!(
+        transport_poller_threshold,
+        "SULIS_TRANSPORT_POLLER_THRESHOLD",
+        "",
+        "A receiver or sender with more UDP transports than this asks one epoll set each duty cycle which have datagrams, instead of a receive call on each (Aeron's threshold, Agrona's org.agrona.transport.iteration.threshold, is 5).",
+        |s: &str| s.parse::<usize>().map_err(|e| format!("{e}")),
+        show_size
+    ),
+    opt!(
         multicast_flow_control,
         "SULIS_MULTICAST_FLOW_CONTROL",
         "",
@@ -805,6 +816,7 @@ impl Default for DriverContext {
             retransmit_unicast_linger_ns: 200_000,
             retransmit_multicast_linger_ns: 10_000_000,
             loss_max_gaps: 16,
+            transport_poller_threshold: 1,
             multicast_flow_control: FlowControlStrategy::Max,
             flow_control_group_tag: -1,
             flow_control_group_min_size: 0,
@@ -957,6 +969,8 @@ pub struct SenderConfig {
     pub retransmit_group_linger_ns: i64,
     /// Send runs of full datagrams as one message for the kernel to split (UDP GSO).
     pub gso: bool,
+    /// More send endpoints than this: one epoll set says which to read.
+    pub poller_threshold: usize,
 }
 
 /// The receiver agent's settings, made from the driver's options
@@ -988,6 +1002,8 @@ pub struct ReceiverConfig {
     /// A connection of a multi-destination image silent this long is no
     /// longer sent status messages and NAKs (the image liveness timeout).
     pub connection_timeout_ns: i64,
+    /// More transports than this: one epoll set says which to read.
+    pub poller_threshold: usize,
 }
 
 #[cfg(test)]

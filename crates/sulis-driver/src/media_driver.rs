@@ -186,6 +186,7 @@ impl MediaDriver {
                 retransmit_linger_ns: ctx.retransmit_unicast_linger_ns as i64,
                 retransmit_group_linger_ns: ctx.retransmit_multicast_linger_ns as i64,
                 gso: ctx.udp_offload,
+                poller_threshold: ctx.transport_poller_threshold,
             },
             errors.clone(),
         );
@@ -226,6 +227,7 @@ impl MediaDriver {
                 nak_multicast_group_size: ctx.nak_multicast_group_size.min(u32::MAX as usize)
                     as u32,
                 stall_timeout_ns: ctx.receiver_stall_timeout_ns.min(i64::MAX as u64) as i64,
+                poller_threshold: ctx.transport_poller_threshold,
             },
             errors,
         )

@@ -266,6 +266,7 @@ impl Receiver {
         cfg: ReceiverConfig,
         errors: ErrorReporter,
     ) -> Self {
+        let poller = TransportPoller::new(cfg.poller_threshold);
         Receiver {
             commands,
             events,
@@ -276,7 +277,7 @@ impl Receiver {
             recv: Some(RecvBatch::new(RECV_BATCH, MAX_UDP_PAYLOAD_LENGTH + 32)),
             loss_report: None,
             loss_report_full: false,
-            poller: TransportPoller::new(),
+            poller,
             poller_stale: true,
             ready: Vec::new(),
         }

@@ -145,6 +145,7 @@ impl Sender {
         cfg: SenderConfig,
         errors: ErrorReporter,
     ) -> Self {
+        let poller = TransportPoller::new(cfg.poller_threshold);
         Sender {
             commands,
             events,
@@ -154,7 +155,7 @@ impl Sender {
             errors,
             recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             duty_cycles: 0,
-            poller: TransportPoller::new(),
+            poller,
             poller_stale: true,
             ready: Vec::new(),
         }

@@ -1,39 +1,37 @@
 //! Which transports have datagrams waiting: one `epoll_wait` a duty cycle
 //! instead of a receive call on every transport, once an agent has more
-//! than [`ITERATION_THRESHOLD`] of them. Aeron's `DataTransportPoller` does
-//! the same with a selector above five, and so does sulis (see
-//! [`ITERATION_THRESHOLD`]). Measured with the threshold at one
-//! on this 2-core machine with three cluster members (each driver's
-//! receiver and sender had three to five transports, so Aeron's threshold
-//! left them polling each), 5,000 round trips a second: the drivers took
-//! 72 % of both cores, most of it in `recvmmsg` calls that found nothing
-//! while their threads backed off; with one `epoll_wait` instead, 57 %, and
-//! the round trip's p50 went from 1.2 ms to 0.6 ms, its p99 from 2.8-4.7 ms
-//! to 1.7 ms (`bench/cluster_latency.py`).
+//! than the driver's `transport_poller_threshold` of them. Aeron's
+//! `DataTransportPoller` does the same with a selector above Agrona's
+//! iteration threshold (`org.agrona.transport.iteration.threshold`, five).
+//! Measured on this 2-core machine with three cluster members (each
+//! driver's receiver and sender had three to five transports, so a
+//! threshold of five left them polling each), 5,000 round trips a second:
+//! the drivers took 72 % of both cores, most of it in `recvmmsg` calls that
+//! found nothing while their threads backed off; with one `epoll_wait`
+//! instead, 57 %, and the round trip's p50 went from 1.2 ms to 0.6 ms, its
+//! p99 from 2.8-4.7 ms to 1.7 ms (`bench/cluster_latency.py`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// Up to this many transports each is simply asked every duty cycle.
-/// Aeron's five for now: at one (epoll for every agent with two or more
-/// transports, which gave the figures above) three of four clean-clone CI
-/// runs failed, each in a different network test (a three-member election,
-/// Aeron's client following a failover, a multicast receiver's timeout),
-/// where the two runs before it passed; until that is understood, only
-/// agents with more than five transports use the epoll set.
-pub const ITERATION_THRESHOLD: usize = 1;
-
 /// An epoll set over an agent's transports, each named by a key.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TransportPoller {
+    /// Up to this many transports each is simply asked every duty cycle.
+    threshold: usize,
     epoll: Option<OwnedFd>,
     events: Vec<libc::epoll_event>,
 }
 
 impl TransportPoller {
-    /// A poller asking nothing yet: every transport is polled.
-    pub fn new() -> TransportPoller {
-        TransportPoller::default()
+    /// A poller asking nothing yet: every transport is polled. Once more
+    /// than `threshold` transports are registered, the epoll set is used.
+    pub fn new(threshold: usize) -> TransportPoller {
+        TransportPoller {
+            threshold,
+            epoll: None,
+            events: Vec::new(),
+        }
     }
 
     /// Registers `transports` (a key and the descriptors its receives read)
@@ -42,9 +40,7 @@ impl TransportPoller {
     /// On an error the poller stands down (every transport is polled).
     pub fn rebuild(&mut self, transports: &[(u64, Vec<RawFd>)]) -> io::Result<()> {
         self.epoll = None;
-        if transports.len() <= ITERATION_THRESHOLD
-            || transports.iter().any(|(_, fds)| fds.is_empty())
-        {
+        if transports.len() <= self.threshold || transports.iter().any(|(_, fds)| fds.is_empty()) {
             return Ok(());
         }
         // SAFETY: plain syscall; the descriptor is owned from here on.
@@ -153,7 +149,7 @@ mod tests {
     #[test]
     fn names_only_the_transports_with_datagrams_waiting_until_they_are_read() {
         let socks = sockets(7);
-        let mut p = TransportPoller::new();
+        let mut p = TransportPoller::new(5);
         p.rebuild(&keyed(&socks)).unwrap();
         assert!(p.is_active());
         let mut keys = Vec::new();
@@ -178,18 +174,27 @@ mod tests {
 
     #[test]
     fn stands_down_for_few_transports_or_one_without_a_descriptor() {
-        let socks = sockets(ITERATION_THRESHOLD);
-        let mut p = TransportPoller::new();
+        const THRESHOLD: usize = 5;
+        let socks = sockets(THRESHOLD);
+        let mut p = TransportPoller::new(THRESHOLD);
         p.rebuild(&keyed(&socks)).unwrap();
         assert!(!p.is_active());
         assert!(p.ready(&mut Vec::new()).is_err());
-        assert_eq!(p.narrow(&mut Vec::new()), Ok(false), "every transport is read");
-        let socks = sockets(ITERATION_THRESHOLD + 1);
+        assert_eq!(
+            p.narrow(&mut Vec::new()),
+            Ok(false),
+            "every transport is read"
+        );
+        let socks = sockets(THRESHOLD + 1);
         let mut transports = keyed(&socks);
         p.rebuild(&transports).unwrap();
         assert!(p.is_active());
         transports[0].1.clear();
         p.rebuild(&transports).unwrap();
         assert!(!p.is_active());
+        // At zero, even one transport is waited on through the set.
+        let mut p = TransportPoller::new(0);
+        p.rebuild(&keyed(&sockets(1))).unwrap();
+        assert!(p.is_active());
     }
 }
