@@ -266,6 +266,55 @@ impl<'a> Reader<'a> {
     pub fn version(&self) -> u16 {
         self.version
     }
+
+    /// The root block's length as the sender declared it.
+    pub fn block_length(&self) -> usize {
+        self.block.len()
+    }
+
+    /// The next repeating group's dimensions (`blockLength u16`,
+    /// `numInGroup u16`): its entries' block length, as the sender declared
+    /// it (at least `min_block`, what this side reads of each), and their
+    /// count. Read each entry with [`Reader::entry`], then its var fields.
+    pub fn group(
+        &mut self,
+        group: &'static str,
+        min_block: usize,
+    ) -> Result<(usize, u16), SbeError> {
+        let dims = self.take(4, group, "the dimensions")?;
+        let block = u16::from_le_bytes([dims[0], dims[1]]) as usize;
+        if block < min_block {
+            return Err(SbeError::new(format!(
+                "{}: {group} has {block}-byte entries, fewer than the {min_block} read",
+                self.message
+            )));
+        }
+        Ok((block, u16::from_le_bytes([dims[2], dims[3]])))
+    }
+
+    /// The next group entry's block of `block` bytes (from [`Reader::group`]):
+    /// read its fields with [`field_at`].
+    pub fn entry(&mut self, group: &'static str, block: usize) -> Result<&'a [u8], SbeError> {
+        self.take(block, group, "an entry")
+    }
+
+    fn take(&mut self, n: usize, group: &str, what: &str) -> Result<&'a [u8], SbeError> {
+        if self.rest.len() < n {
+            return Err(SbeError::new(format!(
+                "{}: the message ends inside {what} of {group}",
+                self.message
+            )));
+        }
+        let (bytes, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(bytes)
+    }
+}
+
+/// A fixed field at `offset` of a block whose length was checked (a group
+/// entry of at least the length read).
+pub fn field_at<T: Fixed>(block: &[u8], offset: usize) -> T {
+    T::read(&block[offset..offset + T::SIZE])
 }
 
 /// Appends a var field: its `u32` length, then the bytes.

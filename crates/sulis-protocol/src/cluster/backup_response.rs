@@ -6,7 +6,7 @@
 //! [`super::messages`].
 
 use super::messages::{SCHEMA_ID, SCHEMA_VERSION};
-use crate::sbe::{put_var, Header, SbeError, HEADER_LENGTH};
+use crate::sbe::{field_at, put_var, Header, Reader, SbeError};
 
 /// A snapshot the backup should copy (one per service and one for the
 /// consensus module, service id −1).
@@ -56,14 +56,6 @@ pub struct BackupResponse {
 
 const BLOCK_LENGTH: u16 = 60;
 const SNAPSHOT_BLOCK_LENGTH: u16 = 44;
-
-fn i64_at(b: &[u8], at: usize) -> i64 {
-    i64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn i32_at(b: &[u8], at: usize) -> i32 {
-    i32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
 
 impl BackupResponse {
     /// Template id.
@@ -118,71 +110,38 @@ impl BackupResponse {
     /// lengths for the root and the group's entries. A sender before
     /// version 10 has no `member_id` (−1 then).
     pub fn decode(buf: &[u8]) -> Result<Self, SbeError> {
-        let h = Header::decode(buf)?;
-        if h.schema_id != SCHEMA_ID || h.template_id != Self::TEMPLATE_ID {
-            return Err(SbeError::new(format!(
-                "BackupResponse: schema {} template {} is not {SCHEMA_ID}/{}",
-                h.schema_id,
-                h.template_id,
-                Self::TEMPLATE_ID
-            )));
-        }
-        let mut at = HEADER_LENGTH;
-        let mut take = |n: usize, what: &str| -> Result<&[u8], SbeError> {
-            if buf.len() - at < n {
-                return Err(SbeError::new(format!(
-                    "BackupResponse: the message ends inside {what}"
-                )));
-            }
-            at += n;
-            Ok(&buf[at - n..at])
-        };
-        let root = take(h.block_length as usize, "the root block")?;
-        if root.len() < 56 {
+        let mut r = Reader::new(buf, "BackupResponse", Self::TEMPLATE_ID, SCHEMA_ID)?;
+        if r.block_length() < 56 {
             return Err(SbeError::new(format!(
                 "BackupResponse: a {}-byte root block",
-                root.len()
+                r.block_length()
             )));
         }
         let mut out = BackupResponse {
-            correlation_id: i64_at(root, 0),
-            log_recording_id: i64_at(root, 8),
-            log_leadership_term_id: i64_at(root, 16),
-            log_term_base_log_position: i64_at(root, 24),
-            last_leadership_term_id: i64_at(root, 32),
-            last_term_base_log_position: i64_at(root, 40),
-            commit_position_counter_id: i32_at(root, 48),
-            leader_member_id: i32_at(root, 52),
-            member_id: if root.len() >= 60 && h.version >= 10 {
-                i32_at(root, 56)
-            } else {
-                -1
-            },
+            correlation_id: r.fixed(0, 0, -1),
+            log_recording_id: r.fixed(8, 0, -1),
+            log_leadership_term_id: r.fixed(16, 0, -1),
+            log_term_base_log_position: r.fixed(24, 0, -1),
+            last_leadership_term_id: r.fixed(32, 0, -1),
+            last_term_base_log_position: r.fixed(40, 0, -1),
+            commit_position_counter_id: r.fixed(48, 0, -1),
+            leader_member_id: r.fixed(52, 0, -1),
+            member_id: r.fixed(56, 10, -1),
             ..Default::default()
         };
-        let dims = take(4, "the snapshots group's dimensions")?;
-        let block = u16::from_le_bytes([dims[0], dims[1]]) as usize;
-        let count = u16::from_le_bytes([dims[2], dims[3]]);
-        if block < SNAPSHOT_BLOCK_LENGTH as usize {
-            return Err(SbeError::new(format!(
-                "BackupResponse: a {block}-byte snapshot block"
-            )));
-        }
+        let (block, count) = r.group("the snapshots", SNAPSHOT_BLOCK_LENGTH as usize)?;
         for _ in 0..count {
-            let b = take(block, "a snapshot's block")?;
+            let b = r.entry("the snapshots", block)?;
             out.snapshots.push(BackupSnapshot {
-                recording_id: i64_at(b, 0),
-                leadership_term_id: i64_at(b, 8),
-                term_base_log_position: i64_at(b, 16),
-                log_position: i64_at(b, 24),
-                timestamp: i64_at(b, 32),
-                service_id: i32_at(b, 40),
+                recording_id: field_at(b, 0),
+                leadership_term_id: field_at(b, 8),
+                term_base_log_position: field_at(b, 16),
+                log_position: field_at(b, 24),
+                timestamp: field_at(b, 32),
+                service_id: field_at(b, 40),
             });
         }
-        let len = u32::from_le_bytes(take(4, "the members' length")?.try_into().expect("4 bytes"));
-        let members = take(len as usize, "the members")?;
-        out.cluster_members = String::from_utf8(members.to_vec())
-            .map_err(|_| SbeError::new("BackupResponse: the members are not US-ASCII"))?;
+        out.cluster_members = r.ascii("the members", 0)?;
         Ok(out)
     }
 }
@@ -251,8 +210,15 @@ mod tests {
         }
         later.extend_from_slice(&bytes[72 + 88..]);
         assert_eq!(BackupResponse::decode(&later).unwrap(), r);
-        bytes.truncate(bytes.len() - 3);
+        let short = &bytes[..bytes.len() - 3];
+        let e = BackupResponse::decode(short).unwrap_err().to_string();
+        assert!(e.contains("the members claims"), "{e}");
+        let e = BackupResponse::decode(&bytes[..72 + 50])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ends inside an entry of the snapshots"), "{e}");
+        bytes[68..70].copy_from_slice(&40u16.to_le_bytes());
         let e = BackupResponse::decode(&bytes).unwrap_err().to_string();
-        assert!(e.contains("ends inside the members"), "{e}");
+        assert!(e.contains("40-byte entries, fewer than the 44 read"), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 //! table in [`super::messages`].
 
 use super::messages::{SCHEMA_ID, SCHEMA_VERSION};
-use crate::sbe::{put_var, Header, SbeError, HEADER_LENGTH};
+use crate::sbe::{field_at, put_var, Header, Reader, SbeError};
 
 /// A member as the answering module sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -93,59 +93,40 @@ impl ClusterMembersExtendedResponse {
     /// Decodes the message (header included), honouring the sender's block
     /// lengths for the root and for each group entry.
     pub fn decode(buf: &[u8]) -> Result<Self, SbeError> {
-        let h = Header::decode(buf)?;
-        if h.schema_id != SCHEMA_ID || h.template_id != Self::TEMPLATE_ID {
+        const NAME: &str = "ClusterMembersExtendedResponse";
+        let mut r = Reader::new(buf, NAME, Self::TEMPLATE_ID, SCHEMA_ID)?;
+        if r.block_length() < BLOCK_LENGTH as usize {
             return Err(SbeError::new(format!(
-                "ClusterMembersExtendedResponse: schema {} template {} is not {SCHEMA_ID}/{}",
-                h.schema_id,
-                h.template_id,
-                Self::TEMPLATE_ID
-            )));
-        }
-        let mut r = Cursor {
-            buf,
-            at: HEADER_LENGTH,
-        };
-        let root = r.take(h.block_length as usize, "the root block")?;
-        if root.len() < BLOCK_LENGTH as usize {
-            return Err(SbeError::new(format!(
-                "ClusterMembersExtendedResponse: a {}-byte root block",
-                root.len()
+                "{NAME}: a {}-byte root block",
+                r.block_length()
             )));
         }
         let mut out = ClusterMembersExtendedResponse {
-            correlation_id: i64::from_le_bytes(root[0..8].try_into().unwrap()),
-            current_time_ns: i64::from_le_bytes(root[8..16].try_into().unwrap()),
-            leader_member_id: i32::from_le_bytes(root[16..20].try_into().unwrap()),
-            member_id: i32::from_le_bytes(root[20..24].try_into().unwrap()),
+            correlation_id: r.fixed(0, 0, -1),
+            current_time_ns: r.fixed(8, 0, -1),
+            leader_member_id: r.fixed(16, 0, -1),
+            member_id: r.fixed(20, 0, -1),
             ..Default::default()
         };
-        for passive in [false, true] {
-            let dims = r.take(4, "a group's dimensions")?;
-            let block = u16::from_le_bytes([dims[0], dims[1]]) as usize;
-            let count = u16::from_le_bytes([dims[2], dims[3]]);
-            if block < MEMBER_BLOCK_LENGTH as usize {
-                return Err(SbeError::new(format!(
-                    "ClusterMembersExtendedResponse: a {block}-byte member block"
-                )));
-            }
+        for (passive, group) in [(false, "the active members"), (true, "the passive members")] {
+            let (block, count) = r.group(group, MEMBER_BLOCK_LENGTH as usize)?;
             for _ in 0..count {
-                let b = r.take(block, "a member's block")?;
+                let b = r.entry(group, block)?;
                 let mut m = MemberStatus {
-                    leadership_term_id: i64::from_le_bytes(b[0..8].try_into().unwrap()),
-                    log_position: i64::from_le_bytes(b[8..16].try_into().unwrap()),
-                    time_of_last_append_ns: i64::from_le_bytes(b[16..24].try_into().unwrap()),
-                    member_id: i32::from_le_bytes(b[24..28].try_into().unwrap()),
+                    leadership_term_id: field_at(b, 0),
+                    log_position: field_at(b, 8),
+                    time_of_last_append_ns: field_at(b, 16),
+                    member_id: field_at(b, 24),
                     ..Default::default()
                 };
-                for field in [
-                    &mut m.ingress_endpoint,
-                    &mut m.consensus_endpoint,
-                    &mut m.log_endpoint,
-                    &mut m.catchup_endpoint,
-                    &mut m.archive_endpoint,
+                for (field, name) in [
+                    (&mut m.ingress_endpoint, "an ingress endpoint"),
+                    (&mut m.consensus_endpoint, "a consensus endpoint"),
+                    (&mut m.log_endpoint, "a log endpoint"),
+                    (&mut m.catchup_endpoint, "a catch-up endpoint"),
+                    (&mut m.archive_endpoint, "an archive endpoint"),
                 ] {
-                    *field = r.ascii()?;
+                    *field = r.ascii(name, 0)?;
                 }
                 if passive {
                     out.passive_members.push(m);
@@ -155,32 +136,6 @@ impl ClusterMembersExtendedResponse {
             }
         }
         Ok(out)
-    }
-}
-
-struct Cursor<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], SbeError> {
-        if self.buf.len() - self.at < n {
-            return Err(SbeError::new(format!(
-                "ClusterMembersExtendedResponse: the message ends inside {what}"
-            )));
-        }
-        let s = &self.buf[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
-    }
-
-    fn ascii(&mut self) -> Result<String, SbeError> {
-        let len = u32::from_le_bytes(self.take(4, "an endpoint's length")?.try_into().unwrap());
-        let bytes = self.take(len as usize, "an endpoint")?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            SbeError::new("ClusterMembersExtendedResponse: an endpoint is not US-ASCII")
-        })
     }
 }
 
