@@ -178,7 +178,6 @@ impl DriverConductor {
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
         let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system, clock);
         to_driver.set_consumer_heartbeat_time(now_ms);
-        let seed = (now_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
         Ok(DriverConductor {
             ctx,
             cnc,
@@ -201,7 +200,7 @@ impl DriverConductor {
             publication_links: Vec::new(),
             subscriptions: Vec::new(),
             client_counters: Vec::new(),
-            next_session_id: (seed >> 33) as i32,
+            next_session_id: first_session_id(now_ms),
             next_timer_ns: 0,
             next_re_resolution_check_ns: 0,
             last_heartbeat_ms: now_ms,
@@ -695,6 +694,22 @@ impl Agent for DriverConductor {
     }
 }
 
+/// This driver's first session id, random as Aeron's
+/// (`BitUtil.generateRandomisedId`). Not from the clock and the process
+/// id: shifted down to 31 bits those left only the millisecond, and drivers
+/// started in the same millisecond (a cluster's members, launched together)
+/// handed out the same session ids, so a member receiving the consensus
+/// streams of two others on one endpoint took both as one image and never
+/// heard the second.
+fn first_session_id(now_ms: i64) -> i32 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library keys each RandomState from the OS's randomness.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i64(now_ms);
+    h.write_u32(std::process::id());
+    (h.finish() >> 33) as i32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,6 +779,18 @@ mod tests {
             Ok(_) => panic!("the command succeeded"),
             Err(e) => e,
         }
+    }
+
+    /// Drivers started in the same millisecond (and here in one process)
+    /// hand out different session ids: three cluster members launched
+    /// together once did not, and one member took two others' consensus
+    /// streams for one.
+    #[test]
+    fn drivers_started_in_the_same_millisecond_hand_out_different_session_ids() {
+        let now_ms = 1_795_700_000_000;
+        let firsts: std::collections::HashSet<i32> =
+            (0..8).map(|_| first_session_id(now_ms)).collect();
+        assert_eq!(firsts.len(), 8, "{firsts:?}");
     }
 
     #[test]
