@@ -246,15 +246,26 @@ pub struct Receiver {
     loss_report_full: bool,
     /// Which transports have datagrams waiting, once there are many.
     poller: TransportPoller,
-    /// A command came: the poller's set is made again before the next poll.
-    poller_stale: bool,
-    /// The keys the poller named this duty cycle.
-    ready: Vec<u64>,
 }
 
 /// A transport's key in the poller: its endpoint's and its own index.
 fn poller_key(ep: usize, ti: usize) -> u64 {
     ((ep as u64) << 32) | ti as u64
+}
+
+/// Every open transport, keyed for the poller, with its descriptors.
+fn poller_transports(endpoints: &[ReceiveEndpoint]) -> Vec<(u64, Vec<std::os::fd::RawFd>)> {
+    let mut transports = Vec::new();
+    for (ep, e) in endpoints.iter().enumerate() {
+        for (ti, t) in e.transports.iter().enumerate() {
+            if let Some(t) = t {
+                let mut fds = Vec::new();
+                t.poll_fds(&mut fds);
+                transports.push((poller_key(ep, ti), fds));
+            }
+        }
+    }
+    transports
 }
 
 impl Receiver {
@@ -278,8 +289,6 @@ impl Receiver {
             loss_report: None,
             loss_report_full: false,
             poller,
-            poller_stale: true,
-            ready: Vec::new(),
         }
     }
 
@@ -507,26 +516,6 @@ impl Receiver {
         match self.endpoints[ep].transports.get_mut(ti) {
             Some(Some(t)) => send_control_frame(&mut **t, bytes, to, &self.errors),
             _ => false,
-        }
-    }
-
-    /// Registers every open transport with the poller anew (after any
-    /// command: endpoints and destinations come and go only through them).
-    fn rebuild_poller(&mut self) {
-        let mut transports = Vec::new();
-        for (ep, e) in self.endpoints.iter().enumerate() {
-            for (ti, t) in e.transports.iter().enumerate() {
-                if let Some(t) = t {
-                    let mut fds = Vec::new();
-                    t.poll_fds(&mut fds);
-                    transports.push((poller_key(ep, ti), fds));
-                }
-            }
-        }
-        if let Err(e) = self.poller.rebuild(&transports) {
-            self.errors.record(&format!(
-                "receiver: epoll set not made, polling every transport: {e}"
-            ));
         }
     }
 
@@ -771,24 +760,19 @@ impl Agent for Receiver {
         let mut work = 0;
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd);
-            self.poller_stale = true;
+            self.poller.mark_stale();
             work += 1;
         }
-        if self.poller_stale {
-            self.poller_stale = false;
-            self.rebuild_poller();
-        }
         // With the poller, only the transports it names are read.
-        let mut ready = std::mem::take(&mut self.ready);
-        let polled_all = !self.poller.narrow(&mut ready).unwrap_or_else(|e| {
+        let endpoints = &self.endpoints;
+        if let Err(e) = self.poller.begin_cycle(|| poller_transports(endpoints)) {
             self.errors.record(&format!("receiver: {e}"));
-            false
-        });
+        }
         for ep in 0..self.endpoints.len() {
             for ti in 0..self.endpoints[ep].transports.len() {
                 if self.endpoints[ep].transports[ti].is_some() {
                     work += self.probe(ep, ti, now_ns);
-                    if polled_all || ready.contains(&poller_key(ep, ti)) {
+                    if self.poller.should_read(poller_key(ep, ti)) {
                         work += self.poll(ep, ti, now_ns);
                     }
                 }
@@ -819,7 +803,6 @@ impl Agent for Receiver {
                 work += self.image_duties(ep, ii, now_ns);
             }
         }
-        self.ready = ready;
         work
     }
 }

@@ -129,10 +129,6 @@ pub struct Sender {
     duty_cycles: usize,
     /// Which endpoints have control frames waiting, once there are many.
     poller: TransportPoller,
-    /// A command came: the poller's set is made again before the next poll.
-    poller_stale: bool,
-    /// The endpoints the poller named this duty cycle.
-    ready: Vec<u64>,
 }
 
 impl Sender {
@@ -156,8 +152,6 @@ impl Sender {
             recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             duty_cycles: 0,
             poller,
-            poller_stale: true,
-            ready: Vec::new(),
         }
     }
 
@@ -248,10 +242,10 @@ impl Sender {
     }
 
     fn poll_control(&mut self, now_ns: i64) -> usize {
-        if self.poller_stale {
-            self.poller_stale = false;
-            let transports: Vec<(u64, Vec<std::os::fd::RawFd>)> = self
-                .endpoints
+        // With the poller, only the endpoints it names are read.
+        let endpoints = &self.endpoints;
+        let transports = || {
+            endpoints
                 .iter()
                 .enumerate()
                 .map(|(ei, e)| {
@@ -259,22 +253,14 @@ impl Sender {
                     e.transport.poll_fds(&mut fds);
                     (ei as u64, fds)
                 })
-                .collect();
-            if let Err(e) = self.poller.rebuild(&transports) {
-                self.errors.record(&format!(
-                    "sender: epoll set not made, polling every endpoint: {e}"
-                ));
-            }
-        }
-        // With the poller, only the endpoints it names are read.
-        let mut ready = std::mem::take(&mut self.ready);
-        let polled_all = !self.poller.narrow(&mut ready).unwrap_or_else(|e| {
+                .collect()
+        };
+        if let Err(e) = self.poller.begin_cycle(transports) {
             self.errors.record(&format!("sender: {e}"));
-            false
-        });
+        }
         let mut work = 0;
         for ei in 0..self.endpoints.len() {
-            if !polled_all && !ready.contains(&(ei as u64)) {
+            if !self.poller.should_read(ei as u64) {
                 continue;
             }
             let mut batch = self
@@ -302,7 +288,6 @@ impl Sender {
             }
             self.recv = Some(batch);
         }
-        self.ready = ready;
         work
     }
 
@@ -455,7 +440,7 @@ impl Agent for Sender {
         let mut work = 0;
         while let Ok(cmd) = self.commands.try_recv() {
             self.on_command(cmd, now_ns);
-            self.poller_stale = true;
+            self.poller.mark_stale();
             work += 1;
         }
         let mut bytes_sent = 0;

@@ -21,6 +21,10 @@ pub struct TransportPoller {
     threshold: usize,
     epoll: Option<OwnedFd>,
     events: Vec<libc::epoll_event>,
+    /// A command came: the set is made again before the next duty cycle.
+    stale: bool,
+    /// The keys named this duty cycle.
+    keys: Vec<u64>,
 }
 
 impl TransportPoller {
@@ -31,7 +35,48 @@ impl TransportPoller {
             threshold,
             epoll: None,
             events: Vec::new(),
+            stale: true,
+            keys: Vec::new(),
         }
+    }
+
+    /// The set is made again before the next duty cycle: an agent calls
+    /// this for every command it takes (its transports come and go only
+    /// through commands).
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// An agent's duty-cycle question, asked before it reads: remakes the
+    /// set from `transports()` if it went stale, then asks which keys have
+    /// datagrams; [`TransportPoller::should_read`] answers per transport
+    /// after. An error (the set not made, or `epoll_wait` failed) stands
+    /// the poller down, so every transport is read, and is returned for the
+    /// agent to record.
+    pub fn begin_cycle(
+        &mut self,
+        transports: impl FnOnce() -> Vec<(u64, Vec<RawFd>)>,
+    ) -> Result<(), String> {
+        if self.stale {
+            self.rebuild(&transports())
+                .map_err(|e| format!("epoll set not made, every transport is polled: {e}"))?;
+        }
+        if !self.is_active() {
+            return Ok(());
+        }
+        let mut keys = std::mem::take(&mut self.keys);
+        let asked = self.ready(&mut keys);
+        self.keys = keys;
+        asked.map_err(|e| {
+            self.epoll = None;
+            format!("epoll_wait failed, every transport is polled from now on: {e}")
+        })
+    }
+
+    /// Whether the transport named `key` is to be read this duty cycle:
+    /// always when the poller stands down, else when the set named it.
+    pub fn should_read(&self, key: u64) -> bool {
+        !self.is_active() || self.keys.contains(&key)
     }
 
     /// Registers `transports` (a key and the descriptors its receives read)
@@ -39,6 +84,7 @@ impl TransportPoller {
     /// transport), the poller stands down and every transport is polled.
     /// On an error the poller stands down (every transport is polled).
     pub fn rebuild(&mut self, transports: &[(u64, Vec<RawFd>)]) -> io::Result<()> {
+        self.stale = false;
         self.epoll = None;
         if transports.len() <= self.threshold || transports.iter().any(|(_, fds)| fds.is_empty()) {
             return Ok(());
@@ -75,21 +121,6 @@ impl TransportPoller {
     /// True when the epoll set stands in for polling every transport.
     pub fn is_active(&self) -> bool {
         self.epoll.is_some()
-    }
-
-    /// An agent's duty-cycle question: `Ok(true)` when only the transports
-    /// whose keys are now in `keys` need reading, `Ok(false)` when every
-    /// one does (the poller is not active). A failed `epoll_wait` stands
-    /// the poller down for good and is returned, for the agent to record,
-    /// with every transport to be read.
-    pub fn narrow(&mut self, keys: &mut Vec<u64>) -> Result<bool, String> {
-        if !self.is_active() {
-            return Ok(false);
-        }
-        self.ready(keys).map(|()| true).map_err(|e| {
-            self.epoll = None;
-            format!("epoll_wait failed, every transport is polled from now on: {e}")
-        })
     }
 
     /// The keys of the transports with something to read (level-triggered:
@@ -160,7 +191,10 @@ mod tests {
             out.send_to(b"x", socks[i].local_addr().unwrap()).unwrap();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(p.narrow(&mut keys), Ok(true), "only those named are read");
+        assert_eq!(p.begin_cycle(|| unreachable!("not stale")), Ok(()));
+        // Only those named are read.
+        assert!(p.should_read(102) && p.should_read(105) && !p.should_read(100));
+        p.ready(&mut keys).unwrap();
         keys.sort();
         assert_eq!(keys, vec![102, 105]);
         // Level-triggered: still there until read.
@@ -180,15 +214,18 @@ mod tests {
         p.rebuild(&keyed(&socks)).unwrap();
         assert!(!p.is_active());
         assert!(p.ready(&mut Vec::new()).is_err());
-        assert_eq!(
-            p.narrow(&mut Vec::new()),
-            Ok(false),
+        assert_eq!(p.begin_cycle(|| unreachable!("not stale")), Ok(()));
+        assert!(
+            p.should_read(100) && p.should_read(104),
             "every transport is read"
         );
+        // A command came: the set is made anew before the next cycle.
         let socks = sockets(THRESHOLD + 1);
         let mut transports = keyed(&socks);
-        p.rebuild(&transports).unwrap();
+        p.mark_stale();
+        assert_eq!(p.begin_cycle(|| transports.clone()), Ok(()));
         assert!(p.is_active());
+        assert!(!p.should_read(100), "nothing waits");
         transports[0].1.clear();
         p.rebuild(&transports).unwrap();
         assert!(!p.is_active());
