@@ -14,7 +14,10 @@
 //! `spies_simulate_connection`), or a spy itself was added with `ssc=true`
 //! (a sulis extension the archive uses for local recordings): then, with no
 //! receiver, the sender skips ahead to the fastest spy (so the spies set
-//! the pace, and a receiver that joins later starts where they are) while
+//! the pace, and a receiver that joins later starts where they are; its
+//! first status message counts up to a term behind, what the sender skipped
+//! since its SETUP is resent to it, and a receiver lapped further ends its
+//! image and joins again, see `ImageReceiver::on_setup`) while
 //! the limit stays the slowest of the sender and the tethered spies, as
 //! Aeron's, so cleaning never passes a sender that has not caught up.
 //!
@@ -389,6 +392,11 @@ pub struct PublicationSender {
     time_of_receivers_publish_ns: i64,
     /// Ranges to resend, gathered before sending (no allocation per NAK).
     resends: Vec<(i32, i32, i32)>,
+    /// Where the first receiver counted after the sender skipped ahead to
+    /// spies joined: what lies between there and the sender position goes
+    /// to it at the next send turn (it cannot ask for it: it hears of
+    /// nothing that far past its status messages).
+    join_resend_from: Option<i64>,
 }
 
 impl PublicationSender {
@@ -435,6 +443,7 @@ impl PublicationSender {
             published_receivers: 0,
             time_of_receivers_publish_ns: i64::MIN / 2,
             resends: Vec::new(),
+            join_resend_from: None,
         }
     }
 
@@ -511,9 +520,19 @@ impl PublicationSender {
         // the sender past the limit an older status message gave.
         let sender_position = p.snd_pos.get();
         let half = (p.term_length / 2) as i64;
-        if (position - sender_position).abs() > half {
+        // A receiver that answered a SETUP while nobody was counted may be up to a term behind:
+        // spies that stand in for receivers let the sender skip ahead between the SETUP and the
+        // answer. What it needs is still in the log (cleaning stays a term behind the sender, and
+        // NAKs are served that far), so it is counted, and the sender waits for it; rejected, it
+        // was never counted, the sender skipped on and cleaned where it joined.
+        let counted = p.has_receivers(now_ns, cfg.connection_timeout_ns);
+        let behind = if counted { half } else { p.term_length as i64 };
+        if position > sender_position + half || position < sender_position - behind {
             system.increment(SystemCounter::StatusMessagesRejected);
             return Ok(());
+        }
+        if !counted && position < sender_position {
+            self.join_resend_from = Some(position);
         }
         system.increment(SystemCounter::StatusMessagesReceived);
         let limit =
@@ -618,6 +637,35 @@ impl PublicationSender {
             _ => src,
         };
         (reply, to)
+    }
+
+    /// Resends what lies between positions `from` and `to`, a term at a
+    /// time; returns the bytes.
+    fn resend_range(
+        &mut self,
+        transport: &mut dyn Transport,
+        targets: &[SocketAddr],
+        from: i64,
+        to: i64,
+        errors: &ErrorReporter,
+    ) -> usize {
+        let p = self.publication.clone();
+        let term_length = p.term_length as i64;
+        let mut at = from;
+        while at < to {
+            let term_end = (at / term_length + 1) * term_length;
+            let end = to.min(term_end);
+            self.resend(
+                transport,
+                targets,
+                compute_term_id_from_position(at, p.bits, p.initial_term_id),
+                compute_term_offset_from_position(at, p.bits),
+                (end - at) as i32,
+                errors,
+            );
+            at = end;
+        }
+        (to - from).max(0) as usize
     }
 
     /// Resends whole frames from (`term_id`, `term_offset`) for `length`
@@ -750,6 +798,9 @@ impl PublicationSender {
         }
 
         let mut bytes_sent = self.send_data(transport, errors, targets, sender_position, now_ns);
+        if let Some(from) = self.join_resend_from.take() {
+            bytes_sent += self.resend_range(transport, targets, from, p.snd_pos.get(), errors);
+        }
 
         // Heartbeat while idle; end of stream once everything is sent, the first at once: a
         // linger shorter than the heartbeat interval would otherwise remove the publication

@@ -25,7 +25,7 @@ use sulis_concurrent::counters::CounterRef;
 use sulis_concurrent::logbuffer::{self, term_rebuilder, LogBuffers};
 use sulis_concurrent::loss_report::EntryHandle;
 use sulis_protocol::frame::{
-    DataDatagram, NakFrame, RspSetupFrame, RttmFrame, StatusMessageFrame, EOS_FLAG,
+    DataDatagram, NakFrame, RspSetupFrame, RttmFrame, SetupFrame, StatusMessageFrame, EOS_FLAG,
 };
 use sulis_protocol::log_buffer_descriptor::*;
 
@@ -402,7 +402,9 @@ impl ImageReceiver {
             clean_position: join,
             sender_position_seen: join,
             stuck_at: join,
-            stuck_since_ns: i64::MIN / 2,
+            // Stuck, if at all, since it joined: not since the clock's start (an
+            // image that never moved gave up at once and said it had waited for ages).
+            stuck_since_ns: image.time_of_last_packet_ns.load(Ordering::Relaxed),
             loss_entry: None,
             naks: Vec::new(),
             connections: vec![Connection {
@@ -434,6 +436,45 @@ impl ImageReceiver {
                 eos_position: None,
             }),
         }
+    }
+
+    /// A SETUP of this image's session came (on `transport_index`). Another
+    /// way in of a multi-destination subscription is tracked. Otherwise it
+    /// tells something: a sender SETUPs only while it counts no receiver. If
+    /// it is a term or more past where this image joined and the image has
+    /// taken nothing yet, what the image joined at is gone from the sender's
+    /// log: spies that stand in for receivers let the sender skip ahead
+    /// before this receiver's first status message was counted. No NAK can
+    /// fill that, and nothing was delivered from the image, so it is a join
+    /// that failed, not a loss: the image ends (its subscribers are told it is
+    /// unavailable), with no error, and the session is joined again where the
+    /// sender is. Returns true if it ended.
+    pub fn on_setup(
+        &mut self,
+        setup: &SetupFrame,
+        transport_index: usize,
+        control: SocketAddr,
+        now_ns: i64,
+    ) -> bool {
+        let one_way =
+            self.connections.len() == 1 && self.connections[0].transport_index == transport_index;
+        self.track_connection(transport_index, control, now_ns);
+        let img = &self.image;
+        if !one_way || self.rebuild_position != img.join_position || img.has_given_up() {
+            return false;
+        }
+        let at = compute_position(
+            setup.active_term_id,
+            setup.term_offset,
+            img.bits,
+            img.initial_term_id,
+        );
+        if at - self.rebuild_position < img.term_length as i64 {
+            return false;
+        }
+        img.given_up_at
+            .store(self.rebuild_position, Ordering::Release);
+        true
     }
 
     /// A destination of a multi-destination subscription went: its transport

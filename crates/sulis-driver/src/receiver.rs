@@ -651,8 +651,10 @@ impl Receiver {
                 let e = &mut self.endpoints[ep];
                 if let Some(ii) = e.image_index(setup.session_id, setup.stream_id) {
                     // The session by another way (a multi-destination
-                    // subscription's other destination): answered there too.
-                    e.images[ii].track_connection(ti, control, now_ns);
+                    // subscription's other destination): answered there too;
+                    // or by the same way, from a sender that never counted
+                    // this image and is past what it joined at (it ends).
+                    e.images[ii].on_setup(&setup, ti, control, now_ns);
                     return;
                 }
                 if !e.is_subscribed(setup.stream_id) || e.cooling(setup.session_id, setup.stream_id)

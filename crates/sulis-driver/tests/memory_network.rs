@@ -618,7 +618,10 @@ fn an_image_stuck_behind_data_its_sender_no_longer_keeps_gives_up_and_the_sessio
     let field = |at: usize| i32::from_le_bytes(header[at..at + 4].try_into().unwrap());
     let ahead = sulis_protocol::frame::DataHeader::heartbeat(field(12), 1, field(20) + 1, 8192);
     let mut unavailable = false;
+    // The stall timeout counts from the join (the image has not moved
+    // since): the client stays alive meanwhile.
     for _ in 0..100 {
+        s.h.keepalive();
         s.net.inject(
             endpoint,
             Datagram {
@@ -674,4 +677,181 @@ fn an_image_stuck_behind_data_its_sender_no_longer_keeps_gives_up_and_the_sessio
         }
     }
     assert!(joined, "a new image of the session");
+}
+
+/// A publication with `ssc=true` read by a spy and no receiver yet, its log
+/// mapped for appending, and the spy's position counter.
+struct SpyPaced {
+    h: Harness,
+    net: MemoryNetwork,
+    publication: LogBuffers,
+    spy: CounterRef,
+    appended: usize,
+}
+
+impl SpyPaced {
+    fn new(name: &str) -> SpyPaced {
+        let net = MemoryNetwork::new();
+        let mut h = Harness::with_transports(name, |_| {}, Arc::new(net.clone()));
+        h.keepalive();
+        let spy = h.add_subscription(&format!("aeron-spy:aeron:udp?endpoint={ENDPOINT}"), 1);
+        h.add_publication(&format!("aeron:udp?endpoint={ENDPOINT}|ssc=true"), 1);
+        h.settle();
+        let events = h.take_events();
+        let publication =
+            LogBuffers::map_existing(Path::new(&common::publication_log(&events))).unwrap();
+        let spy = h
+            .counters
+            .counter_ref(common::image_position_counter(&events, spy));
+        SpyPaced {
+            h,
+            net,
+            publication,
+            spy,
+            appended: 0,
+        }
+    }
+
+    /// Appends `n` messages of 200 bytes (256-byte frames) to the first term
+    /// and lets the spy read them all: the sender skips there.
+    fn publish_and_spy(&mut self, n: usize) {
+        let header = HeaderWriter::new(&self.publication.default_header());
+        let appender = TermAppender::new(self.publication.term(0), self.publication.meta(), 0);
+        for m in &messages(self.appended + n, 200)[self.appended..] {
+            assert!(matches!(
+                appender.append_unfragmented(&header, m, None),
+                Append::Done(_)
+            ));
+        }
+        self.appended += n;
+        self.spy.set_ordered(self.appended as i64 * 256);
+        self.h.advance(5 * MS);
+        assert_eq!(
+            counter_of_type(&self.h, type_id::SENDER_POSITION),
+            self.appended as i64 * 256,
+            "no receiver is counted: the sender skipped to the spy"
+        );
+    }
+
+    /// Adds a subscription on the channel and moves time until its image
+    /// joins; returns the image's log and subscriber position counter.
+    fn join(&mut self) -> (LogBuffers, CounterRef) {
+        let sub = self
+            .h
+            .add_subscription(&format!("aeron:udp?endpoint={ENDPOINT}"), 1);
+        for _ in 0..500 {
+            self.h.keepalive();
+            self.h.advance(MS);
+            let joined = self.h.take_events().into_iter().find_map(|e| match e {
+                Event::AvailableImage {
+                    subscription_registration_id,
+                    log_file,
+                    subscriber_position_id,
+                    ..
+                } if subscription_registration_id == sub => {
+                    Some((log_file, subscriber_position_id))
+                }
+                _ => None,
+            });
+            if let Some((log, position)) = joined {
+                return (
+                    LogBuffers::map_existing(Path::new(&log)).unwrap(),
+                    self.h.counters.counter_ref(position),
+                );
+            }
+        }
+        panic!("no image within 500 ms");
+    }
+
+    /// The send endpoint's address (the first address bound, before the subscription's).
+    fn sender_address(&self) -> SocketAddr {
+        let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+        let bound: Vec<SocketAddr> = self
+            .net
+            .bound()
+            .into_iter()
+            .filter(|a| *a != endpoint)
+            .collect();
+        assert_eq!(bound.len(), 1, "{bound:?}");
+        bound[0]
+    }
+}
+
+#[test]
+fn a_receiver_whose_answer_to_a_setup_comes_after_the_sender_skipped_half_a_term_on_is_counted_and_served(
+) {
+    // The race behind ReplayMerge's UDP stall: the receiver joins at the
+    // SETUP's position, but until its first status message is counted the
+    // sender skips on to the spy. Up to a term behind, what it needs is in
+    // the log: its status message must count (it was rejected as out of the
+    // window, and the sender went on without it for good).
+    let mut s = SpyPaced::new("mem-spy-late-sm");
+    s.publish_and_spy(25);
+    let sender = s.sender_address();
+    s.net.hold(sender, true); // the receiver's status messages wait in the network
+    let (image, position) = s.join();
+    assert_eq!(position.get(), 25 * 256, "joined where the sender was");
+    s.publish_and_spy(160); // 40 KiB on: more than half the 64 KiB term
+    s.net.hold(sender, false);
+    let term = image.term(0);
+    let mut read = 25 * 256;
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        s.h.keepalive();
+        s.h.advance(MS);
+        let (_, next) = term_reader::read(&term, read, usize::MAX, |offset, len| {
+            got.push(term.slice(offset + 32, len - 32).to_vec())
+        });
+        read = next;
+        position.set_ordered(next as i64);
+        if got.len() == 160 {
+            break;
+        }
+    }
+    assert!(
+        got == messages(185, 200)[25..],
+        "{} of 160 messages from where the receiver joined; {} status messages rejected",
+        got.len(),
+        s.h.system_counter(SystemCounter::StatusMessagesRejected)
+    );
+    assert!(s.h.errors().is_empty(), "{:?}", s.h.errors());
+}
+
+#[test]
+fn an_image_whose_sender_skipped_a_term_past_its_join_before_counting_it_ends_quietly_and_joins_again(
+) {
+    // More than a term: no NAK can bring back where the image joined. The
+    // sender's SETUPs (it counts no receiver) say so; the image delivered
+    // nothing, so it ends with no error and no loss, and joins again.
+    let mut s = SpyPaced::new("mem-spy-lapped");
+    s.publish_and_spy(10);
+    let sender = s.sender_address();
+    s.net.hold(sender, true);
+    let (_image, position) = s.join();
+    assert_eq!(position.get(), 10 * 256);
+    // The spy reads on, a term and a frame past the join (what it read is
+    // not this test's business: only where the sender goes).
+    s.spy.set_ordered(11 * 256 + 64 * 1024);
+    s.h.advance(5 * MS);
+    s.net.take(sender); // the receiver's status messages are lost
+    s.net.hold(sender, false);
+    let mut ended = false;
+    let mut rejoined = false;
+    for _ in 0..1000 {
+        s.h.keepalive();
+        s.h.advance(MS);
+        s.net.take(sender); // and so are the rest: only the sender's SETUPs reach it
+        for e in s.h.take_events() {
+            match e {
+                Event::UnavailableImage { .. } => ended = true,
+                Event::AvailableImage { .. } if ended => rejoined = true,
+                _ => {}
+            }
+        }
+        if rejoined {
+            break;
+        }
+    }
+    assert!(ended && rejoined, "ended {ended}, joined again {rejoined}");
+    assert!(s.h.errors().is_empty(), "{:?}", s.h.errors());
 }
