@@ -16,6 +16,13 @@ recording's session id, so a ``FragmentAssembler`` handler goes on
 assembling across the switch. The work is done inside ``poll`` and
 ``poll_batch``; the fragments themselves are read in Rust as by any
 subscription.
+
+If the live image goes away (it ended, or the driver joined the session
+again further on: a receiver whose first status message came a term or more
+after the sender had moved on cannot get what it joined at), the merge is
+not over: whatever the live stream holds past that point is not read; the
+replay starts again from ``position`` and the merge is made again with the
+new image (``rejoins`` counts how often). Nothing is skipped or read twice.
 """
 
 from __future__ import annotations
@@ -100,22 +107,33 @@ class ReplayMerge:
         self.state = ReplayMergeState.REPLAY
         self.error: _native.ArchiveError | None = None
         self._live: _native.Subscription | None = None
+        # The live image the merge is bound to (its join position is the bound), then reads.
+        self._live_image: _native.Image | None = None
         self._image: _native.Image | None = None
+        self.rejoins = 0
+        """How often the live image went away and the merge started again from the replay."""
         self._bound: int | None = None
         # After the merge: the live image skips up to here (the replay delivered it).
         self._skip_to: int | None = None
         self._position = d.start_position if position is None else position
         self._next_check = 0.0
         # The replay carries the recording's session id, as the live stream does.
-        channel = _with_param(replay_channel, "session-id", d.session_id)
-        self._replay_sub: _native.Subscription | None = self._client.add_subscription(channel, replay_stream_id)
+        self._replay_channel = _with_param(replay_channel, "session-id", d.session_id)
+        self._replay_stream_id = replay_stream_id
+        self._replay_sub: _native.Subscription | None = None
+        self._replay_id: int | None = None
+        self._start_replay(position)
+        self._progress_at = time.monotonic()
+
+    def _start_replay(self, position: int | None) -> None:
+        self._replay_sub = self._client.add_subscription(self._replay_channel, self._replay_stream_id)
         try:
-            self._replay_id: int | None = archive.start_replay(
-                recording_id, channel, replay_stream_id, position=position, follow=True)
+            self._replay_id = self._archive.start_replay(
+                self.recording_id, self._replay_channel, self._replay_stream_id, position=position, follow=True)
         except BaseException:
             self._replay_sub.close()
+            self._replay_sub = None
             raise
-        self._progress_at = time.monotonic()
 
     # -- state --------------------------------------------------------------
 
@@ -161,6 +179,13 @@ class ReplayMerge:
             if self.error is not None:
                 raise self.error
             raise _native.ClosedError("ReplayMerge is closed")
+        if self._live_lost():
+            if self.state is ReplayMergeState.MERGED:
+                self._replay_again(now)
+            else:
+                # Nothing was read from it: the next image of the session sets the bound.
+                self._live_image = None
+                self._bound = None
         if self.state is ReplayMergeState.MERGED:
             return
         if self._image is None and self._replay_sub is not None:
@@ -176,8 +201,9 @@ class ReplayMerge:
                 self.state = ReplayMergeState.LIVE_JOIN
                 self._moved(now)
         if self.state is ReplayMergeState.LIVE_JOIN and self._live is not None and self._bound is None:
-            images = self._live.images
+            images = [i for i in self._live.images if not i.is_closed]
             if images:
+                self._live_image = images[0]
                 self._bound = images[0].position
                 self._moved(now)
         if self._bound is not None and self.position >= self._bound:
@@ -186,9 +212,35 @@ class ReplayMerge:
             self._fail(f"no progress for {self._timeout} s in state {self.state.value} at position "
                        f"{self.position}" + (f", live joined at {self._bound}" if self._bound is not None else ""))
 
+    def _live_lost(self) -> bool:
+        """The live image bound to (or read) is gone: closed, or the session was joined again (another
+        image of it, further on)."""
+        image = self._live_image
+        if image is None or self._live is None:
+            return False
+        return image.is_closed or any(i.correlation_id != image.correlation_id for i in self._live.images)
+
+    def _replay_again(self, now: float) -> None:
+        """The live image went after the merge: read the replay again from where reading got to, and
+        merge again."""
+        assert self._live is not None
+        position = self.position
+        self._live.close()
+        self._live = None
+        self._live_image = None
+        self._image = None
+        self._bound = None
+        self._skip_to = None
+        self._position = position
+        self._start_replay(position)
+        self.state = ReplayMergeState.REPLAY
+        self.rejoins += 1
+        self._next_check = 0.0
+        self._moved(now)
+
     def _merge(self, now: float) -> None:
-        assert self._live is not None and self._bound is not None
-        (live,) = self._live.images[:1]
+        assert self._live is not None and self._bound is not None and self._live_image is not None
+        live = self._live_image
         position = self.position
         if position > live.position:
             self._skip_to = position
@@ -202,11 +254,8 @@ class ReplayMerge:
         batch, no Python call per fragment); true once the live image is past it."""
         if self._skip_to is None:
             return True
-        assert self._live is not None
-        images = self._live.images
-        if not images:
-            return False  # the live stream went away; nothing to read
-        live = images[0]
+        assert self._live is not None and self._live_image is not None
+        live = self._live_image
         if live.position < self._skip_to:
             self._live.poll_batch(1 << 16, self._skip_to)
         if live.position < self._skip_to:
@@ -243,7 +292,8 @@ class ReplayMerge:
             assert self._live is not None
             if not self._skipped():
                 # Nothing new yet: an empty batch.
-                return self._live.poll_batch(fragment_limit, self._live.images[0].position)
+                assert self._live_image is not None
+                return self._live.poll_batch(fragment_limit, self._live_image.position)
             return self._live.poll_batch(fragment_limit)
         assert self._replay_sub is not None
         before = self.position
@@ -262,6 +312,7 @@ class ReplayMerge:
         if self._live is not None:
             self._live.close()
             self._live = None
+        self._live_image = None
         self._image = None
         self.state = ReplayMergeState.CLOSED
 
@@ -273,4 +324,4 @@ class ReplayMerge:
 
     def __repr__(self) -> str:
         return (f"ReplayMerge(recording_id={self.recording_id}, state={self.state.value}, "
-                f"position={self.position})")
+                f"position={self.position}, rejoins={self.rejoins})")
