@@ -188,10 +188,26 @@ def test_tagged_flow_control_waits_for_its_group_only(netns_hosts, spawn):
 
 
 def test_tagged_flow_control_waits_for_its_stopped_member(netns_hosts, spawn):
+    # After an earlier producer on the same channel and stream closed, as users run it: the member's
+    # new subscription could join the ended stream's image, which the driver then withdrew and zeroed
+    # while the member was stopped; its client read the log again from 0, died on the old frames, and
+    # the new publication lost its only member (NOT_CONNECTED). Fixed in the client (328a881: an image
+    # reads from its own position); this is the sequence that showed it.
     hosts, subnet, s = sites(netns_hosts, spawn, "a", "b", flow_control_receiver_timeout="30s",
                              publication_connection_timeout="30s")
     port = 41_013
     tagged = channel(subnet, port, "fc=tagged,g:7")
+    member = s["b"].consume(channel(subnet, port, "gtag=7"), 40_000)
+    producer = s["a"].produce(tagged, 40_000, max_length=1000, wait_go=True)
+    assert producer.read(timeout=30)["ready"]
+    await_until(lambda: len(s["a"].counters("fc-receiver")) == 1, timeout=30, what="the member tracked")
+    producer.send("go")
+    result = done(producer, 60)
+    assert result.get("sent") == 40_000, result
+    assert done(member, 60)["received"] == 40_000
+    # The stream ended (and its consumer with it); the member subscribes again at once, while the
+    # ended stream's image may still be there, and a second producer comes on the same channel and stream.
+    member.close()
     member = s["b"].consume(channel(subnet, port, "gtag=7"), 40_000)
     producer2 = s["a"].produce(tagged, 40_000, seed=2, max_length=1000, wait_go=True)
     assert producer2.read(timeout=30)["ready"]
