@@ -28,10 +28,13 @@ class Journal(ClusteredService):
             cluster.idle()
 '''
 
-# Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s).
+# Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s). A client session
+# lives 60 s without a word (the default is 10 s): the tests' clients wait silently for snapshots, kills and
+# `sulis cluster-tool` processes, which on a slow or busy machine outlasted 10 s and closed the session
+# (TIMEOUT). No test here is about the session timeout; those that are set their own.
 TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
-           "--log-term-length", "1m"]
+           "--log-term-length", "1m", "--session-timeout", "60s"]
 
 
 def cluster_counters(driver_dir: str) -> dict[str, int]:

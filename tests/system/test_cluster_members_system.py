@@ -30,6 +30,16 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
     assert got == [text.encode()], got
 
 
+def kept_alive(c: ClusterClient, cond):
+    """``cond``, checked with ``c``'s session kept alive (a keep-alive and an egress poll each time): a
+    client silent while the test waits on something else must not outlive its session on a slow machine."""
+    def check():
+        c.send_keep_alive()
+        c.poll_egress(lambda p, t: None)
+        return cond()
+    return check
+
+
 def hold_all(nodes, count: int, timeout: float = 30.0) -> None:
     """Every member in ``nodes`` applies ``m0`` to ``m{count-1}``, once each, in order."""
     expected = [f"m{i}" for i in range(count)]
@@ -314,11 +324,15 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
         # The tool waits for the leader's snapshot; each follower's is whole (the module's and the service's
         # entries) a moment later. A member killed in between has no whole snapshot, and so purges nothing.
         for n in nodes:
-            await_until(lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan", "--json")
-                                               .stdout)["snapshots"], 20, f"member {n.id}'s snapshot")
+            await_until(kept_alive(c, lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan",
+                                                                     "--json").stdout)["snapshots"]),
+                        60, f"member {n.id}'s snapshot")
         victim = nodes[(leader.id + 1) % 3]
         victim.kill()
-        time.sleep(2.5)  # past the heartbeat timeout: the leader has not heard from it since
+        # Past the leader's heartbeat timeout (2 s): the leader has not heard from it since. A time to let
+        # pass, not a state to wait for; the session is kept alive meanwhile.
+        killed_at = time.monotonic()
+        await_until(kept_alive(c, lambda: time.monotonic() - killed_at > 2.5), 10, "2.5 s after the kill")
         out = run_cli("cluster-tool", leader.cluster_dir, "purge-log", "--cluster")
         assert out.returncode == 1 and f"member {victim.id} has not reported a log past" in out.stderr, out
         assert [log_start(n) for n in nodes] == [0, 0, 0]
