@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 
 from conftest import CLI, await_until, clean_env, free_udp_port
 
@@ -31,10 +32,39 @@ class Journal(ClusteredService):
 # Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s). A client session
 # lives 60 s without a word (the default is 10 s): the tests' clients wait silently for snapshots, kills and
 # `sulis cluster-tool` processes, which on a slow or busy machine outlasted 10 s and closed the session
-# (TIMEOUT). No test here is about the session timeout; those that are set their own.
-TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s", "--election-timeout",
+# (TIMEOUT). No test here is about the session timeout; those that are set their own. A test that waits
+# long on something else keeps its client's session alive besides (``KeepAlive``).
+#: A member not heard from for this long is not counted (``--leader-heartbeat-timeout``).
+LEADER_HEARTBEAT_TIMEOUT_S = 2.0
+TIMINGS = ["--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", f"{LEADER_HEARTBEAT_TIMEOUT_S:g}s",
+           "--election-timeout",
            "300ms", "--election-status-interval", "50ms", "--startup-canvass-timeout", "5s",
            "--log-term-length", "1m", "--session-timeout", "60s"]
+
+
+class KeepAlive:
+    """Keeps a ``ClusterClient``'s session alive while a test waits on something else (snapshots, members
+    starting, ``sulis cluster-tool`` processes): each call sends a keep-alive (at most every ``every`` s) and
+    reads the client's egress (a new leader's event; a closed session raises at once, naming why). Pass it
+    as ``idle`` to ``Member.start``, or wrap a condition: ``await_until(keep.around(cond), ...)``."""
+
+    def __init__(self, client, every: float = 0.2):
+        self.client, self.every, self.last = client, every, float("-inf")
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.client.send_keep_alive()
+            self.last = now
+        self.client.poll_egress(lambda payload, timestamp: None)
+
+    def around(self, cond):
+        """``cond``, called with the session kept alive first."""
+        def check():
+            self()
+            return cond()
+        check.__name__ = getattr(cond, "__name__", "the condition")
+        return check
 
 
 def cluster_counters(driver_dir: str) -> dict[str, int]:
@@ -71,14 +101,20 @@ class Member:
         self.cwd = tmp_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, idle=None) -> None:
+        """Starts the member and waits until it runs; ``idle`` (a ``KeepAlive``) is called meanwhile."""
         # stderr to a file: the election's event lines would fill a pipe nobody reads.
         runs = self.stderr().count("running in")
         with open(self.stderr_path, "a") as err:
             self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, stdout=subprocess.DEVNULL,
                                          stderr=err, text=True)
-        await_until(lambda: self.stderr().count("running in") > runs or self.proc.poll() is not None, 60,
-                    f"member {self.id} to start")
+
+        def running() -> bool:
+            if idle is not None:
+                idle()
+            return self.stderr().count("running in") > runs or self.proc.poll() is not None
+        await_until(running, 60, lambda: f"member {self.id} to start (\"running in\" in its stderr)\n"
+                                         f"{self.stderr()[-2000:]}", interval=0.01)
         assert self.proc.poll() is None, self.stderr()
 
     def counters(self) -> dict[str, int]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import sulis
-from clusterprocs import journal_cluster
+from clusterprocs import LEADER_HEARTBEAT_TIMEOUT_S, KeepAlive, journal_cluster
 from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import ClusterClient
 
@@ -30,21 +30,16 @@ def send(c: ClusterClient, text: str, timeout: float = 20.0) -> None:
     assert got == [text.encode()], got
 
 
-def kept_alive(c: ClusterClient, cond):
-    """``cond``, checked with ``c``'s session kept alive (a keep-alive and an egress poll each time): a
-    client silent while the test waits on something else must not outlive its session on a slow machine."""
-    def check():
-        c.send_keep_alive()
-        c.poll_egress(lambda p, t: None)
-        return cond()
-    return check
-
-
-def hold_all(nodes, count: int, timeout: float = 30.0) -> None:
-    """Every member in ``nodes`` applies ``m0`` to ``m{count-1}``, once each, in order."""
+def hold_all(nodes, count: int, timeout: float = 30.0, idle=None) -> None:
+    """Every member in ``nodes`` applies ``m0`` to ``m{count-1}``, once each, in order (``idle``, a
+    ``KeepAlive``, is called while it waits)."""
     expected = [f"m{i}" for i in range(count)]
     for n in nodes:
-        await_until(lambda n=n: len(n.journal_lines()) >= count, timeout,
+        def applied(n=n) -> bool:
+            if idle is not None:
+                idle()
+            return len(n.journal_lines()) >= count
+        await_until(applied, timeout,
                     lambda n=n: f"member {n.id}'s journal ({len(n.journal_lines())} lines)\n{n.stderr()[-3000:]}")
         assert n.journal_lines() == expected, n.id
 
@@ -316,6 +311,9 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
     with journal_cluster(tmp_path, make_driver().dir, extra=("--log-term-length", "64k"),
                          service="snapshot_journal:Journal",
                          env={"SULIS_ARCHIVE_SEGMENT_FILE_LENGTH": "64k"}) as (nodes, c):
+        # The client waits long between its messages here (snapshots, kills, restarts, `sulis cluster-tool`
+        # processes: over a minute on a slow machine), its session kept alive meanwhile.
+        keep = KeepAlive(c)
         for i in range(1500):  # about 144 KiB of log: more than two 64 KiB segments
             send(c, f"m{i}")
         leader = nodes[c.leader_member_id]
@@ -324,36 +322,48 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
         # The tool waits for the leader's snapshot; each follower's is whole (the module's and the service's
         # entries) a moment later. A member killed in between has no whole snapshot, and so purges nothing.
         for n in nodes:
-            await_until(kept_alive(c, lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan",
-                                                                     "--json").stdout)["snapshots"]),
-                        60, f"member {n.id}'s snapshot")
+            await_until(keep.around(lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan",
+                                                                   "--json").stdout)["snapshots"]),
+                        60, f"member {n.id}'s snapshot", interval=0.1)
         victim = nodes[(leader.id + 1) % 3]
         victim.kill()
-        # Past the leader's heartbeat timeout (2 s): the leader has not heard from it since. A time to let
-        # pass, not a state to wait for; the session is kept alive meanwhile.
-        killed_at = time.monotonic()
-        await_until(kept_alive(c, lambda: time.monotonic() - killed_at > 2.5), 10, "2.5 s after the kill")
+
+        def leader_missed_victim() -> bool:
+            """The leader last heard the victim longer ago than its heartbeat timeout (as the purge judges)."""
+            out = run_cli("cluster-tool", leader.cluster_dir, "list-members", "--json")
+            assert out.returncode == 0, out.stderr
+            answer = json.loads(out.stdout)
+            heard = next(m for m in answer["active_members"] if m["member_id"] == victim.id)
+            return answer["current_time_ns"] - heard["time_of_last_append_ns"] > LEADER_HEARTBEAT_TIMEOUT_S * 1e9
+        await_until(keep.around(leader_missed_victim), 60,
+                    f"the leader (member {leader.id}) not to have heard member {victim.id} for its heartbeat "
+                    f"timeout ({LEADER_HEARTBEAT_TIMEOUT_S} s) after its kill", interval=0.1)
         out = run_cli("cluster-tool", leader.cluster_dir, "purge-log", "--cluster")
         assert out.returncode == 1 and f"member {victim.id} has not reported a log past" in out.stderr, out
+        keep()
         assert [log_start(n) for n in nodes] == [0, 0, 0]
         out = run_cli("cluster-tool", nodes[(leader.id + 2) % 3].cluster_dir, "purge-log", "--cluster")
         assert out.returncode == 1 and "ask the leader" in out.stderr, out
-        victim.start()
+        victim.start(idle=keep)
         for i in range(1500, 1600):
             send(c, f"m{i}")
-        await_until(lambda: len(victim.journal_lines()) >= 1600, 30, "the victim to catch up")
+        await_until(keep.around(lambda: len(victim.journal_lines()) >= 1600), 60,
+                    lambda: f"the victim (member {victim.id}) to catch up: {len(victim.journal_lines())} of 1600 "
+                            f"messages in its journal")
         out = run_cli("cluster-tool", leader.cluster_dir, "purge-log", "--cluster")
         assert out.returncode == 0 and "PURGE_LOG" in out.stdout, out
-        await_until(lambda: all(log_start(n) > 0 for n in nodes), 20,
-                    f"every member's purge: {[log_start(n) for n in nodes]}")
+        await_until(keep.around(lambda: all(log_start(n) > 0 for n in nodes)), 60,
+                    lambda: f"every member's purge (their logs start at {[log_start(n) for n in nodes]})",
+                    interval=0.1)
         # A follower restarted now has only its snapshot and the log after it, and needs nothing else.
         follower = nodes[(leader.id + 2) % 3]
         follower.kill()
-        follower.start()
+        follower.start(idle=keep)
         for i in range(1600, 1650):
             send(c, f"m{i}")
-        hold_all(nodes, 1650)
+        hold_all(nodes, 1650, idle=keep)
         for n in nodes:
+            keep()
             errors = json.loads(run_cli("cluster-tool", n.cluster_dir, "errors", "--json").stdout)
             assert all("purge failed" not in text for m in errors["components"] for *_, text in m["errors"])
         # A member lost whole now cannot copy the log from 0. Started with seed_from_snapshot on empty
@@ -365,7 +375,7 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
             shutil.rmtree(d)
         # Started empty without it, it asks to catch up from 0: the leader records why it never can, and
         # what to do, where the operator looks.
-        lost.start()
+        lost.start(idle=keep)
         leader = nodes[c.leader_member_id]
 
         def leader_says_why() -> bool:
@@ -373,16 +383,17 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
             return any(f"member {lost.id} asks to catch up from log position 0" in text
                        and "--seed-from-snapshot" in text
                        for m in errors["components"] for *_, text in m["errors"])
-        await_until(leader_says_why, 30, lambda: f"the leader's error naming member {lost.id}\n{lost.stderr()[-2000:]}")
+        await_until(keep.around(leader_says_why), 60,
+                    lambda: f"the leader's error naming member {lost.id}\n{lost.stderr()[-2000:]}", interval=0.1)
         lost.kill()
         for d in (lost.cluster_dir, lost.archive_dir, lost.driver_dir):
             shutil.rmtree(d)
         lost.cmd += ["--seed-from-snapshot", "true"]
-        lost.start()
+        lost.start(idle=keep)
         assert "seeded from member" in lost.stderr(), lost.stderr()[-3000:]
         for i in range(1650, 1700):
             send(c, f"m{i}")
-        hold_all(nodes, 1700)
+        hold_all(nodes, 1700, idle=keep)
         assert log_start(lost) > 0
         plan = json.loads(run_cli("cluster-tool", lost.cluster_dir, "recovery-plan", "--json").stdout)
         assert plan["snapshots"], plan
