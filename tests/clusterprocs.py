@@ -142,7 +142,21 @@ class Member:
         self.proc.wait(timeout=10)
 
     def pause(self) -> None:
+        """SIGSTOPs the member and returns once every thread of it has stopped: kill(2) returns before the
+        stop takes hold, and a thread on the other core could still answer the leader meanwhile."""
         os.kill(self.proc.pid, signal.SIGSTOP)
+        await_until(self._all_threads_stopped, 10, f"member {self.id} to stop after SIGSTOP")
+
+    def _all_threads_stopped(self) -> bool:
+        states = []
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{task}/stat") as f:
+                    # The state follows the parenthesised command name, which may hold spaces.
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+        return bool(states) and all(state in ("T", "t") for state in states)
 
     def resume(self) -> None:
         os.kill(self.proc.pid, signal.SIGCONT)

@@ -161,7 +161,9 @@ def test_a_leader_cut_off_with_an_uncommitted_tail_cuts_it_back_when_it_rejoins(
     back to where the new term began, catches up, and holds the others' history; no member ever applies what
     was not committed."""
     driver = make_driver()
-    with journal_cluster(tmp_path, driver.dir) as (nodes, c):
+    # The leader must take and record the lost messages before it misses its paused followers and steps
+    # down: a heartbeat timeout of 10 s (not 2 s) leaves a busy machine time for that.
+    with journal_cluster(tmp_path, driver.dir, extra=("--leader-heartbeat-timeout", "10s")) as (nodes, c):
         for i in range(20):
             send(c, f"m{i}")
         hold_all(nodes, 20)
@@ -169,16 +171,20 @@ def test_a_leader_cut_off_with_an_uncommitted_tail_cuts_it_back_when_it_rejoins(
         followers = [n for n in nodes if n is not old]
         for f in followers:
             f.pause()
+        paused_at = time.monotonic()
         committed = old.counters()["cluster-commit-pos"]
 
         def recorded() -> int:
             return max(x["value"] for x in sulis.CountersReader(old.driver_dir).counters()
                        if x["type_id"] == REC_POS)
 
+        def left() -> float:
+            """Of 8 s from the pause: within the heartbeat timeout (10 s), before the leader steps down."""
+            return max(0.0, paused_at + 8.0 - time.monotonic())
+
         for i in range(5):
-            await_until(lambda i=i: c.offer(f"lost{i}".encode()) > 0, 1, f"the leader to take lost{i}")
-        # Within the heartbeat timeout (2 s), before the leader misses its followers and steps down.
-        await_until(lambda: recorded() > committed, 1, "the leader to record what it cannot commit")
+            await_until(lambda i=i: c.offer(f"lost{i}".encode()) > 0, left(), f"the leader to take lost{i}")
+        await_until(lambda: recorded() > committed, left(), "the leader to record what it cannot commit")
         old.kill()
         for f in followers:
             f.kill()
