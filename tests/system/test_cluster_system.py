@@ -481,17 +481,23 @@ def test_a_silent_session_times_out_its_client_is_told_and_the_member_counts_it(
     driver, _, members, _, cluster_dir = node_env
     service = Echo()
     with ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
-                     session_timeout="1s"), connect(node_env) as quiet, connect(node_env) as talking:
-        assert cluster_counters(driver.dir)["cluster-timed-out-client-count"] == 0
-        offer(quiet, b"hello")
-        assert receive(quiet, 1) == [b"hello"]
-        deadline = time.monotonic() + 3  # three session timeouts: quiet says nothing, talking keeps alive
-        while time.monotonic() < deadline:
+                     session_timeout="3s"), connect(node_env) as quiet, connect(node_env) as talking:
+        def keep_talking() -> None:
             talking.send_keep_alive()
             talking.poll_egress(lambda p, t: None)
-            time.sleep(0.05)
-        await_until(lambda: (quiet.cluster_session_id, CloseReason.TIMEOUT) in service.closed, 10,
-                    "the silent session closed")
+
+        keep_talking()
+        assert cluster_counters(driver.dir)["cluster-timed-out-client-count"] == 0
+        offer(quiet, b"hello")
+        got: list[bytes] = []
+        await_until(lambda: (keep_talking(), quiet.poll_egress(lambda p, t: got.append(p)))[1] >= 0 and got, 20,
+                    "quiet's echo")
+        assert got == [b"hello"]
+        # Quiet says nothing from now on; talking keeps alive (every 50 ms, at any machine's speed) until
+        # the member closed quiet's session.
+        await_until(lambda: keep_talking() or (quiet.cluster_session_id, CloseReason.TIMEOUT) in service.closed,
+                    30, lambda: f"the silent session closed for its timeout (closed: {service.closed})",
+                    interval=0.05)
         with pytest.raises(ClusterSessionClosedError, match="TIMEOUT"):
             await_until(lambda: quiet.poll_egress(lambda p, t: None) < 0, 10)
         counters = cluster_counters(driver.dir)
