@@ -9,20 +9,21 @@ a threshold."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import peers  # noqa: E402
 import pytest
 
+import sulis
 from clibench import bench_processes, kill_leftovers
-from conftest import await_until, clean_env
+from conftest import COUNTER_TYPE, await_until, clean_env
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
@@ -123,6 +124,8 @@ def test_a_missing_or_unusable_install_is_a_skipped_row(variable, tmp_path):
     assert figures(row(out, "sulis Python ping-pong"), 1)[0] > 0
 
 
+SUB_POS = COUNTER_TYPE["sub-pos"]
+
 def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory():
     """Ctrl-C while the Aeron JVMs run: exit status 130, every JVM gone, no run directory left."""
     peers.usable("current")
@@ -134,9 +137,18 @@ def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory():
         await_until(lambda: len(bench_processes(marker)) >= 2 or proc.poll() is not None, timeout=120,
                     what="the Aeron JVMs to start", interval=0.05)
         assert proc.poll() is None, proc.stdout.read() + proc.stderr.read()
-        # A JVM still starting up may not take SIGINT yet (a loaded machine stretches that): let the
-        # JVMs get going, as a person pressing Ctrl-C during a run would.
-        time.sleep(3)
+        # A JVM still starting up may not take SIGINT yet (a loaded machine stretches that): Ctrl-C once the
+        # run is under way (the RateSubscriber JVM's subscription has read messages), as a person pressing
+        # Ctrl-C during a run would.
+        def reading() -> bool:
+            for cnc in glob.glob(f"/dev/shm/{marker}*/sub/cnc.dat"):
+                with contextlib.suppress(Exception):  # a CnC file still being made
+                    if any(c["type_id"] == SUB_POS and c["value"] > 0
+                           for c in sulis.CountersReader(os.path.dirname(cnc)).counters()):
+                        return True
+            return proc.poll() is not None
+        await_until(reading, timeout=120, what="the Aeron RateSubscriber to read messages", interval=0.05)
+        assert proc.poll() is None, proc.stdout.read() + proc.stderr.read()
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
