@@ -77,6 +77,10 @@ class Impairment:
             raise ValueError("latency must be >= 0")
 
 
+#: The frame type of an Aeron RTT measurement (at offset 6 of its header, little-endian).
+_HDR_TYPE_RTTM = 0x06
+
+
 @dataclass
 class RelayStats:
     """Counters of one direction."""
@@ -89,6 +93,8 @@ class RelayStats:
     reordered: int = 0
     #: Sends that failed (a full socket buffer, an unreachable network...).
     send_errors: int = 0
+    #: Aeron RTT measurement frames (type 0x06) among those sent on: round trips a receiver could time.
+    rttm_forwarded: int = 0
 
 
 @dataclass
@@ -313,6 +319,8 @@ class LossyRelay(_RelayViews):
             try:
                 sock.sendto(data, dest)
                 d.stats.forwarded += 1
+                if len(data) >= 8 and int.from_bytes(data[6:8], "little") == _HDR_TYPE_RTTM:
+                    d.stats.rttm_forwarded += 1
             except OSError:
                 d.stats.send_errors += 1
 
