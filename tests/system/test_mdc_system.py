@@ -17,7 +17,7 @@ import time
 import pytest
 
 import sulis
-from conftest import await_until
+from conftest import await_until, free_udp_port
 from sites import STREAM, done, sites
 from sulis import _native
 
@@ -95,11 +95,12 @@ def test_a_multi_destination_subscription_stays_whole_while_one_of_its_ways_is_c
 def test_a_multi_destination_subscription_feeds_one_image_from_both_and_drops_one(driver, client):
     """Loopback: a manual MDC publication to both destinations of one subscription (one on port 0,
     the driver's pick): one image; a destination removed mid-stream and the stream goes on."""
+    fixed = f"127.0.0.1:{free_udp_port()}"  # this worker's port block: no other process binds it meanwhile
     sub = client.add_subscription("aeron:udp?control-mode=manual", STREAM)
     sub.add_destination("aeron:udp?endpoint=127.0.0.1:0")
-    sub.add_destination("aeron:udp?endpoint=127.0.0.1:41116")
+    sub.add_destination(f"aeron:udp?endpoint={fixed}")
     addresses = sub.local_socket_addresses()
-    assert len(addresses) == 2 and "127.0.0.1:41116" in addresses, addresses
+    assert len(addresses) == 2 and fixed in addresses, addresses
     got: list[int] = []
 
     def send_and_read(first: int, count: int) -> None:
@@ -114,8 +115,8 @@ def test_a_multi_destination_subscription_feeds_one_image_from_both_and_drops_on
             pub.add_destination(f"aeron:udp?endpoint={address}")
         await_until(lambda: pub.is_connected and sub.image_count == 1, what="the image")
         send_and_read(0, 1000)
-        sub.remove_destination("aeron:udp?endpoint=127.0.0.1:41116")
-        assert sub.local_socket_addresses() == [a for a in addresses if a != "127.0.0.1:41116"]
+        sub.remove_destination(f"aeron:udp?endpoint={fixed}")
+        assert sub.local_socket_addresses() == [a for a in addresses if a != fixed]
         send_and_read(1000, 1000)
         assert got == list(range(2000)) and sub.image_count == 1
 
@@ -153,34 +154,38 @@ def test_destinations_come_and_go_on_one_host(driver, client):
 
 @pytest.mark.expect_errors
 def test_destinations_are_refused_where_they_mean_nothing(driver, client):
-    with client.add_publication("aeron:udp?endpoint=127.0.0.1:41112", STREAM) as pub:
+    # Ports from this worker's block: subscriptions bind them, and no other process binds them meanwhile.
+    p = {n: free_udp_port() for n in (12, 13, 17, 18, 19)}
+    with client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{p[12]}", STREAM) as pub:
         with pytest.raises(sulis.ConfigurationError, match="does not allow manual control"):
-            pub.add_destination("aeron:udp?endpoint=127.0.0.1:41113")
+            pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p[13]}")
     with client.add_publication("aeron:udp?control-mode=manual", STREAM) as pub:
         with pytest.raises(sulis.ConfigurationError, match="endpoint"):
             pub.add_destination("aeron:udp?interface=127.0.0.1")
         pub.close()
         with pytest.raises(sulis.ClosedError):
-            pub.add_destination("aeron:udp?endpoint=127.0.0.1:41113")
+            pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p[13]}")
     with pytest.raises(sulis.ConfigurationError, match="control"):
         client.add_publication("aeron:udp?control-mode=dynamic", STREAM)
-    with client.add_subscription("aeron:udp?endpoint=127.0.0.1:41117", STREAM) as sub:
+    with client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{p[17]}", STREAM) as sub:
         with pytest.raises(sulis.ConfigurationError, match="does not allow manual control"):
-            sub.add_destination("aeron:udp?endpoint=127.0.0.1:41118")
+            sub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p[18]}")
     with client.add_subscription("aeron:udp?control-mode=manual", STREAM) as sub:
-        sub.add_destination("aeron:udp?endpoint=127.0.0.1:41119")
+        sub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p[19]}")
         with pytest.raises(sulis.ConfigurationError, match="already"):
-            sub.add_destination("aeron:udp?endpoint=127.0.0.1:41119")
+            sub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p[19]}")
 
 
 @pytest.mark.expect_errors
 def test_only_the_owner_changes_a_publications_destinations(driver, client):
     """Another process writes well-formed destination commands for a publication it does not own
     (its registration id is in the counters for all to read): each is refused, none takes effect."""
-    owned = client.add_subscription("aeron:udp?endpoint=127.0.0.1:41114", STREAM)
-    lure = client.add_subscription("aeron:udp?endpoint=127.0.0.1:41115", STREAM)
+    # Ports from this worker's block: no other process binds them meanwhile.
+    owned_at, lure_at = (f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}" for _ in range(2))
+    owned = client.add_subscription(owned_at, STREAM)
+    lure = client.add_subscription(lure_at, STREAM)
     with client.add_exclusive_publication("aeron:udp?control-mode=manual", STREAM) as pub:
-        destination_id = pub.add_destination("aeron:udp?endpoint=127.0.0.1:41114")
+        destination_id = pub.add_destination(owned_at)
         await_until(lambda: pub.is_connected and owned.image_count == 1, what="the owner's destination")
         rng = random.Random(7)
         errors_before = sulis.CountersReader(driver.dir).value(sulis.SystemCounter.ERRORS)
@@ -192,8 +197,8 @@ def test_only_the_owner_changes_a_publications_destinations(driver, client):
         records = []
         for _ in range(50):
             head = struct.pack("<qqq", rng.getrandbits(62), rng.getrandbits(62), pub.registration_id)
-            records += [(ADD_DESTINATION, head + channel("aeron:udp?endpoint=127.0.0.1:41115")),
-                        (REMOVE_DESTINATION, head + channel("aeron:udp?endpoint=127.0.0.1:41114")),
+            records += [(ADD_DESTINATION, head + channel(lure_at)),
+                        (REMOVE_DESTINATION, head + channel(owned_at)),
                         (REMOVE_DESTINATION_BY_ID, head + struct.pack("<q", destination_id))]
         _native._write_to_driver(driver.dir, records)
         await_until(lambda: sulis.CountersReader(driver.dir).value(sulis.SystemCounter.ERRORS) >= errors_before + 150,
