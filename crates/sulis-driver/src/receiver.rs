@@ -88,7 +88,9 @@ pub enum ReceiverCommand {
         /// `control` is an MDC publication's, to probe every [`PROBE_INTERVAL_NS`].
         probe: bool,
     },
-    /// Closes the destination transport bound at `address`.
+    /// Closes the destination transport bound at `address`; the receiver
+    /// answers with [`ReceiverEvent::DestinationClosed`] once it is closed
+    /// (or was already), so the address can be bound again.
     RemoveDestination {
         /// The endpoint.
         endpoint_id: u64,
@@ -159,6 +161,13 @@ pub enum ReceiverEvent {
     EndpointClosed {
         /// Endpoint id.
         id: u64,
+    },
+    /// The socket of a removed destination is closed: its address is free again.
+    DestinationClosed {
+        /// The endpoint it was a destination of.
+        endpoint_id: u64,
+        /// Where it was bound.
+        address: SocketAddr,
     },
 }
 
@@ -407,6 +416,11 @@ impl Receiver {
                         }
                     }
                 }
+                // Closed now, or with its endpoint before: either way free.
+                let _ = self.events.send(ReceiverEvent::DestinationClosed {
+                    endpoint_id,
+                    address,
+                });
             }
             ReceiverCommand::RemoveEndpoint { id } => {
                 // Dropping the endpoint closes its socket before the

@@ -242,3 +242,94 @@ fn destinations_are_only_for_manual_subscriptions_of_their_owner() {
     assert!(e.contains("already"), "{e}");
     assert!(!m.net.is_bound(addr("10.0.0.1:7101")));
 }
+
+#[test]
+fn a_destination_removed_and_added_again_at_once_binds_its_address_again() {
+    let mut m = Mds::new("mds-readd");
+    assert!(matches!(
+        m.destination(true, A),
+        Event::OperationSuccess { .. }
+    ));
+    // Both commands in the conductor's one duty cycle, before the receiver
+    // has closed the removed destination's socket: the add waits for it.
+    let (client_id, registration_id) = (m.h.client_id, m.subscription_id);
+    let channel = format!("aeron:udp?endpoint={A}");
+    let remove = m.h.correlation_id();
+    m.h.send(Command::RemoveDestination {
+        client_id,
+        correlation_id: remove,
+        registration_id,
+        channel: channel.clone(),
+        receive: true,
+    });
+    let add = m.h.correlation_id();
+    m.h.send(Command::AddDestination {
+        client_id,
+        correlation_id: add,
+        registration_id,
+        channel,
+        receive: true,
+    });
+    m.h.settle();
+    let events = m.h.take_events();
+    let answer = |wanted: i64| {
+        events
+            .iter()
+            .find(|e| match e {
+                Event::OperationSuccess { correlation_id } => *correlation_id == wanted,
+                Event::Error { correlation_id, .. } => *correlation_id == wanted,
+                _ => false,
+            })
+            .unwrap_or_else(|| panic!("an answer to {wanted} in {events:?}"))
+    };
+    assert!(matches!(answer(remove), Event::OperationSuccess { .. }));
+    assert!(
+        matches!(answer(add), Event::OperationSuccess { .. }),
+        "{:?}",
+        answer(add)
+    );
+    assert!(m.net.is_bound(addr(A)));
+    // The destination works: a session heard on it gets an image.
+    m.setup(P1, A);
+    m.h.advance(MS);
+    assert_eq!(m.images(), 1);
+}
+
+#[test]
+fn a_destination_of_a_closed_subscription_can_be_bound_by_the_next_at_once() {
+    let mut m = Mds::new("mds-next");
+    assert!(matches!(
+        m.destination(true, A),
+        Event::OperationSuccess { .. }
+    ));
+    let (client_id, old) = (m.h.client_id, m.subscription_id);
+    // The old subscription goes (its endpoint and destination sockets with
+    // it), a new one comes and adds the same destination, all in one batch.
+    let remove = m.h.correlation_id();
+    m.h.send(Command::RemoveSubscription {
+        client_id,
+        correlation_id: remove,
+        registration_id: old,
+    });
+    let new = m.h.add_subscription("aeron:udp?control-mode=manual", 1);
+    let add = m.h.correlation_id();
+    m.h.send(Command::AddDestination {
+        client_id,
+        correlation_id: add,
+        registration_id: new,
+        channel: format!("aeron:udp?endpoint={A}"),
+        receive: true,
+    });
+    m.h.settle();
+    let events = m.h.take_events();
+    let answer = events.iter().find(|e| match e {
+        Event::OperationSuccess { correlation_id } => *correlation_id == add,
+        Event::Error { correlation_id, .. } => *correlation_id == add,
+        _ => false,
+    });
+    assert!(
+        matches!(answer, Some(Event::OperationSuccess { .. })),
+        "{answer:?}"
+    );
+    assert!(m.net.is_bound(addr(A)));
+}

@@ -28,6 +28,19 @@ const PUBLICATION_KEYS: &[&str] = &[
     "response-correlation-id",
 ];
 
+/// An ADD_RCV_DESTINATION or REMOVE_RCV_DESTINATION that waits: the address
+/// it binds is still held by a removed destination's socket the receiver has
+/// not yet closed, or an earlier command of its subscription waits.
+pub(super) struct DeferredDestination {
+    /// The subscription's receive endpoint.
+    endpoint_id: u64,
+    client_id: i64,
+    correlation_id: i64,
+    registration_id: i64,
+    channel: String,
+    add: bool,
+}
+
 impl DriverConductor {
     /// ADD_DESTINATION or ADD_RCV_DESTINATION.
     pub(super) fn on_add_destination(
@@ -171,6 +184,17 @@ impl DriverConductor {
         let endpoint = udp
             .endpoint
             .ok_or_else(|| invalid("a destination needs endpoint=host:port".into()))?;
+        if self.destination_waits(ei, Some(endpoint)) {
+            self.defer_destination(
+                ei,
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+                true,
+            );
+            return Ok(());
+        }
         if self.receive_endpoints[ei]
             .destinations
             .iter()
@@ -240,6 +264,18 @@ impl DriverConductor {
     ) -> Result<(), CommandError> {
         let ei = self.manual_receive_endpoint(client_id, registration_id)?;
         let udp = self.destination_channel(channel)?;
+        if self.destination_waits(ei, None) {
+            // After the add it follows, as the client sent them.
+            self.defer_destination(
+                ei,
+                client_id,
+                correlation_id,
+                registration_id,
+                channel,
+                false,
+            );
+            return Ok(());
+        }
         let entry = &mut self.receive_endpoints[ei];
         let found = entry.destinations.iter().position(|d| {
             d.channel == channel
@@ -255,6 +291,10 @@ impl DriverConductor {
                 let now_ms = self.clock.epoch_ms();
                 self.counters.free(id, now_ms);
             }
+            // Until the receiver says the socket is closed, an add that
+            // binds its port waits (as Aeron's receiver closes a removed
+            // destination's transport before it opens the next one).
+            self.closing_destinations.push((endpoint_id, d.bound));
             let _ = self.net.receiver.send(ReceiverCommand::RemoveDestination {
                 endpoint_id,
                 address: d.bound,
@@ -262,6 +302,79 @@ impl DriverConductor {
         }
         self.send(Event::OperationSuccess { correlation_id });
         Ok(())
+    }
+
+    /// True if a destination command for receive endpoint `ei` must wait:
+    /// an earlier one of the endpoint waits, or (an add, at `endpoint`) a
+    /// closing destination still holds its port. Port 0 binds anywhere.
+    fn destination_waits(&self, ei: usize, endpoint: Option<SocketAddr>) -> bool {
+        let endpoint_id = self.receive_endpoints[ei].id;
+        self.deferred_destinations
+            .iter()
+            .any(|d| d.endpoint_id == endpoint_id)
+            || endpoint.is_some_and(|e| {
+                e.port() != 0
+                    && self
+                        .closing_destinations
+                        .iter()
+                        .any(|(_, a)| a.port() == e.port())
+            })
+    }
+
+    fn defer_destination(
+        &mut self,
+        ei: usize,
+        client_id: i64,
+        correlation_id: i64,
+        registration_id: i64,
+        channel: &str,
+        add: bool,
+    ) {
+        self.deferred_destinations.push(DeferredDestination {
+            endpoint_id: self.receive_endpoints[ei].id,
+            client_id,
+            correlation_id,
+            registration_id,
+            channel: channel.to_owned(),
+            add,
+        });
+    }
+
+    /// The receiver closed a removed destination's socket.
+    pub(super) fn on_receive_destination_closed(&mut self, endpoint_id: u64, address: SocketAddr) {
+        if let Some(i) = self
+            .closing_destinations
+            .iter()
+            .position(|&c| c == (endpoint_id, address))
+        {
+            self.closing_destinations.swap_remove(i);
+            self.retry_deferred_destinations();
+        }
+    }
+
+    /// Carries out, in order, the destination commands that waited; those
+    /// that must still wait wait again.
+    pub(super) fn retry_deferred_destinations(&mut self) {
+        for d in std::mem::take(&mut self.deferred_destinations) {
+            let done = if d.add {
+                self.on_add_receive_destination(
+                    d.client_id,
+                    d.correlation_id,
+                    d.registration_id,
+                    &d.channel,
+                )
+            } else {
+                self.on_remove_receive_destination(
+                    d.client_id,
+                    d.correlation_id,
+                    d.registration_id,
+                    &d.channel,
+                )
+            };
+            if let Err(e) = done {
+                self.reply_error(d.client_id, d.correlation_id, e);
+            }
+        }
     }
 
     /// The receive endpoint (index) of the client's subscription

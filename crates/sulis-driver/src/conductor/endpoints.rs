@@ -250,6 +250,10 @@ impl DriverConductor {
         for &id in &entry.counters {
             self.counters.free(id, now_ms);
         }
+        // A multi-destination subscription's destination sockets close
+        // with it: their ports are bound again once the receiver says so.
+        self.closing_destinations
+            .extend(entry.destinations.iter().map(|d| (entry.id, d.bound)));
         self.closing_receive_endpoints.push((entry.id, entry.key));
         let _ = self
             .net
@@ -260,6 +264,11 @@ impl DriverConductor {
     /// The receiver closed a removed endpoint's socket: subscriptions that
     /// waited for its address can bind it now.
     pub(super) fn on_receive_endpoint_closed(&mut self, id: u64) {
+        let before = self.closing_destinations.len();
+        self.closing_destinations.retain(|&(e, _)| e != id);
+        if self.closing_destinations.len() != before {
+            self.retry_deferred_destinations();
+        }
         let Some(i) = self
             .closing_receive_endpoints
             .iter()

@@ -18,6 +18,7 @@ mod responses;
 mod subscriptions;
 
 use clients::{ClientCounter, ClientSession};
+use destinations::DeferredDestination;
 use endpoints::EndpointEntry;
 use images::ImageEntry;
 use ipc_publications::PublicationLink;
@@ -34,6 +35,7 @@ use crate::sender::{SenderCommand, SenderEvent};
 use crate::system_counters::{
     stream_counter_key, stream_counter_label, SystemCounter, SystemCounters,
 };
+use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
 use sulis_concurrent::broadcast::BroadcastTransmitter;
 use sulis_concurrent::cnc::Cnc;
@@ -144,6 +146,13 @@ pub struct DriverConductor {
     closing_receive_endpoints: Vec<(u64, String)>,
     /// Subscriptions waiting for the closing endpoint of their address.
     deferred_subscriptions: Vec<DeferredSubscription>,
+    /// Multi-destination subscriptions' destinations removed (alone or with
+    /// their endpoint) whose sockets the receiver has not yet closed:
+    /// (endpoint id, bound address).
+    closing_destinations: Vec<(u64, SocketAddr)>,
+    /// ADD_RCV_DESTINATION and REMOVE_RCV_DESTINATION commands waiting for a
+    /// closing destination's address, in the order they came.
+    deferred_destinations: Vec<DeferredDestination>,
     images: Vec<ImageEntry>,
     next_endpoint_id: u64,
     clients: Vec<ClientSession>,
@@ -193,6 +202,8 @@ impl DriverConductor {
             receive_endpoints: Vec::new(),
             closing_receive_endpoints: Vec::new(),
             deferred_subscriptions: Vec::new(),
+            closing_destinations: Vec::new(),
+            deferred_destinations: Vec::new(),
             images: Vec::new(),
             next_endpoint_id: 1,
             clients: Vec::new(),
@@ -284,6 +295,10 @@ impl DriverConductor {
                     now_ns,
                 ),
                 ReceiverEvent::EndpointClosed { id } => self.on_receive_endpoint_closed(id),
+                ReceiverEvent::DestinationClosed {
+                    endpoint_id,
+                    address,
+                } => self.on_receive_destination_closed(endpoint_id, address),
             }
             work += 1;
         }
