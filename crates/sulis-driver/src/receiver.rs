@@ -65,6 +65,10 @@ pub enum ReceiverCommand {
         probe: bool,
         /// Group tag its status messages carry.
         group_tag: Option<i64>,
+        /// A multicast endpoint's TTL (its channel's `ttl`, else the
+        /// driver's; 0: the OS default): a SETUP with a greater one counts a
+        /// possible TTL asymmetry. `None`: not multicast.
+        multicast_ttl: Option<u8>,
     },
     /// Close an endpoint (no subscription or image uses it any more); the
     /// receiver answers with [`ReceiverEvent::EndpointClosed`] once its socket
@@ -87,6 +91,8 @@ pub enum ReceiverCommand {
         control: Option<SocketAddr>,
         /// `control` is an MDC publication's, to probe every [`PROBE_INTERVAL_NS`].
         probe: bool,
+        /// A multicast destination's TTL, as [`ReceiverCommand::AddEndpoint`]'s.
+        multicast_ttl: Option<u8>,
     },
     /// Closes the destination transport bound at `address`; the receiver
     /// answers with [`ReceiverEvent::DestinationClosed`] once it is closed
@@ -186,6 +192,8 @@ struct TransportControl {
     control: Option<SocketAddr>,
     probe: bool,
     time_of_last_probe_ns: i64,
+    /// A multicast transport's TTL (`None`: unicast).
+    multicast_ttl: Option<u8>,
 }
 
 struct ReceiveEndpoint {
@@ -353,6 +361,7 @@ impl Receiver {
                 control,
                 probe,
                 group_tag,
+                multicast_ttl,
             } => {
                 let mut e = ReceiveEndpoint {
                     id,
@@ -375,6 +384,7 @@ impl Receiver {
                             control,
                             probe,
                             time_of_last_probe_ns: i64::MIN / 2,
+                            multicast_ttl,
                         },
                     );
                 }
@@ -385,6 +395,7 @@ impl Receiver {
                 mut transport,
                 control,
                 probe,
+                multicast_ttl,
             } => {
                 if self.cfg.gro {
                     transport.enable_gro();
@@ -396,6 +407,7 @@ impl Receiver {
                             control,
                             probe,
                             time_of_last_probe_ns: i64::MIN / 2,
+                            multicast_ttl,
                         },
                     );
                 }
@@ -688,6 +700,17 @@ impl Receiver {
                         requested: true,
                         until_ns,
                     }),
+                }
+                // As Aeron's: a multicast source sending with a greater TTL
+                // than ours may reach us while our status messages and NAKs
+                // do not reach it.
+                if e.controls[ti]
+                    .multicast_ttl
+                    .is_some_and(|ttl| i32::from(ttl) < setup.ttl)
+                {
+                    self.errors
+                        .system()
+                        .increment(SystemCounter::PossibleTtlAsymmetry);
                 }
                 let _ = self.events.send(ReceiverEvent::CreateImage {
                     endpoint_id: e.id,

@@ -204,3 +204,77 @@ fn a_subscription_on_the_group_receives_the_stream_through_the_control_group() {
     let got = l.transfer(&mut h, &sent);
     assert_eq!(got, sent);
 }
+
+/// A SETUP of session `session_id` on stream 1 sent with `ttl`, from `from` to `to`.
+fn inject_setup(net: &MemoryNetwork, from: &str, to: &str, session_id: i32, ttl: i32) {
+    let setup = SetupFrame {
+        flags: 0,
+        term_offset: 0,
+        session_id,
+        stream_id: 1,
+        initial_term_id: 0,
+        active_term_id: 0,
+        term_length: 64 * 1024,
+        mtu: 1408,
+        ttl,
+    };
+    net.inject(
+        to.parse().unwrap(),
+        Datagram {
+            from: from.parse().unwrap(),
+            bytes: setup.to_bytes().to_vec(),
+        },
+    );
+}
+
+#[test]
+fn a_multicast_setup_sent_with_a_greater_ttl_than_the_receivers_counts_a_possible_ttl_asymmetry() {
+    use sulis_driver::system_counters::SystemCounter::PossibleTtlAsymmetry;
+    let net = MemoryNetwork::new();
+    let mut h = Harness::with_transports("mc-ttl", |_| {}, Arc::new(net.clone()));
+    h.keepalive();
+    h.add_subscription(&format!("aeron:udp?endpoint={GROUP}|ttl=4"), 1);
+    // A multicast destination of a multi-destination subscription, at the
+    // driver's TTL (0, the OS default), and a unicast one.
+    let mds = h.add_subscription("aeron:udp?control-mode=manual", 1);
+    h.settle();
+    for at in ["239.1.1.3:40124", "10.0.0.1:7000"] {
+        h.send(sulis_protocol::control::Command::AddDestination {
+            client_id: h.client_id,
+            correlation_id: h.correlation_id(),
+            registration_id: mds,
+            channel: format!("aeron:udp?endpoint={at}"),
+            receive: true,
+        });
+    }
+    h.settle();
+    h.take_events();
+    let images = |h: &mut Harness| common::available_images(&h.take_events()).len();
+
+    // At or below the receiver's TTL: nothing.
+    inject_setup(&net, "10.0.0.9:6000", GROUP, 11, 4);
+    inject_setup(&net, "10.0.0.9:6000", "239.1.1.3:40124", 12, 0);
+    h.advance(MS);
+    assert_eq!(images(&mut h), 2);
+    assert_eq!(h.system_counter(PossibleTtlAsymmetry), 0);
+
+    // Above it: counted once per image asked for, as Aeron's.
+    inject_setup(&net, "10.0.0.9:6000", GROUP, 13, 5);
+    inject_setup(&net, "10.0.0.9:6000", "239.1.1.3:40124", 14, 1);
+    h.advance(MS);
+    assert_eq!(images(&mut h), 2);
+    assert_eq!(h.system_counter(PossibleTtlAsymmetry), 2);
+    inject_setup(&net, "10.0.0.9:6000", GROUP, 13, 5);
+    h.advance(MS);
+    assert_eq!(
+        h.system_counter(PossibleTtlAsymmetry),
+        2,
+        "a SETUP of a session with an image: no new count"
+    );
+
+    // Unicast has no TTL to compare.
+    inject_setup(&net, "10.0.0.9:6000", "10.0.0.1:7000", 15, 64);
+    h.advance(MS);
+    assert_eq!(images(&mut h), 1);
+    assert_eq!(h.system_counter(PossibleTtlAsymmetry), 2);
+}

@@ -247,6 +247,7 @@ impl DriverConductor {
             transport,
             control,
             probe: udp.control.is_some() && !udp.is_multicast,
+            multicast_ttl: self.multicast_ttl(&udp),
         });
         self.send(Event::OperationSuccess { correlation_id });
         Ok(())

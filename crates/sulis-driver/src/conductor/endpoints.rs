@@ -154,6 +154,18 @@ impl DriverConductor {
         Ok(opts)
     }
 
+    /// A multicast channel's TTL (its `ttl`, else the driver's; 0: the OS
+    /// default), which its receive endpoint compares SETUPs' with; `None`
+    /// for a unicast channel.
+    pub(super) fn multicast_ttl(&self, udp: &UdpChannel) -> Option<u8> {
+        udp.is_multicast.then(|| {
+            udp.uri
+                .params()
+                .ttl
+                .unwrap_or(self.ctx.socket_multicast_ttl)
+        })
+    }
+
     /// The status and local address counters of a receive endpoint bound
     /// at `local` for `channel` (Aeron's `ReceiveChannelStatus` and
     /// `ReceiveLocalSocketAddress`): a subscription learns from them which

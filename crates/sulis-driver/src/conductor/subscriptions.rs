@@ -334,6 +334,7 @@ impl DriverConductor {
                         control: None,
                         probe: false,
                         group_tag,
+                        multicast_ttl: None,
                     });
                     self.receive_endpoints.push(EndpointEntry {
                         id,
@@ -390,6 +391,7 @@ impl DriverConductor {
                         control,
                         probe: explicit.is_some(),
                         group_tag,
+                        multicast_ttl: self.multicast_ttl(&udp),
                     });
                     self.receive_endpoints.push(EndpointEntry {
                         id,
