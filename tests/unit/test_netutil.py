@@ -496,14 +496,16 @@ def test_netns_hosts_on_a_bridge_each_with_a_private_directory_and_one_killed(ne
     assert os.listdir(private) == [], "the root namespace sees none of the hosts' files"
 
     receive = ("import socket, sys\n"
-               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 9100)); s.settimeout(5)\n"
+               "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 9100)); s.settimeout(30)\n"
+               "print('bound', flush=True)\n"
                "print(s.recvfrom(100)[1][0], flush=True)\n")
     send = "import socket, sys\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', (sys.argv[1], 9100))\n"
     for src, dst in (("a", "b"), ("b", "c"), ("c", "a")):
         receiver = hosts.popen(dst, [sys.executable, "-c", receive, hosts.addr(dst)], stdout=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        hosts.popen(src, [sys.executable, "-c", send, hosts.addr(dst)]).wait(10)
-        assert receiver.communicate(timeout=10)[0].strip() == hosts.addr(src)
+        # Sent once the receiver's socket is bound (a datagram sent before is lost): its first line says so.
+        assert receiver.stdout.readline().strip() == "bound", f"the receiver on {dst} did not bind"
+        hosts.popen(src, [sys.executable, "-c", send, hosts.addr(dst)]).wait(30)
+        assert receiver.communicate(timeout=30)[0].strip() == hosts.addr(src)
 
     sleeper = hosts.popen("c", ["sleep", "600"])
     hosts.kill_host("c")
