@@ -322,3 +322,81 @@ fn a_subscription_with_the_control_address_joins_a_dynamic_mdc_stream() {
     let got = l.transfer(&mut h, &sent);
     assert_eq!(got, sent);
 }
+
+/// The sessions whose images `subscription` got among `events`.
+fn spied_sessions(events: &[Event], subscription: i64) -> Vec<i32> {
+    let mut sessions: Vec<i32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AvailableImage {
+                subscription_registration_id,
+                session_id,
+                ..
+            } if *subscription_registration_id == subscription => Some(*session_id),
+            _ => None,
+        })
+        .collect();
+    sessions.sort();
+    sessions
+}
+
+fn ready_session(events: &[Event], publication: i64) -> i32 {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::PublicationReady {
+                correlation_id,
+                session_id,
+                ..
+            } if *correlation_id == publication => Some(*session_id),
+            _ => None,
+        })
+        .expect("the publication is ready")
+}
+
+#[test]
+fn a_spy_finds_manual_publications_without_an_address_by_their_channel_or_channel_tag() {
+    let net = MemoryNetwork::new();
+    let mut h = Harness::with_transports("mdc-spy", |_| {}, Arc::new(net.clone()));
+    h.keepalive();
+    // Two manual publications with endpoints of their own, one tagged.
+    let plain = h.add_publication("aeron:udp?control-mode=manual", 1);
+    let tagged = h.add_publication("aeron:udp?control-mode=manual|tags=7", 1);
+    let other_stream = h.add_publication("aeron:udp?control-mode=manual", 2);
+    h.settle();
+    let events = h.take_events();
+    let (plain, tagged) = (
+        ready_session(&events, plain),
+        ready_session(&events, tagged),
+    );
+    ready_session(&events, other_stream);
+
+    let every = h.add_subscription("aeron-spy:aeron:udp?control-mode=manual", 1);
+    let one = h.add_subscription(
+        &format!("aeron-spy:aeron:udp?control-mode=manual|session-id={plain}"),
+        1,
+    );
+    // By channel tag (Aeron's rule), with or without the control mode.
+    let by_tag = h.add_subscription("aeron-spy:aeron:udp?tags=7", 1);
+    let by_manual_tag = h.add_subscription("aeron-spy:aeron:udp?control-mode=manual|tags=7", 1);
+    let other_tag = h.add_subscription("aeron-spy:aeron:udp?control-mode=manual|tags=8", 1);
+    h.settle();
+    let events = h.take_events();
+    let mut both = vec![plain, tagged];
+    both.sort();
+    assert_eq!(spied_sessions(&events, every), both);
+    assert_eq!(spied_sessions(&events, one), vec![plain]);
+    assert_eq!(spied_sessions(&events, by_tag), vec![tagged]);
+    assert_eq!(spied_sessions(&events, by_manual_tag), vec![tagged]);
+    assert!(spied_sessions(&events, other_tag).is_empty());
+
+    // A publication that comes after its spy is found too.
+    let later = h.add_publication("aeron:udp?control-mode=manual|tags=8", 1);
+    h.settle();
+    let events = h.take_events();
+    let later = ready_session(&events, later);
+    assert_eq!(spied_sessions(&events, every), vec![later]);
+    assert_eq!(spied_sessions(&events, other_tag), vec![later]);
+    assert!(spied_sessions(&events, one).is_empty());
+    assert!(spied_sessions(&events, by_tag).is_empty());
+}

@@ -6,6 +6,7 @@ use super::{CommandError, DriverConductor};
 use crate::media::transport::{EndpointRole, LossSettings, LossyTransport, Transport};
 use crate::media::udp_channel::UdpChannel;
 use crate::media::udp_transport::SocketOptions;
+use crate::network_publication::NetworkPublicationEntry;
 use crate::receiver::ReceiverCommand;
 use crate::sender::SenderCommand;
 use crate::system_counters::SystemCounter;
@@ -445,6 +446,14 @@ impl DriverConductor {
             (false, true, None) => format!("{}#{}", udp.canonical, correlation_id),
             (false, false, _) => udp.canonical.clone(),
         }
+    }
+
+    /// The channel tag of the send endpoint network publication `p` goes out on.
+    pub(super) fn send_channel_tag(&self, p: &NetworkPublicationEntry) -> Option<i64> {
+        self.send_endpoints
+            .iter()
+            .find(|e| e.key == p.endpoint_key)
+            .and_then(|e| e.channel_tag.as_ref().map(|(tag, _)| *tag))
     }
 
     /// The channel tag a new endpoint for `channel` carries, which no other

@@ -361,7 +361,10 @@ impl DriverConductor {
         }
         let ni = self.net_publications.len() - 1;
         let spies: Vec<usize> = (0..self.subscriptions.len())
-            .filter(|&si| self.subscriptions[si].spies_on(&self.net_publications[ni]))
+            .filter(|&si| {
+                let p = &self.net_publications[ni];
+                self.subscriptions[si].spies_on(p, self.send_channel_tag(p))
+            })
             .collect();
         for si in spies {
             self.link_spy(ni, si);

@@ -27,9 +27,8 @@ pub(super) struct SubscriptionLink {
     pub(super) tether: bool,
     /// Receive endpoint of a UDP subscription (`None` for IPC and spies).
     pub(super) udp_endpoint: Option<u64>,
-    /// For a spy: the canonical key of the UDP channel it watches, matched
-    /// against network publications' send endpoints.
-    pub(super) spy_key: Option<String>,
+    /// For a spy: the network publications it watches.
+    pub(super) spy: Option<SpyTarget>,
     /// A spy with `ssc=true`: counts as a connection for what it spies on.
     pub(super) simulates_connection: bool,
     /// A response subscription (`control-mode=response`).
@@ -51,14 +50,47 @@ impl SubscriptionLink {
 
     /// An IPC subscription: neither a UDP subscription nor a spy.
     pub(super) fn is_ipc(&self) -> bool {
-        self.udp_endpoint.is_none() && self.spy_key.is_none()
+        self.udp_endpoint.is_none() && self.spy.is_none()
     }
 
-    /// True if this is a spy on the network publication `p`.
-    pub(super) fn spies_on(&self, p: &NetworkPublicationEntry) -> bool {
-        self.spy_key.as_deref() == Some(p.endpoint_key.as_str())
+    /// True if this is a spy on the network publication `p`, whose send
+    /// endpoint has the channel tag `channel_tag`.
+    pub(super) fn spies_on(&self, p: &NetworkPublicationEntry, channel_tag: Option<i64>) -> bool {
+        self.spy
+            .as_ref()
+            .is_some_and(|spy| spy.watches(&p.endpoint_key, channel_tag))
             && self.stream_id == p.publication.stream_id
             && self.matches_session(p.publication.session_id)
+    }
+}
+
+/// What a spy watches, as Aeron's: the network publications whose send
+/// endpoint has the spied channel's channel tag or canonical form.
+pub(super) struct SpyTarget {
+    /// The canonical form of the spied channel's addresses (`None`: a
+    /// channel naming only a channel tag).
+    canonical: Option<String>,
+    /// The spied channel's channel tag (`tags=C,...`).
+    tag: Option<i64>,
+}
+
+impl SpyTarget {
+    /// True for a send endpoint with key `endpoint_key` and channel tag
+    /// `channel_tag`. A publication with neither endpoint nor control (a
+    /// manual MDC one) has an endpoint of its own, its key the canonical
+    /// form and a suffix (`#...`): a spy with neither, and without a channel
+    /// tag, watches every such publication (in Aeron such a spy has a
+    /// unique canonical form of its own and matches none); with a channel
+    /// tag, those of its tag.
+    fn watches(&self, endpoint_key: &str, channel_tag: Option<i64>) -> bool {
+        if self.tag.is_some() && self.tag == channel_tag {
+            return true;
+        }
+        let (canonical, own_endpoint) = match endpoint_key.split_once('#') {
+            Some((canonical, _)) => (canonical, true),
+            None => (endpoint_key, false),
+        };
+        self.canonical.as_deref() == Some(canonical) && (!own_endpoint || self.tag.is_none())
     }
 }
 
@@ -111,7 +143,7 @@ impl DriverConductor {
             session_filter,
             tether: p.tether.unwrap_or(true),
             udp_endpoint: None,
-            spy_key: None,
+            spy: None,
             simulates_connection: false,
             is_response,
             awaiting_response: is_response && session_filter.is_none(),
@@ -216,7 +248,19 @@ impl DriverConductor {
         uri: &ChannelUri,
         session_filter: Option<i32>,
     ) -> Result<(), CommandError> {
-        let udp = self.resolve_udp(channel, &uri.without_spy_prefix(), false)?;
+        let spied = uri.without_spy_prefix();
+        let sp = spied.params();
+        let tag = sp.tags.map(|(tag, _)| tag);
+        // A channel naming only a channel tag watches that tag's publications.
+        let tag_only = tag.is_some()
+            && sp.endpoint.is_none()
+            && sp.control.is_none()
+            && sp.control_mode.is_none();
+        let canonical = if tag_only {
+            None
+        } else {
+            Some(self.resolve_udp(channel, &spied, false)?.canonical)
+        };
         self.subscriptions.push(SubscriptionLink {
             registration_id: correlation_id,
             client_id,
@@ -225,7 +269,7 @@ impl DriverConductor {
             session_filter,
             tether: uri.params().tether.unwrap_or(true),
             udp_endpoint: None,
-            spy_key: Some(udp.canonical),
+            spy: Some(SpyTarget { canonical, tag }),
             simulates_connection: uri.params().ssc.unwrap_or(false),
             is_response: false,
             awaiting_response: false,
@@ -239,7 +283,7 @@ impl DriverConductor {
         let spied: Vec<usize> = (0..self.net_publications.len())
             .filter(|&i| {
                 let p = &self.net_publications[i];
-                p.is_active() && self.subscriptions[si].spies_on(p)
+                p.is_active() && self.subscriptions[si].spies_on(p, self.send_channel_tag(p))
             })
             .collect();
         for ni in spied {
@@ -427,7 +471,7 @@ impl DriverConductor {
             session_filter,
             tether: p.tether.unwrap_or(true),
             udp_endpoint: Some(endpoint_id),
-            spy_key: None,
+            spy: None,
             simulates_connection: false,
             is_response: udp.is_response,
             awaiting_response,
