@@ -192,11 +192,15 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
         yield nodes, ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
                                    message_timeout=60.0)  # a first election beside Spark JVMs took over 30 s in CI
     finally:
-        for m in nodes:
-            if m.proc is not None and m.proc.poll() is None:
+        # Every member killed before any is waited for: a wait that times out on a loaded machine (or a
+        # test timeout meanwhile) must not leave the others running past the test.
+        running = [m for m in nodes if m.proc is not None and m.proc.poll() is None]
+        for m in running:
+            with contextlib.suppress(ProcessLookupError):
                 m.resume()
                 m.proc.kill()
-                m.proc.wait(timeout=10)
+        for m in running:
+            m.proc.wait(timeout=60)
 
 
 def loopback_members(n: int) -> tuple[str, list[int]]:
