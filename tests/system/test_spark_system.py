@@ -1584,3 +1584,36 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     assert len(done) >= 2, [a.name for a in tried]
     assert done[0].count >= 1000 and done[-1].skip == done[0].count, done
 
+
+
+def test_two_streaming_queries_started_at_once_on_one_dataframe(spark, sulis_node, tmp):
+    """Spark puts four keys into the registered data source's environment map from each streaming
+    query's thread as its source starts (PythonStreamingSourceRunner.init); into a HashMap from two
+    threads at once that can leave the map's size above its entries, and every task serialized after
+    fails with java.io.OptionalDataException (docs/spark.md, "Not there yet"). register() makes that
+    map a ConcurrentHashMap; two queries on one DataFrame started at the same moment read it all."""
+    sulis.spark.register(spark)  # again: a registration no streaming query has started on yet
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    env = manager.lookupDataSource("sulis").dataSourceCls().envVars()
+    assert env.getClass().getName() == "java.util.concurrent.ConcurrentHashMap"
+    rec = Recorded(sulis_node, 3143)
+    rec.publish(message(i) for i in range(300))
+    df = (spark.readStream.format("sulis").option("driverDir", sulis_node[0].dir).option("channel", CHANNEL)
+          .option("streamId", 3143).load())
+    barrier, queries = threading.Barrier(2), {}
+
+    def start(name: str) -> None:
+        writer = df.writeStream.format("memory").queryName(name).trigger(availableNow=True)
+        barrier.wait()
+        queries[name] = writer.start()
+
+    threads = [threading.Thread(target=start, args=(name,)) for name in ("at_once_a", "at_once_b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, query in queries.items():
+        assert query.awaitTermination(90), f"{name} did not finish within 90 s"
+        assert query.exception() is None, f"{name}: {query.exception()}"
+        assert spark.table(name).count() == 300
+    assert "SPARK_BUFFER_SIZE" in env.keySet()  # Spark wrote into this map, as the test supposes

@@ -54,7 +54,43 @@ def register(spark: Any) -> None:
     """Registers ``format("sulis")`` with the SparkSession ``spark`` (idempotent)."""
     from .datasource import SulisDataSource
 
-    spark.dataSource.register(SulisDataSource)
+    if not _register_with_concurrent_env(spark, SulisDataSource):
+        spark.dataSource.register(SulisDataSource)
+
+
+def _register_with_concurrent_env(spark: Any, source: Any) -> bool:
+    """What ``spark.dataSource.register(source)`` does, but the registration's environment map (the
+    Python workers' variables) is a ``java.util.concurrent.ConcurrentHashMap``, not a ``HashMap``.
+
+    Spark's fault, worked around here: every Python function Spark makes for the data source shares that
+    one map (``UserDefinedPythonDataSource.createPythonFunction`` passes ``dataSourceCls.envVars``), and
+    each streaming query's thread ``put``s four keys into it when its source starts
+    (``PythonStreamingSourceRunner.init()``: SPARK_LOCAL_DIRS, SPARK_AUTH_SOCKET_TIMEOUT,
+    SPARK_BUFFER_SIZE, SPARK_PYTHON_RUNTIME). Two queries starting at once put into a ``HashMap`` from
+    two threads, which can leave its size one above its entries; every task serialized after that
+    then fails to deserialize with ``java.io.OptionalDataException`` in ``HashMap.readObject``.
+    ``ConcurrentHashMap`` takes concurrent puts, and its serialized form has no count to go wrong.
+
+    False (nothing registered) where this session has no JVM of its own (Spark Connect) or Spark's
+    internals differ; the caller then registers the usual way."""
+    try:
+        from pyspark.core.rdd import _prepare_for_python_RDD
+
+        sc = spark.sparkContext
+        jvm = sc._jvm
+        pickled, broadcast_vars, env, includes = _prepare_for_python_RDD(sc, source)
+        concurrent_env = jvm.java.util.concurrent.ConcurrentHashMap()
+        for key, value in env.items():
+            concurrent_env.put(key, value)
+        function = jvm.org.apache.spark.api.python.SimplePythonFunction(
+            bytearray(pickled), concurrent_env, includes, sc.pythonExec, sc.pythonVer, broadcast_vars,
+            sc._javaAccumulator)
+        registration = getattr(
+            jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")(function)
+        spark._jsparkSession.dataSource().registerPython(source.name(), registration)
+    except Exception:  # noqa: BLE001 - any failure: the caller registers through pyspark's own API
+        return False
+    return True
 
 
 def offsets_behind(progress: Any) -> dict[str, Any]:
