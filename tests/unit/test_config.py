@@ -184,6 +184,21 @@ def test_a_bad_archive_option_is_refused_naming_it(options, message):
         archive(**options)
 
 
+def test_a_catalog_sync_level_below_the_file_sync_level_is_refused_and_an_unset_one_follows_it(monkeypatch):
+    # One rule, the archive's (as Aeron's Archive.Context): refused naming both, not raised.
+    with pytest.raises(sulis.ConfigurationError,
+                       match="catalog_file_sync_level 1 is below file_sync_level 2"):
+        archive(file_sync_level=2, catalog_file_sync_level=1)
+    monkeypatch.setenv("SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL", "0")
+    with pytest.raises(sulis.ConfigurationError,
+                       match="catalog_file_sync_level 0 is below file_sync_level 1"):
+        archive(file_sync_level=1)
+    monkeypatch.delenv("SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL")
+    # Unset, the catalog takes the segments' level; set higher, it keeps its own.
+    assert archive(file_sync_level=2)["catalog_file_sync_level"][0] == "2"
+    assert archive(file_sync_level=1, catalog_file_sync_level=2)["catalog_file_sync_level"] == ("2", "explicit")
+
+
 def test_a_bad_archive_variable_is_named():
     env = {**os.environ, "SULIS_ARCHIVE_FILE_SYNC_LEVEL": "9"}
     import subprocess

@@ -37,8 +37,9 @@ pub struct ArchiveContext {
     pub segment_file_length: usize,
     /// Segment files: 0 page cache, 1 data synced per write, 2 data and metadata.
     pub file_sync_level: u8,
-    /// Catalog: 0, 1 or 2 as above; at least `file_sync_level`.
-    pub catalog_file_sync_level: u8,
+    /// Catalog: 0, 1 or 2 as above, not below `file_sync_level`; `None`:
+    /// `file_sync_level`'s, which [`ArchiveContext::conclude`] sets.
+    pub catalog_file_sync_level: Option<u8>,
     /// Stamped into every recorded DATA frame and catalog entry (Aeron's
     /// `aeron.archive.record.checksum`); `None`: none.
     pub record_checksum: Option<Checksum>,
@@ -157,7 +158,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(archive_id, "SULIS_ARCHIVE_ID", "", "The archive's id (empty: its client id, as Aeron's).", |s: &str| parse_optional(s, int::<i64>), show_optional),
     sulis_protocol::option!(segment_file_length, "SULIS_ARCHIVE_SEGMENT_FILE_LENGTH", "bytes", "Bytes per segment file, a power of two (raised to the term length of a stream with longer terms).", size, show),
     sulis_protocol::option!(file_sync_level, "SULIS_ARCHIVE_FILE_SYNC_LEVEL", "", "Segment files: 0 writes left to the OS (page cache), 1 each write's data synced, 2 data and metadata.", sync_level, show),
-    sulis_protocol::option!(catalog_file_sync_level, "SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL", "", "Catalog: 0, 1 or 2 as file_sync_level; at least file_sync_level.", sync_level, show),
+    sulis_protocol::option!(catalog_file_sync_level, "SULIS_ARCHIVE_CATALOG_FILE_SYNC_LEVEL", "", "Catalog: 0, 1 or 2 as file_sync_level, not below it (empty: file_sync_level's).", |s: &str| parse_optional(s, sync_level), show_optional),
     sulis_protocol::option!(record_checksum, "SULIS_ARCHIVE_RECORD_CHECKSUM", "", "crc32 or crc32c (Aeron's class names too): stamped into every recorded DATA frame and catalog entry (Aeron's aeron.archive.record.checksum); empty: none.", checksum, show_checksum),
     sulis_protocol::option!(replay_checksum, "SULIS_ARCHIVE_REPLAY_CHECKSUM", "", "crc32 or crc32c: checked on every replayed DATA frame; a mismatch ends the replay naming the frame; empty: none.", checksum, show_checksum),
     sulis_protocol::option!(recording_events_enabled, "SULIS_ARCHIVE_RECORDING_EVENTS_ENABLED", "bool", "Publish RecordingStarted/Progress/Stopped events on recording_events_channel (Aeron's recording events).", parse_bool, show),
@@ -202,7 +203,7 @@ impl Default for ArchiveContext {
             archive_id: None,
             segment_file_length: DEFAULT_SEGMENT_FILE_LENGTH,
             file_sync_level: 0,
-            catalog_file_sync_level: 0,
+            catalog_file_sync_level: None,
             record_checksum: None,
             replay_checksum: None,
             recording_events_enabled: false,
@@ -229,23 +230,34 @@ impl Default for ArchiveContext {
 }
 
 impl ArchiveContext {
-    /// Checks the settings; an error names the setting and what is wrong.
-    pub fn conclude(&self) -> Result<(), String> {
+    /// The catalog's sync level: `catalog_file_sync_level`, else `file_sync_level`'s.
+    pub fn catalog_sync_level(&self) -> u8 {
+        self.catalog_file_sync_level.unwrap_or(self.file_sync_level)
+    }
+
+    /// Checks the settings and derives those left unset (the catalog's sync
+    /// level from `file_sync_level`); an error names the setting and what is wrong.
+    pub fn conclude(&mut self) -> Result<(), String> {
         check_segment_file_length(self.segment_file_length)
             .map_err(|e| format!("segment_file_length: {e}"))?;
-        if self.file_sync_level > 2 || self.catalog_file_sync_level > 2 {
+        let catalog = self.catalog_sync_level();
+        if self.file_sync_level > 2 || catalog > 2 {
             return Err(format!(
-                "file_sync_level {} / catalog_file_sync_level {}: each must be 0, 1 or 2",
-                self.file_sync_level, self.catalog_file_sync_level
+                "file_sync_level {} / catalog_file_sync_level {catalog}: each must be 0, 1 or 2",
+                self.file_sync_level
             ));
         }
-        if self.catalog_file_sync_level < self.file_sync_level {
+        // As Aeron's Archive.Context.conclude: a catalog synced less than the
+        // segments it describes is refused, not raised.
+        if catalog < self.file_sync_level {
             return Err(format!(
-                "catalog_file_sync_level {} is below file_sync_level {}: the catalog must be \
-                 synced at least as much as the segments it describes",
-                self.catalog_file_sync_level, self.file_sync_level
+                "catalog_file_sync_level {catalog} is below file_sync_level {}: the catalog must be \
+                 synced at least as much as the segments it describes (leave \
+                 catalog_file_sync_level unset to take file_sync_level's)",
+                self.file_sync_level
             ));
         }
+        self.catalog_file_sync_level = Some(catalog);
         if !self.file_io_max_length.is_power_of_two() || self.file_io_max_length < 4096 {
             return Err(format!(
                 "file_io_max_length {} must be a power of two of at least 4096",
@@ -275,5 +287,54 @@ impl ArchiveContext {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn levels(file: &str, catalog: Option<&str>) -> Result<ArchiveContext, String> {
+        let mut ctx = ArchiveContext::default();
+        ctx.set_option("file_sync_level", file)?;
+        if let Some(c) = catalog {
+            ctx.set_option("catalog_file_sync_level", c)?;
+        }
+        ctx.conclude().map(|()| ctx)
+    }
+
+    #[test]
+    fn should_sync_the_catalog_as_the_segments_when_its_level_is_unset() {
+        for file in ["0", "1", "2"] {
+            let ctx = levels(file, None).unwrap();
+            assert_eq!(ctx.catalog_file_sync_level, Some(ctx.file_sync_level));
+            let ctx = levels(file, Some("")).unwrap();
+            assert_eq!(
+                ctx.catalog_sync_level(),
+                ctx.file_sync_level,
+                "empty: unset"
+            );
+        }
+        let ctx = levels("1", Some("2")).unwrap();
+        assert_eq!((ctx.file_sync_level, ctx.catalog_sync_level()), (1, 2));
+    }
+
+    #[test]
+    fn should_refuse_a_catalog_sync_level_below_the_file_sync_level() {
+        // As Aeron's Archive.Context.conclude: refused, not raised.
+        let e = levels("2", Some("1")).unwrap_err();
+        assert!(
+            e.contains("catalog_file_sync_level 1 is below file_sync_level 2"),
+            "{e}"
+        );
+        let mut ctx = ArchiveContext {
+            file_sync_level: 1,
+            catalog_file_sync_level: Some(0),
+            ..ArchiveContext::default()
+        };
+        assert!(ctx.conclude().is_err());
+        ctx.catalog_file_sync_level = None;
+        ctx.conclude().unwrap();
+        assert_eq!(ctx.catalog_file_sync_level, Some(1));
     }
 }

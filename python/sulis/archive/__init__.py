@@ -120,7 +120,8 @@ class Archive(_native.Archive):
     ``local_control_channel`` (``aeron:ipc``), remote ones on
     ``control_channel`` (a UDP channel, off unless given). Files are synced
     per ``file_sync_level`` (0: left to the OS; 1: data written is synced;
-    2: data and metadata) and the catalog per ``catalog_file_sync_level``.
+    2: data and metadata) and the catalog per ``catalog_file_sync_level``
+    (unset: as ``file_sync_level``; below it: ``ConfigurationError``, as Aeron's).
     With ``credentials`` (bytes) only clients that connect with them are let
     in (a list of credentials lets in each, as its own principal), and with
     a ``challenge`` they must then answer it with ``challenge_response``; a

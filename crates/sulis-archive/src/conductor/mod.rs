@@ -156,7 +156,7 @@ impl ArchiveConductor {
     }
 
     fn with_auth(
-        ctx: ArchiveContext,
+        mut ctx: ArchiveContext,
         authenticator: Box<dyn Authenticator>,
         authoriser: Box<dyn Authoriser>,
     ) -> Result<ArchiveConductor, ArchiveStartError> {
@@ -178,7 +178,7 @@ impl ArchiveConductor {
         let mut catalog = Catalog::open(
             &ctx.archive_dir,
             ctx.catalog_capacity,
-            ctx.catalog_file_sync_level,
+            ctx.catalog_sync_level(),
         )?;
         catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();

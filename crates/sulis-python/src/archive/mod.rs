@@ -80,8 +80,6 @@ fn archive_context(
         }
     }
     crate::options::apply_keywords(&mut ctx, options)?;
-    // The catalog is synced at least as much as the segments it describes.
-    ctx.catalog_file_sync_level = ctx.catalog_file_sync_level.max(ctx.file_sync_level);
     Ok(ctx)
 }
 
@@ -95,7 +93,7 @@ pub fn archive_config(
     driver_dir: Option<String>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Vec<crate::options::OptionRow>> {
-    let ctx = archive_context(dir, driver_dir, options)?;
+    let mut ctx = archive_context(dir, driver_dir, options)?;
     ctx.conclude().map_err(ConfigurationError::new_err)?;
     Ok(crate::options::rows(&ctx))
 }
