@@ -32,6 +32,10 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo (Rust) is required: https://rustup.rs" >&2
   exit 1
 fi
+# scripts/test.sh runs cargo fmt and clippy: rustup's minimal profile has neither.
+if command -v rustup >/dev/null 2>&1 && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || echo "setup: could not add rustfmt and clippy (rustup component add rustfmt clippy)" >&2
+fi
 maturin develop --release --quiet 2>&1 | grep -v "^\s*$" | tail -n 3 || true
 python -c "import sulis, sys; assert sulis.build_profile == 'release', sulis.build_profile; print('setup: sulis', sulis.__version__, sulis.build_profile, 'in', sys.prefix)"
 # The cluster fault suite's linearizability checker (porcupine, Go): its module fetched now, so the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then lint and type checks, the Rust tests and the Python tests.
+# The whole test suite: set up, then lint, format and type checks, the Rust tests and the Python tests.
 set -euo pipefail
 started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,6 +11,11 @@ echo "== ruff, mypy, stubtest (set-up took $((SECONDS - started)) s)"
 ruff check python/sulis tests bench examples
 mypy
 python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
+echo "== cargo fmt, clippy ($((SECONDS - started)) s in)"
+# Rust's own format and lints, every crate and target (tests and benches
+# too): a warning fails the run, before the long parts.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test ($((SECONDS - started)) s in)"
 # The extension crate links against the interpreter only when loaded by
 # Python, so it has no Rust test binary; every other crate is tested.
