@@ -52,9 +52,10 @@ def main() -> int:
 
     writer = source().writeStream.format("parquet").option("checkpointLocation", checkpoint)
     # With sinkStreamId: a second query, the same rows' values through the exactly-once sulis sink. Each
-    # query has a source of its own: two queries started at once on one DataFrame failed now and then
-    # in CI with java.io.OptionalDataException deserializing a task (a HashMap of the plan they share,
-    # written by one query's thread while the other's serialized it).
+    # query has a source of its own (as users write it either way). Two queries started at once failed now
+    # and then with java.io.OptionalDataException deserializing a task: Spark's environment map of the
+    # registered Python source, shared by every query, written by each query's thread without a lock;
+    # sulis.spark.register() (above) gives it a ConcurrentHashMap (docs/spark.md "Not there yet").
     sink = None if sink_stream is None else (
         source().select("value").writeStream.format("sulis").option("driverDir", driver_dir)
         .option("channel", sink_channel).option("streamId", sink_stream).options(**archive)
