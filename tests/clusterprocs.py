@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from conftest import CLI, await_until, clean_env, free_udp_port
+from conftest import CLI, all_threads_stopped, await_until, clean_env, free_udp_port
 
 #: A service for the tests (``journal_service:Journal``, written to the test's directory): it echoes each
 #: message and writes it, a line each, to $JOURNAL, which it rewrites from the log at every start.
@@ -145,18 +145,7 @@ class Member:
         """SIGSTOPs the member and returns once every thread of it has stopped: kill(2) returns before the
         stop takes hold, and a thread on the other core could still answer the leader meanwhile."""
         os.kill(self.proc.pid, signal.SIGSTOP)
-        await_until(self._all_threads_stopped, 10, f"member {self.id} to stop after SIGSTOP")
-
-    def _all_threads_stopped(self) -> bool:
-        states = []
-        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
-            try:
-                with open(f"/proc/{self.proc.pid}/task/{task}/stat") as f:
-                    # The state follows the parenthesised command name, which may hold spaces.
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except FileNotFoundError:
-                continue  # a thread that ended meanwhile
-        return bool(states) and all(state in ("T", "t") for state in states)
+        await_until(lambda: all_threads_stopped(self.proc.pid), 10, f"member {self.id} to stop after SIGSTOP")
 
     def resume(self) -> None:
         os.kill(self.proc.pid, signal.SIGCONT)

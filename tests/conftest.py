@@ -200,6 +200,20 @@ def pytest_sessionfinish(session, exitstatus):
             shutil.rmtree(d, ignore_errors=True)
 
 
+
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of process ``pid`` is stopped (SIGSTOP takes hold thread by thread, after kill(2)
+    returned: one on the other core may still run meanwhile)."""
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                # The state follows the parenthesised command name, which may hold spaces.
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return bool(states) and all(state in ("T", "t") for state in states)
+
 class Child(ChildProcess):
     """A ``tests/_child.py`` process speaking JSON lines on stdout (the benchmarks' child helper:
     it gets SIGTERM if the test process dies)."""
@@ -240,18 +254,7 @@ class Child(ChildProcess):
         """
         self.proc.send_signal(sig)
         if sig == signal.SIGSTOP:
-            await_until(self._all_threads_stopped, what=f"child {self.role} to stop after SIGSTOP")
-
-    def _all_threads_stopped(self) -> bool:
-        states = []
-        for task in os.listdir(f"/proc/{self.pid}/task"):
-            try:
-                with open(f"/proc/{self.pid}/task/{task}/stat") as f:
-                    # The state follows the parenthesised command name, which may hold spaces.
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except FileNotFoundError:
-                continue  # a thread that ended meanwhile
-        return bool(states) and all(state in ("T", "t") for state in states)
+            await_until(lambda: all_threads_stopped(self.pid), what=f"child {self.role} to stop after SIGSTOP")
 
     def kill(self) -> int:
         """SIGKILLs the child and reaps it; returns its exit status."""
