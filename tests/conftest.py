@@ -114,6 +114,18 @@ def await_until(cond, timeout: float = 10.0, what=None, interval: float = 0.001)
         time.sleep(interval)
 
 
+def assert_lingers_for_the_channel(present, closed: float) -> None:
+    """A publication closed at ``closed`` (monotonic) with ``linger=1s`` on a driver whose own linger is
+    100 ms: ``present()`` (its counter is there) stays true past the driver's linger and goes, no sooner
+    than 0.9 s. A busy machine may wake this thread only after the channel's linger too: then the first
+    look says nothing (the publication may be gone by rights), and the check that it went no sooner stays."""
+    time.sleep(0.5)  # past the driver's linger, within the channel's: a time to let pass, not a state
+    lingering = bool(present())
+    if time.monotonic() - closed < 0.9:
+        assert lingering, "the publication was freed after the driver's linger (100 ms), not the channel's (1 s)"
+    await_until(lambda: not present(), timeout=10, what="the publication freed after its linger")
+    assert time.monotonic() - closed >= 0.9, "the publication was freed before the channel's linger (1 s)"
+
 def counter_value(dir: str, counter: sulis.SystemCounter) -> int:
     """Value of a system counter, checking the driver labels it as the enum (from Rust) says."""
     reader = sulis.CountersReader(dir)

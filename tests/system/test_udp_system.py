@@ -23,7 +23,7 @@ import pytest
 
 import sulis
 from _child import make_message, parse_message
-from conftest import COUNTER_TYPE, await_until, counter_value
+from conftest import COUNTER_TYPE, assert_lingers_for_the_channel, await_until, counter_value
 from conftest import free_udp_port as free_port  # the tests' one port helper
 from netutil.relay import Impairment, RelayProcess
 
@@ -493,12 +493,4 @@ def test_channel_linger_keeps_a_closed_publication_for_late_naks(make_driver, ma
         return [c for c in reader.counters()
                 if c["type_id"] == COUNTER_TYPE["snd-pos"] and c["registration_id"] == registration_id]
 
-    # Past the driver's own linger (100 ms), within the channel's (1 s): still there. A busy machine may
-    # wake this thread only after the channel's linger too: then the look says nothing (the publication
-    # may be gone by rights), and the check below, that it went no sooner than 0.9 s, remains.
-    time.sleep(0.5)
-    lingering = bool(sender_position())
-    if time.monotonic() - closed < 0.9:
-        assert lingering, "the publication was freed after the driver's linger (100 ms), not the channel's (1 s)"
-    await_until(lambda: not sender_position(), timeout=10, what="publication freed after its linger")
-    assert time.monotonic() - closed >= 0.9, "the publication was freed before the channel's linger (1 s)"
+    assert_lingers_for_the_channel(sender_position, closed)
