@@ -640,7 +640,7 @@ impl PublicationSender {
     }
 
     /// Resends what lies between positions `from` and `to`, a term at a
-    /// time; returns the bytes.
+    /// time; returns the bytes resent.
     fn resend_range(
         &mut self,
         transport: &mut dyn Transport,
@@ -652,10 +652,11 @@ impl PublicationSender {
         let p = self.publication.clone();
         let term_length = p.term_length as i64;
         let mut at = from;
+        let mut resent = 0;
         while at < to {
             let term_end = (at / term_length + 1) * term_length;
             let end = to.min(term_end);
-            self.resend(
+            resent += self.resend(
                 transport,
                 targets,
                 compute_term_id_from_position(at, p.bits, p.initial_term_id),
@@ -665,11 +666,11 @@ impl PublicationSender {
             );
             at = end;
         }
-        (to - from).max(0) as usize
+        resent
     }
 
     /// Resends whole frames from (`term_id`, `term_offset`) for `length`
-    /// bytes to every target.
+    /// bytes to every target; returns the bytes resent (to each).
     fn resend(
         &mut self,
         transport: &mut dyn Transport,
@@ -678,21 +679,22 @@ impl PublicationSender {
         term_offset: i32,
         length: i32,
         errors: &ErrorReporter,
-    ) {
+    ) -> usize {
         let p = &self.publication;
         if targets.is_empty() {
-            return;
+            return 0;
         }
         let position = compute_position(term_id, term_offset, p.bits, p.initial_term_id);
         let sender_position = p.snd_pos.get();
         if position >= sender_position || position < sender_position - p.term_length as i64 {
-            return;
+            return 0;
         }
         let end = (position + length as i64).min(sender_position);
         let term = p.logs.term(index_by_term(p.initial_term_id, term_id));
         let mut offset = term_offset as usize;
         let end_offset = (term_offset as i64 + (end - position)) as usize;
         let system = errors.system();
+        let mut resent = 0;
         while offset < end_offset {
             let a = scan_for_availability(&term, offset, p.mtu.min(end_offset - offset).max(32));
             if a.send_length == 0 {
@@ -717,8 +719,10 @@ impl PublicationSender {
             }
             system.increment(SystemCounter::RetransmitsSent);
             system.add(SystemCounter::RetransmittedBytes, a.send_length as i64);
+            resent += a.send_length;
             offset += a.send_length + a.padding;
         }
+        resent
     }
 
     /// One send turn: SETUP, data, heartbeat, due retransmits. Returns the
