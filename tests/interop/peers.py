@@ -43,6 +43,12 @@ VERSIONS = aeron_java.INSTALLS
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
+# How long a JVM peer (a driver, an archive, a cluster backup) may take to start and write its files: two
+# seconds on an idle machine, but a CI run with two busy loops beside the suite saw an Aeron MediaDriver write
+# no CnC file in 30 s while other JVMs started. Each wait on it also ends as soon as the process exits.
+JVM_START_S = 120.0
+
+
 class PeerFailed(AssertionError):
     """A peer process failed, timed out or printed no result."""
 
@@ -149,10 +155,10 @@ class Harness:
         else:
             cmd = [sys.executable, "-m", "sulis.cli", "driver", "--dir", d, "--threading-mode", "shared"]
         p = self.start(f"{kind}-driver", cmd, netns)
-        cnc, deadline = os.path.join(d, sulis.CNC_FILE), time.monotonic() + 30
+        cnc, deadline = os.path.join(d, sulis.CNC_FILE), time.monotonic() + JVM_START_S
         while not (os.path.exists(cnc) and os.path.getsize(cnc) > 0):
             if p.proc.poll() is not None or time.monotonic() > deadline:
-                raise PeerFailed(f"{p.what} wrote no {cnc}\n{self.describe()}")
+                raise PeerFailed(f"{p.what} wrote no {cnc} within {JVM_START_S:.0f} s\n{self.describe()}")
             time.sleep(0.02)
         return p, d
 

@@ -174,7 +174,11 @@ def start_aeron_archive(current, harness, **extra: str) -> AeronArchive:
              "aeron.archive.threading.mode": "SHARED", "aeron.archive.dir": os.path.join(base, "archive"),
              "aeron.archive.control.channel": control, "aeron.archive.id": "777",
              "aeron.archive.replication.channel": "aeron:udp?endpoint=localhost:0",
-             "aeron.archive.segment.file.length": str(1 << 20), **extra}
+             "aeron.archive.segment.file.length": str(1 << 20),
+             # How long the archive waits for a control session's (a replication's too) response publication to
+             # connect: 5 s by default, which a CI run with busy CPUs outlasted (the session closed, and the
+             # replication ended with REPLICATE_END and no recording).
+             "aeron.archive.connect.timeout": "30s", **extra}
     proc = harness.start("aeron-archive", peers.aeron_java.command(current, props,
                                                                   "io.aeron.archive.ArchivingMediaDriver"))
     return AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
@@ -409,7 +413,10 @@ def aeron_replicate(current, harness, aeron_dir: str, src_control: str, src_reco
     args = {"control": "aeron:ipc", "response": "aeron:ipc", "src_control": src_control,
             "src_recording": src_recording, "count": count, "replay_channel": "aeron:ipc",
             "replay_stream": 4000 + len(harness.procs), "timeout_s": 60, **params}
-    cmd = peers.aeron_java.command(current, {"aeron.dir": aeron_dir}, "ArchivePeer",
+    # AeronArchive's own wait for each answer (its connect too): 10 s by default, which a CI run with busy CPUs
+    # outlasted at AWAIT_PUBLICATION_CONNECTED.
+    props = {"aeron.dir": aeron_dir, "aeron.archive.message.timeout": "60s"}
+    cmd = peers.aeron_java.command(current, props, "ArchivePeer",
                                    ["replicate", *(f"{k}={v}" for k, v in args.items())], cp)
     return harness.start("aeron-replicate", cmd)
 

@@ -328,12 +328,18 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
                                     capture_output=True, text=True, timeout=60)
             return f"{backup_counters()}\n{backup.stderr_tail(40)}\n{errors.stdout[-4000:]}{errors.stderr[-2000:]}"
 
+        # First the JVM's start (its driver's counters readable), which a CI run with busy CPUs saw take
+        # over 60 s, then the copy and the catch-up, each waited for while the backup runs.
+        def started() -> bool:
+            assert backup.proc.poll() is None, backup.stderr_tail(40)
+            return bool(backup_counters())
+        await_until(started, peers.JVM_START_S, lambda: f"the backup's counters in {aeron_dir}: {why()}")
         target = commit(leader)
-        await_until(caught_up(target), 60, lambda: f"the backup to reach {target}: {why()}")
+        await_until(caught_up(target), 120, lambda: f"the backup to reach {target}: {why()}")
         for i in range(100, 150):
             send(c, f"m{i}")
         target = commit(leader)
-        await_until(caught_up(target), 30, lambda: f"the backup to follow to {target}: {why()}")
+        await_until(caught_up(target), 60, lambda: f"the backup to follow to {target}: {why()}")
         assert backup_counters()[209] <= max(commit(n) for n in nodes)  # never past what was committed
         answered = [n for n in nodes if "answers a backup query" in n.stderr()]
         assert answered, "no member said it answered"
