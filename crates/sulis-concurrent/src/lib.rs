@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod atomic_buffer;
+pub mod bit_util;
 pub mod broadcast;
 pub mod cnc;
 pub mod counters;

@@ -193,13 +193,7 @@ impl MediaDriver {
         // Random per driver (flow control tells receivers apart by it): the
         // standard library's hasher keys come from the OS's randomness and
         // differ for every driver, even two started in one process at once.
-        let receiver_id = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(epoch_ms() as u64);
-            h.write_u32(std::process::id());
-            h.finish() as i64
-        };
+        let receiver_id = sulis_concurrent::bit_util::generate_randomised_id() as i64;
         let loss_file = MappedFile::create(
             &dir.join(LOSS_REPORT_FILE),
             ctx.loss_report_buffer_length,

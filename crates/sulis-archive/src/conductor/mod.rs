@@ -58,6 +58,13 @@ use sulis_protocol::counters::{
 };
 use sulis_protocol::sbe::SbeError;
 
+/// A first control-session or replication id: random, as the driver's session
+/// ids are, in 30 bits (room to count up in Aeron's int fields). From
+/// `now_ms ^ pid << 20` two archives started in one millisecond shared them.
+fn first_id() -> i64 {
+    (sulis_concurrent::bit_util::generate_randomised_id() & 0x3fff_ffff) as i64
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -264,7 +271,6 @@ impl ArchiveConductor {
             ctx.recording_events_enabled,
         );
         ArchiveCounters::set(&counters.errors, errors.len() as i64);
-        let seed = (now_ms() as u64 ^ (std::process::id() as u64) << 20) & 0x3fff_ffff;
         let mut conductor = ArchiveConductor {
             ctx,
             client,
@@ -273,7 +279,7 @@ impl ArchiveConductor {
             control,
             assemblers,
             sessions: BTreeMap::new(),
-            next_session_id: seed as i64,
+            next_session_id: first_id(),
             recording_subscriptions: Vec::new(),
             recorder: Some(recorder),
             replayer: Some(replayer),
@@ -285,8 +291,8 @@ impl ArchiveConductor {
             worker_counters: Vec::new(),
             next_replay_id: 1,
             replications: Vec::new(),
-            next_replication_id: seed as i64,
-            replay_tokens: ReplayTokens::new(seed.rotate_left(29) ^ std::process::id() as u64),
+            next_replication_id: first_id(),
+            replay_tokens: ReplayTokens::new(sulis_concurrent::bit_util::generate_randomised_id()),
             deletions: VecDeque::new(),
             listings: Vec::new(),
             merged: Vec::new(),
@@ -519,4 +525,16 @@ fn usable_space(dir: &Path) -> Option<u64> {
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0)
         .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Archives started in the same millisecond (one process or several)
+    /// hand out different control-session and replication ids.
+    #[test]
+    fn archives_started_at_once_have_different_first_ids() {
+        let firsts: std::collections::HashSet<i64> = (0..8).map(|_| super::first_id()).collect();
+        assert_eq!(firsts.len(), 8, "{firsts:?}");
+        assert!(firsts.iter().all(|&id| (0..1 << 30).contains(&id)));
+    }
 }

@@ -211,7 +211,7 @@ impl DriverConductor {
             publication_links: Vec::new(),
             subscriptions: Vec::new(),
             client_counters: Vec::new(),
-            next_session_id: first_session_id(now_ms),
+            next_session_id: first_session_id(),
             next_timer_ns: 0,
             next_re_resolution_check_ns: 0,
             last_heartbeat_ms: now_ms,
@@ -716,13 +716,8 @@ impl Agent for DriverConductor {
 /// handed out the same session ids, so a member receiving the consensus
 /// streams of two others on one endpoint took both as one image and never
 /// heard the second.
-fn first_session_id(now_ms: i64) -> i32 {
-    use std::hash::{BuildHasher, Hasher};
-    // The standard library keys each RandomState from the OS's randomness.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_i64(now_ms);
-    h.write_u32(std::process::id());
-    (h.finish() >> 33) as i32
+fn first_session_id() -> i32 {
+    (sulis_concurrent::bit_util::generate_randomised_id() >> 33) as i32
 }
 
 #[cfg(test)]
@@ -802,9 +797,7 @@ mod tests {
     /// streams for one.
     #[test]
     fn drivers_started_in_the_same_millisecond_hand_out_different_session_ids() {
-        let now_ms = 1_795_700_000_000;
-        let firsts: std::collections::HashSet<i32> =
-            (0..8).map(|_| first_session_id(now_ms)).collect();
+        let firsts: std::collections::HashSet<i32> = (0..8).map(|_| first_session_id()).collect();
         assert_eq!(firsts.len(), 8, "{firsts:?}");
     }
 
