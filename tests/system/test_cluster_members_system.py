@@ -274,6 +274,25 @@ def test_a_client_connects_while_the_first_member_it_names_is_down(make_driver, 
         hold_all(nodes[1:], 2)
 
 
+
+def test_a_client_connecting_while_the_leader_is_paused_reaches_the_leader_the_others_elect(make_driver, tmp_path):
+    """A connect request no leader answers (the leader paused; the followers' REDIRECTs name it, and after they
+    elect one of themselves nobody answers the request again) is asked again of every member, and the leader
+    the others elect opens the session within the message timeout. It once waited the whole timeout: under
+    load a first election's leader that lost its term before answering left a new client stranded for 60 s."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir) as (nodes, c):
+        send(c, "m0")
+        leader = nodes[c.leader_member_id]
+        leader.pause()
+        try:
+            with ClusterClient(driver.dir, ingress_endpoints(nodes),
+                               f"aeron:udp?endpoint=localhost:{free_udp_port()}", message_timeout=30.0) as late:
+                assert late.leader_member_id != leader.id
+                send(late, "m1")
+        finally:
+            leader.resume()
+
 SNAPSHOT_JOURNAL = '''
 import json
 import os

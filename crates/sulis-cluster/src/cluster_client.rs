@@ -92,10 +92,16 @@ struct IngressTarget {
     member_id: i32,
     endpoint: String,
     publication: ExclusivePublication,
-    /// The connect request went (it does once, when the publication is
-    /// connected).
+    /// The current connect request went (it does once, when the publication
+    /// is connected).
     sent: bool,
+    /// Some connect request went.
+    ever_sent: bool,
 }
+
+/// How long a connect waits for an answer before it asks every member again
+/// (then twice as long each time, up to the message timeout).
+const CONNECT_RESEND_FIRST: Duration = Duration::from_secs(1);
 
 impl IngressTarget {
     /// Adds a publication to `endpoint` unless one to it is there (a
@@ -122,6 +128,7 @@ impl IngressTarget {
             endpoint: endpoint.to_string(),
             publication,
             sent: false,
+            ever_sent: false,
         });
         Ok(())
     }
@@ -139,7 +146,9 @@ impl ClusterClient {
     /// every member, the connect request sent to each as its publication
     /// connects (a member down or still starting is simply not reached), and
     /// once to the leader a member's REDIRECT names; the leader's OK opens the
-    /// session, on that member's publication. An ERROR or
+    /// session, on that member's publication. Unanswered, it asks every
+    /// member again after 1 s, then 2 s, 4 s...: a leader that lost its term
+    /// before it answered (an election under load) would never answer. An ERROR or
     /// AUTHENTICATION_REJECTED is the error; so is no answer within the
     /// message timeout, naming the members reached and not.
     pub fn connect(client: &Client, ctx: &ClusterClientContext) -> Result<ClusterClient, String> {
@@ -154,30 +163,54 @@ impl ClusterClient {
         let mut egress = client
             .add_subscription(&ctx.egress_channel, ctx.egress_stream_id)
             .map_err(|e| format!("{}: {e}", ctx.egress_channel))?;
-        // One correlation id for every copy of the request: each member
+        // One correlation id for every copy of a request: each member
         // answers it (OK from the leader, REDIRECT from the others).
-        let correlation_id = 1_001;
-        let request = SessionConnectRequest {
-            correlation_id,
-            response_stream_id: ctx.egress_stream_id,
-            version: CLIENT_PROTOCOL_VERSION,
-            response_channel: ctx.egress_channel.clone(),
-            encoded_credentials: ctx.credentials.clone(),
-            client_info: "name=sulis".into(),
-        }
-        .encode();
+        let mut correlation_id = 1_001;
+        let request_for = |correlation_id: i64| {
+            SessionConnectRequest {
+                correlation_id,
+                response_stream_id: ctx.egress_stream_id,
+                version: CLIENT_PROTOCOL_VERSION,
+                response_channel: ctx.egress_channel.clone(),
+                encoded_credentials: ctx.credentials.clone(),
+                client_info: "name=sulis".into(),
+            }
+            .encode()
+        };
+        let mut request = request_for(correlation_id);
+        // Every request sent: an OK or REDIRECT answering any of them counts.
+        let mut asked = vec![correlation_id];
+        let mut resend_after = CONNECT_RESEND_FIRST;
+        let mut resend_at = Instant::now() + resend_after;
         let mut targets: Vec<IngressTarget> = Vec::new();
         for (id, endpoint) in members {
             IngressTarget::add(&mut targets, client, ctx, id, &endpoint)?;
         }
         let mut assembler = FragmentAssembler::new();
         loop {
+            if Instant::now() >= resend_at {
+                // No answer yet: the request may have gone to a leader that
+                // lost its term before it answered (it drops its pending
+                // sessions) and to followers that redirected to it, so no
+                // member would ever answer again. Ask every member anew, at
+                // growing intervals; an orphan session a slow leader opens for
+                // an earlier request times out, as any idle session does.
+                correlation_id += 1;
+                request = request_for(correlation_id);
+                asked.push(correlation_id);
+                for t in targets.iter_mut() {
+                    t.sent = false;
+                }
+                resend_after *= 2;
+                resend_at = Instant::now() + resend_after;
+            }
             for t in targets.iter_mut().filter(|t| !t.sent) {
                 t.sent = t.publication.offer(&request).is_ok();
+                t.ever_sent |= t.sent;
             }
             if Instant::now() > deadline {
                 let (reached, not): (Vec<&IngressTarget>, Vec<&IngressTarget>) =
-                    targets.iter().partition(|t| t.sent);
+                    targets.iter().partition(|t| t.ever_sent);
                 let names = |ts: Vec<&IngressTarget>| {
                     ts.iter()
                         .map(|t| format!("{}={}", t.member_id, t.endpoint))
@@ -217,13 +250,13 @@ impl ClusterClient {
                 .unwrap_or(0);
             for e in events
                 .into_iter()
-                .filter(|e| e.correlation_id == correlation_id)
+                .filter(|e| asked.contains(&e.correlation_id))
             {
                 match e.code {
                     event_code::OK => {
                         let at = targets
                             .iter()
-                            .position(|t| t.sent && t.member_id == e.leader_member_id)
+                            .position(|t| t.ever_sent && t.member_id == e.leader_member_id)
                             .ok_or_else(|| {
                                 format!(
                                     "member {} opened the session, but no request was sent to it",
@@ -257,8 +290,8 @@ impl ClusterClient {
                                     e.leader_member_id, e.detail
                                 )
                             })?;
-                        // Sent once to the leader: a second request would
-                        // open it a second session.
+                        // The current request goes to the leader once (a
+                        // second copy would open it a second session).
                         IngressTarget::add(&mut targets, client, ctx, leader.0, &leader.1)?;
                     }
                     _ => {
