@@ -177,3 +177,66 @@ def test_bounded_poll_stops_at_the_limit_and_an_image_moves_forward_only_within_
     image.set_position(positions[7])
     assert sub.poll(lambda b, h: got.append(h.position), 10) == 2
     assert got[-2:] == positions[8:]
+
+
+@pytest.mark.parametrize("medium", ["ipc", "udp"])
+def test_a_live_image_lost_after_the_merge_is_replayed_again_and_merged_with_the_next(client, archive_client,
+                                                                                      medium):
+    """The fault behind ``rejoins``: the live image the merge reads goes away. The publisher closes (its image
+    ends) and a new publication of the same session continues the stream where it stopped, the archive
+    extending the recording (as a restarted publisher does). The merge replays again from where it read and
+    merges with the new image: every message once, in order, across both publications."""
+    ac = archive_client
+    if medium == "ipc":
+        live, replay = "aeron:ipc?term-length=64k", "aeron:ipc"
+    else:
+        live = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+        replay = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    pub, rid = start_recording(ac, client, live, 1004, 1000)
+    got_messages: list[bytes] = []
+    assembler = sulis.FragmentAssembler(lambda b, h: got_messages.append(bytes(b)))
+    states: list = []
+
+    def read(until) -> None:
+        """Polls the merge until ``until()``, noting each state it passes through."""
+        deadline = time.monotonic() + 60
+        while not until():
+            assert time.monotonic() < deadline, f"got {len(got_messages)}; {merge!r}"
+            merge.poll(assembler, 20)
+            if not states or states[-1] is not merge.state:
+                states.append(merge.state)
+
+    with sulis.ReplayMerge(ac, rid, replay, 2004, live.split("|")[0]) as merge:
+        read(lambda: merge.is_merged)
+        for i in range(1000, 1500):
+            while pub.offer(message(i)) < 0:
+                merge.poll(assembler, 20)
+        end = pub.position
+        read(lambda: merge.position == end)
+        lost = merge.image
+        pub.close()
+        ac.await_signal(RecordingSignal.STOP, rid)
+        # The same session continues where it stopped; the recording is extended with it.
+        d = ac.list_recording(rid)
+        term = d.term_buffer_length
+        channel = _with(live, session_id=d.session_id, init_term_id=d.initial_term_id,
+                        term_id=d.initial_term_id + end // term, term_offset=end % term)
+        ac.extend_recording(rid, channel, 1004)
+        ext = client.add_exclusive_publication(channel, 1004)
+        assert ac.await_signal(RecordingSignal.EXTEND, rid).position == end
+        for i in range(1500, 2500):
+            while ext.offer(message(i)) < 0:
+                merge.poll(assembler, 20)
+        read(lambda: merge.is_merged and merge.image is not lost and merge.position == ext.position)
+        assert lost.is_closed and merge.rejoins >= 1
+    # A poll may pass through LIVE_JOIN within one call: the replays and merges, in turn.
+    once = [ReplayMergeState.REPLAY, ReplayMergeState.MERGED]
+    assert [s for s in states if s is not ReplayMergeState.LIVE_JOIN] == once * (1 + merge.rejoins), states
+    bad = [i for i, m in enumerate(got_messages) if m != message(i)]
+    assert len(got_messages) == 2500 and not bad, f"{len(got_messages)} messages, first wrong at {bad[:1]}"
+
+
+def _with(channel: str, **params: int) -> str:
+    """``channel`` with ``params`` added (``session_id`` as ``session-id``)."""
+    return channel + ("|" if "?" in channel else "?") + "|".join(
+        f"{k.replace('_', '-')}={v}" for k, v in params.items())
