@@ -75,7 +75,8 @@ def say(**obj) -> None:
     print(json.dumps(obj), flush=True)
 
 
-def _await(cond, timeout: float = 30.0) -> None:
+def _await(cond, timeout: float = 90.0) -> None:
+    """Until ``cond()``; ``timeout`` bounds a hang (the parents' reads wait as long: tests/sites.py)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

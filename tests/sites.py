@@ -10,6 +10,9 @@ from conftest import make_dir
 from netutil import exec_prefix, require_netns
 
 STREAM = 4001
+# How long a child (a driver, a producer, a consumer in a namespace) may take to start and say it is ready: a
+# bound for a hang, not the time it takes (under a second idle; a CI run with busy CPUs saw over 30 s).
+STARTED_S = 90.0
 DRIVER = {"threading_mode": "shared", "term_buffer_sparse_file": True, "term_buffer_length": "1m",
           "publication_linger_timeout": "1s"}
 
@@ -23,14 +26,14 @@ class Site:
         self.prefix = exec_prefix(hosts.ns(name))
         self.dir = make_dir(f"sulis-site-{name}-")
         self.driver = spawn("driver", self.dir, json.dumps({**DRIVER, **driver_options}), prefix=self.prefix)
-        self.driver.read(timeout=30)
+        self.driver.read(timeout=STARTED_S)
 
     def consume(self, channel: str, count: int, producers: int = 1, destinations: tuple[str, ...] = ()):
         """A consumer of ``count`` messages from each producer; ``destinations``: added to its
         (multi-destination) subscription first."""
         c = self.spawn("consume", self.dir, STREAM, producers, count, channel, ",".join(destinations),
                        prefix=self.prefix)
-        c.read(timeout=30)
+        c.read(timeout=STARTED_S)
         return c
 
     def produce(self, channel: str, count: int, seed: int = 1, max_length: int = 2000, wait_go: bool = False,

@@ -181,6 +181,15 @@ def start_aeron_archive(current, harness, **extra: str) -> AeronArchive:
              "aeron.archive.connect.timeout": "30s", **extra}
     proc = harness.start("aeron-archive", peers.aeron_java.command(current, props,
                                                                   "io.aeron.archive.ArchivingMediaDriver"))
+    # Started once its mark file is there (the archive writes it as it starts): the JVM's start is waited for
+    # here, for as long as the process lives, so that the clients' answer timeouts time answers only.
+    mark = os.path.join(base, "archive", "archive-mark.dat")
+    deadline = time.monotonic() + peers.JVM_START_S
+    while not (os.path.exists(mark) and os.path.getsize(mark) > 0):
+        if proc.proc.poll() is not None or time.monotonic() > deadline:
+            raise peers.PeerFailed(f"Aeron's archive wrote no {mark} within {peers.JVM_START_S:.0f} s\n"
+                                   f"{harness.describe()}")
+        time.sleep(0.02)
     return AeronArchive(control, os.path.join(base, "archive"), os.path.join(base, "aeron"), proc)
 
 

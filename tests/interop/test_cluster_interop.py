@@ -89,7 +89,7 @@ class Echo(ClusteredService):
 
 
 def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_sigkill_of_its_leader(
-        current, harness, tmp_path):
+        current, harness, make_driver, tmp_path):
     """Three ``sulis cluster-node`` processes; Aeron's client gets 200 messages echoed one at a time, the
     leader it names is SIGKILLed, and it gets 200 more echoed: it follows the NewLeaderEvent of the
     member the other two elect, itself (AeronCluster does), resending what the dead leader never echoed."""
@@ -103,12 +103,18 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
     try:
         for n in nodes:
             n.start()
+        endpoints = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress))
+        # Aeron's client asks once and waits: a first election under load can replace the leader it asked before
+        # that leader answers (a CI run with busy CPUs: no answer in 30 s). A sulis client, which asks again,
+        # opens a session first, so Aeron's finds a leader that answers.
+        with ClusterClient(make_driver().dir, endpoints, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                           message_timeout=120.0):
+            pass
         _, aeron_dir = harness.start_driver("aeron", current)
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
         # Three members, two JVMs and the suite's other worker on two cores: a CI run once starved the Aeron
         # driver past the client's 10 s keepalive timeout. The client tolerates 30 s.
         props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s", "aeron.driver.timeout": "30000"}
-        endpoints = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress))
         cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
             "failover", f"ingress_endpoints={endpoints}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
             "count=200"], cp)
@@ -303,7 +309,11 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
                  "aeron.cluster.consensus.channel": f"aeron:udp?endpoint=localhost:{free_udp_port()}",
                  "aeron.cluster.consensus.endpoints": consensus,
                  "aeron.cluster.backup.catchup.endpoint": f"localhost:{free_udp_port()}",
-                 "aeron.cluster.backup.source.type": "ANY"}
+                 "aeron.cluster.backup.source.type": "ANY",
+                 # The JVM's clients (backup, archive) and its driver give each other 60 s, not 10: a CI run with
+                 # busy CPUs starved the JVM long enough that they timed out, and the backup shut down (exit 0).
+                 "aeron.driver.timeout": "60000", "aeron.client.liveness.timeout": "60s",
+                 "aeron.publication.unblock.timeout": "75s"}  # Aeron requires it above the liveness timeout
         backup = harness.start("cluster-backup", peers.aeron_java.command(
             current, props, "io.aeron.cluster.ClusterBackupMediaDriver"))
 

@@ -18,7 +18,7 @@ import pytest
 
 import sulis
 from conftest import await_until, free_udp_port
-from sites import STREAM, done, sites
+from sites import STARTED_S, STREAM, done, sites
 from sulis import _native
 
 ADD_DESTINATION, REMOVE_DESTINATION, REMOVE_DESTINATION_BY_ID = 0x07, 0x08, 0x11
@@ -32,7 +32,7 @@ def test_a_dynamic_mdc_stream_reaches_every_receiver_that_subscribes(netns_hosts
     consumers = {n: s[n].consume(f"aeron:udp?endpoint={s[n].addr}:41102|control={control}", 20_000)
                  for n in ("b", "c", "d")}
     producer = s["a"].produce(f"aeron:udp?control={control}|control-mode=dynamic|fc=min,g:/3", 20_000)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 120)["sent"] == 20_000
     for name, c in consumers.items():
         result = done(c, 120)
@@ -49,7 +49,7 @@ def test_min_flow_control_over_mdc_loses_nothing_while_one_receiver_loses_ten_pe
     consumers = {n: s[n].consume(f"aeron:udp?endpoint={s[n].addr}:{port}|control={control}", 30_000)
                  for n in ("b", "c")}
     producer = s["a"].produce(f"aeron:udp?control={control}|control-mode=dynamic|fc=min,g:/2", 30_000)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 180)["sent"] == 30_000
     for name, c in consumers.items():
         result = done(c, 180)
@@ -65,10 +65,10 @@ def test_a_manual_mdc_stream_reaches_the_destinations_its_client_added(netns_hos
     # d subscribes too, but nobody added it: it hears nothing.
     bystander = spawn("tally", s["d"].dir, STREAM, f"aeron:udp?endpoint={s['d'].addr}:{port}",
                       prefix=s["d"].prefix, stdin=True)
-    bystander.read(timeout=30)
+    bystander.read(timeout=STARTED_S)
     producer = s["a"].produce("aeron:udp?control-mode=manual|fc=min,g:/2", 20_000,
                               destinations=tuple(f"aeron:udp?endpoint={s[n].addr}:{port}" for n in ("b", "c")))
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 120)["sent"] == 20_000
     for name, c in consumers.items():
         result = done(c, 120)
@@ -85,7 +85,7 @@ def test_a_multi_destination_subscription_stays_whole_while_one_of_its_ways_is_c
     cut = nft_loss(hosts.ns("b"), 100, hook="input", dport=41_121)
     consumer = s["b"].consume("aeron:udp?control-mode=manual", 20_000, destinations=tuple(ways))
     producer = s["a"].produce("aeron:udp?control-mode=manual", 20_000, destinations=tuple(ways))
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 120)["sent"] == 20_000
     result = done(consumer, 120)
     assert result["received"] == 20_000 and len(result["images"]) == 1, result

@@ -18,7 +18,7 @@ import pytest
 
 import sulis
 from conftest import await_until, run_cli
-from sites import STREAM, done, sites, tally
+from sites import STARTED_S, STREAM, done, sites, tally
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,7 +34,7 @@ def test_a_min_multicast_stream_reaches_every_receiver_whole_and_in_order(netns_
     ch = channel(subnet, 41_001, "fc=min,g:/3")  # connected once all three are there: none joins late
     consumers = [s[n].consume(ch, 20_000) for n in ("b", "c", "d")]
     producer = s["a"].produce(ch, 20_000)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 120)["sent"] == 20_000
     for c in consumers:
         result = done(c, 120)
@@ -51,7 +51,7 @@ def test_min_flow_control_loses_nothing_while_one_receiver_loses_ten_percent(net
     loss = nft_loss(hosts.ns("c"), 10, hook="input", dport=port)
     consumers = {n: s[n].consume(ch, 30_000) for n in ("b", "c", "d")}
     producer = s["a"].produce(ch, 30_000)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     assert done(producer, 180)["sent"] == 30_000
     for name, c in consumers.items():
         result = done(c, 180)
@@ -69,7 +69,7 @@ def test_max_lets_fast_receivers_go_on_where_min_holds_the_stream(netns_hosts, s
         fast = s["b"].consume(ch, 50_000)
         slow = s["c"].consume(ch, 50_000)
         producer = s["a"].produce(ch, 50_000, max_length=1000, wait_go=True)
-        assert producer.read(timeout=30)["ready"]
+        assert producer.read(timeout=STARTED_S)["ready"]
         if fc == "min":  # both receivers are tracked before the slow one stops reading
             await_until(lambda: len(s["a"].counters("fc-receiver")) == 2, timeout=10)
         slow.signal(signal.SIGSTOP)
@@ -109,10 +109,10 @@ def test_a_receiver_that_falls_behind_a_max_stream_skips_what_is_gone_and_goes_o
     ch = channel(subnet, 41_017)  # fc=max, the multicast default
     fast = spawn("tally", s["b"].dir, STREAM, ch, prefix=s["b"].prefix, stdin=True)
     slow = spawn("tally", s["c"].dir, STREAM, ch, prefix=s["c"].prefix, stdin=True)
-    fast.read(timeout=30)
-    slow.read(timeout=30)
+    fast.read(timeout=STARTED_S)
+    slow.read(timeout=STARTED_S)
     producer = spawn("pace", s["a"].dir, STREAM, ch, 10_000, prefix=s["a"].prefix, stdin=True)
-    producer.read(timeout=30)
+    producer.read(timeout=STARTED_S)
     await_until(lambda: tally(slow)["received"] > 1000, timeout=30, what="the slow receiver reading")
     before = tally(fast)["received"]
     slow.signal(signal.SIGSTOP)  # half a term (512 KiB) is 0.1 s of this stream
@@ -152,7 +152,7 @@ def test_a_receiver_whose_host_dies_stops_holding_a_min_stream_after_the_timeout
     fast = s["b"].consume(ch, 40_000)
     doomed = s["c"].consume(ch, 40_000)
     producer = s["a"].produce(ch, 40_000, max_length=1000, wait_go=True)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     await_until(lambda: len(s["a"].counters("fc-receiver")) == 2, timeout=10, what="both receivers tracked")
     doomed.signal(signal.SIGSTOP)  # holds the stream...
     producer.send("go")
@@ -179,7 +179,7 @@ def test_tagged_flow_control_waits_for_its_group_only(netns_hosts, spawn):
     member = s["b"].consume(channel(subnet, port, "gtag=7"), 40_000)
     other = s["c"].consume(channel(subnet, port), 40_000)  # untagged: not of the group
     producer = s["a"].produce(tagged, 40_000, max_length=1000, wait_go=True)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     await_until(lambda: len(s["a"].counters("fc-receiver")) == 1, timeout=10, what="the member tracked")
     other.signal(signal.SIGSTOP)  # not of the group: does not hold the stream
     producer.send("go")
@@ -201,7 +201,7 @@ def test_tagged_flow_control_waits_for_its_stopped_member(netns_hosts, spawn):
     tagged = channel(subnet, port, "fc=tagged,g:7")
     member = s["b"].consume(channel(subnet, port, "gtag=7"), 40_000)
     producer = s["a"].produce(tagged, 40_000, max_length=1000, wait_go=True)
-    assert producer.read(timeout=30)["ready"]
+    assert producer.read(timeout=STARTED_S)["ready"]
     await_until(lambda: len(s["a"].counters("fc-receiver")) == 1, timeout=30, what="the member tracked")
     producer.send("go")
     result = done(producer, 60)
@@ -212,7 +212,7 @@ def test_tagged_flow_control_waits_for_its_stopped_member(netns_hosts, spawn):
     member.close()
     member = s["b"].consume(channel(subnet, port, "gtag=7"), 40_000)
     producer2 = s["a"].produce(tagged, 40_000, seed=2, max_length=1000, wait_go=True)
-    assert producer2.read(timeout=30)["ready"]
+    assert producer2.read(timeout=STARTED_S)["ready"]
     await_until(lambda: any(c["value"] >= 0 for c in s["a"].counters("fc-receiver")), timeout=10)
     member.signal(signal.SIGSTOP)
     producer2.send("go")

@@ -162,15 +162,21 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
 
         streaming = job("stream")
         seen = 0
-        deadline = time.monotonic() + 150
+        # Each micro-batch within 120 s of the one before (the first: of the job's start), not all of them within
+        # a fixed time: with busy CPUs the job's start, the loss of host C's executor and the re-run of its tasks
+        # took longer than the 150 s once given to the whole run.
+        deadline = time.monotonic() + 120
 
         def batches(n: int) -> None:
-            nonlocal seen
+            nonlocal seen, deadline
             while seen < n:
-                assert time.monotonic() < deadline, f"the job made too few micro-batches: {job_log('stream')}"
+                assert time.monotonic() < deadline, \
+                    f"no micro-batch within 120 s after {seen}: {job_log('stream')}"
                 line = streaming.stdout.readline()
                 assert line, f"the job exited ({streaming.poll()}): {job_log('stream')}"
-                seen += "batch" in json.loads(line)
+                if "batch" in json.loads(line):
+                    seen += 1
+                    deadline = time.monotonic() + 120
 
         def sink_sources() -> list:
             out, _ = hosts.python("a", SINK_SOURCES, driver_dir, sink_channel, stdout=subprocess.PIPE,
