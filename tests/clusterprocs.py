@@ -8,15 +8,17 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 
-from conftest import CLI, all_threads_stopped, await_until, clean_env, free_udp_port
+import sulis
+from conftest import CLI, all_threads_stopped, await_until, clean_env, free_udp_port, make_dir
 
 #: A service for the tests (``journal_service:Journal``, written to the test's directory): it echoes each
 #: message and writes it, a line each, to $JOURNAL, which it rewrites from the log at every start.
 JOURNAL_SERVICE = '''
 import os
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Journal(ClusteredService):
     def __init__(self):
@@ -25,7 +27,7 @@ class Journal(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.journal.write(payload.decode() + "\\n")
         self.journal.flush()
-        while not cluster.offer(session_id, payload):
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
             cluster.idle()
 '''
 
@@ -198,3 +200,45 @@ def loopback_members(n: int) -> tuple[str, list[int]]:
     members = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
                        for i, p in enumerate(ports))
     return members, [p[0] for p in ports]
+
+
+#: A client in a process of its own, on a driver of its own: it connects, waits for a line on stdin, offers
+#: ``1`` and says "sent"; the test then kills it, its driver with it.
+_VANISHING_CLIENT = """
+import sys, time, sulis
+from sulis.cluster import ClusterClient
+driver_dir, ingress, egress = sys.argv[1:4]
+with sulis.MediaDriver(dir=driver_dir, threading_mode="shared") as d, \\
+        ClusterClient(d.dir, ingress, egress, message_timeout=60.0) as c:
+    print("connected", flush=True)
+    sys.stdin.readline()
+    while c.offer(b"1") < 0:
+        time.sleep(0.001)
+    print("sent", flush=True)
+    time.sleep(600)
+"""
+
+
+def vanish_with_a_message_held(ingress: str, suspend, leader_driver_dir: str) -> None:
+    """A client (a process with its own driver) connects to the cluster at ``ingress``; ``suspend()`` holds
+    the log; the client offers a message (held in the ingress image) and is SIGKILLed; returns once the
+    leader's egress to it (a publication its driver shares with anyone who adds the same channel) has lost
+    it, so that the service's answer to the held message will meet NOT_CONNECTED."""
+    egress = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+    client = subprocess.Popen([sys.executable, "-c", _VANISHING_CLIENT, make_dir(), ingress, egress],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "connected", f"the client exited ({client.poll()})"
+        suspend()
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "sent", f"the client exited ({client.poll()})"
+    finally:
+        client.kill()
+        client.wait(timeout=30)
+        client.stdout.close()
+        client.stdin.close()
+    with sulis.Client(dir=leader_driver_dir) as c:
+        probe = c.add_publication(egress, 102)
+        await_until(lambda: not probe.is_connected, 60, f"the leader's egress {egress} to lose the killed client")
+        probe.close()

@@ -1,6 +1,6 @@
 """The echo service ``sulis cluster-node`` runs in bench/cluster_latency.py: each message straight back."""
 
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 
 class Echo(ClusteredService):
@@ -8,5 +8,5 @@ class Echo(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         if session_id is not None:
-            while not cluster.offer(session_id, payload):
+            while cluster.offer(session_id, payload) in OFFER_AGAIN:
                 cluster.idle()

@@ -825,8 +825,10 @@ class Cluster:
         """This member's id."""
     def session_ids(self) -> list[int]:
         """The open sessions' ids."""
-    def offer(self, session_id: int, payload: bytes) -> bool:
-        """Sends ``payload`` to session ``session_id``'s client; False if its egress cannot take it now."""
+    def offer(self, session_id: int, payload: bytes) -> int:
+        """Sends ``payload`` to session ``session_id``'s client: the new position, or an ``OfferResult``:
+        BACK_PRESSURED or ADMIN_ACTION (offer again), NOT_CONNECTED (the client is gone), CLOSED,
+        MAX_POSITION_EXCEEDED. On a follower: 1 (nothing is sent)."""
     def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
         """Schedules (or moves) timer ``correlation_id`` for cluster time ``deadline``."""
     def cancel_timer(self, correlation_id: int) -> bool:

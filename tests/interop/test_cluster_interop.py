@@ -17,7 +17,7 @@ import pytest
 import sulis
 from clusterprocs import Member, loopback_members
 from conftest import await_until, free_udp_port, run_cli
-from sulis.cluster import CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
+from sulis.cluster import OFFER_AGAIN, CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
@@ -34,7 +34,7 @@ class Echo(ClusteredService):
         self.closed.append((session_id, close_reason))
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
-        while not cluster.offer(session_id, payload):
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
             cluster.idle()
 
 
@@ -78,16 +78,18 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
 
 
 ECHO_SERVICE = """
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Echo(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
-        for _ in range(1000):  # a client gone must not stall the cluster
-            if cluster.offer(session_id, payload):
-                break
+        # A client gone (NOT_CONNECTED) ends the loop: it must not stall the cluster.
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
+            cluster.idle()
 """
 
 
+@pytest.mark.timeout(700)  # a wait for the "heavy" lock (up to about 400 s under load), then the test
+@pytest.mark.usefixtures("heavy")
 def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_sigkill_of_its_leader(
         current, harness, make_driver, tmp_path):
     """Three ``sulis cluster-node`` processes; Aeron's client gets 200 messages echoed one at a time, the
@@ -241,7 +243,7 @@ def _connect(driver_dir, endpoints, egress):
 
 
 COUNTING_ECHO = """
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Echo(ClusteredService):
     \"\"\"Echoes; its state, which a snapshot keeps, is how many messages it echoed.\"\"\"
@@ -257,11 +259,13 @@ class Echo(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.count += 1
-        while not cluster.offer(session_id, payload):
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
             cluster.idle()
 """
 
 
+@pytest.mark.timeout(700)  # a wait for the "heavy" lock (up to about 400 s under load), then the test
+@pytest.mark.usefixtures("heavy")
 def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_committed_log(
         current, harness, make_driver, tmp_path):
     """Aeron's ClusterBackup (``ClusterBackupMediaDriver`` of Aeron 1.51: a driver, an archive and the backup

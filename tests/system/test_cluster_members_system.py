@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import sulis
-from clusterprocs import LEADER_HEARTBEAT_TIMEOUT_S, KeepAlive, journal_cluster
+from clusterprocs import LEADER_HEARTBEAT_TIMEOUT_S, KeepAlive, journal_cluster, vanish_with_a_message_held
 from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import ClusterClient
 
@@ -293,10 +293,31 @@ def test_a_client_connecting_while_the_leader_is_paused_reaches_the_leader_the_o
         finally:
             leader.resume()
 
+def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(make_driver, tmp_path):
+    """Three members: a client's message held while the leader is suspended (``cluster-tool suspend``), the
+    client killed with its driver, the leader resumed: the leader's service meets NOT_CONNECTED and its retry
+    loop ends (the followers' offers are mocked), so every member applies the held message and a new client's
+    after it, and the new client is answered. Before, the leader's service spun on the held entry for ever."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir) as (nodes, c):
+        send(c, "m0")
+        leader = nodes[c.leader_member_id]
+
+        def suspend() -> None:
+            out = run_cli("cluster-tool", leader.cluster_dir, "suspend")
+            assert out.returncode == 0, out.stderr
+        vanish_with_a_message_held(ingress_endpoints(nodes), suspend, leader.driver_dir)
+        out = run_cli("cluster-tool", leader.cluster_dir, "resume")
+        assert out.returncode == 0, out.stderr
+        send(c, "m1")
+        for n in nodes:
+            await_until(lambda n=n: len(n.journal_lines()) >= 3, 30, f"member {n.id}'s journal")
+            assert n.journal_lines() == ["m0", "1", "m1"], n.id
+
 SNAPSHOT_JOURNAL = '''
 import json
 import os
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Journal(ClusteredService):
     """The journal service, with snapshots: the lines so far are its state."""
@@ -318,7 +339,7 @@ class Journal(ClusteredService):
         self.lines.append(payload.decode())
         self.journal.write(payload.decode() + "\\n")
         self.journal.flush()
-        while not cluster.offer(session_id, payload):
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
             cluster.idle()
 '''
 

@@ -17,7 +17,7 @@ from conftest import CLI, await_until, clean_env, free_udp_port, run_cli
 from sulis.cluster import ClusterClient, ClusterSessionClosedError
 
 SERVICE = '''
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Counter(ClusteredService):
     """Adds each message's number to a total and answers the total."""
@@ -27,7 +27,7 @@ class Counter(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
-        while not cluster.offer(session_id, str(self.total).encode()):
+        while cluster.offer(session_id, str(self.total).encode()) in OFFER_AGAIN:
             cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):

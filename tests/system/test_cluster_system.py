@@ -14,9 +14,10 @@ import time
 import pytest
 
 import sulis
-from clusterprocs import cluster_counters
+from clusterprocs import cluster_counters, vanish_with_a_message_held
 from conftest import await_until, free_udp_port
 from sulis.cluster import (
+    OFFER_AGAIN,
     CloseReason,
     ClusterClient,
     ClusteredService,
@@ -59,13 +60,13 @@ class Echo(ClusteredService):
         elif payload == b"boom":
             raise ValueError("the service broke")
         else:
-            while not cluster.offer(session_id, payload):
+            while cluster.offer(session_id, payload) in OFFER_AGAIN:
                 cluster.idle()
 
     def on_timer_event(self, cluster, correlation_id, timestamp):
         self.timers.append(correlation_id)
         for session_id in cluster.session_ids():
-            while not cluster.offer(session_id, f"fired {correlation_id}".encode()):
+            while cluster.offer(session_id, f"fired {correlation_id}".encode()) in OFFER_AGAIN:
                 cluster.idle()
 
 
@@ -244,7 +245,7 @@ class Tally(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
-        while not cluster.offer(session_id, str(self.total).encode()):
+        while cluster.offer(session_id, str(self.total).encode()) in OFFER_AGAIN:
             cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):
@@ -296,10 +297,33 @@ def test_a_node_restarts_from_its_snapshot_and_replays_only_the_log_after_it(nod
         assert not node.is_running and node.error is None
 
 
+def test_a_client_whose_egress_is_on_port_0_is_answered_on_the_port_its_driver_bound(node_env):
+    """``aeron:udp?endpoint=localhost:0`` as the egress, as Aeron's client takes it: the connect request
+    names the port the client's driver bound, so the cluster's answers reach it (before, the cluster was
+    told port 0 and the connect timed out)."""
+    driver, _, _, port, _ = node_env
+    with start(node_env, Tally()), \
+            ClusterClient(driver.dir, f"0=localhost:{port}", "aeron:udp?endpoint=localhost:0") as c:
+        assert add(c, 5) == 5 and add(c, 6) == 11
+
+def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(node_env):
+    """A client's message held while the node is suspended, the client killed (its driver too), the node
+    resumed: the service's answer meets NOT_CONNECTED and its documented retry loop (``in OFFER_AGAIN``)
+    ends, so the next client is answered. With ``offer`` a bool, False for a vanished client as for
+    back-pressure, the service spun on that entry for ever and nothing after it was applied."""
+    driver, _, _, port, _ = node_env
+    service = Tally()
+    with start(node_env, service) as node:
+        vanish_with_a_message_held(f"0=localhost:{port}", node.suspend, driver.dir)
+        node.resume()
+        with connect(node_env) as b:
+            assert add(b, 2) == 3, "the vanished client's 1, then this 2"
+        assert node.error is None
+
 CHILD = '''
 import os, sys, time
 import sulis
-from sulis.cluster import ClusteredService, ClusterNode
+from sulis.cluster import OFFER_AGAIN, ClusteredService, ClusterNode
 
 base, members, slow, inside = sys.argv[1:5]
 
@@ -315,7 +339,7 @@ class Tally(ClusteredService):
 
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.total += int(payload)
-        while not cluster.offer(session_id, str(self.total).encode()):
+        while cluster.offer(session_id, str(self.total).encode()) in OFFER_AGAIN:
             cluster.idle()
 
     def on_take_snapshot(self, cluster, snapshot):
@@ -421,7 +445,7 @@ import time
 from datetime import datetime as Datetime
 from time import time as now
 
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Careless(ClusteredService):
     """Answers ``read:<what>`` with what a member other than this one would not see the same."""
@@ -436,7 +460,7 @@ class Careless(ClusteredService):
                  "time.time": lambda: time.time(), "now": lambda: now(),
                  "datetime.now": lambda: Datetime.now(), "datetime.datetime.now": lambda: datetime.datetime.now(),
                  "random": lambda: random.random()}[what]()
-        while not cluster.offer(session_id, str(value).encode()):
+        while cluster.offer(session_id, str(value).encode()) in OFFER_AGAIN:
             cluster.idle()
 '''
 

@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
-    Client, ClientContext, ExclusivePublication, FragmentAssembler, Publication, Subscription,
+    Client, ClientContext, ExclusivePublication, FragmentAssembler, OfferError, Publication,
+    Subscription,
 };
 use sulis_concurrent::cnc::epoch_ms;
 use sulis_protocol::cluster::mark_file::{component_type, service_file_name};
@@ -216,7 +217,39 @@ struct ServiceSession {
     response_channel: String,
     response_stream_id: i32,
     egress: Option<Publication>,
+    /// When `egress` was added, and whether it has taken a message since:
+    /// NOT_CONNECTED is final only for an egress that connected once or had
+    /// [`EGRESS_CONNECT_GRACE`] to connect.
+    egress_added: Instant,
+    egress_took: bool,
 }
+
+impl ServiceSession {
+    fn new(response_channel: String, response_stream_id: i32, egress: Option<Publication>) -> Self {
+        ServiceSession {
+            response_channel,
+            response_stream_id,
+            egress,
+            egress_added: Instant::now(),
+            egress_took: false,
+        }
+    }
+
+    fn set_egress(&mut self, egress: Option<Publication>) {
+        self.egress = egress;
+        self.egress_added = Instant::now();
+        self.egress_took = false;
+    }
+}
+
+/// How long a new egress (a session opened, a member become leader) may be
+/// NOT_CONNECTED before an offer reports it: until then it reports
+/// BACK_PRESSURED (offer again), as the client is still being connected.
+/// Aeron's publication connection timeout, 5 s.
+pub const EGRESS_CONNECT_GRACE: Duration = Duration::from_secs(5);
+
+/// An offer on a follower: accepted and dropped, as Aeron's `MOCKED_OFFER`.
+pub const MOCKED_OFFER: i64 = 1;
 
 /// The container's side of the cluster, as a service reaches it.
 struct State {
@@ -238,12 +271,16 @@ struct State {
 }
 
 /// Why an offer did not go.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum ServiceOfferError {
     /// No such open session.
     UnknownSession,
-    /// The egress or control stream could not take it now: offer again.
-    BackPressured,
+    /// The session's egress refused it: BackPressured and AdminAction pass
+    /// (offer again); NotConnected (the client went, or never connected
+    /// within [`EGRESS_CONNECT_GRACE`]), Closed and MaxPositionExceeded do
+    /// not, so a retry loop that offers again only on the first two always
+    /// ends.
+    Egress(OfferError),
 }
 
 /// What a service may do, during a callback.
@@ -274,18 +311,20 @@ impl Cluster<'_> {
     }
 
     /// Sends `payload` to session `session_id`'s client (behind a session
-    /// header carrying the entry's time). On a follower nothing is sent and
-    /// the offer succeeds, as on Aeron's followers.
-    pub fn offer(&mut self, session_id: i64, payload: &[u8]) -> Result<(), ServiceOfferError> {
+    /// header carrying the entry's time): the egress's new position, or why
+    /// not, with Aeron's codes. On a follower nothing is sent and the offer
+    /// succeeds ([`MOCKED_OFFER`]), as on Aeron's followers.
+    pub fn offer(&mut self, session_id: i64, payload: &[u8]) -> Result<i64, ServiceOfferError> {
         let s = &mut *self.state;
-        let Some(session) = s.sessions.get(&session_id) else {
+        let Some(session) = s.sessions.get_mut(&session_id) else {
             return Err(ServiceOfferError::UnknownSession);
         };
         if s.role != role::LEADER {
-            return Ok(());
+            return Ok(MOCKED_OFFER);
         }
         let Some(egress) = &session.egress else {
-            return Err(ServiceOfferError::BackPressured);
+            // The egress could not be added: it never will be.
+            return Err(ServiceOfferError::Egress(OfferError::NotConnected));
         };
         let mut message = SessionMessageHeader {
             leadership_term_id: s.leadership_term_id,
@@ -294,10 +333,19 @@ impl Cluster<'_> {
         }
         .encode();
         message.extend_from_slice(payload);
-        egress
-            .offer(&message)
-            .map(|_| ())
-            .map_err(|_| ServiceOfferError::BackPressured)
+        match egress.offer(&message) {
+            Ok(position) => {
+                session.egress_took = true;
+                Ok(position)
+            }
+            Err(OfferError::NotConnected)
+                if !session.egress_took
+                    && session.egress_added.elapsed() < EGRESS_CONNECT_GRACE =>
+            {
+                Err(ServiceOfferError::Egress(OfferError::BackPressured))
+            }
+            Err(e) => Err(ServiceOfferError::Egress(e)),
+        }
     }
 
     /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.
@@ -676,11 +724,12 @@ impl ClusteredServiceAgent {
         if was != join.role {
             if join.role == role::LEADER {
                 for s in cluster.state.sessions.values_mut() {
-                    s.egress = cluster
+                    let egress = cluster
                         .state
                         .client
                         .add_publication(&s.response_channel, s.response_stream_id)
                         .ok();
+                    s.set_egress(egress);
                 }
             }
             self.service.on_role_change(&mut cluster, join.role);
@@ -725,11 +774,7 @@ impl ClusteredServiceAgent {
                 };
                 state.sessions.insert(
                     o.cluster_session_id,
-                    ServiceSession {
-                        response_channel: o.response_channel.clone(),
-                        response_stream_id: o.response_stream_id,
-                        egress,
-                    },
+                    ServiceSession::new(o.response_channel.clone(), o.response_stream_id, egress),
                 );
                 self.service.on_session_open(
                     &mut Cluster { state },
@@ -936,11 +981,7 @@ impl ClusteredServiceAgent {
             let s = ClientSession::decode(m).map_err(|e| bad(e.message))?;
             self.state.sessions.insert(
                 s.cluster_session_id,
-                ServiceSession {
-                    response_channel: s.response_channel,
-                    response_stream_id: s.response_stream_id,
-                    egress: None,
-                },
+                ServiceSession::new(s.response_channel, s.response_stream_id, None),
             );
         }
         let end = end.ok_or_else(|| bad("no END marker (a snapshot cut short)".into()))?;

@@ -103,18 +103,23 @@ impl PyCluster {
         self.with(|c| c.session_ids())
     }
 
-    /// Sends `payload` to session `session_id`'s client; False if its
-    /// egress cannot take it now (offer again). On a follower nothing is
-    /// sent and the offer succeeds.
-    fn offer(&self, session_id: i64, payload: &[u8]) -> PyResult<bool> {
+    /// Sends `payload` to session `session_id`'s client: the egress's new
+    /// position, or an `OfferResult` as `Publication.offer` gives:
+    /// BACK_PRESSURED and ADMIN_ACTION (offer again), NOT_CONNECTED (the
+    /// client is gone), CLOSED, MAX_POSITION_EXCEEDED. On a follower nothing
+    /// is sent and the offer succeeds (1, Aeron's MOCKED_OFFER).
+    fn offer(&self, py: Python<'_>, session_id: i64, payload: &[u8]) -> PyResult<Py<PyAny>> {
         self.not_stopping("offer")?;
-        match self.with(|c| c.offer(session_id, payload))? {
-            Ok(()) => Ok(true),
-            Err(ServiceOfferError::BackPressured) => Ok(false),
-            Err(ServiceOfferError::UnknownSession) => Err(ClusterError::new_err(format!(
-                "no open session {session_id}"
-            ))),
-        }
+        let value = match self.with(|c| c.offer(session_id, payload))? {
+            Ok(position) => position,
+            Err(ServiceOfferError::Egress(e)) => offer_code(e)?,
+            Err(ServiceOfferError::UnknownSession) => {
+                return Err(ClusterError::new_err(format!(
+                    "no open session {session_id}"
+                )))
+            }
+        };
+        crate::offer_result::to_py(py, value)
     }
 
     /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.

@@ -23,9 +23,22 @@ from __future__ import annotations
 
 import enum
 
-from .._native import Cluster, ClusterError, ClusterSessionClosedError, SnapshotWriter, cluster_config
+from .._native import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    Cluster,
+    ClusterError,
+    ClusterSessionClosedError,
+    SnapshotWriter,
+    cluster_config,
+)
 from .._native import ClusterClient as _NativeClusterClient
 from .._native import ClusterNode as _NativeClusterNode
+
+#: The results of ``Cluster.offer`` worth another try (the egress will take it soon); any other result ends a
+#: retry loop: ``while cluster.offer(session_id, payload) in OFFER_AGAIN: cluster.idle()``. NOT_CONNECTED (the
+#: client is gone), CLOSED and MAX_POSITION_EXCEEDED never pass by trying again.
+OFFER_AGAIN = (BACK_PRESSURED, ADMIN_ACTION)
 
 __all__ = [
     "CloseReason",
@@ -37,6 +50,7 @@ __all__ = [
     "ClusteredService",
     "EventCode",
     "ModuleState",
+    "OFFER_AGAIN",
     "Role",
     "SnapshotWriter",
     "cluster_config",
