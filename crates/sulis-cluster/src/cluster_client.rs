@@ -163,6 +163,20 @@ impl ClusterClient {
         let mut egress = client
             .add_subscription(&ctx.egress_channel, ctx.egress_stream_id)
             .map_err(|e| format!("{}: {e}", ctx.egress_channel))?;
+        // What the members are told to answer on: `host:0` with the port the
+        // driver bound, as Aeron's client resolves it (port 0 goes nowhere).
+        let response_channel = loop {
+            if let Some(channel) = egress.resolved_channel() {
+                break channel;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "connecting to the cluster: the egress {} was not bound within {:?}",
+                    ctx.egress_channel, ctx.message_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
         // One correlation id for every copy of a request: each member
         // answers it (OK from the leader, REDIRECT from the others).
         let mut correlation_id = 1_001;
@@ -171,7 +185,7 @@ impl ClusterClient {
                 correlation_id,
                 response_stream_id: ctx.egress_stream_id,
                 version: CLIENT_PROTOCOL_VERSION,
-                response_channel: ctx.egress_channel.clone(),
+                response_channel: response_channel.clone(),
                 encoded_credentials: ctx.credentials.clone(),
                 client_info: "name=sulis".into(),
             }
@@ -227,7 +241,7 @@ impl ClusterClient {
                     format!(
                         "connecting to the cluster: no answer on egress {} within {:?} (asked {}; not \
                          reached: {})",
-                        ctx.egress_channel,
+                        response_channel,
                         ctx.message_timeout,
                         names(reached),
                         if not.is_empty() { names(not) } else { "none".into() }
