@@ -149,6 +149,20 @@ def load_script(path) -> object:
     return module
 
 
+@pytest.fixture
+def heavy():
+    """Tests that start many JVMs at once (a Spark standalone cluster across hosts, Spark applications killed
+    and restarted, Aeron's JVMs beside three members) take turns across the suite's two workers: a lock file
+    held for the test. Two of them at once, with two busy loops beside the suite, starved processes past
+    limits that are not ours to set (Spark waits 10 s, hard-coded, for a Python worker to connect back) and
+    past a JVM's start within 120 s. Waiting here costs the other worker nothing while it runs other files."""
+    import fcntl
+
+    with open(os.path.join(tempfile.gettempdir(), f"sulis-tests-heavy-{os.getuid()}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
     """A fresh directory under /dev/shm, deleted when the session ends unless ``keep_dir`` kept it."""
     d = tempfile.mkdtemp(prefix=prefix, dir=SHM)

@@ -25,7 +25,7 @@ SKEW_MS = 60_000
 
 TIMED_JOURNAL = '''
 import os
-from sulis.cluster import ClusteredService
+from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 class Journal(ClusteredService):
     """Each message and the cluster time it was applied at, a line each."""
@@ -36,7 +36,7 @@ class Journal(ClusteredService):
     def on_session_message(self, cluster, session_id, timestamp, payload):
         self.journal.write(f"{payload.decode()} {timestamp}\\n")
         self.journal.flush()
-        while not cluster.offer(session_id, payload):
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
             cluster.idle()
 '''
 
@@ -76,6 +76,8 @@ def follow(c: ClusterClient, old_leader: int, timeout: float = 30.0) -> None:
     await_until(moved, timeout, f"the client to follow a leader other than member {old_leader}")
 
 
+@pytest.mark.timeout(520)  # a wait for the "heavy" lock (up to about 400 s under load), then the test
+@pytest.mark.usefixtures("heavy")
 def test_cluster_time_never_goes_back_and_keeps_moving_when_skewed_members_lead(make_driver, tmp_path, clock_shim):
     (tmp_path / "timed_journal.py").write_text(TIMED_JOURNAL)
     sent = 0

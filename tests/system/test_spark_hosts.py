@@ -90,7 +90,9 @@ print(json.dumps(sorted(found)), flush=True)
 """
 
 
-@pytest.mark.timeout(400)
+# The time includes a wait for the "heavy" lock (another such test, up to about 400 s under load).
+@pytest.mark.timeout(800)
+@pytest.mark.usefixtures("heavy")
 def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(netns_hosts, tmp_path):
     """Host A: the archive (UDP control channel on A), a live recording being published. B: a sulis driver, the
     Spark master, a worker and the job; C: a sulis driver and a second worker. The job (one application,
