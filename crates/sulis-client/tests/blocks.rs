@@ -30,7 +30,7 @@ fn client(d: &MediaDriver) -> Client {
 }
 
 fn await_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
@@ -71,7 +71,7 @@ fn blocks_read_from_an_image_republish_the_same_fragments_across_terms() {
     let mut source_fragments: Fragments = Vec::new();
     let mut copy_fragments: Fragments = Vec::new();
     let mut blocks = 0;
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let caught_up = sent == messages.len()
             && source_sub

@@ -33,7 +33,7 @@ fn client(d: &MediaDriver) -> Client {
 }
 
 fn await_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
@@ -269,8 +269,8 @@ fn close_reports_an_interrupt_while_the_driver_does_not_answer() {
     ));
     assert!(matches!(sub.close(), Err(ClientError::Interrupted(_))));
     assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "not the driver timeout"
+        start.elapsed() < Duration::from_secs(20),
+        "not the driver timeout (30 s)"
     );
     assert!(publication.is_closed() && exclusive.is_closed() && sub.is_closed());
     // Closed on the client's side: a second close has nothing to wait for.

@@ -33,7 +33,7 @@ fn an_image_whose_position_counter_is_freed_under_it_does_not_read_old_terms_aga
     .unwrap();
     let mut sub = c.add_subscription("aeron:ipc", 1).unwrap();
     let mut publication = c.add_exclusive_publication("aeron:ipc", 1).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !(publication.is_connected() && sub.images().len() == 1) {
         assert!(Instant::now() < deadline, "never connected");
         std::thread::sleep(Duration::from_millis(1));

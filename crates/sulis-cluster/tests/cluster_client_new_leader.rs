@@ -20,7 +20,7 @@ use sulis_protocol::cluster::messages::{
 
 /// The next whole message on `sub`, within 10 s.
 fn next_message(sub: &mut Subscription, assembler: &mut FragmentAssembler) -> Vec<u8> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut got = None;
         sub.poll(
@@ -73,7 +73,7 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
             .add_exclusive_publication(&request.response_channel, request.response_stream_id)
             .unwrap();
         let mut send = |m: Vec<u8>| {
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + Duration::from_secs(60);
             while egress.offer(&m).is_err() {
                 assert!(Instant::now() < deadline, "egress took nothing");
                 std::thread::sleep(Duration::from_millis(1));
@@ -151,11 +151,11 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
         ),
         (7, 3, 0)
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while session.offer(b"m1").is_err() {
         assert!(Instant::now() < deadline);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while session.leader_member_id() != 1 {
         session.poll_egress(|_, _| {}, 10).unwrap();
         assert!(Instant::now() < deadline, "no NewLeaderEvent taken");
@@ -163,7 +163,7 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
     assert_eq!(session.leadership_term_id(), 4);
     assert!(session.follow_leader(&c).unwrap(), "the ingress moved");
     assert!(!session.follow_leader(&c).unwrap(), "once");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while session.offer(b"m2").is_err() {
         assert!(
             Instant::now() < deadline,
@@ -172,7 +172,7 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while got.is_empty() {
         session
             .poll_egress(|_, p| got.push(p.to_vec()), 10)

@@ -80,7 +80,7 @@ fn host(name: &str) -> Host {
 }
 
 fn wait(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));
@@ -101,7 +101,7 @@ fn entry(i: u32) -> Vec<u8> {
 /// meanwhile (an image's flow control waits for its readers).
 fn append(log: &mut ExclusivePublication, i: u32, followers: &mut [&mut FollowerLog]) {
     let e = entry(i);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         for f in followers.iter_mut() {
             f.read();
@@ -313,7 +313,7 @@ fn log_path(remove_catchup: bool) {
         append(&mut log, i, &mut [&mut early_follower, &mut late_follower]);
     }
     let end = log.position();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while early_follower.read.len() < 900 || late_follower.read.len() < 900 {
         early_follower.read();
         late_follower.read();

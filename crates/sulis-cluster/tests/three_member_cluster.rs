@@ -265,14 +265,14 @@ fn send_and_receive(client: &mut ClusterClient, range: std::ops::Range<u32>) {
     let mut got = Vec::new();
     for i in range {
         let m = message(i);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while client.offer(&m).is_err() {
             assert!(Instant::now() < deadline, "ingress took no message {i}");
             let _ = client.poll_egress(|_, p| got.push(p.to_vec()), 10);
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    await_until("the echoes", 20, || {
+    await_until("the echoes", 60, || {
         client
             .poll_egress(|_, p| got.push(p.to_vec()), 100)
             .unwrap();
@@ -305,7 +305,7 @@ fn three() -> (Vec<Member>, String, Vec<u16>) {
 
 /// Waits until the running members among `which` agree on a leader (not `not`).
 fn await_leader(running: &[Running], which: &[usize], not: i32) -> i32 {
-    await_until("a leader the members agree on", 30, || {
+    await_until("a leader the members agree on", 60, || {
         let some: Vec<&Running> = which.iter().map(|&i| &running[i]).collect();
         assert_eq!(errors(&some), Vec::<String>::new());
         agreed_leader(&some).is_some_and(|l| l != not)
@@ -329,7 +329,7 @@ fn client_of(hosts: &[Member], ingress: &[u16]) -> (Client, ClusterClient) {
 }
 
 fn follow(client: &mut ClusterClient, conn: &Client, leader: i32) {
-    await_until("the client to follow the new leader", 30, || {
+    await_until("the client to follow the new leader", 60, || {
         let _ = client.poll_egress(|_, _| {}, 10);
         let _ = client.follow_leader(conn);
         client.leader_member_id() == leader
@@ -341,7 +341,7 @@ fn await_applied(running: &[Running], which: &[usize], n: u32) {
     for &i in which {
         await_until(
             &format!("member {i}'s service to apply {n} messages"),
-            20,
+            60,
             || running[i].applied.lock().unwrap().len() >= n as usize,
         );
         assert_eq!(*running[i].applied.lock().unwrap(), expected, "member {i}");
@@ -356,7 +356,7 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
     // Each member's election-state counter (type 207) reads CLOSED (17).
     for h in &hosts {
         let c = connect(&h.driver_dir, "counters");
-        await_until("the election-state counter to read CLOSED", 10, || {
+        await_until("the election-state counter to read CLOSED", 60, || {
             let counters = c.counters();
             let mut state = None;
             counters.for_each(|id, t, _, _| {
@@ -378,7 +378,7 @@ fn three_members_elect_a_leader_replicate_its_log_and_elect_another_when_it_stop
     for (i, r) in running.iter().enumerate() {
         await_until(
             &format!("member {i}'s service to apply the log"),
-            20,
+            60,
             || r.applied.lock().unwrap().len() >= 300,
         );
         assert_eq!(*r.applied.lock().unwrap(), expected, "member {i}");
@@ -467,7 +467,7 @@ fn a_follower_restarted_behind_the_leader_catches_up_from_its_archive() {
     running[follower] = start(&hosts[follower], &members);
     await_until(
         "the restarted follower to follow the same leader",
-        30,
+        60,
         || {
             assert_eq!(errors(&[&running[follower]]), Vec::<String>::new());
             running[follower].leader.load(Ordering::Acquire) == leader as i32
@@ -505,13 +505,13 @@ fn a_snapshot_is_taken_by_every_member_at_one_position_and_a_restarted_follower_
     // recorded, and a follower still taking its own holds them back (what
     // it read after the action is applied once its set is recorded).
     send_and_receive(&mut client, 100..150);
-    await_until("the leader to act on the snapshot", 20, || {
+    await_until("the leader to act on the snapshot", 60, || {
         toggle_ref.get() == toggle::NEUTRAL
     });
     for h in &hosts {
         let (c, id) = counter(h, SNAPSHOT_COUNTER_TYPE_ID).expect("a snapshot counter");
         let count = c.counters().counter_ref(id);
-        await_until(&format!("member {}'s snapshot", h.id), 20, || {
+        await_until(&format!("member {}'s snapshot", h.id), 60, || {
             count.get() == 1
         });
     }
