@@ -203,7 +203,7 @@ def loopback_members(n: int) -> tuple[str, list[int]]:
 
 
 #: A client in a process of its own, on a driver of its own: it connects, waits for a line on stdin, offers
-#: ``1`` and says "sent"; the test then kills it, its driver with it.
+#: ``1`` and says "sent" once its driver sent it; the test then kills it, its driver with it.
 _VANISHING_CLIENT = """
 import sys, time, sulis
 from sulis.cluster import ClusterClient
@@ -212,7 +212,12 @@ with sulis.MediaDriver(dir=driver_dir, threading_mode="shared") as d, \\
         ClusterClient(d.dir, ingress, egress, message_timeout=60.0) as c:
     print("connected", flush=True)
     sys.stdin.readline()
-    while c.offer(b"1") < 0:
+    while (position := c.offer(b"1")) < 0:
+        time.sleep(0.001)
+    # Sent, not only offered: its driver dies with it, and what the sender had not sent yet would be lost.
+    snd_pos = {name: t for t, name in sulis._native.counter_types()}["snd-pos"]
+    while not any(x["type_id"] == snd_pos and x["value"] >= position
+                  for x in sulis.CountersReader(d.dir).counters()):
         time.sleep(0.001)
     print("sent", flush=True)
     time.sleep(600)
