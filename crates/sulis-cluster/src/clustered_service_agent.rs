@@ -217,11 +217,9 @@ struct ServiceSession {
     response_channel: String,
     response_stream_id: i32,
     egress: Option<Publication>,
-    /// When `egress` was added, and whether it has taken a message since:
-    /// NOT_CONNECTED is final only for an egress that connected once or had
-    /// [`EGRESS_CONNECT_GRACE`] to connect.
-    egress_added: Instant,
-    egress_took: bool,
+    /// Since when offers on `egress` have met NOT_CONNECTED without a break
+    /// (`None`: the last one went, or none was made on this egress yet).
+    not_connected_since: Option<Instant>,
 }
 
 impl ServiceSession {
@@ -230,22 +228,21 @@ impl ServiceSession {
             response_channel,
             response_stream_id,
             egress,
-            egress_added: Instant::now(),
-            egress_took: false,
+            not_connected_since: None,
         }
     }
 
     fn set_egress(&mut self, egress: Option<Publication>) {
         self.egress = egress;
-        self.egress_added = Instant::now();
-        self.egress_took = false;
+        self.not_connected_since = None;
     }
 }
 
-/// How long a new egress (a session opened, a member become leader) may be
-/// NOT_CONNECTED before an offer reports it: until then it reports
-/// BACK_PRESSURED (offer again), as the client is still being connected.
-/// Aeron's publication connection timeout, 5 s.
+/// How long an egress may answer NOT_CONNECTED without a break before an
+/// offer reports it: until then it reports BACK_PRESSURED (offer again), as
+/// a new egress (a session opened, a member become leader) is still being
+/// connected and a connected one may miss its client's status messages for
+/// a moment. Aeron's publication connection timeout, 5 s.
 pub const EGRESS_CONNECT_GRACE: Duration = Duration::from_secs(5);
 
 /// An offer on a follower: accepted and dropped, as Aeron's `MOCKED_OFFER`.
@@ -335,16 +332,23 @@ impl Cluster<'_> {
         message.extend_from_slice(payload);
         match egress.offer(&message) {
             Ok(position) => {
-                session.egress_took = true;
+                session.not_connected_since = None;
                 Ok(position)
             }
-            Err(OfferError::NotConnected)
-                if !session.egress_took
-                    && session.egress_added.elapsed() < EGRESS_CONNECT_GRACE =>
-            {
-                Err(ServiceOfferError::Egress(OfferError::BackPressured))
+            Err(OfferError::NotConnected) => {
+                let since = *session.not_connected_since.get_or_insert_with(Instant::now);
+                Err(ServiceOfferError::Egress(
+                    if since.elapsed() < EGRESS_CONNECT_GRACE {
+                        OfferError::BackPressured
+                    } else {
+                        OfferError::NotConnected
+                    },
+                ))
             }
-            Err(e) => Err(ServiceOfferError::Egress(e)),
+            Err(e) => {
+                session.not_connected_since = None;
+                Err(ServiceOfferError::Egress(e))
+            }
         }
     }
 
