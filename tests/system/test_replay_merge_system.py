@@ -46,6 +46,14 @@ def start_recording(ac, client, channel: str, stream_id: int, first: int):
     return pub, rid
 
 
+def channels(medium: str) -> tuple[str, str]:
+    """The live channel (64 KiB terms) and the replay channel of a merge over ``medium`` (ipc or udp)."""
+    if medium == "ipc":
+        return "aeron:ipc?term-length=64k", "aeron:ipc"
+    return (f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k",
+            f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}")
+
+
 def merge_while_publishing(merge, pub, first: int, read) -> list:
     """Publishes messages from ``first`` on, a few at a time, while reading the merge with ``read``,
     until it merged and 500 more went after that; returns what was read once all of it arrived."""
@@ -79,12 +87,7 @@ def merge_while_publishing(merge, pub, first: int, read) -> list:
 @pytest.mark.parametrize("medium", ["ipc", "udp"])
 def test_replay_merge_catches_up_then_joins_live_with_each_message_once(client, archive_client, medium):
     ac = archive_client
-    if medium == "ipc":
-        live = "aeron:ipc?term-length=64k"
-        replay = "aeron:ipc"
-    else:
-        live = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
-        replay = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    live, replay = channels(medium)
     pub, rid = start_recording(ac, client, live, 1001, 3000)
     got_messages: list[bytes] = []
     assembler = sulis.FragmentAssembler(lambda b, h: got_messages.append(bytes(b)))
@@ -187,11 +190,7 @@ def test_a_live_image_lost_after_the_merge_is_replayed_again_and_merged_with_the
     extending the recording (as a restarted publisher does). The merge replays again from where it read and
     merges with the new image: every message once, in order, across both publications."""
     ac = archive_client
-    if medium == "ipc":
-        live, replay = "aeron:ipc?term-length=64k", "aeron:ipc"
-    else:
-        live = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
-        replay = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    live, replay = channels(medium)
     pub, rid = start_recording(ac, client, live, 1004, 1000)
     got_messages: list[bytes] = []
     assembler = sulis.FragmentAssembler(lambda b, h: got_messages.append(bytes(b)))
