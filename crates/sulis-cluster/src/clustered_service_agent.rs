@@ -273,8 +273,8 @@ pub enum ServiceOfferError {
     /// No such open session.
     UnknownSession,
     /// The session's egress refused it: BackPressured and AdminAction pass
-    /// (offer again); NotConnected (the client went, or never connected
-    /// within [`EGRESS_CONNECT_GRACE`]), Closed and MaxPositionExceeded do
+    /// (offer again); NotConnected (offers met it without a break for
+    /// [`EGRESS_CONNECT_GRACE`]: the client went), Closed and MaxPositionExceeded do
     /// not, so a retry loop that offers again only on the first two always
     /// ends.
     Egress(OfferError),
