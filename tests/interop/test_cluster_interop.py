@@ -57,7 +57,9 @@ def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(curre
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
             ClusterNode(service, tmp_path / "cluster", driver.dir, cluster_members=members,
                         log_term_length="1m", session_timeout="30s") as node:  # past a stalled Aeron driver
-        _, aeron_dir = harness.start_driver("aeron", current)
+        # The driver tolerates its client's silence as long (Aeron requires the unblock timeout above it).
+        _, aeron_dir = harness.start_driver("aeron", current, {"aeron.client.liveness.timeout": "60s",
+                                                               "aeron.publication.unblock.timeout": "75s"})
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
         # Aeron's client gives the whole connect 5 s by default; the suite's busy 2 cores once made the
         # egress connect take longer (a CI-load flake, not a refusal), so it gets 20 s here; and a CI run
@@ -112,11 +114,14 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
         with ClusterClient(make_driver().dir, endpoints, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
                            message_timeout=120.0):
             pass
-        _, aeron_dir = harness.start_driver("aeron", current)
+        # The driver tolerates its client's silence as long (Aeron requires the unblock timeout above it).
+        _, aeron_dir = harness.start_driver("aeron", current, {"aeron.client.liveness.timeout": "60s",
+                                                               "aeron.publication.unblock.timeout": "75s"})
         cp = peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("ClusterPeer.java"))
-        # Three members, two JVMs and the suite's other worker on two cores: a CI run once starved the Aeron
-        # driver past the client's 10 s keepalive timeout. The client tolerates 30 s.
-        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s", "aeron.driver.timeout": "30000"}
+        # Three members, two JVMs and the suite's other worker on two cores: CI runs with busy CPUs starved the
+        # Aeron driver past the client's 10 s keepalive timeout, and once past 30 s. The client tolerates 60 s,
+        # as the ClusterBackup test's JVMs do.
+        props = {"aeron.dir": aeron_dir, "aeron.cluster.message.timeout": "30s", "aeron.driver.timeout": "60000"}
         cmd = peers.aeron_java.command(current, props, "ClusterPeer", [
             "failover", f"ingress_endpoints={endpoints}", f"egress=aeron:udp?endpoint=localhost:{free_udp_port()}",
             "count=200"], cp)
@@ -133,7 +138,7 @@ def test_aeron_clusters_client_follows_a_three_member_sulis_cluster_through_a_si
         out, err = peer.communicate(timeout=120)
         lines = out.strip().splitlines()
         assert lines, f"Aeron's client said nothing after the kill (exit {peer.returncode}):\n{err[-4000:]}\n" + \
-            "\n".join(f"member {n.id}: {n.stderr()[-1500:]}" for n in nodes)
+            "\n".join(f"member {n.id}: {n.stderr()[-1500:]}" for n in nodes) + "\n" + harness.describe()
         second = json.loads(lines[-1])
         assert peer.returncode == 0, out[-3000:] + err[-3000:]
         assert second["phase"] == 2 and second["echoed"] == 400 and second["errors"] == 0, second

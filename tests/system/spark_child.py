@@ -9,6 +9,11 @@ OPTION=VALUE pairs are more options of the format("sulis") source, but for sinkS
 sinkChannel=URI (default aeron:ipc): a second query writes the values through the exactly-once sulis
 sink to that stream (checkpoint CHECKPOINT-sink, the source's archive options); in stream mode it
 prints {"sink_query": its id} when it starts.
+
+A query that Spark could not start because the Python process behind the source did not connect back
+within Spark's fixed 10 s (``Python worker failed to connect back``, a starved machine: docs/spark.md
+"Not there yet") is started again from its checkpoint, as docs/spark.md tells users to, at most
+three times, each said on stderr; any other failure ends the child.
 """
 
 from __future__ import annotations
@@ -17,6 +22,31 @@ import json
 import os
 import sys
 import time
+
+# Spark's own limit on a Python data source's process start (PythonWorkerFactory.createSimpleWorker).
+SPARK_START_LIMIT = "Python worker failed to connect back"
+RESTARTS = 3
+
+
+class Supervised:
+    """A streaming query started again from its checkpoint when Spark failed it for SPARK_START_LIMIT."""
+
+    def __init__(self, name: str, start):
+        self.name, self._start, self.restarts = name, start, 0
+        self.query = start()
+
+    def failed(self) -> str | None:
+        """None while the query runs (or ended well, or was restarted just now); else why it failed."""
+        if self.query.isActive or self.query.exception() is None:
+            return None
+        why = str(self.query.exception())
+        if SPARK_START_LIMIT not in why or self.restarts == RESTARTS:
+            return f"{self.name}: {why}"
+        self.restarts += 1
+        print(f"spark_child: {self.name} started again from its checkpoint ({self.restarts} of {RESTARTS}): "
+              f"{SPARK_START_LIMIT}", file=sys.stderr, flush=True)
+        self.query = self._start()
+        return None
 
 
 def main() -> int:
@@ -61,20 +91,28 @@ def main() -> int:
         .option("channel", sink_channel).option("streamId", sink_stream).options(**archive)
         .option("checkpointLocation", checkpoint + "-sink"))
     if mode == "available-now":
-        queries = [writer.trigger(availableNow=True).start(out)]
+        queries = [Supervised("the Parquet query", lambda: writer.trigger(availableNow=True).start(out))]
         if sink is not None:
             try:
-                queries.append(sink.trigger(availableNow=True).start())
+                queries.append(Supervised("the sink query", lambda: sink.trigger(availableNow=True).start()))
             except Exception as e:  # noqa: BLE001 - said on stdout, where the test reads it
                 print(json.dumps({"done": False, "exception": f"the sink query did not start: {e!r}"}), flush=True)
                 raise
-        for query in queries:
-            try:
-                query.awaitTermination(120)
-            except Exception:  # noqa: BLE001 - the query's own exception, reported below
-                pass
-        failed = [str(q.exception()) for q in queries if q.exception()]
-        failed += [f"query {q.id} still running after 120 s" for q in queries if q.isActive]
+        failed = []
+        for q in queries:
+            while True:
+                try:
+                    q.query.awaitTermination(120)
+                except Exception:  # noqa: BLE001 - the query's own exception, reported below
+                    pass
+                if q.query.isActive:
+                    failed.append(f"{q.name} still running after 120 s")
+                    break
+                if (why := q.failed()) is not None:
+                    failed.append(why)
+                    break
+                if not q.query.isActive and q.query.exception() is None:
+                    break
         if read_back and not failed:
             # The Parquet output as Spark reads it (its _spark_metadata log, never a glob of the
             # directory), from this application: the test needs no Spark of its own for it.
@@ -84,16 +122,21 @@ def main() -> int:
         print(json.dumps({"done": True, "exception": "; ".join(failed) or None}), flush=True)
         spark.stop()
         return 0
-    query = writer.trigger(processingTime="200 milliseconds").start(out)
+    queries = [Supervised("the Parquet query", lambda: writer.trigger(processingTime="200 milliseconds").start(out))]
     if sink is not None:
-        print(json.dumps({"sink_query": str(sink.trigger(processingTime="200 milliseconds").start().id)}),
-              flush=True)
+        queries.append(Supervised("the sink query", lambda: sink.trigger(processingTime="200 milliseconds").start()))
+        # Its id stays when it is started again from its checkpoint (runId changes).
+        print(json.dumps({"sink_query": str(queries[1].query.id)}), flush=True)
     seen: set[int] = set()
     # The test kills this process; the bound only ends a child the test left behind. It was 120 s, and a CI run
     # with busy CPUs reached it before the test's kill (the child exited 1 and stopped Spark mid-batch).
     deadline = time.monotonic() + 1800
     while time.monotonic() < deadline:
-        for p in query.recentProgress:
+        for q in queries:
+            if (why := q.failed()) is not None:
+                print(f"spark_child: {why}", file=sys.stderr, flush=True)
+                return 1
+        for p in queries[0].query.recentProgress:
             if p["batchId"] not in seen and p["numInputRows"] > 0:
                 seen.add(p["batchId"])
                 print(json.dumps({"batch": p["batchId"], "rows": p["numInputRows"]}), flush=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -145,6 +147,7 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         with open(os.path.join(tmp, f"job-{mode}.log")) as f:
             return f.read()[-4000:]
 
+    reader = None
     try:
         start("a", "archive", [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
                                "--embedded-driver", "--dir", driver_dir, "--control-channel", control],
@@ -163,6 +166,11 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
                   "Successfully registered with master", env(x))
 
         streaming = job("stream")
+        # Its lines through a queue, so that a job that says nothing fails the wait below at its deadline: a
+        # readline() that blocked held a busy CI run for over 12 minutes after Spark failed the query's start.
+        said: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=lambda: [*map(said.put, streaming.stdout), said.put("")], daemon=True)
+        reader.start()
         seen = 0
         # Each micro-batch within 120 s of the one before (the first: of the job's start), not all of them within
         # a fixed time: with busy CPUs the job's start, the loss of host C's executor and the re-run of its tasks
@@ -172,10 +180,11 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         def batches(n: int) -> None:
             nonlocal seen, deadline
             while seen < n:
-                assert time.monotonic() < deadline, \
-                    f"no micro-batch within 120 s after {seen}: {job_log('stream')}"
-                line = streaming.stdout.readline()
-                assert line, f"the job exited ({streaming.poll()}): {job_log('stream')}"
+                try:
+                    line = said.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise AssertionError(f"no micro-batch within 120 s after {seen}: {job_log('stream')}") from None
+                assert line, f"the job exited ({streaming.wait(30)}): {job_log('stream')}"
                 if "batch" in json.loads(line):
                     seen += 1
                     deadline = time.monotonic() + 120
@@ -195,6 +204,7 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         batches(seen + 3)  # the job goes on, on B
         os.killpg(streaming.pid, signal.SIGKILL)  # and then the Spark driver dies too
         streaming.wait(30)
+        reader.join(30)
         streaming.stdout.close()
         assert json.loads(publisher.stdout.readline()).get("end", 0) > 0
         # The restarted run also reads the Parquet output back through Spark (its _spark_metadata log).
@@ -222,6 +232,8 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        if reader is not None:
+            reader.join(10)  # it reads the job's stdout until the job's end, which comes first
         for proc in hosts.procs():
             for f in (proc.stdout, proc.stderr):
                 if f is not None:
