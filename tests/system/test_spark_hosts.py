@@ -147,7 +147,7 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         with open(os.path.join(tmp, f"job-{mode}.log")) as f:
             return f.read()[-4000:]
 
-    reader = None
+    listener = None
     try:
         start("a", "archive", [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
                                "--embedded-driver", "--dir", driver_dir, "--control-channel", control],
@@ -169,8 +169,8 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         # Its lines through a queue, so that a job that says nothing fails the wait below at its deadline: a
         # readline() that blocked held a busy CI run for over 12 minutes after Spark failed the query's start.
         said: queue.Queue = queue.Queue()
-        reader = threading.Thread(target=lambda: [*map(said.put, streaming.stdout), said.put("")], daemon=True)
-        reader.start()
+        listener = threading.Thread(target=lambda: [*map(said.put, streaming.stdout), said.put("")], daemon=True)
+        listener.start()
         seen = 0
         # Each micro-batch within 120 s of the one before (the first: of the job's start), not all of them within
         # a fixed time: with busy CPUs the job's start, the loss of host C's executor and the re-run of its tasks
@@ -204,7 +204,7 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         batches(seen + 3)  # the job goes on, on B
         os.killpg(streaming.pid, signal.SIGKILL)  # and then the Spark driver dies too
         streaming.wait(30)
-        reader.join(30)
+        listener.join(30)
         streaming.stdout.close()
         assert json.loads(publisher.stdout.readline()).get("end", 0) > 0
         # The restarted run also reads the Parquet output back through Spark (its _spark_metadata log).
@@ -232,8 +232,8 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        if reader is not None:
-            reader.join(10)  # it reads the job's stdout until the job's end, which comes first
+        if listener is not None:
+            listener.join(10)  # it reads the job's stdout until the job's end, which comes first
         for proc in hosts.procs():
             for f in (proc.stdout, proc.stderr):
                 if f is not None:
