@@ -186,11 +186,11 @@ def small_ext4(megabytes: int):
 
 
 def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
-    """Starts a daemon with ``popen(stdout=..., stderr=..., start_new_session=True)``, its output in
+    """Starts a daemon with ``popen(stdout=..., stderr=..., process_group=0)``, its output in
     ``log_dir/<name>.log`` (kept open in ``logs``), and waits until ``ready`` shows in it."""
     log = open(os.path.join(log_dir, f"{name}.log"), "w+")
     logs.append(log)
-    proc = popen(stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = popen(stdout=log, stderr=subprocess.STDOUT, process_group=0)
 
     def text() -> str:
         with open(log.name) as f:

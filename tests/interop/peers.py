@@ -7,7 +7,7 @@ Aeron installs ("1.15.1", "current"), Java and the compiled AeronPeer come from 
 ``bash bench/peers/install.sh`` runs once per process (not with ``SULIS_INTEROP_NO_INSTALL=1``);
 if it is still missing, ``PeerMissing`` carries the reason to skip.
 
-Every process is a ``sulis._benchkit.procs.ChildProcess`` in its own session that gets SIGTERM if this
+Every process is a ``sulis._benchkit.procs.ChildProcess`` in its own process group that gets SIGTERM if this
 process dies; ``Harness`` stops them all on close.
 """
 

@@ -131,7 +131,7 @@ def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory():
     peers.usable("current")
     proc = subprocess.Popen([sys.executable, str(BENCH / "udp_throughput.py"), *QUIET, "--duration", "60",
                              "--only", "aeron-current"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env(), start_new_session=True)
+                            env=clean_env(), process_group=0)
     marker = f"sulis-bench-aeron-{proc.pid}-"
     try:
         await_until(lambda: len(bench_processes(marker)) >= 2 or proc.poll() is not None, timeout=120,

@@ -287,7 +287,7 @@ def test_interrupted_run_cleans_up(how, channel, no_leftovers):
     marker = dir if channel == "ipc" else uri
     proc = subprocess.Popen([*CLI, "throughput", "--channel", uri, "--messages", "500000000", "--runs", "1",
                              "--dir", dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env(), start_new_session=True)
+                            env=clean_env(), process_group=0)
     try:
         await_until(lambda: len(bench_processes(marker)) >= 2 or proc.poll() is not None,
                     timeout=30, what="the subscriber process to start")

@@ -141,7 +141,7 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         logs.append(log)
         return hosts.popen("b", [sys.executable, child, driver_dir, "3170", checkpoint, out, mode, master_url,
                                  *options, *more], stdout=subprocess.PIPE, stderr=log, text=True, env=env("b"),
-                           start_new_session=True)
+                           process_group=0)
 
     def job_log(mode: str) -> str:
         with open(os.path.join(tmp, f"job-{mode}.log")) as f:

@@ -729,12 +729,13 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     ac.start_recording(CHANNEL, 3115)  # the sink's stream
 
     def start(mode: str) -> subprocess.Popen:
-        # Its own session: kill -9 then reaches the JVM that the Python driver started, too. Its
+        # Its own process group (not a session: Linux autogroups sessions for the scheduler, which
+        # starved a new one beside busy loops): kill -9 then reaches the JVM that the Python driver started, too. Its
         # stderr goes to a file, for the message of a failure.
         with open(os.path.join(tmp, f"{mode}.stderr"), "w") as err:
             return subprocess.Popen([sys.executable, child_script, sulis_node[0].dir, "3114", checkpoint, out, mode,
                                      "local[2]", "sinkStreamId=3115"],
-                                    stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=err, text=True, process_group=0)
 
     def stderr_tail(mode: str) -> str:
         with open(os.path.join(tmp, f"{mode}.stderr")) as f:
