@@ -22,8 +22,9 @@ use super::{err, with_param, ConsensusModule};
 use crate::consensus_adapter::ConsensusAdapter;
 use crate::consensus_publisher::{ConsensusPublisher, Outbound};
 use crate::election::{
-    ConsensusMessage, Election, ElectionHost, ElectionStart, ElectionState, ElectionTimeouts,
-    JoinStatus, LeaderTerm, ReplicationProgress, TermEntry, TermEvent,
+    beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
+    ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
+    TermEvent,
 };
 use crate::log_adapter::LogEntry;
 use crate::log_replay::LogReplay;
@@ -93,6 +94,9 @@ pub(super) struct Replicated {
     step_down: Option<String>,
     /// When this member last heard its leader (after the election).
     last_leader_update_ns: i64,
+    /// The last request for votes ignored for stickiness (candidate, term),
+    /// so the log says so once, not on every retry.
+    ignored_request_vote: (i32, i64),
     /// A copy of terms this member lacks from the leader's archive, or why
     /// it could not start.
     replication: Option<Result<LogReplication, String>>,
@@ -185,6 +189,7 @@ impl ConsensusModule {
             recording_lost_in_election: false,
             step_down: None,
             last_leader_update_ns: 0,
+            ignored_request_vote: (-1, -1),
             replication: None,
             replay: None,
             catchups: Vec::new(),
@@ -715,6 +720,37 @@ impl ConsensusModule {
             return;
         }
         let term = self.agent.leadership_term_id;
+        let leased = self.has_lease(now_ns);
+        match beyond_term(&m, term, leased) {
+            BeyondTerm::No => {}
+            BeyondTerm::Ignored => {
+                if let ConsensusMessage::RequestVote(x) = &m {
+                    let rep = self.rep();
+                    if rep.ignored_request_vote != (x.candidate_member_id, x.candidate_term_id) {
+                        rep.ignored_request_vote = (x.candidate_member_id, x.candidate_term_id);
+                        let (member, role) = (self.ctx.member_id, self.agent.role);
+                        self.log_event(format!(
+                            "member {member} ignores member {}'s request for votes in term {}: {}",
+                            x.candidate_member_id,
+                            x.candidate_term_id,
+                            if role == role::LEADER {
+                                "a quorum of followers is active in this term"
+                            } else {
+                                "this term's leader is active"
+                            }
+                        ));
+                    }
+                }
+                return;
+            }
+            BeyondTerm::Leave(why) => {
+                self.step_down(now_ns, &why);
+                if !matches!(m, ConsensusMessage::CommitPosition(_)) {
+                    self.on_consensus(Outbound::Election(m), now_ns);
+                }
+                return;
+            }
+        }
         let leading = self.agent.role == role::LEADER;
         let leader = self.rep().leader_member_id;
         match m {
@@ -766,20 +802,6 @@ impl ConsensusModule {
                     to,
                     &Outbound::Election(ConsensusMessage::NewLeadershipTerm(answer)),
                 );
-            }
-            ConsensusMessage::RequestVote(x) if x.candidate_term_id > term => {
-                self.step_down(now_ns, "a vote requested for a later term");
-                self.on_consensus(Outbound::Election(ConsensusMessage::RequestVote(x)), now_ns);
-            }
-            ConsensusMessage::NewLeadershipTerm(x) if x.leadership_term_id > term => {
-                self.step_down(now_ns, "a later term's leader");
-                self.on_consensus(
-                    Outbound::Election(ConsensusMessage::NewLeadershipTerm(x)),
-                    now_ns,
-                );
-            }
-            ConsensusMessage::CommitPosition(x) if x.leadership_term_id > term => {
-                self.step_down(now_ns, "a later term's commit position");
             }
             _ => {}
         }
@@ -862,6 +884,18 @@ impl ConsensusModule {
     }
 
     /// The term this member runs is over: a new election, from the commit position.
+    /// This member is sure of its term's leader now: as leader, a quorum of
+    /// followers reported within the leader heartbeat timeout; as follower,
+    /// the leader did.
+    fn has_lease(&mut self, now_ns: i64) -> bool {
+        let timeout = self.ctx.leader_heartbeat_timeout.as_nanos() as i64;
+        match self.agent.role {
+            role::LEADER => !self.agent.has_lost_follower_quorum(&self.members, now_ns),
+            role::FOLLOWER => now_ns - self.rep().last_leader_update_ns < timeout,
+            _ => false,
+        }
+    }
+
     fn step_down(&mut self, _now_ns: i64, why: &str) {
         self.log_event(format!(
             "member {} leaves term {}: {why}",

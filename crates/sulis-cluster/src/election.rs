@@ -344,6 +344,53 @@ pub trait ElectionHost {
     fn restart_required(&mut self, why: String);
 }
 
+/// What a member outside an election does with another member's message
+/// of a later term than its own ([`beyond_term`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BeyondTerm {
+    /// Nothing of a later term.
+    No,
+    /// A request for votes in a later term, ignored: this member is sure of
+    /// its term's leader (Raft's leader stickiness, §9.6 of Ongaro's thesis).
+    Ignored,
+    /// It leaves its term for an election, for this reason.
+    Leave(String),
+}
+
+/// Outside an election, in `term`: a later term's leader, commit position
+/// or canvass ends this member's term (a member that voted in a later term
+/// will not follow this one's leader; only an election ends the split); a
+/// request for votes in a later term ends it only if the member holds no
+/// lease: `leased` is that, as leader, a quorum of followers reported, or,
+/// as follower, its leader did, within the leader heartbeat timeout. So a
+/// member back from a pause or a partition that asks for votes on a stale
+/// log does not unseat a leader that works (a healthy leader stepped down
+/// for it, and clients lost 1-6 s, in 2 of 4 runs of a paused leader).
+pub fn beyond_term(m: &ConsensusMessage, term: i64, leased: bool) -> BeyondTerm {
+    match m {
+        ConsensusMessage::RequestVote(x) if x.candidate_term_id > term => {
+            if leased {
+                BeyondTerm::Ignored
+            } else {
+                BeyondTerm::Leave("a vote requested for a later term".into())
+            }
+        }
+        ConsensusMessage::NewLeadershipTerm(x) if x.leadership_term_id > term => {
+            BeyondTerm::Leave("a later term's leader".into())
+        }
+        ConsensusMessage::CommitPosition(x) if x.leadership_term_id > term => {
+            BeyondTerm::Leave("a later term's commit position".into())
+        }
+        ConsensusMessage::CanvassPosition(x) if x.leadership_term_id > term => {
+            BeyondTerm::Leave(format!(
+                "member {} canvasses in term {}, later than this one",
+                x.follower_member_id, x.leadership_term_id
+            ))
+        }
+        _ => BeyondTerm::No,
+    }
+}
+
 /// A term entry that holds entries: open, or ending after its base.
 fn holds_entries(e: &TermEntry) -> bool {
     e.log_position == NULL_POSITION || e.log_position > e.term_base_log_position
@@ -574,6 +621,15 @@ pub struct Election {
     /// member's own term) was refused since the canvass began: its term and
     /// the term it was below.
     refused_earlier_leader: Option<(i64, i64)>,
+    /// CANVASS: positions received before this time do not count towards
+    /// a candidacy (one status interval after the canvass began). A member
+    /// that was paused or cut off finds the others' canvass positions of an
+    /// election long over queued for it; counted, they made it stand at once
+    /// on a stale log, and its request for a later term made the healthy
+    /// leader step down. A member that canvasses now sends its position again
+    /// within the interval, so only the members still canvassing count: the
+    /// canvass is the pre-vote Raft asks for.
+    canvass_counts_from_ns: i64,
     leader_recording_id: i64,
     log_session_id: Option<i32>,
 
@@ -658,6 +714,7 @@ impl Election {
                 .max(start.leadership_term_id),
             voted_through_known: start.voted_through.is_some(),
             refused_earlier_leader: None,
+            canvass_counts_from_ns: now_ns,
             leader_recording_id: NULL_VALUE,
             log_session_id: None,
             replication_leadership_term_id: NULL_VALUE,
@@ -837,29 +894,26 @@ impl Election {
         if i == self.this_member {
             return;
         }
-        self.update_member(i, m.log_leadership_term_id, m.log_position, false, now_ns);
-        if m.log_leadership_term_id < self.leadership_term_id {
-            if host.role() == role::LEADER {
-                let quorum = self.quorum_position_bounded(now_ns);
-                self.publish_new_leadership_term_to(
-                    host,
-                    i,
-                    m.log_leadership_term_id,
-                    quorum,
-                    now_ns,
-                );
-            }
-        } else if m.log_leadership_term_id > self.leadership_term_id
+        let stale = matches!(self.state, ElectionState::Canvass | ElectionState::Nominate)
+            && now_ns < self.canvass_counts_from_ns;
+        if !stale {
+            self.update_member(i, m.log_leadership_term_id, m.log_position, false, now_ns);
+        }
+        if m.log_leadership_term_id.max(m.leadership_term_id) > self.leadership_term_id
             && matches!(
                 self.state,
                 ElectionState::LeaderLogReplication | ElectionState::LeaderReady
             )
         {
             let e = event(format!(
-                "potential new election in progress: member {} has a log of term {} beyond this leader's {}",
-                m.follower_member_id, m.log_leadership_term_id, self.leadership_term_id
+                "potential new election in progress: member {} is in term {} (its log's {}) beyond this leader's {}",
+                m.follower_member_id, m.leadership_term_id, m.log_leadership_term_id, self.leadership_term_id
             ));
             self.handle_error(host, now_ns, e);
+        } else if m.log_leadership_term_id < self.leadership_term_id && host.role() == role::LEADER
+        {
+            let quorum = self.quorum_position_bounded(now_ns);
+            self.publish_new_leadership_term_to(host, i, m.log_leadership_term_id, quorum, now_ns);
         }
     }
 
@@ -1966,10 +2020,14 @@ impl Election {
     }
 
     fn publish_canvass_position(&mut self, host: &mut dyn ElectionHost) {
+        // Its term is the latest it voted in, too: a leader of an earlier
+        // term, which this member will never follow, learns from it that it
+        // must step down (as a Raft leader does on any message of a later
+        // term), since it ignores requests for votes while a quorum follows it.
         let message = CanvassPosition {
             log_leadership_term_id: self.log_leadership_term_id,
             log_position: self.append_position,
-            leadership_term_id: self.leadership_term_id,
+            leadership_term_id: self.leadership_term_id.max(self.voted_through),
             follower_member_id: self.this_id(),
             protocol_version: CONSENSUS_PROTOCOL_VERSION,
         };
@@ -2131,6 +2189,7 @@ impl Election {
         match new_state {
             ElectionState::Canvass => {
                 self.refused_earlier_leader = None;
+                self.canvass_counts_from_ns = now_ns + self.timeouts.election_status_interval_ns;
                 for m in self.members.iter_mut() {
                     m.reset();
                 }
@@ -2402,9 +2461,9 @@ mod tests {
         let mut host = Fake::default();
         let mut e = canvassing(1, 640, &mut host);
         for (id, pos) in [(1, 320), (2, 640)] {
-            e.on_canvass_position(&mut host, &canvass(id, 1, pos), MS);
+            e.on_canvass_position(&mut host, &canvass(id, 1, pos), 100 * MS);
         }
-        e.do_work(&mut host, 2 * MS);
+        e.do_work(&mut host, 102 * MS);
         assert_eq!(e.state(), ElectionState::Nominate);
         e.do_work(&mut host, 600 * MS); // past any nomination delay (< election timeout / 2)
         assert_eq!(
@@ -2639,9 +2698,10 @@ mod tests {
         let mut host = Fake::default();
         let mut e = canvassing(1, 640, &mut host);
         for (round, at) in [(2, 0), (3, 2_000)] {
-            e.on_canvass_position(&mut host, &canvass(1, 1, 320), (at + 1) * MS);
-            e.on_canvass_position(&mut host, &canvass(2, 1, 640), (at + 1) * MS);
-            e.do_work(&mut host, (at + 2) * MS);
+            // Counted from one status interval after the canvass began.
+            e.on_canvass_position(&mut host, &canvass(1, 1, 320), (at + 101) * MS);
+            e.on_canvass_position(&mut host, &canvass(2, 1, 640), (at + 101) * MS);
+            e.do_work(&mut host, (at + 102) * MS);
             e.do_work(&mut host, (at + 600) * MS);
             assert_eq!(
                 (e.state(), e.candidate_term_id()),
@@ -2663,6 +2723,67 @@ mod tests {
         let term_1 = new_term_after_term_1(1);
         e.on_new_leadership_term(&mut host, &term_1, 1_501 * MS);
         assert_eq!(e.state(), ElectionState::Canvass);
+    }
+
+    #[test]
+    fn canvass_positions_queued_before_the_canvass_began_do_not_make_a_member_stand() {
+        // A leader paused past the heartbeat timeout comes back to the others'
+        // positions from an election long over, queued for it. Counted, they
+        // made it stand at once on a stale log (2 of 4 runs of a pause) and
+        // the leader elected meanwhile stepped down for its request.
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        for (id, pos) in [(1, 640), (2, 320)] {
+            e.on_canvass_position(&mut host, &canvass(id, 1, pos), MS);
+        }
+        e.do_work(&mut host, 2 * MS);
+        e.do_work(&mut host, 99 * MS);
+        assert_eq!(
+            e.state(),
+            ElectionState::Canvass,
+            "stale positions do not count"
+        );
+        e.do_work(&mut host, 20_000 * MS); // past the heartbeat timeout: still no quorum heard
+        assert_eq!(e.state(), ElectionState::Canvass);
+        // The leader's answer to its own canvass: it follows.
+        let term_2 = new_term_after_term_1(2);
+        e.on_new_leadership_term(&mut host, &term_2, 20_001 * MS);
+        assert_eq!(e.state(), ElectionState::FollowerReplay);
+
+        // Members that canvass now send their positions again within the
+        // status interval, and those count.
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        e.on_canvass_position(&mut host, &canvass(1, 1, 640), MS);
+        e.on_canvass_position(&mut host, &canvass(1, 1, 640), 100 * MS);
+        e.on_canvass_position(&mut host, &canvass(2, 1, 320), 150 * MS);
+        e.do_work(&mut host, 151 * MS);
+        assert_eq!(e.state(), ElectionState::Nominate);
+    }
+
+    #[test]
+    fn a_canvass_says_the_latest_term_the_member_voted_in() {
+        // So a leader of an earlier term, which ignores requests for votes
+        // while a quorum follows it, learns that this member will not follow
+        // it and steps down.
+        let mut host = Fake::default();
+        let mut e = canvassing(1, 640, &mut host);
+        e.on_request_vote(&mut host, &request(3, 1, 640, 2), MS);
+        e.do_work(&mut host, 1_500 * MS); // the ballot times out: canvass again
+        assert_eq!(e.state(), ElectionState::Canvass);
+        host.sent.clear();
+        e.do_work(&mut host, 1_700 * MS);
+        let terms: Vec<(i64, i64)> = host
+            .sent
+            .iter()
+            .filter_map(|(_, m)| match m {
+                ConsensusMessage::CanvassPosition(c) => {
+                    Some((c.log_leadership_term_id, c.leadership_term_id))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(terms, vec![(1, 3), (1, 3)]);
     }
 
     #[test]
@@ -2840,9 +2961,9 @@ mod tests {
                 follower_member_id: id,
                 protocol_version: CONSENSUS_PROTOCOL_VERSION,
             };
-            e.on_canvass_position(host, &c, MS);
+            e.on_canvass_position(host, &c, 100 * MS); // one status interval into the canvass
         }
-        e.do_work(host, 2 * MS);
+        e.do_work(host, 101 * MS);
         e.do_work(host, 600 * MS);
         for id in [1, 2] {
             let v = Vote {

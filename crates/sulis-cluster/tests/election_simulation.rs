@@ -24,8 +24,9 @@ use std::collections::{BTreeMap, HashSet};
 use sulis_cluster::cluster_member::ClusterMember;
 use sulis_cluster::consensus_module_agent::leader_commit_position;
 use sulis_cluster::election::{
-    ConsensusMessage, Election, ElectionHost, ElectionStart, ElectionState, ElectionTimeouts,
-    JoinStatus, LeaderTerm, ReplicationProgress, TermEntry, TermEvent,
+    beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
+    ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
+    TermEvent,
 };
 use sulis_protocol::cluster::messages::{role, AppendPosition, CommitPosition, NULL_POSITION};
 
@@ -510,6 +511,9 @@ struct Sim {
     nodes: Vec<Node>,
     net: Vec<(i64, i32, i32, ConsensusMessage)>,
     cut: HashSet<(i32, i32)>,
+    /// Members stopped (SIGSTOP): they do no work, and what is sent to them
+    /// waits, to be read all at once when they resume.
+    paused: HashSet<usize>,
     drop_per_million: u64,
     rng: Rng,
     sessions: i32,
@@ -525,6 +529,7 @@ impl Sim {
             nodes: Vec::new(),
             net: Vec::new(),
             cut: HashSet::new(),
+            paused: HashSet::new(),
             drop_per_million: 0,
             rng: Rng(seed),
             sessions: 0,
@@ -620,9 +625,10 @@ impl Sim {
         self.now += MS;
         // Deliver what is due.
         let now = self.now;
+        let paused = &self.paused;
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.net)
             .into_iter()
-            .partition(|m| m.0 <= now);
+            .partition(|m| m.0 <= now && !paused.contains(&(m.2 as usize)));
         self.net = later;
         for (_, from, to, message) in due {
             let i = to as usize;
@@ -631,7 +637,7 @@ impl Sim {
             }
         }
         for i in 0..self.nodes.len() {
-            if self.nodes[i].up {
+            if self.nodes[i].up && !self.paused.contains(&i) {
                 self.work(i);
             }
             if std::mem::take(&mut self.nodes[i].must_restart) {
@@ -699,6 +705,34 @@ impl Sim {
             .map(|l| l.0)
             .or(node.following.map(|f| f.1))
             .unwrap_or(-1);
+        let timeout = timeouts().leader_heartbeat_timeout_ns;
+        let leased = if node.leading.is_some() {
+            let me = node.id;
+            node.members
+                .iter()
+                .filter(|m| m.id == me || m.is_active(now, timeout))
+                .count()
+                > node.members.len() / 2
+        } else {
+            node.following.is_some() && now - node.last_leader_update_ns < timeout
+        };
+        match beyond_term(&message, term, leased) {
+            BeyondTerm::No => {}
+            BeyondTerm::Ignored => {
+                node.events.push(format!(
+                    "member {} ignores a request for votes in a later term",
+                    node.id
+                ));
+                return;
+            }
+            BeyondTerm::Leave(why) => {
+                self.start_election(i, &why);
+                if !matches!(message, ConsensusMessage::CommitPosition(_)) {
+                    self.receive(i, from, message);
+                }
+                return;
+            }
+        }
         match message {
             ConsensusMessage::AppendPosition(m) if node.leading.is_some() => {
                 if let Some(member) = node
@@ -732,17 +766,6 @@ impl Sim {
                 if node.following.map(|f| f.0) == Some(from) && m.leadership_term_id == term =>
             {
                 node.last_leader_update_ns = now;
-            }
-            ConsensusMessage::RequestVote(m) if m.candidate_term_id > term => {
-                self.start_election(i, "a vote requested for a later term");
-                self.receive(i, from, ConsensusMessage::RequestVote(m));
-            }
-            ConsensusMessage::NewLeadershipTerm(m) if m.leadership_term_id > term => {
-                self.start_election(i, "a later term's leader");
-                self.receive(i, from, ConsensusMessage::NewLeadershipTerm(m));
-            }
-            ConsensusMessage::CommitPosition(m) if m.leadership_term_id > term => {
-                self.start_election(i, "a later term's commit position");
             }
             ConsensusMessage::CanvassPosition(m)
                 if node.leading.is_some() && m.log_leadership_term_id <= term =>
@@ -1126,6 +1149,105 @@ fn killing_the_leader_elects_another_that_keeps_every_committed_entry() {
             old_node.commit as usize / 64 >= committed,
             "seed {seed}: the old leader rejoined and caught up"
         );
+    }
+}
+
+/// The leader of the newest term among members that are not `except`,
+/// once it is out of its election.
+fn leader_but(s: &Sim, except: usize) -> Option<(i32, i64)> {
+    s.nodes
+        .iter()
+        .filter(|n| n.up && n.id as usize != except && n.election.is_none())
+        .filter_map(|n| n.leading.map(|l| (n.id, l.0)))
+        .max_by_key(|l| l.1)
+}
+
+/// After member `back` returned, every member follows `leader` in `term`:
+/// no election was held for the return, and no other member left its term
+/// for a request for votes (`back` itself may: a stale one queued for it).
+fn assert_back_without_an_election(s: &mut Sim, back: i32, leader: i32, term: i64, what: &str) {
+    let left = |s: &Sim| {
+        s.nodes
+            .iter()
+            .filter(|n| n.id != back)
+            .flat_map(|n| &n.events)
+            .filter(|e| e.contains("a vote requested for a later term"))
+            .count()
+    };
+    let before = left(s);
+    s.until_every_member_joined(3_000);
+    let seed = s.seed;
+    assert_eq!(
+        s.leader(),
+        Some((leader, term)),
+        "seed {seed}: member {back} back from {what}: {:#?}",
+        s.states()
+    );
+    assert_eq!(
+        s.nodes[back as usize].following.map(|f| (f.0, f.1)),
+        Some((leader, term))
+    );
+    assert_eq!(
+        left(s),
+        before,
+        "seed {seed}: a member left its term for member {back}'s request: {:#?}",
+        s.last_events(0)
+    );
+}
+
+#[test]
+fn a_leader_paused_past_the_heartbeat_timeout_follows_the_term_elected_meanwhile() {
+    // Back, it reads the others' canvass positions from their election, long
+    // over, queued for it: they do not make it stand (they were sent before
+    // its canvass began), and the leader elected meanwhile would ignore its
+    // request for votes anyway. Before, it stood on its stale log at once
+    // and the healthy leader stepped down for it.
+    for n in [3, 5] {
+        for seed in 0..8 {
+            let mut s = sim(n, seed);
+            s.until_progress(5_000, "at start");
+            let (old, term) = s.leader().unwrap();
+            s.paused.insert(old as usize);
+            let mut successor = None;
+            for _ in 0..5_000 {
+                s.tick();
+                successor = leader_but(&s, old as usize).filter(|l| l.1 > term);
+                if successor.is_some() {
+                    break;
+                }
+            }
+            let (new, new_term) = successor.expect("the others elect a leader");
+            let more = 1_000 + s.rng.below(1_000) as i64;
+            s.run_for(more); // their election is long over
+            s.paused.remove(&(old as usize));
+            assert_back_without_an_election(&mut s, old, new, new_term, "a pause");
+        }
+    }
+}
+
+#[test]
+fn a_member_cut_off_and_healed_follows_the_term_it_finds() {
+    // Cut off, it canvasses and hears no one, so it never stands and its
+    // term stays where it was: healed, it follows the leader, whether it led
+    // before the cut or followed.
+    for seed in 0..8 {
+        let mut s = sim(3, seed);
+        s.until_progress(5_000, "at start");
+        let (leader, _) = s.leader().unwrap();
+        let away = if seed % 2 == 0 {
+            leader
+        } else {
+            (leader + 1) % 3
+        };
+        for j in (0..3).filter(|&j| j != away) {
+            s.cut.insert((away, j));
+            s.cut.insert((j, away));
+        }
+        let away_for = 2_000 + s.rng.below(1_000) as i64;
+        s.run_for(away_for);
+        let (new, new_term) = leader_but(&s, away as usize).expect("the others lead");
+        s.cut.clear();
+        assert_back_without_an_election(&mut s, away, new, new_term, "a cut");
     }
 }
 
