@@ -635,6 +635,22 @@ def _check_bank(applied: list[str], history: list[dict]) -> dict:
     return {"transfers": len(order) - reads - refused, "transfers_refused": refused, "balance_reads": reads}
 
 
+def waits(events: list[str], history: list[dict]) -> dict[str, list[float]]:
+    """For each nemesis, how long the clients waited for service: from its start to the first answer to a
+    request sent after it (seconds; a failover's time for a fault that ends a leader's term). The events'
+    times and the history's are both this machine's monotonic clock, which network namespaces share."""
+    out: dict[str, list[float]] = {}
+    for line in events:
+        at, what = line.split(" ", 1)
+        if not what.startswith("nemesis "):
+            continue
+        start_ns = float(at) * 1e9
+        answers = [h["ret"] for h in history if h["ret"] is not None and h["call"] >= start_ns]
+        if answers:
+            out.setdefault(what.split(" ", 1)[1], []).append(round((min(answers) - start_ns) / 1e9, 2))
+    return out
+
+
 def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path) -> dict:
     """The checks after the faults healed; returns the figures."""
     # Every member converges on one applied sequence, in which every applied timer fired and every applied
@@ -688,8 +704,11 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
                           timeout=300)
     verdict = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0, f"linearizability: {verdict} (history {registers})"
+    waited = waits(run.events, history)
     return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
-            "applied": len(applied), **figures, "terms": len(terms), "snapshots": run.snapshots,
+            "applied": len(applied), **figures, "terms": len(terms), "waits_s": waited,
+            "longest_wait_s": max((w for ws in waited.values() for w in ws), default=0.0),
+            "snapshots": run.snapshots,
             "starts_from_a_snapshot": sum(m.starts_from_snapshot() for m in run.members), "lincheck": verdict}
 
 

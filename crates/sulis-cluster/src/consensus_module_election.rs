@@ -906,7 +906,16 @@ impl ConsensusModule {
     }
 
     pub(super) fn log_event(&self, line: String) {
-        eprintln!("sulis cluster: {line}");
+        // The wall clock's time of day (UTC, ms): members' lines compared
+        // across processes show what each did while another waited.
+        let ms = sulis_concurrent::cnc::epoch_ms().rem_euclid(86_400_000);
+        eprintln!(
+            "sulis cluster: {:02}:{:02}:{:02}.{:03} {line}",
+            ms / 3_600_000,
+            ms / 60_000 % 60,
+            ms / 1000 % 60,
+            ms % 1000
+        );
     }
 
     /// Leader: commits what a quorum recorded and tells the followers.

@@ -630,6 +630,8 @@ pub struct Election {
     /// within the interval, so only the members still canvassing count: the
     /// canvass is the pre-vote Raft asks for.
     canvass_counts_from_ns: i64,
+    /// LEADER_READY: when a quorum had first joined the term's log.
+    quorum_joined_at_ns: Option<i64>,
     leader_recording_id: i64,
     log_session_id: Option<i32>,
 
@@ -715,6 +717,7 @@ impl Election {
             voted_through_known: start.voted_through.is_some(),
             refused_earlier_leader: None,
             canvass_counts_from_ns: now_ns,
+            quorum_joined_at_ns: None,
             leader_recording_id: NULL_VALUE,
             log_session_id: None,
             replication_leadership_term_id: NULL_VALUE,
@@ -1529,22 +1532,59 @@ impl Election {
             quorum.min(self.commit_bound),
         );
         work += self.publish_new_leadership_term_on_interval(host, quorum, now_ns);
-        if has_quorum_at_position(
+        let joined = has_quorum_at_position(
             &self.members,
             self.leadership_term_id,
             self.log_position,
             now_ns,
             self.timeouts.leader_heartbeat_timeout_ns,
-        ) && host.append_new_leadership_term_event(now_ns)
-        {
+        );
+        if joined && self.quorum_joined_at_ns.is_none() {
+            self.quorum_joined_at_ns = Some(now_ns);
+        }
+        // Once a quorum joined, the log publication gets a heartbeat timeout
+        // of its own to take the term's first entry (its receivers' status
+        // messages must reach it first): on starved CPUs leaders gave their
+        // term up 0.3 s after both followers had joined it, and elections
+        // followed one another for 11-34 s.
+        let deadline_from = match self.quorum_joined_at_ns {
+            Some(at) if joined => at,
+            _ => self.time_of_last_state_change_ns,
+        };
+        if joined && host.append_new_leadership_term_event(now_ns) {
             self.complete(host, now_ns);
             work += 1;
-        } else if self.state_timed_out(now_ns) {
+        } else if now_ns >= deadline_from + self.timeouts.leader_heartbeat_timeout_ns {
+            // Which of the two failed, and what each member last said: a
+            // quorum that joined but a log that refused the term's first
+            // entry is another fault than members that never joined.
+            let heard: Vec<String> = self
+                .members
+                .iter()
+                .filter(|m| m.id != self.this_id())
+                .map(|m| {
+                    format!(
+                        "member {} at {} in term {}{} {} ms ago",
+                        m.id,
+                        m.log_position,
+                        m.leadership_term_id,
+                        if m.has_joined_log { ", joined," } else { "" },
+                        (now_ns - m.time_of_last_append_position_ns) / 1_000_000
+                    )
+                })
+                .collect();
+            let why = if joined {
+                "a quorum joined, but the log publication did not take the term's first entry"
+            } else {
+                "no quorum joined"
+            };
             return Err(event(format!(
-                "no quorum joined term {} of leader {} within {} ms",
+                "{why} at log position {} in term {} of leader {} within {} ms ({})",
+                self.log_position,
                 self.leadership_term_id,
                 self.this_id(),
-                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000
+                self.timeouts.leader_heartbeat_timeout_ns / 1_000_000,
+                heard.join("; ")
             )));
         }
         Ok(work)
@@ -2201,6 +2241,7 @@ impl Election {
                 host.set_role(role::FOLLOWER);
             }
             ElectionState::CandidateBallot => host.set_role(role::CANDIDATE),
+            ElectionState::LeaderReady => self.quorum_joined_at_ns = None,
             ElectionState::LeaderLogReplication => {
                 self.voted_through = self.voted_through.max(self.leadership_term_id);
                 self.commit_bound = self.log_position;
@@ -2265,6 +2306,8 @@ mod tests {
         caught_up_to: Option<i64>,
         /// Where the last log replay was started to (a replay ends there).
         replay_to: Option<i64>,
+        /// The log publication refuses the term's first entry (not connected yet).
+        append_refused: bool,
     }
 
     impl ElectionHost for Fake {
@@ -2337,7 +2380,7 @@ mod tests {
             0
         }
         fn append_new_leadership_term_event(&mut self, _n: i64) -> bool {
-            true
+            !self.append_refused
         }
         fn election_complete(&mut self, _n: i64) {}
         fn add_follower_subscription(&mut self, _s: i32, _c: bool) {}
@@ -2979,6 +3022,61 @@ mod tests {
         e.do_work(host, 602 * MS);
         assert_eq!(e.state(), ElectionState::LeaderLogReplication);
         e
+    }
+
+    #[test]
+    fn a_leader_gives_its_log_a_heartbeat_timeout_from_when_a_quorum_joined() {
+        // On starved CPUs a follower joined late in LEADER_READY, and its
+        // leader gave the term up 0.3 s later while the log publication had
+        // not yet taken the term's first entry.
+        for taken_at in [None, Some(12_000)] {
+            let mut host = Fake {
+                append_refused: true,
+                ..Fake::default()
+            };
+            let mut e = leader_of_term_2(&mut host);
+            let mut t = 603;
+            while e.state() != ElectionState::LeaderReady {
+                e.do_work(&mut host, t * MS);
+                t += 1;
+                assert!(t < 700, "{:?}", e.state());
+            }
+            let joined = |at: i64, e: &mut Election, host: &mut Fake| {
+                let m = AppendPosition {
+                    leadership_term_id: 2,
+                    log_position: 640,
+                    follower_member_id: 1,
+                    flags: 0,
+                };
+                e.on_append_position(host, &m, at * MS);
+            };
+            joined(t + 9_500, &mut e, &mut host);
+            e.do_work(&mut host, (t + 9_501) * MS);
+            e.do_work(&mut host, (t + 10_500) * MS);
+            assert_eq!(
+                e.state(),
+                ElectionState::LeaderReady,
+                "past the state's timeout, but the quorum joined 1 s ago"
+            );
+            joined(t + 15_000, &mut e, &mut host);
+            if let Some(at) = taken_at {
+                host.append_refused = false;
+                e.do_work(&mut host, (t + at) * MS);
+                assert_eq!(e.state(), ElectionState::Closed);
+                continue;
+            }
+            e.do_work(&mut host, (t + 19_000) * MS);
+            assert_eq!(e.state(), ElectionState::LeaderReady);
+            e.do_work(&mut host, (t + 19_600) * MS);
+            assert_ne!(e.state(), ElectionState::LeaderReady);
+            let (why, _) = e.last_error().expect("the cause kept");
+            assert!(
+                why.contains(
+                    "a quorum joined, but the log publication did not take the term's first entry"
+                ) && why.contains("member 1 at 640 in term 2, joined,"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

@@ -6,12 +6,12 @@ consensus module sequences every client's messages into a log the archive record
 the log only as far as it is committed and hands each entry to the ``ClusteredService``: one Python call
 per entry. A ``ClusterClient`` opens a session, offers messages and reads what the service sends back.
 
-This version runs clusters of one member (Aeron runs those too): the member leads every term, and its
-log is committed as far as its archive recorded it. A restarted node loads its latest snapshot, if it
-took one (``ClusterNode.snapshot()``), and replays the log after it through a new service before it
-takes new sessions, so the service's state is rebuilt from the snapshot and the log. Three members
-elect a leader and replicate its log in the Rust crate's tests; catch-up of a member behind the others,
-and members as separate processes, are being built (``docs/cluster.md``).
+A cluster is one member (it leads every term; its log is committed as far as its archive recorded it)
+or several (``cluster_members``; usually three or five ``sulis cluster-node`` processes): they elect a
+leader by Raft, the leader replicates its log, and an entry is committed once a quorum's archives
+recorded it. A restarted member loads its latest snapshot, replays its log after it and catches up
+with the leader; a member that lost its directories is seeded from another's snapshot
+(``docs/cluster.md``).
 
 Determinism: every member's service must do the same with the same entries. Use ``cluster.time`` (the
 entry's cluster time), never the wall clock; no randomness that is not seeded from the log; no I/O
@@ -22,6 +22,7 @@ that changes what the service does; schedule timers through ``cluster.schedule_t
 from __future__ import annotations
 
 import enum
+import os
 
 from .._native import (
     ADMIN_ACTION,
@@ -242,13 +243,51 @@ class ClusterClient:
     answers come on ``egress_channel``. ``poll_egress`` raises ``ClusterSessionClosedError`` once the
     cluster ended the session (closed by the service, timed out, ...): it is always reported. A leader
     change (NewLeaderEvent) read by ``poll_egress`` moves the session to the new leader and its term.
+
+    With ``driver_dir=None`` the client starts a media driver of its own, in a new directory, on one
+    thread (``threading_mode="shared"``; ``driver_options`` add or change options, as ``MediaDriver``
+    takes them), and closes it, directory and all, when it closes: ``ClusterClient(ingress_endpoints=
+    "0=host:9010,1=host:9110,2=host:9210")`` needs nothing started by hand. Its egress then defaults to
+    ``aeron:udp?endpoint=localhost:0`` (a free port, which the client tells the cluster); give a
+    reachable address when the members are on other hosts.
     """
 
-    def __init__(self, driver_dir, ingress_endpoints: str, egress_channel: str, *,
+    def __init__(self, driver_dir=None, ingress_endpoints: str | None = None,
+                 egress_channel: str = "aeron:udp?endpoint=localhost:0", *,
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
-                 credentials: bytes = b"") -> None:
-        self._native = _NativeClusterClient(str(driver_dir), ingress_endpoints, egress_channel, ingress_channel,
-                                            message_timeout, credentials)
+                 credentials: bytes = b"", driver_options: dict | None = None) -> None:
+        if ingress_endpoints is None:
+            raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
+        if driver_dir is not None and driver_options:
+            raise TypeError("driver_options are for the client's own driver (driver_dir=None); "
+                            f"the driver at {driver_dir} runs with its own")
+        self._driver = None
+        if driver_dir is None:
+            import tempfile
+
+            from .. import MediaDriver
+
+            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            options = {"threading_mode": "shared", "dir_delete_on_shutdown": True, **(driver_options or {})}
+            self._driver = MediaDriver(dir=tempfile.mkdtemp(prefix="sulis-cluster-client-", dir=base), **options)
+            driver_dir = self._driver.dir
+        self._driver_dir = str(driver_dir)
+        try:
+            self._native = _NativeClusterClient(self._driver_dir, ingress_endpoints, egress_channel,
+                                                ingress_channel, message_timeout, credentials)
+        except BaseException:
+            self._close_driver()
+            raise
+
+    @property
+    def driver_dir(self) -> str:
+        """The directory of the driver the client uses (its own, with ``driver_dir=None``)."""
+        return self._driver_dir
+
+    def _close_driver(self) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.close()
 
     @property
     def cluster_session_id(self) -> int:
@@ -278,8 +317,11 @@ class ClusterClient:
         return self._native.poll_egress(handler, limit)
 
     def close(self) -> None:
-        """Closes the session (the cluster logs it) and the client."""
-        self._native.close()
+        """Closes the session (the cluster logs it) and the client, and the client's own driver if it has one."""
+        try:
+            self._native.close()
+        finally:
+            self._close_driver()
 
     def __enter__(self) -> ClusterClient:
         return self
