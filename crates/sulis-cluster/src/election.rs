@@ -351,7 +351,7 @@ pub enum BeyondTerm {
     /// Nothing of a later term.
     No,
     /// A request for votes in a later term, ignored: this member is sure of
-    /// its term's leader (Raft's leader stickiness, §9.6 of Ongaro's thesis).
+    /// its term's leader (Raft's leader stickiness, Ongaro's thesis, section 9.6).
     Ignored,
     /// It leaves its term for an election, for this reason.
     Leave(String),
