@@ -636,15 +636,16 @@ def _check_bank(applied: list[str], history: list[dict]) -> dict:
 
 
 def waits(events: list[str], history: list[dict]) -> dict[str, list[float]]:
-    """For each nemesis, how long the clients waited for service: from its start to the first answer to a
-    request sent after it (seconds; a failover's time for a fault that ends a leader's term). The events'
-    times and the history's are both this machine's monotonic clock, which network namespaces share."""
+    """For each nemesis, how long the clients waited for service: from the moment the fault was applied (the
+    event after the ``nemesis`` line: a member killed, paused, cut off...) to the first answer to a request
+    sent after it (seconds; a failover's time for a fault that ends a leader's term). The events' times and
+    the history's are both this machine's monotonic clock, which network namespaces share."""
     out: dict[str, list[float]] = {}
-    for line in events:
-        at, what = line.split(" ", 1)
-        if not what.startswith("nemesis "):
+    for i, line in enumerate(events):
+        what = line.split(" ", 1)[1]
+        if not what.startswith("nemesis ") or i + 1 >= len(events):
             continue
-        start_ns = float(at) * 1e9
+        start_ns = float(events[i + 1].split(" ", 1)[0]) * 1e9
         answers = [h["ret"] for h in history if h["ret"] is not None and h["call"] >= start_ns]
         if answers:
             out.setdefault(what.split(" ", 1)[1], []).append(round((min(answers) - start_ns) / 1e9, 2))
