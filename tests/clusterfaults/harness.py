@@ -139,6 +139,8 @@ class Member:
     starts: int = 0
     #: More environment for its process (the clock-skew shim while skewed).
     env: dict = field(default_factory=dict)
+    #: Its wall clock was skewed once: the times on its lines are not this machine's.
+    ever_skewed: bool = False
 
     @property
     def journal(self) -> Path:
@@ -196,6 +198,8 @@ class FaultRun:
     snapshots: int = 0
     #: The clock-skew shim (``skew-clock``), built when the schedule has that nemesis.
     clock_shim: Path | None = None
+    #: The wall clock minus the monotonic one (to read the members' timed lines against the events).
+    wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
 
     def __post_init__(self) -> None:
         spec = "|".join(f"{i},{self.hosts.addr(f'n{i}')}:{PORTS['ingress']},{self.hosts.addr(f'n{i}')}:"
@@ -427,6 +431,7 @@ class FaultRun:
             else:
                 skew = rng.choice((-CLOCK_SKEW_MS, CLOCK_SKEW_MS))
                 victim.env = {"LD_PRELOAD": str(self.clock_shim), "SULIS_TEST_CLOCK_SKEW_MS": str(skew)}
+                victim.ever_skewed = True
                 what = f"its clock {skew // 1000:+d} s off"
             time.sleep(min(hold, 1.0))
             self.start(victim)
@@ -541,6 +546,8 @@ def move_dir(src: Path, dst: Path) -> None:
 
 
 TERM_LINE = re.compile(r"member (\d+) runs term (\d+) with leader (\d+)")
+#: The same line with the time of day (UTC) the module put before it.
+TIMED_TERM_LINE = re.compile(r"(\d\d):(\d\d):(\d\d\.\d{3}) member \d+ runs term (\d+) with leader \d+")
 
 
 def last_term(m: Member) -> int:
@@ -652,6 +659,34 @@ def waits(events: list[str], history: list[dict]) -> dict[str, list[float]]:
     return out
 
 
+def elections(events: list[str], members: list[Member], wall_offset: float) -> dict[str, list[float]]:
+    """For each nemesis after which a later term began: from the moment the fault was applied to the first
+    member's "runs term" line of a term later than any run before it (seconds; the members' lines carry the
+    UTC time of day, the events this process's monotonic clock, ``wall_offset`` apart; a member whose clock
+    the run skewed is left out). Free of the clients' operation timeout, which ``waits`` includes."""
+    runs: list[tuple[float, int]] = []
+    for m in members:
+        if m.ever_skewed:
+            continue
+        for line in m.stderr().splitlines():
+            hit = TIMED_TERM_LINE.search(line)
+            if hit:
+                runs.append((int(hit[1]) * 3600 + int(hit[2]) * 60 + float(hit[3]), int(hit[4])))
+    out: dict[str, list[float]] = {}
+    for i, line in enumerate(events):
+        what = line.split(" ", 1)[1]
+        if not what.startswith("nemesis ") or i + 1 >= len(events):
+            continue
+        applied = float(events[i + 1].split(" ", 1)[0]) + wall_offset
+        day = applied - applied % 86400
+        when = [(day + t + (86400 if day + t < applied - 43200 else 0), term) for t, term in runs]
+        before = max((term for at, term in when if at < applied), default=-1)
+        after = [at for at, term in when if at >= applied and term > before]
+        if after:
+            out.setdefault(what.split(" ", 1)[1], []).append(round(min(after) - applied, 2))
+    return out
+
+
 def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path) -> dict:
     """The checks after the faults healed; returns the figures."""
     # Every member converges on one applied sequence, in which every applied timer fired and every applied
@@ -706,9 +741,12 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     verdict = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0, f"linearizability: {verdict} (history {registers})"
     waited = waits(run.events, history)
+    elected = elections(run.events, run.members, run.wall_offset)
     return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
             "applied": len(applied), **figures, "terms": len(terms), "waits_s": waited,
             "longest_wait_s": max((w for ws in waited.values() for w in ws), default=0.0),
+            "elections_s": elected,
+            "longest_election_s": max((w for ws in elected.values() for w in ws), default=0.0),
             "snapshots": run.snapshots,
             "starts_from_a_snapshot": sum(m.starts_from_snapshot() for m in run.members), "lincheck": verdict}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterfaults.harness import _check_bank
+from clusterfaults.harness import _check_bank, elections, waits
 from clusterfaults.register_service import ACCOUNTS, OPENING
 
 
@@ -57,3 +57,30 @@ def test_a_log_order_against_real_time_fails():
     history[2]["value"] = [OPENING] * ACCOUNTS
     with pytest.raises(AssertionError, match="c0-1 was answered before c0-2 was sent"):
         _check_bank(applied, history)
+
+
+class _Said:
+    """A member as ``elections`` and ``waits`` read it: what it said, and whether its clock was skewed."""
+
+    def __init__(self, text: str, ever_skewed: bool = False):
+        self.text, self.ever_skewed = text, ever_skewed
+
+    def stderr(self) -> str:
+        return self.text
+
+
+def test_a_faults_election_and_wait_are_timed_from_when_it_was_applied():
+    # Monotonic 100.0 s is 10:00:00.000 UTC of some day (the wall offset); the kill is applied at 100.2 s.
+    day = 20_000 * 86_400
+    offset = day + 36_000 - 100.0
+    events = ["100.000 nemesis kill-leader", "100.200 killed member 1", "104.000 started member 1"]
+    members = [
+        _Said("sulis cluster: 09:59:00.000 member 0 runs term 3 with leader 1\n"
+              "sulis cluster: 10:00:02.700 member 0 runs term 4 with leader 2\n"),
+        _Said("sulis cluster: 10:00:02.650 member 2 runs term 4 with leader 2\n"),
+        # A skewed member's clock says its term began before the fault: left out.
+        _Said("sulis cluster: 09:59:30.000 member 1 runs term 4 with leader 2\n", ever_skewed=True),
+    ]
+    assert elections(events, members, offset) == {"kill-leader": [2.45]}
+    history = [op("c0-1", "read", 100_100_000_000, None), op("c0-2", "read", 100_300_000_000, 103_500_000_000, True, 0)]
+    assert waits(events, history) == {"kill-leader": [3.3]}
