@@ -660,7 +660,8 @@ def waits(events: list[str], history: list[dict]) -> dict[str, list[float]]:
 
 
 def elections(events: list[str], members: list[Member], wall_offset: float) -> dict[str, list[float]]:
-    """For each nemesis after which a later term began: from the moment the fault was applied to the first
+    """For each nemesis after which a later term began (before the next one): from the moment the fault was
+    applied to the first
     member's "runs term" line of a term later than any run before it (seconds; the members' lines carry the
     UTC time of day, the events this process's monotonic clock, ``wall_offset`` apart; a member whose clock
     the run skewed is left out). Free of the clients' operation timeout, which ``waits`` includes."""
@@ -678,10 +679,14 @@ def elections(events: list[str], members: list[Member], wall_offset: float) -> d
         if not what.startswith("nemesis ") or i + 1 >= len(events):
             continue
         applied = float(events[i + 1].split(" ", 1)[0]) + wall_offset
+        # A term begun after the next fault is that fault's, not this one's.
+        following = [float(e.split(" ", 1)[0]) + wall_offset for e in events[i + 1:]
+                     if e.split(" ", 1)[1].startswith("nemesis ")]
+        until = following[0] if following else float("inf")
         day = applied - applied % 86400
         when = [(day + t + (86400 if day + t < applied - 43200 else 0), term) for t, term in runs]
         before = max((term for at, term in when if at < applied), default=-1)
-        after = [at for at, term in when if at >= applied and term > before]
+        after = [at for at, term in when if applied <= at < until and term > before]
         if after:
             out.setdefault(what.split(" ", 1)[1], []).append(round(min(after) - applied, 2))
     return out

@@ -73,14 +73,18 @@ def test_a_faults_election_and_wait_are_timed_from_when_it_was_applied():
     # Monotonic 100.0 s is 10:00:00.000 UTC of some day (the wall offset); the kill is applied at 100.2 s.
     day = 20_000 * 86_400
     offset = day + 36_000 - 100.0
-    events = ["100.000 nemesis kill-leader", "100.200 killed member 1", "104.000 started member 1"]
+    events = ["100.000 nemesis kill-leader", "100.200 killed member 1", "104.000 started member 1",
+              "106.000 nemesis loss", "106.100 10% loss on every member", "109.100 loss healed",
+              "110.000 nemesis kill-leader", "110.100 killed member 2"]
     members = [
         _Said("sulis cluster: 09:59:00.000 member 0 runs term 3 with leader 1\n"
               "sulis cluster: 10:00:02.700 member 0 runs term 4 with leader 2\n"),
-        _Said("sulis cluster: 10:00:02.650 member 2 runs term 4 with leader 2\n"),
+        _Said("sulis cluster: 10:00:02.650 member 2 runs term 4 with leader 2\n"
+              "sulis cluster: 10:00:12.500 member 2 runs term 5 with leader 0\n"),
         # A skewed member's clock says its term began before the fault: left out.
         _Said("sulis cluster: 09:59:30.000 member 1 runs term 4 with leader 2\n", ever_skewed=True),
     ]
-    assert elections(events, members, offset) == {"kill-leader": [2.45]}
+    # The loss caused no election: the term begun after the next fault is that fault's.
+    assert elections(events, members, offset) == {"kill-leader": [2.45, 2.4]}
     history = [op("c0-1", "read", 100_100_000_000, None), op("c0-2", "read", 100_300_000_000, 103_500_000_000, True, 0)]
     assert waits(events, history) == {"kill-leader": [3.3]}
