@@ -905,6 +905,18 @@ impl ConsensusModule {
         self.begin_election(false, commit);
     }
 
+    /// Says how long a blocking wait took, when it took a second or more.
+    fn say_if_long(&self, what: &str, since: Instant) {
+        let waited = since.elapsed();
+        if waited >= Duration::from_secs(1) {
+            self.log_event(format!(
+                "member {} waited {} ms {what}, doing nothing else",
+                self.ctx.member_id,
+                waited.as_millis()
+            ));
+        }
+    }
+
     pub(super) fn log_event(&self, line: String) {
         // The wall clock's time of day (UTC, ms): members' lines compared
         // across processes show what each did while another waited.
@@ -1549,16 +1561,21 @@ impl ElectionHost for ConsensusModule {
     ) {
         let spy = self.leader_spy_channel();
         let recorded = with_param(&spy, &format!("session-id={log_session_id}"));
+        let started = Instant::now();
         let result = self
             .record_log(&recorded, log_session_id, source_location::LOCAL)
             .and_then(|_| {
-                self.join_services(
+                self.say_if_long("for the archive to record the log", started);
+                let joining = Instant::now();
+                let joined = self.join_services(
                     format!("aeron-spy:{spy}"),
                     log_session_id,
                     log_position,
                     role::LEADER,
                     is_startup,
-                )
+                );
+                self.say_if_long("for its services to join the log", joining);
+                joined
             });
         if let Err(e) = result {
             self.fail(format!(
@@ -1749,16 +1766,24 @@ impl ElectionHost for ConsensusModule {
             &tagged,
             &format!("session-id={log_session_id}|rejoin=false"),
         );
+        // Both waits block the duty cycle (nothing else runs meanwhile): a
+        // long one is said, with its length, until they become states the
+        // election polls (a busy CI run saw followers stuck here 53 s).
+        let started = Instant::now();
         let result = self
             .record_log(&recorded, log_session_id, source_location::REMOTE)
             .and_then(|_| {
-                self.join_services(
+                self.say_if_long("for the archive to record the log", started);
+                let joining = Instant::now();
+                let joined = self.join_services(
                     tagged,
                     log_session_id,
                     log_position,
                     role::FOLLOWER,
                     is_startup,
-                )
+                );
+                self.say_if_long("for its services to join the log", joining);
+                joined
             });
         match result {
             Ok(()) => {
