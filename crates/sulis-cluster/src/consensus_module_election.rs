@@ -720,8 +720,7 @@ impl ConsensusModule {
             return;
         }
         let term = self.agent.leadership_term_id;
-        let leased = self.has_lease(now_ns);
-        match beyond_term(&m, term, leased) {
+        match beyond_term(&m, term, || self.has_lease(now_ns)) {
             BeyondTerm::No => {}
             BeyondTerm::Ignored => {
                 if let ConsensusMessage::RequestVote(x) = &m {
@@ -883,19 +882,24 @@ impl ConsensusModule {
             .send(member, &Outbound::StopCatchup(stop));
     }
 
-    /// The term this member runs is over: a new election, from the commit position.
     /// This member is sure of its term's leader now: as leader, a quorum of
     /// followers reported within the leader heartbeat timeout; as follower,
     /// the leader did.
     fn has_lease(&mut self, now_ns: i64) -> bool {
-        let timeout = self.ctx.leader_heartbeat_timeout.as_nanos() as i64;
         match self.agent.role {
             role::LEADER => !self.agent.has_lost_follower_quorum(&self.members, now_ns),
-            role::FOLLOWER => now_ns - self.rep().last_leader_update_ns < timeout,
+            role::FOLLOWER => !self.leader_silent(now_ns),
             _ => false,
         }
     }
 
+    /// Follower: nothing heard from the leader for the heartbeat timeout.
+    fn leader_silent(&mut self, now_ns: i64) -> bool {
+        now_ns - self.rep().last_leader_update_ns
+            >= self.ctx.leader_heartbeat_timeout.as_nanos() as i64
+    }
+
+    /// The term this member runs is over: a new election, from the commit position.
     fn step_down(&mut self, _now_ns: i64, why: &str) {
         self.log_event(format!(
             "member {} leaves term {}: {why}",
@@ -905,29 +909,52 @@ impl ConsensusModule {
         self.begin_election(false, commit);
     }
 
-    /// Says how long a blocking wait took, when it took a second or more.
-    fn say_if_long(&self, what: &str, since: Instant) {
-        let waited = since.elapsed();
-        if waited >= Duration::from_secs(1) {
-            self.log_event(format!(
-                "member {} waited {} ms {what}, doing nothing else",
-                self.ctx.member_id,
-                waited.as_millis()
-            ));
-        }
+    /// Has the archive record the log session (`recorded`, from `source`)
+    /// and the services join it (`services_channel`) at `log_position`.
+    /// Both waits block the duty cycle, nothing else runs meanwhile: a wait
+    /// of a second or more is said, with its length, until they become
+    /// states the election polls (a busy CI run saw followers stuck 53 s).
+    #[allow(clippy::too_many_arguments)]
+    fn record_and_join_log(
+        &mut self,
+        recorded: &str,
+        source: i32,
+        services_channel: String,
+        log_session_id: i32,
+        log_position: i64,
+        role: i32,
+        is_startup: bool,
+    ) -> Result<(), String> {
+        let say_if_long = |this: &Self, what: &str, since: Instant| {
+            let waited = since.elapsed();
+            if waited >= Duration::from_secs(1) {
+                this.log_event(format!(
+                    "member {} waited {} ms {what}, doing nothing else",
+                    this.ctx.member_id,
+                    waited.as_millis()
+                ));
+            }
+        };
+        let started = Instant::now();
+        self.record_log(recorded, log_session_id, source)?;
+        say_if_long(self, "for the archive to record the log", started);
+        let joining = Instant::now();
+        let joined = self.join_services(
+            services_channel,
+            log_session_id,
+            log_position,
+            role,
+            is_startup,
+        );
+        say_if_long(self, "for its services to join the log", joining);
+        joined
     }
 
     pub(super) fn log_event(&self, line: String) {
-        // The wall clock's time of day (UTC, ms): members' lines compared
-        // across processes show what each did while another waited.
-        let ms = sulis_concurrent::cnc::epoch_ms().rem_euclid(86_400_000);
-        eprintln!(
-            "sulis cluster: {:02}:{:02}:{:02}.{:03} {line}",
-            ms / 3_600_000,
-            ms / 60_000 % 60,
-            ms / 1000 % 60,
-            ms % 1000
-        );
+        // The time of day (UTC, ms) first: members' lines compared across
+        // processes show what each did while another waited.
+        let now = sulis_concurrent::error_log::utc(sulis_concurrent::cnc::epoch_ms());
+        eprintln!("sulis cluster: {} {line}", &now[11..]);
     }
 
     /// Leader: commits what a quorum recorded and tells the followers.
@@ -959,9 +986,7 @@ impl ConsensusModule {
     /// reports what it recorded, and stands for election when the leader
     /// falls silent.
     fn follower_work(&mut self, now_ns: i64) -> Result<usize, String> {
-        if now_ns - self.rep().last_leader_update_ns
-            >= self.ctx.leader_heartbeat_timeout.as_nanos() as i64
-        {
+        if self.leader_silent(now_ns) {
             self.step_down(now_ns, "leader heartbeat timeout");
             return Ok(1);
         }
@@ -1561,22 +1586,15 @@ impl ElectionHost for ConsensusModule {
     ) {
         let spy = self.leader_spy_channel();
         let recorded = with_param(&spy, &format!("session-id={log_session_id}"));
-        let started = Instant::now();
-        let result = self
-            .record_log(&recorded, log_session_id, source_location::LOCAL)
-            .and_then(|_| {
-                self.say_if_long("for the archive to record the log", started);
-                let joining = Instant::now();
-                let joined = self.join_services(
-                    format!("aeron-spy:{spy}"),
-                    log_session_id,
-                    log_position,
-                    role::LEADER,
-                    is_startup,
-                );
-                self.say_if_long("for its services to join the log", joining);
-                joined
-            });
+        let result = self.record_and_join_log(
+            &recorded,
+            source_location::LOCAL,
+            format!("aeron-spy:{spy}"),
+            log_session_id,
+            log_position,
+            role::LEADER,
+            is_startup,
+        );
         if let Err(e) = result {
             self.fail(format!(
                 "joining the log as leader of term {leadership_term_id}: {e}"
@@ -1766,25 +1784,15 @@ impl ElectionHost for ConsensusModule {
             &tagged,
             &format!("session-id={log_session_id}|rejoin=false"),
         );
-        // Both waits block the duty cycle (nothing else runs meanwhile): a
-        // long one is said, with its length, until they become states the
-        // election polls (a busy CI run saw followers stuck here 53 s).
-        let started = Instant::now();
-        let result = self
-            .record_log(&recorded, log_session_id, source_location::REMOTE)
-            .and_then(|_| {
-                self.say_if_long("for the archive to record the log", started);
-                let joining = Instant::now();
-                let joined = self.join_services(
-                    tagged,
-                    log_session_id,
-                    log_position,
-                    role::FOLLOWER,
-                    is_startup,
-                );
-                self.say_if_long("for its services to join the log", joining);
-                joined
-            });
+        let result = self.record_and_join_log(
+            &recorded,
+            source_location::REMOTE,
+            tagged,
+            log_session_id,
+            log_position,
+            role::FOLLOWER,
+            is_startup,
+        );
         match result {
             Ok(()) => {
                 self.term_base_log_position = log_position;

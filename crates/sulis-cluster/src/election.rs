@@ -361,15 +361,15 @@ pub enum BeyondTerm {
 /// or canvass ends this member's term (a member that voted in a later term
 /// will not follow this one's leader; only an election ends the split); a
 /// request for votes in a later term ends it only if the member holds no
-/// lease: `leased` is that, as leader, a quorum of followers reported, or,
+/// lease: `leased` (asked only then) says whether, as leader, a quorum of followers reported, or,
 /// as follower, its leader did, within the leader heartbeat timeout. So a
 /// member back from a pause or a partition that asks for votes on a stale
 /// log does not unseat a leader that works (a healthy leader stepped down
 /// for it, and clients lost 1-6 s, in 2 of 4 runs of a paused leader).
-pub fn beyond_term(m: &ConsensusMessage, term: i64, leased: bool) -> BeyondTerm {
+pub fn beyond_term(m: &ConsensusMessage, term: i64, leased: impl FnOnce() -> bool) -> BeyondTerm {
     match m {
         ConsensusMessage::RequestVote(x) if x.candidate_term_id > term => {
-            if leased {
+            if leased() {
                 BeyondTerm::Ignored
             } else {
                 BeyondTerm::Leave("a vote requested for a later term".into())
@@ -630,7 +630,7 @@ pub struct Election {
     /// within the interval, so only the members still canvassing count: the
     /// canvass is the pre-vote Raft asks for.
     canvass_counts_from_ns: i64,
-    /// LEADER_READY: when a quorum had first joined the term's log.
+    /// LEADER_READY: since when a quorum has joined the term's log.
     quorum_joined_at_ns: Option<i64>,
     leader_recording_id: i64,
     log_session_id: Option<i32>,
@@ -897,9 +897,7 @@ impl Election {
         if i == self.this_member {
             return;
         }
-        let stale = matches!(self.state, ElectionState::Canvass | ElectionState::Nominate)
-            && now_ns < self.canvass_counts_from_ns;
-        if !stale {
+        if self.state != ElectionState::Canvass || now_ns >= self.canvass_counts_from_ns {
             self.update_member(i, m.log_leadership_term_id, m.log_position, false, now_ns);
         }
         if m.log_leadership_term_id.max(m.leadership_term_id) > self.leadership_term_id
@@ -1539,18 +1537,15 @@ impl Election {
             now_ns,
             self.timeouts.leader_heartbeat_timeout_ns,
         );
-        if joined && self.quorum_joined_at_ns.is_none() {
-            self.quorum_joined_at_ns = Some(now_ns);
-        }
+        self.quorum_joined_at_ns = joined.then(|| self.quorum_joined_at_ns.unwrap_or(now_ns));
         // Once a quorum joined, the log publication gets a heartbeat timeout
         // of its own to take the term's first entry (its receivers' status
         // messages must reach it first): on starved CPUs leaders gave their
         // term up 0.3 s after both followers had joined it, and elections
         // followed one another for 11-34 s.
-        let deadline_from = match self.quorum_joined_at_ns {
-            Some(at) if joined => at,
-            _ => self.time_of_last_state_change_ns,
-        };
+        let deadline_from = self
+            .quorum_joined_at_ns
+            .unwrap_or(self.time_of_last_state_change_ns);
         if joined && host.append_new_leadership_term_event(now_ns) {
             self.complete(host, now_ns);
             work += 1;

@@ -706,15 +706,17 @@ impl Sim {
             .or(node.following.map(|f| f.1))
             .unwrap_or(-1);
         let timeout = timeouts().leader_heartbeat_timeout_ns;
-        let leased = if node.leading.is_some() {
-            let me = node.id;
-            node.members
-                .iter()
-                .filter(|m| m.id == me || m.is_active(now, timeout))
-                .count()
-                > node.members.len() / 2
-        } else {
-            node.following.is_some() && now - node.last_leader_update_ns < timeout
+        let leased = || {
+            if node.leading.is_some() {
+                let me = node.id;
+                node.members
+                    .iter()
+                    .filter(|m| m.id == me || m.is_active(now, timeout))
+                    .count()
+                    > node.members.len() / 2
+            } else {
+                node.following.is_some() && now - node.last_leader_update_ns < timeout
+            }
         };
         match beyond_term(&message, term, leased) {
             BeyondTerm::No => {}

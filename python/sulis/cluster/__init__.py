@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import os
+import tempfile
 
 from .._native import (
     ADMIN_ACTION,
@@ -263,9 +264,7 @@ class ClusterClient:
                             f"the driver at {driver_dir} runs with its own")
         self._driver = None
         if driver_dir is None:
-            import tempfile
-
-            from .. import MediaDriver
+            from .. import MediaDriver  # the package's own, imported once it is initialised
 
             base = "/dev/shm" if os.path.isdir("/dev/shm") else None
             options = {"threading_mode": "shared", "dir_delete_on_shutdown": True, **(driver_options or {})}
