@@ -236,7 +236,13 @@ class FaultRun:
             if m.paused:
                 os.kill(m.proc.pid, signal.SIGCONT)
             m.proc.kill()
-            m.proc.wait(timeout=10)
+            # A SIGKILLed member leaves once the kernel has written back what it had mapped: on starved CPUs,
+            # from the loop-mounted disk of fill-disk, that took more than 10 s (a busy run failed here).
+            try:
+                m.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"member {m.id} (pid {m.proc.pid}) still there 120 s after SIGKILL, in state "
+                                     f"{process_state(m.proc.pid)}") from None
         self.log(f"killed member {m.id}")
 
     def leader(self, timeout: float = 30.0) -> Member:
@@ -537,6 +543,17 @@ class FaultRun:
                 m.proc.wait(timeout=10)
                 wrong.append(f"member {m.id} did not stop within 20 s of SIGTERM")
         return wrong
+
+
+def process_state(pid: int) -> str:
+    """A process's state and where in the kernel it waits (``/proc``), for a message."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat.rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+        return f"{state}, waiting in {wchan}"
+    except OSError as e:
+        return f"unknown ({e})"
 
 
 def move_dir(src: Path, dst: Path) -> None:
