@@ -897,7 +897,12 @@ class ClusterClient:
         ingress_channel: str = ...,
         message_timeout: float = 5.0,
         credentials: bytes = ...,
+        exactly_once: bool = True,
+        max_in_flight: int = 16384,
     ) -> Self: ...
+    @property
+    def in_flight(self) -> int:
+        """Messages sent and not yet committed (exactly once)."""
     @property
     def cluster_session_id(self) -> int:
         """The session's id."""

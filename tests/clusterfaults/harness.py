@@ -749,6 +749,13 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     answered = [h for h in history if h["ret"] is not None]
     missing = [h["id"] for h in answered if h["id"] not in applied_set]
     assert not missing, f"answered requests missing from the log: {missing[:10]}"
+    # Exactly once: a request of unknown outcome whose session did not end was resent to each new leader
+    # until committed, so it is in the log too (once: checked above).
+    unknown = [h for h in history if h["ret"] is None]
+    lost = [h["id"] for h in unknown if not h.get("session_ended") and h["id"] not in applied_set]
+    assert not lost, f"requests of sessions that stayed open, never applied: {lost[:10]}"
+    figures["unknown_applied"] = sum(h["id"] in applied_set for h in unknown)
+    figures["unknown_of_ended_sessions"] = sum(bool(h.get("session_ended")) for h in unknown)
     # At most one leader per term.
     terms = leaders_by_term(run.members)
     split = {t: sorted(ls) for t, ls in terms.items() if len(ls) > 1}

@@ -7,7 +7,9 @@ unique op id, never sent twice. An operation
 is recorded with its invocation and completion times (monotonic ns) and its result, or as of unknown
 outcome when no answer came within ``op_timeout`` (the request may or may not be in the log). An offer the
 ingress refused for a second is not recorded at all (it never left). A closed session is replaced by a new
-one. Runs until a line (or the end) arrives on stdin, then writes the history, a JSON object per line, to
+one, and the operations sent on it are marked ``session_ended``: the sessions are exactly once (the client's
+default), so an operation of unknown outcome on a session that did not end must still be applied, once.
+Runs until a line (or the end) arrives on stdin, then writes the history, a JSON object per line, to
 ``history``.
 """
 
@@ -25,8 +27,12 @@ import sulis
 from sulis.cluster import ClusterClient, ClusterError
 
 
-def drop(client: ClusterClient) -> None:
-    """Closes a client whose session ended or failed (its resources now, not at garbage collection)."""
+def drop(client: ClusterClient, sent: list) -> None:
+    """Closes a client whose session ended or failed (its resources now, not at garbage collection); what was
+    sent on it (``sent``, records) is marked: its session's promise ended with it."""
+    for record in sent:
+        record["session_ended"] = True
+    sent.clear()
     try:
         client.close()
     except ClusterError:
@@ -39,6 +45,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
     egress = f"aeron:udp?endpoint={cfg['host']}:{cfg['egress_port'] + n}"
     client = None
     seq = 0
+    sent_on_session: list[dict] = []
     while not stop.is_set():
         if client is None:
             try:
@@ -68,13 +75,14 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                 client.poll_egress(lambda p, t: None)
                 time.sleep(0.005)
         except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = drop(client)
+            client = drop(client, sent_on_session)
             continue
         if not sent:
             continue
         # A timer or a chain answers as a read of its key: the register history stays one of registers.
         record = {"client": n, "id": op_id, "op": "read" if kind in ("timer", "chain") else kind, "kind": kind,
                   "key": key, "a": a, "b": b, "call": call}
+        sent_on_session.append(record)
         answer: list[bytes] = []
 
         def on_egress(p: bytes, t: int, op_id: str = op_id, answer: list = answer) -> None:
@@ -87,7 +95,7 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                 if client.poll_egress(on_egress) == 0:
                     time.sleep(0.0005)
         except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = drop(client)
+            client = drop(client, sent_on_session)
         if answer:
             _, ok, value = answer[0].decode().split()
             value = [int(v) for v in value.split(",")] if kind == "balances" else int(value)

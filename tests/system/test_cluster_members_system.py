@@ -83,6 +83,38 @@ def test_three_member_processes_keep_every_answered_message_through_a_sigkill_of
             assert n.proc.returncode == 0, n.stderr()[-3000:]
 
 
+def stream(c: ClusterClient, texts: list[str], timeout: float = 60.0) -> None:
+    """Offers every text in order, reading egress (echoes, committed counts, a new leader) whenever the
+    ingress does not take one, without waiting for echoes."""
+    for text in texts:
+        await_until(lambda text=text: c.offer(text.encode()) > 0 or c.poll_egress(lambda p, t: None, 100) < 0,
+                    timeout, lambda text=text: f"ingress to take {text} ({c.in_flight} in flight)")
+
+
+def test_messages_in_flight_when_the_leader_is_sigkilled_are_applied_once_each_in_order(make_driver, tmp_path):
+    """Exactly once through a failover: the client streams 2,000 messages without waiting for answers and the
+    leader is SIGKILLed with hundreds in flight. The client resends what the leader had not said was
+    committed to the new leader, which drops what its log holds: every member applies m0..m1999 once each,
+    in order (before, a failover lost or applied twice what was in flight)."""
+    with journal_cluster(tmp_path, make_driver().dir) as (nodes, c):
+        texts = [f"m{i}" for i in range(2000)]
+        stream(c, texts[:600])
+        in_flight = c.in_flight
+        leader = c.leader_member_id
+        nodes[leader].kill()
+        stream(c, texts[600:])  # the first of them, and maybe all, into the dead leader's ingress
+        await_until(lambda: c.poll_egress(lambda p, t: None, 100) >= 0 and c.leader_member_id != leader, 30,
+                    "the client to follow a new leader")
+        rest = [n for n in nodes if n.id != leader]
+        keep = KeepAlive(c)
+        hold_all(rest, 2000, 60, idle=keep)
+        await_until(lambda: c.poll_egress(lambda p, t: None, 100) >= 0 and c.in_flight == 0, 30,
+                    lambda: f"the leader to say all is committed ({c.in_flight} in flight)")
+        print(f"{in_flight} messages were in flight at the kill")
+        nodes[leader].start()
+        hold_all(nodes, 2000, 60, idle=keep)
+
+
 def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_others(make_driver, tmp_path):
     """A follower's recording.log damaged while it was down (its first entry's type overwritten): it refuses
     to start, naming the file and where, and the other two go on. The replacement procedure of

@@ -11,12 +11,23 @@
 //! it takes the new term and leader at once, and
 //! [`ClusterClient::follow_leader`] moves its ingress to the new leader's
 //! endpoint (the Python client does so after every poll).
+//!
+//! Exactly once (sulis's, on unless the context says not): the client
+//! numbers its messages from 1 in the session header's timestamp (Aeron's
+//! client leaves it unset; the leader puts cluster time there in the log),
+//! keeps each until the leader says it is committed (a SessionEvent OK with
+//! the committed count) and resends those it keeps after a leader change.
+//! The leader sequences a session's n-th message only as the log's n-th
+//! of that session, so a resent message the log holds is dropped and the
+//! services see every message once through any failover.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
-    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, SESSION_HEADER_LENGTH,
+    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, MESSAGES_COMMITTED,
+    SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -37,6 +48,13 @@ pub struct ClusterClientContext {
     pub message_timeout: Duration,
     /// Credentials for the cluster's authenticator (empty: none).
     pub credentials: Vec<u8>,
+    /// Number the messages, keep them until committed and resend them after
+    /// a leader change (exactly once); off, the client is Aeron's (a
+    /// message in flight at a failover may be lost or applied twice).
+    pub exactly_once: bool,
+    /// Exactly once: most messages kept uncommitted; `offer` back-pressures
+    /// while that many wait for the leader's count.
+    pub max_in_flight: usize,
 }
 
 impl Default for ClusterClientContext {
@@ -49,6 +67,8 @@ impl Default for ClusterClientContext {
             egress_stream_id: 102,
             message_timeout: Duration::from_secs(5),
             credentials: Vec::new(),
+            exactly_once: true,
+            max_in_flight: 16_384,
         }
     }
 }
@@ -76,6 +96,41 @@ pub struct ClusterClient {
     /// The new leader's ingress endpoint, once a NewLeaderEvent named one
     /// and until the ingress moved there.
     new_leader_endpoint: Option<String>,
+    /// Exactly once: the numbering, the messages sent and not yet committed.
+    numbering: Option<Numbering>,
+    /// Session messages read while `offer` waited for the committed count,
+    /// for the next `poll_egress`: (timestamp, payload).
+    stash: VecDeque<(i64, Vec<u8>)>,
+}
+
+/// What takes a session's egress messages: `(timestamp, payload)`.
+type EgressHandler<'a> = dyn FnMut(i64, &[u8]) + 'a;
+
+/// The messages of an exactly-once session the leader has not yet said
+/// are committed.
+struct Numbering {
+    /// The next message's number (from 1).
+    next: i64,
+    /// (number, payload), oldest first.
+    window: VecDeque<(i64, Vec<u8>)>,
+    /// Most kept.
+    max: usize,
+    /// After a leader change: the index in `window` to resend from.
+    resend_from: Option<usize>,
+}
+
+impl Numbering {
+    /// The leader says `committed` of the session's messages are in the log for good.
+    fn on_committed(&mut self, committed: i64) {
+        let mut dropped = 0;
+        while self.window.front().is_some_and(|(n, _)| *n <= committed) {
+            self.window.pop_front();
+            dropped += 1;
+        }
+        if let Some(i) = self.resend_from.as_mut() {
+            *i = i.saturating_sub(dropped);
+        }
+    }
 }
 
 fn endpoints(list: &str) -> Vec<(i32, String)> {
@@ -292,6 +347,13 @@ impl ClusterClient {
                             ingress_channel: ctx.ingress_channel.clone(),
                             ingress_stream_id: ctx.ingress_stream_id,
                             new_leader_endpoint: None,
+                            numbering: ctx.exactly_once.then(|| Numbering {
+                                next: 1,
+                                window: VecDeque::new(),
+                                max: ctx.max_in_flight.max(1),
+                                resend_from: None,
+                            }),
+                            stash: VecDeque::new(),
                         });
                     }
                     event_code::REDIRECT => {
@@ -343,20 +405,70 @@ impl ClusterClient {
         self.ended.as_ref()
     }
 
-    fn header(&self) -> Vec<u8> {
-        SessionMessageHeader {
+    fn message(&self, number: i64, payload: &[u8]) -> Vec<u8> {
+        let mut message = SessionMessageHeader {
             leadership_term_id: self.leadership_term_id,
             cluster_session_id: self.cluster_session_id,
-            timestamp: 0,
+            timestamp: number,
         }
-        .encode()
+        .encode();
+        message.extend_from_slice(payload);
+        message
     }
 
-    /// Offers `payload` to the cluster; the new ingress position.
+    /// Offers `payload` to the cluster; the new ingress position. Exactly
+    /// once, it is kept until committed: while messages are being resent to
+    /// a new leader, or `max_in_flight` wait for the leader's count (read
+    /// here if need be; the session's messages read meanwhile wait for the
+    /// next [`ClusterClient::poll_egress`]), it is `BackPressured`.
     pub fn offer(&mut self, payload: &[u8]) -> Result<i64, OfferError> {
-        let mut message = self.header();
-        message.extend_from_slice(payload);
-        self.ingress.offer(&message)
+        if self.numbering.is_none() {
+            let message = self.message(0, payload);
+            return self.ingress.offer(&message);
+        }
+        if !self.resend() {
+            return Err(OfferError::BackPressured);
+        }
+        if self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max) {
+            let _ = self.poll_into(None, 10);
+            if self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max) {
+                return Err(OfferError::BackPressured);
+            }
+        }
+        let number = self.numbering.as_ref().map_or(0, |n| n.next);
+        let message = self.message(number, payload);
+        let position = self.ingress.offer(&message)?;
+        let numbering = self.numbering.as_mut().expect("exactly once");
+        numbering.window.push_back((number, payload.to_vec()));
+        numbering.next += 1;
+        Ok(position)
+    }
+
+    /// Messages sent and not yet committed (0 unless exactly once).
+    pub fn in_flight(&self) -> usize {
+        self.numbering.as_ref().map_or(0, |n| n.window.len())
+    }
+
+    /// After a leader change, resends what is not committed, oldest first,
+    /// as far as the new ingress takes it now; true once all went.
+    fn resend(&mut self) -> bool {
+        loop {
+            let Some(numbering) = self.numbering.as_ref() else {
+                return true;
+            };
+            let Some(i) = numbering.resend_from else {
+                return true;
+            };
+            let Some((number, payload)) = numbering.window.get(i) else {
+                self.numbering.as_mut().expect("numbering").resend_from = None;
+                return true;
+            };
+            let message = self.message(*number, payload);
+            if self.ingress.offer(&message).is_err() {
+                return false;
+            }
+            self.numbering.as_mut().expect("numbering").resend_from = Some(i + 1);
+        }
     }
 
     /// Tells the cluster this session is alive.
@@ -371,15 +483,36 @@ impl ClusterClient {
     /// Reads up to `limit` egress fragments; each message of this session
     /// goes to `handler(timestamp, payload)`. A SessionEvent that ends the
     /// session is kept ([`ClusterClient::ended`]) and returned as the error.
+    /// Exactly once, the leader's committed counts free what the client
+    /// kept, and after a leader change what it kept is resent.
     pub fn poll_egress(
         &mut self,
         mut handler: impl FnMut(i64, &[u8]),
         limit: usize,
     ) -> Result<usize, SessionEnded> {
+        let mut n = 0;
+        while let Some((timestamp, payload)) = self.stash.pop_front() {
+            handler(timestamp, &payload);
+            n += 1;
+        }
+        let polled = self.poll_into(Some(&mut handler), limit);
+        self.resend();
+        polled.map(|p| p + n)
+    }
+
+    /// Polls the egress; the session's messages go to `handler`, or into the
+    /// stash when there is none.
+    fn poll_into(
+        &mut self,
+        mut handler: Option<&mut EgressHandler>,
+        limit: usize,
+    ) -> Result<usize, SessionEnded> {
         let id = self.cluster_session_id;
         let mut ended = None;
         let mut new_leader = None;
+        let mut committed = None;
         let assembler = &mut self.assembler;
+        let stash = &mut self.stash;
         let n = self
             .egress
             .poll(
@@ -395,16 +528,23 @@ impl ClusterClient {
                     {
                         if let Ok(s) = SessionMessageHeader::decode(&m.payload) {
                             if s.cluster_session_id == id {
-                                handler(s.timestamp, &m.payload[SESSION_HEADER_LENGTH..]);
+                                let body = &m.payload[SESSION_HEADER_LENGTH..];
+                                match handler.as_mut() {
+                                    Some(h) => h(s.timestamp, body),
+                                    None => stash.push_back((s.timestamp, body.to_vec())),
+                                }
                             }
                         }
                     } else if h.template_id == SessionEvent::TEMPLATE_ID {
                         if let Ok(e) = SessionEvent::decode(&m.payload) {
-                            if e.cluster_session_id == id && e.code != event_code::OK {
+                            let ours = e.cluster_session_id == id;
+                            if ours && e.code != event_code::OK {
                                 ended = Some(SessionEnded {
                                     code: e.code,
                                     detail: e.detail,
                                 });
+                            } else if ours && e.detail == MESSAGES_COMMITTED {
+                                committed = committed.max(Some(e.correlation_id));
                             }
                         }
                     } else if h.template_id == NewLeaderEvent::TEMPLATE_ID {
@@ -419,6 +559,9 @@ impl ClusterClient {
                 limit,
             )
             .unwrap_or(0);
+        if let (Some(count), Some(numbering)) = (committed, self.numbering.as_mut()) {
+            numbering.on_committed(count);
+        }
         if let Some(e) = new_leader {
             self.on_new_leader(e);
         }
@@ -449,9 +592,10 @@ impl ClusterClient {
 
     /// After a NewLeaderEvent, moves the ingress to the new leader's
     /// endpoint (a new publication from `client`, this client's driver);
-    /// true if it moved. What was offered to the old leader and not
-    /// sequenced before it failed is not resent: the service's answers
-    /// tell the application what went through.
+    /// true if it moved. Exactly once, what the leader had not said was
+    /// committed is resent (the rest as the new ingress takes it, by
+    /// `offer` and `poll_egress`); otherwise, as Aeron's client, nothing
+    /// is: the service's answers tell the application what went through.
     pub fn follow_leader(&mut self, client: &Client) -> Result<bool, String> {
         let Some(endpoint) = self.new_leader_endpoint.take() else {
             return Ok(false);
@@ -462,6 +606,12 @@ impl ClusterClient {
             .map_err(|e| format!("the new leader's ingress {channel}: {e}"))?;
         let old = std::mem::replace(&mut self.ingress, ingress);
         old.close_without_waiting();
+        // What the old leader may not have sequenced goes again (the new
+        // leader drops what its log holds).
+        if let Some(numbering) = self.numbering.as_mut() {
+            numbering.resend_from = Some(0);
+        }
+        self.resend();
         Ok(true)
     }
 

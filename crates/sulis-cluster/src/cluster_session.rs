@@ -75,6 +75,21 @@ pub struct ClusterSession {
     pub has_open_event_pending: bool,
     /// A NewLeaderEvent is to be sent (a new leader took it over).
     pub has_new_leader_event_pending: bool,
+    /// How many of its messages the log holds, here (committed or appended
+    /// by this leader): a client that numbers its messages (sulis's) has
+    /// message n sequenced only as the session's n-th, so a message resent
+    /// after a failover is applied once. Deterministic: every member counts
+    /// the same log.
+    pub messages_in_log: i64,
+    /// Of them, how many are committed (what the client may forget).
+    pub messages_committed: i64,
+    /// The committed count last sent to the client.
+    pub messages_acked: i64,
+    /// Its client numbers its messages (this leader has seen one numbered):
+    /// it is told the committed count as it rises.
+    pub numbered: bool,
+    /// Said to the client with CLOSED instead of the close reason's name.
+    pub close_detail: Option<String>,
 }
 
 impl ClusterSession {
@@ -103,6 +118,11 @@ impl ClusterSession {
             response: None,
             has_open_event_pending: false,
             has_new_leader_event_pending: false,
+            messages_in_log: 0,
+            messages_committed: 0,
+            messages_acked: 0,
+            numbered: false,
+            close_detail: None,
         }
     }
 

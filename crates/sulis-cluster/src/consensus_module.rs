@@ -826,7 +826,7 @@ impl ConsensusModule {
             }
         }
         replay.close(&mut self.archive);
-        self.agent.commit_position = stop;
+        self.agent.committed_to(stop);
         Ok(stop)
     }
 
@@ -1115,6 +1115,7 @@ impl ConsensusModule {
             // messages come to a follower through the log.
             if leading {
                 work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
+                work += sessions.send_message_acks(&mut self.io, &term);
                 self.timed_out_clients
                     .set(sessions.timed_out_count() as i64);
             }

@@ -68,6 +68,8 @@ pub enum IngressResult {
     Appended,
     /// Not for this leader now (no such open session, another term): dropped, as Aeron drops it.
     Dropped,
+    /// A numbered message the log holds already (resent after a failover): dropped.
+    Duplicate,
     /// The log back-pressured: offer it again (the ingress poll stops here).
     BackPressured,
 }
@@ -285,7 +287,14 @@ impl ConsensusModuleAgent {
     /// Follower: the log was applied to `position`: the commit-position
     /// counter follows (never backwards).
     pub fn on_follower_applied(&mut self, position: i64) {
+        self.committed_to(position);
+    }
+
+    /// The log is committed to `position` (a follower applied it, a replay
+    /// of committed log reached it): the sessions' message counts follow.
+    pub fn committed_to(&mut self, position: i64) {
         self.commit_position = self.commit_position.max(position);
+        self.sessions.commit_messages(self.commit_position);
     }
 
     /// Follower: the AppendPosition to send the leader, when this member's
@@ -388,6 +397,24 @@ impl ConsensusModuleAgent {
         {
             return IngressResult::Dropped;
         }
+        // A client that numbers its messages (sulis's: from 1, in the
+        // header's timestamp, which the leader replaces with cluster time)
+        // has each sequenced once: the session's n-th message only as the
+        // log's n-th of the session. Aeron's client sends no number.
+        let numbered = header.timestamp > 0;
+        if numbered {
+            match self
+                .sessions
+                .number_message(cluster_session_id, header.timestamp)
+            {
+                crate::session_manager::MessageNumber::Next => {}
+                crate::session_manager::MessageNumber::Duplicate => {
+                    self.sessions.touch(cluster_session_id, now_ns);
+                    return IngressResult::Duplicate;
+                }
+                _ => return IngressResult::Dropped,
+            }
+        }
         let mut entry = SessionMessageHeader {
             leadership_term_id: self.leadership_term_id,
             cluster_session_id,
@@ -395,9 +422,11 @@ impl ConsensusModuleAgent {
         }
         .encode();
         entry.extend_from_slice(payload);
-        if host.append_to_log(&entry).is_none() {
+        let Some(position) = host.append_to_log(&entry) else {
             return IngressResult::BackPressured;
-        }
+        };
+        self.sessions
+            .on_message_appended(cluster_session_id, position);
         self.sessions.touch(cluster_session_id, now_ns);
         self.cluster_time = cluster_time;
         IngressResult::Appended
@@ -486,6 +515,11 @@ impl ConsensusModuleAgent {
                 } else {
                     let ns = timestamp.saturating_mul(self.ns_per_unit());
                     self.sessions.touch(*cluster_session_id, ns);
+                    self.sessions.on_message_in_log(
+                        *cluster_session_id,
+                        position,
+                        self.commit_position,
+                    );
                 }
             }
             LogEntry::Timer(t) => {
@@ -584,8 +618,8 @@ mod tests {
     use crate::session_manager::{ConnectRequest, SessionHost, Term};
     use sulis_archive::auth::AllowAll;
     use sulis_protocol::cluster::messages::{
-        ClusterActionRequest, NewLeadershipTermEvent, SessionMessageHeader, TimerEvent,
-        CLIENT_PROTOCOL_VERSION,
+        event_code, ClusterActionRequest, NewLeadershipTermEvent, SessionEvent,
+        SessionMessageHeader, TimerEvent, CLIENT_PROTOCOL_VERSION, MESSAGES_COMMITTED,
     };
     use sulis_protocol::sbe::semantic_version;
 
@@ -756,6 +790,7 @@ mod tests {
         entries: Vec<(Vec<u8>, i64)>,
         position: i64,
         back_pressured: bool,
+        egress: Vec<Vec<u8>>,
     }
 
     impl Log {
@@ -771,7 +806,8 @@ mod tests {
         fn is_egress_connected(&mut self, _key: u64) -> Option<bool> {
             Some(true)
         }
-        fn send_egress(&mut self, _key: u64, _message: &[u8]) -> bool {
+        fn send_egress(&mut self, _key: u64, message: &[u8]) -> bool {
+            self.egress.push(message.to_vec());
             true
         }
         fn close_egress(&mut self, _key: u64) {}
@@ -896,6 +932,113 @@ mod tests {
             cluster_session_id,
             timestamp: 0,
         }
+    }
+
+    fn numbered(leadership_term_id: i64, cluster_session_id: i64, n: i64) -> SessionMessageHeader {
+        SessionMessageHeader {
+            timestamp: n,
+            ..hdr(leadership_term_id, cluster_session_id)
+        }
+    }
+
+    /// The committed counts the session's client was told, in order.
+    fn acks(log: &Log) -> Vec<i64> {
+        log.egress
+            .iter()
+            .filter_map(|m| SessionEvent::decode(m).ok())
+            .filter(|e| e.code == event_code::OK && e.detail == MESSAGES_COMMITTED)
+            .map(|e| e.correlation_id)
+            .collect()
+    }
+
+    #[test]
+    fn a_numbered_message_is_sequenced_once_through_a_leader_change_and_a_gap_closes_its_session() {
+        let mut a = leader();
+        let mut ms = members(3);
+        let mut log = log_at(192);
+        let term = Term {
+            leadership_term_id: 3,
+            leader_member_id: 1,
+            ingress_endpoints: String::new(),
+        };
+        a.sessions
+            .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
+        let offer =
+            |a: &mut ConsensusModuleAgent, log: &mut Log, leadership_term_id: i64, n: i64| {
+                let t = Term {
+                    leadership_term_id,
+                    ..term.clone()
+                };
+                let payload = format!("m{n}");
+                a.on_ingress_message(
+                    log,
+                    &t,
+                    &numbered(leadership_term_id, 8, n),
+                    payload.as_bytes(),
+                    n * MS,
+                    n,
+                )
+            };
+        assert_eq!(offer(&mut a, &mut log, 3, 1), IngressResult::Appended);
+        assert_eq!(offer(&mut a, &mut log, 3, 1), IngressResult::Duplicate);
+        assert_eq!(offer(&mut a, &mut log, 3, 2), IngressResult::Appended);
+        assert_eq!(offer(&mut a, &mut log, 3, 3), IngressResult::Appended);
+        assert_eq!(log.entries.len(), 3, "the duplicate is not in the log");
+        assert_eq!(a.sessions.duplicate_count(), 1);
+        // A quorum holds the first two: the client is told 2, once.
+        report(&a, &mut ms, 0, 3, log.entries[1].1, MS);
+        a.update_leader_position(&mut ms, MS, log.position);
+        a.sessions.send_message_acks(&mut log, &term);
+        a.sessions.send_message_acks(&mut log, &term);
+        assert_eq!(acks(&log), vec![2]);
+        // A follower applying the same log counts the same.
+        let mut f = ConsensusModuleAgent::new(config());
+        f.sessions
+            .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
+        for (entry, position) in &log.entries {
+            let e = decode(entry, *position).expect("entry");
+            f.on_log_entry(&e, *position).expect("applied");
+            f.on_follower_applied(*position);
+        }
+        assert_eq!(f.sessions.session(8).expect("open").messages_in_log, 3);
+        // The leader loses its term with the third uncommitted; the next
+        // leader's log holds the first two only. The client resends 3
+        // (4 was never offered) to it: 1 and 2 are dropped, 3 and 4 go in.
+        let commit = a.commit_position;
+        a.prepare_for_new_leadership(&mut log, commit, 2 * MS);
+        assert_eq!(a.sessions.session(8).expect("open").messages_in_log, 2);
+        a.leadership_term_id = 4;
+        a.role = role::LEADER;
+        log.entries.truncate(2);
+        log.position = log.entries[1].1;
+        for n in [2, 3, 4] {
+            let r = offer(&mut a, &mut log, 4, n);
+            assert_eq!(
+                r,
+                if n == 2 {
+                    IngressResult::Duplicate
+                } else {
+                    IngressResult::Appended
+                },
+                "{n}"
+            );
+        }
+        let payloads: Vec<String> = log
+            .entries
+            .iter()
+            .map(|(e, p)| match decode(e, *p).expect("entry") {
+                LogEntry::SessionMessage { payload, .. } => String::from_utf8_lossy(payload).into(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(payloads, ["m1", "m2", "m3", "m4"]);
+        // A number past the next: messages never reached the log; the
+        // session closes, its client told which.
+        assert_eq!(offer(&mut a, &mut log, 4, 7), IngressResult::Dropped);
+        let s = a.sessions.session(8).expect("closing");
+        assert_eq!(s.state, crate::cluster_session::SessionState::Closing);
+        let detail = s.close_detail.clone().expect("said");
+        assert!(detail.contains("messages 5 to 6 never reached"), "{detail}");
     }
 
     #[test]

@@ -1517,7 +1517,7 @@ impl ElectionHost for ConsensusModule {
         terms.extend(met);
         match polled {
             Ok(Some(end)) => {
-                self.agent.commit_position = self.agent.commit_position.max(end);
+                self.agent.committed_to(end);
                 replay.close(&mut self.archive);
                 Some(end)
             }

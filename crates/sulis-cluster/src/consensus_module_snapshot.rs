@@ -83,6 +83,7 @@ pub fn take(agent: &ConsensusModuleAgent, at: &SnapshotMark) -> Vec<Vec<u8>> {
                 time_of_last_activity: NULL_VALUE,
                 close_reason: s.close_reason.unwrap_or(NULL_VALUE as i32),
                 response_stream_id: s.response_stream_id,
+                messages_in_log: s.messages_in_log,
                 response_channel: s.response_channel,
             }
             .encode(),
@@ -196,6 +197,7 @@ pub fn load(
                     close_reason: (s.close_reason != NULL_VALUE as i32).then_some(s.close_reason),
                     response_stream_id: s.response_stream_id,
                     response_channel: s.response_channel,
+                    messages_in_log: s.messages_in_log,
                 });
             }
             Timer::TEMPLATE_ID => {
@@ -292,6 +294,9 @@ mod tests {
         a.sessions.on_replay_session_close(2, 0);
         a.sessions
             .on_replay_session_open(256, 9, 3, 0, 103, "aeron:ipc");
+        // Session 3's client numbers its messages: the log holds 2 of them.
+        a.sessions.on_message_in_log(3, 320, 4096);
+        a.sessions.on_message_in_log(3, 384, 4096);
         a.timers.schedule(11, 5_000);
         a.timers.schedule(12, 1_000);
         a.trackers[1].enqueue(b"first".to_vec());
@@ -306,6 +311,25 @@ mod tests {
         assert_eq!(b.sessions.next_committed_session_id(), 4);
         let ids: Vec<i64> = b.sessions.snapshot().iter().map(|s| s.id).collect();
         assert_eq!(ids, vec![1, 3]);
+        let counts: Vec<i64> = b
+            .sessions
+            .snapshot()
+            .iter()
+            .map(|s| s.messages_in_log)
+            .collect();
+        assert_eq!(
+            counts,
+            vec![0, 2],
+            "a resend after the load is still told from a new message"
+        );
+        assert_eq!(
+            b.sessions.number_message(3, 2),
+            crate::session_manager::MessageNumber::Duplicate
+        );
+        assert_eq!(
+            b.sessions.number_message(3, 3),
+            crate::session_manager::MessageNumber::Next
+        );
         assert_eq!(b.timers.snapshot(), vec![(12, 1_000), (11, 5_000)]);
         assert_eq!(b.trackers[1].snapshot(), a.trackers[1].snapshot());
         assert_eq!(b.trackers[0].snapshot(), a.trackers[0].snapshot());

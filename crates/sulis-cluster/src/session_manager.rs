@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use sulis_archive::auth::{Authenticator, Decision};
 use sulis_protocol::cluster::messages::{
     close_reason, event_code, Challenge, NewLeaderEvent, SessionCloseEvent, SessionEvent,
-    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, NULL_POSITION, NULL_VALUE,
+    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, MESSAGES_COMMITTED, NULL_POSITION, NULL_VALUE,
 };
 use sulis_protocol::sbe::{semantic_major, semantic_version_string};
 
@@ -101,6 +101,23 @@ pub struct SessionSnapshot {
     pub response_stream_id: i32,
     /// Egress channel.
     pub response_channel: String,
+    /// How many of its messages the log holds up to the snapshot.
+    pub messages_in_log: i64,
+}
+
+/// What a numbered message is to the session it names
+/// ([`SessionManager::number_message`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageNumber {
+    /// The session's next message: sequence it.
+    Next,
+    /// The log holds it already (a resend after a failover): drop it.
+    Duplicate,
+    /// Messages before it never reached the log: the session is closing,
+    /// its client told which.
+    Gap,
+    /// Not an open session (dropped, as any such message).
+    Unknown,
 }
 
 /// Detail of the ERROR for a client of another major protocol version.
@@ -127,6 +144,10 @@ pub struct SessionManager {
     uncommitted_closed: VecDeque<ClusterSession>,
     /// (log position after an open, the next committed session id it makes).
     uncommitted_next_committed: VecDeque<(i64, i64)>,
+    /// (log position after a session's message, the session) for messages
+    /// in the log past the commit position, oldest first.
+    uncommitted_messages: VecDeque<(i64, i64)>,
+    duplicates: u64,
     next_session_id: i64,
     next_committed_session_id: i64,
     next_egress_key: u64,
@@ -144,6 +165,8 @@ impl SessionManager {
             rejected: Vec::new(),
             uncommitted_closed: VecDeque::new(),
             uncommitted_next_committed: VecDeque::new(),
+            uncommitted_messages: VecDeque::new(),
+            duplicates: 0,
             next_session_id: 1,
             next_committed_session_id: 1,
             next_egress_key: 1,
@@ -421,6 +444,103 @@ impl SessionManager {
             && self.sessions.get(&id).is_some_and(|s| s.is_open())
     }
 
+    /// Leader: message `number` (the client's, from 1) of open session `id`:
+    /// whether it is the session's next, one the log holds, or one after a
+    /// gap (the session then closes, its client told why). Only a client
+    /// that numbers its messages (a timestamp above 0 in its header) is
+    /// asked about; Aeron's client sends none and is sequenced as it sends.
+    pub fn number_message(&mut self, id: i64, number: i64) -> MessageNumber {
+        let Some(s) = self.sessions.get_mut(&id).filter(|s| s.is_open()) else {
+            return MessageNumber::Unknown;
+        };
+        s.numbered = true;
+        let next = s.messages_in_log + 1;
+        if number < next {
+            self.duplicates += 1;
+            MessageNumber::Duplicate
+        } else if number == next {
+            MessageNumber::Next
+        } else {
+            s.closing(close_reason::TIMEOUT);
+            s.close_detail = Some(format!(
+                "message {number} of session {id} came when the log holds {} of its messages: {} never reached the cluster",
+                s.messages_in_log,
+                if number - next == 1 {
+                    format!("message {next}")
+                } else {
+                    format!("messages {next} to {}", number - 1)
+                }
+            ));
+            MessageNumber::Gap
+        }
+    }
+
+    /// Leader: a message of session `id` was appended, ending at `position`.
+    pub fn on_message_appended(&mut self, id: i64, position: i64) {
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.messages_in_log += 1;
+            self.uncommitted_messages.push_back((position, id));
+        }
+    }
+
+    /// A message of session `id` ending at `position` was applied from the
+    /// log (a follower, a replay) with the log committed to `commit_position`.
+    pub fn on_message_in_log(&mut self, id: i64, position: i64, commit_position: i64) {
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.messages_in_log += 1;
+            if position <= commit_position {
+                s.messages_committed += 1;
+            } else {
+                self.uncommitted_messages.push_back((position, id));
+            }
+        }
+    }
+
+    /// Messages up to `commit_position` are committed.
+    pub fn commit_messages(&mut self, commit_position: i64) {
+        while let Some(&(position, id)) = self.uncommitted_messages.front() {
+            if position > commit_position {
+                break;
+            }
+            self.uncommitted_messages.pop_front();
+            if let Some(s) = self.sessions.get_mut(&id) {
+                s.messages_committed += 1;
+            }
+        }
+    }
+
+    /// Numbered messages dropped because the log held them (resends).
+    pub fn duplicate_count(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Leader: tells each client that numbers its messages how many of them
+    /// are committed, when that rose (a SessionEvent OK whose correlation id
+    /// is the count, detail [`MESSAGES_COMMITTED`]): it may forget them.
+    pub fn send_message_acks(&mut self, host: &mut dyn SessionHost, term: &Term) -> usize {
+        let mut work = 0;
+        for s in self.sessions.values_mut() {
+            if !s.is_open() || !s.numbered || s.messages_committed <= s.messages_acked {
+                continue;
+            }
+            let e = SessionEvent {
+                cluster_session_id: s.id,
+                correlation_id: s.messages_committed,
+                leadership_term_id: term.leadership_term_id,
+                leader_member_id: term.leader_member_id,
+                code: event_code::OK,
+                version: CLIENT_PROTOCOL_VERSION,
+                leader_heartbeat_timeout_ns: self.cfg.leader_heartbeat_timeout_ns,
+                detail: MESSAGES_COMMITTED.to_string(),
+            };
+            if host.send_egress(s.egress_key, &e.encode()) {
+                s.messages_acked = s.messages_committed;
+                work += 1;
+            }
+        }
+        work
+    }
+
     /// Session `id` was heard from.
     pub fn touch(&mut self, id: i64, now_ns: i64) {
         if let Some(s) = self.sessions.get_mut(&id) {
@@ -515,7 +635,11 @@ impl SessionManager {
             // have only just connected it), within the session timeout.
             let mut notice = s.clone();
             notice.time_of_last_activity_ns = now_ns;
-            notice.response = Some((event_code::CLOSED, close_reason_name(reason).to_string()));
+            let detail = s
+                .close_detail
+                .clone()
+                .unwrap_or_else(|| close_reason_name(reason).to_string());
+            notice.response = Some((event_code::CLOSED, detail));
             self.rejected.push(notice);
         } else {
             host.close_egress(s.egress_key);
@@ -619,6 +743,10 @@ impl SessionManager {
             snap.response_stream_id,
             &snap.response_channel,
         );
+        let s = self.sessions.get_mut(&snap.id).expect("loaded");
+        s.messages_in_log = snap.messages_in_log;
+        s.messages_committed = snap.messages_in_log;
+        s.messages_acked = snap.messages_in_log;
         if let Some(reason) = snap.close_reason {
             self.sessions
                 .get_mut(&snap.id)
@@ -650,6 +778,7 @@ impl SessionManager {
                 },
                 response_stream_id: s.response_stream_id,
                 response_channel: s.response_channel.clone(),
+                messages_in_log: s.messages_in_log,
             })
             .collect()
     }
@@ -742,6 +871,7 @@ impl SessionManager {
             self.uncommitted_next_committed.pop_front();
             self.next_committed_session_id = self.next_committed_session_id.max(next);
         }
+        self.commit_messages(commit_position);
     }
 
     /// Leadership lost with the log committed to `commit_position`: closes
@@ -753,6 +883,16 @@ impl SessionManager {
                 s.closed_log_position = NULL_POSITION;
                 s.state = SessionState::Closing;
                 self.sessions.insert(s.id, s);
+            }
+        }
+        // Messages after it leave the count (a replay of what stays counts them again).
+        while let Some(&(position, id)) = self.uncommitted_messages.back() {
+            if position <= commit_position {
+                break;
+            }
+            self.uncommitted_messages.pop_back();
+            if let Some(s) = self.sessions.get_mut(&id) {
+                s.messages_in_log -= 1;
             }
         }
         self.sweep_uncommitted(commit_position);

@@ -905,7 +905,8 @@ impl PyClusterClient {
     /// cluster whose members take ingress at `ingress_endpoints`
     /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
     #[new]
-    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new()))]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         driver_dir: PathBuf,
@@ -914,6 +915,8 @@ impl PyClusterClient {
         ingress_channel: String,
         message_timeout: f64,
         credentials: Vec<u8>,
+        exactly_once: bool,
+        max_in_flight: usize,
     ) -> PyResult<Self> {
         let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
         let (client, session) =
@@ -931,6 +934,8 @@ impl PyClusterClient {
                     egress_channel,
                     message_timeout: timeout,
                     credentials,
+                    exactly_once,
+                    max_in_flight,
                     ..ClusterClientContext::default()
                 };
                 let session = ClusterClient::connect(&client, &ctx)?;
@@ -968,7 +973,18 @@ impl PyClusterClient {
             Ok(position) => position,
             Err(e) => offer_code(e)?,
         };
+        // Waiting for the committed count may have read a NewLeaderEvent.
+        let session = self.session.as_mut().expect("offered above");
+        session
+            .follow_leader(&self.client)
+            .map_err(ClusterError::new_err)?;
         crate::offer_result::to_py(py, value)
+    }
+
+    /// Messages sent and not yet committed (exactly once; 0 otherwise).
+    #[getter]
+    fn in_flight(&mut self) -> PyResult<usize> {
+        Ok(self.session()?.in_flight())
     }
 
     /// Tells the cluster the session is alive; False if it could not go now.

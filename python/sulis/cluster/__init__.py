@@ -251,12 +251,20 @@ class ClusterClient:
     "0=host:9010,1=host:9110,2=host:9210")`` needs nothing started by hand. Its egress then defaults to
     ``aeron:udp?endpoint=localhost:0`` (a free port, which the client tells the cluster); give a
     reachable address when the members are on other hosts.
+
+    Exactly once (``exactly_once=True``, the default): the client numbers its messages, keeps each until the
+    leader says it is committed (read by ``poll_egress``, or by ``offer`` when ``max_in_flight`` wait) and
+    resends what it keeps to a new leader, which drops what its log holds: the services apply every message
+    once through any failover. ``offer`` returns BACK_PRESSURED while ``max_in_flight`` messages wait or a
+    resend is under way. ``exactly_once=False`` is Aeron's client: a message in flight at a failover may be
+    lost or applied twice (Aeron Cluster's own client always is, and works with sulis unchanged).
     """
 
     def __init__(self, driver_dir=None, ingress_endpoints: str | None = None,
                  egress_channel: str = "aeron:udp?endpoint=localhost:0", *,
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
-                 credentials: bytes = b"", driver_options: dict | None = None) -> None:
+                 credentials: bytes = b"", driver_options: dict | None = None, exactly_once: bool = True,
+                 max_in_flight: int = 16384) -> None:
         if ingress_endpoints is None:
             raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
         if driver_dir is not None and driver_options:
@@ -273,7 +281,8 @@ class ClusterClient:
         self._driver_dir = str(driver_dir)
         try:
             self._native = _NativeClusterClient(self._driver_dir, ingress_endpoints, egress_channel,
-                                                ingress_channel, message_timeout, credentials)
+                                                ingress_channel, message_timeout, credentials, exactly_once,
+                                                max_in_flight)
         except BaseException:
             self._close_driver()
             raise
@@ -306,6 +315,11 @@ class ClusterClient:
     def offer(self, payload: bytes) -> int:
         """Offers ``payload``: the new position, or an ``OfferResult`` (BACK_PRESSURED, ...) to offer again."""
         return self._native.offer(payload)
+
+    @property
+    def in_flight(self) -> int:
+        """Messages sent and not yet committed (exactly once; 0 otherwise)."""
+        return self._native.in_flight
 
     def send_keep_alive(self) -> bool:
         """Tells the cluster the session is alive (a session silent for the session timeout is closed)."""

@@ -41,6 +41,12 @@ pub mod event_code {
     pub const CLOSED: i32 = 4;
 }
 
+/// SessionEvent.detail of an OK that tells a client numbering its messages
+/// (sulis's exactly-once client) how many of them the log holds committed,
+/// in `correlation_id`: it may forget those. sulis's own; Aeron's client
+/// numbers nothing and is never sent one.
+pub const MESSAGES_COMMITTED: &str = "messages committed";
+
 /// SessionCloseEvent.close_reason.
 pub mod close_reason {
     /// The client asked.
@@ -448,14 +454,19 @@ crate::sbe_messages! {
         response_stream_id: i32 @8,
     } var { response_channel: ascii, encoded_principal: data }
 
-    /// Consensus module snapshot: a session.
-    ClusterSession = 103, block 40 {
+    /// Consensus module snapshot: a session. `messages_in_log` is sulis's,
+    /// after Aeron's block (SBE's way to extend one: Aeron's decoder skips
+    /// it by the block length): how many of the session's messages the log
+    /// holds, the count a client that numbers its messages is deduplicated
+    /// against (0 in a snapshot Aeron wrote).
+    ClusterSession = 103, block 48 {
         cluster_session_id: i64 @0,
         correlation_id: i64 @8,
         opened_log_position: i64 @16,
         time_of_last_activity: i64 @24,
         close_reason: i32 @32,
         response_stream_id: i32 @36,
+        messages_in_log: i64 @40 null = 0,
     } var { response_channel: ascii }
 
     /// Consensus module snapshot: a pending timer.
