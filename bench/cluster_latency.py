@@ -104,18 +104,20 @@ class SulisNode:
             env.update(SULIS_IDLE_STRATEGY=idle, SULIS_ARCHIVE_IDLE_STRATEGY=idle, SULIS_CLUSTER_IDLE_STRATEGY=idle)
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
+        self.cmds: list[list[str]] = []
+        self.env = env
         try:
             for i in range(members):
                 base = os.path.join(self.top, f"m{i}")
                 os.makedirs(base)
                 log = os.path.join(base, "stderr.txt")
+                self.cmds.append([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
+                                  "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
+                                  "--archive-dir", os.path.join(base, "archive"), "--dir",
+                                  os.path.join(base, "driver"), "--cluster-members", spec,
+                                  "--member-id", str(i), "--log-term-length", "16m", *extra])
                 with open(log, "w") as err:
-                    proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
-                                             "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
-                                             "--archive-dir", os.path.join(base, "archive"), "--dir",
-                                             os.path.join(base, "driver"), "--cluster-members", spec,
-                                             "--member-id", str(i), "--log-term-length", "16m", *extra],
-                                            env=env, stderr=err, text=True)
+                    proc = subprocess.Popen(self.cmds[i], env=env, stderr=err, text=True)
                 self.procs.append(proc)
                 self.logs.append(log)
             for proc, log in zip(self.procs, self.logs, strict=True):
@@ -124,6 +126,11 @@ class SulisNode:
             stop_all(self.procs, self.top)
             raise
         self.endpoints = ",".join(f"{i}=localhost:{p[0]}" for i, p in enumerate(ports))
+
+    def start(self, i: int) -> None:
+        """Starts member ``i`` again on its directories (after it was killed); its output goes on in its file."""
+        with open(self.logs[i], "a") as err:
+            self.procs[i] = subprocess.Popen(self.cmds[i], env=self.env, stderr=err, text=True)
 
     def close(self) -> None:
         stop_all(self.procs, self.top)

@@ -417,8 +417,9 @@ impl ClusterClient {
     }
 
     /// Offers `payload` to the cluster; the new ingress position. Exactly
-    /// once, it is kept until committed: while messages are being resent to
-    /// a new leader, or `max_in_flight` wait for the leader's count (read
+    /// once, it is kept until committed: while a new leader is not yet
+    /// followed ([`ClusterClient::follow_leader`]) or messages are being
+    /// resent to it, or `max_in_flight` wait for the leader's count (read
     /// here if need be; the session's messages read meanwhile wait for the
     /// next [`ClusterClient::poll_egress`]), it is `BackPressured`.
     pub fn offer(&mut self, payload: &[u8]) -> Result<i64, OfferError> {
@@ -426,12 +427,18 @@ impl ClusterClient {
             let message = self.message(0, payload);
             return self.ingress.offer(&message);
         }
-        if !self.resend() {
+        // A NewLeaderEvent read and not yet followed: a message of the new
+        // term sent on the old ingress could reach the leader before what
+        // it dropped as of the old term is resent (a gap that closes the
+        // session). It waits for `follow_leader`.
+        if self.new_leader_endpoint.is_some() || !self.resend() {
             return Err(OfferError::BackPressured);
         }
         if self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max) {
             let _ = self.poll_into(None, 10);
-            if self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max) {
+            if self.new_leader_endpoint.is_some()
+                || self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max)
+            {
                 return Err(OfferError::BackPressured);
             }
         }
@@ -640,5 +647,37 @@ fn code_name(code: i32) -> &'static str {
         event_code::AUTHENTICATION_REJECTED => "AUTHENTICATION_REJECTED",
         event_code::CLOSED => "CLOSED",
         _ => "UNKNOWN",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_committed_count_frees_what_it_covers_and_a_resend_goes_on_from_the_same_message() {
+        let mut n = Numbering {
+            next: 6,
+            window: (1..=5).map(|i| (i, vec![i as u8])).collect(),
+            max: 8,
+            resend_from: Some(3), // 1, 2 and 3 went again; 4 is next
+        };
+        n.on_committed(2);
+        let left: Vec<i64> = n.window.iter().map(|(i, _)| *i).collect();
+        assert_eq!(left, [3, 4, 5]);
+        assert_eq!(
+            n.resend_from,
+            Some(1),
+            "message 4 is still the next to resend"
+        );
+        n.on_committed(1); // a late, lower count changes nothing
+        assert_eq!(n.window.len(), 3);
+        n.on_committed(5);
+        assert!(n.window.is_empty());
+        assert_eq!(
+            n.resend_from,
+            Some(0),
+            "nothing left: the resend ends at once"
+        );
     }
 }
