@@ -449,7 +449,10 @@ class FaultRun:
             # it acknowledges nothing it could not record (the checks). Then it moves back (killed, restarted).
             victim = leader if rng.random() < 0.5 else rng.choice([m for m in self.members if m is not leader])
             self.kill(victim)
-            with small_ext4(64, str(self.base)) as mnt:
+            # Its image in memory: on the machine's one disk, the 64 MB written to fill it held up every other
+            # member's fsync (a busy run saw a vote's node-state sync take 26 s right after), which separate
+            # hosts would not share.
+            with small_ext4(64, "/dev/shm" if os.path.isdir("/dev/shm") else str(self.base)) as mnt:
                 for d in ("cluster", "archive"):
                     move_dir(victim.base / d, Path(mnt) / d)
                     os.symlink(Path(mnt) / d, victim.base / d)
@@ -495,11 +498,13 @@ class FaultRun:
                 time.sleep(hold)
                 os.remove(filler)
                 if victim.is_up():
+                    # Not 30 s: on starved CPUs a member's sync of its recording log on the loop-mounted disk,
+                    # just emptied, took 35 s once (its module said so: "spent 35185 ms in one duty cycle").
                     runs = said().count("runs term")
-                    deadline = time.monotonic() + 30
+                    deadline = time.monotonic() + 120
                     while said().count("runs term") <= runs:
                         if time.monotonic() > deadline:
-                            raise AssertionError(f"member {victim.id} did not go on within 30 s of space again:\n"
+                            raise AssertionError(f"member {victim.id} did not go on within 120 s of space again:\n"
                                                  f"{said()[-3000:]}")
                         time.sleep(0.05)
                     self.log(f"member {victim.id} went on by itself with space again")

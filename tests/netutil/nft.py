@@ -60,7 +60,12 @@ def require_nft() -> None:
 def run_nft(ns: str | None, *args: str, input: str | None = None) -> str:
     """Runs ``nft ARGS`` inside ``ns`` (current namespace when None); returns stdout."""
     argv = ([] if ns is None else exec_prefix(ns)) + [nft_path() or "nft", *args]
-    proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=30)
+    # Generous: `ip netns exec` makes a mount namespace, and on starved CPUs right after a loop-mounted disk
+    # was filled and emptied (the fault suite's fill-disk) one took more than 30 s.
+    try:
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        raise NftError(f"{' '.join(argv)} did not finish within 180 s") from None
     if proc.returncode != 0:
         raise NftError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout

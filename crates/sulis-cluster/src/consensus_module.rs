@@ -1070,6 +1070,11 @@ impl ConsensusModule {
         Ok(())
     }
 
+    /// The election's state, or "no election" (for the module's lines).
+    fn election_state_name(&self) -> &'static str {
+        self.election_state().map_or("no election", |s| s.name())
+    }
+
     /// One duty cycle; returns the work done. An error is fatal (the
     /// module cannot go on as a replica); it is also recorded in the mark
     /// file's error log, where `cluster-tool errors` finds it afterwards.
@@ -1079,7 +1084,22 @@ impl ConsensusModule {
             self.mark.update_activity(now_ms);
             self.next_activity_ms = now_ms + 1000;
         }
+        let (before, started) = (self.election_state_name(), Instant::now());
         let outcome = self.duty_cycle();
+        // A duty cycle never waits by design; a call that did (an fsync of
+        // the node-state file or the recording log, an archive request, a
+        // driver's answer) is said, so a stall names where the module was
+        // rather than leaving a silence in its lines.
+        let spent = started.elapsed();
+        if spent >= Duration::from_secs(1) {
+            self.log_event(format!(
+                "member {} spent {} ms in one duty cycle ({} -> {}), doing nothing else",
+                self.ctx.member_id,
+                spent.as_millis(),
+                before,
+                self.election_state_name()
+            ));
+        }
         if let Err(why) = &outcome {
             self.mark.record_error(why, now_ms);
         }

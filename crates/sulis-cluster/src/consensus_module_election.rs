@@ -469,21 +469,7 @@ impl ConsensusModule {
         }
         work += self.offer_seed_answers(now_ns);
         if let Some(mut election) = self.rep().election.take() {
-            let (before, started) = (election.state(), Instant::now());
             work += election.do_work(self, now_ns).max(0) as usize;
-            // The election's duty cycle never waits by design; a host call
-            // that did (an archive request, a driver's answer) is said, so a
-            // stall under load names its state rather than a silence.
-            let spent = started.elapsed();
-            if spent >= Duration::from_secs(1) {
-                self.log_event(format!(
-                    "member {} spent {} ms in one duty cycle of its election ({} -> {}), doing nothing else",
-                    self.ctx.member_id,
-                    spent.as_millis(),
-                    before.name(),
-                    election.state().name()
-                ));
-            }
             self.election_state.set(election.state().code() as i64);
             let rep = self.replicated.as_mut().expect("several members");
             if rep.completed {
