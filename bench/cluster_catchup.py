@@ -17,13 +17,14 @@ on its directories, the load still on. From the restart, each run measures:
   own rate under the load (MB/s): catching up moves at replay speed when the first is many times the second.
 
 The restarted member first replays its own log through its service, then copies or catches up what it
-missed from the leader's archive while the leader goes on. Its output, with the times of each step, is
-kept when ``--keep`` is given. Aeron's cluster is not run beside it yet (its sample node cannot be restarted
-on its directories by this harness).
+missed from the leader's archive while the leader goes on; each run prints the steps of its output with
+their times from the restart (``--steps``). Aeron's cluster is not run beside it yet (its sample node
+cannot be restarted on its directories by this harness).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import signal
 import statistics
@@ -72,10 +73,33 @@ class Load(threading.Thread):
                 due = start + self.sent * self.interval
                 if time.perf_counter() >= due and self.client.offer(self.payload) > 0:
                     self.sent += 1
-                if self.client.poll_egress(on_echo, 100) == 0 and time.perf_counter() < due:
-                    time.sleep(min(0.0005, due - time.perf_counter()))
+                if self.client.poll_egress(on_echo, 100) == 0:
+                    wait = min(0.0005, due - time.perf_counter())
+                    if wait > 0:
+                        time.sleep(wait)
         except ClusterError as e:
             self.error = e
+
+
+STEPS = ("running in", "-> CANVASS", "-> FOLLOWER_LOG_REPLICATION", "-> FOLLOWER_REPLAY", "-> FOLLOWER_CATCHUP",
+         "-> FOLLOWER_LOG_INIT", "runs term", "spent", "waited", "error")
+
+
+def steps(text: str, since: float) -> list[str]:
+    """The member's lines of ``STEPS`` (its module's lines carry the UTC time of day) as seconds after
+    ``since`` (a wall-clock time), each cut short."""
+    day = datetime.datetime.fromtimestamp(since, datetime.UTC).date()
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("sulis cluster: ") or not any(s in line for s in STEPS):
+            continue
+        stamp, rest = line[15:].split(" ", 1)
+        try:
+            t = datetime.datetime.combine(day, datetime.time.fromisoformat(stamp), datetime.UTC).timestamp()
+        except ValueError:
+            continue
+        out.append(f"{t - since:7.3f} s  {rest[:110]}")
+    return out
 
 
 def one_run(a) -> dict:
@@ -110,10 +134,11 @@ def one_run(a) -> dict:
                 killed = time.monotonic()
                 time.sleep(a.down)
                 with open(members.logs[victim], errors="replace") as f:
-                    runs_before = f.read().count("runs term")
+                    said_before = f.read()
+                runs_before = said_before.count("runs term")
                 target = commit_position(drivers[leader])
                 log_rate = (target - log_at_kill) / (time.monotonic() - killed) / 1e6
-                restarted = time.monotonic()
+                restarted, restarted_wall = time.monotonic(), time.time()
                 members.start(victim)
                 joined = reached = None
                 deadline = restarted + a.timeout
@@ -128,22 +153,25 @@ def one_run(a) -> dict:
                         with open(members.logs[victim], errors="replace") as f:
                             if f.read().count("runs term") > runs_before:
                                 joined = now - restarted
-                    if commit_position(drivers[victim]) >= target:
+                    # Only once it runs a term: until its driver starts again its old counters are there.
+                    if joined is not None and commit_position(drivers[victim]) >= target:
                         reached = now - restarted
                     time.sleep(0.01)
+                if target <= before:
+                    raise RuntimeError(f"the log did not move while member {victim} was down ({before})")
                 behind = (target - before) / 1e6
+                with open(members.logs[victim], errors="replace") as f:
+                    said = f.read()[len(said_before):]
                 return {"rejoin_s": joined if joined is not None else reached, "reach_s": reached,
                         "behind_mb": behind, "catchup_mb_s": behind / reached, "log_mb_s": log_rate,
-                        "sent": load.sent, "log": members.logs[victim]}
+                        "sent": load.sent, "steps": steps(said, restarted_wall)}
             finally:
                 load.stop.set()
                 load.join(30)
                 client.close()
     finally:
-        if members is not None and not a.keep:
+        if members is not None:
             members.close()
-        elif members is not None:
-            print(f"kept {members.top}", file=sys.stderr)
         remove_dir(top)
 
 
@@ -155,15 +183,17 @@ def main() -> int:
     ap.add_argument("--warm", type=float, default=3.0, help="seconds of load before the kill")
     ap.add_argument("--down", type=float, default=10.0, help="seconds the follower is down")
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--keep", action="store_true", help="keep the members' directories and output")
+    ap.add_argument("--steps", action="store_true", help="print the restarted member's steps, timed")
     a = ap.parse_args()
     print(cpu_summary())
     runs = []
     for i in range(a.runs):
         result = one_run(a)
         runs.append(result)
-        print(f"run {i + 1}: {({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()})}",
-              flush=True)
+        shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items() if k != "steps"}
+        print(f"run {i + 1}: {shown}", flush=True)
+        if a.steps:
+            print("\n".join(result["steps"]), flush=True)
     keys = ("rejoin_s", "reach_s", "behind_mb", "catchup_mb_s", "log_mb_s")
     rows = [[k] + [f"{statistics.median(r[k] for r in runs):.3f}", f"{max(r[k] for r in runs):.3f}",
                    f"{min(r[k] for r in runs):.3f}"] for k in keys]
