@@ -1182,8 +1182,9 @@ mod tests {
             sessions.on_session_connect(&mut leader, &mut AllowAll, &req, true, &term, now * MS);
             sessions.process_pending(&mut leader, &term, now * MS, now);
         }
-        leader.append(message(0, 2, 1_500));
+        let position = leader.append(message(0, 2, 1_500));
         sessions.touch(2, 1_500 * MS);
+        sessions.on_message_appended(2, position);
         sessions.on_session_close_request(&mut leader, 1, &term, 1_600 * MS, 1_600);
         leader.append(
             TimerEvent {

@@ -3,8 +3,9 @@
 //! client's egress, all on an embedded driver) opens a session on member 0,
 //! then announces member 1 as the leader of the next term. The client
 //! takes the term and leader from the NewLeaderEvent, ignores events of
-//! other sessions and older terms, and its next message reaches member 1
-//! with the new term in its header.
+//! other sessions and older terms, and what it sent member 0 and was not
+//! told was committed reaches member 1 again, before its next message,
+//! each with the new term and its number in its header (exactly once).
 
 mod common;
 
@@ -94,7 +95,10 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
         );
         let m1 = next_message(&mut member0, &mut assembler);
         let h = SessionMessageHeader::decode(&m1).unwrap();
-        assert_eq!((h.leadership_term_id, h.cluster_session_id), (3, 7));
+        assert_eq!(
+            (h.leadership_term_id, h.cluster_session_id, h.timestamp),
+            (3, 7, 1)
+        );
         assert_eq!(&m1[SESSION_HEADER_LENGTH..], b"m1");
         // Another session's leader change, then a stale one of an older term: not this client's.
         let event = |term: i64, session: i64, leader: i32| {
@@ -118,8 +122,20 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
                 Err(_) => break m,
             }
         };
+        // Exactly once: m1, never said to be committed, goes again first, in
+        // the new term with its number; then m2.
         let h = SessionMessageHeader::decode(&m2).unwrap();
-        assert_eq!((h.leadership_term_id, h.cluster_session_id), (4, 7));
+        assert_eq!(
+            (h.leadership_term_id, h.cluster_session_id, h.timestamp),
+            (4, 7, 1)
+        );
+        assert_eq!(&m2[SESSION_HEADER_LENGTH..], b"m1");
+        let m2 = next_message(&mut member1, &mut assembler);
+        let h = SessionMessageHeader::decode(&m2).unwrap();
+        assert_eq!(
+            (h.leadership_term_id, h.cluster_session_id, h.timestamp),
+            (4, 7, 2)
+        );
         assert_eq!(&m2[SESSION_HEADER_LENGTH..], b"m2");
         let mut answer = SessionMessageHeader {
             leadership_term_id: 4,
