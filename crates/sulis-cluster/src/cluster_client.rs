@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
-    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, MESSAGES_COMMITTED,
-    SESSION_HEADER_LENGTH,
+    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE,
+    MESSAGES_COMMITTED, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -347,11 +347,16 @@ impl ClusterClient {
                             ingress_channel: ctx.ingress_channel.clone(),
                             ingress_stream_id: ctx.ingress_stream_id,
                             new_leader_endpoint: None,
-                            numbering: ctx.exactly_once.then(|| Numbering {
-                                next: 1,
-                                window: VecDeque::new(),
-                                max: ctx.max_in_flight.max(1),
-                                resend_from: None,
+                            // Only a leader that says it sequences numbered
+                            // messages once each gets them numbered (Aeron's
+                            // would append every resend).
+                            numbering: (ctx.exactly_once && e.detail == EXACTLY_ONCE).then(|| {
+                                Numbering {
+                                    next: 1,
+                                    window: VecDeque::new(),
+                                    max: ctx.max_in_flight.max(1),
+                                    resend_from: None,
+                                }
                             }),
                             stash: VecDeque::new(),
                         });
@@ -423,6 +428,9 @@ impl ClusterClient {
     /// here if need be; the session's messages read meanwhile wait for the
     /// next [`ClusterClient::poll_egress`]), it is `BackPressured`.
     pub fn offer(&mut self, payload: &[u8]) -> Result<i64, OfferError> {
+        if self.ended.is_some() {
+            return Err(OfferError::Closed);
+        }
         if self.numbering.is_none() {
             let message = self.message(0, payload);
             return self.ingress.offer(&message);
@@ -459,6 +467,11 @@ impl ClusterClient {
     /// After a leader change, resends what is not committed, oldest first,
     /// as far as the new ingress takes it now; true once all went.
     fn resend(&mut self) -> bool {
+        // Not on the old ingress once a new leader is known: what it takes
+        // there would reach a leader that dropped what came before it.
+        if self.new_leader_endpoint.is_some() {
+            return false;
+        }
         loop {
             let Some(numbering) = self.numbering.as_ref() else {
                 return true;
@@ -589,6 +602,14 @@ impl ClusterClient {
         if e.leadership_term_id < self.leadership_term_id {
             return;
         }
+        // A new term: the leader dropped what came as of the old one (and a
+        // new leader may lack it): all kept goes again, on the new ingress,
+        // or on this one if the event names no endpoint for the leader.
+        if e.leadership_term_id > self.leadership_term_id {
+            if let Some(numbering) = self.numbering.as_mut() {
+                numbering.resend_from = Some(0);
+            }
+        }
         self.leadership_term_id = e.leadership_term_id;
         self.leader_member_id = e.leader_member_id;
         self.new_leader_endpoint = endpoints(&e.ingress_endpoints)
@@ -604,13 +625,16 @@ impl ClusterClient {
     /// `offer` and `poll_egress`); otherwise, as Aeron's client, nothing
     /// is: the service's answers tell the application what went through.
     pub fn follow_leader(&mut self, client: &Client) -> Result<bool, String> {
-        let Some(endpoint) = self.new_leader_endpoint.take() else {
+        let Some(endpoint) = self.new_leader_endpoint.clone() else {
             return Ok(false);
         };
         let channel = with_endpoint(&self.ingress_channel, &endpoint);
         let ingress = client
             .add_exclusive_publication(&channel, self.ingress_stream_id)
             .map_err(|e| format!("the new leader's ingress {channel}: {e}"))?;
+        // Taken only now: had the publication failed, the client would still
+        // know it must move (and `offer` would still wait for it).
+        self.new_leader_endpoint = None;
         let old = std::mem::replace(&mut self.ingress, ingress);
         old.close_without_waiting();
         // What the old leader may not have sequenced goes again (the new

@@ -1135,7 +1135,12 @@ impl ConsensusModule {
             // messages come to a follower through the log.
             if leading {
                 work += sessions.check_sessions(&mut self.io, &term, now_ns, cluster_time);
-                work += sessions.send_message_acks(&mut self.io, &term);
+                // No committed count before the term's first entry commits:
+                // what the election replayed is this leader's, not yet a
+                // quorum's in this term (Raft's figure 8).
+                if self.agent.commit_position >= self.agent.term_first_entry_end {
+                    work += sessions.send_message_acks(&mut self.io, &term);
+                }
                 self.timed_out_clients
                     .set(sessions.timed_out_count() as i64);
             }

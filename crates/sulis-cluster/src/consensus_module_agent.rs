@@ -1009,6 +1009,11 @@ mod tests {
         assert_eq!(a.sessions.session(8).expect("open").messages_in_log, 2);
         a.leadership_term_id = 4;
         a.role = role::LEADER;
+        let later = Term {
+            leadership_term_id: 4,
+            ..term.clone()
+        };
+        a.sessions.prepare_for_new_term(&mut log, false, 2 * MS);
         log.entries.truncate(2);
         log.position = log.entries[1].1;
         for n in [2, 3, 4] {
@@ -1032,6 +1037,10 @@ mod tests {
             })
             .collect();
         assert_eq!(payloads, ["m1", "m2", "m3", "m4"]);
+        // The new leader tells the client the committed count again, though
+        // the old one had (its client may not have heard it).
+        a.sessions.send_message_acks(&mut log, &later);
+        assert_eq!(acks(&log), vec![2, 2]);
         // A number past the next: messages never reached the log; the
         // session closes, its client told which.
         assert_eq!(offer(&mut a, &mut log, 4, 7), IngressResult::Dropped);

@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, VecDeque};
 use sulis_archive::auth::{Authenticator, Decision};
 use sulis_protocol::cluster::messages::{
     close_reason, event_code, Challenge, NewLeaderEvent, SessionCloseEvent, SessionEvent,
-    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, MESSAGES_COMMITTED, NULL_POSITION, NULL_VALUE,
+    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE, MESSAGES_COMMITTED, NULL_POSITION,
+    NULL_VALUE,
 };
 use sulis_protocol::sbe::{semantic_major, semantic_version_string};
 
@@ -385,7 +386,7 @@ impl SessionManager {
                         // Aeron sends OK before the open is committed; the
                         // client's first message is sequenced after it.
                         s.has_open_event_pending =
-                            !send_event(host, &s, term, &self.cfg, event_code::OK, "");
+                            !send_event(host, &s, term, &self.cfg, event_code::OK, EXACTLY_ONCE);
                         self.uncommitted_next_committed
                             .push_back((position, s.id + 1));
                         self.sessions.insert(s.id, s);
@@ -672,7 +673,7 @@ impl SessionManager {
                     work += 1;
                 }
             } else if s.is_open() && s.has_open_event_pending {
-                if send_event(host, s, term, &self.cfg, event_code::OK, "") {
+                if send_event(host, s, term, &self.cfg, event_code::OK, EXACTLY_ONCE) {
                     self.session_mut(id).has_open_event_pending = false;
                     work += 1;
                 }
@@ -746,7 +747,6 @@ impl SessionManager {
         let s = self.sessions.get_mut(&snap.id).expect("loaded");
         s.messages_in_log = snap.messages_in_log;
         s.messages_committed = snap.messages_in_log;
-        s.messages_acked = snap.messages_in_log;
         if let Some(reason) = snap.close_reason {
             self.sessions
                 .get_mut(&snap.id)
@@ -800,6 +800,11 @@ impl SessionManager {
             }
             host.connect_egress(s.egress_key, &s.response_channel, s.response_stream_id);
             s.time_of_last_activity_ns = now_ns;
+            // This leader has told the client nothing yet: its first
+            // numbered message (a resend) makes it send the committed count,
+            // which may cover all the client still keeps.
+            s.messages_acked = 0;
+            s.numbered = false;
             if is_startup {
                 s.closing(close_reason::TIMEOUT);
             } else {

@@ -16,7 +16,7 @@ use sulis_client::{FragmentAssembler, Subscription};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionConnectRequest, SessionEvent, SessionMessageHeader,
-    SESSION_HEADER_LENGTH,
+    EXACTLY_ONCE, SESSION_HEADER_LENGTH,
 };
 
 /// The next whole message on `sub`, within 10 s.
@@ -89,7 +89,8 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
                 code: event_code::OK,
                 version: 0,
                 leader_heartbeat_timeout_ns: 10_000_000_000,
-                detail: String::new(),
+                // A sulis leader's OK: it sequences numbered messages once.
+                detail: EXACTLY_ONCE.into(),
             }
             .encode(),
         );

@@ -252,7 +252,8 @@ class ClusterClient:
     ``aeron:udp?endpoint=localhost:0`` (a free port, which the client tells the cluster); give a
     reachable address when the members are on other hosts.
 
-    Exactly once (``exactly_once=True``, the default): the client numbers its messages, keeps each until the
+    Exactly once (``exactly_once=True``, the default, with a sulis cluster: its leader says so when it opens
+    the session; with Aeron's cluster the client is Aeron's): the client numbers its messages, keeps each until the
     leader says it is committed (read by ``poll_egress``, or by ``offer`` when ``max_in_flight`` wait) and
     resends what it keeps to a new leader, which drops what its log holds: the services apply every message
     once through any failover. ``offer`` returns BACK_PRESSURED while ``max_in_flight`` messages wait or a

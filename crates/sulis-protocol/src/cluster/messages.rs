@@ -47,6 +47,11 @@ pub mod event_code {
 /// numbers nothing and is never sent one.
 pub const MESSAGES_COMMITTED: &str = "messages committed";
 
+/// SessionEvent.detail of the OK that opens a session on a sulis leader:
+/// it sequences numbered messages once each (a client numbers its messages
+/// only when told so; Aeron's leader sends an empty detail).
+pub const EXACTLY_ONCE: &str = "exactly once";
+
 /// SessionCloseEvent.close_reason.
 pub mod close_reason {
     /// The client asked.
