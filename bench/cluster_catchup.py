@@ -34,12 +34,12 @@ import time
 
 import sulis
 from sulis._benchkit import runner as r
-from sulis._benchkit.procs import cpu_summary, free_port, remove_dir, scratch_dir
+from sulis._benchkit.procs import cpu_summary, remove_dir, scratch_dir
 from sulis._benchkit.report import print_table
 from sulis.cluster import ClusterClient, ClusterError
 
 r.repository(__file__)
-from bench.cluster_latency import SulisNode  # noqa: E402
+from bench.cluster_latency import SulisNode, connect  # noqa: E402
 
 COMMIT = {name: t for t, name in sulis._native.counter_types()}["cluster-commit-pos"]
 
@@ -111,16 +111,7 @@ def one_run(a) -> dict:
                                 "--election-timeout", "300ms", "--session-timeout", "60s"))
         drivers = [cmd[cmd.index("--dir") + 1] for cmd in members.cmds]
         with sulis.MediaDriver(dir=os.path.join(top, "client-driver"), threading_mode="shared") as driver:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client = ClusterClient(driver.dir, members.endpoints,
-                                           f"aeron:udp?endpoint=localhost:{free_port()}", message_timeout=5.0)
-                    break
-                except ClusterError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            client = connect(driver.dir, members.endpoints, message_timeout=5.0)
             load = Load(client, a.rate, a.length)
             load.start()
             try:

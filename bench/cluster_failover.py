@@ -33,10 +33,10 @@ import sulis
 from sulis._benchkit import runner as r
 from sulis._benchkit.procs import cpu_summary, free_port, remove_dir, scratch_dir
 from sulis._benchkit.report import print_table
-from sulis.cluster import ClusterClient, ClusterError
+from sulis.cluster import ClusterClient
 
 r.repository(__file__)
-from bench.cluster_latency import AeronNode, SulisNode, aeron_driver, aeron_java  # noqa: E402
+from bench.cluster_latency import AeronNode, SulisNode, aeron_driver, aeron_java, connect  # noqa: E402
 
 SETTINGS = {
     "tuned": ["--leader-heartbeat-interval", "50ms", "--leader-heartbeat-timeout", "500ms",
@@ -70,16 +70,7 @@ def one_failover(timings: list[str]) -> float:
     try:
         members = SulisNode(3, ("--log-term-length", "1m", "--startup-canvass-timeout", "5s", *timings))
         with sulis.MediaDriver(dir=os.path.join(top, "client-driver"), threading_mode="shared") as driver:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client = ClusterClient(driver.dir, members.endpoints,
-                                           f"aeron:udp?endpoint=localhost:{free_port()}", message_timeout=5.0)
-                    break
-                except ClusterError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            client = connect(driver.dir, members.endpoints, message_timeout=5.0)
             try:
                 for i in range(200):
                     echo(client, b"before-%d" % i)

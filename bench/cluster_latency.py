@@ -192,7 +192,7 @@ def sulis_client(endpoints: str, a, mode: str) -> dict:
     try:
         idle = {} if a.idle is None else {"idle_strategy": a.idle}
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared", **idle) as driver:
-            client = _connect(driver.dir, endpoints)
+            client = connect(driver.dir, endpoints)
             try:
                 payload = bytes(a.length)
                 got = [0]
@@ -263,12 +263,14 @@ def at_rate(client: ClusterClient, rate: float, a) -> dict:
     return percentiles(latency[warm:].tolist())
 
 
-def _connect(driver_dir: str, endpoints: str) -> ClusterClient:
+def connect(driver_dir: str, endpoints: str, message_timeout: float = 2.0) -> ClusterClient:
+    """A session with the cluster at ``endpoints``, asked again for up to 60 s (its members may still be
+    electing)."""
     deadline = time.monotonic() + 60
     while True:
         try:
             return ClusterClient(driver_dir, endpoints, f"aeron:udp?endpoint=localhost:{free_port()}",
-                                 message_timeout=2.0)
+                                 message_timeout=message_timeout)
         except sulis.cluster.ClusterError:
             if time.monotonic() > deadline:
                 raise

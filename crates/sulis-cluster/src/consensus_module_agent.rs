@@ -871,11 +871,7 @@ mod tests {
         let mut a = leader();
         let mut ms = members(3);
         let mut log = log_at(192);
-        let term = Term {
-            leadership_term_id: 3,
-            leader_member_id: 1,
-            ingress_endpoints: String::new(),
-        };
+        let term = term_of(3);
         let connect = |a: &mut ConsensusModuleAgent, log: &mut Log, correlation_id: i64| {
             let id = a.sessions.next_session_id();
             let request = ConnectRequest {
@@ -926,6 +922,15 @@ mod tests {
         assert_eq!(a.sessions.send_rejections(&mut log, &later, 4 * MS), 1);
     }
 
+    /// Term `leadership_term_id`, led by member 1 (this agent).
+    fn term_of(leadership_term_id: i64) -> Term {
+        Term {
+            leadership_term_id,
+            leader_member_id: 1,
+            ingress_endpoints: String::new(),
+        }
+    }
+
     fn hdr(leadership_term_id: i64, cluster_session_id: i64) -> SessionMessageHeader {
         SessionMessageHeader {
             leadership_term_id,
@@ -956,11 +961,7 @@ mod tests {
         let mut a = leader();
         let mut ms = members(3);
         let mut log = log_at(192);
-        let term = Term {
-            leadership_term_id: 3,
-            leader_member_id: 1,
-            ingress_endpoints: String::new(),
-        };
+        let term = term_of(3);
         a.sessions
             .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
         let offer =
@@ -1054,11 +1055,7 @@ mod tests {
     fn ingress_is_appended_only_for_an_open_session_of_this_term_on_an_active_leader() {
         let mut a = leader();
         let mut log = log_at(192);
-        let term = Term {
-            leadership_term_id: 3,
-            leader_member_id: 1,
-            ingress_endpoints: String::new(),
-        };
+        let term = term_of(3);
         a.sessions
             .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
         assert_eq!(
