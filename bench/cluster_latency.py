@@ -186,13 +186,14 @@ def percentiles(samples_ns: list[int]) -> dict:
     return {"p50_us": at(0.5), "p90_us": at(0.9), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": s[-1] / 1000}
 
 
-def sulis_client(endpoints: str, a, mode: str) -> dict:
-    """The sulis Python client on a driver of its own (this process): latency or throughput."""
+def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True) -> dict:
+    """The sulis Python client on a driver of its own (this process): latency or throughput; exactly once
+    (numbering and keeping its messages, with a sulis cluster) unless told not."""
     shm = scratch_dir("sulis-bench-cluster-client-")
     try:
         idle = {} if a.idle is None else {"idle_strategy": a.idle}
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared", **idle) as driver:
-            client = connect(driver.dir, endpoints)
+            client = connect(driver.dir, endpoints, exactly_once=exactly_once)
             try:
                 payload = bytes(a.length)
                 got = [0]
@@ -263,14 +264,14 @@ def at_rate(client: ClusterClient, rate: float, a) -> dict:
     return percentiles(latency[warm:].tolist())
 
 
-def connect(driver_dir: str, endpoints: str, message_timeout: float = 2.0) -> ClusterClient:
+def connect(driver_dir: str, endpoints: str, message_timeout: float = 2.0, exactly_once: bool = True) -> ClusterClient:
     """A session with the cluster at ``endpoints``, asked again for up to 60 s (its members may still be
     electing)."""
     deadline = time.monotonic() + 60
     while True:
         try:
             return ClusterClient(driver_dir, endpoints, f"aeron:udp?endpoint=localhost:{free_port()}",
-                                 message_timeout=message_timeout)
+                                 message_timeout=message_timeout, exactly_once=exactly_once)
         except sulis.cluster.ClusterError:
             if time.monotonic() > deadline:
                 raise
@@ -360,6 +361,7 @@ def main() -> int:
     print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
           "member a process")
     rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
+                 ("sulis node, sulis Python client, exactly_once=False", "sulis", "sulis-plain"),
                  ("sulis node, Aeron Java client", "sulis", "aeron"),
                  ("Aeron node, Aeron Java client", "aeron", "aeron"),
                  ("Aeron node, sulis Python client", "aeron", "sulis"),
@@ -370,8 +372,8 @@ def main() -> int:
     tenth = argparse.Namespace(**{**vars(a), "count": max(200, a.count // 10), "warmup": max(50, a.warmup // 10),
                                   "tput_count": max(1000, a.tput_count // 10)})
     for _ in range(a.runs):
-        for name, kind, _ in rows_spec[4:]:
-            if kind in why:
+        for name, kind, _ in rows_spec:
+            if kind not in ("etcd", "pysyncobj") or kind in why:
                 continue
             if kind == "etcd":
                 etcd = etcd_peer.EtcdCluster(a.members)
@@ -398,7 +400,9 @@ def main() -> int:
                     if n != node_kind or (c == "aeron" and aeron is None):
                         continue
                     for mode in ("latency", "throughput"):
-                        run = sulis_client if c == "sulis" else (lambda e, a_, m: aeron_client(aeron, e, a_, m))
+                        run = (sulis_client if c == "sulis"
+                               else (lambda e, a_, m: sulis_client(e, a_, m, exactly_once=False)) if c == "sulis-plain"
+                               else (lambda e, a_, m: aeron_client(aeron, e, a_, m)))
                         results[name][mode].append(run(node.endpoints, a, mode))
                 for rate in rates:
                     at_rates.setdefault((node_kind, rate), []).append(sulis_client(node.endpoints, a, f"rate:{rate}"))
