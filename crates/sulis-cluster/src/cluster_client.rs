@@ -111,7 +111,7 @@ type EgressHandler<'a> = dyn FnMut(i64, &[u8]) + 'a;
 struct Numbering {
     /// The next message's number (from 1).
     next: i64,
-    /// (number, payload), oldest first.
+    /// (number, the message as sent: header and payload), oldest first.
     window: VecDeque<(i64, Vec<u8>)>,
     /// Most kept.
     max: usize,
@@ -435,11 +435,11 @@ impl ClusterClient {
             let message = self.message(0, payload);
             return self.ingress.offer(&message);
         }
-        // A NewLeaderEvent read and not yet followed: a message of the new
-        // term sent on the old ingress could reach the leader before what
-        // it dropped as of the old term is resent (a gap that closes the
-        // session). It waits for `follow_leader`.
-        if self.new_leader_endpoint.is_some() || !self.resend() {
+        // A NewLeaderEvent read and not yet followed (`resend` is false
+        // then): a message of the new term sent on the old ingress could
+        // reach the leader before what it dropped as of the old term is
+        // resent (a gap that closes the session). It waits for `follow_leader`.
+        if !self.resend() {
             return Err(OfferError::BackPressured);
         }
         if self.in_flight() >= self.numbering.as_ref().map_or(0, |n| n.max) {
@@ -453,8 +453,10 @@ impl ClusterClient {
         let number = self.numbering.as_ref().map_or(0, |n| n.next);
         let message = self.message(number, payload);
         let position = self.ingress.offer(&message)?;
+        // The message itself is kept (one allocation a message, as without
+        // exactly once): a resend rewrites only its header's term.
         let numbering = self.numbering.as_mut().expect("exactly once");
-        numbering.window.push_back((number, payload.to_vec()));
+        numbering.window.push_back((number, message));
         numbering.next += 1;
         Ok(position)
     }
@@ -472,23 +474,27 @@ impl ClusterClient {
         if self.new_leader_endpoint.is_some() {
             return false;
         }
-        loop {
-            let Some(numbering) = self.numbering.as_ref() else {
-                return true;
+        let Some(numbering) = self.numbering.as_mut() else {
+            return true;
+        };
+        while let Some(i) = numbering.resend_from {
+            let Some((number, message)) = numbering.window.get_mut(i) else {
+                numbering.resend_from = None;
+                break;
             };
-            let Some(i) = numbering.resend_from else {
-                return true;
-            };
-            let Some((number, payload)) = numbering.window.get(i) else {
-                self.numbering.as_mut().expect("numbering").resend_from = None;
-                return true;
-            };
-            let message = self.message(*number, payload);
-            if self.ingress.offer(&message).is_err() {
+            let header = SessionMessageHeader {
+                leadership_term_id: self.leadership_term_id,
+                cluster_session_id: self.cluster_session_id,
+                timestamp: *number,
+            }
+            .encode();
+            message[..SESSION_HEADER_LENGTH].copy_from_slice(&header);
+            if self.ingress.offer(message).is_err() {
                 return false;
             }
-            self.numbering.as_mut().expect("numbering").resend_from = Some(i + 1);
+            numbering.resend_from = Some(i + 1);
         }
+        true
     }
 
     /// Tells the cluster this session is alive.

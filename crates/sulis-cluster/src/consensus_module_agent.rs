@@ -904,10 +904,7 @@ mod tests {
         // This member leads a later term: the cut session's ingress is dropped.
         a.role = role::LEADER;
         a.leadership_term_id = 4;
-        let later = Term {
-            leadership_term_id: 4,
-            ..term.clone()
-        };
+        let later = term_of(4);
         let appended = log.entries.len();
         assert_eq!(
             a.on_ingress_message(&mut log, &later, &hdr(4, cut), b"hi", 3 * MS, 3),
@@ -966,10 +963,7 @@ mod tests {
             .on_replay_session_open(96, 1, 8, 0, 102, "aeron:udp?endpoint=c:1");
         let offer =
             |a: &mut ConsensusModuleAgent, log: &mut Log, leadership_term_id: i64, n: i64| {
-                let t = Term {
-                    leadership_term_id,
-                    ..term.clone()
-                };
+                let t = term_of(leadership_term_id);
                 let payload = format!("m{n}");
                 a.on_ingress_message(
                     log,
@@ -1010,10 +1004,7 @@ mod tests {
         assert_eq!(a.sessions.session(8).expect("open").messages_in_log, 2);
         a.leadership_term_id = 4;
         a.role = role::LEADER;
-        let later = Term {
-            leadership_term_id: 4,
-            ..term.clone()
-        };
+        let later = term_of(4);
         a.sessions.prepare_for_new_term(&mut log, false, 2 * MS);
         log.entries.truncate(2);
         log.position = log.entries[1].1;
