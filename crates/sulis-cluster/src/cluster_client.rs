@@ -99,12 +99,14 @@ pub struct ClusterClient {
     /// Exactly once: the numbering, the messages sent and not yet committed.
     numbering: Option<Numbering>,
     /// Session messages read while `offer` waited for the committed count,
-    /// for the next `poll_egress`: (timestamp, payload).
+    /// or after a handler stopped a poll, for the next `poll_egress`:
+    /// (timestamp, payload).
     stash: VecDeque<(i64, Vec<u8>)>,
 }
 
-/// What takes a session's egress messages: `(timestamp, payload)`.
-type EgressHandler<'a> = dyn FnMut(i64, &[u8]) + 'a;
+/// What takes a session's egress messages: `(timestamp, payload)`; false
+/// stops the poll's deliveries (the message given is taken, the rest wait).
+type EgressHandler<'a> = dyn FnMut(i64, &[u8]) -> bool + 'a;
 
 /// The messages of an exactly-once session the leader has not yet said
 /// are committed.
@@ -516,12 +518,39 @@ impl ClusterClient {
         mut handler: impl FnMut(i64, &[u8]),
         limit: usize,
     ) -> Result<usize, SessionEnded> {
+        self.poll_egress_controlled(
+            |timestamp, payload| {
+                handler(timestamp, payload);
+                true
+            },
+            limit,
+        )
+    }
+
+    /// As [`ClusterClient::poll_egress`], but a handler that returns false
+    /// takes no more messages in this poll: the one it was given counts as
+    /// delivered (as a fragment is consumed when Aeron's handler throws), and
+    /// the session's later messages wait, in order, for the next poll. The
+    /// egress is still read, so session events and counts are not held up.
+    pub fn poll_egress_controlled(
+        &mut self,
+        mut handler: impl FnMut(i64, &[u8]) -> bool,
+        limit: usize,
+    ) -> Result<usize, SessionEnded> {
         let mut n = 0;
-        while let Some((timestamp, payload)) = self.stash.pop_front() {
-            handler(timestamp, &payload);
+        let mut going = true;
+        while going {
+            let Some((timestamp, payload)) = self.stash.pop_front() else {
+                break;
+            };
+            going = handler(timestamp, &payload);
             n += 1;
         }
-        let polled = self.poll_into(Some(&mut handler), limit);
+        let polled = if going {
+            self.poll_into(Some(&mut handler), limit)
+        } else {
+            self.poll_into(None, limit)
+        };
         self.resend();
         polled.map(|p| p + n)
     }
@@ -556,7 +585,11 @@ impl ClusterClient {
                             if s.cluster_session_id == id {
                                 let body = &m.payload[SESSION_HEADER_LENGTH..];
                                 match handler.as_mut() {
-                                    Some(h) => h(s.timestamp, body),
+                                    Some(h) => {
+                                        if !h(s.timestamp, body) {
+                                            handler = None;
+                                        }
+                                    }
                                     None => stash.push_back((s.timestamp, body.to_vec())),
                                 }
                             }

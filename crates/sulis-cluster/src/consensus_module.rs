@@ -72,6 +72,8 @@ pub const TIMED_OUT_CLIENT_COUNT_TYPE_ID: i32 = type_id::CLUSTER_TIMED_OUT_CLIEN
 pub const ELECTION_COUNT_TYPE_ID: i32 = type_id::CLUSTER_ELECTION_COUNT;
 /// Counter type: the current leadership term id (Aeron's 239).
 pub const LEADERSHIP_TERM_ID_TYPE_ID: i32 = type_id::CLUSTER_LEADERSHIP_TERM_ID;
+/// Client messages dropped as already in the log (exactly-once resends).
+pub const DUPLICATE_MESSAGES_TYPE_ID: i32 = type_id::SULIS_CLUSTER_DUPLICATE_MESSAGES;
 /// The stream the consensus module's snapshot is written on.
 pub const CONSENSUS_MODULE_SNAPSHOT_STREAM_ID: i32 = 107;
 
@@ -415,6 +417,7 @@ pub struct ConsensusModule {
     leadership_term_id: Counter,
     /// Sessions the leader closed for silence.
     timed_out_clients: Counter,
+    duplicate_messages: Counter,
     /// Tells the services what they recover from, until they joined.
     recovery_state: Option<Counter>,
     /// A snapshot the services are taking: where, and their acks.
@@ -606,6 +609,10 @@ impl ConsensusModule {
             TIMED_OUT_CLIENT_COUNT_TYPE_ID,
             "Cluster timed out client count",
         )?;
+        let duplicate_messages = counter(
+            DUPLICATE_MESSAGES_TYPE_ID,
+            "Cluster duplicate client messages dropped",
+        )?;
         // One member has no election to run: CLOSED, as Aeron's counter
         // reads once its single-member election is over.
         election_state.set(crate::election::ElectionState::Closed.code() as i64);
@@ -649,6 +656,7 @@ impl ConsensusModule {
             election_count,
             leadership_term_id,
             timed_out_clients,
+            duplicate_messages,
             recovery_state: None,
             snapshot: None,
             term_base_log_position: 0,
@@ -1143,6 +1151,8 @@ impl ConsensusModule {
                 }
                 self.timed_out_clients
                     .set(sessions.timed_out_count() as i64);
+                self.duplicate_messages
+                    .set(sessions.duplicate_count() as i64);
             }
             work += sessions.send_rejections(&mut self.io, &term, now_ns);
             if leading {

@@ -1040,6 +1040,8 @@ mod tests {
         assert_eq!(s.state, crate::cluster_session::SessionState::Closing);
         let detail = s.close_detail.clone().expect("said");
         assert!(detail.contains("messages 5 to 6 never reached"), "{detail}");
+        // Counted with the sessions closed for silence (its reason TIMEOUT).
+        assert_eq!(a.sessions.timed_out_count(), 1);
     }
 
     #[test]

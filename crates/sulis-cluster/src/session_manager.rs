@@ -462,7 +462,10 @@ impl SessionManager {
         } else if number == next {
             MessageNumber::Next
         } else {
+            // Closed as TIMEOUT (the client's messages stopped reaching
+            // the cluster), so counted with the sessions closed for silence.
             s.closing(close_reason::TIMEOUT);
+            self.timed_out += 1;
             s.close_detail = Some(format!(
                 "message {number} of session {id} came when the log holds {} of its messages: {} never reached the cluster",
                 s.messages_in_log,

@@ -108,6 +108,10 @@ pub mod type_id {
     /// consumed; label `fc-receiver: RECEIVER_ID ADDRESS REG SESSION STREAM
     /// CHANNEL`. The slowest of a publication's holds a `min` stream back.
     pub const SULIS_FLOW_CONTROL_RECEIVER: i32 = 9101;
+    /// Cluster (sulis): client messages the leader dropped since the module
+    /// started because the log already held them (an exactly-once client's
+    /// resends after a leader change). Key: the cluster id (i32).
+    pub const SULIS_CLUSTER_DUPLICATE_MESSAGES: i32 = 9102;
 }
 
 /// Values of a channel status counter (Aeron's `ChannelEndpointStatus`).
@@ -212,6 +216,10 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (
         type_id::CLUSTER_LEADERSHIP_TERM_ID,
         "cluster-leadership-term-id",
+    ),
+    (
+        type_id::SULIS_CLUSTER_DUPLICATE_MESSAGES,
+        "cluster-duplicate-messages",
     ),
 ];
 

@@ -1003,17 +1003,26 @@ impl PyClusterClient {
         limit: usize,
     ) -> PyResult<usize> {
         let mut failure = None;
-        let result = self.session()?.poll_egress(
-            |timestamp, payload| {
-                if failure.is_none() {
-                    if let Err(e) = handler.call1((PyBytes::new(py, payload), timestamp)) {
-                        failure = Some(e);
-                    }
+        // A handler that raises takes no more: the message it raised on is
+        // delivered (Aeron's poll consumes it too), the later ones wait for
+        // the next poll, and the exception goes to the caller.
+        let result = self.session()?.poll_egress_controlled(
+            |timestamp, payload| match handler.call1((PyBytes::new(py, payload), timestamp)) {
+                Ok(_) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
                 }
             },
             limit,
         );
         if let Some(e) = failure {
+            if result.is_ok() {
+                let session = self.session.as_mut().expect("polled above");
+                session
+                    .follow_leader(&self.client)
+                    .map_err(ClusterError::new_err)?;
+            }
             return Err(e);
         }
         // A NewLeaderEvent just read: the ingress follows the new leader.

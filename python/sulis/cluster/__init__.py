@@ -327,7 +327,11 @@ class ClusterClient:
         return self._native.send_keep_alive()
 
     def poll_egress(self, handler, limit: int = 10) -> int:
-        """Reads up to ``limit`` fragments; ``handler(payload, timestamp)`` for each of the session's messages."""
+        """Reads up to ``limit`` fragments; ``handler(payload, timestamp)`` for each of the session's messages.
+
+        If ``handler`` raises, the exception propagates here: the message it raised on counts as delivered (as
+        Aeron's poll consumes a fragment whose handler throws) and the session's later messages wait, in order,
+        for the next ``poll_egress``."""
         return self._native.poll_egress(handler, limit)
 
     def close(self) -> None:
