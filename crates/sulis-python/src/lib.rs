@@ -22,6 +22,7 @@ mod offer_result;
 mod options;
 mod publication;
 mod recording_files;
+mod spark;
 mod subscription;
 
 use pyo3::prelude::*;
@@ -59,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     archive::register(m)?;
     cluster::register(m)?;
+    spark::register(m)?;
     m.add_function(wrap_pyfunction!(cluster_tool::read_recording_log, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::set_cluster_toggle, m)?)?;

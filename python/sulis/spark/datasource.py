@@ -30,10 +30,9 @@ class SulisDataSource(DataSource):
         return "sulis"
 
     def schema(self) -> str:
-        from .options import include_timestamp, value_layout
-
-        cluster = bool(str(self.options.get("clusterDir") or "").strip())
-        return ddl_for(value_layout(self.options), not cluster and include_timestamp(self.options), cluster)
+        opts = parse_reader_options(self.options)
+        cluster = opts.cluster_dir is not None
+        return ddl_for(opts.layout, not cluster and opts.include_timestamp, cluster)
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))

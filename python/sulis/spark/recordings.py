@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from .cluster_log import cap, commit_position, log_recording_ids, no_commit_position
 from .errors import ArchiveUnavailableError, DataLossError, OptionError
-from .options import EARLIEST, LATEST, ReaderOptions
-from .replay import ArchiveSession, RecordingRange, replay_from
+from .options import ReaderOptions
+from .replay import ArchiveSession, RecordingRange
 
 __all__ = ["RecordingInfo", "DataLossError", "ArchiveUnavailableError", "list_selected", "describe",
            "resolve_positions", "plan_ranges"]
@@ -165,88 +165,40 @@ def _check_keys(spec, infos: dict[int, RecordingInfo], option: str, opts: Reader
 
 def resolve_positions(infos: list[RecordingInfo], opts: ReaderOptions, streaming: bool = False
                       ) -> tuple[dict[int, int], dict[int, int]]:
-    """Start and end position per recording, from ``startingPositions`` and ``endingPositions``.
+    """Start and end position per recording, from ``startingPositions`` and ``endingPositions``
+    (``sulis_spark::range_planner``, the rule both implementations of the source follow).
 
     Raises ``OptionError`` naming the option for a position outside what a recording holds; a
     start before the recording's (purged) start is data loss: ``DataLossError`` with
     ``failOnDataLoss=true``, else the start is moved up and a warning logged.
     """
-    by_id = {r.recording_id: r for r in infos}
-    _check_keys(opts.starting, by_id, "startingPositions", opts)
-    if not streaming:
-        _check_keys(opts.ending, by_id, "endingPositions", opts)
-    starts: dict[int, int] = {}
-    ends: dict[int, int] = {}
-    for r in infos:
-        spec = opts.starting
-        value = spec.get(r.recording_id, EARLIEST) if isinstance(spec, dict) else (
-            EARLIEST if spec == "earliest" else LATEST)
-        start = r.start if value == EARLIEST else r.end if value == LATEST else value
-        end = r.end
-        if not streaming:
-            spec = opts.ending
-            value = spec.get(r.recording_id, LATEST) if isinstance(spec, dict) else LATEST
-            if value >= 0:
-                if value > r.end:
-                    raise OptionError(f"option endingPositions: position {value} of recording {r.recording_id} "
-                                      f"is beyond what is recorded ({r.end})")
-                end = value
-        if start > r.end:
-            raise OptionError(f"option startingPositions: position {start} of recording {r.recording_id} "
-                              f"is beyond what is recorded ({r.end})")
-        start = check_data_loss(r, start, opts)
-        if end < start:
-            raise OptionError(f"endingPositions: position {end} of recording {r.recording_id} is before its "
-                              f"starting position {start}")
-        starts[r.recording_id] = start
-        ends[r.recording_id] = end
+    from .. import _native
+
+    starts, ends, warnings = _native.spark_resolve_positions(
+        infos, opts.starting, opts.ending, streaming, opts.fail_on_data_loss, opts.archive.describe(),
+        opts.selection())
+    for text in warnings:
+        log.warning("%s", text)
     return starts, ends
 
 
 def check_data_loss(r: RecordingInfo, start: int, opts: ReaderOptions) -> int:
     """``start``, or the recording's start if the bytes between are gone (see ``resolve_positions``)."""
-    if start >= r.start:
-        return start
-    text = (f"recording {r.recording_id}: positions {start} to {r.start} are no longer in {opts.archive.describe()} "
-            "(purged, detached or truncated)")
-    if opts.fail_on_data_loss:
-        raise DataLossError(text + "; failOnDataLoss=true (set it to false to skip them)")
-    log.warning("%s; skipped (failOnDataLoss=false)", text)
-    return r.start
+    from .. import _native
 
-
-def split_points(start: int, end: int, pieces: int, term_length: int) -> list[int]:
-    """``pieces - 1`` cut positions strictly inside ``(start, end)``, on term boundaries when the pieces
-    are at least a term long (then no replay reads bytes it drops), else on 32-byte frame alignment."""
-    length = end - start
-    if pieces <= 1 or length < 64:
-        return []
-    step = length / pieces
-    grain = term_length if step >= term_length else 32
-    cuts: list[int] = []
-    for k in range(1, pieces):
-        c = start + round(step * k / grain) * grain
-        c -= c % grain
-        if start < c < end and (not cuts or c > cuts[-1]):
-            cuts.append(c)
-    return cuts
+    start, warning = _native.spark_check_data_loss(r.recording_id, r.start, start, opts.fail_on_data_loss,
+                                                   opts.archive.describe())
+    if warning:
+        log.warning("%s", warning)
+    return start
 
 
 def plan_ranges(infos: dict[int, RecordingInfo], starts: dict[int, int], ends: dict[int, int],
                 min_partitions: int) -> list[RecordingRange]:
     """The non-empty ranges ``(start, end]`` per recording, cut so there are at least ``min_partitions``
-    when the data allows, bigger recordings into more pieces (Kafka's minPartitions)."""
-    spans = [(rid, starts[rid], ends[rid]) for rid in sorted(starts) if ends[rid] > starts[rid]]
-    total = sum(e - s for _, s, e in spans)
-    ranges: list[RecordingRange] = []
-    for rid, s, e in spans:
-        r = infos[rid]
-        pieces = 1
-        if min_partitions > len(spans) and total > 0:
-            pieces = max(1, -(-(e - s) * min_partitions // total))
-        bounds = [s, *split_points(s, e, pieces, r.term_length), e]
-        for a, b in zip(bounds, bounds[1:], strict=False):
-            ranges.append(RecordingRange(rid, r.stream_id, r.session_id, a, b,
-                                         replay_from(a, r.start, r.term_length), max(b, r.end),
-                                         r.start, r.term_length, r.segment_length, r.initial_term_id))
-    return ranges
+    when the data allows, bigger recordings into more pieces (Kafka's minPartitions): on term boundaries
+    when the pieces are at least a term long, else on frames (``sulis_spark::range_planner``)."""
+    from .. import _native
+
+    return [RecordingRange(*t) for t in _native.spark_plan_ranges(list(infos.values()), starts, ends,
+                                                                  min_partitions)]

@@ -107,7 +107,9 @@ def stamp_column(reserved: np.ndarray) -> pa.Array:
 
 def replay_from(start: int, recording_start: int, term_length: int) -> int:
     """The message boundary a replay of ``(start, ...]`` begins at (see the module doc)."""
-    return max(recording_start, start - start % term_length)
+    from .. import _native
+
+    return _native.spark_replay_from(start, recording_start, term_length)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ a copy, with everything it needs inside the partition.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from .. import _native
 from .batch_reader import SulisPartition, read_partition
 from .errors import ArchiveUnavailableError, DataLossError, OptionError
 from .files import check_archive_dir
@@ -70,21 +72,6 @@ SAMPLE_BYTES = 64 * 1024
 FRAME_ALIGNMENT = 32
 
 
-#: The offset's key for the recordings read to their stop position (``{"<id>": stop}``).
-STOPPED_KEY = "stopped"
-
-
-#: The offset's key for how many partitions the micro-batch ending there is cut into (``minPartitions``
-#: when the offset was made): a re-run of the micro-batch after a restart with another ``minPartitions``
-#: is cut as its first run was, so each partition has the same rows (the exactly-once sink checks them),
-#: as Spark keeps ``spark.sql.shuffle.partitions`` in the checkpoint.
-PIECES_KEY = "minPartitions"
-
-
-#: The offset's key for what it says of the recordings it leaves out (``Finished``).
-FINISHED_KEY = "finished"
-
-
 @dataclasses.dataclass(frozen=True)
 class Finished:
     """What an offset says of the recordings it leaves out: every selected recording with an id below
@@ -97,32 +84,31 @@ class Finished:
 
 def to_offset(positions: dict[int, int], stopped: dict[int, int] | None = None, pieces: int | None = None,
               finished: Finished | None = None) -> dict:
-    """The offset JSON object: string keys in numeric order (its text is then stable); ``stopped``:
-    the recordings that were stopped, and read to that stop position, when it was made; ``pieces``:
-    the partitions of the micro-batch that ends there; ``finished``: the recordings left out."""
-    offset: dict = {str(rid): int(positions[rid]) for rid in sorted(positions)}
-    if pieces is not None:
-        offset[PIECES_KEY] = int(pieces)
-    if stopped:
-        offset[STOPPED_KEY] = {str(rid): int(stopped[rid]) for rid in sorted(stopped)}
-    if finished is not None and finished.below > 0:
-        offset[FINISHED_KEY] = {"below": finished.below, "stoppedBy": finished.stopped_by}
-    return offset
+    """The offset JSON object (``sulis_spark::source_offset``: the text both implementations of the source
+    write, string keys in numeric order); ``stopped``: the recordings that were stopped, and read to that
+    stop position, when it was made; ``pieces``: the partitions of the micro-batch that ends there
+    (``minPartitions``); ``finished``: the recordings left out."""
+    f = finished or Finished()
+    return json.loads(_native.spark_offset_json(positions, stopped, pieces, f.below, f.stopped_by))
+
+
+def _parse(offset: dict | None) -> tuple[dict[int, int], dict[int, int], int | None, tuple[int, int]]:
+    return _native.spark_parse_offset(json.dumps(offset or {}))
 
 
 def from_offset(offset: dict) -> dict[int, int]:
-    return {int(k): int(v) for k, v in offset.items() if k.isdigit()}
+    """The offset's position per recording."""
+    return _parse(offset)[0]
 
 
 def stopped_of(offset: dict | None) -> dict[int, int]:
     """The offset's recordings read to their stop position (see ``to_offset``)."""
-    return {int(k): int(v) for k, v in ((offset or {}).get(STOPPED_KEY) or {}).items()}
+    return _parse(offset)[1]
 
 
 def finished_of(offset: dict | None) -> Finished:
     """What the offset says of the recordings it leaves out (none, in offsets from before the key)."""
-    f = (offset or {}).get(FINISHED_KEY)
-    return Finished(int(f["below"]), int(f["stoppedBy"])) if f else Finished()
+    return Finished(*_parse(offset)[3])
 
 
 class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -435,7 +421,8 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if e > s:
                     infos[rid], starts[rid] = r, s
             # As the micro-batch was cut when planned first (an offset from before this key: today's option).
-            pieces = int(end.get(PIECES_KEY, self.opts.min_partitions))
+            planned = _parse(end)[2]
+            pieces = self.opts.min_partitions if planned is None else planned
             if pieces != self.opts.min_partitions:
                 log.warning("sulis source: micro-batch ending at %s is cut into %d partitions, as when it was "
                             "planned first (minPartitions is %d now; it applies from the next micro-batch)",

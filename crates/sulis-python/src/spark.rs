@@ -1,0 +1,311 @@
+//! The Spark source's rules (`sulis_spark`) for `python/sulis/spark/`:
+//! converting only. A plan error raises the package's own `OptionError`
+//! or `DataLossError` (`sulis.spark.errors`).
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::collections::BTreeMap;
+use sulis_spark::range_planner::{self, PlanError, PositionSpec};
+use sulis_spark::{
+    ArchiveAddress, Finished, OptionMap, ReaderOptions, RecordingInfo, SourceOffset, WriterOptions,
+};
+
+/// A `RecordingInfo` of `sulis.spark.recordings`, read by attribute.
+#[derive(FromPyObject)]
+struct PyRecordingInfo {
+    recording_id: i64,
+    stream_id: i32,
+    session_id: i32,
+    start: i64,
+    end: i64,
+    term_length: i32,
+    mtu_length: i32,
+    live: bool,
+    segment_length: i32,
+    initial_term_id: i32,
+    stop_timestamp: i64,
+    recorded: i64,
+}
+
+impl From<PyRecordingInfo> for RecordingInfo {
+    fn from(r: PyRecordingInfo) -> Self {
+        RecordingInfo {
+            recording_id: r.recording_id,
+            stream_id: r.stream_id,
+            session_id: r.session_id,
+            start: r.start,
+            end: r.end,
+            term_length: r.term_length,
+            mtu_length: r.mtu_length,
+            live: r.live,
+            segment_length: r.segment_length,
+            initial_term_id: r.initial_term_id,
+            stop_timestamp: r.stop_timestamp,
+            recorded: r.recorded,
+        }
+    }
+}
+
+/// `"earliest"`, `"latest"` or `{recording id: position}`.
+fn position_spec(spec: &Bound<'_, PyAny>) -> PyResult<PositionSpec> {
+    if let Ok(text) = spec.extract::<String>() {
+        return match text.as_str() {
+            "earliest" => Ok(PositionSpec::Earliest),
+            "latest" => Ok(PositionSpec::Latest),
+            other => Err(PyValueError::new_err(format!(
+                "a position spec is 'earliest', 'latest' or a dict, not {other:?}"
+            ))),
+        };
+    }
+    Ok(PositionSpec::ById(spec.extract()?))
+}
+
+fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
+    let (class, text) = match e {
+        PlanError::Option(t) => ("OptionError", t),
+        PlanError::DataLoss(t) => ("DataLossError", t),
+        PlanError::Archive(t) => ("ArchiveUnavailableError", t),
+    };
+    match py
+        .import("sulis.spark.errors")
+        .and_then(|m| m.getattr(class))
+        .and_then(|c| c.call1((text.clone(),)))
+    {
+        Ok(err) => PyErr::from_value(err),
+        Err(e) => e,
+    }
+}
+
+/// The offset's JSON text (`sulis_spark::source_offset`).
+#[pyfunction]
+#[pyo3(
+    signature = (positions, stopped=None, pieces=None, finished_below=0, finished_stopped_by=-1),
+    text_signature = "(positions, stopped=None, pieces=None, finished_below=0, finished_stopped_by=-1)"
+)]
+fn spark_offset_json(
+    positions: BTreeMap<i64, i64>,
+    stopped: Option<BTreeMap<i64, i64>>,
+    pieces: Option<i64>,
+    finished_below: i64,
+    finished_stopped_by: i64,
+) -> String {
+    SourceOffset {
+        positions,
+        stopped: stopped.unwrap_or_default(),
+        pieces,
+        finished: Finished {
+            below: finished_below,
+            stopped_by: finished_stopped_by,
+        },
+    }
+    .to_json()
+}
+
+/// An offset's JSON text read: (positions, stopped, pieces, (below,
+/// stopped_by)); `ValueError` naming what is wrong.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn spark_parse_offset(
+    text: &str,
+) -> PyResult<(
+    BTreeMap<i64, i64>,
+    BTreeMap<i64, i64>,
+    Option<i64>,
+    (i64, i64),
+)> {
+    let o = SourceOffset::from_json(text).map_err(PyValueError::new_err)?;
+    Ok((
+        o.positions,
+        o.stopped,
+        o.pieces,
+        (o.finished.below, o.finished.stopped_by),
+    ))
+}
+
+/// Start and end per recording from `startingPositions` and
+/// `endingPositions`: (starts, ends, warnings to log).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn spark_resolve_positions(
+    py: Python<'_>,
+    infos: Vec<PyRecordingInfo>,
+    starting: &Bound<'_, PyAny>,
+    ending: &Bound<'_, PyAny>,
+    streaming: bool,
+    fail_on_data_loss: bool,
+    archive: &str,
+    selection: &str,
+) -> PyResult<(BTreeMap<i64, i64>, BTreeMap<i64, i64>, Vec<String>)> {
+    let infos: Vec<RecordingInfo> = infos.into_iter().map(Into::into).collect();
+    range_planner::resolve_positions(
+        &infos,
+        &position_spec(starting)?,
+        &position_spec(ending)?,
+        streaming,
+        fail_on_data_loss,
+        archive,
+        selection,
+    )
+    .map(|p| (p.starts, p.ends, p.warnings))
+    .map_err(|e| plan_error(py, e))
+}
+
+/// `start`, or the recording's start when the bytes between are gone:
+/// (start, warning or None); `DataLossError` with `failOnDataLoss`.
+#[pyfunction]
+fn spark_check_data_loss(
+    py: Python<'_>,
+    recording_id: i64,
+    recording_start: i64,
+    start: i64,
+    fail_on_data_loss: bool,
+    archive: &str,
+) -> PyResult<(i64, Option<String>)> {
+    range_planner::check_data_loss(
+        recording_id,
+        recording_start,
+        start,
+        fail_on_data_loss,
+        archive,
+    )
+    .map_err(|e| plan_error(py, e))
+}
+
+/// A range's fields, in `RecordingRange`'s order.
+type RangeTuple = (i64, i32, i32, i64, i64, i64, i64, i64, i32, i32, i32);
+
+/// The ranges to read, cut for `min_partitions`: tuples in the order of
+/// `RecordingRange`'s fields.
+#[pyfunction]
+fn spark_plan_ranges(
+    infos: Vec<PyRecordingInfo>,
+    starts: BTreeMap<i64, i64>,
+    ends: BTreeMap<i64, i64>,
+    min_partitions: i64,
+) -> PyResult<Vec<RangeTuple>> {
+    let infos: BTreeMap<i64, RecordingInfo> = infos
+        .into_iter()
+        .map(|r| (r.recording_id, r.into()))
+        .collect();
+    let ranges = range_planner::plan_ranges(&infos, &starts, &ends, min_partitions)
+        .map_err(PyValueError::new_err)?;
+    Ok(ranges
+        .into_iter()
+        .map(|r| {
+            (
+                r.recording_id,
+                r.stream_id,
+                r.session_id,
+                r.start,
+                r.end,
+                r.replay_from,
+                r.replay_to,
+                r.recording_start,
+                r.term_length,
+                r.segment_length,
+                r.initial_term_id,
+            )
+        })
+        .collect())
+}
+
+/// Where a replay of `(start, ...]` begins.
+#[pyfunction]
+fn spark_replay_from(start: i64, recording_start: i64, term_length: i32) -> i64 {
+    range_planner::replay_from(start, recording_start, term_length)
+}
+
+/// A position spec as Python holds it: `"earliest"`, `"latest"` or a dict.
+fn spec_object<'py>(py: Python<'py>, spec: &PositionSpec) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match spec {
+        PositionSpec::Earliest => "earliest".into_pyobject(py)?.into_any(),
+        PositionSpec::Latest => "latest".into_pyobject(py)?.into_any(),
+        PositionSpec::ById(m) => m.into_pyobject(py)?.into_any(),
+    })
+}
+
+fn address_dict<'py>(py: Python<'py>, a: &ArchiveAddress) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("driver_dir", &a.driver_dir)?;
+    d.set_item("control_channel", &a.control_channel)?;
+    d.set_item("control_stream_id", a.control_stream_id)?;
+    d.set_item("response_channel", &a.response_channel)?;
+    d.set_item("response_stream_id", a.response_stream_id)?;
+    d.set_item("message_timeout", a.message_timeout_s)?;
+    Ok(d)
+}
+
+/// A reader's options checked and parsed (`sulis_spark::reader_options`):
+/// a dict of `ReaderOptions`' fields, `archive` a dict of
+/// `ArchiveAddress`'s, `value_schema` None or (schema, mode, corrupt
+/// column); `OptionError` naming the first bad option.
+#[pyfunction]
+fn spark_reader_options<'py>(
+    py: Python<'py>,
+    options: Vec<(String, String)>,
+    streaming: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let o =
+        ReaderOptions::parse(&OptionMap::new(options), streaming).map_err(|e| plan_error(py, e))?;
+    let d = PyDict::new(py);
+    d.set_item("archive", address_dict(py, &o.archive)?)?;
+    d.set_item("channel", &o.channel)?;
+    d.set_item("stream_id", o.stream_id)?;
+    d.set_item("recording_ids", &o.recording_ids)?;
+    d.set_item("starting", spec_object(py, &o.starting)?)?;
+    d.set_item("ending", spec_object(py, &o.ending)?)?;
+    d.set_item("min_partitions", o.min_partitions)?;
+    d.set_item("fail_on_data_loss", o.fail_on_data_loss)?;
+    d.set_item("replay_channel", &o.replay_channel)?;
+    d.set_item("replay_stream_id", o.replay_stream_id)?;
+    d.set_item("fragment_limit", o.fragment_limit)?;
+    d.set_item("max_bytes_per_trigger", o.max_bytes_per_trigger)?;
+    d.set_item("max_messages_per_trigger", o.max_messages_per_trigger)?;
+    d.set_item("min_messages_per_trigger", o.min_messages_per_trigger)?;
+    d.set_item("max_trigger_delay_s", o.max_trigger_delay_s)?;
+    d.set_item(
+        "value_schema",
+        o.value_schema
+            .as_ref()
+            .map(|v| (v.schema.clone(), v.mode.clone(), v.corrupt_column.clone())),
+    )?;
+    d.set_item("read_mode", &o.read_mode)?;
+    d.set_item("archive_dir", &o.archive_dir)?;
+    d.set_item("include_timestamp", o.include_timestamp)?;
+    d.set_item("low_latency", o.low_latency)?;
+    d.set_item("cluster_dir", &o.cluster_dir)?;
+    Ok(d)
+}
+
+/// A writer's options checked and parsed (`sulis_spark::writer_options`),
+/// as a dict of `WriterOptions`' fields.
+#[pyfunction]
+fn spark_writer_options<'py>(
+    py: Python<'py>,
+    options: Vec<(String, String)>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let o = WriterOptions::parse(&OptionMap::new(options)).map_err(|e| plan_error(py, e))?;
+    let d = PyDict::new(py);
+    d.set_item("archive", address_dict(py, &o.archive)?)?;
+    d.set_item("channel", &o.channel)?;
+    d.set_item("stream_id", o.stream_id)?;
+    d.set_item("exactly_once", o.exactly_once)?;
+    d.set_item("stamp_timestamp", o.stamp_timestamp)?;
+    d.set_item("replay", (o.replay_channel.clone(), o.replay_stream_id))?;
+    d.set_item("journal", (o.journal_channel.clone(), o.journal_stream_id))?;
+    Ok(d)
+}
+
+/// Registers the functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(spark_offset_json, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_parse_offset, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_resolve_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_check_data_loss, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_plan_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_replay_from, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_reader_options, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_writer_options, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! The rules of `format("sulis")`, Spark's source over sulis recordings,
+//! kept once for both of its implementations: the Python data source
+//! (`python/sulis/spark/`, through `sulis._native`) and the JVM one.
+//!
+//! - [`source_offset`]: a streaming query's offset and its JSON text, which
+//!   Spark keeps in the checkpoint and compares as text: both
+//!   implementations write the same text for the same offset, so a query
+//!   can move between them on one checkpoint.
+//! - [`reader_options`], [`writer_options`]: the options, checked once
+//!   when a query starts, every failure naming the option.
+//! - [`range_planner`]: which positions of which recordings a query reads
+//!   (`startingPositions`, `endingPositions`, data loss at a purged start)
+//!   and how the ranges are cut into partitions (`minPartitions`).
+//!
+//! - [`stream_planner`]: the driver side of a query, batch or streaming,
+//!   against a [`RecordingCatalog`]: [`ArchiveCatalog`] is a running
+//!   archive's (and a cluster member's), tests use one of their own.
+//! - [`range_replay`]: a planned range replayed from the archive.
+
+pub mod archive_address;
+pub mod archive_catalog;
+pub mod archive_session;
+pub mod close_match;
+pub mod option_values;
+pub mod range_planner;
+pub mod range_replay;
+pub mod reader_options;
+pub mod recording_catalog;
+pub mod recording_info;
+pub mod source_offset;
+pub mod stream_planner;
+pub mod writer_options;
+
+pub use archive_address::ArchiveAddress;
+pub use archive_catalog::ArchiveCatalog;
+pub use archive_session::ArchiveSession;
+pub use option_values::OptionMap;
+pub use range_planner::{PlanError, PositionSpec, Positions, RecordingRange};
+pub use reader_options::ReaderOptions;
+pub use recording_catalog::RecordingCatalog;
+pub use recording_info::RecordingInfo;
+pub use source_offset::{Finished, SourceOffset};
+pub use stream_planner::{LogLine, ReadLimit, StreamPlanner};
+pub use writer_options::WriterOptions;
