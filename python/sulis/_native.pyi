@@ -430,6 +430,56 @@ def spark_reader_options(options: Sequence[tuple[str, str]], streaming: bool) ->
     """A reader's options checked and parsed: ReaderOptions' fields; raises OptionError naming the first bad one."""
 def spark_writer_options(options: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """A writer's options checked and parsed: WriterOptions' fields; raises OptionError naming the first bad one."""
+def spark_announced_archive_dir(driver_dir: str | None, archive_id: int) -> str | None:
+    """The directory archive ``archive_id`` announces through the driver at ``driver_dir``, if readable here."""
+def spark_holds_recording(dir: str, range: tuple[int, int, int, int, int, int, int, int, int, int, int]) -> bool:
+    """Whether ``dir``'s catalog holds the range's recording as the queried archive does."""
+def spark_log_recording_ids(cluster_dir: str) -> list[int]:
+    """The log recordings a cluster member's recording.log names; raises OptionError naming the directory."""
+
+@final
+class SparkPlanner:
+    """The driver side of ``format("sulis")``: what a query reads (sulis_spark::StreamPlanner)."""
+    def __new__(cls, options: Sequence[tuple[str, str]], streaming: bool) -> Self: ...
+    def batch_ranges(self) -> list[tuple[int, int, int, int, int, int, int, int, int, int, int]]:
+        """A batch read's ranges, in RecordingRange's field order."""
+    def initial_offset(self) -> str:
+        """Where a query with no checkpoint begins (offset text)."""
+    def default_read_limit(self) -> tuple[str, int]:
+        """The read limit the options set: (kind, n)."""
+    def prepare_for_trigger_available_now(self) -> None:
+        """Nothing past what is recorded now."""
+    def report_latest_offset(self) -> str | None:
+        """What is recorded, as last seen (offset text)."""
+    def latest_offset(self, start: str | None, kind: str, n: int) -> str | None:
+        """Where the next micro-batch ends within the limit; None: no batch yet."""
+    def ranges(self, start: str | None, end: str) -> list[tuple[int, int, int, int, int, int, int, int, int, int, int]]:
+        """The ranges of the micro-batch (start, end]."""
+    def archive_id(self) -> int:
+        """The archive's id."""
+    def check_archive_dir(self, archive_id: int) -> None:
+        """archiveDir, where readable here, must be archive ``archive_id``'s directory."""
+    def drain_log(self) -> list[tuple[str, str]]:
+        """The lines to log since the last call: (level, text)."""
+    def close(self) -> None:
+        """Closes the archive session."""
+
+@final
+class SparkPartitionReader:
+    """A planned range read as whole messages (sulis_spark::PartitionReader)."""
+    def __new__(cls, address: tuple[str | None, str, int, str, int | None, float], replay_channel: str,
+                replay_stream_id: int, fragment_limit: int, read_mode: str, archive_dir: str | None,
+                range: tuple[int, int, int, int, int, int, int, int, int, int, int],
+                archive_id: int | None) -> Self: ...
+    def next_batch(self) -> Batch | None:
+        """The next messages, None once the range is read."""
+    def drain_log(self) -> list[str]:
+        """Lines to log since the last call."""
+    @property
+    def files_dir(self) -> str | None:
+        """The directory the files are read from, None for a replay."""
+    def close(self) -> None:
+        """Stops a replay still running."""
 
 class ArchiveError(SulisError):
     """The archive refused a request or did not answer; ``code`` is the archive's error code (-1 if none)."""

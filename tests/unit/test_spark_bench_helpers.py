@@ -28,14 +28,3 @@ def test_kafka_config_is_a_one_node_kraft_cluster_on_loopback_only(kafka_peer, t
     assert {k: v for k, v in props.items() if k.endswith((".replication.factor", ".min.isr"))} == {
         f"{topic}.{what}": "1" for topic in ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic")
         for what in ("replication.factor", "min.isr") if (topic, what) != ("offsets.topic", "min.isr")}
-
-
-@pytest.mark.parametrize(("given", "sent"), [
-    ("aeron:ipc", "aeron:ipc?sparse=true"),
-    ("aeron:udp?endpoint=10.0.0.1:9000", "aeron:udp?endpoint=10.0.0.1:9000|sparse=true"),
-    ("aeron:ipc?sparse=false", "aeron:ipc?sparse=false"),
-])
-def test_replays_ask_for_a_sparse_log_buffer_unless_the_channel_says(given, sent):
-    from sulis.spark.replay import _sparse
-
-    assert _sparse(given) == sent

@@ -1,6 +1,6 @@
-"""``clusterDir``: the pieces of the cluster-log source that need no Spark and no cluster: its options, the
-decoding of log entries into rows, and the cut at the commit position (the whole source runs against three
-``sulis cluster-node`` processes in ``tests/system/test_spark_system.py``)."""
+"""``clusterDir``: the pieces of the cluster-log source that need no Spark and no cluster: its options and the
+decoding of log entries into rows (the cut at the commit position is ``cargo test -p sulis-spark archive_catalog``;
+the whole source runs against three ``sulis cluster-node`` processes in ``tests/system/test_spark_system.py``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sulis.spark.cluster_log import cap, commit_position, log_recording_ids, session_messages
+from sulis.spark.cluster_log import session_messages
 from sulis.spark.options import OptionError, parse_reader_options
-from sulis.spark.replay import RecordingRange, _Assembler, ddl_for
+from sulis.spark.replay import RecordingRange, _Rows, ddl_for
 
 
 def entry(template: int, block: bytes, schema: int = 111) -> bytes:
@@ -65,9 +65,9 @@ def test_session_messages_of_buffers_whose_offsets_do_not_start_at_zero():
 
 def test_the_assembler_gives_cluster_rows_with_the_declared_schema():
     r = RecordingRange(4, 100, 5, 0, 1 << 20, 0, 1 << 20)
-    asm = _Assembler(r, cluster=True)
+    asm = _Rows(r, cluster=True)
     values = pa.array([session_message(2, 11, 1000, b"abc"), entry(25, b"\0" * 8)], pa.binary())
-    batch = asm._columns(values, np.array([64, 96], np.int64), np.zeros(2, np.int64))
+    batch = asm.columns(values, np.array([64, 96], np.int64), np.zeros(2, np.int64))
     assert batch.schema == asm.schema
     assert batch.to_pylist()[0]["value"] == b"abc" and batch.num_rows == 1
     row = batch.to_pylist()[0]
@@ -75,13 +75,6 @@ def test_the_assembler_gives_cluster_rows_with_the_declared_schema():
     assert got == (11, 2, 4, 64)
     assert ddl_for(None, cluster=True) == ("value binary, cluster_session_id long, leadership_term_id long, "
                                            "recording_id long, position long, timestamp timestamp")
-
-
-def test_the_readable_end_never_passes_the_commit_position():
-    assert cap(4096, 0, 1024) == 1024      # recorded past the commit: cut there
-    assert cap(512, 0, 1024) == 512        # committed past what this member recorded: what it has
-    assert cap(4096, 256, None) == 256     # no commit position known: nothing
-    assert cap(4096, 2048, 1024) == 2048   # never before the recording's start
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -99,12 +92,3 @@ def test_cluster_dir_options_are_checked(options, message):
 def test_cluster_dir_alone_is_a_selection():
     opts = parse_reader_options({"clusterDir": "/data/cluster"})
     assert opts.cluster_dir == "/data/cluster" and "cluster member in /data/cluster" in opts.selection()
-
-
-def test_a_directory_without_a_recording_log_is_refused_naming_it(tmp_path):
-    with pytest.raises(OptionError, match=rf"option clusterDir: '{tmp_path}' has no recording.log"):
-        log_recording_ids(str(tmp_path))
-
-
-def test_no_counter_means_no_commit_position(tmp_path):
-    assert commit_position(str(tmp_path / "cluster"), str(tmp_path / "no-driver")) is None

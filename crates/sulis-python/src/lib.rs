@@ -23,6 +23,8 @@ mod options;
 mod publication;
 mod recording_files;
 mod spark;
+mod spark_planner;
+mod spark_reader;
 mod subscription;
 
 use pyo3::prelude::*;

@@ -61,7 +61,8 @@ fn position_spec(spec: &Bound<'_, PyAny>) -> PyResult<PositionSpec> {
     Ok(PositionSpec::ById(spec.extract()?))
 }
 
-fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
+/// A plan error as the package's exception (`sulis.spark.errors`).
+pub(crate) fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
     let (class, text) = match e {
         PlanError::Option(t) => ("OptionError", t),
         PlanError::DataLoss(t) => ("DataLossError", t),
@@ -297,6 +298,48 @@ fn spark_writer_options<'py>(
     Ok(d)
 }
 
+/// The log recordings `cluster_dir/recording.log` names; `OptionError`
+/// naming the directory.
+#[pyfunction]
+fn spark_log_recording_ids(py: Python<'_>, cluster_dir: &str) -> PyResult<Vec<i64>> {
+    sulis_spark::archive_catalog::log_recording_ids(cluster_dir).map_err(|e| plan_error(py, e))
+}
+
+/// The directory archive `archive_id` announces in the counters of the
+/// media driver at `driver_dir`, if readable here and its mark file names
+/// that archive.
+#[pyfunction]
+#[pyo3(signature = (driver_dir, archive_id))]
+fn spark_announced_archive_dir(
+    py: Python<'_>,
+    driver_dir: Option<String>,
+    archive_id: i64,
+) -> Option<String> {
+    crate::gil::released(py, || {
+        sulis_spark::archive_files::announced_archive_dir(driver_dir.as_deref(), archive_id)
+    })
+}
+
+/// Whether `dir`'s catalog has the range's recording as the queried
+/// archive does (stream, session, term length, initial term id).
+#[pyfunction]
+fn spark_holds_recording(py: Python<'_>, dir: String, range: RangeTuple) -> bool {
+    let r = sulis_spark::RecordingRange {
+        recording_id: range.0,
+        stream_id: range.1,
+        session_id: range.2,
+        start: range.3,
+        end: range.4,
+        replay_from: range.5,
+        replay_to: range.6,
+        recording_start: range.7,
+        term_length: range.8,
+        segment_length: range.9,
+        initial_term_id: range.10,
+    };
+    crate::gil::released(py, || sulis_spark::archive_files::holds_recording(&dir, &r))
+}
+
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_offset_json, m)?)?;
@@ -307,5 +350,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_replay_from, m)?)?;
     m.add_function(wrap_pyfunction!(spark_reader_options, m)?)?;
     m.add_function(wrap_pyfunction!(spark_writer_options, m)?)?;
+    m.add_class::<crate::spark_planner::PySparkPlanner>()?;
+    m.add_function(wrap_pyfunction!(spark_log_recording_ids, m)?)?;
+    m.add_class::<crate::spark_reader::PySparkPartitionReader>()?;
+    m.add_function(wrap_pyfunction!(spark_announced_archive_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_holds_recording, m)?)?;
     Ok(())
 }

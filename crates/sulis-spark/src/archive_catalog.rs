@@ -407,3 +407,42 @@ fn commit_counter(driver_dir: Option<&str>) -> Result<Option<i64>, PlanError> {
 pub fn no_commit_position(cluster_dir: &str, driver_dir: Option<&str>) -> PlanError {
     PlanError::Option(format!("option clusterDir: no commit position for the member in {cluster_dir}: the media driver in {} (driverDir) has no cluster commit-position counter (the member is not running, or driverDir is not its driver). Reading its log past what is known committed could return entries an election takes back", driver_dir.unwrap_or("the default directory")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readable_end_never_passes_the_commit_position() {
+        assert_eq!(cap(4096, 0, Some(1024)), 1024); // recorded past the commit: cut there
+        assert_eq!(cap(512, 0, Some(1024)), 512); // committed past what this member recorded
+        assert_eq!(cap(4096, 256, None), 256); // no commit position known: nothing
+        assert_eq!(cap(4096, 2048, Some(1024)), 2048); // never before the recording's start
+    }
+
+    #[test]
+    fn a_directory_without_a_recording_log_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("sulis-spark-no-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_string_lossy().to_string();
+        match log_recording_ids(&d) {
+            Err(PlanError::Option(t)) => assert_eq!(t, format!("option clusterDir: '{d}' has no recording.log (not a cluster member's directory, or a member that never started)")),
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn no_counter_means_no_commit_position() {
+        let dir =
+            std::env::temp_dir().join(format!("sulis-spark-no-driver-{}", std::process::id()));
+        let driver = dir.join("no-driver");
+        assert_eq!(
+            commit_position("/c", Some(&driver.to_string_lossy())).unwrap(),
+            None
+        );
+        assert!(
+            matches!(no_commit_position("/c", None), PlanError::Option(t) if t.contains("the default directory (driverDir)"))
+        );
+    }
+}

@@ -15,13 +15,19 @@
 //! - [`stream_planner`]: the driver side of a query, batch or streaming,
 //!   against a [`RecordingCatalog`]: [`ArchiveCatalog`] is a running
 //!   archive's (and a cluster member's), tests use one of their own.
-//! - [`range_replay`]: a planned range replayed from the archive.
+//! - [`partition_reader`]: the executor side, a planned range read as
+//!   whole messages ([`message_assembler`]) from the segment files where
+//!   they are readable here ([`archive_files`]), else replayed
+//!   ([`range_replay`]).
 
 pub mod archive_address;
 pub mod archive_catalog;
+pub mod archive_files;
 pub mod archive_session;
 pub mod close_match;
+pub mod message_assembler;
 pub mod option_values;
+pub mod partition_reader;
 pub mod range_planner;
 pub mod range_replay;
 pub mod reader_options;

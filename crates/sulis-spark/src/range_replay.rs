@@ -17,16 +17,23 @@ use sulis_protocol::uri::ChannelUri;
 /// recording and the position reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadFailure {
-    /// The archive refused or cut the replay short.
+    /// The archive refused or cut the replay short, or a file is damaged.
     Read(String),
     /// The replay made no progress for the timeout.
     Timeout(String),
+    /// No media driver (or archive) to read through on this host.
+    NoDriver(String),
+    /// An option this host cannot honour (`readMode=files`).
+    Option(String),
 }
 
 impl std::fmt::Display for ReadFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ReadFailure::Read(t) | ReadFailure::Timeout(t) => f.write_str(t),
+            ReadFailure::Read(t)
+            | ReadFailure::Timeout(t)
+            | ReadFailure::NoDriver(t)
+            | ReadFailure::Option(t) => f.write_str(t),
         }
     }
 }
@@ -56,6 +63,8 @@ pub struct RangeReplay {
     idle_since: Instant,
     timeout: Duration,
     what: String,
+    /// Said when the archive had no replay slot free and the start waited.
+    pub waited: Option<String>,
 }
 
 impl RangeReplay {
@@ -85,9 +94,16 @@ impl RangeReplay {
                 )
             })?;
         let response = ChannelUri::parse(replay_channel).is_ok_and(|u| u.is_response());
-        let length = r.replay_to - r.replay_from;
+        // A range without an end follows the live recording (Aeron's
+        // REPLAY_ALL_AND_FOLLOW, -1): real-time mode reads so.
+        let length = if r.replay_to == i64::MAX {
+            -1
+        } else {
+            r.replay_to - r.replay_from
+        };
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(10);
+        let mut waited = None;
         loop {
             let started = if response {
                 // The subscription first: the replay connects to it through
@@ -146,10 +162,17 @@ impl RangeReplay {
                         idle_since: Instant::now(),
                         timeout,
                         what,
+                        waited,
                     })
                 }
                 Err(e) => {
                     let busy = e.to_string().contains("max concurrent replays");
+                    if busy && waited.is_none() {
+                        waited = Some(format!(
+                            "{archive}: replay of recording {} waits for a replay slot ({e})",
+                            r.recording_id
+                        ));
+                    }
                     if !busy || Instant::now() + pause > deadline {
                         let text = format!(
                             "{archive}: replay of recording {} from {} to {} refused: {e}",
@@ -204,6 +227,10 @@ impl RangeReplay {
         } else if self.image.is_some() {
             self.ended = true; // the image went away: the replay is over
         }
+        let follows = r.end == i64::MAX;
+        if self.ended && follows {
+            return Ok(Polled::Done); // the recording stopped and all of it was read
+        }
         if self.ended {
             // It must have reached the end (the image's final position
             // counts a term's closing padding, which delivers no message).
@@ -233,7 +260,7 @@ impl RangeReplay {
                 describe_errors(&errors)
             )));
         }
-        if self.idle_since.elapsed() > self.timeout {
+        if !follows && self.idle_since.elapsed() > self.timeout {
             return Err(ReadFailure::Timeout(format!(
                 "{} made no progress for {:.0}s at position {}",
                 self.what,
@@ -254,6 +281,18 @@ impl RangeReplay {
     }
 }
 
+/// The replay channel asking for a sparse log buffer unless it says
+/// otherwise. A replay's publication has the recording's term length;
+/// allocated in full (the driver's default), a 16 MiB-term recording costs
+/// ~50 MB of zeroed pages and ~100 ms on every replay, so on every
+/// micro-batch; sparse, a few ms.
+pub fn sparse_channel(channel: &str) -> Result<String, String> {
+    ChannelUri::parse(channel)
+        .and_then(|u| u.with_default("sparse", "true"))
+        .map(|u| u.to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn describe_errors(errors: &[(i64, i64, String)]) -> String {
     errors
         .iter()
@@ -272,5 +311,24 @@ fn errors_after_end(session: &mut ArchiveSession) -> String {
             return describe_errors(&errors);
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replays_ask_for_a_sparse_log_buffer_unless_the_channel_says() {
+        for (given, sent) in [
+            ("aeron:ipc", "aeron:ipc?sparse=true"),
+            (
+                "aeron:udp?endpoint=10.0.0.1:9000",
+                "aeron:udp?endpoint=10.0.0.1:9000|sparse=true",
+            ),
+            ("aeron:ipc?sparse=false", "aeron:ipc?sparse=false"),
+        ] {
+            assert_eq!(sparse_channel(given).unwrap(), sent);
+        }
     }
 }

@@ -98,6 +98,41 @@ pub struct ReaderOptions {
 }
 
 impl ReaderOptions {
+    /// What a reader of planned ranges needs (the rest defaults): the
+    /// archive, where replays come, how many fragments a poll takes, and
+    /// `readMode` with `archiveDir`.
+    pub fn for_reading(
+        archive: ArchiveAddress,
+        replay: (String, i32),
+        fragment_limit: i64,
+        read_mode: &str,
+        archive_dir: Option<String>,
+    ) -> ReaderOptions {
+        ReaderOptions {
+            archive,
+            channel: None,
+            stream_id: None,
+            recording_ids: None,
+            starting: PositionSpec::Earliest,
+            ending: PositionSpec::Latest,
+            min_partitions: 1,
+            fail_on_data_loss: true,
+            replay_channel: replay.0,
+            replay_stream_id: replay.1,
+            fragment_limit,
+            max_bytes_per_trigger: None,
+            max_messages_per_trigger: None,
+            min_messages_per_trigger: None,
+            max_trigger_delay_s: 15.0,
+            value_schema: None,
+            read_mode: read_mode.to_string(),
+            archive_dir,
+            include_timestamp: false,
+            low_latency: false,
+            cluster_dir: None,
+        }
+    }
+
     /// Names what is read in error messages.
     pub fn selection(&self) -> String {
         if let Some(dir) = &self.cluster_dir {

@@ -629,6 +629,53 @@ impl<C: RecordingCatalog> StreamPlanner<C> {
     }
 }
 
+impl<C: RecordingCatalog> StreamPlanner<C> {
+    /// Real-time mode: the recordings a batch that begins at `start` reads,
+    /// each with the position it is read on from (its start for one new
+    /// since), as they are recorded: every recording of `start`, and every
+    /// selected one it does not leave out as read to its stop.
+    pub fn live_starts(
+        &mut self,
+        start: Option<&SourceOffset>,
+        now: f64,
+    ) -> Result<Vec<(RecordingInfo, i64)>, PlanError> {
+        self.archive_call("planning a real-time batch", |p| {
+            p.refresh(true, now)?;
+            let empty = SourceOffset::default();
+            let start = start.unwrap_or(&empty);
+            let mut out = Vec::new();
+            for (&id, r) in &p.infos {
+                let from = match start.positions.get(&id) {
+                    Some(&at) => at,
+                    None if id < start.finished.below => continue, // read to its stop
+                    None => r.start,
+                };
+                let from = from.max(r.start);
+                if r.live || from < r.end {
+                    out.push((r.clone(), from));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Real-time mode: the offset a batch that began at `start` ended at,
+    /// each recording at the position its partition read to.
+    pub fn merge_offsets(
+        &self,
+        start: Option<&SourceOffset>,
+        read_to: &[(i64, i64)],
+    ) -> SourceOffset {
+        let mut end = start.cloned().unwrap_or_default();
+        for &(id, position) in read_to {
+            let at = end.positions.entry(id).or_insert(position);
+            *at = (*at).max(position);
+        }
+        end.pieces = Some(self.opts.min_partitions);
+        end
+    }
+}
+
 /// Where a recording's share of a batch ends: `budget` bytes on from
 /// `begin` (frame-aligned, at least one alignment so a batch progresses),
 /// never past `end`, and nothing for a recording with nothing new.
@@ -653,6 +700,9 @@ mod tests {
         recordings: BTreeMap<i64, RecordingInfo>,
         resets: usize,
         unreachable: bool,
+        /// Listings and position requests asked.
+        listings: usize,
+        positions: usize,
     }
 
     impl RecordingCatalog for Fake {
@@ -664,12 +714,14 @@ mod tests {
             if self.unreachable {
                 return Err(PlanError::Archive("no answer within 10s".into()));
             }
+            self.listings += 1;
             Ok(self.recordings.values().cloned().collect())
         }
         fn describe(&mut self, id: i64) -> Result<Option<RecordingInfo>, PlanError> {
             Ok(self.recordings.get(&id).cloned())
         }
         fn position_now(&mut self, r: &RecordingInfo) -> Result<RecordingInfo, PlanError> {
+            self.positions += 1;
             Ok(self
                 .recordings
                 .get(&r.recording_id)
@@ -884,6 +936,65 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(positions(&late), [(1, 12800)]);
+    }
+
+    #[test]
+    fn asks_the_archive_a_few_times_a_second_however_often_spark_asks() {
+        // Spark calls latestOffset about a hundred times a second when idle.
+        let mut p = planner(&[], &[rec(1, 1280, true, -1), rec(2, 640, false, 5)]);
+        let start = p.initial_offset(0.0).unwrap();
+        let (listed, asked) = (p.catalog().listings, p.catalog().positions);
+        for i in 0..100 {
+            p.latest_offset(
+                Some(&start),
+                ReadLimit::AllAvailable,
+                0.001 + i as f64 * 0.01,
+            )
+            .unwrap();
+        }
+        // Over that second: a listing every 0.5 s, a position request per live recording every 0.1 s.
+        let listings = p.catalog().listings - listed;
+        assert!((1..=2).contains(&listings), "{listings}");
+        assert!(
+            p.catalog().positions - asked <= 10,
+            "{}",
+            p.catalog().positions - asked
+        );
+        // What is recorded next shows within the interval.
+        p.catalog().recordings.insert(1, rec(1, 2560, true, -1));
+        let next = p
+            .latest_offset(Some(&start), ReadLimit::AllAvailable, 1.2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.positions.get(&1), Some(&2560));
+    }
+
+    #[test]
+    fn a_real_time_batch_follows_every_recording_not_read_to_its_stop_and_merges_where_each_got() {
+        let recs = [
+            rec(1, 1280, false, 500),
+            rec(2, 640, true, -1),
+            rec(3, 320, true, -1),
+        ];
+        let mut p = planner(&[], &recs);
+        let start = SourceOffset {
+            positions: [(2, 320)].into_iter().collect(),
+            finished: Finished {
+                below: 2,
+                stopped_by: 500,
+            },
+            ..SourceOffset::default()
+        };
+        let live: Vec<(i64, i64)> = p
+            .live_starts(Some(&start), 0.0)
+            .unwrap()
+            .iter()
+            .map(|(r, from)| (r.recording_id, *from))
+            .collect();
+        assert_eq!(live, [(2, 320), (3, 0)]);
+        let end = p.merge_offsets(Some(&start), &[(2, 640), (3, 96)]);
+        assert_eq!(positions(&end), [(2, 640), (3, 96)]);
+        assert_eq!(end.finished, start.finished);
     }
 
     #[test]

@@ -5,17 +5,19 @@ Imports pyspark (its ``InputPartition`` and ``DataSourceReader``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .files import check_archive_dir, read_partition_range
+from .files import read_partition_range
 from .options import ReaderOptions
-from .recordings import list_selected, plan_ranges, resolve_positions
-from .replay import RecordingRange, session
+from .replay import RecordingRange
 
 __all__ = ["SulisPartition", "SulisBatchReader", "read_partition"]
+
+log = logging.getLogger("sulis.spark")
 
 
 class SulisPartition(InputPartition):
@@ -46,14 +48,20 @@ class SulisBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[SulisPartition]:
-        opts = self.opts
-        s = session(opts.archive)
-        archive_id = s.archive.archive_id
-        check_archive_dir(archive_id, opts)
-        infos = list_selected(s, opts, require_commit=True)
-        starts, ends = resolve_positions(infos, opts)
-        ranges = plan_ranges({r.recording_id: r for r in infos}, starts, ends, opts.min_partitions)
-        return [SulisPartition(r, archive_id) for r in ranges]
+        from .. import _native
+
+        planner = _native.SparkPlanner(list(self.opts.raw), False)
+        try:
+            archive_id = planner.archive_id()
+            planner.check_archive_dir(archive_id)
+            try:
+                ranges = planner.batch_ranges()
+            finally:
+                for level, text in planner.drain_log():
+                    (log.warning if level == "warning" else log.info)("%s", text)
+        finally:
+            planner.close()
+        return [SulisPartition(RecordingRange(*t), archive_id) for t in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)

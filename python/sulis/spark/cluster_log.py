@@ -11,7 +11,8 @@ but never past the commit position:
   ``Cluster commit-pos`` counter (type 203) in the counters of ``driverDir``'s media driver, so the
   Spark driver runs on the member's host. A position once seen committed stays readable in this process
   while the member restarts (its counter gone or starting lower); a batch read with no counter at all
-  fails, naming why, rather than read entries an election could still take back;
+  fails, naming why, rather than read entries an election could still take back. Both are
+  ``sulis_spark::archive_catalog`` (Rust), the planner both implementations of the source run;
 * rows are the log's session messages (the clients' messages and the services' ``cluster.offer`` into
   the log: Aeron's SessionMessageHeader, template 1 of schema 111), the 32-byte header decoded into
   columns and stripped from ``value``; the log's other entries (session opens and closes, timers,
@@ -23,16 +24,11 @@ imports pyspark.
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import OptionError
-
-__all__ = ["CLUSTER_FIELDS", "CLUSTER_DDL", "log_recording_ids", "commit_position", "cap", "session_messages"]
+__all__ = ["CLUSTER_FIELDS", "CLUSTER_DDL", "COMMIT_POSITION_TYPE_ID", "log_recording_ids", "session_messages"]
 
 #: The metadata columns of a cluster log's rows (after ``value`` or the ``valueSchema`` fields).
 CLUSTER_FIELDS = [
@@ -52,68 +48,13 @@ SESSION_HEADER_LENGTH = 32
 #: The counter type of a member's commit position (Aeron's ``Cluster commit-pos``).
 COMMIT_POSITION_TYPE_ID = 203
 
-_seen: dict[tuple[str, str | None], int] = {}
-_seen_lock = threading.Lock()
-
 
 def log_recording_ids(cluster_dir: str) -> list[int]:
-    """The log recordings named by ``cluster_dir/recording.log`` (one, on a member as Aeron keeps it)."""
+    """The log recordings named by ``cluster_dir/recording.log`` (one, on a member as Aeron keeps it);
+    ``OptionError`` naming the directory when it has none."""
     from .. import _native
 
-    if not os.path.exists(os.path.join(cluster_dir, "recording.log")):
-        raise OptionError(f"option clusterDir: {cluster_dir!r} has no recording.log (not a cluster member's "
-                          "directory, or a member that never started)")
-    try:
-        entries, _torn = _native.read_recording_log(cluster_dir)
-    except Exception as e:
-        raise OptionError(f"option clusterDir: {cluster_dir}/recording.log cannot be read: {e}") from None
-    ids = sorted({e["recording_id"] for e in entries if e["type"] == "TERM" and e["valid"]})
-    if not ids:
-        raise OptionError(f"option clusterDir: {cluster_dir}/recording.log names no term yet: the member has no "
-                          "log to read")
-    return ids
-
-
-def _counter(driver_dir: str | None) -> int | None:
-    """The commit position in the counters of the media driver at ``driver_dir``, None without one."""
-    from .. import _native
-
-    try:
-        rows = _native.CountersReader(driver_dir or _native.default_dir()).counters()
-    except Exception:
-        return None
-    found = [c["value"] for c in rows if c["type_id"] == COMMIT_POSITION_TYPE_ID]
-    if len(found) > 1:
-        raise OptionError(f"option driverDir: the media driver in {driver_dir} has {len(found)} cluster "
-                          "commit-position counters; give the driver of one member")
-    return found[0] if found else None
-
-
-def commit_position(cluster_dir: str, driver_dir: str | None) -> int | None:
-    """The member's commit position: the highest this process has seen of its counter (a position once
-    committed stays committed), None when it has never seen one."""
-    now = _counter(driver_dir)
-    key = (cluster_dir, driver_dir)
-    with _seen_lock:
-        best = max(now if now is not None else -1, _seen.get(key, -1))
-        if best >= 0:
-            _seen[key] = best
-    return best if best >= 0 else None
-
-
-def cap(end: int, start: int, commit: int | None) -> int:
-    """A log recording's readable end: what it recorded, but never past the commit position."""
-    if commit is None:
-        return start
-    return max(start, min(end, commit))
-
-
-def no_commit_position(cluster_dir: str, driver_dir: str | None) -> OptionError:
-    """The error of a read that finds no commit position."""
-    return OptionError(f"option clusterDir: no commit position for the member in {cluster_dir}: the media driver in "
-                       f"{driver_dir or 'the default directory'} (driverDir) has no cluster commit-position counter "
-                       "(the member is not running, or driverDir is not its driver). Reading its log past what is "
-                       "known committed could return entries an election takes back")
+    return _native.spark_log_recording_ids(cluster_dir)
 
 
 def session_messages(values: pa.Array, positions: np.ndarray) -> tuple[pa.Array, np.ndarray, list[pa.Array]]:

@@ -90,6 +90,8 @@ class ReaderOptions:
     #: ``clusterDir``: a cluster member's directory; its log is read, never past the commit position
     #: (``cluster_log``)
     cluster_dir: str | None = None
+    #: the options as Spark passed them (the native planner parses them itself)
+    raw: tuple[tuple[str, str], ...] = ()
 
     def selection(self) -> str:
         """Names what is read in error messages."""
@@ -147,7 +149,7 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
                               f"({', '.join(sorted(taken))})")
     if fields["recording_ids"] is not None:
         fields["recording_ids"] = tuple(fields["recording_ids"])
-    return ReaderOptions(archive=archive, layout=layout, **fields)
+    return ReaderOptions(archive=archive, layout=layout, raw=tuple(_pairs(options)), **fields)
 
 
 def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:

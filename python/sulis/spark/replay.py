@@ -1,8 +1,9 @@
-"""Executor side of ``format("sulis")``: a bounded replay of one position range, as Arrow batches.
+"""Executor side of ``format("sulis")``: one position range, as Arrow batches.
 
-A range is read by a bounded replay from the archive (``ArchiveClient.start_replay`` with a
-length), drained with ``Subscription.poll_batch`` and turned into ``pyarrow.RecordBatch``es
-from the batch's buffers: no Python object per message.
+A range is read by ``sulis_spark::PartitionReader`` (Rust, ``_native.SparkPartitionReader``), the
+reader both implementations of the source run: a bounded replay from the archive, or the segment
+files where they are readable on this host (``readMode``), assembled into whole messages; here the
+messages' buffers become ``pyarrow.RecordBatch``es without a copy, no Python object per message.
 
 Which messages a range holds
 ----------------------------
@@ -35,6 +36,7 @@ query was planned, and the reader stops it as soon as a message ends past ``end`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -46,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from .cluster_log import CLUSTER_DDL, CLUSTER_FIELDS, session_messages
-from .errors import NoMediaDriverError, ReadError, ReadTimeoutError
+from .errors import NoMediaDriverError
 from .options import ArchiveAddress
 from .value_schema import ValueLayout
 
@@ -67,11 +69,6 @@ SCHEMA = pa.schema([
 #: The same as a Spark DDL string.
 SCHEMA_DDL = ("value binary, recording_id long, stream_id int, session_id int, position long, "
               "reserved_value long")
-
-BEGIN_FLAG = 0x80
-END_FLAG = 0x40
-UNFRAGMENTED = BEGIN_FLAG | END_FLAG
-
 
 _META_FIELDS = list(SCHEMA)[1:]
 _META_DDL = "recording_id long, stream_id int, session_id int, position long, reserved_value long"
@@ -242,43 +239,29 @@ def drop_session(address: ArchiveAddress) -> None:
             pass
 
 
-def _replay_subscription_channel(channel: str, session_id: int) -> str:
-    from .._native import ChannelUri
-
-    return str(ChannelUri(channel).with_param("session-id", session_id))
-
-
-def _sparse(channel: str) -> str:
-    """The replay channel asking for a sparse log buffer unless it says otherwise. A replay's
-    publication has the recording's term length; allocated in full (the driver's default), a
-    16 MiB-term recording costs ~50 MB of zeroed pages and ~100 ms on every replay, so on every
-    micro-batch; sparse, a few ms."""
-    from .._native import ChannelUri
-
-    return str(ChannelUri(channel).with_default("sparse", True))
-
-
-def _to_i32(v: int) -> int:
-    v &= 0xFFFF_FFFF
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-class _Assembler:
-    """Turns the fragments of successive ``poll_batch`` calls into Arrow batches of whole messages."""
+class _Rows:
+    """Turns batches of whole messages into Arrow batches of the rows: ``value`` (or the ``valueSchema``
+    columns), the metadata, ``timestamp`` with ``includeTimestamp``; a cluster log's session messages
+    with their header in columns (``cluster_log``)."""
 
     def __init__(self, r: RecordingRange, layout: ValueLayout | None = None, timestamp: bool = False,
                  cluster: bool = False) -> None:
         self.r = r
         self.layout = layout
         self.timestamp = timestamp
-        #: a cluster's log: rows are its session messages, their header in columns (``cluster_log``)
         self.cluster = cluster
         self.schema = schema_for(layout, timestamp, cluster)
-        # A message begun in an earlier batch: its fragments' bytes and reserved value.
-        self.pending: list[bytes] = []
-        self.pending_reserved = 0
 
-    def _columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
+    def of(self, batch) -> pa.RecordBatch | None:
+        """The rows of a batch of messages (``PartitionReader``'s), None if none is a row."""
+        n = len(batch)
+        values = pa.BinaryArray.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(batch.offsets), pa.py_buffer(batch.data)])
+        rows = self.columns(values, np.frombuffer(batch.positions, np.int64),
+                            np.frombuffer(batch.reserved_values, np.int64))
+        return rows if rows.num_rows else None
+
+    def columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
         r = self.r
         layout = self.layout
         meta: list[pa.Array] = []
@@ -315,214 +298,39 @@ class _Assembler:
             schema=self.schema,
         )
 
-    def batches(self, batch) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of the whole messages in ``batch`` that fall in the range."""
-        n = len(batch)
-        offsets = np.frombuffer(batch.offsets, np.int32)
-        positions = np.frombuffer(batch.positions, np.int64)
-        flags = np.frombuffer(batch.flags, np.uint8)
-        reserved = np.frombuffer(batch.reserved_values, np.int64)
-        start, end = self.r.start, self.r.end
-        if not self.pending and bool(np.all(flags == UNFRAGMENTED)):
-            # Fast path: one fragment per message, so the batch's buffers are the column as is.
-            lo = int(np.searchsorted(positions, start, side="right"))
-            hi = int(np.searchsorted(positions, end, side="right"))
-            if hi <= lo:
-                return
-            values = pa.BinaryArray.from_buffers(
-                pa.binary(), n, [None, pa.py_buffer(batch.offsets), pa.py_buffer(batch.data)])
-            if lo or hi < n:
-                values = values.slice(lo, hi - lo)
-                positions, reserved = positions[lo:hi], reserved[lo:hi]
-            yield self._columns(values, positions, reserved)
-            return
-        yield from self._fragmented(batch, n, offsets, positions, flags, reserved)
-
-    def _fragmented(self, batch, n, offsets, positions, flags, reserved) -> Iterator[pa.RecordBatch]:
-        start, end = self.r.start, self.r.end
-        ends = np.flatnonzero(flags & END_FLAG)
-        first = 0
-        if self.pending:
-            # The batch opens with the rest of a message begun earlier: finish it on its own.
-            if len(ends) == 0:
-                data = np.frombuffer(batch.data, np.uint8)
-                self.pending.append(data[offsets[0]:offsets[n]].tobytes())
-                return
-            j = int(ends[0])
-            data = np.frombuffer(batch.data, np.uint8)
-            self.pending.append(data[offsets[0]:offsets[j + 1]].tobytes())
-            value = b"".join(self.pending)
-            self.pending = []
-            p = int(positions[j])
-            if start < p <= end:
-                yield self._columns(pa.array([value], pa.binary()), np.array([p], np.int64),
-                                    np.array([self.pending_reserved], np.int64))
-            first = j + 1
-            ends = ends[1:]
-        begins = np.flatnonzero(flags[first:] & BEGIN_FLAG) + first
-        if len(begins) > len(ends):
-            # The batch closes with the first fragments of a message: keep them for the next batch.
-            b = int(begins[-1])
-            data = np.frombuffer(batch.data, np.uint8)
-            self.pending = [data[offsets[b]:offsets[n]].tobytes()]
-            self.pending_reserved = int(reserved[b])
-            begins = begins[:-1]
-        if len(begins) == 0:
-            return
-        if len(begins) != len(ends):
-            raise ReadError(f"recording {self.r.recording_id}: fragments out of order near position "
-                               f"{int(positions[first])} (BEGIN and END flags do not pair up)")
-        message_end = positions[ends]
-        keep = (message_end > start) & (message_end <= end)
-        if not bool(np.any(keep)):
-            return
-        # Fragments of a message lie back to back in batch.data, so message k spans
-        # offsets[begins[k]] .. offsets[ends[k] + 1]: the offsets column is a gather.
-        value_offsets = np.empty(len(begins) + 1, np.int32)
-        value_offsets[:-1] = offsets[begins]
-        value_offsets[-1] = offsets[ends[-1] + 1]
-        values = pa.BinaryArray.from_buffers(
-            pa.binary(), len(begins), [None, pa.py_buffer(value_offsets), pa.py_buffer(batch.data)])
-        positions_out = message_end
-        reserved_out = reserved[begins]
-        if not bool(np.all(keep)):
-            idx = np.flatnonzero(keep)
-            lo, hi = int(idx[0]), int(idx[-1]) + 1  # end positions grow, so the kept ones are a run
-            values = values.slice(lo, hi - lo)
-            positions_out, reserved_out = positions_out[lo:hi], reserved_out[lo:hi]
-        yield self._columns(values, positions_out, reserved_out)
-
-
-def _errors_after_end(s: ArchiveSession, wait: float = 0.2) -> list:
-    """The archive's errors about earlier requests, waiting briefly: an error about a replay may come
-    just after the replay's end of stream."""
-    deadline = time.monotonic() + wait
-    while True:
-        errors = s.archive.poll_errors()
-        if errors or time.monotonic() > deadline:
-            return errors
-        time.sleep(0.005)
-
 
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
                timeout: float | None = None, layout: ValueLayout | None = None,
-               timestamp: bool = False, cluster: bool = False) -> Iterator[pa.RecordBatch]:
-    """Replays ``r`` from the archive and yields its messages as Arrow batches of ``SCHEMA``.
+               timestamp: bool = False, cluster: bool = False, read_mode: str = "replay",
+               archive_dir: str | None = None, archive_id: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The messages of ``r`` as Arrow batches of ``SCHEMA`` (or ``schema_for`` the options), read as
+    ``read_mode`` says (``replay`` by default; ``files`` or ``auto`` with ``archive_dir`` or the directory
+    archive ``archive_id`` announces on this host).
 
-    Fails (``TimeoutError``) when the replay makes no progress for ``timeout`` seconds (default:
-    the address' ``message_timeout``), naming the archive and the range; fails (``RuntimeError``,
-    with the archive's error if it sent one) when the replay ends before the range's end. A range's
-    ``replay_to`` is a frame boundary (what was recorded when it was planned).
+    Fails (``ReadTimeoutError``) when the replay makes no progress for ``timeout`` seconds (default: the
+    address' ``message_timeout``), naming the archive and the range; fails (``ReadError``, with the
+    archive's error if it sent one) when the replay ends before the range's end, and on a torn or corrupt
+    frame in the files (naming the file, offset and position); ``NoMediaDriverError`` without a media driver
+    here. A range's ``replay_to`` is a frame boundary (what was recorded when it was planned).
     """
     if r.end <= r.start:
         return
-    timeout = address.message_timeout if timeout is None else timeout
-    from .. import ArchiveError
-    from ..archive import is_response_channel
+    from .. import _native
 
-    response = is_response_channel(replay_channel)
-
-    def start(s: ArchiveSession):
-        """Starts the replay: (replay session id, its subscription). Over a response channel the
-        subscription comes first, and the replay connects to it through the executor's own driver
-        (the same ``replayChannel`` serves executors on every host)."""
-        if response:
-            sub = s.client.add_subscription(replay_channel, replay_stream_id)
-            try:
-                return s.archive.start_replay(r.recording_id, _sparse(replay_channel), replay_stream_id,
-                                              position=r.replay_from, length=r.length, subscription=sub), sub
-            except BaseException:
-                sub.close()
-                raise
-        replay_id = s.archive.start_replay(r.recording_id, _sparse(replay_channel), replay_stream_id,
-                                           position=r.replay_from, length=r.length)
-        return replay_id, s.client.add_subscription(
-            _replay_subscription_channel(replay_channel, _to_i32(replay_id)), replay_stream_id)
-
-    def start_waiting_for_a_slot(s: ArchiveSession):
-        """``start``, waiting while the archive runs as many replays as it may (many tasks at once):
-        asked again, backing off, until ``timeout``."""
-        deadline, pause, waited = time.monotonic() + timeout, 0.01, False
-        while True:
-            try:
-                return start(s)
-            except ArchiveError as e:
-                if "max concurrent replays" not in str(e) or time.monotonic() + pause > deadline:
-                    raise
-                if not waited:
-                    log.info("%s: replay of recording %d waits for a replay slot (%s)", address.describe(),
-                             r.recording_id, e)
-                    waited = True
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
-
-    s = session(address)
+    wait = address.message_timeout if timeout is None else timeout
+    reader = _native.SparkPartitionReader(
+        (address.driver_dir, address.control_channel, address.control_stream_id, address.response_channel,
+         address.response_stream_id, wait),
+        replay_channel, replay_stream_id, fragment_limit, read_mode, archive_dir, dataclasses.astuple(r),
+        archive_id)
+    for text in reader.drain_log():
+        log.info("%s", text)
+    rows = _Rows(r, layout, timestamp, cluster)
     try:
-        replay_id, sub = start_waiting_for_a_slot(s)
-    except ArchiveError as e:
-        # A session kept from an earlier task may belong to an archive that has since been
-        # restarted (it does not know the session: no answer) or is gone: once more, afresh.
-        drop_session(address)
-        if e.code != -1:  # the archive answered: a refusal, not a lost session
-            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} from "
-                            f"{r.replay_from} to {r.end} refused: {e}") from e
-        s = session(address)
-        try:
-            replay_id, sub = start_waiting_for_a_slot(s)
-        except Exception as e2:
-            drop_session(address)
-            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} from "
-                            f"{r.replay_from} to {r.end} failed: {e2}") from e2
-    assembler = _Assembler(r, layout, timestamp, cluster)
-    last = r.replay_from
-    image = None  # the replay's image, kept: its final position is readable after it is gone
-    ended = False  # the replay's image reached its end (or went away)
-    idle_since = time.monotonic()
-    try:
-        while last < r.end:
-            batch = sub.poll_batch(fragment_limit)
-            if len(batch):
-                if image is None:
-                    # Still there: the driver withdraws an image only after it was read to its end.
-                    image = next(iter(sub.images), None)
-                idle_since = time.monotonic()
-                last = int(np.frombuffer(memoryview(batch.positions), np.int64)[-1])
-                yield from assembler.batches(batch)
-                continue
-            images = sub.images
-            if images:
-                image = images[0]
-                if all(i.is_end_of_stream or i.is_closed for i in images):
-                    ended = True  # a bounded replay ends with end-of-stream; trailing padding is not delivered
-                    break
-            elif image is not None:
-                ended = True  # the image went away: the replay is over
-                break
-            errors = s.archive.poll_errors()
-            if errors:
-                raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
-                                f"failed, read to position {last}: "
-                                   + "; ".join(f"{text} (code {code})" for _, code, text in errors))
-            if time.monotonic() - idle_since > timeout:
-                drop_session(address)  # the archive may be gone: the next task reconnects
-                raise ReadTimeoutError(f"{address.describe()}: replay of recording {r.recording_id} "
-                                       f"({r.start}, {r.end}] made no progress for {timeout:.0f}s at position {last}")
-            time.sleep(0.0002 if image is not None else 0.001)
-        # A replay that ended must have reached the range's end (its image's final position counts the
-        # padding that closes a term, which delivers no message); one that ended before it was cut
-        # short (a corrupt frame, the archive stopped or killed): never taken as complete.
-        reached = max(last, image.position if image is not None else last)
-        if ended and reached < r.end:
-            errors = _errors_after_end(s)
-            why = "; ".join(f"{text} (code {code})" for _, code, text in errors) or "the archive gave no reason"
-            drop_session(address)
-            raise ReadError(f"{address.describe()}: replay of recording {r.recording_id} ({r.start}, {r.end}] "
-                            f"ended early, at position {reached}: {why}")
+        while (batch := reader.next_batch()) is not None:
+            out = rows.of(batch)
+            if out is not None:
+                yield out
     finally:
-        if not ended and last < r.replay_to:  # stopped early (past ``end``, an error, the task killed)
-            try:
-                s.archive.stop_replay(replay_id)
-            except Exception:
-                pass
-        sub.close()
+        reader.close()

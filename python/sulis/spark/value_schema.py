@@ -114,7 +114,7 @@ class ValueLayout:
         """The field columns of ``values`` (a binary array, possibly a slice), and in PERMISSIVE mode
         the corrupt-record column. ``bad``: the malformed rows, if already known. Raises naming the
         recording and position of the first malformed payload in FAILFAST mode; DROPMALFORMED rows
-        must have been taken out before (``_Assembler`` does)."""
+        must have been taken out before (``replay._Rows`` does)."""
         n = len(values)
         data_buf, offsets = self._offsets(values)
         if bad is None:
