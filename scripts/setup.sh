@@ -38,6 +38,13 @@ if command -v rustup >/dev/null 2>&1 && ! { cargo fmt --version && cargo clippy 
 fi
 maturin develop --release --quiet 2>&1 | grep -v "^\s*$" | tail -n 3 || true
 python -c "import sulis, sys; assert sulis.build_profile == 'release', sulis.build_profile; print('setup: sulis', sulis.__version__, sulis.build_profile, 'in', sys.prefix)"
+# The JVM source of format("sulis") (jvm/, the Rust core inside): a jar beside the package, built with the
+# machine's JDK 17 against the jars pyspark ships. Without javac its tests skip, saying why.
+if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then
+  bash scripts/build_jar.sh || { echo "setup: the sulis jar did not build (scripts/build_jar.sh)" >&2; exit 1; }
+else
+  echo "setup: no JDK (javac, jar): the JVM source's tests (tests/system/test_spark_jvm.py) will skip" >&2
+fi
 # The cluster fault suite's linearizability checker (porcupine, Go): its module fetched now, so the
 # test builds it from the module cache. Without Go that test is skipped, saying why.
 if command -v go >/dev/null 2>&1; then

@@ -45,9 +45,23 @@ from .errors import (
 )
 from .replay import SCHEMA, SCHEMA_DDL
 
-__all__ = ["SCHEMA", "SCHEMA_DDL", "register", "SulisDataSource", "offsets_behind", "OptionError", "DataLossError",
+__all__ = ["SCHEMA", "SCHEMA_DDL", "register", "jar", "JVM_FORMAT", "SulisDataSource", "offsets_behind", "OptionError",
+           "DataLossError",
            "ArchiveUnavailableError", "NoMediaDriverError", "ReadError", "ReadTimeoutError", "RowError", "SinkError",
            "SinkTimeoutError"]
+
+
+#: The JVM source's provider: ``spark.read.format(JVM_FORMAT)`` on a session whose JVM has ``jar()`` on its
+#: classpath (``SparkSession.builder.config("spark.jars", sulis.spark.jar())``). Same options, rows and
+#: offsets as ``format("sulis")``, no Python worker per micro-batch, and Spark's real-time mode.
+JVM_FORMAT = "io.sulis.spark.SulisProvider"
+
+
+def jar() -> str:
+    """The JVM source's jar (``scripts/build_jar.sh`` builds it, with the Rust core inside)."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jars", "sulis-spark.jar")
 
 
 def register(spark: Any) -> None:

@@ -1,0 +1,313 @@
+//! `io.sulis.spark.Native.reader*`: the executor side (`PartitionReader`).
+//!
+//! `readerRows` fills a direct `ByteBuffer` with whole rows, each record
+//! little-endian: position (i64), reserved value (i64), session id (i32),
+//! value length (i32), then the value's bytes. It returns the number of
+//! records, -1 once the range is read, or -n when the next message needs
+//! a buffer of n bytes (n > 1) and the given one is smaller.
+
+use crate::{options, throw};
+use jni::objects::{JByteBuffer, JClass, JLongArray, JObjectArray};
+use jni::sys::{jint, jlong};
+use jni::JNIEnv;
+use std::sync::Mutex;
+use sulis_client::Batch;
+use sulis_spark::partition_reader::PartitionReader;
+use sulis_spark::range_replay::ReadFailure;
+use sulis_spark::{ReaderOptions, RecordingRange};
+
+/// Bytes of a record before its value.
+const RECORD_HEADER: usize = 24;
+
+pub(crate) struct Reader {
+    reader: Option<PartitionReader>,
+    /// Messages read and not yet handed over, and the next of them.
+    pending: Option<Batch>,
+    next: usize,
+    /// A followed recording (real-time mode): never at an end.
+    live: bool,
+}
+
+fn reader<'a>(handle: jlong) -> &'a Mutex<Reader> {
+    // SAFETY: a handle is a Box<Mutex<Reader>> from readerOpen, freed only by
+    // readerClose, which the Java object calls once.
+    unsafe { &*(handle as *const Mutex<Reader>) }
+}
+
+fn throw_read(env: &mut JNIEnv, f: ReadFailure) {
+    let (class, text) = match f {
+        ReadFailure::Read(t) => ("ReadError", t),
+        ReadFailure::Timeout(t) => ("ReadTimeoutError", t),
+        ReadFailure::NoDriver(t) => ("NoMediaDriverError", t),
+        ReadFailure::Option(t) => ("OptionError", t),
+    };
+    throw(env, class, &text);
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_readerOpen<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+    range: JLongArray<'l>,
+    archive_id: jlong,
+) -> jlong {
+    let Some(map) = options(&mut env, &keys, &values) else {
+        throw(&mut env, "OptionError", "the options could not be read");
+        return 0;
+    };
+    let opts = match ReaderOptions::parse(&map, false) {
+        Ok(o) => o,
+        Err(e) => {
+            crate::throw_plan(&mut env, e);
+            return 0;
+        }
+    };
+    let mut r = [0i64; 11];
+    if env.get_long_array_region(&range, 0, &mut r).is_err() {
+        throw(
+            &mut env,
+            "ReadError",
+            "a partition's range must be 11 longs",
+        );
+        return 0;
+    }
+    let range = RecordingRange {
+        recording_id: r[0],
+        stream_id: r[1] as i32,
+        session_id: r[2] as i32,
+        start: r[3],
+        end: r[4],
+        replay_from: r[5],
+        replay_to: r[6],
+        recording_start: r[7],
+        term_length: r[8] as i32,
+        segment_length: r[9] as i32,
+        initial_term_id: r[10] as i32,
+    };
+    let archive_id = (archive_id >= 0).then_some(archive_id);
+    match PartitionReader::open(&opts, range, archive_id) {
+        Ok(reader) => Box::into_raw(Box::new(Mutex::new(Reader {
+            reader: Some(reader),
+            pending: None,
+            next: 0,
+            live: false,
+        }))) as jlong,
+        Err(f) => {
+            throw_read(&mut env, f);
+            0
+        }
+    }
+}
+
+/// Real-time mode: a followed recording (8 longs as plannerLivePartitions
+/// gives them), read with liveRows.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_liveOpen<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+    part: JLongArray<'l>,
+) -> jlong {
+    let Some(map) = options(&mut env, &keys, &values) else {
+        throw(&mut env, "OptionError", "the options could not be read");
+        return 0;
+    };
+    let opts = match ReaderOptions::parse(&map, true) {
+        Ok(o) => o,
+        Err(e) => {
+            crate::throw_plan(&mut env, e);
+            return 0;
+        }
+    };
+    let mut p = [0i64; 8];
+    if env.get_long_array_region(&part, 0, &mut p).is_err() {
+        throw(
+            &mut env,
+            "ReadError",
+            "a real-time partition must be 8 longs",
+        );
+        return 0;
+    }
+    let info = sulis_spark::RecordingInfo {
+        recording_id: p[0],
+        stream_id: p[1] as i32,
+        session_id: p[2] as i32,
+        start: p[3],
+        end: p[7],
+        term_length: p[4] as i32,
+        mtu_length: 0,
+        live: true,
+        segment_length: p[5] as i32,
+        initial_term_id: p[6] as i32,
+        stop_timestamp: -1,
+        recorded: -1,
+    };
+    match PartitionReader::open_live(&opts, &info, p[7]) {
+        Ok(reader) => Box::into_raw(Box::new(Mutex::new(Reader {
+            reader: Some(reader),
+            pending: None,
+            next: 0,
+            live: true,
+        }))) as jlong,
+        Err(f) => {
+            throw_read(&mut env, f);
+            0
+        }
+    }
+}
+
+/// Real-time mode: as readerRows, waiting at most `timeout_ms` for a
+/// message (0 records then); a followed recording that stopped and was
+/// read whole gives 0 records too.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_liveRows<'l>(
+    env: JNIEnv<'l>,
+    class: JClass<'l>,
+    handle: jlong,
+    buffer: JByteBuffer<'l>,
+    timeout_ms: jlong,
+) -> jint {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+    rows(env, class, handle, buffer, Some(deadline))
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_readerRows<'l>(
+    env: JNIEnv<'l>,
+    class: JClass<'l>,
+    handle: jlong,
+    buffer: JByteBuffer<'l>,
+) -> jint {
+    rows(env, class, handle, buffer, None)
+}
+
+fn rows(
+    mut env: JNIEnv,
+    _: JClass,
+    handle: jlong,
+    buffer: JByteBuffer,
+    deadline: Option<std::time::Instant>,
+) -> jint {
+    let (Ok(address), Ok(capacity)) = (
+        env.get_direct_buffer_address(&buffer),
+        env.get_direct_buffer_capacity(&buffer),
+    ) else {
+        throw(
+            &mut env,
+            "ReadError",
+            "readerRows needs a direct ByteBuffer",
+        );
+        return -1;
+    };
+    // SAFETY: the direct buffer's memory is `capacity` bytes the Java
+    // caller owns and does not touch during this call.
+    let out = unsafe { std::slice::from_raw_parts_mut(address, capacity) };
+    let mut r = reader(handle).lock().unwrap_or_else(|e| e.into_inner());
+    let r = &mut *r;
+    loop {
+        if let Some(batch) = r.pending.as_ref() {
+            let mut at = 0;
+            let mut rows = 0;
+            while r.next < batch.len() {
+                let value = batch.get(r.next);
+                let need = RECORD_HEADER + value.len();
+                if at + need > out.len() {
+                    if rows == 0 {
+                        return -(need as jint).max(2);
+                    }
+                    break;
+                }
+                out[at..at + 8].copy_from_slice(&batch.positions[r.next].to_le_bytes());
+                out[at + 8..at + 16].copy_from_slice(&batch.reserved_values[r.next].to_le_bytes());
+                out[at + 16..at + 20].copy_from_slice(&batch.session_ids[r.next].to_le_bytes());
+                out[at + 20..at + 24].copy_from_slice(&(value.len() as i32).to_le_bytes());
+                out[at + 24..at + need].copy_from_slice(value);
+                at += need;
+                rows += 1;
+                r.next += 1;
+            }
+            if r.next >= batch.len() {
+                r.pending = None;
+                r.next = 0;
+            }
+            if rows > 0 {
+                return rows;
+            }
+        }
+        let Some(reader) = r.reader.as_mut() else {
+            return -1;
+        };
+        let got = if r.live {
+            reader.poll_messages()
+        } else {
+            reader.next_batch()
+        };
+        match got {
+            Ok(Some(b)) => r.pending = Some(b),
+            Ok(None) if !r.live => return -1,
+            Ok(None) => {
+                if deadline.is_none_or(|d| std::time::Instant::now() >= d) {
+                    return 0;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            Err(f) => {
+                throw_read(&mut env, f);
+                return -1;
+            }
+        }
+    }
+}
+
+/// Lines to log (info) since the last call.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_readerDrainLog<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+) -> jni::sys::jobjectArray {
+    let notes = {
+        let mut r = reader(handle).lock().unwrap_or_else(|e| e.into_inner());
+        r.reader
+            .as_mut()
+            .map(|x| x.drain_notes())
+            .unwrap_or_default()
+    };
+    let Ok(array) = env.new_object_array(
+        notes.len() as i32,
+        "java/lang/String",
+        jni::objects::JObject::null(),
+    ) else {
+        return std::ptr::null_mut();
+    };
+    for (i, n) in notes.iter().enumerate() {
+        if let Ok(s) = env.new_string(format!("I {n}")) {
+            let _ = env.set_object_array_element(&array, i as i32, s);
+        }
+    }
+    array.into_raw()
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_readerClose<'l>(
+    _: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+) {
+    if handle != 0 {
+        // SAFETY: see `reader`; the Java object calls this once.
+        let r = unsafe { Box::from_raw(handle as *mut Mutex<Reader>) };
+        if let Some(reader) = r
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .reader
+            .take()
+        {
+            reader.close();
+        }
+    }
+}

@@ -1,0 +1,38 @@
+package io.sulis.spark;
+
+import java.util.EnumSet;
+import java.util.Set;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/** The recordings a read selects, as a table Spark reads in batch or micro-batches. */
+final class SulisTable implements SupportsRead {
+    private final StructType schema;
+
+    SulisTable(StructType schema) {
+        this.schema = schema;
+    }
+
+    @Override
+    public String name() {
+        return "sulis";
+    }
+
+    @Override
+    public StructType schema() {
+        return schema;
+    }
+
+    @Override
+    public Set<TableCapability> capabilities() {
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
+    }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+        return new SulisScan(new SourceOptions(options));
+    }
+}

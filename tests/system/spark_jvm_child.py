@@ -1,0 +1,78 @@
+"""A Spark driver in its own process for the JVM source's tests (tests/system/test_spark_jvm.py): its JVM starts
+with the sulis jar on the classpath (``spark.jars``), which a process that already runs Spark cannot add.
+
+usage: spark_jvm_child.py CONFIG_JSON
+
+CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM provider's class), ``mode``
+(``batch``: write the rows to Parquet at ``out``; ``available-now``: a streaming query with Trigger.AvailableNow
+into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query to the console
+for ``seconds``, then stopped), ``options`` (of the source). Prints one JSON line when done:
+``{"done": true, ...}``; a failure prints ``{"error": "..."}`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sulis.spark
+
+    builder = (SparkSession.builder.master(cfg.get("master", "local[2]")).appName("sulis-jvm-child")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g"))
+    if cfg.get("jar"):
+        builder = builder.config("spark.jars", cfg["jar"])
+    for k, v in cfg.get("conf", {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    sulis.spark.register(spark)
+    fmt = cfg.get("format", "sulis")
+    try:
+        if cfg["mode"] == "batch":
+            reader = spark.read.format(fmt)
+            for k, v in cfg["options"].items():
+                reader = reader.option(k, str(v))
+            df = reader.load()
+            df.write.mode("overwrite").parquet(cfg["out"])
+            print(json.dumps({"done": True, "schema": df.schema.simpleString()}), flush=True)
+        elif cfg["mode"] == "available-now":
+            reader = spark.readStream.format(fmt)
+            for k, v in cfg["options"].items():
+                reader = reader.option(k, str(v))
+            q = (reader.load().writeStream.format("parquet").option("checkpointLocation", cfg["checkpoint"])
+                 .trigger(availableNow=True).start(cfg["out"]))
+            q.awaitTermination()
+            print(json.dumps({"done": True}), flush=True)
+        elif cfg["mode"] == "realtime":
+            reader = spark.readStream.format(fmt)
+            for k, v in cfg["options"].items():
+                reader = reader.option(k, str(v))
+            df = reader.load().selectExpr("position", "reserved_value")
+            q = (df.writeStream.format("console").outputMode("update").option("numRows", 1_000_000)
+                 .option("checkpointLocation", cfg["checkpoint"])
+                 .trigger(realTime=cfg.get("trigger", "5 seconds")).start())
+            print(json.dumps({"started": True}), flush=True)
+            sys.stdin.readline()  # the test says when to stop
+            q.stop()
+            print(json.dumps({"done": True}), flush=True)
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        print(json.dumps({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-4000:]}),
+              flush=True)
+        sys.exit(1)
+    finally:
+        spark.stop()
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()

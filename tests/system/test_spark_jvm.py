@@ -1,0 +1,160 @@
+"""The JVM source of ``format("sulis")`` (``jvm/``, ``io.sulis.spark.SulisProvider``) against the same archive
+as the Python source: the same rows, the same offsets on one checkpoint (a query moves between the two
+exactly once), and Spark's real-time mode. Each Spark driver runs in a process of its own
+(``spark_jvm_child.py``): the jar must be on the classpath when Spark's JVM starts."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import pyarrow.parquet as pq  # noqa: E402
+
+import sulis  # noqa: E402
+import sulis.spark  # noqa: E402
+from conftest import await_until, start_archive_node  # noqa: E402
+
+CHANNEL = "aeron:ipc"
+CHILD = os.path.join(os.path.dirname(__file__), "spark_jvm_child.py")
+JVM = "io.sulis.spark.SulisProvider"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(sulis.spark.jar()),
+                                reason="no sulis jar (scripts/build_jar.sh builds it; it needs a JDK 17)")
+
+
+@pytest.fixture(scope="module")
+def node():
+    drv, archive, client, ac = start_archive_node("sulis-spark-jvm-archive-")
+    yield drv, archive, client, ac
+    ac.close()
+    client.close()
+    errors = archive.errors()
+    archive.close()
+    drv.close()
+    assert errors == [], errors
+
+
+def message(i: int) -> bytes:
+    """Message i: its index, then a body whose length varies; every 97th is fragmented (5000 B)."""
+    n = 5000 if i % 97 == 5 else 8 + (i * 37) % 300
+    return i.to_bytes(4, "little") + bytes((i + j) & 0xFF for j in range(n))
+
+
+class Stream:
+    """A recorded publication and what was published on it: (value, position, reserved value)."""
+
+    def __init__(self, node, stream_id: int):
+        _, _, client, ac = node
+        self.ac = ac
+        ac.start_recording(CHANNEL, stream_id)
+        self.pub = client.add_exclusive_publication(CHANNEL, stream_id)
+        self.rid = await_until(lambda: next((d for d in ac.list_recordings_for_uri(CHANNEL, stream_id)
+                                             if d.session_id == self.pub.session_id), None),
+                               what="the recording to start").recording_id
+        self.sent: list[tuple[bytes, int, int]] = []
+
+    def publish(self, messages) -> None:
+        deadline = time.monotonic() + 20
+        for m in messages:
+            rv = len(self.sent) * 3 + 1
+            while (r := self.pub.offer(m, reserved_value=rv)) < 0:
+                assert time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
+            self.sent.append((m, r, rv))
+        end = self.pub.position
+        await_until(lambda: self.ac.get_recording_position(self.rid) >= end, what="the archive to record it all")
+
+
+def child(cfg: dict, timeout: float = 300) -> dict:
+    proc = subprocess.run([sys.executable, CHILD, json.dumps(cfg)], capture_output=True, text=True, timeout=timeout)
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert proc.returncode == 0 and lines and lines[-1].get("done"), (lines, proc.stderr[-3000:])
+    return lines[-1]
+
+
+def rows(out: str) -> list[tuple[bytes, int, int]]:
+    files = glob.glob(os.path.join(out, "*.parquet"))
+    table = pq.ParquetDataset(files).read() if files else None
+    if table is None:
+        return []
+    d = table.to_pydict()
+    return sorted(zip(d["value"], d["position"], d["reserved_value"], strict=True), key=lambda r: r[1])
+
+
+def test_a_batch_read_gives_the_rows_the_python_source_gives(node, tmp_path):
+    s = Stream(node, 4101)
+    s.publish(message(i) for i in range(3000))
+    options = {"driverDir": node[0].dir, "recordingIds": s.rid, "minPartitions": 3}
+    jvm = child({"jar": sulis.spark.jar(), "format": JVM, "mode": "batch", "options": options,
+                 "out": str(tmp_path / "jvm")})
+    py = child({"jar": None, "mode": "batch", "options": options, "out": str(tmp_path / "py")})
+    assert jvm["schema"] == py["schema"]
+    assert rows(str(tmp_path / "jvm")) == rows(str(tmp_path / "py")) == sorted(s.sent, key=lambda r: r[1])
+    # By replay too (the files are local here, so the default reads them).
+    child({"jar": sulis.spark.jar(), "format": JVM, "mode": "batch", "options": {**options, "readMode": "replay"},
+           "out": str(tmp_path / "jvm-replay")})
+    assert rows(str(tmp_path / "jvm-replay")) == sorted(s.sent, key=lambda r: r[1])
+
+
+def test_a_query_moves_between_the_python_and_jvm_sources_on_one_checkpoint_exactly_once(node, tmp_path):
+    s = Stream(node, 4102)
+    s.publish(message(i) for i in range(1000))
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    options = {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4102, "maxBytesPerTrigger": 65536}
+    child({"jar": None, "mode": "available-now", "options": options, "checkpoint": ck, "out": out})
+    s.publish(message(i) for i in range(1000, 2000))
+    child({"jar": sulis.spark.jar(), "format": JVM, "mode": "available-now", "options": options, "checkpoint": ck,
+           "out": out})
+    s.publish(message(i) for i in range(2000, 2500))
+    child({"jar": None, "mode": "available-now", "options": options, "checkpoint": ck, "out": out})
+    assert rows(out) == sorted(s.sent, key=lambda r: r[1]), "every message once, through both sources"
+    # The offsets both wrote are one format: each parses as the other's.
+    for f in sorted(glob.glob(os.path.join(ck, "offsets", "[0-9]*"))):
+        with open(f) as text:
+            offset = json.loads(text.read().splitlines()[-1])
+        assert set(offset) <= {str(s.rid), "minPartitions", "stopped", "finished"}, offset
+
+
+def test_real_time_mode_hands_over_each_message_as_it_is_recorded(node, tmp_path):
+    s = Stream(node, 4103)
+    s.publish(message(i) for i in range(100))
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
+           "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(tmp_path / "ck"),
+           "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}}
+    proc = subprocess.Popen([sys.executable, CHILD, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        await_until(lambda: any('"started"' in x for x in out) or proc.poll() is not None, 120, "the query to start")
+        assert proc.poll() is None, (out, proc.stderr.read()[-3000:])
+        for k in range(4):  # while it runs: what is recorded is read
+            s.publish(message(i) for i in range(100 + 100 * k, 200 + 100 * k))
+            time.sleep(0.5)
+        want = {p for _, p, _ in s.sent}
+        await_until(lambda: want <= _console_positions(out), 60, "every position on the console")
+    finally:
+        if proc.poll() is None:
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        proc.wait(timeout=120)
+    assert _console_positions(out) == want
+    seen = _console_rows(out)
+    assert len(seen) == len(set(seen)), "a message handed over twice"
+
+
+def _console_rows(out: list[str]) -> list[int]:
+    return [int(x.split("|")[1]) for x in out if x.startswith("|") and x.split("|")[1].strip().isdigit()]
+
+
+def _console_positions(out: list[str]) -> set[int]:
+    return set(_console_rows(out))
