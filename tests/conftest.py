@@ -308,7 +308,8 @@ def pytest_configure(config):
 #: about 120, its eight Spark JVMs).
 LONG_MODULES = {name: rank for rank, name in enumerate([
     "test_spark_system.py", "test_interop_aeron.py", "test_spark_hosts.py", "test_multicast_interop.py",
-    "test_spark_jvm.py", "test_examples_system.py", "test_cli_bench_aeron.py", "test_cli_bench.py", "test_docs_snippets.py",
+    "test_spark_jvm.py",
+    "test_examples_system.py", "test_cli_bench_aeron.py", "test_cli_bench.py", "test_docs_snippets.py",
     "test_archive_interop.py", "test_multicast_system.py",
 ])}
 

@@ -80,6 +80,14 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                   "/data/member-0/cluster --dir /data/member-0/driver", prelude=_SPARK, spark=True,
                                   replace={"/data/member-0": "{tmp}/member-0"},
                                   expect=r"cluster_session_id: long.*\n.*leadership_term_id: long"),
+    # The JVM source: a Spark JVM of its own, started with the jar (the test skips the snippet without one).
+    ("docs/spark.md", 2): Snippet("spark = (SparkSession.builder.master(\"local[2]\")",
+                                  prelude=("import os, sys\n"
+                                           "os.environ.update(SPARK_LOCAL_IP='127.0.0.1',\n"
+                                           "                  PYSPARK_PYTHON=sys.executable)\n"
+                                           "from pyspark.sql import SparkSession\n"
+                                           "import sulis.spark\n"),
+                                  expect=r"value: binary.*\n.*recording_id: long"),
 }
 PAIR = {("README.md", 2): "# subscriber.py", ("README.md", 3): "# publisher.py"}
 
@@ -121,6 +129,11 @@ def test_a_snippet_runs(key):
     from conftest import free_udp_port
 
     snippet = SNIPPETS[key]
+    if "JVM_FORMAT" in snippets()[key]:
+        import sulis.spark
+
+        if not os.path.exists(sulis.spark.jar()):
+            pytest.skip("no sulis jar (scripts/build_jar.sh builds it; it needs a JDK 17)")
     tmp = tempfile.mkdtemp(prefix="sulis-snippet-")
     places = {"tmp": tmp, "port": str(free_udp_port())}
     env = clean_env(SULIS_DIR=make_dir("sulis-snippet-"))
