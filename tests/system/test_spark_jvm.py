@@ -129,24 +129,27 @@ def test_real_time_mode_hands_over_each_message_as_it_is_recorded(node, tmp_path
     cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
            "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(tmp_path / "ck"),
            "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}}
-    proc = subprocess.Popen([sys.executable, CHILD, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    err_path = tmp_path / "child.err"
     out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
-    try:
-        await_until(lambda: any('"started"' in x for x in out) or proc.poll() is not None, 120, "the query to start")
-        assert proc.poll() is None, (out, proc.stderr.read()[-3000:])
-        for k in range(4):  # while it runs: what is recorded is read
-            s.publish(message(i) for i in range(100 + 100 * k, 200 + 100 * k))
-            time.sleep(0.5)
-        want = {p for _, p, _ in s.sent}
-        await_until(lambda: want <= _console_positions(out), 60, "every position on the console")
-    finally:
-        if proc.poll() is None:
-            proc.stdin.write("stop\n")
-            proc.stdin.flush()
-        proc.wait(timeout=120)
+    with open(err_path, "w") as err, subprocess.Popen([sys.executable, CHILD, json.dumps(cfg)], stdin=subprocess.PIPE,
+                                                       stdout=subprocess.PIPE, stderr=err, text=True) as proc:
+        reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        try:
+            await_until(lambda: any('"started"' in x for x in out) or proc.poll() is not None, 120,
+                        "the query to start")
+            assert proc.poll() is None, (out, err_path.read_text()[-3000:])
+            for k in range(4):  # while it runs: what is recorded is read
+                s.publish(message(i) for i in range(100 + 100 * k, 200 + 100 * k))
+                time.sleep(0.5)
+            want = {p for _, p, _ in s.sent}
+            await_until(lambda: want <= _console_positions(out), 60, "every position on the console")
+        finally:
+            if proc.poll() is None:
+                proc.stdin.write("stop\n")
+                proc.stdin.flush()
+            proc.wait(timeout=120)
+            reader.join(timeout=60)  # the child's stdout ended: its pipe is closed with the Popen
     assert _console_positions(out) == want
     seen = _console_rows(out)
     assert len(seen) == len(set(seen)), "a message handed over twice"

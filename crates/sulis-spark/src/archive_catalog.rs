@@ -64,10 +64,15 @@ impl ArchiveCatalog {
     /// The session, connected if it is not.
     pub fn session(&mut self) -> Result<&mut ArchiveSession, PlanError> {
         if self.session.is_none() {
-            self.session = Some(ArchiveSession::connect(
-                &self.opts.archive,
-                self.response_stream_base,
-            )?);
+            let connected = ArchiveSession::connect(&self.opts.archive, self.response_stream_base);
+            self.session = Some(connected.map_err(|e| match (&self.opts.cluster_dir, e) {
+                // A member's log: name the member, and that it is not running.
+                (Some(dir), PlanError::Archive(t)) => PlanError::Option(format!(
+                    "option clusterDir: the cluster member in {dir} cannot be read: {t} (driverDir {}; start the member, or name its driver)",
+                    self.opts.archive.driver_dir.as_deref().unwrap_or("the default directory")
+                )),
+                (_, other) => other,
+            })?);
         }
         Ok(self.session.as_mut().expect("connected above"))
     }
@@ -444,5 +449,61 @@ mod tests {
         assert!(
             matches!(no_commit_position("/c", None), PlanError::Option(t) if t.contains("the default directory (driverDir)"))
         );
+    }
+}
+
+#[cfg(test)]
+mod stopped_member_tests {
+    use super::*;
+    use crate::{OptionMap, RecordingCatalog};
+    use std::time::Instant;
+
+    #[test]
+    fn a_stopped_members_log_fails_at_once_naming_the_member_and_that_it_is_not_running() {
+        let base = std::env::temp_dir().join(format!("sulis-spark-stopped-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let driver_dir = base.join("driver");
+        let mut ctx = sulis_driver::DriverContext::default();
+        ctx.dir = driver_dir.clone();
+        ctx.dir_delete_on_start = true;
+        drop(sulis_driver::MediaDriver::launch(ctx).unwrap()); // it ran, and stopped
+        let cluster_dir = base.join("cluster");
+        let options = OptionMap::new([
+            (
+                "clusterDir".to_string(),
+                cluster_dir.to_string_lossy().to_string(),
+            ),
+            (
+                "driverDir".to_string(),
+                driver_dir.to_string_lossy().to_string(),
+            ),
+        ]);
+        let opts = ReaderOptions::parse(&options, true).unwrap();
+        let mut catalog = ArchiveCatalog::new(opts, 0x5A40_0000);
+        let began = Instant::now();
+        let e = catalog.archive_id().unwrap_err();
+        assert!(
+            began.elapsed().as_secs() < 5,
+            "it waited {:?}",
+            began.elapsed()
+        );
+        match e {
+            PlanError::Option(t) => {
+                assert!(
+                    t.starts_with(&format!(
+                        "option clusterDir: the cluster member in {} cannot be read",
+                        cluster_dir.display()
+                    )),
+                    "{t}"
+                );
+                assert!(
+                    t.contains("it is not running")
+                        && t.contains(&driver_dir.to_string_lossy().to_string()),
+                    "{t}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

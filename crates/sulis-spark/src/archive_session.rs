@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{Client, ClientContext};
+use sulis_concurrent::cnc::{epoch_ms, Cnc};
 use sulis_protocol::cnc_descriptor::CNC_FILE;
 
 /// Response streams of the planner's control sessions: this base plus the
@@ -49,6 +50,25 @@ impl ArchiveSession {
                 "no media driver on host {} in {d}: every host that runs Spark executors (or the Spark driver) needs a sulis media driver of its own, e.g. `sulis driver --dir {d}` started with the Spark worker (docs/spark.md, \"Executors reach the archive\"); driverDir names its directory",
                 hostname()
             )));
+        }
+        // A driver directory whose driver is gone (its heartbeat zeroed by a
+        // clean shutdown, or older than the driver timeout) is said at once:
+        // the client would wait the whole timeout for a heartbeat.
+        if let Ok(cnc) = Cnc::open(&dir.join(CNC_FILE)) {
+            let heartbeat = cnc.driver_heartbeat_ms();
+            let age = epoch_ms() - heartbeat;
+            let timeout = ClientContext::default().driver_timeout.as_millis() as i64;
+            if heartbeat <= 0 || age > timeout {
+                let last = if heartbeat > 0 {
+                    format!("its last heartbeat was {:.0} s ago", age as f64 / 1000.0)
+                } else {
+                    "the driver that made it has shut down".into()
+                };
+                return Err(unreachable(format!(
+                    "no live media driver in {} ({last}): it is not running",
+                    dir.display()
+                )));
+            }
         }
         let client = Client::connect(ClientContext {
             dir,
