@@ -15,8 +15,9 @@ mod planner;
 mod reader;
 
 use jni::objects::{JObjectArray, JString};
+use jni::sys::jlongArray;
 use jni::JNIEnv;
-use sulis_spark::{OptionMap, PlanError};
+use sulis_spark::{OptionMap, PlanError, ReaderOptions};
 
 /// Throws `io.sulis.spark.SulisException$<class>` with `text`.
 pub(crate) fn throw(env: &mut JNIEnv, class: &str, text: &str) {
@@ -59,4 +60,35 @@ pub(crate) fn options(
         pairs.push((string(env, &k)?, string(env, &v)?));
     }
     Some(OptionMap::new(pairs))
+}
+
+/// A reader's options, parsed and checked; None with the error thrown.
+pub(crate) fn reader_options(
+    env: &mut JNIEnv,
+    keys: &JObjectArray,
+    values: &JObjectArray,
+    streaming: bool,
+) -> Option<ReaderOptions> {
+    let Some(map) = options(env, keys, values) else {
+        throw(env, "OptionError", "the options could not be read");
+        return None;
+    };
+    match ReaderOptions::parse(&map, streaming) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            throw_plan(env, e);
+            None
+        }
+    }
+}
+
+/// A Java long[] of `values` (null if it cannot be made).
+pub(crate) fn long_array(env: &mut JNIEnv, values: &[i64]) -> jlongArray {
+    match env.new_long_array(values.len() as i32) {
+        Ok(a) => {
+            let _ = env.set_long_array_region(&a, 0, values);
+            a.into_raw()
+        }
+        Err(_) => std::ptr::null_mut(),
+    }
 }

@@ -1,7 +1,7 @@
 //! `io.sulis.spark.Native.planner*`: the driver side (`StreamPlanner` on
 //! the archive the options name).
 
-use crate::{options, string, throw, throw_plan};
+use crate::{long_array, reader_options, string, throw, throw_plan};
 use jni::objects::{JClass, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong, jlongArray, jobjectArray, jstring, JNI_TRUE};
 use jni::JNIEnv;
@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 use sulis_spark::archive_session::PLANNER_RESPONSE_STREAM_BASE;
 use sulis_spark::{
-    ArchiveCatalog, LogLine, PlanError, ReadLimit, ReaderOptions, RecordingCatalog, RecordingRange,
-    SourceOffset, StreamPlanner,
+    ArchiveCatalog, LogLine, PlanError, ReadLimit, RecordingCatalog, RecordingRange, SourceOffset,
+    StreamPlanner,
 };
 
 pub(crate) struct Planner {
@@ -42,13 +42,7 @@ pub(crate) fn ranges_array(env: &mut JNIEnv, ranges: Vec<RecordingRange>) -> jlo
             r.initial_term_id as i64,
         ]);
     }
-    match env.new_long_array(flat.len() as i32) {
-        Ok(a) => {
-            let _ = env.set_long_array_region(&a, 0, &flat);
-            a.into_raw()
-        }
-        Err(_) => std::ptr::null_mut(),
-    }
+    long_array(env, &flat)
 }
 
 fn offset(env: &mut JNIEnv, text: &JString) -> Result<Option<SourceOffset>, ()> {
@@ -91,16 +85,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerOpen<'l>(
     values: JObjectArray<'l>,
     streaming: jboolean,
 ) -> jlong {
-    let Some(map) = options(&mut env, &keys, &values) else {
-        throw(&mut env, "OptionError", "the options could not be read");
+    let Some(opts) = reader_options(&mut env, &keys, &values, streaming == JNI_TRUE) else {
         return 0;
-    };
-    let opts = match ReaderOptions::parse(&map, streaming == JNI_TRUE) {
-        Ok(o) => o,
-        Err(e) => {
-            throw_plan(&mut env, e);
-            return 0;
-        }
     };
     let catalog = ArchiveCatalog::new(opts.clone(), PLANNER_RESPONSE_STREAM_BASE);
     let p = Planner {
@@ -152,7 +138,7 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerInitialOffset<'l>(
 /// {kind, n}: kind 0 all available, 1 max bytes, 2 max rows, 3 min rows.
 #[no_mangle]
 pub extern "system" fn Java_io_sulis_spark_Native_plannerDefaultReadLimit<'l>(
-    env: JNIEnv<'l>,
+    mut env: JNIEnv<'l>,
     _: JClass<'l>,
     handle: jlong,
 ) -> jlongArray {
@@ -167,13 +153,7 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerDefaultReadLimit<'l>(
         ReadLimit::MaxRows(n) => [2, n],
         ReadLimit::MinRows(n) => [3, n],
     };
-    match env.new_long_array(2) {
-        Ok(a) => {
-            let _ = env.set_long_array_region(&a, 0, &pair);
-            a.into_raw()
-        }
-        Err(_) => std::ptr::null_mut(),
-    }
+    long_array(&mut env, &pair)
 }
 
 #[no_mangle]
@@ -338,13 +318,7 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerLivePartitions<'l>(
             from,
         ]);
     }
-    match env.new_long_array(flat.len() as i32) {
-        Ok(a) => {
-            let _ = env.set_long_array_region(&a, 0, &flat);
-            a.into_raw()
-        }
-        Err(_) => std::ptr::null_mut(),
-    }
+    long_array(&mut env, &flat)
 }
 
 /// Real-time mode: the offset a batch from `start` ended at, `pairs` the

@@ -6,7 +6,7 @@
 //! records, -1 once the range is read, or -n when the next message needs
 //! a buffer of n bytes (n > 1) and the given one is smaller.
 
-use crate::{options, throw};
+use crate::{reader_options, throw};
 use jni::objects::{JByteBuffer, JClass, JLongArray, JObjectArray};
 use jni::sys::{jint, jlong};
 use jni::JNIEnv;
@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use sulis_client::Batch;
 use sulis_spark::partition_reader::PartitionReader;
 use sulis_spark::range_replay::ReadFailure;
-use sulis_spark::{ReaderOptions, RecordingRange};
+use sulis_spark::RecordingRange;
 
 /// Bytes of a record before its value.
 const RECORD_HEADER: usize = 24;
@@ -53,16 +53,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_readerOpen<'l>(
     range: JLongArray<'l>,
     archive_id: jlong,
 ) -> jlong {
-    let Some(map) = options(&mut env, &keys, &values) else {
-        throw(&mut env, "OptionError", "the options could not be read");
+    let Some(opts) = reader_options(&mut env, &keys, &values, false) else {
         return 0;
-    };
-    let opts = match ReaderOptions::parse(&map, false) {
-        Ok(o) => o,
-        Err(e) => {
-            crate::throw_plan(&mut env, e);
-            return 0;
-        }
     };
     let mut r = [0i64; 11];
     if env.get_long_array_region(&range, 0, &mut r).is_err() {
@@ -111,16 +103,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_liveOpen<'l>(
     values: JObjectArray<'l>,
     part: JLongArray<'l>,
 ) -> jlong {
-    let Some(map) = options(&mut env, &keys, &values) else {
-        throw(&mut env, "OptionError", "the options could not be read");
+    let Some(opts) = reader_options(&mut env, &keys, &values, true) else {
         return 0;
-    };
-    let opts = match ReaderOptions::parse(&map, true) {
-        Ok(o) => o,
-        Err(e) => {
-            crate::throw_plan(&mut env, e);
-            return 0;
-        }
     };
     let mut p = [0i64; 8];
     if env.get_long_array_region(&part, 0, &mut p).is_err() {

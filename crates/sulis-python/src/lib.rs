@@ -24,6 +24,7 @@ mod publication;
 mod recording_files;
 mod spark;
 mod spark_planner;
+mod spark_range;
 mod spark_reader;
 mod subscription;
 

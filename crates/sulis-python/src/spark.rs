@@ -2,6 +2,7 @@
 //! converting only. A plan error raises the package's own `OptionError`
 //! or `DataLossError` (`sulis.spark.errors`).
 
+use crate::spark_range::{from_tuple, to_tuple, RangeTuple};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -173,9 +174,6 @@ fn spark_check_data_loss(
     .map_err(|e| plan_error(py, e))
 }
 
-/// A range's fields, in `RecordingRange`'s order.
-type RangeTuple = (i64, i32, i32, i64, i64, i64, i64, i64, i32, i32, i32);
-
 /// The ranges to read, cut for `min_partitions`: tuples in the order of
 /// `RecordingRange`'s fields.
 #[pyfunction]
@@ -191,24 +189,7 @@ fn spark_plan_ranges(
         .collect();
     let ranges = range_planner::plan_ranges(&infos, &starts, &ends, min_partitions)
         .map_err(PyValueError::new_err)?;
-    Ok(ranges
-        .into_iter()
-        .map(|r| {
-            (
-                r.recording_id,
-                r.stream_id,
-                r.session_id,
-                r.start,
-                r.end,
-                r.replay_from,
-                r.replay_to,
-                r.recording_start,
-                r.term_length,
-                r.segment_length,
-                r.initial_term_id,
-            )
-        })
-        .collect())
+    Ok(ranges.into_iter().map(to_tuple).collect())
 }
 
 /// Where a replay of `(start, ...]` begins.
@@ -324,19 +305,7 @@ fn spark_announced_archive_dir(
 /// archive does (stream, session, term length, initial term id).
 #[pyfunction]
 fn spark_holds_recording(py: Python<'_>, dir: String, range: RangeTuple) -> bool {
-    let r = sulis_spark::RecordingRange {
-        recording_id: range.0,
-        stream_id: range.1,
-        session_id: range.2,
-        start: range.3,
-        end: range.4,
-        replay_from: range.5,
-        replay_to: range.6,
-        recording_start: range.7,
-        term_length: range.8,
-        segment_length: range.9,
-        initial_term_id: range.10,
-    };
+    let r = from_tuple(range);
     crate::gil::released(py, || sulis_spark::archive_files::holds_recording(&dir, &r))
 }
 

@@ -5,32 +5,15 @@
 //! lines the planner wants logged as (level, text).
 
 use crate::gil;
+use crate::spark_range::{to_tuple, RangeTuple};
 use pyo3::prelude::*;
 use std::sync::Mutex;
 use std::time::Instant;
 use sulis_spark::archive_session::PLANNER_RESPONSE_STREAM_BASE;
 use sulis_spark::{
-    ArchiveCatalog, LogLine, OptionMap, PlanError, ReadLimit, ReaderOptions, RecordingRange,
-    SourceOffset, StreamPlanner,
+    ArchiveCatalog, LogLine, OptionMap, PlanError, ReadLimit, ReaderOptions, SourceOffset,
+    StreamPlanner,
 };
-
-type RangeTuple = (i64, i32, i32, i64, i64, i64, i64, i64, i32, i32, i32);
-
-fn tuple(r: RecordingRange) -> RangeTuple {
-    (
-        r.recording_id,
-        r.stream_id,
-        r.session_id,
-        r.start,
-        r.end,
-        r.replay_from,
-        r.replay_to,
-        r.recording_start,
-        r.term_length,
-        r.segment_length,
-        r.initial_term_id,
-    )
-}
 
 struct Planner {
     planner: StreamPlanner<ArchiveCatalog>,
@@ -89,7 +72,11 @@ impl PySparkPlanner {
     /// A batch read's ranges.
     fn batch_ranges(&self, py: Python<'_>) -> PyResult<Vec<RangeTuple>> {
         self.call(py, |p| {
-            Ok(p.planner.batch_ranges()?.into_iter().map(tuple).collect())
+            Ok(p.planner
+                .batch_ranges()?
+                .into_iter()
+                .map(to_tuple)
+                .collect())
         })
     }
 
@@ -161,7 +148,7 @@ impl PySparkPlanner {
             Ok(p.planner
                 .ranges(start.as_ref(), &end)?
                 .into_iter()
-                .map(tuple)
+                .map(to_tuple)
                 .collect())
         })
     }

@@ -5,13 +5,12 @@
 
 use crate::batch::PyBatch;
 use crate::gil;
+use crate::spark_range::{from_tuple, RangeTuple};
 use pyo3::prelude::*;
 use std::sync::Mutex;
 use sulis_spark::partition_reader::PartitionReader;
 use sulis_spark::range_replay::ReadFailure;
-use sulis_spark::{ArchiveAddress, ReaderOptions, RecordingRange};
-
-type RangeTuple = (i64, i32, i32, i64, i64, i64, i64, i64, i32, i32, i32);
+use sulis_spark::{ArchiveAddress, ReaderOptions};
 
 /// A read failure as the package's exception (`sulis.spark.errors`).
 fn failure(py: Python<'_>, f: ReadFailure) -> PyErr {
@@ -71,19 +70,7 @@ impl PySparkPartitionReader {
             read_mode,
             archive_dir,
         );
-        let r = RecordingRange {
-            recording_id: range.0,
-            stream_id: range.1,
-            session_id: range.2,
-            start: range.3,
-            end: range.4,
-            replay_from: range.5,
-            replay_to: range.6,
-            recording_start: range.7,
-            term_length: range.8,
-            segment_length: range.9,
-            initial_term_id: range.10,
-        };
+        let r = from_tuple(range);
         let reader = gil::released(py, || PartitionReader::open(&opts, r, archive_id));
         Ok(PySparkPartitionReader {
             reader: Mutex::new(Some(reader.map_err(|f| failure(py, f))?)),

@@ -3,7 +3,6 @@ package io.sulis.spark;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.PartitionReader;
 
 /**
@@ -12,9 +11,7 @@ import org.apache.spark.sql.connector.read.PartitionReader;
  */
 final class SulisPartitionReader implements PartitionReader<InternalRow> {
     private final long handle;
-    private final long recordingId;
-    private final int streamId;
-    private final boolean timestamp;
+    private final RowDecoder rows;
     private ByteBuffer buffer = ByteBuffer.allocateDirect(1 << 20).order(ByteOrder.LITTLE_ENDIAN);
     private int left;
     private InternalRow row;
@@ -24,9 +21,7 @@ final class SulisPartitionReader implements PartitionReader<InternalRow> {
         Native.load();
         handle = Native.readerOpen(options.keys, options.values, p.range, p.archiveId);
         SulisMicroBatchStream.log(Native.readerDrainLog(handle));
-        recordingId = p.range[0];
-        streamId = (int) p.range[1];
-        timestamp = options.timestamp;
+        rows = new RowDecoder(p.range[0], (int) p.range[1], options.timestamp, p.range[3]);
     }
 
     @Override
@@ -47,23 +42,8 @@ final class SulisPartitionReader implements PartitionReader<InternalRow> {
             buffer.clear();
             left = n;
         }
-        long position = buffer.getLong();
-        long reserved = buffer.getLong();
-        int session = buffer.getInt();
-        byte[] value = new byte[buffer.getInt()];
-        buffer.get(value);
+        row = rows.next(buffer);
         left--;
-        Object[] fields = timestamp ? new Object[7] : new Object[6];
-        fields[0] = value;
-        fields[1] = recordingId;
-        fields[2] = streamId;
-        fields[3] = session;
-        fields[4] = position;
-        fields[5] = reserved;
-        if (timestamp) {
-            fields[6] = reserved > 0 ? reserved / 1000 : null; // epoch ns, the publisher's stamp, as micros
-        }
-        row = new GenericInternalRow(fields);
         return true;
     }
 

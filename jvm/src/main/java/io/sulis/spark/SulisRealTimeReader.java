@@ -3,7 +3,6 @@ package io.sulis.spark;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
 
@@ -15,20 +14,16 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
 final class SulisRealTimeReader implements SupportsRealTimeRead<InternalRow> {
     private final long handle;
     private final long recordingId;
-    private final int streamId;
-    private final boolean timestamp;
+    private final RowDecoder rows;
     private ByteBuffer buffer = ByteBuffer.allocateDirect(1 << 20).order(ByteOrder.LITTLE_ENDIAN);
     private int left;
     private InternalRow row;
-    private long position;
 
     SulisRealTimeReader(SourceOptions options, SulisLivePartition p) {
         Native.load();
         handle = Native.liveOpen(options.keys, options.values, p.part);
         recordingId = p.part[0];
-        streamId = (int) p.part[1];
-        position = p.part[7];
-        timestamp = options.timestamp;
+        rows = new RowDecoder(p.part[0], (int) p.part[1], options.timestamp, p.part[7]);
     }
 
     @Override
@@ -64,24 +59,8 @@ final class SulisRealTimeReader implements SupportsRealTimeRead<InternalRow> {
     }
 
     private void decode() {
-        long at = buffer.getLong();
-        long reserved = buffer.getLong();
-        int session = buffer.getInt();
-        byte[] value = new byte[buffer.getInt()];
-        buffer.get(value);
+        row = rows.next(buffer);
         left--;
-        Object[] fields = timestamp ? new Object[7] : new Object[6];
-        fields[0] = value;
-        fields[1] = recordingId;
-        fields[2] = streamId;
-        fields[3] = session;
-        fields[4] = at;
-        fields[5] = reserved;
-        if (timestamp) {
-            fields[6] = reserved > 0 ? reserved / 1000 : null;
-        }
-        row = new GenericInternalRow(fields);
-        position = at;
     }
 
     @Override
@@ -91,7 +70,7 @@ final class SulisRealTimeReader implements SupportsRealTimeRead<InternalRow> {
 
     @Override
     public PartitionOffset getOffset() {
-        return new SulisPartitionOffset(recordingId, position);
+        return new SulisPartitionOffset(recordingId, rows.position);
     }
 
     @Override
