@@ -414,16 +414,6 @@ def spark_offset_json(positions: dict[int, int], stopped: dict[int, int] | None 
     """A streaming offset's JSON text, as both implementations of the Spark source write it."""
 def spark_parse_offset(text: str) -> tuple[dict[int, int], dict[int, int], int | None, tuple[int, int]]:
     """An offset's text read: (positions, stopped, pieces, (finished below, stopped by))."""
-def spark_resolve_positions(infos: Sequence[object], starting: str | dict[int, int], ending: str | dict[int, int],
-                            streaming: bool, fail_on_data_loss: bool, archive: str, selection: str
-                            ) -> tuple[dict[int, int], dict[int, int], list[str]]:
-    """Start and end per recording, and the warnings to log; raises OptionError or DataLossError."""
-def spark_check_data_loss(recording_id: int, recording_start: int, start: int, fail_on_data_loss: bool,
-                          archive: str) -> tuple[int, str | None]:
-    """``start``, or the recording's start when the bytes between are gone, and a warning."""
-def spark_plan_ranges(infos: Sequence[object], starts: dict[int, int], ends: dict[int, int], min_partitions: int
-                      ) -> list[tuple[int, int, int, int, int, int, int, int, int, int, int]]:
-    """The ranges to read, in RecordingRange's field order."""
 def spark_replay_from(start: int, recording_start: int, term_length: int) -> int:
     """Where a replay of ``(start, ...]`` begins."""
 def spark_reader_options(options: Sequence[tuple[str, str]], streaming: bool) -> dict[str, Any]:

@@ -30,11 +30,7 @@ pub(crate) fn throw(env: &mut JNIEnv, class: &str, text: &str) {
 
 /// Throws a plan error as its exception.
 pub(crate) fn throw_plan(env: &mut JNIEnv, e: PlanError) {
-    let (class, text) = match e {
-        PlanError::Option(t) => ("OptionError", t),
-        PlanError::DataLoss(t) => ("DataLossError", t),
-        PlanError::Archive(t) => ("ArchiveUnavailableError", t),
-    };
+    let (class, text) = e.named();
     throw(env, class, &text);
 }
 

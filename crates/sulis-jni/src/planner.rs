@@ -345,3 +345,33 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerMergeOffsets<'l>(
         .merge_offsets(start.as_ref(), &read_to);
     new_string(&mut env, &end.to_json())
 }
+
+/// The options checked as the source's reader checks them (the error
+/// thrown names the first bad one, as the Python source's does), and
+/// whether the rows have `timestamp` (`includeTimestamp`). What the JVM
+/// source does not read yet is refused, naming the option.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_optionsIncludeTimestamp<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+) -> jboolean {
+    let Some(opts) = reader_options(&mut env, &keys, &values, false) else {
+        return 0;
+    };
+    for (given, option) in [
+        (opts.value_schema.is_some(), "valueSchema"),
+        (opts.cluster_dir.is_some(), "clusterDir"),
+    ] {
+        if given {
+            throw(
+                &mut env,
+                "OptionError",
+                &format!("option {option}: not read by the JVM source yet; the Python source reads it (start Spark without the sulis jar)"),
+            );
+            return 0;
+        }
+    }
+    opts.include_timestamp as jboolean
+}

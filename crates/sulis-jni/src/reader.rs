@@ -35,12 +35,7 @@ fn reader<'a>(handle: jlong) -> &'a Mutex<Reader> {
 }
 
 fn throw_read(env: &mut JNIEnv, f: ReadFailure) {
-    let (class, text) = match f {
-        ReadFailure::Read(t) => ("ReadError", t),
-        ReadFailure::Timeout(t) => ("ReadTimeoutError", t),
-        ReadFailure::NoDriver(t) => ("NoMediaDriverError", t),
-        ReadFailure::Option(t) => ("OptionError", t),
-    };
+    let (class, text) = f.named();
     throw(env, class, &text);
 }
 

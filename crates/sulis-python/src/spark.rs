@@ -2,81 +2,32 @@
 //! converting only. A plan error raises the package's own `OptionError`
 //! or `DataLossError` (`sulis.spark.errors`).
 
-use crate::spark_range::{from_tuple, to_tuple, RangeTuple};
+use crate::spark_range::{from_tuple, RangeTuple};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
 use sulis_spark::range_planner::{self, PlanError, PositionSpec};
 use sulis_spark::{
-    ArchiveAddress, Finished, OptionMap, ReaderOptions, RecordingInfo, SourceOffset, WriterOptions,
+    ArchiveAddress, Finished, OptionMap, ReaderOptions, SourceOffset, WriterOptions,
 };
 
-/// A `RecordingInfo` of `sulis.spark.recordings`, read by attribute.
-#[derive(FromPyObject)]
-struct PyRecordingInfo {
-    recording_id: i64,
-    stream_id: i32,
-    session_id: i32,
-    start: i64,
-    end: i64,
-    term_length: i32,
-    mtu_length: i32,
-    live: bool,
-    segment_length: i32,
-    initial_term_id: i32,
-    stop_timestamp: i64,
-    recorded: i64,
-}
-
-impl From<PyRecordingInfo> for RecordingInfo {
-    fn from(r: PyRecordingInfo) -> Self {
-        RecordingInfo {
-            recording_id: r.recording_id,
-            stream_id: r.stream_id,
-            session_id: r.session_id,
-            start: r.start,
-            end: r.end,
-            term_length: r.term_length,
-            mtu_length: r.mtu_length,
-            live: r.live,
-            segment_length: r.segment_length,
-            initial_term_id: r.initial_term_id,
-            stop_timestamp: r.stop_timestamp,
-            recorded: r.recorded,
-        }
-    }
-}
-
-/// `"earliest"`, `"latest"` or `{recording id: position}`.
-fn position_spec(spec: &Bound<'_, PyAny>) -> PyResult<PositionSpec> {
-    if let Ok(text) = spec.extract::<String>() {
-        return match text.as_str() {
-            "earliest" => Ok(PositionSpec::Earliest),
-            "latest" => Ok(PositionSpec::Latest),
-            other => Err(PyValueError::new_err(format!(
-                "a position spec is 'earliest', 'latest' or a dict, not {other:?}"
-            ))),
-        };
-    }
-    Ok(PositionSpec::ById(spec.extract()?))
-}
-
-/// A plan error as the package's exception (`sulis.spark.errors`).
-pub(crate) fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
-    let (class, text) = match e {
-        PlanError::Option(t) => ("OptionError", t),
-        PlanError::DataLoss(t) => ("DataLossError", t),
-        PlanError::Archive(t) => ("ArchiveUnavailableError", t),
-    };
+/// The package's exception `class` (`sulis.spark.errors`) saying `text`.
+pub(crate) fn spark_error(py: Python<'_>, class: &str, text: String) -> PyErr {
     match py
         .import("sulis.spark.errors")
         .and_then(|m| m.getattr(class))
-        .and_then(|c| c.call1((text.clone(),)))
+        .and_then(|c| c.call1((text,)))
     {
         Ok(err) => PyErr::from_value(err),
         Err(e) => e,
     }
+}
+
+/// A plan error as the package's exception.
+pub(crate) fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
+    let (class, text) = e.named();
+    spark_error(py, class, text)
 }
 
 /// The offset's JSON text (`sulis_spark::source_offset`).
@@ -123,73 +74,6 @@ fn spark_parse_offset(
         o.pieces,
         (o.finished.below, o.finished.stopped_by),
     ))
-}
-
-/// Start and end per recording from `startingPositions` and
-/// `endingPositions`: (starts, ends, warnings to log).
-#[pyfunction]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-fn spark_resolve_positions(
-    py: Python<'_>,
-    infos: Vec<PyRecordingInfo>,
-    starting: &Bound<'_, PyAny>,
-    ending: &Bound<'_, PyAny>,
-    streaming: bool,
-    fail_on_data_loss: bool,
-    archive: &str,
-    selection: &str,
-) -> PyResult<(BTreeMap<i64, i64>, BTreeMap<i64, i64>, Vec<String>)> {
-    let infos: Vec<RecordingInfo> = infos.into_iter().map(Into::into).collect();
-    range_planner::resolve_positions(
-        &infos,
-        &position_spec(starting)?,
-        &position_spec(ending)?,
-        streaming,
-        fail_on_data_loss,
-        archive,
-        selection,
-    )
-    .map(|p| (p.starts, p.ends, p.warnings))
-    .map_err(|e| plan_error(py, e))
-}
-
-/// `start`, or the recording's start when the bytes between are gone:
-/// (start, warning or None); `DataLossError` with `failOnDataLoss`.
-#[pyfunction]
-fn spark_check_data_loss(
-    py: Python<'_>,
-    recording_id: i64,
-    recording_start: i64,
-    start: i64,
-    fail_on_data_loss: bool,
-    archive: &str,
-) -> PyResult<(i64, Option<String>)> {
-    range_planner::check_data_loss(
-        recording_id,
-        recording_start,
-        start,
-        fail_on_data_loss,
-        archive,
-    )
-    .map_err(|e| plan_error(py, e))
-}
-
-/// The ranges to read, cut for `min_partitions`: tuples in the order of
-/// `RecordingRange`'s fields.
-#[pyfunction]
-fn spark_plan_ranges(
-    infos: Vec<PyRecordingInfo>,
-    starts: BTreeMap<i64, i64>,
-    ends: BTreeMap<i64, i64>,
-    min_partitions: i64,
-) -> PyResult<Vec<RangeTuple>> {
-    let infos: BTreeMap<i64, RecordingInfo> = infos
-        .into_iter()
-        .map(|r| (r.recording_id, r.into()))
-        .collect();
-    let ranges = range_planner::plan_ranges(&infos, &starts, &ends, min_partitions)
-        .map_err(PyValueError::new_err)?;
-    Ok(ranges.into_iter().map(to_tuple).collect())
 }
 
 /// Where a replay of `(start, ...]` begins.
@@ -313,9 +197,6 @@ fn spark_holds_recording(py: Python<'_>, dir: String, range: RangeTuple) -> bool
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_offset_json, m)?)?;
     m.add_function(wrap_pyfunction!(spark_parse_offset, m)?)?;
-    m.add_function(wrap_pyfunction!(spark_resolve_positions, m)?)?;
-    m.add_function(wrap_pyfunction!(spark_check_data_loss, m)?)?;
-    m.add_function(wrap_pyfunction!(spark_plan_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(spark_replay_from, m)?)?;
     m.add_function(wrap_pyfunction!(spark_reader_options, m)?)?;
     m.add_function(wrap_pyfunction!(spark_writer_options, m)?)?;

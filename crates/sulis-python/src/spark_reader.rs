@@ -14,20 +14,8 @@ use sulis_spark::{ArchiveAddress, ReaderOptions};
 
 /// A read failure as the package's exception (`sulis.spark.errors`).
 fn failure(py: Python<'_>, f: ReadFailure) -> PyErr {
-    let (class, text) = match f {
-        ReadFailure::Read(t) => ("ReadError", t),
-        ReadFailure::Timeout(t) => ("ReadTimeoutError", t),
-        ReadFailure::NoDriver(t) => ("NoMediaDriverError", t),
-        ReadFailure::Option(t) => ("OptionError", t),
-    };
-    match py
-        .import("sulis.spark.errors")
-        .and_then(|m| m.getattr(class))
-        .and_then(|c| c.call1((text,)))
-    {
-        Ok(err) => PyErr::from_value(err),
-        Err(e) => e,
-    }
+    let (class, text) = f.named();
+    crate::spark::spark_error(py, class, text)
 }
 
 /// One range's reader (see the module doc).

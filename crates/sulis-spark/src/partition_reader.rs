@@ -205,11 +205,6 @@ impl PartitionReader {
         self.fill(false)
     }
 
-    /// The position after the last fragment read.
-    pub fn position(&self) -> i64 {
-        self.last
-    }
-
     /// The next messages of the range (never an empty batch), None once it
     /// is read to its end. Waits while a replay has nothing yet.
     pub fn next_batch(&mut self) -> Result<Option<Batch>, ReadFailure> {

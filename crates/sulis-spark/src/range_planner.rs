@@ -49,6 +49,18 @@ pub struct Positions {
     pub warnings: Vec<String>,
 }
 
+impl PlanError {
+    /// The name both sources give this error (Python's exception class,
+    /// the JVM's `SulisException` subclass), and its text.
+    pub fn named(self) -> (&'static str, String) {
+        match self {
+            PlanError::Option(t) => ("OptionError", t),
+            PlanError::DataLoss(t) => ("DataLossError", t),
+            PlanError::Archive(t) => ("ArchiveUnavailableError", t),
+        }
+    }
+}
+
 /// Messages of one recording whose end position is in `(start, end]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordingRange {

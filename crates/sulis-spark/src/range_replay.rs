@@ -27,6 +27,18 @@ pub enum ReadFailure {
     Option(String),
 }
 
+impl ReadFailure {
+    /// The name both sources give this failure, and its text.
+    pub fn named(self) -> (&'static str, String) {
+        match self {
+            ReadFailure::Read(t) => ("ReadError", t),
+            ReadFailure::Timeout(t) => ("ReadTimeoutError", t),
+            ReadFailure::NoDriver(t) => ("NoMediaDriverError", t),
+            ReadFailure::Option(t) => ("OptionError", t),
+        }
+    }
+}
+
 impl std::fmt::Display for ReadFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -187,11 +199,6 @@ impl RangeReplay {
         }
     }
 
-    /// The position after the last fragment read.
-    pub fn position(&self) -> i64 {
-        self.last
-    }
-
     /// Adds up to `limit` fragments to `batch`; fails when the replay ends
     /// early, the archive reports an error, or nothing came for the
     /// timeout.
@@ -205,7 +212,6 @@ impl RangeReplay {
         if self.last >= r.end || self.ended {
             return Ok(Polled::Done);
         }
-        let before = batch.len();
         let n = self.subscription.poll_batch_into(batch, limit);
         if n > 0 {
             if self.image.is_none() {
@@ -215,7 +221,6 @@ impl RangeReplay {
             }
             self.idle_since = Instant::now();
             self.last = batch.positions[batch.len() - 1];
-            let _ = before;
             return Ok(Polled::Fragments(n));
         }
         let images = self.subscription.images();

@@ -59,6 +59,9 @@ final class Native {
         }
     }
 
+    /** The options checked (the first bad one thrown); whether the rows have timestamp. */
+    static native boolean optionsIncludeTimestamp(String[] keys, String[] values);
+
     // -- the planner (driver side) ---------------------------------------------------------------
     static native long plannerOpen(String[] keys, String[] values, boolean streaming);
 

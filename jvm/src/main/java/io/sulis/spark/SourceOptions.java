@@ -7,8 +7,8 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * The options of a read as Spark passed them (the Rust core parses and checks them, with the messages
- * the Python source gives), and the rows' schema. Travels to the executors inside the reader factory.
+ * The options of a read as Spark passed them, checked by the Rust core when made (with the messages the
+ * Python source gives), and the rows' schema. Travels to the executors inside the reader factory.
  */
 final class SourceOptions implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -27,18 +27,9 @@ final class SourceOptions implements Serializable {
             values[i] = e.getValue();
             i++;
         }
-        String value = options.get("valueSchema");
-        if (value != null && !value.isBlank()) {
-            throw new SulisException.OptionError("option valueSchema: not read by the JVM source yet; the Python "
-                    + "source reads it (start Spark without the sulis jar)");
-        }
-        String cluster = options.get("clusterDir");
-        if (cluster != null && !cluster.isBlank()) {
-            throw new SulisException.OptionError("option clusterDir: not read by the JVM source yet; the Python "
-                    + "source reads it (start Spark without the sulis jar)");
-        }
-        String ts = options.getOrDefault("includeTimestamp", "false").trim().toLowerCase();
-        timestamp = ts.equals("true") || ts.equals("1") || ts.equals("yes");
+        // Checked by the Rust core, as the Python source checks them.
+        Native.load();
+        timestamp = Native.optionsIncludeTimestamp(keys, values);
     }
 
     /** The rows: value, then the metadata, then timestamp with includeTimestamp (the Python source's). */
