@@ -22,8 +22,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use sulis_protocol::frame::{decode_datagram, Frame};
 use sulis_protocol::frame::{
-    FrameHeader, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_RES, HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM,
-    HDR_TYPE_SM,
+    FrameHeader, HDR_TYPE_DATA, HDR_TYPE_ERR, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RES,
+    HDR_TYPE_RSP_SETUP, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM,
 };
 
 /// Control datagrams read per endpoint and poll.
@@ -307,6 +307,19 @@ impl Sender {
             Ok(h) => h,
             Err(e) => return self.invalid(ep, src, &e.to_string()),
         };
+        if matches!(
+            header.frame_type,
+            HDR_TYPE_DATA | HDR_TYPE_PAD | HDR_TYPE_SETUP
+        ) {
+            // Frames for receivers: a stale sender still sending to a port
+            // the kernel has since given this endpoint, or a peer that
+            // confused the two. Aeron ignores them; checked, then ignored
+            // here too (the receiver does the same with control frames).
+            if let Err(e) = decode_datagram(bytes) {
+                self.invalid(ep, src, &e.to_string());
+            }
+            return;
+        }
         if !matches!(
             header.frame_type,
             HDR_TYPE_SM

@@ -335,6 +335,35 @@ fn garbage_from_the_network_is_counted_and_the_stream_goes_on() {
 }
 
 #[test]
+fn data_frames_sent_to_a_send_endpoint_are_ignored_not_logged() {
+    // A stale sender still sending to a port the kernel has since given
+    // this send endpoint (seen on loopback beside other tests): the frames
+    // are well formed but for a receiver. As Aeron: ignored, no error.
+    let mut s = Stream::connect("mem-data-at-sender", |_| {});
+    let stranger: SocketAddr = "10.9.0.66:5555".parse().unwrap();
+    let before = s.counter(SystemCounter::InvalidPackets);
+    let mut data = vec![0u8; 64]; // a 40-byte frame, aligned to 32
+    data[0..4].copy_from_slice(&40i32.to_le_bytes());
+    data[6..8].copy_from_slice(&HDR_TYPE_DATA.to_le_bytes());
+    data[12..16].copy_from_slice(&77i32.to_le_bytes());
+    data[16..20].copy_from_slice(&9i32.to_le_bytes());
+    s.net.inject(
+        s.sender_address(),
+        Datagram {
+            from: stranger,
+            bytes: data,
+        },
+    );
+    s.h.settle();
+    assert!(s.h.errors().is_empty(), "{:?}", s.h.errors());
+    assert_eq!(s.counter(SystemCounter::InvalidPackets), before);
+    let sent = messages(10, 64);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+}
+
+#[test]
 fn a_status_message_outside_the_transmission_window_is_dropped_and_counted_not_logged() {
     let mut s = Stream::connect("mem-stale-sm", |_| {});
     let sent = messages(40, 1000); // ~42 KiB: the sender passes half the 64 KiB term
