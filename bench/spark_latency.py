@@ -136,7 +136,8 @@ def session(master: str, jars: list[str]):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="1000,100000", help="messages/s, comma-separated (1000,100000)")
+    ap.add_argument("--rates", default="1000,100000",
+                    help="messages/s, comma-separated (1000,100000); '' for the batch read alone")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run (15)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds of a run left out (5)")
@@ -150,8 +151,8 @@ def main() -> int:
     if not os.path.exists(sulis.spark.jar()):
         print("no sulis jar: bash scripts/build_jar.sh", file=sys.stderr)
         return 2
-    rates = [int(x) for x in a.rates.split(",")]
-    why = "--no-kafka" if a.no_kafka else kafka_peer.missing()
+    rates = [int(x) for x in a.rates.split(",") if x.strip()]
+    why = "--no-kafka" if a.no_kafka else ("no rates" if not rates else kafka_peer.missing())
     jars = [sulis.spark.jar()]
     if why is None:
         jars += [str(p) for p in sorted((kafka_peer.KAFKA_DIR / "spark" / "libs").glob("*.jar"))]

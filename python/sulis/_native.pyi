@@ -252,6 +252,10 @@ class BatchColumn:
 class Batch:
     """Fragments copied out at once; payloads back to back plus columns."""
 
+    @staticmethod
+    def of(messages: list[bytes], positions: list[int], reserved_values: list[int] | None = None,
+           session_id: int = 0) -> Batch:
+        """A batch of whole messages ending at ``positions``: for tests of code that takes batches."""
     def __len__(self) -> int: ...
     def __getitem__(self, i: int, /) -> bytes: ...
     @property
@@ -470,6 +474,26 @@ class SparkPartitionReader:
         """The directory the files are read from, None for a replay."""
     def close(self) -> None:
         """Stops a replay still running."""
+
+@final
+class ByteBuffer:
+    """Bytes Rust filled, read-only through the buffer protocol."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __len__(self) -> int: ...
+
+@final
+class SparkRowShape:
+    """What a read's rows are (sulis_spark::row_shape)."""
+
+    def __new__(cls, value_schema: tuple[str, str, str] | None, include_timestamp: bool, cluster: bool) -> Self: ...
+    def ddl(self) -> str:
+        """The columns as Spark DDL."""
+    def columns(self) -> list[tuple[str, str]]:
+        """The columns: (name, Spark DDL type)."""
+    def arrow(self, batch: Batch, ids: tuple[int, int, int]
+              ) -> tuple[int, list[tuple[ByteBuffer | None, ByteBuffer | None, ByteBuffer, int]]]:
+        """The rows among the batch's messages as Arrow column buffers."""
 
 class ArchiveError(SulisError):
     """The archive refused a request or did not answer; ``code`` is the archive's error code (-1 if none)."""

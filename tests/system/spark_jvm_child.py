@@ -4,7 +4,8 @@ with the sulis jar on the classpath (``spark.jars``), which a process that alrea
 usage: spark_jvm_child.py CONFIG_JSON
 
 CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM provider's class), ``mode``
-(``batch``: write the rows to Parquet at ``out``; ``available-now``: a streaming query with Trigger.AvailableNow
+(``batch``: write the rows to Parquet at ``out``, or each of ``reads``, a list of ``{format, options, out}``, its
+schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
 into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query to the console
 for ``seconds``, then stopped), ``options`` (of the source). Prints one JSON line when done:
 ``{"done": true, ...}``; a failure prints ``{"error": "..."}`` and exits 1.
@@ -38,7 +39,20 @@ def main() -> None:
     sulis.spark.register(spark)
     fmt = cfg.get("format", "sulis")
     try:
-        if cfg["mode"] == "batch":
+        if cfg["mode"] == "batch" and "reads" in cfg:
+            results = []
+            for read in cfg["reads"]:
+                reader = spark.read.format(read["format"])
+                for k, v in read["options"].items():
+                    reader = reader.option(k, str(v))
+                try:
+                    df = reader.load()
+                    df.write.mode("overwrite").parquet(read["out"])
+                    results.append({"schema": df.schema.simpleString()})
+                except Exception as e:  # noqa: BLE001 - the test compares the two sources' errors
+                    results.append({"error": str(e)})
+            print(json.dumps({"done": True, "results": results}), flush=True)
+        elif cfg["mode"] == "batch":
             reader = spark.read.format(fmt)
             for k, v in cfg["options"].items():
                 reader = reader.option(k, str(v))

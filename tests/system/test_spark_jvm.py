@@ -104,6 +104,61 @@ def test_a_batch_read_gives_the_rows_the_python_source_gives(node, tmp_path):
     assert rows(str(tmp_path / "jvm-replay")) == sorted(s.sent, key=lambda r: r[1])
 
 
+def table(out: str) -> list[dict]:
+    """Every column of the rows at ``out``, ordered by position."""
+    files = glob.glob(os.path.join(out, "*.parquet"))
+    return pq.ParquetDataset(files).read().sort_by("position").to_pylist() if files else []
+
+
+def both(node, tmp_path, name: str, options: dict) -> list[dict]:
+    """A read by each source in one Spark driver: ``[jvm, python]``."""
+    return [{"format": fmt, "options": options, "out": str(tmp_path / f"{name}-{which}")}
+            for which, fmt in (("jvm", JVM), ("py", "sulis"))]
+
+
+def test_every_row_shape_and_a_malformed_payloads_error_are_the_python_sources(node, tmp_path):
+    """``valueSchema`` in each mode and ``includeTimestamp``: the JVM source's rows (every column) and errors are
+    the Python source's: both run ``sulis_spark::row_shape``."""
+    import numpy as np
+
+    s = Stream(node, 4104)
+    tick = np.dtype([("instrument", "<i4"), ("price", "<f8"), ("ok", "u1"), ("qty", "<i2"), ("at", "<i8")])
+    ticks = np.zeros(500, tick)
+    ticks["instrument"] = np.arange(500) % 7
+    ticks["price"] = 100 + np.arange(500) / 8
+    ticks["ok"] = np.arange(500) % 2
+    ticks["qty"] = -np.arange(500)
+    ticks["at"] = 1_700_000_000_000_000_000 + np.arange(500) * 1_000_001
+    payloads = [t.tobytes() for t in ticks]
+    payloads[123] = b"short"
+    s.publish(payloads)
+    layout = "instrument int, price double, ok boolean, qty smallint, at timestamp"
+    base = {"driverDir": node[0].dir, "recordingIds": s.rid, "minPartitions": 2}
+    shapes = {
+        "stamped": {"includeTimestamp": "true"},
+        "permissive": {"valueSchema": layout, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "raw"},
+        "dropped": {"valueSchema": layout, "mode": "DROPMALFORMED", "readMode": "replay"},
+        "failfast": {"valueSchema": layout},
+    }
+    reads = [r for name, extra in shapes.items() for r in both(node, tmp_path, name, {**base, **extra})]
+    results = child({"jar": sulis.spark.jar(), "mode": "batch", "reads": reads})["results"]
+    by_name = dict(zip(shapes, zip(results[::2], results[1::2], strict=True), strict=True))
+    for name in ("stamped", "permissive", "dropped"):
+        jvm, py = by_name[name]
+        assert "error" not in jvm and "error" not in py, (name, jvm, py)
+        assert jvm["schema"] == py["schema"], name
+        got = table(str(tmp_path / f"{name}-jvm"))
+        assert got == table(str(tmp_path / f"{name}-py")), name
+        assert len(got) == (499 if name == "dropped" else 500), name
+    permissive = table(str(tmp_path / "permissive-jvm"))
+    assert permissive[123]["raw"] == b"short" and permissive[123]["price"] is None
+    assert permissive[124]["qty"] == -124 and permissive[124]["ok"] is False and permissive[1]["ok"] is True
+    jvm, py = by_name["failfast"]
+    want = f"recording {s.rid}, message ending at position {s.sent[123][1]} is 5 bytes"
+    assert want in jvm.get("error", "") and want in py.get("error", ""), (jvm, py)
+    assert "RowError" in jvm["error"]
+
+
 def test_a_query_moves_between_the_python_and_jvm_sources_on_one_checkpoint_exactly_once(node, tmp_path):
     s = Stream(node, 4102)
     s.publish(message(i) for i in range(1000))
@@ -161,3 +216,24 @@ def _console_rows(out: list[str]) -> list[int]:
 
 def _console_positions(out: list[str]) -> set[int]:
     return set(_console_rows(out))
+
+
+def test_a_cluster_members_log_reads_as_in_the_python_source(make_driver, tmp_path):
+    """``clusterDir``: the JVM source reads a member's committed log as the Python source does (the session
+    messages, their header in columns), both equal to what the member's service applied."""
+    from clusterprocs import journal_cluster
+
+    with journal_cluster(tmp_path, make_driver().dir, n=1) as ((member,), c):
+        echoed: list[bytes] = []
+        for i in range(60):
+            await_until(lambda i=i: c.offer(f"m{i}".encode()) > 0, 20, f"ingress to take m{i}")
+        await_until(lambda: c.poll_egress(lambda p, t: echoed.append(p)) >= 0 and len(echoed) >= 60, 30,
+                    "every echo")
+        options = {"clusterDir": member.cluster_dir, "driverDir": member.driver_dir}
+        reads = both(None, tmp_path, "log", options)
+        results = child({"jar": sulis.spark.jar(), "mode": "batch", "reads": reads})["results"]
+        assert results[0] == results[1] and "error" not in results[0], results
+        jvm = table(str(tmp_path / "log-jvm"))
+        assert jvm == table(str(tmp_path / "log-py"))
+        assert [bytes(r["value"]).decode() for r in jvm] == member.journal_lines() == [f"m{i}" for i in range(60)]
+        assert {r["cluster_session_id"] for r in jvm} == {c.cluster_session_id}

@@ -1,6 +1,7 @@
-"""``clusterDir``: the pieces of the cluster-log source that need no Spark and no cluster: its options and the
-decoding of log entries into rows (the cut at the commit position is ``cargo test -p sulis-spark archive_catalog``;
-the whole source runs against three ``sulis cluster-node`` processes in ``tests/system/test_spark_system.py``)."""
+"""Rows from batches of messages through ``replay._Rows`` (the rules are ``sulis_spark::row_shape``, unit-tested
+by ``cargo test -p sulis-spark row_shape``): what Arrow gets for a cluster log's entries and for ``valueSchema``
+payloads, with no Spark and no cluster; and the ``clusterDir`` options. The whole source runs against three
+``sulis cluster-node`` processes in ``tests/system/test_spark_cluster_log_system.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sulis.spark.cluster_log import session_messages
+from sulis import _native
+from sulis.spark.errors import RowError
 from sulis.spark.options import OptionError, parse_reader_options
 from sulis.spark.replay import RecordingRange, _Rows, ddl_for
 
@@ -24,7 +26,10 @@ def session_message(term: int, session: int, time_ms: int, payload: bytes) -> by
     return entry(1, struct.pack("<qqq", term, session, time_ms)) + payload
 
 
-def test_session_messages_become_rows_and_other_entries_are_left_out():
+RANGE = RecordingRange(4, 100, 5, 0, 1 << 20, 0, 1 << 20)
+
+
+def test_a_cluster_logs_session_messages_become_rows_and_other_entries_are_left_out():
     entries = [
         entry(21, struct.pack("<qqq", 0, 7, 1000) + b"\0" * 16),    # a SessionOpenEvent
         session_message(0, 7, 1_700_000_000_001, b"first"),
@@ -33,48 +38,56 @@ def test_session_messages_become_rows_and_other_entries_are_left_out():
         entry(1, struct.pack("<qqq", 0, 7, 5), schema=112) + b"x",  # template 1 of another schema
         session_message(3, -9, 1_700_000_000_003, b"z" * 700),
     ]
-    values = pa.array(entries, pa.binary())
-    positions = np.arange(1, len(entries) + 1, dtype=np.int64) * 64
-    payloads, kept, (sessions, terms, stamps) = session_messages(values, positions)
-    assert payloads.to_pylist() == [b"first", b"", b"z" * 700]
-    assert kept.tolist() == [128, 192, 384]
-    assert sessions.to_pylist() == [7, 7, -9]
-    assert terms.to_pylist() == [0, 0, 3]
-    assert [t.timestamp() for t in stamps.to_pylist()] == [1_700_000_000.001, 1_700_000_000.002, 1_700_000_000.003]
+    rows = _Rows(RANGE, cluster=True)
+    batch = rows.of(_native.Batch.of(entries, [64 * (i + 1) for i in range(len(entries))]))
+    assert batch.schema == rows.schema
+    got = batch.to_pydict()
+    assert got["value"] == [b"first", b"", b"z" * 700]
+    assert got["position"] == [128, 192, 384]
+    assert got["cluster_session_id"] == [7, 7, -9]
+    assert got["leadership_term_id"] == [0, 0, 3]
+    assert got["recording_id"] == [4, 4, 4]
+    assert [t.timestamp() for t in got["timestamp"]] == [1_700_000_000.001, 1_700_000_000.002, 1_700_000_000.003]
+    assert rows.of(_native.Batch.of([entry(25, b"\0" * 8)], [64])) is None
+    assert ddl_for(None, cluster=True) == ("value binary, cluster_session_id bigint, leadership_term_id bigint, "
+                                           "recording_id bigint, position bigint, timestamp timestamp")
 
 
-def test_session_messages_of_a_slice_read_the_slice():
-    entries = [session_message(1, i, 1000 + i, bytes([i]) * i) for i in range(6)]
-    payloads, kept, (sessions, _, _) = session_messages(pa.array(entries, pa.binary()).slice(2, 3),
-                                                        np.array([10, 20, 30], np.int64))
-    assert payloads.to_pylist() == [b"\x02" * 2, b"\x03" * 3, b"\x04" * 4]
-    assert sessions.to_pylist() == [2, 3, 4] and kept.tolist() == [10, 20, 30]
+def test_value_schema_columns_and_modes_in_arrow():
+    tick = np.dtype([("instrument", "<i4"), ("price", "<f8"), ("ok", "u1"), ("at", "<i8")])
+    ticks = np.zeros(20, tick)
+    ticks["instrument"] = np.arange(20)
+    ticks["price"] = 100 + np.arange(20) / 8
+    ticks["ok"] = np.arange(20) % 2
+    ticks["at"] = 1_700_000_000_000_000_000 + np.arange(20) * 1_000_000 - 1
+    messages = [t.tobytes() for t in ticks]
+    messages[7] = b"short"
+    batch = _native.Batch.of(messages, [64 * (i + 1) for i in range(20)], list(range(20)))
+    layout = "instrument int, price double, ok boolean, at timestamp"
 
+    with pytest.raises(RowError, match=r"recording 4, message ending at position 512 is 5 bytes, the layout "
+                                       r"\(instrument int, price double, ok boolean, at timestamp\) takes 21"):
+        _Rows(RANGE, (layout, "FAILFAST", "_corrupt")).of(batch)
 
-def test_session_messages_of_buffers_whose_offsets_do_not_start_at_zero():
-    """A batch's columns are views on its buffers: the first message need not start the data buffer."""
-    entries = [session_message(1, i, 1000 + i, bytes([65 + i]) * (i + 1)) for i in range(3)]
-    data = b"\xff" * 40 + b"".join(entries)
-    offsets = np.cumsum([40] + [len(e) for e in entries], dtype=np.int32)
-    values = pa.BinaryArray.from_buffers(pa.binary(), 3, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    for array in (values, values.slice(1)):
-        payloads, _, (sessions, _, _) = session_messages(array, np.arange(len(array), dtype=np.int64))
-        assert payloads.to_pylist() == [bytes([65 + i]) * (i + 1) for i in range(3)][3 - len(array):]
-        assert sessions.to_pylist() == list(range(3))[3 - len(array):]
+    rows = _Rows(RANGE, (layout, "PERMISSIVE", "raw"), timestamp=True)
+    got = rows.of(batch)
+    assert got.schema == rows.schema
+    assert got.column_names == ["instrument", "price", "ok", "at", "raw", "recording_id", "stream_id", "session_id",
+                                "position", "reserved_value", "timestamp"]
+    d = got.to_pydict()
+    keep = [i for i in range(20) if i != 7]
+    assert [d["instrument"][i] for i in keep] == [int(ticks["instrument"][i]) for i in keep]
+    assert [d["price"][i] for i in keep] == [float(ticks["price"][i]) for i in keep]
+    assert [d["ok"][i] for i in keep] == [bool(ticks["ok"][i]) for i in keep]
+    # nanoseconds to microseconds rounded down, as numpy's floor division did
+    assert got.column("at").cast(pa.int64()).to_pylist()[0] == (1_700_000_000_000_000_000 - 1) // 1000
+    assert (d["instrument"][7], d["price"][7], d["ok"][7], d["at"][7], d["raw"][7]) == (None,) * 4 + (b"short",)
+    assert d["raw"][:7] == [None] * 7
+    assert d["timestamp"][0] is None and d["timestamp"][1] is not None  # reserved value 0: not stamped
+    assert got.column("instrument").null_count == 1
 
-
-def test_the_assembler_gives_cluster_rows_with_the_declared_schema():
-    r = RecordingRange(4, 100, 5, 0, 1 << 20, 0, 1 << 20)
-    asm = _Rows(r, cluster=True)
-    values = pa.array([session_message(2, 11, 1000, b"abc"), entry(25, b"\0" * 8)], pa.binary())
-    batch = asm.columns(values, np.array([64, 96], np.int64), np.zeros(2, np.int64))
-    assert batch.schema == asm.schema
-    assert batch.to_pylist()[0]["value"] == b"abc" and batch.num_rows == 1
-    row = batch.to_pylist()[0]
-    got = (row["cluster_session_id"], row["leadership_term_id"], row["recording_id"], row["position"])
-    assert got == (11, 2, 4, 64)
-    assert ddl_for(None, cluster=True) == ("value binary, cluster_session_id long, leadership_term_id long, "
-                                           "recording_id long, position long, timestamp timestamp")
+    dropped = _Rows(RANGE, (layout, "DROPMALFORMED", "_corrupt")).of(batch).to_pydict()
+    assert dropped["position"] == [64 * (i + 1) for i in keep]
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -346,32 +346,26 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerMergeOffsets<'l>(
     new_string(&mut env, &end.to_json())
 }
 
-/// The options checked as the source's reader checks them (the error
-/// thrown names the first bad one, as the Python source's does), and
-/// whether the rows have `timestamp` (`includeTimestamp`). What the JVM
-/// source does not read yet is refused, naming the option.
+/// The options checked (the first bad one thrown); the rows' schema as
+/// Spark DDL (`sulis_spark::row_shape`, the Python source's).
 #[no_mangle]
-pub extern "system" fn Java_io_sulis_spark_Native_optionsIncludeTimestamp<'l>(
+pub extern "system" fn Java_io_sulis_spark_Native_optionsSchema<'l>(
     mut env: JNIEnv<'l>,
     _: JClass<'l>,
     keys: JObjectArray<'l>,
     values: JObjectArray<'l>,
-) -> jboolean {
+) -> jni::sys::jstring {
     let Some(opts) = reader_options(&mut env, &keys, &values, false) else {
-        return 0;
+        return std::ptr::null_mut();
     };
-    for (given, option) in [
-        (opts.value_schema.is_some(), "valueSchema"),
-        (opts.cluster_dir.is_some(), "clusterDir"),
-    ] {
-        if given {
-            throw(
-                &mut env,
-                "OptionError",
-                &format!("option {option}: not read by the JVM source yet; the Python source reads it (start Spark without the sulis jar)"),
-            );
-            return 0;
+    match opts.row_shape() {
+        Ok(shape) => env
+            .new_string(shape.ddl())
+            .map(|s| s.into_raw())
+            .unwrap_or(std::ptr::null_mut()),
+        Err(e) => {
+            crate::throw_plan(&mut env, e);
+            std::ptr::null_mut()
         }
     }
-    opts.include_timestamp as jboolean
 }

@@ -1,10 +1,12 @@
 //! `io.sulis.spark.Native.reader*`: the executor side (`PartitionReader`).
 //!
-//! `readerRows` fills a direct `ByteBuffer` with whole rows, each record
-//! little-endian: position (i64), reserved value (i64), session id (i32),
-//! value length (i32), then the value's bytes. It returns the number of
-//! records, -1 once the range is read, or -n when the next message needs
-//! a buffer of n bytes (n > 1) and the given one is smaller.
+//! `readerRows` fills a direct `ByteBuffer` with rows (what is a row and
+//! its columns: `sulis_spark::row_shape`), each record little-endian: the
+//! row's length (i32), 0 (i32), the position its message ends at (i64),
+//! then the row in Spark's `UnsafeRow` format (`sulis_spark::unsafe_row`),
+//! which the JVM points an `UnsafeRow` at. It returns the number of
+//! records, -1 once the range is read, or -n when the next row needs a
+//! buffer of n bytes (n > 1) and the given one is smaller.
 
 use crate::{reader_options, throw};
 use jni::objects::{JByteBuffer, JClass, JLongArray, JObjectArray};
@@ -14,13 +16,17 @@ use std::sync::Mutex;
 use sulis_client::Batch;
 use sulis_spark::partition_reader::PartitionReader;
 use sulis_spark::range_replay::ReadFailure;
-use sulis_spark::RecordingRange;
+use sulis_spark::unsafe_row::{row_length, write_row};
+use sulis_spark::{RangeIds, RecordingRange, RowShape};
 
-/// Bytes of a record before its value.
-const RECORD_HEADER: usize = 24;
+/// Bytes of a record before its row.
+const RECORD_HEADER: usize = 16;
 
 pub(crate) struct Reader {
     reader: Option<PartitionReader>,
+    /// What the rows are, and the recording's ids they carry.
+    shape: RowShape,
+    ids: RangeIds,
     /// Messages read and not yet handed over, and the next of them.
     pending: Option<Batch>,
     next: usize,
@@ -32,6 +38,17 @@ fn reader<'a>(handle: jlong) -> &'a Mutex<Reader> {
     // SAFETY: a handle is a Box<Mutex<Reader>> from readerOpen, freed only by
     // readerClose, which the Java object calls once.
     unsafe { &*(handle as *const Mutex<Reader>) }
+}
+
+/// The rows' shape of a reader's options; None with the error thrown.
+fn row_shape(env: &mut JNIEnv, opts: &sulis_spark::ReaderOptions) -> Option<RowShape> {
+    match opts.row_shape() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            crate::throw_plan(env, e);
+            None
+        }
+    }
 }
 
 fn throw_read(env: &mut JNIEnv, f: ReadFailure) {
@@ -74,9 +91,19 @@ pub extern "system" fn Java_io_sulis_spark_Native_readerOpen<'l>(
         initial_term_id: r[10] as i32,
     };
     let archive_id = (archive_id >= 0).then_some(archive_id);
+    let Some(shape) = row_shape(&mut env, &opts) else {
+        return 0;
+    };
+    let ids = RangeIds {
+        recording_id: range.recording_id,
+        stream_id: range.stream_id,
+        session_id: range.session_id,
+    };
     match PartitionReader::open(&opts, range, archive_id) {
         Ok(reader) => Box::into_raw(Box::new(Mutex::new(Reader {
             reader: Some(reader),
+            shape,
+            ids,
             pending: None,
             next: 0,
             live: false,
@@ -124,9 +151,19 @@ pub extern "system" fn Java_io_sulis_spark_Native_liveOpen<'l>(
         stop_timestamp: -1,
         recorded: -1,
     };
+    let Some(shape) = row_shape(&mut env, &opts) else {
+        return 0;
+    };
+    let ids = RangeIds {
+        recording_id: info.recording_id,
+        stream_id: info.stream_id,
+        session_id: info.session_id,
+    };
     match PartitionReader::open_live(&opts, &info, p[7]) {
         Ok(reader) => Box::into_raw(Box::new(Mutex::new(Reader {
             reader: Some(reader),
+            shape,
+            ids,
             pending: None,
             next: 0,
             live: true,
@@ -191,24 +228,34 @@ fn rows(
         if let Some(batch) = r.pending.as_ref() {
             let mut at = 0;
             let mut rows = 0;
-            while r.next < batch.len() {
-                let value = batch.get(r.next);
-                let need = RECORD_HEADER + value.len();
+            let mut too_small = 0;
+            let next = r.shape.rows(batch, r.next, &r.ids, |i, cells| {
+                let need = RECORD_HEADER + row_length(cells);
                 if at + need > out.len() {
                     if rows == 0 {
-                        return -(need as jint).max(2);
+                        too_small = need;
                     }
-                    break;
+                    return false;
                 }
-                out[at..at + 8].copy_from_slice(&batch.positions[r.next].to_le_bytes());
-                out[at + 8..at + 16].copy_from_slice(&batch.reserved_values[r.next].to_le_bytes());
-                out[at + 16..at + 20].copy_from_slice(&batch.session_ids[r.next].to_le_bytes());
-                out[at + 20..at + 24].copy_from_slice(&(value.len() as i32).to_le_bytes());
-                out[at + 24..at + need].copy_from_slice(value);
+                let length = write_row(cells, &mut out[at + RECORD_HEADER..]);
+                out[at..at + 4].copy_from_slice(&(length as i32).to_le_bytes());
+                out[at + 4..at + 8].fill(0);
+                out[at + 8..at + 16].copy_from_slice(&batch.positions[i].to_le_bytes());
                 at += need;
                 rows += 1;
-                r.next += 1;
+                true
+            });
+            let next = match next {
+                Ok(n) => n,
+                Err(e) => {
+                    throw(&mut env, "RowError", &e.0);
+                    return -1;
+                }
+            };
+            if too_small > 0 {
+                return -(too_small as jint).max(2);
             }
+            r.next = next;
             if r.next >= batch.len() {
                 r.pending = None;
                 r.next = 0;
@@ -240,6 +287,18 @@ fn rows(
             }
         }
     }
+}
+
+/// The address of a direct buffer's memory (the JVM points `UnsafeRow`s
+/// into it), 0 if it is not direct.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_bufferAddress<'l>(
+    env: JNIEnv<'l>,
+    _: JClass<'l>,
+    buffer: JByteBuffer<'l>,
+) -> jlong {
+    env.get_direct_buffer_address(&buffer)
+        .map_or(0, |p| p as jlong)
 }
 
 /// Lines to log (info) since the last call.

@@ -22,6 +22,71 @@ enum Which {
     Lengths,
 }
 
+/// Fills `view` with a read-only buffer of `len` bytes at `ptr` (items of
+/// `item` bytes, struct format `fmt`) that `owner` keeps alive.
+///
+/// # Safety
+/// `ptr..ptr + len` must stay valid and unchanged while `owner` lives; the
+/// view holds a reference to `owner`.
+pub(crate) unsafe fn fill_view(
+    owner: Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    ptr: *const u8,
+    len: usize,
+    item: usize,
+    fmt: &'static CStr,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(PyBufferError::new_err("view is null"));
+    }
+    if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+        return Err(PyBufferError::new_err("batch columns are read-only"));
+    }
+    unsafe {
+        (*view).obj = owner.into_ptr();
+        (*view).buf = ptr as *mut c_void;
+        (*view).len = len as isize;
+        (*view).readonly = 1;
+        (*view).itemsize = item as isize;
+        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+            fmt.as_ptr() as *mut _
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        // shape must be in items, not bytes: keep a per-view item count in `internal`.
+        if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+            let items = Box::into_raw(Box::new((len / item) as isize));
+            (*view).internal = items as *mut c_void;
+            (*view).shape = items;
+        } else {
+            (*view).internal = std::ptr::null_mut();
+            (*view).shape = std::ptr::null_mut();
+        }
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+            &mut (*view).itemsize
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).suboffsets = std::ptr::null_mut();
+    }
+    Ok(())
+}
+
+/// Frees what [`fill_view`] kept in the view.
+///
+/// # Safety
+/// `view` must be one [`fill_view`] filled.
+pub(crate) unsafe fn release_view(view: *mut ffi::Py_buffer) {
+    unsafe {
+        if !(*view).internal.is_null() {
+            drop(Box::from_raw((*view).internal as *mut isize));
+            (*view).internal = std::ptr::null_mut();
+        }
+    }
+}
+
 /// A read-only buffer over one column of a Batch (buffer protocol: works with
 /// `memoryview`, `numpy.frombuffer` and `pyarrow.py_buffer` without a copy).
 #[pyclass(module = "sulis._native", name = "BatchColumn", frozen)]
@@ -61,57 +126,13 @@ impl PyColumn {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("view is null"));
-        }
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("batch columns are read-only"));
-        }
         let (ptr, len, item, fmt) = slf.get().raw();
-        // SAFETY: the column object owns an Arc of the (immutable) batch, and
-        // `obj` keeps the column alive for as long as the view exists.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = ptr as *mut c_void;
-            (*view).len = len as isize;
-            (*view).readonly = 1;
-            (*view).itemsize = item as isize;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-                fmt.as_ptr() as *mut _
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            // shape must be in items, not bytes: keep a per-view item count in `internal`.
-            if !(*view).shape.is_null() {
-                let items = Box::into_raw(Box::new((len / item) as isize));
-                (*view).internal = items as *mut c_void;
-                (*view).shape = items;
-            } else {
-                (*view).internal = std::ptr::null_mut();
-            }
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-        }
-        Ok(())
+        // SAFETY: the column object owns an Arc of the (immutable) batch.
+        unsafe { fill_view(slf.into_any(), view, flags, ptr, len, item, fmt) }
     }
 
     unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-        unsafe {
-            if !(*view).internal.is_null() {
-                drop(Box::from_raw((*view).internal as *mut isize));
-                (*view).internal = std::ptr::null_mut();
-            }
-        }
+        unsafe { release_view(view) }
     }
 
     fn __len__(&self) -> usize {
@@ -155,6 +176,35 @@ impl PyBatch {
 
 #[pymethods]
 impl PyBatch {
+    /// A batch of whole messages ending at `positions` (unfragmented, of
+    /// `session_id`, reserved values 0 unless given): for tests of code that
+    /// takes batches.
+    #[staticmethod]
+    #[pyo3(signature = (messages, positions, reserved_values=None, session_id=0))]
+    fn of(
+        messages: Vec<Vec<u8>>,
+        positions: Vec<i64>,
+        reserved_values: Option<Vec<i64>>,
+        session_id: i32,
+    ) -> PyResult<PyBatch> {
+        let reserved = reserved_values.unwrap_or_else(|| vec![0; messages.len()]);
+        if positions.len() != messages.len() || reserved.len() != messages.len() {
+            return Err(PyIndexError::new_err(
+                "a position (and a reserved value) for each message",
+            ));
+        }
+        let mut b = Batch::with_capacity(messages.len(), messages.iter().map(Vec::len).sum());
+        for ((m, p), r) in messages.iter().zip(positions).zip(reserved) {
+            b.data.extend_from_slice(m);
+            b.offsets.push(b.data.len() as i32);
+            b.positions.push(p);
+            b.session_ids.push(session_id);
+            b.flags.push(0xc0);
+            b.reserved_values.push(r);
+        }
+        Ok(PyBatch::from_batch(b))
+    }
+
     fn __len__(&self) -> usize {
         self.batch.len()
     }

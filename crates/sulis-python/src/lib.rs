@@ -26,6 +26,7 @@ mod spark;
 mod spark_planner;
 mod spark_range;
 mod spark_reader;
+mod spark_rows;
 mod subscription;
 
 use pyo3::prelude::*;

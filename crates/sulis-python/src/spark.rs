@@ -203,6 +203,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::spark_planner::PySparkPlanner>()?;
     m.add_function(wrap_pyfunction!(spark_log_recording_ids, m)?)?;
     m.add_class::<crate::spark_reader::PySparkPartitionReader>()?;
+    m.add_class::<crate::spark_rows::PySparkRowShape>()?;
+    m.add_class::<crate::spark_rows::PyByteBuffer>()?;
     m.add_function(wrap_pyfunction!(spark_announced_archive_dir, m)?)?;
     m.add_function(wrap_pyfunction!(spark_holds_recording, m)?)?;
     Ok(())

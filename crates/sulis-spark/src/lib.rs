@@ -19,11 +19,16 @@
 //!   whole messages ([`message_assembler`]) from the segment files where
 //!   they are readable here ([`archive_files`]), else replayed
 //!   ([`range_replay`]).
+//! - [`row_shape`]: which messages are rows and their columns
+//!   ([`value_layout`] for `valueSchema`, a cluster log's session
+//!   messages), written as Arrow columns for Python ([`arrow_columns`]) or
+//!   Spark's `UnsafeRow`s for the JVM ([`unsafe_row`]).
 
 pub mod archive_address;
 pub mod archive_catalog;
 pub mod archive_files;
 pub mod archive_session;
+pub mod arrow_columns;
 pub mod close_match;
 pub mod message_assembler;
 pub mod option_values;
@@ -33,8 +38,11 @@ pub mod range_replay;
 pub mod reader_options;
 pub mod recording_catalog;
 pub mod recording_info;
+pub mod row_shape;
 pub mod source_offset;
 pub mod stream_planner;
+pub mod unsafe_row;
+pub mod value_layout;
 pub mod writer_options;
 
 pub use archive_address::ArchiveAddress;
@@ -45,6 +53,7 @@ pub use range_planner::{PlanError, PositionSpec, Positions, RecordingRange};
 pub use reader_options::ReaderOptions;
 pub use recording_catalog::RecordingCatalog;
 pub use recording_info::RecordingInfo;
+pub use row_shape::{RangeIds, RowError, RowShape};
 pub use source_offset::{Finished, SourceOffset};
 pub use stream_planner::{LogLine, ReadLimit, StreamPlanner};
 pub use writer_options::WriterOptions;

@@ -6,6 +6,7 @@ use crate::archive_address::ArchiveAddress;
 use crate::close_match::closest;
 use crate::option_values::{bad, repr, OptionMap};
 use crate::range_planner::{PositionSpec, EARLIEST};
+use crate::row_shape::RowShape;
 use crate::PlanError;
 
 /// Every option a reader knows (these are the names shown).
@@ -63,7 +64,7 @@ const KAFKA_HINTS: &[(&str, &str)] = &[
 ];
 
 /// `valueSchema` with `mode` and `columnNameOfCorruptRecord`, as given
-/// (the adapters parse the schema into columns).
+/// (parsed into columns by [`RowShape::new`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueSchemaOptions {
     pub schema: String,
@@ -265,7 +266,7 @@ impl ReaderOptions {
                 }
             }
         }
-        Ok(ReaderOptions {
+        let opts = ReaderOptions {
             archive,
             channel,
             stream_id,
@@ -287,7 +288,19 @@ impl ReaderOptions {
             include_timestamp,
             low_latency,
             cluster_dir,
-        })
+        };
+        // The columns: valueSchema parsed, no name taken twice.
+        opts.row_shape()?;
+        Ok(opts)
+    }
+
+    /// What the rows are (`valueSchema`, `includeTimestamp`, `clusterDir`).
+    pub fn row_shape(&self) -> Result<RowShape, PlanError> {
+        RowShape::new(
+            self.value_schema.as_ref(),
+            self.include_timestamp,
+            self.cluster_dir.is_some(),
+        )
     }
 }
 

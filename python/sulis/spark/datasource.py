@@ -32,7 +32,7 @@ class SulisDataSource(DataSource):
     def schema(self) -> str:
         opts = parse_reader_options(self.options)
         cluster = opts.cluster_dir is not None
-        return ddl_for(opts.layout, not cluster and opts.include_timestamp, cluster)
+        return ddl_for(opts.value_schema, opts.include_timestamp, cluster)
 
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))

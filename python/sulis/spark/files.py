@@ -58,5 +58,6 @@ def read_partition_range(opts: ReaderOptions, r: RecordingRange,
     ``archive_id``: the queried archive's, to find the directory it announces when ``archiveDir``
     is not given."""
     yield from read_range(opts.archive, r, opts.replay_channel, opts.replay_stream_id, opts.fragment_limit,
-                          layout=opts.layout, timestamp=opts.include_timestamp, cluster=opts.cluster_dir is not None,
+                          value_schema=opts.value_schema, timestamp=opts.include_timestamp,
+                          cluster=opts.cluster_dir is not None,
                           read_mode=opts.read_mode, archive_dir=opts.archive_dir, archive_id=archive_id)

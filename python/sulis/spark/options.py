@@ -5,8 +5,8 @@ strings. They are parsed when the query starts, so a bad value fails the
 query at once with a message that names the option; the parsed values travel
 to the executors inside the (picklable) partitions. The rules are
 ``sulis_spark::reader_options`` and ``writer_options`` (Rust), which the JVM
-source follows too; here they become dataclasses, and ``valueSchema`` is
-parsed into columns (``value_schema``).
+source follows too, ``valueSchema`` and the columns it makes included
+(``sulis_spark::row_shape``); here they become dataclasses.
 
 Nothing here imports pyspark.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import OptionError
 
@@ -76,8 +75,9 @@ class ReaderOptions:
     max_messages_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay_s: float = 15.0
-    #: ``valueSchema``: payloads decoded into typed columns (a ``value_schema.ValueLayout``)
-    layout: Any = None
+    #: ``valueSchema``, ``mode`` and ``columnNameOfCorruptRecord``: payloads decoded into typed columns (checked
+    #: when parsed; the columns are ``sulis_spark::row_shape``'s, ``replay.row_shape``)
+    value_schema: tuple[str, str, str] | None = None
     #: ``readMode``: "replay" (over the archive's control channel), "files" (the segment files in
     #: ``archive_dir``) or "auto" (files where ``archive_dir`` is readable on the executor's host)
     read_mode: str = "auto"
@@ -131,25 +131,9 @@ def parse_reader_options(options: Mapping[str, str], streaming: bool = False) ->
 
     fields = _native.spark_reader_options(_pairs(options), streaming)
     archive = ArchiveAddress(**fields.pop("archive"))
-    value_schema = fields.pop("value_schema")
-    layout = None
-    if value_schema is not None:
-        from .value_schema import parse_value_schema
-
-        layout = parse_value_schema(*value_schema)
-    if layout is not None and fields["include_timestamp"] and any(name == "timestamp" for name, _ in layout.fields):
-        raise OptionError("option includeTimestamp: valueSchema already has a column named 'timestamp'")
-    if layout is not None and fields["cluster_dir"] is not None:
-        from .cluster_log import CLUSTER_FIELDS
-
-        taken = {f.name for f in CLUSTER_FIELDS}
-        clash = [n for n in [*(n for n, _ in layout.fields), layout.corrupt_column] if n in taken]
-        if clash:
-            raise OptionError(f"option valueSchema: column {clash[0]!r} is a cluster log's own column "
-                              f"({', '.join(sorted(taken))})")
     if fields["recording_ids"] is not None:
         fields["recording_ids"] = tuple(fields["recording_ids"])
-    return ReaderOptions(archive=archive, layout=layout, raw=tuple(_pairs(options)), **fields)
+    return ReaderOptions(archive=archive, raw=tuple(_pairs(options)), **fields)
 
 
 def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:

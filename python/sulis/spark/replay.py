@@ -44,62 +44,54 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
-from .cluster_log import CLUSTER_DDL, CLUSTER_FIELDS, session_messages
 from .errors import NoMediaDriverError
 from .options import ArchiveAddress
-from .value_schema import ValueLayout
 
 log = logging.getLogger("sulis.spark")
 
 __all__ = ["SCHEMA", "RecordingRange", "ArchiveSession", "session", "read_range", "replay_from"]
 
-#: The rows of ``format("sulis")``; Spark checks the first batch's Arrow types strictly.
-SCHEMA = pa.schema([
-    pa.field("value", pa.binary()),
-    pa.field("recording_id", pa.int64()),
-    pa.field("stream_id", pa.int32()),
-    pa.field("session_id", pa.int32()),
-    pa.field("position", pa.int64()),
-    pa.field("reserved_value", pa.int64()),
-])
+#: Arrow's type of each of Spark's column types (Spark checks the first batch's Arrow types strictly).
+_ARROW_TYPES = {
+    "binary": pa.binary(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def row_shape(value_schema: tuple[str, str, str] | None = None, timestamp: bool = False, cluster: bool = False):
+    """What the rows are (``sulis_spark::row_shape``, the rules both implementations of the source run):
+    ``value`` or the ``valueSchema`` fields (``value_schema``: (schema, mode, corrupt column)), then the
+    metadata (and ``timestamp`` with ``includeTimestamp``); a cluster log's session messages with ``cluster``."""
+    from .. import _native
+
+    return _native.SparkRowShape(value_schema, timestamp, cluster)
+
+
+def schema_for(value_schema: tuple[str, str, str] | None = None, timestamp: bool = False,
+               cluster: bool = False) -> pa.Schema:
+    """The Arrow schema of the rows (see ``row_shape``)."""
+    return pa.schema([pa.field(n, _ARROW_TYPES[t]) for n, t in row_shape(value_schema, timestamp, cluster).columns()])
+
+
+def ddl_for(value_schema: tuple[str, str, str] | None = None, timestamp: bool = False, cluster: bool = False) -> str:
+    """The same as a Spark DDL string."""
+    return row_shape(value_schema, timestamp, cluster).ddl()
+
+
+#: The rows of ``format("sulis")`` without options that change them.
+SCHEMA = schema_for()
 
 #: The same as a Spark DDL string.
-SCHEMA_DDL = ("value binary, recording_id long, stream_id int, session_id int, position long, "
-              "reserved_value long")
-
-_META_FIELDS = list(SCHEMA)[1:]
-_META_DDL = "recording_id long, stream_id int, session_id int, position long, reserved_value long"
-
-
-#: ``includeTimestamp``: the publisher's stamp, epoch nanoseconds in the reserved value, as a timestamp.
-TIMESTAMP_FIELD = pa.field("timestamp", pa.timestamp("us", tz="UTC"))
-
-
-def schema_for(layout: ValueLayout | None, timestamp: bool = False, cluster: bool = False) -> pa.Schema:
-    """The Arrow schema of the rows: ``value`` or the ``valueSchema`` fields, then the metadata
-    (and ``timestamp`` with ``includeTimestamp``); a cluster log's metadata with ``cluster``."""
-    head = [SCHEMA.field(0)] if layout is None else layout.arrow_fields()
-    if cluster:
-        return pa.schema([*head, *CLUSTER_FIELDS])
-    return pa.schema([*head, *_META_FIELDS, *([TIMESTAMP_FIELD] if timestamp else [])])
-
-
-def ddl_for(layout: ValueLayout | None, timestamp: bool = False, cluster: bool = False) -> str:
-    """The same as a Spark DDL string."""
-    head = "value binary" if layout is None else layout.ddl()
-    if cluster:
-        return f"{head}, {CLUSTER_DDL}"
-    text = f"{head}, {_META_DDL}"
-    return f"{text}, timestamp timestamp" if timestamp else text
-
-
-def stamp_column(reserved: np.ndarray) -> pa.Array:
-    """``timestamp`` from reserved values: epoch nanoseconds when positive, else null (not stamped)."""
-    stamped = reserved > 0
-    return pa.array(np.where(stamped, reserved, 0) // 1000, TIMESTAMP_FIELD.type, mask=~stamped)
+SCHEMA_DDL = ddl_for()
 
 
 def replay_from(start: int, recording_start: int, term_length: int) -> int:
@@ -240,68 +232,34 @@ def drop_session(address: ArchiveAddress) -> None:
 
 
 class _Rows:
-    """Turns batches of whole messages into Arrow batches of the rows: ``value`` (or the ``valueSchema``
-    columns), the metadata, ``timestamp`` with ``includeTimestamp``; a cluster log's session messages
-    with their header in columns (``cluster_log``)."""
+    """Turns batches of whole messages into Arrow batches of the rows (``row_shape``): Rust fills each column's
+    buffers in Arrow's layout, wrapped here without a copy."""
 
-    def __init__(self, r: RecordingRange, layout: ValueLayout | None = None, timestamp: bool = False,
+    def __init__(self, r: RecordingRange, value_schema: tuple[str, str, str] | None = None, timestamp: bool = False,
                  cluster: bool = False) -> None:
-        self.r = r
-        self.layout = layout
-        self.timestamp = timestamp
-        self.cluster = cluster
-        self.schema = schema_for(layout, timestamp, cluster)
+        self.shape = row_shape(value_schema, timestamp, cluster)
+        self.schema = schema_for(value_schema, timestamp, cluster)
+        self.ids = (r.recording_id, r.stream_id, r.session_id)
 
     def of(self, batch) -> pa.RecordBatch | None:
-        """The rows of a batch of messages (``PartitionReader``'s), None if none is a row."""
-        n = len(batch)
-        values = pa.BinaryArray.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(batch.offsets), pa.py_buffer(batch.data)])
-        rows = self.columns(values, np.frombuffer(batch.positions, np.int64),
-                            np.frombuffer(batch.reserved_values, np.int64))
-        return rows if rows.num_rows else None
-
-    def columns(self, values: pa.Array, positions: np.ndarray, reserved: np.ndarray) -> pa.RecordBatch:
-        r = self.r
-        layout = self.layout
-        meta: list[pa.Array] = []
-        if self.cluster:
-            values, positions, meta = session_messages(values, positions)
-        if layout is None:
-            head = [values]
-        else:
-            bad = layout.malformed(values)
-            if len(bad) and layout.mode == "DROPMALFORMED":
-                keep = np.ones(len(values), bool)
-                keep[bad] = False
-                values = values.filter(pa.array(keep))
-                positions, reserved = positions[keep], reserved[keep]
-                meta = [m.filter(pa.array(keep)) for m in meta]
-                bad = bad[:0]
-            head = layout.decode(values, positions, r.recording_id, bad)
-        n = len(values)
-        if self.cluster:
-            session_ids, term_ids, stamps = meta
-            return pa.RecordBatch.from_arrays(
-                [*head, session_ids, term_ids, pa.array(np.full(n, r.recording_id, np.int64)), pa.array(positions),
-                 stamps], schema=self.schema)
-        return pa.RecordBatch.from_arrays(
-            [
-                *head,
-                pa.array(np.full(n, r.recording_id, np.int64)),
-                pa.array(np.full(n, r.stream_id, np.int32)),
-                pa.array(np.full(n, r.session_id, np.int32)),
-                pa.array(positions),
-                pa.array(reserved),
-                *([stamp_column(reserved)] if self.timestamp else []),
-            ],
-            schema=self.schema,
-        )
+        """The rows of a batch of messages (a ``Batch``), None if none is a row; ``RowError`` naming a
+        malformed payload (``valueSchema``'s FAILFAST)."""
+        n, columns = self.shape.arrow(batch, self.ids)
+        if not n:
+            return None
+        arrays = []
+        for field, (validity, offsets, data, nulls) in zip(self.schema, columns, strict=True):
+            buffers = [None if validity is None else pa.py_buffer(validity)]
+            if offsets is not None:
+                buffers.append(pa.py_buffer(offsets))
+            buffers.append(pa.py_buffer(data))
+            arrays.append(pa.Array.from_buffers(field.type, n, buffers, null_count=nulls))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str = "aeron:ipc",
                replay_stream_id: int = 0x5A17, fragment_limit: int = 65536,
-               timeout: float | None = None, layout: ValueLayout | None = None,
+               timeout: float | None = None, value_schema: tuple[str, str, str] | None = None,
                timestamp: bool = False, cluster: bool = False, read_mode: str = "replay",
                archive_dir: str | None = None, archive_id: int | None = None) -> Iterator[pa.RecordBatch]:
     """The messages of ``r`` as Arrow batches of ``SCHEMA`` (or ``schema_for`` the options), read as
@@ -326,7 +284,7 @@ def read_range(address: ArchiveAddress, r: RecordingRange, replay_channel: str =
         archive_id)
     for text in reader.drain_log():
         log.info("%s", text)
-    rows = _Rows(r, layout, timestamp, cluster)
+    rows = _Rows(r, value_schema, timestamp, cluster)
     try:
         while (batch := reader.next_batch()) is not None:
             out = rows.of(batch)

@@ -59,8 +59,11 @@ final class Native {
         }
     }
 
-    /** The options checked (the first bad one thrown); whether the rows have timestamp. */
-    static native boolean optionsIncludeTimestamp(String[] keys, String[] values);
+    /** The options checked (the first bad one thrown); the rows' schema as Spark DDL. */
+    static native String optionsSchema(String[] keys, String[] values);
+
+    /** The address of a direct buffer's memory. */
+    static native long bufferAddress(ByteBuffer buffer);
 
     // -- the planner (driver side) ---------------------------------------------------------------
     static native long plannerOpen(String[] keys, String[] values, boolean streaming);

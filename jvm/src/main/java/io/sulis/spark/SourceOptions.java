@@ -2,7 +2,6 @@ package io.sulis.spark;
 
 import java.io.Serializable;
 import java.util.Map;
-import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -15,7 +14,8 @@ final class SourceOptions implements Serializable {
 
     final String[] keys;
     final String[] values;
-    final boolean timestamp;
+    /** The rows' schema as Spark DDL, the Rust core's (the Python source's). */
+    final String ddl;
 
     SourceOptions(CaseInsensitiveStringMap options) {
         Map<String, String> given = options.asCaseSensitiveMap();
@@ -29,18 +29,14 @@ final class SourceOptions implements Serializable {
         }
         // Checked by the Rust core, as the Python source checks them.
         Native.load();
-        timestamp = Native.optionsIncludeTimestamp(keys, values);
+        ddl = Native.optionsSchema(keys, values);
     }
 
-    /** The rows: value, then the metadata, then timestamp with includeTimestamp (the Python source's). */
+    /**
+     * The rows: value (or valueSchema's fields), then the metadata (a cluster log's with clusterDir), then
+     * timestamp with includeTimestamp.
+     */
     StructType schema() {
-        StructType s = new StructType()
-                .add("value", DataTypes.BinaryType)
-                .add("recording_id", DataTypes.LongType)
-                .add("stream_id", DataTypes.IntegerType)
-                .add("session_id", DataTypes.IntegerType)
-                .add("position", DataTypes.LongType)
-                .add("reserved_value", DataTypes.LongType);
-        return timestamp ? s.add("timestamp", DataTypes.TimestampType) : s;
+        return StructType.fromDDL(ddl);
     }
 }

@@ -37,6 +37,13 @@ public class SulisException extends RuntimeException {
         }
     }
 
+    /** A payload valueSchema cannot decode (mode FAILFAST), naming the recording and position. */
+    public static final class RowError extends SulisException {
+        public RowError(String message) {
+            super(message);
+        }
+    }
+
     /** A replay made no progress for the message timeout. */
     public static final class ReadTimeoutError extends SulisException {
         public ReadTimeoutError(String message) {

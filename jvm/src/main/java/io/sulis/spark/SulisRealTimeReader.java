@@ -1,7 +1,5 @@
 package io.sulis.spark;
 
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
@@ -14,38 +12,28 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
 final class SulisRealTimeReader implements SupportsRealTimeRead<InternalRow> {
     private final long handle;
     private final long recordingId;
-    private final RowDecoder rows;
-    private ByteBuffer buffer = ByteBuffer.allocateDirect(1 << 20).order(ByteOrder.LITTLE_ENDIAN);
-    private int left;
+    private final UnsafeRows rows;
     private InternalRow row;
 
     SulisRealTimeReader(SourceOptions options, SulisLivePartition p) {
         Native.load();
         handle = Native.liveOpen(options.keys, options.values, p.part);
         recordingId = p.part[0];
-        rows = new RowDecoder(p.part[0], (int) p.part[1], options.timestamp, p.part[7]);
+        rows = new UnsafeRows(options.schema().size(), p.part[7]);
     }
 
     @Override
     public RecordStatus nextWithTimeout(Long startTimeMs, Long timeoutMs) {
         long deadline = System.currentTimeMillis() + Math.max(0, timeoutMs);
-        while (left == 0) {
+        while (rows.isEmpty()) {
             long wait = deadline - System.currentTimeMillis();
             if (wait < 0) {
                 return RecordStatus.newStatusWithoutArrivalTime(false);
             }
-            int n = Native.liveRows(handle, buffer, wait);
-            if (n < -1) {
-                buffer = ByteBuffer.allocateDirect(Math.max(-n, buffer.capacity() * 2)).order(ByteOrder.LITTLE_ENDIAN);
-                continue;
-            }
-            if (n <= 0) {
-                continue; // nothing within the wait: the loop ends at the deadline
-            }
-            buffer.clear();
-            left = n;
+            // Nothing within the wait: the loop ends at the deadline.
+            rows.filled(Native.liveRows(handle, rows.buffer(), wait));
         }
-        decode();
+        row = rows.next();
         return RecordStatus.newStatusWithoutArrivalTime(true);
     }
 
@@ -56,11 +44,6 @@ final class SulisRealTimeReader implements SupportsRealTimeRead<InternalRow> {
             // keep waiting: the task is cancelled at the batch's end
         }
         return true;
-    }
-
-    private void decode() {
-        row = rows.next(buffer);
-        left--;
     }
 
     @Override
