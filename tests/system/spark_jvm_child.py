@@ -6,8 +6,8 @@ usage: spark_jvm_child.py CONFIG_JSON
 CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM provider's class), ``mode``
 (``batch``: write the rows to Parquet at ``out``, or each of ``reads``, a list of ``{format, options, out}``, its
 schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
-into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query to the console
-for ``seconds``, then stopped), ``options`` (of the source). Prints one JSON line when done:
+into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query of ``columns``, position
+first, to the console until a line on stdin says stop), ``options`` (of the source). Prints one JSON line when done:
 ``{"done": true, ...}``; a failure prints ``{"error": "..."}`` and exits 1.
 """
 
@@ -71,7 +71,7 @@ def main() -> None:
             reader = spark.readStream.format(fmt)
             for k, v in cfg["options"].items():
                 reader = reader.option(k, str(v))
-            df = reader.load().selectExpr("position", "reserved_value")
+            df = reader.load().selectExpr(*cfg.get("columns", ["position", "reserved_value"]))
             q = (df.writeStream.format("console").outputMode("update").option("numRows", 1_000_000)
                  .option("checkpointLocation", cfg["checkpoint"])
                  .trigger(realTime=cfg.get("trigger", "5 seconds")).start())

@@ -21,7 +21,9 @@ import pyarrow.parquet as pq  # noqa: E402
 
 import sulis  # noqa: E402
 import sulis.spark  # noqa: E402
+import sulis.spark.cluster_log  # noqa: E402
 from conftest import await_until, start_archive_node  # noqa: E402
+from sulis.spark.cluster_log import COMMIT_POSITION_TYPE_ID  # noqa: E402
 
 CHANNEL = "aeron:ipc"
 CHILD = os.path.join(os.path.dirname(__file__), "spark_jvm_child.py")
@@ -178,36 +180,122 @@ def test_a_query_moves_between_the_python_and_jvm_sources_on_one_checkpoint_exac
         assert set(offset) <= {str(s.rid), "minPartitions", "stopped", "finished"}, offset
 
 
+class RealTimeChild:
+    """A real-time-mode query in a Spark driver of its own, its console output read as it comes."""
+
+    def __init__(self, cfg: dict, err_path) -> None:
+        self.cfg, self.err_path = cfg, err_path
+        self.out: list[str] = []
+
+    def __enter__(self) -> RealTimeChild:
+        self.err = open(self.err_path, "w")  # noqa: SIM115 - closed in __exit__
+        self.proc = subprocess.Popen([sys.executable, CHILD, json.dumps(self.cfg)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.reader = threading.Thread(target=lambda: self.out.extend(iter(self.proc.stdout.readline, "")),
+                                       daemon=True)
+        self.reader.start()
+        try:
+            await_until(lambda: any('"started"' in x for x in self.out) or self.proc.poll() is not None, 120,
+                        "the query to start")
+            assert self.proc.poll() is None, (self.out, self.err_path.read_text()[-3000:])
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def positions(self) -> set[int]:
+        return set(_console_rows(self.out))
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.flush()
+            self.proc.wait(timeout=120)
+            self.reader.join(timeout=60)  # the child's stdout ended
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            for f in (self.proc.stdin, self.proc.stdout):
+                f.close()
+            self.proc.wait()
+            self.err.close()
+
+
 def test_real_time_mode_hands_over_each_message_as_it_is_recorded(node, tmp_path):
     s = Stream(node, 4103)
     s.publish(message(i) for i in range(100))
     cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
            "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(tmp_path / "ck"),
            "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}}
-    err_path = tmp_path / "child.err"
-    out: list[str] = []
-    with open(err_path, "w") as err, subprocess.Popen([sys.executable, CHILD, json.dumps(cfg)], stdin=subprocess.PIPE,
-                                                       stdout=subprocess.PIPE, stderr=err, text=True) as proc:
-        reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
-        reader.start()
-        try:
-            await_until(lambda: any('"started"' in x for x in out) or proc.poll() is not None, 120,
-                        "the query to start")
-            assert proc.poll() is None, (out, err_path.read_text()[-3000:])
-            for k in range(4):  # while it runs: what is recorded is read
-                s.publish(message(i) for i in range(100 + 100 * k, 200 + 100 * k))
-                time.sleep(0.5)
-            want = {p for _, p, _ in s.sent}
-            await_until(lambda: want <= _console_positions(out), 60, "every position on the console")
-        finally:
-            if proc.poll() is None:
-                proc.stdin.write("stop\n")
-                proc.stdin.flush()
-            proc.wait(timeout=120)
-            reader.join(timeout=60)  # the child's stdout ended: its pipe is closed with the Popen
-    assert _console_positions(out) == want
-    seen = _console_rows(out)
+    with RealTimeChild(cfg, tmp_path / "child.err") as q:
+        for k in range(4):  # while it runs: what is recorded is read
+            s.publish(message(i) for i in range(100 + 100 * k, 200 + 100 * k))
+            time.sleep(0.5)
+        want = {p for _, p, _ in s.sent}
+        await_until(lambda: want <= q.positions(), 60, "every position on the console")
+    assert q.positions() == want
+    seen = _console_rows(q.out)
     assert len(seen) == len(set(seen)), "a message handed over twice"
+
+
+def test_real_time_mode_over_a_cluster_log_never_passes_the_commit_position(make_driver, tmp_path):
+    """Real-time mode follows the leader's log as it is recorded; with both followers paused the leader records
+    entries no quorum holds: the query hands none of them over until the followers return and they commit."""
+    from clusterprocs import journal_cluster
+
+    def commit_of(n) -> int:
+        return next(c["value"] for c in sulis.CountersReader(n.driver_dir).counters()
+                    if c["type_id"] == COMMIT_POSITION_TYPE_ID)
+
+    with journal_cluster(tmp_path, make_driver().dir,
+                         extra=("--leader-heartbeat-timeout", "15s", "--session-timeout", "120s")) as (nodes, c):
+        for i in range(20):
+            await_until(lambda i=i: c.offer(f"m{i}".encode()) > 0, 20, f"ingress to take m{i}")
+        lead = nodes[c.leader_member_id]
+        await_until(lambda: len(lead.journal_lines()) >= 20, 30, "the leader's service to apply m0..m19")
+        cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
+               "options": {"clusterDir": lead.cluster_dir, "driverDir": lead.driver_dir},
+               "columns": ["position", "cast(value as string) as v"], "checkpoint": str(tmp_path / "ck"),
+               "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}}
+        with RealTimeChild(cfg, tmp_path / "child.err") as q:
+            await_until(lambda: len(q.positions()) >= 20, 60, "m0..m19 on the console")
+            followers = [n for n in nodes if n is not lead]
+            for n in followers:
+                n.pause()
+            try:
+                commit = commit_of(lead)
+                for i in range(5):
+                    await_until(lambda i=i: c.offer(f"u{i}".encode()) > 0, 20, f"ingress to take u{i}")
+                client = sulis.Client(dir=lead.driver_dir)
+                archive = sulis.ArchiveClient(client)
+                log_id = sulis.spark.cluster_log.log_recording_ids(lead.cluster_dir)[-1]
+                try:
+                    await_until(lambda: archive.get_recording_position(log_id) > commit, 10,
+                                "the leader to record past its commit position")
+                finally:
+                    archive.close()
+                    client.close()
+                # The console prints a batch's rows at its end (5 s, the shortest real-time trigger): a batch
+                # ends meanwhile, which would show them, were they handed over. The pause stays under the
+                # members' 10 s driver timeout: a member paused longer finds its own driver's heartbeat stale
+                # when resumed, and exits.
+                time.sleep(6.0)
+                assert commit_of(lead) == commit, "a paused quorum committed"
+                assert max(q.positions()) <= commit, (max(q.positions()), commit)
+            finally:
+                for n in followers:
+                    n.resume()
+            # Back: u0..u4 commit (in this term, or a new leader's) and come out.
+            try:
+                await_until(lambda: len(q.positions()) >= 25, 60, "u0..u4 once committed")
+            except AssertionError:
+                raise AssertionError(f"commit {commit_of(lead)}, console {sorted(q.positions())[-3:]}, journal "
+                                     f"{lead.journal_lines()[-3:]}, leader {c.leader_member_id}\n"
+                                     + "\n".join(f"member {n.id}: {n.stderr()[-2000:]}" for n in nodes)) from None
+        rows = [x.split("|") for x in q.out if x.startswith("|") and x.split("|")[1].strip().isdigit()]
+        texts = [r[2].strip() for r in sorted(rows, key=lambda r: int(r[1]))]
+        assert texts[:20] == [f"m{i}" for i in range(20)] and set(texts[20:]) >= {f"u{i}" for i in range(5)}
 
 
 def _console_rows(out: list[str]) -> list[int]:

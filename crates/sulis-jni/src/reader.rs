@@ -229,7 +229,22 @@ fn rows(
             let mut at = 0;
             let mut rows = 0;
             let mut too_small = 0;
+            // Real-time mode over a cluster log: a message not yet committed waits.
+            let mut waiting = false;
+            let mut failed = None;
+            let reader = &mut r.reader;
             let next = r.shape.rows(batch, r.next, &r.ids, |i, cells| {
+                match reader.as_mut().map(|x| x.hands_over(batch.positions[i])) {
+                    Some(Ok(false)) => {
+                        waiting = true;
+                        return false;
+                    }
+                    Some(Err(f)) => {
+                        failed = Some(f);
+                        return false;
+                    }
+                    _ => {}
+                }
                 let need = RECORD_HEADER + row_length(cells);
                 if at + need > out.len() {
                     if rows == 0 {
@@ -252,6 +267,10 @@ fn rows(
                     return -1;
                 }
             };
+            if let Some(f) = failed {
+                throw_read(&mut env, f);
+                return -1;
+            }
             if too_small > 0 {
                 return -(too_small as jint).max(2);
             }
@@ -262,6 +281,13 @@ fn rows(
             }
             if rows > 0 {
                 return rows;
+            }
+            if waiting {
+                if deadline.is_none_or(|d| std::time::Instant::now() >= d) {
+                    return 0;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                continue;
             }
         }
         let Some(reader) = r.reader.as_mut() else {

@@ -9,6 +9,7 @@
 //! replay refused for a lost session is asked once more on a new one.
 
 use crate::archive_files::files_dir_for;
+use crate::commit_limit::CommitLimit;
 use crate::message_assembler::MessageAssembler;
 use crate::range_planner::RecordingRange;
 use crate::range_replay::{Polled, RangeReplay, ReadFailure};
@@ -89,6 +90,8 @@ pub struct PartitionReader {
     failed: bool,
     /// What to log (a start that waited for a replay slot).
     notes: Vec<String>,
+    /// Real-time mode over a cluster member's log: what is committed.
+    commit: Option<CommitLimit>,
 }
 
 impl PartitionReader {
@@ -111,6 +114,7 @@ impl PartitionReader {
             last: range.replay_from,
             failed: false,
             notes: Vec::new(),
+            commit: None,
         };
         if range.end <= range.start {
             return Ok(reader);
@@ -196,7 +200,21 @@ impl PartitionReader {
             last: from,
             failed: false,
             notes: Vec::new(),
+            commit: opts
+                .cluster_dir
+                .clone()
+                .map(|dir| CommitLimit::of_member(dir, opts.archive.driver_dir.clone())),
         })
+    }
+
+    /// Real-time mode: whether the message ending at `position` may be
+    /// handed over now: always for a recording, once committed for a
+    /// cluster member's log (`commit_limit`).
+    pub fn hands_over(&mut self, position: i64) -> Result<bool, ReadFailure> {
+        match self.commit.as_mut() {
+            None => Ok(true),
+            Some(c) => c.allows(position, std::time::Instant::now()),
+        }
     }
 
     /// The messages there are now, without waiting: Some (never empty),
