@@ -458,6 +458,14 @@ class SparkPlanner:
     def close(self) -> None:
         """Closes the archive session."""
 
+def spark_check_sink_columns(columns: list[tuple[str, str]], channel_option: bool, stream_option: bool,
+                             stamp_timestamp: bool) -> None:
+    """The write's columns checked for the sink; OptionError naming what is wrong."""
+def spark_sink_row_error(kind: str, row: int, value: int) -> str:
+    """The text of a row the sink cannot publish."""
+def spark_sink_offer_error(kind: str, channel: str, stream_id: int, result: str, timeout_s: float) -> str:
+    """The text of offers that failed."""
+
 @final
 class SparkPartitionReader:
     """A planned range read as whole messages (sulis_spark::PartitionReader)."""

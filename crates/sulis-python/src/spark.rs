@@ -193,6 +193,59 @@ fn spark_holds_recording(py: Python<'_>, dir: String, range: RangeTuple) -> bool
     crate::gil::released(py, || sulis_spark::archive_files::holds_recording(&dir, &r))
 }
 
+/// The write's columns (name, Spark simple type) checked for the sink
+/// (`sulis_spark::sink_columns`); `OptionError` naming what is wrong.
+#[pyfunction]
+fn spark_check_sink_columns(
+    py: Python<'_>,
+    columns: Vec<(String, String)>,
+    channel_option: bool,
+    stream_option: bool,
+    stamp_timestamp: bool,
+) -> PyResult<()> {
+    sulis_spark::sink_columns::check_columns(
+        &columns,
+        channel_option,
+        stream_option,
+        stamp_timestamp,
+    )
+    .map_err(|e| plan_error(py, e))
+}
+
+/// The text of a row the sink cannot publish: `kind` "null_channel",
+/// "null_stream", "bad_stream" (`value` the stream id) or "stamp" (`value`
+/// the timestamp in microseconds).
+#[pyfunction]
+fn spark_sink_row_error(kind: &str, row: i64, value: i64) -> PyResult<String> {
+    use sulis_spark::sink_columns as c;
+    Ok(match kind {
+        "null_channel" => c::null_channel(row),
+        "null_stream" => c::null_stream(row),
+        "bad_stream" => c::bad_stream(row, value),
+        "stamp" => c::stamp_before_1970(row, value),
+        other => return Err(PyValueError::new_err(format!("no row error {other:?}"))),
+    })
+}
+
+/// The text of offers that failed: `kind` "ended" (the publication takes no
+/// more) or "refused" (for the whole `timeout_s`); `result` the last
+/// refusal's name.
+#[pyfunction]
+fn spark_sink_offer_error(
+    kind: &str,
+    channel: &str,
+    stream_id: i32,
+    result: &str,
+    timeout_s: f64,
+) -> PyResult<String> {
+    use sulis_spark::sink_publisher as p;
+    Ok(match kind {
+        "ended" => p::publication_ended(channel, stream_id, result),
+        "refused" => p::refused(channel, stream_id, timeout_s, result),
+        other => return Err(PyValueError::new_err(format!("no offer error {other:?}"))),
+    })
+}
+
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_offset_json, m)?)?;
@@ -207,5 +260,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::spark_rows::PyByteBuffer>()?;
     m.add_function(wrap_pyfunction!(spark_announced_archive_dir, m)?)?;
     m.add_function(wrap_pyfunction!(spark_holds_recording, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_check_sink_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_sink_row_error, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_sink_offer_error, m)?)?;
     Ok(())
 }

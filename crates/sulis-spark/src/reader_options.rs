@@ -45,7 +45,8 @@ pub const READER_OPTIONS: &[&str] = &[
 pub const READ_MODES: &[&str] = &["auto", "replay", "files"];
 
 /// Options Spark itself may pass along (`load(path)`, the checkpoint).
-const SPARK_OPTIONS: &[&str] = &["path", "checkpointlocation"];
+/// (`DataStreamWriter.queryName` passes its name to the sink as an option.)
+const SPARK_OPTIONS: &[&str] = &["path", "checkpointlocation", "queryname"];
 
 /// Options of Spark's Kafka connector, with what to say instead.
 const KAFKA_HINTS: &[(&str, &str)] = &[

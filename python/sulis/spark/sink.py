@@ -35,17 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    BinaryType,
-    ByteType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from .errors import OptionError, RowError, SinkError, SinkTimeoutError
 from .journal import Attempt, Checksum, Entry, Journal, attempt_name, attempts, later_claim
@@ -72,33 +62,12 @@ class SinkCommit(WriterCommitMessage):
 
 def _check_schema(schema: StructType, opts: WriterOptions) -> None:
     """The frame must have a binary or string ``value``, and say where each row goes: by option, or by a
-    ``channel`` (string) / ``stream_id`` (integer) column where the option is not set."""
-    names = [f.name for f in schema.fields]
-    if "value" not in names:
-        raise OptionError(f"the sulis sink publishes a column named 'value' (binary or string); "
-                          f"the data frame has {names}")
-    t = schema["value"].dataType
-    if not isinstance(t, BinaryType | StringType):
-        raise OptionError(f"the sulis sink publishes column 'value' as bytes: it must be binary or string, "
-                          f"not {t.simpleString()} (cast it, or encode it, e.g. to_json)")
-    if opts.channel is None:
-        if "channel" not in names:
-            raise OptionError("option channel: required (the channel to publish on, e.g. aeron:ipc), "
-                              "or a string column 'channel' naming each row's")
-        if not isinstance(schema["channel"].dataType, StringType):
-            raise OptionError("column 'channel' must be a string (a channel URI), not "
-                              f"{schema['channel'].dataType.simpleString()}")
-    if opts.stream_id is None:
-        if "stream_id" not in names:
-            raise OptionError("option streamId: required (the stream to publish on), "
-                              "or an integer column 'stream_id' naming each row's")
-        if not isinstance(schema["stream_id"].dataType, IntegerType | LongType | ShortType | ByteType):
-            raise OptionError("column 'stream_id' must be an integer, not "
-                              f"{schema['stream_id'].dataType.simpleString()}")
-    if opts.stamp_timestamp and "timestamp" in names and not isinstance(schema["timestamp"].dataType,
-                                                                         TimestampType | TimestampNTZType):
-        raise OptionError("option stampTimestamp: column 'timestamp' must be a timestamp, not "
-                          f"{schema['timestamp'].dataType.simpleString()}")
+    ``channel`` (string) / ``stream_id`` (integer) column where the option is not set
+    (``sulis_spark::sink_columns``, the JVM sink's rules too)."""
+    from .. import _native
+
+    _native.spark_check_sink_columns([(f.name, f.dataType.simpleString()) for f in schema.fields],
+                                     opts.channel is not None, opts.stream_id is not None, opts.stamp_timestamp)
 
 
 def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | None:
@@ -116,11 +85,10 @@ def _stamps(batch: pa.RecordBatch, opts: WriterOptions) -> np.ndarray | int | No
     if len(before_1970):
         # The source reads a reserved value that is not positive as "no stamp" (null): such a stamp would
         # come back as null, silently. Refused instead.
+        from .. import _native
+
         row = int(before_1970[0])
-        raise OptionError(f"option stampTimestamp: row {row} of this task's batch has timestamp "
-                          f"{col[row].as_py()}, before 1970: a reserved value that is not positive reads back "
-                          "as no timestamp (includeTimestamp gives null); drop stampTimestamp or move such "
-                          "timestamps")
+        raise OptionError(_native.spark_sink_row_error("stamp", row, int(stamps[row]) // 1000))
     return stamps
 
 
@@ -153,6 +121,8 @@ def _publication(address: ArchiveAddress, target: Target, exclusive: bool):
 
 def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target, pa.Array, np.ndarray | int | None]]:
     """The batch's values (and ``stampTimestamp`` stamps) per target, each target's rows in their order."""
+    from .. import _native
+
     values = _values(batch)
     stamps = _stamps(batch, opts)
     n = len(values)
@@ -168,8 +138,7 @@ def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target,
     if by_channel:
         col = batch.column("channel")
         if col.null_count:
-            raise RowError(f"sulis sink: column 'channel' is null in row {_first_null(col)} of a batch, "
-                             "and no channel option is set")
+            raise RowError(_native.spark_sink_row_error("null_channel", _first_null(col), 0))
         encoded = pc.dictionary_encode(col)
         channels = encoded.dictionary.to_pylist()
         channel_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -177,13 +146,11 @@ def routes(batch: pa.RecordBatch, opts: WriterOptions) -> Iterator[tuple[Target,
     if by_stream:
         col = batch.column("stream_id")
         if col.null_count:
-            raise RowError(f"sulis sink: column 'stream_id' is null in row {_first_null(col)} of a batch, "
-                             "and no streamId option is set")
+            raise RowError(_native.spark_sink_row_error("null_stream", _first_null(col), 0))
         streams = col.to_numpy(zero_copy_only=False).astype(np.int64)
         bad = np.flatnonzero((streams < -(1 << 31)) | (streams >= 1 << 31))
         if len(bad):
-            raise RowError(f"sulis sink: column 'stream_id' holds {int(streams[bad[0]])} (row {int(bad[0])} of a "
-                             "batch), which is not a 32-bit stream id")
+            raise RowError(_native.spark_sink_row_error("bad_stream", int(bad[0]), int(streams[bad[0]])))
     keys = (channel_codes << 32) | (streams & 0xFFFF_FFFF)
     unique, inverse = np.unique(keys, return_inverse=True)
     if len(unique) == 1:
@@ -201,16 +168,14 @@ def _first_null(col: pa.Array) -> int:
 
 def _await(target: Target, opts: WriterOptions, result: int, stuck_since: float) -> None:
     """Waits a little after a refused offer; fails when it has lasted ``message_timeout``."""
-    from .. import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED, result_name
+    from .. import CLOSED, MAX_POSITION_EXCEEDED, NOT_CONNECTED, _native, result_name
 
     channel, stream_id = target
     if result in (CLOSED, MAX_POSITION_EXCEEDED):
-        raise SinkError(f"sulis sink: publication on {channel} stream {stream_id}: {result_name(result)}")
+        raise SinkError(_native.spark_sink_offer_error("ended", channel, stream_id, result_name(result), 0.0))
     if time.monotonic() - stuck_since > opts.archive.message_timeout:
-        why = (" (nobody subscribes: is the stream being recorded? ArchiveClient.start_recording"
-               f"({channel!r}, {stream_id}))") if result == NOT_CONNECTED else ""
-        raise SinkTimeoutError(f"sulis sink: {channel} stream {stream_id} refused offers for "
-                           f"{opts.archive.message_timeout:.0f}s: {result_name(result)}{why}")
+        raise SinkTimeoutError(_native.spark_sink_offer_error("refused", channel, stream_id, result_name(result),
+                                                              opts.archive.message_timeout))
     time.sleep(0.0001 if result != NOT_CONNECTED else 0.005)
 
 
