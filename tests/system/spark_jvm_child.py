@@ -7,7 +7,9 @@ CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM
 (``batch``: write the rows to Parquet at ``out``, or each of ``reads``, a list of ``{format, options, out}``, its
 schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
 into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query of ``columns``, position
-first, to the console until a line on stdin says stop), ``options`` (of the source). Prints one JSON line when done:
+first, to the console (or to ``sink``: ``{format, options}``) until a line on stdin says stop;
+``write``: ``rows`` rows of ``columns`` (SQL over ``spark.range``) written in batch through ``format``),
+``options`` (of the source). Prints one JSON line when done:
 ``{"done": true, ...}``; a failure prints ``{"error": "..."}`` and exits 1.
 """
 
@@ -59,6 +61,16 @@ def main() -> None:
             df = reader.load()
             df.write.mode("overwrite").parquet(cfg["out"])
             print(json.dumps({"done": True, "schema": df.schema.simpleString()}), flush=True)
+        elif cfg["mode"] == "write":
+            df = spark.range(cfg["rows"]).selectExpr(*cfg["columns"]).repartition(cfg.get("partitions", 2))
+            w = df.write.format(fmt).mode("append")
+            for k, v in cfg["options"].items():
+                w = w.option(k, str(v))
+            try:
+                w.save()
+                print(json.dumps({"done": True}), flush=True)
+            except Exception as e:  # noqa: BLE001 - the test reads it
+                print(json.dumps({"done": True, "error": str(e)}), flush=True)
         elif cfg["mode"] == "available-now":
             reader = spark.readStream.format(fmt)
             for k, v in cfg["options"].items():
@@ -72,9 +84,15 @@ def main() -> None:
             for k, v in cfg["options"].items():
                 reader = reader.option(k, str(v))
             df = reader.load().selectExpr(*cfg.get("columns", ["position", "reserved_value"]))
-            q = (df.writeStream.format("console").outputMode("update").option("numRows", 1_000_000)
-                 .option("checkpointLocation", cfg["checkpoint"])
-                 .trigger(realTime=cfg.get("trigger", "5 seconds")).start())
+            sink = cfg.get("sink")
+            w = df.writeStream.outputMode("update").option("checkpointLocation", cfg["checkpoint"])
+            if sink:
+                w = w.format(sink["format"])
+                for k, v in sink["options"].items():
+                    w = w.option(k, str(v))
+            else:
+                w = w.format("console").option("numRows", 1_000_000)
+            q = w.trigger(realTime=cfg.get("trigger", "5 seconds")).start()
             print(json.dumps({"started": True}), flush=True)
             sys.stdin.readline()  # the test says when to stop
             q.stop()

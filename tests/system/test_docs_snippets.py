@@ -88,6 +88,20 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                            "from pyspark.sql import SparkSession\n"
                                            "import sulis.spark\n"),
                                   expect=r"value: binary.*\n.*recording_id: long"),
+    # The JVM sink in real-time mode: the query starts (and reads nothing yet: nothing is recorded).
+    ("docs/spark.md", 3): Snippet("# spark: a session with .config(\"spark.jars\", sulis.spark.jar())",
+                                  prelude=("import os, sys\n"
+                                           "os.environ.update(SPARK_LOCAL_IP='127.0.0.1',\n"
+                                           "                  PYSPARK_PYTHON=sys.executable)\n"
+                                           "from pyspark.sql import SparkSession\n"
+                                           "import sulis, sulis.spark\n"
+                                           "driver = sulis.MediaDriver(threading_mode='shared')\n"
+                                           "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver.dir)\n"
+                                           "spark = (SparkSession.builder.master('local[2]')\n"
+                                           "         .config('spark.jars', sulis.spark.jar())\n"
+                                           "         .config('spark.sql.streaming.realTimeMode.allowlistCheck',"
+                                           " 'false').getOrCreate())\n"),
+                                  replace={"/tmp/ck": "{tmp}/ck"}),
 }
 PAIR = {("README.md", 2): "# subscriber.py", ("README.md", 3): "# publisher.py"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -75,10 +76,16 @@ class Stream:
         await_until(lambda: self.ac.get_recording_position(self.rid) >= end, what="the archive to record it all")
 
 
-def child(cfg: dict, timeout: float = 300) -> dict:
+def child(cfg: dict, timeout: float = 300, fails: bool = False) -> dict:
+    """Runs a Spark driver (``spark_jvm_child.py``) to its end: its last JSON line (an error's with ``fails``,
+    with the driver's stderr, where the JVM's stack trace names the exception's class)."""
     proc = subprocess.run([sys.executable, CHILD, json.dumps(cfg)], capture_output=True, text=True, timeout=timeout)
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert proc.returncode == 0 and lines and lines[-1].get("done"), (lines, proc.stderr[-3000:])
+    if fails:
+        assert proc.returncode == 1 and lines and "error" in lines[-1], (lines, proc.stderr[-3000:])
+        return {**lines[-1], "stderr": proc.stderr}
+    else:
+        assert proc.returncode == 0 and lines and lines[-1].get("done"), (lines, proc.stderr[-3000:])
     return lines[-1]
 
 
@@ -189,8 +196,9 @@ class RealTimeChild:
 
     def __enter__(self) -> RealTimeChild:
         self.err = open(self.err_path, "w")  # noqa: SIM115 - closed in __exit__
+        # Its own process group: kill() reaches the JVM the Python driver started, too.
         self.proc = subprocess.Popen([sys.executable, CHILD, json.dumps(self.cfg)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True)
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True, process_group=0)
         self.reader = threading.Thread(target=lambda: self.out.extend(iter(self.proc.stdout.readline, "")),
                                        daemon=True)
         self.reader.start()
@@ -205,6 +213,12 @@ class RealTimeChild:
 
     def positions(self) -> set[int]:
         return set(_console_rows(self.out))
+
+    def kill(self) -> None:
+        """kill -9 of the Spark driver and its JVM."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
     def __exit__(self, *exc) -> None:
         try:
@@ -325,3 +339,151 @@ def test_a_cluster_members_log_reads_as_in_the_python_source(make_driver, tmp_pa
         assert jvm == table(str(tmp_path / "log-py"))
         assert [bytes(r["value"]).decode() for r in jvm] == member.journal_lines() == [f"m{i}" for i in range(60)]
         assert {r["cluster_session_id"] for r in jvm} == {c.cluster_session_id}
+
+
+def recorded(node, stream_id: int, timestamp: bool = False) -> list[tuple]:
+    """Every message recorded on ``stream_id`` (value, and with ``timestamp`` its reserved value), in the
+    order of the recordings and their positions."""
+    from sulis.spark.options import ArchiveAddress
+    from sulis.spark.replay import RecordingRange, read_range
+
+    drv, _, _, ac = node
+    address = ArchiveAddress(driver_dir=drv.dir)
+    out: list[tuple] = []
+    for d in sorted(ac.list_recordings_for_uri(CHANNEL, stream_id), key=lambda d: d.recording_id):
+        end = d.stop_position if d.stop_position >= 0 else ac.get_recording_position(d.recording_id)
+        rng = RecordingRange(d.recording_id, d.stream_id, d.session_id, d.start_position, end,
+                             d.start_position, end)
+        for b in read_range(address, rng):
+            rows = b.to_pydict()
+            out.extend(zip(rows["value"], rows["reserved_value"], strict=True) if timestamp
+                       else ((v,) for v in rows["value"]))
+    return out
+
+
+def test_the_jvm_sink_publishes_each_row_at_least_once_and_refuses_exactly_once(node, tmp_path):
+    """A batch write through the JVM sink: refused without exactlyOnce=false (it cannot be exactly once), then
+    each row published on its ``stream_id`` column's stream, stamped with its ``timestamp`` (stampTimestamp),
+    every row once in a clean run; the Python sink's column checks, from the same Rust rules."""
+    _, _, _, ac = node
+    for sid in (4110, 4111):
+        ac.start_recording(CHANNEL, sid)
+    columns = ["cast(id as string) as value", "4110 + id % 2 as stream_id",
+               "timestamp_micros(1750000000000000 + id) as timestamp"]
+    base = {"driverDir": node[0].dir, "channel": CHANNEL}
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "write", "rows": 400, "columns": columns}
+    refused = child({**cfg, "options": base})
+    assert "option exactlyOnce: the JVM sink publishes each row as it comes" in refused.get("error", ""), refused
+    no_value = child({**cfg, "columns": ["id", "4110 as stream_id"], "options": {**base, "exactlyOnce": "false"}})
+    assert "the sulis sink publishes a column named 'value'" in no_value.get("error", ""), no_value
+    done = child({**cfg, "options": {**base, "exactlyOnce": "false", "stampTimestamp": "true"}})
+    assert "error" not in done, done
+    for sid in (4110, 4111):
+        want = sorted((str(i).encode(), (1750000000000000 + i) * 1000) for i in range(sid - 4110, 400, 2))
+        await_until(lambda sid=sid, want=want: len(recorded(node, sid, True)) >= len(want), 30,
+                    f"stream {sid}'s rows recorded")
+        assert sorted(recorded(node, sid, True)) == want
+
+
+def test_real_time_mode_writes_into_a_sulis_stream_through_the_jvm_sink(node, tmp_path):
+    """Real-time mode end to end in sulis: a recording read as it is recorded, each row published into another
+    stream by the JVM sink as it comes (Spark's allowlist lifted for it); every message arrives."""
+    s = Stream(node, 4112)
+    _, _, _, ac = node
+    ac.start_recording(CHANNEL, 4113)
+    s.publish(message(i) for i in range(50))
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
+           "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(tmp_path / "ck"),
+           "columns": ["value"],
+           "sink": {"format": JVM, "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4113,
+                                               "exactlyOnce": "false"}},
+           "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "false"}}
+    with RealTimeChild(cfg, tmp_path / "child.err"):
+        for k in range(3):
+            s.publish(message(i) for i in range(50 + 50 * k, 100 + 50 * k))
+            time.sleep(0.3)
+        want = sorted(m for m, _, _ in s.sent)
+        await_until(lambda: len(recorded(node, 4113)) >= len(want), 60, "every message in the sink's stream")
+    got = sorted(v for (v,) in recorded(node, 4113))
+    assert got == want, "each message once in a clean run"
+
+
+def test_a_recording_truncated_below_the_checkpoint_is_data_loss_named_or_skipped(node, tmp_path):
+    """The JVM source restarted on a checkpoint after the archive lost what it had read: DataLossError naming
+    the recording and positions (the planner's rules, as the Python source's); failOnDataLoss=false goes on
+    from where the recording now ends."""
+    _, _, client, ac = node
+    ac.start_recording(CHANNEL, 4114)
+    pub = client.add_exclusive_publication(CHANNEL, 4114)
+    rid = await_until(lambda: next((d for d in ac.list_recordings_for_uri(CHANNEL, 4114)
+                                    if d.session_id == pub.session_id), None), what="the recording").recording_id
+    positions = []
+    for i in range(300):
+        while (r := pub.offer(message(i))) < 0:
+            pass
+        positions.append(r)
+    pub.close()
+    await_until(lambda: ac.get_stop_position(rid) >= positions[-1], what="the recording to stop")
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    options = {"driverDir": node[0].dir, "recordingIds": rid}
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "available-now", "options": options, "checkpoint": ck,
+           "out": out}
+    child(cfg)
+    assert len(rows(out)) == 300
+    ac.truncate_recording(rid, positions[100])
+    result = child(cfg, fails=True)
+    failed = result["error"]
+    assert "io.sulis.spark.SulisException$DataLossError: recording" in result["stderr"], result["stderr"][-3000:]
+    assert f"recording {rid} was truncated to position {positions[100]}, below position {positions[-1]}" in failed
+    child({**cfg, "options": {**options, "failOnDataLoss": "false"}})
+    assert len(rows(out)) == 300, "nothing read twice, nothing invented"
+
+
+def test_kill_9_of_a_real_time_query_then_a_restart_repeats_only_the_batch_it_cut_short(node, tmp_path):
+    """Real-time mode through the JVM sink, kill -9 of the Spark driver mid-batch while messages come, then a
+    restart on the checkpoint: every message comes out, and the only ones twice are those past the last
+    committed batch's offset (the batch the kill cut short, read again from its start: at least once)."""
+    from collections import Counter
+
+    s = Stream(node, 4115)
+    _, _, _, ac = node
+    ac.start_recording(CHANNEL, 4116)
+    s.publish(message(i) for i in range(100))
+    ck = tmp_path / "ck"
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
+           "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(ck), "columns": ["value"],
+           "sink": {"format": JVM, "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4116,
+                                               "exactlyOnce": "false"}},
+           "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "false"}}
+
+    def committed() -> list[int]:
+        return sorted(int(f) for f in os.listdir(ck / "commits") if f.isdigit()) if (ck / "commits").is_dir() else []
+
+    q = RealTimeChild(cfg, tmp_path / "first.err")
+    with q:
+        i = 100
+        while len(committed()) < 2:  # messages keep coming through two batches' ends
+            assert q.proc.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
+            s.publish(message(j) for j in range(i, i + 20))
+            i += 20
+            time.sleep(0.2)
+        s.publish(message(j) for j in range(i, i + 40))  # into the batch the kill cuts short
+        i += 40
+        await_until(lambda: len(recorded(node, 4116)) >= i - 20, 60, "the running batch to hand some over")
+        q.kill()
+    last = committed()[-1]
+    with open(ck / "offsets" / str(last)) as f:
+        offset = json.loads(f.read().splitlines()[-1])
+    committed_to = offset[str(s.rid)]
+    assert committed_to < s.sent[-1][1], "the kill came before everything was committed"
+    s.publish(message(j) for j in range(i, i + 50))
+    with RealTimeChild(cfg, tmp_path / "second.err"):
+        want = Counter(m for m, _, _ in s.sent)
+        await_until(lambda: set(want) <= {v for (v,) in recorded(node, 4116)}, 90,
+                    "every message out after the restart")
+    out = Counter(v for (v,) in recorded(node, 4116))
+    assert set(out) == set(want)
+    position = {m: p for m, p, _ in s.sent}
+    twice = [m for m, n in out.items() if n > 1]
+    assert all(position[m] > committed_to for m in twice), "a message of a committed batch came out twice"
+    assert all(n <= 2 for n in out.values())

@@ -13,6 +13,7 @@
 
 mod planner;
 mod reader;
+mod sink;
 
 use jni::objects::{JObjectArray, JString};
 use jni::sys::jlongArray;

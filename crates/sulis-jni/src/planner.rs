@@ -346,6 +346,51 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerMergeOffsets<'l>(
     new_string(&mut env, &end.to_json())
 }
 
+/// The schema of the table a format lookup makes: the rows' of a read
+/// (as `optionsSchema`), or, for options a write takes and a read does not,
+/// the rows' without options (a write's schema is its data frame's); the
+/// read's error when the options are neither.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_tableSchema<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+) -> jstring {
+    let Some(map) = crate::options(&mut env, &keys, &values) else {
+        crate::throw(&mut env, "OptionError", "the options could not be read");
+        return std::ptr::null_mut();
+    };
+    let shape = match sulis_spark::ReaderOptions::parse(&map, false).and_then(|o| o.row_shape()) {
+        Ok(shape) => shape,
+        Err(read) => match sulis_spark::WriterOptions::parse(&map) {
+            Ok(_) => sulis_spark::RowShape::new(None, false, false).expect("no options"),
+            // A write's options (one a read does not take among them) get the write's error.
+            Err(write) if writes(&map) => {
+                crate::throw_plan(&mut env, write);
+                return std::ptr::null_mut();
+            }
+            Err(_) => {
+                crate::throw_plan(&mut env, read);
+                return std::ptr::null_mut();
+            }
+        },
+    };
+    env.new_string(shape.ddl())
+        .map(|s| s.into_raw())
+        .unwrap_or(std::ptr::null_mut())
+}
+
+/// Whether `map` names an option only a write takes.
+fn writes(map: &sulis_spark::OptionMap) -> bool {
+    use sulis_spark::reader_options::READER_OPTIONS;
+    use sulis_spark::writer_options::WRITER_OPTIONS;
+    map.names().any(|n| {
+        let known = |list: &[&str]| list.iter().any(|k| k.eq_ignore_ascii_case(n));
+        known(WRITER_OPTIONS) && !known(READER_OPTIONS)
+    })
+}
+
 /// The options checked (the first bad one thrown); the rows' schema as
 /// Spark DDL (`sulis_spark::row_shape`, the Python source's).
 #[no_mangle]

@@ -31,51 +31,9 @@ impl ArchiveSession {
         address: &ArchiveAddress,
         response_stream_base: i32,
     ) -> Result<ArchiveSession, PlanError> {
-        let dir = address
-            .driver_dir
-            .as_ref()
-            .map(PathBuf::from)
-            .unwrap_or_else(sulis_protocol::driver_dir::default_dir);
-        // A driver starting just now gets two seconds; none at all is said
-        // at once, not after the driver timeout.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !dir.join(CNC_FILE).exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let client = connect_client(address)?;
         let unreachable =
             |e: String| PlanError::Archive(format!("cannot reach {}: {e}", address.describe()));
-        if !dir.join(CNC_FILE).exists() {
-            let d = dir.display();
-            return Err(unreachable(format!(
-                "no media driver on host {} in {d}: every host that runs Spark executors (or the Spark driver) needs a sulis media driver of its own, e.g. `sulis driver --dir {d}` started with the Spark worker (docs/spark.md, \"Executors reach the archive\"); driverDir names its directory",
-                hostname()
-            )));
-        }
-        // A driver directory whose driver is gone (its heartbeat zeroed by a
-        // clean shutdown, or older than the driver timeout) is said at once:
-        // the client would wait the whole timeout for a heartbeat.
-        if let Ok(cnc) = Cnc::open(&dir.join(CNC_FILE)) {
-            let heartbeat = cnc.driver_heartbeat_ms();
-            let age = epoch_ms() - heartbeat;
-            let timeout = ClientContext::default().driver_timeout.as_millis() as i64;
-            if heartbeat <= 0 || age > timeout {
-                let last = if heartbeat > 0 {
-                    format!("its last heartbeat was {:.0} s ago", age as f64 / 1000.0)
-                } else {
-                    "the driver that made it has shut down".into()
-                };
-                return Err(unreachable(format!(
-                    "no live media driver in {} ({last}): it is not running",
-                    dir.display()
-                )));
-            }
-        }
-        let client = Client::connect(ClientContext {
-            dir,
-            name: "sulis-spark".into(),
-            ..ClientContext::default()
-        })
-        .map_err(|e| unreachable(e.to_string()))?;
         let (channel, stream) = match address.response_stream_id {
             Some(s) => (address.response_channel.clone(), s),
             None => {
@@ -122,4 +80,56 @@ pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "this host".into())
+}
+
+/// A client of the media driver `address` names (`driverDir`), which must be
+/// running: none there, or one whose heartbeat stopped, is said at once
+/// rather than after the driver timeout.
+pub fn connect_client(address: &ArchiveAddress) -> Result<Client, PlanError> {
+    let dir = address
+        .driver_dir
+        .as_ref()
+        .map(PathBuf::from)
+        .unwrap_or_else(sulis_protocol::driver_dir::default_dir);
+    // A driver starting just now gets two seconds; none at all is said
+    // at once, not after the driver timeout.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !dir.join(CNC_FILE).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let unreachable =
+        |e: String| PlanError::Archive(format!("cannot reach {}: {e}", address.describe()));
+    if !dir.join(CNC_FILE).exists() {
+        let d = dir.display();
+        return Err(unreachable(format!(
+                "no media driver on host {} in {d}: every host that runs Spark executors (or the Spark driver) needs a sulis media driver of its own, e.g. `sulis driver --dir {d}` started with the Spark worker (docs/spark.md, \"Executors reach the archive\"); driverDir names its directory",
+                hostname()
+            )));
+    }
+    // A driver directory whose driver is gone (its heartbeat zeroed by a
+    // clean shutdown, or older than the driver timeout) is said at once:
+    // the client would wait the whole timeout for a heartbeat.
+    if let Ok(cnc) = Cnc::open(&dir.join(CNC_FILE)) {
+        let heartbeat = cnc.driver_heartbeat_ms();
+        let age = epoch_ms() - heartbeat;
+        let timeout = ClientContext::default().driver_timeout.as_millis() as i64;
+        if heartbeat <= 0 || age > timeout {
+            let last = if heartbeat > 0 {
+                format!("its last heartbeat was {:.0} s ago", age as f64 / 1000.0)
+            } else {
+                "the driver that made it has shut down".into()
+            };
+            return Err(unreachable(format!(
+                "no live media driver in {} ({last}): it is not running",
+                dir.display()
+            )));
+        }
+    }
+    let client = Client::connect(ClientContext {
+        dir,
+        name: "sulis-spark".into(),
+        ..ClientContext::default()
+    })
+    .map_err(|e| unreachable(e.to_string()))?;
+    Ok(client)
 }

@@ -40,6 +40,8 @@ pub mod reader_options;
 pub mod recording_catalog;
 pub mod recording_info;
 pub mod row_shape;
+pub mod sink_columns;
+pub mod sink_publisher;
 pub mod source_offset;
 pub mod stream_planner;
 pub mod unsafe_row;

@@ -62,6 +62,21 @@ final class Native {
     /** The options checked (the first bad one thrown); the rows' schema as Spark DDL. */
     static native String optionsSchema(String[] keys, String[] values);
 
+    /** The schema of the table a format lookup makes (a read's rows; the plain rows for a write's options). */
+    static native String tableSchema(String[] keys, String[] values);
+
+    // -- the sink (executor side; at least once) ---------------------------------------------------
+    /** A writer, the options and the write's columns (names, Spark simple types) checked. */
+    static native long sinkOpen(String[] keys, String[] values, String[] names, String[] types);
+
+    /** The id of a row's target: its channel (null: none) and stream id. */
+    static native int sinkTarget(long handle, long row, String channel, long streamId, boolean streamNull);
+
+    /** Offers a value; time: 1 the row's timestamp (micros), 0 a null one, 2 no timestamp column. */
+    static native void sinkOffer(long handle, long row, int target, byte[] value, long micros, int time);
+
+    static native void sinkClose(long handle);
+
     /** The address of a direct buffer's memory. */
     static native long bufferAddress(ByteBuffer buffer);
 

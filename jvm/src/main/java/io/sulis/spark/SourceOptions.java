@@ -18,18 +18,28 @@ final class SourceOptions implements Serializable {
     final String ddl;
 
     SourceOptions(CaseInsensitiveStringMap options) {
-        Map<String, String> given = options.asCaseSensitiveMap();
-        keys = new String[given.size()];
-        values = new String[given.size()];
-        int i = 0;
-        for (Map.Entry<String, String> e : given.entrySet()) {
-            keys[i] = e.getKey();
-            values[i] = e.getValue();
-            i++;
-        }
+        String[][] pairs = arrays(options);
+        keys = pairs[0];
+        values = pairs[1];
         // Checked by the Rust core, as the Python source checks them.
         Native.load();
         ddl = Native.optionsSchema(keys, values);
+    }
+
+    /** The options as two parallel arrays, names and values, as the Rust core takes them. */
+    static String[][] arrays(Map<String, String> options) {
+        Map<String, String> given = options instanceof CaseInsensitiveStringMap
+                ? ((CaseInsensitiveStringMap) options).asCaseSensitiveMap()
+                : options;
+        String[] k = new String[given.size()];
+        String[] v = new String[given.size()];
+        int i = 0;
+        for (Map.Entry<String, String> e : given.entrySet()) {
+            k[i] = e.getKey();
+            v[i] = e.getValue();
+            i++;
+        }
+        return new String[][] {k, v};
     }
 
     /**

@@ -3,13 +3,19 @@ package io.sulis.spark;
 import java.util.EnumSet;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The recordings a read selects, as a table Spark reads in batch or micro-batches. */
-final class SulisTable implements SupportsRead {
+/**
+ * The recordings a read selects, as a table Spark reads in batch or micro-batches (and real-time mode); a
+ * write publishes its rows (any schema with a value, the sink checks it).
+ */
+final class SulisTable implements SupportsRead, SupportsWrite {
     private final StructType schema;
 
     SulisTable(StructType schema) {
@@ -28,7 +34,13 @@ final class SulisTable implements SupportsRead {
 
     @Override
     public Set<TableCapability> capabilities() {
-        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
+                TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
+    }
+
+    @Override
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+        return new SulisWrite(info);
     }
 
     @Override

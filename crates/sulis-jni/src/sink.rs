@@ -1,0 +1,178 @@
+//! `io.sulis.spark.Native.sink*`: the JVM sink's writers
+//! (`sulis_spark::sink_publisher`: each row offered as it comes, at least
+//! once). Converting only.
+
+use crate::{options, throw, throw_plan};
+use jni::objects::{JByteArray, JClass, JObjectArray, JString};
+use jni::sys::{jboolean, jint, jlong};
+use jni::JNIEnv;
+use std::sync::Mutex;
+use sulis_spark::sink_columns::{check_sink_columns, stamp_before_1970};
+use sulis_spark::sink_publisher::{SinkFailure, SinkPublisher};
+use sulis_spark::WriterOptions;
+
+struct Sink {
+    publisher: SinkPublisher,
+    stamp: bool,
+    /// A reusable copy of the value offered.
+    value: Vec<u8>,
+}
+
+fn sink<'a>(handle: jlong) -> &'a Mutex<Sink> {
+    // SAFETY: a handle is a Box<Mutex<Sink>> from sinkOpen, freed only by
+    // sinkClose, which the Java object calls once.
+    unsafe { &*(handle as *const Mutex<Sink>) }
+}
+
+fn throw_sink(env: &mut JNIEnv, f: SinkFailure) {
+    let (class, text) = f.named();
+    throw(env, class, &text);
+}
+
+fn strings(env: &mut JNIEnv, array: &JObjectArray) -> Option<Vec<String>> {
+    let n = env.get_array_length(array).ok()?;
+    (0..n)
+        .map(|i| {
+            let s = JString::from(env.get_object_array_element(array, i).ok()?);
+            crate::string(env, &s)
+        })
+        .collect()
+}
+
+/// The writer options and the write's columns (names, Spark simple types)
+/// checked; a writer's handle (0 with the error thrown).
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkOpen<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+    names: JObjectArray<'l>,
+    types: JObjectArray<'l>,
+) -> jlong {
+    let (Some(map), Some(names), Some(types)) = (
+        options(&mut env, &keys, &values),
+        strings(&mut env, &names),
+        strings(&mut env, &types),
+    ) else {
+        throw(&mut env, "OptionError", "the options could not be read");
+        return 0;
+    };
+    let opts = match WriterOptions::parse(&map) {
+        Ok(o) => o,
+        Err(e) => {
+            throw_plan(&mut env, e);
+            return 0;
+        }
+    };
+    let columns: Vec<(String, String)> = names.into_iter().zip(types).collect();
+    if let Err(e) = check_sink_columns(&columns, &opts) {
+        throw_plan(&mut env, e);
+        return 0;
+    }
+    let stamp = opts.stamp_timestamp;
+    match SinkPublisher::new(opts) {
+        Ok(publisher) => Box::into_raw(Box::new(Mutex::new(Sink {
+            publisher,
+            stamp,
+            value: Vec::new(),
+        }))) as jlong,
+        Err(f) => {
+            throw_sink(&mut env, f);
+            0
+        }
+    }
+}
+
+/// The id of row `row`'s target: its `channel` (null where the column is
+/// null or absent) and `stream_id` (`stream_null`: null or absent).
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkTarget<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+    row: jlong,
+    channel: JString<'l>,
+    stream_id: jlong,
+    stream_null: jboolean,
+) -> jint {
+    let channel = crate::string(&mut env, &channel);
+    let got = sink(handle)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .publisher
+        .target(
+            row,
+            channel.as_deref(),
+            (stream_null == 0).then_some(stream_id),
+        );
+    match got {
+        Ok(id) => id as jint,
+        Err(f) => {
+            throw_sink(&mut env, f);
+            -1
+        }
+    }
+}
+
+/// Offers `value` to target `target`. With `stampTimestamp` the reserved
+/// value is the row's `timestamp` (`micros`; `has_time` false where the
+/// column is null: 0, or absent: the time now), in epoch nanoseconds.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkOffer<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+    row: jlong,
+    target: jint,
+    value: JByteArray<'l>,
+    micros: jlong,
+    time: jint,
+) {
+    let mut s = sink(handle).lock().unwrap_or_else(|e| e.into_inner());
+    let s = &mut *s;
+    let reserved = if !s.stamp {
+        None
+    } else {
+        match time {
+            // A timestamp column's value.
+            1 if micros < 0 => {
+                throw(&mut env, "OptionError", &stamp_before_1970(row, micros));
+                return;
+            }
+            1 => Some(micros.saturating_mul(1000)),
+            // Null.
+            0 => Some(0),
+            // No timestamp column: the time of publishing.
+            _ => Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64),
+            ),
+        }
+    };
+    let n = env.get_array_length(&value).unwrap_or(0) as usize;
+    s.value.resize(n, 0);
+    // SAFETY: i8 and u8 have one layout.
+    let bytes = unsafe { &mut *(s.value.as_mut_slice() as *mut [u8] as *mut [i8]) };
+    if env.get_byte_array_region(&value, 0, bytes).is_err() {
+        return;
+    }
+    if let Err(f) = s.publisher.offer(target as usize, &s.value, reserved) {
+        throw_sink(&mut env, f);
+    }
+}
+
+/// Frees a writer (its publications stay, kept for the process).
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkClose<'l>(
+    _: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+) {
+    if handle != 0 {
+        // SAFETY: see `sink`; the Java object calls this once.
+        drop(unsafe { Box::from_raw(handle as *mut Mutex<Sink>) });
+    }
+}
