@@ -43,13 +43,16 @@ FLUSH_INSTRUMENT = -1  # the last tick: far in the future, it closes every real 
 class Publisher(threading.Thread):
     """Offers ticks at ``rate`` per second in slices of ``slice_s`` with ``offer_batch``."""
 
-    def __init__(self, pub, rate: int, duration: float, instruments: int, jitter_ms: float, seed: int = 1) -> None:
+    def __init__(self, pub, rate: int, duration: float, instruments: int, jitter_ms: float, seed: int = 1,
+                 stamp: bool = False) -> None:
         super().__init__(name="tick-publisher", daemon=True)
         self.pub = pub
         self.rate = rate
         self.duration = duration
         self.instruments = instruments
         self.jitter_ns = int(jitter_ms * 1e6)
+        #: each batch's reserved value the time it is offered (epoch ns), for the real-time job's latency
+        self.stamp = stamp
         self.rng = np.random.default_rng(seed)
         self.prices = 100.0 + self.rng.random(instruments) * 50
         self.published = 0
@@ -80,7 +83,8 @@ class Publisher(threading.Thread):
         sent = 0
         stuck_since = time.monotonic()
         while sent < n:
-            published, result = self.pub.offer_batch(values.slice(sent) if sent else values)
+            published, result = self.pub.offer_batch(values.slice(sent) if sent else values,
+                                                     reserved_values=time.time_ns() if self.stamp else None)
             sent += published
             if sent < n:
                 if result == -4 or result == -5:  # CLOSED, MAX_POSITION_EXCEEDED

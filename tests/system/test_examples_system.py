@@ -1,5 +1,6 @@
 """The examples run as written: the main job (examples/spark_pipeline.py, what ``scripts/demo.sh`` runs)
-checks that every tick was counted once, and the IPC demo prints its figures."""
+checks that every tick was counted once, in real-time mode (examples/spark_realtime.py, ``--real-time``) that
+every tick came back, and the IPC demo prints its figures."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def test_the_main_job_counts_every_tick_once(tmp_path):
               timeout=280)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "sulis pipeline: OK, every tick counted exactly once" in out.stdout, out.stdout[-3000:]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not os.path.exists(Path(__file__).resolve().parents[2] / "python" / "sulis" / "jars" /
+                                       "sulis-spark.jar"), reason="no sulis jar (scripts/build_jar.sh)")
+def test_the_main_job_in_real_time_mode_forwards_every_tick(tmp_path):
+    out = run("spark_realtime.py", "--duration", 4, "--rate", 5_000, "--instruments", 50, "--warmup", 1,
+              "--out", tmp_path, timeout=280)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"sulis real-time pipeline: OK, every tick forwarded", out.stdout), out.stdout[-3000:]
+    assert re.search(r"check: ([\d,]+) ticks published, \1 back out of Spark, \1 distinct", out.stdout), out.stdout
