@@ -8,7 +8,8 @@ CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM
 schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
 into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query of ``columns``, position
 first, to the console (or to ``sink``: ``{format, options}``) until a line on stdin says stop;
-``write``: ``rows`` rows of ``columns`` (SQL over ``spark.range``) written in batch through ``format``),
+``write``: for each of ``writes`` (``{columns, options}``), ``rows`` rows of ``columns`` (SQL over
+``spark.range``) written in batch through ``format``, its error, if any, in ``results``),
 ``options`` (of the source). Prints one JSON line when done:
 ``{"done": true, ...}``; a failure prints ``{"error": "..."}`` and exits 1.
 """
@@ -62,15 +63,18 @@ def main() -> None:
             df.write.mode("overwrite").parquet(cfg["out"])
             print(json.dumps({"done": True, "schema": df.schema.simpleString()}), flush=True)
         elif cfg["mode"] == "write":
-            df = spark.range(cfg["rows"]).selectExpr(*cfg["columns"]).repartition(cfg.get("partitions", 2))
-            w = df.write.format(fmt).mode("append")
-            for k, v in cfg["options"].items():
-                w = w.option(k, str(v))
-            try:
-                w.save()
-                print(json.dumps({"done": True}), flush=True)
-            except Exception as e:  # noqa: BLE001 - the test reads it
-                print(json.dumps({"done": True, "error": str(e)}), flush=True)
+            results = []
+            for write in cfg["writes"]:
+                df = spark.range(cfg["rows"]).selectExpr(*write["columns"]).repartition(cfg.get("partitions", 2))
+                w = df.write.format(fmt).mode("append")
+                for k, v in write["options"].items():
+                    w = w.option(k, str(v))
+                try:
+                    w.save()
+                    results.append({})
+                except Exception as e:  # noqa: BLE001 - the test reads it
+                    results.append({"error": str(e)})
+            print(json.dumps({"done": True, "results": results}), flush=True)
         elif cfg["mode"] == "available-now":
             reader = spark.readStream.format(fmt)
             for k, v in cfg["options"].items():
