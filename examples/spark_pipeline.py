@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -139,13 +140,34 @@ def expected_counts(pub: Publisher, window_s: int) -> dict[tuple[int, int], int]
     return {(int(k >> 32), int(k & 0xFFFF_FFFF) + w0): int(c) for k, c in zip(uniq, counts, strict=True)}
 
 
-def spark_session(master: str, app: str = "sulis-pipeline"):
+@contextlib.contextmanager
+def tick_node(archive_dir: str, driver_dir: str):
+    """An embedded media driver and an archive recording the ticks' stream, and a client:
+    ``(driver, client, archive client, publication of the ticks)``."""
+    import sulis
+
+    with sulis.MediaDriver(dir=driver_dir, threading_mode="shared", ipc_term_buffer_length="16m",
+                           dir_delete_on_shutdown=True) as driver, \
+            sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 << 20), \
+            sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
+        ac.start_recording(CHANNEL, STREAM_ID)
+        try:
+            yield driver, client, ac, client.add_publication(CHANNEL, STREAM_ID)
+        finally:
+            ac.stop_recording(CHANNEL, STREAM_ID)
+
+
+def spark_session(master: str, app: str = "sulis-pipeline", conf: dict[str, str] | None = None):
+    """A local Spark session for the job (``conf``: more settings)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(app)
+    builder = SparkSession.builder.master(master).appName(app)
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = (builder
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
@@ -244,12 +266,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(sulis {sulis.__version__}, {sulis.build_profile} build)")
     print(f"  output in {out}")
     ok = False
-    with sulis.MediaDriver(dir=driver_dir, threading_mode="shared", ipc_term_buffer_length="16m",
-                           dir_delete_on_shutdown=True) as driver, \
-            sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 << 20), \
-            sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
-        ac.start_recording(CHANNEL, STREAM_ID)
-        pub = client.add_publication(CHANNEL, STREAM_ID)
+    with tick_node(archive_dir, driver_dir) as (driver, _, _, pub):
         t0 = time.monotonic()
         spark = spark_session(args.master)
         sulis.spark.register(spark)
@@ -297,7 +314,6 @@ def main(argv: list[str] | None = None) -> int:
             publisher.stop_now.set()
             publisher.join(timeout=10)
             spark.stop()
-            ac.stop_recording(CHANNEL, STREAM_ID)
     shutil.rmtree(driver_dir, ignore_errors=True)
     print(f"  output: {parquet} (Parquet; read it with spark.read.parquet, which follows _spark_metadata)")
     print(f"  recording: {archive_dir} (sulis archive-tool {archive_dir} list)")

@@ -29,7 +29,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spark_pipeline import CHANNEL, STREAM_ID, TICK_SCHEMA, Publisher  # noqa: E402
+from spark_pipeline import CHANNEL, STREAM_ID, TICK_SCHEMA, Publisher, tick_node  # noqa: E402
+from spark_pipeline import spark_session as pipeline_session  # noqa: E402
 
 OUT_STREAM_ID = 1002
 
@@ -73,23 +74,12 @@ class Returns(threading.Thread):
 
 
 def spark_session(master: str, jar: str):
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master(master).appName("sulis-realtime")
-             .config("spark.jars", jar)
-             # Spark admits its allowlisted sinks to real-time mode; the sulis JVM sink is not on the list.
-             .config("spark.sql.streaming.realTimeMode.allowlistCheck", "false")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "2g")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    """The main job's session, with the sulis jar on it."""
+    return pipeline_session(master, "sulis-realtime", {
+        "spark.jars": jar,
+        # Spark admits its allowlisted sinks to real-time mode; the sulis JVM sink is not on the list.
+        "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
+    })
 
 
 def start_query(spark, driver_dir: str, checkpoint: str, trigger: str):
@@ -152,12 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sulis real-time pipeline: {args.rate:,} ticks/s for {args.duration:g} s, Spark {args.master} in "
           f"real-time mode (trigger {args.trigger}) (sulis {sulis.__version__}, {sulis.build_profile} build)")
     ok, verdict = False, "FAILED"
-    with sulis.MediaDriver(dir=driver_dir, threading_mode="shared", ipc_term_buffer_length="16m",
-                           dir_delete_on_shutdown=True) as driver, \
-            sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=256 << 20), \
-            sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
-        ac.start_recording(CHANNEL, STREAM_ID)
-        pub = client.add_publication(CHANNEL, STREAM_ID)
+    with tick_node(archive_dir, driver_dir) as (driver, client, _, pub):
         returns = Returns(client.add_subscription(CHANNEL, OUT_STREAM_ID))
         returns.start()
         t0 = time.monotonic()
@@ -213,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
             publisher.join(timeout=10)
             returns.stop_now.set()
             spark.stop()
-            ac.stop_recording(CHANNEL, STREAM_ID)
     shutil.rmtree(driver_dir, ignore_errors=True)
     print(f"  recording: {archive_dir} (sulis archive-tool {archive_dir} list)")
     print(f"sulis real-time pipeline: {verdict}")

@@ -181,13 +181,9 @@ pub fn error_log_text(buffer: AtomicBuffer) -> (usize, String) {
     (n, text)
 }
 
-/// `epoch_ms` as `YYYY-MM-DD HH:MM:SS.mmm` UTC.
-pub fn utc(epoch_ms: i64) -> String {
-    let (days, ms) = (
-        epoch_ms.div_euclid(86_400_000),
-        epoch_ms.rem_euclid(86_400_000),
-    );
-    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+/// Days since 1970-01-01 as a civil date (year, month, day) of the
+/// proleptic Gregorian calendar (Howard Hinnant's algorithm).
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -196,7 +192,16 @@ pub fn utc(epoch_ms: i64) -> String {
     let mp = (5 * doy + 2) / 153;
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// `epoch_ms` as `YYYY-MM-DD HH:MM:SS.mmm` UTC.
+pub fn utc(epoch_ms: i64) -> String {
+    let (days, ms) = (
+        epoch_ms.div_euclid(86_400_000),
+        epoch_ms.rem_euclid(86_400_000),
+    );
+    let (year, month, day) = civil_date(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
         ms / 3_600_000,

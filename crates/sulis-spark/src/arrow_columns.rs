@@ -87,21 +87,10 @@ impl ArrowColumns {
                 (_, Cell::Float(v)) => c.data.extend_from_slice(&v.to_le_bytes()),
                 (_, Cell::Long(v)) => c.data.extend_from_slice(&v.to_le_bytes()),
                 (_, Cell::Double(v)) => c.data.extend_from_slice(&v.to_le_bytes()),
-                (t, _) => c.data.extend(std::iter::repeat_n(0, width(t))),
+                (t, _) => c.data.extend(std::iter::repeat_n(0, t.width())),
             }
         }
         self.len += 1;
-    }
-}
-
-/// Bytes a value of a fixed-width column takes.
-fn width(t: ColumnType) -> usize {
-    match t {
-        ColumnType::Byte => 1,
-        ColumnType::Short => 2,
-        ColumnType::Int | ColumnType::Float => 4,
-        ColumnType::Long | ColumnType::Double | ColumnType::Timestamp => 8,
-        ColumnType::Binary | ColumnType::Boolean => 0,
     }
 }
 

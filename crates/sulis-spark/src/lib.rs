@@ -30,6 +30,7 @@ pub mod archive_files;
 pub mod archive_session;
 pub mod arrow_columns;
 pub mod close_match;
+pub mod column_type;
 pub mod commit_limit;
 pub mod message_assembler;
 pub mod option_values;

@@ -19,10 +19,11 @@
 //! the Python source ([`crate::arrow_columns`]), Spark's `UnsafeRow`s for
 //! the JVM one ([`crate::unsafe_row`]).
 
+pub use crate::column_type::ColumnType;
 use crate::option_values::{bad, repr};
 use crate::range_planner::PlanError;
 use crate::reader_options::ValueSchemaOptions;
-use crate::value_layout::{FieldType, Mode, ValueLayout};
+use crate::value_layout::{Mode, ValueLayout};
 use sulis_client::Batch;
 
 /// Aeron Cluster's schema and the SessionMessageHeader: an 8-byte SBE
@@ -40,51 +41,6 @@ pub const CLUSTER_COLUMNS: [&str; 5] = [
     "position",
     "timestamp",
 ];
-
-/// A column's type (Spark's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColumnType {
-    Binary,
-    Byte,
-    Short,
-    Int,
-    Long,
-    Float,
-    Double,
-    Boolean,
-    /// Microseconds since the epoch, UTC.
-    Timestamp,
-}
-
-impl ColumnType {
-    /// Spark's DDL name.
-    pub fn ddl(self) -> &'static str {
-        match self {
-            ColumnType::Binary => "binary",
-            ColumnType::Byte => "tinyint",
-            ColumnType::Short => "smallint",
-            ColumnType::Int => "int",
-            ColumnType::Long => "bigint",
-            ColumnType::Float => "float",
-            ColumnType::Double => "double",
-            ColumnType::Boolean => "boolean",
-            ColumnType::Timestamp => "timestamp",
-        }
-    }
-
-    fn of_field(t: FieldType) -> ColumnType {
-        match t {
-            FieldType::Byte => ColumnType::Byte,
-            FieldType::Short => ColumnType::Short,
-            FieldType::Int => ColumnType::Int,
-            FieldType::Long => ColumnType::Long,
-            FieldType::Float => ColumnType::Float,
-            FieldType::Double => ColumnType::Double,
-            FieldType::Boolean => ColumnType::Boolean,
-            FieldType::Timestamp => ColumnType::Timestamp,
-        }
-    }
-}
 
 /// One value of a row (a timestamp is a `Long` of microseconds).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -177,11 +133,8 @@ impl RowShape {
         let mut out: Vec<(String, ColumnType)> = match &self.layout {
             None => vec![("value".into(), ColumnType::Binary)],
             Some(l) => {
-                let mut v: Vec<(String, ColumnType)> = l
-                    .fields
-                    .iter()
-                    .map(|(n, t)| (n.clone(), ColumnType::of_field(*t)))
-                    .collect();
+                let mut v: Vec<(String, ColumnType)> =
+                    l.fields.iter().map(|(n, t)| (n.clone(), *t)).collect();
                 if let Some(c) = l.corrupt() {
                     v.push((c.to_string(), ColumnType::Binary));
                 }
@@ -312,17 +265,18 @@ fn le<const N: usize>(b: &[u8]) -> [u8; N] {
 }
 
 /// A field's cell from its bytes.
-fn field(t: FieldType, b: &[u8]) -> Cell<'_> {
+fn field(t: ColumnType, b: &[u8]) -> Cell<'_> {
     match t {
-        FieldType::Byte => Cell::Byte(b[0] as i8),
-        FieldType::Boolean => Cell::Boolean(b[0] != 0),
-        FieldType::Short => Cell::Short(i16::from_le_bytes(le(b))),
-        FieldType::Int => Cell::Int(i32::from_le_bytes(le(b))),
-        FieldType::Float => Cell::Float(f32::from_le_bytes(le(b))),
-        FieldType::Long => Cell::Long(i64::from_le_bytes(le(b))),
-        FieldType::Double => Cell::Double(f64::from_le_bytes(le(b))),
+        ColumnType::Byte => Cell::Byte(b[0] as i8),
+        ColumnType::Boolean => Cell::Boolean(b[0] != 0),
+        ColumnType::Short => Cell::Short(i16::from_le_bytes(le(b))),
+        ColumnType::Int => Cell::Int(i32::from_le_bytes(le(b))),
+        ColumnType::Float => Cell::Float(f32::from_le_bytes(le(b))),
+        ColumnType::Long => Cell::Long(i64::from_le_bytes(le(b))),
+        ColumnType::Double => Cell::Double(f64::from_le_bytes(le(b))),
         // Nanoseconds to microseconds, rounded down (before the epoch too).
-        FieldType::Timestamp => Cell::Long(i64::from_le_bytes(le(b)).div_euclid(1000)),
+        ColumnType::Timestamp => Cell::Long(i64::from_le_bytes(le(b)).div_euclid(1000)),
+        ColumnType::Binary => Cell::Bytes(b),
     }
 }
 

@@ -13,6 +13,7 @@
 use crate::option_values::repr;
 use crate::range_planner::PlanError;
 use crate::writer_options::WriterOptions;
+use sulis_concurrent::error_log::civil_date;
 
 fn option(text: String) -> PlanError {
     PlanError::Option(text)
@@ -114,16 +115,7 @@ pub fn stamp_before_1970(row: i64, micros: i64) -> String {
 pub fn utc(micros: i64) -> String {
     let secs = micros.div_euclid(1_000_000);
     let (days, s) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_date(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:06}",
         s / 3600,
@@ -136,13 +128,9 @@ pub fn utc(micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::OptionMap;
 
     fn opts(pairs: &[(&str, &str)]) -> WriterOptions {
-        WriterOptions::parse(&OptionMap::new(
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
-        ))
-        .unwrap()
+        WriterOptions::of(pairs)
     }
 
     fn cols(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -220,13 +220,9 @@ impl SinkPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::OptionMap;
 
     fn opts(pairs: &[(&str, &str)]) -> WriterOptions {
-        WriterOptions::parse(&OptionMap::new(
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
-        ))
-        .unwrap()
+        WriterOptions::of(pairs)
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! (`_corrupt`), null on well-formed rows; `DROPMALFORMED` leaves the row
 //! out.
 
+use crate::column_type::ColumnType;
 use crate::option_values::{bad, repr};
 use crate::range_planner::PlanError;
 
@@ -42,60 +43,21 @@ pub const META_COLUMNS: [&str; 5] = [
     "reserved_value",
 ];
 
-/// A field's type: how many bytes it takes and the Spark column it makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldType {
-    Byte,
-    Short,
-    Int,
-    Long,
-    Float,
-    Double,
-    Boolean,
-    Timestamp,
-}
-
 /// The names `valueSchema` accepts, each with its type.
-const TYPE_NAMES: [(&str, FieldType); 12] = [
-    ("bigint", FieldType::Long),
-    ("boolean", FieldType::Boolean),
-    ("byte", FieldType::Byte),
-    ("double", FieldType::Double),
-    ("float", FieldType::Float),
-    ("int", FieldType::Int),
-    ("integer", FieldType::Int),
-    ("long", FieldType::Long),
-    ("short", FieldType::Short),
-    ("smallint", FieldType::Short),
-    ("timestamp", FieldType::Timestamp),
-    ("tinyint", FieldType::Byte),
+const TYPE_NAMES: [(&str, ColumnType); 12] = [
+    ("bigint", ColumnType::Long),
+    ("boolean", ColumnType::Boolean),
+    ("byte", ColumnType::Byte),
+    ("double", ColumnType::Double),
+    ("float", ColumnType::Float),
+    ("int", ColumnType::Int),
+    ("integer", ColumnType::Int),
+    ("long", ColumnType::Long),
+    ("short", ColumnType::Short),
+    ("smallint", ColumnType::Short),
+    ("timestamp", ColumnType::Timestamp),
+    ("tinyint", ColumnType::Byte),
 ];
-
-impl FieldType {
-    /// Bytes in the payload.
-    pub fn width(self) -> usize {
-        match self {
-            FieldType::Byte | FieldType::Boolean => 1,
-            FieldType::Short => 2,
-            FieldType::Int | FieldType::Float => 4,
-            FieldType::Long | FieldType::Double | FieldType::Timestamp => 8,
-        }
-    }
-
-    /// Spark's DDL name of the column.
-    pub fn ddl(self) -> &'static str {
-        match self {
-            FieldType::Byte => "tinyint",
-            FieldType::Short => "smallint",
-            FieldType::Int => "int",
-            FieldType::Long => "bigint",
-            FieldType::Float => "float",
-            FieldType::Double => "double",
-            FieldType::Boolean => "boolean",
-            FieldType::Timestamp => "timestamp",
-        }
-    }
-}
 
 /// What a malformed payload does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +70,7 @@ pub enum Mode {
 /// A parsed `valueSchema` with its `mode`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueLayout {
-    pub fields: Vec<(String, FieldType)>,
+    pub fields: Vec<(String, ColumnType)>,
     /// Where each field starts in the payload.
     pub offsets: Vec<usize>,
     /// Bytes a well-formed payload has.
@@ -129,8 +91,8 @@ impl ValueLayout {
     /// `"name type, name type, ..."` (types as in the module doc) with
     /// `mode` and `columnNameOfCorruptRecord`; the error names the option.
     pub fn parse(text: &str, mode: &str, corrupt_column: &str) -> Result<ValueLayout, PlanError> {
-        let mut fields: Vec<(String, FieldType)> = Vec::new();
-        let taken = |fields: &[(String, FieldType)], name: &str| {
+        let mut fields: Vec<(String, ColumnType)> = Vec::new();
+        let taken = |fields: &[(String, ColumnType)], name: &str| {
             fields.iter().any(|(n, _)| n == name) || META_COLUMNS.contains(&name)
         };
         for part in text.split(',') {

@@ -47,6 +47,15 @@ pub struct WriterOptions {
 }
 
 impl WriterOptions {
+    /// A writer's options from `pairs`, for tests; panics on a bad one.
+    #[cfg(test)]
+    pub(crate) fn of(pairs: &[(&str, &str)]) -> WriterOptions {
+        WriterOptions::parse(&OptionMap::new(
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        ))
+        .expect("good options")
+    }
+
     /// Checks and parses a writer's options; the error names the first bad
     /// one.
     pub fn parse(options: &OptionMap) -> Result<WriterOptions, PlanError> {
