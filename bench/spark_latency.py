@@ -4,6 +4,8 @@ real-time mode, beside Spark's Kafka source in both, same messages, same machine
 
     python bench/spark_latency.py            # 1,000 and 100,000 msgs/s, 3 runs of 15 s each (~25 min)
     python bench/spark_latency.py --quick    # a smoke run: one run of 6 s at each rate
+    python bench/spark_latency.py --sources "sulis jvm real-time,kafka real-time" --rt-trigger "30 seconds" \
+        --seconds 60 --messages 0               # real-time mode with rarer batch ends, no batch read
 
 Each message is 100 B stamped with ``time.time_ns()`` when it is offered (sulis: ``offer`` into a stream
 an embedded archive records; Kafka: ``produce`` with ``linger.ms=0`` into a one-partition topic of a 4.3.1
@@ -96,14 +98,14 @@ def micro_batch(df, send_many, flush, a, rate: int) -> dict:
 
 
 def real_time(df, send_many, flush, a, rate: int, top: str) -> dict:
-    """Real-time mode (5 s batches), latencies taken in the JVM as each row arrives (``STAMP_SINK``; Spark's
-    allowlist admits no such sink, so its check is off for these queries)."""
+    """Real-time mode (``--rt-trigger`` batches, 5 s by default), latencies taken in the JVM as each row arrives
+    (``STAMP_SINK``; Spark's allowlist admits no such sink, so its check is off for these queries)."""
     out = tempfile.mkdtemp(prefix="rt-", dir=top)
     measure_from = time.time_ns() + int(a.warmup * 1e9)
     query = (df.select("value").writeStream.format(STAMP_SINK).option("path", out)
              .option("measureFrom", str(measure_from)).outputMode("update")
              .option("checkpointLocation", os.path.join(top, f"ck-{os.path.basename(out)}"))
-             .trigger(realTime="5 seconds").start())
+             .trigger(realTime=a.rt_trigger).start())
 
     def seen() -> list[int]:
         lat: list[int] = []
@@ -115,12 +117,30 @@ def real_time(df, send_many, flush, a, rate: int, top: str) -> dict:
 
     try:
         measured = _published(send_many, flush, rate, a.warmup, a.seconds, measure_from)
-        deadline = time.monotonic() + 60  # a task writes its file as its 5 s batch ends
+        # A task writes its file as its batch ends.
+        deadline = time.monotonic() + 60 + float(a.rt_trigger.split()[0])
         while len(seen()) < measured and query.exception() is None and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         query.stop()
     return figures(seen(), measured)
+
+
+def batch_reads(spark, driver, client, ac, a, reads: dict) -> None:
+    """A recording of ``--messages`` read by both sulis sources three times (at least ``--runs``), rows/s."""
+    ac.start_recording(CHANNEL, 1001)
+    pub = client.add_exclusive_publication(f"{CHANNEL}?term-length=16m", 1001)
+    rid = ac.await_signal(sulis.archive.RecordingSignal.START).recording_id
+    publish_batch(pub, bytes(SIZE), 4096, count=a.messages)
+    await_until(lambda: ac.get_recording_position(rid) >= pub.position, "recorded", 300)
+    for _ in range(max(3, a.runs)):
+        for name, fmt in (("sulis python", "sulis"), ("sulis jvm", sulis.spark.JVM_FORMAT)):
+            df = (spark.read.format(fmt).option("driverDir", driver.dir).option("recordingIds", rid)
+                  .option("minPartitions", 2).load())
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            reads[name].append(a.messages / (time.perf_counter() - t0))
+            print(f"  batch read {name}: {reads[name][-1]:,.0f} rows/s", flush=True)
 
 
 def session(master: str, jars: list[str]):
@@ -143,6 +163,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds of a run left out (5)")
     ap.add_argument("--messages", type=int, default=2_000_000, help="messages of the batch read (2 M)")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--rt-trigger", default="5 seconds",
+                    help="real-time mode's checkpoint interval, both sources ('5 seconds', its shortest)")
+    ap.add_argument("--sources", default=",".join(SOURCES), help=f"comma-separated, of: {', '.join(SOURCES)}")
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one run of 6 s at each rate, 500 k messages read")
     ap.set_defaults(**(dict(runs=1, seconds=6.0, warmup=3.0, messages=500_000) if "--quick" in sys.argv else {}))
@@ -175,24 +198,15 @@ def main() -> int:
                 sulis.Client(dir=driver.dir) as client, sulis.ArchiveClient(client) as ac:
             spark = session(a.master, jars)
             try:
-                # Batch read: one recording, both sulis sources, into the noop sink.
-                ac.start_recording(CHANNEL, 1001)
-                pub = client.add_exclusive_publication(f"{CHANNEL}?term-length=16m", 1001)
-                rid = ac.await_signal(sulis.archive.RecordingSignal.START).recording_id
-                publish_batch(pub, bytes(SIZE), 4096, count=a.messages)
-                await_until(lambda: ac.get_recording_position(rid) >= pub.position, "recorded", 300)
-                for _ in range(max(3, a.runs)):
-                    for name, fmt in (("sulis python", "sulis"), ("sulis jvm", sulis.spark.JVM_FORMAT)):
-                        df = (spark.read.format(fmt).option("driverDir", driver.dir).option("recordingIds", rid)
-                              .option("minPartitions", 2).load())
-                        t0 = time.perf_counter()
-                        df.write.format("noop").mode("overwrite").save()
-                        reads[name].append(a.messages / (time.perf_counter() - t0))
-                        print(f"  batch read {name}: {reads[name][-1]:,.0f} rows/s", flush=True)
+                # Batch read: one recording, both sulis sources, into the noop sink (--messages 0: none).
+                if a.messages > 0:
+                    batch_reads(spark, driver, client, ac, a, reads)
                 sid = 2000
                 for run in range(a.runs):
                     for rate in rates:
                         for source in SOURCES:
+                            if source not in a.sources.split(","):
+                                continue
                             if source.startswith("kafka") and (why or kafka is None):
                                 continue
                             sid += 1
@@ -270,6 +284,8 @@ def main() -> int:
     rows = []
     for rate in rates:
         for s in SOURCES:
+            if s not in a.sources.split(","):
+                continue
             xs = runs[(s, rate)]
             if s.startswith("kafka") and why:
                 rows.append([f"{rate:,}/s", s, f"skipped ({why})", "", ""])
@@ -279,6 +295,8 @@ def main() -> int:
     print_table(["rate", "source", "p50 ms", "p99 ms", "p99.9 ms"], rows)
     for name, xs in reads.items():
         xs = sorted(xs)
+        if not xs:
+            continue
         print(f"batch read {name}: median {xs[len(xs) // 2]:,.0f} rows/s ({', '.join(f'{x:,.0f}' for x in xs)})")
     return 0
 

@@ -25,7 +25,10 @@ import traceback
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    # (A host of the three-host test sets its own address.)
+    for k, v in dict(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                     PYSPARK_DRIVER_PYTHON=sys.executable).items():
+        os.environ.setdefault(k, v)
     from pyspark.sql import SparkSession
 
     import sulis.spark

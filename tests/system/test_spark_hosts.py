@@ -5,6 +5,7 @@ options name host A's ports only, and one set serves the executors on B and on C
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import queue
@@ -19,11 +20,17 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+import pyarrow.parquet as pq  # noqa: E402
+
+import sulis.spark  # noqa: E402
 from conftest import make_dir, start_awaiting  # noqa: E402
+from sulis.spark import JVM_FORMAT  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 COUNT = 24_000
+#: A Spark driver for the JVM source (the jar on its classpath).
+JVM_CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_jvm_child.py")
 
 
 def message(i: int) -> bytes:
@@ -102,7 +109,9 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
     the values through the exactly-once sink back to a stream A records over UDP. Host C is killed in the
     middle (its worker, executor, driver; its link down), the job goes on on B; then the Spark driver is
     killed too, and the job restarted on its checkpoints. Every message is once in Parquet (read through
-    Spark) and once in the sink's stream on A, and host C's executor had published into it."""
+    Spark) and once in the sink's stream on A, and host C's executor had published into it. Then the JVM
+    source reads the recording in an application of its own on B, its executor replaying from A: every
+    message once."""
     import pyspark
 
     tmp = str(tmp_path)
@@ -216,6 +225,19 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
         reader = hosts.python("a", SINK_READER, driver_dir, sink_channel, stdout=subprocess.PIPE, text=True)
         sink_out, _ = reader.communicate(timeout=120)
         sunk = json.loads(sink_out.strip().splitlines()[-1])
+        # The JVM source across hosts too: a batch read of the recording by an application on B, its executor
+        # on B replaying from A's archive over UDP, with the same options (the jar shipped by spark.jars).
+        jvm_out = os.path.join(tmp, "jvm-out")
+        jvm_read = {"format": JVM_FORMAT, "out": jvm_out,
+                    "options": {"driverDir": driver_dir, "recordingIds": rid,
+                                **dict(o.split("=", 1) for o in options[:5])}}  # the source's options
+        with open(os.path.join(tmp, "job-jvm.log"), "w") as log:
+            jvm_job = hosts.popen("b", [sys.executable, JVM_CHILD, json.dumps(
+                {"jar": sulis.spark.jar(), "master": master_url, "mode": "batch", "reads": [jvm_read]})],
+                stdout=subprocess.PIPE, stderr=log, text=True, env=env("b"), process_group=0)
+            jvm_said, _ = jvm_job.communicate(timeout=240)
+        jvm_result = json.loads(jvm_said.strip().splitlines()[-1]) if jvm_said.strip() else {}
+        assert jvm_result.get("results") and "error" not in jvm_result["results"][0], (jvm_result, job_log("jvm"))
     finally:
         # SIGTERM to every process at once, then one shared wait (the JVMs' shutdown hooks take seconds
         # each: one after another, they took 20 s), then SIGKILL for what is left.
@@ -249,3 +271,5 @@ def test_the_pipeline_across_three_hosts_with_a_worker_host_killed_mid_query(net
     assert len(values) == COUNT and values == expected, \
         f"{len(values)} messages in the sink's stream for {COUNT}: {len(values) - len(set(values))} twice"
     assert c in sunk["sources"] and b in sunk["sources"], sunk["sources"]
+    jvm_rows = pq.ParquetDataset(glob.glob(os.path.join(jvm_out, "*.parquet"))).read().column("value").to_pylist()
+    assert sorted(jvm_rows) == expected, f"{len(jvm_rows)} rows read by the JVM source for {COUNT}"
