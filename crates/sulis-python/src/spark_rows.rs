@@ -12,10 +12,26 @@ use sulis_spark::arrow_columns::ArrowColumns;
 use sulis_spark::reader_options::ValueSchemaOptions;
 use sulis_spark::{RangeIds, RowShape};
 
+/// What a buffer holds: bytes, or int32s (a binary column's offsets, kept
+/// as they were filled rather than copied into bytes).
+enum Storage {
+    Bytes(Vec<u8>),
+    Ints(Vec<i32>),
+}
+
 /// Bytes Rust filled, read-only through the buffer protocol.
 #[pyclass(module = "sulis._native", name = "ByteBuffer", frozen)]
 pub struct PyByteBuffer {
-    bytes: Vec<u8>,
+    bytes: Storage,
+}
+
+impl PyByteBuffer {
+    fn raw(&self) -> (*const u8, usize) {
+        match &self.bytes {
+            Storage::Bytes(v) => (v.as_ptr(), v.len()),
+            Storage::Ints(v) => (v.as_ptr() as *const u8, std::mem::size_of_val(v.as_slice())),
+        }
+    }
 }
 
 #[pymethods]
@@ -25,7 +41,7 @@ impl PyByteBuffer {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        let (ptr, len) = (slf.get().bytes.as_ptr(), slf.get().bytes.len());
+        let (ptr, len) = slf.get().raw();
         // SAFETY: the bytes never change and live as long as the object.
         unsafe { fill_view(slf.into_any(), view, flags, ptr, len, 1, c"B") }
     }
@@ -35,12 +51,14 @@ impl PyByteBuffer {
     }
 
     fn __len__(&self) -> usize {
-        self.bytes.len()
+        self.raw().1
     }
 }
 
 fn buffer(bytes: Vec<u8>) -> PyByteBuffer {
-    PyByteBuffer { bytes }
+    PyByteBuffer {
+        bytes: Storage::Bytes(bytes),
+    }
 }
 
 /// One column: (validity or None, offsets or None, data, null count).
@@ -122,11 +140,13 @@ impl PySparkRowShape {
             .columns
             .into_iter()
             .map(|c| {
-                let offsets: Option<Vec<u8>> = (!c.offsets.is_empty())
-                    .then(|| c.offsets.iter().flat_map(|o| o.to_le_bytes()).collect());
+                let binary = !c.offsets.is_empty();
+                let offsets = binary.then_some(PyByteBuffer {
+                    bytes: Storage::Ints(c.offsets),
+                });
                 (
                     (c.null_count > 0).then(|| buffer(c.validity)),
-                    offsets.map(buffer),
+                    offsets,
                     buffer(c.data),
                     c.null_count,
                 )
