@@ -378,9 +378,14 @@ def test_the_jvm_sink_publishes_each_row_at_least_once_and_refuses_exactly_once(
     base = {"driverDir": node[0].dir, "channel": CHANNEL}
     writes = [{"columns": columns, "options": base},
               {"columns": ["id", "4110 as stream_id"], "options": {**base, "exactlyOnce": "false"}},
-              {"columns": columns, "options": {**base, "exactlyOnce": "false", "stampTimestamp": "true"}}]
-    refused, no_value, done = child({"jar": sulis.spark.jar(), "format": JVM, "mode": "write", "rows": 400,
-                                     "writes": writes})["results"]
+              {"columns": columns, "options": {**base, "exactlyOnce": "false", "stampTimestamp": "true"}},
+              # A stream nobody records or subscribes: the write fails naming it once the timeout passes.
+              {"columns": ["cast(id as string) as value"],
+               "options": {**base, "streamId": "4199", "exactlyOnce": "false", "messageTimeout": "1s"}}]
+    refused, no_value, done, stuck = child({"jar": sulis.spark.jar(), "format": JVM, "mode": "write", "rows": 400,
+                                            "writes": writes})["results"]
+    assert "io.sulis.spark.SulisException$SinkTimeoutError" in stuck.get("error", ""), stuck
+    assert "stream 4199 refused offers for 1s: NOT_CONNECTED" in stuck["error"], stuck
     assert "option exactlyOnce: the JVM sink publishes each row as it comes" in refused.get("error", ""), refused
     assert "the sulis sink publishes a column named 'value'" in no_value.get("error", ""), no_value
     assert "error" not in done, done

@@ -152,8 +152,17 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkOffer<'l>(
             ),
         }
     };
-    let n = env.get_array_length(&value).unwrap_or(0) as usize;
-    s.value.resize(n, 0);
+    // A value that cannot be read fails the write, never publishes an empty
+    // message in its place (the writer passes a null value as an empty one).
+    let Ok(n) = env.get_array_length(&value) else {
+        throw(
+            &mut env,
+            "SinkError",
+            &format!("sulis sink: row {row}'s value could not be read"),
+        );
+        return;
+    };
+    s.value.resize(n as usize, 0);
     // SAFETY: i8 and u8 have one layout.
     let bytes = unsafe { &mut *(s.value.as_mut_slice() as *mut [u8] as *mut [i8]) };
     if env.get_byte_array_region(&value, 0, bytes).is_err() {

@@ -23,6 +23,8 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
         }
     }
 
+    private static final byte[] EMPTY = new byte[0];
+
     private final SulisWriterFactory f;
     private final int partition;
     private final long handle;
@@ -73,7 +75,9 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
     @Override
     public void write(InternalRow row) {
         int id = target(row);
-        byte[] value = f.valueIsString ? row.getUTF8String(f.value).getBytes() : row.getBinary(f.value);
+        // A null value is an empty message, as the Python sink publishes it.
+        byte[] value = row.isNullAt(f.value) ? EMPTY
+                : f.valueIsString ? row.getUTF8String(f.value).getBytes() : row.getBinary(f.value);
         long micros = 0;
         int time = 2;
         if (f.timestamp >= 0) {

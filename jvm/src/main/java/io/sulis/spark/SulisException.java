@@ -44,6 +44,20 @@ public class SulisException extends RuntimeException {
         }
     }
 
+    /** The sink could not publish (a publication closed, a value that could not be read). */
+    public static class SinkError extends SulisException {
+        public SinkError(String message) {
+            super(message);
+        }
+    }
+
+    /** A stream refused the sink's offers for the message timeout. */
+    public static final class SinkTimeoutError extends SinkError {
+        public SinkTimeoutError(String message) {
+            super(message);
+        }
+    }
+
     /** A replay made no progress for the message timeout. */
     public static final class ReadTimeoutError extends SulisException {
         public ReadTimeoutError(String message) {
