@@ -112,6 +112,8 @@ class ReplayMerge:
         self._image: _native.Image | None = None
         self.rejoins = 0
         """How often the live image went away and the merge started again from the replay."""
+        self.merges = 0
+        """How often the merge moved onto a live image (once, plus once for each rejoin that merged again)."""
         self._bound: int | None = None
         # After the merge: the live image skips up to here (the replay delivered it).
         self._skip_to: int | None = None
@@ -247,6 +249,7 @@ class ReplayMerge:
         self._stop_replay()
         self._image = live
         self.state = ReplayMergeState.MERGED
+        self.merges += 1
         self._moved(now)
 
     def _skipped(self) -> bool:
