@@ -134,7 +134,7 @@ def batch_reads(spark, driver, client, ac, a, reads: dict) -> None:
     publish_batch(pub, bytes(SIZE), 4096, count=a.messages)
     await_until(lambda: ac.get_recording_position(rid) >= pub.position, "recorded", 300)
     for _ in range(max(3, a.runs)):
-        for name, fmt in (("sulis python", "sulis"), ("sulis jvm", sulis.spark.JVM_FORMAT)):
+        for name, fmt in (("sulis python", sulis.spark.PYTHON_FORMAT), ("sulis jvm", sulis.spark.JVM_FORMAT)):
             df = (spark.read.format(fmt).option("driverDir", driver.dir).option("recordingIds", rid)
                   .option("minPartitions", 2).load())
             t0 = time.perf_counter()
@@ -223,7 +223,7 @@ def main() -> int:
                                 def flush() -> None:
                                     pass
 
-                                fmt = "sulis" if source == "sulis python" else sulis.spark.JVM_FORMAT
+                                fmt = sulis.spark.PYTHON_FORMAT if source == "sulis python" else sulis.spark.JVM_FORMAT
                                 df = (spark.readStream.format(fmt).option("driverDir", driver.dir)
                                       .option("channel", CHANNEL).option("streamId", sid)
                                       .option("startingPositions", "latest").load())

@@ -463,8 +463,21 @@ def spark_check_sink_columns(columns: list[tuple[str, str]], channel_option: boo
     """The write's columns checked for the sink; OptionError naming what is wrong."""
 def spark_sink_row_error(kind: str, row: int, value: int) -> str:
     """The text of a row the sink cannot publish."""
-def spark_sink_offer_error(kind: str, channel: str, stream_id: int, result: str, timeout_s: float) -> str:
-    """The text of offers that failed."""
+def spark_sink_record_journal(options: list[tuple[str, str]]) -> None:
+    """The archive records the exactly-once sink's journal (started unless something records it)."""
+def spark_sink_journal_entries(options: list[tuple[str, str]], query: str, batch: int) -> list[dict[str, Any]]:
+    """The journal's entries that may matter to micro-batch batch of query."""
+
+@final
+class SparkSinkTask:
+    """One sink task (sulis_spark::sink_publisher): exactly once with a query, else at least once."""
+
+    def __new__(cls, options: list[tuple[str, str]], query: str | None = None, batch: int = 0, partition: int = 0,
+                task_attempt_id: int = 0) -> Self: ...
+    def write(self, channel: str, stream_id: int, values: Any, reserved_values: Any = None) -> None: ...
+    def finish(self) -> tuple[int, int]: ...
+    def fail(self, why: str) -> None: ...
+    def drain_notes(self) -> list[str]: ...
 
 @final
 class SparkPartitionReader:

@@ -7,7 +7,8 @@ CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM
 (``batch``: write the rows to Parquet at ``out``, or each of ``reads``, a list of ``{format, options, out}``, its
 schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
 into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query of ``columns``, position
-first, to the console (or to ``sink``: ``{format, options}``) until a line on stdin says stop;
+first, to the console (or to ``sink``: ``{format, options}``) until a line on stdin says stop (with ``processing``, a
+micro-batch query with that processing-time trigger instead); ``lookup``: the class ``format`` resolves to;
 ``write``: for each of ``writes`` (``{columns, options}``), ``rows`` rows of ``columns`` (SQL over
 ``spark.range``) written in batch through ``format``, its error, if any, in ``results``),
 ``options`` (of the source). Prints one JSON line when done:
@@ -45,7 +46,12 @@ def main() -> None:
     sulis.spark.register(spark)
     fmt = cfg.get("format", "sulis")
     try:
-        if cfg["mode"] == "batch" and "reads" in cfg:
+        if cfg["mode"] == "lookup":
+            jvm = spark._jvm
+            found = jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+                fmt, spark._jsparkSession.sessionState().conf())
+            print(json.dumps({"done": True, "class": found.getName()}), flush=True)
+        elif cfg["mode"] == "batch" and "reads" in cfg:
             results = []
             for read in cfg["reads"]:
                 reader = spark.read.format(read["format"])
@@ -92,14 +98,19 @@ def main() -> None:
                 reader = reader.option(k, str(v))
             df = reader.load().selectExpr(*cfg.get("columns", ["position", "reserved_value"]))
             sink = cfg.get("sink")
-            w = df.writeStream.outputMode("update").option("checkpointLocation", cfg["checkpoint"])
+            w = df.writeStream.outputMode("append" if cfg.get("processing") else "update")
+            w = w.option("checkpointLocation", cfg["checkpoint"])
             if sink:
                 w = w.format(sink["format"])
                 for k, v in sink["options"].items():
                     w = w.option(k, str(v))
             else:
                 w = w.format("console").option("numRows", 1_000_000)
-            q = w.trigger(realTime=cfg.get("trigger", "5 seconds")).start()
+            if cfg.get("processing"):
+                w = w.trigger(processingTime=cfg["processing"])
+            else:
+                w = w.trigger(realTime=cfg.get("trigger", "5 seconds"))
+            q = w.start()
             print(json.dumps({"started": True}), flush=True)
             sys.stdin.readline()  # the test says when to stop
             q.stop()

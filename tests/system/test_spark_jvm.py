@@ -109,7 +109,7 @@ def test_a_batch_read_gives_the_rows_the_python_source_gives(node, tmp_path):
     # One Spark driver, the jar on it: the JVM source, the Python source, and the JVM source by replay (the
     # files are local here, so the default reads them).
     reads = [{"format": JVM, "options": options, "out": str(tmp_path / "jvm")},
-             {"format": "sulis", "options": options, "out": str(tmp_path / "py")},
+             {"format": sulis.spark.PYTHON_FORMAT, "options": options, "out": str(tmp_path / "py")},
              {"format": JVM, "options": {**options, "readMode": "replay"}, "out": str(tmp_path / "jvm-replay")}]
     jvm, py, replay = child({"jar": sulis.spark.jar(), "mode": "batch", "reads": reads})["results"]
     assert "error" not in jvm and "error" not in py and "error" not in replay, (jvm, py, replay)
@@ -127,7 +127,7 @@ def table(out: str) -> list[dict]:
 def both(node, tmp_path, name: str, options: dict) -> list[dict]:
     """A read by each source in one Spark driver: ``[jvm, python]``."""
     return [{"format": fmt, "options": options, "out": str(tmp_path / f"{name}-{which}")}
-            for which, fmt in (("jvm", JVM), ("py", "sulis"))]
+            for which, fmt in (("jvm", JVM), ("py", sulis.spark.PYTHON_FORMAT))]
 
 
 def test_every_row_shape_and_a_malformed_payloads_error_are_the_python_sources(node, tmp_path):
@@ -366,27 +366,27 @@ def recorded(node, stream_id: int, timestamp: bool = False) -> list[tuple]:
     return out
 
 
-def test_the_jvm_sink_publishes_each_row_at_least_once_and_refuses_exactly_once(node, tmp_path):
-    """A batch write through the JVM sink: refused without exactlyOnce=false (it cannot be exactly once), then
-    each row published on its ``stream_id`` column's stream, stamped with its ``timestamp`` (stampTimestamp),
-    every row once in a clean run; the Python sink's column checks, from the same Rust rules."""
+def test_the_jvm_sinks_batch_write_publishes_each_row_on_its_stream(node, tmp_path):
+    """A batch write through the JVM sink, ``format("sulis")`` itself with the jar on the classpath: each row on
+    its ``stream_id`` column's stream, stamped with its ``timestamp`` (stampTimestamp), every row once in a clean
+    run (a batch write is at least once, as the Python sink's: a task has no batch id to know its earlier
+    attempts by); the Python sink's column checks, from the same Rust rules."""
     _, _, _, ac = node
     for sid in (4110, 4111):
         ac.start_recording(CHANNEL, sid)
+    assert child({"jar": sulis.spark.jar(), "format": "sulis", "mode": "lookup"})["class"] == JVM
     columns = ["cast(id as string) as value", "4110 + id % 2 as stream_id",
                "timestamp_micros(1750000000000000 + id) as timestamp"]
     base = {"driverDir": node[0].dir, "channel": CHANNEL}
-    writes = [{"columns": columns, "options": base},
-              {"columns": ["id", "4110 as stream_id"], "options": {**base, "exactlyOnce": "false"}},
-              {"columns": columns, "options": {**base, "exactlyOnce": "false", "stampTimestamp": "true"}},
+    writes = [{"columns": ["id", "4110 as stream_id"], "options": base},
+              {"columns": columns, "options": {**base, "stampTimestamp": "true"}},
               # A stream nobody records or subscribes: the write fails naming it once the timeout passes.
               {"columns": ["cast(id as string) as value"],
-               "options": {**base, "streamId": "4199", "exactlyOnce": "false", "messageTimeout": "1s"}}]
-    refused, no_value, done, stuck = child({"jar": sulis.spark.jar(), "format": JVM, "mode": "write", "rows": 400,
-                                            "writes": writes})["results"]
+               "options": {**base, "streamId": "4199", "messageTimeout": "1s"}}]
+    no_value, done, stuck = child({"jar": sulis.spark.jar(), "format": "sulis", "mode": "write", "rows": 400,
+                                   "writes": writes})["results"]
     assert "io.sulis.spark.SulisException$SinkTimeoutError" in stuck.get("error", ""), stuck
     assert "stream 4199 refused offers for 1s: NOT_CONNECTED" in stuck["error"], stuck
-    assert "option exactlyOnce: the JVM sink publishes each row as it comes" in refused.get("error", ""), refused
     assert "the sulis sink publishes a column named 'value'" in no_value.get("error", ""), no_value
     assert "error" not in done, done
     for sid in (4110, 4111):
@@ -394,6 +394,59 @@ def test_the_jvm_sink_publishes_each_row_at_least_once_and_refuses_exactly_once(
         await_until(lambda sid=sid, want=want: len(recorded(node, sid, True)) >= len(want), 30,
                     f"stream {sid}'s rows recorded")
         assert sorted(recorded(node, sid, True)) == want
+
+
+def journal_entries(node, query: str, batch: int) -> list[dict]:
+    """The sink's journal entries that may matter to micro-batch ``batch`` of ``query`` (read by the Rust core)."""
+    return sulis._native.spark_sink_journal_entries([("driverDir", node[0].dir)], query, batch)
+
+
+def test_kill_9_of_a_micro_batch_query_through_the_jvm_sink_then_a_restart_is_exactly_once(node, tmp_path):
+    """``format("sulis")`` in and out, both in the JVM (the jar on the classpath), micro-batches every 500 ms while
+    messages come; kill -9 of the Spark driver once a task of micro-batch 2 or later has published and said so in
+    the sink's journal, then a restart on the checkpoint: every message is in the sink's stream exactly once (the
+    re-run of a batch the kill cut short skips, checked, what its earlier attempt published)."""
+    from collections import Counter
+
+    s = Stream(node, 4120)
+    _, _, _, ac = node
+    ac.start_recording(CHANNEL, 4121)
+    s.publish(message(i) for i in range(100))
+    ck = tmp_path / "ck"
+    cfg = {"jar": sulis.spark.jar(), "format": "sulis", "mode": "realtime", "processing": "500 milliseconds",
+           "options": {"driverDir": node[0].dir, "recordingIds": s.rid, "maxMessagesPerTrigger": 60},
+           "checkpoint": str(ck), "columns": ["value"],
+           "sink": {"format": "sulis", "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4121}}}
+
+    def committed() -> set[int]:
+        return {int(f) for f in os.listdir(ck / "commits") if f.isdigit()} if (ck / "commits").is_dir() else set()
+
+    def published_uncommitted() -> list[dict]:
+        assert q.proc.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
+        s.publish(message(j) for j in range(len(s.sent), len(s.sent) + 5))
+        done = committed()
+        queries = {e["query"] for e in journal_entries(node, "", 0)}
+        return [e for qid in queries for e in journal_entries(node, qid, 2)
+                if e["kind"] == "done" and e["batch"] >= 2 and e["count"] > 0 and e["batch"] not in done]
+
+    q = RealTimeChild(cfg, tmp_path / "first.err")
+    with q:
+        cut = await_until(published_uncommitted, 120, "a task of batch 2 or later to publish before its commit",
+                          interval=0.001)
+        q.kill()
+    cut_short = {e["batch"] for e in cut} - committed()
+    s.publish(message(j) for j in range(len(s.sent), len(s.sent) + 50))
+    with RealTimeChild(cfg, tmp_path / "second.err"):
+        want = [m for m, _, _ in s.sent]
+        await_until(lambda: len(recorded(node, 4121)) >= len(want), 90, "every message out after the restart")
+    out = Counter(v for (v,) in recorded(node, 4121))
+    assert set(out) == set(want)
+    assert [m for m, n in out.items() if n > 1] == [], "a message came out twice"
+    if cut_short:  # the kill came between publishing and the commit: the restart re-ran the batch and skipped
+        qid = cut[0]["query"]
+        skipped = [e for e in journal_entries(node, qid, min(cut_short))
+                   if e["kind"] in ("run", "done") and e["batch"] in cut_short and e["skip"] > 0]
+        assert skipped, f"batch {sorted(cut_short)} was cut short: its re-run should have skipped what it published"
 
 
 def test_real_time_mode_writes_into_a_sulis_stream_through_the_jvm_sink(node, tmp_path):
@@ -450,10 +503,11 @@ def test_a_recording_truncated_below_the_checkpoint_is_data_loss_named_or_skippe
     assert len(rows(out)) == 300, "nothing read twice, nothing invented"
 
 
-def test_kill_9_of_a_real_time_query_then_a_restart_repeats_only_the_batch_it_cut_short(node, tmp_path):
-    """Real-time mode through the JVM sink, kill -9 of the Spark driver mid-batch while messages come, then a
-    restart on the checkpoint: every message comes out, and the only ones twice are those past the last
-    committed batch's offset (the batch the kill cut short, read again from its start: at least once)."""
+def test_kill_9_of_a_real_time_query_then_a_restart_is_exactly_once_through_the_sinks_journal(node, tmp_path):
+    """Real-time mode through the JVM sink (exactly once, its default), kill -9 of the Spark driver mid-batch while
+    messages come, then a restart on the checkpoint: the batch the kill cut short is read again from its start,
+    and its re-run skips, checked against the journal, what the killed attempt published: every message comes
+    out exactly once."""
     from collections import Counter
 
     s = Stream(node, 4115)
@@ -463,8 +517,7 @@ def test_kill_9_of_a_real_time_query_then_a_restart_repeats_only_the_batch_it_cu
     ck = tmp_path / "ck"
     cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
            "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(ck), "columns": ["value"],
-           "sink": {"format": JVM, "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4116,
-                                               "exactlyOnce": "false"}},
+           "sink": {"format": JVM, "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4116}},
            "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "false"}}
 
     def committed() -> list[int]:
@@ -494,10 +547,13 @@ def test_kill_9_of_a_real_time_query_then_a_restart_repeats_only_the_batch_it_cu
                     "every message out after the restart")
     out = Counter(v for (v,) in recorded(node, 4116))
     assert set(out) == set(want)
-    position = {m: p for m, p, _ in s.sent}
-    twice = [m for m, n in out.items() if n > 1]
-    assert all(position[m] > committed_to for m in twice), "a message of a committed batch came out twice"
-    assert all(n <= 2 for n in out.values())
+    assert [m for m, n in out.items() if n > 1] == [], "a message came out twice"
+    # The re-run of the batch the kill cut short skipped what its killed attempt had published: its run entry
+    # says so (written before its first row; the query stopped before that batch's end, so it has no done).
+    key = sulis._native.recording_key(CHANNEL, 4116)
+    said = [e for e in journal_entries(node, "", 0) if e["target"] == key and e["kind"] in ("run", "done")]
+    assert any(e["batch"] == last + 1 and e["skip"] > 0 for e in said), \
+        (last, [(e["kind"], e["batch"], e["skip"], e["count"], e["why"], e["attempt"]) for e in said])
 
 
 def test_a_corrupt_frame_fails_the_read_naming_it_in_both_sources(node, tmp_path):

@@ -708,6 +708,15 @@ def test_value_schema_decodes_fixed_layout_payloads(spark, sulis_node):
 # With a wait for the "heavy" lock: another such test may hold it for up to about 400 s under load.
 @pytest.mark.timeout(700)
 @pytest.mark.usefixtures("heavy")
+def journal_entries(sulis_node, query: str, batch: int) -> list:
+    """The sink's journal entries that may matter to micro-batch ``batch`` of ``query``, read by the Rust core
+    (``sulis_spark::sink_journal``) in this process: ``kind``, ``attempt``, ``skip``, ``count``, ... each."""
+    from types import SimpleNamespace
+
+    found = sulis._native.spark_sink_journal_entries([("driverDir", sulis_node[0].dir)], query, batch)
+    return [SimpleNamespace(**e) for e in found]
+
+
 def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spark, sulis_node, tmp):
     """One Spark application, two queries from one recording: into Parquet, and through the exactly-once
     sulis sink. kill -9 of the Spark driver (Python and JVM) the moment a task of micro-batch 3 or later has
@@ -717,9 +726,6 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     import json
     import signal
     import subprocess
-
-    from sulis.spark.journal import Journal
-    from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
 
     _, _, _, ac = sulis_node
     child_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_child.py")
@@ -743,8 +749,6 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
         # The first error, where the cause is, and the end, where the process stopped.
         return "\n".join(lines if len(lines) <= 70 else lines[:40] + ["[...]"] + lines[-30:])
 
-    journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
-                      ("aeron:ipc", 0x5A17))
     with rec.publishing(500, 20_000, pause=0.005):
         child = start("stream")
         try:
@@ -755,8 +759,8 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
             def published_in_batch(n: int):
                 def published():
                     assert child.poll() is None, f"the streaming child exited ({child.poll()})\n{stderr_tail('stream')}"
-                    return [e for e in journal.entries(sink_query, n) if e.query == sink_query and e.kind == "done"
-                            and e.batch >= n]
+                    return [e for e in journal_entries(sulis_node, sink_query, n) if e.query == sink_query
+                            and e.kind == "done" and e.batch >= n]
                 return published
             # Waits on the sink's journal, batch by batch, so that a slow machine (two Spark queries of one
             # local[2] application beside busy CPUs took over 90 s to reach batch 3 in a CI run) waits for
@@ -795,7 +799,7 @@ def test_kill_9_of_the_spark_driver_mid_stream_then_restart_is_exactly_once(spar
     assert sunk == sorted(rec.messages), f"{len(sunk)} rows in the sink's stream for {len(rec.messages)}"
     # The kill came between publishing and Spark's commit: the restart re-ran that micro-batch, and its
     # tasks skipped what was published before the kill.
-    skipped = [e for e in journal.entries(sink_query, 3) if e.query == sink_query and e.kind == "done"
+    skipped = [e for e in journal_entries(sulis_node, sink_query, 3) if e.query == sink_query and e.kind == "done"
                and e.batch >= 3 and e.skip > 0]
     assert skipped, "the restart should have re-run a micro-batch the sink had published"
 
@@ -1554,15 +1558,12 @@ def test_a_stage_re_attempt_after_a_fetch_failure_publishes_each_row_once(spark,
     # What happened, as the journal tells it: partition 0's first attempt (the zombie) published rows (at
     # least its first batch; how many more depends on when its own fetch of the lost files broke), and the
     # re-attempt skipped exactly those.
-    from sulis.spark.journal import Journal, attempts
-    from sulis.spark.options import JOURNAL_STREAM_ID, ArchiveAddress
-
-    journal = Journal(ArchiveAddress(driver_dir=sulis_node[0].dir), CHANNEL, JOURNAL_STREAM_ID,
-                      ("aeron:ipc", 0x5A17))
     key = sulis._native.recording_key(CHANNEL, 3161)
-    tried = attempts(journal.entries(str(query.id), 0), str(query.id), 0, 0, key).values()
-    done = [a.done for a in tried if a.done is not None and a.done.why != "withdrawn"]
-    assert len(done) >= 2, [a.name for a in tried]
+    of_partition = [e for e in journal_entries(sulis_node, str(query.id), 0)
+                    if (e.query, e.batch, e.partition, e.target) == (str(query.id), 0, 0, key)]
+    tried = [e.attempt for e in of_partition if e.kind == "claim"]
+    done = [e for e in of_partition if e.kind == "done" and e.why != "withdrawn"]
+    assert len(done) >= 2, tried
     assert done[0].count >= 1000 and done[-1].skip == done[0].count, done
 
 

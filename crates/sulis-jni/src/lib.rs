@@ -43,6 +43,23 @@ pub(crate) fn string(env: &mut JNIEnv, s: &JString) -> Option<String> {
     env.get_string(s).ok().map(String::from)
 }
 
+/// A Java `String[]` of `texts` (null if it cannot be made).
+pub(crate) fn string_array(env: &mut JNIEnv, texts: &[String]) -> jni::sys::jobjectArray {
+    let Ok(array) = env.new_object_array(
+        texts.len() as i32,
+        "java/lang/String",
+        jni::objects::JObject::null(),
+    ) else {
+        return std::ptr::null_mut();
+    };
+    for (i, t) in texts.iter().enumerate() {
+        if let Ok(s) = env.new_string(t) {
+            let _ = env.set_object_array_element(&array, i as i32, s);
+        }
+    }
+    array.into_raw()
+}
+
 /// The options Spark passed, as two parallel arrays of names and values.
 pub(crate) fn options(
     env: &mut JNIEnv,

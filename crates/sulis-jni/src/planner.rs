@@ -2,7 +2,7 @@
 //! the archive the options name).
 
 use crate::{long_array, reader_options, string, throw, throw_plan};
-use jni::objects::{JClass, JObject, JObjectArray, JString};
+use jni::objects::{JClass, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong, jlongArray, jobjectArray, jstring, JNI_TRUE};
 use jni::JNIEnv;
 use std::sync::Mutex;
@@ -274,16 +274,7 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerDrainLog<'l>(
         }));
         out
     };
-    let Ok(array) = env.new_object_array(lines.len() as i32, "java/lang/String", JObject::null())
-    else {
-        return std::ptr::null_mut();
-    };
-    for (i, line) in lines.iter().enumerate() {
-        if let Ok(s) = env.new_string(line) {
-            let _ = env.set_object_array_element(&array, i as i32, s);
-        }
-    }
-    array.into_raw()
+    crate::string_array(&mut env, &lines)
 }
 
 /// Real-time mode: a partition per followed recording, 8 longs each:

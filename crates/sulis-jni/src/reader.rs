@@ -341,19 +341,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_readerDrainLog<'l>(
             .map(|x| x.drain_notes())
             .unwrap_or_default()
     };
-    let Ok(array) = env.new_object_array(
-        notes.len() as i32,
-        "java/lang/String",
-        jni::objects::JObject::null(),
-    ) else {
-        return std::ptr::null_mut();
-    };
-    for (i, n) in notes.iter().enumerate() {
-        if let Ok(s) = env.new_string(format!("I {n}")) {
-            let _ = env.set_object_array_element(&array, i as i32, s);
-        }
-    }
-    array.into_raw()
+    let lines: Vec<String> = notes.iter().map(|n| format!("I {n}")).collect();
+    crate::string_array(&mut env, &lines)
 }
 
 #[no_mangle]

@@ -1,13 +1,15 @@
 //! `io.sulis.spark.Native.sink*`: the JVM sink's writers
-//! (`sulis_spark::sink_publisher`: each row offered as it comes, at least
-//! once). Converting only.
+//! (`sulis_spark::sink_publisher`: at least once, or exactly once through
+//! the sink's journal). Converting only.
 
 use crate::{options, throw, throw_plan};
 use jni::objects::{JByteArray, JClass, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::JNIEnv;
 use std::sync::Mutex;
+use sulis_spark::exactly_once_target::TaskIdentity;
 use sulis_spark::sink_columns::{check_sink_columns, stamp_before_1970};
+use sulis_spark::sink_journal::SinkJournal;
 use sulis_spark::sink_publisher::{SinkFailure, SinkPublisher};
 use sulis_spark::WriterOptions;
 
@@ -39,9 +41,38 @@ fn strings(env: &mut JNIEnv, array: &JObjectArray) -> Option<Vec<String>> {
         .collect()
 }
 
-/// The writer options and the write's columns (names, Spark simple types)
-/// checked; a writer's handle (0 with the error thrown).
+/// On the Spark driver, as a streaming write starts: with `exactlyOnce`,
+/// the archive records the sink's journal.
 #[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkRecordJournal<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+) {
+    let Some(map) = options(&mut env, &keys, &values) else {
+        throw(&mut env, "OptionError", "the options could not be read");
+        return;
+    };
+    let opts = match WriterOptions::parse(&map) {
+        Ok(o) => o,
+        Err(e) => return throw_plan(&mut env, e),
+    };
+    if !opts.exactly_once {
+        return;
+    }
+    if let Err(f) = SinkJournal::of(&opts).and_then(|j| j.ensure_recorded()) {
+        throw_sink(&mut env, f);
+    }
+}
+
+/// The writer options and the write's columns (names, Spark simple types)
+/// checked; a writer's handle (0 with the error thrown). `query` null (a
+/// batch write) or `exactlyOnce=false`: at least once; else exactly once as
+/// task attempt `attempt` of `partition` in micro-batch `batch` of
+/// streaming query `query` (empty: the task had none).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_sulis_spark_Native_sinkOpen<'l>(
     mut env: JNIEnv<'l>,
     _: JClass<'l>,
@@ -49,7 +80,12 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkOpen<'l>(
     values: JObjectArray<'l>,
     names: JObjectArray<'l>,
     types: JObjectArray<'l>,
+    query: JString<'l>,
+    batch: jlong,
+    partition: jlong,
+    attempt: jlong,
 ) -> jlong {
+    let query = crate::string(&mut env, &query);
     let (Some(map), Some(names), Some(types)) = (
         options(&mut env, &keys, &values),
         strings(&mut env, &names),
@@ -71,7 +107,20 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkOpen<'l>(
         return 0;
     }
     let stamp = opts.stamp_timestamp;
-    match SinkPublisher::new(opts) {
+    let task = match query {
+        Some(q) if opts.exactly_once && q.is_empty() => {
+            throw(&mut env, "SinkError", "sulis sink: no streaming batch id or query id in the task (exactly-once needs them)");
+            return 0;
+        }
+        Some(query) if opts.exactly_once => Some(TaskIdentity {
+            query,
+            batch,
+            partition,
+            task_attempt_id: attempt,
+        }),
+        _ => None,
+    };
+    match SinkPublisher::new(opts, task) {
         Ok(publisher) => Box::into_raw(Box::new(Mutex::new(Sink {
             publisher,
             stamp,
@@ -171,6 +220,72 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkOffer<'l>(
     if let Err(f) = s.publisher.offer(target as usize, &s.value, reserved) {
         throw_sink(&mut env, f);
     }
+}
+
+/// After the last row: exactly once, every target's rows recorded and the
+/// journal told. `{published, skipped}`.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkFinish<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+) -> jni::sys::jlongArray {
+    let done = sink(handle)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .publisher
+        .finish();
+    match done {
+        Ok((published, skipped)) => {
+            let Ok(out) = env.new_long_array(2) else {
+                return std::ptr::null_mut();
+            };
+            if env
+                .set_long_array_region(&out, 0, &[published, skipped])
+                .is_err()
+            {
+                return std::ptr::null_mut();
+            }
+            out.into_raw()
+        }
+        Err(f) => {
+            throw_sink(&mut env, f);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// After an error (`why`): each exactly-once target tells the journal,
+/// where it can, how its attempt ended.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkFail<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+    why: JString<'l>,
+) {
+    let why = crate::string(&mut env, &why).unwrap_or_default();
+    sink(handle)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .publisher
+        .fail(&why);
+}
+
+/// What to log since the last call (a re-run that skipped rows, an attempt
+/// that waited for another), one text each.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_sinkNotes<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+) -> jni::sys::jobjectArray {
+    let notes = sink(handle)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .publisher
+        .drain_notes();
+    crate::string_array(&mut env, &notes)
 }
 
 /// Frees a writer (its publications stay, kept for the process).

@@ -27,6 +27,7 @@ mod spark_planner;
 mod spark_range;
 mod spark_reader;
 mod spark_rows;
+mod spark_sink;
 mod subscription;
 
 use pyo3::prelude::*;

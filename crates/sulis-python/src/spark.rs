@@ -227,25 +227,6 @@ fn spark_sink_row_error(kind: &str, row: i64, value: i64) -> PyResult<String> {
     })
 }
 
-/// The text of offers that failed: `kind` "ended" (the publication takes no
-/// more) or "refused" (for the whole `timeout_s`); `result` the last
-/// refusal's name.
-#[pyfunction]
-fn spark_sink_offer_error(
-    kind: &str,
-    channel: &str,
-    stream_id: i32,
-    result: &str,
-    timeout_s: f64,
-) -> PyResult<String> {
-    use sulis_spark::sink_publisher as p;
-    Ok(match kind {
-        "ended" => p::publication_ended(channel, stream_id, result),
-        "refused" => p::refused(channel, stream_id, timeout_s, result),
-        other => return Err(PyValueError::new_err(format!("no offer error {other:?}"))),
-    })
-}
-
 /// Registers the functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_offset_json, m)?)?;
@@ -262,6 +243,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark_holds_recording, m)?)?;
     m.add_function(wrap_pyfunction!(spark_check_sink_columns, m)?)?;
     m.add_function(wrap_pyfunction!(spark_sink_row_error, m)?)?;
-    m.add_function(wrap_pyfunction!(spark_sink_offer_error, m)?)?;
+    m.add_class::<crate::spark_sink::PySparkSinkTask>()?;
+    m.add_function(wrap_pyfunction!(
+        crate::spark_sink::spark_sink_record_journal,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        crate::spark_sink::spark_sink_journal_entries,
+        m
+    )?)?;
     Ok(())
 }

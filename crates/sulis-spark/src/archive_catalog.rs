@@ -83,44 +83,7 @@ impl ArchiveCatalog {
     }
 
     fn info_of(&mut self, d: &RecordingDescriptor) -> Result<RecordingInfo, PlanError> {
-        let mut end = d.stop_position;
-        let mut live = false;
-        if end < 0 {
-            let s = self.session()?;
-            let live_position = s
-                .archive
-                .get_recording_position(d.recording_id)
-                .map_err(archive_error)?;
-            if live_position >= 0 {
-                (end, live) = (live_position, true);
-            } else {
-                // Not recording and no stop position: an archive that was
-                // killed and has not yet recovered it.
-                let max = s
-                    .archive
-                    .get_max_recorded_position(d.recording_id)
-                    .map_err(archive_error)?;
-                end = d.start_position.max(max);
-            }
-        }
-        Ok(RecordingInfo {
-            recording_id: d.recording_id,
-            stream_id: d.stream_id,
-            session_id: d.session_id,
-            start: d.start_position,
-            end,
-            term_length: d.term_buffer_length,
-            mtu_length: d.mtu_length,
-            live,
-            segment_length: d.segment_file_length,
-            initial_term_id: d.initial_term_id,
-            stop_timestamp: if d.stop_position >= 0 {
-                d.stop_timestamp
-            } else {
-                -1
-            },
-            recorded: -1,
-        })
+        recording_info(self.session()?, d).map_err(archive_error)
     }
 
     /// `r` as a `clusterDir` query may read it: never past the member's
@@ -319,6 +282,45 @@ impl Drop for ArchiveCatalog {
     fn drop(&mut self) {
         self.reset();
     }
+}
+
+/// A listed recording with its current end: its stop position, or what is
+/// recorded while it is live.
+pub fn recording_info(
+    s: &mut ArchiveSession,
+    d: &RecordingDescriptor,
+) -> Result<RecordingInfo, ArchiveError> {
+    let mut end = d.stop_position;
+    let mut live = false;
+    if end < 0 {
+        let live_position = s.archive.get_recording_position(d.recording_id)?;
+        if live_position >= 0 {
+            (end, live) = (live_position, true);
+        } else {
+            // Not recording and no stop position: an archive that was
+            // killed and has not yet recovered it.
+            let max = s.archive.get_max_recorded_position(d.recording_id)?;
+            end = d.start_position.max(max);
+        }
+    }
+    Ok(RecordingInfo {
+        recording_id: d.recording_id,
+        stream_id: d.stream_id,
+        session_id: d.session_id,
+        start: d.start_position,
+        end,
+        term_length: d.term_buffer_length,
+        mtu_length: d.mtu_length,
+        live,
+        segment_length: d.segment_file_length,
+        initial_term_id: d.initial_term_id,
+        stop_timestamp: if d.stop_position >= 0 {
+            d.stop_timestamp
+        } else {
+            -1
+        },
+        recorded: -1,
+    })
 }
 
 /// A log recording's readable end: what it recorded, never past the

@@ -23,6 +23,8 @@
 //!   ([`value_layout`] for `valueSchema`, a cluster log's session
 //!   messages), written as Arrow columns for Python ([`arrow_columns`]) or
 //!   Spark's `UnsafeRow`s for the JVM ([`unsafe_row`]).
+//! - [`sink_publisher`]: a sink task's writer, at least once or, through
+//!   [`exactly_once_target`] and the [`sink_journal`], exactly once.
 
 pub mod archive_address;
 pub mod archive_catalog;
@@ -32,6 +34,8 @@ pub mod arrow_columns;
 pub mod close_match;
 pub mod column_type;
 pub mod commit_limit;
+pub mod exactly_once_target;
+pub mod journal_entry;
 pub mod message_assembler;
 pub mod option_values;
 pub mod partition_reader;
@@ -41,7 +45,10 @@ pub mod reader_options;
 pub mod recording_catalog;
 pub mod recording_info;
 pub mod row_shape;
+pub mod sink_archive;
+pub mod sink_checksum;
 pub mod sink_columns;
+pub mod sink_journal;
 pub mod sink_publisher;
 pub mod source_offset;
 pub mod stream_planner;

@@ -1,23 +1,29 @@
-//! The JVM sink's publishing: each row offered as it comes (real-time
-//! mode's way), so at least once — a task Spark runs again publishes its
-//! rows again. Exactly once is the Python sink's in micro-batches (it
-//! holds a journal of what each attempt published); the JVM sink refuses
-//! `exactlyOnce` rather than pretend.
+//! One sink task's writer, for both sinks: where each row goes and its
+//! publishing.
 //!
-//! Publications are kept per process and target for the process' life, as
-//! the Python sink keeps them: closing the last one of a stream ends its
-//! session, and the archive would start another recording for the next
-//! task. Back pressure is waited out up to the message timeout, then the
-//! write fails naming the stream (the Python sink's texts).
+//! - At least once (`exactlyOnce=false`, a batch write, real-time mode):
+//!   each row offered as it comes through a publication the process
+//!   shares; a task Spark runs again publishes its rows again.
+//! - Exactly once (a streaming write's micro-batches): each target's rows
+//!   go through an [`ExactlyOnceTarget`], whose journal makes a re-run
+//!   skip (and check) what earlier attempts of its task published.
+//!
+//! Publications are kept per process and target for the process' life:
+//! closing the last one of a stream ends its session, and the archive
+//! would start another recording for the next task. Back pressure is
+//! waited out up to the message timeout, then the write fails naming the
+//! stream.
 
 use crate::archive_session::connect_client;
+use crate::exactly_once_target::{ExactlyOnceTarget, TaskIdentity};
 use crate::range_planner::PlanError;
 use crate::sink_columns::{bad_stream, null_channel, null_stream};
 use crate::writer_options::WriterOptions;
+use crate::ArchiveAddress;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use sulis_client::{Client, OfferError, Publication};
+use sulis_client::{Client, ExclusivePublication, OfferError, Publication};
 
 /// Why a write failed: the class both sinks raise, and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,12 +81,11 @@ pub fn refused(channel: &str, stream_id: i32, timeout_s: f64, result: &str) -> S
     format!("sulis sink: {channel} stream {stream_id} refused offers for {timeout_s:.0}s: {result}{why}")
 }
 
-/// The JVM sink is at least once: `exactlyOnce` must be set to false.
-pub fn at_least_once(opts: &WriterOptions) -> Result<(), PlanError> {
-    if opts.exactly_once {
-        return Err(PlanError::Option("option exactlyOnce: the JVM sink publishes each row as it comes (so in real-time mode too), at least once: a task Spark runs again publishes its rows again. Set exactlyOnce=false, or write through the Python sink (format(\"sulis\"), micro-batches), which is exactly once".into()));
-    }
-    Ok(())
+/// The streaming sink's exactly once needs the task's query id and batch
+/// id; without them (real-time mode hands rows on before its batch is
+/// known to end) it is refused by name rather than given up silently.
+pub fn exactly_once_needs_batches(mode: &str) -> PlanError {
+    PlanError::Option(format!("option exactlyOnce: {mode} hands each row on as it comes, before its batch commits, so a task Spark runs again publishes its rows again: the sink is at least once there. Set exactlyOnce=false (Kafka's sink is at least once too), or write in micro-batches, where the sink is exactly once"))
 }
 
 type Key = (String, String, i32);
@@ -89,26 +94,186 @@ struct Shared {
     /// Clients by driver directory (kept while the process lives).
     clients: HashMap<String, Arc<Client>>,
     publications: HashMap<Key, Arc<Publication>>,
+    /// Exclusive publications no task holds now.
+    exclusive: HashMap<Key, Vec<ExclusivePublication>>,
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 
-/// One task's writer: where its rows go, and their publications.
+fn with_shared<T>(f: impl FnOnce(&mut Shared) -> T) -> T {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    f(shared.get_or_insert_with(|| Shared {
+        clients: HashMap::new(),
+        publications: HashMap::new(),
+        exclusive: HashMap::new(),
+    }))
+}
+
+fn key(address: &ArchiveAddress, channel: &str, stream_id: i32) -> Key {
+    (
+        address.driver_dir.clone().unwrap_or_default(),
+        channel.to_string(),
+        stream_id,
+    )
+}
+
+fn client(shared: &mut Shared, address: &ArchiveAddress) -> Result<Arc<Client>, SinkFailure> {
+    let dir = address.driver_dir.clone().unwrap_or_default();
+    if let Some(c) = shared.clients.get(&dir).filter(|c| c.check().is_ok()) {
+        return Ok(c.clone());
+    }
+    let c = connect_client(address)
+        .map(Arc::new)
+        .map_err(|e| SinkFailure::NoDriver(e.named().1))?;
+    shared.clients.insert(dir, c.clone());
+    Ok(c)
+}
+
+fn cannot_publish(channel: &str, stream_id: i32, e: impl std::fmt::Display) -> SinkFailure {
+    SinkFailure::Sink(format!(
+        "sulis sink: cannot publish on channel {} stream {stream_id}: {e}",
+        crate::option_values::repr(channel)
+    ))
+}
+
+/// This process' shared publication on `channel`/`stream_id`.
+pub fn shared_publication(
+    address: &ArchiveAddress,
+    channel: &str,
+    stream_id: i32,
+) -> Result<Arc<Publication>, SinkFailure> {
+    with_shared(|shared| {
+        let k = key(address, channel, stream_id);
+        if let Some(p) = shared.publications.get(&k).filter(|p| !p.is_closed()) {
+            return Ok(p.clone());
+        }
+        let p = client(shared, address)?
+            .add_publication(channel, stream_id)
+            .map(Arc::new)
+            .map_err(|e| cannot_publish(channel, stream_id, e))?;
+        shared.publications.insert(k, p.clone());
+        Ok(p)
+    })
+}
+
+/// An exclusive publication on `channel`/`stream_id` for one task: one no
+/// task holds now, else a new one (its own session).
+pub fn take_exclusive(
+    address: &ArchiveAddress,
+    channel: &str,
+    stream_id: i32,
+) -> Result<ExclusivePublication, SinkFailure> {
+    with_shared(|shared| {
+        let k = key(address, channel, stream_id);
+        let free = shared.exclusive.entry(k).or_default();
+        while let Some(p) = free.pop() {
+            if !p.is_closed() {
+                return Ok(p);
+            }
+        }
+        client(shared, address)?
+            .add_exclusive_publication(channel, stream_id)
+            .map_err(|e| cannot_publish(channel, stream_id, e))
+    })
+}
+
+/// A task's exclusive publication back, for the process' next task.
+pub fn give_back_exclusive(
+    address: &ArchiveAddress,
+    channel: &str,
+    stream_id: i32,
+    p: ExclusivePublication,
+) {
+    if !p.is_closed() {
+        with_shared(|shared| {
+            shared
+                .exclusive
+                .entry(key(address, channel, stream_id))
+                .or_default()
+                .push(p)
+        });
+    }
+}
+
+/// After a refused offer: fails where the publication can take no more or
+/// offers were refused since `since` for the message timeout, else waits a
+/// little.
+pub fn wait_refused(
+    e: &OfferError,
+    channel: &str,
+    stream_id: i32,
+    since: Instant,
+    timeout_s: f64,
+) -> Result<(), SinkFailure> {
+    match e {
+        OfferError::Closed
+        | OfferError::MaxPositionExceeded
+        | OfferError::MessageTooLong { .. }
+        | OfferError::Client(_) => {
+            return Err(SinkFailure::Sink(publication_ended(
+                channel,
+                stream_id,
+                &offer_result_name(e),
+            )))
+        }
+        _ => {}
+    }
+    if since.elapsed().as_secs_f64() > timeout_s {
+        return Err(SinkFailure::Timeout(refused(
+            channel,
+            stream_id,
+            timeout_s,
+            &offer_result_name(e),
+        )));
+    }
+    std::thread::sleep(if matches!(e, OfferError::NotConnected) {
+        Duration::from_millis(5)
+    } else {
+        Duration::from_micros(100)
+    });
+    Ok(())
+}
+
+enum Target {
+    Shared(String, i32, Arc<Publication>),
+    Exactly(Box<ExactlyOnceTarget>),
+}
+
+/// One task's writer: where its rows go, and their publishing.
 pub struct SinkPublisher {
     opts: WriterOptions,
+    /// Exactly once: the task.
+    task: Option<TaskIdentity>,
     /// Targets by id, as the writer resolved them.
-    targets: Vec<(String, i32, Arc<Publication>)>,
+    targets: Vec<Target>,
     ids: HashMap<(String, i32), usize>,
+    rows: i64,
+    notes: Vec<String>,
 }
 
 impl SinkPublisher {
-    pub fn new(opts: WriterOptions) -> Result<SinkPublisher, SinkFailure> {
-        at_least_once(&opts).map_err(|e| SinkFailure::Option(e.named().1))?;
-        Ok(SinkPublisher {
+    /// A writer: exactly once where `task` is given, else at least once.
+    /// With a fixed target (both `channel` and `streamId` options) an
+    /// exactly-once task claims it at once, rows or none: a re-run with
+    /// fewer rows than were published fails.
+    pub fn new(
+        opts: WriterOptions,
+        task: Option<TaskIdentity>,
+    ) -> Result<SinkPublisher, SinkFailure> {
+        let mut p = SinkPublisher {
             opts,
+            task,
             targets: Vec::new(),
             ids: HashMap::new(),
-        })
+            rows: 0,
+            notes: Vec::new(),
+        };
+        if p.task.is_some() {
+            if let (Some(c), Some(s)) = (p.opts.channel.clone(), p.opts.stream_id) {
+                p.target_of(&c, s)?;
+            }
+        }
+        Ok(p)
     }
 
     /// The id of row `row`'s target: the options', else its `channel` and
@@ -131,89 +296,118 @@ impl SinkPublisher {
             }
             (None, None) => return Err(SinkFailure::Row(null_stream(row))),
         };
-        if let Some(&id) = self.ids.get(&(channel.clone(), stream_id)) {
-            return Ok(id);
-        }
-        let publication = self.publication(&channel, stream_id)?;
-        self.targets.push((channel.clone(), stream_id, publication));
-        self.ids
-            .insert((channel, stream_id), self.targets.len() - 1);
-        Ok(self.targets.len() - 1)
+        self.target_of(&channel, stream_id)
     }
 
-    fn publication(&self, channel: &str, stream_id: i32) -> Result<Arc<Publication>, SinkFailure> {
-        let address = &self.opts.archive;
-        let dir = address.driver_dir.clone().unwrap_or_default();
-        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        let shared = shared.get_or_insert_with(|| Shared {
-            clients: HashMap::new(),
-            publications: HashMap::new(),
-        });
-        let key = (dir.clone(), channel.to_string(), stream_id);
-        if let Some(p) = shared.publications.get(&key).filter(|p| !p.is_closed()) {
-            return Ok(p.clone());
+    /// The id of target `channel`/`stream_id`, opened (claimed) on first use.
+    pub fn target_of(&mut self, channel: &str, stream_id: i32) -> Result<usize, SinkFailure> {
+        if let Some(&id) = self.ids.get(&(channel.to_string(), stream_id)) {
+            return Ok(id);
         }
-        let client = match shared.clients.get(&dir).filter(|c| c.check().is_ok()) {
-            Some(c) => c.clone(),
-            None => {
-                let c = connect_client(address)
-                    .map(Arc::new)
-                    .map_err(|e| SinkFailure::NoDriver(e.named().1))?;
-                shared.clients.insert(dir, c.clone());
-                c
+        let target = match &self.task {
+            None => Target::Shared(
+                channel.to_string(),
+                stream_id,
+                shared_publication(&self.opts.archive, channel, stream_id)?,
+            ),
+            Some(task) => {
+                let mut t = ExactlyOnceTarget::open(&self.opts, channel, stream_id, task)?;
+                self.notes.append(&mut t.notes);
+                Target::Exactly(Box::new(t))
             }
         };
-        let p = client
-            .add_publication(channel, stream_id)
-            .map(Arc::new)
-            .map_err(|e| {
-                SinkFailure::Sink(format!(
-                    "sulis sink: cannot publish on channel {} stream {stream_id}: {e}",
-                    crate::option_values::repr(channel)
-                ))
-            })?;
-        shared.publications.insert(key, p.clone());
-        Ok(p)
+        self.targets.push(target);
+        self.ids
+            .insert((channel.to_string(), stream_id), self.targets.len() - 1);
+        Ok(self.targets.len() - 1)
     }
 
     /// Offers `value` to target `id` (with `reserved` as its reserved value),
     /// waiting out back pressure up to the message timeout.
-    pub fn offer(&self, id: usize, value: &[u8], reserved: Option<i64>) -> Result<(), SinkFailure> {
-        let (channel, stream_id, p) = &self.targets[id];
-        let since = Instant::now();
-        let timeout = Duration::from_secs_f64(self.opts.archive.message_timeout_s);
-        loop {
-            let e = match p.offer_with(value, reserved) {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
-            };
-            match e {
-                OfferError::Closed
-                | OfferError::MaxPositionExceeded
-                | OfferError::MessageTooLong { .. }
-                | OfferError::Client(_) => {
-                    return Err(SinkFailure::Sink(publication_ended(
-                        channel,
-                        *stream_id,
-                        &offer_result_name(&e),
-                    )))
+    pub fn offer(
+        &mut self,
+        id: usize,
+        value: &[u8],
+        reserved: Option<i64>,
+    ) -> Result<(), SinkFailure> {
+        self.offer_all(id, &[value], |_| reserved)
+    }
+
+    /// Offers `values` to target `id`, value `i` with `reserved(i)` as its
+    /// reserved value; exactly once, the leading values earlier attempts
+    /// published are checked and skipped.
+    pub fn offer_all(
+        &mut self,
+        id: usize,
+        values: &[&[u8]],
+        reserved: impl Fn(usize) -> Option<i64>,
+    ) -> Result<(), SinkFailure> {
+        self.rows += values.len() as i64;
+        let timeout_s = self.opts.archive.message_timeout_s;
+        match &mut self.targets[id] {
+            Target::Shared(channel, stream_id, p) => {
+                let mut i = 0;
+                let mut since = Instant::now();
+                while i < values.len() {
+                    let (n, r) =
+                        p.offer_batch_with(values[i..].iter().copied(), |k| reserved(i + k));
+                    i += n;
+                    if n > 0 {
+                        since = Instant::now();
+                    }
+                    if let Err(e) = r {
+                        wait_refused(&e, channel, *stream_id, since, timeout_s)?;
+                    }
                 }
-                _ => {}
+                Ok(())
             }
-            if since.elapsed() > timeout {
-                return Err(SinkFailure::Timeout(refused(
-                    channel,
-                    *stream_id,
-                    self.opts.archive.message_timeout_s,
-                    &offer_result_name(&e),
-                )));
+            Target::Exactly(t) => {
+                let mut i = 0;
+                while i < values.len() && t.to_skip() > 0 {
+                    t.take_skipped(values[i])?;
+                    i += 1;
+                }
+                t.publish(&values[i..], |k| reserved(i + k))
             }
-            std::thread::sleep(if matches!(e, OfferError::NotConnected) {
-                Duration::from_millis(5)
-            } else {
-                Duration::from_micros(100)
-            });
         }
+    }
+
+    /// After the last row: exactly once, every target's rows recorded and
+    /// the journal told. `(published, skipped)`.
+    pub fn finish(&mut self) -> Result<(i64, i64), SinkFailure> {
+        let (mut published, mut skipped) = (0, 0);
+        for t in &mut self.targets {
+            match t {
+                Target::Shared(..) => {}
+                Target::Exactly(t) => {
+                    let closed = t.close();
+                    self.notes.append(&mut t.notes);
+                    let (p, s) = closed?;
+                    published += p;
+                    skipped += s;
+                }
+            }
+        }
+        if self.task.is_none() {
+            published = self.rows;
+        }
+        Ok((published, skipped))
+    }
+
+    /// After an error: each exactly-once target tells the journal, where it
+    /// can, how its attempt ended.
+    pub fn fail(&mut self, error: &str) {
+        for t in &mut self.targets {
+            if let Target::Exactly(t) = t {
+                t.fail(error);
+                self.notes.append(&mut t.notes);
+            }
+        }
+    }
+
+    /// What to log since the last call.
+    pub fn drain_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 }
 
@@ -226,20 +420,8 @@ mod tests {
     }
 
     #[test]
-    fn exactly_once_is_refused_by_name() {
-        let Err(SinkFailure::Option(t)) = SinkPublisher::new(opts(&[])) else {
-            panic!("exactlyOnce defaults to true and is refused")
-        };
-        assert!(
-            t.starts_with("option exactlyOnce: the JVM sink publishes each row as it comes"),
-            "{t}"
-        );
-        assert!(SinkPublisher::new(opts(&[("exactlyOnce", "false")])).is_ok());
-    }
-
-    #[test]
     fn a_row_without_a_target_is_named() {
-        let mut p = SinkPublisher::new(opts(&[("exactlyOnce", "false")])).unwrap();
+        let mut p = SinkPublisher::new(opts(&[("exactlyOnce", "false")]), None).unwrap();
         assert_eq!(
             p.target(3, None, Some(1)),
             Err(SinkFailure::Row(null_channel(3)))

@@ -45,16 +45,21 @@ from .errors import (
 )
 from .replay import SCHEMA, SCHEMA_DDL
 
-__all__ = ["SCHEMA", "SCHEMA_DDL", "register", "jar", "JVM_FORMAT", "SulisDataSource", "offsets_behind", "OptionError",
-           "DataLossError",
-           "ArchiveUnavailableError", "NoMediaDriverError", "ReadError", "ReadTimeoutError", "RowError", "SinkError",
-           "SinkTimeoutError"]
+__all__ = ["SCHEMA", "SCHEMA_DDL", "register", "jar", "JVM_FORMAT", "PYTHON_FORMAT", "SulisDataSource",
+           "offsets_behind", "OptionError", "DataLossError", "ArchiveUnavailableError", "NoMediaDriverError",
+           "ReadError", "ReadTimeoutError", "RowError", "SinkError", "SinkTimeoutError"]
 
 
-#: The JVM source's provider: ``spark.read.format(JVM_FORMAT)`` on a session whose JVM has ``jar()`` on its
-#: classpath (``SparkSession.builder.config("spark.jars", sulis.spark.jar())``). Same options, rows and
-#: offsets as ``format("sulis")``, no Python worker per micro-batch, and Spark's real-time mode.
+#: The JVM source's provider. On a session whose JVM has ``jar()`` on its classpath
+#: (``SparkSession.builder.config("spark.jars", sulis.spark.jar())``), ``format("sulis")`` is this one (the jar
+#: registers the name, and Spark resolves a JVM provider's name before a Python data source's); this full name
+#: says so explicitly. Same options, rows and offsets as the Python source, no Python worker per micro-batch,
+#: and Spark's real-time mode.
 JVM_FORMAT = "io.sulis.spark.SulisProvider"
+
+#: The Python data source by a name of its own (``register`` registers both), for a session that has the jar but
+#: wants the Python source: ``format("sulis")`` there is the JVM's.
+PYTHON_FORMAT = "sulis_python"
 
 
 def jar() -> str:
@@ -65,11 +70,26 @@ def jar() -> str:
 
 
 def register(spark: Any) -> None:
-    """Registers ``format("sulis")`` with the SparkSession ``spark`` (idempotent)."""
-    from .datasource import SulisDataSource
+    """Registers the Python data source as ``format("sulis")`` and ``format(PYTHON_FORMAT)`` with the
+    SparkSession ``spark`` (idempotent). Where the session has ``jar()`` on its classpath, ``format("sulis")``
+    is the JVM's all the same."""
+    from .datasource import SulisDataSource, SulisPythonDataSource
 
-    if not _register_with_concurrent_env(spark, SulisDataSource):
-        spark.dataSource.register(SulisDataSource)
+    for source in (SulisDataSource, SulisPythonDataSource):
+        if source is SulisDataSource and _jvm_provider_of(spark, "sulis"):
+            continue  # the jar's: Spark refuses a Python source under a name a JVM provider registers
+        if not _register_with_concurrent_env(spark, source):
+            spark.dataSource.register(source)
+
+
+def _jvm_provider_of(spark: Any, name: str) -> bool:
+    """Whether a JVM provider on the session's classpath registers ``name`` (the jar registers ``sulis``)."""
+    try:
+        found = spark.sparkContext._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            name, spark._jsparkSession.sessionState().conf())
+        return bool(found.getName() == JVM_FORMAT)
+    except Exception:  # noqa: BLE001 - not found (or no JVM of its own: Spark Connect)
+        return False
 
 
 def _register_with_concurrent_env(spark: Any, source: Any) -> bool:

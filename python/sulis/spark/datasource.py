@@ -14,7 +14,7 @@ from .errors import OptionError
 from .options import parse_reader_options, parse_writer_options
 from .replay import ddl_for
 
-__all__ = ["SulisDataSource", "SulisPartition", "SulisBatchReader"]
+__all__ = ["SulisDataSource", "SulisPythonDataSource", "SulisPartition", "SulisBatchReader"]
 
 
 class SulisDataSource(DataSource):
@@ -68,3 +68,13 @@ class SulisDataSource(DataSource):
         from .sink import SulisStreamWriter
 
         return SulisStreamWriter(parse_writer_options(self.options), schema)
+
+
+class SulisPythonDataSource(SulisDataSource):
+    """The same Python data source under the name ``sulis_python`` (``sulis.spark.PYTHON_FORMAT``): where the
+    jar is on a session's classpath, ``format("sulis")`` is the JVM's (Spark resolves a name a JVM provider
+    registers before a Python one), and this name still reaches the Python source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sulis_python"

@@ -116,9 +116,11 @@ class WriterOptions:
     stamp_timestamp: bool = False
     #: ``replayChannel``/``replayStreamId``: where ``exactlyOnce`` reads back what was published
     replay: tuple[str, int] = ("aeron:ipc", 0x5A17)
-    #: ``journalChannel``/``journalStreamId``: the exactly-once sink's journal (``journal.py``); the
-    #: channel None only where ``exactlyOnce`` is off
+    #: ``journalChannel``/``journalStreamId``: the exactly-once sink's journal (``sulis_spark::sink_journal``);
+    #: the channel None only where ``exactlyOnce`` is off
     journal: tuple[str | None, int] = (None, JOURNAL_STREAM_ID)
+    #: the options as given, for the Rust core's exactly-once tasks
+    raw: tuple[tuple[str, str], ...] = ()
 
 
 def _pairs(options: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -141,4 +143,4 @@ def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
     from .. import _native
 
     fields = _native.spark_writer_options(_pairs(options))
-    return WriterOptions(archive=ArchiveAddress(**fields.pop("archive")), **fields)
+    return WriterOptions(archive=ArchiveAddress(**fields.pop("archive")), raw=tuple(_pairs(options)), **fields)

@@ -8,7 +8,7 @@
 
 mod claim;
 mod fast_offer;
-mod offer_batch;
+pub(crate) mod offer_batch;
 
 pub use claim::PyBufferClaim;
 

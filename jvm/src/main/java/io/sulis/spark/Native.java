@@ -65,15 +65,32 @@ final class Native {
     /** The schema of the table a format lookup makes (a read's rows; the plain rows for a write's options). */
     static native String tableSchema(String[] keys, String[] values);
 
-    // -- the sink (executor side; at least once) ---------------------------------------------------
-    /** A writer, the options and the write's columns (names, Spark simple types) checked. */
-    static native long sinkOpen(String[] keys, String[] values, String[] names, String[] types);
+    // -- the sink ----------------------------------------------------------------------------------
+    /** On the Spark driver as a streaming write starts: with exactlyOnce, the archive records the journal. */
+    static native void sinkRecordJournal(String[] keys, String[] values);
+
+    /**
+     * A writer, the options and the write's columns (names, Spark simple types) checked; exactly once as
+     * task attempt {@code attempt} of {@code partition} in micro-batch {@code batch} of streaming query
+     * {@code query} where exactlyOnce is set, at least once where {@code query} is null (a batch write).
+     */
+    static native long sinkOpen(String[] keys, String[] values, String[] names, String[] types, String query,
+            long batch, long partition, long attempt);
 
     /** The id of a row's target: its channel (null: none) and stream id. */
     static native int sinkTarget(long handle, long row, String channel, long streamId, boolean streamNull);
 
     /** Offers a value; time: 1 the row's timestamp (micros), 0 a null one, 2 no timestamp column. */
     static native void sinkOffer(long handle, long row, int target, byte[] value, long micros, int time);
+
+    /** After the last row: every target's rows recorded and the journal told; {published, skipped}. */
+    static native long[] sinkFinish(long handle);
+
+    /** After an error: the journal told how the attempt ended, where it can be. */
+    static native void sinkFail(long handle, String why);
+
+    /** What to log since the last call. */
+    static native String[] sinkNotes(long handle);
 
     static native void sinkClose(long handle);
 

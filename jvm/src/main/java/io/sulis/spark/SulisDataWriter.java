@@ -5,10 +5,13 @@ import java.util.Map;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One task's rows, each offered as it comes (the Rust core waits out back pressure, and fails naming the
- * stream after the message timeout): at least once.
+ * stream after the message timeout); exactly once in a streaming write's tasks (the Rust core skips, checked,
+ * what an earlier attempt of the task published), else at least once.
  */
 final class SulisDataWriter implements DataWriter<InternalRow> {
     /** What a task published. */
@@ -16,14 +19,17 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
         private static final long serialVersionUID = 1L;
         final int partition;
         final long rows;
+        final long skipped;
 
-        Published(int partition, long rows) {
+        Published(int partition, long rows, long skipped) {
             this.partition = partition;
             this.rows = rows;
+            this.skipped = skipped;
         }
     }
 
     private static final byte[] EMPTY = new byte[0];
+    private static final Logger LOG = LoggerFactory.getLogger("sulis.spark");
 
     private final SulisWriterFactory f;
     private final int partition;
@@ -35,7 +41,14 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
     SulisDataWriter(SulisWriterFactory factory, int partition) {
         this.f = factory;
         this.partition = partition;
-        this.handle = factory.open();
+        this.handle = factory.open(partition);
+        log();
+    }
+
+    private void log() {
+        for (String note : Native.sinkNotes(handle)) {
+            LOG.warn("{}", note);
+        }
     }
 
     private int target(InternalRow row) {
@@ -90,11 +103,16 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
 
     @Override
     public WriterCommitMessage commit() {
-        return new Published(partition, rows);
+        long[] done = Native.sinkFinish(handle);
+        log();
+        return new Published(partition, done[0], done[1]);
     }
 
     @Override
-    public void abort() {}
+    public void abort() {
+        Native.sinkFail(handle, "the task failed after " + rows + " rows");
+        log();
+    }
 
     @Override
     public void close() {

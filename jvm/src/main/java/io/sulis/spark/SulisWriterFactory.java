@@ -1,6 +1,7 @@
 package io.sulis.spark;
 
 import java.io.Serializable;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
@@ -9,7 +10,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The sink's options and where its columns are, sent to the executors; makes each task's writer. */
+/** The sink's options, where its columns are and whether it streams, sent to the executors; makes each task's writer. */
 final class SulisWriterFactory implements DataWriterFactory, StreamingDataWriterFactory, Serializable {
     private static final long serialVersionUID = 1L;
 
@@ -24,8 +25,11 @@ final class SulisWriterFactory implements DataWriterFactory, StreamingDataWriter
     final int streamId;
     final String streamType;
     final int timestamp;
+    /** A streaming write: exactly once where exactlyOnce is set (the task names its query and batch). */
+    final boolean streaming;
 
-    SulisWriterFactory(CaseInsensitiveStringMap options, StructType schema) {
+    SulisWriterFactory(CaseInsensitiveStringMap options, StructType schema, boolean streaming) {
+        this.streaming = streaming;
         String[][] pairs = SourceOptions.arrays(options);
         keys = pairs[0];
         values = pairs[1];
@@ -54,9 +58,22 @@ final class SulisWriterFactory implements DataWriterFactory, StreamingDataWriter
         return -1;
     }
 
-    /** A native writer (the options and columns checked). */
-    long open() {
-        return Native.sinkOpen(keys, values, names, types);
+    /** A native writer for no task: the options and columns checked. */
+    long check() {
+        return Native.sinkOpen(keys, values, names, types, null, 0, 0, 0);
+    }
+
+    /** A native writer for partition {@code partition} of the running task. */
+    long open(int partition) {
+        TaskContext task = TaskContext.get();
+        if (!streaming || task == null) {
+            return Native.sinkOpen(keys, values, names, types, null, 0, partition, 0);
+        }
+        String query = task.getLocalProperty("sql.streaming.queryId");
+        String batch = task.getLocalProperty("streaming.sql.batchId");
+        boolean known = query != null && batch != null;
+        return Native.sinkOpen(keys, values, names, types, known ? query : "", known ? Long.parseLong(batch) : 0,
+                partition, task.taskAttemptId());
     }
 
     @Override
