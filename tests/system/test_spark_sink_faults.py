@@ -201,7 +201,8 @@ def test_a_re_run_with_other_rows_or_another_order_fails_and_publishes_nothing(n
 def test_a_recording_that_restarts_mid_run_fails_naming_the_positions_not_recorded(node, tmp_path):
     """The recording stops and starts again while a live subscriber keeps the publication going: what was
     published in between is in no recording. The attempt fails naming the positions, and so does a re-run
-    (which cannot tell which rows those were), rather than count wrong."""
+    (which cannot tell which rows those were), rather than count wrong; so does one after a re-run that failed
+    in a process that lives on."""
     _, _, client, ac = node
     ac.start_recording(CHANNEL, 3305)
     w = start_query(node, 3305, tmp_path)
@@ -226,7 +227,42 @@ def test_a_recording_that_restarts_mid_run_fails_naming_the_positions_not_record
         assert "error" in first and "were published but not recorded" in first["error"], first
         again = Task(w, "q-gap", 502, {"first": 0, "count": 20000}).result()
         assert "error" in again and "were published but not recorded" in again["error"], again
+        # An attempt that fails so in a process that lives on (an executor: its session stays recorded) says
+        # so in the journal: the next attempt, elsewhere, fails the same way rather than wait for it and then
+        # blame "another attempt still publishing".
+        import sulis
+        from sulis.spark.errors import SinkError
+
+        options = [("driverDir", node[0].dir), ("channel", CHANNEL), ("streamId", "3305")]
+        with pytest.raises(SinkError, match="were published but not recorded"):
+            sulis._native.SparkSinkTask(options, "q-gap", 4, 1, 503)
+        third = Task(w, "q-gap", 504, {"first": 0, "count": 20000}).result()
+        assert "error" in third and "were published but not recorded" in third["error"], third
     finally:
         stop.set()
         consumer.join(5)
         live.close()
+
+
+def test_two_spellings_of_one_stream_are_one_target_claimed_once(node, tmp_path):
+    """Rows routed by their ``channel`` column to ``aeron:ipc`` and ``aeron:ipc?alias=x`` (one stream to the
+    archive) are one target of the task: one claim, one run. A re-run of the task skips every row, whichever
+    spelling its rows use."""
+    import pyarrow as pa
+
+    import sulis
+
+    _, _, _, ac = node
+    ac.start_recording(CHANNEL, 3306)
+    options = [("driverDir", node[0].dir)]
+    values = pa.array(rows(6), pa.binary())
+    first = sulis._native.SparkSinkTask(options, "q-alias", 1, 0, 601)
+    first.write(CHANNEL, 3306, values.slice(0, 3))
+    first.write(CHANNEL + "?alias=x", 3306, values.slice(3))
+    assert first.finish() == (6, 0)
+    again = sulis._native.SparkSinkTask(options, "q-alias", 1, 0, 602)
+    again.write(CHANNEL + "?alias=x", 3306, values.slice(0, 2))
+    again.write(CHANNEL, 3306, values.slice(2))
+    assert again.finish() == (0, 6)
+    await_until(lambda: len(recorded(node, 3306)) >= 6, what="the rows recorded")
+    assert recorded(node, 3306) == rows(6)

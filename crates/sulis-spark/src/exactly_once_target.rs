@@ -103,12 +103,14 @@ fn covered(
 
 impl ExactlyOnceTarget {
     /// Claims (batch, partition, target), standing back while another
-    /// attempt is at it, and learns what earlier attempts published.
+    /// attempt is at it, and learns what earlier attempts published. What
+    /// to log goes to `notes` where it fails.
     pub fn open(
         opts: &WriterOptions,
         channel: &str,
         stream_id: i32,
         task: &TaskIdentity,
+        notes: &mut Vec<String>,
     ) -> Result<ExactlyOnceTarget, SinkFailure> {
         let journal = SinkJournal::of(opts)?;
         let archive = journal.archive.clone();
@@ -150,7 +152,14 @@ impl ExactlyOnceTarget {
             place,
             notes: Vec::new(),
         };
-        t.claim(task.task_attempt_id, deadline)?;
+        if let Err(e) = t.claim(task.task_attempt_id, deadline) {
+            // A claim made and then given up (the journal unreadable, an earlier
+            // attempt's rows in doubt) says so: a re-run need not wait for this
+            // session to end before it fails the same way.
+            t.fail(&e.clone().named().1);
+            notes.append(&mut t.notes);
+            return Err(e);
+        }
         Ok(t)
     }
 

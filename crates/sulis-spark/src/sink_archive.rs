@@ -99,6 +99,17 @@ impl SinkArchive {
         channel: &str,
         stream_id: i32,
     ) -> Result<Vec<RecordingInfo>, SinkFailure> {
+        self.recordings(channel, stream_id, None)
+    }
+
+    /// The recordings of the stream, of session `session_id` only where
+    /// given (only those are asked for their position).
+    fn recordings(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        session_id: Option<i32>,
+    ) -> Result<Vec<RecordingInfo>, SinkFailure> {
         let key = stream_key(channel, stream_id);
         let what = format!("listing the recordings of {channel} stream {stream_id}");
         self.call(&what, |s| {
@@ -113,7 +124,9 @@ impl SinkArchive {
                     from = last.recording_id + 1;
                 }
                 for d in page {
-                    if stream_key(&d.stripped_channel, d.stream_id) == key {
+                    if session_id.is_none_or(|id| id == d.session_id)
+                        && stream_key(&d.stripped_channel, d.stream_id) == key
+                    {
                         out.push(recording_info(s, &d)?);
                     }
                 }
@@ -132,11 +145,7 @@ impl SinkArchive {
         stream_id: i32,
         session_id: i32,
     ) -> Result<Vec<RecordingInfo>, SinkFailure> {
-        let mut found: Vec<_> = self
-            .recordings_of_stream(channel, stream_id)?
-            .into_iter()
-            .filter(|r| r.session_id == session_id)
-            .collect();
+        let mut found = self.recordings(channel, stream_id, Some(session_id))?;
         found.sort_by_key(|r| r.start);
         Ok(found)
     }
@@ -203,15 +212,13 @@ impl SinkArchive {
             return Ok(());
         }
         let source = if media(channel) == "aeron:ipc" { 0 } else { 1 };
-        let started = self.call("recording the sink's journal", |s| {
+        let what = format!("recording the sink's journal ({channel} stream {stream_id})");
+        let started = self.call(&what, |s| {
             s.archive.start_recording(channel, stream_id, source, false)
         });
         match started {
             // Another query starting it at the same time is as good.
-            Err(_) if self.records(channel, stream_id)? => Ok(()),
-            Err(SinkFailure::Sink(t)) => Err(SinkFailure::Sink(format!(
-                "sulis sink: cannot record the sink's journal ({channel} stream {stream_id}): {t}"
-            ))),
+            Err(_) if self.records(channel, stream_id).unwrap_or(false) => Ok(()),
             other => other.map(|_| ()),
         }
     }

@@ -37,7 +37,7 @@
 //! back from its end a term at a time until it shows an earlier
 //! micro-batch of the query, then only what is new.
 
-use crate::journal_entry::JournalEntry;
+use crate::journal_entry::{EntryKind, JournalEntry};
 use crate::range_planner::replay_from;
 use crate::sink_archive::SinkArchive;
 use crate::sink_publisher::{offer_result_name, SinkFailure};
@@ -110,6 +110,8 @@ pub struct SinkJournal {
     pub stream_id: i32,
     replay: (String, i32),
     tails: Mutex<HashMap<i64, Tail>>,
+    /// Whether this process saw the journal recorded.
+    recorded: std::sync::atomic::AtomicBool,
 }
 
 static JOURNALS: Mutex<Option<HashMap<String, Arc<SinkJournal>>>> = Mutex::new(None);
@@ -140,15 +142,23 @@ impl SinkJournal {
                     stream_id: opts.journal_stream_id,
                     replay,
                     tails: Mutex::new(HashMap::new()),
+                    recorded: std::sync::atomic::AtomicBool::new(false),
                 })
             });
         Ok(j.clone())
     }
 
     /// The archive records the journal (on the Spark driver, when a query
-    /// starts): started unless something records it already.
+    /// starts): started unless something records it already. Asked once
+    /// per process.
     pub fn ensure_recorded(&self) -> Result<(), SinkFailure> {
-        self.archive.ensure_recorded(&self.channel, self.stream_id)
+        use std::sync::atomic::Ordering;
+        if !self.recorded.load(Ordering::Acquire) {
+            self.archive
+                .ensure_recorded(&self.channel, self.stream_id)?;
+            self.recorded.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Offers `entry` on this process' journal publication `publication`
@@ -188,8 +198,9 @@ impl SinkJournal {
     }
 
     /// Every entry recorded now that may matter to micro-batch `batch` of
-    /// `query`: each journal recording read back at least to an entry of
-    /// an earlier batch of the query (or its start).
+    /// `query` (the query's, and every claim): each journal recording read
+    /// back at least to an entry of an earlier batch of the query (or its
+    /// start).
     pub fn entries(&self, query: &str, batch: i64) -> Result<Vec<JournalEntry>, SinkFailure> {
         let mut out = Vec::new();
         for r in self
@@ -207,37 +218,74 @@ impl SinkJournal {
         query: &str,
         batch: i64,
     ) -> Result<Vec<JournalEntry>, SinkFailure> {
-        let mut tails = self.tails.lock().unwrap_or_else(|e| e.into_inner());
-        let tail = tails.entry(r.recording_id).or_insert_with(|| Tail {
-            lo: r.end,
-            hi: r.end,
-            entries: Vec::new(),
-        });
-        if r.end > tail.hi {
-            // What is new.
-            let new = self.read(r, tail.hi, r.end)?;
-            tail.entries.extend(new);
-            tail.hi = r.end;
+        // The archive is read with the lock released (tasks of one executor
+        // read the journal at once); a read another thread overtook is
+        // dropped and the state looked at again.
+        let tail = |tails: &mut HashMap<i64, Tail>| -> (i64, i64) {
+            let t = tails.entry(r.recording_id).or_insert_with(|| Tail {
+                lo: r.end,
+                hi: r.end,
+                entries: Vec::new(),
+            });
+            (t.lo, t.hi)
+        };
+        loop {
+            // What is new, to what was recorded when the caller listed it.
+            let (_, hi) = tail(&mut self.lock());
+            if hi >= r.end {
+                break;
+            }
+            let new = self.read(r, hi, r.end)?;
+            let mut tails = self.lock();
+            let t = tails.get_mut(&r.recording_id).expect("made above");
+            if t.hi == hi {
+                t.entries.extend(new);
+                t.hi = r.end;
+            }
         }
-        while tail.lo > r.start
-            && !tail
-                .entries
-                .iter()
-                .any(|e| e.query == query && e.batch < batch)
-        {
-            let lo = replay_from(tail.lo - 1, r.start, r.term_length);
-            let mut older = self.read(r, lo, tail.lo)?;
-            older.append(&mut tail.entries);
-            tail.entries = older;
-            tail.lo = lo;
+        loop {
+            // Back a term at a time to an earlier batch of the query.
+            let lo = {
+                let tails = self.lock();
+                let t = &tails[&r.recording_id];
+                let found = t
+                    .entries
+                    .iter()
+                    .any(|e| e.query == query && e.batch < batch);
+                if t.lo <= r.start || found {
+                    break;
+                }
+                t.lo
+            };
+            let from = replay_from(lo - 1, r.start, r.term_length);
+            let mut older = self.read(r, from, lo)?;
+            let mut tails = self.lock();
+            let t = tails.get_mut(&r.recording_id).expect("made above");
+            if t.lo == lo {
+                older.append(&mut t.entries);
+                t.entries = older;
+                t.lo = from;
+            }
         }
-        if tail.entries.len() > KEPT {
+        let mut tails = self.lock();
+        let t = tails.get_mut(&r.recording_id).expect("made above");
+        if t.entries.len() > KEPT {
             // Keep the newest half.
-            let cut = tail.entries.len() / 2;
-            tail.lo = tail.entries[cut - 1].position;
-            tail.entries.drain(..cut);
+            let cut = t.entries.len() / 2;
+            t.lo = t.entries[cut - 1].position;
+            t.entries.drain(..cut);
         }
-        Ok(tail.entries.clone())
+        // What a claim looks at: this query's entries, and every claim (a
+        // later claim in a session ends an attempt of any query).
+        Ok(t.entries
+            .iter()
+            .filter(|e| e.query == query || e.kind == EntryKind::Claim)
+            .cloned()
+            .collect())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Tail>> {
+        self.tails.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn read(

@@ -16,7 +16,6 @@
 
 use crate::archive_session::connect_client;
 use crate::exactly_once_target::{ExactlyOnceTarget, TaskIdentity};
-use crate::range_planner::PlanError;
 use crate::sink_columns::{bad_stream, null_channel, null_stream};
 use crate::writer_options::WriterOptions;
 use crate::ArchiveAddress;
@@ -79,13 +78,6 @@ pub fn refused(channel: &str, stream_id: i32, timeout_s: f64, result: &str) -> S
         String::new()
     };
     format!("sulis sink: {channel} stream {stream_id} refused offers for {timeout_s:.0}s: {result}{why}")
-}
-
-/// The streaming sink's exactly once needs the task's query id and batch
-/// id; without them (real-time mode hands rows on before its batch is
-/// known to end) it is refused by name rather than given up silently.
-pub fn exactly_once_needs_batches(mode: &str) -> PlanError {
-    PlanError::Option(format!("option exactlyOnce: {mode} hands each row on as it comes, before its batch commits, so a task Spark runs again publishes its rows again: the sink is at least once there. Set exactlyOnce=false (Kafka's sink is at least once too), or write in micro-batches, where the sink is exactly once"))
 }
 
 type Key = (String, String, i32);
@@ -246,7 +238,8 @@ pub struct SinkPublisher {
     task: Option<TaskIdentity>,
     /// Targets by id, as the writer resolved them.
     targets: Vec<Target>,
-    ids: HashMap<(String, i32), usize>,
+    /// Target ids by the stream's recording key.
+    ids: HashMap<String, usize>,
     rows: i64,
     notes: Vec<String>,
 }
@@ -300,8 +293,12 @@ impl SinkPublisher {
     }
 
     /// The id of target `channel`/`stream_id`, opened (claimed) on first use.
+    /// Two channels the archive records as one stream (`alias`, `term-length`
+    /// aside) are one target: one claim, one run.
     pub fn target_of(&mut self, channel: &str, stream_id: i32) -> Result<usize, SinkFailure> {
-        if let Some(&id) = self.ids.get(&(channel.to_string(), stream_id)) {
+        let key = crate::sink_archive::stream_key(channel, stream_id)
+            .unwrap_or_else(|| format!("{channel}#{stream_id}"));
+        if let Some(&id) = self.ids.get(&key) {
             return Ok(id);
         }
         let target = match &self.task {
@@ -311,14 +308,14 @@ impl SinkPublisher {
                 shared_publication(&self.opts.archive, channel, stream_id)?,
             ),
             Some(task) => {
-                let mut t = ExactlyOnceTarget::open(&self.opts, channel, stream_id, task)?;
+                let mut t =
+                    ExactlyOnceTarget::open(&self.opts, channel, stream_id, task, &mut self.notes)?;
                 self.notes.append(&mut t.notes);
                 Target::Exactly(Box::new(t))
             }
         };
         self.targets.push(target);
-        self.ids
-            .insert((channel.to_string(), stream_id), self.targets.len() - 1);
+        self.ids.insert(key, self.targets.len() - 1);
         Ok(self.targets.len() - 1)
     }
 

@@ -46,7 +46,8 @@ final class SulisDataWriter implements DataWriter<InternalRow> {
     }
 
     private void log() {
-        for (String note : Native.sinkNotes(handle)) {
+        String[] notes = Native.sinkNotes(handle);
+        for (String note : notes == null ? new String[0] : notes) {
             LOG.warn("{}", note);
         }
     }

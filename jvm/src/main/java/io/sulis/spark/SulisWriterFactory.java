@@ -66,14 +66,15 @@ final class SulisWriterFactory implements DataWriterFactory, StreamingDataWriter
     /** A native writer for partition {@code partition} of the running task. */
     long open(int partition) {
         TaskContext task = TaskContext.get();
-        if (!streaming || task == null) {
+        if (!streaming) {
             return Native.sinkOpen(keys, values, names, types, null, 0, partition, 0);
         }
-        String query = task.getLocalProperty("sql.streaming.queryId");
-        String batch = task.getLocalProperty("streaming.sql.batchId");
+        // No query or batch id in a streaming task: exactly once fails saying so (at least once goes on).
+        String query = task == null ? null : task.getLocalProperty("sql.streaming.queryId");
+        String batch = task == null ? null : task.getLocalProperty("streaming.sql.batchId");
         boolean known = query != null && batch != null;
         return Native.sinkOpen(keys, values, names, types, known ? query : "", known ? Long.parseLong(batch) : 0,
-                partition, task.taskAttemptId());
+                partition, task == null ? 0 : task.taskAttemptId());
     }
 
     @Override

@@ -34,7 +34,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * value whose first 8 bytes are the epoch-ns stamp taken when it was published; {@code write} takes the
  * clock again as the row arrives (in real-time mode, as it is read) and keeps now - stamp for the rows
  * stamped at or after {@code measureFrom}; each task writes its latencies (little-endian longs) to a file
- * of its own under {@code path} when it commits. Used by class name; not a product sink.
+ * of its own under {@code path} when it commits or aborts. Used by class name; not a product sink.
  */
 public final class StampSink implements TableProvider {
     @Override
@@ -170,8 +170,7 @@ public final class StampSink implements TableProvider {
             latencies[n++] = nowNs - stamp;
         }
 
-        @Override
-        public WriterCommitMessage commit() throws IOException {
+        private void flush() throws IOException {
             File out = new File(path, UUID.randomUUID().toString());
             try (DataOutputStream s = new DataOutputStream(new BufferedOutputStream(new FileOutputStream(out)))) {
                 for (int i = 0; i < n; i++) {
@@ -179,11 +178,19 @@ public final class StampSink implements TableProvider {
                 }
             }
             n = 0;
-            return new Committed();
         }
 
         @Override
-        public void abort() {}
+        public WriterCommitMessage commit() throws IOException {
+            flush();
+            return new Committed();
+        }
+
+        /** A query stopped mid-batch (a real-time batch longer than the run) aborts: its latencies still count. */
+        @Override
+        public void abort() throws IOException {
+            flush();
+        }
 
         @Override
         public void close() {}
