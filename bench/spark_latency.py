@@ -117,13 +117,22 @@ def real_time(df, send_many, flush, a, rate: int, top: str) -> dict:
 
     try:
         measured = _published(send_many, flush, rate, a.warmup, a.seconds, measure_from)
-        # A task writes its file as its batch ends.
-        deadline = time.monotonic() + 60 + float(a.rt_trigger.split()[0])
+        # A task writes its file as its batch ends, or as the stop below aborts a batch longer than the run.
+        deadline = time.monotonic() + 60 + min(_seconds(a.rt_trigger), 60.0)
         while len(seen()) < measured and query.exception() is None and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         query.stop()
+    deadline = time.monotonic() + 30  # the aborted tasks' files
+    while len(seen()) < measured and time.monotonic() < deadline:
+        time.sleep(0.2)
     return figures(seen(), measured)
+
+
+def _seconds(duration: str) -> float:
+    """``"5 seconds"``, ``"5 minutes"``, ... in seconds."""
+    n, unit = duration.split()
+    return float(n) * {"s": 1, "m": 60, "h": 3600}[unit[0]]
 
 
 def batch_reads(spark, driver, client, ac, a, reads: dict) -> None:

@@ -177,6 +177,21 @@ def _own_session() -> None:
     die_with_parent()
 
 
+#: Launchers that set what ``_own_session``/``die_with_parent`` set, then exec the command: no Python runs in
+#: the child between fork and exec. ``preexec_fn`` runs Python there, which Python documents as unsafe in a
+#: process with threads, and a CI run hung in it once (a pytest worker with Spark's threads; 2026-11-27).
+_SETPRIV = shutil.which("setpriv")
+_ENV = shutil.which("env")
+
+
+def _launcher(own_session: bool) -> list[str] | None:
+    """``env --default-signal=INT setpriv --pdeathsig TERM --`` (the first part with ``own_session``: a
+    parent started in the background ignores SIGINT, and its children would too); None without them."""
+    if _SETPRIV is None or (own_session and _ENV is None):
+        return None
+    return ([_ENV, "--default-signal=INT"] if own_session else []) + [_SETPRIV, "--pdeathsig", "TERM", "--"]
+
+
 class ChildProcess:
     """A child process in its own process group (or not: ``own_session``) that gets SIGTERM when we die;
     a thread collects its stdout lines with their arrival times (``lines``), stderr goes to a
@@ -189,10 +204,15 @@ class ChildProcess:
         self.lines: list[tuple[float, str]] = []
         self.eof, self._cursor, self._cv = False, 0, threading.Condition()
         self._stderr = tempfile.TemporaryFile(mode="w+b")
+        launcher = _launcher(own_session)
+        if launcher is not None:
+            extra: dict = {"process_group": 0} if own_session else {}
+            cmd = [*launcher, *self.cmd]
+        else:  # pragma: no cover - no setpriv (not util-linux)
+            extra, cmd = {"preexec_fn": _own_session if own_session else die_with_parent}, self.cmd
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.DEVNULL if stdin == "devnull" else subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, preexec_fn=_own_session if own_session else die_with_parent, text=True, bufsize=1,
-            cwd=cwd, env=env)
+            cmd, stdin=subprocess.DEVNULL if stdin == "devnull" else subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, text=True, bufsize=1, cwd=cwd, env=env, **extra)
         if stdin not in ("devnull", "pipe") and self.proc.stdin is not None:
             self.proc.stdin.write(stdin)
             self.proc.stdin.close()

@@ -34,7 +34,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * value whose first 8 bytes are the epoch-ns stamp taken when it was published; {@code write} takes the
  * clock again as the row arrives (in real-time mode, as it is read) and keeps now - stamp for the rows
  * stamped at or after {@code measureFrom}; each task writes its latencies (little-endian longs) to a file
- * of its own under {@code path} when it commits or aborts. Used by class name; not a product sink.
+ * of its own under {@code path} when it commits, aborts or closes. Used by class name; not a product sink.
  */
 public final class StampSink implements TableProvider {
     @Override
@@ -192,7 +192,12 @@ public final class StampSink implements TableProvider {
             flush();
         }
 
+        /** A task stopped with its batch (real-time mode) may end with neither: what it saw still counts. */
         @Override
-        public void close() {}
+        public void close() throws IOException {
+            if (n > 0) {
+                flush();
+            }
+        }
     }
 }
