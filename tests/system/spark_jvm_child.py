@@ -8,7 +8,8 @@ CONFIG: ``jar`` (None: the Python source only), ``format`` (``sulis`` or the JVM
 schema and error, if any, in ``results``; ``available-now``: a streaming query with Trigger.AvailableNow
 into Parquet at ``out`` with checkpoint ``checkpoint``; ``realtime``: a real-time-mode query of ``columns``, position
 first, to the console (or to ``sink``: ``{format, options}``) until a line on stdin says stop (with ``processing``, a
-micro-batch query with that processing-time trigger instead); ``lookup``: the class ``format`` resolves to;
+micro-batch query with that processing-time trigger instead; a query that fails first prints
+``{"exception": ...}``); ``lookup``: the class ``format`` resolves to;
 ``write``: for each of ``writes`` (``{columns, options}``), ``rows`` rows of ``columns`` (SQL over
 ``spark.range``) written in batch through ``format``, its error, if any, in ``results``),
 ``options`` (of the source). Prints one JSON line when done:
@@ -112,7 +113,15 @@ def main() -> None:
                 w = w.trigger(realTime=cfg.get("trigger", "5 seconds"))
             q = w.start()
             print(json.dumps({"started": True}), flush=True)
-            sys.stdin.readline()  # the test says when to stop
+            import threading
+
+            told = threading.Event()
+            threading.Thread(target=lambda: (sys.stdin.readline(), told.set()), daemon=True).start()
+            while not told.is_set() and q.isActive:  # the test says when to stop, or the query fails
+                told.wait(0.2)
+            if q.exception() is not None:
+                print(json.dumps({"exception": str(q.exception())}), flush=True)
+                told.wait()
             q.stop()
             print(json.dumps({"done": True}), flush=True)
     except Exception as e:  # noqa: BLE001 - the test reads it

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -557,6 +558,111 @@ def test_kill_9_of_a_real_time_query_then_a_restart_is_exactly_once_through_the_
             if e["target"] == key and e["kind"] in ("run", "done")]
     assert any(e["batch"] == last + 1 and e["skip"] > 0 for e in said), \
         (last, [(e["kind"], e["batch"], e["skip"], e["count"], e["why"], e["attempt"]) for e in said])
+
+
+def committed_parquet(out) -> list[tuple[bytes, int, int]]:
+    """The rows of the Parquet sink's committed files (its ``_spark_metadata`` log; a failed micro-batch may
+    leave files the log does not name): (value, recording_id, position) each, sorted."""
+    meta = os.path.join(out, "_spark_metadata")
+    files: set[str] = set()
+    for name in os.listdir(meta):
+        if name.startswith("."):  # Hadoop's .crc files
+            continue
+        with open(os.path.join(meta, name)) as f:
+            for line in f.read().splitlines()[1:]:
+                entry = json.loads(line)
+                if entry.get("action") == "add":
+                    files.add(entry["path"].removeprefix("file://"))
+    table = pq.ParquetDataset(sorted(files)).read().select(["value", "recording_id", "position"])
+    d = table.to_pydict()
+    return sorted(zip(d["value"], d["recording_id"], d["position"], strict=True), key=lambda r: (r[1], r[2]))
+
+
+def test_an_archive_killed_mid_stream_fails_the_jvm_query_naming_it_and_a_restart_continues_exactly_once(
+        node, tmp_path):
+    """The JVM source's micro-batches through a backlog, a standalone archive process (control stream 31)
+    SIGKILLed mid-stream: the query fails naming the archive; an archive restarted on its directory recovers
+    the recording, and the query restarted on its checkpoint reads every recorded message exactly once (the
+    Python source's test of the same, test_spark_system.py)."""
+    from conftest import clean_env, make_dir
+
+    drv, _, client, _ = node
+    archive_dir = make_dir("sulis-spark-jvm-archive-killed-")
+    stream_id = 4130
+
+    def start_archive() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
+                                 "--dir", drv.dir, "--local-control-stream-id", "31",
+                                 "--segment-file-length", str(1 << 20)],
+                                stderr=subprocess.PIPE, text=True, env=clean_env())
+        assert "running in" in proc.stderr.readline()
+        return proc
+
+    published: list[tuple[bytes, int]] = []
+
+    def publish(pub, first: int, count: int) -> None:
+        deadline = time.monotonic() + 20
+        for i in range(first, first + count):
+            m = i.to_bytes(4, "little") + bytes(60 + i % 200)
+            while (p := pub.offer(m)) < 0:
+                assert time.monotonic() < deadline, f"offer stuck: {sulis.result_name(p)}"
+            published.append((m, p))
+
+    archive = start_archive()
+    ac = sulis.ArchiveClient(client, control_request_stream_id=31, control_response_stream_id=4131)
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    options = {"driverDir": drv.dir, "controlStreamId": 31, "channel": CHANNEL, "streamId": stream_id,
+               "messageTimeout": "2s"}
+    try:
+        ac.start_recording(CHANNEL, stream_id)
+        pub = client.add_publication(CHANNEL, stream_id)
+        publish(pub, 0, 20_000)
+        rid = await_until(lambda: ac.list_recordings_for_uri(CHANNEL, stream_id), what="the recording")[0] \
+            .recording_id
+        await_until(lambda: ac.get_recording_position(rid) == pub.position, what="everything recorded")
+        cfg = {"jar": sulis.spark.jar(), "format": "sulis", "mode": "realtime", "processing": "100 milliseconds",
+               "options": {**options, "maxBytesPerTrigger": 64 * 1024}, "checkpoint": ck,
+               "columns": ["value", "recording_id", "position"],
+               "sink": {"format": "parquet", "options": {"path": out}}}
+        with RealTimeChild(cfg, tmp_path / "first.err") as q:
+            commits = tmp_path / "ck" / "commits"
+            await_until(lambda: commits.is_dir() and any(f.isdigit() for f in os.listdir(commits)), 120,
+                        "a first micro-batch committed")
+            ac.close()
+            archive.send_signal(signal.SIGKILL)
+            archive.wait(timeout=30)
+            archive.stderr.close()
+            failed = await_until(lambda: next((x for x in q.out if '"exception"' in x), None), 120,
+                                 lambda: f"the query to fail once the archive is gone: {q.out[-5:]}")
+        error = json.loads(failed)["exception"]
+        assert "the archive at aeron:ipc stream 31" in error, error
+        read_before = len(committed_parquet(out))
+        assert 0 < read_before < len(published), "the archive should have been killed mid-stream"
+
+        archive = start_archive()
+        ac = sulis.ArchiveClient(client, control_request_stream_id=31, control_response_stream_id=4131)
+        assert ac.list_recording(rid).stop_position == published[-1][1]
+        ac.start_recording(CHANNEL, stream_id)
+        rid2 = await_until(lambda: [d.recording_id for d in ac.list_recordings_for_uri(CHANNEL, stream_id)
+                                    if d.recording_id != rid], what="the second recording")[0]
+        publish(pub, 20_000, 500)
+        await_until(lambda: ac.get_recording_position(rid2) == pub.position, what="everything recorded")
+        child({"jar": sulis.spark.jar(), "format": "sulis", "mode": "available-now",
+               "options": {**options, "maxBytesPerTrigger": 16 << 20}, "checkpoint": ck, "out": out})
+        got = [(bytes(v), r, p) for v, r, p in committed_parquet(out)]
+        expected = sorted([(m, rid, p) for m, p in published[:20_000]] + [(m, rid2, p) for m, p in published[20_000:]],
+                          key=lambda r: (r[1], r[2]))
+        assert len(got) == len(expected)
+        assert got == expected, "every recorded message exactly once"
+        pub.close()
+    finally:
+        ac.close()
+        if archive.poll() is None:
+            archive.send_signal(signal.SIGTERM)
+            archive.wait(timeout=30)
+        if archive.stderr and not archive.stderr.closed:
+            archive.stderr.close()
+        shutil.rmtree(archive_dir, ignore_errors=True)
 
 
 def test_a_corrupt_frame_fails_the_read_naming_it_in_both_sources(node, tmp_path):

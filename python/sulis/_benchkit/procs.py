@@ -187,9 +187,12 @@ _ENV = shutil.which("env")
 def _launcher(own_session: bool) -> list[str] | None:
     """``env --default-signal=INT setpriv --pdeathsig TERM --`` (the first part with ``own_session``: a
     parent started in the background ignores SIGINT, and its children would too); None without them."""
-    if _SETPRIV is None or (own_session and _ENV is None):
+    if _SETPRIV is None:
         return None
-    return ([_ENV, "--default-signal=INT"] if own_session else []) + [_SETPRIV, "--pdeathsig", "TERM", "--"]
+    launcher = [_SETPRIV, "--pdeathsig", "TERM", "--"]
+    if not own_session:
+        return launcher
+    return None if _ENV is None else [_ENV, "--default-signal=INT", *launcher]
 
 
 class ChildProcess:
