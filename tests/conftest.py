@@ -163,6 +163,18 @@ def heavy():
         yield
 
 
+def start_standalone_archive(archive_dir: str, driver_dir: str, control_stream_id: int = 31) -> subprocess.Popen:
+    """``sulis archive`` in a process of its own on ``archive_dir`` (1 MiB segments), its control requests on
+    ``aeron:ipc`` stream ``control_stream_id`` of the driver in ``driver_dir``: a process a test can SIGKILL.
+    Returns once it says it runs; its stderr is a pipe the caller closes."""
+    proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
+                             "--dir", driver_dir, "--local-control-stream-id", str(control_stream_id),
+                             "--segment-file-length", str(1 << 20)],
+                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    assert "running in" in proc.stderr.readline()
+    return proc
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
     """A fresh directory under /dev/shm, deleted when the session ends unless ``keep_dir`` kept it."""
     d = tempfile.mkdtemp(prefix=prefix, dir=SHM)

@@ -584,19 +584,14 @@ def test_an_archive_killed_mid_stream_fails_the_jvm_query_naming_it_and_a_restar
     SIGKILLed mid-stream: the query fails naming the archive; an archive restarted on its directory recovers
     the recording, and the query restarted on its checkpoint reads every recorded message exactly once (the
     Python source's test of the same, test_spark_system.py)."""
-    from conftest import clean_env, make_dir
+    from conftest import make_dir, start_standalone_archive
 
     drv, _, client, _ = node
     archive_dir = make_dir("sulis-spark-jvm-archive-killed-")
     stream_id = 4130
 
     def start_archive() -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
-                                 "--dir", drv.dir, "--local-control-stream-id", "31",
-                                 "--segment-file-length", str(1 << 20)],
-                                stderr=subprocess.PIPE, text=True, env=clean_env())
-        assert "running in" in proc.stderr.readline()
-        return proc
+        return start_standalone_archive(archive_dir, drv.dir)
 
     published: list[tuple[bytes, int]] = []
 

@@ -1327,19 +1327,14 @@ def test_archive_killed_mid_stream_fails_naming_it_and_a_restart_continues_exact
     import signal
     import subprocess
 
-    from conftest import clean_env
+    from conftest import start_standalone_archive
 
     drv, _, client, _ = sulis_node
     archive_dir = make_dir("sulis-spark-archive-killed-")
     stream_id = 3120
 
     def start_archive() -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", archive_dir,
-                                 "--dir", drv.dir, "--local-control-stream-id", "31",
-                                 "--segment-file-length", str(1 << 20)],
-                                stderr=subprocess.PIPE, text=True, env=clean_env())
-        assert "running in" in proc.stderr.readline()
-        return proc
+        return start_standalone_archive(archive_dir, drv.dir)
 
     def connect():
         return sulis.ArchiveClient(client, control_request_stream_id=31, control_response_stream_id=3121)

@@ -41,6 +41,21 @@ fn strings(env: &mut JNIEnv, array: &JObjectArray) -> Option<Vec<String>> {
         .collect()
 }
 
+/// The writer's options, None with the error thrown.
+fn writer_options(
+    env: &mut JNIEnv,
+    keys: &JObjectArray,
+    values: &JObjectArray,
+) -> Option<WriterOptions> {
+    let Some(map) = options(env, keys, values) else {
+        throw(env, "OptionError", "the options could not be read");
+        return None;
+    };
+    WriterOptions::parse(&map)
+        .map_err(|e| throw_plan(env, e))
+        .ok()
+}
+
 /// On the Spark driver, as a streaming write starts: with `exactlyOnce`,
 /// the archive records the sink's journal.
 #[no_mangle]
@@ -50,13 +65,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkRecordJournal<'l>(
     keys: JObjectArray<'l>,
     values: JObjectArray<'l>,
 ) {
-    let Some(map) = options(&mut env, &keys, &values) else {
-        throw(&mut env, "OptionError", "the options could not be read");
+    let Some(opts) = writer_options(&mut env, &keys, &values) else {
         return;
-    };
-    let opts = match WriterOptions::parse(&map) {
-        Ok(o) => o,
-        Err(e) => return throw_plan(&mut env, e),
     };
     if !opts.exactly_once {
         return;
@@ -86,20 +96,12 @@ pub extern "system" fn Java_io_sulis_spark_Native_sinkOpen<'l>(
     attempt: jlong,
 ) -> jlong {
     let query = crate::string(&mut env, &query);
-    let (Some(map), Some(names), Some(types)) = (
-        options(&mut env, &keys, &values),
-        strings(&mut env, &names),
-        strings(&mut env, &types),
-    ) else {
-        throw(&mut env, "OptionError", "the options could not be read");
+    let (Some(names), Some(types)) = (strings(&mut env, &names), strings(&mut env, &types)) else {
+        throw(&mut env, "OptionError", "the columns could not be read");
         return 0;
     };
-    let opts = match WriterOptions::parse(&map) {
-        Ok(o) => o,
-        Err(e) => {
-            throw_plan(&mut env, e);
-            return 0;
-        }
+    let Some(opts) = writer_options(&mut env, &keys, &values) else {
+        return 0;
     };
     let columns: Vec<(String, String)> = names.into_iter().zip(types).collect();
     if let Err(e) = check_sink_columns(&columns, &opts) {

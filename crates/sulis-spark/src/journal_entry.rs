@@ -146,21 +146,15 @@ impl JournalEntry {
             let shown = String::from_utf8_lossy(&raw[..raw.len().min(200)]).into_owned();
             format!("sulis sink: the journal entry ending at position {position} is damaged ({why}): {shown}")
         };
-        let mut e = JournalEntry {
-            kind,
+        let nobody = TaskKey {
             query: String::new(),
             batch: 0,
             partition: 0,
             target: String::new(),
-            attempt: String::new(),
-            session: 0,
-            start: 0,
-            skip: 0,
-            count: 0,
-            crc: String::new(),
-            end: 0,
-            why: String::new(),
+        };
+        let mut e = JournalEntry {
             position,
+            ..JournalEntry::new(kind, &nobody, "")
         };
         for required in ["query", "batch", "partition", "target", "attempt"] {
             if !m.contains_key(required) {
