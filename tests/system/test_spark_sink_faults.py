@@ -255,6 +255,7 @@ def test_two_spellings_of_one_stream_are_one_target_claimed_once(node, tmp_path)
     _, _, _, ac = node
     ac.start_recording(CHANNEL, 3306)
     options = [("driverDir", node[0].dir)]
+    sulis._native.spark_sink_record_journal(options)  # as the Spark driver does when a query starts
     values = pa.array(rows(6), pa.binary())
     first = sulis._native.SparkSinkTask(options, "q-alias", 1, 0, 601)
     first.write(CHANNEL, 3306, values.slice(0, 3))
