@@ -38,6 +38,7 @@ import tempfile
 import time
 
 import sulis
+import sulis.spark
 from sulis._benchkit import runner as r
 from sulis._benchkit.hist import histogram, summarize
 from sulis._benchkit.loops import await_until, publish_batch
