@@ -17,7 +17,7 @@ with one stamp, so the publisher is not a Python call per message at 100,000/s.
 p50/p99/p99.9 over the measured seconds, the first ``--warmup`` left out. The JVM source needs
 ``python/sulis/jars/sulis-spark.jar`` (``scripts/build_jar.sh``); Kafka's pieces come from
 ``bash bench/peers/install.sh`` (without them the Kafka rows say skipped). Also a batch read, rows/s, of
-the same recording by both sulis sources.
+one recording of ``--messages`` by both sulis sources into the noop sink, after a warm-up read each.
 """
 from __future__ import annotations
 
@@ -136,19 +136,29 @@ def _seconds(duration: str) -> float:
 
 
 def batch_reads(spark, driver, client, ac, a, reads: dict) -> None:
-    """A recording of ``--messages`` read by both sulis sources three times (at least ``--runs``), rows/s."""
+    """A recording of ``--messages`` read by both sulis sources into Spark's noop sink, rows/s: after a checked
+    ``count()`` and an untimed read each (as bench/spark_pipeline.py reads), ``--reads`` reads interleaved."""
     ac.start_recording(CHANNEL, 1001)
     pub = client.add_exclusive_publication(f"{CHANNEL}?term-length=16m", 1001)
     rid = ac.await_signal(sulis.archive.RecordingSignal.START).recording_id
     publish_batch(pub, bytes(SIZE), 4096, count=a.messages)
     await_until(lambda: ac.get_recording_position(rid) >= pub.position, "recorded", 300)
-    for _ in range(max(3, a.runs)):
-        for name, fmt in (("sulis python", sulis.spark.PYTHON_FORMAT), ("sulis jvm", sulis.spark.JVM_FORMAT)):
-            df = (spark.read.format(fmt).option("driverDir", driver.dir).option("recordingIds", rid)
-                  .option("minPartitions", 2).load())
-            t0 = time.perf_counter()
-            df.write.format("noop").mode("overwrite").save()
-            reads[name].append(a.messages / (time.perf_counter() - t0))
+    frames = {name: spark.read.format(fmt).option("driverDir", driver.dir).option("recordingIds", rid)
+              .option("minPartitions", 2).load()
+              for name, fmt in (("sulis python", sulis.spark.PYTHON_FORMAT), ("sulis jvm", sulis.spark.JVM_FORMAT))}
+
+    def timed(df) -> float:
+        t0 = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return a.messages / (time.perf_counter() - t0)
+
+    for name, df in frames.items():
+        if (n := df.count()) != a.messages:
+            raise RuntimeError(f"batch read {name}: {n} rows, {a.messages} expected")
+        print(f"  batch read {name}: warm-up {timed(df):,.0f} rows/s (untimed)", flush=True)
+    for _ in range(a.reads):
+        for name, df in frames.items():
+            reads[name].append(timed(df))
             print(f"  batch read {name}: {reads[name][-1]:,.0f} rows/s", flush=True)
 
 
@@ -170,14 +180,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run (15)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds of a run left out (5)")
-    ap.add_argument("--messages", type=int, default=2_000_000, help="messages of the batch read (2 M)")
+    ap.add_argument("--messages", type=int, default=5_000_000, help="messages of the batch read (5 M)")
+    ap.add_argument("--reads", type=int, default=5, help="timed batch reads per source (5)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--rt-trigger", default="5 seconds",
                     help="real-time mode's checkpoint interval, both sources ('5 seconds', its shortest)")
     ap.add_argument("--sources", default=",".join(SOURCES), help=f"comma-separated, of: {', '.join(SOURCES)}")
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one run of 6 s at each rate, 500 k messages read")
-    ap.set_defaults(**(dict(runs=1, seconds=6.0, warmup=3.0, messages=500_000) if "--quick" in sys.argv else {}))
+    quick = dict(runs=1, seconds=6.0, warmup=3.0, messages=500_000, reads=3)
+    ap.set_defaults(**(quick if "--quick" in sys.argv else {}))
     a = ap.parse_args()
     r.require_release_build()
     if not os.path.exists(sulis.spark.jar()):

@@ -1,12 +1,16 @@
 //! `io.sulis.spark.Native.reader*`: the executor side (`PartitionReader`).
 //!
-//! `readerRows` fills a direct `ByteBuffer` with rows (what is a row and
-//! its columns: `sulis_spark::row_shape`), each record little-endian: the
-//! row's length (i32), 0 (i32), the position its message ends at (i64),
-//! then the row in Spark's `UnsafeRow` format (`sulis_spark::unsafe_row`),
-//! which the JVM points an `UnsafeRow` at. It returns the number of
-//! records, -1 once the range is read, or -n when the next row needs a
-//! buffer of n bytes (n > 1) and the given one is smaller.
+//! A planned range's rows (what is a row and its columns:
+//! `sulis_spark::row_shape`) go to the JVM as Arrow columns
+//! (`readerColumns`), which a `ColumnarBatch` reads where they are.
+//!
+//! Real-time mode's rows go one at a time: `liveRows` fills a direct
+//! `ByteBuffer` with records, each little-endian: the row's length (i32),
+//! 0 (i32), the position its message ends at (i64), then the row in
+//! Spark's `UnsafeRow` format (`sulis_spark::unsafe_row`), which the JVM
+//! points an `UnsafeRow` at. It returns the number of records, -1 once the
+//! range is read, or -n when the next row needs a buffer of n bytes (n > 1)
+//! and the given one is smaller.
 
 use crate::{reader_options, throw};
 use jni::objects::{JByteBuffer, JClass, JLongArray, JObjectArray};
@@ -14,8 +18,10 @@ use jni::sys::{jint, jlong};
 use jni::JNIEnv;
 use std::sync::Mutex;
 use sulis_client::Batch;
+use sulis_spark::arrow_columns::ArrowColumns;
 use sulis_spark::partition_reader::PartitionReader;
 use sulis_spark::range_replay::ReadFailure;
+use sulis_spark::row_shape::Cell;
 use sulis_spark::unsafe_row::{row_length, write_row};
 use sulis_spark::{RangeIds, RecordingRange, RowShape};
 
@@ -32,6 +38,10 @@ pub(crate) struct Reader {
     next: usize,
     /// A followed recording (real-time mode): never at an end.
     live: bool,
+    /// The columns readerColumns handed over last (their buffers reused).
+    columns: Option<ArrowColumns>,
+    /// The messages readerColumns handed over last as they are (plain rows).
+    handed: Option<Batch>,
 }
 
 fn reader<'a>(handle: jlong) -> &'a Mutex<Reader> {
@@ -107,6 +117,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_readerOpen<'l>(
             pending: None,
             next: 0,
             live: false,
+            columns: None,
+            handed: None,
         }))) as jlong,
         Err(f) => {
             throw_read(&mut env, f);
@@ -167,6 +179,8 @@ pub extern "system" fn Java_io_sulis_spark_Native_liveOpen<'l>(
             pending: None,
             next: 0,
             live: true,
+            columns: None,
+            handed: None,
         }))) as jlong,
         Err(f) => {
             throw_read(&mut env, f);
@@ -175,35 +189,93 @@ pub extern "system" fn Java_io_sulis_spark_Native_liveOpen<'l>(
     }
 }
 
-/// Real-time mode: as readerRows, waiting at most `timeout_ms` for a
-/// message (0 records then); a followed recording that stopped and was
-/// read whole gives 0 records too.
+/// Real-time mode: the next rows as `UnsafeRow` records (see the module
+/// doc), waiting at most `timeout_ms` for a message (0 records then); a
+/// followed recording that stopped and was read whole gives 0 records too.
 #[no_mangle]
 pub extern "system" fn Java_io_sulis_spark_Native_liveRows<'l>(
     env: JNIEnv<'l>,
-    class: JClass<'l>,
+    _: JClass<'l>,
     handle: jlong,
     buffer: JByteBuffer<'l>,
     timeout_ms: jlong,
 ) -> jint {
     let deadline =
         std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
-    rows(env, class, handle, buffer, Some(deadline))
+    rows(env, handle, buffer, Some(deadline))
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_sulis_spark_Native_readerRows<'l>(
-    env: JNIEnv<'l>,
-    class: JClass<'l>,
-    handle: jlong,
-    buffer: JByteBuffer<'l>,
-) -> jint {
-    rows(env, class, handle, buffer, None)
+/// Where a reader's rows go: a direct buffer of `UnsafeRow` records, or
+/// Arrow columns.
+trait RowSink {
+    /// Takes the row of the message ending at `position`.
+    fn take(&mut self, position: i64, cells: &[Cell]) -> Take;
+    /// Rows taken so far.
+    fn taken(&self) -> usize;
+}
+
+enum Take {
+    Taken,
+    /// Full: the row is not taken.
+    Full,
+    /// Not even one row fits: it needs this many bytes.
+    TooSmall(usize),
+}
+
+/// `UnsafeRow` records (see the module doc) in a direct buffer.
+struct UnsafeRecords<'a> {
+    out: &'a mut [u8],
+    at: usize,
+    rows: usize,
+}
+
+impl RowSink for UnsafeRecords<'_> {
+    fn take(&mut self, position: i64, cells: &[Cell]) -> Take {
+        let need = RECORD_HEADER + row_length(cells);
+        if self.at + need > self.out.len() {
+            return if self.rows == 0 {
+                Take::TooSmall(need)
+            } else {
+                Take::Full
+            };
+        }
+        let at = self.at;
+        let length = write_row(cells, &mut self.out[at + RECORD_HEADER..]);
+        self.out[at..at + 4].copy_from_slice(&(length as i32).to_le_bytes());
+        self.out[at + 4..at + 8].fill(0);
+        self.out[at + 8..at + 16].copy_from_slice(&position.to_le_bytes());
+        self.at += need;
+        self.rows += 1;
+        Take::Taken
+    }
+
+    fn taken(&self) -> usize {
+        self.rows
+    }
+}
+
+/// At most `limit` rows as Arrow columns.
+struct ColumnRows<'a> {
+    columns: &'a mut ArrowColumns,
+    limit: usize,
+}
+
+impl RowSink for ColumnRows<'_> {
+    fn take(&mut self, _: i64, cells: &[Cell]) -> Take {
+        if self.columns.len >= self.limit {
+            return Take::Full;
+        }
+        self.columns.push(cells);
+        Take::Taken
+    }
+
+    fn taken(&self) -> usize {
+        self.columns.len
+    }
 }
 
 fn rows(
     mut env: JNIEnv,
-    _: JClass,
     handle: jlong,
     buffer: JByteBuffer,
     deadline: Option<std::time::Instant>,
@@ -212,22 +284,32 @@ fn rows(
         env.get_direct_buffer_address(&buffer),
         env.get_direct_buffer_capacity(&buffer),
     ) else {
-        throw(
-            &mut env,
-            "ReadError",
-            "readerRows needs a direct ByteBuffer",
-        );
+        throw(&mut env, "ReadError", "liveRows needs a direct ByteBuffer");
         return -1;
     };
     // SAFETY: the direct buffer's memory is `capacity` bytes the Java
     // caller owns and does not touch during this call.
     let out = unsafe { std::slice::from_raw_parts_mut(address, capacity) };
     let mut r = reader(handle).lock().unwrap_or_else(|e| e.into_inner());
-    let r = &mut *r;
+    let mut sink = UnsafeRecords {
+        out,
+        at: 0,
+        rows: 0,
+    };
+    fill(&mut env, &mut r, &mut sink, deadline)
+}
+
+/// Hands `sink` the reader's next rows: how many (0 when `deadline`
+/// passed first), -1 at the range's end or with an exception thrown, or
+/// -n when not even one row fits (it needs n bytes, n > 1).
+fn fill(
+    env: &mut JNIEnv,
+    r: &mut Reader,
+    sink: &mut impl RowSink,
+    deadline: Option<std::time::Instant>,
+) -> jint {
     loop {
         if let Some(batch) = r.pending.as_ref() {
-            let mut at = 0;
-            let mut rows = 0;
             let mut too_small = 0;
             // Real-time mode over a cluster log: a message not yet committed waits.
             let mut waiting = false;
@@ -245,30 +327,24 @@ fn rows(
                     }
                     _ => {}
                 }
-                let need = RECORD_HEADER + row_length(cells);
-                if at + need > out.len() {
-                    if rows == 0 {
+                match sink.take(batch.positions[i], cells) {
+                    Take::Taken => true,
+                    Take::Full => false,
+                    Take::TooSmall(need) => {
                         too_small = need;
+                        false
                     }
-                    return false;
                 }
-                let length = write_row(cells, &mut out[at + RECORD_HEADER..]);
-                out[at..at + 4].copy_from_slice(&(length as i32).to_le_bytes());
-                out[at + 4..at + 8].fill(0);
-                out[at + 8..at + 16].copy_from_slice(&batch.positions[i].to_le_bytes());
-                at += need;
-                rows += 1;
-                true
             });
             let next = match next {
                 Ok(n) => n,
                 Err(e) => {
-                    throw(&mut env, "RowError", &e.0);
+                    throw(env, "RowError", &e.0);
                     return -1;
                 }
             };
             if let Some(f) = failed {
-                throw_read(&mut env, f);
+                throw_read(env, f);
                 return -1;
             }
             if too_small > 0 {
@@ -279,8 +355,9 @@ fn rows(
                 r.pending = None;
                 r.next = 0;
             }
-            if rows > 0 {
-                return rows;
+            let taken = sink.taken();
+            if taken > 0 {
+                return taken as jint;
             }
             if waiting {
                 if deadline.is_none_or(|d| std::time::Instant::now() >= d) {
@@ -308,11 +385,118 @@ fn rows(
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
             Err(f) => {
-                throw_read(&mut env, f);
+                throw_read(env, f);
                 return -1;
             }
         }
     }
+}
+
+/// The next rows as Arrow columns (see `sulis_spark::arrow_columns`): how
+/// many, -1 at the range's end. `columns` gets four longs a column: the
+/// address of its validity bit map (0 while no value is null), its null
+/// count, the address of its int32 offsets (binary; 0 otherwise, -1 for a
+/// column whose every row holds one value, the fourth long) and of its
+/// data. They stay valid until the next call.
+///
+/// Plain rows (`RowShape::is_plain`) are the messages as read: their
+/// columns are the batch's own buffers, copied nowhere, the range's ids
+/// constant columns. Other rows are made into columns, at most `limit`.
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_readerColumns<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+    columns: JLongArray<'l>,
+    limit: jint,
+) -> jint {
+    let mut guard = reader(handle).lock().unwrap_or_else(|e| e.into_inner());
+    let r = &mut *guard;
+    if let (Some(b), Some(reader)) = (r.handed.take(), r.reader.as_mut()) {
+        reader.recycle(b);
+    }
+    let (n, meta) = if r.shape.is_plain() {
+        match plain_columns(&mut env, r) {
+            Some(got) => got,
+            None => return -1,
+        }
+    } else {
+        let mut out = r.columns.take().unwrap_or_else(|| {
+            let types = r.shape.columns().into_iter().map(|(_, t)| t).collect();
+            ArrowColumns::new(types)
+        });
+        out.clear();
+        let n = fill(
+            &mut env,
+            r,
+            &mut ColumnRows {
+                columns: &mut out,
+                limit: limit.max(1) as usize,
+            },
+            None,
+        );
+        let mut meta = Vec::with_capacity(out.columns.len() * 4);
+        for c in &out.columns {
+            let validity = if c.null_count > 0 {
+                c.validity.as_ptr() as jlong
+            } else {
+                0
+            };
+            let offsets = if c.offsets.is_empty() {
+                0
+            } else {
+                c.offsets.as_ptr() as jlong
+            };
+            meta.extend([
+                validity,
+                c.null_count as jlong,
+                offsets,
+                c.data.as_ptr() as jlong,
+            ]);
+        }
+        r.columns = Some(out);
+        (n, meta)
+    };
+    if n > 0 && env.set_long_array_region(&columns, 0, &meta).is_err() {
+        return -1; // the exception (an array too short) is thrown
+    }
+    n
+}
+
+/// The next messages' plain rows (see readerColumns): (how many, the
+/// columns' longs), the messages kept in `r.handed`; (-1, _) at the range's
+/// end; None with an exception thrown.
+fn plain_columns(env: &mut JNIEnv, r: &mut Reader) -> Option<(jint, Vec<jlong>)> {
+    if r.pending.is_none() {
+        let reader = r.reader.as_mut()?;
+        match reader.next_batch() {
+            Ok(Some(b)) => r.pending = Some(b),
+            Ok(None) => return Some((-1, Vec::new())),
+            Err(f) => {
+                throw_read(env, f);
+                return None;
+            }
+        }
+    }
+    let batch = r.pending.take()?;
+    let from = std::mem::take(&mut r.next);
+    let at = |p: *const u8, width: usize| (p as usize + from * width) as jlong;
+    let constant = |v: i64| [0, 0, -1, v];
+    let mut meta = Vec::with_capacity(24);
+    meta.extend([
+        0,
+        0,
+        at(batch.offsets.as_ptr().cast(), 4),
+        batch.data.as_ptr() as jlong,
+    ]);
+    meta.extend(constant(r.ids.recording_id));
+    meta.extend(constant(r.ids.stream_id as i64));
+    meta.extend(constant(r.ids.session_id as i64));
+    meta.extend([0, 0, 0, at(batch.positions.as_ptr().cast(), 8)]);
+    meta.extend([0, 0, 0, at(batch.reserved_values.as_ptr().cast(), 8)]);
+    let n = (batch.len() - from) as jint;
+    r.handed = Some(batch);
+    Some((n, meta))
 }
 
 /// The address of a direct buffer's memory (the JVM points `UnsafeRow`s

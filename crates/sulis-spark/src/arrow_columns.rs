@@ -57,6 +57,20 @@ impl ArrowColumns {
         }
     }
 
+    /// Empties the columns, keeping what their buffers hold allocated.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        for (c, t) in self.columns.iter_mut().zip(&self.types) {
+            c.validity.clear();
+            c.null_count = 0;
+            c.offsets.clear();
+            if *t == ColumnType::Binary {
+                c.offsets.push(0);
+            }
+            c.data.clear();
+        }
+    }
+
     /// Appends a row (one cell a column, of the column's type).
     pub fn push(&mut self, cells: &[Cell]) {
         let row = self.len;
@@ -124,6 +138,25 @@ mod tests {
         assert_eq!(n.data.len(), 40);
         assert_eq!(&n.data[36..], &9i32.to_le_bytes());
         assert_eq!(c.columns[2].data, [0b0100_1001, 0b10]);
+    }
+
+    #[test]
+    fn cleared_columns_are_as_new_ones() {
+        let types = vec![ColumnType::Binary, ColumnType::Long, ColumnType::Boolean];
+        let mut c = ArrowColumns::new(types.clone());
+        c.push(&[Cell::Null, Cell::Long(3), Cell::Boolean(true)]);
+        c.push(&[Cell::Bytes(b"xy"), Cell::Null, Cell::Boolean(false)]);
+        c.clear();
+        c.push(&[Cell::Bytes(b"z"), Cell::Long(4), Cell::Boolean(true)]);
+        let mut fresh = ArrowColumns::new(types);
+        fresh.push(&[Cell::Bytes(b"z"), Cell::Long(4), Cell::Boolean(true)]);
+        assert_eq!(c.len, 1);
+        for (a, b) in c.columns.iter().zip(&fresh.columns) {
+            assert_eq!(
+                (&a.validity, a.null_count, &a.offsets, &a.data),
+                (&b.validity, b.null_count, &b.offsets, &b.data)
+            );
+        }
     }
 
     #[test]

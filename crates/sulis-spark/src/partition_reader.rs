@@ -84,6 +84,8 @@ pub struct PartitionReader {
     source: Source,
     assembler: MessageAssembler,
     fragments: Batch,
+    /// A batch handed back (`recycle`), the next one's memory.
+    spare: Option<Batch>,
     fragment_limit: usize,
     /// The position after the last fragment read.
     last: i64,
@@ -110,6 +112,7 @@ impl PartitionReader {
             source: Source::Empty,
             assembler,
             fragments: Batch::with_capacity(fragment_limit.min(4096), 64 * 1024),
+            spare: None,
             fragment_limit,
             last: range.replay_from,
             failed: false,
@@ -196,6 +199,7 @@ impl PartitionReader {
                 replay: Some(replay),
             },
             fragments: Batch::with_capacity(fragment_limit.min(4096), 64 * 1024),
+            spare: None,
             fragment_limit,
             last: from,
             failed: false,
@@ -270,7 +274,9 @@ impl PartitionReader {
                 Polled::Nothing => std::thread::sleep(Duration::from_micros(200)),
                 Polled::Fragments(_) => {
                     self.last = self.fragments.positions[self.fragments.len() - 1];
-                    let mut out = Batch::default();
+                    // Whole messages are the fragments themselves, swapped with `out`: the
+                    // memory of an earlier batch (recycled) serves the next read.
+                    let mut out = self.spare.take().unwrap_or_default();
                     self.assembler
                         .assemble(&mut self.fragments, &mut out)
                         .map_err(ReadFailure::Read)?;
@@ -280,6 +286,12 @@ impl PartitionReader {
                 }
             }
         }
+    }
+
+    /// Gives a batch `next_batch` or `poll_messages` returned back, once
+    /// read, for its memory to serve the next read.
+    pub fn recycle(&mut self, batch: Batch) {
+        self.spare = Some(batch);
     }
 
     /// What to log since the last call.

@@ -128,6 +128,13 @@ impl RowShape {
         })
     }
 
+    /// Whether a row is a message's own columns and nothing more: its value,
+    /// the range's ids, its position and reserved value, as a `Batch` holds
+    /// them (no `valueSchema`, no `includeTimestamp`, no cluster log).
+    pub fn is_plain(&self) -> bool {
+        self.layout.is_none() && !self.timestamp && !self.cluster
+    }
+
     /// The columns, in order: name and type.
     pub fn columns(&self) -> Vec<(String, ColumnType)> {
         let mut out: Vec<(String, ColumnType)> = match &self.layout {

@@ -135,16 +135,18 @@ final class Native {
     // -- the partition readers (executor side) ---------------------------------------------------
     static native long readerOpen(String[] keys, String[] values, long[] range, long archiveId);
 
-    /** Records written into the direct buffer, -1 at the end, -n: the next needs n bytes. */
-    static native int readerRows(long handle, ByteBuffer buffer);
-
     /** Lines to log: "I text". */
     static native String[] readerDrainLog(long handle);
+
+    /** The next rows, at most limit, as Arrow buffers: how many (-1 at the range's end); four longs a column
+     * into columns (validity, null count, offsets, data; see SulisColumnVector), valid until the next call. */
+    static native int readerColumns(long handle, long[] columns, int limit);
 
     /** Real-time mode: a recording followed as it is recorded (8 longs, as plannerLivePartitions). */
     static native long liveOpen(String[] keys, String[] values, long[] partition);
 
-    /** As readerRows, waiting at most timeoutMs for a message: 0 records then. */
+    /** Records written into the direct buffer, -1 at the end, -n: the next needs n bytes; waits at most
+     * timeoutMs for a message: 0 records then. */
     static native int liveRows(long handle, ByteBuffer buffer, long timeoutMs);
 
     static native void readerClose(long handle);

@@ -9,6 +9,7 @@ import org.apache.spark.sql.types.StructType;
 /** A read of the selected recordings: a batch, or a stream of micro-batches. */
 final class SulisScan implements ScanBuilder, Scan {
     private final SourceOptions options;
+    private SulisBatch batch;
 
     SulisScan(SourceOptions options) {
         this.options = options;
@@ -31,7 +32,11 @@ final class SulisScan implements ScanBuilder, Scan {
 
     @Override
     public Batch toBatch() {
-        return new SulisBatch(options);
+        // Spark asks each copy of its scan node: one batch (and one plan) for the scan.
+        if (batch == null) {
+            batch = new SulisBatch(options);
+        }
+        return batch;
     }
 
     @Override
