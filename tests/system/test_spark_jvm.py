@@ -456,23 +456,26 @@ def test_kill_9_of_a_micro_batch_query_through_the_jvm_sink_then_a_restart_is_ex
 
 def test_real_time_mode_writes_into_a_sulis_stream_through_the_jvm_sink(node, tmp_path):
     """Real-time mode end to end in sulis: a recording read as it is recorded, each row published into another
-    stream by the JVM sink as it comes (Spark's allowlist lifted for it); every message arrives."""
+    stream by the JVM sink as it comes (Spark's allowlist lifted for it); every message arrives. The batch is ten
+    minutes long, so every row comes out within it, and a stop ends the query then, not at the batch's end."""
     s = Stream(node, 4112)
     _, _, _, ac = node
     ac.start_recording(CHANNEL, 4113)
     s.publish(message(i) for i in range(50))
-    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "5 seconds",
+    cfg = {"jar": sulis.spark.jar(), "format": JVM, "mode": "realtime", "trigger": "10 minutes",
            "options": {"driverDir": node[0].dir, "recordingIds": s.rid}, "checkpoint": str(tmp_path / "ck"),
            "columns": ["value"],
            "sink": {"format": JVM, "options": {"driverDir": node[0].dir, "channel": CHANNEL, "streamId": 4113,
                                                "exactlyOnce": "false"}},
            "conf": {"spark.sql.streaming.realTimeMode.allowlistCheck": "false"}}
-    with RealTimeChild(cfg, tmp_path / "child.err"):
+    with RealTimeChild(cfg, tmp_path / "child.err") as q:
         for k in range(3):
             s.publish(message(i) for i in range(50 + 50 * k, 100 + 50 * k))
             time.sleep(0.3)
         want = sorted(m for m, _, _ in s.sent)
         await_until(lambda: len(recorded(node, 4113)) >= len(want), 60, "every message in the sink's stream")
+    # Stopped inside its batch: the child waits at most 120 s for it (RealTimeChild's exit), not ten minutes.
+    assert any('"done"' in line for line in q.out), (q.out, (tmp_path / "child.err").read_text()[-3000:])
     got = sorted(v for (v,) in recorded(node, 4113))
     assert got == want, "each message once in a clean run"
 

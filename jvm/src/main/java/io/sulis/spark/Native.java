@@ -54,6 +54,8 @@ final class Native {
 
     /** An IOException as an unchecked one, for the loader. */
     static final class UncheckedIOException extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
         UncheckedIOException(String what, IOException cause) {
             super(what + ": " + cause.getMessage(), cause);
         }

@@ -31,7 +31,7 @@ public class SulisException extends RuntimeException {
     }
 
     /** A range could not be read whole (a replay cut short, a corrupt frame). */
-    public static final class ReadError extends SulisException {
+    public static class ReadError extends SulisException {
         public ReadError(String message) {
             super(message);
         }
@@ -58,8 +58,8 @@ public class SulisException extends RuntimeException {
         }
     }
 
-    /** A replay made no progress for the message timeout. */
-    public static final class ReadTimeoutError extends SulisException {
+    /** A replay made no progress for the message timeout: a read error, as in the Python source. */
+    public static final class ReadTimeoutError extends ReadError {
         public ReadTimeoutError(String message) {
             super(message);
         }

@@ -2,6 +2,8 @@ package io.sulis.spark;
 
 import java.util.EnumSet;
 import java.util.Set;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -27,9 +29,10 @@ final class SulisTable implements SupportsRead, SupportsWrite {
         return "sulis";
     }
 
+    /** The columns of the schema, as Spark's own default makes them (Table.schema() is deprecated). */
     @Override
-    public StructType schema() {
-        return schema;
+    public Column[] columns() {
+        return CatalogV2Util.structTypeToV2Columns(schema, true);
     }
 
     @Override

@@ -12,6 +12,8 @@ import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -64,9 +66,10 @@ public final class StampSink implements TableProvider {
             return "stamp-sink";
         }
 
+        /** The columns of the schema, as Spark's own default makes them (Table.schema() is deprecated). */
         @Override
-        public StructType schema() {
-            return schema;
+        public Column[] columns() {
+            return CatalogV2Util.structTypeToV2Columns(schema, true);
         }
 
         @Override
