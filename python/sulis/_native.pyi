@@ -5,7 +5,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import Buffer, disjoint_base
 
 __version__: Final[str]
 build_profile: Final[str]
@@ -247,6 +247,31 @@ class BatchColumn:
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class SessionMessagesColumn:
+    """A read-only buffer over one column of a SessionMessages (buffer protocol)."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class SessionMessages:
+    """Session messages the log held back to back: a batched service's ``on_session_messages`` argument."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> bytes: ...
+    @property
+    def session_ids(self) -> SessionMessagesColumn: ...
+    @property
+    def timestamps(self) -> SessionMessagesColumn: ...
+    @property
+    def positions(self) -> SessionMessagesColumn: ...
+    @property
+    def data(self) -> SessionMessagesColumn: ...
+    @property
+    def offsets(self) -> SessionMessagesColumn: ...
+    def to_list(self) -> list[bytes]: ...
 
 @final
 class Batch:
@@ -935,6 +960,11 @@ class Cluster:
         """Sends ``payload`` to session ``session_id``'s client: the new position, or an ``OfferResult``:
         BACK_PRESSURED or ADMIN_ACTION (offer again), NOT_CONNECTED (the client is gone), CLOSED,
         MAX_POSITION_EXCEEDED. On a follower: 1 (nothing is sent)."""
+    def offer_batch(self, session_ids: Buffer, data: Buffer, offsets: Buffer) -> int:
+        """Sends message ``i`` (``data[offsets[i]:offsets[i + 1]]``) to session ``session_ids[i]``, in order,
+        as ``offer`` each (int64 ids, int32 offsets one more, as ``SessionMessages`` has them): how many
+        went; fewer than all: the next was refused and none after it tried. A session not open raises
+        ``ClusterError``."""
     def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
         """Schedules (or moves) timer ``correlation_id`` for cluster time ``deadline``."""
     def cancel_timer(self, correlation_id: int) -> bool:

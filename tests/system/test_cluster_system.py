@@ -140,6 +140,98 @@ def test_an_exception_in_the_service_stops_it_naming_the_callback_and_the_log_po
         assert service.messages == 2, "no entry is given to a service past its failure"
 
 
+class BatchedEcho(ClusteredService):
+    """A batched service (``on_session_messages``): echoes each batch with one ``offer_batch``; ``timer:N`` fires
+    timer N now; ``check`` tries two bad batches. Keeps what it was given in order: ("open", position, session),
+    ("m", position, session, payload), ("t", position, timer)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+        self.calls: list[int] = []
+        self.refused: list[str] = []
+
+    def on_session_open(self, cluster, session_id, timestamp):
+        self.seen.append(("open", cluster.log_position, session_id))
+
+    def on_session_messages(self, cluster, messages):
+        import numpy as np
+
+        ids = np.frombuffer(messages.session_ids, dtype=np.int64)
+        stamps = np.frombuffer(messages.timestamps, dtype=np.int64)
+        positions = np.frombuffer(messages.positions, dtype=np.int64)
+        offsets = np.frombuffer(messages.offsets, dtype=np.int32)
+        assert len(ids) == len(stamps) == len(positions) == len(messages) == len(offsets) - 1
+        assert (cluster.log_position, cluster.time) == (positions[-1], stamps[-1])
+        self.calls.append(len(messages))
+        for i, payload in enumerate(messages.to_list()):
+            assert payload == messages[i] == bytes(memoryview(messages.data)[offsets[i]:offsets[i + 1]])
+            self.seen.append(("m", int(positions[i]), int(ids[i]), payload))
+            if payload.startswith(b"timer:"):
+                cluster.schedule_timer(int(payload[6:]), int(stamps[i]))
+            elif payload == b"check":
+                for bad in ((np.array([99], np.int64), b"x", np.array([0, 1], np.int32)),
+                            (ids[i:i + 1], b"", np.array([0, 5], np.int32))):
+                    try:
+                        cluster.offer_batch(*bad)
+                    except ClusterError as e:
+                        self.refused.append(str(e))
+        sent = 0
+        while sent < len(messages):  # what a batch refused is offered again, from there
+            sent += cluster.offer_batch(ids[sent:], messages.data, offsets[sent:])
+            if sent < len(messages):
+                cluster.idle()
+
+    def on_timer_event(self, cluster, correlation_id, timestamp):
+        self.seen.append(("t", cluster.log_position, correlation_id))
+        for session_id in cluster.session_ids():
+            while cluster.offer(session_id, f"fired {correlation_id}".encode()) in OFFER_AGAIN:
+                cluster.idle()
+
+
+def test_a_batched_service_gets_the_logs_messages_in_batches_in_log_order_and_answers_in_bulk(node_env):
+    """``on_session_messages``: every message once, in the log's order with the timers and session events
+    between them, echoed per client in order by ``offer_batch``; a restart replays the same entries in the same
+    order through a new service (in batches: the log is all there)."""
+    driver, _, members, _, cluster_dir = node_env
+
+    def node(service):
+        return ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                           service_log_fragment_limit=1000)
+
+    first = BatchedEcho()
+    with node(first) as n, connect(node_env) as a, connect(node_env) as b:
+        sent_a = [f"a{i}".encode() * (1 + i % 7) for i in range(500)]
+        sent_b = [bytes([i % 256]) * (2000 if i % 50 == 3 else 10) for i in range(500)]
+        for i, (x, y) in enumerate(zip(sent_a, sent_b, strict=True)):
+            offer(a, x)
+            offer(b, y)
+            if i == 250:
+                offer(a, b"timer:5")
+        got_a, got_b = receive(a, 502), receive(b, 501)
+        offer(a, b"check")
+        assert receive(a, 1) == [b"check"]
+        assert n.error is None
+    # The timer fires into the log after "timer:5", some messages later: each client is told once, in between.
+    assert [x for x in got_a if x != b"fired 5"] == sent_a[:251] + [b"timer:5"] + sent_a[251:]
+    assert got_a.count(b"fired 5") == 1 and got_a.index(b"fired 5") > 251
+    assert [x for x in got_b if x != b"fired 5"] == sent_b and got_b.count(b"fired 5") == 1
+    assert first.refused == ["no open session 99 (message 0 of the batch; the 0 before it went)",
+                             "offer_batch: message 0: offsets 0..5 do not lie within the 0 bytes of data"]
+    messages = [e for e in first.seen if e[0] == "m"]
+    assert len(messages) == 1002 and sum(first.calls) == 1002
+    assert [e[1] for e in first.seen] == sorted({e[1] for e in first.seen}), "each entry once, in log order"
+    timer = next(i for i, e in enumerate(first.seen) if e[0] == "t")
+    assert timer > next(i for i, e in enumerate(first.seen) if e[0] == "m" and e[3] == b"timer:5")
+    assert [e[3] for e in messages if e[2] == 1] == sent_a[:251] + [b"timer:5"] + sent_a[251:] + [b"check"]
+
+    again = BatchedEcho()
+    with node(again), connect(node_env):
+        await_until(lambda: len(again.seen) >= len(first.seen), 20, "the log replayed")
+        assert again.seen[:len(first.seen)] == first.seen
+    # 1,002 messages already in the log: the replay hands them over many at a time.
+    assert max(again.calls) > 1, again.calls
+
+
 class Waiting(ClusteredService):
     """Idles in its callback for what never comes, as a service retrying an offer does."""
 
@@ -462,6 +554,15 @@ class Careless(ClusteredService):
                  "random": lambda: random.random()}[what]()
         while cluster.offer(session_id, str(value).encode()) in OFFER_AGAIN:
             cluster.idle()
+
+class CarelessBatched(ClusteredService):
+    """The same, taking the log's messages in batches."""
+
+    def on_session_messages(self, cluster, messages):
+        for session_id, payload in zip(memoryview(messages.session_ids).tolist(), messages.to_list()):
+            value = cluster.time if payload == b"read:cluster-time" else time.time()
+            while cluster.offer(session_id, str(value).encode()) in OFFER_AGAIN:
+                cluster.idle()
 '''
 
 
@@ -488,6 +589,23 @@ def test_check_determinism_stops_a_service_that_reads_the_clock_or_unseeded_rand
                 "datetime.now": "datetime.datetime.now called",
                 "datetime.datetime.now": "datetime.datetime.now called"}[call] in node.error, node.error
     assert time.time() > 0 and careless_service.time.time() > 0  # outside a callback the clock reads as usual
+
+
+def test_check_determinism_stops_a_batched_service_that_reads_the_clock(node_env, tmp_path, monkeypatch):
+    """A batched service (``on_session_messages``) stays batched under check_determinism, and is checked."""
+    (tmp_path / "careless_batched.py").write_text(CLOCK_SERVICES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import careless_batched
+
+    driver, _, members, _, cluster_dir = node_env
+    with ClusterNode(careless_batched.CarelessBatched(), cluster_dir, driver.dir, cluster_members=members,
+                     log_term_length="64k", check_determinism=True) as node, connect(node_env) as a:
+        offer(a, b"read:cluster-time")
+        assert len(receive(a, 1)) == 1
+        offer(a, b"read:time.time")
+        await_until(lambda: node.error is not None, 10, "the node's error")
+        assert "DeterminismError" in node.error and "time.time called" in node.error
+        assert "CarelessBatched.on_session_messages at log position" in node.error, node.error
 
 
 def test_without_check_determinism_a_clock_reading_service_runs(node_env, tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The examples run as written: the main job (examples/spark_pipeline.py, what ``scripts/demo.sh`` runs)
 checks that every tick was counted once, in real-time mode (examples/spark_realtime.py, ``--real-time``) that
-every tick came back, and the IPC demo prints its figures."""
+every tick came back, the IPC demo prints its figures, and the batched cluster service keeps every balance."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def test_the_ipc_demo_measures_throughput_and_round_trips():
 def test_the_ipc_demo_refuses_a_size_it_cannot_send_in_one_frame():
     out = run("ipc_demo.py", "--size", 100_000, "--messages", 10, "--round-trips", 10, timeout=60)
     assert out.returncode != 0 and "--size" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_batched_cluster_example_keeps_every_balance():
+    out = run("cluster_batched.py", "--messages", 5_000, timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "cluster batched example: OK, every balance is the sum of what was sent" in out.stdout, out.stdout
+    calls = re.search(r"in ([\d,]+) calls \(([\d.]+) a call\)", out.stdout)
+    assert calls and int(calls.group(1).replace(",", "")) > 0, out.stdout
 
 
 @pytest.mark.timeout(300)

@@ -12,6 +12,7 @@ use crate::cluster_mark_file::{ClusterMarkFile, MarkFields};
 use crate::consensus_module_snapshot::{marker, SnapshotMark, SERVICE_SNAPSHOT_TYPE_ID};
 use crate::log_adapter::{self, LogEntry};
 use crate::recovery_state::RecoveryState;
+use crate::session_messages::SessionMessages;
 use crate::snapshot_taker::{load_snapshot, SnapshotTaker};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,6 +73,18 @@ pub trait ClusteredService {
         _payload: &[u8],
     ) {
     }
+    /// Session messages the log held back to back (no other entry between
+    /// them), in log order, at most a poll's worth
+    /// ([`ServiceContext::log_fragment_limit`]): a batched service takes
+    /// them in one call. During it [`Cluster::time`] and
+    /// [`Cluster::log_position`] are the last message's; each message's own
+    /// are in `messages`. Timers, session events and snapshots come between
+    /// batches exactly where the log has them. By default each message goes
+    /// to [`ClusteredService::on_session_message`] with its own time and
+    /// position, as without batches.
+    fn on_session_messages(&mut self, cluster: &mut Cluster<'_>, messages: SessionMessages) {
+        each_session_message(self, cluster, &messages);
+    }
     /// Timer `correlation_id` fired.
     fn on_timer_event(
         &mut self,
@@ -82,6 +95,26 @@ pub trait ClusteredService {
     }
     /// This member's role changed (`role::*`).
     fn on_role_change(&mut self, _cluster: &mut Cluster<'_>, _role: i32) {}
+}
+
+/// Hands each of `messages` to `service.on_session_message`, the cluster's
+/// time and log position its own: what a service that does not take
+/// batches gets.
+pub fn each_session_message<S: ClusteredService + ?Sized>(
+    service: &mut S,
+    cluster: &mut Cluster<'_>,
+    messages: &SessionMessages,
+) {
+    for i in 0..messages.len() {
+        cluster.state.log_position = messages.positions[i];
+        cluster.state.time = messages.timestamps[i];
+        service.on_session_message(
+            cluster,
+            messages.session(i),
+            messages.timestamps[i],
+            messages.payload(i),
+        );
+    }
 }
 
 /// Where a service writes its snapshot (valid during
@@ -195,6 +228,9 @@ pub struct ServiceContext {
     /// (`cluster-mark-service-<id>.dat`, its error log) is written; none
     /// without one.
     pub cluster_dir: Option<PathBuf>,
+    /// Log fragments taken per duty cycle (Aeron's `logFragmentLimit`): the
+    /// most session messages one `on_session_messages` call gets.
+    pub log_fragment_limit: usize,
 }
 
 impl Default for ServiceContext {
@@ -209,6 +245,7 @@ impl Default for ServiceContext {
             snapshot_stream_id: 106,
             replay_stream_id: 103,
             cluster_dir: None,
+            log_fragment_limit: 50,
         }
     }
 }
@@ -380,6 +417,43 @@ impl Cluster<'_> {
 
     /// Puts `payload` into the log as this service's message (each member's
     /// service sends it; the log holds it once).
+    /// Offers message `i` (`data[offsets[i]..offsets[i + 1]]`) to session
+    /// `session_ids[i]`, in order, as [`Cluster::offer`] each: how many
+    /// went, stopping at the first that did not (and why). An error when
+    /// the columns do not fit together (`offsets`: Arrow's layout, one more
+    /// than `session_ids`, rising, within `data`).
+    pub fn offer_batch(
+        &mut self,
+        session_ids: &[i64],
+        data: &[u8],
+        offsets: &[i32],
+    ) -> Result<(usize, Option<ServiceOfferError>), String> {
+        if offsets.len() != session_ids.len() + 1 {
+            return Err(format!(
+                "{} offsets for {} session ids: one more than messages expected",
+                offsets.len(),
+                session_ids.len()
+            ));
+        }
+        if let Some(i) = (0..session_ids.len()).find(|&i| {
+            offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] as usize > data.len()
+        }) {
+            return Err(format!(
+                "message {i}: offsets {}..{} do not lie within the {} bytes of data",
+                offsets[i],
+                offsets[i + 1],
+                data.len()
+            ));
+        }
+        for (i, &session) in session_ids.iter().enumerate() {
+            let payload = &data[offsets[i] as usize..offsets[i + 1] as usize];
+            if let Err(e) = self.offer(session, payload) {
+                return Ok((i, Some(e)));
+            }
+        }
+        Ok((session_ids.len(), None))
+    }
+
     pub fn offer_to_cluster(&mut self, payload: &[u8]) -> bool {
         let mut message = SessionMessageHeader {
             leadership_term_id: self.state.leadership_term_id,
@@ -612,17 +686,32 @@ impl ClusteredServiceAgent {
                         Ok(())
                     },
                     limit,
-                    50,
+                    self.ctx.log_fragment_limit.max(1),
                 )
                 .unwrap_or(0);
+                // Session messages back to back go to the service together; any other
+                // entry first hands over the ones before it, so the order is the log's.
+                let mut run = SessionMessages::default();
                 for (message, position) in messages {
                     let entry =
                         log_adapter::decode(&message, position).map_err(|e| e.to_string())?;
-                    if self.apply(&entry, position) && self.live {
-                        self.take_snapshot(position)?;
+                    if let LogEntry::SessionMessage {
+                        cluster_session_id,
+                        timestamp,
+                        payload,
+                        ..
+                    } = entry
+                    {
+                        run.push(cluster_session_id, timestamp, position, payload);
+                    } else {
+                        self.hand_over(&mut run);
+                        if self.apply(&entry, position) && self.live {
+                            self.take_snapshot(position)?;
+                        }
                     }
                     work += 1;
                 }
+                self.hand_over(&mut run);
             }
         }
         if let Some(end) = self.termination_position {
@@ -741,6 +830,19 @@ impl ClusteredServiceAgent {
         Ok(())
     }
 
+    /// Hands the session messages `run` holds (if any) to the service.
+    fn hand_over(&mut self, run: &mut SessionMessages) {
+        if run.is_empty() {
+            return;
+        }
+        let messages = std::mem::take(run);
+        let state = &mut self.state;
+        state.log_position = *messages.positions.last().expect("not empty");
+        state.time = *messages.timestamps.last().expect("not empty");
+        self.service
+            .on_session_messages(&mut Cluster { state }, messages);
+    }
+
     /// Applies an entry; true if it is a snapshot action of this term.
     fn apply(&mut self, entry: &LogEntry<'_>, position: i64) -> bool {
         let state = &mut self.state;
@@ -752,14 +854,12 @@ impl ClusteredServiceAgent {
                 payload,
                 ..
             } => {
+                // (do_work gathers these into runs; one alone is a run of one.)
                 state.time = *timestamp;
-                let session = (*cluster_session_id > 0).then_some(*cluster_session_id);
-                self.service.on_session_message(
-                    &mut Cluster { state },
-                    session,
-                    *timestamp,
-                    payload,
-                );
+                let mut one = SessionMessages::default();
+                one.push(*cluster_session_id, *timestamp, position, payload);
+                self.service
+                    .on_session_messages(&mut Cluster { state }, one);
             }
             LogEntry::Timer(t) => {
                 state.time = t.timestamp;

@@ -133,6 +133,8 @@ pub struct ConsensusModuleContext {
     pub service_stream_id: i32,
     /// Services on this member.
     pub service_count: usize,
+    /// Log fragments the service container takes per duty cycle.
+    pub service_log_fragment_limit: usize,
     /// A client session not heard from for this long is closed.
     pub session_timeout: Duration,
     /// Most client sessions.
@@ -191,6 +193,7 @@ impl Default for ConsensusModuleContext {
             consensus_module_stream_id: 105,
             service_stream_id: 104,
             service_count: 1,
+            service_log_fragment_limit: 50,
             session_timeout: Duration::from_secs(10),
             max_concurrent_sessions: 10,
             leader_heartbeat_interval: Duration::from_millis(200),
@@ -261,6 +264,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(control_channel, "SULIS_CLUSTER_CONTROL_CHANNEL", "channel", "Channel between the consensus module and its services.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(consensus_module_stream_id, "SULIS_CLUSTER_CONSENSUS_MODULE_STREAM_ID", "", "Services to module (Aeron's 105).", int::<i32>, show),
     sulis_protocol::option!(service_stream_id, "SULIS_CLUSTER_SERVICE_STREAM_ID", "", "Module to services (Aeron's 104).", int::<i32>, show),
+    sulis_protocol::option!(service_log_fragment_limit, "SULIS_CLUSTER_SERVICE_LOG_FRAGMENT_LIMIT", "", "Log fragments the service container takes per duty cycle (Aeron's log fragment limit): the most session messages a batched service (on_session_messages) gets in one call.", int::<usize>, show),
     sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
@@ -299,6 +303,12 @@ impl ConsensusModuleContext {
         if !(64 * 1024..=1024 * 1024 * 1024).contains(&length) || length.count_ones() != 1 {
             return Err(format!(
                 "log_term_length {length}: a power of two from 64k to 1g"
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.service_log_fragment_limit) {
+            return Err(format!(
+                "service_log_fragment_limit {}: 1 to 1048576",
+                self.service_log_fragment_limit
             ));
         }
         if !(1..=9).contains(&self.service_count) {

@@ -42,5 +42,6 @@ pub mod pending_service_message_tracker;
 pub mod recording_log;
 pub mod recovery_state;
 pub mod session_manager;
+pub mod session_messages;
 pub mod snapshot_taker;
 pub mod timer_service;

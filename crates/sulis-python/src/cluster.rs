@@ -5,8 +5,10 @@
 //! log entry costs the service one Python call. `sulis.cluster` gives them
 //! their final shape.
 
+use crate::buffer::with_bytes;
 use crate::errors::{offer_err, ConfigurationError, SulisError};
 use crate::gil;
+use crate::session_messages::PySessionMessages;
 use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -18,11 +20,12 @@ use std::time::Duration;
 use sulis_client::{Client, ClientContext, OfferError};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_cluster::clustered_service_agent::{
-    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, ServiceOfferError,
-    SnapshotWriter,
+    each_session_message, Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
+    ServiceOfferError, SnapshotWriter,
 };
 use sulis_cluster::consensus_module::{toggle, ConsensusModule, ConsensusModuleContext};
 use sulis_cluster::consensus_module_agent::ModuleState;
+use sulis_cluster::session_messages::SessionMessages;
 use sulis_concurrent::idle::{IdleStrategy, Idler};
 use sulis_protocol::options::Configured;
 
@@ -122,6 +125,43 @@ impl PyCluster {
         crate::offer_result::to_py(py, value)
     }
 
+    /// Sends message `i` (`data[offsets[i]:offsets[i + 1]]`) to session
+    /// `session_ids[i]`'s client, in order, as `offer` each (columns as a
+    /// batch's: int64 ids, int32 offsets one more, any bytes-like data):
+    /// how many went. Fewer than all: the next was refused (back pressure,
+    /// or a client gone; offer it alone to learn which) and none after it
+    /// was tried. A session not open raises `ClusterError`.
+    fn offer_batch(
+        &self,
+        session_ids: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        self.not_stopping("offer_batch")?;
+        let ids = with_bytes(session_ids, |b| {
+            b.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect::<Vec<i64>>()
+        })?;
+        let offs = with_bytes(offsets, |b| {
+            b.chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect::<Vec<i32>>()
+        })?;
+        let sent = with_bytes(data, |d| self.with(|c| c.offer_batch(&ids, d, &offs)))??;
+        match sent {
+            Ok((n, None)) => Ok(n),
+            Ok((n, Some(ServiceOfferError::Egress(_)))) => Ok(n),
+            Ok((n, Some(ServiceOfferError::UnknownSession))) => {
+                Err(ClusterError::new_err(format!(
+                    "no open session {} (message {n} of the batch; the {n} before it went)",
+                    ids[n]
+                )))
+            }
+            Err(e) => Err(ClusterError::new_err(format!("offer_batch: {e}"))),
+        }
+    }
+
     /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.
     fn schedule_timer(&self, correlation_id: i64, deadline: i64) -> PyResult<bool> {
         self.with(|c| c.schedule_timer(correlation_id, deadline))
@@ -201,6 +241,9 @@ impl PySnapshotWriter {
 /// to it, so it never runs on past a failure.
 struct PyService {
     obj: Py<PyAny>,
+    /// The object has `on_session_messages`: it takes session messages in
+    /// batches, one call each.
+    batched: bool,
     handle: Option<Py<PyCluster>>,
     failed: Arc<Mutex<Option<String>>>,
     /// The node's stop flag and idle strategy, for the `Cluster` handle.
@@ -216,6 +259,8 @@ enum Arg<'a> {
     /// A list of bytes, or None.
     Messages(Option<&'a [Vec<u8>]>),
     Object(Py<PyAny>),
+    /// Session messages, handed over (their columns are views of them).
+    Batch(std::cell::Cell<Option<SessionMessages>>),
 }
 
 impl PyService {
@@ -268,6 +313,10 @@ impl PyService {
                                 .unbind()
                         }
                         Arg::Object(o) => o.clone_ref(py),
+                        Arg::Batch(m) => {
+                            let m = m.take().unwrap_or_default();
+                            Py::new(py, PySessionMessages::new(m))?.into_any()
+                        }
                     });
                 }
                 let tuple = PyTuple::new(py, items)?;
@@ -364,6 +413,17 @@ impl ClusteredService for PyService {
                 Arg::Bytes(payload),
             ],
         );
+    }
+    fn on_session_messages(&mut self, cluster: &mut Cluster<'_>, messages: SessionMessages) {
+        if self.batched {
+            self.call(
+                cluster,
+                "on_session_messages",
+                &[Arg::Batch(std::cell::Cell::new(Some(messages)))],
+            );
+        } else {
+            each_session_message(self, cluster, &messages);
+        }
     }
     fn on_timer_event(&mut self, cluster: &mut Cluster<'_>, correlation_id: i64, timestamp: i64) {
         self.call(
@@ -492,8 +552,10 @@ impl PyClusterNode {
             message_timeout: ctx.message_timeout,
             replay_stream_id: ctx.replay_stream_id,
             cluster_dir: Some(ctx.cluster_dir.clone()),
+            log_fragment_limit: ctx.service_log_fragment_limit,
             ..ServiceContext::default()
         };
+        let batched = service.bind(py).hasattr("on_session_messages")?;
         let (s, e) = (stop.clone(), error.clone());
         let idle = ctx.idle_strategy;
         // The service starts once the module holds the cluster directory: a
@@ -516,6 +578,7 @@ impl PyClusterNode {
                         let failed = Arc::new(Mutex::new(None));
                         let adapter = PyService {
                             obj: service,
+                            batched,
                             handle: None,
                             failed: failed.clone(),
                             stop: s.clone(),

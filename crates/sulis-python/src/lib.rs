@@ -22,6 +22,7 @@ mod offer_result;
 mod options;
 mod publication;
 mod recording_files;
+mod session_messages;
 mod spark;
 mod spark_planner;
 mod spark_range;
@@ -83,6 +84,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<image::PyHeader>()?;
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyColumn>()?;
+    m.add_class::<session_messages::PySessionMessages>()?;
+    m.add_class::<session_messages::PySessionMessagesColumn>()?;
     m.add_class::<assembler::PyFragmentAssembler>()?;
     m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;

@@ -31,6 +31,7 @@ from .._native import (
     Cluster,
     ClusterError,
     ClusterSessionClosedError,
+    SessionMessages,
     SnapshotWriter,
     cluster_config,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ModuleState",
     "OFFER_AGAIN",
     "Role",
+    "SessionMessages",
     "SnapshotWriter",
     "cluster_config",
 ]
@@ -132,7 +134,19 @@ class ClusteredService:
         """Session ``session_id`` closed (``CloseReason``)."""
 
     def on_session_message(self, cluster: Cluster, session_id: int | None, timestamp: int, payload: bytes) -> None:
-        """A client's message (``session_id``), or the service's own (``None``)."""
+        """A client's message (``session_id``), or the service's own (``None``).
+
+        A service that defines ``on_session_messages(self, cluster, messages)`` is *batched*: it gets the
+        session messages the log holds back to back in one call instead, ``messages`` a
+        ``SessionMessages`` (``len(messages)`` of them, at most ``service_log_fragment_limit``): payloads
+        back to back in ``messages.data`` with ``messages.offsets`` (int32, one more, Arrow's layout),
+        and per message ``session_ids``, ``timestamps`` and ``positions`` (int64), each a buffer
+        ``numpy.frombuffer`` or ``pyarrow.py_buffer`` reads without a copy (``messages[i]`` and
+        ``messages.to_list()`` copy). During the call ``cluster.time`` and ``cluster.log_position`` are
+        the last message's. Timers, session events and snapshots come between batches where the log has
+        them, so the order a service sees is the log's, and a restart replays the same batches' messages
+        (not necessarily cut into the same batches: a batched service must not depend on where a batch
+        ends). ``cluster.offer_batch(session_ids, data, offsets)`` answers many at once."""
 
     def on_timer_event(self, cluster: Cluster, correlation_id: int, timestamp: int) -> None:
         """Timer ``correlation_id`` fired."""

@@ -136,6 +136,8 @@ class _CheckedService:
 
     def __init__(self, service: Any) -> None:
         self._service = service
+        if hasattr(service, "on_session_messages"):  # a batched service stays one, checked
+            self.on_session_messages = lambda cluster, messages: self._call("on_session_messages", cluster, messages)
 
     def _call(self, name: str, cluster: Any, *args: Any) -> Any:
         _state.active, _state.callback = True, f"{type(self._service).__name__}.{name}"
