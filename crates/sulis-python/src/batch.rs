@@ -96,16 +96,18 @@ pub struct PyColumn {
     which: Which,
 }
 
+/// A column's memory for a buffer view: (address, bytes, bytes an item).
+pub(crate) fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
+    (
+        v.as_ptr() as *const u8,
+        std::mem::size_of_val(v),
+        std::mem::size_of::<T>(),
+    )
+}
+
 impl PyColumn {
     fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
         let b = &self.batch;
-        fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
-            (
-                v.as_ptr() as *const u8,
-                std::mem::size_of_val(v),
-                std::mem::size_of::<T>(),
-            )
-        }
         let ((p, len, item), fmt) = match self.which {
             Which::Data => (parts(&b.data), c"B"),
             Which::Offsets => (parts(&b.offsets), c"i"),

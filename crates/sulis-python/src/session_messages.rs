@@ -3,7 +3,7 @@
 //! buffer protocol (`numpy.frombuffer`, `pyarrow.py_buffer`, `memoryview`)
 //! without a copy and without a Python object per message.
 
-use crate::batch::{fill_view, release_view};
+use crate::batch::{fill_view, parts, release_view};
 use pyo3::exceptions::PyIndexError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -30,13 +30,6 @@ pub struct PySessionMessagesColumn {
 
 impl PySessionMessagesColumn {
     fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
-        fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
-            (
-                v.as_ptr() as *const u8,
-                std::mem::size_of_val(v),
-                std::mem::size_of::<T>(),
-            )
-        }
         let m = &self.messages;
         let ((p, len, item), fmt) = match self.which {
             Which::SessionIds => (parts(&m.session_ids), c"q"),

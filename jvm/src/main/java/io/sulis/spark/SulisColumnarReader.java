@@ -40,8 +40,12 @@ final class SulisColumnarReader implements PartitionReader<ColumnarBatch> {
         if (done) {
             return false;
         }
-        int n = Native.readerColumns(handle, meta, BATCH_ROWS);
-        if (n <= 0) {
+        int n;
+        do {
+            // 0: nothing yet (a planned range's reader waits for its messages itself; asked again regardless).
+            n = Native.readerColumns(handle, meta, BATCH_ROWS);
+        } while (n == 0);
+        if (n < 0) {
             done = true;
             return false;
         }
