@@ -175,6 +175,17 @@ def start_standalone_archive(archive_dir: str, driver_dir: str, control_stream_i
     return proc
 
 
+def stop_standalone_archive(proc: subprocess.Popen, archive_dir: str) -> None:
+    """Stops (SIGTERM) an archive ``start_standalone_archive`` started, unless it is gone, and removes its
+    directory."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    if proc.stderr and not proc.stderr.closed:
+        proc.stderr.close()
+    shutil.rmtree(archive_dir, ignore_errors=True)
+
+
 def make_dir(prefix: str = "sulis-test-") -> str:
     """A fresh directory under /dev/shm, deleted when the session ends unless ``keep_dir`` kept it."""
     d = tempfile.mkdtemp(prefix=prefix, dir=SHM)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -590,7 +589,7 @@ def test_an_archive_killed_mid_stream_fails_the_jvm_query_naming_it_and_a_restar
     SIGKILLed mid-stream: the query fails naming the archive; an archive restarted on its directory recovers
     the recording, and the query restarted on its checkpoint reads every recorded message exactly once (the
     Python source's test of the same, test_spark_system.py)."""
-    from conftest import make_dir, start_standalone_archive
+    from conftest import make_dir, start_standalone_archive, stop_standalone_archive
 
     drv, _, client, _ = node
     archive_dir = make_dir("sulis-spark-jvm-archive-killed-")
@@ -658,12 +657,7 @@ def test_an_archive_killed_mid_stream_fails_the_jvm_query_naming_it_and_a_restar
         pub.close()
     finally:
         ac.close()
-        if archive.poll() is None:
-            archive.send_signal(signal.SIGTERM)
-            archive.wait(timeout=30)
-        if archive.stderr and not archive.stderr.closed:
-            archive.stderr.close()
-        shutil.rmtree(archive_dir, ignore_errors=True)
+        stop_standalone_archive(archive, archive_dir)
 
 
 def test_a_corrupt_frame_fails_the_read_naming_it_in_both_sources(node, tmp_path):

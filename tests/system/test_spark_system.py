@@ -1327,7 +1327,7 @@ def test_archive_killed_mid_stream_fails_naming_it_and_a_restart_continues_exact
     import signal
     import subprocess
 
-    from conftest import start_standalone_archive
+    from conftest import start_standalone_archive, stop_standalone_archive
 
     drv, _, client, _ = sulis_node
     archive_dir = make_dir("sulis-spark-archive-killed-")
@@ -1404,12 +1404,7 @@ def test_archive_killed_mid_stream_fails_naming_it_and_a_restart_continues_exact
         if q is not None and q.isActive:
             q.stop()
         ac.close()
-        if archive.poll() is None:
-            archive.send_signal(signal.SIGTERM)
-            archive.wait(timeout=30)
-        if archive.stderr and not archive.stderr.closed:
-            archive.stderr.close()
-        shutil.rmtree(archive_dir, ignore_errors=True)
+        stop_standalone_archive(archive, archive_dir)
 
 
 def test_include_timestamp_reads_publisher_stamps_and_the_sinks_stamp_them(spark, sulis_node, tmp):
