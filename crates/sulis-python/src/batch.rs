@@ -87,37 +87,34 @@ pub(crate) unsafe fn release_view(view: *mut ffi::Py_buffer) {
     }
 }
 
-/// A read-only buffer over one column of a Batch (buffer protocol: works with
-/// `memoryview`, `numpy.frombuffer` and `pyarrow.py_buffer` without a copy).
+/// A read-only buffer over one column of a Batch, or of anything else Rust
+/// filled and no longer changes (a batched service's `SessionMessages`):
+/// the buffer protocol, so `memoryview`, `numpy.frombuffer` and
+/// `pyarrow.py_buffer` read it without a copy. It keeps its owner alive.
 #[pyclass(module = "sulis._native", name = "BatchColumn", frozen)]
 pub struct PyColumn {
-    batch: Arc<Batch>,
-    lengths: Option<Vec<i32>>,
-    which: Which,
-}
-
-/// A column's memory for a buffer view: (address, bytes, bytes an item).
-pub(crate) fn parts<T>(v: &[T]) -> (*const u8, usize, usize) {
-    (
-        v.as_ptr() as *const u8,
-        std::mem::size_of_val(v),
-        std::mem::size_of::<T>(),
-    )
+    _owner: Arc<dyn std::any::Any + Send + Sync>,
+    ptr: usize,
+    len: usize,
+    item: usize,
+    fmt: &'static CStr,
 }
 
 impl PyColumn {
-    fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
-        let b = &self.batch;
-        let ((p, len, item), fmt) = match self.which {
-            Which::Data => (parts(&b.data), c"B"),
-            Which::Offsets => (parts(&b.offsets), c"i"),
-            Which::Positions => (parts(&b.positions), c"q"),
-            Which::SessionIds => (parts(&b.session_ids), c"i"),
-            Which::Flags => (parts(&b.flags), c"B"),
-            Which::ReservedValues => (parts(&b.reserved_values), c"q"),
-            Which::Lengths => (parts(self.lengths.as_deref().unwrap_or(&[])), c"i"),
-        };
-        (p, len, item, fmt)
+    /// A column over `v`, which lies inside `owner` (immutable while any
+    /// `Arc` of it lives); `fmt` is its struct format.
+    pub(crate) fn of<T>(
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+        v: &[T],
+        fmt: &'static CStr,
+    ) -> PyColumn {
+        PyColumn {
+            _owner: owner,
+            ptr: v.as_ptr() as usize,
+            len: std::mem::size_of_val(v),
+            item: std::mem::size_of::<T>(),
+            fmt,
+        }
     }
 }
 
@@ -128,8 +125,9 @@ impl PyColumn {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        let (ptr, len, item, fmt) = slf.get().raw();
-        // SAFETY: the column object owns an Arc of the (immutable) batch.
+        let c = slf.get();
+        let (ptr, len, item, fmt) = (c.ptr as *const u8, c.len, c.item, c.fmt);
+        // SAFETY: the column holds an Arc of its (immutable) owner.
         unsafe { fill_view(slf.into_any(), view, flags, ptr, len, item, fmt) }
     }
 
@@ -138,8 +136,7 @@ impl PyColumn {
     }
 
     fn __len__(&self) -> usize {
-        let (_, len, item, _) = self.raw();
-        len / item
+        self.len / self.item
     }
 }
 
@@ -161,17 +158,20 @@ impl PyBatch {
     }
 
     fn column(&self, which: Which) -> PyColumn {
-        let lengths = matches!(which, Which::Lengths).then(|| {
-            self.batch
-                .offsets
-                .windows(2)
-                .map(|w| w[1] - w[0])
-                .collect::<Vec<i32>>()
-        });
-        PyColumn {
-            batch: self.batch.clone(),
-            lengths,
-            which,
+        let b = &self.batch;
+        let owner = || -> Arc<dyn std::any::Any + Send + Sync> { b.clone() };
+        match which {
+            Which::Data => PyColumn::of(owner(), &b.data, c"B"),
+            Which::Offsets => PyColumn::of(owner(), &b.offsets, c"i"),
+            Which::Positions => PyColumn::of(owner(), &b.positions, c"q"),
+            Which::SessionIds => PyColumn::of(owner(), &b.session_ids, c"i"),
+            Which::Flags => PyColumn::of(owner(), &b.flags, c"B"),
+            Which::ReservedValues => PyColumn::of(owner(), &b.reserved_values, c"q"),
+            Which::Lengths => {
+                let lengths: Arc<Vec<i32>> =
+                    Arc::new(b.offsets.windows(2).map(|w| w[1] - w[0]).collect());
+                PyColumn::of(lengths.clone(), &lengths, c"i")
+            }
         }
     }
 }

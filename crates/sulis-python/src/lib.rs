@@ -85,7 +85,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::PyBatch>()?;
     m.add_class::<batch::PyColumn>()?;
     m.add_class::<session_messages::PySessionMessages>()?;
-    m.add_class::<session_messages::PySessionMessagesColumn>()?;
     m.add_class::<assembler::PyFragmentAssembler>()?;
     m.add_class::<recording_files::PyRecordingFileReader>()?;
     m.add_class::<counters::PyCountersReader>()?;
