@@ -1047,5 +1047,9 @@ class ClusterClient:
         """Tells the cluster the session is alive."""
     def poll_egress(self, handler: Callable[[bytes, int], object], limit: int = 10) -> int:
         """Reads up to ``limit`` egress fragments; raises ``ClusterSessionClosedError`` once ended."""
+    def offer_batch(self, data: Buffer, offsets: Buffer) -> int:
+        """Offers ``data[offsets[i]:offsets[i + 1]]`` for each ``i``, in order: how many went."""
+    def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
+        """Reads up to ``limit`` egress fragments: the session's messages among them as one batch."""
     def close(self) -> None:
         """Closes the session and the client."""

@@ -232,6 +232,51 @@ def test_a_batched_service_gets_the_logs_messages_in_batches_in_log_order_and_an
     assert max(again.calls) > 1, again.calls
 
 
+def test_a_batched_client_pipelines_through_its_window_and_reads_the_echoes_in_batches(node_env):
+    """``ClusterClient.offer_batch`` and ``poll_egress_batch`` against a batched service: 20,000 numbered messages
+    handed over 5,000 at a time through an exactly-once window of 256 uncommitted (a batch goes as far as the
+    window has room; the rest is offered again), echoed each once and in order, read back a batch per call with
+    the session's id and rising egress positions; offsets that do not fit are named; nothing went meanwhile."""
+    import numpy as np
+
+    driver, _, members, port, cluster_dir = node_env
+    service = BatchedEcho()
+    with ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                     service_log_fragment_limit=1000) as n, \
+            ClusterClient(driver.dir, f"0=localhost:{port}", f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                          max_in_flight=256) as c:
+        sent = [i.to_bytes(4, "little") * (1 + i % 5) for i in range(20_000)]
+        data = b"".join(sent)
+        offsets = np.concatenate(([0], np.cumsum([len(x) for x in sent]))).astype(np.int32)
+        with pytest.raises(ValueError, match="message 0: offsets 0..5 do not lie within the 2 bytes of data"):
+            c.offer_batch(b"ab", np.array([0, 5], np.int32))
+        with pytest.raises(ValueError, match="3 bytes is not a column of int32"):
+            c.offer_batch(b"ab", b"\0\0\0")
+        got: list[bytes] = []
+        positions: list[int] = []
+        pushed, held_back, sizes = 0, 0, []
+        deadline = time.monotonic() + 120
+        while len(got) < len(sent):
+            if pushed < len(sent):
+                want = min(5_000, len(sent) - pushed)
+                went = c.offer_batch(data, offsets[pushed:pushed + want + 1])
+                held_back += went < want
+                pushed += went
+                assert c.in_flight <= 256
+            batch = c.poll_egress_batch(1_000)
+            sizes.append(len(batch))
+            got += batch.to_list()
+            assert set(np.frombuffer(batch.session_ids, np.int64).tolist()) <= {c.cluster_session_id}
+            positions += np.frombuffer(batch.positions, np.int64).tolist()
+            assert time.monotonic() < deadline, f"{len(got)} of {len(sent)} echoed, {pushed} offered"
+        assert got == sent, "each echo once, in order"
+        assert positions == sorted(set(positions)), "egress positions rise"
+        assert held_back > 0, "the window held a batch back"
+        assert max(sizes) > 1, "echoes come many to a poll"
+        assert n.error is None
+    assert sum(service.calls) == len(sent)
+
+
 class Waiting(ClusteredService):
     """Idles in its callback for what never comes, as a service retrying an offer does."""
 

@@ -21,6 +21,7 @@
 //! of that session, so a resent message the log holds is dropped and the
 //! services see every message once through any failover.
 
+use crate::session_messages::SessionMessages;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
@@ -100,13 +101,14 @@ pub struct ClusterClient {
     numbering: Option<Numbering>,
     /// Session messages read while `offer` waited for the committed count,
     /// or after a handler stopped a poll, for the next `poll_egress`:
-    /// (timestamp, payload).
-    stash: VecDeque<(i64, Vec<u8>)>,
+    /// (timestamp, egress position after it, payload).
+    stash: VecDeque<(i64, i64, Vec<u8>)>,
 }
 
-/// What takes a session's egress messages: `(timestamp, payload)`; false
-/// stops the poll's deliveries (the message given is taken, the rest wait).
-type EgressHandler<'a> = dyn FnMut(i64, &[u8]) -> bool + 'a;
+/// What takes a session's egress messages: `(timestamp, the egress
+/// position after it, payload)`; false stops the poll's deliveries (the
+/// message given is taken, the rest wait).
+type EgressHandler<'a> = dyn FnMut(i64, i64, &[u8]) -> bool + 'a;
 
 /// The messages of an exactly-once session the leader has not yet said
 /// are committed.
@@ -463,6 +465,28 @@ impl ClusterClient {
         Ok(position)
     }
 
+    /// Offers message `i` (`data[offsets[i]..offsets[i + 1]]`, Arrow's
+    /// layout) for each, in order, as [`ClusterClient::offer`] each: how
+    /// many went, and why the next did not (None once all went). Exactly
+    /// once, `max_in_flight` is the pipeline's window: the batch goes as far
+    /// as the window has room (reading the leader's counts if need be) and
+    /// the rest is offered again later. An error when the offsets do not fit
+    /// the data.
+    pub fn offer_batch(
+        &mut self,
+        data: &[u8],
+        offsets: &[i32],
+    ) -> Result<(usize, Option<OfferError>), String> {
+        let count = crate::session_messages::message_count(offsets, data.len())?;
+        for i in 0..count {
+            let payload = &data[offsets[i] as usize..offsets[i + 1] as usize];
+            if let Err(e) = self.offer(payload) {
+                return Ok((i, Some(e)));
+            }
+        }
+        Ok((count, None))
+    }
+
     /// Messages sent and not yet committed (0 unless exactly once).
     pub fn in_flight(&self) -> usize {
         self.numbering.as_ref().map_or(0, |n| n.window.len())
@@ -537,17 +561,50 @@ impl ClusterClient {
         mut handler: impl FnMut(i64, &[u8]) -> bool,
         limit: usize,
     ) -> Result<usize, SessionEnded> {
+        self.poll_messages(
+            &mut |timestamp, _, payload| handler(timestamp, payload),
+            limit,
+        )
+    }
+
+    /// Polls up to `limit` egress fragments and appends the session's
+    /// messages to `out` (its session id, timestamp, the egress position
+    /// after it, payload): a batch for one call of the application, however
+    /// many came. The number of fragments read and messages taken from
+    /// earlier reads, as [`ClusterClient::poll_egress`] counts; the session's
+    /// end is the error once every message before it was appended.
+    pub fn poll_egress_batch(
+        &mut self,
+        out: &mut SessionMessages,
+        limit: usize,
+    ) -> Result<usize, SessionEnded> {
+        let id = self.cluster_session_id;
+        self.poll_messages(
+            &mut |timestamp, position, payload| {
+                out.push(id, timestamp, position, payload);
+                true
+            },
+            limit,
+        )
+    }
+
+    /// The stash first, then the egress; `handler` false takes no more.
+    fn poll_messages(
+        &mut self,
+        handler: &mut EgressHandler,
+        limit: usize,
+    ) -> Result<usize, SessionEnded> {
         let mut n = 0;
         let mut going = true;
         while going {
-            let Some((timestamp, payload)) = self.stash.pop_front() else {
+            let Some((timestamp, position, payload)) = self.stash.pop_front() else {
                 break;
             };
-            going = handler(timestamp, &payload);
+            going = handler(timestamp, position, &payload);
             n += 1;
         }
         let polled = if going {
-            self.poll_into(Some(&mut handler), limit)
+            self.poll_into(Some(handler), limit)
         } else {
             self.poll_into(None, limit)
         };
@@ -584,13 +641,14 @@ impl ClusterClient {
                         if let Ok(s) = SessionMessageHeader::decode(&m.payload) {
                             if s.cluster_session_id == id {
                                 let body = &m.payload[SESSION_HEADER_LENGTH..];
+                                let at = m.end_position;
                                 match handler.as_mut() {
                                     Some(h) => {
-                                        if !h(s.timestamp, body) {
+                                        if !h(s.timestamp, at, body) {
                                             handler = None;
                                         }
                                     }
-                                    None => stash.push_back((s.timestamp, body.to_vec())),
+                                    None => stash.push_back((s.timestamp, at, body.to_vec())),
                                 }
                             }
                         }

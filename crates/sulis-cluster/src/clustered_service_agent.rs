@@ -428,21 +428,12 @@ impl Cluster<'_> {
         data: &[u8],
         offsets: &[i32],
     ) -> Result<(usize, Option<ServiceOfferError>), String> {
-        if offsets.len() != session_ids.len() + 1 {
+        let count = crate::session_messages::message_count(offsets, data.len())?;
+        if count != session_ids.len() {
             return Err(format!(
                 "{} offsets for {} session ids: one more than messages expected",
                 offsets.len(),
                 session_ids.len()
-            ));
-        }
-        if let Some(i) = (0..session_ids.len()).find(|&i| {
-            offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] as usize > data.len()
-        }) {
-            return Err(format!(
-                "message {i}: offsets {}..{} do not lie within the {} bytes of data",
-                offsets[i],
-                offsets[i + 1],
-                data.len()
             ));
         }
         for (i, &session) in session_ids.iter().enumerate() {

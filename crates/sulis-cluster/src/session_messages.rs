@@ -64,6 +64,24 @@ impl SessionMessages {
     }
 }
 
+/// The number of messages `offsets` (Arrow's layout: rising, one more
+/// than messages) marks in `data_len` bytes, or which does not fit.
+pub fn message_count(offsets: &[i32], data_len: usize) -> Result<usize, String> {
+    let Some(count) = offsets.len().checked_sub(1) else {
+        return Err("no offsets: a batch of n messages has n + 1".into());
+    };
+    if let Some(i) = (0..count).find(|&i| {
+        offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] as usize > data_len
+    }) {
+        return Err(format!(
+            "message {i}: offsets {}..{} do not lie within the {data_len} bytes of data",
+            offsets[i],
+            offsets[i + 1],
+        ));
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +103,27 @@ mod tests {
         assert_eq!((m.session(0), m.session(1)), (Some(7), None));
         assert_eq!(m.timestamps, [100, 101, 102]);
         assert_eq!(m.positions, [96, 160, 224]);
+    }
+
+    #[test]
+    fn offsets_that_do_not_fit_the_data_are_named() {
+        assert_eq!(message_count(&[0, 3, 3, 5], 5), Ok(3));
+        assert_eq!(
+            message_count(&[2, 4], 4),
+            Ok(1),
+            "a slice of a longer batch"
+        );
+        assert_eq!(message_count(&[0], 0), Ok(0));
+        assert!(message_count(&[], 0).unwrap_err().contains("no offsets"));
+        assert_eq!(
+            message_count(&[0, 3, 2], 5).unwrap_err(),
+            "message 1: offsets 3..2 do not lie within the 5 bytes of data"
+        );
+        assert!(message_count(&[0, 6], 5)
+            .unwrap_err()
+            .starts_with("message 0"));
+        assert!(message_count(&[-1, 0], 5)
+            .unwrap_err()
+            .starts_with("message 0"));
     }
 }

@@ -1,9 +1,9 @@
 //! `sulis._native.ClusterNode` (a consensus module and a service container
-//! whose service is a Python object, each on a thread of its own),
-//! `Cluster` (what a service may do, during a callback) and
-//! `ClusterClient` (a session with a cluster). The log is read in Rust; a
-//! log entry costs the service one Python call. `sulis.cluster` gives them
-//! their final shape.
+//! whose service is a Python object, each on a thread of its own) and
+//! `Cluster` (what a service may do, during a callback); the client is
+//! `cluster_client.rs`. The log is read in Rust; a service takes a log
+//! entry a Python call, or back-to-back session messages in one
+//! (`on_session_messages`). `sulis.cluster` gives them their final shape.
 
 use crate::buffer::with_bytes;
 use crate::errors::{offer_err, ConfigurationError, SulisError};
@@ -12,13 +12,11 @@ use crate::session_messages::PySessionMessages;
 use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use sulis_client::{Client, ClientContext, OfferError};
-use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_client::OfferError;
 use sulis_cluster::clustered_service_agent::{
     each_session_message, Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext,
     ServiceOfferError, SnapshotWriter,
@@ -929,21 +927,8 @@ impl Drop for PyClusterNode {
     }
 }
 
-create_exception!(
-    sulis,
-    ClusterSessionClosedError,
-    ClusterError,
-    "The cluster ended the session: `code` is the SessionEvent code (4 CLOSED, 1 ERROR, ...), `detail` why."
-);
-
-/// A session with a cluster.
-#[pyclass(name = "ClusterClient", module = "sulis._native")]
-pub struct PyClusterClient {
-    client: Client,
-    session: Option<ClusterClient>,
-}
-
-fn offer_code(e: OfferError) -> PyResult<i64> {
+/// An offer's error as Aeron's code (`OfferResult`); raised if it has none.
+pub(crate) fn offer_code(e: OfferError) -> PyResult<i64> {
     Ok(match e {
         OfferError::NotConnected => -1,
         OfferError::BackPressured => -2,
@@ -954,185 +939,12 @@ fn offer_code(e: OfferError) -> PyResult<i64> {
     })
 }
 
-impl PyClusterClient {
-    fn session(&mut self) -> PyResult<&mut ClusterClient> {
-        self.session
-            .as_mut()
-            .ok_or_else(|| crate::errors::ClosedError::new_err("the cluster client is closed"))
-    }
-}
-
-#[pymethods]
-impl PyClusterClient {
-    /// Connects to the driver at `driver_dir` and opens a session with the
-    /// cluster whose members take ingress at `ingress_endpoints`
-    /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
-    #[new]
-    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        driver_dir: PathBuf,
-        ingress_endpoints: String,
-        egress_channel: String,
-        ingress_channel: String,
-        message_timeout: f64,
-        credentials: Vec<u8>,
-        exactly_once: bool,
-        max_in_flight: usize,
-    ) -> PyResult<Self> {
-        let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
-        let (client, session) =
-            gil::released(py, move || -> Result<(Client, ClusterClient), String> {
-                let client = Client::connect(ClientContext {
-                    dir: driver_dir,
-                    driver_timeout: timeout.max(Duration::from_secs(10)),
-                    name: "sulis-cluster-client".into(),
-                    interrupt: Some(crate::errors::interrupt_check()),
-                })
-                .map_err(|e| e.to_string())?;
-                let ctx = ClusterClientContext {
-                    ingress_endpoints,
-                    ingress_channel,
-                    egress_channel,
-                    message_timeout: timeout,
-                    credentials,
-                    exactly_once,
-                    max_in_flight,
-                    ..ClusterClientContext::default()
-                };
-                let session = ClusterClient::connect(&client, &ctx)?;
-                Ok((client, session))
-            })
-            .map_err(ClusterError::new_err)?;
-        Ok(PyClusterClient {
-            client,
-            session: Some(session),
-        })
-    }
-
-    /// The session's id.
-    #[getter]
-    fn cluster_session_id(&mut self) -> PyResult<i64> {
-        Ok(self.session()?.cluster_session_id())
-    }
-
-    /// The leader's term.
-    #[getter]
-    fn leadership_term_id(&mut self) -> PyResult<i64> {
-        Ok(self.session()?.leadership_term_id())
-    }
-
-    /// The leader's member id.
-    #[getter]
-    fn leader_member_id(&mut self) -> PyResult<i32> {
-        Ok(self.session()?.leader_member_id())
-    }
-
-    /// Offers `payload`: the new position, or an `OfferResult`
-    /// (BACK_PRESSURED, NOT_CONNECTED, ...) to offer again.
-    fn offer(&mut self, py: Python<'_>, payload: &[u8]) -> PyResult<Py<PyAny>> {
-        let value = match self.session()?.offer(payload) {
-            Ok(position) => position,
-            Err(e) => offer_code(e)?,
-        };
-        // Waiting for the committed count may have read a NewLeaderEvent.
-        let session = self.session.as_mut().expect("offered above");
-        session
-            .follow_leader(&self.client)
-            .map_err(ClusterError::new_err)?;
-        crate::offer_result::to_py(py, value)
-    }
-
-    /// Messages sent and not yet committed (exactly once; 0 otherwise).
-    #[getter]
-    fn in_flight(&mut self) -> PyResult<usize> {
-        Ok(self.session()?.in_flight())
-    }
-
-    /// Tells the cluster the session is alive; False if it could not go now.
-    fn send_keep_alive(&mut self) -> PyResult<bool> {
-        Ok(self.session()?.send_keep_alive())
-    }
-
-    /// Reads up to `limit` egress fragments; each message of the session
-    /// goes to `handler(payload: bytes, timestamp: int)`. Raises
-    /// `ClusterSessionClosedError` once the cluster ended the session.
-    #[pyo3(signature = (handler, limit=10))]
-    fn poll_egress(
-        &mut self,
-        py: Python<'_>,
-        handler: Bound<'_, PyAny>,
-        limit: usize,
-    ) -> PyResult<usize> {
-        let mut failure = None;
-        // A handler that raises takes no more: the message it raised on is
-        // delivered (Aeron's poll consumes it too), the later ones wait for
-        // the next poll, and the exception goes to the caller.
-        let result = self.session()?.poll_egress_controlled(
-            |timestamp, payload| match handler.call1((PyBytes::new(py, payload), timestamp)) {
-                Ok(_) => true,
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            },
-            limit,
-        );
-        if let Some(e) = failure {
-            if result.is_ok() {
-                let session = self.session.as_mut().expect("polled above");
-                session
-                    .follow_leader(&self.client)
-                    .map_err(ClusterError::new_err)?;
-            }
-            return Err(e);
-        }
-        // A NewLeaderEvent just read: the ingress follows the new leader.
-        if result.is_ok() {
-            let session = self.session.as_mut().expect("polled above");
-            session
-                .follow_leader(&self.client)
-                .map_err(ClusterError::new_err)?;
-        }
-        result.map_err(|ended| {
-            let err = ClusterSessionClosedError::new_err(format!(
-                "the cluster ended the session: {}",
-                if ended.detail.is_empty() {
-                    format!("code {}", ended.code)
-                } else {
-                    ended.detail.clone()
-                }
-            ));
-            let _ = err.value(py).setattr("code", ended.code);
-            let _ = err.value(py).setattr("detail", ended.detail);
-            err
-        })
-    }
-
-    /// Closes the session (the cluster logs the close) and the client.
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(session) = self.session.take() {
-            let client = &self.client;
-            gil::released(py, move || {
-                session.close();
-                client.close();
-            });
-        }
-    }
-}
-
 /// Registers the cluster's classes and exceptions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster_config, m)?)?;
     m.add_class::<PyClusterNode>()?;
     m.add_class::<PyCluster>()?;
     m.add_class::<PySnapshotWriter>()?;
-    m.add_class::<PyClusterClient>()?;
     m.add("ClusterError", m.py().get_type::<ClusterError>())?;
-    m.add(
-        "ClusterSessionClosedError",
-        m.py().get_type::<ClusterSessionClosedError>(),
-    )?;
-    Ok(())
+    crate::cluster_client::register(m)
 }

@@ -10,6 +10,7 @@ mod buffer;
 mod channel_uri;
 mod client;
 mod cluster;
+mod cluster_client;
 mod cluster_tool;
 mod counters;
 mod driver;

@@ -348,6 +348,27 @@ class ClusterClient:
         for the next ``poll_egress``."""
         return self._native.poll_egress(handler, limit)
 
+    def offer_batch(self, data, offsets) -> int:
+        """Offers message ``i`` (``data[offsets[i]:offsets[i + 1]]``) for each, in order, as ``offer`` each, in one
+        call with the GIL released: how many went.
+
+        ``data`` is any bytes-like object, ``offsets`` int32 (numpy, ``array('i')``, a pyarrow buffer), one more
+        than messages (Arrow's layout: a pyarrow binary array's ``buffers()[1]``). Each message is a log entry of
+        its own, as from ``offer``: nothing changes on the wire. Fewer than all went when the next was refused
+        (back pressure, or, exactly once, ``max_in_flight`` messages waiting for the leader's count: the window
+        that pipelines the session's messages) and is to be offered again with the rest, e.g.
+        ``sent += client.offer_batch(data, offsets[sent:])`` after a ``poll_egress_batch``. Raises
+        ``ClusterSessionClosedError`` once the cluster ended the session."""
+        return self._native.offer_batch(data, offsets)
+
+    def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
+        """Reads up to ``limit`` fragments, the GIL released, and returns the session's messages among them as one
+        ``SessionMessages`` (zero-copy columns ``data`` and ``offsets``, and per message ``session_ids``,
+        ``timestamps`` and ``positions``, the egress position after it): one Python call however many came, and
+        an empty batch when none did. Messages that came before the session ended are returned first; the next
+        poll raises ``ClusterSessionClosedError``."""
+        return self._native.poll_egress_batch(limit)
+
     def close(self) -> None:
         """Closes the session (the cluster logs it) and the client, and the client's own driver if it has one."""
         try:

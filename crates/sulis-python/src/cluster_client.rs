@@ -1,0 +1,289 @@
+//! `sulis._native.ClusterClient`: a session with a cluster, converting
+//! only: the session (connect, offer, window, egress) is
+//! `sulis_cluster::cluster_client`. `offer_batch` and `poll_egress_batch`
+//! move many messages per Python call, as columns.
+
+use crate::buffer::with_bytes;
+use crate::cluster::{offer_code, ClusterError};
+use crate::gil;
+use crate::session_messages::PySessionMessages;
+use pyo3::create_exception;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+use std::time::Duration;
+use sulis_client::{Client, ClientContext, OfferError};
+use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext, SessionEnded};
+use sulis_cluster::session_messages::SessionMessages;
+
+create_exception!(
+    sulis,
+    ClusterSessionClosedError,
+    ClusterError,
+    "The cluster ended the session: `code` is the SessionEvent code (4 CLOSED, 1 ERROR, ...), `detail` why."
+);
+
+/// A session with a cluster.
+#[pyclass(name = "ClusterClient", module = "sulis._native")]
+pub struct PyClusterClient {
+    client: Client,
+    session: Option<ClusterClient>,
+}
+
+/// The session's end as `ClusterSessionClosedError`, with its code and detail.
+fn ended_error(py: Python<'_>, ended: SessionEnded) -> PyErr {
+    let err = ClusterSessionClosedError::new_err(format!(
+        "the cluster ended the session: {}",
+        if ended.detail.is_empty() {
+            format!("code {}", ended.code)
+        } else {
+            ended.detail.clone()
+        }
+    ));
+    let _ = err.value(py).setattr("code", ended.code);
+    let _ = err.value(py).setattr("detail", ended.detail);
+    err
+}
+
+/// Little-endian int32s of a bytes-like column (numpy's int32, `array('i')`, ...).
+fn i32_column(column: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i32>> {
+    with_bytes(column, |b| {
+        if b.len() % 4 != 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{name}: {} bytes is not a column of int32",
+                b.len()
+            )));
+        }
+        Ok(b.chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    })?
+}
+
+impl PyClusterClient {
+    /// After a call that may have read a NewLeaderEvent: the ingress follows
+    /// the new leader.
+    fn follow_leader(&mut self) -> PyResult<()> {
+        if let Some(session) = self.session.as_mut() {
+            session
+                .follow_leader(&self.client)
+                .map_err(ClusterError::new_err)?;
+        }
+        Ok(())
+    }
+
+    fn session(&mut self) -> PyResult<&mut ClusterClient> {
+        self.session
+            .as_mut()
+            .ok_or_else(|| crate::errors::ClosedError::new_err("the cluster client is closed"))
+    }
+}
+
+#[pymethods]
+impl PyClusterClient {
+    /// Connects to the driver at `driver_dir` and opens a session with the
+    /// cluster whose members take ingress at `ingress_endpoints`
+    /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
+    #[new]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        driver_dir: PathBuf,
+        ingress_endpoints: String,
+        egress_channel: String,
+        ingress_channel: String,
+        message_timeout: f64,
+        credentials: Vec<u8>,
+        exactly_once: bool,
+        max_in_flight: usize,
+    ) -> PyResult<Self> {
+        let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
+        let (client, session) =
+            gil::released(py, move || -> Result<(Client, ClusterClient), String> {
+                let client = Client::connect(ClientContext {
+                    dir: driver_dir,
+                    driver_timeout: timeout.max(Duration::from_secs(10)),
+                    name: "sulis-cluster-client".into(),
+                    interrupt: Some(crate::errors::interrupt_check()),
+                })
+                .map_err(|e| e.to_string())?;
+                let ctx = ClusterClientContext {
+                    ingress_endpoints,
+                    ingress_channel,
+                    egress_channel,
+                    message_timeout: timeout,
+                    credentials,
+                    exactly_once,
+                    max_in_flight,
+                    ..ClusterClientContext::default()
+                };
+                let session = ClusterClient::connect(&client, &ctx)?;
+                Ok((client, session))
+            })
+            .map_err(ClusterError::new_err)?;
+        Ok(PyClusterClient {
+            client,
+            session: Some(session),
+        })
+    }
+
+    /// The session's id.
+    #[getter]
+    fn cluster_session_id(&mut self) -> PyResult<i64> {
+        Ok(self.session()?.cluster_session_id())
+    }
+
+    /// The leader's term.
+    #[getter]
+    fn leadership_term_id(&mut self) -> PyResult<i64> {
+        Ok(self.session()?.leadership_term_id())
+    }
+
+    /// The leader's member id.
+    #[getter]
+    fn leader_member_id(&mut self) -> PyResult<i32> {
+        Ok(self.session()?.leader_member_id())
+    }
+
+    /// Offers `payload`: the new position, or an `OfferResult`
+    /// (BACK_PRESSURED, NOT_CONNECTED, ...) to offer again.
+    fn offer(&mut self, py: Python<'_>, payload: &[u8]) -> PyResult<Py<PyAny>> {
+        let value = match self.session()?.offer(payload) {
+            Ok(position) => position,
+            Err(e) => offer_code(e)?,
+        };
+        // Waiting for the committed count may have read a NewLeaderEvent.
+        self.follow_leader()?;
+        crate::offer_result::to_py(py, value)
+    }
+
+    /// Messages sent and not yet committed (exactly once; 0 otherwise).
+    #[getter]
+    fn in_flight(&mut self) -> PyResult<usize> {
+        Ok(self.session()?.in_flight())
+    }
+
+    /// Tells the cluster the session is alive; False if it could not go now.
+    fn send_keep_alive(&mut self) -> PyResult<bool> {
+        Ok(self.session()?.send_keep_alive())
+    }
+
+    /// Reads up to `limit` egress fragments; each message of the session
+    /// goes to `handler(payload: bytes, timestamp: int)`. Raises
+    /// `ClusterSessionClosedError` once the cluster ended the session.
+    #[pyo3(signature = (handler, limit=10))]
+    fn poll_egress(
+        &mut self,
+        py: Python<'_>,
+        handler: Bound<'_, PyAny>,
+        limit: usize,
+    ) -> PyResult<usize> {
+        let mut failure = None;
+        // A handler that raises takes no more: the message it raised on is
+        // delivered (Aeron's poll consumes it too), the later ones wait for
+        // the next poll, and the exception goes to the caller.
+        let result = self.session()?.poll_egress_controlled(
+            |timestamp, payload| match handler.call1((PyBytes::new(py, payload), timestamp)) {
+                Ok(_) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            },
+            limit,
+        );
+        // A NewLeaderEvent just read: the ingress follows the new leader.
+        if result.is_ok() {
+            self.follow_leader()?;
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        result.map_err(|ended| ended_error(py, ended))
+    }
+
+    /// Offers message `i` (`data[offsets[i]:offsets[i + 1]]`: any
+    /// bytes-like data, int32 offsets one more than messages, Arrow's
+    /// layout) for each, in order, as `offer` each, the GIL released: how
+    /// many went. Fewer than all: the next was refused (back pressure, the
+    /// exactly-once window full, a new leader being followed) and is to be
+    /// offered again with the rest. Raises `ClusterSessionClosedError` once
+    /// the cluster ended the session (nothing of the batch went).
+    fn offer_batch(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let offsets = i32_column(offsets, "offsets")?;
+        let session = self.session()?;
+        let sent = with_bytes(data, |data| {
+            gil::released(py, || session.offer_batch(data, &offsets))
+        })?;
+        let (n, refused) =
+            sent.map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("offer_batch: {e}")))?;
+        self.follow_leader()?;
+        match refused {
+            Some(OfferError::Closed) if n == 0 => {
+                let ended = self.session()?.ended().cloned();
+                Err(match ended {
+                    Some(ended) => ended_error(py, ended),
+                    None => crate::errors::ClosedError::new_err(
+                        "the cluster client's ingress is closed",
+                    ),
+                })
+            }
+            Some(
+                e @ (OfferError::MaxPositionExceeded
+                | OfferError::MessageTooLong { .. }
+                | OfferError::Client(_)),
+            ) if n == 0 => Err(crate::errors::offer_err(e)),
+            _ => Ok(n),
+        }
+    }
+
+    /// Reads up to `limit` egress fragments, the GIL released, and returns
+    /// the session's messages among them as one `SessionMessages` (columns:
+    /// `data` and `offsets`, and per message the session id, the timestamp
+    /// and the egress position after it; empty when none came). Raises
+    /// `ClusterSessionClosedError` once the cluster ended the session, after
+    /// the messages that came before the end were returned.
+    #[pyo3(signature = (limit=256))]
+    fn poll_egress_batch(&mut self, py: Python<'_>, limit: usize) -> PyResult<PySessionMessages> {
+        let session = self.session()?;
+        let mut out = SessionMessages::default();
+        let result = gil::released(py, || session.poll_egress_batch(&mut out, limit));
+        match result {
+            Ok(_) => {
+                self.follow_leader()?;
+                Ok(PySessionMessages::new(out))
+            }
+            // What came before the end is the application's; the end is
+            // raised by the next poll (it is kept).
+            Err(_) if !out.is_empty() => Ok(PySessionMessages::new(out)),
+            Err(ended) => Err(ended_error(py, ended)),
+        }
+    }
+
+    /// Closes the session (the cluster logs the close) and the client.
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(session) = self.session.take() {
+            let client = &self.client;
+            gil::released(py, move || {
+                session.close();
+                client.close();
+            });
+        }
+    }
+}
+
+/// Registers the class and its exception.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyClusterClient>()?;
+    m.add(
+        "ClusterSessionClosedError",
+        m.py().get_type::<ClusterSessionClosedError>(),
+    )?;
+    Ok(())
+}
