@@ -277,6 +277,20 @@ def test_a_batched_client_pipelines_through_its_window_and_reads_the_echoes_in_b
     assert sum(service.calls) == len(sent)
 
 
+def test_durable_commits_refuse_an_archive_that_does_not_sync_the_log_naming_it(node_env):
+    """``file_sync_level=1`` on the node and its archive at 0 (the default): the module would count as appended
+    what a machine crash loses, so it stops as it starts the log's recording, naming the archive and the level
+    to start it with (a sulis archive says its level in the recording's position counter)."""
+    driver, archive, members, _, cluster_dir = node_env
+    with pytest.raises(ClusterError) as e:
+        with ClusterNode(Echo(), cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                         file_sync_level=1) as n:
+            await_until(lambda: n.error is not None or not n.is_running, 30, "the module to stop")
+            raise ClusterError(n.error)
+    assert "file_sync_level 1: the log's recording 0 is written by archive" in str(e.value), e.value
+    assert "at file_sync_level 0" in str(e.value) and "file_sync_level 1 or above" in str(e.value), e.value
+
+
 class Waiting(ClusteredService):
     """Idles in its callback for what never comes, as a service retrying an offer does."""
 

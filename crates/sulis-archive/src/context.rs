@@ -139,7 +139,8 @@ fn show_checksum(c: &Option<Checksum>) -> String {
 fn optional_text(s: &str) -> Result<Option<String>, String> {
     parse_optional(s, text)
 }
-fn sync_level(s: &str) -> Result<u8, String> {
+/// A sync level: 0, 1 or 2 (`file_sync_level`'s values).
+pub fn sync_level(s: &str) -> Result<u8, String> {
     match int::<u8>(s)? {
         v @ 0..=2 => Ok(v),
         v => Err(format!("{v} is not 0, 1 or 2")),

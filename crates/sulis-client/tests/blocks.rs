@@ -179,7 +179,7 @@ fn offer_block_refuses_a_block_that_crosses_the_term_end() {
 fn counters_added_by_a_client_show_in_the_cnc_until_closed() {
     let d = driver("counter");
     let c = client(&d);
-    let key = sulis_protocol::counters::recording_position_key(4, 7, "aeron:ipc", 99);
+    let key = sulis_protocol::counters::recording_position_key(4, 7, "aeron:ipc", 99, 0);
     let counter = c
         .add_counter(100, &key, "rec-pos: 4 7 1 aeron:ipc - archiveId=99")
         .unwrap();

@@ -46,7 +46,7 @@ use sulis_protocol::cluster::messages::{
     ServiceAck, ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest,
     SessionKeepAlive, SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
-use sulis_protocol::counters::type_id;
+use sulis_protocol::counters::{type_id, RecordingPositionKey};
 use sulis_protocol::options::{
     parse_duration as duration, parse_int as int, parse_text as text, show, show_duration,
     Configured, OptionSpec, Sources,
@@ -123,6 +123,11 @@ pub struct ConsensusModuleContext {
     pub log_stream_id: i32,
     /// The log publication's term length.
     pub log_term_length: i32,
+    /// Durable commits: the `file_sync_level` the log's recording must be
+    /// written at (0: the page cache; 1: data synced; 2: and metadata), so
+    /// the commit position, a quorum's recorded positions, only counts what
+    /// they synced.
+    pub file_sync_level: u8,
     /// The stream the log is replayed on at start (103).
     pub replay_stream_id: i32,
     /// The control channel between the module and its services.
@@ -194,6 +199,7 @@ impl Default for ConsensusModuleContext {
             service_stream_id: 104,
             service_count: 1,
             service_log_fragment_limit: 50,
+            file_sync_level: 0,
             session_timeout: Duration::from_secs(10),
             max_concurrent_sessions: 10,
             leader_heartbeat_interval: Duration::from_millis(200),
@@ -260,6 +266,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(log_channel, "SULIS_CLUSTER_LOG_CHANNEL", "channel", "The log's channel: a one-member cluster's log is IPC; a cluster of several sends it over UDP (plain aeron:udp when this is IPC).", text, |v: &String| show_text(v)),
     sulis_protocol::option!(log_stream_id, "SULIS_CLUSTER_LOG_STREAM_ID", "", "The log's stream (Aeron's 100).", int::<i32>, show),
     sulis_protocol::option!(log_term_length, "SULIS_CLUSTER_LOG_TERM_LENGTH", "bytes", "Term length of the log publication, a power of two from 64k to 1g; fixed for the life of the log.", size, show),
+    sulis_protocol::option!(file_sync_level, "SULIS_CLUSTER_FILE_SYNC_LEVEL", "", "Durable commits: 0 commits what a quorum's archives wrote (the page cache: a killed process loses nothing, a machine crash may lose what was acknowledged); 1 only what a quorum synced to disk (fdatasync per block recorded, many messages a sync), 2 data and metadata. The member's archive must record at this file_sync_level or above (sulis cluster-node starts its archive so); the module checks the log's recording and stops, naming the archive, if not.", sulis_archive::context::sync_level, show),
     sulis_protocol::option!(replay_stream_id, "SULIS_CLUSTER_REPLAY_STREAM_ID", "", "Stream the log is replayed on at start (Aeron's 103).", int::<i32>, show),
     sulis_protocol::option!(control_channel, "SULIS_CLUSTER_CONTROL_CHANNEL", "channel", "Channel between the consensus module and its services.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(consensus_module_stream_id, "SULIS_CLUSTER_CONSENSUS_MODULE_STREAM_ID", "", "Services to module (Aeron's 105).", int::<i32>, show),
@@ -952,12 +959,8 @@ impl ConsensusModule {
         // The recording's position counter names the log's session.
         let deadline = Instant::now() + self.ctx.message_timeout;
         loop {
-            if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
-                self.recording_position_counter = id;
-                self.recording_id = recording_id;
-                if let Some(rep) = self.replicated.as_mut() {
-                    rep.recording_lost_in_election = false;
-                }
+            if let Some((id, key)) = find_recording_counter(&self.io.client, session_id) {
+                self.count_recording(id, key)?;
                 break;
             }
             if Instant::now() > deadline {
@@ -1190,6 +1193,42 @@ impl ConsensusModule {
             work += 1;
         }
         Ok(work)
+    }
+
+    /// The log's recording and its position counter, found once the archive
+    /// records the log: the positions this member appends (and, leading,
+    /// commits) count from it. Durable commits (`file_sync_level` > 0) need
+    /// the archive to sync the recording at that level or above: a position
+    /// it only wrote to the page cache would count as appended and a machine
+    /// crash could lose what was acknowledged. Refused, naming the archive.
+    pub(crate) fn count_recording(
+        &mut self,
+        counter_id: i32,
+        key: RecordingPositionKey,
+    ) -> Result<(), String> {
+        let level = key.file_sync_level.unwrap_or(0);
+        if level < self.ctx.file_sync_level {
+            return Err(format!(
+                "file_sync_level {}: the log's recording {} is written by archive {} at file_sync_level {level}{}, \
+                 so a commit could count what a machine crash loses; start the member's archive with \
+                 file_sync_level {} or above",
+                self.ctx.file_sync_level,
+                key.recording_id,
+                key.archive_id,
+                if key.file_sync_level.is_none() {
+                    " (its counter does not say: not a sulis archive)"
+                } else {
+                    ""
+                },
+                self.ctx.file_sync_level
+            ));
+        }
+        self.recording_position_counter = counter_id;
+        self.recording_id = key.recording_id;
+        if let Some(rep) = self.replicated.as_mut() {
+            rep.recording_lost_in_election = false;
+        }
+        Ok(())
     }
 
     /// The module's state and role as counters, for tools.

@@ -1101,13 +1101,8 @@ impl ConsensusModule {
         }
         let deadline = Instant::now() + self.ctx.message_timeout;
         loop {
-            if let Some((id, recording_id)) = find_recording_counter(&self.io.client, session_id) {
-                self.recording_position_counter = id;
-                self.recording_id = recording_id;
-                if let Some(rep) = self.replicated.as_mut() {
-                    rep.recording_lost_in_election = false;
-                }
-                return Ok(());
+            if let Some((id, key)) = find_recording_counter(&self.io.client, session_id) {
+                return self.count_recording(id, key);
             }
             if Instant::now() > deadline {
                 let stop = self.archive.get_stop_position(self.recording_id);

@@ -9,20 +9,24 @@ use std::time::{Duration, Instant};
 use sulis_archive::client::ArchiveClient;
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler};
 use sulis_protocol::archive::messages::source_location;
-use sulis_protocol::counters::parse_recording_position_key;
+use sulis_protocol::counters::{parse_recording_position_key, RecordingPositionKey};
 
 /// Counter type of the archive's recording position (`rec-pos`).
 pub const RECORDING_POSITION_TYPE_ID: i32 = 100;
 
 /// The archive's recording-position counter of the recording of
-/// `session_id`: (counter id, recording id).
-pub fn find_recording_counter(client: &Client, session_id: i32) -> Option<(i32, i64)> {
+/// `session_id`: (counter id, its key: the recording id, the archive's
+/// sync level for it).
+pub fn find_recording_counter(
+    client: &Client,
+    session_id: i32,
+) -> Option<(i32, RecordingPositionKey)> {
     let mut found = None;
     client.counters().for_each(|id, type_id, key, _label| {
         if type_id == RECORDING_POSITION_TYPE_ID {
             if let Some(k) = parse_recording_position_key(key) {
                 if k.session_id == session_id {
-                    found = Some((id, k.recording_id));
+                    found = Some((id, k));
                 }
             }
         }
@@ -60,8 +64,8 @@ impl SnapshotTaker {
             .map_err(|e| format!("{what}: recording it: {e}"))?;
         let deadline = Instant::now() + timeout;
         let (counter_id, recording_id) = loop {
-            if let Some(found) = find_recording_counter(client, publication.session_id()) {
-                break found;
+            if let Some((id, key)) = find_recording_counter(client, publication.session_id()) {
+                break (id, key.recording_id);
             }
             if Instant::now() > deadline {
                 let _ = archive.stop_recording(&channel, stream_id);

@@ -373,31 +373,43 @@ pub fn parse_stream_counter_key(key: &[u8]) -> Option<StreamCounterKey> {
     })
 }
 
-/// Room for the source identity in a recording position key (Aeron's: the
-/// key's 112 bytes less the fixed fields and the archive id).
-pub const RECORDING_KEY_SOURCE_IDENTITY_MAX: usize = MAX_KEY_LENGTH - 16 - 8;
+/// sulis's tail of a recording position key, after Aeron's fields (whose
+/// readers stop at the archive id): this magic, then the archive's
+/// `file_sync_level` for the recording's segments (i32): what a recorded
+/// position stands for (0: written to the page cache; 1: data synced; 2:
+/// data and metadata synced). The consensus module reads it to keep its
+/// durability promise.
+const SYNC_LEVEL_MAGIC: &[u8; 4] = b"fsyn";
+
+/// Room for the source identity in a recording position key: the key's
+/// 112 bytes less the fixed fields, the archive id and sulis's tail.
+pub const RECORDING_KEY_SOURCE_IDENTITY_MAX: usize = MAX_KEY_LENGTH - 16 - 8 - 8;
 
 /// Builds the key of a recording position counter (type 100), laid out as
 /// Aeron's `RecordingPos`: recording id (i64), session id (i32), source
 /// identity length (i32), the source identity (cut to fit), then the
-/// archive id (i64, right after the identity: not aligned).
+/// archive id (i64, right after the identity: not aligned); then sulis's
+/// tail: the recording's `file_sync_level`.
 pub fn recording_position_key(
     recording_id: i64,
     session_id: i32,
     source_identity: &str,
     archive_id: i64,
+    file_sync_level: u8,
 ) -> Vec<u8> {
     let mut end = source_identity.len().min(RECORDING_KEY_SOURCE_IDENTITY_MAX);
     while !source_identity.is_char_boundary(end) {
         end -= 1;
     }
     let identity = &source_identity.as_bytes()[..end];
-    let mut key = Vec::with_capacity(24 + identity.len());
+    let mut key = Vec::with_capacity(32 + identity.len());
     key.extend_from_slice(&recording_id.to_le_bytes());
     key.extend_from_slice(&session_id.to_le_bytes());
     key.extend_from_slice(&(identity.len() as i32).to_le_bytes());
     key.extend_from_slice(identity);
     key.extend_from_slice(&archive_id.to_le_bytes());
+    key.extend_from_slice(SYNC_LEVEL_MAGIC);
+    key.extend_from_slice(&(file_sync_level as i32).to_le_bytes());
     key
 }
 
@@ -412,6 +424,9 @@ pub struct RecordingPositionKey {
     pub source_identity: String,
     /// Id of the archive recording it.
     pub archive_id: i64,
+    /// The archive's `file_sync_level` for the recording (sulis's tail);
+    /// None when the key has none (Aeron's archive).
+    pub file_sync_level: Option<u8>,
 }
 
 /// Decodes a recording position key; `None` if `key` cannot be one.
@@ -424,11 +439,15 @@ pub fn parse_recording_position_key(key: &[u8]) -> Option<RecordingPositionKey> 
         return None;
     }
     let end = 16 + length as usize;
+    let tail = key.get(end + 8..end + 16);
     Some(RecordingPositionKey {
         recording_id: i64::from_le_bytes(key[0..8].try_into().unwrap()),
         session_id: i32::from_le_bytes(key[8..12].try_into().unwrap()),
         source_identity: String::from_utf8_lossy(&key[16..end]).into_owned(),
         archive_id: i64::from_le_bytes(key[end..end + 8].try_into().unwrap()),
+        file_sync_level: tail
+            .filter(|t| &t[..4] == SYNC_LEVEL_MAGIC)
+            .map(|t| i32::from_le_bytes(t[4..8].try_into().unwrap()).clamp(0, 2) as u8),
     })
 }
 
@@ -460,8 +479,8 @@ mod tests {
 
     #[test]
     fn recording_position_key_is_laid_out_as_aerons_and_round_trips() {
-        let k = recording_position_key(3, -9, "127.0.0.1:40123", 77);
-        assert_eq!(k.len(), 24 + 15);
+        let k = recording_position_key(3, -9, "127.0.0.1:40123", 77, 1);
+        assert_eq!(k.len(), 24 + 15 + 8);
         assert_eq!(&k[12..16], &15i32.to_le_bytes());
         assert_eq!(
             &k[31..39],
@@ -475,17 +494,27 @@ mod tests {
                 session_id: -9,
                 source_identity: "127.0.0.1:40123".into(),
                 archive_id: 77,
+                file_sync_level: Some(1),
             })
         );
-        let long = recording_position_key(1, 1, &"é".repeat(100), -1);
+        // Aeron's key (no tail; the key area's zeros after it): no level.
+        let mut aerons = k[..39].to_vec();
+        aerons.resize(MAX_KEY_LENGTH, 0);
+        assert_eq!(
+            parse_recording_position_key(&aerons)
+                .unwrap()
+                .file_sync_level,
+            None
+        );
+        let long = recording_position_key(1, 1, &"é".repeat(100), -1, 2);
         assert!(long.len() <= MAX_KEY_LENGTH);
         let parsed = parse_recording_position_key(&long).unwrap();
         assert_eq!(
             parsed.source_identity,
-            "é".repeat(44),
+            "é".repeat(40),
             "cut on a char boundary"
         );
-        assert_eq!(parsed.archive_id, -1);
+        assert_eq!((parsed.archive_id, parsed.file_sync_level), (-1, Some(2)));
         assert_eq!(parse_recording_position_key(&long[..20]), None);
         assert_eq!(
             recording_position_label(3, -9, 10, "aeron:ipc", 77),

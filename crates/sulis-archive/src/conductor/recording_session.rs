@@ -413,6 +413,7 @@ impl ArchiveConductor {
                 image.session_id(),
                 image.source_identity(),
                 self.archive_id,
+                self.ctx.file_sync_level,
             ),
             &recording_position_label(
                 recording_id,
