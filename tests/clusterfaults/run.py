@@ -1,8 +1,14 @@
 """The long fault run: ``python tests/clusterfaults/run.py [--members 3|5] [--rounds 2] [--hold 3] [--seed 0]
-[--nemesis kill-leader,...]`` (root: it makes network namespaces and nftables rules).
+[--nemesis kill-leader,...] [--busy 2] [--max-failover 15]`` (root: it makes network namespaces and nftables
+rules).
 
 Each round runs every nemesis once, in an order drawn from the seed; the checks of ``harness.py`` follow the
-last. Prints each fault as it starts and the figures at the end; exits 1 when a check fails.
+last. Prints each fault as it starts and the figures at the end (among them each fault's time to a new term
+and the clients' longest wait, and ``duplicates_applied``, which the checks require to be 0: the workload's
+clients are sulis's, exactly once); exits 1 when a check fails. ``--busy N`` runs N busy loops beside the
+cluster for the whole run (a machine under load: N = the CPU count puts two runnable processes on each core);
+``--max-failover S`` fails the run when a fault took longer than S seconds to a new term or a client waited
+longer than that for an answer.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +38,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--nemesis", default=",".join(NEMESES), help="comma-separated, of: " + ", ".join(NEMESES))
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (printed)")
+    parser.add_argument("--busy", type=int, default=0, help="busy loops beside the cluster for the whole run")
+    parser.add_argument("--max-failover", type=float, default=None,
+                        help="fail when a new term or a client's answer took longer than this many seconds")
     args = parser.parse_args()
     require_netns_or_exit()
     kinds = [k for k in args.nemesis.split(",") if k]
@@ -41,6 +51,17 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="sulis-faults-"))
     started = time.monotonic()
     names = [f"n{i}" for i in range(args.members)] + ["client"]
+    # Busy loops, as another workload on the machine would be: at the OS's normal priority, for the whole run.
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return faults(args, schedule, base, started, names)
+    finally:
+        for loop in busy:
+            loop.kill()
+            loop.wait()
+
+
+def faults(args: argparse.Namespace, schedule: list[str], base: Path, started: float, names: list[str]) -> int:
     with NetnsHosts(*names) as hosts:
         try:
             figures = run(hosts, base, size=args.members, schedule=schedule, hold=args.hold, settle=args.settle,
@@ -54,8 +75,14 @@ def main() -> int:
             raise
     figures.pop("events")
     figures.update({"members": args.members, "schedule": schedule, "hold_s": args.hold, "seed": args.seed,
-                    "seconds": round(time.monotonic() - started, 1)})
+                    "busy_loops": args.busy, "seconds": round(time.monotonic() - started, 1)})
     print(json.dumps(figures, indent=1))
+    if args.max_failover is not None:
+        longest = max(figures["longest_election_s"], figures["longest_wait_s"])
+        if longest > args.max_failover:
+            print(f"FAILED: a failover took {longest:.1f} s, over the {args.max_failover:.1f} s asked for "
+                  f"(longest_election_s {figures['longest_election_s']}, longest_wait_s {figures['longest_wait_s']})")
+            return 1
     if not args.keep:
         import shutil
 
