@@ -43,7 +43,7 @@ python -c "import sulis, sys; assert sulis.build_profile == 'release', sulis.bui
 if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then
   bash scripts/build_jar.sh || { echo "setup: the sulis jar did not build (scripts/build_jar.sh)" >&2; exit 1; }
 else
-  echo "setup: no JDK (javac, jar): the JVM source's tests (tests/system/test_spark_jvm.py) will skip" >&2
+  echo "setup: no JDK (javac, jar): the JVM source's tests (tests/system/test_spark_jvm*.py) will skip" >&2
 fi
 # The cluster fault suite's linearizability checker (porcupine, Go): its module fetched now, so the
 # test builds it from the module cache. Without Go that test is skipped, saying why.

@@ -22,6 +22,9 @@ from sulis.cluster import ClusterClient
 
 MESSAGES = 3_000
 
+# Three members started twice, and a loop-mounted disk each: well over the suite's 120 s on a busy machine.
+pytestmark = pytest.mark.timeout(300)
+
 
 def stream(c: ClusterClient, n: int) -> int:
     """Offers m0..m(n-1) without waiting for answers, reading egress meanwhile; returns once every echo came
