@@ -45,3 +45,4 @@ pub mod session_manager;
 pub mod session_messages;
 pub mod snapshot_taker;
 pub mod timer_service;
+pub mod tool;

@@ -4,10 +4,9 @@
 //! move many messages per Python call, as columns.
 
 use crate::buffer::with_bytes;
-use crate::cluster::{offer_code, ClusterError};
+use crate::cluster_error::{offer_code, ClusterError, ClusterSessionClosedError};
 use crate::gil;
 use crate::session_messages::PySessionMessages;
-use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
@@ -15,13 +14,6 @@ use std::time::Duration;
 use sulis_client::{Client, ClientContext, OfferError};
 use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext, SessionEnded};
 use sulis_cluster::session_messages::SessionMessages;
-
-create_exception!(
-    sulis,
-    ClusterSessionClosedError,
-    ClusterError,
-    "The cluster ended the session: `code` is the SessionEvent code (4 CLOSED, 1 ERROR, ...), `detail` why."
-);
 
 /// A session with a cluster.
 #[pyclass(name = "ClusterClient", module = "sulis._native")]
@@ -278,12 +270,7 @@ impl PyClusterClient {
     }
 }
 
-/// Registers the class and its exception.
+/// Registers the class.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyClusterClient>()?;
-    m.add(
-        "ClusterSessionClosedError",
-        m.py().get_type::<ClusterSessionClosedError>(),
-    )?;
-    Ok(())
+    m.add_class::<PyClusterClient>()
 }

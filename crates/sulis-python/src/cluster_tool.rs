@@ -1,19 +1,18 @@
-//! What `sulis cluster-tool` reads and sets (Aeron's `ClusterTool`): a
-//! member's recording log and recovery plan, read without changing the
-//! file, and its control toggle in its driver's counters.
+//! What `sulis cluster-tool` reads and sets (Aeron's `ClusterTool`), as
+//! Python values: a member's recording log and recovery plan, read without
+//! changing the file, its mark files, and (the logic in
+//! `sulis_cluster::tool`) its log purged, its control toggle set and its
+//! members asked for.
 
-use crate::cluster::ClusterError;
+use crate::cluster_error::ClusterError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use std::time::Duration;
-use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
-use sulis_client::{Client, ClientContext};
 use sulis_cluster::cluster_mark_file::MarkFileReader;
-use sulis_cluster::consensus_module::{purge_log, toggle, LogPurge};
 use sulis_cluster::recording_log::RecordingLog;
+use sulis_cluster::tool;
 use sulis_protocol::cluster::recording_log::Entry;
-use sulis_protocol::counters::type_id;
 
 fn entry_dict<'py>(py: Python<'py>, index: usize, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -104,21 +103,8 @@ pub fn purge_cluster_log<'py>(
     driver_dir: &str,
     service_count: i32,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let outcome = crate::gil::released(py, || -> Result<LogPurge, String> {
-        let log = RecordingLog::read(Path::new(cluster_dir))?;
-        let client = Client::connect(ClientContext {
-            dir: driver_dir.into(),
-            driver_timeout: Duration::from_secs(10),
-            name: "sulis-cluster-tool".into(),
-            interrupt: None,
-        })
-        .map_err(|e| format!("media driver {driver_dir}: {e}"))?;
-        let mut archive = ArchiveClient::connect(&client, ArchiveClientContext::default())
-            .map_err(|e| format!("the archive on {driver_dir}: {e}"))?;
-        let purged = purge_log(&mut archive, &log, service_count);
-        archive.close();
-        client.close();
-        purged
+    let outcome = crate::gil::released(py, || {
+        tool::purge_member_log(Path::new(cluster_dir), driver_dir, service_count)
     })
     .map_err(ClusterError::new_err)?;
     let d = PyDict::new(py);
@@ -133,40 +119,7 @@ pub fn purge_cluster_log<'py>(
 /// error names the driver without a member, or the request still pending.
 #[pyfunction]
 pub fn set_cluster_toggle(dir: &str, value: i64) -> PyResult<i64> {
-    let cnc = crate::counters::open_cnc(dir)?;
-    let reader = sulis_concurrent::counters::CountersReader::new(
-        cnc.counters_metadata_buffer(),
-        cnc.counters_values_buffer(),
-    );
-    let mut found = Vec::new();
-    reader.for_each(|id, t, _key, _label| {
-        if t == type_id::CLUSTER_CONTROL_TOGGLE {
-            found.push(id);
-        }
-    });
-    let id = match found.as_slice() {
-        [id] => *id,
-        [] => {
-            return Err(ClusterError::new_err(format!(
-                "no cluster member runs on the driver in {dir} (no control toggle counter)"
-            )))
-        }
-        _ => {
-            return Err(ClusterError::new_err(format!(
-                "{} cluster members run on the driver in {dir}: which one is ambiguous",
-                found.len()
-            )))
-        }
-    };
-    let counter = reader.counter_ref(id);
-    let was = counter.get();
-    if was != toggle::NEUTRAL {
-        return Err(ClusterError::new_err(format!(
-            "the control toggle is {was}, not NEUTRAL (1): the member is starting, or still acting on an earlier request"
-        )));
-    }
-    counter.set_ordered(value);
-    Ok(was)
+    tool::set_toggle(dir, value).map_err(ClusterError::new_err)
 }
 
 fn mark_file_dict<'py>(py: Python<'py>, path: &Path) -> PyResult<Bound<'py, PyDict>> {
@@ -236,75 +189,8 @@ pub fn query_cluster_members<'py>(
     cluster_dir: &str,
     timeout: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use sulis_protocol::cluster::mark_file::MARK_FILE;
-    use sulis_protocol::cluster::members_response::ClusterMembersExtendedResponse;
-    use sulis_protocol::cluster::messages::ClusterMembersQuery;
-    let path = Path::new(cluster_dir).join(MARK_FILE);
-    let h = MarkFileReader::open(&path)
-        .map_err(|e| ClusterError::new_err(format!("no consensus module's mark file: {e}")))?
-        .header();
-    let answer = crate::gil::released(py, || -> Result<ClusterMembersExtendedResponse, String> {
-        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.1));
-        let client = Client::connect(ClientContext {
-            dir: h.aeron_directory.clone().into(),
-            driver_timeout: Duration::from_secs_f64(timeout.max(1.0)),
-            name: "sulis-cluster-tool".into(),
-            interrupt: None,
-        })
-        .map_err(|e| format!("the member's media driver {}: {e}", h.aeron_directory))?;
-        let outcome = (|| {
-            let mut answers = client
-                .add_subscription(&h.control_channel, h.service_stream_id)
-                .map_err(|e| format!("{}: {e}", h.control_channel))?;
-            let queries = client
-                .add_publication(&h.control_channel, h.consensus_module_stream_id)
-                .map_err(|e| format!("{}: {e}", h.control_channel))?;
-            let correlation_id = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as i64)
-                ^ ((std::process::id() as i64) << 40);
-            let query = ClusterMembersQuery {
-                correlation_id,
-                extended: 1,
-            }
-            .encode();
-            let mut sent = false;
-            let mut assembler = sulis_client::FragmentAssembler::new();
-            loop {
-                if std::time::Instant::now() > deadline {
-                    return Err(if sent {
-                        format!("the consensus module did not answer within {timeout} s (an election that lasts, or a module that hangs)")
-                    } else {
-                        format!("no consensus module took the query within {timeout} s: is the member on {cluster_dir} running?")
-                    });
-                }
-                if !sent && answers.is_connected() {
-                    sent = queries.offer(&query).is_ok();
-                }
-                let mut found = None;
-                answers
-                    .poll(
-                        |payload, header| -> Result<(), ()> {
-                            if let Some(m) = assembler.on_fragment(payload, header) {
-                                if let Ok(r) = ClusterMembersExtendedResponse::decode(&m.payload) {
-                                    if r.correlation_id == correlation_id {
-                                        found = Some(r);
-                                    }
-                                }
-                            }
-                            Ok(())
-                        },
-                        10,
-                    )
-                    .unwrap_or(0);
-                if let Some(r) = found {
-                    return Ok(r);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })();
-        client.close();
-        outcome
+    let answer = crate::gil::released(py, || {
+        tool::query_members(cluster_dir, Duration::from_secs_f64(timeout.max(0.1)))
     })
     .map_err(ClusterError::new_err)?;
     let d = PyDict::new(py);

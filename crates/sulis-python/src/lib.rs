@@ -9,8 +9,11 @@ mod batch;
 mod buffer;
 mod channel_uri;
 mod client;
-mod cluster;
 mod cluster_client;
+mod cluster_config;
+mod cluster_error;
+mod cluster_node;
+mod cluster_service;
 mod cluster_tool;
 mod counters;
 mod driver;
@@ -66,7 +69,11 @@ fn recording_key(uri: &str, stream_id: i32) -> PyResult<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     archive::register(m)?;
-    cluster::register(m)?;
+    cluster_error::register(m)?;
+    cluster_config::register(m)?;
+    cluster_node::register(m)?;
+    cluster_service::register(m)?;
+    cluster_client::register(m)?;
     spark::register(m)?;
     m.add_function(wrap_pyfunction!(cluster_tool::read_recording_log, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
