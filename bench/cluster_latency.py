@@ -17,6 +17,10 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   in µs (``--count`` after ``--warmup``).
 * throughput: ``--tput-count`` messages offered as fast as the cluster takes them, egress polled
   meanwhile; messages/s from the first offer to the last echo.
+* batched (the first row): the echo service takes what the log holds in one Python call
+  (``BatchedEcho``, ``--service-batch`` fragments at most) and answers with one ``offer_batch``; the
+  client hands ``--batch`` messages to ``ClusterClient.offer_batch`` at once (as far as its exactly-once
+  window of 16,384 takes them) and reads echoes with ``poll_egress_batch``. Its latency is a batch of one.
 * fixed rates (``--rates``, the sulis Python client on the sulis and the Aeron cluster): messages on a
   schedule for ``--rate-seconds`` each, each one's round trip from when it was due; the highest rate
   whose p99 stays under 1 ms. Between messages the client sleeps (``--client-park-us``) rather than
@@ -40,6 +44,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -90,11 +95,14 @@ class SulisNode:
     """``sulis cluster-node`` members with the echo service, each in its own process (its output in a file:
     a member of several logs its elections)."""
 
-    def __init__(self, members: int = 1, extra: tuple[str, ...] = (), idle: str | None = None) -> None:
+    def __init__(self, members: int = 1, extra: tuple[str, ...] = (), idle: str | None = None,
+                 service: str = "cluster_echo:Echo", parent: str | None = None) -> None:
         """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value); ``idle``:
         the idle strategy of each member's driver, archive, consensus module and service (their default,
-        Aeron's back-off, if None)."""
-        self.top = scratch_dir("sulis-bench-cluster-")
+        Aeron's back-off, if None); ``service``: bench/peers/cluster_echo.py's ``Echo`` (a Python call per
+        message) or ``BatchedEcho`` (a call per batch the log holds); ``parent``: where the members' directories
+        go (a disk, for durable commits; /dev/shm if None)."""
+        self.top = scratch_dir("sulis-bench-cluster-", parent)
         ports = [[free_port() for _ in range(4)] for _ in range(members)]  # ingress, consensus, log, archive
         spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
                         for i, p in enumerate(ports))
@@ -112,7 +120,7 @@ class SulisNode:
                 os.makedirs(base)
                 log = os.path.join(base, "stderr.txt")
                 self.cmds.append([sys.executable, "-m", "sulis.cli", "cluster-node", "--service",
-                                  "cluster_echo:Echo", "--cluster-dir", os.path.join(base, "cluster"),
+                                  service, "--cluster-dir", os.path.join(base, "cluster"),
                                   "--archive-dir", os.path.join(base, "archive"), "--dir",
                                   os.path.join(base, "driver"), "--cluster-members", spec,
                                   "--member-id", str(i), "--log-term-length", "16m", *extra])
@@ -180,15 +188,23 @@ class AeronNode:
         stop_all(self.procs, self.top)
 
 
+def disk_device(path: str) -> str:
+    """The device the file system holding ``path`` is on (``df``'s first column), e.g. /dev/vda or tmpfs."""
+    out = subprocess.run(["df", "--output=source", path], capture_output=True, text=True).stdout.split()
+    return out[-1] if out else "?"
+
+
 def percentiles(samples_ns: list[int]) -> dict:
     s = sorted(samples_ns)
     at = lambda q: s[min(len(s) - 1, int(q * len(s)))] / 1000  # noqa: E731
     return {"p50_us": at(0.5), "p90_us": at(0.9), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": s[-1] / 1000}
 
 
-def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True) -> dict:
+def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True, batched: bool = False) -> dict:
     """The sulis Python client on a driver of its own (this process): latency or throughput; exactly once
-    (numbering and keeping its messages, with a sulis cluster) unless told not."""
+    (numbering and keeping its messages, with a sulis cluster) unless told not; ``batched``: messages handed
+    over by ``offer_batch`` (``--batch`` at a time, as far as the exactly-once window takes them) and echoes
+    read by ``poll_egress_batch``, a Python call per batch, not per message."""
     shm = scratch_dir("sulis-bench-cluster-client-")
     try:
         idle = {} if a.idle is None else {"idle_strategy": a.idle}
@@ -203,6 +219,8 @@ def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True) -> dic
 
                 if mode.startswith("rate:"):
                     return at_rate(client, float(mode[5:]), a)
+                if batched:
+                    return batched_client(client, a, mode)
                 if mode == "throughput":
                     t0 = time.perf_counter()
                     sent = 0
@@ -228,6 +246,35 @@ def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True) -> dic
                 client.close()
     finally:
         remove_dir(shm)
+
+
+def batched_client(client: ClusterClient, a, mode: str) -> dict:
+    """Throughput: ``--tput-count`` messages offered ``--batch`` at a time by ``offer_batch`` (what the window
+    does not take goes with the next call), echoes read by ``poll_egress_batch`` meanwhile. Latency: one message
+    at a time through the same calls (a batch of one), the next sent when its echo is back."""
+    if mode == "throughput":
+        n = a.tput_count
+        data = bytes(a.length * n)
+        offsets = np.arange(0, a.length * (n + 1), a.length, dtype=np.int32)
+        t0 = time.perf_counter()
+        sent = got = 0
+        while got < n:
+            if sent < n:
+                sent += client.offer_batch(data, offsets[sent:min(n, sent + a.batch) + 1])
+            got += len(client.poll_egress_batch(4096))
+        return {"msgs_per_s": n / (time.perf_counter() - t0)}
+    one = np.array([0, a.length], np.int32)
+    payload = bytes(a.length)
+    rtt = []
+    for i in range(a.warmup + a.count):
+        t0 = time.perf_counter_ns()
+        while client.offer_batch(payload, one) == 0:
+            client.poll_egress_batch(16)
+        while len(client.poll_egress_batch(16)) == 0:
+            pass
+        if i >= a.warmup:
+            rtt.append(time.perf_counter_ns() - t0)
+    return percentiles(rtt)
 
 
 def at_rate(client: ClusterClient, rate: float, a) -> dict:
@@ -323,6 +370,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5_000, help="round trips before measuring")
     ap.add_argument("--tput-count", type=int, default=100_000, help="messages per throughput run")
     ap.add_argument("--length", type=int, default=32, help="message length in bytes")
+    ap.add_argument("--batch", type=int, default=4096, help="messages per offer_batch call (the batched rows)")
+    ap.add_argument("--service-batch", type=int, default=4096,
+                    help="log fragments the batched service takes a call (--service-log-fragment-limit)")
     ap.add_argument("--members", type=int, default=1, choices=(1, 3, 5), help="members of each cluster")
     ap.add_argument("--rates", default="1000,5000,10000,20000,40000",
                     help="fixed rates (msgs/s) at which the sulis Python client measures each cluster's round trip")
@@ -334,7 +384,11 @@ def main() -> int:
     ap.add_argument("--client-park-us", type=float, default=100.0,
                     help="at fixed rates, the client sleeps up to this long when nothing came and nothing is due "
                          "(0: it spins, taking a core from the cluster)")
-    ap.add_argument("--only", help="comma-separated row kinds to run: sulis, aeron, etcd, pysyncobj")
+    ap.add_argument("--only", help="comma-separated row kinds to run: sulis, sulis-batched, sulis-durable, aeron, "
+                                   "etcd, pysyncobj")
+    ap.add_argument("--disk", default=tempfile.gettempdir(),
+                    help="a directory on a disk: the durable sulis row's members and etcd's data directories (the "
+                         "others are in /dev/shm); default %(default)s")
     a = ap.parse_args()
     r.require_release_build()
     if a.quick:
@@ -353,19 +407,24 @@ def main() -> int:
     syncobj_version = syncobj_node.version()
     if syncobj_version is None:
         why["pysyncobj"] = "PySyncObj is not installed (bash bench/peers/install.sh)"
-    only = set(a.only.split(",")) if a.only else {"sulis", "aeron", "etcd", "pysyncobj"}
-    for kind in {"aeron", "etcd", "pysyncobj"} - only:
+    kinds = {"sulis", "sulis-batched", "sulis-durable", "aeron", "etcd", "pysyncobj"}
+    only = set(a.only.split(",")) if a.only else kinds
+    for kind in kinds - only:
         why[kind] = "not asked for (--only)"
     if "aeron" not in only:
         aeron = None
     print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
           "member a process")
-    rows_spec = [("sulis node, sulis Python client", "sulis", "sulis"),
+    disk = f"{a.disk} ({disk_device(a.disk)})"
+    rows_spec = [("sulis node, batched service, batched sulis Python client", "sulis-batched", "sulis-batched"),
+                 (f"sulis node durable (file_sync_level 1, on {disk}), batched service and client", "sulis-durable",
+                  "sulis-batched"),
+                 ("sulis node, sulis Python client", "sulis", "sulis"),
                  ("sulis node, sulis Python client, exactly_once=False", "sulis", "sulis-plain"),
                  ("sulis node, Aeron Java client", "sulis", "aeron"),
                  ("Aeron node, Aeron Java client", "aeron", "aeron"),
                  ("Aeron node, sulis Python client", "aeron", "sulis"),
-                 (f"etcd {etcd_version or ''}, Python HTTP client (1/10 msgs)", "etcd", "etcd"),
+                 (f"etcd {etcd_version or ''} (on {disk}), Python HTTP client (1/10 msgs)", "etcd", "etcd"),
                  (f"PySyncObj {syncobj_version or ''}, client in a member (1/10 msgs)", "pysyncobj", "pysyncobj")]
     results: dict[str, dict[str, list]] = {name: {"latency": [], "throughput": []} for name, _, _ in rows_spec}
     # etcd and PySyncObj take a tenth of the messages: a hundred times slower, the full counts would take minutes.
@@ -376,7 +435,7 @@ def main() -> int:
             if kind not in ("etcd", "pysyncobj") or kind in why:
                 continue
             if kind == "etcd":
-                etcd = etcd_peer.EtcdCluster(a.members)
+                etcd = etcd_peer.EtcdCluster(a.members, a.disk)
                 try:
                     for mode in ("latency", "throughput"):
                         results[name][mode].append(etcd_peer.run(etcd, tenth, mode, percentiles))
@@ -390,10 +449,15 @@ def main() -> int:
                     remove_dir(top)
                 for mode in ("latency", "throughput"):
                     results[name][mode].append(got.get(mode, got))
-        for node_kind in ("sulis", "aeron"):
+        batched = ("--service-log-fragment-limit", str(a.service_batch))
+        for node_kind in ("sulis-batched", "sulis-durable", "sulis", "aeron"):
             if (node_kind == "aeron" and aeron is None) or node_kind not in only:
                 continue
             node = (SulisNode(a.members, idle=a.idle) if node_kind == "sulis"
+                    else SulisNode(a.members, batched, a.idle, "cluster_echo:BatchedEcho")
+                    if node_kind == "sulis-batched"
+                    else SulisNode(a.members, (*batched, "--file-sync-level", "1"), a.idle, "cluster_echo:BatchedEcho",
+                                   parent=a.disk) if node_kind == "sulis-durable"
                     else AeronNode(aeron, a.members, idle=a.aeron_idle))
             try:
                 for name, n, c in rows_spec:
@@ -401,10 +465,11 @@ def main() -> int:
                         continue
                     for mode in ("latency", "throughput"):
                         run = (sulis_client if c == "sulis"
+                               else (lambda e, a_, m: sulis_client(e, a_, m, batched=True)) if c == "sulis-batched"
                                else (lambda e, a_, m: sulis_client(e, a_, m, exactly_once=False)) if c == "sulis-plain"
                                else (lambda e, a_, m: aeron_client(aeron, e, a_, m)))
                         results[name][mode].append(run(node.endpoints, a, mode))
-                for rate in rates:
+                for rate in rates if node_kind in ("sulis", "aeron") else ():
                     at_rates.setdefault((node_kind, rate), []).append(sulis_client(node.endpoints, a, f"rate:{rate}"))
             finally:
                 node.close()
@@ -446,9 +511,11 @@ def main() -> int:
     # Each system with its own client: how many times its writes per second sulis's are.
     tputs = {kind: med(ok) for name, kind, client in rows_spec if client == kind
              if (ok := [x["msgs_per_s"] for x in results[name]["throughput"] if "error" not in x])}
-    if "sulis" in tputs:
-        print("[cluster] sulis node, sulis client, writes/s: " + ", ".join(
-            f"{tputs['sulis'] / v:.1f}x {k}'s" for k, v in tputs.items() if k != "sulis"))
+    for name, kind, client in rows_spec:
+        ok = [x["msgs_per_s"] for x in results[name]["throughput"] if "error" not in x]
+        if kind.startswith("sulis") and client != "aeron" and ok:
+            print(f"[cluster] {name}, writes/s: " + ", ".join(
+                f"{med(ok) / v:.1f}x {k}'s" for k, v in tputs.items() if not k.startswith("sulis")))
     return 0
 
 

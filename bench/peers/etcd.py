@@ -42,10 +42,11 @@ def version() -> str:
 
 
 class EtcdCluster:
-    """``members`` etcd processes on loopback, a data directory each (tmpfs where the machine has one)."""
+    """``members`` etcd processes on loopback, a data directory each: under ``parent`` (a directory on a disk,
+    where etcd's fsyncs reach the disk), or tmpfs where the machine has one (its fsyncs cost nothing)."""
 
-    def __init__(self, members: int = 3) -> None:
-        self.top = scratch_dir("sulis-bench-etcd-")
+    def __init__(self, members: int = 3, parent: str | None = None) -> None:
+        self.top = scratch_dir("sulis-bench-etcd-", parent)
         ports = [(free_port(tcp=True), free_port(tcp=True)) for _ in range(members)]  # client, peer
         initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
         self.procs: list[subprocess.Popen] = []

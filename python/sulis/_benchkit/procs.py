@@ -37,11 +37,11 @@ _CREATED_DIRS: set[str] = set()
 _STALE_NAME = re.compile(r"^sulis-bench-(.+)-(\d+)-([^-]+)$")
 
 
-def scratch_dir(prefix: str) -> str:
-    """A fresh ``<prefix><pid>-<random>`` directory under /dev/shm (or the temporary directory):
-    removed by ``remove_dir``, at the latest at exit, or (``sulis-bench-*``) by ``remove_stale`` of
-    the next benchmark if this process was killed."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def scratch_dir(prefix: str, parent: str | None = None) -> str:
+    """A fresh ``<prefix><pid>-<random>`` directory under ``parent``, else /dev/shm (or the temporary
+    directory): removed by ``remove_dir``, at the latest at exit, or (``sulis-bench-*``, in /dev/shm) by
+    ``remove_stale`` of the next benchmark if this process was killed."""
+    base = parent or ("/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None)
     path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
     _CREATED_DIRS.add(path)
     return path
