@@ -259,9 +259,13 @@ def batched_client(client: ClusterClient, a, mode: str) -> dict:
         t0 = time.perf_counter()
         sent = got = 0
         while got < n:
-            if sent < n:
-                sent += client.offer_batch(data, offsets[sent:min(n, sent + a.batch) + 1])
-            got += len(client.poll_egress_batch(4096))
+            went = client.offer_batch(data, offsets[sent:min(n, sent + a.batch) + 1]) if sent < n else 0
+            echoed = len(client.poll_egress_batch(4096))
+            sent, got = sent + went, got + echoed
+            if went == 0 and echoed == 0 and a.client_park_us > 0:
+                # The window is full and nothing came back: give the core to the cluster (on 2 cores a spinning
+                # client took 43 % of the CPU, 23 % in offer_batch refusing, from the members it measures).
+                time.sleep(a.client_park_us / 1e6)
         return {"msgs_per_s": n / (time.perf_counter() - t0)}
     one = np.array([0, a.length], np.int32)
     payload = bytes(a.length)
