@@ -6,7 +6,8 @@
 #   AERON_VERSION=latest bash bench/peers/install.sh   # newest release on Maven Central
 #   PYTHON=/path/to/python bash bench/peers/install.sh
 #
-# Python packages go into $PYTHON's environment (default python3); the current aeron-all jar goes
+# Python packages go into $PYTHON's environment (default: the repository's .venv, where scripts/setup.sh put
+# sulis, else python3: the Aeron step imports sulis, so outside the venv it failed); the current aeron-all jar goes
 # to bench/.peers/ ($SULIS_PEERS_DIR; git-ignored), fetched with mvn (needs a Java 17), and so do
 # the Kafka pieces of bench/spark_pipeline.py: a Kafka 4.3.1 broker (kafka/broker/) and Spark's
 # Kafka source jars (kafka/spark/, shared/SPARK.md section 5). A piece that fails to install is
@@ -15,6 +16,10 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PEERS_DIR="${SULIS_PEERS_DIR:-$(dirname "$HERE")/.peers}"
+ROOT="$(cd "$HERE/../.." && pwd)"
+if [ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ]; then
+  PYTHON="$ROOT/.venv/bin/python"
+fi
 PYTHON="${PYTHON:-python3}"
 AERON_VERSION="${AERON_VERSION:-1.51.0}"  # the newest aeron-all when this was written; needs Java 17+
 
