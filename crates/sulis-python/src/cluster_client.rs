@@ -54,12 +54,17 @@ fn i32_column(column: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i32>> {
 
 impl PyClusterClient {
     /// After a call that may have read a NewLeaderEvent: the ingress follows
-    /// the new leader.
-    fn follow_leader(&mut self) -> PyResult<()> {
+    /// the new leader. When the call already did something the caller must
+    /// learn of (messages went, or were read), a failure to move is not
+    /// raised over it: the client still knows it must move, and the next
+    /// call tries again (raised then, it would hide that messages went, and
+    /// a caller offering them again would have them applied twice).
+    fn follow_leader(&mut self, did_something: bool) -> PyResult<()> {
         if let Some(session) = self.session.as_mut() {
-            session
-                .follow_leader(&self.client)
-                .map_err(ClusterError::new_err)?;
+            match session.follow_leader(&self.client) {
+                Err(e) if !did_something => return Err(ClusterError::new_err(e)),
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -146,7 +151,7 @@ impl PyClusterClient {
             Err(e) => offer_code(e)?,
         };
         // Waiting for the committed count may have read a NewLeaderEvent.
-        self.follow_leader()?;
+        self.follow_leader(value > 0)?;
         crate::offer_result::to_py(py, value)
     }
 
@@ -186,8 +191,8 @@ impl PyClusterClient {
             limit,
         );
         // A NewLeaderEvent just read: the ingress follows the new leader.
-        if result.is_ok() {
-            self.follow_leader()?;
+        if let Ok(n) = result {
+            self.follow_leader(n > 0 || failure.is_some())?;
         }
         if let Some(e) = failure {
             return Err(e);
@@ -197,8 +202,10 @@ impl PyClusterClient {
 
     /// Offers message `i` (`data[offsets[i]:offsets[i + 1]]`: any
     /// bytes-like data, int32 offsets one more than messages, Arrow's
-    /// layout) for each, in order, as `offer` each, the GIL released: how
-    /// many went. Fewer than all: the next was refused (back pressure, the
+    /// layout) for each, in order, as `offer` each: how many went. The GIL
+    /// is kept (a call is microseconds a hundred messages): another thread's
+    /// call on this client waits rather than finding it borrowed, and the
+    /// data cannot change under the offers. Fewer than all: the next was refused (back pressure, the
     /// exactly-once window full, a new leader being followed) and is to be
     /// offered again with the rest. Raises `ClusterSessionClosedError` once
     /// the cluster ended the session (nothing of the batch went).
@@ -210,12 +217,10 @@ impl PyClusterClient {
     ) -> PyResult<usize> {
         let offsets = i32_column(offsets, "offsets")?;
         let session = self.session()?;
-        let sent = with_bytes(data, |data| {
-            gil::released(py, || session.offer_batch(data, &offsets))
-        })?;
+        let sent = with_bytes(data, |data| session.offer_batch(data, &offsets))?;
         let (n, refused) =
             sent.map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("offer_batch: {e}")))?;
-        self.follow_leader()?;
+        self.follow_leader(n > 0)?;
         match refused {
             Some(OfferError::Closed) if n == 0 => {
                 let ended = self.session()?.ended().cloned();
@@ -235,7 +240,7 @@ impl PyClusterClient {
         }
     }
 
-    /// Reads up to `limit` egress fragments, the GIL released, and returns
+    /// Reads up to `limit` egress fragments (the GIL kept, as `offer_batch`) and returns
     /// the session's messages among them as one `SessionMessages` (columns:
     /// `data` and `offsets`, and per message the session id, the timestamp
     /// and the egress position after it; empty when none came). Raises
@@ -245,10 +250,10 @@ impl PyClusterClient {
     fn poll_egress_batch(&mut self, py: Python<'_>, limit: usize) -> PyResult<PySessionMessages> {
         let session = self.session()?;
         let mut out = SessionMessages::default();
-        let result = gil::released(py, || session.poll_egress_batch(&mut out, limit));
+        let result = session.poll_egress_batch(&mut out, limit);
         match result {
             Ok(_) => {
-                self.follow_leader()?;
+                self.follow_leader(!out.is_empty())?;
                 Ok(PySessionMessages::new(out))
             }
             // What came before the end is the application's; the end is

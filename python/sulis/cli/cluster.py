@@ -97,9 +97,11 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
         raise cli_error(e) from None
     own = _own_endpoints(rows)
     archive_options: dict = {}
-    # Durable commits: the member's archive syncs the log's recording at the module's level (the module checks).
+    # Durable commits: the member's archive syncs the log's recording at the module's level (the module checks),
+    # or at its own if that is higher (SULIS_ARCHIVE_FILE_SYNC_LEVEL is never lowered).
     sync_level = int(next((r[1] for r in rows if r[0] == "file_sync_level"), 0) or 0)
-    if sync_level > 0:
+    own_level = os.environ.get("SULIS_ARCHIVE_FILE_SYNC_LEVEL", "").strip()
+    if sync_level > 0 and not (own_level.isdigit() and int(own_level) >= sync_level):
         archive_options["file_sync_level"] = sync_level
     if own is not None:
         archive_endpoint, host = own

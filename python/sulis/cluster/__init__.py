@@ -350,7 +350,7 @@ class ClusterClient:
 
     def offer_batch(self, data, offsets) -> int:
         """Offers message ``i`` (``data[offsets[i]:offsets[i + 1]]``) for each, in order, as ``offer`` each, in one
-        call with the GIL released: how many went.
+        call: how many went.
 
         ``data`` is any bytes-like object, ``offsets`` int32 (numpy, ``array('i')``, a pyarrow buffer), one more
         than messages (Arrow's layout: a pyarrow binary array's ``buffers()[1]``). Each message is a log entry of
@@ -362,7 +362,7 @@ class ClusterClient:
         return self._native.offer_batch(data, offsets)
 
     def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
-        """Reads up to ``limit`` fragments, the GIL released, and returns the session's messages among them as one
+        """Reads up to ``limit`` fragments and returns the session's messages among them as one
         ``SessionMessages`` (zero-copy columns ``data`` and ``offsets``, and per message ``session_ids``,
         ``timestamps`` and ``positions``, the egress position after it): one Python call however many came, and
         an empty batch when none did. Messages that came before the session ended are returned first; the next
