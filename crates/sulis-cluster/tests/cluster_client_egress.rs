@@ -13,8 +13,8 @@ use common::{connect, free_port, launch_driver};
 
 use std::time::{Duration, Instant};
 use sulis_client::FragmentAssembler;
-use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
-use sulis_cluster::session_messages::SessionMessages;
+use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_cluster::client::session_messages::SessionMessages;
 use sulis_protocol::cluster::messages::{
     event_code, SessionConnectRequest, SessionEvent, SessionMessageHeader,
 };

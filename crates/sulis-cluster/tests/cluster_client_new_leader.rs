@@ -13,7 +13,7 @@ use common::{connect, free_port, launch_driver};
 
 use std::time::{Duration, Instant};
 use sulis_client::{FragmentAssembler, Subscription};
-use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionConnectRequest, SessionEvent, SessionMessageHeader,
     EXACTLY_ONCE, SESSION_HEADER_LENGTH,

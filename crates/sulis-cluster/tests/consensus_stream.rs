@@ -12,10 +12,10 @@ use common::{connect, free_port, launch_driver};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 use sulis_client::Client;
-use sulis_cluster::cluster_member::ClusterMember;
-use sulis_cluster::consensus_adapter::{ConsensusAdapter, Skipped};
-use sulis_cluster::consensus_publisher::{ConsensusPublisher, Outbound};
-use sulis_cluster::election::ConsensusMessage;
+use sulis_cluster::module::cluster_member::ClusterMember;
+use sulis_cluster::module::consensus_adapter::{ConsensusAdapter, Skipped};
+use sulis_cluster::module::consensus_publisher::{ConsensusPublisher, Outbound};
+use sulis_cluster::module::election::ConsensusMessage;
 use sulis_driver::MediaDriver;
 use sulis_protocol::cluster::messages::{
     AppendPosition, CommitPosition, ServiceAck, TerminationAck,

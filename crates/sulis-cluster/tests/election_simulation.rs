@@ -21,9 +21,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use sulis_cluster::cluster_member::ClusterMember;
-use sulis_cluster::consensus_module_agent::leader_commit_position;
-use sulis_cluster::election::{
+use sulis_cluster::module::cluster_member::ClusterMember;
+use sulis_cluster::module::consensus_module_agent::leader_commit_position;
+use sulis_cluster::module::election::{
     beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
     ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
     TermEvent,

@@ -10,7 +10,7 @@
 //! prefixes of it, commit by majority once an entry of the leader's term is
 //! in); the tracker is the consensus module's own.
 
-use sulis_cluster::pending_service_message_tracker::{
+use sulis_cluster::module::pending_service_message_tracker::{
     PendingServiceMessageTracker, SERVICE_MESSAGE_LIMIT,
 };
 

@@ -17,13 +17,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use sulis_archive::{Archive, ArchiveContext, ArchiveThreadingMode};
 use sulis_client::Client;
-use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext};
-use sulis_cluster::clustered_service_agent::{
-    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, SnapshotWriter,
-};
-use sulis_cluster::consensus_module::{
+use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_cluster::module::consensus_module::{
     toggle, ConsensusModule, ConsensusModuleContext, CONTROL_TOGGLE_TYPE_ID,
     ELECTION_STATE_TYPE_ID, SNAPSHOT_COUNTER_TYPE_ID,
+};
+use sulis_cluster::service::clustered_service_agent::{
+    Cluster, ClusteredService, ClusteredServiceAgent, ServiceContext, SnapshotWriter,
 };
 use sulis_driver::MediaDriver;
 

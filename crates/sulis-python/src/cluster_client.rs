@@ -1,19 +1,19 @@
 //! `sulis._native.ClusterClient`: a session with a cluster, converting
 //! only: the session (connect, offer, window, egress) is
-//! `sulis_cluster::cluster_client`. `offer_batch` and `poll_egress_batch`
+//! `sulis_cluster::client::cluster_client`. `offer_batch` and `poll_egress_batch`
 //! move many messages per Python call, as columns.
 
 use crate::buffer::with_bytes;
+use crate::session_messages::PySessionMessages;
 use crate::cluster_error::{offer_code, ClusterError, ClusterSessionClosedError};
 use crate::gil;
-use crate::session_messages::PySessionMessages;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
 use std::time::Duration;
 use sulis_client::{Client, ClientContext, OfferError};
-use sulis_cluster::cluster_client::{ClusterClient, ClusterClientContext, SessionEnded};
-use sulis_cluster::session_messages::SessionMessages;
+use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext, SessionEnded};
+use sulis_cluster::client::session_messages::SessionMessages;
 
 /// A session with a cluster.
 #[pyclass(name = "ClusterClient", module = "sulis._native")]

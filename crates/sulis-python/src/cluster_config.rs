@@ -5,7 +5,7 @@
 use crate::errors::ConfigurationError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sulis_cluster::consensus_module::ConsensusModuleContext;
+use sulis_cluster::module::consensus_module::ConsensusModuleContext;
 use sulis_protocol::options::Configured;
 
 /// The cluster's settings: defaults, the `SULIS_CLUSTER_*` variables (and

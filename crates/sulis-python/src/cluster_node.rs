@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use sulis_cluster::clustered_service_agent::{ClusteredServiceAgent, ServiceContext};
-use sulis_cluster::consensus_module::{toggle, ConsensusModule};
-use sulis_cluster::consensus_module_agent::ModuleState;
+use sulis_cluster::module::consensus_module::{toggle, ConsensusModule};
+use sulis_cluster::module::consensus_module_agent::ModuleState;
+use sulis_cluster::service::clustered_service_agent::{ClusteredServiceAgent, ServiceContext};
 
 /// A cluster node: its consensus module and its service container, each on
 /// a thread of its own, on a running media driver and archive.

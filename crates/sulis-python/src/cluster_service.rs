@@ -6,17 +6,17 @@
 //! `cluster_node.rs`.
 
 use crate::buffer::with_bytes;
+use crate::session_messages::PySessionMessages;
 use crate::cluster_error::{offer_code, ClusterError};
 use crate::gil;
-use crate::session_messages::PySessionMessages;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
-use sulis_cluster::clustered_service_agent::{
+use sulis_cluster::client::session_messages::SessionMessages;
+use sulis_cluster::service::clustered_service_agent::{
     each_session_message, Cluster, ClusteredService, ServiceOfferError, SnapshotWriter,
 };
-use sulis_cluster::session_messages::SessionMessages;
 use sulis_concurrent::idle::{IdleStrategy, Idler};
 
 /// What a service may do, valid during the callback it is passed to.

@@ -1,7 +1,7 @@
 //! What `sulis cluster-tool` reads and sets (Aeron's `ClusterTool`), as
 //! Python values: a member's recording log and recovery plan, read without
 //! changing the file, its mark files, and (the logic in
-//! `sulis_cluster::tool`) its log purged, its control toggle set and its
+//! `sulis_cluster::module::tool`) its log purged, its control toggle set and its
 //! members asked for.
 
 use crate::cluster_error::ClusterError;
@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use std::time::Duration;
-use sulis_cluster::cluster_mark_file::MarkFileReader;
-use sulis_cluster::recording_log::RecordingLog;
-use sulis_cluster::tool;
+use sulis_cluster::module::recording_log::RecordingLog;
+use sulis_cluster::module::tool;
+use sulis_cluster::service::cluster_mark_file::MarkFileReader;
 use sulis_protocol::cluster::recording_log::Entry;
 
 fn entry_dict<'py>(py: Python<'py>, index: usize, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
@@ -79,7 +79,7 @@ pub fn invalidate_latest_snapshot<'py>(
     cluster_dir: &str,
     service_count: i32,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    let set = sulis_cluster::consensus_module::invalidate_latest_snapshot(
+    let set = sulis_cluster::module::consensus_module::invalidate_latest_snapshot(
         Path::new(cluster_dir),
         service_count,
     )
@@ -174,7 +174,7 @@ pub fn cluster_mark_files<'py>(
     py: Python<'py>,
     cluster_dir: &str,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    sulis_cluster::cluster_mark_file::mark_files(Path::new(cluster_dir))
+    sulis_cluster::service::cluster_mark_file::mark_files(Path::new(cluster_dir))
         .iter()
         .map(|p| mark_file_dict(py, p))
         .collect()

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::ffi::CStr;
 use std::sync::Arc;
-use sulis_cluster::session_messages::SessionMessages;
+use sulis_cluster::client::session_messages::SessionMessages;
 
 /// Session messages the log held back to back, in log order: `len()` of
 /// them, payloads back to back in `data` with `offsets` (int32, `len + 1`,

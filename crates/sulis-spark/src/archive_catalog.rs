@@ -342,8 +342,8 @@ pub fn log_recording_ids(cluster_dir: &str) -> Result<Vec<i64>, PlanError> {
             repr(cluster_dir)
         )));
     }
-    let log =
-        sulis_cluster::recording_log::RecordingLog::read(Path::new(cluster_dir)).map_err(|e| {
+    let log = sulis_cluster::module::recording_log::RecordingLog::read(Path::new(cluster_dir))
+        .map_err(|e| {
             PlanError::Option(format!(
                 "option clusterDir: {cluster_dir}/recording.log cannot be read: {e}"
             ))

@@ -4,52 +4,23 @@
 //! and closing sessions, the timers and each service's messages not yet in
 //! the log — as schema 111's snapshot messages in Aeron's order, between
 //! a BEGIN and an END marker. Pure encoding here; the messages are
-//! recorded and read back by [`crate::snapshot_taker`].
+//! recorded and read back by [`crate::service::snapshot_taker`].
 
-use crate::consensus_module_agent::ConsensusModuleAgent;
-use crate::pending_service_message_tracker::PendingServiceMessageTracker;
-use crate::session_manager::SessionSnapshot;
-use crate::timer_service::TimerService;
+use crate::module::consensus_module_agent::ConsensusModuleAgent;
+use crate::module::pending_service_message_tracker::PendingServiceMessageTracker;
+use crate::module::session_manager::SessionSnapshot;
+use crate::module::timer_service::TimerService;
+pub use crate::service::snapshot_taker::{
+    marker, SnapshotMark, CONSENSUS_MODULE_SNAPSHOT_TYPE_ID, SERVICE_SNAPSHOT_TYPE_ID,
+};
 use sulis_protocol::cluster::messages::{
     snapshot_mark, ClusterSession, ConsensusModule as ConsensusModuleState, PendingMessageTracker,
     SessionMessageHeader, SnapshotMarker, Timer, NULL_VALUE, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::{semantic_major, semantic_version_string, Header as SbeHeader};
 
-/// SnapshotMarker.type_id of a consensus module's snapshot.
-pub const CONSENSUS_MODULE_SNAPSHOT_TYPE_ID: i64 = 1;
-/// SnapshotMarker.type_id of a service's snapshot.
-pub const SERVICE_SNAPSHOT_TYPE_ID: i64 = 2;
-
 /// A service's tracker in a snapshot: next id, the log's last id, the messages kept.
 type TrackerState = (i64, i64, Vec<(i64, Vec<u8>)>);
-
-/// Where a snapshot stands, from its BEGIN marker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotMark {
-    /// The log position it is of.
-    pub log_position: i64,
-    /// The term of that position.
-    pub leadership_term_id: i64,
-    /// The cluster clock's unit.
-    pub time_unit: i32,
-    /// The application version that wrote it.
-    pub app_version: i32,
-}
-
-/// A snapshot marker's message.
-pub fn marker(type_id: i64, mark: i32, at: &SnapshotMark) -> Vec<u8> {
-    SnapshotMarker {
-        type_id,
-        log_position: at.log_position,
-        leadership_term_id: at.leadership_term_id,
-        index: 0,
-        mark,
-        time_unit: at.time_unit,
-        app_version: at.app_version,
-    }
-    .encode()
-}
 
 /// The module's state at `at` as a snapshot's messages, in order.
 pub fn take(agent: &ConsensusModuleAgent, at: &SnapshotMark) -> Vec<Vec<u8>> {
@@ -254,8 +225,8 @@ pub fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus_module_agent::ConsensusConfig;
-    use crate::session_manager::SessionConfig;
+    use crate::module::consensus_module_agent::ConsensusConfig;
+    use crate::module::session_manager::SessionConfig;
     use sulis_protocol::cluster::messages::time_unit;
 
     fn agent() -> ConsensusModuleAgent {
@@ -324,11 +295,11 @@ mod tests {
         );
         assert_eq!(
             b.sessions.number_message(3, 2),
-            crate::session_manager::MessageNumber::Duplicate
+            crate::module::session_manager::MessageNumber::Duplicate
         );
         assert_eq!(
             b.sessions.number_message(3, 3),
-            crate::session_manager::MessageNumber::Next
+            crate::module::session_manager::MessageNumber::Next
         );
         assert_eq!(b.timers.snapshot(), vec![(12, 1_000), (11, 5_000)]);
         assert_eq!(b.trackers[1].snapshot(), a.trackers[1].snapshot());

@@ -11,7 +11,7 @@
 //! election that retried a failed replication without end; the caller
 //! backs off between attempts).
 
-use crate::election::ReplicationProgress;
+use crate::module::election::ReplicationProgress;
 use sulis_archive::client::{ArchiveClient, RecordingSignal, Replication};
 use sulis_protocol::archive::messages::recording_signal;
 

@@ -1,12 +1,12 @@
 //! A consensus module seeding its member from another member's snapshot
 //! before it recovers (`seed_from_snapshot`; the plan and what is recorded
-//! are [`crate::cluster_seed`]'s): the query to the other members, the
+//! are [`crate::module::cluster_seed`]'s): the query to the other members, the
 //! copies from the chosen member's archive, the candidate term.
 
 use super::ConsensusModule;
-use crate::cluster_seed::{plan, SeedPlan};
-use crate::consensus_publisher::{ConsensusPublisher, Outbound};
-use crate::node_state_file::NodeStateFile;
+use crate::module::cluster_seed::{plan, SeedPlan};
+use crate::module::consensus_publisher::{ConsensusPublisher, Outbound};
+use crate::module::node_state_file::NodeStateFile;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use sulis_archive::client::Replication;

@@ -8,7 +8,7 @@
 //! naming the recording and where it stood, when an entry does not decode
 //! or the position has not moved for the progress timeout.
 
-use crate::log_adapter::{self, LogEntry};
+use crate::service::log_adapter::{self, LogEntry};
 use std::time::{Duration, Instant};
 use sulis_archive::client::ArchiveClient;
 use sulis_client::{Client, FragmentAssembler, Subscription};

@@ -4,12 +4,47 @@
 //! once the recording holds every byte published, and only then does its
 //! recording id go anywhere (a ServiceAck, the recording log). Reading one
 //! back replays the recording and hands over its messages, reassembled.
+//! The BEGIN and END markers around every snapshot, the module's and the
+//! services', are made here too (Aeron's `SnapshotTaker.markBegin`/`markEnd`).
 
 use std::time::{Duration, Instant};
 use sulis_archive::client::ArchiveClient;
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler};
 use sulis_protocol::archive::messages::source_location;
+use sulis_protocol::cluster::messages::SnapshotMarker;
 use sulis_protocol::counters::{parse_recording_position_key, RecordingPositionKey};
+
+/// SnapshotMarker.type_id of a consensus module's snapshot.
+pub const CONSENSUS_MODULE_SNAPSHOT_TYPE_ID: i64 = 1;
+/// SnapshotMarker.type_id of a service's snapshot.
+pub const SERVICE_SNAPSHOT_TYPE_ID: i64 = 2;
+
+/// Where a snapshot stands, from its BEGIN marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotMark {
+    /// The log position it is of.
+    pub log_position: i64,
+    /// The term of that position.
+    pub leadership_term_id: i64,
+    /// The cluster clock's unit.
+    pub time_unit: i32,
+    /// The application version that wrote it.
+    pub app_version: i32,
+}
+
+/// A snapshot marker's message.
+pub fn marker(type_id: i64, mark: i32, at: &SnapshotMark) -> Vec<u8> {
+    SnapshotMarker {
+        type_id,
+        log_position: at.log_position,
+        leadership_term_id: at.leadership_term_id,
+        index: 0,
+        mark,
+        time_unit: at.time_unit,
+        app_version: at.app_version,
+    }
+    .encode()
+}
 
 /// Counter type of the archive's recording position (`rec-pos`).
 pub const RECORDING_POSITION_TYPE_ID: i32 = 100;

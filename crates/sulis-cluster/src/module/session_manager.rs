@@ -16,7 +16,7 @@
 //!   retried on the next check, not only after the session timeout again;
 //! * a session whose open is rolled back by an election is sent CLOSED.
 
-use crate::cluster_session::{ClusterSession, SessionState};
+use crate::module::cluster_session::{ClusterSession, SessionState};
 use std::collections::{BTreeMap, VecDeque};
 use sulis_archive::auth::{Authenticator, Decision};
 use sulis_protocol::cluster::messages::{

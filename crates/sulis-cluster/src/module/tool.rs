@@ -3,8 +3,8 @@
 //! set its control toggle in its driver's counters, and ask its consensus
 //! module who the members and the leader are.
 
-use crate::consensus_module::{purge_log, toggle, LogPurge};
-use crate::recording_log::RecordingLog;
+use crate::module::consensus_module::{purge_log, toggle, LogPurge};
+use crate::module::recording_log::RecordingLog;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
@@ -17,7 +17,7 @@ use sulis_protocol::cluster::messages::ClusterMembersQuery;
 use sulis_protocol::cnc_descriptor::CNC_FILE;
 use sulis_protocol::counters::type_id;
 
-use crate::cluster_mark_file::MarkFileReader;
+use crate::service::cluster_mark_file::MarkFileReader;
 
 fn tool_client(dir: &str, driver_timeout: Duration) -> Result<Client, String> {
     Client::connect(ClientContext {

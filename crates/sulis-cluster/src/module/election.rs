@@ -13,7 +13,7 @@
 //!
 //! Where Aeron's users suffer, it differs, each said where it is done:
 //! a ballot a majority won is won whatever one member voted
-//! ([`crate::cluster_member::is_quorum_leader`]); an election that keeps
+//! ([`crate::module::cluster_member::is_quorum_leader`]); an election that keeps
 //! failing backs off between attempts and keeps the cause
 //! ([`Election::last_error`]) instead of retrying INIT at full speed
 //! (aeron#1657).
@@ -25,7 +25,7 @@ use sulis_protocol::cluster::messages::{
     RequestVote, Vote, CONSENSUS_PROTOCOL_VERSION, NULL_POSITION,
 };
 
-use crate::cluster_member::{
+use crate::module::cluster_member::{
     self, become_candidate, compare_log, has_quorum_at_position, is_quorum_candidate,
     is_quorum_leader, is_unanimous_candidate, is_unanimous_leader, ClusterMember, NULL_VALUE,
 };

@@ -8,8 +8,8 @@
 //! its block is counted and passed over:
 //! anyone can send to the endpoint, and nothing they send stops it.
 
-use crate::consensus_publisher::Outbound;
-use crate::election::ConsensusMessage;
+use crate::module::consensus_publisher::Outbound;
+use crate::module::election::ConsensusMessage;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::cluster::messages::{
     AppendPosition, BackupQuery, CanvassPosition, CatchupPosition, CommitPosition,
@@ -139,7 +139,7 @@ impl ConsensusAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consensus_publisher::encode;
+    use crate::module::consensus_publisher::encode;
     use sulis_protocol::cluster::messages::{ServiceAck, CONSENSUS_PROTOCOL_VERSION};
 
     fn every_kind() -> Vec<Outbound> {

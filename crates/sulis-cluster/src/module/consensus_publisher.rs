@@ -9,8 +9,8 @@
 //! is re-sent on its own interval (canvass, vote requests, heartbeats of
 //! commit and append positions), as in Aeron, so nothing waits on one.
 
-use crate::cluster_member::ClusterMember;
-use crate::election::ConsensusMessage;
+use crate::module::cluster_member::ClusterMember;
+use crate::module::election::ConsensusMessage;
 use sulis_client::{Client, ExclusivePublication};
 use sulis_protocol::cluster::messages::{
     BackupQuery, RecordingLogQuery, StopCatchup, TerminationAck, TerminationPosition,

@@ -21,7 +21,7 @@
 //! of that session, so a resent message the log holds is dropped and the
 //! services see every message once through any failover.
 
-use crate::session_messages::SessionMessages;
+use crate::client::session_messages::SessionMessages;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
@@ -477,7 +477,7 @@ impl ClusterClient {
         data: &[u8],
         offsets: &[i32],
     ) -> Result<(usize, Option<OfferError>), String> {
-        let count = crate::session_messages::message_count(offsets, data.len())?;
+        let count = crate::client::session_messages::message_count(offsets, data.len())?;
         for i in 0..count {
             let payload = &data[offsets[i] as usize..offsets[i + 1] as usize];
             if let Err(e) = self.offer(payload) {

@@ -8,7 +8,7 @@
 //! CHALLENGED (optional) → AUTHENTICATED → OPEN (its SessionOpenEvent is in
 //! the log) → CLOSING (a close is due but not yet in the log) → CLOSED, or
 //! to REJECTED (it is told why, then dropped). The transitions are made by
-//! the [`crate::session_manager::SessionManager`]; this file holds the state.
+//! the [`crate::module::session_manager::SessionManager`]; this file holds the state.
 
 use sulis_protocol::cluster::messages::NULL_POSITION;
 

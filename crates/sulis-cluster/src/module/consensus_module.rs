@@ -1,33 +1,33 @@
-//! The consensus module on a real media driver and archive (Aeron's
-//! `ConsensusModule` with the I/O half of its agent): the log publication
-//! and its recording, the recording log, ingress, egress, the control
-//! streams to the services, the commit-position counter, all driven by
+//! The consensus module of a member (Aeron's `ConsensusModule` with the
+//! I/O half of its agent), one type whatever the cluster's size: the log
+//! publication and its recording, the recording log, ingress, egress, the
+//! control streams to the services, the commit-position counter, control
+//! toggles, snapshots and termination, all driven by
 //! [`ConsensusModule::do_work`] around the
-//! [`crate::consensus_module_agent::ConsensusModuleAgent`]'s logic.
+//! [`crate::module::consensus_module_agent::ConsensusModuleAgent`]'s logic.
 //!
-//! This first version runs a cluster of one member (Aeron runs those too):
-//! it leads every term, its quorum is itself, so the log is committed as
-//! far as its own archive recorded it. At start it replays the whole log
-//! it recorded through its own state and its services before it begins a
-//! new term, so timers and the services' state survive a restart (the
-//! sessions of the old terms are closed in the new one, as Aeron closes
-//! them at startup). Elections across members, snapshots and catch-up come
-//! next.
+//! At start a member recovers from its latest snapshot and replays the log
+//! it recorded after it through its own state and its services, so timers
+//! and the services' state survive a restart (the sessions of the old terms
+//! are closed in the new one, as Aeron closes them at startup). A member of
+//! several (`replicated`) then runs the election, replicates or follows
+//! the log and commits what a quorum's archives recorded; a member alone
+//! leads every term without a ballot, its quorum itself, so its log is
+//! committed as far as its own archive recorded it (`begin_term`
+//! here). A member may first seed itself from another's snapshot (`seed`).
 
-use crate::cluster_mark_file::{ClusterMarkFile, MarkFields};
-use crate::cluster_member::ClusterMember;
-use crate::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
-use crate::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
-use crate::log_replay::LogReplay;
-use crate::recording_log::RecordingLog;
-use crate::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
-use crate::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
-use crate::snapshot_taker::{find_recording_counter, load_snapshot, SnapshotTaker};
+use crate::module::cluster_member::ClusterMember;
+use crate::module::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
+use crate::module::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
+use crate::module::log_replay::LogReplay;
+use crate::module::recording_log::RecordingLog;
+use crate::module::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
+use crate::service::cluster_mark_file::{ClusterMarkFile, MarkFields};
+use crate::service::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
+use crate::service::snapshot_taker::{find_recording_counter, load_snapshot, SnapshotTaker};
 use std::collections::HashMap;
 
-#[path = "consensus_module_election.rs"]
 mod replicated;
-#[path = "consensus_module_seed.rs"]
 mod seed;
 pub use replicated::CONSENSUS_STREAM_ID;
 use std::path::PathBuf;
@@ -632,7 +632,7 @@ impl ConsensusModule {
         )?;
         // One member has no election to run: CLOSED, as Aeron's counter
         // reads once its single-member election is over.
-        election_state.set(crate::election::ElectionState::Closed.code() as i64);
+        election_state.set(crate::module::election::ElectionState::Closed.code() as i64);
         module_state.set(ModuleState::Init as i64);
         control_toggle.set(toggle::INACTIVE);
         // A placeholder log publication until the term's is made below: the
@@ -1636,7 +1636,7 @@ impl ConsensusModule {
                     now_ns,
                     cluster_time,
                 );
-                r != crate::consensus_module_agent::IngressResult::BackPressured
+                r != crate::module::consensus_module_agent::IngressResult::BackPressured
             }
             SessionConnectRequest::TEMPLATE_ID => {
                 if let Ok(r) = SessionConnectRequest::decode(message) {

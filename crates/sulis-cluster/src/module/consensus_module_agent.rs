@@ -1,19 +1,19 @@
-//! The consensus module (Aeron's `ConsensusModuleAgent`), growing here part
-//! by part. This part is the state every member keeps beside its services —
+//! The consensus module's state machine (the logic of Aeron's
+//! `ConsensusModuleAgent`; its I/O is [`crate::module::consensus_module`]'s):
+//! the state every member keeps beside its services —
 //! sessions, timers, the services' pending messages, the module state
 //! (ACTIVE, SUSPENDED, SNAPSHOT, ...) and the term — and how a member
 //! applies the log to it: a follower as the leader's log commits, any
-//! member when it replays its log at start or in an election (fix 7 of the
-//! election makes that the module's job). A member that applied a log holds
+//! member when it replays its log at start or in an election. A member that applied a log holds
 //! what the leader that wrote it held, so it can take over.
 
-use crate::cluster_member::{quorum_position, ClusterMember};
-use crate::log_adapter::LogEntry;
-use crate::pending_service_message_tracker::{
+use crate::module::cluster_member::{quorum_position, ClusterMember};
+use crate::module::pending_service_message_tracker::{
     service_id_from_log_message, PendingServiceMessageTracker,
 };
-use crate::session_manager::{SessionConfig, SessionHost, SessionManager, Term};
-use crate::timer_service::TimerService;
+use crate::module::session_manager::{SessionConfig, SessionHost, SessionManager, Term};
+use crate::module::timer_service::TimerService;
+use crate::service::log_adapter::LogEntry;
 use std::collections::VecDeque;
 use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, AppendPosition, CommitPosition, SessionMessageHeader,
@@ -264,7 +264,7 @@ impl ConsensusModuleAgent {
             .iter()
             .filter(|m| m.id == me || m.is_active(now_ns, self.cfg.leader_heartbeat_timeout_ns))
             .count();
-        active < crate::cluster_member::quorum_threshold(members.len())
+        active < crate::module::cluster_member::quorum_threshold(members.len())
     }
 
     /// Follower: a CommitPosition. Only this term's leader is believed; its
@@ -407,8 +407,8 @@ impl ConsensusModuleAgent {
                 .sessions
                 .number_message(cluster_session_id, header.timestamp)
             {
-                crate::session_manager::MessageNumber::Next => {}
-                crate::session_manager::MessageNumber::Duplicate => {
+                crate::module::session_manager::MessageNumber::Next => {}
+                crate::module::session_manager::MessageNumber::Duplicate => {
                     self.sessions.touch(cluster_session_id, now_ns);
                     return IngressResult::Duplicate;
                 }
@@ -613,9 +613,9 @@ fn unit_name(unit: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log_adapter::decode;
-    use crate::pending_service_message_tracker::service_session_id;
-    use crate::session_manager::{ConnectRequest, SessionHost, Term};
+    use crate::module::pending_service_message_tracker::service_session_id;
+    use crate::module::session_manager::{ConnectRequest, SessionHost, Term};
+    use crate::service::log_adapter::decode;
     use sulis_archive::auth::AllowAll;
     use sulis_protocol::cluster::messages::{
         event_code, ClusterActionRequest, NewLeadershipTermEvent, SessionEvent,
@@ -1037,7 +1037,10 @@ mod tests {
         // session closes, its client told which.
         assert_eq!(offer(&mut a, &mut log, 4, 7), IngressResult::Dropped);
         let s = a.sessions.session(8).expect("closing");
-        assert_eq!(s.state, crate::cluster_session::SessionState::Closing);
+        assert_eq!(
+            s.state,
+            crate::module::cluster_session::SessionState::Closing
+        );
         let detail = s.close_detail.clone().expect("said");
         assert!(detail.contains("messages 5 to 6 never reached"), "{detail}");
         // Counted with the sessions closed for silence (its reason TIMEOUT).

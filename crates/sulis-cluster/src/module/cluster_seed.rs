@@ -17,7 +17,7 @@
 //! snapshot is recorded open (this member's log ends inside it), the terms
 //! after it are not recorded: the election learns them from the leader.
 
-use crate::recording_log::{latest_snapshot, RecordingLog};
+use crate::module::recording_log::{latest_snapshot, RecordingLog};
 use sulis_protocol::cluster::messages::{RecordingLogResponse, NULL_POSITION};
 use sulis_protocol::cluster::recording_log::{decode, Entry, ENTRY_TYPE_TERM};
 
@@ -179,7 +179,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording_log::tests::{dir, TempDir};
+    use crate::module::recording_log::tests::{dir, TempDir};
 
     /// A source member's log: terms 0 to 3 on recording 7, a whole set at
     /// 5000 (term 1), a later set at 9000 (term 2) missing service 1, and an

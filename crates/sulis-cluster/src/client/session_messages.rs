@@ -1,7 +1,8 @@
 //! `SessionMessages`: the session messages a service container's poll of
 //! the log found back to back (no other entry between them), in Arrow's
-//! layout, handed to a batched service in one call
-//! ([`crate::clustered_service_agent::ClusteredService::on_session_messages`]).
+//! layout, handed in one call to a batched service (the service container's
+//! `ClusteredService::on_session_messages`); the client's batched egress
+//! poll returns its echoes in the same shape.
 //!
 //! Payloads lie back to back in `data`; `offsets` has `len() + 1` entries,
 //! so message `i` is `data[offsets[i]..offsets[i + 1]]`. Per message: the

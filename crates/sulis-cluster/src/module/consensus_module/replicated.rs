@@ -1,5 +1,6 @@
-//! The consensus module of a cluster of more than one member (Aeron's
-//! `ConsensusModuleAgent` around its `Election`): the election runs on the
+//! What a member of a cluster of several keeps and does beside the module's
+//! own state ([`Replicated`]; in Aeron, the parts of `ConsensusModuleAgent`
+//! around its `Election`): the module is the election's host on the
 //! real media driver and archive, and after it the leader replicates its
 //! log and commits what a quorum recorded, a follower records the leader's
 //! log and applies what the leader says is committed.
@@ -19,18 +20,18 @@
 //! the log's session id, so the replay and then the live log fill one image.
 
 use super::{err, with_param, ConsensusModule};
-use crate::consensus_adapter::ConsensusAdapter;
-use crate::consensus_publisher::{ConsensusPublisher, Outbound};
-use crate::election::{
+use crate::module::consensus_adapter::ConsensusAdapter;
+use crate::module::consensus_publisher::{ConsensusPublisher, Outbound};
+use crate::module::election::{
     beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
     ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
     TermEvent,
 };
-use crate::log_adapter::LogEntry;
-use crate::log_replay::LogReplay;
-use crate::log_replication::LogReplication;
-use crate::node_state_file::NodeStateFile;
-use crate::snapshot_taker::{find_recording_counter, RECORDING_POSITION_TYPE_ID};
+use crate::module::log_replay::LogReplay;
+use crate::module::log_replication::LogReplication;
+use crate::module::node_state_file::NodeStateFile;
+use crate::service::log_adapter::LogEntry;
+use crate::service::snapshot_taker::{find_recording_counter, RECORDING_POSITION_TYPE_ID};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use sulis_archive::client::Replication;
@@ -216,7 +217,10 @@ impl ConsensusModule {
     }
 
     /// One of this member's endpoints (`which` picks it), from the members string.
-    fn own_endpoint(&self, which: fn(&crate::cluster_member::ClusterMember) -> &String) -> String {
+    fn own_endpoint(
+        &self,
+        which: fn(&crate::module::cluster_member::ClusterMember) -> &String,
+    ) -> String {
         self.members
             .iter()
             .find(|m| m.id == self.ctx.member_id)
@@ -288,7 +292,7 @@ impl ConsensusModule {
         rep.election = Some(Election::new(start, members, timeouts, now_ns));
         self.election_state.set(ElectionState::Init.code() as i64);
         self.election_count.set(self.election_count.get() + 1);
-        self.agent.state = crate::consensus_module_agent::ModuleState::Init;
+        self.agent.state = crate::module::consensus_module_agent::ModuleState::Init;
         self.publish_state();
     }
 
@@ -518,7 +522,7 @@ impl ConsensusModule {
     /// is recorded in the mark file; the asker hears nothing and says so.
     fn answer_recording_log_query(&mut self, q: &RecordingLogQuery, now_ns: i64) {
         let candidate_term_id = self.rep().node_state.candidate_term_id();
-        let answer = crate::cluster_seed::answer(
+        let answer = crate::module::cluster_seed::answer(
             &self.recording_log,
             q.correlation_id,
             self.ctx.member_id,
@@ -592,7 +596,7 @@ impl ConsensusModule {
     /// members. A member with no term yet does not answer. Credentials are
     /// not checked (the archive's authenticator is for clients).
     fn answer_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
-        use crate::consensus_module_agent::ModuleState;
+        use crate::module::consensus_module_agent::ModuleState;
         use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
         if self.election_state().is_some()
             || !matches!(
@@ -611,7 +615,7 @@ impl ConsensusModule {
         } else {
             q.log_position
         };
-        let snapshots = crate::recording_log::latest_snapshot(
+        let snapshots = crate::module::recording_log::latest_snapshot(
             self.recording_log
                 .entries()
                 .filter(|e| e.is_valid && e.log_position <= at_or_before),
@@ -1045,7 +1049,7 @@ impl ConsensusModule {
         let mut applied = 0;
         let mut entries = entries.into_iter();
         while let Some((message, position)) = entries.next() {
-            let entry = crate::log_adapter::decode(&message, position)
+            let entry = crate::service::log_adapter::decode(&message, position)
                 .map_err(|e| format!("the log at {position}: {e}"))?;
             if let (Some(terms), LogEntry::NewLeadershipTerm(e)) = (terms.as_deref_mut(), &entry) {
                 terms.push(TermEvent {
@@ -1057,7 +1061,7 @@ impl ConsensusModule {
             let outcome = self.agent.on_log_entry(&entry, position)?;
             self.agent.on_follower_applied(position);
             applied += 1;
-            if let (None, crate::consensus_module_agent::Applied::PurgeLog) =
+            if let (None, crate::module::consensus_module_agent::Applied::PurgeLog) =
                 (terms.as_deref(), &outcome)
             {
                 self.purge_own_log();
@@ -1068,7 +1072,7 @@ impl ConsensusModule {
             // as they apply it); what was read after it waits meanwhile.
             if let (
                 None,
-                crate::consensus_module_agent::Applied::TakeSnapshot {
+                crate::module::consensus_module_agent::Applied::TakeSnapshot {
                     log_position,
                     leadership_term_id,
                     timestamp,
@@ -1239,7 +1243,7 @@ fn me_id(m: &ConsensusModule) -> i32 {
 }
 
 /// The recording log's entry of a term, as the election reads it.
-fn term_entry_of(log: &crate::recording_log::RecordingLog, t: i64) -> Option<TermEntry> {
+fn term_entry_of(log: &crate::module::recording_log::RecordingLog, t: i64) -> Option<TermEntry> {
     log.find_term(t).map(|e| TermEntry {
         leadership_term_id: e.leadership_term_id,
         term_base_log_position: e.term_base_log_position,
@@ -1643,7 +1647,7 @@ impl ElectionHost for ConsensusModule {
         let length = event.encode().len() as i64;
         event.log_position = base + super::align32(32 + length);
         let encoded = event.encode();
-        use crate::session_manager::SessionHost;
+        use crate::module::session_manager::SessionHost;
         if self.io.append_to_log(&encoded).is_none() {
             return false;
         }
@@ -1655,9 +1659,10 @@ impl ElectionHost for ConsensusModule {
         let me = self.ctx.member_id;
         self.rep().completed = true;
         let leading = self.agent.role == role::LEADER;
-        self.agent.state = crate::consensus_module_agent::ModuleState::Active;
+        self.agent.state = crate::module::consensus_module_agent::ModuleState::Active;
         self.term.leadership_term_id = self.agent.leadership_term_id;
-        self.term.ingress_endpoints = crate::cluster_member::ingress_endpoints(&self.members);
+        self.term.ingress_endpoints =
+            crate::module::cluster_member::ingress_endpoints(&self.members);
         if leading {
             self.term.leader_member_id = me;
             // A leader just started closes the sessions of old terms; one
@@ -1829,7 +1834,7 @@ impl ElectionHost for ConsensusModule {
                     leadership_term_id: term,
                     log_position: recorded,
                     follower_member_id: me_id(self),
-                    flags: crate::election::APPEND_FLAG_CATCHUP,
+                    flags: crate::module::election::APPEND_FLAG_CATCHUP,
                 };
                 if self.rep().publisher.send(
                     leader,

@@ -8,12 +8,12 @@
 //! egress, from the leader only (a follower's offers are accepted and
 //! dropped, as Aeron's are, so every member's service runs alike).
 
-use crate::cluster_mark_file::{ClusterMarkFile, MarkFields};
-use crate::consensus_module_snapshot::{marker, SnapshotMark, SERVICE_SNAPSHOT_TYPE_ID};
-use crate::log_adapter::{self, LogEntry};
-use crate::recovery_state::RecoveryState;
-use crate::session_messages::SessionMessages;
-use crate::snapshot_taker::{load_snapshot, SnapshotTaker};
+use crate::client::session_messages::SessionMessages;
+use crate::service::cluster_mark_file::{ClusterMarkFile, MarkFields};
+use crate::service::log_adapter::{self, LogEntry};
+use crate::service::recovery_state::RecoveryState;
+use crate::service::snapshot_taker::{load_snapshot, SnapshotTaker};
+use crate::service::snapshot_taker::{marker, SnapshotMark, SERVICE_SNAPSHOT_TYPE_ID};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -428,7 +428,7 @@ impl Cluster<'_> {
         data: &[u8],
         offsets: &[i32],
     ) -> Result<(usize, Option<ServiceOfferError>), String> {
-        let count = crate::session_messages::message_count(offsets, data.len())?;
+        let count = crate::client::session_messages::message_count(offsets, data.len())?;
         if count != session_ids.len() {
             return Err(format!(
                 "{} offsets for {} session ids: one more than messages expected",
@@ -657,7 +657,7 @@ impl ClusteredServiceAgent {
             if self.commit_counter < 0 {
                 self.commit_counter = find_counter(
                     &self.state.client,
-                    crate::consensus_module::COMMIT_POSITION_TYPE_ID,
+                    sulis_protocol::counters::type_id::CLUSTER_COMMIT_POSITION,
                 );
             }
             if self.commit_counter >= 0 {
