@@ -955,7 +955,7 @@ class Cluster:
         MAX_POSITION_EXCEEDED. On a follower: 1 (nothing is sent)."""
     def offer_batch(self, session_ids: Buffer, data: Buffer, offsets: Buffer) -> int:
         """Sends message ``i`` (``data[offsets[i]:offsets[i + 1]]``) to session ``session_ids[i]``, in order,
-        as ``offer`` each (int64 ids, int32 offsets one more, as ``SessionMessages`` has them): how many
+        as ``offer`` each (int64 ids, int32 or int64 offsets one more; ``SessionMessages`` has them so): how many
         went; fewer than all: the next was refused and none after it tried. A session not open raises
         ``ClusterError``."""
     def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
@@ -1048,7 +1048,8 @@ class ClusterClient:
     def poll_egress(self, handler: Callable[[bytes, int], object], limit: int = 10) -> int:
         """Reads up to ``limit`` egress fragments; raises ``ClusterSessionClosedError`` once ended."""
     def offer_batch(self, data: Buffer, offsets: Buffer) -> int:
-        """Offers ``data[offsets[i]:offsets[i + 1]]`` for each ``i``, in order: how many went."""
+        """Offers ``data[offsets[i]:offsets[i + 1]]`` for each ``i`` (int32 or int64 offsets), in order: how many
+        went."""
     def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
         """Reads up to ``limit`` egress fragments: the session's messages among them as one batch."""
     def close(self) -> None:

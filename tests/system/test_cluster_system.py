@@ -175,9 +175,15 @@ class BatchedEcho(ClusteredService):
                         cluster.offer_batch(*bad)
                     except ClusterError as e:
                         self.refused.append(str(e))
+                try:  # floats are not offsets (before, any 4-byte items were read as int32)
+                    cluster.offer_batch(ids[i:i + 1], b"x", np.array([0.0, 1.0], np.float32))
+                except TypeError as e:
+                    self.refused.append(str(e))
+        # Offsets as int32 (Arrow's binary) or int64 (large_binary, numpy's default), a batch each in turn.
+        column = offsets if len(self.calls) % 2 else offsets.astype(np.int64)
         sent = 0
         while sent < len(messages):  # what a batch refused is offered again, from there
-            sent += cluster.offer_batch(ids[sent:], messages.data, offsets[sent:])
+            sent += cluster.offer_batch(ids[sent:], messages.data, column[sent:])
             if sent < len(messages):
                 cluster.idle()
 
@@ -216,7 +222,8 @@ def test_a_batched_service_gets_the_logs_messages_in_batches_in_log_order_and_an
     assert got_a.count(b"fired 5") == 1 and got_a.index(b"fired 5") > 251
     assert [x for x in got_b if x != b"fired 5"] == sent_b and got_b.count(b"fired 5") == 1
     assert first.refused == ["no open session 99 (message 0 of the batch; the 0 before it went)",
-                             "offer_batch: message 0: offsets 0..5 do not lie within the 0 bytes of data"]
+                             "offer_batch: message 0: offsets 0..5 do not lie within the 0 bytes of data",
+                             "offer_batch: offsets must be int32 or int64 (got items of format 'f', 4 bytes)"]
     messages = [e for e in first.seen if e[0] == "m"]
     assert len(messages) == 1002 and sum(first.calls) == 1002
     assert [e[1] for e in first.seen] == sorted({e[1] for e in first.seen}), "each entry once, in log order"
@@ -250,8 +257,13 @@ def test_a_batched_client_pipelines_through_its_window_and_reads_the_echoes_in_b
         offsets = np.concatenate(([0], np.cumsum([len(x) for x in sent]))).astype(np.int32)
         with pytest.raises(ValueError, match="message 0: offsets 0..5 do not lie within the 2 bytes of data"):
             c.offer_batch(b"ab", np.array([0, 5], np.int32))
-        with pytest.raises(ValueError, match="3 bytes is not a column of int32"):
+        with pytest.raises(ValueError, match="offsets: 3 bytes is not a column of 4-byte integers"):
             c.offer_batch(b"ab", b"\0\0\0")
+        with pytest.raises(TypeError, match=r"offsets must be int32 or int64 \(got items of format 'd', 8 bytes\)"):
+            c.offer_batch(b"ab", np.array([0.0, 2.0]))
+        with pytest.raises(ValueError, match=r"offsets\[1\] = 4294967296 does not fit a message offset"):
+            c.offer_batch(b"ab", np.array([0, 1 << 32], np.int64))
+        wide = offsets.astype(np.int64)  # int64 offsets (large_binary's, numpy's default) are read as such
         got: list[bytes] = []
         positions: list[int] = []
         pushed, held_back, sizes = 0, 0, []
@@ -259,7 +271,8 @@ def test_a_batched_client_pipelines_through_its_window_and_reads_the_echoes_in_b
         while len(got) < len(sent):
             if pushed < len(sent):
                 want = min(5_000, len(sent) - pushed)
-                went = c.offer_batch(data, offsets[pushed:pushed + want + 1])
+                column = wide if len(sizes) % 2 else offsets
+                went = c.offer_batch(data, column[pushed:pushed + want + 1])
                 held_back += went < want
                 pushed += went
                 assert c.in_flight <= 256

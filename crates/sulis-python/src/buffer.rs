@@ -60,3 +60,112 @@ pub(crate) fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R)
     unsafe { ffi::PyBuffer_Release(view) };
     result
 }
+
+/// The width of an integer column's items from its buffer's item size and
+/// struct format: 4 or 8 for little-endian (or native) int32 or int64
+/// items, `raw` for bytes (read as packed little-endian integers of that
+/// width, as an Arrow buffer holds them), `None` for anything else (floats,
+/// int16, big-endian items...).
+pub(crate) fn int_width(itemsize: usize, format: &str, raw: usize) -> Option<usize> {
+    let kind = format.trim_start_matches(['@', '=', '<']);
+    match (itemsize, kind) {
+        (1, "B" | "b" | "c") => Some(raw),
+        (4, "i" | "I" | "l" | "L") => Some(4),
+        (8, "q" | "Q" | "l" | "L" | "n" | "N") => Some(8),
+        _ => None,
+    }
+}
+
+/// An integer column of `column` (`what` names it in errors): int32 or
+/// int64 items (numpy, `array.array`, a typed memoryview) or bytes read as
+/// packed little-endian integers of `raw` bytes (a pyarrow buffer), as i64s.
+/// Items of another type raise `TypeError` rather than be misread (numpy
+/// int64 offsets read as int32 would be pairs of wrong offsets).
+pub(crate) fn int_column(column: &Bound<'_, PyAny>, what: &str, raw: usize) -> PyResult<Vec<i64>> {
+    let packed = |b: &[u8], width: usize| -> PyResult<Vec<i64>> {
+        if !b.len().is_multiple_of(width) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{what}: {} bytes is not a column of {width}-byte integers",
+                b.len()
+            )));
+        }
+        Ok(match width {
+            4 => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            _ => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        })
+    };
+    if let Some(b) = exact_bytes(column) {
+        return packed(b, raw);
+    }
+    let mut raw_view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+    // SAFETY: as in `with_bytes`: filled in place, released below.
+    if unsafe {
+        ffi::PyObject_GetBuffer(
+            column.as_ptr(),
+            raw_view.as_mut_ptr(),
+            ffi::PyBUF_STRIDES | ffi::PyBUF_FORMAT,
+        )
+    } == -1
+    {
+        let cause = PyErr::fetch(column.py());
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{what} must support the buffer protocol (numpy array, array.array, pyarrow Buffer...): {cause}"
+        )));
+    }
+    let view = raw_view.as_mut_ptr();
+    // SAFETY: the view is filled; its format, when not null, is a NUL-terminated string it owns.
+    let (itemsize, format) = unsafe {
+        let f = (*view).format;
+        let format = if f.is_null() {
+            "B".to_string()
+        } else {
+            std::ffi::CStr::from_ptr(f).to_string_lossy().into_owned()
+        };
+        ((*view).itemsize as usize, format)
+    };
+    let result = if unsafe { ffi::PyBuffer_IsContiguous(view, b'C' as std::ffi::c_char) } == 0 {
+        Err(pyo3::exceptions::PyBufferError::new_err(format!(
+            "{what} must be a C-contiguous buffer"
+        )))
+    } else {
+        match int_width(itemsize, &format, raw) {
+            None => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "{what} must be int32 or int64 (got items of format '{format}', {itemsize} bytes)"
+            ))),
+            Some(width) => {
+                // SAFETY: the exporter keeps `len` bytes at `buf` alive until released.
+                let (ptr, len) = unsafe { ((*view).buf as *const u8, (*view).len as usize) };
+                let b: &[u8] = if len == 0 {
+                    &[]
+                } else {
+                    unsafe { std::slice::from_raw_parts(ptr, len) }
+                };
+                packed(b, width)
+            }
+        }
+    };
+    unsafe { ffi::PyBuffer_Release(view) };
+    result
+}
+
+/// Arrow-layout offsets (`int_column` with raw bytes read as int32), each
+/// checked to fit an int32.
+pub(crate) fn offsets_column(column: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i32>> {
+    int_column(column, what, 4)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            i32::try_from(v).map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{what}[{i}] = {v} does not fit a message offset (int32)"
+                ))
+            })
+        })
+        .collect()
+}

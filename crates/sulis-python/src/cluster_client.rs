@@ -4,9 +4,9 @@
 //! move many messages per Python call, as columns.
 
 use crate::buffer::with_bytes;
-use crate::session_messages::PySessionMessages;
 use crate::cluster_error::{offer_code, ClusterError, ClusterSessionClosedError};
 use crate::gil;
+use crate::session_messages::PySessionMessages;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
@@ -35,21 +35,6 @@ fn ended_error(py: Python<'_>, ended: SessionEnded) -> PyErr {
     let _ = err.value(py).setattr("code", ended.code);
     let _ = err.value(py).setattr("detail", ended.detail);
     err
-}
-
-/// Little-endian int32s of a bytes-like column (numpy's int32, `array('i')`, ...).
-fn i32_column(column: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i32>> {
-    with_bytes(column, |b| {
-        if b.len() % 4 != 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "{name}: {} bytes is not a column of int32",
-                b.len()
-            )));
-        }
-        Ok(b.chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
-    })?
 }
 
 impl PyClusterClient {
@@ -201,8 +186,8 @@ impl PyClusterClient {
     }
 
     /// Offers message `i` (`data[offsets[i]:offsets[i + 1]]`: any
-    /// bytes-like data, int32 offsets one more than messages, Arrow's
-    /// layout) for each, in order, as `offer` each: how many went. The GIL
+    /// bytes-like data, int32 or int64 offsets one more than messages,
+    /// Arrow's layout) for each, in order, as `offer` each: how many went. The GIL
     /// is kept (a call is microseconds a hundred messages): another thread's
     /// call on this client waits rather than finding it borrowed, and the
     /// data cannot change under the offers. Fewer than all: the next was refused (back pressure, the
@@ -215,7 +200,7 @@ impl PyClusterClient {
         data: &Bound<'_, PyAny>,
         offsets: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        let offsets = i32_column(offsets, "offsets")?;
+        let offsets = crate::buffer::offsets_column(offsets, "offer_batch: offsets")?;
         let session = self.session()?;
         let sent = with_bytes(data, |data| session.offer_batch(data, &offsets))?;
         let (n, refused) =

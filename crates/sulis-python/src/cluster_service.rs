@@ -6,9 +6,9 @@
 //! `cluster_node.rs`.
 
 use crate::buffer::with_bytes;
-use crate::session_messages::PySessionMessages;
 use crate::cluster_error::{offer_code, ClusterError};
 use crate::gil;
+use crate::session_messages::PySessionMessages;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -110,7 +110,8 @@ impl PyCluster {
 
     /// Sends message `i` (`data[offsets[i]:offsets[i + 1]]`) to session
     /// `session_ids[i]`'s client, in order, as `offer` each (columns as a
-    /// batch's: int64 ids, int32 offsets one more, any bytes-like data):
+    /// batch's: int64 ids, int32 or int64 offsets one more, any bytes-like
+    /// data; other items raise `TypeError`):
     /// how many went. Fewer than all: the next was refused (back pressure,
     /// or a client gone; offer it alone to learn which) and none after it
     /// was tried. A session not open raises `ClusterError`.
@@ -121,16 +122,8 @@ impl PyCluster {
         offsets: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
         self.not_stopping("offer_batch")?;
-        let ids = with_bytes(session_ids, |b| {
-            b.chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect::<Vec<i64>>()
-        })?;
-        let offs = with_bytes(offsets, |b| {
-            b.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect::<Vec<i32>>()
-        })?;
+        let ids = crate::buffer::int_column(session_ids, "offer_batch: session_ids", 8)?;
+        let offs = crate::buffer::offsets_column(offsets, "offer_batch: offsets")?;
         let sent = with_bytes(data, |d| self.with(|c| c.offer_batch(&ids, d, &offs)))??;
         match sent {
             Ok((n, None)) => Ok(n),

@@ -352,13 +352,19 @@ class ClusterClient:
         """Offers message ``i`` (``data[offsets[i]:offsets[i + 1]]``) for each, in order, as ``offer`` each, in one
         call: how many went.
 
-        ``data`` is any bytes-like object, ``offsets`` int32 (numpy, ``array('i')``, a pyarrow buffer), one more
-        than messages (Arrow's layout: a pyarrow binary array's ``buffers()[1]``). Each message is a log entry of
-        its own, as from ``offer``: nothing changes on the wire. Fewer than all went when the next was refused
-        (back pressure, or, exactly once, ``max_in_flight`` messages waiting for the leader's count: the window
-        that pipelines the session's messages) and is to be offered again with the rest, e.g.
-        ``sent += client.offer_batch(data, offsets[sent:])`` after a ``poll_egress_batch``. Raises
-        ``ClusterSessionClosedError`` once the cluster ended the session."""
+        ``data`` is any bytes-like object, ``offsets`` one more than messages, int32 or int64 (numpy,
+        ``array('i')``), or raw bytes read as int32 (Arrow's layout: a pyarrow binary array's ``buffers()[1]``);
+        other items (floats, int16) raise ``TypeError``. Each message is a log entry of its own, as from
+        ``offer``: nothing changes on the wire. Fewer than all went when the next was refused (back pressure, or,
+        exactly once, ``max_in_flight`` messages waiting for the leader's count: the window that pipelines the
+        session's messages) and is to be offered again with the rest, e.g.
+        ``sent += client.offer_batch(data, offsets[sent:])`` after a ``poll_egress_batch``.
+
+        Offsets are checked, all of them, before any message goes: a call that raises for them sent nothing. A
+        message no retry gets through (longer than the maximum; ``MAX_POSITION_EXCEEDED``, where ``offer`` returns
+        the code: the ingress is at its end and a new client is needed) raises when it is the call's first, not
+        0 to a loop that would offer it for ever; after some went, the call returns how many and the next call
+        raises. Raises ``ClusterSessionClosedError`` once the cluster ended the session."""
         return self._native.offer_batch(data, offsets)
 
     def poll_egress_batch(self, limit: int = 256) -> SessionMessages:

@@ -263,17 +263,11 @@ impl BufferBatch {
         let d = View::get(data, ffi::PyBUF_SIMPLE, "data")?;
         let o = View::get(offsets, ffi::PyBUF_FORMAT | ffi::PyBUF_ND, "offsets")?;
         let format = o.format();
-        let kind = format.trim_start_matches(['@', '=', '<', '!', '>']);
-        let width = match (o.itemsize(), kind) {
-            (1, "B" | "b" | "c") => 4,
-            (4, "i" | "I" | "l" | "L") => 4,
-            (8, "q" | "Q" | "l" | "L" | "n" | "N") => 8,
-            _ => {
-                return Err(PyTypeError::new_err(format!(
-                    "offer_batch: offsets must be int32 or int64 (got items of format '{format}', {} bytes)",
-                    o.itemsize()
-                )))
-            }
+        let Some(width) = crate::buffer::int_width(o.itemsize(), &format, 4) else {
+            return Err(PyTypeError::new_err(format!(
+                "offer_batch: offsets must be int32 or int64 (got items of format '{format}', {} bytes)",
+                o.itemsize()
+            )));
         };
         if o.len() % width != 0 || o.len() < width {
             return Err(PyValueError::new_err(format!(
