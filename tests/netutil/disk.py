@@ -81,6 +81,7 @@ class CrashableDisk:
         self.dir = tempfile.mkdtemp(prefix="sulis-crash-ext4-", dir=parent)
         self.image, self.mnt = os.path.join(self.dir, "disk.img"), os.path.join(self.dir, "mnt")
         self.crashes = 0
+        self.cut_image: str | None = None
         self.mounted = False
         os.mkdir(self.mnt)
         with open(self.image, "wb") as f:
@@ -113,15 +114,22 @@ class CrashableDisk:
         """Writes back all that was written so far (``syncfs``), as a machine that ran a while would have."""
         self._run(["sync", "-f", self.mnt])
 
+    def cut(self) -> None:
+        """The instant of the power cut: the image as the loop device holds it now is what comes back. The
+        processes writing here must be stopped (SIGSTOP, every thread out of its system calls) or dead, so
+        that nothing is written while it is copied."""
+        self.crashes += 1
+        self.cut_image = os.path.join(self.dir, f"disk-after-crash-{self.crashes}.img")
+        self._run(["cp", "--sparse=always", self.image, self.cut_image])
+
     def crash(self) -> None:
         """The power cut (every process writing here must be dead): the file system comes back as the disk
-        held it, at the same mount point."""
-        self.crashes += 1
-        cut = os.path.join(self.dir, f"disk-after-crash-{self.crashes}.img")
-        self._run(["cp", "--sparse=always", self.image, cut])
+        held it at ``cut()`` (now, when no cut was taken), at the same mount point."""
+        if self.cut_image is None:
+            self.cut()
         self._unmount()
         os.remove(self.image)
-        self.image = cut
+        self.image, self.cut_image = self.cut_image, None
         self._mount()
 
     def __exit__(self, *exc: object) -> None:
