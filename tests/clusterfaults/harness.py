@@ -37,7 +37,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -144,10 +143,6 @@ class Member:
     env: dict = field(default_factory=dict)
     #: Its wall clock was skewed once: the times on its lines are not this machine's.
     ever_skewed: bool = False
-    #: Its media driver's directory: in memory, as users deploy drivers (the default /dev/shm). On the disk beside
-    #: the member's files, a busy run's driver once spent 19 s in one conductor duty cycle (reserving a log
-    #: buffer's blocks while the disk wrote back a killed member's files) and the new member gave up on it.
-    driver_dir: Path = Path()
 
     @property
     def journal(self) -> Path:
@@ -156,6 +151,10 @@ class Member:
     @property
     def stderr_path(self) -> Path:
         return self.base / "stderr.txt"
+
+    @property
+    def driver_dir(self) -> Path:
+        return self.base / "driver"
 
     def command(self) -> list[str]:
         return [*CLI, "cluster-node", "--service", "register_service:Register", "--cluster-dir",
@@ -205,9 +204,6 @@ class FaultRun:
     wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
 
     def __post_init__(self) -> None:
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        #: The members' driver directories (in memory; removed by ``stop``, which keeps each one's cnc.dat).
-        self.drivers = Path(tempfile.mkdtemp(prefix=f"{self.base.name}-drivers-", dir=shm))
         spec = "|".join(f"{i},{self.hosts.addr(f'n{i}')}:{PORTS['ingress']},{self.hosts.addr(f'n{i}')}:"
                         f"{PORTS['consensus']},{self.hosts.addr(f'n{i}')}:{PORTS['log']},"
                         f"{self.hosts.addr(f'n{i}')}:0,{self.hosts.addr(f'n{i}')}:{PORTS['archive']}"
@@ -215,7 +211,7 @@ class FaultRun:
         for i in range(self.size):
             base = self.base / f"member-{i}"
             base.mkdir(parents=True, exist_ok=True)
-            self.members.append(Member(i, f"n{i}", base, spec, driver_dir=self.drivers / f"member-{i}"))
+            self.members.append(Member(i, f"n{i}", base, spec))
 
     def log(self, what: str) -> None:
         self.events.append(f"{time.monotonic():.3f} {what}")
@@ -426,8 +422,8 @@ class FaultRun:
             assert code != 0 and str(log) in said and "damaged" in said, (
                 f"member {victim.id} on a damaged recording.log: exit {code}\n{said[-2000:]}")
             self.log(f"member {victim.id} refused its damaged recording.log")
-            for gone in (victim.base / "cluster", victim.base / "archive", victim.driver_dir):
-                shutil.rmtree(gone, ignore_errors=True)
+            for d in ("cluster", "archive", "driver"):
+                shutil.rmtree(victim.base / d, ignore_errors=True)
             time.sleep(hold)
             self.start(victim)
             self.log(f"member {victim.id} replaced: started empty")
@@ -553,14 +549,6 @@ class FaultRun:
                 m.proc.kill()
                 m.proc.wait(timeout=10)
                 wrong.append(f"member {m.id} did not stop within 20 s of SIGTERM")
-        # The drivers' directories go; each one's cnc.dat (counters, error log) stays with the member's files, in
-        # its driver/ (``sulis errors --allow-stopped --dir <member>/driver`` reads it).
-        if not any(m.is_up() for m in self.members):
-            for m in self.members:
-                if (m.driver_dir / "cnc.dat").exists():
-                    (m.base / "driver").mkdir(exist_ok=True)
-                    shutil.copyfile(m.driver_dir / "cnc.dat", m.base / "driver" / "cnc.dat")
-            shutil.rmtree(self.drivers, ignore_errors=True)
         return wrong
 
 
@@ -807,7 +795,14 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
         settle: float = 2.0, clients: int = 3, keys: int = 3, seed: int = 0, lincheck: Path | None = None,
         say=print) -> dict:
     """A whole fault run on ``hosts`` (``n0``... and ``client``): the cluster, the workload, the nemeses of
-    ``schedule`` in order, then the checks. Returns the figures (with the events)."""
+    ``schedule`` in order, then the checks. Returns the figures (with the events).
+
+    ``base`` (the members' directories, drivers included) belongs in memory (/dev/shm), as the hosts it
+    stands for would each have a disk of their own: on this machine's one disk, the members' fsyncs queue
+    behind each other's writes and behind the files fill-disk moves. Busy runs with it on the disk saw a
+    member's candidacy fsync take 32 s (a 35 s election) and a driver's conductor spend 19 s in one duty cycle
+    (the restarted member gave up on it after 10 s). What the nemeses test, process and network faults, does
+    not need the disk; the power cut is ``tests/system/test_cluster_durable.py``'s."""
     rng = random.Random(seed)
     lincheck = lincheck or build_lincheck(base)
     fr = FaultRun(hosts, base, size)
@@ -819,7 +814,7 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
             fr.start(m)
         fr.leader(60)
         history_path = base / "history.jsonl"
-        cfg = {"driver_dir": str(fr.drivers / "client"), "host": hosts.addr("client"), "egress_port": 9100,
+        cfg = {"driver_dir": str(base / "client-driver"), "host": hosts.addr("client"), "egress_port": 9100,
                "ingress": ",".join(f"{m.id}={hosts.addr(m.host)}:{PORTS['ingress']}" for m in fr.members),
                "clients": clients, "keys": keys, "seed": seed, "op_timeout": 3.0, "think": 0.01,
                "history": str(history_path)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def main() -> int:
     schedule = []
     for _ in range(args.rounds):
         schedule += rng.sample(kinds, len(kinds))
-    base = Path(tempfile.mkdtemp(prefix="sulis-faults-"))
+    # In memory: see harness.run.
+    base = Path(tempfile.mkdtemp(prefix="sulis-faults-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     started = time.monotonic()
     names = [f"n{i}" for i in range(args.members)] + ["client"]
     # Busy loops, as another workload on the machine would be: at the OS's normal priority, for the whole run.

@@ -11,18 +11,19 @@ with no money made or lost, and no term may have had two leaders (tests/clusterf
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
 from clusterfaults.harness import run
+from conftest import make_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="the linearizability checker needs Go")
 
 
-def test_three_members_stay_linearizable_through_kills_pauses_a_cut_loss_and_a_full_disk(netns_hosts, nft_loss,
-                                                                                        tmp_path):
+def test_three_members_stay_linearizable_through_kills_pauses_a_cut_loss_and_a_full_disk(netns_hosts, nft_loss):
     hosts = netns_hosts("n0", "n1", "n2", "client")
-    figures = run(hosts, tmp_path, size=3,
+    figures = run(hosts, Path(make_dir("sulis-faults-")), size=3,  # in memory: see harness.run
                   schedule=["kill-leader", "pause-leader", "isolate-leader", "loss", "fill-disk"],
                   hold=3.0, settle=2.0, seed=1)
     print({k: v for k, v in figures.items() if k != "events"})
