@@ -26,6 +26,9 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   whose p99 stays under 1 ms. Between messages the client sleeps (``--client-park-us``) rather than
   spin: a spinning client takes one of this machine's two cores from the cluster it measures.
 
+``--busy N`` runs N busy loops (``while True: pass``, normal priority) beside both clusters for the whole run: the
+tail on a machine doing other work too (N = 2 puts two more runnable processes on this machine's two cores).
+
 ``--idle`` / ``--aeron-idle`` set every node thread's idle strategy (and the clients' drivers'), e.g.
 ``backoff:50us`` / ``sleep-ns``; ``--only sulis,aeron`` runs only those rows.
 
@@ -390,6 +393,7 @@ def main() -> int:
                          "(0: it spins, taking a core from the cluster)")
     ap.add_argument("--only", help="comma-separated row kinds to run: sulis, sulis-batched, sulis-durable, aeron, "
                                    "etcd, pysyncobj")
+    ap.add_argument("--busy", type=int, default=0, help="busy loops beside the clusters for the whole run")
     ap.add_argument("--disk", default=tempfile.gettempdir(),
                     help="a directory on a disk: the durable sulis row's members and etcd's data directories (the "
                          "others are in /dev/shm); default %(default)s")
@@ -398,7 +402,6 @@ def main() -> int:
     if a.quick:
         a.runs, a.count, a.warmup, a.tput_count, a.rate_seconds = 1, 2_000, 500, 20_000, 0.5
     rates = [float(x) for x in a.rates.split(",") if x.strip()]
-    at_rates: dict[tuple[str, float], list] = {}
     why: dict[str, str] = {}
     try:
         aeron = aeron_java.find("current")
@@ -418,7 +421,19 @@ def main() -> int:
     if "aeron" not in only:
         aeron = None
     print(f"[cluster] {cpu_summary()}; {a.members} member(s) each; {a.length} B messages; client and each "
-          "member a process")
+          f"member a process; {a.busy} busy loop(s) beside them")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+    try:
+        return rows(a, rates, why, only, aeron, etcd_version, syncobj_version)
+    finally:
+        for loop in busy:
+            loop.kill()
+            loop.wait()
+
+
+def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
+    """Runs and prints the rows (``main``'s body, with the busy loops, if any, beside it)."""
+    at_rates: dict[tuple[str, float], list] = {}
     disk = f"{a.disk} ({disk_device(a.disk)})"
     rows_spec = [("sulis node, batched service, batched sulis Python client", "sulis-batched", "sulis-batched"),
                  (f"sulis node durable (file_sync_level 1, on {disk}), batched service and client", "sulis-durable",

@@ -104,8 +104,148 @@ impl FragmentAssembler {
         }
     }
 
+    /// As [`FragmentAssembler::on_fragment`], appending the whole message
+    /// (if this fragment completed one) to `out` instead of returning it
+    /// owned: an unfragmented message, the usual case, is copied once into
+    /// `out`'s buffer, which a caller keeps from poll to poll, so no
+    /// allocation is made per message. True if a message was appended.
+    #[inline]
+    pub fn on_fragment_into(
+        &mut self,
+        payload: &[u8],
+        header: &Header,
+        out: &mut AssembledMessages,
+    ) -> bool {
+        if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
+            out.push(payload, header.position(), header.session_id());
+            return true;
+        }
+        match self.on_fragment(payload, header) {
+            Some(m) => {
+                out.push(&m.payload, m.end_position, header.session_id());
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets a session's unfinished message (its image went away).
     pub fn forget_session(&mut self, session_id: i32) {
         self.partial.remove(&session_id);
+    }
+}
+
+/// Whole messages back to back in one buffer (what
+/// [`FragmentAssembler::on_fragment_into`] appends to), each with the stream
+/// position just after it and its session id. Cleared, not dropped, between
+/// polls, its buffers grow to a poll's size once and are then reused.
+#[derive(Default, Debug)]
+pub struct AssembledMessages {
+    data: Vec<u8>,
+    /// Per message: where it ends in `data`, its end position, its session.
+    ends: Vec<(usize, i64, i32)>,
+}
+
+impl AssembledMessages {
+    /// An empty set.
+    pub fn new() -> AssembledMessages {
+        AssembledMessages::default()
+    }
+
+    /// Appends one message.
+    #[inline]
+    pub fn push(&mut self, payload: &[u8], end_position: i64, session_id: i32) {
+        self.data.extend_from_slice(payload);
+        self.ends.push((self.data.len(), end_position, session_id));
+    }
+
+    /// Empties it, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// True with no message.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Message `i`: its payload, end position and session id.
+    pub fn get(&self, i: usize) -> (&[u8], i64, i32) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1].0 };
+        let (end, position, session) = self.ends[i];
+        (&self.data[start..end], position, session)
+    }
+
+    /// The messages in order: payload, end position, session id.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], i64, i32)> + '_ {
+        (0..self.ends.len()).map(move |i| self.get(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sulis_protocol::frame::{
+        FLAGS_FIELD_OFFSET, FRAME_LENGTH_FIELD_OFFSET, SESSION_ID_FIELD_OFFSET,
+        TERM_OFFSET_FIELD_OFFSET,
+    };
+
+    /// The header of a fragment of `len` payload bytes at `offset` in term 0 (64 KiB terms).
+    fn header(session: i32, offset: i32, len: usize, flags: u8) -> Header {
+        let mut raw = [0u8; 32];
+        raw[FRAME_LENGTH_FIELD_OFFSET..FRAME_LENGTH_FIELD_OFFSET + 4]
+            .copy_from_slice(&(len as i32 + 32).to_le_bytes());
+        raw[FLAGS_FIELD_OFFSET] = flags;
+        raw[TERM_OFFSET_FIELD_OFFSET..TERM_OFFSET_FIELD_OFFSET + 4]
+            .copy_from_slice(&offset.to_le_bytes());
+        raw[SESSION_ID_FIELD_OFFSET..SESSION_ID_FIELD_OFFSET + 4]
+            .copy_from_slice(&session.to_le_bytes());
+        Header::from_raw(raw, 0, 16)
+    }
+
+    #[test]
+    fn messages_go_into_one_buffer_whole_and_in_order_across_sessions() {
+        let mut a = FragmentAssembler::new();
+        let mut out = AssembledMessages::new();
+        assert!(a.on_fragment_into(b"one", &header(1, 0, 3, UNFRAGMENTED), &mut out));
+        // Session 2's message in three fragments, session 1's second message between them.
+        assert!(!a.on_fragment_into(b"ab", &header(2, 0, 2, BEGIN_FLAG), &mut out));
+        assert!(a.on_fragment_into(b"two", &header(1, 64, 3, UNFRAGMENTED), &mut out));
+        assert!(!a.on_fragment_into(b"cd", &header(2, 32 + 32, 2, 0), &mut out));
+        assert!(a.on_fragment_into(b"e", &header(2, 128, 1, END_FLAG), &mut out));
+        let got: Vec<(Vec<u8>, i64, i32)> =
+            out.iter().map(|(p, pos, s)| (p.to_vec(), pos, s)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"one".to_vec(), 64, 1),
+                (b"two".to_vec(), 128, 1),
+                (b"abcde".to_vec(), 192, 2),
+            ]
+        );
+        assert_eq!(out.get(1).0, b"two");
+        out.clear();
+        assert!(out.is_empty());
+        assert!(a.on_fragment_into(b"", &header(3, 0, 0, UNFRAGMENTED), &mut out));
+        assert_eq!((out.len(), out.get(0).0), (1, &b""[..]));
+    }
+
+    #[test]
+    fn a_message_with_a_hole_is_dropped_not_spliced() {
+        let mut a = FragmentAssembler::new();
+        let mut out = AssembledMessages::new();
+        assert!(!a.on_fragment_into(b"ab", &header(1, 0, 2, BEGIN_FLAG), &mut out));
+        // The middle fragment (at 64) was lost: the end does not follow the beginning.
+        assert!(!a.on_fragment_into(b"e", &header(1, 128, 1, END_FLAG), &mut out));
+        assert!(out.is_empty());
+        // An end with no beginning (joined mid-message) is dropped too.
+        assert!(!a.on_fragment_into(b"f", &header(2, 0, 1, END_FLAG), &mut out));
+        assert!(out.is_empty());
     }
 }

@@ -18,7 +18,7 @@ pub mod image;
 pub mod publication;
 pub mod subscription;
 
-pub use assembler::{Assembled, FragmentAssembler};
+pub use assembler::{Assembled, AssembledMessages, FragmentAssembler};
 pub use batch::Batch;
 pub use conductor::{Client, ClientContext, ImageEvent, ImageEvents, Interrupt};
 pub use counter::Counter;

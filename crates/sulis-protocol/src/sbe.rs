@@ -368,15 +368,23 @@ macro_rules! sbe_messages {
                     let mut out = Vec::with_capacity(
                         $crate::sbe::HEADER_LENGTH + $block as usize + 64,
                     );
+                    self.encode_into(&mut out);
+                    out
+                }
+
+                /// Appends the encoded message, header included, to `out`
+                /// (no allocation when `out` has room).
+                pub fn encode_into(&self, out: &mut Vec<u8>) {
+                    let start = out.len();
                     $crate::sbe::Header {
                         block_length: $block,
                         template_id: $template,
                         schema_id: $schema_id,
                         version: $version,
                     }
-                    .encode(&mut out);
-                    out.resize($crate::sbe::HEADER_LENGTH + $block as usize, 0);
-                    let _block = &mut out[$crate::sbe::HEADER_LENGTH..];
+                    .encode(out);
+                    out.resize(start + $crate::sbe::HEADER_LENGTH + $block as usize, 0);
+                    let _block = &mut out[start + $crate::sbe::HEADER_LENGTH..];
                     $(
                         $crate::sbe::Fixed::write(
                             self.$field,
@@ -386,7 +394,6 @@ macro_rules! sbe_messages {
                     $(
                         $crate::sbe_messages!(@put out, self.$vfield, $vkind);
                     )*
-                    out
                 }
 
                 /// Decodes a message of this type (header included).
@@ -426,8 +433,8 @@ macro_rules! sbe_messages {
     };
     (@vtype ascii) => { String };
     (@vtype data) => { Vec<u8> };
-    (@put $out:ident, $v:expr, ascii) => { $crate::sbe::put_var(&mut $out, $v.as_bytes()) };
-    (@put $out:ident, $v:expr, data) => { $crate::sbe::put_var(&mut $out, &$v) };
+    (@put $out:ident, $v:expr, ascii) => { $crate::sbe::put_var($out, $v.as_bytes()) };
+    (@put $out:ident, $v:expr, data) => { $crate::sbe::put_var($out, &$v) };
     (@get $r:ident, ascii, $name:expr, $since:expr) => { $r.ascii($name, $since) };
     (@get $r:ident, data, $name:expr, $since:expr) => { $r.data($name, $since) };
     (@since) => { 0 };

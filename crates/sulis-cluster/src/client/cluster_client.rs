@@ -115,8 +115,8 @@ type EgressHandler<'a> = dyn FnMut(i64, i64, &[u8]) -> bool + 'a;
 struct Numbering {
     /// The next message's number (from 1).
     next: i64,
-    /// (number, the message as sent: header and payload), oldest first.
-    window: VecDeque<(i64, Vec<u8>)>,
+    /// The messages sent and not yet committed, oldest first.
+    window: Window,
     /// Most kept.
     max: usize,
     /// After a leader change: the index in `window` to resend from.
@@ -126,14 +126,88 @@ struct Numbering {
 impl Numbering {
     /// The leader says `committed` of the session's messages are in the log for good.
     fn on_committed(&mut self, committed: i64) {
-        let mut dropped = 0;
-        while self.window.front().is_some_and(|(n, _)| *n <= committed) {
-            self.window.pop_front();
-            dropped += 1;
-        }
+        let dropped = self.window.drop_through(committed);
         if let Some(i) = self.resend_from.as_mut() {
             *i = i.saturating_sub(dropped);
         }
+    }
+}
+
+/// Messages as sent (header and payload), each with its number, oldest
+/// first, back to back in one buffer: a message kept costs no allocation of
+/// its own (the buffer grows to the window's size once), and one resent is
+/// offered from where it lies.
+#[derive(Default)]
+struct Window {
+    data: Vec<u8>,
+    /// Where `data[0]` lies in the stream of bytes ever kept.
+    base: usize,
+    /// Per message: its number, and where it starts and ends in that stream.
+    entries: VecDeque<(i64, usize, usize)>,
+}
+
+impl Window {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Appends message `number`, made by `write` (which appends its bytes).
+    fn push(&mut self, number: i64, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.base + self.data.len();
+        write(&mut self.data);
+        self.entries
+            .push_back((number, start, self.base + self.data.len()));
+    }
+
+    /// Takes the newest message back (its offer failed).
+    fn pop_back(&mut self) {
+        if let Some((_, start, _)) = self.entries.pop_back() {
+            self.data.truncate(start - self.base);
+        }
+    }
+
+    /// Message `i`: its number and bytes.
+    fn get_mut(&mut self, i: usize) -> Option<(i64, &mut [u8])> {
+        let (number, start, end) = *self.entries.get(i)?;
+        Some((number, &mut self.data[start - self.base..end - self.base]))
+    }
+
+    /// The newest message's bytes.
+    fn back(&self) -> &[u8] {
+        let (_, start, end) = *self.entries.back().expect("a message was pushed");
+        &self.data[start - self.base..end - self.base]
+    }
+
+    /// Drops the messages numbered up to `committed`; how many.
+    fn drop_through(&mut self, committed: i64) -> usize {
+        let mut dropped = 0;
+        while self
+            .entries
+            .front()
+            .is_some_and(|(n, _, _)| *n <= committed)
+        {
+            self.entries.pop_front();
+            dropped += 1;
+        }
+        match self.entries.front() {
+            None => {
+                self.base += self.data.len();
+                self.data.clear();
+            }
+            // The dropped bytes go once they are most of the buffer: each
+            // byte is moved at most once on average.
+            Some(&(_, start, _)) if start - self.base > self.data.len() / 2 => {
+                self.data.drain(..start - self.base);
+                self.base = start;
+            }
+            Some(_) => {}
+        }
+        dropped
+    }
+
+    #[cfg(test)]
+    fn numbers(&self) -> Vec<i64> {
+        self.entries.iter().map(|(n, _, _)| *n).collect()
     }
 }
 
@@ -357,7 +431,7 @@ impl ClusterClient {
                             numbering: (ctx.exactly_once && e.detail == EXACTLY_ONCE).then(|| {
                                 Numbering {
                                     next: 1,
-                                    window: VecDeque::new(),
+                                    window: Window::default(),
                                     max: ctx.max_in_flight.max(1),
                                     resend_from: None,
                                 }
@@ -454,15 +528,28 @@ impl ClusterClient {
                 return Err(OfferError::BackPressured);
             }
         }
-        let number = self.numbering.as_ref().map_or(0, |n| n.next);
-        let message = self.message(number, payload);
-        let position = self.ingress.offer(&message)?;
-        // The message itself is kept (one allocation a message, as without
-        // exactly once): a resend rewrites only its header's term.
+        // The message is made where it is kept, in the window's buffer, and
+        // offered from there; a resend rewrites only its header's term.
+        let header = SessionMessageHeader {
+            leadership_term_id: self.leadership_term_id,
+            cluster_session_id: self.cluster_session_id,
+            timestamp: self.numbering.as_ref().map_or(0, |n| n.next),
+        };
         let numbering = self.numbering.as_mut().expect("exactly once");
-        numbering.window.push_back((number, message));
-        numbering.next += 1;
-        Ok(position)
+        numbering.window.push(numbering.next, |out| {
+            header.encode_into(out);
+            out.extend_from_slice(payload);
+        });
+        match self.ingress.offer(numbering.window.back()) {
+            Ok(position) => {
+                numbering.next += 1;
+                Ok(position)
+            }
+            Err(e) => {
+                numbering.window.pop_back();
+                Err(e)
+            }
+        }
     }
 
     /// Offers message `i` (`data[offsets[i]..offsets[i + 1]]`, Arrow's
@@ -511,7 +598,7 @@ impl ClusterClient {
             let header = SessionMessageHeader {
                 leadership_term_id: self.leadership_term_id,
                 cluster_session_id: self.cluster_session_id,
-                timestamp: *number,
+                timestamp: number,
             }
             .encode();
             message[..SESSION_HEADER_LENGTH].copy_from_slice(&header);
@@ -629,19 +716,27 @@ impl ClusterClient {
             .egress
             .poll(
                 |payload, header| -> Result<(), ()> {
-                    let Some(m) = assembler.on_fragment(payload, header) else {
-                        return Ok(());
+                    // An unfragmented message (the usual case) is read where it lies: no copy.
+                    let assembled;
+                    let (message, end_position) = if FragmentAssembler::is_unfragmented(header) {
+                        (payload, header.position())
+                    } else {
+                        let Some(m) = assembler.on_fragment(payload, header) else {
+                            return Ok(());
+                        };
+                        assembled = m;
+                        (&assembled.payload[..], assembled.end_position)
                     };
-                    let Ok(h) = SbeHeader::decode(&m.payload) else {
+                    let Ok(h) = SbeHeader::decode(message) else {
                         return Ok(());
                     };
                     if h.template_id == SessionMessageHeader::TEMPLATE_ID
-                        && m.payload.len() >= SESSION_HEADER_LENGTH
+                        && message.len() >= SESSION_HEADER_LENGTH
                     {
-                        if let Ok(s) = SessionMessageHeader::decode(&m.payload) {
+                        if let Ok(s) = SessionMessageHeader::decode(message) {
                             if s.cluster_session_id == id {
-                                let body = &m.payload[SESSION_HEADER_LENGTH..];
-                                let at = m.end_position;
+                                let body = &message[SESSION_HEADER_LENGTH..];
+                                let at = end_position;
                                 match handler.as_mut() {
                                     Some(h) => {
                                         if !h(s.timestamp, at, body) {
@@ -653,7 +748,7 @@ impl ClusterClient {
                             }
                         }
                     } else if h.template_id == SessionEvent::TEMPLATE_ID {
-                        if let Ok(e) = SessionEvent::decode(&m.payload) {
+                        if let Ok(e) = SessionEvent::decode(message) {
                             let ours = e.cluster_session_id == id;
                             if ours && e.code != event_code::OK {
                                 ended = Some(SessionEnded {
@@ -665,7 +760,7 @@ impl ClusterClient {
                             }
                         }
                     } else if h.template_id == NewLeaderEvent::TEMPLATE_ID {
-                        if let Ok(e) = NewLeaderEvent::decode(&m.payload) {
+                        if let Ok(e) = NewLeaderEvent::decode(message) {
                             if e.cluster_session_id == id {
                                 new_leader = Some(e);
                             }
@@ -776,16 +871,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_window_keeps_each_message_whole_while_it_drops_compacts_and_takes_back() {
+        let message = |n: i64| -> Vec<u8> { (0..n % 7 + 1).map(|k| (n + k) as u8).collect() };
+        let mut w = Window::default();
+        let mut next = 1;
+        for round in 0..200 {
+            for _ in 0..20 {
+                let m = message(next);
+                w.push(next, |out| out.extend_from_slice(&m));
+                next += 1;
+            }
+            // The newest offer refused: taken back, its number used again.
+            w.pop_back();
+            next -= 1;
+            w.drop_through(next - 1 - round % 30);
+            let mut live = 0;
+            for i in 0..w.len() {
+                let (n, m) = w.get_mut(i).expect("kept");
+                assert_eq!(m, &message(n)[..], "message {n} in round {round}");
+                live += m.len();
+            }
+            assert_eq!(
+                w.numbers(),
+                (next - w.len() as i64..next).collect::<Vec<_>>()
+            );
+            assert!(
+                w.data.len() <= 2 * live.max(1),
+                "dropped bytes go once they are half the buffer"
+            );
+        }
+        w.drop_through(next);
+        assert!(w.len() == 0 && w.data.is_empty());
+    }
+
+    #[test]
     fn a_committed_count_frees_what_it_covers_and_a_resend_goes_on_from_the_same_message() {
+        let mut window = Window::default();
+        for i in 1..=5 {
+            window.push(i, |out| out.push(i as u8));
+        }
         let mut n = Numbering {
             next: 6,
-            window: (1..=5).map(|i| (i, vec![i as u8])).collect(),
+            window,
             max: 8,
             resend_from: Some(3), // 1, 2 and 3 went again; 4 is next
         };
         n.on_committed(2);
-        let left: Vec<i64> = n.window.iter().map(|(i, _)| *i).collect();
-        assert_eq!(left, [3, 4, 5]);
+        assert_eq!(n.window.numbers(), [3, 4, 5]);
+        assert_eq!(
+            n.window.get_mut(0).map(|(i, m)| (i, m.to_vec())),
+            Some((3, vec![3]))
+        );
         assert_eq!(
             n.resend_from,
             Some(1),
@@ -794,7 +930,7 @@ mod tests {
         n.on_committed(1); // a late, lower count changes nothing
         assert_eq!(n.window.len(), 3);
         n.on_committed(5);
-        assert!(n.window.is_empty());
+        assert_eq!(n.window.len(), 0);
         assert_eq!(
             n.resend_from,
             Some(0),

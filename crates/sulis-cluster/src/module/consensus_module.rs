@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use sulis_archive::auth::{AllowAll, Authenticator};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
-    Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler, Publication,
-    Subscription,
+    AssembledMessages, Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler,
+    Publication, Subscription,
 };
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::mark_file::{component_type, DEFAULT_ERROR_BUFFER_LENGTH, MARK_FILE};
@@ -415,6 +415,8 @@ pub struct ConsensusModule {
     auth: Box<dyn Authenticator>,
     ingress: Subscription,
     ingress_assembler: FragmentAssembler,
+    /// The ingress messages of a poll (kept for their buffers).
+    ingress_messages: AssembledMessages,
     /// Ingress messages the log could not take yet, with their images, in order.
     pending_ingress: std::collections::VecDeque<(Vec<u8>, i64)>,
     to_services: ExclusivePublication,
@@ -659,6 +661,7 @@ impl ConsensusModule {
             auth: Box::new(AllowAll),
             ingress,
             ingress_assembler: FragmentAssembler::new(),
+            ingress_messages: AssembledMessages::new(),
             pending_ingress: std::collections::VecDeque::new(),
             to_services,
             from_services,
@@ -1580,21 +1583,22 @@ impl ConsensusModule {
             }
             work += 1;
         }
-        let mut messages = Vec::new();
+        // The poll's messages in one buffer kept from poll to poll: no allocation per message.
+        let mut messages = std::mem::take(&mut self.ingress_messages);
+        messages.clear();
         let assembler = &mut self.ingress_assembler;
         work += self
             .ingress
             .poll(
                 |payload, header| -> Result<(), ()> {
-                    if let Some(m) = assembler.on_fragment(payload, header) {
-                        messages.push((m.payload, header.session_id()));
-                    }
+                    assembler.on_fragment_into(payload, header, &mut messages);
                     Ok(())
                 },
                 50,
             )
             .unwrap_or(0);
         if messages.is_empty() {
+            self.ingress_messages = messages;
             return work;
         }
         let image_ids: HashMap<i32, i64> = self
@@ -1603,14 +1607,15 @@ impl ConsensusModule {
             .iter()
             .map(|i| (i.session_id(), i.correlation_id()))
             .collect();
-        for (message, session) in messages {
+        for (message, _, session) in messages.iter() {
             let image = image_ids.get(&session).copied().unwrap_or(-1);
             if !self.pending_ingress.is_empty()
-                || !self.on_ingress(&message, image, now_ns, cluster_time)
+                || !self.on_ingress(message, image, now_ns, cluster_time)
             {
-                self.pending_ingress.push_back((message, image));
+                self.pending_ingress.push_back((message.to_vec(), image));
             }
         }
+        self.ingress_messages = messages;
         work
     }
 

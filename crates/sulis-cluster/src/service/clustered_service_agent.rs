@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
 use sulis_client::{
-    Client, ClientContext, ExclusivePublication, FragmentAssembler, OfferError, Publication,
-    Subscription,
+    AssembledMessages, Client, ClientContext, ExclusivePublication, FragmentAssembler, OfferError,
+    Publication, Subscription,
 };
 use sulis_concurrent::cnc::epoch_ms;
 use sulis_protocol::cluster::mark_file::{component_type, service_file_name};
@@ -481,6 +481,8 @@ pub struct ClusteredServiceAgent {
     control_assembler: FragmentAssembler,
     log: Option<Subscription>,
     log_assembler: FragmentAssembler,
+    /// The messages of a poll of the log (kept for their buffers).
+    log_messages: AssembledMessages,
     pending_joins: std::collections::VecDeque<JoinLog>,
     commit_counter: i32,
     started: bool,
@@ -566,6 +568,7 @@ impl ClusteredServiceAgent {
             control_assembler: FragmentAssembler::new(),
             log: None,
             log_assembler: FragmentAssembler::new(),
+            log_messages: AssembledMessages::new(),
             pending_joins: std::collections::VecDeque::new(),
             commit_counter: -1,
             started: false,
@@ -667,13 +670,13 @@ impl ClusteredServiceAgent {
                     .counters()
                     .counter_ref(self.commit_counter)
                     .get();
-                let mut messages = Vec::new();
+                // The poll's messages in one buffer kept from poll to poll: no allocation per message.
+                let mut messages = std::mem::take(&mut self.log_messages);
+                messages.clear();
                 let assembler = &mut self.log_assembler;
                 log.bounded_poll(
                     |payload, header| -> Result<(), ()> {
-                        if let Some(m) = assembler.on_fragment(payload, header) {
-                            messages.push((m.payload, m.end_position));
-                        }
+                        assembler.on_fragment_into(payload, header, &mut messages);
                         Ok(())
                     },
                     limit,
@@ -683,9 +686,9 @@ impl ClusteredServiceAgent {
                 // Session messages back to back go to the service together; any other
                 // entry first hands over the ones before it, so the order is the log's.
                 let mut run = SessionMessages::default();
-                for (message, position) in messages {
+                for (message, position, _) in messages.iter() {
                     let entry =
-                        log_adapter::decode(&message, position).map_err(|e| e.to_string())?;
+                        log_adapter::decode(message, position).map_err(|e| e.to_string())?;
                     if let LogEntry::SessionMessage {
                         cluster_session_id,
                         timestamp,
@@ -703,6 +706,7 @@ impl ClusteredServiceAgent {
                     work += 1;
                 }
                 self.hand_over(&mut run);
+                self.log_messages = messages;
             }
         }
         if let Some(end) = self.termination_position {

@@ -35,7 +35,7 @@ use crate::service::snapshot_taker::{find_recording_counter, RECORDING_POSITION_
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use sulis_archive::client::Replication;
-use sulis_client::{FragmentAssembler, Subscription};
+use sulis_client::{AssembledMessages, FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
 use sulis_protocol::cluster::messages::{
@@ -70,8 +70,10 @@ pub(super) struct Replicated {
     follower_session: Option<i32>,
     follower_assembler: FragmentAssembler,
     /// Entries read after a SNAPSHOT action, applied once the snapshot is
-    /// recorded (message, position).
-    deferred: Vec<(Vec<u8>, i64)>,
+    /// recorded.
+    deferred: AssembledMessages,
+    /// The followed log's entries of a poll (kept for their buffers).
+    follower_messages: AssembledMessages,
     /// The leader of the term this member runs (after its election).
     leader_member_id: i32,
     log_session_id: i32,
@@ -179,7 +181,8 @@ impl ConsensusModule {
             last_destination_error: None,
             follower_session: None,
             follower_assembler: FragmentAssembler::new(),
-            deferred: Vec::new(),
+            deferred: AssembledMessages::new(),
+            follower_messages: AssembledMessages::new(),
             leader_member_id: -1,
             log_session_id: 0,
             completed: false,
@@ -1023,8 +1026,11 @@ impl ConsensusModule {
         if self.snapshot.is_some() {
             return Ok(0);
         }
+        // What a snapshot held back, else this poll's entries, in a buffer kept from poll to poll.
         let mut entries = std::mem::take(&mut self.rep().deferred);
         if let (true, Some(rep)) = (entries.is_empty(), self.replicated.as_mut()) {
+            entries = std::mem::take(&mut rep.follower_messages);
+            entries.clear();
             let session = rep.follower_session;
             if let Some((sub, _)) = rep.follower_log.as_mut() {
                 if let Some(image) = sub
@@ -1035,9 +1041,7 @@ impl ConsensusModule {
                     let assembler = &mut rep.follower_assembler;
                     let _ = image.bounded_poll(
                         |payload, header| -> Result<(), ()> {
-                            if let Some(m) = assembler.on_fragment(payload, header) {
-                                entries.push((m.payload, m.end_position));
-                            }
+                            assembler.on_fragment_into(payload, header, &mut entries);
                             Ok(())
                         },
                         limit,
@@ -1047,9 +1051,9 @@ impl ConsensusModule {
             }
         }
         let mut applied = 0;
-        let mut entries = entries.into_iter();
-        while let Some((message, position)) = entries.next() {
-            let entry = crate::service::log_adapter::decode(&message, position)
+        for i in 0..entries.len() {
+            let (message, position, _) = entries.get(i);
+            let entry = crate::service::log_adapter::decode(message, position)
                 .map_err(|e| format!("the log at {position}: {e}"))?;
             if let (Some(terms), LogEntry::NewLeadershipTerm(e)) = (terms.as_deref_mut(), &entry) {
                 terms.push(TermEvent {
@@ -1080,9 +1084,17 @@ impl ConsensusModule {
             ) = (terms.as_deref(), outcome)
             {
                 self.begin_snapshot(log_position, leadership_term_id, timestamp, false);
-                self.rep().deferred = entries.collect();
+                let mut rest = AssembledMessages::new();
+                for j in i + 1..entries.len() {
+                    let (m, p, s) = entries.get(j);
+                    rest.push(m, p, s);
+                }
+                self.rep().deferred = rest;
                 break;
             }
+        }
+        if let Some(rep) = self.replicated.as_mut() {
+            rep.follower_messages = entries;
         }
         if self.agent.commit_position > self.commit.get() {
             self.commit.set(self.agent.commit_position);
