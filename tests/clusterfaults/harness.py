@@ -224,6 +224,7 @@ class FaultRun:
 
     def start(self, m: Member) -> None:
         runs = m.stderr().count("running in")
+        began = time.monotonic()
         m.proc = self._spawn(m)
         m.paused, m.starts = False, m.starts + 1
         deadline = time.monotonic() + 60
@@ -231,9 +232,10 @@ class FaultRun:
             if m.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"member {m.id} did not start:\n{m.stderr()[-3000:]}")
             time.sleep(0.05)
-        self.log(f"started member {m.id}")
+        self.log(f"started member {m.id} (running {time.monotonic() - began:.1f} s after its spawn)")
 
     def kill(self, m: Member) -> None:
+        began = time.monotonic()
         if m.is_up():
             if m.paused:
                 os.kill(m.proc.pid, signal.SIGCONT)
@@ -245,7 +247,7 @@ class FaultRun:
             except subprocess.TimeoutExpired:
                 raise AssertionError(f"member {m.id} (pid {m.proc.pid}) still there 120 s after SIGKILL, in state "
                                      f"{process_state(m.proc.pid)}") from None
-        self.log(f"killed member {m.id}")
+        self.log(f"killed member {m.id} (gone {time.monotonic() - began:.1f} s after SIGKILL)")
 
     def leader(self, timeout: float = 30.0) -> Member:
         """The member that leads, once exactly one running, unpaused member says it does, in the newest term
@@ -829,7 +831,8 @@ def run(hosts: NetnsHosts, base: Path, *, size: int = 3, schedule: list[str], ho
             said = len(fr.events)
             fr.nemesis(kind, hold, rng)
             for event in fr.events[said:]:
-                say(f"  {event.split(' ', 1)[1]}")
+                at, what = event.split(" ", 1)
+                say(f"  {what} (at {float(at) - float(fr.events[said - 1].split(' ', 1)[0]):.1f} s)")
             fr.leader(60)
             time.sleep(settle)
         out, err = workload.communicate("stop\n", timeout=60)
