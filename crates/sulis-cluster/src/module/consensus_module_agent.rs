@@ -161,6 +161,8 @@ pub struct ConsensusModuleAgent {
     /// Leader: timers it fired whose TimerEvent is not committed yet
     /// (position after the event, correlation id, deadline).
     uncommitted_timers: VecDeque<(i64, i64, i64)>,
+    /// A log entry being made from an ingress message (one buffer for all).
+    entry: Vec<u8>,
 }
 
 impl ConsensusModuleAgent {
@@ -185,6 +187,7 @@ impl ConsensusModuleAgent {
             time_of_last_leader_update_ns: 0,
             last_append_sent: (NULL_VALUE, NULL_VALUE, i64::MIN / 2),
             uncommitted_timers: VecDeque::new(),
+            entry: Vec::new(),
         }
     }
 
@@ -415,14 +418,19 @@ impl ConsensusModuleAgent {
                 _ => return IngressResult::Dropped,
             }
         }
-        let mut entry = SessionMessageHeader {
+        // Made in one buffer kept for every entry: no allocation per message.
+        let mut entry = std::mem::take(&mut self.entry);
+        entry.clear();
+        SessionMessageHeader {
             leadership_term_id: self.leadership_term_id,
             cluster_session_id,
             timestamp: cluster_time,
         }
-        .encode();
+        .encode_into(&mut entry);
         entry.extend_from_slice(payload);
-        let Some(position) = host.append_to_log(&entry) else {
+        let appended = host.append_to_log(&entry);
+        self.entry = entry;
+        let Some(position) = appended else {
             return IngressResult::BackPressured;
         };
         self.sessions

@@ -302,6 +302,8 @@ struct State {
     app_version: i32,
     /// Writing a snapshot: requests to the module are refused.
     snapshotting: bool,
+    /// An egress message being made (header and payload): one buffer for every offer.
+    egress_message: Vec<u8>,
 }
 
 /// Why an offer did not go.
@@ -360,14 +362,16 @@ impl Cluster<'_> {
             // The egress could not be added: it never will be.
             return Err(ServiceOfferError::Egress(OfferError::NotConnected));
         };
-        let mut message = SessionMessageHeader {
+        let message = &mut s.egress_message;
+        message.clear();
+        SessionMessageHeader {
             leadership_term_id: s.leadership_term_id,
             cluster_session_id: session_id,
             timestamp: s.time,
         }
-        .encode();
+        .encode_into(message);
         message.extend_from_slice(payload);
-        match egress.offer(&message) {
+        match egress.offer(message) {
             Ok(position) => {
                 session.not_connected_since = None;
                 Ok(position)
@@ -561,6 +565,7 @@ impl ClusteredServiceAgent {
                 time_unit: time_unit::MILLIS,
                 app_version: 0,
                 snapshotting: false,
+                egress_message: Vec::new(),
             },
             ctx,
             service,
