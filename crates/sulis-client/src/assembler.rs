@@ -5,6 +5,7 @@
 //! into something else.
 
 use crate::image::Header;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use sulis_protocol::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 
@@ -104,11 +105,26 @@ impl FragmentAssembler {
         }
     }
 
-    /// As [`FragmentAssembler::on_fragment`], appending the whole message
-    /// (if this fragment completed one) to `out` instead of returning it
-    /// owned: an unfragmented message, the usual case, is copied once into
-    /// `out`'s buffer, which a caller keeps from poll to poll, so no
-    /// allocation is made per message. True if a message was appended.
+    /// The whole message this fragment ends, if any, with the stream
+    /// position after it: an unfragmented message (the usual case) lent
+    /// where it lies, with no copy; a reassembled one owned.
+    #[inline]
+    pub fn whole<'a>(
+        &mut self,
+        payload: &'a [u8],
+        header: &Header,
+    ) -> Option<(Cow<'a, [u8]>, i64)> {
+        if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
+            return Some((Cow::Borrowed(payload), header.position()));
+        }
+        self.on_fragment(payload, header)
+            .map(|m| (Cow::Owned(m.payload), m.end_position))
+    }
+
+    /// As [`FragmentAssembler::whole`], appending the message (if this
+    /// fragment completed one) to `out`, whose buffer a caller keeps from
+    /// poll to poll, so no allocation is made per message. True if a
+    /// message was appended.
     #[inline]
     pub fn on_fragment_into(
         &mut self,
@@ -116,13 +132,9 @@ impl FragmentAssembler {
         header: &Header,
         out: &mut AssembledMessages,
     ) -> bool {
-        if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
-            out.push(payload, header.position(), header.session_id());
-            return true;
-        }
-        match self.on_fragment(payload, header) {
-            Some(m) => {
-                out.push(&m.payload, m.end_position, header.session_id());
+        match self.whole(payload, header) {
+            Some((message, end_position)) => {
+                out.push(&message, end_position, header.session_id());
                 true
             }
             None => false,

@@ -1,6 +1,7 @@
 //! Reading a Python object's bytes in place: `bytes` by a pointer compare,
 //! anything else through the buffer protocol, with no copy.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -84,7 +85,7 @@ pub(crate) fn int_width(itemsize: usize, format: &str, raw: usize) -> Option<usi
 pub(crate) fn int_column(column: &Bound<'_, PyAny>, what: &str, raw: usize) -> PyResult<Vec<i64>> {
     let packed = |b: &[u8], width: usize| -> PyResult<Vec<i64>> {
         if !b.len().is_multiple_of(width) {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            return Err(PyValueError::new_err(format!(
                 "{what}: {} bytes is not a column of {width}-byte integers",
                 b.len()
             )));
@@ -103,55 +104,15 @@ pub(crate) fn int_column(column: &Bound<'_, PyAny>, what: &str, raw: usize) -> P
     if let Some(b) = exact_bytes(column) {
         return packed(b, raw);
     }
-    let mut raw_view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
-    // SAFETY: as in `with_bytes`: filled in place, released below.
-    if unsafe {
-        ffi::PyObject_GetBuffer(
-            column.as_ptr(),
-            raw_view.as_mut_ptr(),
-            ffi::PyBUF_STRIDES | ffi::PyBUF_FORMAT,
-        )
-    } == -1
-    {
-        let cause = PyErr::fetch(column.py());
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{what} must support the buffer protocol (numpy array, array.array, pyarrow Buffer...): {cause}"
+    let view = View::get(column, ffi::PyBUF_STRIDES | ffi::PyBUF_FORMAT, what)?;
+    let format = view.format();
+    let Some(width) = int_width(view.itemsize(), &format, raw) else {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be int32 or int64 (got items of format '{format}', {} bytes)",
+            view.itemsize()
         )));
-    }
-    let view = raw_view.as_mut_ptr();
-    // SAFETY: the view is filled; its format, when not null, is a NUL-terminated string it owns.
-    let (itemsize, format) = unsafe {
-        let f = (*view).format;
-        let format = if f.is_null() {
-            "B".to_string()
-        } else {
-            std::ffi::CStr::from_ptr(f).to_string_lossy().into_owned()
-        };
-        ((*view).itemsize as usize, format)
     };
-    let result = if unsafe { ffi::PyBuffer_IsContiguous(view, b'C' as std::ffi::c_char) } == 0 {
-        Err(pyo3::exceptions::PyBufferError::new_err(format!(
-            "{what} must be a C-contiguous buffer"
-        )))
-    } else {
-        match int_width(itemsize, &format, raw) {
-            None => Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "{what} must be int32 or int64 (got items of format '{format}', {itemsize} bytes)"
-            ))),
-            Some(width) => {
-                // SAFETY: the exporter keeps `len` bytes at `buf` alive until released.
-                let (ptr, len) = unsafe { ((*view).buf as *const u8, (*view).len as usize) };
-                let b: &[u8] = if len == 0 {
-                    &[]
-                } else {
-                    unsafe { std::slice::from_raw_parts(ptr, len) }
-                };
-                packed(b, width)
-            }
-        }
-    };
-    unsafe { ffi::PyBuffer_Release(view) };
-    result
+    packed(view.bytes(), width)
 }
 
 /// Arrow-layout offsets (`int_column` with raw bytes read as int32), each
@@ -162,10 +123,78 @@ pub(crate) fn offsets_column(column: &Bound<'_, PyAny>, what: &str) -> PyResult<
         .enumerate()
         .map(|(i, v)| {
             i32::try_from(v).map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err(format!(
+                PyValueError::new_err(format!(
                     "{what}[{i}] = {v} does not fit a message offset (int32)"
                 ))
             })
         })
         .collect()
+}
+
+/// A buffer view held open through the buffer protocol.
+pub(crate) struct View(Box<ffi::Py_buffer>);
+
+impl View {
+    pub(crate) fn get(
+        obj: &Bound<'_, PyAny>,
+        flags: std::ffi::c_int,
+        what: &str,
+    ) -> PyResult<View> {
+        // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills in; it
+        // is boxed, so the address the exporter may keep stays put.
+        let mut raw: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *raw, flags) } == -1 {
+            let cause = PyErr::fetch(obj.py());
+            return Err(PyTypeError::new_err(format!(
+                "{what} must support the buffer protocol (bytes, bytearray, numpy array, \
+                 pyarrow Buffer...): {cause}"
+            )));
+        }
+        let view = View(raw);
+        if unsafe { ffi::PyBuffer_IsContiguous(&*view.0, b'C' as std::ffi::c_char) } == 0 {
+            return Err(PyValueError::new_err(format!(
+                "{what} must be a C-contiguous buffer"
+            )));
+        }
+        Ok(view)
+    }
+
+    pub(crate) fn ptr(&self) -> *const u8 {
+        self.0.buf as *const u8
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len as usize
+    }
+
+    /// The viewed bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        if self.len() == 0 {
+            return &[];
+        }
+        // SAFETY: the exporter keeps `len` bytes at `buf` alive and unmoved until released.
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len()) }
+    }
+
+    pub(crate) fn itemsize(&self) -> usize {
+        self.0.itemsize as usize
+    }
+
+    /// The struct-module format of the items ("B" when none was given).
+    pub(crate) fn format(&self) -> String {
+        if self.0.format.is_null() {
+            return "B".into();
+        }
+        // SAFETY: a non-null format is a NUL-terminated string owned by the view.
+        unsafe { std::ffi::CStr::from_ptr(self.0.format) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by PyObject_GetBuffer and is released once.
+        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
+    }
 }

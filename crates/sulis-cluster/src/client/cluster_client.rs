@@ -717,16 +717,10 @@ impl ClusterClient {
             .poll(
                 |payload, header| -> Result<(), ()> {
                     // An unfragmented message (the usual case) is read where it lies: no copy.
-                    let assembled;
-                    let (message, end_position) = if FragmentAssembler::is_unfragmented(header) {
-                        (payload, header.position())
-                    } else {
-                        let Some(m) = assembler.on_fragment(payload, header) else {
-                            return Ok(());
-                        };
-                        assembled = m;
-                        (&assembled.payload[..], assembled.end_position)
+                    let Some((message, end_position)) = assembler.whole(payload, header) else {
+                        return Ok(());
                     };
+                    let message = &message[..];
                     let Ok(h) = SbeHeader::decode(message) else {
                         return Ok(());
                     };

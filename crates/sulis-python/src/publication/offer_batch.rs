@@ -8,68 +8,13 @@
 //! are released, with the GIL, when the batch is dropped.
 
 use super::offer_result;
-use crate::buffer::with_bytes;
+use crate::buffer::{with_bytes, View};
 use crate::errors::MessageTooLongError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use sulis_client::OfferError;
-
-/// A buffer view held open through the buffer protocol.
-struct View(Box<ffi::Py_buffer>);
-
-impl View {
-    fn get(obj: &Bound<'_, PyAny>, flags: std::ffi::c_int, what: &str) -> PyResult<View> {
-        // SAFETY: a zeroed Py_buffer is what PyObject_GetBuffer fills in; it
-        // is boxed, so the address the exporter may keep stays put.
-        let mut raw: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *raw, flags) } == -1 {
-            let cause = PyErr::fetch(obj.py());
-            return Err(PyTypeError::new_err(format!(
-                "offer_batch: {what} must support the buffer protocol (bytes, bytearray, numpy array, \
-                 pyarrow Buffer...): {cause}"
-            )));
-        }
-        let view = View(raw);
-        if unsafe { ffi::PyBuffer_IsContiguous(&*view.0, b'C' as std::ffi::c_char) } == 0 {
-            return Err(PyValueError::new_err(format!(
-                "offer_batch: {what} must be a C-contiguous buffer"
-            )));
-        }
-        Ok(view)
-    }
-
-    fn ptr(&self) -> *const u8 {
-        self.0.buf as *const u8
-    }
-
-    fn len(&self) -> usize {
-        self.0.len as usize
-    }
-
-    fn itemsize(&self) -> usize {
-        self.0.itemsize as usize
-    }
-
-    /// The struct-module format of the items ("B" when none was given).
-    fn format(&self) -> String {
-        if self.0.format.is_null() {
-            return "B".into();
-        }
-        // SAFETY: a non-null format is a NUL-terminated string owned by the view.
-        unsafe { std::ffi::CStr::from_ptr(self.0.format) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-impl Drop for View {
-    fn drop(&mut self) {
-        // SAFETY: the view was filled by PyObject_GetBuffer and is released once.
-        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
-    }
-}
 
 /// Arrow-layout offsets: message i is `data[offsets[i]..offsets[i + 1]]`.
 #[derive(Clone, Copy)]
@@ -260,8 +205,12 @@ impl BufferBatch {
         data: &Bound<'_, PyAny>,
         offsets: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let d = View::get(data, ffi::PyBUF_SIMPLE, "data")?;
-        let o = View::get(offsets, ffi::PyBUF_FORMAT | ffi::PyBUF_ND, "offsets")?;
+        let d = View::get(data, ffi::PyBUF_SIMPLE, "offer_batch: data")?;
+        let o = View::get(
+            offsets,
+            ffi::PyBUF_FORMAT | ffi::PyBUF_ND,
+            "offer_batch: offsets",
+        )?;
         let format = o.format();
         let Some(width) = crate::buffer::int_width(o.itemsize(), &format, 4) else {
             return Err(PyTypeError::new_err(format!(
@@ -329,11 +278,19 @@ impl BufferBatch {
             let buffers = arr.call_method0(intern!(py, "buffers"))?;
             let offsets = buffers.get_item(1)?;
             let data = buffers.get_item(2)?;
-            let o = View::get(&offsets, ffi::PyBUF_SIMPLE, "the array's offsets")?;
+            let o = View::get(
+                &offsets,
+                ffi::PyBUF_SIMPLE,
+                "offer_batch: the array's offsets",
+            )?;
             let d = if data.is_none() {
                 None
             } else {
-                Some(View::get(&data, ffi::PyBUF_SIMPLE, "the array's data")?)
+                Some(View::get(
+                    &data,
+                    ffi::PyBUF_SIMPLE,
+                    "offer_batch: the array's data",
+                )?)
             };
             b.push_chunk(d, o, width, first, count)?;
         }
