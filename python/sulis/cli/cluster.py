@@ -52,6 +52,19 @@ def _reclaim_own_driver(cluster_dir: str, driver_dir: str) -> bool:
         return False
 
 
+def _process_age() -> float:
+    """Seconds since this process was started (interpreter start and imports included), from /proc; 0 where
+    there is none."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def _own_endpoints(rows) -> tuple[str, str] | None:
     """This member's archive endpoint and host from the effective ``cluster_members`` and ``member_id``
     (``rows`` of ``cluster_config``), or None for a one-member cluster."""
@@ -115,18 +128,31 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     archive_dir = archive_dir or os.path.join(os.path.dirname(os.path.abspath(cluster_dir)), "archive")
     with stop_signals() as stopping:
         started: list = []
+        # How long each part took to start, said on the "running" line: a start that stalls under load
+        # (a fault run's restarted member) then says where its time went.
+        took: list[str] = [f"process up {_process_age():.2f} s before the driver"]
+        began = time.monotonic()
+
+        def timed(what: str, thing):
+            nonlocal began
+            started.append(thing)
+            now = time.monotonic()
+            took.append(f"{what} {now - began:.2f} s")
+            began = now
+
         try:
             reclaim = _reclaim_own_driver(cluster_dir, driver_dir)
-            started.append(MediaDriver(dir=driver_dir, threading_mode="shared", dir_delete_on_start=reclaim))
-            started.append(Archive(archive_dir, driver_dir=driver_dir, **archive_options))
+            timed("driver", MediaDriver(dir=driver_dir, threading_mode="shared", dir_delete_on_start=reclaim))
+            timed("archive", Archive(archive_dir, driver_dir=driver_dir, **archive_options))
             node = ClusterNode(service, cluster_dir, driver_dir, **options)
-            started.append(node)
+            timed("module and service", node)
         except _native.SulisError as e:
             for thing in reversed(started):
                 thing.close()
             raise cli_error(e) from None
         click.echo(f"sulis cluster-node {service_spec} running in {cluster_dir} (archive {archive_dir}, driver "
-                   f"{driver_dir}; Ctrl-C to stop)", err=True)
+                   f"{driver_dir}; Ctrl-C to stop; started in {time.process_time():.2f} s of CPU: {', '.join(took)})",
+                   err=True)
         while not stopping and node.error is None and node.is_running:  # cluster-tool shutdown/abort end it
             time.sleep(0.1)
         error = node.error
