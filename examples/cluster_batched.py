@@ -69,10 +69,13 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=20_000, help="messages per client")
     a = ap.parse_args()
     rng = np.random.default_rng(7)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # a free UDP port for the ingress
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    ports = []
+    for _ in range(2):  # free UDP ports for the ingress and the consensus endpoint (a member alone binds it too)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    port, consensus = ports
+    members = f"0,localhost:{port},localhost:{consensus},localhost:20003,localhost:0,localhost:8010"
     service = Accounts()
     with tempfile.TemporaryDirectory() as tmp, \
             sulis.MediaDriver(dir=f"{tmp}/driver") as driver, \

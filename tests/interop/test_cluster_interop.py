@@ -52,7 +52,7 @@ def harness():
 def test_aeron_clusters_client_gets_its_messages_echoed_by_a_sulis_cluster(current, harness, make_driver, tmp_path):
     driver = make_driver()
     port = free_udp_port()
-    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    members = f"0,localhost:{port},localhost:{free_udp_port()},localhost:20003,localhost:0,localhost:8010"
     service = Echo()
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
             ClusterNode(service, tmp_path / "cluster", driver.dir, cluster_members=members,
@@ -215,7 +215,7 @@ def test_aerons_cluster_tool_reads_a_sulis_members_mark_file_and_lists_its_membe
     with a ClusterMembersQuery the sulis module answers."""
     driver = make_driver()
     port = free_udp_port()
-    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    members = f"0,localhost:{port},localhost:{free_udp_port()},localhost:20003,localhost:0,localhost:8010"
     cluster_dir = tmp_path / "cluster"
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
             ClusterNode(Echo(), cluster_dir, driver.dir, cluster_members=members, log_term_length="1m") as node:

@@ -75,7 +75,7 @@ def node_env(make_driver, tmp_path):
     driver = make_driver()
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir) as archive:
         port = free_udp_port()
-        members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+        members = f"0,localhost:{port},localhost:{free_udp_port()},localhost:20003,localhost:0,localhost:8010"
         yield driver, archive, members, port, tmp_path / "cluster"
 
 
@@ -534,7 +534,7 @@ def test_a_node_killed_in_the_middle_of_a_snapshot_recovers_from_the_one_before(
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     port = free_udp_port()
-    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    members = f"0,localhost:{port},localhost:{free_udp_port()},localhost:20003,localhost:0,localhost:8010"
     slow, inside = tmp_path / "slow", tmp_path / "inside"
     args = [sys.executable, str(script), str(tmp_path / "node"), members, str(slow), str(inside)]
 
@@ -579,7 +579,7 @@ def test_a_node_killed_in_the_middle_of_a_snapshot_recovers_from_the_one_before(
 def test_the_log_before_a_snapshot_is_purged_and_a_restart_needs_only_what_is_left(make_driver, tmp_path):
     driver = make_driver()
     port = free_udp_port()
-    members = f"0,localhost:{port},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    members = f"0,localhost:{port},localhost:{free_udp_port()},localhost:20003,localhost:0,localhost:8010"
     env = (driver, None, members, port, tmp_path / "cluster")
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir, segment_file_length="64k"):
         with start(env, Tally()) as node, connect(env) as a:

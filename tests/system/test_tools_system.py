@@ -597,7 +597,7 @@ def test_prometheus_exports_a_cluster_members_counters(make_driver, tmp_path):
             snapshot.write(b"no state")
 
     drv = make_driver()
-    members = f"0,localhost:{free_port()},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+    members = f"0,localhost:{free_port()},localhost:{free_port()},localhost:20003,localhost:0,localhost:8010"
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=drv.dir), \
             ClusterNode(Nothing(), tmp_path / "cluster", drv.dir, cluster_members=members,
                         log_term_length="64k") as node:

@@ -142,6 +142,9 @@ struct Setup {
     client: Client,
     driver_dir: PathBuf,
     ingress_port: u16,
+    /// The member's consensus endpoint: a member alone binds it too (its
+    /// election runs as a cluster's does), so tests side by side need their own.
+    consensus_port: u16,
 }
 
 impl Setup {
@@ -167,17 +170,18 @@ impl Setup {
             client,
             driver_dir,
             ingress_port: free_port(),
+            consensus_port: free_port(),
         }
     }
 
     fn module_context(&self) -> ConsensusModuleContext {
-        let p = self.ingress_port;
+        let (p, c) = (self.ingress_port, self.consensus_port);
         ConsensusModuleContext {
             cluster_dir: self.base.join("cluster"),
             driver_dir: self.driver_dir.clone(),
             member_id: 0,
             members: format!(
-                "0,localhost:{p},localhost:20002,localhost:20003,localhost:0,localhost:8010"
+                "0,localhost:{p},localhost:{c},localhost:20003,localhost:0,localhost:8010"
             ),
             log_term_length: 64 * 1024,
             session_timeout: Duration::from_secs(10),

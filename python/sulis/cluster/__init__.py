@@ -159,7 +159,8 @@ class ClusterNode:
     """A cluster member in this process (a context manager): its consensus module and service container.
 
     ``cluster_members`` is Aeron's ``cluster.members`` (``"0,ingress,consensus,log,catchup,archive"``;
-    clients send to the ingress endpoint); ``cluster_dir`` holds ``recording.log`` (one node per
+    clients send to the ingress endpoint; a member alone runs the election too, electing itself at once, and
+    binds its consensus endpoint as a member of several does); ``cluster_dir`` holds ``recording.log`` (one node per
     directory: a second is refused, naming the process that holds it). Every setting comes from the
     cluster's options table (defaults, ``SULIS_CLUSTER_*`` variables, then these keywords; names, units
     and defaults in docs/config.md, ``cluster_config()`` shows the effective ones). Returns once the

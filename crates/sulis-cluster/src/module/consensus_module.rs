@@ -9,22 +9,22 @@
 //! At start a member recovers from its latest snapshot and replays the log
 //! it recorded after it through its own state and its services, so timers
 //! and the services' state survive a restart (the sessions of the old terms
-//! are closed in the new one, as Aeron closes them at startup). A member of
-//! several (`replicated`) then runs the election, replicates or follows
-//! the log and commits what a quorum's archives recorded; a member alone
-//! leads every term without a ballot, its quorum itself, so its log is
-//! committed as far as its own archive recorded it (`begin_term`
-//! here). A member may first seed itself from another's snapshot (`seed`).
+//! are closed in the new one, as Aeron closes them at startup). It then
+//! runs the election (`replicated`), replicates or follows the log and
+//! commits what a quorum's archives recorded. A member alone runs the same
+//! election, as Aeron's does: it elects itself at once, its quorum itself,
+//! so its log is committed as far as its own archive recorded it, and its
+//! log stays on IPC when the log channel is. A member may first seed itself
+//! from another's snapshot (`seed`).
 
 use crate::module::cluster_member::ClusterMember;
 use crate::module::consensus_module_agent::{ConsensusConfig, ConsensusModuleAgent, ModuleState};
 use crate::module::consensus_module_snapshot::{self as cm_snapshot, SnapshotMark};
-use crate::module::log_replay::LogReplay;
 use crate::module::recording_log::RecordingLog;
 use crate::module::session_manager::{ConnectRequest, SessionConfig, SessionHost, Term};
 use crate::service::cluster_mark_file::{ClusterMarkFile, MarkFields};
 use crate::service::recovery_state::{RecoveryState, RECOVERY_STATE_TYPE_ID};
-use crate::service::snapshot_taker::{find_recording_counter, load_snapshot, SnapshotTaker};
+use crate::service::snapshot_taker::{load_snapshot, SnapshotTaker};
 use std::collections::HashMap;
 
 mod replicated;
@@ -38,13 +38,12 @@ use sulis_client::{
     AssembledMessages, Client, ClientContext, Counter, ExclusivePublication, FragmentAssembler,
     Publication, Subscription,
 };
-use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::mark_file::{component_type, DEFAULT_ERROR_BUFFER_LENGTH, MARK_FILE};
 use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, CancelTimer, ChallengeResponse, CloseSession,
-    ClusterActionRequest, ClusterMembersQuery, JoinLog, NewLeadershipTermEvent, ScheduleTimer,
-    ServiceAck, ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest,
-    SessionKeepAlive, SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
+    ClusterActionRequest, ClusterMembersQuery, JoinLog, ScheduleTimer, ServiceAck,
+    ServiceTerminationPosition, SessionCloseRequest, SessionConnectRequest, SessionKeepAlive,
+    SessionMessageHeader, NULL_POSITION, SCHEMA_ID, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::counters::{type_id, RecordingPositionKey};
 use sulis_protocol::options::{
@@ -456,8 +455,8 @@ pub struct ConsensusModule {
     term: Term,
     join_log: JoinLog,
     join_log_sent: bool,
-    /// A cluster of several members: elections and the replicated log
-    /// (`None`: one member, which leads every term).
+    /// Elections and the replicated log (`None` only until the launch
+    /// starts them, whatever the member count).
     replicated: Option<Box<replicated::Replicated>>,
 }
 
@@ -632,9 +631,8 @@ impl ConsensusModule {
             DUPLICATE_MESSAGES_TYPE_ID,
             "Cluster duplicate client messages dropped",
         )?;
-        // One member has no election to run: CLOSED, as Aeron's counter
-        // reads once its single-member election is over.
-        election_state.set(crate::module::election::ElectionState::Closed.code() as i64);
+        // No election yet: the launch begins one (INIT), whatever the count.
+        election_state.set(crate::module::election::ElectionState::Init.code() as i64);
         module_state.set(ModuleState::Init as i64);
         control_toggle.set(toggle::INACTIVE);
         // A placeholder log publication until the term's is made below: the
@@ -698,27 +696,31 @@ impl ConsensusModule {
             replicated: None,
             ctx,
         };
-        if module.members.len() > 1 {
-            // The election decides who leads, and replays the local log (as
-            // far as it is committed) before the services join the new term.
-            if module.ctx.seed_from_snapshot {
-                module.seed_from_snapshot()?;
-            }
-            let base = module.recover_replicated()?;
-            module.start_replicated(base)?;
-            return Ok(module);
+        // The election decides who leads, and replays the local log (as far
+        // as it is committed) before the services join the new term; a
+        // member alone runs it too, as Aeron's does, electing itself at once.
+        if module.ctx.seed_from_snapshot {
+            module.seed_from_snapshot()?;
         }
-        let base = module.recover()?;
-        module.begin_term(base)?;
-        // A single member's term needs no ballot; Aeron's still counts the
-        // election it runs for it.
-        module.election_count.set(1);
-        if let Some(c) = module.recovery_state.take() {
-            c.close();
+        let base = module.recover_replicated()?;
+        module.start_replicated(base)?;
+        if module.members.len() == 1 {
+            module.elect_alone()?;
         }
-        module.publish_state();
-        module.control_toggle.set(toggle::NEUTRAL);
         Ok(module)
+    }
+
+    /// A member alone has nobody to wait for: its election (replaying its
+    /// log first) runs here to its end, so the launch returns once it leads
+    /// its term, as it did before it ran one. Its services, running beside
+    /// it, join the log meanwhile.
+    fn elect_alone(&mut self) -> Result<(), String> {
+        while self.election_state().is_some() {
+            if self.do_work()? == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        Ok(())
     }
 
     /// Sets the authenticator for client sessions (default: everyone).
@@ -801,63 +803,6 @@ impl ConsensusModule {
         Ok(stop)
     }
 
-    /// Replays the log this member recorded before, whole, through this
-    /// module and its services (Aeron's `LogReplay`); returns where it ends.
-    ///
-    /// The archive replays the log's recording bounded by the
-    /// commit-position counter, still 0: nothing moves until the services
-    /// have joined the replay (JoinLog, acknowledged at 0), so each joins
-    /// at its start. Then the counter goes to the log's end (a one-member
-    /// log is committed as far as its archive recorded it) and the module
-    /// applies the replay as the services do.
-    fn recover(&mut self) -> Result<i64, String> {
-        let from = self.load_latest_snapshot()?;
-        let Some(last) = self.recording_log.last_term().cloned() else {
-            return Ok(from);
-        };
-        let stop = self.stopped_log_end(last.recording_id, from)?;
-        if stop == from {
-            return Ok(from);
-        }
-        let mut replay = LogReplay::start(
-            &self.io.client,
-            &mut self.archive,
-            last.recording_id,
-            from..stop,
-            Some(self.commit.id()),
-            self.ctx.replay_stream_id,
-            self.ctx.message_timeout * 6,
-        )?;
-        self.join_log = JoinLog {
-            log_position: from,
-            max_log_position: stop,
-            member_id: self.ctx.member_id,
-            log_session_id: replay.session_id(),
-            log_stream_id: self.ctx.replay_stream_id,
-            is_startup: 1,
-            role: role::FOLLOWER,
-            is_standby: 0,
-            log_channel: "aeron:ipc".into(),
-        };
-        self.await_services_joined(from)?;
-        self.commit.set(stop);
-        let agent = &mut self.agent;
-        loop {
-            let before = replay.position();
-            let done = replay.poll(100, |entry, end| agent.on_log_entry(entry, end).map(|_| ()))?;
-            if done.is_some() {
-                break;
-            }
-            // Idle only when nothing came: a long log replays at full speed.
-            if replay.position() == before {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        replay.close(&mut self.archive);
-        self.agent.committed_to(stop);
-        Ok(stop)
-    }
-
     /// Loads the latest whole snapshot set the recording log names into
     /// this module, and tells the services theirs (the recovery-state
     /// counter, made here, before any JoinLog). Returns the log position to
@@ -913,120 +858,6 @@ impl ConsensusModule {
             .map_err(|e| err("recovery-state counter", e))?;
         self.recovery_state = Some(counter);
         Ok(recovery.log_position)
-    }
-
-    /// Leads a new term whose log begins at `base`.
-    fn begin_term(&mut self, base: i64) -> Result<(), String> {
-        let term_id = self
-            .recording_log
-            .last_term()
-            .map_or(0, |t| t.leadership_term_id + 1);
-        let length = self.ctx.log_term_length as i64;
-        let channel = with_param(
-            &self.ctx.log_channel,
-            &format!(
-                "alias=log|term-length={length}|init-term-id=0|term-id={}|term-offset={}",
-                base / length,
-                base % length
-            ),
-        );
-        let log = self
-            .io
-            .client
-            .add_exclusive_publication(&channel, self.ctx.log_stream_id)
-            .map_err(|e| err(&channel, e))?;
-        let session_id = log.session_id();
-        let recorded = with_param(&self.ctx.log_channel, &format!("session-id={session_id}"));
-        let placeholder = std::mem::replace(&mut self.io.log, log);
-        placeholder.close_without_waiting();
-        if self.recording_id < 0 {
-            self.archive
-                .start_recording(
-                    &recorded,
-                    self.ctx.log_stream_id,
-                    source_location::LOCAL,
-                    false,
-                )
-                .map_err(|e| err("recording the log", e))?;
-        } else {
-            self.archive
-                .extend_recording(
-                    self.recording_id,
-                    &recorded,
-                    self.ctx.log_stream_id,
-                    source_location::LOCAL,
-                    false,
-                )
-                .map_err(|e| err("extending the log's recording", e))?;
-        }
-        // The recording's position counter names the log's session.
-        let deadline = Instant::now() + self.ctx.message_timeout;
-        loop {
-            if let Some((id, key)) = find_recording_counter(&self.io.client, session_id) {
-                self.count_recording(id, key)?;
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the archive did not start recording the log (session {session_id})"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // The services join the log before its first entry (an IPC image
-        // joins where its publication is), and say so.
-        self.join_log = JoinLog {
-            log_position: base,
-            max_log_position: i64::MAX,
-            member_id: self.ctx.member_id,
-            log_session_id: session_id,
-            log_stream_id: self.ctx.log_stream_id,
-            is_startup: 1,
-            role: role::LEADER,
-            is_standby: 0,
-            log_channel: self.ctx.log_channel.clone(),
-        };
-        self.await_services_joined(base)?;
-        let now_ns = self.now_ns();
-        let cluster_time = self.log_time();
-        self.recording_log
-            .append_term(self.recording_id, term_id, base, cluster_time)?;
-        self.term.leadership_term_id = term_id;
-        self.term_base_log_position = base;
-        let agent = &mut self.agent;
-        agent.role = role::LEADER;
-        agent.state = ModuleState::Active;
-        agent.leadership_term_id = term_id;
-        let mut event = NewLeadershipTermEvent {
-            leadership_term_id: term_id,
-            log_position: 0,
-            timestamp: cluster_time,
-            term_base_log_position: base,
-            leader_member_id: self.ctx.member_id,
-            log_session_id: session_id,
-            time_unit: time_unit::MILLIS,
-            app_version: self.ctx.app_version,
-        };
-        let length = event.encode().len() as i64;
-        event.log_position = base + align32(32 + length);
-        agent.term_first_entry_end = event.log_position;
-        let encoded = event.encode();
-        let deadline = Instant::now() + self.ctx.message_timeout;
-        while self.io.append_to_log(&encoded).is_none() {
-            if Instant::now() > deadline {
-                return Err("the log publication took no NewLeadershipTermEvent".into());
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        // This member starts with this term (it replayed its log, if any,
-        // at launch): the sessions of the old terms cannot be taken over
-        // (their clients may be long gone) and are closed in the new one,
-        // each client told CLOSED if it still listens, as Aeron closes them
-        // at startup.
-        self.agent
-            .sessions
-            .prepare_for_new_term(&mut self.io, true, now_ns);
-        Ok(())
     }
 
     /// Sends JoinLog and waits for every service's ServiceAck at `position`
@@ -1177,24 +1008,8 @@ impl ConsensusModule {
                     .poll_timers_and_service_messages(&mut self.io, cluster_time);
             }
         }
-        if self.replicated.is_some() {
-            // The commit position moved with the consensus stream above.
-            return Ok(work);
-        }
-        // One member: the quorum is this member, its log as far as recorded.
-        let recorded = self
-            .io
-            .client
-            .counters()
-            .counter_ref(self.recording_position_counter)
-            .get();
-        let before = self.agent.commit_position;
-        self.agent
-            .update_leader_position(&mut self.members, now_ns, recorded);
-        if self.agent.commit_position > before {
-            self.commit.set(self.agent.commit_position);
-            work += 1;
-        }
+        // The commit position moved in `replicated_work` above: the quorum
+        // of the members' recorded positions (a member alone: its own).
         Ok(work)
     }
 

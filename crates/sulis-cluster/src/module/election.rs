@@ -1300,6 +1300,12 @@ impl Election {
             );
             self.leader = Some(self.this_member);
             self.leadership_term_id = self.candidate_term_id;
+            // As a canvass would: the member's own log counts towards its
+            // quorum (itself) in the last term it holds.
+            let (term, append) = (self.log_leadership_term_id, self.append_position);
+            let me = &mut self.members[self.this_member];
+            me.leadership_term_id = term;
+            me.log_position = append;
             self.set_state(
                 host,
                 ElectionState::LeaderLogReplication,
@@ -2471,6 +2477,40 @@ mod tests {
             candidate_member_id: candidate,
             protocol_version: CONSENSUS_PROTOCOL_VERSION,
         }
+    }
+
+    #[test]
+    fn a_member_alone_elects_itself_at_once_over_a_log_of_an_earlier_term() {
+        // A restarted one-member cluster: its log holds term 2 up to 640.
+        // It leads term 3 without a canvass or a ballot, and its own log is
+        // its quorum: it goes on to replay it (the quorum once stood at 0,
+        // its own entry being of no term the leader counted, and the
+        // election gave up).
+        let mut host = Fake {
+            append_position: 640,
+            ..Fake::default()
+        };
+        let start = ElectionStart {
+            is_node_startup: true,
+            graceful_closed_leader_id: -1,
+            leadership_term_id: 2,
+            log_position: 0,
+            append_position: 640,
+            this_member_id: 0,
+            app_version: 1,
+            seed: 1,
+            voted_through: None,
+        };
+        let alone = vec![ClusterMember::new(0, ["h:1", "h:2", "h:3", "h:4", "h:5"])];
+        let mut e = Election::new(start, alone, ElectionTimeouts::default(), 0);
+        e.do_work(&mut host, 0);
+        assert_eq!(
+            (e.state(), e.leader_member_id(), e.leadership_term_id()),
+            (ElectionState::LeaderLogReplication, Some(0), 3)
+        );
+        e.do_work(&mut host, MS);
+        assert_eq!(e.state(), ElectionState::LeaderReplay);
+        assert!(host.sent.is_empty(), "nobody to ask: {:?}", host.sent);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! What a member of a cluster of several keeps and does beside the module's
-//! own state ([`Replicated`]; in Aeron, the parts of `ConsensusModuleAgent`
-//! around its `Election`): the module is the election's host on the
-//! real media driver and archive, and after it the leader replicates its
-//! log and commits what a quorum recorded, a follower records the leader's
-//! log and applies what the leader says is committed.
+//! What a member keeps and does beside the module's own state
+//! ([`Replicated`]; in Aeron, the parts of `ConsensusModuleAgent` around its
+//! `Election`), whatever the member count: the module is the election's
+//! host on the real media driver and archive, and after it the leader
+//! replicates its log and commits what a quorum recorded, a follower
+//! records the leader's log and applies what the leader says is committed.
+//! A member alone elects itself at once and has nobody to replicate to.
 //!
 //! The log's path is the one `tests/log_path.rs` checks: the leader's log
 //! is an exclusive publication in manual MDC mode with a destination per
@@ -47,7 +48,7 @@ use sulis_protocol::counters::parse_recording_position_key;
 /// The consensus stream's id (Aeron's 108).
 pub const CONSENSUS_STREAM_ID: i32 = 108;
 
-/// What a member of a cluster of several keeps beside the module's own state.
+/// What a member keeps beside the module's own state: its election and replication.
 pub(super) struct Replicated {
     node_state: NodeStateFile,
     publisher: ConsensusPublisher,
@@ -131,8 +132,8 @@ fn host_of(endpoint: &str) -> &str {
 }
 
 impl ConsensusModule {
-    /// Starts the election of a cluster of several members, once the
-    /// local log was replayed (to `base`).
+    /// Starts the member's election (a member alone elects itself), from
+    /// its latest snapshot's position `base`.
     pub(super) fn start_replicated(&mut self, base: i64) -> Result<(), String> {
         let ctx = &self.ctx;
         let node_state = NodeStateFile::open(&ctx.cluster_dir)?;
@@ -207,7 +208,7 @@ impl ConsensusModule {
         Ok(())
     }
 
-    /// A member of several at start: loads its latest snapshot and finds
+    /// A member at start: loads its latest snapshot and finds
     /// its log's recording, which must have stopped; returns the snapshot's
     /// position (0 without one), where the election's replay begins.
     pub(super) fn recover_replicated(&mut self) -> Result<i64, String> {
@@ -478,7 +479,7 @@ impl ConsensusModule {
         if let Some(mut election) = self.rep().election.take() {
             work += election.do_work(self, now_ns).max(0) as usize;
             self.election_state.set(election.state().code() as i64);
-            let rep = self.replicated.as_mut().expect("several members");
+            let rep = self.replicated.as_mut().expect("started at launch");
             if rep.completed {
                 let leader = election.leader_member_id().unwrap_or(-1);
                 rep.leader_member_id = leader;
@@ -1236,6 +1237,21 @@ impl ConsensusModule {
         }
     }
 
+    /// The leader's log: the channel its publication is added on, and the
+    /// one its archive records and its services read. A member alone on an
+    /// IPC log channel (the default) publishes the log over IPC, recorded
+    /// and read there, as a one-member Aeron cluster may; otherwise the log
+    /// is UDP in manual MDC mode (a destination per follower, none alone),
+    /// recorded and read through a spy.
+    fn leader_log_channels(&mut self) -> (String, String) {
+        if self.members.len() == 1 && self.ctx.log_channel.starts_with("aeron:ipc") {
+            let ipc = self.ctx.log_channel.clone();
+            return (ipc.clone(), ipc);
+        }
+        let spy = self.leader_spy_channel();
+        (spy.clone(), format!("aeron-spy:{spy}"))
+    }
+
     fn leader_spy_channel(&mut self) -> String {
         let host = self
             .members
@@ -1393,9 +1409,9 @@ impl ElectionHost for ConsensusModule {
 
     fn add_log_publication(&mut self, append_position: i64) -> i32 {
         let length = self.ctx.log_term_length as i64;
-        let spy = self.leader_spy_channel();
+        let (published, _) = self.leader_log_channels();
         let channel = with_param(
-            &spy,
+            &published,
             &format!(
                 "alias=log|term-length={length}|init-term-id=0|term-id={}|term-offset={}",
                 append_position / length,
@@ -1595,12 +1611,12 @@ impl ElectionHost for ConsensusModule {
         log_session_id: i32,
         is_startup: bool,
     ) {
-        let spy = self.leader_spy_channel();
-        let recorded = with_param(&spy, &format!("session-id={log_session_id}"));
+        let (published, services) = self.leader_log_channels();
+        let recorded = with_param(&published, &format!("session-id={log_session_id}"));
         let result = self.record_and_join_log(
             &recorded,
             source_location::LOCAL,
-            format!("aeron-spy:{spy}"),
+            services,
             log_session_id,
             log_position,
             role::LEADER,
