@@ -1045,6 +1045,10 @@ impl ConsensusModule {
         self.recording_id = key.recording_id;
         if let Some(rep) = self.replicated.as_mut() {
             rep.recording_lost_in_election = false;
+            // The others hear the level the log is recorded at (at least
+            // this module's, checked above): a leader that commits only what
+            // a quorum synced counts this member only if it is high enough.
+            rep.set_file_sync_level(level);
         }
         Ok(())
     }

@@ -62,6 +62,9 @@ pub fn channel_to(template: &str, member: &ClusterMember) -> String {
 /// A publication to every other member.
 pub struct ConsensusPublisher {
     to: Vec<Peer>,
+    /// This member's file sync level in AppendPosition's flags
+    /// ([`crate::module::election::APPEND_FLAG_SYNC_LEVEL_SHIFT`]).
+    sync_level_flags: u8,
 }
 
 /// The publication to one member, and the messages it could not take.
@@ -103,7 +106,33 @@ impl ConsensusPublisher {
                 dropped: 0,
             });
         }
-        Ok(ConsensusPublisher { to })
+        Ok(ConsensusPublisher {
+            to,
+            sync_level_flags: 0,
+        })
+    }
+
+    /// Every AppendPosition sent from now on says the log is recorded at
+    /// `file_sync_level` (0-2) here.
+    pub fn set_file_sync_level(&mut self, file_sync_level: u8) {
+        use crate::module::election::{APPEND_FLAG_SYNC_LEVEL_MASK, APPEND_FLAG_SYNC_LEVEL_SHIFT};
+        self.sync_level_flags =
+            (file_sync_level.min(2) << APPEND_FLAG_SYNC_LEVEL_SHIFT) & APPEND_FLAG_SYNC_LEVEL_MASK;
+    }
+
+    /// The bytes of `m` as this member sends it (its sync level set on an
+    /// AppendPosition).
+    fn bytes(&self, m: &Outbound) -> Vec<u8> {
+        match m {
+            Outbound::Election(ConsensusMessage::AppendPosition(x))
+                if self.sync_level_flags != 0 =>
+            {
+                let mut x = x.clone();
+                x.flags |= self.sync_level_flags;
+                x.encode()
+            }
+            _ => encode(m),
+        }
     }
 
     fn peer(&self, member: i32) -> Option<&Peer> {
@@ -113,15 +142,16 @@ impl ConsensusPublisher {
     /// Sends `m` to member `member`; false if it could not go now (or the
     /// member is unknown).
     pub fn send(&mut self, member: i32, m: &Outbound) -> bool {
+        let bytes = self.bytes(m);
         self.to
             .iter_mut()
             .find(|p| p.member_id == member)
-            .is_some_and(|p| p.offer(&encode(m)))
+            .is_some_and(|p| p.offer(&bytes))
     }
 
     /// Sends `m` to every other member; returns how many took it.
     pub fn broadcast(&mut self, m: &Outbound) -> usize {
-        let bytes = encode(m);
+        let bytes = self.bytes(m);
         self.to.iter_mut().map(|p| p.offer(&bytes) as usize).sum()
     }
 
@@ -141,5 +171,50 @@ impl ConsensusPublisher {
         for p in self.to {
             p.publication.close_without_waiting();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::module::election::{APPEND_FLAG_NOT_JOINED, APPEND_FLAG_SYNC_LEVEL_MASK};
+    use sulis_protocol::cluster::messages::{AppendPosition, CommitPosition};
+
+    fn append(flags: u8) -> Outbound {
+        Outbound::Election(ConsensusMessage::AppendPosition(AppendPosition {
+            leadership_term_id: 3,
+            log_position: 640,
+            follower_member_id: 2,
+            flags,
+        }))
+    }
+
+    #[test]
+    fn every_append_position_says_the_members_sync_level_beside_its_own_flags() {
+        let mut p = ConsensusPublisher {
+            to: Vec::new(),
+            sync_level_flags: 0,
+        };
+        assert_eq!(
+            p.bytes(&append(APPEND_FLAG_NOT_JOINED)),
+            encode(&append(APPEND_FLAG_NOT_JOINED))
+        );
+        for level in [1u8, 2] {
+            p.set_file_sync_level(level);
+            let sent = AppendPosition::decode(&p.bytes(&append(APPEND_FLAG_NOT_JOINED))).unwrap();
+            assert_eq!(
+                sent.flags & !APPEND_FLAG_SYNC_LEVEL_MASK,
+                APPEND_FLAG_NOT_JOINED
+            );
+            assert_eq!((sent.flags & APPEND_FLAG_SYNC_LEVEL_MASK) >> 2, level);
+            assert_eq!((sent.leadership_term_id, sent.log_position), (3, 640));
+        }
+        // Other messages go as they are.
+        let commit = Outbound::Election(ConsensusMessage::CommitPosition(CommitPosition {
+            leadership_term_id: 3,
+            log_position: 640,
+            leader_member_id: 0,
+        }));
+        assert_eq!(p.bytes(&commit), encode(&commit));
     }
 }

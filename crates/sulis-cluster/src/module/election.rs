@@ -675,6 +675,14 @@ const DAY_NS: i64 = 86_400_000_000_000;
 /// that the follower listens to its log.
 pub const APPEND_FLAG_CATCHUP: u8 = 1;
 pub const APPEND_FLAG_NOT_JOINED: u8 = 2;
+/// AppendPosition flags, bits 2-3: the file sync level (0-2) the sender's
+/// archive records the log at, so that a leader committing only what a
+/// quorum synced counts no follower that merely wrote to its page cache.
+/// The consensus publisher sets them on every AppendPosition it sends and
+/// the receiving module takes them off before anything else reads the
+/// flags; a member that does not set them (Aeron's) reports level 0.
+pub const APPEND_FLAG_SYNC_LEVEL_SHIFT: u8 = 2;
+pub const APPEND_FLAG_SYNC_LEVEL_MASK: u8 = 0b1100;
 
 impl Election {
     /// An election of `members` (this member among them) starting at `now_ns`.

@@ -26,7 +26,7 @@ use crate::module::consensus_publisher::{ConsensusPublisher, Outbound};
 use crate::module::election::{
     beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
     ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
-    TermEvent,
+    TermEvent, APPEND_FLAG_SYNC_LEVEL_MASK, APPEND_FLAG_SYNC_LEVEL_SHIFT,
 };
 use crate::module::log_replay::LogReplay;
 use crate::module::log_replication::LogReplication;
@@ -40,10 +40,17 @@ use sulis_client::{AssembledMessages, FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
 use sulis_protocol::cluster::messages::{
-    role, BackupQuery, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent, RecordingLogQuery,
-    NULL_POSITION,
+    role, AppendPosition, BackupQuery, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent,
+    RecordingLogQuery, NULL_POSITION,
 };
 use sulis_protocol::counters::parse_recording_position_key;
+
+impl Replicated {
+    /// The file sync level this member's AppendPositions say.
+    pub(super) fn set_file_sync_level(&mut self, level: u8) {
+        self.publisher.set_file_sync_level(level);
+    }
+}
 
 /// The consensus stream's id (Aeron's 108).
 pub const CONSENSUS_STREAM_ID: i32 = 108;
@@ -75,6 +82,11 @@ pub(super) struct Replicated {
     deferred: AssembledMessages,
     /// The followed log's entries of a poll (kept for their buffers).
     follower_messages: AssembledMessages,
+    /// Members whose AppendPositions were refused for their sync level,
+    /// and in which term: said once each.
+    unsynced_said: Vec<(i32, i64)>,
+    /// The sync level each member's last AppendPosition said.
+    sync_levels: Vec<(i32, u8)>,
     /// The leader of the term this member runs (after its election).
     leader_member_id: i32,
     log_session_id: i32,
@@ -202,7 +214,11 @@ impl ConsensusModule {
             catchup_reported: (NULL_POSITION, 0),
             catchup_done: false,
             seed_answers: Vec::new(),
+            unsynced_said: Vec::new(),
+            sync_levels: Vec::new(),
         }));
+        let level = self.ctx.file_sync_level;
+        self.rep().publisher.set_file_sync_level(level);
         self.term_base_log_position = base;
         self.begin_election(true, base);
         Ok(())
@@ -703,6 +719,33 @@ impl ConsensusModule {
             }
             _ => return, // termination across members is not wired yet
         };
+        let m = match m {
+            ConsensusMessage::AppendPosition(x) => match self.synced_enough(x) {
+                Ok(x) => ConsensusMessage::AppendPosition(x),
+                Err(x) => {
+                    // Heard, not counted: a leader keeps its term with the
+                    // member active (and its catch-up tracked), and its
+                    // commit waits for a quorum that synced (in an election
+                    // its AppendPositions count for nothing).
+                    let leading = self.agent.role == role::LEADER;
+                    if leading
+                        && self.rep().election.is_none()
+                        && x.leadership_term_id == self.agent.leadership_term_id
+                    {
+                        if let Some(f) = self
+                            .members
+                            .iter_mut()
+                            .find(|f| f.id == x.follower_member_id)
+                        {
+                            f.time_of_last_append_position_ns = now_ns;
+                        }
+                        self.track_catchup(x.follower_member_id, x.log_position);
+                    }
+                    return;
+                }
+            },
+            m => m,
+        };
         if let ConsensusMessage::CatchupPosition(x) = &m {
             if self.agent.role == role::LEADER {
                 self.start_catchup_replay(x);
@@ -778,13 +821,20 @@ impl ConsensusModule {
             ConsensusMessage::CanvassPosition(x) if leading && x.log_leadership_term_id <= term => {
                 // A member that restarted canvasses: answer with this term,
                 // tailored to its log.
+                // Its position counts towards the commit only if the member
+                // is known to sync the log at this member's level (a canvass
+                // does not say; its AppendPositions do).
+                let counted =
+                    self.synced_level_of(x.follower_member_id) >= self.ctx.file_sync_level;
                 if let Some(member) = self
                     .members
                     .iter_mut()
                     .find(|y| y.id == x.follower_member_id)
                 {
-                    member.leadership_term_id = x.log_leadership_term_id;
-                    member.log_position = x.log_position;
+                    if counted {
+                        member.leadership_term_id = x.log_leadership_term_id;
+                        member.log_position = x.log_position;
+                    }
                     member.time_of_last_append_position_ns = now_ns;
                 }
                 let append = self.recorded_position();
@@ -817,6 +867,53 @@ impl ConsensusModule {
     /// Leader: replays its log from the follower's position to the
     /// follower's catch-up endpoint, with the log's session id, so the
     /// replay and then the live log fill one image there.
+    /// An AppendPosition with its sender's sync level taken off its flags:
+    /// `Err` when that level is below this member's `file_sync_level`, for
+    /// what that member holds may be in its page cache only, and a commit
+    /// that counted it could be lost by a machine crash. Its position then
+    /// counts towards no quorum (in a term or an election), and this is said
+    /// once per member and term, on stderr and in the mark file
+    /// (`cluster-tool errors`).
+    fn synced_enough(&mut self, mut x: AppendPosition) -> Result<AppendPosition, AppendPosition> {
+        let level = (x.flags & APPEND_FLAG_SYNC_LEVEL_MASK) >> APPEND_FLAG_SYNC_LEVEL_SHIFT;
+        x.flags &= !APPEND_FLAG_SYNC_LEVEL_MASK;
+        let levels = &mut self.rep().sync_levels;
+        match levels
+            .iter_mut()
+            .find(|(id, _)| *id == x.follower_member_id)
+        {
+            Some(known) => known.1 = level,
+            None => levels.push((x.follower_member_id, level)),
+        }
+        if level >= self.ctx.file_sync_level {
+            return Ok(x);
+        }
+        let said = (x.follower_member_id, x.leadership_term_id);
+        if !self.rep().unsynced_said.contains(&said) {
+            self.rep().unsynced_said.push(said);
+            let why = format!(
+                "member {} records the log at file_sync_level {level}, below this member's {}: its positions \
+                 (term {}) do not count towards the commit; start it with --file-sync-level {} or above",
+                x.follower_member_id,
+                self.ctx.file_sync_level,
+                x.leadership_term_id,
+                self.ctx.file_sync_level
+            );
+            self.log_event(why.clone());
+            self.mark.record_error(&why, Self::cluster_time());
+        }
+        Err(x)
+    }
+
+    /// The sync level member `id`'s last AppendPosition said (0 before any).
+    fn synced_level_of(&mut self, id: i32) -> u8 {
+        self.rep()
+            .sync_levels
+            .iter()
+            .find(|(m, _)| *m == id)
+            .map_or(0, |(_, level)| *level)
+    }
+
     fn start_catchup_replay(&mut self, m: &sulis_protocol::cluster::messages::CatchupPosition) {
         let member = m.follower_member_id;
         // A request of another term (a follower's late retry) is not this term's catch-up.
