@@ -21,8 +21,8 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   (``BatchedEcho``, ``--service-batch`` fragments at most) and answers with one ``offer_batch``; the
   client hands ``--batch`` messages to ``ClusterClient.offer_batch`` at once (as far as its exactly-once
   window of 16,384 takes them) and reads echoes with ``poll_egress_batch``. Its latency is a batch of one.
-* fixed rates (``--rates``, the sulis Python client on the sulis and the Aeron cluster): messages on a
-  schedule for ``--rate-seconds`` each, each one's round trip from when it was due; the highest rate
+* fixed rates (``--rates``, the sulis Python client on the sulis, the durable sulis and the Aeron cluster):
+  messages on a schedule for ``--rate-seconds`` each, each one's round trip from when it was due; the highest rate
   whose p99 stays under 1 ms. Between messages the client sleeps (``--client-park-us``) rather than
   spin: a spinning client takes one of this machine's two cores from the cluster it measures.
 
@@ -488,7 +488,7 @@ def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
                                else (lambda e, a_, m: sulis_client(e, a_, m, exactly_once=False)) if c == "sulis-plain"
                                else (lambda e, a_, m: aeron_client(aeron, e, a_, m)))
                         results[name][mode].append(run(node.endpoints, a, mode))
-                for rate in rates if node_kind in ("sulis", "aeron") else ():
+                for rate in rates if node_kind in ("sulis", "sulis-durable", "aeron") else ():
                     at_rates.setdefault((node_kind, rate), []).append(sulis_client(node.endpoints, a, f"rate:{rate}"))
             finally:
                 node.close()
