@@ -45,11 +45,13 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
     egress = f"aeron:udp?endpoint={cfg['host']}:{cfg['egress_port'] + n}"
     client = None
     seq = 0
+    sessions = 0
     sent_on_session: list[dict] = []
     while not stop.is_set():
         if client is None:
             try:
                 client = ClusterClient(driver_dir, cfg["ingress"], egress, message_timeout=5.0)
+                sessions += 1
             except ClusterError:
                 time.sleep(0.2)
                 continue
@@ -96,6 +98,11 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                     time.sleep(0.0005)
         except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
             client = drop(client, sent_on_session)
+        # Where the client stood when the op ended (its session, and the term and leader it follows): a wait
+        # the checks report then says whether the client was on a session nobody answered, or between them.
+        record["session"] = sessions
+        if client is not None:
+            record["term"], record["leader"] = client.leadership_term_id, client.leader_member_id
         if answer:
             _, ok, value = answer[0].decode().split()
             value = [int(v) for v in value.split(",")] if kind == "balances" else int(value)
