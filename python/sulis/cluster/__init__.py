@@ -6,10 +6,10 @@ consensus module sequences every client's messages into a log the archive record
 the log only as far as it is committed and hands each entry to the ``ClusteredService``: one Python call
 per entry. A ``ClusterClient`` opens a session, offers messages and reads what the service sends back.
 
-A cluster is one member (it leads every term; its log is committed as far as its archive recorded it)
-or several (``cluster_members``; usually three or five ``sulis cluster-node`` processes): they elect a
-leader by Raft, the leader replicates its log, and an entry is committed once a quorum's archives
-recorded it. A restarted member loads its latest snapshot, replays its log after it and catches up
+A cluster is one member (it runs the election too and elects itself at once; its log is committed as far
+as its archive recorded it) or several (``cluster_members``; usually three or five ``sulis cluster-node``
+processes): they elect a leader by Raft, the leader replicates its log, and an entry is committed once a
+quorum's archives recorded it. A restarted member loads its latest snapshot, replays its log after it and catches up
 with the leader; a member that lost its directories is seeded from another's snapshot
 (``docs/cluster.md``).
 
