@@ -54,9 +54,14 @@ class Node:
                                 stderr=subprocess.PIPE, text=True)
         # Its election's lines come first (a member alone elects itself as a cluster's members do).
         seen = []
-        while not seen or "running in" not in seen[-1]:
-            seen.append(proc.stderr.readline())
-            assert seen[-1], "".join(seen)  # it ended without saying it runs
+        try:
+            while not seen or "running in" not in seen[-1]:
+                seen.append(proc.stderr.readline())
+                assert seen[-1], "".join(seen)  # it ended without saying it runs
+        except BaseException:  # a failed start (or the test's timeout) leaves no node running past the test
+            proc.kill()
+            proc.wait(timeout=30)
+            raise
         return proc
 
 
