@@ -48,17 +48,19 @@ class KeepAlive:
     """Keeps a ``ClusterClient``'s session alive while a test waits on something else (snapshots, members
     starting, ``sulis cluster-tool`` processes): each call sends a keep-alive (at most every ``every`` s) and
     reads the client's egress (a new leader's event; a closed session raises at once, naming why). Pass it
-    as ``idle`` to ``Member.start``, or wrap a condition: ``await_until(keep.around(cond), ...)``."""
+    as ``idle`` to ``Member.start``, or wrap a condition: ``await_until(keep.around(cond), ...)``. The egress it
+    reads goes to ``on_egress(payload, timestamp)`` if given (dropped if not)."""
 
-    def __init__(self, client, every: float = 0.2):
+    def __init__(self, client, every: float = 0.2, on_egress=None):
         self.client, self.every, self.last = client, every, float("-inf")
+        self.on_egress = on_egress or (lambda payload, timestamp: None)
 
     def __call__(self) -> None:
         now = time.monotonic()
         if now - self.last >= self.every:
             self.client.send_keep_alive()
             self.last = now
-        self.client.poll_egress(lambda payload, timestamp: None)
+        self.client.poll_egress(self.on_egress)
 
     def around(self, cond):
         """``cond``, called with the session kept alive first."""

@@ -26,15 +26,8 @@ class Echoes(KeepAlive):
     """Keeps the session alive and keeps every echo its egress polls bring (``got``)."""
 
     def __init__(self, client: ClusterClient) -> None:
-        super().__init__(client)
         self.got: list[bytes] = []
-
-    def __call__(self) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.client.send_keep_alive()
-            self.last = now
-        self.client.poll_egress(lambda p, t: self.got.append(bytes(p)))
+        super().__init__(client, on_egress=lambda p, t: self.got.append(bytes(p)))
 
 
 def echoed(keep: Echoes, payload: bytes, timeout: float) -> None:

@@ -115,9 +115,7 @@ impl ConsensusPublisher {
     /// Every AppendPosition sent from now on says the log is recorded at
     /// `file_sync_level` (0-2) here.
     pub fn set_file_sync_level(&mut self, file_sync_level: u8) {
-        use crate::module::election::{APPEND_FLAG_SYNC_LEVEL_MASK, APPEND_FLAG_SYNC_LEVEL_SHIFT};
-        self.sync_level_flags =
-            (file_sync_level.min(2) << APPEND_FLAG_SYNC_LEVEL_SHIFT) & APPEND_FLAG_SYNC_LEVEL_MASK;
+        self.sync_level_flags = crate::module::election::sync_level_flags(file_sync_level);
     }
 
     /// The bytes of `m` as this member sends it (its sync level set on an
@@ -142,15 +140,19 @@ impl ConsensusPublisher {
     /// Sends `m` to member `member`; false if it could not go now (or the
     /// member is unknown).
     pub fn send(&mut self, member: i32, m: &Outbound) -> bool {
+        let Some(i) = self.to.iter().position(|p| p.member_id == member) else {
+            return false;
+        };
         let bytes = self.bytes(m);
-        self.to
-            .iter_mut()
-            .find(|p| p.member_id == member)
-            .is_some_and(|p| p.offer(&bytes))
+        self.to[i].offer(&bytes)
     }
 
-    /// Sends `m` to every other member; returns how many took it.
+    /// Sends `m` to every other member; returns how many took it (none
+    /// encoded for a member alone, whose leader broadcasts its commits).
     pub fn broadcast(&mut self, m: &Outbound) -> usize {
+        if self.to.is_empty() {
+            return 0;
+        }
         let bytes = self.bytes(m);
         self.to.iter_mut().map(|p| p.offer(&bytes) as usize).sum()
     }

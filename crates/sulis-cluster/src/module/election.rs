@@ -684,6 +684,20 @@ pub const APPEND_FLAG_NOT_JOINED: u8 = 2;
 pub const APPEND_FLAG_SYNC_LEVEL_SHIFT: u8 = 2;
 pub const APPEND_FLAG_SYNC_LEVEL_MASK: u8 = 0b1100;
 
+/// The flag bits that say sync level `level` (0-2).
+pub fn sync_level_flags(level: u8) -> u8 {
+    (level.min(2) << APPEND_FLAG_SYNC_LEVEL_SHIFT) & APPEND_FLAG_SYNC_LEVEL_MASK
+}
+
+/// AppendPosition `flags` split into the sync level they say and the
+/// other flags.
+pub fn split_sync_level(flags: u8) -> (u8, u8) {
+    (
+        (flags & APPEND_FLAG_SYNC_LEVEL_MASK) >> APPEND_FLAG_SYNC_LEVEL_SHIFT,
+        flags & !APPEND_FLAG_SYNC_LEVEL_MASK,
+    )
+}
+
 impl Election {
     /// An election of `members` (this member among them) starting at `now_ns`.
     pub fn new(
@@ -1308,12 +1322,8 @@ impl Election {
             );
             self.leader = Some(self.this_member);
             self.leadership_term_id = self.candidate_term_id;
-            // As a canvass would: the member's own log counts towards its
-            // quorum (itself) in the last term it holds.
-            let (term, append) = (self.log_leadership_term_id, self.append_position);
-            let me = &mut self.members[self.this_member];
-            me.leadership_term_id = term;
-            me.log_position = append;
+            // As a canvass would: its own log counts towards its quorum.
+            self.count_own_log();
             self.set_state(
                 host,
                 ElectionState::LeaderLogReplication,
@@ -1986,6 +1996,15 @@ impl Election {
         Ok(())
     }
 
+    /// This member's own log, in the last term it holds, as the others'
+    /// canvass positions are counted.
+    fn count_own_log(&mut self) {
+        let (term, append) = (self.log_leadership_term_id, self.append_position);
+        let me = &mut self.members[self.this_member];
+        me.leadership_term_id = term;
+        me.log_position = append;
+    }
+
     fn mark_self(&mut self, now_ns: i64) {
         let append = self.append_position;
         let me = &mut self.members[self.this_member];
@@ -2242,10 +2261,7 @@ impl Election {
                 for m in self.members.iter_mut() {
                     m.reset();
                 }
-                let (term, append) = (self.log_leadership_term_id, self.append_position);
-                let me = &mut self.members[self.this_member];
-                me.leadership_term_id = term;
-                me.log_position = append;
+                self.count_own_log();
                 self.leader = None;
                 host.set_role(role::FOLLOWER);
             }

@@ -24,9 +24,9 @@ use super::{err, with_param, ConsensusModule};
 use crate::module::consensus_adapter::ConsensusAdapter;
 use crate::module::consensus_publisher::{ConsensusPublisher, Outbound};
 use crate::module::election::{
-    beyond_term, BeyondTerm, ConsensusMessage, Election, ElectionHost, ElectionStart,
-    ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress, TermEntry,
-    TermEvent, APPEND_FLAG_SYNC_LEVEL_MASK, APPEND_FLAG_SYNC_LEVEL_SHIFT,
+    beyond_term, split_sync_level, BeyondTerm, ConsensusMessage, Election, ElectionHost,
+    ElectionStart, ElectionState, ElectionTimeouts, JoinStatus, LeaderTerm, ReplicationProgress,
+    TermEntry, TermEvent,
 };
 use crate::module::log_replay::LogReplay;
 use crate::module::log_replication::LogReplication;
@@ -44,13 +44,6 @@ use sulis_protocol::cluster::messages::{
     RecordingLogQuery, NULL_POSITION,
 };
 use sulis_protocol::counters::parse_recording_position_key;
-
-impl Replicated {
-    /// The file sync level this member's AppendPositions say.
-    pub(super) fn set_file_sync_level(&mut self, level: u8) {
-        self.publisher.set_file_sync_level(level);
-    }
-}
 
 /// The consensus stream's id (Aeron's 108).
 pub const CONSENSUS_STREAM_ID: i32 = 108;
@@ -129,6 +122,13 @@ pub(super) struct Replicated {
     /// Answers to members seeding themselves (RecordingLogQuery), offered
     /// until taken or their deadline passes: publication, message, deadline.
     seed_answers: Vec<(sulis_client::Publication, Vec<u8>, i64)>,
+}
+
+impl Replicated {
+    /// The file sync level this member's AppendPositions say.
+    pub(super) fn set_file_sync_level(&mut self, level: u8) {
+        self.publisher.set_file_sync_level(level);
+    }
 }
 
 static NEXT_TAG: AtomicI64 = AtomicI64::new(0);
@@ -218,7 +218,7 @@ impl ConsensusModule {
             sync_levels: Vec::new(),
         }));
         let level = self.ctx.file_sync_level;
-        self.rep().publisher.set_file_sync_level(level);
+        self.rep().set_file_sync_level(level);
         self.term_base_log_position = base;
         self.begin_election(true, base);
         Ok(())
@@ -864,9 +864,6 @@ impl ConsensusModule {
         }
     }
 
-    /// Leader: replays its log from the follower's position to the
-    /// follower's catch-up endpoint, with the log's session id, so the
-    /// replay and then the live log fill one image there.
     /// An AppendPosition with its sender's sync level taken off its flags:
     /// `Err` when that level is below this member's `file_sync_level`, for
     /// what that member holds may be in its page cache only, and a commit
@@ -875,8 +872,8 @@ impl ConsensusModule {
     /// once per member and term, on stderr and in the mark file
     /// (`cluster-tool errors`).
     fn synced_enough(&mut self, mut x: AppendPosition) -> Result<AppendPosition, AppendPosition> {
-        let level = (x.flags & APPEND_FLAG_SYNC_LEVEL_MASK) >> APPEND_FLAG_SYNC_LEVEL_SHIFT;
-        x.flags &= !APPEND_FLAG_SYNC_LEVEL_MASK;
+        let (level, others) = split_sync_level(x.flags);
+        x.flags = others;
         let levels = &mut self.rep().sync_levels;
         match levels
             .iter_mut()
@@ -914,6 +911,9 @@ impl ConsensusModule {
             .map_or(0, |(_, level)| *level)
     }
 
+    /// Leader: replays its log from the follower's position to the
+    /// follower's catch-up endpoint, with the log's session id, so the
+    /// replay and then the live log fill one image there.
     fn start_catchup_replay(&mut self, m: &sulis_protocol::cluster::messages::CatchupPosition) {
         let member = m.follower_member_id;
         // A request of another term (a follower's late retry) is not this term's catch-up.
