@@ -1028,6 +1028,7 @@ class ClusterClient:
         credentials: bytes = ...,
         exactly_once: bool = True,
         max_in_flight: int = 16384,
+        new_leader_timeout: float | None = None,
     ) -> Self: ...
     @property
     def in_flight(self) -> int:

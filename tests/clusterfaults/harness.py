@@ -784,10 +784,17 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     assert proc.returncode == 0, f"linearizability: {verdict} (history {registers})"
     waited = waits(run.events, history)
     elected = elections(run.events, run.members, run.wall_offset)
+    # Why the clients' sessions ended, a count per session: each one ended is a new connect, and its ops in
+    # flight of unknown outcome (the cluster's TIMEOUT at a leader just started, as Aeron's; "election" for a
+    # session whose open a new term cut back; "no leader reached", the client's own new-leader timeout).
+    ended: dict[str, int] = {}
+    for why in {(h["client"], h.get("session")): h["ended_by"] for h in history if h.get("ended_by")}.values():
+        why = "no leader reached" if "no leader reached" in why else why.split(": ")[-1]
+        ended[why] = ended.get(why, 0) + 1
     return {"operations": len(history), "answered": len(answered), "unknown": len(history) - len(answered),
             "applied": len(applied), **figures, "terms": len(terms), "waits_s": waited,
             "longest_wait_s": max((w for ws in waited.values() for w in ws), default=0.0),
-            "elections_s": elected,
+            "sessions_ended": ended, "elections_s": elected,
             "longest_election_s": max((w for ws in elected.values() for w in ws), default=0.0),
             "snapshots": run.snapshots,
             "starts_from_a_snapshot": sum(m.starts_from_snapshot() for m in run.members), "lincheck": verdict}

@@ -26,12 +26,17 @@ from register_service import ACCOUNTS
 import sulis
 from sulis.cluster import ClusterClient, ClusterError
 
+#: Each connect that failed: "<monotonic ns> client <n>: <why>" (written beside the history).
+connect_failures: list[str] = []
 
-def drop(client: ClusterClient, sent: list) -> None:
+
+def drop(client: ClusterClient, sent: list, why: ClusterError) -> None:
     """Closes a client whose session ended or failed (its resources now, not at garbage collection); what was
-    sent on it (``sent``, records) is marked: its session's promise ended with it."""
+    sent on it (``sent``, records) is marked: its session's promise ended with it, and why (``why``, for the
+    reports of a long wait)."""
     for record in sent:
         record["session_ended"] = True
+        record["ended_by"] = f"{time.monotonic_ns()} {type(why).__name__}: {why}"
     sent.clear()
     try:
         client.close()
@@ -52,7 +57,8 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             try:
                 client = ClusterClient(driver_dir, cfg["ingress"], egress, message_timeout=5.0)
                 sessions += 1
-            except ClusterError:
+            except ClusterError as e:
+                connect_failures.append(f"{time.monotonic_ns()} client {n}: {e}")
                 time.sleep(0.2)
                 continue
         seq += 1
@@ -76,8 +82,8 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
                     break
                 client.poll_egress(lambda p, t: None)
                 time.sleep(0.005)
-        except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = drop(client, sent_on_session)
+        except ClusterError as e:  # the session closed (ClusterSessionClosedError) or the client failed
+            client = drop(client, sent_on_session, e)
             continue
         if not sent:
             continue
@@ -96,8 +102,8 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             while not answer and time.monotonic() < deadline:
                 if client.poll_egress(on_egress) == 0:
                     time.sleep(0.0005)
-        except ClusterError:  # the session closed (ClusterSessionClosedError) or the client failed
-            client = drop(client, sent_on_session)
+        except ClusterError as e:  # the session closed (ClusterSessionClosedError) or the client failed
+            client = drop(client, sent_on_session, e)
         # Where the client stood when the op ended (its session, and the term and leader it follows): a wait
         # the checks report then says whether the client was on a session nobody answered, or between them.
         record["session"] = sessions
@@ -135,6 +141,8 @@ def main() -> None:
     with open(cfg["history"], "w") as f:
         for record in history:
             f.write(json.dumps(record) + "\n")
+    with open(cfg["history"] + ".connect-failures", "w") as f:
+        f.writelines(line + "\n" for line in connect_failures)
     print(f"workload done: {len(history)} operations", flush=True)
 
 

@@ -19,7 +19,7 @@ import pytest
 import sulis
 from clusterprocs import LEADER_HEARTBEAT_TIMEOUT_S, KeepAlive, journal_cluster, vanish_with_a_message_held
 from conftest import await_until, free_udp_port, run_cli
-from sulis.cluster import ClusterClient
+from sulis.cluster import ClusterClient, ClusterSessionClosedError, EventCode
 
 REC_POS = {name: t for t, name in sulis._native.counter_types()}["rec-pos"]
 
@@ -346,6 +346,41 @@ def test_a_client_connecting_while_the_leader_is_paused_reaches_the_leader_the_o
                 send(late, "m1")
         finally:
             leader.resume()
+
+def test_a_client_whose_leader_vanished_with_no_successor_ends_its_session_after_the_new_leader_timeout(
+        make_driver, tmp_path):
+    """A leader gone with no successor to announce itself to the session (here the only member, SIGKILLed; in a
+    cluster of several, a new leader that never learnt of the session because its open was not committed)
+    leaves a client nothing to wait for. As Aeron's client closes after its new-leader timeout, the client
+    ends the session itself once its ingress has been unconnected that long (twice the leader heartbeat
+    timeout the leader gave): poll_egress raises saying so and offer returns CLOSED; before, it waited for
+    ever (a fault run's clients sat 22 s on sessions the new leader lacked). A client idle past that time
+    with its leader there keeps its session."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir, n=1) as ((member,), c):
+        send(c, "m0")
+        timeout = 2 * LEADER_HEARTBEAT_TIMEOUT_S
+        idle_until = time.monotonic() + timeout * 1.5
+        await_until(lambda: c.poll_egress(lambda p, t: None) >= 0 and time.monotonic() > idle_until, 30,
+                    "an idle spell longer than the new-leader timeout")
+        send(c, "m1")
+        member.kill()
+        killed = time.monotonic()
+        ended: list[ClusterSessionClosedError] = []
+
+        def session_ended() -> bool:
+            try:
+                c.poll_egress(lambda p, t: None)
+            except ClusterSessionClosedError as e:
+                ended.append(e)
+            return bool(ended)
+        await_until(session_ended, 60, "the client to give up the session of its vanished leader")
+        assert time.monotonic() - killed >= timeout, "given up before the new-leader timeout"
+        e = ended[0]
+        assert e.code == EventCode.CLOSED and "the client ended the session: no leader reached" in str(e), str(e)
+        assert f"to member {member.id} (term " in e.detail, e.detail
+        assert c.offer(b"m2") == sulis.OfferResult.CLOSED
+
 
 def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(make_driver, tmp_path):
     """Three members: a client's message held while the leader is suspended (``cluster-tool suspend``), the

@@ -25,7 +25,12 @@ pub struct PyClusterClient {
 /// The session's end as `ClusterSessionClosedError`, with its code and detail.
 fn ended_error(py: Python<'_>, ended: SessionEnded) -> PyErr {
     let err = ClusterSessionClosedError::new_err(format!(
-        "the cluster ended the session: {}",
+        "{}: {}",
+        if ended.by_client {
+            "the client ended the session"
+        } else {
+            "the cluster ended the session"
+        },
         if ended.detail.is_empty() {
             format!("code {}", ended.code)
         } else {
@@ -67,7 +72,7 @@ impl PyClusterClient {
     /// cluster whose members take ingress at `ingress_endpoints`
     /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
     #[new]
-    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384))]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384, new_leader_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -79,6 +84,7 @@ impl PyClusterClient {
         credentials: Vec<u8>,
         exactly_once: bool,
         max_in_flight: usize,
+        new_leader_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
         let (client, session) =
@@ -98,6 +104,8 @@ impl PyClusterClient {
                     credentials,
                     exactly_once,
                     max_in_flight,
+                    new_leader_timeout: new_leader_timeout
+                        .map(|s| Duration::from_secs_f64(s.max(0.001))),
                     ..ClusterClientContext::default()
                 };
                 let session = ClusterClient::connect(&client, &ctx)?;

@@ -274,13 +274,20 @@ class ClusterClient:
     once through any failover. ``offer`` returns BACK_PRESSURED while ``max_in_flight`` messages wait or a
     resend is under way. ``exactly_once=False`` is Aeron's client: a message in flight at a failover may be
     lost or applied twice (Aeron Cluster's own client always is, and works with sulis unchanged).
+
+    A leader that goes away without a successor announcing itself to this session (it died or was cut off,
+    and the new leader never learnt of the session: its open was not yet committed) would leave the client
+    waiting for ever. As Aeron's client, it ends the session itself once its ingress has not been connected
+    for ``new_leader_timeout`` seconds (default: twice the leader heartbeat timeout the leader gave, 20 s
+    when it gave none): ``offer`` then returns CLOSED and ``poll_egress`` raises ``ClusterSessionClosedError``
+    ("the client ended the session: no leader reached ..."), and the application connects again.
     """
 
     def __init__(self, driver_dir=None, ingress_endpoints: str | None = None,
                  egress_channel: str = "aeron:udp?endpoint=localhost:0", *,
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
                  credentials: bytes = b"", driver_options: dict | None = None, exactly_once: bool = True,
-                 max_in_flight: int = 16384) -> None:
+                 max_in_flight: int = 16384, new_leader_timeout: float | None = None) -> None:
         if ingress_endpoints is None:
             raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
         if driver_dir is not None and driver_options:
@@ -298,7 +305,7 @@ class ClusterClient:
         try:
             self._native = _NativeClusterClient(self._driver_dir, ingress_endpoints, egress_channel,
                                                 ingress_channel, message_timeout, credentials, exactly_once,
-                                                max_in_flight)
+                                                max_in_flight, new_leader_timeout)
         except BaseException:
             self._close_driver()
             raise

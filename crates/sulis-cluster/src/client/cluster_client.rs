@@ -56,6 +56,12 @@ pub struct ClusterClientContext {
     /// Exactly once: most messages kept uncommitted; `offer` back-pressures
     /// while that many wait for the leader's count.
     pub max_in_flight: usize,
+    /// How long the ingress may stay unconnected (the leader gone, or cut
+    /// off, and no NewLeaderEvent naming another) before the client ends
+    /// the session itself, as Aeron's client closes after its new-leader
+    /// timeout. None: twice the leader heartbeat timeout the leader gave
+    /// when it opened the session (Aeron's default), or 20 s if it gave none.
+    pub new_leader_timeout: Option<Duration>,
 }
 
 impl Default for ClusterClientContext {
@@ -70,6 +76,7 @@ impl Default for ClusterClientContext {
             credentials: Vec::new(),
             exactly_once: true,
             max_in_flight: 16_384,
+            new_leader_timeout: None,
         }
     }
 }
@@ -81,6 +88,9 @@ pub struct SessionEnded {
     pub code: i32,
     /// Its detail (the close reason's name, or why it failed).
     pub detail: String,
+    /// Ended by this client, not by the cluster: no leader could be reached
+    /// within the new-leader timeout (`code` is CLOSED).
+    pub by_client: bool,
 }
 
 /// A session with the cluster.
@@ -103,6 +113,10 @@ pub struct ClusterClient {
     /// or after a handler stopped a poll, for the next `poll_egress`:
     /// (timestamp, egress position after it, payload).
     stash: VecDeque<(i64, i64, Vec<u8>)>,
+    /// Since when the ingress has not been connected (None while it is).
+    unconnected_since: Option<Instant>,
+    /// How long it may stay so before the session is given up.
+    new_leader_timeout: Duration,
 }
 
 /// What takes a session's egress messages: `(timestamp, the egress
@@ -437,6 +451,10 @@ impl ClusterClient {
                                 }
                             }),
                             stash: VecDeque::new(),
+                            unconnected_since: None,
+                            new_leader_timeout: ctx.new_leader_timeout.unwrap_or_else(|| {
+                                new_leader_timeout_for(e.leader_heartbeat_timeout_ns)
+                            }),
                         });
                     }
                     event_code::REDIRECT => {
@@ -506,6 +524,7 @@ impl ClusterClient {
     /// here if need be; the session's messages read meanwhile wait for the
     /// next [`ClusterClient::poll_egress`]), it is `BackPressured`.
     pub fn offer(&mut self, payload: &[u8]) -> Result<i64, OfferError> {
+        self.check_leader();
         if self.ended.is_some() {
             return Err(OfferError::Closed);
         }
@@ -748,6 +767,7 @@ impl ClusterClient {
                                 ended = Some(SessionEnded {
                                     code: e.code,
                                     detail: e.detail,
+                                    by_client: false,
                                 });
                             } else if ours && e.detail == MESSAGES_COMMITTED {
                                 committed = committed.max(Some(e.correlation_id));
@@ -774,6 +794,7 @@ impl ClusterClient {
         if let Some(e) = ended {
             self.ended = Some(e);
         }
+        self.check_leader();
         match &self.ended {
             Some(e) => Err(e.clone()),
             None => Ok(n),
@@ -804,6 +825,35 @@ impl ClusterClient {
             .map(|(_, endpoint)| endpoint);
     }
 
+    /// Ends the session, as ended by this client, once the ingress has not
+    /// been connected for the new-leader timeout: the leader is gone or cut
+    /// off and no NewLeaderEvent named another (one that never learnt of
+    /// this session, whose open it did not commit, never will). Without it
+    /// such a client waits for ever; after it, the application connects
+    /// anew, as Aeron's client closes after its new-leader timeout.
+    fn check_leader(&mut self) {
+        if self.ended.is_some() {
+            return;
+        }
+        if self.ingress.is_connected() {
+            self.unconnected_since = None;
+            return;
+        }
+        let now = Instant::now();
+        let since = *self.unconnected_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= self.new_leader_timeout {
+            self.ended = Some(SessionEnded {
+                code: event_code::CLOSED,
+                detail: format!(
+                    "no leader reached: the ingress to member {} (term {}) has not been connected for {:?} and \
+                     no new leader was announced (the new-leader timeout); connect again",
+                    self.leader_member_id, self.leadership_term_id, self.new_leader_timeout
+                ),
+                by_client: true,
+            });
+        }
+    }
+
     /// After a NewLeaderEvent, moves the ingress to the new leader's
     /// endpoint (a new publication from `client`, this client's driver);
     /// true if it moved. Exactly once, what the leader had not said was
@@ -821,6 +871,8 @@ impl ClusterClient {
         // Taken only now: had the publication failed, the client would still
         // know it must move (and `offer` would still wait for it).
         self.new_leader_endpoint = None;
+        // The new leader's ingress gets the whole timeout to connect.
+        self.unconnected_since = None;
         let old = std::mem::replace(&mut self.ingress, ingress);
         old.close_without_waiting();
         // What the old leader may not have sequenced goes again (the new
@@ -847,6 +899,17 @@ impl ClusterClient {
         self.ingress.close_without_waiting();
         let _ = self.egress.close();
     }
+}
+
+/// Aeron's default new-leader timeout: twice the leader heartbeat timeout
+/// the leader gave (`ns`; a null value or none: Aeron's 10 s default).
+fn new_leader_timeout_for(leader_heartbeat_timeout_ns: i64) -> Duration {
+    let heartbeat = if leader_heartbeat_timeout_ns > 0 {
+        Duration::from_nanos(leader_heartbeat_timeout_ns as u64)
+    } else {
+        Duration::from_secs(10)
+    };
+    heartbeat * 2
 }
 
 fn code_name(code: i32) -> &'static str {
