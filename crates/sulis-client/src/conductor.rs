@@ -965,6 +965,14 @@ impl Client {
         self.inner.client_id
     }
 
+    /// A correlation id no other call on this driver has had or will have
+    /// (the driver's counter, which every client of it draws from), as
+    /// Aeron's `Aeron.nextCorrelationId()`: for requests to other services
+    /// whose answers must not be taken for an earlier request's.
+    pub fn next_correlation_id(&self) -> i64 {
+        self.inner.next_correlation_id()
+    }
+
     /// The driver directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir

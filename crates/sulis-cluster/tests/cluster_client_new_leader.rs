@@ -202,3 +202,105 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
     c.close();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A client connecting on the egress port of an earlier session (a process
+/// starting again on its fixed port) while a new leader tells that session
+/// it closed: the notice (CLOSED, with the correlation id of the earlier
+/// session's connect) comes before the new connect's OK. Each connect
+/// request has an id of its own from the driver, as Aeron's client takes
+/// them, so the notice is not taken for the answer. With the fixed first id
+/// every connect used, it was: "the cluster refused the session: CLOSED
+/// TIMEOUT", and the fault suite's clients waited seconds more after every
+/// restart of a leader.
+#[test]
+fn an_earlier_sessions_close_notice_on_the_same_egress_does_not_answer_a_new_connect() {
+    let base = std::env::temp_dir().join(format!("sulis-stale-notice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let driver_dir = base.join("driver");
+    let _driver = launch_driver(driver_dir.clone());
+    let a = free_port();
+    let endpoints = format!("0=localhost:{a}");
+    let egress_channel = format!("aeron:udp?endpoint=localhost:{}", free_port());
+
+    let dir = driver_dir.clone();
+    let fake = std::thread::spawn(move || {
+        let c = connect(&dir, "fake-leader");
+        let mut member0 = c
+            .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
+            .unwrap();
+        let mut assembler = FragmentAssembler::new();
+        let mut requests = Vec::new();
+        for session in [7, 8] {
+            let request = loop {
+                let m = next_message(&mut member0, &mut assembler);
+                if let Ok(r) = SessionConnectRequest::decode(&m) {
+                    break r;
+                }
+            };
+            let mut egress = c
+                .add_exclusive_publication(&request.response_channel, request.response_stream_id)
+                .unwrap();
+            let event = |session: i64, correlation_id: i64, code: i32, detail: &str| {
+                SessionEvent {
+                    cluster_session_id: session,
+                    correlation_id,
+                    leadership_term_id: 3,
+                    leader_member_id: 0,
+                    code,
+                    version: 0,
+                    leader_heartbeat_timeout_ns: 10_000_000_000,
+                    detail: detail.into(),
+                }
+                .encode()
+            };
+            let mut send = |m: Vec<u8>| {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while egress.offer(&m).is_err() {
+                    assert!(Instant::now() < deadline, "egress took nothing");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            };
+            if session == 8 {
+                // The first session closed by a leader just started: told on its egress, first.
+                let first: &SessionConnectRequest = &requests[0];
+                send(event(
+                    7,
+                    first.correlation_id,
+                    event_code::CLOSED,
+                    "TIMEOUT",
+                ));
+            }
+            send(event(
+                session,
+                request.correlation_id,
+                event_code::OK,
+                EXACTLY_ONCE,
+            ));
+            requests.push(request);
+            // Kept until the client took it (the exclusive publication lingers).
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_ne!(
+            requests[0].correlation_id, requests[1].correlation_id,
+            "two connects on one driver, one correlation id"
+        );
+        c.close();
+    });
+
+    let c = connect(&driver_dir, "test");
+    let ctx = ClusterClientContext {
+        ingress_endpoints: endpoints,
+        egress_channel,
+        message_timeout: Duration::from_secs(10),
+        ..ClusterClientContext::default()
+    };
+    let first = ClusterClient::connect(&c, &ctx).unwrap();
+    assert_eq!(first.cluster_session_id(), 7);
+    drop(first); // gone without a close: its session stays open in the log
+    let second =
+        ClusterClient::connect(&c, &ctx).expect("the earlier session's notice is not the answer");
+    assert_eq!(second.cluster_session_id(), 8);
+    fake.join().unwrap();
+    c.close();
+    let _ = std::fs::remove_dir_all(&base);
+}

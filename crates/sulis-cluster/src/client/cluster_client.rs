@@ -326,7 +326,11 @@ impl ClusterClient {
         };
         // One correlation id for every copy of a request: each member
         // answers it (OK from the leader, REDIRECT from the others).
-        let mut correlation_id = 1_001;
+        // From the driver's counter, as Aeron's client takes them: a fixed
+        // first id was answered by an earlier session's CLOSED event (the
+        // same egress port, its open's correlation id) and the connect
+        // taken as refused, when a new leader closed that session.
+        let mut correlation_id = client.next_correlation_id();
         let request_for = |correlation_id: i64| {
             SessionConnectRequest {
                 correlation_id,
@@ -356,7 +360,7 @@ impl ClusterClient {
                 // member would ever answer again. Ask every member anew, at
                 // growing intervals; an orphan session a slow leader opens for
                 // an earlier request times out, as any idle session does.
-                correlation_id += 1;
+                correlation_id = client.next_correlation_id();
                 request = request_for(correlation_id);
                 asked.push(correlation_id);
                 for t in targets.iter_mut() {
