@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext};
 use sulis_protocol::cluster::messages::{
-    event_code, NewLeaderEvent, SessionConnectRequest, SessionEvent, SessionMessageHeader,
-    EXACTLY_ONCE, SESSION_HEADER_LENGTH,
+    event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
+    SessionMessageHeader, EXACTLY_ONCE, SESSION_HEADER_LENGTH,
 };
 
 /// The next whole message on `sub`, within 10 s.
@@ -301,6 +301,102 @@ fn an_earlier_sessions_close_notice_on_the_same_egress_does_not_answer_a_new_con
         ClusterClient::connect(&c, &ctx).expect("the earlier session's notice is not the answer");
     assert_eq!(second.cluster_session_id(), 8);
     fake.join().unwrap();
+    c.close();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A connect request unanswered for a second is asked again (a slow or
+/// changing leader); a leader that then answers both opens two sessions. The
+/// client takes the first OK and closes the other session at once (a
+/// SessionCloseRequest on its ingress). Left open, such sessions counted
+/// towards the cluster's session limit until they timed out, and each new
+/// term restarted their timeout: a fault run's client was refused
+/// ("concurrent session limit") for 28 s after a restart.
+#[test]
+fn a_session_opened_for_a_second_copy_of_the_connect_request_is_closed_at_once() {
+    let base = std::env::temp_dir().join(format!("sulis-orphan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let driver_dir = base.join("driver");
+    let _driver = launch_driver(driver_dir.clone());
+    let a = free_port();
+    let endpoints = format!("0=localhost:{a}");
+
+    let dir = driver_dir.clone();
+    let fake = std::thread::spawn(move || {
+        let c = connect(&dir, "fake-leader");
+        let mut member0 = c
+            .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
+            .unwrap();
+        let mut assembler = FragmentAssembler::new();
+        let mut requests = Vec::new();
+        while requests.len() < 2 {
+            let m = next_message(&mut member0, &mut assembler);
+            if let Ok(r) = SessionConnectRequest::decode(&m) {
+                requests.push(r);
+            }
+        }
+        let mut egress = c
+            .add_exclusive_publication(
+                &requests[1].response_channel,
+                requests[1].response_stream_id,
+            )
+            .unwrap();
+        let mut send = |m: Vec<u8>| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while egress.offer(&m).is_err() {
+                assert!(Instant::now() < deadline, "egress took nothing");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // The second copy answered first (session 8), then the first (session 7, the orphan).
+        for (session, request) in [(8, &requests[1]), (7, &requests[0])] {
+            send(
+                SessionEvent {
+                    cluster_session_id: session,
+                    correlation_id: request.correlation_id,
+                    leadership_term_id: 3,
+                    leader_member_id: 0,
+                    code: event_code::OK,
+                    version: 0,
+                    leader_heartbeat_timeout_ns: 10_000_000_000,
+                    detail: EXACTLY_ONCE.into(),
+                }
+                .encode(),
+            );
+        }
+        let close = loop {
+            let m = next_message(&mut member0, &mut assembler);
+            if let Ok(close) = SessionCloseRequest::decode(&m) {
+                break close;
+            }
+        };
+        assert_eq!((close.cluster_session_id, close.leadership_term_id), (7, 3));
+        c.close();
+    });
+
+    let c = connect(&driver_dir, "test");
+    let mut session = ClusterClient::connect(
+        &c,
+        &ClusterClientContext {
+            ingress_endpoints: endpoints,
+            egress_channel: format!("aeron:udp?endpoint=localhost:{}", free_port()),
+            message_timeout: Duration::from_secs(30),
+            ..ClusterClientContext::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(session.cluster_session_id(), 8);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fake.is_finished() {
+        session.poll_egress(|_, _| {}, 10).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "the orphan session was not closed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fake.join().unwrap();
+    session.close();
     c.close();
     let _ = std::fs::remove_dir_all(&base);
 }

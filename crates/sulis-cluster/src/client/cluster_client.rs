@@ -117,6 +117,10 @@ pub struct ClusterClient {
     unconnected_since: Option<Instant>,
     /// How long it may stay so before the session is given up.
     new_leader_timeout: Duration,
+    /// The connect's other requests (asked again of every member while no
+    /// answer came): a leader that opens a session for one of them after
+    /// this one is told to close it at once.
+    spare_requests: Vec<i64>,
 }
 
 /// What takes a session's egress messages: `(timestamp, the egress
@@ -413,10 +417,12 @@ impl ClusterClient {
                     10,
                 )
                 .unwrap_or(0);
-            for e in events
+            let answers: Vec<SessionEvent> = events
                 .into_iter()
                 .filter(|e| asked.contains(&e.correlation_id))
-            {
+                .collect();
+            let mut answers = answers.into_iter();
+            while let Some(e) = answers.next() {
                 match e.code {
                     event_code::OK => {
                         let at = targets
@@ -432,7 +438,8 @@ impl ClusterClient {
                         for t in targets {
                             t.publication.close_without_waiting();
                         }
-                        return Ok(ClusterClient {
+                        asked.retain(|&c| c != e.correlation_id);
+                        let mut session = ClusterClient {
                             ingress: chosen.publication,
                             egress,
                             assembler: FragmentAssembler::new(),
@@ -456,10 +463,20 @@ impl ClusterClient {
                             }),
                             stash: VecDeque::new(),
                             unconnected_since: None,
+                            spare_requests: asked,
                             new_leader_timeout: ctx.new_leader_timeout.unwrap_or_else(|| {
                                 new_leader_timeout_for(e.leader_heartbeat_timeout_ns)
                             }),
-                        });
+                        };
+                        // Another copy of the request answered in the same read.
+                        for later in answers {
+                            if later.code == event_code::OK
+                                && later.cluster_session_id != session.cluster_session_id
+                            {
+                                session.close_orphan(&later);
+                            }
+                        }
+                        return Ok(session);
                     }
                     event_code::REDIRECT => {
                         let leader = endpoints(&e.detail)
@@ -733,8 +750,10 @@ impl ClusterClient {
         let mut ended = None;
         let mut new_leader = None;
         let mut committed = None;
+        let mut orphans = Vec::new();
         let assembler = &mut self.assembler;
         let stash = &mut self.stash;
+        let spare = &self.spare_requests;
         let n = self
             .egress
             .poll(
@@ -775,6 +794,11 @@ impl ClusterClient {
                                 });
                             } else if ours && e.detail == MESSAGES_COMMITTED {
                                 committed = committed.max(Some(e.correlation_id));
+                            } else if !ours
+                                && e.code == event_code::OK
+                                && spare.contains(&e.correlation_id)
+                            {
+                                orphans.push(e);
                             }
                         }
                     } else if h.template_id == NewLeaderEvent::TEMPLATE_ID {
@@ -791,6 +815,9 @@ impl ClusterClient {
             .unwrap_or(0);
         if let (Some(count), Some(numbering)) = (committed, self.numbering.as_mut()) {
             numbering.on_committed(count);
+        }
+        for e in orphans {
+            self.close_orphan(&e);
         }
         if let Some(e) = new_leader {
             self.on_new_leader(e);
@@ -827,6 +854,21 @@ impl ClusterClient {
             .into_iter()
             .find(|(member, _)| *member == e.leader_member_id)
             .map(|(_, endpoint)| endpoint);
+    }
+
+    /// A session a leader opened for another copy of this client's connect
+    /// request, after the one it took: closed at once (a SessionCloseRequest,
+    /// best effort; one not closed times out). Left open, such sessions
+    /// counted towards the cluster's session limit (10) until they timed out,
+    /// and every new term restarted their timeout: a fault run's client
+    /// was refused ("concurrent session limit") for 28 s after a restart.
+    fn close_orphan(&mut self, e: &SessionEvent) {
+        self.spare_requests.retain(|&c| c != e.correlation_id);
+        let close = SessionCloseRequest {
+            leadership_term_id: e.leadership_term_id,
+            cluster_session_id: e.cluster_session_id,
+        };
+        let _ = self.ingress.offer(&close.encode());
     }
 
     /// Ends the session, as ended by this client, once the ingress has not
