@@ -11,9 +11,11 @@ mod common;
 
 use common::{connect, free_port, launch_driver};
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use sulis_client::{FragmentAssembler, Subscription};
+use sulis_client::{Client, ExclusivePublication, FragmentAssembler, Subscription};
 use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext};
+use sulis_driver::MediaDriver;
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
     SessionMessageHeader, EXACTLY_ONCE, SESSION_HEADER_LENGTH,
@@ -47,12 +49,66 @@ fn next_message(sub: &mut Subscription, assembler: &mut FragmentAssembler) -> Ve
     }
 }
 
-#[test]
-fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
-    let base = std::env::temp_dir().join(format!("sulis-new-leader-{}", std::process::id()));
+/// The next SessionConnectRequest on `sub` (other messages skipped).
+fn next_connect_request(
+    sub: &mut Subscription,
+    assembler: &mut FragmentAssembler,
+) -> SessionConnectRequest {
+    loop {
+        if let Ok(r) = SessionConnectRequest::decode(&next_message(sub, assembler)) {
+            return r;
+        }
+    }
+}
+
+/// A fake leader's SessionEvent (term 3, member 0 leading, Aeron's 10 s
+/// heartbeat timeout).
+fn session_event(session: i64, correlation_id: i64, code: i32, detail: &str) -> Vec<u8> {
+    SessionEvent {
+        cluster_session_id: session,
+        correlation_id,
+        leadership_term_id: 3,
+        leader_member_id: 0,
+        code,
+        version: 0,
+        leader_heartbeat_timeout_ns: 10_000_000_000,
+        detail: detail.into(),
+    }
+    .encode()
+}
+
+/// Offers `m` until `egress` takes it, within 60 s.
+fn send(egress: &mut ExclusivePublication, m: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while egress.offer(m).is_err() {
+        assert!(Instant::now() < deadline, "egress took nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A fake member on a client of its own: the client and its ingress
+/// subscription on `port` (stream 101).
+fn fake_member(dir: &Path, port: u16) -> (Client, Subscription) {
+    let c = connect(dir, "fake-member");
+    let ingress = c
+        .add_subscription(&format!("aeron:udp?endpoint=localhost:{port}"), 101)
+        .unwrap();
+    (c, ingress)
+}
+
+/// A clean directory for a test (`sulis-<name>-<pid>` in the temp dir) and
+/// a driver in its `driver` folder: (the directory, the driver's, the driver).
+fn test_driver(name: &str) -> (PathBuf, PathBuf, MediaDriver) {
+    let base = std::env::temp_dir().join(format!("sulis-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let driver_dir = base.join("driver");
-    let _driver = launch_driver(driver_dir.clone());
+    let driver = launch_driver(driver_dir.clone());
+    (base, driver_dir, driver)
+}
+
+#[test]
+fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
+    let (base, driver_dir, _driver) = test_driver("new-leader");
     let (a, b) = (free_port(), free_port());
     let endpoints = format!("0=localhost:{a},1=localhost:{b}");
 
@@ -68,32 +124,18 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
             .add_subscription(&format!("aeron:udp?endpoint=localhost:{b}"), 101)
             .unwrap();
         let mut assembler = FragmentAssembler::new();
-        let request =
-            SessionConnectRequest::decode(&next_message(&mut member0, &mut assembler)).unwrap();
+        let request = next_connect_request(&mut member0, &mut assembler);
         let mut egress = c
             .add_exclusive_publication(&request.response_channel, request.response_stream_id)
             .unwrap();
-        let mut send = |m: Vec<u8>| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while egress.offer(&m).is_err() {
-                assert!(Instant::now() < deadline, "egress took nothing");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
-        send(
-            SessionEvent {
-                cluster_session_id: 7,
-                correlation_id: request.correlation_id,
-                leadership_term_id: 3,
-                leader_member_id: 0,
-                code: event_code::OK,
-                version: 0,
-                leader_heartbeat_timeout_ns: 10_000_000_000,
-                // A sulis leader's OK: it sequences numbered messages once.
-                detail: EXACTLY_ONCE.into(),
-            }
-            .encode(),
-        );
+        let mut send = |m: Vec<u8>| send(&mut egress, &m);
+        // A sulis leader's OK: it sequences numbered messages once.
+        send(session_event(
+            7,
+            request.correlation_id,
+            event_code::OK,
+            EXACTLY_ONCE,
+        ));
         let m1 = next_message(&mut member0, &mut assembler);
         let h = SessionMessageHeader::decode(&m1).unwrap();
         assert_eq!(
@@ -214,68 +256,34 @@ fn a_new_leader_event_moves_the_session_to_the_new_leader_and_its_term() {
 /// restart of a leader.
 #[test]
 fn an_earlier_sessions_close_notice_on_the_same_egress_does_not_answer_a_new_connect() {
-    let base = std::env::temp_dir().join(format!("sulis-stale-notice-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let driver_dir = base.join("driver");
-    let _driver = launch_driver(driver_dir.clone());
+    let (base, driver_dir, _driver) = test_driver("stale-notice");
     let a = free_port();
     let endpoints = format!("0=localhost:{a}");
     let egress_channel = format!("aeron:udp?endpoint=localhost:{}", free_port());
 
     let dir = driver_dir.clone();
     let fake = std::thread::spawn(move || {
-        let c = connect(&dir, "fake-leader");
-        let mut member0 = c
-            .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
-            .unwrap();
+        let (c, mut member0) = fake_member(&dir, a);
         let mut assembler = FragmentAssembler::new();
         let mut requests = Vec::new();
         for session in [7, 8] {
-            let request = loop {
-                let m = next_message(&mut member0, &mut assembler);
-                if let Ok(r) = SessionConnectRequest::decode(&m) {
-                    break r;
-                }
-            };
+            let request = next_connect_request(&mut member0, &mut assembler);
             let mut egress = c
                 .add_exclusive_publication(&request.response_channel, request.response_stream_id)
                 .unwrap();
-            let event = |session: i64, correlation_id: i64, code: i32, detail: &str| {
-                SessionEvent {
-                    cluster_session_id: session,
-                    correlation_id,
-                    leadership_term_id: 3,
-                    leader_member_id: 0,
-                    code,
-                    version: 0,
-                    leader_heartbeat_timeout_ns: 10_000_000_000,
-                    detail: detail.into(),
-                }
-                .encode()
-            };
-            let mut send = |m: Vec<u8>| {
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while egress.offer(&m).is_err() {
-                    assert!(Instant::now() < deadline, "egress took nothing");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            };
             if session == 8 {
                 // The first session closed by a leader just started: told on its egress, first.
                 let first: &SessionConnectRequest = &requests[0];
-                send(event(
-                    7,
-                    first.correlation_id,
-                    event_code::CLOSED,
-                    "TIMEOUT",
-                ));
+                let notice = session_event(7, first.correlation_id, event_code::CLOSED, "TIMEOUT");
+                send(&mut egress, &notice);
             }
-            send(event(
+            let ok = session_event(
                 session,
                 request.correlation_id,
                 event_code::OK,
                 EXACTLY_ONCE,
-            ));
+            );
+            send(&mut egress, &ok);
             requests.push(request);
             // Kept until the client took it (the exclusive publication lingers).
             std::thread::sleep(Duration::from_millis(200));
@@ -314,55 +322,33 @@ fn an_earlier_sessions_close_notice_on_the_same_egress_does_not_answer_a_new_con
 /// ("concurrent session limit") for 28 s after a restart.
 #[test]
 fn a_session_opened_for_a_second_copy_of_the_connect_request_is_closed_at_once() {
-    let base = std::env::temp_dir().join(format!("sulis-orphan-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let driver_dir = base.join("driver");
-    let _driver = launch_driver(driver_dir.clone());
+    let (base, driver_dir, _driver) = test_driver("orphan");
     let a = free_port();
     let endpoints = format!("0=localhost:{a}");
 
     let dir = driver_dir.clone();
     let fake = std::thread::spawn(move || {
-        let c = connect(&dir, "fake-leader");
-        let mut member0 = c
-            .add_subscription(&format!("aeron:udp?endpoint=localhost:{a}"), 101)
-            .unwrap();
+        let (c, mut member0) = fake_member(&dir, a);
         let mut assembler = FragmentAssembler::new();
-        let mut requests = Vec::new();
-        while requests.len() < 2 {
-            let m = next_message(&mut member0, &mut assembler);
-            if let Ok(r) = SessionConnectRequest::decode(&m) {
-                requests.push(r);
-            }
-        }
+        let requests = [
+            next_connect_request(&mut member0, &mut assembler),
+            next_connect_request(&mut member0, &mut assembler),
+        ];
         let mut egress = c
             .add_exclusive_publication(
                 &requests[1].response_channel,
                 requests[1].response_stream_id,
             )
             .unwrap();
-        let mut send = |m: Vec<u8>| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while egress.offer(&m).is_err() {
-                assert!(Instant::now() < deadline, "egress took nothing");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
         // The second copy answered first (session 8), then the first (session 7, the orphan).
         for (session, request) in [(8, &requests[1]), (7, &requests[0])] {
-            send(
-                SessionEvent {
-                    cluster_session_id: session,
-                    correlation_id: request.correlation_id,
-                    leadership_term_id: 3,
-                    leader_member_id: 0,
-                    code: event_code::OK,
-                    version: 0,
-                    leader_heartbeat_timeout_ns: 10_000_000_000,
-                    detail: EXACTLY_ONCE.into(),
-                }
-                .encode(),
+            let ok = session_event(
+                session,
+                request.correlation_id,
+                event_code::OK,
+                EXACTLY_ONCE,
             );
+            send(&mut egress, &ok);
         }
         let close = loop {
             let m = next_message(&mut member0, &mut assembler);
