@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import sulis
-from sulis.cluster import ClusterClient, ClusteredService, ClusterNode
+from sulis.cluster import OFFER_AGAIN, ClusterClient, ClusteredService, ClusterNode
 
 ACCOUNTS = 1_000
 WINDOW = 1_000
@@ -58,9 +58,12 @@ class Accounts(ClusteredService):
         data = answers.tobytes()
         sent, ends = 0, np.arange(0, 8 * len(answers) + 1, 8, dtype=np.int32)
         while sent < len(answers):
-            sent += cluster.offer_batch(sessions[sent:], data, ends[sent:])
-            if sent < len(answers):
+            result = cluster.offer_batch(sessions[sent:], data, ends[sent:])
+            sent += result
+            if result.code in OFFER_AGAIN:
                 cluster.idle()  # back-pressured: idle, then offer the rest
+            elif result.code is not None:
+                sent += 1  # NOT_CONNECTED (the client is gone), CLOSED: that answer cannot go, the rest can
 
 
 def main() -> int:

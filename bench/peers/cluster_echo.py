@@ -30,6 +30,9 @@ class BatchedEcho(ClusteredService):
             data = messages.data
         sent = 0
         while sent < len(ids):
-            sent += cluster.offer_batch(ids[sent:], data, offsets[sent:])
-            if sent < len(ids):
+            result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
+            sent += result
+            if result.code in OFFER_AGAIN:
                 cluster.idle()
+            elif result.code is not None:
+                sent += 1  # that client is gone: its answer cannot go, the others' can

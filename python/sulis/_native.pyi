@@ -28,6 +28,12 @@ class OfferResult(enum.IntEnum):
     MAX_POSITION_EXCEEDED = -5
     """The stream reached its maximum position: no more can be offered."""
 
+class OfferBatchResult(int):
+    """How many messages of a batch went, in order from the first (an ``int``), and ``code``: ``None`` once every
+    message went, otherwise the ``OfferResult`` of the message the call stopped at (none after it was tried)."""
+
+    code: OfferResult | None
+
 NOT_CONNECTED: Final[OfferResult]
 BACK_PRESSURED: Final[OfferResult]
 ADMIN_ACTION: Final[OfferResult]
@@ -930,6 +936,9 @@ class ClusterSessionClosedError(ClusterError):
 
     code: int
     detail: str
+    messages_committed: int | None
+    """Exactly once, ended by the cluster: how many of the session's messages the log holds for good (messages 1 to
+    this were applied once; none after them was, or will be). None when the cluster could not say."""
 
 @final
 class Cluster:
@@ -953,11 +962,11 @@ class Cluster:
         """Sends ``payload`` to session ``session_id``'s client: the new position, or an ``OfferResult``:
         BACK_PRESSURED or ADMIN_ACTION (offer again), NOT_CONNECTED (the client is gone), CLOSED,
         MAX_POSITION_EXCEEDED. On a follower: 1 (nothing is sent)."""
-    def offer_batch(self, session_ids: Buffer, data: Buffer, offsets: Buffer) -> int:
+    def offer_batch(self, session_ids: Buffer, data: Buffer, offsets: Buffer) -> OfferBatchResult:
         """Sends message ``i`` (``data[offsets[i]:offsets[i + 1]]``) to session ``session_ids[i]``, in order,
         as ``offer`` each (int64 ids, int32 or int64 offsets one more; ``SessionMessages`` has them so): how many
-        went; fewer than all: the next was refused and none after it tried. A session not open raises
-        ``ClusterError``."""
+        went, and ``code``, the ``OfferResult`` of the message it stopped at (None once all went; none after it
+        was tried). A session not open raises ``ClusterError`` (``sent``: how many went before it)."""
     def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
         """Schedules (or moves) timer ``correlation_id`` for cluster time ``deadline``."""
     def cancel_timer(self, correlation_id: int) -> bool:
@@ -1034,6 +1043,12 @@ class ClusterClient:
     def in_flight(self) -> int:
         """Messages sent and not yet committed (exactly once)."""
     @property
+    def committed(self) -> int | None:
+        """Exactly once: how many of the session's messages the cluster said are committed (None otherwise)."""
+    @property
+    def offered(self) -> int | None:
+        """Exactly once: how many messages the session offered, the last one's number (None otherwise)."""
+    @property
     def cluster_session_id(self) -> int:
         """The session's id."""
     @property
@@ -1048,9 +1063,9 @@ class ClusterClient:
         """Tells the cluster the session is alive."""
     def poll_egress(self, handler: Callable[[bytes, int], object], limit: int = 10) -> int:
         """Reads up to ``limit`` egress fragments; raises ``ClusterSessionClosedError`` once ended."""
-    def offer_batch(self, data: Buffer, offsets: Buffer) -> int:
+    def offer_batch(self, data: Buffer, offsets: Buffer) -> OfferBatchResult:
         """Offers ``data[offsets[i]:offsets[i + 1]]`` for each ``i`` (int32 or int64 offsets), in order: how many
-        went."""
+        went, and the code of the one refused."""
     def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
         """Reads up to ``limit`` egress fragments: the session's messages among them as one batch."""
     def close(self) -> None:

@@ -769,6 +769,25 @@ def check(run: FaultRun, history: list[dict], lincheck: Path, history_path: Path
     assert not lost, f"requests of sessions that stayed open, never applied: {lost[:10]}"
     figures["unknown_applied"] = sum(h["id"] in applied_set for h in unknown)
     figures["unknown_of_ended_sessions"] = sum(bool(h.get("session_ended")) for h in unknown)
+    # Each op's outcome as its client learnt it without an answer: the cluster's committed count for the
+    # session reached the op's number (applied), or the count it gave with the session's close did not (not
+    # applied, never will be). Both must be what the log holds.
+    said_applied = [h["id"] for h in history if h.get("outcome") == "applied" and h["id"] not in applied_set]
+    assert not said_applied, f"acknowledged as committed, never applied: {said_applied[:10]}"
+    said_not = [h["id"] for h in history if h.get("outcome") == "not applied" and h["id"] in applied_set]
+    assert not said_not, f"told not applied at the session's close, but applied: {said_not[:10]}"
+    # Answers lost (at most once across a leader change) whose outcome the count acknowledged; outcomes the
+    # close settled; and what stayed unknown, by why its session ended (none on a session that stayed open).
+    figures["answers_lost_acknowledged"] = sum(h.get("outcome") == "applied" for h in unknown)
+    figures["unanswered_not_applied"] = sum(h.get("outcome") == "not applied" for h in unknown)
+    unsettled: dict[str, int] = {}
+    for h in history:
+        if "outcome" not in h:
+            why = "session open" if not h.get("session_ended") else (
+                "no leader reached" if "no leader reached" in h["ended_by"] else h["ended_by"].split(": ")[-1])
+            unsettled[why] = unsettled.get(why, 0) + 1
+    figures["outcome_unknown"] = unsettled
+    assert "session open" not in unsettled, f"ops of sessions that stayed open with no outcome: {unsettled}"
     # At most one leader per term.
     terms = leaders_by_term(run.members)
     split = {t: sorted(ls) for t, ls in terms.items() if len(ls) > 1}

@@ -30,10 +30,25 @@ from sulis.cluster import ClusterClient, ClusterError
 connect_failures: list[str] = []
 
 
+def settle(sent: list, committed: int | None, final: bool) -> None:
+    """What the client knows of the outcome of each op sent on a session (``sent``, records): an op whose
+    message number is at most ``committed`` (the cluster's count of the session's messages applied for good) was
+    applied once, answered or not; with ``final`` (the cluster's count at the session's close) every later op was
+    not applied and never will be. Anything else stays of unknown outcome."""
+    for record in sent:
+        if committed is not None and record["number"] <= committed:
+            record["outcome"] = "applied"
+        elif final:
+            record["outcome"] = "not applied"
+
+
 def drop(client: ClusterClient, sent: list, why: ClusterError) -> None:
     """Closes a client whose session ended or failed (its resources now, not at garbage collection); what was
     sent on it (``sent``, records) is marked: its session's promise ended with it, and why (``why``, for the
-    reports of a long wait)."""
+    reports of a long wait). The count the cluster gave with the close (``messages_committed``) settles each
+    op's outcome; without it (the client gave the session up) what was not acknowledged stays unknown."""
+    final = getattr(why, "messages_committed", None)
+    settle(sent, final if final is not None else client.committed, final is not None)
     for record in sent:
         record["session_ended"] = True
         record["ended_by"] = f"{time.monotonic_ns()} {type(why).__name__}: {why}"
@@ -87,9 +102,10 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             continue
         if not sent:
             continue
-        # A timer or a chain answers as a read of its key: the register history stays one of registers.
+        # A timer or a chain answers as a read of its key: the register history stays one of registers. The
+        # op's message number in its session: its outcome is known once the cluster's committed count reaches it.
         record = {"client": n, "id": op_id, "op": "read" if kind in ("timer", "chain") else kind, "kind": kind,
-                  "key": key, "a": a, "b": b, "call": call}
+                  "key": key, "a": a, "b": b, "call": call, "number": client.offered}
         sent_on_session.append(record)
         answer: list[bytes] = []
 
@@ -117,6 +133,17 @@ def run_client(n: int, cfg: dict, driver_dir: str, history: list, stop: threadin
             record.update({"ret": None, "ok": None, "value": None})
         history.append(record)
         time.sleep(rng.uniform(0, cfg["think"]))
+    if client is not None:
+        # The outcome of what is still in flight: the leader's count for it, waited for (the session kept alive).
+        deadline = time.monotonic() + 10
+        try:
+            while client.in_flight and time.monotonic() < deadline:
+                if client.poll_egress(lambda p, t: None) == 0:
+                    client.send_keep_alive()
+                    time.sleep(0.005)
+            settle(sent_on_session, client.committed, False)
+        except ClusterError as e:
+            client = drop(client, sent_on_session, e)
     if client is not None:
         try:
             client.close()

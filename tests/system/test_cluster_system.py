@@ -149,6 +149,7 @@ class BatchedEcho(ClusteredService):
         self.seen: list[tuple] = []
         self.calls: list[int] = []
         self.refused: list[str] = []
+        self.codes: list = []  # each offer_batch's code (None: all went)
 
     def on_session_open(self, cluster, session_id, timestamp):
         self.seen.append(("open", cluster.log_position, session_id))
@@ -169,12 +170,14 @@ class BatchedEcho(ClusteredService):
             if payload.startswith(b"timer:"):
                 cluster.schedule_timer(int(payload[6:]), int(stamps[i]))
             elif payload == b"check":
-                for bad in ((np.array([99], np.int64), b"x", np.array([0, 1], np.int32)),
+                # The first message goes (to this client), the second names a session not open.
+                for bad in ((np.array([ids[i], 99], np.int64), b"xy", np.array([0, 1, 2], np.int32)),
                             (ids[i:i + 1], b"", np.array([0, 5], np.int32))):
                     try:
                         cluster.offer_batch(*bad)
-                    except ClusterError as e:
-                        self.refused.append(str(e))
+                    except ClusterError as e:  # how many went, and the session not open, as attributes
+                        self.refused.append(f"{e} (sent {getattr(e, 'sent', None)}, "
+                                            f"session {getattr(e, 'session_id', None)})")
                 try:  # floats are not offsets (before, any 4-byte items were read as int32)
                     cluster.offer_batch(ids[i:i + 1], b"x", np.array([0.0, 1.0], np.float32))
                 except TypeError as e:
@@ -182,10 +185,14 @@ class BatchedEcho(ClusteredService):
         # Offsets as int32 (Arrow's binary) or int64 (large_binary, numpy's default), a batch each in turn.
         column = offsets if len(self.calls) % 2 else offsets.astype(np.int64)
         sent = 0
-        while sent < len(messages):  # what a batch refused is offered again, from there
-            sent += cluster.offer_batch(ids[sent:], messages.data, column[sent:])
-            if sent < len(messages):
+        while sent < len(messages):  # what a batch refused is offered again, from there (the documented loop)
+            result = cluster.offer_batch(ids[sent:], messages.data, column[sent:])
+            sent += result
+            self.codes.append(result.code)
+            if result.code in OFFER_AGAIN:
                 cluster.idle()
+            elif result.code is not None:
+                sent += 1  # that client is gone: its answer cannot go, the others' can
 
     def on_timer_event(self, cluster, correlation_id, timestamp):
         self.seen.append(("t", cluster.log_position, correlation_id))
@@ -215,14 +222,15 @@ def test_a_batched_service_gets_the_logs_messages_in_batches_in_log_order_and_an
                 offer(a, b"timer:5")
         got_a, got_b = receive(a, 502), receive(b, 501)
         offer(a, b"check")
-        assert receive(a, 1) == [b"check"]
+        assert receive(a, 2) == [b"x", b"check"], "the bad batch's first message went, then the echo"
         assert n.error is None
     # The timer fires into the log after "timer:5", some messages later: each client is told once, in between.
     assert [x for x in got_a if x != b"fired 5"] == sent_a[:251] + [b"timer:5"] + sent_a[251:]
     assert got_a.count(b"fired 5") == 1 and got_a.index(b"fired 5") > 251
     assert [x for x in got_b if x != b"fired 5"] == sent_b and got_b.count(b"fired 5") == 1
-    assert first.refused == ["no open session 99 (message 0 of the batch; the 0 before it went)",
-                             "offer_batch: message 0: offsets 0..5 do not lie within the 0 bytes of data",
+    assert first.refused == ["no open session 99 (message 1 of the batch; the 1 before it went) (sent 1, session 99)",
+                             "offer_batch: message 0: offsets 0..5 do not lie within the 0 bytes of data "
+                             "(sent None, session None)",
                              "offer_batch: offsets must be int32 or int64 (got items of format 'f', 4 bytes)"]
     messages = [e for e in first.seen if e[0] == "m"]
     assert len(messages) == 1002 and sum(first.calls) == 1002
@@ -470,19 +478,77 @@ def test_a_client_whose_egress_is_on_port_0_is_answered_on_the_port_its_driver_b
             ClusterClient(driver.dir, f"0=localhost:{port}", "aeron:udp?endpoint=localhost:0") as c:
         assert add(c, 5) == 5 and add(c, 6) == 11
 
-def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(node_env):
+def test_a_session_closed_by_a_restarted_node_tells_its_client_which_messages_were_applied(node_env):
+    """The outcome of every message is the client's to know: five answered, three more offered while the node is
+    suspended (held in the ingress, never logged), the node closed and started again. Its new term closes the
+    sessions of the last (TIMEOUT, as Aeron's) and, once the close is committed, tells the client the session's
+    final count first: ``ClusterSessionClosedError.messages_committed`` is 5 of the 8 ``offered``, so messages 6
+    to 8 were not applied and never will be (before, the client could not tell)."""
+    with start(node_env, Tally()) as node, connect(node_env) as a:
+        assert [add(a, i) for i in range(1, 6)][-1] == 15
+        await_until(lambda: a.poll_egress(lambda p, t: None) >= 0 and a.committed == 5, 20, "the count of 5")
+        node.suspend()
+        for _ in range(3):
+            offer(a, b"1")
+        assert (a.offered, a.committed, a.in_flight) == (8, 5, 3)
+        node.close()
+        again = Tally()
+        with start(node_env, again):
+            with pytest.raises(ClusterSessionClosedError) as closed:
+                await_until(lambda: a.poll_egress(lambda p, t: None) < 0, 30, "the session's close")
+            assert again.total == 15, "what was logged, replayed"
+        assert (a.committed, a.offered) == (5, 8)
+    assert closed.value.code == EventCode.CLOSED and closed.value.detail == "TIMEOUT", closed.value
+    assert closed.value.messages_committed == 5, closed.value.messages_committed
+
+
+class BatchedTally(Tally):
+    """Tally as a batched service: each batch's answers go with one ``offer_batch``, in the documented loop
+    (idle on a code in OFFER_AGAIN, skip the message on any other code)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list = []
+
+    def on_session_messages(self, cluster, messages):
+        import numpy as np
+
+        answers = []
+        for payload in messages.to_list():
+            self.total += int(payload)
+            answers.append(str(self.total).encode())
+        ids = np.frombuffer(messages.session_ids, np.int64)
+        data = b"".join(answers)
+        offsets = np.concatenate(([0], np.cumsum([len(a) for a in answers]))).astype(np.int32)
+        sent = 0
+        while sent < len(ids):
+            result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
+            sent += result
+            self.codes.append(result.code)
+            if result.code in OFFER_AGAIN:
+                cluster.idle()
+            elif result.code is not None:
+                sent += 1
+
+
+@pytest.mark.parametrize("kind", ["offer", "offer_batch"])
+def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(node_env, kind):
     """A client's message held while the node is suspended, the client killed (its driver too), the node
-    resumed: the service's answer meets NOT_CONNECTED and its documented retry loop (``in OFFER_AGAIN``)
-    ends, so the next client is answered. With ``offer`` a bool, False for a vanished client as for
-    back-pressure, the service spun on that entry for ever and nothing after it was applied."""
+    resumed: the service's answer meets NOT_CONNECTED and its documented retry loop ends (``offer``: ``in
+    OFFER_AGAIN``; ``offer_batch``: the result's ``code``, the vanished client's answer skipped), so the next
+    client is answered. With ``offer`` a bool, False for a vanished client as for back-pressure, the service
+    spun on that entry for ever; so did the batched loop while ``offer_batch`` returned a bare count."""
     driver, _, _, port, _ = node_env
-    service = Tally()
+    service = Tally() if kind == "offer" else BatchedTally()
     with start(node_env, service) as node:
         vanish_with_a_message_held(f"0=localhost:{port}", node.suspend, driver.dir)
         node.resume()
         with connect(node_env) as b:
             assert add(b, 2) == 3, "the vanished client's 1, then this 2"
         assert node.error is None
+    if kind == "offer_batch":
+        assert sulis.OfferResult.NOT_CONNECTED in service.codes, service.codes
+
 
 CHILD = '''
 import os, sys, time

@@ -39,6 +39,9 @@ fn ended_error(py: Python<'_>, ended: SessionEnded) -> PyErr {
     ));
     let _ = err.value(py).setattr("code", ended.code);
     let _ = err.value(py).setattr("detail", ended.detail);
+    let _ = err
+        .value(py)
+        .setattr("messages_committed", ended.messages_committed);
     err
 }
 
@@ -148,6 +151,22 @@ impl PyClusterClient {
         crate::offer_result::to_py(py, value)
     }
 
+    /// Exactly once: how many of the session's messages (numbered from 1 in
+    /// the order offered) the cluster said are committed, applied once, in
+    /// order, through any failover; None when the session does not number
+    /// its messages. Still readable after the session ended.
+    #[getter]
+    fn committed(&mut self) -> PyResult<Option<i64>> {
+        Ok(self.session()?.committed())
+    }
+
+    /// Exactly once: how many messages the session offered (the last one's
+    /// number); None when the session does not number its messages.
+    #[getter]
+    fn offered(&mut self) -> PyResult<Option<i64>> {
+        Ok(self.session()?.offered())
+    }
+
     /// Messages sent and not yet committed (exactly once; 0 otherwise).
     #[getter]
     fn in_flight(&mut self) -> PyResult<usize> {
@@ -195,7 +214,9 @@ impl PyClusterClient {
 
     /// Offers message `i` (`data[offsets[i]:offsets[i + 1]]`: any
     /// bytes-like data, int32 or int64 offsets one more than messages,
-    /// Arrow's layout) for each, in order, as `offer` each: how many went. The GIL
+    /// Arrow's layout) for each, in order, as `offer` each: an
+    /// `OfferBatchResult`, how many went and the code of the one refused
+    /// (None once all went). The GIL
     /// is kept (a call is microseconds a hundred messages): another thread's
     /// call on this client waits rather than finding it borrowed, and the
     /// data cannot change under the offers. Fewer than all: the next was refused (back pressure, the
@@ -207,7 +228,7 @@ impl PyClusterClient {
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
         offsets: &Bound<'_, PyAny>,
-    ) -> PyResult<usize> {
+    ) -> PyResult<Py<PyAny>> {
         let offsets = crate::buffer::offsets_column(offsets, "offer_batch: offsets")?;
         let session = self.session()?;
         let sent = with_bytes(data, |data| session.offer_batch(data, &offsets))?;
@@ -229,7 +250,11 @@ impl PyClusterClient {
                 | OfferError::MessageTooLong { .. }
                 | OfferError::Client(_)),
             ) if n == 0 => Err(crate::errors::offer_err(e)),
-            _ => Ok(n),
+            None => crate::offer_result::batch_to_py(py, n, None),
+            Some(e) => {
+                let code = offer_code(e).ok();
+                crate::offer_result::batch_to_py(py, n, code)
+            }
         }
     }
 

@@ -111,29 +111,42 @@ impl PyCluster {
     /// Sends message `i` (`data[offsets[i]:offsets[i + 1]]`) to session
     /// `session_ids[i]`'s client, in order, as `offer` each (columns as a
     /// batch's: int64 ids, int32 or int64 offsets one more, any bytes-like
-    /// data; other items raise `TypeError`):
-    /// how many went. Fewer than all: the next was refused (back pressure,
-    /// or a client gone; offer it alone to learn which) and none after it
-    /// was tried. A session not open raises `ClusterError`.
+    /// data; other items raise `TypeError`): an `OfferBatchResult`, how many
+    /// went (an int) and `code`, None once all went, otherwise the
+    /// `OfferResult` of the message it stopped at (none after it was tried):
+    /// BACK_PRESSURED or ADMIN_ACTION (idle, offer the rest again), or
+    /// NOT_CONNECTED, CLOSED, MAX_POSITION_EXCEEDED (that answer cannot go:
+    /// skip it). A session not open raises `ClusterError` whose `sent` is how
+    /// many went before it and `session_id` the one not open.
     fn offer_batch(
         &self,
+        py: Python<'_>,
         session_ids: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
         offsets: &Bound<'_, PyAny>,
-    ) -> PyResult<usize> {
+    ) -> PyResult<Py<PyAny>> {
         self.not_stopping("offer_batch")?;
         let ids = crate::buffer::int_column(session_ids, "offer_batch: session_ids", 8)?;
         let offs = crate::buffer::offsets_column(offsets, "offer_batch: offsets")?;
         let sent = with_bytes(data, |d| self.with(|c| c.offer_batch(&ids, d, &offs)))??;
+        let stopped = |n: usize, err: PyErr| {
+            let _ = err.value(py).setattr("sent", n);
+            let _ = err.value(py).setattr("session_id", ids[n]);
+            err
+        };
         match sent {
-            Ok((n, None)) => Ok(n),
-            Ok((n, Some(ServiceOfferError::Egress(_)))) => Ok(n),
-            Ok((n, Some(ServiceOfferError::UnknownSession))) => {
-                Err(ClusterError::new_err(format!(
+            Ok((n, None)) => crate::offer_result::batch_to_py(py, n, None),
+            Ok((n, Some(ServiceOfferError::Egress(e)))) => {
+                let code = offer_code(e).map_err(|err| stopped(n, err))?;
+                crate::offer_result::batch_to_py(py, n, Some(code))
+            }
+            Ok((n, Some(ServiceOfferError::UnknownSession))) => Err(stopped(
+                n,
+                ClusterError::new_err(format!(
                     "no open session {} (message {n} of the batch; the {n} before it went)",
                     ids[n]
-                )))
-            }
+                )),
+            )),
             Err(e) => Err(ClusterError::new_err(format!("offer_batch: {e}"))),
         }
     }

@@ -34,6 +34,22 @@ const MEMBERS: [(&str, i64, &str); 5] = [
 ];
 
 static BY_CODE: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+static BATCH_RESULT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `sulis.OfferBatchResult`: what a cluster's `offer_batch` returns.
+const BATCH_RESULT_CODE: &str = r#"
+class OfferBatchResult(int):
+    """How many messages of a batch went, in order from the first (an ``int``: ``sent += result``), and
+    ``code``: ``None`` once every message went, otherwise the ``OfferResult`` of the message the call stopped
+    at (message ``result`` of the batch; none after it was tried). BACK_PRESSURED and ADMIN_ACTION pass with
+    another try (``code in OFFER_AGAIN``); NOT_CONNECTED (the client is gone), CLOSED and MAX_POSITION_EXCEEDED
+    never do: skip that message and go on with the rest."""
+
+    code = None
+
+    def __repr__(self):
+        return f"OfferBatchResult({int(self)}, code={self.code!r})"
+"#;
 
 /// Creates the enum and adds it and its members to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -62,7 +78,27 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("OfferResult", &class)?;
     let _ = BY_CODE.set(py, members);
+    let code = std::ffi::CString::new(BATCH_RESULT_CODE).expect("no NUL");
+    let module = PyModule::from_code(py, &code, c"sulis_offer_batch_result.py", c"sulis._native")?;
+    let batch = module.getattr("OfferBatchResult")?;
+    batch.setattr("__module__", "sulis._native")?;
+    m.add("OfferBatchResult", &batch)?;
+    let _ = BATCH_RESULT.set(py, batch.unbind());
     Ok(())
+}
+
+/// An `OfferBatchResult`: `sent` messages went; `code` (Aeron's, negative)
+/// of the one the call stopped at, if it stopped.
+pub(crate) fn batch_to_py(py: Python<'_>, sent: usize, code: Option<i64>) -> PyResult<Py<PyAny>> {
+    let class = BATCH_RESULT
+        .get(py)
+        .expect("registered with the module")
+        .bind(py);
+    let result = class.call1((sent,))?;
+    if let Some(code) = code {
+        result.setattr("code", to_py(py, code)?)?;
+    }
+    Ok(result.unbind())
 }
 
 /// A position as an int, a code as its `OfferResult` member.

@@ -31,6 +31,7 @@ from .._native import (
     Cluster,
     ClusterError,
     ClusterSessionClosedError,
+    OfferBatchResult,
     SessionMessages,
     SnapshotWriter,
     cluster_config,
@@ -54,6 +55,7 @@ __all__ = [
     "EventCode",
     "ModuleState",
     "OFFER_AGAIN",
+    "OfferBatchResult",
     "Role",
     "SessionMessages",
     "SnapshotWriter",
@@ -103,13 +105,20 @@ class ClusteredService:
     """The replicated state machine: subclass it and override what you need.
 
     Every callback gets ``cluster`` (a ``Cluster``, valid during the callback only): its ``time`` and
-    ``log_position`` are the entry's, ``offer(session_id, payload)`` answers a client (False: offer
-    again, calling ``cluster.idle()`` between tries), ``schedule_timer``/``cancel_timer``,
-    ``close_session`` and ``offer_to_cluster`` (a message into the log from the service itself). Once
-    the node stops (closed, or its consensus module ended), ``offer``, ``offer_to_cluster`` and
-    ``idle`` raise ``ClusterError``, so a retry loop ends instead of holding the node open. An exception
-    stops the service: the node's ``error`` names the callback and the log position, and no later entry is
-    given to it.
+    ``log_position`` are the entry's; ``offer(session_id, payload)`` answers a client and returns the egress's
+    new position, or an ``OfferResult``: BACK_PRESSURED and ADMIN_ACTION pass with another try, the others
+    (NOT_CONNECTED: the client is gone; CLOSED; MAX_POSITION_EXCEEDED) never do, so the loop
+    ``while cluster.offer(session_id, payload) in OFFER_AGAIN: cluster.idle()`` always ends (on a follower
+    nothing is sent and the offer returns 1). ``schedule_timer``/``cancel_timer``, ``close_session`` and
+    ``offer_to_cluster`` (a message into the log from the service itself). Once the node stops (closed, or its
+    consensus module ended), ``offer``, ``offer_batch``, ``offer_to_cluster`` and ``idle`` raise
+    ``ClusterError``, so a retry loop ends instead of holding the node open. An exception stops the service:
+    the node's ``error`` names the callback and the log position, and no later entry is given to it.
+
+    Answers are at most once across a leader change: an answer the old leader had not sent when it failed is
+    not sent again by the new one (its service applied the entry when it was committed, before the change).
+    A client that must know the outcome of each message reads ``ClusterClient.committed`` (or the service
+    answers again from its state when asked).
     """
 
     def on_start(self, cluster: Cluster, snapshot: list[bytes] | None) -> None:
@@ -146,7 +155,19 @@ class ClusteredService:
         the last message's. Timers, session events and snapshots come between batches where the log has
         them, so the order a service sees is the log's, and a restart replays the same batches' messages
         (not necessarily cut into the same batches: a batched service must not depend on where a batch
-        ends). ``cluster.offer_batch(session_ids, data, offsets)`` answers many at once."""
+        ends). ``cluster.offer_batch(session_ids, data, offsets)`` answers many at once and returns an
+        ``OfferBatchResult``: how many went (an int) and ``code``, the ``OfferResult`` of the message it stopped
+        at (``None`` once all went). The loop that always ends::
+
+            sent = 0
+            while sent < len(session_ids):
+                result = cluster.offer_batch(session_ids[sent:], data, offsets[sent:])
+                sent += result
+                if result.code in OFFER_AGAIN:
+                    cluster.idle()  # back-pressured: idle, then offer the rest
+                elif result.code is not None:
+                    sent += 1  # NOT_CONNECTED, CLOSED, ...: that answer cannot go; the rest can
+        """
 
     def on_timer_event(self, cluster: Cluster, correlation_id: int, timestamp: int) -> None:
         """Timer ``correlation_id`` fired."""
@@ -260,7 +281,8 @@ class ClusterClient:
     cluster ended the session (closed by the service, timed out, ...): it is always reported. A leader
     change (NewLeaderEvent) read by ``poll_egress`` moves the session to the new leader and its term.
 
-    With ``driver_dir=None`` the client starts a media driver of its own, in a new directory, on one
+    With ``driver_dir=None`` the client starts a media driver of its own, in a new directory (each client a new
+    one: ``driver_dir_prefix`` plus a random suffix, by default ``/dev/shm/sulis-cluster-client-``), on one
     thread (``threading_mode="shared"``; ``driver_options`` add or change options, as ``MediaDriver``
     takes them), and closes it, directory and all, when it closes: ``ClusterClient(ingress_endpoints=
     "0=host:9010,1=host:9110,2=host:9210")`` needs nothing started by hand. Its egress then defaults to
@@ -271,7 +293,13 @@ class ClusterClient:
     the session; with Aeron's cluster the client is Aeron's): the client numbers its messages, keeps each until the
     leader says it is committed (read by ``poll_egress``, or by ``offer`` when ``max_in_flight`` wait) and
     resends what it keeps to a new leader, which drops what its log holds: the services apply every message
-    once through any failover. ``offer`` returns BACK_PRESSURED while ``max_in_flight`` messages wait or a
+    once through any failover. The outcome of every message is known to the client even when its answer is
+    not: messages are numbered from 1 in the order offered (``offered`` is the last one's number) and
+    ``committed`` says how many of them the cluster has applied for good, in order. An answer is at most once
+    across a leader change (one the old leader had not sent is not sent again); ``committed`` passing a
+    message's number is its acknowledgement. When the cluster ends the session, ``ClusterSessionClosedError``'s
+    ``messages_committed`` is the final count: messages after it were not applied and never will be.
+    ``offer`` returns BACK_PRESSURED while ``max_in_flight`` messages wait or a
     resend is under way. ``exactly_once=False`` is Aeron's client: a message in flight at a failover may be
     lost or applied twice (Aeron Cluster's own client always is, and works with sulis unchanged).
 
@@ -287,19 +315,25 @@ class ClusterClient:
                  egress_channel: str = "aeron:udp?endpoint=localhost:0", *,
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
                  credentials: bytes = b"", driver_options: dict | None = None, exactly_once: bool = True,
-                 max_in_flight: int = 16384, new_leader_timeout: float | None = None) -> None:
+                 max_in_flight: int = 16384, new_leader_timeout: float | None = None,
+                 driver_dir_prefix: str | None = None) -> None:
         if ingress_endpoints is None:
             raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
-        if driver_dir is not None and driver_options:
-            raise TypeError("driver_options are for the client's own driver (driver_dir=None); "
+        if driver_dir is not None and (driver_options or driver_dir_prefix is not None):
+            raise TypeError("driver_options and driver_dir_prefix are for the client's own driver (driver_dir=None); "
                             f"the driver at {driver_dir} runs with its own")
         self._driver = None
         if driver_dir is None:
             from .. import MediaDriver  # the package's own, imported once it is initialised
 
-            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            if driver_dir_prefix is None:
+                parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
+                prefix = "sulis-cluster-client-"
+            else:
+                parent, prefix = os.path.split(driver_dir_prefix)
+                parent = parent or None
             options = {"threading_mode": "shared", "dir_delete_on_shutdown": True, **(driver_options or {})}
-            self._driver = MediaDriver(dir=tempfile.mkdtemp(prefix="sulis-cluster-client-", dir=base), **options)
+            self._driver = MediaDriver(dir=tempfile.mkdtemp(prefix=prefix, dir=parent), **options)
             driver_dir = self._driver.dir
         self._driver_dir = str(driver_dir)
         try:
@@ -344,6 +378,22 @@ class ClusterClient:
         """Messages sent and not yet committed (exactly once; 0 otherwise)."""
         return self._native.in_flight
 
+    @property
+    def committed(self) -> int | None:
+        """Exactly once: how many of the session's messages (numbered from 1 in the order offered) the cluster
+        said are committed: applied once, in order, by every member's service, through any failover, whether or
+        not an answer came. A message is acknowledged once this reaches its number. Readable after the session
+        ended (``ClusterSessionClosedError.messages_committed`` is then the final count, when the cluster gave
+        one). None when the session does not number its messages (``exactly_once=False``, Aeron's cluster)."""
+        return self._native.committed
+
+    @property
+    def offered(self) -> int | None:
+        """Exactly once: how many messages this session offered, the last one's number (after ``offer`` returned a
+        position, that message's number; after ``offer_batch`` sent n, the last n numbers). None when the session
+        does not number its messages."""
+        return self._native.offered
+
     def send_keep_alive(self) -> bool:
         """Tells the cluster the session is alive (a session silent for the session timeout is closed)."""
         return self._native.send_keep_alive()
@@ -356,9 +406,10 @@ class ClusterClient:
         for the next ``poll_egress``."""
         return self._native.poll_egress(handler, limit)
 
-    def offer_batch(self, data, offsets) -> int:
+    def offer_batch(self, data, offsets) -> OfferBatchResult:
         """Offers message ``i`` (``data[offsets[i]:offsets[i + 1]]``) for each, in order, as ``offer`` each, in one
-        call: how many went.
+        call: an ``OfferBatchResult``, how many went (an int) and ``code``, the ``OfferResult`` of the one refused
+        (None once all went).
 
         ``data`` is any bytes-like object, ``offsets`` one more than messages, int32 or int64 (numpy,
         ``array('i')``), or raw bytes read as int32 (Arrow's layout: a pyarrow binary array's ``buffers()[1]``);

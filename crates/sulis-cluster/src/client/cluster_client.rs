@@ -28,7 +28,7 @@ use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, 
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
     SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE,
-    MESSAGES_COMMITTED, SESSION_HEADER_LENGTH,
+    MESSAGES_COMMITTED, MESSAGES_COMMITTED_AT_CLOSE, SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -91,6 +91,12 @@ pub struct SessionEnded {
     /// Ended by this client, not by the cluster: no leader could be reached
     /// within the new-leader timeout (`code` is CLOSED).
     pub by_client: bool,
+    /// Exactly once, ended by the cluster: how many of the session's
+    /// messages the log holds for good, as the cluster said with the close
+    /// (messages 1 to this were applied, once; every later one was not and
+    /// never will be). None when it could not say (the client ended the
+    /// session, or the close came from a leader that did not count).
+    pub messages_committed: Option<i64>,
 }
 
 /// A session with the cluster.
@@ -139,11 +145,17 @@ struct Numbering {
     max: usize,
     /// After a leader change: the index in `window` to resend from.
     resend_from: Option<usize>,
+    /// How many of the session's messages the cluster said are committed
+    /// (messages 1 to this): never less than it said before.
+    committed: i64,
+    /// The count the cluster gave with the session's close (final).
+    committed_at_close: Option<i64>,
 }
 
 impl Numbering {
     /// The leader says `committed` of the session's messages are in the log for good.
     fn on_committed(&mut self, committed: i64) {
+        self.committed = self.committed.max(committed);
         let dropped = self.window.drop_through(committed);
         if let Some(i) = self.resend_from.as_mut() {
             *i = i.saturating_sub(dropped);
@@ -459,6 +471,8 @@ impl ClusterClient {
                                     window: Window::default(),
                                     max: ctx.max_in_flight.max(1),
                                     resend_from: None,
+                                    committed: 0,
+                                    committed_at_close: None,
                                 }
                             }),
                             stash: VecDeque::new(),
@@ -614,6 +628,21 @@ impl ClusterClient {
         Ok((count, None))
     }
 
+    /// Exactly once: how many of the session's messages (numbered from 1 in
+    /// the order they were offered) the cluster said are committed: in the
+    /// log for good, applied once, in order, by every member's service,
+    /// through any failover, whether or not an answer came. None for a
+    /// session that does not number its messages.
+    pub fn committed(&self) -> Option<i64> {
+        self.numbering.as_ref().map(|n| n.committed)
+    }
+
+    /// Exactly once: how many messages this session offered (the last
+    /// one's number). None for a session that does not number its messages.
+    pub fn offered(&self) -> Option<i64> {
+        self.numbering.as_ref().map(|n| n.next - 1)
+    }
+
     /// Messages sent and not yet committed (0 unless exactly once).
     pub fn in_flight(&self) -> usize {
         self.numbering.as_ref().map_or(0, |n| n.window.len())
@@ -750,6 +779,7 @@ impl ClusterClient {
         let mut ended = None;
         let mut new_leader = None;
         let mut committed = None;
+        let mut committed_at_close = None;
         let mut orphans = Vec::new();
         let assembler = &mut self.assembler;
         let stash = &mut self.stash;
@@ -791,9 +821,13 @@ impl ClusterClient {
                                     code: e.code,
                                     detail: e.detail,
                                     by_client: false,
+                                    messages_committed: None,
                                 });
                             } else if ours && e.detail == MESSAGES_COMMITTED {
                                 committed = committed.max(Some(e.correlation_id));
+                            } else if ours && e.detail == MESSAGES_COMMITTED_AT_CLOSE {
+                                committed = committed.max(Some(e.correlation_id));
+                                committed_at_close = Some(e.correlation_id);
                             } else if !ours
                                 && e.code == event_code::OK
                                 && spare.contains(&e.correlation_id)
@@ -815,6 +849,9 @@ impl ClusterClient {
             .unwrap_or(0);
         if let (Some(count), Some(numbering)) = (committed, self.numbering.as_mut()) {
             numbering.on_committed(count);
+            if committed_at_close.is_some() {
+                numbering.committed_at_close = committed_at_close;
+            }
         }
         for e in orphans {
             self.close_orphan(&e);
@@ -822,7 +859,8 @@ impl ClusterClient {
         if let Some(e) = new_leader {
             self.on_new_leader(e);
         }
-        if let Some(e) = ended {
+        if let Some(mut e) = ended {
+            e.messages_committed = self.numbering.as_ref().and_then(|n| n.committed_at_close);
             self.ended = Some(e);
         }
         self.check_leader();
@@ -896,6 +934,7 @@ impl ClusterClient {
                     self.leader_member_id, self.leadership_term_id, self.new_leader_timeout
                 ),
                 by_client: true,
+                messages_committed: None,
             });
         }
     }
@@ -1018,6 +1057,8 @@ mod tests {
             window,
             max: 8,
             resend_from: Some(3), // 1, 2 and 3 went again; 4 is next
+            committed: 0,
+            committed_at_close: None,
         };
         n.on_committed(2);
         assert_eq!(n.window.numbers(), [3, 4, 5]);

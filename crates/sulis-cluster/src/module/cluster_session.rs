@@ -90,6 +90,13 @@ pub struct ClusterSession {
     pub numbered: bool,
     /// Said to the client with CLOSED instead of the close reason's name.
     pub close_detail: Option<String>,
+    /// Its client is told, with the CLOSED, how many of its messages the
+    /// log holds for good (its client numbered a message, or the session
+    /// is closed at a restarted leader's start, where that is not known).
+    pub count_at_close: bool,
+    /// A close notice's count still to be sent (an OK, detail
+    /// `MESSAGES_COMMITTED_AT_CLOSE`, before the CLOSED).
+    pub final_count: Option<i64>,
 }
 
 impl ClusterSession {
@@ -123,6 +130,8 @@ impl ClusterSession {
             messages_acked: 0,
             numbered: false,
             close_detail: None,
+            count_at_close: false,
+            final_count: None,
         }
     }
 

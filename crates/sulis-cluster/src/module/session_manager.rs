@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, VecDeque};
 use sulis_archive::auth::{Authenticator, Decision};
 use sulis_protocol::cluster::messages::{
     close_reason, event_code, Challenge, NewLeaderEvent, SessionCloseEvent, SessionEvent,
-    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE, MESSAGES_COMMITTED, NULL_POSITION,
-    NULL_VALUE,
+    SessionOpenEvent, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE, MESSAGES_COMMITTED,
+    MESSAGES_COMMITTED_AT_CLOSE, NULL_POSITION, NULL_VALUE,
 };
 use sulis_protocol::sbe::{semantic_major, semantic_version_string};
 
@@ -149,6 +149,9 @@ pub struct SessionManager {
     /// in the log past the commit position, oldest first.
     uncommitted_messages: VecDeque<(i64, i64)>,
     duplicates: u64,
+    /// How far the log is committed (as last told): a CLOSED that carries a
+    /// session's final count waits for its close to be committed.
+    commit_position: i64,
     next_session_id: i64,
     next_committed_session_id: i64,
     next_egress_key: u64,
@@ -168,6 +171,7 @@ impl SessionManager {
             uncommitted_next_committed: VecDeque::new(),
             uncommitted_messages: VecDeque::new(),
             duplicates: 0,
+            commit_position: NULL_POSITION,
             next_session_id: 1,
             next_committed_session_id: 1,
             next_egress_key: 1,
@@ -420,6 +424,33 @@ impl SessionManager {
                 .clone()
                 .unwrap_or((event_code::ERROR, String::new()));
             let connected = host.is_egress_connected(s.egress_key);
+            if connected.is_some() && s.final_count.is_some() {
+                if s.closed_log_position > self.commit_position {
+                    // Its close is not committed yet: the count it carries
+                    // would not be final (an election could cut the close).
+                    i += 1;
+                    continue;
+                }
+                if connected == Some(true) {
+                    let count = s.final_count.expect("checked above");
+                    let e = SessionEvent {
+                        cluster_session_id: s.id,
+                        correlation_id: count,
+                        leadership_term_id: term.leadership_term_id,
+                        leader_member_id: term.leader_member_id,
+                        code: event_code::OK,
+                        version: CLIENT_PROTOCOL_VERSION,
+                        leader_heartbeat_timeout_ns: self.cfg.leader_heartbeat_timeout_ns,
+                        detail: MESSAGES_COMMITTED_AT_CLOSE.to_string(),
+                    };
+                    if !host.send_egress(s.egress_key, &e.encode()) {
+                        i += 1;
+                        continue;
+                    }
+                    self.rejected[i].final_count = None;
+                }
+            }
+            let s = &self.rejected[i];
             let done = match connected {
                 Some(true) => send_event(host, s, term, &self.cfg, code, &detail),
                 Some(false) => s.has_timed_out(now_ns, self.cfg.session_timeout_ns),
@@ -455,6 +486,7 @@ impl SessionManager {
             return MessageNumber::Unknown;
         };
         s.numbered = true;
+        s.count_at_close = true;
         let next = s.messages_in_log + 1;
         if number < next {
             self.duplicates += 1;
@@ -502,6 +534,7 @@ impl SessionManager {
 
     /// Messages up to `commit_position` are committed.
     pub fn commit_messages(&mut self, commit_position: i64) {
+        self.commit_position = self.commit_position.max(commit_position);
         while let Some(&(position, id)) = self.uncommitted_messages.front() {
             if position > commit_position {
                 break;
@@ -644,6 +677,14 @@ impl SessionManager {
                 .clone()
                 .unwrap_or_else(|| close_reason_name(reason).to_string());
             notice.response = Some((event_code::CLOSED, detail));
+            // Every message of the session lies before its close in the
+            // log: once the close is committed, so are they, and no more
+            // will be. A client that numbers its messages is told how many
+            // (before the CLOSED, once the close is committed), so none of
+            // what it sent is of unknown outcome.
+            if s.count_at_close {
+                notice.final_count = Some(s.messages_in_log);
+            }
             self.rejected.push(notice);
         } else {
             host.close_egress(s.egress_key);
@@ -809,6 +850,10 @@ impl SessionManager {
             s.messages_acked = 0;
             s.numbered = false;
             if is_startup {
+                // Whether its client numbers its messages is not in the log:
+                // it is told its final count with the CLOSED either way (an
+                // OK Aeron's client passes to its listener, and ignores).
+                s.count_at_close = true;
                 s.closing(close_reason::TIMEOUT);
             } else {
                 s.has_new_leader_event_pending = true;
@@ -1407,6 +1452,8 @@ mod tests {
         let mut m = SessionManager::new(config());
         let mut host = FakeHost::default();
         m.on_replay_session_open(96, 5, 7, 0, 102, "aeron:udp?endpoint=client:9010");
+        m.on_message_in_log(7, 150, 150);
+        m.on_message_in_log(7, 200, 150);
         m.prepare_for_new_term(&mut host, true, 50 * MS);
         m.check_sessions(&mut host, &term(), 51 * MS, 51);
         let close = SessionCloseEvent::decode(&host.log[0]).expect("close logged");
@@ -1419,13 +1466,32 @@ mod tests {
         assert!(host.egress[&key].sent.is_empty());
         host.connect_all();
         m.send_rejections(&mut host, &term(), 60 * MS);
-        let told = host
-            .events(key)
-            .pop()
+        assert!(
+            host.egress[&key].sent.is_empty(),
+            "the close carries the session's final count: told once it is committed"
+        );
+        m.commit_messages(1 << 40);
+        m.send_rejections(&mut host, &term(), 61 * MS);
+        let events = host.events(key);
+        assert_eq!(
+            events
+                .iter()
+                .map(|e| (
+                    e.code,
+                    e.cluster_session_id,
+                    e.correlation_id,
+                    e.detail.as_str()
+                ))
+                .collect::<Vec<_>>()[..1],
+            [(event_code::OK, 7, 2, MESSAGES_COMMITTED_AT_CLOSE)],
+            "both messages in the log are the session's for good"
+        );
+        let told = events
+            .last()
             .expect("CLOSED after a restart (Aeron #1397 leaves it silent)");
         assert_eq!(
-            (told.code, told.cluster_session_id),
-            (event_code::CLOSED, 7)
+            (told.code, told.cluster_session_id, events.len()),
+            (event_code::CLOSED, 7, 2)
         );
     }
 

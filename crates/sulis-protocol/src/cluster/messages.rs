@@ -47,6 +47,12 @@ pub mod event_code {
 /// numbers nothing and is never sent one.
 pub const MESSAGES_COMMITTED: &str = "messages committed";
 
+/// SessionEvent.detail of the OK a session's client is sent just before the
+/// CLOSED that ends it, once its close is committed: `correlation_id` is how
+/// many of its messages the log holds, for good (every later one was not
+/// and will not be applied). sulis's own, as [`MESSAGES_COMMITTED`].
+pub const MESSAGES_COMMITTED_AT_CLOSE: &str = "messages committed at close";
+
 /// SessionEvent.detail of the OK that opens a session on a sulis leader:
 /// it sequences numbered messages once each (a client numbers its messages
 /// only when told so; Aeron's leader sends an empty detail).
