@@ -4,6 +4,8 @@ SIGKILLed and restarted.
 
     python bench/cluster_catchup.py                       # 3 runs (~2 min)
     python bench/cluster_catchup.py --rate 20000 --down 10 --runs 5
+    python bench/cluster_catchup.py --service cluster_echo:Ledger --length 32 --rate 20000 \
+        --warm 60,600 --snapshots both --runs 1          # rejoin after 1 and 10 minutes, policy on and off
 
 Three ``sulis cluster-node`` processes on this machine (UDP over loopback, the echo service of
 bench/peers/cluster_echo.py) and the sulis Python client offering ``--length``-byte messages at ``--rate`` a
@@ -20,6 +22,12 @@ The restarted member first replays its own log through its service, then copies 
 missed from the leader's archive while the leader goes on; each run prints the steps of its output with
 their times from the restart (``--steps``). Aeron's cluster is not run beside it yet (its sample node
 cannot be restarted on its directories by this harness).
+
+``--warm`` takes several lengths of load (seconds, comma-separated) and ``--snapshots`` the snapshot policy:
+``on`` (the default ``snapshot_log_len``, 64 MiB), ``off`` (``--snapshot-log-len 0 --snapshot-interval 0s``: the
+restarted member replays all of its log) or ``both``; a row each. ``--service cluster_echo:Ledger`` is a batched
+ledger with state to snapshot (bench/peers/cluster_echo.py; ``--length 32``), as a user's service would have; the
+echo services have no snapshot of their own, so the policy leaves them out.
 """
 from __future__ import annotations
 
@@ -102,20 +110,22 @@ def steps(text: str, since: float) -> list[str]:
     return out
 
 
-def one_run(a) -> dict:
+def one_run(a, warm: float, snapshots: bool) -> dict:
     top = scratch_dir("sulis-bench-catchup-")
     members = None
+    policy = () if snapshots else ("--snapshot-log-len", "0", "--snapshot-interval", "0s")
     try:
         members = SulisNode(3, ("--log-term-length", "16m", "--startup-canvass-timeout", "5s",
                                 "--leader-heartbeat-interval", "100ms", "--leader-heartbeat-timeout", "2s",
-                                "--election-timeout", "300ms", "--session-timeout", "60s"))
+                                "--election-timeout", "300ms", "--session-timeout", "60s", *policy),
+                            service=a.service, parent=a.parent)
         drivers = [cmd[cmd.index("--dir") + 1] for cmd in members.cmds]
         with sulis.MediaDriver(dir=os.path.join(top, "client-driver"), threading_mode="shared") as driver:
             client = connect(driver.dir, members.endpoints, message_timeout=5.0)
             load = Load(client, a.rate, a.length)
             load.start()
             try:
-                time.sleep(a.warm)
+                time.sleep(warm)
                 leader = client.leader_member_id
                 victim = (leader + 1) % 3
                 before = commit_position(drivers[victim])
@@ -155,6 +165,7 @@ def one_run(a) -> dict:
                     said = f.read()[len(said_before):]
                 return {"rejoin_s": joined if joined is not None else reached, "reach_s": reached,
                         "behind_mb": behind, "catchup_mb_s": behind / reached, "log_mb_s": log_rate,
+                        "log_mb": target / 1e6, "snapshots": said_before.count("takes a snapshot"),
                         "sent": load.sent, "steps": steps(said, restarted_wall)}
             finally:
                 load.stop.set()
@@ -171,24 +182,31 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rate", type=float, default=10_000, help="messages a second offered throughout")
     ap.add_argument("--length", type=int, default=100, help="message length (bytes)")
-    ap.add_argument("--warm", type=float, default=3.0, help="seconds of load before the kill")
+    ap.add_argument("--warm", default="3", help="seconds of load before the kill (several: comma-separated)")
     ap.add_argument("--down", type=float, default=10.0, help="seconds the follower is down")
-    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--service", default="cluster_echo:Echo", help="bench/peers/cluster_echo.py's service")
+    ap.add_argument("--snapshots", choices=("on", "off", "both"), default="on", help="the snapshot policy")
+    ap.add_argument("--parent", default=None, help="where the members' directories go (/dev/shm if not given)")
     ap.add_argument("--steps", action="store_true", help="print the restarted member's steps, timed")
     a = ap.parse_args()
     print(cpu_summary())
-    runs = []
-    for i in range(a.runs):
-        result = one_run(a)
-        runs.append(result)
-        shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items() if k != "steps"}
-        print(f"run {i + 1}: {shown}", flush=True)
-        if a.steps:
-            print("\n".join(result["steps"]), flush=True)
-    keys = ("rejoin_s", "reach_s", "behind_mb", "catchup_mb_s", "log_mb_s")
-    rows = [[k] + [f"{statistics.median(r[k] for r in runs):.3f}", f"{max(r[k] for r in runs):.3f}",
-                   f"{min(r[k] for r in runs):.3f}"] for k in keys]
-    print_table(["sulis, 3 members", "median", "max", "min"], rows)
+    policies = {"on": [True], "off": [False], "both": [True, False]}[a.snapshots]
+    keys = ("rejoin_s", "reach_s", "behind_mb", "catchup_mb_s", "log_mb_s", "log_mb", "snapshots")
+    rows = []
+    for warm in (float(w) for w in a.warm.split(",")):
+        for snapshots in policies:
+            runs = []
+            for i in range(a.runs):
+                result = one_run(a, warm, snapshots)
+                runs.append(result)
+                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items() if k != "steps"}
+                print(f"load {warm:g} s, snapshots {'on' if snapshots else 'off'}, run {i + 1}: {shown}", flush=True)
+                if a.steps:
+                    print("\n".join(result["steps"]), flush=True)
+            rows.append([f"{warm:g} s", "on" if snapshots else "off"]
+                        + [f"{statistics.median(r[k] for r in runs):.3f}" for k in keys])
+    print_table(["load", "snapshots", *keys], rows)
     return 0
 
 

@@ -434,6 +434,66 @@ def add(client: ClusterClient, n: int) -> int:
     return int(receive(client, 1)[0])
 
 
+def test_the_leader_takes_snapshots_on_its_own_by_log_length_and_by_time(node_env, capfd):
+    """The snapshot policy: with ``snapshot_log_len`` 64k, a snapshot is taken once 64 KiB of log was appended
+    since the latest (without anyone asking), so a restart replays at most about that much; with
+    ``snapshot_interval`` 1s, one is taken a second after the latest once any log came since. A service with no
+    ``on_take_snapshot`` of its own is left out by default: its node takes none, and fails none."""
+    driver, _, members, _, cluster_dir = node_env
+    first = Tally()
+    with ClusterNode(first, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                     snapshot_log_len="64k", snapshot_interval="0s") as node, connect(node_env) as a:
+        payload = b"1" + b" " * 1000  # int() ignores the spaces: about 1 KiB of log a message
+        for _ in range(70):  # about 70 KiB: past 64 KiB once
+            offer(a, payload)
+        receive(a, 70)
+        await_until(lambda: node.snapshot_count == 1, 30, "a snapshot taken by the policy")
+        for _ in range(20):
+            offer(a, payload)
+        receive(a, 20)
+        assert node.snapshot_count == 1, "not again before another 64 KiB"
+    again = Tally()
+    with ClusterNode(again, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                     snapshot_log_len="0", snapshot_interval="1s") as node, connect(node_env) as b:
+        assert again.started_from is not None and 64 <= again.started_from <= 71, again.started_from
+        assert again.total == 90, "the snapshot, and the log after it"
+        assert add(b, 1) == 91
+        await_until(lambda: node.snapshot_count == 1, 30, "a snapshot a second after log came")
+    # A service that cannot be snapshotted, at the default policy: past 64 MiB of log, none asked for, none failed.
+    class Counter(ClusteredService):
+        def __init__(self) -> None:
+            self.messages = 0
+
+        def on_session_message(self, cluster, session_id, timestamp, payload):
+            self.messages += 1
+            if payload == b"done":
+                while cluster.offer(session_id, str(self.messages).encode()) in OFFER_AGAIN:
+                    cluster.idle()
+
+    counter = Counter()
+    with ClusterNode(counter, f"{cluster_dir}-counter", driver.dir, cluster_members=members,
+                     log_term_length="16m") as node, connect(node_env) as c:
+        import numpy as np
+
+        n = 66 * 1024  # 66 MiB of payloads
+        offsets = np.arange(0, 1024 * n + 1, 1024, dtype=np.int64)
+        data = b"x" * (1024 * n)
+        sent = [0]
+
+        def more() -> bool:
+            sent[0] += c.offer_batch(data, offsets[sent[0]:])
+            c.poll_egress(lambda p, t: None, 100)
+            return sent[0] == n
+        await_until(more, 120, "the ingress to take 66 MiB")
+        offer(c, b"done")
+        assert receive(c, 1) == [str(n + 1).encode()]
+        capfd.readouterr()
+        time.sleep(0.5)  # the policy looks every 100 ms: five looks at more than 64 MiB of log
+        assert node.snapshot_count == 0 and node.error is None
+        said = capfd.readouterr().err
+        assert "snapshot" not in said, said
+
+
 def test_a_node_restarts_from_its_snapshot_and_replays_only_the_log_after_it(node_env):
     first = Tally()
     with start(node_env, first) as node, connect(node_env) as a:

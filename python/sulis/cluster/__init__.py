@@ -187,12 +187,27 @@ class ClusterNode:
     and defaults in docs/config.md, ``cluster_config()`` shows the effective ones). Returns once the
     node leads its term, raising ``ClusterError`` if it cannot start. ``check_determinism=True`` stops a
     service that reads the wall clock or unseeded randomness in a callback (``sulis.cluster.determinism``).
+
+    Snapshots are taken on their own: the leader asks for one (every member's, at one log position) once
+    ``snapshot_log_len`` bytes of log (64 MiB by default) were appended since the latest, or ``snapshot_interval``
+    (an hour) passed with log appended since, so a restarted member replays at most that much log before it
+    rejoins, however long the cluster has run. A service without an ``on_take_snapshot`` of its own is left out
+    unless those options are set; ``0`` turns either off.
     """
 
     def __init__(self, service: ClusteredService, cluster_dir=None, driver_dir=None, **options: object) -> None:
         cluster_dir = None if cluster_dir is None else str(cluster_dir)
         driver_dir = None if driver_dir is None else str(driver_dir)
-        effective = {row[0]: row[1] for row in cluster_config(cluster_dir, driver_dir, **options)}
+        rows = cluster_config(cluster_dir, driver_dir, **options)
+        effective = {row[0]: row[1] for row in rows}
+        source = {row[0]: row[2] for row in rows}
+        # The snapshot policy (snapshot_log_len, snapshot_interval) is on by default; a service that cannot be
+        # snapshotted (no on_take_snapshot of its own) is left out of it unless the options ask for it, so that
+        # its node does not fail a snapshot every time the policy would take one.
+        taker = getattr(type(service), "on_take_snapshot", None)
+        if (taker is None or taker is ClusteredService.on_take_snapshot) and all(
+                source.get(name) == "default" for name in ("snapshot_log_len", "snapshot_interval")):
+            options = {**options, "snapshot_log_len": "0", "snapshot_interval": "0s"}
         if effective.get("check_determinism") == "true":
             from .determinism import checked_service
 

@@ -176,9 +176,22 @@ pub struct ConsensusModuleContext {
     /// latest snapshot, and that member's log up to it, before it joins
     /// (`cluster_seed`): how a member is replaced after the log was purged.
     pub seed_from_snapshot: bool,
+    /// The leader takes a snapshot (every member, at one log position) once
+    /// this much log was appended since the latest one (0: never by size).
+    pub snapshot_log_len: u64,
+    /// ... and once this long passed since it with log appended since (zero:
+    /// never by time).
+    pub snapshot_interval: Duration,
     /// Where each option's value came from.
     pub sources: Sources,
 }
+
+/// [`ConsensusModuleContext::snapshot_log_len`]'s default: a restarted
+/// member replays at most this much log after its snapshot (docs/cluster.md,
+/// the rejoin figures, says why this size).
+pub const SNAPSHOT_LOG_LEN_DEFAULT: u64 = 64 << 20;
+/// [`ConsensusModuleContext::snapshot_interval`]'s default.
+pub const SNAPSHOT_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
 
 impl Default for ConsensusModuleContext {
     fn default() -> Self {
@@ -215,6 +228,8 @@ impl Default for ConsensusModuleContext {
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
             check_determinism: false,
             seed_from_snapshot: false,
+            snapshot_log_len: SNAPSHOT_LOG_LEN_DEFAULT,
+            snapshot_interval: SNAPSHOT_INTERVAL_DEFAULT,
             sources: Sources::default(),
         }
     }
@@ -249,6 +264,12 @@ fn version(s: &str) -> Result<i32, String> {
         )),
         _ => Err(format!("{s:?}: a semantic version is major.minor.patch")),
     }
+}
+fn size64(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+fn show_size64(v: &u64) -> String {
+    v.to_string()
 }
 fn show_version(v: &i32) -> String {
     sulis_protocol::sbe::semantic_version_string(*v)
@@ -286,6 +307,8 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(message_timeout, "SULIS_CLUSTER_MESSAGE_TIMEOUT", "duration", "How long to wait for the driver, the archive and the services at start.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_CLUSTER_IDLE_STRATEGY", "", "What the module's and the service's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
     sulis_protocol::option!(check_determinism, "SULIS_CLUSTER_CHECK_DETERMINISM", "bool", "A Python service that reads the wall clock (time.time, datetime.now, ...) or unseeded randomness (random, os.urandom, uuid4) in a callback stops, naming the call and the log position; a development check costing a Python call per entry.", sulis_protocol::values::parse_bool, show),
+    sulis_protocol::option!(snapshot_log_len, "SULIS_CLUSTER_SNAPSHOT_LOG_LEN", "bytes", "The leader takes a snapshot (every member's services and module, at one log position) once this much log was appended since the latest one, so a restarted member replays at most this much before it rejoins (etcd's snapshot-count, by size); 0: never by size. A service without on_take_snapshot is never snapshotted; a failed snapshot is tried again after 1 minute, then 2, up to an hour.", size64, show_size64),
+    sulis_protocol::option!(snapshot_interval, "SULIS_CLUSTER_SNAPSHOT_INTERVAL", "duration", "The leader also takes a snapshot once this long passed since the latest one (or since it led) with log appended since; 0: never by time.", duration, show_duration),
     sulis_protocol::option!(seed_from_snapshot, "SULIS_CLUSTER_SEED_FROM_SNAPSHOT", "bool", "A member starting with no recording log copies the latest snapshot another member holds, and that member's log up to it, from its archive before it joins (how a lost member is replaced after a log purge); with no snapshot anywhere it starts empty, and with no member answering within message_timeout it fails.", sulis_protocol::values::parse_bool, show),
 ];
 
@@ -449,6 +472,8 @@ pub struct ConsensusModule {
     last_purge: Option<Result<LogPurge, String>>,
     /// Snapshots that failed since the module started.
     failed_snapshot_count: i64,
+    /// The snapshot policy's state (`check_auto_snapshot`).
+    auto_snapshot: AutoSnapshot,
     termination: Option<Termination>,
     recording_position_counter: i32,
     recording_id: i64,
@@ -459,6 +484,30 @@ pub struct ConsensusModule {
     /// starts them, whatever the member count).
     replicated: Option<Box<replicated::Replicated>>,
 }
+
+/// The snapshot policy's state.
+#[derive(Default)]
+struct AutoSnapshot {
+    /// When it looks next (it looks every 100 ms).
+    next_check_ns: i64,
+    /// Cluster time it began counting from when no snapshot was taken yet
+    /// (it first looked as leader).
+    since_ms: Option<i64>,
+    /// Snapshots it asked for that failed in a row, and when it may ask again.
+    failures: u32,
+    retry_at_ns: i64,
+    /// The failed-snapshot count when it last asked.
+    failed_seen: i64,
+    /// It asked, and the snapshot is not yet over.
+    asked: bool,
+}
+
+/// How often the snapshot policy looks.
+const AUTO_SNAPSHOT_CHECK_NS: i64 = 100_000_000;
+/// The first wait after a failed snapshot the policy asked for (doubling, up
+/// to [`AUTO_SNAPSHOT_RETRY_MAX_NS`]).
+const AUTO_SNAPSHOT_RETRY_NS: i64 = 60_000_000_000;
+const AUTO_SNAPSHOT_RETRY_MAX_NS: i64 = 3_600_000_000_000;
 
 /// A snapshot being taken at `mark`: each service's recording once it acked.
 struct PendingSnapshot {
@@ -682,6 +731,7 @@ impl ConsensusModule {
             purge_count: 0,
             last_purge: None,
             failed_snapshot_count: 0,
+            auto_snapshot: AutoSnapshot::default(),
             termination: None,
             recording_position_counter: -1,
             recording_id: -1,
@@ -973,6 +1023,7 @@ impl ConsensusModule {
         }
         let leading = self.agent.role == role::LEADER;
         work += self.poll_services(now_ns, cluster_time)?;
+        work += self.check_auto_snapshot(now_ns, cluster_time);
         work += self.check_control_toggle(cluster_time);
         work += self.check_snapshot()?;
         work += self.check_termination();
@@ -1223,6 +1274,80 @@ impl ConsensusModule {
     /// The last purge's outcome on this member, if any.
     pub fn last_purge(&self) -> Option<&Result<LogPurge, String>> {
         self.last_purge.as_ref()
+    }
+
+    /// Leader: the snapshot policy. Once `snapshot_log_len` bytes of log
+    /// were appended since the latest snapshot, or `snapshot_interval`
+    /// passed since it with log appended since, it asks for a snapshot as an
+    /// operator would (the control toggle: a SNAPSHOT action in the log, so
+    /// every member snapshots at one position), so a restarted member
+    /// replays a bounded log whatever the cluster's age. A snapshot it asked
+    /// for that fails is asked again after 1 minute, then 2, 4... up to an
+    /// hour (each failure is said, as any snapshot's).
+    fn check_auto_snapshot(&mut self, now_ns: i64, cluster_time: i64) -> usize {
+        let (len, interval) = (self.ctx.snapshot_log_len, self.ctx.snapshot_interval);
+        let auto = &mut self.auto_snapshot;
+        if now_ns < auto.next_check_ns || (len == 0 && interval.is_zero()) {
+            return 0;
+        }
+        auto.next_check_ns = now_ns + AUTO_SNAPSHOT_CHECK_NS;
+        if auto.asked && self.snapshot.is_none() && self.agent.state != ModuleState::Snapshot {
+            // The snapshot it asked for is over (or was dropped): how it went.
+            if self.control_toggle.get() == toggle::SNAPSHOT {
+                return 0; // not acted on yet
+            }
+            auto.asked = false;
+            if self.failed_snapshot_count > auto.failed_seen {
+                let wait = AUTO_SNAPSHOT_RETRY_NS
+                    .saturating_mul(1i64 << auto.failures.min(10))
+                    .min(AUTO_SNAPSHOT_RETRY_MAX_NS);
+                auto.failures += 1;
+                auto.retry_at_ns = now_ns + wait;
+            } else {
+                auto.failures = 0;
+            }
+        }
+        if self.agent.role != role::LEADER
+            || self.agent.state != ModuleState::Active
+            || self.snapshot.is_some()
+            || self.control_toggle.get() != toggle::NEUTRAL
+            || now_ns < auto.retry_at_ns
+        {
+            if self.agent.role != role::LEADER {
+                auto.since_ms = None;
+            }
+            return 0;
+        }
+        let latest = self
+            .recording_log
+            .latest_snapshot(self.ctx.service_count as i32)
+            .map(|set| (set[0].log_position, set[0].timestamp));
+        let position = self.io.log.position();
+        let (last_position, last_ms) = match latest {
+            Some(at) => at,
+            None => (0, *auto.since_ms.get_or_insert(cluster_time)),
+        };
+        let by_len = len > 0 && position.saturating_sub(last_position) >= len as i64;
+        let by_time = !interval.is_zero()
+            && position > last_position
+            && cluster_time.saturating_sub(last_ms) >= interval.as_millis() as i64;
+        if !(by_len || by_time) || !self.request(toggle::SNAPSHOT) {
+            return 0;
+        }
+        let auto = &mut self.auto_snapshot;
+        auto.asked = true;
+        auto.failed_seen = self.failed_snapshot_count;
+        eprintln!(
+            "sulis cluster: member {} takes a snapshot: {} bytes of log since the latest{}",
+            self.ctx.member_id,
+            position - last_position,
+            if by_len {
+                format!(" (snapshot_log_len {len})")
+            } else {
+                format!(" and {} ms (snapshot_interval)", cluster_time - last_ms)
+            }
+        );
+        1
     }
 
     /// Every service writes its state at `log_position` (the SNAPSHOT

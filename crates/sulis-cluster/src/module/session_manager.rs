@@ -424,15 +424,14 @@ impl SessionManager {
                 .clone()
                 .unwrap_or((event_code::ERROR, String::new()));
             let connected = host.is_egress_connected(s.egress_key);
-            if connected.is_some() && s.final_count.is_some() {
+            if let (Some(up), Some(count)) = (connected, s.final_count) {
                 if s.closed_log_position > self.commit_position {
                     // Its close is not committed yet: the count it carries
                     // would not be final (an election could cut the close).
                     i += 1;
                     continue;
                 }
-                if connected == Some(true) {
-                    let count = s.final_count.expect("checked above");
+                if up {
                     let e = SessionEvent {
                         cluster_session_id: s.id,
                         correlation_id: count,
