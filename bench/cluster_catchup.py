@@ -163,9 +163,11 @@ def one_run(a, warm: float, snapshots: bool) -> dict:
                 behind = (target - before) / 1e6
                 with open(members.logs[victim], errors="replace") as f:
                     said = f.read()[len(said_before):]
+                with open(members.logs[leader], errors="replace") as f:
+                    leader_said = f.read()  # the policy's snapshots are the leader's to say
                 return {"rejoin_s": joined if joined is not None else reached, "reach_s": reached,
                         "behind_mb": behind, "catchup_mb_s": behind / reached, "log_mb_s": log_rate,
-                        "log_mb": target / 1e6, "snapshots": said_before.count("takes a snapshot"),
+                        "log_mb": target / 1e6, "snapshots": leader_said.count("takes a snapshot"),
                         "sent": load.sent, "steps": steps(said, restarted_wall)}
             finally:
                 load.stop.set()

@@ -380,6 +380,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=4096, help="messages per offer_batch call (the batched rows)")
     ap.add_argument("--service-batch", type=int, default=4096,
                     help="log fragments the batched service takes a call (--service-log-fragment-limit)")
+    ap.add_argument("--batched-service", default="cluster_echo:BatchedEcho",
+                    help="the batched rows' service (bench/peers/cluster_echo.py: BatchedEcho, or Ledger with "
+                         "--length 32, a user's batched service with state)")
     ap.add_argument("--members", type=int, default=1, choices=(1, 3, 5), help="members of each cluster")
     ap.add_argument("--rates", default="1000,5000,10000,20000,40000",
                     help="fixed rates (msgs/s) at which the sulis Python client measures each cluster's round trip")
@@ -473,9 +476,9 @@ def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
             if (node_kind == "aeron" and aeron is None) or node_kind not in only:
                 continue
             node = (SulisNode(a.members, idle=a.idle) if node_kind == "sulis"
-                    else SulisNode(a.members, batched, a.idle, "cluster_echo:BatchedEcho")
+                    else SulisNode(a.members, batched, a.idle, a.batched_service)
                     if node_kind == "sulis-batched"
-                    else SulisNode(a.members, (*batched, "--file-sync-level", "1"), a.idle, "cluster_echo:BatchedEcho",
+                    else SulisNode(a.members, (*batched, "--file-sync-level", "1"), a.idle, a.batched_service,
                                    parent=a.disk) if node_kind == "sulis-durable"
                     else AeronNode(aeron, a.members, idle=a.aeron_idle))
             try:

@@ -313,7 +313,8 @@ def test_a_client_connects_while_the_first_member_it_names_is_down(make_driver, 
     """A new client whose ingress list starts with a dead member reaches the others, as Aeron's client does
     (a request to every member whose ingress connects; a follower redirects it to the leader). That client
     starts no driver by hand: ``driver_dir=None`` gives it one of its own, on a free egress port, closed with
-    it, directory and all."""
+    it, directory and all, a new directory named by ``driver_dir_prefix`` (``/dev/shm/sulis-cluster-client-``
+    and a random suffix by default)."""
     driver = make_driver()
     with journal_cluster(tmp_path, driver.dir) as (nodes, c):
         send(c, "m0")
@@ -323,9 +324,11 @@ def test_a_client_connects_while_the_first_member_it_names_is_down(make_driver, 
             await_until(lambda: c.poll_egress(lambda p, t: None) >= 0 and c.leader_member_id != down.id, 30,
                         "the others to elect a leader")
         c.close()
-        with ClusterClient(ingress_endpoints=ingress_endpoints(nodes), message_timeout=30.0) as late:
+        prefix = str(tmp_path / "late-client-")
+        with ClusterClient(ingress_endpoints=ingress_endpoints(nodes), message_timeout=30.0,
+                           driver_dir_prefix=prefix) as late:
             assert late.leader_member_id != down.id
-            assert late.driver_dir != driver.dir and os.path.isdir(late.driver_dir)
+            assert late.driver_dir.startswith(prefix) and os.path.isdir(late.driver_dir), late.driver_dir
             send(late, "m1")
         assert not os.path.exists(late.driver_dir), "the client's own driver closed with it"
         hold_all(nodes[1:], 2)

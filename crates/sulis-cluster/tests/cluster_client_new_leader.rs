@@ -18,7 +18,8 @@ use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext}
 use sulis_driver::MediaDriver;
 use sulis_protocol::cluster::messages::{
     event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
-    SessionMessageHeader, EXACTLY_ONCE, SESSION_HEADER_LENGTH,
+    SessionMessageHeader, EXACTLY_ONCE, MESSAGES_COMMITTED, MESSAGES_COMMITTED_AT_CLOSE,
+    SESSION_HEADER_LENGTH,
 };
 
 /// The next whole message on `sub`, within 10 s.
@@ -383,6 +384,99 @@ fn a_session_opened_for_a_second_copy_of_the_connect_request_is_closed_at_once()
     }
     fake.join().unwrap();
     session.close();
+    c.close();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The outcome of every message is the client's to read: the leader's
+/// committed counts (`committed`, never lower than said), the session's
+/// numbers (`offered`), and the final count the cluster gives just before
+/// a CLOSED (`SessionEnded::messages_committed`): messages 1 to 2 applied,
+/// 3 not, and never will be.
+#[test]
+fn the_client_reads_its_messages_committed_and_the_final_count_at_a_close() {
+    let (base, driver_dir, _driver) = test_driver("final-count");
+    let a = free_port();
+    let endpoints = format!("0=localhost:{a}");
+    let egress_channel = format!("aeron:udp?endpoint=localhost:{}", free_port());
+
+    let dir = driver_dir.clone();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let fake = std::thread::spawn(move || {
+        let (c, mut member0) = fake_member(&dir, a);
+        let mut assembler = FragmentAssembler::new();
+        let request = next_connect_request(&mut member0, &mut assembler);
+        let mut egress = c
+            .add_exclusive_publication(&request.response_channel, request.response_stream_id)
+            .unwrap();
+        send(
+            &mut egress,
+            &session_event(7, request.correlation_id, event_code::OK, EXACTLY_ONCE),
+        );
+        for _ in 0..3 {
+            let m = next_message(&mut member0, &mut assembler);
+            assert!(SessionMessageHeader::decode(&m).is_ok());
+        }
+        send(
+            &mut egress,
+            &session_event(7, 1, event_code::OK, MESSAGES_COMMITTED),
+        );
+        go_rx.recv().unwrap();
+        // A count lower than one said before changes nothing.
+        send(
+            &mut egress,
+            &session_event(7, 0, event_code::OK, MESSAGES_COMMITTED),
+        );
+        send(
+            &mut egress,
+            &session_event(7, 2, event_code::OK, MESSAGES_COMMITTED_AT_CLOSE),
+        );
+        send(
+            &mut egress,
+            &session_event(7, request.correlation_id, event_code::CLOSED, "TIMEOUT"),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        c.close();
+    });
+
+    let c = connect(&driver_dir, "test");
+    let ctx = ClusterClientContext {
+        ingress_endpoints: endpoints,
+        egress_channel,
+        message_timeout: Duration::from_secs(10),
+        ..ClusterClientContext::default()
+    };
+    let mut session = ClusterClient::connect(&c, &ctx).unwrap();
+    assert_eq!((session.committed(), session.offered()), (Some(0), Some(0)));
+    for m in [b"a", b"b", b"c"] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while session.offer(m).is_err() {
+            assert!(Instant::now() < deadline, "the ingress took nothing");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(session.offered(), Some(3));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while session.committed() != Some(1) {
+        assert!(Instant::now() < deadline, "no committed count");
+        session.poll_egress(|_, _| {}, 10).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(session.in_flight(), 2);
+    go_tx.send(()).unwrap();
+    let ended = loop {
+        assert!(Instant::now() < deadline, "no close");
+        if let Err(ended) = session.poll_egress(|_, _| {}, 10) {
+            break ended;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(
+        (ended.code, ended.detail.as_str(), ended.messages_committed),
+        (event_code::CLOSED, "TIMEOUT", Some(2))
+    );
+    assert_eq!((session.committed(), session.offered()), (Some(2), Some(3)));
+    fake.join().unwrap();
     c.close();
     let _ = std::fs::remove_dir_all(&base);
 }
