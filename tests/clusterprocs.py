@@ -246,26 +246,33 @@ with sulis.MediaDriver(dir=driver_dir, threading_mode="shared") as d, \\
 """
 
 
-def vanish_with_a_message_held(ingress: str, suspend, leader_driver_dir: str) -> None:
-    """A client (a process with its own driver) connects to the cluster at ``ingress``; ``suspend()`` holds
-    the log; the client offers a message (held in the ingress image) and is SIGKILLed; returns once the
-    leader's egress to it (a publication its driver shares with anyone who adds the same channel) has lost
-    it, so that the service's answer to the held message will meet NOT_CONNECTED."""
-    egress = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
-    client = subprocess.Popen([sys.executable, "-c", _VANISHING_CLIENT, make_dir(), ingress, egress],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def vanish_with_a_message_held(ingress: str, suspend, leader_driver_dir: str, clients: int = 1) -> None:
+    """``clients`` clients (each a process with its own driver) connect to the cluster at ``ingress``;
+    ``suspend()`` holds the log; each offers a message (held in the ingress image) and all are SIGKILLed at once;
+    returns once the leader's egress to each (a publication its driver shares with anyone who adds the same
+    channel) has lost it, so that the service's answers to the held messages meet clients that are gone."""
+    egresses = [f"aeron:udp?endpoint=localhost:{free_udp_port()}" for _ in range(clients)]
+    procs = [subprocess.Popen([sys.executable, "-c", _VANISHING_CLIENT, make_dir(), ingress, egress],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for egress in egresses]
     try:
-        assert client.stdout.readline().strip() == "connected", f"the client exited ({client.poll()})"
+        for client in procs:
+            assert client.stdout.readline().strip() == "connected", f"the client exited ({client.poll()})"
         suspend()
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        assert client.stdout.readline().strip() == "sent", f"the client exited ({client.poll()})"
+        for client in procs:
+            client.stdin.write("go\n")
+            client.stdin.flush()
+        for client in procs:
+            assert client.stdout.readline().strip() == "sent", f"the client exited ({client.poll()})"
     finally:
-        client.kill()
-        client.wait(timeout=30)
-        client.stdout.close()
-        client.stdin.close()
+        for client in procs:
+            client.kill()
+        for client in procs:
+            client.wait(timeout=30)
+            client.stdout.close()
+            client.stdin.close()
     with sulis.Client(dir=leader_driver_dir) as c:
-        probe = c.add_publication(egress, 102)
-        await_until(lambda: not probe.is_connected, 60, f"the leader's egress {egress} to lose the killed client")
-        probe.close()
+        for egress in egresses:
+            probe = c.add_publication(egress, 102)
+            await_until(lambda probe=probe: not probe.is_connected, 60,
+                        f"the leader's egress {egress} to lose the killed client")
+            probe.close()

@@ -959,9 +959,9 @@ class Cluster:
     def session_ids(self) -> list[int]:
         """The open sessions' ids."""
     def offer(self, session_id: int, payload: bytes) -> int:
-        """Sends ``payload`` to session ``session_id``'s client: the new position, or an ``OfferResult``:
-        BACK_PRESSURED or ADMIN_ACTION (offer again), NOT_CONNECTED (the client is gone), CLOSED,
-        MAX_POSITION_EXCEEDED. On a follower: 1 (nothing is sent)."""
+        """Sends ``payload`` to session ``session_id``'s client, never waiting: the new position, 1 when it waits
+        in the session's egress queue, or an ``OfferResult`` when it cannot go (NOT_CONNECTED: the client is gone or
+        its session is being closed; CLOSED, MAX_POSITION_EXCEEDED). On a follower: 1 (nothing is sent)."""
     def offer_batch(self, session_ids: Buffer, data: Buffer, offsets: Buffer) -> OfferBatchResult:
         """Sends message ``i`` (``data[offsets[i]:offsets[i + 1]]``) to session ``session_ids[i]``, in order,
         as ``offer`` each (int64 ids, int32 or int64 offsets one more; ``SessionMessages`` has them so): how many

@@ -412,6 +412,53 @@ def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(mak
             await_until(lambda n=n: len(n.journal_lines()) >= 3, 30, f"member {n.id}'s journal")
             assert n.journal_lines() == ["m0", "1", "m1"], n.id
 
+def test_a_client_that_stops_reading_or_vanishes_costs_only_itself_on_three_members(make_driver, tmp_path):
+    """Three members, the journal service answering each message with ``offer`` in Aeron's retry loop: three
+    clients vanish at once with a message each held in the log, and a client that never reads its egress sends
+    12 MB of requests. The leader's service never waits on them (their answers wait in the sessions'
+    egress queues), so the other client is answered throughout; the vanished sessions close once their
+    egresses took nothing for ``--egress-stall-timeout``, the reader's when its queue passes
+    ``--egress-queue-len`` (it reads why), and every member applies the same log."""
+    driver = make_driver()
+    with journal_cluster(tmp_path, driver.dir,
+                         extra=("--egress-queue-len", "256k", "--egress-stall-timeout", "3s")) as (nodes, c):
+        send(c, "m0")
+        leader = nodes[c.leader_member_id]
+
+        def suspend() -> None:
+            out = run_cli("cluster-tool", leader.cluster_dir, "suspend")
+            assert out.returncode == 0, out.stderr
+        vanish_with_a_message_held(ingress_endpoints(nodes), suspend, leader.driver_dir, clients=3)
+        out = run_cli("cluster-tool", leader.cluster_dir, "resume")
+        assert out.returncode == 0, out.stderr
+        started = time.monotonic()
+        send(c, "m1")
+        # A liveness bound, not a speed figure: a service waiting on each vanished client took 15 s.
+        assert time.monotonic() - started < 10, "answered behind the vanished clients' answers"
+        slow = ClusterClient(driver.dir, ingress_endpoints(nodes), f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                             message_timeout=30.0, exactly_once=False)
+        try:
+            for _ in range(12_000):  # 12 MB of answers: past its egress's window (8 MiB) and the 256 KiB queue
+                await_until(lambda: slow.offer(b"s" * 1000) > 0, 20, "the ingress to take the slow client's")
+            for i in range(2, 22):
+                send(c, f"m{i}")
+                slow.send_keep_alive()
+            with pytest.raises(ClusterSessionClosedError) as closed:
+                await_until(lambda: slow.poll_egress(lambda p, t: None, 100) < 0, 60, "the slow session's close")
+            assert "egress_queue_len" in closed.value.detail, closed.value.detail
+        finally:
+            slow.close()
+        send(c, "m22")
+        for n in nodes:
+            await_until(lambda n=n: n.journal_lines()[-1:] == ["m22"], 60, f"member {n.id}'s journal to end at m22",
+                        interval=0.2)
+        lines = nodes[0].journal_lines()
+        assert all(n.journal_lines() == lines for n in nodes[1:]), "every member applied the same log"
+        assert [x for x in lines if x.startswith("m")] == [f"m{i}" for i in range(23)]
+        # The slow client's requests up to its session's close (what it sent after was dropped, the session gone).
+        assert lines.count("1") == 3 and 0 < lines.count("s" * 1000) <= 12_000
+
+
 SNAPSHOT_JOURNAL = '''
 import json
 import os

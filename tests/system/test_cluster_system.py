@@ -606,6 +606,76 @@ def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(nod
         with connect(node_env) as b:
             assert add(b, 2) == 3, "the vanished client's 1, then this 2"
         assert node.error is None
+    if kind == "offer_batch":  # the vanished client's answer waited in its session's queue: every call went whole
+        assert service.codes and all(code is None for code in service.codes), service.codes
+
+
+class BatchedClosingEcho(Echo):
+    """Echo as a batched service: a batch's echoes go with one ``offer_batch`` in the documented loop, each call's
+    ``code`` kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list = []
+
+    def on_session_messages(self, cluster, messages):
+        import numpy as np
+
+        ids = np.frombuffer(messages.session_ids, np.int64)
+        offsets = np.frombuffer(messages.offsets, np.int32)
+        sent = 0
+        while sent < len(ids):
+            result = cluster.offer_batch(ids[sent:], messages.data, offsets[sent:])
+            sent += result
+            self.codes.append(result.code)
+            if result.code in OFFER_AGAIN:
+                cluster.idle()
+            elif result.code is not None:
+                sent += 1
+
+
+@pytest.mark.parametrize("kind", ["offer", "offer_batch"])
+def test_a_client_that_stops_reading_or_vanishes_costs_only_itself(node_env, kind):
+    """A service's ``offer`` never waits on one client's egress: what the egress cannot take waits in the
+    session's queue. Three clients vanish at once with a message each held in the log: a fourth client is
+    answered at once (before, the service spun 5 s on each vanished client in turn, 15 s), and the three
+    sessions are closed once their egresses took nothing for ``egress_stall_timeout``. A client that stops
+    reading its egress while alive (before: BACK_PRESSURED for as long as it lived, nothing applied for anyone)
+    is closed when its queue passes ``egress_queue_len``, and reads why after its backlog; every other
+    client is answered meanwhile. Batched, ``offer_batch`` says NOT_CONNECTED for the answers it could not
+    queue, and the documented loop skips them."""
+    driver, _, members, port, cluster_dir = node_env
+    service = Echo() if kind == "offer" else BatchedClosingEcho()
+    with ClusterNode(service, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                     egress_queue_len="256k", egress_stall_timeout="3s", session_timeout="60s") as node:
+        vanish_with_a_message_held(f"0=localhost:{port}", node.suspend, driver.dir, clients=3)
+        node.resume()
+        with connect(node_env) as fast:
+            started = time.monotonic()
+            offer(fast, b"ping")
+            assert receive(fast, 1) == [b"ping"]
+            # A liveness bound, not a speed figure: the service waiting on each vanished client took 15 s.
+            assert time.monotonic() - started < 10, "answered behind the vanished clients' answers"
+            await_until(lambda: len(service.closed) >= 3, 30, "the vanished clients' sessions to close")
+            assert sorted(service.closed[:3]) == [(1, CloseReason.SERVICE_ACTION), (2, CloseReason.SERVICE_ACTION),
+                                                  (3, CloseReason.SERVICE_ACTION)], service.closed
+            # A client alive that never reads its egress (not exactly once: its offers never read it either).
+            slow = ClusterClient(driver.dir, f"0=localhost:{port}",
+                                 f"aeron:udp?endpoint=localhost:{free_udp_port()}", exactly_once=False)
+            try:
+                for _ in range(12_000):  # 12 MB of answers: past its egress's window (8 MiB) and the 256 KiB queue
+                    offer(slow, b"s" * 1000)
+                for i in range(20):  # every one answered while the slow client lives, its session open or closed
+                    offer(fast, f"f{i}".encode())
+                    assert receive(fast, 1) == [f"f{i}".encode()]
+                    slow.send_keep_alive()
+                await_until(lambda: (5, CloseReason.SERVICE_ACTION) in service.closed, 30, "the slow session's close")
+                with pytest.raises(ClusterSessionClosedError) as closed:
+                    await_until(lambda: slow.poll_egress(lambda p, t: None, 100) < 0, 30, "the close's notice")
+                assert "egress_queue_len" in closed.value.detail, closed.value.detail
+            finally:
+                slow.close()
+        assert node.error is None
     if kind == "offer_batch":
         assert sulis.OfferResult.NOT_CONNECTED in service.codes, service.codes
 

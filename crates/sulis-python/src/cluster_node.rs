@@ -93,6 +93,8 @@ impl PyClusterNode {
             replay_stream_id: ctx.replay_stream_id,
             cluster_dir: Some(ctx.cluster_dir.clone()),
             log_fragment_limit: ctx.service_log_fragment_limit,
+            egress_queue_len: ctx.egress_queue_len as usize,
+            egress_stall_timeout: ctx.egress_stall_timeout,
             ..ServiceContext::default()
         };
         let batched = service.bind(py).hasattr("on_session_messages")?;

@@ -89,11 +89,13 @@ impl PyCluster {
         self.with(|c| c.session_ids())
     }
 
-    /// Sends `payload` to session `session_id`'s client: the egress's new
-    /// position, or an `OfferResult` as `Publication.offer` gives:
-    /// BACK_PRESSURED and ADMIN_ACTION (offer again), NOT_CONNECTED (the
-    /// client is gone), CLOSED, MAX_POSITION_EXCEEDED. On a follower nothing
-    /// is sent and the offer succeeds (1, Aeron's MOCKED_OFFER).
+    /// Sends `payload` to session `session_id`'s client, never waiting: the
+    /// egress's new position, or 1 when it waits in the session's egress
+    /// queue (sent in order as the egress takes it), or an `OfferResult`
+    /// when it cannot go: NOT_CONNECTED (the client is gone, or its session
+    /// is being closed because its egress fell too far behind), CLOSED,
+    /// MAX_POSITION_EXCEEDED. On a follower nothing is sent and the offer
+    /// succeeds (1, Aeron's MOCKED_OFFER).
     fn offer(&self, py: Python<'_>, session_id: i64, payload: &[u8]) -> PyResult<Py<PyAny>> {
         self.not_stopping("offer")?;
         let value = match self.with(|c| c.offer(session_id, payload))? {

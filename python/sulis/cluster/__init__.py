@@ -39,9 +39,10 @@ from .._native import (
 from .._native import ClusterClient as _NativeClusterClient
 from .._native import ClusterNode as _NativeClusterNode
 
-#: The results of ``Cluster.offer`` worth another try (the egress will take it soon); any other result ends a
+#: The results of an offer worth another try (the publication will take it soon); any other result ends a
 #: retry loop: ``while cluster.offer(session_id, payload) in OFFER_AGAIN: cluster.idle()``. NOT_CONNECTED (the
-#: client is gone), CLOSED and MAX_POSITION_EXCEEDED never pass by trying again.
+#: client is gone), CLOSED and MAX_POSITION_EXCEEDED never pass by trying again. A service's ``offer`` queues what
+#: its client's egress cannot take now, so it returns neither (see ``ClusteredService``); a client's does.
 OFFER_AGAIN = (BACK_PRESSURED, ADMIN_ACTION)
 
 __all__ = [
@@ -105,15 +106,20 @@ class ClusteredService:
     """The replicated state machine: subclass it and override what you need.
 
     Every callback gets ``cluster`` (a ``Cluster``, valid during the callback only): its ``time`` and
-    ``log_position`` are the entry's; ``offer(session_id, payload)`` answers a client and returns the egress's
-    new position, or an ``OfferResult``: BACK_PRESSURED and ADMIN_ACTION pass with another try, the others
-    (NOT_CONNECTED: the client is gone; CLOSED; MAX_POSITION_EXCEEDED) never do, so the loop
-    ``while cluster.offer(session_id, payload) in OFFER_AGAIN: cluster.idle()`` always ends (on a follower
-    nothing is sent and the offer returns 1). ``schedule_timer``/``cancel_timer``, ``close_session`` and
-    ``offer_to_cluster`` (a message into the log from the service itself). Once the node stops (closed, or its
-    consensus module ended), ``offer``, ``offer_batch``, ``offer_to_cluster`` and ``idle`` raise
-    ``ClusterError``, so a retry loop ends instead of holding the node open. An exception stops the service:
-    the node's ``error`` names the callback and the log position, and no later entry is given to it.
+    ``log_position`` are the entry's; ``offer(session_id, payload)`` answers a client and never waits: it
+    returns the egress's new position, or 1 when the answer waits in the session's egress queue (the client's
+    egress back-pressured or not yet connected; the container sends it, in order, as the egress takes it), or
+    an ``OfferResult`` when it cannot go (NOT_CONNECTED: the client is gone or its session is being closed;
+    CLOSED; MAX_POSITION_EXCEEDED). So one slow or vanished client never holds the log for the others: a
+    session whose queue passes ``egress_queue_len`` bytes, or whose egress takes nothing for
+    ``egress_stall_timeout``, is closed and its client told why. The loop
+    ``while cluster.offer(session_id, payload) in OFFER_AGAIN: cluster.idle()`` written for Aeron's back
+    pressure still reads right and always ends (on a follower nothing is sent and the offer returns 1).
+    ``schedule_timer``/``cancel_timer``, ``close_session`` and ``offer_to_cluster`` (a message into the log
+    from the service itself). Once the node stops (closed, or its consensus module ended), ``offer``,
+    ``offer_batch``, ``offer_to_cluster`` and ``idle`` raise ``ClusterError``, so a retry loop ends instead
+    of holding the node open. An exception stops the service: the node's ``error`` names the callback and
+    the log position, and no later entry is given to it.
 
     Answers are at most once across a leader change: an answer the old leader had not sent when it failed is
     not sent again by the new one (its service applied the entry when it was committed, before the change).

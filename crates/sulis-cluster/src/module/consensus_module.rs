@@ -39,6 +39,7 @@ use sulis_client::{
     Publication, Subscription,
 };
 use sulis_protocol::cluster::mark_file::{component_type, DEFAULT_ERROR_BUFFER_LENGTH, MARK_FILE};
+use sulis_protocol::cluster::messages::close_session_detail;
 use sulis_protocol::cluster::messages::{
     cluster_action, role, time_unit, CancelTimer, ChallengeResponse, CloseSession,
     ClusterActionRequest, ClusterMembersQuery, JoinLog, ScheduleTimer, ServiceAck,
@@ -182,6 +183,12 @@ pub struct ConsensusModuleContext {
     /// ... and once this long passed since it with log appended since (zero:
     /// never by time).
     pub snapshot_interval: Duration,
+    /// The most bytes of answers a session's queue in the service container
+    /// holds while its egress cannot take them (then the session is closed).
+    pub egress_queue_len: u64,
+    /// A session whose egress took none of its waiting answers for this
+    /// long is closed.
+    pub egress_stall_timeout: Duration,
     /// Where each option's value came from.
     pub sources: Sources,
 }
@@ -230,6 +237,10 @@ impl Default for ConsensusModuleContext {
             seed_from_snapshot: false,
             snapshot_log_len: SNAPSHOT_LOG_LEN_DEFAULT,
             snapshot_interval: SNAPSHOT_INTERVAL_DEFAULT,
+            egress_queue_len: crate::service::clustered_service_agent::EGRESS_QUEUE_LEN_DEFAULT
+                as u64,
+            egress_stall_timeout:
+                crate::service::clustered_service_agent::EGRESS_STALL_TIMEOUT_DEFAULT,
             sources: Sources::default(),
         }
     }
@@ -309,6 +320,8 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(check_determinism, "SULIS_CLUSTER_CHECK_DETERMINISM", "bool", "A Python service that reads the wall clock (time.time, datetime.now, ...) or unseeded randomness (random, os.urandom, uuid4) in a callback stops, naming the call and the log position; a development check costing a Python call per entry.", sulis_protocol::values::parse_bool, show),
     sulis_protocol::option!(snapshot_log_len, "SULIS_CLUSTER_SNAPSHOT_LOG_LEN", "bytes", "The leader takes a snapshot (every member's services and module, at one log position) once this much log was appended since the latest one, so a restarted member replays at most this much before it rejoins (etcd's snapshot-count, by size); 0: never by size. A service without on_take_snapshot is never snapshotted; a failed snapshot is tried again after 1 minute, then 2, up to an hour.", size64, show_size64),
     sulis_protocol::option!(snapshot_interval, "SULIS_CLUSTER_SNAPSHOT_INTERVAL", "duration", "The leader also takes a snapshot once this long passed since the latest one (or since it led) with log appended since; 0: never by time.", duration, show_duration),
+    sulis_protocol::option!(egress_queue_len, "SULIS_CLUSTER_EGRESS_QUEUE_LEN", "bytes", "A service's answers its client's egress cannot take now (back-pressured, or not connected) wait in the session's queue in the service container, so offer never waits for one client; past this many bytes waiting the session is closed and its client told why.", size64, show_size64),
+    sulis_protocol::option!(egress_stall_timeout, "SULIS_CLUSTER_EGRESS_STALL_TIMEOUT", "duration", "A session whose egress took none of its waiting answers for this long (a client that does not read, or is gone) is closed and its client told why.", duration, show_duration),
     sulis_protocol::option!(seed_from_snapshot, "SULIS_CLUSTER_SEED_FROM_SNAPSHOT", "bool", "A member starting with no recording log copies the latest snapshot another member holds, and that member's log up to it, from its archive before it joins (how a lost member is replaced after a log purge); with no snapshot anywhere it starts empty, and with no member answering within message_timeout it fails.", sulis_protocol::values::parse_bool, show),
 ];
 
@@ -1738,6 +1751,13 @@ impl ConsensusModule {
                         // the session is marked closing and its close is
                         // logged once the module is active again.
                         let active = self.agent.state == ModuleState::Active;
+                        // The container closing a session its egress could
+                        // not serve says why; its client is told so.
+                        if let Some(detail) = close_session_detail(&m) {
+                            self.agent
+                                .sessions
+                                .set_close_detail(c.cluster_session_id, detail);
+                        }
                         self.agent.sessions.on_service_close_session(
                             &mut self.io,
                             c.cluster_session_id,

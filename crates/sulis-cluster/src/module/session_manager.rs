@@ -620,6 +620,14 @@ impl SessionManager {
         self.append_close(host, id, term, now_ns, cluster_time, false);
     }
 
+    /// What session `id`'s client is told with its CLOSED instead of the
+    /// close reason's name (an open session only).
+    pub fn set_close_detail(&mut self, id: i64, detail: String) {
+        if let Some(s) = self.sessions.get_mut(&id).filter(|s| s.is_open()) {
+            s.close_detail = Some(detail);
+        }
+    }
+
     /// A service closed session `id`: the leader logs it (SERVICE_ACTION)
     /// and tells the client; a follower marks it closing (the leader's
     /// close comes through the log).

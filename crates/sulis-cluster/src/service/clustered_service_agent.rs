@@ -7,9 +7,19 @@
 //! on the control stream; what it sends a client goes out on the session's
 //! egress, from the leader only (a follower's offers are accepted and
 //! dropped, as Aeron's are, so every member's service runs alike).
+//!
+//! An answer the egress cannot take now (back pressure, a client not
+//! connected) waits in the session's [`EgressQueue`] and the offer returns
+//! at once: one slow or vanished client never holds the log for the
+//! others (Aeron's service spins on it). The container sends what waits as
+//! the egress takes it, and closes a session whose queue outgrows
+//! [`ServiceContext::egress_queue_len`] or that took nothing for
+//! [`ServiceContext::egress_stall_timeout`], telling the client why; the
+//! close goes through the log, so every member's service sees it alike.
 
 use crate::client::session_messages::SessionMessages;
 use crate::service::cluster_mark_file::{ClusterMarkFile, MarkFields};
+use crate::service::egress_queue::EgressQueue;
 use crate::service::log_adapter::{self, LogEntry};
 use crate::service::recovery_state::RecoveryState;
 use crate::service::snapshot_taker::{load_snapshot, SnapshotTaker};
@@ -25,9 +35,9 @@ use sulis_client::{
 use sulis_concurrent::cnc::epoch_ms;
 use sulis_protocol::cluster::mark_file::{component_type, service_file_name};
 use sulis_protocol::cluster::messages::{
-    cluster_action, role, snapshot_mark, time_unit, CancelTimer, ClientSession, CloseSession,
-    JoinLog, ScheduleTimer, ServiceAck, ServiceTerminationPosition, SessionMessageHeader,
-    SnapshotMarker, NULL_VALUE,
+    close_session_with_detail, cluster_action, role, snapshot_mark, time_unit, CancelTimer,
+    ClientSession, CloseSession, JoinLog, ScheduleTimer, ServiceAck, ServiceTerminationPosition,
+    SessionMessageHeader, SnapshotMarker, NULL_VALUE,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -231,7 +241,20 @@ pub struct ServiceContext {
     /// Log fragments taken per duty cycle (Aeron's `logFragmentLimit`): the
     /// most session messages one `on_session_messages` call gets.
     pub log_fragment_limit: usize,
+    /// The most bytes of answers a session's queue holds while its egress
+    /// cannot take them; past it the session is closed.
+    pub egress_queue_len: usize,
+    /// A session whose egress took none of its queued answers for this long
+    /// (back-pressured: a client that does not read; not connected: a client
+    /// gone) is closed.
+    pub egress_stall_timeout: Duration,
 }
+
+/// [`ServiceContext::egress_queue_len`]'s default.
+pub const EGRESS_QUEUE_LEN_DEFAULT: usize = 8 << 20;
+/// [`ServiceContext::egress_stall_timeout`]'s default: Aeron's publication
+/// connection timeout.
+pub const EGRESS_STALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
 impl Default for ServiceContext {
     fn default() -> Self {
@@ -246,6 +269,8 @@ impl Default for ServiceContext {
             replay_stream_id: 103,
             cluster_dir: None,
             log_fragment_limit: 50,
+            egress_queue_len: EGRESS_QUEUE_LEN_DEFAULT,
+            egress_stall_timeout: EGRESS_STALL_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -254,9 +279,13 @@ struct ServiceSession {
     response_channel: String,
     response_stream_id: i32,
     egress: Option<Publication>,
-    /// Since when offers on `egress` have met NOT_CONNECTED without a break
-    /// (`None`: the last one went, or none was made on this egress yet).
-    not_connected_since: Option<Instant>,
+    /// Answers the egress has not taken yet (the leader's only).
+    queue: EgressQueue,
+    /// Since when the queue has waited with nothing taken (None while empty).
+    stalled_since: Option<Instant>,
+    /// Its close was asked for (its queue overflowed or stalled): what the
+    /// service offers it now is dropped.
+    closing: bool,
 }
 
 impl ServiceSession {
@@ -265,22 +294,45 @@ impl ServiceSession {
             response_channel,
             response_stream_id,
             egress,
-            not_connected_since: None,
+            queue: EgressQueue::default(),
+            stalled_since: None,
+            closing: false,
         }
     }
 
     fn set_egress(&mut self, egress: Option<Publication>) {
         self.egress = egress;
-        self.not_connected_since = None;
+        self.queue.clear();
+        self.stalled_since = None;
+    }
+
+    /// Sends what waits, oldest first, as far as the egress takes it; true
+    /// if any went.
+    fn drain(&mut self) -> bool {
+        let Some(egress) = &self.egress else {
+            return false;
+        };
+        let mut went = false;
+        while let Some(message) = self.queue.front() {
+            if egress.offer(message).is_err() {
+                break;
+            }
+            self.queue.pop_front();
+            went = true;
+        }
+        if self.queue.is_empty() {
+            self.stalled_since = None;
+        } else if went {
+            self.stalled_since = Some(Instant::now());
+        }
+        went
     }
 }
 
-/// How long an egress may answer NOT_CONNECTED without a break before an
-/// offer reports it: until then it reports BACK_PRESSURED (offer again), as
-/// a new egress (a session opened, a member become leader) is still being
-/// connected and a connected one may miss its client's status messages for
-/// a moment. Aeron's publication connection timeout, 5 s.
-pub const EGRESS_CONNECT_GRACE: Duration = Duration::from_secs(5);
+/// What an offer returns when its message waits in the session's queue:
+/// accepted (positive, as every offer that succeeds), to be sent as the
+/// egress takes it.
+pub const QUEUED_OFFER: i64 = 1;
 
 /// An offer on a follower: accepted and dropped, as Aeron's `MOCKED_OFFER`.
 pub const MOCKED_OFFER: i64 = 1;
@@ -304,6 +356,10 @@ struct State {
     snapshotting: bool,
     /// An egress message being made (header and payload): one buffer for every offer.
     egress_message: Vec<u8>,
+    /// The most bytes a session's queue holds (the context's).
+    egress_queue_len: usize,
+    /// Sessions with answers waiting.
+    queued_sessions: usize,
 }
 
 /// Why an offer did not go.
@@ -311,12 +367,111 @@ struct State {
 pub enum ServiceOfferError {
     /// No such open session.
     UnknownSession,
-    /// The session's egress refused it: BackPressured and AdminAction pass
-    /// (offer again); NotConnected (offers met it without a break for
-    /// [`EGRESS_CONNECT_GRACE`]: the client went), Closed and MaxPositionExceeded do
-    /// not, so a retry loop that offers again only on the first two always
-    /// ends.
+    /// The answer cannot go, and no retry would get it through:
+    /// NotConnected (the egress could not be added, or the session is being
+    /// closed because its egress could not take its answers), Closed,
+    /// MaxPositionExceeded, or a message longer than the egress takes. Back
+    /// pressure never reaches the service: what the egress cannot take now
+    /// waits in the session's queue.
     Egress(OfferError),
+}
+
+impl State {
+    /// Asks the module to close session `id`, whose egress cannot take its
+    /// answers, telling its client `detail`; its queue is dropped and what
+    /// the service offers it from now on too. False if the control stream
+    /// took nothing (asked again at the next duty cycle's check).
+    fn close_for_egress(&mut self, id: i64, detail: &str) -> bool {
+        let message = close_session_with_detail(id, detail);
+        if !send_to_module(&mut self.to_module, self.snapshotting, &message) {
+            return false;
+        }
+        if let Some(s) = self.sessions.get_mut(&id) {
+            if !s.queue.is_empty() {
+                self.queued_sessions -= 1;
+            }
+            s.queue.clear();
+            s.stalled_since = None;
+            s.closing = true;
+        }
+        eprintln!("sulis cluster: closing session {id}: {detail}");
+        true
+    }
+
+    /// Leader: sends what the sessions' queues hold as their egresses take
+    /// it, and closes a session whose egress took nothing for `stall`.
+    fn drain_egress(&mut self, stall: Duration) -> usize {
+        if self.queued_sessions == 0 {
+            return 0;
+        }
+        let mut work = 0;
+        let mut stalled = Vec::new();
+        for (&id, s) in self.sessions.iter_mut() {
+            if s.queue.is_empty() {
+                continue;
+            }
+            if s.drain() {
+                work += 1;
+                if s.queue.is_empty() {
+                    self.queued_sessions -= 1;
+                }
+            } else if s.stalled_since.is_some_and(|t| t.elapsed() >= stall) {
+                let connected = s.egress.as_ref().is_some_and(|e| e.is_connected());
+                stalled.push((
+                    id,
+                    format!(
+                        "the session's egress ({} stream {}) {} for {:?} with {} answers ({} bytes) waiting (egress_stall_timeout)",
+                        s.response_channel,
+                        s.response_stream_id,
+                        if connected {
+                            "took nothing (back-pressured: the client does not read it)"
+                        } else {
+                            "was not connected (the client is gone)"
+                        },
+                        stall,
+                        s.queue.len(),
+                        s.queue.bytes()
+                    ),
+                ));
+            }
+        }
+        for (id, detail) in stalled {
+            if self.close_for_egress(id, &detail) {
+                work += 1;
+            }
+        }
+        work
+    }
+
+    /// No longer the leader: what waits is dropped (answers are at most once
+    /// across a leader change; the next leader's service answers anew).
+    fn drop_egress_queues(&mut self) {
+        for s in self.sessions.values_mut() {
+            s.queue.clear();
+            s.stalled_since = None;
+        }
+        self.queued_sessions = 0;
+    }
+}
+
+/// Offers `message` to the module on `to_module`, a few tries (IPC to the
+/// local module: back pressure is brief); false while a snapshot is written
+/// (no replay would ask again) or when it took nothing.
+fn send_to_module(
+    to_module: &mut ExclusivePublication,
+    snapshotting: bool,
+    message: &[u8],
+) -> bool {
+    if snapshotting {
+        return false;
+    }
+    for _ in 0..1000 {
+        if to_module.offer(message).is_ok() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
 }
 
 /// What a service may do, during a callback.
@@ -347,9 +502,14 @@ impl Cluster<'_> {
     }
 
     /// Sends `payload` to session `session_id`'s client (behind a session
-    /// header carrying the entry's time): the egress's new position, or why
-    /// not, with Aeron's codes. On a follower nothing is sent and the offer
-    /// succeeds ([`MOCKED_OFFER`]), as on Aeron's followers.
+    /// header carrying the entry's time): the egress's new position, or
+    /// [`QUEUED_OFFER`] when it waits in the session's queue (the egress
+    /// back-pressured or not connected; sent in order as it takes it), or
+    /// why it cannot go at all. It never waits and never asks to be offered
+    /// again. A queue past [`ServiceContext::egress_queue_len`] closes the
+    /// session (its client told why) and the answer is dropped
+    /// (NotConnected). On a follower nothing is sent and the offer succeeds
+    /// ([`MOCKED_OFFER`]), as on Aeron's followers.
     pub fn offer(&mut self, session_id: i64, payload: &[u8]) -> Result<i64, ServiceOfferError> {
         let s = &mut *self.state;
         let Some(session) = s.sessions.get_mut(&session_id) else {
@@ -357,6 +517,9 @@ impl Cluster<'_> {
         };
         if s.role != role::LEADER {
             return Ok(MOCKED_OFFER);
+        }
+        if session.closing {
+            return Err(ServiceOfferError::Egress(OfferError::NotConnected));
         }
         let Some(egress) = &session.egress else {
             // The egress could not be added: it never will be.
@@ -371,26 +534,37 @@ impl Cluster<'_> {
         }
         .encode_into(message);
         message.extend_from_slice(payload);
-        match egress.offer(message) {
-            Ok(position) => {
-                session.not_connected_since = None;
-                Ok(position)
-            }
-            Err(OfferError::NotConnected) => {
-                let since = *session.not_connected_since.get_or_insert_with(Instant::now);
-                Err(ServiceOfferError::Egress(
-                    if since.elapsed() < EGRESS_CONNECT_GRACE {
-                        OfferError::BackPressured
-                    } else {
-                        OfferError::NotConnected
-                    },
-                ))
-            }
-            Err(e) => {
-                session.not_connected_since = None;
-                Err(ServiceOfferError::Egress(e))
+        if session.queue.is_empty() {
+            match egress.offer(message) {
+                Ok(position) => return Ok(position),
+                Err(
+                    OfferError::BackPressured | OfferError::AdminAction | OfferError::NotConnected,
+                ) => {}
+                Err(e) => return Err(ServiceOfferError::Egress(e)),
             }
         }
+        if session.queue.bytes() + message.len() > s.egress_queue_len {
+            let detail = format!(
+                "the session's egress ({} stream {}) fell {} bytes of answers behind (egress_queue_len {}): a client that reads its egress too slowly, or not at all",
+                session.response_channel,
+                session.response_stream_id,
+                session.queue.bytes() + message.len(),
+                s.egress_queue_len
+            );
+            return Err(ServiceOfferError::Egress(
+                if s.close_for_egress(session_id, &detail) {
+                    OfferError::NotConnected
+                } else {
+                    OfferError::BackPressured
+                },
+            ));
+        }
+        if session.queue.is_empty() {
+            s.queued_sessions += 1;
+            session.stalled_since = Some(Instant::now());
+        }
+        session.queue.push(message);
+        Ok(QUEUED_OFFER)
     }
 
     /// Schedules (or moves) timer `correlation_id` for cluster time `deadline`.
@@ -461,18 +635,8 @@ impl Cluster<'_> {
     }
 
     fn send_to_module(&mut self, message: &[u8]) -> bool {
-        if self.state.snapshotting {
-            return false;
-        }
-        // The control stream is IPC to the local module: back-pressure is
-        // brief; a few retries keep the service's calls simple.
-        for _ in 0..1000 {
-            if self.state.to_module.offer(message).is_ok() {
-                return true;
-            }
-            std::thread::yield_now();
-        }
-        false
+        let state = &mut *self.state;
+        send_to_module(&mut state.to_module, state.snapshotting, message)
     }
 }
 
@@ -566,6 +730,8 @@ impl ClusteredServiceAgent {
                 app_version: 0,
                 snapshotting: false,
                 egress_message: Vec::new(),
+                egress_queue_len: ctx.egress_queue_len,
+                queued_sessions: 0,
             },
             ctx,
             service,
@@ -714,6 +880,9 @@ impl ClusteredServiceAgent {
                 self.log_messages = messages;
             }
         }
+        if self.state.role == role::LEADER {
+            work += self.state.drain_egress(self.ctx.egress_stall_timeout);
+        }
         if let Some(end) = self.termination_position {
             if self.state.log_position >= end && !self.terminated {
                 // Everything up to where the member stops is applied: say so, and stop.
@@ -815,6 +984,9 @@ impl ClusteredServiceAgent {
             self.service.on_start(&mut cluster, loaded.as_deref());
         }
         if was != join.role {
+            if was == role::LEADER {
+                cluster.state.drop_egress_queues();
+            }
             if join.role == role::LEADER {
                 for s in cluster.state.sessions.values_mut() {
                     let egress = cluster
@@ -889,6 +1061,9 @@ impl ClusteredServiceAgent {
             LogEntry::SessionClose(c) => {
                 state.time = c.timestamp;
                 if let Some(s) = state.sessions.remove(&c.cluster_session_id) {
+                    if !s.queue.is_empty() {
+                        state.queued_sessions -= 1;
+                    }
                     if let Some(p) = s.egress {
                         p.close_without_waiting();
                     }

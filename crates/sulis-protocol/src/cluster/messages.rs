@@ -509,6 +509,31 @@ crate::sbe_messages! {
     } var {}
 }
 
+/// A CloseSession that says why (sulis's, from a service container closing
+/// a session whose egress could not take its answers): Aeron's block, then
+/// the reason as an ASCII var field, which Aeron's decoder, reading the
+/// block only, passes over. Non-ASCII is replaced by `?`.
+pub fn close_session_with_detail(cluster_session_id: i64, detail: &str) -> Vec<u8> {
+    let mut m = CloseSession { cluster_session_id }.encode();
+    let text: Vec<u8> = detail
+        .bytes()
+        .map(|b| if b.is_ascii() { b } else { b'?' })
+        .collect();
+    m.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    m.extend_from_slice(&text);
+    m
+}
+
+/// The reason a CloseSession carries after its block, if any
+/// ([`close_session_with_detail`]); None for Aeron's.
+pub fn close_session_detail(m: &[u8]) -> Option<String> {
+    let rest = m.get(8 + 8..)?;
+    let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let text = rest.get(4..4 + len)?;
+    text.is_ascii()
+        .then(|| String::from_utf8(text.to_vec()).expect("ASCII"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,5 +657,20 @@ mod tests {
             .unwrap_err()
             .message
             .contains("template id 53"));
+    }
+
+    #[test]
+    fn a_close_session_carries_its_reason_after_aerons_block() {
+        let m = close_session_with_detail(7, "egress queue full");
+        assert_eq!(CloseSession::decode(&m).unwrap().cluster_session_id, 7);
+        assert_eq!(
+            close_session_detail(&m).as_deref(),
+            Some("egress queue full")
+        );
+        let aeron = CloseSession {
+            cluster_session_id: 7,
+        }
+        .encode();
+        assert_eq!(close_session_detail(&aeron), None);
     }
 }
