@@ -247,6 +247,26 @@ def test_a_batched_service_gets_the_logs_messages_in_batches_in_log_order_and_an
     assert max(again.calls) > 1, again.calls
 
 
+def test_a_batched_service_takes_up_to_a_thousand_messages_a_call_unless_told_otherwise(node_env):
+    """``service_log_fragment_limit`` unset: a batched service gets up to 1,000 messages a call (seen on a
+    restart's replay, the log all there), where Aeron's 50 held it to 50; set, the option rules."""
+    driver, _, members, _, cluster_dir = node_env
+    with ClusterNode(BatchedEcho(), cluster_dir, driver.dir, cluster_members=members,
+                     log_term_length="64k"), connect(node_env) as a:
+        for i in range(600):
+            offer(a, f"m{i}".encode())
+        assert len(receive(a, 600)) == 600
+    again = BatchedEcho()
+    with ClusterNode(again, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k"):
+        await_until(lambda: sum(again.calls) >= 600, 20, "the log replayed")
+    assert max(again.calls) > 50, again.calls
+    told = BatchedEcho()
+    with ClusterNode(told, cluster_dir, driver.dir, cluster_members=members, log_term_length="64k",
+                     service_log_fragment_limit=50):
+        await_until(lambda: sum(told.calls) >= 600, 20, "the log replayed")
+    assert max(told.calls) <= 50, told.calls
+
+
 def test_a_batched_client_pipelines_through_its_window_and_reads_the_echoes_in_batches(node_env):
     """``ClusterClient.offer_batch`` and ``poll_egress_batch`` against a batched service: 20,000 numbered messages
     handed over 5,000 at a time through an exactly-once window of 256 uncommitted (a batch goes as far as the
