@@ -4,6 +4,19 @@ Python call per message (``Echo``) or per batch of the log's messages (``Batched
 from sulis.cluster import OFFER_AGAIN, ClusteredService
 
 
+def answer(cluster, ids, data, offsets) -> None:
+    """Sends answer ``i`` (``data[offsets[i]:offsets[i + 1]]``) to session ``ids[i]`` with ``offer_batch``, in the
+    documented loop: idle on a code in OFFER_AGAIN, skip an answer on any other (its client is gone)."""
+    sent = 0
+    while sent < len(ids):
+        result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
+        sent += result
+        if result.code in OFFER_AGAIN:
+            cluster.idle()
+        elif result.code is not None:
+            sent += 1
+
+
 class Echo(ClusteredService):
     """Answers every client message with itself."""
 
@@ -28,14 +41,7 @@ class BatchedEcho(ClusteredService):
             offsets = np.concatenate(([0], np.cumsum(np.diff(offsets)[keep]))).astype(np.int32)
         else:
             data = messages.data
-        sent = 0
-        while sent < len(ids):
-            result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
-            sent += result
-            if result.code in OFFER_AGAIN:
-                cluster.idle()
-            elif result.code is not None:
-                sent += 1  # that client is gone: its answer cannot go, the others' can
+        answer(cluster, ids, data, offsets)
 
 
 class Ledger(ClusteredService):
@@ -79,11 +85,4 @@ class Ledger(ClusteredService):
         np.add.at(self.balances, dst, amount)
         data = self.balances[src].tobytes()  # each sender's balance after the batch
         ends = np.arange(0, 8 * len(ids) + 1, 8, dtype=np.int32)
-        sent = 0
-        while sent < len(ids):
-            result = cluster.offer_batch(ids[sent:], data, ends[sent:])
-            sent += result
-            if result.code in OFFER_AGAIN:
-                cluster.idle()
-            elif result.code is not None:
-                sent += 1
+        answer(cluster, ids, data, ends)

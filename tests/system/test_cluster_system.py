@@ -140,6 +140,20 @@ def test_an_exception_in_the_service_stops_it_naming_the_callback_and_the_log_po
         assert service.messages == 2, "no entry is given to a service past its failure"
 
 
+def offer_all(cluster, ids, data, offsets, codes: list) -> None:
+    """Sends a batch's answers with ``offer_batch`` in the documented loop (idle on a code in OFFER_AGAIN, skip the
+    message on any other: its client is gone), each call's ``code`` appended to ``codes``."""
+    sent = 0
+    while sent < len(ids):
+        result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
+        sent += result
+        codes.append(result.code)
+        if result.code in OFFER_AGAIN:
+            cluster.idle()
+        elif result.code is not None:
+            sent += 1
+
+
 class BatchedEcho(ClusteredService):
     """A batched service (``on_session_messages``): echoes each batch with one ``offer_batch``; ``timer:N`` fires
     timer N now; ``check`` tries two bad batches. Keeps what it was given in order: ("open", position, session),
@@ -184,15 +198,7 @@ class BatchedEcho(ClusteredService):
                     self.refused.append(str(e))
         # Offsets as int32 (Arrow's binary) or int64 (large_binary, numpy's default), a batch each in turn.
         column = offsets if len(self.calls) % 2 else offsets.astype(np.int64)
-        sent = 0
-        while sent < len(messages):  # what a batch refused is offered again, from there (the documented loop)
-            result = cluster.offer_batch(ids[sent:], messages.data, column[sent:])
-            sent += result
-            self.codes.append(result.code)
-            if result.code in OFFER_AGAIN:
-                cluster.idle()
-            elif result.code is not None:
-                sent += 1  # that client is gone: its answer cannot go, the others' can
+        offer_all(cluster, ids, messages.data, column, self.codes)
 
     def on_timer_event(self, cluster, correlation_id, timestamp):
         self.seen.append(("t", cluster.log_position, correlation_id))
@@ -600,15 +606,7 @@ class BatchedTally(Tally):
         ids = np.frombuffer(messages.session_ids, np.int64)
         data = b"".join(answers)
         offsets = np.concatenate(([0], np.cumsum([len(a) for a in answers]))).astype(np.int32)
-        sent = 0
-        while sent < len(ids):
-            result = cluster.offer_batch(ids[sent:], data, offsets[sent:])
-            sent += result
-            self.codes.append(result.code)
-            if result.code in OFFER_AGAIN:
-                cluster.idle()
-            elif result.code is not None:
-                sent += 1
+        offer_all(cluster, ids, data, offsets, self.codes)
 
 
 @pytest.mark.parametrize("kind", ["offer", "offer_batch"])
@@ -643,15 +641,7 @@ class BatchedClosingEcho(Echo):
 
         ids = np.frombuffer(messages.session_ids, np.int64)
         offsets = np.frombuffer(messages.offsets, np.int32)
-        sent = 0
-        while sent < len(ids):
-            result = cluster.offer_batch(ids[sent:], messages.data, offsets[sent:])
-            sent += result
-            self.codes.append(result.code)
-            if result.code in OFFER_AGAIN:
-                cluster.idle()
-            elif result.code is not None:
-                sent += 1
+        offer_all(cluster, ids, messages.data, offsets, self.codes)
 
 
 @pytest.mark.parametrize("kind", ["offer", "offer_batch"])
