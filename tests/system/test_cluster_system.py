@@ -667,9 +667,9 @@ def test_a_client_that_stops_reading_or_vanishes_costs_only_itself(node_env, kin
             # A liveness bound, not a speed figure: the service waiting on each vanished client took 15 s.
             assert time.monotonic() - started < 10, "answered behind the vanished clients' answers"
             print(f"answered {1000 * (time.monotonic() - started):.1f} ms after three clients vanished")
-            await_until(lambda: len(service.closed) >= 3, 30, "the vanished clients' sessions to close")
-            assert sorted(service.closed[:3]) == [(1, CloseReason.SERVICE_ACTION), (2, CloseReason.SERVICE_ACTION),
-                                                  (3, CloseReason.SERVICE_ACTION)], service.closed
+            # Closed by the container (SERVICE_ACTION), not by the session timeout (60 s here).
+            await_until(lambda: sum(r == CloseReason.SERVICE_ACTION for _, r in service.closed) >= 3, 30,
+                        "the vanished clients' sessions to close")
             # A client alive that never reads its egress (not exactly once: its offers never read it either).
             slow = ClusterClient(driver.dir, f"0=localhost:{port}",
                                  f"aeron:udp?endpoint=localhost:{free_udp_port()}", exactly_once=False)
@@ -684,7 +684,8 @@ def test_a_client_that_stops_reading_or_vanishes_costs_only_itself(node_env, kin
                     waits.append(time.monotonic() - started)
                     slow.send_keep_alive()
                 print(f"answered beside a client that does not read: longest {1000 * max(waits):.1f} ms")
-                await_until(lambda: (5, CloseReason.SERVICE_ACTION) in service.closed, 30, "the slow session's close")
+                await_until(lambda: (slow.cluster_session_id, CloseReason.SERVICE_ACTION) in service.closed, 30,
+                            "the slow session's close")
                 with pytest.raises(ClusterSessionClosedError) as closed:
                     await_until(lambda: slow.poll_egress(lambda p, t: None, 100) < 0, 30, "the close's notice")
                 assert "egress_queue_len" in closed.value.detail, closed.value.detail

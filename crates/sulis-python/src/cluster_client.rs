@@ -251,10 +251,15 @@ impl PyClusterClient {
                 | OfferError::Client(_)),
             ) if n == 0 => Err(crate::errors::offer_err(e)),
             None => crate::offer_result::batch_to_py(py, n, None),
-            Some(e) => {
-                let code = offer_code(e).ok();
-                crate::offer_result::batch_to_py(py, n, code)
-            }
+            Some(e) => match offer_code(e) {
+                Ok(code) => crate::offer_result::batch_to_py(py, n, Some(code)),
+                // No code says it (too long, the client failed): raised now,
+                // how many went before it on the exception.
+                Err(err) => {
+                    let _ = err.value(py).setattr("sent", n);
+                    Err(err)
+                }
+            },
         }
     }
 

@@ -79,7 +79,14 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OfferResult", &class)?;
     let _ = BY_CODE.set(py, members);
     let code = std::ffi::CString::new(BATCH_RESULT_CODE).expect("no NUL");
-    let module = PyModule::from_code(py, &code, c"sulis_offer_batch_result.py", c"sulis._native")?;
+    // A module of its own: run in `sulis._native` (already in sys.modules
+    // while it initialises), the code would rewrite that module's __file__.
+    let module = PyModule::from_code(
+        py,
+        &code,
+        c"sulis_offer_batch_result.py",
+        c"sulis._offer_batch_result",
+    )?;
     let batch = module.getattr("OfferBatchResult")?;
     batch.setattr("__module__", "sulis._native")?;
     m.add("OfferBatchResult", &batch)?;

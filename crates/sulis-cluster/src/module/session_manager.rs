@@ -856,11 +856,11 @@ impl SessionManager {
             // which may cover all the client still keeps.
             s.messages_acked = 0;
             s.numbered = false;
+            // Whether its client numbers its messages is not in the log: a
+            // close is told the final count either way (an OK Aeron's client
+            // passes to its listener, and ignores).
+            s.count_at_close = true;
             if is_startup {
-                // Whether its client numbers its messages is not in the log:
-                // it is told its final count with the CLOSED either way (an
-                // OK Aeron's client passes to its listener, and ignores).
-                s.count_at_close = true;
                 s.closing(close_reason::TIMEOUT);
             } else {
                 s.has_new_leader_event_pending = true;

@@ -283,9 +283,22 @@ struct ServiceSession {
     queue: EgressQueue,
     /// Since when the queue has waited with nothing taken (None while empty).
     stalled_since: Option<Instant>,
-    /// Its close was asked for (its queue overflowed or stalled): what the
-    /// service offers it now is dropped.
+    /// Its close was asked for (its queue overflowed or stalled, or its
+    /// egress failed): what the service offers it now is dropped.
     closing: bool,
+    /// The close still to be asked of the module, and why (the control
+    /// stream took nothing when it was first asked).
+    close_pending: Option<String>,
+}
+
+/// What a drain of a session's queue came to.
+enum Drained {
+    /// Something went.
+    Went,
+    /// Nothing went; the egress may take it later.
+    Nothing,
+    /// The egress failed for good (closed, at its end): the session cannot be served.
+    Failed(OfferError),
 }
 
 impl ServiceSession {
@@ -297,25 +310,34 @@ impl ServiceSession {
             queue: EgressQueue::default(),
             stalled_since: None,
             closing: false,
+            close_pending: None,
         }
     }
 
+    /// A new egress (this member leads): nothing waits on it yet, and a close
+    /// asked as an earlier leader is the module's to finish (it logs the
+    /// closes still due when it leads), so the session is served again.
     fn set_egress(&mut self, egress: Option<Publication>) {
         self.egress = egress;
         self.queue.clear();
         self.stalled_since = None;
+        self.closing = false;
+        self.close_pending = None;
     }
 
-    /// Sends what waits, oldest first, as far as the egress takes it; true
-    /// if any went.
-    fn drain(&mut self) -> bool {
+    /// Sends what waits, oldest first, as far as the egress takes it.
+    fn drain(&mut self) -> Drained {
         let Some(egress) = &self.egress else {
-            return false;
+            return Drained::Nothing;
         };
         let mut went = false;
         while let Some(message) = self.queue.front() {
-            if egress.offer(message).is_err() {
-                break;
+            match egress.offer(message) {
+                Ok(_) => {}
+                Err(
+                    OfferError::BackPressured | OfferError::AdminAction | OfferError::NotConnected,
+                ) => break,
+                Err(e) => return Drained::Failed(e),
             }
             self.queue.pop_front();
             went = true;
@@ -325,7 +347,11 @@ impl ServiceSession {
         } else if went {
             self.stalled_since = Some(Instant::now());
         }
-        went
+        if went {
+            Drained::Went
+        } else {
+            Drained::Nothing
+        }
     }
 }
 
@@ -360,6 +386,8 @@ struct State {
     egress_queue_len: usize,
     /// Sessions with answers waiting.
     queued_sessions: usize,
+    /// Sessions whose close is still to be asked of the module.
+    closes_pending: usize,
 }
 
 /// Why an offer did not go.
@@ -377,80 +405,114 @@ pub enum ServiceOfferError {
 }
 
 impl State {
-    /// Asks the module to close session `id`, whose egress cannot take its
-    /// answers, telling its client `detail`; its queue is dropped and what
-    /// the service offers it from now on too. False if the control stream
-    /// took nothing (asked again at the next duty cycle's check).
-    fn close_for_egress(&mut self, id: i64, detail: &str) -> bool {
-        let message = close_session_with_detail(id, detail);
-        if !send_to_module(&mut self.to_module, self.snapshotting, &message) {
-            return false;
+    /// Closes session `id`, whose egress cannot take its answers: its queue
+    /// is dropped, and what the service offers it from now on too, and the
+    /// module is asked to close it, telling its client `detail` (asked again
+    /// at each duty cycle until the control stream takes it).
+    fn close_for_egress(&mut self, id: i64, detail: String) {
+        let Some(s) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if !s.queue.is_empty() {
+            self.queued_sessions -= 1;
         }
-        if let Some(s) = self.sessions.get_mut(&id) {
-            if !s.queue.is_empty() {
-                self.queued_sessions -= 1;
-            }
-            s.queue.clear();
-            s.stalled_since = None;
-            s.closing = true;
-        }
+        s.queue.clear();
+        s.stalled_since = None;
+        s.closing = true;
         eprintln!("sulis cluster: closing session {id}: {detail}");
-        true
+        s.close_pending = Some(detail);
+        self.closes_pending += 1;
+        self.ask_pending_closes();
     }
 
-    /// Leader: sends what the sessions' queues hold as their egresses take
-    /// it, and closes a session whose egress took nothing for `stall`.
-    fn drain_egress(&mut self, stall: Duration) -> usize {
-        if self.queued_sessions == 0 {
+    /// Asks the module for the closes not yet taken; work done.
+    fn ask_pending_closes(&mut self) -> usize {
+        if self.closes_pending == 0 {
             return 0;
         }
         let mut work = 0;
+        for (&id, s) in self.sessions.iter_mut() {
+            let Some(detail) = &s.close_pending else {
+                continue;
+            };
+            let message = close_session_with_detail(id, detail);
+            if !send_to_module(&mut self.to_module, self.snapshotting, &message) {
+                break;
+            }
+            s.close_pending = None;
+            self.closes_pending -= 1;
+            work += 1;
+        }
+        work
+    }
+
+    /// Leader: sends what the sessions' queues hold as their egresses take
+    /// it, and closes a session whose egress took nothing for `stall` or
+    /// failed for good.
+    fn drain_egress(&mut self, stall: Duration) -> usize {
+        let mut work = self.ask_pending_closes();
+        if self.queued_sessions == 0 {
+            return work;
+        }
         let mut stalled = Vec::new();
         for (&id, s) in self.sessions.iter_mut() {
             if s.queue.is_empty() {
                 continue;
             }
-            if s.drain() {
-                work += 1;
-                if s.queue.is_empty() {
-                    self.queued_sessions -= 1;
+            match s.drain() {
+                Drained::Went => {
+                    work += 1;
+                    if s.queue.is_empty() {
+                        self.queued_sessions -= 1;
+                    }
                 }
-            } else if s.stalled_since.is_some_and(|t| t.elapsed() >= stall) {
-                let connected = s.egress.as_ref().is_some_and(|e| e.is_connected());
-                stalled.push((
+                Drained::Failed(e) => stalled.push((
                     id,
                     format!(
-                        "the session's egress ({} stream {}) {} for {:?} with {} answers ({} bytes) waiting (egress_stall_timeout)",
-                        s.response_channel,
-                        s.response_stream_id,
-                        if connected {
-                            "took nothing (back-pressured: the client does not read it)"
-                        } else {
-                            "was not connected (the client is gone)"
-                        },
-                        stall,
-                        s.queue.len(),
-                        s.queue.bytes()
+                        "the session's egress ({} stream {}) failed: {e:?}",
+                        s.response_channel, s.response_stream_id
                     ),
-                ));
+                )),
+                Drained::Nothing if s.stalled_since.is_some_and(|t| t.elapsed() >= stall) => {
+                    let connected = s.egress.as_ref().is_some_and(|e| e.is_connected());
+                    stalled.push((
+                        id,
+                        format!(
+                            "the session's egress ({} stream {}) {} for {:?} with {} answers ({} bytes) waiting (egress_stall_timeout)",
+                            s.response_channel,
+                            s.response_stream_id,
+                            if connected {
+                                "took nothing (back-pressured: the client does not read it)"
+                            } else {
+                                "was not connected (the client is gone)"
+                            },
+                            stall,
+                            s.queue.len(),
+                            s.queue.bytes()
+                        ),
+                    ));
+                }
+                Drained::Nothing => {}
             }
         }
         for (id, detail) in stalled {
-            if self.close_for_egress(id, &detail) {
-                work += 1;
-            }
+            self.close_for_egress(id, detail);
+            work += 1;
         }
         work
     }
 
     /// No longer the leader: what waits is dropped (answers are at most once
-    /// across a leader change; the next leader's service answers anew).
+    /// across a leader change; the next leader's service answers anew), and
+    /// so are closes not yet asked (the next leader's container decides).
     fn drop_egress_queues(&mut self) {
         for s in self.sessions.values_mut() {
             s.queue.clear();
             s.stalled_since = None;
+            s.close_pending = None;
         }
         self.queued_sessions = 0;
+        self.closes_pending = 0;
     }
 }
 
@@ -534,6 +596,13 @@ impl Cluster<'_> {
         }
         .encode_into(message);
         message.extend_from_slice(payload);
+        if message.len() > egress.max_message_length() {
+            // Never queued: it could not go later either.
+            return Err(ServiceOfferError::Egress(OfferError::MessageTooLong {
+                length: message.len(),
+                max: egress.max_message_length(),
+            }));
+        }
         if session.queue.is_empty() {
             match egress.offer(message) {
                 Ok(position) => return Ok(position),
@@ -551,13 +620,8 @@ impl Cluster<'_> {
                 session.queue.bytes() + message.len(),
                 s.egress_queue_len
             );
-            return Err(ServiceOfferError::Egress(
-                if s.close_for_egress(session_id, &detail) {
-                    OfferError::NotConnected
-                } else {
-                    OfferError::BackPressured
-                },
-            ));
+            s.close_for_egress(session_id, detail);
+            return Err(ServiceOfferError::Egress(OfferError::NotConnected));
         }
         if session.queue.is_empty() {
             s.queued_sessions += 1;
@@ -732,6 +796,7 @@ impl ClusteredServiceAgent {
                 egress_message: Vec::new(),
                 egress_queue_len: ctx.egress_queue_len,
                 queued_sessions: 0,
+                closes_pending: 0,
             },
             ctx,
             service,
@@ -996,6 +1061,9 @@ impl ClusteredServiceAgent {
                         .ok();
                     s.set_egress(egress);
                 }
+                // Every queue and pending close was cleared with the egresses.
+                cluster.state.queued_sessions = 0;
+                cluster.state.closes_pending = 0;
             }
             self.service.on_role_change(&mut cluster, join.role);
         }
@@ -1063,6 +1131,9 @@ impl ClusteredServiceAgent {
                 if let Some(s) = state.sessions.remove(&c.cluster_session_id) {
                     if !s.queue.is_empty() {
                         state.queued_sessions -= 1;
+                    }
+                    if s.close_pending.is_some() {
+                        state.closes_pending -= 1;
                     }
                     if let Some(p) = s.egress {
                         p.close_without_waiting();
