@@ -406,12 +406,24 @@ impl PyClusterNode {
         if value == toggle::RESUME && state != suspended {
             return Err(ClusterError::new_err("the cluster is not suspended"));
         }
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        if matches!(value, toggle::SNAPSHOT | toggle::SHUTDOWN) {
+            // A snapshot the policy asked for is being taken: its outcome is
+            // not this request's, so the counts are read once it is over.
+            let status = self.status.clone();
+            gil::released(py, move || {
+                while status.state.load(Ordering::Acquire) == ModuleState::Snapshot as i64
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+        }
         let snapshots = s.snapshots.load(Ordering::Acquire);
         let failures = s.failed_snapshots.load(Ordering::Acquire);
         if self.requests.lock().unwrap().send(value).is_err() {
             return Err(ClusterError::new_err("the node is not running"));
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let status = self.status.clone();
         let error = self.error.clone();
         let outcome = gil::released(py, move || loop {
