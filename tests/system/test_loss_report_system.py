@@ -69,7 +69,9 @@ def test_loss_without_loss_and_without_a_driver(make_driver):
 def test_a_corrupt_loss_report_is_an_error_naming_the_entry():
     dir = make_dir()
     try:
-        entry = struct.pack("<qqqqii", 1, 100, 1, 2, 7, 10) + struct.pack("<i", 1) + b"c" + struct.pack("<i", 1) + b"s"
+        # Aeron's layout: the channel's length and text padded to 4 bytes, then the source.
+        entry = (struct.pack("<qqqqii", 1, 100, 1, 2, 7, 10) + struct.pack("<i", 1) + b"c\0\0\0"
+                 + struct.pack("<i", 1) + b"s")
         bad = struct.pack("<qqqqii", 1, 100, 1, 2, 7, 10) + struct.pack("<i", 1 << 24)
         with open(os.path.join(dir, "loss-report.dat"), "wb") as f:
             f.write(entry.ljust(64, b"\0") + bad.ljust(64, b"\0") + bytes(896))

@@ -12,8 +12,10 @@
 //! 24  last observation    i64   epoch ms
 //! 32  session id          i32
 //! 36  stream id           i32
-//! 40  channel             i32 length + UTF-8
-//!  …  source              i32 length + UTF-8 (the sender's address)
+//! 40  channel             i32 length + UTF-8, padded to a multiple of 4
+//!  …  source              i32 length + UTF-8 (the sender's address), at
+//!                         40 + align(4 + channel length, 4), where Aeron's
+//!                         LossReportReader looks for it
 //!     padding to a multiple of 64 bytes
 //! ```
 //!
@@ -38,6 +40,13 @@ const LAST_OBSERVATION_OFFSET: usize = 24;
 const SESSION_ID_OFFSET: usize = 32;
 const STREAM_ID_OFFSET: usize = 36;
 const CHANNEL_OFFSET: usize = 40;
+
+/// Where an entry's source lies in it, after a channel of `channel_len`
+/// bytes: the channel's length and text padded to 4 bytes, as Aeron's
+/// `LossReport` writes it (and its `LossReportReader` reads it).
+fn source_offset(channel_len: usize) -> usize {
+    CHANNEL_OFFSET + align(4 + channel_len, 4)
+}
 
 /// One image's losses, as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +104,7 @@ impl LossReport {
         source: &str,
     ) -> Option<EntryHandle> {
         let length = align(
-            CHANNEL_OFFSET + 4 + channel.len() + 4 + source.len(),
+            source_offset(channel.len()) + 4 + source.len(),
             ENTRY_ALIGNMENT,
         );
         let offset = self.next_offset;
@@ -108,8 +117,8 @@ impl LossReport {
         b.put_i64(offset + LAST_OBSERVATION_OFFSET, now_ms);
         b.put_i32(offset + SESSION_ID_OFFSET, session_id);
         b.put_i32(offset + STREAM_ID_OFFSET, stream_id);
-        let n = b.put_string(offset + CHANNEL_OFFSET, channel);
-        b.put_string(offset + CHANNEL_OFFSET + n, source);
+        b.put_string(offset + CHANNEL_OFFSET, channel);
+        b.put_string(offset + source_offset(channel.len()), source);
         // Publishes the entry: readers stop at the first count of 0.
         b.put_i64_ordered(offset + OBSERVATION_COUNT_OFFSET, observations.max(1));
         self.next_offset = offset + length;
@@ -151,7 +160,7 @@ fn read_entry(buffer: &AtomicBuffer, offset: usize) -> Result<Option<(LossEntry,
     let channel = buffer
         .get_string(offset + CHANNEL_OFFSET)
         .ok_or_else(|| corrupt("channel length runs past the end of the file"))?;
-    let source_offset = offset + CHANNEL_OFFSET + 4 + channel.len();
+    let source_offset = offset + source_offset(channel.len());
     if source_offset + 4 > capacity {
         return Err(corrupt("source runs past the end of the file"));
     }
@@ -243,6 +252,28 @@ mod tests {
         let again = LossReport::new(b);
         assert_eq!(again.next_offset % ENTRY_ALIGNMENT, 0);
         assert_eq!(again.next_offset, report.next_offset);
+    }
+
+    #[test]
+    fn should_place_the_source_where_aerons_loss_stat_reads_it() {
+        let mut mem = vec![0u64; 32];
+        let b = buffer(&mut mem);
+        let mut report = LossReport::new(b);
+        // 34 characters: not a multiple of 4, so the source is after 2 bytes of padding.
+        let channel = "aeron:udp?endpoint=127.0.0.1:40123";
+        report
+            .create_entry(1, 64, 1, 1, 1, channel, "127.0.0.1:5555")
+            .unwrap();
+        assert_eq!(b.get_i32(CHANNEL_OFFSET), 34);
+        assert_eq!(
+            b.get_i32(CHANNEL_OFFSET + 40),
+            14,
+            "source length at 40 + align(4 + 34, 4)"
+        );
+        assert_eq!(
+            b.get_string(CHANNEL_OFFSET + 40).as_deref(),
+            Some("127.0.0.1:5555")
+        );
     }
 
     #[test]

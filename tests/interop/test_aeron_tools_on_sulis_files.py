@@ -1,0 +1,47 @@
+"""Aeron's own tools on a sulis driver's files: ``io.aeron.samples.LossStat`` reads ``loss-report.dat``, whose
+entries sulis lays out as Aeron does (the source after the channel padded to 4 bytes: a channel whose length is
+not a multiple of 4, as every ``aeron:udp?endpoint=127.0.0.1:PPPPP`` is, once made LossStat fail with an
+IndexOutOfBoundsException). Skipped only when Java or Aeron's jar is missing (``bash bench/peers/install.sh``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import peers
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "system"))
+from test_udp_system import free_port, run_stream, stream_of, udp_pair  # noqa: E402
+
+import sulis  # noqa: E402
+
+pytestmark = pytest.mark.interop
+
+
+def aeron_tool(aeron: peers.AeronJava, tool: str, driver_dir: str) -> str:
+    """What Aeron's sample ``tool`` prints about the driver in ``driver_dir``."""
+    out = subprocess.run([aeron.java, *peers.aeron_java.ADD_OPENS, f"-Daeron.dir={driver_dir}", "-cp", aeron.jar,
+                          f"io.aeron.samples.{tool}"],
+                         capture_output=True, text=True, timeout=peers.JVM_START_S)
+    assert out.returncode == 0, f"{tool}: {out.stderr[-2000:]}"
+    return out.stdout
+
+
+def test_aerons_loss_stat_reads_the_loss_a_sulis_driver_reported(make_driver, make_client):
+    aeron = peers.usable("current")
+    port = free_port()  # a 5-digit port: a 34-character channel, not a multiple of 4
+    sub_driver, _, sub, pub = udp_pair(make_driver, make_client, port=port,
+                                       pub_opts={"send_data_loss": "every:10:3"})
+    run_stream(pub, sub, stream_of(2_000, seed=3), 2_000)
+    (entry,) = sulis.read_loss_report(sub_driver.dir)
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    assert entry["channel"] == channel and len(channel) % 4 != 0
+    lines = [line for line in aeron_tool(aeron, "LossStat", sub_driver.dir).splitlines() if channel in line]
+    assert len(lines) == 1, lines
+    fields = lines[0].split(",")
+    # #OBSERVATIONS,TOTAL_BYTES_LOST,FIRST_OBSERVATION,LAST_OBSERVATION,SESSION_ID,STREAM_ID,CHANNEL,SOURCE
+    assert [int(f) for f in fields[:2]] == [entry["observation_count"], entry["total_bytes_lost"]], lines
+    assert (int(fields[4]), int(fields[5])) == (entry["session_id"], entry["stream_id"]), lines
+    assert fields[-1] == entry["source"], lines
