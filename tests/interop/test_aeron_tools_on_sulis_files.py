@@ -1,4 +1,5 @@
-"""Aeron's own tools on a sulis driver's files: ``io.aeron.samples.LossStat`` reads ``loss-report.dat``, whose
+"""Aeron's own tools on a sulis driver's files: ``AeronStat`` and ``ErrorStat`` read its CnC file's counters and
+error log, and ``io.aeron.samples.LossStat`` reads ``loss-report.dat``, whose
 entries sulis lays out as Aeron does (the source after the channel padded to 4 bytes: a channel whose length is
 not a multiple of 4, as every ``aeron:udp?endpoint=127.0.0.1:PPPPP`` is, once made LossStat fail with an
 IndexOutOfBoundsException). Skipped only when Java or Aeron's jar is missing (``bash bench/peers/install.sh``)."""
@@ -45,3 +46,34 @@ def test_aerons_loss_stat_reads_the_loss_a_sulis_driver_reported(make_driver, ma
     assert [int(f) for f in fields[:2]] == [entry["observation_count"], entry["total_bytes_lost"]], lines
     assert (int(fields[4]), int(fields[5])) == (entry["session_id"], entry["stream_id"]), lines
     assert fields[-1] == entry["source"], lines
+
+
+@pytest.mark.expect_errors
+def test_aerons_error_stat_and_aeron_stat_read_a_sulis_driver(make_driver, make_client):
+    """``ErrorStat`` prints the error a sulis driver logged (the one ``sulis errors`` shows), and ``AeronStat``
+    the driver's counters by the labels and values sulis's own reader gives."""
+    aeron = peers.usable("current")
+    driver = make_driver()
+    client = make_client(dir=driver.dir)
+    with pytest.raises(sulis.ConfigurationError):
+        client.add_publication("aeron:udp?endpoint=nowhere.invalid:40000", 1)
+    errors = aeron_tool(aeron, "ErrorStat", driver.dir)
+    assert "1 distinct errors observed." in errors and "cannot resolve host" in errors, errors
+    stat = subprocess.Popen([aeron.java, *peers.aeron_java.ADD_OPENS, f"-Daeron.dir={driver.dir}", "-cp",
+                             aeron.jar, "io.aeron.samples.AeronStat"], stdout=subprocess.PIPE, text=True)
+    try:  # it prints the counters every second until stopped: the first screen is enough
+        lines: list[str] = []
+        while not any("Errors" in line for line in lines):
+            line = stat.stdout.readline()
+            assert line, f"AeronStat ended: {''.join(lines)}"
+            lines.append(line)
+    finally:
+        stat.kill()
+        stat.wait(timeout=30)
+        stat.stdout.close()
+    shown = {line.split(" - ", 1)[1].strip(): int(line.split(":")[1].split(" - ")[0].replace(",", ""))
+             for line in lines if " - " in line and line.split(":")[0].strip().isdigit()}
+    reader = sulis.CountersReader(driver.dir)
+    ours = {reader.label(c["id"]): c["value"] for c in reader.counters()}
+    assert shown["Errors"] == ours["Errors"] >= 1, (shown, ours)
+    assert set(shown) <= set(ours), set(shown) - set(ours)
