@@ -453,7 +453,8 @@ class ClusterClient:
         message no retry gets through (longer than the maximum; ``MAX_POSITION_EXCEEDED``, where ``offer`` returns
         the code: the ingress is at its end and a new client is needed) raises when it is the call's first, not
         0 to a loop that would offer it for ever; after some went, a message longer than the maximum raises too,
-        with ``sent``, how many went before it, on the exception. Raises ``ClusterSessionClosedError`` once the cluster ended the session."""
+        with ``sent``, how many went before it, on the exception. Raises ``ClusterSessionClosedError`` once the
+        cluster ended the session."""
         return self._native.offer_batch(data, offsets)
 
     def poll_egress_batch(self, limit: int = 256) -> SessionMessages:
