@@ -97,6 +97,17 @@ fn fake_member(dir: &Path, port: u16) -> (Client, Subscription) {
     (c, ingress)
 }
 
+/// A client's context for the fake cluster at `endpoints`, answering on
+/// `egress_channel`, with a 10 s message timeout.
+fn fake_cluster_context(endpoints: String, egress_channel: String) -> ClusterClientContext {
+    ClusterClientContext {
+        ingress_endpoints: endpoints,
+        egress_channel,
+        message_timeout: Duration::from_secs(10),
+        ..ClusterClientContext::default()
+    }
+}
+
 /// A clean directory for a test (`sulis-<name>-<pid>` in the temp dir) and
 /// a driver in its `driver` folder: (the directory, the driver's, the driver).
 fn test_driver(name: &str) -> (PathBuf, PathBuf, MediaDriver) {
@@ -297,12 +308,7 @@ fn an_earlier_sessions_close_notice_on_the_same_egress_does_not_answer_a_new_con
     });
 
     let c = connect(&driver_dir, "test");
-    let ctx = ClusterClientContext {
-        ingress_endpoints: endpoints,
-        egress_channel,
-        message_timeout: Duration::from_secs(10),
-        ..ClusterClientContext::default()
-    };
+    let ctx = fake_cluster_context(endpoints, egress_channel);
     let first = ClusterClient::connect(&c, &ctx).unwrap();
     assert_eq!(first.cluster_session_id(), 7);
     drop(first); // gone without a close: its session stays open in the log
@@ -440,12 +446,7 @@ fn the_client_reads_its_messages_committed_and_the_final_count_at_a_close() {
     });
 
     let c = connect(&driver_dir, "test");
-    let ctx = ClusterClientContext {
-        ingress_endpoints: endpoints,
-        egress_channel,
-        message_timeout: Duration::from_secs(10),
-        ..ClusterClientContext::default()
-    };
+    let ctx = fake_cluster_context(endpoints, egress_channel);
     let mut session = ClusterClient::connect(&c, &ctx).unwrap();
     assert_eq!((session.committed(), session.offered()), (Some(0), Some(0)));
     for m in [b"a", b"b", b"c"] {
