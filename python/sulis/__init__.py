@@ -66,6 +66,7 @@ from .errors import (
     DriverTimeoutError,
     MessageTooLongError,
     RegistrationError,
+    StorageSpaceError,
     SulisError,
 )
 
@@ -102,6 +103,7 @@ __all__ = [
     "Publication",
     "RegistrationError",
     "ReplayMerge",
+    "StorageSpaceError",
     "Subscription",
     "SystemCounter",
     "SulisError",

@@ -66,6 +66,10 @@ class ClosedError(SulisError):
 class ActiveDriverError(SulisError):
     """Another live media driver owns the directory."""
 
+class StorageSpaceError(SulisError):
+    """A sparse log's pages could not be had: its file system (/dev/shm) is full. Nothing was appended; the offer
+    can be retried once there is room."""
+
 @disjoint_base
 class MediaDriver:
     """An embedded media driver; agents run on Rust threads, never holding the GIL."""

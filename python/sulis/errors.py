@@ -15,6 +15,7 @@ from ._native import (
     DriverTimeoutError,
     MessageTooLongError,
     RegistrationError,
+    StorageSpaceError,
     SulisError,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "DriverTimeoutError",
     "MessageTooLongError",
     "RegistrationError",
+    "StorageSpaceError",
     "SulisError",
 ]

@@ -11,7 +11,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
-use sulis_concurrent::logbuffer::term_appender::{self, Append, HeaderWriter, TermAppender};
+use sulis_concurrent::logbuffer::populator::Populator;
+use sulis_concurrent::logbuffer::term_appender::{
+    self, fragmented_length, Append, HeaderWriter, TermAppender,
+};
 use sulis_concurrent::logbuffer::{meta, LogBuffers};
 use sulis_concurrent::AtomicBuffer;
 use sulis_protocol::control::Event;
@@ -40,6 +43,9 @@ pub enum OfferError {
     },
     /// The client failed (driver gone, timed out).
     Client(ClientError),
+    /// The pages the message needed in the sparse log could not be had: the
+    /// log's file system (`/dev/shm`) is full. Nothing was appended.
+    StorageFull(String),
 }
 
 impl OfferError {
@@ -71,6 +77,13 @@ struct LogState {
     max_payload: usize,
     max_message: usize,
     max_possible_position: i64,
+    /// For a sparse log, the pages this writer has taken (see [`LogState::has_room`]).
+    populator: Option<Populator>,
+    /// Bytes past a position whose pages a one-frame append needs: the
+    /// largest frame and the page a reader then waits on.
+    page_margin: i64,
+    /// Why pages could not be taken, for the offer that was refused.
+    storage_error: std::sync::Mutex<Option<String>>,
 }
 
 impl LogState {
@@ -93,6 +106,8 @@ impl LogState {
         let term_length = logs.term_length();
         let meta = logs.meta();
         let terms = logs.terms();
+        let page = (meta.get_i32(LOG_PAGE_SIZE_OFFSET) as i64).max(4096);
+        let start = meta::producer_position(&meta, term_length, logs.initial_term_id());
         let appenders = [
             TermAppender::new(terms[0], meta, 0),
             TermAppender::new(terms[1], meta, 1),
@@ -108,6 +123,9 @@ impl LogState {
             max_possible_position: max_possible_position(term_length),
             limit: driver.counter(*position_limit_counter_id),
             cached_limit: std::sync::atomic::AtomicI64::new(i64::MIN),
+            populator: Populator::new(&logs, start),
+            page_margin: logs.mtu() as i64 + page,
+            storage_error: std::sync::Mutex::new(None),
             meta,
             appenders,
             logs: Arc::new(logs),
@@ -122,18 +140,54 @@ impl LogState {
     /// time. A copy is kept instead and the counter re-read only when the copy
     /// is used up or the log is no longer connected (the driver then pulls the
     /// limit back to the producer position).
+    ///
+    /// In a sparse log the copy is also kept below the pages this writer has
+    /// taken, less a frame and a page, so a one-frame append at any position
+    /// under it (with the padding of a full term, or the page a reader waits
+    /// on after it) touches only pages that exist.
     #[inline(always)]
     fn has_room(&self, position: i64) -> bool {
         if position < self.cached_limit.load(Ordering::Relaxed) && meta::is_connected(&self.meta) {
             return true;
         }
-        let limit = self.limit.get_volatile();
+        self.refresh_limit(position)
+    }
+
+    #[inline(never)]
+    fn refresh_limit(&self, position: i64) -> bool {
+        let mut limit = self.limit.get_volatile();
+        if let Some(p) = &self.populator {
+            if position < limit {
+                match p.ensure(&self.logs, position + self.page_margin) {
+                    Ok(end) => limit = limit.min(end - self.page_margin + 1),
+                    Err(e) => {
+                        *self.storage_error.lock().unwrap() = Some(e.to_string());
+                        limit = i64::MIN;
+                    }
+                }
+            }
+        }
         self.cached_limit.store(limit, Ordering::Relaxed);
         position < limit
     }
 
+    /// Takes the pages of a sparse log up to `to` (and the page after it) before
+    /// an append longer than a frame.
+    fn ensure_pages(&self, to: i64) -> Result<(), OfferError> {
+        match &self.populator {
+            Some(p) => p
+                .ensure(&self.logs, to + self.page_margin)
+                .map(|_| ())
+                .map_err(|e| OfferError::StorageFull(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
     #[cold]
     fn back_pressure_status(&self, position: i64, length: usize) -> OfferError {
+        if let Some(e) = self.storage_error.lock().unwrap().take() {
+            return OfferError::StorageFull(e);
+        }
         if position + length as i64 >= self.max_possible_position {
             OfferError::MaxPositionExceeded
         } else if meta::is_connected(&self.meta) {
@@ -449,6 +503,7 @@ impl Publication {
             appender.append_unfragmented(&l.header, src, reserved)
         } else {
             l.check_length(src.len())?;
+            l.ensure_pages(position + fragmented_length(src.len(), l.max_payload) as i64)?;
             appender.append_fragmented(&l.header, src, l.max_payload, reserved)
         };
         self.new_position(term_count, term_begin, result)
@@ -665,6 +720,7 @@ impl ExclusivePublication {
             )
         } else {
             l.check_length(src.len())?;
+            l.ensure_pages(position + fragmented_length(src.len(), l.max_payload) as i64)?;
             appender.exclusive_append_fragmented(
                 &l.header,
                 self.term_id,

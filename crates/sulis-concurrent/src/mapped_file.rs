@@ -31,12 +31,28 @@ fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
+/// Bytes an unprivileged writer may still take on `file`'s file system.
+fn usable_space(file: &File) -> io::Result<u64> {
+    use std::os::unix::io::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills the struct on success.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: initialised by the successful call.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 impl MappedFile {
     /// Creates `path` (which must not exist) with `length` bytes and maps it.
     ///
     /// Unless `sparse`, the storage is reserved up front with `posix_fallocate`, so
     /// a full `/dev/shm` is reported here as an error naming the file rather than
     /// later as a SIGBUS in whichever process first touches the missing page.
+    /// A sparse file is refused when its file system has less room than its
+    /// length; its writers take its pages as they go (see
+    /// [`crate::logbuffer::populator`]).
     pub fn create(path: &Path, length: usize, sparse: bool) -> io::Result<MappedFile> {
         let file = OpenOptions::new()
             .read(true)
@@ -47,7 +63,21 @@ impl MappedFile {
             .map_err(|e| with_path(e, "cannot create", path))?;
         file.set_len(length as u64)
             .map_err(|e| with_path(e, "cannot size", path))?;
-        if !sparse {
+        if sparse {
+            // As Aeron's storage check: a sparse file takes its pages later,
+            // but a file system without room for all of them is refused now.
+            let usable = usable_space(&file).map_err(|e| with_path(e, "cannot stat", path))?;
+            if usable < length as u64 {
+                let _ = std::fs::remove_file(path);
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!(
+                        "insufficient storage for {} ({length} bytes): {usable} bytes usable",
+                        path.display()
+                    ),
+                ));
+            }
+        } else {
             use std::os::unix::io::AsRawFd;
             // SAFETY: plain syscall on an fd we own.
             let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length as libc::off_t) };

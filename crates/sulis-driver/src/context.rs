@@ -84,7 +84,8 @@ pub struct DriverContext {
     pub mtu_length: usize,
     /// Page size of log files.
     pub file_page_size: usize,
-    /// Reserve log storage up front (false) or use sparse files (true).
+    /// Sparse log files taking pages as written (true, Aeron's default) or
+    /// storage reserved and mapped up front (false).
     pub term_buffer_sparse_file: bool,
     /// Publication window (0 = term length / 2).
     pub publication_term_window_length: usize,
@@ -305,7 +306,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         term_buffer_sparse_file,
         "SULIS_TERM_BUFFER_SPARSE_FILE",
         "bool",
-        "Sparse log files instead of reserving storage up front.",
+        "Sparse log files (as Aeron's driver by default): a log takes its pages as its stream is written, so an idle \
+stream costs its metadata page; writers take pages before they touch them, so a full /dev/shm refuses an offer \
+(StorageSpaceError) instead of a SIGBUS. false reserves and maps every page when the log is created (no page \
+faults on the hot path). A channel's sparse= parameter decides for its own logs.",
         parse_bool,
         show_bool
     ),
@@ -782,7 +786,7 @@ impl Default for DriverContext {
             ipc_mtu_length: 1408,
             mtu_length: 1408,
             file_page_size: 4096,
-            term_buffer_sparse_file: false,
+            term_buffer_sparse_file: true,
             publication_term_window_length: 0,
             spies_simulate_connection: false,
             client_liveness_timeout_ns: 10_000_000_000,

@@ -194,10 +194,13 @@ impl MediaDriver {
         // standard library's hasher keys come from the OS's randomness and
         // differ for every driver, even two started in one process at once.
         let receiver_id = sulis_concurrent::bit_util::generate_randomised_id() as i64;
+        // Reserved up front whatever the logs do: the receiver writes an entry
+        // when it sees loss, which is when a full /dev/shm drops frames, and a
+        // missing page then would be a SIGBUS in the driver.
         let loss_file = MappedFile::create(
             &dir.join(LOSS_REPORT_FILE),
             ctx.loss_report_buffer_length,
-            ctx.term_buffer_sparse_file,
+            false,
         )?;
         let receiver = Receiver::new(
             receiver_rx,

@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use sulis_concurrent::counters::CounterRef;
+use sulis_concurrent::logbuffer::populator::Populator;
 use sulis_concurrent::logbuffer::{self, term_rebuilder, LogBuffers};
 use sulis_concurrent::loss_report::EntryHandle;
 use sulis_protocol::frame::{
@@ -325,6 +326,12 @@ pub struct ImageReceiver {
     pub loss_entry: Option<EntryHandle>,
     /// Gaps to NAK, gathered before sending (no allocation per scan).
     naks: Vec<(i32, i32, i32)>,
+    /// For a sparse log, the pages taken so far: a frame is written only
+    /// once its pages (and the one after it, where a subscriber waits) exist.
+    populator: Option<Populator>,
+    page: i64,
+    /// Why frames were dropped for want of pages, to report in the duty cycle.
+    storage_error: Option<String>,
     /// Where control frames go: one connection per transport the session's
     /// frames arrive on (several for a multi-destination subscription).
     connections: Vec<Connection>,
@@ -407,6 +414,9 @@ impl ImageReceiver {
             stuck_since_ns: image.time_of_last_packet_ns.load(Ordering::Relaxed),
             loss_entry: None,
             naks: Vec::new(),
+            populator: Populator::new(&image.logs, join),
+            page: (image.logs.meta().get_i32(LOG_PAGE_SIZE_OFFSET) as i64).max(4096),
+            storage_error: None,
             connections: vec![Connection {
                 transport_index: image.transport_index,
                 control: image.control_address,
@@ -693,6 +703,17 @@ impl ImageReceiver {
             system.increment(SystemCounter::FlowControlOverRuns);
             return;
         }
+        if let Some(p) = &self.populator {
+            if end + self.page > p.end() {
+                if let Err(e) = p.ensure(&img.logs, end + self.page) {
+                    // Dropped as an over-run is: NAKed and sent again once
+                    // there is room.
+                    system.increment(SystemCounter::FlowControlOverRuns);
+                    self.storage_error.get_or_insert_with(|| e.to_string());
+                    return;
+                }
+            }
+        }
         let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
         term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
         if end > self.hwm_position {
@@ -714,6 +735,13 @@ impl ImageReceiver {
         let mut work = 0;
         if std::mem::take(&mut self.eos_pending) {
             self.end_stream_if_every_way_ended();
+            work += 1;
+        }
+        if let Some(e) = self.storage_error.take() {
+            errors.record(&format!(
+                "image of session {} stream {} drops frames until there is room for its pages: {e}",
+                self.image.session_id, self.image.stream_id
+            ));
             work += 1;
         }
         let system = errors.system();

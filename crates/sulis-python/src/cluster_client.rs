@@ -248,6 +248,7 @@ impl PyClusterClient {
             Some(
                 e @ (OfferError::MaxPositionExceeded
                 | OfferError::MessageTooLong { .. }
+                | OfferError::StorageFull(_)
                 | OfferError::Client(_)),
             ) if n == 0 => Err(crate::errors::offer_err(e)),
             None => crate::offer_result::batch_to_py(py, n, None),

@@ -59,6 +59,14 @@ create_exception!(
     "The message exceeds the publication's maximum message (or claim) length."
 );
 
+create_exception!(
+    sulis,
+    StorageSpaceError,
+    SulisError,
+    "A sparse log's pages could not be had: its file system (/dev/shm) is full. Nothing was appended; \
+     the offer can be retried once there is room."
+);
+
 thread_local! {
     /// The exception a signal handler raised while this thread waited in a
     /// blocking call (see [`interrupt_check`]): raised in place of the wait's
@@ -115,6 +123,7 @@ pub fn offer_err(e: OfferError) -> PyErr {
         )),
         OfferError::Client(c) => client_err(c),
         OfferError::Closed => ClosedError::new_err("publication is closed"),
+        OfferError::StorageFull(m) => StorageSpaceError::new_err(m),
         other => SulisError::new_err(format!("unexpected offer outcome {other:?}")),
     }
 }
@@ -130,6 +139,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ClosedError", py.get_type::<ClosedError>())?;
     m.add("ActiveDriverError", py.get_type::<ActiveDriverError>())?;
     m.add("MessageTooLongError", py.get_type::<MessageTooLongError>())?;
+    m.add("StorageSpaceError", py.get_type::<StorageSpaceError>())?;
     Ok(())
 }
 

@@ -58,6 +58,7 @@ pub fn offer_result_name(e: &OfferError) -> String {
             format!("a message of {length} bytes, longer than the stream's maximum of {max}")
         }
         OfferError::Client(e) => format!("the client failed: {e}"),
+        OfferError::StorageFull(e) => format!("no room for the log's pages: {e}"),
     }
 }
 

@@ -4,6 +4,7 @@
 //! subscribers read it in place. Layout and arithmetic are in
 //! [`sulis_protocol::log_buffer_descriptor`].
 
+pub mod populator;
 pub mod term_appender;
 pub mod term_reader;
 pub mod term_rebuilder;
@@ -87,6 +88,17 @@ impl LogBuffers {
         )?;
         let logs = Self::wrap(file, p.term_length)?;
         let m = logs.meta;
+        if p.sparse {
+            // The metadata page is written now: take it first, so a full file
+            // system is this error rather than a SIGBUS in the driver.
+            if let Err(e) = populator::populate(&m, 0, LOG_META_DATA_LENGTH, p.page_size) {
+                let _ = std::fs::remove_file(path);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("insufficient storage for {}: {e}", path.display()),
+                ));
+            }
+        }
         m.put_i64(LOG_CORRELATION_ID_OFFSET, p.correlation_id);
         m.put_i32(LOG_INITIAL_TERM_ID_OFFSET, p.initial_term_id);
         m.put_i32(
@@ -239,6 +251,16 @@ impl LogBuffers {
     /// MTU from the metadata.
     pub fn mtu(&self) -> usize {
         self.meta.get_i32(LOG_MTU_LENGTH_OFFSET) as usize
+    }
+
+    /// In a sparse log, makes the page at `position` exist: a reader looks
+    /// there before anything is written (see [`populator`]).
+    pub fn populate_page_at(&self, position: i64) -> io::Result<()> {
+        if self.meta.get_u8(LOG_SPARSE_OFFSET) == 0 {
+            return Ok(());
+        }
+        let page = (self.meta.get_i32(LOG_PAGE_SIZE_OFFSET) as usize).max(4096);
+        populator::populate_positions(self, position, position + 1, page)
     }
 
     /// The default frame header stamped by publications.

@@ -165,7 +165,19 @@ impl DriverConductor {
             spies_simulate_connection: false,
         };
         let path = image_log_file(&self.ctx.dir, correlation_id);
-        let logs = match LogBuffers::create(&path, &params) {
+        let join = compute_position(
+            setup.active_term_id,
+            setup.term_offset,
+            position_bits_to_shift(term_length),
+            setup.initial_term_id,
+        );
+        let created = LogBuffers::create(&path, &params).and_then(|l| {
+            // Subscribers wait at the join before any frame arrives.
+            l.populate_page_at(join).map(|_| l).inspect_err(|_| {
+                let _ = std::fs::remove_file(&path);
+            })
+        });
+        let logs = match created {
             Ok(l) => l,
             Err(e) => {
                 self.record_error(&format!(

@@ -445,7 +445,26 @@ impl DriverConductor {
             spies_simulate_connection: udp && p.ssc.unwrap_or(self.ctx.spies_simulate_connection),
         };
         let path = publication_log_file(&self.ctx.dir, correlation_id);
-        let logs = LogBuffers::create(&path, &params).map_err(|e| {
+        let initial_position = compute_position(
+            active_term_id,
+            term_offset,
+            position_bits_to_shift(term_length),
+            initial_term_id,
+        );
+        let created = LogBuffers::create(&path, &params).and_then(|l| {
+            if udp {
+                // The sender reads at the start from the first duty cycle on; an
+                // IPC log's page waits for its first subscriber (link_subscriber).
+                l.populate_page_at(initial_position)
+                    .map(|_| l)
+                    .inspect_err(|_| {
+                        let _ = std::fs::remove_file(&path);
+                    })
+            } else {
+                Ok(l)
+            }
+        });
+        let logs = created.map_err(|e| {
             let code = if e.raw_os_error() == Some(libc::ENOSPC)
                 || e.to_string().contains("insufficient storage")
             {
@@ -461,6 +480,20 @@ impl DriverConductor {
     /// Links subscription `sub_index` to IPC publication `pub_index`.
     pub(super) fn link_subscriber(&mut self, pub_index: usize, sub_index: usize) {
         let p = &self.publications[pub_index];
+        // The subscriber reads at the join; in a sparse log nothing may have
+        // taken that page yet, and touching a missing page of a full /dev/shm
+        // is a SIGBUS in the subscriber's process.
+        if let Err(e) = p.logs.populate_page_at(p.join_position()) {
+            let text = format!(
+                "subscription {} not linked to IPC publication {} (session {} stream {}): {e}",
+                self.subscriptions[sub_index].registration_id,
+                p.registration_id,
+                p.session_id,
+                p.stream_id
+            );
+            self.record_error(&text);
+            return;
+        }
         let source = LogSource {
             registration_id: p.registration_id,
             session_id: p.session_id,
