@@ -87,6 +87,10 @@ pub struct IpcPublication {
     /// requester's response subscription.
     pub response_correlation_id: i64,
     term_window: i64,
+    /// The limit moves only once it can move by an eighth of the window
+    /// (Aeron's trip gain): a stream in flow then wakes the conductor a few
+    /// times a window, not on every duty cycle.
+    trip_limit: i64,
     /// The channel's `linger`, else the driver's publication linger: as
     /// written into the log when it was created.
     linger_ns: i64,
@@ -135,6 +139,7 @@ impl IpcPublication {
             is_response: false,
             response_correlation_id: -1,
             term_window,
+            trip_limit: start,
             linger_ns,
             clean_position: start,
             consumer_position: start,
@@ -190,7 +195,7 @@ impl IpcPublication {
         }
         if has_subscribers && self.state.is_active() {
             let proposed = min + self.term_window;
-            if proposed > self.pub_limit.get() {
+            if proposed >= self.trip_limit && proposed > self.pub_limit.get() {
                 // Keep one term behind the slowest reader; the term the writer
                 // moves into next is then always clean.
                 let target = min - self.logs.term_length() as i64;
@@ -199,10 +204,13 @@ impl IpcPublication {
                         logbuffer::clean_to(&self.logs, self.clean_position, target);
                 }
                 self.pub_limit.set_ordered(proposed);
+                self.trip_limit = proposed + (self.term_window >> 3);
                 work += 1;
             }
         } else if self.state.is_active() && self.pub_limit.get() != producer {
             self.pub_limit.set_ordered(producer);
+            self.trip_limit = producer;
+            work += 1;
         }
         work
     }

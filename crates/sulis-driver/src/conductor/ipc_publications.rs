@@ -775,4 +775,45 @@ mod tests {
             "channel 'aeron:ipc?session-id=4242': session-id=4242 is already in use on stream 10"
         );
     }
+
+    /// A moved limit is work (the conductor does not park between moves), and
+    /// it moves in steps of an eighth of the window at least, as Aeron's; the
+    /// subscriber's page of the sparse log exists once it is linked.
+    #[test]
+    fn should_move_the_limit_by_an_eighth_of_the_window_and_count_it_as_work() {
+        let mut t = TestConductor::new("trip-gain");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_publication(5, 100, 10, "aeron:ipc", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(
+            c.publications[0].update_publisher_limit(),
+            0,
+            "no subscriber, nothing to do"
+        );
+        c.on_add_subscription(5, 101, 10, "aeron:ipc")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let p = &mut c.publications[0];
+        let start = p.producer_position();
+        let window = 32 * 1024; // half of the test driver's 64 KiB term
+        assert_eq!(
+            p.update_publisher_limit(),
+            2,
+            "connected, and the limit set"
+        );
+        assert_eq!(p.pub_limit.get(), start + window);
+        let sub = p.subscribers[0].position;
+        sub.set_ordered(start + window / 8 - 32);
+        assert_eq!(p.update_publisher_limit(), 0, "short of the trip gain");
+        assert_eq!(p.pub_limit.get(), start + window);
+        sub.set_ordered(start + window / 8);
+        assert_eq!(p.update_publisher_limit(), 1);
+        assert_eq!(p.pub_limit.get(), start + window / 8 + window);
+        let used = |path: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(path).unwrap().blocks() * 512
+        };
+        // The metadata page and the page at the join: nothing was written.
+        assert_eq!(used(p.logs.path()), 8192);
+    }
 }
