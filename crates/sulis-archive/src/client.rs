@@ -710,10 +710,16 @@ impl ArchiveClient {
         count: i32,
     ) -> Result<Vec<RecordingDescriptor>, ArchiveError> {
         let mut out = Vec::new();
-        let deadline = Instant::now() + self.ctx.message_timeout;
+        // The timeout is for an archive that stops answering, not for a long
+        // listing: each descriptor gives the next one the whole timeout
+        // again (as Aeron's client does).
+        let mut deadline = Instant::now() + self.ctx.message_timeout;
         while (out.len() as i64) < count as i64 {
             match self.next_answer(k, deadline)? {
-                Answer::Descriptor(d) => out.push(d),
+                Answer::Descriptor(d) => {
+                    out.push(d);
+                    deadline = Instant::now() + self.ctx.message_timeout;
+                }
                 Answer::Signal => {}
                 Answer::Response(r) if r.code == response_code::RECORDING_UNKNOWN => break,
                 Answer::Response(r) => {

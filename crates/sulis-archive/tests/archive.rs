@@ -244,6 +244,21 @@ fn records_lists_and_replays_an_ipc_stream_on(s: Setup) {
         .is_empty());
     assert_eq!(a.list_recording(id).unwrap().unwrap().stop_position, end);
     assert_eq!(a.list_recording(99).unwrap(), None);
+    assert_eq!(
+        a.find_last_matching_recording(0, "alias=ticks", 1001, d.session_id)
+            .unwrap(),
+        id
+    );
+    assert_eq!(
+        a.find_last_matching_recording(0, "alias=ticks", 1001, d.session_id + 1)
+            .unwrap(),
+        -1
+    );
+    assert_eq!(
+        a.find_last_matching_recording(id + 1, "alias=ticks", 1001, d.session_id)
+            .unwrap(),
+        -1
+    );
 
     // The whole recording, then a part from a position.
     let mut sub = s.client.add_subscription("aeron:ipc", 2002).unwrap();
@@ -696,6 +711,64 @@ fn replication_merges_with_the_live_stream_and_goes_on_recording_it_on(s: Setup)
     );
     assert_replays(&s, &mut b, dst_id, 3006, next);
     assert!(dst.errors().is_empty(), "{:?}", dst.errors());
+}
+
+/// A catalog of many recordings listed through the client: whole, in
+/// order, and a slice from the middle, a batch per duty cycle.
+#[test]
+fn lists_a_large_catalog_whole_and_in_slices() {
+    const N: i64 = 20_000;
+    let s = Setup::new("many");
+    std::fs::create_dir_all(&s.archive_dir).unwrap();
+    {
+        let mut c = sulis_archive::catalog::Catalog::open(&s.archive_dir, 1 << 20, 0).unwrap();
+        for i in 0..N {
+            c.add_recording(sulis_protocol::archive::messages::RecordingDescriptor {
+                start_position: 0,
+                stop_position: 1024,
+                initial_term_id: 1,
+                segment_file_length: 1 << 20,
+                term_buffer_length: 64 * 1024,
+                mtu_length: 1408,
+                session_id: i as i32,
+                stream_id: 1001 + (i % 3) as i32,
+                stripped_channel: format!("aeron:udp?endpoint=localhost:{}", 40000 + i % 7),
+                original_channel: "aeron:udp?endpoint=localhost:40123|alias=many".into(),
+                source_identity: "127.0.0.1:55555".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    }
+    let _archive = s.archive();
+    let mut a = s.archive_client();
+    let started = Instant::now();
+    let all = a.list_recordings(0, i32::MAX).unwrap();
+    let took = started.elapsed();
+    assert!(
+        all.iter().map(|d| d.recording_id).eq(0..N),
+        "every recording once, in order"
+    );
+    assert!(all.iter().all(|d| d.session_id as i64 == d.recording_id));
+    let slice = a.list_recordings(12_345, 3_000).unwrap();
+    assert!(slice.iter().map(|d| d.recording_id).eq(12_345..15_345));
+    let tail = a.list_recordings(N - 5, 100).unwrap();
+    assert!(tail.iter().map(|d| d.recording_id).eq(N - 5..N));
+    let found = a
+        .list_recordings_for_uri(10_000, 1_000, "localhost:40003", 1002)
+        .unwrap();
+    let expected = (10_000..N).filter(|i| i % 3 == 1 && i % 7 == 3).take(1_000);
+    assert!(found.iter().map(|d| d.recording_id).eq(expected));
+    assert_eq!(
+        a.list_recording(N / 2).unwrap().unwrap().recording_id,
+        N / 2
+    );
+    assert_eq!(
+        a.find_last_matching_recording(0, "localhost:40003", 1002, 19_981)
+            .unwrap(),
+        19_981
+    );
+    eprintln!("{N} recordings listed through the client in {took:?}");
 }
 
 /// An authoriser with a bug: it panics on the first request it is asked about.

@@ -553,16 +553,11 @@ impl ArchiveConductor {
                 let r = ListRecordingRequest::decode(m)?;
                 match self
                     .catalog
-                    .entry(r.recording_id)
-                    .filter(|e| e.state == recording_state::VALID)
+                    .entry_ref(r.recording_id)
+                    .filter(|e| e.state() == recording_state::VALID)
                 {
                     Some(e) => {
-                        let bytes = sulis_protocol::archive::catalog::descriptor_message(
-                            self.catalog.bytes(),
-                            &e,
-                            sid,
-                            k,
-                        );
+                        let bytes = e.descriptor_message(sid, k);
                         self.session(sid).queue(bytes);
                     }
                     None => self.session(sid).respond(
@@ -584,19 +579,19 @@ impl ArchiveConductor {
                     return Ok(());
                 }
                 let fragment = strip_channel(&r.channel).unwrap_or(r.channel.clone());
+                // From the newest back, each entry read in place.
                 let found = self
                     .catalog
-                    .valid_ids_from(r.min_recording_id)
-                    .into_iter()
+                    .entries_from(r.min_recording_id)
                     .rev()
-                    .find(|&id| {
-                        self.catalog.recording(id).is_some_and(|d| {
-                            d.session_id == r.session_id
-                                && d.stream_id == r.stream_id
-                                && d.stripped_channel.contains(&fragment)
-                        })
+                    .find(|e| {
+                        e.state() == recording_state::VALID
+                            && e.session_id() == r.session_id
+                            && e.stream_id() == r.stream_id
+                            && e.stripped_channel()
+                                .is_some_and(|c| c.contains(fragment.as_str()))
                     })
-                    .unwrap_or(NULL_VALUE);
+                    .map_or(NULL_VALUE, |e| e.recording_id());
                 self.session(sid).ok(k, found);
             }
             RecordingPositionRequest::TEMPLATE_ID => {

@@ -6,12 +6,21 @@
 //! catalog of millions of recordings neither stalls the archive's duty
 //! cycle nor makes it hold every descriptor in memory at once. It ends with
 //! RECORDING_UNKNOWN naming the next id when it found fewer than asked for.
+//!
+//! A cycle costs what it looks at: the cursor is found in the catalog's
+//! index in O(log n), each entry after it is read where it lies in the file
+//! (state, stream and channel for a filter, its bytes copied into the
+//! message), never decoded. Every entry looked at counts as work, so the
+//! conductor does not idle between the cycles of a listing, even of a
+//! filter that matches nothing for a while.
 
 use super::*;
+use crate::catalog::EntryRef;
 
 /// Descriptors queued per duty cycle.
 const BATCH: usize = 16;
-/// Catalog entries looked at per duty cycle (a filter may match few).
+/// Catalog entries (of any state) looked at per duty cycle: a filter may
+/// match few, and a run of deleted recordings matches none.
 const SCAN: usize = 4096;
 
 /// Which recordings a listing sends.
@@ -23,13 +32,17 @@ pub(super) enum ListFilter {
 }
 
 impl ListFilter {
-    fn matches(&self, d: &RecordingDescriptor) -> bool {
+    fn matches(&self, e: &EntryRef<'_>) -> bool {
         match self {
             ListFilter::All => true,
             ListFilter::ForUri {
                 stream_id,
                 fragment,
-            } => d.stream_id == *stream_id && d.stripped_channel.contains(fragment.as_str()),
+            } => {
+                e.stream_id() == *stream_id
+                    && e.stripped_channel()
+                        .is_some_and(|c| c.contains(fragment.as_str()))
+            }
         }
     }
 }
@@ -66,41 +79,37 @@ impl ListRecordingsSession {
     }
 
     /// Queues the next few matching descriptors into `session` once what
-    /// it queued before is sent; returns the work done. Done once the count
-    /// is sent or the catalog is at its end (then RECORDING_UNKNOWN with the
-    /// next recording id follows if fewer were found).
+    /// it queued before is sent; returns the work done (the entries looked
+    /// at, and one for the end). Done once the count is sent or the catalog
+    /// is at its end (then RECORDING_UNKNOWN with the next recording id
+    /// follows if fewer were found).
     pub(super) fn do_work(&mut self, catalog: &Catalog, session: &mut ControlSession) -> usize {
         if self.done || !session.outbox.is_empty() {
             return 0;
         }
         let mut queued = 0;
-        // Read lazily from the cursor: a batch costs what it looks at, not
-        // the rest of the catalog.
-        let mut ids = catalog.valid_ids(self.next_id).peekable();
         let mut scanned = 0;
+        let mut entries = catalog.entries_from(self.next_id).peekable();
         while self.remaining > 0 && queued < BATCH && scanned < SCAN {
-            let Some(id) = ids.next() else {
+            let Some(e) = entries.next() else {
                 break;
             };
             scanned += 1;
-            self.next_id = id + 1;
-            let Some(e) = catalog.entry(id) else {
-                continue;
-            };
-            if self.filter.matches(&e.descriptor) {
-                session.queue(sulis_protocol::archive::catalog::descriptor_message(
-                    catalog.bytes(),
-                    &e,
-                    self.control_session_id,
-                    self.correlation_id,
-                ));
+            self.next_id = e.recording_id() + 1;
+            if e.state() == recording_state::VALID && self.filter.matches(&e) {
+                session.queue(e.descriptor_message(self.control_session_id, self.correlation_id));
                 self.remaining -= 1;
                 self.sent += 1;
                 queued += 1;
             }
         }
-        let at_end = ids.peek().is_none();
-        if self.remaining == 0 || at_end {
+        // At the end once no entry is left. Entries left that are not
+        // VALID are looked at in the next cycles, SCAN a cycle, before the
+        // end is told: the same answer (the next recording id is above
+        // them all), never a cycle that looks at the whole catalog.
+        let at_end = entries.peek().is_none();
+        // A count of 0 (or less) asks for nothing: done, nothing sent.
+        if self.remaining <= 0 || at_end {
             if self.remaining > 0 {
                 let next = self.next_id.max(catalog.next_recording_id());
                 session.respond(
@@ -112,7 +121,7 @@ impl ListRecordingsSession {
             }
             self.done = true;
         }
-        queued + usize::from(self.done)
+        scanned + usize::from(self.done)
     }
 
     pub(super) fn is_done(&self) -> bool {
@@ -309,5 +318,100 @@ mod tests {
         assert!(l.is_done());
         assert_eq!(ids, vec![3, 31, 33, 35, 37, 39]);
         assert_eq!(end, Some((response_code::RECORDING_UNKNOWN, 40)));
+    }
+
+    #[test]
+    fn should_pass_over_deleted_recordings_and_end_after_the_last_entry() {
+        let dir = TempDir::new("list-deleted");
+        let mut c = catalog(&dir, 40);
+        for id in (5..12).chain(33..40) {
+            c.set_state(id, recording_state::DELETED).unwrap();
+        }
+        let mut s = session();
+        let mut l = ListRecordingsSession::new(5, 6, 0, 100, ListFilter::All);
+        let (ids, end, _) = run(&c, &mut s, &mut l);
+        let valid: Vec<i64> = (0..5).chain(12..33).collect();
+        assert_eq!(ids, valid);
+        assert_eq!(
+            end,
+            Some((response_code::RECORDING_UNKNOWN, 40)),
+            "the next recording id, past the deleted ones"
+        );
+        let mut l = ListRecordingsSession::new(5, 6, 0, 0, ListFilter::All);
+        assert_eq!(run(&c, &mut s, &mut l), (vec![], None, 1), "a count of 0");
+        let mut l = ListRecordingsSession::new(5, 6, 0, -1, ListFilter::All);
+        assert_eq!(
+            run(&c, &mut s, &mut l),
+            (vec![], None, 1),
+            "a negative count"
+        );
+    }
+
+    /// Runs a listing to its end: the recording ids sent, the final
+    /// response's (code, relevant id) and how many duty cycles it took.
+    /// Every cycle until the end must count as work, or the conductor
+    /// would idle between batches.
+    fn run(
+        c: &Catalog,
+        s: &mut ControlSession,
+        l: &mut ListRecordingsSession,
+    ) -> (Vec<i64>, Option<(i32, i64)>, usize) {
+        let (mut ids, mut end, mut cycles) = (Vec::new(), None, 0);
+        while !l.is_done() {
+            cycles += 1;
+            assert!(l.do_work(c, s) > 0, "cycle {cycles}: no work counted");
+            let (more, e) = drain(s);
+            ids.extend(more);
+            assert!(end.is_none() || e.is_none(), "two end markers");
+            end = end.or(e);
+        }
+        (ids, end, cycles)
+    }
+
+    #[test]
+    fn should_list_100_000_recordings_whole_and_in_slices_a_batch_per_cycle() {
+        const N: i64 = 100_000;
+        let dir = TempDir::new("list-100k");
+        let started = std::time::Instant::now();
+        let c = catalog(&dir, N as i32);
+        let filled = started.elapsed();
+        let mut s = session();
+        let mut l = ListRecordingsSession::new(5, 6, 0, i32::MAX, ListFilter::All);
+        let (ids, end, cycles) = run(&c, &mut s, &mut l);
+        assert_eq!(ids.len() as i64, N, "every recording once");
+        assert!(
+            ids.iter().copied().eq(0..N),
+            "in order, no gaps, no duplicates"
+        );
+        assert_eq!(end, Some((response_code::RECORDING_UNKNOWN, N)));
+        assert_eq!(cycles, (N as usize).div_ceil(BATCH), "a batch per cycle");
+        // From the middle, exactly the count: that slice and no end marker.
+        let mut l = ListRecordingsSession::new(5, 6, 37_123, 25_000, ListFilter::All);
+        let (ids, end, _) = run(&c, &mut s, &mut l);
+        assert!(ids.iter().copied().eq(37_123..62_123), "the slice");
+        assert_eq!(end, None);
+        // Past the end of a slice reaching the last recording.
+        let mut l = ListRecordingsSession::new(5, 6, N - 10, 25, ListFilter::All);
+        let (ids, end, _) = run(&c, &mut s, &mut l);
+        assert!(ids.iter().copied().eq(N - 10..N));
+        assert_eq!(end, Some((response_code::RECORDING_UNKNOWN, N)));
+        // A filter that matches few: cycles that send nothing still count.
+        let filter = ListFilter::ForUri {
+            stream_id: 11,
+            fragment: "alias=r9999".into(),
+        };
+        let mut l = ListRecordingsSession::new(5, 6, 50_000, 100, filter);
+        let (ids, end, cycles) = run(&c, &mut s, &mut l);
+        assert_eq!(ids, vec![99_991, 99_993, 99_995, 99_997, 99_999]);
+        assert_eq!(end, Some((response_code::RECORDING_UNKNOWN, N)));
+        assert_eq!(
+            cycles,
+            50_000usize.div_ceil(SCAN),
+            "at most SCAN entries a cycle"
+        );
+        eprintln!(
+            "{N} recordings: catalog filled in {filled:?}, listed in {:?} (debug builds are slower)",
+            started.elapsed() - filled
+        );
     }
 }
