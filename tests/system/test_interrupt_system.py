@@ -169,3 +169,50 @@ def test_subscription_close_answers_ctrl_c_while_the_driver_is_stopped(spawn):
 def test_publication_close_answers_ctrl_c_while_the_driver_is_stopped(spawn, exclusive):
     add = sulis.Client.add_exclusive_publication if exclusive else sulis.Client.add_publication
     _close_answers_ctrl_c(spawn, lambda client: add(client, "aeron:ipc", 9))
+
+
+def _sigterm_after(seconds: float) -> threading.Thread:
+    def fire():
+        time.sleep(seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=fire, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("wait", ["archive connect", "cluster connect"])
+def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, client, wait):
+    """A service stopped with SIGTERM runs its Python handler during a native wait (the archive's or the
+    cluster's answer that never comes), not after the wait's 30 s timeout."""
+    from conftest import free_udp_port
+
+    class Terminated(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    fired = _sigterm_after(0.2)
+    start = time.monotonic()
+    try:
+        with pytest.raises(Terminated, match="SIGTERM"):
+            if wait == "archive connect":
+                sulis.ArchiveClient(client, control_request_channel="aeron:ipc", control_request_stream_id=4711,
+                                    message_timeout=30.0)
+            else:
+                from sulis.cluster import ClusterClient
+
+                ClusterClient(driver.dir, ingress_endpoints=f"0=127.0.0.1:{free_udp_port()}",
+                              egress_channel="aeron:udp?endpoint=127.0.0.1:0", message_timeout=30.0)
+        # Raised by the handler during the wait, not once the wait's 30 s were over (a handler also runs,
+        # and raises the same, when a native call that ignored signals finally returns).
+        assert time.monotonic() - start < 15.0
+    finally:
+        try:
+            fired.join()
+            time.sleep(0.05)
+        except Terminated:
+            pass
+        signal.signal(signal.SIGTERM, old)

@@ -158,6 +158,8 @@ pub(crate) struct Inner {
     name: String,
     driver_timeout: Duration,
     interrupt: Option<Interrupt>,
+    /// When [`Client::check_interrupt`] may run the check again.
+    next_interrupt_check: Mutex<Instant>,
     state: Mutex<State>,
     cond: Condvar,
     /// Set once the client is unusable (closed, timed out, driver gone): checked on hot paths.
@@ -870,6 +872,7 @@ impl Client {
             name: ctx.name.clone(),
             driver_timeout: ctx.driver_timeout,
             interrupt: ctx.interrupt.clone(),
+            next_interrupt_check: Mutex::new(Instant::now()),
             state: Mutex::new(State {
                 awaiting: HashSet::new(),
                 responses: HashMap::new(),
@@ -958,6 +961,25 @@ impl Client {
     /// re-synchronised.
     pub fn lapped_count(&self) -> u64 {
         self.inner.state.lock().unwrap().laps
+    }
+
+    /// Runs the context's interrupt check (at most once per
+    /// [`INTERRUPT_CHECK_PERIOD`]): `Err(Interrupted)` when it fired. For the
+    /// waits of services built on this client (a cluster session's connect,
+    /// say), so a signal ends them as it ends the client's own.
+    pub fn check_interrupt(&self, what: &str) -> Result<(), ClientError> {
+        if self.inner.interrupt.is_none() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        {
+            let mut next = self.inner.next_interrupt_check.lock().unwrap();
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + INTERRUPT_CHECK_PERIOD;
+        }
+        self.inner.check_interrupt(what)
     }
 
     /// This client's id.

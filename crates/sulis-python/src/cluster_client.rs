@@ -114,7 +114,9 @@ impl PyClusterClient {
                 let session = ClusterClient::connect(&client, &ctx)?;
                 Ok((client, session))
             })
-            .map_err(ClusterError::new_err)?;
+            .map_err(|e| {
+                crate::errors::pending_signal_error().unwrap_or_else(|| ClusterError::new_err(e))
+            })?;
         Ok(PyClusterClient {
             client,
             session: Some(session),

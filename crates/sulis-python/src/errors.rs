@@ -91,6 +91,13 @@ pub fn interrupt_check() -> sulis_client::Interrupt {
     }))
 }
 
+/// The exception a signal handler raised during this thread's last native
+/// wait, if any: for waits whose errors are not [`ClientError`]s (a cluster
+/// session's connect reports text), raised in place of their error.
+pub fn pending_signal_error() -> Option<PyErr> {
+    PENDING_SIGNAL_ERROR.with(|p| p.borrow_mut().take())
+}
+
 /// Converts a client error into the matching Python exception.
 pub fn client_err(e: ClientError) -> PyErr {
     match e {

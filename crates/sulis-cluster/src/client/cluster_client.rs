@@ -338,6 +338,9 @@ impl ClusterClient {
                     ctx.egress_channel, ctx.message_timeout
                 ));
             }
+            client
+                .check_interrupt("connecting to the cluster")
+                .map_err(|e| e.to_string())?;
             std::thread::sleep(Duration::from_micros(200));
         };
         // One correlation id for every copy of a request: each member
@@ -516,6 +519,9 @@ impl ClusterClient {
                 }
             }
             if n == 0 {
+                client
+                    .check_interrupt("connecting to the cluster")
+                    .map_err(|e| e.to_string())?;
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
