@@ -12,6 +12,7 @@ import signal
 import stat
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -1101,3 +1102,31 @@ def test_an_archive_that_cannot_start_says_why_with_a_typed_error(driver, archiv
     assert e.value.errno == errno.ENOSPC, e.value
     with pytest.raises(sulis.ConfigurationError, match="segment_file_length"):
         sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=1000)
+
+
+def test_a_thread_waiting_on_the_archive_does_not_lock_out_the_others_calls(client, archive):
+    """One thread waits for a signal that never comes; another thread's calls on the same archive client wait
+    their turn and return once the first call timed out. The session's lock was taken with the GIL held, and
+    the waiting call's signal checks need the GIL: the two threads held each other forever."""
+    from sulis.archive import RecordingSignal
+
+    with sulis.ArchiveClient(client, message_timeout=1.0) as ac:
+        outcome: list = []
+
+        def wait():
+            try:
+                ac.await_signal(RecordingSignal.START, 4711)
+                outcome.append("signal")
+            except sulis.SulisError as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        calls = 0
+        while t.is_alive():
+            ac.poll_signals()
+            assert not ac.is_closed
+            calls += 1
+        t.join()
+        assert len(outcome) == 1 and "timed out" in str(outcome[0]), outcome
+        assert calls >= 1

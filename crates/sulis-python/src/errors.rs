@@ -80,7 +80,18 @@ thread_local! {
 /// blocking call with KeyboardInterrupt within one check period. Handlers
 /// run on the main thread only; elsewhere this never fires.
 pub fn interrupt_check() -> sulis_client::Interrupt {
-    sulis_client::Interrupt(std::sync::Arc::new(|| {
+    // At most every 10 ms, whoever calls: a wait that polls in a tight loop
+    // (the archive client's) would otherwise take the GIL every few µs.
+    let next = std::sync::Mutex::new(std::time::Instant::now());
+    sulis_client::Interrupt(std::sync::Arc::new(move || {
+        {
+            let now = std::time::Instant::now();
+            let mut next = next.lock().unwrap();
+            if now < *next {
+                return false;
+            }
+            *next = now + std::time::Duration::from_millis(10);
+        }
         Python::attach(|py| match py.check_signals() {
             Ok(()) => false,
             Err(e) => {

@@ -27,13 +27,18 @@ impl PyArchiveClient {
         py: Python<'_>,
         f: impl FnOnce(&mut ArchiveClient) -> Result<T, RustArchiveError> + Send,
     ) -> PyResult<T> {
-        let mut guard = self.session.lock().unwrap();
-        let Some(session) = guard.as_mut() else {
-            return Err(crate::errors::ClosedError::new_err(
+        // The session's lock is taken with the GIL released: a thread waiting
+        // for it must not hold the GIL, which the thread in the session's
+        // wait takes for its signal checks (that was a deadlock: one thread in
+        // await_signal, another calling poll_signals or close).
+        let session = &self.session;
+        let result = gil::released(py, || session.lock().unwrap().as_mut().map(f));
+        match result {
+            None => Err(crate::errors::ClosedError::new_err(
                 "archive client is closed",
-            ));
-        };
-        gil::released_or_raise(py, || f(session))
+            )),
+            Some(r) => r.map_err(gil::NativeError::into_py_err),
+        }
     }
 }
 
@@ -418,15 +423,19 @@ impl PyArchiveClient {
     }
 
     /// Closes the control session (idempotent).
-    fn close(&self) {
-        if let Some(mut s) = self.session.lock().unwrap().take() {
-            s.close();
-        }
+    fn close(&self, py: Python<'_>) {
+        let session = &self.session;
+        gil::released(py, || {
+            if let Some(mut s) = session.lock().unwrap().take() {
+                s.close();
+            }
+        })
     }
 
     #[getter]
-    fn is_closed(&self) -> bool {
-        self.session.lock().unwrap().is_none()
+    fn is_closed(&self, py: Python<'_>) -> bool {
+        let session = &self.session;
+        gil::released(py, || session.lock().unwrap().is_none())
     }
 }
 
