@@ -216,3 +216,40 @@ def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, c
         except Terminated:
             pass
         signal.signal(signal.SIGTERM, old)
+
+
+def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_wait(driver, tmp_path):
+    """A member without a quorum waits in snapshot() for an election that cannot end; SIGTERM's handler
+    ends that wait, not its 30 s timeout."""
+    from conftest import free_udp_port
+    from sulis.cluster import ClusteredService, ClusterNode
+
+    class Service(ClusteredService):
+        def on_session_message(self, cluster, session_id, timestamp, payload):
+            pass
+
+    class Terminated(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    members = "|".join(f"{i},localhost:{free_udp_port()},localhost:{free_udp_port()},localhost:{free_udp_port()},"
+                       f"localhost:0,localhost:8010" for i in range(3))
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
+            ClusterNode(Service(), tmp_path / "cluster", driver.dir, cluster_members=members,
+                        log_term_length="64k") as node:
+        old = signal.signal(signal.SIGTERM, handler)
+        fired = _sigterm_after(0.2)
+        start = time.monotonic()
+        try:
+            with pytest.raises(Terminated, match="SIGTERM"):
+                node.snapshot(timeout=30.0)
+            assert time.monotonic() - start < 15.0
+        finally:
+            try:
+                fired.join()
+                time.sleep(0.05)
+            except Terminated:
+                pass
+            signal.signal(signal.SIGTERM, old)

@@ -227,14 +227,41 @@ impl PyClusterNode {
             driver_dir: dirs.1,
             service_count: dirs.2,
         };
-        let ready = gil::released(py, move || ready_rx.recv_timeout(Duration::from_secs(120)));
+        let interrupt = crate::errors::interrupt_check();
+        let ready = gil::released(py, move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            loop {
+                match ready_rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(r) => return Some(r),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Some(Err(
+                            "the consensus module thread ended before it started".to_string()
+                        ))
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if (interrupt.0)() {
+                    return None;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Some(Err(
+                        "the consensus module did not start within 120 s".to_string()
+                    ));
+                }
+            }
+        });
         let failure = match ready {
-            Ok(Ok(())) => None,
-            Ok(Err(why)) => Some(why),
-            Err(_) => Some("the consensus module did not start within 120 s".to_string()),
+            Some(Ok(())) => None,
+            Some(Err(why)) => Some(why),
+            None => {
+                // A signal: the threads are told to stop and left to it (a join
+                // could wait on an election as long as it takes).
+                node.stop.store(true, Ordering::Release);
+                return Err(interrupted_or("interrupted while the member started"));
+            }
         };
         if let Some(why) = failure {
-            node.shutdown(py);
+            node.shutdown(py)?;
             let service = node.error.lock().unwrap().take();
             let detail = match service {
                 Some(s) => format!("{why} ({s})"),
@@ -259,8 +286,8 @@ impl PyClusterNode {
     }
 
     /// Stops the module and the service (the log's recording is stopped).
-    fn close(&self, py: Python<'_>) {
-        self.shutdown(py);
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.shutdown(py)
     }
 
     /// Takes a snapshot (every service's state and the module's, at one log
@@ -309,16 +336,21 @@ impl PyClusterNode {
         let before = self.status.purges.load(Ordering::Acquire);
         self.act(py, toggle::PURGE_LOG, timeout)?;
         let status = self.status.clone();
+        let interrupt = crate::errors::interrupt_check();
         let done = gil::released(py, move || {
             let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
             while status.purges.load(Ordering::Acquire) == before {
                 if std::time::Instant::now() > deadline {
-                    return false;
+                    return Some(false);
+                }
+                if (interrupt.0)() {
+                    return None;
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            true
-        });
+            Some(true)
+        })
+        .ok_or_else(|| interrupted_or("interrupted while waiting for the log purge"))?;
         let last = self.status.last_purge.lock().unwrap().clone();
         match (done, last) {
             (true, Some(Ok((snapshot_position, start_position, segments_deleted)))) => {
@@ -372,15 +404,20 @@ impl PyClusterNode {
     fn await_threads_ended(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let threads = &self.threads;
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let interrupt = crate::errors::interrupt_check();
         let ended = gil::released(py, || loop {
             if threads.lock().unwrap().iter().all(|t| t.is_finished()) {
-                return true;
+                return Some(true);
             }
             if std::time::Instant::now() > deadline {
-                return false;
+                return Some(false);
+            }
+            if (interrupt.0)() {
+                return None;
             }
             std::thread::sleep(Duration::from_millis(1));
-        });
+        })
+        .ok_or_else(|| interrupted_or("interrupted while the member stopped"))?;
         if ended {
             Ok(())
         } else {
@@ -411,13 +448,21 @@ impl PyClusterNode {
             // A snapshot the policy asked for is being taken: its outcome is
             // not this request's, so the counts are read once it is over.
             let status = self.status.clone();
-            gil::released(py, move || {
+            let interrupt = crate::errors::interrupt_check();
+            let interrupted = gil::released(py, move || {
                 while status.state.load(Ordering::Acquire) == ModuleState::Snapshot as i64
                     && std::time::Instant::now() < deadline
                 {
+                    if (interrupt.0)() {
+                        return true;
+                    }
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                false
             });
+            if interrupted {
+                return Err(interrupted_or("interrupted while a snapshot was taken"));
+            }
         }
         let snapshots = s.snapshots.load(Ordering::Acquire);
         let failures = s.failed_snapshots.load(Ordering::Acquire);
@@ -426,6 +471,7 @@ impl PyClusterNode {
         }
         let status = self.status.clone();
         let error = self.error.clone();
+        let interrupt = crate::errors::interrupt_check();
         let outcome = gil::released(py, move || loop {
             let (count, state) = (
                 status.snapshots.load(Ordering::Acquire),
@@ -455,20 +501,47 @@ impl PyClusterNode {
             if std::time::Instant::now() > deadline {
                 return Err(format!("not done within {timeout} s"));
             }
+            if (interrupt.0)() {
+                return Err("interrupted while waiting for the module to act".to_string());
+            }
             std::thread::sleep(Duration::from_millis(1));
         });
-        outcome.map_err(ClusterError::new_err)
+        outcome.map_err(|e| match crate::errors::pending_signal_error() {
+            Some(signal) => signal,
+            None => ClusterError::new_err(e),
+        })
     }
 
-    fn shutdown(&self, py: Python<'_>) {
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
         self.stop.store(true, Ordering::Release);
         let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock().unwrap());
-        gil::released(py, move || {
+        let interrupt = crate::errors::interrupt_check();
+        let interrupted = gil::released(py, move || {
+            // Joined once finished; a signal meanwhile leaves them to stop on
+            // their own (told to already) and is raised by the caller's next
+            // bytecode, as Python raises it.
+            while !threads.iter().all(|t| t.is_finished()) {
+                if (interrupt.0)() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             for t in threads {
                 let _ = t.join();
             }
+            false
         });
+        if interrupted {
+            return Err(interrupted_or("interrupted while the member stopped"));
+        }
+        Ok(())
     }
+}
+
+/// What a signal handler raised during a wait of the node, else `KeyboardInterrupt`.
+fn interrupted_or(what: &str) -> PyErr {
+    crate::errors::pending_signal_error()
+        .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(what.to_string()))
 }
 
 impl Drop for PyClusterNode {
