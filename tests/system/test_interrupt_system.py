@@ -218,9 +218,9 @@ def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, c
         signal.signal(signal.SIGTERM, old)
 
 
-def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_wait(driver, tmp_path):
-    """A member without a quorum waits in snapshot() for an election that cannot end; SIGTERM's handler
-    ends that wait, not its 30 s timeout."""
+def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_and_the_cluster_tools_waits(driver, tmp_path):
+    """A member without a quorum waits in snapshot() for an election that cannot end, and the cluster tool's
+    members query for a member that stopped; SIGTERM's handler ends each wait, not its 30 s timeout."""
     from conftest import free_udp_port
     from sulis.cluster import ClusteredService, ClusterNode
 
@@ -236,15 +236,14 @@ def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_wait(driver, tmp_pat
 
     members = "|".join(f"{i},localhost:{free_udp_port()},localhost:{free_udp_port()},localhost:{free_udp_port()},"
                        f"localhost:0,localhost:8010" for i in range(3))
-    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir), \
-            ClusterNode(Service(), tmp_path / "cluster", driver.dir, cluster_members=members,
-                        log_term_length="64k") as node:
+
+    def interrupted(wait) -> None:
         old = signal.signal(signal.SIGTERM, handler)
         fired = _sigterm_after(0.2)
         start = time.monotonic()
         try:
             with pytest.raises(Terminated, match="SIGTERM"):
-                node.snapshot(timeout=30.0)
+                wait()
             assert time.monotonic() - start < 15.0
         finally:
             try:
@@ -253,3 +252,10 @@ def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_wait(driver, tmp_pat
             except Terminated:
                 pass
             signal.signal(signal.SIGTERM, old)
+
+    with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir):
+        with ClusterNode(Service(), tmp_path / "cluster", driver.dir, cluster_members=members,
+                         log_term_length="64k") as node:
+            interrupted(lambda: node.snapshot(timeout=30.0))
+        # The member stopped, its mark file and driver stay: nobody answers the tool's query.
+        interrupted(lambda: sulis._native.query_cluster_members(str(tmp_path / "cluster"), 30.0))

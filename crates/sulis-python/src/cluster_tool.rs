@@ -103,10 +103,13 @@ pub fn purge_cluster_log<'py>(
     driver_dir: &str,
     service_count: i32,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let interrupt = Some(crate::errors::interrupt_check());
     let outcome = crate::gil::released(py, || {
-        tool::purge_member_log(Path::new(cluster_dir), driver_dir, service_count)
+        tool::purge_member_log(Path::new(cluster_dir), driver_dir, service_count, interrupt)
     })
-    .map_err(ClusterError::new_err)?;
+    .map_err(|e| {
+        crate::errors::pending_signal_error().unwrap_or_else(|| ClusterError::new_err(e))
+    })?;
     let d = PyDict::new(py);
     d.set_item("snapshot_position", outcome.snapshot_position)?;
     d.set_item("start_position", outcome.start_position)?;
@@ -189,10 +192,17 @@ pub fn query_cluster_members<'py>(
     cluster_dir: &str,
     timeout: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let interrupt = Some(crate::errors::interrupt_check());
     let answer = crate::gil::released(py, || {
-        tool::query_members(cluster_dir, Duration::from_secs_f64(timeout.max(0.1)))
+        tool::query_members(
+            cluster_dir,
+            Duration::from_secs_f64(timeout.max(0.1)),
+            interrupt,
+        )
     })
-    .map_err(ClusterError::new_err)?;
+    .map_err(|e| {
+        crate::errors::pending_signal_error().unwrap_or_else(|| ClusterError::new_err(e))
+    })?;
     let d = PyDict::new(py);
     d.set_item("current_time_ns", answer.current_time_ns)?;
     d.set_item("leader_member_id", answer.leader_member_id)?;

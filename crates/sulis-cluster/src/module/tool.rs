@@ -8,7 +8,7 @@ use crate::module::recording_log::RecordingLog;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use sulis_archive::client::{ArchiveClient, ArchiveClientContext};
-use sulis_client::{Client, ClientContext, FragmentAssembler};
+use sulis_client::{Client, ClientContext, FragmentAssembler, Interrupt};
 use sulis_concurrent::cnc::Cnc;
 use sulis_concurrent::counters::CountersReader;
 use sulis_protocol::cluster::mark_file::MARK_FILE;
@@ -19,26 +19,36 @@ use sulis_protocol::counters::type_id;
 
 use crate::service::cluster_mark_file::MarkFileReader;
 
-fn tool_client(dir: &str, driver_timeout: Duration) -> Result<Client, String> {
+fn tool_client(
+    dir: &str,
+    driver_timeout: Duration,
+    interrupt: Option<Interrupt>,
+) -> Result<Client, String> {
     Client::connect(ClientContext {
         dir: dir.into(),
         driver_timeout,
         name: "sulis-cluster-tool".into(),
-        interrupt: None,
+        interrupt,
     })
     .map_err(|e| format!("media driver {dir}: {e}"))
 }
 
 /// Deletes the log segments wholly before the latest snapshot of the member
 /// on `cluster_dir`, through the archive of the driver in `driver_dir`.
+/// `interrupt` (Ctrl-C) ends its waits.
 pub fn purge_member_log(
     cluster_dir: &Path,
     driver_dir: &str,
     service_count: i32,
+    interrupt: Option<Interrupt>,
 ) -> Result<LogPurge, String> {
     let log = RecordingLog::read(cluster_dir)?;
-    let client = tool_client(driver_dir, Duration::from_secs(10))?;
-    let mut archive = ArchiveClient::connect(&client, ArchiveClientContext::default())
+    let client = tool_client(driver_dir, Duration::from_secs(10), interrupt.clone())?;
+    let ctx = ArchiveClientContext {
+        interrupt,
+        ..ArchiveClientContext::default()
+    };
+    let mut archive = ArchiveClient::connect(&client, ctx)
         .map_err(|e| format!("the archive on {driver_dir}: {e}"))?;
     let purged = purge_log(&mut archive, &log, service_count);
     archive.close();
@@ -86,18 +96,24 @@ pub fn set_toggle(dir: &str, value: i64) -> Result<i64, String> {
 
 /// Asks the consensus module whose mark file is in `cluster_dir` who the
 /// members and the leader are (Aeron's ClusterMembersQuery, extended),
-/// through the driver and control channel its mark file names.
+/// through the driver and control channel its mark file names. `interrupt`
+/// (Ctrl-C) ends its waits.
 pub fn query_members(
     cluster_dir: &str,
     timeout: Duration,
+    interrupt: Option<Interrupt>,
 ) -> Result<ClusterMembersExtendedResponse, String> {
     let path = Path::new(cluster_dir).join(MARK_FILE);
     let h = MarkFileReader::open(&path)
         .map_err(|e| format!("no consensus module's mark file: {e}"))?
         .header();
     let deadline = Instant::now() + timeout.max(Duration::from_millis(100));
-    let client = tool_client(&h.aeron_directory, timeout.max(Duration::from_secs(1)))
-        .map_err(|e| format!("the member's {e}"))?;
+    let client = tool_client(
+        &h.aeron_directory,
+        timeout.max(Duration::from_secs(1)),
+        interrupt,
+    )
+    .map_err(|e| format!("the member's {e}"))?;
     let outcome = (|| {
         let mut answers = client
             .add_subscription(&h.control_channel, h.service_stream_id)
@@ -147,6 +163,9 @@ pub fn query_members(
             if let Some(r) = found {
                 return Ok(r);
             }
+            client
+                .check_interrupt("waiting for the consensus module's answer")
+                .map_err(|e| e.to_string())?;
             std::thread::sleep(Duration::from_millis(1));
         }
     })();
