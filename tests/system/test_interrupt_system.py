@@ -36,9 +36,13 @@ def _default_sigint():
 
 
 def _sigint_after(seconds: float) -> threading.Thread:
+    return _signal_after(seconds, signal.SIGINT)
+
+
+def _signal_after(seconds: float, signum: int) -> threading.Thread:
     def fire():
         time.sleep(seconds)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
 
     t = threading.Thread(target=fire, daemon=True)
     t.start()
@@ -171,43 +175,24 @@ def test_publication_close_answers_ctrl_c_while_the_driver_is_stopped(spawn, exc
     _close_answers_ctrl_c(spawn, lambda client: add(client, "aeron:ipc", 9))
 
 
-def _sigterm_after(seconds: float) -> threading.Thread:
-    def fire():
-        time.sleep(seconds)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    t = threading.Thread(target=fire, daemon=True)
-    t.start()
-    return t
+class Terminated(Exception):
+    """What the tests' SIGTERM handler raises."""
 
 
-@pytest.mark.parametrize("wait", ["archive connect", "cluster connect"])
-def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, client, wait):
-    """A service stopped with SIGTERM runs its Python handler during a native wait (the archive's or the
-    cluster's answer that never comes), not after the wait's 30 s timeout."""
-    from conftest import free_udp_port
-
-    class Terminated(Exception):
-        pass
+def _ends_on_sigterm(wait) -> None:
+    """Runs ``wait()`` (a native wait of 30 s) with a Python SIGTERM handler that raises ``Terminated``, the
+    signal sent 0.2 s in: the handler must end the wait, not run once the wait's 30 s were over (a handler
+    also runs, and raises the same, when a native call that ignored signals finally returns)."""
 
     def handler(signum, frame):
         raise Terminated(signal.Signals(signum).name)
 
     old = signal.signal(signal.SIGTERM, handler)
-    fired = _sigterm_after(0.2)
+    fired = _signal_after(0.2, signal.SIGTERM)
     start = time.monotonic()
     try:
         with pytest.raises(Terminated, match="SIGTERM"):
-            if wait == "archive connect":
-                sulis.ArchiveClient(client, control_request_channel="aeron:ipc", control_request_stream_id=4711,
-                                    message_timeout=30.0)
-            else:
-                from sulis.cluster import ClusterClient
-
-                ClusterClient(driver.dir, ingress_endpoints=f"0=127.0.0.1:{free_udp_port()}",
-                              egress_channel="aeron:udp?endpoint=127.0.0.1:0", message_timeout=30.0)
-        # Raised by the handler during the wait, not once the wait's 30 s were over (a handler also runs,
-        # and raises the same, when a native call that ignored signals finally returns).
+            wait()
         assert time.monotonic() - start < 15.0
     finally:
         try:
@@ -218,9 +203,25 @@ def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, c
         signal.signal(signal.SIGTERM, old)
 
 
+@pytest.mark.parametrize("wait", ["archive connect", "cluster connect"])
+def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, client, wait):
+    """A service stopped with SIGTERM runs its Python handler during a native wait (the archive's or the
+    cluster's answer that never comes)."""
+    from conftest import free_udp_port
+    from sulis.cluster import ClusterClient
+
+    if wait == "archive connect":
+        _ends_on_sigterm(lambda: sulis.ArchiveClient(client, control_request_channel="aeron:ipc",
+                                                     control_request_stream_id=4711, message_timeout=30.0))
+    else:
+        _ends_on_sigterm(lambda: ClusterClient(driver.dir, ingress_endpoints=f"0=127.0.0.1:{free_udp_port()}",
+                                               egress_channel="aeron:udp?endpoint=127.0.0.1:0",
+                                               message_timeout=30.0))
+
+
 def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_and_the_cluster_tools_waits(driver, tmp_path):
     """A member without a quorum waits in snapshot() for an election that cannot end, and the cluster tool's
-    members query for a member that stopped; SIGTERM's handler ends each wait, not its 30 s timeout."""
+    members query for a member that stopped; SIGTERM's handler ends each wait."""
     from conftest import free_udp_port
     from sulis.cluster import ClusteredService, ClusterNode
 
@@ -228,34 +229,11 @@ def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_and_the_cluster_tool
         def on_session_message(self, cluster, session_id, timestamp, payload):
             pass
 
-    class Terminated(Exception):
-        pass
-
-    def handler(signum, frame):
-        raise Terminated(signal.Signals(signum).name)
-
     members = "|".join(f"{i},localhost:{free_udp_port()},localhost:{free_udp_port()},localhost:{free_udp_port()},"
                        f"localhost:0,localhost:8010" for i in range(3))
-
-    def interrupted(wait) -> None:
-        old = signal.signal(signal.SIGTERM, handler)
-        fired = _sigterm_after(0.2)
-        start = time.monotonic()
-        try:
-            with pytest.raises(Terminated, match="SIGTERM"):
-                wait()
-            assert time.monotonic() - start < 15.0
-        finally:
-            try:
-                fired.join()
-                time.sleep(0.05)
-            except Terminated:
-                pass
-            signal.signal(signal.SIGTERM, old)
-
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir):
         with ClusterNode(Service(), tmp_path / "cluster", driver.dir, cluster_members=members,
                          log_term_length="64k") as node:
-            interrupted(lambda: node.snapshot(timeout=30.0))
+            _ends_on_sigterm(lambda: node.snapshot(timeout=30.0))
         # The member stopped, its mark file and driver stay: nobody answers the tool's query.
-        interrupted(lambda: sulis._native.query_cluster_members(str(tmp_path / "cluster"), 30.0))
+        _ends_on_sigterm(lambda: sulis._native.query_cluster_members(str(tmp_path / "cluster"), 30.0))
