@@ -132,6 +132,7 @@ pub struct MarkFileFields<'a> {
 pub struct MarkFileClaim {
     path: PathBuf,
     file: File,
+    stopped_cleanly: bool,
 }
 
 impl MarkFileClaim {
@@ -159,16 +160,29 @@ impl MarkFileClaim {
         if let Some(why) = taken(&path, old.as_ref().map(|m| m.buffer()), &lock, now_ms) {
             return Err(ArchiveStartError::DirectoryInUse(why));
         }
+        let stopped_cleanly = old
+            .as_ref()
+            .is_some_and(|m| m.buffer().get_i64_volatile(ACTIVITY_TIMESTAMP_OFFSET) == -1);
         if let Some(old) = old {
             save_errors(dir, &old.buffer(), now_ms);
         }
-        Ok(MarkFileClaim { path, file })
+        Ok(MarkFileClaim {
+            path,
+            file,
+            stopped_cleanly,
+        })
+    }
+
+    /// True when the archive before this one stopped cleanly ([`ArchiveMarkFile::close`]):
+    /// nothing a crash interrupts can have been left half done.
+    pub fn previous_stopped_cleanly(&self) -> bool {
+        self.stopped_cleanly
     }
 
     /// Writes the archive's mark file, its storage reserved up front (a
     /// full disk is an error here, never a SIGBUS later).
     pub fn create(self, f: &MarkFileFields<'_>) -> Result<ArchiveMarkFile, ArchiveStartError> {
-        let MarkFileClaim { path, file } = self;
+        let MarkFileClaim { path, file, .. } = self;
         let page = 4096;
         let length = (HEADER_LENGTH + f.error_buffer_length).div_ceil(page) * page;
         file.set_len(0)

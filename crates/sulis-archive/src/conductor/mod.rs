@@ -191,7 +191,9 @@ impl ArchiveConductor {
         let mut errors: Vec<String> = catalog.problems().to_vec();
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
         errors.extend(catalog.recover(&ctx.archive_dir, ctx.record_checksum)?);
-        errors.extend(catalog.finish_interrupted_changes(&ctx.archive_dir));
+        errors.extend(
+            catalog.finish_interrupted_changes(&ctx.archive_dir, !claim.previous_stopped_cleanly()),
+        );
         let client = Client::connect(ClientContext {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.driver_timeout,
