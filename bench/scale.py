@@ -1,0 +1,841 @@
+#!/usr/bin/env python3
+"""Growth tables: what N streams and N recordings cost sulis, beside Aeron 1.51 (Java), in one run.
+
+    python bench/scale.py          # streams N = 10, 100, 1,000, 5,000; recordings 100 .. 100,000 (~10 min)
+    python bench/scale.py --quick  # streams N = 10, 100; recordings 100, 1,000 (smoke test, ~2 min)
+    python bench/scale.py --only recordings --max-recordings 10000    # recordings up to 10,000 (~30 s)
+    python bench/scale.py --only streams --streams 10,1000 --kinds ipc,udp-ports
+    python bench/scale.py --driver-options counters_buffer_length=8m  # sulis with Aeron's counters buffer
+
+Each system runs as processes of its own: sulis's media driver (``python -m sulis.cli driver``, shared
+threading: a Python process hosting the Rust driver) or Aeron's (``io.aeron.driver.MediaDriver`` of
+the current aeron-all jar, SHARED threading, on Java 17), each in a fresh directory under /dev/shm,
+both with their default idle strategy (backoff) and sparse log files. The same sulis Python client
+(``sulis.Client``, which speaks Aeron's CnC file and commands) drives both. Sections (``--only``):
+
+streams -- for each N (``--streams``) and kind (``--kinds``), a fresh driver and a client process that
+adds N streams, every log with 64 KiB terms (``term-length=64k`` in every publication's channel, so
+both drivers use the same terms):
+
+* ``ipc``: N publications (``add_publication``) on ``aeron:ipc?term-length=64k``, stream ids
+  1001..1000+N, no subscription;
+* ``udp-endpoint``: N streams (stream ids) on one ``aeron:udp?endpoint=127.0.0.1:P``: for each a
+  subscription, then a publication;
+* ``udp-ports``: N streams each on a port of its own, a subscription and a publication each.
+
+Every driver has its defaults: sulis's counters buffer (1 MiB, 8,192 counters) is an eighth of
+Aeron 1.51's (8 MiB), so past about 900 UDP streams or 4,000 IPC publications a sulis driver refuses
+more (``--driver-options counters_buffer_length=8m`` gives it Aeron's).
+
+Before the baseline the client adds 50 warm-up streams of the same kind (``--warmup-streams``; other
+stream ids, ports), untimed and kept, so that neither driver is measured cold (a JVM's JIT); the
+totals below include them, the per-stream figures do not.
+
+Rows (each for sulis and Aeron, then sulis/Aeron):
+
+* add, per stream: the client's add calls for all N streams (subscription and publication for
+  UDP), each waiting for the driver's answer, / N;
+* connect (UDP): from the last add until every subscription has its image (or how many had none
+  after 20 s, ``--connect-timeout``; the other rows are measured all the same). Adding the N streams
+  may take 60 s (``--add-timeout``); past that the N fails, its cell says how many were added;
+* /dev/shm: allocated bytes (``st_blocks``, the log files are sparse) of the driver's directory
+  with the N streams; per stream: (that - the same before the N streams were added) / N;
+* driver RSS: VmRSS of the driver process (the whole JVM for Aeron); per stream as /dev/shm;
+* client RSS per stream: the client process's VmRSS, as above (the same client for both drivers);
+* idle CPU: the driver process's utime + stime over 3 s (``--idle-seconds``) with the N streams
+  idle, % of one CPU;
+* busy IPC stream: while the N streams exist, one exclusive publication on
+  ``aeron:ipc?term-length=1m`` in a process of its own (``offer_batch`` of 1,024 x 32 B, the
+  ``sulis-pub`` role) and a subscription in another (``poll_batch(4096)``, ``sulis-sub``) on the
+  same driver: the median of the subscriber's per-second counts after the first (warm-up).
+
+recordings -- one driver and one archive process per system: sulis's archive (``python -m sulis.cli
+archive``) or Aeron's ``io.aeron.archive.Archive`` (SHARED threading), both with 1 MiB segment files
+(the recordings are tiny), their directory on disk (the temporary directory). Recordings are made up
+to each N (100, 1,000, 10,000, 100,000; ``--max-recordings 10000`` saves the last 3 min): each one
+``start_recording`` on ``aeron:ipc?term-length=64k``, the START signal, one 32 B message, its
+recorded position awaited, ``stop_recording_subscription``, the STOP signal. After each (re)start of
+the archive the first 50 (``--warmup-recordings``, at most half of those still to make) are untimed
+(counted in N: a JIT's warm-up). Then, at each N (after 2 untimed list and replay calls):
+
+* create, per recording: the time to make the recordings since the previous N / their count;
+* list: ``list_recordings(0, N)`` until all N descriptors came (median of 5);
+* restart: the archive process stopped (SIGTERM) and started again: from its start until a new
+  ``ArchiveClient`` is connected and has listed one recording (a JVM's start for Aeron, a Python
+  interpreter's for sulis);
+* replay start: from ``start_replay`` of a recording in the middle (over ``aeron:ipc``) to its first
+  fragment polled (median of 5 recordings).
+
+growth: a row's value at the largest N / at the smallest (the largest measured, if the largest
+failed: the column says so); for the busy rate its slowdown, the rate at the smallest N / at the
+largest, so that in every row a smaller growth is better. The sulis/Aeron rows give the ratio at
+each N and of the two growth factors. A measurement that failed (a driver refusing thousands of
+streams, a time-out) is printed in its cell as ``failed: ...``, the error in full below the table.
+
+Targets (the issue's): every growth factor at or under Aeron's in the same row; /dev/shm and driver
+RSS per idle stream within 1.5x Aeron's (at the largest N); one busy IPC stream >= 1.0x Aeron's
+driver (at every N); listing 10,000 recordings in no more time than Aeron's archive.
+
+Not offered yet (the issue's other tables): 1 to 64 GiB recordings (record, replay from the start,
+seek) and 10 to 1,000 cluster sessions (connect, memory, echo p99). The JSON record goes to
+bench/results/scale-<timestamp>.json. Needs ``bash bench/peers/install.sh`` for the Aeron columns.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+import sulis
+from sulis._benchkit import runner as r
+from sulis._benchkit.procs import (
+    Child,
+    ChildProcess,
+    Interference,
+    cpu_summary,
+    free_port,
+    remove_dir,
+    scratch_dir,
+    wait_for_quiet,
+)
+from sulis._benchkit.report import print_table, save, verdict
+from sulis.archive import RecordingSignal
+
+r.repository(__file__)
+from bench.peers import aeron as aeron_java  # noqa: E402
+
+SECTIONS = ("streams", "recordings")
+KINDS = {"ipc": "N publications on aeron:ipc?term-length=64k (no subscription)",
+         "udp-endpoint": "N streams on one aeron:udp?endpoint=127.0.0.1:P|term-length=64k, a subscription and "
+                         "a publication each",
+         "udp-ports": "N streams on N ports aeron:udp?endpoint=127.0.0.1:P_i|term-length=64k, a subscription "
+                      "and a publication each"}
+SYSTEMS = ("sulis", "aeron")
+HOST = "127.0.0.1"
+FIRST_STREAM, WARMUP_STREAM = 1001, 500_001
+BUSY_CHANNEL, BUSY_STREAM = "aeron:ipc?term-length=1m", 99
+REC_CHANNEL, REC_STREAM, REPLAY_STREAM = "aeron:ipc?term-length=64k", 77, 2002
+JVM_START_S = 120.0
+#: Untimed list and replay calls before the timed ones at each N (the archive may have just restarted).
+WARMUP_CALLS = 2
+
+
+# ----------------------------------------------------------------- what a process uses
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of a process (all of it: heap, code, the shared memory it touched)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        rest = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def allocated_bytes(path: str) -> int:
+    """The blocks files under ``path`` take (sparse files count what they hold, not their length)."""
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+    return total
+
+
+# ----------------------------------------------------------------- drivers and archives as processes
+
+def _wait_for_file(proc: ChildProcess, path: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (os.path.exists(path) and os.path.getsize(path) > 0):
+        if proc.proc.poll() is not None or time.monotonic() > deadline:
+            why = f"exited ({proc.proc.returncode})" if proc.proc.poll() is not None else "time-out"
+            raise RuntimeError(f"{proc.what} wrote no {path} ({why}):\n{proc.stderr_tail()}")
+        time.sleep(0.02)
+
+
+class Driver:
+    """A media driver process in a fresh directory under /dev/shm: sulis's or Aeron's (SHARED threading)."""
+
+    def __init__(self, system: str, aeron: aeron_java.AeronJava | None, options: dict | None = None,
+                 props: dict | None = None) -> None:
+        self.system = system
+        self.base = scratch_dir("sulis-bench-scale-")
+        self.dir = os.path.join(self.base, "driver")
+        if system == "aeron":
+            assert aeron is not None
+            cmd = aeron_java.command(aeron, {**aeron_java.dir_props(self.dir), "aeron.threading.mode": "SHARED",
+                                             **(props or {})}, "io.aeron.driver.MediaDriver")
+        else:
+            cmd = [sys.executable, "-m", "sulis.cli", "driver", "--dir", self.dir, "--threading-mode", "shared",
+                   *(x for k, v in (options or {}).items() for x in (f"--{k.replace('_', '-')}", str(v)))]
+        self.proc = Child(f"{system} driver", cmd=cmd)  # a Child: roles' reads can watch it
+        try:
+            _wait_for_file(self.proc, os.path.join(self.dir, sulis.CNC_FILE), JVM_START_S)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+    def alive(self) -> None:
+        if self.proc.proc.poll() is not None:
+            raise RuntimeError(f"the {self.system} driver exited ({self.proc.proc.returncode}):\n"
+                               f"{self.proc.stderr_tail()}")
+
+    def close(self) -> None:
+        try:
+            self.proc.stop(grace_s=5.0)
+            self.proc.close()
+        finally:
+            remove_dir(self.base)
+
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ArchiveProcess:
+    """An archive process on ``driver_dir`` recording into ``archive_dir``: ``python -m sulis.cli archive``
+    or Aeron's ``io.aeron.archive.Archive`` (SHARED threading); both with 1 MiB segment files."""
+
+    def __init__(self, system: str, aeron: aeron_java.AeronJava | None, driver_dir: str, archive_dir: str) -> None:
+        self.system, self.aeron, self.driver_dir, self.archive_dir = system, aeron, driver_dir, archive_dir
+        self.proc: ChildProcess | None = None
+        self.control = f"aeron:udp?endpoint={HOST}:{free_port(HOST)}"
+
+    def start(self) -> None:
+        if self.system == "aeron":
+            assert self.aeron is not None
+            props = {"aeron.dir": self.driver_dir, "aeron.archive.dir": self.archive_dir,
+                     "aeron.archive.threading.mode": "SHARED", "aeron.archive.segment.file.length": 1 << 20,
+                     # Aeron's archive wants a UDP control channel and a replication channel named.
+                     "aeron.archive.control.channel": self.control,
+                     "aeron.archive.replication.channel": f"aeron:udp?endpoint={HOST}:0"}
+            cmd = aeron_java.command(self.aeron, props, "io.aeron.archive.Archive")
+        else:
+            cmd = [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", self.archive_dir,
+                   "--dir", self.driver_dir, "--segment-file-length", "1m"]
+        self.proc = ChildProcess(cmd, f"{self.system} archive")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(grace_s=20.0)
+            self.proc.close()
+            self.proc = None
+
+    def alive(self) -> None:
+        if self.proc is None or self.proc.proc.poll() is not None:
+            tail = self.proc.stderr_tail() if self.proc else ""
+            raise RuntimeError(f"the {self.system} archive is not running:\n{tail}")
+
+
+# ----------------------------------------------------------------- the client process of a streams run
+
+def stream_channels(kind: str, n: int, ports: list[int], first_stream: int = FIRST_STREAM
+                    ) -> list[tuple[str | None, str, int]]:
+    """(subscription channel or None, publication channel, stream id) of each of the N streams."""
+    out: list[tuple[str | None, str, int]] = []
+    for i in range(n):
+        sid = first_stream + i
+        if kind == "ipc":
+            out.append((None, "aeron:ipc?term-length=64k", sid))
+        else:
+            port = ports[0] if kind == "udp-endpoint" else ports[i]
+            out.append((f"aeron:udp?endpoint={HOST}:{port}", f"aeron:udp?endpoint={HOST}:{port}|term-length=64k",
+                        sid))
+    return out
+
+
+def add_streams(client, streams, add_timeout: float, connect_timeout: float, held: list
+                ) -> tuple[float, float | None, int]:
+    """Adds the streams (for UDP the subscription, then the publication), keeping them in ``held``,
+    giving up after ``add_timeout`` s; then waits up to ``connect_timeout`` s until every
+    subscription has its image. Returns (seconds adding, seconds connecting or None, how many
+    subscriptions had no image then)."""
+    subs, added = [], 0
+    t0 = time.perf_counter()
+    try:
+        for sub_channel, pub_channel, sid in streams:
+            if time.perf_counter() - t0 > add_timeout:
+                raise TimeoutError(f"{added:,} of {len(streams):,} streams added in {add_timeout:g} s (--add-timeout)")
+            if sub_channel is not None:
+                subs.append(client.add_subscription(sub_channel, sid))
+                held.append(subs[-1])
+            held.append(client.add_publication(pub_channel, sid))
+            added += 1
+    except TimeoutError:
+        raise
+    except Exception as exc:
+        raise RuntimeError(f"{type(exc).__name__} after {added} of {len(streams)} streams "
+                           f"({time.perf_counter() - t0:.1f} s): {exc}") from None
+    t1 = time.perf_counter()
+    pending = subs
+    while pending := [s for s in pending if s.image_count == 0]:
+        if time.perf_counter() - t1 > connect_timeout:
+            return t1 - t0, None, len(pending)
+        time.sleep(0.005)
+    return t1 - t0, time.perf_counter() - t1, 0
+
+
+def holder(p: dict) -> int:
+    """The client process of a streams run (``scale.py --holder '<json>'``): connects to the driver in
+    ``dir``, adds the warm-up streams, says ready; adds the N streams when a line comes on stdin, waits
+    for every subscription's image, says what it took and holds the streams until stdin closes. JSON
+    lines, as the roles of ``sulis._benchkit.roles``."""
+    def say(obj: dict) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    held: list = []
+    try:
+        with sulis.Client(dir=p["dir"], name="sulis bench scale") as client:
+            add_streams(client, stream_channels(p["kind"], p["warmup"], p["warmup_ports"], WARMUP_STREAM),
+                        p["add_timeout"], p["connect_timeout"], held)
+            say({"ready": True})
+            if not sys.stdin.readline():
+                return 0
+            add_s, connect_s, unconnected = add_streams(client, stream_channels(p["kind"], p["n"], p["ports"]),
+                                                        p["add_timeout"], p["connect_timeout"], held)
+            say({"added": p["n"], "add_s": add_s, "connect_s": connect_s, "unconnected": unconnected})
+            sys.stdin.read()  # until the orchestrator closes it
+    except Exception as exc:
+        say({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------- streams
+
+def busy_rate(a, driver_dir: str) -> float:
+    """One busy IPC stream on the driver: the ``sulis-pub`` (offer_batch) and ``sulis-sub`` roles."""
+    base = scratch_dir("sulis-bench-scale-busy-")
+    stop = os.path.join(base, "stop")
+    common = {"dir": driver_dir, "channel": BUSY_CHANNEL, "stream": BUSY_STREAM}
+    sub = r.sulis_role("py", "sub", **common, duration=a.busy_duration, limit=4096)
+    pub = lambda _ready: r.sulis_role("py", "pub", **common, stop=stop, publication="exclusive",  # noqa: E731
+                                      batch=a.busy_batch, size=32)
+    return r.run_stream(sub, pub, stop, dirs=[base])["msgs_per_s"]
+
+
+def streams_run(a, system: str, aeron, kind: str, n: int) -> dict:
+    """One driver, one client process with N streams of ``kind``: everything the streams rows show."""
+    def ports(count: int) -> list[int]:
+        return [] if kind == "ipc" else [free_port(HOST) for _ in range(1 if kind == "udp-endpoint" else count)]
+
+    out: dict = {}
+    with Driver(system, aeron, a.sulis_options, a.aeron_props) as driver:
+        cmd = [sys.executable, os.path.abspath(__file__), "--holder",
+               json.dumps({"dir": driver.dir, "kind": kind, "n": n, "ports": ports(n), "warmup": a.warmup_streams,
+                           "warmup_ports": ports(a.warmup_streams), "connect_timeout": a.connect_timeout,
+                           "add_timeout": a.add_timeout})]
+        client = Child("client", cmd=cmd)
+        try:
+            client.read(60 + a.add_timeout + a.connect_timeout, watch=[driver.proc])
+            time.sleep(a.settle)
+            driver.alive()
+            base = {"shm": allocated_bytes(driver.dir), "driver_rss": rss_bytes(driver.pid),
+                    "client_rss": rss_bytes(client.proc.pid)}
+            out["baseline"] = base
+            assert client.proc.stdin is not None
+            client.proc.stdin.write("add\n")
+            client.proc.stdin.flush()
+            added = client.read(60 + a.add_timeout + a.connect_timeout, watch=[driver.proc])
+            out.update(add_s=added["add_s"], connect_s=added["connect_s"] if kind != "ipc" else None,
+                       unconnected=added["unconnected"], connect_timeout=a.connect_timeout, n=n,
+                       add_us=added["add_s"] / n * 1e6)
+            time.sleep(a.settle)
+            driver.alive()
+            out.update(shm=allocated_bytes(driver.dir), driver_rss=rss_bytes(driver.pid),
+                       client_rss=rss_bytes(client.proc.pid))
+            for key in ("shm", "driver_rss", "client_rss"):
+                out[f"{key}_per_stream"] = (out[key] - base[key]) / n
+            c0, t0 = cpu_seconds(driver.pid), time.monotonic()
+            time.sleep(a.idle_seconds)
+            out["idle_cpu"] = (cpu_seconds(driver.pid) - c0) / (time.monotonic() - t0) * 100
+            driver.alive()
+            out["busy"] = busy_rate(a, driver.dir)
+            driver.alive()
+        finally:
+            client.close(grace_s=10.0 + n / 500)
+    return out
+
+
+def describe_streams(m: dict) -> str:
+    return (f"add {m['add_s']:.2f} s ({m['add_us']:.0f} µs/stream)"
+            + (f", connected {m['connect_s']:.2f} s later" if m.get("connect_s") is not None else "")
+            + (f", {m['unconnected']:,} subscriptions without an image {m['connect_timeout']:g} s later"
+               if m.get("unconnected") else "")
+            + f"; /dev/shm {m['shm'] / 2**20:.1f} MiB; driver RSS {m['driver_rss'] / 2**20:.0f} MiB"
+            f" (+{m['driver_rss_per_stream'] / 1024:.1f} KiB/stream); client RSS {m['client_rss'] / 2**20:.0f} MiB; "
+            f"idle CPU {m['idle_cpu']:.1f} %; busy IPC {m['busy'] / 1e6:.2f} M msgs/s")
+
+
+#: (key, row name, unit divisor, format, inverted growth, its growth is a target): the totals' growth is shown
+#: but not a target (a driver with a smaller base grows relatively more for the same cost per stream; /dev/shm
+#: and RSS are judged per stream), nor is the connect time's (it depends on how fast the adds went).
+STREAM_ROWS = [
+    ("add_us", "add, per stream (µs)", 1, "{:.0f}", False, True),
+    ("connect_s", "connect, after the adds (ms)", 1e-3, "{:.1f}", False, False),
+    ("shm", "/dev/shm (MiB)", 2 ** 20, "{:.2f}", False, False),
+    ("shm_per_stream", "/dev/shm per stream (KiB)", 1024, "{:.1f}", False, True),
+    ("driver_rss", "driver RSS (MiB)", 2 ** 20, "{:.1f}", False, False),
+    ("driver_rss_per_stream", "driver RSS per stream (KiB)", 1024, "{:.1f}", False, True),
+    ("client_rss_per_stream", "client RSS per stream (KiB)", 1024, "{:.1f}", False, True),
+    ("idle_cpu", "idle CPU (% of a CPU)", 1, "{:.2f}", False, True),
+    ("busy", "busy IPC stream (M msgs/s)", 1e6, "{:.2f}", True, True),
+]
+
+
+def streams_section(a, aeron, why: str) -> dict:
+    results: dict = {kind: {s: {} for s in SYSTEMS} for kind in a.kinds}
+    for n in a.streams:
+        for kind in a.kinds:
+            for system in SYSTEMS:
+                cell = results[kind][system]
+                if system == "aeron" and aeron is None:
+                    cell[n] = {"skipped": why}
+                    continue
+                if a.wait_quiet > 0:
+                    wait_for_quiet(a.max_interference, a.wait_quiet)
+                print(f"[streams] {kind} N={n:,} {system}", flush=True)
+                t0 = time.monotonic()
+                try:
+                    with Interference() as itf:
+                        m = streams_run(a, system, aeron, kind, n)
+                    m["interference"] = itf.share
+                    cell[n] = m
+                    print("      -> " + describe_streams(m) + f" [{time.monotonic() - t0:.0f} s]"
+                          + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU"
+                             if itf.share > a.max_interference else ""), flush=True)
+                except Exception as exc:  # one failed measurement is a cell, not the end of the run
+                    cell[n] = {"error": f"{type(exc).__name__}: {exc}"}
+                    print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:300]}",
+                          flush=True)
+    return results
+
+
+# ----------------------------------------------------------------- recordings
+
+def connect_archive(client, timeout_s: float = 120.0) -> sulis.ArchiveClient:
+    """An ArchiveClient over the archive's local control channel (``aeron:ipc`` stream 10, the default of
+    both archives), answers on ``aeron:ipc`` stream 20; it waits for the archive to be there."""
+    return sulis.ArchiveClient(client, message_timeout=timeout_s)
+
+
+def make_recordings(ac, pub, count: int, timeout_s: float = 60.0) -> None:
+    """``count`` recordings of one 32 B message each of the publication's stream (see the docstring)."""
+    payload = b"\x5a" * 32
+    for _ in range(count):
+        sub_id = ac.start_recording(REC_CHANNEL, REC_STREAM)
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        deadline = time.monotonic() + timeout_s
+        while (end := pub.offer(payload)) < 0:
+            if end == sulis.CLOSED or time.monotonic() > deadline:
+                raise RuntimeError(f"offer to be recorded: {sulis.result_name(end)}")
+        while ac.get_recording_position(rid) < end:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"recording {rid} did not reach {end}")
+        ac.stop_recording_subscription(sub_id)
+        ac.await_signal(RecordingSignal.STOP, rid)
+
+
+def replay_start_s(ac, recording_id: int, timeout_s: float = 30.0) -> float:
+    """From start_replay of the recording over aeron:ipc to its first fragment polled."""
+    t0 = time.perf_counter()
+    sub = ac.replay(recording_id, "aeron:ipc", REPLAY_STREAM)
+    try:
+        while not sub.poll_batch(16):
+            if time.perf_counter() - t0 > timeout_s:
+                raise RuntimeError(f"no fragment of the replay of recording {recording_id} in {timeout_s:g} s")
+        return time.perf_counter() - t0
+    finally:
+        sub.close()
+
+
+def recordings_run(a, system: str, aeron, results: dict) -> None:
+    """One driver and archive of ``system``; recordings up to each of ``a.recordings``; fills ``results[n]``."""
+    disk = scratch_dir("sulis-bench-scale-rec-", parent=a.dir or tempfile.gettempdir())
+    archive = None
+    try:
+        with Driver(system, aeron, a.sulis_options, a.aeron_props) as driver, \
+                sulis.Client(dir=driver.dir, name="sulis bench scale") as client:
+            archive = ArchiveProcess(system, aeron, driver.dir, os.path.join(disk, "archive"))
+            archive.start()
+            ac = connect_archive(client)
+            pub = client.add_exclusive_publication(REC_CHANNEL, REC_STREAM)
+            made = 0
+            for n in a.recordings:
+                print(f"[recordings] {system} N={n:,}", flush=True)
+                t0 = time.monotonic()
+                try:
+                    with Interference() as itf:
+                        m: dict = {}
+                        # The first ones after the archive's (re)start untimed (counted in N): its JIT's warm-up.
+                        untimed = min(a.warmup_recordings, (n - made) // 2)
+                        make_recordings(ac, pub, untimed)
+                        c0 = time.perf_counter()
+                        make_recordings(ac, pub, n - made - untimed)
+                        m["create_ms"] = (time.perf_counter() - c0) / (n - made - untimed) * 1e3
+                        made = n
+                        listed = []
+                        for _ in range(WARMUP_CALLS + a.list_repeats):  # the first untimed
+                            l0 = time.perf_counter()
+                            descriptors = ac.list_recordings(0, n)
+                            listed.append(time.perf_counter() - l0)
+                            if len(descriptors) != n:
+                                raise RuntimeError(f"list_recordings(0, {n}) gave {len(descriptors)} descriptors")
+                        listed = listed[WARMUP_CALLS:]
+                        m["list_ms"] = statistics.median(listed) * 1e3
+                        m["list_runs_ms"] = [x * 1e3 for x in listed]
+                        ids = [d.recording_id for d in descriptors]
+                        mid = len(ids) // 2 - WARMUP_CALLS
+                        replays = [replay_start_s(ac, ids[mid + k])
+                                   for k in range(WARMUP_CALLS + a.replay_repeats)][WARMUP_CALLS:]
+                        m["replay_start_ms"] = statistics.median(replays) * 1e3
+                        m["replay_runs_ms"] = [x * 1e3 for x in replays]
+                        # The restart: a clean stop, then from the new process's start to an answer.
+                        with contextlib.suppress(Exception):
+                            ac.close()
+                        archive.stop()
+                        s0 = time.perf_counter()
+                        archive.start()
+                        ac = connect_archive(client)
+                        first = ac.list_recordings(0, 1)
+                        m["restart_ms"] = (time.perf_counter() - s0) * 1e3
+                        if len(first) != 1:
+                            raise RuntimeError(f"after the restart list_recordings(0, 1) gave {len(first)}")
+                        archive.alive()
+                    m["interference"] = itf.share
+                    results[n] = m
+                    print(f"      -> create {m['create_ms']:.2f} ms/recording; list {m['list_ms']:.1f} ms; "
+                          f"restart {m['restart_ms']:.0f} ms; replay start {m['replay_start_ms']:.2f} ms "
+                          f"[{time.monotonic() - t0:.0f} s]"
+                          + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU"
+                             if itf.share > a.max_interference else ""), flush=True)
+                except Exception as exc:
+                    results[n] = {"error": f"{type(exc).__name__}: {exc}"}
+                    print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:300]}",
+                          flush=True)
+                    break  # the archive's state is unknown: the larger N of this system are not measured
+            with contextlib.suppress(Exception):
+                ac.close()
+    finally:
+        if archive is not None:
+            archive.stop()
+        remove_dir(disk)
+
+
+#: As STREAM_ROWS; the time to create recordings is shown, not a target (the issue's rows are the other three).
+REC_ROWS = [
+    ("create_ms", "create, per recording (ms)", 1, "{:.2f}", False, False),
+    ("list_ms", "list_recordings(0, N) (ms)", 1, "{:.1f}", False, True),
+    ("restart_ms", "archive restart (ms)", 1, "{:.0f}", False, True),
+    ("replay_start_ms", "replay start (ms)", 1, "{:.2f}", False, True),
+]
+
+
+def recordings_section(a, aeron, why: str) -> dict:
+    results: dict = {s: {} for s in SYSTEMS}
+    for system in SYSTEMS:
+        if system == "aeron" and aeron is None:
+            results[system] = {n: {"skipped": why} for n in a.recordings}
+            continue
+        try:
+            recordings_run(a, system, aeron, results[system])
+        except Exception as exc:  # the driver or archive did not start
+            print(f"[recordings] {system} FAILED: {' '.join(str(exc).split())[:300]}", flush=True)
+            for n in a.recordings:
+                results[system].setdefault(n, {"error": f"{type(exc).__name__}: {exc}"})
+    return results
+
+
+# ----------------------------------------------------------------- the tables
+
+def growth(cells: dict, ns: list[int], key: str, inverted: bool) -> tuple[float | None, int | None]:
+    """(value at the largest N measured / at the smallest, that largest N); inverted: the other way."""
+    have = [n for n in ns if isinstance(cells.get(n, {}).get(key), (int, float))]
+    if len(have) < 2:
+        return None, None
+    lo, hi = cells[have[0]][key], cells[have[-1]][key]
+    if inverted:
+        lo, hi = hi, lo
+    if lo <= 0:
+        return None, have[-1]
+    return hi / lo, have[-1]
+
+
+def short_error(error: str) -> str:
+    """The gist of an error for a table cell: ``RegistrationError after 855 of 1000`` or its first words."""
+    text = " ".join(error.split())
+    if m := re.search(r"(\w+) after (\d+) of (\d+) streams", text):
+        return f"{m.group(1)} after {int(m.group(2)):,}"
+    if m := re.search(r"([\d,]+) of [\d,]+ streams added in (\S+) s", text):
+        return f"{m.group(1)} added in {m.group(2)} s"
+    for prefix in ("BenchError: ", "the client process: ", "RuntimeError: "):
+        text = text.removeprefix(prefix)
+    return text if len(text) <= 30 else text[:29] + "…"
+
+
+def cell_text(cell: dict, key: str, div: float, fmt: str, notes: list[str], where: str) -> str:
+    if "error" in cell:
+        if not any(note.startswith(f"{where}: ") for note in notes):
+            notes.append(f"{where}: {cell['error']}")
+        return f"failed: {short_error(cell['error'])}"
+    if "skipped" in cell:
+        return "skipped"
+    if key == "connect_s" and cell.get("unconnected"):
+        return f"{cell['unconnected']:,} not in {cell['connect_timeout']:g} s"
+    v = cell.get(key)
+    return "-" if v is None else fmt.format(v / div)
+
+
+def growth_table(title: str, rows_def: list, results: dict, ns: list[int], notes: list[str], checks: list[dict],
+                 skip_keys=()) -> list[list[str]]:
+    """The rows of one table: per metric sulis, Aeron and sulis/Aeron at each N, and the growth (each
+    system's over the Ns it has; the sulis/Aeron one, and the target's, over the Ns both have)."""
+    rows = []
+    for key, name, div, fmt, inverted, target in rows_def:
+        if key in skip_keys:
+            continue
+        g = {}
+        for system, label in (("sulis", "sulis"), ("aeron", "Aeron 1.51")):
+            cells = results[system]
+            texts = [cell_text(cells[n], key, div, fmt, notes, f"{title}, {label}, N={n:,}") if n in cells
+                     else "-" for n in ns]
+            g[system], upto = growth(cells, ns, key, inverted)
+            gtext = "-" if g[system] is None else f"{g[system]:.2f}x" + ("" if upto == ns[-1] else f" (to {upto:,})")
+            rows.append([name if system == "sulis" else "", label, *texts, gtext])
+        ratios = []
+        for n in ns:
+            s, j = results["sulis"].get(n, {}).get(key), results["aeron"].get(n, {}).get(key)
+            ratios.append(f"{s / j:.2f}x" if isinstance(s, (int, float)) and isinstance(j, (int, float)) and j else "-")
+        have = {system: [n for n in ns if isinstance(results[system].get(n, {}).get(key), (int, float))]
+                for system in SYSTEMS}
+        common = [n for n in have["sulis"] if n in have["aeron"]]
+        gs, upto = growth(results["sulis"], common, key, inverted)
+        ga, _ = growth(results["aeron"], common, key, inverted)
+        gtext = "-" if gs is None or not ga else f"{gs / ga:.2f}x" + ("" if upto == ns[-1] else f" (to {upto:,})")
+        rows.append(["", "sulis/Aeron", *ratios, gtext])
+        if target:
+            # sulis failing at an N that Aeron ran is a miss whatever the growth before it.
+            short = bool(have["aeron"]) and (not have["sulis"] or have["sulis"][-1] < have["aeron"][-1])
+            checks.append({"row": f"{title}: {name}", "sulis": gs, "aeron": ga, "to": upto,
+                           "sulis_short_of": have["aeron"][-1] if short else None})
+    return rows
+
+
+def print_section_table(heading: str, rows: list[list[str]], ns: list[int], unit: str = "N") -> None:
+    print(f"\n{heading}")
+    print_table(["row", "system", *(f"{unit}={n:,}" for n in ns), "growth"], rows, "ll" + "r" * (len(ns) + 1))
+
+
+def main(argv=None) -> int:
+    ap = r.parser(__doc__, only=",".join(SECTIONS))
+    ap.set_defaults(runs=1)
+    ap.add_argument("--streams", default=None,
+                    help="stream counts N, comma separated (default 10,100,1000,5000; --quick: 10,100)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"stream kinds, comma separated (default all: "
+                                                            f"{', '.join(KINDS)})")
+    ap.add_argument("--recordings", default=None,
+                    help="recording counts N, comma separated (default 100,1000,10000,100000 up to --max-recordings; "
+                         "--quick: 100,1000)")
+    ap.add_argument("--max-recordings", type=int, default=100_000,
+                    help="largest recording count of the default list (default 100000; 10000 saves ~3 min)")
+    ap.add_argument("--warmup-recordings", type=int, default=50,
+                    help="recordings made untimed after each (re)start of an archive (counted in N; default 50, "
+                         "at most half of those made for that N)")
+    ap.add_argument("--idle-seconds", type=float, default=3.0, help="window of the idle CPU figure (default 3)")
+    ap.add_argument("--busy-duration", type=float, default=None,
+                    help="seconds of the busy IPC stream, the first is warm-up (default 4; --quick: 2.5)")
+    ap.add_argument("--busy-batch", type=int, default=1024, help="messages per offer_batch of the busy stream")
+    ap.add_argument("--add-timeout", type=float, default=60.0,
+                    help="seconds the client gets to add the N streams; past them the N is failed (default 60)")
+    ap.add_argument("--connect-timeout", type=float, default=20.0,
+                    help="seconds the UDP subscriptions get to have their images after the adds; those still "
+                         "without one are counted in the connect row and the run goes on (default 20)")
+    ap.add_argument("--warmup-streams", type=int, default=50,
+                    help="streams of the same kind (other stream ids, ports) each driver gets before the "
+                         "baseline, untimed, so that neither is measured cold (a JVM's JIT) (default 50)")
+    ap.add_argument("--settle", type=float, default=0.5, help="seconds waited before /dev/shm and RSS are read")
+    ap.add_argument("--driver-options", default="",
+                    help="more options of the sulis drivers, k=v,k=v (e.g. counters_buffer_length=8m: Aeron 1.51's "
+                         "default counters buffer; sulis's is 1 MiB, 8,192 counters)")
+    ap.add_argument("--aeron-props", default="", help="more properties of the Aeron drivers, k=v,k=v")
+    ap.add_argument("--dir", default=None, help="where the archives' directories go (default: the temp dir)")
+    a = r.parse(ap, argv)
+    if a.runs != 1:
+        ap.error("--runs: this benchmark measures each figure once per N (list and replay start: medians of 5)")
+
+    def counts(text: str | None, default: list[int], what: str) -> list[int]:
+        try:
+            ns = sorted({int(x.replace("_", "")) for x in text.split(",") if x.strip()}) if text else default
+        except ValueError:
+            ap.error(f"--{what} takes whole numbers, comma separated")
+        if not ns or ns[0] < 1:
+            ap.error(f"--{what} needs counts of at least 1")
+        return ns
+
+    a.streams = counts(a.streams, [10, 100] if a.quick else [10, 100, 1000, 5000], "streams")
+    default_recordings = [n for n in (100, 1000, 10_000, 100_000) if n <= a.max_recordings]
+    a.recordings = counts(a.recordings, [100, 1000] if a.quick else default_recordings, "recordings")
+    if a.recordings[0] < 10:
+        ap.error("--recordings: at least 10 (replay start takes 5 recordings in the middle)")
+    a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    if unknown := set(a.kinds) - set(KINDS):
+        ap.error(f"unknown --kinds {sorted(unknown)} (known: {', '.join(KINDS)})")
+    a.busy_duration = a.busy_duration or (2.5 if a.quick else 4.0)
+    if a.busy_duration < 2.5:
+        ap.error("--busy-duration must be at least 2.5 s (one warm-up second plus a measured one)")
+    a.list_repeats, a.replay_repeats = 5, 5
+    a.sulis_options, a.aeron_props = r.driver_options(a.driver_options), r.driver_options(a.aeron_props)
+    sections = [w.strip() for w in a.only.split(",") if w.strip()] or list(SECTIONS)
+    if unknown := set(sections) - set(SECTIONS):
+        ap.error(f"unknown --only sections {sorted(unknown)} (known: {', '.join(SECTIONS)}; the big-recordings "
+                 "and cluster-sessions tables are not offered yet)")
+
+    why = ""
+    aeron = None
+    if a.no_aeron_current:
+        why = "--no-aeron-current"
+    else:
+        try:
+            aeron = aeron_java.find("current")
+        except aeron_java.Missing as e:
+            why = str(e)
+    print(f"growth tables, sulis beside Aeron {aeron.version if aeron else '(' + why + ')'}; sulis {a.profile} "
+          f"build; {cpu_summary()}")
+    extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in a.sulis_options.items())
+    props = "".join(f" -D{k}={v}" for k, v in a.aeron_props.items())
+    print(f"drivers: sulis `python -m sulis.cli driver --threading-mode shared{extra}`, Aeron "
+          f"io.aeron.driver.MediaDriver SHARED{props}; both default idle (backoff), sparse logs; one sulis client "
+          f"for both; "
+          f"streams N = {', '.join(f'{n:,}' for n in a.streams)}; recordings N = "
+          f"{', '.join(f'{n:,}' for n in a.recordings)}", flush=True)
+    t_start = time.monotonic()
+    record: dict = {"settings": {k: v for k, v in vars(a).items() if k not in ("profile",)},
+                    "aeron": aeron.version if aeron else None, "aeron_skipped": why or None}
+    notes: list[str] = []
+    checks: list[dict] = []
+    tables: list = []
+    if "streams" in sections:
+        res = streams_section(a, aeron, why)
+        record["streams"] = res
+        for kind in a.kinds:
+            title = f"streams, {kind}"
+            rows = growth_table(title, STREAM_ROWS, res[kind], a.streams, notes, checks,
+                                skip_keys=("connect_s",) if kind == "ipc" else ())
+            tables.append((f"{title}: {KINDS[kind]} (64 KiB terms):", rows, a.streams))
+    if "recordings" in sections:
+        res = recordings_section(a, aeron, why)
+        record["recordings"] = res
+        rows = growth_table("recordings", REC_ROWS, res, a.recordings, notes, checks)
+        tables.append(("recordings: archive process on its driver, N recordings of one 32 B message on "
+                       "aeron:ipc?term-length=64k:", rows, a.recordings))
+    for heading, rows, ns in tables:
+        print_section_table(heading, rows, ns)
+    if notes:
+        print("\nfailed measurements:")
+        for i, note in enumerate(notes, 1):
+            print(f"  [{i}] {' '.join(note.split())[:600]}")
+
+    targets = print_targets(a, record, checks)
+    record["targets"] = targets
+    noisy = [f"{sec} {k}" for sec, k, m in _cells(record) if m.get("interference", 0) > a.max_interference]
+    if noisy:
+        print(f"  note: {len(noisy)} measurement(s) noisy (other processes used more than "
+              f"{a.max_interference * 100:.0f}% of a CPU): {', '.join(noisy[:12])}{' ...' if len(noisy) > 12 else ''}")
+    print(f"\n(total {time.monotonic() - t_start:.0f} s)")
+    save(r.results_dir(), "scale", record)
+    failed_sulis = [k for sec, k, m in _cells(record) if "error" in m and k.split()[0] == "sulis"]
+    return 1 if failed_sulis else 0
+
+
+def _cells(record: dict):
+    """(section, "system kind N", cell) of every measurement in the record."""
+    for kind, per in (record.get("streams") or {}).items():
+        for system, cells in per.items():
+            for n, m in cells.items():
+                yield "streams", f"{system} {kind} N={n}", m
+    for system, cells in (record.get("recordings") or {}).items():
+        for n, m in cells.items():
+            yield "recordings", f"{system} N={n}", m
+
+
+def print_targets(a, record: dict, checks: list) -> list[dict]:
+    """The issue's targets, met or missed; returned for the record."""
+    out = []
+    print("\ntargets:")
+    for c in checks:
+        c["met"] = (c["sulis_short_of"] is None and c["sulis"] is not None and c["aeron"] is not None
+                    and c["sulis"] <= c["aeron"])
+    missed = [c for c in checks if not c["met"] and (c["sulis_short_of"] or c["aeron"] is not None)]
+    unknown = [c for c in checks if not c["met"] and c not in missed]
+    print(f"  every growth factor at or under Aeron's in the same row (add, /dev/shm and RSS per stream, idle CPU, "
+          f"busy rate, list, restart, replay start): {sum(c['met'] for c in checks)} met, {len(missed)} missed"
+          + (f", {len(unknown)} without both figures" if unknown else "")
+          + f" -> {verdict(not missed and not unknown)}")
+    for c in missed:
+        to = f" (N up to {c['to']:,})" if c["to"] else ""
+        growths = f"sulis {c['sulis']:.2f}x, Aeron {c['aeron']:.2f}x{to}" if c["sulis"] is not None else ""
+        failed = f"sulis failed at N={c['sulis_short_of']:,}, which Aeron ran" if c["sulis_short_of"] else ""
+        print(f"    missed: {c['row']}: {'; '.join(filter(None, (growths, failed)))}")
+    out += [{"target": f"growth {c['row']}", **c} for c in checks]
+    streams = record.get("streams") or {}
+    for kind, per in streams.items():
+        both = [n for n in a.streams if all(isinstance(per[s].get(n, {}).get("shm_per_stream"), (int, float))
+                                            for s in SYSTEMS)]
+        if not both:
+            print(f"  {kind}: /dev/shm and driver RSS per idle stream within 1.5x Aeron's: no N measured by both")
+            continue
+        n = both[-1]
+        aeron_ran = [m for m in a.streams if isinstance(per["aeron"].get(m, {}).get("shm_per_stream"), (int, float))]
+        short = f"; sulis failed at N={aeron_ran[-1]:,}, which Aeron ran" if aeron_ran[-1] > n else ""
+        for key, what in (("shm_per_stream", "/dev/shm"), ("driver_rss_per_stream", "driver RSS")):
+            s, j = per["sulis"][n][key], per["aeron"][n][key]
+            ratio = s / j if j > 0 else float("inf") if s > 0 else 1.0
+            ok = ratio <= 1.5 and not short
+            print(f"  {kind}: {what} per idle stream within 1.5x Aeron's (N={n:,}): {s / 1024:.1f} KiB vs "
+                  f"{j / 1024:.1f} KiB = {ratio:.2f}x{short} -> {verdict(ok)}")
+            out.append({"target": f"{kind} {what} per stream <= 1.5x", "n": n, "sulis": s, "aeron": j, "met": ok})
+    busy = [(s["busy"] / j["busy"], kind, n) for kind, per in streams.items() for n in a.streams
+            if isinstance((s := per["sulis"].get(n, {})).get("busy"), float)
+            and isinstance((j := per["aeron"].get(n, {})).get("busy"), float)]
+    if busy:
+        worst = min(busy)
+        ok = worst[0] >= 1.0
+        print(f"  one busy IPC stream >= 1.0x Aeron's driver (every kind and N): lowest {worst[0]:.2f}x "
+              f"({worst[1]}, N={worst[2]:,}); {sum(b[0] >= 1.0 for b in busy)} of {len(busy)} at or above -> "
+              f"{verdict(ok)}")
+        out.append({"target": "busy IPC stream >= 1.0x", "lowest": worst[0], "met": ok,
+                    "ratios": {f"{k} N={n}": v for v, k, n in busy}})
+    rec = record.get("recordings") or {}
+    if rec:
+        s, j = rec["sulis"].get(10_000, {}).get("list_ms"), rec["aeron"].get(10_000, {}).get("list_ms")
+        if s is not None and j is not None:
+            print(f"  listing 10,000 recordings <= Aeron's time: {s:.1f} ms vs {j:.1f} ms = {s / j:.2f}x -> "
+                  f"{verdict(s <= j)}")
+            out.append({"target": "list 10,000 recordings <= Aeron", "sulis": s, "aeron": j, "met": s <= j})
+        else:
+            print("  listing 10,000 recordings <= Aeron's time: not measured (N=10,000 not in this run, or failed)")
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--holder":
+        sys.exit(holder(json.loads(sys.argv[2])))
+    sys.exit(r.main_guard(main))
