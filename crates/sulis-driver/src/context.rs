@@ -413,7 +413,8 @@ faults on the hot path). A channel's sparse= parameter decides for its own logs.
         counters_buffer_length,
         "SULIS_COUNTERS_BUFFER_LENGTH",
         "bytes",
-        "Counter values buffer (128 bytes per counter).",
+        "Counter values buffer (128 bytes per counter; the default, Aeron's, holds 65,536: a few per stream, so \
+thousands of streams; the metadata takes four times as much, both reserved in the CnC file).",
         size_usize,
         show_size
     ),
@@ -799,7 +800,7 @@ impl Default for DriverContext {
             driver_timeout_ns: 10_000_000_000,
             conductor_buffer_length: 1024 * 1024,
             clients_buffer_length: 1024 * 1024,
-            counters_buffer_length: 1024 * 1024,
+            counters_buffer_length: 8 * 1024 * 1024,
             error_buffer_length: 1024 * 1024,
             loss_report_buffer_length: 1024 * 1024,
             counter_free_to_reuse_timeout_ns: 1_000_000_000,
