@@ -35,6 +35,10 @@ def _default_sigint():
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
+class Terminated(Exception):
+    """What the tests' signal handlers raise."""
+
+
 def _sigint_after(seconds: float) -> threading.Thread:
     return _signal_after(seconds, signal.SIGINT)
 
@@ -73,24 +77,8 @@ def test_connecting_to_a_missing_driver_answers_ctrl_c():
 
 
 def test_a_signal_handler_exception_ends_the_wait_as_raised():
-    class Stop(Exception):
-        pass
-
-    def handler(signum, frame):
-        raise Stop("stop now")
-
-    old = signal.signal(signal.SIGINT, handler)
-    fired = _sigint_after(0.2)
-    try:
-        with pytest.raises(Stop, match="stop now"):
-            sulis.Client(dir=os.path.join(make_dir(), "none"), driver_timeout=30.0)
-    finally:
-        try:
-            fired.join()
-            time.sleep(0.05)
-        except Stop:
-            pass
-        signal.signal(signal.SIGINT, old)
+    _handler_ends_the_wait(lambda: sulis.Client(dir=os.path.join(make_dir(), "none"), driver_timeout=30.0),
+                           signal.SIGINT)
 
 
 def _publication_counters(dir: str) -> list[dict]:
@@ -175,23 +163,19 @@ def test_publication_close_answers_ctrl_c_while_the_driver_is_stopped(spawn, exc
     _close_answers_ctrl_c(spawn, lambda client: add(client, "aeron:ipc", 9))
 
 
-class Terminated(Exception):
-    """What the tests' SIGTERM handler raises."""
-
-
-def _ends_on_sigterm(wait) -> None:
-    """Runs ``wait()`` (a native wait of 30 s) with a Python SIGTERM handler that raises ``Terminated``, the
-    signal sent 0.2 s in: the handler must end the wait, not run once the wait's 30 s were over (a handler
-    also runs, and raises the same, when a native call that ignored signals finally returns)."""
+def _handler_ends_the_wait(wait, signum: int = signal.SIGTERM) -> None:
+    """Runs ``wait()`` (a native wait of 30 s) with a Python handler of ``signum`` that raises ``Terminated``,
+    the signal sent 0.2 s in: the handler must end the wait, as raised, not run once the wait's 30 s were over
+    (a handler also runs, and raises the same, when a native call that ignored signals finally returns)."""
 
     def handler(signum, frame):
         raise Terminated(signal.Signals(signum).name)
 
-    old = signal.signal(signal.SIGTERM, handler)
-    fired = _signal_after(0.2, signal.SIGTERM)
+    old = signal.signal(signum, handler)
+    fired = _signal_after(0.2, signum)
     start = time.monotonic()
     try:
-        with pytest.raises(Terminated, match="SIGTERM"):
+        with pytest.raises(Terminated, match=signal.Signals(signum).name):
             wait()
         assert time.monotonic() - start < 15.0
     finally:
@@ -200,7 +184,7 @@ def _ends_on_sigterm(wait) -> None:
             time.sleep(0.05)
         except Terminated:
             pass
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signum, old)
 
 
 @pytest.mark.parametrize("wait", ["archive connect", "cluster connect"])
@@ -211,10 +195,10 @@ def test_sigterm_with_a_python_handler_ends_an_archive_or_cluster_wait(driver, c
     from sulis.cluster import ClusterClient
 
     if wait == "archive connect":
-        _ends_on_sigterm(lambda: sulis.ArchiveClient(client, control_request_channel="aeron:ipc",
+        _handler_ends_the_wait(lambda: sulis.ArchiveClient(client, control_request_channel="aeron:ipc",
                                                      control_request_stream_id=4711, message_timeout=30.0))
     else:
-        _ends_on_sigterm(lambda: ClusterClient(driver.dir, ingress_endpoints=f"0=127.0.0.1:{free_udp_port()}",
+        _handler_ends_the_wait(lambda: ClusterClient(driver.dir, ingress_endpoints=f"0=127.0.0.1:{free_udp_port()}",
                                                egress_channel="aeron:udp?endpoint=127.0.0.1:0",
                                                message_timeout=30.0))
 
@@ -234,6 +218,6 @@ def test_sigterm_with_a_python_handler_ends_a_cluster_nodes_and_the_cluster_tool
     with sulis.Archive(str(tmp_path / "archive"), driver_dir=driver.dir):
         with ClusterNode(Service(), tmp_path / "cluster", driver.dir, cluster_members=members,
                          log_term_length="64k") as node:
-            _ends_on_sigterm(lambda: node.snapshot(timeout=30.0))
+            _handler_ends_the_wait(lambda: node.snapshot(timeout=30.0))
         # The member stopped, its mark file and driver stay: nobody answers the tool's query.
-        _ends_on_sigterm(lambda: sulis._native.query_cluster_members(str(tmp_path / "cluster"), 30.0))
+        _handler_ends_the_wait(lambda: sulis._native.query_cluster_members(str(tmp_path / "cluster"), 30.0))
