@@ -106,7 +106,6 @@ impl LogState {
         let term_length = logs.term_length();
         let meta = logs.meta();
         let terms = logs.terms();
-        let page = (meta.get_i32(LOG_PAGE_SIZE_OFFSET) as i64).max(4096);
         let start = meta::producer_position(&meta, term_length, logs.initial_term_id());
         let appenders = [
             TermAppender::new(terms[0], meta, 0),
@@ -124,7 +123,7 @@ impl LogState {
             limit: driver.counter(*position_limit_counter_id),
             cached_limit: std::sync::atomic::AtomicI64::new(i64::MIN),
             populator: Populator::new(&logs, start),
-            page_margin: logs.mtu() as i64 + page,
+            page_margin: (logs.mtu() + logs.page_size()) as i64,
             storage_error: std::sync::Mutex::new(None),
             meta,
             appenders,

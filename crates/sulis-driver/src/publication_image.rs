@@ -415,7 +415,7 @@ impl ImageReceiver {
             loss_entry: None,
             naks: Vec::new(),
             populator: Populator::new(&image.logs, join),
-            page: (image.logs.meta().get_i32(LOG_PAGE_SIZE_OFFSET) as i64).max(4096),
+            page: image.logs.page_size() as i64,
             storage_error: None,
             connections: vec![Connection {
                 transport_index: image.transport_index,
@@ -703,16 +703,15 @@ impl ImageReceiver {
             system.increment(SystemCounter::FlowControlOverRuns);
             return;
         }
-        if let Some(p) = &self.populator {
-            if end + self.page > p.end() {
-                if let Err(e) = p.ensure(&img.logs, end + self.page) {
-                    // Dropped as an over-run is: NAKed and sent again once
-                    // there is room.
-                    system.increment(SystemCounter::FlowControlOverRuns);
-                    self.storage_error.get_or_insert_with(|| e.to_string());
-                    return;
-                }
-            }
+        if let Some(Err(e)) = self
+            .populator
+            .as_ref()
+            .map(|p| p.ensure(&img.logs, end + self.page))
+        {
+            // Dropped as an over-run is: NAKed and sent again once there is room.
+            system.increment(SystemCounter::FlowControlOverRuns);
+            self.storage_error.get_or_insert_with(|| e.to_string());
+            return;
         }
         let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
         term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());

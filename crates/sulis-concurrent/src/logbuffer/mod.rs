@@ -259,8 +259,13 @@ impl LogBuffers {
         if self.meta.get_u8(LOG_SPARSE_OFFSET) == 0 {
             return Ok(());
         }
-        let page = (self.meta.get_i32(LOG_PAGE_SIZE_OFFSET) as usize).max(4096);
-        populator::populate_positions(self, position, position + 1, page)
+        populator::populate_positions(self, position, position + 1, self.page_size())
+    }
+
+    /// The page size the log was made with (at least the system's 4 KiB):
+    /// what its pages are taken in.
+    pub fn page_size(&self) -> usize {
+        (self.meta.get_i32(LOG_PAGE_SIZE_OFFSET) as usize).max(4096)
     }
 
     /// The default frame header stamped by publications.

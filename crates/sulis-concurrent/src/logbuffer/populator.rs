@@ -81,11 +81,10 @@ impl Populator {
         if logs.meta().get_u8(LOG_SPARSE_OFFSET) == 0 {
             return None;
         }
-        let page = (logs.meta().get_i32(LOG_PAGE_SIZE_OFFSET) as usize).max(4096);
         Some(Populator {
             start: position,
             end: AtomicI64::new(position),
-            page,
+            page: logs.page_size(),
         })
     }
 
