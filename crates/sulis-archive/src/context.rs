@@ -175,7 +175,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(replication_channel, "SULIS_ARCHIVE_REPLICATION_CHANNEL", "channel", "Channel this archive receives replicated recordings on (empty: replication needs one per request).", optional_text, show_optional),
     sulis_protocol::option!(low_storage_space_threshold, "SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD", "bytes", "Below this many usable bytes in the archive directory's file system, new recordings, extensions and replications are refused with STORAGE_SPACE.", |s: &str| parse_size(s), show),
     sulis_protocol::option!(threading_mode, "SULIS_ARCHIVE_THREADING_MODE", "", "shared: conductor, recorder and replayer on one thread; dedicated: a thread each (Aeron's default).", ArchiveThreadingMode::parse, |v: &ArchiveThreadingMode| v.name().to_string()),
-    sulis_protocol::option!(idle_strategy, "SULIS_ARCHIVE_IDLE_STRATEGY", "", "What the archive's threads do when idle: backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
+    sulis_protocol::option!(idle_strategy, "SULIS_ARCHIVE_IDLE_STRATEGY", "", "What the archive's threads do when idle: backoff (spin, then park 1 us to 1 ms; Aeron's also yields, which starves an agent on busy cores), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
 ];
 
 impl Configured for ArchiveContext {

@@ -258,7 +258,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         idle_strategy,
         "SULIS_IDLE_STRATEGY",
         "",
-        "Idle strategy: busy-spin, yielding, backoff (spin, yield, then park 1 us to 1 ms, Aeron's default), backoff:<longest park> (e.g. backoff:100us: lower latency when traffic is sparse, more wake-ups when idle), sleeping or sleeping:<duration>.",
+        "Idle strategy: busy-spin, yielding, backoff (spin, then park 1 us to 1 ms; Aeron's also yields, which starves an agent on busy cores), backoff:<longest park> (e.g. backoff:100us: lower latency when traffic is sparse, more wake-ups when idle), sleeping or sleeping:<duration>.",
         IdleStrategy::parse,
         |v: &IdleStrategy| v.name()
     ),

@@ -57,6 +57,22 @@ pub fn tethered_position(subscribers: &[LocalSubscriber]) -> Option<i64> {
         .min()
 }
 
+/// How far the conductor cleans an IPC log when it moves the limit: up to
+/// the slowest subscriber, as Aeron's `IpcPublication.cleanBufferTo`, so the
+/// zeroing lands on lines the reader has just had in cache; a term behind,
+/// zeroing lines long gone to memory, one busy stream with 64 MiB terms ran
+/// at 0.7x the rate. An untethered subscriber may read behind `min` (the
+/// tethered readers' position): it keeps its data until it is a term behind,
+/// never more, so the term the writer moves into next is always clean.
+fn clean_target(subscribers: &[LocalSubscriber], min: i64, term_length: usize) -> i64 {
+    let slowest = subscribers
+        .iter()
+        .map(|s| s.position.get_volatile())
+        .min()
+        .unwrap_or(min);
+    slowest.clamp(min - term_length as i64, min)
+}
+
 /// An IPC publication owned by the driver conductor.
 pub struct IpcPublication {
     /// Registration id (correlation id of the first add).
@@ -196,9 +212,7 @@ impl IpcPublication {
         if has_subscribers && self.state.is_active() {
             let proposed = min + self.term_window;
             if proposed >= self.trip_limit && proposed > self.pub_limit.get() {
-                // Keep one term behind the slowest reader; the term the writer
-                // moves into next is then always clean.
-                let target = min - self.logs.term_length() as i64;
+                let target = clean_target(&self.subscribers, min, self.logs.term_length());
                 while self.clean_position < target {
                     self.clean_position =
                         logbuffer::clean_to(&self.logs, self.clean_position, target);

@@ -816,4 +816,60 @@ mod tests {
         // The metadata page and the page at the join: nothing was written.
         assert_eq!(used(p.logs.path()), 8192);
     }
+    /// Cleaning follows the slowest reader, as Aeron's (the zeroing then lands
+    /// on lines just read, still in cache), but an untethered reader behind
+    /// the tethered ones keeps its data a term at most, so the writer's next
+    /// term is always clean.
+    #[test]
+    fn should_clean_up_to_the_slowest_reader_but_never_more_than_a_term_behind() {
+        let mut t = TestConductor::new("clean-target");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_publication(5, 100, 10, "aeron:ipc?term-length=64k", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_subscription(5, 101, 10, "aeron:ipc")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        c.on_add_subscription(5, 102, 10, "aeron:ipc?tether=false")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let p = &mut c.publications[0];
+        let term = 64 * 1024_i64;
+        let start = p.producer_position();
+        assert_eq!(start % term, 0, "the test writes from a term's start");
+        p.update_publisher_limit();
+        let (tethered, untethered) = (p.subscribers[0].position, p.subscribers[1].position);
+        assert!(p.subscribers[0].tether && !p.subscribers[1].tether);
+        let index = |pos: i64| {
+            sulis_protocol::log_buffer_descriptor::index_by_position(
+                pos,
+                sulis_protocol::log_buffer_descriptor::position_bits_to_shift(term as usize),
+            )
+        };
+        let dirty = |p: &crate::ipc_publication::IpcPublication, pos: i64| {
+            let at = (pos & (term - 1)) as usize;
+            p.logs.term(index(pos)).get_i64_volatile(at) != 0
+        };
+        // Stand-in for written frames: a non-zero word every 4 KiB of the first term.
+        for at in (0..term).step_by(4096) {
+            p.logs.term(index(start)).put_i64_ordered(at as usize, -1);
+        }
+        // Both read 16 KiB: cleaned up to them.
+        tethered.set_ordered(start + 16 * 1024);
+        untethered.set_ordered(start + 16 * 1024);
+        assert_eq!(p.update_publisher_limit(), 1);
+        assert!(!dirty(p, start + 12 * 1024), "read by both: cleaned");
+        assert!(dirty(p, start + 16 * 1024), "not read yet: kept");
+        // The untethered one stays at 16 KiB: it keeps its data.
+        tethered.set_ordered(start + term);
+        assert_eq!(p.update_publisher_limit(), 1);
+        assert!(
+            dirty(p, start + 16 * 1024),
+            "the untethered reader is still there"
+        );
+        assert!(!dirty(p, start + 12 * 1024));
+        // The tethered one is two terms on: cleaning passes the untethered
+        // reader, a term behind the tethered one.
+        tethered.set_ordered(start + 2 * term);
+        assert_eq!(p.update_publisher_limit(), 1);
+        assert!(!dirty(p, start + 16 * 1024) && !dirty(p, start + term - 4096));
+    }
 }
