@@ -1067,6 +1067,43 @@ def test_stream_reader_admission_control_and_offset_order(sulis_node):
         reader.stop()
 
 
+def test_a_signal_ends_a_read_waiting_for_a_live_recording(sulis_node):
+    """A partition following a live recording that has nothing new waits in native code (the GIL
+    released) up to its timeout; a SIGTERM whose Python handler raises ends that wait at once, with the
+    handler's exception, and the replay is stopped."""
+    import signal
+
+    from sulis.spark.options import ArchiveAddress
+    from sulis.spark.replay import RecordingRange, read_range
+
+    class Terminated(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Terminated("SIGTERM")
+
+    rec = Recorded(sulis_node, 3139)
+    rec.publish(message(i) for i in range(5))
+    address = ArchiveAddress(driver_dir=sulis_node[0].dir)
+    live = RecordingRange(rec.rid, 3139, rec.pub.session_id, rec.positions[-1], 2**63 - 1, rec.positions[-1],
+                          2**63 - 1)
+    old = signal.signal(signal.SIGTERM, handler)
+    fire = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    started = time.monotonic()
+    try:
+        fire.start()
+        with pytest.raises(Terminated):
+            list(read_range(address, live, timeout=60.0))
+        assert time.monotonic() - started < 30.0, "the signal should end the wait, not its 60 s timeout"
+    finally:
+        try:
+            fire.join()
+            time.sleep(0.05)
+        except Terminated:
+            pass
+        signal.signal(signal.SIGTERM, old)
+
+
 def test_a_replay_ending_inside_a_frame_ends_the_read(sulis_node):
     """A range whose end lies inside message k's last frame, planned as the planner does (the replay
     runs to a frame boundary at or after the end): the reader ends with the messages before k, at

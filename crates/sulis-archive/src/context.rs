@@ -89,6 +89,9 @@ pub struct ArchiveContext {
     pub idle_strategy: sulis_concurrent::idle::IdleStrategy,
     /// Where each setting came from.
     pub sources: Sources,
+    /// Asked while the archive waits for its media driver at start (a
+    /// Python process checks for signals there); not a setting.
+    pub interrupt: Option<sulis_client::Interrupt>,
 }
 
 /// Which of the archive's agents share a thread.
@@ -226,6 +229,7 @@ impl Default for ArchiveContext {
             threading_mode: ArchiveThreadingMode::Shared,
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
             sources: Sources::default(),
+            interrupt: None,
         }
     }
 }

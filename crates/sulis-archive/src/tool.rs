@@ -41,8 +41,14 @@ pub struct Verdict {
 /// Reads every VALID recording's frames from its start to its stop
 /// position (an active or unfinished one: as far as its files go). With a
 /// `checksum` (Aeron's `verify -checksum`), each entry's descriptor
-/// checksum and every DATA frame's are checked too.
-pub fn verify(dir: &Path, checksum: Option<Checksum>) -> Result<Vec<Verdict>, String> {
+/// checksum and every DATA frame's are checked too. `interrupted` is asked
+/// between reads (a megabyte at most): when it says so, the verification
+/// stops with an error.
+pub fn verify(
+    dir: &Path,
+    checksum: Option<Checksum>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Vec<Verdict>, String> {
     let (entries, problems) = describe(dir)?;
     let catalog = match checksum {
         Some(_) => Some(Catalog::open(dir, 4096, 0).map_err(|e| e.to_string())?),
@@ -100,6 +106,13 @@ pub fn verify(dir: &Path, checksum: Option<Checksum>) -> Result<Vec<Verdict>, St
         };
         let mut reader = SegmentReader::new(dir, g, d.start_position).with_checksum(checksum);
         let verdict = loop {
+            if interrupted() {
+                return Err(format!(
+                    "interrupted while verifying recording {} at position {}",
+                    d.recording_id,
+                    reader.position()
+                ));
+            }
             if reader.position() >= end {
                 break Verdict {
                     recording_id: d.recording_id,
@@ -234,12 +247,16 @@ pub struct Stamped {
 /// frame of the last segment file (or, with `all_files`, every segment
 /// file) of recording `only` or of every VALID recording, and into their
 /// catalog entries, so an archive run with that record checksum (and
-/// `verify` with it) accepts recordings made without one.
+/// `verify` with it) accepts recordings made without one. `interrupted` is
+/// asked between segment files: when it says so, the catalog is left as it
+/// was (stamped frames do no harm without a record checksum; a new run
+/// stamps them again) and the call fails.
 pub fn checksum(
     dir: &Path,
     c: Checksum,
     only: Option<i64>,
     all_files: bool,
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<Vec<Stamped>, String> {
     ensure_not_running(dir)?;
     let mut catalog = open_catalog(dir)?;
@@ -278,6 +295,13 @@ pub fn checksum(
             frames: 0,
         };
         for (_, base, path) in chosen {
+            if interrupted() {
+                return Err(format!(
+                    "interrupted before {} (recording {}): the catalog is unchanged",
+                    path.display(),
+                    d.recording_id
+                ));
+            }
             stamped.frames += stamp_segment(path, *base, &d, g, c, &mut buf)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             stamped.files += 1;

@@ -75,6 +75,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cluster_service::register(m)?;
     cluster_client::register(m)?;
     spark::register(m)?;
+    // The sources' and sinks' waits end on a signal as the clients' do.
+    sulis_spark::interrupt::install(errors::interrupt_check());
     m.add_function(wrap_pyfunction!(cluster_tool::read_recording_log, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::recovery_plan, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_tool::set_cluster_toggle, m)?)?;

@@ -14,6 +14,11 @@ use sulis_spark::{
 
 /// The package's exception `class` (`sulis.spark.errors`) saying `text`.
 pub(crate) fn spark_error(py: Python<'_>, class: &str, text: String) -> PyErr {
+    // A wait a signal ended: the handler's exception (KeyboardInterrupt, or
+    // what a SIGTERM handler raised), not the wait's error.
+    if let Some(e) = crate::errors::pending_signal_error() {
+        return e;
+    }
     match py
         .import("sulis.spark.errors")
         .and_then(|m| m.getattr(class))

@@ -258,6 +258,12 @@ impl RecordingCatalog for ArchiveCatalog {
                         }
                     }
                 }
+                Ok(Polled::Nothing) if crate::interrupt::interrupted() => {
+                    break Err(PlanError::Archive(crate::interrupt::text(&format!(
+                        "the replay of recording {}",
+                        r.recording_id
+                    ))))
+                }
                 Ok(Polled::Nothing) => std::thread::sleep(Duration::from_micros(200)),
                 Ok(Polled::Done) => break Ok((count, last)),
                 Err(e) => break Err(PlanError::Archive(e.to_string())),

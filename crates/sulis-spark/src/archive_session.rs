@@ -56,6 +56,7 @@ impl ArchiveSession {
                 control_response_channel: channel,
                 control_response_stream_id: stream,
                 message_timeout: Duration::from_secs_f64(address.message_timeout_s),
+                interrupt: crate::interrupt::hook(),
                 ..ArchiveClientContext::default()
             },
         );
@@ -128,6 +129,7 @@ pub fn connect_client(address: &ArchiveAddress) -> Result<Client, PlanError> {
     let client = Client::connect(ClientContext {
         dir,
         name: "sulis-spark".into(),
+        interrupt: crate::interrupt::hook(),
         ..ClientContext::default()
     })
     .map_err(|e| unreachable(e.to_string()))?;

@@ -293,6 +293,13 @@ impl ExactlyOnceTarget {
                     self.done = true;
                     return Err(SinkFailure::Timeout(format!("sulis sink: {}: another attempt of it ({}) is still publishing after {:.0}s; this one does not publish beside it (a task of an earlier stage attempt still running, or speculative execution: turn it off)", self.place, waiting.join(", "), self.timeout.as_secs_f64())));
                 }
+                if crate::interrupt::interrupted() {
+                    self.done = true;
+                    return Err(SinkFailure::Sink(crate::interrupt::text(&format!(
+                        "{waiting:?} (another attempt of {})",
+                        self.place
+                    ))));
+                }
                 std::thread::sleep(Duration::from_millis(100));
                 entries = self.journal.entries(&self.key.query, self.key.batch)?;
                 let now = attempts(&entries, &self.key);

@@ -35,6 +35,7 @@ pub mod close_match;
 pub mod column_type;
 pub mod commit_limit;
 pub mod exactly_once_target;
+pub mod interrupt;
 pub mod journal_entry;
 pub mod message_assembler;
 pub mod option_values;

@@ -271,7 +271,15 @@ impl PartitionReader {
             match polled {
                 Polled::Done => return Ok(None),
                 Polled::Nothing if !wait => return Ok(None),
-                Polled::Nothing => std::thread::sleep(Duration::from_micros(200)),
+                Polled::Nothing => {
+                    if crate::interrupt::interrupted() {
+                        return Err(ReadFailure::Read(crate::interrupt::text(&format!(
+                            "recording {} to replay",
+                            self.range.recording_id
+                        ))));
+                    }
+                    std::thread::sleep(Duration::from_micros(200))
+                }
                 Polled::Fragments(_) => {
                     self.last = self.fragments.positions[self.fragments.len() - 1];
                     // Whole messages are the fragments themselves, swapped with `out`: the

@@ -194,6 +194,13 @@ impl RangeReplay {
                     }
                 }
             }
+            if crate::interrupt::interrupted() {
+                let text = crate::interrupt::text(&format!(
+                    "{archive} to start the replay of recording {}",
+                    r.recording_id
+                ));
+                return Err((ReadFailure::Read(text), None));
+            }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(500));
         }

@@ -189,6 +189,11 @@ impl SinkArchive {
                     self.address.describe()
                 )));
             }
+            if crate::interrupt::interrupted() {
+                return Err(SinkFailure::Sink(crate::interrupt::text(&format!(
+                    "{what} to be recorded"
+                ))));
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -183,6 +183,12 @@ impl SinkJournal {
                         offer_result_name(&e)
                     )))
                 }
+                Err(_) if crate::interrupt::interrupted() => {
+                    return Err(SinkFailure::Sink(crate::interrupt::text(&format!(
+                        "the journal {} stream {} to take an entry",
+                        self.channel, self.stream_id
+                    ))))
+                }
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
         };

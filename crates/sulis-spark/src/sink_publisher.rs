@@ -219,6 +219,11 @@ pub fn wait_refused(
             &offer_result_name(e),
         )));
     }
+    if crate::interrupt::interrupted() {
+        return Err(SinkFailure::Sink(crate::interrupt::text(&format!(
+            "{channel} stream {stream_id} to take the rows"
+        ))));
+    }
     std::thread::sleep(if matches!(e, OfferError::NotConnected) {
         Duration::from_millis(5)
     } else {

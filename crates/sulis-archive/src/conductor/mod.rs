@@ -198,7 +198,7 @@ impl ArchiveConductor {
             dir: ctx.driver_dir.clone(),
             driver_timeout: ctx.driver_timeout,
             name: "sulis-archive".into(),
-            interrupt: None,
+            interrupt: ctx.interrupt.clone(),
         })
         .map_err(|e| {
             ArchiveStartError::Driver(format!(

@@ -134,7 +134,11 @@ impl PyArchive {
             Some(f) => Box::new(PyAuthoriser(f)),
             None => Box::new(AllowAllRequests),
         };
-        let archive = gil::released_or_raise(py, || Archive::launch_with(ctx, authoriser))?;
+        ctx.interrupt = Some(crate::errors::interrupt_check());
+        let archive = gil::released(py, || Archive::launch_with(ctx, authoriser)).map_err(|e| {
+            crate::errors::pending_signal_error()
+                .unwrap_or_else(|| crate::gil::NativeError::into_py_err(e))
+        })?;
         Ok(PyArchive {
             archive_id: archive.archive_id(),
             archive: Mutex::new(Some(archive)),

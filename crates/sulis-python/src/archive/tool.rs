@@ -2,7 +2,7 @@
 //! archive directory with no archive running.
 
 use crate::errors::ConfigurationError;
-use crate::gil;
+use crate::gil::{self, NativeError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use sulis_archive::checksum::Checksum;
@@ -42,7 +42,11 @@ pub fn archive_verify(
     checksum: Option<String>,
 ) -> PyResult<Vec<(i64, bool, String)>> {
     let checksum = checksum.as_deref().map(parse_checksum).transpose()?;
-    let verdicts = gil::released_or_raise(py, || sulis_archive::tool::verify(&dir, checksum))?;
+    let interrupt = crate::errors::interrupt_check();
+    let verdicts = gil::released(py, || {
+        sulis_archive::tool::verify(&dir, checksum, &|| (interrupt.0)())
+    })
+    .map_err(signal_or)?;
     Ok(verdicts
         .into_iter()
         .map(|v| (v.recording_id, v.ok, v.message))
@@ -63,9 +67,11 @@ pub fn archive_checksum(
     all_files: bool,
 ) -> PyResult<Vec<(i64, usize, u64)>> {
     let c = parse_checksum(checksum)?;
-    let stamped = gil::released_or_raise(py, || {
-        sulis_archive::tool::checksum(&dir, c, recording_id, all_files)
-    })?;
+    let interrupt = crate::errors::interrupt_check();
+    let stamped = gil::released(py, || {
+        sulis_archive::tool::checksum(&dir, c, recording_id, all_files, &|| (interrupt.0)())
+    })
+    .map_err(signal_or)?;
     Ok(stamped
         .into_iter()
         .map(|s| (s.recording_id, s.files, s.frames))
@@ -157,4 +163,9 @@ pub fn archive_mark_file(
         h.aeron_directory,
         m.errors(),
     )))
+}
+
+/// A tool's error, or the exception a signal handler raised while it ran.
+fn signal_or(e: String) -> PyErr {
+    crate::errors::pending_signal_error().unwrap_or_else(|| e.into_py_err())
 }
