@@ -218,7 +218,8 @@ def test_adaptive_nak_retries_follow_a_path_that_gets_slower(make_driver, make_c
     # alone would keep retrying every few ms, several NAKs per loss. The receiver's round-trip
     # measurements (an RTTM frame to the sender every 100 ms, which it echoes) are timed whatever
     # happens to the repairs, so the retry time grows with the path and about one NAK per loss
-    # goes out again.
+    # goes out again. The receiver measures while the stream moves (an idle image needs no repair
+    # time): a message every 50 ms keeps it moving while the measurements are awaited.
     slow = {"image_liveness_timeout": "10s", "retransmit_unicast_linger": "60ms"}
     with relayed_udp_pair(make_driver, make_client, Impairment(drop=0.05, latency=0.001), Impairment(latency=0.001),
                           seed=5, pub_opts=slow, sub_opts=slow) as (relay, sub_driver, pub_driver, sub, pub):
@@ -228,15 +229,39 @@ def test_adaptive_nak_retries_follow_a_path_that_gets_slower(make_driver, make_c
         relay.configure(forward=Impairment(drop=0.05, latency=0.015), backward=Impairment(latency=0.015))
         # The path has been slow for a moment: about ten measurements over it (an RTTM echo each reached the
         # receiver; at 100 ms intervals, later on a busy machine).
-        await_until(lambda: relay.forward_stats.rttm_forwarded - echoes >= 12, timeout=30, interval=0.05,
+        def trickle() -> bool:
+            pub.offer(b"trickle")  # refused now and then: the next one goes 50 ms later
+            sub.poll(lambda buffer, header: None, 256)
+            return relay.forward_stats.rttm_forwarded - echoes >= 12
+
+        await_until(trickle, timeout=30, interval=0.05,
                     what=lambda: f"ten RTT measurements over the slower path "
                                  f"({relay.forward_stats.rttm_forwarded - echoes} echoes so far)")
+        # Every trickle message read (repairs included) before the checked stream starts.
+        await_until(lambda: sub.poll(lambda buffer, header: None, 256) >= 0
+                    and sub.images[0].position >= pub.position, timeout=30, what="the trickle read to its end")
         naks_before, dropped_before = counter(sub_driver.dir, NAKS_SENT), relay.forward_stats.dropped
         run_stream(pub, sub, stream_of(5_000, seed=6), 5_000)
         naks = counter(sub_driver.dir, NAKS_SENT) - naks_before
         dropped = relay.forward_stats.dropped - dropped_before
     assert dropped > 100
     assert naks <= 1.5 * dropped, f"{naks} NAKs for {dropped} lost datagrams on the slower path"
+
+
+def test_an_idle_image_sends_no_round_trip_measurements(make_driver, make_client):
+    """Round trips are measured (for the repair time of adaptive NAK retries) only while a stream moves:
+    an idle stream costs its heartbeats and status messages, as Aeron's, not ten measurements a second
+    each way as well. Traffic brings them back."""
+    with relayed_udp_pair(make_driver, make_client, Impairment(), Impairment(), seed=7) as (relay, _, _, sub, pub):
+        run_stream(pub, sub, stream_of(100, seed=8), 100)
+        time.sleep(0.3)  # the measurement the stream's end allows (one 100 ms interval) goes out first
+        idle = relay.forward_stats.rttm_forwarded
+        time.sleep(1.0)  # a time to let pass: ten measurements' worth while the stream was moving
+        assert relay.forward_stats.rttm_forwarded - idle <= 1, "round trips measured on an idle image"
+        check = run_stream(pub, sub, stream_of(3_000, seed=9), 3_000)
+        assert check.next_seq == 3_000
+        await_until(lambda: relay.forward_stats.rttm_forwarded > idle, timeout=30,
+                    what="a round-trip measurement once the stream moved")
 
 
 def test_publication_close_ends_the_image_and_a_new_publication_brings_a_new_one(make_driver, make_client):

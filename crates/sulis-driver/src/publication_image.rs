@@ -315,6 +315,8 @@ pub struct ImageReceiver {
     persist_ns: i64,
     persist_hwm: i64,
     time_of_last_rttm_ns: i64,
+    /// The high-water mark when the last round-trip measurement went.
+    rttm_hwm: i64,
     clean_position: i64,
     /// The furthest position any frame of the session reached (dropped
     /// over-runs included): how far the sender is.
@@ -406,6 +408,7 @@ impl ImageReceiver {
             persist_ns: 0,
             persist_hwm: join,
             time_of_last_rttm_ns: i64::MIN / 2,
+            rttm_hwm: i64::MIN,
             clean_position: join,
             sender_position_seen: join,
             stuck_at: join,
@@ -887,11 +890,17 @@ impl ImageReceiver {
             system.increment(SystemCounter::StatusMessagesSent);
             work += 1;
         }
+        // Only while the stream moves or a gap is open: an idle image needs
+        // no repair time, and a measurement per image every 100 ms doubled
+        // the packets of a thousand idle streams (each answered by its
+        // sender) over Aeron's heartbeats and status messages.
         let for_naks = cfg.nak_retry_adaptive_max_ns.is_some()
             && img.reliable
-            && now_ns - self.time_of_last_rttm_ns >= RTTM_INTERVAL_NS;
+            && now_ns - self.time_of_last_rttm_ns >= RTTM_INTERVAL_NS
+            && (self.hwm_position != self.rttm_hwm || self.rebuild_position < self.hwm_position);
         if for_naks || self.cc.should_measure_rtt(now_ns) {
             self.time_of_last_rttm_ns = now_ns;
+            self.rttm_hwm = self.hwm_position;
             self.cc.on_rtt_measurement_sent(now_ns);
             let rttm = RttmFrame {
                 flags: RttmFrame::REPLY_FLAG,
