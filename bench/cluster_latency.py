@@ -82,6 +82,23 @@ def stop_all(procs: list[subprocess.Popen], top: str | None = None) -> None:
         remove_dir(top)
 
 
+def _tail(path: str, chars: int = 2000) -> str:
+    """The end of a member's output file."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-chars:]
+    except OSError as e:
+        return f"({path}: {e})"
+
+
+def _check_members(procs: list[subprocess.Popen], logs: list[str], what: str) -> None:
+    """Raises RuntimeError, with the end of its output, for the first member process that exited."""
+    for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} member {i} (pid {proc.pid}) exited with status {proc.returncode}:\n"
+                               f"{_tail(log)}")
+
+
 def _await_line(path: str, text: str, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -143,6 +160,15 @@ class SulisNode:
         with open(self.logs[i], "a") as err:
             self.procs[i] = subprocess.Popen(self.cmds[i], env=self.env, stderr=err, text=True)
 
+    @property
+    def pids(self) -> list[int]:
+        """The members' process ids (member 0's first: the leader of a one-member cluster)."""
+        return [proc.pid for proc in self.procs]
+
+    def check(self) -> None:
+        """Raises RuntimeError, with the end of its output, if a member's process has exited."""
+        _check_members(self.procs, self.logs, "sulis cluster-node")
+
     def close(self) -> None:
         stop_all(self.procs, self.top)
 
@@ -159,9 +185,9 @@ class AeronNode:
                      "aeron.cluster.idle.strategy": idle, **(extra or {})}
         self.top = scratch_dir("sulis-bench-aeron-cluster-")
         self.procs: list[subprocess.Popen] = []
-        logs = []
+        self.logs: list[str] = []
         try:
-            self._start(aeron, members, extra, logs)
+            self._start(aeron, members, extra, self.logs)
         except BaseException:
             stop_all(self.procs, self.top)
             raise
@@ -186,6 +212,15 @@ class AeronNode:
             logs.append(log)
         for proc, log in zip(self.procs, logs, strict=True):
             _await_line(log, "Started Cluster Node", proc, "EchoServiceNode")
+
+    @property
+    def pids(self) -> list[int]:
+        """The members' process ids (each a JVM: driver, archive, consensus module and service)."""
+        return [proc.pid for proc in self.procs]
+
+    def check(self) -> None:
+        """Raises RuntimeError, with the end of its output, if a member's JVM has exited."""
+        _check_members(self.procs, self.logs, "Aeron EchoServiceNode")
 
     def close(self) -> None:
         stop_all(self.procs, self.top)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Growth tables: what N streams and N recordings cost sulis, beside Aeron 1.51 (Java), in one run.
+"""Growth tables: what N streams, N recordings and N cluster sessions cost sulis, beside Aeron 1.51 (Java), in one run.
 
-    python bench/scale.py          # streams N = 10, 100, 1,000, 5,000; recordings 100 .. 100,000 (~10 min)
-    python bench/scale.py --quick  # streams N = 10, 100; recordings 100, 1,000 (smoke test, ~2 min)
+    python bench/scale.py          # streams N = 10 .. 5,000; recordings 100 .. 100,000; sessions 10 .. 1,000 (~15 min)
+    python bench/scale.py --quick  # streams N = 10, 100; recordings 100, 1,000; sessions 10, 100 (smoke test, ~3 min)
+    python bench/scale.py --only sessions                  # cluster sessions N = 10, 100, 1,000 (3 to 6 min)
     python bench/scale.py --only recordings --max-recordings 10000    # recordings up to 10,000 (~30 s)
     python bench/scale.py --only streams --streams 10,1000 --kinds ipc,udp-ports
     python bench/scale.py --driver-options counters_buffer_length=8m  # sulis with Aeron's counters buffer
@@ -66,26 +67,59 @@ the archive the first 50 (``--warmup-recordings``, at most half of those still t
 * replay start: from ``start_replay`` of a recording in the middle (over ``aeron:ipc``) to its first
   fragment polled (median of 5 recordings).
 
+sessions -- for each N (``--sessions``) and system, a one-member cluster in a process of its own, with the echo
+service of bench/cluster_latency.py (``SulisNode``: ``sulis cluster-node`` with the Python ``Echo``, one call per
+message, ``--max-concurrent-sessions``; ``AeronNode``: Aeron's sample ``EchoServiceNode``, a ClusteredMediaDriver and
+its Java EchoService in one JVM, ``-Daeron.cluster.max.sessions``; both N + warm-up + 8), a sulis media driver
+process for the client (shared threading, defaults) and one client process: the sulis Python client
+(``sulis.cluster.ClusterClient``, its defaults: exactly once with a sulis cluster, Aeron's plain protocol with
+Aeron's) for both clusters. The client first opens 10 sessions (``--warmup-sessions``) with 300 round trips each
+(``--warmup-echoes``; the JIT's warm-up), untimed and kept; then, after the baseline:
+
+* connect, per session: the N sessions opened one after another (each a ``ClusterClient``, its own egress
+  ``aeron:udp?endpoint=localhost:0``, ingress ``aeron:udp`` to the member; each of them a client of the driver of
+  its own), the total / N; and the median single connect. A session that cannot connect (10 s message timeout)
+  fails the N, as do N connects not done in 300 s (``--session-connect-timeout``);
+* client RSS, leader RSS, client's driver RSS per session: VmRSS after the N connects (and 0.5 s) - before, / N
+  (the leader's a Python process hosting sulis's driver, archive, consensus module and service; Aeron's a JVM: its
+  RSS includes its heap, which grows by GC policy, not only by what the sessions hold);
+* echo p50, p99: then 1 message (32 B) a second on each session for ``--echo-seconds`` (15) after an untimed
+  one, spread evenly over each second (message j on session j % N at j / N s), each timed from when it was due
+  (not when sent); only sessions awaiting an echo are polled, and the client sleeps up to 100 µs when nothing
+  came and nothing is due (it spins on no core the cluster needs).
+
+The client sends no keep-alive by itself (neither does Aeron's): a session silent for 2 s gets one
+(``send_keep_alive``, from a thread of the client process until the echoes start: a connect releases the GIL, so a
+slow one does not starve the others), so none reaches the clusters' 10 s session timeout while the others connect;
+during the echoes the messages keep the N alive. After the connects and after the echoes one poll of every session
+checks that none was ended; a node that died, a session that ended or echoes missing 30 s after they were due fail
+the N with the reason (a cell ``failed: ...``; what was measured before goes in the record and the run's line),
+never a short result. Each run's line also says the CPU each process used during the echoes and the UDP datagrams
+the machine dropped on full socket receive buffers (``RcvbufErrors``) while connecting and echoing.
+
 growth: a row's value at the largest N / at the smallest (the largest measured, if the largest
 failed: the column says so); for the busy rate its slowdown, the rate at the smallest N / at the
 largest, so that in every row a smaller growth is better. The sulis/Aeron rows give the ratio at
 each N and of the two growth factors. A measurement that failed (a driver refusing thousands of
 streams, a time-out) is printed in its cell as ``failed: ...``, the error in full below the table.
 
-Targets (the issue's): every growth factor at or under Aeron's in the same row; /dev/shm and driver
-RSS per idle stream within 1.5x Aeron's (at the largest N); one busy IPC stream >= 1.0x Aeron's
-driver (at every N); listing 10,000 recordings in no more time than Aeron's archive.
+Targets (the issue's): every growth factor at or under Aeron's in the same row (for sessions: the connect per
+session); /dev/shm and driver RSS per idle stream within 1.5x Aeron's (at the largest N); one busy IPC stream >=
+1.0x Aeron's driver (at every N); listing 10,000 recordings in no more time than Aeron's archive; memory per
+session said in KiB (no threshold); the echo p99 at the largest N of sessions within 2x the p99 at the smallest.
 
-Not offered yet (the issue's other tables): 1 to 64 GiB recordings (record, replay from the start,
-seek) and 10 to 1,000 cluster sessions (connect, memory, echo p99). The JSON record goes to
+Not offered yet (the issue's other table): 1 to 64 GiB recordings (record, replay from the start,
+seek). The JSON record goes to
 bench/results/scale-<timestamp>.json. Needs ``bash bench/peers/install.sh`` for the Aeron columns.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import re
+import select
 import statistics
 import sys
 import tempfile
@@ -107,9 +141,10 @@ from sulis._benchkit.report import print_table, save, verdict
 from sulis.archive import RecordingSignal
 
 r.repository(__file__)
+from bench.cluster_latency import AeronNode, SulisNode  # noqa: E402
 from bench.peers import aeron as aeron_java  # noqa: E402
 
-SECTIONS = ("streams", "recordings")
+SECTIONS = ("streams", "recordings", "sessions")
 KINDS = {"ipc": "N publications on aeron:ipc?term-length=64k (no subscription)",
          "udp-endpoint": "N streams on one aeron:udp?endpoint=127.0.0.1:P|term-length=64k, a subscription and "
                          "a publication each",
@@ -141,6 +176,13 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", "rb") as f:
         rest = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def udp_receive_drops() -> int:
+    """UDP datagrams this machine dropped for a full socket receive buffer (``RcvbufErrors``; every process's)."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    return int(rows[1][rows[0].index("RcvbufErrors")]) if len(rows) >= 2 and "RcvbufErrors" in rows[0] else 0
 
 
 def allocated_bytes(path: str) -> int:
@@ -564,6 +606,369 @@ def recordings_section(a, aeron, why: str) -> dict:
     return results
 
 
+# ----------------------------------------------------------------- cluster sessions
+
+#: Each session's own egress: a port the client's driver picks (the client tells the cluster which).
+SESSION_EGRESS = "aeron:udp?endpoint=localhost:0"
+#: A session that sends nothing else gets a keep-alive this often (both clusters close a session silent for 10 s).
+SESSION_KEEPALIVE_S = 2.0
+SESSION_PAYLOAD = 32
+#: Sessions the node takes beyond the N and the warm-up ones (a connect is counted while it is pending).
+SESSION_MARGIN = 8
+
+
+def session_holder(p: dict) -> int:
+    """The client process of a sessions run (``scale.py --sessions-holder '<json>'``): on the sulis driver in
+    ``driver_dir``, opens the warm-up sessions (each ``warmup_echoes`` round trips, one at a time) and says
+    ready; on ``open`` opens the N sessions one after another (each a ``ClusterClient`` with its own egress),
+    says how long each took; on ``echo`` sends 1 message a second on each for ``echo_seconds`` + 1 s (the first
+    second untimed), each message timed from when it was due; exits at once when stdin closes (the sessions
+    are not closed one by one: the cluster goes with them). JSON lines, as ``holder``.
+
+    The client sends no keep-alive by itself: every session silent for ``SESSION_KEEPALIVE_S`` gets one
+    (``send_keep_alive``) from a thread of this process until the echoes start (a connect releases the GIL, so a
+    connect that takes seconds does not starve the others), then from the echo loop for the sessions that send no
+    echoes (the warm-up ones); the others' messages keep them alive."""
+    import threading
+
+    from sulis.cluster import ClusterClient, ClusterError
+
+    def say(obj: dict) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    n, warm = p["n"], p["warmup"]
+    echoing = p.get("echo_sessions", n)  # (``echo_sessions``, ``echo_rate``: the first k at r a second, to probe)
+    sessions: list = []  # the warm-up ones first, then the N
+    # (when last told to the cluster, index), oldest first: those due a keep-alive at the front. "quiet": the
+    # warm-up sessions and those that send no echoes; "echo": those that do (their messages keep them alive then).
+    groups: dict[str, collections.deque] = {"quiet": collections.deque(), "echo": collections.deque()}
+    keepalives = [0, 0]  # sent, refused (back-pressured: sent again on the next call)
+    lock = threading.Lock()  # a session is used by one thread at a time (the keep-alive thread's, or the main)
+    stop = threading.Event()
+
+    def keep_alive(*names: str) -> None:
+        with lock:
+            now = time.monotonic()
+            for name in names or tuple(groups):
+                q = groups[name]
+                while q and now - q[0][0] >= SESSION_KEEPALIVE_S:
+                    if not sessions[q[0][1]].send_keep_alive():
+                        keepalives[1] += 1
+                        break
+                    keepalives[0] += 1
+                    q.append((now, q.popleft()[1]))
+
+    def keep_alive_thread() -> None:
+        while not stop.wait(0.02):
+            keep_alive()
+
+    def what(i: int) -> str:
+        return f"warm-up session {i + 1}" if i < warm else f"session {i - warm + 1:,} of {n:,}"
+
+    def open_session(retry_s: float) -> float:
+        i = len(sessions)
+        deadline = time.monotonic() + retry_s
+        while True:
+            t0 = time.perf_counter()
+            try:
+                client = ClusterClient(p["driver_dir"], p["endpoints"], SESSION_EGRESS,
+                                       message_timeout=p["message_timeout"])
+                took = time.perf_counter() - t0
+                break
+            except ClusterError as exc:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"{what(i)} did not connect (message timeout {p['message_timeout']:g} s): "
+                                       f"{exc}") from None
+                time.sleep(0.2)
+        with lock:
+            sessions.append(client)
+            groups["echo" if warm <= i < warm + echoing else "quiet"].append((time.monotonic(), i))
+        return took
+
+    def sweep() -> None:
+        """One poll of every session: raises (naming it) for one the cluster ended."""
+        with lock:
+            for i, client in enumerate(sessions):
+                try:
+                    client.poll_egress(lambda payload, timestamp: None, 10)
+                except Exception as exc:
+                    raise RuntimeError(f"{what(i)} ended: {type(exc).__name__}: {exc}") from None
+
+    def wait_command() -> str:
+        """The orchestrator's next line ("" once stdin closed)."""
+        if keeper.is_alive():
+            return sys.stdin.readline().strip()
+        while True:  # the keep-alives from here
+            keep_alive()
+            ready, _, _ = select.select([sys.stdin], [], [], 0.05)
+            if ready:
+                return sys.stdin.readline().strip()
+
+    keeper = threading.Thread(target=keep_alive_thread, name="keep-alives", daemon=True)
+    try:
+        pad = bytes(SESSION_PAYLOAD - 8)
+        for _ in range(warm):
+            open_session(retry_s=60.0)  # the first may meet an election still under way
+        for client in sessions:
+            for k in range(p["warmup_echoes"]):
+                got = [0]
+                deadline = time.monotonic() + 10.0
+                while client.offer(k.to_bytes(8, "little") + pad) < 0:
+                    client.poll_egress(lambda payload, timestamp: None, 10)
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("a warm-up session's message was not taken in 10 s")
+                while not got[0]:
+                    client.poll_egress(lambda payload, timestamp, got=got: got.__setitem__(0, 1), 10)
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("no echo of a warm-up session's message in 10 s")
+            keep_alive()
+        keeper.start()
+        say({"ready": True, "pid": os.getpid()})
+        if wait_command() != "open":
+            os._exit(0)
+        times = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            times.append(open_session(retry_s=0.0))
+            if time.perf_counter() - t0 > p["connect_timeout"]:
+                raise RuntimeError(f"{i + 1:,} of {n:,} sessions connected in {p['connect_timeout']:g} s "
+                                   "(--session-connect-timeout)")
+        total = time.perf_counter() - t0
+        time.sleep(p["settle"])
+        sweep()
+        times.sort()
+        say({"connected": n, "connect_s": total, "connect_p50_s": statistics.median(times),
+             "connect_p90_s": times[int(0.9 * (n - 1))], "connect_max_s": times[-1], "keepalives": keepalives[:]})
+        if wait_command() != "echo":
+            os._exit(0)
+        stop.set()
+        keeper.join()
+        cpu0, wall0 = os.times(), time.monotonic()
+        result = session_echo(sessions[warm:warm + echoing], p["echo_seconds"], p["park_us"] / 1e6,
+                              lambda: keep_alive("quiet"), p.get("echo_rate", 1.0))
+        cpu1 = os.times()
+        used = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+        result["client_cpu"] = used / (time.monotonic() - wall0) * 100
+        sweep()
+        result["keepalives"] = keepalives[:]
+        say(result)
+        wait_command()
+    except Exception as exc:
+        say({"error": f"{type(exc).__name__}: {exc}"})
+        os._exit(1)
+    os._exit(0)  # without closing hundreds of sessions one by one (their cluster is stopped next)
+
+
+def session_echo(clients: list, seconds: int, park_s: float, idle, rate: float = 1.0) -> dict:
+    """``rate`` (1) messages a second on each session for ``seconds`` + 1 (the first second untimed), spread evenly:
+    message j goes on session j % N at start + j / (N rate) s and is timed from then (a late offer is charged its
+    delay). Only
+    the sessions awaiting an echo are polled (polling all N each pass would time the loop, not the cluster);
+    ``idle()`` between passes (the warm-up sessions' keep-alives), a sleep of up to ``park_s`` when nothing came
+    and nothing is due. The round trips' p50, p99, p99.9 and max in µs."""
+    import sulis.cluster
+
+    n = len(clients)
+    total = int(n * rate) * (seconds + 1)
+    interval = 1e9 / (n * rate)
+    start = time.perf_counter_ns() + 50_000_000
+    latency = [0] * total
+    pending = [0] * n
+    awaiting: set[int] = set()
+    got = [0]
+    pad = bytes(SESSION_PAYLOAD - 8)
+
+    def on_echo(payload, timestamp) -> None:
+        j = int.from_bytes(payload[:8], "little")
+        latency[j] = time.perf_counter_ns() - (start + int(j * interval))
+        got[0] += 1
+        s = j % n
+        pending[s] -= 1
+        if not pending[s]:
+            awaiting.discard(s)
+
+    sent = 0
+    give_up = start + int((seconds + 1) * 1e9) + 30_000_000_000
+    fatal = (sulis.CLOSED, sulis.MAX_POSITION_EXCEEDED)
+    while got[0] < total:
+        now = time.perf_counter_ns()
+        while sent < total and start + int(sent * interval) <= now:
+            s = sent % n
+            result = clients[s].offer(sent.to_bytes(8, "little") + pad)
+            if result < 0:
+                if result in fatal:
+                    raise RuntimeError(f"session {s + 1:,} of {n:,}: offer {sulis.result_name(result)}")
+                break  # back-pressured or not connected: offered again on the next pass, still timed from when due
+            pending[s] += 1
+            awaiting.add(s)
+            sent += 1
+        polled = 0
+        for s in tuple(awaiting):
+            try:
+                polled += clients[s].poll_egress(on_echo, 10)
+            except sulis.cluster.ClusterSessionClosedError as exc:
+                raise RuntimeError(f"session {s + 1:,} of {n:,} ended {(time.perf_counter_ns() - start) / 1e9:.1f} s "
+                                   f"into the echoes ({sent:,} of {total:,} sent, {got[0]:,} back): {exc}") from None
+        idle()
+        if polled == 0:
+            due = start + int(sent * interval) - time.perf_counter_ns()
+            if due > 0:
+                time.sleep(min(due / 1e9, park_s))
+        if time.perf_counter_ns() > give_up:
+            missing = sorted(s + 1 for s in awaiting)
+            raise RuntimeError(f"{total - got[0]:,} of {total:,} echoes missing 30 s after the last was due "
+                               f"({sent:,} sent); sessions waiting: {missing[:10]}"
+                               + (" ..." if len(missing) > 10 else ""))
+    timed = sorted(latency[int(n * rate):])
+    at = lambda q: timed[min(len(timed) - 1, int(q * len(timed)))] / 1000  # noqa: E731
+    return {"echoes": len(timed), "echo_p50_us": at(0.5), "echo_p99_us": at(0.99), "echo_p999_us": at(0.999),
+            "echo_max_us": timed[-1] / 1000}
+
+
+def sessions_run(a, system: str, aeron, n: int) -> dict:
+    """A one-member cluster of ``system`` (its own process), a sulis driver process for the client and the
+    client process (``session_holder``) with the warm-up sessions and then N: everything the sessions rows show."""
+    out: dict = {"n": n}
+    limit = n + a.warmup_sessions + SESSION_MARGIN
+    node: SulisNode | AeronNode | None = None
+    client: Child | None = None
+    drops_at_start = udp_receive_drops()
+    with Driver("sulis", None) as cdriver:
+        try:
+            node = (SulisNode(1, extra=("--max-concurrent-sessions", str(limit))) if system == "sulis"
+                    else AeronNode(aeron, 1, extra={"aeron.cluster.max.sessions": limit}))
+            node_pid = node.pids[0]
+
+            def read(timeout: float) -> dict:
+                assert client is not None and node is not None
+                try:
+                    return client.read(timeout, watch=[cdriver.proc])
+                except Exception:
+                    node.check()  # a node that died is the cause to name
+                    cdriver.alive()
+                    raise
+
+            def command(line: str) -> None:
+                assert client is not None and client.proc.stdin is not None
+                client.proc.stdin.write(line + "\n")
+                client.proc.stdin.flush()
+
+            client = Child("sessions client", cmd=[sys.executable, os.path.abspath(__file__), "--sessions-holder",
+                                                   json.dumps({"driver_dir": cdriver.dir, "endpoints": node.endpoints,
+                                                               "n": n, "warmup": a.warmup_sessions,
+                                                               "warmup_echoes": a.warmup_echoes,
+                                                               "message_timeout": 10.0,
+                                                               "connect_timeout": a.session_connect_timeout,
+                                                               "settle": a.settle, "echo_seconds": a.echo_seconds,
+                                                               "park_us": 100.0})])
+            read(120.0 + a.warmup_sessions * 10.0)
+            time.sleep(a.settle)
+            node.check()
+            pids = {"node": node_pid, "client": client.proc.pid, "client_driver": cdriver.pid}
+            base = {key: rss_bytes(pid) for key, pid in pids.items()}
+            out["baseline_rss"] = base
+            drops = udp_receive_drops()
+            command("open")
+            connected = read(a.session_connect_timeout + 60.0)
+            node.check()
+            out["udp_drops_connect"] = udp_receive_drops() - drops
+            out.update(connect_s=connected["connect_s"], connect_us=connected["connect_s"] / n * 1e6,
+                       connect_p50_us=connected["connect_p50_s"] * 1e6, connect_p90_us=connected["connect_p90_s"] * 1e6,
+                       connect_max_us=connected["connect_max_s"] * 1e6)
+            for key, pid in pids.items():
+                out[f"{key}_rss"] = rss_bytes(pid)
+                out[f"{key}_rss_per_session"] = (out[f"{key}_rss"] - base[key]) / n
+            cpu0 = {key: cpu_seconds(pid) for key, pid in pids.items() if key != "client"}
+            t0 = time.monotonic()
+            drops = udp_receive_drops()
+            command("echo")
+            echoed = read(a.echo_seconds + 90.0)
+            wall = time.monotonic() - t0
+            out["udp_drops_echo"] = udp_receive_drops() - drops
+            node.check()
+            cdriver.alive()
+            out.update({k: v for k, v in echoed.items() if k.startswith("echo")})
+            out["client_cpu"] = echoed["client_cpu"]
+            out["keepalives"] = echoed["keepalives"]
+            for key, c in cpu0.items():
+                out[f"{key}_cpu"] = (cpu_seconds(pids[key]) - c) / wall * 100
+        except Exception as exc:
+            out["udp_drops_until_failure"] = udp_receive_drops() - drops_at_start
+            exc.partial = out  # type: ignore[attr-defined]  # what was measured before, said beside the failure
+            raise
+        finally:
+            if client is not None:
+                client.close(grace_s=10.0)
+            if node is not None:
+                node.close()
+    return out
+
+
+def describe_sessions(m: dict) -> str:
+    n = m["n"]
+    return (f"{n:,} sessions connected in {m['connect_s']:.2f} s ({m['connect_us'] / 1e3:.2f} ms/session; single: "
+            f"median {m['connect_p50_us'] / 1e3:.2f}, p90 {m['connect_p90_us'] / 1e3:.2f}, max "
+            f"{m['connect_max_us'] / 1e3:.1f} ms); RSS: leader {m['node_rss'] / 2**20:.0f} MiB "
+            f"(+{m['node_rss_per_session'] / 1024:.1f} KiB/session), client {m['client_rss'] / 2**20:.0f} MiB "
+            f"(+{m['client_rss_per_session'] / 1024:.1f}), client's driver {m['client_driver_rss'] / 2**20:.0f} MiB "
+            f"(+{m['client_driver_rss_per_session'] / 1024:.1f}); echo ({m['echoes']:,} timed) p50 "
+            f"{m['echo_p50_us']:.0f} µs, p99 {m['echo_p99_us']:.0f}, p99.9 {m['echo_p999_us']:.0f}, max "
+            f"{m['echo_max_us']:.0f}; CPU meanwhile: leader {m['node_cpu']:.0f} %, client {m['client_cpu']:.0f} %, "
+            f"client's driver {m['client_driver_cpu']:.0f} %; UDP datagrams dropped (full receive buffers, the "
+            f"machine's): {m['udp_drops_connect']:,} connecting, {m['udp_drops_echo']:,} echoing")
+
+
+#: As STREAM_ROWS. The issue's targets: the connect per session's growth at or under Aeron's (a row target); memory
+#: per session reported in KiB, and echo p99 at the largest N within 2x the p99 at the smallest (print_targets).
+SESSION_ROWS = [
+    ("connect_us", "connect, per session (µs; N connects / N)", 1, "{:.0f}", False, True),
+    ("connect_p50_us", "connect, median single (µs)", 1, "{:.0f}", False, False),
+    ("client_rss_per_session", "client RSS per session (KiB)", 1024, "{:.1f}", False, False),
+    ("node_rss_per_session", "leader RSS per session (KiB)", 1024, "{:.1f}", False, False),
+    ("client_driver_rss_per_session", "client's driver RSS per session (KiB)", 1024, "{:.1f}", False, False),
+    ("echo_p50_us", "echo p50, 1 msg/s per session (µs)", 1, "{:.0f}", False, False),
+    ("echo_p99_us", "echo p99, 1 msg/s per session (µs)", 1, "{:.0f}", False, False),
+]
+
+
+def sessions_section(a, aeron, why: str) -> dict:
+    results: dict = {s: {} for s in SYSTEMS}
+    for n in a.sessions:
+        for system in SYSTEMS:
+            cell = results[system]
+            if system == "aeron" and aeron is None:
+                cell[n] = {"skipped": why}
+                continue
+            if a.wait_quiet > 0:
+                wait_for_quiet(a.max_interference, a.wait_quiet)
+            print(f"[sessions] N={n:,} {system}", flush=True)
+            t0 = time.monotonic()
+            try:
+                with Interference() as itf:
+                    m = sessions_run(a, system, aeron, n)
+                m["interference"] = itf.share
+                m["seconds"] = time.monotonic() - t0
+                cell[n] = m
+                print("      -> " + describe_sessions(m) + f" [{m['seconds']:.0f} s]"
+                      + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU"
+                         if itf.share > a.max_interference else ""), flush=True)
+            except Exception as exc:
+                # What was measured before the failure goes in the record and the line, not in the table.
+                partial = getattr(exc, "partial", None) or {}
+                cell[n] = {"error": f"{type(exc).__name__}: {exc}", "partial": partial}
+                print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:600]}"
+                      + (f"\n      ({partial['udp_drops_until_failure']:,} UDP datagrams dropped on full receive "
+                         f"buffers until then, the machine's)" if "udp_drops_until_failure" in partial else "")
+                      + (f"\n      (before it failed: {n:,} sessions connected in {partial['connect_s']:.2f} s, "
+                         f"{partial['connect_us'] / 1e3:.2f} ms/session, median {partial['connect_p50_us'] / 1e3:.2f} "
+                         f"ms; RSS per session: leader {partial['node_rss_per_session'] / 1024:.1f} KiB, client "
+                         f"{partial['client_rss_per_session'] / 1024:.1f} KiB, client's driver "
+                         f"{partial['client_driver_rss_per_session'] / 1024:.1f} KiB)"
+                         if "node_rss_per_session" in partial else ""), flush=True)
+    return results
+
+
 # ----------------------------------------------------------------- the tables
 
 def growth(cells: dict, ns: list[int], key: str, inverted: bool) -> tuple[float | None, int | None]:
@@ -586,7 +991,12 @@ def short_error(error: str) -> str:
         return f"{m.group(1)} after {int(m.group(2)):,}"
     if m := re.search(r"([\d,]+) of [\d,]+ streams added in (\S+) s", text):
         return f"{m.group(1)} added in {m.group(2)} s"
-    for prefix in ("BenchError: ", "the client process: ", "RuntimeError: "):
+    if m := re.search(r"session ([\d,]+) of [\d,]+ (ended|did not connect)", text):
+        why = re.search(r"the cluster ended the session: (\w+)", text)
+        return f"session {m.group(1)} {m.group(2)}" + (f" ({why.group(1)})" if why else "")
+    if m := re.search(r"([\d,]+) of [\d,]+ echoes missing", text):
+        return f"{m.group(1)} echoes missing"
+    for prefix in ("BenchError: ", "the client process: ", "the sessions client process: ", "RuntimeError: "):
         text = text.removeprefix(prefix)
     return text if len(text) <= 30 else text[:29] + "…"
 
@@ -677,6 +1087,18 @@ def main(argv=None) -> int:
                          "default counters buffer; sulis's is 1 MiB, 8,192 counters)")
     ap.add_argument("--aeron-props", default="", help="more properties of the Aeron drivers, k=v,k=v")
     ap.add_argument("--dir", default=None, help="where the archives' directories go (default: the temp dir)")
+    ap.add_argument("--sessions", default=None,
+                    help="cluster session counts N, comma separated (default 10,100,1000; --quick: 10,100)")
+    ap.add_argument("--echo-seconds", type=int, default=None,
+                    help="seconds of echoes at 1 message a second per session, after an untimed one (default 15; "
+                         "--quick: 5)")
+    ap.add_argument("--warmup-sessions", type=int, default=10,
+                    help="sessions the client opens before the baseline, untimed and kept, each with "
+                         "--warmup-echoes round trips (a JVM's JIT) (default 10)")
+    ap.add_argument("--warmup-echoes", type=int, default=300,
+                    help="round trips, one at a time, on each warm-up session (default 300)")
+    ap.add_argument("--session-connect-timeout", type=float, default=300.0,
+                    help="seconds the client gets to open the N sessions; past them the N fails (default 300)")
     a = r.parse(ap, argv)
     if a.runs != 1:
         ap.error("--runs: this benchmark measures each figure once per N (list and replay start: medians of 5)")
@@ -695,6 +1117,10 @@ def main(argv=None) -> int:
     a.recordings = counts(a.recordings, [100, 1000] if a.quick else default_recordings, "recordings")
     if a.recordings[0] < 10:
         ap.error("--recordings: at least 10 (replay start takes 5 recordings in the middle)")
+    a.sessions = counts(a.sessions, [10, 100] if a.quick else [10, 100, 1000], "sessions")
+    a.echo_seconds = a.echo_seconds or (5 if a.quick else 15)
+    if a.echo_seconds < 1 or a.warmup_sessions < 1 or a.warmup_echoes < 1:
+        ap.error("--echo-seconds, --warmup-sessions and --warmup-echoes must be at least 1")
     a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
     if unknown := set(a.kinds) - set(KINDS):
         ap.error(f"unknown --kinds {sorted(unknown)} (known: {', '.join(KINDS)})")
@@ -706,7 +1132,7 @@ def main(argv=None) -> int:
     sections = [w.strip() for w in a.only.split(",") if w.strip()] or list(SECTIONS)
     if unknown := set(sections) - set(SECTIONS):
         ap.error(f"unknown --only sections {sorted(unknown)} (known: {', '.join(SECTIONS)}; the big-recordings "
-                 "and cluster-sessions tables are not offered yet)")
+                 "table is not offered yet)")
 
     why = ""
     aeron = None
@@ -725,7 +1151,8 @@ def main(argv=None) -> int:
           f"io.aeron.driver.MediaDriver SHARED{props}; both default idle (backoff), sparse logs; one sulis client "
           f"for both; "
           f"streams N = {', '.join(f'{n:,}' for n in a.streams)}; recordings N = "
-          f"{', '.join(f'{n:,}' for n in a.recordings)}", flush=True)
+          f"{', '.join(f'{n:,}' for n in a.recordings)}; cluster sessions N = "
+          f"{', '.join(f'{n:,}' for n in a.sessions)}", flush=True)
     t_start = time.monotonic()
     record: dict = {"settings": {k: v for k, v in vars(a).items() if k not in ("profile",)},
                     "aeron": aeron.version if aeron else None, "aeron_skipped": why or None}
@@ -746,6 +1173,14 @@ def main(argv=None) -> int:
         rows = growth_table("recordings", REC_ROWS, res, a.recordings, notes, checks)
         tables.append(("recordings: archive process on its driver, N recordings of one 32 B message on "
                        "aeron:ipc?term-length=64k:", rows, a.recordings))
+    if "sessions" in sections:
+        res = sessions_section(a, aeron, why)
+        record["sessions"] = res
+        rows = growth_table("sessions", SESSION_ROWS, res, a.sessions, notes, checks)
+        tables.append((f"cluster sessions: a one-member cluster (echo service), one client process with the sulis "
+                       f"Python client opening N sessions, each its own egress (and its own driver client: a "
+                       f"conductor thread and CnC mapping per session); echoes at 1 msg/s per session for "
+                       f"{a.echo_seconds} s (the JVM's RSS includes its heap):", rows, a.sessions))
     for heading, rows, ns in tables:
         print_section_table(heading, rows, ns)
     if notes:
@@ -774,6 +1209,9 @@ def _cells(record: dict):
     for system, cells in (record.get("recordings") or {}).items():
         for n, m in cells.items():
             yield "recordings", f"{system} N={n}", m
+    for system, cells in (record.get("sessions") or {}).items():
+        for n, m in cells.items():
+            yield "sessions", f"{system} N={n}", m
 
 
 def print_targets(a, record: dict, checks: list) -> list[dict]:
@@ -785,8 +1223,11 @@ def print_targets(a, record: dict, checks: list) -> list[dict]:
                     and c["sulis"] <= c["aeron"])
     missed = [c for c in checks if not c["met"] and (c["sulis_short_of"] or c["aeron"] is not None)]
     unknown = [c for c in checks if not c["met"] and c not in missed]
-    print(f"  every growth factor at or under Aeron's in the same row (add, /dev/shm and RSS per stream, idle CPU, "
-          f"busy rate, list, restart, replay start): {sum(c['met'] for c in checks)} met, {len(missed)} missed"
+    rows = "; ".join(what for key, what in (("streams", "add, /dev/shm and RSS per stream, idle CPU, busy rate"),
+                                            ("recordings", "list, restart, replay start"),
+                                            ("sessions", "connect per session")) if record.get(key))
+    print(f"  every growth factor at or under Aeron's in the same row ({rows}): {sum(c['met'] for c in checks)} met, "
+          f"{len(missed)} missed"
           + (f", {len(unknown)} without both figures" if unknown else "")
           + f" -> {verdict(not missed and not unknown)}")
     for c in missed:
@@ -832,10 +1273,62 @@ def print_targets(a, record: dict, checks: list) -> list[dict]:
             out.append({"target": "list 10,000 recordings <= Aeron", "sulis": s, "aeron": j, "met": s <= j})
         else:
             print("  listing 10,000 recordings <= Aeron's time: not measured (N=10,000 not in this run, or failed)")
+    if record.get("sessions"):
+        out += session_targets(a, record["sessions"])
+    return out
+
+
+def session_targets(a, res: dict) -> list[dict]:
+    """Memory per session (reported in KiB, no threshold) and echo p99 at the largest N within 2x the smallest's."""
+    out: list[dict] = []
+    number = lambda cell, key: cell.get(key) if isinstance(cell.get(key), (int, float)) else None  # noqa: E731
+    both = [n for n in a.sessions if all(number(res[s].get(n, {}), "node_rss_per_session") is not None
+                                         for s in SYSTEMS)]
+    ran = [n for n in a.sessions if number(res["sulis"].get(n, {}), "node_rss_per_session") is not None]
+    if ran:
+        n = both[-1] if both else ran[-1]
+        kib = {(s, k): number(res[s].get(n, {}), k) for s in SYSTEMS
+               for k in ("node_rss_per_session", "client_rss_per_session", "client_driver_rss_per_session")}
+
+        def text(system: str, key: str) -> str:
+            v = kib[system, key]
+            return "-" if v is None else f"{v / 1024:.1f} KiB"
+
+        def ratio(key: str) -> str:
+            s, j = kib["sulis", key], kib["aeron", key]
+            return f" = {s / j:.2f}x" if s is not None and j is not None and j > 0 else ""
+
+        print(f"  sessions: memory per session at N={n:,} (reported, no threshold): leader RSS sulis "
+              f"{text('sulis', 'node_rss_per_session')} vs Aeron {text('aeron', 'node_rss_per_session')}"
+              f"{ratio('node_rss_per_session')} (the JVM's includes its heap); client process "
+              f"{text('sulis', 'client_rss_per_session')} vs {text('aeron', 'client_rss_per_session')}; client's "
+              f"driver {text('sulis', 'client_driver_rss_per_session')} vs "
+              f"{text('aeron', 'client_driver_rss_per_session')}")
+        out.append({"target": "memory per session (reported)", "n": n,
+                    **{f"{s} {k}": v for (s, k), v in kib.items()}})
+    lo, hi = a.sessions[0], a.sessions[-1]
+    if lo == hi:
+        return out
+    p99 = {s: (number(res[s].get(lo, {}), "echo_p99_us"), number(res[s].get(hi, {}), "echo_p99_us")) for s in SYSTEMS}
+    s_lo, s_hi = p99["sulis"]
+    aeron_text = (f"; Aeron {p99['aeron'][1]:.0f} / {p99['aeron'][0]:.0f} µs = {p99['aeron'][1] / p99['aeron'][0]:.2f}x"
+                  if None not in p99["aeron"] and p99["aeron"][0] else "")
+    if s_lo is None or s_hi is None:
+        print(f"  sessions: echo p99 at N={hi:,} within 2x the p99 at N={lo:,}: sulis has no p99 at "
+              f"N={lo if s_lo is None else hi:,} (failed) -> {verdict(False)}")
+        out.append({"target": f"echo p99 N={hi} <= 2x N={lo}", "met": False, "sulis": None})
+        return out
+    ok = s_hi <= 2 * s_lo
+    print(f"  sessions: echo p99 at N={hi:,} within 2x the p99 at N={lo:,}: sulis {s_hi:.0f} / {s_lo:.0f} µs = "
+          f"{s_hi / s_lo:.2f}x{aeron_text} -> {verdict(ok)}")
+    out.append({"target": f"echo p99 N={hi} <= 2x N={lo}", "met": ok, "sulis": [s_lo, s_hi],
+                "aeron": list(p99["aeron"])})
     return out
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--holder":
         sys.exit(holder(json.loads(sys.argv[2])))
+    if len(sys.argv) == 3 and sys.argv[1] == "--sessions-holder":
+        sys.exit(session_holder(json.loads(sys.argv[2])))
     sys.exit(r.main_guard(main))
