@@ -1042,6 +1042,7 @@ class ClusterClient:
         exactly_once: bool = True,
         max_in_flight: int = 16384,
         new_leader_timeout: float | None = None,
+        client: Client | None = None,
     ) -> Self: ...
     @property
     def in_flight(self) -> int:

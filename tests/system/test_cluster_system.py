@@ -564,6 +564,35 @@ def test_a_client_whose_egress_is_on_port_0_is_answered_on_the_port_its_driver_b
             ClusterClient(driver.dir, f"0=localhost:{port}", "aeron:udp?endpoint=localhost:0") as c:
         assert add(c, 5) == 5 and add(c, 6) == 11
 
+def test_sessions_given_one_client_share_it_and_leave_it_open(node_env):
+    """Many sessions in one process on one ``sulis.Client`` (Aeron's ``AeronCluster.Context.aeron()``): each
+    is answered on its own egress, closing one closes neither the others nor the client, and the client's
+    driver holds one client for all of them."""
+    driver, _, _, port, _ = node_env
+    with start(node_env, Echo()), sulis.Client(dir=driver.dir) as shared:
+        clients_before = len([c for c in sulis.CountersReader(driver.dir).counters()
+                              if c["label"].startswith("client-heartbeat")])
+        sessions = [ClusterClient(None, f"0=localhost:{port}", "aeron:udp?endpoint=localhost:0", client=shared)
+                    for _ in range(5)]
+        assert all(s.driver_dir == driver.dir for s in sessions)
+        for i, s in enumerate(sessions):
+            offer(s, f"from {i}".encode())
+        for i, s in enumerate(sessions):
+            assert receive(s, 1) == [f"from {i}".encode()]
+        heartbeats = [c for c in sulis.CountersReader(driver.dir).counters()
+                      if c["label"].startswith("client-heartbeat")]
+        assert len(heartbeats) == clients_before, "the sessions made clients of their own"
+        sessions[0].close()
+        offer(sessions[1], b"still here")
+        assert receive(sessions[1], 1) == [b"still here"]
+        sub = shared.add_subscription("aeron:ipc", 77)  # the shared client is still open
+        sub.close()
+        for s in sessions[1:]:
+            s.close()
+        with pytest.raises(TypeError, match="not the directory of the client"):
+            ClusterClient(str(node_env[4]), f"0=localhost:{port}", client=shared)
+
+
 def test_a_session_closed_by_a_restarted_node_tells_its_client_which_messages_were_applied(node_env):
     """The outcome of every message is the client's to know: five answered, three more offered while the node is
     suspended (held in the ingress, never logged), the node closed and started again. Its new term closes the

@@ -48,6 +48,15 @@ pub struct PyClient {
 }
 
 impl PyClient {
+    /// The client itself, to share (a cluster session runs on it).
+    pub(crate) fn shared(&self) -> PyResult<Arc<Client>> {
+        self.client
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| ClosedError::new_err("client is closed"))
+    }
+
     pub(crate) fn with_client<T>(&self, f: impl FnOnce(&Client) -> PyResult<T>) -> PyResult<T> {
         let client = self.client.lock().unwrap().clone();
         match client {

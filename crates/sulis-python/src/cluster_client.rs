@@ -10,6 +10,7 @@ use crate::session_messages::PySessionMessages;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use sulis_client::{Client, ClientContext, OfferError};
 use sulis_cluster::client::cluster_client::{ClusterClient, ClusterClientContext, SessionEnded};
@@ -18,7 +19,10 @@ use sulis_cluster::client::session_messages::SessionMessages;
 /// A session with a cluster.
 #[pyclass(name = "ClusterClient", module = "sulis._native")]
 pub struct PyClusterClient {
-    client: Client,
+    client: Arc<Client>,
+    /// Whether the session made the client (and closes it): not when it was
+    /// handed one, which many sessions share.
+    owns_client: bool,
     session: Option<ClusterClient>,
 }
 
@@ -75,7 +79,7 @@ impl PyClusterClient {
     /// cluster whose members take ingress at `ingress_endpoints`
     /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
     #[new]
-    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384, new_leader_timeout=None))]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384, new_leader_timeout=None, client=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,17 +92,29 @@ impl PyClusterClient {
         exactly_once: bool,
         max_in_flight: usize,
         new_leader_timeout: Option<f64>,
+        client: Option<PyRef<'_, crate::client::PyClient>>,
     ) -> PyResult<Self> {
         let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
-        let (client, session) =
-            gil::released(py, move || -> Result<(Client, ClusterClient), String> {
-                let client = Client::connect(ClientContext {
-                    dir: driver_dir,
-                    driver_timeout: timeout.max(Duration::from_secs(10)),
-                    name: "sulis-cluster-client".into(),
-                    interrupt: Some(crate::errors::interrupt_check()),
-                })
-                .map_err(|e| e.to_string())?;
+        // A client handed in is shared (Aeron's AeronCluster.Context.aeron):
+        // a thousand sessions in one process then cost one conductor thread
+        // and one mapping of the CnC, not one each.
+        let shared = client.map(|c| c.shared()).transpose()?;
+        let owns_client = shared.is_none();
+        let (client, session) = gil::released(
+            py,
+            move || -> Result<(Arc<Client>, ClusterClient), String> {
+                let client = match shared {
+                    Some(c) => c,
+                    None => Arc::new(
+                        Client::connect(ClientContext {
+                            dir: driver_dir,
+                            driver_timeout: timeout.max(Duration::from_secs(10)),
+                            name: "sulis-cluster-client".into(),
+                            interrupt: Some(crate::errors::interrupt_check()),
+                        })
+                        .map_err(|e| e.to_string())?,
+                    ),
+                };
                 let ctx = ClusterClientContext {
                     ingress_endpoints,
                     ingress_channel,
@@ -113,12 +129,14 @@ impl PyClusterClient {
                 };
                 let session = ClusterClient::connect(&client, &ctx)?;
                 Ok((client, session))
-            })
-            .map_err(|e| {
-                crate::errors::pending_signal_error().unwrap_or_else(|| ClusterError::new_err(e))
-            })?;
+            },
+        )
+        .map_err(|e| {
+            crate::errors::pending_signal_error().unwrap_or_else(|| ClusterError::new_err(e))
+        })?;
         Ok(PyClusterClient {
             client,
+            owns_client,
             session: Some(session),
         })
     }
@@ -289,13 +307,16 @@ impl PyClusterClient {
         }
     }
 
-    /// Closes the session (the cluster logs the close) and the client.
+    /// Closes the session (the cluster logs the close) and the client it
+    /// made (one handed in stays open).
     fn close(&mut self, py: Python<'_>) {
         if let Some(session) = self.session.take() {
-            let client = &self.client;
+            let (client, owns) = (&self.client, self.owns_client);
             gil::released(py, move || {
                 session.close();
-                client.close();
+                if owns {
+                    client.close();
+                }
             });
         }
     }

@@ -319,6 +319,11 @@ class ClusterClient:
     ``aeron:udp?endpoint=localhost:0`` (a free port, which the client tells the cluster); give a
     reachable address when the members are on other hosts.
 
+    ``client`` (a ``sulis.Client``) runs the session on that client instead of one of its own, as Aeron's
+    ``AeronCluster.Context.aeron()``: a process holding many sessions gives them one client (one conductor
+    thread and one mapping of the driver's CnC file between them, where each session's own would cost a
+    thread and about a megabyte of its mapping). The session does not close it; close it after them.
+
     Exactly once (``exactly_once=True``, the default, with a sulis cluster: its leader says so when it opens
     the session; with Aeron's cluster the client is Aeron's): the client numbers its messages, keeps each until the
     leader says it is committed (read by ``poll_egress``, or by ``offer`` when ``max_in_flight`` wait) and
@@ -346,9 +351,16 @@ class ClusterClient:
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
                  credentials: bytes = b"", driver_options: dict | None = None, exactly_once: bool = True,
                  max_in_flight: int = 16384, new_leader_timeout: float | None = None,
-                 driver_dir_prefix: str | None = None) -> None:
+                 driver_dir_prefix: str | None = None, client=None) -> None:
         if ingress_endpoints is None:
             raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
+        if client is not None:
+            if driver_dir is not None and os.path.realpath(str(driver_dir)) != os.path.realpath(client.dir):
+                raise TypeError(f"driver_dir {driver_dir} is not the directory of the client given ({client.dir})")
+            if driver_options or driver_dir_prefix is not None:
+                raise TypeError("driver_options and driver_dir_prefix are for the client's own driver; "
+                                "the client given has its driver")
+            driver_dir = client.dir
         if driver_dir is not None and (driver_options or driver_dir_prefix is not None):
             raise TypeError("driver_options and driver_dir_prefix are for the client's own driver (driver_dir=None); "
                             f"the driver at {driver_dir} runs with its own")
@@ -369,7 +381,7 @@ class ClusterClient:
         try:
             self._native = _NativeClusterClient(self._driver_dir, ingress_endpoints, egress_channel,
                                                 ingress_channel, message_timeout, credentials, exactly_once,
-                                                max_in_flight, new_leader_timeout)
+                                                max_in_flight, new_leader_timeout, client)
         except BaseException:
             self._close_driver()
             raise

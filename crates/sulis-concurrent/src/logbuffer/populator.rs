@@ -11,7 +11,7 @@
 //!
 //! A [`Populator`] tracks, for one writer, the positions whose pages are known
 //! to exist: `[start, end)`. It grows the range in chunks that double with what
-//! the stream has written (64 KiB to 4 MiB), so a busy stream makes a handful of
+//! the stream has written (a page to 4 MiB), so a busy stream makes a handful of
 //! calls per term and an idle one takes nothing. Once the range spans three
 //! terms every page of the log exists and the populator is done.
 
@@ -20,7 +20,6 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use sulis_protocol::log_buffer_descriptor::*;
 
-const MIN_CHUNK: i64 = 64 * 1024;
 const MAX_CHUNK: i64 = 4 * 1024 * 1024;
 
 /// Set once the kernel says it has no `MADV_POPULATE_WRITE` (before Linux 5.14):
@@ -103,7 +102,11 @@ impl Populator {
         }
         let term_length = logs.term_length() as i64;
         let whole = self.start + PARTITION_COUNT as i64 * term_length;
-        let chunk = (end - self.start).clamp(MIN_CHUNK, MAX_CHUNK);
+        // From one page: a stream that sends a message now and then (a
+        // cluster session's keep-alives) takes a page or two, as with Aeron's
+        // sparse logs; 64 KiB up front cost a thousand idle sessions 64 MiB
+        // in each writer's mapping.
+        let chunk = (end - self.start).clamp(self.page as i64, MAX_CHUNK);
         let target = to.max(end + chunk).min(whole);
         populate_positions(logs, end, target, self.page)?;
         let new_end = if target >= whole { i64::MAX } else { target };
@@ -160,15 +163,27 @@ mod tests {
         let (_dir, logs) = temp_log(64 * 1024, 5);
         let p = Populator::new(&logs, 0).expect("the test log is sparse");
         assert_eq!(p.end(), 0);
+        let page = logs.page_size() as i64;
         let before = allocated_kib(&logs);
-        assert_eq!(p.ensure(&logs, 100).unwrap(), MIN_CHUNK);
+        assert_eq!(p.ensure(&logs, 100).unwrap(), page, "one page first");
         let after = allocated_kib(&logs);
-        assert!(
-            after >= before + 64,
-            "64 KiB of pages taken: {before} -> {after} KiB"
+        assert_eq!(
+            after,
+            before + page as u64 / 1024,
+            "{before} -> {after} KiB"
         );
-        assert_eq!(p.ensure(&logs, 200).unwrap(), MIN_CHUNK, "already there");
-        assert_eq!(p.ensure(&logs, MIN_CHUNK + 1).unwrap(), 2 * MIN_CHUNK);
+        assert_eq!(p.ensure(&logs, 200).unwrap(), page, "already there");
+        assert_eq!(
+            p.ensure(&logs, page + 1).unwrap(),
+            2 * page,
+            "then as much as written"
+        );
+        assert_eq!(p.ensure(&logs, 2 * page + 1).unwrap(), 4 * page);
+        assert_eq!(
+            p.ensure(&logs, 8 * page + 1).unwrap(),
+            8 * page + 1,
+            "at least what is asked"
+        );
         assert_eq!(p.ensure(&logs, 3 * 64 * 1024).unwrap(), i64::MAX);
         assert_eq!(p.ensure(&logs, i64::MAX - 1).unwrap(), i64::MAX);
     }
