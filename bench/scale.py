@@ -120,6 +120,7 @@ import json
 import os
 import re
 import select
+import shutil
 import statistics
 import sys
 import tempfile
@@ -127,6 +128,7 @@ import time
 
 import sulis
 from sulis._benchkit import runner as r
+from sulis._benchkit.loops import publish_batch
 from sulis._benchkit.procs import (
     Child,
     ChildProcess,
@@ -144,7 +146,7 @@ r.repository(__file__)
 from bench.cluster_latency import AeronNode, SulisNode  # noqa: E402
 from bench.peers import aeron as aeron_java  # noqa: E402
 
-SECTIONS = ("streams", "recordings", "sessions")
+SECTIONS = ("streams", "recordings", "sessions", "big", "busy")
 KINDS = {"ipc": "N publications on aeron:ipc?term-length=64k (no subscription)",
          "udp-endpoint": "N streams on one aeron:udp?endpoint=127.0.0.1:P|term-length=64k, a subscription and "
                          "a publication each",
@@ -255,8 +257,10 @@ class ArchiveProcess:
     """An archive process on ``driver_dir`` recording into ``archive_dir``: ``python -m sulis.cli archive``
     or Aeron's ``io.aeron.archive.Archive`` (SHARED threading); both with 1 MiB segment files."""
 
-    def __init__(self, system: str, aeron: aeron_java.AeronJava | None, driver_dir: str, archive_dir: str) -> None:
+    def __init__(self, system: str, aeron: aeron_java.AeronJava | None, driver_dir: str, archive_dir: str,
+                 segment: int = 1 << 20) -> None:
         self.system, self.aeron, self.driver_dir, self.archive_dir = system, aeron, driver_dir, archive_dir
+        self.segment = segment
         self.proc: ChildProcess | None = None
         self.control = f"aeron:udp?endpoint={HOST}:{free_port(HOST)}"
 
@@ -264,14 +268,14 @@ class ArchiveProcess:
         if self.system == "aeron":
             assert self.aeron is not None
             props = {"aeron.dir": self.driver_dir, "aeron.archive.dir": self.archive_dir,
-                     "aeron.archive.threading.mode": "SHARED", "aeron.archive.segment.file.length": 1 << 20,
+                     "aeron.archive.threading.mode": "SHARED", "aeron.archive.segment.file.length": self.segment,
                      # Aeron's archive wants a UDP control channel and a replication channel named.
                      "aeron.archive.control.channel": self.control,
                      "aeron.archive.replication.channel": f"aeron:udp?endpoint={HOST}:0"}
             cmd = aeron_java.command(self.aeron, props, "io.aeron.archive.Archive")
         else:
             cmd = [sys.executable, "-m", "sulis.cli", "archive", "--archive-dir", self.archive_dir,
-                   "--dir", self.driver_dir, "--segment-file-length", "1m"]
+                   "--dir", self.driver_dir, "--segment-file-length", str(self.segment)]
         self.proc = ChildProcess(cmd, f"{self.system} archive")
 
     def stop(self) -> None:
@@ -363,11 +367,11 @@ def holder(p: dict) -> int:
 
 # ----------------------------------------------------------------- streams
 
-def busy_rate(a, driver_dir: str) -> float:
+def busy_rate(a, driver_dir: str, channel: str = BUSY_CHANNEL) -> float:
     """One busy IPC stream on the driver: the ``sulis-pub`` (offer_batch) and ``sulis-sub`` roles."""
     base = scratch_dir("sulis-bench-scale-busy-")
     stop = os.path.join(base, "stop")
-    common = {"dir": driver_dir, "channel": BUSY_CHANNEL, "stream": BUSY_STREAM}
+    common = {"dir": driver_dir, "channel": channel, "stream": BUSY_STREAM}
     sub = r.sulis_role("py", "sub", **common, duration=a.busy_duration, limit=4096)
     pub = lambda _ready: r.sulis_role("py", "pub", **common, stop=stop, publication="exclusive",  # noqa: E731
                                       batch=a.busy_batch, size=32)
@@ -973,6 +977,173 @@ def sessions_section(a, aeron, why: str) -> dict:
     return results
 
 
+# ----------------------------------------------------------------- big recordings
+
+BIG_CHANNEL, BIG_STREAM = "aeron:ipc?term-length=16m", 4001
+BIG_MESSAGE, BIG_BATCH = 8192, 64
+BIG_FRAME = (BIG_MESSAGE + 32 + 31) // 32 * 32
+#: bytes replayed from the middle of a recording for the seek row
+SEEK_BYTES = 256 * 2 ** 20
+
+
+def drop_page_cache() -> bool:
+    """Writes back and drops the page cache (root only), so that a replay reads the disk; False if not allowed."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def timed_replay(ac, recording_id: int, position: int, length: int, timeout_s: float) -> tuple[float, float]:
+    """Replays ``length`` bytes of the recording from ``position`` over aeron:ipc: (seconds to the first
+    fragment, bytes/s of the whole replay); fails (never hangs) when it stalls for ``timeout_s``."""
+    t0 = time.perf_counter()
+    sub = ac.replay(recording_id, "aeron:ipc", REPLAY_STREAM, position=position, length=length)
+    first = None
+    try:
+        # The replay ends with the last whole frame within the length asked for.
+        image_end = position + length - BIG_FRAME + 1
+        last_progress = time.monotonic()
+        got_position = position
+        while got_position < image_end:
+            batch = sub.poll_batch(4096)
+            if len(batch):
+                if first is None:
+                    first = time.perf_counter() - t0
+                got_position = int(memoryview(batch.positions)[-1])
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > timeout_s:
+                raise RuntimeError(f"the replay of recording {recording_id} from {position} stalled at "
+                                   f"{got_position} of {image_end} for {timeout_s:g} s")
+        total = time.perf_counter() - t0
+    finally:
+        sub.close()
+    return first or total, length / total
+
+
+def big_run(a, system: str, aeron, gib: float) -> dict:
+    """One driver and archive of ``system`` (1 GiB segment files) and one recording of ``gib`` GiB of 8 KiB
+    messages published by this process: record rate, replay from the start, replay of 256 MiB from the middle."""
+    disk = scratch_dir("sulis-bench-scale-big-", parent=a.dir or tempfile.gettempdir())
+    archive = None
+    m: dict = {}
+    try:
+        with Driver(system, aeron, a.sulis_options, a.aeron_props) as driver, \
+                sulis.Client(dir=driver.dir, name="sulis bench scale big") as client:
+            archive = ArchiveProcess(system, aeron, driver.dir, os.path.join(disk, "archive"), segment=1 << 30)
+            archive.start()
+            ac = connect_archive(client)
+            ac.start_recording(BIG_CHANNEL, BIG_STREAM)
+            pub = client.add_exclusive_publication(BIG_CHANNEL, BIG_STREAM)
+            rid = ac.await_signal(RecordingSignal.START).recording_id
+            count = int(gib * 2 ** 30) // BIG_MESSAGE
+            t0 = time.perf_counter()
+            publish_batch(pub, bytes(BIG_MESSAGE), BIG_BATCH, count=count)
+            end = pub.position
+            deadline = time.monotonic() + 60
+            recorded = ac.get_recording_position(rid)
+            while recorded < end:
+                before = recorded
+                time.sleep(0.001)
+                recorded = ac.get_recording_position(rid)
+                if recorded > before:
+                    deadline = time.monotonic() + 60
+                elif time.monotonic() > deadline:
+                    raise RuntimeError(f"recording {rid} stopped at {recorded} of {end} for 60 s")
+            m["record_mb_s"] = end / (time.perf_counter() - t0) / 1e6
+            m["bytes"] = end
+            ac.stop_recording(BIG_CHANNEL, BIG_STREAM)
+            ac.await_signal(RecordingSignal.STOP, rid)
+            pub.close()
+            archive.alive()
+            m["cache_dropped"] = drop_page_cache()
+            first, rate = timed_replay(ac, rid, 0, end, a.big_stall_s)
+            m["replay_first_ms"], m["replay_mb_s"] = first * 1e3, rate / 1e6
+            drop_page_cache()
+            middle = end // 2 // (16 << 20) * (16 << 20)  # a term's start: a frame's start in any recording
+            first, rate = timed_replay(ac, rid, middle, min(SEEK_BYTES, end - middle), a.big_stall_s)
+            m["seek_first_ms"], m["seek_mb_s"] = first * 1e3, rate / 1e6
+            archive.alive()
+            with contextlib.suppress(Exception):
+                ac.close()
+    finally:
+        if archive is not None:
+            archive.stop()
+        remove_dir(disk)
+    return m
+
+
+BIG_ROWS = [
+    ("record_mb_s", "record (MB/s)", 1, "{:.0f}", True, True),
+    ("replay_first_ms", "replay from the start: first fragment (ms)", 1, "{:.1f}", False, True),
+    ("replay_mb_s", "replay from the start (MB/s)", 1, "{:.0f}", True, True),
+    ("seek_first_ms", "replay from the middle: first fragment (ms)", 1, "{:.1f}", False, True),
+    ("seek_mb_s", "replay of 256 MiB from the middle (MB/s)", 1, "{:.0f}", True, True),
+]
+
+
+def big_section(a, aeron, why: str) -> dict:
+    results: dict = {s: {} for s in SYSTEMS}
+    where = a.dir or tempfile.gettempdir()
+    for gib in a.big_gib:
+        for system in SYSTEMS:
+            if system == "aeron" and aeron is None:
+                results[system][gib] = {"skipped": why}
+                continue
+            free = shutil.disk_usage(where).free
+            need = gib * 2 ** 30 * 1.05 + 2 * 2 ** 30
+            if free < need:
+                results[system][gib] = {"skipped": f"{free / 2 ** 30:.0f} GiB free in {where}, "
+                                                   f"{need / 2 ** 30:.0f} GiB needed"}
+                print(f"[big recordings] {gib:g} GiB {system}: skipped, {results[system][gib]['skipped']}")
+                continue
+            print(f"[big recordings] {gib:g} GiB {system}", flush=True)
+            t0 = time.monotonic()
+            try:
+                m = big_run(a, system, aeron, gib)
+                results[system][gib] = m
+                print(f"      -> record {m['record_mb_s']:.0f} MB/s; replay first fragment "
+                      f"{m['replay_first_ms']:.1f} ms, {m['replay_mb_s']:.0f} MB/s; from the middle "
+                      f"{m['seek_first_ms']:.1f} ms, {m['seek_mb_s']:.0f} MB/s; page cache "
+                      f"{'dropped' if m['cache_dropped'] else 'kept'} before each replay "
+                      f"[{time.monotonic() - t0:.0f} s]", flush=True)
+            except Exception as exc:
+                results[system][gib] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:300]}", flush=True)
+    return results
+
+
+# ----------------------------------------------------------------- one busy stream, three term lengths
+
+BUSY_TERMS = ("64k", "1m", "64m")
+
+
+def busy_section(a, aeron, why: str) -> dict:
+    """One busy IPC stream through each driver with no other stream, for each term length: the median of
+    ``a.busy_runs`` runs (a fresh driver each)."""
+    results: dict = {s: {} for s in SYSTEMS}
+    for term in BUSY_TERMS:
+        for system in SYSTEMS:
+            if system == "aeron" and aeron is None:
+                results[system][term] = {"skipped": why}
+                continue
+            print(f"[busy] term-length={term} {system}", flush=True)
+            runs = []
+            try:
+                for _ in range(a.busy_runs):
+                    with Driver(system, aeron, a.sulis_options, a.aeron_props) as driver:
+                        runs.append(busy_rate(a, driver.dir, f"aeron:ipc?term-length={term}"))
+                results[system][term] = {"busy": statistics.median(runs), "runs": runs}
+                print("      -> " + " / ".join(f"{x / 1e6:.2f}" for x in runs) + " M msgs/s", flush=True)
+            except Exception as exc:
+                results[system][term] = {"error": f"{type(exc).__name__}: {exc}", "runs": runs}
+                print(f"      FAILED: {' '.join(str(exc).split())[:300]}", flush=True)
+    return results
+
+
 # ----------------------------------------------------------------- the tables
 
 def growth(cells: dict, ns: list[int], key: str, inverted: bool) -> tuple[float | None, int | None]:
@@ -1103,6 +1274,13 @@ def main(argv=None) -> int:
                     help="round trips, one at a time, on each warm-up session (default 300)")
     ap.add_argument("--session-connect-timeout", type=float, default=300.0,
                     help="seconds the client gets to open the N sessions; past them the N fails (default 300)")
+    ap.add_argument("--big-gib", default=None,
+                    help="sizes of the big recordings in GiB, comma separated (default 1,4,16; --quick: 1); 64 where "
+                         "the disk has room (a size is skipped when --dir has less than it plus 2 GiB free)")
+    ap.add_argument("--big-stall-s", type=float, default=60.0,
+                    help="seconds a big recording's replay may deliver nothing before it fails (default 60)")
+    ap.add_argument("--busy-runs", type=int, default=3,
+                    help="runs of the busy section's stream per system and term length (default 3)")
     a = r.parse(ap, argv)
     if a.runs != 1:
         ap.error("--runs: this benchmark measures each figure once per N (list and replay start: medians of 5)")
@@ -1122,6 +1300,9 @@ def main(argv=None) -> int:
     if a.recordings[0] < 10:
         ap.error("--recordings: at least 10 (replay start takes 5 recordings in the middle)")
     a.sessions = counts(a.sessions, [10, 100] if a.quick else [10, 100, 1000], "sessions")
+    a.big_gib = counts(a.big_gib, [1] if a.quick else [1, 4, 16], "big-gib")
+    if a.busy_runs < 1:
+        ap.error("--busy-runs must be at least 1")
     a.echo_seconds = a.echo_seconds or (5 if a.quick else 15)
     if a.echo_seconds < 1 or a.warmup_sessions < 1 or a.warmup_echoes < 1:
         ap.error("--echo-seconds, --warmup-sessions and --warmup-echoes must be at least 1")
@@ -1135,8 +1316,7 @@ def main(argv=None) -> int:
     a.sulis_options, a.aeron_props = r.driver_options(a.driver_options), r.driver_options(a.aeron_props)
     sections = [w.strip() for w in a.only.split(",") if w.strip()] or list(SECTIONS)
     if unknown := set(sections) - set(SECTIONS):
-        ap.error(f"unknown --only sections {sorted(unknown)} (known: {', '.join(SECTIONS)}; the big-recordings "
-                 "table is not offered yet)")
+        ap.error(f"unknown --only sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
 
     why = ""
     aeron = None
@@ -1185,8 +1365,28 @@ def main(argv=None) -> int:
                        f"Python client opening N sessions on one driver client (``client=``), each its own egress; "
                        f"echoes at 1 msg/s per session for "
                        f"{a.echo_seconds} s (the JVM's RSS includes its heap):", rows, a.sessions))
-    for heading, rows, ns in tables:
-        print_section_table(heading, rows, ns)
+    if "big" in sections:
+        res = big_section(a, aeron, why)
+        record["big"] = res
+        rows = growth_table("big recordings", BIG_ROWS, res, a.big_gib, notes, checks)
+        dropped = [m.get("cache_dropped") for cells in res.values() for m in cells.values() if "cache_dropped" in m]
+        cache = ("the page cache dropped before each replay (they read the disk)" if dropped and all(dropped) else
+                 "the page cache NOT dropped before the replays (not root): they may read memory, not the disk")
+        tables.append((f"big recordings: one recording of 8 KiB messages on aeron:ipc?term-length=16m, archive with "
+                       f"1 GiB segment files in {a.dir or tempfile.gettempdir()}; {cache}:", rows, a.big_gib, "GiB"))
+    if "busy" in sections:
+        res = busy_section(a, aeron, why)
+        record["busy"] = res
+        rows = busy_table(res)
+        tables.append((f"one busy IPC stream alone on each driver (offer_batch of 1,024 x 32 B, poll_batch(4096), "
+                       f"three processes on this machine), M msgs/s, median of {a.busy_runs} runs each:", rows, None,
+                       "term"))
+    for heading, rows, ns, *unit in tables:
+        if ns is None:
+            print(f"\n{heading}")
+            print_table(["system", *BUSY_TERMS], rows, "l" + "r" * len(BUSY_TERMS))
+        else:
+            print_section_table(heading, rows, ns, *unit)
     if notes:
         print("\nfailed measurements:")
         for i, note in enumerate(notes, 1):
@@ -1204,6 +1404,19 @@ def main(argv=None) -> int:
     return 1 if failed_sulis else 0
 
 
+def busy_table(res: dict) -> list[list[str]]:
+    """The busy section's rows: each system's medians per term length, then sulis/Aeron."""
+    rows = []
+    for system, label in (("sulis", "sulis"), ("aeron", "Aeron 1.51")):
+        rows.append([label, *(f"{res[system][t]['busy'] / 1e6:.2f}" if "busy" in res[system].get(t, {})
+                              else ("skipped" if "skipped" in res[system].get(t, {}) else "failed")
+                              for t in BUSY_TERMS)])
+    rows.append(["sulis/Aeron", *(f"{res['sulis'][t]['busy'] / res['aeron'][t]['busy']:.2f}x"
+                                  if "busy" in res["sulis"].get(t, {}) and "busy" in res["aeron"].get(t, {}) else "-"
+                                  for t in BUSY_TERMS)])
+    return rows
+
+
 def _cells(record: dict):
     """(section, "system kind N", cell) of every measurement in the record."""
     for kind, per in (record.get("streams") or {}).items():
@@ -1216,6 +1429,9 @@ def _cells(record: dict):
     for system, cells in (record.get("sessions") or {}).items():
         for n, m in cells.items():
             yield "sessions", f"{system} N={n}", m
+    for system, cells in (record.get("big") or {}).items():
+        for n, m in cells.items():
+            yield "big", f"{system} {n} GiB", m
 
 
 def print_targets(a, record: dict, checks: list) -> list[dict]:
@@ -1229,7 +1445,8 @@ def print_targets(a, record: dict, checks: list) -> list[dict]:
     unknown = [c for c in checks if not c["met"] and c not in missed]
     rows = "; ".join(what for key, what in (("streams", "add, /dev/shm and RSS per stream, idle CPU, busy rate"),
                                             ("recordings", "list, restart, replay start"),
-                                            ("sessions", "connect per session")) if record.get(key))
+                                            ("sessions", "connect per session"),
+                                            ("big", "record, replay, seek")) if record.get(key))
     print(f"  every growth factor at or under Aeron's in the same row ({rows}): {sum(c['met'] for c in checks)} met, "
           f"{len(missed)} missed"
           + (f", {len(unknown)} without both figures" if unknown else "")
@@ -1279,6 +1496,20 @@ def print_targets(a, record: dict, checks: list) -> list[dict]:
             print("  listing 10,000 recordings <= Aeron's time: not measured (N=10,000 not in this run, or failed)")
     if record.get("sessions"):
         out += session_targets(a, record["sessions"])
+    if record.get("busy"):
+        res = record["busy"]
+        ratios = {t: res["sulis"][t]["busy"] / res["aeron"][t]["busy"] for t in BUSY_TERMS
+                  if "busy" in res["sulis"].get(t, {}) and "busy" in res["aeron"].get(t, {})}
+        ok = len(ratios) == len(BUSY_TERMS) and min(ratios.values()) >= 1.0
+        print("  one busy IPC stream >= 1.0x Aeron's driver for 64 KiB, 1 MiB and 64 MiB terms: "
+              + ", ".join(f"{t} {v:.2f}x" for t, v in ratios.items()) + f" -> {verdict(ok)}")
+        out.append({"target": "busy IPC stream >= 1.0x per term length", "ratios": ratios, "met": ok})
+    if record.get("big"):
+        hung = [f"{system} {n} GiB" for system, cells in record["big"].items() for n, m in cells.items()
+                if "stalled" in m.get("error", "")]
+        print(f"  no hang with big recordings (a replay stalled {a.big_stall_s:g} s fails): "
+              + (", ".join(hung) if hung else "none stalled") + f" -> {verdict(not hung)}")
+        out.append({"target": "no hang at big recordings", "stalled": hung, "met": not hung})
     return out
 
 
