@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Growth tables: what N streams, N recordings and N cluster sessions cost sulis, beside Aeron 1.51 (Java), in one run.
+"""Growth tables: what N streams, N recordings, N cluster sessions and big recordings cost sulis, beside Aeron 1.51
+(Java), in one run.
 
-    python bench/scale.py          # streams N = 10 .. 5,000; recordings 100 .. 100,000; sessions 10 .. 1,000 (~15 min)
+    python bench/scale.py          # every section: streams .. 5,000, recordings .. 100,000, sessions .. 1,000,
+                                   # recordings of 1, 4, 16 GiB, one busy stream per term length (~25 min)
     python bench/scale.py --quick  # streams N = 10, 100; recordings 100, 1,000; sessions 10, 100 (smoke test, ~3 min)
     python bench/scale.py --only sessions                  # cluster sessions N = 10, 100, 1,000 (3 to 6 min)
     python bench/scale.py --only recordings --max-recordings 10000    # recordings up to 10,000 (~30 s)
     python bench/scale.py --only streams --streams 10,1000 --kinds ipc,udp-ports
-    python bench/scale.py --driver-options counters_buffer_length=8m  # sulis with Aeron's counters buffer
+    python bench/scale.py --only big --big-gib 1,4,16,64 --dir /data   # big recordings where the disk has room
+    python bench/scale.py --only busy                      # one busy IPC stream, 64 KiB, 1 MiB, 64 MiB terms (~1 min)
 
 Each system runs as processes of its own: sulis's media driver (``python -m sulis.cli driver``, shared
 threading: a Python process hosting the Rust driver) or Aeron's (``io.aeron.driver.MediaDriver`` of
@@ -24,9 +27,7 @@ both drivers use the same terms):
   subscription, then a publication;
 * ``udp-ports``: N streams each on a port of its own, a subscription and a publication each.
 
-Every driver has its defaults: sulis's counters buffer (1 MiB, 8,192 counters) is an eighth of
-Aeron 1.51's (8 MiB), so past about 900 UDP streams or 4,000 IPC publications a sulis driver refuses
-more (``--driver-options counters_buffer_length=8m`` gives it Aeron's).
+Every driver has its defaults (both counters buffers are 8 MiB, 65,536 counters).
 
 Before the baseline the client adds 50 warm-up streams of the same kind (``--warmup-streams``; other
 stream ids, ports), untimed and kept, so that neither driver is measured cold (a JVM's JIT); the
@@ -108,9 +109,19 @@ session); /dev/shm and driver RSS per idle stream within 1.5x Aeron's (at the la
 1.0x Aeron's driver (at every N); listing 10,000 recordings in no more time than Aeron's archive; memory per
 session said in KiB (no threshold); the echo p99 at the largest N of sessions within 2x the p99 at the smallest.
 
-Not offered yet (the issue's other table): 1 to 64 GiB recordings (record, replay from the start,
-seek). The JSON record goes to
-bench/results/scale-<timestamp>.json. Needs ``bash bench/peers/install.sh`` for the Aeron columns.
+big -- for each size (``--big-gib``, default 1, 4, 16 GiB; a size is skipped when ``--dir`` has less than it
+plus 2 GiB free), a fresh driver and archive per system (1 GiB segment files, in ``--dir``) and one recording of
+8 KiB messages on ``aeron:ipc?term-length=16m`` published by this process (``offer_batch`` of 64): record rate
+(from the first offer to the recorded position at the end: the page cache absorbs most of a write of a few GiB,
+the kernel's dirty limits throttle the rest); then, with the page cache written back and dropped (root only; the
+table says when it was not), a replay of the whole recording (first fragment and rate) and of 256 MiB from the
+middle (a seek). A replay that delivers nothing for ``--big-stall-s`` (60) fails its cell: no hang.
+
+busy -- one busy IPC stream (as in the streams rows) alone on a fresh driver, for 64 KiB, 1 MiB and 64 MiB terms,
+the median of ``--busy-runs`` (3) runs per system and term length; the target: at least Aeron's rate at each.
+
+The JSON record goes to bench/results/scale-<timestamp>.json. Needs ``bash bench/peers/install.sh`` for the
+Aeron columns.
 """
 from __future__ import annotations
 
@@ -1258,8 +1269,7 @@ def main(argv=None) -> int:
                          "baseline, untimed, so that neither is measured cold (a JVM's JIT) (default 50)")
     ap.add_argument("--settle", type=float, default=0.5, help="seconds waited before /dev/shm and RSS are read")
     ap.add_argument("--driver-options", default="",
-                    help="more options of the sulis drivers, k=v,k=v (e.g. counters_buffer_length=8m: Aeron 1.51's "
-                         "default counters buffer; sulis's is 1 MiB, 8,192 counters)")
+                    help="more options of the sulis drivers, k=v,k=v (e.g. idle_strategy=backoff:100us)")
     ap.add_argument("--aeron-props", default="", help="more properties of the Aeron drivers, k=v,k=v")
     ap.add_argument("--dir", default=None, help="where the archives' directories go (default: the temp dir)")
     ap.add_argument("--sessions", default=None,
