@@ -51,6 +51,23 @@ _SPARK = ("import os, sys\n"
           "spark = SparkSession.builder.master('local[2]').config('spark.ui.enabled', 'false').getOrCreate()\n"
           "spark.sparkContext.setLogLevel('ERROR')\n")
 
+_CLUSTER = ("import socket\n"
+            "import sulis\n"
+            "from sulis.cluster import ClusterClient, ClusterNode, ClusteredService\n"
+            "def _free():\n"
+            "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "    s.bind(('127.0.0.1', 0))\n"
+            "    port = s.getsockname()[1]\n"
+            "    s.close()\n"
+            "    return str(port)\n"
+            "driver = sulis.MediaDriver(threading_mode='shared')\n"
+            "driver_dir = driver.dir\n"
+            "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver_dir)\n"
+            "members = ('0,localhost:{port},localhost:' + _free() + ',localhost:' + _free()\n"
+            "           + ',localhost:0,localhost:8010')\n"
+            "node = ClusterNode(ClusteredService(), '{tmp}/cluster', driver_dir, cluster_members=members,\n"
+            "                   log_term_length='64k', max_concurrent_sessions=50)\n")
+
 #: Each snippet, by file and order in it.
 SNIPPETS: dict[tuple[str, int], Snippet] = {
     # The message, always; "joined ..." comes from the client's callback thread, which may not have run
@@ -75,6 +92,9 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
     ("docs/spark.md", 0): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    # A one-member cluster of this test's; 20 sessions on the shared client rather than 1,000.
+    ("docs/cluster.md", 0): Snippet("with sulis.Client(dir=driver_dir) as shared:", prelude=_CLUSTER,
+                                    replace={"0=host:9010": "0=localhost:{port}", "range(1000)": "range(20)"}),
     # The query is made, not started (tests/system/test_spark_cluster_log_system.py reads real members' logs).
     ("docs/spark.md", 1): Snippet("# A member runs on this host: sulis cluster-node ... --cluster-dir "
                                   "/data/member-0/cluster --dir /data/member-0/driver", prelude=_SPARK, spark=True,

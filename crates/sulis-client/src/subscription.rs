@@ -186,6 +186,12 @@ impl Subscription {
         self.refresh();
         self.images.clone()
     }
+    /// The image of session `session_id`, if there is one (Aeron's
+    /// `imageBySessionId`), without copying the list.
+    pub fn image_by_session_id(&mut self, session_id: i32) -> Option<&Arc<Image>> {
+        self.refresh();
+        self.images.iter().find(|i| i.session_id() == session_id)
+    }
     /// True when at least one image is connected.
     pub fn is_connected(&mut self) -> bool {
         self.refresh();

@@ -1558,14 +1558,14 @@ impl ConsensusModule {
             self.ingress_messages = messages;
             return work;
         }
-        let image_ids: HashMap<i32, i64> = self
-            .ingress
-            .images()
-            .iter()
-            .map(|i| (i.session_id(), i.correlation_id()))
-            .collect();
         for (message, _, session) in messages.iter() {
-            let image = image_ids.get(&session).copied().unwrap_or(-1);
+            // Looked up per message, not a map of every image per poll: with
+            // a thousand sessions that map was rebuilt a thousand times a
+            // second.
+            let image = self
+                .ingress
+                .image_by_session_id(session)
+                .map_or(-1, |i| i.correlation_id());
             if !self.pending_ingress.is_empty()
                 || !self.on_ingress(message, image, now_ns, cluster_time)
             {

@@ -156,6 +156,9 @@ pub struct SessionManager {
     next_committed_session_id: i64,
     next_egress_key: u64,
     timed_out: u64,
+    /// The sessions `check_sessions` has something to do for (kept to
+    /// spare an allocation per duty cycle).
+    due: Vec<i64>,
 }
 
 impl SessionManager {
@@ -176,6 +179,7 @@ impl SessionManager {
             next_committed_session_id: 1,
             next_egress_key: 1,
             timed_out: 0,
+            due: Vec::new(),
         }
     }
 
@@ -710,13 +714,24 @@ impl SessionManager {
         cluster_time: i64,
     ) -> usize {
         let mut work = 0;
-        let ids: Vec<i64> = self.sessions.keys().copied().collect();
-        for id in ids {
-            let s = self.sessions.get_mut(&id).expect("listed");
-            if s.is_open() && s.has_timed_out(now_ns, self.cfg.session_timeout_ns) {
+        // One pass over every session for the time-outs and what is owed;
+        // the lookups and sends only for those (with a thousand quiet
+        // sessions, collecting every id each duty cycle was most of it).
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        let timeout_ns = self.cfg.session_timeout_ns;
+        for (&id, s) in self.sessions.iter_mut() {
+            if s.is_open() && s.has_timed_out(now_ns, timeout_ns) {
                 s.closing(close_reason::TIMEOUT);
                 self.timed_out += 1;
             }
+            if s.state == SessionState::Closing
+                || (s.is_open() && (s.has_open_event_pending || s.has_new_leader_event_pending))
+            {
+                due.push(id);
+            }
+        }
+        for &id in &due {
             let s = &self.sessions[&id];
             if s.state == SessionState::Closing {
                 let tell = s.close_reason != Some(close_reason::CLIENT_ACTION);
@@ -744,6 +759,7 @@ impl SessionManager {
                 }
             }
         }
+        self.due = due;
         work
     }
 
