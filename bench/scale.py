@@ -127,6 +127,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import os
 import re
@@ -458,6 +459,29 @@ STREAM_ROWS = [
 ]
 
 
+def measure_cell(a, cell: dict, n, title: str, run, describe, failed=None) -> None:
+    """One measurement into ``cell[n]``: waits for a quiet machine (``--wait-quiet``), prints ``title``, runs
+    ``run()`` under an interference watch and prints ``describe(m)``. A failure is the cell's (its error, and what
+    ``failed(exc, cell)`` adds to the cell and says), never the end of the run."""
+    if a.wait_quiet > 0:
+        wait_for_quiet(a.max_interference, a.wait_quiet)
+    print(title, flush=True)
+    t0 = time.monotonic()
+    try:
+        with Interference() as itf:
+            m = run()
+        m["interference"] = itf.share
+        m["seconds"] = time.monotonic() - t0
+        cell[n] = m
+        print("      -> " + describe(m) + f" [{m['seconds']:.0f} s]"
+              + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU" if itf.share > a.max_interference else ""),
+              flush=True)
+    except Exception as exc:
+        cell[n] = {"error": f"{type(exc).__name__}: {exc}"}
+        said = failed(exc, cell[n]) if failed is not None else ""
+        print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:600]}{said}", flush=True)
+
+
 def streams_section(a, aeron, why: str) -> dict:
     results: dict = {kind: {s: {} for s in SYSTEMS} for kind in a.kinds}
     for n in a.streams:
@@ -467,22 +491,8 @@ def streams_section(a, aeron, why: str) -> dict:
                 if system == "aeron" and aeron is None:
                     cell[n] = {"skipped": why}
                     continue
-                if a.wait_quiet > 0:
-                    wait_for_quiet(a.max_interference, a.wait_quiet)
-                print(f"[streams] {kind} N={n:,} {system}", flush=True)
-                t0 = time.monotonic()
-                try:
-                    with Interference() as itf:
-                        m = streams_run(a, system, aeron, kind, n)
-                    m["interference"] = itf.share
-                    cell[n] = m
-                    print("      -> " + describe_streams(m) + f" [{time.monotonic() - t0:.0f} s]"
-                          + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU"
-                             if itf.share > a.max_interference else ""), flush=True)
-                except Exception as exc:  # one failed measurement is a cell, not the end of the run
-                    cell[n] = {"error": f"{type(exc).__name__}: {exc}"}
-                    print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:300]}",
-                          flush=True)
+                measure_cell(a, cell, n, f"[streams] {kind} N={n:,} {system}",
+                             functools.partial(streams_run, a, system, aeron, kind, n), describe_streams)
     return results
 
 
@@ -951,6 +961,21 @@ SESSION_ROWS = [
 ]
 
 
+def session_failure(exc: Exception, cell: dict) -> str:
+    """What was measured before a sessions run failed: into the record and the run's line, not the table."""
+    partial = getattr(exc, "partial", None) or {}
+    cell["partial"] = partial
+    return ((f"\n      ({partial['udp_drops_until_failure']:,} UDP datagrams dropped on full receive "
+             f"buffers until then, the machine's)" if "udp_drops_until_failure" in partial else "")
+            + (f"\n      (before it failed: {partial.get('n', 0):,} sessions connected in "
+               f"{partial['connect_s']:.2f} s, {partial['connect_us'] / 1e3:.2f} ms/session, median "
+               f"{partial['connect_p50_us'] / 1e3:.2f} ms; RSS per session: leader "
+               f"{partial['node_rss_per_session'] / 1024:.1f} KiB, client "
+               f"{partial['client_rss_per_session'] / 1024:.1f} KiB, client's driver "
+               f"{partial['client_driver_rss_per_session'] / 1024:.1f} KiB)"
+               if "node_rss_per_session" in partial else ""))
+
+
 def sessions_section(a, aeron, why: str) -> dict:
     results: dict = {s: {} for s in SYSTEMS}
     for n in a.sessions:
@@ -959,32 +984,8 @@ def sessions_section(a, aeron, why: str) -> dict:
             if system == "aeron" and aeron is None:
                 cell[n] = {"skipped": why}
                 continue
-            if a.wait_quiet > 0:
-                wait_for_quiet(a.max_interference, a.wait_quiet)
-            print(f"[sessions] N={n:,} {system}", flush=True)
-            t0 = time.monotonic()
-            try:
-                with Interference() as itf:
-                    m = sessions_run(a, system, aeron, n)
-                m["interference"] = itf.share
-                m["seconds"] = time.monotonic() - t0
-                cell[n] = m
-                print("      -> " + describe_sessions(m) + f" [{m['seconds']:.0f} s]"
-                      + (f"  NOISY: others used {itf.share * 100:.0f}% of a CPU"
-                         if itf.share > a.max_interference else ""), flush=True)
-            except Exception as exc:
-                # What was measured before the failure goes in the record and the line, not in the table.
-                partial = getattr(exc, "partial", None) or {}
-                cell[n] = {"error": f"{type(exc).__name__}: {exc}", "partial": partial}
-                print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:600]}"
-                      + (f"\n      ({partial['udp_drops_until_failure']:,} UDP datagrams dropped on full receive "
-                         f"buffers until then, the machine's)" if "udp_drops_until_failure" in partial else "")
-                      + (f"\n      (before it failed: {n:,} sessions connected in {partial['connect_s']:.2f} s, "
-                         f"{partial['connect_us'] / 1e3:.2f} ms/session, median {partial['connect_p50_us'] / 1e3:.2f} "
-                         f"ms; RSS per session: leader {partial['node_rss_per_session'] / 1024:.1f} KiB, client "
-                         f"{partial['client_rss_per_session'] / 1024:.1f} KiB, client's driver "
-                         f"{partial['client_driver_rss_per_session'] / 1024:.1f} KiB)"
-                         if "node_rss_per_session" in partial else ""), flush=True)
+            measure_cell(a, cell, n, f"[sessions] N={n:,} {system}",
+                         functools.partial(sessions_run, a, system, aeron, n), describe_sessions, session_failure)
     return results
 
 
@@ -1087,6 +1088,12 @@ def big_run(a, system: str, aeron, gib: float) -> dict:
     return m
 
 
+def describe_big(m: dict) -> str:
+    return (f"record {m['record_mb_s']:.0f} MB/s; replay first fragment {m['replay_first_ms']:.1f} ms, "
+            f"{m['replay_mb_s']:.0f} MB/s; from the middle {m['seek_first_ms']:.1f} ms, {m['seek_mb_s']:.0f} MB/s; "
+            f"page cache {'dropped' if m['cache_dropped'] else 'kept'} before each replay")
+
+
 BIG_ROWS = [
     ("record_mb_s", "record (MB/s)", 1, "{:.0f}", True, True),
     ("replay_first_ms", "replay from the start: first fragment (ms)", 1, "{:.1f}", False, True),
@@ -1111,19 +1118,8 @@ def big_section(a, aeron, why: str) -> dict:
                                                    f"{need / 2 ** 30:.0f} GiB needed"}
                 print(f"[big recordings] {gib:g} GiB {system}: skipped, {results[system][gib]['skipped']}")
                 continue
-            print(f"[big recordings] {gib:g} GiB {system}", flush=True)
-            t0 = time.monotonic()
-            try:
-                m = big_run(a, system, aeron, gib)
-                results[system][gib] = m
-                print(f"      -> record {m['record_mb_s']:.0f} MB/s; replay first fragment "
-                      f"{m['replay_first_ms']:.1f} ms, {m['replay_mb_s']:.0f} MB/s; from the middle "
-                      f"{m['seek_first_ms']:.1f} ms, {m['seek_mb_s']:.0f} MB/s; page cache "
-                      f"{'dropped' if m['cache_dropped'] else 'kept'} before each replay "
-                      f"[{time.monotonic() - t0:.0f} s]", flush=True)
-            except Exception as exc:
-                results[system][gib] = {"error": f"{type(exc).__name__}: {exc}"}
-                print(f"      FAILED ({time.monotonic() - t0:.0f} s): {' '.join(str(exc).split())[:300]}", flush=True)
+            measure_cell(a, results[system], gib, f"[big recordings] {gib:g} GiB {system}",
+                         functools.partial(big_run, a, system, aeron, gib), describe_big)
     return results
 
 
