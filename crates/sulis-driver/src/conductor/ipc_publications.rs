@@ -816,6 +816,7 @@ mod tests {
         // The metadata page and the page at the join: nothing was written.
         assert_eq!(used(p.logs.path()), 8192);
     }
+
     /// Cleaning follows the slowest reader, as Aeron's (the zeroing then lands
     /// on lines just read, still in cache), but an untethered reader behind
     /// the tethered ones keeps its data a term at most, so the writer's next
