@@ -482,7 +482,10 @@ impl PublicationSender {
     }
 
     /// A status message for this publication from `src`. `Err` names what
-    /// was wrong with it (the sender logs and counts it as invalid).
+    /// was wrong with it (the sender logs and counts it as invalid); `Ok`
+    /// says whether it told anything new (a SETUP wanted, a receiver heard
+    /// for the first time or again, a moved limit): one that only repeats the
+    /// last is an idle stream's upkeep, not work for the sender's back-off.
     pub fn on_status_message(
         &mut self,
         sm: &StatusMessageFrame,
@@ -490,7 +493,7 @@ impl PublicationSender {
         cfg: &SenderConfig,
         system: &SystemCounters,
         now_ns: i64,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let p = self.publication.clone();
         if sm.is_send_setup() {
             system.increment(SystemCounter::StatusMessagesReceived);
@@ -503,7 +506,7 @@ impl PublicationSender {
             self.flow_control.on_trigger_send_setup(sm, now_ns);
             self.setup_elicited = true;
             self.trigger_setup(cfg, now_ns);
-            return Ok(());
+            return Ok(true);
         }
         if let Err(e) = sm.validate_against(p.term_length) {
             system.increment(SystemCounter::StatusMessagesRejected);
@@ -529,12 +532,13 @@ impl PublicationSender {
         let behind = if counted { half } else { p.term_length as i64 };
         if position > sender_position + half || position < sender_position - behind {
             system.increment(SystemCounter::StatusMessagesRejected);
-            return Ok(());
+            return Ok(false);
         }
         if !counted && position < sender_position {
             self.join_resend_from = Some(position);
         }
         system.increment(SystemCounter::StatusMessagesReceived);
+        let (limit_before, was_setting_up) = (self.sender_limit, self.should_send_setup);
         let limit =
             self.flow_control
                 .on_status_message(sm, src, position, self.sender_limit, now_ns);
@@ -542,7 +546,7 @@ impl PublicationSender {
         self.should_send_setup = false;
         p.time_of_last_sm_ns.store(now_ns, Ordering::Release);
         self.after_flow_control(now_ns);
-        Ok(())
+        Ok(!counted || was_setting_up || self.sender_limit != limit_before)
     }
 
     /// A receiver rejected the stream (an error frame): the flow control

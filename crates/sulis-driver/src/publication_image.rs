@@ -649,14 +649,17 @@ impl ImageReceiver {
         }
     }
 
-    /// A DATA, PAD or heartbeat datagram of this image's session.
+    /// A DATA, PAD or heartbeat datagram of this image's session. Returns
+    /// false for a heartbeat that told nothing new (no higher position, no
+    /// end of stream): an idle stream's upkeep, which is not work for the
+    /// receiver's back-off.
     pub fn insert_packet(
         &mut self,
         d: &DataDatagram<'_>,
         transport_index: usize,
         system: &SystemCounters,
         now_ns: i64,
-    ) {
+    ) -> bool {
         let img = &self.image;
         let h = d.first();
         let position = compute_position(h.term_id, h.term_offset, img.bits, img.initial_term_id);
@@ -679,20 +682,23 @@ impl ImageReceiver {
             // A heartbeat ahead tells of data sent and lost: the rebuild sees the gap.
             if position > over_run {
                 system.increment(SystemCounter::FlowControlOverRuns);
-                return;
+                return false;
             }
             if position < self.last_sm_position - img.term_length as i64 {
                 system.increment(SystemCounter::FlowControlUnderRuns);
-                return;
+                return false;
             }
+            let mut news = false;
             if position > self.hwm_position {
                 self.hwm_position = position;
                 img.hwm.set_ordered(position);
+                news = true;
             }
             if h.flags & EOS_FLAG != 0 {
                 self.on_end_of_stream(transport_index, position);
+                news = true;
             }
-            return;
+            return news;
         }
         // As in Aeron, a datagram occupies its own length in the window: a PAD
         // frame's body is not sent, so a padded term end never looks like an
@@ -700,11 +706,11 @@ impl ImageReceiver {
         let end = position + d.bytes().len() as i64;
         if position < self.last_sm_position {
             system.increment(SystemCounter::FlowControlUnderRuns);
-            return;
+            return true;
         }
         if end > over_run {
             system.increment(SystemCounter::FlowControlOverRuns);
-            return;
+            return true;
         }
         if let Some(Err(e)) = self
             .populator
@@ -714,7 +720,7 @@ impl ImageReceiver {
             // Dropped as an over-run is: NAKed and sent again once there is room.
             system.increment(SystemCounter::FlowControlOverRuns);
             self.storage_error.get_or_insert_with(|| e.to_string());
-            return;
+            return true;
         }
         let term = img.logs.term(index_by_term(img.initial_term_id, h.term_id));
         term_rebuilder::insert(&term, h.term_offset as usize, d.bytes());
@@ -722,6 +728,7 @@ impl ImageReceiver {
             self.hwm_position = end;
             img.hwm.set_ordered(end);
         }
+        true
     }
 
     /// One duty cycle: rebuild, NAKs (or gap fills), status message, RTT
@@ -799,11 +806,15 @@ impl ImageReceiver {
         let sm_timed_out =
             status_now || now_ns - self.time_of_last_sm_ns >= cfg.status_message_timeout_ns;
         let persist = self.persist_due(consumed, cfg, now_ns);
-        let send_sm = consumed - self.last_sm_position >= threshold.max(1)
-            || sm_timed_out
-            || persist
+        // A status message for news (consumption, window, a request) is work;
+        // one that only repeats the last on its timer (or the persist timer's)
+        // is upkeep: counted as work, a thousand idle images kept the driver
+        // from ever backing off.
+        let news = consumed - self.last_sm_position >= threshold.max(1)
+            || status_now
             || cc.force_status_message
             || cc.window != self.sm_window;
+        let send_sm = news || sm_timed_out || persist;
         let target = consumed - img.term_length as i64;
         while self.clean_position < target {
             self.clean_position = logbuffer::clean_to(&img.logs, self.clean_position, target);
@@ -888,7 +899,7 @@ impl ImageReceiver {
             let len = sm.encode(&mut buf);
             self.send_control(transports, &buf[..len], cfg, errors, now_ns);
             system.increment(SystemCounter::StatusMessagesSent);
-            work += 1;
+            work += news as usize;
         }
         // Only while the stream moves or a gap is open: an idle image needs
         // no repair time, and a measurement per image every 100 ms doubled

@@ -25,6 +25,7 @@ use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::{ImageReceiver, PublicationImage};
 use crate::system_counters::SystemCounter;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -203,8 +204,14 @@ struct ReceiveEndpoint {
     transports: Vec<Option<Box<dyn Transport>>>,
     controls: Vec<TransportControl>,
     group_tag: Option<i64>,
-    streams: Vec<(i32, usize)>,
+    /// Subscriptions by stream id. A map, as the images: every datagram is
+    /// looked up, and walking a list of thousands per heartbeat cost more
+    /// than all else a thousand idle streams needed.
+    streams: HashMap<i32, usize>,
     images: Vec<ImageReceiver>,
+    /// Where each session's image is in `images` (the newest, while a retired
+    /// one of the same session waits to be dropped).
+    image_slots: HashMap<(i32, i32), usize>,
     pending: Vec<Pending>,
     cool_down: Vec<(i32, i32, i64)>,
 }
@@ -226,13 +233,48 @@ impl ReceiveEndpoint {
     }
 
     fn is_subscribed(&self, stream_id: i32) -> bool {
-        self.streams.iter().any(|&(s, _)| s == stream_id)
+        self.streams.contains_key(&stream_id)
     }
 
     fn image_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
-        self.images
-            .iter()
-            .position(|i| i.image.session_id == session_id && i.image.stream_id == stream_id)
+        self.image_slots.get(&(session_id, stream_id)).copied()
+    }
+
+    fn add_image(&mut self, image: ImageReceiver) {
+        let key = (image.image.session_id, image.image.stream_id);
+        self.image_slots.insert(key, self.images.len());
+        self.images.push(image);
+    }
+
+    /// Removes the image at `i`; the last one takes its place.
+    fn remove_image(&mut self, i: usize) -> ImageReceiver {
+        let last = self.images.len() - 1;
+        let removed = self.images.swap_remove(i);
+        let key = (removed.image.session_id, removed.image.stream_id);
+        if self.image_slots.get(&key) == Some(&i) {
+            self.image_slots.remove(&key);
+        }
+        if i < last {
+            let moved = &self.images[i].image;
+            if let Some(slot) = self
+                .image_slots
+                .get_mut(&(moved.session_id, moved.stream_id))
+            {
+                if *slot == last {
+                    *slot = i;
+                }
+            }
+        }
+        removed
+    }
+
+    fn retain_images(&mut self, keep: impl FnMut(&ImageReceiver) -> bool) {
+        self.images.retain(keep);
+        self.image_slots.clear();
+        for (i, image) in self.images.iter().enumerate() {
+            self.image_slots
+                .insert((image.image.session_id, image.image.stream_id), i);
+        }
     }
 
     fn pending_index(&self, session_id: i32, stream_id: i32) -> Option<usize> {
@@ -368,8 +410,9 @@ impl Receiver {
                     transports: Vec::new(),
                     controls: Vec::new(),
                     group_tag,
-                    streams: Vec::new(),
+                    streams: HashMap::new(),
                     images: Vec::new(),
+                    image_slots: HashMap::new(),
                     pending: Vec::new(),
                     cool_down: Vec::new(),
                 };
@@ -445,15 +488,15 @@ impl Receiver {
                 stream_id,
             } => {
                 if let Some(e) = self.endpoint(endpoint_id) {
-                    match e.streams.iter_mut().find(|(s, _)| *s == stream_id) {
-                        Some((_, n)) => *n += 1,
+                    match e.streams.get_mut(&stream_id) {
+                        Some(n) => *n += 1,
                         None => {
                             // A stream subscribed again after nobody wanted
                             // it: the images the conductor withdrew for want
                             // of subscribers go now, and their sessions may
                             // join at once instead of after the cool-down.
-                            e.streams.push((stream_id, 1));
-                            e.images.retain(|i| {
+                            e.streams.insert(stream_id, 1);
+                            e.retain_images(|i| {
                                 !(i.image.stream_id == stream_id && i.image.is_inactive())
                             });
                             e.cool_down.retain(|c| c.1 != stream_id);
@@ -466,10 +509,10 @@ impl Receiver {
                 stream_id,
             } => {
                 if let Some(e) = self.endpoint(endpoint_id) {
-                    if let Some(i) = e.streams.iter().position(|(s, _)| *s == stream_id) {
-                        e.streams[i].1 -= 1;
-                        if e.streams[i].1 == 0 {
-                            e.streams.swap_remove(i);
+                    if let Some(n) = e.streams.get_mut(&stream_id) {
+                        *n -= 1;
+                        if *n == 0 {
+                            e.streams.remove(&stream_id);
                             e.pending.retain(|p| p.stream_id != stream_id);
                             e.cool_down.retain(|c| c.1 != stream_id);
                         }
@@ -489,7 +532,7 @@ impl Receiver {
                 e.pending.retain(|p| {
                     !(p.session_id == image.session_id && p.stream_id == image.stream_id)
                 });
-                e.images.push(receiver);
+                e.add_image(receiver);
             }
             ReceiverCommand::ElicitSetup {
                 endpoint_id,
@@ -538,6 +581,13 @@ impl Receiver {
         ));
     }
 
+    /// [`Self::invalid`], for a datagram handler's answer: an invalid
+    /// datagram counts as work (a flood of them keeps the receiver reading).
+    fn invalid_seen(&self, ep: usize, ti: usize, src: SocketAddr, what: &str) -> bool {
+        self.invalid(ep, ti, src, what);
+        true
+    }
+
     fn send_control(&mut self, ep: usize, ti: usize, bytes: &[u8], to: SocketAddr) -> bool {
         match self.endpoints[ep].transports.get_mut(ti) {
             Some(Some(t)) => send_control_frame(&mut **t, bytes, to, &self.errors),
@@ -577,11 +627,10 @@ impl Receiver {
                     }
                     // One datagram, or several the kernel coalesced (GRO).
                     for datagram in bytes.chunks(batch.segment_size(i).max(1)) {
-                        self.on_datagram(ep, ti, datagram, src, now_ns);
+                        work += self.on_datagram(ep, ti, datagram, src, now_ns) as usize;
                     }
                 }
             }
-            work += n;
             if n < RECV_BATCH {
                 break;
             }
@@ -590,17 +639,24 @@ impl Receiver {
         work
     }
 
-    fn on_datagram(&mut self, ep: usize, ti: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) {
+    fn on_datagram(
+        &mut self,
+        ep: usize,
+        ti: usize,
+        bytes: &[u8],
+        src: SocketAddr,
+        now_ns: i64,
+    ) -> bool {
         let header = match FrameHeader::decode(bytes) {
             Ok(h) => h,
-            Err(e) => return self.invalid(ep, ti, src, &e.to_string()),
+            Err(e) => return self.invalid_seen(ep, ti, src, &e.to_string()),
         };
         // Where control frames about what came in on this transport go.
         let control = self.endpoints[ep].controls[ti].control.unwrap_or(src);
         match header.frame_type {
             HDR_TYPE_DATA | HDR_TYPE_PAD => {
                 if bytes.len() < DATA_HEADER_LENGTH {
-                    return self.invalid(
+                    return self.invalid_seen(
                         ep,
                         ti,
                         src,
@@ -615,33 +671,32 @@ impl Receiver {
                     (get(SESSION_ID_FIELD_OFFSET), get(STREAM_ID_FIELD_OFFSET));
                 let e = &self.endpoints[ep];
                 if !e.is_subscribed(stream_id) {
-                    return;
+                    return true;
                 }
                 if let Some(ii) = e.image_index(session_id, stream_id) {
                     let term_length = e.images[ii].image.term_length;
-                    match parse_data_datagram(bytes, term_length) {
+                    return match parse_data_datagram(bytes, term_length) {
                         Ok(d) => {
                             let system = *self.errors.system();
                             let image = &mut self.endpoints[ep].images[ii];
                             image.track_connection(ti, control, now_ns);
                             image.insert_packet(&d, ti, &system, now_ns)
                         }
-                        Err(err) => self.invalid(ep, ti, src, &err.to_string()),
-                    }
-                    return;
+                        Err(err) => self.invalid_seen(ep, ti, src, &err.to_string()),
+                    };
                 }
                 let first = match decode_datagram(bytes) {
                     Ok(Frame::Data { header, .. })
                     | Ok(Frame::Heartbeat(header))
                     | Ok(Frame::Pad(header)) => header,
-                    Ok(_) => return,
-                    Err(err) => return self.invalid(ep, ti, src, &err.to_string()),
+                    Ok(_) => return true,
+                    Err(err) => return self.invalid_seen(ep, ti, src, &err.to_string()),
                 };
                 if first.flags & EOS_FLAG != 0
                     || e.cooling(session_id, stream_id)
                     || e.pending_index(session_id, stream_id).is_some()
                 {
-                    return;
+                    return true;
                 }
                 // A stream we want from a source we have no image of: ask it
                 // (or, multicast, the group's control address) for a SETUP,
@@ -672,7 +727,7 @@ impl Receiver {
             HDR_TYPE_SETUP => {
                 let setup = match SetupFrame::decode(bytes) {
                     Ok(s) => s,
-                    Err(err) => return self.invalid(ep, ti, src, &err.to_string()),
+                    Err(err) => return self.invalid_seen(ep, ti, src, &err.to_string()),
                 };
                 let e = &mut self.endpoints[ep];
                 if let Some(ii) = e.image_index(setup.session_id, setup.stream_id) {
@@ -681,15 +736,15 @@ impl Receiver {
                     // or by the same way, from a sender that never counted
                     // this image and is past what it joined at (it ends).
                     e.images[ii].on_setup(&setup, ti, control, now_ns);
-                    return;
+                    return true;
                 }
                 if !e.is_subscribed(setup.stream_id) || e.cooling(setup.session_id, setup.stream_id)
                 {
-                    return;
+                    return true;
                 }
                 let until_ns = now_ns + 10 * self.cfg.status_message_timeout_ns;
                 match e.pending_index(setup.session_id, setup.stream_id) {
-                    Some(i) if e.pending[i].requested => return,
+                    Some(i) if e.pending[i].requested => return true,
                     Some(i) => {
                         e.pending[i].requested = true;
                         e.pending[i].until_ns = until_ns;
@@ -720,11 +775,17 @@ impl Receiver {
                     control,
                 });
             }
-            HDR_TYPE_RTTM => match decode_datagram(bytes) {
-                Ok(Frame::Rttm(r)) => self.on_rttm(ep, &r, now_ns),
-                Ok(_) => {}
-                Err(err) => self.invalid(ep, ti, src, &err.to_string()),
-            },
+            HDR_TYPE_RTTM => {
+                // A measurement's reply is not news for the stream.
+                return match decode_datagram(bytes) {
+                    Ok(Frame::Rttm(r)) => {
+                        self.on_rttm(ep, &r, now_ns);
+                        false
+                    }
+                    Ok(_) => false,
+                    Err(err) => self.invalid_seen(ep, ti, src, &err.to_string()),
+                };
+            }
             HDR_TYPE_SM | HDR_TYPE_NAK | HDR_TYPE_ERR | HDR_TYPE_RES | HDR_TYPE_RSP_SETUP => {
                 // Control frames for senders, or features this receiver does
                 // not use: checked, then ignored.
@@ -739,6 +800,7 @@ impl Receiver {
                 &format!("frame type {other:#x} is not one a receiver accepts"),
             ),
         }
+        true
     }
 
     /// An MDC receive endpoint subscribing to anything probes its
@@ -823,7 +885,7 @@ impl Agent for Receiver {
             let mut i = 0;
             while i < e.images.len() {
                 if e.images[i].image.is_inactive() {
-                    let img = e.images.swap_remove(i).image;
+                    let img = e.remove_image(i).image;
                     // One given up on is joined again soon: its sender is there.
                     let pause_ns = if img.has_given_up() {
                         status_period_ns

@@ -17,6 +17,7 @@ use crate::media::udp_transport::RecvBatch;
 use crate::multi_send_destination::{MdcMode, MultiSendDestination};
 use crate::network_publication::{NetworkPublication, PublicationSender};
 use crate::system_counters::SystemCounter;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -112,8 +113,22 @@ struct SendEndpoint {
     id: u64,
     transport: Box<dyn Transport>,
     publications: Vec<PublicationSender>,
+    /// Where each (session id, stream id) is in `publications` (the first,
+    /// should two share one): every control frame is looked up.
+    slots: HashMap<(i32, i32), usize>,
     /// Multi-destination-cast: where everything goes.
     mdc: Option<MultiSendDestination>,
+}
+
+impl SendEndpoint {
+    fn index_publications(&mut self) {
+        self.slots.clear();
+        for (i, p) in self.publications.iter().enumerate() {
+            self.slots
+                .entry((p.session_id(), p.stream_id()))
+                .or_insert(i);
+        }
+    }
 }
 
 /// The sender agent.
@@ -167,6 +182,7 @@ impl Sender {
                     id,
                     transport,
                     publications: Vec::new(),
+                    slots: HashMap::new(),
                     mdc: mdc.map(MultiSendDestination::new),
                 })
             }
@@ -208,14 +224,21 @@ impl Sender {
                 publication,
             } => {
                 if let Some(e) = self.endpoints.iter_mut().find(|e| e.id == endpoint_id) {
-                    e.publications
-                        .push(PublicationSender::new(publication, &self.cfg, now_ns));
+                    let p = PublicationSender::new(publication, &self.cfg, now_ns);
+                    e.slots
+                        .entry((p.session_id(), p.stream_id()))
+                        .or_insert(e.publications.len());
+                    e.publications.push(p);
                 }
             }
             SenderCommand::RemovePublication { registration_id } => {
                 for e in self.endpoints.iter_mut() {
+                    let before = e.publications.len();
                     e.publications
                         .retain(|s| s.publication.registration_id != registration_id);
+                    if e.publications.len() != before {
+                        e.index_publications();
+                    }
                 }
             }
             SenderCommand::ChangeDestination {
@@ -283,12 +306,18 @@ impl Sender {
                 self.errors
                     .system()
                     .add(SystemCounter::BytesReceived, bytes.len() as i64);
-                self.on_control(ei, bytes, src, now_ns);
-                work += 1;
+                work += self.on_control(ei, bytes, src, now_ns) as usize;
             }
             self.recv = Some(batch);
         }
         work
+    }
+
+    /// [`Self::invalid`], for a control frame handler's answer: an invalid
+    /// frame counts as work (a flood of them keeps the sender reading).
+    fn invalid_seen(&self, ep: usize, src: SocketAddr, what: &str) -> bool {
+        self.invalid(ep, src, what);
+        true
     }
 
     fn invalid(&self, ep: usize, src: SocketAddr, what: &str) {
@@ -302,10 +331,10 @@ impl Sender {
     }
 
     /// A control frame from `src`: checked, then handed to its publication.
-    fn on_control(&mut self, ep: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) {
+    fn on_control(&mut self, ep: usize, bytes: &[u8], src: SocketAddr, now_ns: i64) -> bool {
         let header = match FrameHeader::decode(bytes) {
             Ok(h) => h,
-            Err(e) => return self.invalid(ep, src, &e.to_string()),
+            Err(e) => return self.invalid_seen(ep, src, &e.to_string()),
         };
         if matches!(
             header.frame_type,
@@ -318,7 +347,7 @@ impl Sender {
             if let Err(e) = decode_datagram(bytes) {
                 self.invalid(ep, src, &e.to_string());
             }
-            return;
+            return true;
         }
         if !matches!(
             header.frame_type,
@@ -329,7 +358,7 @@ impl Sender {
                 | HDR_TYPE_RES
                 | HDR_TYPE_RSP_SETUP
         ) {
-            return self.invalid(
+            return self.invalid_seen(
                 ep,
                 src,
                 &format!(
@@ -340,7 +369,7 @@ impl Sender {
         }
         let frame = match decode_datagram(bytes) {
             Ok(f) => f,
-            Err(e) => return self.invalid(ep, src, &e.to_string()),
+            Err(e) => return self.invalid_seen(ep, src, &e.to_string()),
         };
         if let Frame::Status(sm) = &frame {
             let e = &mut self.endpoints[ep];
@@ -356,11 +385,13 @@ impl Sender {
                     self.errors
                         .system()
                         .increment(SystemCounter::StatusMessagesReceived);
-                    return;
+                    return false;
                 }
             }
         }
-        let outcome = match frame {
+        // Status messages say whether they told anything new; round-trip
+        // measurements are not work; every other control frame is.
+        let outcome: Result<bool, String> = match frame {
             Frame::Status(sm) => match self.find(ep, sm.session_id, sm.stream_id) {
                 Some(pi) => self.endpoints[ep].publications[pi].on_status_message(
                     &sm,
@@ -369,7 +400,7 @@ impl Sender {
                     self.errors.system(),
                     now_ns,
                 ),
-                None => Ok(()),
+                None => Ok(true),
             },
             Frame::Nak(nak) => match self.find(ep, nak.session_id, nak.stream_id) {
                 Some(pi) => {
@@ -379,15 +410,11 @@ impl Sender {
                         Some(m) => m.addresses(now_ns),
                         None => own.as_slice(),
                     };
-                    e.publications[pi].on_nak(
-                        &mut *e.transport,
-                        targets,
-                        &nak,
-                        &self.errors,
-                        now_ns,
-                    )
+                    e.publications[pi]
+                        .on_nak(&mut *e.transport, targets, &nak, &self.errors, now_ns)
+                        .map(|()| true)
                 }
-                None => Ok(()),
+                None => Ok(true),
             },
             Frame::Rttm(r) if r.is_reply_requested() => {
                 if let Some(pi) = self.find(ep, r.session_id, r.stream_id) {
@@ -395,7 +422,8 @@ impl Sender {
                     let (reply, to) = e.publications[pi].rttm_reply(&r, src);
                     send_control_frame(&mut *e.transport, &reply.to_bytes(), to, &self.errors);
                 }
-                Ok(())
+                // A measurement, not news for the stream.
+                Ok(false)
             }
             Frame::RspSetup(r) => {
                 // The server of a request publication names its response
@@ -409,7 +437,7 @@ impl Sender {
                         });
                     }
                 }
-                Ok(())
+                Ok(true)
             }
             Frame::Error(err) => {
                 self.errors
@@ -430,20 +458,18 @@ impl Sender {
                     err.error_code,
                     err.error_message
                 ));
-                Ok(())
+                Ok(true)
             }
-            _ => Ok(()),
+            _ => Ok(true),
         };
-        if let Err(what) = outcome {
-            self.invalid(ep, src, &what);
-        }
+        outcome.unwrap_or_else(|what| self.invalid_seen(ep, src, &what))
     }
 
     fn find(&self, ep: usize, session_id: i32, stream_id: i32) -> Option<usize> {
         self.endpoints[ep]
-            .publications
-            .iter()
-            .position(|s| s.session_id() == session_id && s.stream_id() == stream_id)
+            .slots
+            .get(&(session_id, stream_id))
+            .copied()
     }
 }
 

@@ -884,3 +884,143 @@ fn an_image_whose_sender_skipped_a_term_past_its_join_before_counting_it_ends_qu
     assert!(ended && rejoined, "ended {ended}, joined again {rejoined}");
     assert!(s.h.errors().is_empty(), "{:?}", s.h.errors());
 }
+
+#[test]
+fn an_idle_streams_heartbeats_and_status_messages_are_not_work() {
+    // A duty cycle that only kept an idle stream alive (a heartbeat sent or
+    // heard, a status message repeated on its timer) returns no work, so the
+    // driver's back-off parks: counted as work, a thousand idle streams kept
+    // the driver's thread from ever parking.
+    let mut s = Stream::connect("mem-upkeep", |_| {});
+    let sent = messages(10, 100);
+    s.publish(&sent);
+    s.h.settle();
+    assert_eq!(s.poll(), sent);
+    s.h.advance(50 * MS);
+    let heartbeats = s.counter(SystemCounter::HeartbeatsReceived);
+    let sms_sent = s.counter(SystemCounter::StatusMessagesSent);
+    let sms_received = s.counter(SystemCounter::StatusMessagesReceived);
+    let mut busy = Vec::new();
+    for step in 0..1_000 {
+        if step % 100 == 0 {
+            // The client's keepalive is a command: work, and not what is measured.
+            s.h.keepalive();
+            s.h.settle();
+        }
+        s.h.clock.advance_ns(MS);
+        for _ in 0..2 {
+            let work = s.h.driver.do_work();
+            if work > 0 {
+                busy.push((step, work));
+            }
+        }
+    }
+    assert!(s.counter(SystemCounter::HeartbeatsReceived) - heartbeats >= 9);
+    assert!(s.counter(SystemCounter::StatusMessagesSent) - sms_sent >= 4);
+    assert!(s.counter(SystemCounter::StatusMessagesReceived) - sms_received >= 4);
+    assert_eq!(busy, vec![], "(step, work) of the cycles that did work");
+
+    // News is work again: data, and the status message that answers it.
+    let more = messages(3, 100);
+    s.publish(&more);
+    s.h.clock.advance_ns(MS);
+    let work: usize = (0..3).map(|_| s.h.driver.do_work()).sum();
+    assert!(work > 0);
+    s.h.settle();
+    assert_eq!(s.poll(), more);
+}
+
+#[test]
+fn with_many_streams_on_one_endpoint_each_datagram_finds_its_own_image_after_others_end() {
+    // The receiver finds a datagram's image, and the sender a status
+    // message's publication, through maps kept beside their lists: when an
+    // image ends, the last one moves into its place and must still be found.
+    let net = MemoryNetwork::new();
+    let mut h = Harness::with_transports("mem-many", |_| {}, Arc::new(net.clone()));
+    let channel = format!("aeron:udp?endpoint={ENDPOINT}");
+    h.keepalive();
+    let streams: Vec<i32> = (1..=6).collect();
+    let mut registrations = Vec::new();
+    for &stream in &streams {
+        h.add_subscription(&channel, stream);
+        registrations.push(h.add_publication(&channel, stream));
+    }
+    let mut publications = std::collections::HashMap::new();
+    let mut images = std::collections::HashMap::new();
+    for _ in 0..200 {
+        for e in h.take_events() {
+            match e {
+                Event::PublicationReady {
+                    stream_id,
+                    log_file,
+                    ..
+                } => {
+                    publications.insert(stream_id, log_file);
+                }
+                Event::AvailableImage {
+                    stream_id,
+                    log_file,
+                    subscriber_position_id,
+                    ..
+                } => {
+                    images.insert(stream_id, (log_file, subscriber_position_id));
+                }
+                _ => {}
+            }
+        }
+        if images.len() == streams.len() {
+            break;
+        }
+        h.advance(MS);
+    }
+    assert_eq!(images.len(), streams.len(), "every stream connected");
+    // Streams 1 and 3 end: their images go, others move into their places.
+    for i in [0, 2] {
+        h.remove_publication(registrations[i]);
+    }
+    let mut ended = Vec::new();
+    for _ in 0..3_000 {
+        h.keepalive();
+        h.advance(MS);
+        for e in h.take_events() {
+            if let Event::UnavailableImage { stream_id, .. } = e {
+                ended.push(stream_id);
+            }
+        }
+        if ended.len() == 2 {
+            break;
+        }
+    }
+    ended.sort();
+    assert_eq!(ended, vec![1, 3]);
+    h.advance(10 * MS);
+    // Every stream left delivers its own messages.
+    for &stream in &streams[..] {
+        if stream == 1 || stream == 3 {
+            continue;
+        }
+        let publication = LogBuffers::map_existing(Path::new(&publications[&stream])).unwrap();
+        let header = HeaderWriter::new(&publication.default_header());
+        let appender = TermAppender::new(publication.term(0), publication.meta(), 0);
+        let sent = vec![vec![stream as u8; 40 + stream as usize]; 3];
+        for m in &sent {
+            assert!(matches!(
+                appender.append_unfragmented(&header, m, None),
+                Append::Done(_)
+            ));
+        }
+        h.advance(5 * MS);
+        let (file, position_id) = &images[&stream];
+        let image = LogBuffers::map_existing(Path::new(file)).unwrap();
+        let term = image.term(0);
+        let mut got = Vec::new();
+        let (_, next) = term_reader::read(&term, 0, usize::MAX, |offset, len| {
+            got.push(term.slice(offset + 32, len - 32).to_vec())
+        });
+        h.counters
+            .counter_ref(*position_id)
+            .set_ordered(next as i64);
+        assert_eq!(got, sent, "stream {stream}");
+    }
+    assert_eq!(h.system_counter(SystemCounter::InvalidPackets), 0);
+}

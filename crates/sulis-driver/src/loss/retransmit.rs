@@ -124,6 +124,9 @@ pub struct RetransmitHandler {
     group: bool,
     /// Fixed pool of `max_actions` slots.
     actions: Vec<RetransmitAction>,
+    /// Slots delayed or lingering: with none, a duty cycle does not walk the
+    /// pool (a thousand idle publications walked sixteen slots each per cycle).
+    active: usize,
     rrwm: i32,
     receiver_window_len: i32,
     retransmits: u64,
@@ -159,6 +162,7 @@ impl RetransmitHandler {
             linger_ns,
             group: true,
             actions: vec![RetransmitAction::INACTIVE; max_actions],
+            active: 0,
             rrwm: RRWM_MULTICAST_DEFAULT,
             receiver_window_len: RECEIVER_WINDOW_LEN_DEFAULT,
             retransmits: 0,
@@ -211,7 +215,11 @@ impl RetransmitHandler {
 
     /// Actions currently delayed or lingering.
     pub fn active_count(&self) -> usize {
-        self.actions.iter().filter(|a| a.is_active()).count()
+        debug_assert_eq!(
+            self.active,
+            self.actions.iter().filter(|a| a.is_active()).count()
+        );
+        self.active
     }
 
     /// Resends requested so far (immediate and delayed).
@@ -304,6 +312,9 @@ impl RetransmitHandler {
             }
         };
 
+        if !self.actions[slot].is_active() {
+            self.active += 1;
+        }
         let delay_ns = self.delay.generate_delay_ns();
         let immediate = self.delay.should_feedback_immediately() || delay_ns <= 0;
         let action = &mut self.actions[slot];
@@ -330,6 +341,9 @@ impl RetransmitHandler {
         now_ns: i64,
         resend: &mut dyn FnMut(i32, i32, i32),
     ) -> usize {
+        if self.active == 0 {
+            return 0;
+        }
         let mut work = 0;
         for action in &mut self.actions {
             match action.state {
@@ -342,6 +356,7 @@ impl RetransmitHandler {
                 }
                 ActionState::Lingering if now_ns >= action.expiry_ns => {
                     action.state = ActionState::Inactive;
+                    self.active -= 1;
                     work += 1;
                 }
                 _ => {}
