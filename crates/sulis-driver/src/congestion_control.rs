@@ -76,6 +76,12 @@ pub trait CongestionControl: Send {
     fn rtt_ns(&self) -> Option<i64> {
         None
     }
+    /// True if it never changes by itself: no measurement falls due, no
+    /// window moves, without a frame or a reply coming. An idle image under
+    /// such a control needs a duty cycle only when its timers say so.
+    fn is_static(&self) -> bool {
+        false
+    }
 }
 
 impl CongestionControlSpec {
@@ -113,6 +119,9 @@ impl CongestionControl for StaticWindow {
     }
     fn should_measure_rtt(&self, _now_ns: i64) -> bool {
         false
+    }
+    fn is_static(&self) -> bool {
+        true
     }
     fn on_rtt_measurement_sent(&mut self, _now_ns: i64) {}
     fn on_rtt_measurement(&mut self, _now_ns: i64, _rtt_ns: i64) {}

@@ -73,6 +73,13 @@ pub trait FlowControl: Send + std::fmt::Debug {
         true
     }
 
+    /// True if `on_idle` leaves the limit as it is, whatever the time: an
+    /// idle publication's send turns may then be passed by until a timer of
+    /// its own falls due.
+    fn is_still_when_idle(&self) -> bool {
+        false
+    }
+
     /// The receivers tracked (empty for strategies that track none).
     fn receivers(&self) -> &[TrackedReceiver] {
         &[]
@@ -122,6 +129,10 @@ impl FlowControl for UnicastFlowControl {
     ) -> i64 {
         sender_limit
     }
+
+    fn is_still_when_idle(&self) -> bool {
+        true
+    }
 }
 
 /// `fc=max`: the fastest receiver paces (unicast's rule over every receiver).
@@ -148,6 +159,10 @@ impl FlowControl for MaxFlowControl {
         _is_eos: bool,
     ) -> i64 {
         sender_limit
+    }
+
+    fn is_still_when_idle(&self) -> bool {
+        true
     }
 }
 

@@ -265,8 +265,12 @@ impl NetworkPublicationEntry {
     /// Every conductor duty cycle: connection state and publisher limit.
     pub fn update_publisher_limit(&mut self, now_ns: i64, connection_timeout_ns: i64) -> usize {
         let p = &self.publication;
+        // Shared lines are written only when their value changes: written
+        // every cycle, each idle stream's cost a store to lines other threads read.
         let producer = p.producer_position();
-        p.pub_pos.set_ordered(producer);
+        if p.pub_pos.get() != producer {
+            p.pub_pos.set_ordered(producer);
+        }
         if !self.state.is_active() {
             p.spy_catch_up.store(NO_CATCH_UP, Ordering::Release);
             return 0;
@@ -286,10 +290,10 @@ impl NetworkPublicationEntry {
             work += 1;
         }
         let fastest_spy = self.spies.iter().map(|s| s.position.get_volatile()).max();
-        p.spy_catch_up.store(
-            fastest_spy.filter(|_| simulated).unwrap_or(NO_CATCH_UP),
-            Ordering::Release,
-        );
+        let catch_up = fastest_spy.filter(|_| simulated).unwrap_or(NO_CATCH_UP);
+        if p.spy_catch_up.load(Ordering::Relaxed) != catch_up {
+            p.spy_catch_up.store(catch_up, Ordering::Release);
+        }
         let sender = p.snd_pos.get_volatile();
         if connected {
             // The sender, held back by tethered spies. While spies stand in
@@ -390,6 +394,14 @@ pub struct PublicationSender {
     /// The tracked receivers as last published, and when.
     published_receivers: usize,
     time_of_receivers_publish_ns: i64,
+    /// Until when send turns may pass this publication by (`i64::MIN`: they
+    /// may not), and the sender position then: after a turn with nothing to
+    /// send, no SETUP, retransmit or end of stream due, up to its next
+    /// heartbeat or the status messages' timeout. A frame written at that
+    /// position, an end of stream, spies to catch up with, or any control
+    /// frame for it ends the quiet.
+    quiet_until_ns: i64,
+    quiet_position: i64,
     /// Ranges to resend, gathered before sending (no allocation per NAK).
     resends: Vec<(i32, i32, i32)>,
     /// Where the first receiver counted after the sender skipped ahead to
@@ -442,6 +454,8 @@ impl PublicationSender {
             setup_elicited: false,
             published_receivers: 0,
             time_of_receivers_publish_ns: i64::MIN / 2,
+            quiet_until_ns: i64::MIN,
+            quiet_position: 0,
             resends: Vec::new(),
             join_resend_from: None,
         }
@@ -477,6 +491,7 @@ impl PublicationSender {
     }
 
     fn trigger_setup(&mut self, cfg: &SenderConfig, now_ns: i64) {
+        self.quiet_until_ns = i64::MIN;
         self.should_send_setup = true;
         self.time_of_last_setup_ns = now_ns - cfg.setup_interval_ns;
     }
@@ -494,6 +509,7 @@ impl PublicationSender {
         system: &SystemCounters,
         now_ns: i64,
     ) -> Result<bool, String> {
+        self.quiet_until_ns = i64::MIN;
         let p = self.publication.clone();
         if sm.is_send_setup() {
             system.increment(SystemCounter::StatusMessagesReceived);
@@ -552,6 +568,7 @@ impl PublicationSender {
     /// A receiver rejected the stream (an error frame): the flow control
     /// stops counting it.
     pub fn on_error_frame(&mut self, receiver_id: i64, group_tag: Option<i64>, now_ns: i64) {
+        self.quiet_until_ns = i64::MIN;
         self.flow_control.on_error(receiver_id, group_tag);
         self.after_flow_control(now_ns);
     }
@@ -562,10 +579,10 @@ impl PublicationSender {
     /// [`RECEIVERS_PUBLISH_INTERVAL_NS`]).
     fn after_flow_control(&mut self, now_ns: i64) {
         let p = &self.publication;
-        p.required_receivers.store(
-            self.flow_control.has_required_receivers(),
-            Ordering::Release,
-        );
+        let required = self.flow_control.has_required_receivers();
+        if p.required_receivers.load(Ordering::Relaxed) != required {
+            p.required_receivers.store(required, Ordering::Release);
+        }
         let receivers = self.flow_control.receivers();
         if receivers.len() != self.published_receivers
             || (!receivers.is_empty()
@@ -594,6 +611,7 @@ impl PublicationSender {
         errors: &ErrorReporter,
         now_ns: i64,
     ) -> Result<(), String> {
+        self.quiet_until_ns = i64::MIN;
         let p = self.publication.clone();
         nak.validate_against(p.term_length)
             .map_err(|e| e.to_string())?;
@@ -740,6 +758,10 @@ impl PublicationSender {
         errors: &ErrorReporter,
         now_ns: i64,
     ) -> usize {
+        if now_ns < self.quiet_until_ns && self.still_quiet() {
+            return 0;
+        }
+        self.quiet_until_ns = i64::MIN;
         let p = self.publication.clone();
         if targets.is_empty() {
             // A response publication nobody has asked for a SETUP yet, an
@@ -852,7 +874,35 @@ impl PublicationSender {
         }
         self.resends = resends;
         bytes_sent += w;
+        if bytes_sent == 0
+            && !self.should_send_setup
+            && !is_eos
+            && self.retransmit.active_count() == 0
+            && self.join_resend_from.is_none()
+            && p.spy_catch_up.load(Ordering::Relaxed) == NO_CATCH_UP
+            && self.flow_control.is_still_when_idle()
+        {
+            // Idle: the next turn with anything to do is the heartbeat's, or
+            // the one that finds the receivers gone (SETUP again), unless a
+            // frame or a control frame comes first.
+            let last_sm = p.time_of_last_sm_ns.load(Ordering::Relaxed);
+            self.quiet_until_ns = (self.time_of_last_send_ns + cfg.heartbeat_interval_ns)
+                .min(last_sm.saturating_add(cfg.connection_timeout_ns + 1));
+            self.quiet_position = p.snd_pos.get();
+        }
         bytes_sent
+    }
+
+    /// While quiet: nothing written at the sender position, the stream not
+    /// ending, no spies to catch up with.
+    #[inline]
+    fn still_quiet(&self) -> bool {
+        let p = &*self.publication;
+        let index = index_by_position(self.quiet_position, p.bits);
+        let offset = (self.quiet_position & (p.term_length as i64 - 1)) as usize;
+        p.logs.term(index).get_i32_volatile(offset) == 0
+            && p.status() == status::ACTIVE
+            && p.spy_catch_up.load(Ordering::Relaxed) == NO_CATCH_UP
     }
 
     /// Whole frames up to the MTU per datagram, several datagrams per

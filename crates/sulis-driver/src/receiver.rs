@@ -881,12 +881,19 @@ impl Agent for Receiver {
             let cool_down_ns = self.cfg.image_cool_down_ns;
             let status_period_ns = self.cfg.status_message_timeout_ns;
             let e = &mut self.endpoints[ep];
-            // Images the conductor retired: ignore their session for a while.
-            let mut i = 0;
-            while i < e.images.len() {
-                if e.images[i].image.is_inactive() {
-                    let img = e.remove_image(i).image;
-                    // One given up on is joined again soon: its sender is there.
+            e.pending.retain(|p| p.until_ns > now_ns);
+            e.cool_down.retain(|c| c.2 > now_ns);
+            // One pass: an image is looked at once per cycle, and an idle one
+            // whose timers are not due is passed by.
+            let mut ii = 0;
+            while ii < self.endpoints[ep].images.len() {
+                let e = &mut self.endpoints[ep];
+                let r = &e.images[ii];
+                if r.image.is_inactive() {
+                    // Retired by the conductor: its session is ignored for a
+                    // while; one given up on is joined again soon (its sender
+                    // is there).
+                    let img = e.remove_image(ii).image;
                     let pause_ns = if img.has_given_up() {
                         status_period_ns
                     } else {
@@ -894,14 +901,12 @@ impl Agent for Receiver {
                     };
                     e.cool_down
                         .push((img.session_id, img.stream_id, now_ns + pause_ns));
-                } else {
-                    i += 1;
+                    continue;
                 }
-            }
-            e.pending.retain(|p| p.until_ns > now_ns);
-            e.cool_down.retain(|c| c.2 > now_ns);
-            for ii in 0..self.endpoints[ep].images.len() {
-                work += self.image_duties(ep, ii, now_ns);
+                if !r.is_quiet(now_ns) {
+                    work += self.image_duties(ep, ii, now_ns);
+                }
+                ii += 1;
             }
         }
         work

@@ -363,7 +363,7 @@ impl DriverConductor {
         let spies: Vec<usize> = (0..self.subscriptions.len())
             .filter(|&si| {
                 let p = &self.net_publications[ni];
-                self.subscriptions[si].spies_on(p, self.send_channel_tag(p))
+                self.subscriptions[si].spies_on(p, || self.send_channel_tag(p))
             })
             .collect();
         for si in spies {
@@ -403,11 +403,13 @@ impl DriverConductor {
         let Some(fc) = &entry.flow_control_counters else {
             return;
         };
-        let p = entry.publication.clone();
-        let receivers = p.receivers.load_full();
-        if Arc::ptr_eq(&receivers, &fc.shown) {
+        // A look first (no reference taken): the list is the same one most
+        // cycles.
+        if Arc::ptr_eq(&entry.publication.receivers.load(), &fc.shown) {
             return;
         }
+        let p = entry.publication.clone();
+        let receivers = p.receivers.load_full();
         let now_ms = self.clock.epoch_ms();
         let mut fc = self.net_publications[i]
             .flow_control_counters

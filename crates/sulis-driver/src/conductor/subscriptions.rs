@@ -55,12 +55,20 @@ impl SubscriptionLink {
 
     /// True if this is a spy on the network publication `p`, whose send
     /// endpoint has the channel tag `channel_tag`.
-    pub(super) fn spies_on(&self, p: &NetworkPublicationEntry, channel_tag: Option<i64>) -> bool {
-        self.spy
-            .as_ref()
-            .is_some_and(|spy| spy.watches(&p.endpoint_key, channel_tag))
-            && self.stream_id == p.publication.stream_id
-            && self.matches_session(p.publication.session_id)
+    /// `channel_tag` gives the publication's send endpoint's channel tag; it
+    /// is asked only of a spy on the publication's stream (it walks the send
+    /// endpoints: asked of every subscription for each publication added, it
+    /// made each add of a stream on a port of its own cost N² comparisons).
+    pub(super) fn spies_on(
+        &self,
+        p: &NetworkPublicationEntry,
+        channel_tag: impl FnOnce() -> Option<i64>,
+    ) -> bool {
+        self.spy.as_ref().is_some_and(|spy| {
+            self.stream_id == p.publication.stream_id
+                && self.matches_session(p.publication.session_id)
+                && spy.watches(&p.endpoint_key, channel_tag())
+        })
     }
 }
 
@@ -283,7 +291,7 @@ impl DriverConductor {
         let spied: Vec<usize> = (0..self.net_publications.len())
             .filter(|&i| {
                 let p = &self.net_publications[i];
-                p.is_active() && self.subscriptions[si].spies_on(p, self.send_channel_tag(p))
+                p.is_active() && self.subscriptions[si].spies_on(p, || self.send_channel_tag(p))
             })
             .collect();
         for ni in spied {
