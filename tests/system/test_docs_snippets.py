@@ -226,10 +226,15 @@ def test_the_readme_subscriber_receives_what_its_publisher_sends():
             assert result.returncode == 0, result.stderr
 
             def received():
-                out.seek(0)
-                return out.read().splitlines()
+                # pread: the subscriber shares this file's offset, so a seek here moved where it wrote
+                # next (its later lines overwrote the first ones, now and then).
+                size = os.fstat(out.fileno()).st_size
+                return os.pread(out.fileno(), size, 0).decode().splitlines()
 
-            await_until(lambda: len(received()) >= 100, timeout=20, what="the subscriber to print 100 messages")
+            await_until(lambda: len(received()) >= 100, timeout=20,
+                        what=lambda: f"the subscriber to print 100 messages (it printed {len(received())}: "
+                                     f"{received()[:2]} .. {received()[-2:]}; publisher: {result.stdout!r} "
+                                     f"{result.stderr!r})")
             assert received() == [f"message {i}" for i in range(100)]
     finally:
         for p in (sub, driver):
