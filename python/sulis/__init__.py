@@ -10,13 +10,15 @@ publications and subscriptions through it::
         with sulis.Client(dir=driver.dir) as client:
             sub = client.add_subscription("aeron:ipc", 10)
             pub = client.add_publication("aeron:ipc", 10)
-            while pub.offer(b"hello") < 0:
+            while not pub.offer(b"hello"):
                 pass
             sub.poll(lambda buffer, header: print(bytes(buffer)), 10)
 
 Channel URIs use Aeron's syntax. ``offer`` returns the new stream position (an
-int >= 0), or an ``OfferResult``: NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION,
-CLOSED, MAX_POSITION_EXCEEDED, an IntEnum equal to Aeron's -1..-5.
+int > 0), or an ``OfferResult``: NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION,
+CLOSED, MAX_POSITION_EXCEEDED, an IntEnum equal to Aeron's -1..-5 and false, so
+``if pub.offer(m):`` and ``while not pub.offer(m):`` read as they behave, as
+``< 0`` does.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ._native import (
     Image,
     OfferResult,
     Publication,
+    PublishedBatch,
     Subscription,
     SystemCounter,
     __version__,
@@ -101,6 +104,7 @@ __all__ = [
     "MessageTooLongError",
     "OfferResult",
     "Publication",
+    "PublishedBatch",
     "RegistrationError",
     "ReplayMerge",
     "StorageSpaceError",

@@ -15,7 +15,10 @@ CNC_FILE: Final[str]
 
 class OfferResult(enum.IntEnum):
     """Why an offer or claim did not append: the negative codes returned in place of a
-    position. An IntEnum, so each member equals its Aeron code (-1..-5)."""
+    position. An IntEnum, so each member equals its Aeron code (-1..-5); each is false, so
+    ``if pub.offer(m):`` and ``while not pub.offer(m):`` read as they behave."""
+
+    def __bool__(self) -> bool: ...
 
     NOT_CONNECTED = -1
     """No subscriber is connected."""
@@ -27,6 +30,13 @@ class OfferResult(enum.IntEnum):
     """The publication is closed."""
     MAX_POSITION_EXCEEDED = -5
     """The stream reached its maximum position: no more can be offered."""
+
+class PublishedBatch(tuple[int, int]):
+    """What a publication's ``offer_batch`` returns: ``(published, position or code)``: how many messages went
+    and the position after them, or the ``OfferResult`` of the message it stopped at. True only if every
+    message went."""
+
+    def __bool__(self) -> bool: ...
 
 class OfferBatchResult(int):
     """How many messages of a batch went, in order from the first (an ``int``), and ``code``: ``None`` once every
@@ -135,9 +145,10 @@ class _PublicationBase:
         """Appends a message: new position (>= 0) or an OfferResult (negative)."""
     def offer_batch(
         self, messages: Any = None, *, data: Any = None, offsets: Any = None, reserved_values: Any = None
-    ) -> tuple[int, int]:
+    ) -> PublishedBatch:
         """Publishes many messages (a pyarrow binary/string Array or ChunkedArray, a sequence of
-        bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code).
+        bytes-like objects, or data= and Arrow-layout offsets= buffers): (published, position or code),
+        true only if every message went.
         ``reserved_values``: an int for every message, or one int64 per message (numpy int64 array)."""
     def try_claim(self, length: int) -> BufferClaim | int:
         """Claims space for one message: a BufferClaim, or an OfferResult (negative)."""

@@ -636,6 +636,23 @@ class BatchedTally(Tally):
         offer_all(cluster, ids, data, offsets, self.codes)
 
 
+class OutcomeTally(Tally):
+    """Tally keeping each ``offer``'s result and its truth."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcomes: list = []
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.total += int(payload)
+        while True:
+            result = cluster.offer(session_id, str(self.total).encode())
+            self.outcomes.append((result, bool(result)))
+            if result not in OFFER_AGAIN:
+                break
+            cluster.idle()
+
+
 @pytest.mark.parametrize("kind", ["offer", "offer_batch"])
 def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(node_env, kind):
     """A client's message held while the node is suspended, the client killed (its driver too), the node
@@ -644,7 +661,7 @@ def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(nod
     client is answered. With ``offer`` a bool, False for a vanished client as for back-pressure, the service
     spun on that entry for ever; so did the batched loop while ``offer_batch`` returned a bare count."""
     driver, _, _, port, _ = node_env
-    service = Tally() if kind == "offer" else BatchedTally()
+    service = OutcomeTally() if kind == "offer" else BatchedTally()
     with start(node_env, service) as node:
         vanish_with_a_message_held(f"0=localhost:{port}", node.suspend, driver.dir)
         node.resume()
@@ -653,6 +670,8 @@ def test_a_service_offering_to_a_vanished_client_does_not_freeze_the_cluster(nod
         assert node.error is None
     if kind == "offer_batch":  # the vanished client's answer waited in its session's queue: every call went whole
         assert service.codes and all(code is None for code in service.codes), service.codes
+    else:  # ``if cluster.offer(...)`` reads as it behaves: true for a position, false for a code
+        assert service.outcomes and all(truth == (result > 0) for result, truth in service.outcomes), service.outcomes
 
 
 class BatchedClosingEcho(Echo):

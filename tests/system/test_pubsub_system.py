@@ -395,6 +395,37 @@ def test_two_subscriptions_each_get_every_message_and_the_slowest_holds_back(cli
     assert received["fast"] == received["slow"] == list(range(n))
 
 
+def test_an_offer_is_true_only_when_it_went(client):
+    """``if pub.offer(m):`` and ``while not pub.offer(m):`` read as they behave for every offer: the codes
+    are false (a negative int would be true), positions and claims true, and a batch is true only whole."""
+    assert all(not code for code in sulis.OfferResult)
+    assert all(code < 0 for code in sulis.OfferResult), "still Aeron's numbers"
+    pub = client.add_exclusive_publication("aeron:ipc?term-length=64k", 1260)
+    assert not pub.offer(b"nobody listens")
+    assert not pub.try_claim(4)
+    batch = pub.offer_batch([b"a", b"b"])
+    assert not batch and batch == (0, sulis.NOT_CONNECTED) and isinstance(batch, sulis.PublishedBatch)
+    n, code = batch
+    assert (n, code) == (0, sulis.OfferResult.NOT_CONNECTED)
+
+    sub = client.add_subscription("aeron:ipc", 1260)
+    await_until(lambda: pub.is_connected)
+    assert pub.offer(b"now")
+    claim = pub.try_claim(8)
+    assert claim
+    claim.commit()
+    whole = pub.offer_batch([b"c", b"d"])
+    assert whole and whole[0] == 2 and whole[1] == pub.position
+    # Back pressure: the window (half a 64 KiB term) fills while nobody reads.
+    sent = 0
+    while pub.offer(b"x" * 1000):
+        sent += 1
+    assert pub.offer(b"x" * 1000) is sulis.OfferResult.BACK_PRESSURED and sent > 0
+    stopped = pub.offer_batch([b"y" * 1000] * 4)
+    assert not stopped and stopped[1] is sulis.OfferResult.BACK_PRESSURED
+    sub.close()
+
+
 def test_untethered_subscriber_does_not_hold_back(client):
     tethered = client.add_subscription("aeron:ipc", 27)
     loose = client.add_subscription("aeron:ipc?tether=false", 27)

@@ -89,10 +89,11 @@ macro_rules! publication_methods {
         #[pymethods]
         impl $ty {
             /// Appends a message (bytes or any contiguous buffer). Returns the new
-            /// stream position (an int >= 0) or an OfferResult: NOT_CONNECTED,
+            /// stream position (an int > 0) or an OfferResult: NOT_CONNECTED,
             /// BACK_PRESSURED, ADMIN_ACTION or MAX_POSITION_EXCEEDED (an IntEnum
-            /// equal to Aeron's negative codes). Raises MessageTooLongError
-            /// above `max_message_length`, ClosedError after close().
+            /// equal to Aeron's negative codes, and false: `if pub.offer(m):`
+            /// is true only when it went). Raises MessageTooLongError above
+            /// `max_message_length`, ClosedError after close().
             #[pyo3(signature = (data, reserved_value=None))]
             fn offer(
                 &self,
@@ -112,10 +113,11 @@ macro_rules! publication_methods {
             /// or a sequence of bytes-like objects; or pass `data=` and
             /// Arrow-layout `offsets=` buffers (n + 1 int32 or int64 offsets;
             /// raw bytes are read as int32). Each element is its own message
-            /// (fragmented as by `offer`). Returns `(published, result)`:
-            /// how many went, then the position after the last one, or the
-            /// code (BACK_PRESSURED, NOT_CONNECTED, ...) that stopped it, so
-            /// the caller offers the rest later. Buffer forms are checked
+            /// (fragmented as by `offer`). Returns a PublishedBatch, the tuple
+            /// `(published, result)`: how many went, then the position after
+            /// the last one, or the code (BACK_PRESSURED, NOT_CONNECTED, ...)
+            /// that stopped it, so the caller offers the rest later; true only
+            /// if every message went. Buffer forms are checked
             /// first (a message over `max_message_length` raises
             /// MessageTooLongError and nothing is published) and appended
             /// with the GIL released.
@@ -132,7 +134,7 @@ macro_rules! publication_methods {
                 data: Option<&Bound<'_, PyAny>>,
                 offsets: Option<&Bound<'_, PyAny>>,
                 reserved_values: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<(usize, Py<PyAny>)> {
+            ) -> PyResult<Py<PyAny>> {
                 let batch = match (messages, data, offsets) {
                     (None, Some(d), Some(o)) => Some(BufferBatch::from_buffers(d, o)?),
                     (Some(m), None, None) => BufferBatch::from_arrow(m)?,
@@ -161,7 +163,7 @@ macro_rules! publication_methods {
                         },
                         || self.with_pub(|p| p.position()),
                     )?;
-                    return Ok((n, crate::offer_result::to_py(py, r)?));
+                    return crate::offer_result::published_batch_to_py(py, n, r);
                 };
                 let reserved = ReservedValues::from_arg(reserved_values, batch.len())?;
                 batch.validate(self.with_pub(|p| p.max_message_length())?)?;
@@ -171,11 +173,12 @@ macro_rules! publication_methods {
                 })?;
                 drop(reserved);
                 drop(batch);
-                Ok((n, crate::offer_result::to_py(py, offer_result(r)?)?))
+                crate::offer_result::published_batch_to_py(py, n, offer_result(r)?)
             }
 
             /// Claims `length` bytes (at most `max_payload_length`) in the log.
-            /// Returns a BufferClaim to fill and commit, or an OfferResult.
+            /// Returns a BufferClaim to fill and commit, or an OfferResult
+            /// (false: `if claim := pub.try_claim(n):` reads as it behaves).
             fn try_claim(&self, py: Python<'_>, length: usize) -> PyResult<Py<PyAny>> {
                 let r = self.with_pub(|p| p.try_claim(length))?;
                 claim_result(py, r)
