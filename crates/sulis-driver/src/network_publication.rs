@@ -174,6 +174,12 @@ pub struct NetworkPublicationEntry {
     term_window: i64,
     clean_position: i64,
     connected: bool,
+    /// What the conductor last wrote to `pub_pos` and `pub_limit` (only it
+    /// writes them while the publication is active): compared here, not by
+    /// reading the counters, so an idle publication's duty cycle touches no
+    /// counter line.
+    pub_pos_written: i64,
+    pub_limit_written: i64,
     /// A response publication no receiver has connected to yet: its request
     /// image sends RSP_SETUP frames until one does.
     pub awaiting_response_connect: bool,
@@ -234,6 +240,8 @@ impl NetworkPublicationEntry {
             term_window,
             clean_position: start,
             connected: false,
+            pub_pos_written: start,
+            pub_limit_written: start,
             awaiting_response_connect: false,
             re_resolution: None,
             flow_control_counters: None,
@@ -268,8 +276,9 @@ impl NetworkPublicationEntry {
         // Shared lines are written only when their value changes: written
         // every cycle, each idle stream's cost a store to lines other threads read.
         let producer = p.producer_position();
-        if p.pub_pos.get() != producer {
+        if producer != self.pub_pos_written {
             p.pub_pos.set_ordered(producer);
+            self.pub_pos_written = producer;
         }
         if !self.state.is_active() {
             p.spy_catch_up.store(NO_CATCH_UP, Ordering::Release);
@@ -302,7 +311,7 @@ impl NetworkPublicationEntry {
             // passes a sender that has not caught up yet.
             let consumer = tethered_position(&self.spies).map_or(sender, |s| s.min(sender));
             let proposed = consumer + self.term_window;
-            if proposed > p.pub_limit.get() {
+            if proposed > self.pub_limit_written {
                 // One term behind the slowest reader: the term the writer
                 // moves into next is clean, and NAKs within the last term can
                 // be served.
@@ -311,12 +320,14 @@ impl NetworkPublicationEntry {
                     self.clean_position = logbuffer::clean_to(&p.logs, self.clean_position, target);
                 }
                 p.pub_limit.set_ordered(proposed);
+                self.pub_limit_written = proposed;
                 work += 1;
             }
-        } else if p.pub_limit.get() > sender.max(producer) {
+        } else if self.pub_limit_written > sender.max(producer) {
             // Nobody listening: publishers see back pressure / not connected
             // once they reach what has been sent.
             p.pub_limit.set_ordered(sender.max(producer));
+            self.pub_limit_written = sender.max(producer);
         }
         work
     }

@@ -873,4 +873,34 @@ mod tests {
         assert_eq!(p.update_publisher_limit(), 1);
         assert!(!dirty(p, start + 16 * 1024) && !dirty(p, start + term - 4096));
     }
+
+    /// A publication nobody reads, its limit where its producer is, cannot
+    /// move: the conductor passes it by between timer ticks. A subscriber, or
+    /// a limit that stands above the producer, makes it visited again.
+    #[test]
+    fn should_pass_by_a_publication_nobody_reads_only_while_its_limit_holds_the_producer() {
+        let mut t = TestConductor::new("still");
+        let c = &mut t.conductor;
+        c.ensure_client(5);
+        c.on_add_publication(5, 100, 10, "aeron:ipc", true, 0)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(
+            c.publications[0].is_still(),
+            "new, unread: limit at the start"
+        );
+        c.on_add_subscription(5, 101, 10, "aeron:ipc")
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let p = &mut c.publications[0];
+        assert!(!p.is_still(), "a subscriber");
+        p.update_publisher_limit();
+        assert!(p.pub_limit.get() > p.producer_position());
+        c.on_remove_subscription(5, 102, 101)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        let p = &mut c.publications[0];
+        assert!(p.subscribers.is_empty());
+        assert!(!p.is_still(), "the limit still stands above the producer");
+        p.update_publisher_limit();
+        assert_eq!(p.pub_limit.get(), p.producer_position());
+        assert!(p.is_still(), "nobody reads and nothing can be appended");
+    }
 }

@@ -252,8 +252,11 @@ impl DriverConductor {
         // through Aeron's driver. The cost is a conductor that spins while a
         // stream flows, as Aeron's does.
         let mut drained = Vec::new();
+        let timer_due = now_ns >= self.next_timer_ns;
         for (i, p) in self.publications.iter_mut().enumerate() {
-            work += p.update_publisher_limit();
+            if timer_due || !p.is_still() {
+                work += p.update_publisher_limit();
+            }
             // Checked every cycle, not on the timer: subscribers learn that a
             // closed stream is over as soon as they have read it to the end.
             if p.state.draining_since().is_some() && p.on_time_event(now_ns, p.linger_ns()) {
