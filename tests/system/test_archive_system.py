@@ -508,7 +508,9 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
         d.recording_id, d.stop_position, "aeron:ipc?alias=cli")
     assert run_cli("archive-tool", archive_dir, "count-entries").stdout.strip() == "1"
     ok = run_cli("archive-tool", archive_dir, "verify")
-    assert ok.returncode == 0 and "OK" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.strip() == (f"recording {d.recording_id}: OK: {d.stop_position - d.start_position} bytes from "
+                                 f"{d.start_position} to {d.stop_position}"), ok.stdout
 
     # A corrupt frame in the segment: verify names the file and offset, exit status 1.
     (seg,) = [f for f in os.listdir(archive_dir) if f.endswith(".rec")]

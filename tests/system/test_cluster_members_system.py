@@ -170,6 +170,11 @@ def test_a_member_with_a_damaged_recording_log_is_refused_then_rebuilt_from_the_
                 answer = json.loads(run_cli("cluster-tool", n.cluster_dir, "list-members", "--json").stdout)
                 assert (answer["member_id"], answer["leader_member_id"]) == (n.id, leader.id), answer
                 assert sorted(m["member_id"] for m in answer["active_members"]) == [0, 1, 2]
+                if n is not leader:  # a follower says what it heard of its leader: its term and commit position
+                    seen = {m["member_id"]: m for m in answer["active_members"]}[leader.id]
+                    assert seen["leadership_term_id"] == c.leadership_term_id and seen["log_position"] > 0, seen
+                    text = run_cli("cluster-tool", n.cluster_dir, "list-members").stdout
+                    assert f"{leader.id} LEADER: term {c.leadership_term_id} commit position" in text, text
         answer = json.loads(run_cli("cluster-tool", leader.cluster_dir, "list-members", "--json").stdout)
         positions = {m["member_id"]: m["log_position"] for m in answer["active_members"]}
         others = [positions[n.id] for n in nodes if n is not victim]

@@ -37,6 +37,33 @@ def test_a_stopped_driver_shows_how_long_ago_it_last_beat():
     assert d.header()["alive"] is False and d.header()["heartbeat_age_ms"] == 12_345
 
 
+def test_a_driver_whose_process_is_gone_stops_showing_live_after_a_second_not_ten():
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(gone.stdout)
+
+    def at(age_ms: int, pid: int) -> _common.Driver:
+        return _common.Driver(dir="/dev/shm/x", pid=pid, start_ms=NOW_MS - 3_600_000, cnc_version="0.2.0",
+                              heartbeat_ms=NOW_MS - age_ms, read_ms=NOW_MS, reader=None)  # type: ignore[arg-type]
+
+    assert at(500, dead_pid).alive, "a fresh heartbeat is trusted (the driver may be in another PID namespace)"
+    assert not at(2_000, dead_pid).alive, "a second without a beat, and no process: stopped"
+    assert at(2_000, os.getpid()).alive, "a stall with the process there: still live until the timeout"
+    assert not at(12_000, os.getpid()).alive
+
+
+def test_streams_never_show_a_negative_backlog():
+    from sulis.cli.streams import _minus
+
+    assert _minus(1024, 1024 + 64) == 0, "a reader read past the source's position sampled before it"
+    assert _minus(4096, 1024) == 3072
+    assert _minus(None, 5) is None and _minus(5, None) is None
+
+
 def test_a_cleared_or_never_written_heartbeat_is_no_age():
     d = driver(0)  # a driver clears its heartbeat when it shuts down
     assert not d.alive and d.heartbeat_age_ms is None

@@ -118,7 +118,7 @@ pub fn verify(
                     recording_id: d.recording_id,
                     ok: true,
                     message: format!(
-                        "OK: {} bytes from {} to {end}",
+                        "{} bytes from {} to {end}",
                         end - d.start_position,
                         d.start_position
                     ),
@@ -129,7 +129,7 @@ pub fn verify(
                     break Verdict {
                         recording_id: d.recording_id,
                         ok: true,
-                        message: format!("OK (not stopped): frames up to {}", reader.position()),
+                        message: format!("not stopped: frames up to {}", reader.position()),
                     }
                 }
                 Ok(0) => {
@@ -149,10 +149,7 @@ pub fn verify(
                     break Verdict {
                         recording_id: d.recording_id,
                         ok: true,
-                        message: format!(
-                            "OK (not stopped): frames up to {} ({err})",
-                            reader.position()
-                        ),
+                        message: format!("not stopped: frames up to {} ({err})", reader.position()),
                     }
                 }
                 Err(err) => {

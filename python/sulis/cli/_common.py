@@ -45,6 +45,21 @@ CLUSTER_TYPES = frozenset(t for t, name in TYPE_NAMES.items()
 
 #: A driver whose heartbeat is older than this is taken as gone (the default driver timeout).
 DRIVER_TIMEOUT_MS = 10_000
+#: A heartbeat older than this (ten of the driver's 100 ms beats) is checked against the driver's process.
+HEARTBEAT_STALE_MS = 1_000
+
+
+def _pid_running(pid: int) -> bool:
+    """True if a process ``pid`` exists on this host (or may: one we cannot signal)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def type_name(type_id: int) -> str:
@@ -182,8 +197,14 @@ class Driver:
 
     @property
     def alive(self) -> bool:
+        """Its heartbeat is younger than the driver timeout (10 s), and, once it is older than a second (a
+        driver beats every 100 ms), its process is still there on this host: a SIGKILLed driver no longer
+        shows as live for the whole timeout. (A driver in another PID namespace that stalls over a second
+        shows as stopped until it beats again.)"""
         age = self.heartbeat_age_ms
-        return age is not None and age <= DRIVER_TIMEOUT_MS
+        if age is None or age > DRIVER_TIMEOUT_MS:
+            return False
+        return age <= HEARTBEAT_STALE_MS or _pid_running(self.pid)
 
     def header(self) -> dict:
         return {"dir": self.dir, "pid": self.pid, "cnc_version": self.cnc_version,

@@ -337,13 +337,20 @@ def cluster_tool(cluster_dir: str, verb: str, dir_: str | None, service_count: i
         leader = answer["leader_member_id"]
         click.echo(f"member {answer['member_id']} answered: leader "
                    f"{'none (an election runs)' if leader < 0 else leader}")
+        me = answer["member_id"]
         for m in answer["active_members"]:
             heard = m["log_position"] >= 0
             ago = (answer["current_time_ns"] - m["time_of_last_append_ns"]) / 1e6
-            click.echo(f"  {m['member_id']}{' LEADER' if m['member_id'] == leader else ''}: "
-                       f"term {m['leadership_term_id']} log position {m['log_position'] if heard else '-'}"
-                       f"{f', heard {ago:.0f} ms ago' if heard and m['member_id'] != answer['member_id'] else ''}"
-                       f" ({m['endpoints']})")
+            if not heard:
+                # A leader hears its followers' appends, a follower only its leader's commits.
+                known = ("not heard from yet" if me == leader else
+                         "not tracked by a follower (ask the leader)")
+            elif m["member_id"] == leader and me != leader:
+                known = f"term {m['leadership_term_id']} commit position {m['log_position']}, heard {ago:.0f} ms ago"
+            else:
+                known = (f"term {m['leadership_term_id']} log position {m['log_position']}"
+                         f"{f', heard {ago:.0f} ms ago' if m['member_id'] != me else ''}")
+            click.echo(f"  {m['member_id']}{' LEADER' if m['member_id'] == leader else ''}: {known} ({m['endpoints']})")
         return
     if verb == "recording-log":
         entries, torn = _call(_native.read_recording_log, cluster_dir)

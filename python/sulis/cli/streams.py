@@ -35,7 +35,10 @@ _IMAGE_TYPES = (RECEIVER_HWM, RECEIVER_POSITION)
 
 
 def _minus(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else a - b
+    """How far ``b`` is behind ``a``, never below 0: each counter is read at its own moment and the driver
+    updates a source's position once per duty cycle, so a reader can look a message or two past its source
+    (it showed as a backlog of -64 or -128); a reader at or past its source has caught up."""
+    return None if a is None or b is None else max(0, a - b)
 
 
 def collect_streams(counters: list[dict]) -> list[dict]:

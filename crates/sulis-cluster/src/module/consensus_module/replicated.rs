@@ -356,12 +356,22 @@ impl ConsensusModule {
         let now_ns = self.now_ns();
         let me = self.ctx.member_id;
         let own = self.append_position();
+        let heard_from_leader = self.time_of_last_leader_update_ns();
         let active_members = self
             .members
             .iter()
             .map(|m| {
                 let (term, position, time) = if m.id == me {
                     (self.agent.leadership_term_id, own, now_ns)
+                } else if m.id == leader && leader != me && leader >= 0 {
+                    // A follower hears its leader's commit position, not its
+                    // appends: that is what it can say of the leader (before,
+                    // the leader showed as term -1 with no position).
+                    (
+                        self.agent.leadership_term_id,
+                        self.agent.notified_commit_position,
+                        heard_from_leader,
+                    )
                 } else {
                     (
                         m.leadership_term_id,
