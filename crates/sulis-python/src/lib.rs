@@ -28,6 +28,7 @@ mod publication;
 mod recording_files;
 mod session_messages;
 mod spark;
+mod spark_error;
 mod spark_planner;
 mod spark_range;
 mod spark_reader;

@@ -2,38 +2,16 @@
 //! converting only. A plan error raises the package's own `OptionError`
 //! or `DataLossError` (`sulis.spark.errors`).
 
+use crate::spark_error::plan_error;
 use crate::spark_range::{from_tuple, RangeTuple};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
-use sulis_spark::range_planner::{self, PlanError, PositionSpec};
+use sulis_spark::range_planner::{self, PositionSpec};
 use sulis_spark::{
     ArchiveAddress, Finished, OptionMap, ReaderOptions, SourceOffset, WriterOptions,
 };
-
-/// The package's exception `class` (`sulis.spark.errors`) saying `text`.
-pub(crate) fn spark_error(py: Python<'_>, class: &str, text: String) -> PyErr {
-    // A wait a signal ended: the handler's exception (KeyboardInterrupt, or
-    // what a SIGTERM handler raised), not the wait's error.
-    if let Some(e) = crate::errors::pending_signal_error() {
-        return e;
-    }
-    match py
-        .import("sulis.spark.errors")
-        .and_then(|m| m.getattr(class))
-        .and_then(|c| c.call1((text,)))
-    {
-        Ok(err) => PyErr::from_value(err),
-        Err(e) => e,
-    }
-}
-
-/// A plan error as the package's exception.
-pub(crate) fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
-    let (class, text) = e.named();
-    spark_error(py, class, text)
-}
 
 /// The offset's JSON text (`sulis_spark::source_offset`).
 #[pyfunction]

@@ -49,7 +49,7 @@ impl PySparkPlanner {
             let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             f(&mut p)
         });
-        result.map_err(|e| crate::spark::plan_error(py, e))
+        result.map_err(|e| crate::spark_error::plan_error(py, e))
     }
 }
 
@@ -59,7 +59,7 @@ impl PySparkPlanner {
     #[new]
     fn new(py: Python<'_>, options: Vec<(String, String)>, streaming: bool) -> PyResult<Self> {
         let opts = ReaderOptions::parse(&OptionMap::new(options), streaming)
-            .map_err(|e| crate::spark::plan_error(py, e))?;
+            .map_err(|e| crate::spark_error::plan_error(py, e))?;
         let catalog = ArchiveCatalog::new(opts.clone(), PLANNER_RESPONSE_STREAM_BASE);
         Ok(PySparkPlanner {
             inner: Mutex::new(Planner {

@@ -15,7 +15,7 @@ use sulis_spark::{ArchiveAddress, ReaderOptions};
 /// A read failure as the package's exception (`sulis.spark.errors`).
 fn failure(py: Python<'_>, f: ReadFailure) -> PyErr {
     let (class, text) = f.named();
-    crate::spark::spark_error(py, class, text)
+    crate::spark_error::spark_error(py, class, text)
 }
 
 /// One range's reader (see the module doc).

@@ -4,12 +4,12 @@
 
 use crate::batch::{fill_view, release_view, PyBatch};
 use crate::gil;
-use crate::spark::{plan_error, spark_error};
+use crate::spark_error::{plan_error, spark_error};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::c_int;
 use sulis_spark::arrow_columns::ArrowColumns;
-use sulis_spark::reader_options::ValueSchemaOptions;
+use sulis_spark::row_shape::ValueSchemaOptions;
 use sulis_spark::{RangeIds, RowShape};
 
 /// What a buffer holds: bytes, or int32s (a binary column's offsets, kept

@@ -6,7 +6,7 @@
 
 use crate::gil;
 use crate::publication::offer_batch::{BufferBatch, ReservedValues};
-use crate::spark::{plan_error, spark_error};
+use crate::spark_error::{plan_error, spark_error};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

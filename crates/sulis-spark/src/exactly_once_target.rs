@@ -12,7 +12,7 @@ use crate::journal_entry::{attempts, later_claim, Attempt, EntryKind, JournalEnt
 use crate::sink_archive::{stream_key, SinkArchive};
 use crate::sink_checksum::Checksum;
 use crate::sink_journal::{attempt_name, random_u64, SinkJournal};
-use crate::sink_publisher::{
+use crate::sink_publications::{
     give_back_exclusive, shared_publication, take_exclusive, wait_refused, SinkFailure,
 };
 use crate::writer_options::WriterOptions;

@@ -24,7 +24,8 @@
 //!   messages), written as Arrow columns for Python ([`arrow_columns`]) or
 //!   Spark's `UnsafeRow`s for the JVM ([`unsafe_row`]).
 //! - [`sink_publisher`]: a sink task's writer, at least once or, through
-//!   [`exactly_once_target`] and the [`sink_journal`], exactly once.
+//!   [`exactly_once_target`] and the [`sink_journal`], exactly once; both
+//!   publish through [`sink_publications`].
 
 pub mod archive_address;
 pub mod archive_catalog;
@@ -50,6 +51,7 @@ pub mod sink_archive;
 pub mod sink_checksum;
 pub mod sink_columns;
 pub mod sink_journal;
+pub mod sink_publications;
 pub mod sink_publisher;
 pub mod source_offset;
 pub mod stream_planner;

@@ -6,7 +6,7 @@ use crate::archive_address::ArchiveAddress;
 use crate::close_match::closest;
 use crate::option_values::{bad, repr, OptionMap};
 use crate::range_planner::{PositionSpec, EARLIEST};
-use crate::row_shape::RowShape;
+use crate::row_shape::{RowShape, ValueSchemaOptions};
 use crate::PlanError;
 
 /// Every option a reader knows (these are the names shown).
@@ -63,15 +63,6 @@ const KAFKA_HINTS: &[(&str, &str)] = &[
     ("startingtimestamp", "startingPositions (positions; there is no timestamp index)"),
     ("includeheaders", "includeTimestamp (the reserved value is the one header a message has)"),
 ];
-
-/// `valueSchema` with `mode` and `columnNameOfCorruptRecord`, as given
-/// (parsed into columns by [`RowShape::new`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValueSchemaOptions {
-    pub schema: String,
-    pub mode: String,
-    pub corrupt_column: String,
-}
 
 /// What a read of `format("sulis")` reads.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,7 +22,6 @@
 pub use crate::column_type::ColumnType;
 use crate::option_values::{bad, repr};
 use crate::range_planner::PlanError;
-use crate::reader_options::ValueSchemaOptions;
 use crate::value_layout::{Mode, ValueLayout};
 use sulis_client::Batch;
 
@@ -72,6 +71,16 @@ impl std::fmt::Display for RowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// `valueSchema` with `mode` and `columnNameOfCorruptRecord`, as the
+/// reader's options give them (`reader_options` checks them), parsed into
+/// columns by [`RowShape::new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueSchemaOptions {
+    pub schema: String,
+    pub mode: String,
+    pub corrupt_column: String,
 }
 
 /// What a read's rows are (see the module doc).

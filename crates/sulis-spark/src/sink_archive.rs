@@ -9,7 +9,7 @@
 use crate::archive_catalog::recording_info;
 use crate::partition_reader::PartitionReader;
 use crate::range_planner::RecordingRange;
-use crate::sink_publisher::SinkFailure;
+use crate::sink_publications::SinkFailure;
 use crate::{ArchiveAddress, ArchiveSession, PlanError, ReaderOptions, RecordingInfo};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -40,7 +40,7 @@
 use crate::journal_entry::{EntryKind, JournalEntry};
 use crate::range_planner::replay_from;
 use crate::sink_archive::SinkArchive;
-use crate::sink_publisher::{offer_result_name, SinkFailure};
+use crate::sink_publications::{offer_result_name, SinkFailure};
 use crate::writer_options::WriterOptions;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
