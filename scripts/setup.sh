@@ -28,6 +28,9 @@ python -m pip install -q --disable-pip-version-check \
 # Lint and type checks (scripts/test.sh); pinned to a minor version so a new
 # release's new rules cannot fail a run that changed nothing.
 python -m pip install -q --disable-pip-version-check "ruff==0.17.*" "mypy==2.4.*"
+# The documentation site (mkdocs.yml; scripts/test.sh builds it with --strict), pinned the same way.
+python -m pip install -q --disable-pip-version-check "mkdocs==1.6.*" "mkdocs-material==9.8.*" \
+  "mkdocstrings==1.0.*" "mkdocstrings-python==2.0.*"
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo (Rust) is required: https://rustup.rs" >&2
   exit 1

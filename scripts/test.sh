@@ -7,10 +7,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/setup.sh"
 cd "$root"
 # Seconds, so first: a finding fails the run before the long parts start.
-echo "== ruff, mypy, stubtest (set-up took $((SECONDS - started)) s)"
+echo "== ruff, mypy, stubtest, docs site (set-up took $((SECONDS - started)) s)"
 ruff check python/sulis tests bench examples
 mypy
 python -m mypy.stubtest sulis._native --allowlist scripts/stubtest-allowlist.txt
+# The documentation site, offline, in about a second: a broken link or anchor, or an API
+# reference mkdocstrings cannot resolve, fails the run (site/ is gitignored).
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
 echo "== cargo fmt, clippy ($((SECONDS - started)) s in)"
 # Rust's own format and lints, every crate and target (tests and benches
 # too): a warning fails the run, before the long parts.
