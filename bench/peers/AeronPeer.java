@@ -25,6 +25,8 @@
  *   stream-pub channel= stream= count= [timeout=60] [linger=5] [exclusive=1] [destinations=CH,CH]
  *     (destinations: added to a control-mode=manual publication before it waits to connect)
  *   stream-sub channel= stream= count= [timeout=120] [settle=0.5] [destinations=CH,CH]
+ *   session-ids stream=  Aeron.nextSessionId(stream) twice (Aeron 1.49 and later), then the session id
+ *     of an exclusive IPC publication on the stream: {"role", "next": [a, b], "publication"}
  */
 
 import io.aeron.*;
@@ -71,6 +73,7 @@ public final class AeronPeer {
                 case "sub": subscribe(aeron); break;
                 case "ping": ping(aeron); break;
                 case "pong": pong(aeron); break;
+                case "session-ids": sessionIds(aeron); break;
                 default: usage("unknown role " + role);
             }
         } finally {
@@ -106,6 +109,18 @@ public final class AeronPeer {
         final UnsafeBuffer buffer = new UnsafeBuffer(BufferUtil.allocateDirectAligned(length, 64));
         buffer.setMemory(0, length, (byte)0x5a);
         return buffer;
+    }
+
+    /** The session-ids role. nextSessionId is found by reflection: the source also compiles against 1.15.1. */
+    static void sessionIds(final Aeron aeron) throws Exception {
+        final int streamId = (int)num("stream", null);
+        final java.lang.reflect.Method next = Aeron.class.getMethod("nextSessionId", int.class);
+        final int a = (int)next.invoke(aeron, streamId);
+        final int b = (int)next.invoke(aeron, streamId);
+        try (ExclusivePublication p = aeron.addExclusivePublication("aeron:ipc", streamId)) {
+            System.out.println("{\"role\": \"session-ids\", \"next\": [" + a + ", " + b + "], \"publication\": " +
+                p.sessionId() + "}");
+        }
     }
 
     // ------------------------------------------------------------------ benchmark roles

@@ -6,6 +6,7 @@ IndexOutOfBoundsException). Skipped only when Java or Aeron's jar is missing (``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,22 @@ def test_aerons_error_stat_and_aeron_stat_read_a_sulis_driver(make_driver, make_
     ours = {reader.label(c["id"]): c["value"] for c in reader.counters()}
     assert shown["Errors"] == ours["Errors"] >= 1, (shown, ours)
     assert set(shown) <= set(ours), set(shown) - set(ours)
+
+
+def test_aerons_client_takes_a_sulis_driver_for_protocol_1_and_asks_it_for_session_ids(make_driver):
+    """System counters carry their own id as registration id and no owner, as Aeron's driver's do, so Aeron's
+    client reads the control protocol version (1.0.0) and sends GET_NEXT_AVAILABLE_SESSION_ID for
+    ``Aeron.nextSessionId``: the driver answers with its ids in turn and the next publication takes the one
+    after (on a protocol-0 driver the client would make up random ids itself)."""
+    aeron = peers.usable("current")
+    driver = make_driver()
+    reader = sulis.CountersReader(driver.dir)
+    version = next(c for c in reader.counters() if c["id"] == 43)
+    assert (version["registration_id"], version["owner_id"], version["value"]) == (43, -1, 1 << 16), version
+    cmd = peers.aeron_java.peer(aeron, "session-ids", {"aeron.dir": driver.dir}, stream=4321)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=peers.JVM_START_S)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    a, b = r["next"]
+    step = lambda x, y: (y - x) & 0xFFFF_FFFF  # noqa: E731 (ids wrap at 2^31)
+    assert (step(a, b), step(b, r["publication"])) == (1, 1), r

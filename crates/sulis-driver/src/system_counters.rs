@@ -25,12 +25,16 @@ impl SystemCounters {
             } else {
                 c.label().to_string()
             };
+            // As Aeron's driver: registration id = the counter's own id, no
+            // owner (-1). Aeron's client reads the control protocol version
+            // only from a counter registered under its id (else it takes the
+            // driver for protocol 0).
             let id = counters.allocate(
                 SYSTEM_COUNTER_TYPE_ID,
                 &(c as i32).to_le_bytes(),
                 &label,
-                0,
-                0,
+                c as i64,
+                -1,
                 0,
                 now_ms,
             )?;

@@ -210,6 +210,49 @@ fn aerons_unimplemented_commands_are_answered_with_an_error_to_their_correlation
 }
 
 #[test]
+fn the_next_available_session_id_is_the_drivers_next_in_turn_and_no_publication_takes_it() {
+    let mut h = Harness::new("next-session", |_| {});
+    h.keepalive();
+    h.settle();
+    h.take_events();
+    let mut ask = |h: &mut Harness| {
+        let correlation_id = h.correlation_id();
+        h.send(Command::GetNextAvailableSessionId {
+            client_id: h.client_id,
+            correlation_id,
+            stream_id: 77,
+        });
+        h.settle();
+        match h.take_events().as_slice() {
+            [Event::NextAvailableSessionId {
+                correlation_id: c,
+                session_id,
+            }] if *c == correlation_id => *session_id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let a = ask(&mut h);
+    let b = ask(&mut h);
+    assert_eq!(b, a.wrapping_add(1), "in turn");
+    h.add_publication("aeron:ipc", 77);
+    h.settle();
+    let taken: Vec<i32> = h
+        .take_events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::PublicationReady { session_id, .. } => Some(*session_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        taken,
+        vec![b.wrapping_add(1)],
+        "the next one, not one handed out"
+    );
+    assert!(!(-1..=1000).contains(&a) && !(-1..=1000).contains(&b));
+}
+
+#[test]
 fn error_timestamps_come_from_the_drivers_clock() {
     const DAY_MS: i64 = 86_400_000;
     let mut h = Harness::new("error-time", |_| {});

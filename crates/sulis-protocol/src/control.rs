@@ -37,6 +37,9 @@ pub mod command_type {
     pub const REMOVE_RCV_DESTINATION: i32 = 0x0D;
     /// Remove a destination by its registration id.
     pub const REMOVE_DESTINATION_BY_ID: i32 = 0x11;
+    /// Ask for the session id the next publication on a stream would get
+    /// (Aeron 1.49's `Aeron.nextSessionId(streamId)`).
+    pub const GET_NEXT_AVAILABLE_SESSION_ID: i32 = 0x12;
 
     // Aeron's commands sulis does not implement (docs/protocol.md §4.8).
 
@@ -44,8 +47,6 @@ pub mod command_type {
     pub const ADD_STATIC_COUNTER: i32 = 0x0F;
     /// Reject an image.
     pub const REJECT_IMAGE: i32 = 0x10;
-    /// Ask for the next available session id.
-    pub const GET_NEXT_AVAILABLE_SESSION_ID: i32 = 0x12;
 
     /// The name of one of Aeron's command types this protocol has no
     /// decoder for; `None` for the others (implemented, or not Aeron's).
@@ -53,7 +54,6 @@ pub mod command_type {
         Some(match type_id {
             ADD_STATIC_COUNTER => "ADD_STATIC_COUNTER",
             REJECT_IMAGE => "REJECT_IMAGE",
-            GET_NEXT_AVAILABLE_SESSION_ID => "GET_NEXT_AVAILABLE_SESSION_ID",
             _ => return None,
         })
     }
@@ -89,6 +89,8 @@ pub mod event_type {
     pub const ON_UNAVAILABLE_COUNTER: i32 = 0x0F09;
     /// A client was timed out by the driver.
     pub const ON_CLIENT_TIMEOUT: i32 = 0x0F0A;
+    /// The answer to GET_NEXT_AVAILABLE_SESSION_ID.
+    pub const ON_NEXT_AVAILABLE_SESSION_ID: i32 = 0x0F0D;
 }
 
 /// Error codes carried by `ON_ERROR`.
@@ -282,6 +284,13 @@ pub enum Command {
         registration_id: i64,
         destination_registration_id: i64,
     },
+    /// GET_NEXT_AVAILABLE_SESSION_ID: a session id no active publication of
+    /// `stream_id` has.
+    GetNextAvailableSessionId {
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+    },
 }
 
 impl Command {
@@ -305,6 +314,7 @@ impl Command {
                 | ADD_RCV_DESTINATION
                 | REMOVE_RCV_DESTINATION
                 | REMOVE_DESTINATION_BY_ID
+                | GET_NEXT_AVAILABLE_SESSION_ID
         )
     }
 
@@ -322,7 +332,8 @@ impl Command {
             | Command::TerminateDriver { client_id, .. }
             | Command::AddDestination { client_id, .. }
             | Command::RemoveDestination { client_id, .. }
-            | Command::RemoveDestinationById { client_id, .. } => *client_id,
+            | Command::RemoveDestinationById { client_id, .. }
+            | Command::GetNextAvailableSessionId { client_id, .. } => *client_id,
         }
     }
 
@@ -479,6 +490,18 @@ impl Command {
                     .i64(*destination_registration_id)
                     .0,
             ),
+            Command::GetNextAvailableSessionId {
+                client_id,
+                correlation_id,
+                stream_id,
+            } => (
+                GET_NEXT_AVAILABLE_SESSION_ID,
+                Writer::default()
+                    .i64(*client_id)
+                    .i64(*correlation_id)
+                    .i32(*stream_id)
+                    .0,
+            ),
         }
     }
 
@@ -571,6 +594,11 @@ impl Command {
                 registration_id: r.i64()?,
                 destination_registration_id: r.i64()?,
             },
+            GET_NEXT_AVAILABLE_SESSION_ID => Command::GetNextAvailableSessionId {
+                client_id,
+                correlation_id,
+                stream_id: r.i32()?,
+            },
             other => return Err(DecodeError(format!("unknown command type id {other:#x}"))),
         })
     }
@@ -632,6 +660,11 @@ pub enum Event {
     },
     /// ON_CLIENT_TIMEOUT.
     ClientTimeout { client_id: i64 },
+    /// ON_NEXT_AVAILABLE_SESSION_ID.
+    NextAvailableSessionId {
+        correlation_id: i64,
+        session_id: i32,
+    },
 }
 
 impl Event {
@@ -742,6 +775,13 @@ impl Event {
             Event::ClientTimeout { client_id } => {
                 (ON_CLIENT_TIMEOUT, Writer::default().i64(*client_id).0)
             }
+            Event::NextAvailableSessionId {
+                correlation_id,
+                session_id,
+            } => (
+                ON_NEXT_AVAILABLE_SESSION_ID,
+                Writer::default().i64(*correlation_id).i32(*session_id).0,
+            ),
         }
     }
 
@@ -806,6 +846,10 @@ impl Event {
             },
             ON_CLIENT_TIMEOUT => Event::ClientTimeout {
                 client_id: r.i64()?,
+            },
+            ON_NEXT_AVAILABLE_SESSION_ID => Event::NextAvailableSessionId {
+                correlation_id: r.i64()?,
+                session_id: r.i32()?,
             },
             other => return Err(DecodeError(format!("unknown event type id {other:#x}"))),
         })
@@ -885,6 +929,11 @@ mod tests {
             registration_id: 2,
             destination_registration_id: 9,
         });
+        cmds.push(Command::GetNextAvailableSessionId {
+            client_id: 1,
+            correlation_id: 12,
+            stream_id: 1001,
+        });
         for c in cmds {
             let (t, body) = c.encode();
             assert_eq!(Command::decode(t, &body).unwrap(), c);
@@ -938,6 +987,10 @@ mod tests {
                 counter_id: 7,
             },
             Event::ClientTimeout { client_id: 9 },
+            Event::NextAvailableSessionId {
+                correlation_id: 12,
+                session_id: -7,
+            },
         ];
         for e in events {
             let (t, body) = e.encode();

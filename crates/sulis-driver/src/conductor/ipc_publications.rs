@@ -65,7 +65,7 @@ impl SharedPublication {
 }
 
 impl DriverConductor {
-    fn allocate_session_id(&mut self, stream_id: i32) -> i32 {
+    pub(super) fn allocate_session_id(&mut self, stream_id: i32) -> i32 {
         loop {
             let id = self.next_session_id;
             self.next_session_id = self.next_session_id.wrapping_add(1);

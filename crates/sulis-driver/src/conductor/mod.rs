@@ -470,6 +470,21 @@ impl DriverConductor {
                 self.release_client(client_id, now_ns);
                 return;
             }
+            Command::GetNextAvailableSessionId {
+                correlation_id,
+                stream_id,
+                ..
+            } => {
+                // As Aeron's: the next id in turn (the reserved range skipped)
+                // that no active publication of the stream has; the counter
+                // moves on, so the next publication does not take it.
+                let session_id = self.allocate_session_id(stream_id);
+                self.send(Event::NextAvailableSessionId {
+                    correlation_id,
+                    session_id,
+                });
+                return;
+            }
             Command::AddDestination {
                 correlation_id,
                 registration_id,
