@@ -215,7 +215,7 @@ fn the_next_available_session_id_is_the_drivers_next_in_turn_and_no_publication_
     h.keepalive();
     h.settle();
     h.take_events();
-    let mut ask = |h: &mut Harness| {
+    let ask = |h: &mut Harness| {
         let correlation_id = h.correlation_id();
         h.send(Command::GetNextAvailableSessionId {
             client_id: h.client_id,
