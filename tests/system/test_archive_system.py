@@ -18,7 +18,7 @@ import time
 import pytest
 
 import sulis
-from conftest import await_until, free_udp_port, make_dir
+from conftest import await_until, free_udp_port, make_dir, run_cli
 from sulis.archive import RecordingSignal
 
 
@@ -470,8 +470,12 @@ def test_a_client_with_no_address_of_its_own_uses_response_channels(make_driver,
 
 
 def test_a_client_without_an_archive_times_out_with_a_clear_error(client):
-    with pytest.raises(sulis.ArchiveError, match="timed out .* waiting for the archive"):
-        sulis.ArchiveClient(client, control_request_stream_id=4711, message_timeout=0.5)
+    """It says where it looked for an archive and how to start one."""
+    with pytest.raises(sulis.ArchiveError, match="timed out .* waiting for an archive's control channel") as nobody:
+        sulis.ArchiveClient(client, control_request_channel="aeron:ipc?alias=nobody", control_request_stream_id=4711,
+                            message_timeout=0.5)
+    text = str(nobody.value)
+    assert "(aeron:ipc?alias=nobody stream 4711)" in text and "sulis archive --archive-dir DIR" in text, text
 
 
 # -- sulis archive and sulis archive-tool ----------------------------------------
@@ -482,7 +486,7 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
     import subprocess
     import sys
 
-    from conftest import clean_env, run_cli
+    from conftest import clean_env
 
     driver_dir = make_dir()
     os.rmdir(driver_dir)
@@ -529,6 +533,19 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
     # A missing directory is a one-line error.
     missing = run_cli("archive-tool", os.path.join(archive_dir, "nope"), "describe")
     assert missing.returncode != 0 and "holds no archive.catalog" in missing.stderr
+
+
+def test_an_archive_that_cannot_start_leaves_nothing_behind(tmp_path):
+    """No driver to connect to: the start fails naming it, and neither the directory it would have made nor a
+    catalog in an empty one it was given is left behind."""
+    fresh, empty = tmp_path / "fresh", tmp_path / "empty"
+    empty.mkdir()
+    for d in (fresh, empty):
+        failed = run_cli("archive", "--archive-dir", str(d), "--dir", str(tmp_path / "no-driver"),
+                         "--driver-timeout", "200ms")
+        assert failed.returncode != 0 and "cannot connect to the driver" in failed.stderr, failed.stderr
+    assert not fresh.exists()
+    assert list(empty.iterdir()) == []
 
 
 @pytest.fixture

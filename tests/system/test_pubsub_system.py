@@ -426,6 +426,16 @@ def test_an_offer_is_true_only_when_it_went(client):
     sub.close()
 
 
+def test_a_stream_id_that_is_not_a_32_bit_int_is_named_in_the_error(client):
+    with pytest.raises(TypeError, match=r"stream_id must be an int, not str \('10'\)"):
+        client.add_publication("aeron:ipc", "10")
+    with pytest.raises(OverflowError, match=r"stream_id=2147483648: out of range; a stream id is a 32-bit signed int"):
+        client.add_subscription("aeron:ipc", 2**31)
+    with pytest.raises(TypeError, match=r"stream_id must be an int, not bool \(True\)"):
+        client.add_exclusive_publication("aeron:ipc", True)
+    assert client.add_publication("aeron:ipc", -(2**31)).stream_id == -(2**31), "the whole range is taken"
+
+
 def test_untethered_subscriber_does_not_hold_back(client):
     tethered = client.add_subscription("aeron:ipc", 27)
     loose = client.add_subscription("aeron:ipc?tether=false", 27)

@@ -67,6 +67,8 @@ def test_environment_and_explicit_sources(monkeypatch):
     "options,message",
     [
         ({"bogus": 1}, "unknown driver option 'bogus'"),
+        ({"term_bufer_length": "64k"},
+         "unknown driver option 'term_bufer_length' (did you mean 'term_buffer_length'?)"),
         ({"ipc_term_buffer_length": "100k"}, "ipc_term_buffer_length: term length 102400 must be a power of two"),
         ({"ipc_term_buffer_length": "32k"}, "ipc_term_buffer_length"),
         ({"term_buffer_length": "2g"}, "term_buffer_length"),

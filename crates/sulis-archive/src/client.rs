@@ -299,6 +299,12 @@ impl ArchiveClient {
         client: &Client,
         mut ctx: ArchiveClientContext,
     ) -> Result<ArchiveClient, ArchiveError> {
+        // Where it looks for an archive, as the caller named it (before the
+        // defaults and the pinned session id are added).
+        let asked = format!(
+            "{} stream {}",
+            ctx.control_request_channel, ctx.control_request_stream_id
+        );
         apply_control_defaults(&mut ctx)?;
         pin_session_id(&mut ctx)?;
         let responses = client.add_subscription(
@@ -349,9 +355,14 @@ impl ArchiveClient {
                 )))
             }
         };
-        c.wait_until(deadline, "the archive's control channel to connect", |c| {
-            c.requests.is_connected()
-        })?;
+        // Nobody on the request channel is the common first mistake: no
+        // archive running, or one listening elsewhere. Say where we looked
+        // and how to start one.
+        let looked = format!(
+            "an archive's control channel ({asked}): is an archive listening there? `sulis archive \
+             --archive-dir DIR` starts one, as does sulis.Archive(DIR)"
+        );
+        c.wait_until(deadline, &looked, |c| c.requests.is_connected())?;
         let k = c.correlation_id();
         let request = AuthConnectRequest {
             correlation_id: k,

@@ -119,7 +119,20 @@ pub trait Configured: Sized + 'static {
                     "unknown {} option '{name}': durations are named without a unit, use '{base}' (e.g. {base}=5s)",
                     Self::WHAT
                 ),
-                _ => format!("unknown {} option '{name}'", Self::WHAT),
+                _ => {
+                    // As a channel URI's unknown key: the closest known name, when one is close.
+                    let closest = table
+                        .iter()
+                        .map(|o| (crate::uri::edit_distance(&key, o.name), o.name))
+                        .min();
+                    match closest {
+                        Some((distance, known)) if distance <= 2.max(key.len() / 5) => format!(
+                            "unknown {} option '{name}' (did you mean '{known}'?)",
+                            Self::WHAT
+                        ),
+                        _ => format!("unknown {} option '{name}'", Self::WHAT),
+                    }
+                }
             }
         })?;
         (o.set)(self, value).map_err(|e| format!("{name}={value}: {e}"))?;
@@ -246,6 +259,10 @@ mod tests {
         assert_eq!(
             c.set_option("colour", "red").unwrap_err(),
             "unknown test option 'colour'"
+        );
+        assert_eq!(
+            c.set_option("levle", "3").unwrap_err(),
+            "unknown test option 'levle' (did you mean 'level'?)"
         );
         assert!(c
             .set_option("level", "300")

@@ -205,7 +205,7 @@ impl PyClient {
         &self,
         py: Python<'_>,
         channel: &str,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
     ) -> PyResult<PyPublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
@@ -219,7 +219,7 @@ impl PyClient {
         &self,
         py: Python<'_>,
         channel: &str,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
     ) -> PyResult<PyExclusivePublication> {
         let publication = self.with_client(|c| {
             let ch = channel.to_string();
@@ -235,7 +235,7 @@ impl PyClient {
         &self,
         py: Python<'_>,
         channel: &str,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         on_available_image: Option<Py<PyAny>>,
         on_unavailable_image: Option<Py<PyAny>>,
     ) -> PyResult<PySubscription> {

@@ -4,6 +4,7 @@
 //! (connecting, adding resources, closing) release the GIL.
 
 mod archive;
+mod args;
 mod assembler;
 mod batch;
 mod buffer;

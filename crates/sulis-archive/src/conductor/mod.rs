@@ -168,12 +168,33 @@ impl ArchiveConductor {
         authoriser: Box<dyn Authoriser>,
     ) -> Result<ArchiveConductor, ArchiveStartError> {
         ctx.conclude().map_err(ArchiveStartError::Config)?;
+        // The driver first: an archive that cannot start leaves no catalog
+        // behind in a directory it made (a 1 MiB catalog and a mark file were
+        // left by every start with no driver to connect to).
+        let client = Client::connect(ClientContext {
+            dir: ctx.driver_dir.clone(),
+            driver_timeout: ctx.driver_timeout,
+            name: "sulis-archive".into(),
+            interrupt: ctx.interrupt.clone(),
+        })
+        .map_err(|e| {
+            ArchiveStartError::Driver(format!(
+                "archive cannot connect to the driver in {}: {e}",
+                ctx.driver_dir.display()
+            ))
+        })?;
+        let created = !ctx.archive_dir.exists();
         std::fs::create_dir_all(&ctx.archive_dir).map_err(|e| {
             ArchiveStartError::io(
                 format_args!("cannot create {}", ctx.archive_dir.display()),
                 &e,
             )
         })?;
+        // A directory this start made goes again if the start fails.
+        let mut made = MadeDirectory {
+            path: ctx.archive_dir.clone(),
+            remove: created,
+        };
         {
             use std::os::unix::fs::PermissionsExt;
             let _ =
@@ -194,18 +215,6 @@ impl ArchiveConductor {
         errors.extend(
             catalog.finish_interrupted_changes(&ctx.archive_dir, !claim.previous_stopped_cleanly()),
         );
-        let client = Client::connect(ClientContext {
-            dir: ctx.driver_dir.clone(),
-            driver_timeout: ctx.driver_timeout,
-            name: "sulis-archive".into(),
-            interrupt: ctx.interrupt.clone(),
-        })
-        .map_err(|e| {
-            ArchiveStartError::Driver(format!(
-                "archive cannot connect to the driver in {}: {e}",
-                ctx.driver_dir.display()
-            ))
-        })?;
         let archive_id = ctx.archive_id.unwrap_or_else(|| client.client_id());
         let mut mark_file = claim.create(&MarkFileFields {
             archive_id,
@@ -312,6 +321,7 @@ impl ArchiveConductor {
         if conductor.ctx.threading_mode == crate::context::ArchiveThreadingMode::Dedicated {
             conductor.start_workers()?;
         }
+        made.remove = false;
         Ok(conductor)
     }
 
@@ -527,6 +537,21 @@ fn usable_space(dir: &Path) -> Option<u64> {
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0)
         .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// A directory an archive start made: removed when dropped while `remove`
+/// (the start failed after making it).
+struct MadeDirectory {
+    path: std::path::PathBuf,
+    remove: bool,
+}
+
+impl Drop for MadeDirectory {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 #[cfg(test)]

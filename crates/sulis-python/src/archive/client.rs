@@ -98,7 +98,7 @@ impl PyArchiveClient {
         &self,
         py: Python<'_>,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         source_location: i32,
         auto_stop: bool,
     ) -> PyResult<i64> {
@@ -113,7 +113,7 @@ impl PyArchiveClient {
         py: Python<'_>,
         recording_id: i64,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         source_location: i32,
         auto_stop: bool,
     ) -> PyResult<i64> {
@@ -128,7 +128,12 @@ impl PyArchiveClient {
         })
     }
 
-    fn stop_recording(&self, py: Python<'_>, channel: String, stream_id: i32) -> PyResult<()> {
+    fn stop_recording(
+        &self,
+        py: Python<'_>,
+        channel: String,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
+    ) -> PyResult<()> {
         self.call(py, |s| s.stop_recording(&channel, stream_id))
     }
 
@@ -156,7 +161,7 @@ impl PyArchiveClient {
         from_id: i64,
         count: i32,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
     ) -> PyResult<Vec<PyRecordingDescriptor>> {
         let list = self.call(py, |s| {
             s.list_recordings_for_uri(from_id, count, &channel, stream_id)
@@ -199,7 +204,7 @@ impl PyArchiveClient {
         position: i64,
         length: i64,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         limit_counter_id: Option<i32>,
     ) -> PyResult<i64> {
         self.call(py, |s| match limit_counter_id {
@@ -224,7 +229,7 @@ impl PyArchiveClient {
         position: i64,
         length: i64,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         limit_counter_id: Option<i32>,
     ) -> PyResult<i64> {
         let (registration_id, images) = subscription.shared();
@@ -262,7 +267,7 @@ impl PyArchiveClient {
         py: Python<'_>,
         min_recording_id: i64,
         channel: String,
-        stream_id: i32,
+        #[pyo3(from_py_with = crate::args::stream_id)] stream_id: i32,
         session_id: i32,
     ) -> PyResult<i64> {
         self.call(py, |s| {
