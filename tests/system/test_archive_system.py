@@ -535,6 +535,25 @@ def test_cli_archive_with_an_embedded_driver_then_the_tool_describes_and_verifie
     assert missing.returncode != 0 and "holds no archive.catalog" in missing.stderr
 
 
+def test_sulis_archive_record_asks_a_running_archive_to_record_a_stream(driver, client, archive_dir):
+    """What format("sulis") reads is recordings: `sulis archive record CHANNEL STREAM` starts one from the
+    shell (and --stop ends it); `sulis archive` without --archive-dir says what it needs."""
+    with sulis.Archive(archive_dir, driver_dir=driver.dir), sulis.ArchiveClient(client) as ac:
+        asked = run_cli("archive", "record", "aeron:ipc?alias=asked", 1002, "--dir", driver.dir)
+        assert asked.returncode == 0 and "recording aeron:ipc?alias=asked stream 1002" in asked.stdout, asked
+        pub = client.add_publication("aeron:ipc?alias=asked", 1002)
+        (d,) = await_until(lambda: ac.list_recordings_for_uri("alias=asked", 1002), what="the asked-for recording")
+        await_until(lambda: pub.offer(b"recorded") > 0)
+        await_until(lambda: ac.get_recording_position(d.recording_id) >= pub.position, what="the message recorded")
+        stopped = run_cli("archive", "record", "aeron:ipc?alias=asked", 1002, "--dir", driver.dir, "--stop")
+        assert stopped.returncode == 0 and "stopped recording aeron:ipc?alias=asked stream 1002" in stopped.stdout
+        nobody = run_cli("archive", "record", "aeron:ipc", 1003, "--dir", driver.dir, "--control-stream-id", 4712,
+                         "--timeout", "0.5")
+        assert nobody.returncode != 0 and "is an archive listening there?" in nobody.stderr, nobody
+    missing = run_cli("archive", "--dir", driver.dir)
+    assert missing.returncode == 2 and "Missing option '--archive-dir'" in missing.stderr, missing
+
+
 def test_an_archive_that_cannot_start_leaves_nothing_behind(tmp_path):
     """No driver to connect to: the start fails naming it, and neither the directory it would have made nor a
     catalog in an empty one it was given is left behind."""

@@ -1,4 +1,5 @@
-"""``sulis archive`` (run an archive) and ``sulis archive-tool`` (inspect an archive directory)."""
+"""``sulis archive`` (run an archive; ``sulis archive record`` asks a running one to record a stream) and
+``sulis archive-tool`` (inspect an archive directory)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,27 @@ from ._common import cli_error, echo_config, option_flags, stop_signals
 _STATES = {int(s): s.name for s in _native.RecordingState}
 
 
-@click.command()
-@click.option("--archive-dir", required=True, envvar="SULIS_ARCHIVE_DIR", show_envvar=True,
-              help="Directory of the catalog and segment files.")
+@click.group(invoke_without_command=True)
+@click.option("--archive-dir", envvar="SULIS_ARCHIVE_DIR", show_envvar=True,
+              help="Directory of the catalog and segment files (required to run one).")
 @click.option("--dir", "dir_", default=None, envvar="SULIS_DIR", show_envvar=True,
               help="The media driver's directory [default /dev/shm/sulis-$USER].")
 @click.option("--embedded-driver", is_flag=True, help="Run a media driver in this process too (in --dir).")
 @click.option("--print-config", is_flag=True,
               help="Print every effective setting and where it came from, then exit.")
 @option_flags(_native.archive_config, own=("archive_dir", "driver_dir"))
-def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_config: bool, **options) -> None:
+@click.pass_context
+def archive(ctx: click.Context, archive_dir: str | None, dir_: str | None, embedded_driver: bool, print_config: bool,
+            **options) -> None:
     """Run an archive until interrupted (Ctrl-C / SIGTERM): it records streams
-    into ARCHIVE_DIR and replays them, for sulis and Aeron archive clients."""
+    into ARCHIVE_DIR and replays them, for sulis and Aeron archive clients.
+    `sulis archive record CHANNEL STREAM` asks a running one to record a
+    stream (what format("sulis") reads is recordings)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not archive_dir:
+        raise click.UsageError("Missing option '--archive-dir' (or SULIS_ARCHIVE_DIR): where the archive keeps "
+                               "its catalog and segment files.")
     driver_dir = dir_ or _native.default_dir()
     options = {k: v for k, v in options.items() if v is not None}
     if print_config:
@@ -51,6 +61,44 @@ def archive(archive_dir: str, dir_: str | None, embedded_driver: bool, print_con
         if driver is not None:
             driver.close()
     click.echo("sulis archive stopped", err=True)
+
+
+@archive.command("record")
+@click.argument("channel")
+@click.argument("stream_id", type=int)
+@click.option("--dir", "dir_", default=None, envvar="SULIS_DIR", show_envvar=True,
+              help="The media driver's directory [default /dev/shm/sulis-$USER].")
+@click.option("--control-channel", default=None,
+              help="The archive's control channel [default: the local one of an archive on this driver].")
+@click.option("--control-stream-id", type=int, default=None, help="Its stream.")
+@click.option("--source", type=click.Choice(["local", "remote"]), default="local", show_default=True,
+              help="local: the publication is on this driver (IPC, or UDP spied); remote: it comes over UDP.")
+@click.option("--auto-stop", is_flag=True, help="Stop recording once the stream's publications end.")
+@click.option("--stop", is_flag=True, help="Stop recording CHANNEL STREAM instead.")
+@click.option("--timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for the archive's answer.")
+def record(channel: str, stream_id: int, dir_: str | None, control_channel: str | None,
+           control_stream_id: int | None, source: str, auto_stop: bool, stop: bool, timeout: float) -> None:
+    """Ask the archive on this driver (or at --control-channel) to record
+    CHANNEL STREAM_ID from now on: every publication on it becomes a
+    recording, which format("sulis") then reads. Prints the recording
+    subscription's id. With --stop, stops recording it."""
+    from .. import ArchiveClient, Client
+
+    control = {k: v for k, v in (("control_request_channel", control_channel),
+                                 ("control_request_stream_id", control_stream_id)) if v is not None}
+    try:
+        with Client(dir=dir_ or _native.default_dir()) as client, \
+                ArchiveClient(client, message_timeout=timeout, **control) as ac:
+            if stop:
+                ac.stop_recording(channel, stream_id)
+                click.echo(f"stopped recording {channel} stream {stream_id}")
+            else:
+                sub = ac.start_recording(channel, stream_id, source=source, auto_stop=auto_stop)
+                click.echo(f"recording {channel} stream {stream_id} (recording subscription {sub}); "
+                           f"`sulis archive-tool ARCHIVE_DIR list` shows its recordings")
+    except _native.SulisError as e:
+        raise cli_error(e) from None
 
 
 def _descriptor_dict(state: int, d) -> dict:
