@@ -605,3 +605,48 @@ def test_the_log_is_purged_on_every_member_once_each_is_past_the_snapshot_and_a_
         plan = json.loads(run_cli("cluster-tool", lost.cluster_dir, "recovery-plan", "--json").stdout)
         assert plan["snapshots"], plan
         c.close()
+
+
+RAISING_JOURNAL = """
+import os
+from sulis.cluster import OFFER_AGAIN, ClusteredService
+
+class Journal(ClusteredService):
+    \"\"\"Journals each message and echoes it; raises on b"boom" (a poison message), after journalling it.\"\"\"
+
+    def __init__(self):
+        self.journal = open(os.environ["JOURNAL"], "w")
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.journal.write(payload.decode() + "\\n")
+        self.journal.flush()
+        if payload == b"boom":
+            raise ValueError("the service broke on boom")
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
+            cluster.idle()
+"""
+
+
+@pytest.mark.timeout(520)  # a wait for the "heavy" lock (up to about 400 s under load), then the test
+@pytest.mark.usefixtures("heavy")
+def test_with_service_errors_skip_a_poison_message_is_passed_over_alike_on_every_member(make_driver, tmp_path):
+    """service_errors=skip: a message the service raises on counts as applied on every member, with what the
+    service did before raising (here its journal line), and the next messages are applied; every member
+    records the exception in its service's error log (cluster-tool errors), and no member stops."""
+    (tmp_path / "raising_journal.py").write_text(RAISING_JOURNAL)
+    with journal_cluster(tmp_path, make_driver().dir, service="raising_journal:Journal",
+                         extra=("--service-errors", "skip")) as (nodes, c):
+        send(c, "m0")
+        await_until(lambda: c.offer(b"boom") > 0, 20, "ingress to take the poison message")
+        for i in range(1, 20):
+            send(c, f"m{i}")
+        for n in nodes:
+            await_until(lambda n=n: len(n.journal_lines()) >= 21, 30,
+                        lambda n=n: f"member {n.id}'s journal ({n.journal_lines()})\n{n.stderr()[-3000:]}")
+            assert n.journal_lines() == ["m0", "boom", *[f"m{i}" for i in range(1, 20)]], n.id
+            assert n.proc.poll() is None, f"member {n.id} stopped: {n.stderr()[-2000:]}"
+            errors = json.loads(run_cli("cluster-tool", n.cluster_dir, "errors", "--json").stdout)
+            texts = [text for m in errors["components"] for *_, text in m["errors"]]
+            assert any("on_session_message raised at log position" in t and "the service broke on boom" in t
+                       and "service_errors=skip" in t for t in texts), (n.id, texts)
+

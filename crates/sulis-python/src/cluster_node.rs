@@ -98,6 +98,7 @@ impl PyClusterNode {
             ..ServiceContext::default()
         };
         let batched = service.bind(py).hasattr("on_session_messages")?;
+        let skip_errors = ctx.service_errors == "skip";
         let (s, e) = (stop.clone(), error.clone());
         let idle = ctx.idle_strategy;
         // The service starts once the module holds the cluster directory: a
@@ -118,8 +119,15 @@ impl PyClusterNode {
                 Python::attach(|py| {
                     py.detach(move || {
                         let failed = Arc::new(Mutex::new(None));
-                        let adapter =
-                            PyService::new(service, batched, failed.clone(), s.clone(), idle);
+                        let skipped: Arc<Mutex<Vec<String>>> = Arc::default();
+                        let adapter = PyService::new(
+                            service,
+                            batched,
+                            failed.clone(),
+                            skip_errors.then(|| skipped.clone()),
+                            s.clone(),
+                            idle,
+                        );
                         let mut agent =
                             match ClusteredServiceAgent::launch(service_ctx, Box::new(adapter)) {
                                 Ok(a) => a,
@@ -135,6 +143,9 @@ impl PyClusterNode {
                                     set_first(&e, format!("service container: {why}"));
                                     break;
                                 }
+                            }
+                            for why in std::mem::take(&mut *skipped.lock().unwrap()) {
+                                agent.record_error(&why);
                             }
                             if let Some(why) = failed.lock().unwrap().take() {
                                 agent.record_error(&why);

@@ -229,7 +229,9 @@ impl PySnapshotWriter {
 /// A Python object as the service: each callback is one method call. The
 /// first exception stops the service (its container ends with an error
 /// naming the callback and the log position); later entries are not given
-/// to it, so it never runs on past a failure.
+/// to it, so it never runs on past a failure. With `service_errors=skip`
+/// an exception in a message or timer callback is handed to `skipped`
+/// instead (the node records it) and the next entry comes.
 pub(crate) struct PyService {
     obj: Py<PyAny>,
     /// The object has `on_session_messages`: it takes session messages in
@@ -237,6 +239,8 @@ pub(crate) struct PyService {
     batched: bool,
     handle: Option<Py<PyCluster>>,
     failed: Arc<Mutex<Option<String>>>,
+    skip_errors: bool,
+    skipped: Arc<Mutex<Vec<String>>>,
     /// The node's stop flag and idle strategy, for the `Cluster` handle.
     stop: Arc<AtomicBool>,
     idle: IdleStrategy,
@@ -261,6 +265,7 @@ impl PyService {
         obj: Py<PyAny>,
         batched: bool,
         failed: Arc<Mutex<Option<String>>>,
+        skipped: Option<Arc<Mutex<Vec<String>>>>,
         stop: Arc<AtomicBool>,
         idle: IdleStrategy,
     ) -> PyService {
@@ -269,6 +274,8 @@ impl PyService {
             batched,
             handle: None,
             failed,
+            skip_errors: skipped.is_some(),
+            skipped: skipped.unwrap_or_default(),
             stop,
             idle,
         }
@@ -276,6 +283,18 @@ impl PyService {
 
     fn call(&mut self, cluster: &mut Cluster<'_>, name: &str, args: &[Arg<'_>]) {
         if let Err(text) = self.call_checked(cluster, name, args) {
+            // The entries of the log, not the service's life: those are
+            // what service_errors=skip passes over.
+            let skippable = matches!(
+                name,
+                "on_session_message" | "on_session_messages" | "on_timer_event"
+            );
+            if self.skip_errors && skippable && self.failed.lock().unwrap().is_none() {
+                self.skipped.lock().unwrap().push(format!(
+                    "{text} (service_errors=skip: the entry counts as applied)"
+                ));
+                return;
+            }
             let mut failed = self.failed.lock().unwrap();
             if failed.is_none() {
                 *failed = Some(text);

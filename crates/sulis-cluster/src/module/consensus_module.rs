@@ -140,6 +140,10 @@ pub struct ConsensusModuleContext {
     pub service_count: usize,
     /// Log fragments the service container takes per duty cycle.
     pub service_log_fragment_limit: usize,
+    /// What an exception in a Python service's message or timer callback
+    /// does: `stop` the service (and the member), or `skip` (record it and
+    /// go on with the next entry, as Aeron's container does).
+    pub service_errors: String,
     /// A client session not heard from for this long is closed.
     pub session_timeout: Duration,
     /// Most client sessions.
@@ -218,6 +222,7 @@ impl Default for ConsensusModuleContext {
             service_stream_id: 104,
             service_count: 1,
             service_log_fragment_limit: 50,
+            service_errors: "stop".into(),
             file_sync_level: 0,
             session_timeout: Duration::from_secs(10),
             max_concurrent_sessions: 10,
@@ -276,6 +281,12 @@ fn version(s: &str) -> Result<i32, String> {
         _ => Err(format!("{s:?}: a semantic version is major.minor.patch")),
     }
 }
+fn service_errors(s: &str) -> Result<String, String> {
+    match s.trim() {
+        v @ ("stop" | "skip") => Ok(v.to_string()),
+        _ => Err(format!("{s:?}: stop or skip")),
+    }
+}
 fn size64(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -303,6 +314,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(consensus_module_stream_id, "SULIS_CLUSTER_CONSENSUS_MODULE_STREAM_ID", "", "Services to module (Aeron's 105).", int::<i32>, show),
     sulis_protocol::option!(service_stream_id, "SULIS_CLUSTER_SERVICE_STREAM_ID", "", "Module to services (Aeron's 104).", int::<i32>, show),
     sulis_protocol::option!(service_log_fragment_limit, "SULIS_CLUSTER_SERVICE_LOG_FRAGMENT_LIMIT", "", "Log fragments the service container takes per duty cycle (Aeron's log fragment limit, 50): the most session messages a batched service (on_session_messages) gets in one call; a batched service started by ClusterNode or sulis cluster-node gets 1000 unless this is set (a batched ledger ran 1.9x the throughput of 50).", int::<usize>, show),
+    sulis_protocol::option!(service_errors, "SULIS_CLUSTER_SERVICE_ERRORS", "", "What an exception raised by a Python service's on_session_message, on_session_messages or on_timer_event does: stop (the service stops at that log position and so does the member; every restart replays the entry into the same exception) or skip (the entry counts as applied with whatever the callback did before raising, the exception is printed and recorded in the service's error log, which cluster-tool errors shows, and the service goes on with the next entry, as Aeron's container does). Each member applies its log alone, so skip keeps members alike only when the exception is deterministic (it depends on the entry and the service's state, not on the member).", service_errors, |v: &String| show_text(v)),
     sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
