@@ -276,6 +276,11 @@ def test_cluster_tool_lists_the_members_and_shows_the_errors_a_stopped_member_le
         assert "on_session_message raised at log position" in text and "invalid literal for int()" in text, text
         out = tool("list-members")
         assert out.returncode == 1 and "no consensus module is running" in out.stderr, out  # said, not a hang
+        # A restart replays the entry into the same exception (service_errors=stop): the start fails with the
+        # service's exception at once, not after the module's wait for the service to join.
+        again = subprocess.run(node.cmd, env=node.env, cwd=node.cwd, capture_output=True, text=True, timeout=50)
+        assert again.returncode != 0 and "invalid literal for int()" in again.stderr, again.stderr[-2000:]
+        assert "JoinLog" not in again.stderr, again.stderr[-2000:]
         # A start that fails is marked so, and says why, in the module's mark file.
         log = cluster_dir / "recording.log"
         data = bytearray(log.read_bytes())

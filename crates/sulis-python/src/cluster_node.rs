@@ -239,9 +239,17 @@ impl PyClusterNode {
             service_count: dirs.2,
         };
         let interrupt = crate::errors::interrupt_check();
+        // The service's own failure while the module starts (it replays the
+        // log into the service, which may raise on an entry it raised on
+        // before): said at once, not after the module's wait for the service
+        // to join ran out with a hint about the service container's driver.
+        let service_error = node.error.clone();
         let ready = gil::released(py, move || {
             let deadline = std::time::Instant::now() + Duration::from_secs(120);
             loop {
+                if let Some(why) = service_error.lock().unwrap().clone() {
+                    return Some(Err(why));
+                }
                 match ready_rx.recv_timeout(Duration::from_millis(20)) {
                     Ok(r) => return Some(r),
                     Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -272,6 +280,13 @@ impl PyClusterNode {
             }
         };
         if let Some(why) = failure {
+            if node.error.lock().unwrap().as_deref() == Some(why.as_str()) {
+                // The service failed while the module started: the module may
+                // still wait for it to join. It is told to stop and left to it
+                // (joining would wait that wait out), as after a signal.
+                node.stop.store(true, Ordering::Release);
+                return Err(ClusterError::new_err(why));
+            }
             node.shutdown(py)?;
             let service = node.error.lock().unwrap().take();
             let detail = match service {
