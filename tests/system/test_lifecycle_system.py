@@ -5,6 +5,7 @@ client or driver goes away behave."""
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 import sys
 import threading
@@ -330,6 +331,20 @@ def test_client_without_driver_times_out():
         assert dir in str(info.value)
     finally:
         shutil.rmtree(dir, ignore_errors=True)
+
+
+def test_client_on_a_directory_that_is_not_there_fails_at_once_naming_the_fix():
+    """A driver makes its directory first: none there is a wrong path or no driver, said before the
+    driver timeout (60 s here) rather than after it."""
+    dir = os.path.join(make_dir(), "no-such-driver")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(sulis.DriverTimeoutError) as info:
+            sulis.Client(dir=dir, driver_timeout=60.0)
+        assert time.monotonic() - t0 < 30
+        assert dir in str(info.value) and "sulis driver --dir" in str(info.value)
+    finally:
+        shutil.rmtree(os.path.dirname(dir), ignore_errors=True)
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])

@@ -813,6 +813,16 @@ impl Client {
     pub fn connect(ctx: ClientContext) -> Result<Client, ClientError> {
         check_name(&ctx.name)?;
         let path = ctx.dir.join(CNC_FILE);
+        // A driver makes its directory before anything else, so a directory that is not there is a wrong
+        // path or no driver at all: say so now rather than after the whole driver timeout. (A driver that
+        // is starting has its directory; its CnC file is then waited for.)
+        if !ctx.dir.exists() {
+            return Err(ClientError::DriverTimeout(format!(
+                "no media driver directory {dir}: start a driver there first (`sulis driver --dir {dir}` or \
+                 sulis.MediaDriver(dir=...)), or give the directory of a running one (dir=, $SULIS_DIR)",
+                dir = ctx.dir.display()
+            )));
+        }
         let deadline = Instant::now() + ctx.driver_timeout;
         let cnc = loop {
             match Cnc::open(&path) {
@@ -838,9 +848,11 @@ impl Client {
                 Err(e) => {
                     if Instant::now() >= deadline {
                         return Err(ClientError::DriverTimeout(format!(
-                            "no media driver found in {} within {:?}: {e}",
+                            "no media driver found in {} within {:?}: {e} (is a driver starting there? \
+                             `sulis driver --dir {}` starts one)",
                             ctx.dir.display(),
-                            ctx.driver_timeout
+                            ctx.driver_timeout,
+                            ctx.dir.display()
                         )));
                     }
                 }
