@@ -6,6 +6,9 @@ and the sink are in ``batch_reader``, ``stream_reader`` and ``sink``.
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable, TypeVar
+
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -15,6 +18,23 @@ from .options import parse_reader_options, parse_writer_options
 from .replay import ddl_for
 
 __all__ = ["SulisDataSource", "SulisPythonDataSource", "SulisPartition", "SulisBatchReader"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _said_plainly(method: _F) -> _F:
+    """Spark puts the worker's whole traceback into its ``AnalysisException``; a bad option is the user's
+    mistake, not ours, so it is raised afresh here: one frame above the ``OptionError`` line, not the
+    parsing code's."""
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OptionError as e:
+            raise OptionError(str(e)) from None
+
+    return checked  # type: ignore[return-value]
 
 
 class SulisDataSource(DataSource):
@@ -29,14 +49,17 @@ class SulisDataSource(DataSource):
     def name(cls) -> str:
         return "sulis"
 
+    @_said_plainly
     def schema(self) -> str:
         opts = parse_reader_options(self.options)
         cluster = opts.cluster_dir is not None
         return ddl_for(opts.value_schema, opts.include_timestamp, cluster)
 
+    @_said_plainly
     def reader(self, schema: StructType) -> SulisBatchReader:
         return SulisBatchReader(parse_reader_options(self.options))
 
+    @_said_plainly
     def streamReader(self, schema: StructType):
         from pyspark.errors import PySparkNotImplementedError
 
@@ -49,11 +72,13 @@ class SulisDataSource(DataSource):
                                              messageParameters={"feature": "streamReader with lowLatency=true"})
         return SulisStreamReader(opts)
 
+    @_said_plainly
     def simpleStreamReader(self, schema: StructType):
         from .stream_reader import SulisLowLatencyReader
 
         return SulisLowLatencyReader(parse_reader_options(self.options, streaming=True))
 
+    @_said_plainly
     def writer(self, schema: StructType, overwrite: bool):
         from .sink import SulisBatchWriter
 
@@ -64,6 +89,7 @@ class SulisDataSource(DataSource):
 
         return SulisBatchWriter(parse_writer_options(self.options), schema)
 
+    @_said_plainly
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink import SulisStreamWriter
 
