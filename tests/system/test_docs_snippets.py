@@ -68,6 +68,26 @@ _CLUSTER = ("import socket\n"
             "node = ClusterNode(ClusteredService(), '{tmp}/cluster', driver_dir, cluster_members=members,\n"
             "                   log_term_length='64k', max_concurrent_sessions=50)\n")
 
+# A one-member cluster whose service echoes each message, its ingress on {port}: for a client snippet.
+_CLUSTER_ECHO = ("import socket\n"
+                 "import sulis\n"
+                 "from sulis.cluster import OFFER_AGAIN, ClusterNode, ClusteredService\n"
+                 "class _Echo(ClusteredService):\n"
+                 "    def on_session_message(self, cluster, session_id, timestamp, payload):\n"
+                 "        while cluster.offer(session_id, payload) in OFFER_AGAIN:\n"
+                 "            cluster.idle()\n"
+                 "def _free():\n"
+                 "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "    s.bind(('127.0.0.1', 0))\n"
+                 "    port = s.getsockname()[1]\n"
+                 "    s.close()\n"
+                 "    return str(port)\n"
+                 "driver = sulis.MediaDriver(threading_mode='shared')\n"
+                 "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver.dir)\n"
+                 "node = ClusterNode(_Echo(), '{tmp}/cluster', driver.dir, log_term_length='64k',\n"
+                 "                   cluster_members='0,localhost:{port},localhost:' + _free() + ',localhost:0,"
+                 "localhost:0,localhost:0')\n")
+
 #: Each snippet, by file and order in it.
 SNIPPETS: dict[tuple[str, int], Snippet] = {
     # The message, always; "joined ..." comes from the client's callback thread, which may not have run
@@ -92,6 +112,14 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
     ("docs/spark.md", 0): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    # The getting-started page's service and client: the service module imports and defines its class; the client
+    # gets an echo from a one-member cluster of this test's. tests/system/test_cluster_start_doc.py runs both as
+    # the page does, through `sulis cluster-node` processes.
+    ("docs/cluster-start.md", 0): Snippet("# echo.py: a service that answers every message with itself"),
+    ("docs/cluster-start.md", 1): Snippet("# client.py: sends one message to the cluster and prints the service's "
+                                          "answer", prelude=_CLUSTER_ECHO,
+                                          replace={"0=localhost:9010": "0=localhost:{port}"},
+                                          expect=r"member 0 answered b'hello'"),
     # A one-member cluster of this test's; 20 sessions on the shared client rather than 1,000.
     ("docs/cluster.md", 0): Snippet("with sulis.Client(dir=driver_dir) as shared:", prelude=_CLUSTER,
                                     replace={"0=host:9010": "0=localhost:{port}", "range(1000)": "range(20)"}),

@@ -52,6 +52,30 @@ def _reclaim_own_driver(cluster_dir: str, driver_dir: str) -> bool:
         return False
 
 
+def _start_error(e: _native.SulisError, failed: str, cluster_dir: str, archive_dir: str, archive_dir_given: bool,
+                 dir_given: bool, member_id: str) -> click.ClickException:
+    """The error of a member that could not start. A media driver or an archive already running in the member's
+    directory is, on a host of several members, most often another member's: the error then says which flag gives
+    each member a directory of its own (the driver's and the archive's own text says only that the directory is
+    taken)."""
+    error = cli_error(e)
+    parent = os.path.dirname(os.path.abspath(cluster_dir))
+    if failed == "driver" and isinstance(e, _native.ActiveDriverError):
+        default = "" if dir_given else (f" (neither --dir nor $SULIS_DIR was given, so it is {_native.default_dir()}, "
+                                        "which every member started without them shares)")
+        error.message = (f"{error.message}. Each member runs a media driver of its own in its own directory"
+                         f"{default}: if another member runs there, give this one another --dir "
+                         f"(e.g. --dir {_native.default_dir()}-member-{member_id})")
+    elif failed == "archive" and "an archive is running in" in str(e):
+        default = "" if archive_dir_given else (
+            f" (--archive-dir was not given, so it is CLUSTER_DIR/../archive, {archive_dir}, which every member "
+            f"whose --cluster-dir is in {parent} shares)")
+        error.message = (f"{error.message}. Each member needs an archive directory of its own{default}: if another "
+                         f"member runs there, give this one another --archive-dir "
+                         f"(e.g. --archive-dir {os.path.join(parent, f'archive-{member_id}')})")
+    return error
+
+
 def _process_age() -> float:
     """Seconds since this process was started (interpreter start and imports included), from /proc; 0 where
     there is none."""
@@ -125,6 +149,7 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     from .. import Archive, MediaDriver
     from ..cluster import ClusterNode
 
+    archive_dir_given = archive_dir is not None
     archive_dir = archive_dir or os.path.join(os.path.dirname(os.path.abspath(cluster_dir)), "archive")
     with stop_signals() as stopping:
         started: list = []
@@ -149,7 +174,10 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
         except _native.SulisError as e:
             for thing in reversed(started):
                 thing.close()
-            raise cli_error(e) from None
+            failed = ("driver", "archive", "module and service")[len(started)]
+            member_id = str(next((r[1] for r in rows if r[0] == "member_id"), "0"))
+            raise _start_error(e, failed, cluster_dir, archive_dir, archive_dir_given, dir_ is not None,
+                               member_id) from None
         click.echo(f"sulis cluster-node {service_spec} running in {cluster_dir} (archive {archive_dir}, driver "
                    f"{driver_dir}; Ctrl-C to stop; started in {time.process_time():.2f} s of CPU: {', '.join(took)})",
                    err=True)
