@@ -83,13 +83,27 @@ impl Catalog {
         // other processes only read.
         let mut map =
             unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_error(&path, "cannot map", e))?;
-        let header = if !exists || len == 0 {
+        let created = !exists || len == 0;
+        // A header of zeros is a catalog whose first page never reached the disk (made, then a power
+        // cut before anything synced it): rebuilt, never taken for an old format.
+        let zeroed = !created
+            && map[..CATALOG_HEADER_LENGTH.min(map.len())]
+                .iter()
+                .all(|&b| b == 0);
+        let header = if created || zeroed {
             let h = CatalogHeader::new();
             h.write(&mut map);
             h
         } else {
-            CatalogHeader::read(&map)
-                .map_err(|e| CatalogError::new(format!("{}: {}", path.display(), e.message)))?
+            CatalogHeader::read(&map).map_err(|e| {
+                CatalogError::new(format!(
+                    "{}: {}; if this is a sulis or Aeron 1.4x+ archive's catalog, its first bytes are \
+                     damaged: move the file aside and start the archive, which makes a new one (the \
+                     recordings it named are then unknown to it; their segment files stay)",
+                    path.display(),
+                    e.message
+                ))
+            })?
         };
         let mut catalog = Catalog {
             path,
@@ -103,7 +117,32 @@ impl Catalog {
             checksum: None,
         };
         catalog.load();
-        catalog.sync(0, CATALOG_HEADER_LENGTH)?;
+        if created || zeroed {
+            // Ids above every recording whose segment files are here (a catalog moved aside, or whose
+            // first page was lost): a new recording never takes another's files.
+            let on_disk = max_segment_file_id(dir);
+            if on_disk >= catalog.header.next_recording_id {
+                catalog.header.next_recording_id = on_disk + 1;
+                catalog.write_header();
+            }
+        }
+        if zeroed {
+            catalog.problems.push(format!(
+                "{}: its header was zeros (the file was made but its first page never reached the disk, as \
+                 after a power cut before any sync); rebuilt: {} recordings read from it, the next id {}",
+                catalog.path.display(),
+                catalog.index.len(),
+                catalog.header.next_recording_id
+            ));
+        }
+        if created || zeroed {
+            // What the archive needs to open again is on disk before anything refers to it, whatever
+            // the sync level: the header, the file's size and its name in the directory.
+            catalog.sync_durably(0, catalog.map.len())?;
+            sync_dir(dir).map_err(|e| io_error(dir, "cannot sync the directory", e))?;
+        } else {
+            catalog.sync(0, CATALOG_HEADER_LENGTH)?;
+        }
         Ok(catalog)
     }
 
@@ -276,8 +315,11 @@ impl Catalog {
         self.seal(offset)?;
         self.header.next_recording_id = id + 1;
         self.write_header();
-        self.sync(offset, bytes.len())?;
-        self.sync(0, CATALOG_HEADER_LENGTH)?;
+        // Whatever the sync level: a recording the catalog lost at a power cut would leave its
+        // segment files (and a cluster's recording log, synced at every level) naming an id the
+        // archive does not know. One sync per recording, not per block.
+        self.sync_durably(offset, bytes.len())?;
+        self.sync_durably(0, CATALOG_HEADER_LENGTH)?;
         Ok(id)
     }
 
@@ -421,6 +463,17 @@ impl Catalog {
         entry_length(d, self.header.alignment)
     }
 
+    /// Flushes `len` bytes at `offset` to the disk whatever the sync level
+    /// (and the file's size and metadata with them).
+    fn sync_durably(&self, offset: usize, len: usize) -> Result<(), CatalogError> {
+        self.map
+            .flush_range(offset, len)
+            .map_err(|e| io_error(&self.path, "cannot sync", e))?;
+        self.file
+            .sync_all()
+            .map_err(|e| io_error(&self.path, "cannot sync", e))
+    }
+
     /// Syncs a change as the sync level asks; a failure is the change's
     /// failure (the caller must not act as if it were on disk).
     fn sync(&self, offset: usize, len: usize) -> Result<(), CatalogError> {
@@ -457,8 +510,15 @@ impl Catalog {
             }
             match recover_stop_position(dir, Geometry::of(&d), d.start_position, checksum) {
                 Ok(r) => {
-                    if let Some(why) = r.torn {
-                        found.push(format!("recording {}: {why}", d.recording_id));
+                    match r.torn {
+                        Some(why) => found.push(format!("recording {}: {why}", d.recording_id)),
+                        None => eprintln!(
+                            "sulis archive {}: recording {} was not stopped (its archive was killed or lost \
+                             power): it ends at {}, where its whole frames on disk end",
+                            dir.display(),
+                            d.recording_id,
+                            r.stop_position
+                        ),
                     }
                     let now_ms = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -476,6 +536,74 @@ impl Catalog {
                     "recording {}: cannot recover its stop position: {err}",
                     d.recording_id
                 )),
+            }
+        }
+        Ok(found)
+    }
+
+    /// After a crash: the recordings stopped at or after `since_ms` whose
+    /// stop position runs past the data on disk get the end of their last
+    /// whole frame on disk as their stop position. At file sync level 0 a
+    /// power cut keeps what the kernel happened to write back, and the
+    /// catalog's page may have reached the disk before the segments' (or a
+    /// sync that did not happen may have been trusted): a reader (a replay,
+    /// a cluster recovering its log) must never wait for, or be promised,
+    /// bytes that are gone. Recordings stopped before `since_ms` had their
+    /// data written back long before the crash and are not read. Returns a
+    /// line per recording cut back, naming what was lost.
+    pub fn verify_recent_stops(
+        &mut self,
+        dir: &Path,
+        since_ms: i64,
+        checksum: Option<Checksum>,
+    ) -> Result<Vec<String>, CatalogError> {
+        let mut found = Vec::new();
+        for e in self.entries() {
+            let d = e.descriptor;
+            if e.state != recording_state::VALID
+                || d.stop_position == NULL_VALUE
+                || d.stop_position <= d.start_position
+                || d.stop_timestamp < since_ms
+                || impossible_geometry(&d).is_some()
+            {
+                continue;
+            }
+            let g = Geometry::of(&d);
+            // Every segment up to the stop position must be there; the first
+            // one missing ends the recording at its base.
+            let first = g.base_of(d.start_position);
+            let last = g.base_of(d.stop_position - 1);
+            let missing = (0..)
+                .map(|i| first + i * g.segment_length)
+                .take_while(|&b| b <= last)
+                .find(|&b| !g.path(dir, b).exists());
+            let on_disk = match missing {
+                Some(base) => base.max(d.start_position),
+                None => match recover_stop_position(dir, g, last, checksum) {
+                    Ok(r) => r.stop_position,
+                    Err(err) => {
+                        found.push(format!(
+                            "recording {}: cannot check its stop position {} against its files: {err}",
+                            d.recording_id, d.stop_position
+                        ));
+                        continue;
+                    }
+                },
+            };
+            if on_disk < d.stop_position {
+                self.put_i64(d.recording_id, descriptor::STOP_POSITION, on_disk)?;
+                found.push(format!(
+                    "recording {}: its stop position {} ran past its data on disk, which ends at {on_disk}{}: \
+                     the {} bytes after it were lost with the page cache (a power cut at file sync level 0, \
+                     or a sync that did not reach the disk); it now stops at {on_disk}",
+                    d.recording_id,
+                    d.stop_position,
+                    missing.map_or(String::new(), |b| format!(
+                        " (segment file {} is missing)",
+                        g.path(dir, b).display()
+                    )),
+                    d.stop_position - on_disk
+                ));
             }
         }
         Ok(found)
@@ -741,6 +869,23 @@ fn reserve(file: &File, path: &Path, len: usize) -> Result<(), CatalogError> {
             io::Error::from_raw_os_error(rc),
         ))
     }
+}
+
+/// The highest recording id among the segment files in `dir`, -1 if none.
+fn max_segment_file_id(dir: &Path) -> i64 {
+    use sulis_protocol::archive::segment::parse_segment_file_name;
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| parse_segment_file_name(&e.file_name().to_string_lossy()).map(|(id, _)| id))
+        .max()
+        .unwrap_or(-1)
+}
+
+/// Syncs directory `dir`: the names made in it are on disk.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// Archive files are the archive's own: owner read/write only.
@@ -1025,12 +1170,112 @@ mod tests {
     }
 
     #[test]
+    fn should_cut_a_recent_stop_position_back_to_the_data_on_disk() {
+        use crate::segment::tests::{record, TERM};
+        let dir = TempDir::new("verify-stops");
+        let mut c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        let d = RecordingDescriptor {
+            initial_term_id: 100,
+            term_buffer_length: TERM as i32,
+            segment_file_length: 2 * TERM as i32,
+            ..descriptor(1, "aeron:ipc")
+        };
+        let (recent, old) = (
+            c.add_recording(d.clone()).unwrap(),
+            c.add_recording(d.clone()).unwrap(),
+        );
+        let mut end = 0;
+        for id in [recent, old] {
+            let g = Geometry::of(&RecordingDescriptor {
+                recording_id: id,
+                ..d.clone()
+            });
+            let frames = record(&dir.0, g, 0, 3 * TERM, 1000);
+            let (at, last) = frames.last().unwrap();
+            end = at + last.len() as i64;
+        }
+        // Whole: nothing to say.
+        c.record_stop(recent, end, 10_000).unwrap();
+        c.record_stop(old, end + 4096, 10).unwrap();
+        assert_eq!(
+            c.verify_recent_stops(&dir.0, 5_000, None).unwrap(),
+            Vec::<String>::new()
+        );
+        // The catalog's page reached the disk, the data's last page did not.
+        c.record_stop(recent, end + 4096, 10_000).unwrap();
+        let said = c.verify_recent_stops(&dir.0, 5_000, None).unwrap();
+        assert_eq!(c.recording(recent).unwrap().stop_position, end);
+        assert!(
+            said.len() == 1 && said[0].contains(&format!("ends at {end}")),
+            "{said:?}"
+        );
+        assert_eq!(
+            c.recording(old).unwrap().stop_position,
+            end + 4096,
+            "stopped long before: not read"
+        );
+        // A segment file that never reached the disk ends the recording at its base.
+        std::fs::remove_file(dir.0.join(format!("{recent}-{}.rec", 2 * TERM))).unwrap();
+        let said = c.verify_recent_stops(&dir.0, 5_000, None).unwrap();
+        assert_eq!(c.recording(recent).unwrap().stop_position, 2 * TERM);
+        assert!(said[0].contains("is missing"), "{said:?}");
+    }
+
+    #[test]
+    fn should_rebuild_a_header_of_zeros_above_every_entry_and_segment_file() {
+        // A power cut before the first page of the file reached the disk: zeros where the header
+        // was, entries (or nothing) after it, segment files beside it.
+        let dir = TempDir::new("zeroed");
+        {
+            let mut c = Catalog::open(&dir.0, 4096, 0).unwrap();
+            c.add_recording(descriptor(1, "aeron:ipc")).unwrap();
+            c.add_recording(descriptor(2, "aeron:ipc")).unwrap();
+        }
+        let path = dir.0.join(CATALOG_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..CATALOG_HEADER_LENGTH].fill(0);
+        std::fs::write(&path, &bytes).unwrap();
+        std::fs::write(dir.0.join("7-0.rec"), b"").unwrap();
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert_eq!(c.valid_ids_from(0), vec![0, 1], "the entries are kept");
+        assert_eq!(
+            c.next_recording_id(),
+            8,
+            "no new recording takes recording 7's files"
+        );
+        assert!(
+            c.problems()
+                .iter()
+                .any(|p| p.contains("archive.catalog") && p.contains("header was zeros")),
+            "{:?}",
+            c.problems()
+        );
+        drop(c);
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert!(
+            c.problems().is_empty(),
+            "rebuilt for good: {:?}",
+            c.problems()
+        );
+
+        // A file of nothing but zeros (made, sized, then the cut): a new, empty catalog.
+        let dir = TempDir::new("all-zeros");
+        std::fs::write(dir.0.join(CATALOG_FILE), vec![0u8; 1 << 20]).unwrap();
+        let c = Catalog::open(&dir.0, 4096, 0).unwrap();
+        assert_eq!((c.valid_ids_from(0), c.next_recording_id()), (vec![], 0));
+    }
+
+    #[test]
     fn should_refuse_a_file_that_is_not_a_catalog() {
         let dir = TempDir::new("foreign");
         std::fs::write(dir.0.join(CATALOG_FILE), vec![0x55u8; 4096]).unwrap();
         let err = Catalog::open(&dir.0, 4096, 0).err().unwrap();
         assert!(err.message.contains("archive.catalog"), "{err}");
         assert!(err.message.contains("catalog version"), "{err}");
+        assert!(
+            err.message.contains("move the file aside"),
+            "names the way out: {err}"
+        );
     }
 
     #[test]

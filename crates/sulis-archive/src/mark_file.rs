@@ -133,6 +133,7 @@ pub struct MarkFileClaim {
     path: PathBuf,
     file: File,
     stopped_cleanly: bool,
+    previous_activity_ms: Option<i64>,
 }
 
 impl MarkFileClaim {
@@ -163,6 +164,10 @@ impl MarkFileClaim {
         let stopped_cleanly = old
             .as_ref()
             .is_some_and(|m| m.buffer().get_i64_volatile(ACTIVITY_TIMESTAMP_OFFSET) == -1);
+        let previous_activity_ms = old
+            .as_ref()
+            .map(|m| m.buffer().get_i64_volatile(ACTIVITY_TIMESTAMP_OFFSET))
+            .filter(|&t| t > 0);
         if let Some(old) = old {
             save_errors(dir, &old.buffer(), now_ms);
         }
@@ -170,6 +175,7 @@ impl MarkFileClaim {
             path,
             file,
             stopped_cleanly,
+            previous_activity_ms,
         })
     }
 
@@ -177,6 +183,12 @@ impl MarkFileClaim {
     /// nothing a crash interrupts can have been left half done.
     pub fn previous_stopped_cleanly(&self) -> bool {
         self.stopped_cleanly
+    }
+
+    /// The last activity time (epoch ms) the archive before this one wrote,
+    /// if its mark file says one: when it was last known alive.
+    pub fn previous_activity_ms(&self) -> Option<i64> {
+        self.previous_activity_ms
     }
 
     /// Writes the archive's mark file, its storage reserved up front (a

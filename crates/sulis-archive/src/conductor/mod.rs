@@ -190,6 +190,13 @@ impl ArchiveConductor {
                 &e,
             )
         })?;
+        if created {
+            // Its name on disk before the catalog in it is synced (whatever the sync level: the
+            // archive must open again after a power cut).
+            if let Some(parent) = ctx.archive_dir.parent() {
+                let _ = crate::catalog::sync_dir(parent);
+            }
+        }
         // A directory this start made goes again if the start fails.
         let mut made = MadeDirectory {
             path: ctx.archive_dir.clone(),
@@ -212,6 +219,17 @@ impl ArchiveConductor {
         let mut errors: Vec<String> = catalog.problems().to_vec();
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
         errors.extend(catalog.recover(&ctx.archive_dir, ctx.record_checksum)?);
+        if !claim.previous_stopped_cleanly() {
+            // What the page cache may still have held at the crash: recordings stopped within a
+            // generous multiple of the kernel's writeback delay before the archive was last alive.
+            let last_alive = claim.previous_activity_ms().unwrap_or_else(now_ms);
+            let since = last_alive - writeback_window_ms();
+            errors.extend(catalog.verify_recent_stops(
+                &ctx.archive_dir,
+                since,
+                ctx.record_checksum,
+            )?);
+        }
         errors.extend(
             catalog.finish_interrupted_changes(&ctx.archive_dir, !claim.previous_stopped_cleanly()),
         );
@@ -228,6 +246,8 @@ impl ArchiveConductor {
         })?;
         for e in &errors {
             mark_file.record_error(e, now_ms());
+            // Said where the user looks too: what a crash left and what was done about it.
+            eprintln!("sulis archive {}: {e}", ctx.archive_dir.display());
         }
         let mut control = Vec::new();
         if let Some(channel) = &ctx.control_channel {
@@ -537,6 +557,20 @@ fn usable_space(dir: &Path) -> Option<u64> {
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0)
         .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// How long data may sit in the page cache before the kernel writes it back,
+/// with a wide margin: four times `vm.dirty_expire_centisecs` plus
+/// `vm.dirty_writeback_centisecs`, and never under ten minutes.
+fn writeback_window_ms() -> i64 {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/vm/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let centis = read("dirty_expire_centisecs") + read("dirty_writeback_centisecs");
+    (4 * centis * 10).max(600_000)
 }
 
 /// A directory an archive start made: removed when dropped while `remove`
