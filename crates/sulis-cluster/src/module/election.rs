@@ -2013,6 +2013,26 @@ impl Election {
         me.time_of_last_append_position_ns = now_ns;
     }
 
+    /// How far this new leader may say is committed before its term's first
+    /// entry is on a quorum: what it had applied when it won, as Raft asks
+    /// (an earlier term's entries are committed only through one of the new
+    /// term) — unless the new term follows the log's last term directly.
+    /// Then no leader of a term between them can have written entries that
+    /// a later election could prefer over the ones a quorum holds now (Raft's
+    /// "figure 8" needs such a term: its leader's entries on a minority, a
+    /// higher last term than the quorum's), so what a quorum holds of this
+    /// log is committed as Aeron's election counts it. A whole cluster
+    /// restarted on its log is this case: the followers then replay their
+    /// own logs while the leader replays its own, rather than failing to join
+    /// a log whose tail nobody may apply until the leader's first entry.
+    fn commit_bound_on_winning(&self) -> i64 {
+        if self.leadership_term_id == self.log_leadership_term_id + 1 {
+            i64::MAX
+        } else {
+            self.log_position
+        }
+    }
+
     fn quorum_position_bounded(&mut self, now_ns: i64) -> i64 {
         if self.leader == Some(self.this_member) {
             self.mark_self(now_ns);
@@ -2269,7 +2289,7 @@ impl Election {
             ElectionState::LeaderReady => self.quorum_joined_at_ns = None,
             ElectionState::LeaderLogReplication => {
                 self.voted_through = self.voted_through.max(self.leadership_term_id);
-                self.commit_bound = self.log_position;
+                self.commit_bound = self.commit_bound_on_winning();
                 host.set_role(role::LEADER);
                 self.log_session_id = Some(host.add_log_publication(self.append_position));
             }
@@ -3054,6 +3074,13 @@ mod tests {
     /// Member 0 with a log of term 1 to 640, applied to 0, wins term 2 with
     /// both others at the same log.
     fn leader_of_term_2(host: &mut Fake) -> Election {
+        leader_of_term(host, 2)
+    }
+
+    /// A member whose log ends at 640 in term 1, leader of `term` (a term
+    /// above 2: the terms between were voted on but never led).
+    fn leader_of_term(host: &mut Fake, term: i64) -> Election {
+        host.candidate_term_on_disk = term - 1;
         let mut e = canvassing(1, 640, host);
         for id in [1, 2] {
             let c = CanvassPosition {
@@ -3069,7 +3096,7 @@ mod tests {
         e.do_work(host, 600 * MS);
         for id in [1, 2] {
             let v = Vote {
-                candidate_term_id: 2,
+                candidate_term_id: term,
                 log_leadership_term_id: 1,
                 log_position: 640,
                 candidate_member_id: 0,
@@ -3138,23 +3165,45 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_new_leader_announces_no_commit_beyond_what_it_had_when_it_won() {
+    /// The commit positions a new leader announced (CommitPosition and
+    /// NewLeadershipTerm) once a quorum holds its whole log, of term 1.
+    fn commits_announced(term: i64) -> Vec<i64> {
         let mut host = Fake::default();
-        let mut e = leader_of_term_2(&mut host);
+        let mut e = leader_of_term(&mut host, term);
+        assert_eq!(e.leadership_term_id, term);
         host.sent.clear();
-        e.do_work(&mut host, 603 * MS); // a quorum holds its whole log, of an earlier term
-        let commits: Vec<i64> = host
-            .sent
+        e.do_work(&mut host, 603 * MS);
+        host.sent
             .iter()
             .filter_map(|(_, m)| match m {
                 ConsensusMessage::CommitPosition(c) => Some(c.log_position),
                 ConsensusMessage::NewLeadershipTerm(n) => Some(n.commit_position),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_new_leader_announces_no_commit_beyond_what_it_had_when_it_won() {
+        // Term 2 was voted on and never led: a term between the log's and
+        // this one, so the quorum's copies of term 1 prove nothing yet.
+        let commits = commits_announced(3);
         assert!(
             !commits.is_empty() && commits.iter().all(|&c| c == 0),
+            "{commits:?}"
+        );
+    }
+
+    #[test]
+    fn a_leader_of_the_term_after_its_logs_commits_what_a_quorum_holds() {
+        // A whole cluster restarted on its log elects the term after the
+        // log's: the followers hear the quorum's position and replay their
+        // own logs while the leader replays its own. Bounded at 0 they had
+        // nothing to replay, failed to join a log 640 ahead of them, and
+        // called election after election until the leader's first entry.
+        let commits = commits_announced(2);
+        assert!(
+            !commits.is_empty() && commits.iter().all(|&c| c == 640),
             "{commits:?}"
         );
     }

@@ -38,6 +38,7 @@ impl RecordingLog {
     pub fn open(dir: &Path) -> Result<RecordingLog, String> {
         let path = dir.join(FILE_NAME);
         let what = |e: std::io::Error| format!("{}: {e}", path.display());
+        let existed = path.exists();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -45,6 +46,13 @@ impl RecordingLog {
             .truncate(false)
             .open(&path)
             .map_err(what)?;
+        if !existed {
+            // The name is durable before any entry is: its syncs (fdatasync) do not carry the
+            // directory, and a power cut would otherwise lose the whole log of terms.
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(what)?;
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(what)?;
         let decoded = decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
