@@ -416,6 +416,27 @@ mod tests {
     }
 
     #[test]
+    fn should_take_a_mark_file_a_power_cut_left_zeroed_or_torn_as_a_crash() {
+        for (name, bytes) in [("zeros", vec![0u8; 1 << 20]), ("torn", vec![0x5au8; 700])] {
+            let dir = temp_dir(name);
+            std::fs::write(dir.join(MARK_FILE), &bytes).unwrap();
+            let claim = MarkFileClaim::claim(&dir, 1_000_000).unwrap();
+            assert!(!claim.previous_stopped_cleanly(), "{name}: recovery runs");
+            assert_eq!(
+                claim.previous_activity_ms(),
+                None,
+                "{name}: no time it was last alive"
+            );
+            claim.create(&fields(1_000_000)).unwrap();
+            assert_eq!(
+                MarkFileReader::open(&dir).unwrap().pid(),
+                std::process::id() as i64
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
     fn should_count_a_fresh_mark_file_from_elsewhere_as_alive_until_it_goes_stale() {
         let dir = temp_dir("foreign");
         let now = 1_000_000;
