@@ -7,7 +7,8 @@ and the sink are in ``batch_reader``, ``stream_reader`` and ``sink``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
