@@ -63,16 +63,17 @@ def _start_error(e: _native.SulisError, failed: str, cluster_dir: str, archive_d
     if failed == "driver" and isinstance(e, _native.ActiveDriverError):
         default = "" if dir_given else (f" (neither --dir nor $SULIS_DIR was given, so it is {_native.default_dir()}, "
                                         "which every member started without them shares)")
-        error.message = (f"{error.message}. Each member runs a media driver of its own in its own directory"
-                         f"{default}: if another member runs there, give this one another --dir "
-                         f"(e.g. --dir {_native.default_dir()}-member-{member_id})")
-    elif failed == "archive" and "an archive is running in" in str(e):
+        return click.ClickException(
+            f"{error.message}. Each member runs a media driver of its own in its own directory{default}: if another "
+            f"member runs there, give this one another --dir (e.g. --dir {_native.default_dir()}-member-{member_id})")
+    if failed == "archive" and "an archive is running in" in str(e):
         default = "" if archive_dir_given else (
             f" (--archive-dir was not given, so it is CLUSTER_DIR/../archive, {archive_dir}, which every member "
             f"whose --cluster-dir is in {parent} shares)")
-        error.message = (f"{error.message}. Each member needs an archive directory of its own{default}: if another "
-                         f"member runs there, give this one another --archive-dir "
-                         f"(e.g. --archive-dir {os.path.join(parent, f'archive-{member_id}')})")
+        return click.ClickException(
+            f"{error.message}. Each member needs an archive directory of its own{default}: if another member runs "
+            f"there, give this one another --archive-dir (e.g. --archive-dir "
+            f"{os.path.join(parent, f'archive-{member_id}')})")
     return error
 
 
