@@ -171,7 +171,11 @@ def start_standalone_archive(archive_dir: str, driver_dir: str, control_stream_i
                              "--dir", driver_dir, "--local-control-stream-id", str(control_stream_id),
                              "--segment-file-length", str(1 << 20)],
                             stderr=subprocess.PIPE, text=True, env=clean_env())
-    assert "running in" in proc.stderr.readline()
+    said = []  # what a restart found first (a recording a kill left unstopped), then "running in"
+    while not said or "running in" not in said[-1]:
+        line = proc.stderr.readline()
+        assert line, f"sulis archive exited ({proc.wait()}): {''.join(said)}"
+        said.append(line)
     return proc
 
 

@@ -643,7 +643,10 @@ impl Catalog {
             {
                 let g = Geometry::of(d);
                 let keep = g.base_of(d.stop_position);
-                let empty_last = d.stop_position == keep && d.stop_position > d.start_position;
+                // The segment the stop position begins holds nothing of the recording: deleted, so an
+                // extension starts it afresh (a recording a power cut left empty has its first segment
+                // file, all zeros, there).
+                let empty_last = d.stop_position == keep;
                 if let Some((_, path)) = segments
                     .iter()
                     .find(|(b, _)| erase && *b == keep && !empty_last)
@@ -1219,6 +1222,14 @@ mod tests {
         let said = c.verify_recent_stops(&dir.0, 5_000, None).unwrap();
         assert_eq!(c.recording(recent).unwrap().stop_position, 2 * TERM);
         assert!(said[0].contains("is missing"), "{said:?}");
+
+        // A recording a power cut left empty (its first segment all zeros): the file goes, so that the
+        // recording can be extended from its start.
+        let empty = c.add_recording(d.clone()).unwrap();
+        std::fs::write(dir.0.join(format!("{empty}-0.rec")), vec![0u8; 4096]).unwrap();
+        c.record_stop(empty, 0, 10_000).unwrap();
+        c.finish_interrupted_changes(&dir.0, true);
+        assert!(!dir.0.join(format!("{empty}-0.rec")).exists());
     }
 
     #[test]

@@ -395,6 +395,12 @@ impl SegmentReader {
             let file = File::open(&path).map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
             })?;
+            // A replay reads a segment front to back: the kernel may read ahead twice as far.
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: advice on an fd this reader owns; it changes no data.
+            unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+            }
             self.file = Some((base, path, file));
         }
         let (_, path, file) = self.file.as_ref().expect("just set");
