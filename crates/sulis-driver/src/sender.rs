@@ -15,7 +15,7 @@ use crate::media::transport::{send_control_frame, Transport};
 use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::RecvBatch;
 use crate::multi_send_destination::{MdcMode, MultiSendDestination};
-use crate::network_publication::{NetworkPublication, PublicationSender};
+use crate::network_publication::{HeartbeatBatch, NetworkPublication, PublicationSender};
 use crate::system_counters::SystemCounter;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -144,6 +144,8 @@ pub struct Sender {
     duty_cycles: usize,
     /// Which endpoints have control frames waiting, once there are many.
     poller: TransportPoller,
+    /// An endpoint's heartbeats of one duty cycle, sent together.
+    heartbeats: HeartbeatBatch,
 }
 
 impl Sender {
@@ -167,6 +169,7 @@ impl Sender {
             recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             duty_cycles: 0,
             poller,
+            heartbeats: HeartbeatBatch::default(),
         }
     }
 
@@ -488,8 +491,16 @@ impl Agent for Sender {
             for p in e.publications.iter_mut() {
                 let own = p.own_destination();
                 let targets = mdc.unwrap_or(own.as_slice());
-                bytes_sent += p.send(&mut *e.transport, targets, &self.cfg, &self.errors, now_ns);
+                bytes_sent += p.send(
+                    &mut *e.transport,
+                    targets,
+                    &self.cfg,
+                    &self.errors,
+                    &mut self.heartbeats,
+                    now_ns,
+                );
             }
+            self.heartbeats.flush(&mut *e.transport, &self.errors);
         }
         self.duty_cycles += 1;
         // Control frames are read when idle, and every other cycle while busy.

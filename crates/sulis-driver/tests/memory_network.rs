@@ -932,6 +932,52 @@ fn an_idle_streams_heartbeats_and_status_messages_are_not_work() {
 }
 
 #[test]
+fn the_heartbeats_of_idle_streams_on_one_endpoint_go_out_together() {
+    // Thousands of idle streams on one endpoint each send a heartbeat every
+    // heartbeat interval; sent alone they were a system call each.
+    let net = MemoryNetwork::new();
+    let mut h = Harness::with_transports("mem-beats", |_| {}, Arc::new(net.clone()));
+    let channel = format!("aeron:udp?endpoint={ENDPOINT}");
+    h.keepalive();
+    let streams = 20;
+    for stream in 1..=streams {
+        h.add_subscription(&channel, stream);
+        h.add_publication(&channel, stream);
+    }
+    let mut images = 0;
+    for _ in 0..500 {
+        images += h
+            .take_events()
+            .iter()
+            .filter(|e| matches!(e, Event::AvailableImage { .. }))
+            .count();
+        if images == streams as usize {
+            break;
+        }
+        h.advance(MS);
+    }
+    assert_eq!(images, streams as usize, "every stream connected");
+    let beats = h.system_counter(SystemCounter::HeartbeatsSent);
+    // The send endpoint: the one address bound besides the channel's.
+    let endpoint: SocketAddr = ENDPOINT.parse().unwrap();
+    let bound: Vec<SocketAddr> = net.bound().into_iter().filter(|a| *a != endpoint).collect();
+    assert_eq!(bound.len(), 1, "{bound:?}");
+    let sender = bound[0];
+    let calls = net.send_calls(sender);
+    for _ in 0..10 {
+        h.keepalive();
+        h.advance(100 * MS);
+    }
+    let beats = h.system_counter(SystemCounter::HeartbeatsSent) - beats;
+    let calls = net.send_calls(sender) - calls;
+    assert!(beats >= 10 * streams as i64, "{beats} heartbeats");
+    assert!(
+        calls * 5 <= beats as u64,
+        "{calls} send calls for {beats} heartbeats"
+    );
+}
+
+#[test]
 fn with_many_streams_on_one_endpoint_each_datagram_finds_its_own_image_after_others_end() {
     // The receiver finds a datagram's image, and the sender a status
     // message's publication, through maps kept beside their lists: when an

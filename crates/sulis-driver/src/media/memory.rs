@@ -42,6 +42,8 @@ struct Net {
     next_port: u16,
     /// Datagrams sent to an address nobody had bound.
     unroutable: u64,
+    /// Send calls (`send_to` or `send_batch`, however many datagrams) made from each address.
+    send_calls: HashMap<SocketAddr, u64>,
 }
 
 /// The network: cheap to clone, every clone is the same network.
@@ -156,6 +158,15 @@ impl MemoryNetwork {
         self.lock().unroutable
     }
 
+    /// Send calls made from `from` so far (a batch counts once).
+    pub fn send_calls(&self, from: SocketAddr) -> u64 {
+        self.lock().send_calls.get(&from).copied().unwrap_or(0)
+    }
+
+    fn count_call(&self, from: SocketAddr) {
+        *self.lock().send_calls.entry(from).or_default() += 1;
+    }
+
     fn send(&self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> usize {
         let mut net = self.lock();
         match net.bound.get_mut(&to) {
@@ -207,10 +218,12 @@ impl Transport for MemoryTransport {
     }
 
     fn send_to(&mut self, datagram: &[u8], to: SocketAddr) -> io::Result<usize> {
+        self.net.count_call(self.local);
         Ok(self.net.send(self.local, to, datagram))
     }
 
     fn send_batch(&mut self, datagrams: &[&[u8]], to: SocketAddr) -> io::Result<usize> {
+        self.net.count_call(self.local);
         let mut sent = 0;
         for d in datagrams {
             if self.net.send(self.local, to, d) == 0 {
