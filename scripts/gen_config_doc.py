@@ -206,7 +206,9 @@ def render() -> str:
         "",
         "Clients have no options table and read no `SULIS_*` variable except `SULIS_DIR`: their settings are"
         f" the arguments of {_client_signature()}. `dir` defaults to `$SULIS_DIR`, else to the driver's default"
-        " directory above; `driver_timeout` is in seconds.",
+        " directory above; `driver_timeout` is in seconds. A `dir` that does not exist fails at once, naming"
+        " `sulis driver --dir`; one without its `cnc.dat` yet (a driver starting) is waited for up to"
+        " `driver_timeout`.",
         "",
         "Channel URI parameters (`term-length`, `mtu`, `linger`, ...) override some of these options for one"
         " publication or subscription: see [protocol.md §6](protocol.md).",

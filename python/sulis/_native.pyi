@@ -108,7 +108,10 @@ class MediaDriver:
 
 @disjoint_base
 class Client:
-    """A connection to a media driver in this or another process."""
+    """A connection to a media driver in this or another process.
+
+    A ``dir`` that does not exist fails at once (``DriverTimeoutError``, naming ``sulis driver --dir``); one
+    whose ``cnc.dat`` is not there yet (a driver starting) is waited for up to ``driver_timeout`` seconds."""
 
     def __new__(cls, dir: str | None = None, driver_timeout: float = 10.0, name: str | None = None) -> Self: ...
     @property

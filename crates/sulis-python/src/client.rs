@@ -30,7 +30,10 @@ struct Dispatch {
 /// A connection to a media driver (in this or another process).
 ///
 /// `Client(dir=None, driver_timeout=10.0, name=None)`: `dir` defaults to
-/// `$SULIS_DIR` or `/dev/shm/sulis-$USER`; `name` (at most 100 bytes) is shown
+/// `$SULIS_DIR` or `/dev/shm/sulis-$USER`. A `dir` that does not exist fails
+/// at once (`DriverTimeoutError`, naming `sulis driver --dir`); one whose
+/// `cnc.dat` is not there yet (a driver starting) is waited for up to
+/// `driver_timeout` seconds. `name` (at most 100 bytes) is shown
 /// in the label of the client's heartbeat counter (`sulis stat`:
 /// `client-heartbeat: id=<id> name=<name>`). Image callbacks run on a dispatcher thread of the
 /// client; keep-alive runs on a Rust thread that never needs the GIL, so a
