@@ -51,15 +51,18 @@ _SPARK = ("import os, sys\n"
           "spark = SparkSession.builder.master('local[2]').config('spark.ui.enabled', 'false').getOrCreate()\n"
           "spark.sparkContext.setLogLevel('ERROR')\n")
 
-_CLUSTER = ("import socket\n"
-            "import sulis\n"
+# A free UDP port on loopback, as a string: for the members' endpoints a snippet leaves to the test.
+_FREE_PORT = ("import socket\n"
+              "def _free():\n"
+              "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+              "    s.bind(('127.0.0.1', 0))\n"
+              "    port = s.getsockname()[1]\n"
+              "    s.close()\n"
+              "    return str(port)\n")
+
+_CLUSTER = (_FREE_PORT
+            + "import sulis\n"
             "from sulis.cluster import ClusterClient, ClusterNode, ClusteredService\n"
-            "def _free():\n"
-            "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-            "    s.bind(('127.0.0.1', 0))\n"
-            "    port = s.getsockname()[1]\n"
-            "    s.close()\n"
-            "    return str(port)\n"
             "driver = sulis.MediaDriver(threading_mode='shared')\n"
             "driver_dir = driver.dir\n"
             "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver_dir)\n"
@@ -69,19 +72,13 @@ _CLUSTER = ("import socket\n"
             "                   log_term_length='64k', max_concurrent_sessions=50)\n")
 
 # A one-member cluster whose service echoes each message, its ingress on {port}: for a client snippet.
-_CLUSTER_ECHO = ("import socket\n"
-                 "import sulis\n"
+_CLUSTER_ECHO = (_FREE_PORT
+                 + "import sulis\n"
                  "from sulis.cluster import OFFER_AGAIN, ClusterNode, ClusteredService\n"
                  "class _Echo(ClusteredService):\n"
                  "    def on_session_message(self, cluster, session_id, timestamp, payload):\n"
                  "        while cluster.offer(session_id, payload) in OFFER_AGAIN:\n"
                  "            cluster.idle()\n"
-                 "def _free():\n"
-                 "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                 "    s.bind(('127.0.0.1', 0))\n"
-                 "    port = s.getsockname()[1]\n"
-                 "    s.close()\n"
-                 "    return str(port)\n"
                  "driver = sulis.MediaDriver(threading_mode='shared')\n"
                  "archive_node = sulis.Archive('{tmp}/archive', driver_dir=driver.dir)\n"
                  "node = ClusterNode(_Echo(), '{tmp}/cluster', driver.dir, log_term_length='64k',\n"
