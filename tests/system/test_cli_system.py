@@ -20,7 +20,7 @@ import sulis
 from conftest import CLI, await_until, clean_env, make_dir
 from conftest import run_cli as run
 
-ROW = re.compile(r"^(\w+)\s+(\S*)\s+\((default|environment|explicit); (SULIS_\w+)\)$")
+ROW = re.compile(r"^(\w+)\s+(\S*)\s+\((default|environment|explicit|derived: [^;]+); (SULIS_\w+)\)$")
 
 
 def parse_config(stdout: str) -> dict[str, tuple[str, str, str]]:
@@ -56,6 +56,18 @@ def test_print_config_lists_every_option_with_its_source():
                        "timer_interval", "idle_strategy"}
     assert all(src == "default" for name, (_, src, _) in rows.items() if name not in explicit_or_env)
     assert not os.path.exists(dir), "printing the configuration starts nothing"
+
+
+def test_cluster_node_print_config_shows_the_replication_channel_a_member_of_several_uses():
+    members = "|".join(f"{i},localhost:9{i}10,localhost:9{i}11,localhost:9{i}12,localhost:0,127.0.0.{i + 1}:9{i}14"
+                       for i in range(3))
+    out = run("cluster-node", "--service", "x:Y", "--cluster-dir", "/dev/shm/sulis-cli-cluster-never-created",
+              "--cluster-members", members, "--member-id", "1", "--print-config")
+    assert out.returncode == 0, out.stderr
+    rows = parse_config(out.stdout)
+    # Not the table's localhost:0: copies of the log arrive on this member's archive host.
+    assert rows["replication_channel"][:2] == ("aeron:udp?endpoint=127.0.0.2:0", "derived: this member's archive host")
+    assert rows["member_id"][:2] == ("1", "explicit")
 
 
 def test_print_config_defaults_match_the_library():

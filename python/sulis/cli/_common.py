@@ -400,13 +400,16 @@ def stop_signals():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def echo_config(config, *args, **options) -> None:
+def echo_config(config, *args, derived: dict[str, tuple[str, str]] | None = None, **options) -> None:
     """``--print-config``: ``config(*args, **options)`` (a service's ``*_config``), one line per option with its
-    value and where it came from; a bad value is the command's error."""
+    value and where it came from; a bad value is the command's error. ``derived``: options the command sets
+    itself where the user left the default, by name: (value, why), shown as such."""
     try:
         rows = config(*args, **options)
     except _native.SulisError as e:
         raise cli_error(e) from None
     width = max(len(r[0]) for r in rows)
     for name, value, source, env, _doc in rows:
+        if derived and name in derived and source == "default":
+            value, source = derived[name]
         click.echo(f"{name:<{width}}  {value:<24}  ({source}; {env})")

@@ -126,14 +126,18 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     member's archive host unless --replication-channel says otherwise."""
     driver_dir = dir_ or _native.default_dir()
     options = {k: v for k, v in options.items() if v is not None}
-    if print_config:
-        echo_config(_native.cluster_config, cluster_dir, driver_dir, **options)
-        return
     try:
         rows = _native.cluster_config(cluster_dir, driver_dir, **options)
     except _native.SulisError as e:
         raise cli_error(e) from None
     own = _own_endpoints(rows)
+    if print_config:
+        # What the node will use, not the table's default: a member of several takes copies of the log on
+        # its archive's host.
+        derived = {} if own is None else {"replication_channel": (f"aeron:udp?endpoint={own[1]}:0",
+                                                                  "derived: this member's archive host")}
+        echo_config(_native.cluster_config, cluster_dir, driver_dir, derived=derived, **options)
+        return
     archive_options: dict = {}
     # Durable commits: the member's archive syncs the log's recording at the module's level (the module checks),
     # or at its own if that is higher (SULIS_ARCHIVE_FILE_SYNC_LEVEL is never lowered).
