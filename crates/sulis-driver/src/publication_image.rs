@@ -15,7 +15,7 @@ use crate::context::ReceiverConfig;
 use crate::loss::{
     fill_gap, LossDetector, OptimalMulticastDelayGenerator, StaticDelayGenerator, XorShift64,
 };
-use crate::media::transport::{send_control_frame, Transport};
+use crate::media::transport::{send_control_frame, ControlBatch, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
@@ -575,6 +575,28 @@ impl ImageReceiver {
         sent
     }
 
+    /// As [`Self::send_control`], into `batch`: sent at the end of the duty cycle.
+    fn queue_control(
+        &self,
+        batch: &mut ControlBatch,
+        bytes: &[u8],
+        cfg: &ReceiverConfig,
+        now_ns: i64,
+    ) {
+        let live = |c: &&Connection| now_ns - c.time_of_last_frame_ns < cfg.connection_timeout_ns;
+        if self.connections.iter().any(|c| live(&c)) {
+            for c in self.connections.iter().filter(live) {
+                batch.push(c.transport_index, c.control, bytes);
+            }
+        } else if let Some(c) = self
+            .connections
+            .iter()
+            .max_by_key(|c| c.time_of_last_frame_ns)
+        {
+            batch.push(c.transport_index, c.control, bytes);
+        }
+    }
+
     /// Gives up on an image stuck behind data its sender no longer keeps:
     /// the rebuild position has not moved for `stall_timeout` while the
     /// sender is more than half a term ahead (no sender resends what lies
@@ -786,6 +808,7 @@ impl ImageReceiver {
         transports: &mut [Option<Box<dyn Transport>>],
         cfg: &ReceiverConfig,
         errors: &ErrorReporter,
+        upkeep: &mut ControlBatch,
         now_ns: i64,
     ) -> (usize, (u64, i64)) {
         let mut work = 0;
@@ -955,7 +978,12 @@ impl ImageReceiver {
             };
             let mut buf = [0u8; StatusMessageFrame::LENGTH_WITH_GROUP_TAG];
             let len = sm.encode(&mut buf);
-            self.send_control(transports, &buf[..len], cfg, errors, now_ns);
+            if news {
+                self.send_control(transports, &buf[..len], cfg, errors, now_ns);
+            } else {
+                // Only repeats what the sender heard: it goes with the cycle's other repeats.
+                self.queue_control(upkeep, &buf[..len], cfg, now_ns);
+            }
             system.increment(SystemCounter::StatusMessagesSent);
             work += news as usize;
         }

@@ -20,7 +20,7 @@
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::ReceiverConfig;
-use crate::media::transport::{send_control_frame, Transport};
+use crate::media::transport::{send_control_frame, ControlBatch, Transport};
 use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::{ImageReceiver, PublicationImage};
@@ -305,6 +305,8 @@ pub struct Receiver {
     loss_report_full: bool,
     /// Which transports have datagrams waiting, once there are many.
     poller: TransportPoller,
+    /// Status messages that only repeat, sent together at the end of an endpoint's turn.
+    upkeep: ControlBatch,
 }
 
 /// A transport's key in the poller: its endpoint's and its own index.
@@ -348,6 +350,7 @@ impl Receiver {
             loss_report: None,
             loss_report_full: false,
             poller,
+            upkeep: ControlBatch::default(),
         }
     }
 
@@ -846,8 +849,13 @@ impl Receiver {
     /// Rebuild, NAKs, status message and cleaning for one image.
     fn image_duties(&mut self, ep: usize, ii: usize, now_ns: i64) -> usize {
         let e = &mut self.endpoints[ep];
-        let (work, new_loss) =
-            e.images[ii].do_duties(&mut e.transports, &self.cfg, &self.errors, now_ns);
+        let (work, new_loss) = e.images[ii].do_duties(
+            &mut e.transports,
+            &self.cfg,
+            &self.errors,
+            &mut self.upkeep,
+            now_ns,
+        );
         if new_loss.0 > 0 {
             self.report_loss(ep, ii, new_loss.0, new_loss.1);
         }
@@ -908,6 +916,8 @@ impl Agent for Receiver {
                 }
                 ii += 1;
             }
+            self.upkeep
+                .flush(&mut self.endpoints[ep].transports, &self.errors);
         }
         work
     }

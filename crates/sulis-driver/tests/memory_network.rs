@@ -932,7 +932,7 @@ fn an_idle_streams_heartbeats_and_status_messages_are_not_work() {
 }
 
 #[test]
-fn the_heartbeats_of_idle_streams_on_one_endpoint_go_out_together() {
+fn the_heartbeats_and_status_messages_of_idle_streams_on_one_endpoint_go_out_together() {
     // Thousands of idle streams on one endpoint each send a heartbeat every
     // heartbeat interval; sent alone they were a system call each.
     let net = MemoryNetwork::new();
@@ -964,6 +964,9 @@ fn the_heartbeats_of_idle_streams_on_one_endpoint_go_out_together() {
     assert_eq!(bound.len(), 1, "{bound:?}");
     let sender = bound[0];
     let calls = net.send_calls(sender);
+    // And the receiver's status messages on their timer, from the channel's endpoint.
+    let sms = h.system_counter(SystemCounter::StatusMessagesSent);
+    let sm_calls = net.send_calls(endpoint);
     for _ in 0..10 {
         h.keepalive();
         h.advance(100 * MS);
@@ -974,6 +977,13 @@ fn the_heartbeats_of_idle_streams_on_one_endpoint_go_out_together() {
     assert!(
         calls * 5 <= beats as u64,
         "{calls} send calls for {beats} heartbeats"
+    );
+    let sms = h.system_counter(SystemCounter::StatusMessagesSent) - sms;
+    let sm_calls = net.send_calls(endpoint) - sm_calls;
+    assert!(sms >= 4 * streams as i64, "{sms} status messages");
+    assert!(
+        sm_calls * 5 <= sms as u64,
+        "{sm_calls} send calls for {sms} status messages"
     );
 }
 

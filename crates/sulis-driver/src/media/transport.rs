@@ -74,6 +74,67 @@ pub fn send_control_frame(
     }
 }
 
+/// Control frames that only repeat what their receiver heard before (a
+/// status message on its timer), queued in a duty cycle and sent together
+/// at its end: one `sendmmsg` per transport and destination rather than a
+/// system call each. A thousand idle images sent five thousand a second.
+#[derive(Debug, Default)]
+pub struct ControlBatch {
+    /// Per (transport index, destination): the frames back to back and each one's length.
+    queued: Vec<(usize, SocketAddr, Vec<u8>, Vec<usize>)>,
+}
+
+impl ControlBatch {
+    /// Queues `frame` for `to` through transport `transport_index`.
+    pub fn push(&mut self, transport_index: usize, to: SocketAddr, frame: &[u8]) {
+        let entry = match self
+            .queued
+            .iter_mut()
+            .position(|(t, d, _, _)| *t == transport_index && *d == to)
+        {
+            Some(i) => &mut self.queued[i],
+            None => {
+                self.queued
+                    .push((transport_index, to, Vec::new(), Vec::new()));
+                self.queued.last_mut().expect("just pushed")
+            }
+        };
+        entry.2.extend_from_slice(frame);
+        entry.3.push(frame.len());
+    }
+
+    /// Sends what was queued through `transports` (indexed as queued); what
+    /// a full socket has no room for is dropped, as a frame sent alone
+    /// would be: its timer sends it again.
+    pub fn flush(&mut self, transports: &mut [Option<Box<dyn Transport>>], errors: &ErrorReporter) {
+        for (ti, to, bytes, lengths) in self.queued.iter_mut() {
+            if lengths.is_empty() {
+                continue;
+            }
+            if let Some(Some(t)) = transports.get_mut(*ti) {
+                let mut frames = Vec::with_capacity(lengths.len());
+                let mut at = 0;
+                for &len in lengths.iter() {
+                    frames.push(&bytes[at..at + len]);
+                    at += len;
+                }
+                match t.send_batch(&frames, *to) {
+                    Ok(n) => errors.system().add(
+                        SystemCounter::BytesSent,
+                        frames[..n].iter().map(|f| f.len()).sum::<usize>() as i64,
+                    ),
+                    Err(e) => errors.record(&format!("send of control frames to {to} failed: {e}")),
+                }
+            }
+            bytes.clear();
+            lengths.clear();
+        }
+        if self.queued.len() > 16 {
+            self.queued.clear();
+        }
+    }
+}
+
 impl Transport for UdpTransport {
     fn local_addr(&self) -> SocketAddr {
         UdpTransport::local_addr(self)
