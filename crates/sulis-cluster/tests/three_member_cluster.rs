@@ -166,6 +166,10 @@ fn start(m: &Member, members: &str) -> Running {
         election_timeout: Duration::from_millis(300),
         election_status_interval: Duration::from_millis(50),
         startup_canvass_timeout: Duration::from_secs(5),
+        // The archive's answers at start: with two busy loops, a build and JVMs
+        // beside the test, one took over the default 10 s and failed the run
+        // on the machine's speed, not on the cluster.
+        message_timeout: Duration::from_secs(60),
         ..ConsensusModuleContext::default()
     };
     let (s, error, leader) = (
