@@ -117,14 +117,16 @@ impl Catalog {
             checksum: None,
         };
         catalog.load();
-        if created || zeroed {
-            // Ids above every recording whose segment files are here (a catalog moved aside, or whose
-            // first page was lost): a new recording never takes another's files.
-            let on_disk = max_segment_file_id(dir);
-            if on_disk >= catalog.header.next_recording_id {
-                catalog.header.next_recording_id = on_disk + 1;
-                catalog.write_header();
-            }
+        if !(created || zeroed) {
+            catalog.sync(0, CATALOG_HEADER_LENGTH)?;
+            return Ok(catalog);
+        }
+        // Ids above every recording whose segment files are here (a catalog moved aside, or whose
+        // first page was lost): a new recording never takes another's files.
+        let on_disk = max_segment_file_id(dir);
+        if on_disk >= catalog.header.next_recording_id {
+            catalog.header.next_recording_id = on_disk + 1;
+            catalog.write_header();
         }
         if zeroed {
             catalog.problems.push(format!(
@@ -135,14 +137,11 @@ impl Catalog {
                 catalog.header.next_recording_id
             ));
         }
-        if created || zeroed {
-            // What the archive needs to open again is on disk before anything refers to it, whatever
-            // the sync level: the header, the file's size and its name in the directory.
-            catalog.sync_durably(0, catalog.map.len())?;
-            sync_dir(dir).map_err(|e| io_error(dir, "cannot sync the directory", e))?;
-        } else {
-            catalog.sync(0, CATALOG_HEADER_LENGTH)?;
-        }
+        // What the archive needs to open again is on disk before anything refers to it, whatever
+        // the sync level: the header, the file's size and its name in the directory.
+        catalog.sync_durably(0, catalog.map.len())?;
+        sulis_concurrent::mapped_file::sync_dir(dir)
+            .map_err(|e| io_error(dir, "cannot sync the directory", e))?;
         Ok(catalog)
     }
 
@@ -318,8 +317,7 @@ impl Catalog {
         // Whatever the sync level: a recording the catalog lost at a power cut would leave its
         // segment files (and a cluster's recording log, synced at every level) naming an id the
         // archive does not know. One sync per recording, not per block.
-        self.sync_durably(offset, bytes.len())?;
-        self.sync_durably(0, CATALOG_HEADER_LENGTH)?;
+        self.sync_durably(0, offset + bytes.len())?;
         Ok(id)
     }
 
@@ -463,14 +461,13 @@ impl Catalog {
         entry_length(d, self.header.alignment)
     }
 
-    /// Flushes `len` bytes at `offset` to the disk whatever the sync level
-    /// (and the file's size and metadata with them).
+    /// Writes the changed pages among `len` bytes at `offset` to the disk
+    /// whatever the sync level: one `msync(MS_SYNC)`, which syncs as
+    /// `fdatasync` does (with the file's size and the extents the pages need,
+    /// not its times). One call for a new entry and the header before it.
     fn sync_durably(&self, offset: usize, len: usize) -> Result<(), CatalogError> {
         self.map
             .flush_range(offset, len)
-            .map_err(|e| io_error(&self.path, "cannot sync", e))?;
-        self.file
-            .sync_all()
             .map_err(|e| io_error(&self.path, "cannot sync", e))
     }
 
@@ -495,14 +492,15 @@ impl Catalog {
     /// mid-recording): each one's stop position becomes the end of its last
     /// whole frame ([`recover_stop_position`]: this run's checksum setting
     /// only helps prove a last frame whole). Returns what it found to report
-    /// (a cut torn frame, a recording whose files cannot be read); fails
-    /// only when a recovered stop position cannot be written.
+    /// as errors (a cut torn frame, a recording whose files cannot be read)
+    /// and, apart, a note per recording recovered whole (news, not an error);
+    /// fails only when a recovered stop position cannot be written.
     pub fn recover(
         &mut self,
         dir: &Path,
         checksum: Option<Checksum>,
-    ) -> Result<Vec<String>, CatalogError> {
-        let mut found = Vec::new();
+    ) -> Result<(Vec<String>, Vec<String>), CatalogError> {
+        let (mut found, mut notes) = (Vec::new(), Vec::new());
         for e in self.entries() {
             let d = e.descriptor;
             if e.state != recording_state::VALID || d.stop_position != NULL_VALUE {
@@ -512,13 +510,11 @@ impl Catalog {
                 Ok(r) => {
                     match r.torn {
                         Some(why) => found.push(format!("recording {}: {why}", d.recording_id)),
-                        None => eprintln!(
-                            "sulis archive {}: recording {} was not stopped (its archive was killed or lost \
-                             power): it ends at {}, where its whole frames on disk end",
-                            dir.display(),
-                            d.recording_id,
-                            r.stop_position
-                        ),
+                        None => notes.push(format!(
+                            "recording {} was not stopped (its archive was killed or lost power): it ends \
+                             at {}, where its whole frames on disk end",
+                            d.recording_id, r.stop_position
+                        )),
                     }
                     let now_ms = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -538,7 +534,7 @@ impl Catalog {
                 )),
             }
         }
-        Ok(found)
+        Ok((found, notes))
     }
 
     /// After a crash: the recordings stopped at or after `since_ms` whose
@@ -884,11 +880,6 @@ fn max_segment_file_id(dir: &Path) -> i64 {
         .filter_map(|e| parse_segment_file_name(&e.file_name().to_string_lossy()).map(|(id, _)| id))
         .max()
         .unwrap_or(-1)
-}
-
-/// Syncs directory `dir`: the names made in it are on disk.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Archive files are the archive's own: owner read/write only.

@@ -172,7 +172,7 @@ impl RecordingWriter {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let f = create_segment(&path, self.g.segment_length)?;
                     if self.sync_level > 0 {
-                        sync_dir(&self.dir);
+                        let _ = sulis_concurrent::mapped_file::sync_dir(&self.dir);
                     }
                     f
                 }
@@ -283,12 +283,6 @@ impl RecordingWriter {
             );
         }
         self.written_to = to;
-    }
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
     }
 }
 

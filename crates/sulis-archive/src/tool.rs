@@ -419,7 +419,7 @@ pub fn compact(dir: &Path) -> Result<Compacted, String> {
         f.write_all(&bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(dir)?.sync_all()
+        sulis_concurrent::mapped_file::sync_dir(dir)
     };
     write().map_err(|e| format!("cannot write the compacted catalog {}: {e}", tmp.display()))?;
     let mut out = Compacted {

@@ -144,3 +144,10 @@ impl MappedFile {
         &self.path
     }
 }
+
+/// Syncs directory `dir` (`fsync` of the directory): the names made in it,
+/// and their removal, are on disk. A new file's own `fsync` does not carry
+/// its name.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}

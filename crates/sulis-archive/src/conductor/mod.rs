@@ -194,7 +194,7 @@ impl ArchiveConductor {
             // Its name on disk before the catalog in it is synced (whatever the sync level: the
             // archive must open again after a power cut).
             if let Some(parent) = ctx.archive_dir.parent() {
-                let _ = crate::catalog::sync_dir(parent);
+                let _ = sulis_concurrent::mapped_file::sync_dir(parent);
             }
         }
         // A directory this start made goes again if the start fails.
@@ -218,7 +218,11 @@ impl ArchiveConductor {
         catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
-        errors.extend(catalog.recover(&ctx.archive_dir, ctx.record_checksum)?);
+        let (problems, recovered) = catalog.recover(&ctx.archive_dir, ctx.record_checksum)?;
+        errors.extend(problems);
+        for note in &recovered {
+            eprintln!("sulis archive {}: {note}", ctx.archive_dir.display());
+        }
         if !claim.previous_stopped_cleanly() {
             // What the page cache may still have held at the crash: recordings stopped within a
             // generous multiple of the kernel's writeback delay before the archive was last alive.

@@ -113,9 +113,7 @@ impl NodeStateFile {
             file.sync_all().map_err(what)?;
             if let Some(parent) = path.parent() {
                 // The new name is durable too.
-                if let Ok(d) = File::open(parent) {
-                    let _ = d.sync_all();
-                }
+                let _ = sulis_concurrent::mapped_file::sync_dir(parent);
             }
             return Ok(NodeStateFile {
                 file,

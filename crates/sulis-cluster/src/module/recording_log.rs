@@ -49,9 +49,7 @@ impl RecordingLog {
         if !existed {
             // The name is durable before any entry is: its syncs (fdatasync) do not carry the
             // directory, and a power cut would otherwise lose the whole log of terms.
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(what)?;
+            sulis_concurrent::mapped_file::sync_dir(dir).map_err(what)?;
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(what)?;
