@@ -33,7 +33,7 @@ use crate::flow_control::{FlowControl, FlowControlSpec, TrackedReceiver};
 use crate::ipc_publication::{reader_position, tethered_position, LocalSubscriber};
 use crate::lifecycle::PublicationState;
 use crate::loss::{NakOutcome, RetransmitHandler, StaticDelayGenerator};
-use crate::media::transport::{send_control_frame, Transport};
+use crate::media::transport::{send_control_frame, FrameBatch, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
@@ -379,53 +379,6 @@ impl NetworkPublicationEntry {
 
 /// Datagrams gathered into one `sendmmsg` per publication and send turn.
 const SEND_BATCH: usize = 32;
-
-/// The heartbeats of one send endpoint's publications in a duty cycle, sent
-/// together once every publication had its turn: one `sendmmsg` per
-/// destination (with GSO, one message) rather than a system call each.
-/// Thousands of idle streams on one endpoint send thousands of heartbeats a
-/// second; the datagrams on the wire are the same, only the calls are fewer.
-#[derive(Debug, Default)]
-pub struct HeartbeatBatch {
-    /// Per destination, its heartbeat frames back to back.
-    by_destination: Vec<(SocketAddr, Vec<u8>)>,
-}
-
-impl HeartbeatBatch {
-    /// Queues a heartbeat frame for `to`.
-    pub fn push(&mut self, to: SocketAddr, frame: &[u8]) {
-        match self.by_destination.iter_mut().find(|(d, _)| *d == to) {
-            Some((_, frames)) => frames.extend_from_slice(frame),
-            None => self.by_destination.push((to, frame.to_vec())),
-        }
-    }
-
-    /// Sends what was queued through `transport` (the endpoint's); a
-    /// heartbeat the socket had no room for is dropped, as a full socket
-    /// drops one sent alone: the next comes a heartbeat interval later.
-    pub fn flush(&mut self, transport: &mut dyn Transport, errors: &ErrorReporter) {
-        for (to, bytes) in self.by_destination.iter_mut() {
-            if bytes.is_empty() {
-                continue;
-            }
-            let frames: Vec<&[u8]> = bytes
-                .chunks(sulis_protocol::frame::DATA_HEADER_LENGTH)
-                .collect();
-            match transport.send_batch(&frames, *to) {
-                Ok(n) => errors.system().add(
-                    SystemCounter::BytesSent,
-                    (n * sulis_protocol::frame::DATA_HEADER_LENGTH) as i64,
-                ),
-                Err(e) => errors.record(&format!("heartbeat to {to} failed: {e}")),
-            }
-            bytes.clear();
-        }
-        // Destinations come and go (MDC): a few are kept with their buffers, not every one ever seen.
-        if self.by_destination.len() > 16 {
-            self.by_destination.clear();
-        }
-    }
-}
 
 /// The sender agent's side of a network publication: the protocol it runs
 /// with its receivers. SETUP until a receiver answers, data within the
@@ -814,7 +767,7 @@ impl PublicationSender {
         targets: &[SocketAddr],
         cfg: &SenderConfig,
         errors: &ErrorReporter,
-        heartbeats: &mut HeartbeatBatch,
+        heartbeats: &mut FrameBatch,
         now_ns: i64,
     ) -> usize {
         if now_ns < self.quiet_until_ns && self.still_quiet() {
@@ -913,7 +866,7 @@ impl PublicationSender {
             }
             let bytes = h.to_bytes();
             for &destination in targets {
-                heartbeats.push(destination, &bytes);
+                heartbeats.push(0, destination, &bytes);
             }
             system.increment(SystemCounter::HeartbeatsSent);
             self.time_of_last_send_ns = now_ns;

@@ -15,7 +15,7 @@ use crate::context::ReceiverConfig;
 use crate::loss::{
     fill_gap, LossDetector, OptimalMulticastDelayGenerator, StaticDelayGenerator, XorShift64,
 };
-use crate::media::transport::{send_control_frame, ControlBatch, Transport};
+use crate::media::transport::{send_control_frame, FrameBatch, Transport};
 use crate::system_counters::{SystemCounter, SystemCounters};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
@@ -546,8 +546,26 @@ impl ImageReceiver {
             .put_i64_ordered(LOG_END_OF_STREAM_POSITION_OFFSET, end);
     }
 
-    /// Sends a control frame on every connection heard from within the
-    /// connection timeout (on the newest one if none was).
+    /// The ways a control frame goes: every connection heard from within
+    /// the connection timeout, or the newest one if none was.
+    fn control_ways(&self, cfg: &ReceiverConfig, now_ns: i64) -> impl Iterator<Item = &Connection> {
+        let timeout_ns = cfg.connection_timeout_ns;
+        let live = move |c: &&Connection| now_ns - c.time_of_last_frame_ns < timeout_ns;
+        let any_live = self.connections.iter().any(|c| live(&c));
+        let newest = (!any_live)
+            .then(|| {
+                self.connections
+                    .iter()
+                    .max_by_key(|c| c.time_of_last_frame_ns)
+            })
+            .flatten();
+        self.connections
+            .iter()
+            .filter(move |c| any_live && live(c))
+            .chain(newest)
+    }
+
+    /// Sends a control frame on its ways ([`Self::control_ways`]); true if it went on one.
     fn send_control(
         &self,
         transports: &mut [Option<Box<dyn Transport>>],
@@ -556,43 +574,24 @@ impl ImageReceiver {
         errors: &ErrorReporter,
         now_ns: i64,
     ) -> bool {
-        let live = |c: &&Connection| now_ns - c.time_of_last_frame_ns < cfg.connection_timeout_ns;
-        let newest = self
-            .connections
-            .iter()
-            .max_by_key(|c| c.time_of_last_frame_ns);
         let mut sent = false;
-        let mut send = |c: &Connection| {
+        for c in self.control_ways(cfg, now_ns) {
             if let Some(Some(t)) = transports.get_mut(c.transport_index) {
                 sent |= send_control_frame(&mut **t, bytes, c.control, errors);
             }
-        };
-        if self.connections.iter().any(|c| live(&c)) {
-            self.connections.iter().filter(live).for_each(&mut send);
-        } else if let Some(c) = newest {
-            send(c);
         }
         sent
     }
 
-    /// As [`Self::send_control`], into `batch`: sent at the end of the duty cycle.
+    /// As [`Self::send_control`], into `batch`: sent at the end of the endpoint's turn.
     fn queue_control(
         &self,
-        batch: &mut ControlBatch,
+        batch: &mut FrameBatch,
         bytes: &[u8],
         cfg: &ReceiverConfig,
         now_ns: i64,
     ) {
-        let live = |c: &&Connection| now_ns - c.time_of_last_frame_ns < cfg.connection_timeout_ns;
-        if self.connections.iter().any(|c| live(&c)) {
-            for c in self.connections.iter().filter(live) {
-                batch.push(c.transport_index, c.control, bytes);
-            }
-        } else if let Some(c) = self
-            .connections
-            .iter()
-            .max_by_key(|c| c.time_of_last_frame_ns)
-        {
+        for c in self.control_ways(cfg, now_ns) {
             batch.push(c.transport_index, c.control, bytes);
         }
     }
@@ -808,7 +807,7 @@ impl ImageReceiver {
         transports: &mut [Option<Box<dyn Transport>>],
         cfg: &ReceiverConfig,
         errors: &ErrorReporter,
-        upkeep: &mut ControlBatch,
+        upkeep: &mut FrameBatch,
         now_ns: i64,
     ) -> (usize, (u64, i64)) {
         let mut work = 0;

@@ -20,7 +20,7 @@
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::ReceiverConfig;
-use crate::media::transport::{send_control_frame, ControlBatch, Transport};
+use crate::media::transport::{send_control_frame, FrameBatch, Transport};
 use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::{RecvBatch, MAX_UDP_PAYLOAD_LENGTH};
 use crate::publication_image::{ImageReceiver, PublicationImage};
@@ -306,7 +306,7 @@ pub struct Receiver {
     /// Which transports have datagrams waiting, once there are many.
     poller: TransportPoller,
     /// Status messages that only repeat, sent together at the end of an endpoint's turn.
-    upkeep: ControlBatch,
+    upkeep: FrameBatch,
 }
 
 /// A transport's key in the poller: its endpoint's and its own index.
@@ -350,7 +350,7 @@ impl Receiver {
             loss_report: None,
             loss_report_full: false,
             poller,
-            upkeep: ControlBatch::default(),
+            upkeep: FrameBatch::default(),
         }
     }
 
@@ -916,8 +916,12 @@ impl Agent for Receiver {
                 }
                 ii += 1;
             }
-            self.upkeep
-                .flush(&mut self.endpoints[ep].transports, &self.errors);
+            for (ti, t) in self.endpoints[ep].transports.iter_mut().enumerate() {
+                if let Some(t) = t {
+                    self.upkeep.flush(ti, &mut **t, &self.errors);
+                }
+            }
+            self.upkeep.end_turn();
         }
         work
     }

@@ -11,11 +11,12 @@
 
 use crate::agent::{Agent, ErrorReporter, NanoClock};
 use crate::context::SenderConfig;
+use crate::media::transport::FrameBatch;
 use crate::media::transport::{send_control_frame, Transport};
 use crate::media::transport_poller::TransportPoller;
 use crate::media::udp_transport::RecvBatch;
 use crate::multi_send_destination::{MdcMode, MultiSendDestination};
-use crate::network_publication::{HeartbeatBatch, NetworkPublication, PublicationSender};
+use crate::network_publication::{NetworkPublication, PublicationSender};
 use crate::system_counters::SystemCounter;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -145,7 +146,7 @@ pub struct Sender {
     /// Which endpoints have control frames waiting, once there are many.
     poller: TransportPoller,
     /// An endpoint's heartbeats of one duty cycle, sent together.
-    heartbeats: HeartbeatBatch,
+    heartbeats: FrameBatch,
 }
 
 impl Sender {
@@ -169,7 +170,7 @@ impl Sender {
             recv: Some(RecvBatch::new(CONTROL_BATCH, CONTROL_SLOT)),
             duty_cycles: 0,
             poller,
-            heartbeats: HeartbeatBatch::default(),
+            heartbeats: FrameBatch::default(),
         }
     }
 
@@ -500,7 +501,8 @@ impl Agent for Sender {
                     now_ns,
                 );
             }
-            self.heartbeats.flush(&mut *e.transport, &self.errors);
+            self.heartbeats.flush(0, &mut *e.transport, &self.errors);
+            self.heartbeats.end_turn();
         }
         self.duty_cycles += 1;
         // Control frames are read when idle, and every other cycle while busy.

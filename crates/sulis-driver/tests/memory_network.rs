@@ -931,19 +931,28 @@ fn an_idle_streams_heartbeats_and_status_messages_are_not_work() {
     assert_eq!(s.poll(), more, "delivered without the clock moving");
 }
 
+/// Streams 1 to `n` on one UDP endpoint of a driver on a memory network, a
+/// subscription and a publication each (their registration ids returned),
+/// the client kept alive.
+fn streams_on_one_endpoint(name: &str, n: i32) -> (MemoryNetwork, Harness, Vec<i64>) {
+    let net = MemoryNetwork::new();
+    let h = Harness::with_transports(name, |_| {}, Arc::new(net.clone()));
+    let channel = format!("aeron:udp?endpoint={ENDPOINT}");
+    h.keepalive();
+    let mut registrations = Vec::new();
+    for stream in 1..=n {
+        h.add_subscription(&channel, stream);
+        registrations.push(h.add_publication(&channel, stream));
+    }
+    (net, h, registrations)
+}
+
 #[test]
 fn the_heartbeats_and_status_messages_of_idle_streams_on_one_endpoint_go_out_together() {
     // Thousands of idle streams on one endpoint each send a heartbeat every
     // heartbeat interval; sent alone they were a system call each.
-    let net = MemoryNetwork::new();
-    let mut h = Harness::with_transports("mem-beats", |_| {}, Arc::new(net.clone()));
-    let channel = format!("aeron:udp?endpoint={ENDPOINT}");
-    h.keepalive();
     let streams = 20;
-    for stream in 1..=streams {
-        h.add_subscription(&channel, stream);
-        h.add_publication(&channel, stream);
-    }
+    let (net, mut h, _) = streams_on_one_endpoint("mem-beats", streams);
     let mut images = 0;
     for _ in 0..500 {
         images += h
@@ -992,16 +1001,8 @@ fn with_many_streams_on_one_endpoint_each_datagram_finds_its_own_image_after_oth
     // The receiver finds a datagram's image, and the sender a status
     // message's publication, through maps kept beside their lists: when an
     // image ends, the last one moves into its place and must still be found.
-    let net = MemoryNetwork::new();
-    let mut h = Harness::with_transports("mem-many", |_| {}, Arc::new(net.clone()));
-    let channel = format!("aeron:udp?endpoint={ENDPOINT}");
-    h.keepalive();
+    let (_, mut h, registrations) = streams_on_one_endpoint("mem-many", 6);
     let streams: Vec<i32> = (1..=6).collect();
-    let mut registrations = Vec::new();
-    for &stream in &streams {
-        h.add_subscription(&channel, stream);
-        registrations.push(h.add_publication(&channel, stream));
-    }
     let mut publications = std::collections::HashMap::new();
     let mut images = std::collections::HashMap::new();
     for _ in 0..200 {
