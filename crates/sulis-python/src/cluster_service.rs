@@ -239,8 +239,8 @@ pub(crate) struct PyService {
     batched: bool,
     handle: Option<Py<PyCluster>>,
     failed: Arc<Mutex<Option<String>>>,
-    skip_errors: bool,
-    skipped: Arc<Mutex<Vec<String>>>,
+    /// With `service_errors=skip`: where a message or timer callback's exception goes.
+    skipped: Option<Arc<Mutex<Vec<String>>>>,
     /// The node's stop flag and idle strategy, for the `Cluster` handle.
     stop: Arc<AtomicBool>,
     idle: IdleStrategy,
@@ -274,8 +274,7 @@ impl PyService {
             batched,
             handle: None,
             failed,
-            skip_errors: skipped.is_some(),
-            skipped: skipped.unwrap_or_default(),
+            skipped,
             stop,
             idle,
         }
@@ -289,11 +288,13 @@ impl PyService {
                 name,
                 "on_session_message" | "on_session_messages" | "on_timer_event"
             );
-            if self.skip_errors && skippable && self.failed.lock().unwrap().is_none() {
-                self.skipped.lock().unwrap().push(format!(
-                    "{text} (service_errors=skip: the entry counts as applied)"
-                ));
-                return;
+            if let Some(skipped) = self.skipped.as_ref().filter(|_| skippable) {
+                if self.failed.lock().unwrap().is_none() {
+                    skipped.lock().unwrap().push(format!(
+                        "{text} (service_errors=skip: the entry counts as applied)"
+                    ));
+                    return;
+                }
             }
             let mut failed = self.failed.lock().unwrap();
             if failed.is_none() {
