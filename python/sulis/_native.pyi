@@ -806,6 +806,9 @@ class Archive:
         replication_channel: str | None = ...,
         low_storage_space_threshold: int | str | None = ...,
         threading_mode: str | None = ...,
+        retention_policy_file: str | None = ...,
+        retention_check_interval: float | str | None = ...,
+        retention_hold_timeout: float | str | None = ...,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -917,6 +920,16 @@ def archive_mark_file(
     dir: str,
 ) -> tuple[int, int, int, str, str, str, list[tuple[int, int, int, str]]] | None:
     """The mark file: pid, activity ms, archive id, channels, driver dir, errors; None without one."""
+def archive_retention(
+    dir: str, policy_file: str | None = None, hold_timeout: str = "7d"
+) -> tuple[list[str], list[str], list[tuple[int, int, str, int, int, str | None, int | None, str]]]:
+    """The retention rules, the holds, and per valid recording what goes at the next check:
+    (rules, holds, rows of (recording id, stream id, channel, start, stop, rule, held from, next))."""
+def archive_hold(dir: str, name: str, held: list[tuple[int, int]]) -> str:
+    """Writes (or replaces) the hold ``name``: each (recording id, position) kept from retention from that
+    position's segment on, for ``retention_hold_timeout`` after the last write. Returns its path."""
+def archive_release_hold(dir: str, name: str) -> bool:
+    """Removes the hold ``name``; False when there was none."""
 
 def cluster_config(
     cluster_dir: str | None = None, driver_dir: str | None = None, **options: object

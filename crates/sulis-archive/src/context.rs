@@ -87,6 +87,14 @@ pub struct ArchiveContext {
     /// What the archive's threads do when idle (Aeron's
     /// `aeron.archive.*.idle.strategy`; one for all of them here).
     pub idle_strategy: sulis_concurrent::idle::IdleStrategy,
+    /// The retention rules (`crate::retention`), read again when the file
+    /// changes (`None`: `retention.policy` in the archive directory; no
+    /// file, no retention).
+    pub retention_policy_file: Option<PathBuf>,
+    /// How often the policy file and the recordings are looked at.
+    pub retention_check_interval: Duration,
+    /// How long a hold (`crate::holds`) lasts after it was last written.
+    pub retention_hold_timeout: Duration,
     /// Where each setting came from.
     pub sources: Sources,
     /// Asked while the archive waits for its media driver at start (a
@@ -178,6 +186,9 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(replication_channel, "SULIS_ARCHIVE_REPLICATION_CHANNEL", "channel", "Channel this archive receives replicated recordings on (empty: replication needs one per request).", optional_text, show_optional),
     sulis_protocol::option!(low_storage_space_threshold, "SULIS_ARCHIVE_LOW_STORAGE_SPACE_THRESHOLD", "bytes", "Below this many usable bytes in the archive directory's file system, new recordings, extensions and replications are refused with STORAGE_SPACE.", |s: &str| parse_size(s), show),
     sulis_protocol::option!(threading_mode, "SULIS_ARCHIVE_THREADING_MODE", "", "shared: conductor, recorder and replayer on one thread; dedicated: a thread each (Aeron's default).", ArchiveThreadingMode::parse, |v: &ArchiveThreadingMode| v.name().to_string()),
+    sulis_protocol::option!(retention_policy_file, "SULIS_ARCHIVE_RETENTION_POLICY_FILE", "path", "Retention rules (stream, channel pattern, max-age, max-size; see Retention in the docs), read again whenever the file changes (empty: retention.policy in the archive directory; no file, nothing is removed).", |s: &str| parse_optional(s, |s: &str| Ok::<_, String>(PathBuf::from(s))), |v: &Option<PathBuf>| v.as_ref().map(|p| p.display().to_string()).unwrap_or_default()),
+    sulis_protocol::option!(retention_check_interval, "SULIS_ARCHIVE_RETENTION_CHECK_INTERVAL", "duration", "How often the retention policy file and the recordings are looked at.", duration, show_duration),
+    sulis_protocol::option!(retention_hold_timeout, "SULIS_ARCHIVE_RETENTION_HOLD_TIMEOUT", "duration", "How long a reader's hold (holds/NAME.hold) keeps segments after it was last written (as Kafka's offsets.retention.minutes).", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_ARCHIVE_IDLE_STRATEGY", "", "What the archive's threads do when idle: backoff (spin, then park 1 us to 1 ms; Aeron's also yields, which starves an agent on busy cores), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
 ];
 
@@ -228,6 +239,9 @@ impl Default for ArchiveContext {
             low_storage_space_threshold: 128 * 1024 * 1024,
             threading_mode: ArchiveThreadingMode::Shared,
             idle_strategy: sulis_concurrent::idle::IdleStrategy::backoff(),
+            retention_policy_file: None,
+            retention_check_interval: Duration::from_secs(10),
+            retention_hold_timeout: Duration::from_secs(7 * 86_400),
             sources: Sources::default(),
             interrupt: None,
         }
@@ -235,6 +249,14 @@ impl Default for ArchiveContext {
 }
 
 impl ArchiveContext {
+    /// The retention policy file: `retention_policy_file`, else
+    /// `retention.policy` in the archive directory.
+    pub fn retention_policy_path(&self) -> PathBuf {
+        self.retention_policy_file
+            .clone()
+            .unwrap_or_else(|| self.archive_dir.join("retention.policy"))
+    }
+
     /// The catalog's sync level: `catalog_file_sync_level`, else `file_sync_level`'s.
     pub fn catalog_sync_level(&self) -> u8 {
         self.catalog_file_sync_level.unwrap_or(self.file_sync_level)
@@ -285,6 +307,9 @@ impl ArchiveContext {
                 "a challenge needs credentials: clients answer it after connecting with them"
                     .into(),
             );
+        }
+        if self.retention_check_interval.is_zero() {
+            return Err("retention_check_interval must be above 0".into());
         }
         if self.max_concurrent_recordings == 0 || self.max_concurrent_replays == 0 {
             return Err(

@@ -10,7 +10,9 @@ pub mod context;
 pub mod crash_point;
 pub mod error;
 mod frame_fields;
+pub mod holds;
 pub mod mark_file;
+pub mod retention;
 pub mod segment;
 
 pub use conductor::ArchiveConductor;

@@ -548,3 +548,150 @@ pub fn dump(
     }
     Ok(out)
 }
+
+/// What retention would do to one recording now (`sulis archive-tool DIR retention`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionRow {
+    /// Recording id.
+    pub recording_id: i64,
+    /// Its stream.
+    pub stream_id: i32,
+    /// Its original channel.
+    pub channel: String,
+    /// Where it starts and stops (`NULL_VALUE`: still recording, or its archive stopped dead).
+    pub start_position: i64,
+    /// See `start_position`.
+    pub stop_position: i64,
+    /// The rule that decides for it, as its line reads (`None`: no rule, kept whole).
+    pub rule: Option<String>,
+    /// The lowest position a hold keeps (`None`: none).
+    pub held_from: Option<i64>,
+    /// What goes at the next check, in words.
+    pub next: String,
+}
+
+/// What `retention_report` found.
+#[derive(Clone, Debug, Default)]
+pub struct RetentionReport {
+    /// The policy's rules as their lines read (or why there are none).
+    pub rules: Vec<String>,
+    /// The holds, live or expired, and the hold files that do not read.
+    pub holds: Vec<String>,
+    /// One per valid recording.
+    pub rows: Vec<RetentionRow>,
+}
+
+/// The policy file's rules, the holds (live or expired) and, per valid
+/// recording, what the policy removes at the next check, read without an
+/// archive (a running archive's replays hold more than this shows).
+pub fn retention_report(
+    dir: &Path,
+    policy_file: Option<&Path>,
+    hold_timeout: std::time::Duration,
+) -> Result<RetentionReport, String> {
+    use crate::retention::{plan, RecordingSpan, Removal, RetentionPolicy};
+    let policy_path = policy_file.map_or_else(|| dir.join("retention.policy"), Path::to_path_buf);
+    let policy = match std::fs::read_to_string(&policy_path) {
+        Ok(text) => Some(
+            RetentionPolicy::parse(&text)
+                .map_err(|e| format!("retention policy file {}: {e}", policy_path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(format!(
+                "retention policy file {}: {e}",
+                policy_path.display()
+            ))
+        }
+    };
+    let rules: Vec<String> = match &policy {
+        Some(p) => p.rules.iter().map(|r| r.describe()).collect(),
+        None => vec![format!(
+            "no policy file ({}): nothing is removed",
+            policy_path.display()
+        )],
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let (holds, mut hold_lines) = crate::holds::read_holds(dir);
+    let mut floors = std::collections::BTreeMap::<i64, i64>::new();
+    for h in &holds {
+        let live = now_ms - h.written_ms <= hold_timeout.as_millis() as i64;
+        hold_lines.push(format!(
+            "hold '{}': recording {} from position {} ({}, written {} s ago)",
+            h.name,
+            h.recording_id,
+            h.position,
+            if live { "live" } else { "expired" },
+            (now_ms - h.written_ms) / 1000
+        ));
+        if live {
+            let f = floors.entry(h.recording_id).or_insert(h.position);
+            *f = (*f).min(h.position);
+        }
+    }
+    let (entries, _) = describe(dir)?;
+    let mut rows = Vec::new();
+    for e in entries
+        .into_iter()
+        .filter(|e| e.state == recording_state::VALID)
+    {
+        let d = e.descriptor;
+        let rule = policy.as_ref().and_then(|p| {
+            p.rule_for(
+                d.stream_id,
+                &[d.original_channel.as_str(), d.stripped_channel.as_str()],
+            )
+        });
+        let g = Geometry::of(&d);
+        let held_from = floors.get(&d.recording_id).copied();
+        let next = match rule {
+            None => "kept whole: no rule matches".to_string(),
+            Some(r) if r.max_age.is_none() && r.max_size.is_none() => {
+                format!("kept whole by the rule at line {}", r.line)
+            }
+            Some(_) if d.stop_position == NULL_VALUE => {
+                "recording: the archive removes closed segments as they age".to_string()
+            }
+            Some(_) if !g.is_valid() => "impossible geometry: left alone".to_string(),
+            Some(r) => {
+                let span = RecordingSpan {
+                    start: d.start_position,
+                    end: d.stop_position,
+                    first_base: g.base_of(d.start_position),
+                    segment_length: g.segment_length,
+                    stopped: true,
+                    floor: held_from,
+                };
+                let written = |base: i64| {
+                    let m = std::fs::metadata(g.path(dir, base)).ok()?.modified().ok()?;
+                    Some(m.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+                };
+                match plan(r, span, now_ms, written) {
+                    Removal::Keep => "nothing yet".to_string(),
+                    Removal::Detach { new_start, why } => format!(
+                        "segments below {new_start} ({} bytes): {why}",
+                        new_start - d.start_position
+                    ),
+                    Removal::Purge { why } => format!("the whole recording: {why}"),
+                }
+            }
+        };
+        rows.push(RetentionRow {
+            recording_id: d.recording_id,
+            stream_id: d.stream_id,
+            channel: d.original_channel.clone(),
+            start_position: d.start_position,
+            stop_position: d.stop_position,
+            rule: rule.map(|r| r.describe()),
+            held_from,
+            next,
+        });
+    }
+    Ok(RetentionReport {
+        rules,
+        holds: hold_lines,
+        rows,
+    })
+}

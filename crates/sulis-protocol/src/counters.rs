@@ -112,6 +112,12 @@ pub mod type_id {
     /// started because the log already held them (an exactly-once client's
     /// resends after a leader change). Key: the cluster id (i32).
     pub const SULIS_CLUSTER_DUPLICATE_MESSAGES: i32 = 9102;
+    /// Archive (sulis): segment files retention removed since the archive
+    /// started (whole recordings' included). Key: the archive id (i64).
+    pub const SULIS_ARCHIVE_RETENTION_SEGMENTS: i32 = 9103;
+    /// Archive (sulis): recorded bytes retention removed since the archive
+    /// started (positions, not file lengths). Key: the archive id (i64).
+    pub const SULIS_ARCHIVE_RETENTION_BYTES: i32 = 9104;
 }
 
 /// Values of a channel status counter (Aeron's `ChannelEndpointStatus`).
@@ -201,6 +207,14 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
     (type_id::ARCHIVE_REPLAY_SESSIONS, "archive-replay-sessions"),
     (type_id::ARCHIVE_CONTROL_SESSION, "archive-control-session"),
     (type_id::SULIS_ARCHIVE_DIRECTORY, "archive-directory"),
+    (
+        type_id::SULIS_ARCHIVE_RETENTION_SEGMENTS,
+        "archive-retention-segments",
+    ),
+    (
+        type_id::SULIS_ARCHIVE_RETENTION_BYTES,
+        "archive-retention-bytes",
+    ),
     (type_id::CLUSTER_MODULE_STATE, "cluster-module-state"),
     (type_id::CLUSTER_NODE_ROLE, "cluster-node-role"),
     (type_id::CLUSTER_CONTROL_TOGGLE, "cluster-control-toggle"),

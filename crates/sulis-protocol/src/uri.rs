@@ -1074,7 +1074,7 @@ fn unknown_key_reason(key: &str) -> String {
 }
 
 /// Levenshtein distance between two short strings.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

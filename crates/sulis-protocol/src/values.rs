@@ -75,15 +75,18 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-const DURATION_UNITS: [(&str, u64); 4] = [
+const DURATION_UNITS: [(&str, u64); 7] = [
     ("ns", 1),
     ("us", 1_000),
     ("ms", 1_000_000),
     ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+    ("d", 86_400_000_000_000),
 ];
 
 /// Parses an option's duration into nanoseconds: a number with a unit,
-/// `ns`, `us`, `ms` or `s` (any case), possibly with a decimal fraction
+/// `ns`, `us`, `ms`, `s`, `m`, `h` or `d` (any case), possibly with a decimal fraction
 /// (`1.5s`, `0.25ms`), or `0`. A bare non-zero number is refused as
 /// ambiguous, naming the two readings.
 ///
@@ -100,7 +103,7 @@ pub fn parse_duration_option(s: &str) -> Result<u64, String> {
         .filter(|(suffix, _)| lower.ends_with(suffix))
         .max_by_key(|(suffix, _)| suffix.len());
     let not_a_duration = || {
-        format!("'{s}' is not a duration; use a number with a unit: ns, us, ms or s (e.g. 5s, 500ms, 1.5s)")
+        format!("'{s}' is not a duration; use a number with a unit: ns, us, ms, s, m, h or d (e.g. 5s, 500ms, 1.5s, 7d)")
     };
     let Some((suffix, multiplier)) = unit else {
         if !lower.is_empty() && lower.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
@@ -144,7 +147,8 @@ pub fn format_duration_ns(ns: u64) -> String {
     if ns == 0 {
         return "0".to_string();
     }
-    let (suffix, multiplier) = DURATION_UNITS
+    // Shown in ns to s whatever the size (`60s`, not `1m`): what existing settings read as.
+    let (suffix, multiplier) = DURATION_UNITS[..4]
         .iter()
         .rev()
         .find(|(_, m)| ns.is_multiple_of(*m))
@@ -237,10 +241,15 @@ mod tests {
             );
         }
         for bad in [
-            "", "s", "5m", "5 s", "-5s", "5sec", ".5s", "5.s", "1..5s", "five",
+            "", "s", "5mn", "5 s", "-5s", "5sec", ".5s", "5.s", "1..5s", "five",
         ] {
             let e = parse_duration_option(bad).unwrap_err();
             assert!(e.contains("not a duration"), "{bad}: {e}");
+        }
+        // Minutes, hours and days, for retention's ages; shown back in seconds.
+        for (text, s) in [("5m", 300), ("1.5h", 5_400), ("7d", 604_800)] {
+            assert_eq!(parse_duration_option(text), Ok(s * 1_000_000_000), "{text}");
+            assert_eq!(format_duration_ns(s * 1_000_000_000), format!("{s}s"));
         }
         assert!(parse_duration_option("1.5ns")
             .unwrap_err()

@@ -112,7 +112,7 @@ def _descriptor_dict(state: int, d) -> dict:
 
 
 _VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors", "mark-valid", "mark-invalid",
-          "compact", "delete-orphaned-segments", "checksum"]
+          "compact", "delete-orphaned-segments", "checksum", "retention", "hold", "release"]
 
 
 @click.command("archive-tool")
@@ -124,8 +124,15 @@ _VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors"
 @click.option("--checksum", "algorithm", default=None, metavar="crc32|crc32c",
               help="verify: check frame and catalog checksums too; checksum: the algorithm to write.")
 @click.option("--all", "all_files", is_flag=True, help="checksum: every segment file, not only the last one.")
+@click.option("--name", default=None, help="hold, release: the hold's name.")
+@click.option("--position", type=int, default=None, help="hold: the lowest position kept (default: the start).")
+@click.option("--policy-file", default=None, type=click.Path(dir_okay=False),
+              help="retention: the policy file (default: ARCHIVE_DIR/retention.policy).")
+@click.option("--hold-timeout", default="7d", show_default=True,
+              help="retention: how long a hold lasts after it was written (the archive's retention_hold_timeout).")
 def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, frames: int,
-                 algorithm: str | None, all_files: bool) -> None:
+                 algorithm: str | None, all_files: bool, name: str | None, position: int | None,
+                 policy_file: str | None, hold_timeout: str) -> None:
     """Inspect or repair an archive directory (sulis's or Aeron's), no archive needed.
 
     \b
@@ -145,13 +152,61 @@ def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json:
                               write checksums into the last (--all: every) segment file's
                               frames and the catalog entries, as an archive with that
                               record checksum would have
+    retention [--policy-file F]
+                              the retention rules, the holds, and what goes next of each
+                              recording (a running archive's replays hold more)
+    hold ID --name N [--position P]
+                              keep recording ID from P's segment on from retention (while
+                              the hold is younger than the archive's retention_hold_timeout;
+                              run it again to renew or move it)
+    release --name N          remove the hold N
 
     The verbs that change files refuse while an archive runs in the directory.
     """
     try:
-        _tool(archive_dir, verb, recording_id, as_json, frames, algorithm, all_files)
+        if verb in ("retention", "hold", "release"):
+            _retention(archive_dir, verb, recording_id, as_json, name, position, policy_file, hold_timeout)
+        else:
+            _tool(archive_dir, verb, recording_id, as_json, frames, algorithm, all_files)
     except _native.SulisError as e:
         raise cli_error(e) from None
+
+
+def _retention(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, name: str | None,
+               position: int | None, policy_file: str | None, hold_timeout: str) -> None:
+    if verb == "retention":
+        rules, holds, rows = _native.archive_retention(archive_dir, policy_file, hold_timeout)
+        if recording_id is not None:
+            rows = [r for r in rows if r[0] == recording_id]
+        if as_json:
+            click.echo(json.dumps({"rules": rules, "holds": holds, "recordings": [
+                {"recording_id": r, "stream_id": s, "channel": c, "start_position": a, "stop_position": b,
+                 "rule": rule, "held_from": held, "next": nxt} for r, s, c, a, b, rule, held, nxt in rows]}))
+            return
+        for line in rules + holds:
+            click.echo(line)
+        for r, s, c, a, b, rule, held, nxt in rows:
+            kept = f", held from {held}" if held is not None else ""
+            by = f" (rule {rule})" if rule and nxt == "nothing yet" else ""
+            click.echo(f"recording {r}: stream {s} {a}..{b} {c}{kept}: {nxt}{by}")
+        return
+    if not name:
+        raise click.UsageError(f"{verb} needs --name")
+    if verb == "release":
+        released = _native.archive_release_hold(archive_dir, name)
+        _out(as_json, {"name": name, "released": released},
+             f"hold '{name}' released" if released else f"no hold '{name}'")
+        return
+    if recording_id is None:
+        raise click.UsageError("hold needs a recording id")
+    if position is None:
+        listed = [d for s, d in _native.archive_describe(archive_dir)[0] if d.recording_id == recording_id]
+        if not listed:
+            raise click.ClickException(f"no recording {recording_id} in the catalog")
+        position = listed[0].start_position
+    path = _native.archive_hold(archive_dir, name, [(recording_id, position)])
+    _out(as_json, {"name": name, "recording_id": recording_id, "position": position, "path": path},
+         f"hold '{name}': recording {recording_id} kept from position {position} ({path})")
 
 
 def _out(as_json: bool, doc: object, text: str) -> None:

@@ -22,6 +22,9 @@ pub(super) struct ArchiveCounters {
     pub(super) total_read_time: Option<Counter>,
     /// sulis's: the directory, in the label (none when it does not fit one)
     pub(super) _directory: Option<Counter>,
+    /// sulis's: segment files and recorded bytes retention removed.
+    pub(super) retention_segments: Option<Counter>,
+    pub(super) retention_bytes: Option<Counter>,
 }
 
 impl ArchiveCounters {
@@ -100,6 +103,14 @@ impl ArchiveCounters {
         }
         ArchiveCounters {
             _directory: directory,
+            retention_segments: add(
+                counter_type::SULIS_ARCHIVE_RETENTION_SEGMENTS,
+                "archive retention segments removed",
+            ),
+            retention_bytes: add(
+                counter_type::SULIS_ARCHIVE_RETENTION_BYTES,
+                "archive retention bytes removed",
+            ),
             errors: add(counter_type::ARCHIVE_ERROR_COUNT, "Archive Errors"),
             control_sessions: add(
                 counter_type::ARCHIVE_CONTROL_SESSIONS,

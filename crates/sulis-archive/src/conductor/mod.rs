@@ -27,6 +27,7 @@ mod replay_session;
 mod replay_tokens;
 mod replayer;
 mod replication;
+mod retention_enforcer;
 mod segments;
 
 use control_session::*;
@@ -37,6 +38,7 @@ use recording_session::*;
 use replay_session::*;
 use replay_tokens::ReplayTokens;
 use replayer::*;
+use retention_enforcer::RetentionEnforcer;
 
 use delete_segments_session::DeleteSegmentsSession;
 
@@ -89,8 +91,8 @@ pub struct ArchiveConductor {
     /// The replayer, when it runs on this thread (SHARED).
     replayer: Option<Replayer>,
     replayer_link: ReplayerLink,
-    /// The replays the replayer runs: replay session id to recording id.
-    active_replays: BTreeMap<i64, i64>,
+    /// The replays the replayer runs, by replay session id.
+    active_replays: BTreeMap<i64, ActiveReplay>,
     /// The recordings the recorder runs, by recording id.
     active_recordings: BTreeMap<i64, ActiveRecording>,
     /// Agents running on threads of their own (DEDICATED): stop flag and thread.
@@ -128,6 +130,8 @@ pub struct ArchiveConductor {
     /// Recording events, when enabled: best effort, as Aeron's (an event
     /// that finds no room is dropped, never waited for).
     events: Option<Publication>,
+    /// What the retention policy removes, and when it is looked at next.
+    retention: RetentionEnforcer,
 }
 
 impl ArchiveConductor {
@@ -210,6 +214,9 @@ impl ArchiveConductor {
         // The directory is claimed before anything in it is read or
         // written: a second archive started on a live one changes nothing.
         let claim = MarkFileClaim::claim(&ctx.archive_dir, now_ms())?;
+        // A retention policy that does not read stops the start, naming its line.
+        let (retention, retention_notes) =
+            RetentionEnforcer::new(&ctx).map_err(ArchiveStartError::Config)?;
         let mut catalog = Catalog::open(
             &ctx.archive_dir,
             ctx.catalog_capacity,
@@ -220,7 +227,7 @@ impl ArchiveConductor {
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
         let (problems, recovered) = catalog.recover(&ctx.archive_dir, ctx.record_checksum)?;
         errors.extend(problems);
-        for note in &recovered {
+        for note in recovered.iter().chain(&retention_notes) {
             eprintln!("sulis archive {}: {note}", ctx.archive_dir.display());
         }
         if !claim.previous_stopped_cleanly() {
@@ -341,6 +348,7 @@ impl ArchiveConductor {
             rejected_sessions: 0,
             counters,
             events,
+            retention,
         };
         if conductor.ctx.threading_mode == crate::context::ArchiveThreadingMode::Dedicated {
             conductor.start_workers()?;
@@ -393,6 +401,7 @@ impl ArchiveConductor {
         work += self.replay_tokens.do_work(now_ns);
         work += self.run_replications(Instant::now());
         work += self.run_deletions();
+        work += self.run_retention(now_ns);
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
         ArchiveCounters::set(
             &self.counters.recording_sessions,

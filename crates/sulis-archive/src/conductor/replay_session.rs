@@ -102,6 +102,16 @@ pub(super) struct ReplaySession {
     /// A block read but not yet published (back pressure).
     pub(super) pending: usize,
     pub(super) done: bool,
+    /// Where it reads next, for the conductor: retention leaves every
+    /// segment from this one on.
+    pub(super) read_position: Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// A replay the replayer runs, as the conductor sees it.
+pub(super) struct ActiveReplay {
+    pub(super) recording_id: i64,
+    /// The replay's [`ReplaySession::read_position`].
+    pub(super) read_position: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl ArchiveConductor {
@@ -237,6 +247,7 @@ impl ArchiveConductor {
             n => n as usize,
         };
         let buf = vec![0u8; io_max.min(term_length as usize).max(4096)];
+        let read_position = Arc::new(std::sync::atomic::AtomicI64::new(start));
         let session = ReplaySession {
             id,
             limit_counter,
@@ -253,6 +264,7 @@ impl ArchiveConductor {
             buf,
             pending: 0,
             done: false,
+            read_position: read_position.clone(),
         };
         let watch = RecordingWatch {
             live: self
@@ -261,7 +273,13 @@ impl ArchiveConductor {
                 .map(|a| a.position.clone()),
             stopped_at: live.is_none().then_some(d.stop_position),
         };
-        self.active_replays.insert(id, recording_id);
+        self.active_replays.insert(
+            id,
+            ActiveReplay {
+                recording_id,
+                read_position,
+            },
+        );
         let _ = self
             .replayer_link
             .commands
@@ -276,7 +294,7 @@ impl ArchiveConductor {
         let stopped: Vec<i64> = self
             .active_replays
             .iter()
-            .filter(|(&id, &recording_id)| which(id, recording_id))
+            .filter(|(&id, r)| which(id, r.recording_id))
             .map(|(&id, _)| id)
             .collect();
         for id in stopped {
@@ -377,6 +395,8 @@ impl ReplaySession {
                 Ok(0) if self.end == Some(limit) => self.end = Some(self.reader.position()),
                 Ok(n) => {
                     self.pending = n;
+                    self.read_position
+                        .store(self.reader.position(), std::sync::atomic::Ordering::Release);
                     ArchiveCounters::add(&stats.read_bytes, n as i64);
                 }
                 Err(ReadError::BufferTooSmall(_)) => {}
@@ -537,6 +557,7 @@ mod tests {
             buf: vec![0u8; TERM as usize],
             pending: 0,
             done: false,
+            read_position: Arc::new(std::sync::atomic::AtomicI64::new(from)),
         };
         (session, p)
     }

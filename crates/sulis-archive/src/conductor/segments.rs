@@ -94,7 +94,9 @@ impl ArchiveConductor {
 
     /// A replay of the recording is running or waiting.
     pub(super) fn is_replayed(&self, recording_id: i64) -> bool {
-        self.active_replays.values().any(|&r| r == recording_id)
+        self.active_replays
+            .values()
+            .any(|r| r.recording_id == recording_id)
     }
 
     /// A catalog change failed: nothing else of the request is done.

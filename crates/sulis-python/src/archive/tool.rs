@@ -169,3 +169,72 @@ pub fn archive_mark_file(
 fn signal_or(e: String) -> PyErr {
     crate::errors::pending_signal_error().unwrap_or_else(|| e.into_py_err())
 }
+
+/// A retention report row: (recording id, stream id, channel, start, stop,
+/// rule or None, held from or None, what goes next).
+type RetentionRowTuple = (
+    i64,
+    i32,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+    String,
+);
+/// (rules, holds, rows).
+type RetentionTuple = (Vec<String>, Vec<String>, Vec<RetentionRowTuple>);
+
+/// The retention policy's rules, the holds, and per valid recording what
+/// the policy removes at the next check: (rules, holds, rows).
+#[pyfunction]
+#[pyo3(signature = (dir, policy_file=None, hold_timeout="7d"))]
+pub fn archive_retention(
+    py: Python<'_>,
+    dir: PathBuf,
+    policy_file: Option<PathBuf>,
+    hold_timeout: &str,
+) -> PyResult<RetentionTuple> {
+    let timeout = sulis_protocol::options::parse_duration(hold_timeout)
+        .map_err(|e| ConfigurationError::new_err(format!("hold_timeout: {e}")))?;
+    let report = gil::released_or_raise(py, || {
+        sulis_archive::tool::retention_report(&dir, policy_file.as_deref(), timeout)
+    })?;
+    let rows = report
+        .rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.recording_id,
+                r.stream_id,
+                r.channel,
+                r.start_position,
+                r.stop_position,
+                r.rule,
+                r.held_from,
+                r.next,
+            )
+        })
+        .collect();
+    Ok((report.rules, report.holds, rows))
+}
+
+/// Writes (or replaces) the hold `name` in the archive directory `dir`:
+/// each (recording id, position) is kept from retention from that
+/// position's segment on, for `retention_hold_timeout` after the last write.
+#[pyfunction]
+pub fn archive_hold(
+    py: Python<'_>,
+    dir: PathBuf,
+    name: String,
+    held: Vec<(i64, i64)>,
+) -> PyResult<String> {
+    let path = gil::released_or_raise(py, || sulis_archive::holds::write_hold(&dir, &name, &held))?;
+    Ok(path.display().to_string())
+}
+
+/// Removes the hold `name`; False when there was none.
+#[pyfunction]
+pub fn archive_release_hold(py: Python<'_>, dir: PathBuf, name: String) -> PyResult<bool> {
+    gil::released_or_raise(py, || sulis_archive::holds::release_hold(&dir, &name))
+}
