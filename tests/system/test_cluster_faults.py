@@ -18,7 +18,10 @@ import pytest
 from clusterfaults.harness import run
 from conftest import make_dir
 
-pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="the linearizability checker needs Go")
+# About 35 s on an idle 2-core machine, 160 s beside two busy loops and a build: the timeout guards against a
+# hang, not against a slow machine.
+pytestmark = [pytest.mark.skipif(shutil.which("go") is None, reason="the linearizability checker needs Go"),
+              pytest.mark.timeout(600)]
 
 
 def test_three_members_stay_linearizable_through_kills_pauses_a_cut_loss_and_a_full_disk(netns_hosts, nft_loss):

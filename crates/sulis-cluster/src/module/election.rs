@@ -337,6 +337,9 @@ pub trait ElectionHost {
     fn time_of_last_leader_update_ns(&self) -> i64;
     /// A state change or an error, for the event log.
     fn log(&mut self, line: String);
+    /// An error that keeps elections failing, for the member's error log
+    /// (its mark file: `cluster-tool errors`), as well as the event log.
+    fn record_error(&mut self, _line: &str) {}
     /// The new leader lacks entries this member's services have applied
     /// (a leader that lost its term before its first entry was committed
     /// replayed its own tail): the log cannot be cut under them, so the
@@ -882,7 +885,7 @@ impl Election {
         let backoff = (self.timeouts.election_status_interval_ns << shift)
             .min(self.timeouts.leader_heartbeat_timeout_ns);
         self.retry_at_ns = now_ns + if self.errors_in_a_row > 1 { backoff } else { 0 };
-        host.log(format!(
+        let line = format!(
             "election member {}: {} (attempt {} failed in a row{})",
             self.this_id(),
             e,
@@ -892,7 +895,13 @@ impl Election {
             } else {
                 String::new()
             }
-        ));
+        );
+        // The error log too (a member that cannot join, e.g. its archive's disk is full, says so where an
+        // operator looks), at the first failure and every tenth in a row after.
+        if self.errors_in_a_row % 10 == 1 {
+            host.record_error(&line);
+        }
+        host.log(line);
         self.last_error = Some(e.0);
         self.log_position = host.commit_position();
         self.set_state(host, ElectionState::Init, now_ns, "error");

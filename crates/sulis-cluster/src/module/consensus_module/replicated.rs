@@ -2028,6 +2028,10 @@ impl ElectionHost for ConsensusModule {
         self.log_event(line);
     }
 
+    fn record_error(&mut self, line: &str) {
+        self.mark.record_error(line, Self::cluster_time());
+    }
+
     fn restart_required(&mut self, why: String) {
         self.fail(why);
     }
