@@ -497,6 +497,10 @@ class SparkPlanner:
         """archiveDir, where readable here, must be archive ``archive_id``'s directory."""
     def drain_log(self) -> list[tuple[str, str]]:
         """The lines to log since the last call: (level, text)."""
+    def commit(self, end: str) -> None:
+        """Spark committed the micro-batch ending at ``end`` (offset JSON): the query's retention hold moves there."""
+    def stop(self) -> None:
+        """The query stops: its own retention hold goes (a named one stays)."""
     def close(self) -> None:
         """Closes the archive session."""
 

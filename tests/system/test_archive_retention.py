@@ -185,9 +185,10 @@ def test_a_replay_and_a_hold_keep_what_they_still_need_until_they_let_go(
     hold = os.path.join(archive_dir, "holds", "spark-query-1.hold")
     then = time.time() - 8 * 24 * HOUR
     os.utime(hold, (then, then))
-    await_until(lambda: ac.list_recording(rid) is None, what="the recording deleted once the hold expired")
-    assert "hold 'spark-query-1' on recording" in capfd.readouterr().err
-    assert _native.archive_release_hold(archive_dir, "spark-query-1")
+    await_until(lambda: ac.list_recording(rid) is None, what="the recording deleted once the hold lapsed")
+    assert "hold 'spark-query-1' lapsed" in capfd.readouterr().err
+    await_until(lambda: not os.path.exists(hold), what="the lapsed hold's file deleted")
+    assert not _native.archive_release_hold(archive_dir, "spark-query-1")
 
 
 def test_a_policy_that_does_not_read_is_named_and_changes_nothing(driver, client, archive_dir, capfd):

@@ -9,8 +9,10 @@
 //! ```
 //!
 //! It lasts `retention_hold_timeout` after it was last written (as Kafka
-//! forgets a consumer group's offsets after `offsets.retention.minutes`):
-//! a holder that lives on writes it again; one that died stops holding.
+//! forgets a consumer group's offsets after `offsets.retention.minutes`),
+//! or less where it says so itself (a line `lease=SECONDS`): a holder that
+//! lives on writes it again; one that died stops holding, and the archive
+//! then deletes the file.
 //! A hold is written whole (to a temporary name, then renamed), so a reader
 //! never sees half of one.
 
@@ -33,9 +35,19 @@ pub struct Hold {
     pub position: i64,
     /// When the hold was last written (epoch ms).
     pub written_ms: i64,
+    /// How long it lasts after that, if it says (ms).
+    pub lease_ms: Option<i64>,
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+impl Hold {
+    /// Whether it still holds at `now_ms`, given the archive's `timeout_ms`.
+    pub fn is_live(&self, now_ms: i64, timeout_ms: i64) -> bool {
+        now_ms - self.written_ms <= self.lease_ms.map_or(timeout_ms, |l| l.min(timeout_ms))
+    }
+}
+
+/// A hold's name is letters, digits, `-`, `_` and `.` (not first): it is a file name.
+pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty()
         || name.len() > 200
         || name.starts_with('.')
@@ -51,15 +63,24 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// Writes (or replaces) the hold `name`: each `(recording id, position)`
-/// kept from retention. Returns the hold's path.
-pub fn write_hold(archive_dir: &Path, name: &str, held: &[(i64, i64)]) -> Result<PathBuf, String> {
+/// kept from retention, for `lease` at most (`None`: the archive's
+/// `retention_hold_timeout`). Returns the hold's path.
+pub fn write_hold(
+    archive_dir: &Path,
+    name: &str,
+    held: &[(i64, i64)],
+    lease: Option<std::time::Duration>,
+) -> Result<PathBuf, String> {
     check_name(name)?;
     let dir = holds_dir(archive_dir);
     let io = |what: &str, e: std::io::Error| format!("hold '{name}': cannot {what}: {e}");
     std::fs::create_dir_all(&dir).map_err(|e| io(&format!("create {}", dir.display()), e))?;
-    let path = dir.join(format!("{name}.hold"));
+    let path = hold_path(archive_dir, name);
     let tmp = dir.join(format!(".{name}.hold.tmp"));
     let mut text = String::new();
+    if let Some(lease) = lease {
+        text.push_str(&format!("lease={}\n", lease.as_secs().max(1)));
+    }
     for (recording_id, position) in held {
         text.push_str(&format!("recording={recording_id} position={position}\n"));
     }
@@ -76,7 +97,7 @@ pub fn write_hold(archive_dir: &Path, name: &str, held: &[(i64, i64)]) -> Result
 /// Removes the hold `name`; false when there was none.
 pub fn release_hold(archive_dir: &Path, name: &str) -> Result<bool, String> {
     check_name(name)?;
-    let path = holds_dir(archive_dir).join(format!("{name}.hold"));
+    let path = hold_path(archive_dir, name);
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -119,12 +140,15 @@ pub fn read_holds(archive_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         match parse(&text) {
-            Ok(held) => holds.extend(held.into_iter().map(|(recording_id, position)| Hold {
-                name: name.to_string(),
-                recording_id,
-                position,
-                written_ms,
-            })),
+            Ok((held, lease_ms)) => {
+                holds.extend(held.into_iter().map(|(recording_id, position)| Hold {
+                    name: name.to_string(),
+                    recording_id,
+                    position,
+                    written_ms,
+                    lease_ms,
+                }))
+            }
             Err(e) => problems.push(format!("hold {}: {e}", path.display())),
         }
     }
@@ -132,11 +156,26 @@ pub fn read_holds(archive_dir: &Path) -> (Vec<Hold>, Vec<String>) {
     (holds, problems)
 }
 
-fn parse(text: &str) -> Result<Vec<(i64, i64)>, String> {
+/// The path of the hold `name`.
+pub fn hold_path(archive_dir: &Path, name: &str) -> PathBuf {
+    holds_dir(archive_dir).join(format!("{name}.hold"))
+}
+
+type Parsed = (Vec<(i64, i64)>, Option<i64>);
+
+fn parse(text: &str) -> Result<Parsed, String> {
     let mut held = Vec::new();
+    let mut lease_ms = None;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(v) = line.strip_prefix("lease=") {
+            match v.parse::<i64>() {
+                Ok(s) if s > 0 => lease_ms = Some(s * 1000),
+                _ => return Err(format!("line {}: lease is a number of seconds", i + 1)),
+            }
             continue;
         }
         let mut recording = None;
@@ -158,7 +197,7 @@ fn parse(text: &str) -> Result<Vec<(i64, i64)>, String> {
             _ => return Err(format!("line {}: needs recording=ID position=P", i + 1)),
         }
     }
-    Ok(held)
+    Ok((held, lease_ms))
 }
 
 #[cfg(test)]
@@ -169,7 +208,7 @@ mod tests {
     #[test]
     fn a_hold_is_written_whole_read_back_replaced_and_released() {
         let dir = TempDir::new("holds");
-        let path = write_hold(&dir.0, "spark-q1", &[(5, 1 << 20), (7, 0)]).unwrap();
+        let path = write_hold(&dir.0, "spark-q1", &[(5, 1 << 20), (7, 0)], None).unwrap();
         assert!(path.ends_with("holds/spark-q1.hold"));
         let (holds, problems) = read_holds(&dir.0);
         assert!(problems.is_empty(), "{problems:?}");
@@ -182,8 +221,19 @@ mod tests {
             [("spark-q1".into(), 5, 1 << 20), ("spark-q1".into(), 7, 0)]
         );
         assert!(holds[0].written_ms > 0);
-        write_hold(&dir.0, "spark-q1", &[(5, 2 << 20)]).unwrap();
-        assert_eq!(read_holds(&dir.0).0.len(), 1);
+        assert!(holds[0].is_live(holds[0].written_ms + 5_000, 5_000));
+        assert!(!holds[0].is_live(holds[0].written_ms + 5_001, 5_000));
+        // A lease of its own, shorter than the archive's timeout, decides.
+        write_hold(
+            &dir.0,
+            "spark-q1",
+            &[(5, 2 << 20)],
+            Some(std::time::Duration::from_secs(2)),
+        )
+        .unwrap();
+        let (holds, _) = read_holds(&dir.0);
+        assert_eq!((holds.len(), holds[0].lease_ms), (1, Some(2_000)));
+        assert!(!holds[0].is_live(holds[0].written_ms + 2_001, 5_000));
         assert!(release_hold(&dir.0, "spark-q1").unwrap());
         assert!(!release_hold(&dir.0, "spark-q1").unwrap());
         assert!(read_holds(&dir.0).0.is_empty());
@@ -192,7 +242,7 @@ mod tests {
     #[test]
     fn a_hold_that_does_not_parse_holds_nothing_and_says_which() {
         let dir = TempDir::new("holds-bad");
-        write_hold(&dir.0, "good", &[(1, 64)]).unwrap();
+        write_hold(&dir.0, "good", &[(1, 64)], None).unwrap();
         std::fs::write(
             holds_dir(&dir.0).join("bad.hold"),
             "recording=x position=1\n",
@@ -204,7 +254,7 @@ mod tests {
             problems[0].contains("bad.hold") && problems[0].contains("line 1"),
             "{problems:?}"
         );
-        assert!(write_hold(&dir.0, "../escape", &[])
+        assert!(write_hold(&dir.0, "../escape", &[], None)
             .unwrap_err()
             .contains("hold name"));
     }

@@ -617,13 +617,13 @@ pub fn retention_report(
     let (holds, mut hold_lines) = crate::holds::read_holds(dir);
     let mut floors = std::collections::BTreeMap::<i64, i64>::new();
     for h in &holds {
-        let live = now_ms - h.written_ms <= hold_timeout.as_millis() as i64;
+        let live = h.is_live(now_ms, hold_timeout.as_millis() as i64);
         hold_lines.push(format!(
             "hold '{}': recording {} from position {} ({}, written {} s ago)",
             h.name,
             h.recording_id,
             h.position,
-            if live { "live" } else { "expired" },
+            if live { "live" } else { "lapsed" },
             (now_ms - h.written_ms) / 1000
         ));
         if live {

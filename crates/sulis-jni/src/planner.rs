@@ -104,8 +104,27 @@ pub extern "system" fn Java_io_sulis_spark_Native_plannerClose<'l>(
 ) {
     if handle != 0 {
         // SAFETY: see `planner`; the Java object calls this once.
-        drop(unsafe { Box::from_raw(handle as *mut Mutex<Planner>) });
+        let p = unsafe { Box::from_raw(handle as *mut Mutex<Planner>) };
+        // The query stops: a retention hold of its own goes.
+        p.lock().unwrap_or_else(|e| e.into_inner()).planner.stop();
     }
+}
+
+/// Spark committed the micro-batch ending at `end` (the query's retention hold moves there).
+#[no_mangle]
+pub extern "system" fn Java_io_sulis_spark_Native_plannerCommit<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    handle: jlong,
+    end: JString<'l>,
+) {
+    let Ok(Some(end)) = offset(&mut env, &end) else {
+        return;
+    };
+    with(&mut env, handle, |p| {
+        p.planner.commit(&end);
+        Ok(())
+    });
 }
 
 #[no_mangle]

@@ -192,6 +192,24 @@ impl PySparkPlanner {
         out
     }
 
+    /// Spark committed the micro-batch ending at `end` (offset text): the
+    /// query's retention hold moves there.
+    fn commit(&self, py: Python<'_>, end: &str) -> PyResult<()> {
+        let end = offset(Some(end))?.expect("given");
+        self.call(py, move |p| {
+            p.planner.commit(&end);
+            Ok(())
+        })
+    }
+
+    /// The query stops: its own retention hold goes (a named one stays).
+    fn stop(&self, py: Python<'_>) {
+        gil::released(py, || {
+            let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            p.planner.stop();
+        })
+    }
+
     /// Closes the archive session (the next call opens one again).
     fn close(&self, py: Python<'_>) {
         gil::released(py, || {

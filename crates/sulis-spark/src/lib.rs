@@ -23,6 +23,8 @@
 //!   ([`value_layout`] for `valueSchema`, a cluster log's session
 //!   messages), written as Arrow columns for Python ([`arrow_columns`]) or
 //!   Spark's `UnsafeRow`s for the JVM ([`unsafe_row`]).
+//! - [`retention_hold`]: what a streaming query still has to read, kept
+//!   from the archive's retention.
 //! - [`sink_publisher`]: a sink task's writer, at least once or, through
 //!   [`exactly_once_target`] and the [`sink_journal`], exactly once; both
 //!   publish through [`sink_publications`].
@@ -46,6 +48,7 @@ pub mod range_replay;
 pub mod reader_options;
 pub mod recording_catalog;
 pub mod recording_info;
+pub mod retention_hold;
 pub mod row_shape;
 pub mod sink_archive;
 pub mod sink_checksum;

@@ -39,6 +39,8 @@ pub const READER_OPTIONS: &[&str] = &[
     "archiveDir",
     "includeTimestamp",
     "lowLatency",
+    "retentionHold",
+    "retentionHoldLease",
 ];
 
 /// How executors read a partition (`readMode`).
@@ -88,6 +90,10 @@ pub struct ReaderOptions {
     pub include_timestamp: bool,
     pub low_latency: bool,
     pub cluster_dir: Option<String>,
+    /// `retentionHold`: what a streaming query keeps from the archive's retention.
+    pub retention_hold: crate::retention_hold::HoldSetting,
+    /// `retentionHoldLease`: how long an automatic hold outlives its query's last word (seconds).
+    pub retention_hold_lease_s: f64,
 }
 
 impl ReaderOptions {
@@ -123,6 +129,8 @@ impl ReaderOptions {
             include_timestamp: false,
             low_latency: false,
             cluster_dir: None,
+            retention_hold: crate::retention_hold::HoldSetting::Off,
+            retention_hold_lease_s: 900.0,
         }
     }
 
@@ -246,6 +254,9 @@ impl ReaderOptions {
         let value_schema = value_schema(options)?;
         let include_timestamp = options.boolean("includeTimestamp", false)?;
         let low_latency = options.boolean("lowLatency", false)?;
+        let retention_hold =
+            crate::retention_hold::HoldSetting::parse(options.get("retentionHold")).map_err(bad)?;
+        let retention_hold_lease_s = options.seconds("retentionHoldLease", 900.0)?;
         if low_latency {
             for name in [
                 "maxBytesPerTrigger",
@@ -280,6 +291,8 @@ impl ReaderOptions {
             include_timestamp,
             low_latency,
             cluster_dir,
+            retention_hold,
+            retention_hold_lease_s,
         };
         // The columns: valueSchema parsed, no name taken twice.
         opts.row_shape()?;

@@ -17,9 +17,11 @@
 //! again or stopped later than the offsets say, and fails
 //! (`failOnDataLoss`) naming it rather than guess.
 
+use crate::archive_files::{announced_archive_dir, files_readable};
 use crate::range_planner::{
     check_data_loss, plan_ranges, resolve_positions, Positions, RecordingRange,
 };
+use crate::retention_hold::RetentionHold;
 use crate::{Finished, PlanError, ReaderOptions, RecordingCatalog, RecordingInfo, SourceOffset};
 use std::collections::BTreeMap;
 
@@ -70,13 +72,20 @@ pub struct StreamPlanner<C: RecordingCatalog> {
     /// was read to (its stop then).
     read_to: BTreeMap<i64, i64>,
     log: Vec<LogLine>,
+    /// What the query still has to read, kept from the archive's retention.
+    hold: RetentionHold,
+    hold_epoch: std::time::Instant,
+    /// The archive's directory, once found readable here, and when it was looked for.
+    hold_dir: Option<String>,
+    hold_dir_at: Option<f64>,
+    /// The positions held now (the next read's start per recording).
+    holding: BTreeMap<i64, i64>,
 }
 
 impl<C: RecordingCatalog> StreamPlanner<C> {
     /// A planner for `opts` on `catalog`, started at `now`.
     pub fn new(opts: ReaderOptions, catalog: C, now: f64) -> Self {
         StreamPlanner {
-            opts,
             catalog,
             infos: BTreeMap::new(),
             listed_at: None,
@@ -87,6 +96,12 @@ impl<C: RecordingCatalog> StreamPlanner<C> {
             missing: Vec::new(),
             read_to: BTreeMap::new(),
             log: Vec::new(),
+            hold: RetentionHold::new(&opts.retention_hold, opts.retention_hold_lease_s),
+            hold_epoch: std::time::Instant::now(),
+            hold_dir: None,
+            hold_dir_at: None,
+            holding: BTreeMap::new(),
+            opts,
         }
     }
 
@@ -102,6 +117,54 @@ impl<C: RecordingCatalog> StreamPlanner<C> {
 
     fn warn(&mut self, text: String) {
         self.log.push(LogLine::Warning(text));
+    }
+
+    /// Keeps `positions` (the next read's start per recording) from the
+    /// archive's retention: the query's hold (`retentionHold`).
+    fn keep(&mut self, positions: BTreeMap<i64, i64>) {
+        if self.hold.name().is_none() || positions.is_empty() {
+            return;
+        }
+        let now = self.hold_epoch.elapsed().as_secs_f64();
+        // The directory is looked for once, and again (at most every RENEW_S) while not found.
+        let due = self
+            .hold_dir_at
+            .is_none_or(|at| self.hold_dir.is_none() && now - at >= crate::retention_hold::RENEW_S);
+        if due {
+            self.hold_dir_at = Some(now);
+            self.hold_dir = match self.opts.archive_dir.clone() {
+                Some(d) => files_readable(Some(&d)).then_some(d),
+                None => self.catalog.archive_id().ok().and_then(|id| {
+                    announced_archive_dir(self.opts.archive.driver_dir.as_deref(), id)
+                }),
+            };
+        }
+        match self.hold.hold(self.hold_dir.as_deref(), &positions, now) {
+            Some(Ok(line)) => self.log.push(LogLine::Info(line)),
+            Some(Err(line)) => {
+                self.hold_dir = None; // looked for again
+                self.warn(line)
+            }
+            None => {}
+        }
+        self.holding = positions;
+    }
+
+    /// Spark committed the micro-batch ending at `end`: the next one reads
+    /// from there, so the hold moves there.
+    pub fn commit(&mut self, end: &SourceOffset) {
+        self.keep(end.positions.clone());
+    }
+
+    /// The query stops: a hold of its own goes (a named one stays).
+    pub fn stop(&mut self) {
+        self.hold.stop();
+        self.holding.clear();
+    }
+
+    /// The positions the query's hold keeps now (tests).
+    pub fn held(&self) -> Option<&BTreeMap<i64, i64>> {
+        self.hold.held()
     }
 
     /// Runs `f`, naming the archive and what was being done in a failure to
@@ -333,6 +396,10 @@ impl<C: RecordingCatalog> StreamPlanner<C> {
         limit: ReadLimit,
         now: f64,
     ) -> Result<Option<SourceOffset>, PlanError> {
+        if !self.holding.is_empty() {
+            // Renewed while the query waits for data.
+            self.keep(self.holding.clone());
+        }
         self.archive_call("asking for the recorded positions", |p| {
             p.refresh(false, now)?;
             let empty = SourceOffset::default();
@@ -624,7 +691,18 @@ impl<C: RecordingCatalog> StreamPlanner<C> {
                 ));
             }
             let ends = starts.keys().map(|id| (*id, end.positions[id])).collect();
-            plan_ranges(&infos, &starts, &ends, pieces).map_err(PlanError::Option)
+            let ranges = plan_ranges(&infos, &starts, &ends, pieces).map_err(PlanError::Option)?;
+            // Until Spark commits `end`, what the batch reads stays.
+            let held = end
+                .positions
+                .iter()
+                .map(|(&id, &e)| {
+                    let from = starts.get(&id).or(start.positions.get(&id)).copied();
+                    (id, from.unwrap_or(e))
+                })
+                .collect();
+            p.keep(held);
+            Ok(ranges)
         })
     }
 }

@@ -157,11 +157,16 @@ class SulisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        # The archive keeps no consumer positions: the checkpoint's offsets are the only record.
-        pass
+        # The checkpoint's offsets are the only record of where the query is; the archive's retention
+        # spares what the next batch reads from here (the query's retention hold, ``retentionHold``).
+        try:
+            self._p().commit(json.dumps(end))
+        finally:
+            self._logged(None)
 
     def stop(self) -> None:
         if self._planner is not None:
+            self._planner.stop()
             self._planner.close()
 
 

@@ -140,21 +140,30 @@ impl ArchiveConductor {
         let (holds, problems) = crate::holds::read_holds(&self.ctx.archive_dir);
         let timeout = self.retention.hold_timeout_ms;
         let mut lines = Vec::new();
+        let mut lapsed = BTreeSet::new();
         for h in holds {
-            if now_ms - h.written_ms <= timeout {
+            if h.is_live(now_ms, timeout) {
                 need(h.recording_id, h.position);
-            } else {
+            } else if lapsed.insert(h.name.clone()) {
                 let line = format!(
-                    "retention: hold '{}' on recording {} expired (last written {} s ago, retention_hold_timeout {} s): it holds nothing",
+                    "retention: hold '{}' lapsed (last written {} s ago; it lasts {} s): deleted, it holds nothing",
                     h.name,
-                    h.recording_id,
                     (now_ms - h.written_ms) / 1000,
-                    timeout / 1000
+                    h.lease_ms.map_or(timeout, |l| l.min(timeout)) / 1000
                 );
-                lines.push((
-                    format!("expired {} {} {}", h.name, h.recording_id, h.written_ms),
-                    line,
-                ));
+                lines.push((format!("lapsed {} {}", h.name, h.written_ms), line));
+            }
+        }
+        // A lapsed hold's file goes, unless its holder wrote it again meanwhile.
+        let dir = self.ctx.archive_dir.clone();
+        let (again, _) = crate::holds::read_holds(&dir);
+        for name in lapsed {
+            if again
+                .iter()
+                .filter(|h| h.name == name)
+                .all(|h| !h.is_live(now_ms, timeout))
+            {
+                let _ = std::fs::remove_file(crate::holds::hold_path(&dir, &name));
             }
         }
         lines.extend(

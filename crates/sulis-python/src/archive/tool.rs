@@ -229,7 +229,9 @@ pub fn archive_hold(
     name: String,
     held: Vec<(i64, i64)>,
 ) -> PyResult<String> {
-    let path = gil::released_or_raise(py, || sulis_archive::holds::write_hold(&dir, &name, &held))?;
+    let path = gil::released_or_raise(py, || {
+        sulis_archive::holds::write_hold(&dir, &name, &held, None)
+    })?;
     Ok(path.display().to_string())
 }
 

@@ -104,6 +104,9 @@ final class Native {
 
     static native void plannerClose(long handle);
 
+    /** Spark committed the micro-batch ending at {@code end} (offset JSON): the query's retention hold moves there. */
+    static native void plannerCommit(long handle, String end);
+
     /** 11 longs per range: RecordingRange's fields in order. */
     static native long[] plannerBatchRanges(long handle);
 

@@ -172,7 +172,11 @@ final class SulisMicroBatchStream
 
     @Override
     public void commit(Offset end) {
-        // The archive keeps no consumer positions: the checkpoint's offsets are the only record.
+        // The checkpoint's offsets are the only record of where the query is; the archive's retention
+        // spares what the next batch reads from here (the query's retention hold).
+        if (planner != 0) {
+            Native.plannerCommit(planner, end.json());
+        }
     }
 
     @Override
