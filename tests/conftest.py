@@ -230,14 +230,30 @@ def start_awaiting(popen, name: str, log_dir: str, ready: str, logs: list):
     return proc
 
 
-def start_archive_node(archive_prefix: str, **driver_options):
-    """An embedded driver (``DRIVER_DEFAULTS`` and ``driver_options``) with an archive (1 MiB segment files),
-    a client and an archive client on it: ``(driver, archive, client, archive_client)``."""
+def start_archive_node(archive_prefix: str, archive_options: dict | None = None, **driver_options):
+    """An embedded driver (``DRIVER_DEFAULTS`` and ``driver_options``) with an archive (1 MiB segment files,
+    and ``archive_options``), a client and an archive client on it: ``(driver, archive, client,
+    archive_client)``."""
     drv = sulis.MediaDriver(dir=make_dir(), **{**DRIVER_DEFAULTS, **driver_options})
     archive_dir = make_dir(archive_prefix)
-    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, segment_file_length=1024 * 1024)
+    archive = sulis.Archive(archive_dir, driver_dir=drv.dir,
+                            **{"segment_file_length": 1024 * 1024, **(archive_options or {})})
     client = sulis.Client(dir=drv.dir)
     return drv, archive, client, sulis.ArchiveClient(client)
+
+
+def stop_archive_node(node) -> list[str]:
+    """Closes what ``start_archive_node`` started, removes the archive's directory and returns the errors the
+    archive logged."""
+    drv, archive, client, ac = node
+    archive_dir = archive.dir
+    ac.close()
+    client.close()
+    errors = archive.errors()
+    archive.close()
+    drv.close()
+    shutil.rmtree(archive_dir, ignore_errors=True)
+    return errors
 
 
 def keep_dir(d: str, what: str = "driver") -> None:

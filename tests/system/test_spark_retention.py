@@ -5,14 +5,12 @@ the same run fails naming the data lost, as Kafka's source does when retention o
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import time
 
 import pytest
 
-import sulis
-from conftest import DRIVER_DEFAULTS, await_until, make_dir
+from conftest import await_until, start_archive_node, stop_archive_node
 from sulis.archive import RecordingSignal
 
 pytest.importorskip("pyspark")
@@ -28,20 +26,10 @@ def message(i: int) -> bytes:
 
 @pytest.fixture
 def node():
-    drv = sulis.MediaDriver(dir=make_dir(), **DRIVER_DEFAULTS)
-    archive_dir = make_dir("sulis-spark-retention-")
-    archive = sulis.Archive(archive_dir, driver_dir=drv.dir, segment_file_length=SEGMENT,
-                            retention_check_interval="20ms")
-    client = sulis.Client(dir=drv.dir)
-    ac = sulis.ArchiveClient(client)
-    yield drv, archive, client, ac
-    ac.close()
-    client.close()
-    errors = archive.errors()
-    archive.close()
-    drv.close()
-    shutil.rmtree(archive_dir, ignore_errors=True)
-    assert errors == []
+    node = start_archive_node("sulis-spark-retention-",
+                              {"segment_file_length": SEGMENT, "retention_check_interval": "20ms"})
+    yield node
+    assert stop_archive_node(node) == []
 
 
 def record(node, count: int):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import await_until, start_archive_node  # noqa: E402
+from conftest import await_until, start_archive_node, stop_archive_node  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -34,15 +33,9 @@ CHILD = os.path.join(os.path.dirname(__file__), "sink_task_child.py")
 
 @pytest.fixture(scope="module")
 def node():
-    drv, archive, client, ac = start_archive_node("sulis-sink-faults-", client_liveness_timeout="2s")
-    archive_dir = archive.dir
-    yield drv, archive, client, ac
-    ac.close()
-    client.close()
-    errors = archive.errors()
-    archive.close()
-    drv.close()
-    shutil.rmtree(archive_dir, ignore_errors=True)
+    node = start_archive_node("sulis-sink-faults-", client_liveness_timeout="2s")
+    yield node
+    errors = stop_archive_node(node)
     assert errors == [], f"archive logged {errors}"
 
 
