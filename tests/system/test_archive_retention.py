@@ -132,6 +132,12 @@ def test_segments_older_than_max_age_go_then_the_whole_recording_and_the_counter
                 what="the old segment files deleted")
     assert first_index_from(ac, rid) == list(range(7 * 64, 640))
     assert retention_counters(driver.dir) == (7, 7 * SEGMENT)
+    # The Prometheus exporter's families, by archive id.
+    from sulis.cli.prometheus import DriverCollector
+
+    metrics = {s.name: (s.labels, s.value) for f in DriverCollector(driver.dir).collect() for s in f.samples}
+    assert metrics["sulis_archive_retention_segments_removed_total"] == ({"archive_id": str(archive.archive_id)}, 7)
+    assert metrics["sulis_archive_retention_bytes_removed_total"][1] == 7 * SEGMENT
     said = capfd.readouterr().err
     assert "retention: 2 rules from" in said
     assert f"retention: recording {rid} (stream 1001, aeron:ipc) now starts at {7 * SEGMENT}: 7 segment files" in said

@@ -42,6 +42,9 @@ STREAM_TYPES = frozenset(t for t in TYPE_NAMES if _native.is_stream_counter_type
 #: A cluster member's counters whose key is the cluster id (not the recovery state's: its key is the state).
 CLUSTER_TYPES = frozenset(t for t, name in TYPE_NAMES.items()
                           if name.startswith("cluster-") and name != "cluster-recovery-state")
+#: An archive's own counters, keyed by its archive id (a control session's is keyed otherwise).
+ARCHIVE_ID_TYPES = frozenset(t for t, name in TYPE_NAMES.items()
+                             if name.startswith("archive-") and name != "archive-control-session")
 
 #: A driver whose heartbeat is older than this is taken as gone (the default driver timeout).
 DRIVER_TIMEOUT_MS = 10_000
@@ -117,6 +120,8 @@ def describe(counter: dict) -> dict:
         out["client_id"] = int.from_bytes(counter["key"][:8], "little", signed=True)
     elif type_id in CLUSTER_TYPES and len(counter["key"]) >= 4:  # a cluster member's (key: its id)
         out["cluster_id"] = int.from_bytes(counter["key"][:4], "little", signed=True)
+    elif type_id in ARCHIVE_ID_TYPES and len(counter["key"]) >= 8:  # an archive's own (key: its id)
+        out["archive_id"] = int.from_bytes(counter["key"][:8], "little", signed=True)
     return out
 
 

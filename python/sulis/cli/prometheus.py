@@ -23,6 +23,8 @@ Metrics:
   ``sulis_cluster_commit_position``, ``sulis_cluster_control_toggle``, ``sulis_cluster_election_state``,
   ``sulis_cluster_leadership_term_id`` and the counters ``sulis_cluster_snapshots_total``,
   ``sulis_cluster_elections_total`` and ``sulis_cluster_timed_out_clients_total``.
+- an archive's retention, by ``archive_id``: ``sulis_archive_retention_segments_removed_total`` and
+  ``sulis_archive_retention_bytes_removed_total``.
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ class DriverCollector:
                 heartbeats.add_metric([str(c.get("client_id", c["registration_id"]))], c["value"] / 1000)
         yield heartbeats
         yield from _cluster_metrics(counters)
+        yield from _archive_metrics(counters)
 
 
 #: A cluster member's counters (type id: metric name, help); the snapshot count is a counter.
@@ -175,6 +178,24 @@ def _cluster_metrics(counters):
         family = families.get(c["type_id"])
         if family is not None:
             family.add_metric([str(c.get("cluster_id", 0))], c["value"])
+    yield from families.values()
+
+
+#: An archive's counters that are counts, by type id: (metric name, help).
+_ARCHIVE_COUNTS = {
+    9103: ("sulis_archive_retention_segments_removed", "Segment files the archive's retention removed"),
+    9104: ("sulis_archive_retention_bytes_removed", "Recorded bytes the archive's retention removed"),
+}
+
+
+def _archive_metrics(counters):
+    from prometheus_client.core import CounterMetricFamily
+
+    families = {t: CounterMetricFamily(name, doc, labels=["archive_id"]) for t, (name, doc) in _ARCHIVE_COUNTS.items()}
+    for c in counters:
+        family = families.get(c["type_id"])
+        if family is not None:
+            family.add_metric([str(c.get("archive_id", 0))], c["value"])
     yield from families.values()
 
 
