@@ -163,7 +163,8 @@ class Member:
 
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        # Reaping a killed member (its mappings freed) took over 10 s beside three busy loops: a hang guard only.
+        self.proc.wait(timeout=60)
 
     def pause(self) -> None:
         """SIGSTOPs the member and returns once every thread of it has stopped: kill(2) returns before the
@@ -181,7 +182,7 @@ class Member:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=60)
 
 
 

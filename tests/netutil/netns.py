@@ -61,7 +61,8 @@ def ip_path() -> str:
     return shutil.which("ip") or next(found, "ip")
 
 
-def _ip(*args: str, check: bool = True, timeout: float = 10.0) -> subprocess.CompletedProcess:
+def _ip(*args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    # A hang guard, not a speed limit: `ip -n NS link set ... master br0` took over 10 s beside three busy loops.
     proc = subprocess.run([ip_path(), *args], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise NetnsError(f"ip {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -243,7 +244,7 @@ def _reap(procs) -> None:
         if proc.poll() is None:
             proc.kill()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pass
         for f in (proc.stdin, proc.stdout, proc.stderr):
@@ -475,7 +476,7 @@ class NetnsHosts:
         kill_all_in(self._ns[name])
         for proc in self._procs[name]:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 pass
         _ip("-n", self._ns[name], "link", "set", self.dev, "down", check=False)
@@ -494,7 +495,7 @@ class NetnsHosts:
         for name in self.names:
             delete_netns(self._ns[name])  # its processes, the holder of its mount namespace among them
         for holder in self._holders.values():
-            holder.wait(timeout=10)
+            holder.wait(timeout=60)
         if self._holders:
             try:
                 os.rmdir(self.private)  # type: ignore[arg-type]
