@@ -125,20 +125,16 @@ pub fn read_holds(archive_dir: &Path) -> (Vec<Hold>, Vec<String>) {
             continue;
         }
         let path = entry.path();
-        let read = std::fs::read_to_string(&path).and_then(|text| {
-            let written = std::fs::metadata(&path)?.modified()?;
-            Ok((text, written))
-        });
-        let (text, written) = match read {
-            Ok(r) => r,
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
             Err(e) => {
                 problems.push(format!("hold {}: {e}", path.display()));
                 continue;
             }
         };
-        let written_ms = written
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let Some(written_ms) = crate::retention::written_ms(&path) else {
+            continue; // gone since it was read: it holds nothing
+        };
         match parse(&text) {
             Ok((held, lease_ms)) => {
                 holds.extend(held.into_iter().map(|(recording_id, position)| Hold {

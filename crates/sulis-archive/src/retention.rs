@@ -309,6 +309,16 @@ pub fn plan(
     }
 }
 
+/// When the file at `path` was last written (its modification time), in
+/// epoch milliseconds: a segment's or a hold's age is judged by it.
+pub fn written_ms(path: &std::path::Path) -> Option<i64> {
+    let t = std::fs::metadata(path).ok()?.modified().ok()?;
+    Some(
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    )
+}
+
 fn rule_name(rule: &RetentionRule) -> String {
     format!("retention rule at line {}", rule.line)
 }

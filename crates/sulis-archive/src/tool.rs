@@ -664,10 +664,7 @@ pub fn retention_report(
                     stopped: true,
                     floor: held_from,
                 };
-                let written = |base: i64| {
-                    let m = std::fs::metadata(g.path(dir, base)).ok()?.modified().ok()?;
-                    Some(m.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
-                };
+                let written = |base: i64| crate::retention::written_ms(&g.path(dir, base));
                 match plan(r, span, now_ms, written) {
                     Removal::Keep => "nothing yet".to_string(),
                     Removal::Detach { new_start, why } => format!(

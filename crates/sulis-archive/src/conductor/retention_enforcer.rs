@@ -10,7 +10,7 @@
 //! query, a files-mode reader, a cluster's snapshot and log).
 
 use super::*;
-use crate::retention::{plan, RecordingSpan, Removal, RetentionPolicy};
+use crate::retention::{plan, written_ms, RecordingSpan, Removal, RetentionPolicy};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -31,15 +31,6 @@ pub(super) struct RetentionEnforcer {
 fn modified(path: &Path) -> Option<(std::time::SystemTime, u64)> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len()))
-}
-
-/// When the file at `path` was last written, in epoch milliseconds.
-fn written_ms(path: &Path) -> Option<i64> {
-    let (t, _) = modified(path)?;
-    Some(
-        t.duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-    )
 }
 
 impl RetentionEnforcer {
@@ -154,17 +145,9 @@ impl ArchiveConductor {
                 lines.push((format!("lapsed {} {}", h.name, h.written_ms), line));
             }
         }
-        // A lapsed hold's file goes, unless its holder wrote it again meanwhile.
-        let dir = self.ctx.archive_dir.clone();
-        let (again, _) = crate::holds::read_holds(&dir);
+        // A lapsed hold's file goes (a holder that comes back writes it again).
         for name in lapsed {
-            if again
-                .iter()
-                .filter(|h| h.name == name)
-                .all(|h| !h.is_live(now_ms, timeout))
-            {
-                let _ = std::fs::remove_file(crate::holds::hold_path(&dir, &name));
-            }
+            let _ = std::fs::remove_file(crate::holds::hold_path(&self.ctx.archive_dir, &name));
         }
         lines.extend(
             problems
