@@ -2,8 +2,10 @@
 timeout (3 s): the leader replays its log into its service before it leads, which takes longer than the
 timeout on a log this size, and the followers must wait for it rather than call election after election.
 
-Promise (docs/cluster.md, "Durability: what a commit survives", restart): every member elected in the first
-election after the restart, and a new message answered once the leader replayed its log."""
+Promise (docs/cluster.md, "Durability: what a commit survives", restart): one election after the restart, so
+one new leadership term that every member joins, and a new message answered once the leader replayed its log.
+A follower whose own replay ends after the leader took the term's first entry finds the log moved past it and
+catches up in the same term (Aeron's election does so too, from its INIT state): that is no second election."""
 
 from __future__ import annotations
 
@@ -47,9 +49,11 @@ def test_a_full_restart_on_a_long_log_elects_once_while_the_leader_replays(make_
         with c:
             stream(c, MESSAGES)
         log_end = max(n.counters()["cluster-commit-pos"] for n in nodes)
+        term_before = max(n.counters()["cluster-leadership-term-id"] for n in nodes)
         for node in nodes:
             node.kill()
-        elections_before = [n.stderr().count("INIT -> CANVASS") for n in nodes]
+        ballots_before = [n.stderr().count("-> CANDIDATE_BALLOT") for n in nodes]
+        rejoins_before = [n.stderr().count("FOLLOWER_LOG_AWAIT -> INIT") for n in nodes]
         t0 = time.monotonic()
         for node in nodes:
             node.start()
@@ -60,13 +64,22 @@ def test_a_full_restart_on_a_long_log_elects_once_while_the_leader_replays(make_
             keep = KeepAlive(c2, on_egress=lambda p, t: answered.append(p))
             await_until(lambda: c2.offer(b"after") > 0, 120, "a leader to take a message after the restart")
             await_until(keep.around(lambda: answered), 120, "the answer after the restart")
-        served = time.monotonic() - t0
-        elections = [n.stderr().count("INIT -> CANVASS") - b for n, b in zip(nodes, elections_before, strict=True)]
+            served = time.monotonic() - t0
+            await_until(lambda: all(n.counters().get("cluster-election-state") == 17 for n in nodes), 120,
+                        lambda: f"every member's election to close: {[n.counters() for n in nodes]}")
+            terms = [n.counters().get("cluster-leadership-term-id") for n in nodes]
+        ballots = [n.stderr().count("-> CANDIDATE_BALLOT") - b for n, b in zip(nodes, ballots_before, strict=True)]
+        rejoins = [n.stderr().count("FOLLOWER_LOG_AWAIT -> INIT") - b
+                   for n, b in zip(nodes, rejoins_before, strict=True)]
         print(f"log of {log_end} bytes ({MESSAGES} messages): served {served:.1f} s after the restart began; "
-              f"elections per member {elections}")
+              f"terms {terms}, candidacies per member {ballots}, rejoins by catch-up {rejoins}")
         for node in nodes:
             assert node.proc.poll() is None, node.stderr()[-3000:]
-        assert max(elections) == 1, f"elections after the restart: {elections}\n{nodes[0].stderr()[-4000:]}"
+        # One election after the restart is one new term on every member (another would have taken another).
+        worst = nodes[max(range(len(nodes)), key=lambda i: (terms[i], ballots[i]))]
+        assert terms == [term_before + 1] * len(nodes), (
+            f"one election after term {term_before}: terms {terms}, candidacies {ballots}\n"
+            f"member {worst.id}:\n{worst.stderr()[-6000:]}")
 
 
 def ingress_ports(nodes) -> list[int]:
