@@ -427,6 +427,18 @@ def spark():
 
 
 @pytest.fixture
+def s3_server(tmp_path):
+    """A running S3-compatible object store (S3Proxy, its own process: tests/objectstore.py), killed after the
+    test."""
+    from objectstore import S3Server
+
+    server = S3Server(tmp_path / "s3")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
 def make_driver(request):
     """Factory: ``make_driver(**options)`` starts an embedded driver in a fresh directory."""
     drivers: list = []

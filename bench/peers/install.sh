@@ -75,6 +75,20 @@ else
     ls "$PEERS_DIR"/aeron-all-*.jar | sed 's/.*aeron-all-\(.*\)\.jar/\1/' | sort -V | tail -n1 > "$PEERS_DIR/aeron-current-version"
 fi
 
+# S3Proxy (org.gaul:s3proxy), the S3-compatible object store of the tiered-storage tests and benchmarks
+# (tests/objectstore.py fetches it the same way when it is missing).
+S3PROXY_VERSION="4.1.0"
+if [ -s "$PEERS_DIR/s3proxy-$S3PROXY_VERSION-jar-with-dependencies.jar" ]; then
+    log "s3proxy $S3PROXY_VERSION already in $PEERS_DIR"
+elif command -v mvn >/dev/null 2>&1; then
+    log "fetching org.gaul:s3proxy:$S3PROXY_VERSION from Maven Central"
+    s3tmp="$(mktemp -d)"
+    (cd "$s3tmp" && mvn -B -q -Dstyle.color=never dependency:copy \
+        "-Dartifact=org.gaul:s3proxy:$S3PROXY_VERSION:jar:jar-with-dependencies" "-DoutputDirectory=$PEERS_DIR") \
+        || log "WARNING: fetching s3proxy failed: the tiered-storage tests will skip"
+    rm -rf "$s3tmp"
+fi
+
 # Kafka for bench/spark_pipeline.py: each set of jars comes from a generated pom through
 # `mvn dependency:copy-dependencies` into a directory that counts as installed once `.complete` is
 # there. Failures are reported, not fatal: the Aeron peers above are installed already.

@@ -813,6 +813,10 @@ class Archive:
         retention_policy_file: str | None = ...,
         retention_check_interval: float | str | None = ...,
         retention_hold_timeout: float | str | None = ...,
+        tier_store: str | None = ...,
+        tier_region: str | None = ...,
+        tier_cache_size: int | str | None = ...,
+        tier_timeout: float | str | None = ...,
     ) -> Archive: ...
     @property
     def dir(self) -> str: ...
@@ -926,9 +930,13 @@ def archive_mark_file(
     """The mark file: pid, activity ms, archive id, channels, driver dir, errors; None without one."""
 def archive_retention(
     dir: str, policy_file: str | None = None, hold_timeout: str = "7d"
-) -> tuple[list[str], list[str], list[tuple[int, int, str, int, int, str | None, int | None, str]]]:
+) -> tuple[list[str], list[str], list[tuple[int, int, str, int, int, str | None, int | None, str, int, int]]]:
     """The retention rules, the holds, and per valid recording what goes at the next check:
-    (rules, holds, rows of (recording id, stream id, channel, start, stop, rule, held from, next))."""
+    (rules, holds, rows of (recording id, stream id, channel, start, stop, rule, held from, next, segments in the
+    object store, their bytes))."""
+def archive_segments(dir: str, recording_id: int | None = None) -> list[tuple[int, int, str, int, str]]:
+    """Where each segment file of the valid recordings (or of ``recording_id``) is: (recording id, base position,
+    "disk" | "store" | "disk and store" | "missing", length, object key or "")."""
 def archive_hold(dir: str, name: str, held: list[tuple[int, int]]) -> str:
     """Writes (or replaces) the hold ``name``: each (recording id, position) kept from retention from that
     position's segment on, for ``retention_hold_timeout`` after the last write. Returns its path."""

@@ -553,6 +553,19 @@ impl Catalog {
         since_ms: i64,
         checksum: Option<Checksum>,
     ) -> Result<Vec<String>, CatalogError> {
+        self.verify_recent_stops_with(dir, since_ms, checksum, &|_, _| false)
+    }
+
+    /// [`Catalog::verify_recent_stops`], where `in_store(recording, base)`
+    /// says a segment missing from the disk is in the object store
+    /// (`tiered.log`): it was verified when it moved, and is not lost.
+    pub fn verify_recent_stops_with(
+        &mut self,
+        dir: &Path,
+        since_ms: i64,
+        checksum: Option<Checksum>,
+        in_store: &dyn Fn(i64, i64) -> bool,
+    ) -> Result<Vec<String>, CatalogError> {
         let mut found = Vec::new();
         for e in self.entries() {
             let d = e.descriptor;
@@ -572,7 +585,7 @@ impl Catalog {
             let missing = (0..)
                 .map(|i| first + i * g.segment_length)
                 .take_while(|&b| b <= last)
-                .find(|&b| !g.path(dir, b).exists());
+                .find(|&b| !g.path(dir, b).exists() && !in_store(d.recording_id, b));
             let on_disk = match missing {
                 Some(base) => base.max(d.start_position),
                 None => match recover_stop_position(dir, g, last, checksum) {

@@ -95,6 +95,15 @@ pub struct ArchiveContext {
     pub retention_check_interval: Duration,
     /// How long a hold (`crate::holds`) lasts after it was last written.
     pub retention_hold_timeout: Duration,
+    /// The object store segments move to (`crate::tier`; `None`: none):
+    /// `http(s)://HOST:PORT/BUCKET[/PREFIX]` or `s3://BUCKET[/PREFIX]`.
+    pub tier_store: Option<String>,
+    /// The region requests to the store are signed for.
+    pub tier_region: String,
+    /// Most bytes of segments read back from the store kept on the disk.
+    pub tier_cache_size: u64,
+    /// How long connecting to the store, or waiting for its answer, may take.
+    pub tier_timeout: Duration,
     /// Where each setting came from.
     pub sources: Sources,
     /// Asked while the archive waits for its media driver at start (a
@@ -189,6 +198,10 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(retention_policy_file, "SULIS_ARCHIVE_RETENTION_POLICY_FILE", "path", "Retention rules (stream, channel pattern, max-age, max-size; see Retention in the docs), read again whenever the file changes (empty: retention.policy in the archive directory; no file, nothing is removed).", |s: &str| parse_optional(s, |s: &str| Ok::<_, String>(PathBuf::from(s))), |v: &Option<PathBuf>| v.as_ref().map(|p| p.display().to_string()).unwrap_or_default()),
     sulis_protocol::option!(retention_check_interval, "SULIS_ARCHIVE_RETENTION_CHECK_INTERVAL", "duration", "How often the retention policy file and the recordings are looked at.", duration, show_duration),
     sulis_protocol::option!(retention_hold_timeout, "SULIS_ARCHIVE_RETENTION_HOLD_TIMEOUT", "duration", "How long a reader's hold (holds/NAME.hold) keeps segments after it was last written (as Kafka's offsets.retention.minutes).", duration, show_duration),
+    sulis_protocol::option!(tier_store, "SULIS_ARCHIVE_TIER_STORE", "url", "Object store that closed segments move to after a retention rule's tier-after: http(s)://HOST:PORT/BUCKET[/PREFIX] or s3://BUCKET[/PREFIX]; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS_PROFILE of the shared credentials file (empty: no tiering).", optional_text, show_optional),
+    sulis_protocol::option!(tier_region, "SULIS_ARCHIVE_TIER_REGION", "", "The region requests to the object store are signed for.", text, |v: &String| show_text(v)),
+    sulis_protocol::option!(tier_cache_size, "SULIS_ARCHIVE_TIER_CACHE_SIZE", "bytes", "Most bytes of segments read back from the object store kept in tier-cache/ in the archive directory.", |s: &str| parse_size(s), show),
+    sulis_protocol::option!(tier_timeout, "SULIS_ARCHIVE_TIER_TIMEOUT", "duration", "How long connecting to the object store, or waiting for one of its answers, may take.", duration, show_duration),
     sulis_protocol::option!(idle_strategy, "SULIS_ARCHIVE_IDLE_STRATEGY", "", "What the archive's threads do when idle: backoff (spin, then park 1 us to 1 ms; Aeron's also yields, which starves an agent on busy cores), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
 ];
 
@@ -242,6 +255,10 @@ impl Default for ArchiveContext {
             retention_policy_file: None,
             retention_check_interval: Duration::from_secs(10),
             retention_hold_timeout: Duration::from_secs(7 * 86_400),
+            tier_store: None,
+            tier_region: "us-east-1".into(),
+            tier_cache_size: 1 << 30,
+            tier_timeout: Duration::from_secs(30),
             sources: Sources::default(),
             interrupt: None,
         }
@@ -307,6 +324,13 @@ impl ArchiveContext {
                 "a challenge needs credentials: clients answer it after connecting with them"
                     .into(),
             );
+        }
+        if let Some(store) = &self.tier_store {
+            crate::tier::object_store::StoreLocation::parse(store, &self.tier_region)
+                .map_err(|e| format!("tier_store: {e}"))?;
+        }
+        if self.tier_timeout.is_zero() {
+            return Err("tier_timeout must be above 0".into());
         }
         if self.retention_check_interval.is_zero() {
             return Err("retention_check_interval must be above 0".into());

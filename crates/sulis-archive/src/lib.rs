@@ -14,6 +14,7 @@ pub mod holds;
 pub mod mark_file;
 pub mod retention;
 pub mod segment;
+pub mod tier;
 
 pub use conductor::ArchiveConductor;
 pub use context::{ArchiveContext, ArchiveThreadingMode};

@@ -36,6 +36,9 @@ pub struct RetentionRule {
     pub max_age: Option<Duration>,
     /// The oldest segments go while what remains still holds this many bytes.
     pub max_size: Option<u64>,
+    /// Closed segments whose last write is older than this move to the
+    /// object store (`crate::tier`); max-age and max-size count them still.
+    pub tier_after: Option<Duration>,
 }
 
 impl RetentionRule {
@@ -63,6 +66,9 @@ impl RetentionRule {
         if let Some(s) = self.max_size {
             parts.push(format!("max-size={s}"));
         }
+        if let Some(t) = self.tier_after {
+            parts.push(format!("tier-after={}", show_age(t)));
+        }
         if self.max_age.is_none() && self.max_size.is_none() {
             parts.push("(kept whole)".into());
         }
@@ -88,7 +94,7 @@ pub struct RetentionPolicy {
     pub rules: Vec<RetentionRule>,
 }
 
-const KEYS: [&str; 4] = ["stream", "channel", "max-age", "max-size"];
+const KEYS: [&str; 5] = ["stream", "channel", "max-age", "max-size", "tier-after"];
 
 impl RetentionPolicy {
     /// Parses a policy file's text. An error names the line and what is
@@ -107,6 +113,7 @@ impl RetentionPolicy {
                 channel: None,
                 max_age: None,
                 max_size: None,
+                tier_after: None,
             };
             let mut seen = Vec::new();
             for word in body.split_whitespace() {
@@ -134,6 +141,10 @@ impl RetentionPolicy {
                         Ok(s) => rule.max_size = Some(s),
                         Err(e) => return fail(e),
                     },
+                    "tier-after" => match parse_duration_option(value) {
+                        Ok(ns) => rule.tier_after = Some(Duration::from_nanos(ns)),
+                        Err(e) => return fail(e),
+                    },
                     other => {
                         let hint = KEYS
                             .iter()
@@ -156,6 +167,11 @@ impl RetentionPolicy {
             rules.push(rule);
         }
         Ok(RetentionPolicy { rules })
+    }
+
+    /// Whether a rule moves segments to the object store.
+    pub fn tiers(&self) -> bool {
+        self.rules.iter().any(|r| r.tier_after.is_some())
     }
 
     /// The first rule for a recording of `stream_id` on `channels`.
@@ -309,6 +325,37 @@ pub fn plan(
     }
 }
 
+/// The segments of `span` that `rule`'s tier-after moves to the object
+/// store now, oldest first: whole segments the recording has written past
+/// (a later file holds data, so the last file on the disk is never one of
+/// them and an extension never writes into one), not in the store yet
+/// (`tiered(base)`), last written (`written_ms(base)`; `None`: not on the
+/// disk) before `now_ms` less tier-after.
+pub fn to_tier(
+    rule: &RetentionRule,
+    span: RecordingSpan,
+    now_ms: i64,
+    mut written_ms: impl FnMut(i64) -> Option<i64>,
+    mut tiered: impl FnMut(i64) -> bool,
+) -> Vec<i64> {
+    let (Some(after), len) = (rule.tier_after, span.segment_length) else {
+        return Vec::new();
+    };
+    if len <= 0 {
+        return Vec::new();
+    }
+    let cutoff = now_ms - after.as_millis() as i64;
+    let mut bases = Vec::new();
+    let mut base = span.base_of(span.start.max(span.first_base));
+    while base + len < span.end {
+        if !tiered(base) && written_ms(base).is_some_and(|t| t <= cutoff) {
+            bases.push(base);
+        }
+        base += len;
+    }
+    bases
+}
+
 /// When the file at `path` was last written (its modification time), in
 /// epoch milliseconds: a segment's or a hold's age is judged by it.
 pub fn written_ms(path: &std::path::Path) -> Option<i64> {
@@ -342,6 +389,48 @@ mod tests {
             stopped,
             floor,
         }
+    }
+
+    #[test]
+    fn tier_after_moves_closed_segments_written_past_and_old_enough() {
+        let r = rule("stream=1 tier-after=1h max-age=30d");
+        assert_eq!(r.tier_after, Some(Duration::from_secs(3600)));
+        assert_eq!(r.describe(), "line 1: stream=1 max-age=30d tier-after=1h");
+        assert!(RetentionPolicy::parse("stream=1 tier-after=1h")
+            .unwrap()
+            .tiers());
+        assert!(!RetentionPolicy::parse("stream=1 max-age=1h")
+            .unwrap()
+            .tiers());
+        let hour = 3_600_000;
+        let now = 100 * hour;
+        // Four segments, the fourth being written: the first three are closed.
+        let s = span(0, 3 * MB + 100, false, None);
+        let old = |_| Some(now - 2 * hour);
+        assert_eq!(to_tier(&r, s, now, old, |_| false), vec![0, MB, 2 * MB]);
+        // In the store already, too young, not on the disk: left alone.
+        let written = |b: i64| match b / MB {
+            0 => None,
+            1 => Some(now - 2 * hour),
+            _ => Some(now - hour / 2),
+        };
+        assert_eq!(to_tier(&r, s, now, written, |_| false), vec![MB]);
+        assert_eq!(to_tier(&r, s, now, old, |b| b == MB), vec![0, 2 * MB]);
+        // A recording that ends exactly at a boundary: the last full segment is its last file.
+        assert_eq!(
+            to_tier(&r, span(0, 2 * MB, true, None), now, old, |_| false),
+            vec![0]
+        );
+        // Detached below its start: from the start's segment on.
+        let mut detached = span(0, 3 * MB + 100, true, None);
+        detached.start = MB + 64;
+        assert_eq!(to_tier(&r, detached, now, old, |_| false), vec![MB, 2 * MB]);
+        assert!(to_tier(&rule("stream=1 max-age=1h"), s, now, old, |_| false).is_empty());
+        let zero = rule("stream=1 tier-after=0s");
+        assert_eq!(
+            to_tier(&zero, s, now, |_| Some(now), |_| false),
+            vec![0, MB, 2 * MB]
+        );
     }
 
     #[test]

@@ -18,10 +18,12 @@
 
 use crate::checksum::Checksum;
 use crate::frame_fields as fields;
+use crate::tier::{Fetch, Tier};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use sulis_client::Batch;
 use sulis_protocol::archive::segment::{segment_file_base_position, segment_file_name};
 use sulis_protocol::frame::{
@@ -294,6 +296,9 @@ pub enum ReadError {
     /// The next frame is longer than the buffer given (nothing read):
     /// read again with at least this many bytes.
     BufferTooSmall(usize),
+    /// The next segment is in the object store and being fetched (nothing
+    /// read): read again later.
+    Fetching,
     /// A frame is torn or does not belong where it lies.
     Corrupt {
         /// The file.
@@ -312,6 +317,9 @@ impl std::fmt::Display for ReadError {
         match self {
             ReadError::Io(e) => write!(f, "{e}"),
             ReadError::BufferTooSmall(n) => write!(f, "the next frame needs a {n}-byte buffer"),
+            ReadError::Fetching => {
+                write!(f, "the next segment is being fetched from the object store")
+            }
             ReadError::Corrupt {
                 path,
                 offset,
@@ -341,6 +349,8 @@ pub struct SegmentReader {
     position: i64,
     file: Option<(i64, PathBuf, File)>,
     checksum: Option<Checksum>,
+    /// Where segments no longer on the disk are read from.
+    tier: Option<Arc<Tier>>,
 }
 
 impl SegmentReader {
@@ -352,7 +362,15 @@ impl SegmentReader {
             position,
             file: None,
             checksum: None,
+            tier: None,
         }
+    }
+
+    /// Reads segments that are no longer on the disk from the object store
+    /// (`crate::tier`): `ReadError::Fetching` while one is fetched.
+    pub fn with_tier(mut self, tier: Option<Arc<Tier>>) -> SegmentReader {
+        self.tier = tier;
+        self
     }
 
     /// Checks every DATA frame read from now on against the checksum in its
@@ -385,10 +403,37 @@ impl SegmentReader {
             .min(term_length - term_offset);
         let base = self.g.base_of(self.position);
         if self.file.as_ref().map(|f| f.0) != Some(base) {
-            let path = self.g.path(&self.dir, base);
-            let file = File::open(&path).map_err(|e| {
+            let local = self.g.path(&self.dir, base);
+            let cannot = |path: &Path, e: io::Error| {
                 io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
-            })?;
+            };
+            let (path, file) = match (File::open(&local), &self.tier) {
+                (Ok(f), _) => (local, f),
+                (Err(e), Some(tier)) if e.kind() == io::ErrorKind::NotFound => {
+                    // A copy evicted from a shared cache before it was opened is fetched again.
+                    let ready = match tier.request(self.g.recording_id, base) {
+                        Fetch::Ready(p) => match File::open(&p) {
+                            Ok(f) => Ok((p, f)),
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                                Err(tier.request(self.g.recording_id, base))
+                            }
+                            Err(e) => return Err(cannot(&p, e).into()),
+                        },
+                        other => Err(other),
+                    };
+                    match ready {
+                        Ok(opened) => opened,
+                        Err(Fetch::Ready(p)) => {
+                            let f = File::open(&p).map_err(|e| cannot(&p, e))?;
+                            (p, f)
+                        }
+                        Err(Fetch::Pending) => return Err(ReadError::Fetching),
+                        Err(Fetch::NotTiered) => return Err(cannot(&local, e).into()),
+                        Err(Fetch::Failed(why)) => return Err(io::Error::other(why).into()),
+                    }
+                }
+                (Err(e), _) => return Err(cannot(&local, e).into()),
+            };
             // A replay reads a segment front to back: the kernel may read ahead twice as far.
             use std::os::unix::io::AsRawFd;
             // SAFETY: advice on an fd this reader owns; it changes no data.
@@ -534,6 +579,13 @@ impl FragmentReader {
             at: 0,
             buf_position: position,
         }
+    }
+
+    /// Reads segments no longer on the disk from the object store
+    /// ([`SegmentReader::with_tier`]).
+    pub fn with_tier(mut self, tier: Option<Arc<Tier>>) -> FragmentReader {
+        self.reader.tier = tier;
+        self
     }
 
     /// The position after the last frame handed over (or skipped).

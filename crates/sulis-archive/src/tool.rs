@@ -38,6 +38,77 @@ pub struct Verdict {
     pub message: String,
 }
 
+/// Where one segment file of a recording is (`sulis archive-tool DIR segments`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentRow {
+    /// Its recording.
+    pub recording_id: i64,
+    /// The stream position the file starts at.
+    pub base: i64,
+    /// "disk", "store" or "disk and store" (an upload not finished), or
+    /// "missing".
+    pub location: String,
+    /// Its length in bytes (on the disk, else in the store).
+    pub length: u64,
+    /// Its key in the object store ("" if not there).
+    pub key: String,
+}
+
+/// Every segment file of every VALID recording (or of `recording_id`),
+/// from its start's segment to its stop's, and where each is.
+pub fn segments(dir: &Path, recording_id: Option<i64>) -> Result<Vec<SegmentRow>, String> {
+    let (entries, _) = describe(dir)?;
+    let tiered = crate::tier::tier_log::read_tier_log(dir).map_err(|e| e.to_string())?;
+    let mut files_of = std::collections::BTreeMap::<i64, Vec<i64>>::new();
+    for (id, base, _) in segment_files(dir) {
+        files_of.entry(id).or_default().push(base);
+    }
+    let mut rows = Vec::new();
+    for e in entries.into_iter().filter(|e| {
+        e.state == recording_state::VALID
+            && recording_id.is_none_or(|id| id == e.descriptor.recording_id)
+    }) {
+        let d = e.descriptor;
+        let g = Geometry::of(&d);
+        if !g.is_valid() {
+            continue;
+        }
+        let on_disk = files_of.get(&d.recording_id).map_or(&[][..], |v| &v[..]);
+        let last = match d.stop_position {
+            NULL_VALUE => on_disk
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(g.base_of(d.start_position)),
+            stop => g.base_of(stop),
+        };
+        let mut base = g.base_of(d.start_position);
+        while base <= last {
+            let path = g.path(dir, base);
+            let local = std::fs::metadata(&path).ok().map(|m| m.len());
+            let stored = tiered.get(&(d.recording_id, base));
+            // A recording stopped on a boundary has no file (or an empty one) past it.
+            if !(base == d.stop_position && local.is_none_or(|l| l == 0) && stored.is_none()) {
+                rows.push(SegmentRow {
+                    recording_id: d.recording_id,
+                    base,
+                    location: match (local, stored) {
+                        (Some(_), Some(_)) => "disk and store",
+                        (Some(_), None) => "disk",
+                        (None, Some(_)) => "store",
+                        (None, None) => "missing",
+                    }
+                    .to_string(),
+                    length: local.or(stored.map(|s| s.length)).unwrap_or(0),
+                    key: stored.map(|s| s.key.clone()).unwrap_or_default(),
+                });
+            }
+            base += g.segment_length;
+        }
+    }
+    Ok(rows)
+}
+
 /// Reads every VALID recording's frames from its start to its stop
 /// position (an active or unfinished one: as far as its files go). With a
 /// `checksum` (Aeron's `verify -checksum`), each entry's descriptor
@@ -63,6 +134,9 @@ pub fn verify(
         })
         .collect();
     let mut buf = vec![0u8; 1 << 20];
+    // Segments in the object store are not read (verify reads the disk): they were checked on upload and
+    // are checked again against their CRC-32C whenever they are read back.
+    let tiered = crate::tier::tier_log::read_tier_log(dir).map_err(|e| e.to_string())?;
     for e in entries {
         let d = e.descriptor;
         if e.state != recording_state::VALID {
@@ -105,7 +179,18 @@ pub fn verify(
             d.stop_position
         };
         let mut reader = SegmentReader::new(dir, g, d.start_position).with_checksum(checksum);
+        let mut in_store = 0;
         let verdict = loop {
+            let base = g.base_of(reader.position());
+            if reader.position() < end
+                && tiered.contains_key(&(d.recording_id, base))
+                && !g.path(dir, base).exists()
+            {
+                in_store += 1;
+                reader =
+                    SegmentReader::new(dir, g, base + g.segment_length).with_checksum(checksum);
+                continue;
+            }
             if interrupted() {
                 return Err(format!(
                     "interrupted while verifying recording {} at position {}",
@@ -161,7 +246,16 @@ pub fn verify(
                 }
             }
         };
-        out.push(verdict);
+        out.push(match in_store {
+            0 => verdict,
+            n => Verdict {
+                message: format!(
+                    "{}; {n} segments in the object store not read (tiered.log)",
+                    verdict.message
+                ),
+                ..verdict
+            },
+        });
     }
     Ok(out)
 }
@@ -568,6 +662,10 @@ pub struct RetentionRow {
     pub held_from: Option<i64>,
     /// What goes at the next check, in words.
     pub next: String,
+    /// Its segments in the object store, and their bytes.
+    pub in_store: usize,
+    /// See `in_store`.
+    pub in_store_bytes: u64,
 }
 
 /// What `retention_report` found.
@@ -632,6 +730,7 @@ pub fn retention_report(
         }
     }
     let (entries, _) = describe(dir)?;
+    let tiered = crate::tier::tier_log::read_tier_log(dir).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for e in entries
         .into_iter()
@@ -646,7 +745,23 @@ pub fn retention_report(
         });
         let g = Geometry::of(&d);
         let held_from = floors.get(&d.recording_id).copied();
-        let next = match rule {
+        let stored: Vec<&crate::tier::tier_log::TieredSegment> = tiered
+            .range((d.recording_id, i64::MIN)..=(d.recording_id, i64::MAX))
+            .map(|(_, s)| s)
+            .collect();
+        let written = |base: i64| {
+            crate::retention::written_ms(&g.path(dir, base))
+                .or_else(|| tiered.get(&(d.recording_id, base)).map(|s| s.written_ms))
+        };
+        let span = RecordingSpan {
+            start: d.start_position,
+            end: d.stop_position,
+            first_base: g.base_of(d.start_position),
+            segment_length: g.segment_length,
+            stopped: true,
+            floor: held_from,
+        };
+        let mut next = match rule {
             None => "kept whole: no rule matches".to_string(),
             Some(r) if r.max_age.is_none() && r.max_size.is_none() => {
                 format!("kept whole by the rule at line {}", r.line)
@@ -655,26 +770,33 @@ pub fn retention_report(
                 "recording: the archive removes closed segments as they age".to_string()
             }
             Some(_) if !g.is_valid() => "impossible geometry: left alone".to_string(),
-            Some(r) => {
-                let span = RecordingSpan {
-                    start: d.start_position,
-                    end: d.stop_position,
-                    first_base: g.base_of(d.start_position),
-                    segment_length: g.segment_length,
-                    stopped: true,
-                    floor: held_from,
-                };
-                let written = |base: i64| crate::retention::written_ms(&g.path(dir, base));
-                match plan(r, span, now_ms, written) {
-                    Removal::Keep => "nothing yet".to_string(),
-                    Removal::Detach { new_start, why } => format!(
-                        "segments below {new_start} ({} bytes): {why}",
-                        new_start - d.start_position
-                    ),
-                    Removal::Purge { why } => format!("the whole recording: {why}"),
-                }
-            }
+            Some(r) => match plan(r, span, now_ms, written) {
+                Removal::Keep => "nothing yet".to_string(),
+                Removal::Detach { new_start, why } => format!(
+                    "segments below {new_start} ({} bytes): {why}",
+                    new_start - d.start_position
+                ),
+                Removal::Purge { why } => format!("the whole recording: {why}"),
+            },
         };
+        if let Some(r) =
+            rule.filter(|r| r.tier_after.is_some() && d.stop_position != NULL_VALUE && g.is_valid())
+        {
+            let moving = crate::retention::to_tier(
+                r,
+                span,
+                now_ms,
+                |base| crate::retention::written_ms(&g.path(dir, base)),
+                |base| tiered.contains_key(&(d.recording_id, base)),
+            );
+            if !moving.is_empty() {
+                next.push_str(&format!(
+                    "; to the object store: {} segments from position {}",
+                    moving.len(),
+                    moving[0]
+                ));
+            }
+        }
         rows.push(RetentionRow {
             recording_id: d.recording_id,
             stream_id: d.stream_id,
@@ -684,6 +806,8 @@ pub fn retention_report(
             rule: rule.map(|r| r.describe()),
             held_from,
             next,
+            in_store: stored.len(),
+            in_store_bytes: stored.iter().map(|s| s.length).sum(),
         });
     }
     Ok(RetentionReport {

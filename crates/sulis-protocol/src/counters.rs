@@ -118,6 +118,13 @@ pub mod type_id {
     /// Archive (sulis): recorded bytes retention removed since the archive
     /// started (positions, not file lengths). Key: the archive id (i64).
     pub const SULIS_ARCHIVE_RETENTION_BYTES: i32 = 9104;
+    /// Archive (sulis): segment files moved to the object store (uploaded,
+    /// verified and removed from the disk) since the archive started. Key:
+    /// the archive id (i64).
+    pub const SULIS_ARCHIVE_TIER_SEGMENTS: i32 = 9105;
+    /// Archive (sulis): bytes of segment files moved to the object store
+    /// since the archive started. Key: the archive id (i64).
+    pub const SULIS_ARCHIVE_TIER_BYTES: i32 = 9106;
 }
 
 /// Values of a channel status counter (Aeron's `ChannelEndpointStatus`).
@@ -215,6 +222,11 @@ pub const COUNTER_TYPES: &[(i32, &str)] = &[
         type_id::SULIS_ARCHIVE_RETENTION_BYTES,
         "archive-retention-bytes",
     ),
+    (
+        type_id::SULIS_ARCHIVE_TIER_SEGMENTS,
+        "archive-tier-segments",
+    ),
+    (type_id::SULIS_ARCHIVE_TIER_BYTES, "archive-tier-bytes"),
     (type_id::CLUSTER_MODULE_STATE, "cluster-module-state"),
     (type_id::CLUSTER_NODE_ROLE, "cluster-node-role"),
     (type_id::CLUSTER_CONTROL_TOGGLE, "cluster-control-toggle"),

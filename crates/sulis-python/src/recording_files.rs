@@ -70,8 +70,18 @@ impl PyRecordingFileReader {
                 archive_dir.display()
             )));
         }
+        // Segments the archive moved to its object store are fetched by this process.
+        let tier = sulis_archive::tier::Tier::reader_for(
+            &archive_dir,
+            &sulis_archive::tier::reader_cache_dir(&archive_dir),
+            sulis_archive::tier::READER_CACHE_SIZE,
+            sulis_archive::tier::READER_TIMEOUT,
+        )
+        .map_err(ConfigurationError::new_err)?;
         Ok(PyRecordingFileReader {
-            reader: Mutex::new(FragmentReader::new(&archive_dir, g, position, limit)),
+            reader: Mutex::new(
+                FragmentReader::new(&archive_dir, g, position, limit).with_tier(tier),
+            ),
             recording_id,
         })
     }

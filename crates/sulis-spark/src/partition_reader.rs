@@ -144,12 +144,22 @@ impl PartitionReader {
                     segment_length: range.segment_length as i64,
                     initial_term_id: range.initial_term_id,
                 };
+                // Segments the archive moved to its object store are fetched by this process
+                // (its own credentials), into a cache shared by the readers of this host.
+                let tier = sulis_archive::tier::Tier::reader_for(
+                    Path::new(&dir),
+                    &sulis_archive::tier::reader_cache_dir(Path::new(&dir)),
+                    sulis_archive::tier::READER_CACHE_SIZE,
+                    sulis_archive::tier::READER_TIMEOUT,
+                )
+                .map_err(ReadFailure::Read)?;
                 let reader = FragmentReader::new(
                     Path::new(&dir),
                     g,
                     range.replay_from,
                     range.end.min(range.replay_to),
-                );
+                )
+                .with_tier(tier);
                 Source::Files {
                     dir,
                     reader: Box::new(reader),

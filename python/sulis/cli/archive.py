@@ -112,7 +112,7 @@ def _descriptor_dict(state: int, d) -> dict:
 
 
 _VERBS = ["describe", "list", "verify", "count-entries", "dump", "pid", "errors", "mark-valid", "mark-invalid",
-          "compact", "delete-orphaned-segments", "checksum", "retention", "hold", "release"]
+          "compact", "delete-orphaned-segments", "checksum", "retention", "hold", "release", "segments"]
 
 
 @click.command("archive-tool")
@@ -160,6 +160,8 @@ def archive_tool(archive_dir: str, verb: str, recording_id: int | None, as_json:
                               the hold is younger than the archive's retention_hold_timeout;
                               run it again to renew or move it)
     release --name N          remove the hold N
+    segments [ID]             where each segment file is: on the disk, in the object store
+                              (tiered.log: its key), or both while an upload finishes
 
     The verbs that change files refuse while an archive runs in the directory.
     """
@@ -181,14 +183,16 @@ def _retention(archive_dir: str, verb: str, recording_id: int | None, as_json: b
         if as_json:
             click.echo(json.dumps({"rules": rules, "holds": holds, "recordings": [
                 {"recording_id": r, "stream_id": s, "channel": c, "start_position": a, "stop_position": b,
-                 "rule": rule, "held_from": held, "next": nxt} for r, s, c, a, b, rule, held, nxt in rows]}))
+                 "rule": rule, "held_from": held, "next": nxt, "segments_in_store": n, "bytes_in_store": nb}
+                for r, s, c, a, b, rule, held, nxt, n, nb in rows]}))
             return
         for line in rules + holds:
             click.echo(line)
-        for r, s, c, a, b, rule, held, nxt in rows:
+        for r, s, c, a, b, rule, held, nxt, n, nb in rows:
             kept = f", held from {held}" if held is not None else ""
+            stored = f", {n} segments ({nb} bytes) in the object store" if n else ""
             by = f" (rule {rule})" if rule and nxt == "nothing yet" else ""
-            click.echo(f"recording {r}: stream {s} {a}..{b} {c}{kept}: {nxt}{by}")
+            click.echo(f"recording {r}: stream {s} {a}..{b} {c}{kept}{stored}: {nxt}{by}")
         return
     if not name:
         raise click.UsageError(f"{verb} needs --name")
@@ -231,6 +235,13 @@ def _tool(archive_dir: str, verb: str, recording_id: int | None, as_json: bool, 
         _native.archive_mark(archive_dir, recording_id, verb == "mark-valid")
         state = "VALID" if verb == "mark-valid" else "INVALID"
         _out(as_json, {"recording_id": recording_id, "state": state}, f"recording {recording_id}: {state}")
+        return
+    if verb == "segments":
+        rows = _native.archive_segments(archive_dir, recording_id)
+        _out(as_json, [{"recording_id": r, "base": b, "location": where, "length": n, "key": key}
+                       for r, b, where, n, key in rows],
+             "\n".join(f"recording {r} segment at {b}: {where}, {n} bytes" + (f", key {key}" if key else "")
+                       for r, b, where, n, key in rows) or "no segments")
         return
     if recording_id is not None and verb not in ("describe", "dump"):
         raise click.UsageError(f"{verb} takes no recording id")

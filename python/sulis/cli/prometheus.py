@@ -23,8 +23,9 @@ Metrics:
   ``sulis_cluster_commit_position``, ``sulis_cluster_control_toggle``, ``sulis_cluster_election_state``,
   ``sulis_cluster_leadership_term_id`` and the counters ``sulis_cluster_snapshots_total``,
   ``sulis_cluster_elections_total`` and ``sulis_cluster_timed_out_clients_total``.
-- an archive's retention, by ``archive_id``: ``sulis_archive_retention_segments_removed_total`` and
-  ``sulis_archive_retention_bytes_removed_total``.
+- an archive's retention and tiering, by ``archive_id``: ``sulis_archive_retention_segments_removed_total``,
+  ``sulis_archive_retention_bytes_removed_total``, ``sulis_archive_tier_segments_moved_total`` and
+  ``sulis_archive_tier_bytes_moved_total``.
 """
 
 from __future__ import annotations
@@ -185,6 +186,8 @@ def _cluster_metrics(counters):
 _ARCHIVE_COUNTS = {
     9103: ("sulis_archive_retention_segments_removed", "Segment files the archive's retention removed"),
     9104: ("sulis_archive_retention_bytes_removed", "Recorded bytes the archive's retention removed"),
+    9105: ("sulis_archive_tier_segments_moved", "Segment files the archive moved to its object store"),
+    9106: ("sulis_archive_tier_bytes_moved", "Bytes of segment files the archive moved to its object store"),
 }
 
 

@@ -25,6 +25,9 @@ pub(super) struct ArchiveCounters {
     /// sulis's: segment files and recorded bytes retention removed.
     pub(super) retention_segments: Option<Counter>,
     pub(super) retention_bytes: Option<Counter>,
+    /// sulis's: segment files and bytes moved to the object store.
+    pub(super) tier_segments: Option<Counter>,
+    pub(super) tier_bytes: Option<Counter>,
 }
 
 impl ArchiveCounters {
@@ -110,6 +113,14 @@ impl ArchiveCounters {
             retention_bytes: add(
                 counter_type::SULIS_ARCHIVE_RETENTION_BYTES,
                 "archive retention bytes removed",
+            ),
+            tier_segments: add(
+                counter_type::SULIS_ARCHIVE_TIER_SEGMENTS,
+                "archive segments moved to the object store",
+            ),
+            tier_bytes: add(
+                counter_type::SULIS_ARCHIVE_TIER_BYTES,
+                "archive bytes moved to the object store",
             ),
             errors: add(counter_type::ARCHIVE_ERROR_COUNT, "Archive Errors"),
             control_sessions: add(

@@ -29,6 +29,7 @@ mod replayer;
 mod replication;
 mod retention_enforcer;
 mod segments;
+mod tiering;
 
 use control_session::*;
 use counters::*;
@@ -132,6 +133,8 @@ pub struct ArchiveConductor {
     events: Option<Publication>,
     /// What the retention policy removes, and when it is looked at next.
     retention: RetentionEnforcer,
+    /// The object store segments move to (`tier_store`), if any.
+    tier: Option<Arc<crate::tier::Tier>>,
 }
 
 impl ArchiveConductor {
@@ -217,6 +220,11 @@ impl ArchiveConductor {
         // A retention policy that does not read stops the start, naming its line.
         let (retention, retention_notes) =
             RetentionEnforcer::new(&ctx).map_err(ArchiveStartError::Config)?;
+        // An object store that cannot be reached, or no credentials for it, stops the start.
+        let tier = match &ctx.tier_store {
+            Some(spec) => Some(tiering::start_tier(&ctx, spec).map_err(ArchiveStartError::Config)?),
+            None => None,
+        };
         let mut catalog = Catalog::open(
             &ctx.archive_dir,
             ctx.catalog_capacity,
@@ -224,6 +232,20 @@ impl ArchiveConductor {
         )?;
         catalog.set_checksum(ctx.record_checksum);
         let mut errors: Vec<String> = catalog.problems().to_vec();
+        // Segments in the object store are the recordings' own, whether or not a store is set now.
+        let tiered = crate::tier::tier_log::read_tier_log(&ctx.archive_dir)
+            .map_err(|e| ArchiveStartError::io(format_args!("cannot read the tier log"), &e))?;
+        if tier.is_none() && !tiered.is_empty() {
+            errors.push(format!(
+                "{} segments are in an object store ({}), and no tier_store is set: replays reaching them \
+                 fail until it is",
+                tiered.len(),
+                crate::tier::read_store_file(&ctx.archive_dir)
+                    .ok()
+                    .flatten()
+                    .map_or("tiered.log".to_string(), |l| l.describe())
+            ));
+        }
         errors.extend(delete_segments_session::delete_leftovers(&ctx.archive_dir));
         let (problems, recovered) = catalog.recover(&ctx.archive_dir, ctx.record_checksum)?;
         errors.extend(problems);
@@ -235,10 +257,11 @@ impl ArchiveConductor {
             // generous multiple of the kernel's writeback delay before the archive was last alive.
             let last_alive = claim.previous_activity_ms().unwrap_or_else(now_ms);
             let since = last_alive - writeback_window_ms();
-            errors.extend(catalog.verify_recent_stops(
+            errors.extend(catalog.verify_recent_stops_with(
                 &ctx.archive_dir,
                 since,
                 ctx.record_checksum,
+                &|id, base| tiered.contains_key(&(id, base)),
             )?);
         }
         errors.extend(
@@ -349,6 +372,7 @@ impl ArchiveConductor {
             counters,
             events,
             retention,
+            tier,
         };
         if conductor.ctx.threading_mode == crate::context::ArchiveThreadingMode::Dedicated {
             conductor.start_workers()?;
@@ -402,6 +426,7 @@ impl ArchiveConductor {
         work += self.run_replications(Instant::now());
         work += self.run_deletions();
         work += self.run_retention(now_ns);
+        work += self.run_tier_events();
         ArchiveCounters::set(&self.counters.control_sessions, self.sessions.len() as i64);
         ArchiveCounters::set(
             &self.counters.recording_sessions,
@@ -448,6 +473,9 @@ impl ArchiveConductor {
         self.run_replays(self.clock.now_ns());
         while !self.deletions.is_empty() {
             self.run_deletions();
+        }
+        if let Some(t) = &self.tier {
+            t.close();
         }
         self.sessions.clear();
         self.recording_subscriptions.clear();
@@ -548,6 +576,9 @@ impl Drop for ArchiveConductor {
         // Workers of a conductor that was never closed (a panic) stop too.
         for (running, _) in &self.workers {
             running.store(false, std::sync::atomic::Ordering::Release);
+        }
+        if let Some(t) = &self.tier {
+            t.close();
         }
     }
 }

@@ -176,8 +176,10 @@ impl ArchiveConductor {
         if start > d.start_position && start < recorded_end {
             // A frame must begin there, as Aeron checks: its header says so.
             let mut header = [0u8; 64];
+            // A segment in the object store is not fetched for this look: the replay checks its frames.
             match SegmentReader::new(&self.ctx.archive_dir, g, start).read(&mut header, recorded_end) {
                 Ok(_) | Err(ReadError::BufferTooSmall(_)) => {}
+                Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && self.tier.is_some() => {}
                 Err(ReadError::Corrupt { reason, .. }) => {
                     return self.session(sid).error(
                         k,
@@ -256,7 +258,8 @@ impl ArchiveConductor {
             correlation_id: k,
             publication: Box::new(publication),
             reader: SegmentReader::new(&self.ctx.archive_dir, g, start)
-                .with_checksum(self.ctx.replay_checksum),
+                .with_checksum(self.ctx.replay_checksum)
+                .with_tier(self.tier.clone()),
             end,
             state: ReplayState::Connecting {
                 deadline_ns: self.now_ns() + self.ctx.connect_timeout.as_nanos() as i64,
@@ -399,7 +402,7 @@ impl ReplaySession {
                         .store(self.reader.position(), std::sync::atomic::Ordering::Release);
                     ArchiveCounters::add(&stats.read_bytes, n as i64);
                 }
-                Err(ReadError::BufferTooSmall(_)) => {}
+                Err(ReadError::BufferTooSmall(_)) | Err(ReadError::Fetching) => {}
                 Err(e) => {
                     self.done = true;
                     return Err(e.to_string());

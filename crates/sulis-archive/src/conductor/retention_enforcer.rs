@@ -10,7 +10,7 @@
 //! query, a files-mode reader, a cluster's snapshot and log).
 
 use super::*;
-use crate::retention::{plan, written_ms, RecordingSpan, Removal, RetentionPolicy};
+use crate::retention::{plan, RecordingSpan, Removal, RetentionPolicy};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -26,6 +26,8 @@ pub(super) struct RetentionEnforcer {
     hold_timeout_ms: i64,
     /// Holds and hold problems already logged (each said once).
     said: BTreeSet<String>,
+    /// An object store is set (`tier_store`): rules may say tier-after.
+    tiering: bool,
 }
 
 fn modified(path: &Path) -> Option<(std::time::SystemTime, u64)> {
@@ -45,6 +47,7 @@ impl RetentionEnforcer {
             policy: None,
             hold_timeout_ms: ctx.retention_hold_timeout.as_millis() as i64,
             said: BTreeSet::new(),
+            tiering: ctx.tier_store.is_some(),
         };
         let (notes, error) = r.reload();
         match error {
@@ -73,9 +76,17 @@ impl RetentionEnforcer {
                 None => (Vec::new(), None),
             };
         };
+        let tiering = self.tiering;
         let parsed = std::fs::read_to_string(&self.path)
             .map_err(|e| e.to_string())
-            .and_then(|text| RetentionPolicy::parse(&text));
+            .and_then(|text| RetentionPolicy::parse(&text))
+            .and_then(|p| match p.rules.iter().find(|r| r.tier_after.is_some()) {
+                Some(r) if !tiering => Err(format!(
+                    "line {}: tier-after moves segments to an object store, and no tier_store is set",
+                    r.line
+                )),
+                _ => Ok(p),
+            });
         match parsed {
             Ok(policy) => {
                 self.seen = Some(stamp);
@@ -110,7 +121,7 @@ impl RetentionEnforcer {
 }
 
 impl ArchiveConductor {
-    fn say(&self, line: &str) {
+    pub(super) fn say(&self, line: &str) {
         eprintln!("sulis archive {}: {line}", self.ctx.archive_dir.display());
     }
 
@@ -177,16 +188,16 @@ impl ArchiveConductor {
             self.say(&e);
             self.record_error(e);
         }
+        // The store's copies no recording needs any more go, whatever removed them from the catalog.
+        let mut work = self.sweep_store();
         let Some(policy) = self.retention.policy.clone() else {
-            return 0;
+            return work;
         };
         if policy.rules.is_empty() {
-            return 0;
+            return work;
         }
         let now_ms = self.clock.epoch_ms();
         let floors = self.retention_floors(now_ms);
-        let dir = self.ctx.archive_dir.clone();
-        let mut work = 0;
         for id in self.catalog.valid_ids_from(0) {
             let Some(d) = self.catalog.recording(id) else {
                 continue;
@@ -213,8 +224,8 @@ impl ArchiveConductor {
                 stopped,
                 floor: floors.get(&id).copied(),
             };
-            match plan(rule, span, now_ms, |base| written_ms(&g.path(&dir, base))) {
-                Removal::Keep => {}
+            match plan(rule, span, now_ms, |base| self.segment_written_ms(&g, base)) {
+                Removal::Keep => work += self.tier_recording(rule, g, span, now_ms),
                 Removal::Detach { new_start, why } => {
                     work += self.retention_detach(&d, g, span.first_base, new_start, &why)
                 }

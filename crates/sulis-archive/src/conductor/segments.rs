@@ -55,6 +55,24 @@ impl ArchiveConductor {
                 ),
             );
         }
+        // A segment in the object store is never rewritten: a truncate into one is refused.
+        let g = Self::geometry_of(recording_id, &d);
+        if let Some(s) = self.tier.as_ref().and_then(|t| {
+            t.segments()
+                .into_iter()
+                .find(|s| s.recording_id == recording_id && s.base + g.segment_length > position)
+        }) {
+            return self.session(sid).error(
+                k,
+                error_code::GENERIC,
+                &format!(
+                    "cannot truncate recording {recording_id} to {position}: its segment at {} is in the object \
+                     store (tiered storage), which is never rewritten; truncate at or after {}",
+                    s.base,
+                    s.base + g.segment_length
+                ),
+            );
+        }
         // Its replays end first (the replayer takes commands before it reads).
         self.stop_replays(|_, of| of == recording_id);
         // The catalog first: from here on nothing past `position` is the
@@ -63,7 +81,6 @@ impl ArchiveConductor {
             return self.catalog_failed(sid, k, &format!("truncate recording {recording_id}"), e);
         }
         crate::crash_point::crash_point(crate::crash_point::points::TRUNCATE_AFTER_CATALOG);
-        let g = Self::geometry_of(recording_id, &d);
         let keep_base = g.base_of(position);
         let mut doomed = Vec::new();
         for (base, path) in self.segment_files(recording_id) {

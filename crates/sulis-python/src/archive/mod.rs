@@ -203,6 +203,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tool::archive_dump, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_mark_file, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_retention, m)?)?;
+    m.add_function(wrap_pyfunction!(tool::archive_segments, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_hold, m)?)?;
     m.add_function(wrap_pyfunction!(tool::archive_release_hold, m)?)?;
     m.add_class::<PyArchive>()?;

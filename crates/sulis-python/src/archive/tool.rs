@@ -171,7 +171,8 @@ fn signal_or(e: String) -> PyErr {
 }
 
 /// A retention report row: (recording id, stream id, channel, start, stop,
-/// rule or None, held from or None, what goes next).
+/// rule or None, held from or None, what goes next, segments in the object
+/// store, their bytes).
 type RetentionRowTuple = (
     i64,
     i32,
@@ -181,6 +182,8 @@ type RetentionRowTuple = (
     Option<String>,
     Option<i64>,
     String,
+    usize,
+    u64,
 );
 /// (rules, holds, rows).
 type RetentionTuple = (Vec<String>, Vec<String>, Vec<RetentionRowTuple>);
@@ -213,10 +216,32 @@ pub fn archive_retention(
                 r.rule,
                 r.held_from,
                 r.next,
+                r.in_store,
+                r.in_store_bytes,
             )
         })
         .collect();
     Ok((report.rules, report.holds, rows))
+}
+
+/// (recording id, base, location, length, key).
+type SegmentRowTuple = (i64, i64, String, u64, String);
+
+/// Where each segment file of the valid recordings (or of `recording_id`)
+/// is: (recording id, base position, "disk" | "store" | "disk and store" |
+/// "missing", length, object key or "").
+#[pyfunction]
+#[pyo3(signature = (dir, recording_id=None))]
+pub fn archive_segments(
+    py: Python<'_>,
+    dir: PathBuf,
+    recording_id: Option<i64>,
+) -> PyResult<Vec<SegmentRowTuple>> {
+    let rows = gil::released_or_raise(py, || sulis_archive::tool::segments(&dir, recording_id))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.recording_id, r.base, r.location, r.length, r.key))
+        .collect())
 }
 
 /// Writes (or replaces) the hold `name` in the archive directory `dir`:

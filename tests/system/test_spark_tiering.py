@@ -1,0 +1,76 @@
+"""Spark reads a recording the same, row for row, whichever tier holds each part: all of it on the disk; most of
+it in the object store, read through the archive (replay mode); and most of it in the object store, read by the
+executors straight from the store (files mode), with their own credentials and no archive in the path.
+
+Promise: docs/retention.md, "Tiered storage" (readers of the files); docs/spark.md, readMode."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from test_archive_tiering import COUNT, SEGMENT, moved, record, where, write_policy
+
+import sulis
+from conftest import await_until, make_dir
+from objectstore import ACCESS_KEY, SECRET_KEY
+
+pytest.importorskip("pyspark")
+
+STREAM = 3401
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local[2] session of this module's own whose Python workers (the executors' side of ``format("sulis")``)
+    get the store's credentials as executors would on a cluster: ``spark.executorEnv.*``."""
+    from pyspark.sql import SparkSession
+
+    import sulis.spark
+
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("sulis-spark-tiering")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.executorEnv.AWS_ACCESS_KEY_ID", ACCESS_KEY)
+               .config("spark.executorEnv.AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+               .config("spark.executorEnv.TMPDIR", make_dir("sulis-spark-tier-cache-"))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    sulis.spark.register(session)
+    yield session
+    session.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def rows(spark, driver_dir: str, rid: int, **options) -> list[tuple]:
+    reader = spark.read.format("sulis").option("driverDir", driver_dir).option("recordingIds", str(rid))
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    got = reader.load().select("value", "recording_id", "position").collect()
+    return sorted((bytes(r[0]), r[1], r[2]) for r in got)
+
+
+def test_spark_reads_the_same_rows_from_every_tier(spark, driver, client, s3_server, monkeypatch):
+    for k, v in s3_server.credentials().items():
+        monkeypatch.setenv(k, v)
+    archive_dir = make_dir("sulis-spark-tiering-")
+    with sulis.Archive(archive_dir, driver_dir=driver.dir, segment_file_length=SEGMENT,
+                       retention_check_interval="20ms", tier_store=s3_server.url("tiered")) as archive, \
+            sulis.ArchiveClient(client) as ac:
+        rid = record(ac, client, STREAM)
+        files = {"readMode": "files", "archiveDir": archive_dir, "minPartitions": 3}
+        on_disk = rows(spark, driver.dir, rid, **files)
+        assert len(on_disk) == COUNT and on_disk == rows(spark, driver.dir, rid, readMode="replay")
+        write_policy(archive_dir, "stream=* tier-after=0s\n")
+        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        assert rows(spark, driver.dir, rid, readMode="replay") == on_disk, "through the archive"
+        assert rows(spark, driver.dir, rid, **files) == on_disk, "by the executors, from the store"
+        assert archive.errors() == []
