@@ -400,30 +400,42 @@ def _test_failed(request) -> bool:
     return any(getattr(getattr(node, f"rep_{w}", None), "failed", False) for w in ("setup", "call"))
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """A local[2] SparkSession with ``format("sulis")`` registered, one per test module."""
+@contextlib.contextmanager
+def spark_session(app: str, **config: str):
+    """A local[2] SparkSession with ``format("sulis")`` registered and ``config`` set (``spark.executorEnv.X``:
+    the Python workers' environment, as on a cluster's executors); stopped after."""
     from pyspark.sql import SparkSession
 
     import sulis.spark
 
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("sulis-spark-tests")
+    builder = (SparkSession.builder.master("local[2]").appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "1g")
-               .getOrCreate())
+               .config("spark.driver.memory", "1g"))
+    for k, v in config.items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     sulis.spark.register(session)
-    yield session
-    session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    try:
+        yield session
+    finally:
+        session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local[2] SparkSession with ``format("sulis")`` registered, one per test module."""
+    with spark_session("sulis-spark-tests") as session:
+        yield session
 
 
 @pytest.fixture

@@ -6,14 +6,11 @@ Promise: docs/retention.md, "Tiered storage" (readers of the files); docs/spark.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 from test_archive_tiering import COUNT, SEGMENT, moved, record, where, write_policy
 
 import sulis
-from conftest import await_until, make_dir
+from conftest import await_until, make_dir, spark_session
 from objectstore import ACCESS_KEY, SECRET_KEY
 
 pytest.importorskip("pyspark")
@@ -23,31 +20,13 @@ STREAM = 3401
 
 @pytest.fixture(scope="module")
 def spark():
-    """A local[2] session of this module's own whose Python workers (the executors' side of ``format("sulis")``)
-    get the store's credentials as executors would on a cluster: ``spark.executorEnv.*``."""
-    from pyspark.sql import SparkSession
-
-    import sulis.spark
-
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("sulis-spark-tiering")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "1g")
-               .config("spark.executorEnv.AWS_ACCESS_KEY_ID", ACCESS_KEY)
-               .config("spark.executorEnv.AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-               .config("spark.executorEnv.TMPDIR", make_dir("sulis-spark-tier-cache-"))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    sulis.spark.register(session)
-    yield session
-    session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    """A session of this module's own whose Python workers (the executors' side of ``format("sulis")``) get the
+    store's credentials as executors on a cluster would: ``spark.executorEnv.*``."""
+    with spark_session("sulis-spark-tiering", **{
+            "spark.executorEnv.AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "spark.executorEnv.AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "spark.executorEnv.TMPDIR": make_dir("sulis-spark-tier-cache-")}) as session:
+        yield session
 
 
 def rows(spark, driver_dir: str, rid: int, **options) -> list[tuple]:

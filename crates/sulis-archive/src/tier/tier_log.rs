@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+pub use sulis_concurrent::mapped_file::sync_dir;
 
 /// The file's name in the archive directory.
 pub const TIER_LOG_FILE: &str = "tiered.log";
@@ -213,11 +214,6 @@ impl TierLog {
     pub fn segments(&self) -> &TieredSegments {
         &self.segments
     }
-}
-
-/// Makes a directory's entries (a file created or renamed in it) durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
