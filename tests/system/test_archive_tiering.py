@@ -18,7 +18,7 @@ import pytest
 from test_archive_retention import indices, message, write_policy
 
 import sulis
-from conftest import await_until, make_dir, run_cli
+from conftest import await_until, free_udp_port, make_dir, run_cli
 from objectstore import SECRET_KEY
 from sulis import _native
 from sulis.archive import RecordingSignal
@@ -207,6 +207,46 @@ def test_a_store_gone_mid_read_fails_naming_the_segment_and_the_store_and_the_re
         assert any(f"{rid}-{SEGMENT}.rec" in e for e in archive.errors()), archive.errors()
         store.start()
         assert replay_all(ac, rid, 2002) == list(range(COUNT))
+
+
+def test_a_live_recording_moves_as_it_goes_and_a_replay_follows_it_from_its_start(driver, client, archive_dir, store):
+    with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
+        ac.start_recording(CHANNEL, 1001)
+        pub = client.add_exclusive_publication(CHANNEL, 1001)
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        publish(pub, 0, 5 * 64 + 10)
+        # While it records: the five full segments move; the sixth, being written (10 messages), stays.
+        await_until(lambda: where(archive_dir, rid)[:5] == ["store"] * 5,
+                    what=lambda: f"the closed segments moved: {where(archive_dir, rid)}")
+        sub = ac.replay(rid, "aeron:ipc", 2001, follow=True)
+        first = indices(sub, 5 * 64 + 10)
+        publish(pub, 5 * 64 + 10, 200)
+        assert first + indices(sub, 200) == list(range(5 * 64 + 210))
+        assert archive.errors() == []
+
+
+def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, make_driver, archive_dir, store):
+    """Another archive (its own driver, over UDP) replicates a recording of which all but the last segment are
+    in the store: the source's replay reads them back, and the copy replays exact."""
+    source_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    dst_driver = make_driver()
+    dst_dir = make_dir("sulis-tiering-copy-")
+    try:
+        with tiered_archive(driver, archive_dir, store, control_channel=source_channel) as archive, \
+                sulis.ArchiveClient(client) as src, sulis.Client(dir=dst_driver.dir) as dst_client, \
+                sulis.Archive(dst_dir, driver_dir=dst_driver.dir,
+                              replication_channel="aeron:udp?endpoint=127.0.0.1:0") as dst, \
+                sulis.ArchiveClient(dst_client) as ac:
+            rid = record(src, client, 1001)
+            await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+            ac.replicate(rid, source_channel)
+            copy_id = ac.await_signal(RecordingSignal.REPLICATE).recording_id
+            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id)
+            assert ac.list_recording(copy_id).stop_position == src.list_recording(rid).stop_position
+            assert replay_all(ac, copy_id) == list(range(COUNT))
+            assert archive.errors() == [] and dst.errors() == []
+    finally:
+        shutil.rmtree(dst_dir, ignore_errors=True)
 
 
 def test_retention_counts_what_moved_and_removes_it_from_the_store(driver, client, archive_dir, store, capfd):
