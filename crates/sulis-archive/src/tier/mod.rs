@@ -221,7 +221,15 @@ impl Tier {
         let threads = vec![
             std::thread::Builder::new()
                 .name("sulis-archive-tier-upload".into())
-                .spawn(move || up.run_jobs(job_rx))
+                .spawn(move || {
+                    // Tiering must not slow recording: the upload thread (MD5 and CRC-32C of every
+                    // byte, the transfer) yields the CPU to the archive's and the driver's threads.
+                    // SAFETY: setpriority on this thread's own id; nothing is shared.
+                    unsafe {
+                        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+                    }
+                    up.run_jobs(job_rx)
+                })
                 .map_err(|e| e.to_string())?,
             std::thread::Builder::new()
                 .name("sulis-archive-tier-fetch".into())
