@@ -51,6 +51,36 @@ class BatchedJournal(Journal):
                 sent += 1  # that client is gone: its answer cannot go, the others' can
 '''
 
+#: The journal service with snapshots (``snapshot_journal:Journal``): the lines so far are its state.
+SNAPSHOT_JOURNAL = '''
+import json
+import os
+from sulis.cluster import OFFER_AGAIN, ClusteredService
+
+class Journal(ClusteredService):
+    """The journal service, with snapshots: the lines so far are its state."""
+
+    def __init__(self):
+        self.lines = []
+        self.journal = open(os.environ["JOURNAL"], "w")
+
+    def on_start(self, cluster, snapshot):
+        if snapshot is not None:
+            self.lines = json.loads(snapshot[0])
+            self.journal.write("".join(line + "\\n" for line in self.lines))
+            self.journal.flush()
+
+    def on_take_snapshot(self, cluster, snapshot):
+        snapshot.write(json.dumps(self.lines).encode())
+
+    def on_session_message(self, cluster, session_id, timestamp, payload):
+        self.lines.append(payload.decode())
+        self.journal.write(payload.decode() + "\\n")
+        self.journal.flush()
+        while cluster.offer(session_id, payload) in OFFER_AGAIN:
+            cluster.idle()
+'''
+
 # Timings for a test: a failed leader is noticed within 2 s (Aeron's default is 10 s). A client session
 # lives 60 s without a word (the default is 10 s): the tests' clients wait silently for snapshots, kills and
 # `sulis cluster-tool` processes, which on a slow or busy machine outlasted 10 s and closed the session

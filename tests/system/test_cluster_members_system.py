@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 import sulis
-from clusterprocs import LEADER_HEARTBEAT_TIMEOUT_S, KeepAlive, journal_cluster, vanish_with_a_message_held
+from clusterprocs import (
+    LEADER_HEARTBEAT_TIMEOUT_S,
+    SNAPSHOT_JOURNAL,
+    KeepAlive,
+    journal_cluster,
+    vanish_with_a_message_held,
+)
 from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import ClusterClient, ClusterSessionClosedError, EventCode
 
@@ -469,34 +475,6 @@ def test_a_client_that_stops_reading_or_vanishes_costs_only_itself_on_three_memb
         assert lines.count("1") == 3 and 0 < lines.count("s" * 1000) <= 12_000
 
 
-SNAPSHOT_JOURNAL = '''
-import json
-import os
-from sulis.cluster import OFFER_AGAIN, ClusteredService
-
-class Journal(ClusteredService):
-    """The journal service, with snapshots: the lines so far are its state."""
-
-    def __init__(self):
-        self.lines = []
-        self.journal = open(os.environ["JOURNAL"], "w")
-
-    def on_start(self, cluster, snapshot):
-        if snapshot is not None:
-            self.lines = json.loads(snapshot[0])
-            self.journal.write("".join(line + "\\n" for line in self.lines))
-            self.journal.flush()
-
-    def on_take_snapshot(self, cluster, snapshot):
-        snapshot.write(json.dumps(self.lines).encode())
-
-    def on_session_message(self, cluster, session_id, timestamp, payload):
-        self.lines.append(payload.decode())
-        self.journal.write(payload.decode() + "\\n")
-        self.journal.flush()
-        while cluster.offer(session_id, payload) in OFFER_AGAIN:
-            cluster.idle()
-'''
 
 
 def log_start(member) -> int:

@@ -156,6 +156,11 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
 
     archive_dir_given = archive_dir is not None
     archive_dir = archive_dir or os.path.join(os.path.dirname(os.path.abspath(cluster_dir)), "archive")
+    member_id = str(next((r[1] for r in rows if r[0] == "member_id"), "0"))
+    service_count = int(next((r[1] for r in rows if r[0] == "service_count"), 1) or 1)
+    # Before the archive starts (its first retention check comes at once): what a restart needs is held.
+    hold = _ClusterHold(cluster_dir, archive_dir, member_id, service_count)
+    hold.renew()
     with stop_signals() as stopping:
         started: list = []
         # How long each part took to start, said on the "running" line: a start that stalls under load
@@ -180,13 +185,13 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
             for thing in reversed(started):
                 thing.close()
             failed = ("driver", "archive", "module and service")[len(started)]
-            member_id = str(next((r[1] for r in rows if r[0] == "member_id"), "0"))
             raise _start_error(e, failed, cluster_dir, archive_dir, archive_dir_given, dir_ is not None,
                                member_id) from None
         click.echo(f"sulis cluster-node {service_spec} running in {cluster_dir} (archive {archive_dir}, driver "
                    f"{driver_dir}; Ctrl-C to stop; started in {time.process_time():.2f} s of CPU: {', '.join(took)})",
                    err=True)
         while not stopping and node.error is None and node.is_running:  # cluster-tool shutdown/abort end it
+            hold.renew()
             time.sleep(0.1)
         error = node.error
         for thing in reversed(started):
@@ -194,6 +199,56 @@ def cluster_node(service_spec: str, cluster_dir: str, archive_dir: str | None, d
     if error is not None:
         raise click.ClickException(error)
     click.echo("sulis cluster-node stopped", err=True)
+
+
+class _ClusterHold:
+    """The member's hold on its archive's retention (docs/retention.md, holds): the recordings of the latest
+    snapshot set whole, and the log from that snapshot's position on (all of it before a first snapshot), so
+    that a retention policy never removes what a restart replays. Written again within a second of a change of
+    the recording log (a snapshot, a new term), and every ten minutes besides, well within the archive's
+    ``retention_hold_timeout``; it stays when the member stops (its restart needs the same)."""
+
+    RENEW_S = 600.0
+
+    def __init__(self, cluster_dir: str, archive_dir: str, member_id: str, service_count: int):
+        self.cluster_dir, self.archive_dir = cluster_dir, archive_dir
+        self.name, self.service_count = f"cluster-member-{member_id}", service_count
+        self.seen: tuple | None = None
+        self.written = 0.0
+        self.looked = 0.0
+        self.failed: str | None = None
+
+    def held(self) -> list[tuple[int, int]]:
+        plan = _native.recovery_plan(self.cluster_dir, self.service_count)
+        snapshots = plan["snapshots"]
+        since = snapshots[0]["log_position"] if snapshots else 0
+        held = {s["recording_id"]: 0 for s in snapshots}
+        for e in _native.read_recording_log(self.cluster_dir)[0]:
+            if e["valid"] and e["type"] == "TERM" and e["recording_id"] >= 0:
+                position = max(e["term_base_log_position"], since)
+                held[e["recording_id"]] = min(held.get(e["recording_id"], position), position)
+        return sorted(held.items())
+
+    def renew(self) -> None:
+        now = time.monotonic()
+        if now - self.looked < 1.0:
+            return
+        self.looked = now
+        log = os.path.join(self.cluster_dir, "recording.log")
+        try:
+            st = os.stat(log)
+        except FileNotFoundError:
+            return  # a first start: nothing recorded yet
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self.seen and now - self.written < self.RENEW_S:
+            return
+        try:
+            _native.archive_hold(self.archive_dir, self.name, self.held())
+            self.seen, self.written, self.failed = stamp, now, None
+        except (_native.SulisError, OSError) as e:
+            if str(e) != self.failed:  # said once, tried again at the next look
+                click.echo(f"sulis cluster-node: cannot write the retention hold {self.name}: {e}", err=True)
+                self.failed = str(e)
 
 
 _ROLES = {0: "FOLLOWER", 1: "CANDIDATE", 2: "LEADER"}
