@@ -123,6 +123,8 @@ def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None)
     finally:
         remove_dir(shm)
         shutil.rmtree(base, ignore_errors=True)
+        if store is not None:  # the run's objects: the next run starts with an empty store
+            shutil.rmtree(store.root / "bench" / os.path.basename(base), ignore_errors=True)
 
 
 def kafka_run(base: str, count: int) -> float | None:
@@ -165,6 +167,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--mb", type=int, default=1024, help="MiB of payload recorded per run")
     ap.add_argument("--dir", default=None, help="where the archive and the store keep their files (a disk)")
+    ap.add_argument("--store-dir", default=None,
+                    help="where the store keeps its objects instead (/dev/shm: the store's writes off the "
+                         "archive's disk, as a store on other machines would be)")
     ap.add_argument("--quick", action="store_true", help="one run of 64 MiB")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-kafka", action="store_true")
@@ -174,7 +179,8 @@ def main() -> int:
     count = a.mb * (1 << 20) // LENGTH
     parent = a.dir or tempfile.gettempdir()
     base = tempfile.mkdtemp(prefix="sulis-bench-tiering-", dir=parent)
-    store = s3proxy.S3Server(Path(base) / "s3")
+    store_base = tempfile.mkdtemp(prefix="sulis-bench-s3-", dir=a.store_dir) if a.store_dir else base
+    store = s3proxy.S3Server(Path(store_base) / "s3")
     for k, v in store.credentials().items():
         os.environ[k] = v
     store.start()
@@ -197,6 +203,7 @@ def main() -> int:
             spark.stop()
         store.kill()
         shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(store_base, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     mb = count * LENGTH / 1e6
     table = [[k, f"{count / s / 1e6:.2f} M msgs/s", f"{mb / s:.0f} MB/s", f"{s:.2f} s",
@@ -206,7 +213,8 @@ def main() -> int:
         table.append(["Kafka 4.3.1 produce (retention.bytes, acks=all)", f"{rate / 1e6:.2f} M msgs/s",
                       f"{rate * LENGTH / 1e6:.0f} MB/s", f"{count / rate:.2f} s",
                       ", ".join(f"{x / 1e6:.2f}" for x in kafka_rates)])
-    print(f"{a.mb} MiB of {LENGTH} B messages, {SEGMENT >> 20} MiB segments, medians of {a.runs} runs")
+    print(f"{a.mb} MiB of {LENGTH} B messages, {SEGMENT >> 20} MiB segments, medians of {a.runs} runs; the "
+          f"archive in {parent}, the store's objects in {a.store_dir or parent}")
     print_table(["row", "rate", "payload", "time", "runs (M msgs/s)"], table)
     on, off = rows.get("record, tiering on"), rows.get("record, tiering off")
     if on and off:
