@@ -183,11 +183,12 @@ def main() -> int:
     store = s3proxy.S3Server(Path(store_base) / "s3")
     for k, v in store.credentials().items():
         os.environ[k] = v
-    store.start()
-    spark = None if a.no_spark else spark_session()
     rows: dict[str, list[float]] = {}
     kafka_rates: list[float] = []
-    try:
+    spark = None
+    try:  # from the store's start: a signal meanwhile (main_guard unwinds it) still stops it
+        store.start()
+        spark = None if a.no_spark else spark_session()
         # Untimed: the first Spark read of a process starts its Python workers.
         sulis_run(os.path.join(base, "warm-up"), 10_000, None, spark)
         for i in range(a.runs):
