@@ -225,6 +225,21 @@ def test_a_live_recording_moves_as_it_goes_and_a_replay_follows_it_from_its_star
         assert archive.errors() == []
 
 
+def test_a_truncate_into_a_moved_segment_is_refused_naming_it_and_the_recording_stays_whole(
+        driver, client, archive_dir, store):
+    with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
+        rid = record(ac, client, 1001)
+        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        with pytest.raises(sulis.ArchiveError, match=f"its segment at {3 * SEGMENT} is in the object store"):
+            ac.truncate_recording(rid, 3 * SEGMENT + 5 * 1024)
+        assert ac.list_recording(rid).stop_position == COUNT * 1024
+        assert replay_all(ac, rid) == list(range(COUNT))
+        # At the end of the last moved segment nothing in the store is rewritten: that truncate is taken.
+        ac.truncate_recording(rid, 9 * SEGMENT)
+        assert replay_all(ac, rid, 2002) == list(range(9 * 64))
+        assert archive.errors() == []
+
+
 def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, make_driver, archive_dir, store):
     """Another archive (its own driver, over UDP) replicates a recording of which all but the last segment are
     in the store: the source's replay reads them back, and the copy replays exact."""

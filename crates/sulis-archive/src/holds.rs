@@ -16,7 +16,6 @@
 //! A hold is written whole (to a temporary name, then renamed), so a reader
 //! never sees half of one.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The directory of the holds in an archive directory.
@@ -76,7 +75,6 @@ pub fn write_hold(
     let io = |what: &str, e: std::io::Error| format!("hold '{name}': cannot {what}: {e}");
     std::fs::create_dir_all(&dir).map_err(|e| io(&format!("create {}", dir.display()), e))?;
     let path = hold_path(archive_dir, name);
-    let tmp = dir.join(format!(".{name}.hold.tmp"));
     let mut text = String::new();
     if let Some(lease) = lease {
         text.push_str(&format!("lease={}\n", lease.as_secs().max(1)));
@@ -84,13 +82,8 @@ pub fn write_hold(
     for (recording_id, position) in held {
         text.push_str(&format!("recording={recording_id} position={position}\n"));
     }
-    let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    });
-    written.map_err(|e| io(&format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io(&format!("rename to {}", path.display()), e))?;
-    let _ = sulis_concurrent::mapped_file::sync_dir(&dir);
+    sulis_concurrent::mapped_file::replace_file(&path, text.as_bytes())
+        .map_err(|e| io(&format!("write {}", path.display()), e))?;
     Ok(path)
 }
 

@@ -342,6 +342,36 @@ impl From<io::Error> for ReadError {
     }
 }
 
+fn cannot_open(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+}
+
+/// Opens the verified copy of a segment that moved to the object store
+/// (`missing`: the error if the store does not hold it either); `Fetching`
+/// while it is fetched.
+fn open_moved(
+    tier: &Tier,
+    recording_id: i64,
+    base: i64,
+    missing: io::Error,
+) -> Result<(PathBuf, File), ReadError> {
+    // Twice: a copy evicted from a shared cache between the answer and the open is fetched again.
+    let mut evicted = None;
+    for _ in 0..2 {
+        match tier.request(recording_id, base) {
+            Fetch::Ready(p) => match File::open(&p) {
+                Ok(f) => return Ok((p, f)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => evicted = Some(cannot_open(&p, e)),
+                Err(e) => return Err(cannot_open(&p, e).into()),
+            },
+            Fetch::Pending => return Err(ReadError::Fetching),
+            Fetch::NotTiered => return Err(missing.into()),
+            Fetch::Failed(why) => return Err(io::Error::other(why).into()),
+        }
+    }
+    Err(evicted.unwrap_or(missing).into())
+}
+
 /// Reads a recording's frames in order from a position.
 pub struct SegmentReader {
     dir: PathBuf,
@@ -404,35 +434,12 @@ impl SegmentReader {
         let base = self.g.base_of(self.position);
         if self.file.as_ref().map(|f| f.0) != Some(base) {
             let local = self.g.path(&self.dir, base);
-            let cannot = |path: &Path, e: io::Error| {
-                io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
-            };
             let (path, file) = match (File::open(&local), &self.tier) {
                 (Ok(f), _) => (local, f),
                 (Err(e), Some(tier)) if e.kind() == io::ErrorKind::NotFound => {
-                    // A copy evicted from a shared cache before it was opened is fetched again.
-                    let ready = match tier.request(self.g.recording_id, base) {
-                        Fetch::Ready(p) => match File::open(&p) {
-                            Ok(f) => Ok((p, f)),
-                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                                Err(tier.request(self.g.recording_id, base))
-                            }
-                            Err(e) => return Err(cannot(&p, e).into()),
-                        },
-                        other => Err(other),
-                    };
-                    match ready {
-                        Ok(opened) => opened,
-                        Err(Fetch::Ready(p)) => {
-                            let f = File::open(&p).map_err(|e| cannot(&p, e))?;
-                            (p, f)
-                        }
-                        Err(Fetch::Pending) => return Err(ReadError::Fetching),
-                        Err(Fetch::NotTiered) => return Err(cannot(&local, e).into()),
-                        Err(Fetch::Failed(why)) => return Err(io::Error::other(why).into()),
-                    }
+                    open_moved(tier, self.g.recording_id, base, cannot_open(&local, e))?
                 }
-                (Err(e), _) => return Err(cannot(&local, e).into()),
+                (Err(e), _) => return Err(cannot_open(&local, e).into()),
             };
             // A replay reads a segment front to back: the kernel may read ahead twice as far.
             use std::os::unix::io::AsRawFd;

@@ -176,10 +176,12 @@ impl ArchiveConductor {
         if start > d.start_position && start < recorded_end {
             // A frame must begin there, as Aeron checks: its header says so.
             let mut header = [0u8; 64];
-            // A segment in the object store is not fetched for this look: the replay checks its frames.
-            match SegmentReader::new(&self.ctx.archive_dir, g, start).read(&mut header, recorded_end) {
-                Ok(_) | Err(ReadError::BufferTooSmall(_)) => {}
-                Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && self.tier.is_some() => {}
+            // A segment in the object store is not waited for here (its fetch starts, for the replay to
+            // read): the replay checks its frames as it reads them.
+            let mut reader =
+                SegmentReader::new(&self.ctx.archive_dir, g, start).with_tier(self.tier.clone());
+            match reader.read(&mut header, recorded_end) {
+                Ok(_) | Err(ReadError::BufferTooSmall(_)) | Err(ReadError::Fetching) => {}
                 Err(ReadError::Corrupt { reason, .. }) => {
                     return self.session(sid).error(
                         k,

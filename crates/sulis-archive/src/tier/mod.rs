@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use sulis_concurrent::mapped_file::replace_file;
 use tier_log::{sync_dir, TierLog, TieredSegment};
 
 /// The cache of fetched segments, in the archive directory.
@@ -679,12 +680,7 @@ fn write_store_file(archive_dir: &Path, location: &StoreLocation) -> io::Result<
     if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
         return Ok(());
     }
-    let tmp = archive_dir.join(format!("{STORE_FILE}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    sync_dir(archive_dir)
+    replace_file(&path, text.as_bytes())
 }
 
 /// The store `tier.store` names, if there is one.
@@ -737,12 +733,7 @@ fn store_id(archive_dir: &Path) -> io::Result<String> {
     let mut bytes = [0u8; 8];
     File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let tmp = archive_dir.join(format!("{STORE_ID_FILE}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(format!("{id}\n").as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    sync_dir(archive_dir)?;
+    replace_file(&path, format!("{id}\n").as_bytes())?;
     Ok(id)
 }
 

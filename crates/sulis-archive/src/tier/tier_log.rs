@@ -167,16 +167,8 @@ impl TierLog {
 
     /// Writes the live lines to a new file and renames it over the log.
     fn rewrite(&mut self) -> io::Result<()> {
-        let tmp = self.path.with_extension("log.tmp");
-        let mut out = File::create(&tmp)?;
-        for s in self.segments.values() {
-            out.write_all(s.line().as_bytes())?;
-        }
-        out.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            sync_dir(dir)?;
-        }
+        let text: String = self.segments.values().map(TieredSegment::line).collect();
+        sulis_concurrent::mapped_file::replace_file(&self.path, text.as_bytes())?;
         self.file = OpenOptions::new().append(true).open(&self.path)?;
         self.lines = self.segments.len();
         Ok(())
