@@ -336,6 +336,12 @@ system_counters! {
     43 ControlProtocolVersion "Control Protocol Version",
     44 StatusMessagesRejected "Status Messages rejected",
     45 NativeResourceAgentProxyFails "Failed offers to NativeResourceAgentProxy",
+    46 SecurityFramesDropped "Transport security: frames dropped",
+    47 SecurityUnsealedDropped "Transport security: unsealed or malformed frames dropped",
+    48 SecurityAuthFailures "Transport security: frames failing authentication",
+    49 SecurityReplaysDropped "Transport security: replayed or stale frames dropped",
+    50 SecuritySealingKeyId "Transport security: id of the key sealing",
+    51 SecurityKeyringReads "Transport security: keyring reads",
 }
 
 /// Room for a counter key in a metadata record.

@@ -121,6 +121,39 @@ impl ControlMode {
     }
 }
 
+/// Value of the `security` parameter: what transport security a UDP channel
+/// takes (docs/security.md). Unset: the driver's `security` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Security {
+    /// `off`: Aeron's frames as they are, whatever the driver's default.
+    Off,
+    /// `auth`: every datagram authenticated, payloads in the clear.
+    Auth,
+    /// `encrypt`: every datagram authenticated and encrypted.
+    Encrypt,
+}
+
+impl Security {
+    /// Parses `off`, `auth` or `encrypt`.
+    pub fn parse(v: &str) -> Result<Security, String> {
+        match v {
+            "off" => Ok(Security::Off),
+            "auth" => Ok(Security::Auth),
+            "encrypt" => Ok(Security::Encrypt),
+            _ => Err("must be off, auth or encrypt".to_owned()),
+        }
+    }
+
+    /// The value as written in a URI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Security::Off => "off",
+            Security::Auth => "auth",
+            Security::Encrypt => "encrypt",
+        }
+    }
+}
+
 impl fmt::Display for ControlMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -257,6 +290,8 @@ pub struct ChannelParams {
     pub channel_rcv_ts_offset: Option<String>,
     /// `channel-snd-ts-offset`: byte offset into the payload, or `reserved`.
     pub channel_snd_ts_offset: Option<String>,
+    /// `security`: `off`, `auth` or `encrypt` (UDP channels).
+    pub security: Option<Security>,
 }
 
 /// A parsed and validated channel URI.
@@ -655,6 +690,7 @@ const PARAMS: &[(&str, Apply)] = &[
         parsed!(untethered_resting_timeout_ns, parse_duration_ns),
     ),
     ("stream-id", parsed!(stream_id, parse_i32)),
+    ("security", parsed!(security, Security::parse)),
     (
         "response-endpoint",
         checked!(response_endpoint, check_socket_address),

@@ -86,6 +86,7 @@ pub const fn frame_type_name(frame_type: u16) -> Option<&'static str> {
         HDR_TYPE_RTTM => "RTTM",
         HDR_TYPE_RES => "RES",
         HDR_TYPE_RSP_SETUP => "RSP_SETUP",
+        super::sealed::HDR_TYPE_SEALED => "SEALED",
         _ => return None,
     })
 }

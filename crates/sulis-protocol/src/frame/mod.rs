@@ -31,7 +31,7 @@
 //!
 //! One module per frame type: [`data`] (DATA, PAD, heartbeat and the batch
 //! walk), [`setup`], [`status`], [`nak`], [`rttm`], [`error`], [`rsp_setup`],
-//! [`resolution`]. Each frame is a plain struct with `encode` and a
+//! [`resolution`], and transport security's envelope, [`sealed`]. Each frame is a plain struct with `encode` and a
 //! validating `decode`; [`decode_datagram`] picks the decoder from the type
 //! code. Every rejection is a [`FrameError`] naming the field and the reason,
 //! ready to be logged beside the source address before the datagram is
@@ -72,6 +72,7 @@ pub mod nak;
 pub mod resolution;
 pub mod rsp_setup;
 pub mod rttm;
+pub mod sealed;
 pub mod setup;
 pub mod status;
 #[cfg(test)]
@@ -86,6 +87,7 @@ pub use resolution::{
 };
 pub use rsp_setup::RspSetupFrame;
 pub use rttm::RttmFrame;
+pub use sealed::{SealedHeader, HDR_TYPE_SEALED, SEALED_OVERHEAD};
 pub use setup::SetupFrame;
 pub use status::StatusMessageFrame;
 
@@ -275,6 +277,10 @@ pub fn decode_datagram(datagram: &[u8]) -> Result<Frame, FrameError> {
             let why = match frame_type {
                 0x08..=0x0A => "an Aeron Transport Security (Premium) frame, not supported",
                 0xFFFF => "the reserved extension type, unused in protocol version 0",
+                sealed::HDR_TYPE_SEALED => {
+                    "a sealed frame (transport security) on a channel without security=: \
+                     its sender's channel is secured, this one is not"
+                }
                 _ => "not a frame type of protocol version 0",
             };
             Err(FrameError::new(
