@@ -667,6 +667,18 @@ class SystemCounter(enum.IntEnum):
     """Status Messages rejected"""
     NATIVE_RESOURCE_AGENT_PROXY_FAILS = 45
     """Failed offers to NativeResourceAgentProxy"""
+    SECURITY_FRAMES_DROPPED = 46
+    """Transport security: frames dropped"""
+    SECURITY_UNSEALED_DROPPED = 47
+    """Transport security: unsealed or malformed frames dropped"""
+    SECURITY_AUTH_FAILURES = 48
+    """Transport security: frames failing authentication"""
+    SECURITY_REPLAYS_DROPPED = 49
+    """Transport security: replayed or stale frames dropped"""
+    SECURITY_SEALING_KEY_ID = 50
+    """Transport security: id of the key sealing"""
+    SECURITY_KEYRING_READS = 51
+    """Transport security: keyring reads"""
 
 class RecordingSignal(enum.IntEnum):
     """What happened to a recording (Aeron's RecordingSignal values)."""

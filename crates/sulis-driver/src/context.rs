@@ -184,6 +184,12 @@ pub struct DriverContext {
     pub cubic_initial_rtt_ns: u64,
     /// CUBIC: grow at least as fast as TCP Reno.
     pub cubic_tcp_mode: bool,
+    /// Transport security of UDP channels without `security=` (`None`: off).
+    pub security: Option<crate::security::SecurityMode>,
+    /// The keyring file of secured channels.
+    pub keyring_file: Option<PathBuf>,
+    /// How far a secured datagram's send time may be from this host's clock.
+    pub security_clock_window_ns: u64,
     /// Test loss: data frames the sender drops.
     pub send_data_loss: LossSpec,
     /// Test loss: control frames the sender and receiver drop when sending.
@@ -706,6 +712,30 @@ thousands of streams; the metadata takes four times as much, both reserved in th
         show_bool
     ),
     opt!(
+        security,
+        "SULIS_SECURITY",
+        "mode",
+        "Transport security of every UDP channel that has no security= parameter: off, auth (every datagram authenticated) or encrypt (authenticated and encrypted). Needs keyring_file.",
+        crate::security::SecurityMode::parse,
+        |v: &Option<crate::security::SecurityMode>| crate::security::SecurityMode::name(*v).to_string()
+    ),
+    opt!(
+        keyring_file,
+        "SULIS_KEYRING_FILE",
+        "path",
+        "Keyring of secured channels: lines 'ID HEX' (64 hex digits) and 'send ID'; mode 600; read again when it changes (none: no keyring).",
+        |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }),
+        |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| p.display().to_string())
+    ),
+    opt!(
+        security_clock_window_ns as "security_clock_window",
+        "SULIS_SECURITY_CLOCK_WINDOW",
+        "duration",
+        "A secured datagram sent further than this from this host's clock (either way) is dropped: the hosts' clocks must agree within it.",
+        parse_duration_option,
+        show_ns
+    ),
+    opt!(
         send_data_loss,
         "SULIS_SEND_DATA_LOSS",
         "spec",
@@ -836,6 +866,9 @@ impl Default for DriverContext {
             cubic_measure_rtt: true,
             cubic_initial_rtt_ns: 100_000,
             cubic_tcp_mode: true,
+            security: None,
+            keyring_file: None,
+            security_clock_window_ns: 10_000_000_000,
             send_data_loss: LossSpec::Off,
             send_control_loss: LossSpec::Off,
             receive_data_loss: LossSpec::Off,

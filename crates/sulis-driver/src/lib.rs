@@ -20,6 +20,7 @@ pub mod multi_send_destination;
 pub mod network_publication;
 pub mod publication_image;
 pub mod receiver;
+pub mod security;
 pub mod sender;
 pub mod system_counters;
 

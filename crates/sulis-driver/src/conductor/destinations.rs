@@ -224,7 +224,9 @@ impl DriverConductor {
             };
         }
         let transport = self.open_transport(endpoint, &opts, channel, EndpointRole::Receive)?;
-        let (_, transport, _) = self.register_transport(transport);
+        // A destination takes its subscription's transport security.
+        let security = self.receive_endpoints[ei].security;
+        let (_, transport, _) = self.register_transport(transport, security, channel)?;
         let bound = transport.local_addr();
         let control = udp.multicast_control.or(udp.control);
         let entry = &self.receive_endpoints[ei];

@@ -8,12 +8,14 @@ use crate::media::udp_channel::UdpChannel;
 use crate::media::udp_transport::SocketOptions;
 use crate::network_publication::NetworkPublicationEntry;
 use crate::receiver::ReceiverCommand;
+use crate::security::{SecureTransport, SecurityMode};
 use crate::sender::SenderCommand;
 use crate::system_counters::SystemCounter;
 use std::net::SocketAddr;
 use sulis_concurrent::counters::NULL_COUNTER_ID;
 use sulis_protocol::control::error_code;
-use sulis_protocol::uri::{ChannelUri, ControlMode};
+use sulis_protocol::frame::SEALED_OVERHEAD;
+use sulis_protocol::uri::{ChannelUri, ControlMode, Security};
 
 /// A socket shared by every channel with the same canonical form.
 pub(super) struct EndpointEntry {
@@ -45,6 +47,8 @@ pub(super) struct EndpointEntry {
     /// The channel tag (`tags=C,...`) of the channel that made it: a channel
     /// that names only `tags=C` means this endpoint, as that channel.
     pub(super) channel_tag: Option<(i64, String)>,
+    /// Its transport security: every channel sharing it must ask for the same.
+    pub(super) security: Option<SecurityMode>,
 }
 
 /// A destination of a multi-destination subscription: a transport of its
@@ -70,6 +74,11 @@ const ADDRESS_KEYS: [&str; 6] = [
     "tags",
 ];
 
+/// The largest MTU of a secured channel: the envelope fits within the
+/// largest UDP payload, and the MTU stays a multiple of 32.
+pub(super) const MAX_SECURE_MTU: usize =
+    (crate::media::udp_transport::MAX_UDP_PAYLOAD_LENGTH - SEALED_OVERHEAD) / 32 * 32;
+
 /// A name resolution slower than this is counted (Aeron's default, 5 s).
 const NAME_RESOLVER_THRESHOLD_NS: i64 = 5_000_000_000;
 
@@ -85,8 +94,9 @@ impl DriverConductor {
         channel: &str,
         role: EndpointRole,
     ) -> Result<(u64, Box<dyn Transport>, usize), CommandError> {
+        let security = self.channel_security(p, channel)?;
         let transport = self.open_transport(bind, &self.socket_options(p), channel, role)?;
-        Ok(self.register_transport(transport))
+        self.register_transport(transport, security, channel)
     }
 
     /// Binds a transport at `bind` with `opts` through the driver's transport factory.
@@ -106,11 +116,15 @@ impl DriverConductor {
     }
 
     /// A bound transport becomes an endpoint: a new id, the test loss
-    /// options wrapped around it, its effective SO_RCVBUF (0 if unknown).
+    /// options wrapped around it, then the channel's transport security
+    /// (outermost, so the loss options drop sealed datagrams as a network
+    /// would), its effective SO_RCVBUF (0 if unknown).
     pub(super) fn register_transport(
         &mut self,
         transport: Box<dyn Transport>,
-    ) -> (u64, Box<dyn Transport>, usize) {
+        security: Option<SecurityMode>,
+        channel: &str,
+    ) -> Result<(u64, Box<dyn Transport>, usize), CommandError> {
         let id = self.next_endpoint_id;
         self.next_endpoint_id += 1;
         let rcvbuf = transport.recv_buffer_size().unwrap_or(0);
@@ -129,7 +143,75 @@ impl DriverConductor {
         } else {
             transport
         };
-        (id, transport, rcvbuf)
+        let transport: Box<dyn Transport> = match (security, &self.security) {
+            (Some(mode), Some(ctx)) => Box::new(
+                SecureTransport::new(transport, mode, channel, ctx).map_err(|e| {
+                    CommandError::new(
+                        error_code::GENERIC_ERROR,
+                        format!("channel '{channel}': {e}"),
+                    )
+                })?,
+            ),
+            _ => transport,
+        };
+        Ok((id, transport, rcvbuf))
+    }
+
+    /// Refuses a channel whose security differs from that of the endpoint it would share.
+    pub(super) fn check_endpoint_security(
+        entry: &EndpointEntry,
+        security: Option<SecurityMode>,
+        channel: &str,
+    ) -> Result<(), CommandError> {
+        if entry.security == security {
+            return Ok(());
+        }
+        Err(CommandError::new(
+            error_code::INVALID_CHANNEL,
+            format!(
+                "channel '{channel}' asks for security={}, but its endpoint is open with security={} for another channel: give both the same",
+                SecurityMode::name(security),
+                SecurityMode::name(entry.security)
+            ),
+        ))
+    }
+
+    /// The transport security `channel` takes: its `security=`, else the
+    /// driver's; refused when the driver has no keyring or the channel's MTU
+    /// leaves no room for the envelope.
+    pub(super) fn channel_security(
+        &self,
+        p: &sulis_protocol::uri::ChannelParams,
+        channel: &str,
+    ) -> Result<Option<SecurityMode>, CommandError> {
+        let mode = match p.security {
+            Some(Security::Off) => None,
+            Some(Security::Auth) => Some(SecurityMode::Auth),
+            Some(Security::Encrypt) => Some(SecurityMode::Encrypt),
+            None => self.ctx.security,
+        };
+        let Some(mode) = mode else {
+            return Ok(None);
+        };
+        let invalid = |why: String| {
+            Err(CommandError::new(
+                error_code::INVALID_CHANNEL,
+                format!("channel '{channel}': {why}"),
+            ))
+        };
+        if self.security.is_none() {
+            return invalid(format!(
+                "security={} needs a keyring, and this driver has none: start it with keyring_file (--keyring-file FILE or SULIS_KEYRING_FILE)",
+                SecurityMode::name(Some(mode))
+            ));
+        }
+        let mtu = p.mtu.map_or(self.ctx.mtu_length, |m| m as usize);
+        if mtu > MAX_SECURE_MTU {
+            return invalid(format!(
+                "mtu={mtu} leaves no room for transport security's {SEALED_OVERHEAD} bytes: at most {MAX_SECURE_MTU} on a secured channel"
+            ));
+        }
+        Ok(Some(mode))
     }
 
     /// The socket options of a multicast channel's sockets: the channel's

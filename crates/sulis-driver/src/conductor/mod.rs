@@ -138,6 +138,8 @@ pub struct DriverConductor {
     system: SystemCounters,
     clock: NanoClock,
     net: NetworkLinks,
+    /// The keyring and clock of secured channels (`None`: no keyring).
+    security: Option<crate::security::SecurityContext>,
     net_publications: Vec<NetworkPublicationEntry>,
     send_endpoints: Vec<EndpointEntry>,
     receive_endpoints: Vec<EndpointEntry>,
@@ -187,6 +189,27 @@ impl DriverConductor {
         let system = SystemCounters::allocate(&mut counters, now_ms)?;
         let errors = ErrorReporter::new(SharedErrorLog::new(cnc.error_log_buffer()), system, clock);
         to_driver.set_consumer_heartbeat_time(now_ms);
+        let security = match &ctx.keyring_file {
+            Some(path) => Some(crate::security::SecurityContext {
+                keyring: crate::security::Keyring::load(path)?,
+                clock,
+                errors: errors.clone(),
+                clock_window_s: (ctx.security_clock_window_ns / 1_000_000_000).max(1),
+            }),
+            None if ctx.security.is_some() => {
+                return Err(format!(
+                    "security={} needs a keyring: set keyring_file (--keyring-file FILE or SULIS_KEYRING_FILE)",
+                    crate::security::SecurityMode::name(ctx.security)
+                ))
+            }
+            None => None,
+        };
+        if let Some(sec) = &security {
+            system
+                .get(SystemCounter::SecuritySealingKeyId)
+                .set_ordered(sec.keyring.keys().send_id() as i64);
+            system.increment(SystemCounter::SecurityKeyringReads);
+        }
         Ok(DriverConductor {
             ctx,
             cnc,
@@ -197,6 +220,7 @@ impl DriverConductor {
             system,
             clock,
             net,
+            security,
             net_publications: Vec::new(),
             send_endpoints: Vec::new(),
             receive_endpoints: Vec::new(),
@@ -689,9 +713,40 @@ impl DriverConductor {
             }
         }
         work += self.check_for_blocked_commands(now_ns);
+        work += self.reload_keyring();
         work += self.on_network_publications_timer(now_ns, now_ms);
         work += self.on_images_timer(now_ns, now_ms);
         work
+    }
+
+    /// Reads the keyring again if its file changed: every secured socket
+    /// takes the new keys at its next send or receive. A file that cannot be
+    /// used is reported and the keys in use stay.
+    fn reload_keyring(&mut self) -> usize {
+        let Some(security) = &self.security else {
+            return 0;
+        };
+        match security.keyring.refresh() {
+            Ok(None) => 0,
+            Ok(Some(ids)) => {
+                let keys = security.keyring.keys();
+                self.system
+                    .get(SystemCounter::SecuritySealingKeyId)
+                    .set_ordered(keys.send_id() as i64);
+                self.system.increment(SystemCounter::SecurityKeyringReads);
+                eprintln!(
+                    "sulis driver: keyring {} read again: keys {ids:?}, sealing with key {}",
+                    security.keyring.path().display(),
+                    keys.send_id()
+                );
+                1
+            }
+            Err(e) => {
+                self.errors
+                    .record(&format!("{e} (the keys read before stay in use)"));
+                1
+            }
+        }
     }
 
     /// A client that died between claiming and committing a command blocks the

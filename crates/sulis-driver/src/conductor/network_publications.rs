@@ -146,8 +146,10 @@ impl DriverConductor {
 
         self.check_entity_tag_free(channel)?;
         // The send endpoint: one socket per canonical channel.
+        let security = self.channel_security(p, channel)?;
         let endpoint_id = match self.send_endpoints.iter_mut().find(|e| e.key == key) {
             Some(e) => {
+                Self::check_endpoint_security(e, security, channel)?;
                 e.ref_count += 1;
                 e.id
             }
@@ -191,7 +193,11 @@ impl DriverConductor {
                             channel,
                             EndpointRole::Send,
                         )?;
-                        self.register_transport(Box::new(SplitTransport::new(send, control)))
+                        self.register_transport(
+                            Box::new(SplitTransport::new(send, control)),
+                            security,
+                            channel,
+                        )?
                     }
                     None => self.bind_endpoint(local, p, channel, EndpointRole::Send)?,
                 };
@@ -214,6 +220,7 @@ impl DriverConductor {
                     mdc,
                     destinations: Vec::new(),
                     channel_tag,
+                    security,
                 });
                 id
             }

@@ -359,9 +359,11 @@ impl DriverConductor {
             });
             return Ok(());
         }
+        let security = self.channel_security(p, channel)?;
         let (endpoint_id, status_counter_id) =
             match self.receive_endpoints.iter_mut().find(|e| e.key == key) {
                 Some(e) => {
+                    Self::check_endpoint_security(e, security, channel)?;
                     if e.ref_count == 0 {
                         // Kept open only for lingering images: the new
                         // subscription's settings apply from now on.
@@ -403,6 +405,7 @@ impl DriverConductor {
                         mdc: Some(MdcMode::Manual),
                         destinations: Vec::new(),
                         channel_tag,
+                        security,
                     });
                     (id, status_counter_id)
                 }
@@ -425,7 +428,7 @@ impl DriverConductor {
                             ..self.multicast_options(&udp, channel)?
                         };
                         let t = self.open_transport(bind, &opts, channel, EndpointRole::Receive)?;
-                        self.register_transport(t)
+                        self.register_transport(t, security, channel)?
                     } else {
                         self.bind_endpoint(bind, p, channel, EndpointRole::Receive)?
                     };
@@ -460,6 +463,7 @@ impl DriverConductor {
                         mdc: None,
                         destinations: Vec::new(),
                         channel_tag,
+                        security,
                     });
                     (id, status_counter_id)
                 }

@@ -195,6 +195,33 @@ impl RecvBatch {
         true
     }
 
+    /// Keeps the buffers for which `keep` returns a range, each cut down to
+    /// that range of itself (moved to the start of its slot), in order, and
+    /// returns how many. `keep` may change a buffer's bytes in place and is
+    /// given its source. A kept buffer holds one datagram (no GRO segments).
+    pub fn retain_map(
+        &mut self,
+        mut keep: impl FnMut(&mut [u8], Option<SocketAddr>) -> Option<std::ops::Range<usize>>,
+    ) -> usize {
+        let mut kept = 0;
+        for i in 0..self.count {
+            let start = i * self.slot_len;
+            let from = socket_addr(&self.addrs[i]);
+            let Some(range) = keep(&mut self.data[start..start + self.lens[i]], from) else {
+                continue;
+            };
+            let to = kept * self.slot_len;
+            self.data
+                .copy_within(start + range.start..start + range.end, to);
+            self.lens[kept] = range.len();
+            self.addrs[kept] = self.addrs[i];
+            self.segment_sizes[kept] = 0;
+            kept += 1;
+        }
+        self.count = kept;
+        kept
+    }
+
     /// Keeps the buffers `keep` accepts, in order, and returns how many.
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
         let mut kept = 0;
