@@ -35,6 +35,13 @@ Roles
     Subscribes to STREAM (on CHANNEL, default ``aeron:ipc``) and checks every message (``parse_message``):
     each of PRODUCERS producers' COUNT messages must arrive once, in order,
     intact. Reports ``done`` with the images it saw, then exits.
+``attack GROUP PORT UNICAST INTERFACE STREAM``
+    A host without the keyring, on the wire beside a secured stream (no sulis driver: raw UDP): joins
+    the multicast GROUP:PORT from INTERFACE and sends every datagram it hears back twice (replays);
+    meanwhile sends Aeron setup and data frames for session id after session id of STREAM (guesses) to
+    the group and to the UNICAST endpoint, and status messages granting a huge window to the group's
+    control address (GROUP + 1). Until a ``stop`` line on stdin; then reports what it captured (and how
+    many were sealed) and sent.
 """
 
 from __future__ import annotations
@@ -280,9 +287,63 @@ def role_archive(driver_dir: str, archive_dir: str, options: str = "{}") -> None
         time.sleep(3600)
 
 
+def role_attack(group: str, port: str, unicast: str, interface: str, stream: str) -> None:
+    import ipaddress
+    import select
+    import socket
+    import threading
+
+    port_n, stream_id = int(port), int(stream)
+    uhost, uport = unicast.rsplit(":", 1)
+    control = str(ipaddress.IPv4Address(group) + 1)
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    rx.bind((group, port_n))
+    rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                  struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(interface)))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(interface))
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)  # never hear (and replay) its own
+    tx.bind((interface, 0))
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    term_length, mtu = 1 << 20, 1408
+
+    def setup(session: int) -> bytes:  # Aeron's SETUP: length, version, flags, type, then the stream's shape
+        return struct.pack("<iBBHiiiiiiii", 40, 0, 0, 0x05, 0, session, stream_id, 0, 0, term_length, mtu, 0)
+
+    def data(session: int, body: bytes) -> bytes:  # DATA at offset 0 of term 0, begin and end flags
+        return struct.pack("<iBBHiiiiq", 32 + len(body), 0, 0xC0, 0x01, 0, session, stream_id, 0, 0) + body
+
+    def status(session: int) -> bytes:  # a status message granting a 16 MiB window
+        return struct.pack("<iBBHiiiiiq", 36, 0, 0, 0x03, session, stream_id, 0, 0, 16 << 20, 666)
+
+    counts = {"captured": 0, "sealed": 0, "replayed": 0, "spoofed": 0}
+    say(ready=True, pid=os.getpid())
+    session = 0
+    while not stop.is_set():
+        while select.select([rx], [], [], 0.002)[0]:
+            d, _ = rx.recvfrom(65536)
+            counts["captured"] += 1
+            if len(d) >= 8 and struct.unpack_from("<H", d, 6)[0] == 0x5E:
+                counts["sealed"] += 1
+            for _ in range(2):
+                tx.sendto(d, (group, port_n))
+                counts["replayed"] += 1
+        for _ in range(16):
+            body = make_message(0, session, b"forged by a stranger")
+            for dest in ((group, port_n), (uhost, int(uport))):
+                tx.sendto(setup(session), dest)
+                tx.sendto(data(session, body), dest)
+            tx.sendto(status(session), (control, port_n))
+            counts["spoofed"] += 5
+            session = (session + 7919) % (1 << 31)
+    say(done=True, **counts)
+
+
 ROLES = {"driver": role_driver, "hold": role_hold, "subscribe": role_subscribe, "claim": role_claim,
          "produce": role_produce, "consume": role_consume, "pace": role_pace, "tally": role_tally,
-         "archive": role_archive}
+         "archive": role_archive, "attack": role_attack}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](*sys.argv[2:])

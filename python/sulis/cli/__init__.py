@@ -99,6 +99,12 @@ main.add_command(_cluster_node_command, "cluster-node")
 main.add_command(_cluster_tool_command, "cluster-tool")
 
 
+# sulis keyring: the keys of secured channels.
+from .keyring import keyring as _keyring_command  # noqa: E402
+
+main.add_command(_keyring_command, "keyring")
+
+
 # sulis bench: throughput and ping-pong (its own module).
 from .bench import bench as _bench_command  # noqa: E402
 
