@@ -144,6 +144,9 @@ pub struct ConsensusModuleContext {
     /// does: `stop` the service (and the member), or `skip` (record it and
     /// go on with the next entry, as Aeron's container does).
     pub service_errors: String,
+    /// Clients (and backups) must connect with one of the credentials in
+    /// this file, one a line (`None`: everyone may, as Aeron's default).
+    pub credentials_file: Option<PathBuf>,
     /// A client session not heard from for this long is closed.
     pub session_timeout: Duration,
     /// Most client sessions.
@@ -223,6 +226,7 @@ impl Default for ConsensusModuleContext {
             service_count: 1,
             service_log_fragment_limit: 50,
             service_errors: "stop".into(),
+            credentials_file: None,
             file_sync_level: 0,
             session_timeout: Duration::from_secs(10),
             max_concurrent_sessions: 10,
@@ -297,6 +301,41 @@ fn show_version(v: &i32) -> String {
     sulis_protocol::sbe::semantic_version_string(*v)
 }
 
+/// Who may open a session: everyone, or (with `credentials_file`) a client
+/// whose credentials are a line of the file.
+fn authenticator(ctx: &ConsensusModuleContext) -> Result<Box<dyn Authenticator>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = &ctx.credentials_file else {
+        return Ok(Box::new(AllowAll));
+    };
+    let name = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("credentials_file {name}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "credentials_file {name} can be read by others (mode {:o}): chmod 600 {name}",
+            meta.mode() & 0o777
+        ));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("credentials_file {name}: {e}"))?;
+    let credentials: Vec<Vec<u8>> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+    if credentials.is_empty() {
+        return Err(format!(
+            "credentials_file {name} holds no credentials: no client could connect"
+        ));
+    }
+    Ok(Box::new(sulis_archive::auth::CredentialsAuthenticator {
+        credentials,
+        challenge: None,
+        challenge_response: Vec::new(),
+    }))
+}
+
 /// Every option of a cluster node's consensus module.
 pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(cluster_dir, "SULIS_CLUSTER_DIR", "path", "The member's directory (recording.log and its lock).", path, |v: &PathBuf| show_path(v)),
@@ -315,6 +354,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(service_stream_id, "SULIS_CLUSTER_SERVICE_STREAM_ID", "", "Module to services (Aeron's 104).", int::<i32>, show),
     sulis_protocol::option!(service_log_fragment_limit, "SULIS_CLUSTER_SERVICE_LOG_FRAGMENT_LIMIT", "", "Log fragments the service container takes per duty cycle (Aeron's log fragment limit, 50): the most session messages a batched service (on_session_messages) gets in one call; a batched service started by ClusterNode or sulis cluster-node gets 1000 unless this is set (a batched ledger ran 1.9x the throughput of 50).", int::<usize>, show),
     sulis_protocol::option!(service_errors, "SULIS_CLUSTER_SERVICE_ERRORS", "", "What an exception raised by a Python service's on_session_message, on_session_messages or on_timer_event does: stop (the service stops at that log position and so does the member; every restart replays the entry into the same exception) or skip (the entry counts as applied with whatever the callback did before raising, the exception is printed and recorded in the service's error log, which cluster-tool errors shows, and the service goes on with the next entry, as Aeron's container does). Each member applies its log alone, so skip keeps members alike only when the exception is deterministic (it depends on the entry and the service's state, not on the member).", service_errors, |v: &String| show_text(v)),
+    sulis_protocol::option!(credentials_file, "SULIS_CLUSTER_CREDENTIALS_FILE", "path", "Clients must connect with one of the credentials in this file (one a line, as the client sends them; # starts a comment; mode 600), or are refused with AUTHENTICATION_REJECTED; so must a ClusterBackup's queries (none: everyone may, as Aeron's default).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
     sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
@@ -730,7 +770,7 @@ impl ConsensusModule {
             recording_log,
             agent,
             members,
-            auth: Box::new(AllowAll),
+            auth: authenticator(&ctx)?,
             ingress,
             ingress_assembler: FragmentAssembler::new(),
             ingress_messages: AssembledMessages::new(),

@@ -623,11 +623,43 @@ impl ConsensusModule {
     /// member's log recording and last term, its commit-position counter (a
     /// replay of the log bounded by it never passes the commit position),
     /// the latest snapshot set at or before the position asked for, and the
-    /// members. A member with no term yet does not answer. Credentials are
-    /// not checked (the archive's authenticator is for clients).
+    /// members. A member with no term yet does not answer. Its credentials
+    /// go to the member's authenticator, as a client's do; a query refused
+    /// (or challenged: a backup cannot answer) is told AUTHENTICATION_REJECTED
+    /// in a SessionEvent on its response channel, as Aeron's members do.
     fn answer_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
         use crate::module::consensus_module_agent::ModuleState;
+        use sulis_archive::auth::Decision;
         use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
+        if self
+            .auth
+            .on_connect(q.correlation_id, &q.encoded_credentials)
+            != Decision::Accept
+        {
+            let refusal = sulis_protocol::cluster::messages::SessionEvent {
+                cluster_session_id: -1,
+                correlation_id: q.correlation_id,
+                leadership_term_id: self.term.leadership_term_id,
+                leader_member_id: self.leader_member_id(),
+                code: sulis_protocol::cluster::messages::event_code::AUTHENTICATION_REJECTED,
+                version: sulis_protocol::cluster::messages::CLIENT_PROTOCOL_VERSION,
+                leader_heartbeat_timeout_ns: self.ctx.leader_heartbeat_timeout.as_nanos() as i64,
+                detail: "backup query failed authentication".to_string(),
+            };
+            if let Some(channel) = self.queue_answer(
+                &q.response_channel,
+                q.response_stream_id,
+                refusal.encode(),
+                "a refused backup query",
+                now_ns,
+            ) {
+                self.log_event(format!(
+                    "member {} refuses a backup query answering on {channel}: its credentials fail authentication",
+                    self.ctx.member_id
+                ));
+            }
+            return;
+        }
         if self.election_state().is_some()
             || !matches!(
                 self.agent.state,
