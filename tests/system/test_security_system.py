@@ -203,3 +203,46 @@ def test_a_key_rotates_on_both_hosts_without_a_restart_while_the_stream_flows(tm
     assert pub.is_connected and sub.image_count == 1
     for d in (pub_driver, sub_driver):
         assert counter_value(d.dir, SC.SECURITY_FRAMES_DROPPED) == 0, "nothing was dropped on the way"
+
+
+@pytest.mark.expect_errors  # the plain driver logs the sealed frames it cannot read
+def test_a_driver_secured_throughout_carries_multi_destination_cast_and_response_channels(
+        tmp_path, make_driver, make_client):
+    from test_response_channels_system import Server, request_pair, round_trip
+
+    ring = keyring(tmp_path / "keyring")
+    secured = {**OPTS, "security": "encrypt", "keyring_file": ring}  # every UDP channel, no URI says so
+    pub_driver, a, b = make_driver(**secured), make_driver(**secured), make_driver(**secured)
+    ports = [free_udp_port(), free_udp_port()]
+    subs = [make_client(dir=d.dir).add_subscription(f"aeron:udp?endpoint=127.0.0.1:{p}", 10)
+            for d, p in zip((a, b), ports, strict=True)]
+    # A third destination on a plain driver: what it hears is sealed, so it never makes an image.
+    plain, plain_port = make_driver(**OPTS), free_udp_port()
+    plain_sub = make_client(dir=plain.dir).add_subscription(f"aeron:udp?endpoint=127.0.0.1:{plain_port}", 10)
+    pub = make_client(dir=pub_driver.dir).add_exclusive_publication("aeron:udp?control-mode=manual", 10)
+    for p in [*ports, plain_port]:
+        pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{p}")
+    await_until(lambda: pub.is_connected and all(s.image_count == 1 for s in subs), 30, "both destinations")
+    got: list[list[int]] = [[], []]
+    seq, deadline = 0, time.monotonic() + 60
+    while min(map(len, got)) < 2000:
+        if seq < 2000 and pub.offer(make_message(0, seq, b"x" * 100)) >= 0:
+            seq += 1
+        for i, s in enumerate(subs):
+            s.poll(lambda buffer, _h, i=i: got[i].append(parse_message(bytes(buffer))[1]), 64)
+        assert time.monotonic() < deadline, [len(g) for g in got]
+    assert got == [list(range(2000))] * 2
+    assert plain_sub.image_count == 0 and counter_value(plain.dir, SC.INVALID_PACKETS) > 0
+
+    server_driver, client_driver = make_driver(**secured), make_driver(**secured)
+    request = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    response = f"aeron:udp?control-mode=response|control=127.0.0.1:{free_udp_port()}"
+    with sulis.Client(dir=server_driver.dir) as sc, sulis.Client(dir=client_driver.dir) as cc:
+        server = Server(sc, request, response)
+        pairs = [request_pair(cc, request, response) for _ in range(2)]
+        server.accept(2)
+        await_until(lambda: all(rsp.is_connected for _, rsp in pairs), 30, "response images")
+        round_trip(server, pairs)
+    for d in (pub_driver, a, b, server_driver, client_driver):
+        assert counter_value(d.dir, SC.SECURITY_KEYRING_READS) == 1
+        assert counter_value(d.dir, SC.SECURITY_FRAMES_DROPPED) == 0
