@@ -195,31 +195,57 @@ impl RecvBatch {
         true
     }
 
-    /// Keeps the buffers for which `keep` returns a range, each cut down to
-    /// that range of itself (moved to the start of its slot), in order, and
-    /// returns how many. `keep` may change a buffer's bytes in place and is
-    /// given its source. A kept buffer holds one datagram (no GRO segments).
+    /// Opens every datagram in place: `open` is given each one (a buffer's
+    /// one, or each of its GRO segments) with its source, and returns the
+    /// range of it to keep, or `None` to drop it. What is kept is packed back
+    /// to back, in order; a buffer left with nothing is dropped, and a
+    /// buffer's segment size becomes its first kept datagram's length (every
+    /// segment but the last is one length, so cutting each by the same number
+    /// of bytes keeps them so). Returns how many buffers are left.
     pub fn retain_map(
         &mut self,
-        mut keep: impl FnMut(&mut [u8], Option<SocketAddr>) -> Option<std::ops::Range<usize>>,
+        mut open: impl FnMut(&mut [u8], Option<SocketAddr>) -> Option<std::ops::Range<usize>>,
     ) -> usize {
         let mut kept = 0;
         for i in 0..self.count {
             let start = i * self.slot_len;
+            let end = start + self.lens[i];
+            let segment = self.segment_size(i).max(1);
             let from = socket_addr(&self.addrs[i]);
-            let Some(range) = keep(&mut self.data[start..start + self.lens[i]], from) else {
+            let (mut at, mut write, mut datagrams, mut first) = (start, start, 0, 0);
+            while at < end {
+                let next = (at + segment).min(end);
+                if let Some(range) = open(&mut self.data[at..next], from) {
+                    self.data
+                        .copy_within(at + range.start..at + range.end, write);
+                    write += range.len();
+                    if datagrams == 0 {
+                        first = range.len();
+                    }
+                    datagrams += 1;
+                }
+                at = next;
+            }
+            if datagrams == 0 {
                 continue;
-            };
+            }
             let to = kept * self.slot_len;
-            self.data
-                .copy_within(start + range.start..start + range.end, to);
-            self.lens[kept] = range.len();
-            self.addrs[kept] = self.addrs[i];
-            self.segment_sizes[kept] = 0;
+            if kept != i {
+                self.data.copy_within(start..write, to);
+                self.addrs[kept] = self.addrs[i];
+            }
+            self.lens[kept] = write - start;
+            self.segment_sizes[kept] = if datagrams > 1 { first } else { 0 };
             kept += 1;
         }
         self.count = kept;
         kept
+    }
+
+    /// Marks buffer `i` as holding datagrams of `size` bytes (as GRO does).
+    #[cfg(test)]
+    pub(crate) fn set_segment_size(&mut self, i: usize, size: usize) {
+        self.segment_sizes[i] = size;
     }
 
     /// Keeps the buffers `keep` accepts, in order, and returns how many.

@@ -379,7 +379,8 @@ impl<T: Transport> SecureTransport<T> {
         }
     }
 
-    /// Notes what was dropped since the last note, at most once a second.
+    /// Notes what was dropped since the last note, at most once a second
+    /// (and whatever is left when the socket closes).
     fn note_drops(&mut self) {
         if self.drops.pending.is_empty() && self.drops.others == 0 {
             return;
@@ -388,6 +389,10 @@ impl<T: Transport> SecureTransport<T> {
         if now_ms < self.drops.next_flush_ms {
             return;
         }
+        self.flush_drops(now_ms);
+    }
+
+    fn flush_drops(&mut self, now_ms: i64) {
         self.drops.next_flush_ms = now_ms + 1000;
         for ((from, reason), _) in self.drops.pending.drain() {
             let from = from.map_or_else(|| "an unknown source".to_owned(), |a| a.to_string());
@@ -409,6 +414,14 @@ impl<T: Transport> SecureTransport<T> {
     /// The senders this socket holds a replay window for.
     pub fn sender_count(&self) -> usize {
         self.senders.len()
+    }
+}
+
+impl<T: Transport> Drop for SecureTransport<T> {
+    fn drop(&mut self) {
+        // What was dropped in the socket's last second is noted too.
+        let now_ms = self.clock.epoch_ms();
+        self.flush_drops(now_ms);
     }
 }
 
@@ -470,8 +483,8 @@ impl<T: Transport> Transport for SecureTransport<T> {
     }
 
     fn enable_gro(&mut self) -> bool {
-        // Each datagram is opened on its own: coalesced buffers would need splitting.
-        false
+        // Coalesced buffers are opened a datagram at a time (RecvBatch::retain_map).
+        self.inner.enable_gro()
     }
 
     fn recv_buffer_size(&self) -> io::Result<usize> {
@@ -781,6 +794,38 @@ mod tests {
         let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
         assert_eq!(p.tx.send_batch(&refs, p.rx_addr).unwrap(), 2);
         assert_eq!(receive(&mut p.rx), data[..2].to_vec());
-        assert!(!p.rx.enable_gro());
+    }
+
+    #[test]
+    fn should_open_each_datagram_of_a_coalesced_buffer_and_keep_them_coalesced() {
+        let mut p = pair(
+            SecurityMode::Encrypt,
+            &format!("1 {K1}"),
+            &format!("1 {K1}"),
+        );
+        let mut wire = tap(&p.net, "10.0.0.3:40000");
+        let to: SocketAddr = "10.0.0.3:40000".parse().unwrap();
+        // Four datagrams as GRO hands them: three of 200 bytes and a shorter last one.
+        let sent: Vec<Vec<u8>> = [200, 200, 200, 120]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| frame(HDR_TYPE_DATA, len, i as u8))
+            .collect();
+        let mut sealed = Vec::new();
+        for d in &sent {
+            p.tx.send_to(d, to).unwrap();
+            sealed.extend(receive(&mut wire).remove(0));
+        }
+        // The second one altered: dropped, and the others close up.
+        sealed[248 + SEALED_HEADER_LENGTH + 10] ^= 1;
+        let mut batch = RecvBatch::new(4, 4096);
+        batch.push(&sealed, "10.0.0.1:40001".parse().unwrap());
+        batch.set_segment_size(0, 248);
+        let from = batch.get(0).1;
+        let kept = batch.retain_map(|buf, _| p.rx.open(buf, p.rx.now_s()).ok());
+        assert_eq!((kept, batch.segment_size(0)), (1, 200));
+        let (opened, source) = batch.get(0);
+        assert_eq!(source, from);
+        assert_eq!(opened, [&sent[0][..], &sent[2][..], &sent[3][..]].concat());
     }
 }
