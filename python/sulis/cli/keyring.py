@@ -34,6 +34,19 @@ def _read(path: str) -> tuple[list[str], list[int], int | None]:
     return lines, ids, send
 
 
+def _known(path: str, key_id: int) -> tuple[list[str], list[int], int | None]:
+    """The file as ``_read`` gives it, refusing a ``key_id`` it does not hold."""
+    lines, ids, send = _read(path)
+    if key_id not in ids:
+        raise click.ClickException(f"keyring {path} has no key {key_id} (it has {', '.join(map(str, ids)) or 'none'})")
+    return lines, ids, send
+
+
+def _sealing_with(lines: list[str], key_id: int) -> list[str]:
+    """``lines`` with one ``send`` line, naming ``key_id``."""
+    return [ln for ln in lines if not _SEND.match(ln)] + [f"send {key_id}"]
+
+
 def _write(path: str, lines: list[str]) -> None:
     """Replaces the file whole (a new file renamed over it, mode 600), so a
     driver reading it sees the old or the new keys, never half of them."""
@@ -70,7 +83,7 @@ def add(file: str, send_it: bool) -> None:
         send = max(ids)
     lines.append(f"{new_id} {secrets.token_hex(32)}")
     if send_it or not ids:
-        lines = [ln for ln in lines if not _SEND.match(ln)] + [f"send {new_id}"]
+        lines = _sealing_with(lines, new_id)
     _write(file, lines)
     click.echo(new_id)
 
@@ -80,10 +93,8 @@ def add(file: str, send_it: bool) -> None:
 @click.argument("key_id", type=int)
 def send(file: str, key_id: int) -> None:
     """Seal with key KEY_ID of FILE from now on."""
-    lines, ids, _ = _read(file)
-    if key_id not in ids:
-        raise click.ClickException(f"keyring {file} has no key {key_id} (it has {', '.join(map(str, ids)) or 'none'})")
-    _write(file, [ln for ln in lines if not _SEND.match(ln)] + [f"send {key_id}"])
+    lines, _, _ = _known(file, key_id)
+    _write(file, _sealing_with(lines, key_id))
 
 
 @keyring.command()
@@ -91,9 +102,7 @@ def send(file: str, key_id: int) -> None:
 @click.argument("key_id", type=int)
 def remove(file: str, key_id: int) -> None:
     """Remove key KEY_ID from FILE (not the one it seals with)."""
-    lines, ids, send_id = _read(file)
-    if key_id not in ids:
-        raise click.ClickException(f"keyring {file} has no key {key_id}")
+    lines, ids, send_id = _known(file, key_id)
     if key_id == (send_id if send_id is not None else max(ids)):
         raise click.ClickException(f"key {key_id} is the one {file} seals with: `sulis keyring send` another first")
     _write(file, [ln for ln in lines if not ((m := _KEY.match(ln)) and int(m.group(1)) == key_id)])
