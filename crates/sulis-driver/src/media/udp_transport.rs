@@ -79,6 +79,9 @@ impl std::fmt::Debug for UdpTransport {
 pub struct RecvBatch {
     data: Vec<u8>,
     slot_len: usize,
+    /// Where each buffer's bytes begin within its slot (0 as received; an
+    /// opened sealed datagram begins after its envelope's header).
+    starts: Vec<usize>,
     lens: Vec<usize>,
     addrs: Vec<libc::sockaddr_storage>,
     iovecs: Vec<libc::iovec>,
@@ -100,6 +103,7 @@ impl RecvBatch {
         let mut b = RecvBatch {
             data: vec![0u8; capacity * slot_len],
             slot_len,
+            starts: vec![0; capacity],
             lens: vec![0; capacity],
             addrs: vec![unsafe { zeroed() }; capacity],
             iovecs: Vec::with_capacity(capacity),
@@ -145,7 +149,8 @@ impl RecvBatch {
     /// of [`RecvBatch::segment_size`] bytes each (the last may be shorter)
     /// when the kernel coalesced them (GRO).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
-        let data = &self.data[i * self.slot_len..i * self.slot_len + self.lens[i]];
+        let start = i * self.slot_len + self.starts[i];
+        let data = &self.data[start..start + self.lens[i]];
         (data, socket_addr(&self.addrs[i]))
     }
 }
@@ -180,6 +185,7 @@ impl RecvBatch {
         }
         self.data[i * self.slot_len..i * self.slot_len + datagram.len()].copy_from_slice(datagram);
         self.lens[i] = datagram.len();
+        self.starts[i] = 0;
         self.segment_sizes[i] = 0;
         let addr = SockAddr::from(src);
         // SAFETY: `addr` holds `addr.len()` initialised bytes, at most the
@@ -208,19 +214,22 @@ impl RecvBatch {
     ) -> usize {
         let mut kept = 0;
         for i in 0..self.count {
-            let start = i * self.slot_len;
-            let end = start + self.lens[i];
+            let slot = i * self.slot_len;
+            let end = slot + self.starts[i] + self.lens[i];
             let segment = self.segment_size(i).max(1);
             let from = socket_addr(&self.addrs[i]);
-            let (mut at, mut write, mut datagrams, mut first) = (start, start, 0, 0);
+            // The first datagram kept stays where it is; later ones close up behind it.
+            let (mut at, mut base, mut write, mut datagrams, mut first) =
+                (slot + self.starts[i], 0, 0, 0, 0);
             while at < end {
                 let next = (at + segment).min(end);
                 if let Some(range) = open(&mut self.data[at..next], from) {
-                    self.data
-                        .copy_within(at + range.start..at + range.end, write);
-                    write += range.len();
                     if datagrams == 0 {
-                        first = range.len();
+                        (base, write, first) = (at + range.start, at + range.end, range.len());
+                    } else {
+                        self.data
+                            .copy_within(at + range.start..at + range.end, write);
+                        write += range.len();
                     }
                     datagrams += 1;
                 }
@@ -229,12 +238,14 @@ impl RecvBatch {
             if datagrams == 0 {
                 continue;
             }
-            let to = kept * self.slot_len;
-            if kept != i {
-                self.data.copy_within(start..write, to);
+            if kept == i {
+                self.starts[kept] = base - slot;
+            } else {
+                self.data.copy_within(base..write, kept * self.slot_len);
+                self.starts[kept] = 0;
                 self.addrs[kept] = self.addrs[i];
             }
-            self.lens[kept] = write - start;
+            self.lens[kept] = write - base;
             self.segment_sizes[kept] = if datagrams > 1 { first } else { 0 };
             kept += 1;
         }
@@ -252,13 +263,14 @@ impl RecvBatch {
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
         let mut kept = 0;
         for i in 0..self.count {
-            let start = i * self.slot_len;
+            let start = i * self.slot_len + self.starts[i];
             if !keep(&self.data[start..start + self.lens[i]]) {
                 continue;
             }
             if kept != i {
                 let to = kept * self.slot_len;
                 self.data.copy_within(start..start + self.lens[i], to);
+                self.starts[kept] = 0;
                 self.lens[kept] = self.lens[i];
                 self.addrs[kept] = self.addrs[i];
                 self.segment_sizes[kept] = self.segment_sizes[i];
@@ -470,6 +482,7 @@ impl UdpTransport {
         let n = n as usize;
         for i in 0..n {
             batch.lens[i] = batch.msgs[i].msg_len as usize;
+            batch.starts[i] = 0;
             let hdr = &batch.msgs[i].msg_hdr;
             batch.segment_sizes[i] = if hdr.msg_controllen > 0 {
                 gro_segment_size(hdr)
@@ -617,6 +630,26 @@ fn gso_refused(e: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn should_cut_buffers_in_place_and_close_up_behind_a_dropped_one() {
+        let src: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let mut batch = RecvBatch::new(4, 64);
+        for d in [&b"xxdropyy"[..], b"xxkeptyy", b"xxAAyyxxBByyxxCyy"] {
+            batch.push(d, src);
+        }
+        batch.set_segment_size(2, 6);
+        // Keep what lies between "xx" and "yy" (a 2-byte header, a 2-byte tag), except "drop".
+        let kept = batch.retain_map(|d, _| (&d[2..d.len() - 2] != b"drop").then(|| 2..d.len() - 2));
+        assert_eq!(kept, 2);
+        assert_eq!(batch.get(0).0, b"kept");
+        assert_eq!((batch.get(1).0, batch.segment_size(1)), (&b"AABBC"[..], 2));
+        // A buffer cut in place (not moved) keeps its bytes where they were.
+        let mut batch = RecvBatch::new(2, 64);
+        batch.push(b"xxkeptyy", src);
+        assert_eq!(batch.retain_map(|d, _| Some(2..d.len() - 2)), 1);
+        assert_eq!((batch.get(0).0, batch.segment_size(0)), (&b"kept"[..], 4));
+    }
 
     #[test]
     fn should_send_and_receive_batches_on_loopback() {

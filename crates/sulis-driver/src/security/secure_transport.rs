@@ -268,10 +268,12 @@ impl<T: Transport> SecureTransport<T> {
             send_time_s: now_s as u32,
         };
         let start = self.sealed.len();
-        self.sealed.resize(start + total, 0);
+        // Header and tag are written in place; the body is copied once (no zeroing first).
+        self.sealed.extend_from_slice(&[0; SEALED_HEADER_LENGTH]);
+        self.sealed.extend_from_slice(datagram);
+        self.sealed.extend_from_slice(&[0; SEALED_TAG_LENGTH]);
         let out = &mut self.sealed[start..];
         header.encode(out);
-        out[SEALED_HEADER_LENGTH..SEALED_HEADER_LENGTH + datagram.len()].copy_from_slice(datagram);
         let nonce = Nonce::assume_unique_for_key(header.nonce());
         let (covered, tag_slot) = out.split_at_mut(total - SEALED_TAG_LENGTH);
         let tag = if header.encrypted {
