@@ -99,7 +99,8 @@ def main() -> int:
     med: dict[str, dict] = {}
     for key, rs in results.items():
         if rs:
-            med[key] = {q: median([x[q] for x in rs]) for q in ("p50_us", "p99_us", "msgs_per_s", "mb_per_s") if q in rs[0]}
+            med[key] = {q: median([x[q] for x in rs])
+                        for q in ("p50_us", "p99_us", "msgs_per_s", "mb_per_s") if q in rs[0]}
     rows, verdicts = [], []
     for kind in KINDS:
         for size in SIZES:
@@ -122,7 +123,8 @@ def main() -> int:
         m = med.get(f"rtt-{mode}")
         if m:
             extra = m["p50_us"] - off["p50_us"] if off else None
-            rtt_rows.append([mode, f"{m['p50_us']:.1f}", f"{m['p99_us']:.1f}", f"{extra:+.1f}" if extra is not None else "-"])
+            rtt_rows.append([mode, f"{m['p50_us']:.1f}", f"{m['p99_us']:.1f}",
+                             f"{extra:+.1f}" if extra is not None else "-"])
             if mode != "off" and extra is not None:
                 verdicts.append((f"round trip 1KiB {mode}: p50 {extra:+.1f} µs against off", extra <= 10))
     print("\nround trip, 1 KiB unicast (µs, median of the runs)")
