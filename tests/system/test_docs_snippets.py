@@ -85,6 +85,15 @@ _CLUSTER_ECHO = (_FREE_PORT
                  "                   cluster_members='0,localhost:{port},localhost:' + _free() + ',localhost:0,"
                  "localhost:0,localhost:0')\n")
 
+# A driver holding a keyring of one fresh key, and a client of it: for the transport security snippet.
+_SECURED = ("import os, secrets\n"
+            "import sulis\n"
+            "fd = os.open('{tmp}/keyring', os.O_WRONLY | os.O_CREAT, 0o600)\n"
+            "os.write(fd, ('1 ' + secrets.token_hex(32) + '\\n').encode())\n"
+            "os.close(fd)\n"
+            "driver = sulis.MediaDriver(threading_mode='shared', keyring_file='{tmp}/keyring')\n"
+            "client = sulis.Client(dir=driver.dir)\n")
+
 #: Each snippet, by file and order in it.
 SNIPPETS: dict[tuple[str, int], Snippet] = {
     # The message, always; "joined ..." comes from the client's callback thread, which may not have run
@@ -105,6 +114,8 @@ SNIPPETS: dict[tuple[str, int], Snippet] = {
     ("README.md", 8): Snippet("import tempfile", replace={"localhost:9010": "localhost:{port}"},
                               expect=r"\[b'5', b'12'\]"),
     ("README.md", 9): Snippet("import sulis.spark", prelude=_SPARK, spark=True),
+    ("docs/security.md", 0): Snippet('channel = "aeron:udp?endpoint=10.0.0.2:40123|security=encrypt"',
+                                     prelude=_SECURED, replace={"10.0.0.2:40123": "127.0.0.1:{port}"}),
     ("docs/archive.md", 0): Snippet("with sulis.Client(dir=driver_dir) as client, sulis.ArchiveClient(client) as "
                                     "archive:", prelude=_ARCHIVE, replace={"localhost:40123": "localhost:{port}"},
                                     expect=r"\d+ 0 -?\d+ aeron:udp\?endpoint=localhost:\d+"),
