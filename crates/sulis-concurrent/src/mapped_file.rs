@@ -152,6 +152,27 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Reads a file that holds secrets (keys, credentials), its text and its
+/// metadata from one open: refused, naming `what`, the file and the fix,
+/// when group or others may read it.
+pub fn read_private_file(path: &Path, what: &str) -> Result<(String, std::fs::Metadata), String> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let name = path.display();
+    let mut file = File::open(path).map_err(|e| format!("{what} {name}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("{what} {name}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{what} {name} can be read by others (mode {:o}): chmod 600 {name}",
+            meta.mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| format!("{what} {name}: {e}"))?;
+    Ok((text, meta))
+}
+
 /// Replaces the file at `path` with `bytes` whole: written and synced under
 /// a hidden temporary name beside it (`.NAME.tmp`), renamed over it, and the
 /// directory synced. A crash leaves the old file or the new one, never a

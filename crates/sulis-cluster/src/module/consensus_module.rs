@@ -304,20 +304,11 @@ fn show_version(v: &i32) -> String {
 /// Who may open a session: everyone, or (with `credentials_file`) a client
 /// whose credentials are a line of the file.
 fn authenticator(ctx: &ConsensusModuleContext) -> Result<Box<dyn Authenticator>, String> {
-    use std::os::unix::fs::MetadataExt;
     let Some(path) = &ctx.credentials_file else {
         return Ok(Box::new(AllowAll));
     };
     let name = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("credentials_file {name}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "credentials_file {name} can be read by others (mode {:o}): chmod 600 {name}",
-            meta.mode() & 0o777
-        ));
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("credentials_file {name}: {e}"))?;
+    let (text, _) = sulis_concurrent::mapped_file::read_private_file(path, "credentials_file")?;
     let credentials: Vec<Vec<u8>> = text
         .lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())

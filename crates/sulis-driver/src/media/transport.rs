@@ -416,8 +416,9 @@ impl<T: Transport> Transport for LossyTransport<T> {
             return Ok(0);
         }
         let loss = &mut self.loss;
-        // GRO is never enabled underneath (see enable_gro): one datagram per buffer.
-        Ok(batch.retain(|datagram| !loss.drop_received(datagram)))
+        // Each datagram kept or dropped whole, by its own generator.
+        Ok(batch
+            .retain_map(|datagram, _| (!loss.drop_received(datagram)).then_some(0..datagram.len())))
     }
 
     fn send_to(&mut self, datagram: &[u8], to: SocketAddr) -> io::Result<usize> {

@@ -258,28 +258,6 @@ impl RecvBatch {
     pub(crate) fn set_segment_size(&mut self, i: usize, size: usize) {
         self.segment_sizes[i] = size;
     }
-
-    /// Keeps the buffers `keep` accepts, in order, and returns how many.
-    pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
-        let mut kept = 0;
-        for i in 0..self.count {
-            let start = i * self.slot_len + self.starts[i];
-            if !keep(&self.data[start..start + self.lens[i]]) {
-                continue;
-            }
-            if kept != i {
-                let to = kept * self.slot_len;
-                self.data.copy_within(start..start + self.lens[i], to);
-                self.starts[kept] = 0;
-                self.lens[kept] = self.lens[i];
-                self.addrs[kept] = self.addrs[i];
-                self.segment_sizes[kept] = self.segment_sizes[i];
-            }
-            kept += 1;
-        }
-        self.count = kept;
-        kept
-    }
 }
 
 /// The `UDP_GRO` segment size in a received message's control data (0 if none).

@@ -282,23 +282,8 @@ impl Keyring {
 }
 
 fn read_file(path: &Path) -> Result<(Keys, FileStamp), String> {
-    let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|e| format!("keyring {name}: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("keyring {name}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "keyring {name} can be read by others (mode {:o}): chmod 600 {name}",
-            meta.mode() & 0o777
-        ));
-    }
-    let mut text = String::new();
-    use std::io::Read;
-    (&file)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("keyring {name}: {e}"))?;
-    let keys = Keys::parse(&text, &name);
+    let (mut text, meta) = sulis_concurrent::mapped_file::read_private_file(path, "keyring")?;
+    let keys = Keys::parse(&text, &path.display().to_string());
     text.zeroize();
     Ok((keys?, stamp_of(&meta)))
 }
