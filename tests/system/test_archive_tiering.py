@@ -112,7 +112,9 @@ def test_closed_segments_move_verified_and_replays_read_the_whole_recording_befo
         objects = store.objects(BUCKET)
         assert sorted(objects.values()) == [SEGMENT] * 9, objects
         assert all(k.startswith(f"{PREFIX}/") and k.endswith(".rec") for k in objects), objects
-        assert tier_counters(driver.dir) == (9, 9 * SEGMENT)
+        # The tier's thread moves a segment before the archive's conductor takes its event and counts it.
+        await_until(lambda: tier_counters(driver.dir) == (9, 9 * SEGMENT),
+                    what=lambda: f"9 segments counted as moved: {tier_counters(driver.dir)}")
         # Read back from the store, checked against tiered.log's CRC-32C: the whole recording, and from
         # a message in the middle of a segment that moved.
         assert replay_all(ac, rid) == list(range(COUNT))
