@@ -12,7 +12,7 @@ import sys
 import time
 
 import sulis
-from conftest import CLI, all_threads_stopped, await_until, clean_env, free_udp_port, make_dir
+from conftest import CLI, await_stopped, await_until, clean_env, free_udp_port, make_dir
 
 #: A service for the tests (``journal_service:Journal``, written to the test's directory): it echoes each
 #: message and writes it, a line each, to $JOURNAL, which it rewrites from the log at every start.
@@ -200,7 +200,7 @@ class Member:
         """SIGSTOPs the member and returns once every thread of it has stopped: kill(2) returns before the
         stop takes hold, and a thread on the other core could still answer the leader meanwhile."""
         os.kill(self.proc.pid, signal.SIGSTOP)
-        await_until(lambda: all_threads_stopped(self.proc.pid), 10, f"member {self.id} to stop after SIGSTOP")
+        await_stopped(self.proc.pid, f"member {self.id}")
 
     def resume(self) -> None:
         os.kill(self.proc.pid, signal.SIGCONT)

@@ -270,18 +270,54 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 
-def all_threads_stopped(pid: int) -> bool:
-    """Every thread of process ``pid`` is stopped (SIGSTOP takes hold thread by thread, after kill(2)
-    returned: one on the other core may still run meanwhile)."""
-    states = []
+def thread_states(pid: int) -> dict[str, str]:
+    """Each thread of process ``pid`` (by name and id) and its state letter from ``/proc``."""
+    states = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
                 # The state follows the parenthesised command name, which may hold spaces.
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
+                name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+                states[f"{name}/{task}"] = rest.split()[0]
         except FileNotFoundError:
             continue  # a thread that ended meanwhile
-    return bool(states) and all(state in ("T", "t") for state in states)
+    return states
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of process ``pid`` is stopped (SIGSTOP takes hold thread by thread, after kill(2)
+    returned: one on the other core may still run meanwhile)."""
+    states = thread_states(pid)
+    return bool(states) and all(state in ("T", "t") for state in states.values())
+
+
+# A thread inside an uninterruptible system call (an fsync on a loop-mounted disk) stops only when the call
+# returns. Beside two busy loops the kernel left the loop devices' writeback threads runnable but unscheduled
+# for over a minute, and such an fsync with them: this is a hang guard, not a measure of the machine.
+STOP_TIMEOUT = 180.0
+
+
+def await_stopped(pid: int, who: str) -> None:
+    """Returns once every thread of ``pid`` has stopped after a SIGSTOP; names the threads that had not."""
+    def running() -> dict[str, str]:
+        """The threads not stopped, each with its state and the kernel function it waits in."""
+        told = {}
+        for thread, state in thread_states(pid).items():
+            if state not in ("T", "t"):
+                task = f"/proc/{pid}/task/{thread.rsplit('/', 1)[1]}"
+                try:
+                    with open(f"{task}/wchan") as f:
+                        state += f" in {f.read()}"
+                    with open(f"{task}/stack") as f:  # root only
+                        state += " < " + " < ".join(line.split()[-1] for line in f.read().splitlines()[:12])
+                except OSError:
+                    pass
+                told[thread] = state
+        return told
+
+    await_until(lambda: all_threads_stopped(pid), STOP_TIMEOUT,
+                lambda: f"{who} to stop after SIGSTOP; threads not stopped: {running()}")
+
 
 class Child(ChildProcess):
     """A ``tests/_child.py`` process speaking JSON lines on stdout (the benchmarks' child helper:
@@ -323,7 +359,7 @@ class Child(ChildProcess):
         """
         self.proc.send_signal(sig)
         if sig == signal.SIGSTOP:
-            await_until(lambda: all_threads_stopped(self.pid), what=f"child {self.role} to stop after SIGSTOP")
+            await_stopped(self.pid, f"child {self.role}")
 
     def kill(self) -> int:
         """SIGKILLs the child and reaps it; returns its exit status."""
