@@ -100,11 +100,17 @@ class S3Server:
         PUT cut off half-way may leave a temporary file of the server's there, which is no object)."""
         base = self.root / bucket
         found = {}
-        for p in base.rglob("*.rec"):
-            try:  # an object the archive deletes meanwhile (retention, a purge) is simply not there
-                found[str(p.relative_to(base))] = p.stat().st_size
-            except FileNotFoundError:
-                continue
+        # os.walk passes over a directory that vanishes meanwhile (the server removes a prefix's directory with
+        # its last object); pathlib's rglob raised on it.
+        for parent, _, files in os.walk(base):
+            for name in files:
+                if not name.endswith(".rec"):
+                    continue
+                p = Path(parent, name)
+                try:  # an object the archive deletes meanwhile (retention, a purge) is simply not there
+                    found[str(p.relative_to(base))] = p.stat().st_size
+                except FileNotFoundError:
+                    continue
         return found
 
     def start(self, timeout: float = 120.0) -> None:

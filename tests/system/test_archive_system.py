@@ -184,6 +184,19 @@ def test_recording_signals_reach_a_handler(client, archive, archive_client):
     assert delete.recording_id == d.recording_id
 
 
+def test_await_signal_waits_as_long_as_asked_and_names_the_signal_at_its_timeout(client, archive, archive_client):
+    d = record(archive_client, client, "aeron:ipc", 1001, 10)
+    # No replication runs: REPLICATE_END never comes, and the wait ends at the timeout given (the message names
+    # it), not at the client's message timeout.
+    with pytest.raises(sulis.ArchiveError, match=f"timed out after 200ms waiting for signal "
+                       f"{int(RecordingSignal.REPLICATE_END)} of recording {d.recording_id}"):
+        archive_client.await_signal(RecordingSignal.REPLICATE_END, d.recording_id, timeout=0.2)
+    # A signal already queued is taken at once, whatever the timeout; others stay queued.
+    archive_client.truncate_recording(d.recording_id, 0)
+    assert archive_client.await_signal(RecordingSignal.DELETE, d.recording_id, timeout=30).recording_id == \
+        d.recording_id
+
+
 @pytest.mark.parametrize("source", ["local", "remote"])
 def test_record_a_udp_stream(driver, client, archive, archive_client, source):
     """A local recording spies on this driver's publication (Aeron names a spy's source

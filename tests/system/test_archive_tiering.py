@@ -78,6 +78,11 @@ def where(archive_dir: str, rid: int) -> list[str]:
     return [loc for _, _, loc, _, _ in _native.archive_segments(archive_dir, rid)]
 
 
+#: A hang guard for what goes through the store: each move is an upload to the S3 server's process, read back
+#: to verify it; beside busy CPUs nine moves outlasted 10 s.
+STORE_WAIT = 120.0
+
+
 def moved(archive_dir: str, rid: int, segments: int = 10) -> bool:
     """Every closed segment in the store and gone from the disk; the last one (it may be extended) on the disk."""
     return where(archive_dir, rid) == ["store"] * (segments - 1) + ["disk"]
@@ -107,13 +112,14 @@ def test_closed_segments_move_verified_and_replays_read_the_whole_recording_befo
     with tiered_archive(driver, archive_dir, store, threading_mode=mode) as archive, \
             sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), what=lambda: f"9 segments moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"9 segments moved: {where(archive_dir, rid)}")
         assert local_files(archive_dir, rid) == [9 * SEGMENT]
         objects = store.objects(BUCKET)
         assert sorted(objects.values()) == [SEGMENT] * 9, objects
         assert all(k.startswith(f"{PREFIX}/") and k.endswith(".rec") for k in objects), objects
         # The tier's thread moves a segment before the archive's conductor takes its event and counts it.
-        await_until(lambda: tier_counters(driver.dir) == (9, 9 * SEGMENT),
+        await_until(lambda: tier_counters(driver.dir) == (9, 9 * SEGMENT), STORE_WAIT,
                     what=lambda: f"9 segments counted as moved: {tier_counters(driver.dir)}")
         # Read back from the store, checked against tiered.log's CRC-32C: the whole recording, and from
         # a message in the middle of a segment that moved.
@@ -177,7 +183,8 @@ def test_kill_9_at_each_step_of_an_upload_loses_nothing(driver, client, archive_
         d = ac.list_recording(rid)
         segments = (d.stop_position - 1) // SEGMENT + 1
         assert segments >= 2
-        await_until(lambda: moved(archive_dir, rid, segments), what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid, segments), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
         assert replay_all(ac, rid) == list(range(d.stop_position // 1024))
         assert archive.errors() == []
     assert len(store.objects(BUCKET)) == segments - 1, "a redone upload wrote the same key again"
@@ -189,7 +196,8 @@ def test_a_store_gone_mid_read_fails_naming_the_segment_and_the_store_and_the_re
         driver, client, archive_dir, store):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
         sub = ac.replay(rid, "aeron:ipc", 2001)
         got: list[int] = []
         assembler = sulis.FragmentAssembler(lambda b, h: got.append(struct.unpack_from("<I", bytes(b))[0]))
@@ -218,7 +226,7 @@ def test_a_live_recording_moves_as_it_goes_and_a_replay_follows_it_from_its_star
         rid = ac.await_signal(RecordingSignal.START).recording_id
         publish(pub, 0, 5 * 64 + 10)
         # While it records: the five full segments move; the sixth, being written (10 messages), stays.
-        await_until(lambda: where(archive_dir, rid)[:5] == ["store"] * 5,
+        await_until(lambda: where(archive_dir, rid)[:5] == ["store"] * 5, STORE_WAIT,
                     what=lambda: f"the closed segments moved: {where(archive_dir, rid)}")
         sub = ac.replay(rid, "aeron:ipc", 2001, follow=True)
         first = indices(sub, 5 * 64 + 10)
@@ -231,7 +239,8 @@ def test_a_truncate_into_a_moved_segment_is_refused_naming_it_and_the_recording_
         driver, client, archive_dir, store):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
         with pytest.raises(sulis.ArchiveError, match=f"its segment at {3 * SEGMENT} is in the object store"):
             ac.truncate_recording(rid, 3 * SEGMENT + 5 * 1024)
         assert ac.list_recording(rid).stop_position == COUNT * 1024
@@ -255,10 +264,12 @@ def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, m
                               replication_channel="aeron:udp?endpoint=127.0.0.1:0") as dst, \
                 sulis.ArchiveClient(dst_client) as ac:
             rid = record(src, client, 1001)
-            await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+            await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
             ac.replicate(rid, source_channel)
             copy_id = ac.await_signal(RecordingSignal.REPLICATE).recording_id
-            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id)
+            # The copy reads every moved segment back from the store: beside busy CPUs that outlasted 10 s.
+            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id, timeout=120)
             assert ac.list_recording(copy_id).stop_position == src.list_recording(rid).stop_position
             assert replay_all(ac, copy_id) == list(range(COUNT))
             assert archive.errors() == [] and dst.errors() == []
@@ -269,17 +280,20 @@ def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, m
 def test_retention_counts_what_moved_and_removes_it_from_the_store(driver, client, archive_dir, store, capfd):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
         # Kafka's rule: the oldest segments go while what remains holds 192 KiB: the start moves to segment 7.
         write_policy(archive_dir, "stream=* tier-after=0s max-size=192k\n")
-        await_until(lambda: ac.get_start_position(rid) == 7 * SEGMENT, what="the start moved to segment 7")
-        await_until(lambda: len(store.objects(BUCKET)) == 2, what=lambda: f"segments 0-6 gone from the store: "
+        await_until(lambda: ac.get_start_position(rid) == 7 * SEGMENT, STORE_WAIT, what="the start moved to segment 7")
+        await_until(lambda: len(store.objects(BUCKET)) == 2, STORE_WAIT,
+                    what=lambda: f"segments 0-6 gone from the store: "
                     f"{sorted(store.objects(BUCKET))}")
         assert where(archive_dir, rid) == ["store", "store", "disk"]
         assert replay_all(ac, rid) == list(range(7 * 64, COUNT))
         # A purge removes the rest from the store at the next check.
         ac.purge_recording(rid)
-        await_until(lambda: store.objects(BUCKET) == {}, what="the purged recording's segments gone from the store")
+        await_until(lambda: store.objects(BUCKET) == {}, STORE_WAIT,
+                    what="the purged recording's segments gone from the store")
         assert archive.errors() == []
     assert f"recording {rid} segment at 0 removed from {store.endpoint}" in capfd.readouterr().err
 
@@ -330,7 +344,8 @@ def test_a_reader_of_the_files_fetches_the_moved_segments_straight_from_the_stor
     monkeypatch.setenv("TMPDIR", make_dir("sulis-tier-reader-"))  # the reader's cache: this test's own
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
+                    what=lambda: f"moved: {where(archive_dir, rid)}")
         d = ac.list_recording(rid)
         assert archive.errors() == []
     assert read_files(archive_dir, d) == list(range(COUNT))  # the archive is closed: the store alone serves them

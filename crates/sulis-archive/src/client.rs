@@ -1310,13 +1310,25 @@ impl ArchiveClient {
     }
 
     /// Waits until a signal `signal` for `recording_id` (any if −1) arrives;
-    /// returns it. Other signals stay queued.
+    /// returns it. Other signals stay queued. Waits up to the message timeout.
     pub fn await_signal(
         &mut self,
         recording_id: i64,
         signal: i32,
     ) -> Result<RecordingSignalEvent, ArchiveError> {
-        let deadline = Instant::now() + self.ctx.message_timeout;
+        self.await_signal_within(recording_id, signal, self.ctx.message_timeout)
+    }
+
+    /// [`Self::await_signal`] waiting up to `timeout`: a signal that ends
+    /// work of unbounded length (REPLICATE_END of a large recording) may come
+    /// long after the archive answered the request.
+    pub fn await_signal_within(
+        &mut self,
+        recording_id: i64,
+        signal: i32,
+        timeout: Duration,
+    ) -> Result<RecordingSignalEvent, ArchiveError> {
+        let deadline = Instant::now() + timeout;
         loop {
             let hit = self.signals.iter().position(|s| {
                 s.signal == signal && (recording_id == NULL_VALUE || s.recording_id == recording_id)
@@ -1329,7 +1341,7 @@ impl ArchiveClient {
                 Ok(_) => {}
                 Err(ArchiveError::Timeout(_)) => {
                     return Err(ArchiveError::Timeout(format!(
-                        "timed out waiting for signal {signal} of recording {recording_id}"
+                        "timed out after {timeout:?} waiting for signal {signal} of recording {recording_id}"
                     )))
                 }
                 Err(e) => return Err(e),

@@ -340,9 +340,13 @@ class ArchiveClient(_native.ArchiveClient):
         a replay that met a corrupt segment): (correlation id, error code, message) tuples."""
         return super().poll_errors()
 
-    def await_signal(self, signal: RecordingSignal, recording_id: int = -1) -> RecordingSignalEvent:  # type: ignore[override]
-        """Waits for ``signal`` of ``recording_id`` (any recording if -1)."""
-        return super().await_signal(recording_id, int(signal))
+    def await_signal(self, signal: RecordingSignal, recording_id: int = -1,  # type: ignore[override]
+                     timeout: float | None = None) -> RecordingSignalEvent:
+        """Waits for ``signal`` of ``recording_id`` (any recording if -1), up to ``timeout`` seconds (the
+        client's ``message_timeout`` by default); other signals stay queued for ``poll_signals``. Pass a longer
+        ``timeout`` for a signal that ends long work: REPLICATE_END comes once the whole recording is copied,
+        however large. Raises ``ArchiveError`` naming the signal at the timeout."""
+        return super().await_signal(recording_id, int(signal), timeout)
 
     def __repr__(self) -> str:
         return f"ArchiveClient(archive_id={self.archive_id}, control_session_id={self.control_session_id})"

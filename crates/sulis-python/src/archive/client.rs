@@ -416,14 +416,20 @@ impl PyArchiveClient {
     }
 
     /// Waits for `signal` of `recording_id` (-1: any recording).
+    #[pyo3(signature = (recording_id, signal, timeout=None))]
     fn await_signal(
         &self,
         py: Python<'_>,
         recording_id: i64,
         signal: i32,
+        timeout: Option<f64>,
     ) -> PyResult<PyRecordingSignalEvent> {
+        let within = timeout.map(|t| seconds(t, "timeout")).transpose()?;
         Ok(self
-            .call(py, |s| s.await_signal(recording_id, signal))?
+            .call(py, |s| match within {
+                Some(t) => s.await_signal_within(recording_id, signal, t),
+                None => s.await_signal(recording_id, signal),
+            })?
             .into())
     }
 
