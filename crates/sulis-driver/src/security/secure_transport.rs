@@ -70,6 +70,15 @@ impl SecurityMode {
 /// Most senders a socket keeps a replay window for.
 pub const MAX_SENDERS: usize = 4096;
 
+/// Most keys a socket derives in one second for senders it does not know yet.
+/// Each costs an HKDF and an AES key schedule, a few microseconds: without a
+/// cap, a stranger who sends datagrams under a key id it saw on the wire, each
+/// with a fresh salt, buys that much of the receiver's time with each one.
+/// Past the cap, datagrams from unknown senders are dropped unchecked until
+/// the next second; known senders are not affected, and a genuine new
+/// sender's later datagrams (its setups and heartbeats repeat) get in then.
+pub const MAX_NEW_SENDERS_PER_S: u32 = 1024;
+
 /// Why a datagram was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
@@ -89,6 +98,8 @@ pub enum DropReason {
     Stale,
     /// More senders at once than [`MAX_SENDERS`].
     TooManySenders,
+    /// From a sender not known yet, past [`MAX_NEW_SENDERS_PER_S`] this second.
+    NewSendersThrottled,
 }
 
 impl DropReason {
@@ -97,9 +108,10 @@ impl DropReason {
             DropReason::Unsealed | DropReason::Malformed | DropReason::NotEncrypted => {
                 SystemCounter::SecurityUnsealedDropped
             }
-            DropReason::UnknownKey(_) | DropReason::Forged(_) | DropReason::TooManySenders => {
-                SystemCounter::SecurityAuthFailures
-            }
+            DropReason::UnknownKey(_)
+            | DropReason::Forged(_)
+            | DropReason::TooManySenders
+            | DropReason::NewSendersThrottled => SystemCounter::SecurityAuthFailures,
             DropReason::Replayed | DropReason::Stale => SystemCounter::SecurityReplaysDropped,
         }
     }
@@ -124,6 +136,9 @@ impl DropReason {
             DropReason::TooManySenders => {
                 format!("frames from more than {MAX_SENDERS} senders at once")
             }
+            DropReason::NewSendersThrottled => format!(
+                "frames from new senders past {MAX_NEW_SENDERS_PER_S} in one second, dropped unchecked (a flood of forged senders?)"
+            ),
         }
     }
 }
@@ -166,6 +181,9 @@ pub struct SecureTransport<T: Transport> {
     sealed_lens: Vec<usize>,
     // Receiving.
     senders: HashMap<(u32, [u8; SENDER_SALT_LENGTH]), PeerSender>,
+    /// The second of `derived`, and the keys derived for unknown senders in it.
+    derive_second: u64,
+    derived: u32,
     drops: DropLog,
 }
 
@@ -225,6 +243,8 @@ impl<T: Transport> SecureTransport<T> {
             sealed: Vec::new(),
             sealed_lens: Vec::new(),
             senders: HashMap::new(),
+            derive_second: 0,
+            derived: 0,
             drops: DropLog::default(),
         })
     }
@@ -320,6 +340,14 @@ impl<T: Transport> SecureTransport<T> {
         let derived = if known {
             None
         } else {
+            if now_s != self.derive_second {
+                self.derive_second = now_s;
+                self.derived = 0;
+            }
+            if self.derived >= MAX_NEW_SENDERS_PER_S {
+                return Err(DropReason::NewSendersThrottled);
+            }
+            self.derived += 1;
             Some(
                 self.keys
                     .derive(header.key_id, &header.salt)
@@ -713,6 +741,68 @@ mod tests {
                 .contains("frames sealed under key id 7, not in the keyring"),
             "{}",
             other.rx_host.log()
+        );
+    }
+
+    #[test]
+    fn should_derive_keys_for_at_most_so_many_new_senders_a_second_and_let_a_genuine_one_in_after()
+    {
+        let mut p = pair(
+            SecurityMode::Encrypt,
+            &format!("1 {K1}"),
+            &format!("1 {K1}"),
+        );
+        let mut wire = tap(&p.net, "10.0.0.3:40000");
+        let data = frame(HDR_TYPE_DATA, 64, 5);
+        p.tx.send_to(&data, "10.0.0.3:40000".parse().unwrap())
+            .unwrap();
+        let captured = receive(&mut wire).remove(0);
+        // A stranger sends under key id 1 with a new salt each time: every one is a sender not seen.
+        let mut attacker = tap(&p.net, "10.0.0.66:9999");
+        let flood = MAX_NEW_SENDERS_PER_S as usize + 500;
+        let mut dropped = 0;
+        for i in 0..flood {
+            let mut forged = captured.clone();
+            forged[12..20].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+            attacker.send_to(&forged, p.rx_addr).unwrap();
+            if i % 60 == 59 {
+                assert!(receive(&mut p.rx).is_empty());
+                dropped += 60;
+            }
+        }
+        assert!(receive(&mut p.rx).is_empty());
+        dropped += flood % 60;
+        assert_eq!(dropped, flood);
+        // Each was refused, all as authentication failures; only the first MAX were derived (and failed).
+        let h = &p.rx_host;
+        assert_eq!(h.counter(SystemCounter::SecurityAuthFailures), flood as i64);
+        assert_eq!(p.rx.derived, MAX_NEW_SENDERS_PER_S);
+        // The genuine sender, new to the receiver, waits for the next second.
+        p.tx.send_to(&data, p.rx_addr).unwrap();
+        assert!(receive(&mut p.rx).is_empty());
+        assert_eq!(p.rx.sender_count(), 0);
+        p.clock.advance_ns(1_000_000_000);
+        p.tx.send_to(&data, p.rx_addr).unwrap();
+        assert_eq!(receive(&mut p.rx), vec![data.clone()]);
+        assert_eq!(p.rx.sender_count(), 1);
+        // Known from now on: a second flood costs it nothing.
+        for i in 0..flood {
+            let mut forged = captured.clone();
+            forged[12..20].copy_from_slice(&(i as u64 + 1_000_000).to_le_bytes());
+            attacker.send_to(&forged, p.rx_addr).unwrap();
+            if i % 60 == 59 {
+                let _ = receive(&mut p.rx);
+            }
+        }
+        let _ = receive(&mut p.rx);
+        p.tx.send_to(&data, p.rx_addr).unwrap();
+        assert_eq!(receive(&mut p.rx), vec![data]);
+        assert!(
+            p.rx_host
+                .log()
+                .contains("new senders past 1024 in one second"),
+            "{}",
+            p.rx_host.log()
         );
     }
 
