@@ -297,26 +297,29 @@ def all_threads_stopped(pid: int) -> bool:
 STOP_TIMEOUT = 180.0
 
 
+def threads_in(pid: int, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """Each thread of ``pid`` whose state is not in ``skip``, with its state, the kernel function it waits in
+    and its kernel stack (root only): what a process stuck in the kernel is waiting for."""
+    told = {}
+    for thread, state in thread_states(pid).items():
+        if state in skip:
+            continue
+        task = f"/proc/{pid}/task/{thread.rsplit('/', 1)[1]}"
+        try:
+            with open(f"{task}/wchan") as f:
+                state += f" in {f.read()}"
+            with open(f"{task}/stack") as f:
+                state += " < " + " < ".join(line.split()[-1] for line in f.read().splitlines()[:12])
+        except OSError:
+            pass
+        told[thread] = state
+    return told
+
+
 def await_stopped(pid: int, who: str) -> None:
     """Returns once every thread of ``pid`` has stopped after a SIGSTOP; names the threads that had not."""
-    def running() -> dict[str, str]:
-        """The threads not stopped, each with its state and the kernel function it waits in."""
-        told = {}
-        for thread, state in thread_states(pid).items():
-            if state not in ("T", "t"):
-                task = f"/proc/{pid}/task/{thread.rsplit('/', 1)[1]}"
-                try:
-                    with open(f"{task}/wchan") as f:
-                        state += f" in {f.read()}"
-                    with open(f"{task}/stack") as f:  # root only
-                        state += " < " + " < ".join(line.split()[-1] for line in f.read().splitlines()[:12])
-                except OSError:
-                    pass
-                told[thread] = state
-        return told
-
     await_until(lambda: all_threads_stopped(pid), STOP_TIMEOUT,
-                lambda: f"{who} to stop after SIGSTOP; threads not stopped: {running()}")
+                lambda: f"{who} to stop after SIGSTOP; threads not stopped: {threads_in(pid, ('T', 't'))}")
 
 
 class Child(ChildProcess):
