@@ -434,6 +434,18 @@ def pytest_runtest_makereport(item, call):
     return rep
 
 
+def pytest_runtest_logreport(report):
+    """With ``SULIS_TEST_FAILURES=<file>``, each failure's report is appended there as it happens (on the
+    controller under xdist): a long run stopped half-way, or killed, keeps why its tests failed, which pytest
+    prints only at the end."""
+    path = os.environ.get("SULIS_TEST_FAILURES")
+    # Under xdist the worker's report reaches the controller, which writes it once.
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when}, {time.strftime('%H:%M:%S')})\n{report.longreprtext}\n"
+                    + "".join(f"--- {name}\n{text}\n" for name, text in report.sections) + "\n")
+
+
 def _test_failed(request) -> bool:
     node = request.node
     return any(getattr(getattr(node, f"rep_{w}", None), "failed", False) for w in ("setup", "call"))
