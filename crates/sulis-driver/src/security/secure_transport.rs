@@ -630,6 +630,22 @@ mod tests {
         net.bind(at.parse().unwrap()).unwrap()
     }
 
+    /// An encrypting pair under one key, a genuine 64-byte data frame (`fill`), and that frame as the pair's
+    /// sender sealed it, captured on the wire.
+    fn encrypting_pair_and_capture(fill: u8) -> (Pair, Vec<u8>, Vec<u8>) {
+        let mut p = pair(
+            SecurityMode::Encrypt,
+            &format!("1 {K1}"),
+            &format!("1 {K1}"),
+        );
+        let mut wire = tap(&p.net, "10.0.0.3:40000");
+        let data = frame(HDR_TYPE_DATA, 64, fill);
+        p.tx.send_to(&data, "10.0.0.3:40000".parse().unwrap())
+            .unwrap();
+        let captured = receive(&mut wire).remove(0);
+        (p, data, captured)
+    }
+
     #[test]
     fn should_deliver_every_kind_of_frame_sealed_in_both_modes_and_hide_payloads_when_encrypting() {
         for mode in [SecurityMode::Auth, SecurityMode::Encrypt] {
@@ -747,32 +763,24 @@ mod tests {
     #[test]
     fn should_derive_keys_for_at_most_so_many_new_senders_a_second_and_let_a_genuine_one_in_after()
     {
-        let mut p = pair(
-            SecurityMode::Encrypt,
-            &format!("1 {K1}"),
-            &format!("1 {K1}"),
-        );
-        let mut wire = tap(&p.net, "10.0.0.3:40000");
-        let data = frame(HDR_TYPE_DATA, 64, 5);
-        p.tx.send_to(&data, "10.0.0.3:40000".parse().unwrap())
-            .unwrap();
-        let captured = receive(&mut wire).remove(0);
+        let (mut p, data, captured) = encrypting_pair_and_capture(5);
         // A stranger sends under key id 1 with a new salt each time: every one is a sender not seen.
         let mut attacker = tap(&p.net, "10.0.0.66:9999");
         let flood = MAX_NEW_SENDERS_PER_S as usize + 500;
-        let mut dropped = 0;
-        for i in 0..flood {
-            let mut forged = captured.clone();
-            forged[12..20].copy_from_slice(&(i as u64 + 1).to_le_bytes());
-            attacker.send_to(&forged, p.rx_addr).unwrap();
-            if i % 60 == 59 {
-                assert!(receive(&mut p.rx).is_empty());
-                dropped += 60;
+        // Sends `flood` such datagrams, salts from `first`, taking them in batches; what the receiver delivered.
+        let mut flood_from = |rx: &mut SecureTransport<MemoryTransport>, first: u64| {
+            let mut delivered = 0;
+            for i in 0..flood {
+                let mut forged = captured.clone();
+                forged[12..20].copy_from_slice(&(first + i as u64).to_le_bytes());
+                attacker.send_to(&forged, p.rx_addr).unwrap();
+                if i % 60 == 59 || i == flood - 1 {
+                    delivered += receive(rx).len();
+                }
             }
-        }
-        assert!(receive(&mut p.rx).is_empty());
-        dropped += flood % 60;
-        assert_eq!(dropped, flood);
+            delivered
+        };
+        assert_eq!(flood_from(&mut p.rx, 1), 0);
         // Each was refused, all as authentication failures; only the first MAX were derived (and failed).
         let h = &p.rx_host;
         assert_eq!(h.counter(SystemCounter::SecurityAuthFailures), flood as i64);
@@ -786,15 +794,7 @@ mod tests {
         assert_eq!(receive(&mut p.rx), vec![data.clone()]);
         assert_eq!(p.rx.sender_count(), 1);
         // Known from now on: a second flood costs it nothing.
-        for i in 0..flood {
-            let mut forged = captured.clone();
-            forged[12..20].copy_from_slice(&(i as u64 + 1_000_000).to_le_bytes());
-            attacker.send_to(&forged, p.rx_addr).unwrap();
-            if i % 60 == 59 {
-                let _ = receive(&mut p.rx);
-            }
-        }
-        let _ = receive(&mut p.rx);
+        assert_eq!(flood_from(&mut p.rx, 1_000_000), 0);
         p.tx.send_to(&data, p.rx_addr).unwrap();
         assert_eq!(receive(&mut p.rx), vec![data]);
         assert!(
@@ -809,16 +809,7 @@ mod tests {
     #[test]
     fn should_drop_what_is_outside_the_clock_window_and_only_authenticated_frames_when_encrypting()
     {
-        let mut p = pair(
-            SecurityMode::Encrypt,
-            &format!("1 {K1}"),
-            &format!("1 {K1}"),
-        );
-        let mut wire = tap(&p.net, "10.0.0.3:40000");
-        let data = frame(HDR_TYPE_DATA, 64, 3);
-        p.tx.send_to(&data, "10.0.0.3:40000".parse().unwrap())
-            .unwrap();
-        let captured = receive(&mut wire).remove(0);
+        let (mut p, data, captured) = encrypting_pair_and_capture(3);
         // Held back past the window: stale even though never delivered.
         p.clock.advance_ns(11_000_000_000);
         p.net
