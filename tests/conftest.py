@@ -291,10 +291,12 @@ def all_threads_stopped(pid: int) -> bool:
     return bool(states) and all(state in ("T", "t") for state in states.values())
 
 
-# A thread inside an uninterruptible system call (an fsync on a loop-mounted disk) stops only when the call
-# returns. Beside two busy loops the kernel left the loop devices' writeback threads runnable but unscheduled
-# for over a minute, and such an fsync with them: this is a hang guard, not a measure of the machine.
-STOP_TIMEOUT = 180.0
+#: A hang guard for anything that waits behind the kernel's own threads: an fsync, a process that must stop
+#: (a thread inside an uninterruptible system call stops only when the call returns) or start. Beside two
+#: busy loops this machine's kernel left the disks' writeback threads runnable but unscheduled for up to a
+#: minute (their run time in ``/proc/<tid>/sched`` did not move), and every fsync waited with them. Not a
+#: measure of the machine's speed.
+KERNEL_STALL = 180.0
 
 
 def threads_in(pid: int, skip: tuple[str, ...] = ()) -> dict[str, str]:
@@ -318,7 +320,7 @@ def threads_in(pid: int, skip: tuple[str, ...] = ()) -> dict[str, str]:
 
 def await_stopped(pid: int, who: str) -> None:
     """Returns once every thread of ``pid`` has stopped after a SIGSTOP; names the threads that had not."""
-    await_until(lambda: all_threads_stopped(pid), STOP_TIMEOUT,
+    await_until(lambda: all_threads_stopped(pid), KERNEL_STALL,
                 lambda: f"{who} to stop after SIGSTOP; threads not stopped: {threads_in(pid, ('T', 't'))}")
 
 

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # netutil
 
 import sulis  # noqa: E402
-from conftest import STOP_TIMEOUT, threads_in  # noqa: E402
+from conftest import KERNEL_STALL, threads_in  # noqa: E402
 from netutil.disk import fill, small_ext4  # noqa: E402
 from netutil.netns import NetnsHosts  # noqa: E402
 from netutil.nft import NftLoss, run_nft  # noqa: E402
@@ -228,9 +228,8 @@ class FaultRun:
         began = time.monotonic()
         m.proc = self._spawn(m)
         m.paused, m.starts = False, m.starts + 1
-        # A hang guard: beside busy CPUs a restarted member took over 60 s, its process still in the kernel
-        # (the loop devices' writeback threads went unscheduled that long; see conftest.STOP_TIMEOUT).
-        deadline = time.monotonic() + STOP_TIMEOUT
+        # Beside busy CPUs a restarted member took over 60 s, its process still in the kernel.
+        deadline = time.monotonic() + KERNEL_STALL
         while m.stderr().count("running in") <= runs:
             if m.proc.poll() is not None or time.monotonic() > deadline:
                 threads = threads_in(m.proc.pid) if m.proc.poll() is None else "exited"

@@ -88,6 +88,11 @@ def moved(archive_dir: str, rid: int, segments: int = 10) -> bool:
     return where(archive_dir, rid) == ["store"] * (segments - 1) + ["disk"]
 
 
+def await_moved(archive_dir: str, rid: int, segments: int = 10, what: str = "moved") -> None:
+    await_until(lambda: moved(archive_dir, rid, segments), STORE_WAIT,
+                what=lambda: f"{what}: {where(archive_dir, rid)}")
+
+
 def local_files(archive_dir: str, rid: int) -> list[int]:
     return sorted(int(f.split("-")[1].split(".")[0]) for f in os.listdir(archive_dir)
                   if f.startswith(f"{rid}-") and f.endswith(".rec"))
@@ -112,8 +117,7 @@ def test_closed_segments_move_verified_and_replays_read_the_whole_recording_befo
     with tiered_archive(driver, archive_dir, store, threading_mode=mode) as archive, \
             sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"9 segments moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid, what="9 segments moved")
         assert local_files(archive_dir, rid) == [9 * SEGMENT]
         objects = store.objects(BUCKET)
         assert sorted(objects.values()) == [SEGMENT] * 9, objects
@@ -183,8 +187,7 @@ def test_kill_9_at_each_step_of_an_upload_loses_nothing(driver, client, archive_
         d = ac.list_recording(rid)
         segments = (d.stop_position - 1) // SEGMENT + 1
         assert segments >= 2
-        await_until(lambda: moved(archive_dir, rid, segments), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid, segments)
         assert replay_all(ac, rid) == list(range(d.stop_position // 1024))
         assert archive.errors() == []
     assert len(store.objects(BUCKET)) == segments - 1, "a redone upload wrote the same key again"
@@ -196,8 +199,7 @@ def test_a_store_gone_mid_read_fails_naming_the_segment_and_the_store_and_the_re
         driver, client, archive_dir, store):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid)
         sub = ac.replay(rid, "aeron:ipc", 2001)
         got: list[int] = []
         assembler = sulis.FragmentAssembler(lambda b, h: got.append(struct.unpack_from("<I", bytes(b))[0]))
@@ -239,8 +241,7 @@ def test_a_truncate_into_a_moved_segment_is_refused_naming_it_and_the_recording_
         driver, client, archive_dir, store):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid)
         with pytest.raises(sulis.ArchiveError, match=f"its segment at {3 * SEGMENT} is in the object store"):
             ac.truncate_recording(rid, 3 * SEGMENT + 5 * 1024)
         assert ac.list_recording(rid).stop_position == COUNT * 1024
@@ -264,12 +265,11 @@ def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, m
                               replication_channel="aeron:udp?endpoint=127.0.0.1:0") as dst, \
                 sulis.ArchiveClient(dst_client) as ac:
             rid = record(src, client, 1001)
-            await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+            await_moved(archive_dir, rid)
             ac.replicate(rid, source_channel)
             copy_id = ac.await_signal(RecordingSignal.REPLICATE).recording_id
             # The copy reads every moved segment back from the store: beside busy CPUs that outlasted 10 s.
-            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id, timeout=120)
+            ac.await_signal(RecordingSignal.REPLICATE_END, copy_id, timeout=STORE_WAIT)
             assert ac.list_recording(copy_id).stop_position == src.list_recording(rid).stop_position
             assert replay_all(ac, copy_id) == list(range(COUNT))
             assert archive.errors() == [] and dst.errors() == []
@@ -280,8 +280,7 @@ def test_a_replication_copies_a_recording_whose_segments_moved(driver, client, m
 def test_retention_counts_what_moved_and_removes_it_from_the_store(driver, client, archive_dir, store, capfd):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid)
         # Kafka's rule: the oldest segments go while what remains holds 192 KiB: the start moves to segment 7.
         write_policy(archive_dir, "stream=* tier-after=0s max-size=192k\n")
         await_until(lambda: ac.get_start_position(rid) == 7 * SEGMENT, STORE_WAIT, what="the start moved to segment 7")
@@ -344,8 +343,7 @@ def test_a_reader_of_the_files_fetches_the_moved_segments_straight_from_the_stor
     monkeypatch.setenv("TMPDIR", make_dir("sulis-tier-reader-"))  # the reader's cache: this test's own
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
         rid = record(ac, client, 1001)
-        await_until(lambda: moved(archive_dir, rid), STORE_WAIT,
-                    what=lambda: f"moved: {where(archive_dir, rid)}")
+        await_moved(archive_dir, rid)
         d = ac.list_recording(rid)
         assert archive.errors() == []
     assert read_files(archive_dir, d) == list(range(COUNT))  # the archive is closed: the store alone serves them

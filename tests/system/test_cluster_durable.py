@@ -24,7 +24,7 @@ import pytest
 
 import sulis
 from clusterprocs import JOURNAL_SERVICE, KeepAlive, Member, loopback_members
-from conftest import await_until, free_udp_port, make_dir
+from conftest import KERNEL_STALL, await_until, free_udp_port, make_dir
 from netutil.disk import CrashableDisk, DiskError
 from sulis.cluster import ClusterClient, ClusterError
 
@@ -34,11 +34,9 @@ MESSAGES, ACKNOWLEDGED = 30_000, 3_000
 # Three members started twice, and a loop-mounted disk each: well over the suite's 120 s on a busy machine.
 pytestmark = pytest.mark.timeout(600)
 
-#: How long a wait here may take before it counts as a hang. Beside two busy loops this machine's kernel left
-#: the loop devices' writeback threads runnable but unscheduled for up to a minute (their run time did not move;
-#: ``/proc/<tid>/sched``): every member's fsync, and so its whole duty cycle, stalled that long, however fast the
-#: members themselves are. The members' client sessions live as long, for the same reason.
-STALL = 180.0
+#: How long a wait here may take before it counts as a hang: a member's fsync, and so its whole duty cycle, may
+#: stall behind the kernel that long (conftest.KERNEL_STALL). The members' client sessions live as long.
+STALL = KERNEL_STALL
 
 
 def stream_until_the_power_cut(c: ClusterClient, n: int, cut_after: int, cut) -> int:
