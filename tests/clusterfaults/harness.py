@@ -46,10 +46,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # netutil
 
 import sulis  # noqa: E402
-from conftest import KERNEL_STALL, threads_in  # noqa: E402
 from netutil.disk import fill, small_ext4  # noqa: E402
 from netutil.netns import NetnsHosts  # noqa: E402
 from netutil.nft import NftLoss, run_nft  # noqa: E402
+from netutil.procs import KERNEL_STALL, threads_in  # noqa: E402
 
 from .register_service import ACCOUNTS, OPENING  # noqa: E402
 

@@ -32,7 +32,7 @@ import sulis
 from conftest import await_until, free_udp_port
 from sulis.archive import RecordingSignal
 
-pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.interop
 
 
 def message(i: int) -> bytes:

@@ -19,7 +19,7 @@ from clusterprocs import Member, loopback_members
 from conftest import await_until, free_udp_port, run_cli
 from sulis.cluster import OFFER_AGAIN, CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
-pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.interop
 
 
 class Echo(ClusteredService):

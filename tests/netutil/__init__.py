@@ -7,6 +7,7 @@
              runs one in a child process.
 ``fixtures`` pytest fixtures ``netns_pair``, ``make_relay``, ``nft_loss``.
 ``disk``     ``small_ext4`` (a loop-mounted ext4 file system), ``fill``.
+``procs``    ``threads_in`` (each thread's state, wait channel and kernel stack), ``KERNEL_STALL``.
 
 The tests directory is on ``sys.path`` under pytest (as for ``conftest``), so
 ``from netutil import NetnsPair, NftLoss, LossyRelay, Impairment``.

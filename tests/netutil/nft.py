@@ -25,6 +25,7 @@ import shutil
 import subprocess
 
 from .netns import exec_prefix
+from .procs import KERNEL_STALL, threads_in
 
 HOOKS = ("input", "output")
 _counter = itertools.count()
@@ -60,15 +61,21 @@ def require_nft() -> None:
 def run_nft(ns: str | None, *args: str, input: str | None = None) -> str:
     """Runs ``nft ARGS`` inside ``ns`` (current namespace when None); returns stdout."""
     argv = ([] if ns is None else exec_prefix(ns)) + [nft_path() or "nft", *args]
-    # Generous: `ip netns exec` makes a mount namespace, and on starved CPUs right after a loop-mounted disk
-    # was filled and emptied (the fault suite's fill-disk) one took more than 30 s.
+    # A hang guard, not a speed limit: `ip netns exec` makes a mount namespace, and beside two busy loops right
+    # after a loop-mounted disk was filled and emptied (the fault suite's fill-disk) one took over 180 s.
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=180)
+        out, err = proc.communicate(input, timeout=2 * KERNEL_STALL)
     except subprocess.TimeoutExpired:
-        raise NftError(f"{' '.join(argv)} did not finish within 180 s") from None
+        stuck = threads_in(proc.pid)
+        proc.kill()
+        proc.communicate()
+        raise NftError(f"{' '.join(argv)} did not finish within {2 * KERNEL_STALL:.0f} s; "
+                       f"its threads: {stuck}") from None
     if proc.returncode != 0:
-        raise NftError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
+        raise NftError(f"{' '.join(argv)} failed ({proc.returncode}): {err.strip()}")
+    return out
 
 
 class NftLoss:

@@ -19,8 +19,6 @@ from clusterprocs import JOURNAL_SERVICE, Member, loopback_members
 from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient, ClusterError
 
-pytestmark = pytest.mark.timeout(240)
-
 BACKUP_QUERY, BACKUP_RESPONSE, SESSION_EVENT = 77, 78, 2
 AUTHENTICATION_REJECTED = 3
 CONSENSUS_STREAM = 108

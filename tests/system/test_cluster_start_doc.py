@@ -26,8 +26,6 @@ PAGE = ROOT / "docs" / "cluster-start.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 ANSWER = re.compile(r"member (\d) answered b'hello'")
 
-# Three member processes on a 2-core machine that may be busy: a start and an election take seconds.
-pytestmark = pytest.mark.timeout(180)
 
 
 def blocks(language: str) -> list[str]:

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from clusterprocs import JOURNAL_SERVICE, KeepAlive, Member, loopback_members
 from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient
-
-pytestmark = pytest.mark.timeout(240)
 
 ROLE_LEADER = 2
 

@@ -193,7 +193,6 @@ def _placed(key, places: dict[str, str]) -> str:
     return text
 
 
-@pytest.mark.timeout(180)
 @pytest.mark.parametrize("key", sorted(k for k, s in SNIPPETS.items() if not s.spark), ids=lambda k: f"{k[0]}#{k[1]}")
 def test_a_snippet_runs(key):
     from conftest import free_udp_port
@@ -215,7 +214,6 @@ def test_a_snippet_runs(key):
     assert re.search(snippet.expect, result.stdout), f"{key} printed {result.stdout!r}, not /{snippet.expect}/"
 
 
-@pytest.mark.timeout(240)
 def test_the_spark_snippets_run():
     """The Spark snippets, as a reader runs them in one notebook: one Spark application (its start is
     most of a snippet's time), each snippet in a namespace of its own made by the prelude, one after

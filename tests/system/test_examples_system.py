@@ -46,7 +46,6 @@ def test_the_batched_cluster_example_keeps_every_balance():
     assert calls and int(calls.group(1).replace(",", "")) > 0, out.stdout
 
 
-@pytest.mark.timeout(300)
 def test_the_main_job_counts_every_tick_once(tmp_path):
     out = run("spark_pipeline.py", "--duration", 3, "--rate", 20_000, "--instruments", 50, "--out", tmp_path,
               timeout=280)
@@ -54,7 +53,6 @@ def test_the_main_job_counts_every_tick_once(tmp_path):
     assert "sulis pipeline: OK, every tick counted exactly once" in out.stdout, out.stdout[-3000:]
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.skipif(not os.path.exists(Path(__file__).resolve().parents[2] / "python" / "sulis" / "jars" /
                                        "sulis-spark.jar"), reason="no sulis jar (scripts/build_jar.sh)")
 def test_the_main_job_in_real_time_mode_forwards_every_tick(tmp_path):

@@ -23,7 +23,6 @@ from sulis import _native
 
 ADD_DESTINATION, REMOVE_DESTINATION, REMOVE_DESTINATION_BY_ID = 0x07, 0x08, 0x11
 
-pytestmark = pytest.mark.timeout(240)
 
 
 def test_a_dynamic_mdc_stream_reaches_every_receiver_that_subscribes(netns_hosts, spawn):

@@ -20,8 +20,6 @@ import sulis
 from conftest import await_until, run_cli
 from sites import STARTED_S, STREAM, done, sites, tally
 
-pytestmark = pytest.mark.timeout(240)
-
 GROUP = "239.255.90.1"
 
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import sulis
 from conftest import await_until, run_cli
 from netutil import exec_prefix, require_netns
 from sites import STARTED_S, STREAM, Site, done
-
-pytestmark = pytest.mark.timeout(300)
 
 GROUP = "239.255.91.1"
 SC = sulis.SystemCounter

@@ -331,7 +331,6 @@ def extend(node, rid: int, messages: list[bytes]) -> dict[tuple[int, int], bytes
     return got
 
 
-@pytest.mark.timeout(240)
 def test_offsets_leave_out_recordings_read_to_their_stop_through_extension_purge_and_restart(spark, sulis_node, tmp):
     """Offsets carry only the recordings that can still advance or have unread data: after eight
     publishers came and went, the checkpoint's offset holds the stream's newest recording alone. A
