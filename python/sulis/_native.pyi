@@ -1094,6 +1094,7 @@ class ClusterClient:
         max_in_flight: int = 16384,
         new_leader_timeout: float | None = None,
         client: Client | None = None,
+        secret: bytes | None = None,
     ) -> Self: ...
     @property
     def in_flight(self) -> int:

@@ -3,11 +3,16 @@
 AUTHENTICATION_REJECTED, one with other credentials or none. A ClusterBackup's BackupQuery (Aeron's
 message, sent here to a member's consensus endpoint) is checked the same way: one with good credentials
 is answered with a BackupResponse, one without is told AUTHENTICATION_REJECTED on its response channel
-and gets nothing of the log. Securing the members' channels themselves is transport security
+and gets nothing of the log. Members started with ``--client-keys-file`` never see a secret: they
+challenge a named principal with random bytes, and only the HMAC of those bytes under the principal's
+secret opens the session; an answer seen on the wire (replayed here by a raw client speaking Aeron's
+messages) opens no other. Securing the members' channels themselves is transport security
 (docs/security.md, test_security_hosts.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import struct
 import time
@@ -20,7 +25,9 @@ from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient, ClusterError
 
 BACKUP_QUERY, BACKUP_RESPONSE, SESSION_EVENT = 77, 78, 2
-AUTHENTICATION_REJECTED = 3
+SESSION_CONNECT_REQUEST, CHALLENGE, CHALLENGE_RESPONSE = 3, 7, 8
+OK, AUTHENTICATION_REJECTED = 0, 3
+CLIENT_PROTOCOL_VERSION = 0x000300  # Aeron Cluster's client protocol 0.3.0
 CONSENSUS_STREAM = 108
 
 
@@ -154,6 +161,104 @@ def test_members_whose_drivers_seal_everything_ignore_a_strangers_votes_and_comm
                    for m in nodes]
         assert all(d > 0 for d in dropped), f"each member dropped the stranger's setups: {dropped}"
         assert all(m.counters()["cluster-leadership-term-id"] == terms[m.id] for m in nodes), "no new term"
+    finally:
+        for m in nodes:
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.kill()
+                m.proc.wait(timeout=60)
+
+
+def sbe(template: int, block: bytes, *var: bytes) -> bytes:
+    """An Aeron Cluster message (schema 111, version 16): header, fixed block, length-prefixed var fields."""
+    return (struct.pack("<HHHH", len(block), template, 111, 16) + block
+            + b"".join(struct.pack("<I", len(v)) + v for v in var))
+
+
+class RawSession:
+    """A client that speaks Aeron Cluster's messages itself: what an eavesdropper on the ingress could send."""
+
+    def __init__(self, c: sulis.Client, ingress_ports: list[int]):
+        self.response = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+        self.sub = c.add_subscription(self.response, 102)
+        self.pubs = [c.add_publication(f"aeron:udp?endpoint=localhost:{p}", 101) for p in ingress_ports]
+        self.got: list[bytes] = []
+
+    def send(self, message: bytes) -> None:
+        """To every member until each took it (followers redirect a connect and drop an answer)."""
+        left = list(self.pubs)
+
+        def all_taken() -> bool:
+            left[:] = [p for p in left if p.offer(message) < 0]
+            return not left
+        await_until(all_taken, 60, "every member's ingress to take the message", interval=0.01)
+
+    def await_answer(self, template: int, correlation_id: int) -> bytes:
+        def answered() -> bytes | None:
+            self.sub.poll(lambda buffer, _h: self.got.append(bytes(buffer)), 10)
+            return next((m for m in self.got if struct.unpack_from("<H", m, 2)[0] == template
+                         and struct.unpack_from("<q", m, 8 + (8 if template == SESSION_EVENT else 0))[0]
+                         == correlation_id), None)
+        return await_until(answered, 60, f"template {template} answering correlation id {correlation_id}",
+                           interval=0.01)
+
+    def connect(self, correlation_id: int, principal: bytes) -> tuple[int, bytes]:
+        """Asks for a session as ``principal``; returns the session id and the challenge the leader sent."""
+        self.send(sbe(SESSION_CONNECT_REQUEST, struct.pack("<qii", correlation_id, 102, CLIENT_PROTOCOL_VERSION),
+                      self.response.encode(), principal, b"name=raw"))
+        challenge = self.await_answer(CHALLENGE, correlation_id)
+        session_id, = struct.unpack_from("<q", challenge, 8 + 8)
+        length, = struct.unpack_from("<I", challenge, 8 + 16)
+        return session_id, challenge[8 + 16 + 4:8 + 16 + 4 + length]
+
+    def answer(self, correlation_id: int, session_id: int, answer: bytes) -> int:
+        """Sends ``answer`` to the session's challenge; returns the code of the SessionEvent it gets."""
+        self.send(sbe(CHALLENGE_RESPONSE, struct.pack("<qq", correlation_id, session_id), answer))
+        event = self.await_answer(SESSION_EVENT, correlation_id)
+        return struct.unpack_from("<i", event, 8 + 28)[0]
+
+
+def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_crosses_the_wire(tmp_path,
+                                                                                                 make_driver):
+    secret = os.urandom(24).hex().encode()
+    keys = tmp_path / "client-keys"
+    keys.write_text(f"# principal secret\nalice {secret.decode()}\nbob {os.urandom(24).hex()}\n")
+    os.chmod(keys, 0o600)
+    driver = make_driver()
+    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
+    members, ingress_ports = loopback_members(3)
+    nodes = [Member(tmp_path, i, members, extra=("--client-keys-file", str(keys))) for i in range(3)]
+    ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+
+    def client(principal: bytes, secret: bytes | None) -> ClusterClient:
+        return ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                             message_timeout=60.0, credentials=principal, secret=secret)
+
+    try:
+        for m in nodes:
+            m.start()
+        with client(b"alice", secret) as alice:
+            await_until(lambda: alice.offer(b"hello") > 0, 30, "the ingress to take hello")
+            got: list[bytes] = []
+            await_until(lambda: alice.poll_egress(lambda p, t: got.append(p)) >= 0 and got, 30, "the echo")
+            assert got == [b"hello"]
+        for principal, key in ((b"alice", b"not alice's secret at all"), (b"bob", secret), (b"mallory", secret)):
+            with pytest.raises(ClusterError, match="AUTHENTICATION_REJECTED"):
+                client(principal, key)
+        with pytest.raises(ClusterError, match="no secret: pass secret="):
+            client(b"alice", None)
+
+        # An eavesdropper saw alice's challenge and answer: the answer opens that session only.
+        with sulis.Client(dir=driver.dir) as c:
+            raw = RawSession(c, ingress_ports)
+            first, challenge = raw.connect(2001, b"alice")
+            assert challenge.startswith(b"sulis-hmac-sha256:") and len(challenge) == 18 + 32
+            seen = hmac.new(secret, challenge, hashlib.sha256).digest()
+            assert raw.answer(2002, first, seen) == OK
+            second, other = raw.connect(2003, b"alice")
+            assert other != challenge and second != first
+            assert raw.answer(2004, second, seen) == AUTHENTICATION_REJECTED
+        for m in nodes:
+            assert secret.decode() not in m.stderr()
     finally:
         for m in nodes:
             if m.proc is not None and m.proc.poll() is None:

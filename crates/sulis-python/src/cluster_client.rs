@@ -79,7 +79,7 @@ impl PyClusterClient {
     /// cluster whose members take ingress at `ingress_endpoints`
     /// (`"0=host:port,1=host:port,..."`), answers coming on `egress_channel`.
     #[new]
-    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384, new_leader_timeout=None, client=None))]
+    #[pyo3(signature = (driver_dir, ingress_endpoints, egress_channel, ingress_channel="aeron:udp".to_string(), message_timeout=5.0, credentials=Vec::new(), exactly_once=true, max_in_flight=16_384, new_leader_timeout=None, client=None, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -93,6 +93,7 @@ impl PyClusterClient {
         max_in_flight: usize,
         new_leader_timeout: Option<f64>,
         client: Option<PyRef<'_, crate::client::PyClient>>,
+        secret: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let timeout = Duration::from_secs_f64(message_timeout.max(0.001));
         // A client handed in is shared (Aeron's AeronCluster.Context.aeron):
@@ -121,6 +122,7 @@ impl PyClusterClient {
                     egress_channel,
                     message_timeout: timeout,
                     credentials,
+                    secret,
                     exactly_once,
                     max_in_flight,
                     new_leader_timeout: new_leader_timeout

@@ -324,6 +324,12 @@ class ClusterClient:
     thread and one mapping of the driver's CnC file between them, where each session's own would cost a
     thread and about a megabyte of its mapping). The session does not close it; close it after them.
 
+    ``credentials`` go to the members' authenticator as they are (a line of their ``credentials_file``).
+    With members started with ``client_keys_file``, ``credentials`` is the principal and ``secret`` its
+    secret: the leader sends a random challenge and the client answers with its HMAC-SHA256 under the
+    secret, which never crosses the wire (an answer seen on the wire opens no other session). A client
+    with no ``secret`` that is challenged fails naming it.
+
     Exactly once (``exactly_once=True``, the default, with a sulis cluster: its leader says so when it opens
     the session; with Aeron's cluster the client is Aeron's): the client numbers its messages, keeps each until the
     leader says it is committed (read by ``poll_egress``, or by ``offer`` when ``max_in_flight`` wait) and
@@ -351,7 +357,7 @@ class ClusterClient:
                  ingress_channel: str = "aeron:udp", message_timeout: float = 5.0,
                  credentials: bytes = b"", driver_options: dict | None = None, exactly_once: bool = True,
                  max_in_flight: int = 16384, new_leader_timeout: float | None = None,
-                 driver_dir_prefix: str | None = None, client=None) -> None:
+                 driver_dir_prefix: str | None = None, client=None, secret: bytes | None = None) -> None:
         if ingress_endpoints is None:
             raise TypeError("ClusterClient needs ingress_endpoints (\"0=host:port,1=host:port,...\")")
         if client is not None:
@@ -381,7 +387,7 @@ class ClusterClient:
         try:
             self._native = _NativeClusterClient(self._driver_dir, ingress_endpoints, egress_channel,
                                                 ingress_channel, message_timeout, credentials, exactly_once,
-                                                max_in_flight, new_leader_timeout, client)
+                                                max_in_flight, new_leader_timeout, client, secret)
         except BaseException:
             self._close_driver()
             raise

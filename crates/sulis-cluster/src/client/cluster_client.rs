@@ -26,9 +26,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use sulis_client::{Client, ExclusivePublication, FragmentAssembler, OfferError, Subscription};
 use sulis_protocol::cluster::messages::{
-    event_code, NewLeaderEvent, SessionCloseRequest, SessionConnectRequest, SessionEvent,
-    SessionKeepAlive, SessionMessageHeader, CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE,
-    MESSAGES_COMMITTED, MESSAGES_COMMITTED_AT_CLOSE, SESSION_HEADER_LENGTH,
+    event_code, Challenge, ChallengeResponse, NewLeaderEvent, SessionCloseRequest,
+    SessionConnectRequest, SessionEvent, SessionKeepAlive, SessionMessageHeader,
+    CLIENT_PROTOCOL_VERSION, EXACTLY_ONCE, MESSAGES_COMMITTED, MESSAGES_COMMITTED_AT_CLOSE,
+    SESSION_HEADER_LENGTH,
 };
 use sulis_protocol::sbe::Header as SbeHeader;
 
@@ -47,8 +48,13 @@ pub struct ClusterClientContext {
     pub egress_stream_id: i32,
     /// The whole connect must finish within this.
     pub message_timeout: Duration,
-    /// Credentials for the cluster's authenticator (empty: none).
+    /// Credentials for the cluster's authenticator (empty: none); with a
+    /// `secret`, the principal it knows the secret by.
     pub credentials: Vec<u8>,
+    /// The secret that answers the cluster's challenge (members started
+    /// with `client_keys_file`): the answer is an HMAC of the challenge,
+    /// the secret itself is never sent. None: a challenge is an error.
+    pub secret: Option<Vec<u8>>,
     /// Number the messages, keep them until committed and resend them after
     /// a leader change (exactly once); off, the client is Aeron's (a
     /// message in flight at a failover may be lost or applied twice).
@@ -74,6 +80,7 @@ impl Default for ClusterClientContext {
             egress_stream_id: 102,
             message_timeout: Duration::from_secs(5),
             credentials: Vec::new(),
+            secret: None,
             exactly_once: true,
             max_in_flight: 16_384,
             new_leader_timeout: None,
@@ -419,12 +426,15 @@ impl ClusterClient {
                 });
             }
             let mut events = Vec::new();
+            let mut challenges = Vec::new();
             let n = egress
                 .poll(
                     |payload, header| -> Result<(), ()> {
                         if let Some(m) = assembler.on_fragment(payload, header) {
                             if let Ok(e) = SessionEvent::decode(&m.payload) {
                                 events.push(e);
+                            } else if let Ok(c) = Challenge::decode(&m.payload) {
+                                challenges.push(c);
                             }
                         }
                         Ok(())
@@ -432,6 +442,29 @@ impl ClusterClient {
                     10,
                 )
                 .unwrap_or(0);
+            challenges.retain(|c| asked.contains(&c.correlation_id));
+            for c in challenges {
+                let response = answer_challenge(client, ctx, &c)?;
+                asked.push(response.correlation_id);
+                let response = response.encode();
+                // Only the leader that challenged has the session: the
+                // others drop an answer for a session they do not hold.
+                for t in targets.iter_mut().filter(|t| t.ever_sent) {
+                    while t.publication.offer(&response).is_err() {
+                        if Instant::now() > deadline {
+                            return Err(format!(
+                                "connecting to the cluster: the answer to member {}'s challenge could not \
+                                 be sent within {:?}",
+                                t.member_id, ctx.message_timeout
+                            ));
+                        }
+                        client
+                            .check_interrupt("connecting to the cluster")
+                            .map_err(|e| e.to_string())?;
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
             let answers: Vec<SessionEvent> = events
                 .into_iter()
                 .filter(|e| asked.contains(&e.correlation_id))
@@ -994,6 +1027,35 @@ impl ClusterClient {
 
 /// Aeron's default new-leader timeout: twice the leader heartbeat timeout
 /// the leader gave (`ns`; a null value or none: Aeron's 10 s default).
+/// The ChallengeResponse to `c`: its HMAC under the context's secret, with
+/// a correlation id of its own (the leader's OK answers that one).
+fn answer_challenge(
+    client: &Client,
+    ctx: &ClusterClientContext,
+    c: &Challenge,
+) -> Result<ChallengeResponse, String> {
+    let Some(secret) = &ctx.secret else {
+        return Err(
+            "the cluster sent a challenge (its members check client keys) and this client has \
+                    no secret: pass secret= with the principal's secret as credentials="
+                .to_string(),
+        );
+    };
+    let answer = sulis_archive::auth::keyed_challenge::answer(secret, &c.encoded_challenge)
+        .ok_or_else(|| {
+            format!(
+                "the cluster sent a challenge of a kind this client cannot answer ({} bytes, not \
+                 sulis-hmac-sha256)",
+                c.encoded_challenge.len()
+            )
+        })?;
+    Ok(ChallengeResponse {
+        correlation_id: client.next_correlation_id(),
+        cluster_session_id: c.cluster_session_id,
+        encoded_credentials: answer,
+    })
+}
+
 fn new_leader_timeout_for(leader_heartbeat_timeout_ns: i64) -> Duration {
     let heartbeat = if leader_heartbeat_timeout_ns > 0 {
         Duration::from_nanos(leader_heartbeat_timeout_ns as u64)

@@ -147,6 +147,11 @@ pub struct ConsensusModuleContext {
     /// Clients (and backups) must connect with one of the credentials in
     /// this file, one a line (`None`: everyone may, as Aeron's default).
     pub credentials_file: Option<PathBuf>,
+    /// Clients (and backups) must connect with a principal named in this
+    /// file (`principal secret` lines) and answer a random challenge with
+    /// its HMAC under that principal's secret: the secret never crosses
+    /// the wire (`None`: not asked).
+    pub client_keys_file: Option<PathBuf>,
     /// A client session not heard from for this long is closed.
     pub session_timeout: Duration,
     /// Most client sessions.
@@ -227,6 +232,7 @@ impl Default for ConsensusModuleContext {
             service_log_fragment_limit: 50,
             service_errors: "stop".into(),
             credentials_file: None,
+            client_keys_file: None,
             file_sync_level: 0,
             session_timeout: Duration::from_secs(10),
             max_concurrent_sessions: 10,
@@ -301,30 +307,48 @@ fn show_version(v: &i32) -> String {
     sulis_protocol::sbe::semantic_version_string(*v)
 }
 
-/// Who may open a session: everyone, or (with `credentials_file`) a client
-/// whose credentials are a line of the file.
+/// Who may open a session: everyone; or (with `credentials_file`) a client
+/// whose credentials are a line of the file; or (with `client_keys_file`)
+/// a client that connects with a principal of the file and answers its
+/// challenge with the HMAC under that principal's secret.
 fn authenticator(ctx: &ConsensusModuleContext) -> Result<Box<dyn Authenticator>, String> {
-    let Some(path) = &ctx.credentials_file else {
-        return Ok(Box::new(AllowAll));
-    };
-    let name = path.display();
-    let (text, _) = sulis_concurrent::mapped_file::read_private_file(path, "credentials_file")?;
-    let credentials: Vec<Vec<u8>> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(|l| l.as_bytes().to_vec())
-        .collect();
-    if credentials.is_empty() {
-        return Err(format!(
-            "credentials_file {name} holds no credentials: no client could connect"
-        ));
+    match (&ctx.credentials_file, &ctx.client_keys_file) {
+        (Some(_), Some(_)) => Err(
+            "credentials_file and client_keys_file are both set: a member checks clients one way; \
+             keep client_keys_file (its secrets never cross the wire)"
+                .to_string(),
+        ),
+        (None, None) => Ok(Box::new(AllowAll)),
+        (None, Some(path)) => {
+            let (text, _) =
+                sulis_concurrent::mapped_file::read_private_file(path, "client_keys_file")?;
+            let name = format!("client_keys_file {}", path.display());
+            Ok(Box::new(
+                sulis_archive::auth::KeyedChallengeAuthenticator::from_text(&text, &name)?,
+            ))
+        }
+        (Some(path), None) => {
+            let name = path.display();
+            let (text, _) =
+                sulis_concurrent::mapped_file::read_private_file(path, "credentials_file")?;
+            let credentials: Vec<Vec<u8>> = text
+                .lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim())
+                .filter(|l| !l.is_empty())
+                .map(|l| l.as_bytes().to_vec())
+                .collect();
+            if credentials.is_empty() {
+                return Err(format!(
+                    "credentials_file {name} holds no credentials: no client could connect"
+                ));
+            }
+            Ok(Box::new(sulis_archive::auth::CredentialsAuthenticator {
+                credentials,
+                challenge: None,
+                challenge_response: Vec::new(),
+            }))
+        }
     }
-    Ok(Box::new(sulis_archive::auth::CredentialsAuthenticator {
-        credentials,
-        challenge: None,
-        challenge_response: Vec::new(),
-    }))
 }
 
 /// Every option of a cluster node's consensus module.
@@ -346,6 +370,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(service_log_fragment_limit, "SULIS_CLUSTER_SERVICE_LOG_FRAGMENT_LIMIT", "", "Log fragments the service container takes per duty cycle (Aeron's log fragment limit, 50): the most session messages a batched service (on_session_messages) gets in one call; a batched service started by ClusterNode or sulis cluster-node gets 1000 unless this is set (a batched ledger ran 1.9x the throughput of 50).", int::<usize>, show),
     sulis_protocol::option!(service_errors, "SULIS_CLUSTER_SERVICE_ERRORS", "", "What an exception raised by a Python service's on_session_message, on_session_messages or on_timer_event does: stop (the service stops at that log position and so does the member; every restart replays the entry into the same exception) or skip (the entry counts as applied with whatever the callback did before raising, the exception is printed and recorded in the service's error log, which cluster-tool errors shows, and the service goes on with the next entry, as Aeron's container does). Each member applies its log alone, so skip keeps members alike only when the exception is deterministic (it depends on the entry and the service's state, not on the member).", service_errors, |v: &String| show_text(v)),
     sulis_protocol::option!(credentials_file, "SULIS_CLUSTER_CREDENTIALS_FILE", "path", "Clients must connect with one of the credentials in this file (one a line, as the client sends them; # starts a comment; mode 600), or are refused with AUTHENTICATION_REJECTED; so must a ClusterBackup's queries (none: everyone may, as Aeron's default).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
+    sulis_protocol::option!(client_keys_file, "SULIS_CLUSTER_CLIENT_KEYS_FILE", "path", "Clients must connect with a principal named in this file ('principal secret' a line, secrets of 16 bytes or more; # starts a comment; mode 600) and answer a random challenge with its HMAC-SHA256 under that principal's secret (ClusterClient(credentials=principal, secret=...)): the secret never crosses the wire, and a captured answer opens no other session. Refused: AUTHENTICATION_REJECTED. Not with credentials_file (none: not asked).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
     sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),

@@ -631,11 +631,10 @@ impl ConsensusModule {
         use crate::module::consensus_module_agent::ModuleState;
         use sulis_archive::auth::Decision;
         use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
-        if self
-            .auth
-            .on_connect(q.correlation_id, &q.encoded_credentials)
-            != Decision::Accept
-        {
+        // Under session id -1, which no session has: an authenticator that
+        // keeps state per session (a challenge waiting for its answer) must
+        // not have a query's correlation id overwrite a client's session.
+        if self.auth.on_connect(-1, &q.encoded_credentials) != Decision::Accept {
             let refusal = sulis_protocol::cluster::messages::SessionEvent {
                 cluster_session_id: -1,
                 correlation_id: q.correlation_id,

@@ -5,11 +5,18 @@
 //! The default accepts everyone, as Aeron's. [`CredentialsAuthenticator`]
 //! accepts a client whose credentials are one of a set, optionally after
 //! asking it to answer a challenge with a second secret.
+//! [`KeyedChallengeAuthenticator`] never sees a secret on the wire: it
+//! challenges a known principal with random bytes that only the holder of
+//! its secret can answer (an HMAC).
 //!
 //! Once in, every request of a session is put to an [`Authoriser`] with
 //! the session's principal (the credentials it connected with) and the
 //! request's name, as Aeron's `AuthorisationService`; a refused request
 //! is answered UNAUTHORISED_ACTION.
+
+pub mod keyed_challenge;
+
+pub use keyed_challenge::KeyedChallengeAuthenticator;
 
 /// What to do with a session.
 #[derive(Clone, Debug, PartialEq, Eq)]
