@@ -4,16 +4,22 @@
 setups and data frames for session id after session id to both endpoints, and grants the publisher a
 huge window with forged status messages. Nothing of it reaches a subscriber: both streams arrive whole,
 in order, each message once, from the publisher's sessions only; the counters on both hosts say what
-was dropped, and b's error log names x."""
+was dropped, and b's error log names x. A three-member cluster on three hosts whose drivers seal everything takes no
+vote, append or commit position from a fourth host without the key: its members stay in their term and
+a client on a fifth host (with the key) is served before and after."""
 
 from __future__ import annotations
 
 import os
+import struct
+import time
 
 import sulis
+from clusterprocs import JOURNAL_SERVICE, Member
 from conftest import await_until, run_cli
 from netutil import exec_prefix, require_netns
 from sites import STARTED_S, STREAM, Site, done
+from sulis.cluster import ClusterClient
 
 GROUP = "239.255.91.1"
 SC = sulis.SystemCounter
@@ -74,3 +80,76 @@ def test_a_third_host_without_the_key_gets_nothing_into_a_secured_stream(netns_h
         return any(reason in text and f"from {hosts.addr('x')}:" in text for _, _, _, text in sulis.read_errors(b.dir))
 
     await_until(lambda: noted("unsealed frames") and noted("replayed frames"), 30, "b's notes of x's frames")
+
+
+CONSENSUS_STREAM, LOG_STREAM = 108, 100
+
+
+def request_vote(candidate_term: int, candidate: int) -> bytes:
+    """Aeron Cluster's RequestVote (template 51): a candidate far ahead asks for every vote."""
+    return struct.pack("<HHHH", 32, 51, 111, 16) + struct.pack("<qqqii", candidate_term - 1, 1 << 40,
+                                                                candidate_term, candidate, 0x010000)
+
+
+def commit_position(term: int, position: int, leader: int) -> bytes:
+    """Aeron Cluster's CommitPosition (template 55): a forged leader announcing a commit far ahead."""
+    return struct.pack("<HHHH", 20, 55, 111, 16) + struct.pack("<qqi", term, position, leader)
+
+
+def test_a_host_without_the_key_moves_no_member_of_a_sealed_cluster_across_hosts(netns_hosts, spawn, tmp_path):
+    require_netns()
+    ring = tmp_path / "keyring"
+    assert run_cli("keyring", "add", ring).returncode == 0
+    hosts = netns_hosts("m0", "m1", "m2", "c", "x")
+    addr = [hosts.addr(f"m{i}") for i in range(3)]
+    # A host each: the same ports on every member (ingress, consensus, log, catch-up, archive).
+    members = "|".join(f"{i},{a}:9010,{a}:9020,{a}:9030,{a}:0,{a}:9040" for i, a in enumerate(addr))
+    ingress = ",".join(f"{i}={a}:9010" for i, a in enumerate(addr))
+    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
+    secured = {"SULIS_SECURITY": "encrypt", "SULIS_KEYRING_FILE": str(ring)}
+    nodes = [Member(tmp_path, i, members, env=secured) for i in range(3)]
+    for i, m in enumerate(nodes):
+        m.cmd = exec_prefix(hosts.ns(f"m{i}")) + m.cmd
+    client_site = Site(hosts, spawn, "c", security="encrypt", keyring_file=str(ring))
+    stranger = Site(hosts, spawn, "x")  # no keyring: its frames are plain Aeron
+    try:
+        for m in nodes:
+            m.start()
+        with ClusterClient(client_site.dir, ingress, f"aeron:udp?endpoint={hosts.addr('c')}:9050",
+                           message_timeout=60.0) as c:
+            got: list[bytes] = []
+            await_until(lambda: c.offer(b"before") > 0, 30, "the ingress to take a message")
+            await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and b"before" in got, 30,
+                        "the echo before the attack")
+            terms = {m.id: m.counters()["cluster-leadership-term-id"] for m in nodes}
+            with sulis.Client(dir=stranger.dir) as s:
+                forged = [s.add_publication(f"aeron:udp?endpoint={a}:{port}", stream)
+                          for a in addr for port, stream in ((9020, CONSENSUS_STREAM), (9030, LOG_STREAM))]
+                # Three seconds of votes for a term far ahead and commit positions from a false leader, to
+                # every member's consensus and log endpoints; the client's session kept alive meanwhile.
+                offered = 0
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline:
+                    for p in forged:
+                        offered += p.offer(request_vote(terms[0] + 100, 2)) > 0
+                        offered += p.offer(commit_position(terms[0] + 100, 1 << 40, 2)) > 0
+                    c.send_keep_alive()
+                    c.poll_egress(lambda p, t: None)
+                    time.sleep(0.01)
+                assert offered == 0 and not any(p.is_connected for p in forged), \
+                    "no member answered the stranger's setups: its publications never connected"
+            await_until(lambda: all(m.counters().get("cluster-leadership-term-id") == terms[m.id] for m in nodes),
+                        10, "every member in the term it was in")
+            await_until(lambda: c.offer(b"after") > 0, 30, "the ingress to take a message after the attack")
+            await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and b"after" in got, 30,
+                        "the echo after the attack")
+        dropped = [sulis.CountersReader(m.driver_dir).value(SC.SECURITY_UNSEALED_DROPPED) for m in nodes]
+        assert all(d > 0 for d in dropped), f"each member dropped the stranger's setups: {dropped}"
+        assert all(m.counters()["cluster-leadership-term-id"] == terms[m.id] for m in nodes), "no new term"
+        await_until(lambda: all(m.journal_lines() == ["before", "after"] for m in nodes), 30,
+                    lambda: f"every member's service to apply both messages once: {[m.journal_lines() for m in nodes]}")
+    finally:
+        for m in nodes:
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.kill()
+                m.proc.wait(timeout=60)
