@@ -22,6 +22,7 @@ pub(super) fn start_tier(ctx: &ArchiveContext, spec: &str) -> Result<Arc<Tier>, 
         credentials,
         timeout: ctx.tier_timeout,
         cache_size: ctx.tier_cache_size,
+        upload_rate: ctx.tier_upload_rate,
     };
     let (tier, unchecked) = Tier::start(&settings, &ctx.archive_dir).map_err(|e| {
         format!(

@@ -32,7 +32,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use sulis_concurrent::mapped_file::replace_file;
 use tier_log::{sync_dir, TierLog, TieredSegment};
 
@@ -64,6 +64,8 @@ pub struct TierSettings {
     pub timeout: Duration,
     /// Most bytes of fetched segments kept in `tier-cache/`.
     pub cache_size: u64,
+    /// Most bytes a second an upload sends (0: no limit).
+    pub upload_rate: u64,
 }
 
 /// The answer to a request for a segment that is not on the disk.
@@ -153,6 +155,8 @@ pub struct Tier {
     /// id in the store (`tier.id`), so archives may share a bucket.
     store_id: String,
     cache_size: u64,
+    /// Most bytes a second an upload sends (0: no limit).
+    upload_rate: u64,
     /// `None` for a reader's tier (no log to append to: read at open).
     log: Option<Mutex<TierLog>>,
     segments_read: Mutex<tier_log::TieredSegments>,
@@ -208,6 +212,7 @@ impl Tier {
             cache_dir,
             store_id,
             cache_size: settings.cache_size,
+            upload_rate: settings.upload_rate,
             segments_read: Mutex::new(Default::default()),
             log: Some(Mutex::new(log)),
             state: Mutex::new(TierState::default()),
@@ -270,6 +275,7 @@ impl Tier {
             cache_dir: cache_dir.to_path_buf(),
             store_id: String::new(),
             cache_size,
+            upload_rate: 0,
             log: None,
             segments_read: Mutex::new(segments),
             state: Mutex::new(TierState::default()),
@@ -578,6 +584,8 @@ impl Tier {
             file: &file,
             at: 0,
             half: length / 2,
+            rate: self.upload_rate,
+            started: Instant::now(),
         };
         use base64::Engine;
         let md5_b64 = base64::engine::general_purpose::STANDARD.encode(md5);
@@ -755,12 +763,25 @@ fn digest(file: &File, length: u64) -> io::Result<([u8; 16], u32)> {
     Ok((out, crc))
 }
 
-/// Reads a file from its start for a PUT; aborts the process half-way
-/// when the `tier-mid-upload` crash point is armed.
+/// Reads a file from its start for a PUT, at most `rate` bytes a second
+/// (0: no limit); aborts the process half-way when the `tier-mid-upload`
+/// crash point is armed.
 struct CrashingReader<'a> {
     file: &'a File,
     at: u64,
     half: u64,
+    rate: u64,
+    started: Instant,
+}
+
+/// How long a paced upload that sent `sent` bytes `elapsed` after it began
+/// waits before it sends more, to stay at `rate` bytes a second (0: never).
+fn pace_wait(sent: u64, rate: u64, elapsed: Duration) -> Duration {
+    if rate == 0 {
+        return Duration::ZERO;
+    }
+    let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+    due.saturating_sub(elapsed)
 }
 
 impl Read for CrashingReader<'_> {
@@ -769,11 +790,16 @@ impl Read for CrashingReader<'_> {
             crash_point(points::TIER_MID_UPLOAD);
         }
         // A read never runs past the half-way mark, so the crash point is met there.
-        let room = if self.at < self.half {
+        let mut room = if self.at < self.half {
             buf.len().min((self.half - self.at) as usize)
         } else {
             buf.len()
         };
+        if self.rate > 0 {
+            // Paced in steps of a tenth of a second's bytes at most: smooth, not bursts.
+            room = room.min((self.rate / 10).max(4096) as usize);
+            std::thread::sleep(pace_wait(self.at, self.rate, self.started.elapsed()));
+        }
         let n = self.file.read_at(&mut buf[..room], self.at)?;
         self.at += n as u64;
         Ok(n)
@@ -797,5 +823,22 @@ impl<W: Write> Write for ChecksummedWriter<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_pace_an_upload_to_its_rate_and_not_at_all_without_one() {
+        let ms = Duration::from_millis;
+        assert_eq!(pace_wait(10 << 20, 0, ms(0)), Duration::ZERO);
+        // 10 MB/s: 1 MB sent is due at 100 ms.
+        assert_eq!(pace_wait(1_000_000, 10_000_000, ms(40)), ms(60));
+        assert_eq!(pace_wait(1_000_000, 10_000_000, ms(100)), Duration::ZERO);
+        // Behind (the store was slow): no wait until the upload's average is back at the rate.
+        assert_eq!(pace_wait(1_000_000, 10_000_000, ms(500)), Duration::ZERO);
+        assert_eq!(pace_wait(0, 10_000_000, ms(0)), Duration::ZERO);
     }
 }
