@@ -12,7 +12,7 @@ import sys
 import time
 
 import sulis
-from conftest import CLI, await_stopped, await_until, clean_env, free_udp_port, make_dir
+from conftest import CLI, KERNEL_STALL, await_stopped, await_until, clean_env, free_udp_port, make_dir
 
 #: A service for the tests (``journal_service:Journal``, written to the test's directory): it echoes each
 #: message and writes it, a line each, to $JOURNAL, which it rewrites from the log at every start.
@@ -167,7 +167,8 @@ class Member:
             if idle is not None:
                 idle()
             return self.stderr().count("running in") > runs or self.proc.poll() is not None
-        await_until(running, 60, lambda: f"member {self.id} to start (\"running in\" in its stderr)\n"
+        # A hang guard: beside busy loops a start waited behind the kernel's own threads for over 60 s.
+        await_until(running, KERNEL_STALL, lambda: f"member {self.id} to start (\"running in\" in its stderr)\n"
                                          f"{self.stderr()[-2000:]}", interval=0.01)
         assert self.proc.poll() is None, self.stderr()
 
@@ -209,20 +210,21 @@ class Member:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=KERNEL_STALL)  # a hang guard: a busy machine's stop outlasted 20 s
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=60)
 
 
-
-
 @contextlib.contextmanager
 def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...] = (),
-                    service: str = "journal_service:Journal", env: dict | None = None):
+                    service: str = "journal_service:Journal", env: dict | None = None,
+                    new_leader_timeout: float | None = KERNEL_STALL):
     """``n`` members running the journal service (or ``service``) on loopback (``extra``, ``env``: see
     ``Member``), and a client
-    given every member's ingress, on the driver in ``driver_dir``: ``(members, client)``. Every member still
+    given every member's ingress, on the driver in ``driver_dir``: ``(members, client)``. The client's
+    ``new_leader_timeout`` is a hang guard unless given (None: the client's default, twice the leader heartbeat
+    timeout). Every member still
     running at the end is killed (resumed first, if paused)."""
     from sulis.cluster import ClusterClient
 
@@ -233,8 +235,10 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
         for m in nodes:
             m.start()
         ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+        # Hang guards: a first election beside Spark JVMs took over 30 s in CI, and an election after a kill
+        # beside busy loops outlasted the default new-leader timeout (twice the 2 s heartbeat timeout).
         yield nodes, ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                                   message_timeout=60.0)  # a first election beside Spark JVMs took over 30 s in CI
+                                   message_timeout=60.0, new_leader_timeout=new_leader_timeout)
     finally:
         # Every member killed before any is waited for: a wait that times out on a loaded machine (or a
         # test timeout meanwhile) must not leave the others running past the test.

@@ -374,7 +374,7 @@ def test_a_client_whose_leader_vanished_with_no_successor_ends_its_session_after
     ever (a fault run's clients sat 22 s on sessions the new leader lacked). A client idle past that time
     with its leader there keeps its session."""
     driver = make_driver()
-    with journal_cluster(tmp_path, driver.dir, n=1) as ((member,), c):
+    with journal_cluster(tmp_path, driver.dir, n=1, new_leader_timeout=None) as ((member,), c):
         send(c, "m0")
         timeout = 2 * LEADER_HEARTBEAT_TIMEOUT_S
         idle_until = time.monotonic() + timeout * 1.5
