@@ -64,9 +64,10 @@ def _moved(archive_dir: str, rid: int) -> bool:
     return len(where) > 1 and where[:-1] == ["store"] * (len(where) - 1) and where[-1] == "disk"
 
 
-def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None) -> dict[str, float]:
-    """One recording of ``count`` messages, with segments moving to ``store`` (or not), then its replays (and
-    Spark reads): seconds per row."""
+def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None,
+              upload_rate: str = "0") -> dict[str, float]:
+    """One recording of ``count`` messages, with segments moving to ``store`` (or not, paced at ``upload_rate``
+    bytes a second), then its replays (and Spark reads): seconds per row."""
     out: dict[str, float] = {}
     shm = scratch_dir("sulis-bench-tiering-")
     archive_dir = os.path.join(base, "archive")
@@ -77,7 +78,7 @@ def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None)
             f.write("stream=* tier-after=0s\n")
         # A cache of one segment: every replay from the store fetches what it reads.
         tier = {"tier_store": store.url("bench", os.path.basename(base)), "retention_check_interval": "50ms",
-                "tier_cache_size": SEGMENT}
+                "tier_cache_size": SEGMENT, "tier_upload_rate": upload_rate}
     try:
         with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared",
                                term_buffer_sparse_file=True, ipc_term_buffer_length="16m") as driver, \
@@ -173,6 +174,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one run of 64 MiB")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--upload-rate", default="0",
+                    help="the archive's tier_upload_rate with tiering on (bytes a second, 64m...; 0: no limit)")
     a = ap.parse_args()
     if a.quick:
         a.runs, a.mb = 1, 64
@@ -194,7 +197,8 @@ def main() -> int:
         for i in range(a.runs):
             # The system that goes first alternates.
             for label, s in ((("off", None), ("on", store)) if i % 2 == 0 else (("on", store), ("off", None))):
-                for row, secs in sulis_run(os.path.join(base, f"run-{i}-{label}"), count, s, spark).items():
+                for row, secs in sulis_run(os.path.join(base, f"run-{i}-{label}"), count, s, spark,
+                                           a.upload_rate).items():
                     rows.setdefault(f"{row} ({'store' if s else 'disk'})" if row != "record" else
                                     f"record, tiering {label}", []).append(secs)
             if not a.no_kafka and (rate := kafka_run(os.path.join(base, f"kafka-{i}"), count)) is not None:
@@ -215,7 +219,7 @@ def main() -> int:
                       f"{rate * LENGTH / 1e6:.0f} MB/s", f"{count / rate:.2f} s",
                       ", ".join(f"{x / 1e6:.2f}" for x in kafka_rates)])
     print(f"{a.mb} MiB of {LENGTH} B messages, {SEGMENT >> 20} MiB segments, medians of {a.runs} runs; the "
-          f"archive in {parent}, the store's objects in {a.store_dir or parent}")
+          f"archive in {parent}, the store's objects in {a.store_dir or parent}; tier_upload_rate {a.upload_rate}")
     print_table(["row", "rate", "payload", "time", "runs (M msgs/s)"], table)
     on, off = rows.get("record, tiering on"), rows.get("record, tiering off")
     if on and off:
