@@ -4,10 +4,10 @@ AUTHENTICATION_REJECTED, one with other credentials or none. A ClusterBackup's B
 message, sent here to a member's consensus endpoint) is checked the same way: one with good credentials
 is answered with a BackupResponse, one without is told AUTHENTICATION_REJECTED on its response channel
 and gets nothing of the log. Members started with ``--client-keys-file`` never see a secret: they
-challenge a named principal with random bytes, and only the HMAC of those bytes under the principal's
-secret opens the session; an answer seen on the wire (replayed here by a raw client speaking Aeron's
-messages) opens no other. Securing the members' channels themselves is transport security
-(docs/security.md, test_security_hosts.py)."""
+challenge a named principal with random bytes, and only the HMAC of those bytes and the connect's response
+channel under the principal's secret opens the session; an answer seen on the wire, or made for another
+response channel (sent here by a raw client speaking Aeron's messages), opens no other. Securing the
+members' channels themselves is transport security (docs/security.md, test_security_hosts.py)."""
 
 from __future__ import annotations
 
@@ -219,9 +219,9 @@ class RawSession:
 
 def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_crosses_the_wire(tmp_path,
                                                                                                  make_driver):
-    secret = os.urandom(24).hex().encode()
+    secret, bob_secret = os.urandom(24).hex().encode(), os.urandom(24).hex()
     keys = tmp_path / "client-keys"
-    keys.write_text(f"# principal secret\nalice {secret.decode()}\nbob {os.urandom(24).hex()}\n")
+    keys.write_text(f"# principal secret\nalice {secret.decode()}\nbob {bob_secret}\n")
     os.chmod(keys, 0o600)
     driver = make_driver()
     (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
@@ -247,18 +247,24 @@ def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_
         with pytest.raises(ClusterError, match="no secret: pass secret="):
             client(b"alice", None)
 
-        # An eavesdropper saw alice's challenge and answer: the answer opens that session only.
+        # The answer is the HMAC of the challenge and the response channel the connect named (computed here
+        # with Python's hmac). An eavesdropper who saw it gets no other session with it; nor does one who
+        # relays the challenge of its own connect to alice's client, which answers for its own channel.
         with sulis.Client(dir=driver.dir) as c:
             raw = RawSession(c, ingress_ports)
             first, challenge = raw.connect(2001, b"alice")
             assert challenge.startswith(b"sulis-hmac-sha256:") and len(challenge) == 18 + 32
-            seen = hmac.new(secret, challenge, hashlib.sha256).digest()
+            seen = hmac.new(secret, challenge + raw.response.encode(), hashlib.sha256).digest()
             assert raw.answer(2002, first, seen) == OK
             second, other = raw.connect(2003, b"alice")
             assert other != challenge and second != first
             assert raw.answer(2004, second, seen) == AUTHENTICATION_REJECTED
+            third, relayed = raw.connect(2005, b"alice")
+            alices_channel = b"aeron:udp?endpoint=localhost:1"
+            tricked = hmac.new(secret, relayed + alices_channel, hashlib.sha256).digest()
+            assert raw.answer(2006, third, tricked) == AUTHENTICATION_REJECTED
         for m in nodes:
-            assert secret.decode() not in m.stderr()
+            assert secret.decode() not in m.stderr() and bob_secret not in m.stderr()
     finally:
         for m in nodes:
             if m.proc is not None and m.proc.poll() is None:

@@ -326,9 +326,9 @@ class ClusterClient:
 
     ``credentials`` go to the members' authenticator as they are (a line of their ``credentials_file``).
     With members started with ``client_keys_file``, ``credentials`` is the principal and ``secret`` its
-    secret: the leader sends a random challenge and the client answers with its HMAC-SHA256 under the
-    secret, which never crosses the wire (an answer seen on the wire opens no other session). A client
-    with no ``secret`` that is challenged fails naming it.
+    secret: the leader sends a random challenge and the client answers with the HMAC-SHA256 of it and of
+    its egress channel under the secret, which never crosses the wire (an answer seen on the wire opens no
+    other session). A client with no ``secret`` that is challenged fails naming it.
 
     Exactly once (``exactly_once=True``, the default, with a sulis cluster: its leader says so when it opens
     the session; with Aeron's cluster the client is Aeron's): the client numbers its messages, keeps each until the

@@ -36,6 +36,25 @@ pub trait Authenticator: Send {
 
     /// The client answered a challenge with `credentials`.
     fn on_challenge_response(&mut self, session_id: i64, credentials: &[u8]) -> Decision;
+
+    /// A client connected with `credentials`, answers to go to
+    /// `response_channel`: an authenticator may bind its challenge to where
+    /// the session's answers go. By default, [`Authenticator::on_connect`].
+    fn on_connect_from(
+        &mut self,
+        session_id: i64,
+        credentials: &[u8],
+        response_channel: &str,
+    ) -> Decision {
+        let _ = response_channel;
+        self.on_connect(session_id, credentials)
+    }
+
+    /// The session is gone before it opened (timed out, its egress never
+    /// came up, a leadership change dropped it): forget what was kept for it.
+    fn on_session_dropped(&mut self, session_id: i64) {
+        let _ = session_id;
+    }
 }
 
 /// Decides which requests a session may make.

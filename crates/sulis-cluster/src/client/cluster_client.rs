@@ -34,7 +34,7 @@ use sulis_protocol::cluster::messages::{
 use sulis_protocol::sbe::Header as SbeHeader;
 
 /// Where a client finds the cluster and gets its answers.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClusterClientContext {
     /// `id=host:port,...`: each member's ingress endpoint.
     pub ingress_endpoints: String,
@@ -68,6 +68,26 @@ pub struct ClusterClientContext {
     /// timeout. None: twice the leader heartbeat timeout the leader gave
     /// when it opened the session (Aeron's default), or 20 s if it gave none.
     pub new_leader_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for ClusterClientContext {
+    /// Every field but the credentials and the secret, which show only
+    /// whether they are set.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClientContext")
+            .field("ingress_endpoints", &self.ingress_endpoints)
+            .field("ingress_channel", &self.ingress_channel)
+            .field("ingress_stream_id", &self.ingress_stream_id)
+            .field("egress_channel", &self.egress_channel)
+            .field("egress_stream_id", &self.egress_stream_id)
+            .field("message_timeout", &self.message_timeout)
+            .field("credentials", &(!self.credentials.is_empty()))
+            .field("secret", &self.secret.is_some())
+            .field("exactly_once", &self.exactly_once)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("new_leader_timeout", &self.new_leader_timeout)
+            .finish()
+    }
 }
 
 impl Default for ClusterClientContext {
@@ -267,6 +287,9 @@ struct IngressTarget {
     sent: bool,
     /// Some connect request went.
     ever_sent: bool,
+    /// Answers to challenges still to go to this member (offered without
+    /// blocking, as requests are: a member gone meanwhile holds up nothing).
+    answers: Vec<Vec<u8>>,
 }
 
 /// How long a connect waits for an answer before it asks every member again
@@ -299,6 +322,7 @@ impl IngressTarget {
             publication,
             sent: false,
             ever_sent: false,
+            answers: Vec::new(),
         });
         Ok(())
     }
@@ -395,9 +419,17 @@ impl ClusterClient {
                 resend_after *= 2;
                 resend_at = Instant::now() + resend_after;
             }
-            for t in targets.iter_mut().filter(|t| !t.sent) {
-                t.sent = t.publication.offer(&request).is_ok();
-                t.ever_sent |= t.sent;
+            for t in targets.iter_mut() {
+                if !t.sent {
+                    t.sent = t.publication.offer(&request).is_ok();
+                    t.ever_sent |= t.sent;
+                }
+                while let Some(answer) = t.answers.first() {
+                    if t.publication.offer(answer).is_err() {
+                        break;
+                    }
+                    t.answers.remove(0);
+                }
             }
             if Instant::now() > deadline {
                 let (reached, not): (Vec<&IngressTarget>, Vec<&IngressTarget>) =
@@ -444,26 +476,17 @@ impl ClusterClient {
                 .unwrap_or(0);
             challenges.retain(|c| asked.contains(&c.correlation_id));
             for c in challenges {
-                let response = answer_challenge(client, ctx, &c)?;
+                let response = answer_challenge(client, ctx, &c, &response_channel)?;
                 asked.push(response.correlation_id);
                 let response = response.encode();
                 // Only the leader that challenged has the session: the
                 // others drop an answer for a session they do not hold.
                 for t in targets.iter_mut().filter(|t| t.ever_sent) {
-                    while t.publication.offer(&response).is_err() {
-                        if Instant::now() > deadline {
-                            return Err(format!(
-                                "connecting to the cluster: the answer to member {}'s challenge could not \
-                                 be sent within {:?}",
-                                t.member_id, ctx.message_timeout
-                            ));
-                        }
-                        client
-                            .check_interrupt("connecting to the cluster")
-                            .map_err(|e| e.to_string())?;
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
+                    t.answers.push(response.clone());
                 }
+                // Answered: a new request now would only open another
+                // challenged session on the leader.
+                resend_at = Instant::now() + resend_after;
             }
             let answers: Vec<SessionEvent> = events
                 .into_iter()
@@ -1025,14 +1048,14 @@ impl ClusterClient {
     }
 }
 
-/// Aeron's default new-leader timeout: twice the leader heartbeat timeout
-/// the leader gave (`ns`; a null value or none: Aeron's 10 s default).
-/// The ChallengeResponse to `c`: its HMAC under the context's secret, with
+/// The ChallengeResponse to `c`: its HMAC under the context's secret, bound
+/// to `response_channel` (where this client asked its answers to go), with
 /// a correlation id of its own (the leader's OK answers that one).
 fn answer_challenge(
     client: &Client,
     ctx: &ClusterClientContext,
     c: &Challenge,
+    response_channel: &str,
 ) -> Result<ChallengeResponse, String> {
     let Some(secret) = &ctx.secret else {
         return Err(
@@ -1041,14 +1064,18 @@ fn answer_challenge(
                 .to_string(),
         );
     };
-    let answer = sulis_archive::auth::keyed_challenge::answer(secret, &c.encoded_challenge)
-        .ok_or_else(|| {
-            format!(
-                "the cluster sent a challenge of a kind this client cannot answer ({} bytes, not \
+    let answer = sulis_archive::auth::keyed_challenge::answer(
+        secret,
+        &c.encoded_challenge,
+        response_channel,
+    )
+    .ok_or_else(|| {
+        format!(
+            "the cluster sent a challenge of a kind this client cannot answer ({} bytes, not \
                  sulis-hmac-sha256)",
-                c.encoded_challenge.len()
-            )
-        })?;
+            c.encoded_challenge.len()
+        )
+    })?;
     Ok(ChallengeResponse {
         correlation_id: client.next_correlation_id(),
         cluster_session_id: c.cluster_session_id,
@@ -1056,6 +1083,8 @@ fn answer_challenge(
     })
 }
 
+/// Aeron's default new-leader timeout: twice the leader heartbeat timeout
+/// the leader gave (`ns`; a null value or none: Aeron's 10 s default).
 fn new_leader_timeout_for(leader_heartbeat_timeout_ns: i64) -> Duration {
     let heartbeat = if leader_heartbeat_timeout_ns > 0 {
         Duration::from_nanos(leader_heartbeat_timeout_ns as u64)

@@ -147,10 +147,11 @@ pub struct ConsensusModuleContext {
     /// Clients (and backups) must connect with one of the credentials in
     /// this file, one a line (`None`: everyone may, as Aeron's default).
     pub credentials_file: Option<PathBuf>,
-    /// Clients (and backups) must connect with a principal named in this
-    /// file (`principal secret` lines) and answer a random challenge with
-    /// its HMAC under that principal's secret: the secret never crosses
-    /// the wire (`None`: not asked).
+    /// Clients must connect with a principal named in this file
+    /// (`principal secret` lines) and answer a random challenge with its
+    /// HMAC under that principal's secret: the secret never crosses the
+    /// wire. A backup cannot answer, so its queries are refused (`None`:
+    /// not asked).
     pub client_keys_file: Option<PathBuf>,
     /// A client session not heard from for this long is closed.
     pub session_timeout: Duration,
@@ -370,7 +371,7 @@ pub static OPTIONS: &[OptionSpec<ConsensusModuleContext>] = &[
     sulis_protocol::option!(service_log_fragment_limit, "SULIS_CLUSTER_SERVICE_LOG_FRAGMENT_LIMIT", "", "Log fragments the service container takes per duty cycle (Aeron's log fragment limit, 50): the most session messages a batched service (on_session_messages) gets in one call; a batched service started by ClusterNode or sulis cluster-node gets 1000 unless this is set (a batched ledger ran 1.9x the throughput of 50).", int::<usize>, show),
     sulis_protocol::option!(service_errors, "SULIS_CLUSTER_SERVICE_ERRORS", "", "What an exception raised by a Python service's on_session_message, on_session_messages or on_timer_event does: stop (the service stops at that log position and so does the member; every restart replays the entry into the same exception) or skip (the entry counts as applied with whatever the callback did before raising, the exception is printed and recorded in the service's error log, which cluster-tool errors shows, and the service goes on with the next entry, as Aeron's container does). Each member applies its log alone, so skip keeps members alike only when the exception is deterministic (it depends on the entry and the service's state, not on the member).", service_errors, |v: &String| show_text(v)),
     sulis_protocol::option!(credentials_file, "SULIS_CLUSTER_CREDENTIALS_FILE", "path", "Clients must connect with one of the credentials in this file (one a line, as the client sends them; # starts a comment; mode 600), or are refused with AUTHENTICATION_REJECTED; so must a ClusterBackup's queries (none: everyone may, as Aeron's default).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
-    sulis_protocol::option!(client_keys_file, "SULIS_CLUSTER_CLIENT_KEYS_FILE", "path", "Clients must connect with a principal named in this file ('principal secret' a line, secrets of 16 bytes or more; # starts a comment; mode 600) and answer a random challenge with its HMAC-SHA256 under that principal's secret (ClusterClient(credentials=principal, secret=...)): the secret never crosses the wire, and a captured answer opens no other session. Refused: AUTHENTICATION_REJECTED. Not with credentials_file (none: not asked).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
+    sulis_protocol::option!(client_keys_file, "SULIS_CLUSTER_CLIENT_KEYS_FILE", "path", "Clients must connect with a principal named in this file ('principal secret' a line, secrets of 16 bytes or more; # starts a comment; mode 600) and answer a random challenge with the HMAC-SHA256 of it and the connect's response channel under that principal's secret (ClusterClient(credentials=principal, secret=...)): the secret never crosses the wire, and a captured answer opens no other session. Refused: AUTHENTICATION_REJECTED. A ClusterBackup's queries are refused. Not with credentials_file (none: not asked).", |s: &str| Ok::<_, String>(if s.is_empty() || s == "none" { None } else { Some(PathBuf::from(s)) }), |v: &Option<PathBuf>| v.as_ref().map_or("none".to_string(), |p| show_path(p))),
     sulis_protocol::option!(session_timeout, "SULIS_CLUSTER_SESSION_TIMEOUT", "duration", "A client session not heard from (messages, keep-alives) for this long is closed, its client told.", duration, show_duration),
     sulis_protocol::option!(max_concurrent_sessions, "SULIS_CLUSTER_MAX_CONCURRENT_SESSIONS", "", "Client sessions at once, pending and open; more are refused with an ERROR naming the limit.", int::<usize>, show),
     sulis_protocol::option!(leader_heartbeat_interval, "SULIS_CLUSTER_LEADER_HEARTBEAT_INTERVAL", "duration", "The leader sends its commit position at least this often.", duration, show_duration),
@@ -1108,6 +1109,11 @@ impl ConsensusModule {
         work += self.check_control_toggle(cluster_time);
         work += self.check_snapshot()?;
         work += self.check_termination();
+        // What the authenticator kept for sessions gone before they opened
+        // (a challenge never answered) goes with them, in any role.
+        for id in self.agent.sessions.take_dropped() {
+            self.auth.on_session_dropped(id);
+        }
         // Suspended, or while a snapshot is taken, the log takes nothing:
         // the module's snapshot is of its state at the action's position,
         // and ingress waits in its image (clients are back-pressured, nothing
@@ -1722,6 +1728,7 @@ impl ConsensusModule {
                         c.correlation_id,
                         c.cluster_session_id,
                         &c.encoded_credentials,
+                        image,
                         now_ns,
                     );
                 }

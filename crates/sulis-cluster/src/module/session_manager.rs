@@ -159,6 +159,9 @@ pub struct SessionManager {
     /// The sessions `check_sessions` has something to do for (kept to
     /// spare an allocation per duty cycle).
     due: Vec<i64>,
+    /// Pending sessions gone before they opened, for the authenticator to
+    /// forget ([`SessionManager::take_dropped`]).
+    dropped: Vec<i64>,
 }
 
 impl SessionManager {
@@ -180,7 +183,15 @@ impl SessionManager {
             next_egress_key: 1,
             timed_out: 0,
             due: Vec::new(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// The pending sessions dropped since the last call (timed out, their
+    /// egress never up, refused, or cut by a change of leadership): the
+    /// authenticator forgets what it kept for them.
+    pub fn take_dropped(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Open or closing session `id`.
@@ -272,26 +283,31 @@ impl SessionManager {
             session.reject(event_code::ERROR, SESSION_LIMIT_MSG);
             self.rejected.push(session);
         } else {
-            let decision = auth.on_connect(id, &req.encoded_credentials);
+            let decision =
+                auth.on_connect_from(id, &req.encoded_credentials, &req.response_channel);
             self.decisions.insert(session.egress_key, decision);
             self.pending.push(session);
         }
     }
 
-    /// A ChallengeResponse for pending session `id`.
+    /// A ChallengeResponse for pending session `id`, read from the ingress
+    /// image `image`. Only one from the image its connect came on counts: an
+    /// answer forged from elsewhere (session ids are sequential) neither
+    /// spends the challenge nor has the client refused.
     pub fn on_challenge_response(
         &mut self,
         auth: &mut dyn Authenticator,
         correlation_id: i64,
         id: i64,
         encoded_credentials: &[u8],
+        image: i64,
         now_ns: i64,
     ) {
-        let Some(s) = self
-            .pending
-            .iter_mut()
-            .find(|s| s.id == id && s.state == SessionState::Challenged)
-        else {
+        let Some(s) = self.pending.iter_mut().find(|s| {
+            s.id == id
+                && s.state == SessionState::Challenged
+                && s.ingress_image_correlation_id == image
+        }) else {
             return;
         };
         s.time_of_last_activity_ns = now_ns;
@@ -320,6 +336,7 @@ impl SessionManager {
                 let s = self.pending.swap_remove(i);
                 self.decisions.remove(&s.egress_key);
                 host.close_egress(s.egress_key);
+                self.dropped.push(s.id);
                 self.timed_out += 1;
                 work += 1;
                 continue;
@@ -367,11 +384,13 @@ impl SessionManager {
                     let s = self.pending.swap_remove(i);
                     self.decisions.remove(&s.egress_key);
                     host.close_egress(s.egress_key);
+                    self.dropped.push(s.id);
                     work += 1;
                     continue;
                 }
                 SessionState::Rejected => {
                     let s = self.pending.swap_remove(i);
+                    self.dropped.push(s.id);
                     self.rejected.push(s);
                     work += 1;
                     continue;
@@ -895,6 +914,7 @@ impl SessionManager {
         }
         for s in self.pending.drain(..) {
             host.close_egress(s.egress_key);
+            self.dropped.push(s.id);
         }
         self.decisions.clear();
     }
@@ -923,6 +943,7 @@ impl SessionManager {
             self.rejected.push(s);
         }
         for mut s in self.pending.drain(..) {
+            self.dropped.push(s.id);
             s.time_of_last_activity_ns = now_ns;
             s.response = Some((event_code::CLOSED, "election".to_string()));
             self.rejected.push(s);
@@ -1309,8 +1330,8 @@ mod tests {
             (event_code::AUTHENTICATION_REJECTED, SESSION_REJECTED_MSG)
         );
         // A wrong session id or a wrong answer: no open.
-        m.on_challenge_response(&mut auth, 12, 9, b"me", 2 * MS);
-        m.on_challenge_response(&mut auth, 12, 1, b"you", 2 * MS);
+        m.on_challenge_response(&mut auth, 12, 9, b"me", 77, 2 * MS);
+        m.on_challenge_response(&mut auth, 12, 1, b"you", 77, 2 * MS);
         m.process_pending(&mut host, &term(), 2 * MS, 2);
         assert!(host.log.is_empty());
         m.send_rejections(&mut host, &term(), 2 * MS);
@@ -1325,7 +1346,13 @@ mod tests {
         m.on_session_connect(&mut host, &mut auth, &good, true, &term(), 0);
         host.connect_all();
         m.process_pending(&mut host, &term(), MS, 1);
-        m.on_challenge_response(&mut auth, 13, 1, b"me", 2 * MS);
+        // From another ingress image than its connect's (a forger: session ids are sequential), even a
+        // wrong answer neither refuses the client nor spends its challenge.
+        m.on_challenge_response(&mut auth, 14, 1, b"you", 99, 2 * MS);
+        m.process_pending(&mut host, &term(), 2 * MS, 2);
+        m.send_rejections(&mut host, &term(), 2 * MS);
+        assert!(host.log.is_empty() && host.events(1).is_empty());
+        m.on_challenge_response(&mut auth, 13, 1, b"me", 77, 2 * MS);
         m.process_pending(&mut host, &term(), 2 * MS, 2);
         let open = SessionOpenEvent::decode(&host.log[0]).expect("open");
         assert_eq!(
@@ -1337,6 +1364,30 @@ mod tests {
             13,
             "OK answers the challenge response"
         );
+    }
+
+    #[test]
+    fn a_challenged_session_that_times_out_is_handed_to_the_authenticator_to_forget() {
+        let mut auth = sulis_archive::auth::KeyedChallengeAuthenticator::new([(
+            b"alice".to_vec(),
+            b"a secret of thirty-two bytes....".to_vec(),
+        )]);
+        let mut m = SessionManager::new(config());
+        let mut host = FakeHost::default();
+        let mut alice = request(10);
+        alice.encoded_credentials = b"alice".to_vec();
+        m.on_session_connect(&mut host, &mut auth, &alice, true, &term(), 0);
+        host.connect_all();
+        m.process_pending(&mut host, &term(), MS, 1);
+        assert!(host.egress[&1]
+            .sent
+            .iter()
+            .any(|b| Challenge::decode(b).is_ok()));
+        assert!(m.take_dropped().is_empty());
+        m.process_pending(&mut host, &term(), TIMEOUT_NS + 2 * MS, 2);
+        assert_eq!(m.pending_count(), 0);
+        assert_eq!(m.take_dropped(), vec![1]);
+        assert!(m.take_dropped().is_empty(), "handed over once");
     }
 
     #[test]
