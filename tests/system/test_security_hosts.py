@@ -4,9 +4,10 @@
 setups and data frames for session id after session id to both endpoints, and grants the publisher a
 huge window with forged status messages. Nothing of it reaches a subscriber: both streams arrive whole,
 in order, each message once, from the publisher's sessions only; the counters on both hosts say what
-was dropped, and b's error log names x. A three-member cluster on three hosts whose drivers seal everything takes no
-vote, append or commit position from a fourth host without the key: its members stay in their term and
-a client on a fifth host (with the key) is served before and after."""
+was dropped, and b's error log names x. A three-member cluster on three hosts whose drivers seal
+everything takes no vote, append or commit position from a host without the key: its members stay in
+their term and a client on a fourth host (with the key) is served before and after, while a fifth host
+sends them raw forged datagrams and tries its own driver's publications."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 import sulis
 from clusterprocs import JOURNAL_SERVICE, Member
 from conftest import await_until, run_cli
-from netutil import exec_prefix, require_netns
+from netutil import exec_prefix, require_netns, udp_socket_in
 from sites import STARTED_S, STREAM, Site, done
 from sulis.cluster import ClusterClient
 
@@ -96,6 +97,16 @@ def commit_position(term: int, position: int, leader: int) -> bytes:
     return struct.pack("<HHHH", 20, 55, 111, 16) + struct.pack("<qqi", term, position, leader)
 
 
+def setup_frame(session: int, stream: int) -> bytes:
+    """Aeron's SETUP frame (type 0x05) for a 64 KiB-term session."""
+    return struct.pack("<iBBHiiiiiiii", 40, 0, 0, 0x05, 0, session, stream, 0, 0, 1 << 16, 1408, 0)
+
+
+def data_frame(session: int, stream: int, term_offset: int, body: bytes) -> bytes:
+    """Aeron's DATA frame (type 0x01, begin and end flags) holding ``body``."""
+    return struct.pack("<iBBHiiiiq", 32 + len(body), 0, 0xC0, 0x01, term_offset, session, stream, 0, 0) + body
+
+
 def test_a_host_without_the_key_moves_no_member_of_a_sealed_cluster_across_hosts(netns_hosts, spawn, tmp_path):
     require_netns()
     ring = tmp_path / "keyring"
@@ -122,22 +133,46 @@ def test_a_host_without_the_key_moves_no_member_of_a_sealed_cluster_across_hosts
             await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and b"before" in got, 30,
                         "the echo before the attack")
             terms = {m.id: m.counters()["cluster-leadership-term-id"] for m in nodes}
+            before = [sulis.CountersReader(m.driver_dir).value(SC.SECURITY_UNSEALED_DROPPED) for m in nodes]
+            # Raw datagrams from x, as a forger writes them: a setup, then data frames carrying votes for a
+            # term far ahead and commit positions from a false leader, to every member's consensus and log
+            # endpoints; the client's session kept alive meanwhile.
+            raw = udp_socket_in(hosts.ns("x"))
+            sent = 0
+            try:
+                for n in range(100):
+                    for a in addr:
+                        for port, stream in ((9020, CONSENSUS_STREAM), (9030, LOG_STREAM)):
+                            for frame in (setup_frame(0x5eed, stream),
+                                          data_frame(0x5eed, stream, n * 64, request_vote(terms[0] + 100, 2)),
+                                          data_frame(0x5eed, stream, n * 64, commit_position(terms[0] + 100,
+                                                                                             1 << 40, 2))):
+                                raw.sendto(frame, (a, port))
+                                sent += port == 9020
+                    c.send_keep_alive()
+                    c.poll_egress(lambda p, t: None)
+                    time.sleep(0.005)
+            finally:
+                raw.close()
+            # Counted at the consensus endpoint, which every member binds (a leader binds no log endpoint
+            # of its own: what goes there is refused by its kernel, uncounted).
+            per_member = sent // len(nodes)
+            # And a stranger's own driver: its publications' setups go unanswered, so they never connect.
             with sulis.Client(dir=stranger.dir) as s:
                 forged = [s.add_publication(f"aeron:udp?endpoint={a}:{port}", stream)
                           for a in addr for port, stream in ((9020, CONSENSUS_STREAM), (9030, LOG_STREAM))]
-                # Three seconds of votes for a term far ahead and commit positions from a false leader, to
-                # every member's consensus and log endpoints; the client's session kept alive meanwhile.
-                offered = 0
                 deadline = time.monotonic() + 3
                 while time.monotonic() < deadline:
-                    for p in forged:
-                        offered += p.offer(request_vote(terms[0] + 100, 2)) > 0
-                        offered += p.offer(commit_position(terms[0] + 100, 1 << 40, 2)) > 0
                     c.send_keep_alive()
                     c.poll_egress(lambda p, t: None)
                     time.sleep(0.01)
-                assert offered == 0 and not any(p.is_connected for p in forged), \
+                assert not any(p.is_connected for p in forged), \
                     "no member answered the stranger's setups: its publications never connected"
+            def unsealed_dropped() -> list[int]:
+                return [sulis.CountersReader(m.driver_dir).value(SC.SECURITY_UNSEALED_DROPPED) for m in nodes]
+            await_until(lambda: all(d >= b + per_member for d, b in zip(unsealed_dropped(), before, strict=True)),
+                        30, lambda: f"each member to drop the {per_member} forged datagrams sent to its consensus "
+                                    f"endpoint: {unsealed_dropped()} (before: {before})")
             await_until(lambda: all(m.counters().get("cluster-leadership-term-id") == terms[m.id] for m in nodes),
                         10, "every member in the term it was in")
             await_until(lambda: c.offer(b"after") > 0, 30, "the ingress to take a message after the attack")
