@@ -104,7 +104,7 @@ pub struct ArchiveContext {
     pub tier_cache_size: u64,
     /// How long connecting to the store, or waiting for its answer, may take.
     pub tier_timeout: Duration,
-    /// Most bytes a second sent to the store (0: as fast as it takes them).
+    /// Most bytes a second an upload reads and sends (0: no limit).
     pub tier_upload_rate: u64,
     /// Where each setting came from.
     pub sources: Sources,
@@ -204,7 +204,7 @@ pub static OPTIONS: &[OptionSpec<ArchiveContext>] = &[
     sulis_protocol::option!(tier_region, "SULIS_ARCHIVE_TIER_REGION", "", "The region requests to the object store are signed for.", text, |v: &String| show_text(v)),
     sulis_protocol::option!(tier_cache_size, "SULIS_ARCHIVE_TIER_CACHE_SIZE", "bytes", "Most bytes of segments read back from the object store kept in tier-cache/ in the archive directory.", |s: &str| parse_size(s), show),
     sulis_protocol::option!(tier_timeout, "SULIS_ARCHIVE_TIER_TIMEOUT", "duration", "How long connecting to the object store, or waiting for one of its answers, may take.", duration, show_duration),
-    sulis_protocol::option!(tier_upload_rate, "SULIS_ARCHIVE_TIER_UPLOAD_RATE", "bytes", "Most bytes a second sent to the object store, as Kafka's remote.log.manager.copy.max.bytes.per.second: uploads then leave the disk and the network to recording (0: as fast as the store takes them).", |s: &str| parse_size(s), show),
+    sulis_protocol::option!(tier_upload_rate, "SULIS_ARCHIVE_TIER_UPLOAD_RATE", "bytes", "Most bytes a second an upload reads from the disk and sends to the object store (each segment is read twice: once for its checksums, once to send it), as Kafka's remote.log.manager.copy.max.bytes.per.second: uploads then leave the disk and the network to recording (0: as fast as the store takes them).", |s: &str| parse_size(s), show),
     sulis_protocol::option!(idle_strategy, "SULIS_ARCHIVE_IDLE_STRATEGY", "", "What the archive's threads do when idle: backoff (spin, then park 1 us to 1 ms; Aeron's also yields, which starves an agent on busy cores), backoff:<longest park>, busy-spin, yielding, sleeping or sleeping:<duration>.", sulis_concurrent::idle::IdleStrategy::parse, |v: &sulis_concurrent::idle::IdleStrategy| v.name()),
 ];
 

@@ -576,7 +576,7 @@ impl Tier {
         };
         let before = file.metadata().map_err(|e| failed(e.to_string()))?;
         let length = before.len();
-        let (md5, crc) = digest(&file, length)
+        let (md5, crc) = digest(&file, length, self.upload_rate)
             .map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
         let md5_hex: String = md5.iter().map(|b| format!("{b:02x}")).collect();
         let key = self.location.prefix.clone() + &format!("{}/{name}", self.store_id);
@@ -745,14 +745,22 @@ fn store_id(archive_dir: &Path) -> io::Result<String> {
     Ok(id)
 }
 
-/// MD5 and CRC-32C of a file's first `length` bytes, in one pass.
-fn digest(file: &File, length: u64) -> io::Result<([u8; 16], u32)> {
+/// MD5 and CRC-32C of a file's first `length` bytes, in one pass, read
+/// at most `rate` bytes a second (0: no limit).
+fn digest(file: &File, length: u64, rate: u64) -> io::Result<([u8; 16], u32)> {
     let mut md5 = Md5::new();
     let mut crc = 0u32;
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
+    let started = Instant::now();
+    let step = if rate > 0 {
+        buf.len().min((rate / 10).max(4096) as usize)
+    } else {
+        buf.len()
+    };
     while at < length {
-        let n = buf.len().min((length - at) as usize);
+        std::thread::sleep(pace_wait(at, rate, started.elapsed()));
+        let n = step.min((length - at) as usize);
         file.read_exact_at(&mut buf[..n], at)?;
         md5.update(&buf[..n]);
         crc = crc32c::crc32c_append(crc, &buf[..n]);
