@@ -226,7 +226,7 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
     ``new_leader_timeout`` is a hang guard unless given (None: the client's default, twice the leader heartbeat
     timeout). Every member still
     running at the end is killed (resumed first, if paused)."""
-    from sulis.cluster import ClusterClient
+    from sulis.cluster import ClusterClient, ClusterError
 
     (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
     members, ingress_ports = loopback_members(n)
@@ -235,10 +235,16 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
         for m in nodes:
             m.start()
         ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
-        # Hang guards: a first election beside Spark JVMs took over 30 s in CI, and an election after a kill
-        # beside busy loops outlasted the default new-leader timeout (twice the 2 s heartbeat timeout).
-        yield nodes, ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                                   message_timeout=60.0, new_leader_timeout=new_leader_timeout)
+        # Hang guards: a first election beside Spark JVMs took over 30 s in CI, one beside busy loops over
+        # 60 s, and an election after a kill beside busy loops outlasted the default new-leader timeout
+        # (twice the 2 s heartbeat timeout).
+        try:
+            client = ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
+                                   message_timeout=KERNEL_STALL, new_leader_timeout=new_leader_timeout)
+        except ClusterError as e:
+            told = "\n".join(f"member {m.id}: ...{m.stderr()[-1500:]}" for m in nodes)
+            raise AssertionError(f"the journal cluster's client did not connect: {e}\n{told}") from e
+        yield nodes, client
     finally:
         # Every member killed before any is waited for: a wait that times out on a loaded machine (or a
         # test timeout meanwhile) must not leave the others running past the test.
