@@ -241,6 +241,26 @@ def test_a_live_recording_moves_as_it_goes_and_a_replay_follows_it_from_its_star
         assert archive.errors() == []
 
 
+def test_an_archive_with_paced_uploads_queued_closes_at_once_and_the_next_start_moves_them(
+        driver, client, archive_dir, store):
+    """Nine segments queued for a store at 4 KiB/s (tier_upload_rate) would take five minutes to move: the
+    archive's close does not wait for them (the one being sent stops at its next step and stays on the disk),
+    and the next start, unpaced, moves them all; the recording replays whole."""
+    with tiered_archive(driver, archive_dir, store, tier_upload_rate="4k") as archive, \
+            sulis.ArchiveClient(client) as ac:
+        rid = record(ac, client, 1001)
+        assert archive.errors() == []
+    # Closed with the queue left: a segment takes 32 s at this rate (read for its checksums, then sent), so
+    # most are still on the disk; before, the close sent every queued segment first.
+    left = local_files(archive_dir, rid)
+    assert len(left) >= 5, f"the close waited for the queued uploads: {len(left)} segment files left"
+    assert len(left) + len(store.objects(BUCKET)) >= 10, "nothing lost meanwhile"
+    with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:
+        await_moved(archive_dir, rid, what="9 segments moved after the restart")
+        assert replay_all(ac, rid) == list(range(COUNT))
+        assert archive.errors() == []
+
+
 def test_a_truncate_into_a_moved_segment_is_refused_naming_it_and_the_recording_stays_whole(
         driver, client, archive_dir, store):
     with tiered_archive(driver, archive_dir, store) as archive, sulis.ArchiveClient(client) as ac:

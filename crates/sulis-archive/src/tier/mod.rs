@@ -30,6 +30,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -157,6 +158,9 @@ pub struct Tier {
     cache_size: u64,
     /// Most bytes a second an upload sends (0: no limit).
     upload_rate: u64,
+    /// Set by [`Tier::close`]: no further upload starts, and a paced one
+    /// stops at its next step (its segment stays on the disk).
+    closing: AtomicBool,
     /// `None` for a reader's tier (no log to append to: read at open).
     log: Option<Mutex<TierLog>>,
     segments_read: Mutex<tier_log::TieredSegments>,
@@ -213,6 +217,7 @@ impl Tier {
             store_id,
             cache_size: settings.cache_size,
             upload_rate: settings.upload_rate,
+            closing: AtomicBool::new(false),
             segments_read: Mutex::new(Default::default()),
             log: Some(Mutex::new(log)),
             state: Mutex::new(TierState::default()),
@@ -276,6 +281,7 @@ impl Tier {
             store_id: String::new(),
             cache_size,
             upload_rate: 0,
+            closing: AtomicBool::new(false),
             log: None,
             segments_read: Mutex::new(segments),
             state: Mutex::new(TierState::default()),
@@ -287,6 +293,9 @@ impl Tier {
 
     /// Stops the threads (a running upload or fetch finishes first).
     pub fn close(&self) {
+        // Uploads still queued are left for the next start (its retention
+        // checks queue them again): at a paced rate they could take hours.
+        self.closing.store(true, Ordering::Release);
         self.jobs.lock().unwrap().take();
         self.fetches.lock().unwrap().take();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap());
@@ -522,6 +531,9 @@ impl Tier {
 
     fn run_jobs(&self, rx: Receiver<Job>) {
         while let Ok(job) = rx.recv() {
+            if self.closing.load(Ordering::Acquire) {
+                break;
+            }
             let (key, event) = match job {
                 Job::Upload {
                     recording_id,
@@ -576,7 +588,7 @@ impl Tier {
         };
         let before = file.metadata().map_err(|e| failed(e.to_string()))?;
         let length = before.len();
-        let (md5, crc) = digest(&file, length, self.upload_rate)
+        let (md5, crc) = digest(&file, length, self.upload_rate, &self.closing)
             .map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
         let md5_hex: String = md5.iter().map(|b| format!("{b:02x}")).collect();
         let key = self.location.prefix.clone() + &format!("{}/{name}", self.store_id);
@@ -586,6 +598,7 @@ impl Tier {
             half: length / 2,
             rate: self.upload_rate,
             started: Instant::now(),
+            closing: &self.closing,
         };
         use base64::Engine;
         let md5_b64 = base64::engine::general_purpose::STANDARD.encode(md5);
@@ -747,7 +760,12 @@ fn store_id(archive_dir: &Path) -> io::Result<String> {
 
 /// MD5 and CRC-32C of a file's first `length` bytes, in one pass, read
 /// at most `rate` bytes a second (0: no limit).
-fn digest(file: &File, length: u64, rate: u64) -> io::Result<([u8; 16], u32)> {
+fn digest(
+    file: &File,
+    length: u64,
+    rate: u64,
+    closing: &AtomicBool,
+) -> io::Result<([u8; 16], u32)> {
     let mut md5 = Md5::new();
     let mut crc = 0u32;
     let mut buf = vec![0u8; 1 << 20];
@@ -759,7 +777,7 @@ fn digest(file: &File, length: u64, rate: u64) -> io::Result<([u8; 16], u32)> {
         buf.len()
     };
     while at < length {
-        std::thread::sleep(pace_wait(at, rate, started.elapsed()));
+        paced_step(at, rate, started, closing)?;
         let n = step.min((length - at) as usize);
         file.read_exact_at(&mut buf[..n], at)?;
         md5.update(&buf[..n]);
@@ -780,6 +798,23 @@ struct CrashingReader<'a> {
     half: u64,
     rate: u64,
     started: Instant,
+    closing: &'a AtomicBool,
+}
+
+/// Waits until a paced transfer that has moved `at` bytes may go on, in
+/// steps of at most 100 ms; fails once the tier is closing (a paced upload
+/// must not hold up the archive's close).
+fn paced_step(at: u64, rate: u64, started: Instant, closing: &AtomicBool) -> io::Result<()> {
+    loop {
+        let wait = pace_wait(at, rate, started.elapsed());
+        if rate > 0 && closing.load(Ordering::Acquire) {
+            return Err(io::Error::other("the archive is closing"));
+        }
+        if wait.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(wait.min(Duration::from_millis(100)));
+    }
 }
 
 /// How long a paced upload that sent `sent` bytes `elapsed` after it began
@@ -806,7 +841,7 @@ impl Read for CrashingReader<'_> {
         if self.rate > 0 {
             // Paced in steps of a tenth of a second's bytes at most: smooth, not bursts.
             room = room.min((self.rate / 10).max(4096) as usize);
-            std::thread::sleep(pace_wait(self.at, self.rate, self.started.elapsed()));
+            paced_step(self.at, self.rate, self.started, self.closing)?;
         }
         let n = self.file.read_at(&mut buf[..room], self.at)?;
         self.at += n as u64;
@@ -848,5 +883,17 @@ mod tests {
         // Behind (the store was slow): no wait until the upload's average is back at the rate.
         assert_eq!(pace_wait(1_000_000, 10_000_000, ms(500)), Duration::ZERO);
         assert_eq!(pace_wait(0, 10_000_000, ms(0)), Duration::ZERO);
+    }
+
+    #[test]
+    fn should_stop_a_paced_transfer_once_the_tier_closes_and_never_an_unpaced_one() {
+        let closing = AtomicBool::new(false);
+        let started = Instant::now();
+        assert!(paced_step(0, 1 << 20, started, &closing).is_ok());
+        closing.store(true, Ordering::Release);
+        let e = paced_step(0, 1 << 20, started, &closing).unwrap_err();
+        assert_eq!(e.to_string(), "the archive is closing");
+        // Unpaced, what is under way finishes: a close waits for at most that one upload.
+        assert!(paced_step(1 << 30, 0, started, &closing).is_ok());
     }
 }
