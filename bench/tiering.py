@@ -5,6 +5,11 @@ retention settings beside it.
 
     python bench/tiering.py            # 1 GiB of 1 KiB messages, 3 runs (~5 min)
     python bench/tiering.py --quick    # 1 run of 64 MiB (smoke test)
+    python bench/tiering.py --mb 10240 --record-only --upload-rate 8m,64m,0   # the record rows only
+
+``--upload-rate`` paces the uploads (the archive's ``tier_upload_rate``; a comma-separated list with
+``--record-only``: a tiering-on run per rate in each round). ``--record-only`` times the recording alone and
+closes the archive with what is left to move still queued (the close does not wait for it).
 
 Rows, each the median of ``--runs`` runs; the archive directory is on the disk (``--dir``, default a fresh
 directory under the temporary directory), the store is S3Proxy (``bench/peers/s3proxy.py``: its own Java
@@ -65,7 +70,7 @@ def _moved(archive_dir: str, rid: int) -> bool:
 
 
 def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None,
-              upload_rate: str = "0") -> dict[str, float]:
+              upload_rate: str = "0", record_only: bool = False) -> dict[str, float]:
     """One recording of ``count`` messages, with segments moving to ``store`` (or not, paced at ``upload_rate``
     bytes a second), then its replays (and Spark reads): seconds per row."""
     out: dict[str, float] = {}
@@ -98,6 +103,8 @@ def sulis_run(base: str, count: int, store: s3proxy.S3Server | None, spark=None,
             ac.stop_recording("aeron:ipc", STREAM)
             ac.await_signal(RecordingSignal.STOP, rid)
             pub.close()
+            if record_only:
+                return out
             if store is not None:
                 while not _moved(archive_dir, rid):
                     time.sleep(0.005)
@@ -175,7 +182,10 @@ def main() -> int:
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--upload-rate", default="0",
-                    help="the archive's tier_upload_rate with tiering on (bytes a second, 64m...; 0: no limit)")
+                    help="the archive's tier_upload_rate with tiering on (bytes a second, 64m...; 0: no limit); "
+                         "with --record-only a comma-separated list")
+    ap.add_argument("--record-only", action="store_true",
+                    help="only the record rows: tiering off, then on at each --upload-rate, paired by round")
     a = ap.parse_args()
     if a.quick:
         a.runs, a.mb = 1, 64
@@ -189,6 +199,8 @@ def main() -> int:
     rows: dict[str, list[float]] = {}
     kafka_rates: list[float] = []
     spark = None
+    if a.record_only:
+        return record_only(a, count, parent, base, store_base, store)
     try:  # from the store's start: a signal meanwhile (main_guard unwinds it) still stops it
         store.start()
         spark = None if a.no_spark else spark_session()
@@ -228,6 +240,38 @@ def main() -> int:
         ratios = [b / a for a, b in zip(on, off, strict=True)]
         print(f"record with tiering on / off, round by round: {', '.join(fmt_ratio(x) for x in ratios)}; "
               f"median {fmt_ratio(statistics.median(ratios))} (target >= 0.9x)")
+    return 0
+
+
+def record_only(a, count: int, parent: str, base: str, store_base: str, store: s3proxy.S3Server) -> int:
+    """The record rows alone: per round tiering off, then on at each rate (the order turns each round)."""
+    rates = a.upload_rate.split(",")
+    labels = ["off", *rates]
+    rows: dict[str, list[float]] = {label: [] for label in labels}
+    try:
+        store.start()
+        sulis_run(os.path.join(base, "warm-up"), 10_000, None)  # untimed
+        for i in range(a.runs):
+            turned = labels[i % len(labels):] + labels[:i % len(labels)]
+            for label in turned:
+                secs = sulis_run(os.path.join(base, f"run-{i}-{label}"), count, None if label == "off" else store,
+                                 upload_rate="0" if label == "off" else label, record_only=True)["record"]
+                rows[label].append(secs)
+    finally:
+        store.kill()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(store_base, ignore_errors=True)
+    print(f"{a.mb} MiB of {LENGTH} B messages, {SEGMENT >> 20} MiB segments, medians of {a.runs} rounds; the "
+          f"archive in {parent}, the store's objects in {a.store_dir or parent}")
+    table = []
+    for label in labels:
+        name = "record, tiering off" if label == "off" else f"record, tiering on, tier_upload_rate {label}"
+        rate = count / statistics.median(rows[label]) / 1e6
+        paired = "" if label == "off" else fmt_ratio(statistics.median(
+            [off / on for on, off in zip(rows[label], rows["off"], strict=True)]))
+        table.append([name, f"{rate:.2f} M msgs/s", ", ".join(f"{count / x / 1e6:.2f}" for x in rows[label]),
+                      paired])
+    print_table(["row", "rate", "rounds (M msgs/s)", "on / off, median of rounds"], table)
     return 0
 
 
