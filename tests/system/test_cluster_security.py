@@ -62,15 +62,22 @@ def ask_backup(c: sulis.Client, consensus: str, stream: int, correlation_id: int
     return answers
 
 
-def test_members_with_a_credentials_file_serve_only_the_clients_and_backups_that_name_one(tmp_path, make_driver):
-    creds = tmp_path / "credentials"
-    creds.write_text("# who may connect\nalice-secret\nbob-secret\n")
-    os.chmod(creds, 0o600)
+def members_checking(tmp_path, make_driver, flag: str, text: str):
+    """Three journal members (not started) given ``flag`` with a private file holding ``text``, and a driver
+    for the test's clients: (driver, cluster_members, members, ingress endpoints)."""
+    f = tmp_path / flag.lstrip("-")
+    f.write_text(text)
+    os.chmod(f, 0o600)
     driver = make_driver()
     (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
     members, ingress_ports = loopback_members(3)
-    nodes = [Member(tmp_path, i, members, extra=("--credentials-file", str(creds))) for i in range(3)]
-    ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+    nodes = [Member(tmp_path, i, members, extra=(flag, str(f))) for i in range(3)]
+    return driver, members, nodes, ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+
+
+def test_members_with_a_credentials_file_serve_only_the_clients_and_backups_that_name_one(tmp_path, make_driver):
+    driver, members, nodes, ingress = members_checking(tmp_path, make_driver, "--credentials-file",
+                                                       "# who may connect\nalice-secret\nbob-secret\n")
 
     def client(credentials: bytes) -> ClusterClient:
         return ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
@@ -220,14 +227,9 @@ class RawSession:
 def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_crosses_the_wire(tmp_path,
                                                                                                  make_driver):
     secret, bob_secret = os.urandom(24).hex().encode(), os.urandom(24).hex()
-    keys = tmp_path / "client-keys"
-    keys.write_text(f"# principal secret\nalice {secret.decode()}\nbob {bob_secret}\n")
-    os.chmod(keys, 0o600)
-    driver = make_driver()
-    (tmp_path / "journal_service.py").write_text(JOURNAL_SERVICE)
-    members, ingress_ports = loopback_members(3)
-    nodes = [Member(tmp_path, i, members, extra=("--client-keys-file", str(keys))) for i in range(3)]
-    ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ingress_ports))
+    driver, _, nodes, ingress = members_checking(tmp_path, make_driver, "--client-keys-file",
+                                                 f"# principal secret\nalice {secret.decode()}\nbob {bob_secret}\n")
+    ingress_ports = [int(e.rsplit(":", 1)[1]) for e in ingress.split(",")]
 
     def client(principal: bytes, secret: bytes | None) -> ClusterClient:
         return ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
