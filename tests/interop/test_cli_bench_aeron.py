@@ -23,7 +23,7 @@ import pytest
 
 import sulis
 from clibench import bench_processes, kill_leftovers
-from conftest import COUNTER_TYPE, await_until, clean_env
+from conftest import COUNTER_TYPE, await_until, clean_env, threads_in
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
@@ -150,7 +150,18 @@ def test_interrupted_aeron_run_leaves_no_jvm_and_no_directory():
         await_until(reading, timeout=120, what="the Aeron RateSubscriber to read messages", interval=0.05)
         assert proc.poll() is None, proc.stdout.read() + proc.stderr.read()
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            threads = threads_in(proc.pid)
+            proc.send_signal(signal.SIGUSR1)  # the bench's Python stacks to its stderr (runner.main_guard)
+            try:
+                _, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired as e:
+                err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise AssertionError(f"the bench did not end within 60 s of ^C; its processes: "
+                                 f"{bench_processes(marker)}; its threads: {threads}; its stderr: {err[-4000:]}") \
+                from None
         assert proc.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
         await_until(lambda: not bench_processes(marker), timeout=20, what="every JVM to end")

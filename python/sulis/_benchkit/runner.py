@@ -16,6 +16,7 @@ removed afterwards, and by the next benchmark if the orchestrator was killed.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import importlib.metadata
 import os
@@ -463,6 +464,9 @@ def main_guard(main: Callable[[], int]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, unwind)
+    # SIGUSR1 prints every thread's Python stack to stderr, and the run goes on: what a run that does not
+    # end on ^C is doing (a test that waits for it asks so before it gives up).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stale = remove_stale()
     if stale:
         print(f"(removed {len(stale)} directories/files left by benchmarks that were killed)")
