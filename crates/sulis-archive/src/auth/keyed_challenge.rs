@@ -142,11 +142,7 @@ impl KeyedChallengeAuthenticator {
 }
 
 impl Authenticator for KeyedChallengeAuthenticator {
-    fn on_connect(&mut self, session_id: i64, credentials: &[u8]) -> Decision {
-        self.on_connect_from(session_id, credentials, "")
-    }
-
-    fn on_connect_from(
+    fn on_connect(
         &mut self,
         session_id: i64,
         credentials: &[u8],
@@ -212,14 +208,11 @@ mod tests {
     #[test]
     fn should_let_in_only_the_answer_under_the_principals_secret_to_its_own_challenge() {
         let mut auth = alice();
-        assert_eq!(
-            auth.on_connect_from(1, b"mallory", CHANNEL),
-            Decision::Reject
-        );
-        assert_eq!(auth.on_connect_from(1, b"", CHANNEL), Decision::Reject);
-        let first = challenge_of(auth.on_connect_from(1, b"alice", CHANNEL));
+        assert_eq!(auth.on_connect(1, b"mallory", CHANNEL), Decision::Reject);
+        assert_eq!(auth.on_connect(1, b"", CHANNEL), Decision::Reject);
+        let first = challenge_of(auth.on_connect(1, b"alice", CHANNEL));
         assert!(first.starts_with(SCHEME) && first.len() == SCHEME.len() + NONCE_LEN);
-        let second = challenge_of(auth.on_connect_from(2, b"alice", CHANNEL));
+        let second = challenge_of(auth.on_connect(2, b"alice", CHANNEL));
         assert_ne!(first, second, "every challenge is fresh");
         // The answer to one challenge does not open another session.
         let answer_1 = answer(SECRET, &first, CHANNEL).unwrap();
@@ -227,7 +220,7 @@ mod tests {
         assert_eq!(auth.on_challenge_response(1, &answer_1), Decision::Accept);
         // Spent: the same answer again (a replay) is refused.
         assert_eq!(auth.on_challenge_response(1, &answer_1), Decision::Reject);
-        let third = challenge_of(auth.on_connect_from(3, b"alice", CHANNEL));
+        let third = challenge_of(auth.on_connect(3, b"alice", CHANNEL));
         let wrong = answer(b"another secret of 32 bytes......", &third, CHANNEL).unwrap();
         assert_eq!(auth.on_challenge_response(3, &wrong), Decision::Reject);
         assert_eq!(
@@ -242,12 +235,11 @@ mod tests {
         // Someone connects as alice with their own response channel and relays the challenge to alice's
         // client, which answers it for its own channel: that answer opens nothing.
         let mut auth = alice();
-        let relayed =
-            challenge_of(auth.on_connect_from(1, b"alice", "aeron:udp?endpoint=10.0.0.66:9"));
+        let relayed = challenge_of(auth.on_connect(1, b"alice", "aeron:udp?endpoint=10.0.0.66:9"));
         let tricked = answer(SECRET, &relayed, CHANNEL).unwrap();
         assert_eq!(auth.on_challenge_response(1, &tricked), Decision::Reject);
         // A session dropped before its answer: nothing kept for it, its answer refused.
-        let dropped = challenge_of(auth.on_connect_from(2, b"alice", CHANNEL));
+        let dropped = challenge_of(auth.on_connect(2, b"alice", CHANNEL));
         auth.on_session_dropped(2);
         assert!(auth.pending.is_empty());
         assert_eq!(
@@ -261,9 +253,9 @@ mod tests {
         assert_eq!(answer(SECRET, b"who?", CHANNEL), None);
         assert_eq!(answer(SECRET, SCHEME, CHANNEL), None);
         let mut auth = alice();
-        let oldest = challenge_of(auth.on_connect(0, b"alice"));
+        let oldest = challenge_of(auth.on_connect(0, b"alice", ""));
         for id in 1..=MAX_PENDING as i64 {
-            auth.on_connect(id, b"alice");
+            auth.on_connect(id, b"alice", "");
         }
         assert_eq!(auth.pending.len(), MAX_PENDING);
         assert_eq!(
@@ -280,7 +272,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(auth.principals(), 2);
-        let bob = challenge_of(auth.on_connect_from(1, b"bob", CHANNEL));
+        let bob = challenge_of(auth.on_connect(1, b"bob", CHANNEL));
         let answer_bob = answer(b"another #long secret here", &bob, CHANNEL).unwrap();
         assert_eq!(
             auth.on_challenge_response(1, &answer_bob),

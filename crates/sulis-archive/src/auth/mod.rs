@@ -31,24 +31,18 @@ pub enum Decision {
 
 /// Decides who may control the archive.
 pub trait Authenticator: Send {
-    /// A client connected with `credentials` (empty if it sent none).
-    fn on_connect(&mut self, session_id: i64, credentials: &[u8]) -> Decision;
-
-    /// The client answered a challenge with `credentials`.
-    fn on_challenge_response(&mut self, session_id: i64, credentials: &[u8]) -> Decision;
-
-    /// A client connected with `credentials`, answers to go to
-    /// `response_channel`: an authenticator may bind its challenge to where
-    /// the session's answers go. By default, [`Authenticator::on_connect`].
-    fn on_connect_from(
+    /// A client connected with `credentials` (empty if it sent none), its
+    /// answers to go to `response_channel` ("" where the caller does not
+    /// say): an authenticator may bind a challenge to where they go.
+    fn on_connect(
         &mut self,
         session_id: i64,
         credentials: &[u8],
         response_channel: &str,
-    ) -> Decision {
-        let _ = response_channel;
-        self.on_connect(session_id, credentials)
-    }
+    ) -> Decision;
+
+    /// The client answered a challenge with `credentials`.
+    fn on_challenge_response(&mut self, session_id: i64, credentials: &[u8]) -> Decision;
 
     /// The session is gone before it opened (timed out, its egress never
     /// came up, a leadership change dropped it): forget what was kept for it.
@@ -80,7 +74,12 @@ impl Authoriser for AllowAllRequests {
 pub struct AllowAll;
 
 impl Authenticator for AllowAll {
-    fn on_connect(&mut self, _session_id: i64, _credentials: &[u8]) -> Decision {
+    fn on_connect(
+        &mut self,
+        _session_id: i64,
+        _credentials: &[u8],
+        _response_channel: &str,
+    ) -> Decision {
         Decision::Accept
     }
 
@@ -102,7 +101,12 @@ pub struct CredentialsAuthenticator {
 }
 
 impl Authenticator for CredentialsAuthenticator {
-    fn on_connect(&mut self, _session_id: i64, credentials: &[u8]) -> Decision {
+    fn on_connect(
+        &mut self,
+        _session_id: i64,
+        credentials: &[u8],
+        _response_channel: &str,
+    ) -> Decision {
         if !self.credentials.iter().any(|c| c == credentials) {
             return Decision::Reject;
         }
@@ -132,9 +136,9 @@ mod tests {
             challenge: None,
             challenge_response: Vec::new(),
         };
-        assert_eq!(plain.on_connect(1, b"secret"), Decision::Accept);
-        assert_eq!(plain.on_connect(1, b"other"), Decision::Accept);
-        assert_eq!(plain.on_connect(1, b""), Decision::Reject);
+        assert_eq!(plain.on_connect(1, b"secret", ""), Decision::Accept);
+        assert_eq!(plain.on_connect(1, b"other", ""), Decision::Accept);
+        assert_eq!(plain.on_connect(1, b"", ""), Decision::Reject);
         assert_eq!(
             plain.on_challenge_response(1, b""),
             Decision::Reject,
@@ -146,7 +150,7 @@ mod tests {
             ..plain
         };
         assert_eq!(
-            challenged.on_connect(2, b"secret"),
+            challenged.on_connect(2, b"secret", ""),
             Decision::Challenge(b"who?".to_vec())
         );
         assert_eq!(challenged.on_challenge_response(2, b"me"), Decision::Accept);
@@ -154,6 +158,6 @@ mod tests {
             challenged.on_challenge_response(2, b"you"),
             Decision::Reject
         );
-        assert_eq!(AllowAll.on_connect(3, b"anything"), Decision::Accept);
+        assert_eq!(AllowAll.on_connect(3, b"anything", ""), Decision::Accept);
     }
 }

@@ -187,7 +187,7 @@ impl ControlSession {
         let mut refused = false;
         if self.state == SessionState::Connecting && self.publication.is_connected() {
             self.deadline_ns = now_ns + t.connect_ns;
-            self.state = match authenticator.on_connect(self.id, &self.credentials) {
+            self.state = match authenticator.on_connect(self.id, &self.credentials, "") {
                 Decision::Accept => SessionState::Authenticated,
                 Decision::Reject => {
                     refused = true;

@@ -283,8 +283,7 @@ impl SessionManager {
             session.reject(event_code::ERROR, SESSION_LIMIT_MSG);
             self.rejected.push(session);
         } else {
-            let decision =
-                auth.on_connect_from(id, &req.encoded_credentials, &req.response_channel);
+            let decision = auth.on_connect(id, &req.encoded_credentials, &req.response_channel);
             self.decisions.insert(session.egress_key, decision);
             self.pending.push(session);
         }

@@ -634,7 +634,11 @@ impl ConsensusModule {
         // Under session id -1, which no session has: an authenticator that
         // keeps state per session (a challenge waiting for its answer) must
         // not have a query's correlation id overwrite a client's session.
-        if self.auth.on_connect(-1, &q.encoded_credentials) != Decision::Accept {
+        if self
+            .auth
+            .on_connect(-1, &q.encoded_credentials, &q.response_channel)
+            != Decision::Accept
+        {
             let refusal = sulis_protocol::cluster::messages::SessionEvent {
                 cluster_session_id: -1,
                 correlation_id: q.correlation_id,
