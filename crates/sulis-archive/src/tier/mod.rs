@@ -65,7 +65,7 @@ pub struct TierSettings {
     pub timeout: Duration,
     /// Most bytes of fetched segments kept in `tier-cache/`.
     pub cache_size: u64,
-    /// Most bytes a second an upload sends (0: no limit).
+    /// Most bytes a second an upload reads and sends (0: no limit).
     pub upload_rate: u64,
 }
 
@@ -156,7 +156,7 @@ pub struct Tier {
     /// id in the store (`tier.id`), so archives may share a bucket.
     store_id: String,
     cache_size: u64,
-    /// Most bytes a second an upload sends (0: no limit).
+    /// Most bytes a second an upload reads and sends (0: no limit).
     upload_rate: u64,
     /// Set by [`Tier::close`]: no further upload starts, and a paced one
     /// stops at its next step (its segment stays on the disk).
@@ -291,7 +291,8 @@ impl Tier {
         })))
     }
 
-    /// Stops the threads (a running upload or fetch finishes first).
+    /// Stops the threads: a running fetch or unpaced upload finishes first,
+    /// a paced upload stops at its next step, queued uploads are left.
     pub fn close(&self) {
         // Uploads still queued are left for the next start (its retention
         // checks queue them again): at a paced rate they could take hours.
@@ -771,14 +772,9 @@ fn digest(
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     let started = Instant::now();
-    let step = if rate > 0 {
-        buf.len().min((rate / 10).max(4096) as usize)
-    } else {
-        buf.len()
-    };
     while at < length {
         paced_step(at, rate, started, closing)?;
-        let n = step.min((length - at) as usize);
+        let n = paced_len(rate, buf.len()).min((length - at) as usize);
         file.read_exact_at(&mut buf[..n], at)?;
         md5.update(&buf[..n]);
         crc = crc32c::crc32c_append(crc, &buf[..n]);
@@ -817,6 +813,16 @@ fn paced_step(at: u64, rate: u64, started: Instant, closing: &AtomicBool) -> io:
     }
 }
 
+/// At most `room` bytes, and paced (`rate` above 0) a tenth of a second's
+/// bytes at most: a paced transfer goes smoothly, not in bursts.
+fn paced_len(rate: u64, room: usize) -> usize {
+    if rate == 0 {
+        room
+    } else {
+        room.min((rate / 10).max(4096) as usize)
+    }
+}
+
 /// How long a paced upload that sent `sent` bytes `elapsed` after it began
 /// waits before it sends more, to stay at `rate` bytes a second (0: never).
 fn pace_wait(sent: u64, rate: u64, elapsed: Duration) -> Duration {
@@ -833,16 +839,13 @@ impl Read for CrashingReader<'_> {
             crash_point(points::TIER_MID_UPLOAD);
         }
         // A read never runs past the half-way mark, so the crash point is met there.
-        let mut room = if self.at < self.half {
+        let room = if self.at < self.half {
             buf.len().min((self.half - self.at) as usize)
         } else {
             buf.len()
         };
-        if self.rate > 0 {
-            // Paced in steps of a tenth of a second's bytes at most: smooth, not bursts.
-            room = room.min((self.rate / 10).max(4096) as usize);
-            paced_step(self.at, self.rate, self.started, self.closing)?;
-        }
+        let room = paced_len(self.rate, room);
+        paced_step(self.at, self.rate, self.started, self.closing)?;
         let n = self.file.read_at(&mut buf[..room], self.at)?;
         self.at += n as u64;
         Ok(n)
