@@ -219,9 +219,10 @@ class Member:
 @contextlib.contextmanager
 def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...] = (),
                     service: str = "journal_service:Journal", env: dict | None = None,
-                    new_leader_timeout: float | None = KERNEL_STALL):
+                    new_leader_timeout: float | None = KERNEL_STALL, client_options: dict | None = None):
     """``n`` members running the journal service (or ``service``) on loopback (``extra``, ``env``: see
-    ``Member``), and a client
+    ``Member``), and a client (``client_options``: more keywords of ``ClusterClient``, such as
+    ``credentials`` and ``secret``)
     given every member's ingress, on the driver in ``driver_dir``: ``(members, client)``. The client's
     ``new_leader_timeout`` is a hang guard unless given (None: the client's default, twice the leader heartbeat
     timeout). Every member still
@@ -240,7 +241,8 @@ def journal_cluster(tmp_path, driver_dir: str, n: int = 3, extra: tuple[str, ...
         # (twice the 2 s heartbeat timeout).
         try:
             client = ClusterClient(driver_dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                                   message_timeout=KERNEL_STALL, new_leader_timeout=new_leader_timeout)
+                                   message_timeout=KERNEL_STALL, new_leader_timeout=new_leader_timeout,
+                                   **(client_options or {}))
         except ClusterError as e:
             told = "\n".join(f"member {m.id}: ...{m.stderr()[-1500:]}" for m in nodes)
             raise AssertionError(f"the journal cluster's client did not connect: {e}\n{told}") from e

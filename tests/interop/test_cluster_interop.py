@@ -9,6 +9,7 @@ its messages echoed by Aeron's one-member EchoServiceNode.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import peers  # noqa: E402
@@ -16,7 +17,7 @@ import pytest
 
 import sulis
 from clusterprocs import Member, loopback_members
-from conftest import await_until, free_udp_port, run_cli
+from conftest import KERNEL_STALL, await_until, free_udp_port, run_cli
 from sulis.cluster import OFFER_AGAIN, CloseReason, ClusterClient, ClusteredService, ClusterError, ClusterNode
 
 pytestmark = pytest.mark.interop
@@ -279,19 +280,38 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
     counter, its snapshot set and the members. The backup copies the snapshot recordings from that member's
     archive and records the log from a replay bounded by the member's commit position: its live-log position
     reaches the members' commit position, follows the log as the cluster takes more, and its own
-    recording.log names the copied snapshots and the term, as Aeron's cluster would read them to start."""
+    recording.log names the copied snapshots and the term, as Aeron's cluster would read them to start.
+
+    The members take only the principals of their ``--client-keys-file``, the backup among them: each query
+    the backup sends is challenged, and it answers through its ``CredentialsSupplier``
+    (bench/peers/KeyedClusterBackup.java), the HMAC-SHA256 of the challenge and its response channel under
+    its secret, as a sulis ClusterClient answers."""
     from clusterprocs import journal_cluster
 
+    def members_said() -> str:
+        return "\n".join(f"member {n.id}: ...{n.stderr()[-1500:]}" for n in nodes)
+
     def send(c, text):
-        await_until(lambda: c.offer(text.encode()) > 0, 20, f"ingress to take {text}")
+        # Hang guards: beside busy loops (and the backup's JVM), an echo took over 20 s once the backup followed
+        # the log; the members' output says what they were doing then.
+        await_until(lambda: c.offer(text.encode()) > 0, KERNEL_STALL,
+                    lambda: f"ingress to take {text}; leader {c.leader_member_id}\n{members_said()}")
         got: list[bytes] = []
-        await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and got, 20, f"the echo of {text}")
+        await_until(lambda: c.poll_egress(lambda p, t: got.append(p)) >= 0 and got, KERNEL_STALL,
+                    lambda: f"the echo of {text}; leader {c.leader_member_id}\n{members_said()}")
 
     def commit(n) -> int:
         return n.counters()["cluster-commit-pos"]
 
     (tmp_path / "counting_echo.py").write_text(COUNTING_ECHO)
-    with journal_cluster(tmp_path, make_driver().dir, service="counting_echo:Echo") as (nodes, c):
+    client_secret, backup_secret = os.urandom(24).hex(), os.urandom(24).hex()
+    keys, backup_key = tmp_path / "client-keys", tmp_path / "backup-secret"
+    for f, text in ((keys, f"client {client_secret}\nbackup {backup_secret}\n"), (backup_key, backup_secret)):
+        f.write_text(text)
+        os.chmod(f, 0o600)
+    with journal_cluster(tmp_path, make_driver().dir, service="counting_echo:Echo",
+                         extra=("--client-keys-file", str(keys)),
+                         client_options={"credentials": b"client", "secret": client_secret.encode()}) as (nodes, c):
         for i in range(50):
             send(c, f"m{i}")
         leader = nodes[c.leader_member_id]
@@ -299,7 +319,7 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
         assert out.returncode == 0, out.stderr
         for n in nodes:
             await_until(lambda n=n: json.loads(run_cli("cluster-tool", n.cluster_dir, "recovery-plan", "--json")
-                                               .stdout)["snapshots"], 20, f"member {n.id}'s snapshot")
+                                               .stdout)["snapshots"], KERNEL_STALL, f"member {n.id}'s snapshot")
         snapshot_at = json.loads(run_cli("cluster-tool", leader.cluster_dir, "recovery-plan", "--json")
                                  .stdout)["snapshots"][0]["log_position"]
         for i in range(50, 100):
@@ -324,7 +344,8 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
                  "aeron.driver.timeout": "60000", "aeron.client.liveness.timeout": "60s",
                  "aeron.publication.unblock.timeout": "75s"}  # Aeron requires it above the liveness timeout
         backup = harness.start("cluster-backup", peers.aeron_java.command(
-            current, props, "io.aeron.cluster.ClusterBackupMediaDriver"))
+            current, props, "KeyedClusterBackup", ["principal=backup", f"secret_file={backup_key}"],
+            peers.aeron_java.classpath(current, peers.aeron_java.SOURCE.with_name("KeyedClusterBackup.java"))))
 
         def backup_counters() -> dict[int, int]:
             try:
@@ -354,14 +375,16 @@ def test_aerons_cluster_backup_copies_a_sulis_clusters_snapshot_and_follows_its_
             return bool(backup_counters())
         await_until(started, peers.JVM_START_S, lambda: f"the backup's counters in {aeron_dir}: {why()}")
         target = commit(leader)
-        await_until(caught_up(target), 120, lambda: f"the backup to reach {target}: {why()}")
+        await_until(caught_up(target), KERNEL_STALL, lambda: f"the backup to reach {target}: {why()}")
         for i in range(100, 150):
             send(c, f"m{i}")
         target = commit(leader)
-        await_until(caught_up(target), 60, lambda: f"the backup to follow to {target}: {why()}")
+        await_until(caught_up(target), KERNEL_STALL, lambda: f"the backup to follow to {target}: {why()}")
         assert backup_counters()[209] <= max(commit(n) for n in nodes)  # never past what was committed
         answered = [n for n in nodes if "answers a backup query" in n.stderr()]
         assert answered, "no member said it answered"
+        assert all("challenges a backup query" in n.stderr() for n in answered), "answered unchallenged"
+        assert not any("refuses a backup query" in n.stderr() for n in nodes)
         entries = json.loads(run_cli("cluster-tool", f"{top}/backup", "recording-log", "--json").stdout)["entries"]
         snapshots = [e for e in entries if e["type"] == "SNAPSHOT"]
         assert sorted(e["service_id"] for e in snapshots) == [-1, 0], entries

@@ -6,8 +6,9 @@ is answered with a BackupResponse, one without is told AUTHENTICATION_REJECTED o
 and gets nothing of the log. Members started with ``--client-keys-file`` never see a secret: they
 challenge a named principal with random bytes, and only the HMAC of those bytes and the connect's response
 channel under the principal's secret opens the session; an answer seen on the wire, or made for another
-response channel (sent here by a raw client speaking Aeron's messages), opens no other. Securing the
-members' channels themselves is transport security (docs/security.md, test_security_hosts.py)."""
+response channel (sent here by a raw client speaking Aeron's messages), opens no other. A ClusterBackup's
+query is challenged the same way and answered on the consensus stream, taken only from its query's image.
+Securing the members' channels themselves is transport security (docs/security.md, test_security_hosts.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 
 import sulis
 from clusterprocs import JOURNAL_SERVICE, Member, loopback_members
-from conftest import await_until, free_udp_port
+from conftest import COUNTER_TYPE, KERNEL_STALL, await_until, free_udp_port
 from sulis.cluster import ClusterClient, ClusterError
 
 BACKUP_QUERY, BACKUP_RESPONSE, SESSION_EVENT = 77, 78, 2
@@ -224,11 +225,81 @@ class RawSession:
         return struct.unpack_from("<i", event, 8 + 28)[0]
 
 
+def read_up_to(driver_dir: str, session_id: int, position: int) -> bool:
+    """A subscriber (the consensus module) in the driver at ``driver_dir`` has read the consensus stream's image of
+    session ``session_id`` up to ``position`` (its sub-pos counter: key registration id, session id, stream id)."""
+    for c in sulis.CountersReader(driver_dir).counters():
+        if c["type_id"] == COUNTER_TYPE["sub-pos"] and len(c["key"]) >= 16:
+            _, session, stream = struct.unpack_from("<qii", c["key"])
+            if (session, stream) == (session_id, CONSENSUS_STREAM) and c["value"] >= position:
+                return True
+    return False
+
+
+class RawBackup:
+    """Aeron's ClusterBackup as far as a member sees it: BackupQuery and ChallengeResponse on one publication to
+    the member's consensus endpoint, the answers on its own response channel."""
+
+    def __init__(self, c: sulis.Client, consensus: str, stream: int):
+        self.stream = stream
+        self.response = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+        self.sub = c.add_subscription(self.response, stream)
+        self.pub = c.add_publication(f"aeron:udp?endpoint={consensus}", CONSENSUS_STREAM)
+        self.got: list[bytes] = []
+
+    def send(self, message: bytes) -> None:
+        await_until(lambda: self.pub.offer(message) > 0, 60, "the member's consensus endpoint to take it",
+                    interval=0.01)
+
+    def await_answer(self, correlation_id: int, timeout: float = 60) -> bytes:
+        """The next message on the response channel for ``correlation_id`` (a SessionEvent's is its second
+        field, every other answer's its first)."""
+        def answered() -> bytes | None:
+            self.sub.poll(lambda buffer, _h: self.got.append(bytes(buffer)), 10)
+            for m in self.got:
+                at = 8 + (8 if struct.unpack_from("<H", m, 2)[0] == SESSION_EVENT else 0)
+                if struct.unpack_from("<q", m, at)[0] == correlation_id:
+                    self.got.remove(m)
+                    return m
+            return None
+        return await_until(answered, timeout, f"an answer to backup query {correlation_id}", interval=0.01)
+
+    def query(self, correlation_id: int, principal: bytes) -> bytes:
+        """Asks as ``principal``: the challenge the member sent. A member in an election hears no query (as
+        Aeron's): asked again every 10 s, each time under a new correlation id (``correlation_id`` plus 100,
+        200, ...), and only the challenge to the last one is taken, the one the member keeps."""
+        deadline = time.monotonic() + KERNEL_STALL
+        while True:
+            self.send(backup_query(correlation_id, self.response, self.stream, principal))
+            try:
+                challenge = self.await_answer(correlation_id, 10)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                correlation_id += 100
+        assert struct.unpack_from("<H", challenge, 2)[0] == CHALLENGE, challenge[:16]
+        assert struct.unpack_from("<q", challenge, 8 + 8)[0] == -1, "a backup query's session id"
+        length, = struct.unpack_from("<I", challenge, 8 + 16)
+        return challenge[8 + 16 + 4:8 + 16 + 4 + length]
+
+    def answer(self, correlation_id: int, answer: bytes) -> bytes:
+        """Answers the challenge waiting with a new ``correlation_id``: what the member then sends under that
+        id (Aeron's ClusterBackup waits on the answer's correlation id)."""
+        self.send(sbe(CHALLENGE_RESPONSE, struct.pack("<qq", correlation_id, -1), answer))
+        return self.await_answer(correlation_id)
+
+    def close(self) -> None:
+        self.pub.close()
+        self.sub.close()
+
+
 def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_crosses_the_wire(tmp_path,
                                                                                                  make_driver):
-    secret, bob_secret = os.urandom(24).hex().encode(), os.urandom(24).hex()
-    driver, _, nodes, ingress = members_checking(tmp_path, make_driver, "--client-keys-file",
-                                                 f"# principal secret\nalice {secret.decode()}\nbob {bob_secret}\n")
+    secret, bob_secret, backup_secret = (os.urandom(24).hex().encode() for _ in range(3))
+    driver, members, nodes, ingress = members_checking(
+        tmp_path, make_driver, "--client-keys-file",
+        f"# principal secret\nalice {secret.decode()}\nbob {bob_secret.decode()}\nbackup {backup_secret.decode()}\n")
     ingress_ports = [int(e.rsplit(":", 1)[1]) for e in ingress.split(",")]
 
     def client(principal: bytes, secret: bytes | None) -> ClusterClient:
@@ -265,8 +336,42 @@ def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_
             alices_channel = b"aeron:udp?endpoint=localhost:1"
             tricked = hmac.new(secret, relayed + alices_channel, hashlib.sha256).digest()
             assert raw.answer(2006, third, tricked) == AUTHENTICATION_REJECTED
+
+            # A ClusterBackup is challenged too (its query's session id is -1, as in Aeron) and answers on the
+            # consensus stream, as Aeron's ClusterBackup answers with its CredentialsSupplier. The member takes
+            # the answer only from the image its query came on: a stranger's wrong answer from another
+            # publication, read by the member before the backup's own (its subscriber position says so), spends
+            # nothing, and the backup's own answer then gets the BackupResponse.
+            consensus = members.split("|")[0].split(",")[2]
+            backup = RawBackup(c, consensus, 9)
+            # Its own session (an exclusive publication), so its own image at the member.
+            stranger = c.add_exclusive_publication(f"aeron:udp?endpoint={consensus}", CONSENSUS_STREAM)
+            try:
+                challenge = backup.query(3001, b"backup")
+                assert challenge.startswith(b"sulis-hmac-sha256:")
+                await_until(lambda: stranger.offer(sbe(CHALLENGE_RESPONSE, struct.pack("<qq", 1, -1),
+                                                       bytes(32))) > 0, 60, "the stranger's answer to go")
+                await_until(lambda: read_up_to(nodes[0].driver_dir, stranger.session_id, stranger.position), 60,
+                            "member 0 to read the stranger's answer")
+                right = hmac.new(backup_secret, challenge + backup.response.encode(), hashlib.sha256).digest()
+                response = backup.answer(3002, right)
+                assert struct.unpack_from("<H", response, 2)[0] == BACKUP_RESPONSE, response[:16]
+                # Seen on the wire, that answer opens no other query; nor does another principal's secret.
+                backup.query(3003, b"backup")
+                refused = backup.answer(3004, right)
+                assert struct.unpack_from("<H", refused, 2)[0] == SESSION_EVENT, refused[:16]
+                assert struct.unpack_from("<i", refused, 8 + 28)[0] == AUTHENTICATION_REJECTED
+                other = backup.query(3005, b"backup")
+                wrong_key = hmac.new(secret, other + backup.response.encode(), hashlib.sha256).digest()
+                refused = backup.answer(3006, wrong_key)
+                assert struct.unpack_from("<i", refused, 8 + 28)[0] == AUTHENTICATION_REJECTED
+            finally:
+                stranger.close()
+                backup.close()
+        assert any("challenges a backup query" in m.stderr() for m in nodes)
         for m in nodes:
-            assert secret.decode() not in m.stderr() and bob_secret not in m.stderr()
+            for s in (secret, bob_secret, backup_secret):
+                assert s.decode() not in m.stderr()
     finally:
         for m in nodes:
             if m.proc is not None and m.proc.poll() is None:

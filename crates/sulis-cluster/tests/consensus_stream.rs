@@ -172,7 +172,7 @@ fn three_members_exchange_consensus_messages_over_udp() {
                     got.iter().map(Vec::len).collect::<Vec<_>>()
                 );
                 for (i, a) in adapters.iter_mut().enumerate() {
-                    a.poll(100, |m| got[i].push(m));
+                    a.poll(100, |m, _| got[i].push(m));
                 }
             }
         };
@@ -217,7 +217,7 @@ fn three_members_exchange_consensus_messages_over_udp() {
             Instant::now() < deadline,
             "the ServiceAck never reached member 0"
         );
-        adapters[0].poll(10, |m| panic!("nothing else was sent: {m:?}"));
+        adapters[0].poll(10, |m, _| panic!("nothing else was sent: {m:?}"));
     }
     assert_eq!(adapters[0].skipped().0, 1);
     assert!(matches!(

@@ -12,8 +12,8 @@ use crate::module::consensus_publisher::Outbound;
 use crate::module::election::ConsensusMessage;
 use sulis_client::{FragmentAssembler, Subscription};
 use sulis_protocol::cluster::messages::{
-    AppendPosition, BackupQuery, CanvassPosition, CatchupPosition, CommitPosition,
-    NewLeadershipTerm, RecordingLogQuery, RequestVote, StopCatchup, TerminationAck,
+    AppendPosition, BackupQuery, CanvassPosition, CatchupPosition, ChallengeResponse,
+    CommitPosition, NewLeadershipTerm, RecordingLogQuery, RequestVote, StopCatchup, TerminationAck,
     TerminationPosition, Vote, SCHEMA_ID,
 };
 use sulis_protocol::sbe::Header;
@@ -72,6 +72,9 @@ pub fn decode(buf: &[u8]) -> Result<Outbound, Skipped> {
         RecordingLogQuery::TEMPLATE_ID => Ok(Outbound::RecordingLogQuery(
             RecordingLogQuery::decode(buf).map_err(bad)?,
         )),
+        ChallengeResponse::TEMPLATE_ID => Ok(Outbound::ChallengeResponse(
+            ChallengeResponse::decode(buf).map_err(bad)?,
+        )),
         t => Err(Skipped::Template(t)),
     }
 }
@@ -97,8 +100,9 @@ impl ConsensusAdapter {
     }
 
     /// Polls up to `limit` fragments; each whole message decoded goes to
-    /// `on_message`. Returns the fragments read.
-    pub fn poll(&mut self, limit: usize, mut on_message: impl FnMut(Outbound)) -> usize {
+    /// `on_message` with the session id of the image it came on (who sent
+    /// it, as far as the transport tells). Returns the fragments read.
+    pub fn poll(&mut self, limit: usize, mut on_message: impl FnMut(Outbound, i32)) -> usize {
         let mut messages = Vec::new();
         let assembler = &mut self.assembler;
         let n = self
@@ -106,16 +110,16 @@ impl ConsensusAdapter {
             .poll(
                 |payload, header| -> Result<(), ()> {
                     if let Some(m) = assembler.on_fragment(payload, header) {
-                        messages.push(decode(&m.payload));
+                        messages.push((decode(&m.payload), m.header.session_id()));
                     }
                     Ok(())
                 },
                 limit,
             )
             .unwrap_or(0);
-        for m in messages {
+        for (m, image) in messages {
             match m {
-                Ok(m) => on_message(m),
+                Ok(m) => on_message(m, image),
                 Err(why) => {
                     self.skipped += 1;
                     self.last_skipped = Some(why);
@@ -225,6 +229,11 @@ mod tests {
                 log_position: i64::MAX,
                 response_channel: "aeron:udp?endpoint=10.0.0.4:9876".into(),
                 encoded_credentials: Vec::new(),
+            }),
+            Outbound::ChallengeResponse(ChallengeResponse {
+                correlation_id: 79,
+                cluster_session_id: -1,
+                encoded_credentials: vec![7; 32],
             }),
         ]
     }

@@ -13,7 +13,8 @@ use crate::module::cluster_member::ClusterMember;
 use crate::module::election::ConsensusMessage;
 use sulis_client::{Client, ExclusivePublication};
 use sulis_protocol::cluster::messages::{
-    BackupQuery, RecordingLogQuery, StopCatchup, TerminationAck, TerminationPosition,
+    BackupQuery, ChallengeResponse, RecordingLogQuery, StopCatchup, TerminationAck,
+    TerminationPosition,
 };
 
 /// A message for another member, election or not.
@@ -31,6 +32,9 @@ pub enum Outbound {
     RecordingLogQuery(RecordingLogQuery),
     /// Aeron's ClusterBackup → any member: what to copy.
     BackupQuery(BackupQuery),
+    /// Aeron's ClusterBackup → the member that challenged its query: the
+    /// answer (session id -1, a backup query's).
+    ChallengeResponse(ChallengeResponse),
 }
 
 /// The message as sent (SBE header and all).
@@ -50,6 +54,7 @@ pub fn encode(m: &Outbound) -> Vec<u8> {
         Outbound::TerminationAck(x) => x.encode(),
         Outbound::RecordingLogQuery(x) => x.encode(),
         Outbound::BackupQuery(x) => x.encode(),
+        Outbound::ChallengeResponse(x) => x.encode(),
     }
 }
 

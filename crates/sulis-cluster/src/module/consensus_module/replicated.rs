@@ -40,13 +40,24 @@ use sulis_client::{AssembledMessages, FragmentAssembler, Subscription};
 use sulis_protocol::archive::messages::source_location;
 use sulis_protocol::cluster::members_response::{ClusterMembersExtendedResponse, MemberStatus};
 use sulis_protocol::cluster::messages::{
-    role, AppendPosition, BackupQuery, ClusterMembersResponse, JoinLog, NewLeadershipTermEvent,
-    RecordingLogQuery, NULL_POSITION,
+    role, AppendPosition, BackupQuery, ChallengeResponse, ClusterMembersResponse, JoinLog,
+    NewLeadershipTermEvent, RecordingLogQuery, NULL_POSITION,
 };
 use sulis_protocol::counters::parse_recording_position_key;
 
 /// The consensus stream's id (Aeron's 108).
 pub const CONSENSUS_STREAM_ID: i32 = 108;
+
+/// Most challenged backup queries waiting for their answers at once (one
+/// per image); past it the oldest is given up.
+const MAX_BACKUP_CHALLENGES: usize = 16;
+
+/// The id the authenticator knows a backup query from `image` by: below
+/// every client session's (which are not negative) and -1, one per image.
+/// On the wire a backup query's session id is -1, as in Aeron.
+fn backup_auth_id(image: i32) -> i64 {
+    -(1i64 << 32) - i64::from(image)
+}
 
 /// What a member keeps beside the module's own state: its election and replication.
 pub(super) struct Replicated {
@@ -122,6 +133,11 @@ pub(super) struct Replicated {
     /// Answers to members seeding themselves (RecordingLogQuery), offered
     /// until taken or their deadline passes: publication, message, deadline.
     seed_answers: Vec<(sulis_client::Publication, Vec<u8>, i64)>,
+    /// Backup queries the authenticator challenged, waiting for their
+    /// ClusterBackup's answers: the image each came on (its answer is taken
+    /// only from there), the query, and when it is given up. One per image,
+    /// at most [`MAX_BACKUP_CHALLENGES`].
+    backup_challenges: Vec<(i32, BackupQuery, i64)>,
 }
 
 impl Replicated {
@@ -214,6 +230,7 @@ impl ConsensusModule {
             catchup_reported: (NULL_POSITION, 0),
             catchup_done: false,
             seed_answers: Vec::new(),
+            backup_challenges: Vec::new(),
             unsynced_said: Vec::new(),
             sync_levels: Vec::new(),
         }));
@@ -497,11 +514,21 @@ impl ConsensusModule {
         let now_ns = self.now_ns();
         let mut work = 0;
         let mut inbox = Vec::new();
-        work += self.rep().adapter.poll(20, |m| inbox.push(m));
-        for m in inbox {
-            self.on_consensus(m, now_ns);
+        work += self
+            .rep()
+            .adapter
+            .poll(20, |m, image| inbox.push((m, image)));
+        for (m, image) in inbox {
+            match m {
+                Outbound::BackupQuery(q) => self.on_backup_query(q, image, now_ns),
+                Outbound::ChallengeResponse(r) => {
+                    self.on_backup_challenge_response(&r, image, now_ns)
+                }
+                m => self.on_consensus(m, now_ns),
+            }
         }
         work += self.offer_seed_answers(now_ns);
+        self.expire_backup_challenges(now_ns);
         if let Some(mut election) = self.rep().election.take() {
             work += election.do_work(self, now_ns).max(0) as usize;
             self.election_state.set(election.state().code() as i64);
@@ -617,58 +644,166 @@ impl ConsensusModule {
         }
     }
 
-    /// Aeron's ClusterBackup asked what to copy (BackupQuery): answered, as
-    /// Aeron's members answer, outside an election by a module that is
-    /// active, suspended or taking a snapshot, on the query's channel: this
-    /// member's log recording and last term, its commit-position counter (a
-    /// replay of the log bounded by it never passes the commit position),
-    /// the latest snapshot set at or before the position asked for, and the
-    /// members. A member with no term yet does not answer. Its credentials
-    /// go to the member's authenticator, as a client's do; a query refused
-    /// (or challenged: a backup cannot answer) is told AUTHENTICATION_REJECTED
-    /// in a SessionEvent on its response channel, as Aeron's members do.
-    fn answer_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
-        use crate::module::consensus_module_agent::ModuleState;
+    /// Aeron's ClusterBackup asked what to copy (BackupQuery) on the image
+    /// with session id `image`. As in Aeron, a query is heard only outside
+    /// an election by a module that is active, suspended or taking a
+    /// snapshot (the backup asks again). Its credentials then go to the
+    /// member's authenticator, as a client's do: accepted, it is answered
+    /// ([`Self::answer_backup_query`]); refused, it is told
+    /// AUTHENTICATION_REJECTED in a SessionEvent on its response channel, as
+    /// Aeron's members do; challenged, the Challenge (session id -1, as
+    /// Aeron gives a backup query) goes to its response channel and the
+    /// query waits, a session timeout at most, for the backup's
+    /// ChallengeResponse on the consensus stream from the same image. The
+    /// authenticator knows each image's query by an id of its own
+    /// ([`backup_auth_id`]): a query from elsewhere never displaces it.
+    fn on_backup_query(&mut self, q: BackupQuery, image: i32, now_ns: i64) {
         use sulis_archive::auth::Decision;
-        use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
-        // Under session id -1, which no session has: an authenticator that
-        // keeps state per session (a challenge waiting for its answer) must
-        // not have a query's correlation id overwrite a client's session.
-        if self
-            .auth
-            .on_connect(-1, &q.encoded_credentials, &q.response_channel)
-            != Decision::Accept
-        {
-            let refusal = sulis_protocol::cluster::messages::SessionEvent {
-                cluster_session_id: -1,
-                correlation_id: q.correlation_id,
-                leadership_term_id: self.term.leadership_term_id,
-                leader_member_id: self.leader_member_id(),
-                code: sulis_protocol::cluster::messages::event_code::AUTHENTICATION_REJECTED,
-                version: sulis_protocol::cluster::messages::CLIENT_PROTOCOL_VERSION,
-                leader_heartbeat_timeout_ns: self.ctx.leader_heartbeat_timeout.as_nanos() as i64,
-                detail: "backup query failed authentication".to_string(),
-            };
-            if let Some(channel) = self.queue_answer(
-                &q.response_channel,
-                q.response_stream_id,
-                refusal.encode(),
-                "a refused backup query",
-                now_ns,
-            ) {
-                self.log_event(format!(
-                    "member {} refuses a backup query answering on {channel}: its credentials fail authentication",
-                    self.ctx.member_id
-                ));
-            }
+        if !self.hears_backup_queries() {
             return;
         }
-        if self.election_state().is_some()
-            || !matches!(
+        let id = backup_auth_id(image);
+        // A new query from the same image gives up the one before.
+        self.drop_backup_challenge(image);
+        match self
+            .auth
+            .on_connect(id, &q.encoded_credentials, &q.response_channel)
+        {
+            Decision::Accept => self.answer_backup_query(&q, now_ns),
+            Decision::Reject => self.refuse_backup_query(&q, now_ns),
+            Decision::Challenge(challenge) => {
+                let m = sulis_protocol::cluster::messages::Challenge {
+                    correlation_id: q.correlation_id,
+                    cluster_session_id: -1,
+                    encoded_challenge: challenge,
+                };
+                let Some(channel) = self.queue_answer(
+                    &q.response_channel,
+                    q.response_stream_id,
+                    m.encode(),
+                    "a challenged backup query",
+                    now_ns,
+                ) else {
+                    self.auth.on_session_dropped(id);
+                    return;
+                };
+                self.log_event(format!(
+                    "member {} challenges a backup query answering on {channel}",
+                    self.ctx.member_id
+                ));
+                if self.rep().backup_challenges.len() >= MAX_BACKUP_CHALLENGES {
+                    let (oldest, _, _) = self.rep().backup_challenges.remove(0);
+                    self.auth.on_session_dropped(backup_auth_id(oldest));
+                }
+                let deadline = now_ns + self.ctx.session_timeout.as_nanos() as i64;
+                self.rep().backup_challenges.push((image, q, deadline));
+            }
+        }
+    }
+
+    /// Outside an election, active, suspended or taking a snapshot: when
+    /// Aeron's members hear (and answer) a backup query.
+    fn hears_backup_queries(&self) -> bool {
+        use crate::module::consensus_module_agent::ModuleState;
+        self.election_state().is_none()
+            && matches!(
                 self.agent.state,
                 ModuleState::Active | ModuleState::Suspended | ModuleState::Snapshot
             )
+    }
+
+    /// Forgets the challenged query from `image`, if one waits.
+    fn drop_backup_challenge(&mut self, image: i32) {
+        let waiting = &mut self.rep().backup_challenges;
+        if let Some(at) = waiting.iter().position(|(i, _, _)| *i == image) {
+            waiting.remove(at);
+            self.auth.on_session_dropped(backup_auth_id(image));
+        }
+    }
+
+    /// A ChallengeResponse on the consensus stream: the answer of the
+    /// backup whose query waits from the same image (anyone can reach the
+    /// endpoint, and a stranger's answer must not spend a backup's
+    /// challenge); anything else is passed over. Right, the query is
+    /// answered; wrong, it is refused; either under the answer's
+    /// correlation id, which Aeron's ClusterBackup waits on from then (as
+    /// Aeron's members answer).
+    fn on_backup_challenge_response(&mut self, r: &ChallengeResponse, image: i32, now_ns: i64) {
+        use sulis_archive::auth::Decision;
+        if r.cluster_session_id != -1 {
+            return;
+        }
+        let waiting = &mut self.rep().backup_challenges;
+        let Some(at) = waiting.iter().position(|(i, _, _)| *i == image) else {
+            return;
+        };
+        let (_, mut q, _) = waiting.remove(at);
+        q.correlation_id = r.correlation_id;
+        match self
+            .auth
+            .on_challenge_response(backup_auth_id(image), &r.encoded_credentials)
         {
+            Decision::Accept => self.answer_backup_query(&q, now_ns),
+            _ => self.refuse_backup_query(&q, now_ns),
+        }
+    }
+
+    /// Challenged backup queries not answered within the session timeout
+    /// are given up, their challenges forgotten.
+    fn expire_backup_challenges(&mut self, now_ns: i64) {
+        let waiting = &mut self.rep().backup_challenges;
+        if !waiting.iter().any(|(_, _, deadline)| now_ns >= *deadline) {
+            return;
+        }
+        let (expired, kept): (Vec<_>, Vec<_>) = std::mem::take(waiting)
+            .into_iter()
+            .partition(|(_, _, deadline)| now_ns >= *deadline);
+        self.rep().backup_challenges = kept;
+        for (image, _, _) in expired {
+            self.auth.on_session_dropped(backup_auth_id(image));
+            self.log_event(format!(
+                "member {} gives up a challenged backup query: no answer within the session timeout",
+                self.ctx.member_id
+            ));
+        }
+    }
+
+    /// Tells a backup query AUTHENTICATION_REJECTED on its response channel.
+    fn refuse_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
+        let refusal = sulis_protocol::cluster::messages::SessionEvent {
+            cluster_session_id: -1,
+            correlation_id: q.correlation_id,
+            leadership_term_id: self.term.leadership_term_id,
+            leader_member_id: self.leader_member_id(),
+            code: sulis_protocol::cluster::messages::event_code::AUTHENTICATION_REJECTED,
+            version: sulis_protocol::cluster::messages::CLIENT_PROTOCOL_VERSION,
+            leader_heartbeat_timeout_ns: self.ctx.leader_heartbeat_timeout.as_nanos() as i64,
+            detail: "backup query failed authentication".to_string(),
+        };
+        if let Some(channel) = self.queue_answer(
+            &q.response_channel,
+            q.response_stream_id,
+            refusal.encode(),
+            "a refused backup query",
+            now_ns,
+        ) {
+            self.log_event(format!(
+                "member {} refuses a backup query answering on {channel}: its credentials fail authentication",
+                self.ctx.member_id
+            ));
+        }
+    }
+
+    /// An authenticated backup query answered, as Aeron's members answer,
+    /// on the query's channel: this member's log recording and
+    /// last term, its commit-position counter (a replay of the log bounded
+    /// by it never passes the commit position), the latest snapshot set at
+    /// or before the position asked for, and the members. A member with no
+    /// term yet does not answer (the backup asks again).
+    fn answer_backup_query(&mut self, q: &BackupQuery, now_ns: i64) {
+        use sulis_protocol::cluster::backup_response::{BackupResponse, BackupSnapshot};
+        // A challenged query's answer may come in an election begun since.
+        if !self.hears_backup_queries() {
             return;
         }
         let Some(last) = self.recording_log.last_term().cloned() else {
@@ -750,10 +885,6 @@ impl ConsensusModule {
             Outbound::Election(m) => m,
             Outbound::RecordingLogQuery(q) => {
                 self.answer_recording_log_query(&q, now_ns);
-                return;
-            }
-            Outbound::BackupQuery(q) => {
-                self.answer_backup_query(&q, now_ns);
                 return;
             }
             Outbound::StopCatchup(x) => {
