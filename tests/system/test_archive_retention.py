@@ -32,11 +32,11 @@ def publish(pub, first: int, count: int) -> None:
             assert r != sulis.CLOSED and time.monotonic() < deadline, f"offer stuck: {sulis.result_name(r)}"
 
 
-def indices(sub, count: int) -> list[int]:
-    """The indices of the next ``count`` messages a replay delivers."""
+def indices(sub, count: int, timeout: float = 30) -> list[int]:
+    """The indices of the next ``count`` messages a replay delivers (within ``timeout`` seconds)."""
     got: list[int] = []
     assembler = sulis.FragmentAssembler(lambda b, h: got.append(struct.unpack_from("<I", bytes(b))[0]))
-    await_until(lambda: sub.poll(assembler, 100) >= 0 and len(got) >= count, timeout=30,
+    await_until(lambda: sub.poll(assembler, 100) >= 0 and len(got) >= count, timeout=timeout,
                 what=lambda: f"{count} replayed messages, got {len(got)}")
     return got
 

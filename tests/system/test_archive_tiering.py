@@ -1,6 +1,7 @@
 """Tiered storage: closed segments move to an S3-compatible object store (S3Proxy, a process of its own that the
 test starts), verified, and leave the disk; a replay reads the whole recording whichever tier holds each part;
-a kill -9 of the archive at each step of an upload loses nothing; a store that goes away mid-read fails the read
+a replay and a ReplayMerge read on while the segments under them move; a kill -9 of the archive at each step of an
+upload loses nothing; a store that goes away mid-read fails the read
 naming the segment and the store, and once it is back the read completes; retention counts what moved and
 removes it from the store too. Credentials come from the environment and are never logged.
 
@@ -13,6 +14,7 @@ import os
 import shutil
 import signal
 import struct
+import time
 
 import pytest
 from test_archive_retention import indices, message, write_policy
@@ -238,6 +240,61 @@ def test_a_live_recording_moves_as_it_goes_and_a_replay_follows_it_from_its_star
         first = indices(sub, 5 * 64 + 10)
         publish(pub, 5 * 64 + 10, 200)
         assert first + indices(sub, 200) == list(range(5 * 64 + 210))
+        assert archive.errors() == []
+
+
+def test_a_replay_and_a_replay_merge_mid_read_go_on_while_the_segments_they_read_move(
+        driver, client, archive_dir, store, monkeypatch):
+    """A replay, a ReplayMerge and a reader of the files (Spark's files mode) are each partway into a live
+    recording (holding a segment file open, the next ones still to open) when the policy changes to move every
+    closed segment: each reads on, in order and whole, the open file from the disk (unlinked, it stays readable
+    to whoever holds it), the rest fetched from the store (the files reader from a tiered.log that named none of
+    them when it started); the merge then joins the live stream with each message once."""
+    monkeypatch.setenv("TMPDIR", make_dir("sulis-tier-reader-"))  # the files reader's cache: this test's own
+    with tiered_archive(driver, archive_dir, store, policy="stream=* tier-after=1h\n") as archive, \
+            sulis.ArchiveClient(client) as ac:
+        ac.start_recording(CHANNEL, 1001)
+        pub = client.add_exclusive_publication(CHANNEL, 1001)
+        rid = ac.await_signal(RecordingSignal.START).recording_id
+        publish(pub, 0, COUNT)
+        await_until(lambda: ac.get_recording_position(rid) == pub.position, what="recorded to the end")
+        assert where(archive_dir, rid) == ["disk"] * 10, "nothing moves under tier-after=1h"
+        replay = ac.replay(rid, "aeron:ipc", 2001, length=COUNT * 1024)
+        d = ac.list_recording(rid)
+        files = _native.RecordingFileReader(archive_dir, rid, d.start_position, d.term_buffer_length,
+                                            d.segment_file_length, d.initial_term_id, d.start_position, COUNT * 1024)
+        from_files: list[int] = []
+        while len(from_files) < 100:  # a batch ends at a term's end (64 messages): 64, then 36 of the next
+            from_files.extend(struct.unpack_from("<I", m)[0] for m in files.read_batch(100 - len(from_files)).to_list())
+        assert from_files == list(range(100)), "the files reader stops in segment 1, its file open"
+        got: list[int] = []
+        merged_got: list[int] = []
+        assembler = sulis.FragmentAssembler(lambda b, h: merged_got.append(struct.unpack_from("<I", bytes(b))[0]))
+        # Its merge timeout a hang guard: it is not polled while the segments move, while the replay and the
+        # files reader read on (three waits of up to STORE_WAIT each), and a fetch stalls it.
+        with sulis.ReplayMerge(ac, rid, "aeron:ipc", 2002, CHANNEL, merge_timeout=4 * STORE_WAIT) as merge:
+            got = indices(replay, 100)
+            await_until(lambda: merge.poll(assembler, 10) >= 0 and len(merged_got) >= 100, 30,
+                        what=lambda: f"the merge's first 100 messages, got {len(merged_got)}")
+            write_policy(archive_dir, "stream=* tier-after=0s\n")
+            await_until(lambda: where(archive_dir, rid)[:9] == ["store"] * 9, STORE_WAIT,
+                        what=lambda: f"the closed segments moved under the readers: {where(archive_dir, rid)}")
+            got += indices(replay, COUNT - len(got), STORE_WAIT)  # eight segments fetched from the store
+            assert got == list(range(COUNT)), "the replay read on, in order, whole"
+            while len(batch := files.read_batch()) > 0:
+                from_files.extend(struct.unpack_from("<I", m)[0] for m in batch.to_list())
+            assert from_files == list(range(COUNT)), "the files reader read on, in order, whole"
+            sent, end = COUNT, COUNT + 2000
+            deadline = time.monotonic() + STORE_WAIT
+            while not (merge.is_merged and len(merged_got) == sent):
+                assert time.monotonic() < deadline, f"got {len(merged_got)} of {sent}; {merge!r}"
+                went = sent < end and pub.offer(message(sent)) > 0
+                sent += went
+                if not went and merge.poll(assembler, 20) == 0:
+                    time.sleep(0.001)  # nothing to do: leave the CPU to the archive and the store
+            assert merged_got == list(range(sent)), "the merge: each message once, in order"
+        replay.close()
+        pub.close()
         assert archive.errors() == []
 
 
