@@ -26,6 +26,10 @@ egress -> client. Rows, each the median of ``--runs`` runs:
   whose p99 stays under 1 ms. Between messages the client sleeps (``--client-park-us``) rather than
   spin: a spinning client takes one of this machine's two cores from the cluster it measures.
 
+The sealed rows run the same sulis cluster with transport security on every driver, the client's included
+(``security=encrypt``, one keyring): every consensus, log, catch-up, ingress and egress datagram sealed with
+AES-256-GCM. ``--only sulis,sulis-sealed`` sets them side by side.
+
 ``--busy N`` runs N busy loops (``while True: pass``, normal priority) beside both clusters for the whole run: the
 tail on a machine doing other work too (N = 2 puts two more runnable processes on this machine's two cores).
 
@@ -116,12 +120,14 @@ class SulisNode:
     a member of several logs its elections)."""
 
     def __init__(self, members: int = 1, extra: tuple[str, ...] = (), idle: str | None = None,
-                 service: str = "cluster_echo:Echo", parent: str | None = None) -> None:
+                 service: str = "cluster_echo:Echo", parent: str | None = None,
+                 env_extra: dict | None = None) -> None:
         """``extra``: more ``sulis cluster-node`` flags (a flag given again takes the later value); ``idle``:
         the idle strategy of each member's driver, archive, consensus module and service (their default,
         Aeron's back-off, if None); ``service``: bench/peers/cluster_echo.py's ``Echo`` (a Python call per
         message) or ``BatchedEcho`` (a call per batch the log holds); ``parent``: where the members' directories
-        go (a disk, for durable commits; /dev/shm if None)."""
+        go (a disk, for durable commits; /dev/shm if None); ``env_extra``: more environment of each member
+        (``SULIS_SECURITY`` and ``SULIS_KEYRING_FILE`` for a sealed cluster)."""
         self.top = scratch_dir("sulis-bench-cluster-", parent)
         ports = [[free_port() for _ in range(4)] for _ in range(members)]  # ingress, consensus, log, archive
         spec = "|".join(f"{i},localhost:{p[0]},localhost:{p[1]},localhost:{p[2]},localhost:0,localhost:{p[3]}"
@@ -130,6 +136,7 @@ class SulisNode:
         env["PYTHONPATH"] = PEERS + os.pathsep + env.get("PYTHONPATH", "")
         if idle is not None:
             env.update(SULIS_IDLE_STRATEGY=idle, SULIS_ARCHIVE_IDLE_STRATEGY=idle, SULIS_CLUSTER_IDLE_STRATEGY=idle)
+        env.update(env_extra or {})
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
         self.cmds: list[list[str]] = []
@@ -238,15 +245,18 @@ def percentiles(samples_ns: list[int]) -> dict:
     return {"p50_us": at(0.5), "p90_us": at(0.9), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": s[-1] / 1000}
 
 
-def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True, batched: bool = False) -> dict:
+def sulis_client(endpoints: str, a, mode: str, exactly_once: bool = True, batched: bool = False,
+                 sealed: dict | None = None) -> dict:
     """The sulis Python client on a driver of its own (this process): latency or throughput; exactly once
     (numbering and keeping its messages, with a sulis cluster) unless told not; ``batched``: messages handed
     over by ``offer_batch`` (``--batch`` at a time, as far as the exactly-once window takes them) and echoes
-    read by ``poll_egress_batch``, a Python call per batch, not per message."""
+    read by ``poll_egress_batch``, a Python call per batch, not per message; ``sealed``: the driver's
+    ``security`` and ``keyring_file`` (a sealed cluster's)."""
     shm = scratch_dir("sulis-bench-cluster-client-")
     try:
         idle = {} if a.idle is None else {"idle_strategy": a.idle}
-        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared", **idle) as driver:
+        with sulis.MediaDriver(dir=os.path.join(shm, "driver"), threading_mode="shared", **idle,
+                               **(sealed or {})) as driver:
             client = connect(driver.dir, endpoints, exactly_once=exactly_once)
             try:
                 payload = bytes(a.length)
@@ -429,8 +439,8 @@ def main() -> int:
     ap.add_argument("--client-park-us", type=float, default=100.0,
                     help="at fixed rates, the client sleeps up to this long when nothing came and nothing is due "
                          "(0: it spins, taking a core from the cluster)")
-    ap.add_argument("--only", help="comma-separated row kinds to run: sulis, sulis-batched, sulis-durable, aeron, "
-                                   "etcd, pysyncobj")
+    ap.add_argument("--only", help="comma-separated row kinds to run: sulis, sulis-batched, sulis-durable, "
+                                   "sulis-sealed, sulis-batched-sealed, aeron, etcd, pysyncobj")
     ap.add_argument("--busy", type=int, default=0, help="busy loops beside the clusters for the whole run")
     ap.add_argument("--disk", default=tempfile.gettempdir(),
                     help="a directory on a disk: the durable sulis row's members and etcd's data directories (the "
@@ -452,7 +462,8 @@ def main() -> int:
     syncobj_version = syncobj_node.version()
     if syncobj_version is None:
         why["pysyncobj"] = "PySyncObj is not installed (bash bench/peers/install.sh)"
-    kinds = {"sulis", "sulis-batched", "sulis-durable", "aeron", "etcd", "pysyncobj"}
+    kinds = {"sulis", "sulis-batched", "sulis-durable", "sulis-sealed", "sulis-batched-sealed", "aeron", "etcd",
+             "pysyncobj"}
     only = set(a.only.split(",")) if a.only else kinds
     for kind in kinds - only:
         why[kind] = "not asked for (--only)"
@@ -471,12 +482,31 @@ def main() -> int:
 
 def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
     """Runs and prints the rows (``main``'s body, with the busy loops, if any, beside it)."""
+    # The sealed rows: every driver (members' and client's) seals every datagram with AES-256-GCM
+    # (security=encrypt), one keyring for all: consensus, log, catch-up, archive, ingress and egress channels.
+    keys = scratch_dir("sulis-bench-cluster-keys-")
+    ring = os.path.join(keys, "keyring")
+    with open(os.open(ring, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(f"1 {os.urandom(32).hex()}\n")
+    sealed = {"security": "encrypt", "keyring_file": ring}
+    sealed_env = {"SULIS_SECURITY": "encrypt", "SULIS_KEYRING_FILE": ring}
+    try:
+        return _rows(a, rates, why, only, aeron, etcd_version, syncobj_version, sealed, sealed_env)
+    finally:
+        remove_dir(keys)
+
+
+def _rows(a, rates, why, only, aeron, etcd_version, syncobj_version, sealed, sealed_env) -> int:
+    """``rows`` with the sealed rows' driver options and member environment."""
     at_rates: dict[tuple[str, float], list] = {}
     disk = f"{a.disk} ({disk_device(a.disk)})"
     rows_spec = [("sulis node, batched service, batched sulis Python client", "sulis-batched", "sulis-batched"),
+                 ("sulis node sealed (security=encrypt), batched service and client", "sulis-batched-sealed",
+                  "sulis-batched-sealed"),
                  (f"sulis node durable (file_sync_level 1, on {disk}), batched service and client", "sulis-durable",
                   "sulis-batched"),
                  ("sulis node, sulis Python client", "sulis", "sulis"),
+                 ("sulis node sealed (security=encrypt), sulis Python client", "sulis-sealed", "sulis-sealed"),
                  ("sulis node, sulis Python client, exactly_once=False", "sulis", "sulis-plain"),
                  ("sulis node, Aeron Java client", "sulis", "aeron"),
                  ("Aeron node, Aeron Java client", "aeron", "aeron"),
@@ -507,12 +537,15 @@ def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
                 for mode in ("latency", "throughput"):
                     results[name][mode].append(got.get(mode, got))
         batched = ("--service-log-fragment-limit", str(a.service_batch))
-        for node_kind in ("sulis-batched", "sulis-durable", "sulis", "aeron"):
+        for node_kind in ("sulis-batched", "sulis-batched-sealed", "sulis-durable", "sulis", "sulis-sealed", "aeron"):
             if (node_kind == "aeron" and aeron is None) or node_kind not in only:
                 continue
             node = (SulisNode(a.members, idle=a.idle) if node_kind == "sulis"
+                    else SulisNode(a.members, idle=a.idle, env_extra=sealed_env) if node_kind == "sulis-sealed"
                     else SulisNode(a.members, batched, a.idle, a.batched_service)
                     if node_kind == "sulis-batched"
+                    else SulisNode(a.members, batched, a.idle, a.batched_service, env_extra=sealed_env)
+                    if node_kind == "sulis-batched-sealed"
                     else SulisNode(a.members, (*batched, "--file-sync-level", "1"), a.idle, a.batched_service,
                                    parent=a.disk) if node_kind == "sulis-durable"
                     else AeronNode(aeron, a.members, idle=a.aeron_idle))
@@ -522,7 +555,10 @@ def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
                         continue
                     for mode in ("latency", "throughput"):
                         run = (sulis_client if c == "sulis"
+                               else (lambda e, a_, m: sulis_client(e, a_, m, sealed=sealed)) if c == "sulis-sealed"
                                else (lambda e, a_, m: sulis_client(e, a_, m, batched=True)) if c == "sulis-batched"
+                               else (lambda e, a_, m: sulis_client(e, a_, m, batched=True, sealed=sealed))
+                               if c == "sulis-batched-sealed"
                                else (lambda e, a_, m: sulis_client(e, a_, m, exactly_once=False)) if c == "sulis-plain"
                                else (lambda e, a_, m: aeron_client(aeron, e, a_, m)))
                         results[name][mode].append(run(node.endpoints, a, mode))
@@ -573,6 +609,14 @@ def rows(a, rates, why, only, aeron, etcd_version, syncobj_version) -> int:
         if kind.startswith("sulis") and client != "aeron" and ok:
             print(f"[cluster] {name}, writes/s: " + ", ".join(
                 f"{med(ok) / v:.1f}x {k}'s" for k, v in tputs.items() if not k.startswith("sulis")))
+    # Sealed against plain, the same cluster and client otherwise: throughput ratio and p50 difference.
+    p50s = {kind: med(x["p50_us"] for x in lat) for name, kind, client in rows_spec if client == kind
+            if (lat := [x for x in results[name]["latency"] if "error" not in x])}
+    for plain in ("sulis", "sulis-batched"):
+        sealed = f"{plain}-sealed"
+        if all(k in tputs and k in p50s for k in (plain, sealed)):
+            print(f"[cluster] {sealed} against {plain}: throughput {tputs[sealed] / tputs[plain]:.2f}x, "
+                  f"p50 {p50s[sealed] - p50s[plain]:+.1f} µs")
     return 0
 
 
