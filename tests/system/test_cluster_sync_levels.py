@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from clusterprocs import JOURNAL_SERVICE, KeepAlive, Member, loopback_members
-from conftest import await_until, free_udp_port
+from conftest import KERNEL_STALL, await_until, free_udp_port
 from sulis.cluster import ClusterClient
 
 ROLE_LEADER = 2
@@ -44,8 +44,9 @@ def test_a_member_syncing_below_the_leaders_level_is_named_and_counts_towards_no
         for m in nodes[:2]:
             m.start()
         ingress = ",".join(f"{i}=localhost:{p}" for i, p in enumerate(ports))
+        # A hang guard, not a speed: beside busy loops the first answer took over 60 s (busy run b13).
         client = ClusterClient(driver.dir, ingress, f"aeron:udp?endpoint=localhost:{free_udp_port()}",
-                               message_timeout=60.0)
+                               message_timeout=KERNEL_STALL)
         keep = Echoes(client)
         for i in range(5):
             echoed(keep, f"m{i}".encode(), 30)
