@@ -606,7 +606,7 @@ def _rows(a, rates, why, only, aeron, etcd_version, syncobj_version, sealed, sea
              if (ok := [x["msgs_per_s"] for x in results[name]["throughput"] if "error" not in x])}
     for name, kind, client in rows_spec:
         ok = [x["msgs_per_s"] for x in results[name]["throughput"] if "error" not in x]
-        if kind.startswith("sulis") and client != "aeron" and ok:
+        if kind.startswith("sulis") and client != "aeron" and ok and any(not k.startswith("sulis") for k in tputs):
             print(f"[cluster] {name}, writes/s: " + ", ".join(
                 f"{med(ok) / v:.1f}x {k}'s" for k, v in tputs.items() if not k.startswith("sulis")))
     # Sealed against plain, the same cluster and client otherwise: throughput ratio and p50 difference.
