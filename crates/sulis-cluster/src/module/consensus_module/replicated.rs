@@ -712,11 +712,16 @@ impl ConsensusModule {
             )
     }
 
+    /// The challenged query from `image`, taken off the waiting ones.
+    fn take_backup_challenge(&mut self, image: i32) -> Option<BackupQuery> {
+        let waiting = &mut self.rep().backup_challenges;
+        let at = waiting.iter().position(|(i, _, _)| *i == image)?;
+        Some(waiting.remove(at).1)
+    }
+
     /// Forgets the challenged query from `image`, if one waits.
     fn drop_backup_challenge(&mut self, image: i32) {
-        let waiting = &mut self.rep().backup_challenges;
-        if let Some(at) = waiting.iter().position(|(i, _, _)| *i == image) {
-            waiting.remove(at);
+        if self.take_backup_challenge(image).is_some() {
             self.auth.on_session_dropped(backup_auth_id(image));
         }
     }
@@ -733,11 +738,9 @@ impl ConsensusModule {
         if r.cluster_session_id != -1 {
             return;
         }
-        let waiting = &mut self.rep().backup_challenges;
-        let Some(at) = waiting.iter().position(|(i, _, _)| *i == image) else {
+        let Some(mut q) = self.take_backup_challenge(image) else {
             return;
         };
-        let (_, mut q, _) = waiting.remove(at);
         q.correlation_id = r.correlation_id;
         match self
             .auth
