@@ -23,6 +23,7 @@ import pytest
 import sulis
 from clusterprocs import JOURNAL_SERVICE, Member, loopback_members
 from conftest import COUNTER_TYPE, KERNEL_STALL, await_until, free_udp_port
+from sulis import _native
 from sulis.cluster import ClusterClient, ClusterError
 
 BACKUP_QUERY, BACKUP_RESPONSE, SESSION_EVENT = 77, 78, 2
@@ -204,8 +205,7 @@ class RawSession:
         def answered() -> bytes | None:
             self.sub.poll(lambda buffer, _h: self.got.append(bytes(buffer)), 10)
             return next((m for m in self.got if struct.unpack_from("<H", m, 2)[0] == template
-                         and struct.unpack_from("<q", m, 8 + (8 if template == SESSION_EVENT else 0))[0]
-                         == correlation_id), None)
+                         and correlation_id_of(m) == correlation_id), None)
         return await_until(answered, 60, f"template {template} answering correlation id {correlation_id}",
                            interval=0.01)
 
@@ -227,13 +227,19 @@ class RawSession:
 
 def read_up_to(driver_dir: str, session_id: int, position: int) -> bool:
     """A subscriber (the consensus module) in the driver at ``driver_dir`` has read the consensus stream's image of
-    session ``session_id`` up to ``position`` (its sub-pos counter: key registration id, session id, stream id)."""
+    session ``session_id`` up to ``position`` (its sub-pos counter)."""
     for c in sulis.CountersReader(driver_dir).counters():
-        if c["type_id"] == COUNTER_TYPE["sub-pos"] and len(c["key"]) >= 16:
-            _, session, stream = struct.unpack_from("<qii", c["key"])
-            if (session, stream) == (session_id, CONSENSUS_STREAM) and c["value"] >= position:
-                return True
+        key = _native.parse_stream_counter_key(c["key"]) if c["type_id"] == COUNTER_TYPE["sub-pos"] else None
+        if key and (key["session_id"], key["stream_id"]) == (session_id, CONSENSUS_STREAM) \
+                and c["value"] >= position:
+            return True
     return False
+
+
+def correlation_id_of(answer: bytes) -> int:
+    """An answer's correlation id: a SessionEvent's second field, every other answer's first."""
+    template, = struct.unpack_from("<H", answer, 2)
+    return struct.unpack_from("<q", answer, 8 + (8 if template == SESSION_EVENT else 0))[0]
 
 
 class RawBackup:
@@ -252,16 +258,13 @@ class RawBackup:
                     interval=0.01)
 
     def await_answer(self, correlation_id: int, timeout: float = 60) -> bytes:
-        """The next message on the response channel for ``correlation_id`` (a SessionEvent's is its second
-        field, every other answer's its first)."""
+        """The next message on the response channel for ``correlation_id``."""
         def answered() -> bytes | None:
             self.sub.poll(lambda buffer, _h: self.got.append(bytes(buffer)), 10)
-            for m in self.got:
-                at = 8 + (8 if struct.unpack_from("<H", m, 2)[0] == SESSION_EVENT else 0)
-                if struct.unpack_from("<q", m, at)[0] == correlation_id:
-                    self.got.remove(m)
-                    return m
-            return None
+            m = next((m for m in self.got if correlation_id_of(m) == correlation_id), None)
+            if m is not None:
+                self.got.remove(m)
+            return m
         return await_until(answered, timeout, f"an answer to backup query {correlation_id}", interval=0.01)
 
     def query(self, correlation_id: int, principal: bytes) -> bytes:
@@ -341,7 +344,8 @@ def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_
             # consensus stream, as Aeron's ClusterBackup answers with its CredentialsSupplier. The member takes
             # the answer only from the image its query came on: a stranger's wrong answer from another
             # publication, read by the member before the backup's own (its subscriber position says so), spends
-            # nothing, and the backup's own answer then gets the BackupResponse.
+            # nothing; nor does a stranger's query naming the same principal from there (the member keeps one
+            # waiting query per image); the backup's own answer then gets the BackupResponse.
             consensus = members.split("|")[0].split(",")[2]
             backup = RawBackup(c, consensus, 9)
             # Its own session (an exclusive publication), so its own image at the member.
@@ -349,10 +353,11 @@ def test_members_with_client_keys_let_in_only_the_holder_of_a_secret_that_never_
             try:
                 challenge = backup.query(3001, b"backup")
                 assert challenge.startswith(b"sulis-hmac-sha256:")
-                await_until(lambda: stranger.offer(sbe(CHALLENGE_RESPONSE, struct.pack("<qq", 1, -1),
-                                                       bytes(32))) > 0, 60, "the stranger's answer to go")
+                for forged in (sbe(CHALLENGE_RESPONSE, struct.pack("<qq", 1, -1), bytes(32)),
+                               backup_query(2, f"aeron:udp?endpoint=localhost:{free_udp_port()}", 9, b"backup")):
+                    await_until(lambda forged=forged: stranger.offer(forged) > 0, 60, "the stranger's message to go")
                 await_until(lambda: read_up_to(nodes[0].driver_dir, stranger.session_id, stranger.position), 60,
-                            "member 0 to read the stranger's answer")
+                            "member 0 to read the stranger's answer and query")
                 right = hmac.new(backup_secret, challenge + backup.response.encode(), hashlib.sha256).digest()
                 response = backup.answer(3002, right)
                 assert struct.unpack_from("<H", response, 2)[0] == BACKUP_RESPONSE, response[:16]
