@@ -23,7 +23,7 @@ import time
 import pytest
 
 import sulis
-from clusterprocs import JOURNAL_SERVICE, KeepAlive, Member, loopback_members
+from clusterprocs import JOURNAL_SERVICE, KeepAlive, Member, kill_all, loopback_members
 from conftest import KERNEL_STALL, await_until, free_udp_port, make_dir
 from netutil.disk import CrashableDisk, DiskError
 from sulis.cluster import ClusterClient, ClusterError
@@ -118,8 +118,7 @@ def power_cut_run(tmp_path, make_driver, level: int, acknowledged: int, sync_fir
                     disk.cut()
 
             acknowledged = stream_until_the_power_cut(c, MESSAGES, acknowledged, power_cut)
-        for node in nodes:
-            node.kill()
+        kill_all(nodes)  # the power cut takes every member at once
         for disk in disks:
             disk.crash()
         for node in nodes:  # a power cut loses what was in memory: the drivers' directories too

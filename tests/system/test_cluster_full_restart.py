@@ -10,12 +10,11 @@ catches up in the same term (Aeron's election does so too, from its INIT state):
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import pytest
 
-from clusterprocs import KeepAlive, journal_cluster
+from clusterprocs import KeepAlive, journal_cluster, kill_all
 from conftest import await_until, free_udp_port
 from sulis.cluster import ClusterClient
 
@@ -51,13 +50,9 @@ def test_a_full_restart_on_a_long_log_elects_once_while_the_leader_replays(make_
             stream(c, MESSAGES)
         log_end = max(n.counters()["cluster-commit-pos"] for n in nodes)
         term_before = max(n.counters()["cluster-leadership-term-id"] for n in nodes)
-        # Every member SIGKILLed before any is waited for: reaping one took over 10 s beside busy loops, and the
-        # two still running elected a term of their own meanwhile (busy run b13: terms [2, 2, 2] after the
-        # restart's one election), which this test would count as the restart's.
-        for node in nodes:
-            os.kill(node.proc.pid, signal.SIGKILL)
-        for node in nodes:
-            node.proc.wait(timeout=60)
+        # All at once: killed one by one, the two still running elected a term of their own while the first was
+        # reaped (busy run b13: terms [2, 2, 2] after the restart's one election).
+        kill_all(nodes)
         ballots_before = [n.stderr().count("-> CANDIDATE_BALLOT") for n in nodes]
         rejoins_before = [n.stderr().count("FOLLOWER_LOG_AWAIT -> INIT") for n in nodes]
         t0 = time.monotonic()
